@@ -1,0 +1,98 @@
+// backend: the interface every kind of device implements: three streams (compute, h2d, d2h), events, the budgeted
+// device pool, copies, and the forward/backward kernels of the reference models plus the optimizer.
+//
+// All ops are asynchronous: they are enqueued on the compute stream and return at once; read results with a copy on
+// a stream and synchronize. Tensors passed to ops live in this backend's device pool. Shapes and dtypes are checked
+// at enqueue time (a mismatch is a programming error and aborts with the shapes involved).
+//
+// Conventions (as llm.c's): row-major; a Linear weight is [out, in]; backward ops ACCUMULATE (+=) into their
+// gradient outputs, so gradients are zeroed once per step; softmax_xent_backward overwrites its output.
+//
+//   std::unique_ptr<Backend> be = ...;                 // backend/cpu or backend/cuda
+//   be->layernorm_forward(out, mean, rstd, x, w, b);   // enqueued on be->compute_stream()
+//   be->copy_d2h(host, out, be->compute_stream());
+//   TT_TRY(be->compute_stream().synchronize());
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "memory/device_pool.h"
+#include "memory/stats.h"
+
+namespace tt {
+
+// Hyper-parameters of one AdamW update (PyTorch's semantics: decoupled weight decay, bias correction).
+struct AdamWArgs {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  int64_t step = 1;        // 1-based, for bias correction
+  float grad_clip = 0.0f;  // > 0: gradients are scaled by min(1, clip / (sqrt(grad_norm_sq) + 1e-6))
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string describe() const = 0;
+  virtual Stream& compute_stream() = 0;
+  virtual Stream& h2d_stream() = 0;
+  virtual Stream& d2h_stream() = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+  virtual memory::DevicePool& pool() = 0;
+  virtual memory::MemoryStats& stats() = 0;
+  // Blocks until every stream is idle.
+  Status synchronize_all();
+
+  // --- copies: host memory must stay valid until the stream has run the copy ---
+  virtual void copy_h2d(const Tensor& dst, const void* src, Stream& stream) = 0;
+  virtual void copy_d2h(void* dst, const Tensor& src, Stream& stream) = 0;
+  virtual void copy_d2d(const Tensor& dst, const Tensor& src, Stream& stream) = 0;
+  virtual void fill_zero(const Tensor& t, Stream& stream) = 0;
+
+  // --- model ops, on the compute stream ---
+  // out[B,T,C] = wte[tokens[b,t]] + wpe[t]
+  virtual void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) = 0;
+  // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t]
+  virtual void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                                  const Tensor& tokens) = 0;
+  // Rows of inp [N, C]: out = (x - mean) * rstd * w + b, eps 1e-5; saves mean[N], rstd[N].
+  virtual void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                                 const Tensor& w, const Tensor& b) = 0;
+  virtual void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                                  const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd) = 0;
+  // out[N, OC] = inp[N, C] @ w[OC, C]^T + bias[OC] (bias may be undefined).
+  virtual void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) = 0;
+  // dinp += dout @ w; dw += dout^T @ inp; dbias += column sums of dout (dbias may be undefined).
+  virtual void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
+                               const Tensor& inp, const Tensor& w) = 0;
+  // Causal multi-head attention. qkv[B,T,3C] holds [q | k | v] per token; saves att[B,H,T,T] (softmax probs).
+  virtual void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int heads) = 0;
+  virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                                  int heads) = 0;
+  // tanh-approximated GELU.
+  virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;
+  virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
+  virtual void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // Per row of logits[N, V]: probs = softmax(logits) (probs may alias logits), losses[n] = -log probs[target].
+  virtual void softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                                    const Tensor& targets) = 0;
+  // dlogits = (probs - onehot(targets)) * dloss; overwrites; dlogits may alias probs.
+  virtual void softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
+                                     float dloss) = 0;
+
+  // --- optimizer ---
+  // out[0] = sum of squares of x (accumulated in double, deterministic for a fixed thread count).
+  virtual void sum_squares(const Tensor& out, const Tensor& x) = 0;
+  // One AdamW step on a parameter tensor; grad_norm_sq[0] (device) feeds the clipping factor.
+  virtual void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                            const Tensor& grad_norm_sq, const AdamWArgs& args) = 0;
+};
+
+}  // namespace tt

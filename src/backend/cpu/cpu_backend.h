@@ -1,0 +1,26 @@
+// backend/cpu/cpu_backend: the CPU as a device. Its "device memory" is a budgeted arena separate from host memory
+// (an anonymous mapping of --device-budget bytes, touched only as it is used), its streams are worker threads, its
+// GEMMs are OpenBLAS and its other kernels OpenMP (kernels.h). Every out-of-core and mesh path therefore runs, and
+// is tested, without a GPU.
+//
+//   TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, cpu::create_backend({.device_budget = 1 << 30}));
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace tt::cpu {
+
+struct CpuBackendOptions {
+  int64_t device_budget = 0;  // bytes; must be > 0
+  int threads = 0;            // OpenMP/OpenBLAS threads; 0 = all cores
+};
+
+Result<std::unique_ptr<Backend>> create_backend(const CpuBackendOptions& options);
+
+// Bytes of physical memory on this machine (for choosing a default budget).
+int64_t physical_memory_bytes();
+
+}  // namespace tt::cpu

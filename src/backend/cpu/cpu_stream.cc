@@ -1,0 +1,112 @@
+#include "backend/cpu/cpu_stream.h"
+
+#include <exception>
+
+#include "core/check.h"
+
+namespace tt::cpu {
+
+Status CpuEvent::synchronize() {
+  std::unique_lock<std::mutex> lock(state_->mu);
+  const uint64_t target = state_->recorded;
+  state_->cv.wait(lock, [&] { return state_->completed >= target; });
+  return Status::ok();
+}
+
+bool CpuEvent::query() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->completed >= state_->recorded;
+}
+
+CpuStream::CpuStream(std::string name) : name_(std::move(name)), worker_([this] { run(); }) {}
+
+CpuStream::~CpuStream() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_work_.notify_all();
+  worker_.join();
+}
+
+void CpuStream::enqueue(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(fn));
+  }
+  cv_work_.notify_one();
+}
+
+void CpuStream::run() {
+  for (;;) {
+    std::function<void()> fn;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop requested and drained
+      fn = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    std::string err;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      err = e.what();
+    } catch (...) {
+      err = "unknown exception";
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+      if (!err.empty() && error_.empty()) error_ = err;
+      if (queue_.empty()) cv_idle_.notify_all();
+    }
+  }
+}
+
+Status CpuStream::synchronize() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  if (!error_.empty()) {
+    std::string e = std::move(error_);
+    error_.clear();
+    return make_status(StatusCode::kInternal, "work on stream '%s' failed: %s", name_.c_str(), e.c_str());
+  }
+  return Status::ok();
+}
+
+void CpuStream::record(Event& event) {
+  auto* e = dynamic_cast<CpuEvent*>(&event);
+  TT_CHECK(e != nullptr, "CpuStream::record needs a CpuEvent");
+  std::shared_ptr<CpuEvent::State> st = e->state_;
+  uint64_t gen;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    gen = ++st->recorded;
+  }
+  enqueue([st, gen] {
+    {
+      std::lock_guard<std::mutex> lock(st->mu);
+      if (st->completed < gen) st->completed = gen;
+    }
+    st->cv.notify_all();
+  });
+}
+
+void CpuStream::wait(Event& event) {
+  auto* e = dynamic_cast<CpuEvent*>(&event);
+  TT_CHECK(e != nullptr, "CpuStream::wait needs a CpuEvent");
+  std::shared_ptr<CpuEvent::State> st = e->state_;
+  uint64_t gen;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    gen = st->recorded;
+  }
+  enqueue([st, gen] {
+    std::unique_lock<std::mutex> lock(st->mu);
+    st->cv.wait(lock, [&] { return st->completed >= gen; });
+  });
+}
+
+}  // namespace tt::cpu

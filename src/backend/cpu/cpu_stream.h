@@ -1,0 +1,69 @@
+// backend/cpu/cpu_stream: a stream as a worker thread that runs submitted work in order, and events between such
+// streams, with CUDA's semantics (core/stream.h). The CPU backend has three: compute, h2d, d2h.
+//
+//   CpuStream s("compute");
+//   s.enqueue([=] { kernel(...); });
+//   TT_TRY(s.synchronize());
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/stream.h"
+
+namespace tt::cpu {
+
+class CpuEvent : public Event {
+ public:
+  CpuEvent() : state_(std::make_shared<State>()) {}
+  Status synchronize() override;
+  bool query() override;
+
+ private:
+  friend class CpuStream;
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t recorded = 0;   // generation of the latest record()
+    uint64_t completed = 0;  // highest generation whose captured work finished
+  };
+  std::shared_ptr<State> state_;
+};
+
+class CpuStream : public Stream {
+ public:
+  explicit CpuStream(std::string name);
+  ~CpuStream() override;
+  CpuStream(const CpuStream&) = delete;
+  CpuStream& operator=(const CpuStream&) = delete;
+
+  const char* name() const override { return name_.c_str(); }
+  Status synchronize() override;
+  void record(Event& event) override;
+  void wait(Event& event) override;
+
+  // Runs fn on the worker thread after everything submitted before it. An exception thrown by fn is kept and
+  // reported by the next synchronize().
+  void enqueue(std::function<void()> fn);
+
+ private:
+  void run();
+
+  std::string name_;
+  std::mutex mu_;
+  std::condition_variable cv_work_;
+  std::condition_variable cv_idle_;
+  std::deque<std::function<void()>> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::string error_;
+  std::thread worker_;
+};
+
+}  // namespace tt::cpu

@@ -1,0 +1,424 @@
+#include "backend/cpu/kernels.h"
+
+#include <algorithm>
+#include <cblas.h>
+#include <cmath>
+#include <limits>
+#include <omp.h>
+#include <vector>
+
+namespace tt::cpu {
+namespace {
+
+// Splits [0, n) into `parts` contiguous ranges; range i of them.
+inline void split_range(int64_t n, int parts, int i, int64_t* begin, int64_t* end) {
+  const int64_t base = n / parts, rem = n % parts;
+  *begin = i * base + std::min<int64_t>(i, rem);
+  *end = *begin + base + (i < rem ? 1 : 0);
+}
+
+template <typename T>
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+
+template <>
+void gemm<float>(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
+              a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+template <>
+void gemm<double>(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, double alpha,
+                  const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
+              a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
+
+}  // namespace
+
+void set_num_threads(int threads) {
+  if (threads <= 0) return;
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+// ---------------------------------------------------------------------------------------------------------------------
+// embedding
+
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < static_cast<int64_t>(B) * T_; ++bt) {
+    const int t = static_cast<int>(bt % T_);
+    const T* te = wte + static_cast<int64_t>(tokens[bt]) * C;
+    const T* pe = wpe + static_cast<int64_t>(t) * C;
+    T* o = out + bt * C;
+    for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
+  }
+}
+
+template <typename T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C, int V) {
+  // Split by channel: every thread owns a slice of columns of dwte and dwpe, so no two threads write one element and
+  // the order of additions is the same on every run.
+#pragma omp parallel
+  {
+    int64_t c0, c1;
+    split_range(C, omp_get_num_threads(), omp_get_thread_num(), &c0, &c1);
+    for (int64_t bt = 0; bt < static_cast<int64_t>(B) * T_; ++bt) {
+      const int t = static_cast<int>(bt % T_);
+      const T* d = dout + bt * C;
+      T* te = dwte + static_cast<int64_t>(tokens[bt]) * C;
+      T* pe = dwpe + static_cast<int64_t>(t) * C;
+      for (int64_t c = c0; c < c1; ++c) {
+        te[c] += d[c];
+        pe[c] += d[c];
+      }
+    }
+  }
+  (void)V;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// layernorm
+
+template <typename T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N, int C) {
+  const T eps = T(1e-5);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    T m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= C;
+    T v = 0;
+    for (int c = 0; c < C; ++c) {
+      const T d = x[c] - m;
+      v += d * d;
+    }
+    v /= C;
+    const T s = T(1) / std::sqrt(v + eps);
+    T* o = out + n * C;
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+template <typename T>
+void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
+                        const T* rstd, int64_t N, int C) {
+#pragma omp parallel
+  {
+    // Rows: input gradient.
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = inp + n * C;
+      const T* d = dout + n * C;
+      const T m = mean[n], s = rstd[n];
+      T dnorm_mean = 0, dnorm_norm_mean = 0;
+      for (int c = 0; c < C; ++c) {
+        const T norm = (x[c] - m) * s;
+        const T dnorm = w[c] * d[c];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+      }
+      dnorm_mean /= C;
+      dnorm_norm_mean /= C;
+      T* di = dinp + n * C;
+      for (int c = 0; c < C; ++c) {
+        const T norm = (x[c] - m) * s;
+        const T dnorm = w[c] * d[c];
+        di[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+      }
+    }
+    // Channels: weight and bias gradients, each column summed by one thread in row order.
+    int64_t c0, c1;
+    split_range(C, omp_get_num_threads(), omp_get_thread_num(), &c0, &c1);
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = inp + n * C;
+      const T* d = dout + n * C;
+      const T m = mean[n], s = rstd[n];
+      for (int64_t c = c0; c < c1; ++c) {
+        dw[c] += d[c] * ((x[c] - m) * s);
+        db[c] += d[c];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// matmul
+
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC) {
+  T beta = 0;
+  if (bias != nullptr) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) std::copy(bias, bias + OC, out + n * OC);
+    beta = 1;
+  }
+  gemm<T>(CblasNoTrans, CblasTrans, N, OC, C, T(1), inp, C, w, C, beta, out, OC);
+}
+
+template <typename T>
+void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC) {
+  if (dinp != nullptr) gemm<T>(CblasNoTrans, CblasNoTrans, N, C, OC, T(1), dout, OC, w, C, T(1), dinp, C);
+  if (dw != nullptr) gemm<T>(CblasTrans, CblasNoTrans, OC, C, N, T(1), dout, OC, inp, C, T(1), dw, C);
+  if (dbias != nullptr) {
+#pragma omp parallel
+    {
+      int64_t o0, o1;
+      split_range(OC, omp_get_num_threads(), omp_get_thread_num(), &o0, &o1);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* d = dout + n * OC;
+        for (int64_t o = o0; o < o1; ++o) dbias[o] += d[o];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// attention: one (batch, head) pair per task; each task writes only its own slices, so no races.
+
+template <typename T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int H) {
+  const int hs = C / H;
+  const T scale = T(1) / std::sqrt(static_cast<T>(hs));
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    const T* base = qkv + b * T_ * C3;
+    for (int t = 0; t < T_; ++t) {
+      const T* q = base + t * C3 + h * hs;
+      T* a = att + (bh * T_ + t) * T_;
+      T maxv = -std::numeric_limits<T>::infinity();
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const T* k = base + t2 * C3 + C + h * hs;
+        T dot = 0;
+        for (int i = 0; i < hs; ++i) dot += q[i] * k[i];
+        dot *= scale;
+        a[t2] = dot;
+        maxv = std::max(maxv, dot);
+      }
+      T sum = 0;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const T e = std::exp(a[t2] - maxv);
+        a[t2] = e;
+        sum += e;
+      }
+      const T inv = T(1) / sum;
+      for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
+      for (int t2 = t + 1; t2 < T_; ++t2) a[t2] = 0;
+      T* o = out + (b * T_ + t) * C + h * hs;
+      for (int i = 0; i < hs; ++i) o[i] = 0;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const T* v = base + t2 * C3 + 2 * C + h * hs;
+        const T p = a[t2];
+        for (int i = 0; i < hs; ++i) o[i] += p * v[i];
+      }
+    }
+  }
+}
+
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int H) {
+  const int hs = C / H;
+  const T scale = T(1) / std::sqrt(static_cast<T>(hs));
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+#pragma omp parallel
+  {
+    std::vector<T> datt(static_cast<size_t>(T_));
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      const T* base = qkv + b * T_ * C3;
+      T* dbase = dqkv + b * T_ * C3;
+      for (int t = 0; t < T_; ++t) {
+        const T* a = att + (bh * T_ + t) * T_;
+        const T* d = dout + (b * T_ + t) * C + h * hs;
+        // through the weighted sum of values
+        T dot_sum = 0;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const T* v = base + t2 * C3 + 2 * C + h * hs;
+          T* dv = dbase + t2 * C3 + 2 * C + h * hs;
+          T s = 0;
+          for (int i = 0; i < hs; ++i) {
+            s += d[i] * v[i];
+            dv[i] += a[t2] * d[i];
+          }
+          datt[static_cast<size_t>(t2)] = s;
+          dot_sum += a[t2] * s;
+        }
+        // through the softmax and the scaled dot products
+        const T* q = base + t * C3 + h * hs;
+        T* dq = dbase + t * C3 + h * hs;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const T dpre = a[t2] * (datt[static_cast<size_t>(t2)] - dot_sum) * scale;
+          const T* k = base + t2 * C3 + C + h * hs;
+          T* dk = dbase + t2 * C3 + C + h * hs;
+          for (int i = 0; i < hs; ++i) {
+            dq[i] += dpre * k[i];
+            dk[i] += dpre * q[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// elementwise
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n) {
+  const T s = static_cast<T>(kGeluScale);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const T x = inp[i];
+    out[i] = T(0.5) * x * (T(1) + std::tanh(s * (x + T(0.044715) * x * x * x)));
+  }
+}
+
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+  const T s = static_cast<T>(kGeluScale);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const T x = inp[i];
+    const T u = s * (x + T(0.044715) * x * x * x);
+    const T th = std::tanh(u);
+    const T sech2 = T(1) - th * th;
+    const T local = T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * s * (T(1) + T(3 * 0.044715) * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+template <typename T>
+void residual_forward(T* out, const T* a, const T* b, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// softmax cross-entropy
+
+template <typename T>
+void softmax_xent_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int64_t N, int V) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* l = logits + n * V;
+    T* p = probs + n * V;
+    T maxv = -std::numeric_limits<T>::infinity();
+    for (int i = 0; i < V; ++i) maxv = std::max(maxv, l[i]);
+    const T target_logit = l[targets[n]];  // read before p (which may alias l) is written
+    T sum = 0;
+    for (int i = 0; i < V; ++i) {
+      const T e = std::exp(l[i] - maxv);
+      p[i] = e;
+      sum += e;
+    }
+    const T inv = T(1) / sum;
+    for (int i = 0; i < V; ++i) p[i] *= inv;
+    losses[n] = std::log(sum) + maxv - target_logit;
+  }
+}
+
+template <typename T>
+void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int64_t N, int V) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* p = probs + n * V;
+    T* d = dlogits + n * V;
+    const int tgt = targets[n];
+    for (int i = 0; i < V; ++i) d[i] = (p[i] - (i == tgt ? T(1) : T(0))) * dloss;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// optimizer
+
+template <typename T>
+T sum_squares(const T* x, int64_t n) {
+  std::vector<double> partial(static_cast<size_t>(omp_get_max_threads()), 0.0);
+  int used = 1;
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+#pragma omp single
+    used = nt;
+    int64_t i0, i1;
+    split_range(n, nt, tid, &i0, &i1);
+    double s = 0;
+    for (int64_t i = i0; i < i1; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    partial[static_cast<size_t>(tid)] = s;
+  }
+  double total = 0;
+  for (int i = 0; i < used; ++i) total += partial[static_cast<size_t>(i)];
+  return static_cast<T>(total);
+}
+
+template <typename T>
+void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t step, float grad_clip) {
+  // Scalars as PyTorch computes them: in double on the host, then used at the tensor's precision.
+  T clip = T(1);
+  if (grad_clip > 0) {
+    const T norm = std::sqrt(grad_norm_sq);
+    const T coef = static_cast<T>(grad_clip) / (norm + T(1e-6));
+    clip = std::min(coef, T(1));
+  }
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  const T step_size = static_cast<T>(static_cast<double>(lr) / bc1);
+  const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
+  const T decay = static_cast<T>(1.0 - static_cast<double>(lr) * static_cast<double>(weight_decay));
+  const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2), e = static_cast<T>(eps);
+  const T one_minus_b1 = static_cast<T>(1.0 - static_cast<double>(beta1));
+  const T one_minus_b2 = static_cast<T>(1.0 - static_cast<double>(beta2));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = grad[i] * clip;
+    T p = param[i];
+    if (weight_decay != 0.0f) p *= decay;
+    const T mi = m[i] + one_minus_b1 * (g - m[i]);
+    const T vi = v[i] * b2 + one_minus_b2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const T denom = std::sqrt(vi) / bc2_sqrt + e;
+    param[i] = p - step_size * (mi / denom);
+  }
+  (void)b1;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// instantiations
+
+#define TT_CPU_INSTANTIATE(T)                                                                                       \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int);                        \
+  template void embedding_backward<T>(T*, T*, const T*, const int32_t*, int, int, int, int);                        \
+  template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                       \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int);  \
+  template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                              \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int);                    \
+  template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                                         \
+  template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);                        \
+  template void gelu_forward<T>(T*, const T*, int64_t);                                                             \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t);                                                  \
+  template void residual_forward<T>(T*, const T*, const T*, int64_t);                                               \
+  template void softmax_xent_forward<T>(T*, T*, const T*, const int32_t*, int64_t, int);                            \
+  template void softmax_xent_backward<T>(T*, const T*, const int32_t*, T, int64_t, int);                            \
+  template T sum_squares<T>(const T*, int64_t);                                                                     \
+  template void adamw_update<T>(T*, const T*, T*, T*, int64_t, T, float, float, float, float, float, int64_t, float);
+
+TT_CPU_INSTANTIATE(float)
+TT_CPU_INSTANTIATE(double)
+#undef TT_CPU_INSTANTIATE
+
+}  // namespace tt::cpu

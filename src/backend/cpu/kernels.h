@@ -1,0 +1,61 @@
+// backend/cpu/kernels: the CPU kernels, templated on the element type (float for training, double for gradient
+// checks), parallelised with OpenMP. Plain functions on raw pointers: the backend enqueues them on its streams and
+// the op tests call them directly.
+//
+// Determinism: no kernel uses atomics or OpenMP reductions. Work is split so that every output element is written by
+// exactly one thread (parameter gradients are split by channel, not by row), and reductions combine per-thread
+// partials in thread order; results are therefore bit-identical from run to run for a fixed thread count
+// (DESIGN.md invariants 1 and 6 rely on this).
+//
+// Conventions as in backend/backend.h: row-major, Linear weights [out, in], backward kernels accumulate (+=).
+#pragma once
+
+#include <cstdint>
+
+namespace tt::cpu {
+
+// Threads the kernels use (OpenMP and OpenBLAS); 0 keeps the current setting.
+void set_num_threads(int threads);
+int num_threads();
+
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C);
+template <typename T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C, int V);
+
+template <typename T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N, int C);
+template <typename T>
+void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
+                        const T* rstd, int64_t N, int C);
+
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC);
+template <typename T>
+void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC);
+
+template <typename T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int H);
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int H);
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n);
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
+template <typename T>
+void residual_forward(T* out, const T* a, const T* b, int64_t n);
+
+template <typename T>
+void softmax_xent_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int64_t N, int V);
+template <typename T>
+void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int64_t N, int V);
+
+template <typename T>
+T sum_squares(const T* x, int64_t n);
+// PyTorch's single-tensor AdamW step, with the gradient scaled by the clipping factor first.
+template <typename T>
+void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t step, float grad_clip);
+
+}  // namespace tt::cpu

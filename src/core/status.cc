@@ -1,0 +1,82 @@
+#include "core/status.h"
+
+#include <cstdio>
+#include <cstring>
+
+namespace tt {
+
+const char* status_code_name(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid argument";
+    case StatusCode::kNotFound: return "not found";
+    case StatusCode::kIoError: return "I/O error";
+    case StatusCode::kDataLoss: return "data loss";
+    case StatusCode::kOutOfMemory: return "out of memory";
+    case StatusCode::kFailedPrecondition: return "failed precondition";
+    case StatusCode::kUnimplemented: return "unimplemented";
+    case StatusCode::kInternal: return "internal error";
+  }
+  return "unknown";
+}
+
+std::string str_vformat(const char* fmt, va_list args) {
+  va_list copy;
+  va_copy(copy, args);
+  char small[512];
+  int n = std::vsnprintf(small, sizeof(small), fmt, copy);
+  va_end(copy);
+  if (n < 0) return std::string(fmt);
+  if (static_cast<size_t>(n) < sizeof(small)) return std::string(small, static_cast<size_t>(n));
+  std::string out(static_cast<size_t>(n) + 1, '\0');
+  std::vsnprintf(out.data(), out.size(), fmt, args);
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::string str_format(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::string s = str_vformat(fmt, args);
+  va_end(args);
+  return s;
+}
+
+Status make_status(StatusCode code, const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::string s = str_vformat(fmt, args);
+  va_end(args);
+  return Status(code, std::move(s));
+}
+
+Status& Status::add_breadcrumb(const char* file, int line) {
+  const char* base = std::strstr(file, "src/");
+  breadcrumbs_.push_back(str_format("%s:%d", base ? base + 4 : file, line));
+  return *this;
+}
+
+Status& Status::with_context(const std::string& context) {
+  message_ = context + ": " + message_;
+  return *this;
+}
+
+std::string Status::to_string() const {
+  if (is_ok()) return "ok";
+  return std::string(status_code_name(code_)) + ": " + message_;
+}
+
+std::string Status::to_string_with_trail() const {
+  std::string s = to_string();
+  if (!breadcrumbs_.empty()) {
+    s += " [at ";
+    for (size_t i = 0; i < breadcrumbs_.size(); ++i) {
+      if (i) s += " <- ";
+      s += breadcrumbs_[i];
+    }
+    s += "]";
+  }
+  return s;
+}
+
+}  // namespace tt

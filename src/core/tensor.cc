@@ -1,0 +1,90 @@
+#include "core/tensor.h"
+
+namespace tt {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kF64: return 8;
+    case DType::kU8: return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kI32: return "i32";
+    case DType::kF64: return "f64";
+    case DType::kU8: return "u8";
+  }
+  return "?";
+}
+
+Result<DType> parse_dtype(const std::string& name) {
+  for (DType d : {DType::kF32, DType::kBF16, DType::kI32, DType::kF64, DType::kU8})
+    if (name == dtype_name(d)) return d;
+  return make_status(StatusCode::kInvalidArgument, "unknown dtype '%s' (expected f32, bf16, i32, f64 or u8)",
+                     name.c_str());
+}
+
+const char* tensor_class_name(TensorClass cls) {
+  switch (cls) {
+    case TensorClass::kParam: return "param";
+    case TensorClass::kGrad: return "grad";
+    case TensorClass::kOptimState: return "optim_state";
+    case TensorClass::kActivation: return "activation";
+    case TensorClass::kWorkspace: return "workspace";
+    case TensorClass::kInput: return "input";
+  }
+  return "?";
+}
+
+Shape::Shape(std::initializer_list<int64_t> dims) {
+  TT_CHECK(dims.size() <= static_cast<size_t>(kMaxRank), "rank %zu > %d", dims.size(), kMaxRank);
+  for (int64_t d : dims) {
+    TT_CHECK(d >= 0, "negative dimension %lld", static_cast<long long>(d));
+    dims_[static_cast<size_t>(rank_++)] = d;
+  }
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank_; ++i) n *= dims_[static_cast<size_t>(i)];
+  return n;
+}
+
+bool Shape::operator==(const Shape& other) const {
+  if (rank_ != other.rank_) return false;
+  for (int i = 0; i < rank_; ++i)
+    if (dims_[static_cast<size_t>(i)] != other.dims_[static_cast<size_t>(i)]) return false;
+  return true;
+}
+
+std::string Shape::to_string() const {
+  std::string s = "[";
+  for (int i = 0; i < rank_; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims_[static_cast<size_t>(i)]);
+  }
+  return s + "]";
+}
+
+Tensor Tensor::view(int64_t elem_offset, Shape shape) const {
+  TT_CHECK(elem_offset >= 0 && elem_offset + shape.numel() <= numel(), "view [%lld, +%lld) outside tensor of %lld",
+           static_cast<long long>(elem_offset), static_cast<long long>(shape.numel()),
+           static_cast<long long>(numel()));
+  char* base = static_cast<char*>(data_) + static_cast<size_t>(elem_offset) * dtype_size(dtype_);
+  return Tensor(base, shape, dtype_, cls_, device_);
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  TT_CHECK(shape.numel() == numel(), "reshape %s -> %s changes the element count", shape_.to_string().c_str(),
+           shape.to_string().c_str());
+  return Tensor(data_, shape, dtype_, cls_, device_);
+}
+
+}  // namespace tt

@@ -1,0 +1,242 @@
+#include "core/tensorfile.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+namespace tt {
+namespace {
+
+constexpr char kMagic[8] = {'T', 'T', 'T', 'E', 'N', 'S', 'R', '1'};
+constexpr char kTrailerMagic[8] = {'T', 'T', 'E', 'N', 'D', '0', '0', '1'};
+constexpr uint64_t kAlign = 64;
+constexpr uint64_t kPrefixBytes = 24;
+constexpr uint64_t kTrailerBytes = 16;
+
+uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+std::string dir_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+Status write_all(int fd, const void* data, size_t bytes, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    TT_RETURN_IF(n < 0, kIoError, "writing '%s' failed: %s", path.c_str(), std::strerror(errno));
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+uint32_t crc32_of(const void* data, size_t bytes) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  const Bytef* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {
+    uInt chunk = static_cast<uInt>(bytes > (1u << 30) ? (1u << 30) : bytes);
+    crc = ::crc32(crc, p, chunk);
+    p += chunk;
+    bytes -= chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string shape_to_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void TensorFileWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data) {
+  uint64_t numel = 1;
+  for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
+  Item item;
+  item.entry.name = name;
+  item.entry.dtype = dtype;
+  item.entry.shape = std::move(shape);
+  item.entry.bytes = numel * dtype_size(dtype);
+  item.data = data;
+  uint64_t offset = 0;
+  if (!items_.empty()) offset = align_up(items_.back().entry.offset + items_.back().entry.bytes);
+  item.entry.offset = offset;
+  items_.push_back(std::move(item));
+}
+
+Status TensorFileWriter::write_atomic(const std::string& path) const {
+  nlohmann::json header;
+  header["format"] = "tiertrain-tensors";
+  header["version"] = 1;
+  header["meta"] = meta_;
+  header["tensors"] = nlohmann::json::array();
+  for (const auto& it : items_) {
+    const TensorFileEntry& e = it.entry;
+    header["tensors"].push_back({{"name", e.name},
+                                 {"dtype", dtype_name(e.dtype)},
+                                 {"shape", e.shape},
+                                 {"offset", e.offset},
+                                 {"bytes", e.bytes},
+                                 {"crc32", crc32_of(it.data, e.bytes)}});
+  }
+  const std::string text = header.dump();
+  const uint64_t header_bytes = text.size();
+  const uint32_t header_crc = crc32_of(text.data(), text.size());
+  const uint64_t data_start = align_up(kPrefixBytes + header_bytes);
+  const uint64_t data_bytes = items_.empty() ? 0 : items_.back().entry.offset + items_.back().entry.bytes;
+  const uint64_t total = data_start + data_bytes + kTrailerBytes;
+
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TT_RETURN_IF(fd < 0, kIoError, "cannot create '%s': %s", tmp.c_str(), std::strerror(errno));
+  auto fail = [&](Status s) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return s;
+  };
+  char prefix[kPrefixBytes] = {};
+  std::memcpy(prefix, kMagic, 8);
+  std::memcpy(prefix + 8, &header_bytes, 8);
+  std::memcpy(prefix + 16, &header_crc, 4);
+  const char zeros[kAlign] = {};
+  Status s = write_all(fd, prefix, kPrefixBytes, tmp);
+  if (s.is_ok()) s = write_all(fd, text.data(), text.size(), tmp);
+  if (s.is_ok()) s = write_all(fd, zeros, data_start - kPrefixBytes - header_bytes, tmp);
+  uint64_t pos = 0;
+  for (const auto& it : items_) {
+    if (!s.is_ok()) break;
+    s = write_all(fd, zeros, it.entry.offset - pos, tmp);
+    if (s.is_ok()) s = write_all(fd, it.data, it.entry.bytes, tmp);
+    pos = it.entry.offset + it.entry.bytes;
+  }
+  if (s.is_ok()) {
+    char trailer[kTrailerBytes];
+    std::memcpy(trailer, kTrailerMagic, 8);
+    std::memcpy(trailer + 8, &total, 8);
+    s = write_all(fd, trailer, kTrailerBytes, tmp);
+  }
+  if (!s.is_ok()) return fail(s);
+  if (::fsync(fd) != 0) return fail(make_status(StatusCode::kIoError, "fsync of '%s' failed: %s", tmp.c_str(),
+                                                std::strerror(errno)));
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return make_status(StatusCode::kIoError, "closing '%s' failed: %s", tmp.c_str(), std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return make_status(StatusCode::kIoError, "renaming '%s' to '%s' failed: %s", tmp.c_str(), path.c_str(),
+                       std::strerror(err));
+  }
+  int dfd = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::ok();
+}
+
+Result<TensorFileReader> TensorFileReader::open(const std::string& path) {
+  FILE* raw = std::fopen(path.c_str(), "rb");
+  TT_RETURN_IF(raw == nullptr, kNotFound, "cannot open '%s': %s", path.c_str(), std::strerror(errno));
+  TensorFileReader r;
+  r.path_ = path;
+  r.file_ = std::shared_ptr<FILE>(raw, [](FILE* f) { std::fclose(f); });
+  struct stat st {};
+  TT_RETURN_IF(fstat(fileno(raw), &st) != 0, kIoError, "cannot stat '%s': %s", path.c_str(), std::strerror(errno));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  TT_RETURN_IF(size < kPrefixBytes + kTrailerBytes, kDataLoss,
+               "'%s' is truncated or not a tensor file: %llu bytes, smaller than the %llu-byte frame", path.c_str(),
+               static_cast<unsigned long long>(size), static_cast<unsigned long long>(kPrefixBytes + kTrailerBytes));
+  char prefix[kPrefixBytes];
+  TT_RETURN_IF(std::fread(prefix, 1, kPrefixBytes, raw) != kPrefixBytes, kIoError, "reading '%s' failed",
+               path.c_str());
+  TT_RETURN_IF(std::memcmp(prefix, kMagic, 8) != 0, kDataLoss, "'%s' is not a tiertrain tensor file (bad magic)",
+               path.c_str());
+  uint64_t header_bytes;
+  uint32_t header_crc;
+  std::memcpy(&header_bytes, prefix + 8, 8);
+  std::memcpy(&header_crc, prefix + 16, 4);
+  TT_RETURN_IF(header_bytes > size - kPrefixBytes - kTrailerBytes, kDataLoss,
+               "'%s' is truncated: header of %llu bytes does not fit in a %llu-byte file", path.c_str(),
+               static_cast<unsigned long long>(header_bytes), static_cast<unsigned long long>(size));
+  char trailer[kTrailerBytes];
+  TT_RETURN_IF(std::fseek(raw, static_cast<long>(size - kTrailerBytes), SEEK_SET) != 0 ||
+                   std::fread(trailer, 1, kTrailerBytes, raw) != kTrailerBytes,
+               kIoError, "reading the trailer of '%s' failed", path.c_str());
+  uint64_t recorded_size;
+  std::memcpy(&recorded_size, trailer + 8, 8);
+  TT_RETURN_IF(std::memcmp(trailer, kTrailerMagic, 8) != 0 || recorded_size != size, kDataLoss,
+               "'%s' is truncated or was not completely written (trailer missing or size %llu != recorded %llu)",
+               path.c_str(), static_cast<unsigned long long>(size), static_cast<unsigned long long>(recorded_size));
+  std::string text(header_bytes, '\0');
+  TT_RETURN_IF(std::fseek(raw, static_cast<long>(kPrefixBytes), SEEK_SET) != 0 ||
+                   std::fread(text.data(), 1, header_bytes, raw) != header_bytes,
+               kIoError, "reading the header of '%s' failed", path.c_str());
+  TT_RETURN_IF(crc32_of(text.data(), text.size()) != header_crc, kDataLoss, "'%s' is corrupt: header CRC mismatch",
+               path.c_str());
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+    TT_RETURN_IF(header.value("format", "") != "tiertrain-tensors", kDataLoss, "'%s': unknown format '%s'",
+                 path.c_str(), header.value("format", "").c_str());
+    TT_RETURN_IF(header.value("version", 0) != 1, kDataLoss, "'%s': unsupported tensor-file version %d",
+                 path.c_str(), header.value("version", 0));
+    r.meta_ = header.value("meta", nlohmann::json::object());
+    r.data_start_ = align_up(kPrefixBytes + header_bytes);
+    for (const auto& t : header.at("tensors")) {
+      TensorFileEntry e;
+      e.name = t.at("name").get<std::string>();
+      TT_ASSIGN_OR_RETURN(e.dtype, parse_dtype(t.at("dtype").get<std::string>()));
+      e.shape = t.at("shape").get<std::vector<int64_t>>();
+      e.offset = t.at("offset").get<uint64_t>();
+      e.bytes = t.at("bytes").get<uint64_t>();
+      e.crc32 = t.at("crc32").get<uint32_t>();
+      uint64_t numel = 1;
+      for (int64_t d : e.shape) numel *= static_cast<uint64_t>(d);
+      TT_RETURN_IF(numel * dtype_size(e.dtype) != e.bytes, kDataLoss,
+                   "'%s': tensor '%s' declares %llu bytes but shape %s of %s needs %llu", path.c_str(),
+                   e.name.c_str(), static_cast<unsigned long long>(e.bytes), shape_to_string(e.shape).c_str(),
+                   dtype_name(e.dtype), static_cast<unsigned long long>(numel * dtype_size(e.dtype)));
+      TT_RETURN_IF(r.data_start_ + e.offset + e.bytes > size - kTrailerBytes, kDataLoss,
+                   "'%s' is truncated: tensor '%s' extends past the end of the data", path.c_str(), e.name.c_str());
+      r.entries_.push_back(std::move(e));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return make_status(StatusCode::kDataLoss, "'%s': malformed header: %s", path.c_str(), e.what());
+  }
+  return r;
+}
+
+const TensorFileEntry* TensorFileReader::find(const std::string& name) const {
+  for (const auto& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+Status TensorFileReader::read(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                              void* dst) const {
+  const TensorFileEntry* e = find(name);
+  TT_RETURN_IF(e == nullptr, kNotFound, "'%s' has no tensor '%s'", path_.c_str(), name.c_str());
+  TT_RETURN_IF(e->dtype != dtype || e->shape != shape, kFailedPrecondition,
+               "'%s': tensor '%s' is %s %s in the file but %s %s is expected", path_.c_str(), name.c_str(),
+               dtype_name(e->dtype), shape_to_string(e->shape).c_str(), dtype_name(dtype),
+               shape_to_string(shape).c_str());
+  FILE* f = file_.get();
+  TT_RETURN_IF(std::fseek(f, static_cast<long>(data_start_ + e->offset), SEEK_SET) != 0 ||
+                   std::fread(dst, 1, e->bytes, f) != e->bytes,
+               kIoError, "reading tensor '%s' from '%s' failed", name.c_str(), path_.c_str());
+  TT_RETURN_IF(crc32_of(dst, e->bytes) != e->crc32, kDataLoss, "'%s' is corrupt: CRC mismatch in tensor '%s'",
+               path_.c_str(), name.c_str());
+  return Status::ok();
+}
+
+}  // namespace tt

@@ -1,0 +1,101 @@
+#include "memory/device_pool.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "core/units.h"
+
+namespace tt::memory {
+
+DevicePool::DevicePool(void* base, size_t budget, Device device, MemoryStats* stats)
+    : base_(static_cast<char*>(base)), budget_(budget / kDeviceAlignBytes * kDeviceAlignBytes), device_(device),
+      stats_(stats) {
+  if (budget_ > 0) insert_free(0, budget_);
+}
+
+void DevicePool::insert_free(size_t offset, size_t bytes) {
+  free_by_offset_[offset] = bytes;
+  free_by_size_.emplace(bytes, offset);
+}
+
+void DevicePool::erase_free(size_t offset, size_t bytes) {
+  free_by_offset_.erase(offset);
+  auto range = free_by_size_.equal_range(bytes);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second == offset) {
+      free_by_size_.erase(it);
+      return;
+    }
+  }
+  TT_CHECK(false, "free list out of sync at offset %zu", offset);
+}
+
+size_t DevicePool::largest_free_block() const {
+  return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
+}
+
+Result<void*> DevicePool::allocate_bytes(size_t bytes, TensorClass cls, const std::string& tag) {
+  const size_t size = device_alloc_size(std::max<size_t>(bytes, 1));
+  auto it = free_by_size_.lower_bound(size);
+  if (it == free_by_size_.end()) {
+    return make_status(StatusCode::kOutOfMemory,
+                       "device pool on %s is out of memory: cannot allocate %s for %s '%s'; budget %s, in use %s, "
+                       "free %s (largest free block %s). Raise --device-budget (TIERTRAIN_DEVICE_BUDGET) or reduce "
+                       "--batch / --seq / the model size",
+                       device_.to_string().c_str(), format_bytes(static_cast<int64_t>(size)).c_str(),
+                       tensor_class_name(cls), tag.c_str(), format_bytes(static_cast<int64_t>(budget_)).c_str(),
+                       format_bytes(static_cast<int64_t>(in_use_)).c_str(),
+                       format_bytes(static_cast<int64_t>(budget_ - in_use_)).c_str(),
+                       format_bytes(static_cast<int64_t>(largest_free_block())).c_str());
+  }
+  const size_t block_bytes = it->first;
+  const size_t offset = it->second;
+  erase_free(offset, block_bytes);
+  if (block_bytes > size) insert_free(offset + size, block_bytes - size);
+  void* ptr = base_ + offset;
+  live_[ptr] = Live{offset, size, cls};
+  in_use_ += size;
+  peak_in_use_ = std::max(peak_in_use_, in_use_);
+  ++allocation_count_;
+  if (stats_) stats_->on_alloc(Tier::kDevice, cls, static_cast<int64_t>(size));
+  TT_LOG(TRACE, MEM, "device alloc %s %-11s %s at +%zu (in use %s)", format_bytes(static_cast<int64_t>(size)).c_str(),
+         tensor_class_name(cls), tag.c_str(), offset, format_bytes(static_cast<int64_t>(in_use_)).c_str());
+  return ptr;
+}
+
+Result<Tensor> DevicePool::allocate(Shape shape, DType dtype, TensorClass cls, const std::string& tag) {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  TT_ASSIGN_OR_RETURN(void* ptr, allocate_bytes(bytes, cls, tag));
+  return Tensor(ptr, shape, dtype, cls, device_);
+}
+
+void DevicePool::free(void* ptr) {
+  if (ptr == nullptr) return;
+  auto it = live_.find(ptr);
+  TT_CHECK(it != live_.end(), "freeing %p, which this pool did not allocate", ptr);
+  size_t offset = it->second.offset;
+  size_t size = it->second.bytes;
+  if (stats_) stats_->on_free(Tier::kDevice, it->second.cls, static_cast<int64_t>(size));
+  in_use_ -= size;
+  live_.erase(it);
+  // Coalesce with the following and the preceding free blocks.
+  auto next = free_by_offset_.lower_bound(offset);
+  if (next != free_by_offset_.end() && next->first == offset + size) {
+    size_t nbytes = next->second;
+    erase_free(next->first, nbytes);
+    size += nbytes;
+  }
+  auto after = free_by_offset_.lower_bound(offset);
+  if (after != free_by_offset_.begin()) {
+    auto prev = std::prev(after);
+    if (prev->first + prev->second == offset) {
+      size_t poff = prev->first, pbytes = prev->second;
+      erase_free(poff, pbytes);
+      offset = poff;
+      size += pbytes;
+    }
+  }
+  insert_free(offset, size);
+}
+
+}  // namespace tt::memory

@@ -1,0 +1,75 @@
+// memory/device_pool: the budgeted device memory pool. One arena per device, sized to the device budget; every
+// device tensor is carved out of it, so the budget is a hard cap by construction (DESIGN.md invariant 2).
+//
+// Policy:
+//  - the backend reserves one region of `budget` bytes up front (CPU: an untouched anonymous mapping, so unused
+//    budget costs no RAM; CUDA: one cudaMalloc) and hands it to the pool; the pool never asks for more;
+//  - blocks are 256-byte aligned, taken best-fit from a free list ordered by size, split, and coalesced with
+//    their neighbours when freed;
+//  - a request that cannot be met returns kOutOfMemory stating the budget, bytes in use, bytes free, the largest
+//    free block, the request and its class, and the knob to change (--device-budget); nothing is evicted silently;
+//  - current/peak bytes per tensor class are reported to MemoryStats (tier `device`).
+//
+//   DevicePool pool(region, budget, Device{}, &stats);
+//   TT_ASSIGN_OR_RETURN(Tensor t, pool.allocate({B, T, C}, DType::kF32, TensorClass::kActivation, "h.0.ln1"));
+//   ...
+//   pool.free(t);
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include "core/tensor.h"
+#include "memory/stats.h"
+
+namespace tt::memory {
+
+constexpr size_t kDeviceAlignBytes = 256;
+
+// Rounds up to the pool's alignment: what a request of `bytes` really takes from the budget.
+inline size_t device_alloc_size(size_t bytes) {
+  return (bytes + kDeviceAlignBytes - 1) / kDeviceAlignBytes * kDeviceAlignBytes;
+}
+
+class DevicePool {
+ public:
+  DevicePool(void* base, size_t budget, Device device, MemoryStats* stats);
+  DevicePool(const DevicePool&) = delete;
+  DevicePool& operator=(const DevicePool&) = delete;
+
+  Result<Tensor> allocate(Shape shape, DType dtype, TensorClass cls, const std::string& tag);
+  Result<void*> allocate_bytes(size_t bytes, TensorClass cls, const std::string& tag);
+  void free(const Tensor& t) { free(t.raw()); }
+  void free(void* ptr);
+
+  size_t budget() const { return budget_; }
+  size_t in_use() const { return in_use_; }
+  size_t peak_in_use() const { return peak_in_use_; }
+  size_t largest_free_block() const;
+  int64_t allocation_count() const { return allocation_count_; }
+  Device device() const { return device_; }
+
+ private:
+  struct Live {
+    size_t offset;
+    size_t bytes;
+    TensorClass cls;
+  };
+  void insert_free(size_t offset, size_t bytes);
+  void erase_free(size_t offset, size_t bytes);
+
+  char* base_;
+  size_t budget_;
+  Device device_;
+  MemoryStats* stats_;
+  size_t in_use_ = 0;
+  size_t peak_in_use_ = 0;
+  int64_t allocation_count_ = 0;
+  std::map<size_t, size_t> free_by_offset_;          // offset -> bytes
+  std::multimap<size_t, size_t> free_by_size_;       // bytes -> offset
+  std::unordered_map<const void*, Live> live_;
+};
+
+}  // namespace tt::memory

@@ -1,0 +1,289 @@
+#include "model/gpt.h"
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/units.h"
+
+namespace tt {
+
+Status GptConfig::validate() const {
+  TT_RETURN_IF(vocab < 2 || vocab > 1 << 20, kInvalidArgument, "vocabulary size %d is out of range [2, 1048576]",
+               vocab);
+  TT_RETURN_IF(layers < 1, kInvalidArgument, "--layers must be >= 1, got %d", layers);
+  TT_RETURN_IF(dim < 1 || heads < 1, kInvalidArgument, "--dim and --heads must be >= 1, got %d and %d", dim, heads);
+  TT_RETURN_IF(dim % heads != 0, kInvalidArgument, "--dim %d is not divisible by --heads %d", dim, heads);
+  TT_RETURN_IF(seq < 1, kInvalidArgument, "--seq must be >= 1, got %d", seq);
+  return Status::ok();
+}
+
+std::vector<ParamInfo> gpt_param_layout(const GptConfig& cfg) {
+  const int64_t V = cfg.vocab, C = cfg.dim, T = cfg.seq;
+  std::vector<ParamInfo> out;
+  int64_t offset = 0;
+  auto add = [&](std::string name, Shape shape, bool decay, int layer) {
+    out.push_back(ParamInfo{std::move(name), shape, offset, decay, layer});
+    offset += shape.numel();
+  };
+  add("wte", {V, C}, true, -1);
+  add("wpe", {T, C}, true, -1);
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    add(p + "ln1.w", {C}, false, l);
+    add(p + "ln1.b", {C}, false, l);
+    add(p + "attn.qkv.w", {3 * C, C}, true, l);
+    add(p + "attn.qkv.b", {3 * C}, false, l);
+    add(p + "attn.proj.w", {C, C}, true, l);
+    add(p + "attn.proj.b", {C}, false, l);
+    add(p + "ln2.w", {C}, false, l);
+    add(p + "ln2.b", {C}, false, l);
+    add(p + "mlp.fc.w", {4 * C, C}, true, l);
+    add(p + "mlp.fc.b", {4 * C}, false, l);
+    add(p + "mlp.proj.w", {C, 4 * C}, true, l);
+    add(p + "mlp.proj.b", {C}, false, l);
+  }
+  add("lnf.w", {C}, false, -1);
+  add("lnf.b", {C}, false, -1);
+  return out;
+}
+
+int64_t gpt_num_params(const GptConfig& cfg) {
+  const auto layout = gpt_param_layout(cfg);
+  return layout.back().offset + layout.back().shape.numel();
+}
+
+std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt) {
+  const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.vocab, H = cfg.heads, P = gpt_num_params(cfg);
+  std::vector<AllocRequest> r;
+  auto add = [&](std::string name, Shape shape, DType d, TensorClass cls, int layer = -1) {
+    r.push_back(AllocRequest{std::move(name), shape, d, cls, layer});
+  };
+  add("params", {P}, dt, TensorClass::kParam);
+  add("grads", {P}, dt, TensorClass::kGrad);
+  add("tokens", {B, T}, DType::kI32, TensorClass::kInput);
+  add("targets", {B, T}, DType::kI32, TensorClass::kInput);
+  add("encoded", {B, T, C}, dt, TensorClass::kActivation);
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    const TensorClass A = TensorClass::kActivation;
+    add(p + "ln1", {B, T, C}, dt, A, l);
+    add(p + "ln1_mean", {B, T}, dt, A, l);
+    add(p + "ln1_rstd", {B, T}, dt, A, l);
+    add(p + "qkv", {B, T, 3 * C}, dt, A, l);
+    add(p + "atty", {B, T, C}, dt, A, l);
+    add(p + "att", {B, H, T, T}, dt, A, l);
+    add(p + "res2", {B, T, C}, dt, A, l);
+    add(p + "ln2", {B, T, C}, dt, A, l);
+    add(p + "ln2_mean", {B, T}, dt, A, l);
+    add(p + "ln2_rstd", {B, T}, dt, A, l);
+    add(p + "fch", {B, T, 4 * C}, dt, A, l);
+    add(p + "fch_gelu", {B, T, 4 * C}, dt, A, l);
+    add(p + "res3", {B, T, C}, dt, A, l);
+  }
+  add("lnf", {B, T, C}, dt, TensorClass::kActivation);
+  add("lnf_mean", {B, T}, dt, TensorClass::kActivation);
+  add("lnf_rstd", {B, T}, dt, TensorClass::kActivation);
+  add("probs", {B, T, V}, dt, TensorClass::kActivation);
+  add("losses", {B, T}, dt, TensorClass::kActivation);
+  const TensorClass W = TensorClass::kWorkspace;
+  add("proj_out", {B, T, C}, dt, W);
+  add("dresidual", {B, T, C}, dt, W);
+  add("dln", {B, T, C}, dt, W);
+  add("datty", {B, T, C}, dt, W);
+  add("dqkv", {B, T, 3 * C}, dt, W);
+  add("dfch", {B, T, 4 * C}, dt, W);
+  add("dfch_gelu", {B, T, 4 * C}, dt, W);
+  return r;
+}
+
+Gpt::Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype)
+    : be_(backend), cfg_(cfg), batch_(batch), dtype_(dtype), layout_(gpt_param_layout(cfg)) {}
+
+Gpt::~Gpt() {
+  (void)be_.synchronize_all();
+  for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) be_.pool().free(*it);
+}
+
+Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg, int batch, DType dtype) {
+  TT_TRY(cfg.validate());
+  TT_RETURN_IF(batch < 1, kInvalidArgument, "--batch must be >= 1, got %d", batch);
+  std::unique_ptr<Gpt> g(new Gpt(backend, cfg, batch, dtype));
+  std::map<std::string, Tensor> by_name;
+  for (const AllocRequest& req : allocation_list(cfg, batch, dtype)) {
+    TT_ASSIGN_OR_RETURN(Tensor t, backend.pool().allocate(req.shape, req.dtype, req.cls, req.name));
+    g->owned_.push_back(t);
+    by_name[req.name] = t;
+  }
+  g->params_ = by_name["params"];
+  g->grads_ = by_name["grads"];
+  g->tokens_ = by_name["tokens"];
+  g->targets_ = by_name["targets"];
+  g->encoded_ = by_name["encoded"];
+  g->acts_.resize(static_cast<size_t>(cfg.layers));
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    LayerActs& a = g->acts_[static_cast<size_t>(l)];
+    a.ln1 = by_name[p + "ln1"];
+    a.ln1_mean = by_name[p + "ln1_mean"];
+    a.ln1_rstd = by_name[p + "ln1_rstd"];
+    a.qkv = by_name[p + "qkv"];
+    a.atty = by_name[p + "atty"];
+    a.att = by_name[p + "att"];
+    a.res2 = by_name[p + "res2"];
+    a.ln2 = by_name[p + "ln2"];
+    a.ln2_mean = by_name[p + "ln2_mean"];
+    a.ln2_rstd = by_name[p + "ln2_rstd"];
+    a.fch = by_name[p + "fch"];
+    a.fch_gelu = by_name[p + "fch_gelu"];
+    a.res3 = by_name[p + "res3"];
+  }
+  g->lnf_ = by_name["lnf"];
+  g->lnf_mean_ = by_name["lnf_mean"];
+  g->lnf_rstd_ = by_name["lnf_rstd"];
+  g->probs_ = by_name["probs"];
+  g->losses_ = by_name["losses"];
+  g->proj_out_ = by_name["proj_out"];
+  g->dresidual_ = by_name["dresidual"];
+  g->dln_ = by_name["dln"];
+  g->datty_ = by_name["datty"];
+  g->dqkv_ = by_name["dqkv"];
+  g->dfch_ = by_name["dfch"];
+  g->dfch_gelu_ = by_name["dfch_gelu"];
+  TT_LOG(INFO, EXEC, "GPT L%d d%d H%d T%d V%d: %lld parameters, device pool in use %s", cfg.layers, cfg.dim,
+         cfg.heads, cfg.seq, cfg.vocab, static_cast<long long>(gpt_num_params(cfg)),
+         format_bytes(static_cast<int64_t>(backend.pool().in_use())).c_str());
+  return g;
+}
+
+Tensor Gpt::param(size_t i) const {
+  const ParamInfo& p = layout_[i];
+  return params_.view(p.offset, p.shape);
+}
+
+Tensor Gpt::grad(size_t i) const {
+  const ParamInfo& p = layout_[i];
+  return grads_.view(p.offset, p.shape);
+}
+
+Gpt::LayerParams Gpt::layer_view(const Tensor& flat, int layer) const {
+  // Block l's 12 tensors follow wte, wpe and the blocks before it.
+  const size_t base = 2 + 12 * static_cast<size_t>(layer);
+  auto v = [&](size_t k) {
+    const ParamInfo& p = layout_[base + k];
+    return flat.view(p.offset, p.shape);
+  };
+  return LayerParams{v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7), v(8), v(9), v(10), v(11)};
+}
+
+Status Gpt::init_params(uint64_t seed) {
+  Rng rng(seed);
+  const int64_t n = params_.numel();
+  const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
+  std::vector<double> host(static_cast<size_t>(n));
+  for (const ParamInfo& p : layout_) {
+    double* dst = host.data() + p.offset;
+    const int64_t count = p.shape.numel();
+    const bool is_ln_weight = p.name.ends_with("ln1.w") || p.name.ends_with("ln2.w") || p.name == "lnf.w";
+    if (p.shape.rank() == 2) {
+      const bool residual = p.name.ends_with("attn.proj.w") || p.name.ends_with("mlp.proj.w");
+      const double std = residual ? resid_std : 0.02;
+      for (int64_t i = 0; i < count; ++i) dst[i] = std * rng.normal();
+    } else {
+      for (int64_t i = 0; i < count; ++i) dst[i] = is_ln_weight ? 1.0 : 0.0;
+    }
+  }
+  if (dtype_ == DType::kF64) return upload_params(host.data());
+  std::vector<float> f(host.begin(), host.end());
+  return upload_params(f.data());
+}
+
+Status Gpt::upload_params(const void* host) {
+  be_.copy_h2d(params_, host, be_.compute_stream());
+  return be_.compute_stream().synchronize();
+}
+
+Status Gpt::download_params(void* host) {
+  be_.copy_d2h(host, params_, be_.compute_stream());
+  return be_.compute_stream().synchronize();
+}
+
+Status Gpt::download_grads(void* host) {
+  be_.copy_d2h(host, grads_, be_.compute_stream());
+  return be_.compute_stream().synchronize();
+}
+
+void Gpt::forward() {
+  const int64_t B = batch_, T = cfg_.seq, C = cfg_.dim, V = cfg_.vocab;
+  const Tensor wte = param(0), wpe = param(1);
+  be_.embedding_forward(encoded_, tokens_, wte, wpe);
+  Tensor x = encoded_;
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const LayerParams w = layer_view(params_, l);
+    LayerActs& a = acts_[static_cast<size_t>(l)];
+    be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b);
+    be_.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb);
+    be_.attention_forward(a.atty, a.att, a.qkv, cfg_.heads);
+    be_.matmul_forward(proj_out_, a.atty, w.projw, w.projb);
+    be_.residual_forward(a.res2, x, proj_out_);
+    be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b);
+    be_.matmul_forward(a.fch, a.ln2, w.fcw, w.fcb);
+    be_.gelu_forward(a.fch_gelu, a.fch);
+    be_.matmul_forward(proj_out_, a.fch_gelu, w.fcprojw, w.fcprojb);
+    be_.residual_forward(a.res3, a.res2, proj_out_);
+    x = a.res3;
+  }
+  const size_t lnf = layout_.size() - 2;
+  be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, param(lnf), param(lnf + 1));
+  // LM head tied to wte: logits [B*T, V]; the softmax overwrites them with probabilities in place.
+  be_.matmul_forward(probs_, lnf_.reshape({B * T, C}), wte, Tensor());
+  be_.softmax_xent_forward(losses_, probs_, probs_, targets_);
+  (void)V;
+}
+
+void Gpt::compute_logits(const Tensor& out) {
+  const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq;
+  be_.matmul_forward(out.reshape({BT, cfg_.vocab}), lnf_.reshape({BT, cfg_.dim}), param(0), Tensor());
+}
+
+void Gpt::backward() {
+  const int64_t B = batch_, T = cfg_.seq, C = cfg_.dim;
+  Stream& s = be_.compute_stream();
+  be_.fill_zero(grads_, s);
+  const Tensor wte = param(0), dwte = grad(0), dwpe = grad(1);
+  // probs -> dlogits in place, for the mean over B*T positions.
+  be_.softmax_xent_backward(probs_, probs_, targets_, 1.0f / static_cast<float>(B * T));
+  be_.fill_zero(dln_, s);
+  be_.matmul_backward(dln_.reshape({B * T, C}), dwte, Tensor(), probs_, lnf_.reshape({B * T, C}), wte);
+  be_.fill_zero(dresidual_, s);
+  const size_t lnf = layout_.size() - 2;
+  const Tensor last = acts_.back().res3;
+  be_.layernorm_backward(dresidual_, grad(lnf), grad(lnf + 1), dln_, last, param(lnf), lnf_mean_, lnf_rstd_);
+  for (int l = cfg_.layers - 1; l >= 0; --l) {
+    const LayerParams w = layer_view(params_, l);
+    const LayerParams g = layer_view(grads_, l);
+    const LayerActs& a = acts_[static_cast<size_t>(l)];
+    const Tensor x = l == 0 ? encoded_ : acts_[static_cast<size_t>(l) - 1].res3;
+    // MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
+    be_.fill_zero(dfch_gelu_, s);
+    be_.matmul_backward(dfch_gelu_, g.fcprojw, g.fcprojb, dresidual_, a.fch_gelu, w.fcprojw);
+    be_.fill_zero(dfch_, s);
+    be_.gelu_backward(dfch_, a.fch, dfch_gelu_);
+    be_.fill_zero(dln_, s);
+    be_.matmul_backward(dln_, g.fcw, g.fcb, dfch_, a.ln2, w.fcw);
+    be_.layernorm_backward(dresidual_, g.ln2w, g.ln2b, dln_, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd);
+    // Attention: res2 = x + proj(attn(qkv(ln1(x)))); dresidual becomes d(x).
+    be_.fill_zero(datty_, s);
+    be_.matmul_backward(datty_, g.projw, g.projb, dresidual_, a.atty, w.projw);
+    be_.fill_zero(dqkv_, s);
+    be_.attention_backward(dqkv_, datty_, a.qkv, a.att, cfg_.heads);
+    be_.fill_zero(dln_, s);
+    be_.matmul_backward(dln_, g.qkvw, g.qkvb, dqkv_, a.ln1, w.qkvw);
+    be_.layernorm_backward(dresidual_, g.ln1w, g.ln1b, dln_, x, w.ln1w, a.ln1_mean, a.ln1_rstd);
+  }
+  be_.embedding_backward(dwte, dwpe, dresidual_, tokens_);
+}
+
+}  // namespace tt

@@ -1,0 +1,120 @@
+// model/gpt: the reference GPT of DESIGN.md (GPT-2 style, as nanoGPT and llm.c): token + learned position
+// embedding, L pre-LN blocks (LayerNorm, causal multi-head attention, residual; LayerNorm, MLP 4d with tanh-GELU,
+// residual), final LayerNorm, LM head tied to the token embedding, mean cross-entropy.
+//
+// All parameters live in one flat buffer laid out layer by layer (wte, wpe, block 0, ..., block L-1, lnf), so that
+// a layer's parameters are contiguous (what host streaming will move). Every buffer the model uses is listed by
+// allocation_list(); the trainer sums it to check the device budget before allocating anything.
+//
+//   TT_ASSIGN_OR_RETURN(auto gpt, Gpt::create(backend, cfg, /*batch=*/16, DType::kF32));
+//   gpt->init_params(seed);                         // or upload_params(host)
+//   backend.copy_h2d(gpt->tokens(), host_tokens, backend.compute_stream());  // and targets()
+//   gpt->forward();                                 // losses() holds B*T per-position losses
+//   gpt->backward();                                // grads of the mean loss, in flat_grads()
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace tt {
+
+struct GptConfig {
+  int vocab = 256;
+  int layers = 4;
+  int dim = 128;
+  int heads = 4;
+  int seq = 128;  // maximum sequence length (size of wpe)
+
+  Status validate() const;
+  bool operator==(const GptConfig&) const = default;
+};
+
+struct ParamInfo {
+  std::string name;  // e.g. "h.3.attn.qkv.w"
+  Shape shape;
+  int64_t offset = 0;  // in elements, within the flat buffer
+  bool decay = false;  // weight decay applies (matrices and embeddings)
+  int layer = -1;      // block index, -1 for embeddings and the final LayerNorm
+};
+
+// The parameters in flat-buffer order.
+std::vector<ParamInfo> gpt_param_layout(const GptConfig& cfg);
+int64_t gpt_num_params(const GptConfig& cfg);
+
+// One device buffer the model needs.
+struct AllocRequest {
+  std::string name;
+  Shape shape;
+  DType dtype;
+  TensorClass cls;
+  int layer = -1;
+};
+
+class Gpt {
+ public:
+  // Every device buffer a model of this shape and batch needs (parameters, gradients, activations, workspace,
+  // inputs), in allocation order. Optimizer state is the optimizer's (model/adamw.h).
+  static std::vector<AllocRequest> allocation_list(const GptConfig& cfg, int batch, DType dtype);
+  static Result<std::unique_ptr<Gpt>> create(Backend& backend, const GptConfig& cfg, int batch, DType dtype);
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  const GptConfig& config() const { return cfg_; }
+  int batch() const { return batch_; }
+  DType dtype() const { return dtype_; }
+  Backend& backend() { return be_; }
+
+  const std::vector<ParamInfo>& params() const { return layout_; }
+  Tensor param(size_t i) const;
+  Tensor grad(size_t i) const;
+  Tensor flat_params() const { return params_; }
+  Tensor flat_grads() const { return grads_; }
+  Tensor tokens() const { return tokens_; }    // [B, T] i32 device input
+  Tensor targets() const { return targets_; }  // [B, T] i32 device input
+  Tensor losses() const { return losses_; }    // [B, T] per-position loss after forward()
+
+  // Initialises parameters on the host from seed (normal(0, 0.02); residual projections 0.02/sqrt(2L); biases 0;
+  // LayerNorm weights 1) and uploads them. Synchronous.
+  Status init_params(uint64_t seed);
+  // Copies a flat host buffer of flat_params().nbytes() bytes to the device / back. Synchronous.
+  Status upload_params(const void* host);
+  Status download_params(void* host);
+  Status download_grads(void* host);
+
+  // Enqueue the forward pass (tokens -> losses) and the backward pass (gradients of the mean loss, zeroed first)
+  // on the compute stream. backward() consumes what the last forward() saved.
+  void forward();
+  void backward();
+  // Enqueues logits [B*T, V] of the last forward() into out (tests and sampling; the training path never
+  // materialises them separately).
+  void compute_logits(const Tensor& out);
+
+ private:
+  struct LayerActs {
+    Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+  };
+  struct LayerParams {
+    Tensor ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+  };
+  Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype);
+  LayerParams layer_view(const Tensor& flat, int layer) const;
+
+  Backend& be_;
+  GptConfig cfg_;
+  int batch_;
+  DType dtype_;
+  std::vector<ParamInfo> layout_;
+  std::vector<Tensor> owned_;  // everything allocated from the pool, freed in the destructor
+  Tensor params_, grads_, tokens_, targets_, losses_;
+  Tensor encoded_, lnf_, lnf_mean_, lnf_rstd_, probs_;
+  std::vector<LayerActs> acts_;
+  // workspace
+  Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_, dfch_gelu_;
+};
+
+}  // namespace tt

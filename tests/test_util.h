@@ -1,0 +1,65 @@
+// Shared helpers of the tests: a CPU backend, explicit-tolerance comparisons that report the worst element, and the
+// paths of test data.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+
+namespace tt::testing {
+
+inline std::string data_path(const std::string& name) { return std::string(TT_TEST_DATA_DIR) + "/" + name; }
+
+inline std::unique_ptr<Backend> make_cpu_backend(int64_t budget = int64_t(512) << 20, int threads = 0) {
+  auto r = cpu::create_backend({.device_budget = budget, .threads = threads});
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return std::move(r).value();
+}
+
+// Elementwise |got - want| <= atol + rtol * |want|; reports the worst element on failure.
+template <typename A, typename B>
+::testing::AssertionResult all_close(const std::string& what, const A* got, const B* want, size_t n, double atol,
+                                     double rtol) {
+  double worst_excess = 0, worst_err = 0;
+  size_t worst = 0, bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
+    const double err = std::fabs(g - w), tol = atol + rtol * std::fabs(w);
+    if (!(err <= tol)) {
+      ++bad;
+      if (!(err - tol <= worst_excess)) {
+        worst_excess = err - tol;
+        worst = i;
+        worst_err = err;
+      }
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << n << " elements outside atol " << atol
+                                       << " rtol " << rtol << "; worst at " << worst << ": got "
+                                       << static_cast<double>(got[worst]) << " want "
+                                       << static_cast<double>(want[worst]) << " (err " << worst_err << ")";
+}
+
+template <typename A, typename B>
+::testing::AssertionResult all_close(const std::string& what, const std::vector<A>& got, const std::vector<B>& want,
+                                     double atol, double rtol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": size " << got.size() << " != " << want.size();
+  return all_close(what, got.data(), want.data(), got.size(), atol, rtol);
+}
+
+inline double max_abs_diff(const double* a, const double* b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+}  // namespace tt::testing
