@@ -1,0 +1,21 @@
+// backend/cuda/cuda_probe: what GPUs this process can see, without initialising anything else. Compiled only when
+// TIERTRAIN_WITH_CUDA found a toolkit; the training kernels of the CUDA backend are not part of this build yet.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tt::cuda {
+
+struct GpuInfo {
+  int count = 0;            // 0 when no driver or no device
+  std::string name;         // of device 0
+  int64_t total_bytes = 0;  // of device 0
+  int64_t free_bytes = 0;   // of device 0
+  int cc_major = 0, cc_minor = 0;
+  std::string error;        // why count is 0, when the runtime said so
+};
+
+GpuInfo probe();
+
+}  // namespace tt::cuda

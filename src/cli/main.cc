@@ -1,0 +1,120 @@
+// cli/main: the `tiertrain` program. Subcommands: `train`. Every knob of the config registry is a flag of `train`;
+// `tiertrain --print-config` (or `tiertrain train ... --print-config`) prints every knob, its value and its origin.
+//
+// Exit codes: 0 success, 1 a run failed (bad data, checkpoint, out of memory), 2 bad usage (unknown flag, bad value).
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "exec/train_config.h"
+#include "exec/trainer.h"
+
+extern char** environ;
+
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+int report(const tt::Status& s) {
+  std::fprintf(stderr, "tiertrain: error: %s\n", s.message().c_str());
+  if (tt::log::enabled(tt::log::Level::kInfo, tt::log::kAll))
+    std::fprintf(stderr, "tiertrain: trail: %s\n", s.to_string_with_trail().c_str());
+  return s.code() == tt::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+}
+
+const char* type_hint(tt::KnobType t) {
+  switch (t) {
+    case tt::KnobType::kBool: return "BOOL";
+    case tt::KnobType::kInt: return "INT";
+    case tt::KnobType::kFloat: return "FLOAT";
+    case tt::KnobType::kBytes: return "BYTES";
+    case tt::KnobType::kChoice: return "CHOICE";
+    case tt::KnobType::kString: return "TEXT";
+  }
+  return "VALUE";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tt::Config cfg;
+  tt::declare_train_knobs(cfg);
+
+  CLI::App app{"tiertrain: train neural networks larger than device memory.\n"
+               "Knobs come from defaults < --config FILE.json < TIERTRAIN_* variables < flags."};
+  app.set_version_flag("--version", "tiertrain 0.1.0");
+  bool print_config = false;
+  app.add_flag("--print-config", print_config, "print every knob, its value and where it came from, then exit");
+  CLI::App* train = app.add_subcommand("train", "train the GPT on a text corpus or token shards");
+  train->add_flag("--print-config", print_config, "print the resolved configuration and exit");
+
+  std::map<std::string, std::vector<std::string>> raw;
+  std::map<std::string, CLI::Option*> opts;
+  for (const tt::Knob& k : cfg.knobs()) {
+    CLI::Option* o = train->add_option(tt::Config::flag_name(k.spec.name), raw[k.spec.name],
+                                       k.spec.help + " [default: " +
+                                           (k.spec.default_value.empty() ? "none" : k.spec.default_value) + "]");
+    o->type_name(type_hint(k.spec.type));
+    o->group(k.spec.group);
+    if (k.spec.implicit_value.empty()) {
+      o->expected(1);
+    } else {
+      o->expected(0, 1);
+    }
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    opts[k.spec.name] = o;
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+
+  // Resolve in priority order: file, environment, flags.
+  std::string config_file;
+  if (opts["config"]->count() > 0 && !raw["config"].empty()) config_file = raw["config"].back();
+  else if (const char* env = std::getenv("TIERTRAIN_CONFIG")) config_file = env;
+  if (!config_file.empty()) {
+    if (tt::Status s = cfg.load_file(config_file); !s.is_ok()) return report(s);
+  }
+  if (tt::Status s = cfg.load_env(environ); !s.is_ok()) return report(s);
+  for (const auto& [name, opt] : opts) {
+    if (opt->count() == 0) continue;
+    const tt::Knob& k = cfg.knobs()[static_cast<size_t>(
+        std::find_if(cfg.knobs().begin(), cfg.knobs().end(), [&](const tt::Knob& x) { return x.spec.name == name; }) -
+        cfg.knobs().begin())];
+    const std::vector<std::string>& values = raw[name];
+    const std::string text = values.empty() ? k.spec.implicit_value : values.back();
+    if (tt::Status s = cfg.set(name, text, tt::KnobSource::kFlag); !s.is_ok()) return report(s);
+  }
+  auto level = tt::log::parse_level(cfg.get_string("debug"));
+  auto subsys = tt::log::parse_subsys(cfg.get_string("debug_subsys"));
+  tt::log::configure({level.is_ok() ? level.value() : tt::log::Level::kWarn,
+                      subsys.is_ok() ? subsys.value() : tt::log::kAll});
+
+  if (print_config) {
+    std::fputs(cfg.describe().c_str(), stdout);
+    return 0;
+  }
+  if (!train->parsed()) {
+    std::fputs(app.help().c_str(), stdout);
+    return kExitUsage;
+  }
+
+  auto tc = tt::train_config_from(cfg);
+  if (!tc.is_ok()) return report(tc.status());
+  auto trainer = tt::Trainer::create(tc.value(), stdout);
+  if (!trainer.is_ok()) return report(trainer.status());
+  auto summary = trainer.value()->run();
+  if (!summary.is_ok()) return report(summary.status());
+  return 0;
+}

@@ -1,0 +1,231 @@
+#include "data/dataset.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <set>
+#include <sys/stat.h>
+#include <utility>
+
+#include "core/log.h"
+#include "core/tensorfile.h"
+#include "core/units.h"
+
+namespace tt::data {
+namespace {
+
+constexpr size_t kTextProbeBytes = 64 * 1024;
+
+Result<std::string> read_file(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  TT_RETURN_IF(f == nullptr, kIoError, "cannot read data file '%s': %s", path.c_str(), std::strerror(errno));
+  std::string bytes;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  std::fclose(f);
+  TT_RETURN_IF(failed, kIoError, "reading data file '%s' failed: %s", path.c_str(), std::strerror(err));
+  return bytes;
+}
+
+bool looks_like_text(const std::string& bytes) {
+  const size_t n = std::min(bytes.size(), kTextProbeBytes);
+  return std::memchr(bytes.data(), '\0', n) == nullptr;
+}
+
+// Regular files under dir, recursively, sorted by path; symlinks are followed but each file (device, inode) is
+// listed once, under the first name in sorted order.
+Status list_files(const std::string& dir, std::vector<std::string>* out, std::set<std::pair<dev_t, ino_t>>* seen,
+                  int64_t* skipped) {
+  DIR* d = opendir(dir.c_str());
+  TT_RETURN_IF(d == nullptr, kIoError, "cannot read folder '%s': %s", dir.c_str(), std::strerror(errno));
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.empty() || name[0] == '.') continue;
+    names.push_back(name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  // Real files before symlinks, so a file is named by itself rather than by a link to it.
+  std::vector<std::string> files, links, dirs;
+  for (const auto& name : names) {
+    const std::string path = dir + "/" + name;
+    struct stat lst {};
+    if (lstat(path.c_str(), &lst) != 0) continue;
+    if (S_ISLNK(lst.st_mode)) links.push_back(path);
+    else if (S_ISDIR(lst.st_mode)) dirs.push_back(path);
+    else if (S_ISREG(lst.st_mode)) files.push_back(path);
+  }
+  std::vector<std::string> mine;
+  for (const auto& group : {files, links}) {
+    for (const auto& path : group) {
+      struct stat st {};
+      if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // dangling link or link to a folder
+      if (!seen->insert({st.st_dev, st.st_ino}).second) {
+        ++*skipped;
+        TT_LOG(TRACE, DATA, "skipping '%s': already read under another name", path.c_str());
+        continue;
+      }
+      mine.push_back(path);
+    }
+  }
+  std::sort(mine.begin(), mine.end());
+  out->insert(out->end(), mine.begin(), mine.end());
+  for (const auto& sub : dirs) TT_TRY(list_files(sub, out, seen, skipped));
+  return Status::ok();
+}
+
+bool is_shard(const std::string& bytes) {
+  int32_t header[3];
+  if (bytes.size() < 256 * sizeof(int32_t)) return false;
+  std::memcpy(header, bytes.data(), sizeof(header));
+  return header[0] == kShardMagic;
+}
+
+Result<std::vector<uint16_t>> parse_shard(const std::string& path, const std::string& bytes) {
+  int32_t header[256];
+  TT_RETURN_IF(bytes.size() < sizeof(header), kDataLoss, "token shard '%s' is shorter than its 1024-byte header",
+               path.c_str());
+  std::memcpy(header, bytes.data(), sizeof(header));
+  TT_RETURN_IF(header[0] != kShardMagic, kDataLoss, "'%s' is not a token shard (magic %d, expected %d)",
+               path.c_str(), header[0], kShardMagic);
+  TT_RETURN_IF(header[1] != 1, kDataLoss, "token shard '%s' has version %d; only version 1 (uint16 tokens) is read",
+               path.c_str(), header[1]);
+  const int64_t n = header[2];
+  const size_t want = sizeof(header) + static_cast<size_t>(n) * sizeof(uint16_t);
+  TT_RETURN_IF(n < 0 || bytes.size() != want, kDataLoss,
+               "token shard '%s' is truncated or malformed: header says %lld tokens (%zu bytes), file has %zu bytes",
+               path.c_str(), static_cast<long long>(n), want, bytes.size());
+  std::vector<uint16_t> tokens(static_cast<size_t>(n));
+  std::memcpy(tokens.data(), bytes.data() + sizeof(header), tokens.size() * sizeof(uint16_t));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    TT_RETURN_IF(tokens[i] >= kGpt2Vocab, kDataLoss,
+                 "token shard '%s': token %u at position %zu is outside the GPT-2 vocabulary (%d)", path.c_str(),
+                 tokens[i], i, kGpt2Vocab);
+  return tokens;
+}
+
+void split_append(const std::vector<uint16_t>& tokens, double val_fraction, std::vector<uint16_t>* train,
+                  std::vector<uint16_t>* val) {
+  const size_t n_val = static_cast<size_t>(static_cast<double>(tokens.size()) * val_fraction);
+  train->insert(train->end(), tokens.begin(), tokens.end() - static_cast<ptrdiff_t>(n_val));
+  val->insert(val->end(), tokens.end() - static_cast<ptrdiff_t>(n_val), tokens.end());
+}
+
+bool name_has(const std::string& path, const char* word) {
+  const size_t slash = path.rfind('/');
+  return path.find(word, slash == std::string::npos ? 0 : slash) != std::string::npos;
+}
+
+}  // namespace
+
+TokenDataset TokenDataset::from_tokens(std::vector<uint16_t> train, std::vector<uint16_t> val, int vocab) {
+  TokenDataset ds;
+  ds.train_ = std::move(train);
+  ds.val_ = std::move(val);
+  ds.info_.kind = "memory";
+  ds.info_.path = "(memory)";
+  ds.info_.vocab = vocab;
+  const uint32_t a = crc32_of(ds.train_.data(), ds.train_.size() * 2), b = crc32_of(ds.val_.data(), ds.val_.size() * 2);
+  ds.info_.fingerprint = (static_cast<uint64_t>(a) << 32) | b;
+  return ds;
+}
+
+Result<TokenDataset> TokenDataset::load(const std::string& path, double val_fraction) {
+  TT_RETURN_IF(path.empty(), kInvalidArgument, "no data path given (--data)");
+  TT_RETURN_IF(!(val_fraction >= 0.0 && val_fraction < 1.0), kInvalidArgument,
+               "validation fraction %g is outside [0, 1)", val_fraction);
+  struct stat st {};
+  TT_RETURN_IF(stat(path.c_str(), &st) != 0, kNotFound, "data path '%s' does not exist: %s", path.c_str(),
+               std::strerror(errno));
+  DatasetInfo info;
+  info.path = path;
+  std::vector<std::string> candidates;
+  std::set<std::pair<dev_t, ino_t>> seen;
+  if (S_ISDIR(st.st_mode)) {
+    TT_TRY(list_files(path, &candidates, &seen, &info.skipped_files));
+    TT_RETURN_IF(candidates.empty(), kNotFound, "data folder '%s' holds no files", path.c_str());
+  } else {
+    TT_RETURN_IF(!S_ISREG(st.st_mode), kInvalidArgument, "data path '%s' is neither a file nor a folder",
+                 path.c_str());
+    candidates.push_back(path);
+  }
+
+  // Read everything once; decide between shards and text by the first file that is either.
+  std::vector<std::pair<std::string, std::string>> contents;
+  bool shards = false;
+  for (const auto& file : candidates) {
+    TT_ASSIGN_OR_RETURN(std::string bytes, read_file(file));
+    if (is_shard(bytes)) shards = true;
+    contents.emplace_back(file, std::move(bytes));
+  }
+
+  TokenDataset ds;
+  if (shards) {
+    info.kind = "token-shards";
+    info.vocab = kGpt2Vocab;
+    bool named_split = false, has_train = false, has_val = false;
+    for (const auto& [file, bytes] : contents) {
+      if (!is_shard(bytes)) continue;
+      has_train |= name_has(file, "train");
+      has_val |= name_has(file, "val");
+    }
+    named_split = has_train && has_val;
+    for (const auto& [file, bytes] : contents) {
+      if (!is_shard(bytes)) {
+        ++info.skipped_files;
+        TT_LOG(INFO, DATA, "skipping '%s': not a token shard", file.c_str());
+        continue;
+      }
+      TT_ASSIGN_OR_RETURN(std::vector<uint16_t> tokens, parse_shard(file, bytes));
+      if (named_split) {
+        auto* dst = name_has(file, "val") ? &ds.val_ : &ds.train_;
+        dst->insert(dst->end(), tokens.begin(), tokens.end());
+      } else {
+        split_append(tokens, val_fraction, &ds.train_, &ds.val_);
+      }
+      info.files.push_back(file);
+    }
+  } else {
+    info.kind = "text";
+    info.vocab = kByteVocab;
+    for (const auto& [file, bytes] : contents) {
+      if (bytes.empty()) {
+        TT_RETURN_IF(candidates.size() == 1, kInvalidArgument, "data file '%s' is empty", file.c_str());
+        ++info.skipped_files;
+        continue;
+      }
+      if (!looks_like_text(bytes)) {
+        ++info.skipped_files;
+        TT_LOG(TRACE, DATA, "skipping '%s': binary (NUL byte in its first 64 KiB)", file.c_str());
+        continue;
+      }
+      std::vector<uint16_t> tokens(bytes.begin(), bytes.end());
+      for (size_t i = 0; i < bytes.size(); ++i) tokens[i] = static_cast<unsigned char>(bytes[i]);
+      split_append(tokens, val_fraction, &ds.train_, &ds.val_);
+      info.files.push_back(file);
+    }
+    TT_RETURN_IF(info.files.empty(), kInvalidArgument, "no text found at '%s' (%lld files skipped as binary or empty)",
+                 path.c_str(), static_cast<long long>(info.skipped_files));
+  }
+  TT_RETURN_IF(ds.train_.empty(), kInvalidArgument, "data at '%s' holds no training tokens", path.c_str());
+  const uint32_t a = crc32_of(ds.train_.data(), ds.train_.size() * 2);
+  const uint32_t b = crc32_of(ds.val_.data(), ds.val_.size() * 2);
+  info.fingerprint = (static_cast<uint64_t>(a) << 32) | b;
+  ds.info_ = std::move(info);
+  TT_LOG(INFO, DATA, "%s", ds.describe().c_str());
+  return ds;
+}
+
+std::string TokenDataset::describe() const {
+  return str_format("%s data '%s': %zu file(s), %lld skipped, vocab %d, %zu train + %zu val tokens",
+                    info_.kind.c_str(), info_.path.c_str(), info_.files.size(),
+                    static_cast<long long>(info_.skipped_files), info_.vocab, train_.size(), val_.size());
+}
+
+}  // namespace tt::data

@@ -1,0 +1,66 @@
+#include "data/sampler.h"
+
+#include <numeric>
+
+#include "core/rng.h"
+
+namespace tt::data {
+
+Result<BatchSampler> BatchSampler::create(const std::vector<uint16_t>* tokens, int batch, int seq, uint64_t seed) {
+  TT_RETURN_IF(batch < 1 || seq < 1, kInvalidArgument, "batch %d and seq %d must be >= 1", batch, seq);
+  TT_RETURN_IF(tokens->size() < static_cast<size_t>(2 * seq + 1), kInvalidArgument,
+               "the training split has %zu tokens, too few for windows of --seq %d (need at least %d)",
+               tokens->size(), seq, 2 * seq + 1);
+  TT_RETURN_IF(tokens->size() / static_cast<size_t>(seq) > UINT32_MAX, kInvalidArgument,
+               "the training split has too many windows (%zu) for 32-bit indices", tokens->size() / seq);
+  BatchSampler s(tokens, batch, seq, seed);
+  s.start_epoch(0);
+  return s;
+}
+
+void BatchSampler::start_epoch(uint64_t epoch) {
+  Rng rng(seed_ ^ (0x9e3779b97f4a7c15ull * (epoch + 1)));
+  offset_ = rng.uniform_int(static_cast<uint64_t>(seq_));
+  const uint64_t n = (tokens_->size() - 1 - offset_) / static_cast<uint64_t>(seq_);
+  order_.resize(n);
+  std::iota(order_.begin(), order_.end(), 0u);
+  for (uint64_t i = n - 1; i > 0; --i) std::swap(order_[i], order_[rng.uniform_int(i + 1)]);
+  state_.epoch = epoch;
+  state_.cursor = 0;
+}
+
+void BatchSampler::set_state(SamplerState state) {
+  start_epoch(state.epoch);
+  state_.cursor = state.cursor;
+}
+
+void BatchSampler::next(int32_t* inputs, int32_t* targets) {
+  for (int b = 0; b < batch_; ++b) {
+    if (state_.cursor >= order_.size()) start_epoch(state_.epoch + 1);
+    const uint64_t start = offset_ + static_cast<uint64_t>(order_[state_.cursor++]) * static_cast<uint64_t>(seq_);
+    const uint16_t* src = tokens_->data() + start;
+    for (int t = 0; t < seq_; ++t) {
+      inputs[b * seq_ + t] = src[t];
+      targets[b * seq_ + t] = src[t + 1];
+    }
+  }
+}
+
+int64_t val_batches_available(const std::vector<uint16_t>& tokens, int batch, int seq) {
+  if (tokens.size() < 2) return 0;
+  const int64_t windows = static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(seq));
+  return windows / batch;
+}
+
+void val_batch(const std::vector<uint16_t>& tokens, int batch, int seq, int64_t k, int32_t* inputs,
+               int32_t* targets) {
+  for (int b = 0; b < batch; ++b) {
+    const uint16_t* src = tokens.data() + (k * batch + b) * static_cast<int64_t>(seq);
+    for (int t = 0; t < seq; ++t) {
+      inputs[b * seq + t] = src[t];
+      targets[b * seq + t] = src[t + 1];
+    }
+  }
+}
+
+}  // namespace tt::data

@@ -1,0 +1,56 @@
+// data/sampler: which token windows make each training batch, deterministically from a seed, with a position that
+// checkpoints store so a resumed run sees exactly the batches it would have seen.
+//
+// Epoch e cuts the training tokens into windows of T+1 tokens (inputs and shifted targets) starting at a random
+// offset in [0, T), and visits them in a random order; both are drawn from (seed, e) alone. A batch is the next B
+// windows of that order, continuing into epoch e+1 when e runs out. The state is (epoch, cursor).
+//
+// Validation windows are fixed: consecutive windows from the start of the validation split.
+//
+//   BatchSampler s(&ds.train(), B, T, seed);
+//   s.next(tokens, targets);           // B*T int32 each
+//   SamplerState pos = s.state();      // into the checkpoint
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tt::data {
+
+struct SamplerState {
+  uint64_t epoch = 0;
+  uint64_t cursor = 0;  // windows of the epoch already used
+};
+
+class BatchSampler {
+ public:
+  // Fails when the tokens cannot fill one window of T+1 tokens.
+  static Result<BatchSampler> create(const std::vector<uint16_t>* tokens, int batch, int seq, uint64_t seed);
+
+  void next(int32_t* inputs, int32_t* targets);
+  SamplerState state() const { return state_; }
+  void set_state(SamplerState state);
+  uint64_t windows_in_epoch() const { return static_cast<uint64_t>(order_.size()); }
+
+ private:
+  BatchSampler(const std::vector<uint16_t>* tokens, int batch, int seq, uint64_t seed)
+      : tokens_(tokens), batch_(batch), seq_(seq), seed_(seed) {}
+  void start_epoch(uint64_t epoch);
+
+  const std::vector<uint16_t>* tokens_;
+  int batch_, seq_;
+  uint64_t seed_;
+  SamplerState state_;
+  uint64_t offset_ = 0;          // of this epoch's first window
+  std::vector<uint32_t> order_;  // window indices in visiting order
+};
+
+// Number of whole validation batches of B windows of T+1 tokens in `tokens`.
+int64_t val_batches_available(const std::vector<uint16_t>& tokens, int batch, int seq);
+// Fills validation batch k (consecutive windows from the start).
+void val_batch(const std::vector<uint16_t>& tokens, int batch, int seq, int64_t k, int32_t* inputs,
+               int32_t* targets);
+
+}  // namespace tt::data

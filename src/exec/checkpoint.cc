@@ -1,0 +1,237 @@
+#include "exec/checkpoint.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+#include "core/log.h"
+#include "core/tensorfile.h"
+
+namespace tt {
+namespace {
+
+constexpr const char* kFormat = "tiertrain-checkpoint";
+constexpr int kVersion = 1;
+
+std::string step_file_name(int64_t step) { return str_format("step_%08lld.ttf", static_cast<long long>(step)); }
+
+Status mkdir_p(const std::string& dir) {
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    partial = dir.substr(0, pos);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+      return make_status(StatusCode::kIoError, "cannot create checkpoint directory '%s': %s", partial.c_str(),
+                         std::strerror(errno));
+  }
+  struct stat st {};
+  TT_RETURN_IF(stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), kIoError,
+               "checkpoint directory '%s' is not a directory", dir.c_str());
+  return Status::ok();
+}
+
+// Writes small text atomically (temp, fsync, rename).
+Status write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TT_RETURN_IF(fd < 0, kIoError, "cannot create '%s': %s", tmp.c_str(), std::strerror(errno));
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return make_status(StatusCode::kIoError, "writing '%s' failed: %s", path.c_str(), std::strerror(ok ? errno : err));
+  }
+  return Status::ok();
+}
+
+std::vector<std::string> step_files(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("step_", 0) == 0 && name.size() > 9 && name.ends_with(".ttf")) out.push_back(name);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+nlohmann::json model_json(const GptConfig& m) {
+  return {{"vocab", m.vocab}, {"layers", m.layers}, {"dim", m.dim}, {"heads", m.heads}, {"seq", m.seq}};
+}
+
+}  // namespace
+
+Status ensure_checkpoint_dir(const std::string& dir) {
+  TT_RETURN_IF(dir.empty(), kInvalidArgument, "no checkpoint directory given (--checkpoint-dir)");
+  TT_TRY(mkdir_p(dir));
+  const std::string probe = dir + "/.tiertrain-write-probe." + std::to_string(getpid());
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TT_RETURN_IF(fd < 0, kIoError, "checkpoint directory '%s' is not writable: %s", dir.c_str(), std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return Status::ok();
+}
+
+Status save_checkpoint(const std::string& dir, const CheckpointState& state, Gpt& gpt, AdamW& opt, int64_t keep) {
+  TT_TRY(ensure_checkpoint_dir(dir));
+  Backend& be = gpt.backend();
+  const size_t bytes = gpt.flat_params().nbytes();
+  std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
+  be.copy_d2h(params.data(), gpt.flat_params(), be.compute_stream());
+  be.copy_d2h(m.data(), opt.m(), be.compute_stream());
+  be.copy_d2h(v.data(), opt.v(), be.compute_stream());
+  TT_TRY(be.compute_stream().synchronize());
+
+  nlohmann::json meta;
+  meta["format"] = kFormat;
+  meta["version"] = kVersion;
+  meta["step"] = state.step;
+  meta["model"] = model_json(state.model);
+  meta["dtype"] = dtype_name(state.dtype);
+  meta["batch"] = state.batch;
+  meta["seed"] = state.seed;
+  meta["data"] = {{"path", state.data_path}, {"fingerprint", state.data_fingerprint}};
+  meta["sampler"] = {{"epoch", state.sampler.epoch}, {"cursor", state.sampler.cursor}};
+  meta["rng"] = std::vector<uint64_t>(state.rng.begin(), state.rng.end());
+  meta["optimizer"] = {{"name", "adamw"}, {"step", opt.steps_taken()}};
+  meta["config"] = state.config;
+
+  TensorFileWriter w;
+  w.set_meta(meta);
+  const size_t esize = dtype_size(gpt.dtype());
+  for (const ParamInfo& p : gpt.params()) {
+    std::vector<int64_t> shape;
+    for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
+    const size_t off = static_cast<size_t>(p.offset) * esize;
+    w.add("param/" + p.name, gpt.dtype(), shape, params.data() + off);
+    w.add("adam.m/" + p.name, gpt.dtype(), shape, m.data() + off);
+    w.add("adam.v/" + p.name, gpt.dtype(), shape, v.data() + off);
+  }
+  const std::string name = step_file_name(state.step);
+  TT_TRY(w.write_atomic(dir + "/" + name));
+  TT_TRY(write_text_atomic(dir + "/latest", name + "\n"));
+  TT_LOG(INFO, CKPT, "wrote checkpoint %s/%s", dir.c_str(), name.c_str());
+  std::vector<std::string> files = step_files(dir);
+  while (static_cast<int64_t>(files.size()) > keep) {
+    if (files.front() != name) ::unlink((dir + "/" + files.front()).c_str());
+    files.erase(files.begin());
+  }
+  return Status::ok();
+}
+
+Result<std::string> find_checkpoint(const std::string& dir, const std::string& resume) {
+  if (resume != "latest") {
+    struct stat st {};
+    TT_RETURN_IF(stat(resume.c_str(), &st) != 0, kNotFound, "checkpoint '%s' does not exist", resume.c_str());
+    return resume;
+  }
+  FILE* f = std::fopen((dir + "/latest").c_str(), "r");
+  if (f != nullptr) {
+    char buf[256] = {};
+    const bool got = std::fgets(buf, sizeof(buf), f) != nullptr;
+    std::fclose(f);
+    std::string name = got ? std::string(buf) : "";
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+    TT_RETURN_IF(name.empty() || name.find('/') != std::string::npos, kDataLoss,
+                 "'%s/latest' does not name a checkpoint file", dir.c_str());
+    return dir + "/" + name;
+  }
+  std::vector<std::string> files = step_files(dir);
+  TT_RETURN_IF(files.empty(), kNotFound, "no checkpoint to resume from in '%s'", dir.c_str());
+  return dir + "/" + files.back();
+}
+
+Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Gpt& gpt,
+                                        AdamW& opt) {
+  TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
+  const nlohmann::json& meta = r.meta();
+  TT_RETURN_IF(meta.value("format", "") != kFormat, kDataLoss, "'%s' is a tensor file but not a tiertrain checkpoint",
+               path.c_str());
+  TT_RETURN_IF(meta.value("version", 0) != kVersion, kFailedPrecondition,
+               "checkpoint '%s' has format version %d; this build reads version %d", path.c_str(),
+               meta.value("version", 0), kVersion);
+  CheckpointState st;
+  try {
+    const auto& m = meta.at("model");
+    st.model = GptConfig{m.at("vocab").get<int>(), m.at("layers").get<int>(), m.at("dim").get<int>(),
+                         m.at("heads").get<int>(), m.at("seq").get<int>()};
+    TT_ASSIGN_OR_RETURN(st.dtype, parse_dtype(meta.at("dtype").get<std::string>()));
+    st.step = meta.at("step").get<int64_t>();
+    st.batch = meta.at("batch").get<int>();
+    st.seed = meta.at("seed").get<uint64_t>();
+    st.data_path = meta.at("data").at("path").get<std::string>();
+    st.data_fingerprint = meta.at("data").at("fingerprint").get<uint64_t>();
+    st.sampler.epoch = meta.at("sampler").at("epoch").get<uint64_t>();
+    st.sampler.cursor = meta.at("sampler").at("cursor").get<uint64_t>();
+    const auto rng = meta.at("rng").get<std::vector<uint64_t>>();
+    TT_RETURN_IF(rng.size() != st.rng.size(), kDataLoss, "checkpoint '%s': RNG state has %zu words, expected %zu",
+                 path.c_str(), rng.size(), st.rng.size());
+    std::copy(rng.begin(), rng.end(), st.rng.begin());
+    st.config = meta.value("config", nlohmann::json::object());
+    const int64_t opt_step = meta.at("optimizer").at("step").get<int64_t>();
+    opt.set_steps_taken(opt_step);
+  } catch (const nlohmann::json::exception& e) {
+    return make_status(StatusCode::kDataLoss, "checkpoint '%s' has malformed metadata: %s", path.c_str(), e.what());
+  }
+
+  // What must match for the run to continue.
+  std::string mismatch;
+  auto differ = [&](const char* what, long long have, long long want) {
+    if (have != want)
+      mismatch += str_format("%s%s is %lld in the checkpoint but %lld now", mismatch.empty() ? "" : "; ", what, have,
+                             want);
+  };
+  differ("layers", st.model.layers, expected.model.layers);
+  differ("dim", st.model.dim, expected.model.dim);
+  differ("heads", st.model.heads, expected.model.heads);
+  differ("seq", st.model.seq, expected.model.seq);
+  differ("vocab", st.model.vocab, expected.model.vocab);
+  if (st.dtype != expected.dtype)
+    mismatch += str_format("%sdtype is %s in the checkpoint but %s now", mismatch.empty() ? "" : "; ",
+                           dtype_name(st.dtype), dtype_name(expected.dtype));
+  if (st.data_fingerprint != expected.data_fingerprint)
+    mismatch += str_format("%sthe dataset differs (checkpoint: '%s', fingerprint %016llx; now: '%s', %016llx)",
+                           mismatch.empty() ? "" : "; ", st.data_path.c_str(),
+                           static_cast<unsigned long long>(st.data_fingerprint), expected.data_path.c_str(),
+                           static_cast<unsigned long long>(expected.data_fingerprint));
+  TT_RETURN_IF(!mismatch.empty(), kFailedPrecondition, "checkpoint '%s' does not match this run: %s", path.c_str(),
+               mismatch.c_str());
+  if (st.batch != expected.batch)
+    TT_LOG(WARN, CKPT, "checkpoint was written with --batch %d, resuming with %d: the run will not be bit-identical",
+           st.batch, expected.batch);
+  if (st.seed != expected.seed)
+    TT_LOG(WARN, CKPT, "checkpoint was written with --seed %llu, resuming with %llu: the data order changes",
+           static_cast<unsigned long long>(st.seed), static_cast<unsigned long long>(expected.seed));
+
+  const size_t esize = dtype_size(gpt.dtype());
+  const size_t bytes = gpt.flat_params().nbytes();
+  std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
+  for (const ParamInfo& p : gpt.params()) {
+    std::vector<int64_t> shape;
+    for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
+    const size_t off = static_cast<size_t>(p.offset) * esize;
+    TT_TRY(r.read("param/" + p.name, gpt.dtype(), shape, params.data() + off));
+    TT_TRY(r.read("adam.m/" + p.name, gpt.dtype(), shape, m.data() + off));
+    TT_TRY(r.read("adam.v/" + p.name, gpt.dtype(), shape, v.data() + off));
+  }
+  Backend& be = gpt.backend();
+  be.copy_h2d(gpt.flat_params(), params.data(), be.compute_stream());
+  be.copy_h2d(opt.m(), m.data(), be.compute_stream());
+  be.copy_h2d(opt.v(), v.data(), be.compute_stream());
+  TT_TRY(be.compute_stream().synchronize());
+  TT_LOG(INFO, CKPT, "resumed from %s at step %lld", path.c_str(), static_cast<long long>(st.step));
+  return st;
+}
+
+}  // namespace tt

@@ -1,0 +1,51 @@
+// exec/checkpoint: everything needed to continue a run bit for bit (parameters, AdamW moments and step, data
+// position, RNG state, configuration), in one .ttf file written atomically. docs/CHECKPOINTS.md describes the
+// format; a resumed run checks that model shape, dtype and dataset match and names what differs.
+//
+//   TT_TRY(ensure_checkpoint_dir(dir));                        // before step 1: fail early, lose nothing
+//   TT_TRY(save_checkpoint(dir, state, gpt, opt, keep));        // step_00000100.ttf + "latest"
+//   TT_ASSIGN_OR_RETURN(std::string path, find_checkpoint(dir, "latest"));
+//   TT_ASSIGN_OR_RETURN(CheckpointState st, load_checkpoint(path, expected, gpt, opt));
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/rng.h"
+#include "data/sampler.h"
+#include "model/adamw.h"
+#include "model/gpt.h"
+
+namespace tt {
+
+struct CheckpointState {
+  int64_t step = 0;  // optimizer steps completed
+  data::SamplerState sampler;
+  Rng::State rng{};
+  GptConfig model;
+  DType dtype = DType::kF32;
+  int batch = 0;
+  uint64_t seed = 0;
+  std::string data_path;
+  uint64_t data_fingerprint = 0;
+  nlohmann::json config;  // the resolved knobs of the run that wrote it
+};
+
+// Creates dir if needed and proves it writable (creates and removes a probe file).
+Status ensure_checkpoint_dir(const std::string& dir);
+
+// Writes <dir>/step_<step>.ttf atomically, then points <dir>/latest at it (also atomically), then removes the
+// oldest step_*.ttf beyond `keep`.
+Status save_checkpoint(const std::string& dir, const CheckpointState& state, Gpt& gpt, AdamW& opt, int64_t keep);
+
+// `resume` is "latest" (the file named by <dir>/latest, else the highest step_*.ttf) or a file path.
+Result<std::string> find_checkpoint(const std::string& dir, const std::string& resume);
+
+// Checks the file against `expected` (model shape, dtype, data fingerprint must match; batch, seed and data path
+// differences are reported as warnings), then loads parameters and optimizer state into gpt and opt.
+Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Gpt& gpt,
+                                        AdamW& opt);
+
+}  // namespace tt

@@ -1,0 +1,150 @@
+#include "exec/train_config.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/log.h"
+
+namespace tt {
+
+void declare_train_knobs(Config& cfg) {
+  using K = KnobType;
+  auto knob = [&](const char* group, const char* name, K type, const char* def, const char* help, double min = -INFINITY,
+                  double max = INFINITY) {
+    KnobSpec s;
+    s.group = group;
+    s.name = name;
+    s.type = type;
+    s.default_value = def;
+    s.help = help;
+    s.min = min;
+    s.max = max;
+    cfg.declare(std::move(s));
+  };
+  knob("general", "config", K::kString, "", "JSON file of knob values (lower priority than env and flags)");
+
+  knob("model", "layers", K::kInt, "4", "transformer blocks", 1, 4096);
+  knob("model", "dim", K::kInt, "128", "model width d", 1, 1 << 16);
+  knob("model", "heads", K::kInt, "4", "attention heads (must divide dim)", 1, 1024);
+  knob("model", "seq", K::kInt, "128", "sequence length T", 1, 1 << 20);
+
+  knob("data", "data", K::kString, kDefaultCorpus, "text file, folder of text files, or llm.c token shard(s)");
+  knob("data", "val_fraction", K::kFloat, "0.05", "share of each file held out for validation", 0, 0.5);
+
+  knob("train", "batch", K::kInt, "16", "sequences per step B", 1, 1 << 20);
+  knob("train", "steps", K::kInt, "600", "optimizer steps (length of the LR schedule)", 1, 1e12);
+  knob("train", "stop_at", K::kInt, "0", "stop after this step, keeping the schedule of --steps (0: run all)", 0,
+       1e12);
+  knob("train", "lr", K::kFloat, "3e-3", "peak learning rate", 0, 10);
+  knob("train", "min_lr_frac", K::kFloat, "0.1", "final learning rate as a fraction of --lr (cosine decay)", 0, 1);
+  knob("train", "warmup", K::kInt, "30", "linear warmup steps", 0, 1e12);
+  knob("train", "weight_decay", K::kFloat, "0.1", "AdamW weight decay (matrices and embeddings only)", 0, 10);
+  knob("train", "grad_clip", K::kFloat, "1.0", "global gradient-norm clip (0: off)", 0, 1e6);
+  knob("train", "beta1", K::kFloat, "0.9", "AdamW beta1", 0, 0.999999);
+  knob("train", "beta2", K::kFloat, "0.95", "AdamW beta2", 0, 0.999999);
+  knob("train", "seed", K::kInt, "1337", "seed of initialisation and data order", 0, 9.2e18);
+
+  KnobSpec backend;
+  backend.group = "runtime";
+  backend.name = "backend";
+  backend.type = K::kChoice;
+  backend.default_value = "auto";
+  backend.choices = {"auto", "cpu", "cuda"};
+  backend.help = "device to train on (auto: the GPU when the CUDA backend is available, else the CPU)";
+  cfg.declare(std::move(backend));
+  knob("runtime", "device_budget", K::kBytes, "0",
+       "hard cap on device memory, e.g. 512MiB, 2GiB (0: half the RAM on the CPU backend)", 0, 9e18);
+  knob("runtime", "threads", K::kInt, "0", "CPU threads for kernels (0: all cores)", 0, 4096);
+
+  knob("checkpoint", "checkpoint_dir", K::kString, "", "folder for checkpoints (created if missing)");
+  knob("checkpoint", "checkpoint_every", K::kInt, "0", "write a checkpoint every N steps (0: only at the end)", 0,
+       1e12);
+  knob("checkpoint", "keep_checkpoints", K::kInt, "3", "checkpoints kept in --checkpoint-dir (older ones removed)", 1,
+       1e6);
+  KnobSpec resume;
+  resume.group = "checkpoint";
+  resume.name = "resume";
+  resume.type = K::kString;
+  resume.default_value = "";
+  resume.implicit_value = "latest";
+  resume.help = "continue from a checkpoint: --resume (latest in --checkpoint-dir) or --resume=FILE";
+  cfg.declare(std::move(resume));
+
+  knob("eval", "eval_every", K::kInt, "100", "validation loss every N steps and at the end (0: never)", 0, 1e12);
+  knob("eval", "eval_batches", K::kInt, "20", "validation batches per evaluation", 1, 1e9);
+
+  knob("output", "metrics_out", K::kString, "", "JSON file of metrics written at the end");
+  knob("output", "log_every", K::kInt, "10", "progress line every N steps", 1, 1e12);
+
+  KnobSpec debug;
+  debug.group = "logging";
+  debug.name = "debug";
+  debug.type = K::kChoice;
+  debug.default_value = "WARN";
+  debug.choices = {"NONE", "WARN", "INFO", "TRACE"};
+  debug.help = "log level on stderr";
+  cfg.declare(std::move(debug));
+  KnobSpec subsys;
+  subsys.group = "logging";
+  subsys.name = "debug_subsys";
+  subsys.type = K::kString;
+  subsys.default_value = "ALL";
+  subsys.help = "subsystems to log: ALL, or a list of MEM,SWAP,UM,PERF,COMM,MESH,DATA,EXEC,CKPT (^X: all but X)";
+  subsys.validate = [](const std::string& text) { return log::parse_subsys(text).take_status(); };
+  cfg.declare(std::move(subsys));
+}
+
+Result<TrainConfig> train_config_from(const Config& cfg) {
+  TrainConfig tc;
+  tc.model.layers = static_cast<int>(cfg.get_int("layers"));
+  tc.model.dim = static_cast<int>(cfg.get_int("dim"));
+  tc.model.heads = static_cast<int>(cfg.get_int("heads"));
+  tc.model.seq = static_cast<int>(cfg.get_int("seq"));
+  tc.data = cfg.get_string("data");
+  tc.val_fraction = cfg.get_float("val_fraction");
+  tc.batch = static_cast<int>(cfg.get_int("batch"));
+  tc.steps = cfg.get_int("steps");
+  tc.stop_at = cfg.get_int("stop_at");
+  tc.lr = static_cast<float>(cfg.get_float("lr"));
+  tc.min_lr_frac = static_cast<float>(cfg.get_float("min_lr_frac"));
+  tc.warmup = cfg.get_int("warmup");
+  tc.weight_decay = static_cast<float>(cfg.get_float("weight_decay"));
+  tc.grad_clip = static_cast<float>(cfg.get_float("grad_clip"));
+  tc.beta1 = static_cast<float>(cfg.get_float("beta1"));
+  tc.beta2 = static_cast<float>(cfg.get_float("beta2"));
+  tc.seed = static_cast<uint64_t>(cfg.get_int("seed"));
+  tc.backend = cfg.get_string("backend");
+  tc.device_budget = cfg.get_bytes("device_budget");
+  tc.threads = static_cast<int>(cfg.get_int("threads"));
+  tc.checkpoint_dir = cfg.get_string("checkpoint_dir");
+  tc.checkpoint_every = cfg.get_int("checkpoint_every");
+  tc.keep_checkpoints = cfg.get_int("keep_checkpoints");
+  tc.resume = cfg.get_string("resume");
+  tc.eval_every = cfg.get_int("eval_every");
+  tc.eval_batches = cfg.get_int("eval_batches");
+  tc.metrics_out = cfg.get_string("metrics_out");
+  tc.log_every = cfg.get_int("log_every");
+  tc.resolved = cfg.to_json();
+
+  TT_RETURN_IF(tc.model.dim % tc.model.heads != 0, kInvalidArgument, "--dim %d is not divisible by --heads %d",
+               tc.model.dim, tc.model.heads);
+  TT_RETURN_IF(tc.stop_at > tc.steps, kInvalidArgument, "--stop-at %lld is beyond --steps %lld",
+               static_cast<long long>(tc.stop_at), static_cast<long long>(tc.steps));
+  TT_RETURN_IF(tc.checkpoint_every > 0 && tc.checkpoint_dir.empty(), kInvalidArgument,
+               "--checkpoint-every needs --checkpoint-dir");
+  TT_RETURN_IF(tc.resume == "latest" && tc.checkpoint_dir.empty(), kInvalidArgument,
+               "--resume without a file needs --checkpoint-dir to find the latest checkpoint");
+  return tc;
+}
+
+float learning_rate(const TrainConfig& tc, int64_t step) {
+  const double lr = tc.lr, min_lr = tc.lr * static_cast<double>(tc.min_lr_frac);
+  if (tc.warmup > 0 && step <= tc.warmup) return static_cast<float>(lr * static_cast<double>(step) / tc.warmup);
+  const int64_t decay_steps = tc.steps - tc.warmup;
+  if (decay_steps <= 0) return static_cast<float>(lr);
+  const double progress = static_cast<double>(step - tc.warmup) / static_cast<double>(decay_steps);
+  const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * std::min(progress, 1.0)));
+  return static_cast<float>(min_lr + coeff * (lr - min_lr));
+}
+
+}  // namespace tt

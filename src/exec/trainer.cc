@@ -1,0 +1,343 @@
+#include "exec/trainer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstring>
+#include <fstream>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/log.h"
+#include "core/units.h"
+#include "exec/checkpoint.h"
+#ifdef TIERTRAIN_HAVE_CUDA
+#include "backend/cuda/cuda_probe.h"
+#endif
+
+namespace tt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string tokens_rate(double tps) {
+  if (tps >= 1e6) return str_format("%.2fM", tps / 1e6);
+  if (tps >= 1e3) return str_format("%.1fk", tps / 1e3);
+  return str_format("%.0f", tps);
+}
+
+}  // namespace
+
+std::string MemoryNeed::describe() const {
+  std::string s;
+  for (int c = 0; c < kNumTensorClasses; ++c) {
+    if (per_class[c] == 0) continue;
+    s += str_format("%s%s %s", s.empty() ? "" : ", ", tensor_class_name(static_cast<TensorClass>(c)),
+                    format_bytes(per_class[c]).c_str());
+  }
+  return s;
+}
+
+MemoryNeed in_core_memory_need(const GptConfig& model, int batch, DType dtype) {
+  MemoryNeed need;
+  auto add = [&](const std::vector<AllocRequest>& reqs) {
+    for (const AllocRequest& r : reqs) {
+      const int64_t bytes = static_cast<int64_t>(
+          memory::device_alloc_size(static_cast<size_t>(r.shape.numel()) * dtype_size(r.dtype)));
+      need.per_class[static_cast<int>(r.cls)] += bytes;
+      need.total += bytes;
+    }
+  };
+  add(Gpt::allocation_list(model, batch, dtype));
+  add(AdamW::allocation_list(gpt_num_params(model), dtype));
+  return need;
+}
+
+void Trainer::print(const char* fmt, ...) const {
+  if (out_ == nullptr) return;
+  va_list args;
+  va_start(args, fmt);
+  std::vfprintf(out_, fmt, args);
+  va_end(args);
+  std::fflush(out_);
+}
+
+Trainer::~Trainer() {
+  if (backend_) (void)backend_->synchronize_all();
+  opt_.reset();
+  gpt_.reset();
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE* out) {
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->cfg_ = config;
+  t->out_ = out;
+  TrainConfig& cfg = t->cfg_;
+
+  // Fail on what can be checked cheaply before reading data or allocating.
+  if (!cfg.checkpoint_dir.empty()) TT_TRY(ensure_checkpoint_dir(cfg.checkpoint_dir));
+
+  TT_ASSIGN_OR_RETURN(t->dataset_, data::TokenDataset::load(cfg.data, cfg.val_fraction));
+  cfg.model.vocab = t->dataset_.vocab();
+  TT_TRY(cfg.model.validate());
+
+  // Backend.
+  std::string backend = cfg.backend;
+  if (backend == "cuda") {
+    return make_status(StatusCode::kUnimplemented,
+                       "--backend cuda: the CUDA training backend is not part of this build yet; use --backend cpu "
+                       "(or auto)");
+  }
+  if (backend == "auto") {
+    backend = "cpu";
+#ifdef TIERTRAIN_HAVE_CUDA
+    cuda::GpuInfo gpu = cuda::probe();
+    if (gpu.count > 0)
+      t->backend_note_ = str_format("found %d GPU(s) (%s), but the CUDA training backend is not part of this build "
+                                    "yet: training on the CPU backend",
+                                    gpu.count, gpu.name.c_str());
+#endif
+  }
+  const DType dtype = DType::kF32;
+  const MemoryNeed need = in_core_memory_need(cfg.model, cfg.batch, dtype);
+  int64_t budget = cfg.device_budget;
+  if (budget == 0) budget = std::max<int64_t>(cpu::physical_memory_bytes() / 2, need.total);
+  TT_RETURN_IF(need.total > budget, kOutOfMemory,
+               "the model does not fit the device budget even in-core: it needs %s (%s) but the budget is %s "
+               "(--device-budget). Raise --device-budget, or reduce --batch, --seq, --dim or --layers",
+               format_bytes(need.total).c_str(), need.describe().c_str(), format_bytes(budget).c_str());
+  TT_ASSIGN_OR_RETURN(t->backend_, cpu::create_backend({.device_budget = budget, .threads = cfg.threads}));
+
+  TT_ASSIGN_OR_RETURN(t->gpt_, Gpt::create(*t->backend_, cfg.model, cfg.batch, dtype));
+  TT_TRY(t->gpt_->init_params(cfg.seed));
+  AdamWHyper hp;
+  hp.beta1 = cfg.beta1;
+  hp.beta2 = cfg.beta2;
+  hp.weight_decay = cfg.weight_decay;
+  hp.grad_clip = cfg.grad_clip;
+  TT_ASSIGN_OR_RETURN(t->opt_, AdamW::create(*t->backend_, t->gpt_->params(), t->gpt_->flat_params(),
+                                             t->gpt_->flat_grads(), hp));
+  TT_ASSIGN_OR_RETURN(data::BatchSampler sampler,
+                      data::BatchSampler::create(&t->dataset_.train(), cfg.batch, cfg.model.seq, cfg.seed));
+  t->sampler_ = std::make_unique<data::BatchSampler>(std::move(sampler));
+  t->rng_.reseed(cfg.seed);
+  t->input_ready_ = t->backend_->create_event();
+  const size_t bt = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);
+  t->host_tokens_.resize(bt);
+  t->host_targets_.resize(bt);
+  t->host_losses_.resize(bt);
+
+  if (!cfg.resume.empty()) {
+    TT_ASSIGN_OR_RETURN(std::string path, find_checkpoint(cfg.checkpoint_dir, cfg.resume));
+    CheckpointState expected;
+    expected.model = cfg.model;
+    expected.dtype = dtype;
+    expected.batch = cfg.batch;
+    expected.seed = cfg.seed;
+    expected.data_path = cfg.data;
+    expected.data_fingerprint = t->dataset_.info().fingerprint;
+    auto loaded = load_checkpoint(path, expected, *t->gpt_, *t->opt_);
+    if (!loaded.is_ok()) return std::move(loaded.take_status().with_context("cannot resume"));
+    const CheckpointState& st = loaded.value();
+    t->sampler_->set_state(st.sampler);
+    t->rng_.set_state(st.rng);
+    t->step_ = st.step;
+    t->print("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(st.step));
+  }
+  return t;
+}
+
+Status Trainer::train_step(StepRecord* rec) {
+  Backend& be = *backend_;
+  sampler_->next(host_tokens_.data(), host_targets_.data());
+  be.copy_h2d(gpt_->tokens(), host_tokens_.data(), be.h2d_stream());
+  be.copy_h2d(gpt_->targets(), host_targets_.data(), be.h2d_stream());
+  be.h2d_stream().record(*input_ready_);
+  be.compute_stream().wait(*input_ready_);
+  const int64_t step = step_ + 1;
+  const float lr = learning_rate(cfg_, step);
+  gpt_->forward();
+  gpt_->backward();
+  opt_->step(lr);
+  float norm_sq = 0;
+  be.copy_d2h(host_losses_.data(), gpt_->losses(), be.compute_stream());
+  be.copy_d2h(&norm_sq, opt_->grad_norm_sq(), be.compute_stream());
+  TT_TRY(be.compute_stream().synchronize());
+  double sum = 0;
+  for (float l : host_losses_) sum += static_cast<double>(l);
+  rec->step = step;
+  rec->loss = sum / static_cast<double>(host_losses_.size());
+  rec->lr = lr;
+  rec->grad_norm = std::sqrt(static_cast<double>(norm_sq));
+  TT_RETURN_IF(!std::isfinite(rec->loss), kInternal,
+               "loss is %f at step %lld: training diverged (try a lower --lr or a --grad-clip)", rec->loss,
+               static_cast<long long>(step));
+  step_ = step;
+  return Status::ok();
+}
+
+Result<EvalRecord> Trainer::evaluate() {
+  Backend& be = *backend_;
+  const int B = cfg_.batch, T = cfg_.model.seq;
+  const int64_t available = data::val_batches_available(dataset_.val(), B, T);
+  const int64_t n = std::min<int64_t>(available, cfg_.eval_batches);
+  TT_RETURN_IF(n == 0, kFailedPrecondition,
+               "the validation split (%zu tokens) is too small for one batch of %d x %d tokens; raise --val-fraction",
+               dataset_.val().size(), B, T + 1);
+  double sum = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    data::val_batch(dataset_.val(), B, T, k, host_tokens_.data(), host_targets_.data());
+    be.copy_h2d(gpt_->tokens(), host_tokens_.data(), be.compute_stream());
+    be.copy_h2d(gpt_->targets(), host_targets_.data(), be.compute_stream());
+    gpt_->forward();
+    be.copy_d2h(host_losses_.data(), gpt_->losses(), be.compute_stream());
+    TT_TRY(be.compute_stream().synchronize());
+    double s = 0;
+    for (float l : host_losses_) s += static_cast<double>(l);
+    sum += s / static_cast<double>(host_losses_.size());
+  }
+  return EvalRecord{step_, sum / static_cast<double>(n), n};
+}
+
+Status Trainer::save(int64_t step) {
+  CheckpointState st;
+  st.step = step;
+  st.sampler = sampler_->state();
+  st.rng = rng_.state();
+  st.model = cfg_.model;
+  st.dtype = gpt_->dtype();
+  st.batch = cfg_.batch;
+  st.seed = cfg_.seed;
+  st.data_path = cfg_.data;
+  st.data_fingerprint = dataset_.info().fingerprint;
+  st.config = cfg_.resolved;
+  TT_TRY(save_checkpoint(cfg_.checkpoint_dir, st, *gpt_, *opt_, cfg_.keep_checkpoints));
+  print("step %6lld | checkpoint written to %s\n", static_cast<long long>(step), cfg_.checkpoint_dir.c_str());
+  return Status::ok();
+}
+
+Result<TrainSummary> Trainer::run() {
+  const int64_t end = cfg_.stop_at > 0 ? cfg_.stop_at : cfg_.steps;
+  const int64_t B = cfg_.batch, T = cfg_.model.seq;
+  TrainSummary summary;
+  summary.first_step = step_ + 1;
+  if (!backend_note_.empty()) print("note: %s\n", backend_note_.c_str());
+  print("%s\n", dataset_.describe().c_str());
+  print("model: GPT L%d d%d H%d T%d vocab %d, %lld parameters | batch %lld (%lld tokens/step) | %s\n",
+        cfg_.model.layers, cfg_.model.dim, cfg_.model.heads, cfg_.model.seq, cfg_.model.vocab,
+        static_cast<long long>(gpt_num_params(cfg_.model)), static_cast<long long>(B),
+        static_cast<long long>(B * T), backend_->describe().c_str());
+  if (step_ >= end) {
+    print("nothing to do: already at step %lld of %lld\n", static_cast<long long>(step_),
+          static_cast<long long>(end));
+    summary.last_step = step_;
+    return summary;
+  }
+  const auto t0 = Clock::now();
+  std::vector<double> step_ms;
+  bool warned_eval = false;
+  int64_t last_saved = -1;
+  while (step_ < end) {
+    StepRecord rec;
+    const auto s0 = Clock::now();
+    TT_TRY(train_step(&rec));
+    rec.ms = std::chrono::duration<double, std::milli>(Clock::now() - s0).count();
+    rec.tokens_per_s = static_cast<double>(B * T) / (rec.ms / 1e3);
+    history_.push_back(rec);
+    if (history_.size() == 1) summary.first_loss = rec.loss;
+    if (history_.size() > 1 || end - summary.first_step == 0) step_ms.push_back(rec.ms);
+    const bool last = step_ == end;
+    if (step_ % cfg_.log_every == 0 || last || history_.size() == 1) {
+      print("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s | %.1f ms/step | dev peak %s\n",
+            static_cast<long long>(step_), static_cast<long long>(cfg_.steps), rec.loss, rec.lr, rec.grad_norm,
+            tokens_rate(rec.tokens_per_s).c_str(), rec.ms,
+            format_bytes(static_cast<int64_t>(backend_->pool().peak_in_use())).c_str());
+    }
+    if (cfg_.eval_every > 0 && (step_ % cfg_.eval_every == 0 || last)) {
+      Result<EvalRecord> ev = evaluate();
+      if (ev.is_ok()) {
+        evals_.push_back(ev.value());
+        print("step %6lld | val loss %.4f (%lld batches)\n", static_cast<long long>(step_), ev->loss,
+              static_cast<long long>(ev->batches));
+      } else if (!warned_eval) {
+        warned_eval = true;
+        print("warning: no validation: %s\n", ev.status().message().c_str());
+      }
+    }
+    if (!cfg_.checkpoint_dir.empty() &&
+        ((cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0) || last)) {
+      TT_TRY(save(step_));
+      last_saved = step_;
+    }
+  }
+  (void)last_saved;
+  summary.last_step = step_;
+  summary.last_loss = history_.back().loss;
+  summary.last_val_loss = evals_.empty() ? -1 : evals_.back().loss;
+  summary.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  summary.median_ms = median(step_ms);
+  summary.median_tokens_per_s = summary.median_ms > 0 ? static_cast<double>(B * T) / (summary.median_ms / 1e3) : 0;
+  summary.device_peak_bytes = static_cast<int64_t>(backend_->pool().peak_in_use());
+  print("done: steps %lld-%lld in %.1f s | loss %.4f -> %.4f", static_cast<long long>(summary.first_step),
+        static_cast<long long>(summary.last_step), summary.wall_s, summary.first_loss, summary.last_loss);
+  if (summary.last_val_loss >= 0) print(" | val loss %.4f", summary.last_val_loss);
+  print(" | median %s tok/s, %.1f ms/step | device peak %s of %s budget\n",
+        tokens_rate(summary.median_tokens_per_s).c_str(), summary.median_ms,
+        format_bytes(summary.device_peak_bytes).c_str(),
+        format_bytes(static_cast<int64_t>(backend_->pool().budget())).c_str());
+  if (!cfg_.metrics_out.empty()) TT_TRY(write_metrics(summary));
+  return summary;
+}
+
+Status Trainer::write_metrics(const TrainSummary& summary) const {
+  nlohmann::json j;
+  j["config"] = cfg_.resolved;
+  j["backend"] = backend_->describe();
+  j["dataset"] = {{"kind", dataset_.info().kind},
+                  {"path", dataset_.info().path},
+                  {"files", dataset_.info().files.size()},
+                  {"vocab", dataset_.vocab()},
+                  {"train_tokens", dataset_.train().size()},
+                  {"val_tokens", dataset_.val().size()}};
+  j["model"] = {{"layers", cfg_.model.layers}, {"dim", cfg_.model.dim},   {"heads", cfg_.model.heads},
+                {"seq", cfg_.model.seq},       {"vocab", cfg_.model.vocab}, {"params", gpt_num_params(cfg_.model)}};
+  nlohmann::json steps = nlohmann::json::array();
+  for (const StepRecord& r : history_)
+    steps.push_back({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}, {"ms", r.ms},
+                     {"tokens_per_s", r.tokens_per_s}});
+  j["steps"] = steps;
+  nlohmann::json val = nlohmann::json::array();
+  for (const EvalRecord& e : evals_) val.push_back({{"step", e.step}, {"loss", e.loss}, {"batches", e.batches}});
+  j["val"] = val;
+  j["summary"] = {{"first_step", summary.first_step},
+                  {"last_step", summary.last_step},
+                  {"first_loss", summary.first_loss},
+                  {"last_loss", summary.last_loss},
+                  {"last_val_loss", summary.last_val_loss < 0 ? nlohmann::json() : nlohmann::json(summary.last_val_loss)},
+                  {"median_ms_per_step", summary.median_ms},
+                  {"median_tokens_per_s", summary.median_tokens_per_s},
+                  {"tokens_per_step", static_cast<int64_t>(cfg_.batch) * cfg_.model.seq},
+                  {"wall_s", summary.wall_s}};
+  j["memory"] = backend_->stats().to_json();
+  j["memory"]["device"]["budget"] = backend_->pool().budget();
+  const std::string tmp = cfg_.metrics_out + ".tmp";
+  {
+    std::ofstream f(tmp);
+    TT_RETURN_IF(!f, kIoError, "cannot write metrics file '%s': %s", cfg_.metrics_out.c_str(), std::strerror(errno));
+    f << j.dump(2) << "\n";
+    TT_RETURN_IF(!f.good(), kIoError, "writing metrics file '%s' failed", cfg_.metrics_out.c_str());
+  }
+  TT_RETURN_IF(std::rename(tmp.c_str(), cfg_.metrics_out.c_str()) != 0, kIoError, "cannot rename '%s' to '%s': %s",
+               tmp.c_str(), cfg_.metrics_out.c_str(), std::strerror(errno));
+  return Status::ok();
+}
+
+}  // namespace tt

@@ -1,0 +1,110 @@
+// exec/trainer: one training run of the GPT: loads data, picks the backend, checks the model fits the device budget
+// before allocating anything, trains with AdamW and the LR schedule, evaluates, checkpoints, resumes, and reports
+// progress lines and a metrics JSON.
+//
+// This is the in-core executor: every tensor stays resident in the device pool. The plan-driven out-of-core
+// executor (swap, recompute, host streaming) builds on the same step structure.
+//
+//   TT_ASSIGN_OR_RETURN(auto trainer, Trainer::create(train_config));
+//   TT_ASSIGN_OR_RETURN(TrainSummary s, trainer->run());
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "core/rng.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "exec/train_config.h"
+#include "model/adamw.h"
+#include "model/gpt.h"
+
+namespace tt {
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  double ms = 0;
+  double tokens_per_s = 0;
+};
+
+struct EvalRecord {
+  int64_t step = 0;
+  double loss = 0;
+  int64_t batches = 0;
+};
+
+struct TrainSummary {
+  int64_t first_step = 0;  // first step run by this invocation
+  int64_t last_step = 0;
+  double first_loss = 0;
+  double last_loss = 0;
+  double last_val_loss = -1;  // < 0: never evaluated
+  double median_ms = 0;
+  double median_tokens_per_s = 0;
+  double wall_s = 0;
+  int64_t device_peak_bytes = 0;
+};
+
+// Device bytes a run of this configuration needs in-core, per tensor class (each request rounded to the pool's
+// alignment), for the up-front budget check and the error message.
+struct MemoryNeed {
+  int64_t per_class[kNumTensorClasses] = {};
+  int64_t total = 0;
+  std::string describe() const;
+};
+MemoryNeed in_core_memory_need(const GptConfig& model, int batch, DType dtype);
+
+class Trainer {
+ public:
+  // `out` receives the progress lines (stdout in the CLI; nullptr: quiet).
+  static Result<std::unique_ptr<Trainer>> create(const TrainConfig& config, FILE* out = stdout);
+  ~Trainer();
+
+  // Runs from the current step (0, or the resumed one) to --stop-at or --steps.
+  Result<TrainSummary> run();
+
+  Gpt& model() { return *gpt_; }
+  AdamW& optimizer() { return *opt_; }
+  Backend& backend() { return *backend_; }
+  const data::TokenDataset& dataset() const { return dataset_; }
+  const std::vector<StepRecord>& history() const { return history_; }
+  const std::vector<EvalRecord>& evals() const { return evals_; }
+  int64_t step() const { return step_; }
+  // Mean validation loss over --eval-batches batches (or as many as the split holds).
+  Result<EvalRecord> evaluate();
+
+ private:
+  Trainer() = default;
+  Status train_step(StepRecord* rec);
+  Status save(int64_t step);
+  Status write_metrics(const TrainSummary& summary) const;
+  void print(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
+
+  TrainConfig cfg_;
+  FILE* out_ = nullptr;
+  data::TokenDataset dataset_;
+  std::unique_ptr<data::BatchSampler> sampler_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Gpt> gpt_;
+  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<Event> input_ready_;
+  Rng rng_;
+  int64_t step_ = 0;
+  std::vector<int32_t> host_tokens_, host_targets_;
+  std::vector<float> host_losses_;
+  std::vector<double> host_losses_f64_;
+  std::vector<StepRecord> history_;
+  std::vector<EvalRecord> evals_;
+  std::string backend_note_;
+};
+
+}  // namespace tt
