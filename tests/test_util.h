@@ -15,7 +15,7 @@
 
 namespace tt::testing {
 
-inline std::string data_path(const std::string& name) { return std::string(TT_TEST_DATA_DIR) + "/" + name; }
+inline std::string data_path(const std::string& name) { return std::string(TT_TEST_GOLDEN_DIR) + "/" + name; }
 
 inline std::unique_ptr<Backend> make_cpu_backend(int64_t budget = int64_t(512) << 20, int threads = 0) {
   auto r = cpu::create_backend({.device_budget = budget, .threads = threads});

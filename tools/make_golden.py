@@ -1,4 +1,4 @@
-"""Write the PyTorch golden references of the GPT model: tests/data/gpt_golden.ttf (float32) and gpt_golden_f64.ttf.
+"""Write the PyTorch golden references of the GPT model: tests/golden/gpt_golden.ttf (float32) and gpt_golden_f64.ttf.
 
 Regenerate with ``python3 tools/make_golden.py`` from the repository root.
 
@@ -113,7 +113,7 @@ def meta_for(dtype_name: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "tests", "data"), help="output folder")
+    parser.add_argument("--out-dir", default=os.path.join(REPO_ROOT, "tests", "golden"), help="output folder")
     args = parser.parse_args()
 
     torch.manual_seed(SEED)

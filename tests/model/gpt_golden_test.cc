@@ -1,6 +1,6 @@
 // The GPT against the PyTorch reference (tools/make_golden.py): same initial parameters and batch; logits, loss,
 // every parameter gradient, and the losses of 10 AdamW steps must match within explicit per-tensor tolerances, in
-// float32 (tests/data/gpt_golden.ttf) and, tightly, in float64 (gpt_golden_f64.ttf).
+// float32 (tests/golden/gpt_golden.ttf) and, tightly, in float64 (gpt_golden_f64.ttf).
 #include <cmath>
 #include <vector>
 

@@ -1,0 +1,226 @@
+// data/: text and token-shard loading, folder rules (binary files and second names skipped), the validation split,
+// bad input, and the sampler's determinism and resumability.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <unistd.h>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "temp_dir.h"
+
+namespace tt::data {
+namespace {
+
+using testing::TempDir;
+
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens, int32_t magic = kShardMagic,
+                 int32_t version = 1, int64_t claimed = -1) {
+  int32_t header[256] = {};
+  header[0] = magic;
+  header[1] = version;
+  header[2] = static_cast<int32_t>(claimed >= 0 ? claimed : static_cast<int64_t>(tokens.size()));
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(header), sizeof(header));
+  f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+}
+
+TEST(Dataset, TextFileIsBytesWithTailValidationSplit) {
+  TempDir dir;
+  const std::string text = "hello world, hello tiertrain\n";
+  auto ds = TokenDataset::load(dir.write("a.txt", text), 0.25);
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  EXPECT_EQ(ds->vocab(), 256);
+  EXPECT_EQ(ds->info().kind, "text");
+  const size_t n_val = static_cast<size_t>(text.size() * 0.25);
+  ASSERT_EQ(ds->val().size(), n_val);
+  ASSERT_EQ(ds->train().size(), text.size() - n_val);
+  for (size_t i = 0; i < ds->train().size(); ++i) EXPECT_EQ(ds->train()[i], static_cast<unsigned char>(text[i]));
+  EXPECT_EQ(ds->val().back(), '\n');
+}
+
+TEST(Dataset, FolderSkipsBinaryAndSecondNamesAndReadsInNameOrder) {
+  TempDir dir;
+  dir.write("b.txt", "bbbb");
+  dir.write("a.txt", "aaaa");
+  std::string binary("xx\0yy", 5);
+  dir.write("a.txt.dat", binary);
+  ASSERT_EQ(symlink("a.txt", dir.file("a.u8").c_str()), 0);
+  std::filesystem::create_directory(dir.file("sub"));
+  dir.write("sub/c.txt", "cccc");
+  dir.write(".hidden", "hhhh");
+  auto ds = TokenDataset::load(dir.path(), 0.0);
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  EXPECT_EQ(ds->info().files.size(), 3u);
+  EXPECT_EQ(ds->info().skipped_files, 2);  // the .dat (binary) and the symlink to a.txt
+  std::string got(ds->train().begin(), ds->train().end());
+  EXPECT_EQ(got, "aaaabbbbcccc");
+  EXPECT_TRUE(ds->val().empty());
+}
+
+TEST(Dataset, DefaultCorpusFolderLoadsEachTextFileOnce) {
+  const char* corpus = "/usr/share/games/fortunes";
+  if (access(corpus, R_OK) != 0) GTEST_SKIP() << corpus << " is not installed (apt-get install fortunes)";
+  auto ds = TokenDataset::load(corpus, 0.05);
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  std::set<std::string> names(ds->info().files.begin(), ds->info().files.end());
+  EXPECT_EQ(names.size(), ds->info().files.size());
+  for (const auto& f : ds->info().files) {
+    EXPECT_FALSE(f.ends_with(".dat")) << f;
+    EXPECT_FALSE(f.ends_with(".u8")) << f;
+  }
+  EXPECT_GT(ds->train().size(), 2'000'000u);
+  EXPECT_GT(ds->val().size(), 100'000u);
+}
+
+TEST(Dataset, BadInputGivesClearErrors) {
+  TempDir dir;
+  auto missing = TokenDataset::load(dir.file("nope.txt"), 0.1);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("does not exist"), std::string::npos);
+  EXPECT_NE(missing.status().message().find("nope.txt"), std::string::npos);
+
+  auto empty = TokenDataset::load(dir.write("empty.txt", ""), 0.1);
+  ASSERT_FALSE(empty.is_ok());
+  EXPECT_NE(empty.status().message().find("is empty"), std::string::npos);
+
+  TempDir only_binary;
+  only_binary.write("x.dat", std::string("\0\1\2", 3));
+  auto bin = TokenDataset::load(only_binary.path(), 0.1);
+  ASSERT_FALSE(bin.is_ok());
+  EXPECT_NE(bin.status().message().find("no text found"), std::string::npos);
+
+  TempDir empty_dir;
+  auto nofiles = TokenDataset::load(empty_dir.path(), 0.1);
+  ASSERT_FALSE(nofiles.is_ok());
+  EXPECT_NE(nofiles.status().message().find("holds no files"), std::string::npos);
+
+  auto badfrac = TokenDataset::load(dir.write("ok.txt", "abc"), 1.5);
+  EXPECT_FALSE(badfrac.is_ok());
+
+  // A path through a regular file cannot exist.
+  auto notdir = TokenDataset::load(dir.file("ok.txt") + "/x", 0.1);
+  EXPECT_FALSE(notdir.is_ok());
+}
+
+TEST(Dataset, TokenShardsWithNamedSplit) {
+  TempDir dir;
+  std::vector<uint16_t> train = {1, 2, 3, 50256, 7}, val = {9, 8};
+  write_shard(dir.file("data_train_000.bin"), train);
+  write_shard(dir.file("data_val_000.bin"), val);
+  auto ds = TokenDataset::load(dir.path(), 0.5);
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  EXPECT_EQ(ds->vocab(), kGpt2Vocab);
+  EXPECT_EQ(ds->info().kind, "token-shards");
+  EXPECT_EQ(ds->train(), train);
+  EXPECT_EQ(ds->val(), val);
+}
+
+TEST(Dataset, SingleShardIsSplitByFraction) {
+  TempDir dir;
+  std::vector<uint16_t> tokens(100);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i * 7);
+  write_shard(dir.file("tokens.bin"), tokens);
+  auto ds = TokenDataset::load(dir.file("tokens.bin"), 0.1);
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  EXPECT_EQ(ds->train().size(), 90u);
+  EXPECT_EQ(ds->val().size(), 10u);
+  EXPECT_EQ(ds->val().front(), tokens[90]);
+}
+
+TEST(Dataset, MalformedShardsAreNamed) {
+  TempDir dir;
+  write_shard(dir.file("short.bin"), {1, 2, 3}, kShardMagic, 1, /*claimed=*/10);
+  auto truncated = TokenDataset::load(dir.file("short.bin"), 0.1);
+  ASSERT_FALSE(truncated.is_ok());
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos);
+
+  write_shard(dir.file("v2.bin"), {1, 2, 3}, kShardMagic, 2);
+  auto version = TokenDataset::load(dir.file("v2.bin"), 0.1);
+  ASSERT_FALSE(version.is_ok());
+  EXPECT_NE(version.status().message().find("version 2"), std::string::npos);
+
+  write_shard(dir.file("big.bin"), {1, 60000, 3});
+  auto big = TokenDataset::load(dir.file("big.bin"), 0.1);
+  ASSERT_FALSE(big.is_ok());
+  EXPECT_NE(big.status().message().find("60000"), std::string::npos);
+}
+
+TEST(Sampler, DeterministicFromSeedAndResumable) {
+  std::vector<uint16_t> tokens(5000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 251);
+  const int B = 3, T = 16;
+  auto a = BatchSampler::create(&tokens, B, T, 7);
+  auto b = BatchSampler::create(&tokens, B, T, 7);
+  auto c = BatchSampler::create(&tokens, B, T, 8);
+  ASSERT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
+  std::vector<int32_t> xa(B * T), ya(B * T), xb(B * T), yb(B * T), xc(B * T), yc(B * T);
+  bool any_diff_seed = false;
+  SamplerState mid;
+  std::vector<std::vector<int32_t>> after_mid;
+  // Several epochs' worth (5000/16 ~ 312 windows, 104 batches per epoch).
+  for (int step = 0; step < 300; ++step) {
+    a->next(xa.data(), ya.data());
+    b->next(xb.data(), yb.data());
+    c->next(xc.data(), yc.data());
+    ASSERT_EQ(xa, xb);
+    ASSERT_EQ(ya, yb);
+    any_diff_seed |= xa != xc;
+    for (int i = 0; i < B; ++i)
+      for (int t = 0; t + 1 < T; ++t) ASSERT_EQ(ya[i * T + t], xa[i * T + t + 1]);  // targets are shifted inputs
+    if (step == 150) mid = a->state();
+    if (step > 150) after_mid.push_back(xa);
+  }
+  EXPECT_TRUE(any_diff_seed);
+  EXPECT_GE(a->state().epoch, 2u);
+  auto resumed = BatchSampler::create(&tokens, B, T, 7);
+  ASSERT_TRUE(resumed.is_ok());
+  resumed->set_state(mid);
+  for (const auto& want : after_mid) {
+    resumed->next(xb.data(), yb.data());
+    ASSERT_EQ(xb, want);
+  }
+}
+
+TEST(Sampler, EpochVisitsEveryWindowOnce) {
+  std::vector<uint16_t> tokens(1001);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i);
+  const int T = 10;
+  auto s = BatchSampler::create(&tokens, 1, T, 3);
+  ASSERT_TRUE(s.is_ok());
+  const uint64_t n = s->windows_in_epoch();
+  std::set<int32_t> starts;
+  std::vector<int32_t> x(T), y(T);
+  for (uint64_t i = 0; i < n; ++i) {
+    s->next(x.data(), y.data());
+    starts.insert(x[0]);
+  }
+  EXPECT_EQ(starts.size(), n);
+  EXPECT_EQ(s->state().epoch, 0u);
+  for (int32_t st : starts) EXPECT_EQ(st % T, *starts.begin() % T);  // one offset per epoch
+}
+
+TEST(Sampler, TooFewTokensIsAnError) {
+  std::vector<uint16_t> tokens(20);
+  auto s = BatchSampler::create(&tokens, 2, 16, 1);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.status().message().find("too few"), std::string::npos);
+}
+
+TEST(Sampler, ValidationBatchesAreConsecutiveWindows) {
+  std::vector<uint16_t> tokens(100);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i);
+  EXPECT_EQ(val_batches_available(tokens, 2, 10), 4);  // 9 windows of 11 tokens -> 4 batches of 2
+  std::vector<int32_t> x(20), y(20);
+  val_batch(tokens, 2, 10, 1, x.data(), y.data());
+  EXPECT_EQ(x[0], 20);
+  EXPECT_EQ(x[10], 30);
+  EXPECT_EQ(y[9], 30);
+}
+
+}  // namespace
+}  // namespace tt::data

@@ -1,0 +1,230 @@
+// exec/trainer: the invariants of a training run on the CPU backend:
+//  - resume is bit-exact: 20 steps straight equal 10 steps, a checkpoint, a new process-like trainer resuming, and
+//    10 more (every loss and every final parameter bit);
+//  - the same configuration twice gives the same bits (determinism);
+//  - a model that does not fit the device budget is refused before anything is allocated, naming bytes needed and
+//    available; peak device bytes stay within the budget;
+//  - a short version of the main job: on the default corpus the loss falls well below ln(256) = 5.55.
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <unistd.h>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/units.h"
+#include "exec/trainer.h"
+#include "temp_dir.h"
+
+namespace tt {
+namespace {
+
+using testing::TempDir;
+
+TrainConfig small_config(const std::string& data) {
+  TrainConfig tc;
+  tc.model = GptConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 32};
+  tc.batch = 4;
+  tc.data = data;
+  tc.val_fraction = 0.1;
+  tc.steps = 20;
+  tc.lr = 3e-3f;
+  tc.warmup = 5;
+  tc.eval_every = 0;
+  tc.device_budget = int64_t(64) << 20;
+  tc.threads = 2;
+  tc.seed = 99;
+  return tc;
+}
+
+struct RunResult {
+  std::vector<double> losses;
+  std::vector<float> params, m, v;
+};
+
+RunResult finish(Trainer& t, const std::vector<double>& earlier_losses = {}) {
+  RunResult r;
+  r.losses = earlier_losses;
+  for (const StepRecord& s : t.history()) r.losses.push_back(s.loss);
+  const size_t n = static_cast<size_t>(t.model().flat_params().numel());
+  r.params.resize(n);
+  r.m.resize(n);
+  r.v.resize(n);
+  EXPECT_TRUE(t.model().download_params(r.params.data()).is_ok());
+  Backend& be = t.backend();
+  be.copy_d2h(r.m.data(), t.optimizer().m(), be.compute_stream());
+  be.copy_d2h(r.v.data(), t.optimizer().v(), be.compute_stream());
+  EXPECT_TRUE(be.compute_stream().synchronize().is_ok());
+  return r;
+}
+
+void expect_bit_identical(const RunResult& a, const RunResult& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], sizeof(double)), 0)
+        << "loss of step " << i + 1 << ": " << a.losses[i] << " vs " << b.losses[i];
+  ASSERT_EQ(a.params.size(), b.params.size());
+  EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0) << "parameters differ";
+  EXPECT_EQ(std::memcmp(a.m.data(), b.m.data(), a.m.size() * sizeof(float)), 0) << "Adam m differs";
+  EXPECT_EQ(std::memcmp(a.v.data(), b.v.data(), a.v.size() * sizeof(float)), 0) << "Adam v differs";
+}
+
+TEST(Trainer, ResumeIsBitExact) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+
+  auto straight = Trainer::create(small_config(data), nullptr);
+  ASSERT_TRUE(straight.is_ok()) << straight.status().to_string();
+  ASSERT_TRUE(straight.value()->run().is_ok());
+  const RunResult a = finish(*straight.value());
+  ASSERT_EQ(a.losses.size(), 20u);
+
+  TrainConfig first = small_config(data);
+  first.stop_at = 10;
+  first.checkpoint_dir = dir.file("ckpt");
+  std::vector<double> first_losses;
+  {
+    auto t = Trainer::create(first, nullptr);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    auto s = t.value()->run();
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    EXPECT_EQ(s->last_step, 10);
+    for (const StepRecord& r : t.value()->history()) first_losses.push_back(r.loss);
+  }
+  ASSERT_EQ(access(dir.file("ckpt/step_00000010.ttf").c_str(), R_OK), 0);
+
+  TrainConfig second = small_config(data);
+  second.checkpoint_dir = dir.file("ckpt");
+  second.resume = "latest";
+  auto t2 = Trainer::create(second, nullptr);
+  ASSERT_TRUE(t2.is_ok()) << t2.status().to_string();
+  EXPECT_EQ(t2.value()->step(), 10);
+  auto s2 = t2.value()->run();
+  ASSERT_TRUE(s2.is_ok()) << s2.status().to_string();
+  EXPECT_EQ(s2->first_step, 11);
+  EXPECT_EQ(s2->last_step, 20);
+  const RunResult b = finish(*t2.value(), first_losses);
+  expect_bit_identical(a, b);
+}
+
+TEST(Trainer, SameConfigurationSameBits) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
+  TrainConfig tc = small_config(data);
+  tc.steps = 6;
+  auto t1 = Trainer::create(tc, nullptr);
+  auto t2 = Trainer::create(tc, nullptr);
+  ASSERT_TRUE(t1.is_ok() && t2.is_ok());
+  ASSERT_TRUE(t1.value()->run().is_ok());
+  ASSERT_TRUE(t2.value()->run().is_ok());
+  expect_bit_identical(finish(*t1.value()), finish(*t2.value()));
+  // And a different seed gives different parameters.
+  tc.seed = 100;
+  auto t3 = Trainer::create(tc, nullptr);
+  ASSERT_TRUE(t3.is_ok());
+  ASSERT_TRUE(t3.value()->run().is_ok());
+  EXPECT_NE(finish(*t1.value()).params, finish(*t3.value()).params);
+}
+
+TEST(Trainer, ModelTooLargeForBudgetIsRefusedUpFront) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
+  TrainConfig tc = small_config(data);
+  const MemoryNeed need = in_core_memory_need(tc.model, tc.batch, DType::kF32);
+  tc.device_budget = need.total - 1;
+  auto t = Trainer::create(tc, nullptr);
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kOutOfMemory);
+  const std::string msg = t.status().message();
+  EXPECT_NE(msg.find("does not fit the device budget"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(format_bytes(need.total)), std::string::npos) << msg;
+  EXPECT_NE(msg.find(format_bytes(need.total - 1)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--device-budget"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("activation"), std::string::npos) << msg;
+
+  // Exactly the need fits, and the pool's peak never passes the budget.
+  tc.device_budget = need.total;
+  tc.steps = 3;
+  tc.eval_every = 1;
+  auto ok = Trainer::create(tc, nullptr);
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  ASSERT_TRUE(ok.value()->run().is_ok());
+  EXPECT_LE(ok.value()->backend().pool().peak_in_use(), static_cast<size_t>(tc.device_budget));
+  EXPECT_EQ(static_cast<int64_t>(ok.value()->backend().pool().peak_in_use()), need.total);
+}
+
+TEST(Trainer, NoDeviceAllocationAfterSetup) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
+  TrainConfig tc = small_config(data);
+  tc.steps = 5;
+  tc.eval_every = 2;
+  auto t = Trainer::create(tc, nullptr);
+  ASSERT_TRUE(t.is_ok());
+  const int64_t allocs = t.value()->backend().pool().allocation_count();
+  ASSERT_TRUE(t.value()->run().is_ok());
+  EXPECT_EQ(t.value()->backend().pool().allocation_count(), allocs);
+}
+
+TEST(Trainer, MetricsFileHasTheRun) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
+  TrainConfig tc = small_config(data);
+  tc.steps = 4;
+  tc.eval_every = 2;
+  tc.metrics_out = dir.file("m.json");
+  tc.resolved = {{"steps", 4}};
+  auto t = Trainer::create(tc, nullptr);
+  ASSERT_TRUE(t.is_ok());
+  ASSERT_TRUE(t.value()->run().is_ok());
+  std::ifstream f(tc.metrics_out);
+  ASSERT_TRUE(f.good());
+  nlohmann::json j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["config"]["steps"], 4);
+  ASSERT_EQ(j["steps"].size(), 4u);
+  EXPECT_GT(j["steps"][0]["loss"].get<double>(), 0.0);
+  EXPECT_GT(j["steps"][3]["tokens_per_s"].get<double>(), 0.0);
+  ASSERT_EQ(j["val"].size(), 2u);
+  EXPECT_GT(j["summary"]["median_tokens_per_s"].get<double>(), 0.0);
+  const auto& dev = j["memory"]["device"];
+  EXPECT_GT(dev["peak"].get<int64_t>(), 0);
+  EXPECT_LE(dev["peak"].get<int64_t>(), dev["budget"].get<int64_t>());
+  EXPECT_GT(dev["classes"]["activation"]["peak"].get<int64_t>(), 0);
+  EXPECT_GT(dev["classes"]["param"]["peak"].get<int64_t>(), 0);
+  EXPECT_GT(dev["classes"]["optim_state"]["peak"].get<int64_t>(), 0);
+}
+
+TEST(Trainer, LearningRateSchedule) {
+  TrainConfig tc;
+  tc.lr = 1.0f;
+  tc.min_lr_frac = 0.1f;
+  tc.warmup = 10;
+  tc.steps = 110;
+  EXPECT_FLOAT_EQ(learning_rate(tc, 1), 0.1f);
+  EXPECT_FLOAT_EQ(learning_rate(tc, 10), 1.0f);
+  EXPECT_NEAR(learning_rate(tc, 60), 0.55f, 1e-6);
+  EXPECT_NEAR(learning_rate(tc, 110), 0.1f, 1e-6);
+  for (int64_t s = 11; s < 110; ++s) EXPECT_GE(learning_rate(tc, s), learning_rate(tc, s + 1));
+}
+
+// A short version of the main job: default model on the default corpus.
+TEST(MainJob, LossFallsWellBelowUniformOnDefaultCorpus) {
+  if (access(kDefaultCorpus, R_OK) != 0) GTEST_SKIP() << kDefaultCorpus << " missing (apt-get install fortunes)";
+  TrainConfig tc;  // the defaults of `tiertrain train`
+  tc.steps = 120;
+  tc.warmup = 20;
+  tc.eval_every = 120;
+  tc.device_budget = int64_t(1) << 30;
+  auto t = Trainer::create(tc, stdout);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  auto s = t.value()->run();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_GT(s->first_loss, 5.0);
+  EXPECT_LT(s->last_val_loss, 3.0) << "uniform over bytes is ln 256 = 5.55";
+  EXPECT_LT(s->last_loss, 3.0);
+}
+
+}  // namespace
+}  // namespace tt
