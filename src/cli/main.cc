@@ -89,11 +89,11 @@ int main(int argc, char** argv) {
   if (tt::Status s = cfg.load_env(environ); !s.is_ok()) return report(s);
   for (const auto& [name, opt] : opts) {
     if (opt->count() == 0) continue;
-    const tt::Knob& k = cfg.knobs()[static_cast<size_t>(
-        std::find_if(cfg.knobs().begin(), cfg.knobs().end(), [&](const tt::Knob& x) { return x.spec.name == name; }) -
-        cfg.knobs().begin())];
+    const tt::KnobSpec& spec = cfg.spec(name);
     const std::vector<std::string>& values = raw[name];
-    const std::string text = values.empty() ? k.spec.implicit_value : values.back();
+    // A bare `--resume` reaches us as no value or an empty one: it means the implicit value.
+    const bool bare = values.empty() || (values.back().empty() && !spec.implicit_value.empty());
+    const std::string text = bare ? spec.implicit_value : values.back();
     if (tt::Status s = cfg.set(name, text, tt::KnobSource::kFlag); !s.is_ok()) return report(s);
   }
   auto level = tt::log::parse_level(cfg.get_string("debug"));

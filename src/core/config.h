@@ -71,6 +71,7 @@ class Config {
   int64_t get_bytes(const std::string& name) const;
   const std::string& get_string(const std::string& name) const;  // kString and kChoice
   KnobSource source(const std::string& name) const { return knob(name).source; }
+  const KnobSpec& spec(const std::string& name) const { return knob(name).spec; }
 
   const std::vector<Knob>& knobs() const { return knobs_; }
 

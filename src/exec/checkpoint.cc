@@ -162,6 +162,7 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
                "checkpoint '%s' has format version %d; this build reads version %d", path.c_str(),
                meta.value("version", 0), kVersion);
   CheckpointState st;
+  int64_t opt_step = 0;
   try {
     const auto& m = meta.at("model");
     st.model = GptConfig{m.at("vocab").get<int>(), m.at("layers").get<int>(), m.at("dim").get<int>(),
@@ -179,8 +180,7 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
                  path.c_str(), rng.size(), st.rng.size());
     std::copy(rng.begin(), rng.end(), st.rng.begin());
     st.config = meta.value("config", nlohmann::json::object());
-    const int64_t opt_step = meta.at("optimizer").at("step").get<int64_t>();
-    opt.set_steps_taken(opt_step);
+    opt_step = meta.at("optimizer").at("step").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     return make_status(StatusCode::kDataLoss, "checkpoint '%s' has malformed metadata: %s", path.c_str(), e.what());
   }
@@ -230,6 +230,7 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
   be.copy_h2d(opt.m(), m.data(), be.compute_stream());
   be.copy_h2d(opt.v(), v.data(), be.compute_stream());
   TT_TRY(be.compute_stream().synchronize());
+  opt.set_steps_taken(opt_step);
   TT_LOG(INFO, CKPT, "resumed from %s at step %lld", path.c_str(), static_cast<long long>(st.step));
   return st;
 }

@@ -1,12 +1,6 @@
 // core/config: the knob registry. Declaration and defaults, parsing of each type with errors that name where the
 // bad value came from (--steps, TIERTRAIN_STEPS, the config file), the precedence default < file < env < flag,
 // load_file / load_env, describe() and to_json().
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
+#include "temp_dir.h"
 
 namespace tt {
 namespace {
@@ -61,27 +56,6 @@ const Knob& find_knob(const Config& cfg, const std::string& name) {
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 #define EXPECT_CONTAINS(s, part) EXPECT_TRUE(contains((s), (part))) << "'" << (s) << "' lacks '" << (part) << "'"
-
-// A per-test scratch directory, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "tt_config_test_XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name, const std::string& content) const {
-    const std::string p = path_ + "/" + name;
-    std::ofstream(p) << content;
-    return p;
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // An envp array (NULL-terminated, mutable char*) from strings.
 class FakeEnv {
@@ -320,10 +294,10 @@ TEST(Config, SourceAndOriginAreRecorded) {
 
 TEST(Config, PrecedenceInLoadOrder) {
   // default < file < env < flag, applied in that order (what the CLI does).
-  TempDir dir;
+  testing::TempDir dir;
   Config cfg;
   declare_all(cfg);
-  const std::string path = dir.file("run.json", R"({"steps": 10, "lr": 0.25, "mode": "swap"})");
+  const std::string path = dir.write("run.json", R"({"steps": 10, "lr": 0.25, "mode": "swap"})");
   ASSERT_TRUE(cfg.load_file(path).is_ok());
   FakeEnv env({"TIERTRAIN_STEPS=20", "TIERTRAIN_LR=0.5"});
   ASSERT_TRUE(cfg.load_env(env.envp()).is_ok());
@@ -343,14 +317,14 @@ TEST(Config, PrecedenceDoesNotDependOnLoadOrder) {
   // config.h: "its value comes from, in increasing priority: the default, a JSON config file, a TIERTRAIN_*
   // environment variable, a flag". A CLI has to parse its flags before it knows which --config file to load, so a
   // file (or the environment) applied after a flag must not override that flag.
-  TempDir dir;
+  testing::TempDir dir;
   Config cfg;
   declare_all(cfg);
   ASSERT_TRUE(cfg.set("steps", "30", KnobSource::kFlag).is_ok());
   ASSERT_TRUE(cfg.set("lr", "0.5", KnobSource::kEnv).is_ok());
   FakeEnv env({"TIERTRAIN_STEPS=20"});
   ASSERT_TRUE(cfg.load_env(env.envp()).is_ok());
-  const std::string path = dir.file("run.json", R"({"steps": 10, "lr": 0.25})");
+  const std::string path = dir.write("run.json", R"({"steps": 10, "lr": 0.25})");
   ASSERT_TRUE(cfg.load_file(path).is_ok());
 
   EXPECT_EQ(cfg.get_int("steps"), 30) << "a later env/file value overrode the flag";
@@ -370,10 +344,10 @@ TEST(Config, SameSourceLaterWins) {
 // --- load_file ------------------------------------------------------------------------------------------------------
 
 TEST(ConfigFile, ValidFileSetsTypedValues) {
-  TempDir dir;
+  testing::TempDir dir;
   Config cfg;
   declare_all(cfg);
-  const std::string path = dir.file("run.json", R"({
+  const std::string path = dir.write("run.json", R"({
     "steps": 7,
     "lr": 0.125,
     "device_budget": "256MiB",
@@ -396,10 +370,10 @@ TEST(ConfigFile, ValidFileSetsTypedValues) {
 }
 
 TEST(ConfigFile, KebabCaseKeysAndNumericBytes) {
-  TempDir dir;
+  testing::TempDir dir;
   Config cfg;
   declare_all(cfg);
-  const std::string path = dir.file("run.json", R"({"device-budget": 2097152, "run-name": "k"})");
+  const std::string path = dir.write("run.json", R"({"device-budget": 2097152, "run-name": "k"})");
   Status s = cfg.load_file(path);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   EXPECT_EQ(cfg.get_bytes("device_budget"), 2097152);
@@ -408,18 +382,18 @@ TEST(ConfigFile, KebabCaseKeysAndNumericBytes) {
 }
 
 TEST(ConfigFile, FloatKnobAcceptsAJsonInteger) {
-  TempDir dir;
+  testing::TempDir dir;
   Config cfg;
   declare_all(cfg);
-  ASSERT_TRUE(cfg.load_file(dir.file("a.json", R"({"lr": 1})")).is_ok());
+  ASSERT_TRUE(cfg.load_file(dir.write("a.json", R"({"lr": 1})")).is_ok());
   EXPECT_DOUBLE_EQ(cfg.get_float("lr"), 1.0);
 }
 
 TEST(ConfigFile, UnknownKeyIsAnErrorNamingIt) {
-  TempDir dir;
+  testing::TempDir dir;
   Config cfg;
   declare_all(cfg);
-  const std::string path = dir.file("run.json", R"({"steps": 3, "warmup-stepz": 10})");
+  const std::string path = dir.write("run.json", R"({"steps": 3, "warmup-stepz": 10})");
   Status s = cfg.load_file(path);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_CONTAINS(s.message(), "'warmup-stepz'");
@@ -427,11 +401,11 @@ TEST(ConfigFile, UnknownKeyIsAnErrorNamingIt) {
 }
 
 TEST(ConfigFile, NotAnObject) {
-  TempDir dir;
+  testing::TempDir dir;
   Config cfg;
   declare_all(cfg);
   for (const char* text : {"[1, 2, 3]", "42", "\"steps\""}) {
-    const std::string path = dir.file("arr.json", text);
+    const std::string path = dir.write("arr.json", text);
     Status s = cfg.load_file(path);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
     EXPECT_CONTAINS(s.message(), "must hold a JSON object");
@@ -440,11 +414,11 @@ TEST(ConfigFile, NotAnObject) {
 }
 
 TEST(ConfigFile, InvalidJson) {
-  TempDir dir;
+  testing::TempDir dir;
   Config cfg;
   declare_all(cfg);
   for (const char* text : {"{\"steps\": ", "{steps: 5}", "", "{\"steps\": 5,}"}) {
-    const std::string path = dir.file("bad.json", text);
+    const std::string path = dir.write("bad.json", text);
     Status s = cfg.load_file(path);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "'" << text << "'";
     EXPECT_CONTAINS(s.message(), "is not valid JSON");
@@ -454,7 +428,7 @@ TEST(ConfigFile, InvalidJson) {
 }
 
 TEST(ConfigFile, MissingFileIsNotFound) {
-  TempDir dir;
+  testing::TempDir dir;
   Config cfg;
   declare_all(cfg);
   const std::string path = dir.path() + "/nope.json";
@@ -464,34 +438,34 @@ TEST(ConfigFile, MissingFileIsNotFound) {
 }
 
 TEST(ConfigFile, BadValueNamesTheFileAndTheKey) {
-  TempDir dir;
+  testing::TempDir dir;
   Config cfg;
   declare_all(cfg);
-  const std::string path = dir.file("run.json", R"({"steps": 0})");
+  const std::string path = dir.write("run.json", R"({"steps": 0})");
   Status s = cfg.load_file(path);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_CONTAINS(s.message(), path);
   EXPECT_CONTAINS(s.message(), "'steps'");
   EXPECT_CONTAINS(s.message(), "out of range");
 
-  const std::string frac = dir.file("frac.json", R"({"steps": 2.5})");
+  const std::string frac = dir.write("frac.json", R"({"steps": 2.5})");
   Status f = cfg.load_file(frac);
   EXPECT_EQ(f.code(), StatusCode::kInvalidArgument);
   EXPECT_CONTAINS(f.message(), frac);
   EXPECT_CONTAINS(f.message(), "not an integer");
 
-  const std::string choice = dir.file("choice.json", R"({"mode": "magic"})");
+  const std::string choice = dir.write("choice.json", R"({"mode": "magic"})");
   Status c = cfg.load_file(choice);
   EXPECT_CONTAINS(c.message(), choice);
   EXPECT_CONTAINS(c.message(), "auto, device, swap, um");
 }
 
 TEST(ConfigFile, NonScalarValueIsAnError) {
-  TempDir dir;
+  testing::TempDir dir;
   Config cfg;
   declare_all(cfg);
   for (const char* text : {R"({"steps": [1]})", R"({"steps": null})", R"({"steps": {"a": 1}})"}) {
-    const std::string path = dir.file("v.json", text);
+    const std::string path = dir.write("v.json", text);
     Status s = cfg.load_file(path);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
     EXPECT_CONTAINS(s.message(), "steps");
@@ -610,14 +584,14 @@ TEST(ConfigJson, ValuesKeepTheirTypes) {
 }
 
 TEST(ConfigJson, RoundTripsThroughLoadFile) {
-  TempDir dir;
+  testing::TempDir dir;
   Config a;
   declare_all(a);
   ASSERT_TRUE(a.set("steps", "77", KnobSource::kFlag).is_ok());
   ASSERT_TRUE(a.set("lr", "0.0625", KnobSource::kFlag).is_ok());
   ASSERT_TRUE(a.set("device_budget", "5MiB", KnobSource::kFlag).is_ok());
   ASSERT_TRUE(a.set("mode", "um", KnobSource::kFlag).is_ok());
-  const std::string path = dir.file("dump.json", a.to_json().dump());
+  const std::string path = dir.write("dump.json", a.to_json().dump());
   Config b;
   declare_all(b);
   Status s = b.load_file(path);

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/tensorfile.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace tt {
@@ -53,9 +54,8 @@ std::vector<std::string> listing(const std::string& dir) {
 class TensorFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "tt_tensorfile_test_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    ASSERT_FALSE(tmp_.path().empty());
+    dir_ = tmp_.path();
     // Deterministic contents of every dtype.
     f32_.resize(6);
     for (size_t i = 0; i < f32_.size(); ++i) f32_[i] = 0.5f * static_cast<float>(i) - 1.25f;
@@ -67,7 +67,6 @@ class TensorFileTest : public ::testing::Test {
     big_.resize(3000);
     for (size_t i = 0; i < big_.size(); ++i) big_[i] = static_cast<float>(i) * 0.001f;
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
 
@@ -97,6 +96,7 @@ class TensorFileTest : public ::testing::Test {
     return header_bytes;
   }
 
+  testing::TempDir tmp_;
   std::string dir_;
   std::vector<float> f32_;
   std::vector<double> f64_;

@@ -1,0 +1,219 @@
+// The `tiertrain` program end to end: every kind of bad input gets a clear message and the right exit code, and
+// loses nothing already written; --print-config shows where each value came from. Runs the real binary.
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "temp_dir.h"
+
+namespace tt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+struct CliRun {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun run(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + (env.empty() ? "" : " ") + std::string(TT_BINARY) + " " + args + " 2>&1";
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// Small, fast runs on a synthetic corpus.
+std::string small(const std::string& data) {
+  return "train --layers 1 --dim 16 --heads 2 --seq 16 --batch 2 --eval-every 0 --threads 1 --data " + data;
+}
+
+#define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
+TEST(Cli, MissingEmptyAndUnreadableData) {
+  TempDir dir;
+  CliRun missing = run(small(dir.file("nope.txt")) + " --steps 2");
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_HAS(missing.out, "data path '" + dir.file("nope.txt") + "' does not exist");
+
+  CliRun empty = run(small(dir.write("empty.txt", "")) + " --steps 2");
+  EXPECT_EQ(empty.code, 2);
+  EXPECT_HAS(empty.out, "is empty");
+
+  CliRun through_file = run(small(dir.write("f.txt", "abc") + "/inner") + " --steps 2");
+  EXPECT_EQ(through_file.code, 1);
+  EXPECT_HAS(through_file.out, "does not exist");
+
+  if (geteuid() != 0) {  // root reads everything
+    const std::string locked = dir.write("locked.txt", testing::synthetic_text(5000));
+    fs::permissions(locked, fs::perms::none);
+    CliRun unreadable = run(small(locked) + " --steps 2");
+    EXPECT_EQ(unreadable.code, 1);
+    EXPECT_HAS(unreadable.out, "cannot read data file");
+  }
+  CliRun too_short = run(small(dir.write("short.txt", "abc")) + " --steps 2");
+  EXPECT_NE(too_short.code, 0);
+  EXPECT_HAS(too_short.out, "too few");
+}
+
+TEST(Cli, BadFlagValues) {
+  CliRun nonnum = run("train --steps abc");
+  EXPECT_EQ(nonnum.code, 2);
+  EXPECT_HAS(nonnum.out, "--steps: 'abc' is not an integer");
+
+  CliRun range = run("train --batch 0");
+  EXPECT_EQ(range.code, 2);
+  EXPECT_HAS(range.out, "--batch: 0 is out of range");
+
+  CliRun lr = run("train --lr fast");
+  EXPECT_EQ(lr.code, 2);
+  EXPECT_HAS(lr.out, "--lr: 'fast' is not a number");
+
+  CliRun bytes = run("train --device-budget 12XB");
+  EXPECT_EQ(bytes.code, 2);
+  EXPECT_HAS(bytes.out, "--device-budget: '12XB' is not a byte size");
+
+  CliRun choice = run("train --backend tpu");
+  EXPECT_EQ(choice.code, 2);
+  EXPECT_HAS(choice.out, "--backend: 'tpu' is not one of auto, cpu, cuda");
+
+  CliRun heads = run("train --dim 100 --heads 3");
+  EXPECT_EQ(heads.code, 2);
+  EXPECT_HAS(heads.out, "--dim 100 is not divisible by --heads 3");
+
+  CliRun unknown = run("train --no-such-flag 1");
+  EXPECT_EQ(unknown.code, 2);
+
+  CliRun env = run("train --steps 1", "TIERTRAIN_BATCH=-4");
+  EXPECT_EQ(env.code, 2);
+  EXPECT_HAS(env.out, "TIERTRAIN_BATCH: -4 is out of range");
+}
+
+TEST(Cli, ModelLargerThanBudgetNamesBytes) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  CliRun r = run(small(data) + " --steps 2 --device-budget 64KiB");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_HAS(r.out, "does not fit the device budget even in-core: it needs");
+  EXPECT_HAS(r.out, "but the budget is 64.00 KiB");
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "no training may start";
+}
+
+TEST(Cli, ConfigFileEnvAndFlagsWithOrigins) {
+  TempDir dir;
+  const std::string cfg = dir.write("run.json", R"({"layers": 3, "dim": 64, "device-budget": "1GiB"})");
+  CliRun r = run("train --config " + cfg + " --dim 96 --print-config", "TIERTRAIN_STEPS=7");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_HAS(r.out, "layers                 3                  file " + cfg);
+  EXPECT_HAS(r.out, "dim                    96                 flag --dim");
+  EXPECT_HAS(r.out, "steps                  7                  env TIERTRAIN_STEPS");
+  EXPECT_HAS(r.out, "device_budget          1GiB");
+
+  const std::string bad = dir.write("bad.json", R"({"layerz": 3})");
+  CliRun b = run("train --config " + bad);
+  EXPECT_EQ(b.code, 2);
+  EXPECT_HAS(b.out, "unknown knob 'layerz'");
+  const std::string broken = dir.write("broken.json", "{\"layers\": ");
+  CliRun j = run("train --config " + broken);
+  EXPECT_EQ(j.code, 2);
+  EXPECT_HAS(j.out, "is not valid JSON");
+
+  CliRun top = run("--print-config");
+  EXPECT_EQ(top.code, 0);
+  EXPECT_HAS(top.out, "device_budget");
+  EXPECT_HAS(top.out, "TIERTRAIN_DEVICE_BUDGET");
+}
+
+TEST(Cli, TrainsWritesMetricsAndCheckpointsAndResumes) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(30000));
+  const std::string ckpt = dir.file("ckpt");
+  CliRun first = run(small(data) + " --steps 6 --stop-at 3 --log-every 1 --checkpoint-dir " + ckpt);
+  ASSERT_EQ(first.code, 0) << first.out;
+  EXPECT_HAS(first.out, "step      3/6 | loss");
+  EXPECT_HAS(first.out, "checkpoint written to " + ckpt);
+  ASSERT_TRUE(fs::exists(ckpt + "/step_00000003.ttf"));
+
+  CliRun second = run(small(data) + " --steps 6 --log-every 1 --resume --checkpoint-dir " + ckpt + " --metrics-out " +
+                   dir.file("m.json"));
+  ASSERT_EQ(second.code, 0) << second.out;
+  EXPECT_HAS(second.out, "resumed from " + ckpt + "/step_00000003.ttf at step 3");
+  EXPECT_HAS(second.out, "step      6/6 | loss");
+  EXPECT_EQ(second.out.find("step      2/6"), std::string::npos);
+  EXPECT_HAS(slurp(dir.file("m.json")), "\"median_tokens_per_s\"");
+}
+
+TEST(Cli, BadCheckpointsAreNamedAndNothingIsLost) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(30000));
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run(small(data) + " --steps 4 --stop-at 2 --checkpoint-dir " + ckpt).code, 0);
+  const std::string good_path = ckpt + "/step_00000002.ttf";
+  const std::string good = slurp(good_path);
+  ASSERT_FALSE(good.empty());
+
+  // Truncated copy.
+  const std::string cut = dir.write("cut.ttf", good.substr(0, good.size() - 10));
+  CliRun t = run(small(data) + " --steps 4 --resume=" + cut);
+  EXPECT_EQ(t.code, 1);
+  EXPECT_HAS(t.out, "cannot resume");
+  EXPECT_HAS(t.out, "truncated");
+
+  // Corrupt copy.
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x40;
+  const std::string corrupt = dir.write("corrupt.ttf", flipped);
+  CliRun c = run(small(data) + " --steps 4 --resume=" + corrupt);
+  EXPECT_EQ(c.code, 1);
+  EXPECT_HAS(c.out, "corrupt");
+
+  // Mismatched model.
+  CliRun m = run("train --layers 1 --dim 32 --heads 2 --seq 16 --batch 2 --eval-every 0 --threads 1 --steps 4 --data " +
+              data + " --resume --checkpoint-dir " + ckpt);
+  EXPECT_EQ(m.code, 1);
+  EXPECT_HAS(m.out, "dim is 16 in the checkpoint but 32 now");
+
+  // Mismatched data.
+  const std::string other = dir.write("other.txt", testing::synthetic_text(30000, 7));
+  CliRun d = run(small(other) + " --steps 4 --resume --checkpoint-dir " + ckpt);
+  EXPECT_EQ(d.code, 1);
+  EXPECT_HAS(d.out, "the dataset differs");
+
+  // None of that touched the good checkpoint.
+  EXPECT_EQ(slurp(good_path), good);
+  EXPECT_EQ(slurp(ckpt + "/latest"), "step_00000002.ttf\n");
+}
+
+TEST(Cli, UnwritableCheckpointDirFailsBeforeTraining) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  const std::string file = dir.write("plain", "x");
+  CliRun r = run(small(data) + " --steps 3 --checkpoint-dir " + file + "/ckpt");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_HAS(r.out, "cannot create checkpoint directory");
+  EXPECT_EQ(r.out.find("step "), std::string::npos);
+  CliRun nodir = run(small(data) + " --steps 3 --resume");
+  EXPECT_EQ(nodir.code, 2);
+  EXPECT_HAS(nodir.out, "--resume without a file needs --checkpoint-dir");
+}
+
+}  // namespace
+}  // namespace tt
