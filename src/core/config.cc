@@ -155,6 +155,9 @@ Status Config::set(const std::string& name, const std::string& raw_text, KnobSou
     Status s = spec.validate(text);
     if (!s.is_ok()) return make_status(StatusCode::kInvalidArgument, "%s: %s", where.c_str(), s.message().c_str());
   }
+  // A value from a lower-priority source never replaces one from a higher (default < file < env < flag), whatever
+  // the order in which sources are applied; it was still parsed above, so a bad value is reported either way.
+  if (source < k.source) return Status::ok();
   k.value = std::move(value);
   k.text = text;
   k.source = source;

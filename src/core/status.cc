@@ -1,6 +1,7 @@
 #include "core/status.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace tt {
@@ -48,6 +49,11 @@ Status make_status(StatusCode code, const char* fmt, ...) {
   std::string s = str_vformat(fmt, args);
   va_end(args);
   return Status(code, std::move(s));
+}
+
+void detail_result_from_ok_status() {
+  std::fprintf(stderr, "tiertrain: internal check failed: a Result<T> was built from an ok Status\n");
+  std::abort();
 }
 
 Status& Status::add_breadcrumb(const char* file, int line) {

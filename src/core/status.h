@@ -67,12 +67,17 @@ class [[nodiscard]] Status {
 
 Status make_status(StatusCode code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// Aborts: a Result must hold a value or an error, never an ok Status without a value.
+[[noreturn]] void detail_result_from_ok_status();
+
 // Result<T>: a T or a non-ok Status.
 template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) {}  // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
+    if (std::get<Status>(v_).is_ok()) detail_result_from_ok_status();
+  }
 
   bool is_ok() const { return std::holds_alternative<T>(v_); }
   const Status& status() const {

@@ -3,12 +3,10 @@
 // problem; read() type checks; atomic replacement that leaves no temporary file and never damages the old file; and
 // compatibility with the Python writer through the committed golden file tests/golden/gpt_golden.ttf.
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -179,7 +177,9 @@ TEST_F(TensorFileTest, EntriesMetaAndLayout) {
     const TensorFileEntry& e = r.entries()[i];
     EXPECT_EQ(e.name, names[i]);  // file order is insertion order
     EXPECT_EQ(e.offset % 64, 0u) << e.name;
-    if (i > 0) EXPECT_GE(e.offset, r.entries()[i - 1].offset + r.entries()[i - 1].bytes) << e.name;
+    if (i > 0) {
+      EXPECT_GE(e.offset, r.entries()[i - 1].offset + r.entries()[i - 1].bytes) << e.name;
+    }
   }
   const TensorFileEntry* a = r.find("a_f32");
   ASSERT_NE(a, nullptr);

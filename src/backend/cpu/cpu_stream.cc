@@ -8,14 +8,14 @@ namespace tt::cpu {
 
 Status CpuEvent::synchronize() {
   std::unique_lock<std::mutex> lock(state_->mu);
-  const uint64_t target = state_->recorded;
-  state_->cv.wait(lock, [&] { return state_->completed >= target; });
+  std::shared_ptr<bool> marker = state_->latest;
+  if (marker) state_->cv.wait(lock, [&] { return *marker; });
   return Status::ok();
 }
 
 bool CpuEvent::query() {
   std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->completed >= state_->recorded;
+  return !state_->latest || *state_->latest;
 }
 
 CpuStream::CpuStream(std::string name) : name_(std::move(name)), worker_([this] { run(); }) {}
@@ -80,15 +80,15 @@ void CpuStream::record(Event& event) {
   auto* e = dynamic_cast<CpuEvent*>(&event);
   TT_CHECK(e != nullptr, "CpuStream::record needs a CpuEvent");
   std::shared_ptr<CpuEvent::State> st = e->state_;
-  uint64_t gen;
+  auto marker = std::make_shared<bool>(false);
   {
     std::lock_guard<std::mutex> lock(st->mu);
-    gen = ++st->recorded;
+    st->latest = marker;
   }
-  enqueue([st, gen] {
+  enqueue([st, marker] {
     {
       std::lock_guard<std::mutex> lock(st->mu);
-      if (st->completed < gen) st->completed = gen;
+      *marker = true;
     }
     st->cv.notify_all();
   });
@@ -98,14 +98,15 @@ void CpuStream::wait(Event& event) {
   auto* e = dynamic_cast<CpuEvent*>(&event);
   TT_CHECK(e != nullptr, "CpuStream::wait needs a CpuEvent");
   std::shared_ptr<CpuEvent::State> st = e->state_;
-  uint64_t gen;
+  std::shared_ptr<bool> marker;
   {
     std::lock_guard<std::mutex> lock(st->mu);
-    gen = st->recorded;
+    marker = st->latest;
   }
-  enqueue([st, gen] {
+  if (!marker) return;  // never recorded: nothing to wait for
+  enqueue([st, marker] {
     std::unique_lock<std::mutex> lock(st->mu);
-    st->cv.wait(lock, [&] { return st->completed >= gen; });
+    st->cv.wait(lock, [&] { return *marker; });
   });
 }
 

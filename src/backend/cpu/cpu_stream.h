@@ -27,11 +27,12 @@ class CpuEvent : public Event {
 
  private:
   friend class CpuStream;
+  // Each record() makes a new marker that its stream sets when it gets there; wait() captures the marker current at
+  // the call, so a later record (on any stream) never releases an earlier wait, as with cudaStreamWaitEvent.
   struct State {
     std::mutex mu;
     std::condition_variable cv;
-    uint64_t recorded = 0;   // generation of the latest record()
-    uint64_t completed = 0;  // highest generation whose captured work finished
+    std::shared_ptr<bool> latest;  // marker of the latest record(); null before the first
   };
   std::shared_ptr<State> state_;
 };
