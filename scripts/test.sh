@@ -9,4 +9,5 @@ cmake --preset release
 cmake --build --preset release
 # One test at a time: the kernels use every core, and OpenMP threads of two tests would fight for them.
 ctest --preset release -j1
-python3 -m pytest -q tools
+# The Debian interpreter, which the apt packages above serve (a pyenv or venv python3 on PATH may lack them).
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tools
