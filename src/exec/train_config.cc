@@ -32,7 +32,7 @@ void declare_train_knobs(Config& cfg) {
   knob("data", "val_fraction", K::kFloat, "0.05", "share of each file held out for validation", 0, 0.5);
 
   knob("train", "batch", K::kInt, "16", "sequences per step B", 1, 1 << 20);
-  knob("train", "steps", K::kInt, "600", "optimizer steps (length of the LR schedule)", 1, 1e12);
+  knob("train", "steps", K::kInt, "2000", "optimizer steps (length of the LR schedule)", 1, 1e12);
   knob("train", "stop_at", K::kInt, "0", "stop after this step, keeping the schedule of --steps (0: run all)", 0,
        1e12);
   knob("train", "lr", K::kFloat, "3e-3", "peak learning rate", 0, 10);

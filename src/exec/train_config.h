@@ -25,7 +25,7 @@ struct TrainConfig {
   std::string data = kDefaultCorpus;
   double val_fraction = 0.05;
 
-  int64_t steps = 600;
+  int64_t steps = 2000;
   int64_t stop_at = 0;  // > 0: stop after this step (the schedule still spans `steps`)
   float lr = 3e-3f;
   float min_lr_frac = 0.1f;

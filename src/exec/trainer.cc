@@ -134,6 +134,11 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   t->host_tokens_.resize(bt);
   t->host_targets_.resize(bt);
   t->host_losses_.resize(bt);
+  // Host memory this run holds for its whole life: the token dataset and the batch staging buffers.
+  const int64_t host_bytes =
+      static_cast<int64_t>((t->dataset_.train().size() + t->dataset_.val().size()) * sizeof(uint16_t) +
+                           bt * (2 * sizeof(int32_t) + sizeof(float)));
+  t->backend_->stats().on_alloc(memory::Tier::kHost, TensorClass::kInput, host_bytes);
 
   if (!cfg.resume.empty()) {
     TT_ASSIGN_OR_RETURN(std::string path, find_checkpoint(cfg.checkpoint_dir, cfg.resume));

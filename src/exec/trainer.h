@@ -101,7 +101,6 @@ class Trainer {
   int64_t step_ = 0;
   std::vector<int32_t> host_tokens_, host_targets_;
   std::vector<float> host_losses_;
-  std::vector<double> host_losses_f64_;
   std::vector<StepRecord> history_;
   std::vector<EvalRecord> evals_;
   std::string backend_note_;
