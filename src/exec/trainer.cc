@@ -249,7 +249,6 @@ Result<TrainSummary> Trainer::run() {
   const auto t0 = Clock::now();
   std::vector<double> step_ms;
   bool warned_eval = false;
-  int64_t last_saved = -1;
   while (step_ < end) {
     StepRecord rec;
     const auto s0 = Clock::now();
@@ -280,10 +279,8 @@ Result<TrainSummary> Trainer::run() {
     if (!cfg_.checkpoint_dir.empty() &&
         ((cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0) || last)) {
       TT_TRY(save(step_));
-      last_saved = step_;
     }
   }
-  (void)last_saved;
   summary.last_step = step_;
   summary.last_loss = history_.back().loss;
   summary.last_val_loss = evals_.empty() ? -1 : evals_.back().loss;

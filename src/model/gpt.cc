@@ -216,7 +216,7 @@ Status Gpt::download_grads(void* host) {
 }
 
 void Gpt::forward() {
-  const int64_t B = batch_, T = cfg_.seq, C = cfg_.dim, V = cfg_.vocab;
+  const int64_t B = batch_, T = cfg_.seq, C = cfg_.dim;
   const Tensor wte = param(0), wpe = param(1);
   be_.embedding_forward(encoded_, tokens_, wte, wpe);
   Tensor x = encoded_;
@@ -240,7 +240,6 @@ void Gpt::forward() {
   // LM head tied to wte: logits [B*T, V]; the softmax overwrites them with probabilities in place.
   be_.matmul_forward(probs_, lnf_.reshape({B * T, C}), wte, Tensor());
   be_.softmax_xent_forward(losses_, probs_, probs_, targets_);
-  (void)V;
 }
 
 void Gpt::compute_logits(const Tensor& out) {

@@ -404,7 +404,7 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq
   const T step_size = static_cast<T>(static_cast<double>(lr) / bc1);
   const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
   const T decay = static_cast<T>(1.0 - static_cast<double>(lr) * static_cast<double>(weight_decay));
-  const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2), e = static_cast<T>(eps);
+  const T b2 = static_cast<T>(beta2), e = static_cast<T>(eps);
   const T one_minus_b1 = static_cast<T>(1.0 - static_cast<double>(beta1));
   const T one_minus_b2 = static_cast<T>(1.0 - static_cast<double>(beta2));
 #pragma omp parallel for schedule(static)
@@ -419,7 +419,6 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq
     const T denom = std::sqrt(vi) / bc2_sqrt + e;
     param[i] = p - step_size * (mi / denom);
   }
-  (void)b1;
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
