@@ -62,6 +62,11 @@ TEST(Cli, MissingEmptyAndUnreadableData) {
   EXPECT_EQ(through_file.code, 1);
   EXPECT_HAS(through_file.out, "does not exist");
 
+  // A file that exists but cannot be read, even by root: reading /proc/self/mem at offset 0 fails with EIO.
+  CliRun eio = run(small("/proc/self/mem") + " --steps 2");
+  EXPECT_EQ(eio.code, 1);
+  EXPECT_HAS(eio.out, "reading data file '/proc/self/mem' failed");
+
   if (geteuid() != 0) {  // root reads everything
     const std::string locked = dir.write("locked.txt", testing::synthetic_text(5000));
     fs::permissions(locked, fs::perms::none);
