@@ -8,20 +8,12 @@
 
 #include "backend/cpu/cpu_stream.h"
 #include "backend/cpu/kernels.h"
+#include "backend/op_shapes.h"
 #include "core/log.h"
 #include "core/units.h"
 
 namespace tt::cpu {
 namespace {
-
-void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
-  TT_CHECK(a.shape() == b.shape(), "%s: shape %s != %s", op, a.shape().to_string().c_str(),
-           b.shape().to_string().c_str());
-}
-
-void check_float(const Tensor& t, DType dtype, const char* op) {
-  TT_CHECK(t.dtype() == dtype, "%s: tensor is %s, expected %s", op, dtype_name(t.dtype()), dtype_name(dtype));
-}
 
 // Runs f.template operator()<T>() for the floating dtype of t.
 template <typename F>
@@ -33,9 +25,10 @@ void dispatch_float(DType dtype, const char* op, F&& f) {
   }
 }
 
+// The data of an optional tensor, or nullptr when it is absent.
 template <typename T>
 T* ptr(const Tensor& t) {
-  return t.defined() && t.raw() != nullptr ? t.data<T>() : nullptr;
+  return shapes::present(t) ? t.data<T>() : nullptr;
 }
 
 class CpuBackend final : public Backend {
@@ -89,123 +82,86 @@ class CpuBackend final : public Backend {
   }
 
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) override {
-    const int B = static_cast<int>(out.dim(0)), T_ = static_cast<int>(out.dim(1)), C = static_cast<int>(out.dim(2));
-    check_float(tokens, DType::kI32, "embedding_forward");
-    TT_CHECK(tokens.numel() == static_cast<int64_t>(B) * T_ && wte.dim(1) == C && wpe.dim(1) == C &&
-                 wpe.dim(0) >= T_,
-             "embedding_forward: out %s tokens %s wte %s wpe %s", out.shape().to_string().c_str(),
-             tokens.shape().to_string().c_str(), wte.shape().to_string().c_str(), wpe.shape().to_string().c_str());
+    const shapes::Embedding d = shapes::embedding_forward(out, tokens, wte, wpe);
     dispatch_float(out.dtype(), "embedding_forward", [&]<typename T>() {
       T* o = out.data<T>();
       const int32_t* tok = tokens.data<int32_t>();
-      const T* te = wte.data<T>();
-      const T* pe = wpe.data<T>();
-      compute_.enqueue([=] { cpu::embedding_forward<T>(o, tok, te, pe, B, T_, C); });
+      const T *te = wte.data<T>(), *pe = wpe.data<T>();
+      compute_.enqueue([=] { cpu::embedding_forward<T>(o, tok, te, pe, d.B, d.T, d.C); });
     });
   }
 
   void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens) override {
-    const int B = static_cast<int>(dout.dim(0)), T_ = static_cast<int>(dout.dim(1)), C = static_cast<int>(dout.dim(2));
-    const int V = static_cast<int>(dwte.dim(0));
-    TT_CHECK(dwte.dim(1) == C && dwpe.dim(1) == C && tokens.numel() == static_cast<int64_t>(B) * T_,
-             "embedding_backward: shapes");
+    const shapes::Embedding d = shapes::embedding_backward(dwte, dwpe, dout, tokens);
     dispatch_float(dout.dtype(), "embedding_backward", [&]<typename T>() {
-      T* dte = dwte.data<T>();
-      T* dpe = dwpe.data<T>();
-      const T* d = dout.data<T>();
+      T *dte = dwte.data<T>(), *dpe = dwpe.data<T>();
+      const T* g = dout.data<T>();
       const int32_t* tok = tokens.data<int32_t>();
-      compute_.enqueue([=] { cpu::embedding_backward<T>(dte, dpe, d, tok, B, T_, C, V); });
+      compute_.enqueue([=] { cpu::embedding_backward<T>(dte, dpe, g, tok, d.B, d.T, d.C, d.V); });
     });
   }
 
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                          const Tensor& w, const Tensor& b) override {
-    check_same_shape(out, inp, "layernorm_forward");
-    const int C = static_cast<int>(inp.dim(inp.shape().rank() - 1));
-    const int64_t N = inp.numel() / C;
-    TT_CHECK(mean.numel() == N && rstd.numel() == N && w.numel() == C && b.numel() == C, "layernorm_forward: shapes");
+    const shapes::Rows d = shapes::layernorm_forward(out, mean, rstd, inp, w, b);
     dispatch_float(inp.dtype(), "layernorm_forward", [&]<typename T>() {
       T *o = out.data<T>(), *m = mean.data<T>(), *r = rstd.data<T>();
       const T *x = inp.data<T>(), *wp = w.data<T>(), *bp = b.data<T>();
-      compute_.enqueue([=] { cpu::layernorm_forward<T>(o, m, r, x, wp, bp, N, C); });
+      compute_.enqueue([=] { cpu::layernorm_forward<T>(o, m, r, x, wp, bp, d.N, d.C); });
     });
   }
 
   void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
                           const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd) override {
-    check_same_shape(dinp, inp, "layernorm_backward");
-    check_same_shape(dout, inp, "layernorm_backward");
-    const int C = static_cast<int>(inp.dim(inp.shape().rank() - 1));
-    const int64_t N = inp.numel() / C;
-    TT_CHECK(dw.numel() == C && db.numel() == C && mean.numel() == N, "layernorm_backward: shapes");
+    const shapes::Rows d = shapes::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
     dispatch_float(inp.dtype(), "layernorm_backward", [&]<typename T>() {
       T *di = dinp.data<T>(), *dwp = dw.data<T>(), *dbp = db.data<T>();
-      const T *d = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *m = mean.data<T>(), *r = rstd.data<T>();
-      compute_.enqueue([=] { cpu::layernorm_backward<T>(di, dwp, dbp, d, x, wp, m, r, N, C); });
+      const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *m = mean.data<T>(), *r = rstd.data<T>();
+      compute_.enqueue([=] { cpu::layernorm_backward<T>(di, dwp, dbp, g, x, wp, m, r, d.N, d.C); });
     });
   }
 
   void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) override {
-    const int C = static_cast<int>(w.dim(1)), OC = static_cast<int>(w.dim(0));
-    const int64_t N = inp.numel() / C;
-    TT_CHECK(inp.numel() == N * C && out.numel() == N * OC && (bias.raw() == nullptr || bias.numel() == OC),
-             "matmul_forward: out %s inp %s w %s", out.shape().to_string().c_str(), inp.shape().to_string().c_str(),
-             w.shape().to_string().c_str());
+    const shapes::Matmul d = shapes::matmul_forward(out, inp, w, bias);
     dispatch_float(inp.dtype(), "matmul_forward", [&]<typename T>() {
       T* o = out.data<T>();
       const T *x = inp.data<T>(), *wp = w.data<T>(), *bp = ptr<T>(bias);
-      compute_.enqueue([=] { cpu::matmul_forward<T>(o, x, wp, bp, N, C, OC); });
+      compute_.enqueue([=] { cpu::matmul_forward<T>(o, x, wp, bp, d.N, d.C, d.OC); });
     });
   }
 
   void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& w) override {
-    const int C = static_cast<int>(w.dim(1)), OC = static_cast<int>(w.dim(0));
-    const int64_t N = inp.numel() / C;
-    TT_CHECK(dout.numel() == N * OC && (dinp.raw() == nullptr || dinp.numel() == N * C) &&
-                 (dw.raw() == nullptr || dw.numel() == static_cast<int64_t>(OC) * C) &&
-                 (dbias.raw() == nullptr || dbias.numel() == OC),
-             "matmul_backward: shapes");
+    const shapes::Matmul d = shapes::matmul_backward(dinp, dw, dbias, dout, inp, w);
     dispatch_float(inp.dtype(), "matmul_backward", [&]<typename T>() {
       T *di = ptr<T>(dinp), *dwp = ptr<T>(dw), *dbp = ptr<T>(dbias);
-      const T *d = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>();
-      compute_.enqueue([=] { cpu::matmul_backward<T>(di, dwp, dbp, d, x, wp, N, C, OC); });
+      const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>();
+      compute_.enqueue([=] { cpu::matmul_backward<T>(di, dwp, dbp, g, x, wp, d.N, d.C, d.OC); });
     });
   }
 
   void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int heads) override {
-    const int B = static_cast<int>(qkv.dim(0)), T_ = static_cast<int>(qkv.dim(1)),
-              C = static_cast<int>(qkv.dim(2) / 3);
-    TT_CHECK(qkv.dim(2) == 3 * C && C % heads == 0 && out.numel() == static_cast<int64_t>(B) * T_ * C &&
-                 att.numel() == static_cast<int64_t>(B) * heads * T_ * T_,
-             "attention_forward: out %s att %s qkv %s heads %d", out.shape().to_string().c_str(),
-             att.shape().to_string().c_str(), qkv.shape().to_string().c_str(), heads);
+    const shapes::Attention d = shapes::attention_forward(out, att, qkv, heads);
     dispatch_float(qkv.dtype(), "attention_forward", [&]<typename T>() {
       T *o = out.data<T>(), *a = att.data<T>();
       const T* q = qkv.data<T>();
-      compute_.enqueue([=] { cpu::attention_forward<T>(o, a, q, B, T_, C, heads); });
+      compute_.enqueue([=] { cpu::attention_forward<T>(o, a, q, d.B, d.T, d.C, d.H); });
     });
   }
 
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                           int heads) override {
-    check_same_shape(dqkv, qkv, "attention_backward");
-    const int B = static_cast<int>(qkv.dim(0)), T_ = static_cast<int>(qkv.dim(1)),
-              C = static_cast<int>(qkv.dim(2) / 3);
-    TT_CHECK(dout.numel() == static_cast<int64_t>(B) * T_ * C &&
-                 att.numel() == static_cast<int64_t>(B) * heads * T_ * T_,
-             "attention_backward: shapes");
+    const shapes::Attention d = shapes::attention_backward(dqkv, dout, qkv, att, heads);
     dispatch_float(qkv.dtype(), "attention_backward", [&]<typename T>() {
       T* dq = dqkv.data<T>();
-      const T *d = dout.data<T>(), *q = qkv.data<T>(), *a = att.data<T>();
-      compute_.enqueue([=] { cpu::attention_backward<T>(dq, d, q, a, B, T_, C, heads); });
+      const T *g = dout.data<T>(), *q = qkv.data<T>(), *a = att.data<T>();
+      compute_.enqueue([=] { cpu::attention_backward<T>(dq, g, q, a, d.B, d.T, d.C, d.H); });
     });
   }
 
   void gelu_forward(const Tensor& out, const Tensor& inp) override {
-    check_same_shape(out, inp, "gelu_forward");
-    const int64_t n = inp.numel();
+    const int64_t n = shapes::elementwise("gelu_forward", out, inp);
     dispatch_float(inp.dtype(), "gelu_forward", [&]<typename T>() {
       T* o = out.data<T>();
       const T* x = inp.data<T>();
@@ -214,20 +170,16 @@ class CpuBackend final : public Backend {
   }
 
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override {
-    check_same_shape(dinp, inp, "gelu_backward");
-    check_same_shape(dout, inp, "gelu_backward");
-    const int64_t n = inp.numel();
+    const int64_t n = shapes::elementwise("gelu_backward", dinp, inp, dout);
     dispatch_float(inp.dtype(), "gelu_backward", [&]<typename T>() {
       T* di = dinp.data<T>();
-      const T *x = inp.data<T>(), *d = dout.data<T>();
-      compute_.enqueue([=] { cpu::gelu_backward<T>(di, x, d, n); });
+      const T *x = inp.data<T>(), *g = dout.data<T>();
+      compute_.enqueue([=] { cpu::gelu_backward<T>(di, x, g, n); });
     });
   }
 
   void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) override {
-    check_same_shape(out, a, "residual_forward");
-    check_same_shape(out, b, "residual_forward");
-    const int64_t n = out.numel();
+    const int64_t n = shapes::elementwise("residual_forward", out, a, b);
     dispatch_float(out.dtype(), "residual_forward", [&]<typename T>() {
       T* o = out.data<T>();
       const T *x = a.data<T>(), *y = b.data<T>();
@@ -237,37 +189,29 @@ class CpuBackend final : public Backend {
 
   void softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
                             const Tensor& targets) override {
-    check_same_shape(probs, logits, "softmax_xent_forward");
-    const int V = static_cast<int>(logits.dim(logits.shape().rank() - 1));
-    const int64_t N = logits.numel() / V;
-    TT_CHECK(losses.numel() == N && targets.numel() == N, "softmax_xent_forward: shapes");
+    const shapes::Softmax d = shapes::softmax_xent_forward(losses, probs, logits, targets);
     dispatch_float(logits.dtype(), "softmax_xent_forward", [&]<typename T>() {
       T *l = losses.data<T>(), *p = probs.data<T>();
       const T* x = logits.data<T>();
       const int32_t* tg = targets.data<int32_t>();
-      compute_.enqueue([=] { cpu::softmax_xent_forward<T>(l, p, x, tg, N, V); });
+      compute_.enqueue([=] { cpu::softmax_xent_forward<T>(l, p, x, tg, d.N, d.V); });
     });
   }
 
   void softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
                              float dloss) override {
-    check_same_shape(dlogits, probs, "softmax_xent_backward");
-    const int V = static_cast<int>(probs.dim(probs.shape().rank() - 1));
-    const int64_t N = probs.numel() / V;
-    TT_CHECK(targets.numel() == N, "softmax_xent_backward: shapes");
+    const shapes::Softmax d = shapes::softmax_xent_backward(dlogits, probs, targets);
     dispatch_float(probs.dtype(), "softmax_xent_backward", [&]<typename T>() {
-      T* d = dlogits.data<T>();
+      T* g = dlogits.data<T>();
       const T* p = probs.data<T>();
       const int32_t* tg = targets.data<int32_t>();
       const T dl = static_cast<T>(dloss);
-      compute_.enqueue([=] { cpu::softmax_xent_backward<T>(d, p, tg, dl, N, V); });
+      compute_.enqueue([=] { cpu::softmax_xent_backward<T>(g, p, tg, dl, d.N, d.V); });
     });
   }
 
   void sum_squares(const Tensor& out, const Tensor& x) override {
-    TT_CHECK(out.numel() >= 1 && out.dtype() == x.dtype(), "sum_squares: out must hold one %s",
-             dtype_name(x.dtype()));
-    const int64_t n = x.numel();
+    const int64_t n = shapes::sum_squares(out, x);
     dispatch_float(x.dtype(), "sum_squares", [&]<typename T>() {
       T* o = out.data<T>();
       const T* p = x.data<T>();
@@ -277,10 +221,7 @@ class CpuBackend final : public Backend {
 
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     const Tensor& grad_norm_sq, const AdamWArgs& args) override {
-    check_same_shape(param, grad, "adamw_update");
-    check_same_shape(param, m, "adamw_update");
-    check_same_shape(param, v, "adamw_update");
-    const int64_t n = param.numel();
+    const int64_t n = shapes::adamw(param, grad, m, v, grad_norm_sq);
     dispatch_float(param.dtype(), "adamw_update", [&]<typename T>() {
       T *p = param.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
       const T *g = grad.data<T>(), *ns = grad_norm_sq.data<T>();

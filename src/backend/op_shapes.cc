@@ -1,0 +1,157 @@
+#include "backend/op_shapes.h"
+
+namespace tt::shapes {
+namespace {
+
+std::string s(const Tensor& t) { return t.shape().to_string() + " " + dtype_name(t.dtype()); }
+
+void same_dtype(const char* op, const Tensor& ref, std::initializer_list<const Tensor*> others) {
+  for (const Tensor* t : others)
+    if (present(*t))
+      TT_CHECK(t->dtype() == ref.dtype(), "%s: mixed dtypes %s and %s", op, dtype_name(ref.dtype()),
+               dtype_name(t->dtype()));
+}
+
+void is_i32(const char* op, const Tensor& t) {
+  TT_CHECK(t.dtype() == DType::kI32, "%s: token ids must be i32, got %s", op, dtype_name(t.dtype()));
+}
+
+int last_dim(const Tensor& t) { return static_cast<int>(t.dim(t.shape().rank() - 1)); }
+
+}  // namespace
+
+Embedding embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+  const char* op = "embedding_forward";
+  TT_CHECK(out.shape().rank() == 3, "%s: out must be [B, T, C], got %s", op, s(out).c_str());
+  Embedding d{static_cast<int>(out.dim(0)), static_cast<int>(out.dim(1)), static_cast<int>(out.dim(2)),
+              static_cast<int>(wte.dim(0))};
+  is_i32(op, tokens);
+  same_dtype(op, out, {&wte, &wpe});
+  TT_CHECK(tokens.numel() == static_cast<int64_t>(d.B) * d.T && wte.dim(1) == d.C && wpe.dim(1) == d.C &&
+               wpe.dim(0) >= d.T,
+           "%s: out %s tokens %s wte %s wpe %s", op, s(out).c_str(), s(tokens).c_str(), s(wte).c_str(),
+           s(wpe).c_str());
+  return d;
+}
+
+Embedding embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+  return embedding_forward(dout, tokens, dwte, dwpe);
+}
+
+Rows layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& w,
+                       const Tensor& b) {
+  const char* op = "layernorm_forward";
+  TT_CHECK(out.shape() == inp.shape(), "%s: out %s != inp %s", op, s(out).c_str(), s(inp).c_str());
+  Rows d{0, last_dim(inp)};
+  d.N = inp.numel() / d.C;
+  same_dtype(op, inp, {&out, &mean, &rstd, &w, &b});
+  TT_CHECK(mean.numel() == d.N && rstd.numel() == d.N && w.numel() == d.C && b.numel() == d.C,
+           "%s: inp %s mean %s rstd %s w %s b %s", op, s(inp).c_str(), s(mean).c_str(), s(rstd).c_str(),
+           s(w).c_str(), s(b).c_str());
+  return d;
+}
+
+Rows layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout, const Tensor& inp,
+                        const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layernorm_backward";
+  TT_CHECK(dinp.shape() == inp.shape() && dout.shape() == inp.shape(), "%s: dinp %s dout %s inp %s", op,
+           s(dinp).c_str(), s(dout).c_str(), s(inp).c_str());
+  Rows d{0, last_dim(inp)};
+  d.N = inp.numel() / d.C;
+  same_dtype(op, inp, {&dinp, &dw, &db, &dout, &w, &mean, &rstd});
+  TT_CHECK(mean.numel() == d.N && rstd.numel() == d.N && w.numel() == d.C && dw.numel() == d.C && db.numel() == d.C,
+           "%s: inp %s mean %s rstd %s w %s dw %s db %s", op, s(inp).c_str(), s(mean).c_str(), s(rstd).c_str(),
+           s(w).c_str(), s(dw).c_str(), s(db).c_str());
+  return d;
+}
+
+Matmul matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) {
+  const char* op = "matmul_forward";
+  TT_CHECK(w.shape().rank() == 2, "%s: w must be [OC, C], got %s", op, s(w).c_str());
+  Matmul d{0, static_cast<int>(w.dim(1)), static_cast<int>(w.dim(0))};
+  d.N = inp.numel() / d.C;
+  same_dtype(op, inp, {&out, &w, &bias});
+  TT_CHECK(inp.numel() == d.N * d.C && out.numel() == d.N * d.OC && (!present(bias) || bias.numel() == d.OC),
+           "%s: out %s inp %s w %s bias %s", op, s(out).c_str(), s(inp).c_str(), s(w).c_str(), s(bias).c_str());
+  return d;
+}
+
+Matmul matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
+                       const Tensor& inp, const Tensor& w) {
+  const char* op = "matmul_backward";
+  TT_CHECK(w.shape().rank() == 2, "%s: w must be [OC, C], got %s", op, s(w).c_str());
+  Matmul d{0, static_cast<int>(w.dim(1)), static_cast<int>(w.dim(0))};
+  d.N = inp.numel() / d.C;
+  same_dtype(op, inp, {&dinp, &dw, &dbias, &dout, &w});
+  TT_CHECK(inp.numel() == d.N * d.C && dout.numel() == d.N * d.OC && (!present(dinp) || dinp.numel() == d.N * d.C) &&
+               (!present(dw) || dw.numel() == static_cast<int64_t>(d.OC) * d.C) &&
+               (!present(dbias) || dbias.numel() == d.OC),
+           "%s: dinp %s dw %s dbias %s dout %s inp %s w %s", op, s(dinp).c_str(), s(dw).c_str(), s(dbias).c_str(),
+           s(dout).c_str(), s(inp).c_str(), s(w).c_str());
+  return d;
+}
+
+Attention attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int heads) {
+  const char* op = "attention";
+  TT_CHECK(qkv.shape().rank() == 3 && qkv.dim(2) % 3 == 0, "%s: qkv must be [B, T, 3C], got %s", op,
+           s(qkv).c_str());
+  Attention d{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), static_cast<int>(qkv.dim(2) / 3), heads};
+  same_dtype(op, qkv, {&out, &att});
+  TT_CHECK(heads > 0 && d.C % heads == 0 && out.numel() == static_cast<int64_t>(d.B) * d.T * d.C &&
+               att.numel() == static_cast<int64_t>(d.B) * heads * d.T * d.T,
+           "%s: out %s att %s qkv %s heads %d", op, s(out).c_str(), s(att).c_str(), s(qkv).c_str(), heads);
+  return d;
+}
+
+Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                             int heads) {
+  TT_CHECK(dqkv.shape() == qkv.shape(), "attention_backward: dqkv %s != qkv %s", s(dqkv).c_str(), s(qkv).c_str());
+  same_dtype("attention_backward", qkv, {&dqkv});
+  return attention_forward(dout, att, qkv, heads);
+}
+
+int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& c) {
+  TT_CHECK(a.shape() == b.shape() && (!present(c) || c.shape() == a.shape()), "%s: shapes %s, %s, %s", op,
+           s(a).c_str(), s(b).c_str(), s(c).c_str());
+  same_dtype(op, a, {&b, &c});
+  return a.numel();
+}
+
+Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets) {
+  const char* op = "softmax_xent_forward";
+  TT_CHECK(probs.shape() == logits.shape(), "%s: probs %s != logits %s", op, s(probs).c_str(), s(logits).c_str());
+  Softmax d{0, last_dim(logits)};
+  d.N = logits.numel() / d.V;
+  is_i32(op, targets);
+  same_dtype(op, logits, {&losses, &probs});
+  TT_CHECK(losses.numel() == d.N && targets.numel() == d.N, "%s: losses %s targets %s logits %s", op,
+           s(losses).c_str(), s(targets).c_str(), s(logits).c_str());
+  return d;
+}
+
+Softmax softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets) {
+  const char* op = "softmax_xent_backward";
+  TT_CHECK(dlogits.shape() == probs.shape(), "%s: dlogits %s != probs %s", op, s(dlogits).c_str(), s(probs).c_str());
+  Softmax d{0, last_dim(probs)};
+  d.N = probs.numel() / d.V;
+  is_i32(op, targets);
+  same_dtype(op, probs, {&dlogits});
+  TT_CHECK(targets.numel() == d.N, "%s: targets %s for probs %s", op, s(targets).c_str(), s(probs).c_str());
+  return d;
+}
+
+int64_t sum_squares(const Tensor& out, const Tensor& x) {
+  TT_CHECK(out.numel() >= 1 && out.dtype() == x.dtype(), "sum_squares: out %s must hold one %s", s(out).c_str(),
+           dtype_name(x.dtype()));
+  return x.numel();
+}
+
+int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq) {
+  elementwise("adamw_update", param, grad);
+  elementwise("adamw_update", param, m, v);
+  TT_CHECK(grad_norm_sq.numel() >= 1 && grad_norm_sq.dtype() == param.dtype(),
+           "adamw_update: grad_norm_sq %s must hold one %s", s(grad_norm_sq).c_str(), dtype_name(param.dtype()));
+  return param.numel();
+}
+
+}  // namespace tt::shapes

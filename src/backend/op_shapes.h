@@ -1,0 +1,54 @@
+// backend/op_shapes: the shape and dtype contract of every Backend op, checked in one place for every backend.
+// Each function aborts with the shapes involved when the contract is broken (a programming error, not user input)
+// and returns the dimensions the kernels need.
+//
+//   const shapes::Rows d = shapes::layernorm_forward(out, mean, rstd, inp, w, b);   // d.N rows of d.C
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace tt::shapes {
+
+struct Embedding {
+  int B, T, C, V;
+};
+struct Rows {
+  int64_t N;
+  int C;
+};
+struct Matmul {
+  int64_t N;
+  int C, OC;
+};
+struct Attention {
+  int B, T, C, H;
+};
+struct Softmax {
+  int64_t N;
+  int V;
+};
+
+Embedding embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+Embedding embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
+Rows layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& w,
+                       const Tensor& b);
+Rows layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout, const Tensor& inp,
+                        const Tensor& w, const Tensor& mean, const Tensor& rstd);
+Matmul matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias);
+Matmul matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
+                       const Tensor& inp, const Tensor& w);
+Attention attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int heads);
+Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att, int heads);
+// Same shape and dtype for all defined tensors; returns the element count.
+int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& c = Tensor());
+Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets);
+Softmax softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets);
+int64_t sum_squares(const Tensor& out, const Tensor& x);
+int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq);
+
+// True when t refers to memory (an undefined optional tensor is a default-constructed Tensor).
+inline bool present(const Tensor& t) { return t.raw() != nullptr; }
+
+}  // namespace tt::shapes
