@@ -12,6 +12,10 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#ifdef TIERTRAIN_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_probe.h"
+#endif
 
 namespace tt::testing {
 
@@ -22,6 +26,34 @@ inline std::unique_ptr<Backend> make_cpu_backend(int64_t budget = int64_t(512) <
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
   return std::move(r).value();
 }
+
+// True when this build has the CUDA backend and a GPU is visible.
+inline bool have_gpu() {
+#ifdef TIERTRAIN_HAVE_CUDA
+  static const bool yes = cuda::probe().count > 0;
+  return yes;
+#else
+  return false;
+#endif
+}
+
+// A CUDA backend on device 0, or nullptr (and the test is skipped by the caller) when there is none.
+inline std::unique_ptr<Backend> make_cuda_backend(int64_t budget = int64_t(4) << 30) {
+#ifdef TIERTRAIN_HAVE_CUDA
+  if (!have_gpu()) return nullptr;
+  auto r = cuda::create_backend({.device = 0, .device_budget = budget});
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return r.is_ok() ? std::move(r).value() : nullptr;
+#else
+  (void)budget;
+  return nullptr;
+#endif
+}
+
+#define TT_SKIP_WITHOUT_GPU()                                                                       \
+  do {                                                                                              \
+    if (!::tt::testing::have_gpu()) GTEST_SKIP() << "no GPU here (or a build without CUDA): skipped"; \
+  } while (0)
 
 // Elementwise |got - want| <= atol + rtol * |want|; reports the worst element on failure.
 template <typename A, typename B>

@@ -13,6 +13,7 @@
 #include "core/units.h"
 #include "exec/checkpoint.h"
 #ifdef TIERTRAIN_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_probe.h"
 #endif
 
@@ -89,32 +90,43 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   cfg.model.vocab = t->dataset_.vocab();
   TT_TRY(cfg.model.validate());
 
-  // Backend.
+  // Backend: the GPU when asked for or (auto) when one is there, else the CPU.
   std::string backend = cfg.backend;
-  if (backend == "cuda") {
-    return make_status(StatusCode::kUnimplemented,
-                       "--backend cuda: the CUDA training backend is not part of this build yet; use --backend cpu "
-                       "(or auto)");
-  }
-  if (backend == "auto") {
-    backend = "cpu";
 #ifdef TIERTRAIN_HAVE_CUDA
-    cuda::GpuInfo gpu = cuda::probe();
-    if (gpu.count > 0)
-      t->backend_note_ = str_format("found %d GPU(s) (%s), but the CUDA training backend is not part of this build "
-                                    "yet: training on the CPU backend",
-                                    gpu.count, gpu.name.c_str());
+  const cuda::GpuInfo gpu = cuda::probe();
+  if (backend == "auto") backend = gpu.count > 0 ? "cuda" : "cpu";
+  TT_RETURN_IF(backend == "cuda" && gpu.count == 0, kFailedPrecondition, "--backend cuda: no usable GPU (%s)",
+               gpu.error.empty() ? "0 devices" : gpu.error.c_str());
+#else
+  if (backend == "auto") backend = "cpu";
+  TT_RETURN_IF(backend == "cuda", kFailedPrecondition,
+               "--backend cuda: this build has no CUDA backend (configure with a CUDA toolkit, TIERTRAIN_WITH_CUDA)");
 #endif
-  }
   const DType dtype = DType::kF32;
-  const MemoryNeed need = in_core_memory_need(cfg.model, cfg.batch, dtype);
+  MemoryNeed need = in_core_memory_need(cfg.model, cfg.batch, dtype);
   int64_t budget = cfg.device_budget;
+  int64_t reserved = 0;  // what the backend takes from the budget for itself
+#ifdef TIERTRAIN_HAVE_CUDA
+  if (backend == "cuda") {
+    reserved = cuda::kReservedBytes;
+    if (budget == 0) budget = gpu.free_bytes - cuda::kAutoBudgetHeadroomBytes;
+  }
+#endif
   if (budget == 0) budget = std::max<int64_t>(cpu::physical_memory_bytes() / 2, need.total);
+  need.per_class[static_cast<int>(TensorClass::kWorkspace)] += reserved;
+  need.total += reserved;
   TT_RETURN_IF(need.total > budget, kOutOfMemory,
                "the model does not fit the device budget even in-core: it needs %s (%s) but the budget is %s "
                "(--device-budget). Raise --device-budget, or reduce --batch, --seq, --dim or --layers",
                format_bytes(need.total).c_str(), need.describe().c_str(), format_bytes(budget).c_str());
-  TT_ASSIGN_OR_RETURN(t->backend_, cpu::create_backend({.device_budget = budget, .threads = cfg.threads}));
+#ifdef TIERTRAIN_HAVE_CUDA
+  if (backend == "cuda") {
+    TT_ASSIGN_OR_RETURN(t->backend_, cuda::create_backend({.device = 0, .device_budget = budget}));
+  }
+#endif
+  if (!t->backend_) {
+    TT_ASSIGN_OR_RETURN(t->backend_, cpu::create_backend({.device_budget = budget, .threads = cfg.threads}));
+  }
 
   TT_ASSIGN_OR_RETURN(t->gpt_, Gpt::create(*t->backend_, cfg.model, cfg.batch, dtype));
   TT_TRY(t->gpt_->init_params(cfg.seed));
@@ -234,7 +246,6 @@ Result<TrainSummary> Trainer::run() {
   const int64_t B = cfg_.batch, T = cfg_.model.seq;
   TrainSummary summary;
   summary.first_step = step_ + 1;
-  if (!backend_note_.empty()) print("note: %s\n", backend_note_.c_str());
   print("%s\n", dataset_.describe().c_str());
   print("model: GPT L%d d%d H%d T%d vocab %d, %lld parameters | batch %lld (%lld tokens/step) | %s\n",
         cfg_.model.layers, cfg_.model.dim, cfg_.model.heads, cfg_.model.seq, cfg_.model.vocab,

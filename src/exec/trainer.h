@@ -103,7 +103,6 @@ class Trainer {
   std::vector<float> host_losses_;
   std::vector<StepRecord> history_;
   std::vector<EvalRecord> evals_;
-  std::string backend_note_;
 };
 
 }  // namespace tt

@@ -17,6 +17,7 @@
 #include "core/units.h"
 #include "exec/trainer.h"
 #include "temp_dir.h"
+#include "test_util.h"
 
 namespace tt {
 namespace {
@@ -36,6 +37,7 @@ TrainConfig small_config(const std::string& data) {
   tc.device_budget = int64_t(64) << 20;
   tc.threads = 2;
   tc.seed = 99;
+  tc.backend = "cpu";
   return tc;
 }
 
@@ -209,10 +211,48 @@ TEST(Trainer, LearningRateSchedule) {
   for (int64_t s = 11; s < 110; ++s) EXPECT_GE(learning_rate(tc, s), learning_rate(tc, s + 1));
 }
 
+// The CUDA backend trains like the CPU backend (losses within fp32 tolerance) and resumes bit for bit too.
+TEST(TrainerCuda, MatchesCpuAndResumesBitExact) {
+  TT_SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  TrainConfig cpu_cfg = small_config(data);
+  TrainConfig gpu_cfg = small_config(data);
+  gpu_cfg.backend = "cuda";
+  gpu_cfg.device_budget = int64_t(1) << 30;
+  auto cpu_run = Trainer::create(cpu_cfg, nullptr);
+  auto gpu_run = Trainer::create(gpu_cfg, nullptr);
+  ASSERT_TRUE(cpu_run.is_ok() && gpu_run.is_ok()) << gpu_run.status().to_string();
+  ASSERT_TRUE(cpu_run.value()->run().is_ok());
+  ASSERT_TRUE(gpu_run.value()->run().is_ok());
+  const RunResult c = finish(*cpu_run.value()), g = finish(*gpu_run.value());
+  ASSERT_EQ(c.losses.size(), g.losses.size());
+  for (size_t i = 0; i < c.losses.size(); ++i) EXPECT_NEAR(g.losses[i], c.losses[i], 2e-4) << "step " << i + 1;
+
+  TrainConfig first = gpu_cfg;
+  first.stop_at = 10;
+  first.checkpoint_dir = dir.file("ckpt");
+  std::vector<double> first_losses;
+  {
+    auto t = Trainer::create(first, nullptr);
+    ASSERT_TRUE(t.is_ok());
+    ASSERT_TRUE(t.value()->run().is_ok());
+    for (const StepRecord& r : t.value()->history()) first_losses.push_back(r.loss);
+  }
+  TrainConfig second = gpu_cfg;
+  second.checkpoint_dir = dir.file("ckpt");
+  second.resume = "latest";
+  auto t2 = Trainer::create(second, nullptr);
+  ASSERT_TRUE(t2.is_ok()) << t2.status().to_string();
+  ASSERT_TRUE(t2.value()->run().is_ok());
+  expect_bit_identical(g, finish(*t2.value(), first_losses));
+}
+
 // A short version of the main job: default model on the default corpus.
 TEST(MainJob, LossFallsWellBelowUniformOnDefaultCorpus) {
   if (access(kDefaultCorpus, R_OK) != 0) GTEST_SKIP() << kDefaultCorpus << " missing (apt-get install fortunes)";
-  TrainConfig tc;  // the defaults of `tiertrain train`
+  TrainConfig tc;  // the defaults of `tiertrain train`, on the CPU backend
+  tc.backend = "cpu";
   tc.steps = 120;
   tc.warmup = 20;
   tc.eval_every = 120;

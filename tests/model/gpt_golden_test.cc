@@ -23,7 +23,7 @@ struct Tolerances {
 };
 
 template <typename T>
-void run_golden(const std::string& file, const Tolerances& tol) {
+void run_golden(const std::string& file, const Tolerances& tol, std::unique_ptr<Backend> be) {
   auto rr = TensorFileReader::open(testing::data_path(file));
   ASSERT_TRUE(rr.is_ok()) << rr.status().to_string();
   const TensorFileReader& ref = rr.value();
@@ -34,7 +34,6 @@ void run_golden(const std::string& file, const Tolerances& tol) {
   const int B = c.at("B").get<int>();
   const int64_t BT = static_cast<int64_t>(B) * cfg.seq;
 
-  auto be = testing::make_cpu_backend();
   auto gr = Gpt::create(*be, cfg, B, dtype_of<T>());
   ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
   Gpt& gpt = *gr.value();
@@ -131,7 +130,8 @@ TEST(GptGolden, Float32MatchesPyTorch) {
                                                  .grad_atol = 1e-5,
                                                  .grad_rtol = 1e-4,
                                                  .step_loss_atol = 2e-5,
-                                                 .final_atol = 0});
+                                                 .final_atol = 0},
+                    testing::make_cpu_backend());
 }
 
 TEST(GptGolden, Float64MatchesPyTorch) {
@@ -144,7 +144,20 @@ TEST(GptGolden, Float64MatchesPyTorch) {
                                                       // 1.0000000475e-3), a 5e-8 relative change of each update:
                                                       // after 10 steps it shows at 1e-9 in parameters and losses.
                                                       .step_loss_atol = 1e-7,
-                                                      .final_atol = 1e-8});
+                                                      .final_atol = 1e-8},
+                     testing::make_cpu_backend());
+}
+
+TEST(GptGolden, Float32MatchesPyTorchOnCuda) {
+  TT_SKIP_WITHOUT_GPU();
+  run_golden<float>("gpt_golden.ttf", Tolerances{.logits_atol = 2e-5,
+                                                 .logits_rtol = 2e-5,
+                                                 .loss_atol = 1e-5,
+                                                 .grad_atol = 2e-5,
+                                                 .grad_rtol = 2e-4,
+                                                 .step_loss_atol = 5e-5,
+                                                 .final_atol = 0},
+                    testing::make_cuda_backend(int64_t(1) << 30));
 }
 
 }  // namespace

@@ -1,0 +1,480 @@
+// backend/cuda/kernels.cu: fp32 kernels and their launchers (see kernels.cuh).
+#include "backend/cuda/kernels.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <cfloat>
+#include <cub/device/device_radix_sort.cuh>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace tt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 132 * 16;  // enough to fill an H200 for grid-stride loops
+constexpr int kColumnChunks = 128;    // row chunks of the deterministic column sums
+
+int blocks_for(int64_t n, int threads = kThreads) {
+  return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, kMaxBlocks));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Block-wide reductions in a fixed order (warp shuffles, then warp 0 over the warps' results).
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op, T identity) {
+  __shared__ T shared[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int nwarps = (blockDim.x + 31) >> 5;
+  v = threadIdx.x < nwarps ? shared[lane] : identity;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (threadIdx.x == 0) shared[0] = v;
+  __syncthreads();
+  v = shared[0];
+  __syncthreads();
+  return v;
+}
+
+struct Add {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// ---------------------------------------------------------------------------------------------------------------------
+// kernels
+
+__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte, const float* wpe, int T,
+                                         int C, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bt = i / C;
+    const int c = static_cast<int>(i % C);
+    const int t = static_cast<int>(bt % T);
+    out[i] = wte[static_cast<int64_t>(tokens[bt]) * C + c] + wpe[static_cast<int64_t>(t) * C + c];
+  }
+}
+
+__global__ void dwpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < static_cast<int64_t>(T) * C;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int b = 0; b < B; ++b) s += dout[static_cast<int64_t>(b) * T * C + i];
+    dwpe[i] += s;
+  }
+}
+
+__global__ void iota_kernel(int32_t* x, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = i;
+}
+
+// One block per sorted position; the block at the start of a run of equal tokens sums the run's rows in position
+// order and adds the sum to that token's row of dwte.
+__global__ void dwte_runs_kernel(float* dwte, const float* dout, const int32_t* sorted_tokens,
+                                 const int32_t* sorted_pos, int n, int C) {
+  const int i = blockIdx.x;
+  const int tok = sorted_tokens[i];
+  if (i > 0 && sorted_tokens[i - 1] == tok) return;
+  int end = i + 1;
+  while (end < n && sorted_tokens[end] == tok) ++end;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0.0f;
+    for (int j = i; j < end; ++j) s += dout[static_cast<int64_t>(sorted_pos[j]) * C + c];
+    dwte[static_cast<int64_t>(tok) * C + c] += s;
+  }
+}
+
+// One warp per row.
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                                         const float* b, int64_t N, int C) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const float* x = inp + row * C;
+  float s = 0.0f;
+  for (int c = lane; c < C; c += 32) s += x[c];
+  const float m = warp_sum(s) / C;
+  float v = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float d = x[c] - m;
+    v += d * d;
+  }
+  const float r = rsqrtf(warp_sum(v) / C + 1e-5f);
+  float* o = out + row * C;
+  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+__global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp, const float* w,
+                                               const float* mean, const float* rstd, int64_t N, int C) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const float* x = inp + row * C;
+  const float* d = dout + row * C;
+  const float m = mean[row], r = rstd[row];
+  float a = 0.0f, bsum = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float dn = w[c] * d[c];
+    a += dn;
+    bsum += dn * (x[c] - m) * r;
+  }
+  const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
+  float* di = dinp + row * C;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (x[c] - m) * r;
+    di[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
+  }
+}
+
+// Partial column sums over a fixed chunk of rows: partial[chunk][c] (and [chunk][C + c] for the LayerNorm bias).
+// With inp != nullptr the first sum is of dout * normalised input (LayerNorm weight gradient).
+__global__ void column_partials_kernel(float* partial, const float* dout, const float* inp, const float* mean,
+                                       const float* rstd, int64_t N, int C, int chunks) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int chunk = blockIdx.y;
+  if (c >= C) return;
+  const int64_t rows = (N + chunks - 1) / chunks;
+  const int64_t r0 = chunk * rows, r1 = min(N, r0 + rows);
+  float s = 0.0f, sb = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float d = dout[r * C + c];
+    if (inp != nullptr) {
+      s += d * ((inp[r * C + c] - mean[r]) * rstd[r]);
+      sb += d;
+    } else {
+      s += d;
+    }
+  }
+  partial[static_cast<int64_t>(chunk) * (inp != nullptr ? 2 * C : C) + c] = s;
+  if (inp != nullptr) partial[static_cast<int64_t>(chunk) * 2 * C + C + c] = sb;
+}
+
+__global__ void column_finish_kernel(float* dst, float* dst2, const float* partial, int C, int chunks, int stride) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.0f, s2 = 0.0f;
+  for (int k = 0; k < chunks; ++k) {
+    s += partial[static_cast<int64_t>(k) * stride + c];
+    if (dst2 != nullptr) s2 += partial[static_cast<int64_t>(k) * stride + C + c];
+  }
+  dst[c] += s;
+  if (dst2 != nullptr) dst2[c] += s2;
+}
+
+__global__ void broadcast_rows_kernel(float* out, const float* bias, int64_t N, int OC) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N * OC;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = bias[i % OC];
+}
+
+// One warp per row of scores; row r is query position r % T.
+__global__ void causal_softmax_kernel(float* att, int64_t rows, int T) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int t = static_cast<int>(row % T);
+  float* a = att + row * T;
+  float mx = -FLT_MAX;
+  for (int t2 = lane; t2 <= t; t2 += 32) mx = fmaxf(mx, a[t2]);
+  mx = warp_max(mx);
+  float s = 0.0f;
+  for (int t2 = lane; t2 <= t; t2 += 32) {
+    const float e = expf(a[t2] - mx);
+    a[t2] = e;
+    s += e;
+  }
+  const float inv = 1.0f / warp_sum(s);
+  for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+}
+
+__global__ void causal_softmax_backward_kernel(float* dp, const float* p, int64_t rows, int T, float scale) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int t = static_cast<int>(row % T);
+  float* d = dp + row * T;
+  const float* pr = p + row * T;
+  float dot = 0.0f;
+  for (int t2 = lane; t2 <= t; t2 += 32) dot += pr[t2] * d[t2];
+  dot = warp_sum(dot);
+  for (int t2 = lane; t2 < T; t2 += 32) d[t2] = t2 <= t ? pr[t2] * (d[t2] - dot) * scale : 0.0f;
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+  }
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+    const float local =
+        0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+__global__ void residual_forward_kernel(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+// One block per row; probs may alias logits.
+__global__ void softmax_xent_forward_kernel(float* losses, float* probs, const float* logits, const int32_t* targets,
+                                            int V) {
+  const int64_t row = blockIdx.x;
+  const float* l = logits + row * V;
+  float* p = probs + row * V;
+  __shared__ float target_logit;
+  if (threadIdx.x == 0) target_logit = l[targets[row]];
+  float mx = -FLT_MAX;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
+  mx = block_reduce(mx, Max{}, -FLT_MAX);
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(l[i] - mx);
+  s = block_reduce(s, Add{}, 0.0f);  // its barriers also order target_logit's write before the reads below
+  const float inv = 1.0f / s;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = expf(l[i] - mx) * inv;
+  if (threadIdx.x == 0) losses[row] = logf(s) + mx - target_logit;
+}
+
+__global__ void softmax_xent_backward_kernel(float* dlogits, const float* probs, const int32_t* targets, float dloss,
+                                             int64_t N, int V) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N * V;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / V;
+    const int col = static_cast<int>(i % V);
+    dlogits[i] = (probs[i] - (col == targets[row] ? 1.0f : 0.0f)) * dloss;
+  }
+}
+
+constexpr int kSumBlocks = 512;
+
+__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  s = block_reduce(s, Add{}, 0.0);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void sum_squares_finish_kernel(float* out, const double* partial, int n) {
+  double s = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
+  s = block_reduce(s, Add{}, 0.0);
+  if (threadIdx.x == 0) out[0] = static_cast<float>(s);
+}
+
+__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n,
+                             const float* grad_norm_sq, float grad_clip, float step_size, float bc2_sqrt, float decay,
+                             float b2, float one_minus_b1, float one_minus_b2, float eps, bool do_decay) {
+  float clip = 1.0f;
+  if (grad_clip > 0.0f) clip = fminf(grad_clip / (sqrtf(grad_norm_sq[0]) + 1e-6f), 1.0f);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = grad[i] * clip;
+    float p = param[i];
+    if (do_decay) p *= decay;
+    const float mi = m[i] + one_minus_b1 * (g - m[i]);
+    const float vi = v[i] * b2 + one_minus_b2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = p - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------------
+// launchers
+
+void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+             const float* b, int ldb, float beta, float* c, int ldc) {
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands, keep the flags.
+  TT_CUBLAS_ASSERT(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                               &alpha, b, ldb, a, lda, &beta, c, ldc));
+}
+
+void gemm_rm_strided(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                     int lda, long long stride_a, const float* b, int ldb, long long stride_b, float beta, float* c,
+                     int ldc, long long stride_c, int batch) {
+  TT_CUBLAS_ASSERT(cublasSgemmStridedBatched(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                             trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, stride_b,
+                                             a, lda, stride_a, &beta, c, ldc, stride_c, batch));
+}
+
+void embedding_forward(cudaStream_t s, float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C) {
+  const int64_t n = static_cast<int64_t>(B) * T * C;
+  embedding_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, tokens, wte, wpe, T, C, n);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_backward(cudaStream_t s, const Scratch& scratch, float* dwte, float* dwpe, const float* dout,
+                        const int32_t* tokens, int B, int T, int C, int V) {
+  dwpe_kernel<<<blocks_for(static_cast<int64_t>(T) * C), kThreads, 0, s>>>(dwpe, dout, B, T, C);
+  TT_CUDA_CHECK_LAUNCH();
+  const int n = B * T;
+  int bits = 1;
+  while ((1 << bits) < V) ++bits;
+  // Scratch: sorted tokens, positions, sorted positions, then CUB's temporary storage.
+  char* p = static_cast<char*>(scratch.ptr);
+  auto take = [&](size_t bytes) {
+    char* q = p;
+    p += (bytes + 255) / 256 * 256;
+    return q;
+  };
+  int32_t* keys_out = reinterpret_cast<int32_t*>(take(n * sizeof(int32_t)));
+  int32_t* pos = reinterpret_cast<int32_t*>(take(n * sizeof(int32_t)));
+  int32_t* pos_out = reinterpret_cast<int32_t*>(take(n * sizeof(int32_t)));
+  size_t temp_bytes = 0;
+  TT_CUDA_ASSERT(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tokens, keys_out, pos, pos_out, n, 0, bits, s));
+  void* temp = take(temp_bytes);
+  TT_CHECK(static_cast<size_t>(p - static_cast<char*>(scratch.ptr)) <= scratch.bytes,
+           "embedding_backward: %d positions need more than the %zu-byte CUDA scratch", n, scratch.bytes);
+  iota_kernel<<<blocks_for(n), kThreads, 0, s>>>(pos, n);
+  TT_CUDA_CHECK_LAUNCH();
+  TT_CUDA_ASSERT(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys_out, pos, pos_out, n, 0, bits, s));
+  dwte_runs_kernel<<<n, std::min(C, 1024), 0, s>>>(dwte, dout, keys_out, pos_out, n, C);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void layernorm_forward(cudaStream_t s, float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int64_t N, int C) {
+  const int rows_per_block = kThreads / 32;
+  layernorm_forward_kernel<<<static_cast<unsigned>((N + rows_per_block - 1) / rows_per_block), kThreads, 0, s>>>(
+      out, mean, rstd, inp, w, b, N, C);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+int column_chunks(int64_t N) { return static_cast<int>(std::min<int64_t>(N, kColumnChunks)); }
+}  // namespace
+
+void layernorm_backward(cudaStream_t s, const Scratch& scratch, float* dinp, float* dw, float* db, const float* dout,
+                        const float* inp, const float* w, const float* mean, const float* rstd, int64_t N, int C) {
+  const int rows_per_block = kThreads / 32;
+  layernorm_backward_dinp_kernel<<<static_cast<unsigned>((N + rows_per_block - 1) / rows_per_block), kThreads, 0,
+                                   s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+  TT_CUDA_CHECK_LAUNCH();
+  const int chunks = column_chunks(N);
+  TT_CHECK(static_cast<size_t>(chunks) * 2 * C * sizeof(float) <= scratch.bytes,
+           "layernorm_backward: C=%d needs more than the CUDA scratch", C);
+  float* partial = static_cast<float*>(scratch.ptr);
+  column_partials_kernel<<<dim3((C + kThreads - 1) / kThreads, chunks), kThreads, 0, s>>>(partial, dout, inp, mean,
+                                                                                          rstd, N, C, chunks);
+  TT_CUDA_CHECK_LAUNCH();
+  column_finish_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(dw, db, partial, C, chunks, 2 * C);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void broadcast_rows(cudaStream_t s, float* out, const float* bias, int64_t N, int OC) {
+  broadcast_rows_kernel<<<blocks_for(N * OC), kThreads, 0, s>>>(out, bias, N, OC);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const float* dout, int64_t N, int OC) {
+  const int chunks = column_chunks(N);
+  TT_CHECK(static_cast<size_t>(chunks) * OC * sizeof(float) <= scratch.bytes,
+           "column_sums: OC=%d needs more than the CUDA scratch", OC);
+  float* partial = static_cast<float*>(scratch.ptr);
+  column_partials_kernel<<<dim3((OC + kThreads - 1) / kThreads, chunks), kThreads, 0, s>>>(
+      partial, dout, nullptr, nullptr, nullptr, N, OC, chunks);
+  TT_CUDA_CHECK_LAUNCH();
+  column_finish_kernel<<<(OC + kThreads - 1) / kThreads, kThreads, 0, s>>>(dbias, nullptr, partial, OC, chunks, OC);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void causal_softmax(cudaStream_t s, float* att, int64_t rows, int T) {
+  const int rows_per_block = kThreads / 32;
+  causal_softmax_kernel<<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kThreads, 0, s>>>(
+      att, rows, T);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void causal_softmax_backward(cudaStream_t s, float* dp, const float* p, int64_t rows, int T, float scale) {
+  const int rows_per_block = kThreads / 32;
+  causal_softmax_backward_kernel<<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kThreads, 0,
+                                   s>>>(dp, p, rows, T, scale);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void gelu_forward(cudaStream_t s, float* out, const float* inp, int64_t n) {
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, inp, n);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout, int64_t n) {
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(dinp, inp, dout, n);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void residual_forward(cudaStream_t s, float* out, const float* a, const float* b, int64_t n) {
+  residual_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, a, b, n);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_xent_forward(cudaStream_t s, float* losses, float* probs, const float* logits, const int32_t* targets,
+                          int64_t N, int V) {
+  softmax_xent_forward_kernel<<<static_cast<unsigned>(N), 512, 0, s>>>(losses, probs, logits, targets, V);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_xent_backward(cudaStream_t s, float* dlogits, const float* probs, const int32_t* targets, float dloss,
+                           int64_t N, int V) {
+  softmax_xent_backward_kernel<<<blocks_for(N * V), kThreads, 0, s>>>(dlogits, probs, targets, dloss, N, V);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const float* x, int64_t n) {
+  TT_CHECK(kSumBlocks * sizeof(double) <= scratch.bytes, "sum_squares: scratch too small");
+  double* partial = static_cast<double*>(scratch.ptr);
+  sum_squares_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n);
+  TT_CUDA_CHECK_LAUNCH();
+  sum_squares_finish_kernel<<<1, kSumBlocks, 0, s>>>(out, partial, kSumBlocks);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, float* v, int64_t n,
+                  const float* grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  int64_t step, float grad_clip) {
+  // Scalars exactly as the CPU backend computes them (in double, then rounded once).
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
+  const float step_size = static_cast<float>(static_cast<double>(lr) / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float decay = static_cast<float>(1.0 - static_cast<double>(lr) * static_cast<double>(weight_decay));
+  adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(param, grad, m, v, n, grad_norm_sq, grad_clip, step_size, bc2_sqrt,
+                                                  decay, beta2, static_cast<float>(1.0 - static_cast<double>(beta1)),
+                                                  static_cast<float>(1.0 - static_cast<double>(beta2)), eps,
+                                                  weight_decay != 0.0f);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tt::cuda
