@@ -1,0 +1,59 @@
+"""Collects the JSON files of scripts/gpu.sh's benchmark runs in OUTDIR into results.json and a Markdown table
+results.md (ms/step, tokens/s, MFU, peak memory, ratio to PyTorch bf16 eager)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt_gpu import flops_per_step  # noqa: E402
+
+
+def main() -> None:
+    out = sys.argv[1]
+    rows = []
+    for name in sorted(os.listdir(out)):
+        if not name.endswith(".json") or name == "results.json":
+            continue
+        with open(os.path.join(out, name)) as f:
+            j = json.load(f)
+        if "summary" in j and "model" in j:  # tiertrain --metrics-out
+            m, s = j["model"], j["summary"]
+            B = j["config"]["batch"]
+            ms = s["median_ms_per_step"]
+            flops = flops_per_step(m["layers"], m["dim"], m["vocab"], m["seq"], B, m["params"])
+            rows.append({"impl": "tiertrain-" + ("fp32" if "fp32" in j["backend"] else j["backend"].split()[0]),
+                         "file": name, "config": f"L{m['layers']} d{m['dim']} T{m['seq']} B{B} V{m['vocab']}",
+                         "median_ms_per_step": ms, "tokens_per_s": s["median_tokens_per_s"],
+                         "mfu": flops / (ms / 1e3) / (67e12 if "fp32" in j["backend"] else 989e12),
+                         "peak_gib": j["memory"]["device"]["peak"] / 2**30, "first_loss": s["first_loss"],
+                         "last_loss": s["last_loss"], "backend": j["backend"]})
+        elif "impl" in j:
+            c = j["config"]
+            rows.append({"impl": j["impl"], "file": name,
+                         "config": f"L{c['L']} d{c['C']} T{c['T']} B{c['B']} V{c['V']}",
+                         "median_ms_per_step": j["median_ms_per_step"], "tokens_per_s": j["tokens_per_s"],
+                         "mfu": j["mfu"], "peak_gib": j["peak_gib"], "first_loss": j["first_loss"],
+                         "last_loss": j["last_loss"]})
+    base = next((r["tokens_per_s"] for r in rows if r["impl"] == "torch-bf16-eager"), None)
+    for r in rows:
+        r["ratio_vs_torch_bf16_eager"] = r["tokens_per_s"] / base if base else None
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(rows, f, indent=2)
+        f.write("\n")
+    lines = ["| implementation | config | ms/step | tokens/s | MFU | peak GiB | vs torch bf16 eager | loss first -> last |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        ratio = f"{r['ratio_vs_torch_bf16_eager']:.2f}x" if r["ratio_vs_torch_bf16_eager"] else "-"
+        lines.append(f"| {r['impl']} | {r['config']} | {r['median_ms_per_step']:.1f} | {r['tokens_per_s']:,.0f} | "
+                     f"{100 * r['mfu']:.1f}% | {r['peak_gib']:.1f} | {ratio} | {r['first_loss']:.3f} -> "
+                     f"{r['last_loss']:.3f} |")
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

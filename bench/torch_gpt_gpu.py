@@ -1,0 +1,98 @@
+"""GPU training benchmark of the reference GPT (tools/torch_gpt.py) in PyTorch, the side-by-side for tiertrain's
+CUDA backend: same model, same random-token batches, AdamW with clipping.
+
+Modes: ``bf16`` (autocast bf16, fused AdamW, SDPA flash attention: the configuration PyTorch users run) and ``fp32``
+(no autocast, TF32 off, SDPA math on fp32: the like-for-like reference for tiertrain's fp32 mode). ``--compile``
+wraps the model in torch.compile. Step times are CUDA-event timed, median over the timed steps; tokens/s = B*T /
+median; MFU against 989 TFLOP/s (H100/H200 dense bf16) or 67 TFLOP/s (fp32 non-tensor-core) with the usual
+6*N*tokens + attention FLOP count. Prints one line and writes JSON with ``--json-out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+import torch_gpt  # noqa: E402
+
+
+def flops_per_step(L: int, C: int, V: int, T: int, B: int, n_params: int) -> float:
+    """Training FLOPs of one step, as llm.c and nanoGPT count them: 6 N per token for the weights (N without the
+    position embedding; the tied LM head counted once) plus 12 L T C per token for attention (no causal discount)."""
+    n = n_params - T * C
+    return (6 * n + 12 * L * T * C) * B * T
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--dim", type=int, default=768)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--vocab", type=int, default=50257)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup-steps", type=int, default=10)
+    p.add_argument("--mode", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--json-out")
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    cfg = torch_gpt.GPTConfig(V=args.vocab, L=args.layers, C=args.dim, H=args.heads, T=args.seq)
+    model = torch_gpt.GPT(cfg, use_sdpa=True).to(dev)
+    torch_gpt.init_params(model)
+    n_params = sum(q.numel() for q in model.parameters())
+    opt = torch_gpt.make_optimizer(model, 6e-4, fused=True)
+    fwd = torch.compile(model) if args.compile else model
+
+    def step(tokens, targets):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.mode == "bf16"):
+            _, loss = fwd(tokens, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), torch_gpt.GRAD_CLIP)
+        opt.step()
+        return loss
+
+    gen = torch.Generator(device=dev).manual_seed(1)
+    times, losses = [], []
+    torch.cuda.reset_peak_memory_stats()
+    for i in range(args.steps):
+        seq = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=dev, generator=gen)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss = step(seq[:, :-1], seq[:, 1:])
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+        losses.append(loss.item())
+    timed = times[args.warmup_steps:]
+    ms = statistics.median(timed)
+    tps = args.batch * args.seq / (ms / 1e3)
+    peak_flops = 989e12 if args.mode == "bf16" else 67e12
+    mfu = flops_per_step(args.layers, args.dim, args.vocab, args.seq, args.batch, n_params) / (ms / 1e3) / peak_flops
+    result = {"impl": f"torch-{args.mode}" + ("-compile" if args.compile else "-eager"),
+              "torch_version": torch.__version__, "device": torch.cuda.get_device_name(),
+              "config": {"L": args.layers, "C": args.dim, "H": args.heads, "T": args.seq, "B": args.batch,
+                         "V": args.vocab}, "params": n_params, "median_ms_per_step": ms, "tokens_per_s": tps,
+              "mfu": mfu, "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "first_loss": losses[0],
+              "last_loss": losses[-1]}
+    print(json.dumps(result))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# On a machine with a GPU, in one command: build (Release, sm_90), run every test (the GPU tests included), run the
+# GPU benchmarks side by side with PyTorch, and write logs, JSON and a table (results.json, results.md) into OUTDIR.
+#
+#   scripts/gpu.sh OUTDIR [--no-tests] [--no-bench]
+#
+# Dependencies: the Debian packages of scripts/deps.sh. On a machine that has a GPU but cannot install them (no
+# network), put their .deb files in .deps/debs/ (scripts/gpu_fetch_debs.sh, run where apt works) and this script
+# unpacks the missing ones into a private prefix.
+set -euo pipefail
+OUT=${1:?usage: scripts/gpu.sh OUTDIR [--no-tests] [--no-bench]}
+shift
+RUN_TESTS=1
+RUN_BENCH=1
+for a in "$@"; do
+  case "$a" in
+    --no-tests) RUN_TESTS=0 ;;
+    --no-bench) RUN_BENCH=0 ;;
+    *) echo "unknown option $a" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "$0")/.."
+# NVLink multicast stays off on shared machines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+
+# --- dependencies ---------------------------------------------------------------------------------------------------
+arch=x86_64-linux-gnu
+PREFIX=/tmp/tiertrain-deps
+declare -A KEY=(
+  [libopenblas-openmp-dev]=/usr/include/$arch/openblas-openmp/cblas.h
+  [libopenblas0-openmp]=/usr/lib/$arch/openblas-openmp/libopenblas.so.0
+  [libgfortran5]=/usr/lib/$arch/libgfortran.so.5
+  [libquadmath0]=/usr/lib/$arch/libquadmath.so.0
+  [libgtest-dev]=/usr/include/gtest/gtest.h
+  [nlohmann-json3-dev]=/usr/include/nlohmann/json.hpp
+  [libcli11-dev]=/usr/include/CLI/CLI.hpp
+  [zlib1g-dev]=/usr/include/zlib.h
+  [fortunes]=/usr/share/games/fortunes/fortunes
+)
+cmake_prefix=""
+for pkg in "${!KEY[@]}"; do
+  [ -e "${KEY[$pkg]}" ] && continue
+  deb=$(ls .deps/debs/"${pkg}"_*.deb 2>/dev/null | head -n 1 || true)
+  if [ -z "$deb" ]; then
+    echo "missing ${KEY[$pkg]} and no .deps/debs/${pkg}_*.deb to unpack" >&2
+    exit 1
+  fi
+  dpkg -x "$deb" "$PREFIX"
+  cmake_prefix="$PREFIX/usr"
+done
+if [ -n "$cmake_prefix" ]; then
+  export LD_LIBRARY_PATH="$PREFIX/usr/lib/$arch:$PREFIX/usr/lib/$arch/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "unpacked missing packages into $PREFIX" | tee "$OUT/deps.log"
+fi
+DATA_DIR=/usr/share/games/fortunes
+[ -d "$DATA_DIR" ] || DATA_DIR="$PREFIX/usr/share/games/fortunes"
+
+# --- build ----------------------------------------------------------------------------------------------------------
+{ nvidia-smi; nvcc --version; } > "$OUT/machine.txt" 2>&1 || true
+git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
+cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} 2>&1 | tee "$OUT/configure.log"
+cmake --build build/gpu -j "$(nproc)" 2>&1 | tail -n 30 | tee "$OUT/build.log"
+TT=build/gpu/src/tiertrain
+
+# --- tests ----------------------------------------------------------------------------------------------------------
+status=0
+if [ "$RUN_TESTS" = 1 ]; then
+  ( cd build/gpu && ctest -j1 --output-on-failure --timeout 900 ) > "$OUT/ctest.log" 2>&1 || status=1
+  tail -n 15 "$OUT/ctest.log"
+fi
+
+# --- benchmarks: GPT-2 124M shape on random GPT-2 tokens, tiertrain and PyTorch side by side -------------------------
+if [ "$RUN_BENCH" = 1 ]; then
+  SHARD=/tmp/tiertrain-random-gpt2.bin
+  [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000
+  B=${TT_BENCH_BATCH:-16}
+  common=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B")
+  "$TT" train "${common[@]}" --data "$SHARD" --steps 30 --warmup 5 --eval-every 0 --log-every 10 \
+    --metrics-out "$OUT/tiertrain_fp32.json" 2>&1 | tee "$OUT/tiertrain_fp32.log" || status=1
+  py=(python3 bench/torch_gpt_gpu.py --layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B" --steps 30)
+  "${py[@]}" --mode fp32 --json-out "$OUT/torch_fp32_eager.json" || status=1
+  "${py[@]}" --mode bf16 --json-out "$OUT/torch_bf16_eager.json" || status=1
+  "${py[@]}" --mode bf16 --compile --json-out "$OUT/torch_bf16_compile.json" || status=1
+  python3 bench/gpu_summary.py "$OUT" || status=1
+  # The main job on the GPU: default model, default corpus.
+  "$TT" train --data "$DATA_DIR" --log-every 250 --metrics-out "$OUT/main_job.json" > "$OUT/main_job.log" 2>&1 ||
+    status=1
+  tail -n 3 "$OUT/main_job.log"
+fi
+exit $status
