@@ -4,6 +4,7 @@
 #
 #   scripts/gpu.sh OUTDIR [--no-tests] [--no-bench]
 #
+# TT_COMMIT names the commit in the results when the tree has no .git (a copied working tree).
 # Dependencies: the Debian packages of scripts/deps.sh. On a machine that has a GPU but cannot install them (no
 # network), put their .deb files in .deps/debs/ (scripts/gpu_fetch_debs.sh, run where apt works) and this script
 # unpacks the missing ones into a private prefix.
@@ -21,6 +22,16 @@ for a in "$@"; do
 done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+# Everything goes to $OUT/raw; at the end it is packed into raw.tar.gz beside results.md, results.json and ctest.log
+# (a device machine returns only a few files).
+FINAL=$OUT
+OUT=$FINAL/raw
+mkdir -p "$OUT"
+pack() {
+  cp -f "$OUT"/results.md "$OUT"/results.json "$OUT"/ctest.log "$FINAL"/ 2>/dev/null || true
+  tar -C "$FINAL" -czf "$FINAL/raw.tar.gz" raw && rm -rf "$OUT"
+}
+trap pack EXIT
 cd "$(dirname "$0")/.."
 # NVLink multicast stays off on shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -60,7 +71,7 @@ DATA_DIR=/usr/share/games/fortunes
 
 # --- build ----------------------------------------------------------------------------------------------------------
 { nvidia-smi; nvcc --version; } > "$OUT/machine.txt" 2>&1 || true
-git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
+echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/commit.txt"
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} 2>&1 | tee "$OUT/configure.log"
 cmake --build build/gpu -j "$(nproc)" 2>&1 | tail -n 30 | tee "$OUT/build.log"
