@@ -53,7 +53,7 @@ void declare_train_knobs(Config& cfg) {
   backend.help = "device to train on (auto: the GPU when the CUDA backend is available, else the CPU)";
   cfg.declare(std::move(backend));
   knob("runtime", "device_budget", K::kBytes, "0",
-       "hard cap on device memory, e.g. 512MiB, 2GiB (0: half the RAM on the CPU backend)", 0, 9e18);
+       "hard cap on device memory, e.g. 512MiB, 2GiB (0: what the run needs on a GPU, half the RAM on the CPU)", 0, 9e18);
   knob("runtime", "threads", K::kInt, "0", "CPU threads for kernels (0: all cores)", 0, 4096);
 
   knob("checkpoint", "checkpoint_dir", K::kString, "", "folder for checkpoints (created if missing)");

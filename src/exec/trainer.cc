@@ -105,16 +105,19 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   const DType dtype = DType::kF32;
   MemoryNeed need = in_core_memory_need(cfg.model, cfg.batch, dtype);
   int64_t budget = cfg.device_budget;
-  int64_t reserved = 0;  // what the backend takes from the budget for itself
 #ifdef TIERTRAIN_HAVE_CUDA
   if (backend == "cuda") {
-    reserved = cuda::kReservedBytes;
-    if (budget == 0) budget = gpu.free_bytes - cuda::kAutoBudgetHeadroomBytes;
+    // The backend's own cuBLAS workspace and scratch come out of the budget too.
+    need.per_class[static_cast<int>(TensorClass::kWorkspace)] += cuda::kReservedBytes;
+    need.total += cuda::kReservedBytes;
+    // Automatic budget on a GPU: what the run needs plus 5%, never more than the free memory less a headroom (the
+    // arena is one cudaMalloc, so a generous default would take memory other processes may need).
+    if (budget == 0)
+      budget = std::min(gpu.free_bytes - cuda::kAutoBudgetHeadroomBytes, need.total + need.total / 20);
   }
 #endif
+  // On the CPU the arena is reserved address space, touched only as it is used: half the RAM costs nothing.
   if (budget == 0) budget = std::max<int64_t>(cpu::physical_memory_bytes() / 2, need.total);
-  need.per_class[static_cast<int>(TensorClass::kWorkspace)] += reserved;
-  need.total += reserved;
   TT_RETURN_IF(need.total > budget, kOutOfMemory,
                "the model does not fit the device budget even in-core: it needs %s (%s) but the budget is %s "
                "(--device-budget). Raise --device-budget, or reduce --batch, --seq, --dim or --layers",
