@@ -24,10 +24,11 @@ def main() -> None:
             B = j["config"]["batch"]
             ms = s["median_ms_per_step"]
             flops = flops_per_step(m["layers"], m["dim"], m["vocab"], m["seq"], B, m["params"])
-            rows.append({"impl": "tiertrain-" + ("fp32" if "fp32" in j["backend"] else j["backend"].split()[0]),
+            compute = j["dtype"]["compute"]
+            rows.append({"impl": "tiertrain-" + ("fp32" if compute == "f32" else compute),
                          "file": name, "config": f"L{m['layers']} d{m['dim']} T{m['seq']} B{B} V{m['vocab']}",
                          "median_ms_per_step": ms, "tokens_per_s": s["median_tokens_per_s"],
-                         "mfu": flops / (ms / 1e3) / (67e12 if "fp32" in j["backend"] else 989e12),
+                         "mfu": flops / (ms / 1e3) / (67e12 if compute == "f32" else 989e12),
                          "peak_gib": j["memory"]["device"]["peak"] / 2**30, "first_loss": s["first_loss"],
                          "last_loss": s["last_loss"], "backend": j["backend"]})
         elif "impl" in j:

@@ -90,8 +90,10 @@ if [ "$RUN_BENCH" = 1 ]; then
   [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000
   B=${TT_BENCH_BATCH:-16}
   common=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B")
-  "$TT" train "${common[@]}" --data "$SHARD" --steps 30 --warmup 5 --eval-every 0 --log-every 10 \
-    --metrics-out "$OUT/tiertrain_fp32.json" 2>&1 | tee "$OUT/tiertrain_fp32.log" || status=1
+  for dt in bf16 f32; do
+    "$TT" train "${common[@]}" --dtype $dt --data "$SHARD" --steps 30 --warmup 5 --eval-every 0 --log-every 10 \
+      --metrics-out "$OUT/tiertrain_$dt.json" 2>&1 | tee "$OUT/tiertrain_$dt.log" || status=1
+  done
   py=(python3 bench/torch_gpt_gpu.py --layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B" --steps 30)
   "${py[@]}" --mode fp32 --json-out "$OUT/torch_fp32_eager.json" || status=1
   "${py[@]}" --mode bf16 --json-out "$OUT/torch_bf16_eager.json" || status=1

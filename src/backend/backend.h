@@ -7,6 +7,8 @@
 //
 // Conventions (as llm.c's): row-major; a Linear weight is [out, in]; backward ops ACCUMULATE (+=) into their
 // gradient outputs, so gradients are zeroed once per step; softmax_xent_backward overwrites its output.
+// Mixed precision: activations (and the weights an op reads) are in the compute dtype; parameter gradients,
+// LayerNorm mean/rstd and losses in the master dtype (fp32 for bf16 compute; backend/op_shapes.h).
 //
 //   std::unique_ptr<Backend> be = ...;                 // backend/cpu or backend/cuda
 //   be->layernorm_forward(out, mean, rstd, x, w, b);   // enqueued on be->compute_stream()
@@ -55,6 +57,9 @@ class Backend {
   virtual void copy_d2h(void* dst, const Tensor& src, Stream& stream) = 0;
   virtual void copy_d2d(const Tensor& dst, const Tensor& src, Stream& stream) = 0;
   virtual void fill_zero(const Tensor& t, Stream& stream) = 0;
+  // dst = src converted to dst's dtype (same element count); on the compute stream. A backend supports at least the
+  // conversions between its master and compute dtypes.
+  virtual void convert(const Tensor& dst, const Tensor& src) = 0;
 
   // --- model ops, on the compute stream ---
   // out[B,T,C] = wte[tokens[b,t]] + wpe[t]

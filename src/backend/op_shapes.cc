@@ -16,6 +16,17 @@ void is_i32(const char* op, const Tensor& t) {
   TT_CHECK(t.dtype() == DType::kI32, "%s: token ids must be i32, got %s", op, dtype_name(t.dtype()));
 }
 
+// The dtype of parameter gradients, LayerNorm statistics and losses for activations of dtype `compute`: fp32 when
+// the compute dtype is bf16 (fp32 master weights), else the compute dtype itself.
+DType master_of(DType compute) { return compute == DType::kBF16 ? DType::kF32 : compute; }
+
+void master_dtype(const char* op, DType compute, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (present(*t))
+      TT_CHECK(t->dtype() == master_of(compute), "%s: with %s activations this tensor must be %s, got %s", op,
+               dtype_name(compute), dtype_name(master_of(compute)), dtype_name(t->dtype()));
+}
+
 int last_dim(const Tensor& t) { return static_cast<int>(t.dim(t.shape().rank() - 1)); }
 
 }  // namespace
@@ -35,7 +46,17 @@ Embedding embedding_forward(const Tensor& out, const Tensor& tokens, const Tenso
 }
 
 Embedding embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
-  return embedding_forward(dout, tokens, dwte, dwpe);
+  const char* op = "embedding_backward";
+  TT_CHECK(dout.shape().rank() == 3, "%s: dout must be [B, T, C], got %s", op, s(dout).c_str());
+  Embedding d{static_cast<int>(dout.dim(0)), static_cast<int>(dout.dim(1)), static_cast<int>(dout.dim(2)),
+              static_cast<int>(dwte.dim(0))};
+  is_i32(op, tokens);
+  master_dtype(op, dout.dtype(), {&dwte, &dwpe});
+  TT_CHECK(tokens.numel() == static_cast<int64_t>(d.B) * d.T && dwte.dim(1) == d.C && dwpe.dim(1) == d.C &&
+               dwpe.dim(0) >= d.T,
+           "%s: dout %s tokens %s dwte %s dwpe %s", op, s(dout).c_str(), s(tokens).c_str(), s(dwte).c_str(),
+           s(dwpe).c_str());
+  return d;
 }
 
 Rows layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& w,
@@ -44,7 +65,8 @@ Rows layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
   TT_CHECK(out.shape() == inp.shape(), "%s: out %s != inp %s", op, s(out).c_str(), s(inp).c_str());
   Rows d{0, last_dim(inp)};
   d.N = inp.numel() / d.C;
-  same_dtype(op, inp, {&out, &mean, &rstd, &w, &b});
+  same_dtype(op, inp, {&out, &w, &b});
+  master_dtype(op, inp.dtype(), {&mean, &rstd});
   TT_CHECK(mean.numel() == d.N && rstd.numel() == d.N && w.numel() == d.C && b.numel() == d.C,
            "%s: inp %s mean %s rstd %s w %s b %s", op, s(inp).c_str(), s(mean).c_str(), s(rstd).c_str(),
            s(w).c_str(), s(b).c_str());
@@ -58,7 +80,8 @@ Rows layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, 
            s(dinp).c_str(), s(dout).c_str(), s(inp).c_str());
   Rows d{0, last_dim(inp)};
   d.N = inp.numel() / d.C;
-  same_dtype(op, inp, {&dinp, &dw, &db, &dout, &w, &mean, &rstd});
+  same_dtype(op, inp, {&dinp, &dout, &w});
+  master_dtype(op, inp.dtype(), {&dw, &db, &mean, &rstd});
   TT_CHECK(mean.numel() == d.N && rstd.numel() == d.N && w.numel() == d.C && dw.numel() == d.C && db.numel() == d.C,
            "%s: inp %s mean %s rstd %s w %s dw %s db %s", op, s(inp).c_str(), s(mean).c_str(), s(rstd).c_str(),
            s(w).c_str(), s(dw).c_str(), s(db).c_str());
@@ -82,7 +105,8 @@ Matmul matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias
   TT_CHECK(w.shape().rank() == 2, "%s: w must be [OC, C], got %s", op, s(w).c_str());
   Matmul d{0, static_cast<int>(w.dim(1)), static_cast<int>(w.dim(0))};
   d.N = inp.numel() / d.C;
-  same_dtype(op, inp, {&dinp, &dw, &dbias, &dout, &w});
+  same_dtype(op, inp, {&dinp, &dout, &w});
+  master_dtype(op, inp.dtype(), {&dw, &dbias});
   TT_CHECK(inp.numel() == d.N * d.C && dout.numel() == d.N * d.OC && (!present(dinp) || dinp.numel() == d.N * d.C) &&
                (!present(dw) || dw.numel() == static_cast<int64_t>(d.OC) * d.C) &&
                (!present(dbias) || dbias.numel() == d.OC),
@@ -123,7 +147,8 @@ Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Te
   Softmax d{0, last_dim(logits)};
   d.N = logits.numel() / d.V;
   is_i32(op, targets);
-  same_dtype(op, logits, {&losses, &probs});
+  same_dtype(op, logits, {&probs});
+  master_dtype(op, logits.dtype(), {&losses});
   TT_CHECK(losses.numel() == d.N && targets.numel() == d.N, "%s: losses %s targets %s logits %s", op,
            s(losses).c_str(), s(targets).c_str(), s(logits).c_str());
   return d;
@@ -138,6 +163,11 @@ Softmax softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const 
   same_dtype(op, probs, {&dlogits});
   TT_CHECK(targets.numel() == d.N, "%s: targets %s for probs %s", op, s(targets).c_str(), s(probs).c_str());
   return d;
+}
+
+int64_t convert(const Tensor& dst, const Tensor& src) {
+  TT_CHECK(dst.numel() == src.numel(), "convert: %s and %s differ in size", s(dst).c_str(), s(src).c_str());
+  return dst.numel();
 }
 
 int64_t sum_squares(const Tensor& out, const Tensor& x) {

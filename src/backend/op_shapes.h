@@ -1,4 +1,6 @@
 // backend/op_shapes: the shape and dtype contract of every Backend op, checked in one place for every backend.
+// Dtypes: the activations of an op share one compute dtype (f32, f64, or bf16); parameter gradients, LayerNorm
+// statistics and losses are in the master dtype, which is f32 for bf16 activations and the compute dtype otherwise.
 // Each function aborts with the shapes involved when the contract is broken (a programming error, not user input)
 // and returns the dimensions the kernels need.
 //
@@ -45,6 +47,7 @@ Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tenso
 int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& c = Tensor());
 Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets);
 Softmax softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets);
+int64_t convert(const Tensor& dst, const Tensor& src);
 int64_t sum_squares(const Tensor& out, const Tensor& x);
 int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq);
 

@@ -109,14 +109,15 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Gpt
 
   TensorFileWriter w;
   w.set_meta(meta);
-  const size_t esize = dtype_size(gpt.dtype());
+  const DType md = gpt.master_dtype();
+  const size_t esize = dtype_size(md);
   for (const ParamInfo& p : gpt.params()) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     const size_t off = static_cast<size_t>(p.offset) * esize;
-    w.add("param/" + p.name, gpt.dtype(), shape, params.data() + off);
-    w.add("adam.m/" + p.name, gpt.dtype(), shape, m.data() + off);
-    w.add("adam.v/" + p.name, gpt.dtype(), shape, v.data() + off);
+    w.add("param/" + p.name, md, shape, params.data() + off);
+    w.add("adam.m/" + p.name, md, shape, m.data() + off);
+    w.add("adam.v/" + p.name, md, shape, v.data() + off);
   }
   const std::string name = step_file_name(state.step);
   TT_TRY(w.write_atomic(dir + "/" + name));
@@ -214,19 +215,20 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
     TT_LOG(WARN, CKPT, "checkpoint was written with --seed %llu, resuming with %llu: the data order changes",
            static_cast<unsigned long long>(st.seed), static_cast<unsigned long long>(expected.seed));
 
-  const size_t esize = dtype_size(gpt.dtype());
+  const DType md = gpt.master_dtype();
+  const size_t esize = dtype_size(md);
   const size_t bytes = gpt.flat_params().nbytes();
   std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
   for (const ParamInfo& p : gpt.params()) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     const size_t off = static_cast<size_t>(p.offset) * esize;
-    TT_TRY(r.read("param/" + p.name, gpt.dtype(), shape, params.data() + off));
-    TT_TRY(r.read("adam.m/" + p.name, gpt.dtype(), shape, m.data() + off));
-    TT_TRY(r.read("adam.v/" + p.name, gpt.dtype(), shape, v.data() + off));
+    TT_TRY(r.read("param/" + p.name, md, shape, params.data() + off));
+    TT_TRY(r.read("adam.m/" + p.name, md, shape, m.data() + off));
+    TT_TRY(r.read("adam.v/" + p.name, md, shape, v.data() + off));
   }
   Backend& be = gpt.backend();
-  be.copy_h2d(gpt.flat_params(), params.data(), be.compute_stream());
+  TT_TRY(gpt.upload_params(params.data()));
   be.copy_h2d(opt.m(), m.data(), be.compute_stream());
   be.copy_h2d(opt.v(), v.data(), be.compute_stream());
   TT_TRY(be.compute_stream().synchronize());

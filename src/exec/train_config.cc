@@ -52,6 +52,14 @@ void declare_train_knobs(Config& cfg) {
   backend.choices = {"auto", "cpu", "cuda"};
   backend.help = "device to train on (auto: the GPU when the CUDA backend is available, else the CPU)";
   cfg.declare(std::move(backend));
+  KnobSpec dtype;
+  dtype.group = "runtime";
+  dtype.name = "dtype";
+  dtype.type = K::kChoice;
+  dtype.default_value = "auto";
+  dtype.choices = {"auto", "f32", "bf16"};
+  dtype.help = "compute dtype; master weights and optimizer state stay f32 (auto: bf16 on a GPU, f32 on the CPU)";
+  cfg.declare(std::move(dtype));
   knob("runtime", "device_budget", K::kBytes, "0",
        "hard cap on device memory, e.g. 512MiB, 2GiB (0: what the run needs on a GPU, half the RAM on the CPU)", 0, 9e18);
   knob("runtime", "threads", K::kInt, "0", "CPU threads for kernels (0: all cores)", 0, 4096);
@@ -114,6 +122,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.beta2 = static_cast<float>(cfg.get_float("beta2"));
   tc.seed = static_cast<uint64_t>(cfg.get_int("seed"));
   tc.backend = cfg.get_string("backend");
+  tc.dtype = cfg.get_string("dtype");
   tc.device_budget = cfg.get_bytes("device_budget");
   tc.threads = static_cast<int>(cfg.get_int("threads"));
   tc.checkpoint_dir = cfg.get_string("checkpoint_dir");

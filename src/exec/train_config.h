@@ -37,6 +37,7 @@ struct TrainConfig {
   uint64_t seed = 1337;
 
   std::string backend = "auto";  // auto | cpu | cuda
+  std::string dtype = "auto";    // auto | f32 | bf16 (compute dtype; auto: bf16 on a GPU, f32 on the CPU)
   int64_t device_budget = 0;     // bytes; 0 = automatic
   int threads = 0;
 

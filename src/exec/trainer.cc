@@ -58,7 +58,7 @@ MemoryNeed in_core_memory_need(const GptConfig& model, int batch, DType dtype) {
     }
   };
   add(Gpt::allocation_list(model, batch, dtype));
-  add(AdamW::allocation_list(gpt_num_params(model), dtype));
+  add(AdamW::allocation_list(gpt_num_params(model), master_dtype_for(dtype)));
   return need;
 }
 
@@ -102,7 +102,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   TT_RETURN_IF(backend == "cuda", kFailedPrecondition,
                "--backend cuda: this build has no CUDA backend (configure with a CUDA toolkit, TIERTRAIN_WITH_CUDA)");
 #endif
-  const DType dtype = DType::kF32;
+  DType dtype = DType::kF32;
+  if (cfg.dtype == "bf16" || (cfg.dtype == "auto" && backend == "cuda")) dtype = DType::kBF16;
+  TT_RETURN_IF(dtype == DType::kBF16 && backend == "cpu", kInvalidArgument,
+               "--dtype bf16: the CPU backend computes in f32 (use --dtype f32 or auto)");
   MemoryNeed need = in_core_memory_need(cfg.model, cfg.batch, dtype);
   int64_t budget = cfg.device_budget;
 #ifdef TIERTRAIN_HAVE_CUDA
@@ -139,7 +142,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   hp.weight_decay = cfg.weight_decay;
   hp.grad_clip = cfg.grad_clip;
   TT_ASSIGN_OR_RETURN(t->opt_, AdamW::create(*t->backend_, t->gpt_->params(), t->gpt_->flat_params(),
-                                             t->gpt_->flat_grads(), hp));
+                                             t->gpt_->flat_grads(), hp, t->gpt_->compute_params()));
   TT_ASSIGN_OR_RETURN(data::BatchSampler sampler,
                       data::BatchSampler::create(&t->dataset_.train(), cfg.batch, cfg.model.seq, cfg.seed));
   t->sampler_ = std::make_unique<data::BatchSampler>(std::move(sampler));
@@ -159,7 +162,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     TT_ASSIGN_OR_RETURN(std::string path, find_checkpoint(cfg.checkpoint_dir, cfg.resume));
     CheckpointState expected;
     expected.model = cfg.model;
-    expected.dtype = dtype;
+    expected.dtype = t->gpt_->master_dtype();
     expected.batch = cfg.batch;
     expected.seed = cfg.seed;
     expected.data_path = cfg.data;
@@ -233,7 +236,7 @@ Status Trainer::save(int64_t step) {
   st.sampler = sampler_->state();
   st.rng = rng_.state();
   st.model = cfg_.model;
-  st.dtype = gpt_->dtype();
+  st.dtype = gpt_->master_dtype();
   st.batch = cfg_.batch;
   st.seed = cfg_.seed;
   st.data_path = cfg_.data;
@@ -250,10 +253,12 @@ Result<TrainSummary> Trainer::run() {
   TrainSummary summary;
   summary.first_step = step_ + 1;
   print("%s\n", dataset_.describe().c_str());
-  print("model: GPT L%d d%d H%d T%d vocab %d, %lld parameters | batch %lld (%lld tokens/step) | %s\n",
+  print("model: GPT L%d d%d H%d T%d vocab %d, %lld parameters, %s compute (%s master) | batch %lld (%lld "
+        "tokens/step) | %s\n",
         cfg_.model.layers, cfg_.model.dim, cfg_.model.heads, cfg_.model.seq, cfg_.model.vocab,
-        static_cast<long long>(gpt_num_params(cfg_.model)), static_cast<long long>(B),
-        static_cast<long long>(B * T), backend_->describe().c_str());
+        static_cast<long long>(gpt_num_params(cfg_.model)), dtype_name(gpt_->dtype()),
+        dtype_name(gpt_->master_dtype()), static_cast<long long>(B), static_cast<long long>(B * T),
+        backend_->describe().c_str());
   if (step_ >= end) {
     print("nothing to do: already at step %lld of %lld\n", static_cast<long long>(step_),
           static_cast<long long>(end));
@@ -317,6 +322,7 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
   nlohmann::json j;
   j["config"] = cfg_.resolved;
   j["backend"] = backend_->describe();
+  j["dtype"] = {{"compute", dtype_name(gpt_->dtype())}, {"master", dtype_name(gpt_->master_dtype())}};
   j["dataset"] = {{"kind", dataset_.info().kind},
                   {"path", dataset_.info().path},
                   {"files", dataset_.info().files.size()},

@@ -9,8 +9,9 @@ std::vector<AllocRequest> AdamW::allocation_list(int64_t num_params, DType dtype
 }
 
 Result<std::unique_ptr<AdamW>> AdamW::create(Backend& backend, std::vector<ParamInfo> layout, Tensor params,
-                                             Tensor grads, AdamWHyper hyper) {
-  std::unique_ptr<AdamW> opt(new AdamW(backend, std::move(layout), params, grads, hyper));
+                                             Tensor grads, AdamWHyper hyper, Tensor compute_copy) {
+  if (compute_copy.raw() == params.raw()) compute_copy = Tensor();  // the master is what the kernels read
+  std::unique_ptr<AdamW> opt(new AdamW(backend, std::move(layout), params, grads, hyper, compute_copy));
   const auto reqs = allocation_list(params.numel(), params.dtype());
   TT_ASSIGN_OR_RETURN(opt->m_, backend.pool().allocate(reqs[0].shape, reqs[0].dtype, reqs[0].cls, reqs[0].name));
   TT_ASSIGN_OR_RETURN(opt->v_, backend.pool().allocate(reqs[1].shape, reqs[1].dtype, reqs[1].cls, reqs[1].name));
@@ -45,6 +46,7 @@ void AdamW::step(float lr) {
     be_.adamw_update(params_.view(p.offset, p.shape), grads_.view(p.offset, p.shape), m_.view(p.offset, p.shape),
                      v_.view(p.offset, p.shape), norm_sq_, args);
   }
+  if (compute_copy_.raw()) be_.convert(compute_copy_, params_);
 }
 
 }  // namespace tt

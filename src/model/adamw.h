@@ -2,7 +2,8 @@
 // torch.optim.AdamW + clip_grad_norm_: weight decay only on parameters marked `decay` (matrices and embeddings).
 // Moments are optimizer state on the device; the gradient norm stays on the device too (no host round trip).
 //
-//   TT_ASSIGN_OR_RETURN(auto opt, AdamW::create(backend, gpt->params(), gpt->flat_params(), gpt->flat_grads(), hp));
+//   TT_ASSIGN_OR_RETURN(auto opt, AdamW::create(backend, gpt->params(), gpt->flat_params(), gpt->flat_grads(), hp,
+//                                                gpt->compute_params()));
 //   opt->step(lr);   // enqueued; step count kept inside
 #pragma once
 
@@ -26,8 +27,10 @@ class AdamW {
  public:
   // Device buffers the optimizer needs for `num_params` parameters of dtype.
   static std::vector<AllocRequest> allocation_list(int64_t num_params, DType dtype);
+  // params and grads are the master (fp32) buffers; compute_copy, when given, is refreshed from params after every
+  // step (the bf16 weights the kernels read, Note [mixed precision] in model/gpt.h).
   static Result<std::unique_ptr<AdamW>> create(Backend& backend, std::vector<ParamInfo> layout, Tensor params,
-                                               Tensor grads, AdamWHyper hyper);
+                                               Tensor grads, AdamWHyper hyper, Tensor compute_copy = Tensor());
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
@@ -42,11 +45,13 @@ class AdamW {
   Tensor v() const { return v_; }
 
  private:
-  AdamW(Backend& backend, std::vector<ParamInfo> layout, Tensor params, Tensor grads, AdamWHyper hyper)
-      : be_(backend), layout_(std::move(layout)), params_(params), grads_(grads), hyper_(hyper) {}
+  AdamW(Backend& backend, std::vector<ParamInfo> layout, Tensor params, Tensor grads, AdamWHyper hyper,
+        Tensor compute_copy)
+      : be_(backend), layout_(std::move(layout)), params_(params), grads_(grads), compute_copy_(compute_copy),
+        hyper_(hyper) {}
   Backend& be_;
   std::vector<ParamInfo> layout_;
-  Tensor params_, grads_, m_, v_, norm_sq_;
+  Tensor params_, grads_, compute_copy_, m_, v_, norm_sq_;
   AdamWHyper hyper_;
   int64_t step_ = 0;
 };

@@ -55,14 +55,18 @@ int64_t gpt_num_params(const GptConfig& cfg) {
   return layout.back().offset + layout.back().shape.numel();
 }
 
+DType master_dtype_for(DType compute) { return compute == DType::kBF16 ? DType::kF32 : compute; }
+
 std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt) {
   const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.vocab, H = cfg.heads, P = gpt_num_params(cfg);
+  const DType md = master_dtype_for(dt);
   std::vector<AllocRequest> r;
   auto add = [&](std::string name, Shape shape, DType d, TensorClass cls, int layer = -1) {
     r.push_back(AllocRequest{std::move(name), shape, d, cls, layer});
   };
-  add("params", {P}, dt, TensorClass::kParam);
-  add("grads", {P}, dt, TensorClass::kGrad);
+  add("params", {P}, md, TensorClass::kParam);
+  if (md != dt) add("params.compute", {P}, dt, TensorClass::kParam);
+  add("grads", {P}, md, TensorClass::kGrad);
   add("tokens", {B, T}, DType::kI32, TensorClass::kInput);
   add("targets", {B, T}, DType::kI32, TensorClass::kInput);
   add("encoded", {B, T, C}, dt, TensorClass::kActivation);
@@ -70,24 +74,24 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
     const std::string p = "h." + std::to_string(l) + ".";
     const TensorClass A = TensorClass::kActivation;
     add(p + "ln1", {B, T, C}, dt, A, l);
-    add(p + "ln1_mean", {B, T}, dt, A, l);
-    add(p + "ln1_rstd", {B, T}, dt, A, l);
+    add(p + "ln1_mean", {B, T}, md, A, l);
+    add(p + "ln1_rstd", {B, T}, md, A, l);
     add(p + "qkv", {B, T, 3 * C}, dt, A, l);
     add(p + "atty", {B, T, C}, dt, A, l);
     add(p + "att", {B, H, T, T}, dt, A, l);
     add(p + "res2", {B, T, C}, dt, A, l);
     add(p + "ln2", {B, T, C}, dt, A, l);
-    add(p + "ln2_mean", {B, T}, dt, A, l);
-    add(p + "ln2_rstd", {B, T}, dt, A, l);
+    add(p + "ln2_mean", {B, T}, md, A, l);
+    add(p + "ln2_rstd", {B, T}, md, A, l);
     add(p + "fch", {B, T, 4 * C}, dt, A, l);
     add(p + "fch_gelu", {B, T, 4 * C}, dt, A, l);
     add(p + "res3", {B, T, C}, dt, A, l);
   }
   add("lnf", {B, T, C}, dt, TensorClass::kActivation);
-  add("lnf_mean", {B, T}, dt, TensorClass::kActivation);
-  add("lnf_rstd", {B, T}, dt, TensorClass::kActivation);
+  add("lnf_mean", {B, T}, md, TensorClass::kActivation);
+  add("lnf_rstd", {B, T}, md, TensorClass::kActivation);
   add("probs", {B, T, V}, dt, TensorClass::kActivation);
-  add("losses", {B, T}, dt, TensorClass::kActivation);
+  add("losses", {B, T}, md, TensorClass::kActivation);
   const TensorClass W = TensorClass::kWorkspace;
   add("proj_out", {B, T, C}, dt, W);
   add("dresidual", {B, T, C}, dt, W);
@@ -100,7 +104,8 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
 }
 
 Gpt::Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype)
-    : be_(backend), cfg_(cfg), batch_(batch), dtype_(dtype), layout_(gpt_param_layout(cfg)) {}
+    : be_(backend), cfg_(cfg), batch_(batch), dtype_(dtype), layout_(gpt_param_layout(cfg)),
+      master_of_dtype_(master_dtype_for(dtype)) {}
 
 Gpt::~Gpt() {
   (void)be_.synchronize_all();
@@ -118,6 +123,7 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
     by_name[req.name] = t;
   }
   g->params_ = by_name["params"];
+  if (by_name.count("params.compute")) g->params_c_ = by_name["params.compute"];
   g->grads_ = by_name["grads"];
   g->tokens_ = by_name["tokens"];
   g->targets_ = by_name["targets"];
@@ -158,9 +164,15 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   return g;
 }
 
-Tensor Gpt::param(size_t i) const {
+Tensor Gpt::view_of(const Tensor& flat, size_t i) const {
   const ParamInfo& p = layout_[i];
-  return params_.view(p.offset, p.shape);
+  return flat.view(p.offset, p.shape);
+}
+
+Tensor Gpt::param(size_t i) const { return view_of(params_, i); }
+
+void Gpt::refresh_compute_params() {
+  if (params_c_.raw()) be_.convert(params_c_, params_);
 }
 
 Tensor Gpt::grad(size_t i) const {
@@ -195,13 +207,14 @@ Status Gpt::init_params(uint64_t seed) {
       for (int64_t i = 0; i < count; ++i) dst[i] = is_ln_weight ? 1.0 : 0.0;
     }
   }
-  if (dtype_ == DType::kF64) return upload_params(host.data());
+  if (master_of_dtype_ == DType::kF64) return upload_params(host.data());
   std::vector<float> f(host.begin(), host.end());
   return upload_params(f.data());
 }
 
 Status Gpt::upload_params(const void* host) {
   be_.copy_h2d(params_, host, be_.compute_stream());
+  refresh_compute_params();
   return be_.compute_stream().synchronize();
 }
 
@@ -217,11 +230,12 @@ Status Gpt::download_grads(void* host) {
 
 void Gpt::forward() {
   const int64_t B = batch_, T = cfg_.seq, C = cfg_.dim;
-  const Tensor wte = param(0), wpe = param(1);
+  const Tensor cp = compute_params();
+  const Tensor wte = view_of(cp, 0), wpe = view_of(cp, 1);
   be_.embedding_forward(encoded_, tokens_, wte, wpe);
   Tensor x = encoded_;
   for (int l = 0; l < cfg_.layers; ++l) {
-    const LayerParams w = layer_view(params_, l);
+    const LayerParams w = layer_view(cp, l);
     LayerActs& a = acts_[static_cast<size_t>(l)];
     be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b);
     be_.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb);
@@ -236,7 +250,7 @@ void Gpt::forward() {
     x = a.res3;
   }
   const size_t lnf = layout_.size() - 2;
-  be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, param(lnf), param(lnf + 1));
+  be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, view_of(cp, lnf), view_of(cp, lnf + 1));
   // LM head tied to wte: logits [B*T, V]; the softmax overwrites them with probabilities in place.
   be_.matmul_forward(probs_, lnf_.reshape({B * T, C}), wte, Tensor());
   be_.softmax_xent_forward(losses_, probs_, probs_, targets_);
@@ -244,14 +258,16 @@ void Gpt::forward() {
 
 void Gpt::compute_logits(const Tensor& out) {
   const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq;
-  be_.matmul_forward(out.reshape({BT, cfg_.vocab}), lnf_.reshape({BT, cfg_.dim}), param(0), Tensor());
+  be_.matmul_forward(out.reshape({BT, cfg_.vocab}), lnf_.reshape({BT, cfg_.dim}), view_of(compute_params(), 0),
+                     Tensor());
 }
 
 void Gpt::backward() {
   const int64_t B = batch_, T = cfg_.seq, C = cfg_.dim;
   Stream& s = be_.compute_stream();
   be_.fill_zero(grads_, s);
-  const Tensor wte = param(0), dwte = grad(0), dwpe = grad(1);
+  const Tensor cp = compute_params();
+  const Tensor wte = view_of(cp, 0), dwte = grad(0), dwpe = grad(1);
   // probs -> dlogits in place, for the mean over B*T positions.
   be_.softmax_xent_backward(probs_, probs_, targets_, 1.0f / static_cast<float>(B * T));
   be_.fill_zero(dln_, s);
@@ -259,9 +275,9 @@ void Gpt::backward() {
   be_.fill_zero(dresidual_, s);
   const size_t lnf = layout_.size() - 2;
   const Tensor last = acts_.back().res3;
-  be_.layernorm_backward(dresidual_, grad(lnf), grad(lnf + 1), dln_, last, param(lnf), lnf_mean_, lnf_rstd_);
+  be_.layernorm_backward(dresidual_, grad(lnf), grad(lnf + 1), dln_, last, view_of(cp, lnf), lnf_mean_, lnf_rstd_);
   for (int l = cfg_.layers - 1; l >= 0; --l) {
-    const LayerParams w = layer_view(params_, l);
+    const LayerParams w = layer_view(cp, l);
     const LayerParams g = layer_view(grads_, l);
     const LayerActs& a = acts_[static_cast<size_t>(l)];
     const Tensor x = l == 0 ? encoded_ : acts_[static_cast<size_t>(l) - 1].res3;

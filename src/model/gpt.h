@@ -54,26 +54,38 @@ struct AllocRequest {
   int layer = -1;
 };
 
+// Note [mixed precision]
+// A model has a compute dtype (activations and the weights the kernels read: f32, f64 or bf16) and a master dtype
+// (parameters as the optimizer keeps them, their gradients, LayerNorm statistics and losses): fp32 when computing in
+// bf16, the compute dtype otherwise. With bf16 compute the model keeps a bf16 copy of the parameters beside the fp32
+// master; every change of the master (upload, optimizer step) refreshes the copy.
+DType master_dtype_for(DType compute);
+
 class Gpt {
  public:
   // Every device buffer a model of this shape and batch needs (parameters, gradients, activations, workspace,
   // inputs), in allocation order. Optimizer state is the optimizer's (model/adamw.h).
-  static std::vector<AllocRequest> allocation_list(const GptConfig& cfg, int batch, DType dtype);
-  static Result<std::unique_ptr<Gpt>> create(Backend& backend, const GptConfig& cfg, int batch, DType dtype);
+  static std::vector<AllocRequest> allocation_list(const GptConfig& cfg, int batch, DType compute);
+  static Result<std::unique_ptr<Gpt>> create(Backend& backend, const GptConfig& cfg, int batch, DType compute);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
   const GptConfig& config() const { return cfg_; }
   int batch() const { return batch_; }
-  DType dtype() const { return dtype_; }
+  DType dtype() const { return dtype_; }  // compute dtype
+  DType master_dtype() const { return master_of_dtype_; }
   Backend& backend() { return be_; }
 
   const std::vector<ParamInfo>& params() const { return layout_; }
   Tensor param(size_t i) const;
   Tensor grad(size_t i) const;
-  Tensor flat_params() const { return params_; }
-  Tensor flat_grads() const { return grads_; }
+  Tensor flat_params() const { return params_; }  // master
+  Tensor flat_grads() const { return grads_; }    // master dtype
+  // The parameters as the kernels read them: the bf16 copy with bf16 compute, else the master itself.
+  Tensor compute_params() const { return params_c_.raw() ? params_c_ : params_; }
+  // Enqueues the refresh of the compute copy from the master (no-op without a copy).
+  void refresh_compute_params();
   Tensor tokens() const { return tokens_; }    // [B, T] i32 device input
   Tensor targets() const { return targets_; }  // [B, T] i32 device input
   Tensor losses() const { return losses_; }    // [B, T] per-position loss after forward()
@@ -81,7 +93,8 @@ class Gpt {
   // Initialises parameters on the host from seed (normal(0, 0.02); residual projections 0.02/sqrt(2L); biases 0;
   // LayerNorm weights 1) and uploads them. Synchronous.
   Status init_params(uint64_t seed);
-  // Copies a flat host buffer of flat_params().nbytes() bytes to the device / back. Synchronous.
+  // Copies a flat host buffer of flat_params().nbytes() bytes (master dtype) to the device / back, refreshing the
+  // compute copy. Synchronous.
   Status upload_params(const void* host);
   Status download_params(void* host);
   Status download_grads(void* host);
@@ -103,6 +116,7 @@ class Gpt {
   };
   Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype);
   LayerParams layer_view(const Tensor& flat, int layer) const;
+  Tensor view_of(const Tensor& flat, size_t i) const;
 
   Backend& be_;
   GptConfig cfg_;
@@ -110,7 +124,8 @@ class Gpt {
   DType dtype_;
   std::vector<ParamInfo> layout_;
   std::vector<Tensor> owned_;  // everything allocated from the pool, freed in the destructor
-  Tensor params_, grads_, tokens_, targets_, losses_;
+  DType master_of_dtype_;
+  Tensor params_, params_c_, grads_, tokens_, targets_, losses_;
   Tensor encoded_, lnf_, lnf_mean_, lnf_rstd_, probs_;
   std::vector<LayerActs> acts_;
   // workspace

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/bf16.h"
 #include "core/rng.h"
 #include "test_util.h"
 
@@ -18,18 +19,29 @@ namespace {
 struct Arg {
   std::string name;
   Shape shape;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // kF32: a float tensor of the compute dtype (or of the master dtype, see `master`)
   bool compare = false;       // an output (or accumulated gradient) to compare
   int int_range = 0;          // i32: values in [0, int_range)
   bool zero = false;          // start at zero instead of random
   bool positive = false;      // random in (0.5, 1.5) (rstd)
+  bool master = false;        // in the master dtype (f32) even when computing in bf16: parameter gradients, stats
 };
+
+// Which float arguments are in the master dtype, by name: parameter gradients, LayerNorm statistics, losses and the
+// optimizer's tensors.
+bool is_master(const std::string& name) {
+  for (const char* m : {"dwte", "dwpe", "dw", "db", "dbias", "mean", "rstd", "losses", "out_norm", "param", "grad",
+                        "m", "v", "norm_sq"})
+    if (name == m) return true;
+  return false;
+}
 
 using OpFn = std::function<void(Backend&, const std::vector<Tensor>&)>;
 
-// Runs op on the CPU backend and on `other` with identical inputs and compares the marked outputs.
+// Runs op on the CPU backend (f32) and on `other` (activations in `compute`) with identical inputs and compares the
+// marked outputs. For bf16 the inputs are rounded to bf16 first, so both sides see the same values.
 void compare_op(Backend& other, const std::string& op, const std::vector<Arg>& args, const OpFn& fn, double atol,
-                double rtol) {
+                double rtol, DType compute = DType::kF32) {
   auto cpu = testing::make_cpu_backend(int64_t(256) << 20);
   Rng rng(42);
   std::vector<std::vector<float>> host_f(args.size());
@@ -42,46 +54,73 @@ void compare_op(Backend& other, const std::string& op, const std::vector<Arg>& a
       for (auto& x : host_i[i]) x = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(a.int_range)));
     } else {
       host_f[i].resize(n);
-      for (auto& x : host_f[i])
+      for (auto& x : host_f[i]) {
         x = a.zero ? 0.0f : a.positive ? static_cast<float>(0.5 + rng.uniform()) : static_cast<float>(rng.normal());
+        if (compute == DType::kBF16) x = bf16_to_float(float_to_bf16(x));
+      }
     }
   }
-  auto run = [&](Backend& be) {
+  auto run = [&](Backend& be, DType cd) {
     std::vector<Tensor> ts;
+    std::vector<std::vector<uint16_t>> staged(args.size());
     for (size_t i = 0; i < args.size(); ++i) {
-      auto t = be.pool().allocate(args[i].shape, args[i].dtype, TensorClass::kWorkspace, args[i].name);
+      const bool master = args[i].master || is_master(args[i].name);
+      const bool low = cd == DType::kBF16 && args[i].dtype == DType::kF32 && !master;
+      const DType dt = low ? DType::kBF16 : args[i].dtype;
+      auto t = be.pool().allocate(args[i].shape, dt, TensorClass::kWorkspace, args[i].name);
       EXPECT_TRUE(t.is_ok()) << t.status().to_string();
       ts.push_back(t.value());
-      be.copy_h2d(ts.back(), args[i].dtype == DType::kI32 ? static_cast<const void*>(host_i[i].data())
-                                                          : static_cast<const void*>(host_f[i].data()),
-                  be.compute_stream());
+      const void* src = args[i].dtype == DType::kI32 ? static_cast<const void*>(host_i[i].data())
+                                                     : static_cast<const void*>(host_f[i].data());
+      if (low) {
+        for (float x : host_f[i]) staged[i].push_back(float_to_bf16(x));
+        src = staged[i].data();
+      }
+      be.copy_h2d(ts.back(), src, be.compute_stream());
     }
     fn(be, ts);
     std::vector<std::vector<float>> out(args.size());
+    std::vector<std::vector<uint16_t>> out16(args.size());
     for (size_t i = 0; i < args.size(); ++i) {
       if (!args[i].compare) continue;
       out[i].resize(static_cast<size_t>(args[i].shape.numel()));
-      be.copy_d2h(out[i].data(), ts[i], be.compute_stream());
+      if (ts[i].dtype() == DType::kBF16) {
+        out16[i].resize(out[i].size());
+        be.copy_d2h(out16[i].data(), ts[i], be.compute_stream());
+      } else {
+        be.copy_d2h(out[i].data(), ts[i], be.compute_stream());
+      }
     }
     EXPECT_TRUE(be.compute_stream().synchronize().is_ok());
+    for (size_t i = 0; i < args.size(); ++i)
+      for (size_t j = 0; j < out16[i].size(); ++j) out[i][j] = bf16_to_float(out16[i][j]);
     for (auto it = ts.rbegin(); it != ts.rend(); ++it) be.pool().free(*it);
     return out;
   };
-  const auto want = run(*cpu);
-  const auto got = run(other);
+  const auto want = run(*cpu, DType::kF32);
+  const auto got = run(other, compute);
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].compare) {
-      EXPECT_TRUE(testing::all_close(op + " " + args[i].name, got[i], want[i], atol, rtol));
+      EXPECT_TRUE(testing::all_close(op + " " + args[i].name + " (" + dtype_name(compute) + ")", got[i], want[i],
+                                     atol, rtol));
     }
   }
 }
 
-class BackendOps : public ::testing::Test {
+// Each case runs with f32 activations (tight tolerances) and bf16 activations (tolerances of bf16 rounding:
+// 2^-8 relative per stored value, against the f32 CPU result on the same bf16-rounded inputs).
+class BackendOps : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
     TT_SKIP_WITHOUT_GPU();
     be_ = testing::make_cuda_backend(int64_t(2) << 30);
     ASSERT_NE(be_, nullptr);
+  }
+  DType dt() const { return GetParam(); }
+  double tol(double f32, double bf16) const { return dt() == DType::kBF16 ? bf16 : f32; }
+  void check(const std::string& op, const std::vector<Arg>& args, const OpFn& fn, double atol32, double rtol32,
+             double atol16 = 3e-2, double rtol16 = 3e-2) {
+    compare_op(*be_, op, args, fn, tol(atol32, atol16), tol(rtol32, rtol16), dt());
   }
   std::unique_ptr<Backend> be_;
 };
@@ -90,26 +129,26 @@ constexpr int B = 3, T = 37, C = 48, H = 4, V = 67;
 constexpr int64_t N = B * T;
 constexpr double kAtol = 2e-5, kRtol = 2e-5;
 
-TEST_F(BackendOps, Embedding) {
-  compare_op(*be_, "embedding_forward",
+TEST_P(BackendOps, Embedding) {
+  check("embedding_forward",
              {{"out", {B, T, C}, DType::kF32, true}, {"tokens", {B, T}, DType::kI32, false, V},
               {"wte", {V, C}}, {"wpe", {T, C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.embedding_forward(t[0], t[1], t[2], t[3]); }, 0, 0);
   // Few distinct tokens: long runs in the deterministic reduction.
-  compare_op(*be_, "embedding_backward",
+  check("embedding_backward",
              {{"dwte", {V, C}, DType::kF32, true}, {"dwpe", {T, C}, DType::kF32, true}, {"dout", {B, T, C}},
               {"tokens", {B, T}, DType::kI32, false, 5}},
              [](Backend& be, const std::vector<Tensor>& t) { be.embedding_backward(t[0], t[1], t[2], t[3]); }, kAtol,
              kRtol);
 }
 
-TEST_F(BackendOps, LayerNorm) {
-  compare_op(*be_, "layernorm_forward",
+TEST_P(BackendOps, LayerNorm) {
+  check("layernorm_forward",
              {{"out", {N, C}, DType::kF32, true}, {"mean", {N}, DType::kF32, true}, {"rstd", {N}, DType::kF32, true},
               {"inp", {N, C}}, {"w", {C}}, {"b", {C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5]); },
              kAtol, kRtol);
-  compare_op(*be_, "layernorm_backward",
+  check("layernorm_backward",
              {{"dinp", {N, C}, DType::kF32, true}, {"dw", {C}, DType::kF32, true}, {"db", {C}, DType::kF32, true},
               {"dout", {N, C}}, {"inp", {N, C}}, {"w", {C}}, {"mean", {N}}, {"rstd", {N}, DType::kF32, false, 0, false,
               true}},
@@ -119,68 +158,68 @@ TEST_F(BackendOps, LayerNorm) {
              1e-4, 1e-4);
 }
 
-TEST_F(BackendOps, Matmul) {
+TEST_P(BackendOps, Matmul) {
   const int OC = 72;
-  compare_op(*be_, "matmul_forward",
+  check("matmul_forward",
              {{"out", {N, OC}, DType::kF32, true}, {"inp", {N, C}}, {"w", {OC, C}}, {"bias", {OC}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.matmul_forward(t[0], t[1], t[2], t[3]); }, 1e-4, 1e-4);
-  compare_op(*be_, "matmul_forward (no bias)", {{"out", {N, OC}, DType::kF32, true}, {"inp", {N, C}}, {"w", {OC, C}}},
+  check("matmul_forward (no bias)", {{"out", {N, OC}, DType::kF32, true}, {"inp", {N, C}}, {"w", {OC, C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.matmul_forward(t[0], t[1], t[2], Tensor()); }, 1e-4,
              1e-4);
-  compare_op(*be_, "matmul_backward",
+  check("matmul_backward",
              {{"dinp", {N, C}, DType::kF32, true}, {"dw", {OC, C}, DType::kF32, true}, {"dbias", {OC}, DType::kF32, true},
               {"dout", {N, OC}}, {"inp", {N, C}}, {"w", {OC, C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5]); },
              2e-4, 1e-4);
 }
 
-TEST_F(BackendOps, Attention) {
-  compare_op(*be_, "attention_forward",
+TEST_P(BackendOps, Attention) {
+  check("attention_forward",
              {{"out", {B, T, C}, DType::kF32, true}, {"att", {B, H, T, T}, DType::kF32, true}, {"qkv", {B, T, 3 * C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.attention_forward(t[0], t[1], t[2], H); }, kAtol,
              kRtol);
   // att must be a real softmax for the backward: compute it first on each backend.
-  compare_op(*be_, "attention_backward",
+  check("attention_backward",
              {{"dqkv", {B, T, 3 * C}, DType::kF32, true}, {"dout", {B, T, C}}, {"qkv", {B, T, 3 * C}},
               {"att", {B, H, T, T}}, {"out", {B, T, C}}},
              [](Backend& be, const std::vector<Tensor>& t) {
                be.attention_forward(t[4], t[3], t[2], H);
                be.attention_backward(t[0], t[1], t[2], t[3], H);
              },
-             1e-4, 1e-4);
+             1e-4, 1e-4, 6e-2, 6e-2);
 }
 
-TEST_F(BackendOps, Elementwise) {
-  compare_op(*be_, "gelu_forward", {{"out", {N, C}, DType::kF32, true}, {"inp", {N, C}}},
+TEST_P(BackendOps, Elementwise) {
+  check("gelu_forward", {{"out", {N, C}, DType::kF32, true}, {"inp", {N, C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.gelu_forward(t[0], t[1]); }, kAtol, kRtol);
-  compare_op(*be_, "gelu_backward", {{"dinp", {N, C}, DType::kF32, true}, {"inp", {N, C}}, {"dout", {N, C}}},
+  check("gelu_backward", {{"dinp", {N, C}, DType::kF32, true}, {"inp", {N, C}}, {"dout", {N, C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.gelu_backward(t[0], t[1], t[2]); }, kAtol, kRtol);
-  compare_op(*be_, "residual_forward", {{"out", {N, C}, DType::kF32, true}, {"a", {N, C}}, {"b", {N, C}}},
+  check("residual_forward", {{"out", {N, C}, DType::kF32, true}, {"a", {N, C}}, {"b", {N, C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.residual_forward(t[0], t[1], t[2]); }, 0, 0);
 }
 
-TEST_F(BackendOps, SoftmaxCrossEntropy) {
-  compare_op(*be_, "softmax_xent_forward",
+TEST_P(BackendOps, SoftmaxCrossEntropy) {
+  check("softmax_xent_forward",
              {{"losses", {N}, DType::kF32, true}, {"probs", {N, V}, DType::kF32, true}, {"logits", {N, V}},
               {"targets", {N}, DType::kI32, false, V}},
              [](Backend& be, const std::vector<Tensor>& t) { be.softmax_xent_forward(t[0], t[1], t[2], t[3]); }, kAtol,
              kRtol);
-  compare_op(*be_, "softmax_xent_forward (in place)",
+  check("softmax_xent_forward (in place)",
              {{"losses", {N}, DType::kF32, true}, {"logits", {N, V}, DType::kF32, true},
               {"targets", {N}, DType::kI32, false, V}},
              [](Backend& be, const std::vector<Tensor>& t) { be.softmax_xent_forward(t[0], t[1], t[1], t[2]); }, kAtol,
              kRtol);
-  compare_op(*be_, "softmax_xent_backward",
+  check("softmax_xent_backward",
              {{"dlogits", {N, V}, DType::kF32, true}, {"probs", {N, V}}, {"targets", {N}, DType::kI32, false, V}},
              [](Backend& be, const std::vector<Tensor>& t) { be.softmax_xent_backward(t[0], t[1], t[2], 0.125f); },
              kAtol, kRtol);
 }
 
-TEST_F(BackendOps, Optimizer) {
-  compare_op(*be_, "sum_squares", {{"out", {1}, DType::kF32, true}, {"x", {100003}}},
-             [](Backend& be, const std::vector<Tensor>& t) { be.sum_squares(t[0], t[1]); }, 0, 1e-6);
+TEST_P(BackendOps, Optimizer) {
+  check("sum_squares", {{"out_norm", {1}, DType::kF32, true}, {"grad", {100003}}},
+             [](Backend& be, const std::vector<Tensor>& t) { be.sum_squares(t[0], t[1]); }, 0, 1e-6, 0, 1e-6);
   for (float clip : {0.0f, 0.5f}) {
-    compare_op(*be_, "adamw_update",
+    check("adamw_update",
                {{"param", {1000}, DType::kF32, true}, {"grad", {1000}}, {"m", {1000}, DType::kF32, true},
                 {"v", {1000}, DType::kF32, true, 0, false, true}, {"norm_sq", {1}, DType::kF32, false, 0, false, true}},
                [clip](Backend& be, const std::vector<Tensor>& t) {
@@ -191,11 +230,12 @@ TEST_F(BackendOps, Optimizer) {
                  a.grad_clip = clip;
                  be.adamw_update(t[0], t[1], t[2], t[3], t[4], a);
                },
-               1e-6, 1e-5);
+               1e-6, 1e-5, 1e-6, 1e-5);  // master dtype either way
   }
 }
 
-TEST_F(BackendOps, CopiesAndEvents) {
+TEST_P(BackendOps, CopiesAndEvents) {
+  if (dt() == DType::kBF16) GTEST_SKIP() << "dtype-independent";
   auto t = be_->pool().allocate({1000}, DType::kF32, TensorClass::kWorkspace, "x");
   ASSERT_TRUE(t.is_ok());
   std::vector<float> src(1000), dst(1000, -1.0f);
@@ -213,6 +253,9 @@ TEST_F(BackendOps, CopiesAndEvents) {
   EXPECT_EQ(dst, std::vector<float>(1000, 0.0f));
   be_->pool().free(t.value());
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, BackendOps, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
 
 }  // namespace
 }  // namespace tt

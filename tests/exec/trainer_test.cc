@@ -219,6 +219,7 @@ TEST(TrainerCuda, MatchesCpuAndResumesBitExact) {
   TrainConfig cpu_cfg = small_config(data);
   TrainConfig gpu_cfg = small_config(data);
   gpu_cfg.backend = "cuda";
+  gpu_cfg.dtype = "f32";
   gpu_cfg.device_budget = int64_t(1) << 30;
   auto cpu_run = Trainer::create(cpu_cfg, nullptr);
   auto gpu_run = Trainer::create(gpu_cfg, nullptr);
@@ -228,6 +229,44 @@ TEST(TrainerCuda, MatchesCpuAndResumesBitExact) {
   const RunResult c = finish(*cpu_run.value()), g = finish(*gpu_run.value());
   ASSERT_EQ(c.losses.size(), g.losses.size());
   for (size_t i = 0; i < c.losses.size(); ++i) EXPECT_NEAR(g.losses[i], c.losses[i], 2e-4) << "step " << i + 1;
+
+  TrainConfig first = gpu_cfg;
+  first.stop_at = 10;
+  first.checkpoint_dir = dir.file("ckpt");
+  std::vector<double> first_losses;
+  {
+    auto t = Trainer::create(first, nullptr);
+    ASSERT_TRUE(t.is_ok());
+    ASSERT_TRUE(t.value()->run().is_ok());
+    for (const StepRecord& r : t.value()->history()) first_losses.push_back(r.loss);
+  }
+  TrainConfig second = gpu_cfg;
+  second.checkpoint_dir = dir.file("ckpt");
+  second.resume = "latest";
+  auto t2 = Trainer::create(second, nullptr);
+  ASSERT_TRUE(t2.is_ok()) << t2.status().to_string();
+  ASSERT_TRUE(t2.value()->run().is_ok());
+  expect_bit_identical(g, finish(*t2.value(), first_losses));
+}
+
+// bf16 compute on the GPU: losses within 0.05 of the fp32 CPU run, and bit-exact resume.
+TEST(TrainerCuda, BFloat16TrainsAndResumesBitExact) {
+  TT_SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  TrainConfig cpu_cfg = small_config(data);
+  TrainConfig gpu_cfg = small_config(data);
+  gpu_cfg.backend = "cuda";
+  gpu_cfg.dtype = "bf16";
+  gpu_cfg.device_budget = int64_t(1) << 30;
+  auto cpu_run = Trainer::create(cpu_cfg, nullptr);
+  auto gpu_run = Trainer::create(gpu_cfg, nullptr);
+  ASSERT_TRUE(cpu_run.is_ok() && gpu_run.is_ok()) << gpu_run.status().to_string();
+  EXPECT_EQ(gpu_run.value()->model().dtype(), DType::kBF16);
+  ASSERT_TRUE(cpu_run.value()->run().is_ok());
+  ASSERT_TRUE(gpu_run.value()->run().is_ok());
+  const RunResult c = finish(*cpu_run.value()), g = finish(*gpu_run.value());
+  for (size_t i = 0; i < c.losses.size(); ++i) EXPECT_NEAR(g.losses[i], c.losses[i], 0.05) << "step " << i + 1;
 
   TrainConfig first = gpu_cfg;
   first.stop_at = 10;

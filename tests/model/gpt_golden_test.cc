@@ -2,6 +2,7 @@
 // every parameter gradient, and the losses of 10 AdamW steps must match within explicit per-tensor tolerances, in
 // float32 (tests/golden/gpt_golden.ttf) and, tightly, in float64 (gpt_golden_f64.ttf).
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -146,6 +147,84 @@ TEST(GptGolden, Float64MatchesPyTorch) {
                                                       .step_loss_atol = 1e-7,
                                                       .final_atol = 1e-8},
                      testing::make_cpu_backend());
+}
+
+// bf16 compute with fp32 master weights on the GPU against the fp32 PyTorch reference, with llm.c's kind of
+// tolerances: every loss of the 10 AdamW steps within 0.05, and each parameter gradient within a relative L2 error.
+TEST(GptGolden, BFloat16WithinTolerancesOnCuda) {
+  TT_SKIP_WITHOUT_GPU();
+  auto rr = TensorFileReader::open(testing::data_path("gpt_golden.ttf"));
+  ASSERT_TRUE(rr.is_ok()) << rr.status().to_string();
+  const TensorFileReader& ref = rr.value();
+  const auto& c = ref.meta().at("config");
+  const auto& o = ref.meta().at("optimizer");
+  GptConfig cfg{c.at("V").get<int>(), c.at("L").get<int>(), c.at("C").get<int>(), c.at("H").get<int>(),
+                c.at("T").get<int>()};
+  const int B = c.at("B").get<int>();
+  const int64_t BT = static_cast<int64_t>(B) * cfg.seq;
+  auto be = testing::make_cuda_backend(int64_t(1) << 30);
+  ASSERT_NE(be, nullptr);
+  auto gr = Gpt::create(*be, cfg, B, DType::kBF16);
+  ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
+  Gpt& gpt = *gr.value();
+  ASSERT_EQ(gpt.master_dtype(), DType::kF32);
+  std::vector<float> flat(static_cast<size_t>(gpt.flat_params().numel()));
+  for (const ParamInfo& p : gpt.params()) {
+    auto v = ref.read_all<float>("param/" + p.name);
+    ASSERT_TRUE(v.is_ok());
+    std::copy(v->begin(), v->end(), flat.begin() + p.offset);
+  }
+  ASSERT_TRUE(gpt.upload_params(flat.data()).is_ok());
+  auto tokens = ref.read_all<int32_t>("tokens");
+  auto targets = ref.read_all<int32_t>("targets");
+  ASSERT_TRUE(tokens.is_ok() && targets.is_ok());
+  be->copy_h2d(gpt.tokens(), tokens->data(), be->compute_stream());
+  be->copy_h2d(gpt.targets(), targets->data(), be->compute_stream());
+  auto mean_loss = [&]() {
+    std::vector<float> losses(static_cast<size_t>(BT));
+    be->copy_d2h(losses.data(), gpt.losses(), be->compute_stream());
+    EXPECT_TRUE(be->compute_stream().synchronize().is_ok());
+    double s = 0;
+    for (float l : losses) s += l;
+    return s / static_cast<double>(BT);
+  };
+  gpt.forward();
+  EXPECT_NEAR(mean_loss(), static_cast<double>(ref.read_all<float>("loss").value()[0]), 0.05);
+  gpt.backward();
+  std::vector<float> grads(flat.size());
+  ASSERT_TRUE(gpt.download_grads(grads.data()).is_ok());
+  for (const ParamInfo& p : gpt.params()) {
+    auto g = ref.read_all<float>("grad/" + p.name);
+    ASSERT_TRUE(g.is_ok());
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < g->size(); ++i) {
+      const double d = static_cast<double>(grads[static_cast<size_t>(p.offset) + i]) - g.value()[i];
+      err += d * d;
+      norm += static_cast<double>(g.value()[i]) * g.value()[i];
+    }
+    const double rel = std::sqrt(err / std::max(norm, 1e-30));
+    EXPECT_LT(rel, 0.05) << "grad " << p.name << ": relative L2 error " << rel;
+    std::printf("bf16 grad %-18s relative L2 error %.4f\n", p.name.c_str(), rel);
+  }
+  ASSERT_TRUE(gpt.upload_params(flat.data()).is_ok());
+  AdamWHyper hp;
+  hp.beta1 = o.at("beta1").get<float>();
+  hp.beta2 = o.at("beta2").get<float>();
+  hp.eps = o.at("eps").get<float>();
+  hp.weight_decay = o.at("weight_decay").get<float>();
+  hp.grad_clip = o.at("grad_clip").get<float>();
+  auto opt = AdamW::create(*be, gpt.params(), gpt.flat_params(), gpt.flat_grads(), hp, gpt.compute_params());
+  ASSERT_TRUE(opt.is_ok());
+  auto ref_steps = ref.read_all<float>("step_losses");
+  ASSERT_TRUE(ref_steps.is_ok());
+  for (int s = 0; s < ref.meta().at("steps").get<int>(); ++s) {
+    gpt.forward();
+    gpt.backward();
+    opt.value()->step(o.at("lr").get<float>());
+    const double l = mean_loss();
+    EXPECT_NEAR(l, static_cast<double>(ref_steps.value()[static_cast<size_t>(s)]), 0.05) << "step " << s + 1;
+    std::printf("bf16 step %2d loss %.5f (PyTorch fp32 %.5f)\n", s + 1, l, ref_steps.value()[static_cast<size_t>(s)]);
+  }
 }
 
 TEST(GptGolden, Float32MatchesPyTorchOnCuda) {

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_stream.h"
 #include "backend/cpu/kernels.h"
 #include "backend/op_shapes.h"
+#include "core/bf16.h"
 #include "core/log.h"
 #include "core/units.h"
 
@@ -79,6 +80,38 @@ class CpuBackend final : public Backend {
     void* d = t.raw();
     size_t n = t.nbytes();
     as_cpu(stream).enqueue([d, n] { std::memset(d, 0, n); });
+  }
+
+  void convert(const Tensor& dst, const Tensor& src) override {
+    const int64_t n = shapes::convert(dst, src);
+    void* d = dst.raw();
+    const void* p = src.raw();
+    const DType dt = dst.dtype(), st = src.dtype();
+    if (dt == st) {
+      copy_d2d(dst, src, compute_);
+      return;
+    }
+    compute_.enqueue([=] {
+      // f32 <-> bf16 <-> f64 through float/double; every combination the CPU backend may meet.
+      auto load = [&](int64_t i) -> double {
+        switch (st) {
+          case DType::kF32: return static_cast<const float*>(p)[i];
+          case DType::kF64: return static_cast<const double*>(p)[i];
+          case DType::kBF16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+          default: TT_CHECK(false, "convert: cannot read %s", dtype_name(st));
+        }
+        return 0;
+      };
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = load(i);
+        switch (dt) {
+          case DType::kF32: static_cast<float*>(d)[i] = static_cast<float>(v); break;
+          case DType::kF64: static_cast<double*>(d)[i] = v; break;
+          case DType::kBF16: static_cast<uint16_t*>(d)[i] = float_to_bf16(static_cast<float>(v)); break;
+          default: TT_CHECK(false, "convert: cannot write %s", dtype_name(dt));
+        }
+      }
+    });
   }
 
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) override {

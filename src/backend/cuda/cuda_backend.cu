@@ -9,6 +9,12 @@
 #include "core/log.h"
 #include "core/units.h"
 
+namespace tt {
+// Tensor::data<bf16>() on this backend's bf16 tensors.
+template <>
+constexpr DType dtype_of<cuda::bf16>() { return DType::kBF16; }
+}  // namespace tt
+
 namespace tt::cuda {
 namespace {
 
@@ -54,12 +60,17 @@ class CudaStream final : public Stream {
 };
 
 void require_f32(DType dtype, const char* op) {
-  TT_CHECK(dtype == DType::kF32, "%s: the CUDA backend computes in f32, not %s", op, dtype_name(dtype));
+  TT_CHECK(dtype == DType::kF32, "%s: needs f32 (the master dtype), got %s", op, dtype_name(dtype));
 }
 
-template <typename T>
-T* ptr(const Tensor& t) {
-  return shapes::present(t) ? t.data<T>() : nullptr;
+// Runs f.template operator()<X>() for the compute dtype: float or bf16.
+template <typename F>
+void dispatch_x(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::kF32: f.template operator()<float>(); break;
+    case DType::kBF16: f.template operator()<bf16>(); break;
+    default: TT_CHECK(false, "%s: the CUDA backend computes in f32 or bf16, not %s", op, dtype_name(dtype));
+  }
 }
 
 class CudaBackend final : public Backend {
@@ -90,7 +101,7 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device{DeviceKind::kCuda, device_}; }
   std::string describe() const override {
-    return str_format("cuda:%d %s (fp32, cuBLAS, device budget %s)", device_, name_.c_str(),
+    return str_format("cuda:%d %s (cuBLAS, device budget %s)", device_, name_.c_str(),
                       format_bytes(static_cast<int64_t>(pool_.budget())).c_str());
   }
   Stream& compute_stream() override { return compute_; }
@@ -114,143 +125,173 @@ class CudaBackend final : public Backend {
     TT_CUDA_ASSERT(cudaMemsetAsync(t.raw(), 0, t.nbytes(), as_cuda(stream)));
   }
 
+  void convert(const Tensor& dst, const Tensor& src) override {
+    const int64_t n = shapes::convert(dst, src);
+    if (dst.dtype() == src.dtype()) {
+      copy_d2d(dst, src, compute_);
+    } else if (dst.dtype() == DType::kBF16 && src.dtype() == DType::kF32) {
+      cuda::convert(s(), dst.data<bf16>(), src.data<float>(), n);
+    } else if (dst.dtype() == DType::kF32 && src.dtype() == DType::kBF16) {
+      cuda::convert(s(), dst.data<float>(), src.data<bf16>(), n);
+    } else {
+      TT_CHECK(false, "convert: %s -> %s is not supported on CUDA", dtype_name(src.dtype()), dtype_name(dst.dtype()));
+    }
+  }
+
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) override {
     const shapes::Embedding d = shapes::embedding_forward(out, tokens, wte, wpe);
-    require_f32(out.dtype(), "embedding_forward");
-    cuda::embedding_forward(s(), out.data<float>(), tokens.data<int32_t>(), wte.data<float>(), wpe.data<float>(), d.B,
-                            d.T, d.C);
+    dispatch_x(out.dtype(), "embedding_forward", [&]<typename X>() {
+      cuda::embedding_forward<X>(s(), out.data<X>(), tokens.data<int32_t>(), wte.data<X>(), wpe.data<X>(), d.B, d.T,
+                                 d.C);
+    });
   }
   void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens) override {
     const shapes::Embedding d = shapes::embedding_backward(dwte, dwpe, dout, tokens);
-    require_f32(dout.dtype(), "embedding_backward");
-    cuda::embedding_backward(s(), scratch_, dwte.data<float>(), dwpe.data<float>(), dout.data<float>(),
-                             tokens.data<int32_t>(), d.B, d.T, d.C, d.V);
+    dispatch_x(dout.dtype(), "embedding_backward", [&]<typename X>() {
+      cuda::embedding_backward<X>(s(), scratch_, dwte.data<float>(), dwpe.data<float>(), dout.data<X>(),
+                                  tokens.data<int32_t>(), d.B, d.T, d.C, d.V);
+    });
   }
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                          const Tensor& w, const Tensor& b) override {
     const shapes::Rows d = shapes::layernorm_forward(out, mean, rstd, inp, w, b);
-    require_f32(inp.dtype(), "layernorm_forward");
-    cuda::layernorm_forward(s(), out.data<float>(), mean.data<float>(), rstd.data<float>(), inp.data<float>(),
-                            w.data<float>(), b.data<float>(), d.N, d.C);
+    dispatch_x(inp.dtype(), "layernorm_forward", [&]<typename X>() {
+      cuda::layernorm_forward<X>(s(), out.data<X>(), mean.data<float>(), rstd.data<float>(), inp.data<X>(),
+                                 w.data<X>(), b.data<X>(), d.N, d.C);
+    });
   }
   void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
                           const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd) override {
     const shapes::Rows d = shapes::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
-    require_f32(inp.dtype(), "layernorm_backward");
-    cuda::layernorm_backward(s(), scratch_, dinp.data<float>(), dw.data<float>(), db.data<float>(),
-                             dout.data<float>(), inp.data<float>(), w.data<float>(), mean.data<float>(),
-                             rstd.data<float>(), d.N, d.C);
+    dispatch_x(inp.dtype(), "layernorm_backward", [&]<typename X>() {
+      cuda::layernorm_backward<X>(s(), scratch_, dinp.data<X>(), dw.data<float>(), db.data<float>(), dout.data<X>(),
+                                  inp.data<X>(), w.data<X>(), mean.data<float>(), rstd.data<float>(), d.N, d.C);
+    });
   }
   void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) override {
     const shapes::Matmul d = shapes::matmul_forward(out, inp, w, bias);
-    require_f32(inp.dtype(), "matmul_forward");
-    float beta = 0.0f;
-    if (shapes::present(bias)) {
-      cuda::broadcast_rows(s(), out.data<float>(), bias.data<float>(), d.N, d.OC);
-      beta = 1.0f;
-    }
-    gemm_rm(cublas_, false, true, static_cast<int>(d.N), d.OC, d.C, 1.0f, inp.data<float>(), d.C, w.data<float>(),
-            d.C, beta, out.data<float>(), d.OC);
+    dispatch_x(inp.dtype(), "matmul_forward", [&]<typename X>() {
+      float beta = 0.0f;
+      if (shapes::present(bias)) {
+        cuda::broadcast_rows<X>(s(), out.data<X>(), bias.data<X>(), d.N, d.OC);
+        beta = 1.0f;
+      }
+      gemm_rm(cublas_, false, true, static_cast<int>(d.N), d.OC, d.C, 1.0f, inp.raw(), cuda_type<X>(), d.C, w.raw(),
+              d.C, beta, out.raw(), cuda_type<X>(), d.OC);
+    });
   }
   void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& w) override {
     const shapes::Matmul d = shapes::matmul_backward(dinp, dw, dbias, dout, inp, w);
-    require_f32(inp.dtype(), "matmul_backward");
     const int N = static_cast<int>(d.N);
-    if (shapes::present(dinp))
-      gemm_rm(cublas_, false, false, N, d.C, d.OC, 1.0f, dout.data<float>(), d.OC, w.data<float>(), d.C, 1.0f,
-              dinp.data<float>(), d.C);
-    if (shapes::present(dw))
-      gemm_rm(cublas_, true, false, d.OC, d.C, N, 1.0f, dout.data<float>(), d.OC, inp.data<float>(), d.C, 1.0f,
-              dw.data<float>(), d.C);
-    if (shapes::present(dbias)) cuda::column_sums(s(), scratch_, dbias.data<float>(), dout.data<float>(), d.N, d.OC);
+    dispatch_x(inp.dtype(), "matmul_backward", [&]<typename X>() {
+      const cudaDataType_t xt = cuda_type<X>();
+      if (shapes::present(dinp))
+        gemm_rm(cublas_, false, false, N, d.C, d.OC, 1.0f, dout.raw(), xt, d.OC, w.raw(), d.C, 1.0f, dinp.raw(), xt,
+                d.C);
+      if (shapes::present(dw))
+        gemm_rm(cublas_, true, false, d.OC, d.C, N, 1.0f, dout.raw(), xt, d.OC, inp.raw(), d.C, 1.0f, dw.raw(),
+                CUDA_R_32F, d.C);
+      if (shapes::present(dbias))
+        cuda::column_sums<X>(s(), scratch_, dbias.data<float>(), dout.data<X>(), d.N, d.OC);
+    });
   }
 
-  // Attention as in the CPU backend: per batch element, strided-batched GEMMs over the heads.
+  // Attention as in the CPU backend: per batch element, strided-batched GEMMs over the heads; the T x T scores and
+  // probabilities are in the compute dtype.
   void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int heads) override {
     const shapes::Attention d = shapes::attention_forward(out, att, qkv, heads);
-    require_f32(qkv.dtype(), "attention_forward");
-    const int hs = d.C / d.H, C3 = 3 * d.C, T = d.T;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    const long long TT = static_cast<long long>(T) * T;
-    for (int b = 0; b < d.B; ++b) {
-      const float* q = qkv.data<float>() + static_cast<int64_t>(b) * T * C3;
-      float* a = att.data<float>() + static_cast<int64_t>(b) * d.H * TT;
-      gemm_rm_strided(cublas_, false, true, T, T, hs, scale, q, C3, hs, q + d.C, C3, hs, 0.0f, a, T, TT, d.H);
-    }
-    cuda::causal_softmax(s(), att.data<float>(), static_cast<int64_t>(d.B) * d.H * T, T);
-    for (int b = 0; b < d.B; ++b) {
-      const float* v = qkv.data<float>() + static_cast<int64_t>(b) * T * C3 + 2 * d.C;
-      const float* a = att.data<float>() + static_cast<int64_t>(b) * d.H * TT;
-      float* o = out.data<float>() + static_cast<int64_t>(b) * T * d.C;
-      gemm_rm_strided(cublas_, false, false, T, hs, T, 1.0f, a, T, TT, v, C3, hs, 0.0f, o, d.C, hs, d.H);
-    }
+    dispatch_x(qkv.dtype(), "attention_forward", [&]<typename X>() {
+      const cudaDataType_t xt = cuda_type<X>();
+      const int hs = d.C / d.H, C3 = 3 * d.C, T = d.T;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+      const long long TT = static_cast<long long>(T) * T;
+      for (int b = 0; b < d.B; ++b) {
+        const X* q = qkv.data<X>() + static_cast<int64_t>(b) * T * C3;
+        X* a = att.data<X>() + static_cast<int64_t>(b) * d.H * TT;
+        gemm_rm_strided(cublas_, false, true, T, T, hs, scale, q, xt, C3, hs, q + d.C, C3, hs, 0.0f, a, xt, T, TT,
+                        d.H);
+      }
+      cuda::causal_softmax<X>(s(), att.data<X>(), static_cast<int64_t>(d.B) * d.H * T, T);
+      for (int b = 0; b < d.B; ++b) {
+        const X* v = qkv.data<X>() + static_cast<int64_t>(b) * T * C3 + 2 * d.C;
+        const X* a = att.data<X>() + static_cast<int64_t>(b) * d.H * TT;
+        X* o = out.data<X>() + static_cast<int64_t>(b) * T * d.C;
+        gemm_rm_strided(cublas_, false, false, T, hs, T, 1.0f, a, xt, T, TT, v, C3, hs, 0.0f, o, xt, d.C, hs, d.H);
+      }
+    });
   }
 
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                           int heads) override {
     const shapes::Attention d = shapes::attention_backward(dqkv, dout, qkv, att, heads);
-    require_f32(qkv.dtype(), "attention_backward");
-    const int hs = d.C / d.H, C3 = 3 * d.C, T = d.T;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    const long long TT = static_cast<long long>(T) * T;
-    // dp for as many heads as the scratch holds at once.
-    const int group = static_cast<int>(std::min<int64_t>(d.H, static_cast<int64_t>(scratch_.bytes / (TT * 4))));
-    TT_CHECK(group >= 1, "attention_backward: T=%d needs a %lld-byte score buffer, more than the CUDA scratch", T,
-             TT * 4);
-    float* dp = static_cast<float*>(scratch_.ptr);
-    for (int b = 0; b < d.B; ++b) {
-      for (int h0 = 0; h0 < d.H; h0 += group) {
-        const int nh = std::min(group, d.H - h0);
-        const int64_t qoff = static_cast<int64_t>(b) * T * C3 + static_cast<int64_t>(h0) * hs;
-        const float* q = qkv.data<float>() + qoff;
-        const float* k = q + d.C;
-        const float* v = q + 2 * d.C;
-        float* dq = dqkv.data<float>() + qoff;
-        float* dk = dq + d.C;
-        float* dv = dq + 2 * d.C;
-        const float* p = att.data<float>() + (static_cast<int64_t>(b) * d.H + h0) * TT;
-        const float* g = dout.data<float>() + static_cast<int64_t>(b) * T * d.C + static_cast<int64_t>(h0) * hs;
-        // dv += p^T dout; dp = dout v^T
-        gemm_rm_strided(cublas_, true, false, T, hs, T, 1.0f, p, T, TT, g, d.C, hs, 1.0f, dv, C3, hs, nh);
-        gemm_rm_strided(cublas_, false, true, T, T, hs, 1.0f, g, d.C, hs, v, C3, hs, 0.0f, dp, T, TT, nh);
-        cuda::causal_softmax_backward(s(), dp, p, static_cast<int64_t>(nh) * T, T, scale);
-        // dq += ds k; dk += ds^T q
-        gemm_rm_strided(cublas_, false, false, T, hs, T, 1.0f, dp, T, TT, k, C3, hs, 1.0f, dq, C3, hs, nh);
-        gemm_rm_strided(cublas_, true, false, T, hs, T, 1.0f, dp, T, TT, q, C3, hs, 1.0f, dk, C3, hs, nh);
+    dispatch_x(qkv.dtype(), "attention_backward", [&]<typename X>() {
+      const cudaDataType_t xt = cuda_type<X>();
+      const int hs = d.C / d.H, C3 = 3 * d.C, T = d.T;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+      const long long TT = static_cast<long long>(T) * T;
+      // dp for as many heads as the scratch holds at once.
+      const int group = static_cast<int>(
+          std::min<int64_t>(d.H, static_cast<int64_t>(scratch_.bytes / (TT * static_cast<int64_t>(sizeof(X))))));
+      TT_CHECK(group >= 1, "attention_backward: T=%d needs a %lld-byte score buffer, more than the CUDA scratch", T,
+               TT * static_cast<long long>(sizeof(X)));
+      X* dp = static_cast<X*>(scratch_.ptr);
+      for (int b = 0; b < d.B; ++b) {
+        for (int h0 = 0; h0 < d.H; h0 += group) {
+          const int nh = std::min(group, d.H - h0);
+          const int64_t qoff = static_cast<int64_t>(b) * T * C3 + static_cast<int64_t>(h0) * hs;
+          const X* q = qkv.data<X>() + qoff;
+          const X* k = q + d.C;
+          const X* v = q + 2 * d.C;
+          X* dq = dqkv.data<X>() + qoff;
+          X* dk = dq + d.C;
+          X* dv = dq + 2 * d.C;
+          const X* p = att.data<X>() + (static_cast<int64_t>(b) * d.H + h0) * TT;
+          const X* g = dout.data<X>() + static_cast<int64_t>(b) * T * d.C + static_cast<int64_t>(h0) * hs;
+          // dv += p^T dout; dp = dout v^T
+          gemm_rm_strided(cublas_, true, false, T, hs, T, 1.0f, p, xt, T, TT, g, d.C, hs, 1.0f, dv, xt, C3, hs, nh);
+          gemm_rm_strided(cublas_, false, true, T, T, hs, 1.0f, g, xt, d.C, hs, v, C3, hs, 0.0f, dp, xt, T, TT, nh);
+          cuda::causal_softmax_backward<X>(s(), dp, p, static_cast<int64_t>(nh) * T, T, scale);
+          // dq += ds k; dk += ds^T q
+          gemm_rm_strided(cublas_, false, false, T, hs, T, 1.0f, dp, xt, T, TT, k, C3, hs, 1.0f, dq, xt, C3, hs, nh);
+          gemm_rm_strided(cublas_, true, false, T, hs, T, 1.0f, dp, xt, T, TT, q, C3, hs, 1.0f, dk, xt, C3, hs, nh);
+        }
       }
-    }
+    });
   }
 
   void gelu_forward(const Tensor& out, const Tensor& inp) override {
     const int64_t n = shapes::elementwise("gelu_forward", out, inp);
-    require_f32(inp.dtype(), "gelu_forward");
-    cuda::gelu_forward(s(), out.data<float>(), inp.data<float>(), n);
+    dispatch_x(inp.dtype(), "gelu_forward",
+               [&]<typename X>() { cuda::gelu_forward<X>(s(), out.data<X>(), inp.data<X>(), n); });
   }
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override {
     const int64_t n = shapes::elementwise("gelu_backward", dinp, inp, dout);
-    require_f32(inp.dtype(), "gelu_backward");
-    cuda::gelu_backward(s(), dinp.data<float>(), inp.data<float>(), dout.data<float>(), n);
+    dispatch_x(inp.dtype(), "gelu_backward", [&]<typename X>() {
+      cuda::gelu_backward<X>(s(), dinp.data<X>(), inp.data<X>(), dout.data<X>(), n);
+    });
   }
   void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) override {
     const int64_t n = shapes::elementwise("residual_forward", out, a, b);
-    require_f32(out.dtype(), "residual_forward");
-    cuda::residual_forward(s(), out.data<float>(), a.data<float>(), b.data<float>(), n);
+    dispatch_x(out.dtype(), "residual_forward",
+               [&]<typename X>() { cuda::residual_forward<X>(s(), out.data<X>(), a.data<X>(), b.data<X>(), n); });
   }
   void softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
                             const Tensor& targets) override {
     const shapes::Softmax d = shapes::softmax_xent_forward(losses, probs, logits, targets);
-    require_f32(logits.dtype(), "softmax_xent_forward");
-    cuda::softmax_xent_forward(s(), losses.data<float>(), probs.data<float>(), logits.data<float>(),
-                               targets.data<int32_t>(), d.N, d.V);
+    dispatch_x(logits.dtype(), "softmax_xent_forward", [&]<typename X>() {
+      cuda::softmax_xent_forward<X>(s(), losses.data<float>(), probs.data<X>(), logits.data<X>(),
+                                    targets.data<int32_t>(), d.N, d.V);
+    });
   }
   void softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
                              float dloss) override {
     const shapes::Softmax d = shapes::softmax_xent_backward(dlogits, probs, targets);
-    require_f32(probs.dtype(), "softmax_xent_backward");
-    cuda::softmax_xent_backward(s(), dlogits.data<float>(), probs.data<float>(), targets.data<int32_t>(), dloss, d.N,
-                                d.V);
+    dispatch_x(probs.dtype(), "softmax_xent_backward", [&]<typename X>() {
+      cuda::softmax_xent_backward<X>(s(), dlogits.data<X>(), probs.data<X>(), targets.data<int32_t>(), dloss, d.N,
+                                     d.V);
+    });
   }
   void sum_squares(const Tensor& out, const Tensor& x) override {
     const int64_t n = shapes::sum_squares(out, x);

@@ -19,6 +19,15 @@ int blocks_for(int64_t n, int threads = kThreads) {
   return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, kMaxBlocks));
 }
 
+__device__ __forceinline__ float ld(float x) { return x; }
+__device__ __forceinline__ float ld(bf16 x) { return __bfloat162float(x); }
+template <typename X>
+__device__ __forceinline__ X st(float v);
+template <>
+__device__ __forceinline__ float st<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ bf16 st<bf16>(float v) { return __float2bfloat16(v); }
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -57,22 +66,24 @@ struct Max {
 // ---------------------------------------------------------------------------------------------------------------------
 // kernels
 
-__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte, const float* wpe, int T,
-                                         int C, int64_t n) {
+template <typename X>
+__global__ void embedding_forward_kernel(X* out, const int32_t* tokens, const X* wte, const X* wpe, int T, int C,
+                                         int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t bt = i / C;
     const int c = static_cast<int>(i % C);
     const int t = static_cast<int>(bt % T);
-    out[i] = wte[static_cast<int64_t>(tokens[bt]) * C + c] + wpe[static_cast<int64_t>(t) * C + c];
+    out[i] = st<X>(ld(wte[static_cast<int64_t>(tokens[bt]) * C + c]) + ld(wpe[static_cast<int64_t>(t) * C + c]));
   }
 }
 
-__global__ void dwpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+template <typename X>
+__global__ void dwpe_kernel(float* dwpe, const X* dout, int B, int T, int C) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < static_cast<int64_t>(T) * C;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float s = 0.0f;
-    for (int b = 0; b < B; ++b) s += dout[static_cast<int64_t>(b) * T * C + i];
+    for (int b = 0; b < B; ++b) s += ld(dout[static_cast<int64_t>(b) * T * C + i]);
     dwpe[i] += s;
   }
 }
@@ -83,7 +94,8 @@ __global__ void iota_kernel(int32_t* x, int n) {
 
 // One block per sorted position; the block at the start of a run of equal tokens sums the run's rows in position
 // order and adds the sum to that token's row of dwte.
-__global__ void dwte_runs_kernel(float* dwte, const float* dout, const int32_t* sorted_tokens,
+template <typename X>
+__global__ void dwte_runs_kernel(float* dwte, const X* dout, const int32_t* sorted_tokens,
                                  const int32_t* sorted_pos, int n, int C) {
   const int i = blockIdx.x;
   const int tok = sorted_tokens[i];
@@ -92,60 +104,63 @@ __global__ void dwte_runs_kernel(float* dwte, const float* dout, const int32_t* 
   while (end < n && sorted_tokens[end] == tok) ++end;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float s = 0.0f;
-    for (int j = i; j < end; ++j) s += dout[static_cast<int64_t>(sorted_pos[j]) * C + c];
+    for (int j = i; j < end; ++j) s += ld(dout[static_cast<int64_t>(sorted_pos[j]) * C + c]);
     dwte[static_cast<int64_t>(tok) * C + c] += s;
   }
 }
 
 // One warp per row.
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                                         const float* b, int64_t N, int C) {
+template <typename X>
+__global__ void layernorm_forward_kernel(X* out, float* mean, float* rstd, const X* inp, const X* w, const X* b,
+                                         int64_t N, int C) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
-  const float* x = inp + row * C;
+  const X* x = inp + row * C;
   float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += x[c];
+  for (int c = lane; c < C; c += 32) s += ld(x[c]);
   const float m = warp_sum(s) / C;
   float v = 0.0f;
   for (int c = lane; c < C; c += 32) {
-    const float d = x[c] - m;
+    const float d = ld(x[c]) - m;
     v += d * d;
   }
   const float r = rsqrtf(warp_sum(v) / C + 1e-5f);
-  float* o = out + row * C;
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+  X* o = out + row * C;
+  for (int c = lane; c < C; c += 32) o[c] = st<X>((ld(x[c]) - m) * r * ld(w[c]) + ld(b[c]));
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
   }
 }
 
-__global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp, const float* w,
-                                               const float* mean, const float* rstd, int64_t N, int C) {
+template <typename X>
+__global__ void layernorm_backward_dinp_kernel(X* dinp, const X* dout, const X* inp, const X* w, const float* mean,
+                                               const float* rstd, int64_t N, int C) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
-  const float* x = inp + row * C;
-  const float* d = dout + row * C;
+  const X* x = inp + row * C;
+  const X* d = dout + row * C;
   const float m = mean[row], r = rstd[row];
   float a = 0.0f, bsum = 0.0f;
   for (int c = lane; c < C; c += 32) {
-    const float dn = w[c] * d[c];
+    const float dn = ld(w[c]) * ld(d[c]);
     a += dn;
-    bsum += dn * (x[c] - m) * r;
+    bsum += dn * (ld(x[c]) - m) * r;
   }
   const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
-  float* di = dinp + row * C;
+  X* di = dinp + row * C;
   for (int c = lane; c < C; c += 32) {
-    const float norm = (x[c] - m) * r;
-    di[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
+    const float norm = (ld(x[c]) - m) * r;
+    di[c] = st<X>(ld(di[c]) + (ld(w[c]) * ld(d[c]) - dnorm_mean - norm * dnorm_norm_mean) * r);
   }
 }
 
 // Partial column sums over a fixed chunk of rows: partial[chunk][c] (and [chunk][C + c] for the LayerNorm bias).
 // With inp != nullptr the first sum is of dout * normalised input (LayerNorm weight gradient).
-__global__ void column_partials_kernel(float* partial, const float* dout, const float* inp, const float* mean,
+template <typename X>
+__global__ void column_partials_kernel(float* partial, const X* dout, const X* inp, const float* mean,
                                        const float* rstd, int64_t N, int C, int chunks) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   const int chunk = blockIdx.y;
@@ -154,9 +169,9 @@ __global__ void column_partials_kernel(float* partial, const float* dout, const 
   const int64_t r0 = chunk * rows, r1 = min(N, r0 + rows);
   float s = 0.0f, sb = 0.0f;
   for (int64_t r = r0; r < r1; ++r) {
-    const float d = dout[r * C + c];
+    const float d = ld(dout[r * C + c]);
     if (inp != nullptr) {
-      s += d * ((inp[r * C + c] - mean[r]) * rstd[r]);
+      s += d * ((ld(inp[r * C + c]) - mean[r]) * rstd[r]);
       sb += d;
     } else {
       s += d;
@@ -178,99 +193,109 @@ __global__ void column_finish_kernel(float* dst, float* dst2, const float* parti
   if (dst2 != nullptr) dst2[c] += s2;
 }
 
-__global__ void broadcast_rows_kernel(float* out, const float* bias, int64_t N, int OC) {
+template <typename X>
+__global__ void broadcast_rows_kernel(X* out, const X* bias, int64_t N, int OC) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N * OC;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = bias[i % OC];
 }
 
 // One warp per row of scores; row r is query position r % T.
-__global__ void causal_softmax_kernel(float* att, int64_t rows, int T) {
+template <typename X>
+__global__ void causal_softmax_kernel(X* att, int64_t rows, int T) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const int t = static_cast<int>(row % T);
-  float* a = att + row * T;
+  X* a = att + row * T;
   float mx = -FLT_MAX;
-  for (int t2 = lane; t2 <= t; t2 += 32) mx = fmaxf(mx, a[t2]);
+  for (int t2 = lane; t2 <= t; t2 += 32) mx = fmaxf(mx, ld(a[t2]));
   mx = warp_max(mx);
   float s = 0.0f;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    const float e = expf(a[t2] - mx);
-    a[t2] = e;
-    s += e;
-  }
+  for (int t2 = lane; t2 <= t; t2 += 32) s += expf(ld(a[t2]) - mx);
   const float inv = 1.0f / warp_sum(s);
-  for (int t2 = lane; t2 < T; t2 += 32) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+  for (int t2 = lane; t2 < T; t2 += 32) a[t2] = st<X>(t2 <= t ? expf(ld(a[t2]) - mx) * inv : 0.0f);
 }
 
-__global__ void causal_softmax_backward_kernel(float* dp, const float* p, int64_t rows, int T, float scale) {
+template <typename X>
+__global__ void causal_softmax_backward_kernel(X* dp, const X* p, int64_t rows, int T, float scale) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const int t = static_cast<int>(row % T);
-  float* d = dp + row * T;
-  const float* pr = p + row * T;
+  X* d = dp + row * T;
+  const X* pr = p + row * T;
   float dot = 0.0f;
-  for (int t2 = lane; t2 <= t; t2 += 32) dot += pr[t2] * d[t2];
+  for (int t2 = lane; t2 <= t; t2 += 32) dot += ld(pr[t2]) * ld(d[t2]);
   dot = warp_sum(dot);
-  for (int t2 = lane; t2 < T; t2 += 32) d[t2] = t2 <= t ? pr[t2] * (d[t2] - dot) * scale : 0.0f;
+  for (int t2 = lane; t2 < T; t2 += 32) d[t2] = st<X>(t2 <= t ? ld(pr[t2]) * (ld(d[t2]) - dot) * scale : 0.0f);
 }
 
 constexpr float kGeluScale = 0.7978845608028654f;
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+template <typename X>
+__global__ void gelu_forward_kernel(X* out, const X* inp, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+    const float x = ld(inp[i]);
+    out[i] = st<X>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
   }
 }
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+template <typename X>
+__global__ void gelu_backward_kernel(X* dinp, const X* inp, const X* dout, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
+    const float x = ld(inp[i]);
     const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
     const float local =
         0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += local * dout[i];
+    dinp[i] = st<X>(ld(dinp[i]) + local * ld(dout[i]));
   }
 }
 
-__global__ void residual_forward_kernel(float* out, const float* a, const float* b, int64_t n) {
+template <typename X>
+__global__ void residual_forward_kernel(X* out, const X* a, const X* b, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = a[i] + b[i];
+    out[i] = st<X>(ld(a[i]) + ld(b[i]));
 }
 
 // One block per row; probs may alias logits.
-__global__ void softmax_xent_forward_kernel(float* losses, float* probs, const float* logits, const int32_t* targets,
-                                            int V) {
+template <typename X>
+__global__ void softmax_xent_forward_kernel(float* losses, X* probs, const X* logits, const int32_t* targets, int V) {
   const int64_t row = blockIdx.x;
-  const float* l = logits + row * V;
-  float* p = probs + row * V;
+  const X* l = logits + row * V;
+  X* p = probs + row * V;
   __shared__ float target_logit;
-  if (threadIdx.x == 0) target_logit = l[targets[row]];
+  if (threadIdx.x == 0) target_logit = ld(l[targets[row]]);
   float mx = -FLT_MAX;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, ld(l[i]));
   mx = block_reduce(mx, Max{}, -FLT_MAX);
   float s = 0.0f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(l[i] - mx);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(ld(l[i]) - mx);
   s = block_reduce(s, Add{}, 0.0f);  // its barriers also order target_logit's write before the reads below
   const float inv = 1.0f / s;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = expf(l[i] - mx) * inv;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = st<X>(expf(ld(l[i]) - mx) * inv);
   if (threadIdx.x == 0) losses[row] = logf(s) + mx - target_logit;
 }
 
-__global__ void softmax_xent_backward_kernel(float* dlogits, const float* probs, const int32_t* targets, float dloss,
+template <typename X>
+__global__ void softmax_xent_backward_kernel(X* dlogits, const X* probs, const int32_t* targets, float dloss,
                                              int64_t N, int V) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N * V;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / V;
     const int col = static_cast<int>(i % V);
-    dlogits[i] = (probs[i] - (col == targets[row] ? 1.0f : 0.0f)) * dloss;
+    dlogits[i] = st<X>((ld(probs[i]) - (col == targets[row] ? 1.0f : 0.0f)) * dloss);
   }
+}
+
+template <typename D, typename S>
+__global__ void convert_kernel(D* dst, const S* src, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = st<D>(ld(src[i]));
 }
 
 constexpr int kSumBlocks = 512;
@@ -314,29 +339,34 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
 // ---------------------------------------------------------------------------------------------------------------------
 // launchers
 
-void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-             const float* b, int ldb, float beta, float* c, int ldc) {
+void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
+             cudaDataType_t ab_type, int lda, const void* b, int ldb, float beta, void* c, cudaDataType_t c_type,
+             int ldc) {
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands, keep the flags.
-  TT_CUBLAS_ASSERT(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
-                               &alpha, b, ldb, a, lda, &beta, c, ldc));
+  TT_CUBLAS_ASSERT(cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+                                &alpha, b, ab_type, ldb, a, ab_type, lda, &beta, c, c_type, ldc, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
 }
 
-void gemm_rm_strided(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-                     int lda, long long stride_a, const float* b, int ldb, long long stride_b, float beta, float* c,
-                     int ldc, long long stride_c, int batch) {
-  TT_CUBLAS_ASSERT(cublasSgemmStridedBatched(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                             trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, stride_b,
-                                             a, lda, stride_a, &beta, c, ldc, stride_c, batch));
+void gemm_rm_strided(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
+                     cudaDataType_t ab_type, int lda, long long stride_a, const void* b, int ldb, long long stride_b,
+                     float beta, void* c, cudaDataType_t c_type, int ldc, long long stride_c, int batch) {
+  TT_CUBLAS_ASSERT(cublasGemmStridedBatchedEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ab_type, ldb,
+                                              stride_b, a, ab_type, lda, stride_a, &beta, c, c_type, ldc, stride_c,
+                                              batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void embedding_forward(cudaStream_t s, float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C) {
+template <typename X>
+void embedding_forward(cudaStream_t s, X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T,
+                       int C) {
   const int64_t n = static_cast<int64_t>(B) * T * C;
   embedding_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, tokens, wte, wpe, T, C, n);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void embedding_backward(cudaStream_t s, const Scratch& scratch, float* dwte, float* dwpe, const float* dout,
+template <typename X>
+void embedding_backward(cudaStream_t s, const Scratch& scratch, float* dwte, float* dwpe, const X* dout,
                         const int32_t* tokens, int B, int T, int C, int V) {
   dwpe_kernel<<<blocks_for(static_cast<int64_t>(T) * C), kThreads, 0, s>>>(dwpe, dout, B, T, C);
   TT_CUDA_CHECK_LAUNCH();
@@ -365,23 +395,25 @@ void embedding_backward(cudaStream_t s, const Scratch& scratch, float* dwte, flo
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_forward(cudaStream_t s, float* out, float* mean, float* rstd, const float* inp, const float* w,
-                       const float* b, int64_t N, int C) {
-  const int rows_per_block = kThreads / 32;
-  layernorm_forward_kernel<<<static_cast<unsigned>((N + rows_per_block - 1) / rows_per_block), kThreads, 0, s>>>(
-      out, mean, rstd, inp, w, b, N, C);
-  TT_CUDA_CHECK_LAUNCH();
-}
-
 namespace {
+unsigned warp_rows_grid(int64_t rows) {
+  const int rows_per_block = kThreads / 32;
+  return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+}
 int column_chunks(int64_t N) { return static_cast<int>(std::min<int64_t>(N, kColumnChunks)); }
 }  // namespace
 
-void layernorm_backward(cudaStream_t s, const Scratch& scratch, float* dinp, float* dw, float* db, const float* dout,
-                        const float* inp, const float* w, const float* mean, const float* rstd, int64_t N, int C) {
-  const int rows_per_block = kThreads / 32;
-  layernorm_backward_dinp_kernel<<<static_cast<unsigned>((N + rows_per_block - 1) / rows_per_block), kThreads, 0,
-                                   s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+template <typename X>
+void layernorm_forward(cudaStream_t s, X* out, float* mean, float* rstd, const X* inp, const X* w, const X* b,
+                       int64_t N, int C) {
+  layernorm_forward_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
+void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db, const X* dout,
+                        const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C) {
+  layernorm_backward_dinp_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
   TT_CUDA_CHECK_LAUNCH();
   const int chunks = column_chunks(N);
   TT_CHECK(static_cast<size_t>(chunks) * 2 * C * sizeof(float) <= scratch.bytes,
@@ -394,61 +426,72 @@ void layernorm_backward(cudaStream_t s, const Scratch& scratch, float* dinp, flo
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void broadcast_rows(cudaStream_t s, float* out, const float* bias, int64_t N, int OC) {
+template <typename X>
+void broadcast_rows(cudaStream_t s, X* out, const X* bias, int64_t N, int OC) {
   broadcast_rows_kernel<<<blocks_for(N * OC), kThreads, 0, s>>>(out, bias, N, OC);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const float* dout, int64_t N, int OC) {
+template <typename X>
+void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* dout, int64_t N, int OC) {
   const int chunks = column_chunks(N);
   TT_CHECK(static_cast<size_t>(chunks) * OC * sizeof(float) <= scratch.bytes,
            "column_sums: OC=%d needs more than the CUDA scratch", OC);
   float* partial = static_cast<float*>(scratch.ptr);
   column_partials_kernel<<<dim3((OC + kThreads - 1) / kThreads, chunks), kThreads, 0, s>>>(
-      partial, dout, nullptr, nullptr, nullptr, N, OC, chunks);
+      partial, dout, static_cast<const X*>(nullptr), nullptr, nullptr, N, OC, chunks);
   TT_CUDA_CHECK_LAUNCH();
   column_finish_kernel<<<(OC + kThreads - 1) / kThreads, kThreads, 0, s>>>(dbias, nullptr, partial, OC, chunks, OC);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void causal_softmax(cudaStream_t s, float* att, int64_t rows, int T) {
-  const int rows_per_block = kThreads / 32;
-  causal_softmax_kernel<<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kThreads, 0, s>>>(
-      att, rows, T);
+template <typename X>
+void causal_softmax(cudaStream_t s, X* att, int64_t rows, int T) {
+  causal_softmax_kernel<<<warp_rows_grid(rows), kThreads, 0, s>>>(att, rows, T);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void causal_softmax_backward(cudaStream_t s, float* dp, const float* p, int64_t rows, int T, float scale) {
-  const int rows_per_block = kThreads / 32;
-  causal_softmax_backward_kernel<<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kThreads, 0,
-                                   s>>>(dp, p, rows, T, scale);
+template <typename X>
+void causal_softmax_backward(cudaStream_t s, X* dp, const X* p, int64_t rows, int T, float scale) {
+  causal_softmax_backward_kernel<<<warp_rows_grid(rows), kThreads, 0, s>>>(dp, p, rows, T, scale);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void gelu_forward(cudaStream_t s, float* out, const float* inp, int64_t n) {
+template <typename X>
+void gelu_forward(cudaStream_t s, X* out, const X* inp, int64_t n) {
   gelu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, inp, n);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout, int64_t n) {
+template <typename X>
+void gelu_backward(cudaStream_t s, X* dinp, const X* inp, const X* dout, int64_t n) {
   gelu_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(dinp, inp, dout, n);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void residual_forward(cudaStream_t s, float* out, const float* a, const float* b, int64_t n) {
+template <typename X>
+void residual_forward(cudaStream_t s, X* out, const X* a, const X* b, int64_t n) {
   residual_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, a, b, n);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void softmax_xent_forward(cudaStream_t s, float* losses, float* probs, const float* logits, const int32_t* targets,
-                          int64_t N, int V) {
+template <typename X>
+void softmax_xent_forward(cudaStream_t s, float* losses, X* probs, const X* logits, const int32_t* targets, int64_t N,
+                          int V) {
   softmax_xent_forward_kernel<<<static_cast<unsigned>(N), 512, 0, s>>>(losses, probs, logits, targets, V);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void softmax_xent_backward(cudaStream_t s, float* dlogits, const float* probs, const int32_t* targets, float dloss,
-                           int64_t N, int V) {
+template <typename X>
+void softmax_xent_backward(cudaStream_t s, X* dlogits, const X* probs, const int32_t* targets, float dloss, int64_t N,
+                           int V) {
   softmax_xent_backward_kernel<<<blocks_for(N * V), kThreads, 0, s>>>(dlogits, probs, targets, dloss, N, V);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename D, typename S>
+void convert(cudaStream_t s, D* dst, const S* src, int64_t n) {
+  convert_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, src, n);
   TT_CUDA_CHECK_LAUNCH();
 }
 
@@ -476,5 +519,31 @@ void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, flo
                                                   weight_decay != 0.0f);
   TT_CUDA_CHECK_LAUNCH();
 }
+
+// ---------------------------------------------------------------------------------------------------------------------
+// instantiations
+
+#define TT_CUDA_INSTANTIATE(X)                                                                                      \
+  template void embedding_forward<X>(cudaStream_t, X*, const int32_t*, const X*, const X*, int, int, int);          \
+  template void embedding_backward<X>(cudaStream_t, const Scratch&, float*, float*, const X*, const int32_t*, int,  \
+                                      int, int, int);                                                               \
+  template void layernorm_forward<X>(cudaStream_t, X*, float*, float*, const X*, const X*, const X*, int64_t, int); \
+  template void layernorm_backward<X>(cudaStream_t, const Scratch&, X*, float*, float*, const X*, const X*,         \
+                                      const X*, const float*, const float*, int64_t, int);                         \
+  template void broadcast_rows<X>(cudaStream_t, X*, const X*, int64_t, int);                                       \
+  template void column_sums<X>(cudaStream_t, const Scratch&, float*, const X*, int64_t, int);                      \
+  template void causal_softmax<X>(cudaStream_t, X*, int64_t, int);                                                 \
+  template void causal_softmax_backward<X>(cudaStream_t, X*, const X*, int64_t, int, float);                       \
+  template void gelu_forward<X>(cudaStream_t, X*, const X*, int64_t);                                              \
+  template void gelu_backward<X>(cudaStream_t, X*, const X*, const X*, int64_t);                                   \
+  template void residual_forward<X>(cudaStream_t, X*, const X*, const X*, int64_t);                                \
+  template void softmax_xent_forward<X>(cudaStream_t, float*, X*, const X*, const int32_t*, int64_t, int);         \
+  template void softmax_xent_backward<X>(cudaStream_t, X*, const X*, const int32_t*, float, int64_t, int);
+
+TT_CUDA_INSTANTIATE(float)
+TT_CUDA_INSTANTIATE(bf16)
+#undef TT_CUDA_INSTANTIATE
+template void convert<float, bf16>(cudaStream_t, float*, const bf16*, int64_t);
+template void convert<bf16, float>(cudaStream_t, bf16*, const float*, int64_t);
 
 }  // namespace tt::cuda

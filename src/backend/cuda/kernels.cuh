@@ -1,6 +1,7 @@
-// backend/cuda/kernels: the CUDA kernels of the Backend ops (fp32), with launchers that take a stream and check the
-// launch. Semantics are those of backend/backend.h and backend/cpu/kernels.h (row-major, Linear weights [out, in],
-// backward kernels accumulate).
+// backend/cuda/kernels: the CUDA kernels of the Backend ops, with launchers that take a stream and check the launch.
+// Semantics are those of backend/backend.h and backend/cpu/kernels.h (row-major, Linear weights [out, in], backward
+// kernels accumulate). Activation types `X` are float or __nv_bfloat16, with fp32 arithmetic inside every kernel;
+// parameter gradients, LayerNorm statistics and losses are float (the master dtype).
 //
 // Determinism: no kernel uses atomics; parameter gradients are reduced in a fixed order (column sums through a
 // fixed split into partials, the embedding gradient through a stable sort of token ids), so a run is bit-reproducible
@@ -11,9 +12,12 @@
 #include <cstdint>
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace tt::cuda {
+
+using bf16 = __nv_bfloat16;
 
 // Scratch the kernels use, carved from the device pool once when the backend is created.
 struct Scratch {
@@ -21,37 +25,61 @@ struct Scratch {
   size_t bytes = 0;
 };
 
-// Row-major GEMM with cblas_sgemm's semantics: C[m, n] = alpha * op(A) op(B) + beta * C.
-void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-             const float* b, int ldb, float beta, float* c, int ldc);
-// The same for `batch` products whose operands start stride_{a,b,c} elements apart.
-void gemm_rm_strided(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-                     int lda, long long stride_a, const float* b, int ldb, long long stride_b, float beta, float* c,
-                     int ldc, long long stride_c, int batch);
+template <typename X>
+constexpr cudaDataType_t cuda_type();
+template <>
+constexpr cudaDataType_t cuda_type<float>() { return CUDA_R_32F; }
+template <>
+constexpr cudaDataType_t cuda_type<bf16>() { return CUDA_R_16BF; }
 
-void embedding_forward(cudaStream_t s, float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C);
-void embedding_backward(cudaStream_t s, const Scratch& scratch, float* dwte, float* dwpe, const float* dout,
+// Row-major GEMM with cblas_sgemm's semantics, C[m, n] = alpha * op(A) op(B) + beta * C, fp32 accumulation; A and B
+// share a type, C may be that type or fp32.
+void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
+             cudaDataType_t ab_type, int lda, const void* b, int ldb, float beta, void* c, cudaDataType_t c_type,
+             int ldc);
+// The same for `batch` products whose operands start stride_{a,b,c} elements apart.
+void gemm_rm_strided(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
+                     cudaDataType_t ab_type, int lda, long long stride_a, const void* b, int ldb, long long stride_b,
+                     float beta, void* c, cudaDataType_t c_type, int ldc, long long stride_c, int batch);
+
+template <typename X>
+void embedding_forward(cudaStream_t s, X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T, int C);
+template <typename X>
+void embedding_backward(cudaStream_t s, const Scratch& scratch, float* dwte, float* dwpe, const X* dout,
                         const int32_t* tokens, int B, int T, int C, int V);
-void layernorm_forward(cudaStream_t s, float* out, float* mean, float* rstd, const float* inp, const float* w,
-                       const float* b, int64_t N, int C);
-void layernorm_backward(cudaStream_t s, const Scratch& scratch, float* dinp, float* dw, float* db, const float* dout,
-                        const float* inp, const float* w, const float* mean, const float* rstd, int64_t N, int C);
+template <typename X>
+void layernorm_forward(cudaStream_t s, X* out, float* mean, float* rstd, const X* inp, const X* w, const X* b,
+                       int64_t N, int C);
+template <typename X>
+void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db, const X* dout,
+                        const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C);
 // out[n, :] = bias (for a GEMM with beta = 1 to add onto).
-void broadcast_rows(cudaStream_t s, float* out, const float* bias, int64_t N, int OC);
+template <typename X>
+void broadcast_rows(cudaStream_t s, X* out, const X* bias, int64_t N, int OC);
 // dbias[o] += sum_n dout[n, o], in a fixed order.
-void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const float* dout, int64_t N, int OC);
+template <typename X>
+void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* dout, int64_t N, int OC);
 // Rows of [rows, T] scores of causal attention: softmax over t2 <= t (row index mod T), zeros above the diagonal.
-void causal_softmax(cudaStream_t s, float* att, int64_t rows, int T);
+template <typename X>
+void causal_softmax(cudaStream_t s, X* att, int64_t rows, int T);
 // ds = p * (dp - sum(p * dp)) * scale, in place over dp; zero above the diagonal.
-void causal_softmax_backward(cudaStream_t s, float* dp, const float* p, int64_t rows, int T, float scale);
-void gelu_forward(cudaStream_t s, float* out, const float* inp, int64_t n);
-void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout, int64_t n);
-void residual_forward(cudaStream_t s, float* out, const float* a, const float* b, int64_t n);
-void softmax_xent_forward(cudaStream_t s, float* losses, float* probs, const float* logits, const int32_t* targets,
-                          int64_t N, int V);
-void softmax_xent_backward(cudaStream_t s, float* dlogits, const float* probs, const int32_t* targets, float dloss,
-                           int64_t N, int V);
+template <typename X>
+void causal_softmax_backward(cudaStream_t s, X* dp, const X* p, int64_t rows, int T, float scale);
+template <typename X>
+void gelu_forward(cudaStream_t s, X* out, const X* inp, int64_t n);
+template <typename X>
+void gelu_backward(cudaStream_t s, X* dinp, const X* inp, const X* dout, int64_t n);
+template <typename X>
+void residual_forward(cudaStream_t s, X* out, const X* a, const X* b, int64_t n);
+template <typename X>
+void softmax_xent_forward(cudaStream_t s, float* losses, X* probs, const X* logits, const int32_t* targets, int64_t N,
+                          int V);
+template <typename X>
+void softmax_xent_backward(cudaStream_t s, X* dlogits, const X* probs, const int32_t* targets, float dloss, int64_t N,
+                           int V);
+// dst = src converted (float <-> bf16, or a copy).
+template <typename D, typename S>
+void convert(cudaStream_t s, D* dst, const S* src, int64_t n);
 void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const float* x, int64_t n);
 void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, float* v, int64_t n,
                   const float* grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
