@@ -46,7 +46,8 @@ class Backend {
   virtual Stream& compute_stream() = 0;
   virtual Stream& h2d_stream() = 0;
   virtual Stream& d2h_stream() = 0;
-  virtual std::unique_ptr<Event> create_event() = 0;
+  // timing: the event can measure elapsed time (elapsed_ms_since); slightly more costly on GPUs.
+  virtual std::unique_ptr<Event> create_event(bool timing = false) = 0;
   virtual memory::DevicePool& pool() = 0;
   virtual memory::MemoryStats& stats() = 0;
   // Blocks until every stream is idle.

@@ -20,6 +20,9 @@ class Event {
   virtual Status synchronize() = 0;
   // True when the captured work finished (or nothing was recorded).
   virtual bool query() = 0;
+  // Milliseconds from `start`'s recorded point to this event's, both finished; the events must come from
+  // create_event(/*timing=*/true) of the same backend.
+  virtual Result<double> elapsed_ms_since(Event& start) = 0;
 };
 
 class Stream {

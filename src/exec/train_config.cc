@@ -83,6 +83,7 @@ void declare_train_knobs(Config& cfg) {
 
   knob("output", "metrics_out", K::kString, "", "JSON file of metrics written at the end");
   knob("output", "log_every", K::kInt, "10", "progress line every N steps", 1, 1e12);
+  knob("output", "profile", K::kBool, "false", "time every op on the compute stream; print a table at the end");
 
   KnobSpec debug;
   debug.group = "logging";
@@ -133,6 +134,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.eval_batches = cfg.get_int("eval_batches");
   tc.metrics_out = cfg.get_string("metrics_out");
   tc.log_every = cfg.get_int("log_every");
+  tc.profile = cfg.get_bool("profile");
   tc.resolved = cfg.to_json();
 
   TT_RETURN_IF(tc.model.dim % tc.model.heads != 0, kInvalidArgument, "--dim %d is not divisible by --heads %d",

@@ -50,6 +50,7 @@ struct TrainConfig {
   int64_t eval_batches = 20;
   std::string metrics_out;
   int64_t log_every = 10;
+  bool profile = false;  // time every op (after the first step) and print a table at the end
 
   nlohmann::json resolved;  // every knob as set, for metrics and checkpoints
 };

@@ -148,6 +148,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   t->sampler_ = std::make_unique<data::BatchSampler>(std::move(sampler));
   t->rng_.reseed(cfg.seed);
   t->input_ready_ = t->backend_->create_event();
+  t->profiler_ = std::make_unique<OpProfiler>(*t->backend_);
+  t->gpt_->set_profiler(t->profiler_.get());
   const size_t bt = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);
   t->host_tokens_.resize(bt);
   t->host_targets_.resize(bt);
@@ -187,9 +189,13 @@ Status Trainer::train_step(StepRecord* rec) {
   be.compute_stream().wait(*input_ready_);
   const int64_t step = step_ + 1;
   const float lr = learning_rate(cfg_, step);
+  // Profile every step but the first (warm-up: cuBLAS heuristics, first touches).
+  profiler_->set_enabled(cfg_.profile && step_ > 0);
   gpt_->forward();
   gpt_->backward();
+  profiler_->mark("adamw");
   opt_->step(lr);
+  TT_TRY(profiler_->collect());
   float norm_sq = 0;
   be.copy_d2h(host_losses_.data(), gpt_->losses(), be.compute_stream());
   be.copy_d2h(&norm_sq, opt_->grad_norm_sq(), be.compute_stream());
@@ -314,8 +320,23 @@ Result<TrainSummary> Trainer::run() {
         tokens_rate(summary.median_tokens_per_s).c_str(), summary.median_ms,
         format_bytes(summary.device_peak_bytes).c_str(),
         format_bytes(static_cast<int64_t>(backend_->pool().budget())).c_str());
+  if (cfg_.profile) print_profile();
   if (!cfg_.metrics_out.empty()) TT_TRY(write_metrics(summary));
   return summary;
+}
+
+void Trainer::print_profile() const {
+  const int steps = profiler_->steps();
+  if (steps == 0) return;
+  std::vector<std::pair<double, std::string>> rows;
+  double total = 0;
+  for (const auto& [name, ms] : profiler_->totals_ms()) {
+    rows.emplace_back(ms / steps, name);
+    total += ms / steps;
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  print("profile: compute stream, mean of %d steps (%.2f ms/step in ops)\n", steps, total);
+  for (const auto& [ms, name] : rows) print("  %-28s %9.3f ms %5.1f%%\n", name.c_str(), ms, 100.0 * ms / total);
 }
 
 Status Trainer::write_metrics(const TrainSummary& summary) const {
@@ -348,6 +369,11 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                   {"median_tokens_per_s", summary.median_tokens_per_s},
                   {"tokens_per_step", static_cast<int64_t>(cfg_.batch) * cfg_.model.seq},
                   {"wall_s", summary.wall_s}};
+  if (profiler_->steps() > 0) {
+    nlohmann::json prof = nlohmann::json::object();
+    for (const auto& [name, ms] : profiler_->totals_ms()) prof[name] = ms / profiler_->steps();
+    j["profile_ms_per_step"] = prof;
+  }
   j["memory"] = backend_->stats().to_json();
   j["memory"]["device"]["budget"] = backend_->pool().budget();
   const std::string tmp = cfg_.metrics_out + ".tmp";

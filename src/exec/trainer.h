@@ -24,6 +24,7 @@
 #include "exec/train_config.h"
 #include "model/adamw.h"
 #include "model/gpt.h"
+#include "model/op_profiler.h"
 
 namespace tt {
 
@@ -88,6 +89,7 @@ class Trainer {
   Status save(int64_t step);
   Status write_metrics(const TrainSummary& summary) const;
   void print(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
+  void print_profile() const;
 
   TrainConfig cfg_;
   FILE* out_ = nullptr;
@@ -97,6 +99,7 @@ class Trainer {
   std::unique_ptr<Gpt> gpt_;
   std::unique_ptr<AdamW> opt_;
   std::unique_ptr<Event> input_ready_;
+  std::unique_ptr<OpProfiler> profiler_;
   Rng rng_;
   int64_t step_ = 0;
   std::vector<int32_t> host_tokens_, host_targets_;

@@ -232,27 +232,41 @@ void Gpt::forward() {
   const int64_t B = batch_, T = cfg_.seq, C = cfg_.dim;
   const Tensor cp = compute_params();
   const Tensor wte = view_of(cp, 0), wpe = view_of(cp, 1);
+  mark("embedding_forward");
   be_.embedding_forward(encoded_, tokens_, wte, wpe);
   Tensor x = encoded_;
   for (int l = 0; l < cfg_.layers; ++l) {
     const LayerParams w = layer_view(cp, l);
     LayerActs& a = acts_[static_cast<size_t>(l)];
+    mark("layernorm_forward");
     be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b);
+    mark("matmul_forward qkv");
     be_.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb);
+    mark("attention_forward");
     be_.attention_forward(a.atty, a.att, a.qkv, cfg_.heads);
+    mark("matmul_forward attn.proj");
     be_.matmul_forward(proj_out_, a.atty, w.projw, w.projb);
+    mark("residual_forward");
     be_.residual_forward(a.res2, x, proj_out_);
+    mark("layernorm_forward");
     be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b);
+    mark("matmul_forward mlp.fc");
     be_.matmul_forward(a.fch, a.ln2, w.fcw, w.fcb);
+    mark("gelu_forward");
     be_.gelu_forward(a.fch_gelu, a.fch);
+    mark("matmul_forward mlp.proj");
     be_.matmul_forward(proj_out_, a.fch_gelu, w.fcprojw, w.fcprojb);
+    mark("residual_forward");
     be_.residual_forward(a.res3, a.res2, proj_out_);
     x = a.res3;
   }
   const size_t lnf = layout_.size() - 2;
+  mark("layernorm_forward");
   be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, view_of(cp, lnf), view_of(cp, lnf + 1));
   // LM head tied to wte: logits [B*T, V]; the softmax overwrites them with probabilities in place.
+  mark("matmul_forward lm_head");
   be_.matmul_forward(probs_, lnf_.reshape({B * T, C}), wte, Tensor());
+  mark("softmax_xent_forward");
   be_.softmax_xent_forward(losses_, probs_, probs_, targets_);
 }
 
@@ -265,16 +279,22 @@ void Gpt::compute_logits(const Tensor& out) {
 void Gpt::backward() {
   const int64_t B = batch_, T = cfg_.seq, C = cfg_.dim;
   Stream& s = be_.compute_stream();
+  mark("zero_grads");
   be_.fill_zero(grads_, s);
   const Tensor cp = compute_params();
   const Tensor wte = view_of(cp, 0), dwte = grad(0), dwpe = grad(1);
   // probs -> dlogits in place, for the mean over B*T positions.
+  mark("softmax_xent_backward");
   be_.softmax_xent_backward(probs_, probs_, targets_, 1.0f / static_cast<float>(B * T));
+  mark("zero_scratch");
   be_.fill_zero(dln_, s);
+  mark("matmul_backward lm_head");
   be_.matmul_backward(dln_.reshape({B * T, C}), dwte, Tensor(), probs_, lnf_.reshape({B * T, C}), wte);
+  mark("zero_scratch");
   be_.fill_zero(dresidual_, s);
   const size_t lnf = layout_.size() - 2;
   const Tensor last = acts_.back().res3;
+  mark("layernorm_backward");
   be_.layernorm_backward(dresidual_, grad(lnf), grad(lnf + 1), dln_, last, view_of(cp, lnf), lnf_mean_, lnf_rstd_);
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     const LayerParams w = layer_view(cp, l);
@@ -282,22 +302,37 @@ void Gpt::backward() {
     const LayerActs& a = acts_[static_cast<size_t>(l)];
     const Tensor x = l == 0 ? encoded_ : acts_[static_cast<size_t>(l) - 1].res3;
     // MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
+    mark("zero_scratch");
     be_.fill_zero(dfch_gelu_, s);
+    mark("matmul_backward mlp.proj");
     be_.matmul_backward(dfch_gelu_, g.fcprojw, g.fcprojb, dresidual_, a.fch_gelu, w.fcprojw);
+    mark("zero_scratch");
     be_.fill_zero(dfch_, s);
+    mark("gelu_backward");
     be_.gelu_backward(dfch_, a.fch, dfch_gelu_);
+    mark("zero_scratch");
     be_.fill_zero(dln_, s);
+    mark("matmul_backward mlp.fc");
     be_.matmul_backward(dln_, g.fcw, g.fcb, dfch_, a.ln2, w.fcw);
+    mark("layernorm_backward");
     be_.layernorm_backward(dresidual_, g.ln2w, g.ln2b, dln_, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd);
     // Attention: res2 = x + proj(attn(qkv(ln1(x)))); dresidual becomes d(x).
+    mark("zero_scratch");
     be_.fill_zero(datty_, s);
+    mark("matmul_backward attn.proj");
     be_.matmul_backward(datty_, g.projw, g.projb, dresidual_, a.atty, w.projw);
+    mark("zero_scratch");
     be_.fill_zero(dqkv_, s);
+    mark("attention_backward");
     be_.attention_backward(dqkv_, datty_, a.qkv, a.att, cfg_.heads);
+    mark("zero_scratch");
     be_.fill_zero(dln_, s);
+    mark("matmul_backward qkv");
     be_.matmul_backward(dln_, g.qkvw, g.qkvb, dqkv_, a.ln1, w.qkvw);
+    mark("layernorm_backward");
     be_.layernorm_backward(dresidual_, g.ln1w, g.ln1b, dln_, x, w.ln1w, a.ln1_mean, a.ln1_rstd);
   }
+  mark("embedding_backward");
   be_.embedding_backward(dwte, dwpe, dresidual_, tokens_);
 }
 

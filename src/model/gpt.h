@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/op_profiler.h"
 
 namespace tt {
 
@@ -106,6 +107,8 @@ class Gpt {
   // Enqueues logits [B*T, V] of the last forward() into out (tests and sampling; the training path never
   // materialises them separately).
   void compute_logits(const Tensor& out);
+  // Times every op of forward() and backward() when set (nullptr: off).
+  void set_profiler(OpProfiler* profiler) { prof_ = profiler; }
 
  private:
   struct LayerActs {
@@ -117,6 +120,9 @@ class Gpt {
   Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype);
   LayerParams layer_view(const Tensor& flat, int layer) const;
   Tensor view_of(const Tensor& flat, size_t i) const;
+  void mark(const char* op) {
+    if (prof_) prof_->mark(op);
+  }
 
   Backend& be_;
   GptConfig cfg_;
@@ -128,6 +134,7 @@ class Gpt {
   Tensor params_, params_c_, grads_, tokens_, targets_, losses_;
   Tensor encoded_, lnf_, lnf_mean_, lnf_rstd_, probs_;
   std::vector<LayerActs> acts_;
+  OpProfiler* prof_ = nullptr;
   // workspace
   Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_, dfch_gelu_;
 };

@@ -55,7 +55,7 @@ class CpuBackend final : public Backend {
   Stream& compute_stream() override { return compute_; }
   Stream& h2d_stream() override { return h2d_; }
   Stream& d2h_stream() override { return d2h_; }
-  std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
+  std::unique_ptr<Event> create_event(bool /*timing*/) override { return std::make_unique<CpuEvent>(); }
   memory::DevicePool& pool() override { return pool_; }
   memory::MemoryStats& stats() override { return stats_; }
 

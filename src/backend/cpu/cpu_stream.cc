@@ -13,6 +13,23 @@ Status CpuEvent::synchronize() {
   return Status::ok();
 }
 
+Result<double> CpuEvent::elapsed_ms_since(Event& start) {
+  auto* st = dynamic_cast<CpuEvent*>(&start);
+  TT_RETURN_IF(st == nullptr, kInvalidArgument, "elapsed_ms_since needs two CPU events");
+  TT_TRY(st->synchronize());
+  TT_TRY(synchronize());
+  std::chrono::steady_clock::time_point a, b;
+  {
+    std::lock_guard<std::mutex> lock(st->state_->mu);
+    a = st->state_->done_at;
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    b = state_->done_at;
+  }
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
 bool CpuEvent::query() {
   std::lock_guard<std::mutex> lock(state_->mu);
   return !state_->latest || *state_->latest;
@@ -89,6 +106,7 @@ void CpuStream::record(Event& event) {
     {
       std::lock_guard<std::mutex> lock(st->mu);
       *marker = true;
+      if (st->latest == marker) st->done_at = std::chrono::steady_clock::now();
     }
     st->cv.notify_all();
   });

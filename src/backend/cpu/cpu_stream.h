@@ -6,6 +6,7 @@
 //   TT_TRY(s.synchronize());
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -24,6 +25,7 @@ class CpuEvent : public Event {
   CpuEvent() : state_(std::make_shared<State>()) {}
   Status synchronize() override;
   bool query() override;
+  Result<double> elapsed_ms_since(Event& start) override;
 
  private:
   friend class CpuStream;
@@ -33,6 +35,7 @@ class CpuEvent : public Event {
     std::mutex mu;
     std::condition_variable cv;
     std::shared_ptr<bool> latest;  // marker of the latest record(); null before the first
+    std::chrono::steady_clock::time_point done_at;  // when the latest marker was set
   };
   std::shared_ptr<State> state_;
 };

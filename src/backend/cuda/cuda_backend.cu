@@ -20,13 +20,23 @@ namespace {
 
 class CudaEvent final : public Event {
  public:
-  CudaEvent() { TT_CUDA_ASSERT(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+  explicit CudaEvent(bool timing) {
+    TT_CUDA_ASSERT(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
   ~CudaEvent() override { cudaEventDestroy(event_); }
   Status synchronize() override {
     TT_CUDA_CHECK(cudaEventSynchronize(event_));
     return Status::ok();
   }
   bool query() override { return cudaEventQuery(event_) == cudaSuccess; }
+  Result<double> elapsed_ms_since(Event& start) override {
+    auto* st = dynamic_cast<CudaEvent*>(&start);
+    TT_RETURN_IF(st == nullptr, kInvalidArgument, "elapsed_ms_since needs two CUDA events");
+    TT_CUDA_CHECK(cudaEventSynchronize(event_));
+    float ms = 0;
+    TT_CUDA_CHECK(cudaEventElapsedTime(&ms, st->event_, event_));
+    return static_cast<double>(ms);
+  }
   cudaEvent_t get() const { return event_; }
 
  private:
@@ -107,7 +117,7 @@ class CudaBackend final : public Backend {
   Stream& compute_stream() override { return compute_; }
   Stream& h2d_stream() override { return h2d_; }
   Stream& d2h_stream() override { return d2h_; }
-  std::unique_ptr<Event> create_event() override { return std::make_unique<CudaEvent>(); }
+  std::unique_ptr<Event> create_event(bool timing) override { return std::make_unique<CudaEvent>(timing); }
   memory::DevicePool& pool() override { return pool_; }
   memory::MemoryStats& stats() override { return stats_; }
 
