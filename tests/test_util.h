@@ -17,6 +17,11 @@
 #include "backend/cuda/cuda_probe.h"
 #endif
 
+namespace tt {
+// gtest prints parameters with this.
+inline void PrintTo(DType d, std::ostream* os) { *os << dtype_name(d); }
+}  // namespace tt
+
 namespace tt::testing {
 
 inline std::string data_path(const std::string& name) { return std::string(TT_TEST_GOLDEN_DIR) + "/" + name; }

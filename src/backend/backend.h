@@ -86,12 +86,13 @@ class Backend {
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
   virtual void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
-  // Per row of logits[N, V]: probs = softmax(logits) (probs may alias logits), losses[n] = -log probs[target].
+  // Per row of logits[N, Vp]: probs = softmax over the first `vocab` columns (columns from `vocab` on are padding
+  // and get probability 0; probs may alias logits), losses[n] = -log probs[target].
   virtual void softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
-                                    const Tensor& targets) = 0;
-  // dlogits = (probs - onehot(targets)) * dloss; overwrites; dlogits may alias probs.
-  virtual void softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
-                                     float dloss) = 0;
+                                    const Tensor& targets, int vocab) = 0;
+  // dlogits = (probs - onehot(targets)) * dloss, 0 in the padding columns; overwrites; dlogits may alias probs.
+  virtual void softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets, float dloss,
+                                     int vocab) = 0;
 
   // --- optimizer ---
   // out[0] = sum of squares of x (accumulated in double, deterministic for a fixed thread count).

@@ -141,10 +141,12 @@ int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tens
   return a.numel();
 }
 
-Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets) {
+Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets,
+                             int vocab) {
   const char* op = "softmax_xent_forward";
   TT_CHECK(probs.shape() == logits.shape(), "%s: probs %s != logits %s", op, s(probs).c_str(), s(logits).c_str());
-  Softmax d{0, last_dim(logits)};
+  Softmax d{0, last_dim(logits), vocab};
+  TT_CHECK(vocab >= 1 && vocab <= d.V, "%s: vocab %d outside [1, %d]", op, vocab, d.V);
   d.N = logits.numel() / d.V;
   is_i32(op, targets);
   same_dtype(op, logits, {&probs});
@@ -154,10 +156,11 @@ Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Te
   return d;
 }
 
-Softmax softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets) {
+Softmax softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets, int vocab) {
   const char* op = "softmax_xent_backward";
   TT_CHECK(dlogits.shape() == probs.shape(), "%s: dlogits %s != probs %s", op, s(dlogits).c_str(), s(probs).c_str());
-  Softmax d{0, last_dim(probs)};
+  Softmax d{0, last_dim(probs), vocab};
+  TT_CHECK(vocab >= 1 && vocab <= d.V, "%s: vocab %d outside [1, %d]", op, vocab, d.V);
   d.N = probs.numel() / d.V;
   is_i32(op, targets);
   same_dtype(op, probs, {&dlogits});

@@ -29,7 +29,8 @@ struct Attention {
 };
 struct Softmax {
   int64_t N;
-  int V;
+  int V;      // row length (padded vocabulary)
+  int valid;  // columns that take part in the softmax
 };
 
 Embedding embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
@@ -45,8 +46,9 @@ Attention attention_forward(const Tensor& out, const Tensor& att, const Tensor& 
 Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att, int heads);
 // Same shape and dtype for all defined tensors; returns the element count.
 int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& c = Tensor());
-Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets);
-Softmax softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets);
+Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets,
+                             int vocab);
+Softmax softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets, int vocab);
 int64_t convert(const Tensor& dst, const Tensor& src);
 int64_t sum_squares(const Tensor& out, const Tensor& x);
 int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq);

@@ -21,7 +21,7 @@ Status GptConfig::validate() const {
 }
 
 std::vector<ParamInfo> gpt_param_layout(const GptConfig& cfg) {
-  const int64_t V = cfg.vocab, C = cfg.dim, T = cfg.seq;
+  const int64_t V = cfg.padded_vocab(), C = cfg.dim, T = cfg.seq;
   std::vector<ParamInfo> out;
   int64_t offset = 0;
   auto add = [&](std::string name, Shape shape, bool decay, int layer) {
@@ -58,7 +58,7 @@ int64_t gpt_num_params(const GptConfig& cfg) {
 DType master_dtype_for(DType compute) { return compute == DType::kBF16 ? DType::kF32 : compute; }
 
 std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt) {
-  const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.vocab, H = cfg.heads, P = gpt_num_params(cfg);
+  const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.padded_vocab(), H = cfg.heads, P = gpt_num_params(cfg);
   const DType md = master_dtype_for(dt);
   std::vector<AllocRequest> r;
   auto add = [&](std::string name, Shape shape, DType d, TensorClass cls, int layer = -1) {
@@ -202,7 +202,10 @@ Status Gpt::init_params(uint64_t seed) {
     if (p.shape.rank() == 2) {
       const bool residual = p.name.ends_with("attn.proj.w") || p.name.ends_with("mlp.proj.w");
       const double std = residual ? resid_std : 0.02;
-      for (int64_t i = 0; i < count; ++i) dst[i] = std * rng.normal();
+      // The vocabulary padding rows of wte stay zero.
+      const int64_t real = p.name == "wte" ? static_cast<int64_t>(cfg_.vocab) * cfg_.dim : count;
+      for (int64_t i = 0; i < real; ++i) dst[i] = std * rng.normal();
+      for (int64_t i = real; i < count; ++i) dst[i] = 0.0;
     } else {
       for (int64_t i = 0; i < count; ++i) dst[i] = is_ln_weight ? 1.0 : 0.0;
     }
@@ -267,12 +270,12 @@ void Gpt::forward() {
   mark("matmul_forward lm_head");
   be_.matmul_forward(probs_, lnf_.reshape({B * T, C}), wte, Tensor());
   mark("softmax_xent_forward");
-  be_.softmax_xent_forward(losses_, probs_, probs_, targets_);
+  be_.softmax_xent_forward(losses_, probs_, probs_, targets_, cfg_.vocab);
 }
 
 void Gpt::compute_logits(const Tensor& out) {
   const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq;
-  be_.matmul_forward(out.reshape({BT, cfg_.vocab}), lnf_.reshape({BT, cfg_.dim}), view_of(compute_params(), 0),
+  be_.matmul_forward(out.reshape({BT, cfg_.padded_vocab()}), lnf_.reshape({BT, cfg_.dim}), view_of(compute_params(), 0),
                      Tensor());
 }
 
@@ -285,7 +288,7 @@ void Gpt::backward() {
   const Tensor wte = view_of(cp, 0), dwte = grad(0), dwpe = grad(1);
   // probs -> dlogits in place, for the mean over B*T positions.
   mark("softmax_xent_backward");
-  be_.softmax_xent_backward(probs_, probs_, targets_, 1.0f / static_cast<float>(B * T));
+  be_.softmax_xent_backward(probs_, probs_, targets_, 1.0f / static_cast<float>(B * T), cfg_.vocab);
   mark("zero_scratch");
   be_.fill_zero(dln_, s);
   mark("matmul_backward lm_head");

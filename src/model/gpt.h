@@ -32,6 +32,10 @@ struct GptConfig {
 
   Status validate() const;
   bool operator==(const GptConfig&) const = default;
+  // Rows of the token embedding and columns of the logits: vocab rounded up to a multiple of 128, so that the LM
+  // head's GEMMs have aligned leading dimensions (50257 -> 50304, as llm.c does). The padding rows start at zero, never
+  // receive a gradient and take no part in the softmax.
+  int padded_vocab() const { return (vocab + 127) / 128 * 128; }
 };
 
 struct ParamInfo {
@@ -104,7 +108,7 @@ class Gpt {
   // on the compute stream. backward() consumes what the last forward() saved.
   void forward();
   void backward();
-  // Enqueues logits [B*T, V] of the last forward() into out (tests and sampling; the training path never
+  // Enqueues logits [B*T, padded_vocab] of the last forward() into out (tests and sampling; the training path never
   // materialises them separately).
   void compute_logits(const Tensor& out);
   // Times every op of forward() and backward() when set (nullptr: off).

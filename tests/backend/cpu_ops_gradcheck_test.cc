@@ -157,21 +157,43 @@ TEST(CpuOpsGradcheck, SoftmaxCrossEntropy) {
   Vec logits = randn(N * V, rng, 2.0), probs(N * V), losses(N);
   const double dloss = 0.25;
   auto loss = [&] {
-    cpu::softmax_xent_forward<double>(losses.data(), probs.data(), logits.data(), tgt.data(), N, V);
+    cpu::softmax_xent_forward<double>(losses.data(), probs.data(), logits.data(), tgt.data(), N, V, V);
     double s = 0;
     for (double l : losses) s += l;
     return s * dloss;
   };
   loss();
   Vec dlogits(N * V);
-  cpu::softmax_xent_backward<double>(dlogits.data(), probs.data(), tgt.data(), dloss, N, V);
+  cpu::softmax_xent_backward<double>(dlogits.data(), probs.data(), tgt.data(), dloss, N, V, V);
   EXPECT_TRUE(testing::all_close("dlogits", dlogits, numeric_grad(logits, loss), kAtol, kRtol));
   // In place (probs aliasing logits) gives the same losses.
   loss();  // refresh losses and probs at the unperturbed logits
   Vec inplace = logits, losses2(N);
-  cpu::softmax_xent_forward<double>(losses2.data(), inplace.data(), inplace.data(), tgt.data(), N, V);
+  cpu::softmax_xent_forward<double>(losses2.data(), inplace.data(), inplace.data(), tgt.data(), N, V, V);
   EXPECT_TRUE(testing::all_close("in-place losses", losses2, losses, 0, 0));
   EXPECT_TRUE(testing::all_close("in-place probs", inplace, probs, 0, 0));
+}
+
+TEST(CpuOpsGradcheck, SoftmaxCrossEntropyIgnoresVocabularyPadding) {
+  Rng rng(9);
+  const int N = 3, V = 11, valid = 8;
+  std::vector<int32_t> tgt = {0, 7, 4};
+  Vec logits = randn(N * V, rng, 2.0), probs(N * V), losses(N);
+  cpu::softmax_xent_forward<double>(losses.data(), probs.data(), logits.data(), tgt.data(), N, V, valid);
+  // The same rows cut to the valid columns give the same losses and probabilities.
+  Vec cut(N * valid), cut_probs(N * valid), cut_losses(N);
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < valid; ++i) cut[n * valid + i] = logits[n * V + i];
+  cpu::softmax_xent_forward<double>(cut_losses.data(), cut_probs.data(), cut.data(), tgt.data(), N, valid, valid);
+  EXPECT_TRUE(testing::all_close("losses", losses, cut_losses, 0, 0));
+  for (int n = 0; n < N; ++n) {
+    for (int i = 0; i < valid; ++i) EXPECT_EQ(probs[n * V + i], cut_probs[n * valid + i]);
+    for (int i = valid; i < V; ++i) EXPECT_EQ(probs[n * V + i], 0.0);
+  }
+  Vec d(N * V, 1.0);
+  cpu::softmax_xent_backward<double>(d.data(), probs.data(), tgt.data(), 0.5, N, V, valid);
+  for (int n = 0; n < N; ++n)
+    for (int i = valid; i < V; ++i) EXPECT_EQ(d[n * V + i], 0.0);
 }
 
 TEST(CpuOps, SumSquaresIsDeterministicAndExact) {

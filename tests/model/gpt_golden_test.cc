@@ -54,6 +54,7 @@ void run_golden(const std::string& file, const Tolerances& tol, std::unique_ptr<
   be->copy_h2d(gpt.tokens(), tokens->data(), be->compute_stream());
   be->copy_h2d(gpt.targets(), targets->data(), be->compute_stream());
 
+  ASSERT_EQ(cfg.padded_vocab(), cfg.vocab) << "the reference has no vocabulary padding";
   auto logits_t = be->pool().allocate({BT, cfg.vocab}, dtype_of<T>(), TensorClass::kWorkspace, "test.logits");
   ASSERT_TRUE(logits_t.is_ok());
   auto mean_loss = [&]() {

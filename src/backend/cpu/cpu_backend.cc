@@ -220,26 +220,26 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
-                            const Tensor& targets) override {
-    const shapes::Softmax d = shapes::softmax_xent_forward(losses, probs, logits, targets);
+  void softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets,
+                            int vocab) override {
+    const shapes::Softmax d = shapes::softmax_xent_forward(losses, probs, logits, targets, vocab);
     dispatch_float(logits.dtype(), "softmax_xent_forward", [&]<typename T>() {
       T *l = losses.data<T>(), *p = probs.data<T>();
       const T* x = logits.data<T>();
       const int32_t* tg = targets.data<int32_t>();
-      compute_.enqueue([=] { cpu::softmax_xent_forward<T>(l, p, x, tg, d.N, d.V); });
+      compute_.enqueue([=] { cpu::softmax_xent_forward<T>(l, p, x, tg, d.N, d.V, d.valid); });
     });
   }
 
-  void softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
-                             float dloss) override {
-    const shapes::Softmax d = shapes::softmax_xent_backward(dlogits, probs, targets);
+  void softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets, float dloss,
+                             int vocab) override {
+    const shapes::Softmax d = shapes::softmax_xent_backward(dlogits, probs, targets, vocab);
     dispatch_float(probs.dtype(), "softmax_xent_backward", [&]<typename T>() {
       T* g = dlogits.data<T>();
       const T* p = probs.data<T>();
       const int32_t* tg = targets.data<int32_t>();
       const T dl = static_cast<T>(dloss);
-      compute_.enqueue([=] { cpu::softmax_xent_backward<T>(g, p, tg, dl, d.N, d.V); });
+      compute_.enqueue([=] { cpu::softmax_xent_backward<T>(g, p, tg, dl, d.N, d.V, d.valid); });
     });
   }
 

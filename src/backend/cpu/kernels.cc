@@ -334,35 +334,37 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n) {
 // softmax cross-entropy
 
 template <typename T>
-void softmax_xent_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int64_t N, int V) {
+void softmax_xent_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int64_t N, int V, int valid) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const T* l = logits + n * V;
     T* p = probs + n * V;
     T maxv = -std::numeric_limits<T>::infinity();
-    #pragma omp simd reduction(max : maxv)
-    for (int i = 0; i < V; ++i) maxv = std::max(maxv, l[i]);
+#pragma omp simd reduction(max : maxv)
+    for (int i = 0; i < valid; ++i) maxv = std::max(maxv, l[i]);
     const T target_logit = l[targets[n]];  // read before p (which may alias l) is written
     T sum = 0;
-    for (int i = 0; i < V; ++i) {
+    for (int i = 0; i < valid; ++i) {
       const T e = std::exp(l[i] - maxv);
       p[i] = e;
       sum += e;
     }
     const T inv = T(1) / sum;
-    for (int i = 0; i < V; ++i) p[i] *= inv;
+    for (int i = 0; i < valid; ++i) p[i] *= inv;
+    for (int i = valid; i < V; ++i) p[i] = 0;
     losses[n] = std::log(sum) + maxv - target_logit;
   }
 }
 
 template <typename T>
-void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int64_t N, int V) {
+void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int64_t N, int V, int valid) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const T* p = probs + n * V;
     T* d = dlogits + n * V;
     const int tgt = targets[n];
-    for (int i = 0; i < V; ++i) d[i] = (p[i] - (i == tgt ? T(1) : T(0))) * dloss;
+    for (int i = 0; i < valid; ++i) d[i] = (p[i] - (i == tgt ? T(1) : T(0))) * dloss;
+    for (int i = valid; i < V; ++i) d[i] = 0;
   }
 }
 
@@ -436,8 +438,8 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq
   template void gelu_forward<T>(T*, const T*, int64_t);                                                             \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t);                                                  \
   template void residual_forward<T>(T*, const T*, const T*, int64_t);                                               \
-  template void softmax_xent_forward<T>(T*, T*, const T*, const int32_t*, int64_t, int);                            \
-  template void softmax_xent_backward<T>(T*, const T*, const int32_t*, T, int64_t, int);                            \
+  template void softmax_xent_forward<T>(T*, T*, const T*, const int32_t*, int64_t, int, int);                       \
+  template void softmax_xent_backward<T>(T*, const T*, const int32_t*, T, int64_t, int, int);                       \
   template T sum_squares<T>(const T*, int64_t);                                                                     \
   template void adamw_update<T>(T*, const T*, T*, T*, int64_t, T, float, float, float, float, float, int64_t, float);
 

@@ -46,10 +46,11 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
 template <typename T>
 void residual_forward(T* out, const T* a, const T* b, int64_t n);
 
+// Rows of V values of which the first `valid` take part (the rest is vocabulary padding: probability 0).
 template <typename T>
-void softmax_xent_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int64_t N, int V);
+void softmax_xent_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int64_t N, int V, int valid);
 template <typename T>
-void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int64_t N, int V);
+void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int64_t N, int V, int valid);
 
 template <typename T>
 T sum_squares(const T* x, int64_t n);

@@ -287,20 +287,20 @@ class CudaBackend final : public Backend {
     dispatch_x(out.dtype(), "residual_forward",
                [&]<typename X>() { cuda::residual_forward<X>(s(), out.data<X>(), a.data<X>(), b.data<X>(), n); });
   }
-  void softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
-                            const Tensor& targets) override {
-    const shapes::Softmax d = shapes::softmax_xent_forward(losses, probs, logits, targets);
+  void softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets,
+                            int vocab) override {
+    const shapes::Softmax d = shapes::softmax_xent_forward(losses, probs, logits, targets, vocab);
     dispatch_x(logits.dtype(), "softmax_xent_forward", [&]<typename X>() {
       cuda::softmax_xent_forward<X>(s(), losses.data<float>(), probs.data<X>(), logits.data<X>(),
-                                    targets.data<int32_t>(), d.N, d.V);
+                                    targets.data<int32_t>(), d.N, d.V, d.valid);
     });
   }
-  void softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
-                             float dloss) override {
-    const shapes::Softmax d = shapes::softmax_xent_backward(dlogits, probs, targets);
+  void softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets, float dloss,
+                             int vocab) override {
+    const shapes::Softmax d = shapes::softmax_xent_backward(dlogits, probs, targets, vocab);
     dispatch_x(probs.dtype(), "softmax_xent_backward", [&]<typename X>() {
       cuda::softmax_xent_backward<X>(s(), dlogits.data<X>(), probs.data<X>(), targets.data<int32_t>(), dloss, d.N,
-                                     d.V);
+                                     d.V, d.valid);
     });
   }
   void sum_squares(const Tensor& out, const Tensor& x) override {

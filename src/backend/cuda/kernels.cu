@@ -13,7 +13,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 132 * 16;  // enough to fill an H200 for grid-stride loops
-constexpr int kColumnChunks = 128;    // row chunks of the deterministic column sums
+constexpr int kColumnRowsPerChunk = 32;  // rows one thread sums in the deterministic column sums
 
 int blocks_for(int64_t n, int threads = kThreads) {
   return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, kMaxBlocks));
@@ -263,31 +263,32 @@ __global__ void residual_forward_kernel(X* out, const X* a, const X* b, int64_t 
 
 // One block per row; probs may alias logits.
 template <typename X>
-__global__ void softmax_xent_forward_kernel(float* losses, X* probs, const X* logits, const int32_t* targets, int V) {
+__global__ void softmax_xent_forward_kernel(float* losses, X* probs, const X* logits, const int32_t* targets, int V,
+                                            int valid) {
   const int64_t row = blockIdx.x;
   const X* l = logits + row * V;
   X* p = probs + row * V;
   __shared__ float target_logit;
   if (threadIdx.x == 0) target_logit = ld(l[targets[row]]);
   float mx = -FLT_MAX;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, ld(l[i]));
+  for (int i = threadIdx.x; i < valid; i += blockDim.x) mx = fmaxf(mx, ld(l[i]));
   mx = block_reduce(mx, Max{}, -FLT_MAX);
   float s = 0.0f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(ld(l[i]) - mx);
+  for (int i = threadIdx.x; i < valid; i += blockDim.x) s += expf(ld(l[i]) - mx);
   s = block_reduce(s, Add{}, 0.0f);  // its barriers also order target_logit's write before the reads below
   const float inv = 1.0f / s;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = st<X>(expf(ld(l[i]) - mx) * inv);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = st<X>(i < valid ? expf(ld(l[i]) - mx) * inv : 0.0f);
   if (threadIdx.x == 0) losses[row] = logf(s) + mx - target_logit;
 }
 
 template <typename X>
 __global__ void softmax_xent_backward_kernel(X* dlogits, const X* probs, const int32_t* targets, float dloss,
-                                             int64_t N, int V) {
+                                             int64_t N, int V, int valid) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N * V;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / V;
     const int col = static_cast<int>(i % V);
-    dlogits[i] = st<X>((ld(probs[i]) - (col == targets[row] ? 1.0f : 0.0f)) * dloss);
+    dlogits[i] = st<X>(col < valid ? (ld(probs[i]) - (col == targets[row] ? 1.0f : 0.0f)) * dloss : 0.0f);
   }
 }
 
@@ -400,7 +401,13 @@ unsigned warp_rows_grid(int64_t rows) {
   const int rows_per_block = kThreads / 32;
   return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
 }
-int column_chunks(int64_t N) { return static_cast<int>(std::min<int64_t>(N, kColumnChunks)); }
+// Chunks of rows for column sums of width `width` floats per chunk: about kColumnRowsPerChunk rows each (enough blocks
+// to fill the GPU), as many as the scratch holds.
+int column_chunks(int64_t N, int64_t width, size_t scratch_bytes) {
+  const int64_t want = (N + kColumnRowsPerChunk - 1) / kColumnRowsPerChunk;
+  const int64_t fit = static_cast<int64_t>(scratch_bytes / (static_cast<size_t>(width) * sizeof(float)));
+  return static_cast<int>(std::max<int64_t>(1, std::min({want, fit, int64_t(65535)})));
+}
 }  // namespace
 
 template <typename X>
@@ -415,7 +422,7 @@ void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* 
                         const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C) {
   layernorm_backward_dinp_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
   TT_CUDA_CHECK_LAUNCH();
-  const int chunks = column_chunks(N);
+  const int chunks = column_chunks(N, 2 * static_cast<int64_t>(C), scratch.bytes);
   TT_CHECK(static_cast<size_t>(chunks) * 2 * C * sizeof(float) <= scratch.bytes,
            "layernorm_backward: C=%d needs more than the CUDA scratch", C);
   float* partial = static_cast<float*>(scratch.ptr);
@@ -434,7 +441,7 @@ void broadcast_rows(cudaStream_t s, X* out, const X* bias, int64_t N, int OC) {
 
 template <typename X>
 void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* dout, int64_t N, int OC) {
-  const int chunks = column_chunks(N);
+  const int chunks = column_chunks(N, OC, scratch.bytes);
   TT_CHECK(static_cast<size_t>(chunks) * OC * sizeof(float) <= scratch.bytes,
            "column_sums: OC=%d needs more than the CUDA scratch", OC);
   float* partial = static_cast<float*>(scratch.ptr);
@@ -477,15 +484,15 @@ void residual_forward(cudaStream_t s, X* out, const X* a, const X* b, int64_t n)
 
 template <typename X>
 void softmax_xent_forward(cudaStream_t s, float* losses, X* probs, const X* logits, const int32_t* targets, int64_t N,
-                          int V) {
-  softmax_xent_forward_kernel<<<static_cast<unsigned>(N), 512, 0, s>>>(losses, probs, logits, targets, V);
+                          int V, int valid) {
+  softmax_xent_forward_kernel<<<static_cast<unsigned>(N), 512, 0, s>>>(losses, probs, logits, targets, V, valid);
   TT_CUDA_CHECK_LAUNCH();
 }
 
 template <typename X>
 void softmax_xent_backward(cudaStream_t s, X* dlogits, const X* probs, const int32_t* targets, float dloss, int64_t N,
-                           int V) {
-  softmax_xent_backward_kernel<<<blocks_for(N * V), kThreads, 0, s>>>(dlogits, probs, targets, dloss, N, V);
+                           int V, int valid) {
+  softmax_xent_backward_kernel<<<blocks_for(N * V), kThreads, 0, s>>>(dlogits, probs, targets, dloss, N, V, valid);
   TT_CUDA_CHECK_LAUNCH();
 }
 
@@ -537,8 +544,8 @@ void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, flo
   template void gelu_forward<X>(cudaStream_t, X*, const X*, int64_t);                                              \
   template void gelu_backward<X>(cudaStream_t, X*, const X*, const X*, int64_t);                                   \
   template void residual_forward<X>(cudaStream_t, X*, const X*, const X*, int64_t);                                \
-  template void softmax_xent_forward<X>(cudaStream_t, float*, X*, const X*, const int32_t*, int64_t, int);         \
-  template void softmax_xent_backward<X>(cudaStream_t, X*, const X*, const int32_t*, float, int64_t, int);
+  template void softmax_xent_forward<X>(cudaStream_t, float*, X*, const X*, const int32_t*, int64_t, int, int);    \
+  template void softmax_xent_backward<X>(cudaStream_t, X*, const X*, const int32_t*, float, int64_t, int, int);
 
 TT_CUDA_INSTANTIATE(float)
 TT_CUDA_INSTANTIATE(bf16)

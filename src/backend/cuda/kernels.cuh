@@ -71,12 +71,13 @@ template <typename X>
 void gelu_backward(cudaStream_t s, X* dinp, const X* inp, const X* dout, int64_t n);
 template <typename X>
 void residual_forward(cudaStream_t s, X* out, const X* a, const X* b, int64_t n);
+// Rows of V values of which the first `valid` take part (the rest is vocabulary padding: probability 0).
 template <typename X>
 void softmax_xent_forward(cudaStream_t s, float* losses, X* probs, const X* logits, const int32_t* targets, int64_t N,
-                          int V);
+                          int V, int valid);
 template <typename X>
 void softmax_xent_backward(cudaStream_t s, X* dlogits, const X* probs, const int32_t* targets, float dloss, int64_t N,
-                           int V);
+                           int V, int valid);
 // dst = src converted (float <-> bf16, or a copy).
 template <typename D, typename S>
 void convert(cudaStream_t s, D* dst, const S* src, int64_t n);
