@@ -168,6 +168,7 @@ __global__ void column_partials_kernel(float* partial, const X* dout, const X* i
   const int64_t rows = (N + chunks - 1) / chunks;
   const int64_t r0 = chunk * rows, r1 = min(N, r0 + rows);
   float s = 0.0f, sb = 0.0f;
+#pragma unroll 4
   for (int64_t r = r0; r < r1; ++r) {
     const float d = ld(dout[r * C + c]);
     if (inp != nullptr) {
@@ -181,16 +182,30 @@ __global__ void column_partials_kernel(float* partial, const X* dout, const X* i
   if (inp != nullptr) partial[static_cast<int64_t>(chunk) * 2 * C + C + c] = sb;
 }
 
+// Adds the column sums of the partials to dst (and the second half's to dst2). Block (32, 32): x picks the column, y
+// strides over the chunks; the 32 per-y sums are then added in y order, so the result does not depend on timing.
 __global__ void column_finish_kernel(float* dst, float* dst2, const float* partial, int C, int chunks, int stride) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float sh[32][33], sh2[32][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
   float s = 0.0f, s2 = 0.0f;
-  for (int k = 0; k < chunks; ++k) {
-    s += partial[static_cast<int64_t>(k) * stride + c];
-    if (dst2 != nullptr) s2 += partial[static_cast<int64_t>(k) * stride + C + c];
+  if (c < C) {
+    for (int k = threadIdx.y; k < chunks; k += 32) {
+      s += partial[static_cast<int64_t>(k) * stride + c];
+      if (dst2 != nullptr) s2 += partial[static_cast<int64_t>(k) * stride + C + c];
+    }
   }
-  dst[c] += s;
-  if (dst2 != nullptr) dst2[c] += s2;
+  sh[threadIdx.y][threadIdx.x] = s;
+  sh2[threadIdx.y][threadIdx.x] = s2;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float t = 0.0f, t2 = 0.0f;
+    for (int y = 0; y < 32; ++y) {
+      t += sh[y][threadIdx.x];
+      t2 += sh2[y][threadIdx.x];
+    }
+    dst[c] += t;
+    if (dst2 != nullptr) dst2[c] += t2;
+  }
 }
 
 template <typename X>
@@ -429,7 +444,7 @@ void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* 
   column_partials_kernel<<<dim3((C + kThreads - 1) / kThreads, chunks), kThreads, 0, s>>>(partial, dout, inp, mean,
                                                                                           rstd, N, C, chunks);
   TT_CUDA_CHECK_LAUNCH();
-  column_finish_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(dw, db, partial, C, chunks, 2 * C);
+  column_finish_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, db, partial, C, chunks, 2 * C);
   TT_CUDA_CHECK_LAUNCH();
 }
 
@@ -448,7 +463,7 @@ void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* 
   column_partials_kernel<<<dim3((OC + kThreads - 1) / kThreads, chunks), kThreads, 0, s>>>(
       partial, dout, static_cast<const X*>(nullptr), nullptr, nullptr, N, OC, chunks);
   TT_CUDA_CHECK_LAUNCH();
-  column_finish_kernel<<<(OC + kThreads - 1) / kThreads, kThreads, 0, s>>>(dbias, nullptr, partial, OC, chunks, OC);
+  column_finish_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, s>>>(dbias, nullptr, partial, OC, chunks, OC);
   TT_CUDA_CHECK_LAUNCH();
 }
 
