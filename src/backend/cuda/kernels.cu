@@ -111,22 +111,26 @@ __global__ void dwte_runs_kernel(float* dwte, const X* dout, const int32_t* sort
 
 // One warp per row.
 template <typename X>
-__global__ void layernorm_forward_kernel(X* out, float* mean, float* rstd, const X* inp, const X* w, const X* b,
+__global__ void layernorm_forward_kernel(X* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                                         const X* __restrict__ inp, const X* __restrict__ w, const X* __restrict__ b,
                                          int64_t N, int C) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
   const X* x = inp + row * C;
   float s = 0.0f;
+#pragma unroll 4
   for (int c = lane; c < C; c += 32) s += ld(x[c]);
   const float m = warp_sum(s) / C;
   float v = 0.0f;
+#pragma unroll 4
   for (int c = lane; c < C; c += 32) {
     const float d = ld(x[c]) - m;
     v += d * d;
   }
   const float r = rsqrtf(warp_sum(v) / C + 1e-5f);
   X* o = out + row * C;
+#pragma unroll 4
   for (int c = lane; c < C; c += 32) o[c] = st<X>((ld(x[c]) - m) * r * ld(w[c]) + ld(b[c]));
   if (lane == 0) {
     mean[row] = m;
@@ -135,8 +139,12 @@ __global__ void layernorm_forward_kernel(X* out, float* mean, float* rstd, const
 }
 
 template <typename X>
-__global__ void layernorm_backward_dinp_kernel(X* dinp, const X* dout, const X* inp, const X* w, const float* mean,
-                                               const float* rstd, int64_t N, int C) {
+// __restrict__: dinp never aliases the inputs, so the loads of the next columns may be issued before the store of
+// this one (without it the ncu profile showed every warp waiting ~400 cycles per load: 430 us instead of ~30).
+__global__ void layernorm_backward_dinp_kernel(X* __restrict__ dinp, const X* __restrict__ dout,
+                                               const X* __restrict__ inp, const X* __restrict__ w,
+                                               const float* __restrict__ mean, const float* __restrict__ rstd,
+                                               int64_t N, int C) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
@@ -144,6 +152,7 @@ __global__ void layernorm_backward_dinp_kernel(X* dinp, const X* dout, const X* 
   const X* d = dout + row * C;
   const float m = mean[row], r = rstd[row];
   float a = 0.0f, bsum = 0.0f;
+#pragma unroll 4
   for (int c = lane; c < C; c += 32) {
     const float dn = ld(w[c]) * ld(d[c]);
     a += dn;
@@ -151,6 +160,7 @@ __global__ void layernorm_backward_dinp_kernel(X* dinp, const X* dout, const X* 
   }
   const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
   X* di = dinp + row * C;
+#pragma unroll 4
   for (int c = lane; c < C; c += 32) {
     const float norm = (ld(x[c]) - m) * r;
     di[c] = st<X>(ld(di[c]) + (ld(w[c]) * ld(d[c]) - dnorm_mean - norm * dnorm_norm_mean) * r);
