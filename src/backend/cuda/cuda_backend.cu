@@ -208,27 +208,44 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // Attention as in the CPU backend: per batch element, strided-batched GEMMs over the heads; the T x T scores and
-  // probabilities are in the compute dtype.
+  // Attention as in the CPU backend, as GEMMs batched over all (batch, head) pairs through device pointer arrays
+  // (the q, k, v slices of qkv are not uniformly strided across b and h). The T x T scores and probabilities are in
+  // the compute dtype; the backward's score gradients go through the scratch, as many (b, h) pairs at a time as it
+  // holds after the pointer arrays.
+  struct BhPointers {
+    void** p[5];
+  };
+  static constexpr size_t kPointerArea = size_t(1) << 20;  // at the start of the scratch
+  // The backward needs 9 pointer arrays of one entry per (b, h) pair of a call.
+  static constexpr int kMaxBhPerCall = static_cast<int>(kPointerArea / (9 * sizeof(void*)));
+  BhPointers bh_pointers() const {
+    BhPointers r;
+    for (int i = 0; i < 5; ++i)
+      r.p[i] = reinterpret_cast<void**>(static_cast<char*>(scratch_.ptr) + i * (kPointerArea / 5 / 256 * 256));
+    return r;
+  }
+
   void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int heads) override {
     const shapes::Attention d = shapes::attention_forward(out, att, qkv, heads);
     dispatch_x(qkv.dtype(), "attention_forward", [&]<typename X>() {
       const cudaDataType_t xt = cuda_type<X>();
-      const int hs = d.C / d.H, C3 = 3 * d.C, T = d.T;
+      const int hs = d.C / d.H, C3 = 3 * d.C, T = d.T, BH = d.B * d.H;
       const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-      const long long TT = static_cast<long long>(T) * T;
-      for (int b = 0; b < d.B; ++b) {
-        const X* q = qkv.data<X>() + static_cast<int64_t>(b) * T * C3;
-        X* a = att.data<X>() + static_cast<int64_t>(b) * d.H * TT;
-        gemm_rm_strided(cublas_, false, true, T, T, hs, scale, q, xt, C3, hs, q + d.C, C3, hs, 0.0f, a, xt, T, TT,
-                        d.H);
-      }
-      cuda::causal_softmax<X>(s(), att.data<X>(), static_cast<int64_t>(d.B) * d.H * T, T);
-      for (int b = 0; b < d.B; ++b) {
-        const X* v = qkv.data<X>() + static_cast<int64_t>(b) * T * C3 + 2 * d.C;
-        const X* a = att.data<X>() + static_cast<int64_t>(b) * d.H * TT;
-        X* o = out.data<X>() + static_cast<int64_t>(b) * T * d.C;
-        gemm_rm_strided(cublas_, false, false, T, hs, T, 1.0f, a, xt, T, TT, v, C3, hs, 0.0f, o, xt, d.C, hs, d.H);
+      const long long TT = static_cast<long long>(T) * T, xs = sizeof(X);
+      const BhPointers ptr = bh_pointers();
+      for (int bh0 = 0; bh0 < BH; bh0 += kMaxBhPerCall) {
+        const int n = std::min(kMaxBhPerCall, BH - bh0);
+        const X* q = qkv.data<X>();
+        fill_bh_pointers(s(), ptr.p[0], q, T * C3 * xs, hs * xs, d.H, bh0, n);            // q
+        fill_bh_pointers(s(), ptr.p[1], q + d.C, T * C3 * xs, hs * xs, d.H, bh0, n);      // k
+        fill_bh_pointers(s(), ptr.p[2], q + 2 * d.C, T * C3 * xs, hs * xs, d.H, bh0, n);  // v
+        fill_bh_pointers(s(), ptr.p[3], att.raw(), d.H * TT * xs, TT * xs, d.H, bh0, n);  // att
+        fill_bh_pointers(s(), ptr.p[4], out.raw(), T * d.C * xs, hs * xs, d.H, bh0, n);   // out
+        gemm_rm_batched(cublas_, false, true, T, T, hs, scale, ptr.p[0], xt, C3, ptr.p[1], C3, 0.0f,
+                        ptr.p[3], xt, T, n);
+        cuda::causal_softmax<X>(s(), att.data<X>() + bh0 * TT, static_cast<int64_t>(n) * T, T);
+        gemm_rm_batched(cublas_, false, false, T, hs, T, 1.0f, ptr.p[3], xt, T, ptr.p[2], C3, 0.0f,
+                        ptr.p[4], xt, d.C, n);
       }
     });
   }
@@ -238,35 +255,40 @@ class CudaBackend final : public Backend {
     const shapes::Attention d = shapes::attention_backward(dqkv, dout, qkv, att, heads);
     dispatch_x(qkv.dtype(), "attention_backward", [&]<typename X>() {
       const cudaDataType_t xt = cuda_type<X>();
-      const int hs = d.C / d.H, C3 = 3 * d.C, T = d.T;
+      const int hs = d.C / d.H, C3 = 3 * d.C, T = d.T, BH = d.B * d.H;
       const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-      const long long TT = static_cast<long long>(T) * T;
-      // dp for as many heads as the scratch holds at once.
-      const int group = static_cast<int>(
-          std::min<int64_t>(d.H, static_cast<int64_t>(scratch_.bytes / (TT * static_cast<int64_t>(sizeof(X))))));
+      const long long TT = static_cast<long long>(T) * T, xs = sizeof(X);
+      const size_t dp_bytes = scratch_.bytes - kPointerArea;
+      const int group = static_cast<int>(std::min<long long>(
+          std::min<long long>(BH, kMaxBhPerCall), static_cast<long long>(dp_bytes) / (TT * xs)));
       TT_CHECK(group >= 1, "attention_backward: T=%d needs a %lld-byte score buffer, more than the CUDA scratch", T,
-               TT * static_cast<long long>(sizeof(X)));
-      X* dp = static_cast<X*>(scratch_.ptr);
-      for (int b = 0; b < d.B; ++b) {
-        for (int h0 = 0; h0 < d.H; h0 += group) {
-          const int nh = std::min(group, d.H - h0);
-          const int64_t qoff = static_cast<int64_t>(b) * T * C3 + static_cast<int64_t>(h0) * hs;
-          const X* q = qkv.data<X>() + qoff;
-          const X* k = q + d.C;
-          const X* v = q + 2 * d.C;
-          X* dq = dqkv.data<X>() + qoff;
-          X* dk = dq + d.C;
-          X* dv = dq + 2 * d.C;
-          const X* p = att.data<X>() + (static_cast<int64_t>(b) * d.H + h0) * TT;
-          const X* g = dout.data<X>() + static_cast<int64_t>(b) * T * d.C + static_cast<int64_t>(h0) * hs;
-          // dv += p^T dout; dp = dout v^T
-          gemm_rm_strided(cublas_, true, false, T, hs, T, 1.0f, p, xt, T, TT, g, d.C, hs, 1.0f, dv, xt, C3, hs, nh);
-          gemm_rm_strided(cublas_, false, true, T, T, hs, 1.0f, g, xt, d.C, hs, v, C3, hs, 0.0f, dp, xt, T, TT, nh);
-          cuda::causal_softmax_backward<X>(s(), dp, p, static_cast<int64_t>(nh) * T, T, scale);
-          // dq += ds k; dk += ds^T q
-          gemm_rm_strided(cublas_, false, false, T, hs, T, 1.0f, dp, xt, T, TT, k, C3, hs, 1.0f, dq, xt, C3, hs, nh);
-          gemm_rm_strided(cublas_, true, false, T, hs, T, 1.0f, dp, xt, T, TT, q, C3, hs, 1.0f, dk, xt, C3, hs, nh);
-        }
+               TT * xs);
+      X* dp = reinterpret_cast<X*>(static_cast<char*>(scratch_.ptr) + kPointerArea);
+      // Pointer arrays: q, k, v, dq, dk, dv, dout, p and the score gradients (dp, uniformly strided in the scratch).
+      void** pa = bh_pointers().p[0];
+      const size_t slot = static_cast<size_t>(group);
+      auto arr = [&](int i) { return pa + i * slot; };
+      TT_CHECK(9 * slot * sizeof(void*) <= kPointerArea, "attention_backward: pointer area too small");
+      for (int bh0 = 0; bh0 < BH; bh0 += group) {
+        const int n = std::min(group, BH - bh0);
+        const X* q = qkv.data<X>();
+        X* dq = dqkv.data<X>();
+        fill_bh_pointers(s(), arr(0), q, T * C3 * xs, hs * xs, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(1), q + d.C, T * C3 * xs, hs * xs, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(2), q + 2 * d.C, T * C3 * xs, hs * xs, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(3), dq, T * C3 * xs, hs * xs, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(4), dq + d.C, T * C3 * xs, hs * xs, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(5), dq + 2 * d.C, T * C3 * xs, hs * xs, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(6), dout.raw(), T * d.C * xs, hs * xs, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(7), att.raw(), d.H * TT * xs, TT * xs, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(8), dp, d.H * TT * xs, TT * xs, d.H, 0, n);  // dp[i] = dp + i * TT
+        // dv += p^T dout; dp = dout v^T
+        gemm_rm_batched(cublas_, true, false, T, hs, T, 1.0f, arr(7), xt, T, arr(6), d.C, 1.0f, arr(5), xt, C3, n);
+        gemm_rm_batched(cublas_, false, true, T, T, hs, 1.0f, arr(6), xt, d.C, arr(2), C3, 0.0f, arr(8), xt, T, n);
+        cuda::causal_softmax_backward<X>(s(), dp, att.data<X>() + bh0 * TT, static_cast<int64_t>(n) * T, T, scale);
+        // dq += ds k; dk += ds^T q
+        gemm_rm_batched(cublas_, false, false, T, hs, T, 1.0f, arr(8), xt, T, arr(1), C3, 1.0f, arr(3), xt, C3, n);
+        gemm_rm_batched(cublas_, true, false, T, hs, T, 1.0f, arr(8), xt, T, arr(0), C3, 1.0f, arr(4), xt, C3, n);
       }
     });
   }

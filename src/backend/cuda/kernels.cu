@@ -383,6 +383,31 @@ void gemm_rm_strided(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n,
                                               batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+namespace {
+__global__ void fill_bh_pointers_kernel(void** out, const char* base, long long stride_b, long long stride_h,
+                                        int H, int bh0, int count) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const int bh = bh0 + i;
+  out[i] = const_cast<char*>(base + (bh / H) * stride_b + (bh % H) * stride_h);
+}
+}  // namespace
+
+void fill_bh_pointers(cudaStream_t s, void** out, const void* base, long long stride_b, long long stride_h, int H,
+                      int bh0, int count) {
+  fill_bh_pointers_kernel<<<(count + kThreads - 1) / kThreads, kThreads, 0, s>>>(
+      out, static_cast<const char*>(base), stride_b, stride_h, H, bh0, count);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void gemm_rm_batched(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                     const void* const* a, cudaDataType_t ab_type, int lda, const void* const* b, int ldb, float beta,
+                     void* const* c, cudaDataType_t c_type, int ldc, int batch) {
+  TT_CUBLAS_ASSERT(cublasGemmBatchedEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n,
+                                       m, k, &alpha, b, ab_type, ldb, a, ab_type, lda, &beta, c, c_type, ldc, batch,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 template <typename X>
 void embedding_forward(cudaStream_t s, X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T,
                        int C) {

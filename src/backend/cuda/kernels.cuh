@@ -42,6 +42,15 @@ void gemm_rm_strided(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n,
                      cudaDataType_t ab_type, int lda, long long stride_a, const void* b, int ldb, long long stride_b,
                      float beta, void* c, cudaDataType_t c_type, int ldc, long long stride_c, int batch);
 
+// Pointers to the (batch, head) slices of a [B, T, ...] tensor, for batched GEMMs over (b, h) pairs bh0..bh0+count-1:
+// out[i] = base + (bh / H) * stride_b + (bh % H) * stride_h, strides in bytes. Device array, filled on the stream.
+void fill_bh_pointers(cudaStream_t s, void** out, const void* base, long long stride_b, long long stride_h, int H,
+                      int bh0, int count);
+// Row-major batched GEMM over arrays of device pointers (cblas semantics per product).
+void gemm_rm_batched(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                     const void* const* a, cudaDataType_t ab_type, int lda, const void* const* b, int ldb, float beta,
+                     void* const* c, cudaDataType_t c_type, int ldc, int batch);
+
 template <typename X>
 void embedding_forward(cudaStream_t s, X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T, int C);
 template <typename X>
