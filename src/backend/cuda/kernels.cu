@@ -295,26 +295,35 @@ __global__ void softmax_xent_forward_kernel(float* losses, X* probs, const X* lo
   X* p = probs + row * V;
   __shared__ float target_logit;
   if (threadIdx.x == 0) target_logit = ld(l[targets[row]]);
-  float mx = -FLT_MAX;
-  for (int i = threadIdx.x; i < valid; i += blockDim.x) mx = fmaxf(mx, ld(l[i]));
-  mx = block_reduce(mx, Max{}, -FLT_MAX);
-  float s = 0.0f;
-  for (int i = threadIdx.x; i < valid; i += blockDim.x) s += expf(ld(l[i]) - mx);
+  // One pass for the maximum and the sum (online softmax: the running sum is rescaled when the maximum grows).
+  float tmx = -FLT_MAX, ts = 0.0f;
+  for (int i = threadIdx.x; i < valid; i += blockDim.x) {
+    const float v = ld(l[i]);
+    if (v > tmx) {
+      ts = ts * expf(tmx - v) + 1.0f;
+      tmx = v;
+    } else {
+      ts += expf(v - tmx);
+    }
+  }
+  const float mx = block_reduce(tmx, Max{}, -FLT_MAX);
+  float s = ts * expf(tmx - mx);
   s = block_reduce(s, Add{}, 0.0f);  // its barriers also order target_logit's write before the reads below
   const float inv = 1.0f / s;
   for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = st<X>(i < valid ? expf(ld(l[i]) - mx) * inv : 0.0f);
   if (threadIdx.x == 0) losses[row] = logf(s) + mx - target_logit;
 }
 
+// One block per row (no 64-bit division per element).
 template <typename X>
-__global__ void softmax_xent_backward_kernel(X* dlogits, const X* probs, const int32_t* targets, float dloss,
-                                             int64_t N, int V, int valid) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N * V;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / V;
-    const int col = static_cast<int>(i % V);
-    dlogits[i] = st<X>(col < valid ? (ld(probs[i]) - (col == targets[row] ? 1.0f : 0.0f)) * dloss : 0.0f);
-  }
+__global__ void softmax_xent_backward_kernel(X* dlogits, const X* probs, const int32_t* targets, float dloss, int V,
+                                             int valid) {
+  const int64_t row = blockIdx.x;
+  const int tgt = targets[row];
+  const X* p = probs + row * V;
+  X* d = dlogits + row * V;
+  for (int col = threadIdx.x; col < V; col += blockDim.x)
+    d[col] = st<X>(col < valid ? (ld(p[col]) - (col == tgt ? 1.0f : 0.0f)) * dloss : 0.0f);
 }
 
 template <typename D, typename S>
@@ -542,7 +551,7 @@ void softmax_xent_forward(cudaStream_t s, float* losses, X* probs, const X* logi
 template <typename X>
 void softmax_xent_backward(cudaStream_t s, X* dlogits, const X* probs, const int32_t* targets, float dloss, int64_t N,
                            int V, int valid) {
-  softmax_xent_backward_kernel<<<blocks_for(N * V), kThreads, 0, s>>>(dlogits, probs, targets, dloss, N, V, valid);
+  softmax_xent_backward_kernel<<<static_cast<unsigned>(N), kThreads, 0, s>>>(dlogits, probs, targets, dloss, V, valid);
   TT_CUDA_CHECK_LAUNCH();
 }
 
