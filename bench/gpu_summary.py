@@ -38,9 +38,10 @@ def main() -> None:
                          "median_ms_per_step": j["median_ms_per_step"], "tokens_per_s": j["tokens_per_s"],
                          "mfu": j["mfu"], "peak_gib": j["peak_gib"], "first_loss": j["first_loss"],
                          "last_loss": j["last_loss"]})
-    base = next((r["tokens_per_s"] for r in rows if r["impl"] == "torch-bf16-eager"), None)
+    # Ratios against PyTorch bf16 eager of the same configuration.
+    base = {r["config"]: r["tokens_per_s"] for r in rows if r["impl"] == "torch-bf16-eager"}
     for r in rows:
-        r["ratio_vs_torch_bf16_eager"] = r["tokens_per_s"] / base if base else None
+        r["ratio_vs_torch_bf16_eager"] = r["tokens_per_s"] / base[r["config"]] if r["config"] in base else None
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(rows, f, indent=2)
         f.write("\n")
