@@ -49,6 +49,10 @@ class Backend {
   // timing: the event can measure elapsed time (elapsed_ms_since); slightly more costly on GPUs.
   virtual std::unique_ptr<Event> create_event(bool timing = false) = 0;
   virtual memory::DevicePool& pool() = 0;
+  // Host memory the copy engines read and write at full speed (page-locked on a GPU; plain on the CPU backend),
+  // counted in the stats (tier pinned_host, or host). Freed with free_host.
+  virtual Result<void*> allocate_host(size_t bytes, TensorClass cls) = 0;
+  virtual void free_host(void* ptr, size_t bytes, TensorClass cls) = 0;
   virtual memory::MemoryStats& stats() = 0;
   // Blocks until every stream is idle.
   Status synchronize_all();

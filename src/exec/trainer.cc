@@ -47,6 +47,10 @@ std::string MemoryNeed::describe() const {
   return s;
 }
 
+std::vector<AllocRequest> input_staging_list(int batch, int seq) {
+  return {AllocRequest{"input.next", {2, batch, seq}, DType::kI32, TensorClass::kInput}};
+}
+
 MemoryNeed in_core_memory_need(const GptConfig& model, int batch, DType dtype) {
   MemoryNeed need;
   auto add = [&](const std::vector<AllocRequest>& reqs) {
@@ -59,6 +63,7 @@ MemoryNeed in_core_memory_need(const GptConfig& model, int batch, DType dtype) {
   };
   add(Gpt::allocation_list(model, batch, dtype));
   add(AdamW::allocation_list(gpt_num_params(model), master_dtype_for(dtype)));
+  add(input_staging_list(batch, model.seq));
   return need;
 }
 
@@ -72,7 +77,11 @@ void Trainer::print(const char* fmt, ...) const {
 }
 
 Trainer::~Trainer() {
-  if (backend_) (void)backend_->synchronize_all();
+  if (backend_) {
+    (void)backend_->synchronize_all();
+    for (Staging& st : staging_) backend_->free_host(st.host, staging_bytes_, TensorClass::kInput);
+    if (next_inputs_.raw()) backend_->pool().free(next_inputs_);
+  }
   opt_.reset();
   gpt_.reset();
 }
@@ -148,13 +157,24 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   t->sampler_ = std::make_unique<data::BatchSampler>(std::move(sampler));
   t->rng_.reseed(cfg.seed);
   t->input_ready_ = t->backend_->create_event();
+  t->input_consumed_ = t->backend_->create_event();
+  {
+    const AllocRequest r = input_staging_list(cfg.batch, cfg.model.seq)[0];
+    TT_ASSIGN_OR_RETURN(t->next_inputs_, t->backend_->pool().allocate(r.shape, r.dtype, r.cls, r.name));
+    t->staging_bytes_ = static_cast<size_t>(r.shape.numel()) * sizeof(int32_t);
+    for (Staging& st : t->staging_) {
+      TT_ASSIGN_OR_RETURN(void* p, t->backend_->allocate_host(t->staging_bytes_, TensorClass::kInput));
+      st.host = static_cast<int32_t*>(p);
+    }
+  }
   t->profiler_ = std::make_unique<OpProfiler>(*t->backend_);
   t->gpt_->set_profiler(t->profiler_.get());
   const size_t bt = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);
   t->host_tokens_.resize(bt);
   t->host_targets_.resize(bt);
   t->host_losses_.resize(bt);
-  // Host memory this run holds for its whole life: the token dataset and the batch staging buffers.
+  // Host memory this run holds for its whole life: the token dataset and the evaluation buffers (the pinned
+  // staging slots are counted by allocate_host).
   const int64_t host_bytes =
       static_cast<int64_t>((t->dataset_.train().size() + t->dataset_.val().size()) * sizeof(uint16_t) +
                            bt * (2 * sizeof(int32_t) + sizeof(float)));
@@ -180,13 +200,28 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   return t;
 }
 
+Status Trainer::prefetch() {
+  Backend& be = *backend_;
+  const size_t bt = static_cast<size_t>(cfg_.batch) * static_cast<size_t>(cfg_.model.seq);
+  Staging& st = staging_[next_slot_];
+  next_slot_ ^= 1;
+  sampler_before_prefetch_ = sampler_->state();
+  sampler_->next(st.host, st.host + bt);
+  // The previous batch must have left next_inputs_ before this one overwrites it.
+  be.h2d_stream().wait(*input_consumed_);
+  be.copy_h2d(next_inputs_, st.host, be.h2d_stream());
+  be.h2d_stream().record(*input_ready_);
+  return Status::ok();
+}
+
 Status Trainer::train_step(StepRecord* rec) {
   Backend& be = *backend_;
-  sampler_->next(host_tokens_.data(), host_targets_.data());
-  be.copy_h2d(gpt_->tokens(), host_tokens_.data(), be.h2d_stream());
-  be.copy_h2d(gpt_->targets(), host_targets_.data(), be.h2d_stream());
-  be.h2d_stream().record(*input_ready_);
+  const int64_t bt = static_cast<int64_t>(cfg_.batch) * cfg_.model.seq;
+  // This step's batch was prefetched: move it into the model's inputs, then let the next one come in.
   be.compute_stream().wait(*input_ready_);
+  be.copy_d2d(gpt_->tokens(), next_inputs_.view(0, gpt_->tokens().shape()), be.compute_stream());
+  be.copy_d2d(gpt_->targets(), next_inputs_.view(bt, gpt_->targets().shape()), be.compute_stream());
+  be.compute_stream().record(*input_consumed_);
   const int64_t step = step_ + 1;
   const float lr = learning_rate(cfg_, step);
   // Profile every step but the first (warm-up: cuBLAS heuristics, first touches).
@@ -195,6 +230,9 @@ Status Trainer::train_step(StepRecord* rec) {
   gpt_->backward();
   profiler_->mark("adamw");
   opt_->step(lr);
+  // While the GPU works on this step, draw the next batch and start its copy (staging slots alternate, and the
+  // slot written now was last read by a copy that finished before the previous step's end).
+  TT_TRY(prefetch());
   TT_TRY(profiler_->collect());
   float norm_sq = 0;
   be.copy_d2h(host_losses_.data(), gpt_->losses(), be.compute_stream());
@@ -239,7 +277,7 @@ Result<EvalRecord> Trainer::evaluate() {
 Status Trainer::save(int64_t step) {
   CheckpointState st;
   st.step = step;
-  st.sampler = sampler_->state();
+  st.sampler = sampler_before_prefetch_;
   st.rng = rng_.state();
   st.model = cfg_.model;
   st.dtype = gpt_->master_dtype();
@@ -272,6 +310,7 @@ Result<TrainSummary> Trainer::run() {
     return summary;
   }
   const auto t0 = Clock::now();
+  TT_TRY(prefetch());
   std::vector<double> step_ms;
   bool warned_eval = false;
   while (step_ < end) {

@@ -63,6 +63,8 @@ struct MemoryNeed {
   std::string describe() const;
 };
 MemoryNeed in_core_memory_need(const GptConfig& model, int batch, DType dtype);
+// The trainer's own device buffers: the next batch's inputs (Note [input staging] in exec/trainer.h).
+std::vector<AllocRequest> input_staging_list(int batch, int seq);
 
 class Trainer {
  public:
@@ -86,6 +88,8 @@ class Trainer {
  private:
   Trainer() = default;
   Status train_step(StepRecord* rec);
+  // Draws the next training batch into a staging slot and starts its copy to the device on the h2d stream.
+  Status prefetch();
   Status save(int64_t step);
   Status write_metrics(const TrainSummary& summary) const;
   void print(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
@@ -102,7 +106,19 @@ class Trainer {
   std::unique_ptr<OpProfiler> profiler_;
   Rng rng_;
   int64_t step_ = 0;
-  std::vector<int32_t> host_tokens_, host_targets_;
+  std::vector<int32_t> host_tokens_, host_targets_;  // evaluation batches
+  // Note [input staging]: two pinned host slots, each holding a batch's tokens then targets; the batch of the next
+  // step is drawn and copied to next_inputs_ on the h2d stream while the current step computes; a step starts by
+  // waiting for that copy and moving the batch into the model's inputs on the compute stream.
+  struct Staging {
+    int32_t* host = nullptr;  // [2][B*T] tokens then targets
+  };
+  Staging staging_[2];
+  size_t staging_bytes_ = 0;
+  int next_slot_ = 0;
+  Tensor next_inputs_;  // [2, B, T] i32 on the device
+  std::unique_ptr<Event> input_consumed_;
+  data::SamplerState sampler_before_prefetch_;  // what a checkpoint records: the batch in flight is not consumed yet
   std::vector<float> host_losses_;
   std::vector<StepRecord> history_;
   std::vector<EvalRecord> evals_;

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <sys/mman.h>
@@ -57,6 +58,17 @@ class CpuBackend final : public Backend {
   Stream& d2h_stream() override { return d2h_; }
   std::unique_ptr<Event> create_event(bool /*timing*/) override { return std::make_unique<CpuEvent>(); }
   memory::DevicePool& pool() override { return pool_; }
+  Result<void*> allocate_host(size_t bytes, TensorClass cls) override {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    TT_RETURN_IF(p == nullptr, kOutOfMemory, "cannot allocate %s of host memory", format_bytes(bytes).c_str());
+    stats_.on_alloc(memory::Tier::kHost, cls, static_cast<int64_t>(bytes));
+    return p;
+  }
+  void free_host(void* ptr, size_t bytes, TensorClass cls) override {
+    if (ptr == nullptr) return;
+    std::free(ptr);
+    stats_.on_free(memory::Tier::kHost, cls, static_cast<int64_t>(bytes));
+  }
   memory::MemoryStats& stats() override { return stats_; }
 
   void copy_h2d(const Tensor& dst, const void* src, Stream& stream) override {

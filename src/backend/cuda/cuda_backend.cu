@@ -119,6 +119,20 @@ class CudaBackend final : public Backend {
   Stream& d2h_stream() override { return d2h_; }
   std::unique_ptr<Event> create_event(bool timing) override { return std::make_unique<CudaEvent>(timing); }
   memory::DevicePool& pool() override { return pool_; }
+  Result<void*> allocate_host(size_t bytes, TensorClass cls) override {
+    void* p = nullptr;
+    cudaError_t rc = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+    TT_RETURN_IF(rc != cudaSuccess, kOutOfMemory,
+                 "cannot allocate %s of pinned host memory: %s (check RLIMIT_MEMLOCK, `ulimit -l`)",
+                 format_bytes(static_cast<int64_t>(bytes)).c_str(), cudaGetErrorString(rc));
+    stats_.on_alloc(memory::Tier::kPinnedHost, cls, static_cast<int64_t>(bytes));
+    return p;
+  }
+  void free_host(void* ptr, size_t bytes, TensorClass cls) override {
+    if (ptr == nullptr) return;
+    cudaFreeHost(ptr);
+    stats_.on_free(memory::Tier::kPinnedHost, cls, static_cast<int64_t>(bytes));
+  }
   memory::MemoryStats& stats() override { return stats_; }
 
   void copy_h2d(const Tensor& dst, const void* src, Stream& stream) override {
