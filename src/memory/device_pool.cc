@@ -7,9 +7,10 @@
 
 namespace tt::memory {
 
-DevicePool::DevicePool(void* base, size_t budget, Device device, MemoryStats* stats)
+DevicePool::DevicePool(void* base, size_t budget, Device device, MemoryStats* stats, size_t capacity,
+                       EventFactory events)
     : base_(static_cast<char*>(base)), budget_(budget / kDeviceAlignBytes * kDeviceAlignBytes), device_(device),
-      stats_(stats) {
+      stats_(stats), capacity_(capacity), events_(std::move(events)) {
   if (budget_ > 0) insert_free(0, budget_);
 }
 
@@ -34,15 +35,58 @@ size_t DevicePool::largest_free_block() const {
   return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
 }
 
+size_t DevicePool::pending_bytes() const {
+  size_t n = 0;
+  for (const Pending& p : pending_) n += p.block.bytes;
+  return n;
+}
+
+void DevicePool::record_stream(const void* ptr, Stream& stream) {
+  auto it = live_.find(ptr);
+  TT_CHECK(it != live_.end(), "record_stream on %p, which this pool did not allocate", ptr);
+  TT_CHECK(events_ != nullptr, "record_stream needs a pool made with an event factory");
+  for (Stream* s : it->second.streams)
+    if (s == &stream) return;
+  it->second.streams.push_back(&stream);
+}
+
+void DevicePool::process_pending(bool wait) {
+  for (size_t i = 0; i < pending_.size();) {
+    bool done = true;
+    for (auto& e : pending_[i].events) {
+      if (wait) {
+        Status s = e->synchronize();
+        TT_CHECK(s.is_ok(), "waiting for a stream before reusing a block: %s", s.to_string().c_str());
+      } else if (!e->query()) {
+        done = false;
+        break;
+      }
+    }
+    if (done) {
+      release(pending_[i].block);
+      pending_.erase(pending_.begin() + static_cast<ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
 Result<void*> DevicePool::allocate_bytes(size_t bytes, TensorClass cls, const std::string& tag) {
   const size_t size = device_alloc_size(std::max<size_t>(bytes, 1));
+  if (!pending_.empty()) process_pending(false);
   auto it = free_by_size_.lower_bound(size);
+  if (it == free_by_size_.end() && !pending_.empty()) {
+    process_pending(true);
+    it = free_by_size_.lower_bound(size);
+  }
   if (it == free_by_size_.end()) {
+    const std::string cap =
+        capacity_ > 0 ? " (device capacity " + format_bytes(static_cast<int64_t>(capacity_)) + ")" : std::string();
     return make_status(StatusCode::kOutOfMemory,
-                       "device pool on %s is out of memory: cannot allocate %s for %s '%s'; budget %s, in use %s, "
-                       "free %s (largest free block %s). Raise --device-budget (TIERTRAIN_DEVICE_BUDGET) or reduce "
-                       "--batch / --seq / the model size",
-                       device_.to_string().c_str(), format_bytes(static_cast<int64_t>(size)).c_str(),
+                       "device pool on %s%s is out of memory: cannot allocate %s for %s '%s'; budget %s, in use %s, "
+                       "free (cached) %s, largest free block %s. Raise --device-budget (TIERTRAIN_DEVICE_BUDGET) or "
+                       "reduce --batch / --seq / the model size",
+                       device_.to_string().c_str(), cap.c_str(), format_bytes(static_cast<int64_t>(size)).c_str(),
                        tensor_class_name(cls), tag.c_str(), format_bytes(static_cast<int64_t>(budget_)).c_str(),
                        format_bytes(static_cast<int64_t>(in_use_)).c_str(),
                        format_bytes(static_cast<int64_t>(budget_ - in_use_)).c_str(),
@@ -53,7 +97,7 @@ Result<void*> DevicePool::allocate_bytes(size_t bytes, TensorClass cls, const st
   erase_free(offset, block_bytes);
   if (block_bytes > size) insert_free(offset + size, block_bytes - size);
   void* ptr = base_ + offset;
-  live_[ptr] = Live{offset, size, cls};
+  live_[ptr] = Live{offset, size, cls, {}};
   in_use_ += size;
   peak_in_use_ = std::max(peak_in_use_, in_use_);
   ++allocation_count_;
@@ -73,11 +117,28 @@ void DevicePool::free(void* ptr) {
   if (ptr == nullptr) return;
   auto it = live_.find(ptr);
   TT_CHECK(it != live_.end(), "freeing %p, which this pool did not allocate", ptr);
-  size_t offset = it->second.offset;
-  size_t size = it->second.bytes;
-  if (stats_) stats_->on_free(Tier::kDevice, it->second.cls, static_cast<int64_t>(size));
-  in_use_ -= size;
+  Live block = std::move(it->second);
   live_.erase(it);
+  if (block.streams.empty()) {
+    release(block);
+    return;
+  }
+  // Used on other streams: reusable once the work they have now is done.
+  Pending p;
+  for (Stream* s : block.streams) {
+    p.events.push_back(events_());
+    s->record(*p.events.back());
+  }
+  block.streams.clear();
+  p.block = std::move(block);
+  pending_.push_back(std::move(p));
+}
+
+void DevicePool::release(const Live& block) {
+  size_t offset = block.offset;
+  size_t size = block.bytes;
+  if (stats_) stats_->on_free(Tier::kDevice, block.cls, static_cast<int64_t>(size));
+  in_use_ -= size;
   // Coalesce with the following and the preceding free blocks.
   auto next = free_by_offset_.lower_bound(offset);
   if (next != free_by_offset_.end() && next->first == offset + size) {

@@ -8,7 +8,11 @@
 //    their neighbours when freed;
 //  - a request that cannot be met returns kOutOfMemory stating the budget, bytes in use, bytes free, the largest
 //    free block, the request and its class, and the knob to change (--device-budget); nothing is evicted silently;
-//  - current/peak bytes per tensor class are reported to MemoryStats (tier `device`).
+//  - current/peak bytes per tensor class are reported to MemoryStats (tier `device`);
+//  - blocks belong to the compute stream, where all allocations are used in stream order; a block also used on
+//    another stream is named with record_stream(), and its free() then records an event on each such stream and
+//    keeps the block out of the free lists until those events have completed (c10's recordStream): a later
+//    allocation never reuses memory another stream may still read or write.
 //
 //   DevicePool pool(region, budget, Device{}, &stats);
 //   TT_ASSIGN_OR_RETURN(Tensor t, pool.allocate({B, T, C}, DType::kF32, TensorClass::kActivation, "h.0.ln1"));
@@ -17,10 +21,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
+#include <vector>
 #include <string>
 #include <unordered_map>
 
+#include "core/stream.h"
 #include "core/tensor.h"
 #include "memory/stats.h"
 
@@ -35,7 +43,11 @@ inline size_t device_alloc_size(size_t bytes) {
 
 class DevicePool {
  public:
-  DevicePool(void* base, size_t budget, Device device, MemoryStats* stats);
+  using EventFactory = std::function<std::unique_ptr<Event>()>;
+  // capacity: the device's physical memory, for error messages (0: unknown). events: makes the events that keep
+  // blocks used on other streams pending (needed only if record_stream is used).
+  DevicePool(void* base, size_t budget, Device device, MemoryStats* stats, size_t capacity = 0,
+             EventFactory events = nullptr);
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;
 
@@ -43,6 +55,10 @@ class DevicePool {
   Result<void*> allocate_bytes(size_t bytes, TensorClass cls, const std::string& tag);
   void free(const Tensor& t) { free(t.raw()); }
   void free(void* ptr);
+  // Marks the block at ptr as used on `stream` (besides the compute stream).
+  void record_stream(const void* ptr, Stream& stream);
+  // Blocks freed but waiting for other streams.
+  size_t pending_bytes() const;
 
   size_t budget() const { return budget_; }
   size_t in_use() const { return in_use_; }
@@ -56,9 +72,17 @@ class DevicePool {
     size_t offset;
     size_t bytes;
     TensorClass cls;
+    std::vector<Stream*> streams;  // other streams that used the block
+  };
+  struct Pending {
+    Live block;
+    std::vector<std::unique_ptr<Event>> events;
   };
   void insert_free(size_t offset, size_t bytes);
   void erase_free(size_t offset, size_t bytes);
+  void release(const Live& block);
+  // Releases pending blocks whose events completed; with wait, waits for all of them first.
+  void process_pending(bool wait);
 
   char* base_;
   size_t budget_;
@@ -70,6 +94,9 @@ class DevicePool {
   std::map<size_t, size_t> free_by_offset_;          // offset -> bytes
   std::multimap<size_t, size_t> free_by_size_;       // bytes -> offset
   std::unordered_map<const void*, Live> live_;
+  std::vector<Pending> pending_;
+  size_t capacity_ = 0;
+  EventFactory events_;
 };
 
 }  // namespace tt::memory

@@ -2,6 +2,9 @@
 // (every free order returns the arena to one block), the budget as an exact cap, the out-of-memory message, the
 // MemoryStats it reports, and the abort on freeing a pointer it does not own.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +20,8 @@
 #include "core/units.h"
 #include "memory/device_pool.h"
 #include "memory/stats.h"
+#include "backend/cpu/cpu_stream.h"
+#include "test_util.h"
 
 namespace tt::memory {
 namespace {
@@ -318,7 +323,7 @@ TEST_F(PoolTest, OutOfMemoryMessageSaysWhatAndWhichKnob) {
   const std::string& m = r.status().message();
   EXPECT_CONTAINS(m, "budget " + format_bytes(static_cast<int64_t>(budget)));         // 1.00 MiB
   EXPECT_CONTAINS(m, "in use " + format_bytes(static_cast<int64_t>(768 * kKiB)));     // 768.00 KiB
-  EXPECT_CONTAINS(m, "free " + format_bytes(static_cast<int64_t>(256 * kKiB)));       // 256.00 KiB
+  EXPECT_CONTAINS(m, "free (cached) " + format_bytes(static_cast<int64_t>(256 * kKiB)));  // 256.00 KiB
   EXPECT_CONTAINS(m, "allocate " + format_bytes(static_cast<int64_t>(512 * kKiB)));   // the request
   EXPECT_CONTAINS(m, "activation");
   EXPECT_CONTAINS(m, "'h.0.ln1'");
@@ -344,7 +349,7 @@ TEST_F(PoolTest, OutOfMemoryWhenFragmentedNamesTheLargestBlock) {
   // 2 KiB free in total, but no 2 KiB block.
   Result<void*> r = pool_->allocate_bytes(2 * kKiB, TensorClass::kGrad, "dwte");
   ASSERT_FALSE(r.is_ok());
-  EXPECT_CONTAINS(r.status().message(), "free 2.00 KiB");
+  EXPECT_CONTAINS(r.status().message(), "free (cached) 2.00 KiB");
   EXPECT_CONTAINS(r.status().message(), "largest free block 1.00 KiB");
   EXPECT_CONTAINS(r.status().message(), "grad");
 }
@@ -472,6 +477,61 @@ TEST_F(PoolDeathTest, DoubleFreeAborts) {
   ASSERT_NE(a, nullptr);
   pool_->free(a);
   EXPECT_DEATH(pool_->free(a), "did not allocate");
+}
+
+}  // namespace
+}  // namespace tt::memory
+
+// Stream-aware blocks: a block used on another stream is not handed out again until that stream's work is done.
+namespace tt::memory {
+namespace {
+
+TEST(DevicePoolStreams, BlockUsedOnAnotherStreamWaitsForItBeforeReuse) {
+  auto be = testing::make_cpu_backend(int64_t(1) << 20, 1);
+  DevicePool& pool = be->pool();
+  const size_t all = pool.budget() - pool.in_use();
+  auto a = pool.allocate_bytes(all, TensorClass::kWorkspace, "a");
+  ASSERT_TRUE(a.is_ok());
+  // Work on the h2d stream that uses the block and cannot finish until the gate opens.
+  auto* h2d = dynamic_cast<cpu::CpuStream*>(&be->h2d_stream());
+  ASSERT_NE(h2d, nullptr);
+  std::atomic<bool> gate{false}, finished{false};
+  h2d->enqueue([&] {
+    while (!gate.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    finished = true;
+  });
+  pool.record_stream(a.value(), be->h2d_stream());
+  pool.free(a.value());
+  EXPECT_EQ(pool.pending_bytes(), device_alloc_size(all));
+  EXPECT_EQ(pool.largest_free_block(), 0u) << "the block must not be free while h2d may still use it";
+  // An allocation that needs the block waits for the stream: open the gate from another thread.
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate = true;
+  });
+  auto b = pool.allocate_bytes(all, TensorClass::kWorkspace, "b");
+  EXPECT_TRUE(finished.load()) << "reused before the other stream finished";
+  opener.join();
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_EQ(b.value(), a.value());
+  EXPECT_EQ(pool.pending_bytes(), 0u);
+  pool.free(b.value());
+  // Without record_stream a free is immediate.
+  auto c = pool.allocate_bytes(1000, TensorClass::kWorkspace, "c");
+  ASSERT_TRUE(c.is_ok());
+  pool.free(c.value());
+  EXPECT_EQ(pool.pending_bytes(), 0u);
+  EXPECT_EQ(pool.largest_free_block(), pool.budget());
+}
+
+TEST(DevicePoolStreams, OutOfMemoryNamesCapacity) {
+  std::vector<char> region(4096);
+  MemoryStats stats;
+  DevicePool pool(region.data(), 4096, Device{}, &stats, /*capacity=*/size_t(80) << 30);
+  auto r = pool.allocate_bytes(8192, TensorClass::kActivation, "big");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("device capacity 80.00 GiB"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("free (cached)"), std::string::npos) << r.status().message();
 }
 
 }  // namespace

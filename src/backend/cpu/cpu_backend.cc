@@ -37,7 +37,8 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend(void* region, size_t region_bytes, int64_t budget, int threads)
       : region_(region), region_bytes_(region_bytes), threads_(threads),
-        pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCpu, 0}, &stats_),
+        pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCpu, 0}, &stats_,
+              static_cast<size_t>(physical_memory_bytes()), [this] { return create_event(false); }),
         compute_("compute"), h2d_("h2d"), d2h_("d2h") {
     // OpenMP thread pools are per calling thread: set the count on the worker that runs the kernels.
     compute_.enqueue([threads] { set_num_threads(threads); });

@@ -85,9 +85,11 @@ void dispatch_x(DType dtype, const char* op, F&& f) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, void* region, int64_t budget, std::string name)
+  CudaBackend(int device, void* region, int64_t budget, size_t capacity, std::string name)
       : device_(device), region_(region), name_(std::move(name)),
-        pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCuda, device}, &stats_), compute_("compute"),
+        pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCuda, device}, &stats_, capacity,
+              [this] { return create_event(false); }),
+        compute_("compute"),
         h2d_("h2d"), d2h_("d2h") {}
 
   Status init() {
@@ -400,7 +402,7 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   cudaError_t mrc = cudaMalloc(&region, static_cast<size_t>(budget));
   TT_RETURN_IF(mrc != cudaSuccess, kOutOfMemory, "cudaMalloc of the %s device arena on %s failed: %s",
                format_bytes(budget).c_str(), prop.name, cudaGetErrorString(mrc));
-  auto be = std::make_unique<CudaBackend>(options.device, region, budget, prop.name);
+  auto be = std::make_unique<CudaBackend>(options.device, region, budget, total_b, prop.name);
   TT_TRY(be->init());
   TT_LOG(INFO, MEM, "CUDA device arena on %s: %s (free %s of %s)", prop.name, format_bytes(budget).c_str(),
          format_bytes(static_cast<int64_t>(free_b)).c_str(), format_bytes(static_cast<int64_t>(total_b)).c_str());
