@@ -21,6 +21,17 @@ void declare_train_knobs(Config& cfg) {
     s.max = max;
     cfg.declare(std::move(s));
   };
+  auto choice = [&](const char* group, const char* name, const char* def, std::vector<std::string> choices,
+                    const char* help) {
+    KnobSpec s;
+    s.group = group;
+    s.name = name;
+    s.type = K::kChoice;
+    s.default_value = def;
+    s.choices = std::move(choices);
+    s.help = help;
+    cfg.declare(std::move(s));
+  };
   knob("general", "config", K::kString, "", "JSON file of knob values (lower priority than env and flags)");
 
   knob("model", "layers", K::kInt, "4", "transformer blocks", 1, 4096);
@@ -44,22 +55,10 @@ void declare_train_knobs(Config& cfg) {
   knob("train", "beta2", K::kFloat, "0.95", "AdamW beta2", 0, 0.999999);
   knob("train", "seed", K::kInt, "1337", "seed of initialisation and data order", 0, 9.2e18);
 
-  KnobSpec backend;
-  backend.group = "runtime";
-  backend.name = "backend";
-  backend.type = K::kChoice;
-  backend.default_value = "auto";
-  backend.choices = {"auto", "cpu", "cuda"};
-  backend.help = "device to train on (auto: the GPU when the CUDA backend is available, else the CPU)";
-  cfg.declare(std::move(backend));
-  KnobSpec dtype;
-  dtype.group = "runtime";
-  dtype.name = "dtype";
-  dtype.type = K::kChoice;
-  dtype.default_value = "auto";
-  dtype.choices = {"auto", "f32", "bf16"};
-  dtype.help = "compute dtype; master weights and optimizer state stay f32 (auto: bf16 on a GPU, f32 on the CPU)";
-  cfg.declare(std::move(dtype));
+  choice("runtime", "backend", "auto", {"auto", "cpu", "cuda"},
+         "device to train on (auto: the GPU when the CUDA backend is available, else the CPU)");
+  choice("runtime", "dtype", "auto", {"auto", "f32", "bf16"},
+         "compute dtype; master weights and optimizer state stay f32 (auto: bf16 on a GPU, f32 on the CPU)");
   knob("runtime", "device_budget", K::kBytes, "0",
        "hard cap on device memory, e.g. 512MiB, 2GiB (0: what the run needs on a GPU, half the RAM on the CPU)", 0, 9e18);
   knob("runtime", "threads", K::kInt, "0", "CPU threads for kernels (0: all cores)", 0, 4096);
@@ -85,14 +84,7 @@ void declare_train_knobs(Config& cfg) {
   knob("output", "log_every", K::kInt, "10", "progress line every N steps", 1, 1e12);
   knob("output", "profile", K::kBool, "false", "time every op on the compute stream; print a table at the end");
 
-  KnobSpec debug;
-  debug.group = "logging";
-  debug.name = "debug";
-  debug.type = K::kChoice;
-  debug.default_value = "WARN";
-  debug.choices = {"NONE", "WARN", "INFO", "TRACE"};
-  debug.help = "log level on stderr";
-  cfg.declare(std::move(debug));
+  choice("logging", "debug", "WARN", {"NONE", "WARN", "INFO", "TRACE"}, "log level on stderr");
   KnobSpec subsys;
   subsys.group = "logging";
   subsys.name = "debug_subsys";

@@ -73,6 +73,35 @@ void expect_bit_identical(const RunResult& a, const RunResult& b) {
   EXPECT_EQ(std::memcmp(a.v.data(), b.v.data(), a.v.size() * sizeof(float)), 0) << "Adam v differs";
 }
 
+// Runs cfg to --stop-at 10 with checkpoints in ckpt_dir, then resumes from the latest checkpoint in a new trainer to
+// the end: the losses of both parts and the final state.
+RunResult run_split_at_10(TrainConfig cfg, const std::string& ckpt_dir) {
+  TrainConfig first = cfg;
+  first.stop_at = 10;
+  first.checkpoint_dir = ckpt_dir;
+  std::vector<double> first_losses;
+  {
+    auto t = Trainer::create(first, nullptr);
+    EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+    if (!t.is_ok()) return {};
+    auto s = t.value()->run();
+    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    EXPECT_EQ(s->last_step, 10);
+    for (const StepRecord& r : t.value()->history()) first_losses.push_back(r.loss);
+  }
+  TrainConfig second = cfg;
+  second.checkpoint_dir = ckpt_dir;
+  second.resume = "latest";
+  auto t2 = Trainer::create(second, nullptr);
+  EXPECT_TRUE(t2.is_ok()) << t2.status().to_string();
+  if (!t2.is_ok()) return {};
+  EXPECT_EQ(t2.value()->step(), 10);
+  auto s2 = t2.value()->run();
+  EXPECT_TRUE(s2.is_ok()) << s2.status().to_string();
+  EXPECT_EQ(s2->first_step, 11);
+  return finish(*t2.value(), first_losses);
+}
+
 TEST(Trainer, ResumeIsBitExact) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
@@ -83,31 +112,9 @@ TEST(Trainer, ResumeIsBitExact) {
   const RunResult a = finish(*straight.value());
   ASSERT_EQ(a.losses.size(), 20u);
 
-  TrainConfig first = small_config(data);
-  first.stop_at = 10;
-  first.checkpoint_dir = dir.file("ckpt");
-  std::vector<double> first_losses;
-  {
-    auto t = Trainer::create(first, nullptr);
-    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
-    auto s = t.value()->run();
-    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
-    EXPECT_EQ(s->last_step, 10);
-    for (const StepRecord& r : t.value()->history()) first_losses.push_back(r.loss);
-  }
+  ASSERT_TRUE(access(dir.file("ckpt").c_str(), F_OK) != 0);
+  const RunResult b = run_split_at_10(small_config(data), dir.file("ckpt"));
   ASSERT_EQ(access(dir.file("ckpt/step_00000010.ttf").c_str(), R_OK), 0);
-
-  TrainConfig second = small_config(data);
-  second.checkpoint_dir = dir.file("ckpt");
-  second.resume = "latest";
-  auto t2 = Trainer::create(second, nullptr);
-  ASSERT_TRUE(t2.is_ok()) << t2.status().to_string();
-  EXPECT_EQ(t2.value()->step(), 10);
-  auto s2 = t2.value()->run();
-  ASSERT_TRUE(s2.is_ok()) << s2.status().to_string();
-  EXPECT_EQ(s2->first_step, 11);
-  EXPECT_EQ(s2->last_step, 20);
-  const RunResult b = finish(*t2.value(), first_losses);
   expect_bit_identical(a, b);
 }
 
@@ -230,23 +237,7 @@ TEST(TrainerCuda, MatchesCpuAndResumesBitExact) {
   ASSERT_EQ(c.losses.size(), g.losses.size());
   for (size_t i = 0; i < c.losses.size(); ++i) EXPECT_NEAR(g.losses[i], c.losses[i], 2e-4) << "step " << i + 1;
 
-  TrainConfig first = gpu_cfg;
-  first.stop_at = 10;
-  first.checkpoint_dir = dir.file("ckpt");
-  std::vector<double> first_losses;
-  {
-    auto t = Trainer::create(first, nullptr);
-    ASSERT_TRUE(t.is_ok());
-    ASSERT_TRUE(t.value()->run().is_ok());
-    for (const StepRecord& r : t.value()->history()) first_losses.push_back(r.loss);
-  }
-  TrainConfig second = gpu_cfg;
-  second.checkpoint_dir = dir.file("ckpt");
-  second.resume = "latest";
-  auto t2 = Trainer::create(second, nullptr);
-  ASSERT_TRUE(t2.is_ok()) << t2.status().to_string();
-  ASSERT_TRUE(t2.value()->run().is_ok());
-  expect_bit_identical(g, finish(*t2.value(), first_losses));
+  expect_bit_identical(g, run_split_at_10(gpu_cfg, dir.file("ckpt")));
 }
 
 // bf16 compute on the GPU: losses within 0.05 of the fp32 CPU run, and bit-exact resume.
@@ -268,23 +259,7 @@ TEST(TrainerCuda, BFloat16TrainsAndResumesBitExact) {
   const RunResult c = finish(*cpu_run.value()), g = finish(*gpu_run.value());
   for (size_t i = 0; i < c.losses.size(); ++i) EXPECT_NEAR(g.losses[i], c.losses[i], 0.05) << "step " << i + 1;
 
-  TrainConfig first = gpu_cfg;
-  first.stop_at = 10;
-  first.checkpoint_dir = dir.file("ckpt");
-  std::vector<double> first_losses;
-  {
-    auto t = Trainer::create(first, nullptr);
-    ASSERT_TRUE(t.is_ok());
-    ASSERT_TRUE(t.value()->run().is_ok());
-    for (const StepRecord& r : t.value()->history()) first_losses.push_back(r.loss);
-  }
-  TrainConfig second = gpu_cfg;
-  second.checkpoint_dir = dir.file("ckpt");
-  second.resume = "latest";
-  auto t2 = Trainer::create(second, nullptr);
-  ASSERT_TRUE(t2.is_ok()) << t2.status().to_string();
-  ASSERT_TRUE(t2.value()->run().is_ok());
-  expect_bit_identical(g, finish(*t2.value(), first_losses));
+  expect_bit_identical(g, run_split_at_10(gpu_cfg, dir.file("ckpt")));
 }
 
 // A short version of the main job: default model on the default corpus.

@@ -23,54 +23,89 @@ struct Tolerances {
   double final_atol;            // final parameters after 10 steps (f64 only: f32 Adam amplifies rounding)
 };
 
+// The reference's model shape, batch and optimizer settings.
+struct Golden {
+  GptConfig cfg;
+  int B = 0;
+  int64_t BT = 0;
+  AdamWHyper hp;
+  float lr = 0;
+  int steps = 0;
+};
+
+Golden golden_config(const TensorFileReader& ref) {
+  const auto& c = ref.meta().at("config");
+  const auto& o = ref.meta().at("optimizer");
+  Golden g;
+  g.cfg = GptConfig{c.at("V").get<int>(), c.at("L").get<int>(), c.at("C").get<int>(), c.at("H").get<int>(),
+                    c.at("T").get<int>()};
+  g.B = c.at("B").get<int>();
+  g.BT = static_cast<int64_t>(g.B) * g.cfg.seq;
+  g.hp.beta1 = o.at("beta1").get<float>();
+  g.hp.beta2 = o.at("beta2").get<float>();
+  g.hp.eps = o.at("eps").get<float>();
+  g.hp.weight_decay = o.at("weight_decay").get<float>();
+  g.hp.grad_clip = o.at("grad_clip").get<float>();
+  g.lr = o.at("lr").get<float>();
+  g.steps = ref.meta().at("steps").get<int>();
+  return g;
+}
+
+// Fills flat (master dtype M) with the reference's initial parameters in our layout, uploads them and the batch.
+template <typename M>
+void load_reference(const TensorFileReader& ref, Gpt& gpt, std::vector<M>* flat) {
+  flat->assign(static_cast<size_t>(gpt.flat_params().numel()), M(0));
+  for (const ParamInfo& p : gpt.params()) {
+    auto v = ref.read_all<M>("param/" + p.name);
+    ASSERT_TRUE(v.is_ok()) << v.status().to_string();
+    ASSERT_EQ(static_cast<int64_t>(v->size()), p.shape.numel()) << p.name;
+    std::copy(v->begin(), v->end(), flat->begin() + p.offset);
+  }
+  ASSERT_TRUE(gpt.upload_params(flat->data()).is_ok());
+  auto tokens = ref.read_all<int32_t>("tokens");
+  auto targets = ref.read_all<int32_t>("targets");
+  ASSERT_TRUE(tokens.is_ok() && targets.is_ok());
+  Backend& be = gpt.backend();
+  be.copy_h2d(gpt.tokens(), tokens->data(), be.compute_stream());
+  be.copy_h2d(gpt.targets(), targets->data(), be.compute_stream());
+  ASSERT_TRUE(be.compute_stream().synchronize().is_ok());
+}
+
+// Mean of the per-position losses of the last forward (master dtype M).
+template <typename M>
+double mean_loss(Gpt& gpt) {
+  Backend& be = gpt.backend();
+  std::vector<M> losses(static_cast<size_t>(gpt.losses().numel()));
+  be.copy_d2h(losses.data(), gpt.losses(), be.compute_stream());
+  EXPECT_TRUE(be.compute_stream().synchronize().is_ok());
+  double s = 0;
+  for (M l : losses) s += static_cast<double>(l);
+  return s / static_cast<double>(losses.size());
+}
+
 template <typename T>
 void run_golden(const std::string& file, const Tolerances& tol, std::unique_ptr<Backend> be) {
   auto rr = TensorFileReader::open(testing::data_path(file));
   ASSERT_TRUE(rr.is_ok()) << rr.status().to_string();
   const TensorFileReader& ref = rr.value();
-  const auto& c = ref.meta().at("config");
-  const auto& o = ref.meta().at("optimizer");
-  GptConfig cfg{c.at("V").get<int>(), c.at("L").get<int>(), c.at("C").get<int>(), c.at("H").get<int>(),
-                c.at("T").get<int>()};
-  const int B = c.at("B").get<int>();
-  const int64_t BT = static_cast<int64_t>(B) * cfg.seq;
-
-  auto gr = Gpt::create(*be, cfg, B, dtype_of<T>());
+  const Golden g = golden_config(ref);
+  const GptConfig& cfg = g.cfg;
+  const int64_t BT = g.BT;
+  auto gr = Gpt::create(*be, cfg, g.B, dtype_of<T>());
   ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
   Gpt& gpt = *gr.value();
-
-  // Parameters in our flat layout, from the reference's named tensors.
-  std::vector<T> flat(static_cast<size_t>(gpt.flat_params().numel()));
-  for (const ParamInfo& p : gpt.params()) {
-    auto v = ref.read_all<T>("param/" + p.name);
-    ASSERT_TRUE(v.is_ok()) << v.status().to_string();
-    ASSERT_EQ(static_cast<int64_t>(v->size()), p.shape.numel()) << p.name;
-    std::copy(v->begin(), v->end(), flat.begin() + p.offset);
-  }
-  ASSERT_TRUE(gpt.upload_params(flat.data()).is_ok());
-  auto tokens = ref.read_all<int32_t>("tokens");
-  auto targets = ref.read_all<int32_t>("targets");
-  ASSERT_TRUE(tokens.is_ok() && targets.is_ok());
-  be->copy_h2d(gpt.tokens(), tokens->data(), be->compute_stream());
-  be->copy_h2d(gpt.targets(), targets->data(), be->compute_stream());
+  std::vector<T> flat;
+  load_reference<T>(ref, gpt, &flat);
+  if (::testing::Test::HasFatalFailure()) return;
 
   ASSERT_EQ(cfg.padded_vocab(), cfg.vocab) << "the reference has no vocabulary padding";
   auto logits_t = be->pool().allocate({BT, cfg.vocab}, dtype_of<T>(), TensorClass::kWorkspace, "test.logits");
   ASSERT_TRUE(logits_t.is_ok());
-  auto mean_loss = [&]() {
-    std::vector<T> losses(static_cast<size_t>(BT));
-    be->copy_d2h(losses.data(), gpt.losses(), be->compute_stream());
-    EXPECT_TRUE(be->compute_stream().synchronize().is_ok());
-    double s = 0;
-    for (T l : losses) s += static_cast<double>(l);
-    return s / static_cast<double>(BT);
-  };
-
   gpt.forward();
   gpt.compute_logits(logits_t.value());
   std::vector<T> logits(static_cast<size_t>(BT * cfg.vocab));
   be->copy_d2h(logits.data(), logits_t.value(), be->compute_stream());
-  const double loss = mean_loss();
+  const double loss = mean_loss<T>(gpt);
   auto ref_logits = ref.read_all<T>("logits");
   ASSERT_TRUE(ref_logits.is_ok());
   EXPECT_TRUE(testing::all_close("logits", logits, ref_logits.value(), tol.logits_atol, tol.logits_rtol));
@@ -92,23 +127,15 @@ void run_golden(const std::string& file, const Tolerances& tol, std::unique_ptr<
 
   // 10 AdamW steps on the same batch, constant lr, as the reference ran them.
   ASSERT_TRUE(gpt.upload_params(flat.data()).is_ok());
-  AdamWHyper hp;
-  hp.beta1 = o.at("beta1").get<float>();
-  hp.beta2 = o.at("beta2").get<float>();
-  hp.eps = o.at("eps").get<float>();
-  hp.weight_decay = o.at("weight_decay").get<float>();
-  hp.grad_clip = o.at("grad_clip").get<float>();
-  const float lr = o.at("lr").get<float>();
-  auto opt = AdamW::create(*be, gpt.params(), gpt.flat_params(), gpt.flat_grads(), hp);
+  auto opt = AdamW::create(*be, gpt.params(), gpt.flat_params(), gpt.flat_grads(), g.hp);
   ASSERT_TRUE(opt.is_ok()) << opt.status().to_string();
   auto ref_steps = ref.read_all<T>("step_losses");
   ASSERT_TRUE(ref_steps.is_ok());
-  const int steps = ref.meta().at("steps").get<int>();
-  for (int s = 0; s < steps; ++s) {
+  for (int s = 0; s < g.steps; ++s) {
     gpt.forward();
     gpt.backward();
-    opt.value()->step(lr);
-    const double l = mean_loss();
+    opt.value()->step(g.lr);
+    const double l = mean_loss<T>(gpt);
     EXPECT_NEAR(l, static_cast<double>(ref_steps.value()[static_cast<size_t>(s)]), tol.step_loss_atol)
         << "step " << s + 1;
   }
@@ -157,72 +184,44 @@ TEST(GptGolden, BFloat16WithinTolerancesOnCuda) {
   auto rr = TensorFileReader::open(testing::data_path("gpt_golden.ttf"));
   ASSERT_TRUE(rr.is_ok()) << rr.status().to_string();
   const TensorFileReader& ref = rr.value();
-  const auto& c = ref.meta().at("config");
-  const auto& o = ref.meta().at("optimizer");
-  GptConfig cfg{c.at("V").get<int>(), c.at("L").get<int>(), c.at("C").get<int>(), c.at("H").get<int>(),
-                c.at("T").get<int>()};
-  const int B = c.at("B").get<int>();
-  const int64_t BT = static_cast<int64_t>(B) * cfg.seq;
+  const Golden g = golden_config(ref);
   auto be = testing::make_cuda_backend(int64_t(1) << 30);
   ASSERT_NE(be, nullptr);
-  auto gr = Gpt::create(*be, cfg, B, DType::kBF16);
+  auto gr = Gpt::create(*be, g.cfg, g.B, DType::kBF16);
   ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
   Gpt& gpt = *gr.value();
   ASSERT_EQ(gpt.master_dtype(), DType::kF32);
-  std::vector<float> flat(static_cast<size_t>(gpt.flat_params().numel()));
-  for (const ParamInfo& p : gpt.params()) {
-    auto v = ref.read_all<float>("param/" + p.name);
-    ASSERT_TRUE(v.is_ok());
-    std::copy(v->begin(), v->end(), flat.begin() + p.offset);
-  }
-  ASSERT_TRUE(gpt.upload_params(flat.data()).is_ok());
-  auto tokens = ref.read_all<int32_t>("tokens");
-  auto targets = ref.read_all<int32_t>("targets");
-  ASSERT_TRUE(tokens.is_ok() && targets.is_ok());
-  be->copy_h2d(gpt.tokens(), tokens->data(), be->compute_stream());
-  be->copy_h2d(gpt.targets(), targets->data(), be->compute_stream());
-  auto mean_loss = [&]() {
-    std::vector<float> losses(static_cast<size_t>(BT));
-    be->copy_d2h(losses.data(), gpt.losses(), be->compute_stream());
-    EXPECT_TRUE(be->compute_stream().synchronize().is_ok());
-    double s = 0;
-    for (float l : losses) s += l;
-    return s / static_cast<double>(BT);
-  };
+  std::vector<float> flat;
+  load_reference<float>(ref, gpt, &flat);
+  if (::testing::Test::HasFatalFailure()) return;
   gpt.forward();
-  EXPECT_NEAR(mean_loss(), static_cast<double>(ref.read_all<float>("loss").value()[0]), 0.05);
+  EXPECT_NEAR(mean_loss<float>(gpt), static_cast<double>(ref.read_all<float>("loss").value()[0]), 0.05);
   gpt.backward();
   std::vector<float> grads(flat.size());
   ASSERT_TRUE(gpt.download_grads(grads.data()).is_ok());
   for (const ParamInfo& p : gpt.params()) {
-    auto g = ref.read_all<float>("grad/" + p.name);
-    ASSERT_TRUE(g.is_ok());
+    auto ref_grad = ref.read_all<float>("grad/" + p.name);
+    ASSERT_TRUE(ref_grad.is_ok());
     double err = 0, norm = 0;
-    for (size_t i = 0; i < g->size(); ++i) {
-      const double d = static_cast<double>(grads[static_cast<size_t>(p.offset) + i]) - g.value()[i];
+    for (size_t i = 0; i < ref_grad->size(); ++i) {
+      const double d = static_cast<double>(grads[static_cast<size_t>(p.offset) + i]) - ref_grad.value()[i];
       err += d * d;
-      norm += static_cast<double>(g.value()[i]) * g.value()[i];
+      norm += static_cast<double>(ref_grad.value()[i]) * ref_grad.value()[i];
     }
     const double rel = std::sqrt(err / std::max(norm, 1e-30));
     EXPECT_LT(rel, 0.05) << "grad " << p.name << ": relative L2 error " << rel;
     std::printf("bf16 grad %-18s relative L2 error %.4f\n", p.name.c_str(), rel);
   }
   ASSERT_TRUE(gpt.upload_params(flat.data()).is_ok());
-  AdamWHyper hp;
-  hp.beta1 = o.at("beta1").get<float>();
-  hp.beta2 = o.at("beta2").get<float>();
-  hp.eps = o.at("eps").get<float>();
-  hp.weight_decay = o.at("weight_decay").get<float>();
-  hp.grad_clip = o.at("grad_clip").get<float>();
-  auto opt = AdamW::create(*be, gpt.params(), gpt.flat_params(), gpt.flat_grads(), hp, gpt.compute_params());
+  auto opt = AdamW::create(*be, gpt.params(), gpt.flat_params(), gpt.flat_grads(), g.hp, gpt.compute_params());
   ASSERT_TRUE(opt.is_ok());
   auto ref_steps = ref.read_all<float>("step_losses");
   ASSERT_TRUE(ref_steps.is_ok());
-  for (int s = 0; s < ref.meta().at("steps").get<int>(); ++s) {
+  for (int s = 0; s < g.steps; ++s) {
     gpt.forward();
     gpt.backward();
-    opt.value()->step(o.at("lr").get<float>());
-    const double l = mean_loss();
+    opt.value()->step(g.lr);
+    const double l = mean_loss<float>(gpt);
     EXPECT_NEAR(l, static_cast<double>(ref_steps.value()[static_cast<size_t>(s)]), 0.05) << "step " << s + 1;
     std::printf("bf16 step %2d loss %.5f (PyTorch fp32 %.5f)\n", s + 1, l, ref_steps.value()[static_cast<size_t>(s)]);
   }
