@@ -226,8 +226,7 @@ Status Trainer::train_step(StepRecord* rec) {
   const float lr = learning_rate(cfg_, step);
   // Profile every step but the first (warm-up: cuBLAS heuristics, first touches).
   profiler_->set_enabled(cfg_.profile && step_ > 0);
-  gpt_->forward();
-  gpt_->backward();
+  gpt_->forward_backward();
   profiler_->mark("adamw");
   opt_->step(lr);
   // While the GPU works on this step, draw the next batch and start its copy (staging slots alternate, and the

@@ -57,7 +57,15 @@ int64_t gpt_num_params(const GptConfig& cfg) {
 
 DType master_dtype_for(DType compute) { return compute == DType::kBF16 ? DType::kF32 : compute; }
 
-std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt) {
+int64_t Gpt::default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute) {
+  constexpr int64_t kChunkBytes = int64_t(64) << 20;
+  const int64_t rows = static_cast<int64_t>(batch) * cfg.seq;
+  const int64_t fit = kChunkBytes / (static_cast<int64_t>(cfg.padded_vocab()) * static_cast<int64_t>(dtype_size(compute)));
+  if (fit >= rows) return rows;
+  return std::max<int64_t>(64, fit / 64 * 64);
+}
+
+std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows) {
   const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.padded_vocab(), H = cfg.heads, P = gpt_num_params(cfg);
   const DType md = master_dtype_for(dt);
   std::vector<AllocRequest> r;
@@ -90,7 +98,8 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
   add("lnf", {B, T, C}, dt, TensorClass::kActivation);
   add("lnf_mean", {B, T}, md, TensorClass::kActivation);
   add("lnf_rstd", {B, T}, md, TensorClass::kActivation);
-  add("probs", {B, T, V}, dt, TensorClass::kActivation);
+  const int64_t chunk = lm_chunk_rows > 0 ? std::min(lm_chunk_rows, B * T) : default_lm_chunk_rows(cfg, batch, dt);
+  add("logits", {chunk, V}, dt, TensorClass::kWorkspace);
   add("losses", {B, T}, md, TensorClass::kActivation);
   const TensorClass W = TensorClass::kWorkspace;
   add("proj_out", {B, T, C}, dt, W);
@@ -112,12 +121,13 @@ Gpt::~Gpt() {
   for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) be_.pool().free(*it);
 }
 
-Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg, int batch, DType dtype) {
+Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg, int batch, DType dtype,
+                                         int64_t lm_chunk_rows) {
   TT_TRY(cfg.validate());
   TT_RETURN_IF(batch < 1, kInvalidArgument, "--batch must be >= 1, got %d", batch);
   std::unique_ptr<Gpt> g(new Gpt(backend, cfg, batch, dtype));
   std::map<std::string, Tensor> by_name;
-  for (const AllocRequest& req : allocation_list(cfg, batch, dtype)) {
+  for (const AllocRequest& req : allocation_list(cfg, batch, dtype, lm_chunk_rows)) {
     TT_ASSIGN_OR_RETURN(Tensor t, backend.pool().allocate(req.shape, req.dtype, req.cls, req.name));
     g->owned_.push_back(t);
     by_name[req.name] = t;
@@ -149,7 +159,8 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   g->lnf_ = by_name["lnf"];
   g->lnf_mean_ = by_name["lnf_mean"];
   g->lnf_rstd_ = by_name["lnf_rstd"];
-  g->probs_ = by_name["probs"];
+  g->probs_ = by_name["logits"];
+  g->lm_chunk_rows_ = g->probs_.dim(0);
   g->losses_ = by_name["losses"];
   g->proj_out_ = by_name["proj_out"];
   g->dresidual_ = by_name["dresidual"];
@@ -232,7 +243,32 @@ Status Gpt::download_grads(void* host) {
 }
 
 void Gpt::forward() {
-  const int64_t B = batch_, T = cfg_.seq, C = cfg_.dim;
+  forward_blocks();
+  lm_head(/*with_backward=*/false);
+}
+
+void Gpt::backward() {
+  Stream& s = be_.compute_stream();
+  mark("zero_grads");
+  be_.fill_zero(grads_, s);
+  mark("zero_scratch");
+  be_.fill_zero(dln_, s);
+  lm_head(/*with_backward=*/true);
+  backward_blocks();
+}
+
+void Gpt::forward_backward() {
+  forward_blocks();
+  Stream& s = be_.compute_stream();
+  mark("zero_grads");
+  be_.fill_zero(grads_, s);
+  mark("zero_scratch");
+  be_.fill_zero(dln_, s);
+  lm_head(/*with_backward=*/true);
+  backward_blocks();
+}
+
+void Gpt::forward_blocks() {
   const Tensor cp = compute_params();
   const Tensor wte = view_of(cp, 0), wpe = view_of(cp, 1);
   mark("embedding_forward");
@@ -266,11 +302,28 @@ void Gpt::forward() {
   const size_t lnf = layout_.size() - 2;
   mark("layernorm_forward");
   be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, view_of(cp, lnf), view_of(cp, lnf + 1));
-  // LM head tied to wte: logits [B*T, V]; the softmax overwrites them with probabilities in place.
-  mark("matmul_forward lm_head");
-  be_.matmul_forward(probs_, lnf_.reshape({B * T, C}), wte, Tensor());
-  mark("softmax_xent_forward");
-  be_.softmax_xent_forward(losses_, probs_, probs_, targets_, cfg_.vocab);
+}
+
+// LM head tied to wte, over chunks of rows (Note [LM head in chunks]): logits, then in place probabilities and
+// losses; with_backward also turns them into dlogits and adds their contribution to dlnf (dln_) and dwte.
+void Gpt::lm_head(bool with_backward) {
+  const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq, C = cfg_.dim, Vp = cfg_.padded_vocab();
+  const Tensor wte = view_of(compute_params(), 0);
+  for (int64_t r0 = 0; r0 < BT; r0 += lm_chunk_rows_) {
+    const int64_t n = std::min(lm_chunk_rows_, BT - r0);
+    const Tensor logits = probs_.view(0, {n, Vp});
+    const Tensor x = lnf_.view(r0 * C, {n, C});
+    const Tensor tg = targets_.view(r0, {n});
+    mark("matmul_forward lm_head");
+    be_.matmul_forward(logits, x, wte, Tensor());
+    mark("softmax_xent_forward");
+    be_.softmax_xent_forward(losses_.view(r0, {n}), logits, logits, tg, cfg_.vocab);
+    if (!with_backward) continue;
+    mark("softmax_xent_backward");
+    be_.softmax_xent_backward(logits, logits, tg, 1.0f / static_cast<float>(BT), cfg_.vocab);
+    mark("matmul_backward lm_head");
+    be_.matmul_backward(dln_.view(r0 * C, {n, C}), grad(0), Tensor(), logits, x, wte);
+  }
 }
 
 void Gpt::compute_logits(const Tensor& out) {
@@ -279,20 +332,11 @@ void Gpt::compute_logits(const Tensor& out) {
                      Tensor());
 }
 
-void Gpt::backward() {
-  const int64_t B = batch_, T = cfg_.seq, C = cfg_.dim;
+void Gpt::backward_blocks() {
   Stream& s = be_.compute_stream();
-  mark("zero_grads");
-  be_.fill_zero(grads_, s);
   const Tensor cp = compute_params();
-  const Tensor wte = view_of(cp, 0), dwte = grad(0), dwpe = grad(1);
-  // probs -> dlogits in place, for the mean over B*T positions.
-  mark("softmax_xent_backward");
-  be_.softmax_xent_backward(probs_, probs_, targets_, 1.0f / static_cast<float>(B * T), cfg_.vocab);
-  mark("zero_scratch");
-  be_.fill_zero(dln_, s);
-  mark("matmul_backward lm_head");
-  be_.matmul_backward(dln_.reshape({B * T, C}), dwte, Tensor(), probs_, lnf_.reshape({B * T, C}), wte);
+  const Tensor dwte = grad(0), dwpe = grad(1);
+  // dln_ holds d(lnf output) from the LM head.
   mark("zero_scratch");
   be_.fill_zero(dresidual_, s);
   const size_t lnf = layout_.size() - 2;

@@ -66,12 +66,22 @@ struct AllocRequest {
 // master; every change of the master (upload, optimizer step) refreshes the copy.
 DType master_dtype_for(DType compute);
 
+// Note [LM head in chunks]
+// The logits of all B*T positions (B*T*V values: 1.6 GB in bf16 for GPT-2 at batch 16) are never materialised: the
+// LM head runs over chunks of rows, each chunk's logits turned into losses and, when training, at once into the
+// gradients of the final LayerNorm's output and of wte, in one buffer of lm_chunk_rows x padded_vocab.
+
 class Gpt {
  public:
   // Every device buffer a model of this shape and batch needs (parameters, gradients, activations, workspace,
   // inputs), in allocation order. Optimizer state is the optimizer's (model/adamw.h).
-  static std::vector<AllocRequest> allocation_list(const GptConfig& cfg, int batch, DType compute);
-  static Result<std::unique_ptr<Gpt>> create(Backend& backend, const GptConfig& cfg, int batch, DType compute);
+  // lm_chunk_rows: rows of the LM head computed at a time (Note [LM head in chunks]); 0 chooses them.
+  static std::vector<AllocRequest> allocation_list(const GptConfig& cfg, int batch, DType compute,
+                                                   int64_t lm_chunk_rows = 0);
+  static Result<std::unique_ptr<Gpt>> create(Backend& backend, const GptConfig& cfg, int batch, DType compute,
+                                             int64_t lm_chunk_rows = 0);
+  // Rows per LM-head chunk: logits of at most 64 MiB, a multiple of 64 rows, at least 64 (or all rows).
+  static int64_t default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -105,9 +115,11 @@ class Gpt {
   Status download_grads(void* host);
 
   // Enqueue the forward pass (tokens -> losses) and the backward pass (gradients of the mean loss, zeroed first)
-  // on the compute stream. backward() consumes what the last forward() saved.
+  // on the compute stream. backward() consumes what the last forward() saved (and recomputes the LM head's logits,
+  // chunk by chunk); forward_backward() does both without that recomputation, as a training step does.
   void forward();
   void backward();
+  void forward_backward();
   // Enqueues logits [B*T, padded_vocab] of the last forward() into out (tests and sampling; the training path never
   // materialises them separately).
   void compute_logits(const Tensor& out);
@@ -122,6 +134,9 @@ class Gpt {
     Tensor ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
   };
   Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype);
+  void forward_blocks();   // embedding, blocks, final LayerNorm
+  void lm_head(bool with_backward);  // logits, losses (and dlnf, dwte) chunk by chunk
+  void backward_blocks();  // from dlnf (in dln_) down to the embedding
   LayerParams layer_view(const Tensor& flat, int layer) const;
   Tensor view_of(const Tensor& flat, size_t i) const;
   void mark(const char* op) {
@@ -139,6 +154,7 @@ class Gpt {
   Tensor encoded_, lnf_, lnf_mean_, lnf_rstd_, probs_;
   std::vector<LayerActs> acts_;
   OpProfiler* prof_ = nullptr;
+  int64_t lm_chunk_rows_ = 0;
   // workspace
   Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_, dfch_gelu_;
 };

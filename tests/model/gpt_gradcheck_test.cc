@@ -62,5 +62,62 @@ TEST(GptGradcheck, EveryParameterMatchesFiniteDifferences) {
   }
 }
 
+// The LM head in chunks of rows (Note [LM head in chunks]) gives the losses and gradients of the whole-batch head,
+// and forward_backward() those of forward() + backward().
+TEST(GptLmHead, ChunksAndFusedStepMatchTheWholeBatch) {
+  const GptConfig cfg{.vocab = 200, .layers = 1, .dim = 16, .heads = 2, .seq = 12};
+  const int B = 3;  // 36 rows: chunks of 7 leave a remainder of 1
+  auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
+  Rng rng(7);
+  std::vector<int32_t> tokens(B * cfg.seq), targets(B * cfg.seq);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.uniform_int(cfg.vocab));
+  for (auto& t : targets) t = static_cast<int32_t>(rng.uniform_int(cfg.vocab));
+  std::vector<double> params;
+  auto run = [&](int64_t chunk_rows, bool fused, std::vector<double>* losses, std::vector<double>* grads) {
+    auto gr = Gpt::create(*be, cfg, B, DType::kF64, chunk_rows);
+    ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
+    Gpt& gpt = *gr.value();
+    if (params.empty()) {
+      params.resize(static_cast<size_t>(gpt.flat_params().numel()));
+      for (auto& p : params) p = 0.2 * rng.normal();
+    }
+    ASSERT_TRUE(gpt.upload_params(params.data()).is_ok());
+    be->copy_h2d(gpt.tokens(), tokens.data(), be->compute_stream());
+    be->copy_h2d(gpt.targets(), targets.data(), be->compute_stream());
+    if (fused) {
+      gpt.forward_backward();
+    } else {
+      gpt.forward();
+      gpt.backward();
+    }
+    losses->resize(static_cast<size_t>(B * cfg.seq));
+    grads->resize(params.size());
+    be->copy_d2h(losses->data(), gpt.losses(), be->compute_stream());
+    ASSERT_TRUE(gpt.download_grads(grads->data()).is_ok());
+  };
+  std::vector<double> l_full, g_full, l_chunk, g_chunk, l_fused, g_fused;
+  run(0, false, &l_full, &g_full);
+  run(7, false, &l_chunk, &g_chunk);
+  run(7, true, &l_fused, &g_fused);
+  EXPECT_EQ(Gpt::default_lm_chunk_rows(cfg, B, DType::kF64), B * cfg.seq);
+  EXPECT_TRUE(testing::all_close("losses, chunked", l_chunk, l_full, 1e-13, 1e-12));
+  EXPECT_TRUE(testing::all_close("grads, chunked", g_chunk, g_full, 1e-13, 1e-10));
+  EXPECT_TRUE(testing::all_close("losses, fused step", l_fused, l_chunk, 0, 0));
+  EXPECT_TRUE(testing::all_close("grads, fused step", g_fused, g_chunk, 0, 0));
+}
+
+TEST(GptLmHead, DefaultChunksBoundTheLogitsBuffer) {
+  const GptConfig gpt2{.vocab = 50257, .layers = 12, .dim = 768, .heads = 12, .seq = 1024};
+  EXPECT_EQ(gpt2.padded_vocab(), 50304);
+  const int64_t rows = Gpt::default_lm_chunk_rows(gpt2, 16, DType::kBF16);
+  EXPECT_EQ(rows % 64, 0);
+  EXPECT_LE(rows * gpt2.padded_vocab() * 2, int64_t(64) << 20);
+  EXPECT_GE(rows, 64);
+  for (const AllocRequest& r : Gpt::allocation_list(gpt2, 16, DType::kBF16))
+    if (r.name == "logits") {
+      EXPECT_EQ(r.shape.numel(), rows * gpt2.padded_vocab());
+    }
+}
+
 }  // namespace
 }  // namespace tt
