@@ -37,7 +37,8 @@ struct TrainConfig {
   uint64_t seed = 1337;
 
   std::string backend = "auto";  // auto | cpu | cuda
-  std::string dtype = "auto";    // auto | f32 | bf16 (compute dtype; auto: bf16 on a GPU, f32 on the CPU)
+  std::string dtype = "auto";
+  std::string plan = "in-core";  // in-core | recompute (Note [recompute] in model/gpt.h)    // auto | f32 | bf16 (compute dtype; auto: bf16 on a GPU, f32 on the CPU)
   int64_t device_budget = 0;     // bytes; 0 = automatic
   int threads = 0;
 

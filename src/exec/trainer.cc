@@ -51,7 +51,7 @@ std::vector<AllocRequest> input_staging_list(int batch, int seq) {
   return {AllocRequest{"input.next", {2, batch, seq}, DType::kI32, TensorClass::kInput}};
 }
 
-MemoryNeed in_core_memory_need(const GptConfig& model, int batch, DType dtype) {
+MemoryNeed memory_need(const GptConfig& model, int batch, DType dtype, const GptOptions& options) {
   MemoryNeed need;
   auto add = [&](const std::vector<AllocRequest>& reqs) {
     for (const AllocRequest& r : reqs) {
@@ -61,7 +61,7 @@ MemoryNeed in_core_memory_need(const GptConfig& model, int batch, DType dtype) {
       need.total += bytes;
     }
   };
-  add(Gpt::allocation_list(model, batch, dtype));
+  add(Gpt::allocation_list(model, batch, dtype, options));
   add(AdamW::allocation_list(gpt_num_params(model), master_dtype_for(dtype)));
   add(input_staging_list(batch, model.seq));
   return need;
@@ -115,7 +115,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   if (cfg.dtype == "bf16" || (cfg.dtype == "auto" && backend == "cuda")) dtype = DType::kBF16;
   TT_RETURN_IF(dtype == DType::kBF16 && backend == "cpu", kInvalidArgument,
                "--dtype bf16: the CPU backend computes in f32 (use --dtype f32 or auto)");
-  MemoryNeed need = in_core_memory_need(cfg.model, cfg.batch, dtype);
+  GptOptions model_options;
+  model_options.recompute = cfg.plan == "recompute";
+  MemoryNeed need = memory_need(cfg.model, cfg.batch, dtype, model_options);
   int64_t budget = cfg.device_budget;
 #ifdef TIERTRAIN_HAVE_CUDA
   if (backend == "cuda") {
@@ -131,9 +133,11 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   // On the CPU the arena is reserved address space, touched only as it is used: half the RAM costs nothing.
   if (budget == 0) budget = std::max<int64_t>(cpu::physical_memory_bytes() / 2, need.total);
   TT_RETURN_IF(need.total > budget, kOutOfMemory,
-               "the model does not fit the device budget even in-core: it needs %s (%s) but the budget is %s "
-               "(--device-budget). Raise --device-budget, or reduce --batch, --seq, --dim or --layers",
-               format_bytes(need.total).c_str(), need.describe().c_str(), format_bytes(budget).c_str());
+               "the model does not fit the device budget %s: it needs %s (%s) but the budget is %s "
+               "(--device-budget). Raise --device-budget, use --plan recompute, or reduce --batch, --seq, --dim or "
+               "--layers",
+               model_options.recompute ? "with --plan recompute" : "even in-core", format_bytes(need.total).c_str(),
+               need.describe().c_str(), format_bytes(budget).c_str());
 #ifdef TIERTRAIN_HAVE_CUDA
   if (backend == "cuda") {
     TT_ASSIGN_OR_RETURN(t->backend_, cuda::create_backend({.device = 0, .device_budget = budget}));
@@ -143,7 +147,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     TT_ASSIGN_OR_RETURN(t->backend_, cpu::create_backend({.device_budget = budget, .threads = cfg.threads}));
   }
 
-  TT_ASSIGN_OR_RETURN(t->gpt_, Gpt::create(*t->backend_, cfg.model, cfg.batch, dtype));
+  TT_ASSIGN_OR_RETURN(t->gpt_, Gpt::create(*t->backend_, cfg.model, cfg.batch, dtype, model_options));
   TT_TRY(t->gpt_->init_params(cfg.seed));
   AdamWHyper hp;
   hp.beta1 = cfg.beta1;
@@ -296,11 +300,11 @@ Result<TrainSummary> Trainer::run() {
   TrainSummary summary;
   summary.first_step = step_ + 1;
   print("%s\n", dataset_.describe().c_str());
-  print("model: GPT L%d d%d H%d T%d vocab %d, %lld parameters, %s compute (%s master) | batch %lld (%lld "
-        "tokens/step) | %s\n",
+  print("model: GPT L%d d%d H%d T%d vocab %d, %lld parameters, %s compute (%s master), plan %s | batch %lld "
+        "(%lld tokens/step) | %s\n",
         cfg_.model.layers, cfg_.model.dim, cfg_.model.heads, cfg_.model.seq, cfg_.model.vocab,
         static_cast<long long>(gpt_num_params(cfg_.model)), dtype_name(gpt_->dtype()),
-        dtype_name(gpt_->master_dtype()), static_cast<long long>(B), static_cast<long long>(B * T),
+        dtype_name(gpt_->master_dtype()), cfg_.plan.c_str(), static_cast<long long>(B), static_cast<long long>(B * T),
         backend_->describe().c_str());
   if (step_ >= end) {
     print("nothing to do: already at step %lld of %lld\n", static_cast<long long>(step_),

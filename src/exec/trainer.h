@@ -55,14 +55,15 @@ struct TrainSummary {
   int64_t device_peak_bytes = 0;
 };
 
-// Device bytes a run of this configuration needs in-core, per tensor class (each request rounded to the pool's
+// Device bytes a run of this configuration needs (every tensor on the device; with recompute, one block's
+// activations plus the block outputs), per tensor class (each request rounded to the pool's
 // alignment), for the up-front budget check and the error message.
 struct MemoryNeed {
   int64_t per_class[kNumTensorClasses] = {};
   int64_t total = 0;
   std::string describe() const;
 };
-MemoryNeed in_core_memory_need(const GptConfig& model, int batch, DType dtype);
+MemoryNeed memory_need(const GptConfig& model, int batch, DType dtype, const GptOptions& options = {});
 // The trainer's own device buffers: the next batch's inputs (Note [input staging] in exec/trainer.h).
 std::vector<AllocRequest> input_staging_list(int batch, int seq);
 

@@ -65,7 +65,7 @@ int64_t Gpt::default_lm_chunk_rows(const GptConfig& cfg, int batch, DType comput
   return std::max<int64_t>(64, fit / 64 * 64);
 }
 
-std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows) {
+std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
   const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.padded_vocab(), H = cfg.heads, P = gpt_num_params(cfg);
   const DType md = master_dtype_for(dt);
   std::vector<AllocRequest> r;
@@ -78,8 +78,8 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
   add("tokens", {B, T}, DType::kI32, TensorClass::kInput);
   add("targets", {B, T}, DType::kI32, TensorClass::kInput);
   add("encoded", {B, T, C}, dt, TensorClass::kActivation);
-  for (int l = 0; l < cfg.layers; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
+  // A block's activations: one set per block, or with recompute one shared set plus each block's output.
+  auto add_block = [&](const std::string& p, int l, bool with_output) {
     const TensorClass A = TensorClass::kActivation;
     add(p + "ln1", {B, T, C}, dt, A, l);
     add(p + "ln1_mean", {B, T}, md, A, l);
@@ -93,12 +93,22 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
     add(p + "ln2_rstd", {B, T}, md, A, l);
     add(p + "fch", {B, T, 4 * C}, dt, A, l);
     add(p + "fch_gelu", {B, T, 4 * C}, dt, A, l);
-    add(p + "res3", {B, T, C}, dt, A, l);
+    if (with_output) add(p + "res3", {B, T, C}, dt, A, l);
+  };
+  if (options.recompute) add_block("recompute.", -1, /*with_output=*/false);
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    if (options.recompute) {
+      add(p + "res3", {B, T, C}, dt, TensorClass::kActivation, l);
+    } else {
+      add_block(p, l, /*with_output=*/true);
+    }
   }
   add("lnf", {B, T, C}, dt, TensorClass::kActivation);
   add("lnf_mean", {B, T}, md, TensorClass::kActivation);
   add("lnf_rstd", {B, T}, md, TensorClass::kActivation);
-  const int64_t chunk = lm_chunk_rows > 0 ? std::min(lm_chunk_rows, B * T) : default_lm_chunk_rows(cfg, batch, dt);
+  const int64_t chunk = options.lm_chunk_rows > 0 ? std::min(options.lm_chunk_rows, B * T)
+                                                 : default_lm_chunk_rows(cfg, batch, dt);
   add("logits", {chunk, V}, dt, TensorClass::kWorkspace);
   add("losses", {B, T}, md, TensorClass::kActivation);
   const TensorClass W = TensorClass::kWorkspace;
@@ -122,12 +132,12 @@ Gpt::~Gpt() {
 }
 
 Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg, int batch, DType dtype,
-                                         int64_t lm_chunk_rows) {
+                                         const GptOptions& options) {
   TT_TRY(cfg.validate());
   TT_RETURN_IF(batch < 1, kInvalidArgument, "--batch must be >= 1, got %d", batch);
   std::unique_ptr<Gpt> g(new Gpt(backend, cfg, batch, dtype));
   std::map<std::string, Tensor> by_name;
-  for (const AllocRequest& req : allocation_list(cfg, batch, dtype, lm_chunk_rows)) {
+  for (const AllocRequest& req : allocation_list(cfg, batch, dtype, options)) {
     TT_ASSIGN_OR_RETURN(Tensor t, backend.pool().allocate(req.shape, req.dtype, req.cls, req.name));
     g->owned_.push_back(t);
     by_name[req.name] = t;
@@ -139,8 +149,10 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   g->targets_ = by_name["targets"];
   g->encoded_ = by_name["encoded"];
   g->acts_.resize(static_cast<size_t>(cfg.layers));
+  g->recompute_ = options.recompute;
   for (int l = 0; l < cfg.layers; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
+    const std::string own = "h." + std::to_string(l) + ".";
+    const std::string p = options.recompute ? "recompute." : own;
     LayerActs& a = g->acts_[static_cast<size_t>(l)];
     a.ln1 = by_name[p + "ln1"];
     a.ln1_mean = by_name[p + "ln1_mean"];
@@ -154,7 +166,7 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
     a.ln2_rstd = by_name[p + "ln2_rstd"];
     a.fch = by_name[p + "fch"];
     a.fch_gelu = by_name[p + "fch_gelu"];
-    a.res3 = by_name[p + "res3"];
+    a.res3 = by_name[own + "res3"];
   }
   g->lnf_ = by_name["lnf"];
   g->lnf_mean_ = by_name["lnf_mean"];
@@ -275,33 +287,38 @@ void Gpt::forward_blocks() {
   be_.embedding_forward(encoded_, tokens_, wte, wpe);
   Tensor x = encoded_;
   for (int l = 0; l < cfg_.layers; ++l) {
-    const LayerParams w = layer_view(cp, l);
-    LayerActs& a = acts_[static_cast<size_t>(l)];
-    mark("layernorm_forward");
-    be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b);
-    mark("matmul_forward qkv");
-    be_.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb);
-    mark("attention_forward");
-    be_.attention_forward(a.atty, a.att, a.qkv, cfg_.heads);
-    mark("matmul_forward attn.proj");
-    be_.matmul_forward(proj_out_, a.atty, w.projw, w.projb);
-    mark("residual_forward");
-    be_.residual_forward(a.res2, x, proj_out_);
-    mark("layernorm_forward");
-    be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b);
-    mark("matmul_forward mlp.fc");
-    be_.matmul_forward(a.fch, a.ln2, w.fcw, w.fcb);
-    mark("gelu_forward");
-    be_.gelu_forward(a.fch_gelu, a.fch);
-    mark("matmul_forward mlp.proj");
-    be_.matmul_forward(proj_out_, a.fch_gelu, w.fcprojw, w.fcprojb);
-    mark("residual_forward");
-    be_.residual_forward(a.res3, a.res2, proj_out_);
-    x = a.res3;
+    forward_layer(l, x);
+    x = acts_[static_cast<size_t>(l)].res3;
   }
+  shared_holds_ = recompute_ ? cfg_.layers - 1 : -1;
   const size_t lnf = layout_.size() - 2;
   mark("layernorm_forward");
   be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, view_of(cp, lnf), view_of(cp, lnf + 1));
+}
+
+void Gpt::forward_layer(int l, const Tensor& x) {
+  const LayerParams w = layer_view(compute_params(), l);
+  LayerActs& a = acts_[static_cast<size_t>(l)];
+  mark("layernorm_forward");
+  be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b);
+  mark("matmul_forward qkv");
+  be_.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb);
+  mark("attention_forward");
+  be_.attention_forward(a.atty, a.att, a.qkv, cfg_.heads);
+  mark("matmul_forward attn.proj");
+  be_.matmul_forward(proj_out_, a.atty, w.projw, w.projb);
+  mark("residual_forward");
+  be_.residual_forward(a.res2, x, proj_out_);
+  mark("layernorm_forward");
+  be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b);
+  mark("matmul_forward mlp.fc");
+  be_.matmul_forward(a.fch, a.ln2, w.fcw, w.fcb);
+  mark("gelu_forward");
+  be_.gelu_forward(a.fch_gelu, a.fch);
+  mark("matmul_forward mlp.proj");
+  be_.matmul_forward(proj_out_, a.fch_gelu, w.fcprojw, w.fcprojb);
+  mark("residual_forward");
+  be_.residual_forward(a.res3, a.res2, proj_out_);
 }
 
 // LM head tied to wte, over chunks of rows (Note [LM head in chunks]): logits, then in place probabilities and
@@ -348,6 +365,11 @@ void Gpt::backward_blocks() {
     const LayerParams g = layer_view(grads_, l);
     const LayerActs& a = acts_[static_cast<size_t>(l)];
     const Tensor x = l == 0 ? encoded_ : acts_[static_cast<size_t>(l) - 1].res3;
+    if (recompute_ && shared_holds_ != l) {
+      // Note [recompute]: rebuild this block's activations from its input. It rewrites res3 with the same bits.
+      forward_layer(l, x);
+      shared_holds_ = l;
+    }
     // MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
     mark("zero_scratch");
     be_.fill_zero(dfch_gelu_, s);

@@ -71,15 +71,23 @@ DType master_dtype_for(DType compute);
 // LM head runs over chunks of rows, each chunk's logits turned into losses and, when training, at once into the
 // gradients of the final LayerNorm's output and of wte, in one buffer of lm_chunk_rows x padded_vocab.
 
+// How a model keeps its activations.
+struct GptOptions {
+  int64_t lm_chunk_rows = 0;  // rows per LM-head chunk (Note [LM head in chunks]); 0 chooses
+  // Note [recompute]: keep only each block's output (its successor's input) and rebuild the block's other
+  // activations from its input right before the block's backward, in one activation set shared by all blocks.
+  // The same kernels on the same inputs give the same bits, so training is bit-identical to keeping everything.
+  bool recompute = false;
+};
+
 class Gpt {
  public:
   // Every device buffer a model of this shape and batch needs (parameters, gradients, activations, workspace,
   // inputs), in allocation order. Optimizer state is the optimizer's (model/adamw.h).
-  // lm_chunk_rows: rows of the LM head computed at a time (Note [LM head in chunks]); 0 chooses them.
   static std::vector<AllocRequest> allocation_list(const GptConfig& cfg, int batch, DType compute,
-                                                   int64_t lm_chunk_rows = 0);
+                                                   const GptOptions& options = {});
   static Result<std::unique_ptr<Gpt>> create(Backend& backend, const GptConfig& cfg, int batch, DType compute,
-                                             int64_t lm_chunk_rows = 0);
+                                             const GptOptions& options = {});
   // Rows per LM-head chunk: logits of at most 64 MiB, a multiple of 64 rows, at least 64 (or all rows).
   static int64_t default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute);
   ~Gpt();
@@ -135,6 +143,7 @@ class Gpt {
   };
   Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype);
   void forward_blocks();   // embedding, blocks, final LayerNorm
+  void forward_layer(int l, const Tensor& x);  // block l from its input x
   void lm_head(bool with_backward);  // logits, losses (and dlnf, dwte) chunk by chunk
   void backward_blocks();  // from dlnf (in dln_) down to the embedding
   LayerParams layer_view(const Tensor& flat, int layer) const;
@@ -155,6 +164,8 @@ class Gpt {
   std::vector<LayerActs> acts_;
   OpProfiler* prof_ = nullptr;
   int64_t lm_chunk_rows_ = 0;
+  bool recompute_ = false;
+  int shared_holds_ = -1;  // with recompute: the block whose activations the shared set holds
   // workspace
   Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_, dfch_gelu_;
 };

@@ -141,7 +141,7 @@ TEST(Trainer, ModelTooLargeForBudgetIsRefusedUpFront) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
   TrainConfig tc = small_config(data);
-  const MemoryNeed need = in_core_memory_need(tc.model, tc.batch, DType::kF32);
+  const MemoryNeed need = memory_need(tc.model, tc.batch, DType::kF32);
   tc.device_budget = need.total - 1;
   auto t = Trainer::create(tc, nullptr);
   ASSERT_FALSE(t.is_ok());
@@ -162,6 +162,41 @@ TEST(Trainer, ModelTooLargeForBudgetIsRefusedUpFront) {
   ASSERT_TRUE(ok.value()->run().is_ok());
   EXPECT_LE(ok.value()->backend().pool().peak_in_use(), static_cast<size_t>(tc.device_budget));
   EXPECT_EQ(static_cast<int64_t>(ok.value()->backend().pool().peak_in_use()), need.total);
+}
+
+// DESIGN.md invariant 1 for the first placement: rebuilding activations gives the same bits as keeping them, with
+// less device memory; a budget that only the recompute plan fits is refused in-core with a hint, then trains.
+TEST(Trainer, RecomputePlanIsBitIdenticalWithLessMemory) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  TrainConfig in_core = small_config(data);
+  in_core.model.layers = 3;
+  TrainConfig recompute = in_core;
+  recompute.plan = "recompute";
+  const MemoryNeed need_in = memory_need(in_core.model, in_core.batch, DType::kF32);
+  const MemoryNeed need_re = memory_need(recompute.model, recompute.batch, DType::kF32, GptOptions{.recompute = true});
+  const int A = static_cast<int>(TensorClass::kActivation);
+  EXPECT_LT(need_re.per_class[A], need_in.per_class[A] / 2) << "3 blocks kept vs 1 block + 3 outputs";
+
+  auto a = Trainer::create(in_core, nullptr);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_TRUE(a.value()->run().is_ok());
+  recompute.device_budget = need_re.total;  // exactly what it needs: in-core cannot fit
+  auto b = Trainer::create(recompute, nullptr);
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  ASSERT_TRUE(b.value()->run().is_ok());
+  expect_bit_identical(finish(*a.value()), finish(*b.value()));
+  EXPECT_LE(b.value()->backend().pool().peak_in_use(), static_cast<size_t>(need_re.total));
+  EXPECT_LT(b.value()->backend().pool().peak_in_use(), a.value()->backend().pool().peak_in_use());
+
+  TrainConfig too_small = in_core;
+  too_small.device_budget = need_re.total;
+  auto refused = Trainer::create(too_small, nullptr);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("--plan recompute"), std::string::npos) << refused.status().message();
+
+  // And it resumes bit for bit.
+  expect_bit_identical(finish(*b.value()), run_split_at_10(recompute, dir.file("ckpt")));
 }
 
 TEST(Trainer, NoDeviceAllocationAfterSetup) {
