@@ -50,6 +50,14 @@ Status write_text_atomic(const std::string& path, const std::string& text) {
     ::unlink(tmp.c_str());
     return make_status(StatusCode::kIoError, "writing '%s' failed: %s", path.c_str(), std::strerror(ok ? errno : err));
   }
+  // The rename is durable once the directory is.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
   return Status::ok();
 }
 
@@ -157,14 +165,14 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
                                         AdamW& opt) {
   TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
   const nlohmann::json& meta = r.meta();
-  TT_RETURN_IF(meta.value("format", "") != kFormat, kDataLoss, "'%s' is a tensor file but not a tiertrain checkpoint",
-               path.c_str());
-  TT_RETURN_IF(meta.value("version", 0) != kVersion, kFailedPrecondition,
-               "checkpoint '%s' has format version %d; this build reads version %d", path.c_str(),
-               meta.value("version", 0), kVersion);
   CheckpointState st;
   int64_t opt_step = 0;
   try {
+    TT_RETURN_IF(!meta.is_object() || !meta.contains("format") || meta.at("format") != kFormat, kDataLoss,
+                 "'%s' is a tensor file but not a tiertrain checkpoint", path.c_str());
+    TT_RETURN_IF(!meta.contains("version") || meta.at("version") != kVersion, kFailedPrecondition,
+                 "checkpoint '%s' has format version %s; this build reads version %d", path.c_str(),
+                 meta.contains("version") ? meta.at("version").dump().c_str() : "(none)", kVersion);
     const auto& m = meta.at("model");
     st.model = GptConfig{m.at("vocab").get<int>(), m.at("layers").get<int>(), m.at("dim").get<int>(),
                          m.at("heads").get<int>(), m.at("seq").get<int>()};
@@ -214,6 +222,18 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
   if (st.seed != expected.seed)
     TT_LOG(WARN, CKPT, "checkpoint was written with --seed %llu, resuming with %llu: the data order changes",
            static_cast<unsigned long long>(st.seed), static_cast<unsigned long long>(expected.seed));
+  if (st.data_path != expected.data_path)
+    TT_LOG(WARN, CKPT, "checkpoint was written with --data '%s', resuming with '%s' (same tokens)",
+           st.data_path.c_str(), expected.data_path.c_str());
+  // Knobs whose change keeps the run going but not bit for bit.
+  for (const char* k : {"dtype", "backend", "threads", "steps", "plan", "lr", "warmup", "min_lr_frac"}) {
+    if (!st.config.is_object() || !expected.config.is_object() || !st.config.contains(k) ||
+        !expected.config.contains(k))
+      continue;
+    if (st.config.at(k) != expected.config.at(k))
+      TT_LOG(WARN, CKPT, "checkpoint was written with %s=%s, resuming with %s: the run will not be bit-identical to "
+             "one that never stopped", k, st.config.at(k).dump().c_str(), expected.config.at(k).dump().c_str());
+  }
 
   const DType md = gpt.master_dtype();
   const size_t esize = dtype_size(md);

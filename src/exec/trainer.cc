@@ -120,18 +120,30 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   MemoryNeed need = memory_need(cfg.model, cfg.batch, dtype, model_options);
   int64_t budget = cfg.device_budget;
 #ifdef TIERTRAIN_HAVE_CUDA
+  int64_t cuda_scratch = 0;
   if (backend == "cuda") {
     // The backend's own cuBLAS workspace and scratch come out of the budget too.
-    need.per_class[static_cast<int>(TensorClass::kWorkspace)] += cuda::kReservedBytes;
-    need.total += cuda::kReservedBytes;
+    cuda_scratch = cuda::scratch_bytes_for(cfg.model.seq, static_cast<int64_t>(cfg.batch) * cfg.model.seq,
+                                           dtype_size(dtype));
+    need.per_class[static_cast<int>(TensorClass::kWorkspace)] += cuda::reserved_bytes(cuda_scratch);
+    need.total += cuda::reserved_bytes(cuda_scratch);
     // Automatic budget on a GPU: what the run needs plus 5%, never more than the free memory less a headroom (the
     // arena is one cudaMalloc, so a generous default would take memory other processes may need).
-    if (budget == 0)
-      budget = std::min(gpu.free_bytes - cuda::kAutoBudgetHeadroomBytes, need.total + need.total / 20);
+    if (budget == 0) {
+      const int64_t usable = gpu.free_bytes - cuda::kAutoBudgetHeadroomBytes;
+      TT_RETURN_IF(need.total + need.total / 20 > usable, kOutOfMemory,
+                   "the run needs %s of device memory (%s) but %s has %s free, of which %s stays free for the "
+                   "CUDA context and other processes; reduce --batch, --seq, --dim or --layers, or use --plan "
+                   "recompute",
+                   format_bytes(need.total).c_str(), need.describe().c_str(), gpu.name.c_str(),
+                   format_bytes(gpu.free_bytes).c_str(), format_bytes(cuda::kAutoBudgetHeadroomBytes).c_str());
+      budget = need.total + need.total / 20;
+    }
   }
 #endif
-  // On the CPU the arena is reserved address space, touched only as it is used: half the RAM costs nothing.
-  if (budget == 0) budget = std::max<int64_t>(cpu::physical_memory_bytes() / 2, need.total);
+  // On the CPU the arena is reserved address space, touched only as it is used; the automatic budget is half the
+  // RAM, so a run that would need more is refused here rather than killed later.
+  if (budget == 0) budget = cpu::physical_memory_bytes() / 2;
   TT_RETURN_IF(need.total > budget, kOutOfMemory,
                "the model does not fit the device budget %s: it needs %s (%s) but the budget is %s "
                "(--device-budget). Raise --device-budget, use --plan recompute, or reduce --batch, --seq, --dim or "
@@ -140,7 +152,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                need.describe().c_str(), format_bytes(budget).c_str());
 #ifdef TIERTRAIN_HAVE_CUDA
   if (backend == "cuda") {
-    TT_ASSIGN_OR_RETURN(t->backend_, cuda::create_backend({.device = 0, .device_budget = budget}));
+    TT_ASSIGN_OR_RETURN(t->backend_,
+                        cuda::create_backend({.device = 0, .device_budget = budget, .scratch_bytes = cuda_scratch}));
   }
 #endif
   if (!t->backend_) {
@@ -193,6 +206,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     expected.seed = cfg.seed;
     expected.data_path = cfg.data;
     expected.data_fingerprint = t->dataset_.info().fingerprint;
+    expected.config = cfg.resolved;
     auto loaded = load_checkpoint(path, expected, *t->gpt_, *t->opt_);
     if (!loaded.is_ok()) return std::move(loaded.take_status().with_context("cannot resume"));
     const CheckpointState& st = loaded.value();
@@ -228,8 +242,9 @@ Status Trainer::train_step(StepRecord* rec) {
   be.compute_stream().record(*input_consumed_);
   const int64_t step = step_ + 1;
   const float lr = learning_rate(cfg_, step);
-  // Profile every step but the first (warm-up: cuBLAS heuristics, first touches).
-  profiler_->set_enabled(cfg_.profile && step_ > 0);
+  // Profile every step but the first this process runs (warm-up: cuBLAS heuristics, first touches); only the
+  // training step itself (evaluation and checkpoints run with the profiler off).
+  profiler_->set_enabled(cfg_.profile && !history_.empty());
   gpt_->forward_backward();
   profiler_->mark("adamw");
   opt_->step(lr);
@@ -237,6 +252,7 @@ Status Trainer::train_step(StepRecord* rec) {
   // slot written now was last read by a copy that finished before the previous step's end).
   TT_TRY(prefetch());
   TT_TRY(profiler_->collect());
+  profiler_->set_enabled(false);
   float norm_sq = 0;
   be.copy_d2h(host_losses_.data(), gpt_->losses(), be.compute_stream());
   be.copy_d2h(&norm_sq, opt_->grad_norm_sq(), be.compute_stream());

@@ -12,7 +12,8 @@
 //  - blocks belong to the compute stream, where all allocations are used in stream order; a block also used on
 //    another stream is named with record_stream(), and its free() then records an event on each such stream and
 //    keeps the block out of the free lists until those events have completed (c10's recordStream): a later
-//    allocation never reuses memory another stream may still read or write.
+//    allocation never reuses memory another stream may still read or write. The contract, as in c10: whoever gets
+//    a block from allocate() first uses it on the compute stream, or on a stream that waits for the compute stream.
 //
 //   DevicePool pool(region, budget, Device{}, &stats);
 //   TT_ASSIGN_OR_RETURN(Tensor t, pool.allocate({B, T, C}, DType::kF32, TensorClass::kActivation, "h.0.ln1"));

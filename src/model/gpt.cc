@@ -62,7 +62,7 @@ int64_t Gpt::default_lm_chunk_rows(const GptConfig& cfg, int batch, DType comput
   const int64_t rows = static_cast<int64_t>(batch) * cfg.seq;
   const int64_t fit = kChunkBytes / (static_cast<int64_t>(cfg.padded_vocab()) * static_cast<int64_t>(dtype_size(compute)));
   if (fit >= rows) return rows;
-  return std::max<int64_t>(64, fit / 64 * 64);
+  return std::min(rows, std::max<int64_t>(64, fit / 64 * 64));
 }
 
 std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/tensorfile.h"
 #include "exec/checkpoint.h"
 #include "model/adamw.h"
 #include "model/gpt.h"
@@ -116,6 +117,22 @@ TEST(Checkpoint, TruncatedAndCorruptFilesAreNamed) {
   auto junk = load_checkpoint(dir.file("junk.ttf"), a.state, *b.gpt, *b.opt);
   ASSERT_FALSE(junk.is_ok());
   EXPECT_NE(junk.status().message().find("not a tiertrain tensor file"), std::string::npos);
+}
+
+TEST(Checkpoint, TensorFileThatIsNotACheckpointIsAnError) {
+  TempDir dir;
+  Fixture b;
+  for (const char* meta : {R"({"format": 1})", R"([1, 2])", R"({"format": "tiertrain-checkpoint", "version": "x"})"}) {
+    TensorFileWriter w;
+    w.set_meta(nlohmann::json::parse(meta));
+    float x = 1.0f;
+    w.add("x", DType::kF32, {1}, &x);
+    ASSERT_TRUE(w.write_atomic(dir.file("other.ttf")).is_ok());
+    auto st = load_checkpoint(dir.file("other.ttf"), b.state, *b.gpt, *b.opt);
+    ASSERT_FALSE(st.is_ok()) << meta;
+    EXPECT_TRUE(st.status().code() == StatusCode::kDataLoss || st.status().code() == StatusCode::kFailedPrecondition)
+        << st.status().to_string();
+  }
 }
 
 TEST(Checkpoint, MismatchesAreNamed) {

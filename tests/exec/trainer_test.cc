@@ -199,6 +199,18 @@ TEST(Trainer, RecomputePlanIsBitIdenticalWithLessMemory) {
   expect_bit_identical(finish(*b.value()), run_split_at_10(recompute, dir.file("ckpt")));
 }
 
+TEST(Trainer, AutomaticCpuBudgetRefusesAModelLargerThanHalfTheMemory) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
+  TrainConfig tc = small_config(data);
+  tc.device_budget = 0;  // automatic: half the RAM
+  tc.model = GptConfig{.vocab = 256, .layers = 64, .dim = 8192, .heads = 64, .seq = 32};  // ~51.5G parameters
+  auto t = Trainer::create(tc, nullptr);
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(t.status().message().find("does not fit the device budget"), std::string::npos) << t.status().message();
+}
+
 TEST(Trainer, NoDeviceAllocationAfterSetup) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));

@@ -85,8 +85,8 @@ void dispatch_x(DType dtype, const char* op, F&& f) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, void* region, int64_t budget, size_t capacity, std::string name)
-      : device_(device), region_(region), name_(std::move(name)),
+  CudaBackend(int device, void* region, int64_t budget, size_t capacity, int64_t scratch_bytes, std::string name)
+      : device_(device), region_(region), name_(std::move(name)), scratch_request_(scratch_bytes),
         pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCuda, device}, &stats_, capacity,
               [this] { return create_event(false); }),
         compute_("compute"),
@@ -100,8 +100,9 @@ class CudaBackend final : public Backend {
     TT_ASSIGN_OR_RETURN(void* ws, pool_.allocate_bytes(kCublasWorkspaceBytes, TensorClass::kWorkspace,
                                                       "cublas.workspace"));
     TT_CUBLAS_CHECK(cublasSetWorkspace(cublas_, ws, kCublasWorkspaceBytes));
-    TT_ASSIGN_OR_RETURN(scratch_.ptr, pool_.allocate_bytes(kScratchBytes, TensorClass::kWorkspace, "cuda.scratch"));
-    scratch_.bytes = kScratchBytes;
+    TT_ASSIGN_OR_RETURN(scratch_.ptr, pool_.allocate_bytes(static_cast<size_t>(scratch_request_),
+                                                          TensorClass::kWorkspace, "cuda.scratch"));
+    scratch_.bytes = static_cast<size_t>(scratch_request_);
     return Status::ok();
   }
 
@@ -249,14 +250,17 @@ class CudaBackend final : public Backend {
       const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
       const long long TT = static_cast<long long>(T) * T, xs = sizeof(X);
       const BhPointers ptr = bh_pointers();
+      // Byte strides of the (batch, head) slices: of qkv, of [B, T, C] tensors, of the probabilities.
+      const long long qkv_b = static_cast<long long>(T) * C3 * xs, y_b = static_cast<long long>(T) * d.C * xs;
+      const long long att_b = static_cast<long long>(d.H) * TT * xs, head = static_cast<long long>(hs) * xs;
       for (int bh0 = 0; bh0 < BH; bh0 += kMaxBhPerCall) {
         const int n = std::min(kMaxBhPerCall, BH - bh0);
         const X* q = qkv.data<X>();
-        fill_bh_pointers(s(), ptr.p[0], q, T * C3 * xs, hs * xs, d.H, bh0, n);            // q
-        fill_bh_pointers(s(), ptr.p[1], q + d.C, T * C3 * xs, hs * xs, d.H, bh0, n);      // k
-        fill_bh_pointers(s(), ptr.p[2], q + 2 * d.C, T * C3 * xs, hs * xs, d.H, bh0, n);  // v
-        fill_bh_pointers(s(), ptr.p[3], att.raw(), d.H * TT * xs, TT * xs, d.H, bh0, n);  // att
-        fill_bh_pointers(s(), ptr.p[4], out.raw(), T * d.C * xs, hs * xs, d.H, bh0, n);   // out
+        fill_bh_pointers(s(), ptr.p[0], q, qkv_b, head, d.H, bh0, n);            // q
+        fill_bh_pointers(s(), ptr.p[1], q + d.C, qkv_b, head, d.H, bh0, n);      // k
+        fill_bh_pointers(s(), ptr.p[2], q + 2 * d.C, qkv_b, head, d.H, bh0, n);  // v
+        fill_bh_pointers(s(), ptr.p[3], att.raw(), att_b, TT * xs, d.H, bh0, n);  // att
+        fill_bh_pointers(s(), ptr.p[4], out.raw(), y_b, head, d.H, bh0, n);   // out
         gemm_rm_batched(cublas_, false, true, T, T, hs, scale, ptr.p[0], xt, C3, ptr.p[1], C3, 0.0f,
                         ptr.p[3], xt, T, n);
         cuda::causal_softmax<X>(s(), att.data<X>() + bh0 * TT, static_cast<int64_t>(n) * T, T);
@@ -280,6 +284,8 @@ class CudaBackend final : public Backend {
       TT_CHECK(group >= 1, "attention_backward: T=%d needs a %lld-byte score buffer, more than the CUDA scratch", T,
                TT * xs);
       X* dp = reinterpret_cast<X*>(static_cast<char*>(scratch_.ptr) + kPointerArea);
+      const long long qkv_b = static_cast<long long>(T) * C3 * xs, y_b = static_cast<long long>(T) * d.C * xs;
+      const long long att_b = static_cast<long long>(d.H) * TT * xs, head = static_cast<long long>(hs) * xs;
       // Pointer arrays: q, k, v, dq, dk, dv, dout, p and the score gradients (dp, uniformly strided in the scratch).
       void** pa = bh_pointers().p[0];
       const size_t slot = static_cast<size_t>(group);
@@ -289,15 +295,15 @@ class CudaBackend final : public Backend {
         const int n = std::min(group, BH - bh0);
         const X* q = qkv.data<X>();
         X* dq = dqkv.data<X>();
-        fill_bh_pointers(s(), arr(0), q, T * C3 * xs, hs * xs, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(1), q + d.C, T * C3 * xs, hs * xs, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(2), q + 2 * d.C, T * C3 * xs, hs * xs, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(3), dq, T * C3 * xs, hs * xs, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(4), dq + d.C, T * C3 * xs, hs * xs, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(5), dq + 2 * d.C, T * C3 * xs, hs * xs, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(6), dout.raw(), T * d.C * xs, hs * xs, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(7), att.raw(), d.H * TT * xs, TT * xs, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(8), dp, d.H * TT * xs, TT * xs, d.H, 0, n);  // dp[i] = dp + i * TT
+        fill_bh_pointers(s(), arr(0), q, qkv_b, head, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(1), q + d.C, qkv_b, head, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(2), q + 2 * d.C, qkv_b, head, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(3), dq, qkv_b, head, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(4), dq + d.C, qkv_b, head, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(5), dq + 2 * d.C, qkv_b, head, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(6), dout.raw(), y_b, head, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(7), att.raw(), att_b, TT * xs, d.H, bh0, n);
+        fill_bh_pointers(s(), arr(8), dp, att_b, TT * xs, d.H, 0, n);  // dp[i] = dp + i * TT
         // dv += p^T dout; dp = dout v^T
         gemm_rm_batched(cublas_, true, false, T, hs, T, 1.0f, arr(7), xt, T, arr(6), d.C, 1.0f, arr(5), xt, C3, n);
         gemm_rm_batched(cublas_, false, true, T, T, hs, 1.0f, arr(6), xt, d.C, arr(2), C3, 0.0f, arr(8), xt, T, n);
@@ -370,10 +376,19 @@ class CudaBackend final : public Backend {
   memory::DevicePool pool_;
   CudaStream compute_, h2d_, d2h_;
   cublasHandle_t cublas_ = nullptr;
+  int64_t scratch_request_;
   Scratch scratch_;
 };
 
 }  // namespace
+
+int64_t scratch_bytes_for(int seq, int64_t tokens_per_step, size_t activation_bytes) {
+  const int64_t pointers = int64_t(1) << 20;  // the attention's (batch, head) pointer arrays
+  const int64_t scores = static_cast<int64_t>(seq) * seq * static_cast<int64_t>(activation_bytes);
+  // Embedding backward: sorted ids, positions, sorted positions, and CUB's temporary storage (bounded generously).
+  const int64_t sort = tokens_per_step * 4 * 3 + tokens_per_step * 8 + (int64_t(16) << 20);
+  return std::max({kMinScratchBytes, pointers + scores, sort});
+}
 
 Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options) {
   int count = 0;
@@ -389,10 +404,11 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   TT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   int64_t budget = options.device_budget;
   if (budget == 0) budget = static_cast<int64_t>(free_b) - kAutoBudgetHeadroomBytes;
-  TT_RETURN_IF(budget <= kReservedBytes, kOutOfMemory,
+  const int64_t reserved = reserved_bytes(std::max(options.scratch_bytes, kMinScratchBytes));
+  TT_RETURN_IF(budget <= reserved, kOutOfMemory,
                "device budget %s on %s leaves nothing after the backend's own %s (cuBLAS workspace and scratch); "
                "free on the GPU: %s of %s",
-               format_bytes(budget).c_str(), prop.name, format_bytes(kReservedBytes).c_str(),
+               format_bytes(budget).c_str(), prop.name, format_bytes(reserved).c_str(),
                format_bytes(static_cast<int64_t>(free_b)).c_str(), format_bytes(static_cast<int64_t>(total_b)).c_str());
   TT_RETURN_IF(budget > static_cast<int64_t>(free_b), kOutOfMemory,
                "device budget %s exceeds the free memory of %s (%s free of %s); lower --device-budget",
@@ -402,7 +418,8 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   cudaError_t mrc = cudaMalloc(&region, static_cast<size_t>(budget));
   TT_RETURN_IF(mrc != cudaSuccess, kOutOfMemory, "cudaMalloc of the %s device arena on %s failed: %s",
                format_bytes(budget).c_str(), prop.name, cudaGetErrorString(mrc));
-  auto be = std::make_unique<CudaBackend>(options.device, region, budget, total_b, prop.name);
+  auto be = std::make_unique<CudaBackend>(options.device, region, budget, total_b,
+                                          std::max(options.scratch_bytes, kMinScratchBytes), prop.name);
   TT_TRY(be->init());
   TT_LOG(INFO, MEM, "CUDA device arena on %s: %s (free %s of %s)", prop.name, format_bytes(budget).c_str(),
          format_bytes(static_cast<int64_t>(free_b)).c_str(), format_bytes(static_cast<int64_t>(total_b)).c_str());

@@ -1,6 +1,7 @@
 // backend/cuda/cuda_backend: one GPU as a Backend: three CUDA streams (compute, h2d, d2h), CUDA events, a device pool
 // over one cudaMalloc of the device budget (nothing else is allocated on the device afterwards: cuBLAS's workspace and
-// the kernels' scratch come out of the pool), cuBLAS GEMMs and the kernels of kernels.cuh. fp32 throughout.
+// the kernels' scratch come out of the pool), cuBLAS GEMMs and the kernels of kernels.cuh, in fp32 or bf16
+// activations with fp32 master tensors.
 //
 //   TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, cuda::create_backend({.device = 0, .device_budget = 8 << 30}));
 #pragma once
@@ -14,14 +15,19 @@ namespace tt::cuda {
 
 // Device bytes the backend takes from its own budget for cuBLAS's workspace and the kernels' scratch.
 constexpr int64_t kCublasWorkspaceBytes = int64_t(32) << 20;
-constexpr int64_t kScratchBytes = int64_t(128) << 20;
-constexpr int64_t kReservedBytes = kCublasWorkspaceBytes + kScratchBytes;
+constexpr int64_t kMinScratchBytes = int64_t(128) << 20;
+// Scratch a model needs: at least kMinScratchBytes, and room for one (batch, head) pair's T x T score gradients
+// (attention backward) and for sorting B*T token ids (embedding backward), with 1 MiB of pointer arrays.
+int64_t scratch_bytes_for(int seq, int64_t tokens_per_step, size_t activation_bytes);
+// cuBLAS workspace plus scratch.
+inline int64_t reserved_bytes(int64_t scratch_bytes) { return kCublasWorkspaceBytes + scratch_bytes; }
 // Left free on the GPU when the budget is chosen automatically (CUDA context, cuBLAS handles, other processes).
 constexpr int64_t kAutoBudgetHeadroomBytes = int64_t(2) << 30;
 
 struct CudaBackendOptions {
   int device = 0;
   int64_t device_budget = 0;  // bytes; 0: the GPU's free memory minus kAutoBudgetHeadroomBytes
+  int64_t scratch_bytes = kMinScratchBytes;  // from scratch_bytes_for()
 };
 
 Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options);
