@@ -271,13 +271,7 @@ void Gpt::backward() {
 
 void Gpt::forward_backward() {
   forward_blocks();
-  Stream& s = be_.compute_stream();
-  mark("zero_grads");
-  be_.fill_zero(grads_, s);
-  mark("zero_scratch");
-  be_.fill_zero(dln_, s);
-  lm_head(/*with_backward=*/true);
-  backward_blocks();
+  backward();
 }
 
 void Gpt::forward_blocks() {

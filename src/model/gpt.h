@@ -123,8 +123,9 @@ class Gpt {
   Status download_grads(void* host);
 
   // Enqueue the forward pass (tokens -> losses) and the backward pass (gradients of the mean loss, zeroed first)
-  // on the compute stream. backward() consumes what the last forward() saved (and recomputes the LM head's logits,
-  // chunk by chunk); forward_backward() does both without that recomputation, as a training step does.
+  // on the compute stream. backward() consumes what the last forward() saved (and computes the LM head's logits
+  // again, chunk by chunk, since they are not kept); forward_backward() runs the blocks forward and then backward(),
+  // so the LM head's logits are computed once, as a training step wants.
   void forward();
   void backward();
   void forward_backward();
