@@ -2,8 +2,9 @@
 // before allocating anything, trains with AdamW and the LR schedule, evaluates, checkpoints, resumes, and reports
 // progress lines and a metrics JSON.
 //
-// This is the in-core executor: every tensor stays resident in the device pool. The plan-driven out-of-core
-// executor (swap, recompute, host streaming) builds on the same step structure.
+// Every tensor stays in the device pool; --plan recompute rebuilds block activations in the backward instead of
+// keeping them (model/gpt.h). The plan-driven out-of-core executor (swap, host streaming, CPU optimizer) builds on
+// the same step structure.
 //
 //   TT_ASSIGN_OR_RETURN(auto trainer, Trainer::create(train_config));
 //   TT_ASSIGN_OR_RETURN(TrainSummary s, trainer->run());

@@ -1,5 +1,5 @@
-// backend/cuda/cuda_probe: what GPUs this process can see, without initialising anything else. Compiled only when
-// TIERTRAIN_WITH_CUDA found a toolkit; the training kernels of the CUDA backend are not part of this build yet.
+// backend/cuda/cuda_probe: what GPUs this process can see (for --backend auto and for sizing the automatic budget),
+// without creating a backend. Compiled only when TIERTRAIN_WITH_CUDA found a toolkit.
 #pragma once
 
 #include <cstdint>
