@@ -59,9 +59,11 @@ void declare_train_knobs(Config& cfg) {
          "device to train on (auto: the GPU when the CUDA backend is available, else the CPU)");
   choice("runtime", "dtype", "auto", {"auto", "f32", "bf16"},
          "compute dtype; master weights and optimizer state stay f32 (auto: bf16 on a GPU, f32 on the CPU)");
-  choice("runtime", "plan", "in-core", {"in-core", "recompute"},
+  choice("runtime", "plan", "in-core", {"in-core", "recompute", "swap-activations"},
          "where activations live: in-core keeps all on the device; recompute keeps block outputs and rebuilds the "
-         "rest in the backward (bit-identical, less memory)");
+         "rest in the backward; swap-activations copies them to host memory and back (all bit-identical)");
+  knob("runtime", "swap_slots", K::kInt, "2", "device slots for swapped block activations (prefetch distance + 1)", 2,
+       1024);
   knob("runtime", "device_budget", K::kBytes, "0",
        "hard cap on device memory, e.g. 512MiB, 2GiB (0: what the run needs on a GPU, half the RAM on the CPU)", 0, 9e18);
   knob("runtime", "threads", K::kInt, "0", "CPU threads for kernels (0: all cores)", 0, 4096);
@@ -120,6 +122,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.backend = cfg.get_string("backend");
   tc.dtype = cfg.get_string("dtype");
   tc.plan = cfg.get_string("plan");
+  tc.swap_slots = static_cast<int>(cfg.get_int("swap_slots"));
   tc.device_budget = cfg.get_bytes("device_budget");
   tc.threads = static_cast<int>(cfg.get_int("threads"));
   tc.checkpoint_dir = cfg.get_string("checkpoint_dir");

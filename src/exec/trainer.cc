@@ -117,6 +117,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                "--dtype bf16: the CPU backend computes in f32 (use --dtype f32 or auto)");
   GptOptions model_options;
   model_options.recompute = cfg.plan == "recompute";
+  model_options.swap_slots = cfg.plan == "swap-activations" ? cfg.swap_slots : 0;
   MemoryNeed need = memory_need(cfg.model, cfg.batch, dtype, model_options);
   int64_t budget = cfg.device_budget;
 #ifdef TIERTRAIN_HAVE_CUDA
@@ -148,7 +149,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                "the model does not fit the device budget %s: it needs %s (%s) but the budget is %s "
                "(--device-budget). Raise --device-budget, use --plan recompute, or reduce --batch, --seq, --dim or "
                "--layers",
-               model_options.recompute ? "with --plan recompute" : "even in-core", format_bytes(need.total).c_str(),
+               cfg.plan == "in-core" ? "even in-core" : ("with --plan " + cfg.plan).c_str(), format_bytes(need.total).c_str(),
                need.describe().c_str(), format_bytes(budget).c_str());
 #ifdef TIERTRAIN_HAVE_CUDA
   if (backend == "cuda") {

@@ -65,8 +65,25 @@ int64_t Gpt::default_lm_chunk_rows(const GptConfig& cfg, int batch, DType comput
   return std::min(rows, std::max<int64_t>(64, fit / 64 * 64));
 }
 
+std::vector<AllocRequest> Gpt::block_activations(const GptConfig& cfg, int batch, DType dt) {
+  const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads;
+  const DType md = master_dtype_for(dt);
+  const TensorClass A = TensorClass::kActivation;
+  return {{"ln1", {B, T, C}, dt, A},          {"ln1_mean", {B, T}, md, A}, {"ln1_rstd", {B, T}, md, A},
+          {"qkv", {B, T, 3 * C}, dt, A},      {"atty", {B, T, C}, dt, A},  {"att", {B, H, T, T}, dt, A},
+          {"res2", {B, T, C}, dt, A},         {"ln2", {B, T, C}, dt, A},   {"ln2_mean", {B, T}, md, A},
+          {"ln2_rstd", {B, T}, md, A},        {"fch", {B, T, 4 * C}, dt, A}, {"fch_gelu", {B, T, 4 * C}, dt, A}};
+}
+
+size_t Gpt::block_activation_bytes(const GptConfig& cfg, int batch, DType dt) {
+  size_t bytes = 0;
+  for (const AllocRequest& a : block_activations(cfg, batch, dt))
+    bytes += memory::device_alloc_size(static_cast<size_t>(a.shape.numel()) * dtype_size(a.dtype));
+  return bytes;
+}
+
 std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
-  const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.padded_vocab(), H = cfg.heads, P = gpt_num_params(cfg);
+  const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.padded_vocab(), P = gpt_num_params(cfg);
   const DType md = master_dtype_for(dt);
   std::vector<AllocRequest> r;
   auto add = [&](std::string name, Shape shape, DType d, TensorClass cls, int layer = -1) {
@@ -78,31 +95,19 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
   add("tokens", {B, T}, DType::kI32, TensorClass::kInput);
   add("targets", {B, T}, DType::kI32, TensorClass::kInput);
   add("encoded", {B, T, C}, dt, TensorClass::kActivation);
-  // A block's activations: one set per block, or with recompute one shared set plus each block's output.
-  auto add_block = [&](const std::string& p, int l, bool with_output) {
-    const TensorClass A = TensorClass::kActivation;
-    add(p + "ln1", {B, T, C}, dt, A, l);
-    add(p + "ln1_mean", {B, T}, md, A, l);
-    add(p + "ln1_rstd", {B, T}, md, A, l);
-    add(p + "qkv", {B, T, 3 * C}, dt, A, l);
-    add(p + "atty", {B, T, C}, dt, A, l);
-    add(p + "att", {B, H, T, T}, dt, A, l);
-    add(p + "res2", {B, T, C}, dt, A, l);
-    add(p + "ln2", {B, T, C}, dt, A, l);
-    add(p + "ln2_mean", {B, T}, md, A, l);
-    add(p + "ln2_rstd", {B, T}, md, A, l);
-    add(p + "fch", {B, T, 4 * C}, dt, A, l);
-    add(p + "fch_gelu", {B, T, 4 * C}, dt, A, l);
-    if (with_output) add(p + "res3", {B, T, C}, dt, A, l);
+  // A block's activations: one set per block; with recompute one shared set, with swap a few slots, plus each
+  // block's output.
+  auto add_block = [&](const std::string& p, int l) {
+    for (const AllocRequest& a : block_activations(cfg, batch, dt)) add(p + a.name, a.shape, a.dtype, a.cls, l);
   };
-  if (options.recompute) add_block("recompute.", -1, /*with_output=*/false);
+  if (options.recompute) add_block("recompute.", -1);
+  for (int i = 0; i < options.swap_slots; ++i)
+    add("swap.slot" + std::to_string(i), {static_cast<int64_t>(block_activation_bytes(cfg, batch, dt))}, DType::kU8,
+        TensorClass::kActivation);
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
-    if (options.recompute) {
-      add(p + "res3", {B, T, C}, dt, TensorClass::kActivation, l);
-    } else {
-      add_block(p, l, /*with_output=*/true);
-    }
+    if (!options.recompute && options.swap_slots == 0) add_block(p, l);
+    add(p + "res3", {B, T, C}, dt, TensorClass::kActivation, l);
   }
   add("lnf", {B, T, C}, dt, TensorClass::kActivation);
   add("lnf_mean", {B, T}, md, TensorClass::kActivation);
@@ -128,6 +133,7 @@ Gpt::Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype)
 
 Gpt::~Gpt() {
   (void)be_.synchronize_all();
+  for (void* h : swap_host_) be_.free_host(h, swap_bytes_, TensorClass::kActivation);
   for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) be_.pool().free(*it);
 }
 
@@ -150,9 +156,33 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   g->encoded_ = by_name["encoded"];
   g->acts_.resize(static_cast<size_t>(cfg.layers));
   g->recompute_ = options.recompute;
+  TT_RETURN_IF(options.recompute && options.swap_slots > 0, kInvalidArgument, "recompute and swap are exclusive");
+  TT_RETURN_IF(options.swap_slots == 1, kInvalidArgument, "swap needs at least 2 slots");
+  if (options.swap_slots >= 2) {
+    g->swap_slots_ = options.swap_slots;
+    g->swap_bytes_ = block_activation_bytes(cfg, batch, dtype);
+    for (int i = 0; i < options.swap_slots; ++i) {
+      Tensor slot = by_name["swap.slot" + std::to_string(i)];
+      g->swap_slots_mem_.push_back(slot);
+      // Carve the block's tensors out of the slot, each 256-byte aligned, under the names the layers use.
+      size_t off = 0;
+      for (const AllocRequest& a : block_activations(cfg, batch, dtype)) {
+        by_name["swap" + std::to_string(i) + "." + a.name] =
+            Tensor(static_cast<char*>(slot.raw()) + off, a.shape, a.dtype, a.cls, slot.device());
+        off += memory::device_alloc_size(static_cast<size_t>(a.shape.numel()) * dtype_size(a.dtype));
+      }
+    }
+    for (int l = 0; l < cfg.layers; ++l) {
+      TT_ASSIGN_OR_RETURN(void* host, backend.allocate_host(g->swap_bytes_, TensorClass::kActivation));
+      g->swap_host_.push_back(host);
+      for (auto* v : {&g->fwd_done_, &g->out_done_, &g->in_done_, &g->bwd_done_}) v->push_back(backend.create_event());
+    }
+  }
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string own = "h." + std::to_string(l) + ".";
-    const std::string p = options.recompute ? "recompute." : own;
+    const std::string p = options.recompute        ? std::string("recompute.")
+                          : options.swap_slots > 0 ? "swap" + std::to_string(l % options.swap_slots) + "."
+                                                   : own;
     LayerActs& a = g->acts_[static_cast<size_t>(l)];
     a.ln1 = by_name[p + "ln1"];
     a.ln1_mean = by_name[p + "ln1_mean"];
@@ -281,13 +311,61 @@ void Gpt::forward_blocks() {
   be_.embedding_forward(encoded_, tokens_, wte, wpe);
   Tensor x = encoded_;
   for (int l = 0; l < cfg_.layers; ++l) {
+    swap_before_forward(l);
     forward_layer(l, x);
+    swap_after_forward(l);
     x = acts_[static_cast<size_t>(l)].res3;
   }
   shared_holds_ = recompute_ ? cfg_.layers - 1 : -1;
   const size_t lnf = layout_.size() - 2;
   mark("layernorm_forward");
   be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, view_of(cp, lnf), view_of(cp, lnf + 1));
+}
+
+// Note [swap]. Slot l % S holds block l. Ordering, with events per block:
+//  forward:  block l may overwrite its slot once the previous occupant's copy out finished (out_done); after it,
+//            the d2h stream copies the slot out (after fwd_done).
+//  backward: the last S blocks are still in their slots. After block j's backward, the slot is free: the h2d stream
+//            brings block j - S into it (after bwd_done[j] and out_done[j], whose copy read the same slot), and block
+//            j - S's backward waits for in_done.
+//  next step: the first S blocks' forward waits for the copies out of the previous step's last S blocks.
+void Gpt::swap_before_forward(int l) {
+  if (swap_slots_ == 0) return;
+  // The slot's previous occupant: block l - S of this forward, or for the first S blocks the last block of the
+  // previous forward that used this slot (largest j < L with j = l mod S).
+  const int S = swap_slots_;
+  const int prev = l >= S ? l - S : l + S * ((cfg_.layers - 1 - l) / S);
+  be_.compute_stream().wait(*out_done_[static_cast<size_t>(prev)]);
+}
+
+void Gpt::swap_after_forward(int l) {
+  if (swap_slots_ == 0) return;
+  const size_t i = static_cast<size_t>(l);
+  mark("swap_out");
+  be_.compute_stream().record(*fwd_done_[i]);
+  be_.d2h_stream().wait(*fwd_done_[i]);
+  be_.copy_d2h(swap_host_[i], swap_slots_mem_[i % static_cast<size_t>(swap_slots_)], be_.d2h_stream());
+  be_.d2h_stream().record(*out_done_[i]);
+}
+
+void Gpt::swap_before_backward(int l) {
+  if (swap_slots_ == 0 || l >= cfg_.layers - swap_slots_) return;  // the last S blocks are still in their slots
+  mark("swap_in_wait");
+  be_.compute_stream().wait(*in_done_[static_cast<size_t>(l)]);
+}
+
+void Gpt::swap_after_backward(int l) {
+  if (swap_slots_ == 0) return;
+  const int next = l - swap_slots_;  // the next block to need this slot
+  const size_t i = static_cast<size_t>(l);
+  be_.compute_stream().record(*bwd_done_[i]);
+  if (next < 0) return;
+  const size_t n = static_cast<size_t>(next);
+  be_.h2d_stream().wait(*bwd_done_[i]);
+  be_.h2d_stream().wait(*out_done_[i]);
+  be_.h2d_stream().wait(*out_done_[n]);
+  be_.copy_h2d(swap_slots_mem_[i % static_cast<size_t>(swap_slots_)], swap_host_[n], be_.h2d_stream());
+  be_.h2d_stream().record(*in_done_[n]);
 }
 
 void Gpt::forward_layer(int l, const Tensor& x) {
@@ -364,6 +442,7 @@ void Gpt::backward_blocks() {
       forward_layer(l, x);
       shared_holds_ = l;
     }
+    swap_before_backward(l);
     // MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
     mark("zero_scratch");
     be_.fill_zero(dfch_gelu_, s);
@@ -394,6 +473,7 @@ void Gpt::backward_blocks() {
     be_.matmul_backward(dln_, g.qkvw, g.qkvb, dqkv_, a.ln1, w.qkvw);
     mark("layernorm_backward");
     be_.layernorm_backward(dresidual_, g.ln1w, g.ln1b, dln_, x, w.ln1w, a.ln1_mean, a.ln1_rstd);
+    swap_after_backward(l);
   }
   mark("embedding_backward");
   be_.embedding_backward(dwte, dwpe, dresidual_, tokens_);

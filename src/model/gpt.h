@@ -78,6 +78,11 @@ struct GptOptions {
   // activations from its input right before the block's backward, in one activation set shared by all blocks.
   // The same kernels on the same inputs give the same bits, so training is bit-identical to keeping everything.
   bool recompute = false;
+  // Note [swap]: with swap_slots >= 2, each block's activations (all but its output) are copied to host memory on
+  // the d2h stream right after the block's forward and brought back on the h2d stream for its backward, through
+  // swap_slots device slots; a slot freed by one block's backward is refilled at once with the block swap_slots
+  // below, so copies run swap_slots - 1 blocks ahead of the compute. Bit-identical to keeping them.
+  int swap_slots = 0;
 };
 
 class Gpt {
@@ -90,6 +95,10 @@ class Gpt {
                                              const GptOptions& options = {});
   // Rows per LM-head chunk: logits of at most 64 MiB, a multiple of 64 rows, at least 64 (or all rows).
   static int64_t default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute);
+  // The tensors of one block's activations other than its output (names without the "h.<l>." prefix), and their
+  // bytes as the pool takes them.
+  static std::vector<AllocRequest> block_activations(const GptConfig& cfg, int batch, DType compute);
+  static size_t block_activation_bytes(const GptConfig& cfg, int batch, DType compute);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -147,6 +156,11 @@ class Gpt {
   void forward_layer(int l, const Tensor& x);  // block l from its input x
   void lm_head(bool with_backward);  // logits, losses (and dlnf, dwte) chunk by chunk
   void backward_blocks();  // from dlnf (in dln_) down to the embedding
+  // Note [swap] hooks.
+  void swap_before_forward(int l);
+  void swap_after_forward(int l);
+  void swap_before_backward(int l);
+  void swap_after_backward(int l);
   LayerParams layer_view(const Tensor& flat, int layer) const;
   Tensor view_of(const Tensor& flat, size_t i) const;
   void mark(const char* op) {
@@ -166,6 +180,13 @@ class Gpt {
   OpProfiler* prof_ = nullptr;
   int64_t lm_chunk_rows_ = 0;
   bool recompute_ = false;
+  // Note [swap]: device slots (one block's activations each), host copies per block, and the events that order the
+  // copies with the compute.
+  int swap_slots_ = 0;
+  std::vector<Tensor> swap_slots_mem_;            // [slot] u8 bytes
+  std::vector<void*> swap_host_;                  // [layer] host copy
+  size_t swap_bytes_ = 0;
+  std::vector<std::unique_ptr<Event>> fwd_done_, out_done_, in_done_, bwd_done_;  // [layer]
   int shared_holds_ = -1;  // with recompute: the block whose activations the shared set holds
   // workspace
   Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_, dfch_gelu_;

@@ -5,7 +5,9 @@
 //  - a model that does not fit the device budget is refused before anything is allocated, naming bytes needed and
 //    available; peak device bytes stay within the budget;
 //  - a short version of the main job: on the default corpus the loss falls well below ln(256) = 5.55.
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <cstring>
 #include <fstream>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_stream.h"
 #include "core/units.h"
 #include "exec/trainer.h"
 #include "temp_dir.h"
@@ -209,6 +212,44 @@ TEST(Trainer, AutomaticCpuBudgetRefusesAModelLargerThanHalfTheMemory) {
   ASSERT_FALSE(t.is_ok());
   EXPECT_EQ(t.status().code(), StatusCode::kOutOfMemory);
   EXPECT_NE(t.status().message().find("does not fit the device budget"), std::string::npos) << t.status().message();
+}
+
+// Swapping block activations to host memory and back through a few device slots gives the same bits as keeping
+// them, with less device memory, for several depth/slot combinations (slots that divide the depth, that do not, and
+// more slots than blocks).
+TEST(Trainer, SwapPlanIsBitIdenticalWithLessMemory) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  for (auto [layers, slots] : {std::pair{3, 2}, std::pair{4, 2}, std::pair{5, 3}, std::pair{2, 3}}) {
+    TrainConfig in_core = small_config(data);
+    in_core.model.layers = layers;
+    in_core.steps = 8;
+    in_core.eval_every = 3;  // forward-only passes between training steps
+    TrainConfig swap = in_core;
+    swap.plan = "swap-activations";
+    swap.swap_slots = slots;
+    auto a = Trainer::create(in_core, nullptr);
+    auto b = Trainer::create(swap, nullptr);
+    ASSERT_TRUE(a.is_ok() && b.is_ok()) << b.status().to_string();
+    ASSERT_TRUE(a.value()->run().is_ok());
+    // Hold the copy-in stream back at the start, so that a compute that did not wait for its swap-ins would read
+    // stale slots and differ.
+    auto* h2d = dynamic_cast<cpu::CpuStream*>(&b.value()->backend().h2d_stream());
+    ASSERT_NE(h2d, nullptr);
+    h2d->enqueue([] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); });
+    auto* d2h = dynamic_cast<cpu::CpuStream*>(&b.value()->backend().d2h_stream());
+    d2h->enqueue([] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); });
+    ASSERT_TRUE(b.value()->run().is_ok());
+    SCOPED_TRACE("layers " + std::to_string(layers) + ", slots " + std::to_string(slots));
+    expect_bit_identical(finish(*a.value()), finish(*b.value()));
+    ASSERT_EQ(a.value()->evals().size(), b.value()->evals().size());
+    for (size_t i = 0; i < a.value()->evals().size(); ++i)
+      EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
+    if (slots < layers) {
+      EXPECT_LT(b.value()->backend().pool().peak_in_use(), a.value()->backend().pool().peak_in_use());
+    }
+    EXPECT_GT(b.value()->backend().stats().tier(memory::Tier::kHost).peak, 0);
+  }
 }
 
 TEST(Trainer, NoDeviceAllocationAfterSetup) {
