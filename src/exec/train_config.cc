@@ -67,6 +67,8 @@ void declare_train_knobs(Config& cfg) {
   knob("runtime", "device_budget", K::kBytes, "0",
        "hard cap on device memory, e.g. 512MiB, 2GiB (0: what the run needs on a GPU, half the RAM on the CPU)", 0, 9e18);
   knob("runtime", "threads", K::kInt, "0", "CPU threads for kernels (0: all cores)", 0, 4096);
+  knob("runtime", "cpu_copy_delay_us", K::kInt, "0",
+       "CPU backend: microseconds added to every host<->device copy, a slow link to study overlap (0: none)", 0, 1e9);
 
   knob("checkpoint", "checkpoint_dir", K::kString, "", "folder for checkpoints (created if missing)");
   knob("checkpoint", "checkpoint_every", K::kInt, "0", "write a checkpoint every N steps (0: only at the end)", 0,
@@ -125,6 +127,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.swap_slots = static_cast<int>(cfg.get_int("swap_slots"));
   tc.device_budget = cfg.get_bytes("device_budget");
   tc.threads = static_cast<int>(cfg.get_int("threads"));
+  tc.cpu_copy_delay_us = cfg.get_int("cpu_copy_delay_us");
   tc.checkpoint_dir = cfg.get_string("checkpoint_dir");
   tc.checkpoint_every = cfg.get_int("checkpoint_every");
   tc.keep_checkpoints = cfg.get_int("keep_checkpoints");

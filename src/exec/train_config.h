@@ -42,6 +42,7 @@ struct TrainConfig {
   int swap_slots = 2;    // auto | f32 | bf16 (compute dtype; auto: bf16 on a GPU, f32 on the CPU)
   int64_t device_budget = 0;     // bytes; 0 = automatic
   int threads = 0;
+  int64_t cpu_copy_delay_us = 0;  // CPU backend: simulated host<->device link latency
 
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;

@@ -158,7 +158,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   }
 #endif
   if (!t->backend_) {
-    TT_ASSIGN_OR_RETURN(t->backend_, cpu::create_backend({.device_budget = budget, .threads = cfg.threads}));
+    TT_ASSIGN_OR_RETURN(t->backend_, cpu::create_backend({.device_budget = budget,
+                                                          .threads = cfg.threads,
+                                                          .copy_delay_us = cfg.cpu_copy_delay_us}));
   }
 
   TT_ASSIGN_OR_RETURN(t->gpt_, Gpt::create(*t->backend_, cfg.model, cfg.batch, dtype, model_options));

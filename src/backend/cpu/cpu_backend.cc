@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <sys/mman.h>
 #include <thread>
@@ -35,8 +36,8 @@ T* ptr(const Tensor& t) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(void* region, size_t region_bytes, int64_t budget, int threads)
-      : region_(region), region_bytes_(region_bytes), threads_(threads),
+  CpuBackend(void* region, size_t region_bytes, int64_t budget, int threads, int64_t copy_delay_us)
+      : region_(region), region_bytes_(region_bytes), threads_(threads), copy_delay_us_(copy_delay_us),
         pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCpu, 0}, &stats_,
               static_cast<size_t>(physical_memory_bytes()), [this] { return create_event(false); }),
         compute_("compute"), h2d_("h2d"), d2h_("d2h") {
@@ -75,12 +76,20 @@ class CpuBackend final : public Backend {
   void copy_h2d(const Tensor& dst, const void* src, Stream& stream) override {
     void* d = dst.raw();
     size_t n = dst.nbytes();
-    as_cpu(stream).enqueue([d, src, n] { std::memcpy(d, src, n); });
+    const int64_t delay = copy_delay_us_;
+    as_cpu(stream).enqueue([d, src, n, delay] {
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+      std::memcpy(d, src, n);
+    });
   }
   void copy_d2h(void* dst, const Tensor& src, Stream& stream) override {
     const void* s = src.raw();
     size_t n = src.nbytes();
-    as_cpu(stream).enqueue([dst, s, n] { std::memcpy(dst, s, n); });
+    const int64_t delay = copy_delay_us_;
+    as_cpu(stream).enqueue([dst, s, n, delay] {
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+      std::memcpy(dst, s, n);
+    });
   }
   void copy_d2d(const Tensor& dst, const Tensor& src, Stream& stream) override {
     TT_CHECK(dst.nbytes() == src.nbytes(), "copy_d2d: %zu != %zu bytes", dst.nbytes(), src.nbytes());
@@ -289,6 +298,7 @@ class CpuBackend final : public Backend {
   void* region_;
   size_t region_bytes_;
   int threads_;
+  int64_t copy_delay_us_;
   memory::MemoryStats stats_;
   memory::DevicePool pool_;
   CpuStream compute_, h2d_, d2h_;
@@ -313,7 +323,7 @@ Result<std::unique_ptr<Backend>> create_backend(const CpuBackendOptions& options
   if (threads <= 0) threads = 1;
   TT_LOG(INFO, MEM, "CPU device arena: %s reserved, %d threads", format_bytes(options.device_budget).c_str(),
          threads);
-  return std::unique_ptr<Backend>(new CpuBackend(region, bytes, options.device_budget, threads));
+  return std::unique_ptr<Backend>(new CpuBackend(region, bytes, options.device_budget, threads, options.copy_delay_us));
 }
 
 }  // namespace tt::cpu

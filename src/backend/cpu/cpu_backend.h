@@ -16,6 +16,7 @@ namespace tt::cpu {
 struct CpuBackendOptions {
   int64_t device_budget = 0;  // bytes; must be > 0
   int threads = 0;            // OpenMP/OpenBLAS threads; 0 = all cores
+  int64_t copy_delay_us = 0;  // added before every host<->device copy: a slow link, to study and test overlap
 };
 
 Result<std::unique_ptr<Backend>> create_backend(const CpuBackendOptions& options);
