@@ -299,48 +299,36 @@ TEST(Trainer, LearningRateSchedule) {
   for (int64_t s = 11; s < 110; ++s) EXPECT_GE(learning_rate(tc, s), learning_rate(tc, s + 1));
 }
 
-// The CUDA backend trains like the CPU backend (losses within fp32 tolerance) and resumes bit for bit too.
-TEST(TrainerCuda, MatchesCpuAndResumesBitExact) {
-  TT_SKIP_WITHOUT_GPU();
+// The CUDA backend trains like the CPU backend (every loss within `tolerance` of the fp32 CPU run) and resumes bit
+// for bit, with activations in `dtype`.
+void check_cuda_training(const std::string& dtype, DType want, double tolerance) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
   TrainConfig cpu_cfg = small_config(data);
   TrainConfig gpu_cfg = small_config(data);
   gpu_cfg.backend = "cuda";
-  gpu_cfg.dtype = "f32";
+  gpu_cfg.dtype = dtype;
   gpu_cfg.device_budget = int64_t(1) << 30;
   auto cpu_run = Trainer::create(cpu_cfg, nullptr);
   auto gpu_run = Trainer::create(gpu_cfg, nullptr);
   ASSERT_TRUE(cpu_run.is_ok() && gpu_run.is_ok()) << gpu_run.status().to_string();
+  EXPECT_EQ(gpu_run.value()->model().dtype(), want);
   ASSERT_TRUE(cpu_run.value()->run().is_ok());
   ASSERT_TRUE(gpu_run.value()->run().is_ok());
   const RunResult c = finish(*cpu_run.value()), g = finish(*gpu_run.value());
   ASSERT_EQ(c.losses.size(), g.losses.size());
-  for (size_t i = 0; i < c.losses.size(); ++i) EXPECT_NEAR(g.losses[i], c.losses[i], 2e-4) << "step " << i + 1;
-
+  for (size_t i = 0; i < c.losses.size(); ++i) EXPECT_NEAR(g.losses[i], c.losses[i], tolerance) << "step " << i + 1;
   expect_bit_identical(g, run_split_at_10(gpu_cfg, dir.file("ckpt")));
 }
 
-// bf16 compute on the GPU: losses within 0.05 of the fp32 CPU run, and bit-exact resume.
+TEST(TrainerCuda, MatchesCpuAndResumesBitExact) {
+  TT_SKIP_WITHOUT_GPU();
+  check_cuda_training("f32", DType::kF32, 2e-4);
+}
+
 TEST(TrainerCuda, BFloat16TrainsAndResumesBitExact) {
   TT_SKIP_WITHOUT_GPU();
-  TempDir dir;
-  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
-  TrainConfig cpu_cfg = small_config(data);
-  TrainConfig gpu_cfg = small_config(data);
-  gpu_cfg.backend = "cuda";
-  gpu_cfg.dtype = "bf16";
-  gpu_cfg.device_budget = int64_t(1) << 30;
-  auto cpu_run = Trainer::create(cpu_cfg, nullptr);
-  auto gpu_run = Trainer::create(gpu_cfg, nullptr);
-  ASSERT_TRUE(cpu_run.is_ok() && gpu_run.is_ok()) << gpu_run.status().to_string();
-  EXPECT_EQ(gpu_run.value()->model().dtype(), DType::kBF16);
-  ASSERT_TRUE(cpu_run.value()->run().is_ok());
-  ASSERT_TRUE(gpu_run.value()->run().is_ok());
-  const RunResult c = finish(*cpu_run.value()), g = finish(*gpu_run.value());
-  for (size_t i = 0; i < c.losses.size(); ++i) EXPECT_NEAR(g.losses[i], c.losses[i], 0.05) << "step " << i + 1;
-
-  expect_bit_identical(g, run_split_at_10(gpu_cfg, dir.file("ckpt")));
+  check_cuda_training("bf16", DType::kBF16, 0.05);
 }
 
 // A short version of the main job: default model on the default corpus.
