@@ -82,10 +82,13 @@ class Backend {
   // dinp += dout @ w; dw += dout^T @ inp; dbias += column sums of dout (dbias may be undefined).
   virtual void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& w) = 0;
-  // Causal multi-head attention. qkv[B,T,3C] holds [q | k | v] per token; saves att[B,H,T,T] (softmax probs).
-  virtual void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int heads) = 0;
-  virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                                  int heads) = 0;
+  // Causal multi-head attention. qkv[B,T,3C] holds [q | k | v] per token. Saves only lse[B,H,T] (master dtype): the
+  // natural-log sum of exp of each query row's scaled scores; the backward rebuilds the probabilities from it, so
+  // nothing of size T x T outlives a call (flash attention's recomputation).
+  virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) = 0;
+  // dqkv += d(qkv), from dout, the forward's inputs, its output `out` and lse.
+  virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                  const Tensor& lse, int heads) = 0;
   // tanh-approximated GELU.
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
@@ -97,6 +100,10 @@ class Backend {
   // dlogits = (probs - onehot(targets)) * dloss, 0 in the padding columns; overwrites; dlogits may alias probs.
   virtual void softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets, float dloss,
                                      int vocab) = 0;
+  // Both in one pass, for training: losses as softmax_xent_forward, dlogits as softmax_xent_backward of its
+  // probabilities, which are never stored; dlogits may alias logits.
+  virtual void softmax_xent_fused(const Tensor& losses, const Tensor& dlogits, const Tensor& logits,
+                                  const Tensor& targets, float dloss, int vocab) = 0;
 
   // --- optimizer ---
   // out[0] = sum of squares of x (accumulated in double, deterministic for a fixed thread count).

@@ -115,23 +115,26 @@ Matmul matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias
   return d;
 }
 
-Attention attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int heads) {
+Attention attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) {
   const char* op = "attention";
   TT_CHECK(qkv.shape().rank() == 3 && qkv.dim(2) % 3 == 0, "%s: qkv must be [B, T, 3C], got %s", op,
            s(qkv).c_str());
   Attention d{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), static_cast<int>(qkv.dim(2) / 3), heads};
-  same_dtype(op, qkv, {&out, &att});
+  same_dtype(op, qkv, {&out});
+  master_dtype(op, qkv.dtype(), {&lse});
   TT_CHECK(heads > 0 && d.C % heads == 0 && out.numel() == static_cast<int64_t>(d.B) * d.T * d.C &&
-               att.numel() == static_cast<int64_t>(d.B) * heads * d.T * d.T,
-           "%s: out %s att %s qkv %s heads %d", op, s(out).c_str(), s(att).c_str(), s(qkv).c_str(), heads);
+               lse.numel() == static_cast<int64_t>(d.B) * heads * d.T,
+           "%s: out %s lse %s qkv %s heads %d", op, s(out).c_str(), s(lse).c_str(), s(qkv).c_str(), heads);
   return d;
 }
 
-Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                             int heads) {
-  TT_CHECK(dqkv.shape() == qkv.shape(), "attention_backward: dqkv %s != qkv %s", s(dqkv).c_str(), s(qkv).c_str());
-  same_dtype("attention_backward", qkv, {&dqkv});
-  return attention_forward(dout, att, qkv, heads);
+Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                             const Tensor& lse, int heads) {
+  TT_CHECK(dqkv.shape() == qkv.shape() && dout.shape() == out.shape(),
+           "attention_backward: dqkv %s qkv %s dout %s out %s", s(dqkv).c_str(), s(qkv).c_str(), s(dout).c_str(),
+           s(out).c_str());
+  same_dtype("attention_backward", qkv, {&dqkv, &dout});
+  return attention_forward(out, lse, qkv, heads);
 }
 
 int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& c) {

@@ -42,8 +42,9 @@ Rows layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, 
 Matmul matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias);
 Matmul matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& w);
-Attention attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int heads);
-Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att, int heads);
+Attention attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads);
+Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                             const Tensor& lse, int heads);
 // Same shape and dtype for all defined tensors; returns the element count.
 int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& c = Tensor());
 Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets,

@@ -124,8 +124,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   int64_t cuda_scratch = 0;
   if (backend == "cuda") {
     // The backend's own cuBLAS workspace and scratch come out of the budget too.
-    cuda_scratch = cuda::scratch_bytes_for(cfg.model.seq, static_cast<int64_t>(cfg.batch) * cfg.model.seq,
-                                           dtype_size(dtype));
+    cuda_scratch = cuda::scratch_bytes_for(static_cast<int64_t>(cfg.batch) * cfg.model.seq, cfg.model.heads);
     need.per_class[static_cast<int>(TensorClass::kWorkspace)] += cuda::reserved_bytes(cuda_scratch);
     need.total += cuda::reserved_bytes(cuda_scratch);
     // Automatic budget on a GPU: what the run needs plus 5%, never more than the free memory less a headroom (the

@@ -70,7 +70,7 @@ std::vector<AllocRequest> Gpt::block_activations(const GptConfig& cfg, int batch
   const DType md = master_dtype_for(dt);
   const TensorClass A = TensorClass::kActivation;
   return {{"ln1", {B, T, C}, dt, A},          {"ln1_mean", {B, T}, md, A}, {"ln1_rstd", {B, T}, md, A},
-          {"qkv", {B, T, 3 * C}, dt, A},      {"atty", {B, T, C}, dt, A},  {"att", {B, H, T, T}, dt, A},
+          {"qkv", {B, T, 3 * C}, dt, A},      {"atty", {B, T, C}, dt, A},  {"lse", {B, H, T}, md, A},
           {"res2", {B, T, C}, dt, A},         {"ln2", {B, T, C}, dt, A},   {"ln2_mean", {B, T}, md, A},
           {"ln2_rstd", {B, T}, md, A},        {"fch", {B, T, 4 * C}, dt, A}, {"fch_gelu", {B, T, 4 * C}, dt, A}};
 }
@@ -189,7 +189,7 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
     a.ln1_rstd = by_name[p + "ln1_rstd"];
     a.qkv = by_name[p + "qkv"];
     a.atty = by_name[p + "atty"];
-    a.att = by_name[p + "att"];
+    a.lse = by_name[p + "lse"];
     a.res2 = by_name[p + "res2"];
     a.ln2 = by_name[p + "ln2"];
     a.ln2_mean = by_name[p + "ln2_mean"];
@@ -376,7 +376,7 @@ void Gpt::forward_layer(int l, const Tensor& x) {
   mark("matmul_forward qkv");
   be_.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb);
   mark("attention_forward");
-  be_.attention_forward(a.atty, a.att, a.qkv, cfg_.heads);
+  be_.attention_forward(a.atty, a.lse, a.qkv, cfg_.heads);
   mark("matmul_forward attn.proj");
   be_.matmul_forward(proj_out_, a.atty, w.projw, w.projb);
   mark("residual_forward");
@@ -405,11 +405,14 @@ void Gpt::lm_head(bool with_backward) {
     const Tensor tg = targets_.view(r0, {n});
     mark("matmul_forward lm_head");
     be_.matmul_forward(logits, x, wte, Tensor());
-    mark("softmax_xent_forward");
-    be_.softmax_xent_forward(losses_.view(r0, {n}), logits, logits, tg, cfg_.vocab);
-    if (!with_backward) continue;
-    mark("softmax_xent_backward");
-    be_.softmax_xent_backward(logits, logits, tg, 1.0f / static_cast<float>(BT), cfg_.vocab);
+    if (!with_backward) {
+      mark("softmax_xent_forward");
+      be_.softmax_xent_forward(losses_.view(r0, {n}), logits, logits, tg, cfg_.vocab);
+      continue;
+    }
+    // Training: the probabilities go straight to their gradients, in place.
+    mark("softmax_xent_fused");
+    be_.softmax_xent_fused(losses_.view(r0, {n}), logits, logits, tg, 1.0f / static_cast<float>(BT), cfg_.vocab);
     mark("matmul_backward lm_head");
     be_.matmul_backward(dln_.view(r0 * C, {n, C}), grad(0), Tensor(), logits, x, wte);
   }
@@ -466,7 +469,7 @@ void Gpt::backward_blocks() {
     mark("zero_scratch");
     be_.fill_zero(dqkv_, s);
     mark("attention_backward");
-    be_.attention_backward(dqkv_, datty_, a.qkv, a.att, cfg_.heads);
+    be_.attention_backward(dqkv_, datty_, a.qkv, a.atty, a.lse, cfg_.heads);
     mark("zero_scratch");
     be_.fill_zero(dln_, s);
     mark("matmul_backward qkv");

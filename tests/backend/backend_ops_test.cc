@@ -31,7 +31,7 @@ struct Arg {
 // optimizer's tensors.
 bool is_master(const std::string& name) {
   for (const char* m : {"dwte", "dwpe", "dw", "db", "dbias", "mean", "rstd", "losses", "out_norm", "param", "grad",
-                        "m", "v", "norm_sq"})
+                        "m", "v", "norm_sq", "lse"})
     if (name == m) return true;
   return false;
 }
@@ -173,20 +173,33 @@ TEST_P(BackendOps, Matmul) {
              2e-4, 1e-4);
 }
 
+// Attention at several head sizes and lengths: 64 and 128 take the CUDA backend's tensor-core kernels in bf16, the
+// others (and f32) its general kernels; lengths not a multiple of the 64-row tiles check the edges.
+struct AttentionCase {
+  int B, T, C, H;
+};
 TEST_P(BackendOps, Attention) {
-  check("attention_forward",
-             {{"out", {B, T, C}, DType::kF32, true}, {"att", {B, H, T, T}, DType::kF32, true}, {"qkv", {B, T, 3 * C}}},
-             [](Backend& be, const std::vector<Tensor>& t) { be.attention_forward(t[0], t[1], t[2], H); }, kAtol,
-             kRtol);
-  // att must be a real softmax for the backward: compute it first on each backend.
-  check("attention_backward",
-             {{"dqkv", {B, T, 3 * C}, DType::kF32, true}, {"dout", {B, T, C}}, {"qkv", {B, T, 3 * C}},
-              {"att", {B, H, T, T}}, {"out", {B, T, C}}},
-             [](Backend& be, const std::vector<Tensor>& t) {
-               be.attention_forward(t[4], t[3], t[2], H);
-               be.attention_backward(t[0], t[1], t[2], t[3], H);
-             },
-             1e-4, 1e-4, 6e-2, 6e-2);
+  for (const AttentionCase& c : {AttentionCase{B, T, C, H}, AttentionCase{2, 100, 128, 2}, AttentionCase{1, 130, 256, 2},
+                                 AttentionCase{2, 1, 128, 2}, AttentionCase{1, 64, 96, 1}, AttentionCase{1, 200, 64, 4}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " C " + std::to_string(c.C) + " H " +
+                 std::to_string(c.H));
+    const int64_t b = c.B, t = c.T, ch = c.C, h = c.H;
+    const int heads = c.H;
+    check("attention_forward",
+          {{"out", {b, t, ch}, DType::kF32, true}, {"lse", {b, h, t}, DType::kF32, true},
+           {"qkv", {b, t, 3 * ch}}},
+          [heads](Backend& be, const std::vector<Tensor>& ts) { be.attention_forward(ts[0], ts[1], ts[2], heads); },
+          kAtol, kRtol);
+    // The backward needs the forward's out and lse: computed first on each backend.
+    check("attention_backward",
+          {{"dqkv", {b, t, 3 * ch}, DType::kF32, true}, {"dout", {b, t, ch}}, {"qkv", {b, t, 3 * ch}},
+           {"out", {b, t, ch}}, {"lse", {b, h, t}}},
+          [heads](Backend& be, const std::vector<Tensor>& ts) {
+            be.attention_forward(ts[3], ts[4], ts[2], heads);
+            be.attention_backward(ts[0], ts[1], ts[2], ts[3], ts[4], heads);
+          },
+          1e-4, 1e-4, 6e-2, 6e-2);
+  }
 }
 
 TEST_P(BackendOps, Elementwise) {
@@ -209,6 +222,21 @@ TEST_P(BackendOps, SoftmaxCrossEntropy) {
               {"targets", {N}, DType::kI32, false, V - 3}},
              [](Backend& be, const std::vector<Tensor>& t) { be.softmax_xent_forward(t[0], t[1], t[1], t[2], V - 3); }, kAtol,
              kRtol);
+  for (const bool in_place : {false, true}) {
+    check(in_place ? "softmax_xent_fused (in place)" : "softmax_xent_fused",
+          {{"losses", {N}, DType::kF32, true}, {"dlogits", {N, V}, DType::kF32, true}, {"logits", {N, V}},
+           {"targets", {N}, DType::kI32, false, V - 3}},
+          [in_place](Backend& be, const std::vector<Tensor>& t) {
+            be.softmax_xent_fused(t[0], t[1], in_place ? t[1] : t[2], t[3], 0.125f, V - 3);
+          },
+          kAtol, kRtol);
+  }
+  // Rows of a multiple of 16 bytes take the CUDA kernel's vector path.
+  check("softmax_xent_fused (vector rows)",
+        {{"losses", {N}, DType::kF32, true}, {"dlogits", {N, 128}, DType::kF32, true}, {"logits", {N, 128}},
+         {"targets", {N}, DType::kI32, false, 101}},
+        [](Backend& be, const std::vector<Tensor>& t) { be.softmax_xent_fused(t[0], t[1], t[2], t[3], 0.5f, 101); },
+        kAtol, kRtol);
   check("softmax_xent_backward",
              {{"dlogits", {N, V}, DType::kF32, true}, {"probs", {N, V}}, {"targets", {N}, DType::kI32, false, V - 3}},
              [](Backend& be, const std::vector<Tensor>& t) { be.softmax_xent_backward(t[0], t[1], t[2], 0.125f, V - 3); },

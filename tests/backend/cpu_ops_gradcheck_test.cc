@@ -1,5 +1,6 @@
 // Gradient check of every CPU op against central finite differences, in double precision: for an op y = f(x) and a
 // random upstream gradient dy, the backward kernel's dx must equal d/dx sum(dy * f(x)).
+#include <cmath>
 #include <functional>
 #include <vector>
 
@@ -104,28 +105,36 @@ TEST(CpuOpsGradcheck, Matmul) {
 
 TEST(CpuOpsGradcheck, Attention) {
   Rng rng(4);
-  const int B = 2, T = 5, C = 8, H = 2;
-  Vec qkv = randn(B * T * 3 * C, rng), dy = randn(B * T * C, rng), out(B * T * C), att(B * H * T * T);
+  const int B = 2, T = 5, C = 8, H = 2, hs = C / H;
+  Vec qkv = randn(B * T * 3 * C, rng), dy = randn(B * T * C, rng), out(B * T * C), lse(B * H * T);
   auto loss = [&] {
-    cpu::attention_forward<double>(out.data(), att.data(), qkv.data(), B, T, C, H);
+    cpu::attention_forward<double>(out.data(), lse.data(), qkv.data(), B, T, C, H);
     return dot(out, dy);
   };
   loss();
-  // Causality: probabilities above the diagonal are zero, rows sum to one.
-  for (int bh = 0; bh < B * H; ++bh)
-    for (int t = 0; t < T; ++t) {
-      double s = 0;
-      for (int t2 = 0; t2 < T; ++t2) {
-        const double a = att[(bh * T + t) * T + t2];
-        if (t2 > t) {
-          EXPECT_EQ(a, 0.0);
+  // lse is the log-sum-exp of each row's scaled causal scores, computed here directly.
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < T; ++t) {
+        double sum = 0;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          double s = 0;
+          for (int c = 0; c < hs; ++c)
+            s += qkv[(b * T + t) * 3 * C + h * hs + c] * qkv[(b * T + t2) * 3 * C + C + h * hs + c];
+          sum += std::exp(s / std::sqrt(double(hs)));
         }
-        s += a;
+        EXPECT_NEAR(lse[(b * H + h) * T + t], std::log(sum), 1e-12);
       }
-      EXPECT_NEAR(s, 1.0, 1e-12);
-    }
+  // Causality: changing the last token's k and v leaves every earlier output as it was.
+  const Vec before = out;
+  for (int b = 0; b < B; ++b)
+    for (int c = C; c < 3 * C; ++c) qkv[(b * T + T - 1) * 3 * C + c] += 0.5;
+  loss();
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[b * T * C + i], before[b * T * C + i]);
+  loss();
   Vec dqkv(qkv.size(), 0.0);
-  cpu::attention_backward<double>(dqkv.data(), dy.data(), qkv.data(), att.data(), B, T, C, H);
+  cpu::attention_backward<double>(dqkv.data(), dy.data(), qkv.data(), lse.data(), B, T, C, H);
   EXPECT_TRUE(testing::all_close("dqkv", dqkv, numeric_grad(qkv, loss), kAtol, kRtol));
 }
 

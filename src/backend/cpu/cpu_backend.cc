@@ -196,22 +196,22 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int heads) override {
-    const shapes::Attention d = shapes::attention_forward(out, att, qkv, heads);
+  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) override {
+    const shapes::Attention d = shapes::attention_forward(out, lse, qkv, heads);
     dispatch_float(qkv.dtype(), "attention_forward", [&]<typename T>() {
-      T *o = out.data<T>(), *a = att.data<T>();
+      T *o = out.data<T>(), *l = lse.data<T>();
       const T* q = qkv.data<T>();
-      compute_.enqueue([=] { cpu::attention_forward<T>(o, a, q, d.B, d.T, d.C, d.H); });
+      compute_.enqueue([=] { cpu::attention_forward<T>(o, l, q, d.B, d.T, d.C, d.H); });
     });
   }
 
-  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                          int heads) override {
-    const shapes::Attention d = shapes::attention_backward(dqkv, dout, qkv, att, heads);
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& lse, int heads) override {
+    const shapes::Attention d = shapes::attention_backward(dqkv, dout, qkv, out, lse, heads);
     dispatch_float(qkv.dtype(), "attention_backward", [&]<typename T>() {
       T* dq = dqkv.data<T>();
-      const T *g = dout.data<T>(), *q = qkv.data<T>(), *a = att.data<T>();
-      compute_.enqueue([=] { cpu::attention_backward<T>(dq, g, q, a, d.B, d.T, d.C, d.H); });
+      const T *g = dout.data<T>(), *q = qkv.data<T>(), *l = lse.data<T>();
+      compute_.enqueue([=] { cpu::attention_backward<T>(dq, g, q, l, d.B, d.T, d.C, d.H); });
     });
   }
 
@@ -262,6 +262,21 @@ class CpuBackend final : public Backend {
       const int32_t* tg = targets.data<int32_t>();
       const T dl = static_cast<T>(dloss);
       compute_.enqueue([=] { cpu::softmax_xent_backward<T>(g, p, tg, dl, d.N, d.V, d.valid); });
+    });
+  }
+
+  void softmax_xent_fused(const Tensor& losses, const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                          float dloss, int vocab) override {
+    const shapes::Softmax d = shapes::softmax_xent_forward(losses, dlogits, logits, targets, vocab);
+    dispatch_float(logits.dtype(), "softmax_xent_fused", [&]<typename T>() {
+      T *l = losses.data<T>(), *g = dlogits.data<T>();
+      const T* x = logits.data<T>();
+      const int32_t* tg = targets.data<int32_t>();
+      const T dl = static_cast<T>(dloss);
+      compute_.enqueue([=] {
+        cpu::softmax_xent_forward<T>(l, g, x, tg, d.N, d.V, d.valid);
+        cpu::softmax_xent_backward<T>(g, g, tg, dl, d.N, d.V, d.valid);
+      });
     });
   }
 

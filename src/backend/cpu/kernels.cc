@@ -223,48 +223,61 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 // ---------------------------------------------------------------------------------------------------------------------
 // attention: one (batch, head) pair per task, each task writing only its own slices (no races). Within a task the
 // products are GEMMs on the strided q, k, v slices of qkv; OpenBLAS runs them single-threaded inside the parallel
-// region. The causal mask is applied to the scores, so the probabilities above the diagonal are exact zeros.
+// region. The T x T probabilities live in a per-thread buffer for the duration of one task only: the forward keeps
+// lse per row, and the backward rebuilds p = exp(scores - lse), exact zeros above the diagonal.
+
+namespace {
+// Scaled scores of one (batch, head) pair into a[T, T] (lower triangle and diagonal meaningful).
+template <typename T>
+void attention_scores(T* a, const T* q, const T* k, int T_, int hs, int64_t C3) {
+  const T scale = T(1) / std::sqrt(static_cast<T>(hs));
+  gemm<T>(CblasNoTrans, CblasTrans, T_, T_, hs, scale, q, C3, k, C3, T(0), a, T_);
+}
+}  // namespace
 
 template <typename T>
-void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int H) {
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H) {
   const int hs = C / H;
-  const T scale = T(1) / std::sqrt(static_cast<T>(hs));
   const int64_t C3 = 3 * static_cast<int64_t>(C);
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    const T* q = qkv + b * T_ * C3 + h * hs;
-    const T* k = q + C;
-    const T* v = q + 2 * C;
-    T* a = att + bh * T_ * T_;
-    // scores = scale * q k^T
-    gemm<T>(CblasNoTrans, CblasTrans, T_, T_, hs, scale, q, C3, k, C3, T(0), a, T_);
-    for (int t = 0; t < T_; ++t) {
-      T* row = a + static_cast<int64_t>(t) * T_;
-      T maxv = -std::numeric_limits<T>::infinity();
-      for (int t2 = 0; t2 <= t; ++t2) maxv = std::max(maxv, row[t2]);
-      T sum = 0;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        const T e = std::exp(row[t2] - maxv);
-        row[t2] = e;
-        sum += e;
+#pragma omp parallel
+  {
+    std::vector<T> a(static_cast<size_t>(T_) * static_cast<size_t>(T_));
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      const T* q = qkv + b * T_ * C3 + h * hs;
+      const T* k = q + C;
+      const T* v = q + 2 * C;
+      attention_scores(a.data(), q, k, T_, hs, C3);
+      for (int t = 0; t < T_; ++t) {
+        T* row = a.data() + static_cast<int64_t>(t) * T_;
+        T maxv = -std::numeric_limits<T>::infinity();
+        for (int t2 = 0; t2 <= t; ++t2) maxv = std::max(maxv, row[t2]);
+        T sum = 0;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const T e = std::exp(row[t2] - maxv);
+          row[t2] = e;
+          sum += e;
+        }
+        const T inv = T(1) / sum;
+        for (int t2 = 0; t2 <= t; ++t2) row[t2] *= inv;
+        for (int t2 = t + 1; t2 < T_; ++t2) row[t2] = 0;
+        lse[bh * T_ + t] = maxv + std::log(sum);
       }
-      const T inv = T(1) / sum;
-      for (int t2 = 0; t2 <= t; ++t2) row[t2] *= inv;
-      for (int t2 = t + 1; t2 < T_; ++t2) row[t2] = 0;
+      // out = probs v
+      gemm<T>(CblasNoTrans, CblasNoTrans, T_, hs, T_, T(1), a.data(), T_, v, C3, T(0), out + b * T_ * C + h * hs, C);
     }
-    // out = probs v
-    gemm<T>(CblasNoTrans, CblasNoTrans, T_, hs, T_, T(1), a, T_, v, C3, T(0), out + b * T_ * C + h * hs, C);
   }
 }
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int H) {
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int B, int T_, int C, int H) {
   const int hs = C / H;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
   const int64_t C3 = 3 * static_cast<int64_t>(C);
 #pragma omp parallel
   {
+    std::vector<T> p(static_cast<size_t>(T_) * static_cast<size_t>(T_));
     std::vector<T> dp(static_cast<size_t>(T_) * static_cast<size_t>(T_));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
@@ -275,14 +288,21 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int 
       T* dq = dqkv + b * T_ * C3 + h * hs;
       T* dk = dq + C;
       T* dv = dq + 2 * C;
-      const T* p = att + bh * T_ * T_;
       const T* d = dout + b * T_ * C + h * hs;
+      // p = exp(scores - lse), rebuilt
+      attention_scores(p.data(), q, k, T_, hs, C3);
+      for (int t = 0; t < T_; ++t) {
+        T* row = p.data() + static_cast<int64_t>(t) * T_;
+        const T l = lse[bh * T_ + t];
+        for (int t2 = 0; t2 <= t; ++t2) row[t2] = std::exp(row[t2] - l);
+        for (int t2 = t + 1; t2 < T_; ++t2) row[t2] = 0;
+      }
       // dv += p^T dout; dp = dout v^T
-      gemm<T>(CblasTrans, CblasNoTrans, T_, hs, T_, T(1), p, T_, d, C, T(1), dv, C3);
+      gemm<T>(CblasTrans, CblasNoTrans, T_, hs, T_, T(1), p.data(), T_, d, C, T(1), dv, C3);
       gemm<T>(CblasNoTrans, CblasTrans, T_, T_, hs, T(1), d, C, v, C3, T(0), dp.data(), T_);
       // through the softmax: ds = p * (dp - sum_t2 p dp), scaled; zero above the diagonal since p is.
       for (int t = 0; t < T_; ++t) {
-        const T* pr = p + static_cast<int64_t>(t) * T_;
+        const T* pr = p.data() + static_cast<int64_t>(t) * T_;
         T* dr = dp.data() + static_cast<int64_t>(t) * T_;
         T dot = 0;
 #pragma omp simd reduction(+ : dot)

@@ -34,10 +34,12 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, 
 template <typename T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC);
 
+// Causal attention saving only lse[B, H, T] (log-sum-exp of each row's scaled scores); the backward rebuilds the
+// probabilities from q, k and lse.
 template <typename T>
-void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int H);
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H);
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int C, int H);
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int B, int T_, int C, int H);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n);

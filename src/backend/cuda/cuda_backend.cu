@@ -225,93 +225,20 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // Attention as in the CPU backend, as GEMMs batched over all (batch, head) pairs through device pointer arrays
-  // (the q, k, v slices of qkv are not uniformly strided across b and h). The T x T scores and probabilities are in
-  // the compute dtype; the backward's score gradients go through the scratch, as many (b, h) pairs at a time as it
-  // holds after the pointer arrays.
-  struct BhPointers {
-    void** p[5];
-  };
-  static constexpr size_t kPointerArea = size_t(1) << 20;  // at the start of the scratch
-  // The backward needs 9 pointer arrays of one entry per (b, h) pair of a call.
-  static constexpr int kMaxBhPerCall = static_cast<int>(kPointerArea / (9 * sizeof(void*)));
-  BhPointers bh_pointers() const {
-    BhPointers r;
-    for (int i = 0; i < 5; ++i)
-      r.p[i] = reinterpret_cast<void**>(static_cast<char*>(scratch_.ptr) + i * (kPointerArea / 5 / 256 * 256));
-    return r;
-  }
-
-  void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, int heads) override {
-    const shapes::Attention d = shapes::attention_forward(out, att, qkv, heads);
+  // Flash attention (backend/cuda/attention.cu): no T x T buffer at all; the backward's row sums use the scratch.
+  void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) override {
+    const shapes::Attention d = shapes::attention_forward(out, lse, qkv, heads);
     dispatch_x(qkv.dtype(), "attention_forward", [&]<typename X>() {
-      const cudaDataType_t xt = cuda_type<X>();
-      const int hs = d.C / d.H, C3 = 3 * d.C, T = d.T, BH = d.B * d.H;
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-      const long long TT = static_cast<long long>(T) * T, xs = sizeof(X);
-      const BhPointers ptr = bh_pointers();
-      // Byte strides of the (batch, head) slices: of qkv, of [B, T, C] tensors, of the probabilities.
-      const long long qkv_b = static_cast<long long>(T) * C3 * xs, y_b = static_cast<long long>(T) * d.C * xs;
-      const long long att_b = static_cast<long long>(d.H) * TT * xs, head = static_cast<long long>(hs) * xs;
-      for (int bh0 = 0; bh0 < BH; bh0 += kMaxBhPerCall) {
-        const int n = std::min(kMaxBhPerCall, BH - bh0);
-        const X* q = qkv.data<X>();
-        fill_bh_pointers(s(), ptr.p[0], q, qkv_b, head, d.H, bh0, n);            // q
-        fill_bh_pointers(s(), ptr.p[1], q + d.C, qkv_b, head, d.H, bh0, n);      // k
-        fill_bh_pointers(s(), ptr.p[2], q + 2 * d.C, qkv_b, head, d.H, bh0, n);  // v
-        fill_bh_pointers(s(), ptr.p[3], att.raw(), att_b, TT * xs, d.H, bh0, n);  // att
-        fill_bh_pointers(s(), ptr.p[4], out.raw(), y_b, head, d.H, bh0, n);   // out
-        gemm_rm_batched(cublas_, false, true, T, T, hs, scale, ptr.p[0], xt, C3, ptr.p[1], C3, 0.0f,
-                        ptr.p[3], xt, T, n);
-        cuda::causal_softmax<X>(s(), att.data<X>() + bh0 * TT, static_cast<int64_t>(n) * T, T);
-        gemm_rm_batched(cublas_, false, false, T, hs, T, 1.0f, ptr.p[3], xt, T, ptr.p[2], C3, 0.0f,
-                        ptr.p[4], xt, d.C, n);
-      }
+      cuda::attention_forward<X>(s(), out.data<X>(), lse.data<float>(), qkv.data<X>(), d.B, d.T, d.C, d.H);
     });
   }
 
-  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                          int heads) override {
-    const shapes::Attention d = shapes::attention_backward(dqkv, dout, qkv, att, heads);
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& lse, int heads) override {
+    const shapes::Attention d = shapes::attention_backward(dqkv, dout, qkv, out, lse, heads);
     dispatch_x(qkv.dtype(), "attention_backward", [&]<typename X>() {
-      const cudaDataType_t xt = cuda_type<X>();
-      const int hs = d.C / d.H, C3 = 3 * d.C, T = d.T, BH = d.B * d.H;
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-      const long long TT = static_cast<long long>(T) * T, xs = sizeof(X);
-      const size_t dp_bytes = scratch_.bytes - kPointerArea;
-      const int group = static_cast<int>(std::min<long long>(
-          std::min<long long>(BH, kMaxBhPerCall), static_cast<long long>(dp_bytes) / (TT * xs)));
-      TT_CHECK(group >= 1, "attention_backward: T=%d needs a %lld-byte score buffer, more than the CUDA scratch", T,
-               TT * xs);
-      X* dp = reinterpret_cast<X*>(static_cast<char*>(scratch_.ptr) + kPointerArea);
-      const long long qkv_b = static_cast<long long>(T) * C3 * xs, y_b = static_cast<long long>(T) * d.C * xs;
-      const long long att_b = static_cast<long long>(d.H) * TT * xs, head = static_cast<long long>(hs) * xs;
-      // Pointer arrays: q, k, v, dq, dk, dv, dout, p and the score gradients (dp, uniformly strided in the scratch).
-      void** pa = bh_pointers().p[0];
-      const size_t slot = static_cast<size_t>(group);
-      auto arr = [&](int i) { return pa + i * slot; };
-      TT_CHECK(9 * slot * sizeof(void*) <= kPointerArea, "attention_backward: pointer area too small");
-      for (int bh0 = 0; bh0 < BH; bh0 += group) {
-        const int n = std::min(group, BH - bh0);
-        const X* q = qkv.data<X>();
-        X* dq = dqkv.data<X>();
-        fill_bh_pointers(s(), arr(0), q, qkv_b, head, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(1), q + d.C, qkv_b, head, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(2), q + 2 * d.C, qkv_b, head, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(3), dq, qkv_b, head, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(4), dq + d.C, qkv_b, head, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(5), dq + 2 * d.C, qkv_b, head, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(6), dout.raw(), y_b, head, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(7), att.raw(), att_b, TT * xs, d.H, bh0, n);
-        fill_bh_pointers(s(), arr(8), dp, att_b, TT * xs, d.H, 0, n);  // dp[i] = dp + i * TT
-        // dv += p^T dout; dp = dout v^T
-        gemm_rm_batched(cublas_, true, false, T, hs, T, 1.0f, arr(7), xt, T, arr(6), d.C, 1.0f, arr(5), xt, C3, n);
-        gemm_rm_batched(cublas_, false, true, T, T, hs, 1.0f, arr(6), xt, d.C, arr(2), C3, 0.0f, arr(8), xt, T, n);
-        cuda::causal_softmax_backward<X>(s(), dp, att.data<X>() + bh0 * TT, static_cast<int64_t>(n) * T, T, scale);
-        // dq += ds k; dk += ds^T q
-        gemm_rm_batched(cublas_, false, false, T, hs, T, 1.0f, arr(8), xt, T, arr(1), C3, 1.0f, arr(3), xt, C3, n);
-        gemm_rm_batched(cublas_, true, false, T, hs, T, 1.0f, arr(8), xt, T, arr(0), C3, 1.0f, arr(4), xt, C3, n);
-      }
+      cuda::attention_backward<X>(s(), scratch_, dqkv.data<X>(), dout.data<X>(), qkv.data<X>(), out.data<X>(),
+                                  lse.data<float>(), d.B, d.T, d.C, d.H);
     });
   }
 
@@ -345,6 +272,14 @@ class CudaBackend final : public Backend {
     dispatch_x(probs.dtype(), "softmax_xent_backward", [&]<typename X>() {
       cuda::softmax_xent_backward<X>(s(), dlogits.data<X>(), probs.data<X>(), targets.data<int32_t>(), dloss, d.N,
                                      d.V, d.valid);
+    });
+  }
+  void softmax_xent_fused(const Tensor& losses, const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                          float dloss, int vocab) override {
+    const shapes::Softmax d = shapes::softmax_xent_forward(losses, dlogits, logits, targets, vocab);
+    dispatch_x(logits.dtype(), "softmax_xent_fused", [&]<typename X>() {
+      cuda::softmax_xent_fused<X>(s(), losses.data<float>(), dlogits.data<X>(), logits.data<X>(),
+                                  targets.data<int32_t>(), dloss, d.N, d.V, d.valid);
     });
   }
   void sum_squares(const Tensor& out, const Tensor& x) override {
@@ -382,12 +317,11 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-int64_t scratch_bytes_for(int seq, int64_t tokens_per_step, size_t activation_bytes) {
-  const int64_t pointers = int64_t(1) << 20;  // the attention's (batch, head) pointer arrays
-  const int64_t scores = static_cast<int64_t>(seq) * seq * static_cast<int64_t>(activation_bytes);
+int64_t scratch_bytes_for(int64_t tokens_per_step, int heads) {
+  const int64_t rowsums = tokens_per_step * heads * static_cast<int64_t>(sizeof(float));  // attention backward
   // Embedding backward: sorted ids, positions, sorted positions, and CUB's temporary storage (bounded generously).
   const int64_t sort = tokens_per_step * 4 * 3 + tokens_per_step * 8 + (int64_t(16) << 20);
-  return std::max({kMinScratchBytes, pointers + scores, sort});
+  return std::max({kMinScratchBytes, rowsums, sort});
 }
 
 Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options) {

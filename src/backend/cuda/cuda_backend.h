@@ -16,9 +16,9 @@ namespace tt::cuda {
 // Device bytes the backend takes from its own budget for cuBLAS's workspace and the kernels' scratch.
 constexpr int64_t kCublasWorkspaceBytes = int64_t(32) << 20;
 constexpr int64_t kMinScratchBytes = int64_t(128) << 20;
-// Scratch a model needs: at least kMinScratchBytes, and room for one (batch, head) pair's T x T score gradients
-// (attention backward) and for sorting B*T token ids (embedding backward), with 1 MiB of pointer arrays.
-int64_t scratch_bytes_for(int seq, int64_t tokens_per_step, size_t activation_bytes);
+// Scratch a model needs: at least kMinScratchBytes, and room for the attention backward's row sums (one float per
+// token and head) and for sorting B*T token ids (embedding backward).
+int64_t scratch_bytes_for(int64_t tokens_per_step, int heads);
 // cuBLAS workspace plus scratch.
 inline int64_t reserved_bytes(int64_t scratch_bytes) { return kCublasWorkspaceBytes + scratch_bytes; }
 // Left free on the GPU when the budget is chosen automatically (CUDA context, cuBLAS handles, other processes).

@@ -32,10 +32,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 // Block-wide reductions in a fixed order (warp shuffles, then warp 0 over the warps' results).
 template <typename T, typename Op>
 __device__ T block_reduce(T v, Op op, T identity) {
@@ -225,37 +221,6 @@ __global__ void broadcast_rows_kernel(X* out, const X* bias, int64_t N, int OC) 
     out[i] = bias[i % OC];
 }
 
-// One warp per row of scores; row r is query position r % T.
-template <typename X>
-__global__ void causal_softmax_kernel(X* att, int64_t rows, int T) {
-  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  const int t = static_cast<int>(row % T);
-  X* a = att + row * T;
-  float mx = -FLT_MAX;
-  for (int t2 = lane; t2 <= t; t2 += 32) mx = fmaxf(mx, ld(a[t2]));
-  mx = warp_max(mx);
-  float s = 0.0f;
-  for (int t2 = lane; t2 <= t; t2 += 32) s += expf(ld(a[t2]) - mx);
-  const float inv = 1.0f / warp_sum(s);
-  for (int t2 = lane; t2 < T; t2 += 32) a[t2] = st<X>(t2 <= t ? expf(ld(a[t2]) - mx) * inv : 0.0f);
-}
-
-template <typename X>
-__global__ void causal_softmax_backward_kernel(X* dp, const X* p, int64_t rows, int T, float scale) {
-  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  const int t = static_cast<int>(row % T);
-  X* d = dp + row * T;
-  const X* pr = p + row * T;
-  float dot = 0.0f;
-  for (int t2 = lane; t2 <= t; t2 += 32) dot += ld(pr[t2]) * ld(d[t2]);
-  dot = warp_sum(dot);
-  for (int t2 = lane; t2 < T; t2 += 32) d[t2] = st<X>(t2 <= t ? ld(pr[t2]) * (ld(d[t2]) - dot) * scale : 0.0f);
-}
-
 constexpr float kGeluScale = 0.7978845608028654f;
 
 template <typename X>
@@ -326,6 +291,69 @@ __global__ void softmax_xent_backward_kernel(X* dlogits, const X* probs, const i
     d[col] = st<X>(col < valid ? (ld(p[col]) - (col == tgt ? 1.0f : 0.0f)) * dloss : 0.0f);
 }
 
+// Forward and backward of the cross-entropy, one block per row, two passes over the row (the second one usually
+// from L2): an online max and sum of exp, then dlogits. Rows whose length is a multiple of 16 bytes' worth of values
+// and that are 16-byte aligned move 16 bytes per load and store.
+template <typename X>
+__global__ void softmax_xent_fused_kernel(float* losses, X* dlogits, const X* logits, const int32_t* targets,
+                                          float dloss, int V, int valid) {
+  constexpr int kVec = 16 / sizeof(X);
+  const int64_t row = blockIdx.x;
+  const X* l = logits + row * V;
+  X* d = dlogits + row * V;
+  const int tgt = targets[row];
+  __shared__ float target_logit;
+  if (threadIdx.x == 0) target_logit = ld(l[tgt]);  // read before any thread overwrites the row (barriers below)
+  const bool vec = V % kVec == 0 && reinterpret_cast<uintptr_t>(l) % 16 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0;
+  float tmx = -FLT_MAX, ts = 0.0f;
+  if (vec) {
+    for (int i0 = threadIdx.x * kVec; i0 < valid; i0 += blockDim.x * kVec) {
+      const int4 raw = *reinterpret_cast<const int4*>(l + i0);
+      const X* x = reinterpret_cast<const X*>(&raw);
+      float v[kVec], m = tmx;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        v[k] = i0 + k < valid ? ld(x[k]) : -FLT_MAX;
+        m = fmaxf(m, v[k]);
+      }
+      ts *= __expf(tmx - m);
+      tmx = m;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) ts += __expf(v[k] - m);
+    }
+  } else {
+    for (int i = threadIdx.x; i < valid; i += blockDim.x) {
+      const float v = ld(l[i]);
+      if (v > tmx) {
+        ts = ts * __expf(tmx - v) + 1.0f;
+        tmx = v;
+      } else {
+        ts += __expf(v - tmx);
+      }
+    }
+  }
+  const float mx = block_reduce(tmx, Max{}, -FLT_MAX);
+  float s = tmx == -FLT_MAX ? 0.0f : ts * __expf(tmx - mx);
+  s = block_reduce(s, Add{}, 0.0f);
+  const float inv = 1.0f / s;
+  if (vec) {
+    for (int i0 = threadIdx.x * kVec; i0 < V; i0 += blockDim.x * kVec) {
+      int4 raw = *reinterpret_cast<const int4*>(l + i0);
+      X* x = reinterpret_cast<X*>(&raw);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const int i = i0 + k;
+        x[k] = st<X>(i < valid ? (__expf(ld(x[k]) - mx) * inv - (i == tgt ? 1.0f : 0.0f)) * dloss : 0.0f);
+      }
+      *reinterpret_cast<int4*>(d + i0) = raw;
+    }
+  } else {
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+      d[i] = st<X>(i < valid ? (__expf(ld(l[i]) - mx) * inv - (i == tgt ? 1.0f : 0.0f)) * dloss : 0.0f);
+  }
+  if (threadIdx.x == 0) losses[row] = logf(s) + mx - target_logit;
+}
+
 template <typename D, typename S>
 __global__ void convert_kernel(D* dst, const S* src, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -381,40 +409,6 @@ void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, 
   TT_CUBLAS_ASSERT(cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
                                 &alpha, b, ab_type, ldb, a, ab_type, lda, &beta, c, c_type, ldc, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT));
-}
-
-void gemm_rm_strided(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
-                     cudaDataType_t ab_type, int lda, long long stride_a, const void* b, int ldb, long long stride_b,
-                     float beta, void* c, cudaDataType_t c_type, int ldc, long long stride_c, int batch) {
-  TT_CUBLAS_ASSERT(cublasGemmStridedBatchedEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ab_type, ldb,
-                                              stride_b, a, ab_type, lda, stride_a, &beta, c, c_type, ldc, stride_c,
-                                              batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-namespace {
-__global__ void fill_bh_pointers_kernel(void** out, const char* base, long long stride_b, long long stride_h,
-                                        int H, int bh0, int count) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= count) return;
-  const int bh = bh0 + i;
-  out[i] = const_cast<char*>(base + (bh / H) * stride_b + (bh % H) * stride_h);
-}
-}  // namespace
-
-void fill_bh_pointers(cudaStream_t s, void** out, const void* base, long long stride_b, long long stride_h, int H,
-                      int bh0, int count) {
-  fill_bh_pointers_kernel<<<(count + kThreads - 1) / kThreads, kThreads, 0, s>>>(
-      out, static_cast<const char*>(base), stride_b, stride_h, H, bh0, count);
-  TT_CUDA_CHECK_LAUNCH();
-}
-
-void gemm_rm_batched(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                     const void* const* a, cudaDataType_t ab_type, int lda, const void* const* b, int ldb, float beta,
-                     void* const* c, cudaDataType_t c_type, int ldc, int batch) {
-  TT_CUBLAS_ASSERT(cublasGemmBatchedEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n,
-                                       m, k, &alpha, b, ab_type, ldb, a, ab_type, lda, &beta, c, c_type, ldc, batch,
-                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 template <typename X>
@@ -512,18 +506,6 @@ void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* 
 }
 
 template <typename X>
-void causal_softmax(cudaStream_t s, X* att, int64_t rows, int T) {
-  causal_softmax_kernel<<<warp_rows_grid(rows), kThreads, 0, s>>>(att, rows, T);
-  TT_CUDA_CHECK_LAUNCH();
-}
-
-template <typename X>
-void causal_softmax_backward(cudaStream_t s, X* dp, const X* p, int64_t rows, int T, float scale) {
-  causal_softmax_backward_kernel<<<warp_rows_grid(rows), kThreads, 0, s>>>(dp, p, rows, T, scale);
-  TT_CUDA_CHECK_LAUNCH();
-}
-
-template <typename X>
 void gelu_forward(cudaStream_t s, X* out, const X* inp, int64_t n) {
   gelu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, inp, n);
   TT_CUDA_CHECK_LAUNCH();
@@ -552,6 +534,13 @@ template <typename X>
 void softmax_xent_backward(cudaStream_t s, X* dlogits, const X* probs, const int32_t* targets, float dloss, int64_t N,
                            int V, int valid) {
   softmax_xent_backward_kernel<<<static_cast<unsigned>(N), kThreads, 0, s>>>(dlogits, probs, targets, dloss, V, valid);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
+void softmax_xent_fused(cudaStream_t s, float* losses, X* dlogits, const X* logits, const int32_t* targets,
+                        float dloss, int64_t N, int V, int valid) {
+  softmax_xent_fused_kernel<<<static_cast<unsigned>(N), 512, 0, s>>>(losses, dlogits, logits, targets, dloss, V, valid);
   TT_CUDA_CHECK_LAUNCH();
 }
 
@@ -598,13 +587,12 @@ void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, flo
                                       const X*, const float*, const float*, int64_t, int);                         \
   template void broadcast_rows<X>(cudaStream_t, X*, const X*, int64_t, int);                                       \
   template void column_sums<X>(cudaStream_t, const Scratch&, float*, const X*, int64_t, int);                      \
-  template void causal_softmax<X>(cudaStream_t, X*, int64_t, int);                                                 \
-  template void causal_softmax_backward<X>(cudaStream_t, X*, const X*, int64_t, int, float);                       \
   template void gelu_forward<X>(cudaStream_t, X*, const X*, int64_t);                                              \
   template void gelu_backward<X>(cudaStream_t, X*, const X*, const X*, int64_t);                                   \
   template void residual_forward<X>(cudaStream_t, X*, const X*, const X*, int64_t);                                \
   template void softmax_xent_forward<X>(cudaStream_t, float*, X*, const X*, const int32_t*, int64_t, int, int);    \
-  template void softmax_xent_backward<X>(cudaStream_t, X*, const X*, const int32_t*, float, int64_t, int, int);
+  template void softmax_xent_backward<X>(cudaStream_t, X*, const X*, const int32_t*, float, int64_t, int, int);    \
+  template void softmax_xent_fused<X>(cudaStream_t, float*, X*, const X*, const int32_t*, float, int64_t, int, int);
 
 TT_CUDA_INSTANTIATE(float)
 TT_CUDA_INSTANTIATE(bf16)

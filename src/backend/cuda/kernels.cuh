@@ -37,19 +37,6 @@ constexpr cudaDataType_t cuda_type<bf16>() { return CUDA_R_16BF; }
 void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
              cudaDataType_t ab_type, int lda, const void* b, int ldb, float beta, void* c, cudaDataType_t c_type,
              int ldc);
-// The same for `batch` products whose operands start stride_{a,b,c} elements apart.
-void gemm_rm_strided(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha, const void* a,
-                     cudaDataType_t ab_type, int lda, long long stride_a, const void* b, int ldb, long long stride_b,
-                     float beta, void* c, cudaDataType_t c_type, int ldc, long long stride_c, int batch);
-
-// Pointers to the (batch, head) slices of a [B, T, ...] tensor, for batched GEMMs over (b, h) pairs bh0..bh0+count-1:
-// out[i] = base + (bh / H) * stride_b + (bh % H) * stride_h, strides in bytes. Device array, filled on the stream.
-void fill_bh_pointers(cudaStream_t s, void** out, const void* base, long long stride_b, long long stride_h, int H,
-                      int bh0, int count);
-// Row-major batched GEMM over arrays of device pointers (cblas semantics per product).
-void gemm_rm_batched(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                     const void* const* a, cudaDataType_t ab_type, int lda, const void* const* b, int ldb, float beta,
-                     void* const* c, cudaDataType_t c_type, int ldc, int batch);
 
 template <typename X>
 void embedding_forward(cudaStream_t s, X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T, int C);
@@ -68,12 +55,14 @@ void broadcast_rows(cudaStream_t s, X* out, const X* bias, int64_t N, int OC);
 // dbias[o] += sum_n dout[n, o], in a fixed order.
 template <typename X>
 void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* dout, int64_t N, int OC);
-// Rows of [rows, T] scores of causal attention: softmax over t2 <= t (row index mod T), zeros above the diagonal.
+// Causal attention (attention.cu): out[B, T, C] and lse[B, H, T] from qkv[B, T, 3C]; the backward adds into dqkv and
+// needs attention_scratch_bytes of scratch.
 template <typename X>
-void causal_softmax(cudaStream_t s, X* att, int64_t rows, int T);
-// ds = p * (dp - sum(p * dp)) * scale, in place over dp; zero above the diagonal.
+void attention_forward(cudaStream_t s, X* out, float* lse, const X* qkv, int B, int T, int C, int H);
 template <typename X>
-void causal_softmax_backward(cudaStream_t s, X* dp, const X* p, int64_t rows, int T, float scale);
+void attention_backward(cudaStream_t s, const Scratch& scratch, X* dqkv, const X* dout, const X* qkv, const X* out,
+                        const float* lse, int B, int T, int C, int H);
+int64_t attention_scratch_bytes(int B, int T, int H);
 template <typename X>
 void gelu_forward(cudaStream_t s, X* out, const X* inp, int64_t n);
 template <typename X>
@@ -87,6 +76,10 @@ void softmax_xent_forward(cudaStream_t s, float* losses, X* probs, const X* logi
 template <typename X>
 void softmax_xent_backward(cudaStream_t s, X* dlogits, const X* probs, const int32_t* targets, float dloss, int64_t N,
                            int V, int valid);
+// Forward and backward in one pass: losses, and dlogits = (softmax - onehot) * dloss (may alias logits).
+template <typename X>
+void softmax_xent_fused(cudaStream_t s, float* losses, X* dlogits, const X* logits, const int32_t* targets,
+                        float dloss, int64_t N, int V, int valid);
 // dst = src converted (float <-> bf16, or a copy).
 template <typename D, typename S>
 void convert(cudaStream_t s, D* dst, const S* src, int64_t n);
