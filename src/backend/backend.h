@@ -82,6 +82,12 @@ class Backend {
   // dinp += dout @ w; dw += dout^T @ inp; dbias += column sums of dout (dbias may be undefined).
   virtual void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& w) = 0;
+  // Fused MLP halves (on a GPU, GEMM epilogues): pre = inp @ w^T + bias, out = gelu(pre); and its backward through
+  // the next Linear: dpre = (dout @ w) * gelu'(pre) (OVERWRITES dpre), dw += dout^T @ inp, dbias += column sums.
+  virtual void matmul_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor& inp, const Tensor& w,
+                                   const Tensor& bias) = 0;
+  virtual void matmul_backward_gelu(const Tensor& dpre, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
+                                    const Tensor& inp, const Tensor& w, const Tensor& pre) = 0;
   // Causal multi-head attention. qkv[B,T,3C] holds [q | k | v] per token. Saves only lse[B,H,T] (master dtype): the
   // natural-log sum of exp of each query row's scaled scores; the backward rebuilds the probabilities from it, so
   // nothing of size T x T outlives a call (flash attention's recomputation).
@@ -93,6 +99,10 @@ class Backend {
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
   virtual void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // res = a + b, then the LayerNorm of res (as layernorm_forward), in one pass over the rows.
+  virtual void residual_layernorm_forward(const Tensor& res, const Tensor& out, const Tensor& mean,
+                                          const Tensor& rstd, const Tensor& a, const Tensor& b, const Tensor& w,
+                                          const Tensor& bias) = 0;
   // Per row of logits[N, Vp]: probs = softmax over the first `vocab` columns (columns from `vocab` on are padding
   // and get probability 0; probs may alias logits), losses[n] = -log probs[target].
   virtual void softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,

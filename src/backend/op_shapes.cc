@@ -137,6 +137,27 @@ Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tenso
   return attention_forward(out, lse, qkv, heads);
 }
 
+Matmul matmul_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor& inp, const Tensor& w,
+                           const Tensor& bias) {
+  const Matmul d = matmul_forward(pre, inp, w, bias);
+  elementwise("matmul_gelu_forward", out, pre);
+  return d;
+}
+
+Matmul matmul_backward_gelu(const Tensor& dpre, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
+                            const Tensor& inp, const Tensor& w, const Tensor& pre) {
+  TT_CHECK(present(dpre), "matmul_backward_gelu: dpre is required");
+  const Matmul d = matmul_backward(dpre, dw, dbias, dout, inp, w);
+  elementwise("matmul_backward_gelu", dpre, pre);
+  return d;
+}
+
+Rows residual_layernorm_forward(const Tensor& res, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& a, const Tensor& b, const Tensor& w, const Tensor& bias) {
+  elementwise("residual_layernorm_forward", res, a, b);
+  return layernorm_forward(out, mean, rstd, res, w, bias);
+}
+
 int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& c) {
   TT_CHECK(a.shape() == b.shape() && (!present(c) || c.shape() == a.shape()), "%s: shapes %s, %s, %s", op,
            s(a).c_str(), s(b).c_str(), s(c).c_str());

@@ -45,6 +45,12 @@ Matmul matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias
 Attention attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads);
 Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                              const Tensor& lse, int heads);
+Matmul matmul_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor& inp, const Tensor& w,
+                           const Tensor& bias);
+Matmul matmul_backward_gelu(const Tensor& dpre, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
+                            const Tensor& inp, const Tensor& w, const Tensor& pre);
+Rows residual_layernorm_forward(const Tensor& res, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& a, const Tensor& b, const Tensor& w, const Tensor& bias);
 // Same shape and dtype for all defined tensors; returns the element count.
 int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& c = Tensor());
 Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets,

@@ -123,7 +123,6 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
   add("datty", {B, T, C}, dt, W);
   add("dqkv", {B, T, 3 * C}, dt, W);
   add("dfch", {B, T, 4 * C}, dt, W);
-  add("dfch_gelu", {B, T, 4 * C}, dt, W);
   return r;
 }
 
@@ -210,7 +209,6 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   g->datty_ = by_name["datty"];
   g->dqkv_ = by_name["dqkv"];
   g->dfch_ = by_name["dfch"];
-  g->dfch_gelu_ = by_name["dfch_gelu"];
   TT_LOG(INFO, EXEC, "GPT L%d d%d H%d T%d V%d: %lld parameters, device pool in use %s", cfg.layers, cfg.dim,
          cfg.heads, cfg.seq, cfg.vocab, static_cast<long long>(gpt_num_params(cfg)),
          format_bytes(static_cast<int64_t>(backend.pool().in_use())).c_str());
@@ -379,14 +377,10 @@ void Gpt::forward_layer(int l, const Tensor& x) {
   be_.attention_forward(a.atty, a.lse, a.qkv, cfg_.heads);
   mark("matmul_forward attn.proj");
   be_.matmul_forward(proj_out_, a.atty, w.projw, w.projb);
-  mark("residual_forward");
-  be_.residual_forward(a.res2, x, proj_out_);
-  mark("layernorm_forward");
-  be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b);
-  mark("matmul_forward mlp.fc");
-  be_.matmul_forward(a.fch, a.ln2, w.fcw, w.fcb);
-  mark("gelu_forward");
-  be_.gelu_forward(a.fch_gelu, a.fch);
+  mark("residual_layernorm_forward");
+  be_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, proj_out_, w.ln2w, w.ln2b);
+  mark("matmul_gelu_forward mlp.fc");
+  be_.matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, w.fcw, w.fcb);
   mark("matmul_forward mlp.proj");
   be_.matmul_forward(proj_out_, a.fch_gelu, w.fcprojw, w.fcprojb);
   mark("residual_forward");
@@ -447,14 +441,8 @@ void Gpt::backward_blocks() {
     }
     swap_before_backward(l);
     // MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
-    mark("zero_scratch");
-    be_.fill_zero(dfch_gelu_, s);
-    mark("matmul_backward mlp.proj");
-    be_.matmul_backward(dfch_gelu_, g.fcprojw, g.fcprojb, dresidual_, a.fch_gelu, w.fcprojw);
-    mark("zero_scratch");
-    be_.fill_zero(dfch_, s);
-    mark("gelu_backward");
-    be_.gelu_backward(dfch_, a.fch, dfch_gelu_);
+    mark("matmul_backward_gelu mlp.proj");
+    be_.matmul_backward_gelu(dfch_, g.fcprojw, g.fcprojb, dresidual_, a.fch_gelu, w.fcprojw, a.fch);
     mark("zero_scratch");
     be_.fill_zero(dln_, s);
     mark("matmul_backward mlp.fc");

@@ -189,7 +189,7 @@ class Gpt {
   std::vector<std::unique_ptr<Event>> fwd_done_, out_done_, in_done_, bwd_done_;  // [layer]
   int shared_holds_ = -1;  // with recompute: the block whose activations the shared set holds
   // workspace
-  Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_, dfch_gelu_;
+  Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_;
 };
 
 }  // namespace tt

@@ -4,6 +4,7 @@
 // the CUDA cases skip with a message.
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -178,6 +179,38 @@ TEST_P(BackendOps, Matmul) {
 struct AttentionCase {
   int B, T, C, H;
 };
+// The fused MLP ops, at a shape where cuBLASLt's epilogues apply in bf16 (dimensions multiples of 8) and at one where
+// they do not (the unfused path).
+TEST_P(BackendOps, MatmulGelu) {
+  for (const auto& [rows, in, out] : {std::tuple<int64_t, int64_t, int64_t>{N, 48, 72}, {N, 36, 20}}) {
+    SCOPED_TRACE("in " + std::to_string(in) + " out " + std::to_string(out));
+    check("matmul_gelu_forward",
+          {{"pre", {rows, out}, DType::kF32, true}, {"out", {rows, out}, DType::kF32, true}, {"inp", {rows, in}},
+           {"w", {out, in}}, {"bias", {out}}},
+          [](Backend& be, const std::vector<Tensor>& t) { be.matmul_gelu_forward(t[0], t[1], t[2], t[3], t[4]); },
+          1e-4, 1e-4);
+    // dpre starts random: the op overwrites it.
+    check("matmul_backward_gelu",
+          {{"dpre", {rows, in}, DType::kF32, true}, {"dw", {out, in}, DType::kF32, true},
+           {"dbias", {out}, DType::kF32, true}, {"dout", {rows, out}}, {"inp", {rows, in}}, {"w", {out, in}},
+           {"pre", {rows, in}}},
+          [](Backend& be, const std::vector<Tensor>& t) {
+            be.matmul_backward_gelu(t[0], t[1], t[2], t[3], t[4], t[5], t[6]);
+          },
+          2e-4, 1e-4);
+  }
+}
+
+TEST_P(BackendOps, ResidualLayerNorm) {
+  check("residual_layernorm_forward",
+        {{"res", {N, C}, DType::kF32, true}, {"out", {N, C}, DType::kF32, true}, {"mean", {N}, DType::kF32, true},
+         {"rstd", {N}, DType::kF32, true}, {"a", {N, C}}, {"b", {N, C}}, {"w", {C}}, {"bias", {C}}},
+        [](Backend& be, const std::vector<Tensor>& t) {
+          be.residual_layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+        },
+        kAtol, kRtol);
+}
+
 TEST_P(BackendOps, Attention) {
   for (const AttentionCase& c : {AttentionCase{B, T, C, H}, AttentionCase{2, 100, 128, 2}, AttentionCase{1, 130, 256, 2},
                                  AttentionCase{2, 1, 128, 2}, AttentionCase{1, 64, 96, 1}, AttentionCase{1, 200, 64, 4}}) {

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cerrno>
 #include <chrono>
@@ -196,6 +197,33 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void matmul_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor& inp, const Tensor& w,
+                           const Tensor& bias) override {
+    const shapes::Matmul d = shapes::matmul_gelu_forward(pre, out, inp, w, bias);
+    dispatch_float(inp.dtype(), "matmul_gelu_forward", [&]<typename T>() {
+      T *p = pre.data<T>(), *o = out.data<T>();
+      const T *x = inp.data<T>(), *wp = w.data<T>(), *bp = ptr<T>(bias);
+      compute_.enqueue([=] {
+        cpu::matmul_forward<T>(p, x, wp, bp, d.N, d.C, d.OC);
+        cpu::gelu_forward<T>(o, p, d.N * d.OC);
+      });
+    });
+  }
+
+  void matmul_backward_gelu(const Tensor& dpre, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
+                            const Tensor& inp, const Tensor& w, const Tensor& pre) override {
+    const shapes::Matmul d = shapes::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre);
+    dispatch_float(inp.dtype(), "matmul_backward_gelu", [&]<typename T>() {
+      T *di = dpre.data<T>(), *dwp = ptr<T>(dw), *dbp = ptr<T>(dbias);
+      const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *p = pre.data<T>();
+      compute_.enqueue([=] {
+        std::fill(di, di + d.N * d.C, T(0));
+        cpu::matmul_backward<T>(di, dwp, dbp, g, x, wp, d.N, d.C, d.OC);
+        cpu::gelu_backward_scale<T>(di, p, d.N * d.C);
+      });
+    });
+  }
+
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) override {
     const shapes::Attention d = shapes::attention_forward(out, lse, qkv, heads);
     dispatch_float(qkv.dtype(), "attention_forward", [&]<typename T>() {
@@ -239,6 +267,19 @@ class CpuBackend final : public Backend {
       T* o = out.data<T>();
       const T *x = a.data<T>(), *y = b.data<T>();
       compute_.enqueue([=] { cpu::residual_forward<T>(o, x, y, n); });
+    });
+  }
+
+  void residual_layernorm_forward(const Tensor& res, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                  const Tensor& a, const Tensor& b, const Tensor& w, const Tensor& bias) override {
+    const shapes::Rows d = shapes::residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias);
+    dispatch_float(a.dtype(), "residual_layernorm_forward", [&]<typename T>() {
+      T *r = res.data<T>(), *o = out.data<T>(), *m = mean.data<T>(), *rs = rstd.data<T>();
+      const T *x = a.data<T>(), *y = b.data<T>(), *wp = w.data<T>(), *bp = bias.data<T>();
+      compute_.enqueue([=] {
+        cpu::residual_forward<T>(r, x, y, d.N * d.C);
+        cpu::layernorm_forward<T>(o, m, rs, r, wp, bp, d.N, d.C);
+      });
     });
   }
 

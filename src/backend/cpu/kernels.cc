@@ -330,18 +330,28 @@ void gelu_forward(T* out, const T* inp, int64_t n) {
   }
 }
 
+namespace {
+// d gelu(x) / dx of the tanh approximation.
+template <typename T>
+inline T gelu_grad(T x) {
+  const T s = static_cast<T>(kGeluScale);
+  const T u = s * (x + T(0.044715) * x * x * x);
+  const T th = tanh_(u);
+  const T sech2 = T(1) - th * th;
+  return T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * s * (T(1) + T(3 * 0.044715) * x * x);
+}
+}  // namespace
+
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
-  const T s = static_cast<T>(kGeluScale);
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    const T u = s * (x + T(0.044715) * x * x * x);
-    const T th = tanh_(u);
-    const T sech2 = T(1) - th * th;
-    const T local = T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * s * (T(1) + T(3 * 0.044715) * x * x);
-    dinp[i] += local * dout[i];
-  }
+  for (int64_t i = 0; i < n; ++i) dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+template <typename T>
+void gelu_backward_scale(T* d, const T* pre, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) d[i] = gelu_grad(pre[i]) * d[i];
 }
 
 template <typename T>
@@ -457,6 +467,7 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq
   template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);                        \
   template void gelu_forward<T>(T*, const T*, int64_t);                                                             \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t);                                                  \
+  template void gelu_backward_scale<T>(T*, const T*, int64_t);                                                     \
   template void residual_forward<T>(T*, const T*, const T*, int64_t);                                               \
   template void softmax_xent_forward<T>(T*, T*, const T*, const int32_t*, int64_t, int, int);                       \
   template void softmax_xent_backward<T>(T*, const T*, const int32_t*, T, int64_t, int, int);                       \

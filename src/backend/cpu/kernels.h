@@ -45,6 +45,9 @@ template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
+// d[i] *= gelu'(pre[i]), in place.
+template <typename T>
+void gelu_backward_scale(T* d, const T* pre, int64_t n);
 template <typename T>
 void residual_forward(T* out, const T* a, const T* b, int64_t n);
 

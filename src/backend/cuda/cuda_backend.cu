@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/lt_gemm.cuh"
 #include "backend/op_shapes.h"
 #include "core/log.h"
 #include "core/units.h"
@@ -100,6 +101,8 @@ class CudaBackend final : public Backend {
     TT_ASSIGN_OR_RETURN(void* ws, pool_.allocate_bytes(kCublasWorkspaceBytes, TensorClass::kWorkspace,
                                                       "cublas.workspace"));
     TT_CUBLAS_CHECK(cublasSetWorkspace(cublas_, ws, kCublasWorkspaceBytes));
+    // cuBLASLt shares the workspace: both run on the compute stream, one call after another.
+    TT_TRY(lt_.init(ws, kCublasWorkspaceBytes));
     TT_ASSIGN_OR_RETURN(scratch_.ptr, pool_.allocate_bytes(static_cast<size_t>(scratch_request_),
                                                           TensorClass::kWorkspace, "cuda.scratch"));
     scratch_.bytes = static_cast<size_t>(scratch_request_);
@@ -196,8 +199,71 @@ class CudaBackend final : public Backend {
                                   inp.data<X>(), w.data<X>(), mean.data<float>(), rstd.data<float>(), d.N, d.C);
     });
   }
+  // bf16 Linear layers go through cuBLASLt with the bias (and GELU) in the GEMM's epilogue where it has an algorithm
+  // for the shapes and alignments; f32 (the exact-comparison mode) keeps plain cuBLAS and our own kernels.
+  bool lt_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias, const shapes::Matmul& d,
+                  Epilogue epilogue, const Tensor& aux) {
+    if (inp.dtype() != DType::kBF16 || !shapes::present(bias)) return false;
+    LtCall c;
+    c.trans_b = true;
+    c.m = static_cast<int>(d.N);
+    c.n = d.OC;
+    c.k = d.C;
+    c.a = inp.raw();
+    c.lda = d.C;
+    c.b = w.raw();
+    c.ldb = d.C;
+    c.d = out.raw();
+    c.ldd = d.OC;
+    c.epilogue = epilogue;
+    c.bias = bias.raw();
+    c.aux = shapes::present(aux) ? aux.raw() : nullptr;
+    c.ld_aux = d.OC;
+    return lt_.matmul(s(), c);
+  }
+
+  void matmul_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor& inp, const Tensor& w,
+                           const Tensor& bias) override {
+    const shapes::Matmul d = shapes::matmul_gelu_forward(pre, out, inp, w, bias);
+    if (lt_forward(out, inp, w, bias, d, Epilogue::kGeluAuxBias, pre)) return;
+    matmul_forward(pre, inp, w, bias);
+    gelu_forward(out, pre);
+  }
+
+  void matmul_backward_gelu(const Tensor& dpre, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
+                            const Tensor& inp, const Tensor& w, const Tensor& pre) override {
+    const shapes::Matmul d = shapes::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre);
+    bool fused = false;
+    if (inp.dtype() == DType::kBF16) {
+      // dpre[N, C] = (dout[N, OC] @ w[OC, C]) * gelu'(pre), the derivative in the epilogue.
+      LtCall c;
+      c.m = static_cast<int>(d.N);
+      c.n = d.C;
+      c.k = d.OC;
+      c.a = dout.raw();
+      c.lda = d.OC;
+      c.b = w.raw();
+      c.ldb = d.C;
+      c.d = dpre.raw();
+      c.ldd = d.C;
+      c.epilogue = Epilogue::kDGelu;
+      c.aux = pre.raw();
+      c.ld_aux = d.C;
+      fused = lt_.matmul(s(), c);
+    }
+    if (!fused) {
+      dispatch_x(inp.dtype(), "matmul_backward_gelu", [&]<typename X>() {
+        gemm_rm(cublas_, false, false, static_cast<int>(d.N), d.C, d.OC, 1.0f, dout.raw(), cuda_type<X>(), d.OC,
+                w.raw(), d.C, 0.0f, dpre.raw(), cuda_type<X>(), d.C);
+        cuda::gelu_backward_scale<X>(s(), dpre.data<X>(), pre.data<X>(), d.N * d.C);
+      });
+    }
+    matmul_backward(Tensor(), dw, dbias, dout, inp, w);
+  }
+
   void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) override {
     const shapes::Matmul d = shapes::matmul_forward(out, inp, w, bias);
+    if (lt_forward(out, inp, w, bias, d, Epilogue::kBias, Tensor())) return;
     dispatch_x(inp.dtype(), "matmul_forward", [&]<typename X>() {
       float beta = 0.0f;
       if (shapes::present(bias)) {
@@ -258,6 +324,14 @@ class CudaBackend final : public Backend {
     dispatch_x(out.dtype(), "residual_forward",
                [&]<typename X>() { cuda::residual_forward<X>(s(), out.data<X>(), a.data<X>(), b.data<X>(), n); });
   }
+  void residual_layernorm_forward(const Tensor& res, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                  const Tensor& a, const Tensor& b, const Tensor& w, const Tensor& bias) override {
+    const shapes::Rows d = shapes::residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias);
+    dispatch_x(a.dtype(), "residual_layernorm_forward", [&]<typename X>() {
+      cuda::residual_layernorm_forward<X>(s(), res.data<X>(), out.data<X>(), mean.data<float>(), rstd.data<float>(),
+                                          a.data<X>(), b.data<X>(), w.data<X>(), bias.data<X>(), d.N, d.C);
+    });
+  }
   void softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets,
                             int vocab) override {
     const shapes::Softmax d = shapes::softmax_xent_forward(losses, probs, logits, targets, vocab);
@@ -311,6 +385,7 @@ class CudaBackend final : public Backend {
   memory::DevicePool pool_;
   CudaStream compute_, h2d_, d2h_;
   cublasHandle_t cublas_ = nullptr;
+  LtGemm lt_;
   int64_t scratch_request_;
   Scratch scratch_;
 };

@@ -232,15 +232,58 @@ __global__ void gelu_forward_kernel(X* out, const X* inp, int64_t n) {
   }
 }
 
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 template <typename X>
 __global__ void gelu_backward_kernel(X* dinp, const X* inp, const X* dout, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = ld(inp[i]);
-    const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
-    const float local =
-        0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = st<X>(ld(dinp[i]) + local * ld(dout[i]));
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dinp[i] = st<X>(ld(dinp[i]) + gelu_grad(ld(inp[i])) * ld(dout[i]));
+}
+
+template <typename X>
+__global__ void gelu_backward_scale_kernel(X* d, const X* pre, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    d[i] = st<X>(gelu_grad(ld(pre[i])) * ld(d[i]));
+}
+
+// res = a + b (rounded to X, as stored), then LayerNorm of res; one warp per row.
+template <typename X>
+__global__ void residual_layernorm_forward_kernel(X* __restrict__ res, X* __restrict__ out, float* __restrict__ mean,
+                                                  float* __restrict__ rstd, const X* __restrict__ a,
+                                                  const X* __restrict__ b, const X* __restrict__ w,
+                                                  const X* __restrict__ bias, int64_t N, int C) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const X* x = a + row * C;
+  const X* y = b + row * C;
+  X* r = res + row * C;
+  float s = 0.0f;
+#pragma unroll 4
+  for (int c = lane; c < C; c += 32) {
+    const X v = st<X>(ld(x[c]) + ld(y[c]));
+    r[c] = v;
+    s += ld(v);
+  }
+  const float m = warp_sum(s) / C;
+  float var = 0.0f;
+#pragma unroll 4
+  for (int c = lane; c < C; c += 32) {
+    const float dv = ld(r[c]) - m;
+    var += dv * dv;
+  }
+  const float rs = rsqrtf(warp_sum(var) / C + 1e-5f);
+  X* o = out + row * C;
+#pragma unroll 4
+  for (int c = lane; c < C; c += 32) o[c] = st<X>((ld(r[c]) - m) * rs * ld(w[c]) + ld(bias[c]));
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
   }
 }
 
@@ -518,6 +561,19 @@ void gelu_backward(cudaStream_t s, X* dinp, const X* inp, const X* dout, int64_t
 }
 
 template <typename X>
+void gelu_backward_scale(cudaStream_t s, X* d, const X* pre, int64_t n) {
+  gelu_backward_scale_kernel<<<blocks_for(n), kThreads, 0, s>>>(d, pre, n);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
+void residual_layernorm_forward(cudaStream_t s, X* res, X* out, float* mean, float* rstd, const X* a, const X* b,
+                                const X* w, const X* bias, int64_t N, int C) {
+  residual_layernorm_forward_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(res, out, mean, rstd, a, b, w, bias, N, C);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
 void residual_forward(cudaStream_t s, X* out, const X* a, const X* b, int64_t n) {
   residual_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, a, b, n);
   TT_CUDA_CHECK_LAUNCH();
@@ -590,6 +646,9 @@ void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, flo
   template void gelu_forward<X>(cudaStream_t, X*, const X*, int64_t);                                              \
   template void gelu_backward<X>(cudaStream_t, X*, const X*, const X*, int64_t);                                   \
   template void residual_forward<X>(cudaStream_t, X*, const X*, const X*, int64_t);                                \
+  template void gelu_backward_scale<X>(cudaStream_t, X*, const X*, int64_t);                                       \
+  template void residual_layernorm_forward<X>(cudaStream_t, X*, X*, float*, float*, const X*, const X*, const X*,   \
+                                              const X*, int64_t, int);                                             \
   template void softmax_xent_forward<X>(cudaStream_t, float*, X*, const X*, const int32_t*, int64_t, int, int);    \
   template void softmax_xent_backward<X>(cudaStream_t, X*, const X*, const int32_t*, float, int64_t, int, int);    \
   template void softmax_xent_fused<X>(cudaStream_t, float*, X*, const X*, const int32_t*, float, int64_t, int, int);

@@ -67,8 +67,14 @@ template <typename X>
 void gelu_forward(cudaStream_t s, X* out, const X* inp, int64_t n);
 template <typename X>
 void gelu_backward(cudaStream_t s, X* dinp, const X* inp, const X* dout, int64_t n);
+// d *= gelu'(pre), in place.
+template <typename X>
+void gelu_backward_scale(cudaStream_t s, X* d, const X* pre, int64_t n);
 template <typename X>
 void residual_forward(cudaStream_t s, X* out, const X* a, const X* b, int64_t n);
+template <typename X>
+void residual_layernorm_forward(cudaStream_t s, X* res, X* out, float* mean, float* rstd, const X* a, const X* b,
+                                const X* w, const X* bias, int64_t N, int C);
 // Rows of V values of which the first `valid` take part (the rest is vocabulary padding: probability 0).
 template <typename X>
 void softmax_xent_forward(cudaStream_t s, float* losses, X* probs, const X* logits, const int32_t* targets, int64_t N,

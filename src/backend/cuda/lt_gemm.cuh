@@ -1,0 +1,64 @@
+// backend/cuda/lt_gemm: row-major GEMMs through cuBLASLt with fused epilogues (bias; bias + GELU saving the
+// pre-activation; GELU's derivative applied to the product), for the Linear layers where a fused epilogue saves a
+// pass over the output. The algorithm for each shape is chosen once by cuBLASLt's heuristic and cached.
+//
+//   LtGemm lt;  TT_TRY(lt.init(workspace, bytes));
+//   bool done = lt.matmul(stream, {.m = N, .n = OC, .k = C, ...});   // false: no algorithm; use the plain path
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include <cublasLt.h>
+
+#include "core/status.h"
+
+namespace tt::cuda {
+
+enum class Epilogue { kNone, kBias, kGeluAuxBias, kDGelu };
+
+// Row-major D[m, n] = epilogue(op(A) op(B) (+ beta D)), with cblas's conventions for the operands (A is m x k after
+// op, B is k x n after op). bias: n values (one per column of D). aux: m x n, leading dimension ld_aux (the
+// pre-activation, written by kGeluAuxBias and read by kDGelu).
+struct LtCall {
+  bool trans_a = false, trans_b = false;
+  int m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int lda = 0;
+  const void* b = nullptr;
+  int ldb = 0;
+  void* d = nullptr;
+  int ldd = 0;
+  float beta = 0.0f;
+  cudaDataType_t type = CUDA_R_16BF;  // of A, B, D, bias and aux
+  Epilogue epilogue = Epilogue::kNone;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+  int ld_aux = 0;
+};
+
+class LtGemm {
+ public:
+  LtGemm() = default;
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+  ~LtGemm();
+  Status init(void* workspace, size_t workspace_bytes);
+  // Enqueues the product on `stream`. Returns false (and enqueues nothing) when cuBLASLt has no algorithm for the
+  // call (alignment, leading dimensions); the caller then takes an unfused path.
+  bool matmul(cudaStream_t stream, const LtCall& call);
+
+ private:
+  using Key = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, bool>;
+  struct Cached {
+    bool ok = false;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<Key, Cached> cache_;
+};
+
+}  // namespace tt::cuda
