@@ -22,6 +22,7 @@
 #include "core/stream.h"
 #include "core/tensor.h"
 #include "memory/device_pool.h"
+#include "memory/host_pool.h"
 #include "memory/stats.h"
 
 namespace tt {
@@ -49,10 +50,13 @@ class Backend {
   // timing: the event can measure elapsed time (elapsed_ms_since); slightly more costly on GPUs.
   virtual std::unique_ptr<Event> create_event(bool timing = false) = 0;
   virtual memory::DevicePool& pool() = 0;
-  // Host memory the copy engines read and write at full speed (page-locked on a GPU; plain on the CPU backend),
-  // counted in the stats (tier pinned_host, or host). Freed with free_host.
-  virtual Result<void*> allocate_host(size_t bytes, TensorClass cls) = 0;
-  virtual void free_host(void* ptr, size_t bytes, TensorClass cls) = 0;
+  // Host memory the copy engines read and write at full speed (memory/host_pool.h: pinned slabs on the GPU's NUMA
+  // node; plain, or mlocked on request, on the CPU backend), counted in the stats.
+  virtual memory::HostPool& host_pool() = 0;
+  Result<void*> allocate_host(size_t bytes, TensorClass cls, const std::string& tag = "host") {
+    return host_pool().allocate(bytes, cls, tag);
+  }
+  void free_host(void* ptr) { host_pool().free(ptr); }
   virtual memory::MemoryStats& stats() = 0;
   // Blocks until every stream is idle.
   Status synchronize_all();

@@ -67,6 +67,10 @@ void declare_train_knobs(Config& cfg) {
   knob("runtime", "device_budget", K::kBytes, "0",
        "hard cap on device memory, e.g. 512MiB, 2GiB (0: what the run needs on a GPU, half the RAM on the CPU)", 0, 9e18);
   knob("runtime", "threads", K::kInt, "0", "CPU threads for kernels (0: all cores)", 0, 4096);
+  knob("runtime", "host_numa_node", K::kInt, "-1",
+       "NUMA node of the host memory the copy engines use (-1: the GPU's own node; none on the CPU backend)", -1, 1023);
+  knob("runtime", "cpu_lock_host_memory", K::kBool, "false",
+       "CPU backend: mlock host-tier buffers as a GPU pins them (needs RLIMIT_MEMLOCK, `ulimit -l`)");
   knob("runtime", "cpu_copy_delay_us", K::kInt, "0",
        "CPU backend: microseconds added to every host<->device copy, a slow link to study overlap (0: none)", 0, 1e9);
 
@@ -128,6 +132,8 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.device_budget = cfg.get_bytes("device_budget");
   tc.threads = static_cast<int>(cfg.get_int("threads"));
   tc.cpu_copy_delay_us = cfg.get_int("cpu_copy_delay_us");
+  tc.host_numa_node = static_cast<int>(cfg.get_int("host_numa_node"));
+  tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");
   tc.checkpoint_dir = cfg.get_string("checkpoint_dir");
   tc.checkpoint_every = cfg.get_int("checkpoint_every");
   tc.keep_checkpoints = cfg.get_int("keep_checkpoints");

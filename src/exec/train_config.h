@@ -43,6 +43,8 @@ struct TrainConfig {
   int64_t device_budget = 0;     // bytes; 0 = automatic
   int threads = 0;
   int64_t cpu_copy_delay_us = 0;  // CPU backend: simulated host<->device link latency
+  int host_numa_node = -1;        // host pool placement; -1: automatic
+  bool cpu_lock_host_memory = false;
 
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;

@@ -79,7 +79,7 @@ void Trainer::print(const char* fmt, ...) const {
 Trainer::~Trainer() {
   if (backend_) {
     (void)backend_->synchronize_all();
-    for (Staging& st : staging_) backend_->free_host(st.host, staging_bytes_, TensorClass::kInput);
+    for (Staging& st : staging_) backend_->free_host(st.host);
     if (next_inputs_.raw()) backend_->pool().free(next_inputs_);
   }
   opt_.reset();
@@ -153,13 +153,27 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
 #ifdef TIERTRAIN_HAVE_CUDA
   if (backend == "cuda") {
     TT_ASSIGN_OR_RETURN(t->backend_,
-                        cuda::create_backend({.device = 0, .device_budget = budget, .scratch_bytes = cuda_scratch}));
+                        cuda::create_backend({.device = 0,
+                                              .device_budget = budget,
+                                              .scratch_bytes = cuda_scratch,
+                                              .host_numa_node = cfg.host_numa_node}));
   }
 #endif
   if (!t->backend_) {
     TT_ASSIGN_OR_RETURN(t->backend_, cpu::create_backend({.device_budget = budget,
                                                           .threads = cfg.threads,
-                                                          .copy_delay_us = cfg.cpu_copy_delay_us}));
+                                                          .copy_delay_us = cfg.cpu_copy_delay_us,
+                                                          .lock_host_memory = cfg.cpu_lock_host_memory,
+                                                          .host_numa_node = cfg.host_numa_node}));
+  }
+  // The host memory the run keeps for the copy engines, taken (and pinned) in one slab now: the input staging
+  // slots and, with --plan swap-activations, every block's swapped activations.
+  {
+    const size_t staging = memory::device_alloc_size(input_staging_list(cfg.batch, cfg.model.seq)[0].shape.numel() *
+                                                     sizeof(int32_t));
+    const size_t host = kInputStagingSlots * staging + Gpt::host_bytes(cfg.model, cfg.batch, dtype, model_options);
+    Status s = t->backend_->host_pool().reserve(host);
+    if (!s.is_ok()) return std::move(s.with_context("reserving the run's host memory"));
   }
 
   TT_ASSIGN_OR_RETURN(t->gpt_, Gpt::create(*t->backend_, cfg.model, cfg.batch, dtype, model_options));
@@ -436,6 +450,11 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
   }
   j["memory"] = backend_->stats().to_json();
   j["memory"]["device"]["budget"] = backend_->pool().budget();
+  j["memory"]["device"]["allocation_count"] = backend_->pool().allocation_count();
+  const memory::HostPool& hp = backend_->host_pool();
+  j["memory"]["host_pool"] = {{"slab_bytes", hp.slab_bytes()},        {"peak_held_bytes", hp.peak_in_use()},
+                              {"slabs", hp.slab_count()},              {"allocation_count", hp.allocation_count()},
+                              {"numa_node", hp.numa_node()},           {"pinned", hp.pinned()}};
   const std::string tmp = cfg_.metrics_out + ".tmp";
   {
     std::ofstream f(tmp);

@@ -59,6 +59,9 @@ struct TrainSummary {
 // Device bytes a run of this configuration needs (every tensor on the device; with recompute, one block's
 // activations plus the block outputs), per tensor class (each request rounded to the pool's
 // alignment), for the up-front budget check and the error message.
+// Pinned host slots the next batches are staged in (Note [input staging]).
+constexpr int kInputStagingSlots = 2;
+
 struct MemoryNeed {
   int64_t per_class[kNumTensorClasses] = {};
   int64_t total = 0;
@@ -115,7 +118,7 @@ class Trainer {
   struct Staging {
     int32_t* host = nullptr;  // [2][B*T] tokens then targets
   };
-  Staging staging_[2];
+  Staging staging_[kInputStagingSlots];
   size_t staging_bytes_ = 0;
   int next_slot_ = 0;
   Tensor next_inputs_;  // [2, B, T] i32 on the device

@@ -10,30 +10,9 @@ namespace tt::memory {
 DevicePool::DevicePool(void* base, size_t budget, Device device, MemoryStats* stats, size_t capacity,
                        EventFactory events)
     : base_(static_cast<char*>(base)), budget_(budget / kDeviceAlignBytes * kDeviceAlignBytes), device_(device),
-      stats_(stats), capacity_(capacity), events_(std::move(events)) {
-  if (budget_ > 0) insert_free(0, budget_);
-}
+      stats_(stats), arena_(budget_), capacity_(capacity), events_(std::move(events)) {}
 
-void DevicePool::insert_free(size_t offset, size_t bytes) {
-  free_by_offset_[offset] = bytes;
-  free_by_size_.emplace(bytes, offset);
-}
-
-void DevicePool::erase_free(size_t offset, size_t bytes) {
-  free_by_offset_.erase(offset);
-  auto range = free_by_size_.equal_range(bytes);
-  for (auto it = range.first; it != range.second; ++it) {
-    if (it->second == offset) {
-      free_by_size_.erase(it);
-      return;
-    }
-  }
-  TT_CHECK(false, "free list out of sync at offset %zu", offset);
-}
-
-size_t DevicePool::largest_free_block() const {
-  return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
-}
+size_t DevicePool::largest_free_block() const { return arena_.largest_free(); }
 
 size_t DevicePool::pending_bytes() const {
   size_t n = 0;
@@ -74,12 +53,12 @@ void DevicePool::process_pending(bool wait) {
 Result<void*> DevicePool::allocate_bytes(size_t bytes, TensorClass cls, const std::string& tag) {
   const size_t size = device_alloc_size(std::max<size_t>(bytes, 1));
   if (!pending_.empty()) process_pending(false);
-  auto it = free_by_size_.lower_bound(size);
-  if (it == free_by_size_.end() && !pending_.empty()) {
+  std::optional<size_t> taken = arena_.take(size);
+  if (!taken && !pending_.empty()) {
     process_pending(true);
-    it = free_by_size_.lower_bound(size);
+    taken = arena_.take(size);
   }
-  if (it == free_by_size_.end()) {
+  if (!taken) {
     const std::string cap =
         capacity_ > 0 ? " (device capacity " + format_bytes(static_cast<int64_t>(capacity_)) + ")" : std::string();
     return make_status(StatusCode::kOutOfMemory,
@@ -92,10 +71,7 @@ Result<void*> DevicePool::allocate_bytes(size_t bytes, TensorClass cls, const st
                        format_bytes(static_cast<int64_t>(budget_ - in_use_)).c_str(),
                        format_bytes(static_cast<int64_t>(largest_free_block())).c_str());
   }
-  const size_t block_bytes = it->first;
-  const size_t offset = it->second;
-  erase_free(offset, block_bytes);
-  if (block_bytes > size) insert_free(offset + size, block_bytes - size);
+  const size_t offset = *taken;
   void* ptr = base_ + offset;
   live_[ptr] = Live{offset, size, cls, {}};
   in_use_ += size;
@@ -135,28 +111,9 @@ void DevicePool::free(void* ptr) {
 }
 
 void DevicePool::release(const Live& block) {
-  size_t offset = block.offset;
-  size_t size = block.bytes;
-  if (stats_) stats_->on_free(Tier::kDevice, block.cls, static_cast<int64_t>(size));
-  in_use_ -= size;
-  // Coalesce with the following and the preceding free blocks.
-  auto next = free_by_offset_.lower_bound(offset);
-  if (next != free_by_offset_.end() && next->first == offset + size) {
-    size_t nbytes = next->second;
-    erase_free(next->first, nbytes);
-    size += nbytes;
-  }
-  auto after = free_by_offset_.lower_bound(offset);
-  if (after != free_by_offset_.begin()) {
-    auto prev = std::prev(after);
-    if (prev->first + prev->second == offset) {
-      size_t poff = prev->first, pbytes = prev->second;
-      erase_free(poff, pbytes);
-      offset = poff;
-      size += pbytes;
-    }
-  }
-  insert_free(offset, size);
+  if (stats_) stats_->on_free(Tier::kDevice, block.cls, static_cast<int64_t>(block.bytes));
+  in_use_ -= block.bytes;
+  arena_.give(block.offset, block.bytes);
 }
 
 }  // namespace tt::memory

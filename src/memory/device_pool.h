@@ -31,6 +31,7 @@
 
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "memory/arena.h"
 #include "memory/stats.h"
 
 namespace tt::memory {
@@ -79,8 +80,6 @@ class DevicePool {
     Live block;
     std::vector<std::unique_ptr<Event>> events;
   };
-  void insert_free(size_t offset, size_t bytes);
-  void erase_free(size_t offset, size_t bytes);
   void release(const Live& block);
   // Releases pending blocks whose events completed; with wait, waits for all of them first.
   void process_pending(bool wait);
@@ -92,8 +91,7 @@ class DevicePool {
   size_t in_use_ = 0;
   size_t peak_in_use_ = 0;
   int64_t allocation_count_ = 0;
-  std::map<size_t, size_t> free_by_offset_;          // offset -> bytes
-  std::multimap<size_t, size_t> free_by_size_;       // bytes -> offset
+  Arena arena_;
   std::unordered_map<const void*, Live> live_;
   std::vector<Pending> pending_;
   size_t capacity_ = 0;

@@ -82,6 +82,13 @@ size_t Gpt::block_activation_bytes(const GptConfig& cfg, int batch, DType dt) {
   return bytes;
 }
 
+size_t Gpt::host_bytes(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
+  if (options.swap_slots == 0) return 0;
+  const size_t per_block = (block_activation_bytes(cfg, batch, dt) + memory::kHostAlignBytes - 1) /
+                           memory::kHostAlignBytes * memory::kHostAlignBytes;
+  return per_block * static_cast<size_t>(cfg.layers);
+}
+
 std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
   const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.padded_vocab(), P = gpt_num_params(cfg);
   const DType md = master_dtype_for(dt);
@@ -132,7 +139,7 @@ Gpt::Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype)
 
 Gpt::~Gpt() {
   (void)be_.synchronize_all();
-  for (void* h : swap_host_) be_.free_host(h, swap_bytes_, TensorClass::kActivation);
+  for (void* h : swap_host_) be_.free_host(h);
   for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) be_.pool().free(*it);
 }
 
@@ -172,7 +179,8 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
       }
     }
     for (int l = 0; l < cfg.layers; ++l) {
-      TT_ASSIGN_OR_RETURN(void* host, backend.allocate_host(g->swap_bytes_, TensorClass::kActivation));
+      TT_ASSIGN_OR_RETURN(void* host, backend.allocate_host(g->swap_bytes_, TensorClass::kActivation,
+                                                            "swap.h." + std::to_string(l)));
       g->swap_host_.push_back(host);
       for (auto* v : {&g->fwd_done_, &g->out_done_, &g->in_done_, &g->bwd_done_}) v->push_back(backend.create_event());
     }

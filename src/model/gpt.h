@@ -99,6 +99,8 @@ class Gpt {
   // bytes as the pool takes them.
   static std::vector<AllocRequest> block_activations(const GptConfig& cfg, int batch, DType compute);
   static size_t block_activation_bytes(const GptConfig& cfg, int batch, DType compute);
+  // Host-pool bytes the model takes (swapped activations: one block's worth per layer), as the pool rounds them.
+  static size_t host_bytes(const GptConfig& cfg, int batch, DType compute, const GptOptions& options);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;

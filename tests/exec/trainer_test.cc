@@ -245,17 +245,31 @@ TEST(Trainer, SwapPlanIsBitIdenticalWithLessMemory) {
   }
 }
 
-TEST(Trainer, NoDeviceAllocationAfterSetup) {
+// Neither pool allocates once the run is set up (steps and evaluations reuse everything), for every plan; the host
+// pool takes its memory in the one slab reserved at start, and holds all of it.
+TEST(Trainer, NoAllocationAfterSetup) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
-  TrainConfig tc = small_config(data);
-  tc.steps = 5;
-  tc.eval_every = 2;
-  auto t = Trainer::create(tc, nullptr);
-  ASSERT_TRUE(t.is_ok());
-  const int64_t allocs = t.value()->backend().pool().allocation_count();
-  ASSERT_TRUE(t.value()->run().is_ok());
-  EXPECT_EQ(t.value()->backend().pool().allocation_count(), allocs);
+  for (const char* plan : {"in-core", "recompute", "swap-activations"}) {
+    SCOPED_TRACE(plan);
+    TrainConfig tc = small_config(data);
+    tc.steps = 5;
+    tc.eval_every = 2;
+    tc.plan = plan;
+    auto t = Trainer::create(tc, nullptr);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    Backend& be = t.value()->backend();
+    const int64_t device_allocs = be.pool().allocation_count(), host_allocs = be.host_pool().allocation_count();
+    ASSERT_TRUE(t.value()->run().is_ok());
+    EXPECT_EQ(be.pool().allocation_count(), device_allocs);
+    EXPECT_EQ(be.host_pool().allocation_count(), host_allocs);
+    EXPECT_EQ(be.host_pool().slab_count(), 1);
+    // Held within 5% of what is pinned, or within the one page the slab is rounded up to.
+    const double slack = static_cast<double>(be.host_pool().slab_bytes() - be.host_pool().peak_in_use());
+    EXPECT_LE(slack, std::max(0.05 * static_cast<double>(be.host_pool().slab_bytes()),
+                              static_cast<double>(sysconf(_SC_PAGESIZE))))
+        << be.host_pool().describe();
+  }
 }
 
 TEST(Trainer, MetricsFileHasTheRun) {

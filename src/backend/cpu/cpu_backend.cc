@@ -15,6 +15,7 @@
 #include "core/bf16.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "memory/numa.h"
 
 namespace tt::cpu {
 namespace {
@@ -35,12 +36,29 @@ T* ptr(const Tensor& t) {
   return shapes::present(t) ? t.data<T>() : nullptr;
 }
 
+// The CPU backend's host memory: plain, or locked with mlock when asked (to hold host-tier buffers in RAM the way a
+// GPU's pinned memory is, and to exercise RLIMIT_MEMLOCK handling).
+memory::HostPoolOptions host_pool_options(const CpuBackendOptions& o) {
+  memory::HostPoolOptions h;
+  h.tier = o.lock_host_memory ? memory::Tier::kPinnedHost : memory::Tier::kHost;
+  h.numa_node = o.host_numa_node;
+  if (o.lock_host_memory) {
+    h.pin = [](void* p, size_t n) -> Status {
+      TT_RETURN_IF(mlock(p, n) != 0, kOutOfMemory, "mlock: %s", std::strerror(errno));
+      return Status::ok();
+    };
+    h.unpin = [](void* p, size_t n) { munlock(p, n); };
+  }
+  return h;
+}
+
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(void* region, size_t region_bytes, int64_t budget, int threads, int64_t copy_delay_us)
-      : region_(region), region_bytes_(region_bytes), threads_(threads), copy_delay_us_(copy_delay_us),
-        pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCpu, 0}, &stats_,
+  CpuBackend(void* region, size_t region_bytes, const CpuBackendOptions& options, int threads)
+      : region_(region), region_bytes_(region_bytes), threads_(threads), copy_delay_us_(options.copy_delay_us),
+        pool_(region, static_cast<size_t>(options.device_budget), Device{DeviceKind::kCpu, 0}, &stats_,
               static_cast<size_t>(physical_memory_bytes()), [this] { return create_event(false); }),
+        host_pool_(host_pool_options(options), &stats_),
         compute_("compute"), h2d_("h2d"), d2h_("d2h") {
     // OpenMP thread pools are per calling thread: set the count on the worker that runs the kernels.
     compute_.enqueue([threads] { set_num_threads(threads); });
@@ -61,17 +79,7 @@ class CpuBackend final : public Backend {
   Stream& d2h_stream() override { return d2h_; }
   std::unique_ptr<Event> create_event(bool /*timing*/) override { return std::make_unique<CpuEvent>(); }
   memory::DevicePool& pool() override { return pool_; }
-  Result<void*> allocate_host(size_t bytes, TensorClass cls) override {
-    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    TT_RETURN_IF(p == nullptr, kOutOfMemory, "cannot allocate %s of host memory", format_bytes(bytes).c_str());
-    stats_.on_alloc(memory::Tier::kHost, cls, static_cast<int64_t>(bytes));
-    return p;
-  }
-  void free_host(void* ptr, size_t bytes, TensorClass cls) override {
-    if (ptr == nullptr) return;
-    std::free(ptr);
-    stats_.on_free(memory::Tier::kHost, cls, static_cast<int64_t>(bytes));
-  }
+  memory::HostPool& host_pool() override { return host_pool_; }
   memory::MemoryStats& stats() override { return stats_; }
 
   void copy_h2d(const Tensor& dst, const void* src, Stream& stream) override {
@@ -357,6 +365,7 @@ class CpuBackend final : public Backend {
   int64_t copy_delay_us_;
   memory::MemoryStats stats_;
   memory::DevicePool pool_;
+  memory::HostPool host_pool_;
   CpuStream compute_, h2d_, d2h_;
 };
 
@@ -379,7 +388,10 @@ Result<std::unique_ptr<Backend>> create_backend(const CpuBackendOptions& options
   if (threads <= 0) threads = 1;
   TT_LOG(INFO, MEM, "CPU device arena: %s reserved, %d threads", format_bytes(options.device_budget).c_str(),
          threads);
-  return std::unique_ptr<Backend>(new CpuBackend(region, bytes, options.device_budget, threads, options.copy_delay_us));
+  TT_RETURN_IF(options.host_numa_node >= 0 && !memory::numa_node_exists(options.host_numa_node), kInvalidArgument,
+               "host NUMA node %d does not exist (this machine has %d)", options.host_numa_node,
+               memory::numa_node_count());
+  return std::unique_ptr<Backend>(new CpuBackend(region, bytes, options, threads));
 }
 
 }  // namespace tt::cpu

@@ -17,6 +17,8 @@ struct CpuBackendOptions {
   int64_t device_budget = 0;  // bytes; must be > 0
   int threads = 0;            // OpenMP/OpenBLAS threads; 0 = all cores
   int64_t copy_delay_us = 0;  // added before every host<->device copy: a slow link, to study and test overlap
+  bool lock_host_memory = false;  // mlock the host pool's slabs (subject to RLIMIT_MEMLOCK)
+  int host_numa_node = -1;        // place the host pool's slabs on this node; -1: where first touched
 };
 
 Result<std::unique_ptr<Backend>> create_backend(const CpuBackendOptions& options);

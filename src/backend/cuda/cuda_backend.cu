@@ -9,6 +9,7 @@
 #include "backend/op_shapes.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "memory/numa.h"
 
 namespace tt {
 // Tensor::data<bf16>() on this backend's bf16 tensors.
@@ -84,12 +85,28 @@ void dispatch_x(DType dtype, const char* op, F&& f) {
   }
 }
 
+// Pinned host slabs: mapped by the pool (and placed on the NUMA node), then registered with CUDA.
+memory::HostPoolOptions pinned_pool_options(int numa_node) {
+  memory::HostPoolOptions h;
+  h.tier = memory::Tier::kPinnedHost;
+  h.numa_node = numa_node;
+  h.pin = [](void* p, size_t n) -> Status {
+    const cudaError_t rc = cudaHostRegister(p, n, cudaHostRegisterDefault);
+    TT_RETURN_IF(rc != cudaSuccess, kOutOfMemory, "cudaHostRegister: %s", cudaGetErrorString(rc));
+    return Status::ok();
+  };
+  h.unpin = [](void* p, size_t) { cudaHostUnregister(p); };
+  return h;
+}
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, void* region, int64_t budget, size_t capacity, int64_t scratch_bytes, std::string name)
+  CudaBackend(int device, void* region, int64_t budget, size_t capacity, int64_t scratch_bytes, std::string name,
+              int host_numa_node)
       : device_(device), region_(region), name_(std::move(name)), scratch_request_(scratch_bytes),
         pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCuda, device}, &stats_, capacity,
               [this] { return create_event(false); }),
+        host_pool_(pinned_pool_options(host_numa_node), &stats_),
         compute_("compute"),
         h2d_("h2d"), d2h_("d2h") {}
 
@@ -125,20 +142,7 @@ class CudaBackend final : public Backend {
   Stream& d2h_stream() override { return d2h_; }
   std::unique_ptr<Event> create_event(bool timing) override { return std::make_unique<CudaEvent>(timing); }
   memory::DevicePool& pool() override { return pool_; }
-  Result<void*> allocate_host(size_t bytes, TensorClass cls) override {
-    void* p = nullptr;
-    cudaError_t rc = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
-    TT_RETURN_IF(rc != cudaSuccess, kOutOfMemory,
-                 "cannot allocate %s of pinned host memory: %s (check RLIMIT_MEMLOCK, `ulimit -l`)",
-                 format_bytes(static_cast<int64_t>(bytes)).c_str(), cudaGetErrorString(rc));
-    stats_.on_alloc(memory::Tier::kPinnedHost, cls, static_cast<int64_t>(bytes));
-    return p;
-  }
-  void free_host(void* ptr, size_t bytes, TensorClass cls) override {
-    if (ptr == nullptr) return;
-    cudaFreeHost(ptr);
-    stats_.on_free(memory::Tier::kPinnedHost, cls, static_cast<int64_t>(bytes));
-  }
+  memory::HostPool& host_pool() override { return host_pool_; }
   memory::MemoryStats& stats() override { return stats_; }
 
   void copy_h2d(const Tensor& dst, const void* src, Stream& stream) override {
@@ -383,6 +387,7 @@ class CudaBackend final : public Backend {
   std::string name_;
   memory::MemoryStats stats_;
   memory::DevicePool pool_;
+  memory::HostPool host_pool_;
   CudaStream compute_, h2d_, d2h_;
   cublasHandle_t cublas_ = nullptr;
   LtGemm lt_;
@@ -427,8 +432,19 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   cudaError_t mrc = cudaMalloc(&region, static_cast<size_t>(budget));
   TT_RETURN_IF(mrc != cudaSuccess, kOutOfMemory, "cudaMalloc of the %s device arena on %s failed: %s",
                format_bytes(budget).c_str(), prop.name, cudaGetErrorString(mrc));
+  // Host memory on the GPU's NUMA node unless a node is named (-1 from sysfs: one node, no placement needed).
+  int numa_node = options.host_numa_node;
+  if (numa_node < 0) {
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), options.device) == cudaSuccess)
+      numa_node = memory::pci_device_numa_node(bus);
+  } else if (!memory::numa_node_exists(numa_node)) {
+    cudaFree(region);
+    return make_status(StatusCode::kInvalidArgument, "host NUMA node %d does not exist (this machine has %d)",
+                       numa_node, memory::numa_node_count());
+  }
   auto be = std::make_unique<CudaBackend>(options.device, region, budget, total_b,
-                                          std::max(options.scratch_bytes, kMinScratchBytes), prop.name);
+                                          std::max(options.scratch_bytes, kMinScratchBytes), prop.name, numa_node);
   TT_TRY(be->init());
   TT_LOG(INFO, MEM, "CUDA device arena on %s: %s (free %s of %s)", prop.name, format_bytes(budget).c_str(),
          format_bytes(static_cast<int64_t>(free_b)).c_str(), format_bytes(static_cast<int64_t>(total_b)).c_str());

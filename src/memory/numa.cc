@@ -1,0 +1,61 @@
+#include "memory/numa.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace tt::memory {
+namespace {
+// From linux/mempolicy.h (not included: its presence differs between libcs).
+constexpr int kMpolPreferred = 1;
+constexpr unsigned long kMpolFNode = 1UL << 0;
+constexpr unsigned long kMpolFAddr = 1UL << 1;
+constexpr int kMaxNodes = 1024;
+constexpr int kBitsPerLong = 8 * static_cast<int>(sizeof(unsigned long));
+}  // namespace
+
+bool numa_node_exists(int node) {
+  if (node < 0 || node >= kMaxNodes) return false;
+  std::ifstream f("/sys/devices/system/node/node" + std::to_string(node) + "/meminfo");
+  return f.good() || (node == 0 && numa_node_count() == 1);
+}
+
+int numa_node_count() {
+  int n = 0;
+  for (int i = 0; i < kMaxNodes; ++i) {
+    std::ifstream f("/sys/devices/system/node/node" + std::to_string(i) + "/meminfo");
+    if (!f.good()) break;
+    ++n;
+  }
+  return n > 0 ? n : 1;
+}
+
+Status bind_to_node(void* ptr, size_t bytes, int node) {
+  TT_RETURN_IF(node < 0 || node >= kMaxNodes, kInvalidArgument, "NUMA node %d is out of range", node);
+  unsigned long mask[kMaxNodes / kBitsPerLong] = {};
+  mask[node / kBitsPerLong] = 1UL << (node % kBitsPerLong);
+  const long rc = syscall(SYS_mbind, ptr, bytes, kMpolPreferred, mask, static_cast<unsigned long>(kMaxNodes), 0UL);
+  TT_RETURN_IF(rc != 0, kInternal, "mbind of %zu bytes to NUMA node %d failed: %s", bytes, node,
+               std::strerror(errno));
+  return Status::ok();
+}
+
+int node_of_address(void* ptr) {
+  int node = -1;
+  const long rc = syscall(SYS_get_mempolicy, &node, nullptr, 0UL, ptr, kMpolFNode | kMpolFAddr);
+  return rc == 0 ? node : -1;
+}
+
+int pci_device_numa_node(const std::string& bus_id) {
+  std::string id;
+  for (char c : bus_id) id += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::ifstream f("/sys/bus/pci/devices/" + id + "/numa_node");
+  int node = -1;
+  if (!(f >> node)) return -1;
+  return node;
+}
+
+}  // namespace tt::memory
