@@ -94,6 +94,9 @@ void declare_train_knobs(Config& cfg) {
   knob("output", "metrics_out", K::kString, "", "JSON file of metrics written at the end");
   knob("output", "log_every", K::kInt, "10", "progress line every N steps", 1, 1e12);
   knob("output", "profile", K::kBool, "false", "time every op on the compute stream; print a table at the end");
+  knob("output", "trace", K::kString, "",
+       "write a Chrome/Perfetto trace (JSON) of the training steps after the first: one track per stream (compute, "
+       "h2d, d2h) with op names, bytes and times; open in ui.perfetto.dev or chrome://tracing");
 
   choice("logging", "debug", "WARN", {"NONE", "WARN", "INFO", "TRACE"}, "log level on stderr");
   KnobSpec subsys;
@@ -143,6 +146,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.metrics_out = cfg.get_string("metrics_out");
   tc.log_every = cfg.get_int("log_every");
   tc.profile = cfg.get_bool("profile");
+  tc.trace = cfg.get_string("trace");
   tc.resolved = cfg.to_json();
 
   TT_RETURN_IF(tc.model.dim % tc.model.heads != 0, kInvalidArgument, "--dim %d is not divisible by --heads %d",

@@ -56,6 +56,7 @@ struct TrainConfig {
   std::string metrics_out;
   int64_t log_every = 10;
   bool profile = false;  // time every op (after the first step) and print a table at the end
+  std::string trace;     // write a Chrome/Perfetto trace of the steps (after the first) to this file
 
   nlohmann::json resolved;  // every knob as set, for metrics and checkpoints
 };

@@ -201,6 +201,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     }
   }
   t->profiler_ = std::make_unique<OpProfiler>(*t->backend_);
+  t->profiler_->set_tracing(!cfg.trace.empty());
   t->gpt_->set_profiler(t->profiler_.get());
   const size_t bt = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);
   t->host_tokens_.resize(bt);
@@ -243,7 +244,9 @@ Status Trainer::prefetch() {
   sampler_->next(st.host, st.host + bt);
   // The previous batch must have left next_inputs_ before this one overwrites it.
   be.h2d_stream().wait(*input_consumed_);
+  const int c = profiler_->copy_begin(be.h2d_stream(), "input", static_cast<int64_t>(next_inputs_.nbytes()));
   be.copy_h2d(next_inputs_, st.host, be.h2d_stream());
+  profiler_->copy_end(be.h2d_stream(), c);
   be.h2d_stream().record(*input_ready_);
   return Status::ok();
 }
@@ -251,23 +254,25 @@ Status Trainer::prefetch() {
 Status Trainer::train_step(StepRecord* rec) {
   Backend& be = *backend_;
   const int64_t bt = static_cast<int64_t>(cfg_.batch) * cfg_.model.seq;
+  // Profile (and trace) every step but the first this process runs (warm-up: cuBLAS heuristics, first touches);
+  // only the training step itself (evaluation and checkpoints run with the profiler off).
+  profiler_->set_enabled((cfg_.profile || !cfg_.trace.empty()) && !history_.empty());
   // This step's batch was prefetched: move it into the model's inputs, then let the next one come in.
+  profiler_->mark("wait input");
   be.compute_stream().wait(*input_ready_);
+  profiler_->mark("inputs");
   be.copy_d2d(gpt_->tokens(), next_inputs_.view(0, gpt_->tokens().shape()), be.compute_stream());
   be.copy_d2d(gpt_->targets(), next_inputs_.view(bt, gpt_->targets().shape()), be.compute_stream());
   be.compute_stream().record(*input_consumed_);
   const int64_t step = step_ + 1;
   const float lr = learning_rate(cfg_, step);
-  // Profile every step but the first this process runs (warm-up: cuBLAS heuristics, first touches); only the
-  // training step itself (evaluation and checkpoints run with the profiler off).
-  profiler_->set_enabled(cfg_.profile && !history_.empty());
   gpt_->forward_backward();
   profiler_->mark("adamw");
   opt_->step(lr);
   // While the GPU works on this step, draw the next batch and start its copy (staging slots alternate, and the
   // slot written now was last read by a copy that finished before the previous step's end).
   TT_TRY(prefetch());
-  TT_TRY(profiler_->collect());
+  TT_TRY(profiler_->collect(step));
   profiler_->set_enabled(false);
   float norm_sq = 0;
   be.copy_d2h(host_losses_.data(), gpt_->losses(), be.compute_stream());
@@ -395,6 +400,11 @@ Result<TrainSummary> Trainer::run() {
         format_bytes(summary.device_peak_bytes).c_str(),
         format_bytes(static_cast<int64_t>(backend_->pool().budget())).c_str());
   if (cfg_.profile) print_profile();
+  if (!cfg_.trace.empty()) {
+    TT_TRY(profiler_->write_trace(cfg_.trace, "tiertrain " + backend_->describe()));
+    print("trace: %zu spans of %d steps in %s (open in ui.perfetto.dev)\n", profiler_->spans().size(),
+          profiler_->steps(), cfg_.trace.c_str());
+  }
   if (!cfg_.metrics_out.empty()) TT_TRY(write_metrics(summary));
   return summary;
 }
@@ -411,6 +421,11 @@ void Trainer::print_profile() const {
   std::sort(rows.rbegin(), rows.rend());
   print("profile: compute stream, mean of %d steps (%.2f ms/step in ops)\n", steps, total);
   for (const auto& [ms, name] : rows) print("  %-28s %9.3f ms %5.1f%%\n", name.c_str(), ms, 100.0 * ms / total);
+  const OpProfiler::Transfers& tr = profiler_->transfers();
+  if (tr.h2d_bytes + tr.d2h_bytes > 0)
+    print("transfers per step: h2d %s in %.3f ms, d2h %s in %.3f ms; compute waited %.3f ms for them (exposed)\n",
+          format_bytes(tr.h2d_bytes / steps).c_str(), tr.h2d_ms / steps, format_bytes(tr.d2h_bytes / steps).c_str(),
+          tr.d2h_ms / steps, tr.exposed_ms / steps);
 }
 
 Status Trainer::write_metrics(const TrainSummary& summary) const {
@@ -447,6 +462,13 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
     nlohmann::json prof = nlohmann::json::object();
     for (const auto& [name, ms] : profiler_->totals_ms()) prof[name] = ms / profiler_->steps();
     j["profile_ms_per_step"] = prof;
+    const OpProfiler::Transfers& tr = profiler_->transfers();
+    const double n = profiler_->steps();
+    j["transfers_per_step"] = {{"h2d_bytes", static_cast<double>(tr.h2d_bytes) / n},
+                               {"d2h_bytes", static_cast<double>(tr.d2h_bytes) / n},
+                               {"h2d_ms", tr.h2d_ms / n},
+                               {"d2h_ms", tr.d2h_ms / n},
+                               {"exposed_ms", tr.exposed_ms / n}};
   }
   j["memory"] = backend_->stats().to_json();
   j["memory"]["device"]["budget"] = backend_->pool().budget();

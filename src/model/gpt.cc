@@ -182,6 +182,8 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
       TT_ASSIGN_OR_RETURN(void* host, backend.allocate_host(g->swap_bytes_, TensorClass::kActivation,
                                                             "swap.h." + std::to_string(l)));
       g->swap_host_.push_back(host);
+      g->swap_out_names_.push_back("swap_out h." + std::to_string(l));
+      g->swap_in_names_.push_back("swap_in h." + std::to_string(l));
       for (auto* v : {&g->fwd_done_, &g->out_done_, &g->in_done_, &g->bwd_done_}) v->push_back(backend.create_event());
     }
   }
@@ -341,22 +343,24 @@ void Gpt::swap_before_forward(int l) {
   // previous forward that used this slot (largest j < L with j = l mod S).
   const int S = swap_slots_;
   const int prev = l >= S ? l - S : l + S * ((cfg_.layers - 1 - l) / S);
+  mark("wait swap_out");
   be_.compute_stream().wait(*out_done_[static_cast<size_t>(prev)]);
 }
 
 void Gpt::swap_after_forward(int l) {
   if (swap_slots_ == 0) return;
   const size_t i = static_cast<size_t>(l);
-  mark("swap_out");
   be_.compute_stream().record(*fwd_done_[i]);
   be_.d2h_stream().wait(*fwd_done_[i]);
+  const int c = copy_begin(be_.d2h_stream(), swap_out_names_[i].c_str(), static_cast<int64_t>(swap_bytes_));
   be_.copy_d2h(swap_host_[i], swap_slots_mem_[i % static_cast<size_t>(swap_slots_)], be_.d2h_stream());
+  copy_end(be_.d2h_stream(), c);
   be_.d2h_stream().record(*out_done_[i]);
 }
 
 void Gpt::swap_before_backward(int l) {
   if (swap_slots_ == 0 || l >= cfg_.layers - swap_slots_) return;  // the last S blocks are still in their slots
-  mark("swap_in_wait");
+  mark("wait swap_in");
   be_.compute_stream().wait(*in_done_[static_cast<size_t>(l)]);
 }
 
@@ -370,7 +374,9 @@ void Gpt::swap_after_backward(int l) {
   be_.h2d_stream().wait(*bwd_done_[i]);
   be_.h2d_stream().wait(*out_done_[i]);
   be_.h2d_stream().wait(*out_done_[n]);
+  const int c = copy_begin(be_.h2d_stream(), swap_in_names_[n].c_str(), static_cast<int64_t>(swap_bytes_));
   be_.copy_h2d(swap_slots_mem_[i % static_cast<size_t>(swap_slots_)], swap_host_[n], be_.h2d_stream());
+  copy_end(be_.h2d_stream(), c);
   be_.h2d_stream().record(*in_done_[n]);
 }
 

@@ -168,6 +168,10 @@ class Gpt {
   void mark(const char* op) {
     if (prof_) prof_->mark(op);
   }
+  int copy_begin(Stream& s, const char* name, int64_t bytes) { return prof_ ? prof_->copy_begin(s, name, bytes) : -1; }
+  void copy_end(Stream& s, int id) {
+    if (prof_) prof_->copy_end(s, id);
+  }
 
   Backend& be_;
   GptConfig cfg_;
@@ -187,6 +191,7 @@ class Gpt {
   int swap_slots_ = 0;
   std::vector<Tensor> swap_slots_mem_;            // [slot] u8 bytes
   std::vector<void*> swap_host_;                  // [layer] host copy
+  std::vector<std::string> swap_out_names_, swap_in_names_;  // [layer] timeline names of the copies
   size_t swap_bytes_ = 0;
   std::vector<std::unique_ptr<Event>> fwd_done_, out_done_, in_done_, bwd_done_;  // [layer]
   int shared_holds_ = -1;  // with recompute: the block whose activations the shared set holds

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <unistd.h>
 #include <vector>
 
@@ -270,6 +271,61 @@ TEST(Trainer, NoAllocationAfterSetup) {
                               static_cast<double>(sysconf(_SC_PAGESIZE))))
         << be.host_pool().describe();
   }
+}
+
+// --trace: a valid Chrome trace with a track per stream; with swapped activations over a slow simulated link the
+// copies overlap compute ops (not only the compute stream's waits), the bytes match the plan, and the metrics carry
+// the transfer totals.
+TEST(Trainer, TraceShowsCopiesOverlappingCompute) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
+  TrainConfig tc = small_config(data);
+  tc.steps = 4;
+  tc.eval_every = 0;
+  tc.plan = "swap-activations";
+  tc.cpu_copy_delay_us = 2000;
+  tc.trace = dir.file("trace.json");
+  tc.metrics_out = dir.file("metrics.json");
+  auto t = Trainer::create(tc, nullptr);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  ASSERT_TRUE(t.value()->run().is_ok());
+  std::ifstream f(tc.trace);
+  const nlohmann::json trace = nlohmann::json::parse(f);  // throws (fails the test) if not valid JSON
+  std::map<int, std::string> tracks;
+  struct Span {
+    double t0, t1;
+    std::string name;
+  };
+  std::map<int, std::vector<Span>> spans;
+  int64_t d2h_bytes = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") tracks[e.at("tid")] = e.at("args").at("name");
+    if (e.at("ph") != "X") continue;
+    const double ts = e.at("ts"), dur = e.at("dur");
+    EXPECT_GE(dur, 0.0);
+    spans[e.at("tid")].push_back({ts, ts + dur, e.at("name")});
+    if (e.at("tid") == 3) d2h_bytes += e.at("args").at("bytes").get<int64_t>();
+  }
+  ASSERT_EQ(tracks.size(), 4u);
+  EXPECT_NE(tracks[1].find("compute"), std::string::npos);
+  EXPECT_NE(tracks[2].find("h2d"), std::string::npos);
+  EXPECT_NE(tracks[3].find("d2h"), std::string::npos);
+  // Steps 2-4 are traced: each swaps every layer's activations out once.
+  const int64_t block = static_cast<int64_t>(Gpt::block_activation_bytes(tc.model, tc.batch, DType::kF32));
+  EXPECT_EQ(d2h_bytes, 3 * tc.model.layers * block);
+  EXPECT_EQ(spans[0].size(), 3u);  // one span per step
+  // Overlap: some copy runs while the compute stream runs an op that is not a wait.
+  int overlapping = 0;
+  for (int copy_track : {2, 3})
+    for (const Span& c : spans[copy_track])
+      for (const Span& k : spans[1])
+        if (k.name.rfind("wait ", 0) != 0 && k.t0 < c.t1 && c.t0 < k.t1 && k.t1 - k.t0 > 0.01) ++overlapping;
+  EXPECT_GT(overlapping, 0);
+  std::ifstream m(tc.metrics_out);
+  const nlohmann::json metrics = nlohmann::json::parse(m);
+  EXPECT_EQ(metrics.at("transfers_per_step").at("d2h_bytes").get<double>(),
+            static_cast<double>(tc.model.layers * block));
+  EXPECT_GT(metrics.at("transfers_per_step").at("h2d_bytes").get<double>(), 0.0);
 }
 
 TEST(Trainer, MetricsFileHasTheRun) {
