@@ -59,9 +59,10 @@ void declare_train_knobs(Config& cfg) {
          "device to train on (auto: the GPU when the CUDA backend is available, else the CPU)");
   choice("runtime", "dtype", "auto", {"auto", "f32", "bf16"},
          "compute dtype; master weights and optimizer state stay f32 (auto: bf16 on a GPU, f32 on the CPU)");
-  choice("runtime", "plan", "in-core", {"in-core", "recompute", "swap-activations"},
-         "where activations live: in-core keeps all on the device; recompute keeps block outputs and rebuilds the "
-         "rest in the backward; swap-activations copies them to host memory and back (all bit-identical)");
+  knob("runtime", "plan", K::kString, "in-core",
+       "where each layer's tensors live: in-core keeps all on the device; recompute keeps block outputs and rebuilds "
+       "the rest in the backward; swap-activations copies them to host memory and back; or a JSON plan file mixing "
+       "them per layer (docs/PLANS.md). All are bit-identical");
   knob("runtime", "swap_slots", K::kInt, "2", "device slots for swapped block activations (prefetch distance + 1)", 2,
        1024);
   knob("runtime", "device_budget", K::kBytes, "0",

@@ -115,9 +115,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   if (cfg.dtype == "bf16" || (cfg.dtype == "auto" && backend == "cuda")) dtype = DType::kBF16;
   TT_RETURN_IF(dtype == DType::kBF16 && backend == "cpu", kInvalidArgument,
                "--dtype bf16: the CPU backend computes in f32 (use --dtype f32 or auto)");
-  GptOptions model_options;
-  model_options.recompute = cfg.plan == "recompute";
-  model_options.swap_slots = cfg.plan == "swap-activations" ? cfg.swap_slots : 0;
+  TT_ASSIGN_OR_RETURN(t->plan_, Plan::resolve(cfg.plan, cfg.model.layers, cfg.swap_slots));
+  const GptOptions model_options = t->plan_.model_options();
   MemoryNeed need = memory_need(cfg.model, cfg.batch, dtype, model_options);
   int64_t budget = cfg.device_budget;
 #ifdef TIERTRAIN_HAVE_CUDA
@@ -148,7 +147,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                "the model does not fit the device budget %s: it needs %s (%s) but the budget is %s "
                "(--device-budget). Raise --device-budget, use --plan recompute, or reduce --batch, --seq, --dim or "
                "--layers",
-               cfg.plan == "in-core" ? "even in-core" : ("with --plan " + cfg.plan).c_str(), format_bytes(need.total).c_str(),
+               cfg.plan == "in-core" ? "even in-core" : ("with plan " + t->plan_.summary()).c_str(),
+               format_bytes(need.total).c_str(),
                need.describe().c_str(), format_bytes(budget).c_str());
 #ifdef TIERTRAIN_HAVE_CUDA
   if (backend == "cuda") {
@@ -167,7 +167,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                                                           .host_numa_node = cfg.host_numa_node}));
   }
   // The host memory the run keeps for the copy engines, taken (and pinned) in one slab now: the input staging
-  // slots and, with --plan swap-activations, every block's swapped activations.
+  // slots and the swapped blocks' activations.
   {
     const size_t staging = memory::device_alloc_size(input_staging_list(cfg.batch, cfg.model.seq)[0].shape.numel() *
                                                      sizeof(int32_t));
@@ -343,6 +343,7 @@ Result<TrainSummary> Trainer::run() {
         static_cast<long long>(gpt_num_params(cfg_.model)), dtype_name(gpt_->dtype()),
         dtype_name(gpt_->master_dtype()), cfg_.plan.c_str(), static_cast<long long>(B), static_cast<long long>(B * T),
         backend_->describe().c_str());
+  if (cfg_.plan != "in-core") print("plan: %s\n", plan_.summary().c_str());
   if (step_ >= end) {
     print("nothing to do: already at step %lld of %lld\n", static_cast<long long>(step_),
           static_cast<long long>(end));
@@ -470,6 +471,7 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                                {"d2h_ms", tr.d2h_ms / n},
                                {"exposed_ms", tr.exposed_ms / n}};
   }
+  j["plan"] = plan_.to_json();
   j["memory"] = backend_->stats().to_json();
   j["memory"]["device"]["budget"] = backend_->pool().budget();
   j["memory"]["device"]["allocation_count"] = backend_->pool().allocation_count();

@@ -2,9 +2,8 @@
 // before allocating anything, trains with AdamW and the LR schedule, evaluates, checkpoints, resumes, and reports
 // progress lines and a metrics JSON.
 //
-// Every tensor stays in the device pool; --plan recompute rebuilds block activations in the backward instead of
-// keeping them (model/gpt.h). The plan-driven out-of-core executor (swap, host streaming, CPU optimizer) builds on
-// the same step structure.
+// The plan (exec/plan.h: a --plan shortcut or JSON file) places each block's activations: resident, swapped to host
+// memory, or recomputed (model/gpt.h); host-streamed model state and the CPU optimizer are still to come.
 //
 //   TT_ASSIGN_OR_RETURN(auto trainer, Trainer::create(train_config));
 //   TT_ASSIGN_OR_RETURN(TrainSummary s, trainer->run());
@@ -22,6 +21,7 @@
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "exec/plan.h"
 #include "exec/train_config.h"
 #include "model/adamw.h"
 #include "model/gpt.h"
@@ -101,6 +101,7 @@ class Trainer {
   void print_profile() const;
 
   TrainConfig cfg_;
+  Plan plan_;
   FILE* out_ = nullptr;
   data::TokenDataset dataset_;
   std::unique_ptr<data::BatchSampler> sampler_;

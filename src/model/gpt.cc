@@ -1,5 +1,7 @@
 #include "model/gpt.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <map>
 #include <vector>
@@ -82,11 +84,33 @@ size_t Gpt::block_activation_bytes(const GptConfig& cfg, int batch, DType dt) {
   return bytes;
 }
 
+const char* act_placement_name(ActPlacement p) {
+  switch (p) {
+    case ActPlacement::kResident: return "resident";
+    case ActPlacement::kRecompute: return "recompute";
+    case ActPlacement::kSwap: return "swap";
+  }
+  return "?";
+}
+
+bool GptOptions::any(ActPlacement p) const { return count(p) > 0; }
+
+int GptOptions::count(ActPlacement p) const {
+  if (activations.empty()) return p == ActPlacement::kResident ? 1 : 0;  // "all resident"
+  return static_cast<int>(std::count(activations.begin(), activations.end(), p));
+}
+
+GptOptions GptOptions::all(int layers, ActPlacement p, int swap_slots) {
+  GptOptions o;
+  o.activations.assign(static_cast<size_t>(layers), p);
+  o.swap_slots = swap_slots;
+  return o;
+}
+
 size_t Gpt::host_bytes(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
-  if (options.swap_slots == 0) return 0;
   const size_t per_block = (block_activation_bytes(cfg, batch, dt) + memory::kHostAlignBytes - 1) /
                            memory::kHostAlignBytes * memory::kHostAlignBytes;
-  return per_block * static_cast<size_t>(cfg.layers);
+  return per_block * static_cast<size_t>(options.count(ActPlacement::kSwap));
 }
 
 std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
@@ -102,18 +126,19 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
   add("tokens", {B, T}, DType::kI32, TensorClass::kInput);
   add("targets", {B, T}, DType::kI32, TensorClass::kInput);
   add("encoded", {B, T, C}, dt, TensorClass::kActivation);
-  // A block's activations: one set per block; with recompute one shared set, with swap a few slots, plus each
-  // block's output.
+  // A block's activations: their own set for resident blocks, one shared set for the recomputed ones, a few slots
+  // for the swapped ones; plus each block's output.
   auto add_block = [&](const std::string& p, int l) {
     for (const AllocRequest& a : block_activations(cfg, batch, dt)) add(p + a.name, a.shape, a.dtype, a.cls, l);
   };
-  if (options.recompute) add_block("recompute.", -1);
-  for (int i = 0; i < options.swap_slots; ++i)
-    add("swap.slot" + std::to_string(i), {static_cast<int64_t>(block_activation_bytes(cfg, batch, dt))}, DType::kU8,
-        TensorClass::kActivation);
+  if (options.any(ActPlacement::kRecompute)) add_block("recompute.", -1);
+  if (options.any(ActPlacement::kSwap))
+    for (int i = 0; i < options.swap_slots; ++i)
+      add("swap.slot" + std::to_string(i), {static_cast<int64_t>(block_activation_bytes(cfg, batch, dt))}, DType::kU8,
+          TensorClass::kActivation);
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
-    if (!options.recompute && options.swap_slots == 0) add_block(p, l);
+    if (options.placement(l) == ActPlacement::kResident) add_block(p, l);
     add(p + "res3", {B, T, C}, dt, TensorClass::kActivation, l);
   }
   add("lnf", {B, T, C}, dt, TensorClass::kActivation);
@@ -161,10 +186,18 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   g->targets_ = by_name["targets"];
   g->encoded_ = by_name["encoded"];
   g->acts_.resize(static_cast<size_t>(cfg.layers));
-  g->recompute_ = options.recompute;
-  TT_RETURN_IF(options.recompute && options.swap_slots > 0, kInvalidArgument, "recompute and swap are exclusive");
-  TT_RETURN_IF(options.swap_slots == 1, kInvalidArgument, "swap needs at least 2 slots");
-  if (options.swap_slots >= 2) {
+  g->options_ = options;
+  for (int l = 0; l < cfg.layers; ++l)
+    if (options.placement(l) == ActPlacement::kRecompute) g->last_recomputed_ = l;
+  g->swap_index_.assign(static_cast<size_t>(cfg.layers), -1);
+  for (int l = 0; l < cfg.layers; ++l) {
+    if (options.placement(l) != ActPlacement::kSwap) continue;
+    g->swap_index_[static_cast<size_t>(l)] = static_cast<int>(g->swapped_.size());
+    g->swapped_.push_back(l);
+  }
+  if (!g->swapped_.empty()) {
+    TT_RETURN_IF(options.swap_slots < 2, kInvalidArgument, "swapping activations needs at least 2 slots, got %d",
+                 options.swap_slots);
     g->swap_slots_ = options.swap_slots;
     g->swap_bytes_ = block_activation_bytes(cfg, batch, dtype);
     for (int i = 0; i < options.swap_slots; ++i) {
@@ -178,20 +211,23 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
         off += memory::device_alloc_size(static_cast<size_t>(a.shape.numel()) * dtype_size(a.dtype));
       }
     }
+    g->swap_host_.assign(static_cast<size_t>(cfg.layers), nullptr);
     for (int l = 0; l < cfg.layers; ++l) {
-      TT_ASSIGN_OR_RETURN(void* host, backend.allocate_host(g->swap_bytes_, TensorClass::kActivation,
-                                                            "swap.h." + std::to_string(l)));
-      g->swap_host_.push_back(host);
       g->swap_out_names_.push_back("swap_out h." + std::to_string(l));
       g->swap_in_names_.push_back("swap_in h." + std::to_string(l));
       for (auto* v : {&g->fwd_done_, &g->out_done_, &g->in_done_, &g->bwd_done_}) v->push_back(backend.create_event());
+      if (options.placement(l) != ActPlacement::kSwap) continue;
+      TT_ASSIGN_OR_RETURN(g->swap_host_[static_cast<size_t>(l)],
+                          backend.allocate_host(g->swap_bytes_, TensorClass::kActivation, "swap.h." + std::to_string(l)));
     }
   }
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string own = "h." + std::to_string(l) + ".";
-    const std::string p = options.recompute        ? std::string("recompute.")
-                          : options.swap_slots > 0 ? "swap" + std::to_string(l % options.swap_slots) + "."
-                                                   : own;
+    const ActPlacement pl = options.placement(l);
+    const std::string p =
+        pl == ActPlacement::kRecompute ? std::string("recompute.")
+        : pl == ActPlacement::kSwap    ? "swap" + std::to_string(g->swap_index_[static_cast<size_t>(l)] % g->swap_slots_) + "."
+                                       : own;
     LayerActs& a = g->acts_[static_cast<size_t>(l)];
     a.ln1 = by_name[p + "ln1"];
     a.ln1_mean = by_name[p + "ln1_mean"];
@@ -324,58 +360,64 @@ void Gpt::forward_blocks() {
     swap_after_forward(l);
     x = acts_[static_cast<size_t>(l)].res3;
   }
-  shared_holds_ = recompute_ ? cfg_.layers - 1 : -1;
+  shared_holds_ = last_recomputed_;
   const size_t lnf = layout_.size() - 2;
   mark("layernorm_forward");
   be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, view_of(cp, lnf), view_of(cp, lnf + 1));
 }
 
-// Note [swap]. Slot l % S holds block l. Ordering, with events per block:
-//  forward:  block l may overwrite its slot once the previous occupant's copy out finished (out_done); after it,
-//            the d2h stream copies the slot out (after fwd_done).
-//  backward: the last S blocks are still in their slots. After block j's backward, the slot is free: the h2d stream
-//            brings block j - S into it (after bwd_done[j] and out_done[j], whose copy read the same slot), and block
-//            j - S's backward waits for in_done.
-//  next step: the first S blocks' forward waits for the copies out of the previous step's last S blocks.
+// Note [swap]. The swapped blocks w_0 < w_1 < ... < w_{m-1} share S slots: w_k lives in slot k % S. Ordering, with
+// events per block:
+//  forward:  w_k may overwrite its slot once the previous occupant's copy out finished (out_done); after it, the
+//            d2h stream copies the slot out (after fwd_done).
+//  backward: the last S swapped blocks are still in their slots. After w_k's backward its slot is free: the h2d
+//            stream brings w_{k-S} into it (after bwd_done[w_k] and out_done[w_k], whose copy read the same slot),
+//            and w_{k-S}'s backward waits for in_done.
+//  next step: the first S swapped blocks' forward waits for the copies out of the previous step's last S.
 void Gpt::swap_before_forward(int l) {
-  if (swap_slots_ == 0) return;
-  // The slot's previous occupant: block l - S of this forward, or for the first S blocks the last block of the
-  // previous forward that used this slot (largest j < L with j = l mod S).
-  const int S = swap_slots_;
-  const int prev = l >= S ? l - S : l + S * ((cfg_.layers - 1 - l) / S);
+  const int k = swap_slots_ == 0 ? -1 : swap_index_[static_cast<size_t>(l)];
+  if (k < 0) return;
+  // The slot's previous occupant: w_{k-S} of this forward, or for the first S the last swapped block of the previous
+  // forward that used this slot (the largest k' < m with k' = k mod S).
+  const int S = swap_slots_, m = static_cast<int>(swapped_.size());
+  const int prev = swapped_[static_cast<size_t>(k >= S ? k - S : k + S * ((m - 1 - k) / S))];
   mark("wait swap_out");
   be_.compute_stream().wait(*out_done_[static_cast<size_t>(prev)]);
 }
 
 void Gpt::swap_after_forward(int l) {
-  if (swap_slots_ == 0) return;
+  const int k = swap_slots_ == 0 ? -1 : swap_index_[static_cast<size_t>(l)];
+  if (k < 0) return;
   const size_t i = static_cast<size_t>(l);
   be_.compute_stream().record(*fwd_done_[i]);
   be_.d2h_stream().wait(*fwd_done_[i]);
   const int c = copy_begin(be_.d2h_stream(), swap_out_names_[i].c_str(), static_cast<int64_t>(swap_bytes_));
-  be_.copy_d2h(swap_host_[i], swap_slots_mem_[i % static_cast<size_t>(swap_slots_)], be_.d2h_stream());
+  be_.copy_d2h(swap_host_[i], swap_slots_mem_[static_cast<size_t>(k % swap_slots_)], be_.d2h_stream());
   copy_end(be_.d2h_stream(), c);
   be_.d2h_stream().record(*out_done_[i]);
 }
 
 void Gpt::swap_before_backward(int l) {
-  if (swap_slots_ == 0 || l >= cfg_.layers - swap_slots_) return;  // the last S blocks are still in their slots
+  const int k = swap_slots_ == 0 ? -1 : swap_index_[static_cast<size_t>(l)];
+  // The last S swapped blocks are still in their slots.
+  if (k < 0 || k >= static_cast<int>(swapped_.size()) - swap_slots_) return;
   mark("wait swap_in");
   be_.compute_stream().wait(*in_done_[static_cast<size_t>(l)]);
 }
 
 void Gpt::swap_after_backward(int l) {
-  if (swap_slots_ == 0) return;
-  const int next = l - swap_slots_;  // the next block to need this slot
+  const int k = swap_slots_ == 0 ? -1 : swap_index_[static_cast<size_t>(l)];
+  if (k < 0) return;
   const size_t i = static_cast<size_t>(l);
   be_.compute_stream().record(*bwd_done_[i]);
-  if (next < 0) return;
+  if (k < swap_slots_) return;
+  const int next = swapped_[static_cast<size_t>(k - swap_slots_)];  // the next block to need this slot
   const size_t n = static_cast<size_t>(next);
   be_.h2d_stream().wait(*bwd_done_[i]);
   be_.h2d_stream().wait(*out_done_[i]);
   be_.h2d_stream().wait(*out_done_[n]);
   const int c = copy_begin(be_.h2d_stream(), swap_in_names_[n].c_str(), static_cast<int64_t>(swap_bytes_));
-  be_.copy_h2d(swap_slots_mem_[i % static_cast<size_t>(swap_slots_)], swap_host_[n], be_.h2d_stream());
+  be_.copy_h2d(swap_slots_mem_[static_cast<size_t>(k % swap_slots_)], swap_host_[n], be_.h2d_stream());
   copy_end(be_.h2d_stream(), c);
   be_.h2d_stream().record(*in_done_[n]);
 }
@@ -448,7 +490,7 @@ void Gpt::backward_blocks() {
     const LayerParams g = layer_view(grads_, l);
     const LayerActs& a = acts_[static_cast<size_t>(l)];
     const Tensor x = l == 0 ? encoded_ : acts_[static_cast<size_t>(l) - 1].res3;
-    if (recompute_ && shared_holds_ != l) {
+    if (options_.placement(l) == ActPlacement::kRecompute && shared_holds_ != l) {
       // Note [recompute]: rebuild this block's activations from its input. It rewrites res3 with the same bits.
       forward_layer(l, x);
       shared_holds_ = l;

@@ -71,18 +71,31 @@ DType master_dtype_for(DType compute);
 // LM head runs over chunks of rows, each chunk's logits turned into losses and, when training, at once into the
 // gradients of the final LayerNorm's output and of wte, in one buffer of lm_chunk_rows x padded_vocab.
 
+// Where a block keeps its activations (all but its output, which every block keeps: its successor's input).
+//  kResident: in its own device buffers.
+//  kRecompute (Note [recompute]): in one activation set shared by all recomputed blocks, rebuilt from the block's
+//    input right before its backward. The same kernels on the same inputs give the same bits.
+//  kSwap (Note [swap]): copied to host memory on the d2h stream right after the block's forward and brought back on
+//    the h2d stream for its backward, through swap_slots device slots shared by the swapped blocks.
+// Every mix is bit-identical to keeping everything resident.
+enum class ActPlacement { kResident, kRecompute, kSwap };
+const char* act_placement_name(ActPlacement p);
+
 // How a model keeps its activations.
 struct GptOptions {
   int64_t lm_chunk_rows = 0;  // rows per LM-head chunk (Note [LM head in chunks]); 0 chooses
-  // Note [recompute]: keep only each block's output (its successor's input) and rebuild the block's other
-  // activations from its input right before the block's backward, in one activation set shared by all blocks.
-  // The same kernels on the same inputs give the same bits, so training is bit-identical to keeping everything.
-  bool recompute = false;
-  // Note [swap]: with swap_slots >= 2, each block's activations (all but its output) are copied to host memory on
-  // the d2h stream right after the block's forward and brought back on the h2d stream for its backward, through
-  // swap_slots device slots; a slot freed by one block's backward is refilled at once with the block swap_slots
-  // below, so copies run swap_slots - 1 blocks ahead of the compute. Bit-identical to keeping them.
-  int swap_slots = 0;
+  std::vector<ActPlacement> activations;  // one per block; empty: all resident
+  // Device slots of the swapped blocks (>= 2 when any block swaps): a slot freed by one swapped block's backward is
+  // refilled at once with the swapped block swap_slots below it, so copies run swap_slots - 1 swapped blocks ahead.
+  int swap_slots = 2;
+
+  ActPlacement placement(int layer) const {
+    return activations.empty() ? ActPlacement::kResident : activations[static_cast<size_t>(layer)];
+  }
+  bool any(ActPlacement p) const;
+  int count(ActPlacement p) const;
+  // All blocks placed alike (the CLI shortcuts).
+  static GptOptions all(int layers, ActPlacement p, int swap_slots = 2);
 };
 
 class Gpt {
@@ -185,12 +198,15 @@ class Gpt {
   std::vector<LayerActs> acts_;
   OpProfiler* prof_ = nullptr;
   int64_t lm_chunk_rows_ = 0;
-  bool recompute_ = false;
-  // Note [swap]: device slots (one block's activations each), host copies per block, and the events that order the
-  // copies with the compute.
-  int swap_slots_ = 0;
+  GptOptions options_;
+  int last_recomputed_ = -1;  // the last recomputed block of the forward (the shared set holds it after the forward)
+  // Note [swap]: device slots (one block's activations each), host copies per swapped block, and the events that
+  // order the copies with the compute.
+  int swap_slots_ = 0;                            // 0: no block swaps
+  std::vector<int> swapped_;                      // the swapped blocks, ascending
+  std::vector<int> swap_index_;                   // [layer] position in swapped_, -1 if not swapped
   std::vector<Tensor> swap_slots_mem_;            // [slot] u8 bytes
-  std::vector<void*> swap_host_;                  // [layer] host copy
+  std::vector<void*> swap_host_;                  // [layer] host copy (swapped blocks)
   std::vector<std::string> swap_out_names_, swap_in_names_;  // [layer] timeline names of the copies
   size_t swap_bytes_ = 0;
   std::vector<std::unique_ptr<Event>> fwd_done_, out_done_, in_done_, bwd_done_;  // [layer]

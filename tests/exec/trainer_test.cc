@@ -175,7 +175,8 @@ TEST(Trainer, RecomputePlanIsBitIdenticalWithLessMemory) {
   TrainConfig recompute = in_core;
   recompute.plan = "recompute";
   const MemoryNeed need_in = memory_need(in_core.model, in_core.batch, DType::kF32);
-  const MemoryNeed need_re = memory_need(recompute.model, recompute.batch, DType::kF32, GptOptions{.recompute = true});
+  const MemoryNeed need_re = memory_need(recompute.model, recompute.batch, DType::kF32,
+                                         GptOptions::all(recompute.model.layers, ActPlacement::kRecompute));
   const int A = static_cast<int>(TensorClass::kActivation);
   EXPECT_LT(need_re.per_class[A], need_in.per_class[A] / 2) << "3 blocks kept vs 1 block + 3 outputs";
 
@@ -243,6 +244,61 @@ TEST(Trainer, SwapPlanIsBitIdenticalWithLessMemory) {
       EXPECT_LT(b.value()->backend().pool().peak_in_use(), a.value()->backend().pool().peak_in_use());
     }
     EXPECT_GT(b.value()->backend().stats().tier(memory::Tier::kHost).peak, 0);
+  }
+}
+
+// A JSON plan mixing swap, recompute and resident blocks per layer gives the same bits as in-core, through
+// evaluations and a resume, under a slow simulated link; it needs less device memory; and a budget below what it
+// needs is refused before step 1, naming the bytes and the plan.
+TEST(Trainer, MixedJsonPlanIsBitIdentical) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  const char* plans[] = {
+      R"({"layers": [{"activation": "swap"}, {"activation": "recompute"}, {"activation": "resident"},
+                     {"activation": "swap"}, {"activation": "recompute"}, {"activation": "swap"}]})",
+      R"({"default": {"activation": "swap"}, "layers": {"0": {"activation": "recompute"}}, "swap_prefetch": 2})",
+      R"({"default": {"activation": "recompute"}, "layers": {"2-3": {"activation": "swap"}}})",
+  };
+  for (const char* plan : plans) {
+    SCOPED_TRACE(plan);
+    TrainConfig in_core = small_config(data);
+    in_core.model.layers = 6;
+    in_core.steps = 8;
+    in_core.eval_every = 3;
+    TrainConfig mixed = in_core;
+    mixed.plan = dir.write("plan.json", plan);
+    mixed.cpu_copy_delay_us = 3000;
+    auto a = Trainer::create(in_core, nullptr);
+    auto b = Trainer::create(mixed, nullptr);
+    ASSERT_TRUE(a.is_ok() && b.is_ok()) << b.status().to_string();
+    ASSERT_TRUE(a.value()->run().is_ok());
+    ASSERT_TRUE(b.value()->run().is_ok());
+    const RunResult ra = finish(*a.value());
+    expect_bit_identical(ra, finish(*b.value()));
+    ASSERT_EQ(a.value()->evals().size(), b.value()->evals().size());
+    for (size_t i = 0; i < a.value()->evals().size(); ++i)
+      EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
+    EXPECT_LT(b.value()->backend().pool().peak_in_use(), a.value()->backend().pool().peak_in_use());
+    // Split at step 10 with a checkpoint: the same as straight through.
+    TrainConfig longer = mixed;
+    longer.steps = 20;
+    longer.eval_every = 0;
+    auto straight = Trainer::create(longer, nullptr);
+    ASSERT_TRUE(straight.is_ok());
+    ASSERT_TRUE(straight.value()->run().is_ok());
+    expect_bit_identical(finish(*straight.value()), run_split_at_10(longer, dir.file("ckpt")));
+    // Refused up front below its need, with the bytes and the plan in the message.
+    const MemoryNeed need = memory_need(mixed.model, mixed.batch, DType::kF32,
+                                        Plan::resolve(mixed.plan, 6, 2).value().model_options());
+    TrainConfig tight = mixed;
+    tight.device_budget = need.total - 1;
+    auto refused = Trainer::create(tight, nullptr);
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kOutOfMemory);
+    EXPECT_NE(refused.status().message().find(format_bytes(need.total)), std::string::npos)
+        << refused.status().message();
+    EXPECT_NE(refused.status().message().find("plan.json: activations"), std::string::npos)
+        << refused.status().message();
   }
 }
 

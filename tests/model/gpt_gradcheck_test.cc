@@ -74,7 +74,9 @@ TEST(GptLmHead, ChunksAndFusedStepMatchTheWholeBatch) {
   for (auto& t : targets) t = static_cast<int32_t>(rng.uniform_int(cfg.vocab));
   std::vector<double> params;
   auto run = [&](int64_t chunk_rows, bool fused, std::vector<double>* losses, std::vector<double>* grads) {
-    auto gr = Gpt::create(*be, cfg, B, DType::kF64, GptOptions{.lm_chunk_rows = chunk_rows});
+    GptOptions options;
+    options.lm_chunk_rows = chunk_rows;
+    auto gr = Gpt::create(*be, cfg, B, DType::kF64, options);
     ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
     Gpt& gpt = *gr.value();
     if (params.empty()) {

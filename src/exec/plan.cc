@@ -1,0 +1,213 @@
+#include "exec/plan.h"
+
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+namespace tt {
+namespace {
+
+using nlohmann::json;
+
+Result<ActPlacement> parse_activation(const std::string& s, const std::string& where) {
+  if (s == "resident") return ActPlacement::kResident;
+  if (s == "swap") return ActPlacement::kSwap;
+  if (s == "recompute") return ActPlacement::kRecompute;
+  if (s == "host_streamed")
+    return make_status(StatusCode::kInvalidArgument,
+                       "%s: activations cannot be host_streamed (that is for parameters, gradients and optimizer "
+                       "state); use swap",
+                       where.c_str());
+  return make_status(StatusCode::kInvalidArgument,
+                     "%s: unknown activation placement '%s' (resident, swap or recompute)", where.c_str(), s.c_str());
+}
+
+Result<StatePlacement> parse_state(const std::string& s, const std::string& where) {
+  if (s == "resident") return StatePlacement::kResident;
+  if (s == "host_streamed") return StatePlacement::kHostStreamed;
+  return make_status(StatusCode::kInvalidArgument, "%s: unknown placement '%s' (resident or host_streamed)",
+                     where.c_str(), s.c_str());
+}
+
+const char* state_name(StatePlacement p) { return p == StatePlacement::kHostStreamed ? "host_streamed" : "resident"; }
+
+// Applies the keys of one layer object onto `lp`.
+Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
+  TT_RETURN_IF(!o.is_object(), kInvalidArgument, "%s: expected an object like {\"activation\": \"swap\"}",
+               where.c_str());
+  for (const auto& [key, value] : o.items()) {
+    const std::string at = where + "." + key;
+    TT_RETURN_IF(!value.is_string(), kInvalidArgument, "%s: expected a string", at.c_str());
+    const std::string v = value.get<std::string>();
+    if (key == "activation") {
+      TT_ASSIGN_OR_RETURN(lp->activation, parse_activation(v, at));
+    } else if (key == "param") {
+      TT_ASSIGN_OR_RETURN(lp->param, parse_state(v, at));
+    } else if (key == "grad") {
+      TT_ASSIGN_OR_RETURN(lp->grad, parse_state(v, at));
+    } else if (key == "optim_state") {
+      TT_ASSIGN_OR_RETURN(lp->optim_state, parse_state(v, at));
+    } else {
+      return make_status(StatusCode::kInvalidArgument,
+                         "%s: unknown tensor class '%s' (activation, param, grad, optim_state)", where.c_str(),
+                         key.c_str());
+    }
+  }
+  return Status::ok();
+}
+
+// "3" or "2-5" (inclusive) within [0, layers).
+Status parse_range(const std::string& key, int layers, int* first, int* last) {
+  const size_t dash = key.find('-');
+  try {
+    size_t used = 0;
+    *first = std::stoi(key.substr(0, dash), &used);
+    TT_RETURN_IF(used != (dash == std::string::npos ? key.size() : dash), kInvalidArgument, "bad layer '%s'",
+                 key.c_str());
+    *last = *first;
+    if (dash != std::string::npos) {
+      const std::string tail = key.substr(dash + 1);
+      *last = std::stoi(tail, &used);
+      TT_RETURN_IF(used != tail.size(), kInvalidArgument, "bad layer range '%s'", key.c_str());
+    }
+  } catch (const std::exception&) {
+    return make_status(StatusCode::kInvalidArgument, "plan: layers: '%s' is not a layer number or a range like 2-5",
+                       key.c_str());
+  }
+  TT_RETURN_IF(*first < 0 || *last >= layers || *first > *last, kInvalidArgument,
+               "plan: layers: '%s' is outside the model's layers 0-%d", key.c_str(), layers - 1);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Plan> Plan::from_json(const json& j, int layers, const std::string& source) {
+  TT_RETURN_IF(!j.is_object(), kInvalidArgument, "plan %s: expected a JSON object", source.c_str());
+  Plan p;
+  p.source = source;
+  LayerPlan def;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "version") {
+      TT_RETURN_IF(!value.is_number_integer() || value.get<int>() != 1, kInvalidArgument,
+                   "plan %s: version %s is not supported (1 is)", source.c_str(), value.dump().c_str());
+    } else if (key == "optimizer") {
+      TT_RETURN_IF(!value.is_string() || (value != "device" && value != "cpu"), kInvalidArgument,
+                   "plan %s: optimizer must be \"device\" or \"cpu\", got %s", source.c_str(), value.dump().c_str());
+      p.optimizer = value.get<std::string>();
+    } else if (key == "swap_prefetch") {
+      TT_RETURN_IF(!value.is_number_integer() || value.get<int>() < 1 || value.get<int>() > 1023, kInvalidArgument,
+                   "plan %s: swap_prefetch must be an integer in 1..1023, got %s", source.c_str(),
+                   value.dump().c_str());
+      p.swap_prefetch = value.get<int>();
+    } else if (key == "default") {
+      TT_TRY(apply_layer(value, &def, "plan " + source + ": default"));
+    } else if (key != "layers" && key != "comment") {
+      return make_status(StatusCode::kInvalidArgument,
+                         "plan %s: unknown key '%s' (version, optimizer, swap_prefetch, default, layers, comment)",
+                         source.c_str(), key.c_str());
+    }
+  }
+  p.layers.assign(static_cast<size_t>(layers), def);
+  if (j.contains("layers")) {
+    const json& ls = j.at("layers");
+    if (ls.is_array()) {
+      TT_RETURN_IF(static_cast<int>(ls.size()) != layers, kInvalidArgument,
+                   "plan %s: layers has %zu entries but the model has %d layers", source.c_str(), ls.size(), layers);
+      for (int l = 0; l < layers; ++l)
+        TT_TRY(apply_layer(ls[static_cast<size_t>(l)], &p.layers[static_cast<size_t>(l)],
+                           "plan " + source + ": layers[" + std::to_string(l) + "]"));
+    } else if (ls.is_object()) {
+      std::set<int> seen;
+      for (const auto& [key, value] : ls.items()) {
+        int first = 0, last = 0;
+        TT_TRY(parse_range(key, layers, &first, &last));
+        for (int l = first; l <= last; ++l) {
+          TT_RETURN_IF(!seen.insert(l).second, kInvalidArgument, "plan %s: layer %d is given twice", source.c_str(),
+                       l);
+          TT_TRY(apply_layer(value, &p.layers[static_cast<size_t>(l)], "plan " + source + ": layers." + key));
+        }
+      }
+    } else {
+      return make_status(StatusCode::kInvalidArgument, "plan %s: layers must be an array or an object",
+                         source.c_str());
+    }
+  }
+  // What the executor cannot do yet is refused here, before anything is allocated.
+  for (int l = 0; l < layers; ++l) {
+    const LayerPlan& lp = p.layers[static_cast<size_t>(l)];
+    TT_RETURN_IF(lp.param != StatePlacement::kResident || lp.grad != StatePlacement::kResident ||
+                     lp.optim_state != StatePlacement::kResident,
+                 kUnimplemented,
+                 "plan %s: layer %d keeps model state host_streamed, which this version of tiertrain cannot run yet "
+                 "(parameters, gradients and optimizer state must be resident)",
+                 source.c_str(), l);
+  }
+  TT_RETURN_IF(p.optimizer != "device", kUnimplemented,
+               "plan %s: the CPU optimizer is not implemented yet; use \"optimizer\": \"device\"", source.c_str());
+  return p;
+}
+
+Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) {
+  const int prefetch = swap_slots - 1;
+  auto all = [&](ActPlacement a) {
+    Plan p;
+    p.source = name;
+    p.layers.assign(static_cast<size_t>(layers), LayerPlan{a});
+    p.swap_prefetch = prefetch;
+    return p;
+  };
+  if (name == "in-core") return all(ActPlacement::kResident);
+  if (name == "recompute") return all(ActPlacement::kRecompute);
+  if (name == "swap-activations") return all(ActPlacement::kSwap);
+  if (name == "offload-params" || name == "offload-all")
+    return make_status(StatusCode::kUnimplemented,
+                       "--plan %s streams model state from host memory, which this version of tiertrain cannot run "
+                       "yet; available: in-core, recompute, swap-activations, or a JSON plan mixing them per layer",
+                       name.c_str());
+  std::ifstream f(name);
+  TT_RETURN_IF(!f, kInvalidArgument,
+               "--plan %s: not a plan name (in-core, recompute, swap-activations, offload-params, offload-all) nor a "
+               "readable JSON file",
+               name.c_str());
+  json j;
+  try {
+    j = json::parse(f);
+  } catch (const std::exception& e) {
+    return make_status(StatusCode::kInvalidArgument, "plan %s is not valid JSON: %s", name.c_str(), e.what());
+  }
+  return from_json(j, layers, name);
+}
+
+json Plan::to_json() const {
+  json ls = json::array();
+  for (const LayerPlan& lp : layers)
+    ls.push_back({{"activation", act_placement_name(lp.activation)},
+                  {"param", state_name(lp.param)},
+                  {"grad", state_name(lp.grad)},
+                  {"optim_state", state_name(lp.optim_state)}});
+  return {{"version", 1}, {"optimizer", optimizer}, {"swap_prefetch", swap_prefetch}, {"layers", ls}};
+}
+
+GptOptions Plan::model_options() const {
+  GptOptions o;
+  for (const LayerPlan& lp : layers) o.activations.push_back(lp.activation);
+  o.swap_slots = swap_prefetch + 1;
+  return o;
+}
+
+std::string Plan::summary() const {
+  int n[3] = {0, 0, 0};
+  for (const LayerPlan& lp : layers) ++n[static_cast<int>(lp.activation)];
+  std::string s;
+  for (ActPlacement a : {ActPlacement::kSwap, ActPlacement::kRecompute, ActPlacement::kResident}) {
+    const int c = n[static_cast<int>(a)];
+    if (c == 0) continue;
+    if (!s.empty()) s += ", ";
+    s += std::string(act_placement_name(a)) + " " + std::to_string(c);
+  }
+  if (n[static_cast<int>(ActPlacement::kSwap)] > 0) s += " (swap prefetch " + std::to_string(swap_prefetch) + ")";
+  return source + ": activations " + s + "; model state resident, optimizer on " + optimizer;
+}
+
+}  // namespace tt

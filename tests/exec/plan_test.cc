@@ -1,0 +1,107 @@
+// exec/plan: the --plan shortcuts, JSON plans (a default, per-layer ranges, or one object per layer), and the errors
+// a wrong or not-yet-supported plan gets before anything is allocated.
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "exec/plan.h"
+#include "temp_dir.h"
+
+namespace tt {
+namespace {
+
+using nlohmann::json;
+
+std::vector<ActPlacement> acts(const Plan& p) { return p.model_options().activations; }
+
+TEST(Plan, Shortcuts) {
+  auto in_core = Plan::resolve("in-core", 3, 2);
+  ASSERT_TRUE(in_core.is_ok());
+  EXPECT_EQ(acts(in_core.value()), std::vector<ActPlacement>(3, ActPlacement::kResident));
+  auto swap = Plan::resolve("swap-activations", 3, 4);
+  ASSERT_TRUE(swap.is_ok());
+  EXPECT_EQ(acts(swap.value()), std::vector<ActPlacement>(3, ActPlacement::kSwap));
+  EXPECT_EQ(swap.value().swap_prefetch, 3);
+  EXPECT_EQ(swap.value().model_options().swap_slots, 4);
+  auto re = Plan::resolve("recompute", 2, 2);
+  ASSERT_TRUE(re.is_ok());
+  EXPECT_EQ(acts(re.value()), std::vector<ActPlacement>(2, ActPlacement::kRecompute));
+  for (const char* later : {"offload-params", "offload-all"}) {
+    auto p = Plan::resolve(later, 2, 2);
+    ASSERT_FALSE(p.is_ok());
+    EXPECT_EQ(p.status().code(), StatusCode::kUnimplemented);
+    EXPECT_NE(p.status().message().find("cannot run yet"), std::string::npos) << p.status().message();
+  }
+  auto bad = Plan::resolve("swap-everything", 2, 2);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("not a plan name"), std::string::npos);
+}
+
+TEST(Plan, JsonDefaultAndRanges) {
+  const json j = json::parse(R"({"version": 1, "swap_prefetch": 2, "default": {"activation": "swap"},
+                                 "layers": {"0-2": {"activation": "recompute"}, "5": {"activation": "resident"}},
+                                 "comment": "mixed"})");
+  auto p = Plan::from_json(j, 6, "mix.json");
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  using A = ActPlacement;
+  EXPECT_EQ(acts(p.value()), (std::vector<A>{A::kRecompute, A::kRecompute, A::kRecompute, A::kSwap, A::kSwap,
+                                             A::kResident}));
+  EXPECT_EQ(p.value().model_options().swap_slots, 3);
+  EXPECT_EQ(p.value().summary(),
+            "mix.json: activations swap 2, recompute 3, resident 1 (swap prefetch 2); model state resident, "
+            "optimizer on device");
+  // Round trip through to_json (the metrics file's copy of the plan).
+  auto q = Plan::from_json(p.value().to_json(), 6, "copy");
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  EXPECT_EQ(acts(q.value()), acts(p.value()));
+  EXPECT_EQ(q.value().swap_prefetch, 2);
+}
+
+TEST(Plan, JsonArrayFromAFile) {
+  testing::TempDir dir;
+  const std::string path = dir.write("plan.json", R"({"layers": [{"activation": "swap"}, {"activation": "resident"},
+                                                                  {"activation": "swap", "param": "resident"}]})");
+  auto p = Plan::resolve(path, 3, 2);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  using A = ActPlacement;
+  EXPECT_EQ(acts(p.value()), (std::vector<A>{A::kSwap, A::kResident, A::kSwap}));
+  EXPECT_EQ(p.value().source, path);
+}
+
+TEST(Plan, ErrorsNameWhatIsWrong) {
+  struct Case {
+    const char* json;
+    const char* message;
+    StatusCode code = StatusCode::kInvalidArgument;
+  };
+  const Case cases[] = {
+      {R"({"layer": {}})", "unknown key 'layer'"},
+      {R"({"version": 2})", "version 2 is not supported"},
+      {R"({"default": {"activation": "offload"}})", "unknown activation placement 'offload'"},
+      {R"({"default": {"activation": "host_streamed"}})", "cannot be host_streamed"},
+      {R"({"default": {"weights": "resident"}})", "unknown tensor class 'weights'"},
+      {R"({"layers": {"0-3": {"activation": "swap"}, "3": {"activation": "resident"}}})", "layer 3 is given twice"},
+      {R"({"layers": {"4": {"activation": "swap"}}})", "outside the model's layers 0-3"},
+      {R"({"layers": {"x": {"activation": "swap"}}})", "'x' is not a layer number"},
+      {R"({"layers": [{"activation": "swap"}]})", "layers has 1 entries but the model has 4"},
+      {R"({"swap_prefetch": 0})", "swap_prefetch must be an integer in 1..1023"},
+      {R"({"optimizer": "gpu"})", "optimizer must be"},
+      {R"({"default": {"param": "host_streamed"}})", "cannot run yet", StatusCode::kUnimplemented},
+      {R"({"optimizer": "cpu"})", "CPU optimizer is not implemented yet", StatusCode::kUnimplemented},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.json);
+    auto p = Plan::from_json(json::parse(c.json), 4, "p.json");
+    ASSERT_FALSE(p.is_ok());
+    EXPECT_EQ(p.status().code(), c.code);
+    EXPECT_NE(p.status().message().find(c.message), std::string::npos) << p.status().message();
+  }
+  testing::TempDir dir;
+  auto broken = Plan::resolve(dir.write("broken.json", "{\"layers\": ["), 4, 2);
+  ASSERT_FALSE(broken.is_ok());
+  EXPECT_NE(broken.status().message().find("not valid JSON"), std::string::npos) << broken.status().message();
+}
+
+}  // namespace
+}  // namespace tt
