@@ -11,6 +11,7 @@ median; MFU against 989 TFLOP/s (H100/H200 dense bf16) or 67 TFLOP/s (fp32 non-t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -41,11 +42,18 @@ def main() -> None:
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--mode", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--save-on-cpu", action="store_true",
+                   help="keep saved activations in pinned host memory (torch.autograd.graph.save_on_cpu)")
+    p.add_argument("--memory-budget-gib", type=float, default=0,
+                   help="cap the caching allocator at this many GiB (set_per_process_memory_fraction)")
     p.add_argument("--json-out")
     args = p.parse_args()
 
     torch.manual_seed(0)
     dev = torch.device("cuda")
+    if args.memory_budget_gib > 0:
+        total = torch.cuda.get_device_properties(dev).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_budget_gib * 2**30 / total), dev)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     cfg = torch_gpt.GPTConfig(V=args.vocab, L=args.layers, C=args.dim, H=args.heads, T=args.seq)
@@ -57,9 +65,12 @@ def main() -> None:
 
     def step(tokens, targets):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.mode == "bf16"):
-            _, loss = fwd(tokens, targets)
-        loss.backward()
+        with contextlib.ExitStack() as stack:
+            if args.save_on_cpu:
+                stack.enter_context(torch.autograd.graph.save_on_cpu(pin_memory=True))
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.mode == "bf16"):
+                _, loss = fwd(tokens, targets)
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), torch_gpt.GRAD_CLIP)
         opt.step()
         return loss
@@ -81,7 +92,8 @@ def main() -> None:
     tps = args.batch * args.seq / (ms / 1e3)
     peak_flops = 989e12 if args.mode == "bf16" else 67e12
     mfu = flops_per_step(args.layers, args.dim, args.vocab, args.seq, args.batch, n_params) / (ms / 1e3) / peak_flops
-    result = {"impl": f"torch-{args.mode}" + ("-compile" if args.compile else "-eager"),
+    impl = f"torch-{args.mode}" + ("-compile" if args.compile else "-eager") + ("-save_on_cpu" if args.save_on_cpu else "")
+    result = {"impl": impl, "memory_budget_gib": args.memory_budget_gib or None,
               "torch_version": torch.__version__, "device": torch.cuda.get_device_name(),
               "config": {"L": args.layers, "C": args.dim, "H": args.heads, "T": args.seq, "B": args.batch,
                          "V": args.vocab}, "params": n_params, "median_ms_per_step": ms, "tokens_per_s": tps,

@@ -361,7 +361,13 @@ Result<TrainSummary> Trainer::run() {
     rec.ms = std::chrono::duration<double, std::milli>(Clock::now() - s0).count();
     rec.tokens_per_s = static_cast<double>(B * T) / (rec.ms / 1e3);
     history_.push_back(rec);
-    if (history_.size() == 1) summary.first_loss = rec.loss;
+    if (history_.size() == 1) {
+      summary.first_loss = rec.loss;
+      // Warm-up ends with the first step: from here on neither pool should allocate (metrics report the counts).
+      allocs_after_first_step_[0] = backend_->pool().allocation_count();
+      allocs_after_first_step_[1] = backend_->host_pool().allocation_count();
+      allocs_after_first_step_[2] = backend_->host_pool().slab_count();
+    }
     if (history_.size() > 1 || end - summary.first_step == 0) step_ms.push_back(rec.ms);
     const bool last = step_ == end;
     if (step_ % cfg_.log_every == 0 || last || history_.size() == 1) {
@@ -476,6 +482,12 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
   j["memory"]["device"]["budget"] = backend_->pool().budget();
   j["memory"]["device"]["allocation_count"] = backend_->pool().allocation_count();
   const memory::HostPool& hp = backend_->host_pool();
+  if (!history_.empty()) {
+    j["memory"]["allocations_after_first_step"] = {
+        {"device", backend_->pool().allocation_count() - allocs_after_first_step_[0]},
+        {"host", hp.allocation_count() - allocs_after_first_step_[1]},
+        {"host_slabs", hp.slab_count() - allocs_after_first_step_[2]}};
+  }
   j["memory"]["host_pool"] = {{"slab_bytes", hp.slab_bytes()},        {"peak_held_bytes", hp.peak_in_use()},
                               {"slabs", hp.slab_count()},              {"allocation_count", hp.allocation_count()},
                               {"numa_node", hp.numa_node()},           {"pinned", hp.pinned()}};

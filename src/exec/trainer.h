@@ -102,6 +102,7 @@ class Trainer {
 
   TrainConfig cfg_;
   Plan plan_;
+  int64_t allocs_after_first_step_[3] = {0, 0, 0};  // device allocations, host allocations, host slabs
   FILE* out_ = nullptr;
   data::TokenDataset dataset_;
   std::unique_ptr<data::BatchSampler> sampler_;

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Out-of-core plans on one GPU (issue 4, measurements a, c, d): a model whose activations are several times what a
+# budget leaves after model state, trained in-core on the unbounded GPU and with each plan at the budget that plan
+# needs; PyTorch eager in-core and with save_on_cpu(pin_memory=True) capped at the swap plan's budget; a trace of
+# the swap plan. Run after scripts/gpu.sh built build/gpu. Writes JSON, traces and results.md into OUTDIR.
+#   bench/ooc_gpu.sh OUTDIR [DATA]
+set -euo pipefail
+OUT=${1:?usage: bench/ooc_gpu.sh OUTDIR [DATA]}
+DATA=${2:-/usr/share/games/fortunes}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+TT=${TT:-build/gpu/src/tiertrain}
+L=${TT_OOC_LAYERS:-8} D=${TT_OOC_DIM:-2048} H=${TT_OOC_HEADS:-16} T=${TT_OOC_SEQ:-2048} B=${TT_OOC_BATCH:-8}
+STEPS=${TT_OOC_STEPS:-12}
+common=(--layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --data "$DATA" --steps "$STEPS" --warmup 3
+        --eval-every 0 --log-every 100)
+half=$((L / 2 - 1))
+cat > "$OUT/plan_mix.json" <<JSON
+{"version": 1, "comment": "first half swapped (their backward comes last), second half recomputed",
+ "default": {"activation": "recompute"}, "layers": {"0-$half": {"activation": "swap"}}, "swap_prefetch": 1}
+JSON
+run() {  # name, extra flags...
+  local name=$1
+  shift
+  "$TT" train "${common[@]}" "$@" --metrics-out "$OUT/tiertrain_$name.json" > "$OUT/tiertrain_$name.log" 2>&1 ||
+    { echo "tiertrain $name failed:"; tail -5 "$OUT/tiertrain_$name.log"; }
+  tail -n 1 "$OUT/tiertrain_$name.log"
+}
+run in-core --plan in-core
+run swap --plan swap-activations --swap-slots 2
+run recompute --plan recompute
+run mix --plan "$OUT/plan_mix.json"
+# A short traced run of the swap plan (the trace covers steps 2-4).
+"$TT" train "${common[@]}" --steps 4 --plan swap-activations --trace "$OUT/trace_swap.json" > "$OUT/trace_swap.log" 2>&1 ||
+  tail -5 "$OUT/trace_swap.log"
+budget_gib=$(python3 -c "import json; print(json.load(open('$OUT/tiertrain_swap.json'))['memory']['device']['budget'] / 2**30)")
+py=(python3 bench/torch_gpt_gpu.py --layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --vocab 256
+    --steps "$STEPS" --warmup-steps 3 --mode bf16)
+"${py[@]}" --json-out "$OUT/torch_in-core.json" > "$OUT/torch_in-core.log" 2>&1 || tail -3 "$OUT/torch_in-core.log"
+"${py[@]}" --save-on-cpu --memory-budget-gib "$budget_gib" --json-out "$OUT/torch_save_on_cpu.json" \
+  > "$OUT/torch_save_on_cpu.log" 2>&1 || tail -3 "$OUT/torch_save_on_cpu.log"
+python3 bench/ooc_summary.py "$OUT"
