@@ -53,7 +53,7 @@ def main() -> None:
     dev = torch.device("cuda")
     if args.memory_budget_gib > 0:
         total = torch.cuda.get_device_properties(dev).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_budget_gib * 2**30 / total), dev)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_budget_gib * 2**30 / total), torch.cuda.current_device())
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     cfg = torch_gpt.GPTConfig(V=args.vocab, L=args.layers, C=args.dim, H=args.heads, T=args.seq)

@@ -110,7 +110,8 @@ GptOptions GptOptions::all(int layers, ActPlacement p, int swap_slots) {
 size_t Gpt::host_bytes(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
   const size_t per_block = (block_activation_bytes(cfg, batch, dt) + memory::kHostAlignBytes - 1) /
                            memory::kHostAlignBytes * memory::kHostAlignBytes;
-  return per_block * static_cast<size_t>(options.count(ActPlacement::kSwap));
+  // The last swap_slots swapped blocks never leave their slots.
+  return per_block * static_cast<size_t>(std::max(0, options.count(ActPlacement::kSwap) - options.swap_slots));
 }
 
 std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
@@ -216,7 +217,8 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
       g->swap_out_names_.push_back("swap_out h." + std::to_string(l));
       g->swap_in_names_.push_back("swap_in h." + std::to_string(l));
       for (auto* v : {&g->fwd_done_, &g->out_done_, &g->in_done_, &g->bwd_done_}) v->push_back(backend.create_event());
-      if (options.placement(l) != ActPlacement::kSwap) continue;
+      const int k = g->swap_index_[static_cast<size_t>(l)];
+      if (k < 0 || k >= static_cast<int>(g->swapped_.size()) - g->swap_slots_) continue;  // never leaves its slot
       TT_ASSIGN_OR_RETURN(g->swap_host_[static_cast<size_t>(l)],
                           backend.allocate_host(g->swap_bytes_, TensorClass::kActivation, "swap.h." + std::to_string(l)));
     }
@@ -369,7 +371,9 @@ void Gpt::forward_blocks() {
 // Note [swap]. The swapped blocks w_0 < w_1 < ... < w_{m-1} share S slots: w_k lives in slot k % S. Ordering, with
 // events per block:
 //  forward:  w_k may overwrite its slot once the previous occupant's copy out finished (out_done); after it, the
-//            d2h stream copies the slot out (after fwd_done).
+//            d2h stream copies the slot out (after fwd_done), except for the last S swapped blocks, which stay in
+//            their slots until their backward (their out_done is never recorded, so waiting for it is a no-op; the
+//            next forward reuses their slots after this step's backward, on the same compute stream).
 //  backward: the last S swapped blocks are still in their slots. After w_k's backward its slot is free: the h2d
 //            stream brings w_{k-S} into it (after bwd_done[w_k] and out_done[w_k], whose copy read the same slot),
 //            and w_{k-S}'s backward waits for in_done.
@@ -387,7 +391,7 @@ void Gpt::swap_before_forward(int l) {
 
 void Gpt::swap_after_forward(int l) {
   const int k = swap_slots_ == 0 ? -1 : swap_index_[static_cast<size_t>(l)];
-  if (k < 0) return;
+  if (k < 0 || k >= static_cast<int>(swapped_.size()) - swap_slots_) return;  // stays in its slot
   const size_t i = static_cast<size_t>(l);
   be_.compute_stream().record(*fwd_done_[i]);
   be_.d2h_stream().wait(*fwd_done_[i]);

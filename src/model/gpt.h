@@ -206,7 +206,7 @@ class Gpt {
   std::vector<int> swapped_;                      // the swapped blocks, ascending
   std::vector<int> swap_index_;                   // [layer] position in swapped_, -1 if not swapped
   std::vector<Tensor> swap_slots_mem_;            // [slot] u8 bytes
-  std::vector<void*> swap_host_;                  // [layer] host copy (swapped blocks)
+  std::vector<void*> swap_host_;                  // [layer] host copy (swapped blocks but the last swap_slots_)
   std::vector<std::string> swap_out_names_, swap_in_names_;  // [layer] timeline names of the copies
   size_t swap_bytes_ = 0;
   std::vector<std::unique_ptr<Event>> fwd_done_, out_done_, in_done_, bwd_done_;  // [layer]
