@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.cuh"
 
 namespace tt::cuda {
@@ -25,23 +26,10 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-__device__ __forceinline__ float ld(float x) { return x; }
-__device__ __forceinline__ float ld(bf16 x) { return __bfloat162float(x); }
-template <typename X>
-__device__ __forceinline__ X st(float v);
-template <>
-__device__ __forceinline__ float st<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ bf16 st<bf16>(float v) { return __float2bfloat16(v); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
+using dev::ld;
+using dev::st;
+using dev::warp_max;
+using dev::warp_sum;
 
 // Where the (b, h) slices of a row live: q of query t of batch b, head h is at qkv[(b T + t) 3C + h hs], its k at +C,
 // its v at +2C; out, dout at [(b T + t) C + h hs]; lse and D at [(b H + h) T + t].

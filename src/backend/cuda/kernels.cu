@@ -7,6 +7,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_util.cuh"
 
 namespace tt::cuda {
 namespace {
@@ -19,19 +20,9 @@ int blocks_for(int64_t n, int threads = kThreads) {
   return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, kMaxBlocks));
 }
 
-__device__ __forceinline__ float ld(float x) { return x; }
-__device__ __forceinline__ float ld(bf16 x) { return __bfloat162float(x); }
-template <typename X>
-__device__ __forceinline__ X st(float v);
-template <>
-__device__ __forceinline__ float st<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ bf16 st<bf16>(float v) { return __float2bfloat16(v); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using dev::ld;
+using dev::st;
+using dev::warp_sum;
 // Block-wide reductions in a fixed order (warp shuffles, then warp 0 over the warps' results).
 template <typename T, typename Op>
 __device__ T block_reduce(T v, Op op, T identity) {
