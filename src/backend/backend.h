@@ -16,6 +16,7 @@
 //   TT_TRY(be->compute_stream().synchronize());
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -58,6 +59,8 @@ class Backend {
   }
   void free_host(void* ptr) { host_pool().free(ptr); }
   virtual memory::MemoryStats& stats() = 0;
+  // Diagnostic counters of which paths ops took, e.g. {"cublaslt_epilogue_gemms": 120}; empty by default.
+  virtual std::map<std::string, int64_t> counters() const { return {}; }
   // Blocks until every stream is idle.
   Status synchronize_all();
 

@@ -57,46 +57,53 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
   return Status::ok();
 }
 
+// A layer number: 1 to 6 decimal digits, nothing else.
+bool parse_layer_number(const std::string& s, int* out) {
+  if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  *out = std::stoi(s);
+  return true;
+}
+
 // "3" or "2-5" (inclusive) within [0, layers).
 Status parse_range(const std::string& key, int layers, int* first, int* last) {
   const size_t dash = key.find('-');
-  try {
-    size_t used = 0;
-    *first = std::stoi(key.substr(0, dash), &used);
-    TT_RETURN_IF(used != (dash == std::string::npos ? key.size() : dash), kInvalidArgument, "bad layer '%s'",
-                 key.c_str());
-    *last = *first;
-    if (dash != std::string::npos) {
-      const std::string tail = key.substr(dash + 1);
-      *last = std::stoi(tail, &used);
-      TT_RETURN_IF(used != tail.size(), kInvalidArgument, "bad layer range '%s'", key.c_str());
-    }
-  } catch (const std::exception&) {
-    return make_status(StatusCode::kInvalidArgument, "plan: layers: '%s' is not a layer number or a range like 2-5",
-                       key.c_str());
-  }
+  const bool ok = parse_layer_number(key.substr(0, dash), first) &&
+                  (dash == std::string::npos ? (*last = *first, true) : parse_layer_number(key.substr(dash + 1), last));
+  TT_RETURN_IF(!ok, kInvalidArgument, "plan: layers: '%s' is not a layer number or a range like 2-5", key.c_str());
   TT_RETURN_IF(*first < 0 || *last >= layers || *first > *last, kInvalidArgument,
                "plan: layers: '%s' is outside the model's layers 0-%d", key.c_str(), layers - 1);
   return Status::ok();
 }
 
+// An integer in [lo, hi], without the silent wrap-around of get<int>() on larger values.
+bool int_in(const json& v, int64_t lo, int64_t hi) {
+  if (v.is_number_unsigned()) {  // also larger than any int64_t
+    const uint64_t x = v.get<uint64_t>();
+    return x <= static_cast<uint64_t>(hi) && static_cast<int64_t>(x) >= lo;
+  }
+  if (!v.is_number_integer()) return false;
+  const int64_t x = v.get<int64_t>();
+  return x >= lo && x <= hi;
+}
+
 }  // namespace
 
-Result<Plan> Plan::from_json(const json& j, int layers, const std::string& source) {
+Result<Plan> Plan::from_json(const json& j, int layers, const std::string& source, int default_prefetch) {
   TT_RETURN_IF(!j.is_object(), kInvalidArgument, "plan %s: expected a JSON object", source.c_str());
   Plan p;
   p.source = source;
+  p.swap_prefetch = default_prefetch;
   LayerPlan def;
   for (const auto& [key, value] : j.items()) {
     if (key == "version") {
-      TT_RETURN_IF(!value.is_number_integer() || value.get<int>() != 1, kInvalidArgument,
-                   "plan %s: version %s is not supported (1 is)", source.c_str(), value.dump().c_str());
+      TT_RETURN_IF(!int_in(value, 1, 1), kInvalidArgument, "plan %s: version %s is not supported (1 is)",
+                   source.c_str(), value.dump().c_str());
     } else if (key == "optimizer") {
       TT_RETURN_IF(!value.is_string() || (value != "device" && value != "cpu"), kInvalidArgument,
                    "plan %s: optimizer must be \"device\" or \"cpu\", got %s", source.c_str(), value.dump().c_str());
       p.optimizer = value.get<std::string>();
     } else if (key == "swap_prefetch") {
-      TT_RETURN_IF(!value.is_number_integer() || value.get<int>() < 1 || value.get<int>() > 1023, kInvalidArgument,
+      TT_RETURN_IF(!int_in(value, 1, 1023), kInvalidArgument,
                    "plan %s: swap_prefetch must be an integer in 1..1023, got %s", source.c_str(),
                    value.dump().c_str());
       p.swap_prefetch = value.get<int>();
@@ -176,7 +183,8 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
   } catch (const std::exception& e) {
     return make_status(StatusCode::kInvalidArgument, "plan %s is not valid JSON: %s", name.c_str(), e.what());
   }
-  return from_json(j, layers, name);
+  // --swap-slots gives the prefetch distance unless the file names one.
+  return from_json(j, layers, name, prefetch);
 }
 
 json Plan::to_json() const {

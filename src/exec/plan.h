@@ -41,7 +41,9 @@ struct Plan {
 
   // A shortcut (in-core, recompute, swap-activations, offload-params, offload-all) or a path to a JSON plan.
   static Result<Plan> resolve(const std::string& name, int layers, int swap_slots);
-  static Result<Plan> from_json(const nlohmann::json& j, int layers, const std::string& source);
+  // default_prefetch: swap_prefetch when the JSON does not give it (from --swap-slots).
+  static Result<Plan> from_json(const nlohmann::json& j, int layers, const std::string& source,
+                                int default_prefetch = 1);
   nlohmann::json to_json() const;
   GptOptions model_options() const;
   // "swap 6, recompute 4, resident 2 (swap prefetch 1)"

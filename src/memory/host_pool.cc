@@ -49,12 +49,22 @@ Status HostPool::add_slab(size_t bytes) {
   if (options_.numa_node >= 0) {
     Status s = bind_to_node(p, bytes, options_.numa_node);
     if (!s.is_ok()) {
-      munmap(p, bytes);
-      return s;
+      if (options_.numa_required) {
+        munmap(p, bytes);
+        return s;
+      }
+      TT_LOG(WARN, MEM, "host memory stays unplaced (the GPU's NUMA node %d could not be bound: %s)",
+             options_.numa_node, s.message().c_str());
+      options_.numa_node = -1;
     }
   }
   if (options_.pin) {
     Status s = options_.pin(p, bytes);
+    if (!s.is_ok() && s.code() != StatusCode::kOutOfMemory) {
+      munmap(p, bytes);
+      return make_status(s.code(), "cannot pin a %s slab of host memory: %s",
+                         format_bytes(static_cast<int64_t>(bytes)).c_str(), s.message().c_str());
+    }
     if (!s.is_ok()) {
       munmap(p, bytes);
       return make_status(StatusCode::kOutOfMemory,

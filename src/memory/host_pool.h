@@ -36,7 +36,10 @@ constexpr size_t kHostAlignBytes = 256;
 struct HostPoolOptions {
   Tier tier = Tier::kPinnedHost;
   int numa_node = -1;  // -1: no placement (pages go where they are first touched)
+  // Placement refused (mbind not permitted or not supported): an error if required, else a warning and no placement.
+  bool numa_required = false;
   // Locks a slab's pages (cudaHostRegister on a GPU, mlock on the CPU backend when asked for); unset: not locked.
+  // kOutOfMemory from it means the locked-memory limit (the error then names RLIMIT_MEMLOCK).
   std::function<Status(void*, size_t)> pin;
   std::function<void(void*, size_t)> unpin;
 };

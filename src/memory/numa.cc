@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,11 +25,14 @@ bool numa_node_exists(int node) {
 }
 
 int numa_node_count() {
+  // Node numbers may have gaps (node0 and node2): count the directories.
   int n = 0;
-  for (int i = 0; i < kMaxNodes; ++i) {
-    std::ifstream f("/sys/devices/system/node/node" + std::to_string(i) + "/meminfo");
-    if (!f.good()) break;
-    ++n;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/devices/system/node", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 4 && name.compare(0, 4, "node") == 0 &&
+        name.find_first_not_of("0123456789", 4) == std::string::npos)
+      ++n;
   }
   return n > 0 ? n : 1;
 }

@@ -133,8 +133,9 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
     for (const AllocRequest& a : block_activations(cfg, batch, dt)) add(p + a.name, a.shape, a.dtype, a.cls, l);
   };
   if (options.any(ActPlacement::kRecompute)) add_block("recompute.", -1);
+  // min(slots, swapped blocks): more slots than swapped blocks would hold nothing.
   if (options.any(ActPlacement::kSwap))
-    for (int i = 0; i < options.swap_slots; ++i)
+    for (int i = 0; i < std::min(options.swap_slots, options.count(ActPlacement::kSwap)); ++i)
       add("swap.slot" + std::to_string(i), {static_cast<int64_t>(block_activation_bytes(cfg, batch, dt))}, DType::kU8,
           TensorClass::kActivation);
   for (int l = 0; l < cfg.layers; ++l) {
@@ -187,6 +188,9 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   g->targets_ = by_name["targets"];
   g->encoded_ = by_name["encoded"];
   g->acts_.resize(static_cast<size_t>(cfg.layers));
+  TT_RETURN_IF(!options.activations.empty() && static_cast<int>(options.activations.size()) != cfg.layers,
+               kInvalidArgument, "%zu activation placements for a model of %d layers", options.activations.size(),
+               cfg.layers);
   g->options_ = options;
   for (int l = 0; l < cfg.layers; ++l)
     if (options.placement(l) == ActPlacement::kRecompute) g->last_recomputed_ = l;
@@ -199,9 +203,12 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   if (!g->swapped_.empty()) {
     TT_RETURN_IF(options.swap_slots < 2, kInvalidArgument, "swapping activations needs at least 2 slots, got %d",
                  options.swap_slots);
-    g->swap_slots_ = options.swap_slots;
+    g->swap_slots_ = std::min(options.swap_slots, static_cast<int>(g->swapped_.size()));
+    if (static_cast<int>(g->swapped_.size()) <= options.swap_slots)
+      TT_LOG(WARN, MEM, "%zu swapped blocks and %d swap slots: every swapped block stays in its slot, nothing is "
+             "copied (swap more blocks than slots to save device memory)", g->swapped_.size(), options.swap_slots);
     g->swap_bytes_ = block_activation_bytes(cfg, batch, dtype);
-    for (int i = 0; i < options.swap_slots; ++i) {
+    for (int i = 0; i < g->swap_slots_; ++i) {
       Tensor slot = by_name["swap.slot" + std::to_string(i)];
       g->swap_slots_mem_.push_back(slot);
       // Carve the block's tensors out of the slot, each 256-byte aligned, under the names the layers use.
@@ -377,16 +384,23 @@ void Gpt::forward_blocks() {
 //  backward: the last S swapped blocks are still in their slots. After w_k's backward its slot is free: the h2d
 //            stream brings w_{k-S} into it (after bwd_done[w_k] and out_done[w_k], whose copy read the same slot),
 //            and w_{k-S}'s backward waits for in_done.
-//  next step: the first S swapped blocks' forward waits for the copies out of the previous step's last S.
+//  next forward: the first S swapped blocks wait for the last copy out of their slot in the previous forward (it
+//            matters after an evaluation forward, which has no backward to order it).
 void Gpt::swap_before_forward(int l) {
   const int k = swap_slots_ == 0 ? -1 : swap_index_[static_cast<size_t>(l)];
   if (k < 0) return;
-  // The slot's previous occupant: w_{k-S} of this forward, or for the first S the last swapped block of the previous
-  // forward that used this slot (the largest k' < m with k' = k mod S).
+  // The last copy out of this slot: that of w_{k-S} in this forward, or for the first S that of the previous
+  // forward's last copied block in this slot (the largest k' < m - S with k' = k mod S). After a training step it
+  // is long done (the backward's swap-ins waited for it); after an evaluation forward it may still be running.
   const int S = swap_slots_, m = static_cast<int>(swapped_.size());
-  const int prev = swapped_[static_cast<size_t>(k >= S ? k - S : k + S * ((m - 1 - k) / S))];
+  int prev = k - S;
+  if (k < S) {
+    prev = k + S * ((m - 1 - k) / S);
+    while (prev >= m - S) prev -= S;
+  }
+  if (prev < 0) return;  // this slot's blocks are never copied out
   mark("wait swap_out");
-  be_.compute_stream().wait(*out_done_[static_cast<size_t>(prev)]);
+  be_.compute_stream().wait(*out_done_[static_cast<size_t>(swapped_[static_cast<size_t>(prev)])]);
 }
 
 void Gpt::swap_after_forward(int l) {

@@ -67,6 +67,10 @@ TEST(Plan, JsonArrayFromAFile) {
   using A = ActPlacement;
   EXPECT_EQ(acts(p.value()), (std::vector<A>{A::kSwap, A::kResident, A::kSwap}));
   EXPECT_EQ(p.value().source, path);
+  // Without swap_prefetch in the file, --swap-slots gives it.
+  auto q = Plan::resolve(path, 3, 4);
+  ASSERT_TRUE(q.is_ok());
+  EXPECT_EQ(q.value().swap_prefetch, 3);
 }
 
 TEST(Plan, ErrorsNameWhatIsWrong) {
@@ -86,6 +90,11 @@ TEST(Plan, ErrorsNameWhatIsWrong) {
       {R"({"layers": {"x": {"activation": "swap"}}})", "'x' is not a layer number"},
       {R"({"layers": [{"activation": "swap"}]})", "layers has 1 entries but the model has 4"},
       {R"({"swap_prefetch": 0})", "swap_prefetch must be an integer in 1..1023"},
+      {R"({"swap_prefetch": 4294967297})", "swap_prefetch must be an integer in 1..1023"},
+      {R"({"version": 4294967297})", "version 4294967297 is not supported"},
+      {R"({"layers": {"+3": {"activation": "swap"}}})", "'+3' is not a layer number"},
+      {R"({"layers": {" 3": {"activation": "swap"}}})", "' 3' is not a layer number"},
+      {R"({"layers": {"1-": {"activation": "swap"}}})", "'1-' is not a layer number"},
       {R"({"optimizer": "gpu"})", "optimizer must be"},
       {R"({"default": {"param": "host_streamed"}})", "cannot run yet", StatusCode::kUnimplemented},
       {R"({"optimizer": "cpu"})", "CPU optimizer is not implemented yet", StatusCode::kUnimplemented},

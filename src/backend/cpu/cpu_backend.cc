@@ -42,9 +42,14 @@ memory::HostPoolOptions host_pool_options(const CpuBackendOptions& o) {
   memory::HostPoolOptions h;
   h.tier = o.lock_host_memory ? memory::Tier::kPinnedHost : memory::Tier::kHost;
   h.numa_node = o.host_numa_node;
+  h.numa_required = o.host_numa_node >= 0;
   if (o.lock_host_memory) {
     h.pin = [](void* p, size_t n) -> Status {
-      TT_RETURN_IF(mlock(p, n) != 0, kOutOfMemory, "mlock: %s", std::strerror(errno));
+      if (mlock(p, n) != 0) {
+        const int err = errno;
+        return make_status(err == ENOMEM || err == EPERM ? StatusCode::kOutOfMemory : StatusCode::kInternal,
+                           "mlock: %s", std::strerror(err));
+      }
       return Status::ok();
     };
     h.unpin = [](void* p, size_t n) { munlock(p, n); };
@@ -379,6 +384,9 @@ int64_t physical_memory_bytes() {
 Result<std::unique_ptr<Backend>> create_backend(const CpuBackendOptions& options) {
   TT_RETURN_IF(options.device_budget <= 0, kInvalidArgument, "the CPU backend needs a device budget > 0, got %lld",
                static_cast<long long>(options.device_budget));
+  TT_RETURN_IF(options.host_numa_node >= 0 && !memory::numa_node_exists(options.host_numa_node), kInvalidArgument,
+               "host NUMA node %d does not exist (this machine has %d)", options.host_numa_node,
+               memory::numa_node_count());
   const size_t bytes = static_cast<size_t>(options.device_budget);
   // An untouched mapping: the budget is reserved address space; RAM is used only as the pool hands it out.
   void* region = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -388,9 +396,6 @@ Result<std::unique_ptr<Backend>> create_backend(const CpuBackendOptions& options
   if (threads <= 0) threads = 1;
   TT_LOG(INFO, MEM, "CPU device arena: %s reserved, %d threads", format_bytes(options.device_budget).c_str(),
          threads);
-  TT_RETURN_IF(options.host_numa_node >= 0 && !memory::numa_node_exists(options.host_numa_node), kInvalidArgument,
-               "host NUMA node %d does not exist (this machine has %d)", options.host_numa_node,
-               memory::numa_node_count());
   return std::unique_ptr<Backend>(new CpuBackend(region, bytes, options, threads));
 }
 

@@ -86,14 +86,17 @@ void dispatch_x(DType dtype, const char* op, F&& f) {
 }
 
 // Pinned host slabs: mapped by the pool (and placed on the NUMA node), then registered with CUDA.
-memory::HostPoolOptions pinned_pool_options(int numa_node) {
+memory::HostPoolOptions pinned_pool_options(int numa_node, bool numa_required) {
   memory::HostPoolOptions h;
   h.tier = memory::Tier::kPinnedHost;
   h.numa_node = numa_node;
+  h.numa_required = numa_required;
   h.pin = [](void* p, size_t n) -> Status {
     const cudaError_t rc = cudaHostRegister(p, n, cudaHostRegisterDefault);
-    TT_RETURN_IF(rc != cudaSuccess, kOutOfMemory, "cudaHostRegister: %s", cudaGetErrorString(rc));
-    return Status::ok();
+    if (rc == cudaSuccess) return Status::ok();
+    (void)cudaGetLastError();  // clear it: a refused registration is reported, not sticky
+    return make_status(rc == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory : StatusCode::kInternal,
+                       "cudaHostRegister: %s", cudaGetErrorString(rc));
   };
   h.unpin = [](void* p, size_t) { cudaHostUnregister(p); };
   return h;
@@ -102,11 +105,11 @@ memory::HostPoolOptions pinned_pool_options(int numa_node) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, void* region, int64_t budget, size_t capacity, int64_t scratch_bytes, std::string name,
-              int host_numa_node)
+              int host_numa_node, bool numa_required)
       : device_(device), region_(region), name_(std::move(name)), scratch_request_(scratch_bytes),
         pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCuda, device}, &stats_, capacity,
               [this] { return create_event(false); }),
-        host_pool_(pinned_pool_options(host_numa_node), &stats_),
+        host_pool_(pinned_pool_options(host_numa_node, numa_required), &stats_),
         compute_("compute"),
         h2d_("h2d"), d2h_("d2h") {}
 
@@ -143,6 +146,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Event> create_event(bool timing) override { return std::make_unique<CudaEvent>(timing); }
   memory::DevicePool& pool() override { return pool_; }
   memory::HostPool& host_pool() override { return host_pool_; }
+  std::map<std::string, int64_t> counters() const override {
+    return {{"cublaslt_epilogue_gemms", lt_.fused_calls()}};
+  }
   memory::MemoryStats& stats() override { return stats_; }
 
   void copy_h2d(const Tensor& dst, const void* src, Stream& stream) override {
@@ -432,7 +438,9 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   cudaError_t mrc = cudaMalloc(&region, static_cast<size_t>(budget));
   TT_RETURN_IF(mrc != cudaSuccess, kOutOfMemory, "cudaMalloc of the %s device arena on %s failed: %s",
                format_bytes(budget).c_str(), prop.name, cudaGetErrorString(mrc));
-  // Host memory on the GPU's NUMA node unless a node is named (-1 from sysfs: one node, no placement needed).
+  // Host memory on the GPU's NUMA node unless a node is named (-1 from sysfs: one node, no placement needed). A
+  // node found automatically is a preference: where placement is not allowed (a container without CAP_SYS_NICE,
+  // a kernel without NUMA) the pool warns and goes on unplaced; a named node is required.
   int numa_node = options.host_numa_node;
   if (numa_node < 0) {
     char bus[32] = {};
@@ -444,7 +452,8 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
                        numa_node, memory::numa_node_count());
   }
   auto be = std::make_unique<CudaBackend>(options.device, region, budget, total_b,
-                                          std::max(options.scratch_bytes, kMinScratchBytes), prop.name, numa_node);
+                                          std::max(options.scratch_bytes, kMinScratchBytes), prop.name, numa_node,
+                                          options.host_numa_node >= 0);
   TT_TRY(be->init());
   TT_LOG(INFO, MEM, "CUDA device arena on %s: %s (free %s of %s)", prop.name, format_bytes(budget).c_str(),
          format_bytes(static_cast<int64_t>(free_b)).c_str(), format_bytes(static_cast<int64_t>(total_b)).c_str());

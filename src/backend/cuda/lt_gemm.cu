@@ -89,9 +89,21 @@ bool LtGemm::matmul(cudaStream_t stream, const LtCall& c) {
   TT_LT_ASSERT(cublasLtMatrixLayoutCreate(&ds.b, c.type, c.trans_a ? lt_n : c.k, c.trans_a ? c.k : lt_n, c.lda));
   TT_LT_ASSERT(cublasLtMatrixLayoutCreate(&ds.d, c.type, lt_m, lt_n, c.ldd));
 
-  const Key key{c.trans_a, c.trans_b, c.m,  c.n, c.k, c.lda, c.ldb, c.ldd, static_cast<int>(c.type),
-                static_cast<int>(c.epilogue) * 1024 + static_cast<int>(std::min({align_a, align_b, align_d})),
-                c.ld_aux, c.beta != 0.0f};
+  // Each alignment in the key (capped at 16 bytes, beyond which no algorithm asks more of a pointer here): an
+  // algorithm chosen for one combination is never reused for a less aligned one.
+  const auto a16 = [](uint32_t a) { return static_cast<int>(std::min<uint32_t>(a, 16)); };
+  const Key key{c.trans_a,
+                c.trans_b,
+                c.m,
+                c.n,
+                c.k,
+                c.lda,
+                c.ldb,
+                c.ldd,
+                static_cast<int>(c.type),
+                static_cast<int>(c.epilogue) * (1 << 15) + a16(align_a) * 1024 + a16(align_b) * 32 + a16(align_d),
+                c.ld_aux,
+                c.beta != 0.0f};
   auto it = cache_.find(key);
   if (it == cache_.end()) {
     TT_LT_ASSERT(cublasLtMatmulPreferenceCreate(&ds.pref));
@@ -119,6 +131,7 @@ bool LtGemm::matmul(cudaStream_t stream, const LtCall& c) {
   const float alpha = 1.0f;
   TT_LT_ASSERT(cublasLtMatmul(handle_, ds.op, &alpha, c.b, ds.a, c.a, ds.b, &c.beta, c.d, ds.d, c.d, ds.d,
                               &it->second.algo, workspace_, workspace_bytes_, stream));
+  ++fused_calls_;
   return true;
 }
 

@@ -48,6 +48,8 @@ class LtGemm {
   // Enqueues the product on `stream`. Returns false (and enqueues nothing) when cuBLASLt has no algorithm for the
   // call (alignment, leading dimensions); the caller then takes an unfused path.
   bool matmul(cudaStream_t stream, const LtCall& call);
+  // Products enqueued through cuBLASLt so far (the fallbacks not counted).
+  int64_t fused_calls() const { return fused_calls_; }
 
  private:
   using Key = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, bool>;
@@ -59,6 +61,7 @@ class LtGemm {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<Key, Cached> cache_;
+  int64_t fused_calls_ = 0;
 };
 
 }  // namespace tt::cuda
