@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
   app.add_flag("--print-config", print_config, "print every knob, its value and where it came from, then exit");
   CLI::App* train = app.add_subcommand("train", "train the GPT on a text corpus or token shards");
   train->add_flag("--print-config", print_config, "print the resolved configuration and exit");
+  bool dry_run = false;
+  train->add_flag("--dry-run", dry_run,
+                  "load the data, resolve the plan and print the device and host memory the run needs against the "
+                  "budget, then exit (0: it fits, 1: it does not); nothing is allocated");
 
   std::map<std::string, std::vector<std::string>> raw;
   std::map<std::string, CLI::Option*> opts;
@@ -112,8 +116,10 @@ int main(int argc, char** argv) {
 
   auto tc = tt::train_config_from(cfg);
   if (!tc.is_ok()) return report(tc.status());
+  tc.value().dry_run = dry_run;
   auto trainer = tt::Trainer::create(tc.value(), stdout);
   if (!trainer.is_ok()) return report(trainer.status());
+  if (dry_run) return trainer.value()->dry_run_fits() ? 0 : 1;
   auto summary = trainer.value()->run();
   if (!summary.is_ok()) return report(summary.status());
   return 0;

@@ -57,6 +57,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   bool profile = false;  // time every op (after the first step) and print a table at the end
   std::string trace;     // write a Chrome/Perfetto trace of the steps (after the first) to this file
+  bool dry_run = false;  // print what the run would need and allocate nothing (the CLI's --dry-run)
 
   nlohmann::json resolved;  // every knob as set, for metrics and checkpoints
 };

@@ -143,6 +143,32 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   // On the CPU the arena is reserved address space, touched only as it is used; the automatic budget is half the
   // RAM, so a run that would need more is refused here rather than killed later.
   if (budget == 0) budget = cpu::physical_memory_bytes() / 2;
+  // The host memory the run keeps for the copy engines, taken (and pinned) in one slab once the backend exists: the
+  // input staging slots and the swapped blocks' activations.
+  const size_t staging_slot =
+      memory::device_alloc_size(input_staging_list(cfg.batch, cfg.model.seq)[0].shape.numel() * sizeof(int32_t));
+  const size_t host_need =
+      kInputStagingSlots * staging_slot + Gpt::host_bytes(cfg.model, cfg.batch, dtype, model_options);
+  if (cfg.dry_run) {
+    // What the run would take, whether or not it fits; nothing is allocated.
+    std::string device = backend == "cpu" ? std::string("cpu") : std::string("cuda");
+#ifdef TIERTRAIN_HAVE_CUDA
+    if (backend == "cuda")
+      device = str_format("cuda:0 %s (%s free of %s)", gpu.name.c_str(), format_bytes(gpu.free_bytes).c_str(),
+                          format_bytes(gpu.total_bytes).c_str());
+#endif
+    t->print("dry run (nothing allocated): GPT L%d d%d H%d T%d vocab %d, %lld parameters, %s compute, batch %d\n",
+             cfg.model.layers, cfg.model.dim, cfg.model.heads, cfg.model.seq, cfg.model.vocab,
+             static_cast<long long>(gpt_num_params(cfg.model)), dtype_name(dtype), cfg.batch);
+    t->print("  plan: %s\n", t->plan_.summary().c_str());
+    t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need.total).c_str(),
+             format_bytes(budget).c_str(), cfg.device_budget == 0 ? " (automatic)" : "",
+             need.total <= budget ? "fits" : "DOES NOT FIT", need.describe().c_str());
+    t->print("  host: %s for the copy engines in one %s slab (input staging and swapped activations)\n",
+             format_bytes(static_cast<int64_t>(host_need)).c_str(), backend == "cuda" ? "pinned" : "host");
+    t->dry_run_fits_ = need.total <= budget;
+    return t;
+  }
   TT_RETURN_IF(need.total > budget, kOutOfMemory,
                "the model does not fit the device budget %s: it needs %s (%s) but the budget is %s "
                "(--device-budget). Raise --device-budget, use --plan recompute, or reduce --batch, --seq, --dim or "
@@ -166,13 +192,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                                                           .lock_host_memory = cfg.cpu_lock_host_memory,
                                                           .host_numa_node = cfg.host_numa_node}));
   }
-  // The host memory the run keeps for the copy engines, taken (and pinned) in one slab now: the input staging
-  // slots and the swapped blocks' activations.
   {
-    const size_t staging = memory::device_alloc_size(input_staging_list(cfg.batch, cfg.model.seq)[0].shape.numel() *
-                                                     sizeof(int32_t));
-    const size_t host = kInputStagingSlots * staging + Gpt::host_bytes(cfg.model, cfg.batch, dtype, model_options);
-    Status s = t->backend_->host_pool().reserve(host);
+    Status s = t->backend_->host_pool().reserve(host_need);
     if (!s.is_ok()) return std::move(s.with_context("reserving the run's host memory"));
   }
 
@@ -332,6 +353,7 @@ Status Trainer::save(int64_t step) {
 }
 
 Result<TrainSummary> Trainer::run() {
+  TT_RETURN_IF(cfg_.dry_run, kFailedPrecondition, "a dry-run trainer has nothing to run");
   const int64_t end = cfg_.stop_at > 0 ? cfg_.stop_at : cfg_.steps;
   const int64_t B = cfg_.batch, T = cfg_.model.seq;
   TrainSummary summary;

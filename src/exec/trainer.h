@@ -73,8 +73,11 @@ std::vector<AllocRequest> input_staging_list(int batch, int seq);
 
 class Trainer {
  public:
-  // `out` receives the progress lines (stdout in the CLI; nullptr: quiet).
+  // `out` receives the progress lines (stdout in the CLI; nullptr: quiet). With config.dry_run it prints what the
+  // run would need (device memory per class against the budget, host memory) and allocates nothing; run() then
+  // refuses, and dry_run_fits() says whether the run would fit.
   static Result<std::unique_ptr<Trainer>> create(const TrainConfig& config, FILE* out = stdout);
+  bool dry_run_fits() const { return dry_run_fits_; }
   ~Trainer();
 
   // Runs from the current step (0, or the resumed one) to --stop-at or --steps.
@@ -102,6 +105,7 @@ class Trainer {
 
   TrainConfig cfg_;
   Plan plan_;
+  bool dry_run_fits_ = false;
   int64_t allocs_after_first_step_[3] = {0, 0, 0};  // device allocations, host allocations, host slabs
   FILE* out_ = nullptr;
   data::TokenDataset dataset_;

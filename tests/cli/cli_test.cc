@@ -122,6 +122,23 @@ TEST(Cli, ModelLargerThanBudgetNamesBytes) {
   EXPECT_EQ(r.out.find("step "), std::string::npos) << "no training may start";
 }
 
+// --dry-run prints the device need per class against the budget and the host need, allocates nothing, and exits 0
+// when the run fits, 1 when it does not.
+TEST(Cli, DryRunReportsTheNeedOfAPlan) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  CliRun fits = run(small(data) + " --dry-run --plan swap-activations --layers 4");
+  EXPECT_EQ(fits.code, 0) << fits.out;
+  EXPECT_HAS(fits.out, "dry run (nothing allocated)");
+  EXPECT_HAS(fits.out, "plan: swap-activations: activations swap 4 (swap prefetch 1)");
+  EXPECT_HAS(fits.out, "(fits): param");
+  EXPECT_HAS(fits.out, "host: ");
+  EXPECT_EQ(fits.out.find("step "), std::string::npos) << "no training may start";
+  CliRun tight = run(small(data) + " --dry-run --plan recompute --device-budget 64KiB");
+  EXPECT_EQ(tight.code, 1) << tight.out;
+  EXPECT_HAS(tight.out, "of a 64.00 KiB budget (DOES NOT FIT)");
+}
+
 TEST(Cli, ConfigFileEnvAndFlagsWithOrigins) {
   TempDir dir;
   const std::string cfg = dir.write("run.json", R"({"layers": 3, "dim": 64, "device-budget": "1GiB"})");
