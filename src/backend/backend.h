@@ -16,6 +16,7 @@
 //   TT_TRY(be->compute_stream().synchronize());
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,6 +49,11 @@ class Backend {
   virtual Stream& compute_stream() = 0;
   virtual Stream& h2d_stream() = 0;
   virtual Stream& d2h_stream() = 0;
+  // A fourth stream for host work in stream order (the CPU optimizer): enqueue_host runs fn on a host thread after
+  // everything enqueued before it on this stream; events recorded on it order the device streams after host work
+  // and the other way round. fn must not call the backend (on a GPU it runs as a CUDA host function).
+  virtual Stream& host_stream() = 0;
+  virtual void enqueue_host(std::function<void()> fn) = 0;
   // timing: the event can measure elapsed time (elapsed_ms_since); slightly more costly on GPUs.
   virtual std::unique_ptr<Event> create_event(bool timing = false) = 0;
   virtual memory::DevicePool& pool() = 0;

@@ -34,7 +34,7 @@ int OpProfiler::copy_begin(Stream& stream, const char* name, int64_t bytes) {
   }
   Copy& c = copies_[copies_used_];
   c.name = name;
-  c.track = &stream == &be_.d2h_stream() ? kD2H : kH2D;
+  c.track = &stream == &be_.d2h_stream() ? kD2H : &stream == &be_.host_stream() ? kHost : kH2D;
   c.bytes = bytes;
   stream.record(*c.begin);
   return static_cast<int>(copies_used_++);
@@ -62,8 +62,10 @@ Status OpProfiler::collect(int64_t step) {
   for (size_t i = 0; i < copies_used_; ++i) {
     Copy& c = copies_[i];
     TT_ASSIGN_OR_RETURN(double ms, c.end->elapsed_ms_since(*c.begin));
-    (c.track == kD2H ? transfers_.d2h_bytes : transfers_.h2d_bytes) += c.bytes;
-    (c.track == kD2H ? transfers_.d2h_ms : transfers_.h2d_ms) += ms;
+    if (c.track != kHost) {
+      (c.track == kD2H ? transfers_.d2h_bytes : transfers_.h2d_bytes) += c.bytes;
+      (c.track == kD2H ? transfers_.d2h_ms : transfers_.h2d_ms) += ms;
+    }
     if (tracing_) {
       TT_ASSIGN_OR_RETURN(double t0, since_origin(*c.begin));
       spans_.push_back(Span{c.track, c.name, t0, t0 + ms, c.bytes, step});
@@ -84,10 +86,10 @@ Status OpProfiler::write_trace(const std::string& path, const std::string& proce
   using nlohmann::json;
   json events = json::array();
   events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 1}, {"args", {{"name", process_name}}}});
-  // Tracks: steps (0), compute (1), h2d (2), d2h (3).
+  // Tracks: steps (0), compute (1), h2d (2), d2h (3), host work such as the CPU optimizer (4).
   const char* tracks[] = {"steps", "compute stream", "h2d stream (host -> device copies)",
-                          "d2h stream (device -> host copies)"};
-  for (int t = 0; t < 4; ++t) {
+                          "d2h stream (device -> host copies)", "host stream (CPU optimizer)"};
+  for (int t = 0; t < 5; ++t) {
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", t}, {"args", {{"name", tracks[t]}}}});
     events.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", 1}, {"tid", t}, {"args", {{"sort_index", t}}}});
   }

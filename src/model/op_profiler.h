@@ -25,7 +25,7 @@ namespace tt {
 
 class OpProfiler {
  public:
-  enum Track : int { kCompute = 0, kH2D = 1, kD2H = 2 };
+  enum Track : int { kCompute = 0, kH2D = 1, kD2H = 2, kHost = 3 };
   struct Span {
     int track;
     std::string name;
@@ -47,7 +47,8 @@ class OpProfiler {
 
   // Starts op `name` (and ends the previous one) on the compute stream.
   void mark(const char* name);
-  // A copy on the h2d or d2h stream: events before and after it on that stream. Returns -1 when disabled.
+  // A copy on the h2d or d2h stream, or host work on the host stream: events before and after it on that stream.
+  // Returns -1 when disabled.
   int copy_begin(Stream& stream, const char* name, int64_t bytes);
   void copy_end(Stream& stream, int id);
   // Ends the last op, waits, adds the ops' durations to the totals and the step's spans to the trace.

@@ -368,7 +368,8 @@ TEST(Trainer, TraceShowsCopiesOverlappingCompute) {
     spans[e.at("tid")].push_back({ts, ts + dur, e.at("name")});
     if (e.at("tid") == 3) d2h_bytes += e.at("args").at("bytes").get<int64_t>();
   }
-  ASSERT_EQ(tracks.size(), 4u);
+  ASSERT_EQ(tracks.size(), 5u);
+  EXPECT_NE(tracks[4].find("host"), std::string::npos);
   EXPECT_NE(tracks[1].find("compute"), std::string::npos);
   EXPECT_NE(tracks[2].find("h2d"), std::string::npos);
   EXPECT_NE(tracks[3].find("d2h"), std::string::npos);

@@ -64,7 +64,7 @@ class CpuBackend final : public Backend {
         pool_(region, static_cast<size_t>(options.device_budget), Device{DeviceKind::kCpu, 0}, &stats_,
               static_cast<size_t>(physical_memory_bytes()), [this] { return create_event(false); }),
         host_pool_(host_pool_options(options), &stats_),
-        compute_("compute"), h2d_("h2d"), d2h_("d2h") {
+        compute_("compute"), h2d_("h2d"), d2h_("d2h"), host_("host") {
     // OpenMP thread pools are per calling thread: set the count on the worker that runs the kernels.
     compute_.enqueue([threads] { set_num_threads(threads); });
     (void)compute_.synchronize();
@@ -82,6 +82,8 @@ class CpuBackend final : public Backend {
   Stream& compute_stream() override { return compute_; }
   Stream& h2d_stream() override { return h2d_; }
   Stream& d2h_stream() override { return d2h_; }
+  Stream& host_stream() override { return host_; }
+  void enqueue_host(std::function<void()> fn) override { host_.enqueue(std::move(fn)); }
   std::unique_ptr<Event> create_event(bool /*timing*/) override { return std::make_unique<CpuEvent>(); }
   memory::DevicePool& pool() override { return pool_; }
   memory::HostPool& host_pool() override { return host_pool_; }
@@ -371,7 +373,7 @@ class CpuBackend final : public Backend {
   memory::MemoryStats stats_;
   memory::DevicePool pool_;
   memory::HostPool host_pool_;
-  CpuStream compute_, h2d_, d2h_;
+  CpuStream compute_, h2d_, d2h_, host_;
 };
 
 }  // namespace

@@ -111,7 +111,7 @@ class CudaBackend final : public Backend {
               [this] { return create_event(false); }),
         host_pool_(pinned_pool_options(host_numa_node, numa_required), &stats_),
         compute_("compute"),
-        h2d_("h2d"), d2h_("d2h") {}
+        h2d_("h2d"), d2h_("d2h"), host_("host") {}
 
   Status init() {
     TT_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -143,6 +143,17 @@ class CudaBackend final : public Backend {
   Stream& compute_stream() override { return compute_; }
   Stream& h2d_stream() override { return h2d_; }
   Stream& d2h_stream() override { return d2h_; }
+  Stream& host_stream() override { return host_; }
+  void enqueue_host(std::function<void()> fn) override {
+    auto* f = new std::function<void()>(std::move(fn));
+    TT_CUDA_ASSERT(cudaLaunchHostFunc(
+        host_.get(),
+        [](void* p) {
+          std::unique_ptr<std::function<void()>> own(static_cast<std::function<void()>*>(p));
+          (*own)();
+        },
+        f));
+  }
   std::unique_ptr<Event> create_event(bool timing) override { return std::make_unique<CudaEvent>(timing); }
   memory::DevicePool& pool() override { return pool_; }
   memory::HostPool& host_pool() override { return host_pool_; }
@@ -394,7 +405,7 @@ class CudaBackend final : public Backend {
   memory::MemoryStats stats_;
   memory::DevicePool pool_;
   memory::HostPool host_pool_;
-  CudaStream compute_, h2d_, d2h_;
+  CudaStream compute_, h2d_, d2h_, host_;
   cublasHandle_t cublas_ = nullptr;
   LtGemm lt_;
   int64_t scratch_request_;
