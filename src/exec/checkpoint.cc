@@ -97,9 +97,8 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Gpt
   const size_t bytes = gpt.flat_params().nbytes();
   std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
   be.copy_d2h(params.data(), gpt.flat_params(), be.compute_stream());
-  be.copy_d2h(m.data(), opt.m(), be.compute_stream());
-  be.copy_d2h(v.data(), opt.v(), be.compute_stream());
   TT_TRY(be.compute_stream().synchronize());
+  TT_TRY(opt.download_state(reinterpret_cast<float*>(m.data()), reinterpret_cast<float*>(v.data())));
 
   nlohmann::json meta;
   meta["format"] = kFormat;
@@ -249,9 +248,9 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
   }
   Backend& be = gpt.backend();
   TT_TRY(gpt.upload_params(params.data()));
-  be.copy_h2d(opt.m(), m.data(), be.compute_stream());
-  be.copy_h2d(opt.v(), v.data(), be.compute_stream());
   TT_TRY(be.compute_stream().synchronize());
+  TT_TRY(opt.upload_state(reinterpret_cast<const float*>(m.data()), reinterpret_cast<const float*>(v.data())));
+  TT_TRY(opt.sync_master());
   opt.set_steps_taken(opt_step);
   TT_LOG(INFO, CKPT, "resumed from %s at step %lld", path.c_str(), static_cast<long long>(st.step));
   return st;

@@ -150,8 +150,6 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
                  "(parameters, gradients and optimizer state must be resident)",
                  source.c_str(), l);
   }
-  TT_RETURN_IF(p.optimizer != "device", kUnimplemented,
-               "plan %s: the CPU optimizer is not implemented yet; use \"optimizer\": \"device\"", source.c_str());
   return p;
 }
 

@@ -10,8 +10,9 @@
 //    "default": {"activation": "swap"},
 //    "layers": {"0-3": {"activation": "recompute"}, "11": {"activation": "resident"}}}
 // "layers" may instead be an array with one object per layer. Per layer and class: "activation" is resident, swap or
-// recompute; "param", "grad" and "optim_state" are resident or host_streamed. host_streamed and the cpu optimizer
-// are refused for now (not implemented yet), with a message saying so.
+// recompute; "param", "grad" and "optim_state" are resident or host_streamed; "optimizer": "cpu" keeps the AdamW
+// moments and an fp32 master copy of all parameters in host memory (model/adamw.h). Per-layer host_streamed state is
+// refused for now (not implemented yet), with a message saying so.
 #pragma once
 
 #include <string>

@@ -63,6 +63,9 @@ void declare_train_knobs(Config& cfg) {
        "where each layer's tensors live: in-core keeps all on the device; recompute keeps block outputs and rebuilds "
        "the rest in the backward; swap-activations copies them to host memory and back; or a JSON plan file mixing "
        "them per layer (docs/PLANS.md). All are bit-identical");
+  choice("runtime", "optimizer", "plan", {"plan", "device", "cpu"},
+         "where AdamW runs: device, or cpu (moments and fp32 master weights in host memory, updated by the host "
+         "between the backward and the next forward); plan: as the plan says (device for the shortcuts)");
   knob("runtime", "swap_slots", K::kInt, "2", "device slots for swapped block activations (prefetch distance + 1)", 2,
        1024);
   knob("runtime", "device_budget", K::kBytes, "0",
@@ -132,6 +135,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.backend = cfg.get_string("backend");
   tc.dtype = cfg.get_string("dtype");
   tc.plan = cfg.get_string("plan");
+  tc.optimizer = cfg.get_string("optimizer");
   tc.swap_slots = static_cast<int>(cfg.get_int("swap_slots"));
   tc.device_budget = cfg.get_bytes("device_budget");
   tc.threads = static_cast<int>(cfg.get_int("threads"));

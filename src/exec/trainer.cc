@@ -51,7 +51,8 @@ std::vector<AllocRequest> input_staging_list(int batch, int seq) {
   return {AllocRequest{"input.next", {2, batch, seq}, DType::kI32, TensorClass::kInput}};
 }
 
-MemoryNeed memory_need(const GptConfig& model, int batch, DType dtype, const GptOptions& options) {
+MemoryNeed memory_need(const GptConfig& model, int batch, DType dtype, const GptOptions& options,
+                       bool optimizer_on_cpu) {
   MemoryNeed need;
   auto add = [&](const std::vector<AllocRequest>& reqs) {
     for (const AllocRequest& r : reqs) {
@@ -62,7 +63,7 @@ MemoryNeed memory_need(const GptConfig& model, int batch, DType dtype, const Gpt
     }
   };
   add(Gpt::allocation_list(model, batch, dtype, options));
-  add(AdamW::allocation_list(gpt_num_params(model), master_dtype_for(dtype)));
+  add(AdamW::allocation_list(gpt_num_params(model), master_dtype_for(dtype), optimizer_on_cpu));
   add(input_staging_list(batch, model.seq));
   return need;
 }
@@ -116,8 +117,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   TT_RETURN_IF(dtype == DType::kBF16 && backend == "cpu", kInvalidArgument,
                "--dtype bf16: the CPU backend computes in f32 (use --dtype f32 or auto)");
   TT_ASSIGN_OR_RETURN(t->plan_, Plan::resolve(cfg.plan, cfg.model.layers, cfg.swap_slots));
+  if (cfg.optimizer != "plan") t->plan_.optimizer = cfg.optimizer;
   const GptOptions model_options = t->plan_.model_options();
-  MemoryNeed need = memory_need(cfg.model, cfg.batch, dtype, model_options);
+  const bool cpu_optimizer = t->plan_.optimizer == "cpu";
+  MemoryNeed need = memory_need(cfg.model, cfg.batch, dtype, model_options, cpu_optimizer);
   int64_t budget = cfg.device_budget;
 #ifdef TIERTRAIN_HAVE_CUDA
   int64_t cuda_scratch = 0;
@@ -147,8 +150,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   // input staging slots and the swapped blocks' activations.
   const size_t staging_slot =
       memory::device_alloc_size(input_staging_list(cfg.batch, cfg.model.seq)[0].shape.numel() * sizeof(int32_t));
-  const size_t host_need =
-      kInputStagingSlots * staging_slot + Gpt::host_bytes(cfg.model, cfg.batch, dtype, model_options);
+  const size_t host_need = kInputStagingSlots * staging_slot +
+                           Gpt::host_bytes(cfg.model, cfg.batch, dtype, model_options) +
+                           AdamW::host_bytes(gpt_num_params(cfg.model), cpu_optimizer);
   if (cfg.dry_run) {
     // What the run would take, whether or not it fits; nothing is allocated.
     std::string device = backend == "cpu" ? std::string("cpu") : std::string("cuda");
@@ -164,7 +168,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need.total).c_str(),
              format_bytes(budget).c_str(), cfg.device_budget == 0 ? " (automatic)" : "",
              need.total <= budget ? "fits" : "DOES NOT FIT", need.describe().c_str());
-    t->print("  host: %s for the copy engines in one %s slab (input staging and swapped activations)\n",
+    t->print("  host: %s for the copy engines in one %s slab (input staging, swapped activations, CPU optimizer)\n",
              format_bytes(static_cast<int64_t>(host_need)).c_str(), backend == "cuda" ? "pinned" : "host");
     t->dry_run_fits_ = need.total <= budget;
     return t;
@@ -204,6 +208,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   hp.beta2 = cfg.beta2;
   hp.weight_decay = cfg.weight_decay;
   hp.grad_clip = cfg.grad_clip;
+  hp.on_cpu = cpu_optimizer;
   TT_ASSIGN_OR_RETURN(t->opt_, AdamW::create(*t->backend_, t->gpt_->params(), t->gpt_->flat_params(),
                                              t->gpt_->flat_grads(), hp, t->gpt_->compute_params()));
   TT_ASSIGN_OR_RETURN(data::BatchSampler sampler,
@@ -224,6 +229,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   t->profiler_ = std::make_unique<OpProfiler>(*t->backend_);
   t->profiler_->set_tracing(!cfg.trace.empty());
   t->gpt_->set_profiler(t->profiler_.get());
+  t->opt_->set_profiler(t->profiler_.get());
   const size_t bt = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);
   t->host_tokens_.resize(bt);
   t->host_targets_.resize(bt);

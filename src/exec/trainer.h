@@ -67,7 +67,8 @@ struct MemoryNeed {
   int64_t total = 0;
   std::string describe() const;
 };
-MemoryNeed memory_need(const GptConfig& model, int batch, DType dtype, const GptOptions& options = {});
+MemoryNeed memory_need(const GptConfig& model, int batch, DType dtype, const GptOptions& options = {},
+                       bool optimizer_on_cpu = false);
 // The trainer's own device buffers: the next batch's inputs (Note [input staging] in exec/trainer.h).
 std::vector<AllocRequest> input_staging_list(int batch, int seq);
 

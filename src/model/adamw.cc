@@ -1,24 +1,61 @@
 #include "model/adamw.h"
 
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+
 namespace tt {
 
-std::vector<AllocRequest> AdamW::allocation_list(int64_t num_params, DType dtype) {
-  return {AllocRequest{"adam.m", {num_params}, dtype, TensorClass::kOptimState},
-          AllocRequest{"adam.v", {num_params}, dtype, TensorClass::kOptimState},
-          AllocRequest{"adam.grad_norm_sq", {1}, dtype, TensorClass::kWorkspace}};
+std::vector<AllocRequest> AdamW::allocation_list(int64_t num_params, DType dtype, bool on_cpu) {
+  std::vector<AllocRequest> r;
+  if (!on_cpu) {
+    r.push_back(AllocRequest{"adam.m", {num_params}, dtype, TensorClass::kOptimState});
+    r.push_back(AllocRequest{"adam.v", {num_params}, dtype, TensorClass::kOptimState});
+  }
+  r.push_back(AllocRequest{"adam.grad_norm_sq", {1}, dtype, TensorClass::kWorkspace});
+  return r;
+}
+
+size_t AdamW::host_bytes(int64_t num_params, bool on_cpu) {
+  if (!on_cpu) return 0;
+  const size_t one = (static_cast<size_t>(num_params) * sizeof(float) + memory::kHostAlignBytes - 1) /
+                     memory::kHostAlignBytes * memory::kHostAlignBytes;
+  return 4 * one + memory::kHostAlignBytes;  // master, grads, m, v; the norm
 }
 
 Result<std::unique_ptr<AdamW>> AdamW::create(Backend& backend, std::vector<ParamInfo> layout, Tensor params,
                                              Tensor grads, AdamWHyper hyper, Tensor compute_copy) {
   if (compute_copy.raw() == params.raw()) compute_copy = Tensor();  // the master is what the kernels read
   std::unique_ptr<AdamW> opt(new AdamW(backend, std::move(layout), params, grads, hyper, compute_copy));
-  const auto reqs = allocation_list(params.numel(), params.dtype());
-  TT_ASSIGN_OR_RETURN(opt->m_, backend.pool().allocate(reqs[0].shape, reqs[0].dtype, reqs[0].cls, reqs[0].name));
-  TT_ASSIGN_OR_RETURN(opt->v_, backend.pool().allocate(reqs[1].shape, reqs[1].dtype, reqs[1].cls, reqs[1].name));
-  TT_ASSIGN_OR_RETURN(opt->norm_sq_,
-                      backend.pool().allocate(reqs[2].shape, reqs[2].dtype, reqs[2].cls, reqs[2].name));
-  backend.fill_zero(opt->m_, backend.compute_stream());
-  backend.fill_zero(opt->v_, backend.compute_stream());
+  const auto reqs = allocation_list(params.numel(), params.dtype(), hyper.on_cpu);
+  auto take = [&](const AllocRequest& r) { return backend.pool().allocate(r.shape, r.dtype, r.cls, r.name); };
+  if (hyper.on_cpu) {
+    TT_RETURN_IF(params.dtype() != DType::kF32, kInvalidArgument,
+                 "the CPU optimizer keeps f32 master weights; the parameters are %s", dtype_name(params.dtype()));
+    TT_ASSIGN_OR_RETURN(opt->norm_sq_, take(reqs[0]));
+    const size_t bytes = static_cast<size_t>(params.numel()) * sizeof(float);
+    float** bufs[] = {&opt->h_master_, &opt->h_grads_, &opt->h_m_, &opt->h_v_};
+    const char* names[] = {"adam.master", "adam.grads", "adam.m", "adam.v"};
+    const TensorClass classes[] = {TensorClass::kParam, TensorClass::kGrad, TensorClass::kOptimState,
+                                   TensorClass::kOptimState};
+    for (int i = 0; i < 4; ++i) {
+      TT_ASSIGN_OR_RETURN(void* p, backend.allocate_host(bytes, classes[i], names[i]));
+      *bufs[i] = static_cast<float*>(p);
+    }
+    TT_ASSIGN_OR_RETURN(void* n, backend.allocate_host(sizeof(float), TensorClass::kWorkspace, "adam.norm"));
+    opt->h_norm_ = static_cast<float*>(n);
+    std::memset(opt->h_m_, 0, bytes);
+    std::memset(opt->h_v_, 0, bytes);
+    for (auto* e : {&opt->grads_ready_, &opt->grads_out_, &opt->updated_, &opt->params_in_})
+      *e = backend.create_event();
+    TT_TRY(opt->sync_master());
+  } else {
+    TT_ASSIGN_OR_RETURN(opt->m_, take(reqs[0]));
+    TT_ASSIGN_OR_RETURN(opt->v_, take(reqs[1]));
+    TT_ASSIGN_OR_RETURN(opt->norm_sq_, take(reqs[2]));
+    backend.fill_zero(opt->m_, backend.compute_stream());
+    backend.fill_zero(opt->v_, backend.compute_stream());
+  }
   backend.fill_zero(opt->norm_sq_, backend.compute_stream());
   TT_TRY(backend.compute_stream().synchronize());
   return opt;
@@ -29,24 +66,96 @@ AdamW::~AdamW() {
   if (norm_sq_.raw()) be_.pool().free(norm_sq_);
   if (v_.raw()) be_.pool().free(v_);
   if (m_.raw()) be_.pool().free(m_);
+  for (float* p : {h_norm_, h_v_, h_m_, h_grads_, h_master_}) be_.free_host(p);
+}
+
+Status AdamW::sync_master() {
+  if (!hyper_.on_cpu) return Status::ok();
+  TT_TRY(be_.synchronize_all());
+  be_.copy_d2h(h_master_, params_, be_.compute_stream());
+  return be_.compute_stream().synchronize();
+}
+
+Status AdamW::download_state(float* m, float* v) {
+  const size_t bytes = static_cast<size_t>(params_.numel()) * sizeof(float);
+  if (hyper_.on_cpu) {
+    TT_TRY(be_.synchronize_all());
+    std::memcpy(m, h_m_, bytes);
+    std::memcpy(v, h_v_, bytes);
+    return Status::ok();
+  }
+  be_.copy_d2h(m, m_, be_.compute_stream());
+  be_.copy_d2h(v, v_, be_.compute_stream());
+  return be_.compute_stream().synchronize();
+}
+
+Status AdamW::upload_state(const float* m, const float* v) {
+  const size_t bytes = static_cast<size_t>(params_.numel()) * sizeof(float);
+  if (hyper_.on_cpu) {
+    TT_TRY(be_.synchronize_all());
+    std::memcpy(h_m_, m, bytes);
+    std::memcpy(h_v_, v, bytes);
+    return Status::ok();
+  }
+  be_.copy_h2d(m_, m, be_.compute_stream());
+  be_.copy_h2d(v_, v, be_.compute_stream());
+  return be_.compute_stream().synchronize();
 }
 
 void AdamW::step(float lr) {
   ++step_;
   be_.sum_squares(norm_sq_, grads_);
-  for (const ParamInfo& p : layout_) {
-    AdamWArgs args;
-    args.lr = lr;
-    args.beta1 = hyper_.beta1;
-    args.beta2 = hyper_.beta2;
-    args.eps = hyper_.eps;
-    args.weight_decay = p.decay ? hyper_.weight_decay : 0.0f;
-    args.step = step_;
-    args.grad_clip = hyper_.grad_clip;
-    be_.adamw_update(params_.view(p.offset, p.shape), grads_.view(p.offset, p.shape), m_.view(p.offset, p.shape),
-                     v_.view(p.offset, p.shape), norm_sq_, args);
+  if (hyper_.on_cpu) {
+    step_on_cpu(lr);
+  } else {
+    for (const ParamInfo& p : layout_) {
+      AdamWArgs args;
+      args.lr = lr;
+      args.beta1 = hyper_.beta1;
+      args.beta2 = hyper_.beta2;
+      args.eps = hyper_.eps;
+      args.weight_decay = p.decay ? hyper_.weight_decay : 0.0f;
+      args.step = step_;
+      args.grad_clip = hyper_.grad_clip;
+      be_.adamw_update(params_.view(p.offset, p.shape), grads_.view(p.offset, p.shape), m_.view(p.offset, p.shape),
+                       v_.view(p.offset, p.shape), norm_sq_, args);
+    }
   }
   if (compute_copy_.raw()) be_.convert(compute_copy_, params_);
+}
+
+// Gradients and norm out (d2h), the update on the host stream, the parameters back (h2d); each stage waits for the
+// one before through an event, and the compute stream waits for the parameters.
+void AdamW::step_on_cpu(float lr) {
+  Stream &compute = be_.compute_stream(), &d2h = be_.d2h_stream(), &h2d = be_.h2d_stream(),
+         &host = be_.host_stream();
+  const int64_t grad_bytes = static_cast<int64_t>(grads_.nbytes());
+  compute.record(*grads_ready_);
+  d2h.wait(*grads_ready_);
+  const int c1 = prof_ ? prof_->copy_begin(d2h, "grads to host", grad_bytes) : -1;
+  be_.copy_d2h(h_grads_, grads_, d2h);
+  be_.copy_d2h(h_norm_, norm_sq_, d2h);
+  if (prof_) prof_->copy_end(d2h, c1);
+  d2h.record(*grads_out_);
+  host.wait(*grads_out_);
+  const int c2 = prof_ ? prof_->copy_begin(host, "adamw (cpu)", 0) : -1;
+  be_.enqueue_host([this, lr, step = step_] {
+    for (const ParamInfo& p : layout_) {
+      const int64_t n = p.shape.numel();
+      cpu::adamw_update<float>(h_master_ + p.offset, h_grads_ + p.offset, h_m_ + p.offset, h_v_ + p.offset, n,
+                               *h_norm_, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
+                               p.decay ? hyper_.weight_decay : 0.0f, step, hyper_.grad_clip);
+    }
+  });
+  if (prof_) prof_->copy_end(host, c2);
+  host.record(*updated_);
+  h2d.wait(*updated_);
+  const int c3 = prof_ ? prof_->copy_begin(h2d, "params to device", static_cast<int64_t>(params_.nbytes())) : -1;
+  be_.copy_h2d(params_, h_master_, h2d);
+  if (prof_) prof_->copy_end(h2d, c3);
+  h2d.record(*params_in_);
+  if (prof_) prof_->mark("wait cpu optimizer");
+  compute.wait(*params_in_);
 }
 
 }  // namespace tt

@@ -1,6 +1,12 @@
 // model/adamw: AdamW over a model's flat parameter buffer with global-norm gradient clipping, as PyTorch's
 // torch.optim.AdamW + clip_grad_norm_: weight decay only on parameters marked `decay` (matrices and embeddings).
-// Moments are optimizer state on the device; the gradient norm stays on the device too (no host round trip).
+//
+// On the device (default) the moments are device buffers and the gradient norm stays on the device. On the CPU
+// (AdamWHyper::on_cpu, a plan's "optimizer": "cpu") the moments and an fp32 master copy of the parameters live in
+// the host pool: after the backward the gradients and their norm go to the host on the d2h stream, the host stream
+// runs the same AdamW (backend/cpu/kernels.h: OpenMP, vectorised by the compiler for the host's AVX2/AVX-512), and
+// the updated parameters come back on the h2d stream; the compute stream waits for them. On the CPU backend this is
+// the very function the device AdamW runs, so results are bit-identical.
 //
 //   TT_ASSIGN_OR_RETURN(auto opt, AdamW::create(backend, gpt->params(), gpt->flat_params(), gpt->flat_grads(), hp,
 //                                                gpt->compute_params()));
@@ -12,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "model/gpt.h"
+#include "model/op_profiler.h"
 
 namespace tt {
 
@@ -21,12 +28,15 @@ struct AdamWHyper {
   float eps = 1e-8f;
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // 0 disables clipping
+  bool on_cpu = false;     // moments and the fp32 master in host memory, updated on the host stream
 };
 
 class AdamW {
  public:
   // Device buffers the optimizer needs for `num_params` parameters of dtype.
-  static std::vector<AllocRequest> allocation_list(int64_t num_params, DType dtype);
+  static std::vector<AllocRequest> allocation_list(int64_t num_params, DType dtype, bool on_cpu = false);
+  // Host-pool bytes it takes (on_cpu: master, gradients, m, v and the norm).
+  static size_t host_bytes(int64_t num_params, bool on_cpu);
   // params and grads are the master (fp32) buffers; compute_copy, when given, is refreshed from params after every
   // step (the bf16 weights the kernels read, Note [mixed precision] in model/gpt.h).
   static Result<std::unique_ptr<AdamW>> create(Backend& backend, std::vector<ParamInfo> layout, Tensor params,
@@ -41,19 +51,31 @@ class AdamW {
   void set_steps_taken(int64_t step) { step_ = step; }
   // Sum of squared gradients of the last step() (device scalar).
   Tensor grad_norm_sq() const { return norm_sq_; }
-  Tensor m() const { return m_; }
-  Tensor v() const { return v_; }
+  // The moments, wherever they live (blocks until pending updates are done); n = the number of parameters.
+  Status download_state(float* m, float* v);
+  Status upload_state(const float* m, const float* v);
+  // On the CPU: re-read the master copy from the device parameters after they were written from outside (a
+  // checkpoint loaded, parameters uploaded). A no-op on the device.
+  Status sync_master();
+  bool on_cpu() const { return hyper_.on_cpu; }
+  // Host-stream spans of the CPU update in the trace (nullptr: none).
+  void set_profiler(OpProfiler* p) { prof_ = p; }
 
  private:
   AdamW(Backend& backend, std::vector<ParamInfo> layout, Tensor params, Tensor grads, AdamWHyper hyper,
         Tensor compute_copy)
       : be_(backend), layout_(std::move(layout)), params_(params), grads_(grads), compute_copy_(compute_copy),
         hyper_(hyper) {}
+  void step_on_cpu(float lr);
   Backend& be_;
   std::vector<ParamInfo> layout_;
   Tensor params_, grads_, compute_copy_, m_, v_, norm_sq_;
   AdamWHyper hyper_;
   int64_t step_ = 0;
+  // on_cpu: host buffers (host pool) and the events ordering the round trip.
+  float *h_master_ = nullptr, *h_grads_ = nullptr, *h_m_ = nullptr, *h_v_ = nullptr, *h_norm_ = nullptr;
+  std::unique_ptr<Event> grads_ready_, grads_out_, updated_, params_in_;
+  OpProfiler* prof_ = nullptr;
 };
 
 }  // namespace tt
