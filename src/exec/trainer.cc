@@ -230,6 +230,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   t->profiler_->set_tracing(!cfg.trace.empty());
   t->gpt_->set_profiler(t->profiler_.get());
   t->opt_->set_profiler(t->profiler_.get());
+  if (t->opt_->on_cpu()) {
+    AdamW* opt = t->opt_.get();
+    t->gpt_->set_param_gate([opt](int segment) { opt->gate(segment); });
+  }
   const size_t bt = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);
   t->host_tokens_.resize(bt);
   t->host_targets_.resize(bt);
@@ -342,6 +346,7 @@ Result<EvalRecord> Trainer::evaluate() {
 }
 
 Status Trainer::save(int64_t step) {
+  opt_->wait_all();  // the CPU optimizer's last parameters on the device before they are read
   CheckpointState st;
   st.step = step;
   st.sampler = sampler_before_prefetch_;
@@ -441,6 +446,7 @@ Result<TrainSummary> Trainer::run() {
           profiler_->steps(), cfg_.trace.c_str());
   }
   if (!cfg_.metrics_out.empty()) TT_TRY(write_metrics(summary));
+  opt_->wait_all();  // the run ends with every parameter on the device
   return summary;
 }
 

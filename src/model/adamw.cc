@@ -1,5 +1,6 @@
 #include "model/adamw.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
@@ -46,8 +47,30 @@ Result<std::unique_ptr<AdamW>> AdamW::create(Backend& backend, std::vector<Param
     opt->h_norm_ = static_cast<float*>(n);
     std::memset(opt->h_m_, 0, bytes);
     std::memset(opt->h_v_, 0, bytes);
-    for (auto* e : {&opt->grads_ready_, &opt->grads_out_, &opt->updated_, &opt->params_in_})
-      *e = backend.create_event();
+    opt->grads_ready_ = backend.create_event();
+    opt->grads_out_ = backend.create_event();
+    // Segments in flat-buffer (= forward) order: embeddings, each block, the final LayerNorm.
+    int layers = 0;
+    for (const ParamInfo& p : opt->layout_) layers = std::max(layers, p.layer + 1);
+    opt->segments_.resize(static_cast<size_t>(layers) + 2);
+    for (size_t i = 0; i < opt->layout_.size(); ++i) {
+      const ParamInfo& p = opt->layout_[i];
+      const size_t s = p.layer >= 0 ? static_cast<size_t>(p.layer) + 1
+                       : p.name.rfind("lnf", 0) == 0 ? static_cast<size_t>(layers) + 1 : 0;
+      Segment& seg = opt->segments_[s];
+      if (seg.params.empty()) seg.offset = p.offset;
+      TT_RETURN_IF(p.offset != seg.offset + seg.count, kInternal, "parameter %s is not contiguous with its segment",
+                   p.name.c_str());
+      seg.count += p.shape.numel();
+      seg.params.push_back(i);
+    }
+    for (size_t s = 0; s < opt->segments_.size(); ++s) {
+      Segment& seg = opt->segments_[s];
+      seg.updated = backend.create_event();
+      seg.in = backend.create_event();
+      seg.name = s == 0 ? "adamw embeddings" : s == opt->segments_.size() - 1 ? "adamw lnf"
+                                                                             : "adamw h." + std::to_string(s - 1);
+    }
     TT_TRY(opt->sync_master());
   } else {
     TT_ASSIGN_OR_RETURN(opt->m_, take(reqs[0]));
@@ -121,12 +144,32 @@ void AdamW::step(float lr) {
                        v_.view(p.offset, p.shape), norm_sq_, args);
     }
   }
-  if (compute_copy_.raw()) be_.convert(compute_copy_, params_);
+  // On the CPU each segment's compute copy is refreshed by gate(), when its parameters are back.
+  if (compute_copy_.raw() && !hyper_.on_cpu) be_.convert(compute_copy_, params_);
 }
 
-// Gradients and norm out (d2h), the update on the host stream, the parameters back (h2d); each stage waits for the
-// one before through an event, and the compute stream waits for the parameters.
+void AdamW::gate(int segment) {
+  if (!hyper_.on_cpu) return;
+  Segment& seg = segments_[static_cast<size_t>(segment)];
+  if (!seg.pending) return;
+  if (prof_) prof_->mark("wait cpu optimizer");
+  be_.compute_stream().wait(*seg.in);
+  if (compute_copy_.raw()) {
+    if (prof_) prof_->mark("convert params");
+    be_.convert(compute_copy_.view(seg.offset, {seg.count}), params_.view(seg.offset, {seg.count}));
+  }
+  seg.pending = false;
+}
+
+void AdamW::wait_all() {
+  for (size_t s = 0; s < segments_.size(); ++s) gate(static_cast<int>(s));
+}
+
+// Gradients and norm out (d2h); then, segment by segment in forward order, the update on the host stream and the
+// parameters back on the h2d stream, each stage waiting for the one before through an event. The compute stream
+// waits for a segment in gate().
 void AdamW::step_on_cpu(float lr) {
+  wait_all();  // normally nothing: the forward gated every segment
   Stream &compute = be_.compute_stream(), &d2h = be_.d2h_stream(), &h2d = be_.h2d_stream(),
          &host = be_.host_stream();
   const int64_t grad_bytes = static_cast<int64_t>(grads_.nbytes());
@@ -138,24 +181,26 @@ void AdamW::step_on_cpu(float lr) {
   if (prof_) prof_->copy_end(d2h, c1);
   d2h.record(*grads_out_);
   host.wait(*grads_out_);
-  const int c2 = prof_ ? prof_->copy_begin(host, "adamw (cpu)", 0) : -1;
-  be_.enqueue_host([this, lr, step = step_] {
-    for (const ParamInfo& p : layout_) {
-      const int64_t n = p.shape.numel();
-      cpu::adamw_update<float>(h_master_ + p.offset, h_grads_ + p.offset, h_m_ + p.offset, h_v_ + p.offset, n,
-                               *h_norm_, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
-                               p.decay ? hyper_.weight_decay : 0.0f, step, hyper_.grad_clip);
-    }
-  });
-  if (prof_) prof_->copy_end(host, c2);
-  host.record(*updated_);
-  h2d.wait(*updated_);
-  const int c3 = prof_ ? prof_->copy_begin(h2d, "params to device", static_cast<int64_t>(params_.nbytes())) : -1;
-  be_.copy_h2d(params_, h_master_, h2d);
-  if (prof_) prof_->copy_end(h2d, c3);
-  h2d.record(*params_in_);
-  if (prof_) prof_->mark("wait cpu optimizer");
-  compute.wait(*params_in_);
+  for (Segment& seg : segments_) {
+    const int c2 = prof_ ? prof_->copy_begin(host, seg.name.c_str(), 0) : -1;
+    be_.enqueue_host([this, lr, step = step_, &seg] {
+      for (size_t i : seg.params) {
+        const ParamInfo& p = layout_[i];
+        cpu::adamw_update<float>(h_master_ + p.offset, h_grads_ + p.offset, h_m_ + p.offset, h_v_ + p.offset,
+                                 p.shape.numel(), *h_norm_, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
+                                 p.decay ? hyper_.weight_decay : 0.0f, step, hyper_.grad_clip);
+      }
+    });
+    if (prof_) prof_->copy_end(host, c2);
+    host.record(*seg.updated);
+    h2d.wait(*seg.updated);
+    const int c3 = prof_ ? prof_->copy_begin(h2d, "params to device", seg.count * static_cast<int64_t>(sizeof(float)))
+                         : -1;
+    be_.copy_h2d(params_.view(seg.offset, {seg.count}), h_master_ + seg.offset, h2d);
+    if (prof_) prof_->copy_end(h2d, c3);
+    h2d.record(*seg.in);
+    seg.pending = true;
+  }
 }
 
 }  // namespace tt

@@ -3,10 +3,13 @@
 //
 // On the device (default) the moments are device buffers and the gradient norm stays on the device. On the CPU
 // (AdamWHyper::on_cpu, a plan's "optimizer": "cpu") the moments and an fp32 master copy of the parameters live in
-// the host pool: after the backward the gradients and their norm go to the host on the d2h stream, the host stream
-// runs the same AdamW (backend/cpu/kernels.h: OpenMP, vectorised by the compiler for the host's AVX2/AVX-512), and
-// the updated parameters come back on the h2d stream; the compute stream waits for them. On the CPU backend this is
-// the very function the device AdamW runs, so results are bit-identical.
+// the host pool: after the backward the gradients and their norm go to the host on the d2h stream; the host stream
+// runs the same AdamW (backend/cpu/kernels.h: OpenMP, vectorised by the compiler for the host's AVX2/AVX-512) one
+// segment at a time in forward order (embeddings, block 0, ..., block L-1, final LayerNorm), and each segment's
+// parameters go back on the h2d stream as soon as it is updated. The compute stream waits for a segment only when
+// the next forward first needs it (gate(), called by the model), so the update of later blocks overlaps the
+// forward of earlier ones. On the CPU backend the update is the very function the device AdamW runs, so results
+// are bit-identical.
 //
 //   TT_ASSIGN_OR_RETURN(auto opt, AdamW::create(backend, gpt->params(), gpt->flat_params(), gpt->flat_grads(), hp,
 //                                                gpt->compute_params()));
@@ -60,6 +63,12 @@ class AdamW {
   bool on_cpu() const { return hyper_.on_cpu; }
   // Host-stream spans of the CPU update in the trace (nullptr: none).
   void set_profiler(OpProfiler* p) { prof_ = p; }
+  // On the CPU: makes the compute stream wait for segment s's updated parameters (0: embeddings, 1 + l: block l,
+  // L + 1: final LayerNorm) and refreshes its compute copy; a no-op when nothing is pending. The model calls it
+  // before the segment's first use in a forward (Gpt::set_param_gate).
+  void gate(int segment);
+  // gate() for every segment: before anything reads all parameters (checkpoints, the end of a run).
+  void wait_all();
 
  private:
   AdamW(Backend& backend, std::vector<ParamInfo> layout, Tensor params, Tensor grads, AdamWHyper hyper,
@@ -74,7 +83,15 @@ class AdamW {
   int64_t step_ = 0;
   // on_cpu: host buffers (host pool) and the events ordering the round trip.
   float *h_master_ = nullptr, *h_grads_ = nullptr, *h_m_ = nullptr, *h_v_ = nullptr, *h_norm_ = nullptr;
-  std::unique_ptr<Event> grads_ready_, grads_out_, updated_, params_in_;
+  std::unique_ptr<Event> grads_ready_, grads_out_;
+  struct Segment {
+    int64_t offset = 0, count = 0;      // elements of the flat buffer
+    std::vector<size_t> params;         // indices into layout_
+    std::unique_ptr<Event> updated, in;  // host update done; parameters back on the device
+    bool pending = false;
+    std::string name;
+  };
+  std::vector<Segment> segments_;
   OpProfiler* prof_ = nullptr;
 };
 

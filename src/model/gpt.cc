@@ -360,10 +360,12 @@ void Gpt::forward_backward() {
 void Gpt::forward_blocks() {
   const Tensor cp = compute_params();
   const Tensor wte = view_of(cp, 0), wpe = view_of(cp, 1);
+  gate(0);
   mark("embedding_forward");
   be_.embedding_forward(encoded_, tokens_, wte, wpe);
   Tensor x = encoded_;
   for (int l = 0; l < cfg_.layers; ++l) {
+    gate(1 + l);
     swap_before_forward(l);
     forward_layer(l, x);
     swap_after_forward(l);
@@ -371,6 +373,7 @@ void Gpt::forward_blocks() {
   }
   shared_holds_ = last_recomputed_;
   const size_t lnf = layout_.size() - 2;
+  gate(cfg_.layers + 1);
   mark("layernorm_forward");
   be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, view_of(cp, lnf), view_of(cp, lnf + 1));
 }

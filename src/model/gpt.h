@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -158,6 +159,9 @@ class Gpt {
   void compute_logits(const Tensor& out);
   // Times every op of forward() and backward() when set (nullptr: off).
   void set_profiler(OpProfiler* profiler) { prof_ = profiler; }
+  // Called with a parameter segment (0: embeddings, 1 + l: block l, L + 1: final LayerNorm) right before the
+  // forward first reads it: the CPU optimizer's hook to make the compute stream wait for that segment's update.
+  void set_param_gate(std::function<void(int)> gate) { param_gate_ = std::move(gate); }
 
  private:
   struct LayerActs {
@@ -182,6 +186,9 @@ class Gpt {
     if (prof_) prof_->mark(op);
   }
   int copy_begin(Stream& s, const char* name, int64_t bytes) { return prof_ ? prof_->copy_begin(s, name, bytes) : -1; }
+  void gate(int segment) {
+    if (param_gate_) param_gate_(segment);
+  }
   void copy_end(Stream& s, int id) {
     if (prof_) prof_->copy_end(s, id);
   }
@@ -197,6 +204,7 @@ class Gpt {
   Tensor encoded_, lnf_, lnf_mean_, lnf_rstd_, probs_;
   std::vector<LayerActs> acts_;
   OpProfiler* prof_ = nullptr;
+  std::function<void(int)> param_gate_;
   int64_t lm_chunk_rows_ = 0;
   GptOptions options_;
   int last_recomputed_ = -1;  // the last recomputed block of the forward (the shared set holds it after the forward)
