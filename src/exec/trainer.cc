@@ -233,6 +233,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   if (t->opt_->on_cpu()) {
     AdamW* opt = t->opt_.get();
     t->gpt_->set_param_gate([opt](int segment) { opt->gate(segment); });
+    t->gpt_->set_grads_done([opt](int segment) { opt->grads_done(segment); });
   }
   const size_t bt = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);
   t->host_tokens_.resize(bt);

@@ -68,6 +68,7 @@ Result<std::unique_ptr<AdamW>> AdamW::create(Backend& backend, std::vector<Param
       Segment& seg = opt->segments_[s];
       seg.updated = backend.create_event();
       seg.in = backend.create_event();
+      seg.grads = backend.create_event();
       seg.name = s == 0 ? "adamw embeddings" : s == opt->segments_.size() - 1 ? "adamw lnf"
                                                                              : "adamw h." + std::to_string(s - 1);
     }
@@ -161,6 +162,18 @@ void AdamW::gate(int segment) {
   seg.pending = false;
 }
 
+void AdamW::grads_done(int segment) {
+  if (!hyper_.on_cpu) return;
+  Segment& seg = segments_[static_cast<size_t>(segment)];
+  Stream& d2h = be_.d2h_stream();
+  be_.compute_stream().record(*seg.grads);
+  d2h.wait(*seg.grads);
+  const int c = prof_ ? prof_->copy_begin(d2h, "grads to host", seg.count * static_cast<int64_t>(sizeof(float))) : -1;
+  be_.copy_d2h(h_grads_ + seg.offset, grads_.view(seg.offset, {seg.count}), d2h);
+  if (prof_) prof_->copy_end(d2h, c);
+  seg.grads_sent = true;
+}
+
 void AdamW::wait_all() {
   for (size_t s = 0; s < segments_.size(); ++s) gate(static_cast<int>(s));
 }
@@ -172,13 +185,19 @@ void AdamW::step_on_cpu(float lr) {
   wait_all();  // normally nothing: the forward gated every segment
   Stream &compute = be_.compute_stream(), &d2h = be_.d2h_stream(), &h2d = be_.h2d_stream(),
          &host = be_.host_stream();
-  const int64_t grad_bytes = static_cast<int64_t>(grads_.nbytes());
+  // The norm (computed after the backward), and the gradients of segments the backward did not announce.
   compute.record(*grads_ready_);
   d2h.wait(*grads_ready_);
-  const int c1 = prof_ ? prof_->copy_begin(d2h, "grads to host", grad_bytes) : -1;
-  be_.copy_d2h(h_grads_, grads_, d2h);
+  for (Segment& seg : segments_) {
+    if (!seg.grads_sent) {
+      const int c = prof_ ? prof_->copy_begin(d2h, "grads to host", seg.count * static_cast<int64_t>(sizeof(float)))
+                          : -1;
+      be_.copy_d2h(h_grads_ + seg.offset, grads_.view(seg.offset, {seg.count}), d2h);
+      if (prof_) prof_->copy_end(d2h, c);
+    }
+    seg.grads_sent = false;
+  }
   be_.copy_d2h(h_norm_, norm_sq_, d2h);
-  if (prof_) prof_->copy_end(d2h, c1);
   d2h.record(*grads_out_);
   host.wait(*grads_out_);
   for (Segment& seg : segments_) {

@@ -3,7 +3,8 @@
 //
 // On the device (default) the moments are device buffers and the gradient norm stays on the device. On the CPU
 // (AdamWHyper::on_cpu, a plan's "optimizer": "cpu") the moments and an fp32 master copy of the parameters live in
-// the host pool: after the backward the gradients and their norm go to the host on the d2h stream; the host stream
+// the host pool: each segment's gradients go to the host on the d2h stream as soon as the backward has finished them
+// (grads_done(), called by the model), the norm after the backward; the host stream
 // runs the same AdamW (backend/cpu/kernels.h: OpenMP, vectorised by the compiler for the host's AVX2/AVX-512) one
 // segment at a time in forward order (embeddings, block 0, ..., block L-1, final LayerNorm), and each segment's
 // parameters go back on the h2d stream as soon as it is updated. The compute stream waits for a segment only when
@@ -69,6 +70,9 @@ class AdamW {
   void gate(int segment);
   // gate() for every segment: before anything reads all parameters (checkpoints, the end of a run).
   void wait_all();
+  // On the CPU: the backward has finished segment s's gradients; they go to the host on the d2h stream now, while
+  // the backward goes on (Gpt::set_grads_done). Segments not announced are sent by step().
+  void grads_done(int segment);
 
  private:
   AdamW(Backend& backend, std::vector<ParamInfo> layout, Tensor params, Tensor grads, AdamWHyper hyper,
@@ -88,7 +92,9 @@ class AdamW {
     int64_t offset = 0, count = 0;      // elements of the flat buffer
     std::vector<size_t> params;         // indices into layout_
     std::unique_ptr<Event> updated, in;  // host update done; parameters back on the device
+    std::unique_ptr<Event> grads;        // the segment's gradients complete on the compute stream
     bool pending = false;
+    bool grads_sent = false;             // this step's gradients already on their way to the host
     std::string name;
   };
   std::vector<Segment> segments_;

@@ -506,6 +506,7 @@ void Gpt::backward_blocks() {
   const Tensor last = acts_.back().res3;
   mark("layernorm_backward");
   be_.layernorm_backward(dresidual_, grad(lnf), grad(lnf + 1), dln_, last, view_of(cp, lnf), lnf_mean_, lnf_rstd_);
+  grads_done(cfg_.layers + 1);
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     const LayerParams w = layer_view(cp, l);
     const LayerParams g = layer_view(grads_, l);
@@ -542,9 +543,11 @@ void Gpt::backward_blocks() {
     mark("layernorm_backward");
     be_.layernorm_backward(dresidual_, g.ln1w, g.ln1b, dln_, x, w.ln1w, a.ln1_mean, a.ln1_rstd);
     swap_after_backward(l);
+    grads_done(1 + l);
   }
   mark("embedding_backward");
   be_.embedding_backward(dwte, dwpe, dresidual_, tokens_);
+  grads_done(0);
 }
 
 }  // namespace tt

@@ -162,6 +162,9 @@ class Gpt {
   // Called with a parameter segment (0: embeddings, 1 + l: block l, L + 1: final LayerNorm) right before the
   // forward first reads it: the CPU optimizer's hook to make the compute stream wait for that segment's update.
   void set_param_gate(std::function<void(int)> gate) { param_gate_ = std::move(gate); }
+  // Called with a segment as soon as the backward has written its last gradient (the final LayerNorm first, then
+  // blocks L-1 .. 0, the embeddings last): the CPU optimizer's hook to send them to the host at once.
+  void set_grads_done(std::function<void(int)> done) { grads_done_ = std::move(done); }
 
  private:
   struct LayerActs {
@@ -189,6 +192,9 @@ class Gpt {
   void gate(int segment) {
     if (param_gate_) param_gate_(segment);
   }
+  void grads_done(int segment) {
+    if (grads_done_) grads_done_(segment);
+  }
   void copy_end(Stream& s, int id) {
     if (prof_) prof_->copy_end(s, id);
   }
@@ -204,7 +210,7 @@ class Gpt {
   Tensor encoded_, lnf_, lnf_mean_, lnf_rstd_, probs_;
   std::vector<LayerActs> acts_;
   OpProfiler* prof_ = nullptr;
-  std::function<void(int)> param_gate_;
+  std::function<void(int)> param_gate_, grads_done_;
   int64_t lm_chunk_rows_ = 0;
   GptOptions options_;
   int last_recomputed_ = -1;  // the last recomputed block of the forward (the shared set holds it after the forward)
