@@ -247,6 +247,8 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
     TT_TRY(r.read("adam.v/" + p.name, md, shape, v.data() + off));
   }
   Backend& be = gpt.backend();
+  opt.wait_all();  // no parameter upload of the CPU optimizer may land after the loaded values
+  TT_TRY(be.synchronize_all());
   TT_TRY(gpt.upload_params(params.data()));
   TT_TRY(be.compute_stream().synchronize());
   TT_TRY(opt.upload_state(reinterpret_cast<const float*>(m.data()), reinterpret_cast<const float*>(v.data())));

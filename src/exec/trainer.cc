@@ -296,14 +296,15 @@ Status Trainer::train_step(StepRecord* rec) {
   be.copy_d2d(gpt_->tokens(), next_inputs_.view(0, gpt_->tokens().shape()), be.compute_stream());
   be.copy_d2d(gpt_->targets(), next_inputs_.view(bt, gpt_->targets().shape()), be.compute_stream());
   be.compute_stream().record(*input_consumed_);
+  // While the GPU works on this step, draw the next batch and start its copy (staging slots alternate, and the
+  // slot written now was last read by a copy that finished before the previous step's end). Enqueued before the
+  // optimizer, so that on the h2d stream the next input does not queue behind a CPU optimizer's uploads.
+  TT_TRY(prefetch());
   const int64_t step = step_ + 1;
   const float lr = learning_rate(cfg_, step);
   gpt_->forward_backward();
   profiler_->mark("adamw");
   opt_->step(lr);
-  // While the GPU works on this step, draw the next batch and start its copy (staging slots alternate, and the
-  // slot written now was last read by a copy that finished before the previous step's end).
-  TT_TRY(prefetch());
   TT_TRY(profiler_->collect(step));
   profiler_->set_enabled(false);
   float norm_sq = 0;
@@ -440,6 +441,7 @@ Result<TrainSummary> Trainer::run() {
         tokens_rate(summary.median_tokens_per_s).c_str(), summary.median_ms,
         format_bytes(summary.device_peak_bytes).c_str(),
         format_bytes(static_cast<int64_t>(backend_->pool().budget())).c_str());
+  TT_TRY(profiler_->flush());
   if (cfg_.profile) print_profile();
   if (!cfg_.trace.empty()) {
     TT_TRY(profiler_->write_trace(cfg_.trace, "tiertrain " + backend_->describe()));

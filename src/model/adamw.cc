@@ -168,6 +168,7 @@ void AdamW::grads_done(int segment) {
   Stream& d2h = be_.d2h_stream();
   be_.compute_stream().record(*seg.grads);
   d2h.wait(*seg.grads);
+  d2h.wait(*seg.updated);  // the previous update of this segment read h_grads_ (a no-op before the first)
   const int c = prof_ ? prof_->copy_begin(d2h, "grads to host", seg.count * static_cast<int64_t>(sizeof(float))) : -1;
   be_.copy_d2h(h_grads_ + seg.offset, grads_.view(seg.offset, {seg.count}), d2h);
   if (prof_) prof_->copy_end(d2h, c);

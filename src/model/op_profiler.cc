@@ -47,6 +47,28 @@ void OpProfiler::copy_end(Stream& stream, int id) {
 
 Result<double> OpProfiler::since_origin(Event& e) { return e.elapsed_ms_since(*origin_); }
 
+Status OpProfiler::resolve(std::vector<Copy>& copies, size_t used) {
+  for (size_t i = 0; i < used; ++i) {
+    Copy& c = copies[i];
+    TT_ASSIGN_OR_RETURN(double ms, c.end->elapsed_ms_since(*c.begin));
+    if (c.track != kHost) {
+      (c.track == kD2H ? transfers_.d2h_bytes : transfers_.h2d_bytes) += c.bytes;
+      (c.track == kD2H ? transfers_.d2h_ms : transfers_.h2d_ms) += ms;
+    }
+    if (tracing_) {
+      TT_ASSIGN_OR_RETURN(double t0, since_origin(*c.begin));
+      spans_.push_back(Span{c.track, c.name, t0, t0 + ms, c.bytes, c.step});
+    }
+  }
+  return Status::ok();
+}
+
+Status OpProfiler::flush() {
+  TT_TRY(resolve(pending_, pending_used_));
+  pending_used_ = 0;
+  return Status::ok();
+}
+
 Status OpProfiler::collect(int64_t step) {
   if (!enabled_ || (used_ == 0 && copies_used_ == 0)) return Status::ok();
   mark("(end)");
@@ -59,18 +81,11 @@ Status OpProfiler::collect(int64_t step) {
       spans_.push_back(Span{kCompute, names_[i], t0, t0 + ms, 0, step});
     }
   }
-  for (size_t i = 0; i < copies_used_; ++i) {
-    Copy& c = copies_[i];
-    TT_ASSIGN_OR_RETURN(double ms, c.end->elapsed_ms_since(*c.begin));
-    if (c.track != kHost) {
-      (c.track == kD2H ? transfers_.d2h_bytes : transfers_.h2d_bytes) += c.bytes;
-      (c.track == kD2H ? transfers_.d2h_ms : transfers_.h2d_ms) += ms;
-    }
-    if (tracing_) {
-      TT_ASSIGN_OR_RETURN(double t0, since_origin(*c.begin));
-      spans_.push_back(Span{c.track, c.name, t0, t0 + ms, c.bytes, step});
-    }
-  }
+  // The previous step's copies (done by now, normally), then this step's wait for the next collect().
+  TT_TRY(flush());
+  for (size_t i = 0; i < copies_used_; ++i) copies_[i].step = step;
+  std::swap(copies_, pending_);
+  pending_used_ = copies_used_;
   if (tracing_ && used_ > 1) {
     TT_ASSIGN_OR_RETURN(double t0, since_origin(*events_[0]));
     TT_ASSIGN_OR_RETURN(double t1, since_origin(*events_[used_ - 1]));

@@ -51,8 +51,12 @@ class OpProfiler {
   // Returns -1 when disabled.
   int copy_begin(Stream& stream, const char* name, int64_t bytes);
   void copy_end(Stream& stream, int id);
-  // Ends the last op, waits, adds the ops' durations to the totals and the step's spans to the trace.
+  // Ends the last op, waits for the compute stream's events, adds the ops' durations to the totals and the step's
+  // spans to the trace. The copies and host work of a step are resolved one collect() later (or by flush()), so
+  // that collecting never waits for work that may overlap the next step (a CPU optimizer's update).
   Status collect(int64_t step = 0);
+  // Resolves the copies still outstanding (before reading totals, transfers or the trace).
+  Status flush();
 
   const std::map<std::string, double>& totals_ms() const { return totals_; }
   const Transfers& transfers() const { return transfers_; }
@@ -67,8 +71,10 @@ class OpProfiler {
     const char* name = nullptr;
     int track = kH2D;
     int64_t bytes = 0;
+    int64_t step = 0;
   };
   Result<double> since_origin(Event& e);
+  Status resolve(std::vector<Copy>& copies, size_t used);
 
   Backend& be_;
   bool enabled_ = false;
@@ -77,8 +83,10 @@ class OpProfiler {
   std::vector<std::unique_ptr<Event>> events_;  // reused from step to step
   std::vector<const char*> names_;
   size_t used_ = 0;
-  std::vector<Copy> copies_;
+  std::vector<Copy> copies_;   // this step's (reused from step to step)
   size_t copies_used_ = 0;
+  std::vector<Copy> pending_;  // the previous step's, resolved at the next collect()
+  size_t pending_used_ = 0;
   std::map<std::string, double> totals_;
   Transfers transfers_;
   std::vector<Span> spans_;

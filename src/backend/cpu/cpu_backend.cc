@@ -67,6 +67,7 @@ class CpuBackend final : public Backend {
         compute_("compute"), h2d_("h2d"), d2h_("d2h"), host_("host") {
     // OpenMP thread pools are per calling thread: set the count on the worker that runs the kernels.
     compute_.enqueue([threads] { set_num_threads(threads); });
+    host_.enqueue([threads] { set_num_threads(threads); });  // the CPU optimizer's OpenMP team
     (void)compute_.synchronize();
   }
   ~CpuBackend() override {

@@ -62,7 +62,10 @@ bool LtGemm::matmul(cudaStream_t stream, const LtCall& c) {
     return false;
   // Row-major D = op(A) op(B) is column-major D^T = op(B)^T op(A)^T: cuBLASLt's A is our B and its B our A, with
   // m and n swapped; a bias per column of our D is a bias per row of its D, as the epilogue wants.
-  const uint32_t align_a = alignment_of(c.b), align_b = alignment_of(c.a), align_d = alignment_of(c.d);
+  // Alignments as cuBLASLt may assume them, capped at 16 bytes so that the cache key (below) and the heuristic's
+  // query agree: an algorithm is never chosen for more alignment than every call sharing its key has.
+  const uint32_t align_a = std::min<uint32_t>(alignment_of(c.b), 16), align_b = std::min<uint32_t>(alignment_of(c.a), 16),
+                 align_d = std::min<uint32_t>(alignment_of(c.d), 16);
   Descriptors ds;
   TT_LT_ASSERT(cublasLtMatmulDescCreate(&ds.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -89,9 +92,7 @@ bool LtGemm::matmul(cudaStream_t stream, const LtCall& c) {
   TT_LT_ASSERT(cublasLtMatrixLayoutCreate(&ds.b, c.type, c.trans_a ? lt_n : c.k, c.trans_a ? c.k : lt_n, c.lda));
   TT_LT_ASSERT(cublasLtMatrixLayoutCreate(&ds.d, c.type, lt_m, lt_n, c.ldd));
 
-  // Each alignment in the key (capped at 16 bytes, beyond which no algorithm asks more of a pointer here): an
-  // algorithm chosen for one combination is never reused for a less aligned one.
-  const auto a16 = [](uint32_t a) { return static_cast<int>(std::min<uint32_t>(a, 16)); };
+  const auto a16 = [](uint32_t a) { return static_cast<int>(a); };
   const Key key{c.trans_a,
                 c.trans_b,
                 c.m,
