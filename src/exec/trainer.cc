@@ -133,13 +133,13 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     // arena is one cudaMalloc, so a generous default would take memory other processes may need).
     if (budget == 0) {
       const int64_t usable = gpu.free_bytes - cuda::kAutoBudgetHeadroomBytes;
-      TT_RETURN_IF(need.total + need.total / 20 > usable, kOutOfMemory,
+      TT_RETURN_IF(!cfg.dry_run && need.total + need.total / 20 > usable, kOutOfMemory,
                    "the run needs %s of device memory (%s) but %s has %s free, of which %s stays free for the "
                    "CUDA context and other processes; reduce --batch, --seq, --dim or --layers, or use --plan "
                    "recompute",
                    format_bytes(need.total).c_str(), need.describe().c_str(), gpu.name.c_str(),
                    format_bytes(gpu.free_bytes).c_str(), format_bytes(cuda::kAutoBudgetHeadroomBytes).c_str());
-      budget = need.total + need.total / 20;
+      budget = std::min(need.total + need.total / 20, usable);  // a dry run reports what does not fit
     }
   }
 #endif
@@ -168,9 +168,13 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need.total).c_str(),
              format_bytes(budget).c_str(), cfg.device_budget == 0 ? " (automatic)" : "",
              need.total <= budget ? "fits" : "DOES NOT FIT", need.describe().c_str());
-    t->print("  host: %s for the copy engines in one %s slab (input staging, swapped activations, CPU optimizer)\n",
-             format_bytes(static_cast<int64_t>(host_need)).c_str(), backend == "cuda" ? "pinned" : "host");
-    t->dry_run_fits_ = need.total <= budget;
+    const int64_t ram = cpu::physical_memory_bytes();
+    const bool host_fits = static_cast<int64_t>(host_need) <= ram;
+    t->print("  host: %s for the copy engines in one %s slab (input staging, swapped activations, CPU optimizer) "
+             "of %s RAM (%s)\n",
+             format_bytes(static_cast<int64_t>(host_need)).c_str(), backend == "cuda" ? "pinned" : "host",
+             format_bytes(ram).c_str(), host_fits ? "fits" : "DOES NOT FIT");
+    t->dry_run_fits_ = need.total <= budget && host_fits;
     return t;
   }
   TT_RETURN_IF(need.total > budget, kOutOfMemory,
