@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Out-of-core plans on one GPU (issue 4, measurements a, c, d): a model whose activations are several times what a
-# budget leaves after model state, trained in-core on the unbounded GPU and with each plan at the budget that plan
-# needs; PyTorch eager in-core and with save_on_cpu(pin_memory=True) capped at the swap plan's budget; a trace of
-# the swap plan. Run after scripts/gpu.sh built build/gpu. Writes JSON, traces and results.md into OUTDIR.
+# budget leaves after model state, trained in-core on the unbounded GPU and with each plan (and the CPU optimizer)
+# at the budget that plan needs; PyTorch eager in-core and with save_on_cpu(pin_memory=True) capped at the swap
+# plan's budget; traces of the swap plan and of the CPU optimizer. Run after scripts/gpu.sh built build/gpu. Writes
+# JSON, traces and results.md into OUTDIR.
 #   bench/ooc_gpu.sh OUTDIR [DATA]
 set -euo pipefail
 OUT=${1:?usage: bench/ooc_gpu.sh OUTDIR [DATA]}
@@ -31,9 +32,13 @@ run in-core --plan in-core
 run swap --plan swap-activations --swap-slots 2
 run recompute --plan recompute
 run mix --plan "$OUT/plan_mix.json"
+run cpu-optimizer --plan in-core --optimizer cpu
+run recompute-cpu-optimizer --plan recompute --optimizer cpu
 # A short traced run of the swap plan (the trace covers steps 2-4).
 "$TT" train "${common[@]}" --steps 4 --plan swap-activations --trace "$OUT/trace_swap.json" > "$OUT/trace_swap.log" 2>&1 ||
   tail -5 "$OUT/trace_swap.log"
+"$TT" train "${common[@]}" --steps 4 --plan in-core --optimizer cpu --trace "$OUT/trace_cpu_optimizer.json" \
+  > "$OUT/trace_cpu_optimizer.log" 2>&1 || tail -5 "$OUT/trace_cpu_optimizer.log"
 budget_gib=$(python3 -c "import json; print(json.load(open('$OUT/tiertrain_swap.json'))['memory']['device']['budget'] / 2**30)")
 py=(python3 bench/torch_gpt_gpu.py --layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --vocab 256
     --steps "$STEPS" --warmup-steps 3 --mode bf16)

@@ -25,7 +25,7 @@ def main() -> None:
     base = load(os.path.join(out, "tiertrain_in-core.json"))
     base_ms = base["summary"]["median_ms_per_step"] if base else None
     act = base["memory"]["device"]["classes"]["activation"]["peak"] if base else 0
-    for name in ("in-core", "swap", "recompute", "mix"):
+    for name in ("in-core", "swap", "recompute", "mix", "cpu-optimizer", "recompute-cpu-optimizer"):
         j = load(os.path.join(out, f"tiertrain_{name}.json"))
         if j is None:
             continue

@@ -2,21 +2,26 @@
 # On a machine with a GPU, in one command: build (Release, sm_90), run every test (the GPU tests included), run the
 # GPU benchmarks side by side with PyTorch, and write logs, JSON and a table (results.json, results.md) into OUTDIR.
 #
-#   scripts/gpu.sh OUTDIR [--no-tests] [--no-bench]
+#   scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc]
+#
+# --ooc adds the out-of-core benchmark (bench/ooc_gpu.sh: plans, the CPU optimizer, PyTorch save_on_cpu) into
+# OUTDIR/raw/ooc.
 #
 # TT_COMMIT names the commit in the results when the tree has no .git (a copied working tree).
 # Dependencies: the Debian packages of scripts/deps.sh. On a machine that has a GPU but cannot install them (no
 # network), put their .deb files in .deps/debs/ (scripts/gpu_fetch_debs.sh, run where apt works) and this script
 # unpacks the missing ones into a private prefix.
 set -euo pipefail
-OUT=${1:?usage: scripts/gpu.sh OUTDIR [--no-tests] [--no-bench]}
+OUT=${1:?usage: scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc]}
 shift
 RUN_TESTS=1
 RUN_BENCH=1
+RUN_OOC=0
 for a in "$@"; do
   case "$a" in
     --no-tests) RUN_TESTS=0 ;;
     --no-bench) RUN_BENCH=0 ;;
+    --ooc) RUN_OOC=1 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -105,5 +110,9 @@ if [ "$RUN_BENCH" = 1 ]; then
   "${py[@]}" --mode bf16 --compile --json-out "$OUT/torch_bf16_compile.json" > "$OUT/torch_compile.log" 2>&1 ||
     status=1
   python3 bench/gpu_summary.py "$OUT" || status=1
+fi
+# --- out-of-core plans and the CPU optimizer (issue 4) ----------------------------------------------------------------
+if [ "$RUN_OOC" = 1 ]; then
+  TT="$TT" bench/ooc_gpu.sh "$OUT/ooc" "$DATA_DIR" || status=1
 fi
 exit $status
