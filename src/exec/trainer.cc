@@ -177,13 +177,29 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     t->dry_run_fits_ = need.total <= budget && host_fits;
     return t;
   }
-  TT_RETURN_IF(need.total > budget, kOutOfMemory,
-               "the model does not fit the device budget %s: it needs %s (%s) but the budget is %s "
-               "(--device-budget). Raise --device-budget, use --plan recompute, or reduce --batch, --seq, --dim or "
-               "--layers",
-               cfg.plan == "in-core" ? "even in-core" : ("with plan " + t->plan_.summary()).c_str(),
-               format_bytes(need.total).c_str(),
-               need.describe().c_str(), format_bytes(budget).c_str());
+  if (need.total > budget) {
+    // What the other plans would need, so that the message can say which of them fits.
+    const int64_t extra = need.total - memory_need(cfg.model, cfg.batch, dtype, model_options, cpu_optimizer).total;
+    std::string options;
+    for (const char* alt : {"recompute", "swap-activations"}) {
+      for (const bool alt_cpu : {false, true}) {
+        auto alt_plan = Plan::resolve(alt, cfg.model.layers, cfg.swap_slots);
+        if (!alt_plan.is_ok()) continue;
+        const int64_t n =
+            memory_need(cfg.model, cfg.batch, dtype, alt_plan.value().model_options(), alt_cpu).total + extra;
+        options += str_format("; --plan %s%s needs %s%s", alt, alt_cpu ? " --optimizer cpu" : "",
+                              format_bytes(n).c_str(), n <= budget ? " (fits)" : "");
+      }
+    }
+    const std::string which = cfg.plan == "in-core" && !cpu_optimizer ? "even in-core"
+                                                                       : "with plan " + t->plan_.summary();
+    return make_status(StatusCode::kOutOfMemory,
+                       "the model does not fit the device budget %s: it needs %s (%s) but the budget is %s "
+                       "(--device-budget)%s. Raise --device-budget, change the plan, or reduce --batch, --seq, "
+                       "--dim or --layers",
+                       which.c_str(), format_bytes(need.total).c_str(), need.describe().c_str(),
+                       format_bytes(budget).c_str(), options.c_str());
+  }
 #ifdef TIERTRAIN_HAVE_CUDA
   if (backend == "cuda") {
     TT_ASSIGN_OR_RETURN(t->backend_,

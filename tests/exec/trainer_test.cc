@@ -194,7 +194,10 @@ TEST(Trainer, RecomputePlanIsBitIdenticalWithLessMemory) {
   too_small.device_budget = need_re.total;
   auto refused = Trainer::create(too_small, nullptr);
   ASSERT_FALSE(refused.is_ok());
-  EXPECT_NE(refused.status().message().find("--plan recompute"), std::string::npos) << refused.status().message();
+  // The message names the plans that would fit, with their needs.
+  EXPECT_NE(refused.status().message().find("--plan recompute needs " + format_bytes(need_re.total) + " (fits)"),
+            std::string::npos)
+      << refused.status().message();
 
   // And it resumes bit for bit.
   expect_bit_identical(finish(*b.value()), run_split_at_10(recompute, dir.file("ckpt")));
