@@ -213,7 +213,10 @@ std::string Plan::summary() const {
     s += std::string(act_placement_name(a)) + " " + std::to_string(c);
   }
   if (n[static_cast<int>(ActPlacement::kSwap)] > 0) s += " (swap prefetch " + std::to_string(swap_prefetch) + ")";
-  return source + ": activations " + s + "; model state resident, optimizer on " + optimizer;
+  return source + ": activations " + s +
+         (optimizer == "cpu" ? "; parameters and gradients resident, AdamW state and fp32 master on the host (CPU "
+                               "optimizer)"
+                             : "; model state resident, optimizer on device");
 }
 
 }  // namespace tt

@@ -398,7 +398,7 @@ Result<TrainSummary> Trainer::run() {
         static_cast<long long>(gpt_num_params(cfg_.model)), dtype_name(gpt_->dtype()),
         dtype_name(gpt_->master_dtype()), cfg_.plan.c_str(), static_cast<long long>(B), static_cast<long long>(B * T),
         backend_->describe().c_str());
-  if (cfg_.plan != "in-core") print("plan: %s\n", plan_.summary().c_str());
+  if (cfg_.plan != "in-core" || plan_.optimizer != "device") print("plan: %s\n", plan_.summary().c_str());
   if (step_ >= end) {
     print("nothing to do: already at step %lld of %lld\n", static_cast<long long>(step_),
           static_cast<long long>(end));

@@ -54,6 +54,7 @@ TEST(Plan, JsonDefaultAndRanges) {
   auto cpu_opt = Plan::from_json(json::parse(R"({"optimizer": "cpu"})"), 2, "c.json");
   ASSERT_TRUE(cpu_opt.is_ok()) << cpu_opt.status().to_string();
   EXPECT_EQ(cpu_opt.value().optimizer, "cpu");
+  EXPECT_NE(cpu_opt.value().summary().find("AdamW state and fp32 master on the host"), std::string::npos);
   // Round trip through to_json (the metrics file's copy of the plan).
   auto q = Plan::from_json(p.value().to_json(), 6, "copy");
   ASSERT_TRUE(q.is_ok()) << q.status().to_string();
