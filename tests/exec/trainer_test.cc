@@ -508,6 +508,50 @@ TEST(TrainerCuda, BFloat16TrainsAndResumesBitExact) {
   check_cuda_training("bf16", DType::kBF16, 0.05);
 }
 
+// On CUDA, in bf16 and f32, the out-of-core plans give the same bits as in-core on CUDA (the same deterministic
+// kernels), through evaluations; the CPU optimizer trains within bf16 tolerance of the device optimizer (its AdamW
+// is the host's, whose rounding may differ from the CUDA kernel's in the last bit).
+TEST(TrainerCuda, PlansMatchInCore) {
+  TT_SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  const std::string mix = dir.write("mix.json", R"({"layers": [{"activation": "swap"}, {"activation": "recompute"},
+      {"activation": "swap"}, {"activation": "swap"}]})");
+  for (const char* dtype : {"bf16", "f32"}) {
+    SCOPED_TRACE(dtype);
+    TrainConfig base = small_config(data);
+    base.model.layers = 4;
+    base.backend = "cuda";
+    base.dtype = dtype;
+    base.device_budget = int64_t(1) << 30;
+    base.steps = 8;
+    base.eval_every = 3;
+    auto a = Trainer::create(base, nullptr);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    ASSERT_TRUE(a.value()->run().is_ok());
+    const RunResult ra = finish(*a.value());
+    for (const std::string& plan : {std::string("recompute"), std::string("swap-activations"), mix}) {
+      SCOPED_TRACE(plan);
+      TrainConfig tc = base;
+      tc.plan = plan;
+      auto b = Trainer::create(tc, nullptr);
+      ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+      ASSERT_TRUE(b.value()->run().is_ok());
+      expect_bit_identical(ra, finish(*b.value()));
+      for (size_t i = 0; i < a.value()->evals().size(); ++i)
+        EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
+    }
+    TrainConfig cpu_opt = base;
+    cpu_opt.optimizer = "cpu";
+    auto c = Trainer::create(cpu_opt, nullptr);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    ASSERT_TRUE(c.value()->run().is_ok());
+    const RunResult rc = finish(*c.value());
+    ASSERT_EQ(rc.losses.size(), ra.losses.size());
+    for (size_t i = 0; i < ra.losses.size(); ++i) EXPECT_NEAR(rc.losses[i], ra.losses[i], 0.05) << "step " << i + 1;
+  }
+}
+
 // A short version of the main job: default model on the default corpus.
 TEST(MainJob, LossFallsWellBelowUniformOnDefaultCorpus) {
   if (access(kDefaultCorpus, R_OK) != 0) GTEST_SKIP() << kDefaultCorpus << " missing (apt-get install fortunes)";
