@@ -131,6 +131,9 @@ class Backend {
   // --- optimizer ---
   // out[0] = sum of squares of x (accumulated in double, deterministic for a fixed thread count).
   virtual void sum_squares(const Tensor& out, const Tensor& x) = 0;
+  // out[0] = the sum of parts[0..n) added in index order in double, rounded once (the global gradient norm from
+  // per-segment sums of squares: the same bits however the segments were produced).
+  virtual void sum_in_order(const Tensor& out, const Tensor& parts) = 0;
   // One AdamW step on a parameter tensor; grad_norm_sq[0] (device) feeds the clipping factor.
   virtual void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                             const Tensor& grad_norm_sq, const AdamWArgs& args) = 0;

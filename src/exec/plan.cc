@@ -140,14 +140,15 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
                          source.c_str());
     }
   }
-  // What the executor cannot do yet is refused here, before anything is allocated.
+  // What the executor cannot do yet is refused here, before anything is allocated. Streamed gradients are run
+  // (with the CPU optimizer, which the trainer checks once --optimizer has had its say).
   for (int l = 0; l < layers; ++l) {
     const LayerPlan& lp = p.layers[static_cast<size_t>(l)];
-    TT_RETURN_IF(lp.param != StatePlacement::kResident || lp.grad != StatePlacement::kResident ||
-                     lp.optim_state != StatePlacement::kResident,
+    TT_RETURN_IF(lp.param != StatePlacement::kResident || lp.optim_state != StatePlacement::kResident,
                  kUnimplemented,
-                 "plan %s: layer %d keeps model state host_streamed, which this version of tiertrain cannot run yet "
-                 "(parameters, gradients and optimizer state must be resident)",
+                 "plan %s: layer %d keeps parameters or optimizer state host_streamed per layer, which this version "
+                 "of tiertrain cannot run yet (use \"optimizer\": \"cpu\" to keep all optimizer state on the host; "
+                 "gradients may be host_streamed)",
                  source.c_str(), l);
   }
   return p;
@@ -197,7 +198,13 @@ json Plan::to_json() const {
 
 GptOptions Plan::model_options() const {
   GptOptions o;
-  for (const LayerPlan& lp : layers) o.activations.push_back(lp.activation);
+  bool streamed = false;
+  for (const LayerPlan& lp : layers) {
+    o.activations.push_back(lp.activation);
+    o.grads_streamed.push_back(lp.grad == StatePlacement::kHostStreamed);
+    streamed = streamed || lp.grad == StatePlacement::kHostStreamed;
+  }
+  if (!streamed) o.grads_streamed.clear();
   o.swap_slots = swap_prefetch + 1;
   return o;
 }
@@ -213,6 +220,9 @@ std::string Plan::summary() const {
     s += std::string(act_placement_name(a)) + " " + std::to_string(c);
   }
   if (n[static_cast<int>(ActPlacement::kSwap)] > 0) s += " (swap prefetch " + std::to_string(swap_prefetch) + ")";
+  int streamed = 0;
+  for (const LayerPlan& lp : layers) streamed += lp.grad == StatePlacement::kHostStreamed ? 1 : 0;
+  if (streamed > 0) s += "; gradients of " + std::to_string(streamed) + " blocks streamed to the host";
   return source + ": activations " + s +
          (optimizer == "cpu" ? "; parameters and gradients resident, AdamW state and fp32 master on the host (CPU "
                                "optimizer)"

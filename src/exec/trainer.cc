@@ -63,7 +63,7 @@ MemoryNeed memory_need(const GptConfig& model, int batch, DType dtype, const Gpt
     }
   };
   add(Gpt::allocation_list(model, batch, dtype, options));
-  add(AdamW::allocation_list(gpt_num_params(model), master_dtype_for(dtype), optimizer_on_cpu));
+  add(AdamW::allocation_list(gpt_num_params(model), master_dtype_for(dtype), optimizer_on_cpu, model.layers + 2));
   add(input_staging_list(batch, model.seq));
   return need;
 }
@@ -120,6 +120,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   if (cfg.optimizer != "plan") t->plan_.optimizer = cfg.optimizer;
   const GptOptions model_options = t->plan_.model_options();
   const bool cpu_optimizer = t->plan_.optimizer == "cpu";
+  TT_RETURN_IF(!model_options.grads_streamed.empty() && !cpu_optimizer, kInvalidArgument,
+               "plan %s streams gradients to the host, which needs the CPU optimizer (\"optimizer\": \"cpu\" in the "
+               "plan, or --optimizer cpu)",
+               cfg.plan.c_str());
   MemoryNeed need = memory_need(cfg.model, cfg.batch, dtype, model_options, cpu_optimizer);
   int64_t budget = cfg.device_budget;
 #ifdef TIERTRAIN_HAVE_CUDA
@@ -229,8 +233,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   hp.weight_decay = cfg.weight_decay;
   hp.grad_clip = cfg.grad_clip;
   hp.on_cpu = cpu_optimizer;
-  TT_ASSIGN_OR_RETURN(t->opt_, AdamW::create(*t->backend_, t->gpt_->params(), t->gpt_->flat_params(),
-                                             t->gpt_->flat_grads(), hp, t->gpt_->compute_params()));
+  TT_ASSIGN_OR_RETURN(t->opt_, AdamW::create(*t->gpt_, hp));
   TT_ASSIGN_OR_RETURN(data::BatchSampler sampler,
                       data::BatchSampler::create(&t->dataset_.train(), cfg.batch, cfg.model.seq, cfg.seed));
   t->sampler_ = std::make_unique<data::BatchSampler>(std::move(sampler));

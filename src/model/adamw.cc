@@ -7,13 +7,14 @@
 
 namespace tt {
 
-std::vector<AllocRequest> AdamW::allocation_list(int64_t num_params, DType dtype, bool on_cpu) {
+std::vector<AllocRequest> AdamW::allocation_list(int64_t num_params, DType dtype, bool on_cpu, int segments) {
   std::vector<AllocRequest> r;
   if (!on_cpu) {
     r.push_back(AllocRequest{"adam.m", {num_params}, dtype, TensorClass::kOptimState});
     r.push_back(AllocRequest{"adam.v", {num_params}, dtype, TensorClass::kOptimState});
   }
   r.push_back(AllocRequest{"adam.grad_norm_sq", {1}, dtype, TensorClass::kWorkspace});
+  r.push_back(AllocRequest{"adam.norm_parts", {segments}, dtype, TensorClass::kWorkspace});
   return r;
 }
 
@@ -24,16 +25,21 @@ size_t AdamW::host_bytes(int64_t num_params, bool on_cpu) {
   return 4 * one + memory::kHostAlignBytes;  // master, grads, m, v; the norm
 }
 
-Result<std::unique_ptr<AdamW>> AdamW::create(Backend& backend, std::vector<ParamInfo> layout, Tensor params,
-                                             Tensor grads, AdamWHyper hyper, Tensor compute_copy) {
-  if (compute_copy.raw() == params.raw()) compute_copy = Tensor();  // the master is what the kernels read
-  std::unique_ptr<AdamW> opt(new AdamW(backend, std::move(layout), params, grads, hyper, compute_copy));
-  const auto reqs = allocation_list(params.numel(), params.dtype(), hyper.on_cpu);
+Result<std::unique_ptr<AdamW>> AdamW::create(Gpt& gpt, AdamWHyper hyper) {
+  Backend& backend = gpt.backend();
+  const Tensor params = gpt.flat_params();
+  std::unique_ptr<AdamW> opt(new AdamW(gpt, hyper));
+  if (opt->compute_copy_.raw() == params.raw()) opt->compute_copy_ = Tensor();  // the master is what kernels read
+  bool streamed = false;
+  for (int s = 0; s < gpt.num_segments(); ++s) streamed = streamed || gpt.grads_streamed(s);
+  TT_RETURN_IF(streamed && !hyper.on_cpu, kInvalidArgument, "streamed gradients need the CPU optimizer");
+  const auto reqs = allocation_list(params.numel(), params.dtype(), hyper.on_cpu, gpt.num_segments());
   auto take = [&](const AllocRequest& r) { return backend.pool().allocate(r.shape, r.dtype, r.cls, r.name); };
   if (hyper.on_cpu) {
     TT_RETURN_IF(params.dtype() != DType::kF32, kInvalidArgument,
                  "the CPU optimizer keeps f32 master weights; the parameters are %s", dtype_name(params.dtype()));
     TT_ASSIGN_OR_RETURN(opt->norm_sq_, take(reqs[0]));
+    TT_ASSIGN_OR_RETURN(opt->parts_, take(reqs[1]));
     const size_t bytes = static_cast<size_t>(params.numel()) * sizeof(float);
     float** bufs[] = {&opt->h_master_, &opt->h_grads_, &opt->h_m_, &opt->h_v_};
     const char* names[] = {"adam.master", "adam.grads", "adam.m", "adam.v"};
@@ -77,6 +83,7 @@ Result<std::unique_ptr<AdamW>> AdamW::create(Backend& backend, std::vector<Param
     TT_ASSIGN_OR_RETURN(opt->m_, take(reqs[0]));
     TT_ASSIGN_OR_RETURN(opt->v_, take(reqs[1]));
     TT_ASSIGN_OR_RETURN(opt->norm_sq_, take(reqs[2]));
+    TT_ASSIGN_OR_RETURN(opt->parts_, take(reqs[3]));
     backend.fill_zero(opt->m_, backend.compute_stream());
     backend.fill_zero(opt->v_, backend.compute_stream());
   }
@@ -87,6 +94,7 @@ Result<std::unique_ptr<AdamW>> AdamW::create(Backend& backend, std::vector<Param
 
 AdamW::~AdamW() {
   (void)be_.synchronize_all();
+  if (parts_.raw()) be_.pool().free(parts_);
   if (norm_sq_.raw()) be_.pool().free(norm_sq_);
   if (v_.raw()) be_.pool().free(v_);
   if (m_.raw()) be_.pool().free(m_);
@@ -128,7 +136,12 @@ Status AdamW::upload_state(const float* m, const float* v) {
 
 void AdamW::step(float lr) {
   ++step_;
-  be_.sum_squares(norm_sq_, grads_);
+  // The norm from each segment's sum of squares (those the backward announced to the CPU optimizer are done).
+  for (int s = 0; s < gpt_.num_segments(); ++s) {
+    if (hyper_.on_cpu && segments_[static_cast<size_t>(s)].grads_sent) continue;
+    be_.sum_squares(parts_.view(s, {1}), gpt_.grad_segment(s));
+  }
+  be_.sum_in_order(norm_sq_, parts_);
   if (hyper_.on_cpu) {
     step_on_cpu(lr);
   } else {
@@ -141,8 +154,8 @@ void AdamW::step(float lr) {
       args.weight_decay = p.decay ? hyper_.weight_decay : 0.0f;
       args.step = step_;
       args.grad_clip = hyper_.grad_clip;
-      be_.adamw_update(params_.view(p.offset, p.shape), grads_.view(p.offset, p.shape), m_.view(p.offset, p.shape),
-                       v_.view(p.offset, p.shape), norm_sq_, args);
+      be_.adamw_update(params_.view(p.offset, p.shape), gpt_.grad(static_cast<size_t>(&p - layout_.data())),
+                       m_.view(p.offset, p.shape), v_.view(p.offset, p.shape), norm_sq_, args);
     }
   }
   // On the CPU each segment's compute copy is refreshed by gate(), when its parameters are back.
@@ -166,11 +179,13 @@ void AdamW::grads_done(int segment) {
   if (!hyper_.on_cpu) return;
   Segment& seg = segments_[static_cast<size_t>(segment)];
   Stream& d2h = be_.d2h_stream();
+  // Its share of the norm now: a streamed segment's slot is reused once the copy below is done.
+  be_.sum_squares(parts_.view(segment, {1}), gpt_.grad_segment(segment));
   be_.compute_stream().record(*seg.grads);
   d2h.wait(*seg.grads);
   d2h.wait(*seg.updated);  // the previous update of this segment read h_grads_ (a no-op before the first)
   const int c = prof_ ? prof_->copy_begin(d2h, "grads to host", seg.count * static_cast<int64_t>(sizeof(float))) : -1;
-  be_.copy_d2h(h_grads_ + seg.offset, grads_.view(seg.offset, {seg.count}), d2h);
+  be_.copy_d2h(h_grads_ + seg.offset, gpt_.grad_segment(segment), d2h);
   if (prof_) prof_->copy_end(d2h, c);
   seg.grads_sent = true;
 }
@@ -189,11 +204,12 @@ void AdamW::step_on_cpu(float lr) {
   // The norm (computed after the backward), and the gradients of segments the backward did not announce.
   compute.record(*grads_ready_);
   d2h.wait(*grads_ready_);
-  for (Segment& seg : segments_) {
+  for (size_t si = 0; si < segments_.size(); ++si) {
+    Segment& seg = segments_[si];
     if (!seg.grads_sent) {
       const int c = prof_ ? prof_->copy_begin(d2h, "grads to host", seg.count * static_cast<int64_t>(sizeof(float)))
                           : -1;
-      be_.copy_d2h(h_grads_ + seg.offset, grads_.view(seg.offset, {seg.count}), d2h);
+      be_.copy_d2h(h_grads_ + seg.offset, gpt_.grad_segment(static_cast<int>(si)), d2h);
       if (prof_) prof_->copy_end(d2h, c);
     }
     seg.grads_sent = false;

@@ -12,8 +12,7 @@
 // forward of earlier ones. On the CPU backend the update is the very function the device AdamW runs, so results
 // are bit-identical.
 //
-//   TT_ASSIGN_OR_RETURN(auto opt, AdamW::create(backend, gpt->params(), gpt->flat_params(), gpt->flat_grads(), hp,
-//                                                gpt->compute_params()));
+//   TT_ASSIGN_OR_RETURN(auto opt, AdamW::create(*gpt, hp));
 //   opt->step(lr);   // enqueued; step count kept inside
 #pragma once
 
@@ -37,14 +36,14 @@ struct AdamWHyper {
 
 class AdamW {
  public:
-  // Device buffers the optimizer needs for `num_params` parameters of dtype.
-  static std::vector<AllocRequest> allocation_list(int64_t num_params, DType dtype, bool on_cpu = false);
+  // Device buffers the optimizer needs for `num_params` parameters of dtype in `segments` gradient segments.
+  static std::vector<AllocRequest> allocation_list(int64_t num_params, DType dtype, bool on_cpu, int segments);
   // Host-pool bytes it takes (on_cpu: master, gradients, m, v and the norm).
   static size_t host_bytes(int64_t num_params, bool on_cpu);
-  // params and grads are the master (fp32) buffers; compute_copy, when given, is refreshed from params after every
-  // step (the bf16 weights the kernels read, Note [mixed precision] in model/gpt.h).
-  static Result<std::unique_ptr<AdamW>> create(Backend& backend, std::vector<ParamInfo> layout, Tensor params,
-                                               Tensor grads, AdamWHyper hyper, Tensor compute_copy = Tensor());
+  // Over the model's master parameters and its gradient segments; the compute copy (bf16 compute) is refreshed from
+  // the master after every step (Note [mixed precision] in model/gpt.h). The global gradient norm is the sum, in
+  // segment order, of each segment's sum of squares (Note [gradient segments]).
+  static Result<std::unique_ptr<AdamW>> create(Gpt& gpt, AdamWHyper hyper);
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
@@ -75,14 +74,14 @@ class AdamW {
   void grads_done(int segment);
 
  private:
-  AdamW(Backend& backend, std::vector<ParamInfo> layout, Tensor params, Tensor grads, AdamWHyper hyper,
-        Tensor compute_copy)
-      : be_(backend), layout_(std::move(layout)), params_(params), grads_(grads), compute_copy_(compute_copy),
-        hyper_(hyper) {}
+  AdamW(Gpt& gpt, AdamWHyper hyper)
+      : gpt_(gpt), be_(gpt.backend()), layout_(gpt.params()), params_(gpt.flat_params()),
+        compute_copy_(gpt.compute_params()), hyper_(hyper) {}
   void step_on_cpu(float lr);
+  Gpt& gpt_;
   Backend& be_;
   std::vector<ParamInfo> layout_;
-  Tensor params_, grads_, compute_copy_, m_, v_, norm_sq_;
+  Tensor params_, compute_copy_, m_, v_, norm_sq_, parts_;
   AdamWHyper hyper_;
   int64_t step_ = 0;
   // on_cpu: host buffers (host pool) and the events ordering the round trip.

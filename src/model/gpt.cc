@@ -123,7 +123,23 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
   };
   add("params", {P}, md, TensorClass::kParam);
   if (md != dt) add("params.compute", {P}, dt, TensorClass::kParam);
-  add("grads", {P}, md, TensorClass::kGrad);
+  // Note [gradient segments]: one buffer per segment; streamed blocks share two slots.
+  {
+    const std::vector<ParamInfo> layout = gpt_param_layout(cfg);
+    std::vector<int64_t> size(static_cast<size_t>(cfg.layers) + 2, 0);
+    for (const ParamInfo& p : layout)
+      size[p.layer >= 0 ? static_cast<size_t>(p.layer) + 1 : p.name.rfind("lnf", 0) == 0 ? size.size() - 1 : 0] +=
+          p.shape.numel();
+    bool any_streamed = false;
+    for (size_t s = 0; s < size.size(); ++s) {
+      const bool streamed = s >= 1 && s <= static_cast<size_t>(cfg.layers) && !options.grads_streamed.empty() &&
+                            options.grads_streamed[s - 1];
+      any_streamed = any_streamed || streamed;
+      if (!streamed) add("grads.seg" + std::to_string(s), {size[s]}, md, TensorClass::kGrad);
+    }
+    if (any_streamed)
+      for (int i = 0; i < 2; ++i) add("grads.slot" + std::to_string(i), {size[1]}, md, TensorClass::kGrad);
+  }
   add("tokens", {B, T}, DType::kI32, TensorClass::kInput);
   add("targets", {B, T}, DType::kI32, TensorClass::kInput);
   add("encoded", {B, T, C}, dt, TensorClass::kActivation);
@@ -183,7 +199,31 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   }
   g->params_ = by_name["params"];
   if (by_name.count("params.compute")) g->params_c_ = by_name["params.compute"];
-  g->grads_ = by_name["grads"];
+  // Gradient segments (Note [gradient segments]).
+  TT_RETURN_IF(!options.grads_streamed.empty() && static_cast<int>(options.grads_streamed.size()) != cfg.layers,
+               kInvalidArgument, "%zu gradient placements for a model of %d layers", options.grads_streamed.size(),
+               cfg.layers);
+  {
+    const size_t S = static_cast<size_t>(cfg.layers) + 2;
+    g->seg_offset_.assign(S, -1);
+    g->seg_size_.assign(S, 0);
+    for (const ParamInfo& p : g->layout_) {
+      const size_t s = p.layer >= 0 ? static_cast<size_t>(p.layer) + 1 : p.name.rfind("lnf", 0) == 0 ? S - 1 : 0;
+      if (g->seg_offset_[s] < 0) g->seg_offset_[s] = p.offset;
+      TT_RETURN_IF(p.offset != g->seg_offset_[s] + g->seg_size_[s], kInternal, "parameter %s breaks segment %zu",
+                   p.name.c_str(), s);
+      g->seg_size_[s] += p.shape.numel();
+      g->seg_of_param_.push_back(s);
+    }
+    for (size_t s = 0; s < S; ++s) g->grad_segs_.push_back(by_name["grads.seg" + std::to_string(s)]);
+    if (by_name.count("grads.slot0")) {
+      for (int i = 0; i < 2; ++i) {
+        g->grad_slots_.push_back(by_name["grads.slot" + std::to_string(i)]);
+        g->grad_slot_free_.push_back(backend.create_event());
+      }
+    }
+    g->grad_slot_of_.assign(static_cast<size_t>(cfg.layers), -1);
+  }
   g->tokens_ = by_name["tokens"];
   g->targets_ = by_name["targets"];
   g->encoded_ = by_name["encoded"];
@@ -281,9 +321,25 @@ void Gpt::refresh_compute_params() {
   if (params_c_.raw()) be_.convert(params_c_, params_);
 }
 
+Tensor Gpt::grad_segment(int s) const {
+  if (grads_streamed(s)) {
+    const int slot = grad_slot_of_[static_cast<size_t>(s - 1)];
+    TT_CHECK(slot >= 0, "the gradients of streamed block %d are not in a slot (its backward has not run)", s - 1);
+    return grad_slots_[static_cast<size_t>(slot)];
+  }
+  return grad_segs_[static_cast<size_t>(s)];
+}
+
 Tensor Gpt::grad(size_t i) const {
   const ParamInfo& p = layout_[i];
-  return grads_.view(p.offset, p.shape);
+  const int s = static_cast<int>(seg_of_param_[i]);
+  return grad_segment(s).view(p.offset - segment_offset(s), p.shape);
+}
+
+Gpt::LayerParams Gpt::grad_layer_view(int layer) const {
+  const size_t base = 2 + 12 * static_cast<size_t>(layer);
+  auto v = [&](size_t k) { return grad(base + k); };
+  return LayerParams{v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7), v(8), v(9), v(10), v(11)};
 }
 
 Gpt::LayerParams Gpt::layer_view(const Tensor& flat, int layer) const {
@@ -333,7 +389,12 @@ Status Gpt::download_params(void* host) {
 }
 
 Status Gpt::download_grads(void* host) {
-  be_.copy_d2h(host, grads_, be_.compute_stream());
+  const size_t esize = dtype_size(master_of_dtype_);
+  for (int s = 0; s < num_segments(); ++s) {
+    TT_RETURN_IF(grads_streamed(s), kFailedPrecondition, "download_grads: block %d's gradients are streamed", s - 1);
+    be_.copy_d2h(static_cast<char*>(host) + static_cast<size_t>(segment_offset(s)) * esize, grad_segment(s),
+                 be_.compute_stream());
+  }
   return be_.compute_stream().synchronize();
 }
 
@@ -345,7 +406,8 @@ void Gpt::forward() {
 void Gpt::backward() {
   Stream& s = be_.compute_stream();
   mark("zero_grads");
-  be_.fill_zero(grads_, s);
+  for (const Tensor& t : grad_segs_)
+    if (t.raw()) be_.fill_zero(t, s);
   mark("zero_scratch");
   be_.fill_zero(dln_, s);
   lm_head(/*with_backward=*/true);
@@ -509,7 +571,17 @@ void Gpt::backward_blocks() {
   grads_done(cfg_.layers + 1);
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     const LayerParams w = layer_view(cp, l);
-    const LayerParams g = layer_view(grads_, l);
+    if (grads_streamed(1 + l)) {
+      TT_CHECK(grads_done_ != nullptr, "block %d streams its gradients, but nothing takes them (the CPU optimizer)", l);
+      // Note [gradient segments]: the next slot, once the copy out of its previous block is done; zeroed.
+      const int slot = next_grad_slot_;
+      next_grad_slot_ ^= 1;
+      mark("wait grad slot");
+      be_.compute_stream().wait(*grad_slot_free_[static_cast<size_t>(slot)]);
+      grad_slot_of_[static_cast<size_t>(l)] = slot;
+      be_.fill_zero(grad_slots_[static_cast<size_t>(slot)], s);
+    }
+    const LayerParams g = grad_layer_view(l);
     const LayerActs& a = acts_[static_cast<size_t>(l)];
     const Tensor x = l == 0 ? encoded_ : acts_[static_cast<size_t>(l) - 1].res3;
     if (options_.placement(l) == ActPlacement::kRecompute && shared_holds_ != l) {
@@ -544,6 +616,7 @@ void Gpt::backward_blocks() {
     be_.layernorm_backward(dresidual_, g.ln1w, g.ln1b, dln_, x, w.ln1w, a.ln1_mean, a.ln1_rstd);
     swap_after_backward(l);
     grads_done(1 + l);
+    if (grads_streamed(1 + l)) be_.d2h_stream().record(*grad_slot_free_[static_cast<size_t>(grad_slot_of_[static_cast<size_t>(l)])]);
   }
   mark("embedding_backward");
   be_.embedding_backward(dwte, dwpe, dresidual_, tokens_);

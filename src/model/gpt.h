@@ -86,6 +86,9 @@ const char* act_placement_name(ActPlacement p);
 struct GptOptions {
   int64_t lm_chunk_rows = 0;  // rows per LM-head chunk (Note [LM head in chunks]); 0 chooses
   std::vector<ActPlacement> activations;  // one per block; empty: all resident
+  // Note [gradient segments]: per block, whether its gradients are streamed: written into one of two shared device
+  // slots during its backward and sent to the host at once (needs the CPU optimizer). Empty: none.
+  std::vector<bool> grads_streamed;
   // Device slots of the swapped blocks (>= 2 when any block swaps): a slot freed by one swapped block's backward is
   // refilled at once with the swapped block swap_slots below it, so copies run swap_slots - 1 swapped blocks ahead.
   int swap_slots = 2;
@@ -129,7 +132,15 @@ class Gpt {
   Tensor param(size_t i) const;
   Tensor grad(size_t i) const;
   Tensor flat_params() const { return params_; }  // master
-  Tensor flat_grads() const { return grads_; }    // master dtype
+  // Note [gradient segments]: gradients (master dtype) live in one device buffer per segment: 0 the embeddings,
+  // 1 + l block l, L + 1 the final LayerNorm; segment s covers flat elements [segment_offset(s), + segment_size(s)).
+  // A streamed block's segment is a shared slot, valid from its backward until its grads_done hook returns.
+  int num_segments() const { return cfg_.layers + 2; }
+  int64_t segment_offset(int s) const { return seg_offset_[static_cast<size_t>(s)]; }
+  int64_t segment_size(int s) const { return seg_size_[static_cast<size_t>(s)]; }
+  Tensor grad_segment(int s) const;
+  bool grads_streamed(int s) const { return s >= 1 && s <= cfg_.layers && !options_.grads_streamed.empty() &&
+                                            options_.grads_streamed[static_cast<size_t>(s - 1)]; }
   // The parameters as the kernels read them: the bf16 copy with bf16 compute, else the master itself.
   Tensor compute_params() const { return params_c_.raw() ? params_c_ : params_; }
   // Enqueues the refresh of the compute copy from the master (no-op without a copy).
@@ -145,6 +156,7 @@ class Gpt {
   // compute copy. Synchronous.
   Status upload_params(const void* host);
   Status download_params(void* host);
+  // All gradients into a flat host buffer (not with streamed gradients: their slots are reused).
   Status download_grads(void* host);
 
   // Enqueue the forward pass (tokens -> losses) and the backward pass (gradients of the mean loss, zeroed first)
@@ -206,7 +218,15 @@ class Gpt {
   std::vector<ParamInfo> layout_;
   std::vector<Tensor> owned_;  // everything allocated from the pool, freed in the destructor
   DType master_of_dtype_;
-  Tensor params_, params_c_, grads_, tokens_, targets_, losses_;
+  Tensor params_, params_c_, tokens_, targets_, losses_;
+  std::vector<Tensor> grad_segs_;               // [segment] device gradients; undefined for streamed blocks
+  std::vector<int64_t> seg_offset_, seg_size_;  // [segment] in flat elements
+  std::vector<size_t> seg_of_param_;            // [param] its segment
+  std::vector<Tensor> grad_slots_;              // two block-sized slots for streamed gradients
+  std::vector<std::unique_ptr<Event>> grad_slot_free_;  // [slot] the last copy out of the slot is done
+  std::vector<int> grad_slot_of_;               // [layer] the slot a streamed block's gradients are in
+  int next_grad_slot_ = 0;
+  LayerParams grad_layer_view(int layer) const;
   Tensor encoded_, lnf_, lnf_mean_, lnf_rstd_, probs_;
   std::vector<LayerActs> acts_;
   OpProfiler* prof_ = nullptr;

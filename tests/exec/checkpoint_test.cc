@@ -38,7 +38,7 @@ struct Fixture {
   Fixture() {
     gpt = std::move(Gpt::create(*be, cfg, 2, DType::kF32)).value();
     EXPECT_TRUE(gpt->init_params(5).is_ok());
-    opt = std::move(AdamW::create(*be, gpt->params(), gpt->flat_params(), gpt->flat_grads(), AdamWHyper{})).value();
+    opt = std::move(AdamW::create(*gpt, AdamWHyper{})).value();
     std::vector<int32_t> tok(16, 3);
     be->copy_h2d(gpt->tokens(), tok.data(), be->compute_stream());
     be->copy_h2d(gpt->targets(), tok.data(), be->compute_stream());

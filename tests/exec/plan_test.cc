@@ -55,6 +55,12 @@ TEST(Plan, JsonDefaultAndRanges) {
   ASSERT_TRUE(cpu_opt.is_ok()) << cpu_opt.status().to_string();
   EXPECT_EQ(cpu_opt.value().optimizer, "cpu");
   EXPECT_NE(cpu_opt.value().summary().find("AdamW state and fp32 master on the host"), std::string::npos);
+  // Streamed gradients are accepted (the trainer checks that the optimizer is on the CPU).
+  auto grads = Plan::from_json(json::parse(R"({"optimizer": "cpu", "layers": {"1": {"grad": "host_streamed"}}})"), 3,
+                               "g.json");
+  ASSERT_TRUE(grads.is_ok()) << grads.status().to_string();
+  EXPECT_EQ(grads.value().model_options().grads_streamed, (std::vector<bool>{false, true, false}));
+  EXPECT_NE(grads.value().summary().find("gradients of 1 blocks streamed"), std::string::npos);
   // Round trip through to_json (the metrics file's copy of the plan).
   auto q = Plan::from_json(p.value().to_json(), 6, "copy");
   ASSERT_TRUE(q.is_ok()) << q.status().to_string();

@@ -315,7 +315,14 @@ TEST(Trainer, MixedJsonPlanIsBitIdentical) {
 TEST(Trainer, CpuOptimizerIsBitIdentical) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
-  for (const char* plan : {"in-core", "swap-activations"}) {
+  // Gradients streamed to the host for every block, or for some with swapped activations.
+  const std::string streamed_all =
+      dir.write("grads_all.json", R"({"optimizer": "cpu", "default": {"grad": "host_streamed"}})");
+  const std::string streamed_mix = dir.write(
+      "grads_mix.json", R"({"optimizer": "cpu", "default": {"activation": "swap"},
+                            "layers": {"1": {"grad": "host_streamed"}, "3": {"grad": "host_streamed"},
+                                       "2": {"grad": "host_streamed", "activation": "recompute"}}})");
+  for (const std::string& plan : {std::string("in-core"), std::string("swap-activations"), streamed_all, streamed_mix}) {
     SCOPED_TRACE(plan);
     TrainConfig device = small_config(data);
     device.model.layers = 4;
@@ -347,8 +354,21 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
     auto straight = Trainer::create(longer, nullptr);
     ASSERT_TRUE(straight.is_ok());
     ASSERT_TRUE(straight.value()->run().is_ok());
-    expect_bit_identical(finish(*straight.value()), run_split_at_10(longer, dir.file(std::string("ckpt-") + plan)));
+    expect_bit_identical(finish(*straight.value()),
+                         run_split_at_10(longer, dir.file("ckpt-" + std::to_string(plan.size()))));
+    if (plan == streamed_all) {
+      // Four blocks' gradients in two slots: less device memory for gradients than the device optimizer's run.
+      EXPECT_LT(dev.of(memory::Tier::kDevice, TensorClass::kGrad).peak,
+                a.value()->backend().stats().of(memory::Tier::kDevice, TensorClass::kGrad).peak);
+    }
   }
+  // Streamed gradients without the CPU optimizer are refused up front.
+  TrainConfig bad = small_config(data);
+  bad.plan = dir.write("bad.json", R"({"default": {"grad": "host_streamed"}})");
+  auto refused = Trainer::create(bad, nullptr);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("needs the CPU optimizer"), std::string::npos)
+      << refused.status().message();
 }
 
 // Neither pool allocates once the run is set up (steps and evaluations reuse everything), for every plan; the host

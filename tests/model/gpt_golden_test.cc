@@ -127,7 +127,7 @@ void run_golden(const std::string& file, const Tolerances& tol, std::unique_ptr<
 
   // 10 AdamW steps on the same batch, constant lr, as the reference ran them.
   ASSERT_TRUE(gpt.upload_params(flat.data()).is_ok());
-  auto opt = AdamW::create(*be, gpt.params(), gpt.flat_params(), gpt.flat_grads(), g.hp);
+  auto opt = AdamW::create(gpt, g.hp);
   ASSERT_TRUE(opt.is_ok()) << opt.status().to_string();
   auto ref_steps = ref.read_all<T>("step_losses");
   ASSERT_TRUE(ref_steps.is_ok());
@@ -213,7 +213,7 @@ TEST(GptGolden, BFloat16WithinTolerancesOnCuda) {
     std::printf("bf16 grad %-18s relative L2 error %.4f\n", p.name.c_str(), rel);
   }
   ASSERT_TRUE(gpt.upload_params(flat.data()).is_ok());
-  auto opt = AdamW::create(*be, gpt.params(), gpt.flat_params(), gpt.flat_grads(), g.hp, gpt.compute_params());
+  auto opt = AdamW::create(gpt, g.hp);
   ASSERT_TRUE(opt.is_ok());
   auto ref_steps = ref.read_all<float>("step_losses");
   ASSERT_TRUE(ref_steps.is_ok());

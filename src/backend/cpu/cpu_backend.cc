@@ -337,6 +337,21 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void sum_in_order(const Tensor& out, const Tensor& parts) override {
+    TT_CHECK(out.dtype() == parts.dtype() && out.numel() == 1, "sum_in_order: out %s, parts %s",
+             out.shape().to_string().c_str(), parts.shape().to_string().c_str());
+    dispatch_float(parts.dtype(), "sum_in_order", [&]<typename T>() {
+      T* o = out.data<T>();
+      const T* p = parts.data<T>();
+      const int64_t n = parts.numel();
+      compute_.enqueue([=] {
+        double s = 0;
+        for (int64_t i = 0; i < n; ++i) s += static_cast<double>(p[i]);
+        o[0] = static_cast<T>(s);
+      });
+    });
+  }
+
   void sum_squares(const Tensor& out, const Tensor& x) override {
     const int64_t n = shapes::sum_squares(out, x);
     dispatch_float(x.dtype(), "sum_squares", [&]<typename T>() {

@@ -377,6 +377,11 @@ class CudaBackend final : public Backend {
                                   targets.data<int32_t>(), dloss, d.N, d.V, d.valid);
     });
   }
+  void sum_in_order(const Tensor& out, const Tensor& parts) override {
+    TT_CHECK(out.dtype() == DType::kF32 && parts.dtype() == DType::kF32 && out.numel() == 1,
+             "sum_in_order: needs f32 out[1] and parts");
+    cuda::sum_in_order(s(), out.data<float>(), parts.data<float>(), parts.numel());
+  }
   void sum_squares(const Tensor& out, const Tensor& x) override {
     const int64_t n = shapes::sum_squares(out, x);
     require_f32(x.dtype(), "sum_squares");

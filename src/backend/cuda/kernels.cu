@@ -606,6 +606,19 @@ void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const float
   TT_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+__global__ void sum_in_order_kernel(float* out, const float* parts, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(parts[i]);
+  out[0] = static_cast<float>(s);
+}
+}  // namespace
+
+void sum_in_order(cudaStream_t s, float* out, const float* parts, int64_t n) {
+  sum_in_order_kernel<<<1, 1, 0, s>>>(out, parts, n);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
 void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, float* v, int64_t n,
                   const float* grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
                   int64_t step, float grad_clip) {
