@@ -1,13 +1,13 @@
-// model/adamw: AdamW over a model's flat parameter buffer with global-norm gradient clipping, as PyTorch's
+// model/adamw: AdamW over a model's parameters with global-norm gradient clipping, as PyTorch's
 // torch.optim.AdamW + clip_grad_norm_: weight decay only on parameters marked `decay` (matrices and embeddings).
 //
 // On the device (default) the moments are device buffers and the gradient norm stays on the device. On the CPU
 // (AdamWHyper::on_cpu, a plan's "optimizer": "cpu") the moments and an fp32 master copy of the parameters live in
 // the host pool: each segment's gradients go to the host on the d2h stream as soon as the backward has finished them
-// (grads_done(), called by the model), the norm after the backward; the host stream
-// runs the same AdamW (backend/cpu/kernels.h: OpenMP, vectorised by the compiler for the host's AVX2/AVX-512) one
-// segment at a time in forward order (embeddings, block 0, ..., block L-1, final LayerNorm), and each segment's
-// parameters go back on the h2d stream as soon as it is updated. The compute stream waits for a segment only when
+// (grads_done(), called by the model; a streamed block's slot is free again once they have left), the norm after the
+// backward; the host stream runs the same AdamW (backend/cpu/kernels.h: OpenMP, vectorised by the compiler for the
+// host's AVX2/AVX-512) one segment at a time in forward order (embeddings, block 0, ..., block L-1, final
+// LayerNorm), and each segment's parameters go back on the h2d stream as soon as it is updated. The compute stream waits for a segment only when
 // the next forward first needs it (gate(), called by the model), so the update of later blocks overlaps the
 // forward of earlier ones. On the CPU backend the update is the very function the device AdamW runs, so results
 // are bit-identical.
