@@ -2,26 +2,29 @@
 # On a machine with a GPU, in one command: build (Release, sm_90), run every test (the GPU tests included), run the
 # GPU benchmarks side by side with PyTorch, and write logs, JSON and a table (results.json, results.md) into OUTDIR.
 #
-#   scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc]
+#   scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc] [--sanitize]
 #
 # --ooc adds the out-of-core benchmark (bench/ooc_gpu.sh: plans, the CPU optimizer, PyTorch save_on_cpu) into
-# OUTDIR/raw/ooc.
+# OUTDIR/raw/ooc. --sanitize runs compute-sanitizer memcheck and racecheck over the GPU tests (every CUDA case of
+# the test binaries that have one; TT_SANITIZE_TIMEOUT seconds each, default 300) into OUTDIR/raw/sanitizer.log.
 #
 # TT_COMMIT names the commit in the results when the tree has no .git (a copied working tree).
 # Dependencies: the Debian packages of scripts/deps.sh. On a machine that has a GPU but cannot install them (no
 # network), put their .deb files in .deps/debs/ (scripts/gpu_fetch_debs.sh, run where apt works) and this script
 # unpacks the missing ones into a private prefix.
 set -euo pipefail
-OUT=${1:?usage: scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc]}
+OUT=${1:?usage: scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc] [--sanitize]}
 shift
 RUN_TESTS=1
 RUN_BENCH=1
 RUN_OOC=0
+RUN_SANITIZE=0
 for a in "$@"; do
   case "$a" in
     --no-tests) RUN_TESTS=0 ;;
     --no-bench) RUN_BENCH=0 ;;
     --ooc) RUN_OOC=1 ;;
+    --sanitize) RUN_SANITIZE=1 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -33,7 +36,7 @@ FINAL=$OUT
 OUT=$FINAL/raw
 mkdir -p "$OUT"
 pack() {
-  cp -f "$OUT"/results.md "$OUT"/results.json "$OUT"/ctest.log "$FINAL"/ 2>/dev/null || true
+  cp -f "$OUT"/results.md "$OUT"/results.json "$OUT"/ctest.log "$OUT"/sanitizer.log "$FINAL"/ 2>/dev/null || true
   tar -C "$FINAL" -czf "$FINAL/raw.tar.gz" raw && rm -rf "$OUT"
 }
 trap pack EXIT
@@ -111,6 +114,21 @@ if [ "$RUN_BENCH" = 1 ]; then
     status=1
   python3 bench/gpu_summary.py "$OUT" || status=1
 fi
+# --- compute-sanitizer over the GPU tests ----------------------------------------------------------------------------
+if [ "$RUN_SANITIZE" = 1 ]; then
+  SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  limit=${TT_SANITIZE_TIMEOUT:-300}
+  for tool in memcheck racecheck; do
+    for spec in "backend_ops_test:*" "host_stream_test:*Cuda*" "gpt_golden_test:*Cuda*" "trainer_test:TrainerCuda*"; do
+      bin=${spec%%:*} filter=${spec#*:}
+      echo "== $tool $bin $filter" >> "$OUT/sanitizer.log"
+      timeout "$limit" "$SAN" --tool "$tool" "build/gpu/tests/$bin" --gtest_filter="$filter" >> "$OUT/sanitizer.log" 2>&1
+      echo "rc=$? (124: stopped at the ${limit} s limit)" >> "$OUT/sanitizer.log"
+    done
+  done
+  grep -E "^==|^rc=|SUMMARY" "$OUT/sanitizer.log" || true
+fi
+
 # --- out-of-core plans and the CPU optimizer (issue 4) ----------------------------------------------------------------
 if [ "$RUN_OOC" = 1 ]; then
   TT="$TT" bench/ooc_gpu.sh "$OUT/ooc" "$DATA_DIR" || status=1
