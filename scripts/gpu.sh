@@ -6,7 +6,7 @@
 #
 # --ooc adds the out-of-core benchmark (bench/ooc_gpu.sh: plans, the CPU optimizer, PyTorch save_on_cpu) into
 # OUTDIR/raw/ooc. --sanitize runs compute-sanitizer memcheck and racecheck over the GPU tests (every CUDA case of
-# the test binaries that have one; TT_SANITIZE_TIMEOUT seconds each, default 300) into OUTDIR/raw/sanitizer.log.
+# the test binaries that have one; TT_SANITIZE_TIMEOUT seconds each, default 120) into OUTDIR/raw/sanitizer.log.
 #
 # TT_COMMIT names the commit in the results when the tree has no .git (a copied working tree).
 # Dependencies: the Debian packages of scripts/deps.sh. On a machine that has a GPU but cannot install them (no
@@ -117,7 +117,7 @@ fi
 # --- compute-sanitizer over the GPU tests ----------------------------------------------------------------------------
 if [ "$RUN_SANITIZE" = 1 ]; then
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  limit=${TT_SANITIZE_TIMEOUT:-300}
+  limit=${TT_SANITIZE_TIMEOUT:-120}
   for tool in memcheck racecheck; do
     for spec in "backend_ops_test:*" "host_stream_test:*Cuda*" "gpt_golden_test:*Cuda*" "trainer_test:TrainerCuda*"; do
       bin=${spec%%:*} filter=${spec#*:}
