@@ -100,7 +100,7 @@ void declare_train_knobs(Config& cfg) {
   knob("output", "profile", K::kBool, "false", "time every op on the compute stream; print a table at the end");
   knob("output", "trace", K::kString, "",
        "write a Chrome/Perfetto trace (JSON) of the training steps after the first: one track per stream (compute, "
-       "h2d, d2h) with op names, bytes and times; open in ui.perfetto.dev or chrome://tracing");
+       "h2d, d2h, host) with op names, bytes and times; open in ui.perfetto.dev or chrome://tracing");
 
   choice("logging", "debug", "WARN", {"NONE", "WARN", "INFO", "TRACE"}, "log level on stderr");
   KnobSpec subsys;

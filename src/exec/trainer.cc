@@ -152,8 +152,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   if (budget == 0) budget = cpu::physical_memory_bytes() / 2;
   // The host memory the run keeps for the copy engines, taken (and pinned) in one slab once the backend exists: the
   // input staging slots and the swapped blocks' activations.
-  const size_t staging_slot =
-      memory::device_alloc_size(input_staging_list(cfg.batch, cfg.model.seq)[0].shape.numel() * sizeof(int32_t));
+  const size_t staging_slot = memory::host_alloc_size(
+      static_cast<size_t>(input_staging_list(cfg.batch, cfg.model.seq)[0].shape.numel()) * sizeof(int32_t));
   const size_t host_need = kInputStagingSlots * staging_slot +
                            Gpt::host_bytes(cfg.model, cfg.batch, dtype, model_options) +
                            AdamW::host_bytes(gpt_num_params(cfg.model), cpu_optimizer);
@@ -299,9 +299,9 @@ Status Trainer::prefetch() {
   sampler_->next(st.host, st.host + bt);
   // The previous batch must have left next_inputs_ before this one overwrites it.
   be.h2d_stream().wait(*input_consumed_);
-  const int c = profiler_->copy_begin(be.h2d_stream(), "input", static_cast<int64_t>(next_inputs_.nbytes()));
+  const int c = profiler_->span_begin(be.h2d_stream(), "input", static_cast<int64_t>(next_inputs_.nbytes()));
   be.copy_h2d(next_inputs_, st.host, be.h2d_stream());
-  profiler_->copy_end(be.h2d_stream(), c);
+  profiler_->span_end(be.h2d_stream(), c);
   be.h2d_stream().record(*input_ready_);
   return Status::ok();
 }

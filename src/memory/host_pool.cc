@@ -92,7 +92,7 @@ Status HostPool::reserve(size_t bytes) {
 }
 
 Result<void*> HostPool::allocate(size_t bytes, TensorClass cls, const std::string& tag) {
-  const size_t size = round_up(std::max<size_t>(bytes, 1), kHostAlignBytes);
+  const size_t size = host_alloc_size(bytes);
   // Best fit over all slabs: the slab whose smallest sufficient free block is smallest.
   size_t best = slabs_.size();
   for (size_t i = 0; i < slabs_.size(); ++i) {

@@ -33,6 +33,11 @@ namespace tt::memory {
 
 constexpr size_t kHostAlignBytes = 256;
 
+// What a request of `bytes` really takes from the pool (rounded up to its alignment; at least one block).
+inline size_t host_alloc_size(size_t bytes) {
+  return ((bytes > 0 ? bytes : 1) + kHostAlignBytes - 1) / kHostAlignBytes * kHostAlignBytes;
+}
+
 struct HostPoolOptions {
   Tier tier = Tier::kPinnedHost;
   int numa_node = -1;  // -1: no placement (pages go where they are first touched)

@@ -20,9 +20,9 @@ std::vector<AllocRequest> AdamW::allocation_list(int64_t num_params, DType dtype
 
 size_t AdamW::host_bytes(int64_t num_params, bool on_cpu) {
   if (!on_cpu) return 0;
-  const size_t one = (static_cast<size_t>(num_params) * sizeof(float) + memory::kHostAlignBytes - 1) /
-                     memory::kHostAlignBytes * memory::kHostAlignBytes;
-  return 4 * one + memory::kHostAlignBytes;  // master, grads, m, v; the norm
+  // master, grads, m, v; the norm
+  return 4 * memory::host_alloc_size(static_cast<size_t>(num_params) * sizeof(float)) +
+         memory::host_alloc_size(sizeof(float));
 }
 
 Result<std::unique_ptr<AdamW>> AdamW::create(Gpt& gpt, AdamWHyper hyper) {
@@ -184,9 +184,9 @@ void AdamW::grads_done(int segment) {
   be_.compute_stream().record(*seg.grads);
   d2h.wait(*seg.grads);
   d2h.wait(*seg.updated);  // the previous update of this segment read h_grads_ (a no-op before the first)
-  const int c = prof_ ? prof_->copy_begin(d2h, "grads to host", seg.count * static_cast<int64_t>(sizeof(float))) : -1;
+  const int c = prof_ ? prof_->span_begin(d2h, "grads to host", seg.count * static_cast<int64_t>(sizeof(float))) : -1;
   be_.copy_d2h(h_grads_ + seg.offset, gpt_.grad_segment(segment), d2h);
-  if (prof_) prof_->copy_end(d2h, c);
+  if (prof_) prof_->span_end(d2h, c);
   seg.grads_sent = true;
 }
 
@@ -207,10 +207,10 @@ void AdamW::step_on_cpu(float lr) {
   for (size_t si = 0; si < segments_.size(); ++si) {
     Segment& seg = segments_[si];
     if (!seg.grads_sent) {
-      const int c = prof_ ? prof_->copy_begin(d2h, "grads to host", seg.count * static_cast<int64_t>(sizeof(float)))
+      const int c = prof_ ? prof_->span_begin(d2h, "grads to host", seg.count * static_cast<int64_t>(sizeof(float)))
                           : -1;
       be_.copy_d2h(h_grads_ + seg.offset, gpt_.grad_segment(static_cast<int>(si)), d2h);
-      if (prof_) prof_->copy_end(d2h, c);
+      if (prof_) prof_->span_end(d2h, c);
     }
     seg.grads_sent = false;
   }
@@ -218,7 +218,7 @@ void AdamW::step_on_cpu(float lr) {
   d2h.record(*grads_out_);
   host.wait(*grads_out_);
   for (Segment& seg : segments_) {
-    const int c2 = prof_ ? prof_->copy_begin(host, seg.name.c_str(), 0) : -1;
+    const int c2 = prof_ ? prof_->span_begin(host, seg.name.c_str(), 0) : -1;
     be_.enqueue_host([this, lr, step = step_, &seg] {
       for (size_t i : seg.params) {
         const ParamInfo& p = layout_[i];
@@ -227,13 +227,13 @@ void AdamW::step_on_cpu(float lr) {
                                  p.decay ? hyper_.weight_decay : 0.0f, step, hyper_.grad_clip);
       }
     });
-    if (prof_) prof_->copy_end(host, c2);
+    if (prof_) prof_->span_end(host, c2);
     host.record(*seg.updated);
     h2d.wait(*seg.updated);
-    const int c3 = prof_ ? prof_->copy_begin(h2d, "params to device", seg.count * static_cast<int64_t>(sizeof(float)))
+    const int c3 = prof_ ? prof_->span_begin(h2d, "params to device", seg.count * static_cast<int64_t>(sizeof(float)))
                          : -1;
     be_.copy_h2d(params_.view(seg.offset, {seg.count}), h_master_ + seg.offset, h2d);
-    if (prof_) prof_->copy_end(h2d, c3);
+    if (prof_) prof_->span_end(h2d, c3);
     h2d.record(*seg.in);
     seg.pending = true;
   }

@@ -108,8 +108,7 @@ GptOptions GptOptions::all(int layers, ActPlacement p, int swap_slots) {
 }
 
 size_t Gpt::host_bytes(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
-  const size_t per_block = (block_activation_bytes(cfg, batch, dt) + memory::kHostAlignBytes - 1) /
-                           memory::kHostAlignBytes * memory::kHostAlignBytes;
+  const size_t per_block = memory::host_alloc_size(block_activation_bytes(cfg, batch, dt));
   // The last swap_slots swapped blocks never leave their slots.
   return per_block * static_cast<size_t>(std::max(0, options.count(ActPlacement::kSwap) - options.swap_slots));
 }
@@ -474,9 +473,9 @@ void Gpt::swap_after_forward(int l) {
   const size_t i = static_cast<size_t>(l);
   be_.compute_stream().record(*fwd_done_[i]);
   be_.d2h_stream().wait(*fwd_done_[i]);
-  const int c = copy_begin(be_.d2h_stream(), swap_out_names_[i].c_str(), static_cast<int64_t>(swap_bytes_));
+  const int c = span_begin(be_.d2h_stream(), swap_out_names_[i].c_str(), static_cast<int64_t>(swap_bytes_));
   be_.copy_d2h(swap_host_[i], swap_slots_mem_[static_cast<size_t>(k % swap_slots_)], be_.d2h_stream());
-  copy_end(be_.d2h_stream(), c);
+  span_end(be_.d2h_stream(), c);
   be_.d2h_stream().record(*out_done_[i]);
 }
 
@@ -499,9 +498,9 @@ void Gpt::swap_after_backward(int l) {
   be_.h2d_stream().wait(*bwd_done_[i]);
   be_.h2d_stream().wait(*out_done_[i]);
   be_.h2d_stream().wait(*out_done_[n]);
-  const int c = copy_begin(be_.h2d_stream(), swap_in_names_[n].c_str(), static_cast<int64_t>(swap_bytes_));
+  const int c = span_begin(be_.h2d_stream(), swap_in_names_[n].c_str(), static_cast<int64_t>(swap_bytes_));
   be_.copy_h2d(swap_slots_mem_[static_cast<size_t>(k % swap_slots_)], swap_host_[n], be_.h2d_stream());
-  copy_end(be_.h2d_stream(), c);
+  span_end(be_.h2d_stream(), c);
   be_.h2d_stream().record(*in_done_[n]);
 }
 

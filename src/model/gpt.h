@@ -200,15 +200,15 @@ class Gpt {
   void mark(const char* op) {
     if (prof_) prof_->mark(op);
   }
-  int copy_begin(Stream& s, const char* name, int64_t bytes) { return prof_ ? prof_->copy_begin(s, name, bytes) : -1; }
+  int span_begin(Stream& s, const char* name, int64_t bytes) { return prof_ ? prof_->span_begin(s, name, bytes) : -1; }
   void gate(int segment) {
     if (param_gate_) param_gate_(segment);
   }
   void grads_done(int segment) {
     if (grads_done_) grads_done_(segment);
   }
-  void copy_end(Stream& s, int id) {
-    if (prof_) prof_->copy_end(s, id);
+  void span_end(Stream& s, int id) {
+    if (prof_) prof_->span_end(s, id);
   }
 
   Backend& be_;

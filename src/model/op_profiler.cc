@@ -23,7 +23,7 @@ void OpProfiler::mark(const char* name) {
   ++used_;
 }
 
-int OpProfiler::copy_begin(Stream& stream, const char* name, int64_t bytes) {
+int OpProfiler::span_begin(Stream& stream, const char* name, int64_t bytes) {
   if (!enabled_) return -1;
   if (!origin_) mark("(start)");
   if (copies_used_ == copies_.size()) {
@@ -40,7 +40,7 @@ int OpProfiler::copy_begin(Stream& stream, const char* name, int64_t bytes) {
   return static_cast<int>(copies_used_++);
 }
 
-void OpProfiler::copy_end(Stream& stream, int id) {
+void OpProfiler::span_end(Stream& stream, int id) {
   if (id < 0) return;
   stream.record(*copies_[static_cast<size_t>(id)].end);
 }

@@ -5,8 +5,8 @@
 //
 //   OpProfiler prof(backend);
 //   prof.mark("attention_forward"); backend.attention_forward(...);   // compute-stream op
-//   int c = prof.copy_begin(be.d2h_stream(), "swap_out h.3", bytes);   // a copy, on its own stream
-//   be.copy_d2h(...); prof.copy_end(be.d2h_stream(), c);
+//   int c = prof.span_begin(be.d2h_stream(), "swap_out h.3", bytes);   // a copy, on its own stream
+//   be.copy_d2h(...); prof.span_end(be.d2h_stream(), c);
 //   TT_TRY(prof.collect());   // ends the last op, waits, adds to the totals (and to the trace)
 //
 // Ops whose names start with "wait " are the compute stream waiting for a copy: their time is the exposed (not
@@ -49,8 +49,8 @@ class OpProfiler {
   void mark(const char* name);
   // A copy on the h2d or d2h stream, or host work on the host stream: events before and after it on that stream.
   // Returns -1 when disabled.
-  int copy_begin(Stream& stream, const char* name, int64_t bytes);
-  void copy_end(Stream& stream, int id);
+  int span_begin(Stream& stream, const char* name, int64_t bytes);
+  void span_end(Stream& stream, int id);
   // Ends the last op, waits for the compute stream's events, adds the ops' durations to the totals and the step's
   // spans to the trace. The copies and host work of a step are resolved one collect() later (or by flush()), so
   // that collecting never waits for work that may overlap the next step (a CPU optimizer's update).

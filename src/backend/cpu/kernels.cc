@@ -233,6 +233,19 @@ void attention_scores(T* a, const T* q, const T* k, int T_, int hs, int64_t C3) 
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
   gemm<T>(CblasNoTrans, CblasTrans, T_, T_, hs, scale, q, C3, k, C3, T(0), a, T_);
 }
+
+// Where (batch, head) pair bh's slices start: q, k, v in a [B, T, 3C] tensor, and its rows of a [B, T, C] one.
+template <typename P>
+struct HeadSlices {
+  P q, k, v;
+  int64_t y;  // offset in [B, T, C]
+};
+template <typename P>
+HeadSlices<P> head_slices(P qkv, int64_t bh, int T_, int C, int H) {
+  const int64_t b = bh / H, h = bh % H, hs = C / H;
+  P q = qkv + b * T_ * 3 * static_cast<int64_t>(C) + h * hs;
+  return {q, q + C, q + 2 * C, b * T_ * static_cast<int64_t>(C) + h * hs};
+}
 }  // namespace
 
 template <typename T>
@@ -244,10 +257,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H
     std::vector<T> a(static_cast<size_t>(T_) * static_cast<size_t>(T_));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
-      const int64_t b = bh / H, h = bh % H;
-      const T* q = qkv + b * T_ * C3 + h * hs;
-      const T* k = q + C;
-      const T* v = q + 2 * C;
+      const auto [q, k, v, y] = head_slices(qkv, bh, T_, C, H);
       attention_scores(a.data(), q, k, T_, hs, C3);
       for (int t = 0; t < T_; ++t) {
         T* row = a.data() + static_cast<int64_t>(t) * T_;
@@ -265,7 +275,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H
         lse[bh * T_ + t] = maxv + std::log(sum);
       }
       // out = probs v
-      gemm<T>(CblasNoTrans, CblasNoTrans, T_, hs, T_, T(1), a.data(), T_, v, C3, T(0), out + b * T_ * C + h * hs, C);
+      gemm<T>(CblasNoTrans, CblasNoTrans, T_, hs, T_, T(1), a.data(), T_, v, C3, T(0), out + y, C);
     }
   }
 }
@@ -281,14 +291,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
     std::vector<T> dp(static_cast<size_t>(T_) * static_cast<size_t>(T_));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
-      const int64_t b = bh / H, h = bh % H;
-      const T* q = qkv + b * T_ * C3 + h * hs;
-      const T* k = q + C;
-      const T* v = q + 2 * C;
-      T* dq = dqkv + b * T_ * C3 + h * hs;
-      T* dk = dq + C;
-      T* dv = dq + 2 * C;
-      const T* d = dout + b * T_ * C + h * hs;
+      const auto [q, k, v, y] = head_slices(qkv, bh, T_, C, H);
+      const auto [dq, dk, dv, unused] = head_slices(dqkv, bh, T_, C, H);
+      const T* d = dout + y;
       // p = exp(scores - lse), rebuilt
       attention_scores(p.data(), q, k, T_, hs, C3);
       for (int t = 0; t < T_; ++t) {
