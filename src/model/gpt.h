@@ -10,7 +10,7 @@
 //   gpt->init_params(seed);                         // or upload_params(host)
 //   backend.copy_h2d(gpt->tokens(), host_tokens, backend.compute_stream());  // and targets()
 //   gpt->forward();                                 // losses() holds B*T per-position losses
-//   gpt->backward();                                // grads of the mean loss, in flat_grads()
+//   gpt->backward();                                // grads of the mean loss, per segment (grad_segment)
 #pragma once
 
 #include <cstdint>
