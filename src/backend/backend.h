@@ -65,7 +65,7 @@ class Backend {
   }
   void free_host(void* ptr) { host_pool().free(ptr); }
   virtual memory::MemoryStats& stats() = 0;
-  // Diagnostic counters of which paths ops took, e.g. {"cublaslt_epilogue_gemms": 120}; empty by default.
+  // Diagnostic counters of which paths ops took, e.g. {"cublaslt_gelu_bias_gemms": 120}; empty by default.
   virtual std::map<std::string, int64_t> counters() const { return {}; }
   // Blocks until every stream is idle.
   Status synchronize_all();

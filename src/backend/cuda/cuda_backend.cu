@@ -158,7 +158,9 @@ class CudaBackend final : public Backend {
   memory::DevicePool& pool() override { return pool_; }
   memory::HostPool& host_pool() override { return host_pool_; }
   std::map<std::string, int64_t> counters() const override {
-    return {{"cublaslt_epilogue_gemms", lt_.fused_calls()}};
+    return {{"cublaslt_bias_gemms", lt_.calls(Epilogue::kBias)},
+            {"cublaslt_gelu_bias_gemms", lt_.calls(Epilogue::kGeluAuxBias)},
+            {"cublaslt_dgelu_gemms", lt_.calls(Epilogue::kDGelu)}};
   }
   memory::MemoryStats& stats() override { return stats_; }
 

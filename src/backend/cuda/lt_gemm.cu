@@ -132,7 +132,7 @@ bool LtGemm::matmul(cudaStream_t stream, const LtCall& c) {
   const float alpha = 1.0f;
   TT_LT_ASSERT(cublasLtMatmul(handle_, ds.op, &alpha, c.b, ds.a, c.a, ds.b, &c.beta, c.d, ds.d, c.d, ds.d,
                               &it->second.algo, workspace_, workspace_bytes_, stream));
-  ++fused_calls_;
+  ++calls_[static_cast<int>(c.epilogue)];
   return true;
 }
 

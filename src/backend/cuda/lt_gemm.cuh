@@ -48,8 +48,8 @@ class LtGemm {
   // Enqueues the product on `stream`. Returns false (and enqueues nothing) when cuBLASLt has no algorithm for the
   // call (alignment, leading dimensions); the caller then takes an unfused path.
   bool matmul(cudaStream_t stream, const LtCall& call);
-  // Products enqueued through cuBLASLt so far (the fallbacks not counted).
-  int64_t fused_calls() const { return fused_calls_; }
+  // Products enqueued through cuBLASLt so far with this epilogue (the fallbacks not counted).
+  int64_t calls(Epilogue e) const { return calls_[static_cast<int>(e)]; }
 
  private:
   using Key = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, bool>;
@@ -61,7 +61,7 @@ class LtGemm {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<Key, Cached> cache_;
-  int64_t fused_calls_ = 0;
+  int64_t calls_[4] = {};  // per Epilogue
 };
 
 }  // namespace tt::cuda
