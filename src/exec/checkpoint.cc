@@ -93,11 +93,10 @@ Status ensure_checkpoint_dir(const std::string& dir) {
 
 Status save_checkpoint(const std::string& dir, const CheckpointState& state, Gpt& gpt, AdamW& opt, int64_t keep) {
   TT_TRY(ensure_checkpoint_dir(dir));
-  Backend& be = gpt.backend();
-  const size_t bytes = gpt.flat_params().nbytes();
+  const size_t bytes = static_cast<size_t>(gpt.num_params()) * dtype_size(gpt.master_dtype());
   std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
-  be.copy_d2h(params.data(), gpt.flat_params(), be.compute_stream());
-  TT_TRY(be.compute_stream().synchronize());
+  opt.wait_all();  // every update of the CPU optimizer has reached the master
+  TT_TRY(gpt.download_params(params.data()));
   TT_TRY(opt.download_state(reinterpret_cast<float*>(m.data()), reinterpret_cast<float*>(v.data())));
 
   nlohmann::json meta;
@@ -236,7 +235,7 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
 
   const DType md = gpt.master_dtype();
   const size_t esize = dtype_size(md);
-  const size_t bytes = gpt.flat_params().nbytes();
+  const size_t bytes = static_cast<size_t>(gpt.num_params()) * esize;
   std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
   for (const ParamInfo& p : gpt.params()) {
     std::vector<int64_t> shape;
@@ -252,7 +251,6 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
   TT_TRY(gpt.upload_params(params.data()));
   TT_TRY(be.compute_stream().synchronize());
   TT_TRY(opt.upload_state(reinterpret_cast<const float*>(m.data()), reinterpret_cast<const float*>(v.data())));
-  TT_TRY(opt.sync_master());
   opt.set_steps_taken(opt_step);
   TT_LOG(INFO, CKPT, "resumed from %s at step %lld", path.c_str(), static_cast<long long>(st.step));
   return st;

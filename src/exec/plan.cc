@@ -206,6 +206,7 @@ GptOptions Plan::model_options() const {
   }
   if (!streamed) o.grads_streamed.clear();
   o.swap_slots = swap_prefetch + 1;
+  o.master_on_host = optimizer == "cpu";
   return o;
 }
 

@@ -20,32 +20,33 @@ std::vector<AllocRequest> AdamW::allocation_list(int64_t num_params, DType dtype
 
 size_t AdamW::host_bytes(int64_t num_params, bool on_cpu) {
   if (!on_cpu) return 0;
-  // master, grads, m, v; the norm
-  return 4 * memory::host_alloc_size(static_cast<size_t>(num_params) * sizeof(float)) +
+  // grads, m, v; the norm (the master is the model's: Note [master on host])
+  return 3 * memory::host_alloc_size(static_cast<size_t>(num_params) * sizeof(float)) +
          memory::host_alloc_size(sizeof(float));
 }
 
 Result<std::unique_ptr<AdamW>> AdamW::create(Gpt& gpt, AdamWHyper hyper) {
   Backend& backend = gpt.backend();
-  const Tensor params = gpt.flat_params();
   std::unique_ptr<AdamW> opt(new AdamW(gpt, hyper));
-  if (opt->compute_copy_.raw() == params.raw()) opt->compute_copy_ = Tensor();  // the master is what kernels read
   bool streamed = false;
   for (int s = 0; s < gpt.num_segments(); ++s) streamed = streamed || gpt.grads_streamed(s);
   TT_RETURN_IF(streamed && !hyper.on_cpu, kInvalidArgument, "streamed gradients need the CPU optimizer");
-  const auto reqs = allocation_list(params.numel(), params.dtype(), hyper.on_cpu, gpt.num_segments());
+  TT_RETURN_IF(hyper.on_cpu != gpt.master_on_host(), kInvalidArgument,
+               "the %s optimizer needs the model's master on the %s (GptOptions::master_on_host)",
+               hyper.on_cpu ? "CPU" : "device", hyper.on_cpu ? "host" : "device");
+  const auto reqs = allocation_list(gpt.num_params(), gpt.master_dtype(), hyper.on_cpu, gpt.num_segments());
   auto take = [&](const AllocRequest& r) { return backend.pool().allocate(r.shape, r.dtype, r.cls, r.name); };
   if (hyper.on_cpu) {
-    TT_RETURN_IF(params.dtype() != DType::kF32, kInvalidArgument,
-                 "the CPU optimizer keeps f32 master weights; the parameters are %s", dtype_name(params.dtype()));
+    // The model's host master (f32, checked by Gpt::create) and its staging copy in the compute dtype.
+    opt->h_master_ = gpt.host_master();
+    if (gpt.host_compute() != gpt.host_master()) opt->h_bf16_ = static_cast<uint16_t*>(gpt.host_compute());
     TT_ASSIGN_OR_RETURN(opt->norm_sq_, take(reqs[0]));
     TT_ASSIGN_OR_RETURN(opt->parts_, take(reqs[1]));
-    const size_t bytes = static_cast<size_t>(params.numel()) * sizeof(float);
-    float** bufs[] = {&opt->h_master_, &opt->h_grads_, &opt->h_m_, &opt->h_v_};
-    const char* names[] = {"adam.master", "adam.grads", "adam.m", "adam.v"};
-    const TensorClass classes[] = {TensorClass::kParam, TensorClass::kGrad, TensorClass::kOptimState,
-                                   TensorClass::kOptimState};
-    for (int i = 0; i < 4; ++i) {
+    const size_t bytes = static_cast<size_t>(gpt.num_params()) * sizeof(float);
+    float** bufs[] = {&opt->h_grads_, &opt->h_m_, &opt->h_v_};
+    const char* names[] = {"adam.grads", "adam.m", "adam.v"};
+    const TensorClass classes[] = {TensorClass::kGrad, TensorClass::kOptimState, TensorClass::kOptimState};
+    for (int i = 0; i < 3; ++i) {
       TT_ASSIGN_OR_RETURN(void* p, backend.allocate_host(bytes, classes[i], names[i]));
       *bufs[i] = static_cast<float*>(p);
     }
@@ -78,7 +79,6 @@ Result<std::unique_ptr<AdamW>> AdamW::create(Gpt& gpt, AdamWHyper hyper) {
       seg.name = s == 0 ? "adamw embeddings" : s == opt->segments_.size() - 1 ? "adamw lnf"
                                                                              : "adamw h." + std::to_string(s - 1);
     }
-    TT_TRY(opt->sync_master());
   } else {
     TT_ASSIGN_OR_RETURN(opt->m_, take(reqs[0]));
     TT_ASSIGN_OR_RETURN(opt->v_, take(reqs[1]));
@@ -98,18 +98,11 @@ AdamW::~AdamW() {
   if (norm_sq_.raw()) be_.pool().free(norm_sq_);
   if (v_.raw()) be_.pool().free(v_);
   if (m_.raw()) be_.pool().free(m_);
-  for (float* p : {h_norm_, h_v_, h_m_, h_grads_, h_master_}) be_.free_host(p);
-}
-
-Status AdamW::sync_master() {
-  if (!hyper_.on_cpu) return Status::ok();
-  TT_TRY(be_.synchronize_all());
-  be_.copy_d2h(h_master_, params_, be_.compute_stream());
-  return be_.compute_stream().synchronize();
+  for (float* p : {h_norm_, h_v_, h_m_, h_grads_}) be_.free_host(p);  // h_master_ and h_bf16_ are the model's
 }
 
 Status AdamW::download_state(float* m, float* v) {
-  const size_t bytes = static_cast<size_t>(params_.numel()) * sizeof(float);
+  const size_t bytes = static_cast<size_t>(gpt_.num_params()) * sizeof(float);
   if (hyper_.on_cpu) {
     TT_TRY(be_.synchronize_all());
     std::memcpy(m, h_m_, bytes);
@@ -122,7 +115,7 @@ Status AdamW::download_state(float* m, float* v) {
 }
 
 Status AdamW::upload_state(const float* m, const float* v) {
-  const size_t bytes = static_cast<size_t>(params_.numel()) * sizeof(float);
+  const size_t bytes = static_cast<size_t>(gpt_.num_params()) * sizeof(float);
   if (hyper_.on_cpu) {
     TT_TRY(be_.synchronize_all());
     std::memcpy(h_m_, m, bytes);
@@ -158,8 +151,8 @@ void AdamW::step(float lr) {
                        m_.view(p.offset, p.shape), v_.view(p.offset, p.shape), norm_sq_, args);
     }
   }
-  // On the CPU each segment's compute copy is refreshed by gate(), when its parameters are back.
-  if (compute_copy_.raw() && !hyper_.on_cpu) be_.convert(compute_copy_, params_);
+  // On the CPU each segment's compute copy arrives on the h2d stream, and gate() waits for it.
+  if (!hyper_.on_cpu) gpt_.refresh_compute_params();
 }
 
 void AdamW::gate(int segment) {
@@ -168,10 +161,6 @@ void AdamW::gate(int segment) {
   if (!seg.pending) return;
   if (prof_) prof_->mark("wait cpu optimizer");
   be_.compute_stream().wait(*seg.in);
-  if (compute_copy_.raw()) {
-    if (prof_) prof_->mark("convert params");
-    be_.convert(compute_copy_.view(seg.offset, {seg.count}), params_.view(seg.offset, {seg.count}));
-  }
   seg.pending = false;
 }
 
@@ -219,20 +208,23 @@ void AdamW::step_on_cpu(float lr) {
   host.wait(*grads_out_);
   for (Segment& seg : segments_) {
     const int c2 = prof_ ? prof_->span_begin(host, seg.name.c_str(), 0) : -1;
+    // The master and, with bf16 compute, its bf16 copy in the same pass (Note [master on host]).
     be_.enqueue_host([this, lr, step = step_, &seg] {
       for (size_t i : seg.params) {
         const ParamInfo& p = layout_[i];
-        cpu::adamw_update<float>(h_master_ + p.offset, h_grads_ + p.offset, h_m_ + p.offset, h_v_ + p.offset,
-                                 p.shape.numel(), *h_norm_, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
-                                 p.decay ? hyper_.weight_decay : 0.0f, step, hyper_.grad_clip);
+        cpu::adamw_update_f32(h_master_ + p.offset, h_grads_ + p.offset, h_m_ + p.offset, h_v_ + p.offset,
+                              h_bf16_ ? h_bf16_ + p.offset : nullptr, p.shape.numel(), *h_norm_, lr, hyper_.beta1,
+                              hyper_.beta2, hyper_.eps, p.decay ? hyper_.weight_decay : 0.0f, step, hyper_.grad_clip);
       }
     });
     if (prof_) prof_->span_end(host, c2);
     host.record(*seg.updated);
     h2d.wait(*seg.updated);
-    const int c3 = prof_ ? prof_->span_begin(h2d, "params to device", seg.count * static_cast<int64_t>(sizeof(float)))
-                         : -1;
-    be_.copy_h2d(params_.view(seg.offset, {seg.count}), h_master_ + seg.offset, h2d);
+    const size_t esize = h_bf16_ ? sizeof(uint16_t) : sizeof(float);
+    const int c3 = prof_ ? prof_->span_begin(h2d, "params to device", seg.count * static_cast<int64_t>(esize)) : -1;
+    const void* src = h_bf16_ ? static_cast<const void*>(h_bf16_ + seg.offset)
+                              : static_cast<const void*>(h_master_ + seg.offset);
+    be_.copy_h2d(compute_copy_.view(seg.offset, {seg.count}), src, h2d);
     if (prof_) prof_->span_end(h2d, c3);
     h2d.record(*seg.in);
     seg.pending = true;

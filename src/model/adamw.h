@@ -2,15 +2,16 @@
 // torch.optim.AdamW + clip_grad_norm_: weight decay only on parameters marked `decay` (matrices and embeddings).
 //
 // On the device (default) the moments are device buffers and the gradient norm stays on the device. On the CPU
-// (AdamWHyper::on_cpu, a plan's "optimizer": "cpu") the moments and an fp32 master copy of the parameters live in
-// the host pool: each segment's gradients go to the host on the d2h stream as soon as the backward has finished them
-// (grads_done(), called by the model; a streamed block's slot is free again once they have left), the norm after the
-// backward; the host stream runs the same AdamW (backend/cpu/kernels.h: OpenMP, vectorised by the compiler for the
-// host's AVX2/AVX-512) one segment at a time in forward order (embeddings, block 0, ..., block L-1, final
-// LayerNorm), and each segment's parameters go back on the h2d stream as soon as it is updated. The compute stream waits for a segment only when
-// the next forward first needs it (gate(), called by the model), so the update of later blocks overlaps the
-// forward of earlier ones. On the CPU backend the update is the very function the device AdamW runs, so results
-// are bit-identical.
+// (AdamWHyper::on_cpu, a plan's "optimizer": "cpu") the moments live in the host pool and the master is the model's
+// host master (Note [master on host] in model/gpt.h; the device keeps only the compute copy). Each segment's
+// gradients go to the host on the d2h stream as soon as the backward has finished them (grads_done(), called by the
+// model; a streamed block's slot is free again once they have left), the norm after the backward. The host stream
+// runs the vectorised AdamW (backend/cpu/kernels.h: adamw_update_f32, which also writes the bf16 compute copy in the
+// same pass) one segment at a time in forward order (embeddings, block 0, ..., block L-1, final LayerNorm), and each
+// segment's compute copy goes back on the h2d stream as soon as it is updated. The compute stream waits for a
+// segment only when the next forward first needs it (gate(), called by the model), so the update of later blocks
+// overlaps the forward of earlier ones. On the CPU backend the update is the very function the device AdamW runs,
+// so results are bit-identical.
 //
 //   TT_ASSIGN_OR_RETURN(auto opt, AdamW::create(*gpt, hp));
 //   opt->step(lr);   // enqueued; step count kept inside
@@ -57,9 +58,6 @@ class AdamW {
   // The moments, wherever they live (blocks until pending updates are done); n = the number of parameters.
   Status download_state(float* m, float* v);
   Status upload_state(const float* m, const float* v);
-  // On the CPU: re-read the master copy from the device parameters after they were written from outside (a
-  // checkpoint loaded, parameters uploaded). A no-op on the device.
-  Status sync_master();
   bool on_cpu() const { return hyper_.on_cpu; }
   // Host-stream spans of the CPU update in the trace (nullptr: none).
   void set_profiler(OpProfiler* p) { prof_ = p; }
@@ -86,6 +84,7 @@ class AdamW {
   int64_t step_ = 0;
   // on_cpu: host buffers (host pool) and the events ordering the round trip.
   float *h_master_ = nullptr, *h_grads_ = nullptr, *h_m_ = nullptr, *h_v_ = nullptr, *h_norm_ = nullptr;
+  uint16_t* h_bf16_ = nullptr;  // the model's bf16 staging copy (bf16 compute), written with the master
   std::unique_ptr<Event> grads_ready_, grads_out_;
   struct Segment {
     int64_t offset = 0, count = 0;      // elements of the flat buffer

@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/units.h"
@@ -110,7 +112,13 @@ GptOptions GptOptions::all(int layers, ActPlacement p, int swap_slots) {
 size_t Gpt::host_bytes(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
   const size_t per_block = memory::host_alloc_size(block_activation_bytes(cfg, batch, dt));
   // The last swap_slots swapped blocks never leave their slots.
-  return per_block * static_cast<size_t>(std::max(0, options.count(ActPlacement::kSwap) - options.swap_slots));
+  size_t bytes = per_block * static_cast<size_t>(std::max(0, options.count(ActPlacement::kSwap) - options.swap_slots));
+  if (options.master_on_host) {
+    const size_t P = static_cast<size_t>(gpt_num_params(cfg));
+    bytes += memory::host_alloc_size(P * sizeof(float));
+    if (dt != DType::kF32) bytes += memory::host_alloc_size(P * dtype_size(dt));
+  }
+  return bytes;
 }
 
 std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
@@ -120,8 +128,8 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
   auto add = [&](std::string name, Shape shape, DType d, TensorClass cls, int layer = -1) {
     r.push_back(AllocRequest{std::move(name), shape, d, cls, layer});
   };
-  add("params", {P}, md, TensorClass::kParam);
-  if (md != dt) add("params.compute", {P}, dt, TensorClass::kParam);
+  if (!options.master_on_host) add("params", {P}, md, TensorClass::kParam);
+  if (md != dt || options.master_on_host) add("params.compute", {P}, dt, TensorClass::kParam);
   // Note [gradient segments]: one buffer per segment; streamed blocks share two slots.
   {
     const std::vector<ParamInfo> layout = gpt_param_layout(cfg);
@@ -177,11 +185,13 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
 
 Gpt::Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype)
     : be_(backend), cfg_(cfg), batch_(batch), dtype_(dtype), layout_(gpt_param_layout(cfg)),
-      master_of_dtype_(master_dtype_for(dtype)) {}
+      master_of_dtype_(master_dtype_for(dtype)), num_params_(gpt_num_params(cfg)) {}
 
 Gpt::~Gpt() {
   (void)be_.synchronize_all();
   for (void* h : swap_host_) be_.free_host(h);
+  if (h_compute_ != h_master_) be_.free_host(h_compute_);
+  be_.free_host(h_master_);
   for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) be_.pool().free(*it);
 }
 
@@ -190,14 +200,28 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   TT_TRY(cfg.validate());
   TT_RETURN_IF(batch < 1, kInvalidArgument, "--batch must be >= 1, got %d", batch);
   std::unique_ptr<Gpt> g(new Gpt(backend, cfg, batch, dtype));
+  TT_RETURN_IF(options.master_on_host && g->master_of_dtype_ != DType::kF32, kInvalidArgument,
+               "a master on the host is f32; computing in %s keeps a %s master", dtype_name(dtype),
+               dtype_name(g->master_of_dtype_));
   std::map<std::string, Tensor> by_name;
   for (const AllocRequest& req : allocation_list(cfg, batch, dtype, options)) {
     TT_ASSIGN_OR_RETURN(Tensor t, backend.pool().allocate(req.shape, req.dtype, req.cls, req.name));
     g->owned_.push_back(t);
     by_name[req.name] = t;
   }
-  g->params_ = by_name["params"];
+  if (by_name.count("params")) g->params_ = by_name["params"];
   if (by_name.count("params.compute")) g->params_c_ = by_name["params.compute"];
+  if (options.master_on_host) {
+    const size_t P = static_cast<size_t>(g->num_params_);
+    TT_ASSIGN_OR_RETURN(void* m, backend.allocate_host(P * sizeof(float), TensorClass::kParam, "params.master"));
+    g->h_master_ = static_cast<float*>(m);
+    if (dtype == DType::kF32) {
+      g->h_compute_ = g->h_master_;
+    } else {
+      TT_ASSIGN_OR_RETURN(g->h_compute_,
+                          backend.allocate_host(P * dtype_size(dtype), TensorClass::kParam, "params.compute.host"));
+    }
+  }
   // Gradient segments (Note [gradient segments]).
   TT_RETURN_IF(!options.grads_streamed.empty() && static_cast<int>(options.grads_streamed.size()) != cfg.layers,
                kInvalidArgument, "%zu gradient placements for a model of %d layers", options.grads_streamed.size(),
@@ -314,10 +338,8 @@ Tensor Gpt::view_of(const Tensor& flat, size_t i) const {
   return flat.view(p.offset, p.shape);
 }
 
-Tensor Gpt::param(size_t i) const { return view_of(params_, i); }
-
 void Gpt::refresh_compute_params() {
-  if (params_c_.raw()) be_.convert(params_c_, params_);
+  if (params_c_.raw() && params_.raw()) be_.convert(params_c_, params_);
 }
 
 Tensor Gpt::grad_segment(int s) const {
@@ -353,7 +375,7 @@ Gpt::LayerParams Gpt::layer_view(const Tensor& flat, int layer) const {
 
 Status Gpt::init_params(uint64_t seed) {
   Rng rng(seed);
-  const int64_t n = params_.numel();
+  const int64_t n = num_params_;
   const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
   std::vector<double> host(static_cast<size_t>(n));
   for (const ParamInfo& p : layout_) {
@@ -377,14 +399,32 @@ Status Gpt::init_params(uint64_t seed) {
 }
 
 Status Gpt::upload_params(const void* host) {
-  be_.copy_h2d(params_, host, be_.compute_stream());
-  refresh_compute_params();
+  if (h_master_ == nullptr) {
+    be_.copy_h2d(params_, host, be_.compute_stream());
+    refresh_compute_params();
+    return be_.compute_stream().synchronize();
+  }
+  TT_TRY(be_.synchronize_all());  // no update or upload of the master is in flight
+  const int64_t n = num_params_;
+  std::memcpy(h_master_, host, static_cast<size_t>(n) * sizeof(float));
+  if (h_compute_ != h_master_) {
+    TT_CHECK(dtype_ == DType::kBF16, "no host conversion of the master to %s", dtype_name(dtype_));
+    uint16_t* c = static_cast<uint16_t*>(h_compute_);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) c[i] = float_to_bf16(h_master_[i]);
+  }
+  be_.copy_h2d(params_c_, h_compute_, be_.compute_stream());
   return be_.compute_stream().synchronize();
 }
 
 Status Gpt::download_params(void* host) {
-  be_.copy_d2h(host, params_, be_.compute_stream());
-  return be_.compute_stream().synchronize();
+  if (h_master_ == nullptr) {
+    be_.copy_d2h(host, params_, be_.compute_stream());
+    return be_.compute_stream().synchronize();
+  }
+  TT_TRY(be_.synchronize_all());
+  std::memcpy(host, h_master_, static_cast<size_t>(num_params_) * sizeof(float));
+  return Status::ok();
 }
 
 Status Gpt::download_grads(void* host) {

@@ -89,6 +89,10 @@ struct GptOptions {
   // Note [gradient segments]: per block, whether its gradients are streamed: written into one of two shared device
   // slots during its backward and sent to the host at once (needs the CPU optimizer). Empty: none.
   std::vector<bool> grads_streamed;
+  // Note [master on host]: the fp32 master lives in the host pool (the CPU optimizer's); the device keeps only the
+  // compute copy, which every change of the master refreshes from a host staging copy (bf16 with bf16 compute,
+  // produced on the host; the master itself with f32 compute). Needs an f32 master.
+  bool master_on_host = false;
   // Device slots of the swapped blocks (>= 2 when any block swaps): a slot freed by one swapped block's backward is
   // refilled at once with the swapped block swap_slots below it, so copies run swap_slots - 1 swapped blocks ahead.
   int swap_slots = 2;
@@ -129,9 +133,16 @@ class Gpt {
   Backend& backend() { return be_; }
 
   const std::vector<ParamInfo>& params() const { return layout_; }
-  Tensor param(size_t i) const;
+  int64_t num_params() const { return num_params_; }
   Tensor grad(size_t i) const;
-  Tensor flat_params() const { return params_; }  // master
+  // The device master (undefined with the master on the host).
+  Tensor flat_params() const { return params_; }
+  // Note [master on host]: the host master (f32, num_params()) and the host staging of the compute copy (compute
+  // dtype; the master itself with f32 compute); nullptr with the master on the device. Whoever changes the master
+  // there also writes the staging copy and uploads it into compute_params().
+  bool master_on_host() const { return h_master_ != nullptr; }
+  float* host_master() const { return h_master_; }
+  void* host_compute() const { return h_compute_; }
   // Note [gradient segments]: gradients (master dtype) live in one device buffer per segment: 0 the embeddings,
   // 1 + l block l, L + 1 the final LayerNorm; segment s covers flat elements [segment_offset(s), + segment_size(s)).
   // A streamed block's segment is a shared slot, valid from its backward until its grads_done hook returns.
@@ -152,8 +163,8 @@ class Gpt {
   // Initialises parameters on the host from seed (normal(0, 0.02); residual projections 0.02/sqrt(2L); biases 0;
   // LayerNorm weights 1) and uploads them. Synchronous.
   Status init_params(uint64_t seed);
-  // Copies a flat host buffer of flat_params().nbytes() bytes (master dtype) to the device / back, refreshing the
-  // compute copy. Synchronous.
+  // Copies a flat host buffer of num_params() master-dtype values into the master / back, refreshing the compute
+  // copy. Synchronous (with the master on the host, waits for every stream first).
   Status upload_params(const void* host);
   Status download_params(void* host);
   // All gradients into a flat host buffer (not with streamed gradients: their slots are reused).
@@ -218,7 +229,10 @@ class Gpt {
   std::vector<ParamInfo> layout_;
   std::vector<Tensor> owned_;  // everything allocated from the pool, freed in the destructor
   DType master_of_dtype_;
+  int64_t num_params_ = 0;
   Tensor params_, params_c_, tokens_, targets_, losses_;
+  float* h_master_ = nullptr;   // Note [master on host]
+  void* h_compute_ = nullptr;   // its compute-dtype staging copy (== h_master_ with f32 compute)
   std::vector<Tensor> grad_segs_;               // [segment] device gradients; undefined for streamed blocks
   std::vector<int64_t> seg_offset_, seg_size_;  // [segment] in flat elements
   std::vector<size_t> seg_of_param_;            // [param] its segment

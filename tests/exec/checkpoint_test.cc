@@ -57,7 +57,7 @@ struct Fixture {
     state.data_fingerprint = 0xabcdef;
   }
   std::vector<float> params() {
-    std::vector<float> p(static_cast<size_t>(gpt->flat_params().numel()));
+    std::vector<float> p(static_cast<size_t>(gpt->num_params()));
     EXPECT_TRUE(gpt->download_params(p.data()).is_ok());
     return p;
   }
@@ -81,7 +81,7 @@ TEST(Checkpoint, RoundTripRestoresEverything) {
   EXPECT_EQ(st->rng, a.state.rng);
   EXPECT_EQ(b.opt->steps_taken(), 1);
   EXPECT_EQ(a.params(), b.params());
-  const size_t n = static_cast<size_t>(a.gpt->flat_params().numel());
+  const size_t n = static_cast<size_t>(a.gpt->num_params());
   std::vector<float> ma(n), mb(n), va(n), vb(n);
   ASSERT_TRUE(a.opt->download_state(ma.data(), va.data()).is_ok());
   ASSERT_TRUE(b.opt->download_state(mb.data(), vb.data()).is_ok());

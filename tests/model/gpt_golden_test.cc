@@ -54,7 +54,7 @@ Golden golden_config(const TensorFileReader& ref) {
 // Fills flat (master dtype M) with the reference's initial parameters in our layout, uploads them and the batch.
 template <typename M>
 void load_reference(const TensorFileReader& ref, Gpt& gpt, std::vector<M>* flat) {
-  flat->assign(static_cast<size_t>(gpt.flat_params().numel()), M(0));
+  flat->assign(static_cast<size_t>(gpt.num_params()), M(0));
   for (const ParamInfo& p : gpt.params()) {
     auto v = ref.read_all<M>("param/" + p.name);
     ASSERT_TRUE(v.is_ok()) << v.status().to_string();

@@ -21,7 +21,7 @@ TEST(GptGradcheck, EveryParameterMatchesFiniteDifferences) {
   Gpt& gpt = *gr.value();
   // Larger than the default init so every path carries signal; LayerNorm params perturbed away from 1/0.
   Rng rng(42);
-  std::vector<double> params(static_cast<size_t>(gpt.flat_params().numel()));
+  std::vector<double> params(static_cast<size_t>(gpt.num_params()));
   for (auto& p : params) p = 0.3 * rng.normal();
   ASSERT_TRUE(gpt.upload_params(params.data()).is_ok());
   std::vector<int32_t> tokens(B * cfg.seq), targets(B * cfg.seq);
@@ -80,7 +80,7 @@ TEST(GptLmHead, ChunksAndFusedStepMatchTheWholeBatch) {
     ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
     Gpt& gpt = *gr.value();
     if (params.empty()) {
-      params.resize(static_cast<size_t>(gpt.flat_params().numel()));
+      params.resize(static_cast<size_t>(gpt.num_params()));
       for (auto& p : params) p = 0.2 * rng.normal();
     }
     ASSERT_TRUE(gpt.upload_params(params.data()).is_ok());
@@ -119,6 +119,31 @@ TEST(GptLmHead, DefaultChunksBoundTheLogitsBuffer) {
     if (r.name == "logits") {
       EXPECT_EQ(r.shape.numel(), rows * gpt2.padded_vocab());
     }
+}
+
+// Note [master on host]: with the master in host memory the device keeps only the bf16 compute copy (2 bytes a
+// parameter instead of 6), and the host holds the f32 master and its bf16 staging copy.
+TEST(GptMasterOnHost, DeviceKeepsOnlyTheComputeCopy) {
+  const GptConfig cfg{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
+  const int64_t P = gpt_num_params(cfg);
+  GptOptions on_host;
+  on_host.master_on_host = true;
+  for (const bool host : {false, true}) {
+    int64_t param_bytes = 0;
+    for (const AllocRequest& r : Gpt::allocation_list(cfg, 2, DType::kBF16, host ? on_host : GptOptions{})) {
+      if (r.cls != TensorClass::kParam) continue;
+      param_bytes += r.shape.numel() * static_cast<int64_t>(dtype_size(r.dtype));
+      if (host) {
+        EXPECT_EQ(r.name, "params.compute");
+        EXPECT_EQ(r.dtype, DType::kBF16);
+      }
+    }
+    EXPECT_EQ(param_bytes, host ? 2 * P : 6 * P);
+  }
+  EXPECT_EQ(Gpt::host_bytes(cfg, 2, DType::kBF16, on_host),
+            memory::host_alloc_size(static_cast<size_t>(P) * 4) + memory::host_alloc_size(static_cast<size_t>(P) * 2));
+  // f32 compute: the staging copy is the master itself.
+  EXPECT_EQ(Gpt::host_bytes(cfg, 2, DType::kF32, on_host), memory::host_alloc_size(static_cast<size_t>(P) * 4));
 }
 
 }  // namespace

@@ -9,6 +9,9 @@
 #include <omp.h>
 #include <vector>
 
+
+#include "backend/cpu/adamw.h"
+
 namespace tt::cpu {
 namespace {
 
@@ -429,32 +432,13 @@ T sum_squares(const T* x, int64_t n) {
 template <typename T>
 void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int64_t step, float grad_clip) {
-  // Scalars as PyTorch computes them: in double on the host, then used at the tensor's precision.
-  T clip = T(1);
-  if (grad_clip > 0) {
-    const T norm = std::sqrt(grad_norm_sq);
-    const T coef = static_cast<T>(grad_clip) / (norm + T(1e-6));
-    clip = std::min(coef, T(1));
-  }
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
-  const T step_size = static_cast<T>(static_cast<double>(lr) / bc1);
-  const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
-  const T decay = static_cast<T>(1.0 - static_cast<double>(lr) * static_cast<double>(weight_decay));
-  const T b2 = static_cast<T>(beta2), e = static_cast<T>(eps);
-  const T one_minus_b1 = static_cast<T>(1.0 - static_cast<double>(beta1));
-  const T one_minus_b2 = static_cast<T>(1.0 - static_cast<double>(beta2));
+  if constexpr (std::is_same_v<T, float>) {
+    adamw_update_f32(param, grad, m, v, nullptr, n, grad_norm_sq, lr, beta1, beta2, eps, weight_decay, step,
+                     grad_clip);
+  } else {
+    const AdamWScalars<T> s = adamw_scalars(grad_norm_sq, lr, beta1, beta2, eps, weight_decay, step, grad_clip);
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const T g = grad[i] * clip;
-    T p = param[i];
-    if (weight_decay != 0.0f) p *= decay;
-    const T mi = m[i] + one_minus_b1 * (g - m[i]);
-    const T vi = v[i] * b2 + one_minus_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const T denom = std::sqrt(vi) / bc2_sqrt + e;
-    param[i] = p - step_size * (mi / denom);
+    for (int64_t i = 0; i < n; ++i) adamw_one(param, grad, m, v, i, s);
   }
 }
 

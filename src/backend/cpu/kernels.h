@@ -63,5 +63,11 @@ T sum_squares(const T* x, int64_t n);
 template <typename T>
 void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int64_t step, float grad_clip);
+// The float update (what adamw_update<float> runs), vectorised (AVX-512 or AVX2, as built) and split over the OpenMP
+// threads, bit-identical to the scalar formula. out_bf16, when not null, receives every new parameter rounded to
+// bf16 (nearest even, as core/bf16.h): the compute copy the CPU optimizer uploads, produced in the same pass.
+void adamw_update_f32(float* param, const float* grad, float* m, float* v, uint16_t* out_bf16, int64_t n,
+                      float grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
+                      int64_t step, float grad_clip);
 
 }  // namespace tt::cpu

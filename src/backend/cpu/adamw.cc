@@ -1,0 +1,121 @@
+// backend/cpu/adamw: the float AdamW of the CPU optimizer (kernels.h: adamw_update_f32), vectorised with AVX-512 or
+// AVX2 intrinsics where the build targets them and split over the OpenMP threads. Its own file so that the tests can
+// build it for each instruction set (tests/CMakeLists.txt).
+#include <algorithm>
+#include <cstdint>
+#include <omp.h>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "backend/cpu/adamw.h"
+#include "backend/cpu/kernels.h"
+#include "core/bf16.h"
+
+namespace tt::cpu {
+namespace {
+
+// float elements [begin, end): AVX-512 or AVX2 where the build targets them (-march=native), 16 or 8 at a time, and
+// the rest one by one; each new parameter also rounded to bf16 (nearest even, NaN kept quiet: core/bf16.h) into
+// out_bf16 when it is not null.
+// GCC 12 warns about the self-initialised "undefined" vectors inside its own intrinsics headers (a false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+void adamw_range_f32(float* param, const float* grad, float* m, float* v, uint16_t* out_bf16, int64_t begin,
+                     int64_t end, const AdamWScalars<float>& s) {
+  int64_t i = begin;
+#if defined(__AVX512F__)
+  {
+    const __m512 clip = _mm512_set1_ps(s.clip), decay = _mm512_set1_ps(s.decay), b2 = _mm512_set1_ps(s.b2),
+                 omb1 = _mm512_set1_ps(s.one_minus_b1), omb2 = _mm512_set1_ps(s.one_minus_b2),
+                 bc2s = _mm512_set1_ps(s.bc2_sqrt), eps = _mm512_set1_ps(s.eps), lr = _mm512_set1_ps(s.step_size);
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000),
+                  round = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+    for (; i + 16 <= end; i += 16) {
+      const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad + i), clip);
+      __m512 p = _mm512_loadu_ps(param + i);
+      if (s.decays) p = _mm512_mul_ps(p, decay);
+      const __m512 mo = _mm512_loadu_ps(m + i), vo = _mm512_loadu_ps(v + i);
+      const __m512 mi = _mm512_add_ps(mo, _mm512_mul_ps(omb1, _mm512_sub_ps(g, mo)));
+      const __m512 vi = _mm512_add_ps(_mm512_mul_ps(vo, b2), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
+      _mm512_storeu_ps(m + i, mi);
+      _mm512_storeu_ps(v + i, vi);
+      const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2s), eps);
+      p = _mm512_sub_ps(p, _mm512_mul_ps(lr, _mm512_div_ps(mi, denom)));
+      _mm512_storeu_ps(param + i, p);
+      if (out_bf16) {
+        const __m512i u = _mm512_castps_si512(p);
+        const __m512i rounded = _mm512_srli_epi32(
+            _mm512_add_epi32(_mm512_add_epi32(u, round), _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
+        const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
+        const __m512i h = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out_bf16 + i), _mm512_cvtepi32_epi16(h));
+      }
+    }
+  }
+#elif defined(__AVX2__)
+  {
+    const __m256 clip = _mm256_set1_ps(s.clip), decay = _mm256_set1_ps(s.decay), b2 = _mm256_set1_ps(s.b2),
+                 omb1 = _mm256_set1_ps(s.one_minus_b1), omb2 = _mm256_set1_ps(s.one_minus_b2),
+                 bc2s = _mm256_set1_ps(s.bc2_sqrt), eps = _mm256_set1_ps(s.eps), lr = _mm256_set1_ps(s.step_size);
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
+                  round = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
+    for (; i + 8 <= end; i += 8) {
+      const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), clip);
+      __m256 p = _mm256_loadu_ps(param + i);
+      if (s.decays) p = _mm256_mul_ps(p, decay);
+      const __m256 mo = _mm256_loadu_ps(m + i), vo = _mm256_loadu_ps(v + i);
+      const __m256 mi = _mm256_add_ps(mo, _mm256_mul_ps(omb1, _mm256_sub_ps(g, mo)));
+      const __m256 vi = _mm256_add_ps(_mm256_mul_ps(vo, b2), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
+      _mm256_storeu_ps(m + i, mi);
+      _mm256_storeu_ps(v + i, vi);
+      const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2s), eps);
+      p = _mm256_sub_ps(p, _mm256_mul_ps(lr, _mm256_div_ps(mi, denom)));
+      _mm256_storeu_ps(param + i, p);
+      if (out_bf16) {
+        const __m256i u = _mm256_castps_si256(p);
+        const __m256i rounded = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(u, round), _mm256_and_si256(_mm256_srli_epi32(u, 16), one)), 16);
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+        const __m256i h = _mm256_blendv_epi8(rounded, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), nan);
+        // packus works within 128-bit lanes: [h0-3 h0-3 h4-7 h4-7] -> qwords 0 and 2 hold h0-3 and h4-7.
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0xd8);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out_bf16 + i), _mm256_castsi256_si128(packed));
+      }
+    }
+  }
+#endif
+  for (; i < end; ++i) {
+    const float p = adamw_one(param, grad, m, v, i, s);
+    if (out_bf16) out_bf16[i] = float_to_bf16(p);
+  }
+}
+#pragma GCC diagnostic pop
+
+// Below this many elements one thread does the whole update (a parallel region costs microseconds).
+constexpr int64_t kAdamWParallelMin = int64_t(1) << 15;
+
+}  // namespace
+
+void adamw_update_f32(float* param, const float* grad, float* m, float* v, uint16_t* out_bf16, int64_t n,
+                      float grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
+                      int64_t step, float grad_clip) {
+  const AdamWScalars<float> s = adamw_scalars(grad_norm_sq, lr, beta1, beta2, eps, weight_decay, step, grad_clip);
+  if (n < kAdamWParallelMin) {
+    adamw_range_f32(param, grad, m, v, out_bf16, 0, n, s);
+    return;
+  }
+#pragma omp parallel
+  {
+    // Ranges in whole 64-byte lines of float, so that no two threads write one cache line (and the vector loop runs
+    // on every range but the last).
+    const int64_t lines = (n + 15) / 16;
+    const int parts = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t base = lines / parts, rem = lines % parts;
+    const int64_t b = t * base + std::min<int64_t>(t, rem), e = b + base + (t < rem ? 1 : 0);
+    adamw_range_f32(param, grad, m, v, out_bf16, b * 16, std::min(e * 16, n), s);
+  }
+}
+
+}  // namespace tt::cpu
