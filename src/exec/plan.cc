@@ -102,6 +102,11 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
       TT_RETURN_IF(!value.is_string() || (value != "device" && value != "cpu"), kInvalidArgument,
                    "plan %s: optimizer must be \"device\" or \"cpu\", got %s", source.c_str(), value.dump().c_str());
       p.optimizer = value.get<std::string>();
+    } else if (key == "param_prefetch") {
+      TT_RETURN_IF(!int_in(value, 1, 1023), kInvalidArgument,
+                   "plan %s: param_prefetch must be an integer in 1..1023, got %s", source.c_str(),
+                   value.dump().c_str());
+      p.param_prefetch = value.get<int>();
     } else if (key == "swap_prefetch") {
       TT_RETURN_IF(!int_in(value, 1, 1023), kInvalidArgument,
                    "plan %s: swap_prefetch must be an integer in 1..1023, got %s", source.c_str(),
@@ -111,7 +116,8 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
       TT_TRY(apply_layer(value, &def, "plan " + source + ": default"));
     } else if (key != "layers" && key != "comment") {
       return make_status(StatusCode::kInvalidArgument,
-                         "plan %s: unknown key '%s' (version, optimizer, swap_prefetch, default, layers, comment)",
+                         "plan %s: unknown key '%s' (version, optimizer, swap_prefetch, param_prefetch, default, "
+                         "layers, comment)",
                          source.c_str(), key.c_str());
     }
   }
@@ -140,18 +146,17 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
                          source.c_str());
     }
   }
-  // What the executor cannot do yet is refused here, before anything is allocated. Streamed gradients are run
-  // (with the CPU optimizer, which the trainer checks once --optimizer has had its say).
-  for (int l = 0; l < layers; ++l) {
-    const LayerPlan& lp = p.layers[static_cast<size_t>(l)];
-    TT_RETURN_IF(lp.param != StatePlacement::kResident || lp.optim_state != StatePlacement::kResident,
-                 kUnimplemented,
-                 "plan %s: layer %d keeps parameters or optimizer state host_streamed per layer, which this version "
-                 "of tiertrain cannot run yet (use \"optimizer\": \"cpu\" to keep all optimizer state on the host; "
-                 "gradients may be host_streamed)",
-                 source.c_str(), l);
-  }
+  // Host-streamed parameters, gradients and optimizer state all need the CPU optimizer, which the trainer checks
+  // once --optimizer has had its say (Plan::needs_cpu_optimizer).
   return p;
+}
+
+bool Plan::needs_cpu_optimizer() const {
+  for (const LayerPlan& lp : layers)
+    if (lp.param == StatePlacement::kHostStreamed || lp.grad == StatePlacement::kHostStreamed ||
+        lp.optim_state == StatePlacement::kHostStreamed)
+      return true;
+  return false;
 }
 
 Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) {
@@ -166,11 +171,14 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
   if (name == "in-core") return all(ActPlacement::kResident);
   if (name == "recompute") return all(ActPlacement::kRecompute);
   if (name == "swap-activations") return all(ActPlacement::kSwap);
-  if (name == "offload-params" || name == "offload-all")
-    return make_status(StatusCode::kUnimplemented,
-                       "--plan %s streams model state from host memory, which this version of tiertrain cannot run "
-                       "yet; available: in-core, recompute, swap-activations, or a JSON plan mixing them per layer",
-                       name.c_str());
+  if (name == "offload-params" || name == "offload-all") {
+    // Every block's parameters and gradients streamed through device slots, AdamW and the master on the host; with
+    // offload-all the activations are swapped to host memory too.
+    Plan p = all(name == "offload-all" ? ActPlacement::kSwap : ActPlacement::kResident);
+    for (LayerPlan& lp : p.layers) lp.param = lp.grad = lp.optim_state = StatePlacement::kHostStreamed;
+    p.optimizer = "cpu";
+    return p;
+  }
   std::ifstream f(name);
   TT_RETURN_IF(!f, kInvalidArgument,
                "--plan %s: not a plan name (in-core, recompute, swap-activations, offload-params, offload-all) nor a "
@@ -193,18 +201,23 @@ json Plan::to_json() const {
                   {"param", state_name(lp.param)},
                   {"grad", state_name(lp.grad)},
                   {"optim_state", state_name(lp.optim_state)}});
-  return {{"version", 1}, {"optimizer", optimizer}, {"swap_prefetch", swap_prefetch}, {"layers", ls}};
+  return {{"version", 1},         {"optimizer", optimizer}, {"swap_prefetch", swap_prefetch},
+          {"param_prefetch", param_prefetch}, {"layers", ls}};
 }
 
 GptOptions Plan::model_options() const {
   GptOptions o;
-  bool streamed = false;
+  bool grads = false, params = false;
   for (const LayerPlan& lp : layers) {
     o.activations.push_back(lp.activation);
     o.grads_streamed.push_back(lp.grad == StatePlacement::kHostStreamed);
-    streamed = streamed || lp.grad == StatePlacement::kHostStreamed;
+    o.params_streamed.push_back(lp.param == StatePlacement::kHostStreamed);
+    grads = grads || lp.grad == StatePlacement::kHostStreamed;
+    params = params || lp.param == StatePlacement::kHostStreamed;
   }
-  if (!streamed) o.grads_streamed.clear();
+  if (!grads) o.grads_streamed.clear();
+  if (!params) o.params_streamed.clear();
+  o.param_slots = param_prefetch + 1;
   o.swap_slots = swap_prefetch + 1;
   o.master_on_host = optimizer == "cpu";
   return o;
@@ -221,13 +234,20 @@ std::string Plan::summary() const {
     s += std::string(act_placement_name(a)) + " " + std::to_string(c);
   }
   if (n[static_cast<int>(ActPlacement::kSwap)] > 0) s += " (swap prefetch " + std::to_string(swap_prefetch) + ")";
-  int streamed = 0;
-  for (const LayerPlan& lp : layers) streamed += lp.grad == StatePlacement::kHostStreamed ? 1 : 0;
-  if (streamed > 0) s += "; gradients of " + std::to_string(streamed) + " blocks streamed to the host";
-  return source + ": activations " + s +
-         (optimizer == "cpu" ? "; parameters and gradients resident, AdamW state and fp32 master on the host (CPU "
-                               "optimizer)"
-                             : "; model state resident, optimizer on device");
+  int grads = 0, params = 0;
+  for (const LayerPlan& lp : layers) {
+    grads += lp.grad == StatePlacement::kHostStreamed ? 1 : 0;
+    params += lp.param == StatePlacement::kHostStreamed ? 1 : 0;
+  }
+  if (params > 0)
+    s += "; parameters of " + std::to_string(params) + " blocks streamed from the host (param prefetch " +
+         std::to_string(param_prefetch) + ")";
+  if (grads > 0) s += "; gradients of " + std::to_string(grads) + " blocks streamed to the host";
+  if (optimizer != "cpu") return source + ": activations " + s + "; model state resident, optimizer on device";
+  const bool some = params > 0 || grads > 0;
+  return source + ": activations " + s + (some ? "; the rest of the parameters and gradients resident" :
+                                                 "; parameters and gradients resident") +
+         ", AdamW state and fp32 master on the host (CPU optimizer)";
 }
 
 }  // namespace tt

@@ -11,8 +11,11 @@
 //    "layers": {"0-3": {"activation": "recompute"}, "11": {"activation": "resident"}}}
 // "layers" may instead be an array with one object per layer. Per layer and class: "activation" is resident, swap or
 // recompute; "param", "grad" and "optim_state" are resident or host_streamed; "optimizer": "cpu" keeps the AdamW
-// moments and an fp32 master copy of all parameters in host memory (model/adamw.h). Per-layer host_streamed state is
-// refused for now (not implemented yet), with a message saying so.
+// moments and the fp32 master of all parameters in host memory (model/adamw.h), and every host_streamed class needs
+// it. A host_streamed "param" is uploaded into one of param_prefetch + 1 device slots ahead of each use (Note
+// [streamed parameters] in model/gpt.h); a host_streamed "grad" leaves the device right after its backward;
+// a host_streamed "optim_state" asks for the CPU optimizer, which keeps every layer's state on the host (there is
+// no per-layer split of the optimizer).
 #pragma once
 
 #include <string>
@@ -38,6 +41,7 @@ struct Plan {
   std::string source;  // the shortcut, or the file it came from
   std::vector<LayerPlan> layers;
   int swap_prefetch = 1;  // swapped blocks brought back ahead of their backward; device slots = prefetch + 1
+  int param_prefetch = 1;  // streamed parameter blocks uploaded ahead of their use; device slots = prefetch + 1
   std::string optimizer = "device";
 
   // A shortcut (in-core, recompute, swap-activations, offload-params, offload-all) or a path to a JSON plan.
@@ -47,6 +51,8 @@ struct Plan {
                                 int default_prefetch = 1);
   nlohmann::json to_json() const;
   GptOptions model_options() const;
+  // Whether any layer streams its parameters, gradients or optimizer state (all need the CPU optimizer).
+  bool needs_cpu_optimizer() const;
   // "swap 6, recompute 4, resident 2 (swap prefetch 1)"
   std::string summary() const;
 };

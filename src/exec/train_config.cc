@@ -78,6 +78,12 @@ void declare_train_knobs(Config& cfg) {
   knob("runtime", "cpu_copy_delay_us", K::kInt, "0",
        "CPU backend: microseconds added to every host<->device copy, a slow link to study overlap (0: none)", 0, 1e9);
 
+  knob("runtime", "cpu_compute_delay_us", K::kInt, "0",
+       "CPU backend: microseconds added to every compute op, slow kernels to test copy ordering (0: none)", 0, 1e9);
+  knob("runtime", "cpu_host_delay_us", K::kInt, "0",
+       "CPU backend: microseconds added to every piece of host-stream work (the CPU optimizer's updates) (0: none)", 0,
+       1e9);
+
   knob("checkpoint", "checkpoint_dir", K::kString, "", "folder for checkpoints (created if missing)");
   knob("checkpoint", "checkpoint_every", K::kInt, "0", "write a checkpoint every N steps (0: only at the end)", 0,
        1e12);
@@ -140,6 +146,8 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.device_budget = cfg.get_bytes("device_budget");
   tc.threads = static_cast<int>(cfg.get_int("threads"));
   tc.cpu_copy_delay_us = cfg.get_int("cpu_copy_delay_us");
+  tc.cpu_compute_delay_us = cfg.get_int("cpu_compute_delay_us");
+  tc.cpu_host_delay_us = cfg.get_int("cpu_host_delay_us");
   tc.host_numa_node = static_cast<int>(cfg.get_int("host_numa_node"));
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");
   tc.checkpoint_dir = cfg.get_string("checkpoint_dir");

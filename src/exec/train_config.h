@@ -44,6 +44,8 @@ struct TrainConfig {
   int64_t device_budget = 0;     // bytes; 0 = automatic
   int threads = 0;
   int64_t cpu_copy_delay_us = 0;  // CPU backend: simulated host<->device link latency
+  int64_t cpu_compute_delay_us = 0;  // CPU backend: added to every compute op (slow kernels, for tests)
+  int64_t cpu_host_delay_us = 0;     // CPU backend: added to every piece of host-stream work (a slow host optimizer)
   int host_numa_node = -1;        // host pool placement; -1: automatic
   bool cpu_lock_host_memory = false;
 

@@ -120,9 +120,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   if (cfg.optimizer != "plan") t->plan_.optimizer = cfg.optimizer;
   const GptOptions model_options = t->plan_.model_options();
   const bool cpu_optimizer = t->plan_.optimizer == "cpu";
-  TT_RETURN_IF(!model_options.grads_streamed.empty() && !cpu_optimizer, kInvalidArgument,
-               "plan %s streams gradients to the host, which needs the CPU optimizer (\"optimizer\": \"cpu\" in the "
-               "plan, or --optimizer cpu)",
+  TT_RETURN_IF(t->plan_.needs_cpu_optimizer() && !cpu_optimizer, kInvalidArgument,
+               "plan %s streams parameters, gradients or optimizer state to the host, which needs the CPU optimizer "
+               "(\"optimizer\": \"cpu\" in the plan, or --optimizer cpu)",
                cfg.plan.c_str());
   MemoryNeed need = memory_need(cfg.model, cfg.batch, dtype, model_options, cpu_optimizer);
   int64_t budget = cfg.device_budget;
@@ -217,6 +217,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     TT_ASSIGN_OR_RETURN(t->backend_, cpu::create_backend({.device_budget = budget,
                                                           .threads = cfg.threads,
                                                           .copy_delay_us = cfg.cpu_copy_delay_us,
+                                                          .compute_delay_us = cfg.cpu_compute_delay_us,
+                                                          .host_delay_us = cfg.cpu_host_delay_us,
                                                           .lock_host_memory = cfg.cpu_lock_host_memory,
                                                           .host_numa_node = cfg.host_numa_node}));
   }
@@ -255,7 +257,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   t->opt_->set_profiler(t->profiler_.get());
   if (t->opt_->on_cpu()) {
     AdamW* opt = t->opt_.get();
-    t->gpt_->set_param_gate([opt](int segment) { opt->gate(segment); });
+    t->gpt_->set_param_gate([opt](int segment, Stream& reader) { opt->gate(segment, reader); });
     t->gpt_->set_grads_done([opt](int segment) { opt->grads_done(segment); });
   }
   const size_t bt = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);

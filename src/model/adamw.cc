@@ -155,12 +155,18 @@ void AdamW::step(float lr) {
   if (!hyper_.on_cpu) gpt_.refresh_compute_params();
 }
 
-void AdamW::gate(int segment) {
+void AdamW::gate(int segment, Stream& reader) {
   if (!hyper_.on_cpu) return;
   Segment& seg = segments_[static_cast<size_t>(segment)];
   if (!seg.pending) return;
-  if (prof_) prof_->mark("wait cpu optimizer");
-  be_.compute_stream().wait(*seg.in);
+  // A streamed block's reader is its upload (h2d), which needs the host copy updated; any other reader needs the
+  // updated device copy. Once one reader of this step has waited, later readers are ordered after it.
+  if (gpt_.params_streamed(segment)) {
+    reader.wait(*seg.updated);
+  } else {
+    if (prof_ && &reader == &be_.compute_stream()) prof_->mark("wait cpu optimizer");
+    reader.wait(*seg.in);
+  }
   seg.pending = false;
 }
 
@@ -180,7 +186,7 @@ void AdamW::grads_done(int segment) {
 }
 
 void AdamW::wait_all() {
-  for (size_t s = 0; s < segments_.size(); ++s) gate(static_cast<int>(s));
+  for (size_t s = 0; s < segments_.size(); ++s) gate(static_cast<int>(s), be_.compute_stream());
 }
 
 // Gradients and norm out (d2h); then, segment by segment in forward order, the update on the host stream and the
@@ -219,15 +225,17 @@ void AdamW::step_on_cpu(float lr) {
     });
     if (prof_) prof_->span_end(host, c2);
     host.record(*seg.updated);
+    seg.pending = true;
+    // A streamed block's compute copy is uploaded by the model, ahead of its next use (Note [streamed parameters]).
+    if (gpt_.params_streamed(static_cast<int>(&seg - segments_.data()))) continue;
     h2d.wait(*seg.updated);
     const size_t esize = h_bf16_ ? sizeof(uint16_t) : sizeof(float);
     const int c3 = prof_ ? prof_->span_begin(h2d, "params to device", seg.count * static_cast<int64_t>(esize)) : -1;
     const void* src = h_bf16_ ? static_cast<const void*>(h_bf16_ + seg.offset)
                               : static_cast<const void*>(h_master_ + seg.offset);
-    be_.copy_h2d(compute_copy_.view(seg.offset, {seg.count}), src, h2d);
+    be_.copy_h2d(gpt_.compute_segment(static_cast<int>(&seg - segments_.data())), src, h2d);
     if (prof_) prof_->span_end(h2d, c3);
     h2d.record(*seg.in);
-    seg.pending = true;
   }
 }
 

@@ -61,10 +61,11 @@ class AdamW {
   bool on_cpu() const { return hyper_.on_cpu; }
   // Host-stream spans of the CPU update in the trace (nullptr: none).
   void set_profiler(OpProfiler* p) { prof_ = p; }
-  // On the CPU: makes the compute stream wait for segment s's updated parameters (0: embeddings, 1 + l: block l,
-  // L + 1: final LayerNorm) and refreshes its compute copy; a no-op when nothing is pending. The model calls it
-  // before the segment's first use in a forward (Gpt::set_param_gate).
-  void gate(int segment);
+  // On the CPU: makes `reader` wait for this step's update of segment s (0: embeddings, 1 + l: block l, L + 1: final
+  // LayerNorm), if one is pending: for the updated device copy, or for a streamed block (Note [streamed parameters]
+  // in model/gpt.h) for the updated host copy its upload reads. The model calls it before a segment's first read in
+  // a pass (Gpt::set_param_gate). A no-op on the device.
+  void gate(int segment, Stream& reader);
   // gate() for every segment: before anything reads all parameters (checkpoints, the end of a run).
   void wait_all();
   // On the CPU: the backward has finished segment s's gradients; they go to the host on the d2h stream now, while
@@ -73,13 +74,12 @@ class AdamW {
 
  private:
   AdamW(Gpt& gpt, AdamWHyper hyper)
-      : gpt_(gpt), be_(gpt.backend()), layout_(gpt.params()), params_(gpt.flat_params()),
-        compute_copy_(gpt.compute_params()), hyper_(hyper) {}
+      : gpt_(gpt), be_(gpt.backend()), layout_(gpt.params()), params_(gpt.flat_params()), hyper_(hyper) {}
   void step_on_cpu(float lr);
   Gpt& gpt_;
   Backend& be_;
   std::vector<ParamInfo> layout_;
-  Tensor params_, compute_copy_, m_, v_, norm_sq_, parts_;
+  Tensor params_, m_, v_, norm_sq_, parts_;  // params_: the device master (device optimizer only)
   AdamWHyper hyper_;
   int64_t step_ = 0;
   // on_cpu: host buffers (host pool) and the events ordering the round trip.

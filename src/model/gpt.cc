@@ -128,25 +128,36 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
   auto add = [&](std::string name, Shape shape, DType d, TensorClass cls, int layer = -1) {
     r.push_back(AllocRequest{std::move(name), shape, d, cls, layer});
   };
+  // Elements per segment (Note [gradient segments]): 0 the embeddings, 1 + l block l, L + 1 the final LayerNorm.
+  std::vector<int64_t> size(static_cast<size_t>(cfg.layers) + 2, 0);
+  for (const ParamInfo& p : gpt_param_layout(cfg))
+    size[p.layer >= 0 ? static_cast<size_t>(p.layer) + 1 : p.name.rfind("lnf", 0) == 0 ? size.size() - 1 : 0] +=
+        p.shape.numel();
+  const auto flag = [&](const std::vector<bool>& v, size_t s) {
+    return s >= 1 && s <= static_cast<size_t>(cfg.layers) && !v.empty() && v[s - 1];
+  };
   if (!options.master_on_host) add("params", {P}, md, TensorClass::kParam);
-  if (md != dt || options.master_on_host) add("params.compute", {P}, dt, TensorClass::kParam);
-  // Note [gradient segments]: one buffer per segment; streamed blocks share two slots.
-  {
-    const std::vector<ParamInfo> layout = gpt_param_layout(cfg);
-    std::vector<int64_t> size(static_cast<size_t>(cfg.layers) + 2, 0);
-    for (const ParamInfo& p : layout)
-      size[p.layer >= 0 ? static_cast<size_t>(p.layer) + 1 : p.name.rfind("lnf", 0) == 0 ? size.size() - 1 : 0] +=
-          p.shape.numel();
-    bool any_streamed = false;
-    for (size_t s = 0; s < size.size(); ++s) {
-      const bool streamed = s >= 1 && s <= static_cast<size_t>(cfg.layers) && !options.grads_streamed.empty() &&
-                            options.grads_streamed[s - 1];
-      any_streamed = any_streamed || streamed;
-      if (!streamed) add("grads.seg" + std::to_string(s), {size[s]}, md, TensorClass::kGrad);
-    }
-    if (any_streamed)
-      for (int i = 0; i < 2; ++i) add("grads.slot" + std::to_string(i), {size[1]}, md, TensorClass::kGrad);
+  // The compute copy: one buffer, or with streamed parameters one per resident segment and the streamed blocks'
+  // slots (Note [streamed parameters]).
+  int streamed_params = 0;
+  for (size_t s = 0; s < size.size(); ++s) streamed_params += flag(options.params_streamed, s) ? 1 : 0;
+  if (streamed_params > 0) {
+    for (size_t s = 0; s < size.size(); ++s)
+      if (!flag(options.params_streamed, s)) add("params.compute.seg" + std::to_string(s), {size[s]}, dt, TensorClass::kParam);
+    for (int i = 0; i < std::min(options.param_slots, streamed_params); ++i)
+      add("params.slot" + std::to_string(i), {size[1]}, dt, TensorClass::kParam);
+  } else if (md != dt || options.master_on_host) {
+    add("params.compute", {P}, dt, TensorClass::kParam);
   }
+  // Note [gradient segments]: one buffer per segment; streamed blocks share two slots.
+  bool any_streamed = false;
+  for (size_t s = 0; s < size.size(); ++s) {
+    const bool streamed = flag(options.grads_streamed, s);
+    any_streamed = any_streamed || streamed;
+    if (!streamed) add("grads.seg" + std::to_string(s), {size[s]}, md, TensorClass::kGrad);
+  }
+  if (any_streamed)
+    for (int i = 0; i < 2; ++i) add("grads.slot" + std::to_string(i), {size[1]}, md, TensorClass::kGrad);
   add("tokens", {B, T}, DType::kI32, TensorClass::kInput);
   add("targets", {B, T}, DType::kI32, TensorClass::kInput);
   add("encoded", {B, T, C}, dt, TensorClass::kActivation);
@@ -247,6 +258,46 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
     }
     g->grad_slot_of_.assign(static_cast<size_t>(cfg.layers), -1);
   }
+  // The device compute copy per segment, and the streamed blocks' slots (Note [streamed parameters]).
+  TT_RETURN_IF(!options.params_streamed.empty() && static_cast<int>(options.params_streamed.size()) != cfg.layers,
+               kInvalidArgument, "%zu parameter placements for a model of %d layers", options.params_streamed.size(),
+               cfg.layers);
+  g->options_ = options;
+  {
+    const size_t S = static_cast<size_t>(cfg.layers) + 2;
+    g->pstream_index_.assign(static_cast<size_t>(cfg.layers), -1);
+    for (int l = 0; l < cfg.layers; ++l) {
+      if (!g->params_streamed(1 + l)) continue;
+      g->pstream_index_[static_cast<size_t>(l)] = static_cast<int>(g->streamed_params_.size());
+      g->streamed_params_.push_back(l);
+    }
+    const Tensor flat = g->params_c_.raw() ? g->params_c_ : g->params_;  // the one buffer, if there is one
+    for (size_t s = 0; s < S; ++s) {
+      if (g->params_streamed(static_cast<int>(s))) {
+        g->param_segs_.emplace_back();
+      } else if (flat.raw()) {
+        g->param_segs_.push_back(flat.view(g->seg_offset_[s], {g->seg_size_[s]}));
+      } else {
+        g->param_segs_.push_back(by_name.at("params.compute.seg" + std::to_string(s)));
+      }
+    }
+    if (!g->streamed_params_.empty()) {
+      TT_RETURN_IF(!options.master_on_host, kInvalidArgument,
+                   "streamed parameters are uploaded from the host master's staging copy: they need the master on "
+                   "the host (the CPU optimizer)");
+      TT_RETURN_IF(options.param_slots < 2, kInvalidArgument, "streaming parameters needs at least 2 slots, got %d",
+                   options.param_slots);
+      const int slots = std::min(options.param_slots, static_cast<int>(g->streamed_params_.size()));
+      for (int i = 0; i < slots; ++i) {
+        g->param_slots_mem_.push_back(by_name.at("params.slot" + std::to_string(i)));
+        g->pslot_free_.push_back(backend.create_event());
+      }
+      for (int l = 0; l < cfg.layers; ++l) {
+        g->param_in_.push_back(backend.create_event());
+        g->param_in_names_.push_back("params h." + std::to_string(l));
+      }
+    }
+  }
   g->tokens_ = by_name["tokens"];
   g->targets_ = by_name["targets"];
   g->encoded_ = by_name["encoded"];
@@ -254,7 +305,6 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   TT_RETURN_IF(!options.activations.empty() && static_cast<int>(options.activations.size()) != cfg.layers,
                kInvalidArgument, "%zu activation placements for a model of %d layers", options.activations.size(),
                cfg.layers);
-  g->options_ = options;
   for (int l = 0; l < cfg.layers; ++l)
     if (options.placement(l) == ActPlacement::kRecompute) g->last_recomputed_ = l;
   g->swap_index_.assign(static_cast<size_t>(cfg.layers), -1);
@@ -333,9 +383,18 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   return g;
 }
 
-Tensor Gpt::view_of(const Tensor& flat, size_t i) const {
+Tensor Gpt::compute_segment(int s) const {
+  if (params_streamed(s)) {
+    const int k = pstream_index_[static_cast<size_t>(s - 1)];
+    return param_slots_mem_[static_cast<size_t>(k) % param_slots_mem_.size()];
+  }
+  return param_segs_[static_cast<size_t>(s)];
+}
+
+Tensor Gpt::cparam(size_t i) const {
   const ParamInfo& p = layout_[i];
-  return flat.view(p.offset, p.shape);
+  const int s = static_cast<int>(seg_of_param_[i]);
+  return compute_segment(s).view(p.offset - segment_offset(s), p.shape);
 }
 
 void Gpt::refresh_compute_params() {
@@ -363,13 +422,10 @@ Gpt::LayerParams Gpt::grad_layer_view(int layer) const {
   return LayerParams{v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7), v(8), v(9), v(10), v(11)};
 }
 
-Gpt::LayerParams Gpt::layer_view(const Tensor& flat, int layer) const {
+Gpt::LayerParams Gpt::compute_layer(int layer) const {
   // Block l's 12 tensors follow wte, wpe and the blocks before it.
   const size_t base = 2 + 12 * static_cast<size_t>(layer);
-  auto v = [&](size_t k) {
-    const ParamInfo& p = layout_[base + k];
-    return flat.view(p.offset, p.shape);
-  };
+  auto v = [&](size_t k) { return cparam(base + k); };
   return LayerParams{v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7), v(8), v(9), v(10), v(11)};
 }
 
@@ -413,7 +469,13 @@ Status Gpt::upload_params(const void* host) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) c[i] = float_to_bf16(h_master_[i]);
   }
-  be_.copy_h2d(params_c_, h_compute_, be_.compute_stream());
+  // Every resident segment's device copy; streamed blocks are uploaded by each pass (Note [streamed parameters]).
+  const size_t esize = dtype_size(dtype_);
+  for (int s = 0; s < num_segments(); ++s)
+    if (!params_streamed(s))
+      be_.copy_h2d(param_segs_[static_cast<size_t>(s)],
+                   static_cast<const char*>(h_compute_) + static_cast<size_t>(segment_offset(s)) * esize,
+                   be_.compute_stream());
   return be_.compute_stream().synchronize();
 }
 
@@ -459,24 +521,26 @@ void Gpt::forward_backward() {
 }
 
 void Gpt::forward_blocks() {
-  const Tensor cp = compute_params();
-  const Tensor wte = view_of(cp, 0), wpe = view_of(cp, 1);
-  gate(0);
+  Stream& cs = be_.compute_stream();
+  params_forward_start();
+  gate(0, cs);
   mark("embedding_forward");
-  be_.embedding_forward(encoded_, tokens_, wte, wpe);
+  be_.embedding_forward(encoded_, tokens_, cparam(0), cparam(1));
   Tensor x = encoded_;
   for (int l = 0; l < cfg_.layers; ++l) {
-    gate(1 + l);
+    if (!params_streamed(1 + l)) gate(1 + l, cs);  // a streamed block's upload was gated
+    params_before_use(l);
     swap_before_forward(l);
     forward_layer(l, x);
     swap_after_forward(l);
+    params_after_forward(l);
     x = acts_[static_cast<size_t>(l)].res3;
   }
   shared_holds_ = last_recomputed_;
   const size_t lnf = layout_.size() - 2;
-  gate(cfg_.layers + 1);
+  gate(cfg_.layers + 1, cs);
   mark("layernorm_forward");
-  be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, view_of(cp, lnf), view_of(cp, lnf + 1));
+  be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, cparam(lnf), cparam(lnf + 1));
 }
 
 // Note [swap]. The swapped blocks w_0 < w_1 < ... < w_{m-1} share S slots: w_k lives in slot k % S. Ordering, with
@@ -544,8 +608,67 @@ void Gpt::swap_after_backward(int l) {
   be_.h2d_stream().record(*in_done_[n]);
 }
 
+// Note [streamed parameters]. The streamed blocks p_0 < p_1 < ... < p_{m-1} share Q slots: p_k lives in slot k % Q.
+// Every upload into a slot waits (on the h2d stream) for pslot_free of that slot, recorded on the compute stream
+// after the last use of its previous contents, and for the gate (the CPU optimizer's update of that block's host
+// copy); every use waits for the block's param_in.
+//  forward:  at its start every slot is marked free (whatever a previous pass left in it has been used by then, in
+//            compute-stream order) and p_0 .. p_{Q-1} are uploaded. After p_k's forward, if p_{k+Q} exists, its slot
+//            is marked free and p_{k+Q} uploaded into it. The last Q streamed blocks stay in their slots.
+//  backward: p_{m-1} .. p_{m-Q} are in their slots. After p_k's backward its slot is marked free and p_{k-Q}
+//            uploaded into it (its backward, or its recompute, waits for it).
+// The host copy an upload reads is rewritten only by the next update, which starts after this step's backward,
+// which waited for every upload of this step: the uploads are done by then.
+// Two of these waits are not the only thing ordering their copies today, and the tests cannot catch their removal:
+// the gate (the h2d stream has also waited for the update of the final LayerNorm, the last one, before uploading
+// it) and the marks at the start of a forward (the trainer synchronises after an evaluation's forward). They stay
+// so that neither ordering depends on those facts.
+void Gpt::params_forward_start() {
+  if (streamed_params_.empty()) return;
+  for (const auto& e : pslot_free_) be_.compute_stream().record(*e);
+  const int m = static_cast<int>(streamed_params_.size()), Q = static_cast<int>(param_slots_mem_.size());
+  for (int k = 0; k < std::min(m, Q); ++k) params_upload(k);
+}
+
+void Gpt::params_upload(int k) {
+  const int l = streamed_params_[static_cast<size_t>(k)];
+  const size_t q = static_cast<size_t>(k) % param_slots_mem_.size();
+  Stream& h2d = be_.h2d_stream();
+  gate(1 + l, h2d);
+  h2d.wait(*pslot_free_[q]);
+  const size_t bytes = param_slots_mem_[q].nbytes();
+  const int c = span_begin(h2d, param_in_names_[static_cast<size_t>(l)].c_str(), static_cast<int64_t>(bytes));
+  be_.copy_h2d(param_slots_mem_[q],
+               static_cast<const char*>(h_compute_) + static_cast<size_t>(segment_offset(1 + l)) * dtype_size(dtype_),
+               h2d);
+  span_end(h2d, c);
+  h2d.record(*param_in_[static_cast<size_t>(l)]);
+}
+
+void Gpt::params_before_use(int l) {
+  if (pstream_index_.empty() || pstream_index_[static_cast<size_t>(l)] < 0) return;
+  mark("wait params");
+  be_.compute_stream().wait(*param_in_[static_cast<size_t>(l)]);
+}
+
+void Gpt::params_after_forward(int l) {
+  const int k = pstream_index_.empty() ? -1 : pstream_index_[static_cast<size_t>(l)];
+  const int m = static_cast<int>(streamed_params_.size()), Q = static_cast<int>(param_slots_mem_.size());
+  if (k < 0 || k + Q >= m) return;  // not streamed, or stays in its slot for the backward
+  be_.compute_stream().record(*pslot_free_[static_cast<size_t>(k % Q)]);
+  params_upload(k + Q);
+}
+
+void Gpt::params_after_backward(int l) {
+  const int k = pstream_index_.empty() ? -1 : pstream_index_[static_cast<size_t>(l)];
+  if (k < 0) return;
+  const int Q = static_cast<int>(param_slots_mem_.size());
+  be_.compute_stream().record(*pslot_free_[static_cast<size_t>(k % Q)]);
+  if (k - Q >= 0) params_upload(k - Q);
+}
+
 void Gpt::forward_layer(int l, const Tensor& x) {
-  const LayerParams w = layer_view(compute_params(), l);
+  const LayerParams w = compute_layer(l);
   LayerActs& a = acts_[static_cast<size_t>(l)];
   mark("layernorm_forward");
   be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b);
@@ -569,7 +692,7 @@ void Gpt::forward_layer(int l, const Tensor& x) {
 // losses; with_backward also turns them into dlogits and adds their contribution to dlnf (dln_) and dwte.
 void Gpt::lm_head(bool with_backward) {
   const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq, C = cfg_.dim, Vp = cfg_.padded_vocab();
-  const Tensor wte = view_of(compute_params(), 0);
+  const Tensor wte = cparam(0);
   for (int64_t r0 = 0; r0 < BT; r0 += lm_chunk_rows_) {
     const int64_t n = std::min(lm_chunk_rows_, BT - r0);
     const Tensor logits = probs_.view(0, {n, Vp});
@@ -592,13 +715,12 @@ void Gpt::lm_head(bool with_backward) {
 
 void Gpt::compute_logits(const Tensor& out) {
   const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq;
-  be_.matmul_forward(out.reshape({BT, cfg_.padded_vocab()}), lnf_.reshape({BT, cfg_.dim}), view_of(compute_params(), 0),
+  be_.matmul_forward(out.reshape({BT, cfg_.padded_vocab()}), lnf_.reshape({BT, cfg_.dim}), cparam(0),
                      Tensor());
 }
 
 void Gpt::backward_blocks() {
   Stream& s = be_.compute_stream();
-  const Tensor cp = compute_params();
   const Tensor dwte = grad(0), dwpe = grad(1);
   // dln_ holds d(lnf output) from the LM head.
   mark("zero_scratch");
@@ -606,10 +728,11 @@ void Gpt::backward_blocks() {
   const size_t lnf = layout_.size() - 2;
   const Tensor last = acts_.back().res3;
   mark("layernorm_backward");
-  be_.layernorm_backward(dresidual_, grad(lnf), grad(lnf + 1), dln_, last, view_of(cp, lnf), lnf_mean_, lnf_rstd_);
+  be_.layernorm_backward(dresidual_, grad(lnf), grad(lnf + 1), dln_, last, cparam(lnf), lnf_mean_, lnf_rstd_);
   grads_done(cfg_.layers + 1);
   for (int l = cfg_.layers - 1; l >= 0; --l) {
-    const LayerParams w = layer_view(cp, l);
+    params_before_use(l);  // before a recompute, which reads them too
+    const LayerParams w = compute_layer(l);
     if (grads_streamed(1 + l)) {
       TT_CHECK(grads_done_ != nullptr, "block %d streams its gradients, but nothing takes them (the CPU optimizer)", l);
       // Note [gradient segments]: the next slot, once the copy out of its previous block is done; zeroed.
@@ -654,6 +777,7 @@ void Gpt::backward_blocks() {
     mark("layernorm_backward");
     be_.layernorm_backward(dresidual_, g.ln1w, g.ln1b, dln_, x, w.ln1w, a.ln1_mean, a.ln1_rstd);
     swap_after_backward(l);
+    params_after_backward(l);
     grads_done(1 + l);
     if (grads_streamed(1 + l)) be_.d2h_stream().record(*grad_slot_free_[static_cast<size_t>(grad_slot_of_[static_cast<size_t>(l)])]);
   }

@@ -93,6 +93,11 @@ struct GptOptions {
   // compute copy, which every change of the master refreshes from a host staging copy (bf16 with bf16 compute,
   // produced on the host; the master itself with f32 compute). Needs an f32 master.
   bool master_on_host = false;
+  // Note [streamed parameters]: per block, whether its compute copy lives only in host memory (the host staging copy
+  // of Note [master on host]) and is uploaded into one of param_slots shared device slots ahead of its forward and
+  // again ahead of its backward. Needs master_on_host. Empty: none.
+  std::vector<bool> params_streamed;
+  int param_slots = 2;  // >= 2 when any block streams; uploads run param_slots - 1 streamed blocks ahead
   // Device slots of the swapped blocks (>= 2 when any block swaps): a slot freed by one swapped block's backward is
   // refilled at once with the swapped block swap_slots below it, so copies run swap_slots - 1 swapped blocks ahead.
   int swap_slots = 2;
@@ -139,7 +144,8 @@ class Gpt {
   Tensor flat_params() const { return params_; }
   // Note [master on host]: the host master (f32, num_params()) and the host staging of the compute copy (compute
   // dtype; the master itself with f32 compute); nullptr with the master on the device. Whoever changes the master
-  // there also writes the staging copy and uploads it into compute_params().
+  // there also writes the staging copy and uploads it into compute_segment() (not for streamed blocks: the model
+  // uploads those itself).
   bool master_on_host() const { return h_master_ != nullptr; }
   float* host_master() const { return h_master_; }
   void* host_compute() const { return h_compute_; }
@@ -152,8 +158,11 @@ class Gpt {
   Tensor grad_segment(int s) const;
   bool grads_streamed(int s) const { return s >= 1 && s <= cfg_.layers && !options_.grads_streamed.empty() &&
                                             options_.grads_streamed[static_cast<size_t>(s - 1)]; }
-  // The parameters as the kernels read them: the bf16 copy with bf16 compute, else the master itself.
-  Tensor compute_params() const { return params_c_.raw() ? params_c_ : params_; }
+  bool params_streamed(int s) const { return s >= 1 && s <= cfg_.layers && !options_.params_streamed.empty() &&
+                                             options_.params_streamed[static_cast<size_t>(s - 1)]; }
+  // The device compute copy of segment s (the bf16 copy with bf16 compute, else the master itself): its own buffer,
+  // or for a streamed block the slot it is uploaded into (valid between its upload and its last use in a pass).
+  Tensor compute_segment(int s) const;
   // Enqueues the refresh of the compute copy from the master (no-op without a copy).
   void refresh_compute_params();
   Tensor tokens() const { return tokens_; }    // [B, T] i32 device input
@@ -182,9 +191,11 @@ class Gpt {
   void compute_logits(const Tensor& out);
   // Times every op of forward() and backward() when set (nullptr: off).
   void set_profiler(OpProfiler* profiler) { prof_ = profiler; }
-  // Called with a parameter segment (0: embeddings, 1 + l: block l, L + 1: final LayerNorm) right before the
-  // forward first reads it: the CPU optimizer's hook to make the compute stream wait for that segment's update.
-  void set_param_gate(std::function<void(int)> gate) { param_gate_ = std::move(gate); }
+  // Called with a parameter segment (0: embeddings, 1 + l: block l, L + 1: final LayerNorm) and a stream right
+  // before that stream first reads the segment's parameters in a pass: the compute stream for a resident segment's
+  // device copy (before the forward uses it), the h2d stream for a streamed block's host staging copy (before its
+  // upload). The CPU optimizer's hook to make that stream wait for the segment's update.
+  void set_param_gate(std::function<void(int, Stream&)> gate) { param_gate_ = std::move(gate); }
   // Called with a segment as soon as the backward has written its last gradient (the final LayerNorm first, then
   // blocks L-1 .. 0, the embeddings last): the CPU optimizer's hook to send them to the host at once.
   void set_grads_done(std::function<void(int)> done) { grads_done_ = std::move(done); }
@@ -206,15 +217,21 @@ class Gpt {
   void swap_after_forward(int l);
   void swap_before_backward(int l);
   void swap_after_backward(int l);
-  LayerParams layer_view(const Tensor& flat, int layer) const;
-  Tensor view_of(const Tensor& flat, size_t i) const;
   void mark(const char* op) {
     if (prof_) prof_->mark(op);
   }
   int span_begin(Stream& s, const char* name, int64_t bytes) { return prof_ ? prof_->span_begin(s, name, bytes) : -1; }
-  void gate(int segment) {
-    if (param_gate_) param_gate_(segment);
+  void gate(int segment, Stream& reader) {
+    if (param_gate_) param_gate_(segment, reader);
   }
+  // Note [streamed parameters] hooks.
+  void params_forward_start();
+  void params_upload(int k);  // streamed block k (in streamed_params_ order) into its slot
+  void params_before_use(int l);
+  void params_after_forward(int l);
+  void params_after_backward(int l);
+  Tensor cparam(size_t i) const;  // parameter i's compute copy on the device
+  LayerParams compute_layer(int layer) const;
   void grads_done(int segment) {
     if (grads_done_) grads_done_(segment);
   }
@@ -231,6 +248,13 @@ class Gpt {
   DType master_of_dtype_;
   int64_t num_params_ = 0;
   Tensor params_, params_c_, tokens_, targets_, losses_;
+  std::vector<Tensor> param_segs_;  // [segment] device compute copy; undefined for streamed blocks
+  // Note [streamed parameters]: the streamed blocks, ascending; [layer] their index in it or -1; the slots; events.
+  std::vector<int> streamed_params_, pstream_index_;
+  std::vector<Tensor> param_slots_mem_;
+  std::vector<std::unique_ptr<Event>> pslot_free_;  // [slot] the compute stream is done with its contents
+  std::vector<std::unique_ptr<Event>> param_in_;    // [layer] its upload into its slot is done
+  std::vector<std::string> param_in_names_;         // [layer] timeline names of the uploads
   float* h_master_ = nullptr;   // Note [master on host]
   void* h_compute_ = nullptr;   // its compute-dtype staging copy (== h_master_ with f32 compute)
   std::vector<Tensor> grad_segs_;               // [segment] device gradients; undefined for streamed blocks
@@ -244,7 +268,8 @@ class Gpt {
   Tensor encoded_, lnf_, lnf_mean_, lnf_rstd_, probs_;
   std::vector<LayerActs> acts_;
   OpProfiler* prof_ = nullptr;
-  std::function<void(int)> param_gate_, grads_done_;
+  std::function<void(int, Stream&)> param_gate_;
+  std::function<void(int)> grads_done_;
   int64_t lm_chunk_rows_ = 0;
   GptOptions options_;
   int last_recomputed_ = -1;  // the last recomputed block of the forward (the shared set holds it after the forward)

@@ -27,12 +27,26 @@ TEST(Plan, Shortcuts) {
   auto re = Plan::resolve("recompute", 2, 2);
   ASSERT_TRUE(re.is_ok());
   EXPECT_EQ(acts(re.value()), std::vector<ActPlacement>(2, ActPlacement::kRecompute));
-  for (const char* later : {"offload-params", "offload-all"}) {
-    auto p = Plan::resolve(later, 2, 2);
-    ASSERT_FALSE(p.is_ok());
-    EXPECT_EQ(p.status().code(), StatusCode::kUnimplemented);
-    EXPECT_NE(p.status().message().find("cannot run yet"), std::string::npos) << p.status().message();
+  // The offload shortcuts: every block's parameters and gradients streamed, the optimizer on the CPU; offload-all
+  // swaps the activations too.
+  for (const char* name : {"offload-params", "offload-all"}) {
+    SCOPED_TRACE(name);
+    auto p = Plan::resolve(name, 3, 2);
+    ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+    EXPECT_EQ(p.value().optimizer, "cpu");
+    EXPECT_TRUE(p.value().needs_cpu_optimizer());
+    const GptOptions o = p.value().model_options();
+    EXPECT_EQ(o.params_streamed, std::vector<bool>(3, true));
+    EXPECT_EQ(o.grads_streamed, std::vector<bool>(3, true));
+    EXPECT_TRUE(o.master_on_host);
+    EXPECT_EQ(o.param_slots, 2);
+    EXPECT_EQ(acts(p.value()), std::vector<ActPlacement>(3, std::string(name) == "offload-all"
+                                                                ? ActPlacement::kSwap
+                                                                : ActPlacement::kResident));
+    EXPECT_NE(p.value().summary().find("parameters of 3 blocks streamed from the host"), std::string::npos)
+        << p.value().summary();
   }
+  EXPECT_FALSE(in_core.value().needs_cpu_optimizer());
   auto bad = Plan::resolve("swap-everything", 2, 2);
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("not a plan name"), std::string::npos);
@@ -61,6 +75,18 @@ TEST(Plan, JsonDefaultAndRanges) {
   ASSERT_TRUE(grads.is_ok()) << grads.status().to_string();
   EXPECT_EQ(grads.value().model_options().grads_streamed, (std::vector<bool>{false, true, false}));
   EXPECT_NE(grads.value().summary().find("gradients of 1 blocks streamed"), std::string::npos);
+  // Streamed parameters, with their own prefetch distance.
+  auto params = Plan::from_json(
+      json::parse(R"({"optimizer": "cpu", "param_prefetch": 2, "layers": {"0-1": {"param": "host_streamed"}}})"), 3,
+      "p.json");
+  ASSERT_TRUE(params.is_ok()) << params.status().to_string();
+  EXPECT_EQ(params.value().model_options().params_streamed, (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(params.value().model_options().param_slots, 3);
+  EXPECT_TRUE(params.value().model_options().grads_streamed.empty());
+  auto params_copy = Plan::from_json(params.value().to_json(), 3, "copy");
+  ASSERT_TRUE(params_copy.is_ok()) << params_copy.status().to_string();
+  EXPECT_EQ(params_copy.value().param_prefetch, 2);
+  EXPECT_EQ(params_copy.value().model_options().params_streamed, (std::vector<bool>{true, true, false}));
   // Round trip through to_json (the metrics file's copy of the plan).
   auto q = Plan::from_json(p.value().to_json(), 6, "copy");
   ASSERT_TRUE(q.is_ok()) << q.status().to_string();
@@ -106,7 +132,7 @@ TEST(Plan, ErrorsNameWhatIsWrong) {
       {R"({"layers": {" 3": {"activation": "swap"}}})", "' 3' is not a layer number"},
       {R"({"layers": {"1-": {"activation": "swap"}}})", "'1-' is not a layer number"},
       {R"({"optimizer": "gpu"})", "optimizer must be"},
-      {R"({"default": {"param": "host_streamed"}})", "cannot run yet", StatusCode::kUnimplemented},
+      {R"({"param_prefetch": 0})", "param_prefetch must be an integer in 1..1023"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.json);

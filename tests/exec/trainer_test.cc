@@ -322,7 +322,16 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
       "grads_mix.json", R"({"optimizer": "cpu", "default": {"activation": "swap"},
                             "layers": {"1": {"grad": "host_streamed"}, "3": {"grad": "host_streamed"},
                                        "2": {"grad": "host_streamed", "activation": "recompute"}}})");
-  for (const std::string& plan : {std::string("in-core"), std::string("swap-activations"), streamed_all, streamed_mix}) {
+  // Parameters streamed (Note [streamed parameters]): every block (the shortcuts), or some, mixed with recompute,
+  // swap and resident gradients, with three slots.
+  const std::string params_mix = dir.write(
+      "params_mix.json", R"({"optimizer": "cpu", "param_prefetch": 2,
+                             "layers": {"0": {"param": "host_streamed", "activation": "recompute"},
+                                        "1": {"param": "host_streamed", "grad": "host_streamed"},
+                                        "2": {"activation": "swap"},
+                                        "3": {"param": "host_streamed", "activation": "swap"}}})");
+  for (const std::string& plan : {std::string("in-core"), std::string("swap-activations"), streamed_all, streamed_mix,
+                                  std::string("offload-params"), std::string("offload-all"), params_mix}) {
     SCOPED_TRACE(plan);
     TrainConfig device = small_config(data);
     device.model.layers = 4;
@@ -331,7 +340,11 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
     TrainConfig cpu = device;
     cpu.plan = plan;
     cpu.optimizer = "cpu";
+    // A slow link, slow kernels and a slower host update: a copy that does not wait for what it must (a slot's
+    // previous contents used, a segment updated) lands at the wrong time and changes the result.
     cpu.cpu_copy_delay_us = 3000;
+    cpu.cpu_compute_delay_us = 100;
+    cpu.cpu_host_delay_us = 5000;
     auto a = Trainer::create(device, nullptr);
     auto b = Trainer::create(cpu, nullptr);
     ASSERT_TRUE(a.is_ok() && b.is_ok()) << b.status().to_string();
@@ -365,14 +378,29 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
       EXPECT_LT(dev.of(memory::Tier::kDevice, TensorClass::kGrad).peak,
                 a.value()->backend().stats().of(memory::Tier::kDevice, TensorClass::kGrad).peak);
     }
+    if (plan == "offload-params") {
+      // Four blocks' parameters in two slots: the device holds the embeddings, the final LayerNorm and two blocks.
+      const GptConfig& m = b.value()->model().config();
+      const int64_t block = 12LL * m.dim * m.dim + 13LL * m.dim;
+      EXPECT_LT(dev.of(memory::Tier::kDevice, TensorClass::kParam).peak,
+                a.value()->backend().stats().of(memory::Tier::kDevice, TensorClass::kParam).peak -
+                    static_cast<int64_t>(sizeof(float)) * block);
+    }
   }
-  // Streamed gradients without the CPU optimizer are refused up front.
-  TrainConfig bad = small_config(data);
-  bad.plan = dir.write("bad.json", R"({"default": {"grad": "host_streamed"}})");
-  auto refused = Trainer::create(bad, nullptr);
-  ASSERT_FALSE(refused.is_ok());
-  EXPECT_NE(refused.status().message().find("needs the CPU optimizer"), std::string::npos)
-      << refused.status().message();
+  // Streamed state without the CPU optimizer is refused up front.
+  for (const char* placement : {R"({"default": {"grad": "host_streamed"}})", R"({"default": {"param": "host_streamed"}})",
+                                R"({"default": {"optim_state": "host_streamed"}})"}) {
+    TrainConfig bad = small_config(data);
+    bad.plan = dir.write("bad.json", placement);
+    auto refused = Trainer::create(bad, nullptr);
+    ASSERT_FALSE(refused.is_ok()) << placement;
+    EXPECT_NE(refused.status().message().find("needs the CPU optimizer"), std::string::npos)
+        << refused.status().message();
+  }
+  TrainConfig forced = small_config(data);
+  forced.plan = "offload-params";
+  forced.optimizer = "device";
+  EXPECT_FALSE(Trainer::create(forced, nullptr).is_ok());
 }
 
 // Neither pool allocates once the run is set up (steps and evaluations reuse everything), for every plan; the host

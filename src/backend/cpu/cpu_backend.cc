@@ -69,6 +69,8 @@ class CpuBackend final : public Backend {
     compute_.enqueue([threads] { set_num_threads(threads); });
     host_.enqueue([threads] { set_num_threads(threads); });  // the CPU optimizer's OpenMP team
     (void)compute_.synchronize();
+    compute_.set_task_delay_us(options.compute_delay_us);
+    host_.set_task_delay_us(options.host_delay_us);
   }
   ~CpuBackend() override {
     (void)synchronize_all();

@@ -17,6 +17,10 @@ struct CpuBackendOptions {
   int64_t device_budget = 0;  // bytes; must be > 0
   int threads = 0;            // OpenMP/OpenBLAS threads; 0 = all cores
   int64_t copy_delay_us = 0;  // added before every host<->device copy: a slow link, to study and test overlap
+  // Added before every compute-stream op and every piece of host-stream work: slow kernels and a slow host
+  // optimizer, so that tests catch copies that overwrite or read data too early.
+  int64_t compute_delay_us = 0;
+  int64_t host_delay_us = 0;
   bool lock_host_memory = false;  // mlock the host pool's slabs (subject to RLIMIT_MEMLOCK)
   int host_numa_node = -1;        // place the host pool's slabs on this node; -1: where first touched
 };

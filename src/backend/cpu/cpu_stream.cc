@@ -47,6 +47,11 @@ CpuStream::~CpuStream() {
 }
 
 void CpuStream::enqueue(std::function<void()> fn) {
+  if (task_delay_us_ > 0)
+    fn = [f = std::move(fn), us = task_delay_us_] {
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+      f();
+    };
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(fn));

@@ -55,6 +55,9 @@ class CpuStream : public Stream {
   // Runs fn on the worker thread after everything submitted before it. An exception thrown by fn is kept and
   // reported by the next synchronize().
   void enqueue(std::function<void()> fn);
+  // Sleeps this long before every function enqueued from now on (not before record/wait markers): slow kernels or
+  // slow host work, so that a missing wait shows up as a wrong result in tests.
+  void set_task_delay_us(int64_t us) { task_delay_us_ = us; }
 
  private:
   void run();
@@ -66,6 +69,7 @@ class CpuStream : public Stream {
   std::deque<std::function<void()>> queue_;
   bool busy_ = false;
   bool stop_ = false;
+  int64_t task_delay_us_ = 0;
   std::string error_;
   std::thread worker_;
 };
