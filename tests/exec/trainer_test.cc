@@ -562,7 +562,8 @@ TEST(TrainerCuda, BFloat16TrainsAndResumesBitExact) {
 
 // On CUDA, in bf16 and f32, the out-of-core plans give the same bits as in-core on CUDA (the same deterministic
 // kernels), through evaluations; the CPU optimizer trains within bf16 tolerance of the device optimizer (its AdamW
-// is the host's, whose rounding may differ from the CUDA kernel's in the last bit).
+// is the host's, whose rounding may differ from the CUDA kernel's in the last bit), and with it the offload plans
+// (streamed parameters and gradients) give the same bits as keeping them resident.
 TEST(TrainerCuda, PlansMatchInCore) {
   TT_SKIP_WITHOUT_GPU();
   TempDir dir;
@@ -601,6 +602,18 @@ TEST(TrainerCuda, PlansMatchInCore) {
     const RunResult rc = finish(*c.value());
     ASSERT_EQ(rc.losses.size(), ra.losses.size());
     for (size_t i = 0; i < ra.losses.size(); ++i) EXPECT_NEAR(rc.losses[i], ra.losses[i], 0.05) << "step " << i + 1;
+    // With the CPU optimizer, streaming parameters and gradients (and swapping activations) changes no bit.
+    for (const char* plan : {"offload-params", "offload-all"}) {
+      SCOPED_TRACE(plan);
+      TrainConfig tc = cpu_opt;
+      tc.plan = plan;
+      auto d = Trainer::create(tc, nullptr);
+      ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+      ASSERT_TRUE(d.value()->run().is_ok());
+      expect_bit_identical(rc, finish(*d.value()));
+      for (size_t i = 0; i < c.value()->evals().size(); ++i)
+        EXPECT_EQ(c.value()->evals()[i].loss, d.value()->evals()[i].loss);
+    }
   }
 }
 

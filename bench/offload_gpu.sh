@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Model state streamed and offloaded on one GPU (issue 4, measurement b): a model trained in-core on the unbounded
+# GPU, then with the CPU optimizer and with parameters and gradients streamed from host memory (offload-params,
+# offload-params with recomputed activations, offload-all), each at the budget it needs. The table reports each
+# plan against in-core and the in-core model state (parameters, gradients, moments) against the plan's budget; a
+# trace of offload-params. Run after scripts/gpu.sh built build/gpu. Writes JSON, a trace and results.md into OUTDIR.
+#   bench/offload_gpu.sh OUTDIR [DATA]
+# TT_OFF_LAYERS, TT_OFF_DIM, TT_OFF_HEADS, TT_OFF_SEQ, TT_OFF_BATCH, TT_OFF_STEPS change the model and the run;
+# TT_OFF_RUNS picks runs (default: in-core cpu-optimizer offload-params offload-params-recompute offload-all trace).
+set -euo pipefail
+OUT=${1:?usage: bench/offload_gpu.sh OUTDIR [DATA]}
+DATA=${2:-/usr/share/games/fortunes}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+TT=${TT:-build/gpu/src/tiertrain}
+L=${TT_OFF_LAYERS:-8} D=${TT_OFF_DIM:-2048} H=${TT_OFF_HEADS:-16} T=${TT_OFF_SEQ:-2048} B=${TT_OFF_BATCH:-8}
+STEPS=${TT_OFF_STEPS:-10}
+common=(--layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --data "$DATA" --steps "$STEPS" --warmup 3
+        --eval-every 0 --log-every 100)
+cat > "$OUT/plan_offload_recompute.json" <<JSON
+{"version": 1, "comment": "parameters and gradients streamed, activations recomputed", "optimizer": "cpu",
+ "default": {"param": "host_streamed", "grad": "host_streamed", "activation": "recompute"}}
+JSON
+run() {  # name, extra flags...
+  local name=$1
+  shift
+  "$TT" train "${common[@]}" "$@" --metrics-out "$OUT/tiertrain_$name.json" > "$OUT/tiertrain_$name.log" 2>&1 ||
+    { echo "tiertrain $name failed:"; tail -5 "$OUT/tiertrain_$name.log"; }
+  tail -n 1 "$OUT/tiertrain_$name.log"
+}
+for r in ${TT_OFF_RUNS:-in-core cpu-optimizer offload-params offload-params-recompute offload-all trace}; do
+  case "$r" in
+    in-core) run in-core --plan in-core ;;
+    cpu-optimizer) run cpu-optimizer --plan in-core --optimizer cpu ;;
+    offload-params) run offload-params --plan offload-params ;;
+    offload-params-recompute) run offload-params-recompute --plan "$OUT/plan_offload_recompute.json" ;;
+    offload-all) run offload-all --plan offload-all ;;
+    trace)  # steps 2-4 of the streamed plan with recompute
+      "$TT" train "${common[@]}" --steps 4 --plan "$OUT/plan_offload_recompute.json" \
+        --trace "$OUT/trace_offload_params_recompute.json" > "$OUT/trace.log" 2>&1 || tail -5 "$OUT/trace.log" ;;
+    *) echo "unknown run $r" >&2; exit 2 ;;
+  esac
+done
+python3 bench/ooc_summary.py "$OUT"
