@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     row("scalar (before)", seconds_of(repeats, [&](int step) {
           const auto sc = tt::cpu::adamw_scalars<float>(4.0f, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f);
 #pragma omp parallel for schedule(static)
-          for (int64_t i = 0; i < n; ++i) tt::cpu::adamw_one(p.data(), g.data(), m.data(), v.data(), i, sc);
+          for (int64_t i = 0; i < n; ++i) tt::cpu::adamw_one(p.data(), g.data(), m.data(), v.data(), p.data(), m.data(), v.data(), i, sc);
         }), 28);
     row("vectorised", seconds_of(repeats, [&](int step) {
           tt::cpu::adamw_update_f32(p.data(), g.data(), m.data(), v.data(), nullptr, n, 4.0f, 3e-4f, 0.9f, 0.95f,

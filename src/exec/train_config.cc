@@ -66,6 +66,10 @@ void declare_train_knobs(Config& cfg) {
   choice("runtime", "optimizer", "plan", {"plan", "device", "cpu"},
          "where AdamW runs: device, or cpu (moments and fp32 master weights in host memory, updated by the host "
          "between the backward and the next forward); plan: as the plan says (device for the shortcuts)");
+  knob("runtime", "speculative_update", K::kBool, "false",
+       "CPU optimizer: update each block as soon as its gradients reach the host, during the backward, as if the "
+       "gradient norm were under the clip, and redo it after the backward if it is not; bit-identical either way. "
+       "Costs a second copy of the master, moments and bf16 copy in host memory (14 bytes a parameter)");
   knob("runtime", "swap_slots", K::kInt, "2", "device slots for swapped block activations (prefetch distance + 1)", 2,
        1024);
   knob("runtime", "device_budget", K::kBytes, "0",
@@ -142,6 +146,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.dtype = cfg.get_string("dtype");
   tc.plan = cfg.get_string("plan");
   tc.optimizer = cfg.get_string("optimizer");
+  tc.speculative_update = cfg.get_bool("speculative_update");
   tc.swap_slots = static_cast<int>(cfg.get_int("swap_slots"));
   tc.device_budget = cfg.get_bytes("device_budget");
   tc.threads = static_cast<int>(cfg.get_int("threads"));

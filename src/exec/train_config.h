@@ -40,6 +40,7 @@ struct TrainConfig {
   std::string dtype = "auto";
   std::string plan = "in-core";  // in-core | recompute | swap-activations (Notes [recompute], [swap] in model/gpt.h)
   std::string optimizer = "plan";  // plan | device | cpu (overrides the plan's)
+  bool speculative_update = false;  // CPU optimizer: Note [speculative update] in model/adamw.h
   int swap_slots = 2;    // auto | f32 | bf16 (compute dtype; auto: bf16 on a GPU, f32 on the CPU)
   int64_t device_budget = 0;     // bytes; 0 = automatic
   int threads = 0;

@@ -124,6 +124,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                "plan %s streams parameters, gradients or optimizer state to the host, which needs the CPU optimizer "
                "(\"optimizer\": \"cpu\" in the plan, or --optimizer cpu)",
                cfg.plan.c_str());
+  TT_RETURN_IF(cfg.speculative_update && !cpu_optimizer, kInvalidArgument,
+               "--speculative-update applies to the CPU optimizer (--optimizer cpu, or \"optimizer\": \"cpu\" in the "
+               "plan)");
   MemoryNeed need = memory_need(cfg.model, cfg.batch, dtype, model_options, cpu_optimizer);
   int64_t budget = cfg.device_budget;
 #ifdef TIERTRAIN_HAVE_CUDA
@@ -156,7 +159,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
       static_cast<size_t>(input_staging_list(cfg.batch, cfg.model.seq)[0].shape.numel()) * sizeof(int32_t));
   const size_t host_need = kInputStagingSlots * staging_slot +
                            Gpt::host_bytes(cfg.model, cfg.batch, dtype, model_options) +
-                           AdamW::host_bytes(gpt_num_params(cfg.model), cpu_optimizer);
+                           AdamW::host_bytes(gpt_num_params(cfg.model), cpu_optimizer,
+                                             cpu_optimizer && cfg.speculative_update, dtype);
   if (cfg.dry_run) {
     // What the run would take, whether or not it fits; nothing is allocated.
     std::string device = backend == "cpu" ? std::string("cpu") : std::string("cuda");
@@ -235,6 +239,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   hp.weight_decay = cfg.weight_decay;
   hp.grad_clip = cfg.grad_clip;
   hp.on_cpu = cpu_optimizer;
+  hp.speculate = cpu_optimizer && cfg.speculative_update;
   TT_ASSIGN_OR_RETURN(t->opt_, AdamW::create(*t->gpt_, hp));
   TT_ASSIGN_OR_RETURN(data::BatchSampler sampler,
                       data::BatchSampler::create(&t->dataset_.train(), cfg.batch, cfg.model.seq, cfg.seed));
@@ -327,6 +332,7 @@ Status Trainer::train_step(StepRecord* rec) {
   TT_TRY(prefetch());
   const int64_t step = step_ + 1;
   const float lr = learning_rate(cfg_, step);
+  opt_->prepare_step(lr);
   gpt_->forward_backward();
   profiler_->mark("adamw");
   opt_->step(lr);

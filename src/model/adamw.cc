@@ -18,11 +18,17 @@ std::vector<AllocRequest> AdamW::allocation_list(int64_t num_params, DType dtype
   return r;
 }
 
-size_t AdamW::host_bytes(int64_t num_params, bool on_cpu) {
+size_t AdamW::host_bytes(int64_t num_params, bool on_cpu, bool speculate, DType compute) {
   if (!on_cpu) return 0;
-  // grads, m, v; the norm (the master is the model's: Note [master on host])
-  return 3 * memory::host_alloc_size(static_cast<size_t>(num_params) * sizeof(float)) +
-         memory::host_alloc_size(sizeof(float));
+  const size_t f32 = memory::host_alloc_size(static_cast<size_t>(num_params) * sizeof(float));
+  // grads, m, v; the norm (the master is the model's: Note [master on host]); with speculation a second master,
+  // m, v and staging copy.
+  size_t bytes = 3 * f32 + memory::host_alloc_size(sizeof(float));
+  if (speculate) {
+    bytes += 3 * f32;
+    if (compute != DType::kF32) bytes += memory::host_alloc_size(static_cast<size_t>(num_params) * dtype_size(compute));
+  }
+  return bytes;
 }
 
 Result<std::unique_ptr<AdamW>> AdamW::create(Gpt& gpt, AdamWHyper hyper) {
@@ -38,22 +44,39 @@ Result<std::unique_ptr<AdamW>> AdamW::create(Gpt& gpt, AdamWHyper hyper) {
   auto take = [&](const AllocRequest& r) { return backend.pool().allocate(r.shape, r.dtype, r.cls, r.name); };
   if (hyper.on_cpu) {
     // The model's host master (f32, checked by Gpt::create) and its staging copy in the compute dtype.
-    opt->h_master_ = gpt.host_master();
-    if (gpt.host_compute() != gpt.host_master()) opt->h_bf16_ = static_cast<uint16_t*>(gpt.host_compute());
+    const bool bf16 = gpt.host_compute() != gpt.host_master();
+    HostState& s0 = opt->sets_[0];
+    s0.master = gpt.host_master();
+    if (bf16) s0.bf16 = static_cast<uint16_t*>(gpt.host_compute());
     TT_ASSIGN_OR_RETURN(opt->norm_sq_, take(reqs[0]));
     TT_ASSIGN_OR_RETURN(opt->parts_, take(reqs[1]));
-    const size_t bytes = static_cast<size_t>(gpt.num_params()) * sizeof(float);
-    float** bufs[] = {&opt->h_grads_, &opt->h_m_, &opt->h_v_};
-    const char* names[] = {"adam.grads", "adam.m", "adam.v"};
-    const TensorClass classes[] = {TensorClass::kGrad, TensorClass::kOptimState, TensorClass::kOptimState};
-    for (int i = 0; i < 3; ++i) {
-      TT_ASSIGN_OR_RETURN(void* p, backend.allocate_host(bytes, classes[i], names[i]));
-      *bufs[i] = static_cast<float*>(p);
+    const size_t n = static_cast<size_t>(gpt.num_params());
+    const size_t bytes = n * sizeof(float);
+    auto host = [&](float** p, TensorClass cls, const char* name) -> Status {
+      TT_ASSIGN_OR_RETURN(void* q, backend.allocate_host(bytes, cls, name));
+      *p = static_cast<float*>(q);
+      return Status::ok();
+    };
+    TT_TRY(host(&opt->h_grads_, TensorClass::kGrad, "adam.grads"));
+    TT_TRY(host(&s0.m, TensorClass::kOptimState, "adam.m"));
+    TT_TRY(host(&s0.v, TensorClass::kOptimState, "adam.v"));
+    std::memset(s0.m, 0, bytes);
+    std::memset(s0.v, 0, bytes);
+    if (hyper.speculate) {
+      HostState& s1 = opt->sets_[1];  // written whole by every step before it is read
+      TT_TRY(host(&s1.master, TensorClass::kParam, "adam.master.next"));
+      TT_TRY(host(&s1.m, TensorClass::kOptimState, "adam.m.next"));
+      TT_TRY(host(&s1.v, TensorClass::kOptimState, "adam.v.next"));
+      if (bf16) {
+        TT_ASSIGN_OR_RETURN(void* q, backend.allocate_host(n * sizeof(uint16_t), TensorClass::kParam,
+                                                           "params.compute.host.next"));
+        s1.bf16 = static_cast<uint16_t*>(q);
+      }
+    } else {
+      opt->sets_[1] = s0;  // one set, updated in place
     }
-    TT_ASSIGN_OR_RETURN(void* n, backend.allocate_host(sizeof(float), TensorClass::kWorkspace, "adam.norm"));
-    opt->h_norm_ = static_cast<float*>(n);
-    std::memset(opt->h_m_, 0, bytes);
-    std::memset(opt->h_v_, 0, bytes);
+    TT_ASSIGN_OR_RETURN(void* nq, backend.allocate_host(sizeof(float), TensorClass::kWorkspace, "adam.norm"));
+    opt->h_norm_ = static_cast<float*>(nq);
     opt->grads_ready_ = backend.create_event();
     opt->grads_out_ = backend.create_event();
     // Segments in flat-buffer (= forward) order: embeddings, each block, the final LayerNorm.
@@ -76,6 +99,7 @@ Result<std::unique_ptr<AdamW>> AdamW::create(Gpt& gpt, AdamWHyper hyper) {
       seg.updated = backend.create_event();
       seg.in = backend.create_event();
       seg.grads = backend.create_event();
+      seg.grads_in = backend.create_event();
       seg.name = s == 0 ? "adamw embeddings" : s == opt->segments_.size() - 1 ? "adamw lnf"
                                                                              : "adamw h." + std::to_string(s - 1);
     }
@@ -98,15 +122,20 @@ AdamW::~AdamW() {
   if (norm_sq_.raw()) be_.pool().free(norm_sq_);
   if (v_.raw()) be_.pool().free(v_);
   if (m_.raw()) be_.pool().free(m_);
-  for (float* p : {h_norm_, h_v_, h_m_, h_grads_}) be_.free_host(p);  // h_master_ and h_bf16_ are the model's
+  // Set 0's master and staging copy are the model's; set 1 is ours when we speculate.
+  if (hyper_.speculate) {
+    be_.free_host(sets_[1].bf16);
+    for (float* p : {sets_[1].v, sets_[1].m, sets_[1].master}) be_.free_host(p);
+  }
+  for (float* p : {h_norm_, sets_[0].v, sets_[0].m, h_grads_}) be_.free_host(p);
 }
 
 Status AdamW::download_state(float* m, float* v) {
   const size_t bytes = static_cast<size_t>(gpt_.num_params()) * sizeof(float);
   if (hyper_.on_cpu) {
     TT_TRY(be_.synchronize_all());
-    std::memcpy(m, h_m_, bytes);
-    std::memcpy(v, h_v_, bytes);
+    std::memcpy(m, sets_[cur_].m, bytes);
+    std::memcpy(v, sets_[cur_].v, bytes);
     return Status::ok();
   }
   be_.copy_d2h(m, m_, be_.compute_stream());
@@ -118,8 +147,8 @@ Status AdamW::upload_state(const float* m, const float* v) {
   const size_t bytes = static_cast<size_t>(gpt_.num_params()) * sizeof(float);
   if (hyper_.on_cpu) {
     TT_TRY(be_.synchronize_all());
-    std::memcpy(h_m_, m, bytes);
-    std::memcpy(h_v_, v, bytes);
+    std::memcpy(sets_[cur_].m, m, bytes);
+    std::memcpy(sets_[cur_].v, v, bytes);
     return Status::ok();
   }
   be_.copy_h2d(m_, m, be_.compute_stream());
@@ -183,6 +212,29 @@ void AdamW::grads_done(int segment) {
   be_.copy_d2h(h_grads_ + seg.offset, gpt_.grad_segment(segment), d2h);
   if (prof_) prof_->span_end(d2h, c);
   seg.grads_sent = true;
+  if (!hyper_.speculate || !prepared_) return;
+  // Note [speculative update]: this step's update of the segment now, with a clip factor of 1, into the other set.
+  d2h.record(*seg.grads_in);
+  Stream& host = be_.host_stream();
+  host.wait(*seg.grads_in);
+  const int c2 = prof_ ? prof_->span_begin(host, (seg.name + " (speculative)").c_str(), 0) : -1;
+  be_.enqueue_host([this, &seg, lr = next_lr_, step = step_ + 1, from = sets_[cur_], to = sets_[cur_ ^ 1]] {
+    update_segment(seg, from, to, lr, step, 0.0f, 0.0f);
+  });
+  if (prof_) prof_->span_end(host, c2);
+  seg.speculated = true;
+}
+
+void AdamW::update_segment(const Segment& seg, const HostState& from, const HostState& to, float lr, int64_t step,
+                           float grad_norm_sq, float grad_clip) {
+  for (size_t i : seg.params) {
+    const ParamInfo& p = layout_[i];
+    const int64_t o = p.offset;
+    cpu::adamw_update_f32(cpu::AdamWArrays{from.master + o, h_grads_ + o, from.m + o, from.v + o, to.master + o,
+                                           to.m + o, to.v + o, to.bf16 ? to.bf16 + o : nullptr},
+                          p.shape.numel(), grad_norm_sq, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
+                          p.decay ? hyper_.weight_decay : 0.0f, step, grad_clip);
+  }
 }
 
 void AdamW::wait_all() {
@@ -212,30 +264,47 @@ void AdamW::step_on_cpu(float lr) {
   be_.copy_d2h(h_norm_, norm_sq_, d2h);
   d2h.record(*grads_out_);
   host.wait(*grads_out_);
+  // Note [speculative update]: from the current set into the other one, which becomes current (the model's uploads
+  // enqueued from now on read it); without speculation both are the same set, updated in place.
+  const HostState from = sets_[cur_], to = sets_[cur_ ^ 1];
   for (Segment& seg : segments_) {
     const int c2 = prof_ ? prof_->span_begin(host, seg.name.c_str(), 0) : -1;
-    // The master and, with bf16 compute, its bf16 copy in the same pass (Note [master on host]).
-    be_.enqueue_host([this, lr, step = step_, &seg] {
-      for (size_t i : seg.params) {
-        const ParamInfo& p = layout_[i];
-        cpu::adamw_update_f32(h_master_ + p.offset, h_grads_ + p.offset, h_m_ + p.offset, h_v_ + p.offset,
-                              h_bf16_ ? h_bf16_ + p.offset : nullptr, p.shape.numel(), *h_norm_, lr, hyper_.beta1,
-                              hyper_.beta2, hyper_.eps, p.decay ? hyper_.weight_decay : 0.0f, step, hyper_.grad_clip);
-      }
-    });
+    // The master and, with bf16 compute, its bf16 copy in the same pass (Note [master on host]). A speculated
+    // segment is redone from the same state only if the norm turns out to be above the clip.
+    if (seg.speculated) {
+      TT_CHECK(lr == next_lr_, "step(%g) after prepare_step(%g)", lr, next_lr_);
+      be_.enqueue_host([this, lr, step = step_, &seg, from, to] {
+        if (cpu::adamw_clip_factor(*h_norm_, hyper_.grad_clip) == 1.0f) {
+          ++spec_kept_;
+          return;
+        }
+        ++spec_redone_;
+        update_segment(seg, from, to, lr, step, *h_norm_, hyper_.grad_clip);
+      });
+    } else {
+      be_.enqueue_host([this, lr, step = step_, &seg, from, to] {
+        update_segment(seg, from, to, lr, step, *h_norm_, hyper_.grad_clip);
+      });
+    }
+    seg.speculated = false;
     if (prof_) prof_->span_end(host, c2);
     host.record(*seg.updated);
     seg.pending = true;
     // A streamed block's compute copy is uploaded by the model, ahead of its next use (Note [streamed parameters]).
     if (gpt_.params_streamed(static_cast<int>(&seg - segments_.data()))) continue;
     h2d.wait(*seg.updated);
-    const size_t esize = h_bf16_ ? sizeof(uint16_t) : sizeof(float);
+    const size_t esize = to.bf16 ? sizeof(uint16_t) : sizeof(float);
     const int c3 = prof_ ? prof_->span_begin(h2d, "params to device", seg.count * static_cast<int64_t>(esize)) : -1;
-    const void* src = h_bf16_ ? static_cast<const void*>(h_bf16_ + seg.offset)
-                              : static_cast<const void*>(h_master_ + seg.offset);
+    const void* src = to.bf16 ? static_cast<const void*>(to.bf16 + seg.offset)
+                              : static_cast<const void*>(to.master + seg.offset);
     be_.copy_h2d(gpt_.compute_segment(static_cast<int>(&seg - segments_.data())), src, h2d);
     if (prof_) prof_->span_end(h2d, c3);
     h2d.record(*seg.in);
+  }
+  prepared_ = false;
+  if (hyper_.speculate) {
+    cur_ ^= 1;
+    gpt_.set_host_copies(to.master, to.bf16 ? static_cast<void*>(to.bf16) : static_cast<void*>(to.master));
   }
 }
 

@@ -17,6 +17,7 @@
 //   opt->step(lr);   // enqueued; step count kept inside
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,8 @@ struct AdamWHyper {
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // 0 disables clipping
   bool on_cpu = false;     // moments and the fp32 master in host memory, updated on the host stream
+  // On the CPU: update each segment as soon as its gradients arrive, during the backward (Note [speculative update]).
+  bool speculate = false;
 };
 
 class AdamW {
@@ -40,7 +43,7 @@ class AdamW {
   // Device buffers the optimizer needs for `num_params` parameters of dtype in `segments` gradient segments.
   static std::vector<AllocRequest> allocation_list(int64_t num_params, DType dtype, bool on_cpu, int segments);
   // Host-pool bytes it takes (on_cpu: master, gradients, m, v and the norm).
-  static size_t host_bytes(int64_t num_params, bool on_cpu);
+  static size_t host_bytes(int64_t num_params, bool on_cpu, bool speculate = false, DType compute = DType::kF32);
   // Over the model's master parameters and its gradient segments; the compute copy (bf16 compute) is refreshed from
   // the master after every step (Note [mixed precision] in model/gpt.h). The global gradient norm is the sum, in
   // segment order, of each segment's sum of squares (Note [gradient segments]).
@@ -51,6 +54,15 @@ class AdamW {
 
   // Enqueues: global gradient norm, then one update of every parameter with learning rate lr.
   void step(float lr);
+  // Before the forward-backward of the step that step(lr) will finish: the learning rate, which the speculative
+  // update needs during the backward. Without it that step is not speculated.
+  void prepare_step(float lr) {
+    next_lr_ = lr;
+    prepared_ = true;
+  }
+  // Segment updates of the speculative update kept, and redone because the norm was above the clip.
+  int64_t speculation_kept() const { return spec_kept_.load(); }
+  int64_t speculation_redone() const { return spec_redone_.load(); }
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t step) { step_ = step; }
   // Sum of squared gradients of the last step() (device scalar).
@@ -83,8 +95,23 @@ class AdamW {
   AdamWHyper hyper_;
   int64_t step_ = 0;
   // on_cpu: host buffers (host pool) and the events ordering the round trip.
-  float *h_master_ = nullptr, *h_grads_ = nullptr, *h_m_ = nullptr, *h_v_ = nullptr, *h_norm_ = nullptr;
-  uint16_t* h_bf16_ = nullptr;  // the model's bf16 staging copy (bf16 compute), written with the master
+  // The state on the host: the master, the moments and the staging copy of the compute copy (bf16 with bf16
+  // compute; the master itself with f32). Set 0 holds the model's master and staging copy; with speculation set 1
+  // is a second one, and the sets alternate each step (Note [speculative update]).
+  struct HostState {
+    float *master = nullptr, *m = nullptr, *v = nullptr;
+    uint16_t* bf16 = nullptr;  // null with f32 compute
+  };
+  HostState sets_[2];
+  int cur_ = 0;  // the set holding the current state
+  float *h_grads_ = nullptr, *h_norm_ = nullptr;
+  float next_lr_ = 0.0f;
+  bool prepared_ = false;  // prepare_step() was called for the coming step
+  std::atomic<int64_t> spec_kept_{0}, spec_redone_{0};
+  // Enqueues nothing: the update of one segment, from `from` into `to` (the same set: in place).
+  struct Segment;
+  void update_segment(const Segment& seg, const HostState& from, const HostState& to, float lr, int64_t step,
+                      float grad_norm_sq, float grad_clip);
   std::unique_ptr<Event> grads_ready_, grads_out_;
   struct Segment {
     int64_t offset = 0, count = 0;      // elements of the flat buffer
@@ -93,6 +120,8 @@ class AdamW {
     std::unique_ptr<Event> grads;        // the segment's gradients complete on the compute stream
     bool pending = false;
     bool grads_sent = false;             // this step's gradients already on their way to the host
+    bool speculated = false;             // this step's update already computed, with a clip factor of 1
+    std::unique_ptr<Event> grads_in;     // the segment's gradients are in h_grads_ (d2h stream)
     std::string name;
   };
   std::vector<Segment> segments_;

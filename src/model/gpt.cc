@@ -201,8 +201,8 @@ Gpt::Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype)
 Gpt::~Gpt() {
   (void)be_.synchronize_all();
   for (void* h : swap_host_) be_.free_host(h);
-  if (h_compute_ != h_master_) be_.free_host(h_compute_);
-  be_.free_host(h_master_);
+  if (own_compute_ != own_master_) be_.free_host(own_compute_);
+  be_.free_host(own_master_);
   for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) be_.pool().free(*it);
 }
 
@@ -232,6 +232,8 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
       TT_ASSIGN_OR_RETURN(g->h_compute_,
                           backend.allocate_host(P * dtype_size(dtype), TensorClass::kParam, "params.compute.host"));
     }
+    g->own_master_ = g->h_master_;
+    g->own_compute_ = g->h_compute_;
   }
   // Gradient segments (Note [gradient segments]).
   TT_RETURN_IF(!options.grads_streamed.empty() && static_cast<int>(options.grads_streamed.size()) != cfg.layers,

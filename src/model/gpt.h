@@ -149,6 +149,13 @@ class Gpt {
   bool master_on_host() const { return h_master_ != nullptr; }
   float* host_master() const { return h_master_; }
   void* host_compute() const { return h_compute_; }
+  // Points the host master and staging copy elsewhere (the CPU optimizer's alternating state sets: Note
+  // [speculative update] in model/adamw.h); uploads enqueued from now on read the new ones. The model still frees
+  // only its own.
+  void set_host_copies(float* master, void* compute) {
+    h_master_ = master;
+    h_compute_ = compute;
+  }
   // Note [gradient segments]: gradients (master dtype) live in one device buffer per segment: 0 the embeddings,
   // 1 + l block l, L + 1 the final LayerNorm; segment s covers flat elements [segment_offset(s), + segment_size(s)).
   // A streamed block's segment is a shared slot, valid from its backward until its grads_done hook returns.
@@ -257,6 +264,8 @@ class Gpt {
   std::vector<std::string> param_in_names_;         // [layer] timeline names of the uploads
   float* h_master_ = nullptr;   // Note [master on host]
   void* h_compute_ = nullptr;   // its compute-dtype staging copy (== h_master_ with f32 compute)
+  float* own_master_ = nullptr;  // the ones allocated here (h_master_ and h_compute_ may point to others)
+  void* own_compute_ = nullptr;
   std::vector<Tensor> grad_segs_;               // [segment] device gradients; undefined for streamed blocks
   std::vector<int64_t> seg_offset_, seg_size_;  // [segment] in flat elements
   std::vector<size_t> seg_of_param_;            // [param] its segment

@@ -111,6 +111,22 @@ TEST_P(CpuAdamW, VectorAndThreadedMatchTheScalarFormulaBitForBit) {
         EXPECT_EQ(kb[6], 0x7f80);
         EXPECT_EQ(kb[7], 0x3f81);
       }
+      // Out of place: the same bits written elsewhere, the state read left as it was.
+      {
+        std::vector<float> op(n), om(n), ov(n);
+        std::vector<uint16_t> ob(n);
+        const std::vector<float> ip = p, im = m, iv = v;
+        omp_set_num_threads(threads);
+        cpu::adamw_update_f32(cpu::AdamWArrays{ip.data(), g.data(), im.data(), iv.data(), op.data(), om.data(),
+                                               ov.data(), ob.data()},
+                              n, norm_sq, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step, a.grad_clip);
+        omp_set_num_threads(before);
+        EXPECT_EQ(std::memcmp(op.data(), kp.data(), n * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(om.data(), km.data(), n * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(ov.data(), kv.data(), n * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(ob.data(), kb.data(), n * sizeof(uint16_t)), 0);
+        EXPECT_TRUE(ip == p && im == m && iv == v);
+      }
 #ifndef TT_ADAMW_ISA
       // The generic entry point (the device optimizer of the CPU backend) gives the same update.
       std::vector<float> qp = p, qm = m, qv = v;
@@ -124,6 +140,16 @@ TEST_P(CpuAdamW, VectorAndThreadedMatchTheScalarFormulaBitForBit) {
 
 // Sizes: empty, one element, either side of one AVX-512 vector, a prime above the parallel threshold.
 INSTANTIATE_TEST_SUITE_P(Sizes, CpuAdamW, ::testing::Values(0, 1, 15, 17, 41, 100003));
+
+// The clip factor as the update computes it: exactly 1 when the norm is at most the clip (or clipping is off), which
+// is when the CPU optimizer's speculative update (computed with factor 1) is the update.
+TEST(CpuAdamWClip, FactorIsExactlyOneUnderTheClip) {
+  EXPECT_EQ(cpu::adamw_clip_factor(0.25f, 1.0f), 1.0f);
+  EXPECT_EQ(cpu::adamw_clip_factor(0.998f, 1.0f), 1.0f);
+  EXPECT_LT(cpu::adamw_clip_factor(1.0f, 1.0f), 1.0f);  // norm exactly 1: 1 / (1 + 1e-6), as PyTorch
+  EXPECT_EQ(cpu::adamw_clip_factor(1e12f, 0.0f), 1.0f);
+  EXPECT_LT(cpu::adamw_clip_factor(4.0f, 1.0f), 0.51f);
+}
 
 TEST(CpuAdamWBf16, RoundsTiesToEvenAndKeepsNaNQuiet) {
 #ifdef TT_ADAMW_ISA

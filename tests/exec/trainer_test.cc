@@ -403,6 +403,64 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
   EXPECT_FALSE(Trainer::create(forced, nullptr).is_ok());
 }
 
+// Note [speculative update]: the CPU optimizer updating each block during the backward as if the norm were under
+// the clip gives the device optimizer's bits whether the guess holds (a clip far above the norm: every update kept)
+// or not (a clip far below it: every update redone), with parameters streamed or resident, through evaluations and a
+// resume, under slow kernels, a slow link and a slower host.
+TEST(Trainer, SpeculativeUpdateIsBitIdentical) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  for (const float clip : {1e6f, 1e-3f}) {
+    for (const char* plan : {"in-core", "offload-params"}) {
+      SCOPED_TRACE(std::string(plan) + " clip " + std::to_string(clip));
+      TrainConfig device = small_config(data);
+      device.model.layers = 4;
+      device.steps = 8;
+      device.eval_every = 3;
+      device.grad_clip = clip;
+      TrainConfig cpu = device;
+      cpu.plan = plan;
+      cpu.optimizer = "cpu";
+      cpu.speculative_update = true;
+      cpu.cpu_copy_delay_us = 3000;
+      cpu.cpu_compute_delay_us = 100;
+      cpu.cpu_host_delay_us = 5000;
+      auto a = Trainer::create(device, nullptr);
+      auto b = Trainer::create(cpu, nullptr);
+      ASSERT_TRUE(a.is_ok() && b.is_ok()) << b.status().to_string();
+      ASSERT_TRUE(a.value()->run().is_ok());
+      ASSERT_TRUE(b.value()->run().is_ok());
+      expect_bit_identical(finish(*a.value()), finish(*b.value()));
+      for (size_t i = 0; i < a.value()->evals().size(); ++i)
+        EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
+      // Every segment (embeddings, blocks, final LayerNorm) speculated at every step.
+      const AdamW& opt = b.value()->optimizer();
+      const int64_t speculated = int64_t(device.steps) * (device.model.layers + 2);
+      if (clip > 1.0f) {
+        EXPECT_EQ(opt.speculation_kept(), speculated);
+        EXPECT_EQ(opt.speculation_redone(), 0);
+      } else {
+        EXPECT_EQ(opt.speculation_kept(), 0);
+        EXPECT_EQ(opt.speculation_redone(), speculated);
+      }
+      TrainConfig longer = cpu;
+      longer.steps = 14;
+      longer.eval_every = 0;
+      auto straight = Trainer::create(longer, nullptr);
+      ASSERT_TRUE(straight.is_ok());
+      ASSERT_TRUE(straight.value()->run().is_ok());
+      expect_bit_identical(finish(*straight.value()),
+                           run_split_at_10(longer, dir.file(std::string("ckpt-") + plan + std::to_string(clip > 1))));
+    }
+  }
+  TrainConfig bad = small_config(data);
+  bad.speculative_update = true;
+  auto refused = Trainer::create(bad, nullptr);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("applies to the CPU optimizer"), std::string::npos)
+      << refused.status().message();
+}
+
 // Neither pool allocates once the run is set up (steps and evaluations reuse everything), for every plan; the host
 // pool takes its memory in the one slab reserved at start, and holds all of it.
 TEST(Trainer, NoAllocationAfterSetup) {

@@ -22,8 +22,10 @@ namespace {
 // GCC 12 warns about the self-initialised "undefined" vectors inside its own intrinsics headers (a false positive).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-void adamw_range_f32(float* param, const float* grad, float* m, float* v, uint16_t* out_bf16, int64_t begin,
-                     int64_t end, const AdamWScalars<float>& s) {
+void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const AdamWScalars<float>& s) {
+  const float *param = a.param_in, *grad = a.grad, *m = a.m_in, *v = a.v_in;
+  float *param_out = a.param_out, *m_out = a.m_out, *v_out = a.v_out;
+  uint16_t* out_bf16 = a.out_bf16;
   int64_t i = begin;
 #if defined(__AVX512F__)
   {
@@ -39,11 +41,11 @@ void adamw_range_f32(float* param, const float* grad, float* m, float* v, uint16
       const __m512 mo = _mm512_loadu_ps(m + i), vo = _mm512_loadu_ps(v + i);
       const __m512 mi = _mm512_add_ps(mo, _mm512_mul_ps(omb1, _mm512_sub_ps(g, mo)));
       const __m512 vi = _mm512_add_ps(_mm512_mul_ps(vo, b2), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
-      _mm512_storeu_ps(m + i, mi);
-      _mm512_storeu_ps(v + i, vi);
+      _mm512_storeu_ps(m_out + i, mi);
+      _mm512_storeu_ps(v_out + i, vi);
       const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2s), eps);
       p = _mm512_sub_ps(p, _mm512_mul_ps(lr, _mm512_div_ps(mi, denom)));
-      _mm512_storeu_ps(param + i, p);
+      _mm512_storeu_ps(param_out + i, p);
       if (out_bf16) {
         const __m512i u = _mm512_castps_si512(p);
         const __m512i rounded = _mm512_srli_epi32(
@@ -68,11 +70,11 @@ void adamw_range_f32(float* param, const float* grad, float* m, float* v, uint16
       const __m256 mo = _mm256_loadu_ps(m + i), vo = _mm256_loadu_ps(v + i);
       const __m256 mi = _mm256_add_ps(mo, _mm256_mul_ps(omb1, _mm256_sub_ps(g, mo)));
       const __m256 vi = _mm256_add_ps(_mm256_mul_ps(vo, b2), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
-      _mm256_storeu_ps(m + i, mi);
-      _mm256_storeu_ps(v + i, vi);
+      _mm256_storeu_ps(m_out + i, mi);
+      _mm256_storeu_ps(v_out + i, vi);
       const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2s), eps);
       p = _mm256_sub_ps(p, _mm256_mul_ps(lr, _mm256_div_ps(mi, denom)));
-      _mm256_storeu_ps(param + i, p);
+      _mm256_storeu_ps(param_out + i, p);
       if (out_bf16) {
         const __m256i u = _mm256_castps_si256(p);
         const __m256i rounded = _mm256_srli_epi32(
@@ -87,7 +89,7 @@ void adamw_range_f32(float* param, const float* grad, float* m, float* v, uint16
   }
 #endif
   for (; i < end; ++i) {
-    const float p = adamw_one(param, grad, m, v, i, s);
+    const float p = adamw_one(param, grad, m, v, param_out, m_out, v_out, i, s);
     if (out_bf16) out_bf16[i] = float_to_bf16(p);
   }
 }
@@ -98,12 +100,11 @@ constexpr int64_t kAdamWParallelMin = int64_t(1) << 15;
 
 }  // namespace
 
-void adamw_update_f32(float* param, const float* grad, float* m, float* v, uint16_t* out_bf16, int64_t n,
-                      float grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
-                      int64_t step, float grad_clip) {
+void adamw_update_f32(const AdamWArrays& a, int64_t n, float grad_norm_sq, float lr, float beta1, float beta2,
+                      float eps, float weight_decay, int64_t step, float grad_clip) {
   const AdamWScalars<float> s = adamw_scalars(grad_norm_sq, lr, beta1, beta2, eps, weight_decay, step, grad_clip);
   if (n < kAdamWParallelMin) {
-    adamw_range_f32(param, grad, m, v, out_bf16, 0, n, s);
+    adamw_range_f32(a, 0, n, s);
     return;
   }
 #pragma omp parallel
@@ -114,8 +115,19 @@ void adamw_update_f32(float* param, const float* grad, float* m, float* v, uint1
     const int parts = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t base = lines / parts, rem = lines % parts;
     const int64_t b = t * base + std::min<int64_t>(t, rem), e = b + base + (t < rem ? 1 : 0);
-    adamw_range_f32(param, grad, m, v, out_bf16, b * 16, std::min(e * 16, n), s);
+    adamw_range_f32(a, b * 16, std::min(e * 16, n), s);
   }
+}
+
+void adamw_update_f32(float* param, const float* grad, float* m, float* v, uint16_t* out_bf16, int64_t n,
+                      float grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
+                      int64_t step, float grad_clip) {
+  adamw_update_f32(AdamWArrays{param, grad, m, v, param, m, v, out_bf16}, n, grad_norm_sq, lr, beta1, beta2, eps,
+                   weight_decay, step, grad_clip);
+}
+
+float adamw_clip_factor(float grad_norm_sq, float grad_clip) {
+  return adamw_scalars(grad_norm_sq, 1.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, grad_clip).clip;
 }
 
 }  // namespace tt::cpu

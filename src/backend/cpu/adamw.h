@@ -39,20 +39,22 @@ AdamWScalars<T> adamw_scalars(T grad_norm_sq, float lr, float beta1, float beta2
   return s;
 }
 
-// One element. The vector bodies below do exactly these operations in this order (no FMA: -ffp-contract=off), so
-// every path gives the same bits.
+// One element, reading the state from (param_in, m_in, v_in) and writing it to (param_out, m_out, v_out), which
+// may be the same arrays. The vector bodies (adamw.cc) do exactly these operations in this order (no FMA:
+// -ffp-contract=off), so every path gives the same bits.
 template <typename T>
-inline T adamw_one(T* param, const T* grad, T* m, T* v, int64_t i, const AdamWScalars<T>& s) {
+inline T adamw_one(const T* param_in, const T* grad, const T* m_in, const T* v_in, T* param_out, T* m_out, T* v_out,
+                   int64_t i, const AdamWScalars<T>& s) {
   const T g = grad[i] * s.clip;
-  T p = param[i];
+  T p = param_in[i];
   if (s.decays) p *= s.decay;
-  const T mi = m[i] + s.one_minus_b1 * (g - m[i]);
-  const T vi = v[i] * s.b2 + s.one_minus_b2 * g * g;
-  m[i] = mi;
-  v[i] = vi;
+  const T mi = m_in[i] + s.one_minus_b1 * (g - m_in[i]);
+  const T vi = v_in[i] * s.b2 + s.one_minus_b2 * g * g;
+  m_out[i] = mi;
+  v_out[i] = vi;
   const T denom = std::sqrt(vi) / s.bc2_sqrt + s.eps;
   p = p - s.step_size * (mi / denom);
-  param[i] = p;
+  param_out[i] = p;
   return p;
 }
 

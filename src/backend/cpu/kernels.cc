@@ -438,7 +438,7 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq
   } else {
     const AdamWScalars<T> s = adamw_scalars(grad_norm_sq, lr, beta1, beta2, eps, weight_decay, step, grad_clip);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) adamw_one(param, grad, m, v, i, s);
+    for (int64_t i = 0; i < n; ++i) adamw_one(param, grad, m, v, param, m, v, i, s);
   }
 }
 
