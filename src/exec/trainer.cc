@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernels.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "exec/checkpoint.h"
@@ -332,7 +333,7 @@ Status Trainer::train_step(StepRecord* rec) {
   TT_TRY(prefetch());
   const int64_t step = step_ + 1;
   const float lr = learning_rate(cfg_, step);
-  opt_->prepare_step(lr);
+  opt_->prepare_step(lr, speculate_next_);
   gpt_->forward_backward();
   profiler_->mark("adamw");
   opt_->step(lr);
@@ -348,6 +349,9 @@ Status Trainer::train_step(StepRecord* rec) {
   rec->loss = sum / static_cast<double>(host_losses_.size());
   rec->lr = lr;
   rec->grad_norm = std::sqrt(static_cast<double>(norm_sq));
+  // Note [speculative update]: guess that the next norm is under the clip when this one was (a wrong guess costs a
+  // second update, never a different result).
+  speculate_next_ = cpu::adamw_clip_factor(norm_sq, cfg_.grad_clip) == 1.0f;
   TT_RETURN_IF(!std::isfinite(rec->loss), kInternal,
                "loss is %f at step %lld: training diverged (try a lower --lr or a --grad-clip)", rec->loss,
                static_cast<long long>(step));

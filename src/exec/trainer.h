@@ -118,6 +118,7 @@ class Trainer {
   std::unique_ptr<OpProfiler> profiler_;
   Rng rng_;
   int64_t step_ = 0;
+  bool speculate_next_ = true;  // Note [speculative update]: the last norm was under the clip (or no step yet)
   std::vector<int32_t> host_tokens_, host_targets_;  // evaluation batches
   // Note [input staging]: two pinned host slots, each holding a batch's tokens then targets; the batch of the next
   // step is drawn and copied to next_inputs_ on the h2d stream while the current step computes; a step starts by
