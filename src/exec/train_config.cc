@@ -61,8 +61,9 @@ void declare_train_knobs(Config& cfg) {
          "compute dtype; master weights and optimizer state stay f32 (auto: bf16 on a GPU, f32 on the CPU)");
   knob("runtime", "plan", K::kString, "in-core",
        "where each layer's tensors live: in-core keeps all on the device; recompute keeps block outputs and rebuilds "
-       "the rest in the backward; swap-activations copies them to host memory and back; or a JSON plan file mixing "
-       "them per layer (docs/PLANS.md). All are bit-identical");
+       "the rest in the backward; swap-activations copies them to host memory and back; offload-params streams "
+       "every block's parameters and gradients from host memory with the CPU optimizer; offload-all also swaps the "
+       "activations; or a JSON plan file mixing them per layer (docs/PLANS.md). All are bit-identical");
   choice("runtime", "optimizer", "plan", {"plan", "device", "cpu"},
          "where AdamW runs: device, or cpu (moments and fp32 master weights in host memory, updated by the host "
          "between the backward and the next forward); plan: as the plan says (device for the shortcuts)");
