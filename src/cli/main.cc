@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "comm/launch.h"
 #include "exec/train_config.h"
 #include "exec/trainer.h"
 
@@ -59,6 +60,19 @@ int main(int argc, char** argv) {
                   "load the data, resolve the plan and print the device and host memory the run needs against the "
                   "budget, then exit (0: it fits, 1: it does not); nothing is allocated");
 
+  CLI::App* launch = app.add_subcommand(
+      "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core] -- CMD [ARGS...]; each gets "
+                "RANK, WORLD_SIZE, LOCAL_RANK and TIERTRAIN_COMM_ID; when a rank fails the others are stopped");
+  tt::comm::LaunchOptions launch_opt;
+  std::string bind_to = "none";
+  launch->add_option("-n,--nproc", launch_opt.ranks, "number of ranks")->required()->check(CLI::Range(1, 4096));
+  launch->add_option("--bind-to", bind_to, "core: pin rank r to the r-th CPU this process may use; none (default)")
+      ->check(CLI::IsMember({"none", "core"}));
+  launch->add_option("--grace", launch_opt.grace_seconds,
+                     "seconds between SIGTERM and SIGKILL when stopping the ranks after one failed [default: 5]");
+  launch->prefix_command();  // everything from the command on is the command
+  launch->allow_extras();
+
   std::map<std::string, std::vector<std::string>> raw;
   std::map<std::string, CLI::Option*> opts;
   for (const tt::Knob& k : cfg.knobs()) {
@@ -76,6 +90,18 @@ int main(int argc, char** argv) {
     opts[k.spec.name] = o;
   }
 
+  // `launch ... -- CMD ...`: the command after "--" is not ours to parse (CLI11 would take it as positionals).
+  std::vector<std::string> launch_tail;
+  bool launch_dashes = false;
+  if (argc > 1 && std::string(argv[1]) == "launch") {
+    for (int i = 2; i < argc; ++i) {
+      if (std::string(argv[i]) != "--") continue;
+      launch_tail.assign(argv + i + 1, argv + argc);
+      launch_dashes = true;
+      argc = i;
+      break;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -105,6 +131,13 @@ int main(int argc, char** argv) {
   tt::log::configure({level.is_ok() ? level.value() : tt::log::Level::kWarn,
                       subsys.is_ok() ? subsys.value() : tt::log::kAll});
 
+  if (launch->parsed()) {
+    launch_opt.command = launch_dashes ? launch_tail : launch->remaining();
+    launch_opt.bind_cores = bind_to == "core";
+    auto rc = tt::comm::launch(launch_opt);
+    if (!rc.is_ok()) return report(rc.status());
+    return rc.value();
+  }
   if (print_config) {
     std::fputs(cfg.describe().c_str(), stdout);
     return 0;

@@ -17,6 +17,8 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kFailedPrecondition: return "failed precondition";
     case StatusCode::kUnimplemented: return "unimplemented";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kDeadlineExceeded: return "deadline exceeded";
+    case StatusCode::kAborted: return "aborted";
   }
   return "unknown";
 }

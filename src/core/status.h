@@ -30,6 +30,8 @@ enum class StatusCode {
   kFailedPrecondition,  // state does not allow the call (mismatched checkpoint, ...)
   kUnimplemented,
   kInternal,
+  kDeadlineExceeded,    // a wait passed its deadline (a peer that never arrived)
+  kAborted,             // a peer died, or the operation was cancelled
 };
 
 const char* status_code_name(StatusCode code);

@@ -1,0 +1,111 @@
+#include "comm/comm.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "comm/shm.h"
+
+namespace tt::comm {
+
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::kF32: return 4;
+    case DType::kF64: return 8;
+    case DType::kBF16: return 2;
+    case DType::kF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::kF32: return "f32";
+    case DType::kF64: return "f64";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+  }
+  return "?";
+}
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kSum: return "sum";
+    case Op::kProd: return "prod";
+    case Op::kMin: return "min";
+    case Op::kMax: return "max";
+    case Op::kAvg: return "avg";
+  }
+  return "?";
+}
+
+Result<DType> parse_dtype(const std::string& name) {
+  for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32, DType::kI64})
+    if (name == dtype_name(d)) return d;
+  return make_status(StatusCode::kInvalidArgument, "unknown dtype '%s' (f32, f64, bf16, f16, i32, i64)", name.c_str());
+}
+
+Result<Op> parse_op(const std::string& name) {
+  for (Op o : {Op::kSum, Op::kProd, Op::kMin, Op::kMax, Op::kAvg})
+    if (name == op_name(o)) return o;
+  return make_status(StatusCode::kInvalidArgument, "unknown reduction op '%s' (sum, prod, min, max, avg)",
+                     name.c_str());
+}
+
+namespace {
+
+// An integer from the first of the variables that is set; fallback if none is.
+Result<long long> env_int(std::initializer_list<const char*> names, long long fallback, const char** which) {
+  for (const char* n : names) {
+    const char* v = std::getenv(n);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long long x = std::strtoll(v, &end, 10);
+    TT_RETURN_IF(*end != '\0', kInvalidArgument, "%s=%s is not an integer", n, v);
+    *which = n;
+    return x;
+  }
+  *which = nullptr;
+  return fallback;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> world(Options options) {
+  const char* rank_var = nullptr;
+  const char* size_var = nullptr;
+  TT_ASSIGN_OR_RETURN(long long rank, env_int({"TIERTRAIN_RANK", "RANK"}, 0, &rank_var));
+  TT_ASSIGN_OR_RETURN(long long size, env_int({"TIERTRAIN_WORLD_SIZE", "WORLD_SIZE"}, 1, &size_var));
+  TT_RETURN_IF(size < 1 || size > 4096, kInvalidArgument, "%s=%lld: the world size must be 1..4096",
+               size_var ? size_var : "world size", size);
+  TT_RETURN_IF(rank < 0 || rank >= size, kInvalidArgument, "%s=%lld is not a rank of a world of %lld",
+               rank_var ? rank_var : "rank", rank, size);
+  if (const char* t = std::getenv("TIERTRAIN_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
+    char* end = nullptr;
+    const double s = std::strtod(t, &end);
+    TT_RETURN_IF(*end != '\0' || !(s > 0), kInvalidArgument, "TIERTRAIN_COMM_TIMEOUT=%s: seconds, > 0", t);
+    options.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000.0));
+  }
+  ShmOptions shm;
+  shm.common = options;
+  const char* id = std::getenv("TIERTRAIN_COMM_ID");
+  TT_RETURN_IF(size > 1 && (id == nullptr || *id == '\0'), kInvalidArgument,
+               "a world of %lld ranks needs TIERTRAIN_COMM_ID, the job's name that all its ranks share (`tiertrain "
+               "launch` sets it)",
+               size);
+  shm.job_id = size > 1 ? std::string(id) : "solo-" + std::to_string(getpid());
+  const char* which = nullptr;
+  TT_ASSIGN_OR_RETURN(long long buf, env_int({"TIERTRAIN_COMM_BUFFER"}, 8 << 20, &which));
+  TT_RETURN_IF(buf < 4096 || buf % 64 != 0, kInvalidArgument,
+               "TIERTRAIN_COMM_BUFFER=%lld: bytes, at least 4096 and a multiple of 64", buf);
+  shm.buffer_bytes = static_cast<size_t>(buf);
+  if (const char* d = std::getenv("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm.dir = d;
+  return create_shm(static_cast<int>(rank), static_cast<int>(size), shm);
+}
+
+}  // namespace tt::comm

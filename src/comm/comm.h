@@ -1,0 +1,71 @@
+// comm/comm: collectives between the ranks of one job, behind one API whatever carries them (shared memory between
+// the processes of one node today; MPI across nodes and NCCL between GPUs to come: docs/design/comm.md).
+//
+//   TT_ASSIGN_OR_RETURN(auto comm, comm::world());          // from the environment `tiertrain launch` sets
+//   TT_TRY(comm->allreduce(send, recv, n, comm::DType::kF32, comm::Op::kSum));
+//   TT_TRY(comm->allreduce(comm::kInPlace, buf, n, comm::DType::kBF16, comm::Op::kAvg));
+//
+// Conventions (NCCL's): counts are elements, not bytes. allgather and gather take `count` elements from each rank
+// and write size() * count; scatter and reduce_scatter write `count` elements on each rank from size() * count;
+// alltoall sends `count` elements to each rank (size() * count in, size() * count out). In place: send == kInPlace
+// (or send == recv; for allgather and gather, send == recv + rank * count; for reduce_scatter, recv == send + rank
+// * count). Every call is collective: all ranks call the same operations in the same order with matching counts,
+// dtypes, ops and roots; a mismatch is an error on every rank, naming the operation, its sequence number and the
+// ranks and fields that differ, instead of a hang or a wrong answer. Every wait has a deadline (Options::timeout);
+// an error names the ranks that did not arrive, and a rank that died is named as soon as it is seen dead.
+// Reductions combine the ranks' values in rank order (bf16 and f16 in f32), so every rank gets the same bits.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace tt::comm {
+
+enum class DType : uint8_t { kF32, kF64, kBF16, kF16, kI32, kI64 };
+enum class Op : uint8_t { kSum, kProd, kMin, kMax, kAvg };
+
+size_t dtype_size(DType d);
+const char* dtype_name(DType d);
+const char* op_name(Op op);
+Result<DType> parse_dtype(const std::string& name);
+Result<Op> parse_op(const std::string& name);
+
+// The "in place" send buffer (mpi4py's IN_PLACE): the data is taken from the receive buffer.
+inline const void* const kInPlace = reinterpret_cast<const void*>(uintptr_t{1});
+
+struct Options {
+  // How long any one wait for other ranks may take before the call fails (TIERTRAIN_COMM_TIMEOUT, seconds).
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;
+  // Collective operations completed so far (the sequence number of the next is this + 1).
+  virtual int64_t sequence() const = 0;
+
+  virtual Status barrier() = 0;
+  virtual Status broadcast(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
+  virtual Status reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) = 0;
+  virtual Status allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) = 0;
+  virtual Status gather(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
+  virtual Status scatter(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
+  virtual Status allgather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual Status reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) = 0;
+  virtual Status alltoall(const void* send, void* recv, size_t count, DType dtype) = 0;
+};
+
+// The communicator of the job this process belongs to, from the environment `tiertrain launch` (or a compatible
+// launcher) sets: TIERTRAIN_RANK (or RANK), TIERTRAIN_WORLD_SIZE (or WORLD_SIZE), TIERTRAIN_COMM_ID (the job's
+// unique name). A single process with none of them set is a world of one.
+Result<std::unique_ptr<Communicator>> world(Options options = {});
+
+}  // namespace tt::comm

@@ -1,0 +1,173 @@
+#include "comm/launch.h"
+
+#include <dirent.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tt::comm {
+namespace {
+
+std::string job_id() {
+  std::random_device rd;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "j%d-%08x", static_cast<int>(getpid()), rd());
+  return buf;
+}
+
+// Segments a rank that died early may have left (their names are removed once every rank has mapped them).
+void remove_leftovers(const std::string& id) {
+  const char* dir_env = std::getenv("TIERTRAIN_SHM_DIR");
+  const std::string dir = dir_env && *dir_env ? dir_env : "/dev/shm";
+  const std::string prefix = "tiertrain-" + id + "-";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d))
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) ::unlink((dir + "/" + e->d_name).c_str());
+  closedir(d);
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return std::string("was killed by signal ") + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  return "ended with status " + std::to_string(status);
+}
+
+}  // namespace
+
+Result<int> launch(const LaunchOptions& o) {
+  TT_RETURN_IF(o.ranks < 1 || o.ranks > 4096, kInvalidArgument, "launch: -n %d (1..4096)", o.ranks);
+  TT_RETURN_IF(o.command.empty(), kInvalidArgument, "launch: no command (tiertrain launch -n N -- CMD ...)");
+  const std::string id = job_id();
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  std::vector<int> cpus;
+  if (o.bind_cores && sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+
+  // The signals we handle arrive through sigtimedwait, blocked from now on; the ranks get the mask they had.
+  sigset_t handled, old;
+  sigemptyset(&handled);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) sigaddset(&handled, s);
+  sigprocmask(SIG_BLOCK, &handled, &old);
+
+  std::vector<char*> argv;
+  for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<pid_t> pids(static_cast<size_t>(o.ranks), -1);
+  std::vector<int> status(static_cast<size_t>(o.ranks), -1);
+  int running = 0;
+  for (int r = 0; r < o.ranks; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      const int e = errno;
+      for (pid_t p : pids)
+        if (p > 0) kill(p, SIGKILL);
+      while (running-- > 0) wait(nullptr);
+      sigprocmask(SIG_SETMASK, &old, nullptr);
+      return make_status(StatusCode::kInternal, "launch: fork for rank %d: %s", r, std::strerror(e));
+    }
+    if (pid == 0) {
+      sigprocmask(SIG_SETMASK, &old, nullptr);
+      const std::string rank = std::to_string(r), world = std::to_string(o.ranks);
+      setenv("RANK", rank.c_str(), 1);
+      setenv("LOCAL_RANK", rank.c_str(), 1);
+      setenv("WORLD_SIZE", world.c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
+      setenv("TIERTRAIN_RANK", rank.c_str(), 1);
+      setenv("TIERTRAIN_WORLD_SIZE", world.c_str(), 1);
+      setenv("TIERTRAIN_COMM_ID", id.c_str(), 1);
+      if (!cpus.empty()) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[static_cast<size_t>(r) % cpus.size()], &one);
+        sched_setaffinity(0, sizeof(one), &one);
+      }
+      execvp(argv[0], argv.data());
+      std::fprintf(stderr, "tiertrain launch: rank %d: cannot run '%s': %s\n", r, argv[0], std::strerror(errno));
+      _exit(127);
+    }
+    pids[static_cast<size_t>(r)] = pid;
+    ++running;
+  }
+
+  int failed = -1;  // the first rank that failed
+  bool stopping = false;
+  std::chrono::steady_clock::time_point kill_at{};
+  auto signal_all = [&](int sig) {
+    for (int r = 0; r < o.ranks; ++r)
+      if (status[static_cast<size_t>(r)] < 0) kill(pids[static_cast<size_t>(r)], sig);
+  };
+  while (running > 0) {
+    // Reap whatever has ended.
+    for (;;) {
+      int st = 0;
+      const pid_t pid = waitpid(-1, &st, WNOHANG);
+      if (pid <= 0) break;
+      for (int r = 0; r < o.ranks; ++r) {
+        if (pids[static_cast<size_t>(r)] != pid) continue;
+        status[static_cast<size_t>(r)] = st;
+        --running;
+        const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (!ok && failed < 0 && !stopping) {
+          failed = r;
+          std::fprintf(stderr, "tiertrain launch: rank %d (pid %d) %s; stopping the other %d rank(s)\n", r,
+                       static_cast<int>(pid), describe(st).c_str(), running);
+          stopping = true;
+          signal_all(SIGTERM);
+          kill_at = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(static_cast<long long>(o.grace_seconds * 1000.0));
+        }
+      }
+    }
+    if (running == 0) break;
+    if (stopping && std::chrono::steady_clock::now() >= kill_at) {
+      signal_all(SIGKILL);
+      kill_at = std::chrono::steady_clock::now() + std::chrono::hours(24);
+    }
+    timespec wait_for{0, 100 * 1000 * 1000};
+    siginfo_t info{};
+    const int sig = sigtimedwait(&handled, &info, &wait_for);
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+      if (!stopping) {
+        std::fprintf(stderr, "tiertrain launch: %s: passing it to the %d rank(s)\n", strsignal(sig), running);
+        stopping = true;
+        signal_all(sig);
+        kill_at = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<long long>(o.grace_seconds * 1000.0));
+      } else {
+        signal_all(SIGKILL);  // a second signal: no more waiting
+      }
+    }
+  }
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  remove_leftovers(id);
+  if (failed >= 0) {
+    const int st = status[static_cast<size_t>(failed)];
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  }
+  // Stopped by a signal to the launcher, or every rank succeeded.
+  for (int r = 0; r < o.ranks; ++r) {
+    const int st = status[static_cast<size_t>(r)];
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+      std::fprintf(stderr, "tiertrain launch: rank %d %s\n", r, describe(st).c_str());
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    }
+  }
+  return 0;
+}
+
+}  // namespace tt::comm

@@ -1,0 +1,19 @@
+// comm/reduce: the element-wise reductions of the collectives, on host memory: dst = op over n sources, combined in
+// source (rank) order so that every rank computes the same bits; bf16 and f16 are accumulated in f32 and rounded
+// once (to nearest even); avg is the sum divided by n (integer division for integer types).
+#pragma once
+
+#include <cstddef>
+
+#include "comm/comm.h"
+
+namespace tt::comm {
+
+// dst may be one of the sources. count elements of dtype each.
+void reduce(void* dst, const void* const* srcs, int n, size_t count, DType dtype, Op op);
+
+// IEEE half precision <-> float (round to nearest even; NaN stays NaN).
+uint16_t float_to_f16(float f);
+float f16_to_float(uint16_t h);
+
+}  // namespace tt::comm

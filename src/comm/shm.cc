@@ -1,0 +1,587 @@
+#include "comm/shm.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/reduce.h"
+#include "core/log.h"
+#include "core/units.h"
+
+namespace tt::comm {
+namespace {
+
+// Note [shm rounds]
+// Every collective is a sequence of rounds (one per chunk of at most buffer_bytes; a barrier is one round with no
+// data). Round numbers count up over the life of the communicator, alike on every rank. In round r each rank:
+//  1. waits until every peer's `consumed` is >= r - 1: they have finished reading its areas of the previous round;
+//  2. copies its input into its own input area, describes the operation in its `meta` and sets `arrived` = r;
+//  3. waits until every peer's `arrived` is >= r, and checks every peer's `meta` against its own (a mismatch is an
+//     error on every rank, before any data is read);
+//  4. reads its peers' input areas (and, for large reductions, reduces its slice into its result area, sets
+//     `reduced` = r, waits for every peer's `reduced` and reads their slices);
+//  5. sets `consumed` = r.
+// Every flag has one writer (its owner), a cache line of its own, and is written with release and read with acquire
+// order, so the data written before it is visible to whoever sees it. No round ends with a barrier: the wait of
+// step 1 is the only thing a rank waits for before reusing its areas.
+constexpr uint64_t kMagic = 0x7474636f6d6d3031ull;  // "ttcomm01"
+
+struct alignas(64) Flag {
+  std::atomic<int64_t> value;
+  char pad[64 - sizeof(std::atomic<int64_t>)];
+};
+
+struct alignas(64) Meta {
+  int64_t round;
+  int64_t seq;
+  uint64_t count;  // elements of the collective (not of the chunk)
+  int32_t kind;
+  int32_t dtype;
+  int32_t op;
+  int32_t root;
+};
+
+struct alignas(64) Header {
+  std::atomic<uint64_t> magic;  // set last, once the segment is ready
+  int32_t rank;
+  int32_t size;
+  int64_t pid;
+  uint64_t buffer_bytes;
+  char pad[64 - 32];
+  Flag arrived, reduced, consumed;
+  Meta meta;
+};
+static_assert(sizeof(Header) % 64 == 0);
+static_assert(std::atomic<int64_t>::is_always_lock_free);
+
+enum Kind : int32_t { kBarrier, kBroadcast, kReduce, kAllreduce, kGather, kScatter, kAllgather, kReduceScatter,
+                      kAlltoall };
+const char* kind_name(int32_t k) {
+  static const char* names[] = {"barrier",   "broadcast", "reduce",         "allreduce", "gather",
+                                "scatter",   "allgather", "reduce_scatter", "alltoall"};
+  return k >= 0 && k <= kAlltoall ? names[k] : "?";
+}
+
+// Reductions of up to this many bytes per round are reduced whole by every rank (one synchronisation); larger ones
+// are split: each rank reduces a slice, then all gather the slices (two synchronisations, 1/n of the reduction work
+// and reads each).
+constexpr size_t kDirectReduceBytes = 64 << 10;
+
+class ShmComm final : public Communicator {
+ public:
+  ShmComm(int rank, int size, ShmOptions options) : rank_(rank), size_(size), opt_(std::move(options)) {}
+  ~ShmComm() override {
+    for (size_t i = 0; i < maps_.size(); ++i)
+      if (maps_[i]) munmap(maps_[i], seg_bytes_);
+    if (!own_name_.empty()) unlink_own();
+  }
+
+  Status init();
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "shm"; }
+  int64_t sequence() const override { return seq_; }
+
+  Status barrier() override {
+    TT_TRY(begin(kBarrier, 0, DType::kF32, Op::kSum, -1));
+    return round(nullptr, 0, [](int64_t) { return Status::ok(); });
+  }
+  Status broadcast(const void* send, void* recv, size_t count, DType dtype, int root) override;
+  Status reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) override;
+  Status allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) override;
+  Status gather(const void* send, void* recv, size_t count, DType dtype, int root) override;
+  Status scatter(const void* send, void* recv, size_t count, DType dtype, int root) override;
+  Status allgather(const void* send, void* recv, size_t count, DType dtype) override;
+  Status reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) override;
+  Status alltoall(const void* send, void* recv, size_t count, DType dtype) override;
+
+ private:
+  Header* hdr(int r) const { return static_cast<Header*>(maps_[static_cast<size_t>(r)]); }
+  char* input(int r) const { return reinterpret_cast<char*>(hdr(r)) + sizeof(Header); }
+  char* result(int r) const { return input(r) + opt_.buffer_bytes; }
+  std::string segment_path(int r) const;
+  void unlink_own();
+
+  // Starts collective number seq_ + 1 (checks the arguments, and that no earlier error broke the communicator).
+  Status begin(int32_t kind, size_t count, DType dtype, Op op, int root);
+  // One round: steps 1-3 of Note [shm rounds] with `bytes` of input copied from `in` (or written by fill), then
+  // work(round), then step 5.
+  template <typename Work>
+  Status round(const void* in, size_t bytes, Work&& work);
+  // Waits until flag(peer) >= target for every peer (or for `only` if >= 0); on a timeout or a dead peer, an error
+  // naming them, and the communicator is broken.
+  Status wait_all(Flag Header::*flag, int64_t target, const char* what, int only = -1);
+  Status fail(Status s) {
+    broken_ = s.message();
+    return s;
+  }
+  Status check_metas();
+  Status reduce_rounds(const void* send, void* recv, size_t count, DType dtype, Op op, int root);
+
+  int rank_, size_;
+  ShmOptions opt_;
+  std::vector<void*> maps_;
+  size_t seg_bytes_ = 0;
+  std::string own_name_;
+  int64_t seq_ = 0;    // collectives started
+  int64_t round_ = 0;  // rounds started
+  Meta cur_{};         // the collective in progress
+  std::string broken_;
+  int64_t jitter_us_ = 0;  // TIERTRAIN_COMM_JITTER_US (tests): a rank- and round-dependent delay before each write
+  void jitter(int64_t r) const {
+    if (jitter_us_ > 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(jitter_us_ * ((rank_ + r) % size_)));
+  }
+};
+
+std::string ShmComm::segment_path(int r) const {
+  const std::string name = "tiertrain-" + opt_.job_id + "-" + std::to_string(r);
+  return opt_.dir.empty() ? "/" + name : opt_.dir + "/" + name;
+}
+
+void ShmComm::unlink_own() {
+  if (opt_.dir.empty()) {
+    shm_unlink(own_name_.c_str());
+  } else {
+    ::unlink(own_name_.c_str());
+  }
+  own_name_.clear();
+}
+
+Status ShmComm::init() {
+  TT_RETURN_IF(size_ < 1 || rank_ < 0 || rank_ >= size_, kInvalidArgument, "rank %d of a world of %d", rank_, size_);
+  TT_RETURN_IF(opt_.job_id.empty() || opt_.job_id.find('/') != std::string::npos, kInvalidArgument,
+               "shm communicator: job id '%s' must be non-empty and contain no '/'", opt_.job_id.c_str());
+  TT_RETURN_IF(opt_.buffer_bytes < 4096 || opt_.buffer_bytes % 64 != 0, kInvalidArgument,
+               "shm communicator: buffer of %zu bytes (at least 4096, a multiple of 64)", opt_.buffer_bytes);
+  seg_bytes_ = sizeof(Header) + 2 * opt_.buffer_bytes;
+  if (const char* j = std::getenv("TIERTRAIN_COMM_JITTER_US")) jitter_us_ = std::atoll(j);
+  // Room for every rank's segment where they go (a container's /dev/shm is 64 MB by default): checked before
+  // anything is mapped, because tmpfs accepts a file larger than its free space and then kills the process that
+  // touches the missing pages.
+  const std::string where = opt_.dir.empty() ? std::string("/dev/shm") : opt_.dir;
+  struct statvfs vfs {};
+  if (statvfs(where.c_str(), &vfs) == 0) {
+    const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    const uint64_t need = static_cast<uint64_t>(seg_bytes_) * static_cast<uint64_t>(size_);
+    // Rank 0 checks for all (the others' segments may already be there).
+    TT_RETURN_IF(rank_ == 0 && free_bytes < need, kOutOfMemory,
+                 "shm communicator: %s has %s free, and %d ranks need %s (%s each: two areas of "
+                 "TIERTRAIN_COMM_BUFFER=%s). Give the container more (docker run --shm-size=1g), lower "
+                 "TIERTRAIN_COMM_BUFFER, or put the segments in a directory with room: TIERTRAIN_SHM_DIR=/path",
+                 where.c_str(), format_bytes(static_cast<int64_t>(free_bytes)).c_str(), size_,
+                 format_bytes(static_cast<int64_t>(need)).c_str(), format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(),
+                 format_bytes(static_cast<int64_t>(opt_.buffer_bytes)).c_str());
+  } else {
+    return make_status(StatusCode::kNotFound, "shm communicator: %s: %s (set TIERTRAIN_SHM_DIR to a directory)",
+                       where.c_str(), std::strerror(errno));
+  }
+  maps_.assign(static_cast<size_t>(size_), nullptr);
+  // Our own segment: created, sized, touched (so its pages are ours, on our NUMA node), then published.
+  {
+    own_name_ = segment_path(rank_);
+    const int fd = opt_.dir.empty() ? shm_open(own_name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600)
+                                    : ::open(own_name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      const int e = errno;
+      own_name_.clear();
+      return make_status(StatusCode::kIoError, "shm communicator: creating %s: %s%s", segment_path(rank_).c_str(),
+                         std::strerror(e),
+                         e == EEXIST ? " (a job with the same TIERTRAIN_COMM_ID is running, or one died and left "
+                                       "it: remove it)"
+                                     : "");
+    }
+    const int rc = ftruncate(fd, static_cast<off_t>(seg_bytes_));
+    void* p = rc == 0 ? mmap(nullptr, seg_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    const int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) {
+      unlink_own();
+      return make_status(StatusCode::kIoError, "shm communicator: sizing or mapping %s (%s): %s",
+                         segment_path(rank_).c_str(), format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(),
+                         std::strerror(e));
+    }
+    maps_[static_cast<size_t>(rank_)] = p;
+    std::memset(p, 0, seg_bytes_);
+    Header* h = hdr(rank_);
+    h->rank = rank_;
+    h->size = size_;
+    h->pid = getpid();
+    h->buffer_bytes = opt_.buffer_bytes;
+    h->arrived.value.store(0, std::memory_order_relaxed);
+    h->reduced.value.store(0, std::memory_order_relaxed);
+    h->consumed.value.store(0, std::memory_order_relaxed);
+    h->magic.store(kMagic, std::memory_order_release);
+  }
+  // The peers' segments, as they appear (the rendezvous), within the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + opt_.common.timeout;
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (maps_[static_cast<size_t>(r)]) continue;
+      const std::string path = segment_path(r);
+      const int fd = opt_.dir.empty() ? shm_open(path.c_str(), O_RDWR, 0600) : ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd >= 0) {
+        struct stat st {};
+        if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == seg_bytes_) {
+          void* p = mmap(nullptr, seg_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          if (p != MAP_FAILED) {
+            const Header* h = static_cast<const Header*>(p);
+            if (h->magic.load(std::memory_order_acquire) == kMagic) {
+              ::close(fd);
+              if (h->size != size_ || h->rank != r || h->buffer_bytes != opt_.buffer_bytes) {
+                munmap(p, seg_bytes_);
+                return make_status(StatusCode::kInvalidArgument,
+                                   "shm communicator: rank %d's segment says rank %d of %d with %llu-byte buffers; "
+                                   "this is rank %d of %d with %zu (ranks started with different settings?)",
+                                   r, h->rank, h->size, static_cast<unsigned long long>(h->buffer_bytes), rank_,
+                                   size_, opt_.buffer_bytes);
+              }
+              maps_[static_cast<size_t>(r)] = p;
+              continue;
+            }
+            munmap(p, seg_bytes_);
+          }
+        }
+        ::close(fd);
+      }
+      missing.push_back(r);
+    }
+    if (missing.empty()) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string list;
+      for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+      return make_status(StatusCode::kDeadlineExceeded,
+                         "shm communicator: rank %d of %d: rank(s) %s never joined within %.1f s "
+                         "(TIERTRAIN_COMM_TIMEOUT); is every rank started with the same TIERTRAIN_COMM_ID?",
+                         rank_, size_, list.c_str(), opt_.common.timeout.count() / 1000.0);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Once everyone has mapped everyone, the names can go: the segments live as long as a process maps them.
+  TT_TRY(barrier());
+  unlink_own();
+  TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments", rank_, size_,
+         format_bytes(static_cast<int64_t>(seg_bytes_)).c_str());
+  return Status::ok();
+}
+
+Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root) {
+  TT_RETURN_IF(!broken_.empty(), kFailedPrecondition,
+               "shm communicator (rank %d): unusable after an earlier error: %s", rank_, broken_.c_str());
+  TT_RETURN_IF(root != -1 && (root < 0 || root >= size_), kInvalidArgument, "%s: root %d is not a rank of 0..%d",
+               kind_name(kind), root, size_ - 1);
+  ++seq_;
+  cur_ = Meta{};
+  cur_.seq = seq_;
+  cur_.count = count;
+  cur_.kind = kind;
+  cur_.dtype = static_cast<int32_t>(dtype);
+  cur_.op = static_cast<int32_t>(op);
+  cur_.root = root;
+  return Status::ok();
+}
+
+Status ShmComm::wait_all(Flag Header::*flag, int64_t target, const char* what, int only) {
+  const auto start = std::chrono::steady_clock::now();
+  auto next_liveness = start + std::chrono::milliseconds(100);
+  for (uint64_t spin = 0;; ++spin) {
+    bool all = true;
+    for (int r = 0; r < size_ && all; ++r) {
+      if (r == rank_ || (only >= 0 && r != only)) continue;
+      all = (hdr(r)->*flag).value.load(std::memory_order_acquire) >= target;
+    }
+    if (all) return Status::ok();
+    if (spin < 4096) continue;  // short waits spin
+    if ((spin & 63) == 0) {
+      const auto now = std::chrono::steady_clock::now();
+      std::vector<int> late, dead;
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_ || (only >= 0 && r != only)) continue;
+        if ((hdr(r)->*flag).value.load(std::memory_order_acquire) >= target) continue;
+        late.push_back(r);
+        if (now >= next_liveness && kill(static_cast<pid_t>(hdr(r)->pid), 0) != 0 && errno == ESRCH) dead.push_back(r);
+      }
+      if (now >= next_liveness) next_liveness = now + std::chrono::milliseconds(100);
+      auto list = [](const std::vector<int>& v) {
+        std::string s;
+        for (int r : v) s += (s.empty() ? "" : ", ") + std::to_string(r);
+        return s;
+      };
+      if (!dead.empty())
+        return fail(make_status(StatusCode::kAborted,
+                                "%s #%lld (rank %d of %d): rank(s) %s died (their process is gone) while %s",
+                                kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_, size_,
+                                list(dead).c_str(), what));
+      if (now - start > opt_.common.timeout)
+        return fail(make_status(StatusCode::kDeadlineExceeded,
+                                "%s #%lld (rank %d of %d): rank(s) %s did not arrive within %.1f s "
+                                "(TIERTRAIN_COMM_TIMEOUT) while %s: they are behind, stuck, or called a different "
+                                "sequence of collectives",
+                                kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_, size_, list(late).c_str(),
+                                opt_.common.timeout.count() / 1000.0, what));
+    }
+    if (spin < 65536) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+Status ShmComm::check_metas() {
+  std::string diffs;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const Meta& m = hdr(r)->meta;
+    std::string d;
+    if (m.seq != cur_.seq) d += str_format(" collective #%lld", static_cast<long long>(m.seq));
+    if (m.kind != cur_.kind) d += str_format(" %s", kind_name(m.kind));
+    if (m.count != cur_.count) d += str_format(" count %llu", static_cast<unsigned long long>(m.count));
+    if (m.dtype != cur_.dtype) d += str_format(" dtype %s", dtype_name(static_cast<DType>(m.dtype)));
+    if (m.op != cur_.op && cur_.kind != kBarrier) d += str_format(" op %s", op_name(static_cast<Op>(m.op)));
+    if (m.root != cur_.root) d += str_format(" root %d", m.root);
+    if (!d.empty()) diffs += str_format("; rank %d has%s", r, d.c_str());
+  }
+  if (diffs.empty()) return Status::ok();
+  return fail(make_status(StatusCode::kInvalidArgument,
+                          "%s #%lld (rank %d of %d): ranks disagree: this rank has %s count %llu dtype %s op %s root "
+                          "%d%s",
+                          kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_, size_, kind_name(cur_.kind),
+                          static_cast<unsigned long long>(cur_.count), dtype_name(static_cast<DType>(cur_.dtype)),
+                          op_name(static_cast<Op>(cur_.op)), cur_.root, diffs.c_str()));
+}
+
+template <typename Work>
+Status ShmComm::round(const void* in, size_t bytes, Work&& work) {
+  const int64_t r = ++round_;
+  Header* me = hdr(rank_);
+  if (size_ > 1) TT_TRY(wait_all(&Header::consumed, r - 1, "waiting for the previous round's reads"));
+  jitter(r);
+  if (bytes > 0) std::memcpy(input(rank_), in, bytes);
+  cur_.round = r;
+  me->meta = cur_;
+  me->arrived.value.store(r, std::memory_order_release);
+  if (size_ > 1) {
+    TT_TRY(wait_all(&Header::arrived, r, "waiting for the ranks to arrive"));
+    TT_TRY(check_metas());
+  }
+  TT_TRY(work(r));
+  me->consumed.value.store(r, std::memory_order_release);
+  return Status::ok();
+}
+
+// Elements per round for `per` pieces of one chunk each (scatter, reduce_scatter and alltoall put size() pieces in
+// one area), rounded down to whole 64-byte lines where that leaves at least one.
+size_t chunk_elems(size_t buffer_bytes, size_t es, size_t pieces) {
+  size_t c = buffer_bytes / (es * pieces);
+  if (c * es >= 64) c = c / (64 / std::min<size_t>(es, 64)) * (64 / std::min<size_t>(es, 64));
+  return std::max<size_t>(c, 1);
+}
+
+Status ShmComm::broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
+  TT_TRY(begin(kBroadcast, count, dtype, Op::kSum, root));
+  const size_t es = dtype_size(dtype);
+  const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
+  char* dst = static_cast<char*>(recv);
+  const size_t c = chunk_elems(opt_.buffer_bytes, es, 1);
+  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
+    const size_t n = std::min(c, count - off), bytes = n * es;
+    TT_TRY(round(rank_ == root ? src + off * es : nullptr, rank_ == root ? bytes : 0, [&](int64_t) {
+      if (rank_ == root) {
+        if (src != dst && bytes) std::memcpy(dst + off * es, src + off * es, bytes);
+      } else if (bytes) {
+        std::memcpy(dst + off * es, input(root), bytes);
+      }
+      return Status::ok();
+    }));
+    if (count == 0) break;
+  }
+  return Status::ok();
+}
+
+Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
+  const size_t es = dtype_size(dtype);
+  const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
+  char* dst = static_cast<char*>(recv);
+  const size_t c = chunk_elems(opt_.buffer_bytes, es, 1);
+  std::vector<const void*> srcs(static_cast<size_t>(size_));
+  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
+    const size_t n = std::min(c, count - off), bytes = n * es;
+    const bool direct = bytes <= kDirectReduceBytes || n < static_cast<size_t>(size_);
+    TT_TRY(round(src + off * es, bytes, [&](int64_t r) -> Status {
+      if (direct) {
+        if (root < 0 || root == rank_) {
+          for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q);
+          comm::reduce(dst + off * es, srcs.data(), size_, n, dtype, op);
+        }
+        return Status::ok();
+      }
+      // Each rank reduces one slice into its result area; then the ranks that want the result gather the slices.
+      const size_t slice = (n + static_cast<size_t>(size_) - 1) / static_cast<size_t>(size_);
+      const size_t s0 = std::min(n, slice * static_cast<size_t>(rank_)), s1 = std::min(n, s0 + slice);
+      for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q) + s0 * es;
+      jitter(r + 1);
+      comm::reduce(result(rank_) + s0 * es, srcs.data(), size_, s1 - s0, dtype, op);
+      hdr(rank_)->reduced.value.store(r, std::memory_order_release);
+      if (root >= 0 && root != rank_) return Status::ok();
+      TT_TRY(wait_all(&Header::reduced, r, "waiting for the reduced slices"));
+      for (int q = 0; q < size_; ++q) {
+        const size_t q0 = std::min(n, slice * static_cast<size_t>(q)), q1 = std::min(n, q0 + slice);
+        if (q1 > q0) std::memcpy(dst + (off + q0) * es, result(q) + q0 * es, (q1 - q0) * es);
+      }
+      return Status::ok();
+    }));
+    if (count == 0) break;
+  }
+  return Status::ok();
+}
+
+Status ShmComm::reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
+  TT_RETURN_IF(send == kInPlace && rank_ != root, kInvalidArgument,
+               "reduce: in place (kInPlace) is for the root only; rank %d is not the root (%d)", rank_, root);
+  TT_TRY(begin(kReduce, count, dtype, op, root));
+  return reduce_rounds(send, recv, count, dtype, op, root);
+}
+
+Status ShmComm::allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) {
+  TT_TRY(begin(kAllreduce, count, dtype, op, -1));
+  return reduce_rounds(send, recv, count, dtype, op, -1);
+}
+
+Status ShmComm::gather(const void* send, void* recv, size_t count, DType dtype, int root) {
+  TT_RETURN_IF(send == kInPlace && rank_ != root, kInvalidArgument,
+               "gather: in place (kInPlace) is for the root only; rank %d is not the root (%d)", rank_, root);
+  TT_TRY(begin(kGather, count, dtype, Op::kSum, root));
+  const size_t es = dtype_size(dtype);
+  char* dst = static_cast<char*>(recv);
+  const char* src = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : static_cast<const char*>(send);
+  const size_t c = chunk_elems(opt_.buffer_bytes, es, 1);
+  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
+    const size_t n = std::min(c, count - off), bytes = n * es;
+    TT_TRY(round(src + off * es, bytes, [&](int64_t) {
+      if (rank_ == root && bytes)
+        for (int q = 0; q < size_; ++q) std::memcpy(dst + (static_cast<size_t>(q) * count + off) * es, input(q), bytes);
+      return Status::ok();
+    }));
+    if (count == 0) break;
+  }
+  return Status::ok();
+}
+
+Status ShmComm::allgather(const void* send, void* recv, size_t count, DType dtype) {
+  TT_TRY(begin(kAllgather, count, dtype, Op::kSum, -1));
+  const size_t es = dtype_size(dtype);
+  char* dst = static_cast<char*>(recv);
+  const char* src = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : static_cast<const char*>(send);
+  const size_t c = chunk_elems(opt_.buffer_bytes, es, 1);
+  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
+    const size_t n = std::min(c, count - off), bytes = n * es;
+    TT_TRY(round(src + off * es, bytes, [&](int64_t) {
+      if (bytes)
+        for (int q = 0; q < size_; ++q) std::memcpy(dst + (static_cast<size_t>(q) * count + off) * es, input(q), bytes);
+      return Status::ok();
+    }));
+    if (count == 0) break;
+  }
+  return Status::ok();
+}
+
+Status ShmComm::scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
+  TT_TRY(begin(kScatter, count, dtype, Op::kSum, root));
+  const size_t es = dtype_size(dtype);
+  char* dst = static_cast<char*>(recv);
+  // In place at the root: recv holds all size() * count elements and the root's own piece stays where it is.
+  const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
+  const size_t c = chunk_elems(opt_.buffer_bytes, es, static_cast<size_t>(size_));
+  std::vector<char> staged;
+  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
+    const size_t n = std::min(c, count - off), bytes = n * es;
+    // The root lays out the n-element chunk of every rank's piece, one after the other.
+    if (rank_ == root) {
+      staged.resize(bytes * static_cast<size_t>(size_));
+      for (int q = 0; q < size_; ++q)
+        if (bytes) std::memcpy(staged.data() + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
+    }
+    TT_TRY(round(staged.data(), rank_ == root ? staged.size() : 0, [&](int64_t) {
+      if (bytes && !(send == kInPlace && rank_ == root))
+        std::memcpy(dst + off * es, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
+      return Status::ok();
+    }));
+    if (count == 0) break;
+  }
+  return Status::ok();
+}
+
+Status ShmComm::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) {
+  TT_TRY(begin(kReduceScatter, count, dtype, op, -1));
+  const size_t es = dtype_size(dtype);
+  const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
+  char* dst = static_cast<char*>(recv);
+  // In place (send == kInPlace): recv holds size() * count and this rank's result goes to its own piece.
+  char* out = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : dst;
+  const size_t c = chunk_elems(opt_.buffer_bytes, es, static_cast<size_t>(size_));
+  std::vector<char> staged;
+  std::vector<const void*> srcs(static_cast<size_t>(size_));
+  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
+    const size_t n = std::min(c, count - off), bytes = n * es;
+    staged.resize(bytes * static_cast<size_t>(size_));
+    for (int q = 0; q < size_; ++q)
+      if (bytes) std::memcpy(staged.data() + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
+    TT_TRY(round(staged.data(), staged.size(), [&](int64_t) {
+      for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q) + static_cast<size_t>(rank_) * bytes;
+      comm::reduce(out + off * es, srcs.data(), size_, n, dtype, op);
+      return Status::ok();
+    }));
+    if (count == 0) break;
+  }
+  return Status::ok();
+}
+
+Status ShmComm::alltoall(const void* send, void* recv, size_t count, DType dtype) {
+  TT_TRY(begin(kAlltoall, count, dtype, Op::kSum, -1));
+  const size_t es = dtype_size(dtype);
+  const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
+  char* dst = static_cast<char*>(recv);
+  const size_t c = chunk_elems(opt_.buffer_bytes, es, static_cast<size_t>(size_));
+  std::vector<char> staged;
+  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
+    const size_t n = std::min(c, count - off), bytes = n * es;
+    staged.resize(bytes * static_cast<size_t>(size_));
+    for (int q = 0; q < size_; ++q)
+      if (bytes) std::memcpy(staged.data() + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
+    TT_TRY(round(staged.data(), staged.size(), [&](int64_t) {
+      if (bytes)
+        for (int q = 0; q < size_; ++q)
+          std::memcpy(dst + (static_cast<size_t>(q) * count + off) * es, input(q) + static_cast<size_t>(rank_) * bytes, bytes);
+      return Status::ok();
+    }));
+    if (count == 0) break;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> create_shm(int rank, int size, const ShmOptions& options) {
+  auto c = std::make_unique<ShmComm>(rank, size, options);
+  TT_TRY(c->init());
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+}  // namespace tt::comm

@@ -1,0 +1,25 @@
+// comm/shm: the Communicator of processes on one node, over shared memory (Note [shm rounds] in shm.cc).
+//
+// Each rank owns one segment (so its pages are local to it), named after the job's id and the rank, in /dev/shm, or
+// as a file in TIERTRAIN_SHM_DIR (for containers whose /dev/shm is too small: checked before anything is mapped). A
+// segment holds the rank's flags, each on its own cache line and written only by its owner, the description of the
+// operation it is in (checked against every peer's), and two data areas of Options::buffer_bytes.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/comm.h"
+
+namespace tt::comm {
+
+struct ShmOptions {
+  Options common;
+  std::string job_id;           // names the segments; all ranks of a job give the same
+  size_t buffer_bytes = 8 << 20;  // each of the two data areas of a segment (TIERTRAIN_COMM_BUFFER)
+  std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
+};
+
+Result<std::unique_ptr<Communicator>> create_shm(int rank, int size, const ShmOptions& options);
+
+}  // namespace tt::comm

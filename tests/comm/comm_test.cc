@@ -1,0 +1,452 @@
+// The shm communicator, in real processes started by the real launcher (`tiertrain launch -n N -- this binary`):
+// every collective x dtype x op x in/out of place against a reference computed here, at sizes 0, 1, a prime, not a
+// multiple of the ranks, and large enough for many rounds and the split reduction; a rank that never arrives, one
+// that calls something else, one that dies; the launcher naming a failed rank. This binary is both the test driver
+// (gtest) and, with TT_COMM_SCENARIO set, a rank.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "comm/comm.h"
+#include "comm/reduce.h"
+#include "core/bf16.h"
+
+namespace tt {
+namespace {
+
+using comm::DType;
+using comm::Op;
+
+// ---- the ranks ----------------------------------------------------------------------------------------------------
+
+// Rank r's element i of a buffer tagged `tag`, as doubles that every dtype holds exactly (small integers and halves,
+// so that products of a few ranks stay exact too); distinct per rank, index and tag.
+double value(int r, size_t i, int tag) {
+  const uint64_t h = (static_cast<uint64_t>(r) * 1000003u + i * 7919u + static_cast<uint64_t>(tag) * 104729u) % 13u;
+  return (static_cast<double>(h) - 6.0) * 0.5;
+}
+
+void store(void* p, size_t i, DType d, double x) {
+  switch (d) {
+    case DType::kF32: static_cast<float*>(p)[i] = static_cast<float>(x); break;
+    case DType::kF64: static_cast<double*>(p)[i] = x; break;
+    case DType::kBF16: static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(x)); break;
+    case DType::kF16: static_cast<uint16_t*>(p)[i] = comm::float_to_f16(static_cast<float>(x)); break;
+    case DType::kI32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(std::lround(x * 2)); break;
+    case DType::kI64: static_cast<int64_t*>(p)[i] = std::llround(x * 2); break;
+  }
+}
+
+double load(const void* p, size_t i, DType d) {
+  switch (d) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kF64: return static_cast<const double*>(p)[i];
+    case DType::kBF16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF16: return comm::f16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::kI32: return static_cast<const int32_t*>(p)[i];
+    case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+  }
+  return 0;
+}
+
+std::vector<char> make(int r, size_t n, DType d, int tag) {
+  std::vector<char> b(std::max<size_t>(n, 1) * comm::dtype_size(d));
+  for (size_t i = 0; i < n; ++i) store(b.data(), i, d, value(r, i, tag));
+  return b;
+}
+
+// The reduction of element i over ranks 0..n-1 in rank order, in the accumulation type of d (float for the 16-bit
+// types, rounded once), written independently of comm/reduce.
+double expected(int n, size_t i, DType d, Op op, int tag, size_t base = 0) {
+  std::vector<char> one(8);
+  auto stored = [&](int r) {  // the value as rank r holds it
+    store(one.data(), 0, d, value(r, base + i, tag));
+    return load(one.data(), 0, d);
+  };
+  const bool is_int = d == DType::kI32 || d == DType::kI64;
+  const bool narrow = d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
+  double acc = stored(0);
+  float facc = static_cast<float>(acc);
+  for (int r = 1; r < n; ++r) {
+    const double x = stored(r);
+    auto f = [&](auto a, auto b) -> decltype(a) {
+      switch (op) {
+        case Op::kSum:
+        case Op::kAvg: return a + b;
+        case Op::kProd: return a * b;
+        case Op::kMin: return std::min(a, b);
+        case Op::kMax: return std::max(a, b);
+      }
+      return a;
+    };
+    if (narrow) facc = f(facc, static_cast<float>(x));
+    else acc = f(acc, x);
+  }
+  if (op == Op::kAvg) {
+    if (narrow) facc = facc / static_cast<float>(n);
+    else if (is_int) acc = std::trunc(acc / n);
+    else acc = acc / n;
+  }
+  double out = narrow ? facc : acc;
+  store(one.data(), 0, d, is_int ? out / 2 : out);  // rounds as the dtype does (ints are stored doubled)
+  if (is_int) {
+    // Integers: the stored values are 2x; the reduction is exact integer arithmetic on them.
+    long long iacc = std::llround(value(0, base + i, tag) * 2);
+    for (int r = 1; r < n; ++r) {
+      const long long x = std::llround(value(r, base + i, tag) * 2);
+      switch (op) {
+        case Op::kSum:
+        case Op::kAvg: iacc += x; break;
+        case Op::kProd: iacc *= x; break;
+        case Op::kMin: iacc = std::min(iacc, x); break;
+        case Op::kMax: iacc = std::max(iacc, x); break;
+      }
+    }
+    if (op == Op::kAvg) iacc /= n;
+    if (d == DType::kI32) return static_cast<double>(static_cast<int32_t>(iacc));
+    return static_cast<double>(iacc);
+  }
+  return load(one.data(), 0, d);
+}
+
+int failures = 0;
+void check(bool ok, const char* what, int rank, size_t i, double got, double want) {
+  if (ok) return;
+  if (failures++ < 10)
+    std::fprintf(stderr, "rank %d: %s: element %zu is %.9g, want %.9g\n", rank, what, i, got, want);
+}
+bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+#define CHECK_OK(expr)                                                                         \
+  do {                                                                                         \
+    ::tt::Status s_ = (expr);                                                                  \
+    if (!s_.is_ok()) {                                                                         \
+      std::fprintf(stderr, "rank %d: %s failed: %s\n", rank, #expr, s_.to_string().c_str()); \
+      return 1;                                                                                \
+    }                                                                                          \
+  } while (0)
+
+int run_collectives() {
+  auto w = comm::world();
+  if (!w.is_ok()) {
+    std::fprintf(stderr, "world: %s\n", w.status().to_string().c_str());
+    return 1;
+  }
+  comm::Communicator& c = *w.value();
+  const int rank = c.rank(), n = c.size();
+  // A small buffer (TIERTRAIN_COMM_BUFFER from the driver) makes the large size take many rounds.
+  const size_t large = 40000 + 5;
+  int tag = 0;
+  for (const size_t count : {size_t(0), size_t(1), size_t(7), size_t(n * 3 + 1), large}) {
+    for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32, DType::kI64}) {
+      const size_t es = comm::dtype_size(d);
+      for (const bool in_place : {false, true}) {
+        // allreduce, reduce (root n-1), reduce_scatter with every op.
+        for (Op op : {Op::kSum, Op::kProd, Op::kMin, Op::kMax, Op::kAvg}) {
+          ++tag;
+          if (op == Op::kProd && count == large && d != DType::kF64 && d != DType::kI64) continue;  // overflow
+          std::vector<char> send = make(rank, count, d, tag), recv(send.size());
+          if (in_place) recv = send;
+          CHECK_OK(c.allreduce(in_place ? comm::kInPlace : send.data(), recv.data(), count, d, op));
+          for (size_t i = 0; i < count; ++i) {
+            const double got = load(recv.data(), i, d), want = expected(n, i, d, op, tag);
+            check(same(got, want), "allreduce", rank, i, got, want);
+          }
+          const int root = n - 1;
+          std::vector<char> rsend = make(rank, count, d, tag), rrecv(rsend.size());
+          if (in_place && rank == root) rrecv = rsend;
+          CHECK_OK(c.reduce(in_place && rank == root ? comm::kInPlace : rsend.data(), rrecv.data(), count, d, op,
+                            root));
+          if (rank == root)
+            for (size_t i = 0; i < count; ++i) {
+              const double got = load(rrecv.data(), i, d), want = expected(n, i, d, op, tag);
+              check(same(got, want), "reduce", rank, i, got, want);
+            }
+          // reduce_scatter: count per rank, from n * count.
+          std::vector<char> ssend = make(rank, count * n, d, tag), srecv(std::max<size_t>(count, 1) * es);
+          if (in_place) {
+            CHECK_OK(c.reduce_scatter(comm::kInPlace, ssend.data(), count, d, op));
+            std::memcpy(srecv.data(), ssend.data() + rank * count * es, count * es);
+          } else {
+            CHECK_OK(c.reduce_scatter(ssend.data(), srecv.data(), count, d, op));
+          }
+          for (size_t i = 0; i < count; ++i) {
+            const double got = load(srecv.data(), i, d), want = expected(n, i, d, op, tag, rank * count);
+            check(same(got, want), "reduce_scatter", rank, i, got, want);
+          }
+        }
+        ++tag;
+        // broadcast from rank 1 % n.
+        const int root = 1 % n;
+        std::vector<char> b = make(rank, count, d, tag), bout(b.size());
+        if (in_place) {
+          CHECK_OK(c.broadcast(comm::kInPlace, b.data(), count, d, root));
+          bout = b;
+        } else {
+          CHECK_OK(c.broadcast(b.data(), bout.data(), count, d, root));
+        }
+        const std::vector<char> rootdata = make(root, count, d, tag);
+        for (size_t i = 0; i < count; ++i) {
+          const double got = load(bout.data(), i, d), want = load(rootdata.data(), i, d);
+          check(same(got, want), "broadcast", rank, i, got, want);
+        }
+        // allgather and gather (root 0): count from each.
+        std::vector<char> mine = make(rank, count, d, tag), all(std::max<size_t>(count * n, 1) * es);
+        if (in_place) std::memcpy(all.data() + rank * count * es, mine.data(), count * es);
+        CHECK_OK(c.allgather(in_place ? comm::kInPlace : mine.data(), all.data(), count, d));
+        std::vector<std::vector<char>> theirs;
+        for (int q = 0; q < n; ++q) theirs.push_back(make(q, count, d, tag));
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < count; ++i) {
+            const double got = load(all.data(), q * count + i, d), want = load(theirs[q].data(), i, d);
+            check(same(got, want), "allgather", rank, q * count + i, got, want);
+          }
+        std::vector<char> gall(all.size());
+        if (in_place && rank == 0) std::memcpy(gall.data(), mine.data(), count * es);
+        CHECK_OK(c.gather(in_place && rank == 0 ? comm::kInPlace : mine.data(), gall.data(), count, d, 0));
+        if (rank == 0)
+          for (int q = 0; q < n; ++q)
+            for (size_t i = 0; i < count; ++i) {
+              const double got = load(gall.data(), q * count + i, d), want = load(theirs[q].data(), i, d);
+              check(same(got, want), "gather", rank, q * count + i, got, want);
+            }
+        // scatter from root n-1: rank q gets piece q of the root's n * count.
+        const int sroot = n - 1;
+        std::vector<char> spieces = make(sroot, count * n, d, tag), sout(std::max<size_t>(count, 1) * es);
+        if (in_place && rank == sroot) {
+          CHECK_OK(c.scatter(comm::kInPlace, spieces.data(), count, d, sroot));
+          std::memcpy(sout.data(), spieces.data() + rank * count * es, count * es);
+        } else {
+          CHECK_OK(c.scatter(spieces.data(), sout.data(), count, d, sroot));
+        }
+        const std::vector<char> sref = make(sroot, count * n, d, tag);
+        for (size_t i = 0; i < count; ++i) {
+          const double got = load(sout.data(), i, d), want = load(sref.data(), rank * count + i, d);
+          check(same(got, want), "scatter", rank, i, got, want);
+        }
+        // alltoall: rank r sends piece q of its n * count to rank q.
+        std::vector<char> a2a = make(rank, count * n, d, tag), a2aout(a2a.size());
+        if (in_place) {
+          CHECK_OK(c.alltoall(comm::kInPlace, a2a.data(), count, d));
+          a2aout = a2a;
+        } else {
+          CHECK_OK(c.alltoall(a2a.data(), a2aout.data(), count, d));
+        }
+        for (int q = 0; q < n; ++q) {
+          const std::vector<char> qsend = make(q, count * n, d, tag);
+          for (size_t i = 0; i < count; ++i) {
+            const double got = load(a2aout.data(), q * count + i, d), want = load(qsend.data(), rank * count + i, d);
+            check(same(got, want), "alltoall", rank, q * count + i, got, want);
+          }
+        }
+      }
+    }
+  }
+  CHECK_OK(c.barrier());
+  if (failures) {
+    std::fprintf(stderr, "rank %d: %d wrong elements\n", rank, failures);
+    return 1;
+  }
+  std::printf("rank %d: all collectives right (%lld operations)\n", rank, static_cast<long long>(c.sequence()));
+  return 0;
+}
+
+// Rank 1 never calls the collective: the others fail within the deadline, naming it.
+int run_never_arrives() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  if (c.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    return 0;
+  }
+  float x = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = c.allreduce(comm::kInPlace, &x, 1, DType::kF32, Op::kSum);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("rank %d: after %.2f s: %s\n", c.rank(), secs, s.to_string().c_str());
+  const bool named = s.message().find("rank(s) 1 did not arrive") != std::string::npos &&
+                     s.message().find("allreduce #2") != std::string::npos;
+  // The communicator stays unusable.
+  Status again = c.barrier();
+  return s.code() == StatusCode::kDeadlineExceeded && named && secs < 2.5 &&
+                 again.code() == StatusCode::kFailedPrecondition
+             ? 0
+             : 1;
+}
+
+// Rank 0 passes a different count, rank 1 a different dtype: every rank gets an error naming the difference.
+int run_mismatch() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  std::vector<float> x(16, 1.0f);
+  const size_t count = c.rank() == 0 ? 11 : 10;
+  const DType d = c.rank() == 1 ? DType::kI32 : DType::kF32;
+  Status s = c.allreduce(comm::kInPlace, x.data(), count, d, Op::kSum);
+  std::printf("rank %d: %s\n", c.rank(), s.to_string().c_str());
+  const bool ok = s.code() == StatusCode::kInvalidArgument && s.message().find("ranks disagree") != std::string::npos &&
+                  (c.rank() == 0 ? s.message().find("count 10") != std::string::npos
+                                 : s.message().find("count 11") != std::string::npos);
+  return ok ? 0 : 1;
+}
+
+// Rank 1 exits (cleanly, so the launcher does not stop the job) without calling: rank 0 sees it gone long before
+// its 60 s deadline.
+int run_peer_exits() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  if (c.rank() == 1) return 0;
+  float x = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = c.allreduce(comm::kInPlace, &x, 1, DType::kF32, Op::kSum);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("rank %d: after %.2f s: %s\n", c.rank(), secs, s.to_string().c_str());
+  return s.code() == StatusCode::kAborted && s.message().find("rank(s) 1 died") != std::string::npos && secs < 10 ? 0
+                                                                                                                  : 1;
+}
+
+// Rank 2 crashes: the launcher stops the others and exits non-zero naming rank 2.
+int run_crash() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  if (w.value()->rank() == 2) std::abort();
+  std::this_thread::sleep_for(std::chrono::seconds(30));
+  return 0;
+}
+
+int rank_main(const std::string& scenario) {
+  if (scenario == "collectives") return run_collectives();
+  if (scenario == "never_arrives") return run_never_arrives();
+  if (scenario == "mismatch") return run_mismatch();
+  if (scenario == "peer_exits") return run_peer_exits();
+  if (scenario == "crash") return run_crash();
+  std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
+  return 2;
+}
+
+// ---- the driver ---------------------------------------------------------------------------------------------------
+
+std::string self_path;
+
+struct Job {
+  int code = -1;
+  std::string output;
+  double seconds = 0;
+};
+
+Job launch(int ranks, const std::string& scenario, const std::string& env = "") {
+  const std::string cmd = "env TT_COMM_SCENARIO=" + scenario + " " + env + " " + TT_BINARY + " launch -n " +
+                          std::to_string(ranks) + " -- " + self_path + " 2>&1";
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen(cmd.c_str(), "r");
+  Job j;
+  if (!p) return j;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) j.output.append(buf, n);
+  const int st = pclose(p);
+  j.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  j.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return j;
+}
+
+class CommRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(CommRanks, EveryCollectiveDtypeOpAndSizeIsRight) {
+  // 128 KiB areas: the large size takes several rounds, and those of more than 64 KiB take the split reduction.
+  // Jitter: each rank waits a rank- and round-dependent time before each of its writes, so that a rank reading
+  // before its peers have written (a missing wait) reads stale data.
+  const Job j = launch(GetParam(), "collectives", "TIERTRAIN_COMM_BUFFER=131072 TIERTRAIN_COMM_JITTER_US=20");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CommRanks, ::testing::Values(1, 2, 3, 4));
+
+TEST(Comm, ARankThatNeverArrivesIsNamedWithinTheDeadline) {
+  const Job j = launch(3, "never_arrives", "TIERTRAIN_COMM_TIMEOUT=1");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("rank(s) 1 did not arrive within 1.0 s"), std::string::npos) << j.output;
+}
+
+TEST(Comm, MismatchedCountsAndDtypesAreErrorsOnEveryRank) {
+  const Job j = launch(3, "mismatch", "TIERTRAIN_COMM_TIMEOUT=20");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("rank 1 has count 10 dtype i32"), std::string::npos) << j.output;
+}
+
+TEST(Comm, ARankThatExitsIsSeenDeadBeforeTheDeadline) {
+  const Job j = launch(2, "peer_exits", "TIERTRAIN_COMM_TIMEOUT=60");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_LT(j.seconds, 15) << j.output;
+}
+
+TEST(Launch, ACrashingRankStopsTheJobAndIsNamed) {
+  const Job j = launch(3, "crash", "TIERTRAIN_COMM_TIMEOUT=60");
+  EXPECT_EQ(j.code, 128 + SIGABRT) << j.output;
+  EXPECT_NE(j.output.find("rank 2 (pid"), std::string::npos) << j.output;
+  EXPECT_NE(j.output.find("killed by signal 6"), std::string::npos) << j.output;
+  EXPECT_LT(j.seconds, 20) << "the other ranks sleep 30 s: the launcher must have stopped them\n" << j.output;
+}
+
+TEST(Launch, ExitCodesAndBadCommands) {
+  auto run = [](const std::string& args) {
+    const std::string cmd = std::string(TT_BINARY) + " launch " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[1024];
+    while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+    const int st = pclose(p);
+    return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+  };
+  auto ok = run("-n 3 -- sh -c 'test $WORLD_SIZE = 3 && test $RANK = $LOCAL_RANK && test -n \"$TIERTRAIN_COMM_ID\"'");
+  EXPECT_EQ(ok.first, 0) << ok.second;
+  auto fail = run("-n 2 -- sh -c 'exit $((RANK + 3))'");
+  EXPECT_TRUE(fail.first == 3 || fail.first == 4) << fail.second;
+  EXPECT_NE(fail.second.find("exited with code"), std::string::npos) << fail.second;
+  auto missing = run("-n 2 -- /nonexistent/program");
+  EXPECT_EQ(missing.first, 127) << missing.second;
+  EXPECT_NE(missing.second.find("cannot run '/nonexistent/program'"), std::string::npos) << missing.second;
+  auto usage = run("-n 0 -- true");
+  EXPECT_NE(usage.first, 0);
+}
+
+// The half-precision conversions the reductions use, at the edges.
+TEST(CommHalf, RoundsToNearestEvenAndKeepsSpecials) {
+  EXPECT_EQ(comm::float_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(comm::float_to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(comm::float_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(comm::float_to_f16(65520.0f), 0x7c00);  // rounds up to infinity
+  EXPECT_EQ(comm::float_to_f16(1.0f + 1.0f / 2048), 0x3c00);  // a tie: to even
+  EXPECT_EQ(comm::float_to_f16(1.0f + 3.0f / 2048), 0x3c02);  // a tie: to even (up)
+  EXPECT_EQ(comm::float_to_f16(5.960464477539063e-08f), 0x0001);  // the smallest subnormal
+  EXPECT_EQ(comm::float_to_f16(0.0f), 0x0000);
+  EXPECT_TRUE(std::isnan(comm::f16_to_float(comm::float_to_f16(NAN))));
+  for (uint32_t h = 0; h < 0x7c00; ++h)  // every finite positive half survives the round trip
+    ASSERT_EQ(comm::float_to_f16(comm::f16_to_float(static_cast<uint16_t>(h))), h) << h;
+}
+
+}  // namespace
+}  // namespace tt
+
+int main(int argc, char** argv) {
+  if (const char* s = std::getenv("TT_COMM_SCENARIO")) return tt::rank_main(s);
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  tt::self_path = n > 0 ? std::string(buf, static_cast<size_t>(n)) : argv[0];
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
