@@ -12,6 +12,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "comm/bench.h"
 #include "comm/launch.h"
 #include "exec/train_config.h"
 #include "exec/trainer.h"
@@ -72,6 +73,25 @@ int main(int argc, char** argv) {
                      "seconds between SIGTERM and SIGKILL when stopping the ranks after one failed [default: 5]");
   launch->prefix_command();  // everything from the command on is the command
   launch->allow_extras();
+
+  CLI::App* bench = app.add_subcommand(
+      "comm-bench", "benchmark a collective in nccl-tests' format, in every rank of a job: tiertrain launch -n N -- "
+                    "tiertrain comm-bench -b 8 -e 256M -f 2");
+  tt::comm::BenchOptions bench_opt;
+  std::string bench_min = "8", bench_max = "64M", bench_dtype = "f32", bench_op = "sum";
+  bench->add_option("-C,--collective", bench_opt.collective,
+                    "allreduce (default), broadcast, reduce, allgather, gather, scatter, reduce_scatter, alltoall");
+  bench->add_option("-b,--minbytes", bench_min, "smallest size (bytes; K, M, G suffixes) [default: 8]");
+  bench->add_option("-e,--maxbytes", bench_max, "largest size [default: 64M]");
+  bench->add_option("-f,--stepfactor", bench_opt.factor, "size multiplier between rows [default: 2]");
+  bench->add_option("-n,--iters", bench_opt.iters, "timed iterations per size [default: 20]");
+  bench->add_option("-w,--warmup_iters", bench_opt.warmup, "untimed iterations first [default: 5]");
+  bench->add_option("-c,--check", bench_opt.check, "checked iterations per size, counted in #wrong (0: none) [default: 1]");
+  bench->add_option("-d,--datatype", bench_dtype, "f32, f64, bf16, f16, i32, i64 [default: f32]");
+  bench->add_option("-o,--op", bench_op, "sum, prod, min, max, avg [default: sum]");
+  bench->add_option("-r,--root", bench_opt.root, "root of the rooted collectives [default: 0]");
+  bench->add_flag("--vary", bench_opt.vary, "new data before every operation (untimed), so caches do not flatter");
+  bench->add_option("--json", bench_opt.json, "write the rows as JSON to this file (rank 0)");
 
   std::map<std::string, std::vector<std::string>> raw;
   std::map<std::string, CLI::Option*> opts;
@@ -137,6 +157,32 @@ int main(int argc, char** argv) {
     auto rc = tt::comm::launch(launch_opt);
     if (!rc.is_ok()) return report(rc.status());
     return rc.value();
+  }
+  if (bench->parsed()) {
+    auto size = [](const std::string& t) -> tt::Result<size_t> {
+      char* end = nullptr;
+      const double v = std::strtod(t.c_str(), &end);
+      const std::string unit = end;
+      const double mult = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : -1;
+      TT_RETURN_IF(end == t.c_str() || mult < 0 || v < 0, kInvalidArgument,
+                   "comm-bench: size '%s' (a number of bytes with an optional K, M or G)", t.c_str());
+      return static_cast<size_t>(v * mult);
+    };
+    auto mn = size(bench_min), mx = size(bench_max);
+    if (!mn.is_ok()) return report(mn.status());
+    if (!mx.is_ok()) return report(mx.status());
+    bench_opt.min_bytes = mn.value();
+    bench_opt.max_bytes = mx.value();
+    auto dt = tt::comm::parse_dtype(bench_dtype);
+    if (!dt.is_ok()) return report(dt.status());
+    auto op = tt::comm::parse_op(bench_op);
+    if (!op.is_ok()) return report(op.status());
+    bench_opt.dtype = dt.value();
+    bench_opt.op = op.value();
+    auto comm = tt::comm::world();
+    if (!comm.is_ok()) return report(comm.status());
+    if (tt::Status s = tt::comm::run_bench(*comm.value(), bench_opt); !s.is_ok()) return report(s);
+    return 0;
   }
   if (print_config) {
     std::fputs(cfg.describe().c_str(), stdout);

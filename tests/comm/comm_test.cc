@@ -424,6 +424,43 @@ TEST(Launch, ExitCodesAndBadCommands) {
   EXPECT_NE(usage.first, 0);
 }
 
+// tiertrain comm-bench under the launcher: every collective, a few dtypes and ops, checked results (#wrong 0), JSON
+// rows for both placements of each size.
+TEST(CommBench, EveryCollectiveRunsCheckedAndWritesJson) {
+  char dir[] = "/tmp/tt-comm-bench-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const char* cases[][3] = {{"allreduce", "f32", "sum"},   {"allreduce", "bf16", "max"}, {"broadcast", "i64", "sum"},
+                            {"reduce", "f64", "min"},      {"allgather", "f16", "sum"},  {"gather", "i32", "sum"},
+                            {"scatter", "f32", "sum"},     {"reduce_scatter", "i32", "prod"},
+                            {"alltoall", "bf16", "sum"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c[0]) + " " + c[1] + " " + c[2]);
+    const std::string json = std::string(dir) + "/" + c[0] + "-" + c[1] + ".json";
+    const std::string cmd = std::string(TT_BINARY) + " launch -n 3 -- " + TT_BINARY + " comm-bench -C " + c[0] +
+                            " -d " + c[1] + " -o " + c[2] + " -r 2 -b 96 -e 300K -f 16 -n 2 -w 1 -c 2 --vary --json " +
+                            json + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[1024];
+    while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+    const int st = pclose(p);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+    EXPECT_NE(out.find("#wrong"), std::string::npos) << out;
+    FILE* f = fopen(json.c_str(), "r");
+    ASSERT_NE(f, nullptr) << out;
+    std::string text;
+    while (size_t n = fread(buf, 1, sizeof(buf), f)) text.append(buf, n);
+    fclose(f);
+    // 96 B, 1.5 KiB, 24 KiB (and 384 KiB is above -e): three sizes, out of place and in place.
+    size_t rows = 0, pos = 0;
+    while ((pos = text.find("\"wrong\": 0", pos)) != std::string::npos) ++rows, ++pos;
+    EXPECT_EQ(rows, 6u) << text;
+    EXPECT_EQ(text.find("\"wrong\": -1"), std::string::npos) << text;
+    std::remove(json.c_str());
+  }
+  rmdir(dir);
+}
+
 // The half-precision conversions the reductions use, at the edges.
 TEST(CommHalf, RoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_EQ(comm::float_to_f16(1.0f), 0x3c00);

@@ -1,0 +1,34 @@
+// comm/bench: `tiertrain comm-bench`, the collectives' benchmark in nccl-tests' format, run in every rank of a job
+// (tiertrain launch -n N -- tiertrain comm-bench ...):
+//
+//   #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+//
+// for out-of-place, then in-place. size is the bytes of the largest buffer (nccl-tests' convention: the gathered
+// buffer of allgather, the scattered one of reduce_scatter), count its elements; time is the mean over ranks of each
+// rank's mean time per operation; algbw = size / time; busbw = algbw x nccl-tests' factor (allreduce 2(n-1)/n;
+// allgather, reduce_scatter, alltoall, gather, scatter (n-1)/n; broadcast, reduce 1); #wrong counts the elements
+// that differ from the expected result over all ranks in `check` checked runs (-1: not checked).
+#pragma once
+
+#include <string>
+
+#include "comm/comm.h"
+
+namespace tt::comm {
+
+struct BenchOptions {
+  std::string collective = "allreduce";  // allreduce broadcast reduce allgather gather scatter reduce_scatter alltoall
+  DType dtype = DType::kF32;
+  Op op = Op::kSum;
+  int root = 0;
+  size_t min_bytes = 8, max_bytes = 64 << 20;
+  double factor = 2.0;  // sizes multiply by this
+  int iters = 20, warmup = 5, check = 1;
+  bool vary = false;    // new data in the send buffer before every operation (not timed), as in real use
+  std::string json;     // rank 0 writes the rows here
+};
+
+// Runs the sweep over `comm`; rank 0 prints the table to stdout.
+Status run_bench(Communicator& comm, const BenchOptions& options);
+
+}  // namespace tt::comm
