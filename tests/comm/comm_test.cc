@@ -328,7 +328,26 @@ int run_crash() {
   return 0;
 }
 
+// One allreduce and a barrier, checked.
+int run_smoke() {
+  auto w = comm::world();
+  if (!w.is_ok()) {
+    std::fprintf(stderr, "world: %s\n", w.status().to_string().c_str());
+    return 1;
+  }
+  comm::Communicator& c = *w.value();
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(c.rank() + i);
+  if (!c.allreduce(comm::kInPlace, x.data(), x.size(), DType::kF32, Op::kSum).is_ok() || !c.barrier().is_ok()) return 1;
+  const int n = c.size();
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i] != static_cast<float>(n * (n - 1) / 2 + n * static_cast<int>(i))) return 1;
+  std::printf("rank %d: smoke right\n", c.rank());
+  return 0;
+}
+
 int rank_main(const std::string& scenario) {
+  if (scenario == "smoke") return run_smoke();
   if (scenario == "collectives") return run_collectives();
   if (scenario == "never_arrives") return run_never_arrives();
   if (scenario == "mismatch") return run_mismatch();
@@ -424,6 +443,25 @@ TEST(Launch, ExitCodesAndBadCommands) {
   EXPECT_NE(usage.first, 0);
 }
 
+// Segments as files in a chosen directory (for a container whose /dev/shm is too small), removed at the end.
+TEST(Comm, FileBackedSegmentsInAChosenDirectory) {
+  char dir[] = "/tmp/tt-comm-shm-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const Job j = launch(3, "smoke", std::string("TIERTRAIN_SHM_DIR=") + dir);
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("rank 2: smoke right"), std::string::npos) << j.output;
+  EXPECT_EQ(rmdir(dir), 0) << "segments left behind in " << dir;
+}
+
+// Not enough room where the segments go: refused before anything is mapped, with what to do about it.
+TEST(Comm, TooSmallSharedMemoryIsReportedWithTheFixes) {
+  const Job j = launch(2, "smoke", "TIERTRAIN_COMM_BUFFER=1099511627776 TIERTRAIN_COMM_TIMEOUT=5");
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("--shm-size"), std::string::npos) << j.output;
+  EXPECT_NE(j.output.find("TIERTRAIN_SHM_DIR"), std::string::npos) << j.output;
+  EXPECT_NE(j.output.find("rank 0 (pid"), std::string::npos) << j.output;
+}
+
 // tiertrain comm-bench under the launcher: every collective, a few dtypes and ops, checked results (#wrong 0), JSON
 // rows for both placements of each size.
 TEST(CommBench, EveryCollectiveRunsCheckedAndWritesJson) {
@@ -436,7 +474,8 @@ TEST(CommBench, EveryCollectiveRunsCheckedAndWritesJson) {
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c[0]) + " " + c[1] + " " + c[2]);
     const std::string json = std::string(dir) + "/" + c[0] + "-" + c[1] + ".json";
-    const std::string cmd = std::string(TT_BINARY) + " launch -n 3 -- " + TT_BINARY + " comm-bench -C " + c[0] +
+    const std::string cmd = "env TIERTRAIN_COMM_BUFFER=1048576 " + std::string(TT_BINARY) + " launch -n 3 -- " +
+                            TT_BINARY + " comm-bench -C " + c[0] +
                             " -d " + c[1] + " -o " + c[2] + " -r 2 -b 96 -e 300K -f 16 -n 2 -w 1 -c 2 --vary --json " +
                             json + " 2>&1";
     FILE* p = popen(cmd.c_str(), "r");
