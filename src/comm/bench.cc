@@ -108,6 +108,7 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
     std::printf("# tiertrain comm-bench: %s, %s, %s, %d ranks (%s), %d iterations after %d warm-up, %s data\n",
                 o.collective.c_str(), nccl_type_name(o.dtype), op_name(o.op), n, comm.backend(), o.iters, o.warmup,
                 o.vary ? "varying" : "fixed");
+    if (!comm.placement().empty()) std::printf("# rank 0's buffers: %s\n", comm.placement().c_str());
     std::printf("#%11s %13s %9s %7s %7s %9s %8s %8s %6s %9s %8s %8s %6s\n", "size", "count", "type", "redop", "root",
                 "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
     std::printf("#%11s %13s %9s %7s %7s %9s %8s %8s %6s %9s %8s %8s %6s\n", "(B)", "(elements)", "", "", "", "(us)",

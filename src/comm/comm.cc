@@ -105,6 +105,7 @@ Result<std::unique_ptr<Communicator>> world(Options options) {
                "TIERTRAIN_COMM_BUFFER=%lld: bytes, at least 4096 and a multiple of 64", buf);
   shm.buffer_bytes = static_cast<size_t>(buf);
   if (const char* d = std::getenv("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm.dir = d;
+  if (const char* m = std::getenv("TIERTRAIN_COMM_MEMPOLICY"); m != nullptr && *m != '\0') shm.mempolicy = m;
   return create_shm(static_cast<int>(rank), static_cast<int>(size), shm);
 }
 

@@ -51,6 +51,8 @@ class Communicator {
   virtual const char* backend() const = 0;
   // Collective operations completed so far (the sequence number of the next is this + 1).
   virtual int64_t sequence() const = 0;
+  // Where this rank's buffers live (for logs and benchmark headers), e.g. "preferred NUMA node 2 (HBW: ...)".
+  virtual std::string placement() const { return ""; }
 
   virtual Status barrier() = 0;
   virtual Status broadcast(const void* send, void* recv, size_t count, DType dtype, int root) = 0;

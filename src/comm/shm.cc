@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "comm/reduce.h"
+#include "comm/topology.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "memory/numa.h"
 
 namespace tt::comm {
 namespace {
@@ -96,6 +98,7 @@ class ShmComm final : public Communicator {
   int size() const override { return size_; }
   const char* backend() const override { return "shm"; }
   int64_t sequence() const override { return seq_; }
+  std::string placement() const override { return placement_; }
 
   Status barrier() override {
     TT_TRY(begin(kBarrier, 0, DType::kF32, Op::kSum, -1));
@@ -142,6 +145,8 @@ class ShmComm final : public Communicator {
   int64_t round_ = 0;  // rounds started
   Meta cur_{};         // the collective in progress
   std::string broken_;
+  std::string placement_ = "where first touched";
+  Status place(void* p);  // the memory policy of our own segment, before its first touch
   int64_t jitter_us_ = 0;  // TIERTRAIN_COMM_JITTER_US (tests): a rank- and round-dependent delay before each write
   void jitter(int64_t r) const {
     if (jitter_us_ > 0)
@@ -217,6 +222,10 @@ Status ShmComm::init() {
                          std::strerror(e));
     }
     maps_[static_cast<size_t>(rank_)] = p;
+    if (Status s = place(p); !s.is_ok()) {
+      unlink_own();
+      return s;
+    }
     std::memset(p, 0, seg_bytes_);
     Header* h = hdr(rank_);
     h->rank = rank_;
@@ -276,8 +285,50 @@ Status ShmComm::init() {
   // Once everyone has mapped everyone, the names can go: the segments live as long as a process maps them.
   TT_TRY(barrier());
   unlink_own();
-  TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments", rank_, size_,
-         format_bytes(static_cast<int64_t>(seg_bytes_)).c_str());
+  TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments, %s", rank_, size_,
+         format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str());
+  return Status::ok();
+}
+
+Status ShmComm::place(void* p) {
+  const std::string& pol = opt_.mempolicy;
+  TT_RETURN_IF(pol != "auto" && pol != "local" && pol != "bind" && pol != "preferred" && pol != "interleave",
+               kInvalidArgument, "TIERTRAIN_COMM_MEMPOLICY=%s: auto, local, bind, preferred or interleave", pol.c_str());
+  if (pol == "local") return Status::ok();
+  TT_ASSIGN_OR_RETURN(Topology t, read_topology("/"));
+  TT_ASSIGN_OR_RETURN(HbwNodes hbw, find_hbw_nodes(t, std::getenv("TIERTRAIN_HBW_NODES"), std::getenv("MEMKIND_HBW_NODES")));
+  const int cpu = sched_getcpu();
+  const int here = t.node_of_cpu(cpu);
+  std::vector<int> nodes;
+  memory::MemPolicy mp = memory::MemPolicy::kPreferred;
+  if (pol == "interleave") {
+    mp = memory::MemPolicy::kInterleave;
+    nodes = hbw.nodes;
+    if (nodes.empty())
+      for (const NumaNode& n : t.nodes)
+        if (n.mem_bytes > 0) nodes.push_back(n.id);
+  } else {
+    const int near = nearest_node(t, here, hbw.nodes);
+    TT_RETURN_IF(near < 0 && pol == "bind", kFailedPrecondition,
+                 "TIERTRAIN_COMM_MEMPOLICY=bind: no high-bandwidth NUMA node found (%s); name them with "
+                 "TIERTRAIN_HBW_NODES",
+                 hbw.source.c_str());
+    if (near < 0) {
+      placement_ = "where first touched (no HBW node: " + hbw.source + ")";
+      return Status::ok();
+    }
+    if (pol == "bind") mp = memory::MemPolicy::kBind;
+    nodes = {near};
+  }
+  if (nodes.empty()) return Status::ok();
+  TT_TRY(memory::set_mem_policy(p, seg_bytes_, mp, nodes));
+  std::string list;
+  for (int n : nodes) {
+    if (!list.empty()) list += ',';
+    list += std::to_string(n);
+  }
+  placement_ = std::string(memory::mem_policy_name(mp)) + " NUMA node(s) " + list + " (HBW: " +
+               (hbw.nodes.empty() ? "none, " + hbw.source : hbw.source) + ")";
   return Status::ok();
 }
 

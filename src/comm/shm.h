@@ -18,6 +18,10 @@ struct ShmOptions {
   std::string job_id;           // names the segments; all ranks of a job give the same
   size_t buffer_bytes = 8 << 20;  // each of the two data areas of a segment (TIERTRAIN_COMM_BUFFER)
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
+  // Where each rank's segment goes (TIERTRAIN_COMM_MEMPOLICY): auto (preferred on the high-bandwidth node nearest
+  // the rank's CPU if there is one, else where first touched), local, bind, preferred, interleave (over all HBW
+  // nodes, or all nodes). HBW nodes: comm/topology.h (TIERTRAIN_HBW_NODES, MEMKIND_HBW_NODES, HMAT, flat mode).
+  std::string mempolicy = "auto";
 };
 
 Result<std::unique_ptr<Communicator>> create_shm(int rank, int size, const ShmOptions& options);

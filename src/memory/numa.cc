@@ -47,6 +47,38 @@ Status bind_to_node(void* ptr, size_t bytes, int node) {
   return Status::ok();
 }
 
+const char* mem_policy_name(MemPolicy p) {
+  switch (p) {
+    case MemPolicy::kBind: return "bind";
+    case MemPolicy::kPreferred: return "preferred";
+    case MemPolicy::kInterleave: return "interleave";
+  }
+  return "?";
+}
+
+Status set_mem_policy(void* ptr, size_t bytes, MemPolicy policy, const std::vector<int>& nodes) {
+  TT_RETURN_IF(nodes.empty(), kInvalidArgument, "memory policy %s over no NUMA node", mem_policy_name(policy));
+  unsigned long mask[kMaxNodes / kBitsPerLong] = {};
+  for (int node : nodes) {
+    TT_RETURN_IF(node < 0 || node >= kMaxNodes, kInvalidArgument, "NUMA node %d is out of range", node);
+    mask[node / kBitsPerLong] |= 1UL << (node % kBitsPerLong);
+  }
+  constexpr int kMpolBind = 2, kMpolInterleave = 3, kMpolPreferredMany = 5;
+  long rc = 0;
+  if (policy == MemPolicy::kPreferred && nodes.size() > 1) {
+    rc = syscall(SYS_mbind, ptr, bytes, kMpolPreferredMany, mask, static_cast<unsigned long>(kMaxNodes), 0UL);
+    if (rc == 0) return Status::ok();
+    // Kernels before 5.15: prefer the first node only.
+    return bind_to_node(ptr, bytes, nodes.front());
+  }
+  const int mode = policy == MemPolicy::kBind ? kMpolBind : policy == MemPolicy::kInterleave ? kMpolInterleave
+                                                                                             : kMpolPreferred;
+  rc = syscall(SYS_mbind, ptr, bytes, mode, mask, static_cast<unsigned long>(kMaxNodes), 0UL);
+  TT_RETURN_IF(rc != 0, kInternal, "mbind (%s) of %zu bytes failed: %s", mem_policy_name(policy), bytes,
+               std::strerror(errno));
+  return Status::ok();
+}
+
 int node_of_address(void* ptr) {
   int node = -1;
   const long rc = syscall(SYS_get_mempolicy, &node, nullptr, 0UL, ptr, kMpolFNode | kMpolFAddr);

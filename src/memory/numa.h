@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -18,6 +19,12 @@ bool numa_node_exists(int node);
 // Sets the memory policy of [ptr, ptr + bytes) to "preferred: node" (pages go there while it has free memory);
 // ptr page-aligned. Takes effect for pages not yet touched.
 Status bind_to_node(void* ptr, size_t bytes, int node);
+// A memory policy over a set of nodes for [ptr, ptr + bytes) (ptr page-aligned), for pages not yet touched:
+// bind (only these nodes; allocation fails when they are full), preferred (these first, then any: with several
+// nodes MPOL_PREFERRED_MANY, Linux 5.15, else the first of them), interleave (pages round-robin over them).
+enum class MemPolicy { kBind, kPreferred, kInterleave };
+const char* mem_policy_name(MemPolicy p);
+Status set_mem_policy(void* ptr, size_t bytes, MemPolicy policy, const std::vector<int>& nodes);
 // The node of the page holding ptr (touching it if needed), or -1 when the kernel does not say.
 int node_of_address(void* ptr);
 // The NUMA node of a PCI device ("0000:17:00.0", any case), -1 when unknown (single-node machines report -1).

@@ -342,7 +342,7 @@ int run_smoke() {
   const int n = c.size();
   for (size_t i = 0; i < x.size(); ++i)
     if (x[i] != static_cast<float>(n * (n - 1) / 2 + n * static_cast<int>(i))) return 1;
-  std::printf("rank %d: smoke right\n", c.rank());
+  std::printf("rank %d: smoke right; buffers: %s\n", c.rank(), c.placement().c_str());
   return 0;
 }
 
@@ -460,6 +460,19 @@ TEST(Comm, TooSmallSharedMemoryIsReportedWithTheFixes) {
   EXPECT_NE(j.output.find("--shm-size"), std::string::npos) << j.output;
   EXPECT_NE(j.output.find("TIERTRAIN_SHM_DIR"), std::string::npos) << j.output;
   EXPECT_NE(j.output.find("rank 0 (pid"), std::string::npos) << j.output;
+}
+
+// Buffer placement: named HBW nodes are used with the policy asked for; bind without any HBW node is refused.
+TEST(Comm, HbwPlacementFromTheEnvironment) {
+  const Job j = launch(2, "smoke", "TIERTRAIN_HBW_NODES=0 TIERTRAIN_COMM_MEMPOLICY=bind");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("buffers: bind NUMA node(s) 0 (HBW: TIERTRAIN_HBW_NODES)"), std::string::npos) << j.output;
+  const Job il = launch(2, "smoke", "TIERTRAIN_HBW_NODES=0 TIERTRAIN_COMM_MEMPOLICY=interleave");
+  EXPECT_EQ(il.code, 0) << il.output;
+  EXPECT_NE(il.output.find("buffers: interleave NUMA node(s) 0"), std::string::npos) << il.output;
+  const Job bad = launch(2, "smoke", "TIERTRAIN_HBW_NODES=999");
+  EXPECT_NE(bad.code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("no NUMA node 999"), std::string::npos) << bad.output;
 }
 
 // tiertrain comm-bench under the launcher: every collective, a few dtypes and ops, checked results (#wrong 0), JSON
