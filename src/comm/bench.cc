@@ -102,7 +102,8 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
   TT_RETURN_IF(o.iters < 1 || o.warmup < 0 || o.check < 0, kInvalidArgument, "comm-bench: -n >= 1, -w and -c >= 0");
   TT_ASSIGN_OR_RETURN(Shape probe, shape_of(o.collective, static_cast<size_t>(n), n));
   (void)probe;
-  const int root = o.root % n;
+  TT_RETURN_IF(o.root < 0 || o.root >= n, kInvalidArgument, "comm-bench: -r %d is not a rank of 0..%d", o.root, n - 1);
+  const int root = o.root;
   nlohmann::json rows = nlohmann::json::array();
   if (me == 0) {
     std::printf("# tiertrain comm-bench: %s, %s, %s, %d ranks (%s), %d iterations after %d warm-up, %s data\n",

@@ -2,8 +2,12 @@
 
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "comm/shm.h"
 
@@ -55,6 +59,154 @@ Result<Op> parse_op(const std::string& name) {
     if (name == op_name(o)) return o;
   return make_status(StatusCode::kInvalidArgument, "unknown reduction op '%s' (sum, prod, min, max, avg)",
                      name.c_str());
+}
+
+// ---- requests and the progress thread ----------------------------------------------------------------------------
+
+struct Request::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+};
+
+Status Request::wait() {
+  TT_RETURN_IF(!state_, kFailedPrecondition, "wait() on an empty request");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  return state_->status;
+}
+
+bool Request::test() const {
+  if (!state_) return false;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+struct Communicator::Progress {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<std::function<Status()>, std::shared_ptr<Request::State>>> queue;
+  int64_t in_flight = 0;  // queued or running
+  bool stop = false;
+  std::thread worker;
+};
+
+Communicator::Communicator() = default;
+Communicator::~Communicator() { stop_progress(); }
+
+void Communicator::stop_progress() {
+  if (!progress_) return;
+  {
+    std::lock_guard<std::mutex> lock(progress_->mu);
+    progress_->stop = true;
+  }
+  progress_->cv.notify_all();
+  if (progress_->worker.joinable()) progress_->worker.join();
+  progress_.reset();
+}
+
+Request Communicator::submit(std::function<Status()> op) {
+  if (!progress_) {
+    progress_ = std::make_unique<Progress>();
+    Progress* p = progress_.get();
+    p->worker = std::thread([p] {
+      for (;;) {
+        std::pair<std::function<Status()>, std::shared_ptr<Request::State>> item;
+        {
+          std::unique_lock<std::mutex> lock(p->mu);
+          p->cv.wait(lock, [&] { return p->stop || !p->queue.empty(); });
+          if (p->queue.empty()) return;  // stopped, and everything queued has run
+          item = std::move(p->queue.front());
+          p->queue.pop_front();
+        }
+        Status s = item.first();
+        {
+          std::lock_guard<std::mutex> lock(item.second->mu);
+          item.second->status = std::move(s);
+          item.second->done = true;
+        }
+        item.second->cv.notify_all();
+        {
+          std::lock_guard<std::mutex> lock(p->mu);
+          --p->in_flight;
+        }
+        p->cv.notify_all();
+      }
+    });
+  }
+  Request r;
+  r.state_ = std::make_shared<Request::State>();
+  {
+    std::lock_guard<std::mutex> lock(progress_->mu);
+    progress_->queue.emplace_back(std::move(op), r.state_);
+    ++progress_->in_flight;
+  }
+  progress_->cv.notify_all();
+  return r;
+}
+
+Status Communicator::run(std::function<Status()> op) {
+  if (progress_) {
+    std::unique_lock<std::mutex> lock(progress_->mu);
+    if (progress_->in_flight > 0) {
+      lock.unlock();
+      return submit(std::move(op)).wait();  // behind the operations in flight
+    }
+  }
+  return op();
+}
+
+Status Communicator::barrier() { return run([=, this] { return do_barrier(); }); }
+Status Communicator::broadcast(const void* s, void* r, size_t n, DType d, int root) {
+  return run([=, this] { return do_broadcast(s, r, n, d, root); });
+}
+Status Communicator::reduce(const void* s, void* r, size_t n, DType d, Op op, int root) {
+  return run([=, this] { return do_reduce(s, r, n, d, op, root); });
+}
+Status Communicator::allreduce(const void* s, void* r, size_t n, DType d, Op op) {
+  return run([=, this] { return do_allreduce(s, r, n, d, op); });
+}
+Status Communicator::gather(const void* s, void* r, size_t n, DType d, int root) {
+  return run([=, this] { return do_gather(s, r, n, d, root); });
+}
+Status Communicator::scatter(const void* s, void* r, size_t n, DType d, int root) {
+  return run([=, this] { return do_scatter(s, r, n, d, root); });
+}
+Status Communicator::allgather(const void* s, void* r, size_t n, DType d) {
+  return run([=, this] { return do_allgather(s, r, n, d); });
+}
+Status Communicator::reduce_scatter(const void* s, void* r, size_t n, DType d, Op op) {
+  return run([=, this] { return do_reduce_scatter(s, r, n, d, op); });
+}
+Status Communicator::alltoall(const void* s, void* r, size_t n, DType d) {
+  return run([=, this] { return do_alltoall(s, r, n, d); });
+}
+
+Request Communicator::ibarrier() { return submit([=, this] { return do_barrier(); }); }
+Request Communicator::ibroadcast(const void* s, void* r, size_t n, DType d, int root) {
+  return submit([=, this] { return do_broadcast(s, r, n, d, root); });
+}
+Request Communicator::ireduce(const void* s, void* r, size_t n, DType d, Op op, int root) {
+  return submit([=, this] { return do_reduce(s, r, n, d, op, root); });
+}
+Request Communicator::iallreduce(const void* s, void* r, size_t n, DType d, Op op) {
+  return submit([=, this] { return do_allreduce(s, r, n, d, op); });
+}
+Request Communicator::igather(const void* s, void* r, size_t n, DType d, int root) {
+  return submit([=, this] { return do_gather(s, r, n, d, root); });
+}
+Request Communicator::iscatter(const void* s, void* r, size_t n, DType d, int root) {
+  return submit([=, this] { return do_scatter(s, r, n, d, root); });
+}
+Request Communicator::iallgather(const void* s, void* r, size_t n, DType d) {
+  return submit([=, this] { return do_allgather(s, r, n, d); });
+}
+Request Communicator::ireduce_scatter(const void* s, void* r, size_t n, DType d, Op op) {
+  return submit([=, this] { return do_reduce_scatter(s, r, n, d, op); });
+}
+Request Communicator::ialltoall(const void* s, void* r, size_t n, DType d) {
+  return submit([=, this] { return do_alltoall(s, r, n, d); });
 }
 
 namespace {

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,9 +44,27 @@ struct Options {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
 
+// A non-blocking collective in flight. wait() returns its status (each of its waits for other ranks keeps the
+// communicator's deadline); test() says whether it is done. Until wait() has returned, the operation's buffers
+// must stay valid and must not be written (nor, for its receive buffer, read).
+class Request {
+ public:
+  Request() = default;
+  Status wait();
+  bool test() const;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  friend class Communicator;
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
 class Communicator {
  public:
-  virtual ~Communicator() = default;
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend() const = 0;
@@ -54,15 +73,50 @@ class Communicator {
   // Where this rank's buffers live (for logs and benchmark headers), e.g. "preferred NUMA node 2 (HBW: ...)".
   virtual std::string placement() const { return ""; }
 
-  virtual Status barrier() = 0;
-  virtual Status broadcast(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
-  virtual Status reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) = 0;
-  virtual Status allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) = 0;
-  virtual Status gather(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
-  virtual Status scatter(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
-  virtual Status allgather(const void* send, void* recv, size_t count, DType dtype) = 0;
-  virtual Status reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) = 0;
-  virtual Status alltoall(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // Blocking collectives. A communicator is used from one thread at a time; while non-blocking operations are in
+  // flight, a blocking call runs after them, in call order.
+  Status barrier();
+  Status broadcast(const void* send, void* recv, size_t count, DType dtype, int root);
+  Status reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root);
+  Status allreduce(const void* send, void* recv, size_t count, DType dtype, Op op);
+  Status gather(const void* send, void* recv, size_t count, DType dtype, int root);
+  Status scatter(const void* send, void* recv, size_t count, DType dtype, int root);
+  Status allgather(const void* send, void* recv, size_t count, DType dtype);
+  Status reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op);
+  Status alltoall(const void* send, void* recv, size_t count, DType dtype);
+
+  // Non-blocking collectives: queued, and run in call order on the communicator's progress thread (started by the
+  // first one), so that the caller computes meanwhile.
+  Request ibarrier();
+  Request ibroadcast(const void* send, void* recv, size_t count, DType dtype, int root);
+  Request ireduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root);
+  Request iallreduce(const void* send, void* recv, size_t count, DType dtype, Op op);
+  Request igather(const void* send, void* recv, size_t count, DType dtype, int root);
+  Request iscatter(const void* send, void* recv, size_t count, DType dtype, int root);
+  Request iallgather(const void* send, void* recv, size_t count, DType dtype);
+  Request ireduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op);
+  Request ialltoall(const void* send, void* recv, size_t count, DType dtype);
+
+ protected:
+  Communicator();
+  // What a backend implements: one collective, run to its end on the calling thread.
+  virtual Status do_barrier() = 0;
+  virtual Status do_broadcast(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
+  virtual Status do_reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) = 0;
+  virtual Status do_allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) = 0;
+  virtual Status do_gather(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
+  virtual Status do_scatter(const void* send, void* recv, size_t count, DType dtype, int root) = 0;
+  virtual Status do_allgather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual Status do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) = 0;
+  virtual Status do_alltoall(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // Backends call this first in their destructor: it lets the queued operations finish and stops the thread.
+  void stop_progress();
+
+ private:
+  struct Progress;
+  Request submit(std::function<Status()> op);
+  Status run(std::function<Status()> op);  // inline, or behind the queue when it is not empty
+  std::unique_ptr<Progress> progress_;
 };
 
 // The communicator of the job this process belongs to, from the environment `tiertrain launch` (or a compatible

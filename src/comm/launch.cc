@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -59,6 +60,10 @@ Result<int> launch(const LaunchOptions& o) {
       if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
 
   // The signals we handle arrive through sigtimedwait, blocked from now on; the ranks get the mask they had.
+  // SIGCHLD must not be ignored (an inherited SIG_IGN would let the kernel reap the ranks behind our back).
+  struct sigaction dfl {}, old_chld {};
+  dfl.sa_handler = SIG_DFL;
+  sigaction(SIGCHLD, &dfl, &old_chld);
   sigset_t handled, old;
   sigemptyset(&handled);
   for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) sigaddset(&handled, s);
@@ -81,7 +86,10 @@ Result<int> launch(const LaunchOptions& o) {
       return make_status(StatusCode::kInternal, "launch: fork for rank %d: %s", r, std::strerror(e));
     }
     if (pid == 0) {
+      // Its own process group, so that stopping the rank stops what it started too (a shell, a Python wrapper).
+      setpgid(0, 0);
       sigprocmask(SIG_SETMASK, &old, nullptr);
+      sigaction(SIGCHLD, &old_chld, nullptr);
       const std::string rank = std::to_string(r), world = std::to_string(o.ranks);
       setenv("RANK", rank.c_str(), 1);
       setenv("LOCAL_RANK", rank.c_str(), 1);
@@ -100,6 +108,7 @@ Result<int> launch(const LaunchOptions& o) {
       std::fprintf(stderr, "tiertrain launch: rank %d: cannot run '%s': %s\n", r, argv[0], std::strerror(errno));
       _exit(127);
     }
+    setpgid(pid, pid);  // also here: whichever of parent and child runs first
     pids[static_cast<size_t>(r)] = pid;
     ++running;
   }
@@ -109,13 +118,27 @@ Result<int> launch(const LaunchOptions& o) {
   std::chrono::steady_clock::time_point kill_at{};
   auto signal_all = [&](int sig) {
     for (int r = 0; r < o.ranks; ++r)
-      if (status[static_cast<size_t>(r)] < 0) kill(pids[static_cast<size_t>(r)], sig);
+      if (status[static_cast<size_t>(r)] < 0) {
+        const pid_t pid = pids[static_cast<size_t>(r)];
+        if (kill(-pid, sig) != 0) kill(pid, sig);  // its group, or the rank alone if the group is gone
+      }
   };
   while (running > 0) {
     // Reap whatever has ended.
     for (;;) {
       int st = 0;
       const pid_t pid = waitpid(-1, &st, WNOHANG);
+      if (pid < 0 && errno == ECHILD) {
+        // Nothing left to wait for although we count ranks running: they were reaped elsewhere. Their exit status
+        // is lost; count them as failed.
+        for (int r = 0; r < o.ranks; ++r)
+          if (status[static_cast<size_t>(r)] < 0) {
+            status[static_cast<size_t>(r)] = 255 << 8;
+            if (failed < 0) failed = r;
+          }
+        running = 0;
+        break;
+      }
       if (pid <= 0) break;
       for (int r = 0; r < o.ranks; ++r) {
         if (pids[static_cast<size_t>(r)] != pid) continue;
@@ -154,6 +177,7 @@ Result<int> launch(const LaunchOptions& o) {
     }
   }
   sigprocmask(SIG_SETMASK, &old, nullptr);
+  sigaction(SIGCHLD, &old_chld, nullptr);
   remove_leftovers(id);
   if (failed >= 0) {
     const int st = status[static_cast<size_t>(failed)];

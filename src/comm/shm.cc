@@ -55,7 +55,13 @@ struct alignas(64) Meta {
   int32_t dtype;
   int32_t op;
   int32_t root;
+  int32_t misuse;  // a bad argument on this rank (Misuse), reported by every rank instead of a hang
 };
+
+enum Misuse : int32_t { kNoMisuse = 0, kBadRoot = 1, kInPlaceNotRoot = 2 };
+const char* misuse_text(int32_t m) {
+  return m == kBadRoot ? "gave a root that is not a rank" : m == kInPlaceNotRoot ? "asked for in place but is not the root" : "";
+}
 
 struct alignas(64) Header {
   std::atomic<uint64_t> magic;  // set last, once the segment is ready
@@ -65,6 +71,7 @@ struct alignas(64) Header {
   uint64_t buffer_bytes;
   char pad[64 - 32];
   Flag arrived, reduced, consumed;
+  Flag aborted;  // 1 once this rank has given up on an error: its peers fail at once instead of at the deadline
   Meta meta;
 };
 static_assert(sizeof(Header) % 64 == 0);
@@ -87,6 +94,7 @@ class ShmComm final : public Communicator {
  public:
   ShmComm(int rank, int size, ShmOptions options) : rank_(rank), size_(size), opt_(std::move(options)) {}
   ~ShmComm() override {
+    stop_progress();  // queued operations use the segments
     for (size_t i = 0; i < maps_.size(); ++i)
       if (maps_[i]) munmap(maps_[i], seg_bytes_);
     if (!own_name_.empty()) unlink_own();
@@ -100,18 +108,18 @@ class ShmComm final : public Communicator {
   int64_t sequence() const override { return seq_; }
   std::string placement() const override { return placement_; }
 
-  Status barrier() override {
+  Status do_barrier() override {
     TT_TRY(begin(kBarrier, 0, DType::kF32, Op::kSum, -1));
     return round(nullptr, 0, [](int64_t) { return Status::ok(); });
   }
-  Status broadcast(const void* send, void* recv, size_t count, DType dtype, int root) override;
-  Status reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) override;
-  Status allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) override;
-  Status gather(const void* send, void* recv, size_t count, DType dtype, int root) override;
-  Status scatter(const void* send, void* recv, size_t count, DType dtype, int root) override;
-  Status allgather(const void* send, void* recv, size_t count, DType dtype) override;
-  Status reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) override;
-  Status alltoall(const void* send, void* recv, size_t count, DType dtype) override;
+  Status do_broadcast(const void* send, void* recv, size_t count, DType dtype, int root) override;
+  Status do_reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) override;
+  Status do_allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) override;
+  Status do_gather(const void* send, void* recv, size_t count, DType dtype, int root) override;
+  Status do_scatter(const void* send, void* recv, size_t count, DType dtype, int root) override;
+  Status do_allgather(const void* send, void* recv, size_t count, DType dtype) override;
+  Status do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) override;
+  Status do_alltoall(const void* send, void* recv, size_t count, DType dtype) override;
 
  private:
   Header* hdr(int r) const { return static_cast<Header*>(maps_[static_cast<size_t>(r)]); }
@@ -120,8 +128,12 @@ class ShmComm final : public Communicator {
   std::string segment_path(int r) const;
   void unlink_own();
 
-  // Starts collective number seq_ + 1 (checks the arguments, and that no earlier error broke the communicator).
-  Status begin(int32_t kind, size_t count, DType dtype, Op op, int root);
+  // Starts collective number seq_ + 1 (after checking that no earlier error broke the communicator). A bad root, or
+  // in place where only the root may ask for it, is recorded as misuse: the call then runs one empty round, in
+  // which every rank sees it and fails (misused() says so).
+  Status begin(int32_t kind, size_t count, DType dtype, Op op, int root, bool in_place_misuse = false);
+  bool misused() const { return cur_.misuse != kNoMisuse; }
+  Status fail_misuse() { return round(nullptr, 0, [](int64_t) { return Status::ok(); }); }
   // One round: steps 1-3 of Note [shm rounds] with `bytes` of input copied from `in` (or written by fill), then
   // work(round), then step 5.
   template <typename Work>
@@ -131,6 +143,7 @@ class ShmComm final : public Communicator {
   Status wait_all(Flag Header::*flag, int64_t target, const char* what, int only = -1);
   Status fail(Status s) {
     broken_ = s.message();
+    hdr(rank_)->aborted.value.store(1, std::memory_order_release);
     return s;
   }
   Status check_metas();
@@ -176,26 +189,30 @@ Status ShmComm::init() {
                "shm communicator: buffer of %zu bytes (at least 4096, a multiple of 64)", opt_.buffer_bytes);
   seg_bytes_ = sizeof(Header) + 2 * opt_.buffer_bytes;
   if (const char* j = std::getenv("TIERTRAIN_COMM_JITTER_US")) jitter_us_ = std::atoll(j);
-  // Room for every rank's segment where they go (a container's /dev/shm is 64 MB by default): checked before
-  // anything is mapped, because tmpfs accepts a file larger than its free space and then kills the process that
-  // touches the missing pages.
+  // scatter, reduce_scatter and alltoall put one piece per rank in an area: at least a 64-byte line each.
+  TT_RETURN_IF(opt_.buffer_bytes < 64 * static_cast<size_t>(size_), kInvalidArgument,
+               "shm communicator: TIERTRAIN_COMM_BUFFER=%zu is too small for %d ranks (at least 64 bytes a rank: %zu)",
+               opt_.buffer_bytes, size_, 64 * static_cast<size_t>(size_));
+  // Room for the segments where they go (a container's /dev/shm is 64 MB by default). Each rank reserves its own
+  // segment's blocks (fallocate, below) before touching them: tmpfs accepts a file larger than its free space and
+  // then kills the process that touches the missing pages. The message says what the whole job needs.
   const std::string where = opt_.dir.empty() ? std::string("/dev/shm") : opt_.dir;
+  const auto no_room = [&](uint64_t free_bytes) {
+    return make_status(StatusCode::kOutOfMemory,
+                       "shm communicator (rank %d): %s has %s free, too little for this rank's %s segment (two areas "
+                       "of TIERTRAIN_COMM_BUFFER=%s; %d ranks need %s). Give the container more (docker run "
+                       "--shm-size=1g), lower TIERTRAIN_COMM_BUFFER, or put the segments in a directory with room: "
+                       "TIERTRAIN_SHM_DIR=/path",
+                       rank_, where.c_str(), format_bytes(static_cast<int64_t>(free_bytes)).c_str(),
+                       format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(),
+                       format_bytes(static_cast<int64_t>(opt_.buffer_bytes)).c_str(), size_,
+                       format_bytes(static_cast<int64_t>(seg_bytes_) * size_).c_str());
+  };
   struct statvfs vfs {};
-  if (statvfs(where.c_str(), &vfs) == 0) {
-    const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    const uint64_t need = static_cast<uint64_t>(seg_bytes_) * static_cast<uint64_t>(size_);
-    // Rank 0 checks for all (the others' segments may already be there).
-    TT_RETURN_IF(rank_ == 0 && free_bytes < need, kOutOfMemory,
-                 "shm communicator: %s has %s free, and %d ranks need %s (%s each: two areas of "
-                 "TIERTRAIN_COMM_BUFFER=%s). Give the container more (docker run --shm-size=1g), lower "
-                 "TIERTRAIN_COMM_BUFFER, or put the segments in a directory with room: TIERTRAIN_SHM_DIR=/path",
-                 where.c_str(), format_bytes(static_cast<int64_t>(free_bytes)).c_str(), size_,
-                 format_bytes(static_cast<int64_t>(need)).c_str(), format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(),
-                 format_bytes(static_cast<int64_t>(opt_.buffer_bytes)).c_str());
-  } else {
-    return make_status(StatusCode::kNotFound, "shm communicator: %s: %s (set TIERTRAIN_SHM_DIR to a directory)",
-                       where.c_str(), std::strerror(errno));
-  }
+  TT_RETURN_IF(statvfs(where.c_str(), &vfs) != 0, kNotFound,
+               "shm communicator: %s: %s (set TIERTRAIN_SHM_DIR to a directory)", where.c_str(), std::strerror(errno));
+  const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (free_bytes < seg_bytes_) return no_room(free_bytes);
   maps_.assign(static_cast<size_t>(size_), nullptr);
   // Our own segment: created, sized, touched (so its pages are ours, on our NUMA node), then published.
   {
@@ -211,7 +228,17 @@ Status ShmComm::init() {
                                        "it: remove it)"
                                      : "");
     }
-    const int rc = ftruncate(fd, static_cast<off_t>(seg_bytes_));
+    int rc = ftruncate(fd, static_cast<off_t>(seg_bytes_));
+    if (rc == 0) {
+      rc = posix_fallocate(fd, 0, static_cast<off_t>(seg_bytes_));  // the blocks now, or ENOSPC now
+      if (rc == ENOSPC) {
+        ::close(fd);
+        unlink_own();
+        return no_room(free_bytes);
+      }
+      errno = rc == EOPNOTSUPP || rc == EINVAL ? 0 : rc;  // a file system without fallocate: sized is enough
+      rc = errno;
+    }
     void* p = rc == 0 ? mmap(nullptr, seg_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     const int e = errno;
     ::close(fd);
@@ -246,25 +273,34 @@ Status ShmComm::init() {
       const std::string path = segment_path(r);
       const int fd = opt_.dir.empty() ? shm_open(path.c_str(), O_RDWR, 0600) : ::open(path.c_str(), O_RDWR | O_CLOEXEC);
       if (fd >= 0) {
+        // Its header first: a segment of another size (a rank started with other settings) is an error now, not a
+        // rank that never joins.
         struct stat st {};
-        if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == seg_bytes_) {
-          void* p = mmap(nullptr, seg_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-          if (p != MAP_FAILED) {
-            const Header* h = static_cast<const Header*>(p);
-            if (h->magic.load(std::memory_order_acquire) == kMagic) {
+        if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(Header)) {
+          void* hp = mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, fd, 0);
+          if (hp != MAP_FAILED) {
+            const Header* h = static_cast<const Header*>(hp);
+            const bool ready = h->magic.load(std::memory_order_acquire) == kMagic;
+            const bool same = h->size == size_ && h->rank == r && h->buffer_bytes == opt_.buffer_bytes &&
+                              static_cast<size_t>(st.st_size) == seg_bytes_;
+            const int their_rank = h->rank, their_size = h->size;
+            const unsigned long long their_buffer = h->buffer_bytes;
+            munmap(hp, sizeof(Header));
+            if (ready && !same) {
               ::close(fd);
-              if (h->size != size_ || h->rank != r || h->buffer_bytes != opt_.buffer_bytes) {
-                munmap(p, seg_bytes_);
-                return make_status(StatusCode::kInvalidArgument,
-                                   "shm communicator: rank %d's segment says rank %d of %d with %llu-byte buffers; "
-                                   "this is rank %d of %d with %zu (ranks started with different settings?)",
-                                   r, h->rank, h->size, static_cast<unsigned long long>(h->buffer_bytes), rank_,
-                                   size_, opt_.buffer_bytes);
-              }
+              return make_status(StatusCode::kInvalidArgument,
+                                 "shm communicator: rank %d's segment says rank %d of %d with %llu-byte buffers; "
+                                 "this is rank %d of %d with %zu (ranks started with different settings?)",
+                                 r, their_rank, their_size, their_buffer, rank_, size_, opt_.buffer_bytes);
+            }
+            if (ready) {
+              void* p = mmap(nullptr, seg_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+              ::close(fd);
+              TT_RETURN_IF(p == MAP_FAILED, kIoError, "shm communicator: mapping rank %d's segment: %s", r,
+                           std::strerror(errno));
               maps_[static_cast<size_t>(r)] = p;
               continue;
             }
-            munmap(p, seg_bytes_);
           }
         }
         ::close(fd);
@@ -283,7 +319,7 @@ Status ShmComm::init() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   // Once everyone has mapped everyone, the names can go: the segments live as long as a process maps them.
-  TT_TRY(barrier());
+  TT_TRY(do_barrier());
   unlink_own();
   TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments, %s", rank_, size_,
          format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str());
@@ -332,11 +368,10 @@ Status ShmComm::place(void* p) {
   return Status::ok();
 }
 
-Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root) {
+Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, bool in_place_misuse) {
   TT_RETURN_IF(!broken_.empty(), kFailedPrecondition,
                "shm communicator (rank %d): unusable after an earlier error: %s", rank_, broken_.c_str());
-  TT_RETURN_IF(root != -1 && (root < 0 || root >= size_), kInvalidArgument, "%s: root %d is not a rank of 0..%d",
-               kind_name(kind), root, size_ - 1);
+  const bool rooted = kind == kBroadcast || kind == kReduce || kind == kGather || kind == kScatter;
   ++seq_;
   cur_ = Meta{};
   cur_.seq = seq_;
@@ -345,6 +380,7 @@ Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root) 
   cur_.dtype = static_cast<int32_t>(dtype);
   cur_.op = static_cast<int32_t>(op);
   cur_.root = root;
+  cur_.misuse = rooted && (root < 0 || root >= size_) ? kBadRoot : in_place_misuse ? kInPlaceNotRoot : kNoMisuse;
   return Status::ok();
 }
 
@@ -374,6 +410,15 @@ Status ShmComm::wait_all(Flag Header::*flag, int64_t target, const char* what, i
         for (int r : v) s += (s.empty() ? "" : ", ") + std::to_string(r);
         return s;
       };
+      std::vector<int> gave_up;
+      for (int q = 0; q < size_; ++q)
+        if (q != rank_ && hdr(q)->aborted.value.load(std::memory_order_acquire) != 0) gave_up.push_back(q);
+      if (!gave_up.empty())
+        return fail(make_status(StatusCode::kAborted,
+                                "%s #%lld (rank %d of %d): rank(s) %s gave up on an error of their own (see their "
+                                "message) while %s, still waiting for rank(s) %s",
+                                kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_, size_,
+                                list(gave_up).c_str(), what, list(late).c_str()));
       if (!dead.empty())
         return fail(make_status(StatusCode::kAborted,
                                 "%s #%lld (rank %d of %d): rank(s) %s died (their process is gone) while %s",
@@ -396,6 +441,15 @@ Status ShmComm::wait_all(Flag Header::*flag, int64_t target, const char* what, i
 }
 
 Status ShmComm::check_metas() {
+  std::string misuse;
+  for (int r = 0; r < size_; ++r) {
+    const int32_t m = r == rank_ ? cur_.misuse : hdr(r)->meta.misuse;
+    if (m != kNoMisuse) misuse += str_format("%srank %d %s", misuse.empty() ? "" : "; ", r, misuse_text(m));
+  }
+  if (!misuse.empty())
+    return fail(make_status(StatusCode::kInvalidArgument, "%s #%lld (rank %d of %d, root %d): %s",
+                            kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_, size_, cur_.root,
+                            misuse.c_str()));
   std::string diffs;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
@@ -428,10 +482,8 @@ Status ShmComm::round(const void* in, size_t bytes, Work&& work) {
   cur_.round = r;
   me->meta = cur_;
   me->arrived.value.store(r, std::memory_order_release);
-  if (size_ > 1) {
-    TT_TRY(wait_all(&Header::arrived, r, "waiting for the ranks to arrive"));
-    TT_TRY(check_metas());
-  }
+  if (size_ > 1) TT_TRY(wait_all(&Header::arrived, r, "waiting for the ranks to arrive"));
+  TT_TRY(check_metas());
   TT_TRY(work(r));
   me->consumed.value.store(r, std::memory_order_release);
   return Status::ok();
@@ -445,8 +497,9 @@ size_t chunk_elems(size_t buffer_bytes, size_t es, size_t pieces) {
   return std::max<size_t>(c, 1);
 }
 
-Status ShmComm::broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
+Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
   TT_TRY(begin(kBroadcast, count, dtype, Op::kSum, root));
+  if (misused()) return fail_misuse();
   const size_t es = dtype_size(dtype);
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
@@ -503,22 +556,20 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
   return Status::ok();
 }
 
-Status ShmComm::reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
-  TT_RETURN_IF(send == kInPlace && rank_ != root, kInvalidArgument,
-               "reduce: in place (kInPlace) is for the root only; rank %d is not the root (%d)", rank_, root);
-  TT_TRY(begin(kReduce, count, dtype, op, root));
+Status ShmComm::do_reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
+  TT_TRY(begin(kReduce, count, dtype, op, root, send == kInPlace && rank_ != root));
+  if (misused()) return fail_misuse();
   return reduce_rounds(send, recv, count, dtype, op, root);
 }
 
-Status ShmComm::allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) {
+Status ShmComm::do_allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) {
   TT_TRY(begin(kAllreduce, count, dtype, op, -1));
   return reduce_rounds(send, recv, count, dtype, op, -1);
 }
 
-Status ShmComm::gather(const void* send, void* recv, size_t count, DType dtype, int root) {
-  TT_RETURN_IF(send == kInPlace && rank_ != root, kInvalidArgument,
-               "gather: in place (kInPlace) is for the root only; rank %d is not the root (%d)", rank_, root);
-  TT_TRY(begin(kGather, count, dtype, Op::kSum, root));
+Status ShmComm::do_gather(const void* send, void* recv, size_t count, DType dtype, int root) {
+  TT_TRY(begin(kGather, count, dtype, Op::kSum, root, send == kInPlace && rank_ != root));
+  if (misused()) return fail_misuse();
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
   const char* src = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : static_cast<const char*>(send);
@@ -535,7 +586,7 @@ Status ShmComm::gather(const void* send, void* recv, size_t count, DType dtype, 
   return Status::ok();
 }
 
-Status ShmComm::allgather(const void* send, void* recv, size_t count, DType dtype) {
+Status ShmComm::do_allgather(const void* send, void* recv, size_t count, DType dtype) {
   TT_TRY(begin(kAllgather, count, dtype, Op::kSum, -1));
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
@@ -553,8 +604,9 @@ Status ShmComm::allgather(const void* send, void* recv, size_t count, DType dtyp
   return Status::ok();
 }
 
-Status ShmComm::scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
+Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
   TT_TRY(begin(kScatter, count, dtype, Op::kSum, root));
+  if (misused()) return fail_misuse();
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
   // In place at the root: recv holds all size() * count elements and the root's own piece stays where it is.
@@ -579,7 +631,7 @@ Status ShmComm::scatter(const void* send, void* recv, size_t count, DType dtype,
   return Status::ok();
 }
 
-Status ShmComm::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) {
+Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) {
   TT_TRY(begin(kReduceScatter, count, dtype, op, -1));
   const size_t es = dtype_size(dtype);
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
@@ -604,7 +656,7 @@ Status ShmComm::reduce_scatter(const void* send, void* recv, size_t count, DType
   return Status::ok();
 }
 
-Status ShmComm::alltoall(const void* send, void* recv, size_t count, DType dtype) {
+Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dtype) {
   TT_TRY(begin(kAlltoall, count, dtype, Op::kSum, -1));
   const size_t es = dtype_size(dtype);
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);

@@ -122,7 +122,15 @@ AdamW::~AdamW() {
   if (norm_sq_.raw()) be_.pool().free(norm_sq_);
   if (v_.raw()) be_.pool().free(v_);
   if (m_.raw()) be_.pool().free(m_);
-  // Set 0's master and staging copy are the model's; set 1 is ours when we speculate.
+  // Set 0's master and staging copy are the model's; set 1 is ours when we speculate. If set 1 is current, its
+  // master and staging copy go back into the model's before set 1 is freed, and the model points at them again.
+  if (hyper_.speculate && cur_ == 1) {
+    const size_t n = static_cast<size_t>(gpt_.num_params());
+    std::memcpy(sets_[0].master, sets_[1].master, n * sizeof(float));
+    if (sets_[1].bf16) std::memcpy(sets_[0].bf16, sets_[1].bf16, n * sizeof(uint16_t));
+    gpt_.set_host_copies(sets_[0].master, sets_[0].bf16 ? static_cast<void*>(sets_[0].bf16)
+                                                        : static_cast<void*>(sets_[0].master));
+  }
   if (hyper_.speculate) {
     be_.free_host(sets_[1].bf16);
     for (float* p : {sets_[1].v, sets_[1].m, sets_[1].master}) be_.free_host(p);
