@@ -6,7 +6,8 @@
 # trace of offload-params. Run after scripts/gpu.sh built build/gpu. Writes JSON, a trace and results.md into OUTDIR.
 #   bench/offload_gpu.sh OUTDIR [DATA]
 # TT_OFF_LAYERS, TT_OFF_DIM, TT_OFF_HEADS, TT_OFF_SEQ, TT_OFF_BATCH, TT_OFF_STEPS change the model and the run;
-# TT_OFF_RUNS picks runs (default: in-core cpu-optimizer offload-params offload-params-recompute offload-all trace).
+# TT_OFF_LR the learning rate (default 3e-4); TT_OFF_RUNS picks runs (default: in-core cpu-optimizer offload-params
+# offload-params-recompute offload-params-recompute-speculative offload-all trace).
 set -euo pipefail
 OUT=${1:?usage: bench/offload_gpu.sh OUTDIR [DATA]}
 DATA=${2:-/usr/share/games/fortunes}
@@ -17,7 +18,7 @@ TT=${TT:-build/gpu/src/tiertrain}
 L=${TT_OFF_LAYERS:-8} D=${TT_OFF_DIM:-2048} H=${TT_OFF_HEADS:-16} T=${TT_OFF_SEQ:-2048} B=${TT_OFF_BATCH:-8}
 STEPS=${TT_OFF_STEPS:-10}
 common=(--layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --data "$DATA" --steps "$STEPS" --warmup 3
-        --eval-every 0 --log-every 100)
+        --eval-every 0 --log-every 100 --lr "${TT_OFF_LR:-3e-4}")
 cat > "$OUT/plan_offload_recompute.json" <<JSON
 {"version": 1, "comment": "parameters and gradients streamed, activations recomputed", "optimizer": "cpu",
  "default": {"param": "host_streamed", "grad": "host_streamed", "activation": "recompute"}}
@@ -29,12 +30,15 @@ run() {  # name, extra flags...
     { echo "tiertrain $name failed:"; tail -5 "$OUT/tiertrain_$name.log"; }
   tail -n 1 "$OUT/tiertrain_$name.log"
 }
-for r in ${TT_OFF_RUNS:-in-core cpu-optimizer offload-params offload-params-recompute offload-all trace}; do
+for r in ${TT_OFF_RUNS:-in-core cpu-optimizer offload-params offload-params-recompute \
+           offload-params-recompute-speculative offload-all trace}; do
   case "$r" in
     in-core) run in-core --plan in-core ;;
     cpu-optimizer) run cpu-optimizer --plan in-core --optimizer cpu ;;
     offload-params) run offload-params --plan offload-params ;;
     offload-params-recompute) run offload-params-recompute --plan "$OUT/plan_offload_recompute.json" ;;
+    offload-params-recompute-speculative)
+      run offload-params-recompute-speculative --plan "$OUT/plan_offload_recompute.json" --speculative-update ;;
     offload-all) run offload-all --plan offload-all ;;
     trace)  # steps 2-4 of the streamed plan with recompute
       "$TT" train "${common[@]}" --steps 4 --plan "$OUT/plan_offload_recompute.json" \

@@ -2,8 +2,10 @@
 # On a machine with a GPU, in one command: build (Release, sm_90), run every test (the GPU tests included), run the
 # GPU benchmarks side by side with PyTorch, and write logs, JSON and a table (results.json, results.md) into OUTDIR.
 #
-#   scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc] [--sanitize]
+#   scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc] [--offload] [--comm] [--sanitize]
 #
+# --offload adds bench/offload_gpu.sh (streamed parameters and the CPU optimizer, issue 4 b) into OUTDIR/raw/offload;
+# --comm adds bench/comm_host.sh (host collectives against Open MPI, issue 5) into OUTDIR/raw/comm.
 # --ooc adds the out-of-core benchmark (bench/ooc_gpu.sh: plans, the CPU optimizer, PyTorch save_on_cpu) into
 # OUTDIR/raw/ooc. --sanitize runs compute-sanitizer memcheck and racecheck over the GPU tests (every CUDA case of
 # the test binaries that have one; TT_SANITIZE_TIMEOUT seconds each, default 120; TT_SANITIZE_SPECS="tool:binary:filter
@@ -14,18 +16,22 @@
 # network), put their .deb files in .deps/debs/ (scripts/gpu_fetch_debs.sh, run where apt works) and this script
 # unpacks the missing ones into a private prefix.
 set -euo pipefail
-OUT=${1:?usage: scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc] [--sanitize]}
+OUT=${1:?usage: scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc] [--offload] [--comm] [--sanitize]}
 shift
 RUN_TESTS=1
 RUN_BENCH=1
 RUN_OOC=0
 RUN_SANITIZE=0
+RUN_OFFLOAD=0
+RUN_COMM=0
 for a in "$@"; do
   case "$a" in
     --no-tests) RUN_TESTS=0 ;;
     --no-bench) RUN_BENCH=0 ;;
     --ooc) RUN_OOC=1 ;;
     --sanitize) RUN_SANITIZE=1 ;;
+    --offload) RUN_OFFLOAD=1 ;;
+    --comm) RUN_COMM=1 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -143,5 +149,13 @@ fi
 # --- out-of-core plans and the CPU optimizer (issue 4) ----------------------------------------------------------------
 if [ "$RUN_OOC" = 1 ]; then
   TT="$TT" bench/ooc_gpu.sh "$OUT/ooc" "$DATA_DIR" || status=1
+fi
+if [ "$RUN_OFFLOAD" = 1 ]; then
+  # The (b) model: d4096 L8 (1.6G parameters); a lower learning rate than the default, which diverges at this width.
+  TT="$TT" TT_OFF_DIM=${TT_OFF_DIM:-4096} TT_OFF_HEADS=${TT_OFF_HEADS:-32} bench/offload_gpu.sh "$OUT/offload" "$DATA_DIR" ||
+    status=1
+fi
+if [ "$RUN_COMM" = 1 ]; then
+  TT="$TT" bench/comm_host.sh "$OUT/comm" || status=1
 fi
 exit $status

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Host collectives side by side (issue 5): tiertrain's shm backend against Open MPI through mpi4py, on this machine's
+# cores, at 8 and 16 ranks (and 32 where there are 32 CPUs), allreduce, broadcast and allgather of f32 from 8 B to
+# 256 MiB, ranks bound to cores. Run after scripts/gpu.sh (or any build) made build/gpu; writes JSON, logs and
+# results.md into OUTDIR.
+#   bench/comm_host.sh OUTDIR
+# TT_COMM_RANKS="8 16" picks the rank counts, TT_COMM_MAX the largest size (default 256M), TT the binary.
+set -uo pipefail
+OUT=${1:?usage: bench/comm_host.sh OUTDIR}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+TT=${TT:-build/gpu/src/tiertrain}
+MAX=${TT_COMM_MAX:-256M}
+cpus=$(nproc)
+ranks=${TT_COMM_RANKS:-"8 16"}
+[ -z "${TT_COMM_RANKS:-}" ] && [ "$cpus" -ge 32 ] && ranks="8 16 32"
+mpirun_flags=(--bind-to core --map-by core)
+[ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
+for n in $ranks; do
+  [ "$n" -le "$cpus" ] || continue
+  for c in allreduce broadcast allgather; do
+    "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -c 1 \
+      --json "$OUT/shm_${c}_$n.json" > "$OUT/shm_${c}_$n.log" 2>&1 || tail -3 "$OUT/shm_${c}_$n.log"
+    if python3 -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
+      mpirun -n "$n" "${mpirun_flags[@]}" python3 bench/mpi4py_bench.py -C "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 \
+        --json "$OUT/ompi_${c}_$n.json" > "$OUT/ompi_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompi_${c}_$n.log"
+    fi
+  done
+done
+python3 bench/comm_summary.py "$OUT"

@@ -1,0 +1,104 @@
+"""Open MPI through mpi4py, timed as `tiertrain comm-bench` times itself, for the side-by-side of issue 5: per size,
+a barrier, then -n back-to-back calls after -w warm-up ones; the time is the mean over ranks of each rank's mean time
+per call; busbw uses nccl-tests' factors. Out of place and in place (MPI.IN_PLACE), like comm-bench's table.
+
+    mpirun -n 8 --bind-to core python3 bench/mpi4py_bench.py -C allreduce -b 8 -e 256M -f 4 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def main() -> None:
+    from mpi4py import MPI
+    import numpy as np
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("-C", "--collective", default="allreduce",
+                    choices=["allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "alltoall"])
+    ap.add_argument("-b", "--minbytes", default="8")
+    ap.add_argument("-e", "--maxbytes", default="64M")
+    ap.add_argument("-f", "--stepfactor", type=float, default=2.0)
+    ap.add_argument("-n", "--iters", type=int, default=20)
+    ap.add_argument("-w", "--warmup", type=int, default=5)
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    n, me = comm.Get_size(), comm.Get_rank()
+    factor = {"allreduce": 2 * (n - 1) / n, "broadcast": 1.0, "reduce": 1.0}.get(a.collective, (n - 1) / n)
+    split = a.collective in ("allgather", "gather", "reduce_scatter", "alltoall")
+    rows = []
+    if me == 0:
+        print(f"# mpi4py {__import__('mpi4py').__version__} over {MPI.Get_library_version().splitlines()[0]}: "
+              f"{a.collective}, float, sum, {n} ranks")
+        print("#%11s %13s %9s %8s %8s %9s %8s %8s" % ("size", "count", "time", "algbw", "busbw", "time", "algbw",
+                                                      "busbw"))
+    size = float(parse_size(a.minbytes))
+    while size <= parse_size(a.maxbytes) * 1.0000001:
+        count = int(size) // 4
+        if split:
+            count = count // n * n
+        if count == 0:
+            size *= a.stepfactor
+            continue
+        per = count // n
+        out = []
+        for in_place in (False, True):
+            send = np.ones(per if a.collective in ("allgather", "gather") else count, dtype=np.float32)
+            recv = np.zeros(per if a.collective == "reduce_scatter" else count, dtype=np.float32)
+
+            def call() -> None:
+                if a.collective == "allreduce":
+                    comm.Allreduce(MPI.IN_PLACE if in_place else send, recv if not in_place else send, op=MPI.SUM)
+                elif a.collective == "broadcast":
+                    comm.Bcast(send, root=0)
+                elif a.collective == "reduce":
+                    if in_place and me == 0:
+                        comm.Reduce(MPI.IN_PLACE, send, op=MPI.SUM, root=0)
+                    else:
+                        comm.Reduce(send, recv, op=MPI.SUM, root=0)
+                elif a.collective == "allgather":
+                    comm.Allgather(MPI.IN_PLACE if in_place else send, recv)
+                elif a.collective == "gather":
+                    comm.Gather(MPI.IN_PLACE if in_place and me == 0 else send, recv, root=0)
+                elif a.collective == "reduce_scatter":
+                    comm.Reduce_scatter_block(send, recv, op=MPI.SUM)
+                else:
+                    comm.Alltoall(send, recv)
+
+            for _ in range(a.warmup):
+                call()
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(a.iters):
+                call()
+            t = (time.perf_counter() - t0) / a.iters
+            t = comm.allreduce(t, op=MPI.SUM) / n
+            alg = count * 4 / t / 1e9
+            out.append((t, alg, alg * factor))
+            rows.append({"collective": a.collective, "ranks": n, "backend": "mpi4py+openmpi", "size": count * 4,
+                         "count": count, "in_place": in_place, "time_us": t * 1e6, "algbw_gbs": alg,
+                         "busbw_gbs": alg * factor})
+        if me == 0:
+            print("%12d %13d %9.2f %8.2f %8.2f %9.2f %8.2f %8.2f" % (
+                count * 4, count, out[0][0] * 1e6, out[0][1], out[0][2], out[1][0] * 1e6, out[1][1], out[1][2]))
+            sys.stdout.flush()
+        size *= a.stepfactor
+    if me == 0 and a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
