@@ -137,7 +137,12 @@ class ShmComm final : public Communicator {
   // One round: steps 1-3 of Note [shm rounds] with `bytes` of input copied from `in` (or written by fill), then
   // work(round), then step 5.
   template <typename Work>
-  Status round(const void* in, size_t bytes, Work&& work);
+  Status round(const void* in, size_t bytes, Work&& work) {
+    return round_fill([&](char* dst) { if (bytes > 0) std::memcpy(dst, in, bytes); }, std::forward<Work>(work));
+  }
+  // The same, with the input written into this rank's input area by fill(area) (no staging copy).
+  template <typename Fill, typename Work>
+  Status round_fill(Fill&& fill, Work&& work);
   // Waits until flag(peer) >= target for every peer (or for `only` if >= 0); on a timeout or a dead peer, an error
   // naming them, and the communicator is broken.
   Status wait_all(Flag Header::*flag, int64_t target, const char* what, int only = -1);
@@ -472,13 +477,13 @@ Status ShmComm::check_metas() {
                           op_name(static_cast<Op>(cur_.op)), cur_.root, diffs.c_str()));
 }
 
-template <typename Work>
-Status ShmComm::round(const void* in, size_t bytes, Work&& work) {
+template <typename Fill, typename Work>
+Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   const int64_t r = ++round_;
   Header* me = hdr(rank_);
   if (size_ > 1) TT_TRY(wait_all(&Header::consumed, r - 1, "waiting for the previous round's reads"));
   jitter(r);
-  if (bytes > 0) std::memcpy(input(rank_), in, bytes);
+  fill(input(rank_));
   cur_.round = r;
   me->meta = cur_;
   me->arrived.value.store(r, std::memory_order_release);
@@ -612,16 +617,15 @@ Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dty
   // In place at the root: recv holds all size() * count elements and the root's own piece stays where it is.
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   const size_t c = chunk_elems(opt_.buffer_bytes, es, static_cast<size_t>(size_));
-  std::vector<char> staged;
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
     // The root lays out the n-element chunk of every rank's piece, one after the other.
-    if (rank_ == root) {
-      staged.resize(bytes * static_cast<size_t>(size_));
+    const auto pieces = [&](char* area) {
+      if (rank_ != root || bytes == 0) return;
       for (int q = 0; q < size_; ++q)
-        if (bytes) std::memcpy(staged.data() + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
-    }
-    TT_TRY(round(staged.data(), rank_ == root ? staged.size() : 0, [&](int64_t) {
+        std::memcpy(area + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
+    };
+    TT_TRY(round_fill(pieces, [&](int64_t) {
       if (bytes && !(send == kInPlace && rank_ == root))
         std::memcpy(dst + off * es, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
       return Status::ok();
@@ -639,14 +643,15 @@ Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DT
   // In place (send == kInPlace): recv holds size() * count and this rank's result goes to its own piece.
   char* out = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : dst;
   const size_t c = chunk_elems(opt_.buffer_bytes, es, static_cast<size_t>(size_));
-  std::vector<char> staged;
   std::vector<const void*> srcs(static_cast<size_t>(size_));
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
-    staged.resize(bytes * static_cast<size_t>(size_));
-    for (int q = 0; q < size_; ++q)
-      if (bytes) std::memcpy(staged.data() + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
-    TT_TRY(round(staged.data(), staged.size(), [&](int64_t) {
+    const auto pieces = [&](char* area) {
+      if (bytes == 0) return;
+      for (int q = 0; q < size_; ++q)
+        std::memcpy(area + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
+    };
+    TT_TRY(round_fill(pieces, [&](int64_t) {
       for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q) + static_cast<size_t>(rank_) * bytes;
       comm::reduce(out + off * es, srcs.data(), size_, n, dtype, op);
       return Status::ok();
@@ -662,13 +667,14 @@ Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dt
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
   const size_t c = chunk_elems(opt_.buffer_bytes, es, static_cast<size_t>(size_));
-  std::vector<char> staged;
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
-    staged.resize(bytes * static_cast<size_t>(size_));
-    for (int q = 0; q < size_; ++q)
-      if (bytes) std::memcpy(staged.data() + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
-    TT_TRY(round(staged.data(), staged.size(), [&](int64_t) {
+    const auto pieces = [&](char* area) {
+      if (bytes == 0) return;
+      for (int q = 0; q < size_; ++q)
+        std::memcpy(area + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
+    };
+    TT_TRY(round_fill(pieces, [&](int64_t) {
       if (bytes)
         for (int q = 0; q < size_; ++q)
           std::memcpy(dst + (static_cast<size_t>(q) * count + off) * es, input(q) + static_cast<size_t>(rank_) * bytes, bytes);
