@@ -12,6 +12,7 @@ TIERTRAIN_APT_PACKAGES=(
   zlib1g-dev                  # CRC-32 of checkpoint tensors
   fortunes                    # the default corpus, /usr/share/games/fortunes
   python3 python3-numpy python3-pytest   # tensor-file tools and their tests
+  python3-venv python3-pip python3-pybind11   # the Python package (pip install .) and its tests
 )
 
 tt_missing_packages() {

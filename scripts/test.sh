@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every test: builds (Release, with CUDA sources when nvcc is found) and runs the C++ tests with CTest and the
-# Python tool tests with pytest. GPU tests skip with a message on a machine without a GPU.
+# Every test: builds (Release, with CUDA sources when nvcc is found) and runs the C++ tests with CTest, the Python
+# tool tests, and the Python package's tests (after building it as `pip install .` does) with pytest. GPU tests
+# skip with a message on a machine without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -11,3 +12,9 @@ cmake --build --preset release
 ctest --preset release -j1
 # The Debian interpreter, which the apt packages above serve (a pyenv or venv python3 on PATH may lack them).
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tools
+# The Python package, as `pip install .` builds it (scikit-build-core from PyPI; pybind11 and numpy from Debian), in
+# a virtual environment over the Debian interpreter; its tests start ranks with the tiertrain built above.
+/usr/bin/python3 -m venv --system-site-packages build/pyenv
+build/pyenv/bin/pip install -q --disable-pip-version-check "scikit-build-core>=0.8"
+build/pyenv/bin/pip install -q --disable-pip-version-check --no-build-isolation .
+TT_TIERTRAIN_BIN=build/release/src/tiertrain build/pyenv/bin/python -m pytest -q -p no:cacheprovider python/tests

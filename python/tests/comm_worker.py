@@ -1,0 +1,232 @@
+"""One rank of a job started by python/tests/test_comm.py through `tiertrain launch`: runs the scenario named by
+argv[1] and exits 0 when every check holds (non-zero, with a message, otherwise)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+
+import tiertrain.comm as tc
+
+DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64]
+OPS = {tc.SUM: "sum", tc.PROD: "prod", tc.MIN: "min", tc.MAX: "max", tc.AVG: "avg"}
+
+
+def data(rank: int, n: int, dtype, tag: int) -> np.ndarray:
+    """Small integers, exact in every dtype and under every op (products of a few ranks stay small)."""
+    i = np.arange(n, dtype=np.int64)
+    return (((rank * 7 + i * 3 + tag) % 5) - 2).astype(dtype)
+
+
+def reference(arrays: list[np.ndarray], op) -> np.ndarray:
+    dtype = arrays[0].dtype
+    acc_t = np.float32 if dtype == np.float16 else dtype.type  # 16-bit floats accumulate in float32, as tiertrain
+    acc = arrays[0].astype(acc_t)
+    for a in arrays[1:]:
+        b = a.astype(acc_t)
+        if op in (tc.SUM, tc.AVG):
+            acc = acc + b
+        elif op == tc.PROD:
+            acc = acc * b
+        elif op == tc.MIN:
+            acc = np.minimum(acc, b)
+        else:
+            acc = np.maximum(acc, b)
+    if op == tc.AVG:
+        if np.issubdtype(dtype, np.integer):
+            acc = np.trunc(acc / len(arrays)).astype(dtype)  # C's integer division truncates toward zero
+        else:
+            acc = acc / acc_t(len(arrays))
+    return acc.astype(dtype)
+
+
+def expect(cond: bool, what: str) -> None:
+    if not cond:
+        raise AssertionError(what)
+
+
+def collectives(comm: tc.Comm) -> None:
+    me, n = comm.rank, comm.size
+    tag = 0
+    for count in (0, 1, 7, 3 * n + 1, 30011):
+        for dtype in DTYPES:
+            for in_place in (False, True):
+                for op in OPS:
+                    tag += 1
+                    all_send = [data(r, count, dtype, tag) for r in range(n)]
+                    want = reference(all_send, op)
+                    send = all_send[me].copy()
+                    if in_place:
+                        comm.Allreduce(tc.IN_PLACE, send, op=op)
+                        got = send
+                    else:
+                        got = np.empty_like(send)
+                        comm.Allreduce(send, got, op=op)
+                    expect(np.array_equal(got, want), f"Allreduce {dtype.__name__} {OPS[op]} n={count} in_place={in_place}")
+                    # Reduce to the last rank.
+                    root = n - 1
+                    send = all_send[me].copy()
+                    if in_place and me == root:
+                        comm.Reduce(tc.IN_PLACE, send, op=op, root=root)
+                        got = send
+                    else:
+                        got = np.empty_like(send)
+                        comm.Reduce(send, got if me == root else None, op=op, root=root)
+                    if me == root:
+                        expect(np.array_equal(got, want), f"Reduce {dtype.__name__} {OPS[op]} n={count}")
+                    # Reduce_scatter: count elements each, from n * count.
+                    big = [data(r, count * n, dtype, tag) for r in range(n)]
+                    want_rs = reference(big, op)[me * count:(me + 1) * count]
+                    if in_place:
+                        buf = big[me].copy()
+                        comm.Reduce_scatter(tc.IN_PLACE, buf, op=op)
+                        got = buf[me * count:(me + 1) * count]
+                    else:
+                        got = np.empty(count, dtype)
+                        comm.Reduce_scatter(big[me], got, op=op)
+                    expect(np.array_equal(got, want_rs), f"Reduce_scatter {dtype.__name__} {OPS[op]} n={count}")
+                tag += 1
+                mine = data(me, count, dtype, tag)
+                # Bcast from rank 1 % n (always in place, as mpi4py's).
+                b = data(me, count, dtype, tag)
+                comm.Bcast(b, root=1 % n)
+                expect(np.array_equal(b, data(1 % n, count, dtype, tag)), f"Bcast {dtype.__name__} n={count}")
+                everyone = np.concatenate([data(r, count, dtype, tag) for r in range(n)])
+                if in_place:
+                    g = np.zeros(count * n, dtype)
+                    g[me * count:(me + 1) * count] = mine
+                    comm.Allgather(tc.IN_PLACE, g)
+                else:
+                    g = np.empty(count * n, dtype)
+                    comm.Allgather(mine, g)
+                expect(np.array_equal(g, everyone), f"Allgather {dtype.__name__} n={count}")
+                gg = np.zeros(count * n, dtype) if me == 0 else None
+                if in_place and me == 0:
+                    gg[:count] = mine
+                    comm.Gather(tc.IN_PLACE, gg, root=0)
+                else:
+                    comm.Gather(mine, gg, root=0)
+                if me == 0:
+                    expect(np.array_equal(gg, everyone), f"Gather {dtype.__name__} n={count}")
+                root = n - 1
+                pieces = data(root, count * n, dtype, tag)
+                out = np.empty(count, dtype)
+                if in_place and me == root:
+                    buf = pieces.copy()
+                    comm.Scatter(tc.IN_PLACE, buf, root=root)
+                    out = buf[me * count:(me + 1) * count]
+                else:
+                    comm.Scatter(pieces if me == root else None, out, root=root)
+                expect(np.array_equal(out, pieces[me * count:(me + 1) * count]), f"Scatter {dtype.__name__} n={count}")
+                a2a = data(me, count * n, dtype, tag)
+                want_a2a = np.concatenate([data(q, count * n, dtype, tag)[me * count:(me + 1) * count] for q in range(n)])
+                if in_place:
+                    buf = a2a.copy()
+                    comm.Alltoall(tc.IN_PLACE, buf)
+                    got = buf
+                else:
+                    got = np.empty_like(a2a)
+                    comm.Alltoall(a2a, got)
+                expect(np.array_equal(got, want_a2a), f"Alltoall {dtype.__name__} n={count}")
+    comm.Barrier()
+    print(f"rank {me}: all collectives right")
+
+
+class DLPackOnly:
+    """A tensor seen only through DLPack (no buffer protocol), as a torch tensor would be."""
+
+    def __init__(self, a: np.ndarray):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def dlpack(comm: tc.Comm) -> None:
+    x = np.arange(1000, dtype=np.float32) + comm.rank
+    comm.Allreduce(tc.IN_PLACE, DLPackOnly(x), op=tc.SUM)
+    n = comm.size
+    expect(np.array_equal(x, n * np.arange(1000, dtype=np.float32) + n * (n - 1) / 2), "DLPack Allreduce")
+    print(f"rank {comm.rank}: dlpack right")
+
+
+def gil(comm: tc.Comm) -> None:
+    """While rank 0 waits in a collective for a late rank 1, another Python thread of rank 0 runs."""
+    ticks = [0]
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    if comm.rank == 1:
+        time.sleep(0.5)
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.01)
+    before = ticks[0]
+    x = np.ones(10, np.float32)
+    comm.Allreduce(tc.IN_PLACE, x)
+    during = ticks[0] - before
+    stop.set()
+    t.join()
+    expect(x[0] == comm.size, "GIL Allreduce result")
+    if comm.rank == 0:
+        expect(during > 50, f"the other thread ran only {during} times during a 0.5 s wait: the GIL was held")
+    print(f"rank {comm.rank}: other thread ran {during} times during the wait")
+
+
+def errors(comm: tc.Comm) -> None:
+    """Mismatched counts raise CommMismatchError on every rank; bad buffers raise TypeError/ValueError at once."""
+    try:
+        comm.Allgather(np.ones(4, np.float32), np.ones(3 * comm.size, np.float32))
+        raise AssertionError("Allgather with a wrong sendbuf size did not raise")
+    except ValueError as e:
+        expect("expected" in str(e), str(e))
+    try:
+        comm.Allreduce(tc.IN_PLACE, [1, 2, 3])
+        raise AssertionError("Allreduce of a list did not raise")
+    except TypeError:
+        pass
+    try:
+        comm.Allreduce(tc.IN_PLACE, np.ones(4, np.complex64))
+        raise AssertionError("Allreduce of complex64 did not raise")
+    except TypeError:
+        pass
+    try:
+        comm.Allreduce(tc.IN_PLACE, np.ones(8, np.float32)[::2])
+        raise AssertionError("Allreduce of a strided view did not raise")
+    except ValueError:
+        pass
+    x = np.ones(10 + comm.rank, np.float32)
+    try:
+        comm.Allreduce(tc.IN_PLACE, x)
+        raise AssertionError("mismatched Allreduce did not raise")
+    except tc.CommMismatchError as e:
+        expect("ranks disagree" in str(e), str(e))
+        expect(isinstance(e, tc.CommError), "CommMismatchError is a CommError")
+    print(f"rank {comm.rank}: errors right")
+
+
+def timeout(comm: tc.Comm) -> None:
+    if comm.rank == 1:
+        time.sleep(3)
+        return
+    try:
+        comm.Barrier()
+        raise AssertionError("Barrier without rank 1 did not raise")
+    except (tc.CommTimeoutError, tc.CommAbortedError) as e:
+        expect("rank(s) 1" in str(e), str(e))
+    print(f"rank {comm.rank}: timeout right")
+
+
+if __name__ == "__main__":
+    c = tc.world()
+    {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "timeout": timeout}[sys.argv[1]](c)

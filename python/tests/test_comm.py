@@ -1,0 +1,68 @@
+"""tiertrain.comm in real processes: each test starts a job of ranks running comm_worker.py through the real launcher
+(`tiertrain launch`, found in TT_TIERTRAIN_BIN or the build folders) and checks that every rank succeeded."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tiertrain.comm as tc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def launcher() -> str:
+    for path in (os.environ.get("TT_TIERTRAIN_BIN", ""), os.path.join(ROOT, "build/release/src/tiertrain"),
+                 os.path.join(ROOT, "build/dev/src/tiertrain"), shutil.which("tiertrain") or ""):
+        if path and os.access(path, os.X_OK):
+            return path
+    pytest.fail("no tiertrain binary to launch the ranks with: build it (scripts/test.sh) or set TT_TIERTRAIN_BIN")
+
+
+def run(ranks: int, scenario: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([launcher(), "launch", "-n", str(ranks), "--", sys.executable,
+                           os.path.join(HERE, "comm_worker.py"), scenario],
+                          env=e, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_every_collective_dtype_and_op_against_numpy(ranks):
+    r = run(ranks, "collectives", {"TIERTRAIN_COMM_BUFFER": "131072"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: all collectives right" in r.stdout
+
+
+def test_dlpack_tensors_without_copies():
+    r = run(2, "dlpack")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_gil_is_released_while_waiting():
+    r = run(2, "gil")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_typed_errors():
+    r = run(2, "errors", {"TIERTRAIN_COMM_TIMEOUT": "30"})
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_rank_that_never_arrives():
+    r = run(2, "timeout", {"TIERTRAIN_COMM_TIMEOUT": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "timeout right" in r.stdout
+
+
+def test_alone_is_a_world_of_one():
+    comm = tc.world()
+    assert (comm.rank, comm.size) == (0, 1)
+    x = np.arange(5, dtype=np.float64)
+    comm.Allreduce(tc.IN_PLACE, x, op=tc.MAX)
+    assert np.array_equal(x, np.arange(5, dtype=np.float64))

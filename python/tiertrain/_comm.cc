@@ -1,0 +1,333 @@
+// tiertrain._comm: the collectives (comm/comm.h) for Python, in mpi4py's style: upper-case methods on buffers
+// (numpy arrays or anything with the buffer protocol, and DLPack tensors on the CPU), without copies. Arguments are
+// converted with the GIL held; only the communication itself runs without it.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/comm.h"
+
+namespace py = pybind11;
+using tt::comm::Communicator;
+using tt::comm::DType;
+using tt::comm::Op;
+
+namespace {
+
+// Python exceptions by what went wrong (tiertrain.comm.CommError is the base of all).
+PyObject* g_comm_error = nullptr;
+PyObject* g_timeout_error = nullptr;
+PyObject* g_mismatch_error = nullptr;
+PyObject* g_aborted_error = nullptr;
+
+[[noreturn]] void raise(const tt::Status& s) {
+  PyObject* type = g_comm_error;
+  switch (s.code()) {
+    case tt::StatusCode::kDeadlineExceeded: type = g_timeout_error; break;
+    case tt::StatusCode::kInvalidArgument: type = g_mismatch_error; break;
+    case tt::StatusCode::kAborted: type = g_aborted_error; break;
+    default: break;
+  }
+  PyErr_SetString(type, s.to_string().c_str());
+  throw py::error_already_set();
+}
+
+void check(const tt::Status& s) {
+  if (!s.is_ok()) raise(s);
+}
+
+// ---- DLPack (the CPU part of the protocol we need: https://dmlc.github.io/dlpack) ----------------------------------
+struct DLDevice {
+  int32_t device_type;  // 1: CPU
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;  // 0 int, 1 uint, 2 float, 4 bfloat
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor*);
+};
+
+// A contiguous host buffer, from the buffer protocol or DLPack, kept alive (and for DLPack released) by this object.
+struct Buf {
+  void* ptr = nullptr;
+  size_t count = 0;  // elements
+  DType dtype = DType::kF32;
+  bool in_place = false;
+  py::buffer_info info;              // buffer protocol
+  py::object capsule;                // DLPack
+  DLManagedTensor* managed = nullptr;
+  Buf() = default;
+  Buf(const Buf&) = delete;
+  Buf(Buf&& o) noexcept
+      : ptr(o.ptr), count(o.count), dtype(o.dtype), in_place(o.in_place), info(std::move(o.info)),
+        capsule(std::move(o.capsule)), managed(o.managed) {
+    o.managed = nullptr;
+  }
+  ~Buf() {
+    if (managed && managed->deleter) managed->deleter(managed);
+  }
+};
+
+PyObject* g_in_place = nullptr;  // owned for the life of the process (no destructor after Python's end)
+
+DType dtype_of_format(const std::string& fmt, size_t itemsize, const char* what) {
+  const char c = fmt.empty() ? '?' : fmt.back();  // "<f" and "=f" too
+  if (c == 'f' && itemsize == 4) return DType::kF32;
+  if (c == 'd' && itemsize == 8) return DType::kF64;
+  if (c == 'e' && itemsize == 2) return DType::kF16;
+  if ((c == 'i' || c == 'l' || c == 'q') && itemsize == 4) return DType::kI32;
+  if ((c == 'i' || c == 'l' || c == 'q') && itemsize == 8) return DType::kI64;
+  throw py::type_error(std::string(what) + ": element type '" + fmt + "' (" + std::to_string(itemsize) +
+                       " bytes) is not one of float32, float64, float16, int32, int64 (bfloat16: pass a DLPack "
+                       "tensor)");
+}
+
+// writable: the receive side. Raises TypeError/ValueError for what cannot be a buffer here.
+Buf to_buf(const py::object& o, bool writable, const char* what) {
+  Buf b;
+  if (o.ptr() == g_in_place) {
+    b.in_place = true;
+    return b;
+  }
+  if (py::hasattr(o, "__dlpack__") && !PyObject_CheckBuffer(o.ptr())) {
+    py::object cap = o.attr("__dlpack__")();
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
+    if (m == nullptr) throw py::error_already_set();
+    PyCapsule_SetName(cap.ptr(), "used_dltensor");  // ours now: we call its deleter
+    b.managed = m;
+    b.capsule = cap;
+    const DLTensor& t = m->dl_tensor;
+    if (t.device.device_type != 1)
+      throw py::value_error(std::string(what) + ": a DLPack tensor on device type " +
+                            std::to_string(t.device.device_type) + "; the host collectives take CPU tensors");
+    int64_t n = 1, expect = 1;
+    bool contiguous = true;
+    for (int d = t.ndim - 1; d >= 0; --d) {
+      if (t.strides && t.shape[d] > 1 && t.strides[d] != expect) contiguous = false;
+      expect *= t.shape[d];
+    }
+    for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
+    if (!contiguous) throw py::value_error(std::string(what) + ": the DLPack tensor is not contiguous");
+    if (t.dtype.lanes != 1) throw py::type_error(std::string(what) + ": vector dtypes are not supported");
+    const int code = t.dtype.code, bits = t.dtype.bits;
+    if (code == 2 && bits == 32) b.dtype = DType::kF32;
+    else if (code == 2 && bits == 64) b.dtype = DType::kF64;
+    else if (code == 2 && bits == 16) b.dtype = DType::kF16;
+    else if (code == 4 && bits == 16) b.dtype = DType::kBF16;
+    else if (code == 0 && bits == 32) b.dtype = DType::kI32;
+    else if (code == 0 && bits == 64) b.dtype = DType::kI64;
+    else throw py::type_error(std::string(what) + ": DLPack dtype code " + std::to_string(code) + " bits " +
+                              std::to_string(bits) + " is not supported");
+    b.ptr = static_cast<char*>(t.data) + t.byte_offset;
+    b.count = static_cast<size_t>(n);
+    return b;
+  }
+  if (!PyObject_CheckBuffer(o.ptr()))
+    throw py::type_error(std::string(what) + ": expected a numpy array, a buffer or a DLPack tensor, got " +
+                         std::string(py::str(o.get_type())));
+  py::buffer pb = py::reinterpret_borrow<py::buffer>(o);
+  b.info = pb.request(writable);
+  if (writable && b.info.readonly) throw py::value_error(std::string(what) + ": the receive buffer is read-only");
+  // C-contiguous only: the collectives see flat memory.
+  py::ssize_t expect = b.info.itemsize;
+  for (int d = static_cast<int>(b.info.ndim) - 1; d >= 0; --d) {
+    if (b.info.shape[static_cast<size_t>(d)] > 1 && b.info.strides[static_cast<size_t>(d)] != expect)
+      throw py::value_error(std::string(what) + ": the buffer is not C-contiguous (use numpy.ascontiguousarray)");
+    expect *= b.info.shape[static_cast<size_t>(d)];
+  }
+  b.dtype = dtype_of_format(b.info.format, static_cast<size_t>(b.info.itemsize), what);
+  b.ptr = b.info.ptr;
+  b.count = static_cast<size_t>(b.info.size);
+  return b;
+}
+
+class PyComm {
+ public:
+  explicit PyComm(std::unique_ptr<Communicator> c) : c_(std::move(c)) {}
+  int rank() const { return c_->rank(); }
+  int size() const { return c_->size(); }
+
+  // Element counts per the NCCL conventions of comm/comm.h, worked out from the buffers.
+  void Barrier() {
+    run([&] { return c_->barrier(); });
+  }
+
+  void Bcast(const py::object& buf, int root) {
+    Buf b = to_buf(buf, true, "Bcast");
+    const tt::Status s = [&] {
+      py::gil_scoped_release nogil;
+      return c_->broadcast(tt::comm::kInPlace, b.ptr, b.count, b.dtype, root);
+    }();
+    check(s);
+  }
+
+  void Allreduce(const py::object& send, const py::object& recv, Op op) {
+    Buf r = to_buf(recv, true, "Allreduce recvbuf");
+    Buf s = to_buf(send, false, "Allreduce sendbuf");
+    same(s, r, 1, "Allreduce");
+    run([&] { return c_->allreduce(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, r.count, r.dtype, op); });
+  }
+
+  void Reduce(const py::object& send, const py::object& recv, Op op, int root) {
+    Buf s = to_buf(send, false, "Reduce sendbuf");
+    Buf r = rank() == root || !recv.is_none() ? to_buf(recv, true, "Reduce recvbuf") : Buf{};
+    const size_t count = s.in_place ? r.count : s.count;
+    const DType dt = s.in_place ? r.dtype : s.dtype;
+    if (rank() == root && !s.in_place) same(s, r, 1, "Reduce");
+    run([&] { return c_->reduce(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, count, dt, op, root); });
+  }
+
+  void Allgather(const py::object& send, const py::object& recv) {
+    Buf r = to_buf(recv, true, "Allgather recvbuf");
+    Buf s = to_buf(send, false, "Allgather sendbuf");
+    const size_t per = r.count / static_cast<size_t>(size());
+    if (r.count % static_cast<size_t>(size()) != 0)
+      throw py::value_error("Allgather: recvbuf's " + std::to_string(r.count) + " elements are not a multiple of " +
+                            std::to_string(size()) + " ranks");
+    if (!s.in_place) same_count(s, per, r.dtype, "Allgather sendbuf");
+    run([&] { return c_->allgather(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, per, r.dtype); });
+  }
+
+  void Gather(const py::object& send, const py::object& recv, int root) {
+    Buf s = to_buf(send, false, "Gather sendbuf");
+    Buf r = rank() == root ? to_buf(recv, true, "Gather recvbuf") : Buf{};
+    size_t per = s.count;
+    DType dt = s.dtype;
+    if (rank() == root) {
+      if (r.count % static_cast<size_t>(size()) != 0)
+        throw py::value_error("Gather: recvbuf's " + std::to_string(r.count) + " elements are not a multiple of " +
+                              std::to_string(size()) + " ranks");
+      per = r.count / static_cast<size_t>(size());
+      dt = r.dtype;
+      if (!s.in_place) same_count(s, per, dt, "Gather sendbuf");
+    }
+    run([&] { return c_->gather(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, per, dt, root); });
+  }
+
+  void Scatter(const py::object& send, const py::object& recv, int root) {
+    Buf r = to_buf(recv, true, "Scatter recvbuf");
+    Buf s = rank() == root ? to_buf(send, false, "Scatter sendbuf") : Buf{};
+    size_t per = r.count;
+    DType dt = r.dtype;
+    if (rank() == root && s.in_place) {
+      per = r.count / static_cast<size_t>(size());
+    } else if (rank() == root) {
+      same_count(s, per * static_cast<size_t>(size()), dt, "Scatter sendbuf");
+    }
+    run([&] { return c_->scatter(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, per, dt, root); });
+  }
+
+  void Reduce_scatter(const py::object& send, const py::object& recv, Op op) {
+    Buf r = to_buf(recv, true, "Reduce_scatter recvbuf");
+    Buf s = to_buf(send, false, "Reduce_scatter sendbuf");
+    size_t per = r.count;
+    if (s.in_place) {
+      per = r.count / static_cast<size_t>(size());
+    } else {
+      same_count(s, per * static_cast<size_t>(size()), r.dtype, "Reduce_scatter sendbuf");
+    }
+    run([&] { return c_->reduce_scatter(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, per, r.dtype, op); });
+  }
+
+  void Alltoall(const py::object& send, const py::object& recv) {
+    Buf r = to_buf(recv, true, "Alltoall recvbuf");
+    Buf s = to_buf(send, false, "Alltoall sendbuf");
+    if (r.count % static_cast<size_t>(size()) != 0)
+      throw py::value_error("Alltoall: recvbuf's " + std::to_string(r.count) + " elements are not a multiple of " +
+                            std::to_string(size()) + " ranks");
+    if (!s.in_place) same(s, r, 1, "Alltoall");
+    run([&] {
+      return c_->alltoall(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, r.count / static_cast<size_t>(size()),
+                          r.dtype);
+    });
+  }
+
+ private:
+  template <typename F>
+  void run(F&& f) {
+    tt::Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = f();
+    }
+    check(s);
+  }
+  static void same_count(const Buf& s, size_t count, DType dt, const std::string& what) {
+    if (s.count != count || s.dtype != dt)
+      throw py::value_error(what + ": " + std::to_string(s.count) + " " + tt::comm::dtype_name(s.dtype) +
+                            " elements, expected " + std::to_string(count) + " " + tt::comm::dtype_name(dt));
+  }
+  static void same(const Buf& s, const Buf& r, size_t ratio, const std::string& what) {
+    if (s.in_place) return;
+    same_count(s, r.count / ratio, r.dtype, what + " sendbuf");
+  }
+  std::unique_ptr<Communicator> c_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_comm, m) {
+  m.doc() = "tiertrain's collectives (comm/comm.h), mpi4py-style";
+  g_comm_error = PyErr_NewException("tiertrain.comm.CommError", PyExc_RuntimeError, nullptr);
+  g_timeout_error = PyErr_NewException("tiertrain.comm.CommTimeoutError", g_comm_error, nullptr);
+  g_mismatch_error = PyErr_NewException("tiertrain.comm.CommMismatchError", g_comm_error, nullptr);
+  g_aborted_error = PyErr_NewException("tiertrain.comm.CommAbortedError", g_comm_error, nullptr);
+  m.attr("CommError") = py::handle(g_comm_error);
+  m.attr("CommTimeoutError") = py::handle(g_timeout_error);
+  m.attr("CommMismatchError") = py::handle(g_mismatch_error);
+  m.attr("CommAbortedError") = py::handle(g_aborted_error);
+
+  py::enum_<Op>(m, "Op")
+      .value("SUM", Op::kSum)
+      .value("PROD", Op::kProd)
+      .value("MIN", Op::kMin)
+      .value("MAX", Op::kMax)
+      .value("AVG", Op::kAvg)
+      .export_values();
+
+  // IN_PLACE: a unique sentinel object, compared by identity.
+  py::object sentinel = py::module_::import("types").attr("SimpleNamespace")();
+  sentinel.attr("__doc__") = "tiertrain.comm.IN_PLACE";
+  g_in_place = sentinel.inc_ref().ptr();
+  m.attr("IN_PLACE") = sentinel;
+
+  py::class_<PyComm>(m, "Comm")
+      .def_property_readonly("rank", &PyComm::rank)
+      .def_property_readonly("size", &PyComm::size)
+      .def("Get_rank", &PyComm::rank)
+      .def("Get_size", &PyComm::size)
+      .def("Barrier", &PyComm::Barrier)
+      .def("Bcast", &PyComm::Bcast, py::arg("buf"), py::arg("root") = 0)
+      .def("Allreduce", &PyComm::Allreduce, py::arg("sendbuf"), py::arg("recvbuf"), py::arg("op") = Op::kSum)
+      .def("Reduce", &PyComm::Reduce, py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::arg("op") = Op::kSum,
+           py::arg("root") = 0)
+      .def("Allgather", &PyComm::Allgather, py::arg("sendbuf"), py::arg("recvbuf"))
+      .def("Gather", &PyComm::Gather, py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::arg("root") = 0)
+      .def("Scatter", &PyComm::Scatter, py::arg("sendbuf"), py::arg("recvbuf"), py::arg("root") = 0)
+      .def("Reduce_scatter", &PyComm::Reduce_scatter, py::arg("sendbuf"), py::arg("recvbuf"),
+           py::arg("op") = Op::kSum)
+      .def("Alltoall", &PyComm::Alltoall, py::arg("sendbuf"), py::arg("recvbuf"));
+
+  m.def("world", [] {
+    auto c = tt::comm::world();
+    if (!c.is_ok()) raise(c.status());
+    return PyComm(std::move(c.value()));
+  }, "The communicator of this process's job (from the environment `tiertrain launch` sets; alone: a world of 1).");
+}
