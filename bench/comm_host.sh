@@ -21,6 +21,11 @@ for n in $ranks; do
   for c in allreduce broadcast allgather; do
     "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -c 1 \
       --json "$OUT/shm_${c}_$n.json" > "$OUT/shm_${c}_$n.log" 2>&1 || tail -3 "$OUT/shm_${c}_$n.log"
+    # The Python API (needs the package: pip install . ; PY names the interpreter that has it).
+    if "${PY:-python3}" -c "import tiertrain.comm" 2>/dev/null; then
+      "$TT" launch -n "$n" --bind-to core -- "${PY:-python3}" bench/py_comm_bench.py -C "$c" -b 8 -e "$MAX" -f 4 \
+        -n 20 -w 5 --json "$OUT/py_${c}_$n.json" > "$OUT/py_${c}_$n.log" 2>&1 || tail -3 "$OUT/py_${c}_$n.log"
+    fi
     if python3 -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
       mpirun -n "$n" "${mpirun_flags[@]}" python3 bench/mpi4py_bench.py -C "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 \
         --json "$OUT/ompi_${c}_$n.json" > "$OUT/ompi_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompi_${c}_$n.log"

@@ -1,5 +1,6 @@
 """Table of bench/comm_host.sh: per collective and rank count, tiertrain shm against Open MPI (mpi4py) at 8 B
-(latency) and 64 MiB (busbw), out of place. Writes results.md into the folder it reads."""
+(latency) and 64 MiB (busbw), out of place, and tiertrain's Python API against its C++. Writes results.md into the
+folder it reads."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def row_at(rows, size, in_place=False):
 def main() -> None:
     out = sys.argv[1]
     lines = ["| collective | ranks | shm 8 B (us) | Open MPI 8 B (us) | latency ratio | shm busbw 64 MiB (GB/s) | "
-             "Open MPI busbw 64 MiB (GB/s) | busbw ratio |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "Open MPI busbw 64 MiB (GB/s) | busbw ratio | Python busbw 64 MiB (GB/s) | Python / C++ |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for path in sorted(glob.glob(os.path.join(out, "shm_*.json"))):
         name = os.path.basename(path)[4:-5]
         coll, n = name.rsplit("_", 1)
@@ -31,11 +33,14 @@ def main() -> None:
         ompi = json.load(open(ompi_path)) if os.path.exists(ompi_path) else []
         s8, s64 = row_at(shm, 8), row_at(shm, 64 << 20)
         o8, o64 = (row_at(ompi, 8), row_at(ompi, 64 << 20)) if ompi else (None, None)
+        py_path = os.path.join(out, f"py_{coll}_{n}.json")
+        p64 = row_at(json.load(open(py_path)), 64 << 20) if os.path.exists(py_path) else None
         f = lambda v, p="{:.2f}": "" if v is None else p.format(v)  # noqa: E731
         lines.append(f"| {coll} | {n} | {f(s8 and s8['time_us'])} | {f(o8 and o8['time_us'])} | "
                      f"{f(o8 and s8 and o8['time_us'] / s8['time_us'], '{:.2f}x')} | {f(s64 and s64['busbw_gbs'])} | "
                      f"{f(o64 and o64['busbw_gbs'])} | "
-                     f"{f(o64 and s64 and s64['busbw_gbs'] / o64['busbw_gbs'], '{:.2f}x')} |")
+                     f"{f(o64 and s64 and s64['busbw_gbs'] / o64['busbw_gbs'], '{:.2f}x')} | "
+                     f"{f(p64 and p64['busbw_gbs'])} | {f(p64 and s64 and p64['busbw_gbs'] / s64['busbw_gbs'], '{:.2f}')} |")
     text = "\n".join(lines) + "\n"
     open(os.path.join(out, "results.md"), "w").write(text)
     print(text)
