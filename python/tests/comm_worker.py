@@ -83,7 +83,7 @@ def collectives(comm: tc.Comm) -> None:
                     if in_place:
                         buf = big[me].copy()
                         comm.Reduce_scatter(tc.IN_PLACE, buf, op=op)
-                        got = buf[me * count:(me + 1) * count]
+                        got = buf[:count]  # MPI's in-place convention: this rank's block first
                     else:
                         got = np.empty(count, dtype)
                         comm.Reduce_scatter(big[me], got, op=op)
@@ -203,6 +203,17 @@ def errors(comm: tc.Comm) -> None:
     try:
         comm.Allreduce(tc.IN_PLACE, np.ones(8, np.float32)[::2])
         raise AssertionError("Allreduce of a strided view did not raise")
+    except ValueError:
+        pass
+    for bad, kind in ((np.ones(4, ">f4"), TypeError), (tc.IN_PLACE, TypeError)):
+        try:
+            comm.Allreduce(np.ones(4, np.float32), bad)
+            raise AssertionError(f"Allreduce into {bad!r} did not raise")
+        except kind:
+            pass
+    try:
+        comm.Reduce_scatter(tc.IN_PLACE, np.ones(comm.size * 3 + 1, np.float32))
+        raise AssertionError("Reduce_scatter of a recvbuf not divisible by the ranks did not raise")
     except ValueError:
         pass
     x = np.ones(10 + comm.rank, np.float32)

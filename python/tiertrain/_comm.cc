@@ -5,7 +5,9 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "comm/comm.h"
@@ -88,7 +90,10 @@ struct Buf {
 PyObject* g_in_place = nullptr;  // owned for the life of the process (no destructor after Python's end)
 
 DType dtype_of_format(const std::string& fmt, size_t itemsize, const char* what) {
-  const char c = fmt.empty() ? '?' : fmt.back();  // "<f" and "=f" too
+  // Native byte order only ("<f" on this little-endian host, "=f", "@f" or "f"); ">f4" would be summed byte-swapped.
+  if (!fmt.empty() && (fmt.front() == '>' || fmt.front() == '!'))
+    throw py::type_error(std::string(what) + ": big-endian elements ('" + fmt + "'); convert with astype(native)");
+  const char c = fmt.empty() ? '?' : fmt.back();
   if (c == 'f' && itemsize == 4) return DType::kF32;
   if (c == 'd' && itemsize == 8) return DType::kF64;
   if (c == 'e' && itemsize == 2) return DType::kF16;
@@ -103,6 +108,7 @@ DType dtype_of_format(const std::string& fmt, size_t itemsize, const char* what)
 Buf to_buf(const py::object& o, bool writable, const char* what) {
   Buf b;
   if (o.ptr() == g_in_place) {
+    if (writable) throw py::type_error(std::string(what) + ": IN_PLACE goes in the send buffer's place, not here");
     b.in_place = true;
     return b;
   }
@@ -171,11 +177,7 @@ class PyComm {
 
   void Bcast(const py::object& buf, int root) {
     Buf b = to_buf(buf, true, "Bcast");
-    const tt::Status s = [&] {
-      py::gil_scoped_release nogil;
-      return c_->broadcast(tt::comm::kInPlace, b.ptr, b.count, b.dtype, root);
-    }();
-    check(s);
+    run([&] { return c_->broadcast(tt::comm::kInPlace, b.ptr, b.count, b.dtype, root); });
   }
 
   void Allreduce(const py::object& send, const py::object& recv, Op op) {
@@ -227,6 +229,7 @@ class PyComm {
     size_t per = r.count;
     DType dt = r.dtype;
     if (rank() == root && s.in_place) {
+      divisible(r.count, "Scatter recvbuf");
       per = r.count / static_cast<size_t>(size());
     } else if (rank() == root) {
       same_count(s, per * static_cast<size_t>(size()), dt, "Scatter sendbuf");
@@ -239,11 +242,19 @@ class PyComm {
     Buf s = to_buf(send, false, "Reduce_scatter sendbuf");
     size_t per = r.count;
     if (s.in_place) {
+      divisible(r.count, "Reduce_scatter recvbuf");
       per = r.count / static_cast<size_t>(size());
     } else {
       same_count(s, per * static_cast<size_t>(size()), r.dtype, "Reduce_scatter sendbuf");
     }
-    run([&] { return c_->reduce_scatter(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, per, r.dtype, op); });
+    run([&] {
+      tt::Status st = c_->reduce_scatter(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, per, r.dtype, op);
+      // In place, MPI puts this rank's block at the start of recvbuf (comm/ leaves it at its own offset).
+      const size_t es = tt::comm::dtype_size(r.dtype);
+      if (st.is_ok() && s.in_place && rank() > 0)
+        std::memmove(r.ptr, static_cast<char*>(r.ptr) + static_cast<size_t>(rank()) * per * es, per * es);
+      return st;
+    });
   }
 
   void Alltoall(const py::object& send, const py::object& recv) {
@@ -260,15 +271,25 @@ class PyComm {
   }
 
  private:
+  // The communication, without the GIL; one call at a time per communicator (two Python threads must not run
+  // collectives on it at once). The lock is taken without the GIL, so a thread waiting for it cannot block the one
+  // holding it.
   template <typename F>
   void run(F&& f) {
     tt::Status s;
     {
       py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
       s = f();
     }
     check(s);
   }
+  void divisible(size_t count, const std::string& what) const {
+    if (count % static_cast<size_t>(size()) != 0)
+      throw py::value_error(what + ": " + std::to_string(count) + " elements are not a multiple of " +
+                            std::to_string(size()) + " ranks");
+  }
+  std::mutex mu_;
   static void same_count(const Buf& s, size_t count, DType dt, const std::string& what) {
     if (s.count != count || s.dtype != dt)
       throw py::value_error(what + ": " + std::to_string(s.count) + " " + tt::comm::dtype_name(s.dtype) +
@@ -326,8 +347,12 @@ PYBIND11_MODULE(_comm, m) {
       .def("Alltoall", &PyComm::Alltoall, py::arg("sendbuf"), py::arg("recvbuf"));
 
   m.def("world", [] {
-    auto c = tt::comm::world();
+    // The rendezvous waits for the other ranks: without the GIL.
+    tt::Result<std::unique_ptr<Communicator>> c = [] {
+      py::gil_scoped_release nogil;
+      return tt::comm::world();
+    }();
     if (!c.is_ok()) raise(c.status());
-    return PyComm(std::move(c.value()));
+    return std::make_unique<PyComm>(std::move(c.value()));
   }, "The communicator of this process's job (from the environment `tiertrain launch` sets; alone: a world of 1).");
 }

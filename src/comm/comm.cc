@@ -108,8 +108,8 @@ void Communicator::stop_progress() {
 
 Request Communicator::submit(std::function<Status()> op) {
   if (!progress_) {
-    progress_ = std::make_unique<Progress>();
-    Progress* p = progress_.get();
+    auto fresh = std::make_unique<Progress>();
+    Progress* p = fresh.get();
     p->worker = std::thread([p] {
       for (;;) {
         std::pair<std::function<Status()>, std::shared_ptr<Request::State>> item;
@@ -120,7 +120,12 @@ Request Communicator::submit(std::function<Status()> op) {
           item = std::move(p->queue.front());
           p->queue.pop_front();
         }
-        Status s = item.first();
+        Status s;
+        try {
+          s = item.first();
+        } catch (const std::exception& e) {  // an operation never throws, but a worker thread must not terminate
+          s = make_status(StatusCode::kInternal, "collective failed with an exception: %s", e.what());
+        }
         {
           std::lock_guard<std::mutex> lock(item.second->mu);
           item.second->status = std::move(s);
@@ -134,6 +139,7 @@ Request Communicator::submit(std::function<Status()> op) {
         p->cv.notify_all();
       }
     });
+    progress_ = std::move(fresh);  // published once its thread exists
   }
   Request r;
   r.state_ = std::make_shared<Request::State>();

@@ -1,6 +1,8 @@
 #include "comm/launch.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -66,7 +68,9 @@ Result<int> launch(const LaunchOptions& o) {
   sigaction(SIGCHLD, &dfl, &old_chld);
   sigset_t handled, old;
   sigemptyset(&handled);
-  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) sigaddset(&handled, s);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGQUIT}) sigaddset(&handled, s);
+  const bool interactive = isatty(0) != 0;
+  const pid_t launcher_pid = getpid();
   sigprocmask(SIG_BLOCK, &handled, &old);
 
   std::vector<char*> argv;
@@ -86,8 +90,20 @@ Result<int> launch(const LaunchOptions& o) {
       return make_status(StatusCode::kInternal, "launch: fork for rank %d: %s", r, std::strerror(e));
     }
     if (pid == 0) {
-      // Its own process group, so that stopping the rank stops what it started too (a shell, a Python wrapper).
-      setpgid(0, 0);
+      // Its own process group, so that stopping the rank stops what it started too (a shell, a Python wrapper);
+      // except rank 0 when stdin is a terminal: it stays in the foreground group and can read from it (the others
+      // read /dev/null, as background groups could not).
+      if (!(r == 0 && interactive)) setpgid(0, 0);
+      if (r != 0) {
+        const int devnull = ::open("/dev/null", O_RDONLY);
+        if (devnull >= 0) {
+          dup2(devnull, 0);
+          ::close(devnull);
+        }
+      }
+      // The rank ends with the launcher, even if the launcher is killed outright.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher_pid) _exit(1);
       sigprocmask(SIG_SETMASK, &old, nullptr);
       sigaction(SIGCHLD, &old_chld, nullptr);
       const std::string rank = std::to_string(r), world = std::to_string(o.ranks);
@@ -108,7 +124,7 @@ Result<int> launch(const LaunchOptions& o) {
       std::fprintf(stderr, "tiertrain launch: rank %d: cannot run '%s': %s\n", r, argv[0], std::strerror(errno));
       _exit(127);
     }
-    setpgid(pid, pid);  // also here: whichever of parent and child runs first
+    if (!(r == 0 && interactive)) setpgid(pid, pid);  // also here: whichever of parent and child runs first
     pids[static_cast<size_t>(r)] = pid;
     ++running;
   }
@@ -120,7 +136,8 @@ Result<int> launch(const LaunchOptions& o) {
     for (int r = 0; r < o.ranks; ++r)
       if (status[static_cast<size_t>(r)] < 0) {
         const pid_t pid = pids[static_cast<size_t>(r)];
-        if (kill(-pid, sig) != 0) kill(pid, sig);  // its group, or the rank alone if the group is gone
+        // Its group (what it started too), or the rank alone when it has none of its own.
+        if (getpgid(pid) != pid || kill(-pid, sig) != 0) kill(pid, sig);
       }
   };
   while (running > 0) {
@@ -164,7 +181,7 @@ Result<int> launch(const LaunchOptions& o) {
     timespec wait_for{0, 100 * 1000 * 1000};
     siginfo_t info{};
     const int sig = sigtimedwait(&handled, &info, &wait_for);
-    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
       if (!stopping) {
         std::fprintf(stderr, "tiertrain launch: %s: passing it to the %d rank(s)\n", strsignal(sig), running);
         stopping = true;

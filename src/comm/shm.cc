@@ -105,7 +105,7 @@ class ShmComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "shm"; }
-  int64_t sequence() const override { return seq_; }
+  int64_t sequence() const override { return seq_.load(std::memory_order_relaxed); }
   std::string placement() const override { return placement_; }
 
   Status do_barrier() override {
@@ -159,11 +159,12 @@ class ShmComm final : public Communicator {
   std::vector<void*> maps_;
   size_t seg_bytes_ = 0;
   std::string own_name_;
-  int64_t seq_ = 0;    // collectives started
+  std::atomic<int64_t> seq_{0};  // collectives started (read by sequence() from any thread)
   int64_t round_ = 0;  // rounds started
   Meta cur_{};         // the collective in progress
   std::string broken_;
   std::string placement_ = "where first touched";
+  int placed_node_ = -1;  // the one node place() asked for (-1: none, or several)
   Status place(void* p);  // the memory policy of our own segment, before its first touch
   int64_t jitter_us_ = 0;  // TIERTRAIN_COMM_JITTER_US (tests): a rank- and round-dependent delay before each write
   void jitter(int64_t r) const {
@@ -233,21 +234,13 @@ Status ShmComm::init() {
                                        "it: remove it)"
                                      : "");
     }
-    int rc = ftruncate(fd, static_cast<off_t>(seg_bytes_));
-    if (rc == 0) {
-      rc = posix_fallocate(fd, 0, static_cast<off_t>(seg_bytes_));  // the blocks now, or ENOSPC now
-      if (rc == ENOSPC) {
-        ::close(fd);
-        unlink_own();
-        return no_room(free_bytes);
-      }
-      errno = rc == EOPNOTSUPP || rc == EINVAL ? 0 : rc;  // a file system without fallocate: sized is enough
-      rc = errno;
-    }
+    // Sized, mapped, its memory policy set (place), and only then its pages allocated (fallocate, which on tmpfs
+    // allocates them under the segment's policy, and fails now with ENOSPC rather than with SIGBUS later).
+    const int rc = ftruncate(fd, static_cast<off_t>(seg_bytes_));
     void* p = rc == 0 ? mmap(nullptr, seg_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-    const int e = errno;
-    ::close(fd);
     if (p == MAP_FAILED) {
+      const int e = errno;
+      ::close(fd);
       unlink_own();
       return make_status(StatusCode::kIoError, "shm communicator: sizing or mapping %s (%s): %s",
                          segment_path(rank_).c_str(), format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(),
@@ -255,10 +248,27 @@ Status ShmComm::init() {
     }
     maps_[static_cast<size_t>(rank_)] = p;
     if (Status s = place(p); !s.is_ok()) {
+      ::close(fd);
       unlink_own();
       return s;
     }
+    const int fa = posix_fallocate(fd, 0, static_cast<off_t>(seg_bytes_));
+    ::close(fd);
+    if (fa == ENOSPC) {
+      unlink_own();
+      return no_room(free_bytes);
+    }
+    TT_RETURN_IF(fa != 0 && fa != EOPNOTSUPP && fa != EINVAL, kIoError, "shm communicator: reserving %s: %s",
+                 segment_path(rank_).c_str(), std::strerror(fa));
     std::memset(p, 0, seg_bytes_);
+    // Where the pages really are, with a policy for one node: the placement says so (and a test checks it).
+    if (placed_node_ >= 0) {
+      const int first = memory::node_of_address(p);
+      const int last = memory::node_of_address(static_cast<char*>(p) + seg_bytes_ - 1);
+      placement_ += first == placed_node_ && last == placed_node_ ? "; pages on node " + std::to_string(first)
+                                                                  : "; pages on node " + std::to_string(first) +
+                                                                        " (not the node asked for)";
+    }
     Header* h = hdr(rank_);
     h->rank = rank_;
     h->size = size_;
@@ -363,6 +373,7 @@ Status ShmComm::place(void* p) {
   }
   if (nodes.empty()) return Status::ok();
   TT_TRY(memory::set_mem_policy(p, seg_bytes_, mp, nodes));
+  if (nodes.size() == 1) placed_node_ = nodes.front();
   std::string list;
   for (int n : nodes) {
     if (!list.empty()) list += ',';
@@ -377,9 +388,9 @@ Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, 
   TT_RETURN_IF(!broken_.empty(), kFailedPrecondition,
                "shm communicator (rank %d): unusable after an earlier error: %s", rank_, broken_.c_str());
   const bool rooted = kind == kBroadcast || kind == kReduce || kind == kGather || kind == kScatter;
-  ++seq_;
+  const int64_t seq = ++seq_;
   cur_ = Meta{};
-  cur_.seq = seq_;
+  cur_.seq = seq;
   cur_.count = count;
   cur_.kind = kind;
   cur_.dtype = static_cast<int32_t>(dtype);
