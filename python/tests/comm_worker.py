@@ -184,38 +184,40 @@ def gil(comm: tc.Comm) -> None:
 
 
 def errors(comm: tc.Comm) -> None:
-    """Mismatched counts raise CommMismatchError on every rank; bad buffers raise TypeError/ValueError at once."""
-    try:
-        comm.Allgather(np.ones(4, np.float32), np.ones(3 * comm.size, np.float32))
-        raise AssertionError("Allgather with a wrong sendbuf size did not raise")
-    except ValueError as e:
-        expect("expected" in str(e), str(e))
-    try:
-        comm.Allreduce(tc.IN_PLACE, [1, 2, 3])
-        raise AssertionError("Allreduce of a list did not raise")
-    except TypeError:
-        pass
-    try:
-        comm.Allreduce(tc.IN_PLACE, np.ones(4, np.complex64))
-        raise AssertionError("Allreduce of complex64 did not raise")
-    except TypeError:
-        pass
-    try:
-        comm.Allreduce(tc.IN_PLACE, np.ones(8, np.float32)[::2])
-        raise AssertionError("Allreduce of a strided view did not raise")
-    except ValueError:
-        pass
-    for bad, kind in ((np.ones(4, ">f4"), TypeError), (tc.IN_PLACE, TypeError)):
+    """Bad buffers raise TypeError/ValueError on the rank that passed them (rank 0), and its peer, already waiting in
+    the collective, fails at once with CommAbortedError instead of waiting for the deadline."""
+    if comm.rank == 1:
+        t0 = time.perf_counter()
         try:
-            comm.Allreduce(np.ones(4, np.float32), bad)
-            raise AssertionError(f"Allreduce into {bad!r} did not raise")
+            comm.Allreduce(tc.IN_PLACE, np.ones(4, np.float32))
+            raise AssertionError("the peer's Allreduce did not raise")
+        except tc.CommAbortedError as e:
+            expect("gave up" in str(e), str(e))
+        took = time.perf_counter() - t0
+        expect(took < 10, f"the peer waited {took:.1f} s")
+        print(f"rank 1: aborted after {took:.2f} s")
+        return
+    time.sleep(0.2)  # rank 1 is waiting by now
+    cases = [
+        (lambda: comm.Allgather(np.ones(4, np.float32), np.ones(3 * comm.size, np.float32)), ValueError),
+        (lambda: comm.Allreduce(tc.IN_PLACE, [1, 2, 3]), TypeError),
+        (lambda: comm.Allreduce(tc.IN_PLACE, np.ones(4, np.complex64)), TypeError),
+        (lambda: comm.Allreduce(tc.IN_PLACE, np.ones(8, np.float32)[::2]), ValueError),
+        (lambda: comm.Allreduce(np.ones(4, np.float32), np.ones(4, ">f4")), TypeError),
+        (lambda: comm.Allreduce(np.ones(4, np.float32), tc.IN_PLACE), TypeError),
+        (lambda: comm.Reduce_scatter(tc.IN_PLACE, np.ones(comm.size * 3 + 1, np.float32)), ValueError),
+    ]
+    for call, kind in cases:
+        try:
+            call()
+            raise AssertionError("a bad call did not raise")
         except kind:
             pass
-    try:
-        comm.Reduce_scatter(tc.IN_PLACE, np.ones(comm.size * 3 + 1, np.float32))
-        raise AssertionError("Reduce_scatter of a recvbuf not divisible by the ranks did not raise")
-    except ValueError:
-        pass
+    print("rank 0: errors right")
+
+
+def mismatch(comm: tc.Comm) -> None:
+    """Different counts on the ranks: CommMismatchError (a CommError) on every rank."""
     x = np.ones(10 + comm.rank, np.float32)
     try:
         comm.Allreduce(tc.IN_PLACE, x)
@@ -223,7 +225,7 @@ def errors(comm: tc.Comm) -> None:
     except tc.CommMismatchError as e:
         expect("ranks disagree" in str(e), str(e))
         expect(isinstance(e, tc.CommError), "CommMismatchError is a CommError")
-    print(f"rank {comm.rank}: errors right")
+    print(f"rank {comm.rank}: mismatch right")
 
 
 def timeout(comm: tc.Comm) -> None:
@@ -240,4 +242,5 @@ def timeout(comm: tc.Comm) -> None:
 
 if __name__ == "__main__":
     c = tc.world()
-    {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "timeout": timeout}[sys.argv[1]](c)
+    {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
+     "timeout": timeout}[sys.argv[1]](c)

@@ -49,8 +49,14 @@ def test_the_gil_is_released_while_waiting():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_typed_errors():
+def test_bad_buffers_raise_and_the_peer_fails_at_once():
     r = run(2, "errors", {"TIERTRAIN_COMM_TIMEOUT": "30"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 1: aborted after" in r.stdout
+
+
+def test_mismatched_sizes_raise_on_every_rank():
+    r = run(3, "mismatch", {"TIERTRAIN_COMM_TIMEOUT": "30"})
     assert r.returncode == 0, r.stdout + r.stderr
 
 

@@ -166,6 +166,21 @@ Buf to_buf(const py::object& o, bool writable, const char* what) {
 
 class PyComm {
  public:
+  // An argument error on this rank (raised before the collective) also tells the peers, which would otherwise wait
+  // for this rank until the deadline: the communicator is given up on (Communicator::abandon).
+  template <typename F>
+  void guarded(const char* what, F&& f) {
+    try {
+      f();
+    } catch (py::error_already_set& e) {
+      if (!e.matches(g_comm_error)) c_->abandon(std::string(what) + ": " + e.what());
+      throw;
+    } catch (const std::exception& e) {
+      c_->abandon(std::string(what) + ": " + e.what());
+      throw;
+    }
+  }
+
   explicit PyComm(std::unique_ptr<Communicator> c) : c_(std::move(c)) {}
   int rank() const { return c_->rank(); }
   int size() const { return c_->size(); }
@@ -335,16 +350,39 @@ PYBIND11_MODULE(_comm, m) {
       .def("Get_rank", &PyComm::rank)
       .def("Get_size", &PyComm::size)
       .def("Barrier", &PyComm::Barrier)
-      .def("Bcast", &PyComm::Bcast, py::arg("buf"), py::arg("root") = 0)
-      .def("Allreduce", &PyComm::Allreduce, py::arg("sendbuf"), py::arg("recvbuf"), py::arg("op") = Op::kSum)
-      .def("Reduce", &PyComm::Reduce, py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::arg("op") = Op::kSum,
-           py::arg("root") = 0)
-      .def("Allgather", &PyComm::Allgather, py::arg("sendbuf"), py::arg("recvbuf"))
-      .def("Gather", &PyComm::Gather, py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::arg("root") = 0)
-      .def("Scatter", &PyComm::Scatter, py::arg("sendbuf"), py::arg("recvbuf"), py::arg("root") = 0)
-      .def("Reduce_scatter", &PyComm::Reduce_scatter, py::arg("sendbuf"), py::arg("recvbuf"),
-           py::arg("op") = Op::kSum)
-      .def("Alltoall", &PyComm::Alltoall, py::arg("sendbuf"), py::arg("recvbuf"));
+      .def("Bcast", [](PyComm& c, const py::object& b, int root) { c.guarded("Bcast", [&] { c.Bcast(b, root); }); },
+           py::arg("buf"), py::arg("root") = 0)
+      .def("Allreduce",
+           [](PyComm& c, const py::object& s, const py::object& r, Op op) {
+             c.guarded("Allreduce", [&] { c.Allreduce(s, r, op); });
+           },
+           py::arg("sendbuf"), py::arg("recvbuf"), py::arg("op") = Op::kSum)
+      .def("Reduce",
+           [](PyComm& c, const py::object& s, const py::object& r, Op op, int root) {
+             c.guarded("Reduce", [&] { c.Reduce(s, r, op, root); });
+           },
+           py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::arg("op") = Op::kSum, py::arg("root") = 0)
+      .def("Allgather",
+           [](PyComm& c, const py::object& s, const py::object& r) { c.guarded("Allgather", [&] { c.Allgather(s, r); }); },
+           py::arg("sendbuf"), py::arg("recvbuf"))
+      .def("Gather",
+           [](PyComm& c, const py::object& s, const py::object& r, int root) {
+             c.guarded("Gather", [&] { c.Gather(s, r, root); });
+           },
+           py::arg("sendbuf"), py::arg("recvbuf") = py::none(), py::arg("root") = 0)
+      .def("Scatter",
+           [](PyComm& c, const py::object& s, const py::object& r, int root) {
+             c.guarded("Scatter", [&] { c.Scatter(s, r, root); });
+           },
+           py::arg("sendbuf"), py::arg("recvbuf"), py::arg("root") = 0)
+      .def("Reduce_scatter",
+           [](PyComm& c, const py::object& s, const py::object& r, Op op) {
+             c.guarded("Reduce_scatter", [&] { c.Reduce_scatter(s, r, op); });
+           },
+           py::arg("sendbuf"), py::arg("recvbuf"), py::arg("op") = Op::kSum)
+      .def("Alltoall",
+           [](PyComm& c, const py::object& s, const py::object& r) { c.guarded("Alltoall", [&] { c.Alltoall(s, r); }); },
+           py::arg("sendbuf"), py::arg("recvbuf"));
 
   m.def("world", [] {
     // The rendezvous waits for the other ranks: without the GIL.

@@ -72,6 +72,9 @@ class Communicator {
   virtual int64_t sequence() const = 0;
   // Where this rank's buffers live (for logs and benchmark headers), e.g. "preferred NUMA node 2 (HBW: ...)".
   virtual std::string placement() const { return ""; }
+  // This rank gives up (an argument error found before it could call the collective its peers are in): the
+  // communicator is unusable from now on, and peers waiting for this rank fail at once instead of at the deadline.
+  virtual void abandon(const std::string& why) = 0;
 
   // Blocking collectives. A communicator is used from one thread at a time; while non-blocking operations are in
   // flight, a blocking call runs after them, in call order.

@@ -107,6 +107,10 @@ class ShmComm final : public Communicator {
   const char* backend() const override { return "shm"; }
   int64_t sequence() const override { return seq_.load(std::memory_order_relaxed); }
   std::string placement() const override { return placement_; }
+  void abandon(const std::string& why) override {
+    if (broken_.empty()) broken_ = "abandoned: " + why;
+    hdr(rank_)->aborted.value.store(1, std::memory_order_release);
+  }
 
   Status do_barrier() override {
     TT_TRY(begin(kBarrier, 0, DType::kF32, Op::kSum, -1));
