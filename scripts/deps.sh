@@ -13,6 +13,7 @@ TIERTRAIN_APT_PACKAGES=(
   fortunes                    # the default corpus, /usr/share/games/fortunes
   python3 python3-numpy python3-pytest   # tensor-file tools and their tests
   python3-venv python3-pip python3-pybind11   # the Python package (pip install .) and its tests
+  libopenmpi-dev openmpi-bin  # the MPI backend of the collectives, and mpirun for its tests
 )
 
 tt_missing_packages() {

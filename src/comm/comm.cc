@@ -10,6 +10,9 @@
 #include <thread>
 
 #include "comm/shm.h"
+#ifdef TIERTRAIN_HAVE_MPI
+#include "comm/mpi.h"
+#endif
 
 namespace tt::comm {
 
@@ -234,7 +237,34 @@ Result<long long> env_int(std::initializer_list<const char*> names, long long fa
 
 }  // namespace
 
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
 Result<std::unique_ptr<Communicator>> world(Options options) {
+  // The backend: TIERTRAIN_COMM_BACKEND=shm|mpi, or by default mpi under an MPI launcher (in a build with MPI), shm
+  // otherwise.
+  std::string backend = std::getenv("TIERTRAIN_COMM_BACKEND") ? std::getenv("TIERTRAIN_COMM_BACKEND") : "auto";
+  TT_RETURN_IF(backend != "auto" && backend != "shm" && backend != "mpi", kInvalidArgument,
+               "TIERTRAIN_COMM_BACKEND=%s: auto, shm or mpi", backend.c_str());
+  if (const char* t = std::getenv("TIERTRAIN_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
+    char* end = nullptr;
+    const double s = std::strtod(t, &end);
+    TT_RETURN_IF(*end != '\0' || !(s > 0), kInvalidArgument, "TIERTRAIN_COMM_TIMEOUT=%s: seconds, > 0", t);
+    options.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000.0));
+  }
+#ifdef TIERTRAIN_HAVE_MPI
+  if (backend == "mpi" || (backend == "auto" && launched_by_mpi())) return create_mpi(options);
+#else
+  TT_RETURN_IF(backend == "mpi", kUnimplemented,
+               "TIERTRAIN_COMM_BACKEND=mpi: this build has no MPI (install libopenmpi-dev and rebuild)");
+  // Started by mpirun, each process would otherwise think itself alone (mpirun sets no RANK): refuse.
+  TT_RETURN_IF(launched_by_mpi() && std::getenv("TIERTRAIN_COMM_ID") == nullptr, kFailedPrecondition,
+               "started by an MPI launcher, but this build of tiertrain has no MPI: start the ranks with `tiertrain "
+               "launch -n N -- ...`, or build with MPI (libopenmpi-dev)");
+#endif
   const char* rank_var = nullptr;
   const char* size_var = nullptr;
   TT_ASSIGN_OR_RETURN(long long rank, env_int({"TIERTRAIN_RANK", "RANK"}, 0, &rank_var));
@@ -243,12 +273,6 @@ Result<std::unique_ptr<Communicator>> world(Options options) {
                size_var ? size_var : "world size", size);
   TT_RETURN_IF(rank < 0 || rank >= size, kInvalidArgument, "%s=%lld is not a rank of a world of %lld",
                rank_var ? rank_var : "rank", rank, size);
-  if (const char* t = std::getenv("TIERTRAIN_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
-    char* end = nullptr;
-    const double s = std::strtod(t, &end);
-    TT_RETURN_IF(*end != '\0' || !(s > 0), kInvalidArgument, "TIERTRAIN_COMM_TIMEOUT=%s: seconds, > 0", t);
-    options.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000.0));
-  }
   ShmOptions shm;
   shm.common = options;
   const char* id = std::getenv("TIERTRAIN_COMM_ID");

@@ -209,7 +209,8 @@ Status Config::load_env(char** envp) {
     static const char* const kNotKnobs[] = {
         "TIERTRAIN_RANK",         "TIERTRAIN_WORLD_SIZE",     "TIERTRAIN_COMM_ID",        "TIERTRAIN_COMM_TIMEOUT",
         "TIERTRAIN_COMM_BUFFER",  "TIERTRAIN_SHM_DIR",        "TIERTRAIN_COMM_JITTER_US", "TIERTRAIN_COMM_MEMPOLICY",
-        "TIERTRAIN_HBW_NODES",    "TIERTRAIN_CONFIG",         "TIERTRAIN_DEBUG",          "TIERTRAIN_DEBUG_SUBSYS"};
+        "TIERTRAIN_HBW_NODES",    "TIERTRAIN_CONFIG",         "TIERTRAIN_DEBUG",          "TIERTRAIN_DEBUG_SUBSYS",
+        "TIERTRAIN_COMM_BACKEND"};
     bool other = false;
     for (const char* k : kNotKnobs) other = other || var == k;
     if (other && !has(name)) continue;

@@ -606,6 +606,59 @@ TEST(CommBench, EveryCollectiveRunsCheckedAndWritesJson) {
   rmdir(dir);
 }
 
+// The same scenarios over MPI, under mpirun (Open MPI from Debian's packages), when the build has MPI.
+Job mpirun(int ranks, const std::string& scenario, const std::string& env = "") {
+  const std::string cmd = std::string("mpirun --allow-run-as-root --oversubscribe -n ") + std::to_string(ranks) +
+                          " env TT_COMM_SCENARIO=" + scenario + " TIERTRAIN_COMM_BACKEND=mpi " + env + " " + self_path +
+                          " 2>&1";
+  const auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen(cmd.c_str(), "r");
+  Job j;
+  if (!p) return j;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) j.output.append(buf, n);
+  const int st = pclose(p);
+  j.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  j.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return j;
+}
+
+#ifdef TIERTRAIN_HAVE_MPI
+constexpr bool kHaveMpi = true;
+#else
+constexpr bool kHaveMpi = false;
+#endif
+
+void skip_without_mpirun() {
+  if (!kHaveMpi) GTEST_SKIP() << "this build has no MPI (libopenmpi-dev)";
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun (openmpi-bin)";
+}
+
+TEST(CommMpi, EveryCollectiveDtypeOpAndSizeIsRight) {
+  skip_without_mpirun();
+  for (int ranks : {2, 3}) {
+    const Job j = mpirun(ranks, "collectives");
+    EXPECT_EQ(j.code, 0) << j.output;
+    EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
+  }
+}
+
+TEST(CommMpi, MismatchesAndMisuseAreErrorsOnEveryRank) {
+  skip_without_mpirun();
+  Job j = mpirun(3, "mismatch", "TIERTRAIN_COMM_TIMEOUT=30");
+  EXPECT_EQ(j.code, 0) << j.output;
+  for (const char* what : {"inplace", "root"}) {
+    j = mpirun(3, "misuse", std::string("TT_MISUSE=") + what + " TIERTRAIN_COMM_TIMEOUT=30");
+    EXPECT_EQ(j.code, 0) << j.output;
+  }
+}
+
+TEST(CommMpi, NonBlockingCalls) {
+  skip_without_mpirun();
+  const Job j = mpirun(2, "nonblocking", "TIERTRAIN_COMM_TIMEOUT=30");
+  EXPECT_EQ(j.code, 0) << j.output;
+}
+
 // The half-precision conversions the reductions use, at the edges.
 TEST(CommHalf, RoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_EQ(comm::float_to_f16(1.0f), 0x3c00);

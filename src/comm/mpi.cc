@@ -1,0 +1,326 @@
+// comm/mpi: the Communicator over MPI (Open MPI from Debian's packages), for host buffers across nodes and for jobs
+// started by mpirun. Built when CMake finds MPI (TIERTRAIN_WITH_MPI).
+//
+// Every collective first exchanges its description (sequence number, kind, count, dtype, op, root, misuse) with an
+// allgather, so that ranks that disagree get an error naming them and the differing fields on every rank, as with
+// shm, instead of MPI's undefined behaviour. Every operation runs as a non-blocking MPI call polled against the
+// deadline (MPI_Test); MPI cannot say which ranks are late, so a timeout names the operation and its sequence number.
+// bf16 and f16 reductions use MPI operations of ours (each pairwise combine in f32, rounded once per combine, unlike
+// shm's single rounding); avg is a sum divided by the ranks afterwards.
+#include "comm/mpi.h"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/reduce.h"
+#include "core/bf16.h"
+
+namespace tt::comm {
+namespace {
+
+template <typename Load, typename Store>
+void combine16(const void* in, void* inout, int len, Op op, Load load, Store store) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < len; ++i) {
+    const float x = load(a[i]), y = load(b[i]);
+    float r = x + y;
+    if (op == Op::kProd) r = x * y;
+    if (op == Op::kMin) r = x < y ? x : y;
+    if (op == Op::kMax) r = x > y ? x : y;
+    b[i] = store(r);
+  }
+}
+
+#define TT_MPI_OP16(NAME, LOAD, STORE, OP)                                                    \
+  void NAME(void* in, void* inout, int* len, MPI_Datatype*) {                                 \
+    combine16(in, inout, *len, OP, [](uint16_t h) { return LOAD(h); }, [](float f) { return STORE(f); }); \
+  }
+TT_MPI_OP16(bf16_sum, bf16_to_float, float_to_bf16, Op::kSum)
+TT_MPI_OP16(bf16_prod, bf16_to_float, float_to_bf16, Op::kProd)
+TT_MPI_OP16(bf16_min, bf16_to_float, float_to_bf16, Op::kMin)
+TT_MPI_OP16(bf16_max, bf16_to_float, float_to_bf16, Op::kMax)
+TT_MPI_OP16(f16_sum, f16_to_float, float_to_f16, Op::kSum)
+TT_MPI_OP16(f16_prod, f16_to_float, float_to_f16, Op::kProd)
+TT_MPI_OP16(f16_min, f16_to_float, float_to_f16, Op::kMin)
+TT_MPI_OP16(f16_max, f16_to_float, float_to_f16, Op::kMax)
+#undef TT_MPI_OP16
+
+enum Kind : int64_t { kBarrier, kBroadcast, kReduce, kAllreduce, kGather, kScatter, kAllgather, kReduceScatter,
+                      kAlltoall };
+const char* kind_name(int64_t k) {
+  static const char* names[] = {"barrier", "broadcast", "reduce", "allreduce", "gather", "scatter", "allgather",
+                                "reduce_scatter", "alltoall"};
+  return k >= 0 && k <= kAlltoall ? names[k] : "?";
+}
+
+class MpiComm final : public Communicator {
+ public:
+  explicit MpiComm(Options o) : opt_(o) {}
+  ~MpiComm() override {
+    stop_progress();
+    for (MPI_Op& op : ops16_)
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (we_initialized_ && !finalized) MPI_Finalize();
+  }
+
+  Status init() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      // Serialized: one thread at a time (the caller, or the progress thread of the non-blocking calls).
+      TT_RETURN_IF(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS, kInternal,
+                   "MPI_Init_thread failed");
+      we_initialized_ = true;
+      TT_RETURN_IF(provided < MPI_THREAD_SERIALIZED, kFailedPrecondition,
+                   "this MPI gives thread level %d; tiertrain needs MPI_THREAD_SERIALIZED (%d)", provided,
+                   MPI_THREAD_SERIALIZED);
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_User_function* fns[8] = {bf16_sum, bf16_prod, bf16_min, bf16_max, f16_sum, f16_prod, f16_min, f16_max};
+    for (int i = 0; i < 8; ++i) MPI_Op_create(fns[i], 1, &ops16_[i]);
+    return Status::ok();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "mpi"; }
+  int64_t sequence() const override { return seq_.load(std::memory_order_relaxed); }
+  void abandon(const std::string& why) override {
+    // MPI has no way to tell the peers; they fail at their deadline (or when mpirun stops the job on our exit).
+    if (broken_.empty()) broken_ = "abandoned: " + why;
+  }
+
+ protected:
+  Status do_barrier() override {
+    TT_TRY(begin(kBarrier, 0, DType::kF32, Op::kSum, -1, false));
+    MPI_Request r;
+    MPI_Ibarrier(comm_, &r);
+    return finish(&r);
+  }
+  Status do_broadcast(const void* send, void* recv, size_t count, DType d, int root) override {
+    TT_TRY(begin(kBroadcast, count, d, Op::kSum, root, false));
+    if (rank_ == root && send != kInPlace && send != recv) std::memcpy(recv, send, count * dtype_size(d));
+    MPI_Request r;
+    MPI_Ibcast(recv, static_cast<int>(count), type(d), root, comm_, &r);
+    return finish(&r);
+  }
+  Status do_reduce(const void* send, void* recv, size_t count, DType d, Op op, int root) override {
+    TT_TRY(begin(kReduce, count, d, op, root, send == kInPlace && rank_ != root));
+    MPI_Request r;
+    MPI_Ireduce(send == kInPlace ? MPI_IN_PLACE : send, recv, static_cast<int>(count), type(d), mpi_op(d, op), root,
+                comm_, &r);
+    TT_TRY(finish(&r));
+    if (op == Op::kAvg && rank_ == root) average(recv, count, d);
+    return Status::ok();
+  }
+  Status do_allreduce(const void* send, void* recv, size_t count, DType d, Op op) override {
+    TT_TRY(begin(kAllreduce, count, d, op, -1, false));
+    MPI_Request r;
+    MPI_Iallreduce(send == kInPlace || send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), type(d),
+                   mpi_op(d, op), comm_, &r);
+    TT_TRY(finish(&r));
+    if (op == Op::kAvg) average(recv, count, d);
+    return Status::ok();
+  }
+  Status do_gather(const void* send, void* recv, size_t count, DType d, int root) override {
+    TT_TRY(begin(kGather, count, d, Op::kSum, root, send == kInPlace && rank_ != root));
+    MPI_Request r;
+    MPI_Igather(send == kInPlace ? MPI_IN_PLACE : send, static_cast<int>(count), type(d), recv,
+                static_cast<int>(count), type(d), root, comm_, &r);
+    return finish(&r);
+  }
+  Status do_scatter(const void* send, void* recv, size_t count, DType d, int root) override {
+    TT_TRY(begin(kScatter, count, d, Op::kSum, root, false));
+    MPI_Request r;
+    const bool in_place = send == kInPlace && rank_ == root;
+    // In place at the root, recv holds all pieces and the root's own stays where it is.
+    MPI_Iscatter(in_place ? recv : send, static_cast<int>(count), type(d), in_place ? MPI_IN_PLACE : recv,
+                 static_cast<int>(count), type(d), root, comm_, &r);
+    return finish(&r);
+  }
+  Status do_allgather(const void* send, void* recv, size_t count, DType d) override {
+    TT_TRY(begin(kAllgather, count, d, Op::kSum, -1, false));
+    MPI_Request r;
+    MPI_Iallgather(send == kInPlace ? MPI_IN_PLACE : send, static_cast<int>(count), type(d), recv,
+                   static_cast<int>(count), type(d), comm_, &r);
+    return finish(&r);
+  }
+  Status do_reduce_scatter(const void* send, void* recv, size_t count, DType d, Op op) override {
+    TT_TRY(begin(kReduceScatter, count, d, op, -1, false));
+    // In place (our convention): recv holds size() * count and this rank's result goes to its own block. MPI's in
+    // place puts it first; so reduce out of place from a copy instead.
+    const size_t es = dtype_size(d);
+    std::vector<char> copy;
+    const void* src = send;
+    void* out = recv;
+    if (send == kInPlace) {
+      copy.assign(static_cast<const char*>(recv), static_cast<const char*>(recv) + count * size_ * es);
+      src = copy.data();
+      out = static_cast<char*>(recv) + static_cast<size_t>(rank_) * count * es;
+    }
+    MPI_Request r;
+    MPI_Ireduce_scatter_block(src, out, static_cast<int>(count), type(d), mpi_op(d, op), comm_, &r);
+    TT_TRY(finish(&r));
+    if (op == Op::kAvg) average(out, count, d);
+    return Status::ok();
+  }
+  Status do_alltoall(const void* send, void* recv, size_t count, DType d) override {
+    TT_TRY(begin(kAlltoall, count, d, Op::kSum, -1, false));
+    MPI_Request r;
+    MPI_Ialltoall(send == kInPlace ? MPI_IN_PLACE : send, static_cast<int>(count), type(d), recv,
+                  static_cast<int>(count), type(d), comm_, &r);
+    return finish(&r);
+  }
+
+ private:
+  MPI_Datatype type(DType d) const {
+    switch (d) {
+      case DType::kF32: return MPI_FLOAT;
+      case DType::kF64: return MPI_DOUBLE;
+      case DType::kI32: return MPI_INT32_T;
+      case DType::kI64: return MPI_INT64_T;
+      case DType::kBF16:
+      case DType::kF16: return MPI_UINT16_T;
+    }
+    return MPI_BYTE;
+  }
+  MPI_Op mpi_op(DType d, Op op) const {
+    const int k = op == Op::kProd ? 1 : op == Op::kMin ? 2 : op == Op::kMax ? 3 : 0;  // avg: a sum, divided after
+    if (d == DType::kBF16) return ops16_[k];
+    if (d == DType::kF16) return ops16_[4 + k];
+    static const MPI_Op base[4] = {MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX};
+    return base[k];
+  }
+  void average(void* p, size_t count, DType d) const {
+    const void* src[1] = {p};
+    // n copies of the sum divided by n is the sum / n: use the element-wise reduce's avg over one source, scaled.
+    // Simplest exact form: divide each element here.
+    switch (d) {
+      case DType::kF32: for (size_t i = 0; i < count; ++i) static_cast<float*>(p)[i] /= static_cast<float>(size_); break;
+      case DType::kF64: for (size_t i = 0; i < count; ++i) static_cast<double*>(p)[i] /= size_; break;
+      case DType::kI32: for (size_t i = 0; i < count; ++i) static_cast<int32_t*>(p)[i] /= size_; break;
+      case DType::kI64: for (size_t i = 0; i < count; ++i) static_cast<int64_t*>(p)[i] /= size_; break;
+      case DType::kBF16:
+        for (size_t i = 0; i < count; ++i) {
+          uint16_t& h = static_cast<uint16_t*>(p)[i];
+          h = float_to_bf16(bf16_to_float(h) / static_cast<float>(size_));
+        }
+        break;
+      case DType::kF16:
+        for (size_t i = 0; i < count; ++i) {
+          uint16_t& h = static_cast<uint16_t*>(p)[i];
+          h = float_to_f16(f16_to_float(h) / static_cast<float>(size_));
+        }
+        break;
+    }
+    (void)src;
+  }
+
+  // The description exchange and its checks (the misuse flag: one rank's bad argument, reported by all).
+  Status begin(int64_t kind, size_t count, DType d, Op op, int root, bool in_place_misuse) {
+    TT_RETURN_IF(!broken_.empty(), kFailedPrecondition, "mpi communicator (rank %d): unusable after an earlier error: %s",
+                 rank_, broken_.c_str());
+    const bool rooted = kind == kBroadcast || kind == kReduce || kind == kGather || kind == kScatter;
+    const int64_t seq = ++seq_;
+    cur_kind_ = kind;
+    const int64_t misuse = rooted && (root < 0 || root >= size_) ? 1 : in_place_misuse ? 2 : 0;
+    int64_t mine[7] = {seq, kind, static_cast<int64_t>(count), static_cast<int64_t>(d), static_cast<int64_t>(op),
+                       root, misuse};
+    if (!rooted) mine[5] = -1;
+    if (kind == kBarrier || kind == kBroadcast || kind == kGather || kind == kScatter || kind == kAllgather ||
+        kind == kAlltoall)
+      mine[4] = 0;
+    std::vector<int64_t> all(static_cast<size_t>(size_) * 7);
+    MPI_Request r;
+    MPI_Iallgather(mine, 7, MPI_INT64_T, all.data(), 7, MPI_INT64_T, comm_, &r);
+    TT_TRY(finish(&r));
+    std::string misused, diffs;
+    static const char* fields[] = {"collective #", "kind ", "count ", "dtype ", "op ", "root "};
+    for (int q = 0; q < size_; ++q) {
+      const int64_t* t = all.data() + static_cast<size_t>(q) * 7;
+      if (t[6] != 0)
+        misused += str_format("%srank %d %s", misused.empty() ? "" : "; ", q,
+                              t[6] == 1 ? "gave a root that is not a rank" : "asked for in place but is not the root");
+      std::string dq;
+      for (int f = 0; f < 6; ++f)
+        if (t[f] != mine[f]) {
+          std::string v = std::to_string(t[f]);
+          if (f == 1) v = kind_name(t[f]);
+          if (f == 3) v = dtype_name(static_cast<DType>(t[f]));
+          if (f == 4) v = op_name(static_cast<Op>(t[f]));
+          dq += std::string(" ") + fields[f] + v;
+        }
+      if (!dq.empty()) diffs += str_format("; rank %d has%s", q, dq.c_str());
+    }
+    if (!misused.empty()) return fail(make_status(StatusCode::kInvalidArgument, "%s #%lld (rank %d of %d): %s",
+                                                  kind_name(kind), static_cast<long long>(seq), rank_, size_,
+                                                  misused.c_str()));
+    if (!diffs.empty())
+      return fail(make_status(StatusCode::kInvalidArgument,
+                              "%s #%lld (rank %d of %d): ranks disagree: this rank has %s count %zu dtype %s op %s "
+                              "root %d%s",
+                              kind_name(kind), static_cast<long long>(seq), rank_, size_, kind_name(kind), count,
+                              dtype_name(d), op_name(op), root, diffs.c_str()));
+    return Status::ok();
+  }
+
+  // Polls the request against the deadline.
+  Status finish(MPI_Request* r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (uint64_t spin = 0;; ++spin) {
+      int done = 0;
+      if (MPI_Test(r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return fail(make_status(StatusCode::kInternal, "%s #%lld (rank %d of %d): MPI reported an error",
+                                kind_name(cur_kind_), static_cast<long long>(seq_.load()), rank_, size_));
+      if (done) return Status::ok();
+      if (spin > 4096) {
+        if (std::chrono::steady_clock::now() - start > opt_.timeout)
+          return fail(make_status(StatusCode::kDeadlineExceeded,
+                                  "%s #%lld (rank %d of %d): not complete within %.1f s (TIERTRAIN_COMM_TIMEOUT): "
+                                  "some rank is behind, stuck or gone (MPI does not say which)",
+                                  kind_name(cur_kind_), static_cast<long long>(seq_.load()), rank_, size_,
+                                  opt_.timeout.count() / 1000.0));
+        std::this_thread::sleep_for(std::chrono::microseconds(spin > 65536 ? 50 : 1));
+      }
+    }
+  }
+  Status fail(Status s) {
+    broken_ = s.message();
+    return s;
+  }
+
+  Options opt_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  bool we_initialized_ = false;
+  MPI_Op ops16_[8] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL,
+                      MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  std::atomic<int64_t> seq_{0};
+  int64_t cur_kind_ = 0;
+  std::string broken_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> create_mpi(const Options& options) {
+  auto c = std::make_unique<MpiComm>(options);
+  TT_TRY(c->init());
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+}  // namespace tt::comm
