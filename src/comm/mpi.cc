@@ -206,10 +206,8 @@ class MpiComm final : public Communicator {
     static const MPI_Op base[4] = {MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX};
     return base[k];
   }
+  // avg = the sum divided by the ranks, element by element (integers truncated toward zero, as C divides).
   void average(void* p, size_t count, DType d) const {
-    const void* src[1] = {p};
-    // n copies of the sum divided by n is the sum / n: use the element-wise reduce's avg over one source, scaled.
-    // Simplest exact form: divide each element here.
     switch (d) {
       case DType::kF32: for (size_t i = 0; i < count; ++i) static_cast<float*>(p)[i] /= static_cast<float>(size_); break;
       case DType::kF64: for (size_t i = 0; i < count; ++i) static_cast<double*>(p)[i] /= size_; break;
@@ -228,7 +226,6 @@ class MpiComm final : public Communicator {
         }
         break;
     }
-    (void)src;
   }
 
   // The description exchange and its checks (the misuse flag: one rank's bad argument, reported by all).
