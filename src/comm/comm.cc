@@ -257,6 +257,21 @@ Result<std::unique_ptr<Communicator>> world(Options options) {
   }
 #ifdef TIERTRAIN_HAVE_MPI
   if (backend == "mpi" || (backend == "auto" && launched_by_mpi())) return create_mpi(options);
+  if (backend == "shm" && launched_by_mpi() && std::getenv("TIERTRAIN_COMM_ID") == nullptr) {
+    // shm under mpirun: MPI gives the ranks and carries the job id.
+    int rank = 0, size = 1;
+    std::string id;
+    TT_TRY(mpi_bootstrap_shm(&rank, &size, &id));
+    ShmOptions shm;
+    shm.common = options;
+    shm.job_id = id;
+    const char* which = nullptr;
+    TT_ASSIGN_OR_RETURN(long long buf, env_int({"TIERTRAIN_COMM_BUFFER"}, 8 << 20, &which));
+    shm.buffer_bytes = static_cast<size_t>(buf);
+    if (const char* d = std::getenv("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm.dir = d;
+    if (const char* m = std::getenv("TIERTRAIN_COMM_MEMPOLICY"); m != nullptr && *m != '\0') shm.mempolicy = m;
+    return create_shm(rank, size, shm);
+  }
 #else
   TT_RETURN_IF(backend == "mpi", kUnimplemented,
                "TIERTRAIN_COMM_BACKEND=mpi: this build has no MPI (install libopenmpi-dev and rebuild)");

@@ -11,8 +11,11 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -313,6 +316,38 @@ class MpiComm final : public Communicator {
 };
 
 }  // namespace
+
+Status mpi_bootstrap_shm(int* rank, int* size, std::string* job_id) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    TT_RETURN_IF(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS, kInternal,
+                 "MPI_Init_thread failed");
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    });
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int on_node = 0;
+  MPI_Comm_size(node, &on_node);
+  MPI_Comm_free(&node);
+  TT_RETURN_IF(on_node != *size, kFailedPrecondition,
+               "TIERTRAIN_COMM_BACKEND=shm under mpirun: %d of the %d ranks are on this node; shared memory needs all "
+               "of them here (use the mpi backend across nodes)",
+               on_node, *size);
+  char id[64] = {};
+  if (*rank == 0) std::snprintf(id, sizeof(id), "mpi%d-%lld", static_cast<int>(getpid()),
+                                static_cast<long long>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  MPI_Bcast(id, sizeof(id), MPI_CHAR, 0, MPI_COMM_WORLD);
+  *job_id = id;
+  return Status::ok();
+}
 
 Result<std::unique_ptr<Communicator>> create_mpi(const Options& options) {
   auto c = std::make_unique<MpiComm>(options);

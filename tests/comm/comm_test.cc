@@ -259,7 +259,8 @@ int run_collectives() {
     std::fprintf(stderr, "rank %d: %d wrong elements\n", rank, failures);
     return 1;
   }
-  std::printf("rank %d: all collectives right (%lld operations)\n", rank, static_cast<long long>(c.sequence()));
+  std::printf("rank %d: all collectives right (%lld operations, backend %s)\n", rank,
+              static_cast<long long>(c.sequence()), c.backend());
   return 0;
 }
 
@@ -639,7 +640,7 @@ TEST(CommMpi, EveryCollectiveDtypeOpAndSizeIsRight) {
   for (int ranks : {2, 3}) {
     const Job j = mpirun(ranks, "collectives");
     EXPECT_EQ(j.code, 0) << j.output;
-    EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
+    EXPECT_NE(j.output.find("backend mpi"), std::string::npos) << j.output;
   }
 }
 
@@ -651,6 +652,14 @@ TEST(CommMpi, MismatchesAndMisuseAreErrorsOnEveryRank) {
     j = mpirun(3, "misuse", std::string("TT_MISUSE=") + what + " TIERTRAIN_COMM_TIMEOUT=30");
     EXPECT_EQ(j.code, 0) << j.output;
   }
+}
+
+// shm under mpirun: MPI gives the ranks and carries the job id.
+TEST(CommMpi, ShmBootstrappedByMpirun) {
+  skip_without_mpirun();
+  const Job j = mpirun(3, "collectives", "TIERTRAIN_COMM_BACKEND=shm TIERTRAIN_COMM_BUFFER=131072");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("backend shm"), std::string::npos) << j.output;
 }
 
 TEST(CommMpi, NonBlockingCalls) {
