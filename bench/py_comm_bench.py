@@ -11,12 +11,7 @@ import json
 import sys
 import time
 
-
-def parse_size(text: str) -> int:
-    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
+from comm_bench_common import SPLIT, add_sweep_args, bus_factor, float_counts  # noqa: F401
 
 
 def main() -> None:
@@ -26,29 +21,17 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("-C", "--collective", default="allreduce", choices=["allreduce", "broadcast", "gather", "allgather"])
-    ap.add_argument("-b", "--minbytes", default="8")
-    ap.add_argument("-e", "--maxbytes", default="64M")
-    ap.add_argument("-f", "--stepfactor", type=float, default=2.0)
-    ap.add_argument("-n", "--iters", type=int, default=20)
-    ap.add_argument("-w", "--warmup", type=int, default=5)
-    ap.add_argument("--json", default="")
+    add_sweep_args(ap)
     a = ap.parse_args()
     comm = tc.world()
     n, me = comm.size, comm.rank
-    factor = {"allreduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(a.collective, (n - 1) / n)
-    split = a.collective in ("gather", "allgather")
+    factor = bus_factor(a.collective, n)
+    split = a.collective in SPLIT
     rows = []
     if me == 0:
         print(f"# tiertrain.comm (Python): {a.collective}, float, sum, {n} ranks")
         print("#%11s %13s %9s %8s %8s" % ("size", "count", "time", "algbw", "busbw"))
-    size = float(parse_size(a.minbytes))
-    while size <= parse_size(a.maxbytes) * 1.0000001:
-        count = int(size) // 4
-        if split:
-            count = count // n * n
-        if count == 0:
-            size *= a.stepfactor
-            continue
+    for count in float_counts(a, a.collective, n):
         per = count // n
         send = np.ones(per if split else count, dtype=np.float32)
         recv = np.zeros(count, dtype=np.float32)
@@ -78,7 +61,6 @@ def main() -> None:
         if me == 0:
             print("%12d %13d %9.2f %8.2f %8.2f" % (count * 4, count, t[0] * 1e6, alg, alg * factor))
             sys.stdout.flush()
-        size *= a.stepfactor
     if me == 0 and a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "comm/bench.h"
+#include "comm/comm.h"
 #include "comm/launch.h"
 #include "exec/train_config.h"
 #include "exec/trainer.h"
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
   if (!config_file.empty()) {
     if (tt::Status s = cfg.load_file(config_file); !s.is_ok()) return report(s);
   }
+  cfg.also_in_env(tt::comm::environment_variables());
   if (tt::Status s = cfg.load_env(environ); !s.is_ok()) return report(s);
   for (const auto& [name, opt] : opts) {
     if (opt->count() == 0) continue;

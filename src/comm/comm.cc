@@ -237,6 +237,14 @@ Result<long long> env_int(std::initializer_list<const char*> names, long long fa
 
 }  // namespace
 
+const std::vector<std::string>& environment_variables() {
+  static const std::vector<std::string> vars = {
+      "TIERTRAIN_RANK",          "TIERTRAIN_WORLD_SIZE",   "TIERTRAIN_COMM_ID",        "TIERTRAIN_COMM_TIMEOUT",
+      "TIERTRAIN_COMM_BUFFER",   "TIERTRAIN_SHM_DIR",      "TIERTRAIN_COMM_JITTER_US", "TIERTRAIN_COMM_MEMPOLICY",
+      "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND"};
+  return vars;
+}
+
 bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
     if (std::getenv(v) != nullptr) return true;

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/collective.h"
 #include "comm/reduce.h"
 #include "core/bf16.h"
 
@@ -56,12 +57,24 @@ TT_MPI_OP16(f16_min, f16_to_float, float_to_f16, Op::kMin)
 TT_MPI_OP16(f16_max, f16_to_float, float_to_f16, Op::kMax)
 #undef TT_MPI_OP16
 
-enum Kind : int64_t { kBarrier, kBroadcast, kReduce, kAllreduce, kGather, kScatter, kAllgather, kReduceScatter,
-                      kAlltoall };
-const char* kind_name(int64_t k) {
-  static const char* names[] = {"barrier", "broadcast", "reduce", "allreduce", "gather", "scatter", "allgather",
-                                "reduce_scatter", "alltoall"};
-  return k >= 0 && k <= kAlltoall ? names[k] : "?";
+// MPI initialised once per process, serialized (one thread at a time: the caller, or the progress thread of the
+// non-blocking calls), and finalised at exit, after every communicator is gone.
+Status ensure_mpi() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return Status::ok();
+  int provided = 0;
+  TT_RETURN_IF(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS, kInternal,
+               "MPI_Init_thread failed");
+  std::atexit([] {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  });
+  TT_RETURN_IF(provided < MPI_THREAD_SERIALIZED, kFailedPrecondition,
+               "this MPI gives thread level %d; tiertrain needs MPI_THREAD_SERIALIZED (%d)", provided,
+               MPI_THREAD_SERIALIZED);
+  return Status::ok();
 }
 
 class MpiComm final : public Communicator {
@@ -72,24 +85,10 @@ class MpiComm final : public Communicator {
     for (MPI_Op& op : ops16_)
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (we_initialized_ && !finalized) MPI_Finalize();
   }
 
   Status init() {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-      int provided = 0;
-      // Serialized: one thread at a time (the caller, or the progress thread of the non-blocking calls).
-      TT_RETURN_IF(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS, kInternal,
-                   "MPI_Init_thread failed");
-      we_initialized_ = true;
-      TT_RETURN_IF(provided < MPI_THREAD_SERIALIZED, kFailedPrecondition,
-                   "this MPI gives thread level %d; tiertrain needs MPI_THREAD_SERIALIZED (%d)", provided,
-                   MPI_THREAD_SERIALIZED);
-    }
+    TT_TRY(ensure_mpi());
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
@@ -235,10 +234,10 @@ class MpiComm final : public Communicator {
   Status begin(int64_t kind, size_t count, DType d, Op op, int root, bool in_place_misuse) {
     TT_RETURN_IF(!broken_.empty(), kFailedPrecondition, "mpi communicator (rank %d): unusable after an earlier error: %s",
                  rank_, broken_.c_str());
-    const bool rooted = kind == kBroadcast || kind == kReduce || kind == kGather || kind == kScatter;
+    const bool rooted = is_rooted(kind);
     const int64_t seq = ++seq_;
     cur_kind_ = kind;
-    const int64_t misuse = rooted && (root < 0 || root >= size_) ? 1 : in_place_misuse ? 2 : 0;
+    const int64_t misuse = misuse_of(kind, root, size_, in_place_misuse);
     int64_t mine[7] = {seq, kind, static_cast<int64_t>(count), static_cast<int64_t>(d), static_cast<int64_t>(op),
                        root, misuse};
     if (!rooted) mine[5] = -1;
@@ -254,8 +253,7 @@ class MpiComm final : public Communicator {
     for (int q = 0; q < size_; ++q) {
       const int64_t* t = all.data() + static_cast<size_t>(q) * 7;
       if (t[6] != 0)
-        misused += str_format("%srank %d %s", misused.empty() ? "" : "; ", q,
-                              t[6] == 1 ? "gave a root that is not a rank" : "asked for in place but is not the root");
+        misused += str_format("%srank %d %s", misused.empty() ? "" : "; ", q, misuse_text(t[6]));
       std::string dq;
       for (int f = 0; f < 6; ++f)
         if (t[f] != mine[f]) {
@@ -307,7 +305,6 @@ class MpiComm final : public Communicator {
   Options opt_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
-  bool we_initialized_ = false;
   MPI_Op ops16_[8] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL,
                       MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
   std::atomic<int64_t> seq_{0};
@@ -318,18 +315,7 @@ class MpiComm final : public Communicator {
 }  // namespace
 
 Status mpi_bootstrap_shm(int* rank, int* size, std::string* job_id) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) {
-    int provided = 0;
-    TT_RETURN_IF(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS, kInternal,
-                 "MPI_Init_thread failed");
-    std::atexit([] {
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (!finalized) MPI_Finalize();
-    });
-  }
+  TT_TRY(ensure_mpi());
   MPI_Comm_rank(MPI_COMM_WORLD, rank);
   MPI_Comm_size(MPI_COMM_WORLD, size);
   MPI_Comm node;

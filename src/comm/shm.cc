@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/collective.h"
 #include "comm/reduce.h"
 #include "comm/topology.h"
 #include "core/log.h"
@@ -58,11 +59,6 @@ struct alignas(64) Meta {
   int32_t misuse;  // a bad argument on this rank (Misuse), reported by every rank instead of a hang
 };
 
-enum Misuse : int32_t { kNoMisuse = 0, kBadRoot = 1, kInPlaceNotRoot = 2 };
-const char* misuse_text(int32_t m) {
-  return m == kBadRoot ? "gave a root that is not a rank" : m == kInPlaceNotRoot ? "asked for in place but is not the root" : "";
-}
-
 struct alignas(64) Header {
   std::atomic<uint64_t> magic;  // set last, once the segment is ready
   int32_t rank;
@@ -76,14 +72,6 @@ struct alignas(64) Header {
 };
 static_assert(sizeof(Header) % 64 == 0);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
-
-enum Kind : int32_t { kBarrier, kBroadcast, kReduce, kAllreduce, kGather, kScatter, kAllgather, kReduceScatter,
-                      kAlltoall };
-const char* kind_name(int32_t k) {
-  static const char* names[] = {"barrier",   "broadcast", "reduce",         "allreduce", "gather",
-                                "scatter",   "allgather", "reduce_scatter", "alltoall"};
-  return k >= 0 && k <= kAlltoall ? names[k] : "?";
-}
 
 // Reductions of up to this many bytes per round are reduced whole by every rank (one synchronisation); larger ones
 // are split: each rank reduces a slice, then all gather the slices (two synchronisations, 1/n of the reduction work
@@ -156,6 +144,12 @@ class ShmComm final : public Communicator {
     return s;
   }
   Status check_metas();
+  // scatter, reduce_scatter, alltoall: from src (size() pieces of `count` elements of es bytes), the `bytes` from
+  // element `off` of every piece, one after the other in `area`.
+  void lay_out_pieces(char* area, const char* src, size_t count, size_t off, size_t bytes, size_t es) const {
+    for (int q = 0; q < size_ && bytes > 0; ++q)
+      std::memcpy(area + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
+  }
   Status reduce_rounds(const void* send, void* recv, size_t count, DType dtype, Op op, int root);
 
   int rank_, size_;
@@ -391,7 +385,6 @@ Status ShmComm::place(void* p) {
 Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, bool in_place_misuse) {
   TT_RETURN_IF(!broken_.empty(), kFailedPrecondition,
                "shm communicator (rank %d): unusable after an earlier error: %s", rank_, broken_.c_str());
-  const bool rooted = kind == kBroadcast || kind == kReduce || kind == kGather || kind == kScatter;
   const int64_t seq = ++seq_;
   cur_ = Meta{};
   cur_.seq = seq;
@@ -400,7 +393,7 @@ Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, 
   cur_.dtype = static_cast<int32_t>(dtype);
   cur_.op = static_cast<int32_t>(op);
   cur_.root = root;
-  cur_.misuse = rooted && (root < 0 || root >= size_) ? kBadRoot : in_place_misuse ? kInPlaceNotRoot : kNoMisuse;
+  cur_.misuse = misuse_of(kind, root, size_, in_place_misuse);
   return Status::ok();
 }
 
@@ -636,9 +629,7 @@ Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dty
     const size_t n = std::min(c, count - off), bytes = n * es;
     // The root lays out the n-element chunk of every rank's piece, one after the other.
     const auto pieces = [&](char* area) {
-      if (rank_ != root || bytes == 0) return;
-      for (int q = 0; q < size_; ++q)
-        std::memcpy(area + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
+      if (rank_ == root) lay_out_pieces(area, src, count, off, bytes, es);
     };
     TT_TRY(round_fill(pieces, [&](int64_t) {
       if (bytes && !(send == kInPlace && rank_ == root))
@@ -661,11 +652,7 @@ Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DT
   std::vector<const void*> srcs(static_cast<size_t>(size_));
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
-    const auto pieces = [&](char* area) {
-      if (bytes == 0) return;
-      for (int q = 0; q < size_; ++q)
-        std::memcpy(area + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
-    };
+    const auto pieces = [&](char* area) { lay_out_pieces(area, src, count, off, bytes, es); };
     TT_TRY(round_fill(pieces, [&](int64_t) {
       for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q) + static_cast<size_t>(rank_) * bytes;
       comm::reduce(out + off * es, srcs.data(), size_, n, dtype, op);
@@ -684,11 +671,7 @@ Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dt
   const size_t c = chunk_elems(opt_.buffer_bytes, es, static_cast<size_t>(size_));
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
-    const auto pieces = [&](char* area) {
-      if (bytes == 0) return;
-      for (int q = 0; q < size_; ++q)
-        std::memcpy(area + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
-    };
+    const auto pieces = [&](char* area) { lay_out_pieces(area, src, count, off, bytes, es); };
     TT_TRY(round_fill(pieces, [&](int64_t) {
       if (bytes)
         for (int q = 0; q < size_; ++q)

@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -205,15 +206,7 @@ Status Config::load_env(char** envp) {
     std::string var(*e, static_cast<size_t>(eq - *e));
     std::string name;
     for (char c : var.substr(10)) name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    // The variables of the job a process belongs to and of its communicator (comm/comm.h, comm/shm.h) are not knobs.
-    static const char* const kNotKnobs[] = {
-        "TIERTRAIN_RANK",         "TIERTRAIN_WORLD_SIZE",     "TIERTRAIN_COMM_ID",        "TIERTRAIN_COMM_TIMEOUT",
-        "TIERTRAIN_COMM_BUFFER",  "TIERTRAIN_SHM_DIR",        "TIERTRAIN_COMM_JITTER_US", "TIERTRAIN_COMM_MEMPOLICY",
-        "TIERTRAIN_HBW_NODES",    "TIERTRAIN_CONFIG",         "TIERTRAIN_DEBUG",          "TIERTRAIN_DEBUG_SUBSYS",
-        "TIERTRAIN_COMM_BACKEND"};
-    bool other = false;
-    for (const char* k : kNotKnobs) other = other || var == k;
-    if (other && !has(name)) continue;
+    if (!has(name) && std::find(other_env_.begin(), other_env_.end(), var) != other_env_.end()) continue;
     if (!has(name)) {
       TT_LOG(WARN, ALL, "ignoring unknown environment variable %s", var.c_str());
       continue;

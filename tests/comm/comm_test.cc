@@ -437,11 +437,10 @@ struct Job {
   double seconds = 0;
 };
 
-Job launch(int ranks, const std::string& scenario, const std::string& env = "") {
-  const std::string cmd = "env TT_COMM_SCENARIO=" + scenario + " " + env + " " + TT_BINARY + " launch -n " +
-                          std::to_string(ranks) + " -- " + self_path + " 2>&1";
+// Runs a shell command; its exit code (-1 if it did not exit), its stdout and stderr, and how long it took.
+Job shell(const std::string& cmd) {
   const auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen(cmd.c_str(), "r");
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   Job j;
   if (!p) return j;
   char buf[4096];
@@ -450,6 +449,12 @@ Job launch(int ranks, const std::string& scenario, const std::string& env = "") 
   j.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   j.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return j;
+}
+
+// A job of this binary's ranks running `scenario`, started by the real launcher.
+Job launch(int ranks, const std::string& scenario, const std::string& env = "") {
+  return shell("env TT_COMM_SCENARIO=" + scenario + " " + env + " " + TT_BINARY + " launch -n " +
+               std::to_string(ranks) + " -- " + self_path);
 }
 
 class CommRanks : public ::testing::TestWithParam<int> {};
@@ -493,13 +498,8 @@ TEST(Launch, ACrashingRankStopsTheJobAndIsNamed) {
 
 TEST(Launch, ExitCodesAndBadCommands) {
   auto run = [](const std::string& args) {
-    const std::string cmd = std::string(TT_BINARY) + " launch " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[1024];
-    while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-    const int st = pclose(p);
-    return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+    const Job j = shell(std::string(TT_BINARY) + " launch " + args);
+    return std::make_pair(j.code, j.output);
   };
   auto ok = run("-n 3 -- sh -c 'test $WORLD_SIZE = 3 && test $RANK = $LOCAL_RANK && test -n \"$TIERTRAIN_COMM_ID\"'");
   EXPECT_EQ(ok.first, 0) << ok.second;
@@ -581,20 +581,16 @@ TEST(CommBench, EveryCollectiveRunsCheckedAndWritesJson) {
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c[0]) + " " + c[1] + " " + c[2]);
     const std::string json = std::string(dir) + "/" + c[0] + "-" + c[1] + ".json";
-    const std::string cmd = "env TIERTRAIN_COMM_BUFFER=1048576 " + std::string(TT_BINARY) + " launch -n 3 -- " +
-                            TT_BINARY + " comm-bench -C " + c[0] +
-                            " -d " + c[1] + " -o " + c[2] + " -r 2 -b 96 -e 300K -f 16 -n 2 -w 1 -c 2 --vary --json " +
-                            json + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[1024];
-    while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-    const int st = pclose(p);
-    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+    const Job j = shell("env TIERTRAIN_COMM_BUFFER=1048576 " + std::string(TT_BINARY) + " launch -n 3 -- " +
+                        TT_BINARY + " comm-bench -C " + c[0] + " -d " + c[1] + " -o " + c[2] +
+                        " -r 2 -b 96 -e 300K -f 16 -n 2 -w 1 -c 2 --vary --json " + json);
+    const std::string& out = j.output;
+    ASSERT_EQ(j.code, 0) << out;
     EXPECT_NE(out.find("#wrong"), std::string::npos) << out;
     FILE* f = fopen(json.c_str(), "r");
     ASSERT_NE(f, nullptr) << out;
     std::string text;
+    char buf[1024];
     while (size_t n = fread(buf, 1, sizeof(buf), f)) text.append(buf, n);
     fclose(f);
     // 96 B, 1.5 KiB, 24 KiB (and 384 KiB is above -e): three sizes, out of place and in place.
@@ -609,19 +605,8 @@ TEST(CommBench, EveryCollectiveRunsCheckedAndWritesJson) {
 
 // The same scenarios over MPI, under mpirun (Open MPI from Debian's packages), when the build has MPI.
 Job mpirun(int ranks, const std::string& scenario, const std::string& env = "") {
-  const std::string cmd = std::string("mpirun --allow-run-as-root --oversubscribe -n ") + std::to_string(ranks) +
-                          " env TT_COMM_SCENARIO=" + scenario + " TIERTRAIN_COMM_BACKEND=mpi " + env + " " + self_path +
-                          " 2>&1";
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen(cmd.c_str(), "r");
-  Job j;
-  if (!p) return j;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), p)) j.output.append(buf, n);
-  const int st = pclose(p);
-  j.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  j.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return j;
+  return shell("mpirun --allow-run-as-root --oversubscribe -n " + std::to_string(ranks) + " env TT_COMM_SCENARIO=" +
+               scenario + " TIERTRAIN_COMM_BACKEND=mpi " + env + " " + self_path);
 }
 
 #ifdef TIERTRAIN_HAVE_MPI

@@ -1,0 +1,44 @@
+"""What the Python collective benchmarks (mpi4py_bench.py, py_comm_bench.py) share with each other and with
+`tiertrain comm-bench`: the size flags (-b -e -f, K/M/G suffixes), the iteration flags (-n -w), the sweep of sizes,
+and nccl-tests' bus-bandwidth factors."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Iterator
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def add_sweep_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("-b", "--minbytes", default="8")
+    ap.add_argument("-e", "--maxbytes", default="64M")
+    ap.add_argument("-f", "--stepfactor", type=float, default=2.0)
+    ap.add_argument("-n", "--iters", type=int, default=20)
+    ap.add_argument("-w", "--warmup", type=int, default=5)
+    ap.add_argument("--json", default="")
+
+
+# Collectives whose size is the gathered (or scattered) buffer: a multiple of the ranks.
+SPLIT = ("allgather", "gather", "scatter", "reduce_scatter", "alltoall")
+
+
+def bus_factor(collective: str, n: int) -> float:
+    return {"allreduce": 2 * (n - 1) / n, "broadcast": 1.0, "reduce": 1.0}.get(collective, (n - 1) / n)
+
+
+def float_counts(a: argparse.Namespace, collective: str, n: int) -> Iterator[int]:
+    """The float32 element counts of the sweep, as comm-bench takes them."""
+    size = float(parse_size(a.minbytes))
+    while size <= parse_size(a.maxbytes) * 1.0000001:
+        count = int(size) // 4
+        if collective in SPLIT:
+            count = count // n * n
+        if count > 0:
+            yield count
+        size *= a.stepfactor
