@@ -93,6 +93,10 @@ int main(int argc, char** argv) {
   bench->add_option("-r,--root", bench_opt.root, "root of the rooted collectives [default: 0]");
   bench->add_flag("--vary", bench_opt.vary, "new data before every operation (untimed), so caches do not flatter");
   bench->add_option("--json", bench_opt.json, "write the rows as JSON to this file (rank 0)");
+  std::string bench_backend;
+  bench->add_option("--backend", bench_backend, "shm, mpi or nccl (device buffers) [default: TIERTRAIN_COMM_BACKEND, else auto]");
+  bench->add_flag("--stream", bench_opt.stream,
+                  "nccl: queue the timed calls on a stream and wait once per size, as nccl-tests does");
 
   std::map<std::string, std::vector<std::string>> raw;
   std::map<std::string, CLI::Option*> opts;
@@ -181,6 +185,7 @@ int main(int argc, char** argv) {
     if (!op.is_ok()) return report(op.status());
     bench_opt.dtype = dt.value();
     bench_opt.op = op.value();
+    if (!bench_backend.empty()) setenv("TIERTRAIN_COMM_BACKEND", bench_backend.c_str(), 1);
     auto comm = tt::comm::world();
     if (!comm.is_ok()) return report(comm.status());
     if (tt::Status s = tt::comm::run_bench(*comm.value(), bench_opt); !s.is_ok()) return report(s);

@@ -6,10 +6,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "comm/nccl.h"
 #include "comm/reduce.h"
 #include "core/bf16.h"
 
@@ -103,12 +107,17 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
   TT_ASSIGN_OR_RETURN(Shape probe, shape_of(o.collective, static_cast<size_t>(n), n));
   (void)probe;
   TT_RETURN_IF(o.root < 0 || o.root >= n, kInvalidArgument, "comm-bench: -r %d is not a rank of 0..%d", o.root, n - 1);
+  auto* queued = dynamic_cast<NcclCommunicator*>(&comm);
+  TT_RETURN_IF(o.stream && queued == nullptr, kInvalidArgument,
+               "comm-bench: --stream is for the nccl backend (this is %s)", comm.backend());
+  if (!o.stream) queued = nullptr;
   const int root = o.root;
   nlohmann::json rows = nlohmann::json::array();
   if (me == 0) {
-    std::printf("# tiertrain comm-bench: %s, %s, %s, %d ranks (%s), %d iterations after %d warm-up, %s data\n",
+    std::printf("# tiertrain comm-bench: %s, %s, %s, %d ranks (%s), %d iterations after %d warm-up, %s data, %s\n",
                 o.collective.c_str(), nccl_type_name(o.dtype), op_name(o.op), n, comm.backend(), o.iters, o.warmup,
-                o.vary ? "varying" : "fixed");
+                o.vary ? "varying" : "fixed",
+                queued ? "queued on a stream, one wait per size" : "blocking calls");
     if (!comm.placement().empty()) std::printf("# rank 0's buffers: %s\n", comm.placement().c_str());
     std::printf("#%11s %13s %9s %7s %7s %9s %8s %8s %6s %9s %8s %8s %6s\n", "size", "count", "type", "redop", "root",
                 "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
@@ -128,11 +137,20 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
     TT_ASSIGN_OR_RETURN(Shape sh, shape_of(o.collective, count, n));
     const size_t per = count / static_cast<size_t>(n);
     const size_t coll_count = split ? per : count;  // what the API takes
-    std::vector<char> send(sh.send * es), recv(std::max(sh.send, sh.recv) * es);
-    auto fill = [&](int k) {
-      for (size_t i = 0; i < sh.send; ++i) put(send.data(), i, o.dtype, pattern(me, i, k));
+    // The buffers are in the communicator's memory (host, or the GPU for nccl); send_h and recv_h are their host
+    // images, for filling and checking.
+    std::vector<char> send_h(sh.send * es), recv_h(std::max(sh.send, sh.recv) * es);
+    TT_ASSIGN_OR_RETURN(void* send_b, comm.alloc_buffer(send_h.size()));
+    std::unique_ptr<void, std::function<void(void*)>> send_own(send_b, [&](void* p) { comm.free_buffer(p); });
+    TT_ASSIGN_OR_RETURN(void* recv_b, comm.alloc_buffer(recv_h.size()));
+    std::unique_ptr<void, std::function<void(void*)>> recv_own(recv_b, [&](void* p) { comm.free_buffer(p); });
+    char* send = static_cast<char*>(send_b);
+    char* recv = static_cast<char*>(recv_b);
+    auto fill = [&](int k) -> Status {
+      for (size_t i = 0; i < sh.send; ++i) put(send_h.data(), i, o.dtype, pattern(me, i, k));
+      return comm.copy_in(send, send_h.data(), send_h.size());
     };
-    fill(0);
+    TT_TRY(fill(0));
     double times[2] = {0, 0};
     int64_t wrong[2] = {0, 0};
     for (int place = 0; place < 2; ++place) {
@@ -140,9 +158,16 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
       auto call = [&]() -> Status {
         // In place, the data is in recv (stage() put it there); the non-roots of reduce and gather still send.
         const void* s = !in_place || ((o.collective == "gather" || o.collective == "reduce") && me != root)
-                            ? static_cast<const void*>(send.data())
+                            ? static_cast<const void*>(send)
                             : kInPlace;
-        void* r = recv.data();
+        void* r = recv;
+        if (queued != nullptr) {
+          static const std::map<std::string, Kind> kinds = {
+              {"allreduce", kAllreduce}, {"broadcast", kBroadcast}, {"reduce", kReduce},
+              {"allgather", kAllgather}, {"gather", kGather},       {"scatter", kScatter},
+              {"reduce_scatter", kReduceScatter}, {"alltoall", kAlltoall}};
+          return queued->enqueue(nullptr, Call{kinds.at(o.collective), s, r, coll_count, o.dtype, o.op, root});
+        }
         if (o.collective == "allreduce") return comm.allreduce(s, r, coll_count, o.dtype, o.op);
         if (o.collective == "broadcast") return comm.broadcast(s, r, coll_count, o.dtype, root);
         if (o.collective == "reduce") return comm.reduce(s, r, coll_count, o.dtype, o.op, root);
@@ -152,27 +177,32 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
         if (o.collective == "reduce_scatter") return comm.reduce_scatter(s, r, coll_count, o.dtype, o.op);
         return comm.alltoall(s, r, coll_count, o.dtype);
       };
-      auto stage = [&](int k) {  // in place: the send data into recv, where the call reads it
-        fill(k);
-        if (!in_place) return;
+      auto stage = [&](int k) -> Status {  // in place: the send data into recv, where the call reads it
+        TT_TRY(fill(k));
+        if (!in_place) return Status::ok();
         const size_t at = (o.collective == "allgather" || o.collective == "gather") ? me * per * es : 0;
-        std::memcpy(recv.data() + at, send.data(), send.size());
+        return comm.copy_in(recv + at, send_h.data(), send_h.size());
       };
-      stage(0);
+      // Queued calls are done when the stream is; blocking ones when they return.
+      auto drain = [&]() { return queued ? queued->synchronize(nullptr) : Status::ok(); };
+      TT_TRY(stage(0));
       for (int w = 0; w < o.warmup; ++w) TT_TRY(call());
+      TT_TRY(drain());
       double total = 0;
       if (o.vary) {
         for (int it = 0; it < o.iters; ++it) {
-          stage(it + 1);  // not timed
+          TT_TRY(stage(it + 1));  // not timed
           TT_TRY(comm.barrier());
           const auto t0 = std::chrono::steady_clock::now();
           TT_TRY(call());
+          TT_TRY(drain());
           total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         }
       } else {
         TT_TRY(comm.barrier());
         const auto t0 = std::chrono::steady_clock::now();
         for (int it = 0; it < o.iters; ++it) TT_TRY(call());
+        TT_TRY(drain());
         total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       // Mean over ranks of each rank's mean time per operation.
@@ -183,8 +213,10 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
       int64_t bad = o.check > 0 ? 0 : -1;
       for (int c = 0; c < o.check; ++c) {
         const int k = 1000 + c;
-        stage(k);
+        TT_TRY(stage(k));
         TT_TRY(call());
+        TT_TRY(drain());
+        TT_TRY(comm.copy_out(recv_h.data(), recv, recv_h.size()));
         auto expect_at = [&](size_t i) -> double {  // element i of this rank's result
           if (o.collective == "allreduce" || o.collective == "reduce") {
             const double v = reduce_expected(n, i, k, o.op);
@@ -206,7 +238,7 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
           const size_t m = sh.recv;
           // In place, reduce_scatter leaves this rank's result, and scatter the root's piece, at its own offset.
           const bool own_piece = in_place && (o.collective == "reduce_scatter" || (o.collective == "scatter" && me == root));
-          const char* res = recv.data() + (own_piece ? me * per * es : 0);
+          const char* res = recv_h.data() + (own_piece ? me * per * es : 0);
           for (size_t i = 0; i < m; ++i) {
             double want = expect_at(i);
             std::vector<char> one(8);
@@ -238,7 +270,8 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
                         {"size", count * es}, {"count", count}, {"type", nccl_type_name(o.dtype)},
                         {"redop", sh.reduces ? op_name(o.op) : "none"}, {"root", sh.rooted ? root : -1},
                         {"in_place", p == 1}, {"time_us", times[p] * 1e6}, {"algbw_gbs", alg[p]},
-                        {"busbw_gbs", bus[p]}, {"wrong", wrong[p]}, {"varying_data", o.vary}});
+                        {"busbw_gbs", bus[p]}, {"wrong", wrong[p]}, {"varying_data", o.vary},
+                        {"queued", queued != nullptr}});
     }
   }
   if (me == 0) {

@@ -25,6 +25,9 @@ struct BenchOptions {
   double factor = 2.0;  // sizes multiply by this
   int iters = 20, warmup = 5, check = 1;
   bool vary = false;    // new data in the send buffer before every operation (not timed), as in real use
+  // nccl: queue the timed calls on a stream and wait once at the end (as nccl-tests times), instead of a blocking
+  // call each
+  bool stream = false;
   std::string json;     // rank 0 writes the rows here
 };
 

@@ -2,12 +2,12 @@
 // the argument errors ("misuse") a rank reports to all its peers instead of leaving them waiting. Internal to comm/.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
-namespace tt::comm {
+#include "comm/comm.h"
 
-enum Kind : int32_t { kBarrier, kBroadcast, kReduce, kAllreduce, kGather, kScatter, kAllgather, kReduceScatter,
-                      kAlltoall };
+namespace tt::comm {
 
 inline const char* kind_name(int64_t k) {
   static const char* names[] = {"barrier",   "broadcast", "reduce",         "allreduce", "gather",
@@ -17,7 +17,7 @@ inline const char* kind_name(int64_t k) {
 
 inline bool is_rooted(int64_t k) { return k == kBroadcast || k == kReduce || k == kGather || k == kScatter; }
 
-enum Misuse : int32_t { kNoMisuse = 0, kBadRoot = 1, kInPlaceNotRoot = 2 };
+enum Misuse : int32_t { kNoMisuse = 0, kBadRoot = 1, kInPlaceNotRoot = 2, kNotDeviceMemory = 3 };
 
 // The misuse of a call with these arguments on a rank of a world of `size`.
 inline Misuse misuse_of(int64_t kind, int root, int size, bool in_place_not_root) {
@@ -28,7 +28,17 @@ inline Misuse misuse_of(int64_t kind, int root, int size, bool in_place_not_root
 inline const char* misuse_text(int64_t m) {
   return m == kBadRoot ? "gave a root that is not a rank"
          : m == kInPlaceNotRoot ? "asked for in place but is not the root"
-                                : "";
+         : m == kNotDeviceMemory ? "gave a buffer that is not memory of its GPU (cudaMalloc or managed)"
+                                 : "";
 }
+
+// What the backends without shm's shared headers (mpi, nccl) exchange before every call, by an allgather of
+// kDescriptionWords int64 per rank, so that disagreeing ranks get an error on every rank instead of a hang or a wrong
+// answer: sequence number, kind, count, dtype, op, root, misuse. Fields a kind does not use are zeroed.
+constexpr int kDescriptionWords = 7;
+void describe(int64_t* out, int64_t seq, int64_t kind, size_t count, DType d, Op op, int root, int64_t misuse);
+// The error naming every misuse and every rank whose description differs from this rank's (`all`: size x
+// kDescriptionWords, rank order), or ok. `backend` goes into the message.
+Status compare_descriptions(const char* backend, const int64_t* all, int size, int rank, const int64_t* mine);
 
 }  // namespace tt::comm

@@ -2,13 +2,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "comm/nccl.h"
 #include "comm/shm.h"
 #ifdef TIERTRAIN_HAVE_MPI
 #include "comm/mpi.h"
@@ -218,6 +221,21 @@ Request Communicator::ialltoall(const void* s, void* r, size_t n, DType d) {
   return submit([=, this] { return do_alltoall(s, r, n, d); });
 }
 
+Result<void*> Communicator::alloc_buffer(size_t bytes) {
+  void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  TT_RETURN_IF(p == nullptr, kOutOfMemory, "comm: cannot allocate a buffer of %zu bytes", bytes);
+  return p;
+}
+void Communicator::free_buffer(void* p) { std::free(p); }
+Status Communicator::copy_in(void* buffer, const void* host, size_t bytes) {
+  if (bytes) std::memcpy(buffer, host, bytes);
+  return Status::ok();
+}
+Status Communicator::copy_out(void* host, const void* buffer, size_t bytes) {
+  if (bytes) std::memcpy(host, buffer, bytes);
+  return Status::ok();
+}
+
 namespace {
 
 // An integer from the first of the variables that is set; fallback if none is.
@@ -251,18 +269,10 @@ bool launched_by_mpi() {
   return false;
 }
 
-Result<std::unique_ptr<Communicator>> world(Options options) {
-  // The backend: TIERTRAIN_COMM_BACKEND=shm|mpi, or by default mpi under an MPI launcher (in a build with MPI), shm
-  // otherwise.
-  std::string backend = std::getenv("TIERTRAIN_COMM_BACKEND") ? std::getenv("TIERTRAIN_COMM_BACKEND") : "auto";
-  TT_RETURN_IF(backend != "auto" && backend != "shm" && backend != "mpi", kInvalidArgument,
-               "TIERTRAIN_COMM_BACKEND=%s: auto, shm or mpi", backend.c_str());
-  if (const char* t = std::getenv("TIERTRAIN_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
-    char* end = nullptr;
-    const double s = std::strtod(t, &end);
-    TT_RETURN_IF(*end != '\0' || !(s > 0), kInvalidArgument, "TIERTRAIN_COMM_TIMEOUT=%s: seconds, > 0", t);
-    options.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000.0));
-  }
+namespace {
+
+// The host communicator (shm or mpi) of the job, by `backend` (auto, shm or mpi).
+Result<std::unique_ptr<Communicator>> host_world(const Options& options, const std::string& backend) {
 #ifdef TIERTRAIN_HAVE_MPI
   if (backend == "mpi" || (backend == "auto" && launched_by_mpi())) return create_mpi(options);
   if (backend == "shm" && launched_by_mpi() && std::getenv("TIERTRAIN_COMM_ID") == nullptr) {
@@ -312,6 +322,52 @@ Result<std::unique_ptr<Communicator>> world(Options options) {
   if (const char* d = std::getenv("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm.dir = d;
   if (const char* m = std::getenv("TIERTRAIN_COMM_MEMPOLICY"); m != nullptr && *m != '\0') shm.mempolicy = m;
   return create_shm(static_cast<int>(rank), static_cast<int>(size), shm);
+}
+
+Status parse_timeout(Options* options) {
+  if (const char* t = std::getenv("TIERTRAIN_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
+    char* end = nullptr;
+    const double s = std::strtod(t, &end);
+    TT_RETURN_IF(*end != '\0' || !(s > 0), kInvalidArgument, "TIERTRAIN_COMM_TIMEOUT=%s: seconds, > 0", t);
+    options->timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000.0));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> world(Options options) {
+  // The backend: TIERTRAIN_COMM_BACKEND=shm|mpi|nccl, or by default mpi under an MPI launcher (in a build with MPI),
+  // shm otherwise. nccl is bootstrapped by the default host backend.
+  std::string backend = std::getenv("TIERTRAIN_COMM_BACKEND") ? std::getenv("TIERTRAIN_COMM_BACKEND") : "auto";
+  TT_RETURN_IF(backend != "auto" && backend != "shm" && backend != "mpi" && backend != "nccl", kInvalidArgument,
+               "TIERTRAIN_COMM_BACKEND=%s: auto, shm, mpi or nccl", backend.c_str());
+  if (backend == "nccl") {
+    TT_ASSIGN_OR_RETURN(auto c, nccl_world(options));
+    return std::unique_ptr<Communicator>(std::move(c));
+  }
+  TT_TRY(parse_timeout(&options));
+  return host_world(options, backend);
+}
+
+bool have_nccl() {
+#ifdef TIERTRAIN_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+Result<std::unique_ptr<NcclCommunicator>> nccl_world(Options options) {
+  TT_TRY(parse_timeout(&options));
+#ifdef TIERTRAIN_HAVE_NCCL
+  TT_ASSIGN_OR_RETURN(auto host, host_world(options, "auto"));
+  return create_nccl(std::move(host), options);
+#else
+  return make_status(StatusCode::kUnimplemented,
+                     "the nccl backend is not in this build of tiertrain (it needs CUDA and NCCL when it is built: "
+                     "nccl.h and libnccl, e.g. from the CUDA toolkit or NCCL_HOME)");
+#endif
 }
 
 }  // namespace tt::comm

@@ -30,6 +30,9 @@ namespace tt::comm {
 
 enum class DType : uint8_t { kF32, kF64, kBF16, kF16, kI32, kI64 };
 enum class Op : uint8_t { kSum, kProd, kMin, kMax, kAvg };
+// The collectives (in error messages, descriptions checked across ranks, and NcclCommunicator::enqueue).
+enum Kind : int32_t { kBarrier, kBroadcast, kReduce, kAllreduce, kGather, kScatter, kAllgather, kReduceScatter,
+                      kAlltoall };
 
 size_t dtype_size(DType d);
 const char* dtype_name(DType d);
@@ -76,6 +79,14 @@ class Communicator {
   // This rank gives up (an argument error found before it could call the collective its peers are in): the
   // communicator is unusable from now on, and peers waiting for this rank fail at once instead of at the deadline.
   virtual void abandon(const std::string& why) = 0;
+
+  // The memory this communicator's buffers must be in, for callers that do not know the backend (comm-bench):
+  // host memory, or for nccl the memory of this rank's GPU. alloc_buffer gives 64-byte aligned memory of that kind;
+  // copy_in/copy_out move bytes between it and host memory.
+  virtual Result<void*> alloc_buffer(size_t bytes);
+  virtual void free_buffer(void* p);
+  virtual Status copy_in(void* buffer, const void* host, size_t bytes);
+  virtual Status copy_out(void* host, const void* buffer, size_t bytes);
 
   // Blocking collectives. A communicator is used from one thread at a time; while non-blocking operations are in
   // flight, a blocking call runs after them, in call order.

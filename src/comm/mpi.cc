@@ -234,46 +234,15 @@ class MpiComm final : public Communicator {
   Status begin(int64_t kind, size_t count, DType d, Op op, int root, bool in_place_misuse) {
     TT_RETURN_IF(!broken_.empty(), kFailedPrecondition, "mpi communicator (rank %d): unusable after an earlier error: %s",
                  rank_, broken_.c_str());
-    const bool rooted = is_rooted(kind);
     const int64_t seq = ++seq_;
     cur_kind_ = kind;
-    const int64_t misuse = misuse_of(kind, root, size_, in_place_misuse);
-    int64_t mine[7] = {seq, kind, static_cast<int64_t>(count), static_cast<int64_t>(d), static_cast<int64_t>(op),
-                       root, misuse};
-    if (!rooted) mine[5] = -1;
-    if (kind == kBarrier || kind == kBroadcast || kind == kGather || kind == kScatter || kind == kAllgather ||
-        kind == kAlltoall)
-      mine[4] = 0;
-    std::vector<int64_t> all(static_cast<size_t>(size_) * 7);
+    int64_t mine[kDescriptionWords];
+    describe(mine, seq, kind, count, d, op, root, misuse_of(kind, root, size_, in_place_misuse));
+    std::vector<int64_t> all(static_cast<size_t>(size_) * kDescriptionWords);
     MPI_Request r;
-    MPI_Iallgather(mine, 7, MPI_INT64_T, all.data(), 7, MPI_INT64_T, comm_, &r);
+    MPI_Iallgather(mine, kDescriptionWords, MPI_INT64_T, all.data(), kDescriptionWords, MPI_INT64_T, comm_, &r);
     TT_TRY(finish(&r));
-    std::string misused, diffs;
-    static const char* fields[] = {"collective #", "kind ", "count ", "dtype ", "op ", "root "};
-    for (int q = 0; q < size_; ++q) {
-      const int64_t* t = all.data() + static_cast<size_t>(q) * 7;
-      if (t[6] != 0)
-        misused += str_format("%srank %d %s", misused.empty() ? "" : "; ", q, misuse_text(t[6]));
-      std::string dq;
-      for (int f = 0; f < 6; ++f)
-        if (t[f] != mine[f]) {
-          std::string v = std::to_string(t[f]);
-          if (f == 1) v = kind_name(t[f]);
-          if (f == 3) v = dtype_name(static_cast<DType>(t[f]));
-          if (f == 4) v = op_name(static_cast<Op>(t[f]));
-          dq += std::string(" ") + fields[f] + v;
-        }
-      if (!dq.empty()) diffs += str_format("; rank %d has%s", q, dq.c_str());
-    }
-    if (!misused.empty()) return fail(make_status(StatusCode::kInvalidArgument, "%s #%lld (rank %d of %d): %s",
-                                                  kind_name(kind), static_cast<long long>(seq), rank_, size_,
-                                                  misused.c_str()));
-    if (!diffs.empty())
-      return fail(make_status(StatusCode::kInvalidArgument,
-                              "%s #%lld (rank %d of %d): ranks disagree: this rank has %s count %zu dtype %s op %s "
-                              "root %d%s",
-                              kind_name(kind), static_cast<long long>(seq), rank_, size_, kind_name(kind), count,
-                              dtype_name(d), op_name(op), root, diffs.c_str()));
+    if (Status s = compare_descriptions("mpi", all.data(), size_, rank_, mine); !s.is_ok()) return fail(s);
     return Status::ok();
   }
 

@@ -19,7 +19,12 @@
 
 #include <gtest/gtest.h>
 
+#ifdef TIERTRAIN_HAVE_NCCL
+#include <cuda_runtime.h>
+#endif
+
 #include "comm/comm.h"
+#include "comm/nccl.h"
 #include "comm/reduce.h"
 #include "core/bf16.h"
 
@@ -61,8 +66,46 @@ double load(const void* p, size_t i, DType d) {
   return 0;
 }
 
-std::vector<char> make(int r, size_t n, DType d, int tag) {
-  std::vector<char> b(std::max<size_t>(n, 1) * comm::dtype_size(d));
+// The ranks' buffers: host memory, or with TT_COMM_MANAGED=1 (the nccl backend) CUDA managed memory, which both
+// NCCL and the checks here can touch.
+bool managed_buffers() {
+  static const bool m = std::getenv("TT_COMM_MANAGED") != nullptr && std::string(std::getenv("TT_COMM_MANAGED")) == "1";
+  return m;
+}
+template <class T>
+struct BufAlloc {
+  using value_type = T;
+  BufAlloc() = default;
+  template <class U>
+  BufAlloc(const BufAlloc<U>&) {}
+  T* allocate(size_t n) {
+#ifdef TIERTRAIN_HAVE_NCCL
+    if (managed_buffers()) {
+      void* p = nullptr;
+      if (cudaMallocManaged(&p, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) throw std::bad_alloc();
+      return static_cast<T*>(p);
+    }
+#endif
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, size_t n) {
+#ifdef TIERTRAIN_HAVE_NCCL
+    if (managed_buffers()) {
+      cudaFree(p);
+      return;
+    }
+#endif
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  bool operator==(const BufAlloc<U>&) const { return true; }
+};
+using Buf = std::vector<char, BufAlloc<char>>;
+template <class T>
+using Vec = std::vector<T, BufAlloc<T>>;
+
+Buf make(int r, size_t n, DType d, int tag) {
+  Buf b(std::max<size_t>(n, 1) * comm::dtype_size(d));
   for (size_t i = 0; i < n; ++i) store(b.data(), i, d, value(r, i, tag));
   return b;
 }
@@ -157,7 +200,7 @@ int run_collectives() {
         for (Op op : {Op::kSum, Op::kProd, Op::kMin, Op::kMax, Op::kAvg}) {
           ++tag;
           if (op == Op::kProd && count == large && d != DType::kF64 && d != DType::kI64) continue;  // overflow
-          std::vector<char> send = make(rank, count, d, tag), recv(send.size());
+          Buf send = make(rank, count, d, tag), recv(send.size());
           if (in_place) recv = send;
           CHECK_OK(c.allreduce(in_place ? comm::kInPlace : send.data(), recv.data(), count, d, op));
           for (size_t i = 0; i < count; ++i) {
@@ -165,7 +208,7 @@ int run_collectives() {
             check(same(got, want), "allreduce", rank, i, got, want);
           }
           const int root = n - 1;
-          std::vector<char> rsend = make(rank, count, d, tag), rrecv(rsend.size());
+          Buf rsend = make(rank, count, d, tag), rrecv(rsend.size());
           if (in_place && rank == root) rrecv = rsend;
           CHECK_OK(c.reduce(in_place && rank == root ? comm::kInPlace : rsend.data(), rrecv.data(), count, d, op,
                             root));
@@ -175,7 +218,7 @@ int run_collectives() {
               check(same(got, want), "reduce", rank, i, got, want);
             }
           // reduce_scatter: count per rank, from n * count.
-          std::vector<char> ssend = make(rank, count * n, d, tag), srecv(std::max<size_t>(count, 1) * es);
+          Buf ssend = make(rank, count * n, d, tag), srecv(std::max<size_t>(count, 1) * es);
           if (in_place) {
             CHECK_OK(c.reduce_scatter(comm::kInPlace, ssend.data(), count, d, op));
             std::memcpy(srecv.data(), ssend.data() + rank * count * es, count * es);
@@ -190,30 +233,30 @@ int run_collectives() {
         ++tag;
         // broadcast from rank 1 % n.
         const int root = 1 % n;
-        std::vector<char> b = make(rank, count, d, tag), bout(b.size());
+        Buf b = make(rank, count, d, tag), bout(b.size());
         if (in_place) {
           CHECK_OK(c.broadcast(comm::kInPlace, b.data(), count, d, root));
           bout = b;
         } else {
           CHECK_OK(c.broadcast(b.data(), bout.data(), count, d, root));
         }
-        const std::vector<char> rootdata = make(root, count, d, tag);
+        const Buf rootdata = make(root, count, d, tag);
         for (size_t i = 0; i < count; ++i) {
           const double got = load(bout.data(), i, d), want = load(rootdata.data(), i, d);
           check(same(got, want), "broadcast", rank, i, got, want);
         }
         // allgather and gather (root 0): count from each.
-        std::vector<char> mine = make(rank, count, d, tag), all(std::max<size_t>(count * n, 1) * es);
+        Buf mine = make(rank, count, d, tag), all(std::max<size_t>(count * n, 1) * es);
         if (in_place) std::memcpy(all.data() + rank * count * es, mine.data(), count * es);
         CHECK_OK(c.allgather(in_place ? comm::kInPlace : mine.data(), all.data(), count, d));
-        std::vector<std::vector<char>> theirs;
+        std::vector<Buf> theirs;
         for (int q = 0; q < n; ++q) theirs.push_back(make(q, count, d, tag));
         for (int q = 0; q < n; ++q)
           for (size_t i = 0; i < count; ++i) {
             const double got = load(all.data(), q * count + i, d), want = load(theirs[q].data(), i, d);
             check(same(got, want), "allgather", rank, q * count + i, got, want);
           }
-        std::vector<char> gall(all.size());
+        Buf gall(all.size());
         if (in_place && rank == 0) std::memcpy(gall.data(), mine.data(), count * es);
         CHECK_OK(c.gather(in_place && rank == 0 ? comm::kInPlace : mine.data(), gall.data(), count, d, 0));
         if (rank == 0)
@@ -224,20 +267,20 @@ int run_collectives() {
             }
         // scatter from root n-1: rank q gets piece q of the root's n * count.
         const int sroot = n - 1;
-        std::vector<char> spieces = make(sroot, count * n, d, tag), sout(std::max<size_t>(count, 1) * es);
+        Buf spieces = make(sroot, count * n, d, tag), sout(std::max<size_t>(count, 1) * es);
         if (in_place && rank == sroot) {
           CHECK_OK(c.scatter(comm::kInPlace, spieces.data(), count, d, sroot));
           std::memcpy(sout.data(), spieces.data() + rank * count * es, count * es);
         } else {
           CHECK_OK(c.scatter(spieces.data(), sout.data(), count, d, sroot));
         }
-        const std::vector<char> sref = make(sroot, count * n, d, tag);
+        const Buf sref = make(sroot, count * n, d, tag);
         for (size_t i = 0; i < count; ++i) {
           const double got = load(sout.data(), i, d), want = load(sref.data(), rank * count + i, d);
           check(same(got, want), "scatter", rank, i, got, want);
         }
         // alltoall: rank r sends piece q of its n * count to rank q.
-        std::vector<char> a2a = make(rank, count * n, d, tag), a2aout(a2a.size());
+        Buf a2a = make(rank, count * n, d, tag), a2aout(a2a.size());
         if (in_place) {
           CHECK_OK(c.alltoall(comm::kInPlace, a2a.data(), count, d));
           a2aout = a2a;
@@ -245,7 +288,7 @@ int run_collectives() {
           CHECK_OK(c.alltoall(a2a.data(), a2aout.data(), count, d));
         }
         for (int q = 0; q < n; ++q) {
-          const std::vector<char> qsend = make(q, count * n, d, tag);
+          const Buf qsend = make(q, count * n, d, tag);
           for (size_t i = 0; i < count; ++i) {
             const double got = load(a2aout.data(), q * count + i, d), want = load(qsend.data(), rank * count + i, d);
             check(same(got, want), "alltoall", rank, q * count + i, got, want);
@@ -273,17 +316,19 @@ int run_never_arrives() {
     std::this_thread::sleep_for(std::chrono::seconds(3));
     return 0;
   }
-  float x = 1;
+  Vec<float> x(1, 1.0f);
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = c.allreduce(comm::kInPlace, &x, 1, DType::kF32, Op::kSum);
+  Status s = c.allreduce(comm::kInPlace, x.data(), 1, DType::kF32, Op::kSum);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("rank %d: after %.2f s: %s\n", c.rank(), secs, s.to_string().c_str());
+  // (shm's world() does one collective of its own: the first of the test is #2; nccl counts its own calls.)
+  const char* seq = std::string(c.backend()) == "nccl" ? "allreduce #1" : "allreduce #2";
   // Either this rank's own deadline passed, or a peer's did first and it gave up: both name rank 1.
   const bool own = s.code() == StatusCode::kDeadlineExceeded && s.message().find("rank(s) 1 did not arrive") != std::string::npos;
   const bool peer = s.code() == StatusCode::kAborted && s.message().find("still waiting for rank(s) 1") != std::string::npos;
   // The communicator stays unusable.
   Status again = c.barrier();
-  return (own || peer) && s.message().find("allreduce #2") != std::string::npos && secs < 2.5 &&
+  return (own || peer) && s.message().find(seq) != std::string::npos && secs < 2.5 &&
                  again.code() == StatusCode::kFailedPrecondition
              ? 0
              : 1;
@@ -294,7 +339,7 @@ int run_mismatch() {
   auto w = comm::world();
   if (!w.is_ok()) return 1;
   comm::Communicator& c = *w.value();
-  std::vector<float> x(16, 1.0f);
+  Vec<float> x(16, 1.0f);
   const size_t count = c.rank() == 0 ? 11 : 10;
   const DType d = c.rank() == 1 ? DType::kI32 : DType::kF32;
   Status s = c.allreduce(comm::kInPlace, x.data(), count, d, Op::kSum);
@@ -391,17 +436,22 @@ int run_misuse() {
   if (!w.is_ok()) return 1;
   comm::Communicator& c = *w.value();
   const std::string what = std::getenv("TT_MISUSE") ? std::getenv("TT_MISUSE") : "";
-  std::vector<float> x(8, 1.0f), y(8);
+  Vec<float> x(8, 1.0f), y(8);
+  std::vector<float> host(8, 1.0f);
   const auto t0 = std::chrono::steady_clock::now();
   Status s;
-  if (what == "inplace") {
+  if (what == "host") {  // nccl: rank 1 gives host memory
+    s = c.allreduce(c.rank() == 1 ? host.data() : x.data(), y.data(), x.size(), DType::kF32, Op::kSum);
+  } else if (what == "inplace") {
     s = c.reduce(c.rank() == 1 ? comm::kInPlace : x.data(), y.data(), x.size(), DType::kF32, Op::kSum, 0);
   } else {
     s = c.broadcast(x.data(), y.data(), x.size(), DType::kF32, 7);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("rank %d: after %.2f s: %s\n", c.rank(), secs, s.to_string().c_str());
-  const std::string want = what == "inplace" ? "rank 1 asked for in place but is not the root" : "gave a root that is not a rank";
+  const std::string want = what == "inplace" ? "rank 1 asked for in place but is not the root"
+                           : what == "host"  ? "rank 1 gave a buffer that is not memory of its GPU"
+                                             : "gave a root that is not a rank";
   return s.code() == StatusCode::kInvalidArgument && s.message().find(want) != std::string::npos && secs < 5 ? 0 : 1;
 }
 
@@ -413,7 +463,47 @@ int run_buffer_mismatch() {
   return w.is_ok() ? 0 : 1;
 }
 
+// nccl's stream-ordered calls: several queued on a stream of the caller's, which then orders its own work after
+// them; a non-blocking call from the progress thread; the results right.
+int run_nccl_stream() {
+#ifdef TIERTRAIN_HAVE_NCCL
+  auto w = comm::nccl_world();
+  if (!w.is_ok()) {
+    std::fprintf(stderr, "nccl_world: %s\n", w.status().to_string().c_str());
+    return 1;
+  }
+  comm::NcclCommunicator& c = *w.value();
+  const int rank = c.rank(), n = c.size();
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess) return 1;
+  const size_t count = 1 << 20;
+  Vec<float> a(count), g(count * static_cast<size_t>(n)), b(1000);
+  for (size_t i = 0; i < count; ++i) a[i] = static_cast<float>(rank + i % 100);
+  for (size_t i = 0; i < count; ++i) g[static_cast<size_t>(rank) * count + i] = static_cast<float>(rank * 3);
+  for (float& x : b) x = static_cast<float>(rank + 1);
+  CHECK_OK(c.enqueue(stream, {comm::kAllreduce, comm::kInPlace, a.data(), count, DType::kF32, Op::kSum, -1}));
+  CHECK_OK(c.enqueue(stream, {comm::kAllgather, comm::kInPlace, g.data(), count, DType::kF32, Op::kSum, -1}));
+  // The caller's own work after them on the same stream: doubles a (sees the reduced values).
+  CHECK_OK(c.enqueue(stream, {comm::kAllreduce, comm::kInPlace, a.data(), count, DType::kF32, Op::kSum, -1}));
+  CHECK_OK(c.synchronize(stream));
+  comm::Request rb = c.iallreduce(comm::kInPlace, b.data(), b.size(), DType::kF32, Op::kMax);
+  CHECK_OK(rb.wait());
+  bool ok = true;
+  for (size_t i = 0; i < count; ++i)
+    ok = ok && a[i] == static_cast<float>(n) * static_cast<float>(n * (n - 1) / 2 + n * static_cast<int>(i % 100));
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < count; ++i) ok = ok && g[static_cast<size_t>(q) * count + i] == static_cast<float>(q * 3);
+  for (float x : b) ok = ok && x == static_cast<float>(n);
+  cudaStreamDestroy(stream);
+  std::printf("rank %d: stream-ordered calls %s on %s\n", rank, ok ? "right" : "WRONG", c.placement().c_str());
+  return ok ? 0 : 1;
+#else
+  return 2;
+#endif
+}
+
 int rank_main(const std::string& scenario) {
+  if (scenario == "nccl_stream") return run_nccl_stream();
   if (scenario == "misuse") return run_misuse();
   if (scenario == "buffer_mismatch") return run_buffer_mismatch();
   if (scenario == "nonblocking") return run_nonblocking();
@@ -615,13 +705,20 @@ constexpr bool kHaveMpi = true;
 constexpr bool kHaveMpi = false;
 #endif
 
-void skip_without_mpirun() {
-  if (!kHaveMpi) GTEST_SKIP() << "this build has no MPI (libopenmpi-dev)";
-  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun (openmpi-bin)";
+// Why a test cannot run here ("" if it can). GTEST_SKIP only leaves the function it is in: the tests call
+// SKIP_IF_MISSING(...) in their own body.
+#define SKIP_IF_MISSING(why_expr)                        \
+  if (const std::string why_ = (why_expr); !why_.empty()) \
+  GTEST_SKIP() << why_
+
+std::string missing_mpirun() {
+  if (!kHaveMpi) return "this build has no MPI (libopenmpi-dev)";
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) return "no mpirun (openmpi-bin)";
+  return "";
 }
 
 TEST(CommMpi, EveryCollectiveDtypeOpAndSizeIsRight) {
-  skip_without_mpirun();
+  SKIP_IF_MISSING(missing_mpirun());
   for (int ranks : {2, 3}) {
     const Job j = mpirun(ranks, "collectives");
     EXPECT_EQ(j.code, 0) << j.output;
@@ -630,7 +727,7 @@ TEST(CommMpi, EveryCollectiveDtypeOpAndSizeIsRight) {
 }
 
 TEST(CommMpi, MismatchesAndMisuseAreErrorsOnEveryRank) {
-  skip_without_mpirun();
+  SKIP_IF_MISSING(missing_mpirun());
   Job j = mpirun(3, "mismatch", "TIERTRAIN_COMM_TIMEOUT=30");
   EXPECT_EQ(j.code, 0) << j.output;
   for (const char* what : {"inplace", "root"}) {
@@ -641,16 +738,114 @@ TEST(CommMpi, MismatchesAndMisuseAreErrorsOnEveryRank) {
 
 // shm under mpirun: MPI gives the ranks and carries the job id.
 TEST(CommMpi, ShmBootstrappedByMpirun) {
-  skip_without_mpirun();
+  SKIP_IF_MISSING(missing_mpirun());
   const Job j = mpirun(3, "collectives", "TIERTRAIN_COMM_BACKEND=shm TIERTRAIN_COMM_BUFFER=131072");
   EXPECT_EQ(j.code, 0) << j.output;
   EXPECT_NE(j.output.find("backend shm"), std::string::npos) << j.output;
 }
 
 TEST(CommMpi, NonBlockingCalls) {
-  skip_without_mpirun();
+  SKIP_IF_MISSING(missing_mpirun());
   const Job j = mpirun(2, "nonblocking", "TIERTRAIN_COMM_TIMEOUT=30");
   EXPECT_EQ(j.code, 0) << j.output;
+}
+
+// The nccl backend, on the GPUs of this machine (1 rank on one GPU, 2 on two), with managed buffers so that the
+// scenarios above check the results on the host.
+int cuda_devices() {
+#ifdef TIERTRAIN_HAVE_NCCL
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  return n;
+#else
+  return 0;
+#endif
+}
+
+std::string missing_gpus(int need) {
+  if (!comm::have_nccl()) return "this build has no nccl backend (CUDA and NCCL at build time)";
+  if (cuda_devices() < need)
+    return "needs " + std::to_string(need) + " GPU(s); this machine has " + std::to_string(cuda_devices());
+  return "";
+}
+
+const char* kNccl = "TIERTRAIN_COMM_BACKEND=nccl TT_COMM_MANAGED=1 NCCL_NVLS_ENABLE=0";
+
+TEST(CommNccl, EveryCollectiveDtypeOpAndSizeIsRight) {
+  SKIP_IF_MISSING(missing_gpus(1));
+  for (int ranks : {1, 2}) {
+    if (cuda_devices() < ranks) continue;
+    const Job j = launch(ranks, "collectives", kNccl);
+    EXPECT_EQ(j.code, 0) << j.output;
+    EXPECT_NE(j.output.find("backend nccl"), std::string::npos) << j.output;
+  }
+}
+
+TEST(CommNccl, StreamOrderedAndNonBlockingCalls) {
+  SKIP_IF_MISSING(missing_gpus(1));
+  for (int ranks : {1, 2}) {
+    if (cuda_devices() < ranks) continue;
+    const Job j = launch(ranks, "nccl_stream", kNccl);
+    EXPECT_EQ(j.code, 0) << j.output;
+    EXPECT_NE(j.output.find("rank 0: stream-ordered calls right"), std::string::npos) << j.output;
+  }
+}
+
+TEST(CommNccl, MismatchesMisuseHostBuffersAndLateRanksAreErrorsOnEveryRank) {
+  SKIP_IF_MISSING(missing_gpus(2));
+  const std::string env = std::string(kNccl) + " TIERTRAIN_COMM_TIMEOUT=30";
+  Job j = launch(2, "mismatch", env);
+  EXPECT_EQ(j.code, 0) << j.output;
+  for (const char* what : {"inplace", "root", "host"}) {
+    j = launch(2, "misuse", env + " TT_MISUSE=" + what);
+    EXPECT_EQ(j.code, 0) << what << "\n" << j.output;
+  }
+  j = launch(2, "never_arrives", std::string(kNccl) + " TIERTRAIN_COMM_TIMEOUT=1");
+  EXPECT_EQ(j.code, 0) << j.output;
+}
+
+TEST(CommNccl, BenchmarkChecksEveryCollectiveOnDeviceBuffers) {
+  SKIP_IF_MISSING(missing_gpus(1));
+  const int ranks = std::min(cuda_devices(), 2);
+  for (const char* c : {"allreduce", "broadcast", "reduce", "allgather", "gather", "scatter", "reduce_scatter",
+                        "alltoall"}) {
+    for (const char* mode : {"", " --stream"}) {
+      SCOPED_TRACE(std::string(c) + mode);
+      const Job j = shell("env NCCL_NVLS_ENABLE=0 " + std::string(TT_BINARY) + " launch -n " + std::to_string(ranks) +
+                          " -- " + TT_BINARY + " comm-bench --backend nccl -C " + c +
+                          " -d bf16 -b 64 -e 4M -f 64 -n 3 -w 1 -c 2" + mode);
+      ASSERT_EQ(j.code, 0) << j.output;
+      EXPECT_NE(j.output.find("(nccl)"), std::string::npos) << j.output;
+      // Every row checked and right: the #wrong columns are 0.
+      size_t rows = 0;
+      for (size_t pos = 0; (pos = j.output.find("\n", pos)) != std::string::npos; ++pos) {
+        const size_t end = j.output.find('\n', pos + 1);
+        const std::string line = j.output.substr(pos + 1, end == std::string::npos ? std::string::npos : end - pos - 1);
+        if (line.empty() || line[0] == '#' || line.find("bfloat16") == std::string::npos) continue;
+        ++rows;
+        char size[32], cnt[32], ty[32], op[32];
+        int root = 0;
+        double t0, a0, b0, t1, a1, b1;
+        long long w0 = -1, w1 = -1;
+        ASSERT_EQ(std::sscanf(line.c_str(), "%31s %31s %31s %31s %d %lf %lf %lf %lld %lf %lf %lf %lld", size, cnt, ty,
+                              op, &root, &t0, &a0, &b0, &w0, &t1, &a1, &b1, &w1),
+                  13)
+            << line;
+        EXPECT_EQ(w0, 0) << line;
+        EXPECT_EQ(w1, 0) << line;
+      }
+      EXPECT_EQ(rows, 3u) << j.output;  // 64 B, 4 KiB, 256 KiB
+    }
+  }
+}
+
+TEST(CommNccl, RefusedWithAClearErrorWhereThereIsNoNccl) {
+  if (comm::have_nccl() && cuda_devices() > 0) GTEST_SKIP() << "this machine has GPUs and NCCL";
+  const Job j = shell("env TIERTRAIN_COMM_BACKEND=nccl " + std::string(TT_BINARY) + " comm-bench -e 64");
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_TRUE(j.output.find("sees no CUDA device") != std::string::npos ||
+              j.output.find("nccl backend is not in this build") != std::string::npos)
+      << j.output;
 }
 
 // The half-precision conversions the reductions use, at the edges.

@@ -1,0 +1,391 @@
+// comm/nccl: the Communicator between GPUs, over NCCL. Built when CMake finds CUDA and NCCL (TIERTRAIN_WITH_NCCL).
+//
+// Note [nccl backend]
+// ~~~~~~~~~~~~~~~~~~~
+// The host communicator of comm::world() (shm between the processes of a node, or MPI under mpirun) bootstraps the
+// NCCL communicator and stays inside it:
+// - rank 0 makes the NCCL unique id and broadcasts it over the host communicator; every rank then joins
+//   (ncclCommInitRank) on its device: TIERTRAIN_DEVICE if set, else LOCAL_RANK (or Open MPI's local rank) modulo
+//   the devices it sees.
+// - Before each call is queued, the ranks allgather its description (sequence number, kind, count, dtype, op, root,
+//   and a misuse code: a bad root, in place at a non-root, a buffer that is not memory of the rank's GPU) over the
+//   host communicator. A disagreement or a misuse is an error on every rank before anything reaches NCCL (whose own
+//   answer to mismatched calls is a hang or a wrong result), and a rank that never arrives is named by the host
+//   communicator's deadline. This costs one host allgather (about a microsecond over shm) per call.
+// - Calls go on a stream: the blocking API queues on the communicator's own stream and polls an event against the
+//   deadline (TIERTRAIN_COMM_TIMEOUT), and NCCL's asynchronous errors with it; past the deadline the NCCL
+//   communicator is aborted (ncclCommAbort) and the communicator is unusable. enqueue() queues on the caller's
+//   stream and returns (stream-ordered); synchronize() is the deadline-bound wait.
+// - NCCL has broadcast, reduce, allreduce, allgather and reduce_scatter; gather, scatter and alltoall are grouped
+//   point-to-point calls, with each rank's own piece copied on the stream. In-place alltoall first copies its buffer
+//   to a stream-ordered temporary (cudaMallocAsync).
+// - Reductions are NCCL's: the order of the combines is NCCL's algorithm's, and bf16/f16 round at each combine,
+//   unlike shm (rank order, one rounding).
+#include "comm/nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/collective.h"
+
+namespace tt::comm {
+namespace {
+
+ncclDataType_t nccl_type(DType d) {
+  switch (d) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kF64: return ncclFloat64;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+    case DType::kI32: return ncclInt32;
+    case DType::kI64: return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(Op op) {
+  switch (op) {
+    case Op::kSum: return ncclSum;
+    case Op::kProd: return ncclProd;
+    case Op::kMin: return ncclMin;
+    case Op::kMax: return ncclMax;
+    case Op::kAvg: return ncclAvg;
+  }
+  return ncclSum;
+}
+
+// This process's local rank from the launcher (ours, torchrun's, Open MPI's, Slurm's), or -1.
+int local_rank() {
+  for (const char* v : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* s = std::getenv(v); s != nullptr && *s != '\0') return std::atoi(s);
+  return -1;
+}
+
+class NcclComm final : public NcclCommunicator {
+ public:
+  NcclComm(std::unique_ptr<Communicator> host, Options o) : host_(std::move(host)), opt_(o) {}
+  ~NcclComm() override {
+    stop_progress();
+    if (device_ >= 0) cudaSetDevice(device_);
+    if (comm_ != nullptr) {
+      if (broken_.empty()) {
+        cudaStreamSynchronize(stream_);
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (done_ != nullptr) cudaEventDestroy(done_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  Status init() {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+      cudaGetLastError();
+      host_->abandon("no CUDA device");
+      return make_status(StatusCode::kFailedPrecondition, "nccl backend (rank %d of %d): this process sees no CUDA device",
+                         rank(), size());
+    }
+    if (const char* d = std::getenv("TIERTRAIN_DEVICE"); d != nullptr && *d != '\0') {
+      char* end = nullptr;
+      device_ = static_cast<int>(std::strtol(d, &end, 10));
+      if (*end != '\0' || device_ < 0 || device_ >= devices) {
+        host_->abandon("bad TIERTRAIN_DEVICE");
+        return make_status(StatusCode::kInvalidArgument, "TIERTRAIN_DEVICE=%s: a device 0..%d", d, devices - 1);
+      }
+    } else {
+      const int lr = local_rank();
+      device_ = (lr >= 0 ? lr : rank()) % devices;
+    }
+    TT_TRY(cuda(cudaSetDevice(device_), "cudaSetDevice"));
+    TT_TRY(cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    TT_TRY(cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate"));
+    TT_TRY(cuda(cudaMalloc(&scratch_, 256), "cudaMalloc"));
+    ncclUniqueId id{};
+    static_assert(sizeof(id) % sizeof(int64_t) == 0);
+    if (rank() == 0) {
+      if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+        host_->abandon("ncclGetUniqueId failed");
+        return make_status(StatusCode::kInternal, "nccl backend: ncclGetUniqueId: %s", ncclGetErrorString(r));
+      }
+    }
+    TT_TRY(host_->broadcast(kInPlace, &id, sizeof(id) / sizeof(int64_t), DType::kI64, 0));
+    if (ncclResult_t r = ncclCommInitRank(&comm_, size(), id, rank()); r != ncclSuccess) {
+      comm_ = nullptr;
+      host_->abandon("ncclCommInitRank failed");
+      return make_status(StatusCode::kInternal, "nccl backend (rank %d of %d, device %d): ncclCommInitRank: %s %s",
+                         rank(), size(), device_, ncclGetErrorString(r), ncclGetLastError(nullptr));
+    }
+    // Every rank has joined before any uses it (a rank whose init failed is named here, not in a later hang).
+    TT_TRY(host_->barrier());
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, device_);
+    char bus[32] = {};
+    cudaDeviceGetPCIBusId(bus, sizeof(bus), device_);
+    int version = 0;
+    ncclGetVersion(&version);
+    placement_ = str_format("GPU %d (%s, %s), NCCL %d.%d.%d, bootstrap %s", device_, prop.name, bus,
+                            version / 10000, version / 100 % 100, version % 100, host_->backend());
+    return Status::ok();
+  }
+
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  const char* backend() const override { return "nccl"; }
+  int64_t sequence() const override { return seq_.load(std::memory_order_relaxed); }
+  std::string placement() const override { return placement_; }
+  int device() const override { return device_; }
+  void abandon(const std::string& why) override {
+    if (broken_.empty()) broken_ = "abandoned: " + why;
+    host_->abandon(why);
+  }
+
+  Result<void*> alloc_buffer(size_t bytes) override {
+    void* p = nullptr;
+    cudaSetDevice(device_);
+    TT_TRY(cuda(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"));
+    return p;
+  }
+  void free_buffer(void* p) override {
+    cudaSetDevice(device_);
+    cudaFree(p);
+  }
+  Status copy_in(void* buffer, const void* host, size_t bytes) override {
+    cudaSetDevice(device_);
+    return cuda(cudaMemcpy(buffer, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+  }
+  Status copy_out(void* host, const void* buffer, size_t bytes) override {
+    cudaSetDevice(device_);
+    return cuda(cudaMemcpy(host, buffer, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the device");
+  }
+
+  Status enqueue(void* stream, const Call& call) override { return queue(static_cast<cudaStream_t>(stream), call); }
+  Status synchronize(void* stream) override { return wait(static_cast<cudaStream_t>(stream)); }
+
+ protected:
+  Status do_barrier() override { return run({kBarrier, nullptr, nullptr, 0, DType::kI32, Op::kSum, -1}); }
+  Status do_broadcast(const void* s, void* r, size_t n, DType d, int root) override {
+    return run({kBroadcast, s, r, n, d, Op::kSum, root});
+  }
+  Status do_reduce(const void* s, void* r, size_t n, DType d, Op op, int root) override {
+    return run({kReduce, s, r, n, d, op, root});
+  }
+  Status do_allreduce(const void* s, void* r, size_t n, DType d, Op op) override {
+    return run({kAllreduce, s, r, n, d, op, -1});
+  }
+  Status do_gather(const void* s, void* r, size_t n, DType d, int root) override {
+    return run({kGather, s, r, n, d, Op::kSum, root});
+  }
+  Status do_scatter(const void* s, void* r, size_t n, DType d, int root) override {
+    return run({kScatter, s, r, n, d, Op::kSum, root});
+  }
+  Status do_allgather(const void* s, void* r, size_t n, DType d) override {
+    return run({kAllgather, s, r, n, d, Op::kSum, -1});
+  }
+  Status do_reduce_scatter(const void* s, void* r, size_t n, DType d, Op op) override {
+    return run({kReduceScatter, s, r, n, d, op, -1});
+  }
+  Status do_alltoall(const void* s, void* r, size_t n, DType d) override {
+    return run({kAlltoall, s, r, n, d, Op::kSum, -1});
+  }
+
+ private:
+  Status run(const Call& c) {
+    TT_TRY(queue(stream_, c));
+    return wait(stream_);
+  }
+
+  Status cuda(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return Status::ok();
+    cudaGetLastError();
+    return make_status(StatusCode::kInternal, "nccl backend (rank %d of %d, device %d): %s: %s", rank(), size(),
+                       device_, what, cudaGetErrorString(e));
+  }
+
+  // Whether p is memory this rank's GPU can give NCCL: device memory of device_, or managed memory.
+  bool on_device(const void* p) const {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return (a.type == cudaMemoryTypeDevice && a.device == device_) || a.type == cudaMemoryTypeManaged;
+  }
+
+  // The buffers this rank reads or writes in `c`, each checked.
+  bool buffers_on_device(const Call& c) const {
+    if (c.kind == kBarrier || c.count == 0) return true;
+    const bool root = rank() == c.root;
+    const bool reads_send = c.send != kInPlace &&
+                            ((c.kind != kBroadcast && c.kind != kScatter) || root);
+    const bool writes_recv = (c.kind != kReduce && c.kind != kGather) || root;
+    return (!reads_send || on_device(c.send)) && (!writes_recv || on_device(c.recv));
+  }
+
+  Status queue(cudaStream_t s, const Call& c) {
+    TT_RETURN_IF(!broken_.empty(), kFailedPrecondition, "nccl communicator (rank %d): unusable after an earlier error: %s",
+                 rank(), broken_.c_str());
+    cudaSetDevice(device_);
+    const int64_t seq = ++seq_;
+    last_ = c.kind;
+    const bool in_place_not_root = c.send == kInPlace && rank() != c.root && (c.kind == kReduce || c.kind == kGather);
+    int64_t misuse = misuse_of(c.kind, c.root, size(), in_place_not_root);
+    if (misuse == kNoMisuse && !buffers_on_device(c)) misuse = kNotDeviceMemory;
+    int64_t mine[kDescriptionWords];
+    describe(mine, seq, c.kind, c.count, c.dtype, c.op, c.root, misuse);
+    std::vector<int64_t> all(static_cast<size_t>(size()) * kDescriptionWords);
+    if (Status st = host_->allgather(mine, all.data(), kDescriptionWords, DType::kI64); !st.is_ok())
+      return fail(make_status(st.code(), "%s #%lld (nccl, rank %d of %d): while the ranks compared their arguments: %s",
+                              kind_name(c.kind), static_cast<long long>(seq), rank(), size(), st.message().c_str()));
+    if (Status st = compare_descriptions("nccl", all.data(), size(), rank(), mine); !st.is_ok()) return fail(st);
+    if (c.count == 0 && c.kind != kBarrier) return Status::ok();
+    ncclResult_t r = launch(s, c);
+    if (r != ncclSuccess)
+      return fail(make_status(StatusCode::kInternal, "%s #%lld (nccl, rank %d of %d): NCCL: %s %s", kind_name(c.kind),
+                              static_cast<long long>(seq), rank(), size(), ncclGetErrorString(r),
+                              ncclGetLastError(comm_)));
+    return Status::ok();
+  }
+
+  ncclResult_t launch(cudaStream_t s, const Call& c) {
+    const size_t es = dtype_size(c.dtype), n = c.count, piece = n * es;
+    const int me = rank(), ranks = size();
+    const ncclDataType_t t = nccl_type(c.dtype);
+    char* recv = static_cast<char*>(c.recv);
+    const char* send = static_cast<const char*>(c.send);
+    const bool in_place = c.send == kInPlace;
+    auto at = [&](const char* base, int q) { return base + static_cast<size_t>(q) * piece; };
+    auto copy = [&](void* dst, const void* src) {
+      return cudaMemcpyAsync(dst, src, piece, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? ncclSuccess
+                                                                                             : ncclUnhandledCudaError;
+    };
+    switch (c.kind) {
+      case kBarrier: return ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, s);
+      case kBroadcast:
+        return ncclBroadcast(me == c.root && !in_place ? c.send : c.recv, c.recv, n, t, c.root, comm_, s);
+      case kReduce: {
+        const void* src = in_place ? c.recv : c.send;
+        return ncclReduce(src, me == c.root ? c.recv : const_cast<void*>(src), n, t, nccl_op(c.op), c.root, comm_, s);
+      }
+      case kAllreduce: return ncclAllReduce(in_place ? c.recv : c.send, c.recv, n, t, nccl_op(c.op), comm_, s);
+      case kAllgather: return ncclAllGather(in_place ? at(recv, me) : c.send, c.recv, n, t, comm_, s);
+      case kReduceScatter:
+        if (in_place) return ncclReduceScatter(c.recv, recv + static_cast<size_t>(me) * piece, n, t, nccl_op(c.op), comm_, s);
+        return ncclReduceScatter(c.send, c.recv, n, t, nccl_op(c.op), comm_, s);
+      case kGather: {
+        if (me != c.root) return ncclSend(c.send, n, t, c.root, comm_, s);
+        if (!in_place) {
+          if (ncclResult_t r = copy(recv + static_cast<size_t>(me) * piece, c.send); r != ncclSuccess) return r;
+        }
+        ncclGroupStart();
+        for (int q = 0; q < ranks; ++q)
+          if (q != me) ncclRecv(recv + static_cast<size_t>(q) * piece, n, t, q, comm_, s);
+        return ncclGroupEnd();
+      }
+      case kScatter: {
+        if (me != c.root) return ncclRecv(c.recv, n, t, c.root, comm_, s);
+        const char* all = in_place ? recv : send;
+        if (!in_place) {
+          if (ncclResult_t r = copy(c.recv, at(all, me)); r != ncclSuccess) return r;
+        }
+        ncclGroupStart();
+        for (int q = 0; q < ranks; ++q)
+          if (q != me) ncclSend(at(all, q), n, t, q, comm_, s);
+        return ncclGroupEnd();
+      }
+      case kAlltoall: {
+        void* tmp = nullptr;
+        const char* src = send;
+        if (in_place) {
+          if (cudaMallocAsync(&tmp, piece * static_cast<size_t>(ranks), s) != cudaSuccess ||
+              cudaMemcpyAsync(tmp, recv, piece * static_cast<size_t>(ranks), cudaMemcpyDeviceToDevice, s) !=
+                  cudaSuccess)
+            return ncclUnhandledCudaError;
+          src = static_cast<const char*>(tmp);
+        }
+        ncclResult_t r = copy(recv + static_cast<size_t>(me) * piece, at(src, me));
+        if (r == ncclSuccess) {
+          ncclGroupStart();
+          for (int q = 0; q < ranks; ++q) {
+            if (q == me) continue;
+            ncclSend(at(src, q), n, t, q, comm_, s);
+            ncclRecv(recv + static_cast<size_t>(q) * piece, n, t, q, comm_, s);
+          }
+          r = ncclGroupEnd();
+        }
+        if (tmp != nullptr) cudaFreeAsync(tmp, s);
+        return r;
+      }
+    }
+    return ncclInvalidArgument;
+  }
+
+  // Everything queued on s done, within the deadline; NCCL's asynchronous errors reported.
+  Status wait(cudaStream_t s) {
+    TT_RETURN_IF(!broken_.empty(), kFailedPrecondition, "nccl communicator (rank %d): unusable after an earlier error: %s",
+                 rank(), broken_.c_str());
+    cudaSetDevice(device_);
+    TT_TRY(cuda(cudaEventRecord(done_, s), "cudaEventRecord"));
+    const auto start = std::chrono::steady_clock::now();
+    for (uint64_t spin = 0;; ++spin) {
+      const cudaError_t e = cudaEventQuery(done_);
+      if (e == cudaSuccess) return Status::ok();
+      if (e != cudaErrorNotReady) return fail(cuda(e, "waiting for the collective"));
+      if (spin % 1024 == 1023) {
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(comm_, &async);
+        if (async != ncclSuccess && async != ncclInProgress)
+          return fail(make_status(StatusCode::kInternal, "%s #%lld (nccl, rank %d of %d): NCCL: %s %s",
+                                  kind_name(last_), static_cast<long long>(seq_.load()), rank(), size(),
+                                  ncclGetErrorString(async), ncclGetLastError(comm_)));
+        if (std::chrono::steady_clock::now() - start > opt_.timeout) {
+          ncclCommAbort(comm_);  // its kernels stop; the communicator cannot be used again
+          comm_ = nullptr;
+          return fail(make_status(StatusCode::kDeadlineExceeded,
+                                  "%s #%lld (nccl, rank %d of %d): not complete on GPU %d within %.1f s "
+                                  "(TIERTRAIN_COMM_TIMEOUT): a peer or a GPU is stuck (NCCL does not say which); the "
+                                  "NCCL communicator is aborted",
+                                  kind_name(last_), static_cast<long long>(seq_.load()), rank(), size(), device_,
+                                  opt_.timeout.count() / 1000.0));
+        }
+      }
+      if (spin > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  Status fail(Status s) {
+    if (broken_.empty()) broken_ = s.message();
+    host_->abandon(s.message());
+    return s;
+  }
+
+  std::unique_ptr<Communicator> host_;
+  Options opt_;
+  int device_ = -1;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  void* scratch_ = nullptr;
+  std::atomic<int64_t> seq_{0};
+  Kind last_ = kBarrier;
+  std::string broken_, placement_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<NcclCommunicator>> create_nccl(std::unique_ptr<Communicator> host, const Options& options) {
+  auto c = std::make_unique<NcclComm>(std::move(host), options);
+  TT_TRY(c->init());
+  return std::unique_ptr<NcclCommunicator>(std::move(c));
+}
+
+}  // namespace tt::comm
