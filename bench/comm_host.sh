@@ -14,20 +14,27 @@ MAX=${TT_COMM_MAX:-256M}
 cpus=$(nproc)
 ranks=${TT_COMM_RANKS:-"8 16"}
 [ -z "${TT_COMM_RANKS:-}" ] && [ "$cpus" -ge 32 ] && ranks="8 16 32"
-mpirun_flags=(--bind-to core --map-by core)
-[ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
+cores=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
+[ "$cores" -gt 0 ] || cores=$cpus
+lim=${TT_COMM_RUN_TIMEOUT:-150}  # seconds a run may take
+lscpu > "$OUT/lscpu.txt" 2>&1 || true
 for n in $ranks; do
   [ "$n" -le "$cpus" ] || continue
+  # Open MPI binds to physical cores; with more ranks than those, to hardware threads (as tiertrain's launcher
+  # binds to logical CPUs).
+  mpirun_flags=(--bind-to core --map-by core)
+  [ "$n" -gt "$cores" ] && mpirun_flags=(--use-hwthread-cpus --bind-to hwthread --map-by hwthread)
+  [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
   for c in allreduce broadcast allgather; do
-    "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -c 1 \
+    timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -c 1 \
       --json "$OUT/shm_${c}_$n.json" > "$OUT/shm_${c}_$n.log" 2>&1 || tail -3 "$OUT/shm_${c}_$n.log"
     # The Python API (needs the package: pip install . ; PY names the interpreter that has it).
     if "${PY:-python3}" -c "import tiertrain.comm" 2>/dev/null; then
-      "$TT" launch -n "$n" --bind-to core -- "${PY:-python3}" bench/py_comm_bench.py -C "$c" -b 8 -e "$MAX" -f 4 \
+      timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "${PY:-python3}" bench/py_comm_bench.py -C "$c" -b 8 -e "$MAX" -f 4 \
         -n 20 -w 5 --json "$OUT/py_${c}_$n.json" > "$OUT/py_${c}_$n.log" 2>&1 || tail -3 "$OUT/py_${c}_$n.log"
     fi
-    if python3 -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
-      mpirun -n "$n" "${mpirun_flags[@]}" python3 bench/mpi4py_bench.py -C "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 \
+    if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
+      timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 \
         --json "$OUT/ompi_${c}_$n.json" > "$OUT/ompi_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompi_${c}_$n.log"
     fi
   done

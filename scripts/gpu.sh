@@ -2,10 +2,12 @@
 # On a machine with a GPU, in one command: build (Release, sm_90), run every test (the GPU tests included), run the
 # GPU benchmarks side by side with PyTorch, and write logs, JSON and a table (results.json, results.md) into OUTDIR.
 #
-#   scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc] [--offload] [--comm] [--sanitize]
+#   scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc] [--offload] [--comm] [--nccl] [--sanitize]
 #
 # --offload adds bench/offload_gpu.sh (streamed parameters and the CPU optimizer, issue 4 b) into OUTDIR/raw/offload;
-# --comm adds bench/comm_host.sh (host collectives against Open MPI, issue 5) into OUTDIR/raw/comm.
+# --comm adds bench/comm_host.sh (host collectives against Open MPI, issue 5) into OUTDIR/raw/comm, with the Python
+# package and mpi4py installed offline into a venv (scripts/gpu_pyenv.sh); --nccl adds bench/nccl_gpu.sh (the nccl
+# backend against raw NCCL and PyTorch on the machine's GPUs) into OUTDIR/raw/nccl.
 # --ooc adds the out-of-core benchmark (bench/ooc_gpu.sh: plans, the CPU optimizer, PyTorch save_on_cpu) into
 # OUTDIR/raw/ooc. --sanitize runs compute-sanitizer memcheck and racecheck over the GPU tests (every CUDA case of
 # the test binaries that have one; TT_SANITIZE_TIMEOUT seconds each, default 120; TT_SANITIZE_SPECS="tool:binary:filter
@@ -16,7 +18,7 @@
 # network), put their .deb files in .deps/debs/ (scripts/gpu_fetch_debs.sh, run where apt works) and this script
 # unpacks the missing ones into a private prefix.
 set -euo pipefail
-OUT=${1:?usage: scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc] [--offload] [--comm] [--sanitize]}
+OUT=${1:?usage: scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc] [--offload] [--comm] [--nccl] [--sanitize]}
 shift
 RUN_TESTS=1
 RUN_BENCH=1
@@ -24,6 +26,7 @@ RUN_OOC=0
 RUN_SANITIZE=0
 RUN_OFFLOAD=0
 RUN_COMM=0
+RUN_NCCL=0
 for a in "$@"; do
   case "$a" in
     --no-tests) RUN_TESTS=0 ;;
@@ -32,6 +35,7 @@ for a in "$@"; do
     --sanitize) RUN_SANITIZE=1 ;;
     --offload) RUN_OFFLOAD=1 ;;
     --comm) RUN_COMM=1 ;;
+    --nccl) RUN_NCCL=1 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -79,6 +83,7 @@ for pkg in "${!KEY[@]}"; do
 done
 if [ -n "$cmake_prefix" ]; then
   export LD_LIBRARY_PATH="$PREFIX/usr/lib/$arch:$PREFIX/usr/lib/$arch/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export CMAKE_PREFIX_PATH="$cmake_prefix${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   echo "unpacked missing packages into $PREFIX" | tee "$OUT/deps.log"
 fi
 DATA_DIR=/usr/share/games/fortunes
@@ -91,11 +96,18 @@ cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUD
   ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} 2>&1 | tee "$OUT/configure.log"
 cmake --build build/gpu -j "$(nproc)" 2>&1 | tail -n 30 | tee "$OUT/build.log"
 TT=build/gpu/src/tiertrain
+# The Python package and mpi4py for --comm build in the background meanwhile (scripts/gpu_pyenv.sh).
+if [ "$RUN_COMM" = 1 ]; then
+  scripts/gpu_pyenv.sh > "$OUT/pyenv.out" 2> "$OUT/pyenv.log" &
+  PYENV_PID=$!
+fi
 
 # --- tests ----------------------------------------------------------------------------------------------------------
 status=0
 if [ "$RUN_TESTS" = 1 ]; then
-  ( cd build/gpu && ctest -j1 --output-on-failure --timeout 900 ) > "$OUT/ctest.log" 2>&1 || status=1
+  # TT_CTEST_REGEX runs a part of the tests (ctest -R).
+  ( cd build/gpu && ctest -j1 --output-on-failure --timeout 900 ${TT_CTEST_REGEX:+-R "$TT_CTEST_REGEX"} ) \
+    > "$OUT/ctest.log" 2>&1 || status=1
   tail -n 15 "$OUT/ctest.log"
 fi
 
@@ -155,7 +167,11 @@ if [ "$RUN_OFFLOAD" = 1 ]; then
   TT="$TT" TT_OFF_DIM=${TT_OFF_DIM:-4096} TT_OFF_HEADS=${TT_OFF_HEADS:-32} bench/offload_gpu.sh "$OUT/offload" "$DATA_DIR" ||
     status=1
 fi
+if [ "$RUN_NCCL" = 1 ]; then
+  TT="$TT" bench/nccl_gpu.sh "$OUT/nccl" || status=1
+fi
 if [ "$RUN_COMM" = 1 ]; then
-  TT="$TT" bench/comm_host.sh "$OUT/comm" || status=1
+  wait "$PYENV_PID" && PY=$(tail -n 1 "$OUT/pyenv.out") || PY=python3
+  PY="$PY" TT="$TT" bench/comm_host.sh "$OUT/comm" || status=1
 fi
 exit $status

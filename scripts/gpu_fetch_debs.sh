@@ -6,3 +6,11 @@ mkdir -p .deps/debs
 cd .deps/debs
 apt-get download libopenblas0-openmp libopenblas-openmp-dev libgfortran5 libquadmath0 libgtest-dev \
   nlohmann-json3-dev libcli11-dev zlib1g-dev fortunes
+# The Python build tools and sources scripts/gpu_pyenv.sh installs offline: the tiertrain package's build backend,
+# and mpi4py (the Open MPI reference of the collectives' benchmark) with what its build needs.
+mkdir -p ../wheels
+cd ../wheels
+pip download --no-deps -q -d . scikit-build-core pybind11 pathspec packaging
+pip download --no-deps -q -d . --only-binary :all: --platform any --python-version 3.12 cython build pyproject_hooks \
+  setuptools
+pip download --no-deps -q -d . --no-binary :all: mpi4py

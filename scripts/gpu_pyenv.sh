@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# On a machine that cannot reach PyPI (the GPU machine): a virtual environment over the system Python (its numpy and
+# torch stay visible) with the tiertrain package and mpi4py installed from the files in .deps/wheels
+# (scripts/gpu_fetch_debs.sh downloads them where PyPI is reachable). Prints the environment's python on the last line.
+#   scripts/gpu_pyenv.sh [VENV]        (default /tmp/tt-pyenv)
+# CMAKE_PREFIX_PATH must name where nlohmann_json and zlib are if they are not installed (scripts/gpu.sh sets it).
+set -euo pipefail
+VENV=${1:-/tmp/tt-pyenv}
+cd "$(dirname "$0")/.."
+WHEELS=$PWD/.deps/wheels
+[ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV" >&2
+pip=("$VENV/bin/python" -m pip install --no-index --find-links "$WHEELS" -q)
+# mpi4py from its source (built against this machine's MPI by its mpicc): only if there is an MPI to build against.
+if ! "$VENV/bin/python" -c "import mpi4py" 2>/dev/null && command -v mpicc >/dev/null; then
+  "${pip[@]}" mpi4py >&2 || echo "gpu_pyenv: mpi4py did not build (the mpi4py rows will be missing)" >&2
+fi
+"${pip[@]}" . >&2 || echo "gpu_pyenv: the tiertrain package did not build (the Python rows will be missing)" >&2
+echo "$VENV/bin/python"
