@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Host collectives side by side (issue 5): tiertrain's shm backend against Open MPI through mpi4py, on this machine's
-# cores, at 8 and 16 ranks (and 32 where there are 32 CPUs), allreduce, broadcast and allgather of f32 from 8 B to
+# cores, at 8 and 16 ranks (and 32 where there are 32 CPUs), allreduce, broadcast, gather and allgather of f32 from 8 B to
 # 256 MiB, ranks bound to cores. Run after scripts/gpu.sh (or any build) made build/gpu; writes JSON, logs and
 # results.md into OUTDIR.
 #   bench/comm_host.sh OUTDIR
@@ -17,6 +17,9 @@ ranks=${TT_COMM_RANKS:-"8 16"}
 cores=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
 [ "$cores" -gt 0 ] || cores=$cpus
 lim=${TT_COMM_RUN_TIMEOUT:-150}  # seconds a run may take
+# Every power of two (64 MiB, the issue's size, among them); fewer iterations than comm-bench's default keep the
+# 256 MiB rows short.
+sweep=(-b 8 -e "$MAX" -f 2 -n "${TT_COMM_ITERS:-10}" -w 3)
 lscpu > "$OUT/lscpu.txt" 2>&1 || true
 for n in $ranks; do
   [ "$n" -le "$cpus" ] || continue
@@ -25,16 +28,16 @@ for n in $ranks; do
   mpirun_flags=(--bind-to core --map-by core)
   [ "$n" -gt "$cores" ] && mpirun_flags=(--use-hwthread-cpus --bind-to hwthread --map-by hwthread)
   [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
-  for c in allreduce broadcast allgather; do
-    timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 -c 1 \
+  for c in ${TT_COMM_COLLECTIVES:-allreduce broadcast gather allgather}; do
+    timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${sweep[@]}" -c 1 \
       --json "$OUT/shm_${c}_$n.json" > "$OUT/shm_${c}_$n.log" 2>&1 || tail -3 "$OUT/shm_${c}_$n.log"
     # The Python API (needs the package: pip install . ; PY names the interpreter that has it).
     if "${PY:-python3}" -c "import tiertrain.comm" 2>/dev/null; then
-      timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "${PY:-python3}" bench/py_comm_bench.py -C "$c" -b 8 -e "$MAX" -f 4 \
-        -n 20 -w 5 --json "$OUT/py_${c}_$n.json" > "$OUT/py_${c}_$n.log" 2>&1 || tail -3 "$OUT/py_${c}_$n.log"
+      timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "${PY:-python3}" bench/py_comm_bench.py -C "$c" "${sweep[@]}" \
+        --json "$OUT/py_${c}_$n.json" > "$OUT/py_${c}_$n.log" 2>&1 || tail -3 "$OUT/py_${c}_$n.log"
     fi
     if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
-      timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" -b 8 -e "$MAX" -f 4 -n 20 -w 5 \
+      timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${sweep[@]}" \
         --json "$OUT/ompi_${c}_$n.json" > "$OUT/ompi_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompi_${c}_$n.log"
     fi
   done

@@ -20,12 +20,30 @@ def row_at(rows, size, in_place=False):
     return best
 
 
+def min_ratio(num, den, num_in_place=False, den_in_place=False, from_bytes=1 << 20):
+    """The smallest num/den busbw ratio over the sizes both have from `from_bytes` up (and the size where it is)."""
+    worst = None
+    for r in num:
+        if r.get("in_place", False) != num_in_place or r["size"] < from_bytes:
+            continue
+        d = next((x for x in den if x["size"] == r["size"] and x.get("in_place", False) == den_in_place), None)
+        if d is None or d["busbw_gbs"] == 0:
+            continue
+        q = r["busbw_gbs"] / d["busbw_gbs"]
+        if worst is None or q < worst[0]:
+            worst = (q, r["size"])
+    return worst
+
+
 def main() -> None:
     out = sys.argv[1]
     lines = ["| collective | ranks | shm 8 B (us) | Open MPI 8 B (us) | latency ratio | shm busbw 64 MiB (GB/s) | "
-             "Open MPI busbw 64 MiB (GB/s) | busbw ratio | Python busbw 64 MiB (GB/s) | Python / C++ |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for path in sorted(glob.glob(os.path.join(out, "shm_*.json"))):
+             "Open MPI busbw 64 MiB (GB/s) | busbw ratio | Python busbw 64 MiB (GB/s) | Python / C++ at 64 MiB | "
+             "Python / C++, worst from 1 MiB | Python / mpi4py, worst from 1 MiB |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    summary = []
+    for path in sorted(glob.glob(os.path.join(out, "shm_*.json")),
+                       key=lambda p: (os.path.basename(p).rsplit("_", 1)[0], int(p.rsplit("_", 1)[1][:-5]))):
         name = os.path.basename(path)[4:-5]
         coll, n = name.rsplit("_", 1)
         shm = json.load(open(path))
@@ -34,17 +52,29 @@ def main() -> None:
         s8, s64 = row_at(shm, 8), row_at(shm, 64 << 20)
         o8, o64 = (row_at(ompi, 8), row_at(ompi, 64 << 20)) if ompi else (None, None)
         py_path = os.path.join(out, f"py_{coll}_{n}.json")
-        p64 = row_at(json.load(open(py_path)), 64 << 20) if os.path.exists(py_path) else None
+        py = json.load(open(py_path)) if os.path.exists(py_path) else []
+        p64 = row_at(py, 64 << 20) if py else None
         # Python's Bcast is in place (mpi4py's signature): compare it with comm-bench's in-place column.
-        c64 = row_at(shm, 64 << 20, in_place=(coll == "broadcast"))
+        bcast = coll == "broadcast"
+        c64 = row_at(shm, 64 << 20, in_place=bcast)
+        py_cpp = min_ratio(py, shm, den_in_place=bcast) if py else None
+        py_mpi = min_ratio(py, ompi) if py and ompi else None
         f = lambda v, p="{:.2f}": "" if v is None else p.format(v)  # noqa: E731
+        w = lambda x: "" if x is None else f"{x[0]:.2f} ({x[1] >> 20} MiB)"  # noqa: E731
         lines.append(f"| {coll} | {n} | {f(s8 and s8['time_us'])} | {f(o8 and o8['time_us'])} | "
                      f"{f(o8 and s8 and o8['time_us'] / s8['time_us'], '{:.2f}x')} | {f(s64 and s64['busbw_gbs'])} | "
                      f"{f(o64 and o64['busbw_gbs'])} | "
                      f"{f(o64 and s64 and s64['busbw_gbs'] / o64['busbw_gbs'], '{:.2f}x')} | "
-                     f"{f(p64 and p64['busbw_gbs'])} | {f(p64 and c64 and p64['busbw_gbs'] / c64['busbw_gbs'], '{:.2f}')} |")
+                     f"{f(p64 and p64['busbw_gbs'])} | {f(p64 and c64 and p64['busbw_gbs'] / c64['busbw_gbs'], '{:.2f}')} | "
+                     f"{w(py_cpp)} | {w(py_mpi)} |")
+        summary.append({"collective": coll, "ranks": int(n), "shm_8B_us": s8 and s8["time_us"],
+                        "ompi_8B_us": o8 and o8["time_us"], "shm_64MiB_busbw": s64 and s64["busbw_gbs"],
+                        "ompi_64MiB_busbw": o64 and o64["busbw_gbs"], "py_64MiB_busbw": p64 and p64["busbw_gbs"],
+                        "py_over_cpp_worst_from_1MiB": py_cpp and py_cpp[0],
+                        "py_over_mpi4py_worst_from_1MiB": py_mpi and py_mpi[0]})
     text = "\n".join(lines) + "\n"
     open(os.path.join(out, "results.md"), "w").write(text)
+    json.dump(summary, open(os.path.join(out, "results.json"), "w"), indent=1)
     print(text)
 
 

@@ -96,6 +96,16 @@ Result<Shape> shape_of(const std::string& c, size_t count, int n) {
                      c.c_str());
 }
 
+// An allreduce of one 8-byte value held on the host, through a buffer of the communicator's memory.
+Status allreduce_scalar(Communicator& comm, void* value, DType d, Op op) {
+  TT_ASSIGN_OR_RETURN(void* buf, comm.alloc_buffer(8));
+  Status s = comm.copy_in(buf, value, 8);
+  if (s.is_ok()) s = comm.allreduce(kInPlace, buf, 1, d, op);
+  if (s.is_ok()) s = comm.copy_out(value, buf, 8);
+  comm.free_buffer(buf);
+  return s;
+}
+
 }  // namespace
 
 Status run_bench(Communicator& comm, const BenchOptions& o) {
@@ -207,7 +217,7 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
       }
       // Mean over ranks of each rank's mean time per operation.
       double t = total / o.iters;
-      TT_TRY(comm.allreduce(kInPlace, &t, 1, DType::kF64, Op::kAvg));
+      TT_TRY(allreduce_scalar(comm, &t, DType::kF64, Op::kAvg));
       times[place] = t;
       // Checked runs: known data, every element compared.
       int64_t bad = o.check > 0 ? 0 : -1;
@@ -248,7 +258,7 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
           }
         }
       }
-      if (bad >= 0) TT_TRY(comm.allreduce(kInPlace, &bad, 1, DType::kI64, Op::kSum));
+      if (bad >= 0) TT_TRY(allreduce_scalar(comm, &bad, DType::kI64, Op::kSum));
       wrong[place] = bad;
     }
     const double size_b = static_cast<double>(count * es);
