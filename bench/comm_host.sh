@@ -33,7 +33,8 @@ for n in $ranks; do
       --json "$OUT/shm_${c}_$n.json" > "$OUT/shm_${c}_$n.log" 2>&1 || tail -3 "$OUT/shm_${c}_$n.log"
     # The Python API (needs the package: pip install . ; PY names the interpreter that has it).
     if "${PY:-python3}" -c "import tiertrain.comm" 2>/dev/null; then
-      timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "${PY:-python3}" bench/py_comm_bench.py -C "$c" "${sweep[@]}" \
+      # A crash prints the Python stack of the rank that crashed (faulthandler); output unbuffered.
+      PYTHONFAULTHANDLER=1 PYTHONUNBUFFERED=1 timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "${PY:-python3}" bench/py_comm_bench.py -C "$c" "${sweep[@]}" \
         --json "$OUT/py_${c}_$n.json" > "$OUT/py_${c}_$n.log" 2>&1 || tail -3 "$OUT/py_${c}_$n.log"
     fi
     if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then

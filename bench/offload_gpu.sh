@@ -40,6 +40,7 @@ for r in ${TT_OFF_RUNS:-in-core cpu-optimizer offload-params offload-params-reco
     offload-params-recompute-speculative)
       run offload-params-recompute-speculative --plan "$OUT/plan_offload_recompute.json" --speculative-update ;;
     offload-all) run offload-all --plan offload-all ;;
+    offload-all-speculative) run offload-all-speculative --plan offload-all --speculative-update ;;
     trace)  # steps 2-4 of the streamed plan with recompute
       "$TT" train "${common[@]}" --steps 4 --plan "$OUT/plan_offload_recompute.json" \
         --trace "$OUT/trace_offload_params_recompute.json" > "$OUT/trace.log" 2>&1 || tail -5 "$OUT/trace.log" ;;
