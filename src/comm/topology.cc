@@ -6,29 +6,23 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+
+#include "core/sysfile.h"
 
 namespace tt::comm {
 namespace {
 
-bool read_file(const std::string& path, std::string* out) {
-  std::ifstream f(path);
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
-  while (!out->empty() && std::isspace(static_cast<unsigned char>(out->back()))) out->pop_back();
-  return true;
-}
+bool read_file(const std::string& path, std::string* out) { return read_small_file(path, out); }
 
 }  // namespace
 
 Result<std::vector<int>> parse_node_list(const std::string& text) {
   std::vector<int> out;
-  std::stringstream ss(text);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
+  for (size_t from = 0; from <= text.size();) {
+    size_t comma = text.find(',', from);
+    if (comma == std::string::npos) comma = text.size();
+    std::string part = text.substr(from, comma - from);
+    from = comma + 1;
     while (!part.empty() && std::isspace(static_cast<unsigned char>(part.back()))) part.pop_back();
     while (!part.empty() && std::isspace(static_cast<unsigned char>(part.front()))) part.erase(part.begin());
     if (part.empty()) continue;
@@ -85,21 +79,22 @@ Result<Topology> read_topology(const std::string& root) {
       }
       if (read_file(dir + "/access0/initiators/read_bandwidth", &text) && !text.empty())
         n.read_bandwidth = std::atoll(text.c_str());
-      if (read_file(dir + "/distance", &text)) {
-        std::stringstream ss(text);
-        int x = 0;
-        while (ss >> x) n.distance.push_back(x);
-      }
+      if (read_file(dir + "/distance", &text))
+        for (long long x : parse_integers(text)) n.distance.push_back(static_cast<int>(x));
       t.nodes.push_back(std::move(n));
     }
     closedir(d);
   }
   std::sort(t.nodes.begin(), t.nodes.end(), [](const NumaNode& a, const NumaNode& b) { return a.id < b.id; });
   {
-    std::ifstream f((root == "/" ? std::string() : root) + "/proc/cpuinfo");
-    std::string line;
+    std::string cpuinfo;
+    if (!read_file((root == "/" ? std::string() : root) + "/proc/cpuinfo", &cpuinfo)) cpuinfo.clear();
     int family = -1, model = -1;
-    while (std::getline(f, line) && (family < 0 || model < 0)) {
+    for (size_t from = 0; from < cpuinfo.size() && (family < 0 || model < 0);) {
+      size_t eol = cpuinfo.find('\n', from);
+      if (eol == std::string::npos) eol = cpuinfo.size();
+      const std::string line = cpuinfo.substr(from, eol - from);
+      from = eol + 1;
       const size_t colon = line.find(':');
       if (colon == std::string::npos) continue;
       std::string key = line.substr(0, colon);

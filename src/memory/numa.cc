@@ -4,9 +4,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "core/sysfile.h"
 
 namespace tt::memory {
 namespace {
@@ -20,8 +24,8 @@ constexpr int kBitsPerLong = 8 * static_cast<int>(sizeof(unsigned long));
 
 bool numa_node_exists(int node) {
   if (node < 0 || node >= kMaxNodes) return false;
-  std::ifstream f("/sys/devices/system/node/node" + std::to_string(node) + "/meminfo");
-  return f.good() || (node == 0 && numa_node_count() == 1);
+  return ::access(("/sys/devices/system/node/node" + std::to_string(node) + "/meminfo").c_str(), R_OK) == 0 ||
+         (node == 0 && numa_node_count() == 1);
 }
 
 int numa_node_count() {
@@ -88,10 +92,10 @@ int node_of_address(void* ptr) {
 int pci_device_numa_node(const std::string& bus_id) {
   std::string id;
   for (char c : bus_id) id += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  std::ifstream f("/sys/bus/pci/devices/" + id + "/numa_node");
-  int node = -1;
-  if (!(f >> node)) return -1;
-  return node;
+  std::string text;
+  if (!read_small_file("/sys/bus/pci/devices/" + id + "/numa_node", &text)) return -1;
+  const std::vector<long long> v = parse_integers(text);
+  return v.empty() ? -1 : static_cast<int>(v[0]);
 }
 
 }  // namespace tt::memory
