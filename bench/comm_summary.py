@@ -1,6 +1,6 @@
 """Table of bench/comm_host.sh: per collective and rank count, tiertrain shm against Open MPI (mpi4py) at 8 B
-(latency) and 64 MiB (busbw), out of place, and tiertrain's Python API against its C++. Writes results.md into the
-folder it reads."""
+(latency) and 64 MiB (busbw), out of place and in place (MPI_Bcast has only the in-place form), and tiertrain's
+Python API against its C++ and against mpi4py. Writes results.md and results.json into the folder it reads."""
 
 from __future__ import annotations
 
@@ -38,9 +38,10 @@ def min_ratio(num, den, num_in_place=False, den_in_place=False, from_bytes=1 << 
 def main() -> None:
     out = sys.argv[1]
     lines = ["| collective | ranks | shm 8 B (us) | Open MPI 8 B (us) | latency ratio | shm busbw 64 MiB (GB/s) | "
-             "Open MPI busbw 64 MiB (GB/s) | busbw ratio | Python busbw 64 MiB (GB/s) | Python / C++ at 64 MiB | "
+             "Open MPI busbw 64 MiB (GB/s) | busbw ratio | in place: shm / Open MPI (GB/s) | in-place ratio | "
+             "Python busbw 64 MiB (GB/s) | Python / C++ at 64 MiB | "
              "Python / C++, worst from 1 MiB | Python / mpi4py, worst from 1 MiB |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     summary = []
     for path in sorted(glob.glob(os.path.join(out, "shm_*.json")),
                        key=lambda p: (os.path.basename(p).rsplit("_", 1)[0], int(p.rsplit("_", 1)[1][:-5]))):
@@ -51,6 +52,8 @@ def main() -> None:
         ompi = json.load(open(ompi_path)) if os.path.exists(ompi_path) else []
         s8, s64 = row_at(shm, 8), row_at(shm, 64 << 20)
         o8, o64 = (row_at(ompi, 8), row_at(ompi, 64 << 20)) if ompi else (None, None)
+        # In place (MPI_Bcast's only form; the out-of-place broadcast adds the root's own copy).
+        si64, oi64 = row_at(shm, 64 << 20, in_place=True), row_at(ompi, 64 << 20, in_place=True) if ompi else None
         py_path = os.path.join(out, f"py_{coll}_{n}.json")
         py = json.load(open(py_path)) if os.path.exists(py_path) else []
         p64 = row_at(py, 64 << 20) if py else None
@@ -65,11 +68,15 @@ def main() -> None:
                      f"{f(o8 and s8 and o8['time_us'] / s8['time_us'], '{:.2f}x')} | {f(s64 and s64['busbw_gbs'])} | "
                      f"{f(o64 and o64['busbw_gbs'])} | "
                      f"{f(o64 and s64 and s64['busbw_gbs'] / o64['busbw_gbs'], '{:.2f}x')} | "
+                     f"{f(si64 and si64['busbw_gbs'])} / {f(oi64 and oi64['busbw_gbs'])} | "
+                     f"{f(oi64 and si64 and si64['busbw_gbs'] / oi64['busbw_gbs'], '{:.2f}x')} | "
                      f"{f(p64 and p64['busbw_gbs'])} | {f(p64 and c64 and p64['busbw_gbs'] / c64['busbw_gbs'], '{:.2f}')} | "
                      f"{w(py_cpp)} | {w(py_mpi)} |")
         summary.append({"collective": coll, "ranks": int(n), "shm_8B_us": s8 and s8["time_us"],
                         "ompi_8B_us": o8 and o8["time_us"], "shm_64MiB_busbw": s64 and s64["busbw_gbs"],
-                        "ompi_64MiB_busbw": o64 and o64["busbw_gbs"], "py_64MiB_busbw": p64 and p64["busbw_gbs"],
+                        "ompi_64MiB_busbw": o64 and o64["busbw_gbs"],
+                        "shm_64MiB_busbw_in_place": si64 and si64["busbw_gbs"],
+                        "ompi_64MiB_busbw_in_place": oi64 and oi64["busbw_gbs"], "py_64MiB_busbw": p64 and p64["busbw_gbs"],
                         "py_over_cpp_worst_from_1MiB": py_cpp and py_cpp[0],
                         "py_over_mpi4py_worst_from_1MiB": py_mpi and py_mpi[0]})
     text = "\n".join(lines) + "\n"

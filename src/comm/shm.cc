@@ -29,18 +29,25 @@ namespace tt::comm {
 namespace {
 
 // Note [shm rounds]
-// Every collective is a sequence of rounds (one per chunk of at most buffer_bytes; a barrier is one round with no
-// data). Round numbers count up over the life of the communicator, alike on every rank. In round r each rank:
-//  1. waits until every peer's `consumed` is >= r - 1: they have finished reading its areas of the previous round;
-//  2. copies its input into its own input area, describes the operation in its `meta` and sets `arrived` = r;
-//  3. waits until every peer's `arrived` is >= r, and checks every peer's `meta` against its own (a mismatch is an
-//     error on every rank, before any data is read);
-//  4. reads its peers' input areas (and, for large reductions, reduces its slice into its result area, sets
+// Every collective is a sequence of rounds (one per chunk of at most half a data area; a barrier is one round with
+// no data). Round numbers count up over the life of the communicator, alike on every rank. Each segment's two data
+// areas (input, result) and its `meta` are in two halves, and round r uses half r % 2, so that a rank can fill its
+// next round's input while its peers still read this round's (pipelining: the root of a broadcast copies chunk r + 1
+// in while the others copy chunk r out). In round r each rank:
+//  1. waits until every peer's `consumed` is >= r - 2: they have finished reading its half r % 2 (last used in
+//     round r - 2). (Step 3 of round r - 1 implies it, since no rank arrives at r - 1 before it has finished r - 2;
+//     the wait states the invariant and costs a few loads.)
+//  2. copies its input into its input half, describes the operation in its meta half and sets `arrived` = r;
+//  3. waits until every peer's `arrived` is >= r, and checks every peer's meta half against its own (a mismatch is
+//     an error on every rank, before any data is read);
+//  4. reads its peers' input halves (and, for large reductions, reduces its slice into its result half, sets
 //     `reduced` = r, waits for every peer's `reduced` and reads their slices);
 //  5. sets `consumed` = r.
 // Every flag has one writer (its owner), a cache line of its own, and is written with release and read with acquire
 // order, so the data written before it is visible to whoever sees it. No round ends with a barrier: the wait of
-// step 1 is the only thing a rank waits for before reusing its areas.
+// step 1 is the only thing a rank waits for before reusing a half. A peer cannot be more than one round ahead of a
+// rank that has not finished round r (it would need that rank's `consumed` >= r to start round r + 2), so the meta
+// half a rank checks in round r is the one its peers wrote for round r.
 constexpr uint64_t kMagic = 0x7474636f6d6d3031ull;  // "ttcomm01"
 
 struct alignas(64) Flag {
@@ -68,7 +75,7 @@ struct alignas(64) Header {
   char pad[64 - 32];
   Flag arrived, reduced, consumed;
   Flag aborted;  // 1 once this rank has given up on an error: its peers fail at once instead of at the deadline
-  Meta meta;
+  Meta meta[2];  // the operation of the round that uses each half
 };
 static_assert(sizeof(Header) % 64 == 0);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
@@ -115,8 +122,10 @@ class ShmComm final : public Communicator {
 
  private:
   Header* hdr(int r) const { return static_cast<Header*>(maps_[static_cast<size_t>(r)]); }
-  char* input(int r) const { return reinterpret_cast<char*>(hdr(r)) + sizeof(Header); }
-  char* result(int r) const { return input(r) + opt_.buffer_bytes; }
+  // The halves of rank r's areas that the current round uses (Note [shm rounds]), half_bytes() each.
+  char* input(int r) const { return reinterpret_cast<char*>(hdr(r)) + sizeof(Header) + half_ * half_bytes(); }
+  char* result(int r) const { return reinterpret_cast<char*>(hdr(r)) + sizeof(Header) + opt_.buffer_bytes + half_ * half_bytes(); }
+  size_t half_bytes() const { return opt_.buffer_bytes / 2 / 64 * 64; }
   std::string segment_path(int r) const;
   void unlink_own();
 
@@ -159,6 +168,7 @@ class ShmComm final : public Communicator {
   std::string own_name_;
   std::atomic<int64_t> seq_{0};  // collectives started (read by sequence() from any thread)
   int64_t round_ = 0;  // rounds started
+  size_t half_ = 0;    // the half of the areas the current round uses (round_ % 2)
   Meta cur_{};         // the collective in progress
   std::string broken_;
   std::string placement_ = "where first touched";
@@ -194,9 +204,9 @@ Status ShmComm::init() {
   seg_bytes_ = sizeof(Header) + 2 * opt_.buffer_bytes;
   if (const char* j = std::getenv("TIERTRAIN_COMM_JITTER_US")) jitter_us_ = std::atoll(j);
   // scatter, reduce_scatter and alltoall put one piece per rank in an area: at least a 64-byte line each.
-  TT_RETURN_IF(opt_.buffer_bytes < 64 * static_cast<size_t>(size_), kInvalidArgument,
-               "shm communicator: TIERTRAIN_COMM_BUFFER=%zu is too small for %d ranks (at least 64 bytes a rank: %zu)",
-               opt_.buffer_bytes, size_, 64 * static_cast<size_t>(size_));
+  TT_RETURN_IF(half_bytes() < 64 * static_cast<size_t>(size_), kInvalidArgument,
+               "shm communicator: TIERTRAIN_COMM_BUFFER=%zu is too small for %d ranks (at least 128 bytes a rank: %zu)",
+               opt_.buffer_bytes, size_, 128 * static_cast<size_t>(size_));
   // Room for the segments where they go (a container's /dev/shm is 64 MB by default). Each rank reserves its own
   // segment's blocks (fallocate, below) before touching them: tmpfs accepts a file larger than its free space and
   // then kills the process that touches the missing pages. The message says what the whole job needs.
@@ -456,7 +466,7 @@ Status ShmComm::wait_all(Flag Header::*flag, int64_t target, const char* what, i
 Status ShmComm::check_metas() {
   std::string misuse;
   for (int r = 0; r < size_; ++r) {
-    const int32_t m = r == rank_ ? cur_.misuse : hdr(r)->meta.misuse;
+    const int32_t m = r == rank_ ? cur_.misuse : hdr(r)->meta[half_].misuse;
     if (m != kNoMisuse) misuse += str_format("%srank %d %s", misuse.empty() ? "" : "; ", r, misuse_text(m));
   }
   if (!misuse.empty())
@@ -466,7 +476,7 @@ Status ShmComm::check_metas() {
   std::string diffs;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    const Meta& m = hdr(r)->meta;
+    const Meta& m = hdr(r)->meta[half_];
     std::string d;
     if (m.seq != cur_.seq) d += str_format(" collective #%lld", static_cast<long long>(m.seq));
     if (m.kind != cur_.kind) d += str_format(" %s", kind_name(m.kind));
@@ -489,14 +499,16 @@ template <typename Fill, typename Work>
 Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   const int64_t r = ++round_;
   Header* me = hdr(rank_);
-  if (size_ > 1) TT_TRY(wait_all(&Header::consumed, r - 1, "waiting for the previous round's reads"));
+  half_ = static_cast<size_t>(r % 2);
+  if (size_ > 1) TT_TRY(wait_all(&Header::consumed, r - 2, "waiting for the reads of round r - 2"));
   jitter(r);
   fill(input(rank_));
   cur_.round = r;
-  me->meta = cur_;
+  me->meta[half_] = cur_;
   me->arrived.value.store(r, std::memory_order_release);
   if (size_ > 1) TT_TRY(wait_all(&Header::arrived, r, "waiting for the ranks to arrive"));
   TT_TRY(check_metas());
+  jitter(3 * r + 1);  // (tests) readers late too, so that a writer that does not wait for them overwrites their data
   TT_TRY(work(r));
   me->consumed.value.store(r, std::memory_order_release);
   return Status::ok();
@@ -516,7 +528,7 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
   const size_t es = dtype_size(dtype);
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
-  const size_t c = chunk_elems(opt_.buffer_bytes, es, 1);
+  const size_t c = chunk_elems(half_bytes(), es, 1);
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
     TT_TRY(round(rank_ == root ? src + off * es : nullptr, rank_ == root ? bytes : 0, [&](int64_t) {
@@ -536,7 +548,7 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
   const size_t es = dtype_size(dtype);
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
-  const size_t c = chunk_elems(opt_.buffer_bytes, es, 1);
+  const size_t c = chunk_elems(half_bytes(), es, 1);
   std::vector<const void*> srcs(static_cast<size_t>(size_));
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
@@ -586,7 +598,7 @@ Status ShmComm::do_gather(const void* send, void* recv, size_t count, DType dtyp
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
   const char* src = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : static_cast<const char*>(send);
-  const size_t c = chunk_elems(opt_.buffer_bytes, es, 1);
+  const size_t c = chunk_elems(half_bytes(), es, 1);
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
     TT_TRY(round(src + off * es, bytes, [&](int64_t) {
@@ -604,7 +616,7 @@ Status ShmComm::do_allgather(const void* send, void* recv, size_t count, DType d
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
   const char* src = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : static_cast<const char*>(send);
-  const size_t c = chunk_elems(opt_.buffer_bytes, es, 1);
+  const size_t c = chunk_elems(half_bytes(), es, 1);
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
     TT_TRY(round(src + off * es, bytes, [&](int64_t) {
@@ -624,7 +636,7 @@ Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dty
   char* dst = static_cast<char*>(recv);
   // In place at the root: recv holds all size() * count elements and the root's own piece stays where it is.
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
-  const size_t c = chunk_elems(opt_.buffer_bytes, es, static_cast<size_t>(size_));
+  const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
     // The root lays out the n-element chunk of every rank's piece, one after the other.
@@ -648,7 +660,7 @@ Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DT
   char* dst = static_cast<char*>(recv);
   // In place (send == kInPlace): recv holds size() * count and this rank's result goes to its own piece.
   char* out = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : dst;
-  const size_t c = chunk_elems(opt_.buffer_bytes, es, static_cast<size_t>(size_));
+  const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
   std::vector<const void*> srcs(static_cast<size_t>(size_));
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
@@ -668,7 +680,7 @@ Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dt
   const size_t es = dtype_size(dtype);
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
-  const size_t c = chunk_elems(opt_.buffer_bytes, es, static_cast<size_t>(size_));
+  const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
   for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
     const size_t n = std::min(c, count - off), bytes = n * es;
     const auto pieces = [&](char* area) { lay_out_pieces(area, src, count, off, bytes, es); };

@@ -550,10 +550,11 @@ Job launch(int ranks, const std::string& scenario, const std::string& env = "") 
 class CommRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(CommRanks, EveryCollectiveDtypeOpAndSizeIsRight) {
-  // 128 KiB areas: the large size takes several rounds, and those of more than 64 KiB take the split reduction.
+  // 256 KiB areas (rounds of 128 KiB halves): the large size takes several rounds, and those of more than 64 KiB
+  // take the split reduction.
   // Jitter: each rank waits a rank- and round-dependent time before each of its writes, so that a rank reading
   // before its peers have written (a missing wait) reads stale data.
-  const Job j = launch(GetParam(), "collectives", "TIERTRAIN_COMM_BUFFER=131072 TIERTRAIN_COMM_JITTER_US=20");
+  const Job j = launch(GetParam(), "collectives", "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20");
   EXPECT_EQ(j.code, 0) << j.output;
   EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
 }
@@ -739,7 +740,7 @@ TEST(CommMpi, MismatchesAndMisuseAreErrorsOnEveryRank) {
 // shm under mpirun: MPI gives the ranks and carries the job id.
 TEST(CommMpi, ShmBootstrappedByMpirun) {
   SKIP_IF_MISSING(missing_mpirun());
-  const Job j = mpirun(3, "collectives", "TIERTRAIN_COMM_BACKEND=shm TIERTRAIN_COMM_BUFFER=131072");
+  const Job j = mpirun(3, "collectives", "TIERTRAIN_COMM_BACKEND=shm TIERTRAIN_COMM_BUFFER=262144");
   EXPECT_EQ(j.code, 0) << j.output;
   EXPECT_NE(j.output.find("backend shm"), std::string::npos) << j.output;
 }
