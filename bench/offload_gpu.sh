@@ -7,7 +7,8 @@
 #   bench/offload_gpu.sh OUTDIR [DATA]
 # TT_OFF_LAYERS, TT_OFF_DIM, TT_OFF_HEADS, TT_OFF_SEQ, TT_OFF_BATCH, TT_OFF_STEPS change the model and the run;
 # TT_OFF_LR the learning rate (default 3e-4); TT_OFF_RUNS picks runs (default: in-core cpu-optimizer offload-params
-# offload-params-recompute offload-params-recompute-speculative offload-all trace).
+# offload-params-recompute offload-params-recompute-speculative offload-all trace; also offload-all-speculative,
+# offload-params-recompute-noclip, offload-params-recompute-speculative-noclip).
 set -euo pipefail
 OUT=${1:?usage: bench/offload_gpu.sh OUTDIR [DATA]}
 DATA=${2:-/usr/share/games/fortunes}
@@ -41,6 +42,13 @@ for r in ${TT_OFF_RUNS:-in-core cpu-optimizer offload-params offload-params-reco
       run offload-params-recompute-speculative --plan "$OUT/plan_offload_recompute.json" --speculative-update ;;
     offload-all) run offload-all --plan offload-all ;;
     offload-all-speculative) run offload-all-speculative --plan offload-all --speculative-update ;;
+    # The clip off (--grad-clip 0): every speculated update is kept, as in training whose norms stay under the clip;
+    # the pair shows what the speculation gains when it holds.
+    offload-params-recompute-noclip)
+      run offload-params-recompute-noclip --plan "$OUT/plan_offload_recompute.json" --grad-clip 0 ;;
+    offload-params-recompute-speculative-noclip)
+      run offload-params-recompute-speculative-noclip --plan "$OUT/plan_offload_recompute.json" --grad-clip 0 \
+        --speculative-update ;;
     trace)  # steps 2-4 of the streamed plan with recompute
       "$TT" train "${common[@]}" --steps 4 --plan "$OUT/plan_offload_recompute.json" \
         --trace "$OUT/trace_offload_params_recompute.json" > "$OUT/trace.log" 2>&1 || tail -5 "$OUT/trace.log" ;;

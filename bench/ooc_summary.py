@@ -50,7 +50,9 @@ def main() -> None:
                      "act_over_left": act / left if left > 0 else None,
                      "full_state_over_budget": full_state / dev["budget"] if full_state else None,
                      "pinned_gib": hp.get("slab_bytes", 0) / GIB, "held_gib": hp.get("peak_held_bytes", 0) / GIB,
-                     "allocs_after_warmup": allocs, "transfers": j.get("transfers_per_step")})
+                     "allocs_after_warmup": allocs, "transfers": j.get("transfers_per_step"),
+                     "speculation": j.get("speculation"),
+                     "grad_clip": j.get("config", {}).get("grad_clip")})
     for name in ("in-core", "save_on_cpu"):
         j = load(os.path.join(out, f"torch_{name}.json"))
         if j is None:
@@ -63,15 +65,16 @@ def main() -> None:
     fmt = lambda v, f="{:.2f}": "" if v is None else f.format(v)  # noqa: E731
     lines = ["| run | ms/step | tokens/s | vs tiertrain in-core | device peak GiB | budget GiB | model state GiB | "
              "activations / (budget - state) | in-core model state / budget | host pinned / held GiB | "
-             "allocations after step 1 (dev, host) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+             "allocations after step 1 (dev, host) | grad clip | speculated updates kept / redone |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |"]
     for r in rows:
         a = r.get("allocs_after_warmup") or {}
         lines.append(f"| {r['impl']} | {r['ms']:.1f} | {r['tokens_per_s']:,.0f} | {fmt(r['vs_in_core'])} | "
                      f"{r['peak_gib']:.2f} | {fmt(r.get('budget_gib'))} | {fmt(r.get('state_gib'))} | "
                      f"{fmt(r.get('act_over_left'), '{:.1f}x')} | {fmt(r.get('full_state_over_budget'), '{:.1f}x')} | "
                      f"{fmt(r.get('pinned_gib'))} / {fmt(r.get('held_gib'))} | "
-                     f"{a.get('device', '')}, {a.get('host', '')} |")
+                     f"{a.get('device', '')}, {a.get('host', '')} | {fmt(r.get('grad_clip'), '{:g}')} | "
+                     + (f"{r['speculation']['kept']} / {r['speculation']['redone']} |" if r.get("speculation") else " |"))
     text = "\n".join(lines) + "\n"
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(text)

@@ -537,6 +537,8 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                   {"median_tokens_per_s", summary.median_tokens_per_s},
                   {"tokens_per_step", static_cast<int64_t>(cfg_.batch) * cfg_.model.seq},
                   {"wall_s", summary.wall_s}};
+  if (cfg_.speculative_update)  // Note [speculative update]: segment updates kept and redone over the run
+    j["speculation"] = {{"kept", opt_->speculation_kept()}, {"redone", opt_->speculation_redone()}};
   if (profiler_->steps() > 0) {
     nlohmann::json prof = nlohmann::json::object();
     for (const auto& [name, ms] : profiler_->totals_ms()) prof[name] = ms / profiler_->steps();

@@ -273,8 +273,12 @@ void AdamW::step_on_cpu(float lr) {
   d2h.record(*grads_out_);
   host.wait(*grads_out_);
   // Note [speculative update]: from the current set into the other one, which becomes current (the model's uploads
-  // enqueued from now on read it); without speculation both are the same set, updated in place.
-  const HostState from = sets_[cur_], to = sets_[cur_ ^ 1];
+  // enqueued from now on read it), when some segment was speculated this step; otherwise (speculation off, or not
+  // tried this step) the current set is updated in place: an update into the other set would move more memory (its
+  // lines are read before they are written), and the host update is bound by memory bandwidth.
+  bool speculated = false;
+  for (const Segment& seg : segments_) speculated = speculated || seg.speculated;
+  const HostState from = sets_[cur_], to = speculated ? sets_[cur_ ^ 1] : sets_[cur_];
   for (Segment& seg : segments_) {
     const int c2 = prof_ ? prof_->span_begin(host, seg.name.c_str(), 0) : -1;
     // The master and, with bf16 compute, its bf16 copy in the same pass (Note [master on host]). A speculated
@@ -310,7 +314,7 @@ void AdamW::step_on_cpu(float lr) {
     h2d.record(*seg.in);
   }
   prepared_ = false;
-  if (hyper_.speculate) {
+  if (speculated) {
     cur_ ^= 1;
     gpt_.set_host_copies(to.master, to.bf16 ? static_cast<void*>(to.bf16) : static_cast<void*>(to.master));
   }
