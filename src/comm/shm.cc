@@ -34,21 +34,19 @@ namespace {
 // areas (input, result) and its `meta` are in two halves, and round r uses half r % 2, so that a rank can fill its
 // next round's input while its peers still read this round's (pipelining: the root of a broadcast copies chunk r + 1
 // in while the others copy chunk r out). In round r each rank:
-//  1. waits until every peer's `consumed` is >= r - 2: they have finished reading its half r % 2 (last used in
-//     round r - 2). (Step 3 of round r - 1 implies it, since no rank arrives at r - 1 before it has finished r - 2;
-//     the wait states the invariant and costs a few loads.)
-//  2. copies its input into its input half, describes the operation in its meta half and sets `arrived` = r;
-//  3. waits until every peer's `arrived` is >= r, and checks every peer's meta half against its own (a mismatch is
+//  1. copies its input into its input half, describes the operation in its meta half and sets `arrived` = r;
+//  2. waits until every peer's `arrived` is >= r, and checks every peer's meta half against its own (a mismatch is
 //     an error on every rank, before any data is read);
-//  4. reads its peers' input halves (and, for large reductions, reduces its slice into its result half, sets
-//     `reduced` = r, waits for every peer's `reduced` and reads their slices);
-//  5. sets `consumed` = r.
+//  3. reads its peers' input halves (and, for large reductions, reduces its slice into its result half, sets
+//     `reduced` = r, waits for every peer's `reduced` and reads their slices).
 // Every flag has one writer (its owner), a cache line of its own, and is written with release and read with acquire
-// order, so the data written before it is visible to whoever sees it. No round ends with a barrier: the wait of
-// step 1 is the only thing a rank waits for before reusing a half. A peer cannot be more than one round ahead of a
-// rank that has not finished round r (it would need that rank's `consumed` >= r to start round r + 2), so the meta
-// half a rank checks in round r is the one its peers wrote for round r.
-constexpr uint64_t kMagic = 0x7474636f6d6d3031ull;  // "ttcomm01"
+// order, so the data written before it is visible to whoever sees it. Nothing waits for the readers of a half before
+// it is written again, and nothing needs to: a rank writes half h in rounds r and r + 2 only, and before it writes
+// it in round r + 2 it has seen every peer arrive at round r + 1, which no peer does before it has finished round r
+// (its reads of half h included). For the same reason a peer is never more than one round ahead of a rank still in
+// round r, so the meta half a rank checks in round r is the one its peers wrote for round r. No round ends with a
+// barrier.
+constexpr uint64_t kMagic = 0x7474636f6d6d3032ull;  // "ttcomm02" (the layout of Note [shm rounds] with halves)
 
 struct alignas(64) Flag {
   std::atomic<int64_t> value;
@@ -73,7 +71,7 @@ struct alignas(64) Header {
   int64_t pid;
   uint64_t buffer_bytes;
   char pad[64 - 32];
-  Flag arrived, reduced, consumed;
+  Flag arrived, reduced;
   Flag aborted;  // 1 once this rank has given up on an error: its peers fail at once instead of at the deadline
   Meta meta[2];  // the operation of the round that uses each half
 };
@@ -284,7 +282,6 @@ Status ShmComm::init() {
     h->buffer_bytes = opt_.buffer_bytes;
     h->arrived.value.store(0, std::memory_order_relaxed);
     h->reduced.value.store(0, std::memory_order_relaxed);
-    h->consumed.value.store(0, std::memory_order_relaxed);
     h->magic.store(kMagic, std::memory_order_release);
   }
   // The peers' segments, as they appear (the rendezvous), within the deadline.
@@ -500,7 +497,6 @@ Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   const int64_t r = ++round_;
   Header* me = hdr(rank_);
   half_ = static_cast<size_t>(r % 2);
-  if (size_ > 1) TT_TRY(wait_all(&Header::consumed, r - 2, "waiting for the reads of round r - 2"));
   jitter(r);
   fill(input(rank_));
   cur_.round = r;
@@ -510,7 +506,6 @@ Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   TT_TRY(check_metas());
   jitter(3 * r + 1);  // (tests) readers late too, so that a writer that does not wait for them overwrites their data
   TT_TRY(work(r));
-  me->consumed.value.store(r, std::memory_order_release);
   return Status::ok();
 }
 
