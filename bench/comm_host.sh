@@ -29,6 +29,16 @@ for n in $ranks; do
   [ "$n" -gt "$cores" ] && mpirun_flags=(--use-hwthread-cpus --bind-to hwthread --map-by hwthread)
   [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
   for c in ${TT_COMM_COLLECTIVES:-allreduce broadcast gather allgather}; do
+    # Latency: the smallest sizes, many iterations after many warm-up ones (the first size of a sweep otherwise
+    # carries the libraries' first-call costs), for each of the three.
+    lat=(-b 8 -e 64 -f 2 -n 2000 -w 200)
+    [ "$c" = gather ] || [ "$c" = allgather ] && lat=(-b $((8 * n)) -e $((64 * n)) -f 2 -n 2000 -w 200)
+    timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${lat[@]}" -c 1 \
+      --json "$OUT/shm_lat_${c}_$n.json" > "$OUT/shm_lat_${c}_$n.log" 2>&1 || tail -3 "$OUT/shm_lat_${c}_$n.log"
+    if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
+      timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${lat[@]}" \
+        --json "$OUT/ompi_lat_${c}_$n.json" > "$OUT/ompi_lat_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompi_lat_${c}_$n.log"
+    fi
     timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${sweep[@]}" -c 1 \
       --json "$OUT/shm_${c}_$n.json" > "$OUT/shm_${c}_$n.log" 2>&1 || tail -3 "$OUT/shm_${c}_$n.log"
     # The Python API (needs the package: pip install . ; PY names the interpreter that has it).

@@ -37,13 +37,13 @@ def min_ratio(num, den, num_in_place=False, den_in_place=False, from_bytes=1 << 
 
 def main() -> None:
     out = sys.argv[1]
-    lines = ["| collective | ranks | shm 8 B (us) | Open MPI 8 B (us) | latency ratio | shm busbw 64 MiB (GB/s) | "
+    lines = ["| collective | ranks | shm latency (us) | Open MPI latency (us) | latency ratio | shm busbw 64 MiB (GB/s) | "
              "Open MPI busbw 64 MiB (GB/s) | busbw ratio | in place: shm / Open MPI (GB/s) | in-place ratio | "
              "Python busbw 64 MiB (GB/s) | Python / C++ at 64 MiB | "
              "Python / C++, worst from 1 MiB | Python / mpi4py, worst from 1 MiB |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     summary = []
-    for path in sorted(glob.glob(os.path.join(out, "shm_*.json")),
+    for path in sorted((p for p in glob.glob(os.path.join(out, "shm_*.json")) if "_lat_" not in p),
                        key=lambda p: (os.path.basename(p).rsplit("_", 1)[0], int(p.rsplit("_", 1)[1][:-5]))):
         name = os.path.basename(path)[4:-5]
         coll, n = name.rsplit("_", 1)
@@ -52,6 +52,15 @@ def main() -> None:
         ompi = json.load(open(ompi_path)) if os.path.exists(ompi_path) else []
         s8, s64 = row_at(shm, 8), row_at(shm, 64 << 20)
         o8, o64 = (row_at(ompi, 8), row_at(ompi, 64 << 20)) if ompi else (None, None)
+        # Latency from the dedicated runs (many iterations of the smallest sizes) where there are some: the
+        # smallest size of each.
+        lat = lambda prefix: (json.load(open(p)) if os.path.exists(p := os.path.join(out, f"{prefix}_lat_{coll}_{n}.json"))  # noqa: E731
+                              else None)
+        sl, ol = lat("shm"), lat("ompi")
+        if sl:
+            s8 = min(sl, key=lambda r: (r["size"], r.get("in_place", False)))
+        if ol:
+            o8 = min(ol, key=lambda r: (r["size"], r.get("in_place", False)))
         # In place (MPI_Bcast's only form; the out-of-place broadcast adds the root's own copy).
         si64, oi64 = row_at(shm, 64 << 20, in_place=True), row_at(ompi, 64 << 20, in_place=True) if ompi else None
         py_path = os.path.join(out, f"py_{coll}_{n}.json")
