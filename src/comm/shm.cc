@@ -35,8 +35,8 @@ namespace {
 // next round's input while its peers still read this round's (pipelining: the root of a broadcast copies chunk r + 1
 // in while the others copy chunk r out). In round r each rank:
 //  1. copies its input into its input half, describes the operation in its meta half and sets `arrived` = r;
-//  2. waits until every peer's `arrived` is >= r, and checks every peer's meta half against its own (a mismatch is
-//     an error on every rank, before any data is read);
+//  2. waits until every peer's `arrived` is >= r, and checks every peer's description against its own (a mismatch
+//     is an error on every rank, before any data is read; Note [arrival line]);
 //  3. reads its peers' input halves (and, for large reductions, reduces its slice into its result half, sets
 //     `reduced` = r, waits for every peer's `reduced` and reads their slices).
 // Every flag has one writer (its owner), a cache line of its own, and is written with release and read with acquire
@@ -46,12 +46,22 @@ namespace {
 // (its reads of half h included). For the same reason a peer is never more than one round ahead of a rank still in
 // round r, so the meta half a rank checks in round r is the one its peers wrote for round r. No round ends with a
 // barrier.
-constexpr uint64_t kMagic = 0x7474636f6d6d3032ull;  // "ttcomm02" (the layout of Note [shm rounds] with halves)
+constexpr uint64_t kMagic = 0x7474636f6d6d3033ull;  // "ttcomm03": halves (Note [shm rounds]), arrival lines
 
 struct alignas(64) Flag {
   std::atomic<int64_t> value;
   char pad[64 - sizeof(std::atomic<int64_t>)];
 };
+
+// The `arrived` flag of a rank, with a copy of its round's description in the same cache line: the common case of
+// step 2 of Note [shm rounds] reads one line per peer (Note [arrival line]).
+struct alignas(64) Arrival {
+  std::atomic<int64_t> value;
+  std::atomic<int64_t> seq;
+  std::atomic<uint64_t> count;
+  std::atomic<int64_t> packed;  // kind, dtype, op, misuse (a byte each) and root (the upper 32 bits)
+};
+static_assert(sizeof(Arrival) == 64);
 
 struct alignas(64) Meta {
   int64_t round;
@@ -71,7 +81,8 @@ struct alignas(64) Header {
   int64_t pid;
   uint64_t buffer_bytes;
   char pad[64 - 32];
-  Flag arrived, reduced;
+  Arrival arrived;
+  Flag reduced;
   Flag aborted;  // 1 once this rank has given up on an error: its peers fail at once instead of at the deadline
   Meta meta[2];  // the operation of the round that uses each half
 };
@@ -144,7 +155,8 @@ class ShmComm final : public Communicator {
   Status round_fill(Fill&& fill, Work&& work);
   // Waits until flag(peer) >= target for every peer (or for `only` if >= 0); on a timeout or a dead peer, an error
   // naming them, and the communicator is broken.
-  Status wait_all(Flag Header::*flag, int64_t target, const char* what, int only = -1);
+  template <typename F>
+  Status wait_all(F Header::*flag, int64_t target, const char* what, int only = -1);
   Status fail(Status s) {
     broken_ = s.message();
     hdr(rank_)->aborted.value.store(1, std::memory_order_release);
@@ -404,7 +416,8 @@ Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, 
   return Status::ok();
 }
 
-Status ShmComm::wait_all(Flag Header::*flag, int64_t target, const char* what, int only) {
+template <typename F>
+Status ShmComm::wait_all(F Header::*flag, int64_t target, const char* what, int only) {
   const auto start = std::chrono::steady_clock::now();
   auto next_liveness = start + std::chrono::milliseconds(100);
   for (uint64_t spin = 0;; ++spin) {
@@ -460,7 +473,34 @@ Status ShmComm::wait_all(Flag Header::*flag, int64_t target, const char* what, i
   }
 }
 
+// Note [arrival line]
+// A rank writes its round's description (seq, count, kind, dtype, op, root, misuse) into its arrival line with
+// relaxed stores, then `arrived` = r with release. Having seen every peer's `arrived` >= r, a rank compares the
+// descriptions there with its own; if all are equal and no rank (itself included) reports a misuse, the round checks
+// out. The line may already hold a peer's next round (a peer can be one round ahead, and its stores may be seen
+// half done), but a peer only gets ahead after its own check of round r passed against this rank's description, so
+// a peer that is ahead agrees with this rank about round r. Whatever it reads there, the fast check passes only if
+// the round checks out; when it does not pass, the full check reads the meta halves (which hold round r's
+// descriptions, Note [shm rounds]) and names the ranks and fields that differ.
+static int64_t pack_description(const Meta& m) {
+  return (static_cast<int64_t>(m.kind) & 0xff) | (static_cast<int64_t>(m.dtype) & 0xff) << 8 |
+         (static_cast<int64_t>(m.op) & 0xff) << 16 | (static_cast<int64_t>(m.misuse) & 0xff) << 24 |
+         static_cast<int64_t>(static_cast<uint32_t>(m.root)) << 32;
+}
+
 Status ShmComm::check_metas() {
+  if (cur_.misuse == kNoMisuse) {
+    const int64_t packed = pack_description(cur_);
+    bool same = true;
+    for (int r = 0; r < size_ && same; ++r) {
+      if (r == rank_) continue;
+      const Arrival& a = hdr(r)->arrived;
+      same = a.seq.load(std::memory_order_relaxed) == cur_.seq &&
+             a.count.load(std::memory_order_relaxed) == cur_.count &&
+             a.packed.load(std::memory_order_relaxed) == packed;
+    }
+    if (same) return Status::ok();
+  }
   std::string misuse;
   for (int r = 0; r < size_; ++r) {
     const int32_t m = r == rank_ ? cur_.misuse : hdr(r)->meta[half_].misuse;
@@ -501,6 +541,9 @@ Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   fill(input(rank_));
   cur_.round = r;
   me->meta[half_] = cur_;
+  me->arrived.seq.store(cur_.seq, std::memory_order_relaxed);
+  me->arrived.count.store(cur_.count, std::memory_order_relaxed);
+  me->arrived.packed.store(pack_description(cur_), std::memory_order_relaxed);
   me->arrived.value.store(r, std::memory_order_release);
   if (size_ > 1) TT_TRY(wait_all(&Header::arrived, r, "waiting for the ranks to arrive"));
   TT_TRY(check_metas());
