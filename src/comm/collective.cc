@@ -4,6 +4,29 @@
 
 namespace tt::comm {
 
+Args in_place_form(Kind k, int rank, int root, size_t n, DType d, const void* s, void* r) {
+  if (s == kInPlace || s == nullptr || r == nullptr) return {s, r};
+  const size_t own = static_cast<size_t>(rank) * n * dtype_size(d);
+  switch (k) {
+    case kAllreduce:
+    case kBroadcast:
+    case kReduce:
+    case kScatter:
+    case kAlltoall:
+      if (s == r && (k != kScatter || rank == root)) return {kInPlace, r};
+      break;
+    case kAllgather:
+    case kGather:
+      if (s == static_cast<const char*>(r) + own && (k != kGather || rank == root)) return {kInPlace, r};
+      break;
+    case kReduceScatter:
+      if (r == static_cast<const char*>(s) + own) return {kInPlace, const_cast<void*>(s)};
+      break;
+    default: break;
+  }
+  return {s, r};
+}
+
 void describe(int64_t* out, int64_t seq, int64_t kind, size_t count, DType d, Op op, int root, int64_t misuse) {
   const bool reduces = kind == kReduce || kind == kAllreduce || kind == kReduceScatter;
   out[0] = seq;

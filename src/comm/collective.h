@@ -32,6 +32,16 @@ inline const char* misuse_text(int64_t m) {
                                  : "";
 }
 
+// The aliased in-place forms of comm.h, as the backends take them (send == kInPlace): send == recv; for allgather,
+// and for gather at its root, send == recv + rank * count; for reduce_scatter, recv == send + rank * count (recv
+// becomes the whole buffer). Elsewhere aliasing is not in place (a non-root's gather buffer is not read). The
+// Communicator's public calls apply it, so backends see only kInPlace.
+struct Args {
+  const void* s;
+  void* r;
+};
+Args in_place_form(Kind k, int rank, int root, size_t count, DType d, const void* s, void* r);
+
 // What the backends without shm's shared headers (mpi, nccl) exchange before every call, by an allgather of
 // kDescriptionWords int64 per rank, so that disagreeing ranks get an error on every rank instead of a hang or a wrong
 // answer: sequence number, kind, count, dtype, op, root, misuse. Fields a kind does not use are zeroed.

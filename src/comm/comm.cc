@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/collective.h"
 #include "comm/nccl.h"
 #include "comm/shm.h"
 #ifdef TIERTRAIN_HAVE_MPI
@@ -169,58 +170,6 @@ Status Communicator::run(std::function<Status()> op) {
   return op();
 }
 
-Status Communicator::barrier() { return run([=, this] { return do_barrier(); }); }
-Status Communicator::broadcast(const void* s, void* r, size_t n, DType d, int root) {
-  return run([=, this] { return do_broadcast(s, r, n, d, root); });
-}
-Status Communicator::reduce(const void* s, void* r, size_t n, DType d, Op op, int root) {
-  return run([=, this] { return do_reduce(s, r, n, d, op, root); });
-}
-Status Communicator::allreduce(const void* s, void* r, size_t n, DType d, Op op) {
-  return run([=, this] { return do_allreduce(s, r, n, d, op); });
-}
-Status Communicator::gather(const void* s, void* r, size_t n, DType d, int root) {
-  return run([=, this] { return do_gather(s, r, n, d, root); });
-}
-Status Communicator::scatter(const void* s, void* r, size_t n, DType d, int root) {
-  return run([=, this] { return do_scatter(s, r, n, d, root); });
-}
-Status Communicator::allgather(const void* s, void* r, size_t n, DType d) {
-  return run([=, this] { return do_allgather(s, r, n, d); });
-}
-Status Communicator::reduce_scatter(const void* s, void* r, size_t n, DType d, Op op) {
-  return run([=, this] { return do_reduce_scatter(s, r, n, d, op); });
-}
-Status Communicator::alltoall(const void* s, void* r, size_t n, DType d) {
-  return run([=, this] { return do_alltoall(s, r, n, d); });
-}
-
-Request Communicator::ibarrier() { return submit([=, this] { return do_barrier(); }); }
-Request Communicator::ibroadcast(const void* s, void* r, size_t n, DType d, int root) {
-  return submit([=, this] { return do_broadcast(s, r, n, d, root); });
-}
-Request Communicator::ireduce(const void* s, void* r, size_t n, DType d, Op op, int root) {
-  return submit([=, this] { return do_reduce(s, r, n, d, op, root); });
-}
-Request Communicator::iallreduce(const void* s, void* r, size_t n, DType d, Op op) {
-  return submit([=, this] { return do_allreduce(s, r, n, d, op); });
-}
-Request Communicator::igather(const void* s, void* r, size_t n, DType d, int root) {
-  return submit([=, this] { return do_gather(s, r, n, d, root); });
-}
-Request Communicator::iscatter(const void* s, void* r, size_t n, DType d, int root) {
-  return submit([=, this] { return do_scatter(s, r, n, d, root); });
-}
-Request Communicator::iallgather(const void* s, void* r, size_t n, DType d) {
-  return submit([=, this] { return do_allgather(s, r, n, d); });
-}
-Request Communicator::ireduce_scatter(const void* s, void* r, size_t n, DType d, Op op) {
-  return submit([=, this] { return do_reduce_scatter(s, r, n, d, op); });
-}
-Request Communicator::ialltoall(const void* s, void* r, size_t n, DType d) {
-  return submit([=, this] { return do_alltoall(s, r, n, d); });
-}
-
 Result<void*> Communicator::alloc_buffer(size_t bytes) {
   void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
   TT_RETURN_IF(p == nullptr, kOutOfMemory, "comm: cannot allocate a buffer of %zu bytes", bytes);
@@ -234,6 +183,74 @@ Status Communicator::copy_in(void* buffer, const void* host, size_t bytes) {
 Status Communicator::copy_out(void* host, const void* buffer, size_t bytes) {
   if (bytes) std::memcpy(host, buffer, bytes);
   return Status::ok();
+}
+
+Status Communicator::barrier() { return run([=, this] { return do_barrier(); }); }
+Status Communicator::broadcast(const void* s, void* r, size_t n, DType d, int root) {
+  const Args a = in_place_form(kBroadcast, rank(), root, n, d, s, r);
+  return run([=, this] { return do_broadcast(a.s, a.r, n, d, root); });
+}
+Status Communicator::reduce(const void* s, void* r, size_t n, DType d, Op op, int root) {
+  const Args a = in_place_form(kReduce, rank(), root, n, d, s, r);
+  return run([=, this] { return do_reduce(a.s, a.r, n, d, op, root); });
+}
+Status Communicator::allreduce(const void* s, void* r, size_t n, DType d, Op op) {
+  const Args a = in_place_form(kAllreduce, rank(), -1, n, d, s, r);
+  return run([=, this] { return do_allreduce(a.s, a.r, n, d, op); });
+}
+Status Communicator::gather(const void* s, void* r, size_t n, DType d, int root) {
+  const Args a = in_place_form(kGather, rank(), root, n, d, s, r);
+  return run([=, this] { return do_gather(a.s, a.r, n, d, root); });
+}
+Status Communicator::scatter(const void* s, void* r, size_t n, DType d, int root) {
+  const Args a = in_place_form(kScatter, rank(), root, n, d, s, r);
+  return run([=, this] { return do_scatter(a.s, a.r, n, d, root); });
+}
+Status Communicator::allgather(const void* s, void* r, size_t n, DType d) {
+  const Args a = in_place_form(kAllgather, rank(), -1, n, d, s, r);
+  return run([=, this] { return do_allgather(a.s, a.r, n, d); });
+}
+Status Communicator::reduce_scatter(const void* s, void* r, size_t n, DType d, Op op) {
+  const Args a = in_place_form(kReduceScatter, rank(), -1, n, d, s, r);
+  return run([=, this] { return do_reduce_scatter(a.s, a.r, n, d, op); });
+}
+Status Communicator::alltoall(const void* s, void* r, size_t n, DType d) {
+  const Args a = in_place_form(kAlltoall, rank(), -1, n, d, s, r);
+  return run([=, this] { return do_alltoall(a.s, a.r, n, d); });
+}
+
+Request Communicator::ibarrier() { return submit([=, this] { return do_barrier(); }); }
+Request Communicator::ibroadcast(const void* s, void* r, size_t n, DType d, int root) {
+  const Args a = in_place_form(kBroadcast, rank(), root, n, d, s, r);
+  return submit([=, this] { return do_broadcast(a.s, a.r, n, d, root); });
+}
+Request Communicator::ireduce(const void* s, void* r, size_t n, DType d, Op op, int root) {
+  const Args a = in_place_form(kReduce, rank(), root, n, d, s, r);
+  return submit([=, this] { return do_reduce(a.s, a.r, n, d, op, root); });
+}
+Request Communicator::iallreduce(const void* s, void* r, size_t n, DType d, Op op) {
+  const Args a = in_place_form(kAllreduce, rank(), -1, n, d, s, r);
+  return submit([=, this] { return do_allreduce(a.s, a.r, n, d, op); });
+}
+Request Communicator::igather(const void* s, void* r, size_t n, DType d, int root) {
+  const Args a = in_place_form(kGather, rank(), root, n, d, s, r);
+  return submit([=, this] { return do_gather(a.s, a.r, n, d, root); });
+}
+Request Communicator::iscatter(const void* s, void* r, size_t n, DType d, int root) {
+  const Args a = in_place_form(kScatter, rank(), root, n, d, s, r);
+  return submit([=, this] { return do_scatter(a.s, a.r, n, d, root); });
+}
+Request Communicator::iallgather(const void* s, void* r, size_t n, DType d) {
+  const Args a = in_place_form(kAllgather, rank(), -1, n, d, s, r);
+  return submit([=, this] { return do_allgather(a.s, a.r, n, d); });
+}
+Request Communicator::ireduce_scatter(const void* s, void* r, size_t n, DType d, Op op) {
+  const Args a = in_place_form(kReduceScatter, rank(), -1, n, d, s, r);
+  return submit([=, this] { return do_reduce_scatter(a.s, a.r, n, d, op); });
+}
+Request Communicator::ialltoall(const void* s, void* r, size_t n, DType d) {
+  const Args a = in_place_form(kAlltoall, rank(), -1, n, d, s, r);
+  return submit([=, this] { return do_alltoall(a.s, a.r, n, d); });
 }
 
 namespace {

@@ -79,6 +79,9 @@ class Communicator {
   // This rank gives up (an argument error found before it could call the collective its peers are in): the
   // communicator is unusable from now on, and peers waiting for this rank fail at once instead of at the deadline.
   virtual void abandon(const std::string& why) = 0;
+  // Whether a peer has given up (an error, or abandon()), as far as this backend can tell (shm can; MPI cannot): for a
+  // communicator layered on this one (nccl on its host communicator) to stop waiting for that peer.
+  virtual bool peer_gave_up() const { return false; }
 
   // The memory this communicator's buffers must be in, for callers that do not know the backend (comm-bench):
   // host memory, or for nccl the memory of this rank's GPU. alloc_buffer gives 64-byte aligned memory of that kind;
@@ -126,11 +129,13 @@ class Communicator {
   virtual Status do_alltoall(const void* send, void* recv, size_t count, DType dtype) = 0;
   // Backends call this first in their destructor: it lets the queued operations finish and stops the thread.
   void stop_progress();
+  // Runs op inline, or behind the non-blocking operations in flight (for a backend's own calls, e.g. nccl's
+  // stream-ordered ones, which must keep the call order too).
+  Status run(std::function<Status()> op);
 
  private:
   struct Progress;
   Request submit(std::function<Status()> op);
-  Status run(std::function<Status()> op);  // inline, or behind the queue when it is not empty
   std::unique_ptr<Progress> progress_;
 };
 

@@ -68,6 +68,24 @@ int local_rank() {
   return -1;
 }
 
+// Makes `device` current for a scope and restores the caller's device after it.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
+    if (prev_ != device) cudaSetDevice(device);
+    set_ = device;
+  }
+  ~DeviceGuard() {
+    if (prev_ >= 0 && prev_ != set_) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1, set_ = -1;
+};
+
 class NcclComm final : public NcclCommunicator {
  public:
   NcclComm(std::unique_ptr<Communicator> host, Options o) : host_(std::move(host)), opt_(o) {}
@@ -87,11 +105,17 @@ class NcclComm final : public NcclCommunicator {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
+  // Joins the NCCL communicator; on an error, the peers are told (abandon) instead of waiting for this rank.
   Status init() {
+    Status s = join();
+    if (!s.is_ok()) host_->abandon(s.message());
+    return s;
+  }
+
+  Status join() {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
       cudaGetLastError();
-      host_->abandon("no CUDA device");
       return make_status(StatusCode::kFailedPrecondition, "nccl backend (rank %d of %d): this process sees no CUDA device",
                          rank(), size());
     }
@@ -99,7 +123,6 @@ class NcclComm final : public NcclCommunicator {
       char* end = nullptr;
       device_ = static_cast<int>(std::strtol(d, &end, 10));
       if (*end != '\0' || device_ < 0 || device_ >= devices) {
-        host_->abandon("bad TIERTRAIN_DEVICE");
         return make_status(StatusCode::kInvalidArgument, "TIERTRAIN_DEVICE=%s: a device 0..%d", d, devices - 1);
       }
     } else {
@@ -107,21 +130,21 @@ class NcclComm final : public NcclCommunicator {
       device_ = (lr >= 0 ? lr : rank()) % devices;
     }
     TT_TRY(cuda(cudaSetDevice(device_), "cudaSetDevice"));
-    TT_TRY(cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    // A blocking stream: the blocking calls come after the work the caller queued on the legacy default stream
+    // (cudaMemcpy from pageable memory may return before its copy lands; it is ordered before them).
+    TT_TRY(cuda(cudaStreamCreate(&stream_), "cudaStreamCreate"));
     TT_TRY(cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate"));
     TT_TRY(cuda(cudaMalloc(&scratch_, 256), "cudaMalloc"));
     ncclUniqueId id{};
     static_assert(sizeof(id) % sizeof(int64_t) == 0);
     if (rank() == 0) {
       if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
-        host_->abandon("ncclGetUniqueId failed");
         return make_status(StatusCode::kInternal, "nccl backend: ncclGetUniqueId: %s", ncclGetErrorString(r));
       }
     }
     TT_TRY(host_->broadcast(kInPlace, &id, sizeof(id) / sizeof(int64_t), DType::kI64, 0));
     if (ncclResult_t r = ncclCommInitRank(&comm_, size(), id, rank()); r != ncclSuccess) {
       comm_ = nullptr;
-      host_->abandon("ncclCommInitRank failed");
       return make_status(StatusCode::kInternal, "nccl backend (rank %d of %d, device %d): ncclCommInitRank: %s %s",
                          rank(), size(), device_, ncclGetErrorString(r), ncclGetLastError(nullptr));
     }
@@ -151,57 +174,68 @@ class NcclComm final : public NcclCommunicator {
 
   Result<void*> alloc_buffer(size_t bytes) override {
     void* p = nullptr;
-    cudaSetDevice(device_);
+    DeviceGuard on(device_);
     TT_TRY(cuda(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"));
     return p;
   }
   void free_buffer(void* p) override {
-    cudaSetDevice(device_);
+    DeviceGuard on(device_);
     cudaFree(p);
   }
   Status copy_in(void* buffer, const void* host, size_t bytes) override {
-    cudaSetDevice(device_);
+    DeviceGuard on(device_);
     return cuda(cudaMemcpy(buffer, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
   }
   Status copy_out(void* host, const void* buffer, size_t bytes) override {
-    cudaSetDevice(device_);
+    DeviceGuard on(device_);
     return cuda(cudaMemcpy(host, buffer, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the device");
   }
 
-  Status enqueue(void* stream, const Call& call) override { return queue(static_cast<cudaStream_t>(stream), call); }
-  Status synchronize(void* stream) override { return wait(static_cast<cudaStream_t>(stream)); }
+  // Through run(): behind the non-blocking calls in flight, in call order, one thread at a time.
+  Status enqueue(void* stream, const Call& call) override {
+    return run([=, this] { return queue(static_cast<cudaStream_t>(stream), in_place_form(call)); });
+  }
+  Status synchronize(void* stream) override { return run([=, this] { return wait(static_cast<cudaStream_t>(stream)); }); }
 
  protected:
-  Status do_barrier() override { return run({kBarrier, nullptr, nullptr, 0, DType::kI32, Op::kSum, -1}); }
+  Status do_barrier() override { return run_blocking({kBarrier, nullptr, nullptr, 0, DType::kI32, Op::kSum, -1}); }
   Status do_broadcast(const void* s, void* r, size_t n, DType d, int root) override {
-    return run({kBroadcast, s, r, n, d, Op::kSum, root});
+    return run_blocking({kBroadcast, s, r, n, d, Op::kSum, root});
   }
   Status do_reduce(const void* s, void* r, size_t n, DType d, Op op, int root) override {
-    return run({kReduce, s, r, n, d, op, root});
+    return run_blocking({kReduce, s, r, n, d, op, root});
   }
   Status do_allreduce(const void* s, void* r, size_t n, DType d, Op op) override {
-    return run({kAllreduce, s, r, n, d, op, -1});
+    return run_blocking({kAllreduce, s, r, n, d, op, -1});
   }
   Status do_gather(const void* s, void* r, size_t n, DType d, int root) override {
-    return run({kGather, s, r, n, d, Op::kSum, root});
+    return run_blocking({kGather, s, r, n, d, Op::kSum, root});
   }
   Status do_scatter(const void* s, void* r, size_t n, DType d, int root) override {
-    return run({kScatter, s, r, n, d, Op::kSum, root});
+    return run_blocking({kScatter, s, r, n, d, Op::kSum, root});
   }
   Status do_allgather(const void* s, void* r, size_t n, DType d) override {
-    return run({kAllgather, s, r, n, d, Op::kSum, -1});
+    return run_blocking({kAllgather, s, r, n, d, Op::kSum, -1});
   }
   Status do_reduce_scatter(const void* s, void* r, size_t n, DType d, Op op) override {
-    return run({kReduceScatter, s, r, n, d, op, -1});
+    return run_blocking({kReduceScatter, s, r, n, d, op, -1});
   }
   Status do_alltoall(const void* s, void* r, size_t n, DType d) override {
-    return run({kAlltoall, s, r, n, d, Op::kSum, -1});
+    return run_blocking({kAlltoall, s, r, n, d, Op::kSum, -1});
   }
 
  private:
-  Status run(const Call& c) {
+  Status run_blocking(const Call& c) {
     TT_TRY(queue(stream_, c));
     return wait(stream_);
+  }
+
+  // The aliased in-place forms as kInPlace (the blocking calls get them from the base class).
+  Call in_place_form(Call c) const {
+    const Args a = comm::in_place_form(c.kind, rank(), c.root, c.count, c.dtype, c.send, c.recv);
+    c.send = a.s;
+    c.recv = a.r;
+    return c;
   }
 
   Status cuda(cudaError_t e, const char* what) {
@@ -234,7 +268,7 @@ class NcclComm final : public NcclCommunicator {
   Status queue(cudaStream_t s, const Call& c) {
     TT_RETURN_IF(!broken_.empty(), kFailedPrecondition, "nccl communicator (rank %d): unusable after an earlier error: %s",
                  rank(), broken_.c_str());
-    cudaSetDevice(device_);
+    DeviceGuard on(device_);
     const int64_t seq = ++seq_;
     last_ = c.kind;
     const bool in_place_not_root = c.send == kInPlace && rank() != c.root && (c.kind == kReduce || c.kind == kGather);
@@ -296,10 +330,11 @@ class NcclComm final : public NcclCommunicator {
         if (!in_place) {
           if (ncclResult_t r = copy(recv + static_cast<size_t>(me) * piece, c.send); r != ncclSuccess) return r;
         }
-        ncclGroupStart();
-        for (int q = 0; q < ranks; ++q)
-          if (q != me) ncclRecv(recv + static_cast<size_t>(q) * piece, n, t, q, comm_, s);
-        return ncclGroupEnd();
+        ncclResult_t r = ncclGroupStart();
+        for (int q = 0; q < ranks && r == ncclSuccess; ++q)
+          if (q != me) r = ncclRecv(recv + static_cast<size_t>(q) * piece, n, t, q, comm_, s);
+        const ncclResult_t end = ncclGroupEnd();
+        return r != ncclSuccess ? r : end;
       }
       case kScatter: {
         if (me != c.root) return ncclRecv(c.recv, n, t, c.root, comm_, s);
@@ -307,30 +342,34 @@ class NcclComm final : public NcclCommunicator {
         if (!in_place) {
           if (ncclResult_t r = copy(c.recv, at(all, me)); r != ncclSuccess) return r;
         }
-        ncclGroupStart();
-        for (int q = 0; q < ranks; ++q)
-          if (q != me) ncclSend(at(all, q), n, t, q, comm_, s);
-        return ncclGroupEnd();
+        ncclResult_t r = ncclGroupStart();
+        for (int q = 0; q < ranks && r == ncclSuccess; ++q)
+          if (q != me) r = ncclSend(at(all, q), n, t, q, comm_, s);
+        const ncclResult_t end = ncclGroupEnd();
+        return r != ncclSuccess ? r : end;
       }
       case kAlltoall: {
         void* tmp = nullptr;
         const char* src = send;
         if (in_place) {
-          if (cudaMallocAsync(&tmp, piece * static_cast<size_t>(ranks), s) != cudaSuccess ||
-              cudaMemcpyAsync(tmp, recv, piece * static_cast<size_t>(ranks), cudaMemcpyDeviceToDevice, s) !=
-                  cudaSuccess)
+          if (cudaMallocAsync(&tmp, piece * static_cast<size_t>(ranks), s) != cudaSuccess) return ncclUnhandledCudaError;
+          if (cudaMemcpyAsync(tmp, recv, piece * static_cast<size_t>(ranks), cudaMemcpyDeviceToDevice, s) !=
+              cudaSuccess) {
+            cudaFreeAsync(tmp, s);
             return ncclUnhandledCudaError;
+          }
           src = static_cast<const char*>(tmp);
         }
         ncclResult_t r = copy(recv + static_cast<size_t>(me) * piece, at(src, me));
         if (r == ncclSuccess) {
-          ncclGroupStart();
-          for (int q = 0; q < ranks; ++q) {
+          r = ncclGroupStart();
+          for (int q = 0; q < ranks && r == ncclSuccess; ++q) {
             if (q == me) continue;
-            ncclSend(at(src, q), n, t, q, comm_, s);
-            ncclRecv(recv + static_cast<size_t>(q) * piece, n, t, q, comm_, s);
+            r = ncclSend(at(src, q), n, t, q, comm_, s);
+            if (r == ncclSuccess) r = ncclRecv(recv + static_cast<size_t>(q) * piece, n, t, q, comm_, s);
           }
-          r = ncclGroupEnd();
+          const ncclResult_t end = ncclGroupEnd();
+          if (r == ncclSuccess) r = end;
         }
         if (tmp != nullptr) cudaFreeAsync(tmp, s);
         return r;
@@ -343,7 +382,7 @@ class NcclComm final : public NcclCommunicator {
   Status wait(cudaStream_t s) {
     TT_RETURN_IF(!broken_.empty(), kFailedPrecondition, "nccl communicator (rank %d): unusable after an earlier error: %s",
                  rank(), broken_.c_str());
-    cudaSetDevice(device_);
+    DeviceGuard on(device_);
     TT_TRY(cuda(cudaEventRecord(done_, s), "cudaEventRecord"));
     const auto start = std::chrono::steady_clock::now();
     for (uint64_t spin = 0;; ++spin) {
@@ -357,6 +396,14 @@ class NcclComm final : public NcclCommunicator {
           return fail(make_status(StatusCode::kInternal, "%s #%lld (nccl, rank %d of %d): NCCL: %s %s",
                                   kind_name(last_), static_cast<long long>(seq_.load()), rank(), size(),
                                   ncclGetErrorString(async), ncclGetLastError(comm_)));
+        if (host_->peer_gave_up()) {
+          ncclCommAbort(comm_);  // the peer will not run its part: stop ours
+          comm_ = nullptr;
+          return fail(make_status(StatusCode::kAborted,
+                                  "%s #%lld (nccl, rank %d of %d): a peer gave up on an error of its own (see its "
+                                  "message); the NCCL communicator is aborted",
+                                  kind_name(last_), static_cast<long long>(seq_.load()), rank(), size()));
+        }
         if (std::chrono::steady_clock::now() - start > opt_.timeout) {
           ncclCommAbort(comm_);  // its kernels stop; the communicator cannot be used again
           comm_ = nullptr;

@@ -1,5 +1,8 @@
 // comm/nccl: the Communicator between GPUs, over NCCL (comm/nccl.cc, Note [nccl backend]), in builds where CMake
 // found CUDA and NCCL (TIERTRAIN_HAVE_NCCL). Buffers are memory of this rank's GPU (cudaMalloc, or managed).
+// The blocking calls run on a stream of the communicator's that is ordered after the legacy default stream: work
+// the caller queued there (or did with cudaMemcpy) comes first; work on the caller's own non-blocking streams must
+// be synchronized first, or the call queued on that stream with enqueue().
 //
 //   TT_ASSIGN_OR_RETURN(auto comm, comm::nccl_world());   // TIERTRAIN_COMM_BACKEND=nccl: comm::world() gives it too
 //   TT_TRY(comm->allreduce(dev_send, dev_recv, n, comm::DType::kBF16, comm::Op::kSum));       // blocking
@@ -34,8 +37,9 @@ class NcclCommunicator : public Communicator {
   // the buffers must stay valid until then. Calls on one communicator must be queued in the same order on every rank,
   // and on one stream at a time (or ordered between streams by the caller).
   virtual Status enqueue(void* stream, const Call& call) = 0;
-  // Waits until everything queued on `stream` is done, within the communicator's deadline (an error names the last
-  // call queued; NCCL's asynchronous errors are reported too).
+  // Waits until everything queued on `stream` is done, the caller's own work there included, within the
+  // communicator's deadline (an error names the last call queued; NCCL's asynchronous errors, and a peer that gave
+  // up, are reported too). Past the deadline the NCCL communicator is aborted.
   virtual Status synchronize(void* stream) = 0;
 };
 

@@ -115,6 +115,11 @@ class ShmComm final : public Communicator {
     if (broken_.empty()) broken_ = "abandoned: " + why;
     hdr(rank_)->aborted.value.store(1, std::memory_order_release);
   }
+  bool peer_gave_up() const override {
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_ && hdr(q)->aborted.value.load(std::memory_order_acquire) != 0) return true;
+    return false;
+  }
 
   Status do_barrier() override {
     TT_TRY(begin(kBarrier, 0, DType::kF32, Op::kSum, -1));

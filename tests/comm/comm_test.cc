@@ -195,14 +195,18 @@ int run_collectives() {
   for (const size_t count : {size_t(0), size_t(1), size_t(7), size_t(n * 3 + 1), large}) {
     for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32, DType::kI64}) {
       const size_t es = comm::dtype_size(d);
-      for (const bool in_place : {false, true}) {
+      // Out of place, in place (kInPlace), and in place through the aliased forms of comm.h (send == recv, or at
+      // this rank's block).
+      for (const int mode : {0, 1, 2}) {
+        const bool in_place = mode != 0;
+        auto ip = [&](const void* alias) { return mode == 2 ? alias : comm::kInPlace; };
         // allreduce, reduce (root n-1), reduce_scatter with every op.
         for (Op op : {Op::kSum, Op::kProd, Op::kMin, Op::kMax, Op::kAvg}) {
           ++tag;
           if (op == Op::kProd && count == large && d != DType::kF64 && d != DType::kI64) continue;  // overflow
           Buf send = make(rank, count, d, tag), recv(send.size());
           if (in_place) recv = send;
-          CHECK_OK(c.allreduce(in_place ? comm::kInPlace : send.data(), recv.data(), count, d, op));
+          CHECK_OK(c.allreduce(in_place ? ip(recv.data()) : send.data(), recv.data(), count, d, op));
           for (size_t i = 0; i < count; ++i) {
             const double got = load(recv.data(), i, d), want = expected(n, i, d, op, tag);
             check(same(got, want), "allreduce", rank, i, got, want);
@@ -210,7 +214,7 @@ int run_collectives() {
           const int root = n - 1;
           Buf rsend = make(rank, count, d, tag), rrecv(rsend.size());
           if (in_place && rank == root) rrecv = rsend;
-          CHECK_OK(c.reduce(in_place && rank == root ? comm::kInPlace : rsend.data(), rrecv.data(), count, d, op,
+          CHECK_OK(c.reduce(in_place && rank == root ? ip(rrecv.data()) : rsend.data(), rrecv.data(), count, d, op,
                             root));
           if (rank == root)
             for (size_t i = 0; i < count; ++i) {
@@ -220,7 +224,10 @@ int run_collectives() {
           // reduce_scatter: count per rank, from n * count.
           Buf ssend = make(rank, count * n, d, tag), srecv(std::max<size_t>(count, 1) * es);
           if (in_place) {
-            CHECK_OK(c.reduce_scatter(comm::kInPlace, ssend.data(), count, d, op));
+            if (mode == 2)
+              CHECK_OK(c.reduce_scatter(ssend.data(), ssend.data() + rank * count * es, count, d, op));
+            else
+              CHECK_OK(c.reduce_scatter(comm::kInPlace, ssend.data(), count, d, op));
             std::memcpy(srecv.data(), ssend.data() + rank * count * es, count * es);
           } else {
             CHECK_OK(c.reduce_scatter(ssend.data(), srecv.data(), count, d, op));
@@ -235,7 +242,7 @@ int run_collectives() {
         const int root = 1 % n;
         Buf b = make(rank, count, d, tag), bout(b.size());
         if (in_place) {
-          CHECK_OK(c.broadcast(comm::kInPlace, b.data(), count, d, root));
+          CHECK_OK(c.broadcast(ip(b.data()), b.data(), count, d, root));
           bout = b;
         } else {
           CHECK_OK(c.broadcast(b.data(), bout.data(), count, d, root));
@@ -248,7 +255,7 @@ int run_collectives() {
         // allgather and gather (root 0): count from each.
         Buf mine = make(rank, count, d, tag), all(std::max<size_t>(count * n, 1) * es);
         if (in_place) std::memcpy(all.data() + rank * count * es, mine.data(), count * es);
-        CHECK_OK(c.allgather(in_place ? comm::kInPlace : mine.data(), all.data(), count, d));
+        CHECK_OK(c.allgather(in_place ? ip(all.data() + rank * count * es) : mine.data(), all.data(), count, d));
         std::vector<Buf> theirs;
         for (int q = 0; q < n; ++q) theirs.push_back(make(q, count, d, tag));
         for (int q = 0; q < n; ++q)
@@ -258,7 +265,7 @@ int run_collectives() {
           }
         Buf gall(all.size());
         if (in_place && rank == 0) std::memcpy(gall.data(), mine.data(), count * es);
-        CHECK_OK(c.gather(in_place && rank == 0 ? comm::kInPlace : mine.data(), gall.data(), count, d, 0));
+        CHECK_OK(c.gather(in_place && rank == 0 ? ip(gall.data()) : mine.data(), gall.data(), count, d, 0));
         if (rank == 0)
           for (int q = 0; q < n; ++q)
             for (size_t i = 0; i < count; ++i) {
@@ -269,7 +276,7 @@ int run_collectives() {
         const int sroot = n - 1;
         Buf spieces = make(sroot, count * n, d, tag), sout(std::max<size_t>(count, 1) * es);
         if (in_place && rank == sroot) {
-          CHECK_OK(c.scatter(comm::kInPlace, spieces.data(), count, d, sroot));
+          CHECK_OK(c.scatter(ip(spieces.data()), spieces.data(), count, d, sroot));
           std::memcpy(sout.data(), spieces.data() + rank * count * es, count * es);
         } else {
           CHECK_OK(c.scatter(spieces.data(), sout.data(), count, d, sroot));
@@ -282,7 +289,7 @@ int run_collectives() {
         // alltoall: rank r sends piece q of its n * count to rank q.
         Buf a2a = make(rank, count * n, d, tag), a2aout(a2a.size());
         if (in_place) {
-          CHECK_OK(c.alltoall(comm::kInPlace, a2a.data(), count, d));
+          CHECK_OK(c.alltoall(ip(a2a.data()), a2a.data(), count, d));
           a2aout = a2a;
         } else {
           CHECK_OK(c.alltoall(a2a.data(), a2aout.data(), count, d));
@@ -463,8 +470,9 @@ int run_buffer_mismatch() {
   return w.is_ok() ? 0 : 1;
 }
 
-// nccl's stream-ordered calls: several queued on a stream of the caller's, which then orders its own work after
-// them; a non-blocking call from the progress thread; the results right.
+// nccl's stream-ordered calls (2 ranks or more: on one rank every collective is the identity): a non-blocking call
+// posted first (the queued calls keep the call order behind it); on a stream of the caller's, an allreduce, the
+// caller's own copy of its result (ordered after it), an allreduce of that copy and an allgather; the results right.
 int run_nccl_stream() {
 #ifdef TIERTRAIN_HAVE_NCCL
   auto w = comm::nccl_world();
@@ -474,23 +482,26 @@ int run_nccl_stream() {
   }
   comm::NcclCommunicator& c = *w.value();
   const int rank = c.rank(), n = c.size();
+  if (n < 2) return 2;
   cudaStream_t stream = nullptr;
-  if (cudaStreamCreate(&stream) != cudaSuccess) return 1;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return 1;
   const size_t count = 1 << 20;
-  Vec<float> a(count), g(count * static_cast<size_t>(n)), b(1000);
+  Vec<float> a(count), copy(count), g(count * static_cast<size_t>(n)), b(1000);
   for (size_t i = 0; i < count; ++i) a[i] = static_cast<float>(rank + i % 100);
   for (size_t i = 0; i < count; ++i) g[static_cast<size_t>(rank) * count + i] = static_cast<float>(rank * 3);
   for (float& x : b) x = static_cast<float>(rank + 1);
-  CHECK_OK(c.enqueue(stream, {comm::kAllreduce, comm::kInPlace, a.data(), count, DType::kF32, Op::kSum, -1}));
-  CHECK_OK(c.enqueue(stream, {comm::kAllgather, comm::kInPlace, g.data(), count, DType::kF32, Op::kSum, -1}));
-  // The caller's own work after them on the same stream: doubles a (sees the reduced values).
-  CHECK_OK(c.enqueue(stream, {comm::kAllreduce, comm::kInPlace, a.data(), count, DType::kF32, Op::kSum, -1}));
-  CHECK_OK(c.synchronize(stream));
   comm::Request rb = c.iallreduce(comm::kInPlace, b.data(), b.size(), DType::kF32, Op::kMax);
+  CHECK_OK(c.enqueue(stream, {comm::kAllreduce, comm::kInPlace, a.data(), count, DType::kF32, Op::kSum, -1}));
+  if (cudaMemcpyAsync(copy.data(), a.data(), count * sizeof(float), cudaMemcpyDefault, stream) != cudaSuccess) return 1;
+  CHECK_OK(c.enqueue(stream, {comm::kAllreduce, copy.data(), copy.data(), count, DType::kF32, Op::kSum, -1}));
+  CHECK_OK(c.enqueue(stream, {comm::kAllgather, comm::kInPlace, g.data(), count, DType::kF32, Op::kSum, -1}));
+  CHECK_OK(c.synchronize(stream));
   CHECK_OK(rb.wait());
   bool ok = true;
-  for (size_t i = 0; i < count; ++i)
-    ok = ok && a[i] == static_cast<float>(n) * static_cast<float>(n * (n - 1) / 2 + n * static_cast<int>(i % 100));
+  for (size_t i = 0; i < count; ++i) {
+    const float sum = static_cast<float>(n * (n - 1) / 2 + n * static_cast<int>(i % 100));
+    ok = ok && a[i] == sum && copy[i] == static_cast<float>(n) * sum;
+  }
   for (int q = 0; q < n; ++q)
     for (size_t i = 0; i < count; ++i) ok = ok && g[static_cast<size_t>(q) * count + i] == static_cast<float>(q * 3);
   for (float x : b) ok = ok && x == static_cast<float>(n);
@@ -708,9 +719,11 @@ constexpr bool kHaveMpi = false;
 
 // Why a test cannot run here ("" if it can). GTEST_SKIP only leaves the function it is in: the tests call
 // SKIP_IF_MISSING(...) in their own body.
-#define SKIP_IF_MISSING(why_expr)                        \
-  if (const std::string why_ = (why_expr); !why_.empty()) \
-  GTEST_SKIP() << why_
+#define SKIP_IF_MISSING(why_expr)                          \
+  do {                                                      \
+    if (const std::string why_ = (why_expr); !why_.empty()) \
+      GTEST_SKIP() << why_;                                 \
+  } while (0)
 
 std::string missing_mpirun() {
   if (!kHaveMpi) return "this build has no MPI (libopenmpi-dev)";
@@ -783,13 +796,10 @@ TEST(CommNccl, EveryCollectiveDtypeOpAndSizeIsRight) {
 }
 
 TEST(CommNccl, StreamOrderedAndNonBlockingCalls) {
-  SKIP_IF_MISSING(missing_gpus(1));
-  for (int ranks : {1, 2}) {
-    if (cuda_devices() < ranks) continue;
-    const Job j = launch(ranks, "nccl_stream", kNccl);
-    EXPECT_EQ(j.code, 0) << j.output;
-    EXPECT_NE(j.output.find("rank 0: stream-ordered calls right"), std::string::npos) << j.output;
-  }
+  SKIP_IF_MISSING(missing_gpus(2));
+  const Job j = launch(2, "nccl_stream", kNccl);
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("rank 0: stream-ordered calls right"), std::string::npos) << j.output;
 }
 
 TEST(CommNccl, MismatchesMisuseHostBuffersAndLateRanksAreErrorsOnEveryRank) {
