@@ -5,6 +5,8 @@
 # plan's budget; traces of the swap plan and of the CPU optimizer. Run after scripts/gpu.sh built build/gpu. Writes
 # JSON, traces and results.md into OUTDIR.
 #   bench/ooc_gpu.sh OUTDIR [DATA]
+# TT_OOC_RUNS picks the tiertrain runs (default: all of in-core swap recompute mix halves halves-mix cpu-optimizer
+# recompute-cpu-optimizer); TT_OOC_EXTRAS=0 skips the traces and the PyTorch rows.
 set -euo pipefail
 OUT=${1:?usage: bench/ooc_gpu.sh OUTDIR [DATA]}
 DATA=${2:-/usr/share/games/fortunes}
@@ -21,9 +23,18 @@ cat > "$OUT/plan_mix.json" <<JSON
 {"version": 1, "comment": "first half swapped (their backward comes last), second half recomputed",
  "default": {"activation": "recompute"}, "layers": {"0-$half": {"activation": "swap"}}, "swap_prefetch": 1}
 JSON
+# Note [MLP half]: the first half's blocks swap their attention half and rebuild their MLP half; the second half
+# (whose backward comes first, with the least time to bring anything back) is recomputed whole.
+cat > "$OUT/plan_halves_mix.json" <<JSON
+{"version": 1, "comment": "first half: attention swapped, MLP recomputed; second half recomputed",
+ "default": {"activation": "recompute"},
+ "layers": {"0-$half": {"activation": {"attention": "swap", "mlp": "recompute"}}}, "swap_prefetch": 1}
+JSON
+RUNS=" ${TT_OOC_RUNS:-in-core swap recompute mix halves halves-mix cpu-optimizer recompute-cpu-optimizer} "
 run() {  # name, extra flags...
   local name=$1
   shift
+  [[ "$RUNS" == *" $name "* ]] || return 0
   "$TT" train "${common[@]}" "$@" --metrics-out "$OUT/tiertrain_$name.json" > "$OUT/tiertrain_$name.log" 2>&1 ||
     { echo "tiertrain $name failed:"; tail -5 "$OUT/tiertrain_$name.log"; }
   tail -n 1 "$OUT/tiertrain_$name.log"
@@ -32,17 +43,24 @@ run in-core --plan in-core
 run swap --plan swap-activations --swap-slots 2
 run recompute --plan recompute
 run mix --plan "$OUT/plan_mix.json"
+run halves --plan swap-attention-recompute-mlp --swap-slots 2
+run halves-mix --plan "$OUT/plan_halves_mix.json"
 run cpu-optimizer --plan in-core --optimizer cpu
 run recompute-cpu-optimizer --plan recompute --optimizer cpu
-# A short traced run of the swap plan (the trace covers steps 2-4).
-"$TT" train "${common[@]}" --steps 4 --plan swap-activations --trace "$OUT/trace_swap.json" > "$OUT/trace_swap.log" 2>&1 ||
-  tail -5 "$OUT/trace_swap.log"
-"$TT" train "${common[@]}" --steps 4 --plan in-core --optimizer cpu --trace "$OUT/trace_cpu_optimizer.json" \
-  > "$OUT/trace_cpu_optimizer.log" 2>&1 || tail -5 "$OUT/trace_cpu_optimizer.log"
-budget_gib=$(python3 -c "import json; print(json.load(open('$OUT/tiertrain_swap.json'))['memory']['device']['budget'] / 2**30)")
-py=(python3 bench/torch_gpt_gpu.py --layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --vocab 256
-    --steps "$STEPS" --warmup-steps 3 --mode bf16)
-"${py[@]}" --json-out "$OUT/torch_in-core.json" > "$OUT/torch_in-core.log" 2>&1 || tail -3 "$OUT/torch_in-core.log"
-"${py[@]}" --save-on-cpu --memory-budget-gib "$budget_gib" --json-out "$OUT/torch_save_on_cpu.json" \
-  > "$OUT/torch_save_on_cpu.log" 2>&1 || tail -3 "$OUT/torch_save_on_cpu.log"
+if [ "${TT_OOC_EXTRAS:-1}" = 1 ]; then
+  # A short traced run of the swap plan (the trace covers steps 2-4).
+  "$TT" train "${common[@]}" --steps 4 --plan swap-activations --trace "$OUT/trace_swap.json" > "$OUT/trace_swap.log" 2>&1 ||
+    tail -5 "$OUT/trace_swap.log"
+  "$TT" train "${common[@]}" --steps 4 --plan in-core --optimizer cpu --trace "$OUT/trace_cpu_optimizer.json" \
+    > "$OUT/trace_cpu_optimizer.log" 2>&1 || tail -5 "$OUT/trace_cpu_optimizer.log"
+  budget_gib=$(python3 -c "import json; print(json.load(open('$OUT/tiertrain_swap.json'))['memory']['device']['budget'] / 2**30)")
+  py=(python3 bench/torch_gpt_gpu.py --layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --vocab 256
+      --steps "$STEPS" --warmup-steps 3 --mode bf16)
+  "${py[@]}" --json-out "$OUT/torch_in-core.json" > "$OUT/torch_in-core.log" 2>&1 || tail -3 "$OUT/torch_in-core.log"
+  "${py[@]}" --save-on-cpu --memory-budget-gib "$budget_gib" --json-out "$OUT/torch_save_on_cpu.json" \
+    > "$OUT/torch_save_on_cpu.log" 2>&1 || tail -3 "$OUT/torch_save_on_cpu.log"
+  # A short traced run of the halves plan.
+  "$TT" train "${common[@]}" --steps 4 --plan swap-attention-recompute-mlp --trace "$OUT/trace_halves.json" \
+    > "$OUT/trace_halves.log" 2>&1 || tail -5 "$OUT/trace_halves.log"
+fi
 python3 bench/ooc_summary.py "$OUT"

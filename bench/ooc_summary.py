@@ -30,7 +30,7 @@ def main() -> None:
     # Model state as in-core training keeps it (parameters, gradients, AdamW moments): what the offload plans move.
     full_state = (sum(base["memory"]["device"]["classes"][c]["peak"] for c in ("param", "grad", "optim_state"))
                   if base else 0)
-    known = ["in-core", "swap", "recompute", "mix", "cpu-optimizer", "recompute-cpu-optimizer"]
+    known = ["in-core", "swap", "recompute", "mix", "halves", "halves-mix", "cpu-optimizer", "recompute-cpu-optimizer"]
     found = sorted(os.path.basename(p)[len("tiertrain_"):-len(".json")]
                    for p in glob.glob(os.path.join(out, "tiertrain_*.json")))
     for name in known + [n for n in found if n not in known]:

@@ -38,10 +38,41 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
                where.c_str());
   for (const auto& [key, value] : o.items()) {
     const std::string at = where + "." + key;
+    if (key == "activation" && value.is_object()) {
+      // Note [MLP half]: {"attention": P, "mlp": Q}, where Q is P or "recompute".
+      ActPlacement halves[2] = {ActPlacement::kResident, ActPlacement::kResident};
+      bool given[2] = {false, false};
+      for (const auto& [half, hv] : value.items()) {
+        const std::string hat = at + "." + half;
+        TT_RETURN_IF(half != "attention" && half != "mlp", kInvalidArgument,
+                     "%s: unknown half '%s' (attention, mlp)", at.c_str(), half.c_str());
+        TT_RETURN_IF(!hv.is_string(), kInvalidArgument, "%s: expected a string", hat.c_str());
+        const int i = half == "mlp" ? 1 : 0;
+        TT_ASSIGN_OR_RETURN(halves[i], parse_activation(hv.get<std::string>(), hat));
+        given[i] = true;
+      }
+      TT_RETURN_IF(!given[0] || !given[1], kInvalidArgument, "%s: give both halves: {\"attention\": ..., \"mlp\": ...}",
+                   at.c_str());
+      if (halves[0] == halves[1]) {
+        lp->activation = halves[0];
+        lp->mlp_recompute = false;
+        continue;
+      }
+      TT_RETURN_IF(halves[1] != ActPlacement::kRecompute, kInvalidArgument,
+                   "%s: the MLP half can be placed apart only by recomputing it (attention %s, mlp %s); or place the "
+                   "whole block alike",
+                   at.c_str(), act_placement_name(halves[0]), act_placement_name(halves[1]));
+      TT_RETURN_IF(halves[0] == ActPlacement::kRecompute, kInvalidArgument,
+                   "%s: a recomputed attention half rebuilds the MLP half too: use \"recompute\"", at.c_str());
+      lp->activation = halves[0];
+      lp->mlp_recompute = true;
+      continue;
+    }
     TT_RETURN_IF(!value.is_string(), kInvalidArgument, "%s: expected a string", at.c_str());
     const std::string v = value.get<std::string>();
     if (key == "activation") {
       TT_ASSIGN_OR_RETURN(lp->activation, parse_activation(v, at));
+      lp->mlp_recompute = false;
     } else if (key == "param") {
       TT_ASSIGN_OR_RETURN(lp->param, parse_state(v, at));
     } else if (key == "grad") {
@@ -171,6 +202,11 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
   if (name == "in-core") return all(ActPlacement::kResident);
   if (name == "recompute") return all(ActPlacement::kRecompute);
   if (name == "swap-activations") return all(ActPlacement::kSwap);
+  if (name == "swap-attention-recompute-mlp") {
+    Plan p = all(ActPlacement::kSwap);
+    for (LayerPlan& lp : p.layers) lp.mlp_recompute = true;
+    return p;
+  }
   if (name == "offload-params" || name == "offload-all") {
     // Every block's parameters and gradients streamed through device slots, AdamW and the master on the host; with
     // offload-all the activations are swapped to host memory too.
@@ -181,8 +217,8 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
   }
   std::ifstream f(name);
   TT_RETURN_IF(!f, kInvalidArgument,
-               "--plan %s: not a plan name (in-core, recompute, swap-activations, offload-params, offload-all) nor a "
-               "readable JSON file",
+               "--plan %s: not a plan name (in-core, recompute, swap-activations, swap-attention-recompute-mlp, "
+               "offload-params, offload-all) nor a readable JSON file",
                name.c_str());
   json j;
   try {
@@ -197,7 +233,9 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
 json Plan::to_json() const {
   json ls = json::array();
   for (const LayerPlan& lp : layers)
-    ls.push_back({{"activation", act_placement_name(lp.activation)},
+    ls.push_back({{"activation", lp.mlp_recompute ? json{{"attention", act_placement_name(lp.activation)},
+                                                         {"mlp", "recompute"}}
+                                                   : json(act_placement_name(lp.activation))},
                   {"param", state_name(lp.param)},
                   {"grad", state_name(lp.grad)},
                   {"optim_state", state_name(lp.optim_state)}});
@@ -207,15 +245,18 @@ json Plan::to_json() const {
 
 GptOptions Plan::model_options() const {
   GptOptions o;
-  bool grads = false, params = false;
+  bool grads = false, params = false, mlp = false;
   for (const LayerPlan& lp : layers) {
     o.activations.push_back(lp.activation);
+    o.mlp_recomputed.push_back(lp.mlp_recompute && lp.activation != ActPlacement::kRecompute);
+    mlp = mlp || o.mlp_recomputed.back();
     o.grads_streamed.push_back(lp.grad == StatePlacement::kHostStreamed);
     o.params_streamed.push_back(lp.param == StatePlacement::kHostStreamed);
     grads = grads || lp.grad == StatePlacement::kHostStreamed;
     params = params || lp.param == StatePlacement::kHostStreamed;
   }
   if (!grads) o.grads_streamed.clear();
+  if (!mlp) o.mlp_recomputed.clear();
   if (!params) o.params_streamed.clear();
   o.param_slots = param_prefetch + 1;
   o.swap_slots = swap_prefetch + 1;
@@ -234,6 +275,9 @@ std::string Plan::summary() const {
     s += std::string(act_placement_name(a)) + " " + std::to_string(c);
   }
   if (n[static_cast<int>(ActPlacement::kSwap)] > 0) s += " (swap prefetch " + std::to_string(swap_prefetch) + ")";
+  int mlp = 0;
+  for (const LayerPlan& lp : layers) mlp += lp.mlp_recompute && lp.activation != ActPlacement::kRecompute ? 1 : 0;
+  if (mlp > 0) s += "; the MLP half of " + std::to_string(mlp) + " of them recomputed";
   int grads = 0, params = 0;
   for (const LayerPlan& lp : layers) {
     grads += lp.grad == StatePlacement::kHostStreamed ? 1 : 0;

@@ -69,19 +69,25 @@ int64_t Gpt::default_lm_chunk_rows(const GptConfig& cfg, int batch, DType comput
   return std::min(rows, std::max<int64_t>(64, fit / 64 * 64));
 }
 
-std::vector<AllocRequest> Gpt::block_activations(const GptConfig& cfg, int batch, DType dt) {
+std::vector<AllocRequest> Gpt::block_activations(const GptConfig& cfg, int batch, DType dt, Part part) {
   const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads;
   const DType md = master_dtype_for(dt);
   const TensorClass A = TensorClass::kActivation;
-  return {{"ln1", {B, T, C}, dt, A},          {"ln1_mean", {B, T}, md, A}, {"ln1_rstd", {B, T}, md, A},
-          {"qkv", {B, T, 3 * C}, dt, A},      {"atty", {B, T, C}, dt, A},  {"lse", {B, H, T}, md, A},
-          {"res2", {B, T, C}, dt, A},         {"ln2", {B, T, C}, dt, A},   {"ln2_mean", {B, T}, md, A},
-          {"ln2_rstd", {B, T}, md, A},        {"fch", {B, T, 4 * C}, dt, A}, {"fch_gelu", {B, T, 4 * C}, dt, A}};
+  std::vector<AllocRequest> attention = {
+      {"ln1", {B, T, C}, dt, A},     {"ln1_mean", {B, T}, md, A}, {"ln1_rstd", {B, T}, md, A},
+      {"qkv", {B, T, 3 * C}, dt, A}, {"atty", {B, T, C}, dt, A},  {"lse", {B, H, T}, md, A},
+      {"res2", {B, T, C}, dt, A},    {"ln2", {B, T, C}, dt, A},   {"ln2_mean", {B, T}, md, A},
+      {"ln2_rstd", {B, T}, md, A}};
+  std::vector<AllocRequest> mlp = {{"fch", {B, T, 4 * C}, dt, A}, {"fch_gelu", {B, T, 4 * C}, dt, A}};
+  if (part == Part::kAttention) return attention;
+  if (part == Part::kMlp) return mlp;
+  attention.insert(attention.end(), mlp.begin(), mlp.end());
+  return attention;
 }
 
-size_t Gpt::block_activation_bytes(const GptConfig& cfg, int batch, DType dt) {
+size_t Gpt::block_activation_bytes(const GptConfig& cfg, int batch, DType dt, Part part) {
   size_t bytes = 0;
-  for (const AllocRequest& a : block_activations(cfg, batch, dt))
+  for (const AllocRequest& a : block_activations(cfg, batch, dt, part))
     bytes += memory::device_alloc_size(static_cast<size_t>(a.shape.numel()) * dtype_size(a.dtype));
   return bytes;
 }
@@ -109,8 +115,17 @@ GptOptions GptOptions::all(int layers, ActPlacement p, int swap_slots) {
   return o;
 }
 
+// What a swapped block moves: all its activations, or its attention half when its MLP half is recomputed (swapped
+// blocks agree on that: Gpt::create checks).
+static Gpt::Part swapped_part(const GptOptions& options, int layers) {
+  for (int l = 0; l < layers; ++l)
+    if (options.placement(l) == ActPlacement::kSwap) return options.mlp_half_recomputed(l) ? Gpt::Part::kAttention : Gpt::Part::kAll;
+  return Gpt::Part::kAll;
+}
+
 size_t Gpt::host_bytes(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
-  const size_t per_block = memory::host_alloc_size(block_activation_bytes(cfg, batch, dt));
+  const size_t per_block =
+      memory::host_alloc_size(block_activation_bytes(cfg, batch, dt, swapped_part(options, cfg.layers)));
   // The last swap_slots swapped blocks never leave their slots.
   size_t bytes = per_block * static_cast<size_t>(std::max(0, options.count(ActPlacement::kSwap) - options.swap_slots));
   if (options.master_on_host) {
@@ -163,18 +178,22 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
   add("encoded", {B, T, C}, dt, TensorClass::kActivation);
   // A block's activations: their own set for resident blocks, one shared set for the recomputed ones, a few slots
   // for the swapped ones; plus each block's output.
-  auto add_block = [&](const std::string& p, int l) {
-    for (const AllocRequest& a : block_activations(cfg, batch, dt)) add(p + a.name, a.shape, a.dtype, a.cls, l);
+  auto add_block = [&](const std::string& p, int l, Part part) {
+    for (const AllocRequest& a : block_activations(cfg, batch, dt, part)) add(p + a.name, a.shape, a.dtype, a.cls, l);
   };
-  if (options.any(ActPlacement::kRecompute)) add_block("recompute.", -1);
+  if (options.any(ActPlacement::kRecompute)) add_block("recompute.", -1, Part::kAll);
+  // Note [MLP half]: one MLP set shared by the blocks whose MLP half is recomputed.
+  if (options.any_mlp_half_recomputed()) add_block("recompute_mlp.", -1, Part::kMlp);
   // min(slots, swapped blocks): more slots than swapped blocks would hold nothing.
   if (options.any(ActPlacement::kSwap))
     for (int i = 0; i < std::min(options.swap_slots, options.count(ActPlacement::kSwap)); ++i)
-      add("swap.slot" + std::to_string(i), {static_cast<int64_t>(block_activation_bytes(cfg, batch, dt))}, DType::kU8,
-          TensorClass::kActivation);
+      add("swap.slot" + std::to_string(i),
+          {static_cast<int64_t>(block_activation_bytes(cfg, batch, dt, swapped_part(options, cfg.layers)))},
+          DType::kU8, TensorClass::kActivation);
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
-    if (options.placement(l) == ActPlacement::kResident) add_block(p, l);
+    if (options.placement(l) == ActPlacement::kResident)
+      add_block(p, l, options.mlp_half_recomputed(l) ? Part::kAttention : Part::kAll);
     add(p + "res3", {B, T, C}, dt, TensorClass::kActivation, l);
   }
   add("lnf", {B, T, C}, dt, TensorClass::kActivation);
@@ -307,6 +326,15 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   TT_RETURN_IF(!options.activations.empty() && static_cast<int>(options.activations.size()) != cfg.layers,
                kInvalidArgument, "%zu activation placements for a model of %d layers", options.activations.size(),
                cfg.layers);
+  TT_RETURN_IF(!options.mlp_recomputed.empty() && static_cast<int>(options.mlp_recomputed.size()) != cfg.layers,
+               kInvalidArgument, "%zu MLP-half placements for a model of %d layers", options.mlp_recomputed.size(),
+               cfg.layers);
+  const Part swapped = swapped_part(options, cfg.layers);
+  for (int l = 0; l < cfg.layers; ++l)
+    TT_RETURN_IF(options.placement(l) == ActPlacement::kSwap &&
+                     (options.mlp_half_recomputed(l) ? Part::kAttention : Part::kAll) != swapped,
+                 kInvalidArgument,
+                 "block %d: swapped blocks must agree on whether their MLP half is recomputed (they share slots)", l);
   for (int l = 0; l < cfg.layers; ++l)
     if (options.placement(l) == ActPlacement::kRecompute) g->last_recomputed_ = l;
   g->swap_index_.assign(static_cast<size_t>(cfg.layers), -1);
@@ -322,13 +350,13 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
     if (static_cast<int>(g->swapped_.size()) <= options.swap_slots)
       TT_LOG(WARN, MEM, "%zu swapped blocks and %d swap slots: every swapped block stays in its slot, nothing is "
              "copied (swap more blocks than slots to save device memory)", g->swapped_.size(), options.swap_slots);
-    g->swap_bytes_ = block_activation_bytes(cfg, batch, dtype);
+    g->swap_bytes_ = block_activation_bytes(cfg, batch, dtype, swapped);
     for (int i = 0; i < g->swap_slots_; ++i) {
       Tensor slot = by_name["swap.slot" + std::to_string(i)];
       g->swap_slots_mem_.push_back(slot);
       // Carve the block's tensors out of the slot, each 256-byte aligned, under the names the layers use.
       size_t off = 0;
-      for (const AllocRequest& a : block_activations(cfg, batch, dtype)) {
+      for (const AllocRequest& a : block_activations(cfg, batch, dtype, swapped)) {
         by_name["swap" + std::to_string(i) + "." + a.name] =
             Tensor(static_cast<char*>(slot.raw()) + off, a.shape, a.dtype, a.cls, slot.device());
         off += memory::device_alloc_size(static_cast<size_t>(a.shape.numel()) * dtype_size(a.dtype));
@@ -363,8 +391,9 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
     a.ln2 = by_name[p + "ln2"];
     a.ln2_mean = by_name[p + "ln2_mean"];
     a.ln2_rstd = by_name[p + "ln2_rstd"];
-    a.fch = by_name[p + "fch"];
-    a.fch_gelu = by_name[p + "fch_gelu"];
+    const std::string mp = options.mlp_half_recomputed(l) ? std::string("recompute_mlp.") : p;
+    a.fch = by_name[mp + "fch"];
+    a.fch_gelu = by_name[mp + "fch_gelu"];
     a.res3 = by_name[own + "res3"];
   }
   g->lnf_ = by_name["lnf"];
@@ -684,6 +713,7 @@ void Gpt::forward_layer(int l, const Tensor& x) {
   be_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, proj_out_, w.ln2w, w.ln2b);
   mark("matmul_gelu_forward mlp.fc");
   be_.matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, w.fcw, w.fcb);
+  if (options_.mlp_half_recomputed(l)) mlp_holds_ = l;
   mark("matmul_forward mlp.proj");
   be_.matmul_forward(proj_out_, a.fch_gelu, w.fcprojw, w.fcprojb);
   mark("residual_forward");
@@ -754,6 +784,12 @@ void Gpt::backward_blocks() {
       shared_holds_ = l;
     }
     swap_before_backward(l);
+    if (options_.mlp_half_recomputed(l) && mlp_holds_ != l) {
+      // Note [MLP half]: rebuild fch and fch_gelu from ln2 (resident, or just brought back) with the forward's kernel.
+      mark("matmul_gelu_forward mlp.fc (recompute)");
+      be_.matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, w.fcw, w.fcb);
+      mlp_holds_ = l;
+    }
     // MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
     mark("matmul_backward_gelu mlp.proj");
     be_.matmul_backward_gelu(dfch_, g.fcprojw, g.fcprojb, dresidual_, a.fch_gelu, w.fcprojw, a.fch);

@@ -79,6 +79,10 @@ DType master_dtype_for(DType compute);
 //  kSwap (Note [swap]): copied to host memory on the d2h stream right after the block's forward and brought back on
 //    the h2d stream for its backward, through swap_slots device slots shared by the swapped blocks.
 // Every mix is bit-identical to keeping everything resident.
+// Note [MLP half]: a resident or swapped block may also have its MLP half (fch, fch_gelu: 8 of its 15 C per token)
+// recomputed: those two live in one set shared by such blocks, and the block's backward rebuilds them from ln2 with
+// the forward's kernel (matmul_gelu_forward) before it uses them; the rest of the block (its attention half) stays
+// resident or swaps. Swapped blocks then move only their attention half.
 enum class ActPlacement { kResident, kRecompute, kSwap };
 const char* act_placement_name(ActPlacement p);
 
@@ -101,9 +105,22 @@ struct GptOptions {
   // Device slots of the swapped blocks (>= 2 when any block swaps): a slot freed by one swapped block's backward is
   // refilled at once with the swapped block swap_slots below it, so copies run swap_slots - 1 swapped blocks ahead.
   int swap_slots = 2;
+  // Note [MLP half]: per block, whether its MLP half is recomputed (for resident and swapped blocks; a recomputed
+  // block rebuilds everything anyway). Swapped blocks must agree. Empty: none.
+  std::vector<bool> mlp_recomputed;
 
   ActPlacement placement(int layer) const {
     return activations.empty() ? ActPlacement::kResident : activations[static_cast<size_t>(layer)];
+  }
+  // Whether block `layer` keeps its MLP half in the shared MLP set (Note [MLP half]).
+  bool mlp_half_recomputed(int layer) const {
+    return !mlp_recomputed.empty() && mlp_recomputed[static_cast<size_t>(layer)] &&
+           placement(layer) != ActPlacement::kRecompute;
+  }
+  bool any_mlp_half_recomputed() const {
+    for (size_t l = 0; l < mlp_recomputed.size(); ++l)
+      if (mlp_half_recomputed(static_cast<int>(l))) return true;
+    return false;
   }
   bool any(ActPlacement p) const;
   int count(ActPlacement p) const;
@@ -122,9 +139,11 @@ class Gpt {
   // Rows per LM-head chunk: logits of at most 64 MiB, a multiple of 64 rows, at least 64 (or all rows).
   static int64_t default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute);
   // The tensors of one block's activations other than its output (names without the "h.<l>." prefix), and their
-  // bytes as the pool takes them.
-  static std::vector<AllocRequest> block_activations(const GptConfig& cfg, int batch, DType compute);
-  static size_t block_activation_bytes(const GptConfig& cfg, int batch, DType compute);
+  // bytes as the pool takes them: all, or one half (Note [MLP half]).
+  enum class Part { kAll, kAttention, kMlp };
+  static std::vector<AllocRequest> block_activations(const GptConfig& cfg, int batch, DType compute,
+                                                     Part part = Part::kAll);
+  static size_t block_activation_bytes(const GptConfig& cfg, int batch, DType compute, Part part = Part::kAll);
   // Host-pool bytes the model takes (swapped activations: one block's worth per layer), as the pool rounds them.
   static size_t host_bytes(const GptConfig& cfg, int batch, DType compute, const GptOptions& options);
   ~Gpt();
@@ -293,6 +312,7 @@ class Gpt {
   size_t swap_bytes_ = 0;
   std::vector<std::unique_ptr<Event>> fwd_done_, out_done_, in_done_, bwd_done_;  // [layer]
   int shared_holds_ = -1;  // with recompute: the block whose activations the shared set holds
+  int mlp_holds_ = -1;     // Note [MLP half]: the block whose MLP half the shared MLP set holds
   // workspace
   Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_;
 };

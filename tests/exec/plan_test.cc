@@ -46,6 +46,18 @@ TEST(Plan, Shortcuts) {
     EXPECT_NE(p.value().summary().find("parameters of 3 blocks streamed from the host"), std::string::npos)
         << p.value().summary();
   }
+  // Note [MLP half]: every block swaps its attention half and recomputes its MLP half; the JSON says so.
+  auto halves = Plan::resolve("swap-attention-recompute-mlp", 3, 2);
+  ASSERT_TRUE(halves.is_ok());
+  EXPECT_EQ(acts(halves.value()), std::vector<ActPlacement>(3, ActPlacement::kSwap));
+  EXPECT_EQ(halves.value().model_options().mlp_recomputed, std::vector<bool>(3, true));
+  EXPECT_EQ(halves.value().to_json()["layers"][0]["activation"], json({{"attention", "swap"}, {"mlp", "recompute"}}));
+  EXPECT_NE(halves.value().summary().find("the MLP half of 3 of them recomputed"), std::string::npos)
+      << halves.value().summary();
+  auto back = Plan::from_json(halves.value().to_json(), 3, "round trip");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back.value().model_options().mlp_recomputed, std::vector<bool>(3, true));
+  EXPECT_TRUE(in_core.value().model_options().mlp_recomputed.empty());
   EXPECT_FALSE(in_core.value().needs_cpu_optimizer());
   auto bad = Plan::resolve("swap-everything", 2, 2);
   ASSERT_FALSE(bad.is_ok());
@@ -133,6 +145,14 @@ TEST(Plan, ErrorsNameWhatIsWrong) {
       {R"({"layers": {"1-": {"activation": "swap"}}})", "'1-' is not a layer number"},
       {R"({"optimizer": "gpu"})", "optimizer must be"},
       {R"({"param_prefetch": 0})", "param_prefetch must be an integer in 1..1023"},
+      {R"({"default": {"activation": {"attention": "swap"}}})", "give both halves"},
+      {R"({"default": {"activation": {"attention": "swap", "ffn": "recompute"}}})", "unknown half 'ffn'"},
+      {R"({"default": {"activation": {"attention": "resident", "mlp": "swap"}}})",
+       "the MLP half can be placed apart only by recomputing it"},
+      {R"({"default": {"activation": {"attention": "recompute", "mlp": "resident"}}})",
+       "the MLP half can be placed apart only by recomputing it"},
+      {R"({"default": {"activation": {"attention": "recompute", "mlp": "recompute"}, "param": "resident"},
+           "layers": {"1": {"activation": {"attention": "swap", "mlp": 3}}}})", "expected a string"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.json);

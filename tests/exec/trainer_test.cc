@@ -265,6 +265,12 @@ TEST(Trainer, MixedJsonPlanIsBitIdentical) {
                      {"activation": "swap"}, {"activation": "recompute"}, {"activation": "swap"}]})",
       R"({"default": {"activation": "swap"}, "layers": {"0": {"activation": "recompute"}}, "swap_prefetch": 2})",
       R"({"default": {"activation": "recompute"}, "layers": {"2-4": {"activation": "swap"}}})",
+      // Note [MLP half]: the attention half swapped or resident, the MLP half recomputed; mixed with whole blocks.
+      R"({"default": {"activation": {"attention": "swap", "mlp": "recompute"}}})",
+      R"({"layers": [{"activation": {"attention": "resident", "mlp": "recompute"}}, {"activation": "recompute"},
+                     {"activation": {"attention": "swap", "mlp": "recompute"}}, {"activation": "resident"},
+                     {"activation": {"attention": "swap", "mlp": "recompute"}},
+                     {"activation": {"attention": "swap", "mlp": "recompute"}}]})",
   };
   for (const char* plan : plans) {
     SCOPED_TRACE(plan);
@@ -462,6 +468,36 @@ TEST(Trainer, SpeculativeUpdateIsBitIdentical) {
       << refused.status().message();
 }
 
+// Note [MLP half]: swapping only the attention half and recomputing the MLP half needs less device memory than
+// swapping whole blocks (the slots hold half a block) and moves about half the bytes to the host; keeping the
+// attention half resident needs less than in-core and more than recomputing whole blocks.
+TEST(Trainer, MlpHalfPlansNeedWhatTheyShould) {
+  const GptConfig m = small_config("unused").model;
+  GptConfig cfg = m;
+  cfg.layers = 6;
+  const int batch = 4;
+  auto need = [&](const char* plan) {
+    return memory_need(cfg, batch, DType::kF32, Plan::resolve(plan, cfg.layers, 2).value().model_options()).total;
+  };
+  const size_t all = Gpt::block_activation_bytes(cfg, batch, DType::kF32);
+  const size_t attention = Gpt::block_activation_bytes(cfg, batch, DType::kF32, Gpt::Part::kAttention);
+  const size_t mlp = Gpt::block_activation_bytes(cfg, batch, DType::kF32, Gpt::Part::kMlp);
+  EXPECT_EQ(attention + mlp, all);
+  EXPECT_GT(mlp, all / 2);  // fch and fch_gelu: 8 of the 15 C per token
+  EXPECT_LT(need("swap-attention-recompute-mlp"), need("swap-activations"));
+  // Two slots of half a block and one MLP set, against two slots of whole blocks.
+  EXPECT_EQ(need("swap-activations") - need("swap-attention-recompute-mlp"),
+            static_cast<int64_t>(2 * all - 2 * attention - mlp));
+  const GptOptions halves = Plan::resolve("swap-attention-recompute-mlp", cfg.layers, 2).value().model_options();
+  const GptOptions whole = Plan::resolve("swap-activations", cfg.layers, 2).value().model_options();
+  EXPECT_LT(Gpt::host_bytes(cfg, batch, DType::kF32, halves), Gpt::host_bytes(cfg, batch, DType::kF32, whole));
+  TempDir dir;
+  const std::string resident_mlp = dir.write(
+      "p.json", R"({"default": {"activation": {"attention": "resident", "mlp": "recompute"}}})");
+  EXPECT_LT(need(resident_mlp.c_str()), need("in-core"));
+  EXPECT_GT(need(resident_mlp.c_str()), need("recompute"));
+}
+
 // Neither pool allocates once the run is set up (steps and evaluations reuse everything), for every plan; the host
 // pool takes its memory in the one slab reserved at start, and holds all of it.
 TEST(Trainer, NoAllocationAfterSetup) {
@@ -642,7 +678,8 @@ TEST(TrainerCuda, PlansMatchInCore) {
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     ASSERT_TRUE(a.value()->run().is_ok());
     const RunResult ra = finish(*a.value());
-    for (const std::string& plan : {std::string("recompute"), std::string("swap-activations"), mix}) {
+    for (const std::string& plan : {std::string("recompute"), std::string("swap-activations"),
+                                      std::string("swap-attention-recompute-mlp"), mix}) {
       SCOPED_TRACE(plan);
       TrainConfig tc = base;
       tc.plan = plan;
