@@ -58,12 +58,12 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
         lp->mlp_recompute = false;
         continue;
       }
+      TT_RETURN_IF(halves[0] == ActPlacement::kRecompute, kInvalidArgument,
+                   "%s: a recomputed attention half rebuilds the MLP half too: use \"recompute\"", at.c_str());
       TT_RETURN_IF(halves[1] != ActPlacement::kRecompute, kInvalidArgument,
                    "%s: the MLP half can be placed apart only by recomputing it (attention %s, mlp %s); or place the "
                    "whole block alike",
                    at.c_str(), act_placement_name(halves[0]), act_placement_name(halves[1]));
-      TT_RETURN_IF(halves[0] == ActPlacement::kRecompute, kInvalidArgument,
-                   "%s: a recomputed attention half rebuilds the MLP half too: use \"recompute\"", at.c_str());
       lp->activation = halves[0];
       lp->mlp_recompute = true;
       continue;
@@ -176,6 +176,21 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
       return make_status(StatusCode::kInvalidArgument, "plan %s: layers must be an array or an object",
                          source.c_str());
     }
+  }
+  // Note [MLP half]: swapped blocks share slots of one size, so they all swap whole blocks or all their attention
+  // half only.
+  int first_swap = -1;
+  for (int l = 0; l < layers; ++l) {
+    const LayerPlan& lp = p.layers[static_cast<size_t>(l)];
+    if (lp.activation != ActPlacement::kSwap) continue;
+    if (first_swap < 0) {
+      first_swap = l;
+      continue;
+    }
+    TT_RETURN_IF(lp.mlp_recompute != p.layers[static_cast<size_t>(first_swap)].mlp_recompute, kInvalidArgument,
+                 "plan %s: swapped layers %d and %d differ in whether their MLP half is recomputed; swapped layers "
+                 "share device slots, so all of them must swap the whole block or all only the attention half",
+                 source.c_str(), first_swap, l);
   }
   // Host-streamed parameters, gradients and optimizer state all need the CPU optimizer, which the trainer checks
   // once --optimizer has had its say (Plan::needs_cpu_optimizer).

@@ -119,7 +119,8 @@ GptOptions GptOptions::all(int layers, ActPlacement p, int swap_slots) {
 // blocks agree on that: Gpt::create checks).
 static Gpt::Part swapped_part(const GptOptions& options, int layers) {
   for (int l = 0; l < layers; ++l)
-    if (options.placement(l) == ActPlacement::kSwap) return options.mlp_half_recomputed(l) ? Gpt::Part::kAttention : Gpt::Part::kAll;
+    if (options.placement(l) == ActPlacement::kSwap)
+      return options.mlp_half_recomputed(l) ? Gpt::Part::kAttention : Gpt::Part::kAll;
   return Gpt::Part::kAll;
 }
 

@@ -114,7 +114,7 @@ struct GptOptions {
   }
   // Whether block `layer` keeps its MLP half in the shared MLP set (Note [MLP half]).
   bool mlp_half_recomputed(int layer) const {
-    return !mlp_recomputed.empty() && mlp_recomputed[static_cast<size_t>(layer)] &&
+    return static_cast<size_t>(layer) < mlp_recomputed.size() && mlp_recomputed[static_cast<size_t>(layer)] &&
            placement(layer) != ActPlacement::kRecompute;
   }
   bool any_mlp_half_recomputed() const {

@@ -58,6 +58,14 @@ TEST(Plan, Shortcuts) {
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_EQ(back.value().model_options().mlp_recomputed, std::vector<bool>(3, true));
   EXPECT_TRUE(in_core.value().model_options().mlp_recomputed.empty());
+  // A layer's plain placement overrides a split default (and its flag); equal halves are the plain placement.
+  auto over = Plan::from_json(json::parse(R"({"default": {"activation": {"attention": "resident", "mlp": "recompute"}},
+      "layers": {"1": {"activation": "resident"}, "2": {"activation": {"attention": "swap", "mlp": "swap"}}}})"),
+                              3, "over.json");
+  ASSERT_TRUE(over.is_ok()) << over.status().to_string();
+  EXPECT_EQ(over.value().model_options().mlp_recomputed, std::vector<bool>({true, false, false}));
+  EXPECT_EQ(acts(over.value()),
+            std::vector<ActPlacement>({ActPlacement::kResident, ActPlacement::kResident, ActPlacement::kSwap}));
   EXPECT_FALSE(in_core.value().needs_cpu_optimizer());
   auto bad = Plan::resolve("swap-everything", 2, 2);
   ASSERT_FALSE(bad.is_ok());
@@ -150,9 +158,12 @@ TEST(Plan, ErrorsNameWhatIsWrong) {
       {R"({"default": {"activation": {"attention": "resident", "mlp": "swap"}}})",
        "the MLP half can be placed apart only by recomputing it"},
       {R"({"default": {"activation": {"attention": "recompute", "mlp": "resident"}}})",
-       "the MLP half can be placed apart only by recomputing it"},
+       "a recomputed attention half rebuilds the MLP half too"},
       {R"({"default": {"activation": {"attention": "recompute", "mlp": "recompute"}, "param": "resident"},
-           "layers": {"1": {"activation": {"attention": "swap", "mlp": 3}}}})", "expected a string"},
+           "layers": {"1": {"activation": {"attention": "swap", "mlp": 3}}}})",
+       "layers.1.activation.mlp: expected a string"},
+      {R"({"default": {"activation": "swap"}, "layers": {"2": {"activation": {"attention": "swap", "mlp": "recompute"}}}})",
+       "swapped layers 0 and 2 differ in whether their MLP half is recomputed"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.json);
