@@ -156,6 +156,38 @@ def dlpack(comm: tc.Comm) -> None:
     print(f"rank {comm.rank}: dlpack right")
 
 
+class ClaimsCuda(DLPackOnly):
+    """A DLPack tensor that says it is on a CUDA device."""
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def cuda_refused(comm: tc.Comm) -> None:
+    # A host communicator refuses a CUDA tensor before any communication, naming the backend to use.
+    try:
+        comm.Allreduce(tc.IN_PLACE, ClaimsCuda(np.zeros(8, np.float32)), op=tc.SUM)
+        raise AssertionError("a CUDA tensor was taken by the host backend")
+    except ValueError as e:
+        expect("TIERTRAIN_COMM_BACKEND=nccl" in str(e), str(e))
+    print(f"rank {comm.rank}: cuda refused right")
+
+
+def torch_cuda(comm: tc.Comm) -> None:
+    # With the nccl backend: torch CUDA tensors through DLPack, in place and out of place, after torch work on them.
+    import torch
+
+    dev = torch.device("cuda", comm.rank % torch.cuda.device_count())
+    n = comm.size
+    x = torch.arange(1 << 20, dtype=torch.float32, device=dev) * 0 + comm.rank  # torch work queued before
+    comm.Allreduce(tc.IN_PLACE, x, op=tc.SUM)
+    expect(bool((x == n * (n - 1) / 2).all().item()), "torch Allreduce in place")
+    y = torch.empty(n * 4, dtype=torch.bfloat16, device=dev)
+    comm.Allgather(torch.full((4,), float(comm.rank), dtype=torch.bfloat16, device=dev), y)
+    expect(torch.equal(y.float().cpu(), torch.arange(n).repeat_interleave(4).float()), "torch bf16 Allgather")
+    print(f"rank {comm.rank}: torch cuda right")
+
+
 def gil(comm: tc.Comm) -> None:
     """While rank 0 waits in a collective for a late rank 1, another Python thread of rank 0 runs."""
     ticks = [0]
@@ -243,4 +275,4 @@ def timeout(comm: tc.Comm) -> None:
 if __name__ == "__main__":
     c = tc.world()
     {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
-     "timeout": timeout}[sys.argv[1]](c)
+     "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda}[sys.argv[1]](c)

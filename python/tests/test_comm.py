@@ -44,6 +44,28 @@ def test_dlpack_tensors_without_copies():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_a_cuda_tensor_is_refused_by_a_host_backend():
+    r = run(2, "cuda_refused")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: cuda refused right" in r.stdout
+
+
+def cuda_devices() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.skipif(cuda_devices() < 1, reason="needs torch with a CUDA device")
+def test_torch_cuda_tensors_through_nccl():
+    ranks = min(cuda_devices(), 2)
+    r = run(ranks, "torch_cuda", {"TIERTRAIN_COMM_BACKEND": "nccl", "NCCL_NVLS_ENABLE": "0"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: torch cuda right" in r.stdout
+
+
 def test_the_gil_is_released_while_waiting():
     r = run(2, "gil")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -1,6 +1,7 @@
 // tiertrain._comm: the collectives (comm/comm.h) for Python, in mpi4py's style: upper-case methods on buffers
-// (numpy arrays or anything with the buffer protocol, and DLPack tensors on the CPU), without copies. Arguments are
-// converted with the GIL held; only the communication itself runs without it.
+// (numpy arrays or anything with the buffer protocol, and DLPack tensors on the CPU; with the nccl backend, DLPack
+// tensors on the GPU, e.g. torch CUDA tensors), without copies. Arguments are converted with the GIL held; only the
+// communication itself runs without it.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -43,7 +44,7 @@ void check(const tt::Status& s) {
 
 // ---- DLPack (the CPU part of the protocol we need: https://dmlc.github.io/dlpack) ----------------------------------
 struct DLDevice {
-  int32_t device_type;  // 1: CPU
+  int32_t device_type;  // 1: CPU, 2: CUDA, 13: CUDA managed
   int32_t device_id;
 };
 struct DLDataType {
@@ -104,8 +105,10 @@ DType dtype_of_format(const std::string& fmt, size_t itemsize, const char* what)
                        "tensor)");
 }
 
-// writable: the receive side. Raises TypeError/ValueError for what cannot be a buffer here.
-Buf to_buf(const py::object& o, bool writable, const char* what) {
+// writable: the receive side; gpu: the communicator takes GPU memory (nccl), and DLPack tensors on a CUDA device
+// are accepted (their producer is asked to order its work before the legacy default stream, which the nccl
+// backend's blocking calls follow). Raises TypeError/ValueError for what cannot be a buffer here.
+Buf to_buf(const py::object& o, bool writable, const char* what, bool gpu = false) {
   Buf b;
   if (o.ptr() == g_in_place) {
     if (writable) throw py::type_error(std::string(what) + ": IN_PLACE goes in the send buffer's place, not here");
@@ -113,16 +116,25 @@ Buf to_buf(const py::object& o, bool writable, const char* what) {
     return b;
   }
   if (py::hasattr(o, "__dlpack__") && !PyObject_CheckBuffer(o.ptr())) {
-    py::object cap = o.attr("__dlpack__")();
+    int device_type = 1;
+    if (py::hasattr(o, "__dlpack_device__")) device_type = o.attr("__dlpack_device__")()[py::int_(0)].cast<int>();
+    const bool cuda = device_type == 2 || device_type == 13;
+    if (cuda && !gpu)
+      throw py::value_error(std::string(what) + ": a CUDA tensor; this communicator's backend takes host memory "
+                            "(start the job with TIERTRAIN_COMM_BACKEND=nccl for GPU tensors)");
+    // stream=1: the producer orders its pending work on the tensor before CUDA's legacy default stream.
+    py::object cap = cuda ? o.attr("__dlpack__")(py::arg("stream") = 1) : o.attr("__dlpack__")();
     auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
     if (m == nullptr) throw py::error_already_set();
     PyCapsule_SetName(cap.ptr(), "used_dltensor");  // ours now: we call its deleter
     b.managed = m;
     b.capsule = cap;
     const DLTensor& t = m->dl_tensor;
-    if (t.device.device_type != 1)
+    const bool on_gpu = t.device.device_type == 2 || t.device.device_type == 13;
+    if (t.device.device_type != 1 && !(gpu && on_gpu))
       throw py::value_error(std::string(what) + ": a DLPack tensor on device type " +
-                            std::to_string(t.device.device_type) + "; the host collectives take CPU tensors");
+                            std::to_string(t.device.device_type) +
+                            (gpu ? "; the nccl backend takes CUDA tensors" : "; the host collectives take CPU tensors"));
     int64_t n = 1, expect = 1;
     bool contiguous = true;
     for (int d = t.ndim - 1; d >= 0; --d) {
@@ -181,7 +193,9 @@ class PyComm {
     }
   }
 
-  explicit PyComm(std::unique_ptr<Communicator> c) : c_(std::move(c)) {}
+  explicit PyComm(std::unique_ptr<Communicator> c) : c_(std::move(c)), gpu_(std::string(c_->backend()) == "nccl") {}
+  // The buffers of this communicator's calls (GPU tensors for nccl).
+  Buf to_buf(const py::object& o, bool writable, const char* what) const { return ::to_buf(o, writable, what, gpu_); }
   int rank() const { return c_->rank(); }
   int size() const { return c_->size(); }
 
@@ -315,6 +329,7 @@ class PyComm {
     same_count(s, r.count / ratio, r.dtype, what + " sendbuf");
   }
   std::unique_ptr<Communicator> c_;
+  bool gpu_ = false;  // the communicator takes GPU memory (nccl)
 };
 
 }  // namespace
