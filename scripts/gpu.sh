@@ -172,6 +172,9 @@ if [ "$RUN_NCCL" = 1 ]; then
 fi
 if [ "$RUN_COMM" = 1 ]; then
   wait "$PYENV_PID" && PY=$(tail -n 1 "$OUT/pyenv.out") || PY=python3
+  # The Python package's tests on this machine (its GPUs included: torch CUDA tensors through nccl).
+  TT_TIERTRAIN_BIN="$TT" "$PY" -m pytest -q python/tests > "$OUT/pytest.log" 2>&1 || status=1
+  tail -n 3 "$OUT/pytest.log"
   PY="$PY" TT="$TT" bench/comm_host.sh "$OUT/comm" || status=1
 fi
 exit $status
