@@ -14,6 +14,8 @@ pip download --no-deps -q -d . scikit-build-core pybind11 pathspec packaging
 pip download --no-deps -q -d . --only-binary :all: --platform any --python-version 3.12 cython build pyproject_hooks \
   setuptools
 pip download --no-deps -q -d . --no-binary :all: mpi4py
+# pytest (and what it needs) for the Python package's tests there.
+pip download -q -d . --only-binary :all: --platform any --python-version 3.12 pytest
 # numpy for the GPU machine's Python (3.12), which has torch but not numpy.
 pip download --no-deps -q -d . --only-binary :all: --platform manylinux_2_28_x86_64 --python-version 3.12 \
   --implementation cp numpy

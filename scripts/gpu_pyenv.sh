@@ -11,6 +11,7 @@ WHEELS=$PWD/.deps/wheels
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV" >&2
 pip=("$VENV/bin/python" -m pip install --no-index --find-links "$WHEELS" -q)
 "$VENV/bin/python" -c "import numpy" 2>/dev/null || "${pip[@]}" numpy >&2 || echo "gpu_pyenv: no numpy" >&2
+"$VENV/bin/python" -c "import pytest" 2>/dev/null || "${pip[@]}" pytest >&2 || echo "gpu_pyenv: no pytest" >&2
 # mpi4py from its source (built against this machine's MPI by its mpicc): only if there is an MPI to build against.
 if ! "$VENV/bin/python" -c "import mpi4py" 2>/dev/null && command -v mpicc >/dev/null; then
   "${pip[@]}" mpi4py >&2 || echo "gpu_pyenv: mpi4py did not build (the mpi4py rows will be missing)" >&2
