@@ -1,7 +1,8 @@
 // bench/nccl_raw_bench: NCCL's allreduce, allgather, reduce_scatter or broadcast timed as nccl-tests times them (the
 // iterations queued on a stream, one wait), with nothing of tiertrain between the clock and NCCL: the reference the
 // nccl backend is measured against. tiertrain's host communicator only carries the unique id and the barrier before
-// each timing. Run in every rank, one GPU each:
+// each timing. With --blocking each call is waited for before the next (cudaStreamSynchronize), the like-for-like
+// reference of comm-bench's blocking calls. Run in every rank, one GPU each:
 //   tiertrain launch -n 2 -- build/gpu/bench/nccl_raw_bench -C allreduce -b 8 -e 1G -f 4 -n 20 -w 5 --json F
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -44,8 +45,19 @@ int main(int argc, char** argv) {
   size_t min_b = 8, max_b = size_t(1) << 30;
   double factor = 4;
   int iters = 20, warmup = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
+  bool blocking = false;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--blocking") {
+      blocking = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "nccl_raw_bench: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    const std::string v = argv[i + 1];
     if (a == "-C") coll = v;
     else if (a == "-b") min_b = parse_size(v);
     else if (a == "-e") max_b = parse_size(v);
@@ -83,8 +95,9 @@ int main(int argc, char** argv) {
   const double part = (n - 1.0) / n;
   const double bus_factor = coll == "allreduce" ? 2 * part : coll == "broadcast" ? 1 : part;
   if (me == 0)
-    std::printf("# nccl_raw_bench: %s, float, %d ranks, %d iterations after %d warm-up, queued on a stream\n"
-                "#%11s %13s %9s %8s %8s %9s %8s %8s\n", coll.c_str(), n, iters, warmup, "size", "count", "time",
+    std::printf("# nccl_raw_bench: %s, float, %d ranks, %d iterations after %d warm-up, %s\n"
+                "#%11s %13s %9s %8s %8s %9s %8s %8s\n", coll.c_str(), n, iters, warmup,
+                blocking ? "each call waited for" : "queued on a stream", "size", "count", "time",
                 "algbw", "busbw", "time", "algbw", "busbw");
   nlohmann::json rows = nlohmann::json::array();
   for (double bd = static_cast<double>(min_b); bd <= static_cast<double>(max_b) * 1.0000001; bd *= factor) {
@@ -111,7 +124,10 @@ int main(int argc, char** argv) {
       CHECK(cudaStreamSynchronize(stream) == cudaSuccess, "warm-up");
       CHECK(host.barrier().is_ok(), "barrier");
       const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) call();
+      for (int i = 0; i < iters; ++i) {
+        call();
+        if (blocking) CHECK(cudaStreamSynchronize(stream) == cudaSuccess, "a blocking call");
+      }
       CHECK(cudaStreamSynchronize(stream) == cudaSuccess, "timed run");
       double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
       CHECK(host.allreduce(tt::comm::kInPlace, &t, 1, tt::comm::DType::kF64, tt::comm::Op::kAvg).is_ok(), "avg");
@@ -125,7 +141,7 @@ int main(int argc, char** argv) {
         std::printf(" %9.2f %8.2f %8.2f", times[p] * 1e6, alg, alg * bus_factor);
         rows.push_back({{"collective", coll}, {"ranks", n}, {"backend", "nccl-raw"}, {"size", count * 4},
                         {"count", count}, {"type", "float"}, {"in_place", p == 1}, {"time_us", times[p] * 1e6},
-                        {"algbw_gbs", alg}, {"busbw_gbs", alg * bus_factor}, {"queued", true}});
+                        {"algbw_gbs", alg}, {"busbw_gbs", alg * bus_factor}, {"queued", !blocking}});
       }
       std::printf("\n");
       std::fflush(stdout);

@@ -20,26 +20,29 @@ def load(out: str, prefix: str, coll: str, n: str) -> dict:
 
 def main() -> None:
     out = sys.argv[1]
-    lines = ["| collective | ranks | size | tiertrain busbw (GB/s) | tiertrain stream-ordered | raw NCCL | PyTorch | "
-             "tiertrain / raw | stream-ordered / raw | wrong |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| collective | ranks | size | tiertrain busbw (GB/s) | tiertrain stream-ordered | raw NCCL | "
+             "raw NCCL, each call waited for | PyTorch | tiertrain / raw | tiertrain / raw waited for | "
+             "stream-ordered / raw | wrong |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     summary = []
     for path in sorted(glob.glob(os.path.join(out, "raw_*.json"))):
         coll, n = os.path.basename(path)[4:-5].rsplit("_", 1)
-        raw, tt, st, th = (load(out, p, coll, n) for p in ("raw", "tt", "ttstream", "torch"))
+        raw, tt, st, th, rb = (load(out, p, coll, n) for p in ("raw", "tt", "ttstream", "torch", "rawblock"))
         for (size, in_place), r in sorted(raw.items()):
             if in_place:
                 continue
-            t, s = tt.get((size, False)), st.get((size, False))
+            t, s, b = tt.get((size, False)), st.get((size, False)), rb.get((size, False))
             torch_row = th.get((size, coll in ("allreduce", "broadcast")))
             # PyTorch in place is compared with raw NCCL in place.
             f = lambda row: "" if row is None else f"{row['busbw_gbs']:.2f}"  # noqa: E731
             ratio = lambda row: "" if row is None or r["busbw_gbs"] == 0 else f"{row['busbw_gbs'] / r['busbw_gbs']:.3f}"  # noqa: E731
             wrong = sum(x.get("wrong", 0) for x in (t, s) if x)
-            lines.append(f"| {coll} | {n} | {size} | {f(t)} | {f(s)} | {r['busbw_gbs']:.2f} | {f(torch_row)} | "
-                         f"{ratio(t)} | {ratio(s)} | {wrong} |")
+            vs_b = "" if t is None or b is None or b["busbw_gbs"] == 0 else f"{t['busbw_gbs'] / b['busbw_gbs']:.3f}"
+            lines.append(f"| {coll} | {n} | {size} | {f(t)} | {f(s)} | {r['busbw_gbs']:.2f} | {f(b)} | {f(torch_row)} | "
+                         f"{ratio(t)} | {vs_b} | {ratio(s)} | {wrong} |")
             summary.append({"collective": coll, "ranks": int(n), "size": size, "raw_busbw_gbs": r["busbw_gbs"],
                             "tiertrain_busbw_gbs": t and t["busbw_gbs"], "stream_busbw_gbs": s and s["busbw_gbs"],
+                            "raw_waited_busbw_gbs": b and b["busbw_gbs"],
                             "torch_busbw_gbs": torch_row and torch_row["busbw_gbs"], "wrong": wrong})
     text = "\n".join(lines) + "\n"
     open(os.path.join(out, "results.md"), "w").write(text)
