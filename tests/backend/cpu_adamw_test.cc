@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -134,6 +136,64 @@ TEST_P(CpuAdamW, VectorAndThreadedMatchTheScalarFormulaBitForBit) {
                                a.weight_decay, a.step, a.grad_clip);
       EXPECT_EQ(std::memcmp(qp.data(), kp.data(), n * sizeof(float)), 0);
 #endif
+    }
+  }
+}
+
+// The written arrays at every alignment, alike and apart (the update streams its stores from where all of them are at
+// a vector boundary, and keeps ordinary stores when they never are): the same bits as the scalar formula.
+TEST(CpuAdamWAlignment, EveryOffsetOfTheWrittenArraysGivesTheSameBits) {
+  const int64_t n = 70001;  // above the parallel threshold, not a multiple of a vector
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> p(n), g(n), m(n), v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = dist(rng);
+    g[i] = dist(rng) * 0.1f;
+    m[i] = dist(rng) * 0.01f;
+    v[i] = std::abs(dist(rng)) * 1e-4f;
+  }
+  Args a;
+  std::vector<float> rp = p, rm = m, rv = v;
+  reference(rp, g, rm, rv, 4.0f, a);
+  // 64-byte aligned storage, then offsets in elements.
+  auto aligned = [](size_t elems, size_t bytes) {
+    return std::unique_ptr<char, decltype(&std::free)>(static_cast<char*>(std::aligned_alloc(64, (elems * bytes + 64 + 63) / 64 * 64)), &std::free);
+  };
+  for (const int po : {0, 1, 5}) {
+    for (const int mo : {0, 3}) {
+      for (const int bo : {0, 2, 7}) {
+        SCOPED_TRACE("offsets param " + std::to_string(po) + " state " + std::to_string(mo) + " bf16 " +
+                     std::to_string(bo));
+        auto pb = aligned(n + 16, 4), mb = aligned(n + 16, 4), vb = aligned(n + 16, 4), bb = aligned(n + 32, 2);
+        float* op = reinterpret_cast<float*>(pb.get()) + po;
+        float* om = reinterpret_cast<float*>(mb.get()) + mo;
+        float* ov = reinterpret_cast<float*>(vb.get()) + mo;
+        uint16_t* ob = reinterpret_cast<uint16_t*>(bb.get()) + bo;
+        for (const int threads : {1, 3}) {
+          const int before = omp_get_max_threads();
+          omp_set_num_threads(threads);
+          cpu::adamw_update_f32(cpu::AdamWArrays{p.data(), g.data(), m.data(), v.data(), op, om, ov, ob}, n, 4.0f,
+                                a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step, a.grad_clip);
+          omp_set_num_threads(before);
+          int64_t wrong = 0;
+          for (int64_t i = 0; i < n; ++i)
+            wrong += bits(op[i]) != bits(rp[i]) || bits(om[i]) != bits(rm[i]) || bits(ov[i]) != bits(rv[i]) ||
+                     ob[i] != float_to_bf16(rp[i]);
+          EXPECT_EQ(wrong, 0) << threads << " threads";
+        }
+        // In place from the same offsets, with the bf16 copy streamed.
+        std::memcpy(op, p.data(), n * sizeof(float));
+        std::memcpy(om, m.data(), n * sizeof(float));
+        std::memcpy(ov, v.data(), n * sizeof(float));
+        cpu::adamw_update_f32(op, g.data(), om, ov, ob, n, 4.0f, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
+                              a.step, a.grad_clip);
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < n; ++i)
+          wrong += bits(op[i]) != bits(rp[i]) || bits(om[i]) != bits(rm[i]) || bits(ov[i]) != bits(rv[i]) ||
+                   ob[i] != float_to_bf16(rp[i]);
+        EXPECT_EQ(wrong, 0) << "in place";
+      }
     }
   }
 }

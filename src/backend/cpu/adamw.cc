@@ -27,6 +27,34 @@ void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const Ada
   float *param_out = a.param_out, *m_out = a.m_out, *v_out = a.v_out;
   uint16_t* out_bf16 = a.out_bf16;
   int64_t i = begin;
+  // Streaming (non-temporal) stores for what is only written, which then needs no read of its lines first: the bf16
+  // copy, and the new state when it goes to other arrays (the speculative update's second set). The update is bound
+  // by memory bandwidth. They need aligned addresses: the elements before every such array is at a vector boundary
+  // go one by one, and arrays that do not line up there keep the ordinary stores. The values are the same.
+  const bool out_of_place = param_out != param;
+#if defined(__AVX512F__)
+  constexpr uintptr_t kF32Align = 64, kBf16Align = 32;
+#elif defined(__AVX2__)
+  constexpr uintptr_t kF32Align = 32, kBf16Align = 16;
+#else
+  constexpr uintptr_t kF32Align = 0, kBf16Align = 0;
+#endif
+  const auto on = [](const void* p, uintptr_t align) { return (reinterpret_cast<uintptr_t>(p) & (align - 1)) == 0; };
+  const auto state_on = [&](int64_t k) {
+    return on(param_out + k, kF32Align) && on(m_out + k, kF32Align) && on(v_out + k, kF32Align);
+  };
+  const auto bf16_on = [&](int64_t k) { return out_bf16 != nullptr && on(out_bf16 + k, kBf16Align); };
+  bool stream_state = false, stream_bf16 = false;
+  if (kF32Align != 0 && (out_of_place || out_bf16 != nullptr)) {
+    // One by one up to the boundary that gains most: the state's when it goes elsewhere, else the bf16 copy's.
+    for (int k = 0; k < 16 && i < end && !(out_of_place ? state_on(i) : bf16_on(i)); ++k, ++i) {
+      const float p = adamw_one(param, grad, m, v, param_out, m_out, v_out, i, s);
+      if (out_bf16) out_bf16[i] = float_to_bf16(p);
+    }
+    stream_state = out_of_place && state_on(i);
+    stream_bf16 = bf16_on(i);
+  }
+  const bool stream = stream_state || stream_bf16;
 #if defined(__AVX512F__)
   {
     const __m512 clip = _mm512_set1_ps(s.clip), decay = _mm512_set1_ps(s.decay), b2 = _mm512_set1_ps(s.b2),
@@ -41,18 +69,25 @@ void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const Ada
       const __m512 mo = _mm512_loadu_ps(m + i), vo = _mm512_loadu_ps(v + i);
       const __m512 mi = _mm512_add_ps(mo, _mm512_mul_ps(omb1, _mm512_sub_ps(g, mo)));
       const __m512 vi = _mm512_add_ps(_mm512_mul_ps(vo, b2), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
-      _mm512_storeu_ps(m_out + i, mi);
-      _mm512_storeu_ps(v_out + i, vi);
       const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2s), eps);
       p = _mm512_sub_ps(p, _mm512_mul_ps(lr, _mm512_div_ps(mi, denom)));
-      _mm512_storeu_ps(param_out + i, p);
+      if (stream_state) {
+        _mm512_stream_ps(m_out + i, mi);
+        _mm512_stream_ps(v_out + i, vi);
+        _mm512_stream_ps(param_out + i, p);
+      } else {
+        _mm512_storeu_ps(m_out + i, mi);
+        _mm512_storeu_ps(v_out + i, vi);
+        _mm512_storeu_ps(param_out + i, p);
+      }
       if (out_bf16) {
         const __m512i u = _mm512_castps_si512(p);
         const __m512i rounded = _mm512_srli_epi32(
             _mm512_add_epi32(_mm512_add_epi32(u, round), _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
         const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
         const __m512i h = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out_bf16 + i), _mm512_cvtepi32_epi16(h));
+        if (stream_bf16) _mm256_stream_si256(reinterpret_cast<__m256i*>(out_bf16 + i), _mm512_cvtepi32_epi16(h));
+        else _mm256_storeu_si256(reinterpret_cast<__m256i*>(out_bf16 + i), _mm512_cvtepi32_epi16(h));
       }
     }
   }
@@ -70,11 +105,17 @@ void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const Ada
       const __m256 mo = _mm256_loadu_ps(m + i), vo = _mm256_loadu_ps(v + i);
       const __m256 mi = _mm256_add_ps(mo, _mm256_mul_ps(omb1, _mm256_sub_ps(g, mo)));
       const __m256 vi = _mm256_add_ps(_mm256_mul_ps(vo, b2), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
-      _mm256_storeu_ps(m_out + i, mi);
-      _mm256_storeu_ps(v_out + i, vi);
       const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2s), eps);
       p = _mm256_sub_ps(p, _mm256_mul_ps(lr, _mm256_div_ps(mi, denom)));
-      _mm256_storeu_ps(param_out + i, p);
+      if (stream_state) {
+        _mm256_stream_ps(m_out + i, mi);
+        _mm256_stream_ps(v_out + i, vi);
+        _mm256_stream_ps(param_out + i, p);
+      } else {
+        _mm256_storeu_ps(m_out + i, mi);
+        _mm256_storeu_ps(v_out + i, vi);
+        _mm256_storeu_ps(param_out + i, p);
+      }
       if (out_bf16) {
         const __m256i u = _mm256_castps_si256(p);
         const __m256i rounded = _mm256_srli_epi32(
@@ -83,7 +124,8 @@ void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const Ada
         const __m256i h = _mm256_blendv_epi8(rounded, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), nan);
         // packus works within 128-bit lanes: [h0-3 h0-3 h4-7 h4-7] -> qwords 0 and 2 hold h0-3 and h4-7.
         const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0xd8);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out_bf16 + i), _mm256_castsi256_si128(packed));
+        if (stream_bf16) _mm_stream_si128(reinterpret_cast<__m128i*>(out_bf16 + i), _mm256_castsi256_si128(packed));
+        else _mm_storeu_si128(reinterpret_cast<__m128i*>(out_bf16 + i), _mm256_castsi256_si128(packed));
       }
     }
   }
@@ -92,6 +134,12 @@ void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const Ada
     const float p = adamw_one(param, grad, m, v, param_out, m_out, v_out, i, s);
     if (out_bf16) out_bf16[i] = float_to_bf16(p);
   }
+#if defined(__AVX2__) || defined(__AVX512F__)
+  // Streaming stores are weakly ordered: visible to every other thread, and to the copy engine, before this returns.
+  if (stream) _mm_sfence();
+#else
+  (void)stream;
+#endif
 }
 #pragma GCC diagnostic pop
 
