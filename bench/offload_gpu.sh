@@ -10,12 +10,8 @@
 # offload-params-recompute offload-params-recompute-speculative offload-all trace; also offload-all-speculative,
 # offload-params-recompute-noclip, offload-params-recompute-speculative-noclip).
 set -euo pipefail
-OUT=${1:?usage: bench/offload_gpu.sh OUTDIR [DATA]}
-DATA=${2:-/usr/share/games/fortunes}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-TT=${TT:-build/gpu/src/tiertrain}
+source "$(dirname "$0")/lib.sh"
+tt_bench_setup "${1:?usage: bench/offload_gpu.sh OUTDIR [DATA]}" "${2:-/usr/share/games/fortunes}"
 L=${TT_OFF_LAYERS:-8} D=${TT_OFF_DIM:-2048} H=${TT_OFF_HEADS:-16} T=${TT_OFF_SEQ:-2048} B=${TT_OFF_BATCH:-8}
 STEPS=${TT_OFF_STEPS:-10}
 common=(--layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --data "$DATA" --steps "$STEPS" --warmup 3
@@ -24,30 +20,23 @@ cat > "$OUT/plan_offload_recompute.json" <<JSON
 {"version": 1, "comment": "parameters and gradients streamed, activations recomputed", "optimizer": "cpu",
  "default": {"param": "host_streamed", "grad": "host_streamed", "activation": "recompute"}}
 JSON
-run() {  # name, extra flags...
-  local name=$1
-  shift
-  "$TT" train "${common[@]}" "$@" --metrics-out "$OUT/tiertrain_$name.json" > "$OUT/tiertrain_$name.log" 2>&1 ||
-    { echo "tiertrain $name failed:"; tail -5 "$OUT/tiertrain_$name.log"; }
-  tail -n 1 "$OUT/tiertrain_$name.log"
-}
 for r in ${TT_OFF_RUNS:-in-core cpu-optimizer offload-params offload-params-recompute \
            offload-params-recompute-speculative offload-all trace}; do
   case "$r" in
-    in-core) run in-core --plan in-core ;;
-    cpu-optimizer) run cpu-optimizer --plan in-core --optimizer cpu ;;
-    offload-params) run offload-params --plan offload-params ;;
-    offload-params-recompute) run offload-params-recompute --plan "$OUT/plan_offload_recompute.json" ;;
+    in-core) tt_run in-core --plan in-core ;;
+    cpu-optimizer) tt_run cpu-optimizer --plan in-core --optimizer cpu ;;
+    offload-params) tt_run offload-params --plan offload-params ;;
+    offload-params-recompute) tt_run offload-params-recompute --plan "$OUT/plan_offload_recompute.json" ;;
     offload-params-recompute-speculative)
-      run offload-params-recompute-speculative --plan "$OUT/plan_offload_recompute.json" --speculative-update ;;
-    offload-all) run offload-all --plan offload-all ;;
-    offload-all-speculative) run offload-all-speculative --plan offload-all --speculative-update ;;
+      tt_run offload-params-recompute-speculative --plan "$OUT/plan_offload_recompute.json" --speculative-update ;;
+    offload-all) tt_run offload-all --plan offload-all ;;
+    offload-all-speculative) tt_run offload-all-speculative --plan offload-all --speculative-update ;;
     # The clip off (--grad-clip 0): every speculated update is kept, as in training whose norms stay under the clip;
     # the pair shows what the speculation gains when it holds.
     offload-params-recompute-noclip)
-      run offload-params-recompute-noclip --plan "$OUT/plan_offload_recompute.json" --grad-clip 0 ;;
+      tt_run offload-params-recompute-noclip --plan "$OUT/plan_offload_recompute.json" --grad-clip 0 ;;
     offload-params-recompute-speculative-noclip)
-      run offload-params-recompute-speculative-noclip --plan "$OUT/plan_offload_recompute.json" --grad-clip 0 \
+      tt_run offload-params-recompute-speculative-noclip --plan "$OUT/plan_offload_recompute.json" --grad-clip 0 \
         --speculative-update ;;
     trace)  # steps 2-4 of the streamed plan with recompute
       "$TT" train "${common[@]}" --steps 4 --plan "$OUT/plan_offload_recompute.json" \

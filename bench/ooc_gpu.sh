@@ -8,12 +8,8 @@
 # TT_OOC_RUNS picks the tiertrain runs (default: all of in-core swap recompute mix halves halves-mix cpu-optimizer
 # recompute-cpu-optimizer); TT_OOC_EXTRAS=0 skips the traces and the PyTorch rows.
 set -euo pipefail
-OUT=${1:?usage: bench/ooc_gpu.sh OUTDIR [DATA]}
-DATA=${2:-/usr/share/games/fortunes}
-mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-TT=${TT:-build/gpu/src/tiertrain}
+source "$(dirname "$0")/lib.sh"
+tt_bench_setup "${1:?usage: bench/ooc_gpu.sh OUTDIR [DATA]}" "${2:-/usr/share/games/fortunes}"
 L=${TT_OOC_LAYERS:-8} D=${TT_OOC_DIM:-2048} H=${TT_OOC_HEADS:-16} T=${TT_OOC_SEQ:-2048} B=${TT_OOC_BATCH:-8}
 STEPS=${TT_OOC_STEPS:-12}
 common=(--layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --data "$DATA" --steps "$STEPS" --warmup 3
@@ -31,22 +27,14 @@ cat > "$OUT/plan_halves_mix.json" <<JSON
  "layers": {"0-$half": {"activation": {"attention": "swap", "mlp": "recompute"}}}, "swap_prefetch": 1}
 JSON
 RUNS=" ${TT_OOC_RUNS:-in-core swap recompute mix halves halves-mix cpu-optimizer recompute-cpu-optimizer} "
-run() {  # name, extra flags...
-  local name=$1
-  shift
-  [[ "$RUNS" == *" $name "* ]] || return 0
-  "$TT" train "${common[@]}" "$@" --metrics-out "$OUT/tiertrain_$name.json" > "$OUT/tiertrain_$name.log" 2>&1 ||
-    { echo "tiertrain $name failed:"; tail -5 "$OUT/tiertrain_$name.log"; }
-  tail -n 1 "$OUT/tiertrain_$name.log"
-}
-run in-core --plan in-core
-run swap --plan swap-activations --swap-slots 2
-run recompute --plan recompute
-run mix --plan "$OUT/plan_mix.json"
-run halves --plan swap-attention-recompute-mlp --swap-slots 2
-run halves-mix --plan "$OUT/plan_halves_mix.json"
-run cpu-optimizer --plan in-core --optimizer cpu
-run recompute-cpu-optimizer --plan recompute --optimizer cpu
+tt_run in-core --plan in-core
+tt_run swap --plan swap-activations --swap-slots 2
+tt_run recompute --plan recompute
+tt_run mix --plan "$OUT/plan_mix.json"
+tt_run halves --plan swap-attention-recompute-mlp --swap-slots 2
+tt_run halves-mix --plan "$OUT/plan_halves_mix.json"
+tt_run cpu-optimizer --plan in-core --optimizer cpu
+tt_run recompute-cpu-optimizer --plan recompute --optimizer cpu
 if [ "${TT_OOC_EXTRAS:-1}" = 1 ]; then
   # A short traced run of the swap plan (the trace covers steps 2-4).
   "$TT" train "${common[@]}" --steps 4 --plan swap-activations --trace "$OUT/trace_swap.json" > "$OUT/trace_swap.log" 2>&1 ||
