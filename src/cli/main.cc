@@ -94,7 +94,8 @@ int main(int argc, char** argv) {
   bench->add_flag("--vary", bench_opt.vary, "new data before every operation (untimed), so caches do not flatter");
   bench->add_option("--json", bench_opt.json, "write the rows as JSON to this file (rank 0)");
   std::string bench_backend;
-  bench->add_option("--backend", bench_backend, "shm, mpi or nccl (device buffers) [default: TIERTRAIN_COMM_BACKEND, else auto]");
+  bench->add_option("--backend", bench_backend, "shm, mpi or nccl (device buffers) [default: TIERTRAIN_COMM_BACKEND, else auto]")
+      ->check(CLI::IsMember({"auto", "shm", "mpi", "nccl"}));
   bench->add_flag("--stream", bench_opt.stream,
                   "nccl: queue the timed calls on a stream and wait once per size, as nccl-tests does");
 

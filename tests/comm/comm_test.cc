@@ -705,6 +705,16 @@ TEST(CommBench, EveryCollectiveRunsCheckedAndWritesJson) {
   rmdir(dir);
 }
 
+// --stream is for the nccl backend; an unknown backend is named.
+TEST(CommBench, OptionsThatDoNotApplyAreRefused) {
+  Job j = shell(std::string(TT_BINARY) + " comm-bench --stream -e 64");
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("--stream is for the nccl backend (this is shm)"), std::string::npos) << j.output;
+  j = shell(std::string(TT_BINARY) + " comm-bench --backend gloo -e 64");
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("gloo not in {auto,shm,mpi,nccl}"), std::string::npos) << j.output;
+}
+
 // The same scenarios over MPI, under mpirun (Open MPI from Debian's packages), when the build has MPI.
 Job mpirun(int ranks, const std::string& scenario, const std::string& env = "") {
   return shell("mpirun --allow-run-as-root --oversubscribe -n " + std::to_string(ranks) + " env TT_COMM_SCENARIO=" +
