@@ -42,3 +42,16 @@ def float_counts(a: argparse.Namespace, collective: str, n: int) -> Iterator[int
         if count > 0:
             yield count
         size *= a.stepfactor
+
+
+def write_results(out: str, lines: list[str], summary: list[dict]) -> None:
+    """A summary script's table (results.md, also printed) and rows (results.json) in the folder it read."""
+    import json
+    import os
+
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(text)

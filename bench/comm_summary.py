@@ -9,6 +9,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from comm_bench_common import write_results  # noqa: E402
+
 
 def row_at(rows, size, in_place=False):
     best = None
@@ -88,10 +91,7 @@ def main() -> None:
                         "ompi_64MiB_busbw_in_place": oi64 and oi64["busbw_gbs"], "py_64MiB_busbw": p64 and p64["busbw_gbs"],
                         "py_over_cpp_worst_from_1MiB": py_cpp and py_cpp[0],
                         "py_over_mpi4py_worst_from_1MiB": py_mpi and py_mpi[0]})
-    text = "\n".join(lines) + "\n"
-    open(os.path.join(out, "results.md"), "w").write(text)
-    json.dump(summary, open(os.path.join(out, "results.json"), "w"), indent=1)
-    print(text)
+    write_results(out, lines, summary)
 
 
 if __name__ == "__main__":

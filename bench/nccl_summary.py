@@ -10,6 +10,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from comm_bench_common import write_results  # noqa: E402
+
 
 def load(out: str, prefix: str, coll: str, n: str) -> dict:
     path = os.path.join(out, f"{prefix}_{coll}_{n}.json")
@@ -44,10 +47,7 @@ def main() -> None:
                             "tiertrain_busbw_gbs": t and t["busbw_gbs"], "stream_busbw_gbs": s and s["busbw_gbs"],
                             "raw_waited_busbw_gbs": b and b["busbw_gbs"],
                             "torch_busbw_gbs": torch_row and torch_row["busbw_gbs"], "wrong": wrong})
-    text = "\n".join(lines) + "\n"
-    open(os.path.join(out, "results.md"), "w").write(text)
-    json.dump(summary, open(os.path.join(out, "results.json"), "w"), indent=1)
-    print(text)
+    write_results(out, lines, summary)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,23 @@ void reference(std::vector<float>& p, const std::vector<float>& g, std::vector<f
   }
 }
 
+// Parameters, gradients and moments of the sizes the optimizer sees, from a seeded generator.
+struct State {
+  std::vector<float> p, g, m, v;
+};
+State random_state(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  State s{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
+  for (int64_t i = 0; i < n; ++i) {
+    s.p[i] = dist(rng);
+    s.g[i] = dist(rng) * 0.1f;
+    s.m[i] = dist(rng) * 0.01f;
+    s.v[i] = std::abs(dist(rng)) * 1e-4f;
+  }
+  return s;
+}
+
 uint32_t bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -58,15 +75,7 @@ class CpuAdamW : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(CpuAdamW, VectorAndThreadedMatchTheScalarFormulaBitForBit) {
   const int64_t n = GetParam();
-  std::mt19937 rng(static_cast<uint32_t>(n) + 1);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> p(n), g(n), m(n), v(n);
-  for (int64_t i = 0; i < n; ++i) {
-    p[i] = dist(rng);
-    g[i] = dist(rng) * 0.1f;
-    m[i] = dist(rng) * 0.01f;
-    v[i] = std::abs(dist(rng)) * 1e-4f;
-  }
+  auto [p, g, m, v] = random_state(n, static_cast<uint32_t>(n) + 1);
   // Values whose bf16 rounding is a tie or a carry (with zero gradient and moments and no decay the update leaves
   // them as they are), and a NaN (a diverged parameter stays a quiet NaN in bf16).
   if (n > 40) {
@@ -144,15 +153,7 @@ TEST_P(CpuAdamW, VectorAndThreadedMatchTheScalarFormulaBitForBit) {
 // a vector boundary, and keeps ordinary stores when they never are): the same bits as the scalar formula.
 TEST(CpuAdamWAlignment, EveryOffsetOfTheWrittenArraysGivesTheSameBits) {
   const int64_t n = 70001;  // above the parallel threshold, not a multiple of a vector
-  std::mt19937 rng(7);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> p(n), g(n), m(n), v(n);
-  for (int64_t i = 0; i < n; ++i) {
-    p[i] = dist(rng);
-    g[i] = dist(rng) * 0.1f;
-    m[i] = dist(rng) * 0.01f;
-    v[i] = std::abs(dist(rng)) * 1e-4f;
-  }
+  const auto [p, g, m, v] = random_state(n, 7);
   Args a;
   std::vector<float> rp = p, rm = m, rv = v;
   reference(rp, g, rm, rv, 4.0f, a);
