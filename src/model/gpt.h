@@ -196,7 +196,8 @@ class Gpt {
   Tensor losses() const { return losses_; }    // [B, T] per-position loss after forward()
 
   // Initialises parameters on the host from seed (normal(0, 0.02); residual projections 0.02/sqrt(2L); biases 0;
-  // LayerNorm weights 1) and uploads them. Synchronous.
+  // LayerNorm weights 1) and uploads them: each value a function of the seed and its flat index,
+  // drawn in parallel (Note [parallel init]). Synchronous.
   Status init_params(uint64_t seed);
   // Copies a flat host buffer of num_params() master-dtype values into the master / back, refreshing the compute
   // copy. Synchronous (with the master on the host, waits for every stream first).

@@ -1,10 +1,12 @@
 // The whole GPT against finite differences in double precision: the gradient of the mean loss with respect to
 // every parameter of a tiny model equals the central difference of the loss.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "backend/cpu/kernels.h"
 #include "core/rng.h"
 #include "model/gpt.h"
 #include "test_util.h"
@@ -144,6 +146,54 @@ TEST(GptMasterOnHost, DeviceKeepsOnlyTheComputeCopy) {
             memory::host_alloc_size(static_cast<size_t>(P) * 4) + memory::host_alloc_size(static_cast<size_t>(P) * 2));
   // f32 compute: the staging copy is the master itself.
   EXPECT_EQ(Gpt::host_bytes(cfg, 2, DType::kF32, on_host), memory::host_alloc_size(static_cast<size_t>(P) * 4));
+}
+
+// Note [parallel init]: every value depends on the seed and its flat index only (the same bits with 1 and 3
+// threads), and follows the specification: N(0, 0.02) matrices and embeddings, N(0, 0.02 / sqrt(2L)) residual
+// projections, zero vocabulary padding rows, LayerNorm weights 1, biases 0.
+TEST(GptInit, ValuesDependOnSeedAndIndexOnlyAndFollowTheSpecification) {
+  const GptConfig cfg{.vocab = 200, .layers = 3, .dim = 256, .heads = 4, .seq = 8};  // 2.4M parameters: 3 chunks
+  auto be = testing::make_cpu_backend(int64_t(256) << 20, 1);
+  auto gr = Gpt::create(*be, cfg, 1, DType::kF32);
+  ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
+  Gpt& gpt = *gr.value();
+  const size_t n = static_cast<size_t>(gpt.num_params());
+  ASSERT_GT(n, size_t(2) << 20);
+  auto init = [&](uint64_t seed, int threads) {
+    cpu::set_num_threads(threads);
+    EXPECT_TRUE(gpt.init_params(seed).is_ok());
+    std::vector<float> p(n);
+    EXPECT_TRUE(gpt.download_params(p.data()).is_ok());
+    return p;
+  };
+  const std::vector<float> one = init(7, 1), three = init(7, 3), other = init(8, 3);
+  cpu::set_num_threads(1);
+  ASSERT_EQ(std::memcmp(one.data(), three.data(), n * sizeof(float)), 0) << "the values depend on the thread count";
+  size_t same = 0;
+  for (size_t i = 0; i < n; ++i) same += one[i] == other[i] && one[i] != 0 && one[i] != 1;
+  EXPECT_LT(same, n / 1000) << "seeds 7 and 8 give the same values";
+  for (const ParamInfo& p : gpt.params()) {
+    const float* v = one.data() + p.offset;
+    const int64_t count = p.shape.numel();
+    if (p.shape.rank() != 2) {
+      const bool ln_weight = p.name.ends_with("ln1.w") || p.name.ends_with("ln2.w") || p.name == "lnf.w";
+      for (int64_t i = 0; i < count; ++i) ASSERT_EQ(v[i], ln_weight ? 1.0f : 0.0f) << p.name << "[" << i << "]";
+      continue;
+    }
+    const int64_t real = p.name == "wte" ? int64_t(cfg.vocab) * cfg.dim : count;
+    for (int64_t i = real; i < count; ++i) ASSERT_EQ(v[i], 0.0f) << p.name << " padding [" << i << "]";
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < real; ++i) {
+      sum += v[i];
+      sq += double(v[i]) * v[i];
+    }
+    const double mean = sum / double(real), sd = std::sqrt(sq / double(real) - mean * mean);
+    const bool residual = p.name.ends_with("attn.proj.w") || p.name.ends_with("mlp.proj.w");
+    const double want = residual ? 0.02 / std::sqrt(2.0 * cfg.layers) : 0.02;
+    // The sample std within 5 of its standard errors (a relative 1/sqrt(2 n)) of the true one, the mean near 0.
+    EXPECT_NEAR(sd, want, 5 * want / std::sqrt(2.0 * double(real))) << p.name;
+    EXPECT_NEAR(mean, 0.0, 5 * want / std::sqrt(double(real))) << p.name;
+  }
 }
 
 }  // namespace
