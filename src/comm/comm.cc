@@ -288,6 +288,22 @@ bool launched_by_mpi() {
 
 namespace {
 
+// The shm backend's settings from the environment (TIERTRAIN_COMM_BUFFER, TIERTRAIN_COMM_STREAM_BYTES,
+// TIERTRAIN_SHM_DIR, TIERTRAIN_COMM_MEMPOLICY).
+Status shm_options_from_env(ShmOptions* shm) {
+  const char* which = nullptr;
+  TT_ASSIGN_OR_RETURN(long long buf, env_int({"TIERTRAIN_COMM_BUFFER"}, 8 << 20, &which));
+  TT_RETURN_IF(buf < 4096 || buf % 64 != 0, kInvalidArgument,
+               "TIERTRAIN_COMM_BUFFER=%lld: bytes, at least 4096 and a multiple of 64", buf);
+  shm->buffer_bytes = static_cast<size_t>(buf);
+  TT_ASSIGN_OR_RETURN(long long stream, env_int({"TIERTRAIN_COMM_STREAM_BYTES"}, 4 << 20, &which));
+  TT_RETURN_IF(stream < 0, kInvalidArgument, "TIERTRAIN_COMM_STREAM_BYTES=%lld: bytes, 0 (never) or more", stream);
+  shm->stream_bytes = static_cast<size_t>(stream);
+  if (const char* d = std::getenv("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm->dir = d;
+  if (const char* m = std::getenv("TIERTRAIN_COMM_MEMPOLICY"); m != nullptr && *m != '\0') shm->mempolicy = m;
+  return Status::ok();
+}
+
 // The host communicator (shm or mpi) of the job, by `backend` (auto, shm or mpi).
 Result<std::unique_ptr<Communicator>> host_world(const Options& options, const std::string& backend) {
 #ifdef TIERTRAIN_HAVE_MPI
@@ -300,11 +316,7 @@ Result<std::unique_ptr<Communicator>> host_world(const Options& options, const s
     ShmOptions shm;
     shm.common = options;
     shm.job_id = id;
-    const char* which = nullptr;
-    TT_ASSIGN_OR_RETURN(long long buf, env_int({"TIERTRAIN_COMM_BUFFER"}, 8 << 20, &which));
-    shm.buffer_bytes = static_cast<size_t>(buf);
-    if (const char* d = std::getenv("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm.dir = d;
-    if (const char* m = std::getenv("TIERTRAIN_COMM_MEMPOLICY"); m != nullptr && *m != '\0') shm.mempolicy = m;
+    TT_TRY(shm_options_from_env(&shm));
     return create_shm(rank, size, shm);
   }
 #else
@@ -331,13 +343,7 @@ Result<std::unique_ptr<Communicator>> host_world(const Options& options, const s
                "launch` sets it)",
                size);
   shm.job_id = size > 1 ? std::string(id) : "solo-" + std::to_string(getpid());
-  const char* which = nullptr;
-  TT_ASSIGN_OR_RETURN(long long buf, env_int({"TIERTRAIN_COMM_BUFFER"}, 8 << 20, &which));
-  TT_RETURN_IF(buf < 4096 || buf % 64 != 0, kInvalidArgument,
-               "TIERTRAIN_COMM_BUFFER=%lld: bytes, at least 4096 and a multiple of 64", buf);
-  shm.buffer_bytes = static_cast<size_t>(buf);
-  if (const char* d = std::getenv("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm.dir = d;
-  if (const char* m = std::getenv("TIERTRAIN_COMM_MEMPOLICY"); m != nullptr && *m != '\0') shm.mempolicy = m;
+  TT_TRY(shm_options_from_env(&shm));
   return create_shm(static_cast<int>(rank), static_cast<int>(size), shm);
 }
 

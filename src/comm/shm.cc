@@ -25,6 +25,10 @@
 #include "core/units.h"
 #include "memory/numa.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 namespace tt::comm {
 namespace {
 
@@ -89,6 +93,43 @@ struct alignas(64) Header {
 static_assert(sizeof(Header) % 64 == 0);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
 
+// Note [streaming stores]
+// A large collective's results go into the caller's buffer with streaming (non-temporal) stores: they skip the
+// cache, so the destination's lines are not read before they are written, and the copy does not evict the segment
+// lines the peers are still reading. On the H200 machine's host one thread copies 17.1 GB/s that way against 6.3
+// with memcpy, 8 threads 46.6 against 26.7 (docs/benchmarks/2026-11-30-h200x2-ooc-d4096/host_probe.txt), and the
+// copies out of the segments are what bounds large broadcasts, gathers and allgathers. The results then start out of
+// the cache, which costs a caller who reads them at once only while they would have fitted in it: hence the
+// threshold (ShmOptions::stream_bytes, on the call's whole output at this rank). Copies into the segments stay
+// ordinary stores: the peers read them next. A fence after each copy orders the streaming stores before anything
+// the rank writes later (a flag, or a release another thread of the caller acquires).
+void stream_copy(void* dst, const void* src, size_t bytes) {
+#if defined(__x86_64__)
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  const size_t head = std::min(bytes, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  const size_t body = bytes / 64 * 64;
+  for (size_t i = 0; i < body; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  std::memcpy(d + body, s + body, bytes - body);
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
 // Reductions of up to this many bytes per round are reduced whole by every rank (one synchronisation); larger ones
 // are split: each rank reduces a slice, then all gather the slices (two synchronisations, 1/n of the reduction work
 // and reads each).
@@ -146,7 +187,9 @@ class ShmComm final : public Communicator {
   // Starts collective number seq_ + 1 (after checking that no earlier error broke the communicator). A bad root, or
   // in place where only the root may ask for it, is recorded as misuse: the call then runs one empty round, in
   // which every rank sees it and fails (misused() says so).
-  Status begin(int32_t kind, size_t count, DType dtype, Op op, int root, bool in_place_misuse = false);
+  // out_bytes: the call's output at this rank (Note [streaming stores]).
+  Status begin(int32_t kind, size_t count, DType dtype, Op op, int root, bool in_place_misuse = false,
+               size_t out_bytes = 0);
   bool misused() const { return cur_.misuse != kNoMisuse; }
   Status fail_misuse() { return round(nullptr, 0, [](int64_t) { return Status::ok(); }); }
   // One round: steps 1-3 of Note [shm rounds] with `bytes` of input copied from `in` (or written by fill), then
@@ -185,6 +228,15 @@ class ShmComm final : public Communicator {
   int64_t round_ = 0;  // rounds started
   size_t half_ = 0;    // the half of the areas the current round uses (round_ % 2)
   Meta cur_{};         // the collective in progress
+  bool stream_ = false;  // its results go out with streaming stores (Note [streaming stores])
+  // Copies part of the collective's result into the caller's buffer.
+  void deliver(void* dst, const void* src, size_t bytes) const {
+    if (stream_) {
+      stream_copy(dst, src, bytes);
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
+  }
   std::string broken_;
   std::string placement_ = "where first touched";
   int placed_node_ = -1;  // the one node place() asked for (-1: none, or several)
@@ -406,7 +458,8 @@ Status ShmComm::place(void* p) {
   return Status::ok();
 }
 
-Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, bool in_place_misuse) {
+Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, bool in_place_misuse,
+                      size_t out_bytes) {
   TT_RETURN_IF(!broken_.empty(), kFailedPrecondition,
                "shm communicator (rank %d): unusable after an earlier error: %s", rank_, broken_.c_str());
   const int64_t seq = ++seq_;
@@ -418,6 +471,7 @@ Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, 
   cur_.op = static_cast<int32_t>(op);
   cur_.root = root;
   cur_.misuse = misuse_of(kind, root, size_, in_place_misuse);
+  stream_ = opt_.stream_bytes > 0 && out_bytes >= opt_.stream_bytes;
   return Status::ok();
 }
 
@@ -566,7 +620,7 @@ size_t chunk_elems(size_t buffer_bytes, size_t es, size_t pieces) {
 }
 
 Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
-  TT_TRY(begin(kBroadcast, count, dtype, Op::kSum, root));
+  TT_TRY(begin(kBroadcast, count, dtype, Op::kSum, root, false, count * dtype_size(dtype)));
   if (misused()) return fail_misuse();
   const size_t es = dtype_size(dtype);
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
@@ -576,9 +630,9 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
     const size_t n = std::min(c, count - off), bytes = n * es;
     TT_TRY(round(rank_ == root ? src + off * es : nullptr, rank_ == root ? bytes : 0, [&](int64_t) {
       if (rank_ == root) {
-        if (src != dst && bytes) std::memcpy(dst + off * es, src + off * es, bytes);
+        if (src != dst && bytes) deliver(dst + off * es, src + off * es, bytes);
       } else if (bytes) {
-        std::memcpy(dst + off * es, input(root), bytes);
+        deliver(dst + off * es, input(root), bytes);
       }
       return Status::ok();
     }));
@@ -615,7 +669,7 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
       TT_TRY(wait_all(&Header::reduced, r, "waiting for the reduced slices"));
       for (int q = 0; q < size_; ++q) {
         const size_t q0 = std::min(n, slice * static_cast<size_t>(q)), q1 = std::min(n, q0 + slice);
-        if (q1 > q0) std::memcpy(dst + (off + q0) * es, result(q) + q0 * es, (q1 - q0) * es);
+        if (q1 > q0) deliver(dst + (off + q0) * es, result(q) + q0 * es, (q1 - q0) * es);
       }
       return Status::ok();
     }));
@@ -625,18 +679,20 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
 }
 
 Status ShmComm::do_reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
-  TT_TRY(begin(kReduce, count, dtype, op, root, send == kInPlace && rank_ != root));
+  TT_TRY(begin(kReduce, count, dtype, op, root, send == kInPlace && rank_ != root,
+               rank_ == root ? count * dtype_size(dtype) : 0));
   if (misused()) return fail_misuse();
   return reduce_rounds(send, recv, count, dtype, op, root);
 }
 
 Status ShmComm::do_allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) {
-  TT_TRY(begin(kAllreduce, count, dtype, op, -1));
+  TT_TRY(begin(kAllreduce, count, dtype, op, -1, false, count * dtype_size(dtype)));
   return reduce_rounds(send, recv, count, dtype, op, -1);
 }
 
 Status ShmComm::do_gather(const void* send, void* recv, size_t count, DType dtype, int root) {
-  TT_TRY(begin(kGather, count, dtype, Op::kSum, root, send == kInPlace && rank_ != root));
+  TT_TRY(begin(kGather, count, dtype, Op::kSum, root, send == kInPlace && rank_ != root,
+               rank_ == root ? static_cast<size_t>(size_) * count * dtype_size(dtype) : 0));
   if (misused()) return fail_misuse();
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
@@ -646,7 +702,7 @@ Status ShmComm::do_gather(const void* send, void* recv, size_t count, DType dtyp
     const size_t n = std::min(c, count - off), bytes = n * es;
     TT_TRY(round(src + off * es, bytes, [&](int64_t) {
       if (rank_ == root && bytes)
-        for (int q = 0; q < size_; ++q) std::memcpy(dst + (static_cast<size_t>(q) * count + off) * es, input(q), bytes);
+        for (int q = 0; q < size_; ++q) deliver(dst + (static_cast<size_t>(q) * count + off) * es, input(q), bytes);
       return Status::ok();
     }));
     if (count == 0) break;
@@ -655,7 +711,7 @@ Status ShmComm::do_gather(const void* send, void* recv, size_t count, DType dtyp
 }
 
 Status ShmComm::do_allgather(const void* send, void* recv, size_t count, DType dtype) {
-  TT_TRY(begin(kAllgather, count, dtype, Op::kSum, -1));
+  TT_TRY(begin(kAllgather, count, dtype, Op::kSum, -1, false, static_cast<size_t>(size_) * count * dtype_size(dtype)));
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
   const char* src = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : static_cast<const char*>(send);
@@ -664,7 +720,7 @@ Status ShmComm::do_allgather(const void* send, void* recv, size_t count, DType d
     const size_t n = std::min(c, count - off), bytes = n * es;
     TT_TRY(round(src + off * es, bytes, [&](int64_t) {
       if (bytes)
-        for (int q = 0; q < size_; ++q) std::memcpy(dst + (static_cast<size_t>(q) * count + off) * es, input(q), bytes);
+        for (int q = 0; q < size_; ++q) deliver(dst + (static_cast<size_t>(q) * count + off) * es, input(q), bytes);
       return Status::ok();
     }));
     if (count == 0) break;
@@ -673,7 +729,7 @@ Status ShmComm::do_allgather(const void* send, void* recv, size_t count, DType d
 }
 
 Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
-  TT_TRY(begin(kScatter, count, dtype, Op::kSum, root));
+  TT_TRY(begin(kScatter, count, dtype, Op::kSum, root, false, count * dtype_size(dtype)));
   if (misused()) return fail_misuse();
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
@@ -688,7 +744,7 @@ Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dty
     };
     TT_TRY(round_fill(pieces, [&](int64_t) {
       if (bytes && !(send == kInPlace && rank_ == root))
-        std::memcpy(dst + off * es, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
+        deliver(dst + off * es, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
       return Status::ok();
     }));
     if (count == 0) break;
@@ -719,7 +775,7 @@ Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DT
 }
 
 Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dtype) {
-  TT_TRY(begin(kAlltoall, count, dtype, Op::kSum, -1));
+  TT_TRY(begin(kAlltoall, count, dtype, Op::kSum, -1, false, static_cast<size_t>(size_) * count * dtype_size(dtype)));
   const size_t es = dtype_size(dtype);
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
@@ -730,7 +786,7 @@ Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dt
     TT_TRY(round_fill(pieces, [&](int64_t) {
       if (bytes)
         for (int q = 0; q < size_; ++q)
-          std::memcpy(dst + (static_cast<size_t>(q) * count + off) * es, input(q) + static_cast<size_t>(rank_) * bytes, bytes);
+          deliver(dst + (static_cast<size_t>(q) * count + off) * es, input(q) + static_cast<size_t>(rank_) * bytes, bytes);
       return Status::ok();
     }));
     if (count == 0) break;

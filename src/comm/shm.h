@@ -17,6 +17,10 @@ struct ShmOptions {
   Options common;
   std::string job_id;           // names the segments; all ranks of a job give the same
   size_t buffer_bytes = 8 << 20;  // each of the two data areas of a segment (TIERTRAIN_COMM_BUFFER)
+  // Results of at least this many bytes a rank (the call's whole output at this rank) are written into the caller's
+  // buffer with streaming stores, which skip the cache (TIERTRAIN_COMM_STREAM_BYTES; 0: never). Note [streaming
+  // stores] in shm.cc.
+  size_t stream_bytes = 4 << 20;
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
   // Where each rank's segment goes (TIERTRAIN_COMM_MEMPOLICY): auto (preferred on the high-bandwidth node nearest
   // the rank's CPU if there is one, else where first touched), local, bind, preferred, interleave (over all HBW

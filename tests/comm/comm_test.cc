@@ -565,7 +565,10 @@ TEST_P(CommRanks, EveryCollectiveDtypeOpAndSizeIsRight) {
   // take the split reduction.
   // Jitter: each rank waits a rank- and round-dependent time before each of its writes, so that a rank reading
   // before its peers have written (a missing wait) reads stale data.
-  const Job j = launch(GetParam(), "collectives", "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20");
+  // Results of 1000 bytes and more go out with streaming stores (Note [streaming stores]): the small sizes take the
+  // memcpy path, the others the streaming one, at unaligned offsets and lengths too.
+  const Job j = launch(GetParam(), "collectives",
+                       "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_STREAM_BYTES=1000");
   EXPECT_EQ(j.code, 0) << j.output;
   EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
 }
