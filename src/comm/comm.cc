@@ -276,7 +276,7 @@ const std::vector<std::string>& environment_variables() {
   static const std::vector<std::string> vars = {
       "TIERTRAIN_RANK",          "TIERTRAIN_WORLD_SIZE",   "TIERTRAIN_COMM_ID",        "TIERTRAIN_COMM_TIMEOUT",
       "TIERTRAIN_COMM_BUFFER",   "TIERTRAIN_SHM_DIR",      "TIERTRAIN_COMM_JITTER_US", "TIERTRAIN_COMM_MEMPOLICY",
-      "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND", "TIERTRAIN_DEVICE"};
+      "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND", "TIERTRAIN_DEVICE",         "TIERTRAIN_COMM_STREAM_BYTES"};
   return vars;
 }
 
