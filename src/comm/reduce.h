@@ -12,6 +12,10 @@ namespace tt::comm {
 // dst may be one of the sources. count elements of dtype each.
 void reduce(void* dst, const void* const* srcs, int n, size_t count, DType dtype, Op op);
 
+// Copies bytes with streaming (non-temporal) stores, which skip the cache, then fences (Note [streaming stores] in
+// shm.cc); memcpy where there are none. Any alignment.
+void stream_copy(void* dst, const void* src, size_t bytes);
+
 // IEEE half precision <-> float (round to nearest even; NaN stays NaN).
 uint16_t float_to_f16(float f);
 float f16_to_float(uint16_t h);

@@ -25,9 +25,6 @@
 #include "core/units.h"
 #include "memory/numa.h"
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 namespace tt::comm {
 namespace {
@@ -102,33 +99,7 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // the cache, which costs a caller who reads them at once only while they would have fitted in it: hence the
 // threshold (ShmOptions::stream_bytes, on the call's whole output at this rank). Copies into the segments stay
 // ordinary stores: the peers read them next. A fence after each copy orders the streaming stores before anything
-// the rank writes later (a flag, or a release another thread of the caller acquires).
-void stream_copy(void* dst, const void* src, size_t bytes) {
-#if defined(__x86_64__)
-  char* d = static_cast<char*>(dst);
-  const char* s = static_cast<const char*>(src);
-  const size_t head = std::min(bytes, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
-  std::memcpy(d, s, head);
-  d += head;
-  s += head;
-  bytes -= head;
-  const size_t body = bytes / 64 * 64;
-  for (size_t i = 0; i < body; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
-  std::memcpy(d + body, s + body, bytes - body);
-  _mm_sfence();
-#else
-  std::memcpy(dst, src, bytes);
-#endif
-}
+// the rank writes later (a flag, or a release another thread of the caller acquires): comm::stream_copy.
 
 // Reductions of up to this many bytes per round are reduced whole by every rank (one synchronisation); larger ones
 // are split: each rank reduces a slice, then all gather the slices (two synchronisations, 1/n of the reduction work
