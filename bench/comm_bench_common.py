@@ -1,11 +1,12 @@
 """What the Python collective benchmarks (mpi4py_bench.py, py_comm_bench.py) share with each other and with
 `tiertrain comm-bench`: the size flags (-b -e -f, K/M/G suffixes), the iteration flags (-n -w), the sweep of sizes,
-and nccl-tests' bus-bandwidth factors."""
+nccl-tests' bus-bandwidth factors, and comm-bench's timing."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Iterator
+import time
+from typing import Callable, Iterator
 
 
 def parse_size(text: str) -> int:
@@ -42,6 +43,19 @@ def float_counts(a: argparse.Namespace, collective: str, n: int) -> Iterator[int
         if count > 0:
             yield count
         size *= a.stepfactor
+
+
+def mean_time_per_call(call: Callable[[], None], warmup: int, iters: int, barrier: Callable[[], None],
+                       mean_over_ranks: Callable[[float], float]) -> float:
+    """Seconds per call as `tiertrain comm-bench` times them: warmup calls, a barrier, then iters back-to-back calls;
+    each rank's mean time per call, averaged over the ranks by mean_over_ranks."""
+    for _ in range(warmup):
+        call()
+    barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        call()
+    return mean_over_ranks((time.perf_counter() - t0) / iters)
 
 
 def write_results(out: str, lines: list[str], summary: list[dict]) -> None:

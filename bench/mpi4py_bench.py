@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
-from comm_bench_common import SPLIT, add_sweep_args, bus_factor, float_counts  # noqa: F401
+from comm_bench_common import add_sweep_args, bus_factor, float_counts, mean_time_per_call
 
 
 def main() -> None:
@@ -59,14 +58,8 @@ def main() -> None:
                 else:
                     comm.Alltoall(send, recv)
 
-            for _ in range(a.warmup):
-                call()
-            comm.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(a.iters):
-                call()
-            t = (time.perf_counter() - t0) / a.iters
-            t = comm.allreduce(t, op=MPI.SUM) / n
+            t = mean_time_per_call(call, a.warmup, a.iters, comm.Barrier,
+                                   lambda t: comm.allreduce(t, op=MPI.SUM) / n)
             alg = count * 4 / t / 1e9
             out.append((t, alg, alg * factor))
             rows.append({"collective": a.collective, "ranks": n, "backend": "mpi4py+openmpi", "size": count * 4,

@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
-from comm_bench_common import SPLIT, add_sweep_args, bus_factor, float_counts  # noqa: F401
+from comm_bench_common import SPLIT, add_sweep_args, bus_factor, float_counts, mean_time_per_call
 
 
 def main() -> None:
@@ -46,20 +45,18 @@ def main() -> None:
             else:
                 comm.Allgather(send, recv)
 
-        for _ in range(a.warmup):
-            call()
-        comm.Barrier()
-        t0 = time.perf_counter()
-        for _ in range(a.iters):
-            call()
-        t = np.array([(time.perf_counter() - t0) / a.iters])
-        comm.Allreduce(tc.IN_PLACE, t, op=tc.AVG)
-        alg = count * 4 / t[0] / 1e9
+        def mean_over_ranks(t: float) -> float:
+            v = np.array([t])
+            comm.Allreduce(tc.IN_PLACE, v, op=tc.AVG)
+            return float(v[0])
+
+        t = mean_time_per_call(call, a.warmup, a.iters, comm.Barrier, mean_over_ranks)
+        alg = count * 4 / t / 1e9
         rows.append({"collective": a.collective, "ranks": n, "backend": "tiertrain.comm (python)", "size": count * 4,
-                     "count": count, "in_place": False, "time_us": t[0] * 1e6, "algbw_gbs": alg,
+                     "count": count, "in_place": False, "time_us": t * 1e6, "algbw_gbs": alg,
                      "busbw_gbs": alg * factor})
         if me == 0:
-            print("%12d %13d %9.2f %8.2f %8.2f" % (count * 4, count, t[0] * 1e6, alg, alg * factor))
+            print("%12d %13d %9.2f %8.2f %8.2f" % (count * 4, count, t * 1e6, alg, alg * factor))
             sys.stdout.flush()
     if me == 0 and a.json:
         with open(a.json, "w") as f:

@@ -188,7 +188,9 @@ class ShmComm final : public Communicator {
     for (int q = 0; q < size_ && bytes > 0; ++q)
       std::memcpy(area + static_cast<size_t>(q) * bytes, src + (static_cast<size_t>(q) * count + off) * es, bytes);
   }
+  // The rounds of reduce and allreduce (root -1: every rank wants the result), and of gather and allgather.
   Status reduce_rounds(const void* send, void* recv, size_t count, DType dtype, Op op, int root);
+  Status gather_rounds(const void* send, void* recv, size_t count, DType dtype, int root);
 
   int rank_, size_;
   ShmOptions opt_;
@@ -590,6 +592,19 @@ size_t chunk_elems(size_t buffer_bytes, size_t es, size_t pieces) {
   return std::max<size_t>(c, 1);
 }
 
+// Runs chunk(off, n) for the chunks of at most c elements that cover count, in order; once with n = 0 when count is
+// 0 (the empty round every rank still takes part in, so that a mismatch or a misuse is seen).
+template <typename Chunk>
+Status for_each_chunk(size_t count, size_t c, Chunk&& chunk) {
+  size_t off = 0;
+  do {
+    const size_t n = std::min(c, count - off);
+    TT_TRY(chunk(off, n));
+    off += n;
+  } while (off < count);
+  return Status::ok();
+}
+
 Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
   TT_TRY(begin(kBroadcast, count, dtype, Op::kSum, root, false, count * dtype_size(dtype)));
   if (misused()) return fail_misuse();
@@ -597,19 +612,17 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
   const size_t c = chunk_elems(half_bytes(), es, 1);
-  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
-    const size_t n = std::min(c, count - off), bytes = n * es;
-    TT_TRY(round(rank_ == root ? src + off * es : nullptr, rank_ == root ? bytes : 0, [&](int64_t) {
+  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
+    return round(rank_ == root ? src + off * es : nullptr, rank_ == root ? bytes : 0, [&](int64_t) {
       if (rank_ == root) {
         if (src != dst && bytes) deliver(dst + off * es, src + off * es, bytes);
       } else if (bytes) {
         deliver(dst + off * es, input(root), bytes);
       }
       return Status::ok();
-    }));
-    if (count == 0) break;
-  }
-  return Status::ok();
+    });
+  });
 }
 
 Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
@@ -618,10 +631,10 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
   char* dst = static_cast<char*>(recv);
   const size_t c = chunk_elems(half_bytes(), es, 1);
   std::vector<const void*> srcs(static_cast<size_t>(size_));
-  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
-    const size_t n = std::min(c, count - off), bytes = n * es;
+  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
     const bool direct = bytes <= kDirectReduceBytes || n < static_cast<size_t>(size_);
-    TT_TRY(round(src + off * es, bytes, [&](int64_t r) -> Status {
+    return round(src + off * es, bytes, [&](int64_t r) -> Status {
       if (direct) {
         if (root < 0 || root == rank_) {
           for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q);
@@ -643,10 +656,8 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
         if (q1 > q0) deliver(dst + (off + q0) * es, result(q) + q0 * es, (q1 - q0) * es);
       }
       return Status::ok();
-    }));
-    if (count == 0) break;
-  }
-  return Status::ok();
+    });
+  });
 }
 
 Status ShmComm::do_reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
@@ -665,38 +676,27 @@ Status ShmComm::do_gather(const void* send, void* recv, size_t count, DType dtyp
   TT_TRY(begin(kGather, count, dtype, Op::kSum, root, send == kInPlace && rank_ != root,
                rank_ == root ? static_cast<size_t>(size_) * count * dtype_size(dtype) : 0));
   if (misused()) return fail_misuse();
-  const size_t es = dtype_size(dtype);
-  char* dst = static_cast<char*>(recv);
-  const char* src = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : static_cast<const char*>(send);
-  const size_t c = chunk_elems(half_bytes(), es, 1);
-  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
-    const size_t n = std::min(c, count - off), bytes = n * es;
-    TT_TRY(round(src + off * es, bytes, [&](int64_t) {
-      if (rank_ == root && bytes)
-        for (int q = 0; q < size_; ++q) deliver(dst + (static_cast<size_t>(q) * count + off) * es, input(q), bytes);
-      return Status::ok();
-    }));
-    if (count == 0) break;
-  }
-  return Status::ok();
+  return gather_rounds(send, recv, count, dtype, root);
 }
 
 Status ShmComm::do_allgather(const void* send, void* recv, size_t count, DType dtype) {
   TT_TRY(begin(kAllgather, count, dtype, Op::kSum, -1, false, static_cast<size_t>(size_) * count * dtype_size(dtype)));
+  return gather_rounds(send, recv, count, dtype, -1);
+}
+
+Status ShmComm::gather_rounds(const void* send, void* recv, size_t count, DType dtype, int root) {
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
   const char* src = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : static_cast<const char*>(send);
   const size_t c = chunk_elems(half_bytes(), es, 1);
-  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
-    const size_t n = std::min(c, count - off), bytes = n * es;
-    TT_TRY(round(src + off * es, bytes, [&](int64_t) {
-      if (bytes)
+  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
+    return round(src + off * es, bytes, [&](int64_t) {
+      if ((root < 0 || rank_ == root) && bytes)
         for (int q = 0; q < size_; ++q) deliver(dst + (static_cast<size_t>(q) * count + off) * es, input(q), bytes);
       return Status::ok();
-    }));
-    if (count == 0) break;
-  }
-  return Status::ok();
+    });
+  });
 }
 
 Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
@@ -707,20 +707,18 @@ Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dty
   // In place at the root: recv holds all size() * count elements and the root's own piece stays where it is.
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
-  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
-    const size_t n = std::min(c, count - off), bytes = n * es;
+  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
     // The root lays out the n-element chunk of every rank's piece, one after the other.
     const auto pieces = [&](char* area) {
       if (rank_ == root) lay_out_pieces(area, src, count, off, bytes, es);
     };
-    TT_TRY(round_fill(pieces, [&](int64_t) {
+    return round_fill(pieces, [&](int64_t) {
       if (bytes && !(send == kInPlace && rank_ == root))
         deliver(dst + off * es, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
       return Status::ok();
-    }));
-    if (count == 0) break;
-  }
-  return Status::ok();
+    });
+  });
 }
 
 Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) {
@@ -732,17 +730,15 @@ Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DT
   char* out = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : dst;
   const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
   std::vector<const void*> srcs(static_cast<size_t>(size_));
-  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
-    const size_t n = std::min(c, count - off), bytes = n * es;
+  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
     const auto pieces = [&](char* area) { lay_out_pieces(area, src, count, off, bytes, es); };
-    TT_TRY(round_fill(pieces, [&](int64_t) {
+    return round_fill(pieces, [&](int64_t) {
       for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q) + static_cast<size_t>(rank_) * bytes;
       comm::reduce(out + off * es, srcs.data(), size_, n, dtype, op);
       return Status::ok();
-    }));
-    if (count == 0) break;
-  }
-  return Status::ok();
+    });
+  });
 }
 
 Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dtype) {
@@ -751,18 +747,16 @@ Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dt
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
   const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
-  for (size_t off = 0; off < count || (count == 0 && off == 0); off += c) {
-    const size_t n = std::min(c, count - off), bytes = n * es;
+  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
     const auto pieces = [&](char* area) { lay_out_pieces(area, src, count, off, bytes, es); };
-    TT_TRY(round_fill(pieces, [&](int64_t) {
+    return round_fill(pieces, [&](int64_t) {
       if (bytes)
         for (int q = 0; q < size_; ++q)
           deliver(dst + (static_cast<size_t>(q) * count + off) * es, input(q) + static_cast<size_t>(rank_) * bytes, bytes);
       return Status::ok();
-    }));
-    if (count == 0) break;
-  }
-  return Status::ok();
+    });
+  });
 }
 
 }  // namespace
