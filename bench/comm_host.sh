@@ -4,7 +4,8 @@
 # 256 MiB, ranks bound to cores. Run after scripts/gpu.sh (or any build) made build/gpu; writes JSON, logs and
 # results.md into OUTDIR.
 #   bench/comm_host.sh OUTDIR
-# TT_COMM_RANKS="8 16" picks the rank counts, TT_COMM_MAX the largest size (default 256M), TT the binary.
+# TT_COMM_RANKS="8 16" picks the rank counts, TT_COMM_COLLECTIVES the collectives, TT_COMM_MAX the largest size
+# (default 256M), TT_COMM_REPEATS how many times each sweep runs (default 1), TT the binary.
 set -uo pipefail
 OUT=${1:?usage: bench/comm_host.sh OUTDIR}
 mkdir -p "$OUT"
@@ -39,18 +40,25 @@ for n in $ranks; do
       timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${lat[@]}" \
         --json "$OUT/ompi_lat_${c}_$n.json" > "$OUT/ompi_lat_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompi_lat_${c}_$n.log"
     fi
-    timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${sweep[@]}" -c 1 \
-      --json "$OUT/shm_${c}_$n.json" > "$OUT/shm_${c}_$n.log" 2>&1 || tail -3 "$OUT/shm_${c}_$n.log"
-    # The Python API (needs the package: pip install . ; PY names the interpreter that has it).
-    if "${PY:-python3}" -c "import tiertrain.comm" 2>/dev/null; then
-      # A crash prints the Python stack of the rank that crashed (faulthandler); output unbuffered.
-      PYTHONFAULTHANDLER=1 PYTHONUNBUFFERED=1 timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "${PY:-python3}" bench/py_comm_bench.py -C "$c" "${sweep[@]}" \
-        --json "$OUT/py_${c}_$n.json" > "$OUT/py_${c}_$n.log" 2>&1 || tail -3 "$OUT/py_${c}_$n.log"
-    fi
-    if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
-      timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${sweep[@]}" \
-        --json "$OUT/ompi_${c}_$n.json" > "$OUT/ompi_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompi_${c}_$n.log"
-    fi
+    # The sweeps, TT_COMM_REPEATS times in turn (C++, Python, Open MPI, then again): the summary takes each size's
+    # median run, so that a slow spell of the machine does not decide a ratio.
+    for r in $(seq 1 "${TT_COMM_REPEATS:-1}"); do
+      sfx=""
+      [ "$r" -gt 1 ] && sfx=".r$r"
+      timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${sweep[@]}" -c 1 \
+        --json "$OUT/shm_${c}_$n$sfx.json" > "$OUT/shm_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/shm_${c}_$n$sfx.log"
+      # The Python API (needs the package: pip install . ; PY names the interpreter that has it).
+      if "${PY:-python3}" -c "import tiertrain.comm" 2>/dev/null; then
+        # A crash prints the Python stack of the rank that crashed (faulthandler); output unbuffered.
+        PYTHONFAULTHANDLER=1 PYTHONUNBUFFERED=1 timeout "$lim" "$TT" launch -n "$n" --bind-to core -- \
+          "${PY:-python3}" bench/py_comm_bench.py -C "$c" "${sweep[@]}" --json "$OUT/py_${c}_$n$sfx.json" \
+          > "$OUT/py_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/py_${c}_$n$sfx.log"
+      fi
+      if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
+        timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${sweep[@]}" \
+          --json "$OUT/ompi_${c}_$n$sfx.json" > "$OUT/ompi_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/ompi_${c}_$n$sfx.log"
+      fi
+    done
   done
 done
 python3 bench/comm_summary.py "$OUT"

@@ -1,16 +1,35 @@
 """Table of bench/comm_host.sh: per collective and rank count, tiertrain shm against Open MPI (mpi4py) at 8 B
 (latency) and 64 MiB (busbw), out of place and in place (MPI_Bcast has only the in-place form), and tiertrain's
-Python API against its C++ and against mpi4py. Writes results.md and results.json into the folder it reads."""
+Python API against its C++ and against mpi4py. Where comm_host.sh ran a sweep several times (TT_COMM_REPEATS: files
+NAME.json, NAME.r2.json, ...), each size and form takes the run with the median busbw. Writes results.md and
+results.json into the folder it reads."""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from comm_bench_common import write_results  # noqa: E402
+
+
+def load(out, prefix, coll, n):
+    """The rows of PREFIX_COLL_N.json and its repeats (.r2.json, ...): per size and form, the run with the median
+    busbw. [] when there is none."""
+    paths = [p for p in [os.path.join(out, f"{prefix}_{coll}_{n}.json")] if os.path.exists(p)]
+    paths += sorted(glob.glob(os.path.join(out, f"{prefix}_{coll}_{n}.r*.json")))
+    runs = {}
+    for p in paths:
+        for r in json.load(open(p)):
+            runs.setdefault((r["size"], r.get("in_place", False)), []).append(r)
+    rows = []
+    for key in sorted(runs):
+        rs = sorted(runs[key], key=lambda r: r["busbw_gbs"])
+        rows.append(dict(rs[(len(rs) - 1) // 2], repeats=len(rs)))
+    return rows
 
 
 def row_at(rows, size, in_place=False):
@@ -23,13 +42,16 @@ def row_at(rows, size, in_place=False):
     return best
 
 
-def min_ratio(num, den, num_in_place=False, den_in_place=False, from_bytes=1 << 20):
-    """The smallest num/den busbw ratio over the sizes both have from `from_bytes` up (and the size where it is)."""
+def min_ratio(num, den, den_form=None, from_bytes=1 << 20):
+    """The smallest num/den busbw ratio over the sizes and forms both have from `from_bytes` up (and the size where
+    it is). Each row of num is matched with den's row of the same form (out of place, in place), or of the form
+    den_form (True: in place) when given."""
     worst = None
     for r in num:
-        if r.get("in_place", False) != num_in_place or r["size"] < from_bytes:
+        if r["size"] < from_bytes:
             continue
-        d = next((x for x in den if x["size"] == r["size"] and x.get("in_place", False) == den_in_place), None)
+        form = r.get("in_place", False) if den_form is None else den_form
+        d = next((x for x in den if x["size"] == r["size"] and x.get("in_place", False) == form), None)
         if d is None or d["busbw_gbs"] == 0:
             continue
         q = r["busbw_gbs"] / d["busbw_gbs"]
@@ -46,19 +68,19 @@ def main() -> None:
              "Python / C++, worst from 1 MiB | Python / mpi4py, worst from 1 MiB |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     summary = []
-    for path in sorted((p for p in glob.glob(os.path.join(out, "shm_*.json")) if "_lat_" not in p),
-                       key=lambda p: (os.path.basename(p).rsplit("_", 1)[0], int(p.rsplit("_", 1)[1][:-5]))):
-        name = os.path.basename(path)[4:-5]
-        coll, n = name.rsplit("_", 1)
-        shm = json.load(open(path))
-        ompi_path = os.path.join(out, f"ompi_{coll}_{n}.json")
-        ompi = json.load(open(ompi_path)) if os.path.exists(ompi_path) else []
+    sweeps = set()
+    for p in glob.glob(os.path.join(out, "shm_*.json")):
+        m = re.fullmatch(r"shm_(?!lat_)(\w+)_(\d+)(?:\.r\d+)?\.json", os.path.basename(p))
+        if m:
+            sweeps.add((m.group(1), int(m.group(2))))
+    for coll, n in sorted(sweeps):
+        shm = load(out, "shm", coll, n)
+        ompi = load(out, "ompi", coll, n)
         s8, s64 = row_at(shm, 8), row_at(shm, 64 << 20)
         o8, o64 = (row_at(ompi, 8), row_at(ompi, 64 << 20)) if ompi else (None, None)
         # Latency from the dedicated runs (many iterations of the smallest sizes) where there are some: the
         # smallest size of each.
-        lat = lambda prefix: (json.load(open(p)) if os.path.exists(p := os.path.join(out, f"{prefix}_lat_{coll}_{n}.json"))  # noqa: E731
-                              else None)
+        lat = lambda prefix: load(out, f"{prefix}_lat", coll, n) or None  # noqa: E731
         sl, ol = lat("shm"), lat("ompi")
         if sl:
             s8 = min(sl, key=lambda r: (r["size"], r.get("in_place", False)))
@@ -66,13 +88,12 @@ def main() -> None:
             o8 = min(ol, key=lambda r: (r["size"], r.get("in_place", False)))
         # In place (MPI_Bcast's only form; the out-of-place broadcast adds the root's own copy).
         si64, oi64 = row_at(shm, 64 << 20, in_place=True), row_at(ompi, 64 << 20, in_place=True) if ompi else None
-        py_path = os.path.join(out, f"py_{coll}_{n}.json")
-        py = json.load(open(py_path)) if os.path.exists(py_path) else []
+        py = load(out, "py", coll, n)
         p64 = row_at(py, 64 << 20) if py else None
         # Python's Bcast is in place (mpi4py's signature): compare it with comm-bench's in-place column.
         bcast = coll == "broadcast"
         c64 = row_at(shm, 64 << 20, in_place=bcast)
-        py_cpp = min_ratio(py, shm, den_in_place=bcast) if py else None
+        py_cpp = min_ratio(py, shm, den_form=True if bcast else None) if py else None
         py_mpi = min_ratio(py, ompi) if py and ompi else None
         f = lambda v, p="{:.2f}": "" if v is None else p.format(v)  # noqa: E731
         w = lambda x: "" if x is None else f"{x[0]:.2f} ({x[1] >> 20} MiB)"  # noqa: E731
@@ -84,7 +105,7 @@ def main() -> None:
                      f"{f(oi64 and si64 and si64['busbw_gbs'] / oi64['busbw_gbs'], '{:.2f}x')} | "
                      f"{f(p64 and p64['busbw_gbs'])} | {f(p64 and c64 and p64['busbw_gbs'] / c64['busbw_gbs'], '{:.2f}')} | "
                      f"{w(py_cpp)} | {w(py_mpi)} |")
-        summary.append({"collective": coll, "ranks": int(n), "shm_8B_us": s8 and s8["time_us"],
+        summary.append({"collective": coll, "ranks": int(n), "repeats": s64 and s64["repeats"], "shm_8B_us": s8 and s8["time_us"],
                         "ompi_8B_us": o8 and o8["time_us"], "shm_64MiB_busbw": s64 and s64["busbw_gbs"],
                         "ompi_64MiB_busbw": o64 and o64["busbw_gbs"],
                         "shm_64MiB_busbw_in_place": si64 and si64["busbw_gbs"],

@@ -29,34 +29,42 @@ def main() -> None:
     rows = []
     if me == 0:
         print(f"# tiertrain.comm (Python): {a.collective}, float, sum, {n} ranks")
-        print("#%11s %13s %9s %8s %8s" % ("size", "count", "time", "algbw", "busbw"))
+        print("#%11s %13s %9s %8s %8s %9s %8s %8s" % ("size", "count", "time", "algbw", "busbw", "time", "algbw",
+                                                      "busbw"))
+
+    def mean_over_ranks(t: float) -> float:
+        v = np.array([t])
+        comm.Allreduce(tc.IN_PLACE, v, op=tc.AVG)
+        return float(v[0])
+
     for count in float_counts(a, a.collective, n):
         per = count // n
-        send = np.ones(per if split else count, dtype=np.float32)
-        recv = np.zeros(count, dtype=np.float32)
+        out = []
+        # Out of place, then in place, as comm-bench and mpi4py_bench.py run them (Bcast has one form: both passes
+        # time it).
+        for in_place in (False, True):
+            send = np.ones(per if split else count, dtype=np.float32)
+            recv = np.zeros(count, dtype=np.float32)
 
-        def call() -> None:
-            if a.collective == "allreduce":
-                comm.Allreduce(send, recv, op=tc.SUM)
-            elif a.collective == "broadcast":
-                comm.Bcast(recv, root=0)
-            elif a.collective == "gather":
-                comm.Gather(send, recv if me == 0 else None, root=0)
-            else:
-                comm.Allgather(send, recv)
+            def call() -> None:
+                if a.collective == "allreduce":
+                    comm.Allreduce(tc.IN_PLACE if in_place else send, recv, op=tc.SUM)
+                elif a.collective == "broadcast":
+                    comm.Bcast(recv, root=0)
+                elif a.collective == "gather":
+                    comm.Gather(tc.IN_PLACE if in_place and me == 0 else send, recv if me == 0 else None, root=0)
+                else:
+                    comm.Allgather(tc.IN_PLACE if in_place else send, recv)
 
-        def mean_over_ranks(t: float) -> float:
-            v = np.array([t])
-            comm.Allreduce(tc.IN_PLACE, v, op=tc.AVG)
-            return float(v[0])
-
-        t = mean_time_per_call(call, a.warmup, a.iters, comm.Barrier, mean_over_ranks)
-        alg = count * 4 / t / 1e9
-        rows.append({"collective": a.collective, "ranks": n, "backend": "tiertrain.comm (python)", "size": count * 4,
-                     "count": count, "in_place": False, "time_us": t * 1e6, "algbw_gbs": alg,
-                     "busbw_gbs": alg * factor})
+            t = mean_time_per_call(call, a.warmup, a.iters, comm.Barrier, mean_over_ranks)
+            alg = count * 4 / t / 1e9
+            out.append((t, alg, alg * factor))
+            rows.append({"collective": a.collective, "ranks": n, "backend": "tiertrain.comm (python)",
+                         "size": count * 4, "count": count, "in_place": in_place, "time_us": t * 1e6,
+                         "algbw_gbs": alg, "busbw_gbs": alg * factor})
         if me == 0:
-            print("%12d %13d %9.2f %8.2f %8.2f" % (count * 4, count, t * 1e6, alg, alg * factor))
+            print("%12d %13d %9.2f %8.2f %8.2f %9.2f %8.2f %8.2f" % (
+                count * 4, count, out[0][0] * 1e6, out[0][1], out[0][2], out[1][0] * 1e6, out[1][1], out[1][2]))
             sys.stdout.flush()
     if me == 0 and a.json:
         with open(a.json, "w") as f:
