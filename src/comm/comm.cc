@@ -276,7 +276,8 @@ const std::vector<std::string>& environment_variables() {
   static const std::vector<std::string> vars = {
       "TIERTRAIN_RANK",          "TIERTRAIN_WORLD_SIZE",   "TIERTRAIN_COMM_ID",        "TIERTRAIN_COMM_TIMEOUT",
       "TIERTRAIN_COMM_BUFFER",   "TIERTRAIN_SHM_DIR",      "TIERTRAIN_COMM_JITTER_US", "TIERTRAIN_COMM_MEMPOLICY",
-      "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND", "TIERTRAIN_DEVICE",         "TIERTRAIN_COMM_STREAM_BYTES"};
+      "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND", "TIERTRAIN_DEVICE",         "TIERTRAIN_COMM_STREAM_BYTES",
+      "TIERTRAIN_COMM_CMA_BYTES"};
   return vars;
 }
 
@@ -289,7 +290,7 @@ bool launched_by_mpi() {
 namespace {
 
 // The shm backend's settings from the environment (TIERTRAIN_COMM_BUFFER, TIERTRAIN_COMM_STREAM_BYTES,
-// TIERTRAIN_SHM_DIR, TIERTRAIN_COMM_MEMPOLICY).
+// TIERTRAIN_COMM_CMA_BYTES, TIERTRAIN_SHM_DIR, TIERTRAIN_COMM_MEMPOLICY).
 Status shm_options_from_env(ShmOptions* shm) {
   const char* which = nullptr;
   TT_ASSIGN_OR_RETURN(long long buf, env_int({"TIERTRAIN_COMM_BUFFER"}, 8 << 20, &which));
@@ -299,6 +300,9 @@ Status shm_options_from_env(ShmOptions* shm) {
   TT_ASSIGN_OR_RETURN(long long stream, env_int({"TIERTRAIN_COMM_STREAM_BYTES"}, 4 << 20, &which));
   TT_RETURN_IF(stream < 0, kInvalidArgument, "TIERTRAIN_COMM_STREAM_BYTES=%lld: bytes, 0 (never) or more", stream);
   shm->stream_bytes = static_cast<size_t>(stream);
+  TT_ASSIGN_OR_RETURN(long long cma, env_int({"TIERTRAIN_COMM_CMA_BYTES"}, 0, &which));
+  TT_RETURN_IF(cma < 0, kInvalidArgument, "TIERTRAIN_COMM_CMA_BYTES=%lld: bytes, 0 (never) or more", cma);
+  shm->cma_bytes = static_cast<size_t>(cma);
   if (const char* d = std::getenv("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm->dir = d;
   if (const char* m = std::getenv("TIERTRAIN_COMM_MEMPOLICY"); m != nullptr && *m != '\0') shm->mempolicy = m;
   return Status::ok();

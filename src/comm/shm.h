@@ -21,6 +21,10 @@ struct ShmOptions {
   // buffer with streaming stores, which skip the cache (TIERTRAIN_COMM_STREAM_BYTES; 0: never). Note [streaming
   // stores] in shm.cc.
   size_t stream_bytes = 4 << 20;
+  // Gather and scatter pieces of at least this many bytes go in one copy between the ranks' own buffers (cross
+  // memory attach) where the ranks may attach to each other (TIERTRAIN_COMM_CMA_BYTES; 0, the default: never, until
+  // it is measured faster). Note [single copy] in shm.cc.
+  size_t cma_bytes = 0;
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
   // Where each rank's segment goes (TIERTRAIN_COMM_MEMPOLICY): auto (preferred on the high-bandwidth node nearest
   // the rank's CPU if there is one, else where first touched), local, bind, preferred, interleave (over all HBW

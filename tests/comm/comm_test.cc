@@ -514,6 +514,11 @@ int run_nccl_stream() {
 }
 
 int rank_main(const std::string& scenario) {
+  // TT_RANK1_ENV=NAME=VALUE: a setting that rank 1 alone starts with.
+  if (const char* e = std::getenv("TT_RANK1_ENV"); e && std::getenv("RANK") && std::string(std::getenv("RANK")) == "1") {
+    const std::string kv = e;
+    setenv(kv.substr(0, kv.find('=')).c_str(), kv.substr(kv.find('=') + 1).c_str(), 1);
+  }
   if (scenario == "nccl_stream") return run_nccl_stream();
   if (scenario == "misuse") return run_misuse();
   if (scenario == "buffer_mismatch") return run_buffer_mismatch();
@@ -565,12 +570,27 @@ TEST_P(CommRanks, EveryCollectiveDtypeOpAndSizeIsRight) {
   // take the split reduction.
   // Jitter: each rank waits a rank- and round-dependent time before each of its writes, so that a rank reading
   // before its peers have written (a missing wait) reads stale data.
-  // Results of 1000 bytes and more go out with streaming stores (Note [streaming stores]): the small sizes take the
-  // memcpy path, the others the streaming one, at unaligned offsets and lengths too.
+  // Results of 1000 bytes and more go out with streaming stores (Note [streaming stores]), and gather and scatter
+  // pieces of 1000 bytes and more go in single copies (Note [single copy]): the small sizes take the memcpy and
+  // segment paths, the others the streaming and single-copy ones, at unaligned offsets and lengths too.
   const Job j = launch(GetParam(), "collectives",
-                       "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_STREAM_BYTES=1000");
+                       "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_STREAM_BYTES=1000 "
+                       "TIERTRAIN_COMM_CMA_BYTES=1000");
   EXPECT_EQ(j.code, 0) << j.output;
   EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
+}
+
+// Note [single copy]: the ranks agree on the path of every call, whatever each started with: here rank 1 has single
+// copies off (the others must follow, or gather and scatter would hang or go wrong), then a larger threshold than
+// the others (all must take it).
+TEST(Comm, RanksAgreeOnSingleCopies) {
+  for (const char* rank1 : {"TIERTRAIN_COMM_CMA_BYTES=0", "TIERTRAIN_COMM_CMA_BYTES=100000"}) {
+    const Job j = launch(3, "collectives",
+                         std::string("TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_CMA_BYTES=1000 TT_RANK1_ENV=") +
+                             rank1);
+    EXPECT_EQ(j.code, 0) << rank1 << "\n" << j.output;
+    EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << rank1 << "\n" << j.output;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CommRanks, ::testing::Values(1, 2, 3, 4));
