@@ -68,7 +68,7 @@ double load(const void* p, size_t i, DType d) {
 
 // The ranks' buffers: host memory, or with TT_COMM_MANAGED=1 (the nccl backend) CUDA managed memory, which both
 // NCCL and the checks here can touch.
-bool managed_buffers() {
+[[maybe_unused]] bool managed_buffers() {  // used only in builds with NCCL
   static const bool m = std::getenv("TT_COMM_MANAGED") != nullptr && std::string(std::getenv("TT_COMM_MANAGED")) == "1";
   return m;
 }
