@@ -4,6 +4,9 @@
 #   tt_run NAME FLAGS...              one `tiertrain train` with "${common[@]}" and FLAGS, its metrics in
 #                                     OUT/tiertrain_NAME.json and its log beside; prints the summary line. Skipped
 #                                     unless NAME is in RUNS when RUNS (" a b c ") is set.
+#   tt_run_tight NAME FLAGS...        tt_run at a budget of what the run needs: its --dry-run figure plus 0.01 of its
+#                                     unit (at most ~15 MiB over), instead of the automatic budget's 5% slack, so that
+#                                     what the budget leaves after model state is what the plan needs.
 
 tt_bench_setup() {
   OUT=$1
@@ -21,4 +24,20 @@ tt_run() {
   "$TT" train "${common[@]}" "$@" --metrics-out "$OUT/tiertrain_$name.json" > "$OUT/tiertrain_$name.log" 2>&1 ||
     { echo "tiertrain $name failed:"; tail -5 "$OUT/tiertrain_$name.log"; }
   tail -n 1 "$OUT/tiertrain_$name.log"
+}
+
+tt_run_tight() {
+  local name=$1
+  shift
+  if [ -n "${RUNS:-}" ] && [[ "$RUNS" != *" $name "* ]]; then return 0; fi
+  local budget
+  budget=$("$TT" train "${common[@]}" "$@" --dry-run 2>&1 |
+    sed -n 's/.*needs \([0-9.]*\) \([KMG]iB\) of.*/\1 \2/p' | head -n 1 |
+    awk '{ if (NF == 2) printf "%.2f%s", $1 + 0.01, $2 }')
+  if [ -z "$budget" ]; then
+    echo "tiertrain $name: no need figure from --dry-run; the automatic budget"
+    tt_run "$name" "$@"
+    return
+  fi
+  tt_run "$name" "$@" --device-budget "$budget"
 }

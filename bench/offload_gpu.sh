@@ -24,19 +24,19 @@ for r in ${TT_OFF_RUNS:-in-core cpu-optimizer offload-params offload-params-reco
            offload-params-recompute-speculative offload-all trace}; do
   case "$r" in
     in-core) tt_run in-core --plan in-core ;;
-    cpu-optimizer) tt_run cpu-optimizer --plan in-core --optimizer cpu ;;
-    offload-params) tt_run offload-params --plan offload-params ;;
-    offload-params-recompute) tt_run offload-params-recompute --plan "$OUT/plan_offload_recompute.json" ;;
+    cpu-optimizer) tt_run_tight cpu-optimizer --plan in-core --optimizer cpu ;;
+    offload-params) tt_run_tight offload-params --plan offload-params ;;
+    offload-params-recompute) tt_run_tight offload-params-recompute --plan "$OUT/plan_offload_recompute.json" ;;
     offload-params-recompute-speculative)
-      tt_run offload-params-recompute-speculative --plan "$OUT/plan_offload_recompute.json" --speculative-update ;;
-    offload-all) tt_run offload-all --plan offload-all ;;
-    offload-all-speculative) tt_run offload-all-speculative --plan offload-all --speculative-update ;;
+      tt_run_tight offload-params-recompute-speculative --plan "$OUT/plan_offload_recompute.json" --speculative-update ;;
+    offload-all) tt_run_tight offload-all --plan offload-all ;;
+    offload-all-speculative) tt_run_tight offload-all-speculative --plan offload-all --speculative-update ;;
     # The clip off (--grad-clip 0): every speculated update is kept, as in training whose norms stay under the clip;
     # the pair shows what the speculation gains when it holds.
     offload-params-recompute-noclip)
-      tt_run offload-params-recompute-noclip --plan "$OUT/plan_offload_recompute.json" --grad-clip 0 ;;
+      tt_run_tight offload-params-recompute-noclip --plan "$OUT/plan_offload_recompute.json" --grad-clip 0 ;;
     offload-params-recompute-speculative-noclip)
-      tt_run offload-params-recompute-speculative-noclip --plan "$OUT/plan_offload_recompute.json" --grad-clip 0 \
+      tt_run_tight offload-params-recompute-speculative-noclip --plan "$OUT/plan_offload_recompute.json" --grad-clip 0 \
         --speculative-update ;;
     trace)  # steps 2-4 of the streamed plan with recompute
       "$TT" train "${common[@]}" --steps 4 --plan "$OUT/plan_offload_recompute.json" \

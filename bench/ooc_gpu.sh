@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Out-of-core plans on one GPU (issue 4, measurements a, c, d): a model whose activations are several times what a
 # budget leaves after model state, trained in-core on the unbounded GPU and with each plan (and the CPU optimizer)
-# at the budget that plan needs; PyTorch eager in-core and with save_on_cpu(pin_memory=True) capped at the swap
+# at the budget that plan needs (bench/lib.sh tt_run_tight: its --dry-run figure, without the automatic budget's 5%
+# slack); PyTorch eager in-core and with save_on_cpu(pin_memory=True) capped at the swap
 # plan's budget; traces of the swap plan and of the CPU optimizer. Run after scripts/gpu.sh built build/gpu. Writes
 # JSON, traces and results.md into OUTDIR.
 #   bench/ooc_gpu.sh OUTDIR [DATA]
@@ -28,13 +29,13 @@ cat > "$OUT/plan_halves_mix.json" <<JSON
 JSON
 RUNS=" ${TT_OOC_RUNS:-in-core swap recompute mix halves halves-mix cpu-optimizer recompute-cpu-optimizer} "
 tt_run in-core --plan in-core
-tt_run swap --plan swap-activations --swap-slots 2
-tt_run recompute --plan recompute
-tt_run mix --plan "$OUT/plan_mix.json"
-tt_run halves --plan swap-attention-recompute-mlp --swap-slots 2
-tt_run halves-mix --plan "$OUT/plan_halves_mix.json"
-tt_run cpu-optimizer --plan in-core --optimizer cpu
-tt_run recompute-cpu-optimizer --plan recompute --optimizer cpu
+tt_run_tight swap --plan swap-activations --swap-slots 2
+tt_run_tight recompute --plan recompute
+tt_run_tight mix --plan "$OUT/plan_mix.json"
+tt_run_tight halves --plan swap-attention-recompute-mlp --swap-slots 2
+tt_run_tight halves-mix --plan "$OUT/plan_halves_mix.json"
+tt_run_tight cpu-optimizer --plan in-core --optimizer cpu
+tt_run_tight recompute-cpu-optimizer --plan recompute --optimizer cpu
 if [ "${TT_OOC_EXTRAS:-1}" = 1 ]; then
   # A short traced run of the swap plan (the trace covers steps 2-4).
   "$TT" train "${common[@]}" --steps 4 --plan swap-activations --trace "$OUT/trace_swap.json" > "$OUT/trace_swap.log" 2>&1 ||
