@@ -7,7 +7,8 @@
 # JSON, traces and results.md into OUTDIR.
 #   bench/ooc_gpu.sh OUTDIR [DATA]
 # TT_OOC_RUNS picks the tiertrain runs (default: all of in-core swap recompute mix halves halves-mix cpu-optimizer
-# recompute-cpu-optimizer); TT_OOC_EXTRAS=0 skips the traces and the PyTorch rows.
+# recompute-cpu-optimizer; also halves-s3, the halves plan with 3 swap slots, and trace-halves, a traced run of it
+# alone); TT_OOC_EXTRAS=0 skips the traces and the PyTorch rows.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 tt_bench_setup "${1:?usage: bench/ooc_gpu.sh OUTDIR [DATA]}" "${2:-/usr/share/games/fortunes}"
@@ -33,6 +34,7 @@ tt_run_tight swap --plan swap-activations --swap-slots 2
 tt_run_tight recompute --plan recompute
 tt_run_tight mix --plan "$OUT/plan_mix.json"
 tt_run_tight halves --plan swap-attention-recompute-mlp --swap-slots 2
+tt_run_tight halves-s3 --plan swap-attention-recompute-mlp --swap-slots 3
 tt_run_tight halves-mix --plan "$OUT/plan_halves_mix.json"
 tt_run_tight cpu-optimizer --plan in-core --optimizer cpu
 tt_run_tight recompute-cpu-optimizer --plan recompute --optimizer cpu
@@ -48,7 +50,9 @@ if [ "${TT_OOC_EXTRAS:-1}" = 1 ]; then
   "${py[@]}" --json-out "$OUT/torch_in-core.json" > "$OUT/torch_in-core.log" 2>&1 || tail -3 "$OUT/torch_in-core.log"
   "${py[@]}" --save-on-cpu --memory-budget-gib "$budget_gib" --json-out "$OUT/torch_save_on_cpu.json" \
     > "$OUT/torch_save_on_cpu.log" 2>&1 || tail -3 "$OUT/torch_save_on_cpu.log"
-  # A short traced run of the halves plan.
+fi
+# A short traced run of the halves plan (steps 2-4), with the extras or when asked for by name.
+if [ "${TT_OOC_EXTRAS:-1}" = 1 ] || [[ "$RUNS" == *" trace-halves "* ]]; then
   "$TT" train "${common[@]}" --steps 4 --plan swap-attention-recompute-mlp --trace "$OUT/trace_halves.json" \
     > "$OUT/trace_halves.log" 2>&1 || tail -5 "$OUT/trace_halves.log"
 fi
