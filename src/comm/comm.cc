@@ -300,9 +300,11 @@ Status shm_options_from_env(ShmOptions* shm) {
   TT_ASSIGN_OR_RETURN(long long stream, env_int({"TIERTRAIN_COMM_STREAM_BYTES"}, 4 << 20, &which));
   TT_RETURN_IF(stream < 0, kInvalidArgument, "TIERTRAIN_COMM_STREAM_BYTES=%lld: bytes, 0 (never) or more", stream);
   shm->stream_bytes = static_cast<size_t>(stream);
-  TT_ASSIGN_OR_RETURN(long long cma, env_int({"TIERTRAIN_COMM_CMA_BYTES"}, 0, &which));
-  TT_RETURN_IF(cma < 0, kInvalidArgument, "TIERTRAIN_COMM_CMA_BYTES=%lld: bytes, 0 (never) or more", cma);
-  shm->cma_bytes = static_cast<size_t>(cma);
+  if (std::getenv("TIERTRAIN_COMM_CMA_BYTES") != nullptr) {  // unset: ShmOptions::kCmaAuto
+    TT_ASSIGN_OR_RETURN(long long cma, env_int({"TIERTRAIN_COMM_CMA_BYTES"}, 0, &which));
+    TT_RETURN_IF(cma < 0, kInvalidArgument, "TIERTRAIN_COMM_CMA_BYTES=%lld: bytes, 0 (never) or more", cma);
+    shm->cma_bytes = static_cast<size_t>(cma);
+  }
   if (const char* d = std::getenv("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm->dir = d;
   if (const char* m = std::getenv("TIERTRAIN_COMM_MEMPOLICY"); m != nullptr && *m != '\0') shm->mempolicy = m;
   return Status::ok();

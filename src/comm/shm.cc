@@ -120,9 +120,13 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // address space, and publishes its threshold, or 0 if a probe failed or it has them off; after the init barrier
 // every rank takes 0 if any rank published 0, else the largest threshold, so that all ranks agree on the path of
 // every call. Broadcast and allgather keep the segments: there every rank copies in parallel already, and the
-// kernel's copy is no faster than ours (Note [streaming stores]). Off by default: on the 2-core development machine
-// with 2 ranks it is slower than the segments (64 MiB gather 4.5 against 3.6 ms; the kernel pins the pages and
-// copies with ordinary stores); whether the parallel copies win at 8-32 ranks is to be measured.
+// kernel's copy is no faster than ours (Note [streaming stores]).
+// By default (ShmOptions::kCmaAuto) single copies take pieces of 256 KiB and more from 4 ranks up. On the H200
+// machine's 32-core host they make a 64 MiB gather 6-12x faster (busbw 47.6-76.0 against 6.3-7.5 GB/s at 8 and 16
+// ranks; scatter alike, docs/benchmarks/2026-11-30-h200x2-comm-host-v4/): the root no longer copies every piece
+// itself. Each call costs ~180 us more however large (the kernel pins the root's pages for every writer), so below
+// 256 KiB pieces the segments win and at 256 KiB the two are even. With 2 ranks there is little to share out and the
+// single copy lost on the 2-core development machine (64 MiB gather 4.5 against 3.6 ms): off below 4 ranks.
 
 // Reductions of up to this many bytes per round are reduced whole by every rank (one synchronisation); larger ones
 // are split: each rank reduces a slice, then all gather the slices (two synchronisations, 1/n of the reduction work
@@ -275,6 +279,8 @@ Status ShmComm::init() {
                "shm communicator: buffer of %zu bytes (at least 4096, a multiple of 64)", opt_.buffer_bytes);
   seg_bytes_ = sizeof(Header) + 2 * opt_.buffer_bytes;
   if (const char* j = std::getenv("TIERTRAIN_COMM_JITTER_US")) jitter_us_ = std::atoll(j);
+  if (opt_.cma_bytes == ShmOptions::kCmaAuto)  // Note [single copy]: alike on every rank, as the size is
+    opt_.cma_bytes = size_ >= ShmOptions::kCmaAutoRanks ? ShmOptions::kCmaAutoBytes : 0;
   // scatter, reduce_scatter and alltoall put one piece per rank in an area: at least a 64-byte line each.
   TT_RETURN_IF(half_bytes() < 64 * static_cast<size_t>(size_), kInvalidArgument,
                "shm communicator: TIERTRAIN_COMM_BUFFER=%zu is too small for %d ranks (at least 128 bytes a rank: %zu)",

@@ -22,9 +22,12 @@ struct ShmOptions {
   // stores] in shm.cc.
   size_t stream_bytes = 4 << 20;
   // Gather and scatter pieces of at least this many bytes go in one copy between the ranks' own buffers (cross
-  // memory attach) where the ranks may attach to each other (TIERTRAIN_COMM_CMA_BYTES; 0, the default: never, until
-  // it is measured faster). Note [single copy] in shm.cc.
-  size_t cma_bytes = 0;
+  // memory attach) where the ranks may attach to each other (TIERTRAIN_COMM_CMA_BYTES; 0: never; kCmaAuto, the
+  // default: kCmaAutoBytes from kCmaAutoRanks ranks up, else never). Note [single copy] in shm.cc.
+  static constexpr size_t kCmaAuto = ~size_t(0);
+  static constexpr size_t kCmaAutoBytes = 256 << 10;
+  static constexpr int kCmaAutoRanks = 4;
+  size_t cma_bytes = kCmaAuto;
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
   // Where each rank's segment goes (TIERTRAIN_COMM_MEMPOLICY): auto (preferred on the high-bandwidth node nearest
   // the rank's CPU if there is one, else where first touched), local, bind, preferred, interleave (over all HBW

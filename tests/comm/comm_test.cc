@@ -593,6 +593,26 @@ TEST(Comm, RanksAgreeOnSingleCopies) {
   }
 }
 
+// Note [single copy]: unless TIERTRAIN_COMM_CMA_BYTES says otherwise, single copies take pieces of 256 KiB and more
+// from 4 ranks up (where the probe passes, as it does here) and are off below; the setting overrides both ways.
+TEST(Comm, SingleCopiesByDefaultFromFourRanks) {
+  const auto threshold = [](int ranks, const std::string& env) {
+    const Job j = shell("env TIERTRAIN_DEBUG=INFO TIERTRAIN_DEBUG_SUBSYS=COMM " + env + " " + TT_BINARY + " launch -n " +
+                        std::to_string(ranks) + " -- " + TT_BINARY + " comm-bench -C gather -b 1M -e 1M -n 1 -w 0");
+    EXPECT_EQ(j.code, 0) << j.output;
+    // A machine where ranks may not attach to each other (a seccomp profile, Yama's ptrace_scope 3) has them off.
+    if (j.output.find("cannot attach") != std::string::npos) return std::string("single copies off");
+    const size_t at = j.output.find("single copies ");
+    return at == std::string::npos ? std::string("(no line)") : j.output.substr(at, j.output.find('\n', at) - at);
+  };
+  const bool can = threshold(2, "TIERTRAIN_COMM_CMA_BYTES=4096") != "single copies off";
+  if (can) EXPECT_EQ(threshold(2, "TIERTRAIN_COMM_CMA_BYTES=4096"), "single copies from 4.00 KiB a piece");
+  EXPECT_EQ(threshold(2, ""), "single copies off");
+  EXPECT_EQ(threshold(3, ""), "single copies off");
+  EXPECT_EQ(threshold(4, ""), can ? "single copies from 256.00 KiB a piece" : "single copies off");
+  EXPECT_EQ(threshold(4, "TIERTRAIN_COMM_CMA_BYTES=0"), "single copies off");
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, CommRanks, ::testing::Values(1, 2, 3, 4));
 
 TEST(Comm, ARankThatNeverArrivesIsNamedWithinTheDeadline) {
