@@ -124,9 +124,11 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // By default (ShmOptions::kCmaAuto) single copies take pieces of 256 KiB and more from 4 ranks up. On the H200
 // machine's 32-core host they make a 64 MiB gather 6-12x faster (busbw 47.6-76.0 against 6.3-7.5 GB/s at 8 and 16
 // ranks; scatter alike, docs/benchmarks/2026-11-30-h200x2-comm-host-v4/): the root no longer copies every piece
-// itself. Each call costs ~180 us more however large (the kernel pins the root's pages for every writer), so below
-// 256 KiB pieces the segments win and at 256 KiB the two are even. With 2 ranks there is little to share out and the
-// single copy lost on the 2-core development machine (64 MiB gather 4.5 against 3.6 ms): off below 4 ranks.
+// itself. At 256 KiB pieces the two paths were even in the C++ benchmark (2 MiB at 8 ranks: 189 against 195 us),
+// whose calls of 4-8 MiB cost ~210-240 us where the Python benchmark's, on numpy arrays, cost 88-137 us: what a
+// single copy costs depends on the buffers' pages (not yet understood; numpy asks for huge pages for large
+// arrays). With 2 ranks there is little to share out, and the single copy lost on the 2-core development machine
+// (64 MiB gather 4.5 against 3.6 ms): off below 4 ranks.
 
 // Reductions of up to this many bytes per round are reduced whole by every rank (one synchronisation); larger ones
 // are split: each rank reduces a slice, then all gather the slices (two synchronisations, 1/n of the reduction work
