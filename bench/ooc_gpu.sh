@@ -7,8 +7,9 @@
 # JSON, traces and results.md into OUTDIR.
 #   bench/ooc_gpu.sh OUTDIR [DATA]
 # TT_OOC_RUNS picks the tiertrain runs (default: all of in-core swap recompute mix halves halves-mix cpu-optimizer
-# recompute-cpu-optimizer; also halves-s3, the halves plan with 3 swap slots, and trace-halves, a traced run of it
-# alone); TT_OOC_EXTRAS=0 skips the traces and the PyTorch rows.
+# recompute-cpu-optimizer; also halves-s3, the halves plan with 3 swap slots, halves-norms and halves-norms-s3, the
+# same with the LayerNorm outputs rebuilt, and trace-halves / trace-halves-norms, traced runs of them alone);
+# TT_OOC_EXTRAS=0 skips the traces and the PyTorch rows.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 tt_bench_setup "${1:?usage: bench/ooc_gpu.sh OUTDIR [DATA]}" "${2:-/usr/share/games/fortunes}"
@@ -36,6 +37,9 @@ tt_run_tight mix --plan "$OUT/plan_mix.json"
 tt_run_tight halves --plan swap-attention-recompute-mlp --swap-slots 2
 tt_run_tight halves-s3 --plan swap-attention-recompute-mlp --swap-slots 3
 tt_run_tight halves-mix --plan "$OUT/plan_halves_mix.json"
+# Note [rebuilt norms]: the halves plan with each block's LayerNorm outputs rebuilt too (5 C per token swapped, not 7).
+tt_run_tight halves-norms --plan swap-attention-recompute-mlp-norms --swap-slots 2
+tt_run_tight halves-norms-s3 --plan swap-attention-recompute-mlp-norms --swap-slots 3
 tt_run_tight cpu-optimizer --plan in-core --optimizer cpu
 tt_run_tight recompute-cpu-optimizer --plan recompute --optimizer cpu
 if [ "${TT_OOC_EXTRAS:-1}" = 1 ]; then
@@ -55,5 +59,9 @@ fi
 if [ "${TT_OOC_EXTRAS:-1}" = 1 ] || [[ "$RUNS" == *" trace-halves "* ]]; then
   "$TT" train "${common[@]}" --steps 4 --plan swap-attention-recompute-mlp --trace "$OUT/trace_halves.json" \
     > "$OUT/trace_halves.log" 2>&1 || tail -5 "$OUT/trace_halves.log"
+fi
+if [[ "$RUNS" == *" trace-halves-norms "* ]]; then
+  "$TT" train "${common[@]}" --steps 4 --plan swap-attention-recompute-mlp-norms --swap-slots 3 \
+    --trace "$OUT/trace_halves_norms.json" > "$OUT/trace_halves_norms.log" 2>&1 || tail -5 "$OUT/trace_halves_norms.log"
 fi
 python3 bench/ooc_summary.py "$OUT"

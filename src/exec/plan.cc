@@ -39,33 +39,37 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
   for (const auto& [key, value] : o.items()) {
     const std::string at = where + "." + key;
     if (key == "activation" && value.is_object()) {
-      // Note [MLP half]: {"attention": P, "mlp": Q}, where Q is P or "recompute".
-      ActPlacement halves[2] = {ActPlacement::kResident, ActPlacement::kResident};
-      bool given[2] = {false, false};
+      // Note [MLP half], Note [rebuilt norms]: {"attention": P, "mlp": Q, "norms": R}, where Q is P or "recompute",
+      // and R (optional; P when absent) is P or "recompute".
+      ActPlacement parts[3] = {ActPlacement::kResident, ActPlacement::kResident, ActPlacement::kResident};
+      bool given[3] = {false, false, false};
       for (const auto& [half, hv] : value.items()) {
         const std::string hat = at + "." + half;
-        TT_RETURN_IF(half != "attention" && half != "mlp", kInvalidArgument,
-                     "%s: unknown half '%s' (attention, mlp)", at.c_str(), half.c_str());
+        TT_RETURN_IF(half != "attention" && half != "mlp" && half != "norms", kInvalidArgument,
+                     "%s: unknown part '%s' (attention, mlp, norms)", at.c_str(), half.c_str());
         TT_RETURN_IF(!hv.is_string(), kInvalidArgument, "%s: expected a string", hat.c_str());
-        const int i = half == "mlp" ? 1 : 0;
-        TT_ASSIGN_OR_RETURN(halves[i], parse_activation(hv.get<std::string>(), hat));
+        const int i = half == "attention" ? 0 : half == "mlp" ? 1 : 2;
+        TT_ASSIGN_OR_RETURN(parts[i], parse_activation(hv.get<std::string>(), hat));
         given[i] = true;
       }
-      TT_RETURN_IF(!given[0] || !given[1], kInvalidArgument, "%s: give both halves: {\"attention\": ..., \"mlp\": ...}",
+      TT_RETURN_IF(!given[0] || !given[1], kInvalidArgument,
+                   "%s: give both halves: {\"attention\": ..., \"mlp\": ...} (and optionally \"norms\")",
                    at.c_str());
-      if (halves[0] == halves[1]) {
-        lp->activation = halves[0];
-        lp->mlp_recompute = false;
-        continue;
+      if (!given[2]) parts[2] = parts[0];
+      if (parts[0] == ActPlacement::kRecompute) {
+        TT_RETURN_IF(parts[1] != ActPlacement::kRecompute || parts[2] != ActPlacement::kRecompute, kInvalidArgument,
+                     "%s: a recomputed attention half rebuilds the whole block: use \"recompute\"", at.c_str());
       }
-      TT_RETURN_IF(halves[0] == ActPlacement::kRecompute, kInvalidArgument,
-                   "%s: a recomputed attention half rebuilds the MLP half too: use \"recompute\"", at.c_str());
-      TT_RETURN_IF(halves[1] != ActPlacement::kRecompute, kInvalidArgument,
-                   "%s: the MLP half can be placed apart only by recomputing it (attention %s, mlp %s); or place the "
-                   "whole block alike",
-                   at.c_str(), act_placement_name(halves[0]), act_placement_name(halves[1]));
-      lp->activation = halves[0];
-      lp->mlp_recompute = true;
+      for (int i : {1, 2})
+        TT_RETURN_IF(parts[i] != parts[0] && parts[i] != ActPlacement::kRecompute, kInvalidArgument,
+                     "%s: the %s can be placed apart from the attention half only by recomputing %s (attention "
+                     "%s, %s %s); or place the whole block alike",
+                     at.c_str(), i == 1 ? "MLP half" : "LayerNorm outputs (norms)", i == 1 ? "it" : "them",
+                     act_placement_name(parts[0]),
+                     i == 1 ? "mlp" : "norms", act_placement_name(parts[i]));
+      lp->activation = parts[0];
+      lp->mlp_recompute = parts[0] != ActPlacement::kRecompute && parts[1] == ActPlacement::kRecompute;
+      lp->norms_recompute = parts[0] != ActPlacement::kRecompute && parts[2] == ActPlacement::kRecompute;
       continue;
     }
     TT_RETURN_IF(!value.is_string(), kInvalidArgument, "%s: expected a string", at.c_str());
@@ -73,6 +77,7 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
     if (key == "activation") {
       TT_ASSIGN_OR_RETURN(lp->activation, parse_activation(v, at));
       lp->mlp_recompute = false;
+      lp->norms_recompute = false;
     } else if (key == "param") {
       TT_ASSIGN_OR_RETURN(lp->param, parse_state(v, at));
     } else if (key == "grad") {
@@ -177,8 +182,7 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
                          source.c_str());
     }
   }
-  // Note [MLP half]: swapped blocks share slots of one size, so they all swap whole blocks or all their attention
-  // half only.
+  // Note [MLP half], Note [rebuilt norms]: swapped blocks share slots of one size, so they all swap the same parts.
   int first_swap = -1;
   for (int l = 0; l < layers; ++l) {
     const LayerPlan& lp = p.layers[static_cast<size_t>(l)];
@@ -187,9 +191,11 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
       first_swap = l;
       continue;
     }
-    TT_RETURN_IF(lp.mlp_recompute != p.layers[static_cast<size_t>(first_swap)].mlp_recompute, kInvalidArgument,
-                 "plan %s: swapped layers %d and %d differ in whether their MLP half is recomputed; swapped layers "
-                 "share device slots, so all of them must swap the whole block or all only the attention half",
+    const LayerPlan& first = p.layers[static_cast<size_t>(first_swap)];
+    TT_RETURN_IF(lp.mlp_recompute != first.mlp_recompute || lp.norms_recompute != first.norms_recompute,
+                 kInvalidArgument,
+                 "plan %s: swapped layers %d and %d differ in whether their MLP half or their LayerNorm outputs are "
+                 "recomputed; swapped layers share device slots, so all of them must swap the same parts",
                  source.c_str(), first_swap, l);
   }
   // Host-streamed parameters, gradients and optimizer state all need the CPU optimizer, which the trainer checks
@@ -217,9 +223,12 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
   if (name == "in-core") return all(ActPlacement::kResident);
   if (name == "recompute") return all(ActPlacement::kRecompute);
   if (name == "swap-activations") return all(ActPlacement::kSwap);
-  if (name == "swap-attention-recompute-mlp") {
+  if (name == "swap-attention-recompute-mlp" || name == "swap-attention-recompute-mlp-norms") {
     Plan p = all(ActPlacement::kSwap);
-    for (LayerPlan& lp : p.layers) lp.mlp_recompute = true;
+    for (LayerPlan& lp : p.layers) {
+      lp.mlp_recompute = true;
+      lp.norms_recompute = name == "swap-attention-recompute-mlp-norms";
+    }
     return p;
   }
   if (name == "offload-params" || name == "offload-all") {
@@ -233,7 +242,7 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
   std::ifstream f(name);
   TT_RETURN_IF(!f, kInvalidArgument,
                "--plan %s: not a plan name (in-core, recompute, swap-activations, swap-attention-recompute-mlp, "
-               "offload-params, offload-all) nor a readable JSON file",
+               "swap-attention-recompute-mlp-norms, offload-params, offload-all) nor a readable JSON file",
                name.c_str());
   json j;
   try {
@@ -247,24 +256,31 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
 
 json Plan::to_json() const {
   json ls = json::array();
-  for (const LayerPlan& lp : layers)
-    ls.push_back({{"activation", lp.mlp_recompute ? json{{"attention", act_placement_name(lp.activation)},
-                                                         {"mlp", "recompute"}}
-                                                   : json(act_placement_name(lp.activation))},
+  for (const LayerPlan& lp : layers) {
+    json act = act_placement_name(lp.activation);
+    if (lp.mlp_recompute || lp.norms_recompute) {
+      act = {{"attention", act_placement_name(lp.activation)},
+             {"mlp", lp.mlp_recompute ? "recompute" : act_placement_name(lp.activation)}};
+      if (lp.norms_recompute) act["norms"] = "recompute";
+    }
+    ls.push_back({{"activation", act},
                   {"param", state_name(lp.param)},
                   {"grad", state_name(lp.grad)},
                   {"optim_state", state_name(lp.optim_state)}});
+  }
   return {{"version", 1},         {"optimizer", optimizer}, {"swap_prefetch", swap_prefetch},
           {"param_prefetch", param_prefetch}, {"layers", ls}};
 }
 
 GptOptions Plan::model_options() const {
   GptOptions o;
-  bool grads = false, params = false, mlp = false;
+  bool grads = false, params = false, mlp = false, norms = false;
   for (const LayerPlan& lp : layers) {
     o.activations.push_back(lp.activation);
     o.mlp_recomputed.push_back(lp.mlp_recompute && lp.activation != ActPlacement::kRecompute);
     mlp = mlp || o.mlp_recomputed.back();
+    o.norms_recomputed.push_back(lp.norms_recompute && lp.activation != ActPlacement::kRecompute);
+    norms = norms || o.norms_recomputed.back();
     o.grads_streamed.push_back(lp.grad == StatePlacement::kHostStreamed);
     o.params_streamed.push_back(lp.param == StatePlacement::kHostStreamed);
     grads = grads || lp.grad == StatePlacement::kHostStreamed;
@@ -272,6 +288,7 @@ GptOptions Plan::model_options() const {
   }
   if (!grads) o.grads_streamed.clear();
   if (!mlp) o.mlp_recomputed.clear();
+  if (!norms) o.norms_recomputed.clear();
   if (!params) o.params_streamed.clear();
   o.param_slots = param_prefetch + 1;
   o.swap_slots = swap_prefetch + 1;
@@ -293,6 +310,9 @@ std::string Plan::summary() const {
   int mlp = 0;
   for (const LayerPlan& lp : layers) mlp += lp.mlp_recompute && lp.activation != ActPlacement::kRecompute ? 1 : 0;
   if (mlp > 0) s += "; the MLP half of " + std::to_string(mlp) + " of them recomputed";
+  int norms = 0;
+  for (const LayerPlan& lp : layers) norms += lp.norms_recompute && lp.activation != ActPlacement::kRecompute ? 1 : 0;
+  if (norms > 0) s += "; the LayerNorm outputs of " + std::to_string(norms) + " rebuilt";
   int grads = 0, params = 0;
   for (const LayerPlan& lp : layers) {
     grads += lp.grad == StatePlacement::kHostStreamed ? 1 : 0;

@@ -35,6 +35,9 @@ struct LayerPlan {
   // Note [MLP half]: the block's MLP half recomputed while the rest is `activation` (resident or swap). In JSON:
   // "activation": {"attention": "swap", "mlp": "recompute"}.
   bool mlp_recompute = false;
+  // Note [rebuilt norms]: the block's LayerNorm outputs rebuilt in its backward while the rest is `activation`. In
+  // JSON: "activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}.
+  bool norms_recompute = false;
   StatePlacement param = StatePlacement::kResident;
   StatePlacement grad = StatePlacement::kResident;
   StatePlacement optim_state = StatePlacement::kResident;
@@ -47,8 +50,8 @@ struct Plan {
   int param_prefetch = 1;  // streamed parameter blocks uploaded ahead of their use; device slots = prefetch + 1
   std::string optimizer = "device";
 
-  // A shortcut (in-core, recompute, swap-activations, swap-attention-recompute-mlp, offload-params, offload-all) or a
-  // path to a JSON plan.
+  // A shortcut (in-core, recompute, swap-activations, swap-attention-recompute-mlp,
+  // swap-attention-recompute-mlp-norms, offload-params, offload-all) or a path to a JSON plan.
   static Result<Plan> resolve(const std::string& name, int layers, int swap_slots);
   // default_prefetch: swap_prefetch when the JSON does not give it (from --swap-slots).
   static Result<Plan> from_json(const nlohmann::json& j, int layers, const std::string& source,

@@ -62,7 +62,8 @@ void declare_train_knobs(Config& cfg) {
   knob("runtime", "plan", K::kString, "in-core",
        "where each layer's tensors live: in-core keeps all on the device; recompute keeps block outputs and rebuilds "
        "the rest in the backward; swap-activations copies them to host memory and back; swap-attention-recompute-mlp "
-       "swaps each block's attention half and rebuilds its MLP half; offload-params streams "
+       "swaps each block's attention half and rebuilds its MLP half; swap-attention-recompute-mlp-norms also "
+       "rebuilds its LayerNorm outputs (swapping less); offload-params streams "
        "every block's parameters and gradients from host memory with the CPU optimizer; offload-all also swaps the "
        "activations; or a JSON plan file mixing them per layer (docs/PLANS.md). All are bit-identical");
   choice("runtime", "optimizer", "plan", {"plan", "device", "cpu"},

@@ -190,7 +190,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     // What the other plans would need, so that the message can say which of them fits.
     const int64_t extra = need.total - memory_need(cfg.model, cfg.batch, dtype, model_options, cpu_optimizer).total;
     std::string options;
-    for (const char* alt : {"recompute", "swap-activations", "swap-attention-recompute-mlp"}) {
+    for (const char* alt : {"recompute", "swap-activations", "swap-attention-recompute-mlp",
+                            "swap-attention-recompute-mlp-norms"}) {
       for (const bool alt_cpu : {false, true}) {
         auto alt_plan = Plan::resolve(alt, cfg.model.layers, cfg.swap_slots);
         if (!alt_plan.is_ok()) continue;

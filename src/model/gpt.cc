@@ -70,27 +70,34 @@ int64_t Gpt::default_lm_chunk_rows(const GptConfig& cfg, int batch, DType comput
   return std::min(rows, std::max<int64_t>(64, fit / 64 * 64));
 }
 
-std::vector<AllocRequest> Gpt::block_activations(const GptConfig& cfg, int batch, DType dt, Part part) {
+std::vector<AllocRequest> Gpt::block_activations(const GptConfig& cfg, int batch, DType dt, unsigned parts) {
   const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads;
   const DType md = master_dtype_for(dt);
   const TensorClass A = TensorClass::kActivation;
-  std::vector<AllocRequest> attention = {
-      {"ln1", {B, T, C}, dt, A},     {"ln1_mean", {B, T}, md, A}, {"ln1_rstd", {B, T}, md, A},
-      {"qkv", {B, T, 3 * C}, dt, A}, {"atty", {B, T, C}, dt, A},  {"lse", {B, H, T}, md, A},
-      {"res2", {B, T, C}, dt, A},    {"ln2", {B, T, C}, dt, A},   {"ln2_mean", {B, T}, md, A},
-      {"ln2_rstd", {B, T}, md, A}};
-  std::vector<AllocRequest> mlp = {{"fch", {B, T, 4 * C}, dt, A}, {"fch_gelu", {B, T, 4 * C}, dt, A}};
-  if (part == Part::kAttention) return attention;
-  if (part == Part::kMlp) return mlp;
-  attention.insert(attention.end(), mlp.begin(), mlp.end());
-  return attention;
+  // In the order of the forward, each with its part.
+  const std::pair<Part, AllocRequest> all[] = {
+      {kNorms, {"ln1", {B, T, C}, dt, A}},      {kNorms, {"ln1_mean", {B, T}, md, A}},
+      {kNorms, {"ln1_rstd", {B, T}, md, A}},    {kCore, {"qkv", {B, T, 3 * C}, dt, A}},
+      {kCore, {"atty", {B, T, C}, dt, A}},      {kCore, {"lse", {B, H, T}, md, A}},
+      {kCore, {"res2", {B, T, C}, dt, A}},      {kNorms, {"ln2", {B, T, C}, dt, A}},
+      {kNorms, {"ln2_mean", {B, T}, md, A}},    {kNorms, {"ln2_rstd", {B, T}, md, A}},
+      {kMlp, {"fch", {B, T, 4 * C}, dt, A}},    {kMlp, {"fch_gelu", {B, T, 4 * C}, dt, A}}};
+  std::vector<AllocRequest> r;
+  for (const auto& [part, a] : all)
+    if ((parts & part) != 0) r.push_back(a);
+  return r;
 }
 
-size_t Gpt::block_activation_bytes(const GptConfig& cfg, int batch, DType dt, Part part) {
+size_t Gpt::block_activation_bytes(const GptConfig& cfg, int batch, DType dt, unsigned parts) {
   size_t bytes = 0;
-  for (const AllocRequest& a : block_activations(cfg, batch, dt, part))
+  for (const AllocRequest& a : block_activations(cfg, batch, dt, parts))
     bytes += memory::device_alloc_size(static_cast<size_t>(a.shape.numel()) * dtype_size(a.dtype));
   return bytes;
+}
+
+unsigned Gpt::held_parts(const GptOptions& options, int layer) {
+  return kAll & ~(options.mlp_half_recomputed(layer) ? unsigned(kMlp) : 0u) &
+         ~(options.norms_rebuilt(layer) ? unsigned(kNorms) : 0u);
 }
 
 const char* act_placement_name(ActPlacement p) {
@@ -116,13 +123,11 @@ GptOptions GptOptions::all(int layers, ActPlacement p, int swap_slots) {
   return o;
 }
 
-// What a swapped block moves: all its activations, or its attention half when its MLP half is recomputed (swapped
-// blocks agree on that: Gpt::create checks).
-static Gpt::Part swapped_part(const GptOptions& options, int layers) {
+// What a swapped block moves: the parts it does not rebuild (swapped blocks agree on those: Gpt::create checks).
+static unsigned swapped_part(const GptOptions& options, int layers) {
   for (int l = 0; l < layers; ++l)
-    if (options.placement(l) == ActPlacement::kSwap)
-      return options.mlp_half_recomputed(l) ? Gpt::Part::kAttention : Gpt::Part::kAll;
-  return Gpt::Part::kAll;
+    if (options.placement(l) == ActPlacement::kSwap) return Gpt::held_parts(options, l);
+  return Gpt::kAll;
 }
 
 size_t Gpt::host_bytes(const GptConfig& cfg, int batch, DType dt, const GptOptions& options) {
@@ -180,12 +185,14 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
   add("encoded", {B, T, C}, dt, TensorClass::kActivation);
   // A block's activations: their own set for resident blocks, one shared set for the recomputed ones, a few slots
   // for the swapped ones; plus each block's output.
-  auto add_block = [&](const std::string& p, int l, Part part) {
+  auto add_block = [&](const std::string& p, int l, unsigned part) {
     for (const AllocRequest& a : block_activations(cfg, batch, dt, part)) add(p + a.name, a.shape, a.dtype, a.cls, l);
   };
-  if (options.any(ActPlacement::kRecompute)) add_block("recompute.", -1, Part::kAll);
+  if (options.any(ActPlacement::kRecompute)) add_block("recompute.", -1, kAll);
   // Note [MLP half]: one MLP set shared by the blocks whose MLP half is recomputed.
-  if (options.any_mlp_half_recomputed()) add_block("recompute_mlp.", -1, Part::kMlp);
+  if (options.any_mlp_half_recomputed()) add_block("recompute_mlp.", -1, kMlp);
+  // Note [rebuilt norms]: one set of LayerNorm outputs shared by the blocks that rebuild theirs.
+  if (options.any_norms_rebuilt()) add_block("recompute_norms.", -1, kNorms);
   // min(slots, swapped blocks): more slots than swapped blocks would hold nothing.
   if (options.any(ActPlacement::kSwap))
     for (int i = 0; i < std::min(options.swap_slots, options.count(ActPlacement::kSwap)); ++i)
@@ -195,7 +202,7 @@ std::vector<AllocRequest> Gpt::allocation_list(const GptConfig& cfg, int batch, 
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     if (options.placement(l) == ActPlacement::kResident)
-      add_block(p, l, options.mlp_half_recomputed(l) ? Part::kAttention : Part::kAll);
+      add_block(p, l, held_parts(options, l));
     add(p + "res3", {B, T, C}, dt, TensorClass::kActivation, l);
   }
   add("lnf", {B, T, C}, dt, TensorClass::kActivation);
@@ -331,12 +338,14 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
   TT_RETURN_IF(!options.mlp_recomputed.empty() && static_cast<int>(options.mlp_recomputed.size()) != cfg.layers,
                kInvalidArgument, "%zu MLP-half placements for a model of %d layers", options.mlp_recomputed.size(),
                cfg.layers);
-  const Part swapped = swapped_part(options, cfg.layers);
+  TT_RETURN_IF(!options.norms_recomputed.empty() && static_cast<int>(options.norms_recomputed.size()) != cfg.layers,
+               kInvalidArgument, "%zu LayerNorm-output placements for a model of %d layers",
+               options.norms_recomputed.size(), cfg.layers);
+  const unsigned swapped = swapped_part(options, cfg.layers);
   for (int l = 0; l < cfg.layers; ++l)
-    TT_RETURN_IF(options.placement(l) == ActPlacement::kSwap &&
-                     (options.mlp_half_recomputed(l) ? Part::kAttention : Part::kAll) != swapped,
-                 kInvalidArgument,
-                 "block %d: swapped blocks must agree on whether their MLP half is recomputed (they share slots)", l);
+    TT_RETURN_IF(options.placement(l) == ActPlacement::kSwap && held_parts(options, l) != swapped, kInvalidArgument,
+                 "block %d: swapped blocks must agree on whether their MLP half and their LayerNorm outputs are "
+                 "rebuilt (they share slots)", l);
   for (int l = 0; l < cfg.layers; ++l)
     if (options.placement(l) == ActPlacement::kRecompute) g->last_recomputed_ = l;
   g->swap_index_.assign(static_cast<size_t>(cfg.layers), -1);
@@ -383,16 +392,17 @@ Result<std::unique_ptr<Gpt>> Gpt::create(Backend& backend, const GptConfig& cfg,
         : pl == ActPlacement::kSwap    ? "swap" + std::to_string(g->swap_index_[static_cast<size_t>(l)] % g->swap_slots_) + "."
                                        : own;
     LayerActs& a = g->acts_[static_cast<size_t>(l)];
-    a.ln1 = by_name[p + "ln1"];
-    a.ln1_mean = by_name[p + "ln1_mean"];
-    a.ln1_rstd = by_name[p + "ln1_rstd"];
+    const std::string np = options.norms_rebuilt(l) ? std::string("recompute_norms.") : p;
+    a.ln1 = by_name[np + "ln1"];
+    a.ln1_mean = by_name[np + "ln1_mean"];
+    a.ln1_rstd = by_name[np + "ln1_rstd"];
     a.qkv = by_name[p + "qkv"];
     a.atty = by_name[p + "atty"];
     a.lse = by_name[p + "lse"];
     a.res2 = by_name[p + "res2"];
-    a.ln2 = by_name[p + "ln2"];
-    a.ln2_mean = by_name[p + "ln2_mean"];
-    a.ln2_rstd = by_name[p + "ln2_rstd"];
+    a.ln2 = by_name[np + "ln2"];
+    a.ln2_mean = by_name[np + "ln2_mean"];
+    a.ln2_rstd = by_name[np + "ln2_rstd"];
     const std::string mp = options.mlp_half_recomputed(l) ? std::string("recompute_mlp.") : p;
     a.fch = by_name[mp + "fch"];
     a.fch_gelu = by_name[mp + "fch_gelu"];
@@ -743,6 +753,7 @@ void Gpt::params_after_backward(int l) {
 void Gpt::forward_layer(int l, const Tensor& x) {
   const LayerParams w = compute_layer(l);
   LayerActs& a = acts_[static_cast<size_t>(l)];
+  if (options_.norms_rebuilt(l)) norms_hold_ = l;
   mark("layernorm_forward");
   be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b);
   mark("matmul_forward qkv");
@@ -826,6 +837,14 @@ void Gpt::backward_blocks() {
       shared_holds_ = l;
     }
     swap_before_backward(l);
+    if (options_.norms_rebuilt(l) && norms_hold_ != l) {
+      // Note [rebuilt norms]: ln2 from res2 (resident, or just brought back), ln1 from the block's input.
+      mark("layernorm_forward ln2 (rebuild)");
+      be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln2w, w.ln2b);
+      mark("layernorm_forward ln1 (rebuild)");
+      be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1w, w.ln1b);
+      norms_hold_ = l;
+    }
     if (options_.mlp_half_recomputed(l) && mlp_holds_ != l) {
       // Note [MLP half]: rebuild fch and fch_gelu from ln2 (resident, or just brought back) with the forward's kernel.
       mark("matmul_gelu_forward mlp.fc (recompute)");

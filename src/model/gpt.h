@@ -83,6 +83,14 @@ DType master_dtype_for(DType compute);
 // recomputed: those two live in one set shared by such blocks, and the block's backward rebuilds them from ln2 with
 // the forward's kernel (matmul_gelu_forward) before it uses them; the rest of the block (its attention half) stays
 // resident or swaps. Swapped blocks then move only their attention half.
+// Note [rebuilt norms]: a resident or swapped block may likewise have its LayerNorm outputs (ln1, ln2 and their
+// statistics: 2 of its 15 C per token) rebuilt: they live in one set shared by such blocks, and the block's backward
+// rebuilds them with layernorm_forward, ln1 from the block's input (which every block keeps) and ln2 from res2,
+// before anything reads them. ln2 is made in the forward by residual_layernorm_forward, which normalises the
+// residual as rounded and stored, with layernorm_forward's arithmetic: the same bits (tested on both backends).
+// A swapped block then moves 5 C per token with its MLP half rebuilt (qkv, atty, res2), not 7: in the forward the
+// copies out are what bounds a block on the H200 (docs/benchmarks/2026-11-30-h200x2-ooc-d4096-tight/), and two
+// LayerNorms cost little next to moving their outputs.
 enum class ActPlacement { kResident, kRecompute, kSwap };
 const char* act_placement_name(ActPlacement p);
 
@@ -108,6 +116,9 @@ struct GptOptions {
   // Note [MLP half]: per block, whether its MLP half is recomputed (for resident and swapped blocks; a recomputed
   // block rebuilds everything anyway). Swapped blocks must agree. Empty: none.
   std::vector<bool> mlp_recomputed;
+  // Note [rebuilt norms]: per block, whether its LayerNorm outputs are rebuilt (resident and swapped blocks). Swapped
+  // blocks must agree. Empty: none.
+  std::vector<bool> norms_recomputed;
 
   ActPlacement placement(int layer) const {
     return activations.empty() ? ActPlacement::kResident : activations[static_cast<size_t>(layer)];
@@ -120,6 +131,16 @@ struct GptOptions {
   bool any_mlp_half_recomputed() const {
     for (size_t l = 0; l < mlp_recomputed.size(); ++l)
       if (mlp_half_recomputed(static_cast<int>(l))) return true;
+    return false;
+  }
+  // Whether block `layer` keeps its LayerNorm outputs in the shared norms set (Note [rebuilt norms]).
+  bool norms_rebuilt(int layer) const {
+    return static_cast<size_t>(layer) < norms_recomputed.size() && norms_recomputed[static_cast<size_t>(layer)] &&
+           placement(layer) != ActPlacement::kRecompute;
+  }
+  bool any_norms_rebuilt() const {
+    for (size_t l = 0; l < norms_recomputed.size(); ++l)
+      if (norms_rebuilt(static_cast<int>(l))) return true;
     return false;
   }
   bool any(ActPlacement p) const;
@@ -139,11 +160,14 @@ class Gpt {
   // Rows per LM-head chunk: logits of at most 64 MiB, a multiple of 64 rows, at least 64 (or all rows).
   static int64_t default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute);
   // The tensors of one block's activations other than its output (names without the "h.<l>." prefix), and their
-  // bytes as the pool takes them: all, or one half (Note [MLP half]).
-  enum class Part { kAll, kAttention, kMlp };
+  // bytes as the pool takes them, for any union of its parts: the LayerNorm outputs and statistics (Note [rebuilt
+  // norms]), the rest of the attention half (qkv, atty, lse, res2), the MLP half (Note [MLP half]).
+  enum Part : unsigned { kNorms = 1, kCore = 2, kMlp = 4, kAttention = kNorms | kCore, kAll = kNorms | kCore | kMlp };
   static std::vector<AllocRequest> block_activations(const GptConfig& cfg, int batch, DType compute,
-                                                     Part part = Part::kAll);
-  static size_t block_activation_bytes(const GptConfig& cfg, int batch, DType compute, Part part = Part::kAll);
+                                                     unsigned parts = kAll);
+  static size_t block_activation_bytes(const GptConfig& cfg, int batch, DType compute, unsigned parts = kAll);
+  // The parts block `layer` keeps in its own set or swap slot: all but those it rebuilds.
+  static unsigned held_parts(const GptOptions& options, int layer);
   // Host-pool bytes the model takes (swapped activations: one block's worth per layer), as the pool rounds them.
   static size_t host_bytes(const GptConfig& cfg, int batch, DType compute, const GptOptions& options);
   ~Gpt();
@@ -314,6 +338,7 @@ class Gpt {
   std::vector<std::unique_ptr<Event>> fwd_done_, out_done_, in_done_, bwd_done_;  // [layer]
   int shared_holds_ = -1;  // with recompute: the block whose activations the shared set holds
   int mlp_holds_ = -1;     // Note [MLP half]: the block whose MLP half the shared MLP set holds
+  int norms_hold_ = -1;    // Note [rebuilt norms]: the block whose LayerNorm outputs the shared norms set holds
   // workspace
   Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_;
 };

@@ -66,6 +66,43 @@ TEST(Plan, Shortcuts) {
   EXPECT_EQ(over.value().model_options().mlp_recomputed, std::vector<bool>({true, false, false}));
   EXPECT_EQ(acts(over.value()),
             std::vector<ActPlacement>({ActPlacement::kResident, ActPlacement::kResident, ActPlacement::kSwap}));
+  // Note [rebuilt norms]: the LayerNorm outputs rebuilt as well; the JSON says so and reads back; a plain placement
+  // clears the flag.
+  auto norms = Plan::resolve("swap-attention-recompute-mlp-norms", 3, 2);
+  ASSERT_TRUE(norms.is_ok());
+  EXPECT_EQ(norms.value().model_options().norms_recomputed, std::vector<bool>(3, true));
+  EXPECT_EQ(norms.value().model_options().mlp_recomputed, std::vector<bool>(3, true));
+  EXPECT_EQ(norms.value().to_json()["layers"][0]["activation"],
+            json({{"attention", "swap"}, {"mlp", "recompute"}, {"norms", "recompute"}}));
+  EXPECT_NE(norms.value().summary().find("the LayerNorm outputs of 3 rebuilt"), std::string::npos)
+      << norms.value().summary();
+  auto norms_back = Plan::from_json(norms.value().to_json(), 3, "round trip");
+  ASSERT_TRUE(norms_back.is_ok()) << norms_back.status().to_string();
+  EXPECT_EQ(norms_back.value().model_options().norms_recomputed, std::vector<bool>(3, true));
+  EXPECT_TRUE(halves.value().model_options().norms_recomputed.empty());
+  auto norms_only = Plan::from_json(
+      json::parse(R"({"default": {"activation": {"attention": "resident", "mlp": "resident", "norms": "recompute"}},
+                      "layers": {"2": {"activation": "swap"}}})"),
+      3, "norms.json");
+  ASSERT_TRUE(norms_only.is_ok()) << norms_only.status().to_string();
+  EXPECT_EQ(norms_only.value().model_options().norms_recomputed, std::vector<bool>({true, true, false}));
+  EXPECT_TRUE(norms_only.value().model_options().mlp_recomputed.empty());
+  EXPECT_EQ(norms_only.value().to_json()["layers"][0]["activation"],
+            json({{"attention", "resident"}, {"mlp", "resident"}, {"norms", "recompute"}}));
+  for (const char* wrong : {R"({"attention": "resident", "mlp": "recompute", "norms": "swap"})",
+                            R"({"attention": "recompute", "mlp": "recompute", "norms": "resident"})",
+                            R"({"attention": "swap", "mlp": "recompute", "norm": "recompute"})"}) {
+    SCOPED_TRACE(wrong);
+    auto w = Plan::from_json(json::parse(std::string(R"({"default": {"activation": )") + wrong + "}}"), 3, "w.json");
+    EXPECT_FALSE(w.is_ok());
+  }
+  // Swapped blocks share slots: they must rebuild the same parts.
+  auto disagree = Plan::from_json(
+      json::parse(R"({"default": {"activation": {"attention": "swap", "mlp": "recompute"}},
+                      "layers": {"1": {"activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}}}})"),
+      3, "d.json");
+  ASSERT_FALSE(disagree.is_ok());
+  EXPECT_NE(disagree.status().message().find("LayerNorm outputs"), std::string::npos) << disagree.status().message();
   EXPECT_FALSE(in_core.value().needs_cpu_optimizer());
   auto bad = Plan::resolve("swap-everything", 2, 2);
   ASSERT_FALSE(bad.is_ok());
@@ -154,16 +191,18 @@ TEST(Plan, ErrorsNameWhatIsWrong) {
       {R"({"optimizer": "gpu"})", "optimizer must be"},
       {R"({"param_prefetch": 0})", "param_prefetch must be an integer in 1..1023"},
       {R"({"default": {"activation": {"attention": "swap"}}})", "give both halves"},
-      {R"({"default": {"activation": {"attention": "swap", "ffn": "recompute"}}})", "unknown half 'ffn'"},
+      {R"({"default": {"activation": {"attention": "swap", "ffn": "recompute"}}})", "unknown part 'ffn' (attention, mlp, norms)"},
       {R"({"default": {"activation": {"attention": "resident", "mlp": "swap"}}})",
-       "the MLP half can be placed apart only by recomputing it"},
+       "the MLP half can be placed apart from the attention half only by recomputing it"},
+      {R"({"default": {"activation": {"attention": "resident", "mlp": "recompute", "norms": "swap"}}})",
+       "the LayerNorm outputs (norms) can be placed apart from the attention half only by recomputing them"},
       {R"({"default": {"activation": {"attention": "recompute", "mlp": "resident"}}})",
-       "a recomputed attention half rebuilds the MLP half too"},
+       "a recomputed attention half rebuilds the whole block"},
       {R"({"default": {"activation": {"attention": "recompute", "mlp": "recompute"}, "param": "resident"},
            "layers": {"1": {"activation": {"attention": "swap", "mlp": 3}}}})",
        "layers.1.activation.mlp: expected a string"},
       {R"({"default": {"activation": "swap"}, "layers": {"2": {"activation": {"attention": "swap", "mlp": "recompute"}}}})",
-       "swapped layers 0 and 2 differ in whether their MLP half is recomputed"},
+       "swapped layers 0 and 2 differ in whether their MLP half or their LayerNorm outputs are recomputed"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.json);

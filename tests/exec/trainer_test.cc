@@ -271,6 +271,15 @@ TEST(Trainer, MixedJsonPlanIsBitIdentical) {
                      {"activation": {"attention": "swap", "mlp": "recompute"}}, {"activation": "resident"},
                      {"activation": {"attention": "swap", "mlp": "recompute"}},
                      {"activation": {"attention": "swap", "mlp": "recompute"}}]})",
+      // Note [rebuilt norms]: the LayerNorm outputs rebuilt too, with swapped and resident attention halves, with and
+      // without the MLP half, mixed with whole blocks.
+      R"({"default": {"activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}}})",
+      R"({"layers": [{"activation": {"attention": "resident", "mlp": "resident", "norms": "recompute"}},
+                     {"activation": "recompute"},
+                     {"activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}},
+                     {"activation": {"attention": "resident", "mlp": "recompute", "norms": "recompute"}},
+                     {"activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}},
+                     {"activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}}]})",
   };
   for (const char* plan : plans) {
     SCOPED_TRACE(plan);
@@ -498,6 +507,15 @@ TEST(Trainer, MlpHalfPlansNeedWhatTheyShould) {
       "p.json", R"({"default": {"activation": {"attention": "resident", "mlp": "recompute"}}})");
   EXPECT_LT(need(resident_mlp.c_str()), need("in-core"));
   EXPECT_GT(need(resident_mlp.c_str()), need("recompute"));
+  // Note [rebuilt norms]: the slots lose the LayerNorm outputs (2 of the 7 C per token of the attention half), and
+  // one shared set of them is added; the host copies shrink alike.
+  const size_t norms = Gpt::block_activation_bytes(cfg, batch, DType::kF32, Gpt::Part::kNorms);
+  const size_t core = Gpt::block_activation_bytes(cfg, batch, DType::kF32, Gpt::Part::kCore);
+  EXPECT_EQ(norms + core, attention);
+  EXPECT_EQ(need("swap-attention-recompute-mlp") - need("swap-attention-recompute-mlp-norms"),
+            static_cast<int64_t>(2 * norms - norms));
+  const GptOptions rebuilt = Plan::resolve("swap-attention-recompute-mlp-norms", cfg.layers, 2).value().model_options();
+  EXPECT_EQ(Gpt::host_bytes(cfg, batch, DType::kF32, rebuilt), 4 * memory::host_alloc_size(core));
 }
 
 // Neither pool allocates once the run is set up (steps and evaluations reuse everything), for every plan; the host
@@ -505,7 +523,8 @@ TEST(Trainer, MlpHalfPlansNeedWhatTheyShould) {
 TEST(Trainer, NoAllocationAfterSetup) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
-  for (const char* plan : {"in-core", "recompute", "swap-activations", "swap-attention-recompute-mlp"}) {
+  for (const char* plan : {"in-core", "recompute", "swap-activations", "swap-attention-recompute-mlp",
+                           "swap-attention-recompute-mlp-norms"}) {
     SCOPED_TRACE(plan);
     TrainConfig tc = small_config(data);
     tc.model.layers = 4;  // more swapped blocks than slots: some are copied out
@@ -682,7 +701,8 @@ TEST(TrainerCuda, PlansMatchInCore) {
     ASSERT_TRUE(a.value()->run().is_ok());
     const RunResult ra = finish(*a.value());
     for (const std::string& plan : {std::string("recompute"), std::string("swap-activations"),
-                                      std::string("swap-attention-recompute-mlp"), mix}) {
+                                      std::string("swap-attention-recompute-mlp"),
+                                      std::string("swap-attention-recompute-mlp-norms"), mix}) {
       SCOPED_TRACE(plan);
       TrainConfig tc = base;
       tc.plan = plan;
