@@ -1,5 +1,9 @@
 """tiertrain.comm from Python, timed as `tiertrain comm-bench` and bench/mpi4py_bench.py time themselves, for issue
-5's Python targets (>= 97% of the C++ busbw from 1 MiB; Bcast, Gather, Allreduce >= 2x mpi4py + Open MPI):
+5's Python targets (>= 97% of the C++ busbw from 1 MiB; Bcast, Gather, Allreduce >= 2x mpi4py + Open MPI).
+
+Each size and form is also timed as the same calls made by a C++ loop on the same buffers, in the same process
+(`Comm._time_loop`), right after the Python loop: the last columns are that time and Python's busbw as a fraction
+of it, the cost of the Python layer alone (the two separate benchmark programs differ in their buffers too).
 
     tiertrain launch -n 8 --bind-to core -- python3 bench/py_comm_bench.py -C allreduce -b 8 -e 256M -f 4 --json out.json
 """
@@ -29,8 +33,9 @@ def main() -> None:
     rows = []
     if me == 0:
         print(f"# tiertrain.comm (Python): {a.collective}, float, sum, {n} ranks")
-        print("#%11s %13s %9s %8s %8s %9s %8s %8s" % ("size", "count", "time", "algbw", "busbw", "time", "algbw",
-                                                      "busbw"))
+        print("#%11s %13s %9s %8s %8s %9s %8s %8s %9s %7s %9s %7s" % (
+            "size", "count", "time", "algbw", "busbw", "time", "algbw", "busbw", "c++ time", "py/c++", "c++ time",
+            "py/c++"))
 
     def mean_over_ranks(t: float) -> float:
         v = np.array([t])
@@ -57,14 +62,22 @@ def main() -> None:
                     comm.Allgather(tc.IN_PLACE if in_place else send, recv)
 
             t = mean_time_per_call(call, a.warmup, a.iters, comm.Barrier, mean_over_ranks)
+            # The same calls from a C++ loop (warm already), timed alike: a barrier, then iters calls.
+            what = {"allreduce": "Allreduce", "broadcast": "Bcast", "gather": "Gather", "allgather": "Allgather"}
+            sb = tc.IN_PLACE if in_place and (a.collective != "gather" or me == 0) else send
+            rb = recv if a.collective != "gather" or me == 0 else None
+            comm.Barrier()
+            t_cpp = mean_over_ranks(comm._time_loop(what[a.collective], sb, rb, tc.SUM, 0, a.iters) / a.iters)
             alg = count * 4 / t / 1e9
-            out.append((t, alg, alg * factor))
+            out.append((t, alg, alg * factor, t_cpp))
             rows.append({"collective": a.collective, "ranks": n, "backend": "tiertrain.comm (python)",
                          "size": count * 4, "count": count, "in_place": in_place, "time_us": t * 1e6,
-                         "algbw_gbs": alg, "busbw_gbs": alg * factor})
+                         "algbw_gbs": alg, "busbw_gbs": alg * factor, "cpp_loop_time_us": t_cpp * 1e6,
+                         "py_over_cpp_loop": t_cpp / t})
         if me == 0:
-            print("%12d %13d %9.2f %8.2f %8.2f %9.2f %8.2f %8.2f" % (
-                count * 4, count, out[0][0] * 1e6, out[0][1], out[0][2], out[1][0] * 1e6, out[1][1], out[1][2]))
+            print("%12d %13d %9.2f %8.2f %8.2f %9.2f %8.2f %8.2f %9.2f %7.3f %9.2f %7.3f" % (
+                count * 4, count, out[0][0] * 1e6, out[0][1], out[0][2], out[1][0] * 1e6, out[1][1], out[1][2],
+                out[0][3] * 1e6, out[0][3] / out[0][0], out[1][3] * 1e6, out[1][3] / out[1][0]))
             sys.stdout.flush()
     if me == 0 and a.json:
         with open(a.json, "w") as f:

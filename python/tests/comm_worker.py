@@ -260,6 +260,30 @@ def mismatch(comm: tc.Comm) -> None:
     print(f"rank {comm.rank}: mismatch right")
 
 
+def time_loop(comm: tc.Comm) -> None:
+    """Comm._time_loop (the benchmarks' C++ loop) runs the collective `iters` times on the very buffers given."""
+    n, me = comm.size, comm.rank
+    x = np.full(1000, 1.0, dtype=np.float32)
+    t = comm._time_loop("Allreduce", tc.IN_PLACE, x, tc.SUM, 0, 3)  # x, n x, n^2 x, n^3 x
+    expect(t > 0 and np.array_equal(x, np.full(1000, float(n ** 3), np.float32)), f"Allreduce loop: {x[:4]}")
+    send = np.full(10, float(me), dtype=np.float32)
+    recv = np.zeros(10 * n, dtype=np.float32)
+    comm._time_loop("Allgather", send, recv, tc.SUM, 0, 2)
+    expect(np.array_equal(recv, np.repeat(np.arange(n, dtype=np.float32), 10)), "Allgather loop")
+    g = np.zeros(10 * n, dtype=np.float32) if me == 0 else None
+    comm._time_loop("Gather", send, g, tc.SUM, 0, 2)
+    expect(me != 0 or np.array_equal(g, np.repeat(np.arange(n, dtype=np.float32), 10)), "Gather loop")
+    b = np.full(7, 5.0 if me == n - 1 else 0.0, dtype=np.float64)
+    comm._time_loop("Bcast", None, b, tc.SUM, n - 1, 2)
+    expect(np.array_equal(b, np.full(7, 5.0)), "Bcast loop")
+    try:
+        comm._time_loop("Alltoall", send, recv, tc.SUM, 0, 1)
+        raise AssertionError("an unknown collective was timed")
+    except ValueError as e:
+        expect("Bcast, Allreduce, Gather, Allgather" in str(e), str(e))
+    print(f"rank {me}: time loop right")
+
+
 def timeout(comm: tc.Comm) -> None:
     if comm.rank == 1:
         time.sleep(3)
@@ -275,4 +299,4 @@ def timeout(comm: tc.Comm) -> None:
 if __name__ == "__main__":
     c = tc.world()
     {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
-     "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda}[sys.argv[1]](c)
+     "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop}[sys.argv[1]](c)

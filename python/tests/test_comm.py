@@ -66,6 +66,12 @@ def test_torch_cuda_tensors_through_nccl():
     assert "rank 0: torch cuda right" in r.stdout
 
 
+def test_the_benchmarks_cpp_loop_runs_the_collective_on_the_buffers_given():
+    r = run(2, "time_loop")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: time loop right" in r.stdout
+
+
 def test_the_gil_is_released_while_waiting():
     r = run(2, "gil")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -5,8 +5,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -82,6 +84,20 @@ struct Buf {
       : ptr(o.ptr), count(o.count), dtype(o.dtype), in_place(o.in_place), info(std::move(o.info)),
         capsule(std::move(o.capsule)), managed(o.managed) {
     o.managed = nullptr;
+  }
+  Buf& operator=(Buf&& o) noexcept {
+    if (this != &o) {
+      if (managed && managed->deleter) managed->deleter(managed);
+      ptr = o.ptr;
+      count = o.count;
+      dtype = o.dtype;
+      in_place = o.in_place;
+      info = std::move(o.info);
+      capsule = std::move(o.capsule);
+      managed = o.managed;
+      o.managed = nullptr;
+    }
+    return *this;
   }
   ~Buf() {
     if (managed && managed->deleter) managed->deleter(managed);
@@ -204,16 +220,53 @@ class PyComm {
     run([&] { return c_->barrier(); });
   }
 
-  void Bcast(const py::object& buf, int root) {
-    Buf b = to_buf(buf, true, "Bcast");
-    run([&] { return c_->broadcast(tt::comm::kInPlace, b.ptr, b.count, b.dtype, root); });
-  }
+  // A call with its arguments converted: the buffers (kept alive and, for DLPack, released by it) and the
+  // collective on them. Bcast, Allreduce, Gather and Allgather are made this way, so that time_loop can repeat them.
+  struct Prepared {
+    Buf s, r;
+    std::function<tt::Status()> call;
+  };
 
-  void Allreduce(const py::object& send, const py::object& recv, Op op) {
-    Buf r = to_buf(recv, true, "Allreduce recvbuf");
-    Buf s = to_buf(send, false, "Allreduce sendbuf");
-    same(s, r, 1, "Allreduce");
-    run([&] { return c_->allreduce(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, r.count, r.dtype, op); });
+  Prepared prepare_bcast(const py::object& buf, int root) {
+    Prepared p;
+    p.r = to_buf(buf, true, "Bcast");
+    p.call = [c = c_.get(), b = p.r.ptr, n = p.r.count, dt = p.r.dtype, root] {
+      return c->broadcast(tt::comm::kInPlace, b, n, dt, root);
+    };
+    return p;
+  }
+  void Bcast(const py::object& buf, int root) { run(prepare_bcast(buf, root).call); }
+
+  Prepared prepare_allreduce(const py::object& send, const py::object& recv, Op op) {
+    Prepared p;
+    p.r = to_buf(recv, true, "Allreduce recvbuf");
+    p.s = to_buf(send, false, "Allreduce sendbuf");
+    same(p.s, p.r, 1, "Allreduce");
+    p.call = [c = c_.get(), s = p.s.in_place ? tt::comm::kInPlace : p.s.ptr, r = p.r.ptr, n = p.r.count,
+              dt = p.r.dtype, op] { return c->allreduce(s, r, n, dt, op); };
+    return p;
+  }
+  void Allreduce(const py::object& send, const py::object& recv, Op op) { run(prepare_allreduce(send, recv, op).call); }
+
+  // Benchmarks (bench/py_comm_bench.py): `iters` calls of Bcast, Allreduce, Gather or Allgather on these buffers,
+  // converted once, back to back in C++ without the GIL; the seconds they took. Against the same calls made from
+  // Python on the same buffers in the same process, this is the cost of the Python layer alone.
+  double time_loop(const std::string& what, const py::object& send, const py::object& recv, Op op, int root,
+                   int iters) {
+    Prepared p = what == "Bcast"       ? prepare_bcast(recv, root)
+                 : what == "Allreduce" ? prepare_allreduce(send, recv, op)
+                 : what == "Gather"    ? prepare_gather(send, recv, root)
+                 : what == "Allgather" ? prepare_allgather(send, recv)
+                                       : throw py::value_error("_time_loop: " + what +
+                                                               " (Bcast, Allreduce, Gather, Allgather)");
+    double seconds = 0;
+    run([&]() -> tt::Status {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) TT_TRY(p.call());
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return tt::Status::ok();
+    });
+    return seconds;
   }
 
   void Reduce(const py::object& send, const py::object& recv, Op op, int root) {
@@ -225,32 +278,42 @@ class PyComm {
     run([&] { return c_->reduce(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, count, dt, op, root); });
   }
 
-  void Allgather(const py::object& send, const py::object& recv) {
-    Buf r = to_buf(recv, true, "Allgather recvbuf");
-    Buf s = to_buf(send, false, "Allgather sendbuf");
-    const size_t per = r.count / static_cast<size_t>(size());
-    if (r.count % static_cast<size_t>(size()) != 0)
-      throw py::value_error("Allgather: recvbuf's " + std::to_string(r.count) + " elements are not a multiple of " +
+  Prepared prepare_allgather(const py::object& send, const py::object& recv) {
+    Prepared p;
+    p.r = to_buf(recv, true, "Allgather recvbuf");
+    p.s = to_buf(send, false, "Allgather sendbuf");
+    const size_t per = p.r.count / static_cast<size_t>(size());
+    if (p.r.count % static_cast<size_t>(size()) != 0)
+      throw py::value_error("Allgather: recvbuf's " + std::to_string(p.r.count) + " elements are not a multiple of " +
                             std::to_string(size()) + " ranks");
-    if (!s.in_place) same_count(s, per, r.dtype, "Allgather sendbuf");
-    run([&] { return c_->allgather(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, per, r.dtype); });
+    if (!p.s.in_place) same_count(p.s, per, p.r.dtype, "Allgather sendbuf");
+    p.call = [c = c_.get(), s = p.s.in_place ? tt::comm::kInPlace : p.s.ptr, r = p.r.ptr, per, dt = p.r.dtype] {
+      return c->allgather(s, r, per, dt);
+    };
+    return p;
   }
+  void Allgather(const py::object& send, const py::object& recv) { run(prepare_allgather(send, recv).call); }
 
-  void Gather(const py::object& send, const py::object& recv, int root) {
-    Buf s = to_buf(send, false, "Gather sendbuf");
-    Buf r = rank() == root ? to_buf(recv, true, "Gather recvbuf") : Buf{};
-    size_t per = s.count;
-    DType dt = s.dtype;
+  Prepared prepare_gather(const py::object& send, const py::object& recv, int root) {
+    Prepared p;
+    p.s = to_buf(send, false, "Gather sendbuf");
+    if (rank() == root) p.r = to_buf(recv, true, "Gather recvbuf");
+    size_t per = p.s.count;
+    DType dt = p.s.dtype;
     if (rank() == root) {
-      if (r.count % static_cast<size_t>(size()) != 0)
-        throw py::value_error("Gather: recvbuf's " + std::to_string(r.count) + " elements are not a multiple of " +
+      if (p.r.count % static_cast<size_t>(size()) != 0)
+        throw py::value_error("Gather: recvbuf's " + std::to_string(p.r.count) + " elements are not a multiple of " +
                               std::to_string(size()) + " ranks");
-      per = r.count / static_cast<size_t>(size());
-      dt = r.dtype;
-      if (!s.in_place) same_count(s, per, dt, "Gather sendbuf");
+      per = p.r.count / static_cast<size_t>(size());
+      dt = p.r.dtype;
+      if (!p.s.in_place) same_count(p.s, per, dt, "Gather sendbuf");
     }
-    run([&] { return c_->gather(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, per, dt, root); });
+    p.call = [c = c_.get(), s = p.s.in_place ? tt::comm::kInPlace : p.s.ptr, r = p.r.ptr, per, dt, root] {
+      return c->gather(s, r, per, dt, root);
+    };
+    return p;
   }
+  void Gather(const py::object& send, const py::object& recv, int root) { run(prepare_gather(send, recv, root).call); }
 
   void Scatter(const py::object& send, const py::object& recv, int root) {
     Buf r = to_buf(recv, true, "Scatter recvbuf");
@@ -397,7 +460,18 @@ PYBIND11_MODULE(_comm, m) {
            py::arg("sendbuf"), py::arg("recvbuf"), py::arg("op") = Op::kSum)
       .def("Alltoall",
            [](PyComm& c, const py::object& s, const py::object& r) { c.guarded("Alltoall", [&] { c.Alltoall(s, r); }); },
-           py::arg("sendbuf"), py::arg("recvbuf"));
+           py::arg("sendbuf"), py::arg("recvbuf"))
+      .def("_time_loop",
+           [](PyComm& c, const std::string& what, const py::object& s, const py::object& r, Op op, int root,
+              int iters) {
+             double t = 0;
+             c.guarded(what.c_str(), [&] { t = c.time_loop(what, s, r, op, root, iters); });
+             return t;
+           },
+           py::arg("what"), py::arg("sendbuf"), py::arg("recvbuf"), py::arg("op") = Op::kSum, py::arg("root") = 0,
+           py::arg("iters") = 1,
+           "Benchmarks only: `iters` calls of Bcast, Allreduce, Gather or Allgather on these buffers in a C++ loop; "
+           "seconds.");
 
   m.def("world", [] {
     // The rendezvous waits for the other ranks: without the GIL.
