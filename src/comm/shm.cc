@@ -130,10 +130,17 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // arrays). With 2 ranks there is little to share out, and the single copy lost on the 2-core development machine
 // (64 MiB gather 4.5 against 3.6 ms): off below 4 ranks.
 
-// Reductions of up to this many bytes per round are reduced whole by every rank (one synchronisation); larger ones
-// are split: each rank reduces a slice, then all gather the slices (two synchronisations, 1/n of the reduction work
-// and reads each).
+// Reductions of up to kDirectReduceBytes per round, whose inputs together (ranks x bytes) are at most
+// kDirectReduceReads, are reduced whole by every rank (one synchronisation); larger ones are split: each rank
+// reduces a slice, then all gather the slices (two synchronisations, and each rank reads about 2x the bytes instead
+// of ranks x). The second bound is new: with only the first, an allreduce of 64 KiB took 620 us at 32 ranks and
+// 190 us at 16 on the H200 host, where the split path took 113 us for 128 KiB at 32 ranks, and Open MPI 99 us for
+// 64 KiB (docs/benchmarks/2026-11-30-h200x2-comm-host-v4/ranks-8-16-32/shm_allreduce_*.log): every rank reading
+// every peer's input costs more than a second synchronisation once the inputs pass a few tens of KiB. Predicted,
+// to be measured: 64 KiB at 32 ranks ~60 us (from the split path's 113 us at 128 KiB); 4-64 KiB at 8-32 ranks no
+// longer behind Open MPI. At 2 ranks on the dev machine both paths take the same time (4-64 KiB).
 constexpr size_t kDirectReduceBytes = 64 << 10;
+constexpr size_t kDirectReduceReads = 32 << 10;
 
 class ShmComm final : public Communicator {
  public:
@@ -700,7 +707,8 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
   std::vector<const void*> srcs(static_cast<size_t>(size_));
   return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
-    const bool direct = bytes <= kDirectReduceBytes || n < static_cast<size_t>(size_);
+    const bool direct = (bytes <= kDirectReduceBytes && bytes * static_cast<size_t>(size_) <= kDirectReduceReads) ||
+                        n < static_cast<size_t>(size_);
     return round(src + off * es, bytes, [&](int64_t r) -> Status {
       if (direct) {
         if (root < 0 || root == rank_) {
