@@ -84,8 +84,9 @@ class Communicator {
   virtual bool peer_gave_up() const { return false; }
 
   // The memory this communicator's buffers must be in, for callers that do not know the backend (comm-bench):
-  // host memory, or for nccl the memory of this rank's GPU. alloc_buffer gives 64-byte aligned memory of that kind;
-  // copy_in/copy_out move bytes between it and host memory.
+  // host memory, or for nccl the memory of this rank's GPU. alloc_buffer gives 64-byte aligned memory of that kind
+  // (host buffers of 4 MiB and more: 2 MiB aligned, with transparent huge pages asked for, as numpy does for its
+  // large arrays); copy_in/copy_out move bytes between it and host memory.
   virtual Result<void*> alloc_buffer(size_t bytes);
   virtual void free_buffer(void* p);
   virtual Status copy_in(void* buffer, const void* host, size_t bytes);

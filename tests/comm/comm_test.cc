@@ -606,7 +606,9 @@ TEST(Comm, SingleCopiesByDefaultFromFourRanks) {
     return at == std::string::npos ? std::string("(no line)") : j.output.substr(at, j.output.find('\n', at) - at);
   };
   const bool can = threshold(2, "TIERTRAIN_COMM_CMA_BYTES=4096") != "single copies off";
-  if (can) EXPECT_EQ(threshold(2, "TIERTRAIN_COMM_CMA_BYTES=4096"), "single copies from 4.00 KiB a piece");
+  if (can) {
+    EXPECT_EQ(threshold(2, "TIERTRAIN_COMM_CMA_BYTES=4096"), "single copies from 4.00 KiB a piece");
+  }
   EXPECT_EQ(threshold(2, ""), "single copies off");
   EXPECT_EQ(threshold(3, ""), "single copies off");
   EXPECT_EQ(threshold(4, ""), can ? "single copies from 256.00 KiB a piece" : "single copies off");
