@@ -124,23 +124,19 @@ struct GptOptions {
     return activations.empty() ? ActPlacement::kResident : activations[static_cast<size_t>(layer)];
   }
   // Whether block `layer` keeps its MLP half in the shared MLP set (Note [MLP half]).
-  bool mlp_half_recomputed(int layer) const {
-    return static_cast<size_t>(layer) < mlp_recomputed.size() && mlp_recomputed[static_cast<size_t>(layer)] &&
-           placement(layer) != ActPlacement::kRecompute;
-  }
-  bool any_mlp_half_recomputed() const {
-    for (size_t l = 0; l < mlp_recomputed.size(); ++l)
-      if (mlp_half_recomputed(static_cast<int>(l))) return true;
-    return false;
-  }
+  bool mlp_half_recomputed(int layer) const { return rebuilds(mlp_recomputed, layer); }
+  bool any_mlp_half_recomputed() const { return any_rebuilds(mlp_recomputed); }
   // Whether block `layer` keeps its LayerNorm outputs in the shared norms set (Note [rebuilt norms]).
-  bool norms_rebuilt(int layer) const {
-    return static_cast<size_t>(layer) < norms_recomputed.size() && norms_recomputed[static_cast<size_t>(layer)] &&
+  bool norms_rebuilt(int layer) const { return rebuilds(norms_recomputed, layer); }
+  bool any_norms_rebuilt() const { return any_rebuilds(norms_recomputed); }
+  // A per-block flag of a part rebuilt apart from the rest (which a recomputed block rebuilds anyway).
+  bool rebuilds(const std::vector<bool>& flags, int layer) const {
+    return static_cast<size_t>(layer) < flags.size() && flags[static_cast<size_t>(layer)] &&
            placement(layer) != ActPlacement::kRecompute;
   }
-  bool any_norms_rebuilt() const {
-    for (size_t l = 0; l < norms_recomputed.size(); ++l)
-      if (norms_rebuilt(static_cast<int>(l))) return true;
+  bool any_rebuilds(const std::vector<bool>& flags) const {
+    for (size_t l = 0; l < flags.size(); ++l)
+      if (rebuilds(flags, static_cast<int>(l))) return true;
     return false;
   }
   bool any(ActPlacement p) const;
