@@ -1,5 +1,6 @@
 #include "exec/train_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -46,7 +47,10 @@ void declare_train_knobs(Config& cfg) {
   knob("train", "steps", K::kInt, "2000", "optimizer steps (length of the LR schedule)", 1, 1e12);
   knob("train", "stop_at", K::kInt, "0", "stop after this step, keeping the schedule of --steps (0: run all)", 0,
        1e12);
-  knob("train", "lr", K::kFloat, "3e-3", "peak learning rate", 0, 10);
+  knob("train", "lr", K::kFloat, "0",
+       "peak learning rate (0: 3e-3 x min(1, 128 / dim), Adam's stable step shrinking with the width: 3e-3 for the "
+       "default model, 5e-4 at d768, 9.4e-5 at d4096)",
+       0, 10);
   knob("train", "min_lr_frac", K::kFloat, "0.1", "final learning rate as a fraction of --lr (cosine decay)", 0, 1);
   knob("train", "warmup", K::kInt, "30", "linear warmup steps", 0, 1e12);
   knob("train", "weight_decay", K::kFloat, "0.1", "AdamW weight decay (matrices and embeddings only)", 0, 10);
@@ -138,6 +142,8 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.steps = cfg.get_int("steps");
   tc.stop_at = cfg.get_int("stop_at");
   tc.lr = static_cast<float>(cfg.get_float("lr"));
+  tc.lr_auto = tc.lr == 0.0f;
+  if (tc.lr_auto) tc.lr = auto_learning_rate(tc.model.dim);
   tc.min_lr_frac = static_cast<float>(cfg.get_float("min_lr_frac"));
   tc.warmup = cfg.get_int("warmup");
   tc.weight_decay = static_cast<float>(cfg.get_float("weight_decay"));
@@ -179,6 +185,10 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   TT_RETURN_IF(tc.resume == "latest" && tc.checkpoint_dir.empty(), kInvalidArgument,
                "--resume without a file needs --checkpoint-dir to find the latest checkpoint");
   return tc;
+}
+
+float auto_learning_rate(int dim) {
+  return static_cast<float>(3e-3 * std::min(1.0, 128.0 / static_cast<double>(std::max(dim, 1))));
 }
 
 float learning_rate(const TrainConfig& tc, int64_t step) {

@@ -414,6 +414,9 @@ Result<TrainSummary> Trainer::run() {
         static_cast<long long>(gpt_num_params(cfg_.model)), dtype_name(gpt_->dtype()),
         dtype_name(gpt_->master_dtype()), cfg_.plan.c_str(), static_cast<long long>(B), static_cast<long long>(B * T),
         backend_->describe().c_str());
+  print("optimizer: AdamW, lr %.3g%s, %lld warm-up steps, cosine to %.3g at step %lld\n", cfg_.lr,
+        cfg_.lr_auto ? " (for this width; --lr sets it)" : "", static_cast<long long>(cfg_.warmup),
+        cfg_.lr * cfg_.min_lr_frac, static_cast<long long>(cfg_.steps));
   if (cfg_.plan != "in-core" || plan_.optimizer != "device") print("plan: %s\n", plan_.summary().c_str());
   if (step_ >= end) {
     print("nothing to do: already at step %lld of %lld\n", static_cast<long long>(step_),

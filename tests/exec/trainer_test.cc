@@ -645,6 +645,30 @@ TEST(Trainer, LearningRateSchedule) {
   for (int64_t s = 11; s < 110; ++s) EXPECT_GE(learning_rate(tc, s), learning_rate(tc, s + 1));
 }
 
+// Without --lr the peak learning rate follows the width (auto_learning_rate): 3e-3 up to d128, 3e-3 x 128 / d above;
+// a given --lr is taken as it is.
+TEST(Trainer, LearningRateFollowsTheWidthUnlessGiven) {
+  const auto resolve = [](const char* dim, const char* lr) {
+    Config cfg;
+    declare_train_knobs(cfg);
+    EXPECT_TRUE(cfg.set("dim", dim, KnobSource::kFlag).is_ok());
+    EXPECT_TRUE(cfg.set("heads", "4", KnobSource::kFlag).is_ok());
+    if (lr != nullptr) {
+      EXPECT_TRUE(cfg.set("lr", lr, KnobSource::kFlag).is_ok());
+    }
+    auto tc = train_config_from(cfg);
+    EXPECT_TRUE(tc.is_ok()) << tc.status().to_string();
+    return tc.value();
+  };
+  EXPECT_FLOAT_EQ(resolve("128", nullptr).lr, 3e-3f);
+  EXPECT_TRUE(resolve("128", nullptr).lr_auto);
+  EXPECT_FLOAT_EQ(resolve("64", nullptr).lr, 3e-3f);
+  EXPECT_FLOAT_EQ(resolve("768", nullptr).lr, 5e-4f);
+  EXPECT_FLOAT_EQ(resolve("4096", nullptr).lr, 9.375e-5f);
+  EXPECT_FLOAT_EQ(resolve("4096", "1e-3").lr, 1e-3f);
+  EXPECT_FALSE(resolve("4096", "1e-3").lr_auto);
+}
+
 // The CUDA backend trains like the CPU backend (every loss within `tolerance` of the fp32 CPU run) and resumes bit
 // for bit, with activations in `dtype`.
 void check_cuda_training(const std::string& dtype, DType want, double tolerance) {
