@@ -286,7 +286,7 @@ const std::vector<std::string>& environment_variables() {
       "TIERTRAIN_RANK",          "TIERTRAIN_WORLD_SIZE",   "TIERTRAIN_COMM_ID",        "TIERTRAIN_COMM_TIMEOUT",
       "TIERTRAIN_COMM_BUFFER",   "TIERTRAIN_SHM_DIR",      "TIERTRAIN_COMM_JITTER_US", "TIERTRAIN_COMM_MEMPOLICY",
       "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND", "TIERTRAIN_DEVICE",         "TIERTRAIN_COMM_STREAM_BYTES",
-      "TIERTRAIN_COMM_CMA_BYTES"};
+      "TIERTRAIN_COMM_CMA_BYTES", "TIERTRAIN_COMM_TREE_RANKS"};
   return vars;
 }
 
@@ -299,7 +299,7 @@ bool launched_by_mpi() {
 namespace {
 
 // The shm backend's settings from the environment (TIERTRAIN_COMM_BUFFER, TIERTRAIN_COMM_STREAM_BYTES,
-// TIERTRAIN_COMM_CMA_BYTES, TIERTRAIN_SHM_DIR, TIERTRAIN_COMM_MEMPOLICY).
+// TIERTRAIN_COMM_CMA_BYTES, TIERTRAIN_COMM_TREE_RANKS, TIERTRAIN_SHM_DIR, TIERTRAIN_COMM_MEMPOLICY).
 Status shm_options_from_env(ShmOptions* shm) {
   const char* which = nullptr;
   TT_ASSIGN_OR_RETURN(long long buf, env_int({"TIERTRAIN_COMM_BUFFER"}, 8 << 20, &which));
@@ -314,6 +314,10 @@ Status shm_options_from_env(ShmOptions* shm) {
     TT_RETURN_IF(cma < 0, kInvalidArgument, "TIERTRAIN_COMM_CMA_BYTES=%lld: bytes, 0 (never) or more", cma);
     shm->cma_bytes = static_cast<size_t>(cma);
   }
+  TT_ASSIGN_OR_RETURN(long long tree, env_int({"TIERTRAIN_COMM_TREE_RANKS"}, 0, &which));
+  TT_RETURN_IF(tree < 0 || tree == 1, kInvalidArgument,
+               "TIERTRAIN_COMM_TREE_RANKS=%lld: 0 (never) or the smallest number of ranks (2 or more)", tree);
+  shm->tree_ranks = static_cast<int>(std::min<long long>(tree, 1 << 20));
   if (const char* d = std::getenv("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm->dir = d;
   if (const char* m = std::getenv("TIERTRAIN_COMM_MEMPOLICY"); m != nullptr && *m != '\0') shm->mempolicy = m;
   return Status::ok();

@@ -50,7 +50,7 @@ namespace {
 // (its reads of half h included). For the same reason a peer is never more than one round ahead of a rank still in
 // round r, so the meta half a rank checks in round r is the one its peers wrote for round r. No round ends with a
 // barrier.
-constexpr uint64_t kMagic = 0x7474636f6d6d3034ull;  // "ttcomm04": halves, arrival lines, single copies
+constexpr uint64_t kMagic = 0x7474636f6d6d3035ull;  // "ttcomm05": halves, arrival lines, single copies, tree
 
 struct alignas(64) Flag {
   std::atomic<int64_t> value;
@@ -64,6 +64,7 @@ struct alignas(64) Arrival {
   std::atomic<int64_t> seq;
   std::atomic<uint64_t> count;
   std::atomic<int64_t> packed;  // kind, dtype, op, misuse (a byte each) and root (the upper 32 bits)
+  std::atomic<int64_t> ok;      // Note [arrival tree]: in a group line, 1 if the group's members agree with its leader
 };
 static_assert(sizeof(Arrival) == 64);
 
@@ -87,14 +88,34 @@ struct alignas(64) Header {
   uint64_t buffer_bytes;
   uint64_t self_addr;  // where this rank maps its own segment: its peers' single-copy probe reads its pid there
   std::atomic<uint64_t> cma_bytes;  // Note [single copy]: this rank's threshold if its probes passed, else 0
-  char pad[64 - 48];
+  std::atomic<uint64_t> tree_ranks;  // Note [arrival tree]: this rank's TIERTRAIN_COMM_TREE_RANKS
+  char pad[64 - 56];
   Arrival arrived;
+  Arrival group;  // Note [arrival tree]: written by a group's leader once its members have arrived
   Flag reduced;
   Flag aborted;  // 1 once this rank has given up on an error: its peers fail at once instead of at the deadline
   Meta meta[2];  // the operation of the round that uses each half
 };
 static_assert(sizeof(Header) % 64 == 0);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
+
+// Note [arrival tree]
+// From TIERTRAIN_COMM_TREE_RANKS ranks up (every rank started with the same value, else none uses it), step 2 of
+// Note [shm rounds] goes through a two-level tree instead of every rank reading every peer's arrival line. With the
+// flat wait each rank reads n - 1 lines a round, and each line, read by n - 1 ranks, is invalidated in as many caches
+// when its owner writes the next round's; at 32 ranks every collective of 8 B then takes about 2 us whatever it
+// does (docs/benchmarks/2026-11-30-h200x2-comm-host-v4/). The ranks form groups of g = ceil(sqrt(n)) consecutive
+// ranks; the first of each is its leader. In round r a leader waits for its members' arrival lines, compares their
+// descriptions with its own (the fast check of Note [arrival line]), and writes its group line: its description, ok
+// = whether all agreed, and value = r with release. Every rank then waits for every leader's group line and passes
+// the round if each says ok with its own description. Acquire and release make the chain: a member's writes before
+// its arrival are visible to its leader, and the leader's before its group line to every reader of it, so having
+// seen every group line at r is having seen every rank arrive at r, and the invariants of Note [shm rounds] hold
+// unchanged. A group line can already hold its leader's next round, whose fast check then fails (or passes only if
+// the leader, which got ahead, passed round r); a failed fast check falls back to check_metas, which reads every
+// rank as without the tree and names the ranks that differ. A wait that runs long names the late ranks from their
+// own arrival lines, not their leaders'. A leader reads g - 1 + n / g lines a round and a member n / g, in two steps.
+// Off by default until measured on a machine with many cores.
 
 // Note [streaming stores]
 // A large collective's results go into the caller's buffer with streaming (non-temporal) stores: they skip the
@@ -211,7 +232,17 @@ class ShmComm final : public Communicator {
   // Waits until flag(peer) >= target for every peer (or for `only` if >= 0); on a timeout or a dead peer, an error
   // naming them, and the communicator is broken.
   template <typename F>
-  Status wait_all(F Header::*flag, int64_t target, const char* what, int only = -1);
+  Status wait_all(F Header::*flag, int64_t target, const char* what, int only = -1) {
+    return wait_for(flag, target, what, [only](int r) { return only < 0 || r == only; }, false);
+  }
+  // The same for the peers pick(r) names. With blame_arrivals a wait that runs long names as late the ranks whose own
+  // arrival line is behind target, where there are any (Note [arrival tree]: a group line waits for its members).
+  template <typename F, typename Pick>
+  Status wait_for(F Header::*flag, int64_t target, const char* what, Pick&& pick, bool blame_arrivals);
+  // Note [arrival tree]: step 2 of Note [shm rounds] through the group leaders, and the description check after it.
+  Status arrive_tree(int64_t r);
+  Status check_tree();
+  int leader_of(int q) const { return q / group_ * group_; }
   // Note [single copy]: the path of a call whose pieces are piece_bytes each.
   bool single_copy(size_t piece_bytes) const { return cma_bytes_ > 0 && piece_bytes >= cma_bytes_; }
   Status gather_single_copy(const void* send, void* recv, size_t count, DType dtype, int root);
@@ -247,6 +278,7 @@ class ShmComm final : public Communicator {
   Meta cur_{};         // the collective in progress
   bool stream_ = false;  // its results go out with streaming stores (Note [streaming stores])
   size_t cma_bytes_ = 0;  // the agreed single-copy threshold (Note [single copy]); 0: off
+  int group_ = 0;  // Note [arrival tree]: ranks per group when rounds arrive through the tree; 0: flat
   // Copies part of the collective's result into the caller's buffer.
   void deliver(void* dst, const void* src, size_t bytes) const {
     if (stream_) {
@@ -371,6 +403,7 @@ Status ShmComm::init() {
     h->buffer_bytes = opt_.buffer_bytes;
     h->self_addr = reinterpret_cast<uint64_t>(p);
     h->cma_bytes.store(0, std::memory_order_relaxed);
+    h->tree_ranks.store(static_cast<uint64_t>(opt_.tree_ranks), std::memory_order_relaxed);
     // Note [single copy]: peers of this user may attach to read and write the buffers given to gather and scatter.
     if (opt_.cma_bytes > 0 && size_ > 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     h->arrived.value.store(0, std::memory_order_relaxed);
@@ -444,10 +477,24 @@ Status ShmComm::init() {
       cma_bytes_ = std::max<size_t>(cma_bytes_, t);
     }
     if (!all) cma_bytes_ = 0;
+    // Note [arrival tree]: on where every rank asked for it from this many ranks or fewer.
+    uint64_t most = 0;
+    bool every = true;
+    for (int r = 0; r < size_; ++r) {
+      const uint64_t t = hdr(r)->tree_ranks.load(std::memory_order_relaxed);
+      every = every && t > 0;
+      most = std::max(most, t);
+    }
+    if (every && static_cast<uint64_t>(size_) >= most) {
+      int g = 1;
+      while (g * g < size_) ++g;
+      group_ = g;
+    }
   }
-  TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments, %s; single copies %s", rank_, size_,
+  TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments, %s; single copies %s; arrival %s", rank_, size_,
          format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
-         cma_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(cma_bytes_)) + " a piece").c_str() : "off");
+         cma_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(cma_bytes_)) + " a piece").c_str() : "off",
+         group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat");
   return Status::ok();
 }
 
@@ -511,14 +558,14 @@ Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, 
   return Status::ok();
 }
 
-template <typename F>
-Status ShmComm::wait_all(F Header::*flag, int64_t target, const char* what, int only) {
+template <typename F, typename Pick>
+Status ShmComm::wait_for(F Header::*flag, int64_t target, const char* what, Pick&& pick, bool blame_arrivals) {
   const auto start = std::chrono::steady_clock::now();
   auto next_liveness = start + std::chrono::milliseconds(100);
   for (uint64_t spin = 0;; ++spin) {
     bool all = true;
     for (int r = 0; r < size_ && all; ++r) {
-      if (r == rank_ || (only >= 0 && r != only)) continue;
+      if (r == rank_ || !pick(r)) continue;
       all = (hdr(r)->*flag).value.load(std::memory_order_acquire) >= target;
     }
     if (all) return Status::ok();
@@ -526,12 +573,14 @@ Status ShmComm::wait_all(F Header::*flag, int64_t target, const char* what, int 
     if ((spin & 63) == 0) {
       const auto now = std::chrono::steady_clock::now();
       std::vector<int> late, dead;
-      for (int r = 0; r < size_; ++r) {
-        if (r == rank_ || (only >= 0 && r != only)) continue;
-        if ((hdr(r)->*flag).value.load(std::memory_order_acquire) >= target) continue;
-        late.push_back(r);
-        if (now >= next_liveness && kill(static_cast<pid_t>(hdr(r)->pid), 0) != 0 && errno == ESRCH) dead.push_back(r);
+      for (int r = 0; r < size_ && blame_arrivals; ++r)
+        if (r != rank_ && hdr(r)->arrived.value.load(std::memory_order_acquire) < target) late.push_back(r);
+      for (int r = 0; r < size_ && late.empty(); ++r) {
+        if (r == rank_ || !pick(r)) continue;
+        if ((hdr(r)->*flag).value.load(std::memory_order_acquire) < target) late.push_back(r);
       }
+      for (int r : late)
+        if (now >= next_liveness && kill(static_cast<pid_t>(hdr(r)->pid), 0) != 0 && errno == ESRCH) dead.push_back(r);
       if (now >= next_liveness) next_liveness = now + std::chrono::milliseconds(100);
       auto list = [](const std::vector<int>& v) {
         std::string s;
@@ -627,6 +676,43 @@ Status ShmComm::check_metas() {
                           op_name(static_cast<Op>(cur_.op)), cur_.root, diffs.c_str()));
 }
 
+Status ShmComm::arrive_tree(int64_t r) {
+  const int lead = leader_of(rank_), end = std::min(size_, lead + group_);
+  if (rank_ == lead) {
+    TT_TRY(wait_for(&Header::arrived, r, "waiting for the ranks of this group to arrive",
+                    [&](int q) { return q > lead && q < end; }, true));
+    const int64_t packed = pack_description(cur_);
+    bool ok = cur_.misuse == kNoMisuse;
+    for (int q = lead + 1; q < end && ok; ++q) {
+      const Arrival& a = hdr(q)->arrived;
+      ok = a.seq.load(std::memory_order_relaxed) == cur_.seq && a.count.load(std::memory_order_relaxed) == cur_.count &&
+           a.packed.load(std::memory_order_relaxed) == packed;
+    }
+    Arrival& g = hdr(rank_)->group;
+    g.seq.store(cur_.seq, std::memory_order_relaxed);
+    g.count.store(cur_.count, std::memory_order_relaxed);
+    g.packed.store(packed, std::memory_order_relaxed);
+    g.ok.store(ok ? 1 : 0, std::memory_order_relaxed);
+    g.value.store(r, std::memory_order_release);
+  }
+  return wait_for(&Header::group, r, "waiting for the ranks to arrive", [&](int q) { return q % group_ == 0; }, true);
+}
+
+Status ShmComm::check_tree() {
+  if (cur_.misuse == kNoMisuse) {
+    const int64_t packed = pack_description(cur_);
+    bool same = true;
+    for (int q = 0; q < size_ && same; q += group_) {
+      const Arrival& g = hdr(q)->group;
+      same = g.ok.load(std::memory_order_relaxed) == 1 && g.seq.load(std::memory_order_relaxed) == cur_.seq &&
+             g.count.load(std::memory_order_relaxed) == cur_.count &&
+             g.packed.load(std::memory_order_relaxed) == packed;
+    }
+    if (same) return Status::ok();
+  }
+  return check_metas();  // every rank's line, and the exact message where they differ
+}
+
 template <typename Fill, typename Work>
 Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   const int64_t r = ++round_;
@@ -640,8 +726,13 @@ Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   me->arrived.count.store(cur_.count, std::memory_order_relaxed);
   me->arrived.packed.store(pack_description(cur_), std::memory_order_relaxed);
   me->arrived.value.store(r, std::memory_order_release);
-  if (size_ > 1) TT_TRY(wait_all(&Header::arrived, r, "waiting for the ranks to arrive"));
-  TT_TRY(check_metas());
+  if (group_ > 0) {
+    TT_TRY(arrive_tree(r));
+    TT_TRY(check_tree());
+  } else {
+    if (size_ > 1) TT_TRY(wait_all(&Header::arrived, r, "waiting for the ranks to arrive"));
+    TT_TRY(check_metas());
+  }
   jitter(3 * r + 1);  // (tests) readers late too, so that a writer that does not wait for them overwrites their data
   TT_TRY(work(r));
   return Status::ok();

@@ -28,6 +28,9 @@ struct ShmOptions {
   static constexpr size_t kCmaAutoBytes = 256 << 10;
   static constexpr int kCmaAutoRanks = 4;
   size_t cma_bytes = kCmaAuto;
+  // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0, the default:
+  // never, until measured). Note [arrival tree] in shm.cc.
+  int tree_ranks = 0;
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
   // Where each rank's segment goes (TIERTRAIN_COMM_MEMPOLICY): auto (preferred on the high-bandwidth node nearest
   // the rank's CPU if there is one, else where first touched), local, bind, preferred, interleave (over all HBW

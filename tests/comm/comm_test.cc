@@ -27,6 +27,7 @@
 #include "comm/nccl.h"
 #include "comm/reduce.h"
 #include "core/bf16.h"
+#include "core/log.h"
 
 namespace tt {
 namespace {
@@ -519,6 +520,8 @@ int rank_main(const std::string& scenario) {
     const std::string kv = e;
     setenv(kv.substr(0, kv.find('=')).c_str(), kv.substr(kv.find('=') + 1).c_str(), 1);
   }
+  // TT_LOG_COMM=1: the communicator's INFO lines (what it agreed on at init) on stderr.
+  if (std::getenv("TT_LOG_COMM") != nullptr) log::configure({log::Level::kInfo, log::kComm});
   if (scenario == "nccl_stream") return run_nccl_stream();
   if (scenario == "misuse") return run_misuse();
   if (scenario == "buffer_mismatch") return run_buffer_mismatch();
@@ -603,7 +606,8 @@ TEST(Comm, SingleCopiesByDefaultFromFourRanks) {
     // A machine where ranks may not attach to each other (a seccomp profile, Yama's ptrace_scope 3) has them off.
     if (j.output.find("cannot attach") != std::string::npos) return std::string("single copies off");
     const size_t at = j.output.find("single copies ");
-    return at == std::string::npos ? std::string("(no line)") : j.output.substr(at, j.output.find('\n', at) - at);
+    return at == std::string::npos ? std::string("(no line)")
+                                   : j.output.substr(at, j.output.find_first_of(";\n", at) - at);
   };
   const bool can = threshold(2, "TIERTRAIN_COMM_CMA_BYTES=4096") != "single copies off";
   if (can) {
@@ -613,6 +617,43 @@ TEST(Comm, SingleCopiesByDefaultFromFourRanks) {
   EXPECT_EQ(threshold(3, ""), "single copies off");
   EXPECT_EQ(threshold(4, ""), can ? "single copies from 256.00 KiB a piece" : "single copies off");
   EXPECT_EQ(threshold(4, "TIERTRAIN_COMM_CMA_BYTES=0"), "single copies off");
+}
+
+// Note [arrival tree]: every collective, dtype, op and size again with rounds arriving through group leaders (from 2
+// ranks: groups of 2 at 2-4 ranks, so that 3 ranks have a group of one), with the readers' jitter.
+TEST_P(CommRanks, EveryCollectiveThroughTheArrivalTree) {
+  const Job j = launch(GetParam(), "collectives",
+                       "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_TREE_RANKS=2");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
+}
+
+// Note [arrival tree]: a mismatch, a misuse and a late rank are found and named as without the tree; the tree is on
+// only where every rank asked for it.
+TEST(Comm, TheArrivalTreeNamesMismatchesMisuseAndLateRanks) {
+  for (int ranks : {3, 4}) {
+    SCOPED_TRACE(ranks);
+    const Job mismatch = launch(ranks, "mismatch", "TIERTRAIN_COMM_TIMEOUT=20 TIERTRAIN_COMM_TREE_RANKS=2");
+    EXPECT_EQ(mismatch.code, 0) << mismatch.output;
+    EXPECT_NE(mismatch.output.find("rank 1 has count 10 dtype i32"), std::string::npos) << mismatch.output;
+    const Job misuse = launch(ranks, "misuse", "TT_MISUSE=inplace TIERTRAIN_COMM_TIMEOUT=60 TIERTRAIN_COMM_TREE_RANKS=2");
+    EXPECT_EQ(misuse.code, 0) << misuse.output;
+    const Job late = launch(ranks, "never_arrives", "TIERTRAIN_COMM_TIMEOUT=1 TIERTRAIN_COMM_TREE_RANKS=2");
+    EXPECT_EQ(late.code, 0) << late.output;
+    EXPECT_NE(late.output.find("rank(s) 1 did not arrive within 1.0 s"), std::string::npos) << late.output;
+  }
+  // What rank 0 agreed on (rank 1 may start with its own setting: TT_RANK1_ENV).
+  const auto arrival = [](int ranks, const std::string& env) {
+    const Job j = launch(ranks, "smoke", "TT_LOG_COMM=1 " + env);
+    EXPECT_EQ(j.code, 0) << j.output;
+    const size_t line = j.output.find("rank 0 of " + std::to_string(ranks));
+    const size_t at = line == std::string::npos ? line : j.output.find("arrival ", line);
+    return at == std::string::npos ? std::string("(no line)") : j.output.substr(at, j.output.find('\n', at) - at);
+  };
+  EXPECT_EQ(arrival(4, ""), "arrival flat");
+  EXPECT_EQ(arrival(4, "TIERTRAIN_COMM_TREE_RANKS=2"), "arrival through groups of 2");
+  EXPECT_EQ(arrival(4, "TIERTRAIN_COMM_TREE_RANKS=8"), "arrival flat");
+  EXPECT_EQ(arrival(4, "TIERTRAIN_COMM_TREE_RANKS=2 TT_RANK1_ENV=TIERTRAIN_COMM_TREE_RANKS=0"), "arrival flat");
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CommRanks, ::testing::Values(1, 2, 3, 4));
