@@ -5,7 +5,9 @@
 # results.md into OUTDIR.
 #   bench/comm_host.sh OUTDIR
 # TT_COMM_RANKS="8 16" picks the rank counts, TT_COMM_COLLECTIVES the collectives, TT_COMM_MAX the largest size
-# (default 256M), TT_COMM_REPEATS how many times each sweep runs (default 1), TT the binary.
+# (default 256M), TT_COMM_REPEATS how many times each sweep runs (default 1), TT the binary. TT_COMM_AB="NAME=VALUE
+# ..." also runs tiertrain's latency runs and sweeps (C++ only) with those settings into OUTDIR/ab, right after the
+# same runs without them, and summarises that folder too (an A/B of a setting, e.g. TIERTRAIN_COMM_TREE_RANKS=16).
 set -uo pipefail
 OUT=${1:?usage: bench/comm_host.sh OUTDIR}
 mkdir -p "$OUT"
@@ -36,6 +38,15 @@ for n in $ranks; do
     [ "$c" = gather ] || [ "$c" = allgather ] && lat=(-b $((8 * n)) -e $((64 * n)) -f 2 -n 2000 -w 200)
     timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${lat[@]}" -c 1 \
       --json "$OUT/shm_lat_${c}_$n.json" > "$OUT/shm_lat_${c}_$n.log" 2>&1 || tail -3 "$OUT/shm_lat_${c}_$n.log"
+    if [ -n "${TT_COMM_AB:-}" ]; then
+      mkdir -p "$OUT/ab"
+      # shellcheck disable=SC2086
+      env $TT_COMM_AB timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${lat[@]}" -c 1 \
+        --json "$OUT/ab/shm_lat_${c}_$n.json" > "$OUT/ab/shm_lat_${c}_$n.log" 2>&1 || tail -3 "$OUT/ab/shm_lat_${c}_$n.log"
+      # shellcheck disable=SC2086
+      env $TT_COMM_AB timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${sweep[@]}" -c 1 \
+        --json "$OUT/ab/shm_${c}_$n.json" > "$OUT/ab/shm_${c}_$n.log" 2>&1 || tail -3 "$OUT/ab/shm_${c}_$n.log"
+    fi
     if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
       timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${lat[@]}" \
         --json "$OUT/ompi_lat_${c}_$n.json" > "$OUT/ompi_lat_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompi_lat_${c}_$n.log"
@@ -62,3 +73,7 @@ for n in $ranks; do
   done
 done
 python3 bench/comm_summary.py "$OUT"
+if [ -n "${TT_COMM_AB:-}" ]; then
+  echo "A/B: $TT_COMM_AB (C++ only)" | tee "$OUT/ab/setting.txt"
+  python3 bench/comm_summary.py "$OUT/ab"
+fi
