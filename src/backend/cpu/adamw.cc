@@ -16,12 +16,76 @@
 namespace tt::cpu {
 namespace {
 
-// float elements [begin, end): AVX-512 or AVX2 where the build targets them (-march=native), 16 or 8 at a time, and
-// the rest one by one; each new parameter also rounded to bf16 (nearest even, NaN kept quiet: core/bf16.h) into
-// out_bf16 when it is not null.
 // GCC 12 warns about the self-initialised "undefined" vectors inside its own intrinsics headers (a false positive).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// The vector operations of the update, for the instruction set the build targets: one loop body (adamw_range_f32)
+// for both. Each is the intrinsic the loop used before, in the same order, so the bits do not depend on the width.
+#if defined(__AVX512F__)
+struct Simd {
+  using F = __m512;
+  static constexpr int kWidth = 16;
+  static constexpr uintptr_t kF32Align = 64, kBf16Align = 32;  // what streaming stores of kWidth elements need
+  static F set1(float x) { return _mm512_set1_ps(x); }
+  static F load(const float* p) { return _mm512_loadu_ps(p); }
+  static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F div(F a, F b) { return _mm512_div_ps(a, b); }
+  static F sqrt(F a) { return _mm512_sqrt_ps(a); }
+  static void store(float* p, F x, bool stream) {
+    if (stream) _mm512_stream_ps(p, x);
+    else _mm512_storeu_ps(p, x);
+  }
+  // x rounded to bf16 (nearest even, NaN kept quiet: core/bf16.h), kWidth of them at out.
+  static void store_bf16(uint16_t* out, F x, bool stream) {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000),
+                  round = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, round), _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
+    const __m512i h = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
+    if (stream) _mm256_stream_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(h));
+    else _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(h));
+  }
+};
+#elif defined(__AVX2__)
+struct Simd {
+  using F = __m256;
+  static constexpr int kWidth = 8;
+  static constexpr uintptr_t kF32Align = 32, kBf16Align = 16;
+  static F set1(float x) { return _mm256_set1_ps(x); }
+  static F load(const float* p) { return _mm256_loadu_ps(p); }
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F div(F a, F b) { return _mm256_div_ps(a, b); }
+  static F sqrt(F a) { return _mm256_sqrt_ps(a); }
+  static void store(float* p, F x, bool stream) {
+    if (stream) _mm256_stream_ps(p, x);
+    else _mm256_storeu_ps(p, x);
+  }
+  static void store_bf16(uint16_t* out, F x, bool stream) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
+                  round = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, round), _mm256_and_si256(_mm256_srli_epi32(u, 16), one)), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    const __m256i h = _mm256_blendv_epi8(rounded, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), nan);
+    // packus works within 128-bit lanes: [h0-3 h0-3 h4-7 h4-7] -> qwords 0 and 2 hold h0-3 and h4-7.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0xd8);
+    if (stream) _mm_stream_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
+    else _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
+  }
+};
+#endif
+
+// float elements [begin, end): AVX-512 or AVX2 where the build targets them (-march=native), 16 or 8 at a time, and
+// the rest one by one; each new parameter also rounded to bf16 (nearest even, NaN kept quiet: core/bf16.h) into
+// out_bf16 when it is not null.
 void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const AdamWScalars<float>& s) {
   const float *param = a.param_in, *grad = a.grad, *m = a.m_in, *v = a.v_in;
   float *param_out = a.param_out, *m_out = a.m_out, *v_out = a.v_out;
@@ -32,10 +96,8 @@ void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const Ada
   // by memory bandwidth. They need aligned addresses: the elements before every such array is at a vector boundary
   // go one by one, and arrays that do not line up there keep the ordinary stores. The values are the same.
   const bool out_of_place = param_out != param;
-#if defined(__AVX512F__)
-  constexpr uintptr_t kF32Align = 64, kBf16Align = 32;
-#elif defined(__AVX2__)
-  constexpr uintptr_t kF32Align = 32, kBf16Align = 16;
+#if defined(__AVX2__) || defined(__AVX512F__)
+  constexpr uintptr_t kF32Align = Simd::kF32Align, kBf16Align = Simd::kBf16Align;
 #else
   constexpr uintptr_t kF32Align = 0, kBf16Align = 0;
 #endif
@@ -55,78 +117,25 @@ void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const Ada
     stream_bf16 = bf16_on(i);
   }
   const bool stream = stream_state || stream_bf16;
-#if defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__)
   {
-    const __m512 clip = _mm512_set1_ps(s.clip), decay = _mm512_set1_ps(s.decay), b2 = _mm512_set1_ps(s.b2),
-                 omb1 = _mm512_set1_ps(s.one_minus_b1), omb2 = _mm512_set1_ps(s.one_minus_b2),
-                 bc2s = _mm512_set1_ps(s.bc2_sqrt), eps = _mm512_set1_ps(s.eps), lr = _mm512_set1_ps(s.step_size);
-    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000),
-                  round = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
-    for (; i + 16 <= end; i += 16) {
-      const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad + i), clip);
-      __m512 p = _mm512_loadu_ps(param + i);
-      if (s.decays) p = _mm512_mul_ps(p, decay);
-      const __m512 mo = _mm512_loadu_ps(m + i), vo = _mm512_loadu_ps(v + i);
-      const __m512 mi = _mm512_add_ps(mo, _mm512_mul_ps(omb1, _mm512_sub_ps(g, mo)));
-      const __m512 vi = _mm512_add_ps(_mm512_mul_ps(vo, b2), _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
-      const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2s), eps);
-      p = _mm512_sub_ps(p, _mm512_mul_ps(lr, _mm512_div_ps(mi, denom)));
-      if (stream_state) {
-        _mm512_stream_ps(m_out + i, mi);
-        _mm512_stream_ps(v_out + i, vi);
-        _mm512_stream_ps(param_out + i, p);
-      } else {
-        _mm512_storeu_ps(m_out + i, mi);
-        _mm512_storeu_ps(v_out + i, vi);
-        _mm512_storeu_ps(param_out + i, p);
-      }
-      if (out_bf16) {
-        const __m512i u = _mm512_castps_si512(p);
-        const __m512i rounded = _mm512_srli_epi32(
-            _mm512_add_epi32(_mm512_add_epi32(u, round), _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
-        const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
-        const __m512i h = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
-        if (stream_bf16) _mm256_stream_si256(reinterpret_cast<__m256i*>(out_bf16 + i), _mm512_cvtepi32_epi16(h));
-        else _mm256_storeu_si256(reinterpret_cast<__m256i*>(out_bf16 + i), _mm512_cvtepi32_epi16(h));
-      }
-    }
-  }
-#elif defined(__AVX2__)
-  {
-    const __m256 clip = _mm256_set1_ps(s.clip), decay = _mm256_set1_ps(s.decay), b2 = _mm256_set1_ps(s.b2),
-                 omb1 = _mm256_set1_ps(s.one_minus_b1), omb2 = _mm256_set1_ps(s.one_minus_b2),
-                 bc2s = _mm256_set1_ps(s.bc2_sqrt), eps = _mm256_set1_ps(s.eps), lr = _mm256_set1_ps(s.step_size);
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
-                  round = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
-    for (; i + 8 <= end; i += 8) {
-      const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), clip);
-      __m256 p = _mm256_loadu_ps(param + i);
-      if (s.decays) p = _mm256_mul_ps(p, decay);
-      const __m256 mo = _mm256_loadu_ps(m + i), vo = _mm256_loadu_ps(v + i);
-      const __m256 mi = _mm256_add_ps(mo, _mm256_mul_ps(omb1, _mm256_sub_ps(g, mo)));
-      const __m256 vi = _mm256_add_ps(_mm256_mul_ps(vo, b2), _mm256_mul_ps(_mm256_mul_ps(omb2, g), g));
-      const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2s), eps);
-      p = _mm256_sub_ps(p, _mm256_mul_ps(lr, _mm256_div_ps(mi, denom)));
-      if (stream_state) {
-        _mm256_stream_ps(m_out + i, mi);
-        _mm256_stream_ps(v_out + i, vi);
-        _mm256_stream_ps(param_out + i, p);
-      } else {
-        _mm256_storeu_ps(m_out + i, mi);
-        _mm256_storeu_ps(v_out + i, vi);
-        _mm256_storeu_ps(param_out + i, p);
-      }
-      if (out_bf16) {
-        const __m256i u = _mm256_castps_si256(p);
-        const __m256i rounded = _mm256_srli_epi32(
-            _mm256_add_epi32(_mm256_add_epi32(u, round), _mm256_and_si256(_mm256_srli_epi32(u, 16), one)), 16);
-        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-        const __m256i h = _mm256_blendv_epi8(rounded, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), nan);
-        // packus works within 128-bit lanes: [h0-3 h0-3 h4-7 h4-7] -> qwords 0 and 2 hold h0-3 and h4-7.
-        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0xd8);
-        if (stream_bf16) _mm_stream_si128(reinterpret_cast<__m128i*>(out_bf16 + i), _mm256_castsi256_si128(packed));
-        else _mm_storeu_si128(reinterpret_cast<__m128i*>(out_bf16 + i), _mm256_castsi256_si128(packed));
-      }
+    using V = Simd;
+    const V::F clip = V::set1(s.clip), decay = V::set1(s.decay), b2 = V::set1(s.b2), omb1 = V::set1(s.one_minus_b1),
+               omb2 = V::set1(s.one_minus_b2), bc2s = V::set1(s.bc2_sqrt), eps = V::set1(s.eps),
+               lr = V::set1(s.step_size);
+    for (; i + V::kWidth <= end; i += V::kWidth) {
+      const V::F g = V::mul(V::load(grad + i), clip);
+      V::F p = V::load(param + i);
+      if (s.decays) p = V::mul(p, decay);
+      const V::F mo = V::load(m + i), vo = V::load(v + i);
+      const V::F mi = V::add(mo, V::mul(omb1, V::sub(g, mo)));
+      const V::F vi = V::add(V::mul(vo, b2), V::mul(V::mul(omb2, g), g));
+      const V::F denom = V::add(V::div(V::sqrt(vi), bc2s), eps);
+      p = V::sub(p, V::mul(lr, V::div(mi, denom)));
+      V::store(m_out + i, mi, stream_state);
+      V::store(v_out + i, vi, stream_state);
+      V::store(param_out + i, p, stream_state);
+      if (out_bf16) V::store_bf16(out_bf16 + i, p, stream_bf16);
     }
   }
 #endif
