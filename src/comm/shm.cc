@@ -100,7 +100,8 @@ static_assert(sizeof(Header) % 64 == 0);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
 
 // Note [arrival tree]
-// From TIERTRAIN_COMM_TREE_RANKS ranks up (every rank started with the same value, else none uses it), step 2 of
+// From TIERTRAIN_COMM_TREE_RANKS ranks up (where every rank asked for it, the largest value asked for counting;
+// 0 on any rank turns it off everywhere, as all ranks must take the same path), step 2 of
 // Note [shm rounds] goes through a two-level tree instead of every rank reading every peer's arrival line. With the
 // flat wait each rank reads n - 1 lines a round, and each line, read by n - 1 ranks, is invalidated in as many caches
 // when its owner writes the next round's; at 32 ranks every collective of 8 B then takes about 2 us whatever it
@@ -572,15 +573,20 @@ Status ShmComm::wait_for(F Header::*flag, int64_t target, const char* what, Pick
     if (spin < 4096) continue;  // short waits spin
     if ((spin & 63) == 0) {
       const auto now = std::chrono::steady_clock::now();
-      std::vector<int> late, dead;
+      // behind: the peers this wait is for whose flag is behind; late: those named as late (with blame_arrivals, the
+      // ranks whose own arrival is behind, where there are any). Either may have died.
+      std::vector<int> behind, late, dead;
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_ && pick(r) && (hdr(r)->*flag).value.load(std::memory_order_acquire) < target) behind.push_back(r);
       for (int r = 0; r < size_ && blame_arrivals; ++r)
         if (r != rank_ && hdr(r)->arrived.value.load(std::memory_order_acquire) < target) late.push_back(r);
-      for (int r = 0; r < size_ && late.empty(); ++r) {
-        if (r == rank_ || !pick(r)) continue;
-        if ((hdr(r)->*flag).value.load(std::memory_order_acquire) < target) late.push_back(r);
-      }
-      for (int r : late)
-        if (now >= next_liveness && kill(static_cast<pid_t>(hdr(r)->pid), 0) != 0 && errno == ESRCH) dead.push_back(r);
+      if (late.empty()) late = behind;
+      if (now >= next_liveness)
+        for (int r = 0; r < size_; ++r)
+          if (r != rank_ && (std::find(late.begin(), late.end(), r) != late.end() ||
+                             std::find(behind.begin(), behind.end(), r) != behind.end()) &&
+              kill(static_cast<pid_t>(hdr(r)->pid), 0) != 0 && errno == ESRCH)
+            dead.push_back(r);
       if (now >= next_liveness) next_liveness = now + std::chrono::milliseconds(100);
       auto list = [](const std::vector<int>& v) {
         std::string s;
