@@ -6,10 +6,10 @@
 # plan's budget; traces of the swap plan and of the CPU optimizer. Run after scripts/gpu.sh built build/gpu. Writes
 # JSON, traces and results.md into OUTDIR.
 #   bench/ooc_gpu.sh OUTDIR [DATA]
-# TT_OOC_RUNS picks the tiertrain runs (default: all of in-core swap recompute mix halves halves-mix cpu-optimizer
-# recompute-cpu-optimizer; also halves-s3, the halves plan with 3 swap slots, halves-norms and halves-norms-s3, the
-# same with the LayerNorm outputs rebuilt, and trace-halves / trace-halves-norms, traced runs of them alone);
-# TT_OOC_EXTRAS=0 skips the traces and the PyTorch rows.
+# TT_OOC_RUNS picks the tiertrain runs (default: all of in-core swap recompute mix halves halves-mix halves-norms
+# halves-norms-s3 cpu-optimizer recompute-cpu-optimizer, halves-norms being the halves plan with the LayerNorm
+# outputs rebuilt too; also halves-s3, the halves plan with 3 swap slots, and trace-halves / trace-halves-norms,
+# traced runs of them alone); TT_OOC_EXTRAS=0 skips the traces and the PyTorch rows.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 tt_bench_setup "${1:?usage: bench/ooc_gpu.sh OUTDIR [DATA]}" "${2:-/usr/share/games/fortunes}"
@@ -29,7 +29,7 @@ cat > "$OUT/plan_halves_mix.json" <<JSON
  "default": {"activation": "recompute"},
  "layers": {"0-$half": {"activation": {"attention": "swap", "mlp": "recompute"}}}, "swap_prefetch": 1}
 JSON
-RUNS=" ${TT_OOC_RUNS:-in-core swap recompute mix halves halves-mix cpu-optimizer recompute-cpu-optimizer} "
+RUNS=" ${TT_OOC_RUNS:-in-core swap recompute mix halves halves-mix halves-norms halves-norms-s3 cpu-optimizer recompute-cpu-optimizer} "
 tt_run in-core --plan in-core
 tt_run_tight swap --plan swap-activations --swap-slots 2
 tt_run_tight recompute --plan recompute
