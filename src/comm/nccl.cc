@@ -28,7 +28,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -143,11 +146,7 @@ class NcclComm final : public NcclCommunicator {
       }
     }
     TT_TRY(host_->broadcast(kInPlace, &id, sizeof(id) / sizeof(int64_t), DType::kI64, 0));
-    if (ncclResult_t r = ncclCommInitRank(&comm_, size(), id, rank()); r != ncclSuccess) {
-      comm_ = nullptr;
-      return make_status(StatusCode::kInternal, "nccl backend (rank %d of %d, device %d): ncclCommInitRank: %s %s",
-                         rank(), size(), device_, ncclGetErrorString(r), ncclGetLastError(nullptr));
-    }
+    TT_TRY(init_nccl(id));
     // Every rank has joined before any uses it (a rank whose init failed is named here, not in a later hang).
     TT_TRY(host_->barrier());
     cudaDeviceProp prop{};
@@ -287,6 +286,53 @@ class NcclComm final : public NcclCommunicator {
       return fail(make_status(StatusCode::kInternal, "%s #%lld (nccl, rank %d of %d): NCCL: %s %s", kind_name(c.kind),
                               static_cast<long long>(seq), rank(), size(), ncclGetErrorString(r),
                               ncclGetLastError(comm_)));
+    return Status::ok();
+  }
+
+  // Note [nccl init deadline]
+  // ncclCommInitRank waits inside NCCL's own bootstrap for every rank, with no deadline of ours: a rank that dies or
+  // stops after the id exchange (which is deadline-bound, over the host communicator) would leave the others there
+  // for ever. So it runs on a helper thread, with this rank's device current, and this thread waits for it until
+  // TIERTRAIN_COMM_TIMEOUT. Past it the call fails and gives up on the host communicator, so that the peers waiting
+  // for this rank in the barrier after their own init fail at once and name it; the helper is left behind (NCCL
+  // cannot stop a blocking init), holding only the state it shares with this call, and ends with the process.
+  Status init_nccl(const ncclUniqueId& id) {
+    struct Shared {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      ncclResult_t result = ncclSuccess;
+      ncclComm_t comm = nullptr;
+      std::string error;
+    };
+    auto shared = std::make_shared<Shared>();
+    std::thread([shared, id, device = device_, n = size(), me = rank()] {
+      // Tests: this rank joins late (comm_test's nccl_init_late).
+      if (const char* d = std::getenv("TT_TEST_NCCL_INIT_DELAY_S"); d != nullptr && *d != '\0')
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(d)));
+      ncclComm_t c = nullptr;
+      ncclResult_t r = cudaSetDevice(device) == cudaSuccess ? ncclCommInitRank(&c, n, id, me) : ncclUnhandledCudaError;
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->result = r;
+      shared->comm = c;
+      if (r != ncclSuccess) shared->error = std::string(ncclGetErrorString(r)) + " " + ncclGetLastError(nullptr);
+      shared->done = true;
+      shared->cv.notify_all();
+    }).detach();
+    std::unique_lock<std::mutex> lock(shared->mu);
+    if (!shared->cv.wait_for(lock, opt_.timeout, [&] { return shared->done; })) {
+      const Status s = make_status(StatusCode::kDeadlineExceeded,
+                                   "nccl backend (rank %d of %d, device %d): ncclCommInitRank did not finish within "
+                                   "%.1f s (TIERTRAIN_COMM_TIMEOUT): a rank stopped or died after the id exchange, or "
+                                   "NCCL's bootstrap cannot connect the ranks (NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME)",
+                                   rank(), size(), device_, opt_.timeout.count() / 1000.0);
+      host_->abandon(s.message());
+      return s;
+    }
+    if (shared->result != ncclSuccess)
+      return make_status(StatusCode::kInternal, "nccl backend (rank %d of %d, device %d): ncclCommInitRank: %s",
+                         rank(), size(), device_, shared->error.c_str());
+    comm_ = shared->comm;
     return Status::ok();
   }
 

@@ -360,6 +360,22 @@ int run_mismatch() {
 
 // Rank 1 exits (cleanly, so the launcher does not stop the job) without calling: rank 0 sees it gone long before
 // its 60 s deadline.
+// Note [nccl init deadline]: rank 1 joins NCCL's init late (TT_TEST_NCCL_INIT_DELAY_S, after the id exchange): rank
+// 0's world() fails within the deadline saying so, instead of waiting inside NCCL for ever. The ranks leave with
+// _exit: a helper thread is still inside NCCL's bootstrap, which the process's normal teardown need not survive.
+int run_nccl_init_late() {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto w = comm::world();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bool one = std::getenv("RANK") && std::string(std::getenv("RANK")) == "1";
+  std::printf("rank %s: after %.2f s: %s\n", one ? "1" : "0", secs, w.is_ok() ? "joined" : w.status().to_string().c_str());
+  const bool ok = one || (!w.is_ok() && w.status().code() == StatusCode::kDeadlineExceeded &&
+                          w.status().message().find("ncclCommInitRank did not finish") != std::string::npos &&
+                          secs < 10);
+  std::fflush(stdout);
+  _exit(ok ? 0 : 1);
+}
+
 int run_peer_exits() {
   auto w = comm::world();
   if (!w.is_ok()) return 1;
@@ -523,6 +539,7 @@ int rank_main(const std::string& scenario) {
   // TT_LOG_COMM=1: the communicator's INFO lines (what it agreed on at init) on stderr.
   if (std::getenv("TT_LOG_COMM") != nullptr) log::configure({log::Level::kInfo, log::kComm});
   if (scenario == "nccl_stream") return run_nccl_stream();
+  if (scenario == "nccl_init_late") return run_nccl_init_late();
   if (scenario == "misuse") return run_misuse();
   if (scenario == "buffer_mismatch") return run_buffer_mismatch();
   if (scenario == "nonblocking") return run_nonblocking();
@@ -909,6 +926,10 @@ TEST(CommNccl, MismatchesMisuseHostBuffersAndLateRanksAreErrorsOnEveryRank) {
   }
   j = launch(2, "never_arrives", std::string(kNccl) + " TIERTRAIN_COMM_TIMEOUT=1");
   EXPECT_EQ(j.code, 0) << j.output;
+  // Note [nccl init deadline]: a rank that stops after the id exchange does not hang the others in NCCL's init.
+  j = launch(2, "nccl_init_late", std::string(kNccl) + " TIERTRAIN_COMM_TIMEOUT=3 TT_RANK1_ENV=TT_TEST_NCCL_INIT_DELAY_S=8");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_LT(j.seconds, 15) << j.output;
 }
 
 TEST(CommNccl, BenchmarkChecksEveryCollectiveOnDeviceBuffers) {
