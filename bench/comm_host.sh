@@ -24,6 +24,16 @@ lim=${TT_COMM_RUN_TIMEOUT:-150}  # seconds a run may take
 # 256 MiB rows short.
 sweep=(-b 8 -e "$MAX" -f 2 -n "${TT_COMM_ITERS:-10}" -w 3)
 lscpu > "$OUT/lscpu.txt" 2>&1 || true
+# One run of tiertrain's comm-bench for collective $c at $n ranks, with the settings in ENV (may be empty) in front:
+# NAME's JSON and log in OUT (NAME may start with a folder of OUT).
+#   tt_comm_bench NAME ENV ARGS...
+tt_comm_bench() {
+  local name=$1 envs=$2
+  shift 2
+  # shellcheck disable=SC2086
+  env $envs timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "$@" -c 1 \
+    --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1 || tail -3 "$OUT/$name.log"
+}
 for n in $ranks; do
   [ "$n" -le "$cpus" ] || continue
   # Open MPI binds to physical cores; with more ranks than those, to hardware threads (as tiertrain's launcher
@@ -36,16 +46,11 @@ for n in $ranks; do
     # carries the libraries' first-call costs), for each of the three.
     lat=(-b 8 -e 64 -f 2 -n 2000 -w 200)
     [ "$c" = gather ] || [ "$c" = allgather ] && lat=(-b $((8 * n)) -e $((64 * n)) -f 2 -n 2000 -w 200)
-    timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${lat[@]}" -c 1 \
-      --json "$OUT/shm_lat_${c}_$n.json" > "$OUT/shm_lat_${c}_$n.log" 2>&1 || tail -3 "$OUT/shm_lat_${c}_$n.log"
+    tt_comm_bench "shm_lat_${c}_$n" "" "${lat[@]}"
     if [ -n "${TT_COMM_AB:-}" ]; then
       mkdir -p "$OUT/ab"
-      # shellcheck disable=SC2086
-      env $TT_COMM_AB timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${lat[@]}" -c 1 \
-        --json "$OUT/ab/shm_lat_${c}_$n.json" > "$OUT/ab/shm_lat_${c}_$n.log" 2>&1 || tail -3 "$OUT/ab/shm_lat_${c}_$n.log"
-      # shellcheck disable=SC2086
-      env $TT_COMM_AB timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${sweep[@]}" -c 1 \
-        --json "$OUT/ab/shm_${c}_$n.json" > "$OUT/ab/shm_${c}_$n.log" 2>&1 || tail -3 "$OUT/ab/shm_${c}_$n.log"
+      tt_comm_bench "ab/shm_lat_${c}_$n" "$TT_COMM_AB" "${lat[@]}"
+      tt_comm_bench "ab/shm_${c}_$n" "$TT_COMM_AB" "${sweep[@]}"
     fi
     if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
       timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${lat[@]}" \
@@ -56,8 +61,7 @@ for n in $ranks; do
     for r in $(seq 1 "${TT_COMM_REPEATS:-1}"); do
       sfx=""
       [ "$r" -gt 1 ] && sfx=".r$r"
-      timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "${sweep[@]}" -c 1 \
-        --json "$OUT/shm_${c}_$n$sfx.json" > "$OUT/shm_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/shm_${c}_$n$sfx.log"
+      tt_comm_bench "shm_${c}_$n$sfx" "" "${sweep[@]}"
       # The Python API (needs the package: pip install . ; PY names the interpreter that has it).
       if "${PY:-python3}" -c "import tiertrain.comm" 2>/dev/null; then
         # A crash prints the Python stack of the rank that crashed (faulthandler); output unbuffered.

@@ -17,6 +17,10 @@ import sys
 from comm_bench_common import SPLIT, add_sweep_args, bus_factor, float_counts, mean_time_per_call
 
 
+# The Comm method each benchmarked collective is (Comm._time_loop's names).
+CPP_NAME = {"allreduce": "Allreduce", "broadcast": "Bcast", "gather": "Gather", "allgather": "Allgather"}
+
+
 def main() -> None:
     import numpy as np
 
@@ -63,11 +67,10 @@ def main() -> None:
 
             t = mean_time_per_call(call, a.warmup, a.iters, comm.Barrier, mean_over_ranks)
             # The same calls from a C++ loop (warm already), timed alike: a barrier, then iters calls.
-            what = {"allreduce": "Allreduce", "broadcast": "Bcast", "gather": "Gather", "allgather": "Allgather"}
             sb = tc.IN_PLACE if in_place and (a.collective != "gather" or me == 0) else send
             rb = recv if a.collective != "gather" or me == 0 else None
             comm.Barrier()
-            t_cpp = mean_over_ranks(comm._time_loop(what[a.collective], sb, rb, tc.SUM, 0, a.iters) / a.iters)
+            t_cpp = mean_over_ranks(comm._time_loop(CPP_NAME[a.collective], sb, rb, tc.SUM, 0, a.iters) / a.iters)
             alg = count * 4 / t / 1e9
             out.append((t, alg, alg * factor, t_cpp))
             rows.append({"collective": a.collective, "ranks": n, "backend": "tiertrain.comm (python)",

@@ -293,8 +293,8 @@ class NcclComm final : public NcclCommunicator {
   // ncclCommInitRank waits inside NCCL's own bootstrap for every rank, with no deadline of ours: a rank that dies or
   // stops after the id exchange (which is deadline-bound, over the host communicator) would leave the others there
   // for ever. So it runs on a helper thread, with this rank's device current, and this thread waits for it until
-  // TIERTRAIN_COMM_TIMEOUT. Past it the call fails and gives up on the host communicator, so that the peers waiting
-  // for this rank in the barrier after their own init fail at once and name it; the helper is left behind (NCCL
+  // TIERTRAIN_COMM_TIMEOUT. Past it the call fails, and init() gives up on the host communicator, so that the peers
+  // waiting for this rank in the barrier after their own init fail at once and name it; the helper is left behind (NCCL
   // cannot stop a blocking init), holding only the state it shares with this call, and ends with the process.
   Status init_nccl(const ncclUniqueId& id) {
     struct Shared {
@@ -326,8 +326,7 @@ class NcclComm final : public NcclCommunicator {
                                    "%.1f s (TIERTRAIN_COMM_TIMEOUT): a rank stopped or died after the id exchange, or "
                                    "NCCL's bootstrap cannot connect the ranks (NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME)",
                                    rank(), size(), device_, opt_.timeout.count() / 1000.0);
-      host_->abandon(s.message());
-      return s;
+      return s;  // init() gives up on the host communicator, as on any error of join()
     }
     if (shared->result != ncclSuccess)
       return make_status(StatusCode::kInternal, "nccl backend (rank %d of %d, device %d): ncclCommInitRank: %s",

@@ -246,8 +246,8 @@ class ShmComm final : public Communicator {
   int leader_of(int q) const { return q / group_ * group_; }
   // Note [single copy]: the path of a call whose pieces are piece_bytes each.
   bool single_copy(size_t piece_bytes) const { return cma_bytes_ > 0 && piece_bytes >= cma_bytes_; }
-  Status gather_single_copy(const void* send, void* recv, size_t count, DType dtype, int root);
-  Status scatter_single_copy(const void* send, void* recv, size_t count, DType dtype, int root);
+  // One round of a gather (or a scatter) whose ranks copy their own pieces into (out of) the root's buffer.
+  Status single_copy_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather);
   // Copies bytes between local memory and rank q's memory at `remote` (its address space): all of them, or an
   // error naming q.
   Status cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool write);
@@ -471,22 +471,20 @@ Status ShmComm::init() {
   unlink_own();
   // Note [single copy]: what every rank published before the barrier, read alike by all.
   if (size_ > 1) {
-    bool all = true;
-    for (int r = 0; r < size_; ++r) {
-      const uint64_t t = hdr(r)->cma_bytes.load(std::memory_order_acquire);
-      all = all && t > 0;
-      cma_bytes_ = std::max<size_t>(cma_bytes_, t);
-    }
-    if (!all) cma_bytes_ = 0;
-    // Note [arrival tree]: on where every rank asked for it from this many ranks or fewer.
-    uint64_t most = 0;
-    bool every = true;
-    for (int r = 0; r < size_; ++r) {
-      const uint64_t t = hdr(r)->tree_ranks.load(std::memory_order_relaxed);
-      every = every && t > 0;
-      most = std::max(most, t);
-    }
-    if (every && static_cast<uint64_t>(size_) >= most) {
+    // The largest value every rank published, or 0 if any published 0: all ranks agree.
+    const auto agreed = [&](std::atomic<uint64_t> Header::*field) {
+      uint64_t most = 0;
+      for (int r = 0; r < size_; ++r) {
+        const uint64_t t = (hdr(r)->*field).load(std::memory_order_acquire);
+        if (t == 0) return uint64_t{0};
+        most = std::max(most, t);
+      }
+      return most;
+    };
+    cma_bytes_ = agreed(&Header::cma_bytes);
+    // Note [arrival tree]: on from the agreed number of ranks.
+    const uint64_t tree = agreed(&Header::tree_ranks);
+    if (tree > 0 && static_cast<uint64_t>(size_) >= tree) {
       int g = 1;
       while (g * g < size_) ++g;
       group_ = g;
@@ -638,17 +636,27 @@ static int64_t pack_description(const Meta& m) {
          static_cast<int64_t>(static_cast<uint32_t>(m.root)) << 32;
 }
 
+// Writes round r's description (packed: pack_description(m)) into a line, then its value = r with release: an
+// arrival line, or a group line (Note [arrival tree]).
+static void publish(Arrival& a, const Meta& m, int64_t packed, int64_t r) {
+  a.seq.store(m.seq, std::memory_order_relaxed);
+  a.count.store(m.count, std::memory_order_relaxed);
+  a.packed.store(packed, std::memory_order_relaxed);
+  a.value.store(r, std::memory_order_release);
+}
+
+// Whether a line describes the round as m does (the fast check of Note [arrival line]).
+static bool describes(const Arrival& a, const Meta& m, int64_t packed) {
+  return a.seq.load(std::memory_order_relaxed) == m.seq && a.count.load(std::memory_order_relaxed) == m.count &&
+         a.packed.load(std::memory_order_relaxed) == packed;
+}
+
 Status ShmComm::check_metas() {
   if (cur_.misuse == kNoMisuse) {
     const int64_t packed = pack_description(cur_);
     bool same = true;
-    for (int r = 0; r < size_ && same; ++r) {
-      if (r == rank_) continue;
-      const Arrival& a = hdr(r)->arrived;
-      same = a.seq.load(std::memory_order_relaxed) == cur_.seq &&
-             a.count.load(std::memory_order_relaxed) == cur_.count &&
-             a.packed.load(std::memory_order_relaxed) == packed;
-    }
+    for (int r = 0; r < size_ && same; ++r)
+      if (r != rank_) same = describes(hdr(r)->arrived, cur_, packed);
     if (same) return Status::ok();
   }
   std::string misuse;
@@ -689,17 +697,10 @@ Status ShmComm::arrive_tree(int64_t r) {
                     [&](int q) { return q > lead && q < end; }, true));
     const int64_t packed = pack_description(cur_);
     bool ok = cur_.misuse == kNoMisuse;
-    for (int q = lead + 1; q < end && ok; ++q) {
-      const Arrival& a = hdr(q)->arrived;
-      ok = a.seq.load(std::memory_order_relaxed) == cur_.seq && a.count.load(std::memory_order_relaxed) == cur_.count &&
-           a.packed.load(std::memory_order_relaxed) == packed;
-    }
+    for (int q = lead + 1; q < end && ok; ++q) ok = describes(hdr(q)->arrived, cur_, packed);
     Arrival& g = hdr(rank_)->group;
-    g.seq.store(cur_.seq, std::memory_order_relaxed);
-    g.count.store(cur_.count, std::memory_order_relaxed);
-    g.packed.store(packed, std::memory_order_relaxed);
     g.ok.store(ok ? 1 : 0, std::memory_order_relaxed);
-    g.value.store(r, std::memory_order_release);
+    publish(g, cur_, packed, r);
   }
   return wait_for(&Header::group, r, "waiting for the ranks to arrive", [&](int q) { return q % group_ == 0; }, true);
 }
@@ -710,9 +711,7 @@ Status ShmComm::check_tree() {
     bool same = true;
     for (int q = 0; q < size_ && same; q += group_) {
       const Arrival& g = hdr(q)->group;
-      same = g.ok.load(std::memory_order_relaxed) == 1 && g.seq.load(std::memory_order_relaxed) == cur_.seq &&
-             g.count.load(std::memory_order_relaxed) == cur_.count &&
-             g.packed.load(std::memory_order_relaxed) == packed;
+      same = g.ok.load(std::memory_order_relaxed) == 1 && describes(g, cur_, packed);
     }
     if (same) return Status::ok();
   }
@@ -728,10 +727,7 @@ Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   fill(input(rank_));
   cur_.round = r;
   me->meta[half_] = cur_;
-  me->arrived.seq.store(cur_.seq, std::memory_order_relaxed);
-  me->arrived.count.store(cur_.count, std::memory_order_relaxed);
-  me->arrived.packed.store(pack_description(cur_), std::memory_order_relaxed);
-  me->arrived.value.store(r, std::memory_order_release);
+  publish(me->arrived, cur_, pack_description(cur_), r);
   if (group_ > 0) {
     TT_TRY(arrive_tree(r));
     TT_TRY(check_tree());
@@ -848,7 +844,7 @@ Status ShmComm::do_gather(const void* send, void* recv, size_t count, DType dtyp
   TT_TRY(begin(kGather, count, dtype, Op::kSum, root, send == kInPlace && rank_ != root,
                rank_ == root ? static_cast<size_t>(size_) * count * dtype_size(dtype) : 0));
   if (misused()) return fail_misuse();
-  if (single_copy(count * dtype_size(dtype))) return gather_single_copy(send, recv, count, dtype, root);
+  if (single_copy(count * dtype_size(dtype))) return single_copy_round(send, recv, count, dtype, root, true);
   return gather_rounds(send, recv, count, dtype, root);
 }
 
@@ -910,34 +906,25 @@ Status ShmComm::cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool
   return Status::ok();
 }
 
-Status ShmComm::gather_single_copy(const void* send, void* recv, size_t count, DType dtype, int root) {
+Status ShmComm::single_copy_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather) {
   const size_t bytes = count * dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
-  const char* src = send == kInPlace ? dst + static_cast<size_t>(rank_) * bytes : static_cast<const char*>(send);
-  if (rank_ == root) cur_.addr = reinterpret_cast<uint64_t>(recv);
+  // Gather: each rank's piece goes to its place in the root's recv. Scatter: it comes from its place in the root's
+  // send (recv in place).
+  const char* own = send == kInPlace ? (gather ? dst + static_cast<size_t>(rank_) * bytes : dst)
+                                     : static_cast<const char*>(send);
+  const char* all = gather ? dst : own;  // the root's buffer of size() pieces
+  if (rank_ == root) cur_.addr = reinterpret_cast<uint64_t>(all);
   return round_fill([](char*) {}, [&](int64_t r) -> Status {
     if (rank_ == root) {
-      if (send != kInPlace) deliver(dst + static_cast<size_t>(rank_) * bytes, src, bytes);
+      if (send != kInPlace) {
+        if (gather) deliver(dst + static_cast<size_t>(rank_) * bytes, own, bytes);
+        else deliver(dst, own + static_cast<size_t>(rank_) * bytes, bytes);
+      }
       return wait_all(&Header::reduced, r, "waiting for the ranks' single copies");
     }
-    TT_TRY(cma_copy(root, const_cast<char*>(src), hdr(root)->meta[half_].addr + static_cast<uint64_t>(rank_) * bytes,
-                    bytes, true));
-    hdr(rank_)->reduced.value.store(r, std::memory_order_release);
-    return Status::ok();
-  });
-}
-
-Status ShmComm::scatter_single_copy(const void* send, void* recv, size_t count, DType dtype, int root) {
-  const size_t bytes = count * dtype_size(dtype);
-  char* dst = static_cast<char*>(recv);
-  const char* src = static_cast<const char*>(send == kInPlace ? recv : send);  // the root's size() pieces
-  if (rank_ == root) cur_.addr = reinterpret_cast<uint64_t>(src);
-  return round_fill([](char*) {}, [&](int64_t r) -> Status {
-    if (rank_ == root) {
-      if (send != kInPlace) deliver(dst, src + static_cast<size_t>(rank_) * bytes, bytes);
-      return wait_all(&Header::reduced, r, "waiting for the ranks' single copies");
-    }
-    TT_TRY(cma_copy(root, dst, hdr(root)->meta[half_].addr + static_cast<uint64_t>(rank_) * bytes, bytes, false));
+    const uint64_t remote = hdr(root)->meta[half_].addr + static_cast<uint64_t>(rank_) * bytes;
+    TT_TRY(cma_copy(root, gather ? const_cast<char*>(own) : dst, remote, bytes, gather));
     hdr(rank_)->reduced.value.store(r, std::memory_order_release);
     return Status::ok();
   });
@@ -946,7 +933,7 @@ Status ShmComm::scatter_single_copy(const void* send, void* recv, size_t count, 
 Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
   TT_TRY(begin(kScatter, count, dtype, Op::kSum, root, false, count * dtype_size(dtype)));
   if (misused()) return fail_misuse();
-  if (single_copy(count * dtype_size(dtype))) return scatter_single_copy(send, recv, count, dtype, root);
+  if (single_copy(count * dtype_size(dtype))) return single_copy_round(send, recv, count, dtype, root, false);
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
   // In place at the root: recv holds all size() * count elements and the root's own piece stays where it is.
