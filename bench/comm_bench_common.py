@@ -23,6 +23,23 @@ def add_sweep_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("-n", "--iters", type=int, default=20)
     ap.add_argument("-w", "--warmup", type=int, default=5)
     ap.add_argument("--json", default="")
+    ap.add_argument("--huge", action="store_true",
+                    help="buffers from tiertrain.comm.zeros (on huge pages) instead of numpy's, for either library")
+
+
+def buffers(huge: bool):
+    """(ones, zeros): the benchmarks' float32 buffer makers, from numpy or (--huge) tiertrain.comm.zeros."""
+    import numpy as np
+
+    if not huge:
+        return (lambda n: np.ones(n, np.float32)), (lambda n: np.zeros(n, np.float32))
+    from tiertrain.comm import zeros
+
+    def ones(n):
+        a = zeros(n, np.float32)
+        a.fill(1)
+        return a
+    return ones, (lambda n: zeros(n, np.float32))
 
 
 # Collectives whose size is the gathered (or scattered) buffer: a multiple of the ranks.

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from comm_bench_common import add_sweep_args, bus_factor, float_counts, mean_time_per_call
+from comm_bench_common import add_sweep_args, buffers, bus_factor, float_counts, mean_time_per_call
 
 
 def main() -> None:
@@ -23,6 +23,7 @@ def main() -> None:
                     choices=["allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "alltoall"])
     add_sweep_args(ap)
     a = ap.parse_args()
+    ones, zeros = buffers(a.huge)
     comm = MPI.COMM_WORLD
     n, me = comm.Get_size(), comm.Get_rank()
     factor = bus_factor(a.collective, n)
@@ -36,8 +37,8 @@ def main() -> None:
         per = count // n
         out = []
         for in_place in (False, True):
-            send = np.ones(per if a.collective in ("allgather", "gather") else count, dtype=np.float32)
-            recv = np.zeros(per if a.collective == "reduce_scatter" else count, dtype=np.float32)
+            send = ones(per if a.collective in ("allgather", "gather") else count)
+            recv = zeros(per if a.collective == "reduce_scatter" else count)
 
             def call() -> None:
                 if a.collective == "allreduce":

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from comm_bench_common import SPLIT, add_sweep_args, bus_factor, float_counts, mean_time_per_call
+from comm_bench_common import SPLIT, add_sweep_args, buffers, bus_factor, float_counts, mean_time_per_call
 
 
 # The Comm method each benchmarked collective is (Comm._time_loop's names).
@@ -29,7 +29,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("-C", "--collective", default="allreduce", choices=["allreduce", "broadcast", "gather", "allgather"])
     add_sweep_args(ap)
+    ap.add_argument("--pairs", type=int, default=1,
+                    help="alternate the Python and the C++ loop this many times at each size; medians (default 1)")
     a = ap.parse_args()
+    ones, zeros = buffers(a.huge)
+    if a.pairs < 1:
+        ap.error("--pairs must be >= 1")
     comm = tc.world()
     n, me = comm.size, comm.rank
     factor = bus_factor(a.collective, n)
@@ -52,8 +57,8 @@ def main() -> None:
         # Out of place, then in place, as comm-bench and mpi4py_bench.py run them (Bcast has one form: both passes
         # time it).
         for in_place in (False, True):
-            send = np.ones(per if split else count, dtype=np.float32)
-            recv = np.zeros(count, dtype=np.float32)
+            send = ones(per if split else count)
+            recv = zeros(count)
 
             def call() -> None:
                 if a.collective == "allreduce":
@@ -65,18 +70,25 @@ def main() -> None:
                 else:
                     comm.Allgather(tc.IN_PLACE if in_place else send, recv)
 
-            t = mean_time_per_call(call, a.warmup, a.iters, comm.Barrier, mean_over_ranks)
-            # The same calls from a C++ loop (warm already), timed alike: a barrier, then iters calls.
+            # The same calls from a C++ loop (warm already), timed alike: a barrier, then iters calls. --pairs
+            # alternates the two loops that many times and takes each one's median, so that a slow spell of the
+            # machine falls on both.
             sb = tc.IN_PLACE if in_place and (a.collective != "gather" or me == 0) else send
             rb = recv if a.collective != "gather" or me == 0 else None
-            comm.Barrier()
-            t_cpp = mean_over_ranks(comm._time_loop(CPP_NAME[a.collective], sb, rb, tc.SUM, 0, a.iters) / a.iters)
+            ts, ts_cpp = [], []
+            for k in range(a.pairs):
+                ts.append(mean_time_per_call(call, a.warmup if k == 0 else 0, a.iters, comm.Barrier, mean_over_ranks))
+                comm.Barrier()
+                ts_cpp.append(mean_over_ranks(comm._time_loop(CPP_NAME[a.collective], sb, rb, tc.SUM, 0, a.iters)
+                                              / a.iters))
+            t, t_cpp = float(np.median(ts)), float(np.median(ts_cpp))
             alg = count * 4 / t / 1e9
             out.append((t, alg, alg * factor, t_cpp))
             rows.append({"collective": a.collective, "ranks": n, "backend": "tiertrain.comm (python)",
                          "size": count * 4, "count": count, "in_place": in_place, "time_us": t * 1e6,
                          "algbw_gbs": alg, "busbw_gbs": alg * factor, "cpp_loop_time_us": t_cpp * 1e6,
-                         "py_over_cpp_loop": t_cpp / t})
+                         "py_over_cpp_loop": t_cpp / t, "pairs": a.pairs, "time_us_all": [x * 1e6 for x in ts],
+                         "cpp_loop_time_us_all": [x * 1e6 for x in ts_cpp]})
         if me == 0:
             print("%12d %13d %9.2f %8.2f %8.2f %9.2f %8.2f %8.2f %9.2f %7.3f %9.2f %7.3f" % (
                 count * 4, count, out[0][0] * 1e6, out[0][1], out[0][2], out[1][0] * 1e6, out[1][1], out[1][2],

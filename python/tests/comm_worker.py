@@ -284,6 +284,37 @@ def time_loop(comm: tc.Comm) -> None:
     print(f"rank {me}: time loop right")
 
 
+def huge_buffers(comm: tc.Comm) -> None:
+    """tc.zeros: arrays of the shape and type asked for, on 2 MiB boundaries; Gather into and Scatter out of them at
+    the root, at piece sizes that take single copies when the root's buffer is on huge pages (the job sets
+    TIERTRAIN_COMM_CMA_BYTES high and TIERTRAIN_COMM_CMA_HUGE_BYTES low), and on numpy's buffers."""
+    n, me = comm.size, comm.rank
+    a = tc.zeros((3, 5), "int64")
+    expect(a.shape == (3, 5) and a.dtype == np.int64 and a.flags.writeable and a.flags.c_contiguous and
+           not a.any(), "zeros shape")
+    expect(tc.zeros(0, np.float32).size == 0, "zeros of no elements")
+    for root in range(n):
+        for per in (1000, 12345, 100000):
+            send = data(me, per, np.float32, per)
+            for make in (tc.zeros, np.zeros):
+                g = make(n * per, np.float32) if me == root else None
+                if me == root:
+                    expect(g.ctypes.data % (2 << 20) == 0 or make is np.zeros, "zeros: on a 2 MiB boundary")
+                comm.Gather(send, g, root=root)
+                if me == root:
+                    want = np.concatenate([data(q, per, np.float32, per) for q in range(n)])
+                    expect(np.array_equal(g, want), f"Gather into {make.__name__} root {root} per {per}")
+                    src = make(n * per, np.float32)
+                    src[:] = want[::-1]
+                else:
+                    src = None
+                out = np.zeros(per, np.float32)
+                comm.Scatter(src, out, root=root)
+                want = np.concatenate([data(q, per, np.float32, per) for q in range(n)])[::-1]
+                expect(np.array_equal(out, want[me * per:(me + 1) * per]), f"Scatter from {make.__name__} root {root}")
+    print(f"rank {me}: huge buffers right")
+
+
 def timeout(comm: tc.Comm) -> None:
     if comm.rank == 1:
         time.sleep(3)
@@ -299,4 +330,5 @@ def timeout(comm: tc.Comm) -> None:
 if __name__ == "__main__":
     c = tc.world()
     {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
-     "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop}[sys.argv[1]](c)
+     "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
+     "huge_buffers": huge_buffers}[sys.argv[1]](c)

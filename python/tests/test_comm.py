@@ -72,6 +72,13 @@ def test_the_benchmarks_cpp_loop_runs_the_collective_on_the_buffers_given():
     assert "rank 0: time loop right" in r.stdout
 
 
+def test_gather_and_scatter_through_huge_page_buffers():
+    r = run(3, "huge_buffers", {"TIERTRAIN_COMM_CMA_BYTES": "1048576", "TIERTRAIN_COMM_CMA_HUGE_BYTES": "1000",
+                                "TIERTRAIN_COMM_JITTER_US": "20"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: huge buffers right" in r.stdout
+
+
 def test_the_gil_is_released_while_waiting():
     r = run(2, "gil")
     assert r.returncode == 0, r.stdout + r.stderr

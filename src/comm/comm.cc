@@ -171,16 +171,40 @@ Status Communicator::run(std::function<Status()> op) {
   return op();
 }
 
+namespace {
+
+// An integer from the first of the variables that is set; fallback if none is.
+Result<long long> env_int(std::initializer_list<const char*> names, long long fallback, const char** which) {
+  for (const char* n : names) {
+    const char* v = std::getenv(n);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long long x = std::strtoll(v, &end, 10);
+    TT_RETURN_IF(*end != '\0', kInvalidArgument, "%s=%s is not an integer", n, v);
+    *which = n;
+    return x;
+  }
+  *which = nullptr;
+  return fallback;
+}
+
+}  // namespace
+
 Result<void*> Communicator::alloc_buffer(size_t bytes) {
   // Large buffers as numpy makes its large arrays (huge pages asked for): the Python and C++ benchmarks then
   // measure the collectives on alike memory. On the H200 host a single-copy gather of 4-8 MiB cost 2-2.7x more on
-  // plain aligned_alloc buffers than on numpy's (Note [single copy] in shm.cc).
+  // plain aligned_alloc buffers than on numpy's (Note [single copy] in shm.cc). TIERTRAIN_COMM_HUGE_BYTES moves the
+  // threshold (0: never); a buffer under 2 MiB then takes a whole huge page.
+  const char* var = nullptr;
+  TT_ASSIGN_OR_RETURN(long long threshold, env_int({"TIERTRAIN_COMM_HUGE_BYTES"}, 4 << 20, &var));
+  TT_RETURN_IF(threshold < 0, kInvalidArgument, "TIERTRAIN_COMM_HUGE_BYTES=%lld must be >= 0 (0: never)", threshold);
   const size_t huge = size_t(2) << 20;
-  const size_t align = bytes >= 2 * huge ? huge : 64;
+  const bool want_huge = threshold > 0 && bytes >= static_cast<size_t>(threshold);
+  const size_t align = want_huge ? huge : 64;
   void* p = std::aligned_alloc(align, (std::max<size_t>(bytes, 1) + align - 1) / align * align);
   TT_RETURN_IF(p == nullptr, kOutOfMemory, "comm: cannot allocate a buffer of %zu bytes", bytes);
 #ifdef MADV_HUGEPAGE
-  if (align == huge) madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);  // a hint; failure is harmless
+  if (want_huge) madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);  // a hint; failure is harmless
 #endif
   return p;
 }
@@ -262,31 +286,14 @@ Request Communicator::ialltoall(const void* s, void* r, size_t n, DType d) {
   return submit([=, this] { return do_alltoall(a.s, a.r, n, d); });
 }
 
-namespace {
-
-// An integer from the first of the variables that is set; fallback if none is.
-Result<long long> env_int(std::initializer_list<const char*> names, long long fallback, const char** which) {
-  for (const char* n : names) {
-    const char* v = std::getenv(n);
-    if (v == nullptr || *v == '\0') continue;
-    char* end = nullptr;
-    const long long x = std::strtoll(v, &end, 10);
-    TT_RETURN_IF(*end != '\0', kInvalidArgument, "%s=%s is not an integer", n, v);
-    *which = n;
-    return x;
-  }
-  *which = nullptr;
-  return fallback;
-}
-
-}  // namespace
 
 const std::vector<std::string>& environment_variables() {
   static const std::vector<std::string> vars = {
       "TIERTRAIN_RANK",          "TIERTRAIN_WORLD_SIZE",   "TIERTRAIN_COMM_ID",        "TIERTRAIN_COMM_TIMEOUT",
       "TIERTRAIN_COMM_BUFFER",   "TIERTRAIN_SHM_DIR",      "TIERTRAIN_COMM_JITTER_US", "TIERTRAIN_COMM_MEMPOLICY",
       "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND", "TIERTRAIN_DEVICE",         "TIERTRAIN_COMM_STREAM_BYTES",
-      "TIERTRAIN_COMM_CMA_BYTES", "TIERTRAIN_COMM_TREE_RANKS"};
+      "TIERTRAIN_COMM_CMA_BYTES", "TIERTRAIN_COMM_TREE_RANKS", "TIERTRAIN_COMM_HUGE_BYTES",
+      "TIERTRAIN_COMM_CMA_HUGE_BYTES"};
   return vars;
 }
 
@@ -314,7 +321,12 @@ Status shm_options_from_env(ShmOptions* shm) {
     TT_RETURN_IF(cma < 0, kInvalidArgument, "TIERTRAIN_COMM_CMA_BYTES=%lld: bytes, 0 (never) or more", cma);
     shm->cma_bytes = static_cast<size_t>(cma);
   }
-  TT_ASSIGN_OR_RETURN(long long tree, env_int({"TIERTRAIN_COMM_TREE_RANKS"}, 0, &which));
+  TT_ASSIGN_OR_RETURN(long long cma_huge,
+                      env_int({"TIERTRAIN_COMM_CMA_HUGE_BYTES"}, static_cast<long long>(shm->cma_huge_bytes), &which));
+  TT_RETURN_IF(cma_huge < 0, kInvalidArgument, "TIERTRAIN_COMM_CMA_HUGE_BYTES=%lld: bytes, 0 (never) or more",
+               cma_huge);
+  shm->cma_huge_bytes = static_cast<size_t>(cma_huge);
+  TT_ASSIGN_OR_RETURN(long long tree, env_int({"TIERTRAIN_COMM_TREE_RANKS"}, shm->tree_ranks, &which));
   TT_RETURN_IF(tree < 0 || tree == 1, kInvalidArgument,
                "TIERTRAIN_COMM_TREE_RANKS=%lld: 0 (never) or the smallest number of ranks (2 or more)", tree);
   shm->tree_ranks = static_cast<int>(std::min<long long>(tree, 1 << 20));

@@ -1,8 +1,10 @@
 #include "comm/shm.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -116,7 +118,10 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // the leader, which got ahead, passed round r); a failed fast check falls back to check_metas, which reads every
 // rank as without the tree and names the ranks that differ. A wait that runs long names the late ranks from their
 // own arrival lines, not their leaders'. A leader reads g - 1 + n / g lines a round and a member n / g, in two steps.
-// Off by default until measured on a machine with many cores.
+// On by default from 32 ranks (ShmOptions::tree_ranks). On the H200 machine's 32-core host, at 8-64 B
+// (docs/benchmarks/2026-11-30-h200x2-comm-tuning/): at 32 ranks broadcast took 1.13 us with the tree against 1.92
+// flat, gather 1.44 against 1.93, allreduce 1.96 against 2.15 and allgather 2.04 against 2.21; at 16 ranks the tree
+// was 1.1-1.4x slower (two steps where one suffices), at 24 even.
 
 // Note [streaming stores]
 // A large collective's results go into the caller's buffer with streaming (non-temporal) stores: they skip the
@@ -163,6 +168,9 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // longer behind Open MPI. At 2 ranks on the dev machine both paths take the same time (4-64 KiB).
 constexpr size_t kDirectReduceBytes = 64 << 10;
 constexpr size_t kDirectReduceReads = 32 << 10;
+
+// Elements per round for `per` pieces of one chunk each (defined below).
+size_t chunk_elems(size_t buffer_bytes, size_t es, size_t pieces);
 
 class ShmComm final : public Communicator {
  public:
@@ -248,6 +256,13 @@ class ShmComm final : public Communicator {
   bool single_copy(size_t piece_bytes) const { return cma_bytes_ > 0 && piece_bytes >= cma_bytes_; }
   // One round of a gather (or a scatter) whose ranks copy their own pieces into (out of) the root's buffer.
   Status single_copy_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather);
+  // Note [single copy by pages]: one round of a gather (scatter) below the single-copy threshold, whose root picks
+  // single copies if its buffer is on huge pages, else the segments.
+  bool paged_candidate(size_t count, size_t es, bool gather) const {
+    return cma_bytes_ > 0 && count * es < cma_bytes_ &&
+           chunk_elems(half_bytes(), es, gather ? 1 : static_cast<size_t>(size_)) >= count && count > 0;
+  }
+  Status paged_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather);
   // Copies bytes between local memory and rank q's memory at `remote` (its address space): all of them, or an
   // error naming q.
   Status cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool write);
@@ -845,6 +860,7 @@ Status ShmComm::do_gather(const void* send, void* recv, size_t count, DType dtyp
                rank_ == root ? static_cast<size_t>(size_) * count * dtype_size(dtype) : 0));
   if (misused()) return fail_misuse();
   if (single_copy(count * dtype_size(dtype))) return single_copy_round(send, recv, count, dtype, root, true);
+  if (paged_candidate(count, dtype_size(dtype), true)) return paged_round(send, recv, count, dtype, root, true);
   return gather_rounds(send, recv, count, dtype, root);
 }
 
@@ -930,10 +946,69 @@ Status ShmComm::single_copy_round(const void* send, void* recv, size_t count, DT
   });
 }
 
+// Note [single copy by pages]
+// A single copy into (out of) the root's buffer costs little where that buffer is on huge pages, and much where it
+// is on 4 KiB pages: the kernel pins every page of the root's buffer that a peer's copy touches, and with all peers
+// pinning pages of one page table at once their copies queue (on the H200 machine's host, gathers of 256 KiB-2 MiB
+// at 8 and 16 ranks took 0.09-0.56 of the segments' time with single copies into huge pages, and 1.08-1.59 with
+// single copies into 4 KiB pages; docs/benchmarks/2026-11-30-h200x2-comm-tuning/). Below the single-copy threshold
+// (Note [single copy]), a gather or scatter that fits one round therefore lets the root choose: single copies when
+// its buffer is on huge pages throughout (on_huge_pages) and its pieces have at least cma_huge_bytes, else the
+// segments. It says which in its meta half (`addr`: its buffer, or 0), which the others read after the arrival. The
+// others cannot know the choice before they arrive, so in a gather each still copies its piece into its segment
+// first (the segment path needs it there). Scatter's root fills its segment only for the segment path. Only the
+// root's setting counts, so ranks need not agree on it.
+Status ShmComm::paged_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather) {
+  const size_t es = dtype_size(dtype), bytes = count * es;
+  char* dst = static_cast<char*>(recv);
+  // As in single_copy_round: this rank's piece (gather), or the root's whole buffer (scatter).
+  const char* own = send == kInPlace ? (gather ? dst + static_cast<size_t>(rank_) * bytes : dst)
+                                     : static_cast<const char*>(send);
+  const char* all = gather ? dst : own;  // the root's buffer of size() pieces
+  const bool single = rank_ == root && opt_.cma_huge_bytes > 0 && bytes >= opt_.cma_huge_bytes &&
+                      on_huge_pages(all, static_cast<size_t>(size_) * bytes);
+  if (single) {
+    cur_.addr = reinterpret_cast<uint64_t>(all);
+    TT_LOG(TRACE, COMM, "%s #%lld (rank %d): single copies (the root's buffer is on huge pages)",
+           kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_);
+  }
+  const auto fill = [&](char* area) {
+    if (gather && !(single && rank_ == root)) std::memcpy(area, own, bytes);
+    if (!gather && rank_ == root && !single) lay_out_pieces(area, own, count, 0, bytes, es);
+  };
+  return round_fill(fill, [&](int64_t r) -> Status {
+    const uint64_t remote = hdr(root)->meta[half_].addr;
+    if (rank_ == root) {
+      if (remote == 0) {  // the segments
+        if (gather) {
+          for (int q = 0; q < size_; ++q) deliver(dst + static_cast<size_t>(q) * bytes, input(q), bytes);
+        } else if (send != kInPlace) {
+          deliver(dst, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
+        }
+        return Status::ok();
+      }
+      if (send != kInPlace) {
+        if (gather) deliver(dst + static_cast<size_t>(rank_) * bytes, own, bytes);
+        else deliver(dst, own + static_cast<size_t>(rank_) * bytes, bytes);
+      }
+      return wait_all(&Header::reduced, r, "waiting for the ranks' single copies");
+    }
+    if (remote == 0) {
+      if (!gather) deliver(dst, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
+      return Status::ok();
+    }
+    TT_TRY(cma_copy(root, gather ? const_cast<char*>(own) : dst, remote + static_cast<uint64_t>(rank_) * bytes, bytes,
+                    gather));
+    hdr(rank_)->reduced.value.store(r, std::memory_order_release);
+    return Status::ok();
+  });
+}
+
 Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
   TT_TRY(begin(kScatter, count, dtype, Op::kSum, root, false, count * dtype_size(dtype)));
   if (misused()) return fail_misuse();
   if (single_copy(count * dtype_size(dtype))) return single_copy_round(send, recv, count, dtype, root, false);
+  if (paged_candidate(count, dtype_size(dtype), false)) return paged_round(send, recv, count, dtype, root, false);
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
   // In place at the root: recv holds all size() * count elements and the root's own piece stays where it is.
@@ -991,6 +1066,64 @@ Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dt
   });
 }
 
+
+// The PAGEMAP_SCAN ioctl's interface (linux/fs.h of Linux 6.7; older headers lack it).
+struct PageRegion {
+  uint64_t start, end, categories;
+};
+struct PmScanArg {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages, category_inverted, category_mask,
+      category_anyof_mask, return_mask;
+};
+constexpr uint64_t kPageIsHuge = 1u << 6;
+constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);
+
+// This process's /proc/self/pagemap, opened once (and again in a forked child, whose "self" is another process);
+// -1 if it cannot be opened.
+std::atomic<int> g_pagemap{-2};
+int pagemap_fd() {
+  int fd = g_pagemap.load(std::memory_order_acquire);
+  if (fd != -2) return fd;
+  static const bool at_fork = [] {
+    pthread_atfork(nullptr, nullptr, [] {
+      const int old = g_pagemap.exchange(-2);
+      if (old >= 0) ::close(old);
+    });
+    return true;
+  }();
+  (void)at_fork;
+  fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  int expected = -2;
+  if (!g_pagemap.compare_exchange_strong(expected, fd < 0 ? -1 : fd)) {  // another thread was first
+    if (fd >= 0) ::close(fd);
+    return expected;
+  }
+  return fd < 0 ? -1 : fd;
+}
+
+}  // namespace
+
+bool on_huge_pages(const void* p, size_t bytes) {
+  const int fd = pagemap_fd();
+  if (fd < 0 || bytes == 0) return false;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t a = reinterpret_cast<uint64_t>(p);
+  PageRegion region{};
+  PmScanArg arg{};
+  arg.size = sizeof arg;
+  arg.start = a / page * page;
+  arg.end = (a + bytes + page - 1) / page * page;
+  arg.vec = reinterpret_cast<uint64_t>(&region);
+  arg.vec_len = 1;
+  arg.max_pages = 1;  // the first page that is not huge answers
+  arg.category_inverted = kPageIsHuge;  // match the pages that are not huge
+  arg.category_mask = kPageIsHuge;
+  arg.return_mask = kPageIsHuge;
+  // Returns the regions found: none means every page is huge. -1: no PAGEMAP_SCAN (older kernels: ENOTTY).
+  return ioctl(fd, kPagemapScan, &arg) == 0 && arg.walk_end >= arg.end;
+}
+
+namespace {
 }  // namespace
 
 Result<std::unique_ptr<Communicator>> create_shm(int rank, int size, const ShmOptions& options) {

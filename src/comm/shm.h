@@ -28,15 +28,25 @@ struct ShmOptions {
   static constexpr size_t kCmaAutoBytes = 256 << 10;
   static constexpr int kCmaAutoRanks = 4;
   size_t cma_bytes = kCmaAuto;
-  // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0, the default:
-  // never, until measured). Note [arrival tree] in shm.cc.
-  int tree_ranks = 0;
+  // Where single copies are on, a root whose buffer is on huge pages throughout (on_huge_pages) also takes them for
+  // pieces of at least this many bytes, below cma_bytes, when the call is one round (TIERTRAIN_COMM_CMA_HUGE_BYTES;
+  // 0: never). The root decides alone; the others follow it. Note [single copy by pages] in shm.cc.
+  size_t cma_huge_bytes = 32 << 10;
+  // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0: never). The
+  // default, 32, is where the tree was faster on the H200 machine's 32-core host (at 16 and 24 ranks it was not).
+  // Note [arrival tree] in shm.cc.
+  int tree_ranks = 32;
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
   // Where each rank's segment goes (TIERTRAIN_COMM_MEMPOLICY): auto (preferred on the high-bandwidth node nearest
   // the rank's CPU if there is one, else where first touched), local, bind, preferred, interleave (over all HBW
   // nodes, or all nodes). HBW nodes: comm/topology.h (TIERTRAIN_HBW_NODES, MEMKIND_HBW_NODES, HMAT, flat mode).
   std::string mempolicy = "auto";
 };
+
+// Whether [p, p + bytes) is mapped with huge pages (transparent or hugetlb) throughout, as this process's page tables
+// say now (the PAGEMAP_SCAN ioctl of /proc/self/pagemap, Linux 6.7 and later). false where the kernel cannot tell,
+// for bytes == 0, and for pages not present.
+bool on_huge_pages(const void* p, size_t bytes);
 
 Result<std::unique_ptr<Communicator>> create_shm(int rank, int size, const ShmOptions& options);
 

@@ -3,6 +3,7 @@
 // multiple of the ranks, and large enough for many rounds and the split reduction; a rank that never arrives, one
 // that calls something else, one that dies; the launcher naming a failed rank. This binary is both the test driver
 // (gtest) and, with TT_COMM_SCENARIO set, a rank.
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <sstream>
+#include <iterator>
+#include <cctype>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +30,7 @@
 #include "comm/comm.h"
 #include "comm/nccl.h"
 #include "comm/reduce.h"
+#include "comm/shm.h"
 #include "core/bf16.h"
 #include "core/log.h"
 
@@ -634,6 +639,73 @@ TEST(Comm, SingleCopiesByDefaultFromFourRanks) {
   EXPECT_EQ(threshold(3, ""), "single copies off");
   EXPECT_EQ(threshold(4, ""), can ? "single copies from 256.00 KiB a piece" : "single copies off");
   EXPECT_EQ(threshold(4, "TIERTRAIN_COMM_CMA_BYTES=0"), "single copies off");
+}
+
+// Whether this machine maps a fresh 2 MiB-aligned buffer that asked for them on transparent huge pages, and the
+// kernel says so (PAGEMAP_SCAN); and that 4 KiB pages and empty ranges are not taken for huge ones.
+bool huge_pages_seen() {
+  const size_t huge = size_t(2) << 20;
+  void* p = std::aligned_alloc(huge, 2 * huge);
+  if (p == nullptr) return false;
+  madvise(p, 2 * huge, MADV_HUGEPAGE);
+  std::memset(p, 1, 2 * huge);
+  const bool seen = tt::comm::on_huge_pages(p, 2 * huge);
+  std::free(p);
+  return seen;
+}
+
+TEST(Comm, HugePagesAreToldApart) {
+  std::vector<char> small(100000, 1);
+  EXPECT_FALSE(tt::comm::on_huge_pages(small.data(), small.size()));  // a heap buffer of 4 KiB pages
+  EXPECT_FALSE(tt::comm::on_huge_pages(small.data(), 0));
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* q = mmap(nullptr, 8 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(q, MAP_FAILED);
+  EXPECT_FALSE(tt::comm::on_huge_pages(q, 8 * page));  // not yet touched: no pages at all
+  munmap(q, 8 * page);
+  if (!huge_pages_seen())
+    GTEST_SKIP() << "no huge pages here, or no PAGEMAP_SCAN (Linux 6.7+): on_huge_pages says false throughout";
+  const size_t huge = size_t(2) << 20;
+  void* p = std::aligned_alloc(huge, 2 * huge);
+  ASSERT_NE(p, nullptr);
+  madvise(p, 2 * huge, MADV_HUGEPAGE);
+  std::memset(p, 1, 2 * huge);
+  EXPECT_TRUE(tt::comm::on_huge_pages(static_cast<char*>(p) + 4096, huge));  // any part of them
+  std::free(p);
+}
+
+// Note [single copy by pages]: below the single-copy threshold, gathers and scatters of one round take single copies
+// when the root's buffer is on huge pages (comm-bench's buffers are from TIERTRAIN_COMM_HUGE_BYTES up), and the
+// segments otherwise: both right (comm-bench checks every element, out of place and in place, roots 0 and 2), at
+// uneven sizes, with the readers' jitter. The root's trace line says which path it took.
+TEST(Comm, SingleCopiesIntoHugePagesBelowTheThreshold) {
+  const bool huge = huge_pages_seen();
+  for (const char* c : {"gather", "scatter"}) {
+    for (const char* pages : {"TIERTRAIN_COMM_HUGE_BYTES=1", "TIERTRAIN_COMM_HUGE_BYTES=0"}) {
+      for (const char* root : {"0", "2"}) {
+        const Job j = shell(std::string("env TIERTRAIN_DEBUG=TRACE TIERTRAIN_DEBUG_SUBSYS=COMM ") + pages +
+                            " TIERTRAIN_COMM_CMA_BYTES=1048576 TIERTRAIN_COMM_CMA_HUGE_BYTES=1000 "
+                            "TIERTRAIN_COMM_BUFFER=1048576 TIERTRAIN_COMM_JITTER_US=20 " + TT_BINARY +
+                            " launch -n 3 -- " + TT_BINARY + " comm-bench -C " + c + " -r " + root +
+                            " -b 3000 -e 600000 -f 7 -n 2 -w 0 -c 2");
+        ASSERT_EQ(j.code, 0) << j.output;
+        size_t rows = 0, wrong_free = 0;
+        std::istringstream lines(j.output);
+        for (std::string line; std::getline(lines, line);) {
+          std::istringstream f(line);
+          std::vector<std::string> w{std::istream_iterator<std::string>(f), std::istream_iterator<std::string>()};
+          if (w.size() != 13 || w[0].empty() || !std::isdigit(static_cast<unsigned char>(w[0][0]))) continue;
+          ++rows;
+          wrong_free += w[8] == "0" && w[12] == "0";
+        }
+        EXPECT_EQ(rows, 3u) << j.output;  // 3000, 21000, 147000 bytes (600000 is past -e)
+        EXPECT_EQ(wrong_free, rows) << c << " " << pages << " root " << root << "\n" << j.output;
+        const bool single = j.output.find("the root's buffer is on huge pages") != std::string::npos;
+        EXPECT_EQ(single, huge && std::string(pages) == "TIERTRAIN_COMM_HUGE_BYTES=1") << c << " " << pages << "\n"
+                                                                                       << j.output;
+      }
+    }
+  }
 }
 
 // Note [arrival tree]: every collective, dtype, op and size again with rounds arriving through group leaders (from 2

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# A/B of shm settings on `tiertrain comm-bench` (issue 5's tuning): the same sweep under each setting, the settings
+# interleaved within every repeat (so a slow spell of the machine falls on all of them), ranks bound to cores;
+# then bench/comm_ab_summary.py writes a table of the median time per size and setting, and each setting's ratio
+# to the first, into OUTDIR/results.md.
+#   TT_AB_SETTINGS="-;TIERTRAIN_COMM_CMA_BYTES=16384" bench/comm_ab.sh OUTDIR
+# TT_AB_SETTINGS: settings separated by ';', each "NAME=VALUE ..." or "-" for none (default: "-" only);
+# TT_AB_RANKS (default "8 16"), TT_AB_COLLECTIVES (default allreduce), TT_AB_ARGS (comm-bench's sweep flags, default
+# "-b 8 -e 64 -f 2 -n 2000 -w 200": latency), TT_AB_REPEATS (default 3), TT_AB_RUN_TIMEOUT (seconds a run may
+# take, default 100), TT the binary.
+set -uo pipefail
+OUT=${1:?usage: bench/comm_ab.sh OUTDIR}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+TT=${TT:-build/gpu/src/tiertrain}
+IFS=';' read -r -a settings <<< "${TT_AB_SETTINGS:--}"
+read -r -a args <<< "${TT_AB_ARGS:--b 8 -e 64 -f 2 -n 2000 -w 200}"
+cpus=$(nproc)
+: > "$OUT/settings.txt"
+for i in "${!settings[@]}"; do echo "s$i ${settings[$i]}" >> "$OUT/settings.txt"; done
+echo "comm-bench ${args[*]} -c 1" > "$OUT/command.txt"
+for n in ${TT_AB_RANKS:-8 16}; do
+  [ "$n" -le "$cpus" ] || { echo "skipping $n ranks: $cpus CPUs" >&2; continue; }
+  for c in ${TT_AB_COLLECTIVES:-allreduce}; do
+    for r in $(seq 1 "${TT_AB_REPEATS:-3}"); do
+      for i in "${!settings[@]}"; do
+        envs=${settings[$i]}
+        [ "$envs" = "-" ] && envs=""
+        name="${c}_${n}_s${i}_r${r}"
+        # shellcheck disable=SC2086
+        env $envs timeout "${TT_AB_RUN_TIMEOUT:-100}" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" \
+          "${args[@]}" -c 1 --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; }
+      done
+    done
+  done
+done
+python3 bench/comm_ab_summary.py "$OUT"
