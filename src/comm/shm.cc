@@ -120,8 +120,9 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // own arrival lines, not their leaders'. A leader reads g - 1 + n / g lines a round and a member n / g, in two steps.
 // On by default from 32 ranks (ShmOptions::tree_ranks). On the H200 machine's 32-core host, at 8-64 B
 // (docs/benchmarks/2026-11-30-h200x2-comm-tuning/): at 32 ranks broadcast took 1.13 us with the tree against 1.92
-// flat, gather 1.44 against 1.93, allreduce 1.96 against 2.15 and allgather 2.04 against 2.21; at 16 ranks the tree
-// was 1.1-1.4x slower (two steps where one suffices), at 24 even.
+// flat, gather 1.44 against 1.93, allreduce 1.96 against 2.15 and allgather 2.04 against 2.21 (a second run: broadcast
+// 1.36-1.57 against 1.71-2.15, allreduce 2.08-2.45 against 2.36-3.81); at 16 ranks the tree was 1.1-1.4x slower
+// (two steps where one suffices), at 24 mixed (gather faster, allgather slower, the others even).
 
 // Note [streaming stores]
 // A large collective's results go into the caller's buffer with streaming (non-temporal) stores: they skip the

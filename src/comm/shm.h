@@ -33,8 +33,8 @@ struct ShmOptions {
   // 0: never). The root decides alone; the others follow it. Note [single copy by pages] in shm.cc.
   size_t cma_huge_bytes = 32 << 10;
   // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0: never). The
-  // default, 32, is where the tree was faster on the H200 machine's 32-core host (at 16 and 24 ranks it was not).
-  // Note [arrival tree] in shm.cc.
+  // default, 32, is where the tree was faster on the H200 machine's 32-core host (at 16 ranks it was slower, at 24
+  // mixed). Note [arrival tree] in shm.cc.
   int tree_ranks = 32;
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
   // Where each rank's segment goes (TIERTRAIN_COMM_MEMPOLICY): auto (preferred on the high-bandwidth node nearest
