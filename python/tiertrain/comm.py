@@ -20,10 +20,12 @@ __all__ = ["world", "Comm", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "IN_PLACE"
 
 def zeros(shape, dtype="float32"):
     """A new numpy array of zeros on transparent huge pages where the kernel gives them (2 MiB-aligned,
-    madvise(MADV_HUGEPAGE), written at once so that its pages are there), like numpy.zeros otherwise. Give it as the root's receive buffer of a Gather, or send
-    buffer of a Scatter: the ranks then copy their pieces straight into (out of) it from 32 KiB pieces up, where on
-    4 KiB pages that pays only from 256 KiB (TIERTRAIN_COMM_CMA_HUGE_BYTES, TIERTRAIN_COMM_CMA_BYTES). numpy puts
-    arrays of 4 MiB and more on huge pages by itself; this is for smaller ones. Each array takes at least 2 MiB."""
+    madvise(MADV_HUGEPAGE), written at once so that its pages are there), like numpy.zeros otherwise.
+
+    Give it as the root's receive buffer of a Gather, or send buffer of a Scatter: the ranks then copy their pieces
+    straight into (out of) it from 32 KiB pieces up, where on 4 KiB pages that pays only from 256 KiB
+    (TIERTRAIN_COMM_CMA_HUGE_BYTES, TIERTRAIN_COMM_CMA_BYTES). numpy puts arrays of 4 MiB and more on huge pages by
+    itself; this is for smaller ones. Each array takes at least 2 MiB."""
     import mmap
 
     import numpy as np

@@ -1116,16 +1116,12 @@ bool on_huge_pages(const void* p, size_t bytes) {
   arg.end = (a + bytes + page - 1) / page * page;
   arg.vec = reinterpret_cast<uint64_t>(&region);
   arg.vec_len = 1;
-  arg.max_pages = 1;  // the first page that is not huge answers
-  arg.category_inverted = kPageIsHuge;  // match the pages that are not huge
-  arg.category_mask = kPageIsHuge;
+  arg.category_mask = kPageIsHuge;  // the huge pages, merged into regions
   arg.return_mask = kPageIsHuge;
-  // Returns the regions found: none means every page is huge. -1: no PAGEMAP_SCAN (older kernels: ENOTTY).
-  return ioctl(fd, kPagemapScan, &arg) == 0 && arg.walk_end >= arg.end;
+  // Asked positively: one huge region covering the whole range. (Asking for the pages that are not huge and taking
+  // none for all huge would also take what the scan skips, such as VM_PFNMAP mappings, for huge pages.)
+  return ioctl(fd, kPagemapScan, &arg) == 1 && region.start <= arg.start && region.end >= arg.end;
 }
-
-namespace {
-}  // namespace
 
 Result<std::unique_ptr<Communicator>> create_shm(int rank, int size, const ShmOptions& options) {
   auto c = std::make_unique<ShmComm>(rank, size, options);

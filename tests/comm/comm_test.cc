@@ -4,6 +4,7 @@
 // that calls something else, one that dies; the launcher naming a failed rank. This binary is both the test driver
 // (gtest) and, with TT_COMM_SCENARIO set, a rank.
 #include <sys/mman.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <fstream>
 #include <iterator>
 #include <cctype>
 #include <string>
@@ -641,35 +643,65 @@ TEST(Comm, SingleCopiesByDefaultFromFourRanks) {
   EXPECT_EQ(threshold(4, "TIERTRAIN_COMM_CMA_BYTES=0"), "single copies off");
 }
 
-// Whether this machine maps a fresh 2 MiB-aligned buffer that asked for them on transparent huge pages, and the
-// kernel says so (PAGEMAP_SCAN); and that 4 KiB pages and empty ranges are not taken for huge ones.
-bool huge_pages_seen() {
+// The kilobytes of transparent huge pages in the mapping that holds p, from /proc/self/smaps (AnonHugePages): an
+// oracle independent of on_huge_pages. -1 if it cannot be read.
+long huge_kb_at(const void* p) {
+  std::ifstream f("/proc/self/smaps");
+  if (!f) return -1;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  bool in = false;
+  for (std::string line; std::getline(f, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+      in = lo <= a && a < hi;
+    } else if (in && line.rfind("AnonHugePages:", 0) == 0) {
+      return std::atol(line.c_str() + 14);
+    }
+  }
+  return -1;
+}
+
+// Whether the kernel has PAGEMAP_SCAN (Linux 6.7 and later).
+bool kernel_has_pagemap_scan() {
+  utsname u{};
+  int major = 0, minor = 0;
+  return uname(&u) == 0 && std::sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
+         (major > 6 || (major == 6 && minor >= 7));
+}
+
+// A fresh 2 MiB-aligned buffer that asked for huge pages, written; whether smaps shows it on huge pages (the
+// machine has them on madvise or always). Freed before returning.
+bool huge_pages_here() {
   const size_t huge = size_t(2) << 20;
   void* p = std::aligned_alloc(huge, 2 * huge);
   if (p == nullptr) return false;
   madvise(p, 2 * huge, MADV_HUGEPAGE);
   std::memset(p, 1, 2 * huge);
-  const bool seen = tt::comm::on_huge_pages(p, 2 * huge);
+  const bool seen = huge_kb_at(p) >= 2048;
   std::free(p);
   return seen;
 }
 
+// Where smaps shows huge pages and the kernel has PAGEMAP_SCAN, on_huge_pages must say so; 4 KiB pages, untouched
+// and empty ranges are never taken for huge ones.
 TEST(Comm, HugePagesAreToldApart) {
-  std::vector<char> small(100000, 1);
-  EXPECT_FALSE(tt::comm::on_huge_pages(small.data(), small.size()));  // a heap buffer of 4 KiB pages
-  EXPECT_FALSE(tt::comm::on_huge_pages(small.data(), 0));
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  void* q = mmap(nullptr, 8 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* q = mmap(nullptr, 64 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(q, MAP_FAILED);
-  EXPECT_FALSE(tt::comm::on_huge_pages(q, 8 * page));  // not yet touched: no pages at all
-  munmap(q, 8 * page);
-  if (!huge_pages_seen())
-    GTEST_SKIP() << "no huge pages here, or no PAGEMAP_SCAN (Linux 6.7+): on_huge_pages says false throughout";
+  madvise(q, 64 * page, MADV_NOHUGEPAGE);
+  EXPECT_FALSE(tt::comm::on_huge_pages(q, 64 * page));  // not yet touched: no pages at all
+  std::memset(q, 1, 64 * page);
+  EXPECT_FALSE(tt::comm::on_huge_pages(q, 64 * page));  // 4 KiB pages
+  EXPECT_FALSE(tt::comm::on_huge_pages(q, 0));
+  munmap(q, 64 * page);
+  if (!kernel_has_pagemap_scan() || !huge_pages_here())
+    GTEST_SKIP() << "no huge pages here (smaps), or a kernel before 6.7 (no PAGEMAP_SCAN)";
   const size_t huge = size_t(2) << 20;
   void* p = std::aligned_alloc(huge, 2 * huge);
   ASSERT_NE(p, nullptr);
   madvise(p, 2 * huge, MADV_HUGEPAGE);
   std::memset(p, 1, 2 * huge);
+  ASSERT_GE(huge_kb_at(p), 2048);
   EXPECT_TRUE(tt::comm::on_huge_pages(static_cast<char*>(p) + 4096, huge));  // any part of them
   std::free(p);
 }
@@ -679,7 +711,7 @@ TEST(Comm, HugePagesAreToldApart) {
 // segments otherwise: both right (comm-bench checks every element, out of place and in place, roots 0 and 2), at
 // uneven sizes, with the readers' jitter. The root's trace line says which path it took.
 TEST(Comm, SingleCopiesIntoHugePagesBelowTheThreshold) {
-  const bool huge = huge_pages_seen();
+  const bool huge = kernel_has_pagemap_scan() && huge_pages_here();
   for (const char* c : {"gather", "scatter"}) {
     for (const char* pages : {"TIERTRAIN_COMM_HUGE_BYTES=1", "TIERTRAIN_COMM_HUGE_BYTES=0"}) {
       for (const char* root : {"0", "2"}) {
