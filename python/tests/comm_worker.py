@@ -284,6 +284,20 @@ def time_loop(comm: tc.Comm) -> None:
     print(f"rank {me}: time loop right")
 
 
+def huge_kb_at(address: int) -> int:
+    """AnonHugePages (kB) of the mapping that holds address, from /proc/self/smaps; -1 if not found."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(" ", 1)[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and line.startswith("AnonHugePages:"):
+                return int(line.split()[1])
+    return -1
+
+
 def huge_buffers(comm: tc.Comm) -> None:
     """tc.zeros: arrays of the shape and type asked for, on 2 MiB boundaries; Gather into and Scatter out of them at
     the root, at piece sizes that take single copies when the root's buffer is on huge pages (the job sets
@@ -293,6 +307,9 @@ def huge_buffers(comm: tc.Comm) -> None:
     expect(a.shape == (3, 5) and a.dtype == np.int64 and a.flags.writeable and a.flags.c_contiguous and
            not a.any(), "zeros shape")
     expect(tc.zeros(0, np.float32).size == 0, "zeros of no elements")
+    probe = tc.zeros(1 << 20, np.uint8)  # kept alive while smaps is read
+    if me == 0 and huge_kb_at(probe.ctypes.data) >= 2048:
+        print("rank 0: zeros on huge pages (smaps)")
     for root in range(n):
         for per in (1000, 12345, 100000):
             send = data(me, per, np.float32, per)

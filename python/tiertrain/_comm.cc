@@ -408,16 +408,9 @@ PYBIND11_MODULE(_comm, m) {
   m.attr("CommTimeoutError") = py::handle(g_timeout_error);
   m.attr("CommMismatchError") = py::handle(g_mismatch_error);
   m.attr("CommAbortedError") = py::handle(g_aborted_error);
-  // The library's log lines, as the command line takes them: TIERTRAIN_DEBUG (WARN, INFO, TRACE, NONE) and
-  // TIERTRAIN_DEBUG_SUBSYS (COMM, ALL, ...); a value that does not parse leaves the default (warnings).
-  {
-    tt::log::Settings ls;
-    if (const char* v = std::getenv("TIERTRAIN_DEBUG"); v != nullptr && *v != '\0')
-      if (auto l = tt::log::parse_level(v); l.is_ok()) ls.level = l.value();
-    if (const char* v = std::getenv("TIERTRAIN_DEBUG_SUBSYS"); v != nullptr && *v != '\0')
-      if (auto sub = tt::log::parse_subsys(v); sub.is_ok()) ls.subsys = sub.value();
-    tt::log::configure(ls);
-  }
+  // The library's log lines, as the command line takes them (TIERTRAIN_DEBUG, TIERTRAIN_DEBUG_SUBSYS).
+  const auto env = [](const char* name) { return std::string(std::getenv(name) ? std::getenv(name) : ""); };
+  tt::log::configure(env("TIERTRAIN_DEBUG"), env("TIERTRAIN_DEBUG_SUBSYS"));
 
   py::enum_<Op>(m, "Op")
       .value("SUM", Op::kSum)

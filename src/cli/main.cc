@@ -153,10 +153,7 @@ int main(int argc, char** argv) {
     const std::string text = bare ? spec.implicit_value : values.back();
     if (tt::Status s = cfg.set(name, text, tt::KnobSource::kFlag); !s.is_ok()) return report(s);
   }
-  auto level = tt::log::parse_level(cfg.get_string("debug"));
-  auto subsys = tt::log::parse_subsys(cfg.get_string("debug_subsys"));
-  tt::log::configure({level.is_ok() ? level.value() : tt::log::Level::kWarn,
-                      subsys.is_ok() ? subsys.value() : tt::log::kAll});
+  tt::log::configure(cfg.get_string("debug"), cfg.get_string("debug_subsys"));
 
   if (launch->parsed()) {
     launch_opt.command = launch_dashes ? launch_tail : launch->remaining();

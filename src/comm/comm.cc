@@ -286,7 +286,6 @@ Request Communicator::ialltoall(const void* s, void* r, size_t n, DType d) {
   return submit([=, this] { return do_alltoall(a.s, a.r, n, d); });
 }
 
-
 const std::vector<std::string>& environment_variables() {
   static const std::vector<std::string> vars = {
       "TIERTRAIN_RANK",          "TIERTRAIN_WORLD_SIZE",   "TIERTRAIN_COMM_ID",        "TIERTRAIN_COMM_TIMEOUT",

@@ -255,15 +255,16 @@ class ShmComm final : public Communicator {
   int leader_of(int q) const { return q / group_ * group_; }
   // Note [single copy]: the path of a call whose pieces are piece_bytes each.
   bool single_copy(size_t piece_bytes) const { return cma_bytes_ > 0 && piece_bytes >= cma_bytes_; }
-  // One round of a gather (or a scatter) whose ranks copy their own pieces into (out of) the root's buffer.
-  Status single_copy_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather);
-  // Note [single copy by pages]: one round of a gather (scatter) below the single-copy threshold, whose root picks
-  // single copies if its buffer is on huge pages, else the segments.
+  // Note [single copy], Note [single copy by pages]: one round of a gather (or a scatter) whose ranks copy their own
+  // pieces into (out of) the root's buffer. With root_picks (below the threshold, where the call is one round:
+  // paged_candidate) the root takes that path only if its buffer is on huge pages, else the segments, and the others
+  // follow it.
+  Status single_copy_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather,
+                           bool root_picks);
   bool paged_candidate(size_t count, size_t es, bool gather) const {
     return cma_bytes_ > 0 && count * es < cma_bytes_ &&
            chunk_elems(half_bytes(), es, gather ? 1 : static_cast<size_t>(size_)) >= count && count > 0;
   }
-  Status paged_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather);
   // Copies bytes between local memory and rank q's memory at `remote` (its address space): all of them, or an
   // error naming q.
   Status cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool write);
@@ -860,8 +861,9 @@ Status ShmComm::do_gather(const void* send, void* recv, size_t count, DType dtyp
   TT_TRY(begin(kGather, count, dtype, Op::kSum, root, send == kInPlace && rank_ != root,
                rank_ == root ? static_cast<size_t>(size_) * count * dtype_size(dtype) : 0));
   if (misused()) return fail_misuse();
-  if (single_copy(count * dtype_size(dtype))) return single_copy_round(send, recv, count, dtype, root, true);
-  if (paged_candidate(count, dtype_size(dtype), true)) return paged_round(send, recv, count, dtype, root, true);
+  const bool whole = single_copy(count * dtype_size(dtype));  // else the root picks, where one round holds it
+  if (whole || paged_candidate(count, dtype_size(dtype), true))
+    return single_copy_round(send, recv, count, dtype, root, true, !whole);
   return gather_rounds(send, recv, count, dtype, root);
 }
 
@@ -923,30 +925,6 @@ Status ShmComm::cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool
   return Status::ok();
 }
 
-Status ShmComm::single_copy_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather) {
-  const size_t bytes = count * dtype_size(dtype);
-  char* dst = static_cast<char*>(recv);
-  // Gather: each rank's piece goes to its place in the root's recv. Scatter: it comes from its place in the root's
-  // send (recv in place).
-  const char* own = send == kInPlace ? (gather ? dst + static_cast<size_t>(rank_) * bytes : dst)
-                                     : static_cast<const char*>(send);
-  const char* all = gather ? dst : own;  // the root's buffer of size() pieces
-  if (rank_ == root) cur_.addr = reinterpret_cast<uint64_t>(all);
-  return round_fill([](char*) {}, [&](int64_t r) -> Status {
-    if (rank_ == root) {
-      if (send != kInPlace) {
-        if (gather) deliver(dst + static_cast<size_t>(rank_) * bytes, own, bytes);
-        else deliver(dst, own + static_cast<size_t>(rank_) * bytes, bytes);
-      }
-      return wait_all(&Header::reduced, r, "waiting for the ranks' single copies");
-    }
-    const uint64_t remote = hdr(root)->meta[half_].addr + static_cast<uint64_t>(rank_) * bytes;
-    TT_TRY(cma_copy(root, gather ? const_cast<char*>(own) : dst, remote, bytes, gather));
-    hdr(rank_)->reduced.value.store(r, std::memory_order_release);
-    return Status::ok();
-  });
-}
-
 // Note [single copy by pages]
 // A single copy into (out of) the root's buffer costs little where that buffer is on huge pages, and much where it
 // is on 4 KiB pages: the kernel pins every page of the root's buffer that a peer's copy touches, and with all peers
@@ -959,28 +937,35 @@ Status ShmComm::single_copy_round(const void* send, void* recv, size_t count, DT
 // others cannot know the choice before they arrive, so in a gather each still copies its piece into its segment
 // first (the segment path needs it there). Scatter's root fills its segment only for the segment path. Only the
 // root's setting counts, so ranks need not agree on it.
-Status ShmComm::paged_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather) {
+Status ShmComm::single_copy_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather,
+                                  bool root_picks) {
   const size_t es = dtype_size(dtype), bytes = count * es;
   char* dst = static_cast<char*>(recv);
-  // As in single_copy_round: this rank's piece (gather), or the root's whole buffer (scatter).
+  // Gather: each rank's piece goes to its place in the root's recv. Scatter: it comes from its place in the root's
+  // send (recv in place).
   const char* own = send == kInPlace ? (gather ? dst + static_cast<size_t>(rank_) * bytes : dst)
                                      : static_cast<const char*>(send);
   const char* all = gather ? dst : own;  // the root's buffer of size() pieces
-  const bool single = rank_ == root && opt_.cma_huge_bytes > 0 && bytes >= opt_.cma_huge_bytes &&
-                      on_huge_pages(all, static_cast<size_t>(size_) * bytes);
+  const bool single = rank_ == root && (!root_picks || (opt_.cma_huge_bytes > 0 && bytes >= opt_.cma_huge_bytes &&
+                                                        on_huge_pages(all, static_cast<size_t>(size_) * bytes)));
   if (single) {
     cur_.addr = reinterpret_cast<uint64_t>(all);
-    TT_LOG(TRACE, COMM, "%s #%lld (rank %d): single copies (the root's buffer is on huge pages)",
-           kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_);
+    if (root_picks)
+      TT_LOG(TRACE, COMM, "%s #%lld (rank %d): single copies (the root's buffer is on huge pages)",
+             kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_);
   }
+  // The segments' input, where the root may pick them: a gather's pieces (every rank but a root that did not), a
+  // scatter's root's pieces.
   const auto fill = [&](char* area) {
-    if (gather && !(single && rank_ == root)) std::memcpy(area, own, bytes);
-    if (!gather && rank_ == root && !single) lay_out_pieces(area, own, count, 0, bytes, es);
+    if (!root_picks || single) return;
+    if (gather) std::memcpy(area, own, bytes);
+    else if (rank_ == root) lay_out_pieces(area, own, count, 0, bytes, es);
   };
   return round_fill(fill, [&](int64_t r) -> Status {
     const uint64_t remote = hdr(root)->meta[half_].addr;
+    const bool segments = root_picks && remote == 0;
     if (rank_ == root) {
-      if (remote == 0) {  // the segments
+      if (segments) {
         if (gather) {
           for (int q = 0; q < size_; ++q) deliver(dst + static_cast<size_t>(q) * bytes, input(q), bytes);
         } else if (send != kInPlace) {
@@ -994,7 +979,7 @@ Status ShmComm::paged_round(const void* send, void* recv, size_t count, DType dt
       }
       return wait_all(&Header::reduced, r, "waiting for the ranks' single copies");
     }
-    if (remote == 0) {
+    if (segments) {
       if (!gather) deliver(dst, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
       return Status::ok();
     }
@@ -1008,8 +993,9 @@ Status ShmComm::paged_round(const void* send, void* recv, size_t count, DType dt
 Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
   TT_TRY(begin(kScatter, count, dtype, Op::kSum, root, false, count * dtype_size(dtype)));
   if (misused()) return fail_misuse();
-  if (single_copy(count * dtype_size(dtype))) return single_copy_round(send, recv, count, dtype, root, false);
-  if (paged_candidate(count, dtype_size(dtype), false)) return paged_round(send, recv, count, dtype, root, false);
+  const bool whole = single_copy(count * dtype_size(dtype));  // else the root picks, where one round holds it
+  if (whole || paged_candidate(count, dtype_size(dtype), false))
+    return single_copy_round(send, recv, count, dtype, root, false, !whole);
   const size_t es = dtype_size(dtype);
   char* dst = static_cast<char*>(recv);
   // In place at the root: recv holds all size() * count elements and the root's own piece stays where it is.
@@ -1066,7 +1052,6 @@ Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dt
     });
   });
 }
-
 
 // The PAGEMAP_SCAN ioctl's interface (linux/fs.h of Linux 6.7; older headers lack it).
 struct PageRegion {

@@ -73,6 +73,12 @@ Result<uint32_t> parse_subsys(const std::string& text) {
 }
 
 void configure(Settings settings) { g_settings = settings; }
+void configure(const std::string& level, const std::string& subsys) {
+  Settings s;
+  if (auto l = parse_level(level); !level.empty() && l.is_ok()) s.level = l.value();
+  if (auto m = parse_subsys(subsys); !subsys.empty() && m.is_ok()) s.subsys = m.value();
+  configure(s);
+}
 const Settings& settings() { return g_settings; }
 
 void write(Level level, uint32_t subsys, const char* file, int line, const char* fmt, ...) {

@@ -39,6 +39,9 @@ Result<Level> parse_level(const std::string& text);
 Result<uint32_t> parse_subsys(const std::string& text);
 
 void configure(Settings settings);
+// From the texts of the `debug` and `debug_subsys` knobs (TIERTRAIN_DEBUG, TIERTRAIN_DEBUG_SUBSYS); a text that does
+// not parse (or is empty) keeps the default of Settings.
+void configure(const std::string& level, const std::string& subsys);
 const Settings& settings();
 
 inline bool enabled(Level level, uint32_t subsys) {
