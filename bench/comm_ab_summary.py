@@ -1,6 +1,6 @@
 """Table of bench/comm_ab.sh: per collective, rank count and size, the median (over repeats) out-of-place and
-in-place time of each setting, and its ratio to the first setting's (below 1: faster). Writes results.md into the
-folder it reads and prints it; #wrong other than 0 in any run is an error."""
+in-place time of each setting, and its ratio to the first setting's (below 1: faster). Writes results.md and
+results.json into the folder it reads and prints the table; #wrong other than 0 in any run is an error."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import os
 import re
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from comm_bench_common import write_results  # noqa: E402
 
 
 def main(out: str) -> int:
@@ -36,19 +39,20 @@ def main(out: str) -> int:
     head = "| collective | ranks | size (B) | form | n | " + " | ".join(keys) + " | " + " | ".join(
         f"{k}/s0" for k in keys[1:]) + " |"
     lines += [head, "| --- | ---: | ---: | --- | ---: |" + " ---: |" * (2 * len(keys) - 1)]
+    summary = []
     for key in sorted(times):
         per = times[key]
         med = {k: statistics.median(per[k]) for k in keys if k in per}
         n = min(len(v) for v in per.values())
+        summary.append({"collective": key[0], "ranks": key[1], "size": key[2], "in_place": key[3], "repeats": n,
+                        "median_time_us": {settings[k]: med[k] for k in med}})
         cells = [f"{med[k]:.2f}" if k in med else "" for k in keys]
         ratios = [f"{med[k] / med['s0']:.2f}" if k in med and "s0" in med else "" for k in keys[1:]]
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {'in place' if key[3] else 'out of place'} | {n} | "
                      + " | ".join(cells + ratios) + " |")
     if bad:
         lines += ["", "**Wrong results:**", *[f"- {b}" for b in bad]]
-    text = "\n".join(lines) + "\n"
-    open(os.path.join(out, "results.md"), "w").write(text)
-    print(text)
+    write_results(out, lines, summary)
     return 1 if bad else 0
 
 
