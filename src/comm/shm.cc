@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <cstring>
@@ -154,8 +155,8 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // ranks; scatter alike, docs/benchmarks/2026-11-30-h200x2-comm-host-v4/): the root no longer copies every piece
 // itself. At 256 KiB pieces the two paths were even in the C++ benchmark (2 MiB at 8 ranks: 189 against 195 us),
 // whose calls of 4-8 MiB cost ~210-240 us where the Python benchmark's, on numpy arrays, cost 88-137 us: what a
-// single copy costs depends on the buffers' pages (not yet understood; numpy asks for huge pages for large
-// arrays). With 2 ranks there is little to share out, and the single copy lost on the 2-core development machine
+// single copy costs depends on the pages of the root's buffer (numpy asks for huge pages for large arrays; Note
+// [single copy by pages]). With 2 ranks there is little to share out, and the single copy lost on the 2-core development machine
 // (64 MiB gather 4.5 against 3.6 ms): off below 4 ranks.
 
 // Reductions of up to kDirectReduceBytes per round, whose inputs together (ranks x bytes) are at most
@@ -164,9 +165,10 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // of ranks x). The second bound is new: with only the first, an allreduce of 64 KiB took 620 us at 32 ranks and
 // 190 us at 16 on the H200 host, where the split path took 113 us for 128 KiB at 32 ranks, and Open MPI 99 us for
 // 64 KiB (docs/benchmarks/2026-11-30-h200x2-comm-host-v4/ranks-8-16-32/shm_allreduce_*.log): every rank reading
-// every peer's input costs more than a second synchronisation once the inputs pass a few tens of KiB. Predicted,
-// to be measured: 64 KiB at 32 ranks ~60 us (from the split path's 113 us at 128 KiB); 4-64 KiB at 8-32 ranks no
-// longer behind Open MPI. At 2 ranks on the dev machine both paths take the same time (4-64 KiB).
+// every peer's input costs more than a second synchronisation once the inputs pass a few tens of KiB. Predicted
+// ~60 us for 64 KiB at 32 ranks (from the split path's 113 us at 128 KiB); measured 54 us (Open MPI 86;
+// docs/benchmarks/2026-11-30-h200x2-comm-tuning/ranks-16-32-tree-ab/). At 2 ranks on the dev machine both paths
+// take the same time (4-64 KiB).
 constexpr size_t kDirectReduceBytes = 64 << 10;
 constexpr size_t kDirectReduceReads = 32 << 10;
 
@@ -178,6 +180,14 @@ class ShmComm final : public Communicator {
   ShmComm(int rank, int size, ShmOptions options) : rank_(rank), size_(size), opt_(std::move(options)) {}
   ~ShmComm() override {
     stop_progress();  // queued operations use the segments
+    if (profile_ && prof_.rounds > 0) {
+      const double k = 1e6 / static_cast<double>(prof_.rounds);
+      std::fprintf(stderr,
+                   "shm profile, rank %d of %d: %lld rounds; per round (us): fill %.2f, arrival %.2f, work %.2f "
+                   "(reductions: reduce %.2f, waiting for the slices %.2f, slices out %.2f)\n",
+                   rank_, size_, static_cast<long long>(prof_.rounds), prof_.fill * k, prof_.arrive * k,
+                   prof_.work * k, prof_.reduce * k, prof_.wait_reduced * k, prof_.out * k);
+    }
     for (size_t i = 0; i < maps_.size(); ++i)
       if (maps_[i]) munmap(maps_[i], seg_bytes_);
     if (!own_name_.empty()) unlink_own();
@@ -309,6 +319,19 @@ class ShmComm final : public Communicator {
   std::string placement_ = "where first touched";
   int placed_node_ = -1;  // the one node place() asked for (-1: none, or several)
   Status place(void* p);  // the memory policy of our own segment, before its first touch
+  // TIERTRAIN_COMM_PROFILE=1: seconds spent in each phase of the rounds, printed by every rank when it closes.
+  struct Phases {
+    double fill = 0, arrive = 0, work = 0, reduce = 0, wait_reduced = 0, out = 0;
+    int64_t rounds = 0;
+  };
+  bool profile_ = false;
+  Phases prof_;
+  // Adds the seconds since *t to *phase and moves *t to now (profiling only).
+  void lap(double* phase, std::chrono::steady_clock::time_point* t) {
+    const auto now = std::chrono::steady_clock::now();
+    *phase += std::chrono::duration<double>(now - *t).count();
+    *t = now;
+  }
   int64_t jitter_us_ = 0;  // TIERTRAIN_COMM_JITTER_US (tests): a rank- and round-dependent delay before each write
   void jitter(int64_t r) const {
     if (jitter_us_ > 0)
@@ -338,6 +361,7 @@ Status ShmComm::init() {
                "shm communicator: buffer of %zu bytes (at least 4096, a multiple of 64)", opt_.buffer_bytes);
   seg_bytes_ = sizeof(Header) + 2 * opt_.buffer_bytes;
   if (const char* j = std::getenv("TIERTRAIN_COMM_JITTER_US")) jitter_us_ = std::atoll(j);
+  if (const char* p = std::getenv("TIERTRAIN_COMM_PROFILE")) profile_ = std::atoi(p) != 0;
   if (opt_.cma_bytes == ShmOptions::kCmaAuto)  // Note [single copy]: alike on every rank, as the size is
     opt_.cma_bytes = size_ >= ShmOptions::kCmaAutoRanks ? ShmOptions::kCmaAutoBytes : 0;
   // scatter, reduce_scatter and alltoall put one piece per rank in an area: at least a 64-byte line each.
@@ -741,7 +765,9 @@ Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   Header* me = hdr(rank_);
   half_ = static_cast<size_t>(r % 2);
   jitter(r);
+  auto t = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   fill(input(rank_));
+  if (profile_) lap(&prof_.fill, &t);
   cur_.round = r;
   me->meta[half_] = cur_;
   publish(me->arrived, cur_, pack_description(cur_), r);
@@ -753,7 +779,12 @@ Status ShmComm::round_fill(Fill&& fill, Work&& work) {
     TT_TRY(check_metas());
   }
   jitter(3 * r + 1);  // (tests) readers late too, so that a writer that does not wait for them overwrites their data
+  if (profile_) lap(&prof_.arrive, &t);
   TT_TRY(work(r));
+  if (profile_) {
+    lap(&prof_.work, &t);
+    ++prof_.rounds;
+  }
   return Status::ok();
 }
 
@@ -832,14 +863,18 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
       const size_t s0 = std::min(n, slice * static_cast<size_t>(rank_)), s1 = std::min(n, s0 + slice);
       for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q) + s0 * es;
       jitter(r + 1);
+      auto t = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       comm::reduce(result(rank_) + s0 * es, srcs.data(), size_, s1 - s0, dtype, op);
       hdr(rank_)->reduced.value.store(r, std::memory_order_release);
+      if (profile_) lap(&prof_.reduce, &t);
       if (root >= 0 && root != rank_) return Status::ok();
       TT_TRY(wait_all(&Header::reduced, r, "waiting for the reduced slices"));
+      if (profile_) lap(&prof_.wait_reduced, &t);
       for (int q = 0; q < size_; ++q) {
         const size_t q0 = std::min(n, slice * static_cast<size_t>(q)), q1 = std::min(n, q0 + slice);
         if (q1 > q0) deliver(dst + (off + q0) * es, result(q) + q0 * es, (q1 - q0) * es);
       }
+      if (profile_) lap(&prof_.out, &t);
       return Status::ok();
     });
   });
