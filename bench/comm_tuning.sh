@@ -11,6 +11,8 @@
 # - tree32: the default arrival at 32 ranks (the tree) against the flat one (TIERTRAIN_COMM_TREE_RANKS=0);
 # - py_huge: Python Gather, Allreduce and Bcast of 1-8 MiB on tiertrain.comm.zeros buffers (huge pages) against
 #   mpi4py + Open MPI on the same kind of buffers, 8/16/32 ranks (needs PY, and mpi4py for the second).
+# - allreduce_profile: where an allreduce of 1 and 4 MiB spends its rounds (TIERTRAIN_COMM_PROFILE), 8/16/32 ranks;
+# - allreduce_chunks: allreduce of 1-8 MiB with 1 and 2 MiB segment areas (smaller rounds) against the default 8.
 #   bench/comm_tuning.sh OUTDIR [EXPERIMENT...]      (default: gather tree stream py_pairs)
 set -uo pipefail
 OUT=${1:?usage: bench/comm_tuning.sh OUTDIR [gather] [tree] [stream] [py_pairs]}
@@ -56,6 +58,19 @@ for e in "${@:-gather tree stream py_pairs}"; do for x in $e; do case "$x" in
         fi
       done
     done ;;
+  allreduce_profile)
+    mkdir -p "$OUT/allreduce_profile"
+    for n in 8 16 32; do
+      [ "$n" -le "$(nproc)" ] || continue
+      for b in 1M 4M; do
+        TIERTRAIN_COMM_PROFILE=1 timeout 60 "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C allreduce -b "$b" \
+          -e "$b" -n 50 -w 10 -c 0 > "$OUT/allreduce_profile/allreduce_${n}_$b.log" 2>&1
+      done
+    done ;;
+  allreduce_chunks)
+    TT_AB_RANKS="8 16 32" TT_AB_COLLECTIVES=allreduce TT_AB_ARGS="-b 1M -e 8M -f 2 -n 20 -w 5" TT_AB_REPEATS=2 \
+      TT_AB_SETTINGS="-;TIERTRAIN_COMM_BUFFER=1048576;TIERTRAIN_COMM_BUFFER=2097152" \
+      bench/comm_ab.sh "$OUT/allreduce_chunks" > "$OUT/allreduce_chunks.out" 2>&1 ;;
   py_pairs)
     [ -n "${PY:-}" ] && "$PY" -c "import tiertrain.comm" 2>/dev/null || { echo "py_pairs: no PY with tiertrain" >&2; continue; }
     mkdir -p "$OUT/py_pairs"
