@@ -292,7 +292,7 @@ const std::vector<std::string>& environment_variables() {
       "TIERTRAIN_COMM_BUFFER",   "TIERTRAIN_SHM_DIR",      "TIERTRAIN_COMM_JITTER_US", "TIERTRAIN_COMM_MEMPOLICY",
       "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND", "TIERTRAIN_DEVICE",         "TIERTRAIN_COMM_STREAM_BYTES",
       "TIERTRAIN_COMM_CMA_BYTES", "TIERTRAIN_COMM_TREE_RANKS", "TIERTRAIN_COMM_HUGE_BYTES",
-      "TIERTRAIN_COMM_CMA_HUGE_BYTES", "TIERTRAIN_COMM_PROFILE"};
+      "TIERTRAIN_COMM_CMA_HUGE_BYTES", "TIERTRAIN_COMM_PROFILE", "TIERTRAIN_COMM_REDUCE_SPAN"};
   return vars;
 }
 
@@ -325,6 +325,10 @@ Status shm_options_from_env(ShmOptions* shm) {
   TT_RETURN_IF(cma_huge < 0, kInvalidArgument, "TIERTRAIN_COMM_CMA_HUGE_BYTES=%lld: bytes, 0 (never) or more",
                cma_huge);
   shm->cma_huge_bytes = static_cast<size_t>(cma_huge);
+  TT_ASSIGN_OR_RETURN(long long span,
+                      env_int({"TIERTRAIN_COMM_REDUCE_SPAN"}, static_cast<long long>(shm->reduce_span), &which));
+  TT_RETURN_IF(span < 0, kInvalidArgument, "TIERTRAIN_COMM_REDUCE_SPAN=%lld: bytes, 0 (no bound) or more", span);
+  shm->reduce_span = static_cast<size_t>(span);
   TT_ASSIGN_OR_RETURN(long long tree, env_int({"TIERTRAIN_COMM_TREE_RANKS"}, shm->tree_ranks, &which));
   TT_RETURN_IF(tree < 0 || tree == 1, kInvalidArgument,
                "TIERTRAIN_COMM_TREE_RANKS=%lld: 0 (never) or the smallest number of ranks (2 or more)", tree);

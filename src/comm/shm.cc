@@ -53,7 +53,7 @@ namespace {
 // (its reads of half h included). For the same reason a peer is never more than one round ahead of a rank still in
 // round r, so the meta half a rank checks in round r is the one its peers wrote for round r. No round ends with a
 // barrier.
-constexpr uint64_t kMagic = 0x7474636f6d6d3035ull;  // "ttcomm05": halves, arrival lines, single copies, tree
+constexpr uint64_t kMagic = 0x7474636f6d6d3036ull;  // "ttcomm06": halves, arrival lines, single copies, tree, span
 
 struct alignas(64) Flag {
   std::atomic<int64_t> value;
@@ -92,7 +92,7 @@ struct alignas(64) Header {
   uint64_t self_addr;  // where this rank maps its own segment: its peers' single-copy probe reads its pid there
   std::atomic<uint64_t> cma_bytes;  // Note [single copy]: this rank's threshold if its probes passed, else 0
   std::atomic<uint64_t> tree_ranks;  // Note [arrival tree]: this rank's TIERTRAIN_COMM_TREE_RANKS
-  char pad[64 - 56];
+  std::atomic<uint64_t> reduce_span;  // Note [reduction rounds]: this rank's TIERTRAIN_COMM_REDUCE_SPAN
   Arrival arrived;
   Arrival group;  // Note [arrival tree]: written by a group's leader once its members have arrived
   Flag reduced;
@@ -171,6 +171,17 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // take the same time (4-64 KiB).
 constexpr size_t kDirectReduceBytes = 64 << 10;
 constexpr size_t kDirectReduceReads = 32 << 10;
+
+// Note [reduction rounds]
+// A reduction (reduce, allreduce) takes rounds of at most span / ranks bytes per rank (TIERTRAIN_COMM_REDUCE_SPAN,
+// 32 MiB by default; agreed as the largest value asked for, 0 on any rank meaning half an area), and never less than
+// kMinReduceRound nor more than half an area. Without the bound a round took half an area, 4 MiB: at 32 ranks that
+// is 128 MiB of inputs in flight, out of the cores' caches. On the H200 machine's 32-core host, rounds of 1 MiB made
+// allreduces of 4-8 MiB at 32 ranks take 0.69-0.83 of the time of 4 MiB rounds; 2 MiB at 32 ranks and 1-2 MiB at
+// 16 were even or up to 1.14x slower with the smaller rounds (one round became two), and at 8 ranks, where the
+// default span leaves 4 MiB rounds, 1 MiB rounds gave 0.86-1.08 (docs/benchmarks/2026-11-30-h200x2-comm-tuning/,
+// TIERTRAIN_COMM_BUFFER=2097152 against the default 8 MiB).
+constexpr size_t kMinReduceRound = 64 << 10;
 
 // Elements per round for `per` pieces of one chunk each (defined below).
 size_t chunk_elems(size_t buffer_bytes, size_t es, size_t pieces);
@@ -306,6 +317,7 @@ class ShmComm final : public Communicator {
   Meta cur_{};         // the collective in progress
   bool stream_ = false;  // its results go out with streaming stores (Note [streaming stores])
   size_t cma_bytes_ = 0;  // the agreed single-copy threshold (Note [single copy]); 0: off
+  size_t reduce_round_bytes_ = 0;  // Note [reduction rounds]: the most bytes a reduction round takes per rank
   int group_ = 0;  // Note [arrival tree]: ranks per group when rounds arrive through the tree; 0: flat
   // Copies part of the collective's result into the caller's buffer.
   void deliver(void* dst, const void* src, size_t bytes) const {
@@ -446,6 +458,7 @@ Status ShmComm::init() {
     h->self_addr = reinterpret_cast<uint64_t>(p);
     h->cma_bytes.store(0, std::memory_order_relaxed);
     h->tree_ranks.store(static_cast<uint64_t>(opt_.tree_ranks), std::memory_order_relaxed);
+    h->reduce_span.store(static_cast<uint64_t>(opt_.reduce_span), std::memory_order_relaxed);
     // Note [single copy]: peers of this user may attach to read and write the buffers given to gather and scatter.
     if (opt_.cma_bytes > 0 && size_ > 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     h->arrived.value.store(0, std::memory_order_relaxed);
@@ -523,6 +536,11 @@ Status ShmComm::init() {
       return most;
     };
     cma_bytes_ = agreed(&Header::cma_bytes);
+    // Note [reduction rounds]: the agreed span, as bytes a round per rank.
+    const uint64_t span = agreed(&Header::reduce_span);
+    reduce_round_bytes_ = span == 0 ? half_bytes()
+                                    : std::clamp<size_t>(span / static_cast<uint64_t>(size_), kMinReduceRound,
+                                                         std::max(half_bytes(), kMinReduceRound));
     // Note [arrival tree]: on from the agreed number of ranks.
     const uint64_t tree = agreed(&Header::tree_ranks);
     if (tree > 0 && static_cast<uint64_t>(size_) >= tree) {
@@ -844,7 +862,7 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
   const size_t es = dtype_size(dtype);
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
-  const size_t c = chunk_elems(half_bytes(), es, 1);
+  const size_t c = chunk_elems(std::min(half_bytes(), reduce_round_bytes_), es, 1);
   std::vector<const void*> srcs(static_cast<size_t>(size_));
   return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;

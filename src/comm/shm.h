@@ -36,6 +36,9 @@ struct ShmOptions {
   // default, 32, is where the tree was faster on the H200 machine's 32-core host (at 16 ranks it was slower, at 24
   // mixed). Note [arrival tree] in shm.cc.
   int tree_ranks = 32;
+  // A reduction's rounds take at most this many bytes over all ranks (TIERTRAIN_COMM_REDUCE_SPAN; 0: half an area
+  // each, as other collectives). Note [reduction rounds] in shm.cc.
+  size_t reduce_span = 32 << 20;
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
   // Where each rank's segment goes (TIERTRAIN_COMM_MEMPOLICY): auto (preferred on the high-bandwidth node nearest
   // the rank's CPU if there is one, else where first touched), local, bind, preferred, interleave (over all HBW

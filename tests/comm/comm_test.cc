@@ -620,6 +620,19 @@ TEST(Comm, RanksAgreeOnSingleCopies) {
   }
 }
 
+// Note [reduction rounds]: reductions in rounds of span / ranks bytes (64 KiB here, under the 128 KiB halves), and
+// ranks that asked for different spans (one none at all, one smaller) agree on one: every collective still right.
+TEST(Comm, ReductionsInRoundsOfTheAgreedSpan) {
+  for (const char* rank1 : {"TIERTRAIN_COMM_REDUCE_SPAN=1", "TIERTRAIN_COMM_REDUCE_SPAN=0",
+                            "TIERTRAIN_COMM_REDUCE_SPAN=100"}) {
+    const Job j = launch(3, "collectives",
+                         std::string("TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 "
+                                     "TIERTRAIN_COMM_REDUCE_SPAN=1 TT_RANK1_ENV=") + rank1);
+    EXPECT_EQ(j.code, 0) << rank1 << "\n" << j.output;
+    EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << rank1 << "\n" << j.output;
+  }
+}
+
 // Note [single copy]: unless TIERTRAIN_COMM_CMA_BYTES says otherwise, single copies take pieces of 256 KiB and more
 // from 4 ranks up (where the probe passes, as it does here) and are off below; the setting overrides both ways.
 TEST(Comm, SingleCopiesByDefaultFromFourRanks) {
