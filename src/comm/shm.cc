@@ -193,11 +193,13 @@ class ShmComm final : public Communicator {
     stop_progress();  // queued operations use the segments
     if (profile_ && prof_.rounds > 0) {
       const double k = 1e6 / static_cast<double>(prof_.rounds);
-      std::fprintf(stderr,
-                   "shm profile, rank %d of %d: %lld rounds; per round (us): fill %.2f, arrival %.2f, work %.2f "
-                   "(reductions: reduce %.2f, waiting for the slices %.2f, slices out %.2f)\n",
-                   rank_, size_, static_cast<long long>(prof_.rounds), prof_.fill * k, prof_.arrive * k,
-                   prof_.work * k, prof_.reduce * k, prof_.wait_reduced * k, prof_.out * k);
+      // One write, so that the ranks' lines do not interleave.
+      const std::string line = str_format(
+          "shm profile, rank %d of %d: %lld rounds; per round (us): fill %.2f, arrival %.2f, work %.2f "
+          "(reductions: reduce %.2f, waiting for the slices %.2f, slices out %.2f)\n",
+          rank_, size_, static_cast<long long>(prof_.rounds), prof_.fill * k, prof_.arrive * k, prof_.work * k,
+          prof_.reduce * k, prof_.wait_reduced * k, prof_.out * k);
+      [[maybe_unused]] const ssize_t written = ::write(2, line.data(), line.size());
     }
     for (size_t i = 0; i < maps_.size(); ++i)
       if (maps_[i]) munmap(maps_[i], seg_bytes_);
