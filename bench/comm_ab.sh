@@ -4,7 +4,8 @@
 # then bench/comm_ab_summary.py writes a table of the median time per size and setting, and each setting's ratio
 # to the first, into OUTDIR/results.md.
 #   TT_AB_SETTINGS="-;TIERTRAIN_COMM_CMA_BYTES=16384" bench/comm_ab.sh OUTDIR
-# TT_AB_SETTINGS: settings separated by ';', each "NAME=VALUE ..." or "-" for none (default: "-" only);
+# TT_AB_SETTINGS: settings separated by ';', each "NAME=VALUE ..." or "-" for none (default: "-" only); BIND=share
+# in a setting binds the ranks to their share of the CPUs instead of one core each;
 # TT_AB_RANKS (default "8 16"), TT_AB_COLLECTIVES (default allreduce), TT_AB_ARGS (comm-bench's sweep flags, default
 # "-b 8 -e 64 -f 2 -n 2000 -w 200": latency), TT_AB_REPEATS (default 3), TT_AB_RUN_TIMEOUT (seconds a run may
 # take, default 100), TT the binary.
@@ -26,9 +27,12 @@ for n in ${TT_AB_RANKS:-8 16}; do
       for i in "${!settings[@]}"; do
         envs=${settings[$i]}
         [ "$envs" = "-" ] && envs=""
+        # BIND=share in a setting: the ranks get their share of the CPUs (tiertrain launch --bind-to share), not one.
+        bind=core
+        case " $envs " in *" BIND=share "*) bind=share; envs=$(echo " $envs " | sed 's/ BIND=share / /') ;; esac
         name="${c}_${n}_s${i}_r${r}"
         # shellcheck disable=SC2086
-        env $envs timeout "${TT_AB_RUN_TIMEOUT:-100}" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" \
+        env $envs timeout "${TT_AB_RUN_TIMEOUT:-100}" "$TT" launch -n "$n" --bind-to "$bind" -- "$TT" comm-bench -C "$c" \
           "${args[@]}" -c 1 --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; }
       done
     done

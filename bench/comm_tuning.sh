@@ -15,6 +15,8 @@
 # - allreduce_chunks: allreduce of 1-8 MiB with 1 and 2 MiB segment areas (smaller rounds) against the default 8.
 # - allreduce_span: allreduce of 1-16 MiB with rounds bounded by the default span (32 MiB over all ranks) against
 #   none (TIERTRAIN_COMM_REDUCE_SPAN=0: half an area, 4 MiB), 8/16/32 ranks, 3 repeats.
+# - crew: allreduce, broadcast and allgather of 1-16 MiB at 8 and 16 ranks, one core a rank (one thread) against
+#   each rank's share of the CPUs with as many threads (Note [crew]).
 #   bench/comm_tuning.sh OUTDIR [EXPERIMENT...]      (default: gather tree stream py_pairs)
 set -uo pipefail
 OUT=${1:?usage: bench/comm_tuning.sh OUTDIR [gather] [tree] [stream] [py_pairs]}
@@ -76,6 +78,9 @@ for e in "${@:-gather tree stream py_pairs}"; do for x in $e; do case "$x" in
   allreduce_span)
     TT_AB_RANKS="8 16 32" TT_AB_COLLECTIVES=allreduce TT_AB_ARGS="-b 1M -e 16M -f 2 -n 20 -w 5" TT_AB_REPEATS=3 \
       TT_AB_SETTINGS="-;TIERTRAIN_COMM_REDUCE_SPAN=0" bench/comm_ab.sh "$OUT/allreduce_span" > "$OUT/allreduce_span.out" 2>&1 ;;
+  crew)
+    TT_AB_RANKS="8 16" TT_AB_COLLECTIVES="allreduce broadcast allgather" TT_AB_ARGS="-b 1M -e 16M -f 2 -n 10 -w 3" \
+      TT_AB_REPEATS=2 TT_AB_SETTINGS="-;BIND=share" bench/comm_ab.sh "$OUT/crew" > "$OUT/crew.out" 2>&1 ;;
   py_pairs)
     [ -n "${PY:-}" ] && "$PY" -c "import tiertrain.comm" 2>/dev/null || { echo "py_pairs: no PY with tiertrain" >&2; continue; }
     mkdir -p "$OUT/py_pairs"

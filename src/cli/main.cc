@@ -63,13 +63,15 @@ int main(int argc, char** argv) {
                   "budget, then exit (0: it fits, 1: it does not); nothing is allocated");
 
   CLI::App* launch = app.add_subcommand(
-      "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core] -- CMD [ARGS...]; each gets "
+      "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core|share] -- CMD [ARGS...]; each gets "
                 "RANK, WORLD_SIZE, LOCAL_RANK and TIERTRAIN_COMM_ID; when a rank fails the others are stopped");
   tt::comm::LaunchOptions launch_opt;
   std::string bind_to = "none";
   launch->add_option("-n,--nproc", launch_opt.ranks, "number of ranks")->required()->check(CLI::Range(1, 4096));
-  launch->add_option("--bind-to", bind_to, "core: pin rank r to the r-th CPU this process may use; none (default)")
-      ->check(CLI::IsMember({"none", "core"}));
+  launch->add_option("--bind-to", bind_to,
+                     "core: pin rank r to the r-th CPU this process may use; share: to its equal share of those CPUs "
+                     "(room for its helper threads); none (default)")
+      ->check(CLI::IsMember({"none", "core", "share"}));
   launch->add_option("--grace", launch_opt.grace_seconds,
                      "seconds between SIGTERM and SIGKILL when stopping the ranks after one failed [default: 5]");
   launch->prefix_command();  // everything from the command on is the command
@@ -158,6 +160,7 @@ int main(int argc, char** argv) {
   if (launch->parsed()) {
     launch_opt.command = launch_dashes ? launch_tail : launch->remaining();
     launch_opt.bind_cores = bind_to == "core";
+    launch_opt.bind_share = bind_to == "share";
     auto rc = tt::comm::launch(launch_opt);
     if (!rc.is_ok()) return report(rc.status());
     return rc.value();

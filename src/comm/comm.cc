@@ -292,7 +292,8 @@ const std::vector<std::string>& environment_variables() {
       "TIERTRAIN_COMM_BUFFER",   "TIERTRAIN_SHM_DIR",      "TIERTRAIN_COMM_JITTER_US", "TIERTRAIN_COMM_MEMPOLICY",
       "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND", "TIERTRAIN_DEVICE",         "TIERTRAIN_COMM_STREAM_BYTES",
       "TIERTRAIN_COMM_CMA_BYTES", "TIERTRAIN_COMM_TREE_RANKS", "TIERTRAIN_COMM_HUGE_BYTES",
-      "TIERTRAIN_COMM_CMA_HUGE_BYTES", "TIERTRAIN_COMM_PROFILE", "TIERTRAIN_COMM_REDUCE_SPAN"};
+      "TIERTRAIN_COMM_CMA_HUGE_BYTES", "TIERTRAIN_COMM_PROFILE", "TIERTRAIN_COMM_REDUCE_SPAN",
+      "TIERTRAIN_COMM_THREADS", "TIERTRAIN_COMM_THREAD_BYTES"};
   return vars;
 }
 
@@ -329,6 +330,14 @@ Status shm_options_from_env(ShmOptions* shm) {
                       env_int({"TIERTRAIN_COMM_REDUCE_SPAN"}, static_cast<long long>(shm->reduce_span), &which));
   TT_RETURN_IF(span < 0, kInvalidArgument, "TIERTRAIN_COMM_REDUCE_SPAN=%lld: bytes, 0 (no bound) or more", span);
   shm->reduce_span = static_cast<size_t>(span);
+  TT_ASSIGN_OR_RETURN(long long threads, env_int({"TIERTRAIN_COMM_THREADS"}, shm->threads, &which));
+  TT_RETURN_IF(threads < 0 || threads > 8, kInvalidArgument, "TIERTRAIN_COMM_THREADS=%lld: 1 to 8, or 0 (auto)",
+               threads);
+  shm->threads = static_cast<int>(threads);
+  TT_ASSIGN_OR_RETURN(long long thread_bytes,
+                      env_int({"TIERTRAIN_COMM_THREAD_BYTES"}, static_cast<long long>(shm->thread_bytes), &which));
+  TT_RETURN_IF(thread_bytes < 1, kInvalidArgument, "TIERTRAIN_COMM_THREAD_BYTES=%lld: 1 or more bytes", thread_bytes);
+  shm->thread_bytes = static_cast<size_t>(thread_bytes);
   TT_ASSIGN_OR_RETURN(long long tree, env_int({"TIERTRAIN_COMM_TREE_RANKS"}, shm->tree_ranks, &which));
   TT_RETURN_IF(tree < 0 || tree == 1, kInvalidArgument,
                "TIERTRAIN_COMM_TREE_RANKS=%lld: 0 (never) or the smallest number of ranks (2 or more)", tree);

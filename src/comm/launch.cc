@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -57,7 +58,7 @@ Result<int> launch(const LaunchOptions& o) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   std::vector<int> cpus;
-  if (o.bind_cores && sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
+  if ((o.bind_cores || o.bind_share) && sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
 
@@ -115,10 +116,13 @@ Result<int> launch(const LaunchOptions& o) {
       setenv("TIERTRAIN_WORLD_SIZE", world.c_str(), 1);
       setenv("TIERTRAIN_COMM_ID", id.c_str(), 1);
       if (!cpus.empty()) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpus[static_cast<size_t>(r) % cpus.size()], &one);
-        sched_setaffinity(0, sizeof(one), &one);
+        const size_t k = o.bind_share ? std::max<size_t>(1, cpus.size() / static_cast<size_t>(o.ranks)) : 1;
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        for (size_t j = 0; j < k; ++j) CPU_SET(cpus[(static_cast<size_t>(r) * k + j) % cpus.size()], &mine);
+        sched_setaffinity(0, sizeof(mine), &mine);
+        // Note [crew]: the rank's threads use its share, unless the user chose their number.
+        if (o.bind_share) setenv("TIERTRAIN_COMM_THREADS", std::to_string(std::min<size_t>(k, 8)).c_str(), 0);
       }
       execvp(argv[0], argv.data());
       std::fprintf(stderr, "tiertrain launch: rank %d: cannot run '%s': %s\n", r, argv[0], std::strerror(errno));

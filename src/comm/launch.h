@@ -16,6 +16,9 @@ struct LaunchOptions {
   int ranks = 1;
   std::vector<std::string> command;  // program and arguments, run once per rank
   bool bind_cores = false;           // pin rank r to CPU r (mod the CPUs this process may use)
+  // Pin rank r to its share of those CPUs instead: k = max(1, CPUs / ranks) consecutive ones from CPU r * k (its
+  // helper threads then have CPUs of their own: Note [crew] in comm/crew.cc).
+  bool bind_share = false;
   double grace_seconds = 5.0;        // between SIGTERM and SIGKILL when stopping the other ranks
 };
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "comm/collective.h"
+#include "comm/crew.h"
 #include "comm/reduce.h"
 #include "comm/topology.h"
 #include "core/log.h"
@@ -183,6 +184,7 @@ constexpr size_t kDirectReduceReads = 32 << 10;
 // TIERTRAIN_COMM_BUFFER=2097152 against the default 8 MiB).
 constexpr size_t kMinReduceRound = 64 << 10;
 
+
 // Elements per round for `per` pieces of one chunk each (defined below).
 size_t chunk_elems(size_t buffer_bytes, size_t es, size_t pieces);
 
@@ -257,7 +259,7 @@ class ShmComm final : public Communicator {
   // work(round), then step 5.
   template <typename Work>
   Status round(const void* in, size_t bytes, Work&& work) {
-    return round_fill([&](char* dst) { if (bytes > 0) std::memcpy(dst, in, bytes); }, std::forward<Work>(work));
+    return round_fill([&](char* dst) { crew_copy(dst, in, bytes, false); }, std::forward<Work>(work));
   }
   // The same, with the input written into this rank's input area by fill(area) (no staging copy).
   template <typename Fill, typename Work>
@@ -321,14 +323,32 @@ class ShmComm final : public Communicator {
   size_t cma_bytes_ = 0;  // the agreed single-copy threshold (Note [single copy]); 0: off
   size_t reduce_round_bytes_ = 0;  // Note [reduction rounds]: the most bytes a reduction round takes per rank
   int group_ = 0;  // Note [arrival tree]: ranks per group when rounds arrive through the tree; 0: flat
-  // Copies part of the collective's result into the caller's buffer.
-  void deliver(void* dst, const void* src, size_t bytes) const {
+  // Copies part of the collective's result into the caller's buffer, shared out over the crew when it is large
+  // (Note [crew]); deliver_one on one thread.
+  void deliver_one(void* dst, const void* src, size_t bytes) const {
     if (stream_) {
       stream_copy(dst, src, bytes);
     } else {
       std::memcpy(dst, src, bytes);
     }
   }
+  void deliver(void* dst, const void* src, size_t bytes) const { crew_copy(dst, src, bytes, true); }
+  // Copies bytes (out: as deliver_one, else memcpy), over the crew from ShmOptions::thread_bytes.
+  void crew_copy(void* dst, const void* src, size_t bytes, bool out) const {
+    if (crew_ == nullptr || crew_->size() == 1 || bytes < opt_.thread_bytes) {
+      if (out) deliver_one(dst, src, bytes);
+      else if (bytes > 0) std::memcpy(dst, src, bytes);
+      return;
+    }
+    crew_->run([&](int i) {
+      size_t b = 0, e = 0;
+      share(bytes, crew_->size(), i, 4096, &b, &e);
+      if (e <= b) return;
+      if (out) deliver_one(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b);
+      else std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b);
+    });
+  }
+  std::unique_ptr<Crew> crew_;  // Note [crew]: this rank's helper threads (null until init)
   std::string broken_;
   std::string placement_ = "where first touched";
   int placed_node_ = -1;  // the one node place() asked for (-1: none, or several)
@@ -525,6 +545,7 @@ Status ShmComm::init() {
   // Once everyone has mapped everyone, the names can go: the segments live as long as a process maps them.
   TT_TRY(do_barrier());
   unlink_own();
+  reduce_round_bytes_ = half_bytes();  // a world of one: no span to agree on
   // Note [single copy]: what every rank published before the barrier, read alike by all.
   if (size_ > 1) {
     // The largest value every rank published, or 0 if any published 0: all ranks agree.
@@ -551,10 +572,12 @@ Status ShmComm::init() {
       group_ = g;
     }
   }
-  TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments, %s; single copies %s; arrival %s", rank_, size_,
-         format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
+  // Note [crew]: helper threads for the large copies and reductions, where this rank has CPUs to spare.
+  crew_ = std::make_unique<Crew>(opt_.threads > 0 ? opt_.threads : Crew::default_threads(size_));
+  TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments, %s; single copies %s; arrival %s; %d thread(s)",
+         rank_, size_, format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
          cma_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(cma_bytes_)) + " a piece").c_str() : "off",
-         group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat");
+         group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat", crew_->size());
   return Status::ok();
 }
 
@@ -865,7 +888,8 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
   const size_t c = chunk_elems(std::min(half_bytes(), reduce_round_bytes_), es, 1);
-  std::vector<const void*> srcs(static_cast<size_t>(size_));
+  // The sources of each part of the crew (Note [crew]); the first size() are the caller's.
+  std::vector<const void*> srcs(static_cast<size_t>(size_) * static_cast<size_t>(crew_->size()));
   return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
     const bool direct = (bytes <= kDirectReduceBytes && bytes * static_cast<size_t>(size_) <= kDirectReduceReads) ||
@@ -881,19 +905,38 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
       // Each rank reduces one slice into its result area; then the ranks that want the result gather the slices.
       const size_t slice = (n + static_cast<size_t>(size_) - 1) / static_cast<size_t>(size_);
       const size_t s0 = std::min(n, slice * static_cast<size_t>(rank_)), s1 = std::min(n, s0 + slice);
-      for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q) + s0 * es;
       jitter(r + 1);
       auto t = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-      comm::reduce(result(rank_) + s0 * es, srcs.data(), size_, s1 - s0, dtype, op);
+      // This rank's slice, over the crew by element ranges (each element reduced by one thread, in rank order).
+      const int parts = (s1 - s0) * es >= opt_.thread_bytes ? crew_->size() : 1;
+      const auto reduce_part = [&](int i) {
+        size_t a = 0, b = 0;
+        share(s1 - s0, parts, i, 1024, &a, &b);
+        if (b <= a) return;
+        const void** part = srcs.data() + static_cast<size_t>(i) * static_cast<size_t>(size_);
+        for (int q = 0; q < size_; ++q) part[q] = input(q) + (s0 + a) * es;
+        comm::reduce(result(rank_) + (s0 + a) * es, part, size_, b - a, dtype, op);
+      };
+      if (parts == 1) reduce_part(0);
+      else crew_->run(reduce_part);
       hdr(rank_)->reduced.value.store(r, std::memory_order_release);
       if (profile_) lap(&prof_.reduce, &t);
       if (root >= 0 && root != rank_) return Status::ok();
       TT_TRY(wait_all(&Header::reduced, r, "waiting for the reduced slices"));
       if (profile_) lap(&prof_.wait_reduced, &t);
-      for (int q = 0; q < size_; ++q) {
-        const size_t q0 = std::min(n, slice * static_cast<size_t>(q)), q1 = std::min(n, q0 + slice);
-        if (q1 > q0) deliver(dst + (off + q0) * es, result(q) + q0 * es, (q1 - q0) * es);
-      }
+      // The slices, in order, into dst[off, off + n): over the crew by ranges of that output.
+      const int out_parts = n * es >= opt_.thread_bytes ? crew_->size() : 1;
+      const auto out_part = [&](int i) {
+        size_t a = 0, b = 0;
+        share(n, out_parts, i, 1024, &a, &b);
+        while (a < b) {
+          const size_t q = a / slice, e = std::min(b, (q + 1) * slice);
+          deliver_one(dst + (off + a) * es, result(static_cast<int>(q)) + a * es, (e - a) * es);
+          a = e;
+        }
+      };
+      if (out_parts == 1) out_part(0);
+      else crew_->run(out_part);
       if (profile_) lap(&prof_.out, &t);
       return Status::ok();
     });

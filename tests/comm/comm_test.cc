@@ -607,6 +607,16 @@ TEST_P(CommRanks, EveryCollectiveDtypeOpAndSizeIsRight) {
   EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
 }
 
+// Note [crew]: every collective, dtype, op and size again with three threads a rank sharing out every copy and
+// reduction from 1000 bytes (at uneven splits; threads outnumber the CPUs here, so they also wait for each other).
+TEST_P(CommRanks, EveryCollectiveWithThreeThreadsARank) {
+  const Job j = launch(GetParam(), "collectives",
+                       "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_STREAM_BYTES=1000 "
+                       "TIERTRAIN_COMM_THREADS=3 TIERTRAIN_COMM_THREAD_BYTES=1000");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
+}
+
 // Note [single copy]: the ranks agree on the path of every call, whatever each started with: here rank 1 has single
 // copies off (the others must follow, or gather and scatter would hang or go wrong), then a larger threshold than
 // the others (all must take it).
@@ -782,7 +792,8 @@ TEST(Comm, TheArrivalTreeNamesMismatchesMisuseAndLateRanks) {
     EXPECT_EQ(j.code, 0) << j.output;
     const size_t line = j.output.find("rank 0 of " + std::to_string(ranks));
     const size_t at = line == std::string::npos ? line : j.output.find("arrival ", line);
-    return at == std::string::npos ? std::string("(no line)") : j.output.substr(at, j.output.find('\n', at) - at);
+    return at == std::string::npos ? std::string("(no line)")
+                                   : j.output.substr(at, j.output.find_first_of(";\n", at) - at);
   };
   EXPECT_EQ(arrival(4, ""), "arrival flat");
   EXPECT_EQ(arrival(4, "TIERTRAIN_COMM_TREE_RANKS=2"), "arrival through groups of 2");
@@ -816,6 +827,46 @@ TEST(Launch, ACrashingRankStopsTheJobAndIsNamed) {
   EXPECT_NE(j.output.find("rank 2 (pid"), std::string::npos) << j.output;
   EXPECT_NE(j.output.find("killed by signal 6"), std::string::npos) << j.output;
   EXPECT_LT(j.seconds, 20) << "the other ranks sleep 30 s: the launcher must have stopped them\n" << j.output;
+}
+
+// --bind-to core gives each rank one CPU; --bind-to share gives each its equal share of the launcher's CPUs and
+// sets TIERTRAIN_COMM_THREADS to it (Note [crew]), unless it is set already.
+TEST(Launch, BindingToCoresAndToShares) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
+  const int cpus = CPU_COUNT(&mask);
+  // Each rank prints its CPU list and TIERTRAIN_COMM_THREADS.
+  const std::string show =
+      " -- sh -c 'echo \"cpus=$(sed -n \"s/^Cpus_allowed_list:[[:space:]]*//p\" /proc/self/status) "
+      "threads=${TIERTRAIN_COMM_THREADS:-unset}\"'";
+  const Job core = shell(std::string("env -u TIERTRAIN_COMM_THREADS ") + TT_BINARY + " launch -n 2 --bind-to core" +
+                         show);
+  ASSERT_EQ(core.code, 0) << core.output;
+  // One CPU each: a list without a range or a comma.
+  for (const char* several : {"-", ","}) {
+    std::istringstream lines(core.output);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("cpus=", 0) != 0) continue;
+      EXPECT_EQ(line.substr(0, line.find(' ')).find(several), std::string::npos) << line;
+    }
+  }
+  EXPECT_NE(core.output.find("threads=unset"), std::string::npos) << core.output;
+  const Job share = shell(std::string("env -u TIERTRAIN_COMM_THREADS ") + TT_BINARY + " launch -n 1 --bind-to share" +
+                          show);
+  ASSERT_EQ(share.code, 0) << share.output;
+  std::string all;  // the launcher's CPU list, as this process has it
+  {
+    std::ifstream st("/proc/self/status");
+    for (std::string line; std::getline(st, line);)
+      if (line.rfind("Cpus_allowed_list:", 0) == 0)
+        all = "cpus=" + line.substr(line.find_first_not_of(" \t", 18)) + " ";
+  }
+  EXPECT_NE(share.output.find(all + "threads=" + std::to_string(std::min(cpus, 8))), std::string::npos)
+      << share.output;
+  const Job chosen = shell(std::string("env TIERTRAIN_COMM_THREADS=1 ") + TT_BINARY + " launch -n 1 --bind-to share" +
+                           show);
+  EXPECT_NE(chosen.output.find("threads=1"), std::string::npos) << chosen.output;
 }
 
 TEST(Launch, ExitCodesAndBadCommands) {
