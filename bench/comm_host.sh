@@ -4,7 +4,8 @@
 # 256 MiB, ranks bound to cores. Run after scripts/gpu.sh (or any build) made build/gpu; writes JSON, logs and
 # results.md into OUTDIR.
 #   bench/comm_host.sh OUTDIR
-# TT_COMM_RANKS="8 16" picks the rank counts, TT_COMM_COLLECTIVES the collectives, TT_COMM_MAX the largest size
+# TT_COMM_BIND=share binds tiertrain's ranks to their share of the CPUs (with as many threads a rank, Note [crew])
+# instead of one core each (Open MPI's ranks stay bound to one core each). TT_COMM_RANKS="8 16" picks the rank counts, TT_COMM_COLLECTIVES the collectives, TT_COMM_MAX the largest size
 # (default 256M), TT_COMM_REPEATS how many times each sweep runs (default 1), TT the binary. TT_COMM_AB="NAME=VALUE
 # ..." also runs tiertrain's latency runs and sweeps (C++ only) with those settings into OUTDIR/ab, right after the
 # same runs without them, and summarises that folder too (an A/B of a setting, e.g. TIERTRAIN_COMM_TREE_RANKS=16).
@@ -31,7 +32,7 @@ tt_comm_bench() {
   local name=$1 envs=$2
   shift 2
   # shellcheck disable=SC2086
-  env $envs timeout "$lim" "$TT" launch -n "$n" --bind-to core -- "$TT" comm-bench -C "$c" "$@" -c 1 \
+  env $envs timeout "$lim" "$TT" launch -n "$n" --bind-to "${TT_COMM_BIND:-core}" -- "$TT" comm-bench -C "$c" "$@" -c 1 \
     --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1 || tail -3 "$OUT/$name.log"
 }
 for n in $ranks; do
@@ -65,7 +66,7 @@ for n in $ranks; do
       # The Python API (needs the package: pip install . ; PY names the interpreter that has it).
       if "${PY:-python3}" -c "import tiertrain.comm" 2>/dev/null; then
         # A crash prints the Python stack of the rank that crashed (faulthandler); output unbuffered.
-        PYTHONFAULTHANDLER=1 PYTHONUNBUFFERED=1 timeout "$lim" "$TT" launch -n "$n" --bind-to core -- \
+        PYTHONFAULTHANDLER=1 PYTHONUNBUFFERED=1 timeout "$lim" "$TT" launch -n "$n" --bind-to "${TT_COMM_BIND:-core}" -- \
           "${PY:-python3}" bench/py_comm_bench.py -C "$c" "${sweep[@]}" --json "$OUT/py_${c}_$n$sfx.json" \
           > "$OUT/py_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/py_${c}_$n$sfx.log"
       fi
