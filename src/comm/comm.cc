@@ -331,8 +331,7 @@ Status shm_options_from_env(ShmOptions* shm) {
   TT_RETURN_IF(span < 0, kInvalidArgument, "TIERTRAIN_COMM_REDUCE_SPAN=%lld: bytes, 0 (no bound) or more", span);
   shm->reduce_span = static_cast<size_t>(span);
   TT_ASSIGN_OR_RETURN(long long threads, env_int({"TIERTRAIN_COMM_THREADS"}, shm->threads, &which));
-  TT_RETURN_IF(threads < 0 || threads > 8, kInvalidArgument, "TIERTRAIN_COMM_THREADS=%lld: 1 to 8, or 0 (auto)",
-               threads);
+  TT_RETURN_IF(threads < 1 || threads > 8, kInvalidArgument, "TIERTRAIN_COMM_THREADS=%lld: 1 to 8", threads);
   shm->threads = static_cast<int>(threads);
   TT_ASSIGN_OR_RETURN(long long thread_bytes,
                       env_int({"TIERTRAIN_COMM_THREAD_BYTES"}, static_cast<long long>(shm->thread_bytes), &which));

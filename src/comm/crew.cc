@@ -3,27 +3,32 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
+#include <system_error>
 
 namespace tt::comm {
 
 // Note [crew]
 // A rank of the shm backend moves each large collective's bytes through one core: on the H200 machine's host each
 // phase of an allreduce (copy in, reduce a slice, copy the slices out) runs at 6-13 GB/s a core
-// (docs/benchmarks/2026-11-30-h200x2-comm-tuning/, TIERTRAIN_COMM_PROFILE). Where the ranks leave cores idle (8
-// ranks on 32 CPUs), a rank's crew shares those phases out over several threads. The helpers wait for a job by
-// spinning on `generation_` for a while (the phases of one call follow each other within microseconds), then
-// yielding, then sleeping on it (std::atomic::wait); the caller bumps it with release order, runs part 0 itself, and spins until
-// `pending_` is 0. Each helper's writes happen before its release decrement of `pending_`, which the caller
-// acquires: what the helpers wrote is visible to the caller and to whoever it releases a flag to (streaming stores
-// are fenced inside stream_copy before that). Parts split the work, never share it, so results are the same bits
-// whatever the crew's size: a reduction's elements are each combined in rank order by one thread.
+// (docs/benchmarks/2026-11-30-h200x2-comm-tuning/, TIERTRAIN_COMM_PROFILE). Where the ranks leave CPUs idle (8
+// ranks on 32), a rank's crew shares those phases out over several threads. A crew has one thread unless asked for
+// more (TIERTRAIN_COMM_THREADS; `tiertrain launch --bind-to share` sets it to each rank's share of the CPUs): its
+// helpers spin between jobs, which takes CPU from whatever else runs there.
+// The helpers wait for a job by spinning on `generation_` for a while (the phases of one call follow each other
+// within microseconds), then yielding, then sleeping on it (std::atomic::wait, a futex). The caller bumps it with
+// release order, runs part 0 itself, and spins until `pending_` is 0. Each helper's writes happen before its
+// release decrement of `pending_`, which the caller acquires: what the helpers wrote is visible to the caller and to
+// whoever it releases a flag to (streaming stores are fenced inside stream_copy before that). Parts split the work,
+// never share it, so results are the same bits whatever the crew's size: a reduction's elements are each combined
+// in rank order by one thread.
 
 namespace {
 
-// A waiting thread spins kSpins times, then yields its CPU on each check (where threads outnumber CPUs, the one it
-// waits for may need that CPU), and a helper sleeps after kYields of those.
-constexpr int kSpins = 4096;
-constexpr int kYields = 4096;
+// A helper waiting for work spins for kSpin, then yields its CPU on each check until kYield (where threads
+// outnumber CPUs, the caller may need that CPU), then sleeps on the generation; the phases of one collective follow
+// each other within microseconds, so a crew stays awake through a call, and sleeps soon after it.
+constexpr std::chrono::microseconds kSpin{50}, kYield{200};
 
 inline void relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -33,9 +38,17 @@ inline void relax() {
 
 }  // namespace
 
-Crew::Crew(int threads) : size_(std::clamp(threads, 1, kMaxThreads)) {
-  threads_.reserve(static_cast<size_t>(size_ - 1));
-  for (int i = 1; i < size_; ++i) threads_.emplace_back([this, i] { helper(i); });
+Crew::Crew(int threads) {
+  const int want = std::clamp(threads, 1, kMaxThreads);
+  threads_.reserve(static_cast<size_t>(want - 1));
+  for (int i = 1; i < want; ++i) {
+    try {
+      threads_.emplace_back([this, i] { helper(i); });
+    } catch (const std::system_error&) {  // no more threads: a smaller crew
+      break;
+    }
+  }
+  size_ = static_cast<int>(threads_.size()) + 1;
 }
 
 Crew::~Crew() {
@@ -45,29 +58,37 @@ Crew::~Crew() {
   for (auto& t : threads_) t.join();
 }
 
-void Crew::run(const std::function<void(int)>& part) {
-  if (size_ == 1) {
-    part(0);
+void Crew::run_job(Job job, void* context) {
+  if (size_ == 1 || busy_.exchange(true, std::memory_order_acquire)) {
+    for (int i = 0; i < size_; ++i) job(context, i);
     return;
   }
-  job_ = &part;
+  job_ = job;
+  context_ = context;
   pending_.store(size_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
-  part(0);
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < kSpins) relax();
+  job(context, 0);
+  const auto start = std::chrono::steady_clock::now();
+  for (unsigned spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin % 64 != 0 || std::chrono::steady_clock::now() - start < kSpin) relax();
     else sched_yield();
   }
+  busy_.store(false, std::memory_order_release);
 }
 
 void Crew::helper(int index) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < kSpins + kYields; ++spin) {
-      if (spin < kSpins) relax();
-      else sched_yield();
+    uint32_t g = generation_.load(std::memory_order_acquire);
+    const auto start = std::chrono::steady_clock::now();
+    for (unsigned spin = 1; g == seen; ++spin) {
+      if (spin % 64 == 0) {
+        const auto waited = std::chrono::steady_clock::now() - start;
+        if (waited > kYield) break;
+        if (waited > kSpin) sched_yield();
+      }
+      relax();
       g = generation_.load(std::memory_order_acquire);
     }
     if (g == seen) {
@@ -76,16 +97,9 @@ void Crew::helper(int index) {
     }
     seen = g;
     if (stop_.load(std::memory_order_relaxed)) return;
-    (*job_)(index);
+    job_(context_, index);
     pending_.fetch_sub(1, std::memory_order_release);
   }
-}
-
-int Crew::default_threads(int ranks) {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  const int n = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 1;
-  return std::clamp(n / std::max(1, ranks), 1, kMaxThreads);
 }
 
 }  // namespace tt::comm

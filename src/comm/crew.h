@@ -5,38 +5,46 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
-#include <functional>
+#include <cstdint>
 #include <thread>
+#include <type_traits>
+#include <vector>
 
 namespace tt::comm {
 
 class Crew {
  public:
-  // threads: how many take part, the caller included (1: no helpers); the helpers run where this process may.
+  // threads: how many take part, the caller included (1: no helpers; at most kMaxThreads); the helpers run where
+  // this process may. A helper that cannot be started leaves the crew smaller.
   explicit Crew(int threads);
   ~Crew();
   Crew(const Crew&) = delete;
   Crew& operator=(const Crew&) = delete;
 
-  int size() const { return size_; }
-  // Runs part(i) for i in [0, size()) at once, part 0 on the calling thread, and returns when all are done; what
-  // the parts wrote is then visible to the caller (and to whoever the caller releases it to). part must not throw.
-  void run(const std::function<void(int)>& part);
-
-  // The number of threads a crew of one of `ranks` ranks has by default: the CPUs this process may run on divided
-  // by `ranks` (as if all ranks shared them; `tiertrain launch --bind-to share` sets TIERTRAIN_COMM_THREADS to each
-  // rank's share instead), 1 to kMaxThreads.
-  static int default_threads(int ranks);
   static constexpr int kMaxThreads = 8;
+  int size() const { return size_; }
+  // Runs part(i) for i in [0, size()), part 0 on the calling thread and the others on the helpers at once, and
+  // returns when all are done: what the parts wrote is then visible to the caller (and to whoever the caller
+  // releases it to). part must not throw. A call made while another runs (from a part, or from a second thread)
+  // runs its parts one after the other on its own thread.
+  template <typename F>
+  void run(F&& part) {
+    run_job([](void* f, int i) { (*static_cast<std::remove_reference_t<F>*>(f))(i); },
+            const_cast<void*>(static_cast<const void*>(&part)));
+  }
 
  private:
+  using Job = void (*)(void* context, int part);
+  void run_job(Job job, void* context);
   void helper(int index);
 
-  int size_;
+  int size_ = 1;
   std::vector<std::thread> threads_;
-  const std::function<void(int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};  // bumped for each job, and once more to stop
+  Job job_ = nullptr;
+  void* context_ = nullptr;
+  std::atomic<uint32_t> generation_{0};  // bumped for each job, and once more to stop (a futex word)
   std::atomic<int> pending_{0};          // helpers not yet done with the current job
+  std::atomic<bool> busy_{false};        // a job is running
   std::atomic<bool> stop_{false};
 };
 

@@ -349,6 +349,8 @@ class ShmComm final : public Communicator {
     });
   }
   std::unique_ptr<Crew> crew_;  // Note [crew]: this rank's helper threads (null until init)
+  // A reduction's sources, size() for each part of the crew (the first size() the caller's).
+  std::vector<const void*> reduce_srcs_;
   std::string broken_;
   std::string placement_ = "where first touched";
   int placed_node_ = -1;  // the one node place() asked for (-1: none, or several)
@@ -573,7 +575,8 @@ Status ShmComm::init() {
     }
   }
   // Note [crew]: helper threads for the large copies and reductions, where this rank has CPUs to spare.
-  crew_ = std::make_unique<Crew>(opt_.threads > 0 ? opt_.threads : Crew::default_threads(size_));
+  crew_ = std::make_unique<Crew>(opt_.threads);
+  reduce_srcs_.assign(static_cast<size_t>(size_) * static_cast<size_t>(crew_->size()), nullptr);
   TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments, %s; single copies %s; arrival %s; %d thread(s)",
          rank_, size_, format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
          cma_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(cma_bytes_)) + " a piece").c_str() : "off",
@@ -888,8 +891,7 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
   const size_t c = chunk_elems(std::min(half_bytes(), reduce_round_bytes_), es, 1);
-  // The sources of each part of the crew (Note [crew]); the first size() are the caller's.
-  std::vector<const void*> srcs(static_cast<size_t>(size_) * static_cast<size_t>(crew_->size()));
+  std::vector<const void*>& srcs = reduce_srcs_;
   return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
     const bool direct = (bytes <= kDirectReduceBytes && bytes * static_cast<size_t>(size_) <= kDirectReduceReads) ||

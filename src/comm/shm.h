@@ -39,10 +39,9 @@ struct ShmOptions {
   // A reduction's rounds take at most this many bytes over all ranks (TIERTRAIN_COMM_REDUCE_SPAN; 0: half an area
   // each, as other collectives). Note [reduction rounds] in shm.cc.
   size_t reduce_span = 32 << 20;
-  // Threads of a rank that share out its large copies and reductions (TIERTRAIN_COMM_THREADS, 1-8; 0, the default:
-  // the CPUs the rank may use divided by the ranks; `tiertrain launch --bind-to share` sets the variable to each
-  // rank's share). Note [crew] in crew.cc.
-  int threads = 0;
+  // Threads of a rank that share out its large copies and reductions (TIERTRAIN_COMM_THREADS, 1-8; `tiertrain
+  // launch --bind-to share` sets it to each rank's share of the CPUs). Note [crew] in crew.cc.
+  int threads = 1;
   // Copies and reductions of at least this many bytes are shared out over the threads (TIERTRAIN_COMM_THREAD_BYTES).
   size_t thread_bytes = 256 << 10;
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)

@@ -30,6 +30,7 @@
 #endif
 
 #include "comm/comm.h"
+#include "comm/crew.h"
 #include "comm/nccl.h"
 #include "comm/reduce.h"
 #include "comm/shm.h"
@@ -664,6 +665,44 @@ TEST(Comm, SingleCopiesByDefaultFromFourRanks) {
   EXPECT_EQ(threshold(3, ""), "single copies off");
   EXPECT_EQ(threshold(4, ""), can ? "single copies from 256.00 KiB a piece" : "single copies off");
   EXPECT_EQ(threshold(4, "TIERTRAIN_COMM_CMA_BYTES=0"), "single copies off");
+}
+
+// Note [crew]: every part runs once, on as many threads as the crew has, and its writes are seen after run(); a run
+// called from inside a part (the crew busy) runs its parts in turn on that thread; share() covers [0, n) exactly.
+TEST(Crew, RunsEveryPartOnceAndNestedRunsInTurn) {
+  for (int threads : {1, 3, 8}) {
+    tt::comm::Crew crew(threads);
+    ASSERT_GE(crew.size(), 1);
+    ASSERT_LE(crew.size(), threads);
+    for (int round = 0; round < 200; ++round) {
+      std::vector<int> hits(static_cast<size_t>(crew.size()), 0);
+      std::vector<std::thread::id> who(static_cast<size_t>(crew.size()));
+      crew.run([&](int i) {
+        hits[static_cast<size_t>(i)] += round + 1;
+        who[static_cast<size_t>(i)] = std::this_thread::get_id();
+      });
+      for (int i = 0; i < crew.size(); ++i) EXPECT_EQ(hits[static_cast<size_t>(i)], round + 1);
+      EXPECT_EQ(who[0], std::this_thread::get_id());  // part 0 on the caller
+    }
+    std::vector<int> inner(static_cast<size_t>(crew.size()) * static_cast<size_t>(crew.size()), 0);
+    crew.run([&](int i) {
+      crew.run([&](int j) { ++inner[static_cast<size_t>(i * crew.size() + j)]; });
+    });
+    for (int v : inner) EXPECT_EQ(v, 1);
+  }
+  for (size_t n : {size_t(0), size_t(1), size_t(4095), size_t(4097), size_t(100000)}) {
+    for (int parts : {1, 2, 3, 8}) {
+      size_t next = 0;
+      for (int i = 0; i < parts; ++i) {
+        size_t b = 0, e = 0;
+        tt::comm::share(n, parts, i, 4096, &b, &e);
+        EXPECT_EQ(b, std::min(next, n)) << n << " " << parts << " " << i;
+        EXPECT_TRUE(b % 4096 == 0 || b == n);
+        next = std::max(next, e);
+      }
+      EXPECT_EQ(next, n);
+    }
+  }
 }
 
 // The kilobytes of transparent huge pages in the mapping that holds p, from /proc/self/smaps (AnonHugePages): an
