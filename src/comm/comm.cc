@@ -8,11 +8,13 @@
 #include <cstring>
 #include <cstdlib>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include "comm/collective.h"
+#include "comm/crew.h"
 #include "comm/nccl.h"
 #include "comm/shm.h"
 #ifdef TIERTRAIN_HAVE_MPI
@@ -305,38 +307,35 @@ bool launched_by_mpi() {
 
 namespace {
 
-// The shm backend's settings from the environment (TIERTRAIN_COMM_BUFFER, TIERTRAIN_COMM_STREAM_BYTES,
-// TIERTRAIN_COMM_CMA_BYTES, TIERTRAIN_COMM_TREE_RANKS, TIERTRAIN_SHM_DIR, TIERTRAIN_COMM_MEMPOLICY).
+constexpr long long kMax = std::numeric_limits<long long>::max();
+
+// *field from the variable `name` where it is set: an integer in [lo, hi], else an error saying what it must be.
+template <typename T>
+Status env_setting(const char* name, long long lo, long long hi, const char* must, T* field) {
+  const char* which = nullptr;
+  TT_ASSIGN_OR_RETURN(long long v, env_int({name}, static_cast<long long>(*field), &which));
+  TT_RETURN_IF(v < lo || v > hi, kInvalidArgument, "%s=%lld: %s", name, v, must);
+  *field = static_cast<T>(v);
+  return Status::ok();
+}
+
+// The shm backend's settings from the environment (the TIERTRAIN_COMM_* of ShmOptions, TIERTRAIN_SHM_DIR).
 Status shm_options_from_env(ShmOptions* shm) {
   const char* which = nullptr;
   TT_ASSIGN_OR_RETURN(long long buf, env_int({"TIERTRAIN_COMM_BUFFER"}, 8 << 20, &which));
   TT_RETURN_IF(buf < 4096 || buf % 64 != 0, kInvalidArgument,
                "TIERTRAIN_COMM_BUFFER=%lld: bytes, at least 4096 and a multiple of 64", buf);
   shm->buffer_bytes = static_cast<size_t>(buf);
-  TT_ASSIGN_OR_RETURN(long long stream, env_int({"TIERTRAIN_COMM_STREAM_BYTES"}, 4 << 20, &which));
-  TT_RETURN_IF(stream < 0, kInvalidArgument, "TIERTRAIN_COMM_STREAM_BYTES=%lld: bytes, 0 (never) or more", stream);
-  shm->stream_bytes = static_cast<size_t>(stream);
+  TT_TRY(env_setting("TIERTRAIN_COMM_STREAM_BYTES", 0, kMax, "bytes, 0 (never) or more", &shm->stream_bytes));
   if (std::getenv("TIERTRAIN_COMM_CMA_BYTES") != nullptr) {  // unset: ShmOptions::kCmaAuto
     TT_ASSIGN_OR_RETURN(long long cma, env_int({"TIERTRAIN_COMM_CMA_BYTES"}, 0, &which));
     TT_RETURN_IF(cma < 0, kInvalidArgument, "TIERTRAIN_COMM_CMA_BYTES=%lld: bytes, 0 (never) or more", cma);
     shm->cma_bytes = static_cast<size_t>(cma);
   }
-  TT_ASSIGN_OR_RETURN(long long cma_huge,
-                      env_int({"TIERTRAIN_COMM_CMA_HUGE_BYTES"}, static_cast<long long>(shm->cma_huge_bytes), &which));
-  TT_RETURN_IF(cma_huge < 0, kInvalidArgument, "TIERTRAIN_COMM_CMA_HUGE_BYTES=%lld: bytes, 0 (never) or more",
-               cma_huge);
-  shm->cma_huge_bytes = static_cast<size_t>(cma_huge);
-  TT_ASSIGN_OR_RETURN(long long span,
-                      env_int({"TIERTRAIN_COMM_REDUCE_SPAN"}, static_cast<long long>(shm->reduce_span), &which));
-  TT_RETURN_IF(span < 0, kInvalidArgument, "TIERTRAIN_COMM_REDUCE_SPAN=%lld: bytes, 0 (no bound) or more", span);
-  shm->reduce_span = static_cast<size_t>(span);
-  TT_ASSIGN_OR_RETURN(long long threads, env_int({"TIERTRAIN_COMM_THREADS"}, shm->threads, &which));
-  TT_RETURN_IF(threads < 1 || threads > 8, kInvalidArgument, "TIERTRAIN_COMM_THREADS=%lld: 1 to 8", threads);
-  shm->threads = static_cast<int>(threads);
-  TT_ASSIGN_OR_RETURN(long long thread_bytes,
-                      env_int({"TIERTRAIN_COMM_THREAD_BYTES"}, static_cast<long long>(shm->thread_bytes), &which));
-  TT_RETURN_IF(thread_bytes < 1, kInvalidArgument, "TIERTRAIN_COMM_THREAD_BYTES=%lld: 1 or more bytes", thread_bytes);
-  shm->thread_bytes = static_cast<size_t>(thread_bytes);
+  TT_TRY(env_setting("TIERTRAIN_COMM_CMA_HUGE_BYTES", 0, kMax, "bytes, 0 (never) or more", &shm->cma_huge_bytes));
+  TT_TRY(env_setting("TIERTRAIN_COMM_REDUCE_SPAN", 0, kMax, "bytes, 0 (no bound) or more", &shm->reduce_span));
+  TT_TRY(env_setting("TIERTRAIN_COMM_THREADS", 1, Crew::kMaxThreads, "1 to 8", &shm->threads));
+  TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_BYTES", 1, kMax, "1 or more bytes", &shm->thread_bytes));
   TT_ASSIGN_OR_RETURN(long long tree, env_int({"TIERTRAIN_COMM_TREE_RANKS"}, shm->tree_ranks, &which));
   TT_RETURN_IF(tree < 0 || tree == 1, kInvalidArgument,
                "TIERTRAIN_COMM_TREE_RANKS=%lld: 0 (never) or the smallest number of ranks (2 or more)", tree);

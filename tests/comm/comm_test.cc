@@ -591,6 +591,14 @@ Job launch(int ranks, const std::string& scenario, const std::string& env = "") 
                std::to_string(ranks) + " -- " + self_path);
 }
 
+// Runs the "collectives" scenario (every collective, dtype, op and size against a reference) in `ranks` ranks with
+// `env`; `what` labels a failure.
+void expect_collectives_right(int ranks, const std::string& env, const std::string& what = "") {
+  const Job j = launch(ranks, "collectives", env);
+  EXPECT_EQ(j.code, 0) << what << "\n" << j.output;
+  EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << what << "\n" << j.output;
+}
+
 class CommRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(CommRanks, EveryCollectiveDtypeOpAndSizeIsRight) {
@@ -601,21 +609,17 @@ TEST_P(CommRanks, EveryCollectiveDtypeOpAndSizeIsRight) {
   // Results of 1000 bytes and more go out with streaming stores (Note [streaming stores]), and gather and scatter
   // pieces of 1000 bytes and more go in single copies (Note [single copy]): the small sizes take the memcpy and
   // segment paths, the others the streaming and single-copy ones, at unaligned offsets and lengths too.
-  const Job j = launch(GetParam(), "collectives",
-                       "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_STREAM_BYTES=1000 "
-                       "TIERTRAIN_COMM_CMA_BYTES=1000");
-  EXPECT_EQ(j.code, 0) << j.output;
-  EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
+  expect_collectives_right(GetParam(),
+                           "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_STREAM_BYTES=1000 "
+                           "TIERTRAIN_COMM_CMA_BYTES=1000");
 }
 
 // Note [crew]: every collective, dtype, op and size again with three threads a rank sharing out every copy and
 // reduction from 1000 bytes (at uneven splits; threads outnumber the CPUs here, so they also wait for each other).
 TEST_P(CommRanks, EveryCollectiveWithThreeThreadsARank) {
-  const Job j = launch(GetParam(), "collectives",
-                       "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_STREAM_BYTES=1000 "
-                       "TIERTRAIN_COMM_THREADS=3 TIERTRAIN_COMM_THREAD_BYTES=1000");
-  EXPECT_EQ(j.code, 0) << j.output;
-  EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
+  expect_collectives_right(GetParam(),
+                           "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_STREAM_BYTES=1000 "
+                           "TIERTRAIN_COMM_THREADS=3 TIERTRAIN_COMM_THREAD_BYTES=1000");
 }
 
 // Note [single copy]: the ranks agree on the path of every call, whatever each started with: here rank 1 has single
@@ -623,11 +627,8 @@ TEST_P(CommRanks, EveryCollectiveWithThreeThreadsARank) {
 // the others (all must take it).
 TEST(Comm, RanksAgreeOnSingleCopies) {
   for (const char* rank1 : {"TIERTRAIN_COMM_CMA_BYTES=0", "TIERTRAIN_COMM_CMA_BYTES=100000"}) {
-    const Job j = launch(3, "collectives",
-                         std::string("TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_CMA_BYTES=1000 TT_RANK1_ENV=") +
-                             rank1);
-    EXPECT_EQ(j.code, 0) << rank1 << "\n" << j.output;
-    EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << rank1 << "\n" << j.output;
+    expect_collectives_right(
+        3, std::string("TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_CMA_BYTES=1000 TT_RANK1_ENV=") + rank1, rank1);
   }
 }
 
@@ -636,11 +637,10 @@ TEST(Comm, RanksAgreeOnSingleCopies) {
 TEST(Comm, ReductionsInRoundsOfTheAgreedSpan) {
   for (const char* rank1 : {"TIERTRAIN_COMM_REDUCE_SPAN=1", "TIERTRAIN_COMM_REDUCE_SPAN=0",
                             "TIERTRAIN_COMM_REDUCE_SPAN=100"}) {
-    const Job j = launch(3, "collectives",
-                         std::string("TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 "
-                                     "TIERTRAIN_COMM_REDUCE_SPAN=1 TT_RANK1_ENV=") + rank1);
-    EXPECT_EQ(j.code, 0) << rank1 << "\n" << j.output;
-    EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << rank1 << "\n" << j.output;
+    expect_collectives_right(3,
+                             std::string("TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 "
+                                         "TIERTRAIN_COMM_REDUCE_SPAN=1 TT_RANK1_ENV=") + rank1,
+                             rank1);
   }
 }
 
@@ -805,10 +805,8 @@ TEST(Comm, SingleCopiesIntoHugePagesBelowTheThreshold) {
 // Note [arrival tree]: every collective, dtype, op and size again with rounds arriving through group leaders (from 2
 // ranks: groups of 2 at 2-4 ranks, so that 3 ranks have a group of one), with the readers' jitter.
 TEST_P(CommRanks, EveryCollectiveThroughTheArrivalTree) {
-  const Job j = launch(GetParam(), "collectives",
-                       "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_TREE_RANKS=2");
-  EXPECT_EQ(j.code, 0) << j.output;
-  EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
+  expect_collectives_right(GetParam(),
+                           "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_TREE_RANKS=2");
 }
 
 // Note [arrival tree]: a mismatch, a misuse and a late rank are found and named as without the tree; the tree is on
