@@ -5,8 +5,8 @@
 # results.md into OUTDIR.
 #   bench/comm_host.sh OUTDIR
 # TT_COMM_BIND=share binds tiertrain's ranks to their share of the CPUs (with as many threads a rank, Note [crew])
-# instead of one core each (Open MPI's ranks stay bound to one core each). TT_COMM_RANKS="8 16" picks the rank counts, TT_COMM_COLLECTIVES the collectives, TT_COMM_MAX the largest size
-# (default 256M), TT_COMM_REPEATS how many times each sweep runs (default 1), TT the binary. TT_COMM_AB="NAME=VALUE
+# instead of one core each (Open MPI's ranks stay bound to one core each). TT_COMM_RANKS="8 16" picks the rank counts, TT_COMM_COLLECTIVES the collectives, TT_COMM_MIN the smallest size of
+# the sweeps (default 8), TT_COMM_MAX the largest (default 256M), TT_COMM_REPEATS how many times each sweep runs (default 1), TT the binary. TT_COMM_AB="NAME=VALUE
 # ..." also runs tiertrain's latency runs and sweeps (C++ only) with those settings into OUTDIR/ab, right after the
 # same runs without them, and summarises that folder too (an A/B of a setting, e.g. TIERTRAIN_COMM_TREE_RANKS=16).
 set -uo pipefail
@@ -23,7 +23,7 @@ cores=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
 lim=${TT_COMM_RUN_TIMEOUT:-150}  # seconds a run may take
 # Every power of two (64 MiB, the issue's size, among them); fewer iterations than comm-bench's default keep the
 # 256 MiB rows short.
-sweep=(-b 8 -e "$MAX" -f 2 -n "${TT_COMM_ITERS:-10}" -w 3)
+sweep=(-b "${TT_COMM_MIN:-8}" -e "$MAX" -f 2 -n "${TT_COMM_ITERS:-10}" -w 3)
 lscpu > "$OUT/lscpu.txt" 2>&1 || true
 # One run of tiertrain's comm-bench for collective $c at $n ranks, with the settings in ENV (may be empty) in front:
 # NAME's JSON and log in OUT (NAME may start with a folder of OUT).

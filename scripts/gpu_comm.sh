@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On the GPU machine, the host collectives against Open MPI in one command: build (scripts/gpu.sh, no tests, no
+# GPU benchmarks), then the Python package and mpi4py into a venv under build/ (kept on a warm machine: a second call
+# skips the ~4 min build), its tests, then bench/comm_host.sh into OUTDIR/comm with the TT_COMM_* settings given.
+# The venv is built before anything is measured, never beside it.
+#   scripts/gpu_comm.sh OUTDIR [--no-pytest]
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_comm.sh OUTDIR [--no-pytest]}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+scripts/gpu.sh "$OUT/build" --no-tests --no-bench > "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
+arch=x86_64-linux-gnu
+if [ -d /tmp/tiertrain-deps/usr ]; then
+  export CMAKE_PREFIX_PATH=/tmp/tiertrain-deps/usr
+  export LD_LIBRARY_PATH=/tmp/tiertrain-deps/usr/lib/$arch:/tmp/tiertrain-deps/usr/lib/$arch/openblas-openmp
+fi
+VENV=$PWD/build/gpu-pyenv
+commit=${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+# The package is rebuilt when the tree's commit differs from the one it was built from.
+if [ "$(cat "$VENV/.commit" 2>/dev/null)" != "$commit" ] || ! "$VENV/bin/python" -c "import tiertrain.comm" 2>/dev/null; then
+  start=$(date +%s)
+  scripts/gpu_pyenv.sh "$VENV" > "$OUT/pyenv.out" 2> "$OUT/pyenv.log" && echo "$commit" > "$VENV/.commit"
+  echo "venv built in $(( $(date +%s) - start )) s"
+fi
+PY=$VENV/bin/python
+if [ "${2:-}" != --no-pytest ]; then
+  TT_TIERTRAIN_BIN=build/gpu/src/tiertrain "$PY" -m pytest -q -p no:cacheprovider python/tests > "$OUT/pytest.log" 2>&1
+  tail -n 2 "$OUT/pytest.log"
+fi
+echo "$commit" > "$OUT/commit.txt"
+PY="$PY" TT=build/gpu/src/tiertrain bench/comm_host.sh "$OUT/comm"
