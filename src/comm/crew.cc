@@ -16,8 +16,13 @@ namespace tt::comm {
 // more (TIERTRAIN_COMM_THREADS; `tiertrain launch --bind-to share` sets it to each rank's share of the CPUs): its
 // helpers spin between jobs, which takes CPU from whatever else runs there.
 // The helpers wait for a job by spinning on `generation_` for a while (the phases of one call follow each other
-// within microseconds), then yielding, then sleeping on it (std::atomic::wait, a futex). The caller bumps it with
-// release order, runs part 0 itself, and spins until `pending_` is 0. Each helper's writes happen before its
+// within microseconds), then yielding, then sleeping on it (std::atomic::wait, a futex): awake_ in all
+// (TIERTRAIN_COMM_THREAD_WAIT_US, 200 us by default). For a job the caller bumps it to an odd value with release
+// order, runs part 0 itself, and spins until `pending_` is 0; wake() bumps it to an even value, which sends the
+// helpers back to spinning without a job (a collective wakes its crew in begin(), so that the futex wake-up, tens of
+// us on a virtual machine, overlaps its wait for its peers instead of delaying its first copy). A helper that sees
+// an odd value runs the job written before it; job_ is written again only once every helper is done (`pending_`
+// 0), so a helper that missed an even value in between still runs the right job. Each helper's writes happen before its
 // release decrement of `pending_`, which the caller acquires: what the helpers wrote is visible to the caller and to
 // whoever it releases a flag to (streaming stores are fenced inside stream_copy before that). Parts split the work,
 // never share it, so results are the same bits whatever the crew's size: a reduction's elements are each combined
@@ -25,10 +30,10 @@ namespace tt::comm {
 
 namespace {
 
-// A helper waiting for work spins for kSpin, then yields its CPU on each check until kYield (where threads
-// outnumber CPUs, the caller may need that CPU), then sleeps on the generation; the phases of one collective follow
-// each other within microseconds, so a crew stays awake through a call, and sleeps soon after it.
-constexpr std::chrono::microseconds kSpin{50}, kYield{200};
+// A helper waiting for work spins for kSpin (or awake_, if shorter), then yields its CPU on each check until awake_
+// (where threads outnumber CPUs, the caller may need that CPU), then sleeps on the generation; the phases of one
+// collective follow each other within microseconds, so a crew stays awake through a call, and sleeps soon after it.
+constexpr std::chrono::microseconds kSpin{50};
 
 inline void relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -38,7 +43,7 @@ inline void relax() {
 
 }  // namespace
 
-Crew::Crew(int threads) {
+Crew::Crew(int threads, std::chrono::microseconds awake) : awake_(awake) {
   const int want = std::clamp(threads, 1, kMaxThreads);
   threads_.reserve(static_cast<size_t>(want - 1));
   for (int i = 1; i < want; ++i) {
@@ -66,7 +71,8 @@ void Crew::run_job(Job job, void* context) {
   job_ = job;
   context_ = context;
   pending_.store(size_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  const uint32_t g = generation_.load(std::memory_order_relaxed);  // only this thread writes it (busy_)
+  generation_.store(g + ((g & 1) != 0 ? 2 : 1), std::memory_order_release);
   generation_.notify_all();
   job(context, 0);
   const auto start = std::chrono::steady_clock::now();
@@ -74,6 +80,14 @@ void Crew::run_job(Job job, void* context) {
     if (spin % 64 != 0 || std::chrono::steady_clock::now() - start < kSpin) relax();
     else sched_yield();
   }
+  busy_.store(false, std::memory_order_release);
+}
+
+void Crew::wake() {
+  if (size_ == 1 || busy_.exchange(true, std::memory_order_acquire)) return;
+  const uint32_t g = generation_.load(std::memory_order_relaxed);
+  generation_.store(g + ((g & 1) != 0 ? 1 : 2), std::memory_order_release);
+  generation_.notify_all();  // no system call where no helper sleeps
   busy_.store(false, std::memory_order_release);
 }
 
@@ -85,7 +99,7 @@ void Crew::helper(int index) {
     for (unsigned spin = 1; g == seen; ++spin) {
       if (spin % 64 == 0) {
         const auto waited = std::chrono::steady_clock::now() - start;
-        if (waited > kYield) break;
+        if (waited > awake_) break;
         if (waited > kSpin) sched_yield();
       }
       relax();
@@ -97,6 +111,7 @@ void Crew::helper(int index) {
     }
     seen = g;
     if (stop_.load(std::memory_order_relaxed)) return;
+    if ((g & 1) == 0) continue;  // wake(): awake again, no job
     job_(context_, index);
     pending_.fetch_sub(1, std::memory_order_release);
   }

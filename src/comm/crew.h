@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <thread>
@@ -15,14 +16,19 @@ namespace tt::comm {
 class Crew {
  public:
   // threads: how many take part, the caller included (1: no helpers; at most kMaxThreads); the helpers run where
-  // this process may. A helper that cannot be started leaves the crew smaller.
-  explicit Crew(int threads);
+  // this process may. A helper that cannot be started leaves the crew smaller. awake: how long a helper stays awake
+  // (spinning, then yielding its CPU) after its last job or wake() before it sleeps (TIERTRAIN_COMM_THREAD_WAIT_US).
+  explicit Crew(int threads, std::chrono::microseconds awake = kAwake);
   ~Crew();
   Crew(const Crew&) = delete;
   Crew& operator=(const Crew&) = delete;
 
   static constexpr int kMaxThreads = 8;
+  static constexpr std::chrono::microseconds kAwake{200};
   int size() const { return size_; }
+  // Wakes helpers that sleep, without a job, so that they are awake when the next run() comes: a collective that will
+  // run its crew calls it first, and the helpers wake while it waits for its peers.
+  void wake();
   // Runs part(i) for i in [0, size()), part 0 on the calling thread and the others on the helpers at once, and
   // returns when all are done: what the parts wrote is then visible to the caller (and to whoever the caller
   // releases it to). part must not throw. A call made while another runs (from a part, or from a second thread)
@@ -42,7 +48,9 @@ class Crew {
   std::vector<std::thread> threads_;
   Job job_ = nullptr;
   void* context_ = nullptr;
-  std::atomic<uint32_t> generation_{0};  // bumped for each job, and once more to stop (a futex word)
+  std::chrono::microseconds awake_;
+  // Bumped for each job (to an odd value), each wake() (to an even one) and once more to stop (a futex word).
+  std::atomic<uint32_t> generation_{0};
   std::atomic<int> pending_{0};          // helpers not yet done with the current job
   std::atomic<bool> busy_{false};        // a job is running
   std::atomic<bool> stop_{false};

@@ -575,7 +575,7 @@ Status ShmComm::init() {
     }
   }
   // Note [crew]: helper threads for the large copies and reductions, where this rank has CPUs to spare.
-  crew_ = std::make_unique<Crew>(opt_.threads);
+  crew_ = std::make_unique<Crew>(opt_.threads, std::chrono::microseconds(opt_.thread_wait_us));
   reduce_srcs_.assign(static_cast<size_t>(size_) * static_cast<size_t>(crew_->size()), nullptr);
   TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments, %s; single copies %s; arrival %s; %d thread(s)",
          rank_, size_, format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
@@ -641,6 +641,8 @@ Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, 
   cur_.root = root;
   cur_.misuse = misuse_of(kind, root, size_, in_place_misuse);
   stream_ = opt_.stream_bytes > 0 && out_bytes >= opt_.stream_bytes;
+  // Note [crew]: a call large enough to run the crew wakes it first, while it still waits for its peers.
+  if (crew_ != nullptr && std::max(out_bytes, count * dtype_size(dtype)) >= opt_.thread_bytes) crew_->wake();
   return Status::ok();
 }
 

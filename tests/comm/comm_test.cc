@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -669,7 +670,7 @@ TEST(Comm, SingleCopiesByDefaultFromFourRanks) {
 
 // Note [crew]: every part runs once, on as many threads as the crew has, and its writes are seen after run(); a run
 // called from inside a part (the crew busy) runs its parts in turn on that thread; share() covers [0, n) exactly.
-TEST(Crew, RunsEveryPartOnceAndNestedRunsInTurn) {
+TEST(Crew, RunsEveryPartOnceAndNestedRunsInTurnAndWakesWithoutAJob) {
   for (int threads : {1, 3, 8}) {
     tt::comm::Crew crew(threads);
     ASSERT_GE(crew.size(), 1);
@@ -689,6 +690,22 @@ TEST(Crew, RunsEveryPartOnceAndNestedRunsInTurn) {
       crew.run([&](int j) { ++inner[static_cast<size_t>(i * crew.size() + j)]; });
     });
     for (int v : inner) EXPECT_EQ(v, 1);
+  }
+  // Helpers that sleep at once (awake 0) or after a while, woken without a job (wake()) between runs, some of them
+  // asleep by then: every run still runs each part exactly once, and a wake runs none.
+  for (auto awake : {std::chrono::microseconds(0), std::chrono::microseconds(200)}) {
+    tt::comm::Crew crew(4, awake);
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(crew.size()));
+    for (int round = 0; round < 300; ++round) {
+      if (round % 3 == 0) crew.wake();
+      if (round % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(400));
+      if (round % 2 == 0) crew.wake();
+      crew.run([&](int i) { hits[static_cast<size_t>(i)].fetch_add(1); });
+      for (int i = 0; i < crew.size(); ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), round + 1) << i;
+    }
+    crew.wake();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    for (int i = 0; i < crew.size(); ++i) EXPECT_EQ(hits[static_cast<size_t>(i)].load(), 300) << "a wake ran a job";
   }
   for (size_t n : {size_t(0), size_t(1), size_t(4095), size_t(4097), size_t(100000)}) {
     for (int parts : {1, 2, 3, 8}) {
