@@ -17,7 +17,7 @@ namespace tt::comm {
 // helpers spin between jobs, which takes CPU from whatever else runs there.
 // The helpers wait for a job by spinning on `generation_` for a while (the phases of one call follow each other
 // within microseconds), then yielding, then sleeping on it (std::atomic::wait, a futex): awake_ in all
-// (TIERTRAIN_COMM_THREAD_WAIT_US, 200 us by default). For a job the caller bumps it to an odd value with release
+// (TIERTRAIN_COMM_THREAD_WAIT_US; the communicator's default is 5 ms). For a job the caller bumps it to an odd value with release
 // order, runs part 0 itself, and spins until `pending_` is 0; wake() bumps it to an even value, which sends the
 // helpers back to spinning without a job (a collective wakes its crew in begin(), so that the futex wake-up, tens of
 // us on a virtual machine, overlaps its wait for its peers instead of delaying its first copy). A helper that sees
