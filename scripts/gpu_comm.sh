@@ -3,9 +3,20 @@
 # GPU benchmarks), then the Python package and mpi4py into a venv under build/ (kept on a warm machine: a second call
 # skips the ~4 min build), its tests, then bench/comm_host.sh into OUTDIR/comm with the TT_COMM_* settings given.
 # The venv is built before anything is measured, never beside it.
-#   scripts/gpu_comm.sh OUTDIR [--no-pytest]
+# --no-bench stops after the venv and the tests (for a script of one's own after it: PY=build/gpu-pyenv/bin/python).
+#   scripts/gpu_comm.sh OUTDIR [--no-pytest] [--no-bench]
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_comm.sh OUTDIR [--no-pytest]}
+OUT=${1:?usage: scripts/gpu_comm.sh OUTDIR [--no-pytest] [--no-bench]}
+shift
+RUN_PYTEST=1
+RUN_BENCH=1
+for a in "$@"; do
+  case "$a" in
+    --no-pytest) RUN_PYTEST=0 ;;
+    --no-bench) RUN_BENCH=0 ;;
+    *) echo "unknown option $a" >&2; exit 2 ;;
+  esac
+done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
@@ -25,9 +36,10 @@ if [ "$(cat "$VENV/.commit" 2>/dev/null)" != "$commit" ] || ! "$VENV/bin/python"
   echo "venv built in $(( $(date +%s) - start )) s"
 fi
 PY=$VENV/bin/python
-if [ "${2:-}" != --no-pytest ]; then
+if [ "$RUN_PYTEST" = 1 ]; then
   TT_TIERTRAIN_BIN=build/gpu/src/tiertrain "$PY" -m pytest -q -p no:cacheprovider python/tests > "$OUT/pytest.log" 2>&1
   tail -n 2 "$OUT/pytest.log"
 fi
 echo "$commit" > "$OUT/commit.txt"
+[ "$RUN_BENCH" = 1 ] || exit 0
 PY="$PY" TT=build/gpu/src/tiertrain bench/comm_host.sh "$OUT/comm"
