@@ -5,6 +5,7 @@ nccl-tests' bus-bandwidth factors, and comm-bench's timing."""
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from typing import Callable, Iterator
 
@@ -22,6 +23,8 @@ def add_sweep_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("-f", "--stepfactor", type=float, default=2.0)
     ap.add_argument("-n", "--iters", type=int, default=20)
     ap.add_argument("-w", "--warmup", type=int, default=5)
+    ap.add_argument("--warmup-ms", type=float, default=0.0,
+                    help="then more untimed calls, as many on every rank, until this many ms have passed")
     ap.add_argument("--json", default="")
     ap.add_argument("--huge", action="store_true",
                     help="buffers from tiertrain.comm.zeros (on huge pages) instead of numpy's, for either library")
@@ -63,11 +66,19 @@ def float_counts(a: argparse.Namespace, collective: str, n: int) -> Iterator[int
 
 
 def mean_time_per_call(call: Callable[[], None], warmup: int, iters: int, barrier: Callable[[], None],
-                       mean_over_ranks: Callable[[float], float]) -> float:
-    """Seconds per call as `tiertrain comm-bench` times them: warmup calls, a barrier, then iters back-to-back calls;
-    each rank's mean time per call, averaged over the ranks by mean_over_ranks."""
+                       mean_over_ranks: Callable[[float], float], warmup_ms: float = 0.0,
+                       max_over_ranks: Callable[[float], float] | None = None) -> float:
+    """Seconds per call as `tiertrain comm-bench` times them: warmup calls (and with warmup_ms, more until that many ms
+    have passed, as many on every rank: max_over_ranks agrees on the number), a barrier, then iters back-to-back
+    calls; each rank's mean time per call, averaged over the ranks by mean_over_ranks."""
+    w0 = time.perf_counter()
     for _ in range(warmup):
         call()
+    if warmup_ms > 0 and max_over_ranks is not None:
+        took = (time.perf_counter() - w0) * 1e3
+        more = 0.0 if took >= warmup_ms else math.ceil((warmup_ms - took) / max(took / max(warmup, 1), 1e-3))
+        for _ in range(int(min(max_over_ranks(more), 1e6))):
+            call()
     barrier()
     t0 = time.perf_counter()
     for _ in range(iters):

@@ -23,7 +23,9 @@ cores=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
 lim=${TT_COMM_RUN_TIMEOUT:-150}  # seconds a run may take
 # Every power of two (64 MiB, the size, among them); fewer iterations than comm-bench's default keep the
 # 256 MiB rows short.
-sweep=(-b "${TT_COMM_MIN:-8}" -e "$MAX" -f 2 -n "${TT_COMM_ITERS:-10}" -w 3)
+# At least 100 ms of untimed calls at each size (the same in all three programs): the first size of a run was
+# otherwise 2-4x slower than steady state in either library's process, whatever the warm-up count.
+sweep=(-b "${TT_COMM_MIN:-8}" -e "$MAX" -f 2 -n "${TT_COMM_ITERS:-10}" -w 3 --warmup-ms "${TT_COMM_WARMUP_MS:-100}")
 lscpu > "$OUT/lscpu.txt" 2>&1 || true
 # One run of tiertrain's comm-bench for collective $c at $n ranks, with the settings in ENV (may be empty) in front:
 # NAME's JSON and log in OUT (NAME may start with a folder of OUT).

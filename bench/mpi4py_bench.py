@@ -60,7 +60,8 @@ def main() -> None:
                     comm.Alltoall(send, recv)
 
             t = mean_time_per_call(call, a.warmup, a.iters, comm.Barrier,
-                                   lambda t: comm.allreduce(t, op=MPI.SUM) / n)
+                                   lambda t: comm.allreduce(t, op=MPI.SUM) / n, a.warmup_ms,
+                                   lambda x: comm.allreduce(x, op=MPI.MAX))
             alg = count * 4 / t / 1e9
             out.append((t, alg, alg * factor))
             rows.append({"collective": a.collective, "ranks": n, "backend": "mpi4py+openmpi", "size": count * 4,

@@ -51,6 +51,11 @@ def main() -> None:
         comm.Allreduce(tc.IN_PLACE, v, op=tc.AVG)
         return float(v[0])
 
+    def max_over_ranks(x: float) -> float:
+        v = np.array([x])
+        comm.Allreduce(tc.IN_PLACE, v, op=tc.MAX)
+        return float(v[0])
+
     for count in float_counts(a, a.collective, n):
         per = count // n
         out = []
@@ -77,7 +82,8 @@ def main() -> None:
             rb = recv if a.collective != "gather" or me == 0 else None
             ts, ts_cpp = [], []
             for k in range(a.pairs):
-                ts.append(mean_time_per_call(call, a.warmup if k == 0 else 0, a.iters, comm.Barrier, mean_over_ranks))
+                ts.append(mean_time_per_call(call, a.warmup if k == 0 else 0, a.iters, comm.Barrier, mean_over_ranks,
+                                             a.warmup_ms if k == 0 else 0.0, max_over_ranks))
                 comm.Barrier()
                 ts_cpp.append(mean_over_ranks(comm._time_loop(CPP_NAME[a.collective], sb, rb, tc.SUM, 0, a.iters)
                                               / a.iters))

@@ -89,6 +89,8 @@ int main(int argc, char** argv) {
   bench->add_option("-f,--stepfactor", bench_opt.factor, "size multiplier between rows [default: 2]");
   bench->add_option("-n,--iters", bench_opt.iters, "timed iterations per size [default: 20]");
   bench->add_option("-w,--warmup_iters", bench_opt.warmup, "untimed iterations first [default: 5]");
+  bench->add_option("--warmup-ms", bench_opt.warmup_ms,
+                    "then more untimed iterations, as many on every rank, until this many ms have passed [default: 0]");
   bench->add_option("-c,--check", bench_opt.check, "checked iterations per size, counted in #wrong (0: none) [default: 1]");
   bench->add_option("-d,--datatype", bench_dtype, "f32, f64, bf16, f16, i32, i64 [default: f32]");
   bench->add_option("-o,--op", bench_op, "sum, prod, min, max, avg [default: sum]");

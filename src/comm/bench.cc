@@ -196,8 +196,17 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
       // Queued calls are done when the stream is; blocking ones when they return.
       auto drain = [&]() { return queued ? queued->synchronize(nullptr) : Status::ok(); };
       TT_TRY(stage(0));
+      const auto w0 = std::chrono::steady_clock::now();
       for (int w = 0; w < o.warmup; ++w) TT_TRY(call());
       TT_TRY(drain());
+      if (o.warmup_ms > 0) {  // more untimed calls, as many on every rank, until warmup_ms have passed
+        const double took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
+        double more = took >= o.warmup_ms ? 0
+                                          : std::ceil((o.warmup_ms - took) / std::max(took / std::max(o.warmup, 1), 1e-3));
+        TT_TRY(allreduce_scalar(comm, &more, DType::kF64, Op::kMax));
+        for (int64_t w = 0; w < static_cast<int64_t>(std::min(more, 1e6)); ++w) TT_TRY(call());
+        TT_TRY(drain());
+      }
       double total = 0;
       if (o.vary) {
         for (int it = 0; it < o.iters; ++it) {

@@ -24,6 +24,9 @@ struct BenchOptions {
   size_t min_bytes = 8, max_bytes = 64 << 20;
   double factor = 2.0;  // sizes multiply by this
   int iters = 20, warmup = 5, check = 1;
+  // Untimed calls go on after the warmup ones until they have taken this long on every rank (the same number of
+  // calls everywhere: the ranks agree on it).
+  double warmup_ms = 0;
   bool vary = false;    // new data in the send buffer before every operation (not timed), as in real use
   // nccl: queue the timed calls on a stream and wait once at the end (as nccl-tests times), instead of a blocking
   // call each
