@@ -295,7 +295,7 @@ const std::vector<std::string>& environment_variables() {
       "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND", "TIERTRAIN_DEVICE",         "TIERTRAIN_COMM_STREAM_BYTES",
       "TIERTRAIN_COMM_CMA_BYTES", "TIERTRAIN_COMM_TREE_RANKS", "TIERTRAIN_COMM_HUGE_BYTES",
       "TIERTRAIN_COMM_CMA_HUGE_BYTES", "TIERTRAIN_COMM_PROFILE", "TIERTRAIN_COMM_REDUCE_SPAN",
-      "TIERTRAIN_COMM_THREADS", "TIERTRAIN_COMM_THREAD_BYTES", "TIERTRAIN_COMM_THREAD_WAIT_US", "TIERTRAIN_COMM_ROOTED"};
+      "TIERTRAIN_COMM_THREADS", "TIERTRAIN_COMM_THREAD_BYTES", "TIERTRAIN_COMM_THREAD_WAIT_US"};
   return vars;
 }
 
@@ -338,9 +338,6 @@ Status shm_options_from_env(ShmOptions* shm) {
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_BYTES", 1, kMax, "1 or more bytes", &shm->thread_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_WAIT_US", 0, 60'000'000, "microseconds, 0 to 60000000",
                      &shm->thread_wait_us));
-  int rooted = shm->rooted ? 1 : 0;
-  TT_TRY(env_setting("TIERTRAIN_COMM_ROOTED", 0, 1, "0 (off) or 1 (on)", &rooted));
-  shm->rooted = rooted != 0;
   TT_ASSIGN_OR_RETURN(long long tree, env_int({"TIERTRAIN_COMM_TREE_RANKS"}, shm->tree_ranks, &which));
   TT_RETURN_IF(tree < 0 || tree == 1, kInvalidArgument,
                "TIERTRAIN_COMM_TREE_RANKS=%lld: 0 (never) or the smallest number of ranks (2 or more)", tree);

@@ -53,36 +53,8 @@ namespace {
 // it in round r + 2 it has seen every peer arrive at round r + 1, which no peer does before it has finished round r
 // (its reads of half h included). For the same reason a peer is never more than one round ahead of a rank still in
 // round r, so the meta half a rank checks in round r is the one its peers wrote for round r. No round ends with a
-// barrier. A broadcast's rounds wait less (Note [rooted rounds]), and the rule above is then kept by an explicit
-// wait where a rank has not seen what it needs.
-constexpr uint64_t kMagic = 0x7474636f6d6d3037ull;  // "ttcomm07": halves, arrival lines, single copies, tree, span,
-                                                    // rooted rounds
-
-// Note [rooted rounds]
-// In a broadcast only the root's data moves, so its rounds (where every rank agreed to it: TIERTRAIN_COMM_ROOTED)
-// are rooted: a non-root publishes its arrival and description as in any round, waits for the root's arrival line
-// only, checks its description against the root's, and reads the root's half; the root publishes its data, then
-// waits for every peer and checks them all. A non-root does not wait for the root's check, nor for the other
-// non-roots: at 32 ranks that is one line to wait for instead of 31 (or two steps of the tree). What is checked:
-//  - Every rank still checks its description against the root's in the same call, and the root checks everyone's:
-//    a rank that disagrees with the root, and the root, get the error. A non-root that agrees with the root gets
-//    its data and returns, whatever a third rank did; that rank and the root fail, and the non-root learns of it at
-//    its next call that waits for them (their `aborted` flags). Ranks that each name themselves the root each check
-//    everyone, and fail.
-//  - A rank that never arrives is an error at the root within the deadline, naming it (and at every rank at the
-//    next round that waits for it).
-// The rule of Note [shm rounds] is kept by an explicit wait where needed. A rank remembers, for each half, who may
-// still read what it wrote there in the last round that used it (reader_: every rank, or the root of a rooted round
-// it took part in as a non-root, whose check may read its meta), and the last round by which it saw every rank
-// arrive (seen_all_). Before it writes half h in round r it waits until those readers have arrived at r - 1: nothing
-// when the round before was an ordinary one (seen_all_ = r - 1 already), one line after a rooted round with the same
-// root, every line after one where it only saw the root. So a rank publishes round r + 2 only after the readers of
-// its round r have left it, and the meta halves a check reads (the root's, or a non-root's at the root) still hold
-// round r. A line read in round r holds r or r + 1 (a peer at r + 2 has waited for this rank to reach r + 1), and a
-// peer whose line is at r + 1 has passed round r: a non-root only after agreeing with the root, the root only after
-// agreeing with everyone. So the root's check counts a line at r + 1 as agreement, and so does a non-root's check of
-// the root's line; a line at r is compared, and where a peer is writing its next round into it (seen half done) the
-// check falls back to the meta halves, as in Note [arrival line].
+// barrier.
+constexpr uint64_t kMagic = 0x7474636f6d6d3036ull;  // "ttcomm06": halves, arrival lines, single copies, tree, span
 
 struct alignas(64) Flag {
   std::atomic<int64_t> value;
@@ -122,7 +94,6 @@ struct alignas(64) Header {
   std::atomic<uint64_t> cma_bytes;  // Note [single copy]: this rank's threshold if its probes passed, else 0
   std::atomic<uint64_t> tree_ranks;  // Note [arrival tree]: this rank's TIERTRAIN_COMM_TREE_RANKS
   std::atomic<uint64_t> reduce_span;  // Note [reduction rounds]: this rank's TIERTRAIN_COMM_REDUCE_SPAN
-  std::atomic<uint64_t> rooted;       // Note [rooted rounds]: 1 if this rank's TIERTRAIN_COMM_ROOTED allows them
   Arrival arrived;
   Arrival group;  // Note [arrival tree]: written by a group's leader once its members have arrived
   Flag reduced;
@@ -290,10 +261,9 @@ class ShmComm final : public Communicator {
   Status round(const void* in, size_t bytes, Work&& work) {
     return round_fill([&](char* dst) { crew_copy(dst, in, bytes, false); }, std::forward<Work>(work));
   }
-  // The same, with the input written into this rank's input area by fill(area) (no staging copy). root >= 0: a
-  // rooted round (Note [rooted rounds]) whose data only root writes (fill runs there alone).
+  // The same, with the input written into this rank's input area by fill(area) (no staging copy).
   template <typename Fill, typename Work>
-  Status round_fill(Fill&& fill, Work&& work, int root = -1);
+  Status round_fill(Fill&& fill, Work&& work);
   // Waits until flag(peer) >= target for every peer (or for `only` if >= 0); on a timeout or a dead peer, an error
   // naming them, and the communicator is broken.
   template <typename F>
@@ -329,10 +299,7 @@ class ShmComm final : public Communicator {
     hdr(rank_)->aborted.value.store(1, std::memory_order_release);
     return s;
   }
-  // The round's descriptions against this rank's: every peer's, or with only >= 0 that rank's alone.
-  Status check_metas(int only = -1);
-  // Note [rooted rounds]: the root's check of every peer, and a non-root's of the root.
-  Status check_rooted(int root);
+  Status check_metas();
   // scatter, reduce_scatter, alltoall: from src (size() pieces of `count` elements of es bytes), the `bytes` from
   // element `off` of every piece, one after the other in `area`.
   void lay_out_pieces(char* area, const char* src, size_t count, size_t off, size_t bytes, size_t es) const {
@@ -356,12 +323,6 @@ class ShmComm final : public Communicator {
   size_t cma_bytes_ = 0;  // the agreed single-copy threshold (Note [single copy]); 0: off
   size_t reduce_round_bytes_ = 0;  // Note [reduction rounds]: the most bytes a reduction round takes per rank
   int group_ = 0;  // Note [arrival tree]: ranks per group when rounds arrive through the tree; 0: flat
-  // Note [rooted rounds]: whether broadcasts take them (agreed); the last round by which this rank saw every rank
-  // arrive; for each half, who may still read what this rank wrote there in the last round that used it (-1: every
-  // rank; else the root of the rooted round that used it, this rank a non-root).
-  bool rooted_ = false;
-  int64_t seen_all_ = 0;
-  int reader_[2] = {-1, -1};
   // Copies part of the collective's result into the caller's buffer, shared out over the crew when it is large
   // (Note [crew]); deliver_one on one thread.
   void deliver_one(void* dst, const void* src, size_t bytes) const {
@@ -409,7 +370,8 @@ class ShmComm final : public Communicator {
   }
   int64_t jitter_us_ = 0;  // TIERTRAIN_COMM_JITTER_US (tests): a rank- and round-dependent delay before each write
   // The delay is 0 to size() times jitter_us_, scattered over ranks and rounds (a hash of both), so that every
-  // order of a round's writers and readers comes up.
+  // order of a round's writers and readers comes up (a delay of (rank + round) % size missed a writer that did not
+  // wait for its readers, which the hash found).
   void jitter(int64_t r) const {
     if (jitter_us_ <= 0) return;
     uint64_t h = static_cast<uint64_t>(r) * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(rank_) * 0xbf58476d1ce4e5b9ull;
@@ -528,7 +490,6 @@ Status ShmComm::init() {
     h->cma_bytes.store(0, std::memory_order_relaxed);
     h->tree_ranks.store(static_cast<uint64_t>(opt_.tree_ranks), std::memory_order_relaxed);
     h->reduce_span.store(static_cast<uint64_t>(opt_.reduce_span), std::memory_order_relaxed);
-    h->rooted.store(opt_.rooted ? 1 : 0, std::memory_order_relaxed);
     // Note [single copy]: peers of this user may attach to read and write the buffers given to gather and scatter.
     if (opt_.cma_bytes > 0 && size_ > 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     h->arrived.value.store(0, std::memory_order_relaxed);
@@ -612,7 +573,6 @@ Status ShmComm::init() {
     reduce_round_bytes_ = span == 0 ? half_bytes()
                                     : std::clamp<size_t>(span / static_cast<uint64_t>(size_), kMinReduceRound,
                                                          std::max(half_bytes(), kMinReduceRound));
-    rooted_ = agreed(&Header::rooted) != 0;  // Note [rooted rounds]: on where every rank allows them
     // Note [arrival tree]: on from the agreed number of ranks.
     const uint64_t tree = agreed(&Header::tree_ranks);
     if (tree > 0 && static_cast<uint64_t>(size_) >= tree) {
@@ -624,13 +584,10 @@ Status ShmComm::init() {
   // Note [crew]: helper threads for the large copies and reductions, where this rank has CPUs to spare.
   crew_ = std::make_unique<Crew>(opt_.threads, std::chrono::microseconds(opt_.thread_wait_us));
   reduce_srcs_.assign(static_cast<size_t>(size_) * static_cast<size_t>(crew_->size()), nullptr);
-  TT_LOG(INFO, COMM,
-         "shm communicator: rank %d of %d, %s segments, %s; single copies %s; arrival %s; rooted broadcasts %s; %d "
-         "thread(s)",
+  TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments, %s; single copies %s; arrival %s; %d thread(s)",
          rank_, size_, format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
          cma_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(cma_bytes_)) + " a piece").c_str() : "off",
-         group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat", rooted_ ? "on" : "off",
-         crew_->size());
+         group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat", crew_->size());
   return Status::ok();
 }
 
@@ -790,18 +747,16 @@ static bool describes(const Arrival& a, const Meta& m, int64_t packed) {
          a.packed.load(std::memory_order_relaxed) == packed;
 }
 
-Status ShmComm::check_metas(int only) {
-  const auto checked = [&](int r) { return r != rank_ && (only < 0 || r == only); };
+Status ShmComm::check_metas() {
   if (cur_.misuse == kNoMisuse) {
     const int64_t packed = pack_description(cur_);
     bool same = true;
     for (int r = 0; r < size_ && same; ++r)
-      if (checked(r)) same = describes(hdr(r)->arrived, cur_, packed);
+      if (r != rank_) same = describes(hdr(r)->arrived, cur_, packed);
     if (same) return Status::ok();
   }
   std::string misuse;
   for (int r = 0; r < size_; ++r) {
-    if (r != rank_ && !checked(r)) continue;
     const int32_t m = r == rank_ ? cur_.misuse : hdr(r)->meta[half_].misuse;
     if (m != kNoMisuse) misuse += str_format("%srank %d %s", misuse.empty() ? "" : "; ", r, misuse_text(m));
   }
@@ -811,7 +766,7 @@ Status ShmComm::check_metas(int only) {
                             misuse.c_str()));
   std::string diffs;
   for (int r = 0; r < size_; ++r) {
-    if (!checked(r)) continue;
+    if (r == rank_) continue;
     const Meta& m = hdr(r)->meta[half_];
     std::string d;
     if (m.seq != cur_.seq) d += str_format(" collective #%lld", static_cast<long long>(m.seq));
@@ -859,62 +814,24 @@ Status ShmComm::check_tree() {
   return check_metas();  // every rank's line, and the exact message where they differ
 }
 
-Status ShmComm::check_rooted(int root) {
-  if (cur_.misuse == kNoMisuse) {
-    const int64_t packed = pack_description(cur_), r = cur_.round;
-    bool same = true;
-    for (int q = 0; q < size_ && same; ++q) {
-      if (q == rank_ || (rank_ != root && q != root)) continue;
-      const Arrival& a = hdr(q)->arrived;
-      // A line at r + 1 has passed round r, agreeing (Note [rooted rounds]).
-      same = a.value.load(std::memory_order_acquire) > r || describes(a, cur_, packed);
-    }
-    if (same) return Status::ok();
-  }
-  return check_metas(rank_ == root ? -1 : root);
-}
-
 template <typename Fill, typename Work>
-Status ShmComm::round_fill(Fill&& fill, Work&& work, int root) {
+Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   const int64_t r = ++round_;
   Header* me = hdr(rank_);
   half_ = static_cast<size_t>(r % 2);
   jitter(r);
   auto t = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-  // Note [rooted rounds]: the readers of what this rank wrote into this half two rounds ago have left that round.
-  if (size_ > 1 && seen_all_ < r - 1) {
-    const int reader = reader_[half_];
-    if (reader < 0) {
-      TT_TRY(wait_all(&Header::arrived, r - 1, "waiting for the ranks to finish the round before"));
-      seen_all_ = r - 1;
-    } else if (reader != rank_) {
-      TT_TRY(wait_all(&Header::arrived, r - 1, "waiting for the root of two rounds ago to finish it", reader));
-    }
-  }
-  if (root < 0 || rank_ == root) fill(input(rank_));
+  fill(input(rank_));
   if (profile_) lap(&prof_.fill, &t);
   cur_.round = r;
   me->meta[half_] = cur_;
   publish(me->arrived, cur_, pack_description(cur_), r);
-  if (root >= 0) {
-    if (rank_ == root) {
-      if (size_ > 1) TT_TRY(wait_all(&Header::arrived, r, "waiting for the ranks to arrive"));
-      seen_all_ = r;
-    } else {
-      TT_TRY(wait_all(&Header::arrived, r, "waiting for the root to arrive", root));
-    }
-    TT_TRY(check_rooted(root));
-    reader_[half_] = rank_ == root ? -1 : root;
+  if (group_ > 0) {
+    TT_TRY(arrive_tree(r));
+    TT_TRY(check_tree());
   } else {
-    if (group_ > 0) {
-      TT_TRY(arrive_tree(r));
-      TT_TRY(check_tree());
-    } else {
-      if (size_ > 1) TT_TRY(wait_all(&Header::arrived, r, "waiting for the ranks to arrive"));
-      TT_TRY(check_metas());
-    }
-    seen_all_ = r;
-    reader_[half_] = -1;
+    if (size_ > 1) TT_TRY(wait_all(&Header::arrived, r, "waiting for the ranks to arrive"));
+    TT_TRY(check_metas());
   }
   jitter(3 * r + 1);  // (tests) readers late too, so that a writer that does not wait for them overwrites their data
   if (profile_) lap(&prof_.arrive, &t);
@@ -971,13 +888,10 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
         if (src != dst) deliver(dst + off * es + b, area + b, k);
       }
     };
-    return round_fill(
-        fill,
-        [&](int64_t) {
-          if (rank_ != root && bytes) deliver(dst + off * es, input(root), bytes);
-          return Status::ok();
-        },
-        rooted_ ? root : -1);
+    return round_fill(fill, [&](int64_t) {
+      if (rank_ != root && bytes) deliver(dst + off * es, input(root), bytes);
+      return Status::ok();
+    });
   });
 }
 

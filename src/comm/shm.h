@@ -36,9 +36,6 @@ struct ShmOptions {
   // default, 32, is where the tree was faster on the H200 machine's 32-core host (at 16 ranks it was slower, at 24
   // mixed). Note [arrival tree] in shm.cc.
   int tree_ranks = 32;
-  // A broadcast's non-roots wait for the root alone, the root for everyone (TIERTRAIN_COMM_ROOTED=0 turns it off;
-  // off on every rank if any rank asks). Note [rooted rounds] in shm.cc.
-  bool rooted = true;
   // A reduction's rounds take at most this many bytes over all ranks (TIERTRAIN_COMM_REDUCE_SPAN; 0: half an area
   // each, as other collectives). Note [reduction rounds] in shm.cc.
   size_t reduce_span = 32 << 20;
