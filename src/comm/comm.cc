@@ -295,7 +295,7 @@ const std::vector<std::string>& environment_variables() {
       "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND", "TIERTRAIN_DEVICE",         "TIERTRAIN_COMM_STREAM_BYTES",
       "TIERTRAIN_COMM_CMA_BYTES", "TIERTRAIN_COMM_TREE_RANKS", "TIERTRAIN_COMM_HUGE_BYTES",
       "TIERTRAIN_COMM_CMA_HUGE_BYTES", "TIERTRAIN_COMM_PROFILE", "TIERTRAIN_COMM_REDUCE_SPAN",
-      "TIERTRAIN_COMM_THREADS", "TIERTRAIN_COMM_THREAD_BYTES", "TIERTRAIN_COMM_THREAD_WAIT_US"};
+      "TIERTRAIN_COMM_THREADS", "TIERTRAIN_COMM_THREAD_BYTES", "TIERTRAIN_COMM_THREAD_WAIT_US", "TIERTRAIN_COMM_POOL"};
   return vars;
 }
 
@@ -336,6 +336,8 @@ Status shm_options_from_env(ShmOptions* shm) {
   TT_TRY(env_setting("TIERTRAIN_COMM_REDUCE_SPAN", 0, kMax, "bytes, 0 (no bound) or more", &shm->reduce_span));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREADS", 1, Crew::kMaxThreads, "1 to 8", &shm->threads));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_BYTES", 1, kMax, "1 or more bytes", &shm->thread_bytes));
+  if (std::getenv("TIERTRAIN_COMM_POOL") != nullptr)  // unset: ShmOptions::kPoolAuto
+    TT_TRY(env_setting("TIERTRAIN_COMM_POOL", 0, kMax, "bytes, 0 (no pool) or more", &shm->pool_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_WAIT_US", 0, 60'000'000, "microseconds, 0 to 60000000",
                      &shm->thread_wait_us));
   TT_ASSIGN_OR_RETURN(long long tree, env_int({"TIERTRAIN_COMM_TREE_RANKS"}, shm->tree_ranks, &which));

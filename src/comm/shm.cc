@@ -26,6 +26,7 @@
 
 #include "comm/collective.h"
 #include "comm/crew.h"
+#include "comm/pool.h"
 #include "comm/reduce.h"
 #include "comm/topology.h"
 #include "core/log.h"
@@ -54,7 +55,31 @@ namespace {
 // (its reads of half h included). For the same reason a peer is never more than one round ahead of a rank still in
 // round r, so the meta half a rank checks in round r is the one its peers wrote for round r. No round ends with a
 // barrier.
-constexpr uint64_t kMagic = 0x7474636f6d6d3036ull;  // "ttcomm06": halves, arrival lines, single copies, tree, span
+constexpr uint64_t kMagic = 0x7474636f6d6d3037ull;  // "ttcomm07": halves, arrival lines, single copies, tree, span,
+                                                    // shared buffers
+constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buffer is not in the rank's pool
+
+// Note [shared buffers]
+// A rank's segment file goes on past its areas into its pool: a sparse range (TIERTRAIN_COMM_POOL bytes, by default
+// the size of the file system it is on, at most 1 TiB) that every peer maps with the segment, and out of which
+// alloc_buffer hands out buffers (comm/pool.h; pages allocated by fallocate when handed out, released by punching a
+// hole when given back; a full pool falls back to private memory). A collective whose buffers are in the pools
+// needs no copy through the areas: a peer reads them, and writes into them, where they are. In a reduction round
+// of at least kSharedBytes each rank publishes in its meta half where its send and receive buffers are in its pool
+// (send_off, recv_off; kNoPool if not), and copies its chunk into its input half only if its send buffer is not in
+// the pool. A rank reducing a slice reads each source from that rank's pool or its input half, reduces a block into
+// its own result half, and copies the block into the receive buffer of every rank whose receive buffer is in the
+// pool; those ranks skip the copy out. Per rank that moves the message about twice (read every source's slice,
+// write every result's slice) instead of about five times (copy in, reduce, copy out). In place is safe: the block
+// of a rank's buffer that a reducer overwrites is its own slice, read by it alone, and read before it is written.
+// Nothing may change or reuse a buffer while peers read or write it: a rank returns only once every peer has set
+// `reduced` for the round (the root of a reduce waits for it too where its send buffer is shared). A broadcast root
+// whose send buffer is in the pool publishes it instead of copying it in; the others copy from it and set `reduced`,
+// which the root waits for before it returns. All ranks have a pool or none (its size is part of the segment's,
+// checked at the rendezvous), and the chunk sizes that decide kSharedBytes are alike on every rank, so every rank
+// takes the same path; each rank's buffers may be in its pool or not, independently.
+constexpr size_t kSharedBytes = 64 << 10;
+constexpr size_t kPoolGranule = 64 << 10;
 
 struct alignas(64) Flag {
   std::atomic<int64_t> value;
@@ -82,6 +107,8 @@ struct alignas(64) Meta {
   int32_t root;
   int32_t misuse;  // a bad argument on this rank (Misuse), reported by every rank instead of a hang
   uint64_t addr;   // Note [single copy]: the root's buffer in its own address space, for its peers' copies
+  uint64_t send_off;  // Note [shared buffers]: where this rank's send buffer is in its pool, or kNoPool
+  uint64_t recv_off;  // and its receive buffer
 };
 
 struct alignas(64) Header {
@@ -204,7 +231,8 @@ class ShmComm final : public Communicator {
       [[maybe_unused]] const ssize_t written = ::write(2, line.data(), line.size());
     }
     for (size_t i = 0; i < maps_.size(); ++i)
-      if (maps_[i]) munmap(maps_[i], seg_bytes_);
+      if (maps_[i]) munmap(maps_[i], map_bytes());
+    if (pool_fd_ >= 0) ::close(pool_fd_);
     if (!own_name_.empty()) unlink_own();
   }
 
@@ -213,6 +241,9 @@ class ShmComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "shm"; }
+  // Note [shared buffers]: out of this rank's pool where it has room, else private memory.
+  Result<void*> alloc_buffer(size_t bytes) override;
+  void free_buffer(void* p) override;
   int64_t sequence() const override { return seq_.load(std::memory_order_relaxed); }
   std::string placement() const override { return placement_; }
   void abandon(const std::string& why) override {
@@ -314,6 +345,24 @@ class ShmComm final : public Communicator {
   ShmOptions opt_;
   std::vector<void*> maps_;
   size_t seg_bytes_ = 0;
+  // Note [shared buffers]: the pool after each segment (mapped with it), the segment file kept open to allocate and
+  // release the pool's pages, and which of its ranges are in use.
+  size_t pool_bytes_ = 0;
+  int pool_fd_ = -1;
+  std::unique_ptr<PoolRanges> pool_;
+  bool pool_full_said_ = false;
+  size_t map_bytes() const { return seg_bytes_ + pool_bytes_; }
+  char* pool_base(int q) const { return static_cast<char*>(maps_[static_cast<size_t>(q)]) + seg_bytes_; }
+  // Where [p, p + bytes) is in this rank's pool, or kNoPool.
+  uint64_t pool_offset(const void* p, size_t bytes) const {
+    if (pool_ == nullptr || p == nullptr) return kNoPool;
+    const char* b = pool_base(rank_);
+    const char* c = static_cast<const char*>(p);
+    return c >= b && c <= b + pool_bytes_ && bytes <= static_cast<size_t>(b + pool_bytes_ - c)
+               ? static_cast<uint64_t>(c - b)
+               : kNoPool;
+  }
+  std::vector<uint64_t> peer_send_, peer_recv_;  // Note [shared buffers]: the peers' offsets of the current round
   std::string own_name_;
   std::atomic<int64_t> seq_{0};  // collectives started (read by sequence() from any thread)
   int64_t round_ = 0;  // rounds started
@@ -402,7 +451,8 @@ Status ShmComm::init() {
                "shm communicator: job id '%s' must be non-empty and contain no '/'", opt_.job_id.c_str());
   TT_RETURN_IF(opt_.buffer_bytes < 4096 || opt_.buffer_bytes % 64 != 0, kInvalidArgument,
                "shm communicator: buffer of %zu bytes (at least 4096, a multiple of 64)", opt_.buffer_bytes);
-  seg_bytes_ = sizeof(Header) + 2 * opt_.buffer_bytes;
+  // Whole pages: the pool (Note [shared buffers]) starts on a page after it.
+  seg_bytes_ = (sizeof(Header) + 2 * opt_.buffer_bytes + 4095) / 4096 * 4096;
   if (const char* j = std::getenv("TIERTRAIN_COMM_JITTER_US")) jitter_us_ = std::atoll(j);
   if (const char* p = std::getenv("TIERTRAIN_COMM_PROFILE")) profile_ = std::atoi(p) != 0;
   if (opt_.cma_bytes == ShmOptions::kCmaAuto)  // Note [single copy]: alike on every rank, as the size is
@@ -431,6 +481,12 @@ Status ShmComm::init() {
                "shm communicator: %s: %s (set TIERTRAIN_SHM_DIR to a directory)", where.c_str(), std::strerror(errno));
   const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   if (free_bytes < seg_bytes_) return no_room(free_bytes);
+  // Note [shared buffers]: the pool's size, alike on every rank started alike (the rendezvous checks it).
+  if (size_ > 1) {
+    const uint64_t fs = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+    pool_bytes_ = opt_.pool_bytes == ShmOptions::kPoolAuto ? std::min<uint64_t>(fs, uint64_t{1} << 40) : opt_.pool_bytes;
+    pool_bytes_ = pool_bytes_ / kPoolGranule * kPoolGranule;
+  }
   maps_.assign(static_cast<size_t>(size_), nullptr);
   // Our own segment: created, sized, touched (so its pages are ours, on our NUMA node), then published.
   {
@@ -448,8 +504,9 @@ Status ShmComm::init() {
     }
     // Sized, mapped, its memory policy set (place), and only then its pages allocated (fallocate, which on tmpfs
     // allocates them under the segment's policy, and fails now with ENOSPC rather than with SIGBUS later).
-    const int rc = ftruncate(fd, static_cast<off_t>(seg_bytes_));
-    void* p = rc == 0 ? mmap(nullptr, seg_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    const int rc = ftruncate(fd, static_cast<off_t>(map_bytes()));
+    void* p = rc == 0 ? mmap(nullptr, map_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0)
+                      : MAP_FAILED;
     if (p == MAP_FAILED) {
       const int e = errno;
       ::close(fd);
@@ -465,7 +522,12 @@ Status ShmComm::init() {
       return s;
     }
     const int fa = posix_fallocate(fd, 0, static_cast<off_t>(seg_bytes_));
-    ::close(fd);
+    if (pool_bytes_ > 0) {
+      pool_fd_ = fd;
+      pool_ = std::make_unique<PoolRanges>(pool_bytes_, kPoolGranule);
+    } else {
+      ::close(fd);
+    }
     if (fa == ENOSPC) {
       unlink_own();
       return no_room(free_bytes);
@@ -514,19 +576,21 @@ Status ShmComm::init() {
             const Header* h = static_cast<const Header*>(hp);
             const bool ready = h->magic.load(std::memory_order_acquire) == kMagic;
             const bool same = h->size == size_ && h->rank == r && h->buffer_bytes == opt_.buffer_bytes &&
-                              static_cast<size_t>(st.st_size) == seg_bytes_;
+                              static_cast<size_t>(st.st_size) == map_bytes();
             const int their_rank = h->rank, their_size = h->size;
             const unsigned long long their_buffer = h->buffer_bytes;
             munmap(hp, sizeof(Header));
             if (ready && !same) {
               ::close(fd);
               return make_status(StatusCode::kInvalidArgument,
-                                 "shm communicator: rank %d's segment says rank %d of %d with %llu-byte buffers; "
-                                 "this is rank %d of %d with %zu (ranks started with different settings?)",
-                                 r, their_rank, their_size, their_buffer, rank_, size_, opt_.buffer_bytes);
+                                 "shm communicator: rank %d's segment says rank %d of %d with %llu-byte buffers and "
+                                 "%lld bytes in all; this is rank %d of %d with %zu and %zu (ranks started with "
+                                 "different settings: TIERTRAIN_COMM_BUFFER, TIERTRAIN_COMM_POOL?)",
+                                 r, their_rank, their_size, their_buffer, static_cast<long long>(st.st_size), rank_,
+                                 size_, opt_.buffer_bytes, map_bytes());
             }
             if (ready) {
-              void* p = mmap(nullptr, seg_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+              void* p = mmap(nullptr, map_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
               ::close(fd);
               TT_RETURN_IF(p == MAP_FAILED, kIoError, "shm communicator: mapping rank %d's segment: %s", r,
                            std::strerror(errno));
@@ -584,11 +648,51 @@ Status ShmComm::init() {
   // Note [crew]: helper threads for the large copies and reductions, where this rank has CPUs to spare.
   crew_ = std::make_unique<Crew>(opt_.threads, std::chrono::microseconds(opt_.thread_wait_us));
   reduce_srcs_.assign(static_cast<size_t>(size_) * static_cast<size_t>(crew_->size()), nullptr);
-  TT_LOG(INFO, COMM, "shm communicator: rank %d of %d, %s segments, %s; single copies %s; arrival %s; %d thread(s)",
+  peer_send_.assign(static_cast<size_t>(size_), kNoPool);
+  peer_recv_.assign(static_cast<size_t>(size_), kNoPool);
+  TT_LOG(INFO, COMM,
+         "shm communicator: rank %d of %d, %s segments, %s; pool %s; single copies %s; arrival %s; %d thread(s)",
          rank_, size_, format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
+         pool_bytes_ > 0 ? format_bytes(static_cast<int64_t>(pool_bytes_)).c_str() : "none",
          cma_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(cma_bytes_)) + " a piece").c_str() : "off",
          group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat", crew_->size());
   return Status::ok();
+}
+
+Result<void*> ShmComm::alloc_buffer(size_t bytes) {
+  if (pool_ != nullptr) {
+    size_t taken = 0;
+    const size_t off = pool_->take(bytes, &taken);
+    if (off != PoolRanges::kNone) {
+      // The pages now (zeros, under the segment's memory policy), or ENOSPC now rather than SIGBUS later.
+      const int fa = posix_fallocate(pool_fd_, static_cast<off_t>(seg_bytes_ + off), static_cast<off_t>(taken));
+      if (fa == 0) return static_cast<void*>(pool_base(rank_) + off);
+      pool_->give_back(off);
+    }
+    if (!pool_full_said_) {
+      pool_full_said_ = true;
+      TT_LOG(WARN, COMM,
+             "shm communicator (rank %d): no room in the shared pool for %s (%s of %s in use; its file system "
+             "full?): private memory instead, which collectives copy through the segments (TIERTRAIN_COMM_POOL, "
+             "TIERTRAIN_SHM_DIR)",
+             rank_, format_bytes(static_cast<int64_t>(bytes)).c_str(),
+             format_bytes(static_cast<int64_t>(pool_->in_use())).c_str(),
+             format_bytes(static_cast<int64_t>(pool_->capacity())).c_str());
+    }
+  }
+  return Communicator::alloc_buffer(bytes);
+}
+
+void ShmComm::free_buffer(void* p) {
+  const uint64_t off = pool_offset(p, 0);
+  if (off == kNoPool || off == pool_bytes_) {
+    Communicator::free_buffer(p);
+    return;
+  }
+  // Its pages go back to the system (a peer that touched them after this would get new zero pages, not ours).
+  if (const size_t len = pool_->give_back(off); len > 0)
+    fallocate(pool_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(seg_bytes_ + off),
+              static_cast<off_t>(len));
 }
 
 Status ShmComm::place(void* p) {
@@ -622,7 +726,7 @@ Status ShmComm::place(void* p) {
     nodes = {near};
   }
   if (nodes.empty()) return Status::ok();
-  TT_TRY(memory::set_mem_policy(p, seg_bytes_, mp, nodes));
+  TT_TRY(memory::set_mem_policy(p, map_bytes(), mp, nodes));  // the pool's pages too
   if (nodes.size() == 1) placed_node_ = nodes.front();
   std::string list;
   for (int n : nodes) {
@@ -647,6 +751,7 @@ Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, 
   cur_.op = static_cast<int32_t>(op);
   cur_.root = root;
   cur_.misuse = misuse_of(kind, root, size_, in_place_misuse);
+  cur_.send_off = cur_.recv_off = kNoPool;
   stream_ = opt_.stream_bytes > 0 && out_bytes >= opt_.stream_bytes;
   // Note [crew]: a call large enough to run the crew wakes it first, while it still waits for its peers.
   if (crew_ != nullptr && std::max(out_bytes, count * dtype_size(dtype)) >= opt_.thread_bytes) crew_->wake();
@@ -871,8 +976,13 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
   const size_t c = chunk_elems(half_bytes(), es, 1);
-  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+  // Note [shared buffers]: the root's buffer read where it is, in chunks of kSharedBytes and more.
+  const uint64_t root_at = rank_ == root ? pool_offset(src, count * es) : kNoPool;
+  int64_t last_shared = 0;  // the last round whose chunk was read from the root's pool
+  TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
+    const bool shared = bytes >= kSharedBytes && root_at != kNoPool;
+    cur_.send_off = shared ? root_at + off * es : kNoPool;
     // Note [broadcast root]
     // Out of place, the root's own result needs a second copy of its chunk. It makes it block by block from its input
     // half right after copying each block in, while the block is still in its cache: the caller's buffer is read
@@ -881,6 +991,10 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
     // docs/benchmarks/2026-11-30-h200x2-comm-host-v3/).
     const auto fill = [&](char* area) {
       if (rank_ != root) return;
+      if (shared) {  // nothing to copy in: the others read the root's buffer
+        if (src != dst) deliver(dst + off * es, src + off * es, bytes);
+        return;
+      }
       constexpr size_t kBlock = 64 << 10;  // in L2 (tests: two blocks a round of 128 KiB halves)
       for (size_t b = 0; b < bytes; b += kBlock) {
         const size_t k = std::min(kBlock, bytes - b);
@@ -888,11 +1002,21 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
         if (src != dst) deliver(dst + off * es + b, area + b, k);
       }
     };
-    return round_fill(fill, [&](int64_t) {
-      if (rank_ != root && bytes) deliver(dst + off * es, input(root), bytes);
+    return round_fill(fill, [&](int64_t r) {
+      if (rank_ == root) {
+        if (shared) last_shared = r;
+        return Status::ok();
+      }
+      const uint64_t at = bytes > 0 ? hdr(root)->meta[half_].send_off : kNoPool;
+      deliver(dst + off * es, at != kNoPool ? pool_base(root) + at : input(root), bytes);
+      if (at != kNoPool) hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with the root's
       return Status::ok();
     });
-  });
+  }));
+  // The root's buffer is the caller's again once every rank has read it.
+  if (last_shared > 0 && size_ > 1)
+    TT_TRY(wait_all(&Header::reduced, last_shared, "waiting for the ranks to read the root's buffer"));
+  return Status::ok();
 }
 
 Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
@@ -901,11 +1025,18 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
   char* dst = static_cast<char*>(recv);
   const size_t c = chunk_elems(std::min(half_bytes(), reduce_round_bytes_), es, 1);
   std::vector<const void*>& srcs = reduce_srcs_;
+  // Note [shared buffers]: this rank's buffers where they are in its pool.
+  const bool wants = root < 0 || root == rank_;
+  const uint64_t send_at = pool_offset(src, count * es), recv_at = wants ? pool_offset(dst, count * es) : kNoPool;
   return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
     const bool direct = (bytes <= kDirectReduceBytes && bytes * static_cast<size_t>(size_) <= kDirectReduceReads) ||
                         n < static_cast<size_t>(size_);
-    return round(src + off * es, bytes, [&](int64_t r) -> Status {
+    const bool shared = !direct && bytes >= kSharedBytes;  // alike on every rank
+    cur_.send_off = shared && send_at != kNoPool ? send_at + off * es : kNoPool;
+    cur_.recv_off = shared && recv_at != kNoPool ? recv_at + off * es : kNoPool;
+    const bool in_pool = cur_.send_off != kNoPool;  // this rank's chunk is read where it is: no copy in
+    return round(src + off * es, in_pool ? 0 : bytes, [&](int64_t r) -> Status {
       if (direct) {
         if (root < 0 || root == rank_) {
           for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q);
@@ -918,6 +1049,15 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
       const size_t s0 = std::min(n, slice * static_cast<size_t>(rank_)), s1 = std::min(n, s0 + slice);
       jitter(r + 1);
       auto t = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      bool any_out = false;  // some rank's receive buffer is in its pool
+      if (shared) {
+        for (int q = 0; q < size_; ++q) {
+          const Meta& m = q == rank_ ? cur_ : hdr(q)->meta[half_];
+          peer_send_[static_cast<size_t>(q)] = m.send_off;
+          peer_recv_[static_cast<size_t>(q)] = m.recv_off;
+          any_out = any_out || m.recv_off != kNoPool;
+        }
+      }
       // This rank's slice, over the crew by element ranges (each element reduced by one thread, in rank order).
       const int parts = (s1 - s0) * es >= opt_.thread_bytes ? crew_->size() : 1;
       const auto reduce_part = [&](int i) {
@@ -925,16 +1065,38 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
         share(s1 - s0, parts, i, 1024, &a, &b);
         if (b <= a) return;
         const void** part = srcs.data() + static_cast<size_t>(i) * static_cast<size_t>(size_);
-        for (int q = 0; q < size_; ++q) part[q] = input(q) + (s0 + a) * es;
-        comm::reduce(result(rank_) + (s0 + a) * es, part, size_, b - a, dtype, op);
+        if (!shared) {
+          for (int q = 0; q < size_; ++q) part[q] = input(q) + (s0 + a) * es;
+          comm::reduce(result(rank_) + (s0 + a) * es, part, size_, b - a, dtype, op);
+          return;
+        }
+        // Note [shared buffers]: block by block, each source where it is; the block (in cache) then into every
+        // receive buffer in a pool.
+        const size_t block = std::max<size_t>(1, (32 << 10) / es);
+        for (size_t k = a; k < b; k += block) {
+          const size_t m = std::min(block, b - k), at = (s0 + k) * es;
+          for (int q = 0; q < size_; ++q) {
+            const uint64_t o = peer_send_[static_cast<size_t>(q)];
+            part[q] = o != kNoPool ? pool_base(q) + o + at : input(q) + at;
+          }
+          char* block_out = result(rank_) + at;
+          comm::reduce(block_out, part, size_, m, dtype, op);
+          if (any_out)
+            for (int q = 0; q < size_; ++q)
+              if (const uint64_t o = peer_recv_[static_cast<size_t>(q)]; o != kNoPool)
+                std::memcpy(pool_base(q) + o + at, block_out, m * es);
+        }
       };
       if (parts == 1) reduce_part(0);
       else crew_->run(reduce_part);
       hdr(rank_)->reduced.value.store(r, std::memory_order_release);
       if (profile_) lap(&prof_.reduce, &t);
-      if (root >= 0 && root != rank_) return Status::ok();
+      // A non-root of a reduce leaves now, unless its send buffer is still read where it is.
+      if (root >= 0 && root != rank_ && !in_pool) return Status::ok();
       TT_TRY(wait_all(&Header::reduced, r, "waiting for the reduced slices"));
       if (profile_) lap(&prof_.wait_reduced, &t);
+      // Note [shared buffers]: a receive buffer in the pool has the result already.
+      if ((root >= 0 && root != rank_) || cur_.recv_off != kNoPool) return Status::ok();
       // The slices, in order, into dst[off, off + n): over the crew by ranges of that output.
       const int out_parts = n * es >= opt_.thread_bytes ? crew_->size() : 1;
       const auto out_part = [&](int i) {
@@ -1055,10 +1217,14 @@ Status ShmComm::single_copy_round(const void* send, void* recv, size_t count, DT
   const char* own = send == kInPlace ? (gather ? dst + static_cast<size_t>(rank_) * bytes : dst)
                                      : static_cast<const char*>(send);
   const char* all = gather ? dst : own;  // the root's buffer of size() pieces
-  const bool single = rank_ == root && (!root_picks || (opt_.cma_huge_bytes > 0 && bytes >= opt_.cma_huge_bytes &&
-                                                        on_huge_pages(all, static_cast<size_t>(size_) * bytes)));
+  // Note [shared buffers]: a root's buffer in its pool is written (read) by the others with plain copies.
+  const uint64_t pooled = rank_ == root ? pool_offset(all, static_cast<size_t>(size_) * bytes) : kNoPool;
+  const bool single = rank_ == root && (!root_picks || pooled != kNoPool ||
+                                        (opt_.cma_huge_bytes > 0 && bytes >= opt_.cma_huge_bytes &&
+                                         on_huge_pages(all, static_cast<size_t>(size_) * bytes)));
   if (single) {
     cur_.addr = reinterpret_cast<uint64_t>(all);
+    cur_.recv_off = pooled;
     if (root_picks)
       TT_LOG(TRACE, COMM, "%s #%lld (rank %d): single copies (the root's buffer is on huge pages)",
              kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_);
@@ -1092,8 +1258,15 @@ Status ShmComm::single_copy_round(const void* send, void* recv, size_t count, DT
       if (!gather) deliver(dst, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
       return Status::ok();
     }
-    TT_TRY(cma_copy(root, gather ? const_cast<char*>(own) : dst, remote + static_cast<uint64_t>(rank_) * bytes, bytes,
-                    gather));
+    const uint64_t at = hdr(root)->meta[half_].recv_off;
+    if (at != kNoPool) {
+      char* piece = pool_base(root) + at + static_cast<size_t>(rank_) * bytes;
+      if (gather) std::memcpy(piece, own, bytes);
+      else std::memcpy(dst, piece, bytes);
+    } else {
+      TT_TRY(cma_copy(root, gather ? const_cast<char*>(own) : dst, remote + static_cast<uint64_t>(rank_) * bytes,
+                      bytes, gather));
+    }
     hdr(rank_)->reduced.value.store(r, std::memory_order_release);
     return Status::ok();
   });

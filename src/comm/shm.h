@@ -44,6 +44,11 @@ struct ShmOptions {
   int threads = 1;
   // Copies and reductions of at least this many bytes are shared out over the threads (TIERTRAIN_COMM_THREAD_BYTES).
   size_t thread_bytes = 256 << 10;
+  // Note [shared buffers] in shm.cc: each rank's pool of buffers that its peers map (TIERTRAIN_COMM_POOL bytes of
+  // address space, pages allocated as buffers are handed out; 0: none). kPoolAuto: the size of the file system the
+  // segments are on, at most 1 TiB.
+  static constexpr size_t kPoolAuto = ~size_t{0};
+  size_t pool_bytes = kPoolAuto;
   // How long a helper thread stays awake after its last job before it sleeps (TIERTRAIN_COMM_THREAD_WAIT_US). 5 ms:
   // on the H200 machine's host, allreduce at 8 ranks took 0.45-0.55 of one thread's time with it, 0.45-0.85 with 200 us.
   int64_t thread_wait_us = 5000;

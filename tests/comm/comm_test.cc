@@ -32,6 +32,7 @@
 
 #include "comm/comm.h"
 #include "comm/crew.h"
+#include "comm/pool.h"
 #include "comm/nccl.h"
 #include "comm/reduce.h"
 #include "comm/shm.h"
@@ -82,6 +83,13 @@ double load(const void* p, size_t i, DType d) {
   static const bool m = std::getenv("TT_COMM_MANAGED") != nullptr && std::string(std::getenv("TT_COMM_MANAGED")) == "1";
   return m;
 }
+// With TT_COMM_POOL_BUFFERS=1 the buffers come from the communicator's alloc_buffer (the shm backend's shared pool,
+// Note [shared buffers]) once the scenario has set pool_comm.
+comm::Communicator* pool_comm = nullptr;
+bool pool_buffers() {
+  static const bool p = std::getenv("TT_COMM_POOL_BUFFERS") != nullptr && std::string(std::getenv("TT_COMM_POOL_BUFFERS")) == "1";
+  return p;
+}
 template <class T>
 struct BufAlloc {
   using value_type = T;
@@ -96,6 +104,11 @@ struct BufAlloc {
       return static_cast<T*>(p);
     }
 #endif
+    if (pool_buffers() && pool_comm != nullptr) {
+      auto p = pool_comm->alloc_buffer(std::max<size_t>(n, 1) * sizeof(T));
+      if (!p.is_ok()) throw std::bad_alloc();
+      return static_cast<T*>(p.value());
+    }
     return std::allocator<T>().allocate(n);
   }
   void deallocate(T* p, size_t n) {
@@ -105,6 +118,10 @@ struct BufAlloc {
       return;
     }
 #endif
+    if (pool_buffers() && pool_comm != nullptr) {
+      pool_comm->free_buffer(p);
+      return;
+    }
     std::allocator<T>().deallocate(p, n);
   }
   template <class U>
@@ -199,6 +216,7 @@ int run_collectives() {
   }
   comm::Communicator& c = *w.value();
   const int rank = c.rank(), n = c.size();
+  pool_comm = &c;  // (TT_COMM_POOL_BUFFERS=1: buffers from it; all are freed before it is)
   // A small buffer (TIERTRAIN_COMM_BUFFER from the driver) makes the large size take many rounds.
   const size_t large = 40000 + 5;
   int tag = 0;
@@ -665,6 +683,53 @@ TEST_P(CommRanks, EveryCollectiveWithThreeThreadsARank) {
                            "TIERTRAIN_COMM_THREADS=3 TIERTRAIN_COMM_THREAD_BYTES=1000");
 }
 
+// Note [shared buffers]: every collective with buffers from the shared pools (read and written where they are, at
+// chunks of 64 KiB and more; gather and scatter pieces straight into and out of the root's), with only rank 1's there
+// (the others copy through the segments), with three threads a rank, and with a pool too small for them (private
+// memory instead, copied as before).
+TEST_P(CommRanks, EveryCollectiveInSharedBuffers) {
+  const std::string base = "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 ";
+  expect_collectives_right(GetParam(), base + "TT_COMM_POOL_BUFFERS=1", "all in pools");
+  // Single copies from 1000 bytes: gather and scatter roots' buffers in their pools are copied into (out of) directly.
+  expect_collectives_right(GetParam(), base + "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_CMA_BYTES=1000", "single copies");
+  expect_collectives_right(GetParam(), base + "TT_RANK1_ENV=TT_COMM_POOL_BUFFERS=1", "rank 1 in its pool");
+  expect_collectives_right(GetParam(),
+                           base + "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_THREADS=3 TIERTRAIN_COMM_THREAD_BYTES=1000",
+                           "three threads");
+  expect_collectives_right(GetParam(), base + "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_POOL=131072", "pool full");
+}
+
+// Note [shared buffers]: ranks started with pools of other sizes are an error at the rendezvous, naming the setting.
+TEST(Comm, PoolsOfDifferentSizesAreAnErrorAtStart) {
+  const Job j = launch(2, "smoke", "TT_RANK1_ENV=TIERTRAIN_COMM_POOL=1048576");
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("TIERTRAIN_COMM_POOL"), std::string::npos) << j.output;
+}
+
+// comm/pool: first fit in granules; ranges given back merge with their free neighbours; a full pool says so.
+TEST(PoolRanges, TakesFirstFitAndMergesWhatComesBack) {
+  tt::comm::PoolRanges p(10 * 4096 + 100, 4096);
+  EXPECT_EQ(p.capacity(), 10u * 4096);
+  size_t t = 0;
+  EXPECT_EQ(p.take(1, &t), 0u);
+  EXPECT_EQ(t, 4096u);
+  EXPECT_EQ(p.take(0, &t), 4096u);  // an empty buffer takes a granule too
+  EXPECT_EQ(p.take(3 * 4096, &t), 2u * 4096);
+  EXPECT_EQ(t, 3u * 4096);
+  EXPECT_EQ(p.take(5 * 4096 + 1, &t), tt::comm::PoolRanges::kNone);  // 5 granules left
+  EXPECT_EQ(p.take(5 * 4096, &t), 5u * 4096);
+  EXPECT_EQ(p.in_use(), 10u * 4096);
+  EXPECT_EQ(p.give_back(4096), 4096u);
+  EXPECT_EQ(p.give_back(4096), 0u);  // not in use any more
+  EXPECT_EQ(p.give_back(123), 0u);   // never handed out
+  EXPECT_EQ(p.give_back(0), 4096u);
+  EXPECT_EQ(p.take(2 * 4096, &t), 0u);  // [0, 2 granules) merged
+  EXPECT_EQ(p.give_back(0), 2u * 4096);
+  EXPECT_EQ(p.give_back(2 * 4096), 3u * 4096);
+  EXPECT_EQ(p.take(5 * 4096, &t), 0u);  // [0, 5) merged from both sides
+  EXPECT_EQ(p.take(~size_t{0} - 10, &t), tt::comm::PoolRanges::kNone);  // no overflow
+}
+
 // Note [single copy]: the ranks agree on the path of every call, whatever each started with: here rank 1 has single
 // copies off (the others must follow, or gather and scatter would hang or go wrong), then a larger threshold than
 // the others (all must take it).
@@ -836,8 +901,10 @@ TEST(Comm, SingleCopiesIntoHugePagesBelowTheThreshold) {
   for (const char* c : {"gather", "scatter"}) {
     for (const char* pages : {"TIERTRAIN_COMM_HUGE_BYTES=1", "TIERTRAIN_COMM_HUGE_BYTES=0"}) {
       for (const char* root : {"0", "2"}) {
-        const Job j = shell(std::string("env TIERTRAIN_DEBUG=TRACE TIERTRAIN_DEBUG_SUBSYS=COMM ") + pages +
-                            " TIERTRAIN_COMM_CMA_BYTES=1048576 TIERTRAIN_COMM_CMA_HUGE_BYTES=1000 "
+        // (No pool: comm-bench's buffers are then private memory, on huge pages or not as TIERTRAIN_COMM_HUGE_BYTES
+        // says.)
+        const Job j = shell(std::string("env TIERTRAIN_DEBUG=TRACE TIERTRAIN_DEBUG_SUBSYS=COMM TIERTRAIN_COMM_POOL=0 ") +
+                            pages + " TIERTRAIN_COMM_CMA_BYTES=1048576 TIERTRAIN_COMM_CMA_HUGE_BYTES=1000 "
                             "TIERTRAIN_COMM_BUFFER=1048576 TIERTRAIN_COMM_JITTER_US=20 " + TT_BINARY +
                             " launch -n 3 -- " + TT_BINARY + " comm-bench -C " + c + " -r " + root +
                             " -b 3000 -e 600000 -f 7 -n 2 -w 0 -c 2");
