@@ -27,6 +27,16 @@ lim=${TT_COMM_RUN_TIMEOUT:-150}  # seconds a run may take
 # otherwise 2-4x slower than steady state in either library's process, whatever the warm-up count.
 sweep=(-b "${TT_COMM_MIN:-8}" -e "$MAX" -f 2 -n "${TT_COMM_ITERS:-10}" -w 3 --warmup-ms "${TT_COMM_WARMUP_MS:-100}")
 lscpu > "$OUT/lscpu.txt" 2>&1 || true
+# TT_COMM_PY_BUFFERS: the Python benchmarks' buffers: numpy (default: numpy's arrays for both libraries), huge
+# (tiertrain.comm.zeros, on huge pages, for both) or pool (Comm.zeros, tiertrain's shared pool, against mpi4py on the
+# huge-page arrays, its best).
+case "${TT_COMM_PY_BUFFERS:-numpy}" in
+  numpy) py_bufs="" mpi_bufs="" ;;
+  huge) py_bufs="--huge" mpi_bufs="--huge" ;;
+  pool) py_bufs="--pool" mpi_bufs="--huge" ;;
+  *) echo "TT_COMM_PY_BUFFERS: numpy, huge or pool" >&2; exit 2 ;;
+esac
+echo "python buffers: ${TT_COMM_PY_BUFFERS:-numpy} (tiertrain: ${py_bufs:-numpy}, mpi4py: ${mpi_bufs:-numpy})" > "$OUT/buffers.txt"
 # One run of tiertrain's comm-bench for collective $c at $n ranks, with the settings in ENV (may be empty) in front:
 # NAME's JSON and log in OUT (NAME may start with a folder of OUT).
 #   tt_comm_bench NAME ENV ARGS...
@@ -68,12 +78,14 @@ for n in $ranks; do
       # The Python API (needs the package: pip install . ; PY names the interpreter that has it).
       if "${PY:-python3}" -c "import tiertrain.comm" 2>/dev/null; then
         # A crash prints the Python stack of the rank that crashed (faulthandler); output unbuffered.
+        # shellcheck disable=SC2086
         PYTHONFAULTHANDLER=1 PYTHONUNBUFFERED=1 timeout "$lim" "$TT" launch -n "$n" --bind-to "${TT_COMM_BIND:-core}" -- \
-          "${PY:-python3}" bench/py_comm_bench.py -C "$c" "${sweep[@]}" --json "$OUT/py_${c}_$n$sfx.json" \
+          "${PY:-python3}" bench/py_comm_bench.py -C "$c" "${sweep[@]}" $py_bufs --json "$OUT/py_${c}_$n$sfx.json" \
           > "$OUT/py_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/py_${c}_$n$sfx.log"
       fi
       if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
-        timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${sweep[@]}" \
+        # shellcheck disable=SC2086
+        timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${sweep[@]}" $mpi_bufs \
           --json "$OUT/ompi_${c}_$n$sfx.json" > "$OUT/ompi_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/ompi_${c}_$n$sfx.log"
       fi
     done

@@ -31,12 +31,22 @@ def main() -> None:
     add_sweep_args(ap)
     ap.add_argument("--pairs", type=int, default=1,
                     help="alternate the Python and the C++ loop this many times at each size; medians (default 1)")
+    ap.add_argument("--pool", action="store_true",
+                    help="buffers from Comm.zeros (the shared pool, read and written where they are)")
     a = ap.parse_args()
     ones, zeros = buffers(a.huge)
     if a.pairs < 1:
         ap.error("--pairs must be >= 1")
     comm = tc.world()
     n, me = comm.size, comm.rank
+    if a.pool:
+        def ones(count):
+            x = comm.zeros(count, np.float32)
+            x.fill(1)
+            return x
+
+        def zeros(count):
+            return comm.zeros(count, np.float32)
     factor = bus_factor(a.collective, n)
     split = a.collective in SPLIT
     rows = []

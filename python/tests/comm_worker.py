@@ -332,6 +332,51 @@ def huge_buffers(comm: tc.Comm) -> None:
     print(f"rank {me}: huge buffers right")
 
 
+def shared(comm: tc.Comm) -> None:
+    """Comm.zeros arrays (the shared pool): shape, dtype, zeros; Allreduce (in and out of place, every op, sizes
+    under and over the 64 KiB chunks read where they are), Bcast, Gather and Scatter on them against numpy, some
+    ranks' buffers from numpy instead."""
+    me, n = comm.rank, comm.size
+    a = comm.zeros((3, 5), "int64")
+    expect(a.shape == (3, 5) and a.dtype == np.int64 and not a.any() and a.flags.writeable, "zeros")
+    expect(comm.zeros(7).dtype == np.float32, "zeros' default dtype")
+    tag = 0
+    for count in (1, 1000, 70001):
+        for dtype in (np.float32, np.float64, np.int32):
+            for op in OPS:
+                if op == tc.PROD and count > 1000:
+                    continue
+                tag += 1
+                all_send = [data(r, count, dtype, tag) for r in range(n)]
+                want = reference(all_send, op)
+                pooled = (me + tag) % 3 != 0  # now and then a rank's own buffers from numpy
+                make = comm.zeros if pooled else (lambda c, d: np.zeros(c, d))
+                send = make(count, dtype)
+                send[:] = all_send[me]
+                got = make(count, dtype)
+                comm.Allreduce(send, got, op=op)
+                expect(np.array_equal(got, want), f"Allreduce {dtype.__name__} {OPS[op]} n={count} pooled={pooled}")
+                comm.Allreduce(tc.IN_PLACE, send, op=op)
+                expect(np.array_equal(send, want), f"Allreduce in place {dtype.__name__} n={count}")
+            b = comm.zeros(count, dtype)
+            root = tag % n
+            if me == root:
+                b[:] = data(root, count, dtype, tag)
+            comm.Bcast(b, root=root)
+            expect(np.array_equal(b, data(root, count, dtype, tag)), f"Bcast n={count}")
+            g = comm.zeros(count * n, dtype) if me == root else None
+            mine = comm.zeros(count, dtype)
+            mine[:] = data(me, count, dtype, tag)
+            comm.Gather(mine, g, root=root)
+            if me == root:
+                expect(np.array_equal(g, np.concatenate([data(q, count, dtype, tag) for q in range(n)])), "Gather")
+                g[:] = np.arange(count * n) % 97
+            out = comm.zeros(count, dtype)
+            comm.Scatter(g, out, root=root)
+            expect(np.array_equal(out, (np.arange(count * n) % 97)[me * count:(me + 1) * count].astype(dtype)), "Scatter")
+    print(f"rank {me}: shared buffers right")
+
+
 def timeout(comm: tc.Comm) -> None:
     if comm.rank == 1:
         time.sleep(3)
@@ -348,4 +393,4 @@ if __name__ == "__main__":
     c = tc.world()
     {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
-     "huge_buffers": huge_buffers}[sys.argv[1]](c)
+     "huge_buffers": huge_buffers, "shared": shared}[sys.argv[1]](c)

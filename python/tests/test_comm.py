@@ -85,6 +85,15 @@ def test_gather_and_scatter_through_huge_page_buffers():
     assert ("the root's buffer is on huge pages" in r.stderr + r.stdout) == huge, r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_collectives_on_comm_zeros_arrays_in_the_shared_pool(ranks):
+    # Single copies from 1000 bytes: a Gather or Scatter root's pooled buffer is copied into (out of) directly.
+    r = run(ranks, "shared", {"TIERTRAIN_COMM_JITTER_US": "20", "TIERTRAIN_COMM_CMA_BYTES": "1000",
+                              "TIERTRAIN_COMM_BUFFER": "262144"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: shared buffers right" in r.stdout
+
+
 def test_the_gil_is_released_while_waiting():
     r = run(2, "gil")
     assert r.returncode == 0, r.stdout + r.stderr

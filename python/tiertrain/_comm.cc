@@ -215,6 +215,8 @@ class PyComm {
   Buf to_buf(const py::object& o, bool writable, const char* what) const { return ::to_buf(o, writable, what, gpu_); }
   int rank() const { return c_->rank(); }
   int size() const { return c_->size(); }
+  bool gpu() const { return gpu_; }
+  Communicator& comm() { return *c_; }
 
   // Element counts per the NCCL conventions of comm/comm.h, worked out from the buffers.
   void Barrier() {
@@ -396,6 +398,33 @@ class PyComm {
   bool gpu_ = false;  // the communicator takes GPU memory (nccl)
 };
 
+// Memory from the communicator's alloc_buffer (the shm backend's shared pool: Note [shared buffers] in
+// comm/shm.cc), zeroed, as a writable buffer; the Comm object it came from stays alive while it does.
+class SharedBuffer {
+ public:
+  SharedBuffer(py::object owner, Communicator* c, size_t bytes) : owner_(std::move(owner)), c_(c), bytes_(bytes) {
+    tt::Result<void*> p = [&] {
+      py::gil_scoped_release nogil;
+      return c_->alloc_buffer(bytes_);
+    }();
+    if (!p.is_ok()) raise(p.status());
+    p_ = p.value();
+    std::memset(p_, 0, bytes_);  // its pages now, where the communicator placed them
+  }
+  ~SharedBuffer() {
+    if (p_ != nullptr) c_->free_buffer(p_);
+  }
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+  py::buffer_info info() { return py::buffer_info(p_, 1, "B", static_cast<py::ssize_t>(bytes_)); }
+
+ private:
+  py::object owner_;
+  Communicator* c_;
+  size_t bytes_;
+  void* p_ = nullptr;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_comm, m) {
@@ -425,6 +454,9 @@ PYBIND11_MODULE(_comm, m) {
   sentinel.attr("__doc__") = "tiertrain.comm.IN_PLACE";
   g_in_place = sentinel.inc_ref().ptr();
   m.attr("IN_PLACE") = sentinel;
+
+  py::class_<SharedBuffer>(m, "_SharedBuffer", py::buffer_protocol())
+      .def_buffer([](SharedBuffer& b) { return b.info(); });
 
   py::class_<PyComm>(m, "Comm")
       .def_property_readonly("rank", &PyComm::rank)
@@ -465,6 +497,15 @@ PYBIND11_MODULE(_comm, m) {
       .def("Alltoall",
            [](PyComm& c, const py::object& s, const py::object& r) { c.guarded("Alltoall", [&] { c.Alltoall(s, r); }); },
            py::arg("sendbuf"), py::arg("recvbuf"))
+      .def("_alloc",
+           [](py::object self, size_t nbytes) {
+             PyComm& c = self.cast<PyComm&>();
+             if (c.gpu())
+               throw py::type_error("Comm.zeros: host communicators only (for nccl, allocate on the GPU, e.g. "
+                                    "torch.zeros(..., device='cuda'))");
+             return std::make_unique<SharedBuffer>(self, &c.comm(), nbytes);
+           },
+           py::arg("nbytes"), "Comm.zeros's memory: nbytes zeroed bytes from this communicator (its shared pool).")
       .def("_time_loop",
            [](PyComm& c, const std::string& what, const py::object& s, const py::object& r, Op op, int root,
               int iters) {
