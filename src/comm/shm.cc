@@ -75,7 +75,9 @@ constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buf
 // Nothing may change or reuse a buffer while peers read or write it: a rank returns only once every peer has set
 // `reduced` for the round (the root of a reduce waits for it too where its send buffer is shared). A broadcast root
 // whose send buffer is in the pool publishes it instead of copying it in; the others copy from it and set `reduced`,
-// which the root waits for before it returns. All ranks have a pool or none (its size is part of the segment's,
+// which the root waits for before it returns; so do the ranks of an allgather (and a gather's, for its root) whose
+// send buffers are in their pools. Gather and scatter pieces go straight into (out of) a root's buffer in its pool
+// where single copies are on (Note [single copy]), with plain copies instead of the kernel's. All ranks have a pool or none (its size is part of the segment's,
 // checked at the rendezvous), and the chunk sizes that decide kSharedBytes are alike on every rank, so every rank
 // takes the same path; each rank's buffers may be in its pool or not, independently.
 constexpr size_t kSharedBytes = 64 << 10;
@@ -1148,14 +1150,34 @@ Status ShmComm::gather_rounds(const void* send, void* recv, size_t count, DType 
   char* dst = static_cast<char*>(recv);
   const char* src = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : static_cast<const char*>(send);
   const size_t c = chunk_elems(half_bytes(), es, 1);
-  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+  // Note [shared buffers]: a send buffer in the pool is read where it is, in chunks of kSharedBytes and more.
+  const uint64_t send_at = pool_offset(src, count * es);
+  int64_t last_shared = 0;  // the last round whose chunk of this rank's was read from its pool
+  TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
-    return round(src + off * es, bytes, [&](int64_t) {
-      if ((root < 0 || rank_ == root) && bytes)
-        for (int q = 0; q < size_; ++q) deliver(dst + (static_cast<size_t>(q) * count + off) * es, input(q), bytes);
+    const bool shared = bytes >= kSharedBytes && send_at != kNoPool;
+    cur_.send_off = shared ? send_at + off * es : kNoPool;
+    return round(src + off * es, shared ? 0 : bytes, [&](int64_t r) {
+      if (shared) last_shared = r;
+      if ((root < 0 || rank_ == root) && bytes) {
+        for (int q = 0; q < size_; ++q) {
+          const uint64_t at = q == rank_ ? cur_.send_off : hdr(q)->meta[half_].send_off;
+          char* to = dst + (static_cast<size_t>(q) * count + off) * es;
+          const char* from = at != kNoPool ? pool_base(q) + at : input(q);
+          if (from != to) deliver(to, from, bytes);  // (in place from the pool: already there)
+        }
+        hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with this round's sources
+      }
       return Status::ok();
     });
-  });
+  }));
+  // This rank's send buffer is the caller's again once its readers are done with it.
+  if (last_shared > 0 && size_ > 1) {
+    if (root < 0) TT_TRY(wait_all(&Header::reduced, last_shared, "waiting for the ranks to read this rank's buffer"));
+    else if (rank_ != root)
+      TT_TRY(wait_all(&Header::reduced, last_shared, "waiting for the root to read this rank's buffer", root));
+  }
+  return Status::ok();
 }
 
 void ShmComm::probe_single_copy() {
