@@ -9,24 +9,24 @@
 namespace tt::comm {
 
 // Note [crew]
-// A rank of the shm backend moves each large collective's bytes through one core: on the H200 machine's host each
-// phase of an allreduce (copy in, reduce a slice, copy the slices out) runs at 6-13 GB/s a core
-// (docs/benchmarks/2026-11-30-h200x2-comm-tuning/, TIERTRAIN_COMM_PROFILE). Where the ranks leave CPUs idle (8
-// ranks on 32), a rank's crew shares those phases out over several threads. A crew has one thread unless asked for
-// more (TIERTRAIN_COMM_THREADS; `tiertrain launch --bind-to share` sets it to each rank's share of the CPUs): its
-// helpers spin between jobs, which takes CPU from whatever else runs there.
-// The helpers wait for a job by spinning on `generation_` for a while (the phases of one call follow each other
-// within microseconds), then yielding, then sleeping on it (std::atomic::wait, a futex): awake_ in all
-// (TIERTRAIN_COMM_THREAD_WAIT_US; the communicator's default is 5 ms). For a job the caller bumps it to an odd value with release
-// order, runs part 0 itself, and spins until `pending_` is 0; wake() bumps it to an even value, which sends the
-// helpers back to spinning without a job (a collective wakes its crew in begin(), so that the futex wake-up, tens of
-// us on a virtual machine, overlaps its wait for its peers instead of delaying its first copy). A helper that sees
-// an odd value runs the job written before it; job_ is written again only once every helper is done (`pending_`
+// A rank of the shm backend moves each large collective's bytes through one core: on the H200 machine's host each phase
+// of an allreduce (copy in, reduce a slice, copy the slices out) runs at 6-13 GB/s a core
+// (docs/benchmarks/2026-11-30-h200x2-comm-tuning/, TIERTRAIN_COMM_PROFILE). Where the ranks leave CPUs idle (8 ranks on
+// 32), a rank's crew shares those phases out over several threads. A crew has one thread unless asked for more
+// (TIERTRAIN_COMM_THREADS; `tiertrain launch --bind-to share` sets it to each rank's share of the CPUs): its helpers
+// spin between jobs, which takes CPU from whatever else runs there.
+// The helpers wait for a job by spinning on `generation_` for a while (the phases of one call follow each other within
+// microseconds), then yielding, then sleeping on it (std::atomic::wait, a futex): awake_ in all
+// (TIERTRAIN_COMM_THREAD_WAIT_US; the communicator's default is 5 ms). For a job the caller bumps it to an odd value
+// with release order, runs part 0 itself, and spins until `pending_` is 0; wake() bumps it to an even value, which
+// sends the helpers back to spinning without a job (a collective wakes its crew in begin(), so that the futex wake-up,
+// tens of us on a virtual machine, overlaps its wait for its peers instead of delaying its first copy). A helper that
+// sees an odd value runs the job written before it; job_ is written again only once every helper is done (`pending_`
 // 0), so a helper that missed an even value in between still runs the right job. Each helper's writes happen before its
 // release decrement of `pending_`, which the caller acquires: what the helpers wrote is visible to the caller and to
 // whoever it releases a flag to (streaming stores are fenced inside stream_copy before that). Parts split the work,
-// never share it, so results are the same bits whatever the crew's size: a reduction's elements are each combined
-// in rank order by one thread.
+// never share it, so results are the same bits whatever the crew's size: a reduction's elements are each combined in
+// rank order by one thread.
 
 namespace {
 

@@ -77,9 +77,10 @@ constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buf
 // whose send buffer is in the pool publishes it instead of copying it in; the others copy from it and set `reduced`,
 // which the root waits for before it returns; so do the ranks of an allgather (and a gather's, for its root) whose
 // send buffers are in their pools. Gather and scatter pieces go straight into (out of) a root's buffer in its pool
-// where single copies are on (Note [single copy]), with plain copies instead of the kernel's. All ranks have a pool or none (its size is part of the segment's,
-// checked at the rendezvous), and the chunk sizes that decide kSharedBytes are alike on every rank, so every rank
-// takes the same path; each rank's buffers may be in its pool or not, independently.
+// where single copies are on (Note [single copy]), with plain copies instead of the kernel's. All ranks have a pool
+// or none (its size is part of the segment's, checked at the rendezvous), and the chunk sizes that decide
+// kSharedBytes are alike on every rank, so every rank takes the same path; each rank's buffers may be in its pool or
+// not, independently.
 constexpr size_t kSharedBytes = 64 << 10;
 constexpr size_t kPoolGranule = 64 << 10;
 
@@ -425,7 +426,8 @@ class ShmComm final : public Communicator {
   // wait for its readers, which the hash found).
   void jitter(int64_t r) const {
     if (jitter_us_ <= 0) return;
-    uint64_t h = static_cast<uint64_t>(r) * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(rank_) * 0xbf58476d1ce4e5b9ull;
+    uint64_t h =
+        static_cast<uint64_t>(r) * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(rank_) * 0xbf58476d1ce4e5b9ull;
     h ^= h >> 31;
     h *= 0x94d049bb133111ebull;
     h ^= h >> 29;
@@ -486,7 +488,8 @@ Status ShmComm::init() {
   // Note [shared buffers]: the pool's size, alike on every rank started alike (the rendezvous checks it).
   if (size_ > 1) {
     const uint64_t fs = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
-    pool_bytes_ = opt_.pool_bytes == ShmOptions::kPoolAuto ? std::min<uint64_t>(fs, uint64_t{1} << 40) : opt_.pool_bytes;
+    pool_bytes_ =
+        opt_.pool_bytes == ShmOptions::kPoolAuto ? std::min<uint64_t>(fs, uint64_t{1} << 40) : opt_.pool_bytes;
     pool_bytes_ = pool_bytes_ / kPoolGranule * kPoolGranule;
   }
   maps_.assign(static_cast<size_t>(size_), nullptr);

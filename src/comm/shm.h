@@ -50,7 +50,8 @@ struct ShmOptions {
   static constexpr size_t kPoolAuto = ~size_t{0};
   size_t pool_bytes = kPoolAuto;
   // How long a helper thread stays awake after its last job before it sleeps (TIERTRAIN_COMM_THREAD_WAIT_US). 5 ms:
-  // on the H200 machine's host, allreduce at 8 ranks took 0.45-0.55 of one thread's time with it, 0.45-0.85 with 200 us.
+  // on the H200 machine's host, allreduce at 8 ranks took 0.45-0.55 of one thread's time with it, 0.45-0.85 with
+  // 200 us.
   int64_t thread_wait_us = 5000;
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
   // Where each rank's segment goes (TIERTRAIN_COMM_MEMPOLICY): auto (preferred on the high-bandwidth node nearest
