@@ -405,11 +405,12 @@ class SharedBuffer {
   SharedBuffer(py::object owner, Communicator* c, size_t bytes) : owner_(std::move(owner)), c_(c), bytes_(bytes) {
     tt::Result<void*> p = [&] {
       py::gil_scoped_release nogil;
-      return c_->alloc_buffer(bytes_);
+      tt::Result<void*> r = c_->alloc_buffer(bytes_);
+      if (r.is_ok()) std::memset(r.value(), 0, bytes_);  // its pages now, where the communicator placed them
+      return r;
     }();
     if (!p.is_ok()) raise(p.status());
     p_ = p.value();
-    std::memset(p_, 0, bytes_);  // its pages now, where the communicator placed them
   }
   ~SharedBuffer() {
     if (p_ != nullptr) c_->free_buffer(p_);

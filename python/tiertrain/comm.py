@@ -55,13 +55,18 @@ __all__.append("zeros")
 
 def _comm_zeros(self, shape, dtype="float32"):
     """A new numpy array of zeros in this communicator's shared memory (with the shm backend, its pool: the other
-    ranks read and write it where it is, so that Allreduce, Bcast, Gather and Scatter on it copy nothing through the
-    segments). The best buffers for this communicator's collectives; the communicator lives as long as the array.
+    ranks read and write it where it is, so that Allreduce, Bcast and Allgather on it copy nothing through the
+    segments, and Gather and Scatter pieces go straight into and out of a root's). The best buffers for this communicator's collectives; the communicator lives as long as the array.
     Host communicators only."""
+    import operator
+
     import numpy as np
 
     dt = np.dtype(dtype)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    try:
+        shape = (operator.index(shape),)
+    except TypeError:
+        shape = tuple(operator.index(d) for d in shape)
     count = int(np.prod(shape, dtype=np.int64))
     return np.frombuffer(self._alloc(count * dt.itemsize), dtype=dt, count=count).reshape(shape)
 

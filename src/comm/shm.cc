@@ -320,8 +320,9 @@ class ShmComm final : public Communicator {
   // follow it.
   Status single_copy_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather,
                            bool root_picks);
+  // (Where single copies are off, a root's buffer in its pool still takes them: Note [shared buffers].)
   bool paged_candidate(size_t count, size_t es, bool gather) const {
-    return cma_bytes_ > 0 && count * es < cma_bytes_ &&
+    return (cma_bytes_ > 0 || pool_ != nullptr) && (cma_bytes_ == 0 || count * es < cma_bytes_) &&
            chunk_elems(half_bytes(), es, gather ? 1 : static_cast<size_t>(size_)) >= count && count > 0;
   }
   // Copies bytes between local memory and rank q's memory at `remote` (its address space): all of them, or an
@@ -330,6 +331,7 @@ class ShmComm final : public Communicator {
   void probe_single_copy();
   Status fail(Status s) {
     broken_ = s.message();
+    failed_.store(true, std::memory_order_relaxed);
     hdr(rank_)->aborted.value.store(1, std::memory_order_release);
     return s;
   }
@@ -353,7 +355,7 @@ class ShmComm final : public Communicator {
   size_t pool_bytes_ = 0;
   int pool_fd_ = -1;
   std::unique_ptr<PoolRanges> pool_;
-  bool pool_full_said_ = false;
+  std::atomic<bool> pool_full_said_{false};
   size_t map_bytes() const { return seg_bytes_ + pool_bytes_; }
   char* pool_base(int q) const { return static_cast<char*>(maps_[static_cast<size_t>(q)]) + seg_bytes_; }
   // Where [p, p + bytes) is in this rank's pool, or kNoPool.
@@ -404,6 +406,9 @@ class ShmComm final : public Communicator {
   // A reduction's sources, size() for each part of the crew (the first size() the caller's).
   std::vector<const void*> reduce_srcs_;
   std::string broken_;
+  // Set with broken_ (read by free_buffer from any thread): after a failed call a peer may still be reading or
+  // writing this rank's pooled buffers, so their ranges are not handed out again (Note [shared buffers]).
+  std::atomic<bool> failed_{false};
   std::string placement_ = "where first touched";
   int placed_node_ = -1;  // the one node place() asked for (-1: none, or several)
   Status place(void* p);  // the memory policy of our own segment, before its first touch
@@ -487,9 +492,13 @@ Status ShmComm::init() {
   if (free_bytes < seg_bytes_) return no_room(free_bytes);
   // Note [shared buffers]: the pool's size, alike on every rank started alike (the rendezvous checks it).
   if (size_ > 1) {
-    const uint64_t fs = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
-    pool_bytes_ =
-        opt_.pool_bytes == ShmOptions::kPoolAuto ? std::min<uint64_t>(fs, uint64_t{1} << 40) : opt_.pool_bytes;
+    // Automatic: the file system's size (an unlimited one says 0), at most 1 TiB, and at most 32 TiB of address
+    // space over all the ranks' pools (every rank maps every pool).
+    uint64_t fs = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+    if (fs == 0) fs = uint64_t{1} << 40;
+    pool_bytes_ = opt_.pool_bytes == ShmOptions::kPoolAuto
+                      ? std::min({fs, uint64_t{1} << 40, (uint64_t{32} << 40) / static_cast<uint64_t>(size_)})
+                      : opt_.pool_bytes;
     pool_bytes_ = pool_bytes_ / kPoolGranule * kPoolGranule;
   }
   maps_.assign(static_cast<size_t>(size_), nullptr);
@@ -517,7 +526,7 @@ Status ShmComm::init() {
       ::close(fd);
       unlink_own();
       return make_status(StatusCode::kIoError, "shm communicator: sizing or mapping %s (%s): %s",
-                         segment_path(rank_).c_str(), format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(),
+                         segment_path(rank_).c_str(), format_bytes(static_cast<int64_t>(map_bytes())).c_str(),
                          std::strerror(e));
     }
     maps_[static_cast<size_t>(rank_)] = p;
@@ -665,7 +674,7 @@ Status ShmComm::init() {
 }
 
 Result<void*> ShmComm::alloc_buffer(size_t bytes) {
-  if (pool_ != nullptr) {
+  if (pool_ != nullptr && !failed_.load(std::memory_order_relaxed)) {
     size_t taken = 0;
     const size_t off = pool_->take(bytes, &taken);
     if (off != PoolRanges::kNone) {
@@ -674,8 +683,7 @@ Result<void*> ShmComm::alloc_buffer(size_t bytes) {
       if (fa == 0) return static_cast<void*>(pool_base(rank_) + off);
       pool_->give_back(off);
     }
-    if (!pool_full_said_) {
-      pool_full_said_ = true;
+    if (!pool_full_said_.exchange(true)) {
       TT_LOG(WARN, COMM,
              "shm communicator (rank %d): no room in the shared pool for %s (%s of %s in use; its file system "
              "full?): private memory instead, which collectives copy through the segments (TIERTRAIN_COMM_POOL, "
@@ -694,10 +702,19 @@ void ShmComm::free_buffer(void* p) {
     Communicator::free_buffer(p);
     return;
   }
+  // After a failed call a peer may still use it: the range stays taken (its pages until the communicator closes).
+  if (failed_.load(std::memory_order_relaxed)) return;
   // Its pages go back to the system (a peer that touched them after this would get new zero pages, not ours).
-  if (const size_t len = pool_->give_back(off); len > 0)
-    fallocate(pool_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(seg_bytes_ + off),
-              static_cast<off_t>(len));
+  const size_t len = pool_->give_back(off);
+  if (len == 0) {
+    TT_LOG(WARN, COMM, "shm communicator (rank %d): free_buffer of %p, inside the pool but not a buffer it handed out",
+           rank_, p);
+    return;
+  }
+  if (fallocate(pool_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(seg_bytes_ + off),
+                static_cast<off_t>(len)) != 0)
+    TT_LOG(WARN, COMM, "shm communicator (rank %d): releasing %s of the pool: %s (kept until it closes)", rank_,
+           format_bytes(static_cast<int64_t>(len)).c_str(), std::strerror(errno));
 }
 
 Status ShmComm::place(void* p) {
@@ -1245,14 +1262,14 @@ Status ShmComm::single_copy_round(const void* send, void* recv, size_t count, DT
   // Note [shared buffers]: a root's buffer in its pool is written (read) by the others with plain copies.
   const uint64_t pooled = rank_ == root ? pool_offset(all, static_cast<size_t>(size_) * bytes) : kNoPool;
   const bool single = rank_ == root && (!root_picks || pooled != kNoPool ||
-                                        (opt_.cma_huge_bytes > 0 && bytes >= opt_.cma_huge_bytes &&
+                                        (cma_bytes_ > 0 && opt_.cma_huge_bytes > 0 && bytes >= opt_.cma_huge_bytes &&
                                          on_huge_pages(all, static_cast<size_t>(size_) * bytes)));
   if (single) {
     cur_.addr = reinterpret_cast<uint64_t>(all);
     cur_.recv_off = pooled;
     if (root_picks)
-      TT_LOG(TRACE, COMM, "%s #%lld (rank %d): single copies (the root's buffer is on huge pages)",
-             kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_);
+      TT_LOG(TRACE, COMM, "%s #%lld (rank %d): single copies (the root's buffer is %s)", kind_name(cur_.kind),
+             static_cast<long long>(cur_.seq), rank_, pooled != kNoPool ? "in its pool" : "on huge pages");
   }
   // The segments' input, where the root may pick them: a gather's pieces (every rank but a root that did not), a
   // scatter's root's pieces.

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include <sstream>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <cctype>
 #include <string>
 #include <thread>
@@ -598,6 +600,61 @@ int run_broadcast_mix() {
   return wrong == 0 ? 0 : 1;
 }
 
+// Note [shared buffers]: each rank overwrites its pooled buffers the moment a collective returns (send buffers of
+// allreduce, reduce and allgather; a broadcast root's buffer); a peer still reading them then gets NaNs, which its
+// checks see. The pool must be there (the communicator's log line says so).
+int run_pool_reuse() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  const int rank = c.rank(), n = c.size();
+  const size_t count = 4 * 32768;  // 512 KiB: four chunks of 128 KiB (256 KiB areas), all read where they are
+  const size_t per = count / static_cast<size_t>(n);
+  std::vector<float*> bufs;
+  const auto alloc = [&](size_t k) {
+    auto p = c.alloc_buffer(k * sizeof(float));
+    bufs.push_back(p.is_ok() ? static_cast<float*>(p.value()) : nullptr);
+    return bufs.back();
+  };
+  float *send = alloc(count), *recv = alloc(count), *all = alloc(per * static_cast<size_t>(n)), *b = alloc(count);
+  for (float* p : bufs)
+    if (p == nullptr) return 1;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // From the end: the last chunk, the one peers may still be at, first.
+  const auto spoil = [&](float* p, size_t k) {
+    for (size_t i = k; i-- > 0;) p[i] = nan;
+  };
+  int wrong = 0;
+  for (int it = 0; it < 20; ++it) {
+    for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>(rank + it + static_cast<int>(i % 7));
+    CHECK_OK(c.allreduce(send, recv, count, DType::kF32, Op::kSum));
+    spoil(send, count);
+    for (size_t i = 0; i < count; ++i)
+      wrong += recv[i] != static_cast<float>(n * (it + static_cast<int>(i % 7)) + n * (n - 1) / 2);
+    for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>(rank);
+    CHECK_OK(c.reduce(send, recv, count, DType::kF32, Op::kSum, n - 1));
+    spoil(send, count);
+    if (rank == n - 1)
+      for (size_t i = 0; i < count; ++i) wrong += recv[i] != static_cast<float>(n * (n - 1) / 2);
+    const int root = it % n;
+    if (rank == root)
+      for (size_t i = 0; i < count; ++i) b[i] = static_cast<float>(it * 10 + static_cast<int>(i % 5));
+    CHECK_OK(c.broadcast(comm::kInPlace, b, count, DType::kF32, root));
+    if (rank == root) spoil(b, count);
+    else
+      for (size_t i = 0; i < count; ++i) wrong += b[i] != static_cast<float>(it * 10 + static_cast<int>(i % 5));
+    for (size_t i = 0; i < per; ++i) send[i] = static_cast<float>(rank * 3 + it);
+    CHECK_OK(c.allgather(send, all, per, DType::kF32));
+    spoil(send, per);
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < per; ++i) wrong += all[static_cast<size_t>(q) * per + i] != static_cast<float>(q * 3 + it);
+  }
+  CHECK_OK(c.barrier());
+  for (float* p : bufs) c.free_buffer(p);
+  std::printf("rank %d: pool reuse %s (%d wrong)\n", rank, wrong == 0 ? "right" : "WRONG", wrong);
+  return wrong == 0 ? 0 : 1;
+}
+
 int rank_main(const std::string& scenario) {
   // TT_RANK1_ENV=NAME=VALUE: a setting that rank 1 alone starts with.
   if (const char* e = std::getenv("TT_RANK1_ENV"); e && std::getenv("RANK") && std::string(std::getenv("RANK")) == "1") {
@@ -616,6 +673,7 @@ int rank_main(const std::string& scenario) {
   if (scenario == "never_arrives") return run_never_arrives();
   if (scenario == "mismatch") return run_mismatch();
   if (scenario == "broadcast_mix") return run_broadcast_mix();
+  if (scenario == "pool_reuse") return run_pool_reuse();
   if (scenario == "peer_exits") return run_peer_exits();
   if (scenario == "crash") return run_crash();
   std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
@@ -697,6 +755,18 @@ TEST_P(CommRanks, EveryCollectiveInSharedBuffers) {
                            base + "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_THREADS=3 TIERTRAIN_COMM_THREAD_BYTES=1000",
                            "three threads");
   expect_collectives_right(GetParam(), base + "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_POOL=131072", "pool full");
+}
+
+// Note [shared buffers]: no rank returns while a peer still reads or writes its pooled buffers (each overwrites
+// them at once), with a pool in place (the log line).
+TEST(Comm, PooledBuffersAreTheCallersAgainWhenACollectiveReturns) {
+  for (int ranks : {3, 4}) {
+    const Job j = launch(ranks, "pool_reuse", "TT_LOG_COMM=1 TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20");
+    EXPECT_EQ(j.code, 0) << j.output;
+    EXPECT_NE(j.output.find("rank 0: pool reuse right"), std::string::npos) << j.output;
+    EXPECT_NE(j.output.find("; pool "), std::string::npos) << j.output;
+    EXPECT_EQ(j.output.find("pool none"), std::string::npos) << j.output;
+  }
 }
 
 // Note [shared buffers]: ranks started with pools of other sizes are an error at the rendezvous, naming the setting.
