@@ -34,6 +34,8 @@ if [ "$(cat "$VENV/.commit" 2>/dev/null)" != "$commit" ] || ! "$VENV/bin/python"
   start=$(date +%s)
   scripts/gpu_pyenv.sh "$VENV" > "$OUT/pyenv.out" 2> "$OUT/pyenv.log" && echo "$commit" > "$VENV/.commit"
   echo "venv built in $(( $(date +%s) - start )) s"
+  # A freshly built mpi4py wheel comes back with the results: put it in .deps/wheels to skip its build next time.
+  [ -d "$VENV/wheels" ] && mkdir -p "$OUT/wheels" && cp "$VENV"/wheels/mpi4py-*.whl "$OUT/wheels/" 2>/dev/null
 fi
 PY=$VENV/bin/python
 if [ "$RUN_PYTEST" = 1 ]; then

@@ -12,9 +12,17 @@ WHEELS=$PWD/.deps/wheels
 pip=("$VENV/bin/python" -m pip install --no-index --find-links "$WHEELS" -q)
 "$VENV/bin/python" -c "import numpy" 2>/dev/null || "${pip[@]}" numpy >&2 || echo "gpu_pyenv: no numpy" >&2
 "$VENV/bin/python" -c "import pytest" 2>/dev/null || "${pip[@]}" pytest >&2 || echo "gpu_pyenv: no pytest" >&2
-# mpi4py from its source (built against this machine's MPI by its mpicc): only if there is an MPI to build against.
+# mpi4py (built against this machine's MPI by its mpicc; only if there is one), while the tiertrain package builds:
+# into a wheel first, kept in $VENV/wheels, so that it can be brought back into .deps/wheels (where a later fresh
+# machine installs it in seconds: pip takes a wheel there over the source).
+mpi_pid=""
 if ! "$VENV/bin/python" -c "import mpi4py" 2>/dev/null && command -v mpicc >/dev/null; then
-  "${pip[@]}" mpi4py >&2 || echo "gpu_pyenv: mpi4py did not build (the mpi4py rows will be missing)" >&2
+  (
+    "$VENV/bin/python" -m pip wheel --no-index --find-links "$WHEELS" -q --no-deps mpi4py -w "$VENV/wheels" >&2 &&
+      "${pip[@]}" --find-links "$VENV/wheels" mpi4py >&2
+  ) || echo "gpu_pyenv: mpi4py did not build (the mpi4py rows will be missing)" >&2 &
+  mpi_pid=$!
 fi
 "${pip[@]}" . >&2 || echo "gpu_pyenv: the tiertrain package did not build (the Python rows will be missing)" >&2
+[ -z "$mpi_pid" ] || wait "$mpi_pid"
 echo "$VENV/bin/python"
