@@ -76,11 +76,12 @@ constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buf
 // `reduced` for the round (the root of a reduce waits for it too where its send buffer is shared). A broadcast root
 // whose send buffer is in the pool publishes it instead of copying it in; the others copy from it and set `reduced`,
 // which the root waits for before it returns; so do the ranks of an allgather (and a gather's, for its root) whose
-// send buffers are in their pools. Gather and scatter pieces go straight into (out of) a root's buffer in its pool
-// where single copies are on (Note [single copy]), with plain copies instead of the kernel's. All ranks have a pool
-// or none (its size is part of the segment's, checked at the rendezvous), and the chunk sizes that decide
-// kSharedBytes are alike on every rank, so every rank takes the same path; each rank's buffers may be in its pool or
-// not, independently.
+// send buffers are in their pools, and of reduce_scatter and alltoall (out of place). Gather and scatter pieces go
+// straight into (out of) a root's buffer in its pool, with plain copies instead of the kernel's, where single copies
+// are on (Note [single copy]) and in any call of one round. All ranks have a pool or none (its size is part of the
+// segment's, checked at the rendezvous), and the chunk sizes that decide kSharedBytes are alike on every rank, so
+// every rank takes the same path; each rank's buffers may be in its pool or not, independently. After a failed call
+// a peer may still be at a rank's pooled buffers: their ranges are then never handed out again.
 constexpr size_t kSharedBytes = 64 << 10;
 constexpr size_t kPoolGranule = 64 << 10;
 
@@ -1348,15 +1349,31 @@ Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DT
   char* out = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : dst;
   const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
   std::vector<const void*> srcs(static_cast<size_t>(size_));
-  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+  // Note [shared buffers]: a send buffer in the pool is read where it is (every rank reads its own piece of it).
+  const uint64_t send_at = pool_offset(src, static_cast<size_t>(size_) * count * es);
+  int64_t last_shared = 0;
+  TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
-    const auto pieces = [&](char* area) { lay_out_pieces(area, src, count, off, bytes, es); };
-    return round_fill(pieces, [&](int64_t) {
-      for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q) + static_cast<size_t>(rank_) * bytes;
+    const bool shared = bytes * static_cast<size_t>(size_) >= kSharedBytes && send_at != kNoPool;
+    cur_.send_off = shared ? send_at + off * es : kNoPool;
+    const auto pieces = [&](char* area) {
+      if (!shared) lay_out_pieces(area, src, count, off, bytes, es);
+    };
+    return round_fill(pieces, [&](int64_t r) {
+      if (shared) last_shared = r;
+      for (int q = 0; q < size_; ++q) {
+        const uint64_t at = q == rank_ ? cur_.send_off : hdr(q)->meta[half_].send_off;
+        srcs[static_cast<size_t>(q)] = at != kNoPool ? pool_base(q) + at + static_cast<size_t>(rank_) * count * es
+                                                     : input(q) + static_cast<size_t>(rank_) * bytes;
+      }
       comm::reduce(out + off * es, srcs.data(), size_, n, dtype, op);
+      hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with this round's sources
       return Status::ok();
     });
-  });
+  }));
+  if (last_shared > 0 && size_ > 1)
+    TT_TRY(wait_all(&Header::reduced, last_shared, "waiting for the ranks to read this rank's buffer"));
+  return Status::ok();
 }
 
 Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dtype) {
@@ -1365,16 +1382,35 @@ Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dt
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
   const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
-  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+  // Note [shared buffers]: a send buffer in the pool is read where it is; not in place, where this rank's results
+  // would overwrite pieces its peers have yet to read.
+  const uint64_t send_at = send == kInPlace ? kNoPool : pool_offset(src, static_cast<size_t>(size_) * count * es);
+  int64_t last_shared = 0;
+  TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
-    const auto pieces = [&](char* area) { lay_out_pieces(area, src, count, off, bytes, es); };
-    return round_fill(pieces, [&](int64_t) {
-      if (bytes)
-        for (int q = 0; q < size_; ++q)
-          deliver(dst + (static_cast<size_t>(q) * count + off) * es, input(q) + static_cast<size_t>(rank_) * bytes, bytes);
+    const bool shared = bytes * static_cast<size_t>(size_) >= kSharedBytes && send_at != kNoPool;
+    cur_.send_off = shared ? send_at + off * es : kNoPool;
+    const auto pieces = [&](char* area) {
+      if (!shared) lay_out_pieces(area, src, count, off, bytes, es);
+    };
+    return round_fill(pieces, [&](int64_t r) {
+      if (shared) last_shared = r;
+      if (bytes) {
+        for (int q = 0; q < size_; ++q) {
+          const uint64_t at = q == rank_ ? cur_.send_off : hdr(q)->meta[half_].send_off;
+          deliver(dst + (static_cast<size_t>(q) * count + off) * es,
+                  at != kNoPool ? pool_base(q) + at + static_cast<size_t>(rank_) * count * es
+                                : input(q) + static_cast<size_t>(rank_) * bytes,
+                  bytes);
+        }
+        hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with this round's sources
+      }
       return Status::ok();
     });
-  });
+  }));
+  if (last_shared > 0 && size_ > 1)
+    TT_TRY(wait_all(&Header::reduced, last_shared, "waiting for the ranks to read this rank's buffer"));
+  return Status::ok();
 }
 
 // The PAGEMAP_SCAN ioctl's interface (linux/fs.h of Linux 6.7; older headers lack it).
