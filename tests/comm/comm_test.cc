@@ -89,7 +89,8 @@ double load(const void* p, size_t i, DType d) {
 // Note [shared buffers]) once the scenario has set pool_comm.
 comm::Communicator* pool_comm = nullptr;
 bool pool_buffers() {
-  static const bool p = std::getenv("TT_COMM_POOL_BUFFERS") != nullptr && std::string(std::getenv("TT_COMM_POOL_BUFFERS")) == "1";
+  static const bool p =
+      std::getenv("TT_COMM_POOL_BUFFERS") != nullptr && std::string(std::getenv("TT_COMM_POOL_BUFFERS")) == "1";
   return p;
 }
 template <class T>
@@ -601,8 +602,8 @@ int run_broadcast_mix() {
 }
 
 // Note [shared buffers]: each rank overwrites its pooled buffers the moment a collective returns (send buffers of
-// allreduce, reduce, allgather, reduce_scatter and alltoall; a broadcast root's buffer); a peer still reading them then gets NaNs, which its
-// checks see. The pool must be there (the communicator's log line says so).
+// allreduce, reduce, allgather, reduce_scatter and alltoall; a broadcast root's buffer); a peer still reading them
+// then gets NaNs, which its checks see. The pool must be there (the communicator's log line says so).
 int run_pool_reuse() {
   auto w = comm::world();
   if (!w.is_ok()) return 1;
@@ -649,15 +650,17 @@ int run_pool_reuse() {
     for (int q = 0; q < n; ++q)
       for (size_t i = 0; i < per; ++i) wrong += all[static_cast<size_t>(q) * per + i] != static_cast<float>(q * 3 + it);
     // reduce_scatter and alltoall: blocks of `per` from n * per.
-    for (size_t i = 0; i < per * static_cast<size_t>(n); ++i) send[i] = static_cast<float>(rank + it + static_cast<int>(i / per));
+    const size_t blocks = per * static_cast<size_t>(n);
+    for (size_t i = 0; i < blocks; ++i) send[i] = static_cast<float>(rank + it + static_cast<int>(i / per));
     CHECK_OK(c.reduce_scatter(send, recv, per, DType::kF32, Op::kSum));
-    spoil(send, per * static_cast<size_t>(n));
+    spoil(send, blocks);
     for (size_t i = 0; i < per; ++i) wrong += recv[i] != static_cast<float>(n * (it + rank) + n * (n - 1) / 2);
-    for (size_t i = 0; i < per * static_cast<size_t>(n); ++i) send[i] = static_cast<float>(rank * 100 + static_cast<int>(i / per));
+    for (size_t i = 0; i < blocks; ++i) send[i] = static_cast<float>(rank * 100 + static_cast<int>(i / per));
     CHECK_OK(c.alltoall(send, all, per, DType::kF32));
-    spoil(send, per * static_cast<size_t>(n));
+    spoil(send, blocks);
     for (int q = 0; q < n; ++q)
-      for (size_t i = 0; i < per; ++i) wrong += all[static_cast<size_t>(q) * per + i] != static_cast<float>(q * 100 + rank);
+      for (size_t i = 0; i < per; ++i)
+        wrong += all[static_cast<size_t>(q) * per + i] != static_cast<float>(q * 100 + rank);
   }
   CHECK_OK(c.barrier());
   for (float* p : bufs) c.free_buffer(p);
