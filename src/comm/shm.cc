@@ -125,6 +125,7 @@ struct alignas(64) Header {
   std::atomic<uint64_t> cma_bytes;  // Note [single copy]: this rank's threshold if its probes passed, else 0
   std::atomic<uint64_t> tree_ranks;  // Note [arrival tree]: this rank's TIERTRAIN_COMM_TREE_RANKS
   std::atomic<uint64_t> reduce_span;  // Note [reduction rounds]: this rank's TIERTRAIN_COMM_REDUCE_SPAN
+  std::atomic<uint64_t> pool_ok;      // Note [shared buffers]: 1 once this rank has mapped every rank's pool
   Arrival arrived;
   Arrival group;  // Note [arrival tree]: written by a group's leader once its members have arrived
   Flag reduced;
@@ -235,7 +236,7 @@ class ShmComm final : public Communicator {
       [[maybe_unused]] const ssize_t written = ::write(2, line.data(), line.size());
     }
     for (size_t i = 0; i < maps_.size(); ++i)
-      if (maps_[i]) munmap(maps_[i], map_bytes());
+      if (maps_[i]) munmap(maps_[i], map_len_[i]);
     if (pool_fd_ >= 0) ::close(pool_fd_);
     if (!own_name_.empty()) unlink_own();
   }
@@ -355,6 +356,8 @@ class ShmComm final : public Communicator {
   // release the pool's pages, and which of its ranges are in use.
   size_t pool_bytes_ = 0;
   int pool_fd_ = -1;
+  std::vector<size_t> map_len_;  // how much of each rank's file this rank mapped (map_bytes(), or the segment alone)
+  bool pools_mapped_ = true;     // every pool mapped here (else, agreed at init, no rank uses the pools)
   std::unique_ptr<PoolRanges> pool_;
   std::atomic<bool> pool_full_said_{false};
   size_t map_bytes() const { return seg_bytes_ + pool_bytes_; }
@@ -369,6 +372,19 @@ class ShmComm final : public Communicator {
                : kNoPool;
   }
   std::vector<uint64_t> peer_send_, peer_recv_;  // Note [shared buffers]: the peers' offsets of the current round
+  // Maps rank r's file: segment and pool, or where the address space does not allow it, the segment alone (and
+  // then no rank uses the pools).
+  void* map_file(int fd, int r) {
+    void* p = mmap(nullptr, map_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    size_t len = map_bytes();
+    if (p == MAP_FAILED && pool_bytes_ > 0 && errno == ENOMEM) {
+      p = mmap(nullptr, seg_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      len = seg_bytes_;
+      pools_mapped_ = false;
+    }
+    if (p != MAP_FAILED) map_len_[static_cast<size_t>(r)] = len;
+    return p;
+  }
   std::string own_name_;
   std::atomic<int64_t> seq_{0};  // collectives started (read by sequence() from any thread)
   int64_t round_ = 0;  // rounds started
@@ -503,6 +519,7 @@ Status ShmComm::init() {
     pool_bytes_ = pool_bytes_ / kPoolGranule * kPoolGranule;
   }
   maps_.assign(static_cast<size_t>(size_), nullptr);
+  map_len_.assign(static_cast<size_t>(size_), 0);
   // Our own segment: created, sized, touched (so its pages are ours, on our NUMA node), then published.
   {
     own_name_ = segment_path(rank_);
@@ -520,8 +537,7 @@ Status ShmComm::init() {
     // Sized, mapped, its memory policy set (place), and only then its pages allocated (fallocate, which on tmpfs
     // allocates them under the segment's policy, and fails now with ENOSPC rather than with SIGBUS later).
     const int rc = ftruncate(fd, static_cast<off_t>(map_bytes()));
-    void* p = rc == 0 ? mmap(nullptr, map_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0)
-                      : MAP_FAILED;
+    void* p = rc == 0 ? map_file(fd, rank_) : MAP_FAILED;
     if (p == MAP_FAILED) {
       const int e = errno;
       ::close(fd);
@@ -537,7 +553,7 @@ Status ShmComm::init() {
       return s;
     }
     const int fa = posix_fallocate(fd, 0, static_cast<off_t>(seg_bytes_));
-    if (pool_bytes_ > 0) {
+    if (pool_bytes_ > 0 && pools_mapped_) {
       pool_fd_ = fd;
       pool_ = std::make_unique<PoolRanges>(pool_bytes_, kPoolGranule);
     } else {
@@ -605,7 +621,7 @@ Status ShmComm::init() {
                                  size_, opt_.buffer_bytes, map_bytes());
             }
             if (ready) {
-              void* p = mmap(nullptr, map_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+              void* p = map_file(fd, r);
               ::close(fd);
               TT_RETURN_IF(p == MAP_FAILED, kIoError, "shm communicator: mapping rank %d's segment: %s", r,
                            std::strerror(errno));
@@ -630,6 +646,7 @@ Status ShmComm::init() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   probe_single_copy();
+  hdr(rank_)->pool_ok.store(pool_bytes_ > 0 && pools_mapped_ ? 1 : 0, std::memory_order_relaxed);
   // Once everyone has mapped everyone, the names can go: the segments live as long as a process maps them.
   TT_TRY(do_barrier());
   unlink_own();
@@ -647,6 +664,16 @@ Status ShmComm::init() {
       return most;
     };
     cma_bytes_ = agreed(&Header::cma_bytes);
+    // Note [shared buffers]: used only where every rank could map every pool.
+    if (pool_bytes_ > 0 && agreed(&Header::pool_ok) == 0) {
+      TT_LOG(WARN, COMM,
+             "shm communicator (rank %d): a rank could not map every rank's pool (%s each; a limit on address "
+             "space, ulimit -v?): no shared buffers, collectives copy through the segments (TIERTRAIN_COMM_POOL)",
+             rank_, format_bytes(static_cast<int64_t>(pool_bytes_)).c_str());
+      pool_.reset();
+      if (pool_fd_ >= 0) ::close(pool_fd_);
+      pool_fd_ = -1;
+    }
     // Note [reduction rounds]: the agreed span, as bytes a round per rank.
     const uint64_t span = agreed(&Header::reduce_span);
     reduce_round_bytes_ = span == 0 ? half_bytes()
@@ -668,7 +695,9 @@ Status ShmComm::init() {
   TT_LOG(INFO, COMM,
          "shm communicator: rank %d of %d, %s segments, %s; pool %s; single copies %s; arrival %s; %d thread(s)",
          rank_, size_, format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
-         pool_bytes_ > 0 ? format_bytes(static_cast<int64_t>(pool_bytes_)).c_str() : "none",
+         pool_ != nullptr ? format_bytes(static_cast<int64_t>(pool_bytes_)).c_str()
+         : pool_bytes_ > 0 ? "off (not mapped everywhere)"
+                           : "none",
          cma_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(cma_bytes_)) + " a piece").c_str() : "off",
          group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat", crew_->size());
   return Status::ok();
@@ -749,7 +778,7 @@ Status ShmComm::place(void* p) {
     nodes = {near};
   }
   if (nodes.empty()) return Status::ok();
-  TT_TRY(memory::set_mem_policy(p, map_bytes(), mp, nodes));  // the pool's pages too
+  TT_TRY(memory::set_mem_policy(p, map_len_[static_cast<size_t>(rank_)], mp, nodes));  // the pool's pages too
   if (nodes.size() == 1) placed_node_ = nodes.front();
   std::string list;
   for (int n : nodes) {

@@ -782,6 +782,18 @@ TEST(Comm, PooledBuffersAreTheCallersAgainWhenACollectiveReturns) {
   }
 }
 
+// Note [shared buffers]: where the address space is limited (ulimit -v) and the pools cannot all be mapped, every rank
+// goes without them, says so, and every collective is still right on buffers that would have been in them.
+TEST(Comm, PoolsThatCannotBeMappedAreOffEverywhere) {
+  const Job j = shell(std::string("ulimit -v 8000000; env TT_COMM_SCENARIO=collectives TT_LOG_COMM=1 ") +
+                      "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_POOL=1099511627776 TIERTRAIN_COMM_BUFFER=262144 " +
+                      TT_BINARY + " launch -n 3 -- " + self_path);
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << j.output;
+  EXPECT_NE(j.output.find("pool off (not mapped everywhere)"), std::string::npos) << j.output;
+  EXPECT_NE(j.output.find("could not map every rank's pool"), std::string::npos) << j.output;
+}
+
 // Note [shared buffers]: ranks started with pools of other sizes are an error at the rendezvous, naming the setting.
 TEST(Comm, PoolsOfDifferentSizesAreAnErrorAtStart) {
   const Job j = launch(2, "smoke", "TT_RANK1_ENV=TIERTRAIN_COMM_POOL=1048576");
