@@ -81,7 +81,9 @@ constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buf
 // are on (Note [single copy]) and in any call of one round. All ranks have a pool or none (its size is part of the
 // segment's, checked at the rendezvous), and the chunk sizes that decide kSharedBytes are alike on every rank, so
 // every rank takes the same path; each rank's buffers may be in its pool or not, independently. After a failed call
-// a peer may still be at a rank's pooled buffers: their ranges are then never handed out again.
+// a peer may still be at a rank's pooled buffers: their ranges are then never handed out again. Where a rank cannot
+// map every pool (a limit on address space: ulimit -v), it maps the segments alone, and the ranks agree at init to go
+// without pools (Header::pool_ok).
 constexpr size_t kSharedBytes = 64 << 10;
 constexpr size_t kPoolGranule = 64 << 10;
 
