@@ -374,6 +374,18 @@ class ShmComm final : public Communicator {
                : kNoPool;
   }
   std::vector<uint64_t> peer_send_, peer_recv_;  // Note [shared buffers]: the peers' offsets of the current round
+  // Note [shared buffers]: whether a chunk of `total` bytes of this rank's send buffer (in the pool at `at`, or
+  // kNoPool) is read where it is; publishes where (at + off_bytes) for the round.
+  bool publish_send(uint64_t at, size_t off_bytes, size_t total) {
+    const bool shared = total >= kSharedBytes && at != kNoPool;
+    cur_.send_off = shared ? at + off_bytes : kNoPool;
+    return shared;
+  }
+  // Waits until this rank's readers (every peer, or `only`) have set `reduced` for round `last` (0: none read).
+  Status wait_readers(int64_t last, const char* what, int only = -1) {
+    if (last <= 0 || size_ == 1) return Status::ok();
+    return wait_all(&Header::reduced, last, what, only);
+  }
   // Maps rank r's file: segment and pool, or where the address space does not allow it, the segment alone (and
   // then no rank uses the pools).
   void* map_file(int fd, int r) {
@@ -1035,8 +1047,7 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
   int64_t last_shared = 0;  // the last round whose chunk was read from the root's pool
   TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
-    const bool shared = bytes >= kSharedBytes && root_at != kNoPool;
-    cur_.send_off = shared ? root_at + off * es : kNoPool;
+    const bool shared = publish_send(root_at, off * es, bytes);
     // Note [broadcast root]
     // Out of place, the root's own result needs a second copy of its chunk. It makes it block by block from its input
     // half right after copying each block in, while the block is still in its cache: the caller's buffer is read
@@ -1068,9 +1079,7 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
     });
   }));
   // The root's buffer is the caller's again once every rank has read it.
-  if (last_shared > 0 && size_ > 1)
-    TT_TRY(wait_all(&Header::reduced, last_shared, "waiting for the ranks to read the root's buffer"));
-  return Status::ok();
+  return wait_readers(last_shared, "waiting for the ranks to read the root's buffer");
 }
 
 Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
@@ -1207,8 +1216,7 @@ Status ShmComm::gather_rounds(const void* send, void* recv, size_t count, DType 
   int64_t last_shared = 0;  // the last round whose chunk of this rank's was read from its pool
   TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
-    const bool shared = bytes >= kSharedBytes && send_at != kNoPool;
-    cur_.send_off = shared ? send_at + off * es : kNoPool;
+    const bool shared = publish_send(send_at, off * es, bytes);
     return round(src + off * es, shared ? 0 : bytes, [&](int64_t r) {
       if (shared) last_shared = r;
       if ((root < 0 || rank_ == root) && bytes) {
@@ -1224,12 +1232,9 @@ Status ShmComm::gather_rounds(const void* send, void* recv, size_t count, DType 
     });
   }));
   // This rank's send buffer is the caller's again once its readers are done with it.
-  if (last_shared > 0 && size_ > 1) {
-    if (root < 0) TT_TRY(wait_all(&Header::reduced, last_shared, "waiting for the ranks to read this rank's buffer"));
-    else if (rank_ != root)
-      TT_TRY(wait_all(&Header::reduced, last_shared, "waiting for the root to read this rank's buffer", root));
-  }
-  return Status::ok();
+  if (root < 0) return wait_readers(last_shared, "waiting for the ranks to read this rank's buffer");
+  if (rank_ == root) return Status::ok();
+  return wait_readers(last_shared, "waiting for the root to read this rank's buffer", root);
 }
 
 void ShmComm::probe_single_copy() {
@@ -1385,8 +1390,7 @@ Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DT
   int64_t last_shared = 0;
   TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
-    const bool shared = bytes * static_cast<size_t>(size_) >= kSharedBytes && send_at != kNoPool;
-    cur_.send_off = shared ? send_at + off * es : kNoPool;
+    const bool shared = publish_send(send_at, off * es, bytes * static_cast<size_t>(size_));
     const auto pieces = [&](char* area) {
       if (!shared) lay_out_pieces(area, src, count, off, bytes, es);
     };
@@ -1402,9 +1406,7 @@ Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DT
       return Status::ok();
     });
   }));
-  if (last_shared > 0 && size_ > 1)
-    TT_TRY(wait_all(&Header::reduced, last_shared, "waiting for the ranks to read this rank's buffer"));
-  return Status::ok();
+  return wait_readers(last_shared, "waiting for the ranks to read this rank's buffer");
 }
 
 Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dtype) {
@@ -1419,8 +1421,7 @@ Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dt
   int64_t last_shared = 0;
   TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
-    const bool shared = bytes * static_cast<size_t>(size_) >= kSharedBytes && send_at != kNoPool;
-    cur_.send_off = shared ? send_at + off * es : kNoPool;
+    const bool shared = publish_send(send_at, off * es, bytes * static_cast<size_t>(size_));
     const auto pieces = [&](char* area) {
       if (!shared) lay_out_pieces(area, src, count, off, bytes, es);
     };
@@ -1439,9 +1440,7 @@ Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dt
       return Status::ok();
     });
   }));
-  if (last_shared > 0 && size_ > 1)
-    TT_TRY(wait_all(&Header::reduced, last_shared, "waiting for the ranks to read this rank's buffer"));
-  return Status::ok();
+  return wait_readers(last_shared, "waiting for the ranks to read this rank's buffer");
 }
 
 // The PAGEMAP_SCAN ioctl's interface (linux/fs.h of Linux 6.7; older headers lack it).
