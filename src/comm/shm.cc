@@ -369,7 +369,7 @@ class ShmComm final : public Communicator {
     if (pool_ == nullptr || p == nullptr) return kNoPool;
     const char* b = pool_base(rank_);
     const char* c = static_cast<const char*>(p);
-    return c >= b && c <= b + pool_bytes_ && bytes <= static_cast<size_t>(b + pool_bytes_ - c)
+    return c >= b && c < b + pool_bytes_ && bytes <= static_cast<size_t>(b + pool_bytes_ - c)
                ? static_cast<uint64_t>(c - b)
                : kNoPool;
   }
@@ -380,6 +380,12 @@ class ShmComm final : public Communicator {
     const bool shared = total >= kSharedBytes && at != kNoPool;
     cur_.send_off = shared ? at + off_bytes : kNoPool;
     return shared;
+  }
+  // Where this round's data from rank q is: in q's pool (at its published send_off, plus pool_extra bytes) or in its
+  // input half (plus half_extra bytes).
+  const char* send_of(int q, size_t pool_extra, size_t half_extra) const {
+    const uint64_t at = q == rank_ ? cur_.send_off : hdr(q)->meta[half_].send_off;
+    return at != kNoPool ? pool_base(q) + at + pool_extra : input(q) + half_extra;
   }
   // Waits until this rank's readers (every peer, or `only`) have set `reduced` for round `last` (0: none read).
   Status wait_readers(int64_t last, const char* what, int only = -1) {
@@ -742,7 +748,7 @@ Result<void*> ShmComm::alloc_buffer(size_t bytes) {
 
 void ShmComm::free_buffer(void* p) {
   const uint64_t off = pool_offset(p, 0);
-  if (off == kNoPool || off == pool_bytes_) {
+  if (off == kNoPool) {
     Communicator::free_buffer(p);
     return;
   }
@@ -1072,9 +1078,10 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
         if (shared) last_shared = r;
         return Status::ok();
       }
-      const uint64_t at = bytes > 0 ? hdr(root)->meta[half_].send_off : kNoPool;
-      deliver(dst + off * es, at != kNoPool ? pool_base(root) + at : input(root), bytes);
-      if (at != kNoPool) hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with the root's
+      if (bytes == 0) return Status::ok();
+      deliver(dst + off * es, send_of(root, 0, 0), bytes);
+      if (hdr(root)->meta[half_].send_off != kNoPool)  // done with the root's buffer
+        hdr(rank_)->reduced.value.store(r, std::memory_order_release);
       return Status::ok();
     });
   }));
@@ -1221,9 +1228,8 @@ Status ShmComm::gather_rounds(const void* send, void* recv, size_t count, DType 
       if (shared) last_shared = r;
       if ((root < 0 || rank_ == root) && bytes) {
         for (int q = 0; q < size_; ++q) {
-          const uint64_t at = q == rank_ ? cur_.send_off : hdr(q)->meta[half_].send_off;
           char* to = dst + (static_cast<size_t>(q) * count + off) * es;
-          const char* from = at != kNoPool ? pool_base(q) + at : input(q);
+          const char* from = send_of(q, 0, 0);
           if (from != to) deliver(to, from, bytes);  // (in place from the pool: already there)
         }
         hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with this round's sources
@@ -1396,11 +1402,9 @@ Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DT
     };
     return round_fill(pieces, [&](int64_t r) {
       if (shared) last_shared = r;
-      for (int q = 0; q < size_; ++q) {
-        const uint64_t at = q == rank_ ? cur_.send_off : hdr(q)->meta[half_].send_off;
-        srcs[static_cast<size_t>(q)] = at != kNoPool ? pool_base(q) + at + static_cast<size_t>(rank_) * count * es
-                                                     : input(q) + static_cast<size_t>(rank_) * bytes;
-      }
+      for (int q = 0; q < size_; ++q)
+        srcs[static_cast<size_t>(q)] =
+            send_of(q, static_cast<size_t>(rank_) * count * es, static_cast<size_t>(rank_) * bytes);
       comm::reduce(out + off * es, srcs.data(), size_, n, dtype, op);
       hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with this round's sources
       return Status::ok();
@@ -1428,13 +1432,9 @@ Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dt
     return round_fill(pieces, [&](int64_t r) {
       if (shared) last_shared = r;
       if (bytes) {
-        for (int q = 0; q < size_; ++q) {
-          const uint64_t at = q == rank_ ? cur_.send_off : hdr(q)->meta[half_].send_off;
+        for (int q = 0; q < size_; ++q)
           deliver(dst + (static_cast<size_t>(q) * count + off) * es,
-                  at != kNoPool ? pool_base(q) + at + static_cast<size_t>(rank_) * count * es
-                                : input(q) + static_cast<size_t>(rank_) * bytes,
-                  bytes);
-        }
+                  send_of(q, static_cast<size_t>(rank_) * count * es, static_cast<size_t>(rank_) * bytes), bytes);
         hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with this round's sources
       }
       return Status::ok();
