@@ -76,7 +76,8 @@ def mean_time_per_call(call: Callable[[], None], warmup: int, iters: int, barrie
         call()
     if warmup_ms > 0 and max_over_ranks is not None:
         took = (time.perf_counter() - w0) * 1e3
-        more = 0.0 if took >= warmup_ms else math.ceil((warmup_ms - took) / max(took / max(warmup, 1), 1e-3))
+        # A float on every rank (the ranks must agree on the dtype of the reduction).
+        more = 0.0 if took >= warmup_ms else float(math.ceil((warmup_ms - took) / max(took / max(warmup, 1), 1e-3)))
         for _ in range(int(min(max_over_ranks(more), 1e6))):
             call()
     barrier()
