@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 import time
 from typing import Callable, Iterator
 
@@ -78,8 +80,16 @@ def mean_time_per_call(call: Callable[[], None], warmup: int, iters: int, barrie
         took = (time.perf_counter() - w0) * 1e3
         # A float on every rank (the ranks must agree on the dtype of the reduction).
         more = 0.0 if took >= warmup_ms else float(math.ceil((warmup_ms - took) / max(took / max(warmup, 1), 1e-3)))
-        for _ in range(int(min(max_over_ranks(more), 1e6))):
+        agreed = int(min(max_over_ranks(more), 1e6))
+        if os.environ.get("TT_BENCH_TRACE"):  # where a first size's time goes: the warm-up on each rank
+            first = (time.perf_counter() - w0) * 1e3
+            print(f"warm-up: {warmup} calls took {took:.2f} ms, {agreed} more (this rank wanted {more:.0f})",
+                  file=sys.stderr, flush=True)
+        for _ in range(agreed):
             call()
+        if os.environ.get("TT_BENCH_TRACE"):
+            print(f"warm-up: all {warmup + agreed} calls {(time.perf_counter() - w0) * 1e3:.2f} ms "
+                  f"(at the agreement {first:.2f})", file=sys.stderr, flush=True)
     barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
