@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where the first size's time goes in the Python benchmark (the 1 MiB out-of-place anomaly): py_comm_bench.py at
-# 8 ranks, 1-4 MiB on Comm.zeros, with TT_BENCH_TRACE (each rank's warm-up on stderr), under a few settings.
+# 8 ranks, 1-4 MiB on Comm.zeros, with TT_BENCH_TRACE (each rank's warm-up on stderr), under a few settings (helpers pinned or not: Note [crew]).
 #   bench/py_first_size.sh OUTDIR   (after scripts/gpu_comm.sh ... --no-bench made build/gpu and build/gpu-pyenv)
 set -u
 O=${1:?usage: bench/py_first_size.sh OUTDIR}
@@ -17,9 +17,10 @@ run() {
     bench/py_comm_bench.py -b 1M -e 4M -f 2 -n 10 -w 3 "$@" > "$O/$name.log" 2>&1 || echo "$name failed"
 }
 for c in broadcast allreduce; do
-  run "${c}_pool" "" -C "$c" --pool --warmup-ms 100
+  for r in 1 2; do
+    run "${c}_pool_pin_r$r" "" -C "$c" --pool --warmup-ms 100
+    run "${c}_pool_nopin_r$r" "TIERTRAIN_COMM_THREAD_PIN=0" -C "$c" --pool --warmup-ms 100
+  done
+  run "${c}_numpy_pin" "" -C "$c" --warmup-ms 100
   run "${c}_pool_w1000" "" -C "$c" --pool --warmup-ms 1000
-  run "${c}_pool_1thread" "TIERTRAIN_COMM_THREADS=1" -C "$c" --pool --warmup-ms 100
-  run "${c}_numpy" "" -C "$c" --warmup-ms 100
-  run "${c}_pool_w0_pairs3" "" -C "$c" --pool --warmup-ms 0 --pairs 3
 done

@@ -340,6 +340,9 @@ Status shm_options_from_env(ShmOptions* shm) {
     TT_TRY(env_setting("TIERTRAIN_COMM_POOL", 0, kMax, "bytes, 0 (no pool) or more", &shm->pool_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_WAIT_US", 0, 60'000'000, "microseconds, 0 to 60000000",
                      &shm->thread_wait_us));
+  int pin = shm->thread_pin ? 1 : 0;
+  TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_PIN", 0, 1, "0 or 1", &pin));
+  shm->thread_pin = pin != 0;
   TT_ASSIGN_OR_RETURN(long long tree, env_int({"TIERTRAIN_COMM_TREE_RANKS"}, shm->tree_ranks, &which));
   TT_RETURN_IF(tree < 0 || tree == 1, kInvalidArgument,
                "TIERTRAIN_COMM_TREE_RANKS=%lld: 0 (never) or the smallest number of ranks (2 or more)", tree);

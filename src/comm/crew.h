@@ -18,7 +18,9 @@ class Crew {
   // threads: how many take part, the caller included (1: no helpers; at most kMaxThreads); the helpers run where
   // this process may. A helper that cannot be started leaves the crew smaller. awake: how long a helper stays awake
   // (spinning, then yielding its CPU) after its last job or wake() before it sleeps (TIERTRAIN_COMM_THREAD_WAIT_US).
-  explicit Crew(int threads, std::chrono::microseconds awake = kAwake);
+  // pin: each helper runs on a CPU of its own among those this process may use, none on the CPU the constructing
+  // thread is on (only where there are CPUs for all; TIERTRAIN_COMM_THREAD_PIN).
+  explicit Crew(int threads, std::chrono::microseconds awake = kAwake, bool pin = false);
   ~Crew();
   Crew(const Crew&) = delete;
   Crew& operator=(const Crew&) = delete;
@@ -26,6 +28,8 @@ class Crew {
   static constexpr int kMaxThreads = 8;
   static constexpr std::chrono::microseconds kAwake{200};
   int size() const { return size_; }
+  // The CPU each helper was pinned to (empty where not pinned).
+  const std::vector<int>& pinned() const { return pinned_; }
   // Wakes helpers that sleep, without a job, so that they are awake when the next run() comes: a collective that will
   // run its crew calls it first, and the helpers wake while it waits for its peers.
   void wake();
@@ -46,6 +50,7 @@ class Crew {
 
   int size_ = 1;
   std::vector<std::thread> threads_;
+  std::vector<int> pinned_;  // helper i (1-based) runs on pinned_[i - 1]
   Job job_ = nullptr;
   void* context_ = nullptr;
   std::chrono::microseconds awake_;

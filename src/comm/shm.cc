@@ -708,18 +708,19 @@ Status ShmComm::init() {
     }
   }
   // Note [crew]: helper threads for the large copies and reductions, where this rank has CPUs to spare.
-  crew_ = std::make_unique<Crew>(opt_.threads, std::chrono::microseconds(opt_.thread_wait_us));
+  crew_ = std::make_unique<Crew>(opt_.threads, std::chrono::microseconds(opt_.thread_wait_us), opt_.thread_pin);
   reduce_srcs_.assign(static_cast<size_t>(size_) * static_cast<size_t>(crew_->size()), nullptr);
   peer_send_.assign(static_cast<size_t>(size_), kNoPool);
   peer_recv_.assign(static_cast<size_t>(size_), kNoPool);
   TT_LOG(INFO, COMM,
-         "shm communicator: rank %d of %d, %s segments, %s; pool %s; single copies %s; arrival %s; %d thread(s)",
+         "shm communicator: rank %d of %d, %s segments, %s; pool %s; single copies %s; arrival %s; %d thread(s)%s",
          rank_, size_, format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
          pool_ != nullptr ? format_bytes(static_cast<int64_t>(pool_bytes_)).c_str()
          : pool_bytes_ > 0 ? "off (not mapped everywhere)"
                            : "none",
          cma_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(cma_bytes_)) + " a piece").c_str() : "off",
-         group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat", crew_->size());
+         group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat", crew_->size(),
+         crew_->pinned().empty() ? "" : " (helpers pinned)");
   return Status::ok();
 }
 

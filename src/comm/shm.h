@@ -53,6 +53,8 @@ struct ShmOptions {
   // on the H200 machine's host, allreduce at 8 ranks took 0.45-0.55 of one thread's time with it, 0.45-0.85 with
   // 200 us.
   int64_t thread_wait_us = 5000;
+  // Each helper thread on a CPU of its own (Note [crew]; TIERTRAIN_COMM_THREAD_PIN=0 leaves them to the scheduler).
+  bool thread_pin = true;
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
   // Where each rank's segment goes (TIERTRAIN_COMM_MEMPOLICY): auto (preferred on the high-bandwidth node nearest
   // the rank's CPU if there is one, else where first touched), local, bind, preferred, interleave (over all HBW

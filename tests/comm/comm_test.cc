@@ -3,6 +3,7 @@
 // multiple of the ranks, and large enough for many rounds and the split reduction; a rank that never arrives, one
 // that calls something else, one that dies; the launcher naming a failed rank. This binary is both the test driver
 // (gtest) and, with TT_COMM_SCENARIO set, a rank.
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -922,6 +923,42 @@ TEST(Crew, RunsEveryPartOnceAndNestedRunsInTurnAndWakesWithoutAJob) {
       EXPECT_EQ(next, n);
     }
   }
+}
+
+// Note [crew]: pinned helpers each run on a CPU of their own among the process's, none on the constructing thread's,
+// where there is a CPU for every thread (the test narrows the process to 2 CPUs, and to 1); else none is pinned.
+TEST(Crew, PinnedHelpersRunOnCpusOfTheirOwnWhereThereAreEnough) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &before)) cpus.push_back(c);
+  if (cpus.size() < 2) GTEST_SKIP() << "one CPU";
+  const auto narrow = [](std::vector<int> to) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : to) CPU_SET(c, &set);
+    ASSERT_EQ(sched_setaffinity(0, sizeof(set), &set), 0);
+  };
+  narrow({cpus[0], cpus[1]});
+  {
+    const int here = sched_getcpu();
+    tt::comm::Crew crew(2, std::chrono::microseconds(200), true);
+    ASSERT_EQ(crew.size(), 2);
+    ASSERT_EQ(crew.pinned().size(), 1u);
+    EXPECT_NE(crew.pinned()[0], here);
+    EXPECT_TRUE(crew.pinned()[0] == cpus[0] || crew.pinned()[0] == cpus[1]);
+    std::vector<int> where(2, -1);
+    for (int round = 0; round < 50; ++round) {
+      crew.run([&](int i) { where[static_cast<size_t>(i)] = sched_getcpu(); });
+      EXPECT_EQ(where[1], crew.pinned()[0]);  // the helper never runs elsewhere
+    }
+    tt::comm::Crew three(3, std::chrono::microseconds(200), true);  // 3 threads, 2 CPUs: none pinned
+    EXPECT_TRUE(three.pinned().empty());
+    tt::comm::Crew unpinned(2, std::chrono::microseconds(200), false);
+    EXPECT_TRUE(unpinned.pinned().empty());
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(before), &before), 0);
 }
 
 // The kilobytes of transparent huge pages in the mapping that holds p, from /proc/self/smaps (AnonHugePages): an
