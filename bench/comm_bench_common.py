@@ -1,6 +1,6 @@
 """What the Python collective benchmarks (mpi4py_bench.py, py_comm_bench.py) share with each other and with
-`tiertrain comm-bench`: the size flags (-b -e -f, K/M/G suffixes), the iteration flags (-n -w), the sweep of sizes,
-nccl-tests' bus-bandwidth factors, and comm-bench's timing."""
+`tiertrain comm-bench`: the size flags (-b -e -f, K/M/G suffixes), the iteration flags (-n -w --warmup-ms
+--first-warmup-ms --min-ms), the sweep of sizes, nccl-tests' bus-bandwidth factors, and comm-bench's timing."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ def add_sweep_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("-w", "--warmup", type=int, default=5)
     ap.add_argument("--warmup-ms", type=float, default=0.0,
                     help="then more untimed calls, as many on every rank, until this many ms have passed")
+    ap.add_argument("--first-warmup-ms", type=float, default=0.0,
+                    help="--warmup-ms for the first size of the run (0: the same); a process's first few hundred ms "
+                         "of collectives can be slower than the rest on a virtual machine")
+    ap.add_argument("--min-ms", type=float, default=0.0,
+                    help="time at least as many calls as take this many ms (by the warm-up's pace), not fewer than -n")
     ap.add_argument("--json", default="")
     ap.add_argument("--huge", action="store_true",
                     help="buffers from tiertrain.comm.zeros (on huge pages) instead of numpy's, for either library")
@@ -67,34 +72,60 @@ def float_counts(a: argparse.Namespace, collective: str, n: int) -> Iterator[int
         size *= a.stepfactor
 
 
-def mean_time_per_call(call: Callable[[], None], warmup: int, iters: int, barrier: Callable[[], None],
-                       mean_over_ranks: Callable[[float], float], warmup_ms: float = 0.0,
-                       max_over_ranks: Callable[[float], float] | None = None) -> float:
-    """Seconds per call as `tiertrain comm-bench` times them: warmup calls (and with warmup_ms, more until that many ms
-    have passed, as many on every rank: max_over_ranks agrees on the number), a barrier, then iters back-to-back
-    calls; each rank's mean time per call, averaged over the ranks by mean_over_ranks."""
+def warm_up(call: Callable[[], None], warmup: int, warmup_ms: float,
+            max_over_ranks: Callable[[float], float] | None) -> float:
+    """comm-bench's warm-up: `warmup` calls, then (warmup_ms > 0) rounds of more calls, as many on every rank
+    (max_over_ranks agrees on each round's count), until every rank has spent warmup_ms in them. Returns this rank's
+    seconds per call over the last round (over all calls if there was none; 0 without calls)."""
+    trace = bool(os.environ.get("TT_BENCH_TRACE"))
     w0 = time.perf_counter()
     for _ in range(warmup):
         call()
-    if warmup_ms > 0 and max_over_ranks is not None:
-        took = (time.perf_counter() - w0) * 1e3
-        # A float on every rank (the ranks must agree on the dtype of the reduction).
-        more = 0.0 if took >= warmup_ms else float(math.ceil((warmup_ms - took) / max(took / max(warmup, 1), 1e-3)))
-        agreed = int(min(max_over_ranks(more), 1e6))
-        if os.environ.get("TT_BENCH_TRACE"):  # where a first size's time goes: the warm-up on each rank
-            first = (time.perf_counter() - w0) * 1e3
-            print(f"warm-up: {warmup} calls took {took:.2f} ms, {agreed} more (this rank wanted {more:.0f})",
-                  file=sys.stderr, flush=True)
+    calls, per = warmup, (time.perf_counter() - w0) / max(warmup, 1)
+    rounds = 0
+    while warmup_ms > 0 and max_over_ranks is not None and rounds < 20:
+        left = warmup_ms / 1e3 - (time.perf_counter() - w0)
+        # A float on every rank (the ranks must agree on the dtype of the reduction); at least one call while time
+        # is left, at most 1e6 a round.
+        want = 0.0 if left <= 0 else float(min(max(math.ceil(left / max(per, 1e-7)), 1), 1e6))
+        agreed = int(max_over_ranks(want))
+        if agreed == 0:
+            break
+        r0 = time.perf_counter()
         for _ in range(agreed):
             call()
-        if os.environ.get("TT_BENCH_TRACE"):
-            print(f"warm-up: all {warmup + agreed} calls {(time.perf_counter() - w0) * 1e3:.2f} ms "
-                  f"(at the agreement {first:.2f})", file=sys.stderr, flush=True)
+        per = (time.perf_counter() - r0) / agreed
+        calls += agreed
+        rounds += 1
+    if trace:
+        print(f"warm-up: {calls} calls in {(time.perf_counter() - w0) * 1e3:.2f} ms over {rounds} round(s), "
+              f"{per * 1e6:.2f} us a call at the end", file=sys.stderr, flush=True)
+    return per if calls else 0.0
+
+
+def timed_iters(iters: int, min_ms: float, per_call: float, max_over_ranks: Callable[[float], float] | None) -> int:
+    """How many calls to time: iters, or (min_ms > 0) as many as take min_ms at per_call seconds a call on the
+    slowest rank's estimate (agreed by max_over_ranks), at most 1e6."""
+    if min_ms <= 0 or max_over_ranks is None or per_call <= 0:
+        return iters
+    want = float(min(max(iters, math.ceil(min_ms / 1e3 / per_call)), 1e6))
+    return int(max_over_ranks(want))
+
+
+def mean_time_per_call(call: Callable[[], None], warmup: int, iters: int, barrier: Callable[[], None],
+                       mean_over_ranks: Callable[[float], float], warmup_ms: float = 0.0,
+                       max_over_ranks: Callable[[float], float] | None = None,
+                       min_ms: float = 0.0) -> tuple[float, int]:
+    """Seconds per call as `tiertrain comm-bench` times them, and the number of calls timed: the warm-up (warm_up),
+    a barrier, then iters back-to-back calls (more with min_ms: timed_iters); each rank's mean time per call,
+    averaged over the ranks by mean_over_ranks."""
+    per = warm_up(call, warmup, warmup_ms, max_over_ranks)
+    n = timed_iters(iters, min_ms, per, max_over_ranks)
     barrier()
     t0 = time.perf_counter()
-    for _ in range(iters):
+    for _ in range(n):
         call()
-    return mean_over_ranks((time.perf_counter() - t0) / iters)
+    return mean_over_ranks((time.perf_counter() - t0) / n), n
 
 
 def write_results(out: str, lines: list[str], summary: list[dict]) -> None:

@@ -9,6 +9,8 @@
 # the sweeps (default 8), TT_COMM_MAX the largest (default 256M), TT_COMM_REPEATS how many times each sweep runs (default 1), TT the binary. TT_COMM_AB="NAME=VALUE
 # ..." also runs tiertrain's latency runs and sweeps (C++ only) with those settings into OUTDIR/ab, right after the
 # same runs without them, and summarises that folder too (an A/B of a setting, e.g. TIERTRAIN_COMM_TREE_RANKS=16).
+# TT_COMM_WARMUP_MS / TT_COMM_FIRST_WARMUP_MS / TT_COMM_MIN_MS: the warm-up of each size and of the first (100 and 1000
+# ms), and the least time of calls timed per row (20 ms); TT_COMM_PY_PAIRS: Python and C++ loops alternated per row (3).
 set -uo pipefail
 OUT=${1:?usage: bench/comm_host.sh OUTDIR}
 mkdir -p "$OUT"
@@ -25,11 +27,16 @@ lim=${TT_COMM_RUN_TIMEOUT:-150}  # seconds a run may take
 # 256 MiB rows short.
 # At least 100 ms of untimed calls at each size (the same in all three programs): the first size of a run was
 # otherwise 2-4x slower than steady state in either library's process, whatever the warm-up count.
-sweep=(-b "${TT_COMM_MIN:-8}" -e "$MAX" -f 2 -n "${TT_COMM_ITERS:-10}" -w 3 --warmup-ms "${TT_COMM_WARMUP_MS:-100}")
+# The run's first size warms up longer (TT_COMM_FIRST_WARMUP_MS, default 1000 ms): on the H200 machine's VM a
+# process's first few hundred ms of collectives ran up to 15x slower, in C++, Python and Open MPI alike
+# (docs/benchmarks/2026-11-30-h200x2-comm-pool-measured/). Each row times at least TT_COMM_MIN_MS (default 20 ms) of
+# calls, and no fewer than TT_COMM_ITERS: ten calls of 20 us were at the mercy of one descheduled vCPU.
+warm=(--warmup-ms "${TT_COMM_WARMUP_MS:-100}" --first-warmup-ms "${TT_COMM_FIRST_WARMUP_MS:-1000}")
+sweep=(-b "${TT_COMM_MIN:-8}" -e "$MAX" -f 2 -n "${TT_COMM_ITERS:-10}" -w 3 "${warm[@]}" --min-ms "${TT_COMM_MIN_MS:-20}")
 lscpu > "$OUT/lscpu.txt" 2>&1 || true
 # TT_COMM_PY_BUFFERS: the Python benchmarks' buffers: numpy (default: numpy's arrays for both libraries), huge
 # (tiertrain.comm.zeros, on huge pages, for both) or pool (Comm.zeros, tiertrain's shared pool, against mpi4py on the
-# huge-page arrays, its best).
+# huge-page arrays and on numpy's arrays: the summary takes mpi4py's faster row of the two, size by size).
 case "${TT_COMM_PY_BUFFERS:-numpy}" in
   numpy) py_bufs="" mpi_bufs="" ;;
   huge) py_bufs="--huge" mpi_bufs="--huge" ;;
@@ -57,8 +64,8 @@ for n in $ranks; do
   for c in ${TT_COMM_COLLECTIVES:-allreduce broadcast gather allgather}; do
     # Latency: the smallest sizes, many iterations after many warm-up ones (the first size of a sweep otherwise
     # carries the libraries' first-call costs), for each of the three.
-    lat=(-b 8 -e 64 -f 2 -n 2000 -w 200)
-    [ "$c" = gather ] || [ "$c" = allgather ] && lat=(-b $((8 * n)) -e $((64 * n)) -f 2 -n 2000 -w 200)
+    lat=(-b 8 -e 64 -f 2 -n 2000 -w 200 "${warm[@]}")
+    [ "$c" = gather ] || [ "$c" = allgather ] && lat=(-b $((8 * n)) -e $((64 * n)) -f 2 -n 2000 -w 200 "${warm[@]}")
     tt_comm_bench "shm_lat_${c}_$n" "" "${lat[@]}"
     if [ -n "${TT_COMM_AB:-}" ]; then
       mkdir -p "$OUT/ab"
@@ -80,13 +87,18 @@ for n in $ranks; do
         # A crash prints the Python stack of the rank that crashed (faulthandler); output unbuffered.
         # shellcheck disable=SC2086
         PYTHONFAULTHANDLER=1 PYTHONUNBUFFERED=1 timeout "$lim" "$TT" launch -n "$n" --bind-to "${TT_COMM_BIND:-core}" -- \
-          "${PY:-python3}" bench/py_comm_bench.py -C "$c" "${sweep[@]}" $py_bufs --json "$OUT/py_${c}_$n$sfx.json" \
-          > "$OUT/py_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/py_${c}_$n$sfx.log"
+          "${PY:-python3}" bench/py_comm_bench.py -C "$c" "${sweep[@]}" $py_bufs --pairs "${TT_COMM_PY_PAIRS:-3}" \
+          --json "$OUT/py_${c}_$n$sfx.json" > "$OUT/py_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/py_${c}_$n$sfx.log"
       fi
       if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
         # shellcheck disable=SC2086
         timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${sweep[@]}" $mpi_bufs \
           --json "$OUT/ompi_${c}_$n$sfx.json" > "$OUT/ompi_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/ompi_${c}_$n$sfx.log"
+        if [ "${TT_COMM_PY_BUFFERS:-numpy}" = pool ]; then  # and on numpy's arrays (ompi_numpy_*)
+          timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${sweep[@]}" \
+            --json "$OUT/ompi_numpy_${c}_$n$sfx.json" > "$OUT/ompi_numpy_${c}_$n$sfx.log" 2>&1 ||
+            tail -3 "$OUT/ompi_numpy_${c}_$n$sfx.log"
+        fi
       fi
     done
   done

@@ -59,14 +59,16 @@ def main() -> None:
                 else:
                     comm.Alltoall(send, recv)
 
-            t = mean_time_per_call(call, a.warmup, a.iters, comm.Barrier,
-                                   lambda t: comm.allreduce(t, op=MPI.SUM) / n, a.warmup_ms,
-                                   lambda x: comm.allreduce(x, op=MPI.MAX))
+            first = not rows
+            t, iters = mean_time_per_call(call, a.warmup, a.iters, comm.Barrier,
+                                          lambda t: comm.allreduce(t, op=MPI.SUM) / n,
+                                          a.first_warmup_ms if first and a.first_warmup_ms > 0 else a.warmup_ms,
+                                          lambda x: comm.allreduce(x, op=MPI.MAX), a.min_ms)
             alg = count * 4 / t / 1e9
             out.append((t, alg, alg * factor))
             rows.append({"collective": a.collective, "ranks": n, "backend": "mpi4py+openmpi", "size": count * 4,
                          "count": count, "in_place": in_place, "time_us": t * 1e6, "algbw_gbs": alg,
-                         "busbw_gbs": alg * factor})
+                         "busbw_gbs": alg * factor, "iters": iters})
         if me == 0:
             print("%12d %13d %9.2f %8.2f %8.2f %9.2f %8.2f %8.2f" % (
                 count * 4, count, out[0][0] * 1e6, out[0][1], out[0][2], out[1][0] * 1e6, out[1][1], out[1][2]))

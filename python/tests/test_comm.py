@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -70,6 +72,28 @@ def test_the_benchmarks_cpp_loop_runs_the_collective_on_the_buffers_given():
     r = run(2, "time_loop")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "rank 0: time loop right" in r.stdout
+
+
+def test_the_python_benchmark_times_at_least_min_ms_and_warms_its_first_size_longer(tmp_path):
+    """bench/py_comm_bench.py (the side-by-side with mpi4py): with --min-ms every row times at least -n calls and
+    about as many as take that long, and each row has both loops of every pair; the first size's warm-up is
+    --first-warmup-ms. Ranks that disagreed on a count would fail on a mismatched reduction."""
+    out = tmp_path / "rows.json"
+    cmd = [launcher(), "launch", "-n", "2", "--", sys.executable, os.path.join(ROOT, "bench/py_comm_bench.py"),
+           "-C", "allreduce", "-b", "1K", "-e", "64K", "-f", "64", "-n", "3", "-w", "2", "--warmup-ms", "5",
+           "--first-warmup-ms", "300", "--min-ms", "20", "--pairs", "2", "--json", str(out)]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    took = time.perf_counter() - t0
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())
+    assert [(x["size"], x["in_place"]) for x in rows] == [(1024, False), (1024, True), (65536, False), (65536, True)]
+    for x in rows:
+        assert x["iters"] >= 3
+        # Pace from the warm-up, time from the timed calls: a loose bound on a busy machine.
+        assert x["iters"] * x["time_us"] >= 20e3 / 4, x
+        assert len(x["time_us_all"]) == len(x["cpp_loop_time_us_all"]) == 2
+    assert took >= 0.3
 
 
 def test_gather_and_scatter_through_huge_page_buffers():

@@ -91,6 +91,10 @@ int main(int argc, char** argv) {
   bench->add_option("-w,--warmup_iters", bench_opt.warmup, "untimed iterations first [default: 5]");
   bench->add_option("--warmup-ms", bench_opt.warmup_ms,
                     "then more untimed iterations, as many on every rank, until this many ms have passed [default: 0]");
+  bench->add_option("--first-warmup-ms", bench_opt.first_warmup_ms,
+                    "--warmup-ms for the first row (0: the same) [default: 0]");
+  bench->add_option("--min-ms", bench_opt.min_ms,
+                    "time at least as many iterations as take this many ms at the warm-up's pace [default: 0]");
   bench->add_option("-c,--check", bench_opt.check, "checked iterations per size, counted in #wrong (0: none) [default: 1]");
   bench->add_option("-d,--datatype", bench_dtype, "f32, f64, bf16, f16, i32, i64 [default: f32]");
   bench->add_option("-o,--op", bench_op, "sum, prod, min, max, avg [default: sum]");

@@ -114,6 +114,8 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
   TT_RETURN_IF(o.factor <= 1.0, kInvalidArgument, "comm-bench: -f %g must be > 1", o.factor);
   TT_RETURN_IF(o.min_bytes > o.max_bytes, kInvalidArgument, "comm-bench: -b %zu > -e %zu", o.min_bytes, o.max_bytes);
   TT_RETURN_IF(o.iters < 1 || o.warmup < 0 || o.check < 0, kInvalidArgument, "comm-bench: -n >= 1, -w and -c >= 0");
+  TT_RETURN_IF(!(o.warmup_ms >= 0 && o.first_warmup_ms >= 0 && o.min_ms >= 0), kInvalidArgument,
+               "comm-bench: --warmup-ms, --first-warmup-ms and --min-ms are >= 0");
   TT_ASSIGN_OR_RETURN(Shape probe, shape_of(o.collective, static_cast<size_t>(n), n));
   (void)probe;
   TT_RETURN_IF(o.root < 0 || o.root >= n, kInvalidArgument, "comm-bench: -r %d is not a rank of 0..%d", o.root, n - 1);
@@ -124,8 +126,9 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
   const int root = o.root;
   nlohmann::json rows = nlohmann::json::array();
   if (me == 0) {
-    std::printf("# tiertrain comm-bench: %s, %s, %s, %d ranks (%s), %d iterations after %d warm-up, %s data, %s\n",
-                o.collective.c_str(), nccl_type_name(o.dtype), op_name(o.op), n, comm.backend(), o.iters, o.warmup,
+    std::printf("# tiertrain comm-bench: %s, %s, %s, %d ranks (%s), %d%s iterations after %d warm-up, %s data, %s\n",
+                o.collective.c_str(), nccl_type_name(o.dtype), op_name(o.op), n, comm.backend(), o.iters,
+                o.min_ms > 0 ? " or more" : "", o.warmup,
                 o.vary ? "varying" : "fixed",
                 queued ? "queued on a stream, one wait per size" : "blocking calls");
     if (!comm.placement().empty()) std::printf("# rank 0's buffers: %s\n", comm.placement().c_str());
@@ -136,6 +139,7 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
   }
   double bus_sum = 0;
   int bus_rows = 0;
+  bool first_row = true;  // the run's first timed row (its warm-up is first_warmup_ms)
   for (double bytes_d = static_cast<double>(o.min_bytes); bytes_d <= static_cast<double>(o.max_bytes) * 1.0000001;
        bytes_d *= o.factor) {
     // Whole elements, and for the per-rank collectives a multiple of the ranks.
@@ -162,7 +166,7 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
     };
     TT_TRY(fill(0));
     double times[2] = {0, 0};
-    int64_t wrong[2] = {0, 0};
+    int64_t wrong[2] = {0, 0}, iters[2] = {0, 0};
     for (int place = 0; place < 2; ++place) {
       const bool in_place = place == 1;
       auto call = [&]() -> Status {
@@ -196,20 +200,37 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
       // Queued calls are done when the stream is; blocking ones when they return.
       auto drain = [&]() { return queued ? queued->synchronize(nullptr) : Status::ok(); };
       TT_TRY(stage(0));
-      const auto w0 = std::chrono::steady_clock::now();
+      // The warm-up: o.warmup calls, then rounds of more, as many on every rank (the ranks agree on each round's
+      // count), until every rank has spent warmup_ms (first_warmup_ms for the run's first row) in them. pace: this
+      // rank's seconds per call over the last round, which sets how many calls min_ms asks for.
+      using Clock = std::chrono::steady_clock;
+      const auto secs = [](Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); };
+      const double warm_ms = first_row && o.first_warmup_ms > 0 ? o.first_warmup_ms : o.warmup_ms;
+      first_row = false;
+      const auto w0 = Clock::now();
       for (int w = 0; w < o.warmup; ++w) TT_TRY(call());
       TT_TRY(drain());
-      if (o.warmup_ms > 0) {  // more untimed calls, as many on every rank, until warmup_ms have passed
-        const double took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
-        double more = took >= o.warmup_ms ? 0
-                                          : std::ceil((o.warmup_ms - took) / std::max(took / std::max(o.warmup, 1), 1e-3));
-        TT_TRY(allreduce_scalar(comm, &more, DType::kF64, Op::kMax));
-        for (int64_t w = 0; w < static_cast<int64_t>(std::min(more, 1e6)); ++w) TT_TRY(call());
+      double pace = secs(w0) / std::max(o.warmup, 1);
+      for (int round = 0; warm_ms > 0 && round < 20; ++round) {
+        const double left = warm_ms / 1e3 - secs(w0);
+        double want = left <= 0 ? 0 : std::min(std::max(std::ceil(left / std::max(pace, 1e-7)), 1.0), 1e6);
+        TT_TRY(allreduce_scalar(comm, &want, DType::kF64, Op::kMax));
+        if (want == 0) break;
+        const auto r0 = Clock::now();
+        for (int64_t w = 0; w < static_cast<int64_t>(want); ++w) TT_TRY(call());
         TT_TRY(drain());
+        pace = secs(r0) / want;
       }
+      double timed = o.iters;
+      if (o.min_ms > 0 && pace > 0) {
+        timed = std::min(std::max<double>(o.iters, std::ceil(o.min_ms / 1e3 / pace)), 1e6);
+        TT_TRY(allreduce_scalar(comm, &timed, DType::kF64, Op::kMax));
+      }
+      const int64_t n_it = static_cast<int64_t>(timed);
+      iters[place] = n_it;
       double total = 0;
       if (o.vary) {
-        for (int it = 0; it < o.iters; ++it) {
+        for (int64_t it = 0; it < n_it; ++it) {
           TT_TRY(stage(it + 1));  // not timed
           TT_TRY(comm.barrier());
           const auto t0 = std::chrono::steady_clock::now();
@@ -220,12 +241,12 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
       } else {
         TT_TRY(comm.barrier());
         const auto t0 = std::chrono::steady_clock::now();
-        for (int it = 0; it < o.iters; ++it) TT_TRY(call());
+        for (int64_t it = 0; it < n_it; ++it) TT_TRY(call());
         TT_TRY(drain());
         total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       // Mean over ranks of each rank's mean time per operation.
-      double t = total / o.iters;
+      double t = total / static_cast<double>(n_it);
       TT_TRY(allreduce_scalar(comm, &t, DType::kF64, Op::kAvg));
       times[place] = t;
       // Checked runs: known data, every element compared.
@@ -290,7 +311,7 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
                         {"redop", sh.reduces ? op_name(o.op) : "none"}, {"root", sh.rooted ? root : -1},
                         {"in_place", p == 1}, {"time_us", times[p] * 1e6}, {"algbw_gbs", alg[p]},
                         {"busbw_gbs", bus[p]}, {"wrong", wrong[p]}, {"varying_data", o.vary},
-                        {"queued", queued != nullptr}});
+                        {"queued", queued != nullptr}, {"iters", iters[p]}});
     }
   }
   if (me == 0) {

@@ -27,6 +27,11 @@ struct BenchOptions {
   // Untimed calls go on after the warmup ones until they have taken this long on every rank (the same number of
   // calls everywhere: the ranks agree on it).
   double warmup_ms = 0;
+  // warmup_ms for the run's first row (0: the same): a process's first few hundred ms of collectives can be slower
+  // than the rest on a virtual machine.
+  double first_warmup_ms = 0;
+  // Time at least as many calls as take this long at the warm-up's pace (the ranks agree; not fewer than iters).
+  double min_ms = 0;
   bool vary = false;    // new data in the send buffer before every operation (not timed), as in real use
   // nccl: queue the timed calls on a stream and wait once at the end (as nccl-tests times), instead of a blocking
   // call each

@@ -1284,6 +1284,48 @@ TEST(CommBench, EveryCollectiveRunsCheckedAndWritesJson) {
   rmdir(dir);
 }
 
+// --min-ms: every row times at least -n calls and about as many as take that long at the warm-up's pace (all ranks
+// the same number, or the run would fail on a mismatch); without it, exactly -n. Negative times are refused.
+TEST(CommBench, MinMsTimesEnoughCallsAndTheFirstRowWarmsUpLonger) {
+  char dir[] = "/tmp/tt-comm-bench-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const auto rows = [&](const std::string& flags) {
+    const std::string json = std::string(dir) + "/rows.json";
+    const Job j = shell(std::string(TT_BINARY) + " launch -n 2 -- " + TT_BINARY + " comm-bench -b 8 -e 64K -f 64 -n 3 " +
+                        flags + " --json " + json);
+    EXPECT_EQ(j.code, 0) << j.output;
+    std::ifstream f(json);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::remove(json.c_str());
+    // (iters, time_us) of each row, in order.
+    std::vector<std::pair<long, double>> out;
+    for (size_t at = text.find("\"iters\""); at != std::string::npos; at = text.find("\"iters\"", at + 1)) {
+      const size_t row = text.rfind('{', at), end = text.find('}', at);
+      const size_t t = text.find("\"time_us\"", row);
+      EXPECT_TRUE(t != std::string::npos && t < end) << text;
+      out.emplace_back(std::stol(text.substr(text.find(':', at) + 1)), std::stod(text.substr(text.find(':', t) + 1)));
+    }
+    return out;
+  };
+  const auto plain = rows("-w 1");
+  ASSERT_EQ(plain.size(), 6u);  // 8 B, 512 B and 32 KiB, out of place and in place
+  for (const auto& [iters, us] : plain) EXPECT_EQ(iters, 3);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto timed = rows("-w 2 --warmup-ms 5 --first-warmup-ms 400 --min-ms 30");
+  // The first row warmed up for 400 ms, the others for 5 each; 6 rows of >= 30 ms timed.
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.4 + 6 * 0.03 / 4);
+  ASSERT_EQ(timed.size(), 6u);
+  for (const auto& [iters, us] : timed) {
+    EXPECT_GE(iters, 3);
+    // The pace is the warm-up's, the timed calls' may differ on a busy machine: a loose bound on the time spent.
+    EXPECT_GE(iters * us, 30e3 / 4) << iters << " calls of " << us << " us";
+  }
+  const Job bad = shell(std::string(TT_BINARY) + " comm-bench -e 64 --min-ms -1");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.output.find("--min-ms are >= 0"), std::string::npos) << bad.output;
+  rmdir(dir);
+}
+
 // --stream is for the nccl backend; an unknown backend is named.
 TEST(CommBench, OptionsThatDoNotApplyAreRefused) {
   Job j = shell(std::string(TT_BINARY) + " comm-bench --stream -e 64");
