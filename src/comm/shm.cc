@@ -374,16 +374,21 @@ class ShmComm final : public Communicator {
                : kNoPool;
   }
   std::vector<uint64_t> peer_send_, peer_recv_;  // Note [shared buffers]: the peers' offsets of the current round
+  bool may_share_ = false;  // this round's send buffers may be in pools (publish_send)
   // Note [shared buffers]: whether a chunk of `total` bytes of this rank's send buffer (in the pool at `at`, or
   // kNoPool) is read where it is; publishes where (at + off_bytes) for the round.
+  // Every rank calls it in each round that uses send_of, with the same total.
   bool publish_send(uint64_t at, size_t off_bytes, size_t total) {
-    const bool shared = total >= kSharedBytes && at != kNoPool;
+    may_share_ = total >= kSharedBytes && pool_ != nullptr;  // alike on every rank (pools are on everywhere or nowhere)
+    const bool shared = may_share_ && at != kNoPool;
     cur_.send_off = shared ? at + off_bytes : kNoPool;
     return shared;
   }
   // Where this round's data from rank q is: in q's pool (at its published send_off, plus pool_extra bytes) or in its
-  // input half (plus half_extra bytes).
+  // input half (plus half_extra bytes). Where no rank can have published one (may_share_ false), q's meta half is
+  // not read: for small rounds that saves a miss on q's line before the one on its data.
   const char* send_of(int q, size_t pool_extra, size_t half_extra) const {
+    if (!may_share_) return input(q) + half_extra;
     const uint64_t at = q == rank_ ? cur_.send_off : hdr(q)->meta[half_].send_off;
     return at != kNoPool ? pool_base(q) + at + pool_extra : input(q) + half_extra;
   }
@@ -1081,7 +1086,7 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
       }
       if (bytes == 0) return Status::ok();
       deliver(dst + off * es, send_of(root, 0, 0), bytes);
-      if (hdr(root)->meta[half_].send_off != kNoPool)  // done with the root's buffer
+      if (may_share_ && hdr(root)->meta[half_].send_off != kNoPool)  // done with the root's buffer
         hdr(rank_)->reduced.value.store(r, std::memory_order_release);
       return Status::ok();
     });
