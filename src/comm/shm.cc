@@ -55,8 +55,8 @@ namespace {
 // (its reads of half h included). For the same reason a peer is never more than one round ahead of a rank still in
 // round r, so the meta half a rank checks in round r is the one its peers wrote for round r. No round ends with a
 // barrier.
-constexpr uint64_t kMagic = 0x7474636f6d6d3037ull;  // "ttcomm07": halves, arrival lines, single copies, tree, span,
-                                                    // shared buffers
+constexpr uint64_t kMagic = 0x7474636f6d6d3038ull;  // "ttcomm08": halves, arrival lines, single copies, tree, span,
+                                                    // shared buffers, agreed single copies by pages
 constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buffer is not in the rank's pool
 
 // Note [shared buffers]
@@ -128,6 +128,7 @@ struct alignas(64) Header {
   std::atomic<uint64_t> tree_ranks;  // Note [arrival tree]: this rank's TIERTRAIN_COMM_TREE_RANKS
   std::atomic<uint64_t> reduce_span;  // Note [reduction rounds]: this rank's TIERTRAIN_COMM_REDUCE_SPAN
   std::atomic<uint64_t> pool_ok;      // Note [shared buffers]: 1 once this rank has mapped every rank's pool
+  std::atomic<uint64_t> cma_huge_bytes;  // Note [single copy by pages]: this rank's TIERTRAIN_COMM_CMA_HUGE_BYTES
   Arrival arrived;
   Arrival group;  // Note [arrival tree]: written by a group's leader once its members have arrived
   Flag reduced;
@@ -326,7 +327,13 @@ class ShmComm final : public Communicator {
                            bool root_picks);
   // (Where single copies are off, a root's buffer in its pool still takes them: Note [shared buffers].)
   bool paged_candidate(size_t count, size_t es, bool gather) const {
-    return (cma_bytes_ > 0 || pool_ != nullptr) && (cma_bytes_ == 0 || count * es < cma_bytes_) &&
+    const size_t bytes = count * es;
+    // What the root may choose, from what every rank knows alike: a pooled buffer from kSharedBytes in all, or
+    // single copies into huge pages from the agreed cma_huge_bytes_ a piece. Below both, all take the segments
+    // without waiting to be told.
+    const bool may_pick = (pool_ != nullptr && bytes * static_cast<size_t>(size_) >= kSharedBytes) ||
+                          (cma_bytes_ > 0 && cma_huge_bytes_ > 0 && bytes >= cma_huge_bytes_);
+    return may_pick && (cma_bytes_ == 0 || bytes < cma_bytes_) &&
            chunk_elems(half_bytes(), es, gather ? 1 : static_cast<size_t>(size_)) >= count && count > 0;
   }
   // Copies bytes between local memory and rank q's memory at `remote` (its address space): all of them, or an
@@ -417,6 +424,7 @@ class ShmComm final : public Communicator {
   Meta cur_{};         // the collective in progress
   bool stream_ = false;  // its results go out with streaming stores (Note [streaming stores])
   size_t cma_bytes_ = 0;  // the agreed single-copy threshold (Note [single copy]); 0: off
+  size_t cma_huge_bytes_ = 0;  // the agreed threshold of Note [single copy by pages]; 0: off
   size_t reduce_round_bytes_ = 0;  // Note [reduction rounds]: the most bytes a reduction round takes per rank
   int group_ = 0;  // Note [arrival tree]: ranks per group when rounds arrive through the tree; 0: flat
   // Copies part of the collective's result into the caller's buffer, shared out over the crew when it is large
@@ -608,6 +616,7 @@ Status ShmComm::init() {
     h->cma_bytes.store(0, std::memory_order_relaxed);
     h->tree_ranks.store(static_cast<uint64_t>(opt_.tree_ranks), std::memory_order_relaxed);
     h->reduce_span.store(static_cast<uint64_t>(opt_.reduce_span), std::memory_order_relaxed);
+    h->cma_huge_bytes.store(static_cast<uint64_t>(opt_.cma_huge_bytes), std::memory_order_relaxed);
     // Note [single copy]: peers of this user may attach to read and write the buffers given to gather and scatter.
     if (opt_.cma_bytes > 0 && size_ > 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     h->arrived.value.store(0, std::memory_order_relaxed);
@@ -689,6 +698,7 @@ Status ShmComm::init() {
       return most;
     };
     cma_bytes_ = agreed(&Header::cma_bytes);
+    cma_huge_bytes_ = agreed(&Header::cma_huge_bytes);  // Note [single copy by pages]
     // Note [shared buffers]: used only where every rank could map every pool.
     if (pool_bytes_ > 0 && agreed(&Header::pool_ok) == 0) {
       TT_LOG(WARN, COMM,
@@ -1297,8 +1307,11 @@ Status ShmComm::cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool
 // its buffer is on huge pages throughout (on_huge_pages) and its pieces have at least cma_huge_bytes, else the
 // segments. It says which in its meta half (`addr`: its buffer, or 0), which the others read after the arrival. The
 // others cannot know the choice before they arrive, so in a gather each still copies its piece into its segment
-// first (the segment path needs it there). Scatter's root fills its segment only for the segment path. Only the
-// root's setting counts, so ranks need not agree on it.
+// first (the segment path needs it there). Scatter's root fills its segment only for the segment path. The ranks
+// agree on cma_huge_bytes at init (the largest asked for; 0 anywhere: off), so that below it, and below the pool's
+// kSharedBytes, every rank knows the root cannot choose single copies: such calls take the segments directly
+// (paged_candidate), and the others do not wait to read the root's choice (at 8 B that read was a miss after the
+// arrival on every non-root, each call).
 Status ShmComm::single_copy_round(const void* send, void* recv, size_t count, DType dtype, int root, bool gather,
                                   bool root_picks) {
   const size_t es = dtype_size(dtype), bytes = count * es;
@@ -1314,7 +1327,7 @@ Status ShmComm::single_copy_round(const void* send, void* recv, size_t count, DT
   const size_t all_bytes = static_cast<size_t>(size_) * bytes;
   const uint64_t pooled = rank_ == root && all_bytes >= kSharedBytes ? pool_offset(all, all_bytes) : kNoPool;
   const bool single = rank_ == root && (!root_picks || pooled != kNoPool ||
-                                        (cma_bytes_ > 0 && opt_.cma_huge_bytes > 0 && bytes >= opt_.cma_huge_bytes &&
+                                        (cma_bytes_ > 0 && cma_huge_bytes_ > 0 && bytes >= cma_huge_bytes_ &&
                                          on_huge_pages(all, all_bytes)));
   if (single) {
     cur_.addr = reinterpret_cast<uint64_t>(all);

@@ -1060,6 +1060,38 @@ TEST(Comm, SingleCopiesIntoHugePagesBelowTheThreshold) {
   }
 }
 
+// Note [single copy by pages]: the ranks agree on TIERTRAIN_COMM_CMA_HUGE_BYTES (the largest asked for; 0 anywhere:
+// off), so that every rank knows when the root cannot take single copies. Rank 1 alone asks for 0, then for more
+// than any piece here: no root takes single copies, and every gather and scatter is still right.
+TEST(Comm, RanksAgreeOnSingleCopiesIntoHugePages) {
+  const bool huge = kernel_has_pagemap_scan() && huge_pages_here();
+  for (const char* rank1 : {"0", "100000", "1000"}) {
+    for (const char* c : {"gather", "scatter"}) {
+      const std::string bench = std::string(TT_BINARY) + " comm-bench -C " + c + " -b 3000 -e 600000 -f 7 -n 2 -w 0 -c 2";
+      const Job j = shell(std::string("env TIERTRAIN_DEBUG=TRACE TIERTRAIN_DEBUG_SUBSYS=COMM TIERTRAIN_COMM_POOL=0 "
+                                      "TIERTRAIN_COMM_HUGE_BYTES=1 TIERTRAIN_COMM_CMA_BYTES=1048576 "
+                                      "TIERTRAIN_COMM_CMA_HUGE_BYTES=1000 TIERTRAIN_COMM_BUFFER=1048576 "
+                                      "TIERTRAIN_COMM_JITTER_US=20 ") +
+                          TT_BINARY + " launch -n 3 -- sh -c 'if [ \"$RANK\" = 1 ]; then export "
+                          "TIERTRAIN_COMM_CMA_HUGE_BYTES=" + rank1 + "; fi; exec " + bench + "'");
+      ASSERT_EQ(j.code, 0) << j.output;
+      size_t rows = 0, wrong_free = 0;
+      std::istringstream lines(j.output);
+      for (std::string line; std::getline(lines, line);) {
+        std::istringstream f(line);
+        std::vector<std::string> w{std::istream_iterator<std::string>(f), std::istream_iterator<std::string>()};
+        if (w.size() != 13 || w[0].empty() || !std::isdigit(static_cast<unsigned char>(w[0][0]))) continue;
+        ++rows;
+        wrong_free += w[8] == "0" && w[12] == "0";
+      }
+      EXPECT_EQ(rows, 3u) << j.output;
+      EXPECT_EQ(wrong_free, rows) << c << " rank 1 " << rank1 << "\n" << j.output;
+      const bool single = j.output.find("the root's buffer is on huge pages") != std::string::npos;
+      EXPECT_EQ(single, huge && std::string(rank1) == "1000") << c << " rank 1 " << rank1 << "\n" << j.output;
+    }
+  }
+}
+
 // Note [arrival tree]: every collective, dtype, op and size again with rounds arriving through group leaders (from 2
 // ranks: groups of 2 at 2-4 ranks, so that 3 ranks have a group of one), with the readers' jitter.
 TEST_P(CommRanks, EveryCollectiveThroughTheArrivalTree) {
