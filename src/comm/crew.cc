@@ -1,5 +1,6 @@
 #include "comm/crew.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -40,6 +41,20 @@ namespace {
 // collective follow each other within microseconds, so a crew stays awake through a call, and sleeps soon after it.
 constexpr std::chrono::microseconds kSpin{50};
 
+// Note [crew after fork]: a fork's child has the crew but not its helpers (only the forking thread is copied). Each
+// crew notes the fork count when made; in a child made since, run() runs every part on the calling thread, wake()
+// does nothing, and the destructor lets go of the helpers' handles instead of joining threads that are not there
+// (a Python process that forks after making a communicator would otherwise hang at exit in the child).
+std::atomic<uint64_t> g_forks{0};
+
+void count_fork_in_child() { g_forks.fetch_add(1, std::memory_order_relaxed); }
+
+uint64_t fork_count() {
+  static const bool registered = [] { return pthread_atfork(nullptr, nullptr, count_fork_in_child) == 0; }();
+  (void)registered;
+  return g_forks.load(std::memory_order_relaxed);
+}
+
 inline void relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -48,7 +63,7 @@ inline void relax() {
 
 }  // namespace
 
-Crew::Crew(int threads, std::chrono::microseconds awake, bool pin) : awake_(awake) {
+Crew::Crew(int threads, std::chrono::microseconds awake, bool pin) : forks_(fork_count()), awake_(awake) {
   const int want = std::clamp(threads, 1, kMaxThreads);
   // Note [crew]: pinned helpers, each on a CPU of its own that is not the caller's.
   cpu_set_t allowed;
@@ -80,7 +95,13 @@ Crew::Crew(int threads, std::chrono::microseconds awake, bool pin) : awake_(awak
   pinned_.resize(std::min(pinned_.size(), threads_.size()));
 }
 
+bool Crew::forked() const { return g_forks.load(std::memory_order_relaxed) != forks_; }
+
 Crew::~Crew() {
+  if (forked()) {  // Note [crew after fork]: no helpers here to stop; their handles are let go, never joined
+    for (auto& t : threads_) static_cast<void>(new std::thread(std::move(t)));
+    return;
+  }
   stop_.store(true, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
@@ -88,7 +109,7 @@ Crew::~Crew() {
 }
 
 void Crew::run_job(Job job, void* context) {
-  if (size_ == 1 || busy_.exchange(true, std::memory_order_acquire)) {
+  if (size_ == 1 || forked() || busy_.exchange(true, std::memory_order_acquire)) {
     for (int i = 0; i < size_; ++i) job(context, i);
     return;
   }
@@ -108,7 +129,7 @@ void Crew::run_job(Job job, void* context) {
 }
 
 void Crew::wake() {
-  if (size_ == 1 || busy_.exchange(true, std::memory_order_acquire)) return;
+  if (size_ == 1 || forked() || busy_.exchange(true, std::memory_order_acquire)) return;
   const uint32_t g = generation_.load(std::memory_order_relaxed);
   generation_.store(g + ((g & 1) != 0 ? 1 : 2), std::memory_order_release);
   generation_.notify_all();  // no system call where no helper sleeps

@@ -35,8 +35,8 @@ class Crew {
   void wake();
   // Runs part(i) for i in [0, size()), part 0 on the calling thread and the others on the helpers at once, and
   // returns when all are done: what the parts wrote is then visible to the caller (and to whoever the caller
-  // releases it to). part must not throw. A call made while another runs (from a part, or from a second thread)
-  // runs its parts one after the other on its own thread.
+  // releases it to). part must not throw. A call made while another runs (from a part, or from a second thread),
+  // or in a fork's child, runs its parts one after the other on its own thread.
   template <typename F>
   void run(F&& part) {
     run_job([](void* f, int i) { (*static_cast<std::remove_reference_t<F>*>(f))(i); },
@@ -46,8 +46,10 @@ class Crew {
  private:
   using Job = void (*)(void* context, int part);
   void run_job(Job job, void* context);
+  bool forked() const;  // Note [crew after fork]: this is a fork's child made since the crew was
   void helper(int index);
 
+  uint64_t forks_ = 0;  // the process's fork count when the crew was made (Note [crew after fork])
   int size_ = 1;
   std::vector<std::thread> threads_;
   std::vector<int> pinned_;  // helper i (1-based) runs on pinned_[i - 1]

@@ -925,6 +925,41 @@ TEST(Crew, RunsEveryPartOnceAndNestedRunsInTurnAndWakesWithoutAJob) {
   }
 }
 
+// Note [crew after fork]: in a fork's child a crew runs every part on the calling thread and is destroyed without
+// waiting for helpers that are not there; the parent's crew goes on as before.
+TEST(Crew, AForksChildRunsThePartsItselfAndExits) {
+  tt::comm::Crew crew(3, std::chrono::microseconds(200));
+  ASSERT_EQ(crew.size(), 3);
+  crew.run([](int) {});
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::vector<int> hits(3, 0);
+    std::vector<std::thread::id> who(3);
+    crew.wake();
+    crew.run([&](int i) {
+      ++hits[static_cast<size_t>(i)];
+      who[static_cast<size_t>(i)] = std::this_thread::get_id();
+    });
+    const bool ok = hits == std::vector<int>{1, 1, 1} && who[1] == std::this_thread::get_id() &&
+                    who[2] == std::this_thread::get_id();
+    crew.~Crew();  // as at exit: must not wait for the helpers
+    _exit(ok ? 0 : 3);
+  }
+  int status = -1;
+  for (int i = 0; i < 1000 && waitpid(child, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!WIFEXITED(status)) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "the child hung";
+  }
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  std::vector<std::thread::id> who(3);
+  crew.run([&](int i) { who[static_cast<size_t>(i)] = std::this_thread::get_id(); });
+  EXPECT_NE(who[1], std::this_thread::get_id());  // the parent's helpers still run their parts
+}
+
 // Note [crew]: pinned helpers each run on a CPU of their own among the process's, none on the constructing thread's,
 // where there is a CPU for every thread (the test narrows the process to 2 CPUs, and to 1); else none is pinned.
 TEST(Crew, PinnedHelpersRunOnCpusOfTheirOwnWhereThereAreEnough) {
