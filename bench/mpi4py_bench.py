@@ -16,11 +16,11 @@ from comm_bench_common import add_sweep_args, buffers, bus_factor, float_counts,
 
 def main() -> None:
     from mpi4py import MPI
-    import numpy as np
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("-C", "--collective", default="allreduce",
-                    choices=["allreduce", "broadcast", "reduce", "allgather", "gather", "reduce_scatter", "alltoall"])
+                    choices=["allreduce", "broadcast", "reduce", "allgather", "gather", "scatter", "reduce_scatter",
+                             "alltoall"])
     add_sweep_args(ap)
     a = ap.parse_args()
     ones, zeros = buffers(a.huge)
@@ -38,7 +38,7 @@ def main() -> None:
         out = []
         for in_place in (False, True):
             send = ones(per if a.collective in ("allgather", "gather") else count)
-            recv = zeros(per if a.collective == "reduce_scatter" else count)
+            recv = zeros(per if a.collective in ("reduce_scatter", "scatter") else count)
 
             def call() -> None:
                 if a.collective == "allreduce":
@@ -54,6 +54,8 @@ def main() -> None:
                     comm.Allgather(MPI.IN_PLACE if in_place else send, recv)
                 elif a.collective == "gather":
                     comm.Gather(MPI.IN_PLACE if in_place and me == 0 else send, recv, root=0)
+                elif a.collective == "scatter":
+                    comm.Scatter(send, MPI.IN_PLACE if in_place and me == 0 else recv, root=0)
                 elif a.collective == "reduce_scatter":
                     comm.Reduce_scatter_block(send, recv, op=MPI.SUM)
                 else:

@@ -14,11 +14,42 @@ import argparse
 import json
 import sys
 
-from comm_bench_common import SPLIT, add_sweep_args, buffers, bus_factor, float_counts, mean_time_per_call
+from comm_bench_common import add_sweep_args, buffers, bus_factor, float_counts, mean_time_per_call
 
 
 # The Comm method each benchmarked collective is (Comm._time_loop's names).
-CPP_NAME = {"allreduce": "Allreduce", "broadcast": "Bcast", "gather": "Gather", "allgather": "Allgather"}
+CPP_NAME = {"allreduce": "Allreduce", "broadcast": "Bcast", "reduce": "Reduce", "gather": "Gather",
+            "allgather": "Allgather", "scatter": "Scatter", "reduce_scatter": "Reduce_scatter", "alltoall": "Alltoall"}
+# Rooted collectives (root 0): the ones whose receive (gather, reduce) or send (scatter) buffer only the root has.
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+
+
+def arguments(c: str, count: int, n: int, me: int, in_place: bool, ones, zeros, IN_PLACE):
+    """(sendbuf, recvbuf) of collective c on this rank, as comm-bench shapes them (count: the elements of the
+    collective, per = count / n: a rank's piece) in either form; None where a rank passes no buffer."""
+    per = count // n
+    root = me == 0
+    if c == "allreduce":
+        return (IN_PLACE, zeros(count)) if in_place else (ones(count), zeros(count))
+    if c == "broadcast":
+        return None, zeros(count)  # one form (mpi4py's): both passes time it
+    if c == "reduce":
+        if in_place and root:
+            return IN_PLACE, zeros(count)
+        return ones(count), zeros(count) if root else None
+    if c == "gather":
+        if in_place and root:
+            return IN_PLACE, zeros(count)
+        return ones(per), zeros(count) if root else None
+    if c == "allgather":
+        return (IN_PLACE, zeros(count)) if in_place else (ones(per), zeros(count))
+    if c == "scatter":  # in place at the root: recvbuf holds every piece (tiertrain's IN_PLACE sendbuf)
+        if in_place and root:
+            return IN_PLACE, ones(count)
+        return ones(count) if root else None, zeros(per)
+    if c == "reduce_scatter":  # in place: recvbuf holds all, the result at its start (MPI's)
+        return (IN_PLACE, ones(count)) if in_place else (ones(count), zeros(per))
+    return (IN_PLACE, ones(count)) if in_place else (ones(count), zeros(count))  # alltoall
 
 
 def main() -> None:
@@ -27,7 +58,7 @@ def main() -> None:
     import tiertrain.comm as tc
 
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("-C", "--collective", default="allreduce", choices=["allreduce", "broadcast", "gather", "allgather"])
+    ap.add_argument("-C", "--collective", default="allreduce", choices=list(CPP_NAME))
     add_sweep_args(ap)
     ap.add_argument("--pairs", type=int, default=1,
                     help="alternate the Python and the C++ loop this many times at each size; medians (default 1)")
@@ -48,7 +79,6 @@ def main() -> None:
         def zeros(count):
             return comm.zeros(count, np.float32)
     factor = bus_factor(a.collective, n)
-    split = a.collective in SPLIT
     rows = []
     if me == 0:
         print(f"# tiertrain.comm (Python): {a.collective}, float, sum, {n} ranks")
@@ -67,29 +97,28 @@ def main() -> None:
         return float(v[0])
 
     for count in float_counts(a, a.collective, n):
-        per = count // n
         out = []
         # Out of place, then in place, as comm-bench and mpi4py_bench.py run them (Bcast has one form: both passes
         # time it).
         for in_place in (False, True):
-            send = ones(per if split else count)
-            recv = zeros(count)
-
-            def call() -> None:
-                if a.collective == "allreduce":
-                    comm.Allreduce(tc.IN_PLACE if in_place else send, recv, op=tc.SUM)
-                elif a.collective == "broadcast":
-                    comm.Bcast(recv, root=0)
-                elif a.collective == "gather":
-                    comm.Gather(tc.IN_PLACE if in_place and me == 0 else send, recv if me == 0 else None, root=0)
-                else:
-                    comm.Allgather(tc.IN_PLACE if in_place else send, recv)
+            sb, rb = arguments(a.collective, count, n, me, in_place, ones, zeros, tc.IN_PLACE)
+            method = getattr(comm, CPP_NAME[a.collective])
+            if a.collective == "broadcast":
+                def call() -> None:
+                    comm.Bcast(rb, root=0)
+            elif a.collective in ROOTED:
+                def call() -> None:
+                    method(sb, rb, root=0)
+            elif a.collective in ("allreduce", "reduce_scatter"):
+                def call() -> None:
+                    method(sb, rb, op=tc.SUM)
+            else:
+                def call() -> None:
+                    method(sb, rb)
 
             # The same calls from a C++ loop (warm already), timed alike: a barrier, then iters calls. --pairs
             # alternates the two loops that many times and takes each one's median, so that a slow spell of the
             # machine falls on both.
-            sb = tc.IN_PLACE if in_place and (a.collective != "gather" or me == 0) else send
-            rb = recv if a.collective != "gather" or me == 0 else None
             ts, ts_cpp = [], []
             first = not rows
             warm_ms = a.first_warmup_ms if first and a.first_warmup_ms > 0 else a.warmup_ms

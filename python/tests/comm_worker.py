@@ -276,11 +276,30 @@ def time_loop(comm: tc.Comm) -> None:
     b = np.full(7, 5.0 if me == n - 1 else 0.0, dtype=np.float64)
     comm._time_loop("Bcast", None, b, tc.SUM, n - 1, 2)
     expect(np.array_equal(b, np.full(7, 5.0)), "Bcast loop")
+    # Reduce to the last rank, twice: its recv is n * me-independent sends of ones.
+    ones = np.ones(6, dtype=np.float32)
+    red = np.zeros(6, dtype=np.float32)
+    comm._time_loop("Reduce", ones, red, tc.SUM, n - 1, 2)
+    expect(me != n - 1 or np.array_equal(red, np.full(6, float(n), np.float32)), f"Reduce loop: {red}")
+    # Scatter from rank 0: piece q is q's.
+    pieces = np.repeat(np.arange(n, dtype=np.float32), 4)
+    got = np.zeros(4, dtype=np.float32)
+    comm._time_loop("Scatter", pieces if me == 0 else None, got, tc.SUM, 0, 2)
+    expect(np.array_equal(got, np.full(4, float(me), np.float32)), f"Scatter loop: {got}")
+    # Reduce_scatter of ones: every block is n.
+    block = np.zeros(3, dtype=np.float32)
+    comm._time_loop("Reduce_scatter", np.ones(3 * n, dtype=np.float32), block, tc.SUM, 0, 2)
+    expect(np.array_equal(block, np.full(3, float(n), np.float32)), f"Reduce_scatter loop: {block}")
+    # Alltoall: rank me sends q the value 100 * me + q; it gets 100 * q + me from each q.
+    out = (100 * me + np.repeat(np.arange(n), 2)).astype(np.float32)
+    into = np.zeros(2 * n, dtype=np.float32)
+    comm._time_loop("Alltoall", out, into, tc.SUM, 0, 1)
+    expect(np.array_equal(into, (100 * np.repeat(np.arange(n), 2) + me).astype(np.float32)), f"Alltoall loop: {into}")
     try:
-        comm._time_loop("Alltoall", send, recv, tc.SUM, 0, 1)
+        comm._time_loop("Barrier", send, recv, tc.SUM, 0, 1)
         raise AssertionError("an unknown collective was timed")
     except ValueError as e:
-        expect("Bcast, Allreduce, Gather, Allgather" in str(e), str(e))
+        expect("Bcast, Allreduce, Reduce, Gather, Allgather" in str(e), str(e))
     print(f"rank {me}: time loop right")
 
 

@@ -224,7 +224,7 @@ class PyComm {
   }
 
   // A call with its arguments converted: the buffers (kept alive and, for DLPack, released by it) and the
-  // collective on them. Bcast, Allreduce, Gather and Allgather are made this way, so that time_loop can repeat them.
+  // collective on them. Every collective is made this way, so that time_loop can repeat any of them.
   struct Prepared {
     Buf s, r;
     std::function<tt::Status()> call;
@@ -251,17 +251,22 @@ class PyComm {
   }
   void Allreduce(const py::object& send, const py::object& recv, Op op) { run(prepare_allreduce(send, recv, op).call); }
 
-  // Benchmarks (bench/py_comm_bench.py): `iters` calls of Bcast, Allreduce, Gather or Allgather on these buffers,
-  // converted once, back to back in C++ without the GIL; the seconds they took. Against the same calls made from
-  // Python on the same buffers in the same process, this is the cost of the Python layer alone.
+  // Benchmarks (bench/py_comm_bench.py): `iters` calls of one collective (by its Python name; Bcast takes recv) on
+  // these buffers, converted once, back to back in C++ without the GIL; the seconds they took. Against the same calls
+  // made from Python on the same buffers in the same process, this is the cost of the Python layer alone.
   double time_loop(const std::string& what, const py::object& send, const py::object& recv, Op op, int root,
                    int iters) {
-    Prepared p = what == "Bcast"       ? prepare_bcast(recv, root)
-                 : what == "Allreduce" ? prepare_allreduce(send, recv, op)
-                 : what == "Gather"    ? prepare_gather(send, recv, root)
-                 : what == "Allgather" ? prepare_allgather(send, recv)
-                                       : throw py::value_error("_time_loop: " + what +
-                                                               " (Bcast, Allreduce, Gather, Allgather)");
+    Prepared p = what == "Bcast"            ? prepare_bcast(recv, root)
+                 : what == "Allreduce"      ? prepare_allreduce(send, recv, op)
+                 : what == "Reduce"         ? prepare_reduce(send, recv, op, root)
+                 : what == "Gather"         ? prepare_gather(send, recv, root)
+                 : what == "Allgather"      ? prepare_allgather(send, recv)
+                 : what == "Scatter"        ? prepare_scatter(send, recv, root)
+                 : what == "Reduce_scatter" ? prepare_reduce_scatter(send, recv, op)
+                 : what == "Alltoall"       ? prepare_alltoall(send, recv)
+                                            : throw py::value_error("_time_loop: " + what +
+                                                                    " (Bcast, Allreduce, Reduce, Gather, Allgather, "
+                                                                    "Scatter, Reduce_scatter, Alltoall)");
     double seconds = 0;
     run([&]() -> tt::Status {
       const auto t0 = std::chrono::steady_clock::now();
@@ -272,13 +277,20 @@ class PyComm {
     return seconds;
   }
 
+  Prepared prepare_reduce(const py::object& send, const py::object& recv, Op op, int root) {
+    Prepared p;
+    p.s = to_buf(send, false, "Reduce sendbuf");
+    if (rank() == root || !recv.is_none()) p.r = to_buf(recv, true, "Reduce recvbuf");
+    const size_t count = p.s.in_place ? p.r.count : p.s.count;
+    const DType dt = p.s.in_place ? p.r.dtype : p.s.dtype;
+    if (rank() == root && !p.s.in_place) same(p.s, p.r, 1, "Reduce");
+    p.call = [c = c_.get(), s = p.s.in_place ? tt::comm::kInPlace : p.s.ptr, r = p.r.ptr, count, dt, op, root] {
+      return c->reduce(s, r, count, dt, op, root);
+    };
+    return p;
+  }
   void Reduce(const py::object& send, const py::object& recv, Op op, int root) {
-    Buf s = to_buf(send, false, "Reduce sendbuf");
-    Buf r = rank() == root || !recv.is_none() ? to_buf(recv, true, "Reduce recvbuf") : Buf{};
-    const size_t count = s.in_place ? r.count : s.count;
-    const DType dt = s.in_place ? r.dtype : s.dtype;
-    if (rank() == root && !s.in_place) same(s, r, 1, "Reduce");
-    run([&] { return c_->reduce(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, count, dt, op, root); });
+    run(prepare_reduce(send, recv, op, root).call);
   }
 
   Prepared prepare_allgather(const py::object& send, const py::object& recv) {
@@ -318,52 +330,64 @@ class PyComm {
   }
   void Gather(const py::object& send, const py::object& recv, int root) { run(prepare_gather(send, recv, root).call); }
 
-  void Scatter(const py::object& send, const py::object& recv, int root) {
-    Buf r = to_buf(recv, true, "Scatter recvbuf");
-    Buf s = rank() == root ? to_buf(send, false, "Scatter sendbuf") : Buf{};
-    size_t per = r.count;
-    DType dt = r.dtype;
-    if (rank() == root && s.in_place) {
-      divisible(r.count, "Scatter recvbuf");
-      per = r.count / static_cast<size_t>(size());
+  Prepared prepare_scatter(const py::object& send, const py::object& recv, int root) {
+    Prepared p;
+    p.r = to_buf(recv, true, "Scatter recvbuf");
+    if (rank() == root) p.s = to_buf(send, false, "Scatter sendbuf");
+    size_t per = p.r.count;
+    const DType dt = p.r.dtype;
+    if (rank() == root && p.s.in_place) {
+      divisible(p.r.count, "Scatter recvbuf");
+      per = p.r.count / static_cast<size_t>(size());
     } else if (rank() == root) {
-      same_count(s, per * static_cast<size_t>(size()), dt, "Scatter sendbuf");
+      same_count(p.s, per * static_cast<size_t>(size()), dt, "Scatter sendbuf");
     }
-    run([&] { return c_->scatter(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, per, dt, root); });
+    p.call = [c = c_.get(), s = p.s.in_place ? tt::comm::kInPlace : p.s.ptr, r = p.r.ptr, per, dt, root] {
+      return c->scatter(s, r, per, dt, root);
+    };
+    return p;
+  }
+  void Scatter(const py::object& send, const py::object& recv, int root) {
+    run(prepare_scatter(send, recv, root).call);
   }
 
-  void Reduce_scatter(const py::object& send, const py::object& recv, Op op) {
-    Buf r = to_buf(recv, true, "Reduce_scatter recvbuf");
-    Buf s = to_buf(send, false, "Reduce_scatter sendbuf");
-    size_t per = r.count;
-    if (s.in_place) {
-      divisible(r.count, "Reduce_scatter recvbuf");
-      per = r.count / static_cast<size_t>(size());
+  Prepared prepare_reduce_scatter(const py::object& send, const py::object& recv, Op op) {
+    Prepared p;
+    p.r = to_buf(recv, true, "Reduce_scatter recvbuf");
+    p.s = to_buf(send, false, "Reduce_scatter sendbuf");
+    size_t per = p.r.count;
+    if (p.s.in_place) {
+      divisible(p.r.count, "Reduce_scatter recvbuf");
+      per = p.r.count / static_cast<size_t>(size());
     } else {
-      same_count(s, per * static_cast<size_t>(size()), r.dtype, "Reduce_scatter sendbuf");
+      same_count(p.s, per * static_cast<size_t>(size()), p.r.dtype, "Reduce_scatter sendbuf");
     }
-    run([&] {
-      tt::Status st = c_->reduce_scatter(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, per, r.dtype, op);
+    p.call = [c = c_.get(), in_place = p.s.in_place, s = p.s.ptr, r = p.r.ptr, per, dt = p.r.dtype, op,
+              me = rank()] {
+      tt::Status st = c->reduce_scatter(in_place ? tt::comm::kInPlace : s, r, per, dt, op);
       // In place, MPI puts this rank's block at the start of recvbuf (comm/ leaves it at its own offset).
-      const size_t es = tt::comm::dtype_size(r.dtype);
-      if (st.is_ok() && s.in_place && rank() > 0)
-        std::memmove(r.ptr, static_cast<char*>(r.ptr) + static_cast<size_t>(rank()) * per * es, per * es);
+      const size_t es = tt::comm::dtype_size(dt);
+      if (st.is_ok() && in_place && me > 0)
+        std::memmove(r, static_cast<char*>(r) + static_cast<size_t>(me) * per * es, per * es);
       return st;
-    });
+    };
+    return p;
+  }
+  void Reduce_scatter(const py::object& send, const py::object& recv, Op op) {
+    run(prepare_reduce_scatter(send, recv, op).call);
   }
 
-  void Alltoall(const py::object& send, const py::object& recv) {
-    Buf r = to_buf(recv, true, "Alltoall recvbuf");
-    Buf s = to_buf(send, false, "Alltoall sendbuf");
-    if (r.count % static_cast<size_t>(size()) != 0)
-      throw py::value_error("Alltoall: recvbuf's " + std::to_string(r.count) + " elements are not a multiple of " +
-                            std::to_string(size()) + " ranks");
-    if (!s.in_place) same(s, r, 1, "Alltoall");
-    run([&] {
-      return c_->alltoall(s.in_place ? tt::comm::kInPlace : s.ptr, r.ptr, r.count / static_cast<size_t>(size()),
-                          r.dtype);
-    });
+  Prepared prepare_alltoall(const py::object& send, const py::object& recv) {
+    Prepared p;
+    p.r = to_buf(recv, true, "Alltoall recvbuf");
+    p.s = to_buf(send, false, "Alltoall sendbuf");
+    divisible(p.r.count, "Alltoall recvbuf");
+    if (!p.s.in_place) same(p.s, p.r, 1, "Alltoall");
+    p.call = [c = c_.get(), s = p.s.in_place ? tt::comm::kInPlace : p.s.ptr, r = p.r.ptr,
+              per = p.r.count / static_cast<size_t>(size()), dt = p.r.dtype] { return c->alltoall(s, r, per, dt); };
+    return p;
   }
+  void Alltoall(const py::object& send, const py::object& recv) { run(prepare_alltoall(send, recv).call); }
 
  private:
   // The communication, without the GIL; one call at a time per communicator (two Python threads must not run
