@@ -4,16 +4,21 @@
 # skips the ~4 min build), its tests, then bench/comm_host.sh into OUTDIR/comm with the TT_COMM_* settings given.
 # The venv is built before anything is measured, never beside it.
 # --no-bench stops after the venv and the tests (for a script of one's own after it: PY=build/gpu-pyenv/bin/python).
-#   scripts/gpu_comm.sh OUTDIR [--no-pytest] [--no-bench]
+# --pack leaves OUTDIR/comm as comm.tgz (with results.md beside it) and the build logs as build.tgz: the device tool
+# brings back a limited number of files, and a full comm_host.sh run writes hundreds.
+# TT_COMMIT names the commit in commit.txt (the device's copy of the tree may carry an older git HEAD).
+#   scripts/gpu_comm.sh OUTDIR [--no-pytest] [--no-bench] [--pack]
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_comm.sh OUTDIR [--no-pytest] [--no-bench]}
+OUT=${1:?usage: scripts/gpu_comm.sh OUTDIR [--no-pytest] [--no-bench] [--pack]}
 shift
 RUN_PYTEST=1
 RUN_BENCH=1
+PACK=0
 for a in "$@"; do
   case "$a" in
     --no-pytest) RUN_PYTEST=0 ;;
     --no-bench) RUN_BENCH=0 ;;
+    --pack) PACK=1 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -43,5 +48,17 @@ if [ "$RUN_PYTEST" = 1 ]; then
   tail -n 2 "$OUT/pytest.log"
 fi
 echo "$commit" > "$OUT/commit.txt"
-[ "$RUN_BENCH" = 1 ] || exit 0
+pack() {
+  [ "$PACK" = 1 ] || return 0
+  [ -d "$OUT/build" ] && tar czf "$OUT/build.tgz" -C "$OUT" build && rm -rf "$OUT/build"
+  if [ -d "$OUT/comm" ]; then
+    [ -f "$OUT/comm/results.md" ] && cp "$OUT/comm/results.md" "$OUT/results.md"
+    tar czf "$OUT/comm.tgz" -C "$OUT" comm && rm -rf "$OUT/comm"
+  fi
+}
+if [ "$RUN_BENCH" != 1 ]; then
+  pack
+  exit 0
+fi
 PY="$PY" TT=build/gpu/src/tiertrain bench/comm_host.sh "$OUT/comm"
+pack
