@@ -75,40 +75,42 @@ def float_counts(a: argparse.Namespace, collective: str, n: int) -> Iterator[int
 def warm_up(call: Callable[[], None], warmup: int, warmup_ms: float,
             max_over_ranks: Callable[[float], float] | None) -> float:
     """comm-bench's warm-up: `warmup` calls, then (warmup_ms > 0) rounds of more calls, as many on every rank
-    (max_over_ranks agrees on each round's count), until every rank has spent warmup_ms in them. Returns this rank's
-    seconds per call over the last round (over all calls if there was none; 0 without calls)."""
+    (max_over_ranks agrees on each round's count; a first round of one call where there is no pace yet), until every
+    rank has spent warmup_ms in them. Returns this rank's seconds per call over all the rounds (over the `warmup`
+    calls if there was none; 0 without calls). Whether a round runs depends only on the agreed count."""
     trace = bool(os.environ.get("TT_BENCH_TRACE"))
     w0 = time.perf_counter()
     for _ in range(warmup):
         call()
-    calls, per = warmup, (time.perf_counter() - w0) / max(warmup, 1)
-    rounds = 0
+    pace = (time.perf_counter() - w0) / warmup if warmup > 0 else 0.0
+    round_secs, round_calls, rounds = 0.0, 0, 0
     while warmup_ms > 0 and max_over_ranks is not None and rounds < 20:
         left = warmup_ms / 1e3 - (time.perf_counter() - w0)
-        # A float on every rank (the ranks must agree on the dtype of the reduction); at least one call while time
-        # is left, at most 1e6 a round.
-        want = 0.0 if left <= 0 else float(min(max(math.ceil(left / max(per, 1e-7)), 1), 1e6))
+        # A float on every rank (the ranks must agree on the dtype of the reduction); at most 1e6 a round.
+        want = 0.0 if left <= 0 else 1.0 if pace <= 0 else float(min(max(math.ceil(left / pace), 1), 1e6))
         agreed = int(max_over_ranks(want))
         if agreed == 0:
             break
         r0 = time.perf_counter()
         for _ in range(agreed):
             call()
-        per = (time.perf_counter() - r0) / agreed
-        calls += agreed
+        round_secs += time.perf_counter() - r0
+        round_calls += agreed
+        pace = round_secs / round_calls
         rounds += 1
-    if trace:
-        print(f"warm-up: {calls} calls in {(time.perf_counter() - w0) * 1e3:.2f} ms over {rounds} round(s), "
-              f"{per * 1e6:.2f} us a call at the end", file=sys.stderr, flush=True)
-    return per if calls else 0.0
+    if trace and warmup + round_calls > 0:  # one write a line: the ranks share stderr
+        sys.stderr.write(f"warm-up: {warmup + round_calls} calls in {(time.perf_counter() - w0) * 1e3:.2f} ms over "
+                         f"{rounds} round(s), {pace * 1e6:.2f} us a call\n")
+        sys.stderr.flush()
+    return pace
 
 
 def timed_iters(iters: int, min_ms: float, per_call: float, max_over_ranks: Callable[[float], float] | None) -> int:
     """How many calls to time: iters, or (min_ms > 0) as many as take min_ms at per_call seconds a call on the
-    slowest rank's estimate (agreed by max_over_ranks), at most 1e6."""
-    if min_ms <= 0 or max_over_ranks is None or per_call <= 0:
+    slowest rank's estimate (agreed by max_over_ranks, which every rank calls alike), at most 1e6."""
+    if min_ms <= 0 or max_over_ranks is None:
         return iters
-    want = float(min(max(iters, math.ceil(min_ms / 1e3 / per_call)), 1e6))
+    want = float(min(max(iters, math.ceil(min_ms / 1e3 / per_call)), 1e6)) if per_call > 0 else float(iters)
     return int(max_over_ranks(want))
 
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -201,8 +202,10 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
       auto drain = [&]() { return queued ? queued->synchronize(nullptr) : Status::ok(); };
       TT_TRY(stage(0));
       // The warm-up: o.warmup calls, then rounds of more, as many on every rank (the ranks agree on each round's
-      // count), until every rank has spent warmup_ms (first_warmup_ms for the run's first row) in them. pace: this
-      // rank's seconds per call over the last round, which sets how many calls min_ms asks for.
+      // count; a first round of one call where there is no pace yet), until every rank has spent warmup_ms
+      // (first_warmup_ms for the run's first row) in them. pace: this rank's seconds per call over all the rounds (over
+      // the o.warmup calls if there was none; 0 without calls), which sets how many calls min_ms asks for. Every
+      // branch that leads to a collective depends only on values all ranks share.
       using Clock = std::chrono::steady_clock;
       const auto secs = [](Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); };
       const double warm_ms = first_row && o.first_warmup_ms > 0 ? o.first_warmup_ms : o.warmup_ms;
@@ -210,20 +213,26 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
       const auto w0 = Clock::now();
       for (int w = 0; w < o.warmup; ++w) TT_TRY(call());
       TT_TRY(drain());
-      double pace = secs(w0) / std::max(o.warmup, 1);
-      for (int round = 0; warm_ms > 0 && round < 20; ++round) {
+      double pace = o.warmup > 0 ? secs(w0) / o.warmup : 0, round_secs = 0, round_calls = 0;
+      int rounds = 0;
+      for (; warm_ms > 0 && rounds < 20; ++rounds) {
         const double left = warm_ms / 1e3 - secs(w0);
-        double want = left <= 0 ? 0 : std::min(std::max(std::ceil(left / std::max(pace, 1e-7)), 1.0), 1e6);
+        double want = left <= 0 ? 0 : pace <= 0 ? 1 : std::min(std::max(std::ceil(left / pace), 1.0), 1e6);
         TT_TRY(allreduce_scalar(comm, &want, DType::kF64, Op::kMax));
         if (want == 0) break;
         const auto r0 = Clock::now();
         for (int64_t w = 0; w < static_cast<int64_t>(want); ++w) TT_TRY(call());
         TT_TRY(drain());
-        pace = secs(r0) / want;
+        round_secs += secs(r0);
+        round_calls += want;
+        pace = round_secs / round_calls;
       }
+      if (me == 0 && std::getenv("TT_BENCH_TRACE") != nullptr)
+        std::fprintf(stderr, "warm-up: %.0f calls in %.2f ms over %d round(s), %.2f us a call\n",
+                     o.warmup + round_calls, secs(w0) * 1e3, rounds, pace * 1e6);
       double timed = o.iters;
-      if (o.min_ms > 0 && pace > 0) {
-        timed = std::min(std::max<double>(o.iters, std::ceil(o.min_ms / 1e3 / pace)), 1e6);
+      if (o.min_ms > 0) {
+        if (pace > 0) timed = std::min(std::max<double>(o.iters, std::ceil(o.min_ms / 1e3 / pace)), 1e6);
         TT_TRY(allreduce_scalar(comm, &timed, DType::kF64, Op::kMax));
       }
       const int64_t n_it = static_cast<int64_t>(timed);
