@@ -381,7 +381,9 @@ class PyComm {
     Prepared p;
     p.r = to_buf(recv, true, "Alltoall recvbuf");
     p.s = to_buf(send, false, "Alltoall sendbuf");
-    divisible(p.r.count, "Alltoall recvbuf");
+    if (p.r.count % static_cast<size_t>(size()) != 0)
+      throw py::value_error("Alltoall: recvbuf's " + std::to_string(p.r.count) + " elements are not a multiple of " +
+                            std::to_string(size()) + " ranks");
     if (!p.s.in_place) same(p.s, p.r, 1, "Alltoall");
     p.call = [c = c_.get(), s = p.s.in_place ? tt::comm::kInPlace : p.s.ptr, r = p.r.ptr,
               per = p.r.count / static_cast<size_t>(size()), dt = p.r.dtype] { return c->alltoall(s, r, per, dt); };
@@ -540,8 +542,8 @@ PYBIND11_MODULE(_comm, m) {
            },
            py::arg("what"), py::arg("sendbuf"), py::arg("recvbuf"), py::arg("op") = Op::kSum, py::arg("root") = 0,
            py::arg("iters") = 1,
-           "Benchmarks only: `iters` calls of Bcast, Allreduce, Gather or Allgather on these buffers in a C++ loop; "
-           "seconds.");
+           "Benchmarks only: `iters` calls of one collective (its method's name: Bcast, Allreduce, Reduce, Gather, "
+           "Allgather, Scatter, Reduce_scatter, Alltoall) on these buffers in a C++ loop; seconds.");
 
   m.def("world", [] {
     // The rendezvous waits for the other ranks: without the GIL.

@@ -100,6 +100,7 @@ struct Communicator::Progress {
   int64_t in_flight = 0;  // queued or running
   bool stop = false;
   std::thread worker;
+  uint64_t forks = fork_count();  // Note [crew after fork]: in a fork's child made since, the worker is not there
 };
 
 Communicator::Communicator() = default;
@@ -107,6 +108,10 @@ Communicator::~Communicator() { stop_progress(); }
 
 void Communicator::stop_progress() {
   if (!progress_) return;
+  if (fork_count() != progress_->forks) {  // a fork's child: no worker to stop (its lock may be held for good)
+    let_go_after_fork(progress_.release());
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(progress_->mu);
     progress_->stop = true;

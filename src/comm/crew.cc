@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <system_error>
+#include <vector>
 
 namespace tt::comm {
 
@@ -32,7 +34,8 @@ namespace tt::comm {
 // machine's host (a 1 MiB broadcast at 8 ranks: 300 us a call through a 100 ms warm-up, 21 us after 1 s; one thread:
 // 100 us): a woken helper went to a busy CPU and waited there for the balancer. So each helper is pinned to a CPU of
 // its own among the process's, not the one the caller was on when the crew was made (TIERTRAIN_COMM_THREAD_PIN, on by
-// default), where the process has a CPU for every thread of the crew; the caller's thread is left where it is.
+// default), where the process has a CPU for every thread of the crew and a launcher narrowed its CPUs (unbound ranks
+// would all pin to the same first CPUs); the caller's thread is left where it is.
 
 namespace {
 
@@ -49,12 +52,6 @@ std::atomic<uint64_t> g_forks{0};
 
 void count_fork_in_child() { g_forks.fetch_add(1, std::memory_order_relaxed); }
 
-uint64_t fork_count() {
-  static const bool registered = [] { return pthread_atfork(nullptr, nullptr, count_fork_in_child) == 0; }();
-  (void)registered;
-  return g_forks.load(std::memory_order_relaxed);
-}
-
 inline void relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -63,43 +60,56 @@ inline void relax() {
 
 }  // namespace
 
+uint64_t fork_count() {
+  static const bool registered = [] { return pthread_atfork(nullptr, nullptr, count_fork_in_child) == 0; }();
+  (void)registered;
+  return g_forks.load(std::memory_order_relaxed);
+}
+
+void let_go_after_fork(void* p) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<void*>;  // reachable to the end: a leak checker does not report them
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(p);
+}
+
 Crew::Crew(int threads, std::chrono::microseconds awake, bool pin) : forks_(fork_count()), awake_(awake) {
   const int want = std::clamp(threads, 1, kMaxThreads);
-  // Note [crew]: pinned helpers, each on a CPU of its own that is not the caller's.
+  // Note [crew]: pinned helpers, each on a CPU of its own that is not the caller's, among those the calling thread
+  // may use.
+  std::vector<int> cpus;
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (pin && want > 1 && sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) >= want) {
     const int here = sched_getcpu();
-    for (int cpu = 0; cpu < CPU_SETSIZE && static_cast<int>(pinned_.size()) < want - 1; ++cpu)
-      if (CPU_ISSET(cpu, &allowed) && cpu != here) pinned_.push_back(cpu);
-    if (static_cast<int>(pinned_.size()) < want - 1) pinned_.clear();
+    for (int cpu = 0; cpu < CPU_SETSIZE && static_cast<int>(cpus.size()) < want - 1; ++cpu)
+      if (CPU_ISSET(cpu, &allowed) && cpu != here) cpus.push_back(cpu);
+    if (static_cast<int>(cpus.size()) < want - 1) cpus.clear();
   }
   threads_.reserve(static_cast<size_t>(want - 1));
+  bool all_pinned = !cpus.empty();
   for (int i = 1; i < want; ++i) {
     try {
-      const int cpu = pinned_.empty() ? -1 : pinned_[static_cast<size_t>(i - 1)];
-      threads_.emplace_back([this, i, cpu] {
-        if (cpu >= 0) {
-          cpu_set_t one;
-          CPU_ZERO(&one);
-          CPU_SET(cpu, &one);
-          sched_setaffinity(0, sizeof(one), &one);  // this thread alone; unpinned if refused
-        }
-        helper(i);
-      });
+      threads_.emplace_back([this, i] { helper(i); });
     } catch (const std::system_error&) {  // no more threads: a smaller crew
       break;
     }
+    if (!cpus.empty()) {  // from here, so that pinned() says what took (a helper may start where it likes first)
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus[static_cast<size_t>(i - 1)], &one);
+      all_pinned = all_pinned && pthread_setaffinity_np(threads_.back().native_handle(), sizeof(one), &one) == 0;
+    }
   }
   size_ = static_cast<int>(threads_.size()) + 1;
-  pinned_.resize(std::min(pinned_.size(), threads_.size()));
+  if (all_pinned) pinned_.assign(cpus.begin(), cpus.begin() + static_cast<long>(threads_.size()));
 }
 
-bool Crew::forked() const { return g_forks.load(std::memory_order_relaxed) != forks_; }
+bool Crew::forked() const { return fork_count() != forks_; }
 
 Crew::~Crew() {
   if (forked()) {  // Note [crew after fork]: no helpers here to stop; their handles are let go, never joined
-    for (auto& t : threads_) static_cast<void>(new std::thread(std::move(t)));
+    for (auto& t : threads_) let_go_after_fork(new std::thread(std::move(t)));
     return;
   }
   stop_.store(true, std::memory_order_relaxed);

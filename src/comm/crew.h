@@ -18,8 +18,9 @@ class Crew {
   // threads: how many take part, the caller included (1: no helpers; at most kMaxThreads); the helpers run where
   // this process may. A helper that cannot be started leaves the crew smaller. awake: how long a helper stays awake
   // (spinning, then yielding its CPU) after its last job or wake() before it sleeps (TIERTRAIN_COMM_THREAD_WAIT_US).
-  // pin: each helper runs on a CPU of its own among those this process may use, none on the CPU the constructing
-  // thread is on (only where there are CPUs for all; TIERTRAIN_COMM_THREAD_PIN).
+  // pin: each helper runs on a CPU of its own among those the constructing thread may use, none on the CPU it is on
+  // (only where there are CPUs for all; the communicator asks for it where a launcher narrowed the ranks' CPUs,
+  // TIERTRAIN_COMM_THREAD_PIN).
   explicit Crew(int threads, std::chrono::microseconds awake = kAwake, bool pin = false);
   ~Crew();
   Crew(const Crew&) = delete;
@@ -28,7 +29,7 @@ class Crew {
   static constexpr int kMaxThreads = 8;
   static constexpr std::chrono::microseconds kAwake{200};
   int size() const { return size_; }
-  // The CPU each helper was pinned to (empty where not pinned).
+  // The CPU each helper was pinned to (empty where not all could be pinned).
   const std::vector<int>& pinned() const { return pinned_; }
   // Wakes helpers that sleep, without a job, so that they are awake when the next run() comes: a collective that will
   // run its crew calls it first, and the helpers wake while it waits for its peers.
@@ -62,6 +63,12 @@ class Crew {
   std::atomic<bool> busy_{false};        // a job is running
   std::atomic<bool> stop_{false};
 };
+
+// Note [crew after fork] in crew.cc: how many forks made this process (the child of a fork made since a thread was
+// started does not have it), and a place for what such a child must let go of without freeing or joining (kept
+// reachable, so that a leak checker does not report it).
+uint64_t fork_count();
+void let_go_after_fork(void* p);
 
 // [begin, end) of part i of `parts` equal parts of n items, part boundaries multiples of `grain` items.
 inline void share(size_t n, int parts, int i, size_t grain, size_t* begin, size_t* end) {

@@ -327,14 +327,14 @@ class ShmComm final : public Communicator {
                            bool root_picks);
   // (Where single copies are off, a root's buffer in its pool still takes them: Note [shared buffers].)
   bool paged_candidate(size_t count, size_t es, bool gather) const {
-    const size_t bytes = count * es;
+    if (count == 0 || chunk_elems(half_bytes(), es, gather ? 1 : static_cast<size_t>(size_)) < count) return false;
+    const size_t bytes = count * es;  // one round's: no overflow
     // What the root may choose, from what every rank knows alike: a pooled buffer from kSharedBytes in all, or
     // single copies into huge pages from the agreed cma_huge_bytes_ a piece. Below both, all take the segments
     // without waiting to be told.
     const bool may_pick = (pool_ != nullptr && bytes * static_cast<size_t>(size_) >= kSharedBytes) ||
                           (cma_bytes_ > 0 && cma_huge_bytes_ > 0 && bytes >= cma_huge_bytes_);
-    return may_pick && (cma_bytes_ == 0 || bytes < cma_bytes_) &&
-           chunk_elems(half_bytes(), es, gather ? 1 : static_cast<size_t>(size_)) >= count && count > 0;
+    return may_pick && (cma_bytes_ == 0 || bytes < cma_bytes_);
   }
   // Copies bytes between local memory and rank q's memory at `remote` (its address space): all of them, or an
   // error naming q.
@@ -723,7 +723,14 @@ Status ShmComm::init() {
     }
   }
   // Note [crew]: helper threads for the large copies and reductions, where this rank has CPUs to spare.
-  crew_ = std::make_unique<Crew>(opt_.threads, std::chrono::microseconds(opt_.thread_wait_us), opt_.thread_pin);
+  // Helpers are pinned only where something (a launcher's binding) narrowed this rank's CPUs: on the whole machine
+  // every rank would pin its helpers to the same first CPUs.
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const bool narrowed = sched_getaffinity(0, sizeof(mine), &mine) == 0 && online > 0 && CPU_COUNT(&mine) < online;
+  crew_ = std::make_unique<Crew>(opt_.threads, std::chrono::microseconds(opt_.thread_wait_us),
+                                 opt_.thread_pin && narrowed);
   reduce_srcs_.assign(static_cast<size_t>(size_) * static_cast<size_t>(crew_->size()), nullptr);
   peer_send_.assign(static_cast<size_t>(size_), kNoPool);
   peer_recv_.assign(static_cast<size_t>(size_), kNoPool);
@@ -840,6 +847,7 @@ Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, 
   cur_.root = root;
   cur_.misuse = misuse_of(kind, root, size_, in_place_misuse);
   cur_.send_off = cur_.recv_off = kNoPool;
+  may_share_ = false;  // until this call's publish_send
   stream_ = opt_.stream_bytes > 0 && out_bytes >= opt_.stream_bytes;
   // Note [crew]: a call large enough to run the crew wakes it first, while it still waits for its peers.
   if (crew_ != nullptr && std::max(out_bytes, count * dtype_size(dtype)) >= opt_.thread_bytes) crew_->wake();
