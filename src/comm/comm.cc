@@ -301,7 +301,7 @@ const std::vector<std::string>& environment_variables() {
       "TIERTRAIN_COMM_CMA_BYTES", "TIERTRAIN_COMM_TREE_RANKS", "TIERTRAIN_COMM_HUGE_BYTES",
       "TIERTRAIN_COMM_CMA_HUGE_BYTES", "TIERTRAIN_COMM_PROFILE", "TIERTRAIN_COMM_REDUCE_SPAN",
       "TIERTRAIN_COMM_THREADS", "TIERTRAIN_COMM_THREAD_BYTES", "TIERTRAIN_COMM_THREAD_WAIT_US",
-      "TIERTRAIN_COMM_THREAD_PIN", "TIERTRAIN_COMM_POOL"};
+      "TIERTRAIN_COMM_THREAD_PIN", "TIERTRAIN_COMM_POOL", "TIERTRAIN_COMM_INLINE"};
   return vars;
 }
 
@@ -346,6 +346,9 @@ Status shm_options_from_env(ShmOptions* shm) {
     TT_TRY(env_setting("TIERTRAIN_COMM_POOL", 0, kMax, "bytes, 0 (no pool) or more", &shm->pool_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_WAIT_US", 0, 60'000'000, "microseconds, 0 to 60000000",
                      &shm->thread_wait_us));
+  int inline_small = shm->inline_small ? 1 : 0;
+  TT_TRY(env_setting("TIERTRAIN_COMM_INLINE", 0, 1, "0 or 1", &inline_small));
+  shm->inline_small = inline_small != 0;
   int pin = shm->thread_pin ? 1 : 0;
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_PIN", 0, 1, "0 or 1", &pin));
   shm->thread_pin = pin != 0;

@@ -85,6 +85,19 @@ constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buf
 // map every pool (a limit on address space: ulimit -v), it maps the segments alone, and the ranks agree at init to go
 // without pools (Header::pool_ok).
 constexpr size_t kSharedBytes = 64 << 10;
+
+// Note [inline rounds]
+// A round of at most kInlineBytes a rank (a scalar allreduce, a small broadcast, gather or allgather) carries each
+// rank's input in its arrival line (Arrival::slot, one slot per half), written before the release of `arrived`,
+// instead of in its input area. A peer reads the line anyway to see the arrival (flat), so the data comes with it: no
+// second line to miss on after the arrival, and one line, not two, for the writer to take back from its readers.
+// input(q) points at the slot while inline_ is set: a collective sets it for such a round (inline_round(bytes), alike
+// on every rank whose description matches; a mismatch is found before anyone reads), begin() clears it. The slots are
+// reused by half exactly as the areas are (Note [shm rounds]: a rank writes half h in round r + 2 only after every
+// peer has arrived at r + 1, so after its reads of round r), and through the arrival tree the group lines' release
+// and acquire make the slots of every rank visible as they do the areas. TIERTRAIN_COMM_INLINE=0 (on any rank, agreed
+// at init) keeps the areas. Off by default (ShmOptions::inline_small) until measured on a many-core host.
+constexpr size_t kInlineBytes = 8;
 constexpr size_t kPoolGranule = 64 << 10;
 
 struct alignas(64) Flag {
@@ -100,6 +113,7 @@ struct alignas(64) Arrival {
   std::atomic<uint64_t> count;
   std::atomic<int64_t> packed;  // kind, dtype, op, misuse (a byte each) and root (the upper 32 bits)
   std::atomic<int64_t> ok;      // Note [arrival tree]: in a group line, 1 if the group's members agree with its leader
+  char slot[2][8];              // Note [inline rounds]: a small round's input, by half
 };
 static_assert(sizeof(Arrival) == 64);
 
@@ -129,6 +143,7 @@ struct alignas(64) Header {
   std::atomic<uint64_t> reduce_span;  // Note [reduction rounds]: this rank's TIERTRAIN_COMM_REDUCE_SPAN
   std::atomic<uint64_t> pool_ok;      // Note [shared buffers]: 1 once this rank has mapped every rank's pool
   std::atomic<uint64_t> cma_huge_bytes;  // Note [single copy by pages]: this rank's TIERTRAIN_COMM_CMA_HUGE_BYTES
+  std::atomic<uint64_t> inline_small;    // Note [inline rounds]: 1 if this rank's TIERTRAIN_COMM_INLINE is on
   Arrival arrived;
   Arrival group;  // Note [arrival tree]: written by a group's leader once its members have arrived
   Flag reduced;
@@ -280,7 +295,13 @@ class ShmComm final : public Communicator {
  private:
   Header* hdr(int r) const { return static_cast<Header*>(maps_[static_cast<size_t>(r)]); }
   // The halves of rank r's areas that the current round uses (Note [shm rounds]), half_bytes() each.
-  char* input(int r) const { return reinterpret_cast<char*>(hdr(r)) + sizeof(Header) + half_ * half_bytes(); }
+  char* input(int r) const {
+    return inline_ ? hdr(r)->arrived.slot[half_]  // Note [inline rounds]
+                   : reinterpret_cast<char*>(hdr(r)) + sizeof(Header) + half_ * half_bytes();
+  }
+  // Note [inline rounds]: whether a round of `bytes` a rank carries its data in the arrival lines (alike on every
+  // rank whose description matches; set before the round, by the collectives that may).
+  bool inline_round(size_t bytes) const { return inline_on_ && bytes <= kInlineBytes; }
   char* result(int r) const { return reinterpret_cast<char*>(hdr(r)) + sizeof(Header) + opt_.buffer_bytes + half_ * half_bytes(); }
   size_t half_bytes() const { return opt_.buffer_bytes / 2 / 64 * 64; }
   std::string segment_path(int r) const;
@@ -425,6 +446,8 @@ class ShmComm final : public Communicator {
   bool stream_ = false;  // its results go out with streaming stores (Note [streaming stores])
   size_t cma_bytes_ = 0;  // the agreed single-copy threshold (Note [single copy]); 0: off
   size_t cma_huge_bytes_ = 0;  // the agreed threshold of Note [single copy by pages]; 0: off
+  bool inline_on_ = false;  // Note [inline rounds]: agreed at init (a world of one: this rank's setting)
+  bool inline_ = false;     // the current round's input is in the arrival lines (reset by begin())
   size_t reduce_round_bytes_ = 0;  // Note [reduction rounds]: the most bytes a reduction round takes per rank
   int group_ = 0;  // Note [arrival tree]: ranks per group when rounds arrive through the tree; 0: flat
   // Copies part of the collective's result into the caller's buffer, shared out over the crew when it is large
@@ -617,6 +640,7 @@ Status ShmComm::init() {
     h->tree_ranks.store(static_cast<uint64_t>(opt_.tree_ranks), std::memory_order_relaxed);
     h->reduce_span.store(static_cast<uint64_t>(opt_.reduce_span), std::memory_order_relaxed);
     h->cma_huge_bytes.store(static_cast<uint64_t>(opt_.cma_huge_bytes), std::memory_order_relaxed);
+    h->inline_small.store(opt_.inline_small ? 1 : 0, std::memory_order_relaxed);
     // Note [single copy]: peers of this user may attach to read and write the buffers given to gather and scatter.
     if (opt_.cma_bytes > 0 && size_ > 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     h->arrived.value.store(0, std::memory_order_relaxed);
@@ -685,6 +709,7 @@ Status ShmComm::init() {
   TT_TRY(do_barrier());
   unlink_own();
   reduce_round_bytes_ = half_bytes();  // a world of one: no span to agree on
+  inline_on_ = opt_.inline_small;      // (nor anything else; agreed below otherwise)
   // Note [single copy]: what every rank published before the barrier, read alike by all.
   if (size_ > 1) {
     // The largest value every rank published, or 0 if any published 0: all ranks agree.
@@ -699,6 +724,7 @@ Status ShmComm::init() {
     };
     cma_bytes_ = agreed(&Header::cma_bytes);
     cma_huge_bytes_ = agreed(&Header::cma_huge_bytes);  // Note [single copy by pages]
+    inline_on_ = agreed(&Header::inline_small) != 0;     // Note [inline rounds]
     // Note [shared buffers]: used only where every rank could map every pool.
     if (pool_bytes_ > 0 && agreed(&Header::pool_ok) == 0) {
       TT_LOG(WARN, COMM,
@@ -848,6 +874,7 @@ Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, 
   cur_.misuse = misuse_of(kind, root, size_, in_place_misuse);
   cur_.send_off = cur_.recv_off = kNoPool;
   may_share_ = false;  // until this call's publish_send
+  inline_ = false;     // until a collective that may sets it for a round
   stream_ = opt_.stream_bytes > 0 && out_bytes >= opt_.stream_bytes;
   // Note [crew]: a call large enough to run the crew wakes it first, while it still waits for its peers.
   if (crew_ != nullptr && std::max(out_bytes, count * dtype_size(dtype)) >= opt_.thread_bytes) crew_->wake();
@@ -1022,10 +1049,12 @@ Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   half_ = static_cast<size_t>(r % 2);
   jitter(r);
   auto t = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  cur_.round = r;
+  me->meta[half_] = cur_;  // (its readers of round r - 2 are done: they arrived at r - 1)
+  // Note [inline rounds]: a small round's data goes into the arrival line right before the arrival is published,
+  // so that the peers polling that line do not take it away in between.
   fill(input(rank_));
   if (profile_) lap(&prof_.fill, &t);
-  cur_.round = r;
-  me->meta[half_] = cur_;
   publish(me->arrived, cur_, pack_description(cur_), r);
   if (group_ > 0) {
     TT_TRY(arrive_tree(r));
@@ -1078,6 +1107,7 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
   TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
     const bool shared = publish_send(root_at, off * es, bytes);
+    inline_ = inline_round(bytes);  // Note [inline rounds]
     // Note [broadcast root]
     // Out of place, the root's own result needs a second copy of its chunk. It makes it block by block from its input
     // half right after copying each block in, while the block is still in its cache: the caller's buffer is read
@@ -1126,6 +1156,7 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
     const size_t bytes = n * es;
     const bool direct = (bytes <= kDirectReduceBytes && bytes * static_cast<size_t>(size_) <= kDirectReduceReads) ||
                         n < static_cast<size_t>(size_);
+    inline_ = direct && inline_round(bytes);  // Note [inline rounds]
     const bool shared = !direct && bytes >= kSharedBytes;  // alike on every rank
     cur_.send_off = shared && send_at != kNoPool ? send_at + off * es : kNoPool;
     cur_.recv_off = shared && recv_at != kNoPool ? recv_at + off * es : kNoPool;
@@ -1248,6 +1279,7 @@ Status ShmComm::gather_rounds(const void* send, void* recv, size_t count, DType 
   TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
     const size_t bytes = n * es;
     const bool shared = publish_send(send_at, off * es, bytes);
+    inline_ = inline_round(bytes);  // Note [inline rounds]
     return round(src + off * es, shared ? 0 : bytes, [&](int64_t r) {
       if (shared) last_shared = r;
       if ((root < 0 || rank_ == root) && bytes) {

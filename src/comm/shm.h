@@ -30,12 +30,18 @@ struct ShmOptions {
   size_t cma_bytes = kCmaAuto;
   // Where single copies are on, a root whose buffer is on huge pages throughout (on_huge_pages) also takes them for
   // pieces of at least this many bytes, below cma_bytes, when the call is one round (TIERTRAIN_COMM_CMA_HUGE_BYTES;
-  // 0: never). The root decides alone; the others follow it. Note [single copy by pages] in shm.cc.
+  // 0: never). The ranks agree on the largest asked for (0 anywhere: never); the root decides, the others follow it.
+  // Note [single copy by pages] in shm.cc.
   size_t cma_huge_bytes = 32 << 10;
   // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0: never). The
   // default, 32, is where the tree was faster on the H200 machine's 32-core host (at 16 ranks it was slower, at 24
   // mixed). Note [arrival tree] in shm.cc.
   int tree_ranks = 32;
+  // Rounds of at most 8 bytes a rank (allreduce, reduce, broadcast, gather, allgather) carry their data in the
+  // arrival line instead of the input area (TIERTRAIN_COMM_INLINE=1; 0 on any rank: off everywhere). Off by default
+  // until it is measured on a many-core host (on the 2-core dev machine, 2 ranks, it moved 8 B calls by less than the
+  // noise). Note [inline rounds] in shm.cc.
+  bool inline_small = false;
   // A reduction's rounds take at most this many bytes over all ranks (TIERTRAIN_COMM_REDUCE_SPAN; 0: half an area
   // each, as other collectives). Note [reduction rounds] in shm.cc.
   size_t reduce_span = 32 << 20;

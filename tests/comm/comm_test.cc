@@ -25,6 +25,7 @@
 #include <cctype>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -602,6 +603,39 @@ int run_broadcast_mix() {
   return wrong == 0 ? 0 : 1;
 }
 
+// Note [inline rounds]: collectives of at most 8 B a rank back to back, new values every call, each checked: a slot
+// written again before a slow reader has read it (jitter delays the reads after the arrival) shows as a wrong value.
+int run_small_rounds() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  const int rank = c.rank(), n = c.size();
+  int wrong = 0;
+  for (int it = 0; it < 1500; ++it) {
+    const int root = (it * 5 + 1) % n;
+    double x = rank + 3.0 * it;
+    CHECK_OK(c.allreduce(comm::kInPlace, &x, 1, DType::kF64, Op::kSum));
+    wrong += x != n * 3.0 * it + n * (n - 1) / 2.0;
+    float b[2] = {rank == root ? static_cast<float>(it) : -1.0f, rank == root ? static_cast<float>(-it) : -1.0f};
+    CHECK_OK(c.broadcast(comm::kInPlace, b, 2, DType::kF32, root));
+    wrong += b[0] != static_cast<float>(it) || b[1] != static_cast<float>(-it);
+    const int32_t mine = it * n + rank;
+    std::vector<int32_t> all(static_cast<size_t>(n), -1);
+    CHECK_OK(c.allgather(&mine, all.data(), 1, DType::kI32));
+    for (int q = 0; q < n; ++q) wrong += all[static_cast<size_t>(q)] != it * n + q;
+    const int64_t piece = static_cast<int64_t>(it) * 100 + rank;
+    std::vector<int64_t> got(static_cast<size_t>(n), -1);
+    CHECK_OK(c.gather(&piece, got.data(), 1, DType::kI64, root));
+    if (rank == root)
+      for (int q = 0; q < n; ++q) wrong += got[static_cast<size_t>(q)] != static_cast<int64_t>(it) * 100 + q;
+    uint16_t h[3] = {0x3c00, 0x4000, 0x4200};  // f16 1, 2, 3 (6 B)
+    CHECK_OK(c.allreduce(comm::kInPlace, h, 3, DType::kF16, Op::kMax));
+    wrong += h[0] != 0x3c00 || h[1] != 0x4000 || h[2] != 0x4200;
+  }
+  std::printf("rank %d: small rounds %s (%d wrong)\n", rank, wrong == 0 ? "right" : "WRONG", wrong);
+  return wrong == 0 ? 0 : 1;
+}
+
 // Note [shared buffers]: each rank overwrites its pooled buffers the moment a collective returns (send buffers of
 // allreduce, reduce, allgather, reduce_scatter and alltoall; a broadcast root's buffer); a peer still reading them
 // then gets NaNs, which its checks see. The pool must be there (the communicator's log line says so).
@@ -687,6 +721,7 @@ int rank_main(const std::string& scenario) {
   if (scenario == "never_arrives") return run_never_arrives();
   if (scenario == "mismatch") return run_mismatch();
   if (scenario == "broadcast_mix") return run_broadcast_mix();
+  if (scenario == "small_rounds") return run_small_rounds();
   if (scenario == "pool_reuse") return run_pool_reuse();
   if (scenario == "peer_exits") return run_peer_exits();
   if (scenario == "crash") return run_crash();
@@ -1162,6 +1197,12 @@ TEST(Comm, RanksAgreeOnSingleCopiesIntoHugePages) {
   }
 }
 
+// Note [inline rounds]: every collective, dtype, op and size again with small rounds' data in the arrival lines, with
+// the readers' jitter.
+TEST_P(CommRanks, EveryCollectiveWithSmallRoundsInline) {
+  expect_collectives_right(GetParam(), "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_INLINE=1");
+}
+
 // Note [arrival tree]: every collective, dtype, op and size again with rounds arriving through group leaders (from 2
 // ranks: groups of 2 at 2-4 ranks, so that 3 ranks have a group of one), with the readers' jitter.
 TEST_P(CommRanks, EveryCollectiveThroughTheArrivalTree) {
@@ -1222,6 +1263,21 @@ TEST(Comm, BroadcastsFromChangingRootsAmongOtherCollectivesAreRight) {
                              tree);
     EXPECT_EQ(j.code, 0) << ranks << " ranks, tree from " << tree << "\n" << j.output;
     EXPECT_NE(j.output.find("rank 0: broadcast mix right"), std::string::npos) << j.output;
+  }
+}
+
+// Note [inline rounds]: small collectives back to back with readers late, flat and through the arrival tree, with
+// the data in the arrival lines (TIERTRAIN_COMM_INLINE=1) and, where rank 1 alone turns it off (which turns it off
+// everywhere), in the areas.
+TEST(Comm, SmallRoundsBackToBackWithLateReadersAreRight) {
+  const std::tuple<int, const char*, const char*> runs[] = {
+      {2, "0", "1"}, {3, "0", "1"}, {4, "0", "1"}, {4, "2", "1"}, {3, "0", "0"}};  // ranks, tree from, rank 1's
+  for (const auto& [ranks, tree, on] : runs) {
+    const Job j = launch(ranks, "small_rounds",
+                         std::string("TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_INLINE=1 TIERTRAIN_COMM_TREE_RANKS=") +
+                             tree + " TT_RANK1_ENV=TIERTRAIN_COMM_INLINE=" + on);
+    EXPECT_EQ(j.code, 0) << ranks << " ranks, tree from " << tree << ", inline " << on << "\n" << j.output;
+    EXPECT_NE(j.output.find("rank 0: small rounds right"), std::string::npos) << j.output;
   }
 }
 
