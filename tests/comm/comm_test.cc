@@ -960,6 +960,17 @@ TEST(Crew, RunsEveryPartOnceAndNestedRunsInTurnAndWakesWithoutAJob) {
   }
 }
 
+// The exit code of a forked child, or -1 if it has not exited within 10 s (it is then killed).
+int wait_child(pid_t child) {
+  int status = -1;
+  for (int i = 0; i < 1000 && waitpid(child, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  return -1;
+}
+
 // Note [crew after fork]: in a fork's child a crew runs every part on the calling thread and is destroyed without
 // waiting for helpers that are not there; the parent's crew goes on as before.
 TEST(Crew, AForksChildRunsThePartsItselfAndExits) {
@@ -987,15 +998,7 @@ TEST(Crew, AForksChildRunsThePartsItselfAndExits) {
     crew.~Crew();  // as at exit: must not wait for the helpers
     _exit(ok ? 0 : 3);
   }
-  int status = -1;
-  for (int i = 0; i < 1000 && waitpid(child, &status, WNOHANG) == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  if (!WIFEXITED(status)) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-    FAIL() << "the child hung";
-  }
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(wait_child(child), 0) << "-1: the child hung";
   std::vector<std::thread::id> who(3);
   crew.run([&](int i) { who[static_cast<size_t>(i)] = std::this_thread::get_id(); });
   EXPECT_NE(who[1], std::this_thread::get_id());  // the parent's helpers still run their parts
@@ -1014,15 +1017,7 @@ TEST(Comm, AForksChildDestroysACommunicatorWithAProgressThread) {
     w.value().reset();
     _exit(0);
   }
-  int status = -1;
-  for (int i = 0; i < 1000 && waitpid(child, &status, WNOHANG) == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  if (!WIFEXITED(status)) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-    FAIL() << "the child hung";
-  }
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(wait_child(child), 0) << "-1: the child hung";
   EXPECT_TRUE(w.value()->ibarrier().wait().is_ok());  // the parent's progress thread still runs
 }
 
@@ -1127,6 +1122,20 @@ TEST(Comm, HugePagesAreToldApart) {
   std::free(p);
 }
 
+// comm-bench's table in output: (rows, rows with #wrong 0 in both forms).
+std::pair<size_t, size_t> bench_rows(const std::string& output) {
+  size_t rows = 0, wrong_free = 0;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream f(line);
+    std::vector<std::string> w{std::istream_iterator<std::string>(f), std::istream_iterator<std::string>()};
+    if (w.size() != 13 || w[0].empty() || !std::isdigit(static_cast<unsigned char>(w[0][0]))) continue;
+    ++rows;
+    wrong_free += w[8] == "0" && w[12] == "0";
+  }
+  return {rows, wrong_free};
+}
+
 // Note [single copy by pages]: below the single-copy threshold, gathers and scatters of one round take single copies
 // when the root's buffer is on huge pages (comm-bench's buffers are from TIERTRAIN_COMM_HUGE_BYTES up), and the
 // segments otherwise: both right (comm-bench checks every element, out of place and in place, roots 0 and 2), at
@@ -1144,15 +1153,7 @@ TEST(Comm, SingleCopiesIntoHugePagesBelowTheThreshold) {
                             " launch -n 3 -- " + TT_BINARY + " comm-bench -C " + c + " -r " + root +
                             " -b 3000 -e 600000 -f 7 -n 2 -w 0 -c 2");
         ASSERT_EQ(j.code, 0) << j.output;
-        size_t rows = 0, wrong_free = 0;
-        std::istringstream lines(j.output);
-        for (std::string line; std::getline(lines, line);) {
-          std::istringstream f(line);
-          std::vector<std::string> w{std::istream_iterator<std::string>(f), std::istream_iterator<std::string>()};
-          if (w.size() != 13 || w[0].empty() || !std::isdigit(static_cast<unsigned char>(w[0][0]))) continue;
-          ++rows;
-          wrong_free += w[8] == "0" && w[12] == "0";
-        }
+        const auto [rows, wrong_free] = bench_rows(j.output);
         EXPECT_EQ(rows, 3u) << j.output;  // 3000, 21000, 147000 bytes (600000 is past -e)
         EXPECT_EQ(wrong_free, rows) << c << " " << pages << " root " << root << "\n" << j.output;
         const bool single = j.output.find("the root's buffer is on huge pages") != std::string::npos;
@@ -1180,15 +1181,7 @@ TEST(Comm, RanksAgreeOnSingleCopiesIntoHugePages) {
                           TT_BINARY + " launch -n 3 -- sh -c 'if [ \"$RANK\" = 1 ]; then export "
                           "TIERTRAIN_COMM_CMA_HUGE_BYTES=" + rank1 + "; fi; exec " + bench + "'");
       ASSERT_EQ(j.code, 0) << j.output;
-      size_t rows = 0, wrong_free = 0;
-      std::istringstream lines(j.output);
-      for (std::string line; std::getline(lines, line);) {
-        std::istringstream f(line);
-        std::vector<std::string> w{std::istream_iterator<std::string>(f), std::istream_iterator<std::string>()};
-        if (w.size() != 13 || w[0].empty() || !std::isdigit(static_cast<unsigned char>(w[0][0]))) continue;
-        ++rows;
-        wrong_free += w[8] == "0" && w[12] == "0";
-      }
+      const auto [rows, wrong_free] = bench_rows(j.output);
       EXPECT_EQ(rows, 3u) << j.output;
       EXPECT_EQ(wrong_free, rows) << c << " rank 1 " << rank1 << "\n" << j.output;
       const bool single = j.output.find("the root's buffer is on huge pages") != std::string::npos;
