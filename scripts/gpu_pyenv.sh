@@ -25,4 +25,7 @@ if ! "$VENV/bin/python" -c "import mpi4py" 2>/dev/null && command -v mpicc >/dev
 fi
 "${pip[@]}" . >&2 || echo "gpu_pyenv: the tiertrain package did not build (the Python rows will be missing)" >&2
 [ -z "$mpi_pid" ] || wait "$mpi_pid"
+# Whether the GPU tests of python/tests can run here (they skip without torch and a CUDA device): said in the log.
+"$VENV/bin/python" -c "import torch; print('gpu_pyenv: torch', torch.__version__, 'CUDA devices', torch.cuda.device_count())" >&2 ||
+  echo "gpu_pyenv: no torch in $(command -v python3)'s site-packages; torch's pythons here: $(ls -d /usr/lib/python3*/site-packages/torch /usr/local/lib/python3*/dist-packages/torch /opt/*/lib/python3*/site-packages/torch 2>/dev/null | tr '\n' ' ')" >&2
 echo "$VENV/bin/python"
