@@ -8,7 +8,14 @@ set -euo pipefail
 VENV=${1:-/tmp/tt-pyenv}
 cd "$(dirname "$0")/.."
 WHEELS=$PWD/.deps/wheels
-[ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV" >&2
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv --system-site-packages "$VENV" >&2
+  # Where python3 is itself a virtual environment (torch installed there), --system-site-packages sees only the base
+  # interpreter's packages: a .pth file adds python3's own site-packages after the venv's.
+  own=$("$VENV/bin/python" -c "import site; print(site.getsitepackages()[0])")
+  python3 -c "import site, sys; sys.prefix != sys.base_prefix and print('\n'.join(site.getsitepackages()))" \
+    > "$own/tt_parent_env.pth"
+fi
 pip=("$VENV/bin/python" -m pip install --no-index --find-links "$WHEELS" -q)
 "$VENV/bin/python" -c "import numpy" 2>/dev/null || "${pip[@]}" numpy >&2 || echo "gpu_pyenv: no numpy" >&2
 "$VENV/bin/python" -c "import pytest" 2>/dev/null || "${pip[@]}" pytest >&2 || echo "gpu_pyenv: no pytest" >&2
