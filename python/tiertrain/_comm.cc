@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "comm/comm.h"
 #include "core/log.h"
@@ -76,48 +77,60 @@ struct Buf {
   size_t count = 0;  // elements
   DType dtype = DType::kF32;
   bool in_place = false;
-  py::buffer_info info;              // buffer protocol
+  // Buffer protocol: the exporter's view, held (and released) here. A raw Py_buffer, not py::buffer_info, which
+  // copies shape, strides and format into allocations on every call.
+  Py_buffer view{};
+  bool has_view = false;
   py::object capsule;                // DLPack
   DLManagedTensor* managed = nullptr;
   Buf() = default;
   Buf(const Buf&) = delete;
-  Buf(Buf&& o) noexcept
-      : ptr(o.ptr), count(o.count), dtype(o.dtype), in_place(o.in_place), info(std::move(o.info)),
-        capsule(std::move(o.capsule)), managed(o.managed) {
-    o.managed = nullptr;
-  }
+  Buf(Buf&& o) noexcept { take(o); }
   Buf& operator=(Buf&& o) noexcept {
     if (this != &o) {
-      if (managed && managed->deleter) managed->deleter(managed);
-      ptr = o.ptr;
-      count = o.count;
-      dtype = o.dtype;
-      in_place = o.in_place;
-      info = std::move(o.info);
-      capsule = std::move(o.capsule);
-      managed = o.managed;
-      o.managed = nullptr;
+      drop();
+      take(o);
     }
     return *this;
   }
-  ~Buf() {
+  ~Buf() { drop(); }
+
+ private:
+  void take(Buf& o) noexcept {
+    ptr = o.ptr;
+    count = o.count;
+    dtype = o.dtype;
+    in_place = o.in_place;
+    view = o.view;
+    has_view = o.has_view;
+    capsule = std::move(o.capsule);
+    managed = o.managed;
+    o.has_view = false;
+    o.managed = nullptr;
+  }
+  void drop() noexcept {  // (with the GIL, as every Buf is made and dropped)
     if (managed && managed->deleter) managed->deleter(managed);
+    managed = nullptr;
+    if (has_view) PyBuffer_Release(&view);
+    has_view = false;
   }
 };
 
 PyObject* g_in_place = nullptr;  // owned for the life of the process (no destructor after Python's end)
 
-DType dtype_of_format(const std::string& fmt, size_t itemsize, const char* what) {
+DType dtype_of_format(const char* format, size_t itemsize, const char* what) {
+  const std::string_view fmt = format != nullptr ? format : "B";  // (no format: unsigned bytes)
   // Native byte order only ("<f" on this little-endian host, "=f", "@f" or "f"); ">f4" would be summed byte-swapped.
   if (!fmt.empty() && (fmt.front() == '>' || fmt.front() == '!'))
-    throw py::type_error(std::string(what) + ": big-endian elements ('" + fmt + "'); convert with astype(native)");
+    throw py::type_error(std::string(what) + ": big-endian elements ('" + std::string(fmt) +
+                         "'); convert with astype(native)");
   const char c = fmt.empty() ? '?' : fmt.back();
   if (c == 'f' && itemsize == 4) return DType::kF32;
   if (c == 'd' && itemsize == 8) return DType::kF64;
   if (c == 'e' && itemsize == 2) return DType::kF16;
   if ((c == 'i' || c == 'l' || c == 'q') && itemsize == 4) return DType::kI32;
   if ((c == 'i' || c == 'l' || c == 'q') && itemsize == 8) return DType::kI64;
-  throw py::type_error(std::string(what) + ": element type '" + fmt + "' (" + std::to_string(itemsize) +
+  throw py::type_error(std::string(what) + ": element type '" + std::string(fmt) + "' (" + std::to_string(itemsize) +
                        " bytes) is not one of float32, float64, float16, int32, int64 (bfloat16: pass a DLPack "
                        "tensor)");
 }
@@ -132,7 +145,8 @@ Buf to_buf(const py::object& o, bool writable, const char* what, bool gpu = fals
     b.in_place = true;
     return b;
   }
-  if (py::hasattr(o, "__dlpack__") && !PyObject_CheckBuffer(o.ptr())) {
+  // The buffer protocol first (a C slot): numpy's arrays have __dlpack__ too, and looking it up costs a bound method.
+  if (!PyObject_CheckBuffer(o.ptr()) && py::hasattr(o, "__dlpack__")) {
     int device_type = 1;
     if (py::hasattr(o, "__dlpack_device__")) device_type = o.attr("__dlpack_device__")()[py::int_(0)].cast<int>();
     const bool cuda = device_type == 2 || device_type == 13;
@@ -177,19 +191,21 @@ Buf to_buf(const py::object& o, bool writable, const char* what, bool gpu = fals
   if (!PyObject_CheckBuffer(o.ptr()))
     throw py::type_error(std::string(what) + ": expected a numpy array, a buffer or a DLPack tensor, got " +
                          std::string(py::str(o.get_type())));
-  py::buffer pb = py::reinterpret_borrow<py::buffer>(o);
-  b.info = pb.request(writable);
-  if (writable && b.info.readonly) throw py::value_error(std::string(what) + ": the receive buffer is read-only");
+  if (PyObject_GetBuffer(o.ptr(), &b.view, PyBUF_STRIDES | PyBUF_FORMAT) != 0) throw py::error_already_set();
+  b.has_view = true;
+  const Py_buffer& v = b.view;
+  if (writable && v.readonly) throw py::value_error(std::string(what) + ": the receive buffer is read-only");
   // C-contiguous only: the collectives see flat memory.
-  py::ssize_t expect = b.info.itemsize;
-  for (int d = static_cast<int>(b.info.ndim) - 1; d >= 0; --d) {
-    if (b.info.shape[static_cast<size_t>(d)] > 1 && b.info.strides[static_cast<size_t>(d)] != expect)
+  Py_ssize_t expect = v.itemsize, n = 1;
+  for (int d = v.ndim - 1; d >= 0; --d) {
+    if (v.shape[d] > 1 && v.strides[d] != expect)
       throw py::value_error(std::string(what) + ": the buffer is not C-contiguous (use numpy.ascontiguousarray)");
-    expect *= b.info.shape[static_cast<size_t>(d)];
+    expect *= v.shape[d];
+    n *= v.shape[d];
   }
-  b.dtype = dtype_of_format(b.info.format, static_cast<size_t>(b.info.itemsize), what);
-  b.ptr = b.info.ptr;
-  b.count = static_cast<size_t>(b.info.size);
+  b.dtype = dtype_of_format(v.format, static_cast<size_t>(v.itemsize), what);
+  b.ptr = v.buf;
+  b.count = static_cast<size_t>(n);
   return b;
 }
 
