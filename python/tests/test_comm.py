@@ -148,3 +148,41 @@ def test_alone_is_a_world_of_one():
     x = np.arange(5, dtype=np.float64)
     comm.Allreduce(tc.IN_PLACE, x, op=tc.MAX)
     assert np.array_equal(x, np.arange(5, dtype=np.float64))
+
+
+def test_arguments_by_position_and_keyword_as_python_matches_them():
+    """Note [python calls]: the collectives match their arguments themselves; by position, by keyword, defaults,
+    and Python's TypeErrors for what does not match."""
+    comm = tc.world()
+    x = np.arange(4, dtype=np.float32)
+    comm.Allreduce(tc.IN_PLACE, x, tc.MAX)
+    comm.Allreduce(sendbuf=tc.IN_PLACE, recvbuf=x, op=tc.SUM)
+    comm.Bcast(x)
+    comm.Bcast(buf=x, root=0)
+    out = np.zeros(4, dtype=np.float32)
+    comm.Reduce(x, out)
+    comm.Reduce(x, recvbuf=out, root=0, op=tc.PROD)
+    assert np.array_equal(out, x)
+    comm.Gather(x, out)
+    comm.Allgather(sendbuf=x, recvbuf=out)
+    comm.Scatter(x, out, 0)
+    comm.Reduce_scatter(x, out, op=tc.MIN)
+    comm.Alltoall(recvbuf=out, sendbuf=x)
+    assert np.array_equal(out, x)
+    cases = [
+        (lambda: comm.Bcast(), "Bcast() missing required argument 'buf'"),
+        (lambda: comm.Allreduce(x), "Allreduce() missing required argument 'recvbuf'"),
+        (lambda: comm.Allreduce(tc.IN_PLACE, x, tc.SUM, 0), "Allreduce() takes at most 3 arguments (4 given)"),
+        (lambda: comm.Bcast(x, rooot=0), "Bcast() got an unexpected keyword argument 'rooot'"),
+        (lambda: comm.Gather(x, out, 0, root=0), "Gather() got multiple values for argument 'root'"),
+    ]
+    for call, message in cases:
+        with pytest.raises(TypeError, match=re.escape(message)):
+            call()
+    # Wrong kinds of op and root: TypeErrors that name the call (the communicator is then given up on, as after any
+    # argument error, so each gets a fresh one).
+    with pytest.raises(TypeError, match="Allreduce: op must be tiertrain.comm.SUM"):
+        tc.world().Allreduce(tc.IN_PLACE, x, op="sum")
+    with pytest.raises(TypeError, match="Bcast: root must be an int"):
+        tc.world().Bcast(x, root=0.0)
+    assert "Bcast(buf, root=0)" in tc.Comm.Bcast.__doc__
