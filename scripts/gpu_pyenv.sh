@@ -8,14 +8,13 @@ set -euo pipefail
 VENV=${1:-/tmp/tt-pyenv}
 cd "$(dirname "$0")/.."
 WHEELS=$PWD/.deps/wheels
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv --system-site-packages "$VENV" >&2
-  # Where python3 is itself a virtual environment (torch installed there), --system-site-packages sees only the base
-  # interpreter's packages: a .pth file adds python3's own site-packages after the venv's.
-  own=$("$VENV/bin/python" -c "import site; print(site.getsitepackages()[0])")
-  python3 -c "import site, sys; sys.prefix != sys.base_prefix and print('\n'.join(site.getsitepackages()))" \
+[ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV" >&2
+# Where python3 is itself a virtual environment (torch installed there), --system-site-packages sees only the base
+# interpreter's packages: a .pth file adds python3's own site directories (their .pth files included) after the venv's.
+own=$("$VENV/bin/python" -c "import site; print(site.getsitepackages()[0])")
+[ -f "$own/tt_parent_env.pth" ] ||
+  python3 -c "import site, sys; sys.prefix != sys.base_prefix and print('\n'.join('import site; site.addsitedir(%r)' % d for d in site.getsitepackages()))" \
     > "$own/tt_parent_env.pth"
-fi
 pip=("$VENV/bin/python" -m pip install --no-index --find-links "$WHEELS" -q)
 "$VENV/bin/python" -c "import numpy" 2>/dev/null || "${pip[@]}" numpy >&2 || echo "gpu_pyenv: no numpy" >&2
 "$VENV/bin/python" -c "import pytest" 2>/dev/null || "${pip[@]}" pytest >&2 || echo "gpu_pyenv: no pytest" >&2
@@ -34,5 +33,5 @@ fi
 [ -z "$mpi_pid" ] || wait "$mpi_pid"
 # Whether the GPU tests of python/tests can run here (they skip without torch and a CUDA device): said in the log.
 "$VENV/bin/python" -c "import torch; print('gpu_pyenv: torch', torch.__version__, 'CUDA devices', torch.cuda.device_count())" >&2 ||
-  echo "gpu_pyenv: no torch in $(command -v python3)'s site-packages; torch's pythons here: $(ls -d /usr/lib/python3*/site-packages/torch /usr/local/lib/python3*/dist-packages/torch /opt/*/lib/python3*/site-packages/torch 2>/dev/null | tr '\n' ' ')" >&2
+  echo "gpu_pyenv: torch does not import in the venv over $(command -v python3) (the torch CUDA test will skip)" >&2
 echo "$VENV/bin/python"

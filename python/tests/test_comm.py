@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import array
 import json
 import os
 import re
@@ -142,12 +143,21 @@ def test_a_rank_that_never_arrives():
     assert "timeout right" in r.stdout
 
 
-def test_alone_is_a_world_of_one():
+@pytest.mark.parametrize("inline", ["0", "1"])
+def test_alone_is_a_world_of_one(monkeypatch, inline):
+    monkeypatch.setenv("TIERTRAIN_COMM_INLINE", inline)  # (Note [inline rounds]: small rounds in the arrival line)
     comm = tc.world()
     assert (comm.rank, comm.size) == (0, 1)
     x = np.arange(5, dtype=np.float64)
     comm.Allreduce(tc.IN_PLACE, x, op=tc.MAX)
     assert np.array_equal(x, np.arange(5, dtype=np.float64))
+    y = np.array([2.5], dtype=np.float64)
+    out = np.zeros(1, dtype=np.float64)
+    comm.Allreduce(y, out, op=tc.SUM)
+    comm.Bcast(y, root=0)
+    g = np.zeros(1, dtype=np.float64)
+    comm.Gather(y, g, root=0)
+    assert out[0] == 2.5 and y[0] == 2.5 and g[0] == 2.5
 
 
 def test_arguments_by_position_and_keyword_as_python_matches_them():
@@ -169,20 +179,37 @@ def test_arguments_by_position_and_keyword_as_python_matches_them():
     comm.Reduce_scatter(x, out, op=tc.MIN)
     comm.Alltoall(recvbuf=out, sendbuf=x)
     assert np.array_equal(out, x)
+    comm.Bcast(x, root=np.int64(0))  # numpy's integers are ints (__index__)
+    # An exported buffer is released after the call: array.array refuses to grow while one is held.
+    a = array.array("f", [1.0, 2.0])
+    comm.Allreduce(tc.IN_PLACE, a)
+    a.append(3.0)
+    # Arguments that do not match: Python's TypeErrors. The communicator is then given up on, as after any argument
+    # error (its peers are told instead of waiting), so each case gets a fresh one.
     cases = [
-        (lambda: comm.Bcast(), "Bcast() missing required argument 'buf'"),
-        (lambda: comm.Allreduce(x), "Allreduce() missing required argument 'recvbuf'"),
-        (lambda: comm.Allreduce(tc.IN_PLACE, x, tc.SUM, 0), "Allreduce() takes at most 3 arguments (4 given)"),
-        (lambda: comm.Bcast(x, rooot=0), "Bcast() got an unexpected keyword argument 'rooot'"),
-        (lambda: comm.Gather(x, out, 0, root=0), "Gather() got multiple values for argument 'root'"),
+        (lambda c: c.Bcast(), "Bcast() missing required argument 'buf'"),
+        (lambda c: c.Allreduce(x), "Allreduce() missing required argument 'recvbuf'"),
+        (lambda c: c.Allreduce(tc.IN_PLACE, x, tc.SUM, 0), "Allreduce() takes at most 3 arguments (4 given)"),
+        (lambda c: c.Bcast(x, rooot=0), "Bcast() got an unexpected keyword argument 'rooot'"),
+        (lambda c: c.Gather(x, out, 0, root=0), "Gather() got multiple values for argument 'root'"),
     ]
     for call, message in cases:
         with pytest.raises(TypeError, match=re.escape(message)):
-            call()
-    # Wrong kinds of op and root: TypeErrors that name the call (the communicator is then given up on, as after any
-    # argument error, so each gets a fresh one).
+            call(tc.world())
+    # Wrong kinds of op and root, a read-only receive buffer: errors that name the call (each on a fresh communicator).
     with pytest.raises(TypeError, match="Allreduce: op must be tiertrain.comm.SUM"):
         tc.world().Allreduce(tc.IN_PLACE, x, op="sum")
+    with pytest.raises(TypeError, match="Allreduce: op must be tiertrain.comm.SUM"):
+        tc.world().Allreduce(tc.IN_PLACE, x, op=None)
     with pytest.raises(TypeError, match="Bcast: root must be an int"):
         tc.world().Bcast(x, root=0.0)
+    frozen = np.zeros(4, dtype=np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="the receive buffer is read-only"):
+        tc.world().Allreduce(x, frozen)
+    given_up = tc.world()
+    with pytest.raises(TypeError):
+        given_up.Bcast()
+    with pytest.raises(tc.CommError, match="unusable|abandon|gave up|given up"):
+        given_up.Bcast(x)
     assert "Bcast(buf, root=0)" in tc.Comm.Bcast.__doc__

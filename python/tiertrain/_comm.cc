@@ -79,9 +79,9 @@ struct Buf {
   DType dtype = DType::kF32;
   bool in_place = false;
   // Buffer protocol: the exporter's view, held (and released) here. A raw Py_buffer, not py::buffer_info, which
-  // copies shape, strides and format into allocations on every call.
-  Py_buffer view{};
-  bool has_view = false;
+  // copies shape, strides and format into allocations on every call; on the heap, because some exporters point
+  // shape or strides into the view itself (bytearray, array.array), and a Buf moves.
+  std::unique_ptr<Py_buffer> view;
   py::object capsule;                // DLPack
   DLManagedTensor* managed = nullptr;
   Buf() = default;
@@ -102,18 +102,16 @@ struct Buf {
     count = o.count;
     dtype = o.dtype;
     in_place = o.in_place;
-    view = o.view;
-    has_view = o.has_view;
+    view = std::move(o.view);
     capsule = std::move(o.capsule);
     managed = o.managed;
-    o.has_view = false;
     o.managed = nullptr;
   }
   void drop() noexcept {  // (with the GIL, as every Buf is made and dropped)
     if (managed && managed->deleter) managed->deleter(managed);
     managed = nullptr;
-    if (has_view) PyBuffer_Release(&view);
-    has_view = false;
+    if (view) PyBuffer_Release(view.get());
+    view.reset();
   }
 };
 
@@ -192,14 +190,15 @@ Buf to_buf(const py::object& o, bool writable, const char* what, bool gpu = fals
   if (!PyObject_CheckBuffer(o.ptr()))
     throw py::type_error(std::string(what) + ": expected a numpy array, a buffer or a DLPack tensor, got " +
                          std::string(py::str(o.get_type())));
-  if (PyObject_GetBuffer(o.ptr(), &b.view, PyBUF_STRIDES | PyBUF_FORMAT) != 0) throw py::error_already_set();
-  b.has_view = true;
-  const Py_buffer& v = b.view;
+  auto view = std::make_unique<Py_buffer>();
+  if (PyObject_GetBuffer(o.ptr(), view.get(), PyBUF_STRIDES | PyBUF_FORMAT) != 0) throw py::error_already_set();
+  b.view = std::move(view);  // released by b from here on, whatever is raised below
+  const Py_buffer& v = *b.view;
   if (writable && v.readonly) throw py::value_error(std::string(what) + ": the receive buffer is read-only");
   // C-contiguous only: the collectives see flat memory.
   Py_ssize_t expect = v.itemsize, n = 1;
   for (int d = v.ndim - 1; d >= 0; --d) {
-    if (v.shape[d] > 1 && v.strides[d] != expect)
+    if (v.shape[d] > 1 && v.strides != nullptr && v.strides[d] != expect)  // (no strides: C-contiguous)
       throw py::value_error(std::string(what) + ": the buffer is not C-contiguous (use numpy.ascontiguousarray)");
     expect *= v.shape[d];
     n *= v.shape[d];
@@ -523,16 +522,17 @@ py::object arg_or_none(PyObject* o) { return o != nullptr ? py::reinterpret_borr
 // A call's arguments by kind: buffers as given (None where left out), op and root converted.
 Op op_arg(PyObject* o, const char* name) {
   if (o == nullptr) return Op::kSum;
-  try {
-    return py::handle(o).cast<Op>();
-  } catch (const py::cast_error&) {
+  if (!py::isinstance<Op>(o))
     throw py::type_error(std::string(name) + ": op must be tiertrain.comm.SUM, PROD, MIN, MAX or AVG");
-  }
+  return py::handle(o).cast<Op>();
 }
+// An int, or anything with __index__ (numpy's integers), as pybind11's int caster takes them; not a float.
 int root_arg(PyObject* o, const char* name) {
   if (o == nullptr) return 0;
-  if (!PyLong_Check(o)) throw py::type_error(std::string(name) + ": root must be an int");
-  const long v = PyLong_AsLong(o);
+  if (PyFloat_Check(o) || !PyIndex_Check(o)) throw py::type_error(std::string(name) + ": root must be an int");
+  py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(o));
+  if (!index) throw py::error_already_set();
+  const long v = PyLong_AsLong(index.ptr());
   if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
   if (v < INT32_MIN || v > INT32_MAX) throw py::value_error(std::string(name) + ": root out of range");
   return static_cast<int>(v);
@@ -543,17 +543,25 @@ template <typename F>
 PyObject* fast_method(const Signature& sig, PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
                       F&& f) {
   PyObject* out[4];
-  if (!match_args(sig, args, nargs, kwnames, out)) return nullptr;
   try {
     PyComm& c = py::handle(self).cast<PyComm&>();
+    if (!match_args(sig, args, nargs, kwnames, out)) {
+      // An argument error as any other (PyComm::guarded): the peers are told instead of waiting for the deadline.
+      c.comm().abandon(std::string(sig.name) + ": arguments that do not match its signature");
+      return nullptr;
+    }
     c.guarded(sig.name, [&] { f(c, out); });
     Py_RETURN_NONE;
   } catch (py::error_already_set& e) {
     e.restore();
   } catch (const py::builtin_exception& e) {
     e.set_error();
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_SystemError, "tiertrain.comm: an unknown C++ exception");
   }
   return nullptr;
 }
@@ -590,7 +598,7 @@ TT_FAST(fast_alltoall, {"Alltoall", {"sendbuf", "recvbuf"}, 2, 2})
 #undef TT_FAST
 
 template <auto F>
-constexpr PyCFunction as_cfunction() {
+PyCFunction as_cfunction() {
   return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(F));
 }
 

@@ -55,8 +55,8 @@ namespace {
 // (its reads of half h included). For the same reason a peer is never more than one round ahead of a rank still in
 // round r, so the meta half a rank checks in round r is the one its peers wrote for round r. No round ends with a
 // barrier.
-constexpr uint64_t kMagic = 0x7474636f6d6d3038ull;  // "ttcomm08": halves, arrival lines, single copies, tree, span,
-                                                    // shared buffers, agreed single copies by pages
+constexpr uint64_t kMagic = 0x7474636f6d6d3039ull;  // "ttcomm09": halves, arrival lines, single copies, tree, span,
+                                                    // shared buffers, agreed single copies by pages, inline rounds
 constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buffer is not in the rank's pool
 
 // Note [shared buffers]
@@ -116,6 +116,7 @@ struct alignas(64) Arrival {
   char slot[2][8];              // Note [inline rounds]: a small round's input, by half
 };
 static_assert(sizeof(Arrival) == 64);
+static_assert(kInlineBytes <= sizeof(Arrival::slot[0]));
 
 struct alignas(64) Meta {
   int64_t round;
@@ -761,13 +762,15 @@ Status ShmComm::init() {
   peer_send_.assign(static_cast<size_t>(size_), kNoPool);
   peer_recv_.assign(static_cast<size_t>(size_), kNoPool);
   TT_LOG(INFO, COMM,
-         "shm communicator: rank %d of %d, %s segments, %s; pool %s; single copies %s; arrival %s; %d thread(s)%s",
+         "shm communicator: rank %d of %d, %s segments, %s; pool %s; single copies %s; arrival %s; inline rounds %s; "
+         "%d thread(s)%s",
          rank_, size_, format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
          pool_ != nullptr ? format_bytes(static_cast<int64_t>(pool_bytes_)).c_str()
          : pool_bytes_ > 0 ? "off (not mapped everywhere)"
                            : "none",
          cma_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(cma_bytes_)) + " a piece").c_str() : "off",
-         group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat", crew_->size(),
+         group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat", inline_on_ ? "on" : "off",
+         crew_->size(),
          crew_->pinned().empty() ? "" : " (helpers pinned)");
   return Status::ok();
 }
@@ -1066,6 +1069,7 @@ Status ShmComm::round_fill(Fill&& fill, Work&& work) {
   jitter(3 * r + 1);  // (tests) readers late too, so that a writer that does not wait for them overwrites their data
   if (profile_) lap(&prof_.arrive, &t);
   TT_TRY(work(r));
+  inline_ = false;  // Note [inline rounds]: set again by whoever starts the next round inline
   if (profile_) {
     lap(&prof_.work, &t);
     ++prof_.rounds;

@@ -631,6 +631,24 @@ int run_small_rounds() {
     uint16_t h[3] = {0x3c00, 0x4000, 0x4200};  // f16 1, 2, 3 (6 B)
     CHECK_OK(c.allreduce(comm::kInPlace, h, 3, DType::kF16, Op::kMax));
     wrong += h[0] != 0x3c00 || h[1] != 0x4000 || h[2] != 0x4200;
+    if (it % 100 == 0) {
+      // Calls whose last round is small after full ones (128 KiB halves: 32768 floats a round, then 1): area rounds
+      // and an inline one in the same call.
+      const size_t big = 2 * 32768 + 1;
+      std::vector<float> v(big);
+      for (size_t i = 0; i < big; ++i) v[i] = static_cast<float>(rank + static_cast<int>(i % 7) + it);
+      CHECK_OK(c.allreduce(comm::kInPlace, v.data(), big, DType::kF32, Op::kSum));
+      for (size_t i = 0; i < big; ++i)
+        wrong += v[i] != static_cast<float>(n * (static_cast<int>(i % 7) + it) + n * (n - 1) / 2);
+      std::vector<float> piece(big, static_cast<float>(rank * 10 + it)), every(big * static_cast<size_t>(n), -1.0f);
+      CHECK_OK(c.allgather(piece.data(), every.data(), big, DType::kF32));
+      for (int q = 0; q < n; ++q)
+        wrong += every[static_cast<size_t>(q) * big + big - 1] != static_cast<float>(q * 10 + it) ||
+                 every[static_cast<size_t>(q) * big] != static_cast<float>(q * 10 + it);
+      std::vector<float> from(big, rank == root ? static_cast<float>(it) : 0.0f);
+      CHECK_OK(c.broadcast(comm::kInPlace, from.data(), big, DType::kF32, root));
+      wrong += from[0] != static_cast<float>(it) || from[big - 1] != static_cast<float>(it);
+    }
   }
   std::printf("rank %d: small rounds %s (%d wrong)\n", rank, wrong == 0 ? "right" : "WRONG", wrong);
   return wrong == 0 ? 0 : 1;
@@ -1264,13 +1282,19 @@ TEST(Comm, BroadcastsFromChangingRootsAmongOtherCollectivesAreRight) {
 // everywhere), in the areas.
 TEST(Comm, SmallRoundsBackToBackWithLateReadersAreRight) {
   const std::tuple<int, const char*, const char*> runs[] = {
-      {2, "0", "1"}, {3, "0", "1"}, {4, "0", "1"}, {4, "2", "1"}, {3, "0", "0"}};  // ranks, tree from, rank 1's
+      {2, "0", "1"}, {3, "0", "1"}, {4, "0", "1"}, {4, "2", "1"}, {3, "2", "1"}, {3, "0", "0"}};  // ranks, tree from,
+                                                                                                 // rank 1's setting
   for (const auto& [ranks, tree, on] : runs) {
     const Job j = launch(ranks, "small_rounds",
-                         std::string("TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_INLINE=1 TIERTRAIN_COMM_TREE_RANKS=") +
+                         std::string("TT_LOG_COMM=1 TIERTRAIN_COMM_BUFFER=262144 "
+                                     "TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_INLINE=1 TIERTRAIN_COMM_TREE_RANKS=") +
                              tree + " TT_RANK1_ENV=TIERTRAIN_COMM_INLINE=" + on);
     EXPECT_EQ(j.code, 0) << ranks << " ranks, tree from " << tree << ", inline " << on << "\n" << j.output;
     EXPECT_NE(j.output.find("rank 0: small rounds right"), std::string::npos) << j.output;
+    // What the ranks agreed on (rank 1 alone saying 0 turns it off everywhere).
+    const bool on_all = std::string(on) == "1";
+    EXPECT_NE(j.output.find(on_all ? "inline rounds on" : "inline rounds off"), std::string::npos) << j.output;
+    EXPECT_EQ(j.output.find(on_all ? "inline rounds off" : "inline rounds on"), std::string::npos) << j.output;
   }
 }
 
