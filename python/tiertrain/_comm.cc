@@ -566,63 +566,76 @@ PyObject* fast_method(const Signature& sig, PyObject* self, PyObject* const* arg
   return nullptr;
 }
 
-#define TT_FAST(fn, ...)                                                                                           \
-  PyObject* fn(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {                       \
-    static const Signature sig = __VA_ARGS__;                                                                      \
-    return fast_method(sig, self, args, nargs, kwnames, [](PyComm& c, PyObject** a) { TT_FAST_BODY; });           \
-  }
-#define TT_FAST_BODY c.Bcast(arg_or_none(a[0]), root_arg(a[1], "Bcast"))
-TT_FAST(fast_bcast, {"Bcast", {"buf", "root"}, 2, 1})
-#undef TT_FAST_BODY
-#define TT_FAST_BODY c.Allreduce(arg_or_none(a[0]), arg_or_none(a[1]), op_arg(a[2], "Allreduce"))
-TT_FAST(fast_allreduce, {"Allreduce", {"sendbuf", "recvbuf", "op"}, 3, 2})
-#undef TT_FAST_BODY
-#define TT_FAST_BODY c.Reduce(arg_or_none(a[0]), arg_or_none(a[1]), op_arg(a[2], "Reduce"), root_arg(a[3], "Reduce"))
-TT_FAST(fast_reduce, {"Reduce", {"sendbuf", "recvbuf", "op", "root"}, 4, 1})
-#undef TT_FAST_BODY
-#define TT_FAST_BODY c.Allgather(arg_or_none(a[0]), arg_or_none(a[1]))
-TT_FAST(fast_allgather, {"Allgather", {"sendbuf", "recvbuf"}, 2, 2})
-#undef TT_FAST_BODY
-#define TT_FAST_BODY c.Gather(arg_or_none(a[0]), arg_or_none(a[1]), root_arg(a[2], "Gather"))
-TT_FAST(fast_gather, {"Gather", {"sendbuf", "recvbuf", "root"}, 3, 1})
-#undef TT_FAST_BODY
-#define TT_FAST_BODY c.Scatter(arg_or_none(a[0]), arg_or_none(a[1]), root_arg(a[2], "Scatter"))
-TT_FAST(fast_scatter, {"Scatter", {"sendbuf", "recvbuf", "root"}, 3, 2})
-#undef TT_FAST_BODY
-#define TT_FAST_BODY c.Reduce_scatter(arg_or_none(a[0]), arg_or_none(a[1]), op_arg(a[2], "Reduce_scatter"))
-TT_FAST(fast_reduce_scatter, {"Reduce_scatter", {"sendbuf", "recvbuf", "op"}, 3, 2})
-#undef TT_FAST_BODY
-#define TT_FAST_BODY c.Alltoall(arg_or_none(a[0]), arg_or_none(a[1]))
-TT_FAST(fast_alltoall, {"Alltoall", {"sendbuf", "recvbuf"}, 2, 2})
-#undef TT_FAST_BODY
-#undef TT_FAST
+// One fast method: Sig's arguments matched, then Body(comm, arguments). (A function per method, made from a
+// template: CPython calls a plain function.)
+template <const Signature& Sig, auto Body>
+PyObject* fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return fast_method(Sig, self, args, nargs, kwnames, Body);
+}
 
 template <auto F>
 PyCFunction as_cfunction() {
   return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(F));
 }
 
+using Args = PyObject**;
+constexpr Signature kBcast{"Bcast", {"buf", "root"}, 2, 1};
+constexpr Signature kAllreduce{"Allreduce", {"sendbuf", "recvbuf", "op"}, 3, 2};
+constexpr Signature kReduce{"Reduce", {"sendbuf", "recvbuf", "op", "root"}, 4, 1};
+constexpr Signature kAllgather{"Allgather", {"sendbuf", "recvbuf"}, 2, 2};
+constexpr Signature kGather{"Gather", {"sendbuf", "recvbuf", "root"}, 3, 1};
+constexpr Signature kScatter{"Scatter", {"sendbuf", "recvbuf", "root"}, 3, 2};
+constexpr Signature kReduceScatter{"Reduce_scatter", {"sendbuf", "recvbuf", "op"}, 3, 2};
+constexpr Signature kAlltoall{"Alltoall", {"sendbuf", "recvbuf"}, 2, 2};
+constexpr int kFast = METH_FASTCALL | METH_KEYWORDS;
+
 PyMethodDef g_fast_methods[] = {
-    {"Bcast", as_cfunction<fast_bcast>(), METH_FASTCALL | METH_KEYWORDS,
+    {"Bcast",
+     as_cfunction<fast<kBcast, [](PyComm& c, Args a) { c.Bcast(arg_or_none(a[0]), root_arg(a[1], "Bcast")); }>>(),
+     kFast,
      "Bcast(buf, root=0)\n\nbuf from rank root to every rank, in place."},
-    {"Allreduce", as_cfunction<fast_allreduce>(), METH_FASTCALL | METH_KEYWORDS,
+    {"Allreduce",
+     as_cfunction<fast<kAllreduce, [](PyComm& c, Args a) {
+       c.Allreduce(arg_or_none(a[0]), arg_or_none(a[1]), op_arg(a[2], "Allreduce"));
+     }>>(),
+     kFast,
      "Allreduce(sendbuf, recvbuf, op=SUM)\n\nsendbuf (or IN_PLACE: recvbuf) reduced over the ranks into every "
      "rank's recvbuf."},
-    {"Reduce", as_cfunction<fast_reduce>(), METH_FASTCALL | METH_KEYWORDS,
+    {"Reduce",
+     as_cfunction<fast<kReduce, [](PyComm& c, Args a) {
+       c.Reduce(arg_or_none(a[0]), arg_or_none(a[1]), op_arg(a[2], "Reduce"), root_arg(a[3], "Reduce"));
+     }>>(),
+     kFast,
      "Reduce(sendbuf, recvbuf=None, op=SUM, root=0)\n\nsendbuf (IN_PLACE at the root: recvbuf) reduced into the "
      "root's recvbuf."},
-    {"Allgather", as_cfunction<fast_allgather>(), METH_FASTCALL | METH_KEYWORDS,
+    {"Allgather",
+     as_cfunction<fast<kAllgather, [](PyComm& c, Args a) { c.Allgather(arg_or_none(a[0]), arg_or_none(a[1])); }>>(),
+     kFast,
      "Allgather(sendbuf, recvbuf)\n\nEvery rank's sendbuf, in rank order, into every rank's recvbuf (IN_PLACE: "
      "each rank's piece already at its place in recvbuf)."},
-    {"Gather", as_cfunction<fast_gather>(), METH_FASTCALL | METH_KEYWORDS,
+    {"Gather",
+     as_cfunction<fast<kGather, [](PyComm& c, Args a) {
+       c.Gather(arg_or_none(a[0]), arg_or_none(a[1]), root_arg(a[2], "Gather"));
+     }>>(),
+     kFast,
      "Gather(sendbuf, recvbuf=None, root=0)\n\nEvery rank's sendbuf, in rank order, into the root's recvbuf."},
-    {"Scatter", as_cfunction<fast_scatter>(), METH_FASTCALL | METH_KEYWORDS,
+    {"Scatter",
+     as_cfunction<fast<kScatter, [](PyComm& c, Args a) {
+       c.Scatter(arg_or_none(a[0]), arg_or_none(a[1]), root_arg(a[2], "Scatter"));
+     }>>(),
+     kFast,
      "Scatter(sendbuf, recvbuf, root=0)\n\nPiece q of the root's sendbuf into rank q's recvbuf (sendbuf None "
      "elsewhere; IN_PLACE at the root: recvbuf holds every piece)."},
-    {"Reduce_scatter", as_cfunction<fast_reduce_scatter>(), METH_FASTCALL | METH_KEYWORDS,
+    {"Reduce_scatter",
+     as_cfunction<fast<kReduceScatter, [](PyComm& c, Args a) {
+       c.Reduce_scatter(arg_or_none(a[0]), arg_or_none(a[1]), op_arg(a[2], "Reduce_scatter"));
+     }>>(),
+     kFast,
      "Reduce_scatter(sendbuf, recvbuf, op=SUM)\n\nsendbuf reduced over the ranks; block q into rank q's recvbuf "
      "(equal blocks; IN_PLACE: recvbuf holds all, the result at its start)."},
-    {"Alltoall", as_cfunction<fast_alltoall>(), METH_FASTCALL | METH_KEYWORDS,
+    {"Alltoall",
+     as_cfunction<fast<kAlltoall, [](PyComm& c, Args a) { c.Alltoall(arg_or_none(a[0]), arg_or_none(a[1])); }>>(),
+     kFast,
      "Alltoall(sendbuf, recvbuf)\n\nPiece q of every rank's sendbuf into rank q's recvbuf, in rank order."},
 };
 
