@@ -8,7 +8,8 @@
 # instead of one core each (Open MPI's ranks stay bound to one core each). TT_COMM_RANKS="8 16" picks the rank counts, TT_COMM_COLLECTIVES the collectives, TT_COMM_MIN the smallest size of
 # the sweeps (default 8), TT_COMM_MAX the largest (default 256M), TT_COMM_REPEATS how many times each sweep runs (default 1), TT the binary. TT_COMM_AB="NAME=VALUE
 # ..." also runs tiertrain's latency runs and sweeps (C++ only) with those settings into OUTDIR/ab, right after the
-# same runs without them, and summarises that folder too (an A/B of a setting, e.g. TIERTRAIN_COMM_TREE_RANKS=16).
+# same runs without them, and summarises that folder too (an A/B of a setting, e.g. TIERTRAIN_COMM_TREE_RANKS=16;
+# TT_COMM_AB_LAT_ONLY=1: its latency runs only).
 # TT_COMM_WARMUP_MS / TT_COMM_FIRST_WARMUP_MS / TT_COMM_MIN_MS: the warm-up of each size and of the first (100 and 1000
 # ms), and the least time of calls timed per row (20 ms); TT_COMM_PY_PAIRS: Python and C++ loops alternated per row (3).
 set -uo pipefail
@@ -74,7 +75,8 @@ for n in $ranks; do
     if [ -n "${TT_COMM_AB:-}" ]; then
       mkdir -p "$OUT/ab"
       tt_comm_bench "ab/shm_lat_${c}_$n" "$TT_COMM_AB" "${lat[@]}"
-      tt_comm_bench "ab/shm_${c}_$n" "$TT_COMM_AB" "${sweep[@]}"
+      # TT_COMM_AB_LAT_ONLY=1: the latency runs alone (a setting of small calls, e.g. TIERTRAIN_COMM_INLINE=1).
+      [ "${TT_COMM_AB_LAT_ONLY:-0}" = 1 ] || tt_comm_bench "ab/shm_${c}_$n" "$TT_COMM_AB" "${sweep[@]}"
     fi
     if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
       timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${lat[@]}" \

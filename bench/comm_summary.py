@@ -82,8 +82,8 @@ def main() -> None:
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     summary = []
     sweeps = set()
-    for p in glob.glob(os.path.join(out, "shm_*.json")):
-        m = re.fullmatch(r"shm_(?!lat_)(\w+)_(\d+)(?:\.r\d+)?\.json", os.path.basename(p))
+    for p in glob.glob(os.path.join(out, "shm_*.json")):  # sweeps, and latency runs alone (TT_COMM_AB_LAT_ONLY)
+        m = re.fullmatch(r"shm_(?:lat_)?(\w+)_(\d+)(?:\.r\d+)?\.json", os.path.basename(p))
         if m:
             sweeps.add((m.group(1), int(m.group(2))))
     for coll, n in sorted(sweeps):
