@@ -34,8 +34,8 @@ namespace tt::comm {
 // machine's host (a 1 MiB broadcast at 8 ranks: 300 us a call through a 100 ms warm-up, 21 us after 1 s; one thread:
 // 100 us): a woken helper went to a busy CPU and waited there for the balancer. So each helper is pinned to a CPU of
 // its own among the process's, not the one the caller was on when the crew was made (TIERTRAIN_COMM_THREAD_PIN, on by
-// default), where the process has a CPU for every thread of the crew and a launcher narrowed its CPUs (unbound ranks
-// would all pin to the same first CPUs); the caller's thread is left where it is.
+// default), where the process has a CPU for every thread of the crew and `tiertrain launch` bound the rank to CPUs of
+// its own (ranks that share CPUs would all pin to the same first ones); the caller's thread is left where it is.
 
 namespace {
 

@@ -121,6 +121,7 @@ Result<int> launch(const LaunchOptions& o) {
         CPU_ZERO(&mine);
         for (size_t j = 0; j < k; ++j) CPU_SET(cpus[(static_cast<size_t>(r) * k + j) % cpus.size()], &mine);
         sched_setaffinity(0, sizeof(mine), &mine);
+        setenv("TIERTRAIN_CPUS_BOUND", "1", 1);  // Note [crew]: CPUs of its own, so its helpers may be pinned there
         // Note [crew]: the rank's threads use its share, unless the user chose their number.
         if (o.bind_share) setenv("TIERTRAIN_COMM_THREADS", std::to_string(std::min<size_t>(k, 8)).c_str(), 0);
       }

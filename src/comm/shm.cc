@@ -750,14 +750,11 @@ Status ShmComm::init() {
     }
   }
   // Note [crew]: helper threads for the large copies and reductions, where this rank has CPUs to spare.
-  // Helpers are pinned only where something (a launcher's binding) narrowed this rank's CPUs: on the whole machine
-  // every rank would pin its helpers to the same first CPUs.
-  cpu_set_t mine;
-  CPU_ZERO(&mine);
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  const bool narrowed = sched_getaffinity(0, sizeof(mine), &mine) == 0 && online > 0 && CPU_COUNT(&mine) < online;
+  // Helpers are pinned only where `tiertrain launch` bound this rank to CPUs of its own (TIERTRAIN_CPUS_BOUND): ranks
+  // that share their CPUs (unbound, or a job's cpuset) would all pin their helpers to the same first ones.
+  const char* bound = std::getenv("TIERTRAIN_CPUS_BOUND");
   crew_ = std::make_unique<Crew>(opt_.threads, std::chrono::microseconds(opt_.thread_wait_us),
-                                 opt_.thread_pin && narrowed);
+                                 opt_.thread_pin && bound != nullptr && std::string(bound) == "1");
   reduce_srcs_.assign(static_cast<size_t>(size_) * static_cast<size_t>(crew_->size()), nullptr);
   peer_send_.assign(static_cast<size_t>(size_), kNoPool);
   peer_recv_.assign(static_cast<size_t>(size_), kNoPool);

@@ -59,8 +59,8 @@ struct ShmOptions {
   // on the H200 machine's host, allreduce at 8 ranks took 0.45-0.55 of one thread's time with it, 0.45-0.85 with
   // 200 us.
   int64_t thread_wait_us = 5000;
-  // Each helper thread on a CPU of its own, where the rank's CPUs were narrowed (a launcher's binding) (Note [crew];
-  // TIERTRAIN_COMM_THREAD_PIN=0 leaves them to the scheduler).
+  // Each helper thread on a CPU of its own, where `tiertrain launch` bound the rank to CPUs of its own (it sets
+  // TIERTRAIN_CPUS_BOUND=1) (Note [crew]; TIERTRAIN_COMM_THREAD_PIN=0 leaves them to the scheduler).
   bool thread_pin = true;
   std::string dir;              // file-backed segments in this directory instead of /dev/shm (TIERTRAIN_SHM_DIR)
   // Where each rank's segment goes (TIERTRAIN_COMM_MEMPOLICY): auto (preferred on the high-bandwidth node nearest

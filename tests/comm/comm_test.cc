@@ -1022,6 +1022,22 @@ TEST(Crew, AForksChildRunsThePartsItselfAndExits) {
   EXPECT_NE(who[1], std::this_thread::get_id());  // the parent's helpers still run their parts
 }
 
+// Note [crew]: a rank's helpers are pinned where `tiertrain launch --bind-to` gave it CPUs of its own (one rank, its
+// share: both CPUs of a 2-CPU machine), and left to the scheduler where the rank shares its CPUs (--bind-to none).
+TEST(Crew, HelpersArePinnedOnlyWhereTheLauncherBoundTheRank) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one CPU";
+  const auto line = [](const std::string& bind) {
+    const Job j = shell("env TIERTRAIN_DEBUG=INFO TIERTRAIN_DEBUG_SUBSYS=COMM TIERTRAIN_COMM_THREADS=2 " +
+                        std::string(TT_BINARY) + " launch -n 1 --bind-to " + bind + " -- " + TT_BINARY +
+                        " comm-bench -e 8");
+    EXPECT_EQ(j.code, 0) << j.output;
+    const size_t at = j.output.find(" thread(s)");
+    return at == std::string::npos ? std::string("(no line)") : j.output.substr(at, j.output.find('\n', at) - at);
+  };
+  EXPECT_EQ(line("share"), " thread(s) (helpers pinned)");
+  EXPECT_EQ(line("none"), " thread(s)");
+}
+
 // Note [crew after fork]: a communicator whose non-blocking calls started its progress thread is destroyed in a fork's
 // child without waiting for that thread (which the child does not have).
 TEST(Comm, AForksChildDestroysACommunicatorWithAProgressThread) {
