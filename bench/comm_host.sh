@@ -65,11 +65,11 @@ for n in $ranks; do
   for c in ${TT_COMM_COLLECTIVES:-allreduce broadcast gather allgather}; do
     # Latency: the smallest sizes, many iterations after many warm-up ones (the first size of a sweep otherwise
     # carries the libraries' first-call costs), for each of the three.
-    lat=(-b 8 -e 64 -f 2 -n 2000 -w 200 "${warm[@]}")
+    lat=(-b 8 -e 64 -f 2 -n 2000 -w 200 "${warm[@]}" --min-ms "${TT_COMM_MIN_MS:-20}")
     # The collectives whose size is all ranks' pieces: 8-64 B a piece.
     case "$c" in
       gather | allgather | scatter | reduce_scatter | alltoall)
-        lat=(-b $((8 * n)) -e $((64 * n)) -f 2 -n 2000 -w 200 "${warm[@]}") ;;
+        lat=(-b $((8 * n)) -e $((64 * n)) -f 2 -n 2000 -w 200 "${warm[@]}" --min-ms "${TT_COMM_MIN_MS:-20}") ;;
     esac
     tt_comm_bench "shm_lat_${c}_$n" "" "${lat[@]}"
     if [ -n "${TT_COMM_AB:-}" ]; then
