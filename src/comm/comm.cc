@@ -167,15 +167,14 @@ Request Communicator::submit(std::function<Status()> op) {
   return r;
 }
 
-Status Communicator::run(std::function<Status()> op) {
-  if (progress_) {
-    std::unique_lock<std::mutex> lock(progress_->mu);
-    if (progress_->in_flight > 0) {
-      lock.unlock();
-      return submit(std::move(op)).wait();  // behind the operations in flight
-    }
-  }
-  return op();
+bool Communicator::in_flight() {
+  if (!progress_) return false;
+  std::lock_guard<std::mutex> lock(progress_->mu);
+  return progress_->in_flight > 0;
+}
+
+Status Communicator::run_queued(std::function<Status()> op) {
+  return submit(std::move(op)).wait();  // behind the operations in flight
 }
 
 namespace {

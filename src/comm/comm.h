@@ -131,12 +131,19 @@ class Communicator {
   // Backends call this first in their destructor: it lets the queued operations finish and stops the thread.
   void stop_progress();
   // Runs op inline, or behind the non-blocking operations in flight (for a backend's own calls, e.g. nccl's
-  // stream-ordered ones, which must keep the call order too).
-  Status run(std::function<Status()> op);
+  // stream-ordered ones, which must keep the call order too). A template, so that the common case (nothing in
+  // flight) calls op without making a std::function (a heap allocation for every blocking collective).
+  template <typename F>
+  Status run(F&& op) {
+    if (in_flight()) return run_queued(std::function<Status()>(std::forward<F>(op)));
+    return op();
+  }
 
  private:
   struct Progress;
   Request submit(std::function<Status()> op);
+  bool in_flight();  // non-blocking operations queued or running
+  Status run_queued(std::function<Status()> op);
   std::unique_ptr<Progress> progress_;
 };
 
