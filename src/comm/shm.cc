@@ -477,7 +477,8 @@ class ShmComm final : public Communicator {
     });
   }
   std::unique_ptr<Crew> crew_;  // Note [crew]: this rank's helper threads (null until init)
-  // A reduction's sources, size() for each part of the crew (the first size() the caller's).
+  // A reduction's sources, size() for each part of the crew (the first size() the caller's; reduce_scatter uses
+  // those alone).
   std::vector<const void*> reduce_srcs_;
   std::string broken_;
   // Set with broken_ (read by free_buffer from any thread): after a failed call a peer may still be reading or
@@ -1453,7 +1454,7 @@ Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DT
   // In place (send == kInPlace): recv holds size() * count and this rank's result goes to its own piece.
   char* out = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : dst;
   const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
-  std::vector<const void*> srcs(static_cast<size_t>(size_));
+  std::vector<const void*>& srcs = reduce_srcs_;  // (its first size() entries; no allocation a call)
   // Note [shared buffers]: a send buffer in the pool is read where it is (every rank reads its own piece of it).
   const uint64_t send_at = pool_offset(src, static_cast<size_t>(size_) * count * es);
   int64_t last_shared = 0;
