@@ -29,7 +29,13 @@ if ! "$VENV/bin/python" -c "import mpi4py" 2>/dev/null && command -v mpicc >/dev
   ) || echo "gpu_pyenv: mpi4py did not build (the mpi4py rows will be missing)" >&2 &
   mpi_pid=$!
 fi
-"${pip[@]}" . >&2 || echo "gpu_pyenv: the tiertrain package did not build (the Python rows will be missing)" >&2
+# The package builds without pip's build isolation, its build requirements installed in the venv from the wheels: the
+# .pth above makes the parent environment's packages visible inside an isolated build too, and scikit-build-core
+# then asks for the PyPI cmake it finds there (the first call of 2026-11-30 failed so: "No matching distribution
+# found for cmake>=3.25"); without isolation it uses the cmake it finds.
+"${pip[@]}" scikit-build-core pybind11 >&2 || echo "gpu_pyenv: no scikit-build-core or pybind11 wheels" >&2
+"${pip[@]}" --no-build-isolation . >&2 ||
+  echo "gpu_pyenv: the tiertrain package did not build (the Python rows will be missing)" >&2
 [ -z "$mpi_pid" ] || wait "$mpi_pid"
 # Whether the GPU tests of python/tests can run here (they skip without torch and a CUDA device): said in the log.
 "$VENV/bin/python" -c "import torch; print('gpu_pyenv: torch', torch.__version__, 'CUDA devices', torch.cuda.device_count())" >&2 ||
