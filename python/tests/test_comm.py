@@ -180,6 +180,17 @@ def test_arguments_by_position_and_keyword_as_python_matches_them():
     comm.Alltoall(recvbuf=out, sendbuf=x)
     assert np.array_equal(out, x)
     comm.Bcast(x, root=np.int64(0))  # numpy's integers are ints (__index__)
+    # An op that is not the module's own object (found by identity first) is taken by its value: x = [0, 1, 2, 3]
+    # reduced with MAX stays x, with PROD (of one rank) too.
+    other_max = tc.Op(int(tc.MAX))
+    assert other_max is not tc.MAX and other_max == tc.MAX
+    y = np.array([3, 1, 2, 0], dtype=np.float32)
+    comm.Allreduce(tc.IN_PLACE, y, op=other_max)
+    assert np.array_equal(y, [3, 1, 2, 0])
+    # A bytearray's view points its shape into the view itself: the view stays where it was filled (Note [python
+    # calls]); the element type of bytes (B) is not one of ours.
+    with pytest.raises(TypeError, match="element type 'B'"):
+        tc.world().Bcast(bytearray(8))
     # An exported buffer is released after the call: array.array refuses to grow while one is held.
     a = array.array("f", [1.0, 2.0])
     comm.Allreduce(tc.IN_PLACE, a)
