@@ -96,7 +96,7 @@ constexpr size_t kSharedBytes = 64 << 10;
 // reused by half exactly as the areas are (Note [shm rounds]: a rank writes half h in round r + 2 only after every
 // peer has arrived at r + 1, so after its reads of round r), and through the arrival tree the group lines' release
 // and acquire make the slots of every rank visible as they do the areas. TIERTRAIN_COMM_INLINE=0 (on any rank, agreed
-// at init) keeps the areas. Off by default (ShmOptions::inline_small) until measured on a many-core host.
+// at init) keeps the areas. On by default (ShmOptions::inline_small, with the H200 host's numbers).
 constexpr size_t kInlineBytes = 8;
 constexpr size_t kPoolGranule = 64 << 10;
 

@@ -38,10 +38,11 @@ struct ShmOptions {
   // mixed). Note [arrival tree] in shm.cc.
   int tree_ranks = 32;
   // Rounds of at most 8 bytes a rank (allreduce, reduce, broadcast, gather, allgather) carry their data in the
-  // arrival line instead of the input area (TIERTRAIN_COMM_INLINE=1; 0 on any rank: off everywhere). Off by default
-  // until it is measured on a many-core host (on the 2-core dev machine, 2 ranks, it moved 8 B calls by less than the
-  // noise). Note [inline rounds] in shm.cc.
-  bool inline_small = false;
+  // arrival line instead of the input area (TIERTRAIN_COMM_INLINE; 0 on any rank: off everywhere). On by default:
+  // on the H200 host's 32 cores at 8 ranks it took 8-64 B calls to 0.73-0.97 of their time (median of 3 interleaved
+  // repeats; broadcast 0.85-1.04), at 16 ranks it moved them within the noise (0.68-1.17). Note [inline rounds] in
+  // shm.cc.
+  bool inline_small = true;
   // A reduction's rounds take at most this many bytes over all ranks (TIERTRAIN_COMM_REDUCE_SPAN; 0: half an area
   // each, as other collectives). Note [reduction rounds] in shm.cc.
   size_t reduce_span = 32 << 20;
