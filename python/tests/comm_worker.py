@@ -156,6 +156,37 @@ def dlpack(comm: tc.Comm) -> None:
     print(f"rank {comm.rank}: dlpack right")
 
 
+class Sub(np.ndarray):
+    """A numpy subclass: taken through the buffer protocol, not read directly (Note [numpy arrays])."""
+
+
+def array_kinds(comm: tc.Comm) -> None:
+    # Note [numpy arrays]: numpy arrays read directly, of every type number that maps to one of ours (int, long,
+    # long long, half, float, double; '<f4' is native here), in any C-contiguous shape or offset, and a subclass,
+    # which goes through the buffer protocol instead, all summed right.
+    n, me = comm.size, comm.rank
+    total = n * (n - 1) // 2
+    for dtype in (np.intc, np.int_, np.longlong, np.half, np.single, np.double, "<f4"):
+        x = np.arange(6, dtype=dtype) + me
+        comm.Allreduce(tc.IN_PLACE, x, op=tc.SUM)
+        expect(np.array_equal(x, n * np.arange(6, dtype=dtype) + total), f"Allreduce of {np.dtype(dtype)}")
+    shapes = [np.zeros((3, 4), np.float32), np.zeros((), np.float64), np.zeros((0,), np.float32),
+              np.zeros(10, np.float32)[3:7], np.zeros((2, 3), np.float32).view(Sub)]
+    for x in shapes:
+        x[...] = me + 1
+        out = np.zeros_like(x)
+        comm.Allreduce(x, out, op=tc.SUM)
+        expect(np.array_equal(np.asarray(out), np.full(x.shape, n * (n + 1) // 2)), f"Allreduce of shape {x.shape}")
+    base = np.zeros(10, np.float32)
+    comm.Bcast(base[2:5] if me > 0 else base[2:5] + 7, root=0)  # a view at an offset, received into
+    expect(np.array_equal(base, np.r_[np.zeros(2), np.full(3, 7.0 if me > 0 else 0.0), np.zeros(5)]), "Bcast view")
+    # The array is no longer held after the call: numpy lets it be resized (its refcheck counts references).
+    y = np.zeros(4, np.float32)
+    comm.Allreduce(tc.IN_PLACE, y, op=tc.SUM)
+    y.resize(8)
+    print(f"rank {me}: array kinds right")
+
+
 class ClaimsCuda(DLPackOnly):
     """A DLPack tensor that says it is on a CUDA device."""
 
@@ -412,4 +443,4 @@ if __name__ == "__main__":
     c = tc.world()
     {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
-     "huge_buffers": huge_buffers, "shared": shared}[sys.argv[1]](c)
+     "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds}[sys.argv[1]](c)

@@ -42,6 +42,30 @@ def test_every_collective_dtype_and_op_against_numpy(ranks):
     assert "rank 0: all collectives right" in r.stdout
 
 
+def test_numpy_arrays_of_every_kind():
+    r = run(3, "array_kinds")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: array kinds right" in r.stdout
+
+
+def test_numpy_arrays_that_cannot_be_taken_are_named():
+    """Note [numpy arrays]: what the direct read does not take goes through the buffer protocol, which words the
+    errors (each case on a fresh communicator: an argument error gives it up)."""
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        tc.world().Allreduce(tc.IN_PLACE, np.zeros((4, 4), np.float32)[:, ::2])
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        tc.world().Allreduce(tc.IN_PLACE, np.zeros((4, 4), np.float32, order="F"))
+    with pytest.raises(TypeError, match="big-endian"):
+        tc.world().Allreduce(tc.IN_PLACE, np.zeros(4, ">f4"))
+    with pytest.raises(TypeError, match="is not one of float32"):
+        tc.world().Allreduce(tc.IN_PLACE, np.zeros(4, np.uint8))
+    frozen = np.zeros(4, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        tc.world().Bcast(frozen)
+    tc.world().Bcast(frozen[:0].copy())  # (an empty array is fine)
+
+
 def test_dlpack_tensors_without_copies():
     r = run(2, "dlpack")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -83,6 +83,7 @@ struct Buf {
   Py_buffer view;  // (a raw Py_buffer, not py::buffer_info, which copies shape, strides and format a call)
   py::object capsule;  // DLPack
   DLManagedTensor* managed = nullptr;
+  py::object array;  // a numpy array read directly (Note [numpy arrays]): held, so that it cannot be resized meanwhile
   Buf() = default;
   Buf(const Buf&) = delete;
   Buf& operator=(const Buf&) = delete;
@@ -93,6 +94,86 @@ struct Buf {
 };
 
 PyObject* g_in_place = nullptr;  // owned for the life of the process (no destructor after Python's end)
+
+// Note [numpy arrays]
+// A numpy array's buffer export builds its format string and checks it against the one cached on the array, ~55 ns
+// a buffer on the dev machine, more than half the rest of a call's layer (Note [python calls]). An exact
+// numpy.ndarray is therefore read directly: its data, dimensions, flags and descr's type number sit where numpy's own
+// macros (PyArray_DATA, PyArray_DIMS, PyArray_FLAGS, PyArray_TYPE) read them in every compiled extension, the same in
+// numpy 1.x and 2.x (2.x moved the descr's elsize, which we do not read). Only the plain case is taken: C-contiguous,
+// writable where written, native byte order, float32/float64/float16/int32/int64. Everything else (subclasses,
+// other types, the errors) goes through the buffer protocol, which words the errors. The array is held during the
+// call (Buf::array): with that reference numpy's resize refuses (its refcheck), as an export would make it.
+struct NdArrayHead {  // numpy's PyArrayObject_fields, its first members
+  PyObject_HEAD
+  char* data;
+  int nd;
+  Py_ssize_t* dimensions;
+  Py_ssize_t* strides;
+  PyObject* base;
+  PyObject* descr;
+  int flags;
+};
+struct NdDescrHead {  // numpy's PyArray_Descr, up to type_num
+  PyObject_HEAD
+  PyTypeObject* typeobj;
+  char kind;
+  char type;
+  char byteorder;
+  char flags;  // (numpy 2.x: _former_flags)
+  int type_num;
+};
+constexpr int kNpyCContiguous = 0x0001, kNpyWriteable = 0x0400;
+PyTypeObject* g_ndarray = nullptr;  // numpy.ndarray, once an argument of that name was found to be it
+
+bool is_ndarray(PyObject* o) {
+  PyTypeObject* t = Py_TYPE(o);
+  if (g_ndarray != nullptr) return t == g_ndarray;
+  if (std::strcmp(t->tp_name, "numpy.ndarray") != 0) return false;
+  PyObject* numpy = PyImport_GetModule(py::str("numpy").ptr());  // (new reference or nullptr, no import)
+  if (numpy == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  PyObject* nd = PyObject_GetAttrString(numpy, "ndarray");
+  Py_DECREF(numpy);
+  if (nd == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  if (reinterpret_cast<PyTypeObject*>(nd) != t) {
+    Py_DECREF(nd);
+    return false;
+  }
+  g_ndarray = t;  // (the reference kept for the life of the process)
+  return true;
+}
+
+// Fills b from a plain numpy array (above); false, with b untouched, for anything else.
+bool numpy_buf(Buf& b, PyObject* o, bool writable) {
+  if (!is_ndarray(o)) return false;
+  const auto* a = reinterpret_cast<const NdArrayHead*>(o);
+  if ((a->flags & kNpyCContiguous) == 0 || (writable && (a->flags & kNpyWriteable) == 0)) return false;
+  const auto* d = reinterpret_cast<const NdDescrHead*>(a->descr);
+  if (d->byteorder == '>') return false;
+  DType dt;
+  switch (d->type_num) {
+    case 11: dt = DType::kF32; break;  // NPY_FLOAT
+    case 12: dt = DType::kF64; break;  // NPY_DOUBLE
+    case 23: dt = DType::kF16; break;  // NPY_HALF
+    case 5: dt = DType::kI32; break;   // NPY_INT
+    case 7: dt = sizeof(long) == 8 ? DType::kI64 : DType::kI32; break;  // NPY_LONG
+    case 9: dt = DType::kI64; break;   // NPY_LONGLONG
+    default: return false;
+  }
+  size_t n = 1;
+  for (int i = 0; i < a->nd; ++i) n *= static_cast<size_t>(a->dimensions[i]);
+  b.array = py::reinterpret_borrow<py::object>(o);
+  b.ptr = a->data;
+  b.count = n;
+  b.dtype = dt;
+  return true;
+}
 
 DType dtype_of_format(const char* format, size_t itemsize, const char* what) {
   const std::string_view fmt = format != nullptr ? format : "B";  // (no format: unsigned bytes)
@@ -121,6 +202,7 @@ void to_buf(Buf& b, const py::object& o, bool writable, const char* what, bool g
     b.in_place = true;
     return;
   }
+  if (numpy_buf(b, o.ptr(), writable)) return;  // Note [numpy arrays]
   // The buffer protocol first (a C slot): numpy's arrays have __dlpack__ too, and looking it up costs a bound method.
   if (!PyObject_CheckBuffer(o.ptr()) && py::hasattr(o, "__dlpack__")) {
     int device_type = 1;
@@ -447,8 +529,9 @@ class SharedBuffer {
 // the same process: Bcast 1.83 against 0.72 us), 3-4 times what it costs on the dev machine; at 1 MiB a pooled gather
 // takes 10-12 us there, so the layer alone was 10%. Hence also, a call: the buffers' views on the stack (no
 // allocation), the collective handed to its continuation as a lambda (no std::function), self's PyComm read from
-// pybind11's instance and the op found by identity (no type lookups in pybind11's hash table). On the dev machine
-// (1 rank, 8 B, with the benchmark's ~50 ns closure) that took the layer from 205-385 to 145-280 ns a call.
+// pybind11's instance and the op found by identity (no type lookups in pybind11's hash table), numpy arrays read
+// directly (Note [numpy arrays]), Barrier a fast method too. On the dev machine (bench/py_layer_cost.py: 1 rank, 8 B,
+// through a closure, the eight collectives) that took the layer from 227-361 to 110-170 ns a call (Barrier 181 -> 96).
 struct Signature {
   const char* name;
   std::array<const char*, 4> params;
@@ -569,6 +652,7 @@ PyCFunction as_cfunction() {
 }
 
 using Args = PyObject**;
+constexpr Signature kBarrier{"Barrier", {}, 0, 0};
 constexpr Signature kBcast{"Bcast", {"buf", "root"}, 2, 1};
 constexpr Signature kAllreduce{"Allreduce", {"sendbuf", "recvbuf", "op"}, 3, 2};
 constexpr Signature kReduce{"Reduce", {"sendbuf", "recvbuf", "op", "root"}, 4, 1};
@@ -580,6 +664,8 @@ constexpr Signature kAlltoall{"Alltoall", {"sendbuf", "recvbuf"}, 2, 2};
 constexpr int kFast = METH_FASTCALL | METH_KEYWORDS;
 
 PyMethodDef g_fast_methods[] = {
+    {"Barrier", as_cfunction<fast<kBarrier, [](PyComm& c, Args) { c.Barrier(); }>>(), kFast,
+     "Barrier()\n\nReturns once every rank has called it."},
     {"Bcast",
      as_cfunction<fast<kBcast, [](PyComm& c, Args a) { c.Bcast(arg_or_none(a[0]), root_arg(a[1], "Bcast")); }>>(),
      kFast,
@@ -672,7 +758,6 @@ PYBIND11_MODULE(_comm, m) {
       .def_property_readonly("size", &PyComm::size)
       .def("Get_rank", &PyComm::rank)
       .def("Get_size", &PyComm::size)
-      .def("Barrier", &PyComm::Barrier)
       .def("_alloc",
            [](py::object self, size_t nbytes) {
              PyComm& c = self.cast<PyComm&>();
