@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <cstdlib>
@@ -73,18 +75,41 @@ Result<Op> parse_op(const std::string& name) {
 
 // ---- requests and the progress thread ----------------------------------------------------------------------------
 
+// Note [progress hand-offs]
+// A non-blocking operation goes to the progress thread and its result comes back: two hand-offs between threads.
+// Through condition variables alone each one is a sleep and a wake-up, and an Iallreduce of 8 B and its wait took
+// 41 us on the dev machine against 0.15 us for the blocking call. So the waiter spins on `ready` for up to
+// kHandoffSpin before it sleeps, and the progress thread, after an operation, spins as long on `queued` for the next
+// one before it sleeps: back-to-back operations and prompt waits pay no sleep; an idle thread gives its CPU back
+// within 50 us.
+constexpr std::chrono::microseconds kHandoffSpin{50};
+
+// Spins (cpu_relax) until pred() holds or `spin` has passed; whether it holds.
+template <typename Pred>
+bool spin_until(Pred pred, std::chrono::microseconds spin) {
+  const auto start = std::chrono::steady_clock::now();
+  for (uint32_t i = 1;; ++i) {
+    if (pred()) return true;
+    if (i % 64 == 0 && std::chrono::steady_clock::now() - start >= spin) return pred();
+    cpu_relax();
+  }
+}
+
 struct Request::State {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  std::atomic<bool> ready{false};  // done, for the waiter's spin (Note [progress hand-offs])
   Status status;
 };
 
 Status Request::wait() {
   TT_RETURN_IF(!state_, kFailedPrecondition, "wait() on an empty request");
-  std::unique_lock<std::mutex> lock(state_->mu);
-  state_->cv.wait(lock, [&] { return state_->done; });
-  return state_->status;
+  State& s = *state_;
+  spin_until([&] { return s.ready.load(std::memory_order_acquire); }, kHandoffSpin);
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.cv.wait(lock, [&] { return s.done; });
+  return s.status;
 }
 
 bool Request::test() const {
@@ -98,6 +123,7 @@ struct Communicator::Progress {
   std::condition_variable cv;
   std::deque<std::pair<std::function<Status()>, std::shared_ptr<Request::State>>> queue;
   int64_t in_flight = 0;  // queued or running
+  std::atomic<int64_t> queued{0};  // in the queue, for the worker's spin (Note [progress hand-offs])
   bool stop = false;
   std::thread worker;
   uint64_t forks = fork_count();  // Note [crew after fork]: in a fork's child made since, the worker is not there
@@ -128,12 +154,14 @@ Request Communicator::submit(std::function<Status()> op) {
     p->worker = std::thread([p] {
       for (;;) {
         std::pair<std::function<Status()>, std::shared_ptr<Request::State>> item;
+        spin_until([&] { return p->queued.load(std::memory_order_acquire) > 0; }, kHandoffSpin);
         {
           std::unique_lock<std::mutex> lock(p->mu);
           p->cv.wait(lock, [&] { return p->stop || !p->queue.empty(); });
           if (p->queue.empty()) return;  // stopped, and everything queued has run
           item = std::move(p->queue.front());
           p->queue.pop_front();
+          p->queued.fetch_sub(1, std::memory_order_relaxed);
         }
         Status s;
         try {
@@ -145,6 +173,7 @@ Request Communicator::submit(std::function<Status()> op) {
           std::lock_guard<std::mutex> lock(item.second->mu);
           item.second->status = std::move(s);
           item.second->done = true;
+          item.second->ready.store(true, std::memory_order_release);
         }
         item.second->cv.notify_all();
         {
@@ -162,6 +191,7 @@ Request Communicator::submit(std::function<Status()> op) {
     std::lock_guard<std::mutex> lock(progress_->mu);
     progress_->queue.emplace_back(std::move(op), r.state_);
     ++progress_->in_flight;
+    progress_->queued.fetch_add(1, std::memory_order_release);
   }
   progress_->cv.notify_all();
   return r;
@@ -345,9 +375,8 @@ Status shm_options_from_env(ShmOptions* shm) {
     TT_TRY(env_setting("TIERTRAIN_COMM_POOL", 0, kMax, "bytes, 0 (no pool) or more", &shm->pool_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_WAIT_US", 0, 60'000'000, "microseconds, 0 to 60000000",
                      &shm->thread_wait_us));
-  int inline_small = shm->inline_small ? 1 : 0;
-  TT_TRY(env_setting("TIERTRAIN_COMM_INLINE", 0, 1, "0 or 1", &inline_small));
-  shm->inline_small = inline_small != 0;
+  if (std::getenv("TIERTRAIN_COMM_INLINE") != nullptr)  // unset: ShmOptions' auto (-1)
+    TT_TRY(env_setting("TIERTRAIN_COMM_INLINE", 0, 1, "0 or 1", &shm->inline_small));
   int pin = shm->thread_pin ? 1 : 0;
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_PIN", 0, 1, "0 or 1", &pin));
   shm->thread_pin = pin != 0;

@@ -52,12 +52,6 @@ std::atomic<uint64_t> g_forks{0};
 
 void count_fork_in_child() { g_forks.fetch_add(1, std::memory_order_relaxed); }
 
-inline void relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 }  // namespace
 
 uint64_t fork_count() {
@@ -132,7 +126,7 @@ void Crew::run_job(Job job, void* context) {
   job(context, 0);
   const auto start = std::chrono::steady_clock::now();
   for (unsigned spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin % 64 != 0 || std::chrono::steady_clock::now() - start < kSpin) relax();
+    if (spin % 64 != 0 || std::chrono::steady_clock::now() - start < kSpin) cpu_relax();
     else sched_yield();
   }
   busy_.store(false, std::memory_order_release);
@@ -157,7 +151,7 @@ void Crew::helper(int index) {
         if (waited > awake_) break;
         if (waited > kSpin) sched_yield();
       }
-      relax();
+      cpu_relax();
       g = generation_.load(std::memory_order_acquire);
     }
     if (g == seen) {

@@ -70,6 +70,13 @@ class Crew {
 uint64_t fork_count();
 void let_go_after_fork(void* p);
 
+// A spinning thread's pause (x86's PAUSE: the core's sibling gets the pipeline meanwhile).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // [begin, end) of part i of `parts` equal parts of n items, part boundaries multiples of `grain` items.
 inline void share(size_t n, int parts, int i, size_t grain, size_t* begin, size_t* end) {
   const size_t units = (n + grain - 1) / grain;

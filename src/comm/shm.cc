@@ -96,7 +96,8 @@ constexpr size_t kSharedBytes = 64 << 10;
 // reused by half exactly as the areas are (Note [shm rounds]: a rank writes half h in round r + 2 only after every
 // peer has arrived at r + 1, so after its reads of round r), and through the arrival tree the group lines' release
 // and acquire make the slots of every rank visible as they do the areas. TIERTRAIN_COMM_INLINE=0 (on any rank, agreed
-// at init) keeps the areas. On by default (ShmOptions::inline_small, with the H200 host's numbers).
+// at init) keeps the areas. By default on in worlds of up to 16 ranks (ShmOptions::inline_small, with the H200
+// host's numbers).
 constexpr size_t kInlineBytes = 8;
 constexpr size_t kPoolGranule = 64 << 10;
 
@@ -448,6 +449,10 @@ class ShmComm final : public Communicator {
   size_t cma_bytes_ = 0;  // the agreed single-copy threshold (Note [single copy]); 0: off
   size_t cma_huge_bytes_ = 0;  // the agreed threshold of Note [single copy by pages]; 0: off
   bool inline_on_ = false;  // Note [inline rounds]: agreed at init (a world of one: this rank's setting)
+  // This rank's setting (Note [inline rounds]): TIERTRAIN_COMM_INLINE, or by the world's size where it is unset.
+  bool inline_wanted() const {
+    return opt_.inline_small < 0 ? size_ <= ShmOptions::kInlineAutoRanks : opt_.inline_small != 0;
+  }
   bool inline_ = false;     // the current round's input is in the arrival lines (reset by begin())
   size_t reduce_round_bytes_ = 0;  // Note [reduction rounds]: the most bytes a reduction round takes per rank
   int group_ = 0;  // Note [arrival tree]: ranks per group when rounds arrive through the tree; 0: flat
@@ -642,7 +647,7 @@ Status ShmComm::init() {
     h->tree_ranks.store(static_cast<uint64_t>(opt_.tree_ranks), std::memory_order_relaxed);
     h->reduce_span.store(static_cast<uint64_t>(opt_.reduce_span), std::memory_order_relaxed);
     h->cma_huge_bytes.store(static_cast<uint64_t>(opt_.cma_huge_bytes), std::memory_order_relaxed);
-    h->inline_small.store(opt_.inline_small ? 1 : 0, std::memory_order_relaxed);
+    h->inline_small.store(inline_wanted() ? 1 : 0, std::memory_order_relaxed);
     // Note [single copy]: peers of this user may attach to read and write the buffers given to gather and scatter.
     if (opt_.cma_bytes > 0 && size_ > 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     h->arrived.value.store(0, std::memory_order_relaxed);
@@ -711,7 +716,7 @@ Status ShmComm::init() {
   TT_TRY(do_barrier());
   unlink_own();
   reduce_round_bytes_ = half_bytes();  // a world of one: no span to agree on
-  inline_on_ = opt_.inline_small;      // (nor anything else; agreed below otherwise)
+  inline_on_ = inline_wanted();        // (nor anything else; agreed below otherwise)
   // Note [single copy]: what every rank published before the barrier, read alike by all.
   if (size_ > 1) {
     // The largest value every rank published, or 0 if any published 0: all ranks agree.

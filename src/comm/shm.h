@@ -38,11 +38,13 @@ struct ShmOptions {
   // mixed). Note [arrival tree] in shm.cc.
   int tree_ranks = 32;
   // Rounds of at most 8 bytes a rank (allreduce, reduce, broadcast, gather, allgather) carry their data in the
-  // arrival line instead of the input area (TIERTRAIN_COMM_INLINE; 0 on any rank: off everywhere). On by default:
-  // on the H200 host's 32 cores at 8 ranks it took 8-64 B calls to 0.73-0.97 of their time (median of 3 interleaved
-  // repeats; broadcast 0.85-1.04), at 16 ranks it moved them within the noise (0.68-1.17). Note [inline rounds] in
-  // shm.cc.
-  bool inline_small = true;
+  // arrival line instead of the input area (TIERTRAIN_COMM_INLINE=1; 0 on any rank: off everywhere). Unset (-1):
+  // on in worlds of up to kInlineAutoRanks ranks. On the H200 host's 32 cores (median of 3 interleaved repeats) the
+  // inline rounds at 8 ranks took 0.73-0.93 of their time (allgather, gather, allreduce and broadcast of 8 B), where
+  // rounds that are not inline moved 0.90-1.04 between the same two runs; at 16 ranks the inline rows (0.68-1.17)
+  // moved as the others did (0.87-1.17); at 32 ranks one A/B had them 2-7% slower. Note [inline rounds] in shm.cc.
+  int inline_small = -1;
+  static constexpr int kInlineAutoRanks = 16;
   // A reduction's rounds take at most this many bytes over all ranks (TIERTRAIN_COMM_REDUCE_SPAN; 0: half an area
   // each, as other collectives). Note [reduction rounds] in shm.cc.
   size_t reduce_span = 32 << 20;
