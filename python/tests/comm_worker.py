@@ -3,12 +3,14 @@ argv[1] and exits 0 when every check holds (non-zero, with a message, otherwise)
 
 from __future__ import annotations
 
+import array
 import sys
 import threading
 import time
 
 import numpy as np
 
+import tiertrain._comm as _c
 import tiertrain.comm as tc
 
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64]
@@ -166,12 +168,18 @@ def array_kinds(comm: tc.Comm) -> None:
     # which goes through the buffer protocol instead, all summed right.
     n, me = comm.size, comm.rank
     total = n * (n - 1) // 2
+    reads = _c._numpy_direct_reads()
     for dtype in (np.intc, np.int_, np.longlong, np.half, np.single, np.double, "<f4"):
         x = np.arange(6, dtype=dtype) + me
         comm.Allreduce(tc.IN_PLACE, x, op=tc.SUM)
         expect(np.array_equal(x, n * np.arange(6, dtype=dtype) + total), f"Allreduce of {np.dtype(dtype)}")
+    expect(_c._numpy_direct_reads() == reads + 7, "the seven arrays were not read directly")
+    sub = np.zeros((2, 3), np.float32).view(Sub)
+    reads = _c._numpy_direct_reads()
+    comm.Allreduce(tc.IN_PLACE, sub, op=tc.SUM)
+    expect(_c._numpy_direct_reads() == reads, "a subclass was read directly")
     shapes = [np.zeros((3, 4), np.float32), np.zeros((), np.float64), np.zeros((0,), np.float32),
-              np.zeros(10, np.float32)[3:7], np.zeros((2, 3), np.float32).view(Sub)]
+              np.zeros(10, np.float32)[3:7], sub]
     for x in shapes:
         x[...] = me + 1
         out = np.zeros_like(x)
@@ -185,6 +193,112 @@ def array_kinds(comm: tc.Comm) -> None:
     comm.Allreduce(tc.IN_PLACE, y, op=tc.SUM)
     y.resize(8)
     print(f"rank {me}: array kinds right")
+
+
+def nonblocking(comm: tc.Comm) -> None:
+    """Note [non-blocking calls]: every I-method gives what its blocking twin gives; several in flight at once; the
+    buffers held until Wait; Test; a dropped Request waits; I-calls and blocking calls keep the call order; the
+    GIL is free during Wait."""
+    n, me = comm.size, comm.rank
+    total = n * (n - 1) // 2
+    x = np.arange(8, dtype=np.float32) + me
+    y = np.zeros(8, np.float32)
+    b = np.full(4, float(me))
+    g = np.zeros(3 * n, np.int32) if me == 0 else None
+    mine = np.full(3, me, np.int32)
+    rs = np.arange(2 * n, dtype=np.float32) + me  # in place: this rank's block at the start afterwards (MPI's)
+    reqs = [comm.Iallreduce(x, y, op=tc.SUM), comm.Ibcast(b, root=n - 1), comm.Igather(mine, g, root=0),
+            comm.Ireduce_scatter(tc.IN_PLACE, rs, op=tc.SUM), comm.Ibarrier()]
+    tc.Request.Waitall(reqs)
+    expect(np.array_equal(y, n * np.arange(8) + total), "Iallreduce")
+    expect(np.array_equal(b, np.full(4, n - 1.0)), "Ibcast")
+    if me == 0:
+        expect(np.array_equal(g, np.repeat(np.arange(n), 3)), "Igather")
+    expect(np.array_equal(rs[:2], n * (np.arange(2) + 2 * me) + total), "Ireduce_scatter in place")
+    ag = np.zeros(2 * n, np.int64)
+    req = comm.Iallgather(np.full(2, me, np.int64), ag)
+    while not req.Test():
+        pass
+    expect(np.array_equal(ag, np.repeat(np.arange(n), 2)), "Iallgather")
+    expect(req.Test(), "Test after completion")
+    req.Wait()  # (again: returns at once)
+    sc = np.zeros(2, np.float64)
+    comm.Iscatter(np.arange(2 * n, dtype=np.float64) if me == 0 else None, sc, root=0).Wait()
+    expect(np.array_equal(sc, [2 * me, 2 * me + 1]), "Iscatter")
+    red = np.zeros(3, np.float32) if me == 1 % n else None
+    comm.Ireduce(np.full(3, me + 1, np.float32), red, op=tc.MAX, root=1 % n).Wait()
+    if me == 1 % n:
+        expect(np.array_equal(red, np.full(3, float(n))), "Ireduce MAX")
+    a2a = np.zeros(n, np.int32)
+    comm.Ialltoall(np.arange(n, dtype=np.int32) + 10 * me, a2a).Wait()
+    expect(np.array_equal(a2a, 10 * np.arange(n) + me), "Ialltoall")
+    # The buffers are held until Wait: an array.array cannot grow while exported.
+    arr = array.array("f", [1.0] * 4)
+    req = comm.Iallreduce(tc.IN_PLACE, arr)
+    try:
+        arr.append(1.0)
+        held = False
+    except BufferError:
+        held = True
+    req.Wait()
+    expect(held, "the buffer was not held while the operation was in flight")
+    arr.append(2.0)  # let go after Wait
+    expect(list(arr[:4]) == [float(n)] * 4, "Iallreduce of an array.array")
+    # A Request dropped at once waits in its destructor.
+    z = np.ones(16, np.float32)
+    comm.Iallreduce(tc.IN_PLACE, z)
+    expect(np.array_equal(z, np.full(16, float(n))), "a dropped Request completed")
+    # I-calls and blocking calls in call order.
+    w, v = np.ones(4), np.full(4, 2.0)
+    req = comm.Iallreduce(tc.IN_PLACE, w)
+    comm.Allreduce(tc.IN_PLACE, v)
+    req.Wait()
+    expect(np.array_equal(w, np.full(4, float(n))) and np.array_equal(v, np.full(4, 2.0 * n)), "call order")
+    # The GIL is free while Wait waits for a late rank.
+    ticks = [0]
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    if me == 1:
+        time.sleep(0.5)
+    t = threading.Thread(target=spin)
+    t.start()
+    req = comm.Ibarrier()
+    time.sleep(0.01)
+    before = ticks[0]
+    req.Wait()
+    during = ticks[0] - before
+    stop.set()
+    t.join()
+    if me == 0 and n > 1:
+        expect(during > 50, f"the other thread ran only {during} times during a 0.5 s Wait: the GIL was held")
+    print(f"rank {me}: nonblocking right")
+
+
+def nonblocking_mismatch(comm: tc.Comm) -> None:
+    """Different counts in an I-call: CommMismatchError at Wait (and at Waitall), on every rank."""
+    x = np.ones(10 + comm.rank, np.float32)
+    req = comm.Iallreduce(tc.IN_PLACE, x)
+    try:
+        tc.Request.Waitall([req])
+        raise AssertionError("mismatched Iallreduce did not raise")
+    except tc.CommMismatchError as e:
+        expect("ranks disagree" in str(e), str(e))
+    print(f"rank {comm.rank}: nonblocking mismatch right")
+
+
+def op_by_value(comm: tc.Comm) -> None:
+    """An op that is not the module's own object (ops are found by identity first) is taken by its value."""
+    other_max = tc.Op(int(tc.MAX))
+    expect(other_max is not tc.MAX and other_max == tc.MAX, "a second MAX object")
+    y = np.array([comm.rank, -comm.rank], dtype=np.float32)
+    comm.Allreduce(tc.IN_PLACE, y, op=other_max)
+    expect(np.array_equal(y, [comm.size - 1, 0]), f"MAX by value gave {y}")
+    print(f"rank {comm.rank}: op by value right")
 
 
 class ClaimsCuda(DLPackOnly):
@@ -443,4 +557,5 @@ if __name__ == "__main__":
     c = tc.world()
     {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
-     "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds}[sys.argv[1]](c)
+     "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
+     "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch, "op_by_value": op_by_value}[sys.argv[1]](c)

@@ -48,9 +48,31 @@ def test_numpy_arrays_of_every_kind():
     assert "rank 0: array kinds right" in r.stdout
 
 
+def test_an_op_given_by_value():
+    r = run(3, "op_by_value")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: op by value right" in r.stdout
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_nonblocking_calls(ranks):
+    r = run(ranks, "nonblocking")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: nonblocking right" in r.stdout
+
+
+def test_a_mismatched_nonblocking_call_raises_at_wait_on_every_rank():
+    r = run(3, "nonblocking_mismatch", {"TIERTRAIN_COMM_TIMEOUT": "30"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    for q in range(3):
+        assert f"rank {q}: nonblocking mismatch right" in r.stdout
+
+
 def test_numpy_arrays_that_cannot_be_taken_are_named():
     """Note [numpy arrays]: what the direct read does not take goes through the buffer protocol, which words the
     errors (each case on a fresh communicator: an argument error gives it up)."""
+    import tiertrain._comm as _c
+    reads = _c._numpy_direct_reads()
     with pytest.raises(ValueError, match="not C-contiguous"):
         tc.world().Allreduce(tc.IN_PLACE, np.zeros((4, 4), np.float32)[:, ::2])
     with pytest.raises(ValueError, match="not C-contiguous"):
@@ -63,7 +85,11 @@ def test_numpy_arrays_that_cannot_be_taken_are_named():
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         tc.world().Bcast(frozen)
+    with pytest.raises(ValueError, match="not aligned to its 4-byte elements"):
+        tc.world().Bcast(np.frombuffer(bytearray(17), np.float32, offset=1))
+    assert _c._numpy_direct_reads() == reads  # none of them was read directly
     tc.world().Bcast(frozen[:0].copy())  # (an empty array is fine)
+    assert _c._numpy_direct_reads() == reads + 1
 
 
 def test_dlpack_tensors_without_copies():
@@ -204,15 +230,8 @@ def test_arguments_by_position_and_keyword_as_python_matches_them():
     comm.Alltoall(recvbuf=out, sendbuf=x)
     assert np.array_equal(out, x)
     comm.Bcast(x, root=np.int64(0))  # numpy's integers are ints (__index__)
-    # An op that is not the module's own object (found by identity first) is taken by its value: x = [0, 1, 2, 3]
-    # reduced with MAX stays x, with PROD (of one rank) too.
-    other_max = tc.Op(int(tc.MAX))
-    assert other_max is not tc.MAX and other_max == tc.MAX
-    y = np.array([3, 1, 2, 0], dtype=np.float32)
-    comm.Allreduce(tc.IN_PLACE, y, op=other_max)
-    assert np.array_equal(y, [3, 1, 2, 0])
-    # A bytearray's view points its shape into the view itself: the view stays where it was filled (Note [python
-    # calls]); the element type of bytes (B) is not one of ours.
+    # A bytearray's export (its view's shape points into the view itself), released by the error path: the element
+    # type of bytes (B) is not one of ours. (That a view never moves is the Buf type's: it cannot be copied or moved.)
     with pytest.raises(TypeError, match="element type 'B'"):
         tc.world().Bcast(bytearray(8))
     # An exported buffer is released after the call: array.array refuses to grow while one is held.

@@ -9,10 +9,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "comm/comm.h"
 #include "core/log.h"
@@ -101,7 +103,7 @@ PyObject* g_in_place = nullptr;  // owned for the life of the process (no destru
 // numpy.ndarray is therefore read directly: its data, dimensions, flags and descr's type number sit where numpy's own
 // macros (PyArray_DATA, PyArray_DIMS, PyArray_FLAGS, PyArray_TYPE) read them in every compiled extension, the same in
 // numpy 1.x and 2.x (2.x moved the descr's elsize, which we do not read). Only the plain case is taken: C-contiguous,
-// writable where written, native byte order, float32/float64/float16/int32/int64. Everything else (subclasses,
+// aligned, writable where written, native byte order, float32/float64/float16/int32/int64. Everything else (subclasses,
 // other types, the errors) goes through the buffer protocol, which words the errors. The array is held during the
 // call (Buf::array): with that reference numpy's resize refuses (its refcheck), as an export would make it.
 struct NdArrayHead {  // numpy's PyArrayObject_fields, its first members
@@ -123,8 +125,9 @@ struct NdDescrHead {  // numpy's PyArray_Descr, up to type_num
   char flags;  // (numpy 2.x: _former_flags)
   int type_num;
 };
-constexpr int kNpyCContiguous = 0x0001, kNpyWriteable = 0x0400;
+constexpr int kNpyCContiguous = 0x0001, kNpyAligned = 0x0100, kNpyWriteable = 0x0400;
 PyTypeObject* g_ndarray = nullptr;  // numpy.ndarray, once an argument of that name was found to be it
+uint64_t g_numpy_reads = 0;  // arrays read directly (tests see which path a call took: _comm._numpy_direct_reads)
 
 bool is_ndarray(PyObject* o) {
   PyTypeObject* t = Py_TYPE(o);
@@ -153,7 +156,9 @@ bool is_ndarray(PyObject* o) {
 bool numpy_buf(Buf& b, PyObject* o, bool writable) {
   if (!is_ndarray(o)) return false;
   const auto* a = reinterpret_cast<const NdArrayHead*>(o);
-  if ((a->flags & kNpyCContiguous) == 0 || (writable && (a->flags & kNpyWriteable) == 0)) return false;
+  if ((a->flags & kNpyCContiguous) == 0 || (a->flags & kNpyAligned) == 0 ||
+      (writable && (a->flags & kNpyWriteable) == 0))
+    return false;
   const auto* d = reinterpret_cast<const NdDescrHead*>(a->descr);
   if (d->byteorder == '>') return false;
   DType dt;
@@ -169,6 +174,7 @@ bool numpy_buf(Buf& b, PyObject* o, bool writable) {
   size_t n = 1;
   for (int i = 0; i < a->nd; ++i) n *= static_cast<size_t>(a->dimensions[i]);
   b.array = py::reinterpret_borrow<py::object>(o);
+  ++g_numpy_reads;
   b.ptr = a->data;
   b.count = n;
   b.dtype = dt;
@@ -190,6 +196,15 @@ DType dtype_of_format(const char* format, size_t itemsize, const char* what) {
   throw py::type_error(std::string(what) + ": element type '" + std::string(fmt) + "' (" + std::to_string(itemsize) +
                        " bytes) is not one of float32, float64, float16, int32, int64 (bfloat16: pass a DLPack "
                        "tensor)");
+}
+
+// The reductions and copies read and write whole elements (vectorised): memory not aligned to its element size
+// (np.frombuffer(..., offset=1), a packed struct) is refused with an error rather than risked.
+void aligned(const void* p, DType dt, const char* what) {
+  const size_t es = tt::comm::dtype_size(dt);
+  if (reinterpret_cast<uintptr_t>(p) % es != 0)
+    throw py::value_error(std::string(what) + ": the buffer is not aligned to its " + std::to_string(es) +
+                          "-byte elements (copy it, e.g. numpy.array(x))");
 }
 
 // writable: the receive side; gpu: the communicator takes GPU memory (nccl), and DLPack tensors on a CUDA device
@@ -243,6 +258,7 @@ void to_buf(Buf& b, const py::object& o, bool writable, const char* what, bool g
     else throw py::type_error(std::string(what) + ": DLPack dtype code " + std::to_string(code) + " bits " +
                               std::to_string(bits) + " is not supported");
     b.ptr = static_cast<char*>(t.data) + t.byte_offset;
+    aligned(b.ptr, b.dtype, what);
     b.count = static_cast<size_t>(n);
     return;
   }
@@ -262,9 +278,76 @@ void to_buf(Buf& b, const py::object& o, bool writable, const char* what, bool g
     n *= v.shape[d];
   }
   b.dtype = dtype_of_format(v.format, static_cast<size_t>(v.itemsize), what);
+  aligned(v.buf, b.dtype, what);
   b.ptr = v.buf;
   b.count = static_cast<size_t>(n);
 }
+
+// A call's buffers (Note [python calls]): the send side and the receive side.
+struct CallBufs {
+  Buf s, r;
+};
+// What comes after a call that has nothing to do after it.
+struct NoAfter {
+  void operator()() const {}
+};
+
+// Note [non-blocking calls]
+// Comm.Iallreduce and the other I-methods return a Request, as mpi4py's do. It holds what the operation needs while
+// it is in flight: its buffers (their exports, arrays or DLPack tensors, so that they can be neither freed nor
+// resized), the Comm, and the C++ request. Wait() waits without the GIL, then does what comes after the call (the
+// in-place Reduce_scatter's move) and lets the buffers go; Test() says whether it is done (and then waits, which
+// returns at once); Request.Waitall(requests) waits for them all. A Request that is dropped before it was waited for
+// waits in its destructor: its buffers are not let go while the operation may still touch them.
+struct Pending {
+  CallBufs a;
+  tt::comm::Request req;
+  std::function<void()> after;
+  py::object comm;
+};
+
+class PyRequest {
+ public:
+  explicit PyRequest(std::unique_ptr<Pending> p) : p_(std::move(p)) {}
+  PyRequest(PyRequest&&) noexcept = default;
+  PyRequest& operator=(PyRequest&&) noexcept = default;
+  ~PyRequest() {
+    if (!p_) return;
+    if (finalizing()) {
+      (void)p_->req.wait();  // (the progress thread needs no GIL)
+    } else {
+      py::gil_scoped_release nogil;
+      (void)p_->req.wait();
+    }
+    p_.reset();
+  }
+  void Wait() {
+    if (!p_) return;
+    tt::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = p_->req.wait();
+      if (st.is_ok() && p_->after) p_->after();
+    }
+    p_.reset();  // the buffers let go, with the GIL
+    check(st);
+  }
+  bool Test() {
+    if (p_ && !p_->req.test()) return false;
+    Wait();
+    return true;
+  }
+
+ private:
+  static bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+  }
+  std::unique_ptr<Pending> p_;  // null once waited for
+};
 
 class PyComm {
  public:
@@ -298,51 +381,77 @@ class PyComm {
     run([&] { return c_->barrier(); });
   }
 
-  // The continuation of the methods (Note [python calls]): the call, once.
+  // The continuation of the blocking methods (Note [python calls]): the call, once, and what comes after it.
   auto once() {
-    return [this](const auto& call) { run(call); };
+    return [this](auto blocking, auto /*nonblocking*/, auto after, auto... args) {
+      run([&] {
+        tt::Status st = (c_.get()->*blocking)(args...);
+        if (st.is_ok()) after();
+        return st;
+      });
+    };
+  }
+  // The continuation of the non-blocking methods (Note [non-blocking calls]): the operation started, into p.
+  auto start(Pending& p) {
+    return [this, &p](auto /*blocking*/, auto nonblocking, auto after, auto... args) {
+      p.after = after;
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      p.req = (c_.get()->*nonblocking)(args...);
+    };
   }
   // The send side of a call: its buffer, or kInPlace.
   static const void* send_ptr(const Buf& s) { return s.in_place ? tt::comm::kInPlace : s.ptr; }
 
-  // Note [python calls]: each collective below converts its arguments into Bufs on its own stack (where they stay:
-  // a Buf never moves), checks them, and hands the call on them to k, which calls it: once (run, for the methods) or
-  // in a timed loop (time_loop). No allocation a call, and one definition of each collective for both.
+  // Note [python calls]: each collective below converts its arguments into the Bufs of `a` (the caller's: on the
+  // stack for a blocking call, where they stay, as a Buf never moves; on the heap, in the Request, for a
+  // non-blocking one), checks them, and hands k the Communicator's blocking and non-blocking member functions, what to
+  // do after a successful call (reduce_scatter's in-place move) and the call's arguments. k calls one of them: once
+  // (once(), for the methods), in a timed loop (time_loop), or starts it (start(), the I-methods). No allocation a
+  // blocking call, and one definition of each collective for all three.
   template <typename K>
-  void bcast(const py::object& buf, int root, K&& k) {
-    Buf r;
+  void bcast(CallBufs& a, const py::object& buf, int root, K&& k) {
+    Buf& r = a.r;
     to_buf(r, buf, true, "Bcast");
-    k([c = c_.get(), &r, root] { return c->broadcast(tt::comm::kInPlace, r.ptr, r.count, r.dtype, root); });
+    k(&Communicator::broadcast, &Communicator::ibroadcast, NoAfter{}, tt::comm::kInPlace, r.ptr, r.count, r.dtype,
+      root);
   }
-  void Bcast(const py::object& buf, int root) { bcast(buf, root, once()); }
+  void Bcast(const py::object& buf, int root) {
+    CallBufs a;
+    bcast(a, buf, root, once());
+  }
 
   template <typename K>
-  void allreduce(const py::object& send, const py::object& recv, Op op, K&& k) {
-    Buf s, r;
+  void allreduce(CallBufs& a, const py::object& send, const py::object& recv, Op op, K&& k) {
+    Buf &s = a.s, &r = a.r;
     to_buf(r, recv, true, "Allreduce recvbuf");
     to_buf(s, send, false, "Allreduce sendbuf");
     same(s, r, 1, "Allreduce");
-    k([c = c_.get(), &s, &r, op] { return c->allreduce(send_ptr(s), r.ptr, r.count, r.dtype, op); });
+    k(&Communicator::allreduce, &Communicator::iallreduce, NoAfter{}, send_ptr(s), r.ptr, r.count, r.dtype, op);
   }
-  void Allreduce(const py::object& send, const py::object& recv, Op op) { allreduce(send, recv, op, once()); }
+  void Allreduce(const py::object& send, const py::object& recv, Op op) {
+    CallBufs a;
+    allreduce(a, send, recv, op, once());
+  }
 
   template <typename K>
-  void reduce(const py::object& send, const py::object& recv, Op op, int root, K&& k) {
-    Buf s, r;
+  void reduce(CallBufs& a, const py::object& send, const py::object& recv, Op op, int root, K&& k) {
+    Buf &s = a.s, &r = a.r;
     to_buf(s, send, false, "Reduce sendbuf");
     if (rank() == root || !recv.is_none()) to_buf(r, recv, true, "Reduce recvbuf");
     const size_t count = s.in_place ? r.count : s.count;
     const DType dt = s.in_place ? r.dtype : s.dtype;
     if (rank() == root && !s.in_place) same(s, r, 1, "Reduce");
-    k([c = c_.get(), &s, &r, count, dt, op, root] { return c->reduce(send_ptr(s), r.ptr, count, dt, op, root); });
+    k(&Communicator::reduce, &Communicator::ireduce, NoAfter{}, send_ptr(s), r.ptr, count, dt, op, root);
   }
   void Reduce(const py::object& send, const py::object& recv, Op op, int root) {
-    reduce(send, recv, op, root, once());
+    CallBufs a;
+    reduce(a, send, recv, op, root, once());
   }
 
   template <typename K>
-  void allgather(const py::object& send, const py::object& recv, K&& k) {
-    Buf s, r;
+  void allgather(CallBufs& a, const py::object& send, const py::object& recv, K&& k) {
+    Buf &s = a.s, &r = a.r;
     to_buf(r, recv, true, "Allgather recvbuf");
     to_buf(s, send, false, "Allgather sendbuf");
     const size_t per = r.count / static_cast<size_t>(size());
@@ -350,13 +459,16 @@ class PyComm {
       throw py::value_error("Allgather: recvbuf's " + std::to_string(r.count) + " elements are not a multiple of " +
                             std::to_string(size()) + " ranks");
     if (!s.in_place) same_count(s, per, r.dtype, "Allgather sendbuf");
-    k([c = c_.get(), &s, &r, per] { return c->allgather(send_ptr(s), r.ptr, per, r.dtype); });
+    k(&Communicator::allgather, &Communicator::iallgather, NoAfter{}, send_ptr(s), r.ptr, per, r.dtype);
   }
-  void Allgather(const py::object& send, const py::object& recv) { allgather(send, recv, once()); }
+  void Allgather(const py::object& send, const py::object& recv) {
+    CallBufs a;
+    allgather(a, send, recv, once());
+  }
 
   template <typename K>
-  void gather(const py::object& send, const py::object& recv, int root, K&& k) {
-    Buf s, r;
+  void gather(CallBufs& a, const py::object& send, const py::object& recv, int root, K&& k) {
+    Buf &s = a.s, &r = a.r;
     to_buf(s, send, false, "Gather sendbuf");
     if (rank() == root) to_buf(r, recv, true, "Gather recvbuf");
     size_t per = s.count;
@@ -369,13 +481,16 @@ class PyComm {
       dt = r.dtype;
       if (!s.in_place) same_count(s, per, dt, "Gather sendbuf");
     }
-    k([c = c_.get(), &s, &r, per, dt, root] { return c->gather(send_ptr(s), r.ptr, per, dt, root); });
+    k(&Communicator::gather, &Communicator::igather, NoAfter{}, send_ptr(s), r.ptr, per, dt, root);
   }
-  void Gather(const py::object& send, const py::object& recv, int root) { gather(send, recv, root, once()); }
+  void Gather(const py::object& send, const py::object& recv, int root) {
+    CallBufs a;
+    gather(a, send, recv, root, once());
+  }
 
   template <typename K>
-  void scatter(const py::object& send, const py::object& recv, int root, K&& k) {
-    Buf s, r;
+  void scatter(CallBufs& a, const py::object& send, const py::object& recv, int root, K&& k) {
+    Buf &s = a.s, &r = a.r;
     to_buf(r, recv, true, "Scatter recvbuf");
     if (rank() == root) to_buf(s, send, false, "Scatter sendbuf");
     size_t per = r.count;
@@ -385,13 +500,16 @@ class PyComm {
     } else if (rank() == root) {
       same_count(s, per * static_cast<size_t>(size()), r.dtype, "Scatter sendbuf");
     }
-    k([c = c_.get(), &s, &r, per, root] { return c->scatter(send_ptr(s), r.ptr, per, r.dtype, root); });
+    k(&Communicator::scatter, &Communicator::iscatter, NoAfter{}, send_ptr(s), r.ptr, per, r.dtype, root);
   }
-  void Scatter(const py::object& send, const py::object& recv, int root) { scatter(send, recv, root, once()); }
+  void Scatter(const py::object& send, const py::object& recv, int root) {
+    CallBufs a;
+    scatter(a, send, recv, root, once());
+  }
 
   template <typename K>
-  void reduce_scatter(const py::object& send, const py::object& recv, Op op, K&& k) {
-    Buf s, r;
+  void reduce_scatter(CallBufs& a, const py::object& send, const py::object& recv, Op op, K&& k) {
+    Buf &s = a.s, &r = a.r;
     to_buf(r, recv, true, "Reduce_scatter recvbuf");
     to_buf(s, send, false, "Reduce_scatter sendbuf");
     size_t per = r.count;
@@ -401,33 +519,35 @@ class PyComm {
     } else {
       same_count(s, per * static_cast<size_t>(size()), r.dtype, "Reduce_scatter sendbuf");
     }
-    k([c = c_.get(), &s, &r, per, op, me = rank()] {
-      tt::Status st = c->reduce_scatter(send_ptr(s), r.ptr, per, r.dtype, op);
-      // In place, MPI puts this rank's block at the start of recvbuf (comm/ leaves it at its own offset).
-      const size_t es = tt::comm::dtype_size(r.dtype);
-      if (st.is_ok() && s.in_place && me > 0)
-        std::memmove(r.ptr, static_cast<char*>(r.ptr) + static_cast<size_t>(me) * per * es, per * es);
-      return st;
-    });
+    // In place, MPI puts this rank's block at the start of recvbuf (comm/ leaves it at its own offset).
+    const size_t block = per * tt::comm::dtype_size(r.dtype);
+    const size_t from = s.in_place ? static_cast<size_t>(rank()) * block : 0;
+    auto after = [p = static_cast<char*>(r.ptr), from, block] {
+      if (from > 0) std::memmove(p, p + from, block);
+    };
+    k(&Communicator::reduce_scatter, &Communicator::ireduce_scatter, after, send_ptr(s), r.ptr, per, r.dtype, op);
   }
   void Reduce_scatter(const py::object& send, const py::object& recv, Op op) {
-    reduce_scatter(send, recv, op, once());
+    CallBufs a;
+    reduce_scatter(a, send, recv, op, once());
   }
 
   template <typename K>
-  void alltoall(const py::object& send, const py::object& recv, K&& k) {
-    Buf s, r;
+  void alltoall(CallBufs& a, const py::object& send, const py::object& recv, K&& k) {
+    Buf &s = a.s, &r = a.r;
     to_buf(r, recv, true, "Alltoall recvbuf");
     to_buf(s, send, false, "Alltoall sendbuf");
     if (r.count % static_cast<size_t>(size()) != 0)
       throw py::value_error("Alltoall: recvbuf's " + std::to_string(r.count) + " elements are not a multiple of " +
                             std::to_string(size()) + " ranks");
     if (!s.in_place) same(s, r, 1, "Alltoall");
-    k([c = c_.get(), &s, &r, per = r.count / static_cast<size_t>(size())] {
-      return c->alltoall(send_ptr(s), r.ptr, per, r.dtype);
-    });
+    k(&Communicator::alltoall, &Communicator::ialltoall, NoAfter{}, send_ptr(s), r.ptr,
+      r.count / static_cast<size_t>(size()), r.dtype);
   }
-  void Alltoall(const py::object& send, const py::object& recv) { alltoall(send, recv, once()); }
+  void Alltoall(const py::object& send, const py::object& recv) {
+    CallBufs a;
+    alltoall(a, send, recv, once());
+  }
 
   // Benchmarks (bench/py_comm_bench.py): `iters` calls of one collective (by its Python name; Bcast takes recv) on
   // these buffers, converted once, back to back in C++ without the GIL; the seconds they took. Against the same calls
@@ -435,26 +555,72 @@ class PyComm {
   double time_loop(const std::string& what, const py::object& send, const py::object& recv, Op op, int root,
                    int iters) {
     double seconds = 0;
-    auto loop = [&](const auto& call) {
+    auto loop = [&](auto blocking, auto /*nonblocking*/, auto after, auto... args) {
       run([&]() -> tt::Status {
         const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) TT_TRY(call());
+        for (int i = 0; i < iters; ++i) {
+          TT_TRY((c_.get()->*blocking)(args...));
+          after();
+        }
         seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         return tt::Status::ok();
       });
     };
-    if (what == "Bcast") bcast(recv, root, loop);
-    else if (what == "Allreduce") allreduce(send, recv, op, loop);
-    else if (what == "Reduce") reduce(send, recv, op, root, loop);
-    else if (what == "Gather") gather(send, recv, root, loop);
-    else if (what == "Allgather") allgather(send, recv, loop);
-    else if (what == "Scatter") scatter(send, recv, root, loop);
-    else if (what == "Reduce_scatter") reduce_scatter(send, recv, op, loop);
-    else if (what == "Alltoall") alltoall(send, recv, loop);
+    CallBufs a;
+    if (what == "Bcast") bcast(a, recv, root, loop);
+    else if (what == "Allreduce") allreduce(a, send, recv, op, loop);
+    else if (what == "Reduce") reduce(a, send, recv, op, root, loop);
+    else if (what == "Gather") gather(a, send, recv, root, loop);
+    else if (what == "Allgather") allgather(a, send, recv, loop);
+    else if (what == "Scatter") scatter(a, send, recv, root, loop);
+    else if (what == "Reduce_scatter") reduce_scatter(a, send, recv, op, loop);
+    else if (what == "Alltoall") alltoall(a, send, recv, loop);
     else
       throw py::value_error("_time_loop: " + what +
                             " (Bcast, Allreduce, Reduce, Gather, Allgather, Scatter, Reduce_scatter, Alltoall)");
     return seconds;
+  }
+
+  // Note [non-blocking calls]: the I-methods. The arguments are converted and checked as for the blocking call, into
+  // the Request's own Bufs (which hold the buffers until it is waited for), and the operation is queued on the
+  // communicator's progress thread (comm/comm.h); the Request holds the Comm too.
+  template <typename F>
+  py::object nonblocking(PyObject* self, F&& convert_and_start) {
+    auto p = std::make_unique<Pending>();
+    p->comm = py::reinterpret_borrow<py::object>(self);
+    convert_and_start(*p);
+    return py::cast(PyRequest(std::move(p)));
+  }
+  py::object Ibarrier(PyObject* self) {
+    return nonblocking(self, [&](Pending& p) {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lock(mu_);
+      p.req = c_->ibarrier();
+    });
+  }
+  py::object Ibcast(PyObject* self, const py::object& buf, int root) {
+    return nonblocking(self, [&](Pending& p) { bcast(p.a, buf, root, start(p)); });
+  }
+  py::object Iallreduce(PyObject* self, const py::object& send, const py::object& recv, Op op) {
+    return nonblocking(self, [&](Pending& p) { allreduce(p.a, send, recv, op, start(p)); });
+  }
+  py::object Ireduce(PyObject* self, const py::object& send, const py::object& recv, Op op, int root) {
+    return nonblocking(self, [&](Pending& p) { reduce(p.a, send, recv, op, root, start(p)); });
+  }
+  py::object Iallgather(PyObject* self, const py::object& send, const py::object& recv) {
+    return nonblocking(self, [&](Pending& p) { allgather(p.a, send, recv, start(p)); });
+  }
+  py::object Igather(PyObject* self, const py::object& send, const py::object& recv, int root) {
+    return nonblocking(self, [&](Pending& p) { gather(p.a, send, recv, root, start(p)); });
+  }
+  py::object Iscatter(PyObject* self, const py::object& send, const py::object& recv, int root) {
+    return nonblocking(self, [&](Pending& p) { scatter(p.a, send, recv, root, start(p)); });
+  }
+  py::object Ireduce_scatter(PyObject* self, const py::object& send, const py::object& recv, Op op) {
+    return nonblocking(self, [&](Pending& p) { reduce_scatter(p.a, send, recv, op, start(p)); });
+  }
+  py::object Ialltoall(PyObject* self, const py::object& send, const py::object& recv) {
+    return nonblocking(self, [&](Pending& p) { alltoall(p.a, send, recv, start(p)); });
   }
 
  private:
@@ -623,8 +789,17 @@ PyObject* fast_method(const Signature& sig, PyObject* self, PyObject* const* arg
       c.comm().abandon(std::string(sig.name) + ": arguments that do not match its signature");
       return nullptr;
     }
-    c.guarded(sig.name, [&] { f(c, out); });
-    Py_RETURN_NONE;
+    PyObject* result = nullptr;
+    c.guarded(sig.name, [&] {
+      if constexpr (std::is_invocable_v<F&, PyComm&, PyObject**, PyObject*>) {
+        result = f(c, out, self).release().ptr();  // (the I-methods: their Request)
+      } else {
+        f(c, out);
+        Py_INCREF(Py_None);
+        result = Py_None;
+      }
+    });
+    return result;
   } catch (py::error_already_set& e) {
     e.restore();
   } catch (const py::builtin_exception& e) {
@@ -662,6 +837,17 @@ constexpr Signature kScatter{"Scatter", {"sendbuf", "recvbuf", "root"}, 3, 2};
 constexpr Signature kReduceScatter{"Reduce_scatter", {"sendbuf", "recvbuf", "op"}, 3, 2};
 constexpr Signature kAlltoall{"Alltoall", {"sendbuf", "recvbuf"}, 2, 2};
 constexpr int kFast = METH_FASTCALL | METH_KEYWORDS;
+
+constexpr Signature kIbarrier{"Ibarrier", {}, 0, 0};
+constexpr Signature kIbcast{"Ibcast", {"buf", "root"}, 2, 1};
+constexpr Signature kIallreduce{"Iallreduce", {"sendbuf", "recvbuf", "op"}, 3, 2};
+constexpr Signature kIreduce{"Ireduce", {"sendbuf", "recvbuf", "op", "root"}, 4, 1};
+constexpr Signature kIallgather{"Iallgather", {"sendbuf", "recvbuf"}, 2, 2};
+constexpr Signature kIgather{"Igather", {"sendbuf", "recvbuf", "root"}, 3, 1};
+constexpr Signature kIscatter{"Iscatter", {"sendbuf", "recvbuf", "root"}, 3, 2};
+constexpr Signature kIreduceScatter{"Ireduce_scatter", {"sendbuf", "recvbuf", "op"}, 3, 2};
+constexpr Signature kIalltoall{"Ialltoall", {"sendbuf", "recvbuf"}, 2, 2};
+using Self = PyObject*;
 
 PyMethodDef g_fast_methods[] = {
     {"Barrier", as_cfunction<fast<kBarrier, [](PyComm& c, Args) { c.Barrier(); }>>(), kFast,
@@ -713,6 +899,49 @@ PyMethodDef g_fast_methods[] = {
      as_cfunction<fast<kAlltoall, [](PyComm& c, Args a) { c.Alltoall(arg_or_none(a[0]), arg_or_none(a[1])); }>>(),
      kFast,
      "Alltoall(sendbuf, recvbuf)\n\nPiece q of every rank's sendbuf into rank q's recvbuf, in rank order."},
+    // Note [non-blocking calls]
+    {"Ibarrier", as_cfunction<fast<kIbarrier, [](PyComm& c, Args, Self self) { return c.Ibarrier(self); }>>(), kFast,
+     "Ibarrier() -> Request\n\nBarrier, started: Wait() on the Request returns once every rank has called it."},
+    {"Ibcast",
+     as_cfunction<fast<kIbcast, [](PyComm& c, Args a, Self self) {
+       return c.Ibcast(self, arg_or_none(a[0]), root_arg(a[1], "Ibcast"));
+     }>>(),
+     kFast, "Ibcast(buf, root=0) -> Request\n\nBcast, started (buf is held, and must not be touched, until Wait())."},
+    {"Iallreduce",
+     as_cfunction<fast<kIallreduce, [](PyComm& c, Args a, Self self) {
+       return c.Iallreduce(self, arg_or_none(a[0]), arg_or_none(a[1]), op_arg(a[2], "Iallreduce"));
+     }>>(),
+     kFast, "Iallreduce(sendbuf, recvbuf, op=SUM) -> Request\n\nAllreduce, started (the buffers are held until Wait())."},
+    {"Ireduce",
+     as_cfunction<fast<kIreduce, [](PyComm& c, Args a, Self self) {
+       return c.Ireduce(self, arg_or_none(a[0]), arg_or_none(a[1]), op_arg(a[2], "Ireduce"), root_arg(a[3], "Ireduce"));
+     }>>(),
+     kFast, "Ireduce(sendbuf, recvbuf=None, op=SUM, root=0) -> Request\n\nReduce, started."},
+    {"Iallgather",
+     as_cfunction<fast<kIallgather, [](PyComm& c, Args a, Self self) {
+       return c.Iallgather(self, arg_or_none(a[0]), arg_or_none(a[1]));
+     }>>(),
+     kFast, "Iallgather(sendbuf, recvbuf) -> Request\n\nAllgather, started."},
+    {"Igather",
+     as_cfunction<fast<kIgather, [](PyComm& c, Args a, Self self) {
+       return c.Igather(self, arg_or_none(a[0]), arg_or_none(a[1]), root_arg(a[2], "Igather"));
+     }>>(),
+     kFast, "Igather(sendbuf, recvbuf=None, root=0) -> Request\n\nGather, started."},
+    {"Iscatter",
+     as_cfunction<fast<kIscatter, [](PyComm& c, Args a, Self self) {
+       return c.Iscatter(self, arg_or_none(a[0]), arg_or_none(a[1]), root_arg(a[2], "Iscatter"));
+     }>>(),
+     kFast, "Iscatter(sendbuf, recvbuf, root=0) -> Request\n\nScatter, started."},
+    {"Ireduce_scatter",
+     as_cfunction<fast<kIreduceScatter, [](PyComm& c, Args a, Self self) {
+       return c.Ireduce_scatter(self, arg_or_none(a[0]), arg_or_none(a[1]), op_arg(a[2], "Ireduce_scatter"));
+     }>>(),
+     kFast, "Ireduce_scatter(sendbuf, recvbuf, op=SUM) -> Request\n\nReduce_scatter, started."},
+    {"Ialltoall",
+     as_cfunction<fast<kIalltoall, [](PyComm& c, Args a, Self self) {
+       return c.Ialltoall(self, arg_or_none(a[0]), arg_or_none(a[1]));
+     }>>(),
+     kFast, "Ialltoall(sendbuf, recvbuf) -> Request\n\nAlltoall, started."},
 };
 
 }  // namespace
@@ -753,6 +982,27 @@ PYBIND11_MODULE(_comm, m) {
   py::class_<SharedBuffer>(m, "_SharedBuffer", py::buffer_protocol())
       .def_buffer([](SharedBuffer& b) { return b.info(); });
 
+  // Note [non-blocking calls]
+  py::class_<PyRequest>(m, "Request")
+      .def("Wait", &PyRequest::Wait,
+           "Waits for the operation (without the GIL), then lets its buffers go; raises as the blocking call would.")
+      .def("Test", &PyRequest::Test, "Whether the operation is done (and if so, Wait() returns at once).")
+      .def_static(
+          "Waitall",
+          [](const py::iterable& requests) {
+            // Every request is waited for (so that all their buffers are let go); the first error is raised.
+            std::unique_ptr<py::error_already_set> first;
+            for (py::handle r : requests) {
+              try {
+                r.cast<PyRequest&>().Wait();
+              } catch (py::error_already_set& e) {
+                if (!first) first = std::make_unique<py::error_already_set>(std::move(e));
+              }
+            }
+            if (first) throw std::move(*first);
+          },
+          py::arg("requests"), "Waits for every Request of `requests`; raises the first error after all are done.");
+
   py::class_<PyComm>(m, "Comm")
       .def_property_readonly("rank", &PyComm::rank)
       .def_property_readonly("size", &PyComm::size)
@@ -789,6 +1039,9 @@ PYBIND11_MODULE(_comm, m) {
     }
     Py_DECREF(descr);
   }
+
+  m.def("_numpy_direct_reads", [] { return g_numpy_reads; },
+        "Tests only: how many numpy arrays the calls have read directly (Note [numpy arrays]).");
 
   m.def("world", [] {
     // The rendezvous waits for the other ranks: without the GIL.

@@ -7,16 +7,18 @@ tensors, without copies:
     comm.Allreduce(tc.IN_PLACE, x, op=tc.SUM)
     comm.Bcast(x, root=0)
     y = comm.zeros(1 << 20)                # in the job's shared memory: the fastest buffers for collectives
+    req = comm.Iallreduce(tc.IN_PLACE, y)  # started; compute meanwhile, leaving y alone
+    req.Wait()                             # (also req.Test(), tc.Request.Waitall([...]))
 
 Errors raise CommError subclasses: CommTimeoutError (a rank did not arrive within TIERTRAIN_COMM_TIMEOUT),
 CommMismatchError (ranks called with different sizes, types or ops), CommAbortedError (a rank died or gave up).
 """
 
 from ._comm import (AVG, IN_PLACE, MAX, MIN, PROD, SUM, Comm, CommAbortedError, CommError,  # noqa: F401
-                    CommMismatchError, CommTimeoutError, Op, world)
+                    CommMismatchError, CommTimeoutError, Op, Request, world)
 
-__all__ = ["world", "Comm", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "IN_PLACE", "CommError", "CommTimeoutError",
-           "CommMismatchError", "CommAbortedError"]
+__all__ = ["world", "Comm", "Request", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "IN_PLACE", "CommError",
+           "CommTimeoutError", "CommMismatchError", "CommAbortedError"]
 
 
 def zeros(shape, dtype="float32"):
