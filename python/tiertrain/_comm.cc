@@ -693,11 +693,12 @@ class SharedBuffer {
 // pybind11 does.
 // On the H200 host the layer cost about 1.1 us a call (8 B, 8 ranks, Python loop against the same calls from C++ in
 // the same process: Bcast 1.83 against 0.72 us), 3-4 times what it costs on the dev machine; at 1 MiB a pooled gather
-// takes 10-12 us there, so the layer alone was 10%. Hence also, a call: the buffers' views on the stack (no
+// takes 9-16 us there, so the layer alone was 7-12%. Hence also, a call: the buffers' views on the stack (no
 // allocation), the collective handed to its continuation as a lambda (no std::function), self's PyComm read from
 // pybind11's instance and the op found by identity (no type lookups in pybind11's hash table), numpy arrays read
 // directly (Note [numpy arrays]), Barrier a fast method too. On the dev machine (bench/py_layer_cost.py: 1 rank, 8 B,
-// through a closure, the eight collectives) that took the layer from 227-361 to 110-170 ns a call (Barrier 181 -> 96).
+// through a closure, the eight collectives) that took the layer from 227-361 to 110-170 ns a call (Barrier 181 -> 96;
+// docs/benchmarks/2026-11-30-h200x2-comm-python-layer/dev-layer-cost.txt).
 struct Signature {
   const char* name;
   std::array<const char*, 4> params;
