@@ -217,8 +217,10 @@ def nonblocking(comm: tc.Comm) -> None:
     expect(np.array_equal(rs[:2], n * (np.arange(2) + 2 * me) + total), "Ireduce_scatter in place")
     ag = np.zeros(2 * n, np.int64)
     req = comm.Iallgather(np.full(2, me, np.int64), ag)
+    deadline = time.monotonic() + 60
     while not req.Test():
-        pass
+        expect(time.monotonic() < deadline, "Test() never said done")
+        time.sleep(0)
     expect(np.array_equal(ag, np.repeat(np.arange(n), 2)), "Iallgather")
     expect(req.Test(), "Test after completion")
     req.Wait()  # (again: returns at once)
@@ -244,10 +246,31 @@ def nonblocking(comm: tc.Comm) -> None:
     expect(held, "the buffer was not held while the operation was in flight")
     arr.append(2.0)  # let go after Wait
     expect(list(arr[:4]) == [float(n)] * 4, "Iallreduce of an array.array")
-    # A Request dropped at once waits in its destructor.
+    # A Request dropped at once waits in its destructor, and does what comes after the call (the in-place
+    # Reduce_scatter's move of this rank's block to the start).
     z = np.ones(16, np.float32)
     comm.Iallreduce(tc.IN_PLACE, z)
     expect(np.array_equal(z, np.full(16, float(n))), "a dropped Request completed")
+    rs2 = np.arange(2 * n, dtype=np.float32) + me
+    comm.Ireduce_scatter(tc.IN_PLACE, rs2, op=tc.SUM)
+    expect(np.array_equal(rs2[:2], n * (np.arange(2) + 2 * me) + total), "a dropped in-place Ireduce_scatter")
+    # Two threads waiting on one Request: both return once it is done, neither crashes.
+    big = np.ones(1 << 16, np.float32)
+    req = comm.Iallreduce(tc.IN_PLACE, big)
+    waiters = [threading.Thread(target=req.Wait) for _ in range(2)]
+    for t in waiters:
+        t.start()
+    for t in waiters:
+        t.join()
+    expect(np.array_equal(big[:4], np.full(4, float(n))), "two waiters")
+    # Waitall takes Requests only: anything else is a TypeError before any is waited for.
+    req = comm.Ibarrier()
+    try:
+        tc.Request.Waitall([req, "not a request"])
+        raise AssertionError("Waitall took a string")
+    except TypeError as e:
+        expect("every item must be a Request" in str(e), str(e))
+    req.Wait()
     # I-calls and blocking calls in call order.
     w, v = np.ones(4), np.full(4, 2.0)
     req = comm.Iallreduce(tc.IN_PLACE, w)
@@ -269,25 +292,29 @@ def nonblocking(comm: tc.Comm) -> None:
     t.start()
     req = comm.Ibarrier()
     time.sleep(0.01)
-    before = ticks[0]
+    before, t0 = ticks[0], time.monotonic()
     req.Wait()
-    during = ticks[0] - before
+    during, waited = ticks[0] - before, time.monotonic() - t0
     stop.set()
     t.join()
     if me == 0 and n > 1:
-        expect(during > 50, f"the other thread ran only {during} times during a 0.5 s Wait: the GIL was held")
+        # A tick a ms while the GIL is free; at least a tenth of that (a busy machine), over a wait of ~0.5 s.
+        expect(waited > 0.2 and during > 0.1 * waited * 1000,
+               f"the other thread ran only {during} times during a {waited:.2f} s Wait: the GIL was held")
     print(f"rank {me}: nonblocking right")
 
 
 def nonblocking_mismatch(comm: tc.Comm) -> None:
     """Different counts in an I-call: CommMismatchError at Wait (and at Waitall), on every rank."""
     x = np.ones(10 + comm.rank, np.float32)
+    good = comm.Ibarrier()
     req = comm.Iallreduce(tc.IN_PLACE, x)
     try:
-        tc.Request.Waitall([req])
+        tc.Request.Waitall([req, good])  # (the error raised once both are done)
         raise AssertionError("mismatched Iallreduce did not raise")
     except tc.CommMismatchError as e:
         expect("ranks disagree" in str(e), str(e))
+    expect(good.Test(), "the good Request was not waited for")
     print(f"rank {comm.rank}: nonblocking mismatch right")
 
 

@@ -61,6 +61,16 @@ def test_nonblocking_calls(ranks):
     assert "rank 0: nonblocking right" in r.stdout
 
 
+def test_an_argument_error_in_a_nonblocking_call_gives_the_communicator_up():
+    """Note [non-blocking calls]: arguments are checked before anything is started; an error abandons the
+    communicator, as for the blocking calls (its peers are told instead of waiting)."""
+    comm = tc.world()
+    with pytest.raises(ValueError, match="Allreduce recvbuf: the buffer is not C-contiguous"):
+        comm.Iallreduce(tc.IN_PLACE, np.zeros((4, 4), np.float32)[:, ::2])
+    with pytest.raises(tc.CommError, match="unusable|abandon"):
+        comm.Ibarrier().Wait()
+
+
 def test_a_mismatched_nonblocking_call_raises_at_wait_on_every_rank():
     r = run(3, "nonblocking_mismatch", {"TIERTRAIN_COMM_TIMEOUT": "30"})
     assert r.returncode == 0, r.stdout + r.stderr

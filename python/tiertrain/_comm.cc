@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "comm/comm.h"
 #include "core/log.h"
@@ -304,32 +306,45 @@ struct Pending {
   tt::comm::Request req;
   std::function<void()> after;
   py::object comm;
+  // The wait and what comes after it, done once whoever waits (two threads may Wait on one Request).
+  std::once_flag waited;
+  tt::Status status;
+  void wait_once() {  // (without the GIL)
+    std::call_once(waited, [&] {
+      status = req.wait();
+      if (status.is_ok() && after) after();
+    });
+  }
 };
 
 class PyRequest {
  public:
-  explicit PyRequest(std::unique_ptr<Pending> p) : p_(std::move(p)) {}
+  explicit PyRequest(std::shared_ptr<Pending> p) : p_(std::move(p)) {}
   PyRequest(PyRequest&&) noexcept = default;
-  PyRequest& operator=(PyRequest&&) noexcept = default;
+  PyRequest& operator=(PyRequest&&) = delete;  // (would drop a Pending without waiting)
   ~PyRequest() {
     if (!p_) return;
+    // Dropped before it was waited for: waited for here (what comes after it too), its error logged.
     if (finalizing()) {
-      (void)p_->req.wait();  // (the progress thread needs no GIL)
+      p_->wait_once();  // (the progress thread needs no GIL)
     } else {
       py::gil_scoped_release nogil;
-      (void)p_->req.wait();
+      p_->wait_once();
     }
+    if (!p_->status.is_ok())
+      TT_LOG(WARN, COMM, "a Request dropped before Wait() failed: %s", p_->status.to_string().c_str());
     p_.reset();
   }
   void Wait() {
-    if (!p_) return;
-    tt::Status st;
+    std::shared_ptr<Pending> p = p_;  // (with the GIL) this waiter's hold on it, whoever lets go first
+    if (!p) return;
     {
       py::gil_scoped_release nogil;
-      st = p_->req.wait();
-      if (st.is_ok() && p_->after) p_->after();
+      p->wait_once();
     }
-    p_.reset();  // the buffers let go, with the GIL
+    p_.reset();
+    const tt::Status st = p->status;
+    p.reset();  // the last holder lets the buffers go, with the GIL
     check(st);
   }
   bool Test() {
@@ -346,7 +361,7 @@ class PyRequest {
     return _Py_IsFinalizing() != 0;
 #endif
   }
-  std::unique_ptr<Pending> p_;  // null once waited for
+  std::shared_ptr<Pending> p_;  // null once waited for
 };
 
 class PyComm {
@@ -586,7 +601,7 @@ class PyComm {
   // communicator's progress thread (comm/comm.h); the Request holds the Comm too.
   template <typename F>
   py::object nonblocking(PyObject* self, F&& convert_and_start) {
-    auto p = std::make_unique<Pending>();
+    auto p = std::make_shared<Pending>();
     p->comm = py::reinterpret_borrow<py::object>(self);
     convert_and_start(*p);
     return py::cast(PyRequest(std::move(p)));
@@ -992,10 +1007,18 @@ PYBIND11_MODULE(_comm, m) {
           "Waitall",
           [](const py::iterable& requests) {
             // Every request is waited for (so that all their buffers are let go); the first error is raised.
-            std::unique_ptr<py::error_already_set> first;
+            // (Every element is checked to be a Request before any is waited for.)
+            std::vector<std::pair<py::object, PyRequest*>> all;  // (held: a generator's items have no other holder)
             for (py::handle r : requests) {
+              if (!py::isinstance<PyRequest>(r))
+                throw py::type_error("Request.Waitall: every item must be a Request, got " +
+                                     std::string(py::str(py::type::of(r))));
+              all.emplace_back(py::reinterpret_borrow<py::object>(r), &r.cast<PyRequest&>());
+            }
+            std::unique_ptr<py::error_already_set> first;
+            for (auto& [obj, r] : all) {
               try {
-                r.cast<PyRequest&>().Wait();
+                r->Wait();
               } catch (py::error_already_set& e) {
                 if (!first) first = std::make_unique<py::error_already_set>(std::move(e));
               }

@@ -2,8 +2,11 @@
 // the argument errors ("misuse") a rank reports to all its peers instead of leaving them waiting. Internal to comm/.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <string>
 
 #include "comm/comm.h"
 
@@ -16,6 +19,37 @@ inline const char* kind_name(int64_t k) {
 }
 
 inline bool is_rooted(int64_t k) { return k == kBroadcast || k == kReduce || k == kGather || k == kScatter; }
+
+// Why a communicator became unusable: its first error, or abandon()'s reason. Written by a failed call (on the
+// progress thread for a non-blocking one) or by abandon() (on the caller's thread, e.g. Python's after an argument
+// error while an operation is in flight), read by every later call: safe from several threads.
+class Broken {
+ public:
+  // Sets the reason unless one is set already; whether it did.
+  bool set_first(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (set_.load(std::memory_order_relaxed)) return false;
+    why_ = why;
+    set_.store(true, std::memory_order_release);
+    return true;
+  }
+  // Sets the reason, replacing any earlier one.
+  void set(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    why_ = why;
+    set_.store(true, std::memory_order_release);
+  }
+  bool is_set() const { return set_.load(std::memory_order_acquire); }
+  std::string why() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return why_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string why_;
+  std::atomic<bool> set_{false};
+};
 
 enum Misuse : int32_t { kNoMisuse = 0, kBadRoot = 1, kInPlaceNotRoot = 2, kNotDeviceMemory = 3 };
 

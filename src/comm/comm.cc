@@ -375,7 +375,7 @@ Status shm_options_from_env(ShmOptions* shm) {
     TT_TRY(env_setting("TIERTRAIN_COMM_POOL", 0, kMax, "bytes, 0 (no pool) or more", &shm->pool_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_WAIT_US", 0, 60'000'000, "microseconds, 0 to 60000000",
                      &shm->thread_wait_us));
-  if (std::getenv("TIERTRAIN_COMM_INLINE") != nullptr)  // unset: ShmOptions' auto (-1)
+  if (const char* v = std::getenv("TIERTRAIN_COMM_INLINE"); v != nullptr && *v != '\0')  // unset: auto (-1)
     TT_TRY(env_setting("TIERTRAIN_COMM_INLINE", 0, 1, "0 or 1", &shm->inline_small));
   int pin = shm->thread_pin ? 1 : 0;
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_PIN", 0, 1, "0 or 1", &pin));

@@ -104,7 +104,7 @@ class MpiComm final : public Communicator {
   int64_t sequence() const override { return seq_.load(std::memory_order_relaxed); }
   void abandon(const std::string& why) override {
     // MPI has no way to tell the peers; they fail at their deadline (or when mpirun stops the job on our exit).
-    if (broken_.empty()) broken_ = "abandoned: " + why;
+    broken_.set_first("abandoned: " + why);
   }
 
  protected:
@@ -232,8 +232,8 @@ class MpiComm final : public Communicator {
 
   // The description exchange and its checks (the misuse flag: one rank's bad argument, reported by all).
   Status begin(int64_t kind, size_t count, DType d, Op op, int root, bool in_place_misuse) {
-    TT_RETURN_IF(!broken_.empty(), kFailedPrecondition, "mpi communicator (rank %d): unusable after an earlier error: %s",
-                 rank_, broken_.c_str());
+    TT_RETURN_IF(broken_.is_set(), kFailedPrecondition, "mpi communicator (rank %d): unusable after an earlier error: %s",
+                 rank_, broken_.why().c_str());
     const int64_t seq = ++seq_;
     cur_kind_ = kind;
     int64_t mine[kDescriptionWords];
@@ -267,7 +267,7 @@ class MpiComm final : public Communicator {
     }
   }
   Status fail(Status s) {
-    broken_ = s.message();
+    broken_.set(s.message());
     return s;
   }
 
@@ -278,7 +278,7 @@ class MpiComm final : public Communicator {
                       MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
   std::atomic<int64_t> seq_{0};
   int64_t cur_kind_ = 0;
-  std::string broken_;
+  Broken broken_;  // (read and written from several threads)
 };
 
 }  // namespace

@@ -96,7 +96,7 @@ class NcclComm final : public NcclCommunicator {
     stop_progress();
     if (device_ >= 0) cudaSetDevice(device_);
     if (comm_ != nullptr) {
-      if (broken_.empty()) {
+      if (!broken_.is_set()) {
         cudaStreamSynchronize(stream_);
         ncclCommDestroy(comm_);
       } else {
@@ -167,7 +167,7 @@ class NcclComm final : public NcclCommunicator {
   std::string placement() const override { return placement_; }
   int device() const override { return device_; }
   void abandon(const std::string& why) override {
-    if (broken_.empty()) broken_ = "abandoned: " + why;
+    broken_.set_first("abandoned: " + why);
     host_->abandon(why);
   }
 
@@ -265,8 +265,8 @@ class NcclComm final : public NcclCommunicator {
   }
 
   Status queue(cudaStream_t s, const Call& c) {
-    TT_RETURN_IF(!broken_.empty(), kFailedPrecondition, "nccl communicator (rank %d): unusable after an earlier error: %s",
-                 rank(), broken_.c_str());
+    TT_RETURN_IF(broken_.is_set(), kFailedPrecondition, "nccl communicator (rank %d): unusable after an earlier error: %s",
+                 rank(), broken_.why().c_str());
     DeviceGuard on(device_);
     const int64_t seq = ++seq_;
     last_ = c.kind;
@@ -425,8 +425,8 @@ class NcclComm final : public NcclCommunicator {
 
   // Everything queued on s done, within the deadline; NCCL's asynchronous errors reported.
   Status wait(cudaStream_t s) {
-    TT_RETURN_IF(!broken_.empty(), kFailedPrecondition, "nccl communicator (rank %d): unusable after an earlier error: %s",
-                 rank(), broken_.c_str());
+    TT_RETURN_IF(broken_.is_set(), kFailedPrecondition, "nccl communicator (rank %d): unusable after an earlier error: %s",
+                 rank(), broken_.why().c_str());
     DeviceGuard on(device_);
     TT_TRY(cuda(cudaEventRecord(done_, s), "cudaEventRecord"));
     const auto start = std::chrono::steady_clock::now();
@@ -465,7 +465,7 @@ class NcclComm final : public NcclCommunicator {
   }
 
   Status fail(Status s) {
-    if (broken_.empty()) broken_ = s.message();
+    broken_.set_first(s.message());
     host_->abandon(s.message());
     return s;
   }
@@ -479,7 +479,8 @@ class NcclComm final : public NcclCommunicator {
   void* scratch_ = nullptr;
   std::atomic<int64_t> seq_{0};
   Kind last_ = kBarrier;
-  std::string broken_, placement_;
+  Broken broken_;  // (read and written from several threads)
+  std::string placement_;
 };
 
 }  // namespace

@@ -145,7 +145,7 @@ struct alignas(64) Header {
   std::atomic<uint64_t> reduce_span;  // Note [reduction rounds]: this rank's TIERTRAIN_COMM_REDUCE_SPAN
   std::atomic<uint64_t> pool_ok;      // Note [shared buffers]: 1 once this rank has mapped every rank's pool
   std::atomic<uint64_t> cma_huge_bytes;  // Note [single copy by pages]: this rank's TIERTRAIN_COMM_CMA_HUGE_BYTES
-  std::atomic<uint64_t> inline_small;    // Note [inline rounds]: 1 if this rank's TIERTRAIN_COMM_INLINE is on
+  std::atomic<uint64_t> inline_small;    // Note [inline rounds]: 1 if this rank wants them (inline_wanted())
   Arrival arrived;
   Arrival group;  // Note [arrival tree]: written by a group's leader once its members have arrived
   Flag reduced;
@@ -272,7 +272,7 @@ class ShmComm final : public Communicator {
   int64_t sequence() const override { return seq_.load(std::memory_order_relaxed); }
   std::string placement() const override { return placement_; }
   void abandon(const std::string& why) override {
-    if (broken_.empty()) broken_ = "abandoned: " + why;
+    broken_.set_first("abandoned: " + why);
     hdr(rank_)->aborted.value.store(1, std::memory_order_release);
   }
   bool peer_gave_up() const override {
@@ -364,7 +364,7 @@ class ShmComm final : public Communicator {
   Status cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool write);
   void probe_single_copy();
   Status fail(Status s) {
-    broken_ = s.message();
+    broken_.set(s.message());
     failed_.store(true, std::memory_order_relaxed);
     hdr(rank_)->aborted.value.store(1, std::memory_order_release);
     return s;
@@ -485,7 +485,7 @@ class ShmComm final : public Communicator {
   // A reduction's sources, size() for each part of the crew (the first size() the caller's; reduce_scatter uses
   // those alone).
   std::vector<const void*> reduce_srcs_;
-  std::string broken_;
+  Broken broken_;  // (read and written from several threads)
   // Set with broken_ (read by free_buffer from any thread): after a failed call a peer may still be reading or
   // writing this rank's pooled buffers, so their ranges are not handed out again (Note [shared buffers]).
   std::atomic<bool> failed_{false};
@@ -867,8 +867,8 @@ Status ShmComm::place(void* p) {
 
 Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, bool in_place_misuse,
                       size_t out_bytes) {
-  TT_RETURN_IF(!broken_.empty(), kFailedPrecondition,
-               "shm communicator (rank %d): unusable after an earlier error: %s", rank_, broken_.c_str());
+  TT_RETURN_IF(broken_.is_set(), kFailedPrecondition,
+               "shm communicator (rank %d): unusable after an earlier error: %s", rank_, broken_.why().c_str());
   const int64_t seq = ++seq_;
   cur_ = Meta{};
   cur_.seq = seq;
