@@ -113,9 +113,7 @@ Status Request::wait() {
 }
 
 bool Request::test() const {
-  if (!state_) return false;
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->done;
+  return state_ != nullptr && state_->ready.load(std::memory_order_acquire);  // (status written before ready)
 }
 
 struct Communicator::Progress {
@@ -169,6 +167,12 @@ Request Communicator::submit(std::function<Status()> op) {
         } catch (const std::exception& e) {  // an operation never throws, but a worker thread must not terminate
           s = make_status(StatusCode::kInternal, "collective failed with an exception: %s", e.what());
         }
+        // No longer in flight before it is seen done: a blocking call made right after its wait() runs inline
+        // instead of behind it in the queue.
+        {
+          std::lock_guard<std::mutex> lock(p->mu);
+          --p->in_flight;
+        }
         {
           std::lock_guard<std::mutex> lock(item.second->mu);
           item.second->status = std::move(s);
@@ -176,11 +180,6 @@ Request Communicator::submit(std::function<Status()> op) {
           item.second->ready.store(true, std::memory_order_release);
         }
         item.second->cv.notify_all();
-        {
-          std::lock_guard<std::mutex> lock(p->mu);
-          --p->in_flight;
-        }
-        p->cv.notify_all();
       }
     });
     progress_ = std::move(fresh);  // published once its thread exists
