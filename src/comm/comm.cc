@@ -81,7 +81,7 @@ Result<Op> parse_op(const std::string& name) {
 // 41 us on the dev machine against 0.15 us for the blocking call. So the waiter spins on `ready` for up to
 // kHandoffSpin before it sleeps, and the progress thread, after an operation, spins as long on `queued` for the next
 // one before it sleeps: back-to-back operations and prompt waits pay no sleep; an idle thread gives its CPU back
-// within 50 us.
+// within 50 us. From Python (1 rank, dev machine): 41 us -> 1.0 us for an 8 B Iallreduce and its Wait.
 constexpr std::chrono::microseconds kHandoffSpin{50};
 
 // Spins (cpu_relax) until pred() holds or `spin` has passed; whether it holds.
