@@ -130,8 +130,8 @@ def main() -> None:
 
             for k in range(a.pairs):
                 # The first pair warms up and settles the number of calls; the others time as many. From the second
-                # pair on, the two loops take turns at going first (C++ first in the second, fourth, ... pair), so that whatever
-                # favours the first or the second loop of a pair falls on both.
+                # pair on, the two loops take turns at going first (C++ first in the second, fourth, ... pair), so
+                # that whatever favours the first or the second loop of a pair falls on both.
                 if k > 0 and k % 2 == 1:
                     cpp_loop()
                 t, iters = mean_time_per_call(call, a.warmup if k == 0 else 0, iters, comm.Barrier, mean_over_ranks,
@@ -146,7 +146,8 @@ def main() -> None:
                          "size": count * 4, "count": count, "in_place": in_place, "time_us": t * 1e6,
                          "algbw_gbs": alg, "busbw_gbs": alg * factor, "cpp_loop_time_us": t_cpp * 1e6,
                          "py_over_cpp_loop": t_cpp / t,
-                         "py_over_cpp_loop_best": min(ts_cpp) / min(ts), "pairs": a.pairs, "iters": iters, "time_us_all": [x * 1e6 for x in ts],
+                         "py_over_cpp_loop_best": min(ts_cpp) / min(ts), "pairs": a.pairs, "iters": iters,
+                         "time_us_all": [x * 1e6 for x in ts],
                          "cpp_loop_time_us_all": [x * 1e6 for x in ts_cpp]})
         if me == 0:
             print("%12d %13d %9.2f %8.2f %8.2f %9.2f %8.2f %8.2f %9.2f %7.3f %9.2f %7.3f" % (

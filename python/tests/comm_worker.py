@@ -278,29 +278,12 @@ def nonblocking(comm: tc.Comm) -> None:
     req.Wait()
     expect(np.array_equal(w, np.full(4, float(n))) and np.array_equal(v, np.full(4, 2.0 * n)), "call order")
     # The GIL is free while Wait waits for a late rank.
-    ticks = [0]
-    stop = threading.Event()
-
-    def spin() -> None:
-        while not stop.is_set():
-            ticks[0] += 1
-            time.sleep(0.001)
-
     if me == 1:
         time.sleep(0.5)
-    t = threading.Thread(target=spin)
-    t.start()
     req = comm.Ibarrier()
-    time.sleep(0.01)
-    before, t0 = ticks[0], time.monotonic()
-    req.Wait()
-    during, waited = ticks[0] - before, time.monotonic() - t0
-    stop.set()
-    t.join()
+    during, waited = ticks_during(req.Wait)
     if me == 0 and n > 1:
-        # A tick a ms while the GIL is free; at least a tenth of that (a busy machine), over a wait of ~0.5 s.
-        expect(waited > 0.2 and during > 0.1 * waited * 1000,
-               f"the other thread ran only {during} times during a {waited:.2f} s Wait: the GIL was held")
+        expect_gil_free(during, waited, "Wait")
     print(f"rank {me}: nonblocking right")
 
 
@@ -360,8 +343,9 @@ def torch_cuda(comm: tc.Comm) -> None:
     print(f"rank {comm.rank}: torch cuda right")
 
 
-def gil(comm: tc.Comm) -> None:
-    """While rank 0 waits in a collective for a late rank 1, another Python thread of rank 0 runs."""
+def ticks_during(call) -> tuple[int, float]:
+    """call() while another Python thread of this rank counts once a ms whenever it gets the GIL: the count while
+    call() ran, and the seconds it took."""
     ticks = [0]
     stop = threading.Event()
 
@@ -370,20 +354,32 @@ def gil(comm: tc.Comm) -> None:
             ticks[0] += 1
             time.sleep(0.001)
 
-    if comm.rank == 1:
-        time.sleep(0.5)
     t = threading.Thread(target=spin)
     t.start()
     time.sleep(0.01)
-    before = ticks[0]
-    x = np.ones(10, np.float32)
-    comm.Allreduce(tc.IN_PLACE, x)
-    during = ticks[0] - before
+    before, t0 = ticks[0], time.monotonic()
+    call()
+    during, took = ticks[0] - before, time.monotonic() - t0
     stop.set()
     t.join()
+    return during, took
+
+
+def expect_gil_free(during: int, took: float, what: str) -> None:
+    # A tick a ms while the GIL is free; at least a tenth of that (a busy machine), over a wait of ~0.5 s.
+    expect(took > 0.2 and during > 0.1 * took * 1000,
+           f"the other thread ran only {during} times during a {took:.2f} s {what}: the GIL was held")
+
+
+def gil(comm: tc.Comm) -> None:
+    """While rank 0 waits in a collective for a late rank 1, another Python thread of rank 0 runs."""
+    if comm.rank == 1:
+        time.sleep(0.5)
+    x = np.ones(10, np.float32)
+    during, took = ticks_during(lambda: comm.Allreduce(tc.IN_PLACE, x))
     expect(x[0] == comm.size, "GIL Allreduce result")
     if comm.rank == 0:
-        expect(during > 50, f"the other thread ran only {during} times during a 0.5 s wait: the GIL was held")
+        expect_gil_free(during, took, "wait")
     print(f"rank {comm.rank}: other thread ran {during} times during the wait")
 
 
@@ -585,4 +581,5 @@ if __name__ == "__main__":
     {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
-     "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch, "op_by_value": op_by_value}[sys.argv[1]](c)
+     "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,
+     "op_by_value": op_by_value}[sys.argv[1]](c)

@@ -35,30 +35,29 @@ def run(ranks: int, scenario: str, env: dict | None = None, timeout: float = 240
                           env=e, capture_output=True, text=True, timeout=timeout)
 
 
+def run_right(ranks: int, scenario: str, line: str, env: dict | None = None) -> None:
+    """Runs the scenario and checks that every rank succeeded and that `line` was printed."""
+    r = run(ranks, scenario, env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert line in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 3])
 def test_every_collective_dtype_and_op_against_numpy(ranks):
-    r = run(ranks, "collectives", {"TIERTRAIN_COMM_BUFFER": "262144"})
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "rank 0: all collectives right" in r.stdout
+    run_right(ranks, "collectives", "rank 0: all collectives right", {"TIERTRAIN_COMM_BUFFER": "262144"})
 
 
 def test_numpy_arrays_of_every_kind():
-    r = run(3, "array_kinds")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "rank 0: array kinds right" in r.stdout
+    run_right(3, "array_kinds", "rank 0: array kinds right")
 
 
 def test_an_op_given_by_value():
-    r = run(3, "op_by_value")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "rank 0: op by value right" in r.stdout
+    run_right(3, "op_by_value", "rank 0: op by value right")
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3])
 def test_nonblocking_calls(ranks):
-    r = run(ranks, "nonblocking")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "rank 0: nonblocking right" in r.stdout
+    run_right(ranks, "nonblocking", "rank 0: nonblocking right")
 
 
 def test_an_argument_error_in_a_nonblocking_call_gives_the_communicator_up():
@@ -108,9 +107,7 @@ def test_dlpack_tensors_without_copies():
 
 
 def test_a_cuda_tensor_is_refused_by_a_host_backend():
-    r = run(2, "cuda_refused")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "rank 0: cuda refused right" in r.stdout
+    run_right(2, "cuda_refused", "rank 0: cuda refused right")
 
 
 def cuda_devices() -> int:
@@ -124,15 +121,12 @@ def cuda_devices() -> int:
 @pytest.mark.skipif(cuda_devices() < 1, reason="needs torch with a CUDA device")
 def test_torch_cuda_tensors_through_nccl():
     ranks = min(cuda_devices(), 2)
-    r = run(ranks, "torch_cuda", {"TIERTRAIN_COMM_BACKEND": "nccl", "NCCL_NVLS_ENABLE": "0"})
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "rank 0: torch cuda right" in r.stdout
+    run_right(ranks, "torch_cuda", "rank 0: torch cuda right",
+              {"TIERTRAIN_COMM_BACKEND": "nccl", "NCCL_NVLS_ENABLE": "0"})
 
 
 def test_the_benchmarks_cpp_loop_runs_the_collective_on_the_buffers_given():
-    r = run(2, "time_loop")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "rank 0: time loop right" in r.stdout
+    run_right(2, "time_loop", "rank 0: time loop right")
 
 
 def test_the_python_benchmark_times_at_least_min_ms_and_warms_its_first_size_longer(tmp_path):

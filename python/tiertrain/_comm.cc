@@ -927,7 +927,8 @@ PyMethodDef g_fast_methods[] = {
      as_cfunction<fast<kIallreduce, [](PyComm& c, Args a, Self self) {
        return c.Iallreduce(self, arg_or_none(a[0]), arg_or_none(a[1]), op_arg(a[2], "Iallreduce"));
      }>>(),
-     kFast, "Iallreduce(sendbuf, recvbuf, op=SUM) -> Request\n\nAllreduce, started (the buffers are held until Wait())."},
+     kFast,
+     "Iallreduce(sendbuf, recvbuf, op=SUM) -> Request\n\nAllreduce, started (the buffers are held until Wait())."},
     {"Ireduce",
      as_cfunction<fast<kIreduce, [](PyComm& c, Args a, Self self) {
        return c.Ireduce(self, arg_or_none(a[0]), arg_or_none(a[1]), op_arg(a[2], "Ireduce"), root_arg(a[3], "Ireduce"));
@@ -987,7 +988,7 @@ PYBIND11_MODULE(_comm, m) {
             {py::object(m.attr("PROD")).release().ptr(), Op::kProd},
             {py::object(m.attr("MIN")).release().ptr(), Op::kMin},
             {py::object(m.attr("MAX")).release().ptr(), Op::kMax},
-            {py::object(m.attr("AVG")).release().ptr(), Op::kAvg}}};  // owned for the life of the process, as g_in_place
+            {py::object(m.attr("AVG")).release().ptr(), Op::kAvg}}};  // owned for the process's life (as g_in_place)
 
   // IN_PLACE: a unique sentinel object, compared by identity.
   py::object sentinel = py::module_::import("types").attr("SimpleNamespace")();

@@ -232,7 +232,8 @@ class MpiComm final : public Communicator {
 
   // The description exchange and its checks (the misuse flag: one rank's bad argument, reported by all).
   Status begin(int64_t kind, size_t count, DType d, Op op, int root, bool in_place_misuse) {
-    TT_RETURN_IF(broken_.is_set(), kFailedPrecondition, "mpi communicator (rank %d): unusable after an earlier error: %s",
+    TT_RETURN_IF(broken_.is_set(), kFailedPrecondition,
+                 "mpi communicator (rank %d): unusable after an earlier error: %s",
                  rank_, broken_.why().c_str());
     const int64_t seq = ++seq_;
     cur_kind_ = kind;

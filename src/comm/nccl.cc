@@ -265,7 +265,8 @@ class NcclComm final : public NcclCommunicator {
   }
 
   Status queue(cudaStream_t s, const Call& c) {
-    TT_RETURN_IF(broken_.is_set(), kFailedPrecondition, "nccl communicator (rank %d): unusable after an earlier error: %s",
+    TT_RETURN_IF(broken_.is_set(), kFailedPrecondition,
+                 "nccl communicator (rank %d): unusable after an earlier error: %s",
                  rank(), broken_.why().c_str());
     DeviceGuard on(device_);
     const int64_t seq = ++seq_;
@@ -425,7 +426,8 @@ class NcclComm final : public NcclCommunicator {
 
   // Everything queued on s done, within the deadline; NCCL's asynchronous errors reported.
   Status wait(cudaStream_t s) {
-    TT_RETURN_IF(broken_.is_set(), kFailedPrecondition, "nccl communicator (rank %d): unusable after an earlier error: %s",
+    TT_RETURN_IF(broken_.is_set(), kFailedPrecondition,
+                 "nccl communicator (rank %d): unusable after an earlier error: %s",
                  rank(), broken_.why().c_str());
     DeviceGuard on(device_);
     TT_TRY(cuda(cudaEventRecord(done_, s), "cudaEventRecord"));
