@@ -87,7 +87,8 @@ struct Buf {
   Py_buffer view;  // (a raw Py_buffer, not py::buffer_info, which copies shape, strides and format a call)
   py::object capsule;  // DLPack
   DLManagedTensor* managed = nullptr;
-  py::object array;  // a numpy array read directly (Note [numpy arrays]): held, so that it cannot be resized meanwhile
+  py::object array;  // a numpy array read directly (Note [numpy arrays]): held, so that it cannot be resized while a
+                     // call or a Request (Note [non-blocking calls]) uses it
   Buf() = default;
   Buf(const Buf&) = delete;
   Buf& operator=(const Buf&) = delete;
@@ -391,11 +392,6 @@ class PyComm {
   bool gpu() const { return gpu_; }
   Communicator& comm() { return *c_; }
 
-  // Element counts per the NCCL conventions of comm/comm.h, worked out from the buffers.
-  void Barrier() {
-    run([&] { return c_->barrier(); });
-  }
-
   // The continuation of the blocking methods (Note [python calls]): the call, once, and what comes after it.
   auto once() {
     return [this](auto blocking, auto /*nonblocking*/, auto after, auto... args) {
@@ -410,9 +406,7 @@ class PyComm {
   auto start(Pending& p) {
     return [this, &p](auto /*blocking*/, auto nonblocking, auto after, auto... args) {
       p.after = after;
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      p.req = (c_.get()->*nonblocking)(args...);
+      locked([&] { p.req = (c_.get()->*nonblocking)(args...); });
     };
   }
   // The send side of a call: its buffer, or kInPlace.
@@ -424,6 +418,13 @@ class PyComm {
   // do after a successful call (reduce_scatter's in-place move) and the call's arguments. k calls one of them: once
   // (once(), for the methods), in a timed loop (time_loop), or starts it (start(), the I-methods). No allocation a
   // blocking call, and one definition of each collective for all three.
+  // The collectives. Element counts per the NCCL conventions of comm/comm.h, worked out from the buffers.
+  template <typename K>
+  void barrier(K&& k) {
+    k(&Communicator::barrier, &Communicator::ibarrier, NoAfter{});
+  }
+  void Barrier() { barrier(once()); }
+
   template <typename K>
   void bcast(CallBufs& a, const py::object& buf, int root, K&& k) {
     Buf& r = a.r;
@@ -607,11 +608,7 @@ class PyComm {
     return py::cast(PyRequest(std::move(p)));
   }
   py::object Ibarrier(PyObject* self) {
-    return nonblocking(self, [&](Pending& p) {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      p.req = c_->ibarrier();
-    });
+    return nonblocking(self, [&](Pending& p) { barrier(start(p)); });
   }
   py::object Ibcast(PyObject* self, const py::object& buf, int root) {
     return nonblocking(self, [&](Pending& p) { bcast(p.a, buf, root, start(p)); });
@@ -644,13 +641,14 @@ class PyComm {
   // holding it.
   template <typename F>
   void run(F&& f) {
-    tt::Status s;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      s = f();
-    }
-    check(s);
+    check(locked(f));
+  }
+  // f() without the GIL, holding the communicator's lock (the calls and the I-calls' starts alike).
+  template <typename F>
+  auto locked(F&& f) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    return f();
   }
   void divisible(size_t count, const std::string& what) const {
     if (count % static_cast<size_t>(size()) != 0)
