@@ -329,7 +329,8 @@ const std::vector<std::string>& environment_variables() {
       "TIERTRAIN_COMM_CMA_BYTES", "TIERTRAIN_COMM_TREE_RANKS", "TIERTRAIN_COMM_HUGE_BYTES",
       "TIERTRAIN_COMM_CMA_HUGE_BYTES", "TIERTRAIN_COMM_PROFILE", "TIERTRAIN_COMM_REDUCE_SPAN",
       "TIERTRAIN_COMM_THREADS", "TIERTRAIN_COMM_THREAD_BYTES", "TIERTRAIN_COMM_THREAD_WAIT_US",
-      "TIERTRAIN_COMM_THREAD_PIN", "TIERTRAIN_COMM_POOL", "TIERTRAIN_COMM_INLINE", "TIERTRAIN_CPUS_BOUND"};
+      "TIERTRAIN_COMM_THREAD_PIN", "TIERTRAIN_COMM_POOL", "TIERTRAIN_COMM_INLINE", "TIERTRAIN_COMM_ROOTED",
+      "TIERTRAIN_CPUS_BOUND"};
   return vars;
 }
 
@@ -376,6 +377,9 @@ Status shm_options_from_env(ShmOptions* shm) {
                      &shm->thread_wait_us));
   if (const char* v = std::getenv("TIERTRAIN_COMM_INLINE"); v != nullptr && *v != '\0')  // unset: auto (-1)
     TT_TRY(env_setting("TIERTRAIN_COMM_INLINE", 0, 1, "0 or 1", &shm->inline_small));
+  int rooted = shm->rooted ? 1 : 0;
+  TT_TRY(env_setting("TIERTRAIN_COMM_ROOTED", 0, 1, "0 or 1", &rooted));
+  shm->rooted = rooted != 0;
   int pin = shm->thread_pin ? 1 : 0;
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_PIN", 0, 1, "0 or 1", &pin));
   shm->thread_pin = pin != 0;

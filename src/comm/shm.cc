@@ -22,6 +22,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "comm/collective.h"
@@ -54,9 +55,10 @@ namespace {
 // it in round r + 2 it has seen every peer arrive at round r + 1, which no peer does before it has finished round r
 // (its reads of half h included). For the same reason a peer is never more than one round ahead of a rank still in
 // round r, so the meta half a rank checks in round r is the one its peers wrote for round r. No round ends with a
-// barrier.
-constexpr uint64_t kMagic = 0x7474636f6d6d3039ull;  // "ttcomm09": halves, arrival lines, single copies, tree, span,
-                                                    // shared buffers, agreed single copies by pages, inline rounds
+// barrier. (Rounds that wait for their root alone, Note [rooted rounds], keep the same rule in a general form.)
+constexpr uint64_t kMagic = 0x7474636f6d6d3130ull;  // "ttcomm10": halves, arrival lines, single copies, tree, span,
+                                                    // shared buffers, agreed single copies by pages, inline rounds,
+                                                    // rooted rounds
 constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buffer is not in the rank's pool
 
 // Note [shared buffers]
@@ -99,6 +101,33 @@ constexpr size_t kSharedBytes = 64 << 10;
 // at init) keeps the areas. By default on in worlds of up to 16 ranks (ShmOptions::inline_small, with the H200
 // host's numbers).
 constexpr size_t kInlineBytes = 8;
+
+// Note [rooted rounds]
+// A broadcast or gather of one round that reads nothing from the pools (below kSharedBytes a rank, or without
+// pools) moves data between its root and each other rank only, so in step 2 of Note [shm rounds] a rank other than
+// the root (a spoke) waits for the root's arrival alone and checks its description against the root's; the root
+// waits for every rank and checks them all, as in any round. Every round of the other collectives, and of larger
+// ones, waits for every rank. At 32 ranks the flat wait reads 31 lines on every rank, each line read by 31 ranks,
+// and the tree takes two steps: a spoke now reads one line, and only the root reads the others'.
+// The rule of Note [shm rounds] that makes the halves safe to write again is kept in a general form: before a rank
+// writes half h in round r (its meta half, input half, inline slot), whoever read its half in the last round that
+// used it (u = use_[h], r - 2 or earlier) has arrived at u + 1, so is done with round u. After a round that waited
+// for every rank that holds already (seen_all_); after a rooted one a spoke's reader was its root, and the root's
+// were all ranks (free_half). In a loop of broadcasts the root's wait for every rank at round r is the one it
+// needs before it writes round r + 1 anyway, and a spoke's wait for the root's arrival at r - 1 has passed already:
+// each call costs about one pass of lines from the root to the spokes or back, against a wait of every rank for
+// every rank. No rank gets more than one round ahead of the root, and a spoke at round r has seen the root pass
+// r - 1, which needed every rank at r - 1, so a rank is never more than two rounds ahead of another: its reader set
+// for every half holds whoever can still read it.
+// Mismatches: the root compares every rank's description with its own, so it finds any difference; a spoke finds
+// one between itself and the root. A spoke that agrees with its root returns with the right result even where
+// another spoke differed, and its next call fails, at once (the root gave up: `aborted`) or at the deadline. Where
+// ranks disagree about the kind of a round (one takes a full round, another a rooted one), the full round's rank may
+// read a spoke's arrival line while the spoke writes its next round's description there (it did not wait for that
+// rank): the fields are written seq first and read seq last (publish, describes), so a torn read finds a seq that
+// is not this round's and falls back to the meta halves. A root that gives up waiting because a rank that arrived
+// gave up names that rank's difference (wait_for). TIERTRAIN_COMM_ROOTED=0 (on any rank, agreed at init) keeps
+// every round full.
 constexpr size_t kPoolGranule = 64 << 10;
 
 struct alignas(64) Flag {
@@ -146,6 +175,7 @@ struct alignas(64) Header {
   std::atomic<uint64_t> pool_ok;      // Note [shared buffers]: 1 once this rank has mapped every rank's pool
   std::atomic<uint64_t> cma_huge_bytes;  // Note [single copy by pages]: this rank's TIERTRAIN_COMM_CMA_HUGE_BYTES
   std::atomic<uint64_t> inline_small;    // Note [inline rounds]: 1 if this rank wants them (inline_wanted())
+  std::atomic<uint64_t> rooted_small;    // Note [rooted rounds]: 1 if this rank wants them (ShmOptions::rooted)
   Arrival arrived;
   Arrival group;  // Note [arrival tree]: written by a group's leader once its members have arrived
   Flag reduced;
@@ -319,13 +349,14 @@ class ShmComm final : public Communicator {
   Status fail_misuse() { return round(nullptr, 0, [](int64_t) { return Status::ok(); }); }
   // One round: steps 1-3 of Note [shm rounds] with `bytes` of input copied from `in` (or written by fill), then
   // work(round), then step 5.
+  // hub >= 0: a rooted round of that root (Note [rooted rounds]).
   template <typename Work>
-  Status round(const void* in, size_t bytes, Work&& work) {
-    return round_fill([&](char* dst) { crew_copy(dst, in, bytes, false); }, std::forward<Work>(work));
+  Status round(const void* in, size_t bytes, Work&& work, int hub = -1) {
+    return round_fill([&](char* dst) { crew_copy(dst, in, bytes, false); }, std::forward<Work>(work), hub);
   }
   // The same, with the input written into this rank's input area by fill(area) (no staging copy).
   template <typename Fill, typename Work>
-  Status round_fill(Fill&& fill, Work&& work);
+  Status round_fill(Fill&& fill, Work&& work, int hub = -1);
   // Waits until flag(peer) >= target for every peer (or for `only` if >= 0); on a timeout or a dead peer, an error
   // naming them, and the communicator is broken.
   template <typename F>
@@ -369,7 +400,8 @@ class ShmComm final : public Communicator {
     hdr(rank_)->aborted.value.store(1, std::memory_order_release);
     return s;
   }
-  Status check_metas();
+  // The description check of step 2 (Note [arrival line]) against every peer, or against `only` alone.
+  Status check_metas(int only = -1);
   // scatter, reduce_scatter, alltoall: from src (size() pieces of `count` elements of es bytes), the `bytes` from
   // element `off` of every piece, one after the other in `area`.
   void lay_out_pieces(char* area, const char* src, size_t count, size_t off, size_t bytes, size_t es) const {
@@ -454,6 +486,24 @@ class ShmComm final : public Communicator {
     return opt_.inline_small < 0 ? size_ <= ShmOptions::kInlineAutoRanks : opt_.inline_small != 0;
   }
   bool inline_ = false;     // the current round's input is in the arrival lines (reset by begin())
+  // Note [rooted rounds]: agreed at init (a world of one has no peers to wait for either way).
+  bool rooted_on_ = false;
+  // The hub of a broadcast's or gather's round (Note [rooted rounds]): its root where the call is one round (count
+  // elements in rounds of `chunk`) that reads nothing from the pools (after publish_send), else -1. Alike on every
+  // rank whose description matches.
+  int rooted_hub(size_t count, size_t chunk, int root) const {
+    return rooted_on_ && count <= chunk && !may_share_ ? root : -1;
+  }
+  // Note [rooted rounds]: the last round that used each half, and who read this rank's half in it (a rank, or -1:
+  // every peer); and a round every peer is known to have arrived at.
+  struct HalfUse {
+    int64_t round = 0;
+    int reader = -1;
+  };
+  HalfUse use_[2];
+  int64_t seen_all_ = 0;
+  // Waits until the readers of the current half's last round are done with it (Note [rooted rounds]).
+  Status free_half();
   size_t reduce_round_bytes_ = 0;  // Note [reduction rounds]: the most bytes a reduction round takes per rank
   int group_ = 0;  // Note [arrival tree]: ranks per group when rounds arrive through the tree; 0: flat
   // Copies part of the collective's result into the caller's buffer, shared out over the crew when it is large
@@ -648,6 +698,7 @@ Status ShmComm::init() {
     h->reduce_span.store(static_cast<uint64_t>(opt_.reduce_span), std::memory_order_relaxed);
     h->cma_huge_bytes.store(static_cast<uint64_t>(opt_.cma_huge_bytes), std::memory_order_relaxed);
     h->inline_small.store(inline_wanted() ? 1 : 0, std::memory_order_relaxed);
+    h->rooted_small.store(opt_.rooted ? 1 : 0, std::memory_order_relaxed);
     // Note [single copy]: peers of this user may attach to read and write the buffers given to gather and scatter.
     if (opt_.cma_bytes > 0 && size_ > 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     h->arrived.value.store(0, std::memory_order_relaxed);
@@ -732,6 +783,7 @@ Status ShmComm::init() {
     cma_bytes_ = agreed(&Header::cma_bytes);
     cma_huge_bytes_ = agreed(&Header::cma_huge_bytes);  // Note [single copy by pages]
     inline_on_ = agreed(&Header::inline_small) != 0;     // Note [inline rounds]
+    rooted_on_ = agreed(&Header::rooted_small) != 0;     // Note [rooted rounds]
     // Note [shared buffers]: used only where every rank could map every pool.
     if (pool_bytes_ > 0 && agreed(&Header::pool_ok) == 0) {
       TT_LOG(WARN, COMM,
@@ -766,13 +818,14 @@ Status ShmComm::init() {
   peer_recv_.assign(static_cast<size_t>(size_), kNoPool);
   TT_LOG(INFO, COMM,
          "shm communicator: rank %d of %d, %s segments, %s; pool %s; single copies %s; arrival %s; inline rounds %s; "
-         "%d thread(s)%s",
+         "rooted rounds %s; %d thread(s)%s",
          rank_, size_, format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
          pool_ != nullptr ? format_bytes(static_cast<int64_t>(pool_bytes_)).c_str()
          : pool_bytes_ > 0 ? "off (not mapped everywhere)"
                            : "none",
          cma_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(cma_bytes_)) + " a piece").c_str() : "off",
          group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat", inline_on_ ? "on" : "off",
+         rooted_on_ ? "on" : "off",
          crew_->size(),
          crew_->pinned().empty() ? "" : " (helpers pinned)");
   return Status::ok();
@@ -924,6 +977,13 @@ Status ShmComm::wait_for(F Header::*flag, int64_t target, const char* what, Pick
       std::vector<int> gave_up;
       for (int q = 0; q < size_; ++q)
         if (q != rank_ && hdr(q)->aborted.value.load(std::memory_order_acquire) != 0) gave_up.push_back(q);
+      // A rank that gave up after arriving at this round with another description (it found the mismatch first:
+      // Note [rooted rounds]) is named for that difference. Its meta half holds this round's: it writes no more.
+      if constexpr (std::is_same_v<F, Arrival>)
+        if (flag == &Header::arrived && target == cur_.round)
+          for (int q : gave_up)
+            if (hdr(q)->arrived.value.load(std::memory_order_acquire) == target)
+              if (Status m = check_metas(q); !m.is_ok()) return m;
       if (!gave_up.empty())
         return fail(make_status(StatusCode::kAborted,
                                 "%s #%lld (rank %d of %d): rank(s) %s gave up on an error of their own (see their "
@@ -957,7 +1017,8 @@ Status ShmComm::wait_for(F Header::*flag, int64_t target, const char* what, Pick
 // descriptions there with its own; if all are equal and no rank (itself included) reports a misuse, the round checks
 // out. The line may already hold a peer's next round (a peer can be one round ahead, and its stores may be seen
 // half done), but a peer only gets ahead after its own check of round r passed against this rank's description, so
-// a peer that is ahead agrees with this rank about round r. Whatever it reads there, the fast check passes only if
+// a peer that is ahead agrees with this rank about round r (a spoke of a rooted round checks the root alone, and
+// every other rank only where the ranks disagree about the kind of the round: Note [rooted rounds]). Whatever it reads there, the fast check passes only if
 // the round checks out; when it does not pass, the full check reads the meta halves (which hold round r's
 // descriptions, Note [shm rounds]) and names the ranks and fields that differ.
 static int64_t pack_description(const Meta& m) {
@@ -968,29 +1029,33 @@ static int64_t pack_description(const Meta& m) {
 
 // Writes round r's description (packed: pack_description(m)) into a line, then its value = r with release: an
 // arrival line, or a group line (Note [arrival tree]).
+// The description goes in seq first and is read seq last, each store a release and each load an acquire: a reader
+// that finds the old seq found the old count and packed too (Note [rooted rounds]). Free on x86.
 static void publish(Arrival& a, const Meta& m, int64_t packed, int64_t r) {
   a.seq.store(m.seq, std::memory_order_relaxed);
-  a.count.store(m.count, std::memory_order_relaxed);
-  a.packed.store(packed, std::memory_order_relaxed);
+  a.count.store(m.count, std::memory_order_release);
+  a.packed.store(packed, std::memory_order_release);
   a.value.store(r, std::memory_order_release);
 }
 
 // Whether a line describes the round as m does (the fast check of Note [arrival line]).
 static bool describes(const Arrival& a, const Meta& m, int64_t packed) {
-  return a.seq.load(std::memory_order_relaxed) == m.seq && a.count.load(std::memory_order_relaxed) == m.count &&
-         a.packed.load(std::memory_order_relaxed) == packed;
+  return a.packed.load(std::memory_order_acquire) == packed && a.count.load(std::memory_order_acquire) == m.count &&
+         a.seq.load(std::memory_order_acquire) == m.seq;
 }
 
-Status ShmComm::check_metas() {
+Status ShmComm::check_metas(int only) {
+  const auto checked = [&](int r) { return r != rank_ && (only < 0 || r == only); };
   if (cur_.misuse == kNoMisuse) {
     const int64_t packed = pack_description(cur_);
     bool same = true;
     for (int r = 0; r < size_ && same; ++r)
-      if (r != rank_) same = describes(hdr(r)->arrived, cur_, packed);
+      if (checked(r)) same = describes(hdr(r)->arrived, cur_, packed);
     if (same) return Status::ok();
   }
   std::string misuse;
   for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && !checked(r)) continue;
     const int32_t m = r == rank_ ? cur_.misuse : hdr(r)->meta[half_].misuse;
     if (m != kNoMisuse) misuse += str_format("%srank %d %s", misuse.empty() ? "" : "; ", r, misuse_text(m));
   }
@@ -1000,7 +1065,7 @@ Status ShmComm::check_metas() {
                             misuse.c_str()));
   std::string diffs;
   for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
+    if (!checked(r)) continue;
     const Meta& m = hdr(r)->meta[half_];
     std::string d;
     if (m.seq != cur_.seq) d += str_format(" collective #%lld", static_cast<long long>(m.seq));
@@ -1048,26 +1113,46 @@ Status ShmComm::check_tree() {
   return check_metas();  // every rank's line, and the exact message where they differ
 }
 
+Status ShmComm::free_half() {
+  const HalfUse u = use_[half_];
+  const int64_t done = u.round + 1;  // a reader is done with round u.round once it has arrived at the next
+  if (u.round == 0 || size_ == 1 || seen_all_ >= done) return Status::ok();
+  if (u.reader >= 0) return wait_all(&Header::arrived, done, "waiting for the root to finish the round before", u.reader);
+  TT_TRY(wait_all(&Header::arrived, done, "waiting for the ranks to finish the round before"));
+  seen_all_ = done;
+  return Status::ok();
+}
+
 template <typename Fill, typename Work>
-Status ShmComm::round_fill(Fill&& fill, Work&& work) {
+Status ShmComm::round_fill(Fill&& fill, Work&& work, int hub) {
   const int64_t r = ++round_;
   Header* me = hdr(rank_);
   half_ = static_cast<size_t>(r % 2);
+  // Note [rooted rounds]: the readers of this half in its last round (r - 2 or earlier) are done with it. After a
+  // round that waited for every rank this costs nothing: they arrived at r - 1.
+  TT_TRY(free_half());
+  const bool spoke = hub >= 0 && hub != rank_;  // waits for the hub alone
+  use_[half_] = {r, spoke ? hub : -1};
   jitter(r);
   auto t = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   cur_.round = r;
-  me->meta[half_] = cur_;  // (its readers of round r - 2 are done: they arrived at r - 1)
+  me->meta[half_] = cur_;
   // Note [inline rounds]: a small round's data goes into the arrival line right before the arrival is published,
   // so that the peers polling that line do not take it away in between.
   fill(input(rank_));
   if (profile_) lap(&prof_.fill, &t);
   publish(me->arrived, cur_, pack_description(cur_), r);
-  if (group_ > 0) {
+  if (spoke) {
+    TT_TRY(wait_all(&Header::arrived, r, "waiting for the root to arrive", hub));
+    TT_TRY(check_metas(hub));
+  } else if (group_ > 0 && hub < 0) {
     TT_TRY(arrive_tree(r));
     TT_TRY(check_tree());
+    seen_all_ = r;
   } else {
     if (size_ > 1) TT_TRY(wait_all(&Header::arrived, r, "waiting for the ranks to arrive"));
     TT_TRY(check_metas());
+    seen_all_ = r;
   }
   jitter(3 * r + 1);  // (tests) readers late too, so that a writer that does not wait for them overwrites their data
   if (profile_) lap(&prof_.arrive, &t);
@@ -1144,7 +1229,7 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
       if (may_share_ && hdr(root)->meta[half_].send_off != kNoPool)  // done with the root's buffer
         hdr(rank_)->reduced.value.store(r, std::memory_order_release);
       return Status::ok();
-    });
+    }, rooted_hub(count, c, root));
   }));
   // The root's buffer is the caller's again once every rank has read it.
   return wait_readers(last_shared, "waiting for the ranks to read the root's buffer");
@@ -1298,7 +1383,7 @@ Status ShmComm::gather_rounds(const void* send, void* recv, size_t count, DType 
         hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with this round's sources
       }
       return Status::ok();
-    });
+    }, root >= 0 ? rooted_hub(count, c, root) : -1);
   }));
   // This rank's send buffer is the caller's again once its readers are done with it.
   if (root < 0) return wait_readers(last_shared, "waiting for the ranks to read this rank's buffer");

@@ -654,6 +654,87 @@ int run_small_rounds() {
   return wrong == 0 ? 0 : 1;
 }
 
+// Note [rooted rounds]: gathers and broadcasts of one round back to back from changing roots, of 4-8 B (inline where
+// on) and of 160 B (the areas), new values every call, each checked, and a full round now and then. With jitter, a
+// rank that writes its half again before the reader of its last round there is done (a gather's root, a
+// broadcast's ranks) shows as a wrong element.
+int run_rooted_rounds() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  const int rank = c.rank(), n = c.size();
+  int wrong = 0;
+  for (int it = 0; it < 600; ++it) {
+    const int roots[2] = {(it * 5 + 1) % n, (it * 3 + 2) % n};
+    for (int k = 0; k < 4; ++k) {
+      const size_t len = k < 2 ? 1 : 40;
+      const int root = roots[k % 2], broot = roots[(k + 1) % 2];
+      std::vector<int32_t> mine(len), all(len * static_cast<size_t>(n), -1);
+      for (size_t i = 0; i < len; ++i) mine[i] = it * 1000 + rank * 50 + static_cast<int32_t>(i);
+      CHECK_OK(c.gather(mine.data(), all.data(), len, DType::kI32, root));
+      if (rank == root)
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < len; ++i)
+            wrong += all[static_cast<size_t>(q) * len + i] != it * 1000 + q * 50 + static_cast<int32_t>(i);
+      std::vector<float> b(2 * len, -1.0f);
+      if (rank == broot)
+        for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(it * 100 + broot * 10) + static_cast<float>(i);
+      CHECK_OK(c.broadcast(comm::kInPlace, b.data(), b.size(), DType::kF32, broot));
+      for (size_t i = 0; i < b.size(); ++i)
+        wrong += b[i] != static_cast<float>(it * 100 + broot * 10) + static_cast<float>(i);
+    }
+    if (it % 40 == 0) {
+      int64_t x = rank + it;
+      CHECK_OK(c.allreduce(comm::kInPlace, &x, 1, DType::kI64, Op::kSum));
+      wrong += x != static_cast<int64_t>(n) * it + n * (n - 1) / 2;
+    }
+    if (it % 97 == 0) CHECK_OK(c.barrier());
+  }
+  std::printf("rank %d: rooted rounds %s (%d wrong)\n", rank, wrong == 0 ? "right" : "WRONG", wrong);
+  return wrong == 0 ? 0 : 1;
+}
+
+// Note [rooted rounds]: a mismatch in a rooted round (TT_ROOTED=bcast: rank 1 broadcasts 3 elements where the others
+// broadcast 2 from rank 0; gather: rank 0 gathers i32 where the others gather f32 to rank 2; late: rank 1 never calls
+// the broadcast) is an error on the root and on the rank that differs, naming the difference (or the late rank);
+// every other rank gets an error at its next call at the latest, at once (late: within the deadline).
+int run_rooted_errors() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  const std::string what = std::getenv("TT_ROOTED") ? std::getenv("TT_ROOTED") : "";
+  const int rank = c.rank();
+  if (what == "late" && rank == 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    return 0;
+  }
+  std::vector<float> x(4, 1.0f), all(4 * static_cast<size_t>(c.size()));
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s;
+  int root = 0;
+  std::string want;  // what the root's and the differing rank's errors say
+  if (what == "bcast") {
+    s = c.broadcast(comm::kInPlace, x.data(), rank == 1 ? 3 : 2, DType::kF32, 0);
+    want = rank == 0 ? "rank 1 has count 3" : "rank 0 has count 2";
+  } else if (what == "gather") {
+    root = 2;
+    s = c.gather(x.data(), all.data(), 1, rank == 0 ? DType::kI32 : DType::kF32, root);
+    want = rank == root ? "rank 0 has dtype i32" : "rank 2 has dtype f32";
+  } else {
+    s = c.broadcast(comm::kInPlace, x.data(), 2, DType::kF32, 0);
+    want = "rank(s) 1 did not arrive within 1.0 s";
+  }
+  const bool named = rank == root || (what != "late" && rank == 1 - root / 2);  // the root, and the rank that differs
+  Status next = c.barrier();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("rank %d: after %.2f s: %s; then %s\n", rank, secs, s.to_string().c_str(), next.to_string().c_str());
+  // (Late: the root's own deadline, or the other rank's, which waits for rank 1 too in its next call, came first.)
+  if (named && s.message().find(want) == std::string::npos &&
+      (what != "late" || s.message().find("still waiting for rank(s) 1") == std::string::npos))
+    return 1;
+  return !next.is_ok() && secs < (what == "late" ? 2.5 : 1.5) ? 0 : 1;
+}
+
 // Note [shared buffers]: each rank overwrites its pooled buffers the moment a collective returns (send buffers of
 // allreduce, reduce, allgather, reduce_scatter and alltoall; a broadcast root's buffer); a peer still reading them
 // then gets NaNs, which its checks see. The pool must be there (the communicator's log line says so).
@@ -740,6 +821,8 @@ int rank_main(const std::string& scenario) {
   if (scenario == "mismatch") return run_mismatch();
   if (scenario == "broadcast_mix") return run_broadcast_mix();
   if (scenario == "small_rounds") return run_small_rounds();
+  if (scenario == "rooted_rounds") return run_rooted_rounds();
+  if (scenario == "rooted_errors") return run_rooted_errors();
   if (scenario == "pool_reuse") return run_pool_reuse();
   if (scenario == "peer_exits") return run_peer_exits();
   if (scenario == "crash") return run_crash();
@@ -1311,6 +1394,33 @@ TEST(Comm, SmallRoundsBackToBackWithLateReadersAreRight) {
     const bool on_all = std::string(on) == "1";
     EXPECT_NE(j.output.find(on_all ? "inline rounds on" : "inline rounds off"), std::string::npos) << j.output;
     EXPECT_EQ(j.output.find(on_all ? "inline rounds off" : "inline rounds on"), std::string::npos) << j.output;
+  }
+}
+
+// Note [rooted rounds]: rooted rounds back to back with late readers, flat and through the arrival tree, inline and
+// in the areas, and (rank 1 alone turning them off, which turns them off everywhere) as full rounds.
+TEST(Comm, RootedRoundsBackToBackWithLateReadersAreRight) {
+  const std::tuple<int, const char*, const char*, const char*> runs[] = {
+      {2, "0", "1", "1"}, {3, "0", "1", "1"}, {4, "0", "1", "1"}, {4, "2", "1", "1"},
+      {3, "0", "0", "1"}, {4, "2", "0", "1"}, {3, "0", "1", "0"}};  // ranks, tree from, inline, rank 1's rooted
+  for (const auto& [ranks, tree, inl, on] : runs) {
+    const Job j = launch(ranks, "rooted_rounds",
+                         std::string("TT_LOG_COMM=1 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_TREE_RANKS=") + tree +
+                             " TIERTRAIN_COMM_INLINE=" + inl + " TT_RANK1_ENV=TIERTRAIN_COMM_ROOTED=" + on);
+    SCOPED_TRACE(std::to_string(ranks) + " ranks, tree from " + tree + ", inline " + inl + ", rooted " + on);
+    EXPECT_EQ(j.code, 0) << j.output;
+    EXPECT_NE(j.output.find("rank 0: rooted rounds right"), std::string::npos) << j.output;
+    const bool on_all = std::string(on) == "1";
+    EXPECT_NE(j.output.find(on_all ? "rooted rounds on" : "rooted rounds off"), std::string::npos) << j.output;
+    EXPECT_EQ(j.output.find(on_all ? "rooted rounds off" : "rooted rounds on"), std::string::npos) << j.output;
+  }
+}
+
+TEST(Comm, RootedRoundsNameMismatchesAndLateRanksAndTheOthersFailNext) {
+  for (const char* what : {"bcast", "gather", "late"}) {
+    const Job j = launch(3, "rooted_errors", std::string("TT_ROOTED=") + what + " TIERTRAIN_COMM_TIMEOUT=" +
+                                                 (std::string(what) == "late" ? "1" : "20"));
+    EXPECT_EQ(j.code, 0) << what << "\n" << j.output;
   }
 }
 
