@@ -103,8 +103,9 @@ constexpr size_t kSharedBytes = 64 << 10;
 constexpr size_t kInlineBytes = 8;
 
 // Note [rooted rounds]
-// A broadcast or gather of one round that reads nothing from the pools (below kSharedBytes a rank, or without
-// pools) moves data between its root and each other rank only, so in step 2 of Note [shm rounds] a rank other than
+// A broadcast, gather, scatter or reduce (where every rank's input is read whole, kDirectReduceBytes) of one round
+// that reads nothing from the pools (below kSharedBytes a rank, or without pools) moves data between its root and
+// each other rank only, so in step 2 of Note [shm rounds] a rank other than
 // the root (a spoke) waits for the root's arrival alone and checks its description against the root's; the root
 // waits for every rank and checks them all, as in any round. Every round of the other collectives, and of larger
 // ones, waits for every rank. At 32 ranks the flat wait reads 31 lines on every rank, each line read by 31 ranks,
@@ -488,7 +489,7 @@ class ShmComm final : public Communicator {
   bool inline_ = false;     // the current round's input is in the arrival lines (reset by begin())
   // Note [rooted rounds]: agreed at init (a world of one has no peers to wait for either way).
   bool rooted_on_ = false;
-  // The hub of a broadcast's or gather's round (Note [rooted rounds]): its root where the call is one round (count
+  // The hub of a rooted collective's round (Note [rooted rounds]): its root where the call is one round (count
   // elements in rounds of `chunk`) that reads nothing from the pools (after publish_send), else -1. Alike on every
   // rank whose description matches.
   int rooted_hub(size_t count, size_t chunk, int root) const {
@@ -979,11 +980,15 @@ Status ShmComm::wait_for(F Header::*flag, int64_t target, const char* what, Pick
         if (q != rank_ && hdr(q)->aborted.value.load(std::memory_order_acquire) != 0) gave_up.push_back(q);
       // A rank that gave up after arriving at this round with another description (it found the mismatch first:
       // Note [rooted rounds]) is named for that difference. Its meta half holds this round's: it writes no more.
+      // (The arrival lines, or the tree's group lines.)
+      // A rank with a bad argument of its own names that (check_metas lists this rank's misuse whatever `only` is).
       if constexpr (std::is_same_v<F, Arrival>)
-        if (flag == &Header::arrived && target == cur_.round)
+        if (target == cur_.round && !gave_up.empty()) {
+          if (cur_.misuse != kNoMisuse) return check_metas(rank_);
           for (int q : gave_up)
             if (hdr(q)->arrived.value.load(std::memory_order_acquire) == target)
               if (Status m = check_metas(q); !m.is_ok()) return m;
+        }
       if (!gave_up.empty())
         return fail(make_status(StatusCode::kAborted,
                                 "%s #%lld (rank %d of %d): rank(s) %s gave up on an error of their own (see their "
@@ -1329,7 +1334,7 @@ Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType 
       else crew_->run(out_part);
       if (profile_) lap(&prof_.out, &t);
       return Status::ok();
-    });
+    }, direct && root >= 0 ? rooted_hub(count, c, root) : -1);
   });
 }
 
@@ -1532,7 +1537,7 @@ Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dty
       if (bytes && !(send == kInPlace && rank_ == root))
         deliver(dst + off * es, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
       return Status::ok();
-    });
+    }, rooted_hub(count, c, root));
   });
 }
 
