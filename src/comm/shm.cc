@@ -503,6 +503,8 @@ class ShmComm final : public Communicator {
   };
   HalfUse use_[2];
   int64_t seen_all_ = 0;
+  int64_t seen_hub_ = 0;  // and the last round a spoke saw its hub arrive at (hub_seen_ the hub; -1: none)
+  int hub_seen_ = -1;
   // Waits until the readers of the current half's last round are done with it (Note [rooted rounds]).
   Status free_half();
   size_t reduce_round_bytes_ = 0;  // Note [reduction rounds]: the most bytes a reduction round takes per rank
@@ -1122,7 +1124,10 @@ Status ShmComm::free_half() {
   const HalfUse u = use_[half_];
   const int64_t done = u.round + 1;  // a reader is done with round u.round once it has arrived at the next
   if (u.round == 0 || size_ == 1 || seen_all_ >= done) return Status::ok();
-  if (u.reader >= 0) return wait_all(&Header::arrived, done, "waiting for the root to finish the round before", u.reader);
+  if (u.reader >= 0) {
+    if (u.reader == hub_seen_ && seen_hub_ >= done) return Status::ok();  // (a loop of one root's rounds)
+    return wait_all(&Header::arrived, done, "waiting for the root to finish the round before", u.reader);
+  }
   TT_TRY(wait_all(&Header::arrived, done, "waiting for the ranks to finish the round before"));
   seen_all_ = done;
   return Status::ok();
@@ -1149,6 +1154,8 @@ Status ShmComm::round_fill(Fill&& fill, Work&& work, int hub) {
   publish(me->arrived, cur_, pack_description(cur_), r);
   if (spoke) {
     TT_TRY(wait_all(&Header::arrived, r, "waiting for the root to arrive", hub));
+    hub_seen_ = hub;
+    seen_hub_ = r;
     TT_TRY(check_metas(hub));
   } else if (group_ > 0 && hub < 0) {
     TT_TRY(arrive_tree(r));
