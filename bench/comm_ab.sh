@@ -9,8 +9,8 @@
 # runs Open MPI's collectives from C++ instead (bench/mpi_raw_bench under mpirun, ranks bound to cores as
 # bench/comm_host.sh binds them), MPI=py through mpi4py (bench/mpi4py_bench.py, PY the interpreter);
 # TT_AB_RANKS (default "8 16"), TT_AB_COLLECTIVES (default allreduce), TT_AB_ARGS (the sweep flags, default
-# "-b 8 -e 64 -f 2 -n 2000 -w 200": latency; gather, allgather and scatter, whose size is all ranks' pieces, then
-# take 8-64 B a piece), TT_AB_REPEATS (default 3), TT_AB_RUN_TIMEOUT (seconds a run may take, default 100), TT the
+# "-b 8 -e 64 -f 2 -n 2000 -w 200" with bench/comm_host.sh's warm-up: latency; gather, allgather and scatter, whose
+# size is all ranks' pieces, then take 8-64 B a piece; TT_AB_STEP the factor between sizes), TT_AB_REPEATS (default 3), TT_AB_RUN_TIMEOUT (seconds a run may take, default 100), TT the
 # binary, TT_MPI_BENCH the C++ reference (default beside it: build/gpu/bench/mpi_raw_bench).
 set -uo pipefail
 OUT=${1:?usage: bench/comm_ab.sh OUTDIR}
@@ -34,10 +34,12 @@ for n in ${TT_AB_RANKS:-8 16}; do
     if [ -n "${TT_AB_ARGS:-}" ]; then
       read -r -a args <<< "$TT_AB_ARGS"
     else
+      # (With comm_host.sh's warm-up: a process's first few hundred ms of calls are slow on the H200 machine's VM.)
       case "$c" in
-        gather | allgather | scatter | reduce_scatter | alltoall) args=(-b $((8 * n)) -e $((64 * n)) -f 2 -n 2000 -w 200) ;;
-        *) args=(-b 8 -e 64 -f 2 -n 2000 -w 200) ;;
+        gather | allgather | scatter | reduce_scatter | alltoall) args=(-b $((8 * n)) -e $((64 * n))) ;;
+        *) args=(-b 8 -e 64) ;;
       esac
+      args+=(-f "${TT_AB_STEP:-2}" -n 2000 -w 200 --warmup-ms 100 --first-warmup-ms 1000 --min-ms 20)
     fi
     for r in $(seq 1 "${TT_AB_REPEATS:-3}"); do
       for i in "${!settings[@]}"; do
