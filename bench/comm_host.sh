@@ -17,6 +17,7 @@ OUT=${1:?usage: bench/comm_host.sh OUTDIR}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 TT=${TT:-build/gpu/src/tiertrain}
+MPI_BENCH=${TT_MPI_BENCH:-$(dirname "$(dirname "$TT")")/bench/mpi_raw_bench}
 MAX=${TT_COMM_MAX:-256M}
 cpus=$(nproc)
 ranks=${TT_COMM_RANKS:-"8 16"}
@@ -81,6 +82,12 @@ for n in $ranks; do
     if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
       timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${lat[@]}" \
         --json "$OUT/ompi_lat_${c}_$n.json" > "$OUT/ompi_lat_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompi_lat_${c}_$n.log"
+    fi
+    # Open MPI's latency from C++ (bench/mpi_raw_bench, built with the tree where MPI is found): the like-for-like
+    # reference of comm-bench's, without mpi4py's cost a call.
+    if [ -x "$MPI_BENCH" ] && command -v mpirun >/dev/null; then
+      timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "$MPI_BENCH" -C "$c" "${lat[@]}" \
+        --json "$OUT/ompic_lat_${c}_$n.json" > "$OUT/ompic_lat_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompic_lat_${c}_$n.log"
     fi
     # The sweeps, TT_COMM_REPEATS times in turn (C++, Python, Open MPI, then again): the summary takes each size's
     # median run, so that a slow spell of the machine does not decide a ratio.

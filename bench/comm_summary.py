@@ -1,5 +1,5 @@
-"""Table of bench/comm_host.sh: per collective and rank count, tiertrain shm against Open MPI (mpi4py) at 8 B
-(latency) and 64 MiB (busbw), out of place and in place (MPI_Bcast has only the in-place form), and tiertrain's
+"""Table of bench/comm_host.sh: per collective and rank count, tiertrain shm against Open MPI (through mpi4py, and
+from C++ for the latency where bench/mpi_raw_bench ran) at 8 B (latency) and 64 MiB (busbw), out of place and in place (MPI_Bcast has only the in-place form), and tiertrain's
 Python API against its C++ and against mpi4py (its faster row of huge-page and numpy arrays where both ran: pool
 mode). Where comm_host.sh ran a sweep several times (TT_COMM_REPEATS: files
 NAME.json, NAME.r2.json, ...), each size and form takes the run with the median busbw. Writes results.md and
@@ -74,12 +74,14 @@ def min_ratio(num, den, den_form=None, from_bytes=1 << 20):
 
 def main() -> None:
     out = sys.argv[1]
-    lines = ["| collective | ranks | shm latency (us) | Open MPI latency (us) | latency ratio | shm busbw 64 MiB (GB/s) | "
+    lines = ["| collective | ranks | shm latency (us) | Open MPI latency (us), mpi4py | ratio | "
+             "Open MPI latency (us), C++ | ratio | shm busbw 64 MiB (GB/s) | "
              "Open MPI busbw 64 MiB (GB/s) | busbw ratio | in place: shm / Open MPI (GB/s) | in-place ratio | "
              "Python busbw 64 MiB (GB/s) | Python / C++ at 64 MiB | "
              "Python / C++, worst from 1 MiB | Python / C++ loop in the same process, worst from 1 MiB | "
              "the same, best of each loop's pairs: worst from 1 MiB; median | Python / mpi4py, worst from 1 MiB |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: | ---: |"]
     summary = []
     sweeps = set()
     for p in glob.glob(os.path.join(out, "shm_*.json")):  # sweeps, and latency runs alone (TT_COMM_AB_LAT_ONLY)
@@ -99,6 +101,9 @@ def main() -> None:
             s8 = min(sl, key=lambda r: (r["size"], r.get("in_place", False)))
         if ol:
             o8 = min(ol, key=lambda r: (r["size"], r.get("in_place", False)))
+        # Open MPI from C++ (bench/mpi_raw_bench), where it ran: without mpi4py's cost a call.
+        cl = lat("ompic")
+        c8 = min(cl, key=lambda r: (r["size"], r.get("in_place", False))) if cl else None
         # In place (MPI_Bcast's only form; the out-of-place broadcast adds the root's own copy).
         si64, oi64 = row_at(shm, 64 << 20, in_place=True), row_at(ompi, 64 << 20, in_place=True) if ompi else None
         py = load(out, "py", coll, n)
@@ -121,7 +126,8 @@ def main() -> None:
         f = lambda v, p="{:.2f}": "" if v is None else p.format(v)  # noqa: E731
         w = lambda x: "" if x is None else f"{x[0]:.2f} ({x[1] >> 20} MiB)"  # noqa: E731
         lines.append(f"| {coll} | {n} | {f(s8 and s8['time_us'])} | {f(o8 and o8['time_us'])} | "
-                     f"{f(o8 and s8 and o8['time_us'] / s8['time_us'], '{:.2f}x')} | {f(s64 and s64['busbw_gbs'])} | "
+                     f"{f(o8 and s8 and o8['time_us'] / s8['time_us'], '{:.2f}x')} | {f(c8 and c8['time_us'])} | "
+                     f"{f(c8 and s8 and c8['time_us'] / s8['time_us'], '{:.2f}x')} | {f(s64 and s64['busbw_gbs'])} | "
                      f"{f(o64 and o64['busbw_gbs'])} | "
                      f"{f(o64 and s64 and s64['busbw_gbs'] / o64['busbw_gbs'], '{:.2f}x')} | "
                      f"{f(si64 and si64['busbw_gbs'])} / {f(oi64 and oi64['busbw_gbs'])} | "
@@ -130,7 +136,7 @@ def main() -> None:
                      f"{w(py_cpp)} | {w(py_loop)} | {w(py_best)}{f(py_best_median, '; median {:.2f}')} | "
                      f"{w(py_mpi)} |")
         summary.append({"collective": coll, "ranks": int(n), "repeats": s64 and s64["repeats"], "shm_8B_us": s8 and s8["time_us"],
-                        "ompi_8B_us": o8 and o8["time_us"], "shm_64MiB_busbw": s64 and s64["busbw_gbs"],
+                        "ompi_8B_us": o8 and o8["time_us"], "ompi_cxx_8B_us": c8 and c8["time_us"], "shm_64MiB_busbw": s64 and s64["busbw_gbs"],
                         "ompi_64MiB_busbw": o64 and o64["busbw_gbs"],
                         "shm_64MiB_busbw_in_place": si64 and si64["busbw_gbs"],
                         "ompi_64MiB_busbw_in_place": oi64 and oi64["busbw_gbs"], "py_64MiB_busbw": p64 and p64["busbw_gbs"],
