@@ -24,7 +24,7 @@ cores=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
 [ "$cores" -gt 0 ] || cores=$cpus
 : > "$OUT/settings.txt"
 for i in "${!settings[@]}"; do echo "s$i ${settings[$i]}" >> "$OUT/settings.txt"; done
-echo "comm-bench ${TT_AB_ARGS:--b 8 -e 64 -f 2 -n 2000 -w 200 (8-64 B a piece where the size is every piece)} -c 1" > "$OUT/command.txt"
+echo "comm-bench ${TT_AB_ARGS:--b 8 -e 64 -f ${TT_AB_STEP:-2} -n 2000 -w 200 --warmup-ms 100 --first-warmup-ms 1000 --min-ms 20 (8-64 B a piece where the size is every piece)} -c 1" > "$OUT/command.txt"
 for n in ${TT_AB_RANKS:-8 16}; do
   [ "$n" -le "$cpus" ] || { echo "skipping $n ranks: $cpus CPUs" >&2; continue; }
   mpirun_flags=(--bind-to core --map-by core)

@@ -103,32 +103,32 @@ constexpr size_t kSharedBytes = 64 << 10;
 constexpr size_t kInlineBytes = 8;
 
 // Note [rooted rounds]
-// A broadcast, gather, scatter or reduce (where every rank's input is read whole, kDirectReduceBytes) of one round
-// that reads nothing from the pools (below kSharedBytes a rank, or without pools) moves data between its root and
-// each other rank only, so in step 2 of Note [shm rounds] a rank other than
-// the root (a spoke) waits for the root's arrival alone and checks its description against the root's; the root
-// waits for every rank and checks them all, as in any round. Every round of the other collectives, and of larger
-// ones, waits for every rank. At 32 ranks the flat wait reads 31 lines on every rank, each line read by 31 ranks,
-// and the tree takes two steps: a spoke now reads one line, and only the root reads the others'.
+// A gather, or a reduce whose inputs are read whole (kDirectReduceBytes), of one round that reads nothing from the
+// pools (below kSharedBytes a rank, or without pools) moves data from each rank to its root only: the root has to
+// wait for every rank, but the others (spokes) need not wait for each other. In step 2 of Note [shm rounds] a spoke
+// waits for the root's arrival alone and checks its description against the root's; the root waits for every rank
+// and checks them all, as in any round. At 32 ranks the flat wait reads 31 lines on every rank, each line read by
+// 31 ranks, and the tree takes two steps; a spoke now reads one line. On the H200 machine's host (3 interleaved
+// repeats, 8-64 B a rank) gathers took 0.68-1.00 of their time with full rounds at 16 and 32 ranks (even at 8), and
+// small reduces at 16 ranks 0.81-0.88 (docs/benchmarks/2026-11-30-h200x2-comm-rooted/). Broadcasts (and scatters,
+// their mirror) were rooted too at first and gained nothing: their root writes, so before its next round it must
+// see every rank done with its half all the same, and its wait for 31 lines lost to the tree at 32 ranks (rooted
+// 0.95-1.20 of the time with full rounds); they keep full rounds.
 // The rule of Note [shm rounds] that makes the halves safe to write again is kept in a general form: before a rank
 // writes half h in round r (its meta half, input half, inline slot), whoever read its half in the last round that
 // used it (u = use_[h], r - 2 or earlier) has arrived at u + 1, so is done with round u. After a round that waited
 // for every rank that holds already (seen_all_); after a rooted one a spoke's reader was its root, and the root's
-// were all ranks (free_half). In a loop of broadcasts the root's wait for every rank at round r is the one it
-// needs before it writes round r + 1 anyway, and a spoke's wait for the root's arrival at r - 1 has passed already:
-// each call costs about one pass of lines from the root to the spokes or back, against a wait of every rank for
-// every rank. No rank gets more than one round ahead of the root, and a spoke at round r has seen the root pass
-// r - 1, which needed every rank at r - 1, so a rank is never more than two rounds ahead of another: its reader set
-// for every half holds whoever can still read it.
+// were all ranks (free_half). A spoke writes its half again only once the root has passed the round that read it;
+// the root waits for every rank each round; so a spoke is at most one round ahead of the root and two of another
+// spoke, and each half's reader set holds whoever can still read it.
 // Mismatches: the root compares every rank's description with its own, so it finds any difference; a spoke finds
-// one between itself and the root. A spoke that agrees with its root returns with the right result even where
-// another spoke differed, and its next call fails, at once (the root gave up: `aborted`) or at the deadline. Where
-// ranks disagree about the kind of a round (one takes a full round, another a rooted one), the full round's rank may
-// read a spoke's arrival line while the spoke writes its next round's description there (it did not wait for that
-// rank): the fields are written seq first and read seq last (publish, describes), so a torn read finds a seq that
-// is not this round's and falls back to the meta halves. A root that gives up waiting because a rank that arrived
-// gave up names that rank's difference (wait_for). TIERTRAIN_COMM_ROOTED=0 (on any rank, agreed at init) keeps
-// every round full.
+// one between itself and the root. A spoke that agrees with its root returns even where another spoke differed,
+// and its next call fails, at once (the root gave up: `aborted`) or at the deadline. Where ranks disagree about the
+// kind of a round (one takes a full round, another a rooted one), the full round's rank may read a spoke's arrival
+// line while the spoke writes its next round's description there (it did not wait for that rank): the fields are
+// written seq first and read seq last (publish, describes), so a torn read finds a seq that is not this round's and
+// falls back to the meta halves. A root that gives up waiting because a rank that arrived gave up names that rank's
+// difference (wait_for). TIERTRAIN_COMM_ROOTED=0 (on any rank, agreed at init) keeps every round full.
 constexpr size_t kPoolGranule = 64 << 10;
 
 struct alignas(64) Flag {
@@ -1241,7 +1241,7 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
       if (may_share_ && hdr(root)->meta[half_].send_off != kNoPool)  // done with the root's buffer
         hdr(rank_)->reduced.value.store(r, std::memory_order_release);
       return Status::ok();
-    }, rooted_hub(count, c, root));
+    });
   }));
   // The root's buffer is the caller's again once every rank has read it.
   return wait_readers(last_shared, "waiting for the ranks to read the root's buffer");
@@ -1544,7 +1544,7 @@ Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dty
       if (bytes && !(send == kInPlace && rank_ == root))
         deliver(dst + off * es, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
       return Status::ok();
-    }, rooted_hub(count, c, root));
+    });
   });
 }
 

@@ -45,9 +45,8 @@ struct ShmOptions {
   // moved as the others did (0.87-1.17); at 32 ranks one A/B had them 2-7% slower. Note [inline rounds] in shm.cc.
   int inline_small = -1;
   static constexpr int kInlineAutoRanks = 16;
-  // A broadcast, gather, scatter or small reduce of one round that reads nothing from the pools waits for its root
-  // alone on every other rank, not for every rank (TIERTRAIN_COMM_ROOTED=0 on any rank: off everywhere). Note [rooted
-  // rounds] in shm.cc.
+  // A gather or small reduce of one round that reads nothing from the pools waits for its root alone on every other
+  // rank, not for every rank (TIERTRAIN_COMM_ROOTED=0 on any rank: off everywhere). Note [rooted rounds] in shm.cc.
   bool rooted = true;
   // A reduction's rounds take at most this many bytes over all ranks (TIERTRAIN_COMM_REDUCE_SPAN; 0: half an area
   // each, as other collectives). Note [reduction rounds] in shm.cc.

@@ -715,9 +715,9 @@ int run_rooted_rounds() {
   return wrong == 0 ? 0 : 1;
 }
 
-// Note [rooted rounds]: a mismatch in a rooted round (TT_ROOTED=bcast: rank 1 broadcasts 3 elements where the others
-// broadcast 2 from rank 0; gather: rank 0 gathers i32 where the others gather f32 to rank 2; late: rank 1 never calls
-// the broadcast) is an error on the root and on the rank that differs, naming the difference (or the late rank);
+// Note [rooted rounds]: a mismatch in a rooted round (TT_ROOTED=reduce: rank 1 reduces 3 elements where the others
+// reduce 2 to rank 0; gather: rank 0 gathers i32 where the others gather f32 to rank 2; late: rank 1 never calls the
+// reduce) is an error on the root and on the rank that differs, naming the difference (or the late rank);
 // every other rank gets an error at its next call at the latest, at once (late: within the deadline).
 int run_rooted_errors() {
   auto w = comm::world();
@@ -734,15 +734,15 @@ int run_rooted_errors() {
   Status s;
   int root = 0;
   std::string want;  // what the root's and the differing rank's errors say
-  if (what == "bcast") {
-    s = c.broadcast(comm::kInPlace, x.data(), rank == 1 ? 3 : 2, DType::kF32, 0);
+  if (what == "reduce") {
+    s = c.reduce(x.data(), all.data(), rank == 1 ? 3 : 2, DType::kF32, Op::kSum, 0);
     want = rank == 0 ? "rank 1 has count 3" : "rank 0 has count 2";
   } else if (what == "gather") {
     root = 2;
     s = c.gather(x.data(), all.data(), 1, rank == 0 ? DType::kI32 : DType::kF32, root);
     want = rank == root ? "rank 0 has dtype i32" : "rank 2 has dtype f32";
   } else {
-    s = c.broadcast(comm::kInPlace, x.data(), 2, DType::kF32, 0);
+    s = c.reduce(x.data(), all.data(), 2, DType::kF32, Op::kSum, 0);
     want = "rank(s) 1 did not arrive within 1.0 s";
   }
   const bool named = rank == root || (what != "late" && rank == 1 - root / 2);  // the root, and the rank that differs
@@ -1438,7 +1438,7 @@ TEST(Comm, RootedRoundsBackToBackWithLateReadersAreRight) {
 }
 
 TEST(Comm, RootedRoundsNameMismatchesAndLateRanksAndTheOthersFailNext) {
-  for (const char* what : {"bcast", "gather", "late"}) {
+  for (const char* what : {"reduce", "gather", "late"}) {
     const Job j = launch(3, "rooted_errors", std::string("TT_ROOTED=") + what + " TIERTRAIN_COMM_TIMEOUT=" +
                                                  (std::string(what) == "late" ? "1" : "20"));
     EXPECT_EQ(j.code, 0) << what << "\n" << j.output;
