@@ -663,10 +663,10 @@ int run_small_rounds() {
   return wrong == 0 ? 0 : 1;
 }
 
-// Note [rooted rounds]: gathers, broadcasts, reduces and scatters of one round back to back from changing roots, of
-// 4-8 B a rank (inline where on) and of 160-320 B (the areas), new values every call, each checked, and a full round
-// now and then. With jitter, a rank that writes its half again before the reader of its last round there is done (a
-// gather's or reduce's root, a broadcast's or scatter's ranks) shows as a wrong element.
+// Note [rooted rounds]: gathers and reduces of one round back to back from changing roots, of 4-8 B a rank (inline
+// where on) and of 160-320 B (the areas), then broadcasts and scatters, new values every call, each checked. With
+// jitter, a rank that writes its half again before the reader of its last round there (a root) is done shows as a
+// wrong element.
 int run_rooted_rounds() {
   auto w = comm::world();
   if (!w.is_ok()) return 1;
@@ -675,9 +675,11 @@ int run_rooted_rounds() {
   int wrong = 0;
   for (int it = 0; it < 600; ++it) {
     const int roots[2] = {(it * 5 + 1) % n, (it * 3 + 2) % n};
+    // Rooted rounds back to back, the root changing every call: a rank writes its half again while the root that
+    // read it two rounds ago may not have waited for it since.
     for (int k = 0; k < 4; ++k) {
       const size_t len = k < 2 ? 1 : 40;
-      const int root = roots[k % 2], broot = roots[(k + 1) % 2];
+      const int root = roots[k % 2], rroot = roots[(k + 1) % 2];
       std::vector<int32_t> mine(len), all(len * static_cast<size_t>(n), -1);
       for (size_t i = 0; i < len; ++i) mine[i] = it * 1000 + rank * 50 + static_cast<int32_t>(i);
       CHECK_OK(c.gather(mine.data(), all.data(), len, DType::kI32, root));
@@ -685,19 +687,23 @@ int run_rooted_rounds() {
         for (int q = 0; q < n; ++q)
           for (size_t i = 0; i < len; ++i)
             wrong += all[static_cast<size_t>(q) * len + i] != it * 1000 + q * 50 + static_cast<int32_t>(i);
+      std::vector<int64_t> sum(len, -1);
+      std::vector<int64_t> part(len);
+      for (size_t i = 0; i < len; ++i) part[i] = it + rank + static_cast<int64_t>(i) + k;
+      CHECK_OK(c.reduce(part.data(), sum.data(), len, DType::kI64, Op::kSum, rroot));
+      if (rank == rroot)
+        for (size_t i = 0; i < len; ++i)
+          wrong += sum[i] != static_cast<int64_t>(n) * (it + static_cast<int64_t>(i) + k) + n * (n - 1) / 2;
+    }
+    // Then full rounds (broadcast, scatter), whose writes follow rooted ones.
+    for (size_t len : {size_t{1}, size_t{40}}) {
+      const int broot = roots[len % 2];
       std::vector<float> b(2 * len, -1.0f);
       if (rank == broot)
         for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(it * 100 + broot * 10) + static_cast<float>(i);
       CHECK_OK(c.broadcast(comm::kInPlace, b.data(), b.size(), DType::kF32, broot));
       for (size_t i = 0; i < b.size(); ++i)
         wrong += b[i] != static_cast<float>(it * 100 + broot * 10) + static_cast<float>(i);
-      std::vector<int64_t> sum(len, -1);
-      std::vector<int64_t> part(len);
-      for (size_t i = 0; i < len; ++i) part[i] = it + rank + static_cast<int64_t>(i);
-      CHECK_OK(c.reduce(part.data(), sum.data(), len, DType::kI64, Op::kSum, root));
-      if (rank == root)
-        for (size_t i = 0; i < len; ++i)
-          wrong += sum[i] != static_cast<int64_t>(n) * (it + static_cast<int64_t>(i)) + n * (n - 1) / 2;
       std::vector<int32_t> pieces(len * static_cast<size_t>(n)), got(len, -1);
       for (size_t i = 0; i < pieces.size(); ++i) pieces[i] = it * 7 + broot + static_cast<int32_t>(i);
       CHECK_OK(c.scatter(pieces.data(), got.data(), len, DType::kI32, broot));
