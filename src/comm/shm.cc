@@ -108,12 +108,13 @@ constexpr size_t kInlineBytes = 8;
 // wait for every rank, but the others (spokes) need not wait for each other. In step 2 of Note [shm rounds] a spoke
 // waits for the root's arrival alone and checks its description against the root's; the root waits for every rank
 // and checks them all, as in any round. At 32 ranks the flat wait reads 31 lines on every rank, each line read by
-// 31 ranks, and the tree takes two steps; a spoke now reads one line. On the H200 machine's host (3 interleaved
-// repeats, 8-64 B a rank) gathers took 0.68-1.00 of their time with full rounds at 16 and 32 ranks (even at 8), and
-// small reduces at 16 ranks 0.81-0.88 (docs/benchmarks/2026-11-30-h200x2-comm-rooted/). Broadcasts (and scatters,
-// their mirror) were rooted too at first and gained nothing: their root writes, so before its next round it must
-// see every rank done with its half all the same, and its wait for 31 lines lost to the tree at 32 ranks (rooted
-// 0.95-1.20 of the time with full rounds); they keep full rounds.
+// 31 ranks, and the tree takes two steps; a spoke now reads one line. On the H200 machine's host (medians of 3
+// interleaved repeats, 8-64 B a rank; docs/benchmarks/2026-11-30-h200x2-comm-rooted/) gathers at 16 ranks took
+// 0.83-1.00 of the time of full rounds in two runs (even at 8), small reduces 0.80-1.00; at 32 ranks two gather runs
+// disagreed (0.68-0.93 and 1.43-1.64), reduces 0.87-1.5: not settled there. Broadcasts (and scatters, their mirror)
+// were rooted too at first and gained nothing (0.93-1.20): their root writes, so before its next round it must see
+// every rank done with its half all the same, and at 32 ranks its wait for 31 lines loses to the tree. They keep
+// full rounds.
 // The rule of Note [shm rounds] that makes the halves safe to write again is kept in a general form: before a rank
 // writes half h in round r (its meta half, input half, inline slot), whoever read its half in the last round that
 // used it (u = use_[h], r - 2 or earlier) has arrived at u + 1, so is done with round u. After a round that waited
