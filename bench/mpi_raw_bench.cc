@@ -19,17 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace {
+#include "size_arg.h"
 
-size_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  const std::string suffix(end);
-  if (suffix == "K") v *= 1024;
-  if (suffix == "M") v *= 1024 * 1024;
-  if (suffix == "G") v *= 1024.0 * 1024 * 1024;
-  return static_cast<size_t>(v);
-}
+namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 

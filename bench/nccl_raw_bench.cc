@@ -18,6 +18,8 @@
 
 #include "comm/comm.h"
 
+#include "size_arg.h"
+
 namespace {
 
 #define CHECK(expr, what)                                                   \
@@ -27,16 +29,6 @@ namespace {
       std::exit(1);                                                         \
     }                                                                       \
   } while (0)
-
-size_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  const std::string suffix(end);
-  if (suffix == "K") v *= 1024;
-  if (suffix == "M") v *= 1024 * 1024;
-  if (suffix == "G") v *= 1024.0 * 1024 * 1024;
-  return static_cast<size_t>(v);
-}
 
 }  // namespace
 
