@@ -1,15 +1,15 @@
 // bench/mpi_raw_bench: Open MPI's collectives called from C++, timed as `tiertrain comm-bench` and
-// bench/mpi4py_bench.py time them (comm_bench_common.py: warm-up calls, then rounds of more until --warmup-ms have
-// passed, as many on every rank; a barrier; at least -n calls and --min-ms of them; each rank's mean time per call,
-// averaged over the ranks), with nothing between the clock and MPI: the reference for the shm backend's latency,
-// which mpi4py's per-call cost would flatter. f32, sum, root 0; out of place and in place rows like mpi4py_bench.py.
+// bench/mpi4py_bench.py time them (comm::warm_up and comm::timed_calls: warm-up calls, then rounds of more until
+// --warmup-ms have passed, as many on every rank; a barrier; at least -n calls and --min-ms of them; each rank's mean
+// time per call, averaged over the ranks), with nothing between the clock and MPI: the reference for the shm
+// backend's latency, which mpi4py's per-call cost would flatter. f32, sum, root 0; out of place and in place rows
+// like mpi4py_bench.py.
 //   mpirun -n 8 --bind-to core build/gpu/bench/mpi_raw_bench -C broadcast -b 8 -e 64 -f 2 -n 2000 -w 200
 //     --warmup-ms 100 --first-warmup-ms 1000 --min-ms 20 --json F
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -19,37 +19,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/bench.h"
 #include "size_arg.h"
 
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-double max_over_ranks(double x) {
+// comm::warm_up's agreement over MPI: the largest value on any rank.
+tt::Status max_over_ranks(double* x) {
   double m = 0;
-  MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return m;
-}
-
-// comm_bench_common.warm_up: this rank's seconds per call over the warm-up.
-double warm_up(const std::function<void()>& call, int warmup, double warmup_ms) {
-  const double w0 = now();
-  for (int i = 0; i < warmup; ++i) call();
-  double pace = warmup > 0 ? (now() - w0) / warmup : 0.0;
-  double round_secs = 0;
-  long long round_calls = 0;
-  for (int rounds = 0; warmup_ms > 0 && rounds < 20; ++rounds) {
-    const double left = warmup_ms / 1e3 - (now() - w0);
-    const double want = left <= 0 ? 0.0 : pace <= 0 ? 1.0 : std::min(std::max(std::ceil(left / pace), 1.0), 1e6);
-    const auto agreed = static_cast<long long>(max_over_ranks(want));
-    if (agreed == 0) break;
-    const double r0 = now();
-    for (long long i = 0; i < agreed; ++i) call();
-    round_secs += now() - r0;
-    round_calls += agreed;
-    pace = round_secs / static_cast<double>(round_calls);
-  }
-  return pace;
+  MPI_Allreduce(x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  *x = m;
+  return tt::Status::ok();
 }
 
 }  // namespace
@@ -129,14 +111,16 @@ int main(int argc, char** argv) {
       } else {
         call = [=] { MPI_Allgather(in_place ? MPI_IN_PLACE : s, p, MPI_FLOAT, r, p, MPI_FLOAT, MPI_COMM_WORLD); };
       }
-      const double pace = warm_up(call, warmup, first && first_warmup_ms > 0 ? first_warmup_ms : warmup_ms);
+      // comm-bench's warm-up and count of timed calls (MPI's calls are done when they return: nothing to drain; the
+      // agreement cannot fail).
+      const double warm_ms = first && first_warmup_ms > 0 ? first_warmup_ms : warmup_ms;
       first = false;
-      long long k = iters;
-      if (min_ms > 0 && pace > 0)
-        k = static_cast<long long>(max_over_ranks(std::min(std::max<double>(iters, std::ceil(min_ms / 1e3 / pace)), 1e6)));
+      const double pace = tt::comm::warm_up([&] { call(); return tt::Status::ok(); }, [] { return tt::Status::ok(); },
+                                            warmup, warm_ms, max_over_ranks).value().pace;
+      const int64_t k = tt::comm::timed_calls(iters, min_ms, pace, max_over_ranks).value();
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = now();
-      for (long long i = 0; i < k; ++i) call();
+      for (int64_t i = 0; i < k; ++i) call();
       double mine = (now() - t0) / static_cast<double>(k), sum = 0;
       MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
       const double t = sum / n, alg = static_cast<double>(count) * 4 / t / 1e9;

@@ -109,6 +109,42 @@ Status allreduce_scalar(Communicator& comm, void* value, DType d, Op op) {
 
 }  // namespace
 
+Result<WarmUp> warm_up(const std::function<Status()>& call, const std::function<Status()>& drain, int warmup,
+                       double warm_ms, const MaxOverRanks& max_over_ranks) {
+  using Clock = std::chrono::steady_clock;
+  const auto secs = [](Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); };
+  const auto w0 = Clock::now();
+  for (int w = 0; w < warmup; ++w) TT_TRY(call());
+  TT_TRY(drain());
+  WarmUp r;
+  r.pace = warmup > 0 ? secs(w0) / warmup : 0;
+  double round_secs = 0;
+  for (; warm_ms > 0 && r.rounds < 20; ++r.rounds) {
+    const double left = warm_ms / 1e3 - secs(w0);
+    double want = left <= 0 ? 0 : r.pace <= 0 ? 1 : std::min(std::max(std::ceil(left / r.pace), 1.0), 1e6);
+    TT_TRY(max_over_ranks(&want));
+    if (want == 0) break;
+    const auto r0 = Clock::now();
+    for (int64_t w = 0; w < static_cast<int64_t>(want); ++w) TT_TRY(call());
+    TT_TRY(drain());
+    round_secs += secs(r0);
+    r.calls += want;
+    r.pace = round_secs / r.calls;
+  }
+  r.calls += warmup;
+  r.secs = secs(w0);
+  return r;
+}
+
+Result<int64_t> timed_calls(int iters, double min_ms, double pace, const MaxOverRanks& max_over_ranks) {
+  double timed = iters;
+  if (min_ms > 0) {
+    if (pace > 0) timed = std::min(std::max<double>(iters, std::ceil(min_ms / 1e3 / pace)), 1e6);
+    TT_TRY(max_over_ranks(&timed));
+  }
+  return static_cast<int64_t>(timed);
+}
+
 Status run_bench(Communicator& comm, const BenchOptions& o) {
   const int n = comm.size(), me = comm.rank();
   const size_t es = dtype_size(o.dtype);
@@ -201,41 +237,15 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
       // Queued calls are done when the stream is; blocking ones when they return.
       auto drain = [&]() { return queued ? queued->synchronize(nullptr) : Status::ok(); };
       TT_TRY(stage(0));
-      // The warm-up: o.warmup calls, then rounds of more, as many on every rank (the ranks agree on each round's
-      // count; a first round of one call where there is no pace yet), until every rank has spent warmup_ms
-      // (first_warmup_ms for the run's first row) in them. pace: this rank's seconds per call over all the rounds (over
-      // the o.warmup calls if there was none; 0 without calls), which sets how many calls min_ms asks for. Every
-      // branch that leads to a collective depends only on values all ranks share.
-      using Clock = std::chrono::steady_clock;
-      const auto secs = [](Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); };
+      // The warm-up (warm_up), then how many calls to time.
       const double warm_ms = first_row && o.first_warmup_ms > 0 ? o.first_warmup_ms : o.warmup_ms;
       first_row = false;
-      const auto w0 = Clock::now();
-      for (int w = 0; w < o.warmup; ++w) TT_TRY(call());
-      TT_TRY(drain());
-      double pace = o.warmup > 0 ? secs(w0) / o.warmup : 0, round_secs = 0, round_calls = 0;
-      int rounds = 0;
-      for (; warm_ms > 0 && rounds < 20; ++rounds) {
-        const double left = warm_ms / 1e3 - secs(w0);
-        double want = left <= 0 ? 0 : pace <= 0 ? 1 : std::min(std::max(std::ceil(left / pace), 1.0), 1e6);
-        TT_TRY(allreduce_scalar(comm, &want, DType::kF64, Op::kMax));
-        if (want == 0) break;
-        const auto r0 = Clock::now();
-        for (int64_t w = 0; w < static_cast<int64_t>(want); ++w) TT_TRY(call());
-        TT_TRY(drain());
-        round_secs += secs(r0);
-        round_calls += want;
-        pace = round_secs / round_calls;
-      }
+      const MaxOverRanks agree = [&](double* v) { return allreduce_scalar(comm, v, DType::kF64, Op::kMax); };
+      TT_ASSIGN_OR_RETURN(const WarmUp warm, warm_up(call, drain, o.warmup, warm_ms, agree));
       if (me == 0 && std::getenv("TT_BENCH_TRACE") != nullptr)
-        std::fprintf(stderr, "warm-up: %.0f calls in %.2f ms over %d round(s), %.2f us a call\n",
-                     o.warmup + round_calls, secs(w0) * 1e3, rounds, pace * 1e6);
-      double timed = o.iters;
-      if (o.min_ms > 0) {
-        if (pace > 0) timed = std::min(std::max<double>(o.iters, std::ceil(o.min_ms / 1e3 / pace)), 1e6);
-        TT_TRY(allreduce_scalar(comm, &timed, DType::kF64, Op::kMax));
-      }
-      const int64_t n_it = static_cast<int64_t>(timed);
+        std::fprintf(stderr, "warm-up: %.0f calls in %.2f ms over %d round(s), %.2f us a call\n", warm.calls,
+                     warm.secs * 1e3, warm.rounds, warm.pace * 1e6);
+      TT_ASSIGN_OR_RETURN(const int64_t n_it, timed_calls(o.iters, o.min_ms, warm.pace, agree));
       iters[place] = n_it;
       double total = 0;
       if (o.vary) {

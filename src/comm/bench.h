@@ -10,6 +10,8 @@
 // that differ from the expected result over all ranks in `check` checked runs (-1: not checked).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "comm/comm.h"
@@ -41,5 +43,23 @@ struct BenchOptions {
 
 // Runs the sweep over `comm`; rank 0 prints the table to stdout.
 Status run_bench(Communicator& comm, const BenchOptions& options);
+
+// The warm-up comm-bench runs before each row, for the reference benchmarks to time alike (bench/mpi_raw_bench):
+// `warmup` calls, then rounds of more, as many on every rank (max_over_ranks agrees on each round's count; a first
+// round of one call where there is no pace yet), until every rank has spent warm_ms in them; drain() after each
+// batch (queued calls are done when it returns). Every branch that leads to a collective depends only on values all
+// ranks share.
+struct WarmUp {
+  double pace = 0;   // this rank's seconds per call over the rounds (over the `warmup` calls if none; 0 without calls)
+  double calls = 0;  // calls made, rounds of them, and seconds taken
+  int rounds = 0;
+  double secs = 0;
+};
+using MaxOverRanks = std::function<Status(double*)>;
+Result<WarmUp> warm_up(const std::function<Status()>& call, const std::function<Status()>& drain, int warmup,
+                       double warm_ms, const MaxOverRanks& max_over_ranks);
+// How many calls to time: iters, or (min_ms > 0) as many as take min_ms at `pace` on the slowest rank's estimate
+// (agreed), at most 1e6.
+Result<int64_t> timed_calls(int iters, double min_ms, double pace, const MaxOverRanks& max_over_ranks);
 
 }  // namespace tt::comm
