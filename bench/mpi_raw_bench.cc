@@ -45,7 +45,11 @@ int main(int argc, char** argv) {
   size_t min_b = 8, max_b = 64 << 20;
   double factor = 2, warmup_ms = 0, first_warmup_ms = 0, min_ms = 0;
   int iters = 20, warmup = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 >= argc) {
+      if (me == 0) std::fprintf(stderr, "mpi_raw_bench: %s needs a value\n", argv[i]);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "-C") coll = v;
     else if (a == "-b") min_b = parse_size(v);
