@@ -16,20 +16,18 @@ set -uo pipefail
 OUT=${1:?usage: bench/comm_ab.sh OUTDIR}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 TT=${TT:-build/gpu/src/tiertrain}
 IFS=';' read -r -a settings <<< "${TT_AB_SETTINGS:--}"
 MPI_BENCH=${TT_MPI_BENCH:-$(dirname "$(dirname "$TT")")/bench/mpi_raw_bench}
 cpus=$(nproc)
-cores=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
-[ "$cores" -gt 0 ] || cores=$cpus
 : > "$OUT/settings.txt"
 for i in "${!settings[@]}"; do echo "s$i ${settings[$i]}" >> "$OUT/settings.txt"; done
 echo "comm-bench ${TT_AB_ARGS:--b 8 -e 64 -f ${TT_AB_STEP:-2} -n 2000 -w 200 --warmup-ms 100 --first-warmup-ms 1000 --min-ms 20 (8-64 B a piece where the size is every piece)} -c 1" > "$OUT/command.txt"
 for n in ${TT_AB_RANKS:-8 16}; do
   [ "$n" -le "$cpus" ] || { echo "skipping $n ranks: $cpus CPUs" >&2; continue; }
-  mpirun_flags=(--bind-to core --map-by core)
-  [ "$n" -gt "$cores" ] && mpirun_flags=(--use-hwthread-cpus --bind-to hwthread --map-by hwthread)
-  [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
+  tt_mpirun_flags "$n"
   for c in ${TT_AB_COLLECTIVES:-allreduce}; do
     if [ -n "${TT_AB_ARGS:-}" ]; then
       read -r -a args <<< "$TT_AB_ARGS"

@@ -16,14 +16,14 @@ set -uo pipefail
 OUT=${1:?usage: bench/comm_host.sh OUTDIR}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 TT=${TT:-build/gpu/src/tiertrain}
 MPI_BENCH=${TT_MPI_BENCH:-$(dirname "$(dirname "$TT")")/bench/mpi_raw_bench}
 MAX=${TT_COMM_MAX:-256M}
 cpus=$(nproc)
 ranks=${TT_COMM_RANKS:-"8 16"}
 [ -z "${TT_COMM_RANKS:-}" ] && [ "$cpus" -ge 32 ] && ranks="8 16 32"
-cores=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
-[ "$cores" -gt 0 ] || cores=$cpus
 lim=${TT_COMM_RUN_TIMEOUT:-150}  # seconds a run may take
 # Every power of two (64 MiB, the issue's size, among them); fewer iterations than comm-bench's default keep the
 # 256 MiB rows short.
@@ -58,11 +58,8 @@ tt_comm_bench() {
 }
 for n in $ranks; do
   [ "$n" -le "$cpus" ] || continue
-  # Open MPI binds to physical cores; with more ranks than those, to hardware threads (as tiertrain's launcher
-  # binds to logical CPUs).
-  mpirun_flags=(--bind-to core --map-by core)
-  [ "$n" -gt "$cores" ] && mpirun_flags=(--use-hwthread-cpus --bind-to hwthread --map-by hwthread)
-  [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
+  # Open MPI bound to physical cores (hardware threads beyond them): bench/lib.sh
+  tt_mpirun_flags "$n"
   for c in ${TT_COMM_COLLECTIVES:-allreduce broadcast gather allgather}; do
     # Latency: the smallest sizes, many iterations after many warm-up ones (the first size of a sweep otherwise
     # carries the libraries' first-call costs), for each of the three.

@@ -7,6 +7,10 @@
 #   tt_run_tight NAME FLAGS...        tt_run at a budget of what the run needs: its --dry-run figure plus 0.01 of its
 #                                     unit (at most ~15 MiB over), instead of the automatic budget's 5% slack, so that
 #                                     what the budget leaves after model state is what the plan needs.
+#   tt_mpirun_flags N                 (the collectives' benchmarks, bench/comm_host.sh and bench/comm_ab.sh) sets the
+#                                     array mpirun_flags: Open MPI's N ranks bound to physical cores, or to hardware
+#                                     threads where N is more than the cores (as tiertrain's launcher binds to
+#                                     logical CPUs); --allow-run-as-root as root.
 
 tt_bench_setup() {
   OUT=$1
@@ -40,4 +44,14 @@ tt_run_tight() {
     return
   fi
   tt_run "$name" "$@" --device-budget "$budget"
+}
+
+tt_mpirun_flags() {
+  local cores
+  cores=$(lscpu -p=Core,Socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
+  [ "$cores" -gt 0 ] || cores=$(nproc)
+  mpirun_flags=(--bind-to core --map-by core)
+  [ "$1" -gt "$cores" ] && mpirun_flags=(--use-hwthread-cpus --bind-to hwthread --map-by hwthread)
+  [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
+  return 0
 }
