@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "exec/executor.h"
 #ifdef TIERTRAIN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_probe.h"
@@ -30,6 +31,16 @@ inline std::unique_ptr<Backend> make_cpu_backend(int64_t budget = int64_t(512) <
   auto r = cpu::create_backend({.device_budget = budget, .threads = threads});
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
   return std::move(r).value();
+}
+
+// A GPT placed by an executor: all resident with the optimizer on the device unless `spec` says otherwise (its
+// model, batch and dtype are set here).
+inline Result<std::unique_ptr<Executor>> make_gpt(Backend& be, const GptConfig& cfg, int batch, DType dtype,
+                                                  ExecSpec spec = {}) {
+  spec.model = cfg;
+  spec.batch = batch;
+  spec.compute = dtype;
+  return Executor::create(be, std::move(spec));
 }
 
 // True when this build has the CUDA backend and a GPU is visible.

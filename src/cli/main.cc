@@ -61,6 +61,10 @@ int main(int argc, char** argv) {
   train->add_flag("--dry-run", dry_run,
                   "load the data, resolve the plan and print the device and host memory the run needs against the "
                   "budget, then exit (0: it fits, 1: it does not); nothing is allocated");
+  std::string schedule_out;
+  train->add_option("--schedule", schedule_out,
+                    "with --dry-run: write the compiled schedule (every pass's operations per stream, with bytes, "
+                    "FLOPs and events) and the memory inventory to this JSON file (docs/FORMATS.md)");
 
   CLI::App* launch = app.add_subcommand(
       "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core|share] -- CMD [ARGS...]; each gets "
@@ -210,6 +214,11 @@ int main(int argc, char** argv) {
   auto tc = tt::train_config_from(cfg);
   if (!tc.is_ok()) return report(tc.status());
   tc.value().dry_run = dry_run;
+  tc.value().schedule_out = schedule_out;
+  if (!schedule_out.empty() && !dry_run) {
+    std::fprintf(stderr, "error: --schedule FILE is written by a dry run: add --dry-run\n");
+    return kExitUsage;
+  }
   auto trainer = tt::Trainer::create(tc.value(), stdout);
   if (!trainer.is_ok()) return report(trainer.status());
   if (dry_run) return trainer.value()->dry_run_fits() ? 0 : 1;

@@ -91,12 +91,14 @@ Status ensure_checkpoint_dir(const std::string& dir) {
   return Status::ok();
 }
 
-Status save_checkpoint(const std::string& dir, const CheckpointState& state, Gpt& gpt, AdamW& opt, int64_t keep) {
+Status save_checkpoint(const std::string& dir, const CheckpointState& state, Executor& ex, int64_t keep) {
+  const Gpt& gpt = ex.model();
+  Optimizer& opt = ex.optimizer();
   TT_TRY(ensure_checkpoint_dir(dir));
   const size_t bytes = static_cast<size_t>(gpt.num_params()) * dtype_size(gpt.master_dtype());
   std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
-  opt.wait_all();  // every update of the CPU optimizer has reached the master
-  TT_TRY(gpt.download_params(params.data()));
+  ex.wait_all();  // every update of the CPU optimizer has reached the master
+  TT_TRY(ex.download_params(params.data()));
   TT_TRY(opt.download_state(reinterpret_cast<float*>(m.data()), reinterpret_cast<float*>(v.data())));
 
   nlohmann::json meta;
@@ -159,8 +161,9 @@ Result<std::string> find_checkpoint(const std::string& dir, const std::string& r
   return dir + "/" + files.back();
 }
 
-Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Gpt& gpt,
-                                        AdamW& opt) {
+Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex) {
+  const Gpt& gpt = ex.model();
+  Optimizer& opt = ex.optimizer();
   TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
   const nlohmann::json& meta = r.meta();
   CheckpointState st;
@@ -245,10 +248,10 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
     TT_TRY(r.read("adam.m/" + p.name, md, shape, m.data() + off));
     TT_TRY(r.read("adam.v/" + p.name, md, shape, v.data() + off));
   }
-  Backend& be = gpt.backend();
-  opt.wait_all();  // no parameter upload of the CPU optimizer may land after the loaded values
+  Backend& be = ex.backend();
+  ex.wait_all();  // no parameter upload of the CPU optimizer may land after the loaded values
   TT_TRY(be.synchronize_all());
-  TT_TRY(gpt.upload_params(params.data()));
+  TT_TRY(ex.upload_params(params.data()));
   TT_TRY(be.compute_stream().synchronize());
   TT_TRY(opt.upload_state(reinterpret_cast<const float*>(m.data()), reinterpret_cast<const float*>(v.data())));
   opt.set_steps_taken(opt_step);

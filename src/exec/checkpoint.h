@@ -3,9 +3,9 @@
 // format; a resumed run checks that model shape, dtype and dataset match and names what differs.
 //
 //   TT_TRY(ensure_checkpoint_dir(dir));                        // before step 1: fail early, lose nothing
-//   TT_TRY(save_checkpoint(dir, state, gpt, opt, keep));        // step_00000100.ttf + "latest"
+//   TT_TRY(save_checkpoint(dir, state, executor, keep));          // step_00000100.ttf + "latest"
 //   TT_ASSIGN_OR_RETURN(std::string path, find_checkpoint(dir, "latest"));
-//   TT_ASSIGN_OR_RETURN(CheckpointState st, load_checkpoint(path, expected, gpt, opt));
+//   TT_ASSIGN_OR_RETURN(CheckpointState st, load_checkpoint(path, expected, executor));
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 
 #include "core/rng.h"
 #include "data/sampler.h"
-#include "model/adamw.h"
+#include "exec/executor.h"
 #include "model/gpt.h"
 
 namespace tt {
@@ -38,14 +38,13 @@ Status ensure_checkpoint_dir(const std::string& dir);
 
 // Writes <dir>/step_<step>.ttf atomically, then points <dir>/latest at it (also atomically), then removes the
 // oldest step_*.ttf beyond `keep`.
-Status save_checkpoint(const std::string& dir, const CheckpointState& state, Gpt& gpt, AdamW& opt, int64_t keep);
+Status save_checkpoint(const std::string& dir, const CheckpointState& state, Executor& ex, int64_t keep);
 
 // `resume` is "latest" (the file named by <dir>/latest, else the highest step_*.ttf) or a file path.
 Result<std::string> find_checkpoint(const std::string& dir, const std::string& resume);
 
 // Checks the file against `expected` (model shape, dtype, data fingerprint must match; batch, seed and data path
-// differences are reported as warnings), then loads parameters and optimizer state into gpt and opt.
-Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Gpt& gpt,
-                                        AdamW& opt);
+// differences are reported as warnings), then loads parameters and optimizer state into the executor's model and optimizer.
+Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex);
 
 }  // namespace tt

@@ -6,6 +6,24 @@
 #include <nlohmann/json.hpp>
 
 namespace tt {
+
+const char* act_placement_name(ActPlacement p) {
+  switch (p) {
+    case ActPlacement::kResident: return "resident";
+    case ActPlacement::kRecompute: return "recompute";
+    case ActPlacement::kSwap: return "swap";
+  }
+  return "?";
+}
+
+const char* optimizer_placement_name(OptimizerPlacement p) { return p == OptimizerPlacement::kCpu ? "cpu" : "device"; }
+
+Result<OptimizerPlacement> parse_optimizer_placement(const std::string& s) {
+  if (s == "device") return OptimizerPlacement::kDevice;
+  if (s == "cpu") return OptimizerPlacement::kCpu;
+  return make_status(StatusCode::kInvalidArgument, "optimizer must be \"device\" or \"cpu\", got '%s'", s.c_str());
+}
+
 namespace {
 
 using nlohmann::json;
@@ -137,7 +155,7 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
     } else if (key == "optimizer") {
       TT_RETURN_IF(!value.is_string() || (value != "device" && value != "cpu"), kInvalidArgument,
                    "plan %s: optimizer must be \"device\" or \"cpu\", got %s", source.c_str(), value.dump().c_str());
-      p.optimizer = value.get<std::string>();
+      p.optimizer = parse_optimizer_placement(value.get<std::string>()).value();
     } else if (key == "param_prefetch") {
       TT_RETURN_IF(!int_in(value, 1, 1023), kInvalidArgument,
                    "plan %s: param_prefetch must be an integer in 1..1023, got %s", source.c_str(),
@@ -236,7 +254,7 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
     // offload-all the activations are swapped to host memory too.
     Plan p = all(name == "offload-all" ? ActPlacement::kSwap : ActPlacement::kResident);
     for (LayerPlan& lp : p.layers) lp.param = lp.grad = lp.optim_state = StatePlacement::kHostStreamed;
-    p.optimizer = "cpu";
+    p.optimizer = OptimizerPlacement::kCpu;
     return p;
   }
   std::ifstream f(name);
@@ -268,32 +286,24 @@ json Plan::to_json() const {
                   {"grad", state_name(lp.grad)},
                   {"optim_state", state_name(lp.optim_state)}});
   }
-  return {{"version", 1},         {"optimizer", optimizer}, {"swap_prefetch", swap_prefetch},
+  return {{"version", 1},         {"optimizer", optimizer_placement_name(optimizer)}, {"swap_prefetch", swap_prefetch},
           {"param_prefetch", param_prefetch}, {"layers", ls}};
 }
 
-GptOptions Plan::model_options() const {
-  GptOptions o;
-  bool grads = false, params = false, mlp = false, norms = false;
-  for (const LayerPlan& lp : layers) {
-    o.activations.push_back(lp.activation);
-    o.mlp_recomputed.push_back(lp.mlp_recompute && lp.activation != ActPlacement::kRecompute);
-    mlp = mlp || o.mlp_recomputed.back();
-    o.norms_recomputed.push_back(lp.norms_recompute && lp.activation != ActPlacement::kRecompute);
-    norms = norms || o.norms_recomputed.back();
-    o.grads_streamed.push_back(lp.grad == StatePlacement::kHostStreamed);
-    o.params_streamed.push_back(lp.param == StatePlacement::kHostStreamed);
-    grads = grads || lp.grad == StatePlacement::kHostStreamed;
-    params = params || lp.param == StatePlacement::kHostStreamed;
-  }
-  if (!grads) o.grads_streamed.clear();
-  if (!mlp) o.mlp_recomputed.clear();
-  if (!norms) o.norms_recomputed.clear();
-  if (!params) o.params_streamed.clear();
-  o.param_slots = param_prefetch + 1;
-  o.swap_slots = swap_prefetch + 1;
-  o.master_on_host = optimizer == "cpu";
-  return o;
+int Plan::count(ActPlacement p) const {
+  int n = 0;
+  for (const LayerPlan& lp : layers) n += lp.activation == p ? 1 : 0;
+  return n;
+}
+
+unsigned Plan::held_parts(int l) const {
+  return kPartAll & ~(mlp_rebuilt(l) ? unsigned(kPartMlp) : 0u) & ~(norms_rebuilt(l) ? unsigned(kPartNorms) : 0u);
+}
+
+unsigned Plan::swapped_parts() const {
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l)
+    if (activation(l) == ActPlacement::kSwap) return held_parts(l);
+  return kPartAll;
 }
 
 std::string Plan::summary() const {
@@ -322,7 +332,7 @@ std::string Plan::summary() const {
     s += "; parameters of " + std::to_string(params) + " blocks streamed from the host (param prefetch " +
          std::to_string(param_prefetch) + ")";
   if (grads > 0) s += "; gradients of " + std::to_string(grads) + " blocks streamed to the host";
-  if (optimizer != "cpu") return source + ": activations " + s + "; model state resident, optimizer on device";
+  if (optimizer != OptimizerPlacement::kCpu) return source + ": activations " + s + "; model state resident, optimizer on device";
   const bool some = params > 0 || grads > 0;
   return source + ": activations " + s + (some ? "; the rest of the parameters and gradients resident" :
                                                  "; parameters and gradients resident") +

@@ -3,7 +3,7 @@
 //
 //   TT_ASSIGN_OR_RETURN(Plan plan, Plan::resolve("swap-activations", cfg.model.layers, /*swap_slots=*/2));
 //   TT_ASSIGN_OR_RETURN(Plan plan, Plan::resolve("plans/mix.json", cfg.model.layers, 2));
-//   GptOptions o = plan.model_options();
+//   if (plan.swapped(3)) ...; plan.optimizer == OptimizerPlacement::kCpu
 //
 // JSON (docs/PLANS.md):
 //   {"version": 1, "optimizer": "device", "swap_prefetch": 1,
@@ -11,9 +11,9 @@
 //    "layers": {"0-3": {"activation": "recompute"}, "11": {"activation": "resident"}}}
 // "layers" may instead be an array with one object per layer. Per layer and class: "activation" is resident, swap or
 // recompute; "param", "grad" and "optim_state" are resident or host_streamed; "optimizer": "cpu" keeps the AdamW
-// moments and the fp32 master of all parameters in host memory (model/adamw.h), and every host_streamed class needs
+// moments and the fp32 master of all parameters in host memory (exec/optimizer.h), and every host_streamed class needs
 // it. A host_streamed "param" is uploaded into one of param_prefetch + 1 device slots ahead of each use (Note
-// [streamed parameters] in model/gpt.h); a host_streamed "grad" leaves the device right after its backward;
+// [streamed parameters] in exec/schedule.h); a host_streamed "grad" leaves the device right after its backward;
 // a host_streamed "optim_state" asks for the CPU optimizer, which keeps every layer's state on the host (there is
 // no per-layer split of the optimizer).
 #pragma once
@@ -28,7 +28,32 @@
 
 namespace tt {
 
+// Where a block keeps its activations (all but its output, which every block keeps: its successor's input).
+//  kResident: in its own device buffers.
+//  kRecompute (Note [recompute]): in one activation set shared by all recomputed blocks, rebuilt from the block's
+//    input right before its backward. The same kernels on the same inputs give the same bits.
+//  kSwap (Note [swap] in exec/schedule.h): copied to host memory on the d2h stream right after the block's forward
+//    and brought back on the h2d stream for its backward, through swap_prefetch + 1 device slots shared by the
+//    swapped blocks.
+// Every mix is bit-identical to keeping everything resident.
+// Note [MLP half]: a resident or swapped block may also have its MLP half (fch, fch_gelu: 8 of its 15 C per token)
+// recomputed: those two live in one set shared by such blocks, and the block's backward rebuilds them from ln2 with
+// the forward's kernel (matmul_gelu_forward) before it uses them; the rest of the block (its attention half) stays
+// resident or swaps. Swapped blocks then move only their attention half.
+// Note [rebuilt norms]: a resident or swapped block may likewise have its LayerNorm outputs (ln1, ln2 and their
+// statistics: 2 of its 15 C per token) rebuilt: they live in one set shared by such blocks, and the block's backward
+// rebuilds them with layernorm_forward, ln1 from the block's input (which every block keeps) and ln2 from res2,
+// before anything reads them (Gpt::rebuild_norms: the same bits). A swapped block then moves 5 C per token with its
+// MLP half rebuilt (qkv, atty, res2), not 7: in the forward the copies out are what bounds a block on the H200
+// (docs/benchmarks/2026-11-30-h200x2-ooc-d4096-tight/), and two LayerNorms cost little next to moving their outputs.
+enum class ActPlacement { kResident, kRecompute, kSwap };
+const char* act_placement_name(ActPlacement p);
 enum class StatePlacement { kResident, kHostStreamed };
+// Where AdamW runs and keeps its moments and the fp32 master: on the device, or on the host (Note [master on host]
+// in exec/optimizer.h).
+enum class OptimizerPlacement { kDevice, kCpu };
+const char* optimizer_placement_name(OptimizerPlacement p);
+Result<OptimizerPlacement> parse_optimizer_placement(const std::string& s);
 
 struct LayerPlan {
   ActPlacement activation = ActPlacement::kResident;
@@ -48,7 +73,7 @@ struct Plan {
   std::vector<LayerPlan> layers;
   int swap_prefetch = 1;  // swapped blocks brought back ahead of their backward; device slots = prefetch + 1
   int param_prefetch = 1;  // streamed parameter blocks uploaded ahead of their use; device slots = prefetch + 1
-  std::string optimizer = "device";
+  OptimizerPlacement optimizer = OptimizerPlacement::kDevice;
 
   // A shortcut (in-core, recompute, swap-activations, swap-attention-recompute-mlp,
   // swap-attention-recompute-mlp-norms, offload-params, offload-all) or a path to a JSON plan.
@@ -57,9 +82,29 @@ struct Plan {
   static Result<Plan> from_json(const nlohmann::json& j, int layers, const std::string& source,
                                 int default_prefetch = 1);
   nlohmann::json to_json() const;
-  GptOptions model_options() const;
   // Whether any layer streams its parameters, gradients or optimizer state (all need the CPU optimizer).
   bool needs_cpu_optimizer() const;
+  bool cpu_optimizer() const { return optimizer == OptimizerPlacement::kCpu; }
+
+  // Per block, as the executor reads the plan.
+  ActPlacement activation(int l) const { return layers[static_cast<size_t>(l)].activation; }
+  // Note [MLP half], Note [rebuilt norms]: the part is rebuilt apart from the rest (never for a recomputed block,
+  // which rebuilds everything).
+  bool mlp_rebuilt(int l) const {
+    return layers[static_cast<size_t>(l)].mlp_recompute && activation(l) != ActPlacement::kRecompute;
+  }
+  bool norms_rebuilt(int l) const {
+    return layers[static_cast<size_t>(l)].norms_recompute && activation(l) != ActPlacement::kRecompute;
+  }
+  bool params_streamed(int l) const { return layers[static_cast<size_t>(l)].param == StatePlacement::kHostStreamed; }
+  bool grads_streamed(int l) const { return layers[static_cast<size_t>(l)].grad == StatePlacement::kHostStreamed; }
+  int count(ActPlacement p) const;
+  // The parts (model/gpt.h BlockPart) block l keeps in its own set or swap slot: all but those it rebuilds.
+  unsigned held_parts(int l) const;
+  // What every swapped block moves (swapped blocks agree: from_json checks); kPartAll when none swaps.
+  unsigned swapped_parts() const;
+  int swap_slots() const { return swap_prefetch + 1; }
+  int param_slots() const { return param_prefetch + 1; }
   // "swap 6, recompute 4, resident 2 (swap prefetch 1)"
   std::string summary() const;
 };

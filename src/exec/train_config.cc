@@ -154,7 +154,9 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.backend = cfg.get_string("backend");
   tc.dtype = cfg.get_string("dtype");
   tc.plan = cfg.get_string("plan");
-  tc.optimizer = cfg.get_string("optimizer");
+  if (const std::string o = cfg.get_string("optimizer"); o != "plan") {
+    TT_ASSIGN_OR_RETURN(tc.optimizer, parse_optimizer_placement(o));
+  }
   tc.speculative_update = cfg.get_bool("speculative_update");
   tc.swap_slots = static_cast<int>(cfg.get_int("swap_slots"));
   tc.device_budget = cfg.get_bytes("device_budget");

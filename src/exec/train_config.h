@@ -8,11 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
+#include "exec/plan.h"
 #include "model/gpt.h"
 
 namespace tt {
@@ -40,8 +42,8 @@ struct TrainConfig {
   std::string backend = "auto";  // auto | cpu | cuda
   std::string dtype = "auto";
   std::string plan = "in-core";  // in-core | recompute | swap-activations (Notes [recompute], [swap] in model/gpt.h)
-  std::string optimizer = "plan";  // plan | device | cpu (overrides the plan's)
-  bool speculative_update = false;  // CPU optimizer: Note [speculative update] in model/adamw.h
+  std::optional<OptimizerPlacement> optimizer;  // --optimizer device|cpu overrides the plan's ("plan": unset)
+  bool speculative_update = false;  // CPU optimizer: Note [speculative update] in exec/optimizer.h
   int swap_slots = 2;    // auto | f32 | bf16 (compute dtype; auto: bf16 on a GPU, f32 on the CPU)
   int64_t device_budget = 0;     // bytes; 0 = automatic
   int threads = 0;
@@ -63,6 +65,7 @@ struct TrainConfig {
   bool profile = false;  // time every op (after the first step) and print a table at the end
   std::string trace;     // write a Chrome/Perfetto trace of the steps (after the first) to this file
   bool dry_run = false;  // print what the run would need and allocate nothing (the CLI's --dry-run)
+  std::string schedule_out;  // with dry_run: write the schedule and inventory as JSON here (--schedule)
 
   nlohmann::json resolved;  // every knob as set, for metrics and checkpoints
 };

@@ -8,15 +8,10 @@
 #include <cstring>
 #include <fstream>
 
-#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "exec/checkpoint.h"
-#ifdef TIERTRAIN_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_probe.h"
-#endif
 
 namespace tt {
 namespace {
@@ -36,37 +31,88 @@ std::string tokens_rate(double tps) {
   return str_format("%.0f", tps);
 }
 
+// Writes j to path through a temporary file renamed over it, so that a reader never sees half a file.
+Status write_json_atomically(const std::string& path, const nlohmann::json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    TT_RETURN_IF(!f, kIoError, "cannot write '%s': %s", path.c_str(), std::strerror(errno));
+    f << j.dump(2) << "\n";
+    TT_RETURN_IF(!f.good(), kIoError, "writing '%s' failed", path.c_str());
+  }
+  TT_RETURN_IF(std::rename(tmp.c_str(), path.c_str()) != 0, kIoError, "cannot rename '%s' to '%s': %s", tmp.c_str(),
+               path.c_str(), std::strerror(errno));
+  return Status::ok();
+}
+
 }  // namespace
 
-std::string MemoryNeed::describe() const {
-  std::string s;
-  for (int c = 0; c < kNumTensorClasses; ++c) {
-    if (per_class[c] == 0) continue;
-    s += str_format("%s%s %s", s.empty() ? "" : ", ", tensor_class_name(static_cast<TensorClass>(c)),
-                    format_bytes(per_class[c]).c_str());
-  }
-  return s;
-}
-
-std::vector<AllocRequest> input_staging_list(int batch, int seq) {
-  return {AllocRequest{"input.next", {2, batch, seq}, DType::kI32, TensorClass::kInput}};
-}
-
-MemoryNeed memory_need(const GptConfig& model, int batch, DType dtype, const GptOptions& options,
-                       bool optimizer_on_cpu) {
-  MemoryNeed need;
-  auto add = [&](const std::vector<AllocRequest>& reqs) {
-    for (const AllocRequest& r : reqs) {
-      const int64_t bytes = static_cast<int64_t>(
-          memory::device_alloc_size(static_cast<size_t>(r.shape.numel()) * dtype_size(r.dtype)));
-      need.per_class[static_cast<int>(r.cls)] += bytes;
-      need.total += bytes;
+Result<RunSpec> resolve_run(const TrainConfig& cfg) {
+  RunSpec r;
+  TT_TRY(cfg.model.validate());
+  TT_ASSIGN_OR_RETURN(r.backend, resolve_backend_name(cfg.backend));
+  r.probe = probe_backend(r.backend);
+  // The compute dtype: bf16 on a GPU unless asked otherwise; the CPU computes in f32.
+  DType dtype = DType::kF32;
+  if (cfg.dtype == "bf16" || (cfg.dtype == "auto" && r.probe.device_memory)) dtype = DType::kBF16;
+  TT_RETURN_IF(dtype == DType::kBF16 && r.backend == "cpu", kInvalidArgument,
+               "--dtype bf16: the CPU backend computes in f32 (use --dtype f32 or auto)");
+  ExecSpec& e = r.exec;
+  e.model = cfg.model;
+  e.batch = cfg.batch;
+  e.compute = dtype;
+  TT_ASSIGN_OR_RETURN(e.plan, Plan::resolve(cfg.plan, cfg.model.layers, cfg.swap_slots));
+  if (cfg.optimizer) e.plan.optimizer = *cfg.optimizer;
+  e.hyper.beta1 = cfg.beta1;
+  e.hyper.beta2 = cfg.beta2;
+  e.hyper.weight_decay = cfg.weight_decay;
+  e.hyper.grad_clip = cfg.grad_clip;
+  e.hyper.speculate = cfg.speculative_update;
+  e.input_staging_slots = kInputStagingSlots;
+  TT_TRY(e.validate());
+  TT_ASSIGN_OR_RETURN(r.inventory, Executor::inventory(e));
+  // The backend's own cuBLAS workspace and scratch come out of the budget too.
+  r.reserve = backend_reserve(r.backend, static_cast<int64_t>(cfg.batch) * cfg.model.seq, cfg.model.heads);
+  r.inventory.add_backend_reserved(r.reserve.reserved_bytes);
+  const int64_t need = r.inventory.total(Inventory::kDevice);
+  // The automatic budget: on a device with memory of its own, what the run needs plus 5%, never more than the free
+  // memory less a headroom (the arena is one allocation, so a generous default would take memory other processes
+  // may need); on the CPU half the RAM (the arena is reserved address space, touched only as it is used), so a run
+  // that would need more is refused here rather than killed later.
+  r.budget = cfg.device_budget;
+  r.budget_auto = r.budget == 0;
+  if (r.budget_auto) {
+    if (r.probe.device_memory) {
+      const int64_t usable = r.probe.free_bytes - r.probe.auto_budget_headroom;
+      r.budget = std::min(need + need / 20, usable);
+    } else {
+      r.budget = r.probe.total_bytes / 2;
     }
-  };
-  add(Gpt::allocation_list(model, batch, dtype, options));
-  add(AdamW::allocation_list(gpt_num_params(model), master_dtype_for(dtype), optimizer_on_cpu, model.layers + 2));
-  add(input_staging_list(batch, model.seq));
-  return need;
+  }
+  r.fits_device = need <= r.budget;
+  r.host_ram = probe_backend("cpu").total_bytes;
+  r.fits_host = r.inventory.total(Inventory::kHost) <= r.host_ram;
+  if (!r.fits_device) {
+    // What the other plans would need, so that the error can say which of them fits.
+    for (const char* alt : {"recompute", "swap-activations", "swap-attention-recompute-mlp",
+                            "swap-attention-recompute-mlp-norms"}) {
+      for (const OptimizerPlacement where : {OptimizerPlacement::kDevice, OptimizerPlacement::kCpu}) {
+        ExecSpec a = e;
+        auto plan = Plan::resolve(alt, cfg.model.layers, cfg.swap_slots);
+        if (!plan.is_ok()) continue;
+        a.plan = plan.value();
+        a.plan.optimizer = where;
+        a.hyper.speculate = false;
+        auto inv = Executor::inventory(a);
+        if (!inv.is_ok()) continue;
+        const int64_t n = inv.value().total(Inventory::kDevice) + r.reserve.reserved_bytes;
+        r.alternatives += str_format("; --plan %s%s needs %s%s", alt,
+                                     where == OptimizerPlacement::kCpu ? " --optimizer cpu" : "",
+                                     format_bytes(n).c_str(), n <= r.budget ? " (fits)" : "");
+      }
+    }
+  }
+  return r;
 }
 
 void Trainer::print(const char* fmt, ...) const {
@@ -79,13 +125,8 @@ void Trainer::print(const char* fmt, ...) const {
 }
 
 Trainer::~Trainer() {
-  if (backend_) {
-    (void)backend_->synchronize_all();
-    for (Staging& st : staging_) backend_->free_host(st.host);
-    if (next_inputs_.raw()) backend_->pool().free(next_inputs_);
-  }
-  opt_.reset();
-  gpt_.reset();
+  if (backend_) (void)backend_->synchronize_all();
+  ex_.reset();
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE* out) {
@@ -96,220 +137,135 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
 
   // Fail on what can be checked cheaply before reading data or allocating.
   if (!cfg.checkpoint_dir.empty()) TT_TRY(ensure_checkpoint_dir(cfg.checkpoint_dir));
-
   TT_ASSIGN_OR_RETURN(t->dataset_, data::TokenDataset::load(cfg.data, cfg.val_fraction));
   cfg.model.vocab = t->dataset_.vocab();
-  TT_TRY(cfg.model.validate());
-
-  // Backend: the GPU when asked for or (auto) when one is there, else the CPU.
-  std::string backend = cfg.backend;
-#ifdef TIERTRAIN_HAVE_CUDA
-  const cuda::GpuInfo gpu = cuda::probe();
-  if (backend == "auto") backend = gpu.count > 0 ? "cuda" : "cpu";
-  TT_RETURN_IF(backend == "cuda" && gpu.count == 0, kFailedPrecondition, "--backend cuda: no usable GPU (%s)",
-               gpu.error.empty() ? "0 devices" : gpu.error.c_str());
-#else
-  if (backend == "auto") backend = "cpu";
-  TT_RETURN_IF(backend == "cuda", kFailedPrecondition,
-               "--backend cuda: this build has no CUDA backend (configure with a CUDA toolkit, TIERTRAIN_WITH_CUDA)");
-#endif
-  DType dtype = DType::kF32;
-  if (cfg.dtype == "bf16" || (cfg.dtype == "auto" && backend == "cuda")) dtype = DType::kBF16;
-  TT_RETURN_IF(dtype == DType::kBF16 && backend == "cpu", kInvalidArgument,
-               "--dtype bf16: the CPU backend computes in f32 (use --dtype f32 or auto)");
-  TT_ASSIGN_OR_RETURN(t->plan_, Plan::resolve(cfg.plan, cfg.model.layers, cfg.swap_slots));
-  if (cfg.optimizer != "plan") t->plan_.optimizer = cfg.optimizer;
-  const GptOptions model_options = t->plan_.model_options();
-  const bool cpu_optimizer = t->plan_.optimizer == "cpu";
-  TT_RETURN_IF(t->plan_.needs_cpu_optimizer() && !cpu_optimizer, kInvalidArgument,
-               "plan %s streams parameters, gradients or optimizer state to the host, which needs the CPU optimizer "
-               "(\"optimizer\": \"cpu\" in the plan, or --optimizer cpu)",
-               cfg.plan.c_str());
-  TT_RETURN_IF(cfg.speculative_update && !cpu_optimizer, kInvalidArgument,
-               "--speculative-update applies to the CPU optimizer (--optimizer cpu, or \"optimizer\": \"cpu\" in the "
-               "plan)");
-  MemoryNeed need = memory_need(cfg.model, cfg.batch, dtype, model_options, cpu_optimizer);
-  int64_t budget = cfg.device_budget;
-#ifdef TIERTRAIN_HAVE_CUDA
-  int64_t cuda_scratch = 0;
-  if (backend == "cuda") {
-    // The backend's own cuBLAS workspace and scratch come out of the budget too.
-    cuda_scratch = cuda::scratch_bytes_for(static_cast<int64_t>(cfg.batch) * cfg.model.seq, cfg.model.heads);
-    need.per_class[static_cast<int>(TensorClass::kWorkspace)] += cuda::reserved_bytes(cuda_scratch);
-    need.total += cuda::reserved_bytes(cuda_scratch);
-    // Automatic budget on a GPU: what the run needs plus 5%, never more than the free memory less a headroom (the
-    // arena is one cudaMalloc, so a generous default would take memory other processes may need).
-    if (budget == 0) {
-      const int64_t usable = gpu.free_bytes - cuda::kAutoBudgetHeadroomBytes;
-      TT_RETURN_IF(!cfg.dry_run && need.total + need.total / 20 > usable, kOutOfMemory,
-                   "the run needs %s of device memory (%s) but %s has %s free, of which %s stays free for the "
-                   "CUDA context and other processes; reduce --batch, --seq, --dim or --layers, or use --plan "
-                   "recompute",
-                   format_bytes(need.total).c_str(), need.describe().c_str(), gpu.name.c_str(),
-                   format_bytes(gpu.free_bytes).c_str(), format_bytes(cuda::kAutoBudgetHeadroomBytes).c_str());
-      budget = std::min(need.total + need.total / 20, usable);  // a dry run reports what does not fit
-    }
-  }
-#endif
-  // On the CPU the arena is reserved address space, touched only as it is used; the automatic budget is half the
-  // RAM, so a run that would need more is refused here rather than killed later.
-  if (budget == 0) budget = cpu::physical_memory_bytes() / 2;
-  // The host memory the run keeps for the copy engines, taken (and pinned) in one slab once the backend exists: the
-  // input staging slots and the swapped blocks' activations.
-  const size_t staging_slot = memory::host_alloc_size(
-      static_cast<size_t>(input_staging_list(cfg.batch, cfg.model.seq)[0].shape.numel()) * sizeof(int32_t));
-  const size_t host_need = kInputStagingSlots * staging_slot +
-                           Gpt::host_bytes(cfg.model, cfg.batch, dtype, model_options) +
-                           AdamW::host_bytes(gpt_num_params(cfg.model), cpu_optimizer,
-                                             cpu_optimizer && cfg.speculative_update, dtype);
+  TT_ASSIGN_OR_RETURN(t->spec_, resolve_run(cfg));
+  const RunSpec& r = t->spec_;
+  const int64_t need = r.inventory.total(Inventory::kDevice), host_need = r.inventory.total(Inventory::kHost);
   if (cfg.dry_run) {
     // What the run would take, whether or not it fits; nothing is allocated.
-    std::string device = backend == "cpu" ? std::string("cpu") : std::string("cuda");
-#ifdef TIERTRAIN_HAVE_CUDA
-    if (backend == "cuda")
-      device = str_format("cuda:0 %s (%s free of %s)", gpu.name.c_str(), format_bytes(gpu.free_bytes).c_str(),
-                          format_bytes(gpu.total_bytes).c_str());
-#endif
+    std::string device = r.backend;
+    if (r.probe.device_memory)
+      device = str_format("%s (%s free of %s)", r.probe.device.c_str(), format_bytes(r.probe.free_bytes).c_str(),
+                          format_bytes(r.probe.total_bytes).c_str());
     t->print("dry run (nothing allocated): GPT L%d d%d H%d T%d vocab %d, %lld parameters, %s compute, batch %d\n",
              cfg.model.layers, cfg.model.dim, cfg.model.heads, cfg.model.seq, cfg.model.vocab,
-             static_cast<long long>(gpt_num_params(cfg.model)), dtype_name(dtype), cfg.batch);
-    t->print("  plan: %s\n", t->plan_.summary().c_str());
-    t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need.total).c_str(),
-             format_bytes(budget).c_str(), cfg.device_budget == 0 ? " (automatic)" : "",
-             need.total <= budget ? "fits" : "DOES NOT FIT", need.describe().c_str());
-    const int64_t ram = cpu::physical_memory_bytes();
-    const bool host_fits = static_cast<int64_t>(host_need) <= ram;
+             static_cast<long long>(gpt_num_params(cfg.model)), dtype_name(r.exec.compute), cfg.batch);
+    t->print("  plan: %s\n", r.exec.plan.summary().c_str());
+    t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need).c_str(),
+             format_bytes(r.budget).c_str(), r.budget_auto ? " (automatic)" : "",
+             r.fits_device ? "fits" : "DOES NOT FIT", r.inventory.describe(Inventory::kDevice).c_str());
     t->print("  host: %s for the copy engines in one %s slab (input staging, swapped activations, CPU optimizer) "
              "of %s RAM (%s)\n",
-             format_bytes(static_cast<int64_t>(host_need)).c_str(), backend == "cuda" ? "pinned" : "host",
-             format_bytes(ram).c_str(), host_fits ? "fits" : "DOES NOT FIT");
-    t->dry_run_fits_ = need.total <= budget && host_fits;
+             format_bytes(host_need).c_str(), r.probe.device_memory ? "pinned" : "host",
+             format_bytes(r.host_ram).c_str(), r.fits_host ? "fits" : "DOES NOT FIT");
+    if (!cfg.schedule_out.empty()) {
+      const Schedule sched = compile_schedule({r.exec.model, r.exec.batch, r.exec.compute, r.exec.plan,
+                                               r.exec.hyper.speculate,
+                                               gpt_default_lm_chunk_rows(r.exec.model, r.exec.batch, r.exec.compute)});
+      nlohmann::json j = sched.to_json();
+      j["inventory"] = r.inventory.to_json();
+      TT_TRY(write_json_atomically(cfg.schedule_out, j));
+      t->print("  schedule: %zu operations a training step, written to %s\n", sched.pass(Pass::kTrain).size(),
+               cfg.schedule_out.c_str());
+    }
+    t->dry_run_fits_ = r.fits_device && r.fits_host;
     return t;
   }
-  if (need.total > budget) {
-    // What the other plans would need, so that the message can say which of them fits.
-    const int64_t extra = need.total - memory_need(cfg.model, cfg.batch, dtype, model_options, cpu_optimizer).total;
-    std::string options;
-    for (const char* alt : {"recompute", "swap-activations", "swap-attention-recompute-mlp",
-                            "swap-attention-recompute-mlp-norms"}) {
-      for (const bool alt_cpu : {false, true}) {
-        auto alt_plan = Plan::resolve(alt, cfg.model.layers, cfg.swap_slots);
-        if (!alt_plan.is_ok()) continue;
-        const int64_t n =
-            memory_need(cfg.model, cfg.batch, dtype, alt_plan.value().model_options(), alt_cpu).total + extra;
-        options += str_format("; --plan %s%s needs %s%s", alt, alt_cpu ? " --optimizer cpu" : "",
-                              format_bytes(n).c_str(), n <= budget ? " (fits)" : "");
-      }
-    }
-    const std::string which = cfg.plan == "in-core" && !cpu_optimizer ? "even in-core"
-                                                                       : "with plan " + t->plan_.summary();
+  if (!r.fits_device) {
+    if (r.budget_auto && r.probe.device_memory)
+      return make_status(StatusCode::kOutOfMemory,
+                         "the run needs %s of device memory (%s) but %s has %s free, of which %s stays free for the "
+                         "CUDA context and other processes; reduce --batch, --seq, --dim or --layers, or use --plan "
+                         "recompute",
+                         format_bytes(need).c_str(), r.inventory.describe(Inventory::kDevice).c_str(),
+                         r.probe.device.c_str(), format_bytes(r.probe.free_bytes).c_str(),
+                         format_bytes(r.probe.auto_budget_headroom).c_str());
+    const std::string which = cfg.plan == "in-core" && !r.exec.plan.cpu_optimizer()
+                                  ? "even in-core"
+                                  : "with plan " + r.exec.plan.summary();
     return make_status(StatusCode::kOutOfMemory,
                        "the model does not fit the device budget %s: it needs %s (%s) but the budget is %s "
                        "(--device-budget)%s. Raise --device-budget, change the plan, or reduce --batch, --seq, "
                        "--dim or --layers",
-                       which.c_str(), format_bytes(need.total).c_str(), need.describe().c_str(),
-                       format_bytes(budget).c_str(), options.c_str());
+                       which.c_str(), format_bytes(need).c_str(), r.inventory.describe(Inventory::kDevice).c_str(),
+                       format_bytes(r.budget).c_str(), r.alternatives.c_str());
   }
-#ifdef TIERTRAIN_HAVE_CUDA
-  if (backend == "cuda") {
-    TT_ASSIGN_OR_RETURN(t->backend_,
-                        cuda::create_backend({.device = 0,
-                                              .device_budget = budget,
-                                              .scratch_bytes = cuda_scratch,
-                                              .host_numa_node = cfg.host_numa_node}));
-  }
-#endif
-  if (!t->backend_) {
-    TT_ASSIGN_OR_RETURN(t->backend_, cpu::create_backend({.device_budget = budget,
-                                                          .threads = cfg.threads,
-                                                          .copy_delay_us = cfg.cpu_copy_delay_us,
-                                                          .compute_delay_us = cfg.cpu_compute_delay_us,
-                                                          .host_delay_us = cfg.cpu_host_delay_us,
-                                                          .lock_host_memory = cfg.cpu_lock_host_memory,
-                                                          .host_numa_node = cfg.host_numa_node}));
-  }
+  TT_TRY(t->build());
+  return t;
+}
+
+Status Trainer::build() {
+  const TrainConfig& cfg = cfg_;
+  const RunSpec& r = spec_;
+  TT_ASSIGN_OR_RETURN(backend_, create_backend(r.backend, {.device_budget = r.budget,
+                                                           .scratch_bytes = r.reserve.scratch_bytes,
+                                                           .threads = cfg.threads,
+                                                           .copy_delay_us = cfg.cpu_copy_delay_us,
+                                                           .compute_delay_us = cfg.cpu_compute_delay_us,
+                                                           .host_delay_us = cfg.cpu_host_delay_us,
+                                                           .lock_host_memory = cfg.cpu_lock_host_memory,
+                                                           .host_numa_node = cfg.host_numa_node}));
+  // The host memory the run keeps for the copy engines, taken (and pinned) in one slab: the inventory's host part.
   {
-    Status s = t->backend_->host_pool().reserve(host_need);
+    Status s = backend_->host_pool().reserve(static_cast<size_t>(r.inventory.total(Inventory::kHost)));
     if (!s.is_ok()) return std::move(s.with_context("reserving the run's host memory"));
   }
-
-  TT_ASSIGN_OR_RETURN(t->gpt_, Gpt::create(*t->backend_, cfg.model, cfg.batch, dtype, model_options));
-  TT_TRY(t->gpt_->init_params(cfg.seed));
-  AdamWHyper hp;
-  hp.beta1 = cfg.beta1;
-  hp.beta2 = cfg.beta2;
-  hp.weight_decay = cfg.weight_decay;
-  hp.grad_clip = cfg.grad_clip;
-  hp.on_cpu = cpu_optimizer;
-  hp.speculate = cpu_optimizer && cfg.speculative_update;
-  TT_ASSIGN_OR_RETURN(t->opt_, AdamW::create(*t->gpt_, hp));
+  TT_ASSIGN_OR_RETURN(ex_, Executor::create(*backend_, r.exec));
+  TT_TRY(ex_->init_params(cfg.seed));
   TT_ASSIGN_OR_RETURN(data::BatchSampler sampler,
-                      data::BatchSampler::create(&t->dataset_.train(), cfg.batch, cfg.model.seq, cfg.seed));
-  t->sampler_ = std::make_unique<data::BatchSampler>(std::move(sampler));
-  t->rng_.reseed(cfg.seed);
-  t->input_ready_ = t->backend_->create_event();
-  t->input_consumed_ = t->backend_->create_event();
-  {
-    const AllocRequest r = input_staging_list(cfg.batch, cfg.model.seq)[0];
-    TT_ASSIGN_OR_RETURN(t->next_inputs_, t->backend_->pool().allocate(r.shape, r.dtype, r.cls, r.name));
-    t->staging_bytes_ = static_cast<size_t>(r.shape.numel()) * sizeof(int32_t);
-    for (Staging& st : t->staging_) {
-      TT_ASSIGN_OR_RETURN(void* p, t->backend_->allocate_host(t->staging_bytes_, TensorClass::kInput));
-      st.host = static_cast<int32_t*>(p);
-    }
-  }
-  t->profiler_ = std::make_unique<OpProfiler>(*t->backend_);
-  t->profiler_->set_tracing(!cfg.trace.empty());
-  t->gpt_->set_profiler(t->profiler_.get());
-  t->opt_->set_profiler(t->profiler_.get());
-  if (t->opt_->on_cpu()) {
-    AdamW* opt = t->opt_.get();
-    t->gpt_->set_param_gate([opt](int segment, Stream& reader) { opt->gate(segment, reader); });
-    t->gpt_->set_grads_done([opt](int segment) { opt->grads_done(segment); });
-  }
+                      data::BatchSampler::create(&dataset_.train(), cfg.batch, cfg.model.seq, cfg.seed));
+  sampler_ = std::make_unique<data::BatchSampler>(std::move(sampler));
+  rng_.reseed(cfg.seed);
+  input_ready_ = backend_->create_event();
+  input_consumed_ = backend_->create_event();
+  profiler_ = std::make_unique<OpProfiler>(*backend_);
+  profiler_->set_tracing(!cfg.trace.empty());
+  ex_->set_profiler(profiler_.get());
   const size_t bt = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);
-  t->host_tokens_.resize(bt);
-  t->host_targets_.resize(bt);
-  t->host_losses_.resize(bt);
+  host_tokens_.resize(bt);
+  host_targets_.resize(bt);
+  host_losses_.resize(bt);
   // Host memory this run holds for its whole life: the token dataset and the evaluation buffers (the pinned
   // staging slots are counted by allocate_host).
   const int64_t host_bytes =
-      static_cast<int64_t>((t->dataset_.train().size() + t->dataset_.val().size()) * sizeof(uint16_t) +
+      static_cast<int64_t>((dataset_.train().size() + dataset_.val().size()) * sizeof(uint16_t) +
                            bt * (2 * sizeof(int32_t) + sizeof(float)));
-  t->backend_->stats().on_alloc(memory::Tier::kHost, TensorClass::kInput, host_bytes);
+  backend_->stats().on_alloc(memory::Tier::kHost, TensorClass::kInput, host_bytes);
 
   if (!cfg.resume.empty()) {
     TT_ASSIGN_OR_RETURN(std::string path, find_checkpoint(cfg.checkpoint_dir, cfg.resume));
     CheckpointState expected;
     expected.model = cfg.model;
-    expected.dtype = t->gpt_->master_dtype();
+    expected.dtype = ex_->model().master_dtype();
     expected.batch = cfg.batch;
     expected.seed = cfg.seed;
     expected.data_path = cfg.data;
-    expected.data_fingerprint = t->dataset_.info().fingerprint;
+    expected.data_fingerprint = dataset_.info().fingerprint;
     expected.config = cfg.resolved;
-    auto loaded = load_checkpoint(path, expected, *t->gpt_, *t->opt_);
+    auto loaded = load_checkpoint(path, expected, *ex_);
     if (!loaded.is_ok()) return std::move(loaded.take_status().with_context("cannot resume"));
     const CheckpointState& st = loaded.value();
-    t->sampler_->set_state(st.sampler);
-    t->rng_.set_state(st.rng);
-    t->step_ = st.step;
-    t->print("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(st.step));
+    sampler_->set_state(st.sampler);
+    rng_.set_state(st.rng);
+    step_ = st.step;
+    print("resumed from %s at step %lld\n", path.c_str(), static_cast<long long>(st.step));
   }
-  return t;
+  return Status::ok();
 }
 
 Status Trainer::prefetch() {
   Backend& be = *backend_;
   const size_t bt = static_cast<size_t>(cfg_.batch) * static_cast<size_t>(cfg_.model.seq);
-  Staging& st = staging_[next_slot_];
-  next_slot_ ^= 1;
+  int32_t* host = ex_->input_host(next_slot_);
+  next_slot_ = (next_slot_ + 1) % kInputStagingSlots;
   sampler_before_prefetch_ = sampler_->state();
-  sampler_->next(st.host, st.host + bt);
-  // The previous batch must have left next_inputs_ before this one overwrites it.
+  sampler_->next(host, host + bt);
+  // The previous batch must have left the device buffer before this one overwrites it.
+  const Tensor next = ex_->input_device();
   be.h2d_stream().wait(*input_consumed_);
-  const int c = profiler_->span_begin(be.h2d_stream(), "input", static_cast<int64_t>(next_inputs_.nbytes()));
-  be.copy_h2d(next_inputs_, st.host, be.h2d_stream());
+  const int c = profiler_->span_begin(be.h2d_stream(), "input", static_cast<int64_t>(next.nbytes()));
+  be.copy_h2d(next, host, be.h2d_stream());
   profiler_->span_end(be.h2d_stream(), c);
   be.h2d_stream().record(*input_ready_);
   return Status::ok();
@@ -325,8 +281,10 @@ Status Trainer::train_step(StepRecord* rec) {
   profiler_->mark("wait input");
   be.compute_stream().wait(*input_ready_);
   profiler_->mark("inputs");
-  be.copy_d2d(gpt_->tokens(), next_inputs_.view(0, gpt_->tokens().shape()), be.compute_stream());
-  be.copy_d2d(gpt_->targets(), next_inputs_.view(bt, gpt_->targets().shape()), be.compute_stream());
+  const Gpt& gpt = ex_->model();
+  const Tensor next = ex_->input_device();
+  be.copy_d2d(gpt.tokens(), next.view(0, gpt.tokens().shape()), be.compute_stream());
+  be.copy_d2d(gpt.targets(), next.view(bt, gpt.targets().shape()), be.compute_stream());
   be.compute_stream().record(*input_consumed_);
   // While the GPU works on this step, draw the next batch and start its copy (staging slots alternate, and the
   // slot written now was last read by a copy that finished before the previous step's end). Enqueued before the
@@ -334,15 +292,12 @@ Status Trainer::train_step(StepRecord* rec) {
   TT_TRY(prefetch());
   const int64_t step = step_ + 1;
   const float lr = learning_rate(cfg_, step);
-  opt_->prepare_step(lr, speculate_next_);
-  gpt_->forward_backward();
-  profiler_->mark("adamw");
-  opt_->step(lr);
+  ex_->train_step(lr, speculate_next_);
   TT_TRY(profiler_->collect(step));
   profiler_->set_enabled(false);
   float norm_sq = 0;
-  be.copy_d2h(host_losses_.data(), gpt_->losses(), be.compute_stream());
-  be.copy_d2h(&norm_sq, opt_->grad_norm_sq(), be.compute_stream());
+  be.copy_d2h(host_losses_.data(), gpt.losses(), be.compute_stream());
+  be.copy_d2h(&norm_sq, ex_->optimizer().grad_norm_sq(), be.compute_stream());
   TT_TRY(be.compute_stream().synchronize());
   double sum = 0;
   for (float l : host_losses_) sum += static_cast<double>(l);
@@ -371,10 +326,11 @@ Result<EvalRecord> Trainer::evaluate() {
   double sum = 0;
   for (int64_t k = 0; k < n; ++k) {
     data::val_batch(dataset_.val(), B, T, k, host_tokens_.data(), host_targets_.data());
-    be.copy_h2d(gpt_->tokens(), host_tokens_.data(), be.compute_stream());
-    be.copy_h2d(gpt_->targets(), host_targets_.data(), be.compute_stream());
-    gpt_->forward();
-    be.copy_d2h(host_losses_.data(), gpt_->losses(), be.compute_stream());
+    const Gpt& gpt = ex_->model();
+    be.copy_h2d(gpt.tokens(), host_tokens_.data(), be.compute_stream());
+    be.copy_h2d(gpt.targets(), host_targets_.data(), be.compute_stream());
+    ex_->forward();
+    be.copy_d2h(host_losses_.data(), gpt.losses(), be.compute_stream());
     TT_TRY(be.compute_stream().synchronize());
     double s = 0;
     for (float l : host_losses_) s += static_cast<double>(l);
@@ -384,19 +340,19 @@ Result<EvalRecord> Trainer::evaluate() {
 }
 
 Status Trainer::save(int64_t step) {
-  opt_->wait_all();  // the CPU optimizer's last parameters on the device before they are read
+  ex_->wait_all();  // the CPU optimizer's last parameters on the device before they are read
   CheckpointState st;
   st.step = step;
   st.sampler = sampler_before_prefetch_;
   st.rng = rng_.state();
   st.model = cfg_.model;
-  st.dtype = gpt_->master_dtype();
+  st.dtype = ex_->model().master_dtype();
   st.batch = cfg_.batch;
   st.seed = cfg_.seed;
   st.data_path = cfg_.data;
   st.data_fingerprint = dataset_.info().fingerprint;
   st.config = cfg_.resolved;
-  TT_TRY(save_checkpoint(cfg_.checkpoint_dir, st, *gpt_, *opt_, cfg_.keep_checkpoints));
+  TT_TRY(save_checkpoint(cfg_.checkpoint_dir, st, *ex_, cfg_.keep_checkpoints));
   print("step %6lld | checkpoint written to %s\n", static_cast<long long>(step), cfg_.checkpoint_dir.c_str());
   return Status::ok();
 }
@@ -411,13 +367,14 @@ Result<TrainSummary> Trainer::run() {
   print("model: GPT L%d d%d H%d T%d vocab %d, %lld parameters, %s compute (%s master), plan %s | batch %lld "
         "(%lld tokens/step) | %s\n",
         cfg_.model.layers, cfg_.model.dim, cfg_.model.heads, cfg_.model.seq, cfg_.model.vocab,
-        static_cast<long long>(gpt_num_params(cfg_.model)), dtype_name(gpt_->dtype()),
-        dtype_name(gpt_->master_dtype()), cfg_.plan.c_str(), static_cast<long long>(B), static_cast<long long>(B * T),
+        static_cast<long long>(gpt_num_params(cfg_.model)), dtype_name(ex_->model().dtype()),
+        dtype_name(ex_->model().master_dtype()), cfg_.plan.c_str(), static_cast<long long>(B), static_cast<long long>(B * T),
         backend_->describe().c_str());
   print("optimizer: AdamW, lr %.3g%s, %lld warm-up steps, cosine to %.3g at step %lld\n", cfg_.lr,
         cfg_.lr_auto ? " (for this width; --lr sets it)" : "", static_cast<long long>(cfg_.warmup),
         cfg_.lr * cfg_.min_lr_frac, static_cast<long long>(cfg_.steps));
-  if (cfg_.plan != "in-core" || plan_.optimizer != "device") print("plan: %s\n", plan_.summary().c_str());
+  const Plan& plan = spec_.exec.plan;
+  if (cfg_.plan != "in-core" || plan.cpu_optimizer()) print("plan: %s\n", plan.summary().c_str());
   if (step_ >= end) {
     print("nothing to do: already at step %lld of %lld\n", static_cast<long long>(step_),
           static_cast<long long>(end));
@@ -488,7 +445,7 @@ Result<TrainSummary> Trainer::run() {
           profiler_->steps(), cfg_.trace.c_str());
   }
   if (!cfg_.metrics_out.empty()) TT_TRY(write_metrics(summary));
-  opt_->wait_all();  // the run ends with every parameter on the device
+  ex_->wait_all();  // the run ends with every parameter on the device
   return summary;
 }
 
@@ -515,7 +472,7 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
   nlohmann::json j;
   j["config"] = cfg_.resolved;
   j["backend"] = backend_->describe();
-  j["dtype"] = {{"compute", dtype_name(gpt_->dtype())}, {"master", dtype_name(gpt_->master_dtype())}};
+  j["dtype"] = {{"compute", dtype_name(ex_->model().dtype())}, {"master", dtype_name(ex_->model().master_dtype())}};
   j["dataset"] = {{"kind", dataset_.info().kind},
                   {"path", dataset_.info().path},
                   {"files", dataset_.info().files.size()},
@@ -542,7 +499,7 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                   {"tokens_per_step", static_cast<int64_t>(cfg_.batch) * cfg_.model.seq},
                   {"wall_s", summary.wall_s}};
   if (cfg_.speculative_update)  // Note [speculative update]: segment updates kept and redone over the run
-    j["speculation"] = {{"kept", opt_->speculation_kept()}, {"redone", opt_->speculation_redone()}};
+    j["speculation"] = {{"kept", ex_->optimizer().speculation_kept()}, {"redone", ex_->optimizer().speculation_redone()}};
   if (profiler_->steps() > 0) {
     nlohmann::json prof = nlohmann::json::object();
     for (const auto& [name, ms] : profiler_->totals_ms()) prof[name] = ms / profiler_->steps();
@@ -555,7 +512,7 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                                {"d2h_ms", tr.d2h_ms / n},
                                {"exposed_ms", tr.exposed_ms / n}};
   }
-  j["plan"] = plan_.to_json();
+  j["plan"] = spec_.exec.plan.to_json();
   j["memory"] = backend_->stats().to_json();
   j["memory"]["device"]["budget"] = backend_->pool().budget();
   j["memory"]["device"]["allocation_count"] = backend_->pool().allocation_count();
@@ -569,16 +526,7 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
   j["memory"]["host_pool"] = {{"slab_bytes", hp.slab_bytes()},        {"peak_held_bytes", hp.peak_in_use()},
                               {"slabs", hp.slab_count()},              {"allocation_count", hp.allocation_count()},
                               {"numa_node", hp.numa_node()},           {"pinned", hp.pinned()}};
-  const std::string tmp = cfg_.metrics_out + ".tmp";
-  {
-    std::ofstream f(tmp);
-    TT_RETURN_IF(!f, kIoError, "cannot write metrics file '%s': %s", cfg_.metrics_out.c_str(), std::strerror(errno));
-    f << j.dump(2) << "\n";
-    TT_RETURN_IF(!f.good(), kIoError, "writing metrics file '%s' failed", cfg_.metrics_out.c_str());
-  }
-  TT_RETURN_IF(std::rename(tmp.c_str(), cfg_.metrics_out.c_str()) != 0, kIoError, "cannot rename '%s' to '%s': %s",
-               tmp.c_str(), cfg_.metrics_out.c_str(), std::strerror(errno));
-  return Status::ok();
+  return write_json_atomically(cfg_.metrics_out, j);
 }
 
 }  // namespace tt

@@ -2,8 +2,9 @@
 // before allocating anything, trains with AdamW and the LR schedule, evaluates, checkpoints, resumes, and reports
 // progress lines and a metrics JSON.
 //
-// The plan (exec/plan.h: a --plan shortcut or JSON file) places each block's activations: resident, swapped to host
-// memory, or recomputed (model/gpt.h); host-streamed model state and the CPU optimizer are still to come.
+// Trainer::create resolves the configuration into a RunSpec (resolve_run: backend by name, dtype, plan, budget,
+// feasibility; nothing allocated), then builds the run: the backend, the executor (exec/executor.h: inventory,
+// model, optimizer, schedule), the sampler, and resumes from a checkpoint.
 //
 //   TT_ASSIGN_OR_RETURN(auto trainer, Trainer::create(train_config));
 //   TT_ASSIGN_OR_RETURN(TrainSummary s, trainer->run());
@@ -21,11 +22,11 @@
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "backend/registry.h"
+#include "exec/executor.h"
 #include "exec/plan.h"
 #include "exec/train_config.h"
-#include "model/adamw.h"
 #include "model/gpt.h"
-#include "model/op_profiler.h"
 
 namespace tt {
 
@@ -56,21 +57,27 @@ struct TrainSummary {
   int64_t device_peak_bytes = 0;
 };
 
-// Device bytes a run of this configuration needs (every tensor on the device; with recompute, one block's
-// activations plus the block outputs), per tensor class (each request rounded to the pool's
-// alignment), for the up-front budget check and the error message.
 // Pinned host slots the next batches are staged in (Note [input staging]).
 constexpr int kInputStagingSlots = 2;
 
-struct MemoryNeed {
-  int64_t per_class[kNumTensorClasses] = {};
-  int64_t total = 0;
-  std::string describe() const;
+// What a configuration resolves to before anything is allocated: the backend, the compute dtype, the plan, the
+// executor's spec and its inventory (with what the backend keeps for itself), the budget, and whether it fits.
+// Cheap enough to call in a loop (no data is read, nothing is allocated).
+struct RunSpec {
+  std::string backend;   // "cpu" or "cuda"
+  BackendProbe probe;
+  ExecSpec exec;
+  BackendReserve reserve;
+  Inventory inventory;
+  int64_t budget = 0;    // device bytes
+  bool budget_auto = false;
+  bool fits_device = false, fits_host = false;
+  int64_t host_ram = 0;
+  // One line per plan that would fit when this one does not (for the error).
+  std::string alternatives;
 };
-MemoryNeed memory_need(const GptConfig& model, int batch, DType dtype, const GptOptions& options = {},
-                       bool optimizer_on_cpu = false);
-// The trainer's own device buffers: the next batch's inputs (Note [input staging] in exec/trainer.h).
-std::vector<AllocRequest> input_staging_list(int batch, int seq);
+// cfg.model.vocab must be set (from the data).
+Result<RunSpec> resolve_run(const TrainConfig& cfg);
 
 class Trainer {
  public:
@@ -84,9 +91,11 @@ class Trainer {
   // Runs from the current step (0, or the resumed one) to --stop-at or --steps.
   Result<TrainSummary> run();
 
-  Gpt& model() { return *gpt_; }
-  AdamW& optimizer() { return *opt_; }
+  Gpt& model() { return ex_->model(); }
+  Optimizer& optimizer() { return ex_->optimizer(); }
+  Executor& executor() { return *ex_; }
   Backend& backend() { return *backend_; }
+  const RunSpec& run_spec() const { return spec_; }
   const data::TokenDataset& dataset() const { return dataset_; }
   const std::vector<StepRecord>& history() const { return history_; }
   const std::vector<EvalRecord>& evals() const { return evals_; }
@@ -100,36 +109,31 @@ class Trainer {
   // Draws the next training batch into a staging slot and starts its copy to the device on the h2d stream.
   Status prefetch();
   Status save(int64_t step);
+  Status build();  // allocates and wires what spec_ says (create's second half)
   Status write_metrics(const TrainSummary& summary) const;
   void print(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
   void print_profile() const;
 
   TrainConfig cfg_;
-  Plan plan_;
+  RunSpec spec_;
   bool dry_run_fits_ = false;
   int64_t allocs_after_first_step_[3] = {0, 0, 0};  // device allocations, host allocations, host slabs
   FILE* out_ = nullptr;
   data::TokenDataset dataset_;
   std::unique_ptr<data::BatchSampler> sampler_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Gpt> gpt_;
-  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<Executor> ex_;
   std::unique_ptr<Event> input_ready_;
   std::unique_ptr<OpProfiler> profiler_;
   Rng rng_;
   int64_t step_ = 0;
   bool speculate_next_ = true;  // Note [speculative update]: the last norm was under the clip (or no step yet)
   std::vector<int32_t> host_tokens_, host_targets_;  // evaluation batches
-  // Note [input staging]: two pinned host slots, each holding a batch's tokens then targets; the batch of the next
-  // step is drawn and copied to next_inputs_ on the h2d stream while the current step computes; a step starts by
-  // waiting for that copy and moving the batch into the model's inputs on the compute stream.
-  struct Staging {
-    int32_t* host = nullptr;  // [2][B*T] tokens then targets
-  };
-  Staging staging_[kInputStagingSlots];
-  size_t staging_bytes_ = 0;
+  // Note [input staging]: two pinned host slots (the executor's), each holding a batch's tokens then targets; the
+  // batch of the next step is drawn and copied to the device buffer input.next on the h2d stream while the current
+  // step computes; a step starts by waiting for that copy and moving the batch into the model's inputs on the
+  // compute stream.
   int next_slot_ = 0;
-  Tensor next_inputs_;  // [2, B, T] i32 on the device
   std::unique_ptr<Event> input_consumed_;
   data::SamplerState sampler_before_prefetch_;  // what a checkpoint records: the batch in flight is not consumed yet
   std::vector<float> host_losses_;

@@ -12,7 +12,7 @@
 
 #include "core/tensorfile.h"
 #include "exec/checkpoint.h"
-#include "model/adamw.h"
+#include "exec/executor.h"
 #include "model/gpt.h"
 #include "temp_dir.h"
 #include "test_util.h"
@@ -31,20 +31,20 @@ std::string slurp(const std::string& path) {
 struct Fixture {
   std::unique_ptr<Backend> be = testing::make_cpu_backend(int64_t(64) << 20, 1);
   GptConfig cfg{.vocab = 256, .layers = 1, .dim = 16, .heads = 2, .seq = 8};
-  std::unique_ptr<Gpt> gpt;
-  std::unique_ptr<AdamW> opt;
+  std::unique_ptr<Executor> gpt;
+  Optimizer* opt = nullptr;
   CheckpointState state;
 
   Fixture() {
-    gpt = std::move(Gpt::create(*be, cfg, 2, DType::kF32)).value();
+    gpt = std::move(testing::make_gpt(*be, cfg, 2, DType::kF32)).value();
     EXPECT_TRUE(gpt->init_params(5).is_ok());
-    opt = std::move(AdamW::create(*gpt, AdamWHyper{})).value();
+    opt = &gpt->optimizer();
     std::vector<int32_t> tok(16, 3);
     be->copy_h2d(gpt->tokens(), tok.data(), be->compute_stream());
     be->copy_h2d(gpt->targets(), tok.data(), be->compute_stream());
     gpt->forward();
     gpt->backward();
-    opt->step(1e-3f);  // non-zero moments
+    gpt->step(1e-3f);  // non-zero moments
     EXPECT_TRUE(be->compute_stream().synchronize().is_ok());
     state.step = 7;
     state.sampler = {2, 11};
@@ -66,14 +66,14 @@ struct Fixture {
 TEST(Checkpoint, RoundTripRestoresEverything) {
   TempDir dir;
   Fixture a;
-  ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, *a.opt, 3).is_ok());
+  ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, 3).is_ok());
   auto path = find_checkpoint(dir.path(), "latest");
   ASSERT_TRUE(path.is_ok()) << path.status().to_string();
   EXPECT_EQ(path.value(), dir.file("step_00000007.ttf"));
 
   Fixture b;
   ASSERT_TRUE(b.gpt->init_params(77).is_ok());
-  auto st = load_checkpoint(path.value(), a.state, *b.gpt, *b.opt);
+  auto st = load_checkpoint(path.value(), a.state, *b.gpt);
   ASSERT_TRUE(st.is_ok()) << st.status().to_string();
   EXPECT_EQ(st->step, 7);
   EXPECT_EQ(st->sampler.epoch, 2u);
@@ -93,12 +93,12 @@ TEST(Checkpoint, RoundTripRestoresEverything) {
 TEST(Checkpoint, TruncatedAndCorruptFilesAreNamed) {
   TempDir dir;
   Fixture a;
-  ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, *a.opt, 3).is_ok());
+  ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, 3).is_ok());
   const std::string good = slurp(dir.file("step_00000007.ttf"));
 
   dir.write("cut.ttf", good.substr(0, good.size() / 2));
   Fixture b;
-  auto cut = load_checkpoint(dir.file("cut.ttf"), a.state, *b.gpt, *b.opt);
+  auto cut = load_checkpoint(dir.file("cut.ttf"), a.state, *b.gpt);
   ASSERT_FALSE(cut.is_ok());
   EXPECT_EQ(cut.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(cut.status().message().find("truncated"), std::string::npos) << cut.status().message();
@@ -106,12 +106,12 @@ TEST(Checkpoint, TruncatedAndCorruptFilesAreNamed) {
   std::string flipped = good;
   flipped[flipped.size() - 100] ^= 0x55;  // inside the last tensor's data
   dir.write("flip.ttf", flipped);
-  auto bad = load_checkpoint(dir.file("flip.ttf"), a.state, *b.gpt, *b.opt);
+  auto bad = load_checkpoint(dir.file("flip.ttf"), a.state, *b.gpt);
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("CRC mismatch in tensor"), std::string::npos) << bad.status().message();
 
   dir.write("junk.ttf", "this is not a checkpoint at all, just text that is long enough");
-  auto junk = load_checkpoint(dir.file("junk.ttf"), a.state, *b.gpt, *b.opt);
+  auto junk = load_checkpoint(dir.file("junk.ttf"), a.state, *b.gpt);
   ASSERT_FALSE(junk.is_ok());
   EXPECT_NE(junk.status().message().find("not a tiertrain tensor file"), std::string::npos);
 }
@@ -125,7 +125,7 @@ TEST(Checkpoint, TensorFileThatIsNotACheckpointIsAnError) {
     float x = 1.0f;
     w.add("x", DType::kF32, {1}, &x);
     ASSERT_TRUE(w.write_atomic(dir.file("other.ttf")).is_ok());
-    auto st = load_checkpoint(dir.file("other.ttf"), b.state, *b.gpt, *b.opt);
+    auto st = load_checkpoint(dir.file("other.ttf"), b.state, *b.gpt);
     ASSERT_FALSE(st.is_ok()) << meta;
     EXPECT_TRUE(st.status().code() == StatusCode::kDataLoss || st.status().code() == StatusCode::kFailedPrecondition)
         << st.status().to_string();
@@ -135,12 +135,12 @@ TEST(Checkpoint, TensorFileThatIsNotACheckpointIsAnError) {
 TEST(Checkpoint, MismatchesAreNamed) {
   TempDir dir;
   Fixture a;
-  ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, *a.opt, 3).is_ok());
+  ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, 3).is_ok());
   Fixture b;
   CheckpointState expected = a.state;
   expected.model.dim = 32;
   expected.model.layers = 3;
-  auto st = load_checkpoint(dir.file("step_00000007.ttf"), expected, *b.gpt, *b.opt);
+  auto st = load_checkpoint(dir.file("step_00000007.ttf"), expected, *b.gpt);
   ASSERT_FALSE(st.is_ok());
   EXPECT_EQ(st.status().code(), StatusCode::kFailedPrecondition);
   const std::string msg = st.status().message();
@@ -150,7 +150,7 @@ TEST(Checkpoint, MismatchesAreNamed) {
   expected = a.state;
   expected.data_fingerprint = 1;
   expected.data_path = "/other";
-  auto data = load_checkpoint(dir.file("step_00000007.ttf"), expected, *b.gpt, *b.opt);
+  auto data = load_checkpoint(dir.file("step_00000007.ttf"), expected, *b.gpt);
   ASSERT_FALSE(data.is_ok());
   EXPECT_NE(data.status().message().find("the dataset differs"), std::string::npos);
   EXPECT_NE(data.status().message().find("/other"), std::string::npos);
@@ -177,7 +177,7 @@ TEST(Checkpoint, KeepsTheNewestAndFindsThemWithoutLatest) {
   Fixture a;
   for (int64_t step : {1, 2, 3, 4}) {
     a.state.step = step;
-    ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, *a.opt, 2).is_ok());
+    ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, 2).is_ok());
   }
   EXPECT_FALSE(fs::exists(dir.file("step_00000001.ttf")));
   EXPECT_FALSE(fs::exists(dir.file("step_00000002.ttf")));
@@ -196,7 +196,7 @@ TEST(Checkpoint, KeepsTheNewestAndFindsThemWithoutLatest) {
 TEST(Checkpoint, FailedWriteLosesNothing) {
   TempDir dir;
   Fixture a;
-  ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, *a.opt, 5).is_ok());
+  ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, 5).is_ok());
   const std::string before = slurp(dir.file("step_00000007.ttf"));
   const std::string latest_before = slurp(dir.file("latest"));
   ASSERT_FALSE(before.empty());
@@ -209,7 +209,7 @@ TEST(Checkpoint, FailedWriteLosesNothing) {
   lim.rlim_cur = before.size() / 2;
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
   a.state.step = 8;
-  Status s = save_checkpoint(dir.path(), a.state, *a.gpt, *a.opt, 5);
+  Status s = save_checkpoint(dir.path(), a.state, *a.gpt, 5);
   setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, SIG_DFL);
 

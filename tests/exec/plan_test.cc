@@ -13,7 +13,18 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<ActPlacement> acts(const Plan& p) { return p.model_options().activations; }
+std::vector<ActPlacement> acts(const Plan& p) {
+  std::vector<ActPlacement> r;
+  for (int l = 0; l < static_cast<int>(p.layers.size()); ++l) r.push_back(p.activation(l));
+  return r;
+}
+// Per block, a flag the executor reads from the plan.
+std::vector<bool> per_block(const Plan& p, bool (Plan::*flag)(int) const) {
+  std::vector<bool> r;
+  for (int l = 0; l < static_cast<int>(p.layers.size()); ++l) r.push_back((p.*flag)(l));
+  return r;
+}
+std::vector<bool> none(const Plan& p) { return std::vector<bool>(p.layers.size(), false); }
 
 TEST(Plan, Shortcuts) {
   auto in_core = Plan::resolve("in-core", 3, 2);
@@ -23,7 +34,7 @@ TEST(Plan, Shortcuts) {
   ASSERT_TRUE(swap.is_ok());
   EXPECT_EQ(acts(swap.value()), std::vector<ActPlacement>(3, ActPlacement::kSwap));
   EXPECT_EQ(swap.value().swap_prefetch, 3);
-  EXPECT_EQ(swap.value().model_options().swap_slots, 4);
+  EXPECT_EQ(swap.value().swap_slots(), 4);
   auto re = Plan::resolve("recompute", 2, 2);
   ASSERT_TRUE(re.is_ok());
   EXPECT_EQ(acts(re.value()), std::vector<ActPlacement>(2, ActPlacement::kRecompute));
@@ -33,13 +44,12 @@ TEST(Plan, Shortcuts) {
     SCOPED_TRACE(name);
     auto p = Plan::resolve(name, 3, 2);
     ASSERT_TRUE(p.is_ok()) << p.status().to_string();
-    EXPECT_EQ(p.value().optimizer, "cpu");
+    EXPECT_EQ(p.value().optimizer, OptimizerPlacement::kCpu);
     EXPECT_TRUE(p.value().needs_cpu_optimizer());
-    const GptOptions o = p.value().model_options();
-    EXPECT_EQ(o.params_streamed, std::vector<bool>(3, true));
-    EXPECT_EQ(o.grads_streamed, std::vector<bool>(3, true));
-    EXPECT_TRUE(o.master_on_host);
-    EXPECT_EQ(o.param_slots, 2);
+    EXPECT_EQ(per_block(p.value(), &Plan::params_streamed), std::vector<bool>(3, true));
+    EXPECT_EQ(per_block(p.value(), &Plan::grads_streamed), std::vector<bool>(3, true));
+    EXPECT_TRUE(p.value().cpu_optimizer());
+    EXPECT_EQ(p.value().param_slots(), 2);
     EXPECT_EQ(acts(p.value()), std::vector<ActPlacement>(3, std::string(name) == "offload-all"
                                                                 ? ActPlacement::kSwap
                                                                 : ActPlacement::kResident));
@@ -50,43 +60,43 @@ TEST(Plan, Shortcuts) {
   auto halves = Plan::resolve("swap-attention-recompute-mlp", 3, 2);
   ASSERT_TRUE(halves.is_ok());
   EXPECT_EQ(acts(halves.value()), std::vector<ActPlacement>(3, ActPlacement::kSwap));
-  EXPECT_EQ(halves.value().model_options().mlp_recomputed, std::vector<bool>(3, true));
+  EXPECT_EQ(per_block(halves.value(), &Plan::mlp_rebuilt), std::vector<bool>(3, true));
   EXPECT_EQ(halves.value().to_json()["layers"][0]["activation"], json({{"attention", "swap"}, {"mlp", "recompute"}}));
   EXPECT_NE(halves.value().summary().find("the MLP half of 3 of them recomputed"), std::string::npos)
       << halves.value().summary();
   auto back = Plan::from_json(halves.value().to_json(), 3, "round trip");
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
-  EXPECT_EQ(back.value().model_options().mlp_recomputed, std::vector<bool>(3, true));
-  EXPECT_TRUE(in_core.value().model_options().mlp_recomputed.empty());
+  EXPECT_EQ(per_block(back.value(), &Plan::mlp_rebuilt), std::vector<bool>(3, true));
+  EXPECT_EQ(per_block(in_core.value(), &Plan::mlp_rebuilt), none(in_core.value()));
   // A layer's plain placement overrides a split default (and its flag); equal halves are the plain placement.
   auto over = Plan::from_json(json::parse(R"({"default": {"activation": {"attention": "resident", "mlp": "recompute"}},
       "layers": {"1": {"activation": "resident"}, "2": {"activation": {"attention": "swap", "mlp": "swap"}}}})"),
                               3, "over.json");
   ASSERT_TRUE(over.is_ok()) << over.status().to_string();
-  EXPECT_EQ(over.value().model_options().mlp_recomputed, std::vector<bool>({true, false, false}));
+  EXPECT_EQ(per_block(over.value(), &Plan::mlp_rebuilt), std::vector<bool>({true, false, false}));
   EXPECT_EQ(acts(over.value()),
             std::vector<ActPlacement>({ActPlacement::kResident, ActPlacement::kResident, ActPlacement::kSwap}));
   // Note [rebuilt norms]: the LayerNorm outputs rebuilt as well; the JSON says so and reads back; a plain placement
   // clears the flag.
   auto norms = Plan::resolve("swap-attention-recompute-mlp-norms", 3, 2);
   ASSERT_TRUE(norms.is_ok());
-  EXPECT_EQ(norms.value().model_options().norms_recomputed, std::vector<bool>(3, true));
-  EXPECT_EQ(norms.value().model_options().mlp_recomputed, std::vector<bool>(3, true));
+  EXPECT_EQ(per_block(norms.value(), &Plan::norms_rebuilt), std::vector<bool>(3, true));
+  EXPECT_EQ(per_block(norms.value(), &Plan::mlp_rebuilt), std::vector<bool>(3, true));
   EXPECT_EQ(norms.value().to_json()["layers"][0]["activation"],
             json({{"attention", "swap"}, {"mlp", "recompute"}, {"norms", "recompute"}}));
   EXPECT_NE(norms.value().summary().find("the LayerNorm outputs of 3 rebuilt"), std::string::npos)
       << norms.value().summary();
   auto norms_back = Plan::from_json(norms.value().to_json(), 3, "round trip");
   ASSERT_TRUE(norms_back.is_ok()) << norms_back.status().to_string();
-  EXPECT_EQ(norms_back.value().model_options().norms_recomputed, std::vector<bool>(3, true));
-  EXPECT_TRUE(halves.value().model_options().norms_recomputed.empty());
+  EXPECT_EQ(per_block(norms_back.value(), &Plan::norms_rebuilt), std::vector<bool>(3, true));
+  EXPECT_EQ(per_block(halves.value(), &Plan::norms_rebuilt), none(halves.value()));
   auto norms_only = Plan::from_json(
       json::parse(R"({"default": {"activation": {"attention": "resident", "mlp": "resident", "norms": "recompute"}},
                       "layers": {"2": {"activation": "swap"}}})"),
       3, "norms.json");
   ASSERT_TRUE(norms_only.is_ok()) << norms_only.status().to_string();
-  EXPECT_EQ(norms_only.value().model_options().norms_recomputed, std::vector<bool>({true, true, false}));
-  EXPECT_TRUE(norms_only.value().model_options().mlp_recomputed.empty());
+  EXPECT_EQ(per_block(norms_only.value(), &Plan::norms_rebuilt), std::vector<bool>({true, true, false}));
+  EXPECT_EQ(per_block(norms_only.value(), &Plan::mlp_rebuilt), none(norms_only.value()));
   EXPECT_EQ(norms_only.value().to_json()["layers"][0]["activation"],
             json({{"attention", "resident"}, {"mlp", "resident"}, {"norms", "recompute"}}));
   for (const char* wrong : {R"({"attention": "resident", "mlp": "recompute", "norms": "swap"})",
@@ -118,32 +128,32 @@ TEST(Plan, JsonDefaultAndRanges) {
   using A = ActPlacement;
   EXPECT_EQ(acts(p.value()), (std::vector<A>{A::kRecompute, A::kRecompute, A::kRecompute, A::kSwap, A::kSwap,
                                              A::kResident}));
-  EXPECT_EQ(p.value().model_options().swap_slots, 3);
+  EXPECT_EQ(p.value().swap_slots(), 3);
   EXPECT_EQ(p.value().summary(),
             "mix.json: activations swap 2, recompute 3, resident 1 (swap prefetch 2); model state resident, "
             "optimizer on device");
   auto cpu_opt = Plan::from_json(json::parse(R"({"optimizer": "cpu"})"), 2, "c.json");
   ASSERT_TRUE(cpu_opt.is_ok()) << cpu_opt.status().to_string();
-  EXPECT_EQ(cpu_opt.value().optimizer, "cpu");
+  EXPECT_EQ(cpu_opt.value().optimizer, OptimizerPlacement::kCpu);
   EXPECT_NE(cpu_opt.value().summary().find("AdamW state and fp32 master on the host"), std::string::npos);
   // Streamed gradients are accepted (the trainer checks that the optimizer is on the CPU).
   auto grads = Plan::from_json(json::parse(R"({"optimizer": "cpu", "layers": {"1": {"grad": "host_streamed"}}})"), 3,
                                "g.json");
   ASSERT_TRUE(grads.is_ok()) << grads.status().to_string();
-  EXPECT_EQ(grads.value().model_options().grads_streamed, (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(per_block(grads.value(), &Plan::grads_streamed), (std::vector<bool>{false, true, false}));
   EXPECT_NE(grads.value().summary().find("gradients of 1 blocks streamed"), std::string::npos);
   // Streamed parameters, with their own prefetch distance.
   auto params = Plan::from_json(
       json::parse(R"({"optimizer": "cpu", "param_prefetch": 2, "layers": {"0-1": {"param": "host_streamed"}}})"), 3,
       "p.json");
   ASSERT_TRUE(params.is_ok()) << params.status().to_string();
-  EXPECT_EQ(params.value().model_options().params_streamed, (std::vector<bool>{true, true, false}));
-  EXPECT_EQ(params.value().model_options().param_slots, 3);
-  EXPECT_TRUE(params.value().model_options().grads_streamed.empty());
+  EXPECT_EQ(per_block(params.value(), &Plan::params_streamed), (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(params.value().param_slots(), 3);
+  EXPECT_EQ(per_block(params.value(), &Plan::grads_streamed), none(params.value()));
   auto params_copy = Plan::from_json(params.value().to_json(), 3, "copy");
   ASSERT_TRUE(params_copy.is_ok()) << params_copy.status().to_string();
   EXPECT_EQ(params_copy.value().param_prefetch, 2);
-  EXPECT_EQ(params_copy.value().model_options().params_streamed, (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(per_block(params_copy.value(), &Plan::params_streamed), (std::vector<bool>{true, true, false}));
   // Round trip through to_json (the metrics file's copy of the plan).
   auto q = Plan::from_json(p.value().to_json(), 6, "copy");
   ASSERT_TRUE(q.is_ok()) << q.status().to_string();

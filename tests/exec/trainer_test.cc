@@ -23,6 +23,32 @@
 namespace tt {
 namespace {
 
+// The device bytes a run of this configuration needs, as the trainer resolves it (its inventory and what the
+// backend keeps for itself).
+int64_t device_need(const TrainConfig& tc) {
+  auto r = resolve_run(tc);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return r.value().inventory.total(Inventory::kDevice);
+}
+int64_t device_need_of(const TrainConfig& tc, TensorClass cls) {
+  return resolve_run(tc).value().inventory.of(Inventory::kDevice, cls);
+}
+// The inventory of the model and optimizer alone for a plan (by name or file), f32.
+Inventory plan_inventory(const GptConfig& cfg, int batch, const std::string& plan) {
+  ExecSpec spec;
+  spec.model = cfg;
+  spec.batch = batch;
+  spec.plan = Plan::resolve(plan, cfg.layers, 2).value();
+  return Executor::inventory(spec).value();
+}
+// Bytes of a block's activations in the given parts, as the device pool takes them.
+size_t block_bytes(const GptConfig& cfg, int batch, unsigned parts = kPartAll) {
+  size_t n = 0;
+  for (const TensorRequest& r : gpt_block_activations(cfg, batch, DType::kF32, parts))
+    n += memory::device_alloc_size(static_cast<size_t>(r.shape.numel()) * dtype_size(r.dtype));
+  return n;
+}
+
 using testing::TempDir;
 
 TrainConfig small_config(const std::string& data) {
@@ -55,7 +81,7 @@ RunResult finish(Trainer& t, const std::vector<double>& earlier_losses = {}) {
   r.params.resize(n);
   r.m.resize(n);
   r.v.resize(n);
-  EXPECT_TRUE(t.model().download_params(r.params.data()).is_ok());
+  EXPECT_TRUE(t.executor().download_params(r.params.data()).is_ok());
   Backend& be = t.backend();
   EXPECT_TRUE(t.optimizer().download_state(r.m.data(), r.v.data()).is_ok());
   EXPECT_TRUE(be.compute_stream().synchronize().is_ok());
@@ -141,7 +167,7 @@ TEST(Trainer, ModelTooLargeForBudgetIsRefusedUpFront) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
   TrainConfig tc = small_config(data);
-  const MemoryNeed need = memory_need(tc.model, tc.batch, DType::kF32);
+  const struct { int64_t total; } need{device_need(tc)};
   tc.device_budget = need.total - 1;
   auto t = Trainer::create(tc, nullptr);
   ASSERT_FALSE(t.is_ok());
@@ -173,11 +199,9 @@ TEST(Trainer, RecomputePlanIsBitIdenticalWithLessMemory) {
   in_core.model.layers = 3;
   TrainConfig recompute = in_core;
   recompute.plan = "recompute";
-  const MemoryNeed need_in = memory_need(in_core.model, in_core.batch, DType::kF32);
-  const MemoryNeed need_re = memory_need(recompute.model, recompute.batch, DType::kF32,
-                                         GptOptions::all(recompute.model.layers, ActPlacement::kRecompute));
-  const int A = static_cast<int>(TensorClass::kActivation);
-  EXPECT_LT(need_re.per_class[A], need_in.per_class[A] / 2) << "3 blocks kept vs 1 block + 3 outputs";
+  const struct { int64_t total; } need_re{device_need(recompute)};
+  EXPECT_LT(device_need_of(recompute, TensorClass::kActivation), device_need_of(in_core, TensorClass::kActivation) / 2)
+      << "3 blocks kept vs 1 block + 3 outputs";
 
   auto a = Trainer::create(in_core, nullptr);
   ASSERT_TRUE(a.is_ok()) << a.status().to_string();
@@ -246,10 +270,10 @@ TEST(Trainer, SwapPlanIsBitIdenticalWithLessMemory) {
       EXPECT_LT(b.value()->backend().pool().peak_in_use(), a.value()->backend().pool().peak_in_use());
     }
     // Host memory for every swapped block but the last `slots` (which stay in their slots).
-    const size_t swap_host = Gpt::host_bytes(swap.model, swap.batch, DType::kF32,
-                                             GptOptions::all(layers, ActPlacement::kSwap, slots));
+    const size_t swap_host =
+        static_cast<size_t>(resolve_run(swap).value().inventory.of(Inventory::kHost, TensorClass::kActivation));
     EXPECT_EQ(swap_host, static_cast<size_t>(std::max(0, layers - slots)) *
-                             ((Gpt::block_activation_bytes(swap.model, swap.batch, DType::kF32) + 255) / 256 * 256));
+                             ((block_bytes(swap.model, swap.batch) + 255) / 256 * 256));
     EXPECT_GE(b.value()->backend().host_pool().peak_in_use(), swap_host);
   }
 }
@@ -310,8 +334,7 @@ TEST(Trainer, MixedJsonPlanIsBitIdentical) {
     ASSERT_TRUE(straight.value()->run().is_ok());
     expect_bit_identical(finish(*straight.value()), run_split_at_10(longer, dir.file("ckpt")));
     // Refused up front below its need, with the bytes and the plan in the message.
-    const MemoryNeed need = memory_need(mixed.model, mixed.batch, DType::kF32,
-                                        Plan::resolve(mixed.plan, 6, 2).value().model_options());
+    const struct { int64_t total; } need{device_need(mixed)};
     TrainConfig tight = mixed;
     tight.device_budget = need.total - 1;
     auto refused = Trainer::create(tight, nullptr);
@@ -354,7 +377,7 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
     device.eval_every = 3;
     TrainConfig cpu = device;
     cpu.plan = plan;
-    cpu.optimizer = "cpu";
+    cpu.optimizer = OptimizerPlacement::kCpu;
     // A slow link, slow kernels and a slower host update: a copy that does not wait for what it must (a slot's
     // previous contents used, a segment updated) lands at the wrong time and changes the result.
     cpu.cpu_copy_delay_us = 3000;
@@ -375,10 +398,11 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
     EXPECT_GT(a.value()->backend().stats().of(memory::Tier::kDevice, TensorClass::kOptimState).peak, 0);
     // The moments, gradients and norm, and the model's f32 master (Note [master on host]).
     const int64_t P = gpt_num_params(b.value()->model().config());
-    EXPECT_TRUE(b.value()->model().master_on_host());
+    EXPECT_TRUE(b.value()->optimizer().on_cpu());
+    // The host gradients, m and v, the norm, and the master.
     EXPECT_GE(b.value()->backend().host_pool().peak_in_use(),
-              AdamW::host_bytes(P, true) + memory::host_alloc_size(static_cast<size_t>(P) * 4) -
-                  memory::kHostAlignBytes);
+              3 * memory::host_alloc_size(static_cast<size_t>(P) * 4) + memory::host_alloc_size(4) +
+                  memory::host_alloc_size(static_cast<size_t>(P) * 4) - memory::kHostAlignBytes);
     // Split at step 10 with a checkpoint: the same as straight through.
     TrainConfig longer = cpu;
     longer.steps = 20;
@@ -414,7 +438,7 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
   }
   TrainConfig forced = small_config(data);
   forced.plan = "offload-params";
-  forced.optimizer = "device";
+  forced.optimizer = OptimizerPlacement::kDevice;
   EXPECT_FALSE(Trainer::create(forced, nullptr).is_ok());
 }
 
@@ -435,7 +459,7 @@ TEST(Trainer, SpeculativeUpdateIsBitIdentical) {
       device.grad_clip = clip;
       TrainConfig cpu = device;
       cpu.plan = plan;
-      cpu.optimizer = "cpu";
+      cpu.optimizer = OptimizerPlacement::kCpu;
       cpu.speculative_update = true;
       cpu.cpu_copy_delay_us = 3000;
       cpu.cpu_compute_delay_us = 100;
@@ -450,7 +474,7 @@ TEST(Trainer, SpeculativeUpdateIsBitIdentical) {
         EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
       // Every segment (embeddings, blocks, final LayerNorm) is speculated at every step while the norms stay under
       // the clip; over it, only the first step guesses (and is redone), then the trainer stops guessing.
-      const AdamW& opt = b.value()->optimizer();
+      const Optimizer& opt = b.value()->optimizer();
       const int64_t segments = device.model.layers + 2;
       if (clip > 1.0f) {
         EXPECT_EQ(opt.speculation_kept(), int64_t(device.steps) * segments);
@@ -485,23 +509,22 @@ TEST(Trainer, MlpHalfPlansNeedWhatTheyShould) {
   GptConfig cfg = m;
   cfg.layers = 6;
   const int batch = 4;
-  auto need = [&](const char* plan) {
-    return memory_need(cfg, batch, DType::kF32, Plan::resolve(plan, cfg.layers, 2).value().model_options()).total;
+  auto need = [&](const char* plan) { return plan_inventory(cfg, batch, plan).total(Inventory::kDevice); };
+  auto host_acts = [&](const char* plan) {
+    return plan_inventory(cfg, batch, plan).of(Inventory::kHost, TensorClass::kActivation);
   };
-  const size_t all = Gpt::block_activation_bytes(cfg, batch, DType::kF32);
-  const size_t attention = Gpt::block_activation_bytes(cfg, batch, DType::kF32, Gpt::Part::kAttention);
-  const size_t mlp = Gpt::block_activation_bytes(cfg, batch, DType::kF32, Gpt::Part::kMlp);
+  const size_t all = block_bytes(cfg, batch);
+  const size_t attention = block_bytes(cfg, batch, kPartAttention);
+  const size_t mlp = block_bytes(cfg, batch, kPartMlp);
   EXPECT_EQ(attention + mlp, all);
   EXPECT_GT(mlp, all / 2);  // fch and fch_gelu: 8 of the 15 C per token
   EXPECT_LT(need("swap-attention-recompute-mlp"), need("swap-activations"));
   // Two slots of half a block and one MLP set, against two slots of whole blocks.
   EXPECT_EQ(need("swap-activations") - need("swap-attention-recompute-mlp"),
             static_cast<int64_t>(2 * all - 2 * attention - mlp));
-  const GptOptions halves = Plan::resolve("swap-attention-recompute-mlp", cfg.layers, 2).value().model_options();
-  const GptOptions whole = Plan::resolve("swap-activations", cfg.layers, 2).value().model_options();
   // The host copies: one per swapped block but the last two (they stay in their slots), half a block each.
-  EXPECT_EQ(Gpt::host_bytes(cfg, batch, DType::kF32, halves), 4 * memory::host_alloc_size(attention));
-  EXPECT_EQ(Gpt::host_bytes(cfg, batch, DType::kF32, whole), 4 * memory::host_alloc_size(all));
+  EXPECT_EQ(host_acts("swap-attention-recompute-mlp"), static_cast<int64_t>(4 * memory::host_alloc_size(attention)));
+  EXPECT_EQ(host_acts("swap-activations"), static_cast<int64_t>(4 * memory::host_alloc_size(all)));
   TempDir dir;
   const std::string resident_mlp = dir.write(
       "p.json", R"({"default": {"activation": {"attention": "resident", "mlp": "recompute"}}})");
@@ -509,13 +532,12 @@ TEST(Trainer, MlpHalfPlansNeedWhatTheyShould) {
   EXPECT_GT(need(resident_mlp.c_str()), need("recompute"));
   // Note [rebuilt norms]: the slots lose the LayerNorm outputs (2 of the 7 C per token of the attention half), and
   // one shared set of them is added; the host copies shrink alike.
-  const size_t norms = Gpt::block_activation_bytes(cfg, batch, DType::kF32, Gpt::Part::kNorms);
-  const size_t core = Gpt::block_activation_bytes(cfg, batch, DType::kF32, Gpt::Part::kCore);
+  const size_t norms = block_bytes(cfg, batch, kPartNorms);
+  const size_t core = block_bytes(cfg, batch, kPartCore);
   EXPECT_EQ(norms + core, attention);
   EXPECT_EQ(need("swap-attention-recompute-mlp") - need("swap-attention-recompute-mlp-norms"),
             static_cast<int64_t>(2 * norms - norms));
-  const GptOptions rebuilt = Plan::resolve("swap-attention-recompute-mlp-norms", cfg.layers, 2).value().model_options();
-  EXPECT_EQ(Gpt::host_bytes(cfg, batch, DType::kF32, rebuilt), 4 * memory::host_alloc_size(core));
+  EXPECT_EQ(host_acts("swap-attention-recompute-mlp-norms"), static_cast<int64_t>(4 * memory::host_alloc_size(core)));
 }
 
 // Neither pool allocates once the run is set up (steps and evaluations reuse everything), for every plan; the host
@@ -587,7 +609,7 @@ TEST(Trainer, TraceShowsCopiesOverlappingCompute) {
   EXPECT_NE(tracks[2].find("h2d"), std::string::npos);
   EXPECT_NE(tracks[3].find("d2h"), std::string::npos);
   // Steps 2-4 are traced: each swaps out every block but the last two (which stay in the two slots).
-  const int64_t block = static_cast<int64_t>(Gpt::block_activation_bytes(tc.model, tc.batch, DType::kF32));
+  const int64_t block = static_cast<int64_t>(block_bytes(tc.model, tc.batch));
   EXPECT_EQ(d2h_bytes, 3 * (tc.model.layers - 2) * block);
   EXPECT_EQ(spans[0].size(), 3u);  // one span per step
   // Overlap: some copy runs while the compute stream runs an op that is not a wait.
@@ -738,7 +760,7 @@ TEST(TrainerCuda, PlansMatchInCore) {
         EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
     }
     TrainConfig cpu_opt = base;
-    cpu_opt.optimizer = "cpu";
+    cpu_opt.optimizer = OptimizerPlacement::kCpu;
     auto c = Trainer::create(cpu_opt, nullptr);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     ASSERT_TRUE(c.value()->run().is_ok());

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "core/tensorfile.h"
-#include "model/adamw.h"
+#include "exec/executor.h"
 #include "model/gpt.h"
 #include "test_util.h"
 
@@ -53,7 +53,7 @@ Golden golden_config(const TensorFileReader& ref) {
 
 // Fills flat (master dtype M) with the reference's initial parameters in our layout, uploads them and the batch.
 template <typename M>
-void load_reference(const TensorFileReader& ref, Gpt& gpt, std::vector<M>* flat) {
+void load_reference(const TensorFileReader& ref, Executor& gpt, std::vector<M>* flat) {
   flat->assign(static_cast<size_t>(gpt.num_params()), M(0));
   for (const ParamInfo& p : gpt.params()) {
     auto v = ref.read_all<M>("param/" + p.name);
@@ -73,7 +73,7 @@ void load_reference(const TensorFileReader& ref, Gpt& gpt, std::vector<M>* flat)
 
 // Mean of the per-position losses of the last forward (master dtype M).
 template <typename M>
-double mean_loss(Gpt& gpt) {
+double mean_loss(Executor& gpt) {
   Backend& be = gpt.backend();
   std::vector<M> losses(static_cast<size_t>(gpt.losses().numel()));
   be.copy_d2h(losses.data(), gpt.losses(), be.compute_stream());
@@ -91,9 +91,11 @@ void run_golden(const std::string& file, const Tolerances& tol, std::unique_ptr<
   const Golden g = golden_config(ref);
   const GptConfig& cfg = g.cfg;
   const int64_t BT = g.BT;
-  auto gr = Gpt::create(*be, cfg, g.B, dtype_of<T>());
+  ExecSpec spec;
+  spec.hyper = g.hp;
+  auto gr = testing::make_gpt(*be, cfg, g.B, dtype_of<T>(), spec);
   ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
-  Gpt& gpt = *gr.value();
+  Executor& gpt = *gr.value();
   std::vector<T> flat;
   load_reference<T>(ref, gpt, &flat);
   if (::testing::Test::HasFatalFailure()) return;
@@ -102,7 +104,7 @@ void run_golden(const std::string& file, const Tolerances& tol, std::unique_ptr<
   auto logits_t = be->pool().allocate({BT, cfg.vocab}, dtype_of<T>(), TensorClass::kWorkspace, "test.logits");
   ASSERT_TRUE(logits_t.is_ok());
   gpt.forward();
-  gpt.compute_logits(logits_t.value());
+  gpt.model().compute_logits(logits_t.value());
   std::vector<T> logits(static_cast<size_t>(BT * cfg.vocab));
   be->copy_d2h(logits.data(), logits_t.value(), be->compute_stream());
   const double loss = mean_loss<T>(gpt);
@@ -125,16 +127,14 @@ void run_golden(const std::string& file, const Tolerances& tol, std::unique_ptr<
                                    tol.grad_atol * std::max(maxabs, 1e-3), tol.grad_rtol));
   }
 
-  // 10 AdamW steps on the same batch, constant lr, as the reference ran them.
+  // 10 AdamW steps on the same batch, constant lr, as the reference ran them (the optimizer has taken no step yet).
   ASSERT_TRUE(gpt.upload_params(flat.data()).is_ok());
-  auto opt = AdamW::create(gpt, g.hp);
-  ASSERT_TRUE(opt.is_ok()) << opt.status().to_string();
   auto ref_steps = ref.read_all<T>("step_losses");
   ASSERT_TRUE(ref_steps.is_ok());
   for (int s = 0; s < g.steps; ++s) {
     gpt.forward();
     gpt.backward();
-    opt.value()->step(g.lr);
+    gpt.step(g.lr);
     const double l = mean_loss<T>(gpt);
     EXPECT_NEAR(l, static_cast<double>(ref_steps.value()[static_cast<size_t>(s)]), tol.step_loss_atol)
         << "step " << s + 1;
@@ -187,9 +187,11 @@ TEST(GptGolden, BFloat16WithinTolerancesOnCuda) {
   const Golden g = golden_config(ref);
   auto be = testing::make_cuda_backend(int64_t(1) << 30);
   ASSERT_NE(be, nullptr);
-  auto gr = Gpt::create(*be, g.cfg, g.B, DType::kBF16);
+  ExecSpec spec;
+  spec.hyper = g.hp;
+  auto gr = testing::make_gpt(*be, g.cfg, g.B, DType::kBF16, spec);
   ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
-  Gpt& gpt = *gr.value();
+  Executor& gpt = *gr.value();
   ASSERT_EQ(gpt.master_dtype(), DType::kF32);
   std::vector<float> flat;
   load_reference<float>(ref, gpt, &flat);
@@ -213,14 +215,12 @@ TEST(GptGolden, BFloat16WithinTolerancesOnCuda) {
     std::printf("bf16 grad %-18s relative L2 error %.4f\n", p.name.c_str(), rel);
   }
   ASSERT_TRUE(gpt.upload_params(flat.data()).is_ok());
-  auto opt = AdamW::create(gpt, g.hp);
-  ASSERT_TRUE(opt.is_ok());
   auto ref_steps = ref.read_all<float>("step_losses");
   ASSERT_TRUE(ref_steps.is_ok());
   for (int s = 0; s < g.steps; ++s) {
     gpt.forward();
     gpt.backward();
-    opt.value()->step(g.lr);
+    gpt.step(g.lr);
     const double l = mean_loss<float>(gpt);
     EXPECT_NEAR(l, static_cast<double>(ref_steps.value()[static_cast<size_t>(s)]), 0.05) << "step " << s + 1;
     std::printf("bf16 step %2d loss %.5f (PyTorch fp32 %.5f)\n", s + 1, l, ref_steps.value()[static_cast<size_t>(s)]);

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/rng.h"
+#include "exec/executor.h"
 #include "model/gpt.h"
 #include "test_util.h"
 
@@ -18,9 +19,9 @@ TEST(GptGradcheck, EveryParameterMatchesFiniteDifferences) {
   const GptConfig cfg{.vocab = 11, .layers = 2, .dim = 8, .heads = 2, .seq = 5};
   const int B = 2;
   auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
-  auto gr = Gpt::create(*be, cfg, B, DType::kF64);
+  auto gr = testing::make_gpt(*be, cfg, B, DType::kF64);
   ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
-  Gpt& gpt = *gr.value();
+  Executor& gpt = *gr.value();
   // Larger than the default init so every path carries signal; LayerNorm params perturbed away from 1/0.
   Rng rng(42);
   std::vector<double> params(static_cast<size_t>(gpt.num_params()));
@@ -76,11 +77,11 @@ TEST(GptLmHead, ChunksAndFusedStepMatchTheWholeBatch) {
   for (auto& t : targets) t = static_cast<int32_t>(rng.uniform_int(cfg.vocab));
   std::vector<double> params;
   auto run = [&](int64_t chunk_rows, bool fused, std::vector<double>* losses, std::vector<double>* grads) {
-    GptOptions options;
+    ExecSpec options;
     options.lm_chunk_rows = chunk_rows;
-    auto gr = Gpt::create(*be, cfg, B, DType::kF64, options);
+    auto gr = testing::make_gpt(*be, cfg, B, DType::kF64, options);
     ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
-    Gpt& gpt = *gr.value();
+    Executor& gpt = *gr.value();
     if (params.empty()) {
       params.resize(static_cast<size_t>(gpt.num_params()));
       for (auto& p : params) p = 0.2 * rng.normal();
@@ -103,7 +104,7 @@ TEST(GptLmHead, ChunksAndFusedStepMatchTheWholeBatch) {
   run(0, false, &l_full, &g_full);
   run(7, false, &l_chunk, &g_chunk);
   run(7, true, &l_fused, &g_fused);
-  EXPECT_EQ(Gpt::default_lm_chunk_rows(cfg, B, DType::kF64), B * cfg.seq);
+  EXPECT_EQ(gpt_default_lm_chunk_rows(cfg, B, DType::kF64), B * cfg.seq);
   EXPECT_TRUE(testing::all_close("losses, chunked", l_chunk, l_full, 1e-13, 1e-12));
   EXPECT_TRUE(testing::all_close("grads, chunked", g_chunk, g_full, 1e-13, 1e-10));
   EXPECT_TRUE(testing::all_close("losses, fused step", l_fused, l_chunk, 0, 0));
@@ -113,11 +114,11 @@ TEST(GptLmHead, ChunksAndFusedStepMatchTheWholeBatch) {
 TEST(GptLmHead, DefaultChunksBoundTheLogitsBuffer) {
   const GptConfig gpt2{.vocab = 50257, .layers = 12, .dim = 768, .heads = 12, .seq = 1024};
   EXPECT_EQ(gpt2.padded_vocab(), 50304);
-  const int64_t rows = Gpt::default_lm_chunk_rows(gpt2, 16, DType::kBF16);
+  const int64_t rows = gpt_default_lm_chunk_rows(gpt2, 16, DType::kBF16);
   EXPECT_EQ(rows % 64, 0);
   EXPECT_LE(rows * gpt2.padded_vocab() * 2, int64_t(64) << 20);
   EXPECT_GE(rows, 64);
-  for (const AllocRequest& r : Gpt::allocation_list(gpt2, 16, DType::kBF16))
+  for (const TensorRequest& r : gpt_fixed_tensors(gpt2, 16, DType::kBF16, 0))
     if (r.name == "logits") {
       EXPECT_EQ(r.shape.numel(), rows * gpt2.padded_vocab());
     }
@@ -128,12 +129,20 @@ TEST(GptLmHead, DefaultChunksBoundTheLogitsBuffer) {
 TEST(GptMasterOnHost, DeviceKeepsOnlyTheComputeCopy) {
   const GptConfig cfg{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
   const int64_t P = gpt_num_params(cfg);
-  GptOptions on_host;
-  on_host.master_on_host = true;
+  auto spec = [&](bool host, DType dt) {
+    ExecSpec s;
+    s.model = cfg;
+    s.batch = 2;
+    s.compute = dt;
+    s.plan = Plan::resolve("in-core", cfg.layers, 2).value();
+    if (host) s.plan.optimizer = OptimizerPlacement::kCpu;
+    return Executor::inventory(s).value();
+  };
   for (const bool host : {false, true}) {
     int64_t param_bytes = 0;
-    for (const AllocRequest& r : Gpt::allocation_list(cfg, 2, DType::kBF16, host ? on_host : GptOptions{})) {
-      if (r.cls != TensorClass::kParam) continue;
+    const Inventory inv = spec(host, DType::kBF16);
+    for (const InventoryEntry& r : inv.entries()) {
+      if (r.cls != TensorClass::kParam || r.where != Inventory::kDevice) continue;
       param_bytes += r.shape.numel() * static_cast<int64_t>(dtype_size(r.dtype));
       if (host) {
         EXPECT_EQ(r.name, "params.compute");
@@ -142,10 +151,11 @@ TEST(GptMasterOnHost, DeviceKeepsOnlyTheComputeCopy) {
     }
     EXPECT_EQ(param_bytes, host ? 2 * P : 6 * P);
   }
-  EXPECT_EQ(Gpt::host_bytes(cfg, 2, DType::kBF16, on_host),
+  EXPECT_EQ(spec(true, DType::kBF16).of(Inventory::kHost, TensorClass::kParam),
             memory::host_alloc_size(static_cast<size_t>(P) * 4) + memory::host_alloc_size(static_cast<size_t>(P) * 2));
   // f32 compute: the staging copy is the master itself.
-  EXPECT_EQ(Gpt::host_bytes(cfg, 2, DType::kF32, on_host), memory::host_alloc_size(static_cast<size_t>(P) * 4));
+  EXPECT_EQ(spec(true, DType::kF32).of(Inventory::kHost, TensorClass::kParam),
+            memory::host_alloc_size(static_cast<size_t>(P) * 4));
 }
 
 // Note [parallel init]: every value depends on the seed and its flat index only (the same bits with 1 and 3
@@ -154,9 +164,9 @@ TEST(GptMasterOnHost, DeviceKeepsOnlyTheComputeCopy) {
 TEST(GptInit, ValuesDependOnSeedAndIndexOnlyAndFollowTheSpecification) {
   const GptConfig cfg{.vocab = 200, .layers = 3, .dim = 256, .heads = 4, .seq = 8};  // 2.4M parameters: 3 chunks
   auto be = testing::make_cpu_backend(int64_t(256) << 20, 1);
-  auto gr = Gpt::create(*be, cfg, 1, DType::kF32);
+  auto gr = testing::make_gpt(*be, cfg, 1, DType::kF32);
   ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
-  Gpt& gpt = *gr.value();
+  Executor& gpt = *gr.value();
   const size_t n = static_cast<size_t>(gpt.num_params());
   ASSERT_GT(n, size_t(2) << 20);
   auto init = [&](uint64_t seed, int threads) {

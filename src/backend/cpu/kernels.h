@@ -70,7 +70,7 @@ void adamw_update_f32(float* param, const float* grad, float* m, float* v, uint1
                       float grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
                       int64_t step, float grad_clip);
 // The same update reading the state from one place and writing it to another (the CPU optimizer's speculative
-// update, model/adamw.h, keeps the state it started from): param, m and v are read from the *_in arrays and written
+// update, exec/optimizer.h, keeps the state it started from): param, m and v are read from the *_in arrays and written
 // to the *_out arrays, which may be the same.
 struct AdamWArrays {
   const float* param_in;

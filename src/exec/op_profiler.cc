@@ -1,4 +1,4 @@
-#include "model/op_profiler.h"
+#include "exec/op_profiler.h"
 
 #include <cerrno>
 #include <cstring>

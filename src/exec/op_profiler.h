@@ -1,4 +1,4 @@
-// model/op_profiler: the run's timeline. Time per op on the compute stream (--profile) from events recorded between
+// exec/op_profiler: the run's timeline. Time per op on the compute stream (--profile) from events recorded between
 // ops, and spans of the copies on the h2d and d2h streams; with tracing on (--trace) every op and copy is kept with
 // its start and end on one clock, for a Chrome/Perfetto trace with one track per stream. Nothing synchronises until
 // collect(); when off, marks cost nothing, and when on each op costs one event record.

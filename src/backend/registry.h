@@ -1,0 +1,57 @@
+// backend/registry: the backends of this build by name ("cpu", "cuda"): what each can say before it exists (is
+// there a device, how much memory is free, what the backend keeps for itself in the budget) and how to create one.
+// The one place that knows which backends were compiled in; callers ask by name.
+//
+//   const BackendProbe p = probe_backend("cuda");          // p.available, p.free_bytes, p.error
+//   TT_ASSIGN_OR_RETURN(auto be, create_backend("cuda", {.device_budget = budget, .scratch_bytes = s}));
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace tt {
+
+struct BackendProbe {
+  std::string name;          // "cpu", "cuda"
+  bool built = false;        // compiled into this build
+  bool available = false;    // built, and a device is there
+  std::string device;        // "cuda:0 NVIDIA H200", "cpu"
+  std::string error;         // why it is not available
+  bool device_memory = false;  // has memory of its own apart from the host's (a GPU)
+  int64_t total_bytes = 0;   // device memory (host RAM for the CPU)
+  int64_t free_bytes = 0;
+  // Memory to leave free on the device when the budget is automatic (other processes, the CUDA context).
+  int64_t auto_budget_headroom = 0;
+};
+
+struct BackendOptions {
+  int64_t device_budget = 0;   // bytes, > 0
+  int64_t scratch_bytes = 0;   // backend scratch within the budget (reserved_bytes below); 0: the backend's minimum
+  int device = 0;
+  int threads = 0;             // CPU: OpenMP/OpenBLAS threads; 0: all cores
+  int64_t copy_delay_us = 0;   // CPU: simulated link, slow kernels, slow host work (tests)
+  int64_t compute_delay_us = 0;
+  int64_t host_delay_us = 0;
+  bool lock_host_memory = false;  // CPU: mlock the host pool
+  int host_numa_node = -1;
+};
+
+// Backends compiled in, in order of preference for "auto".
+std::vector<std::string> backend_names();
+BackendProbe probe_backend(const std::string& name);
+// "auto": the first available backend in preference order (a GPU when there is one, else the CPU).
+Result<std::string> resolve_backend_name(const std::string& name);
+// Device bytes the backend takes out of the budget for itself for a step of this many tokens (the CUDA backend's
+// cuBLAS workspace and kernel scratch); 0 for the CPU. scratch: what to pass as BackendOptions::scratch_bytes.
+struct BackendReserve {
+  int64_t scratch_bytes = 0;
+  int64_t reserved_bytes = 0;
+};
+BackendReserve backend_reserve(const std::string& name, int64_t tokens_per_step, int heads);
+Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const BackendOptions& options);
+
+}  // namespace tt

@@ -1,0 +1,525 @@
+#include "exec/executor.h"
+
+#include <cstring>
+
+#include "core/bf16.h"
+#include "core/log.h"
+#include "core/units.h"
+#include "memory/device_pool.h"
+
+namespace tt {
+namespace {
+
+Plan resident_plan(int layers) {
+  Plan p;
+  p.source = "in-core";
+  p.layers.assign(static_cast<size_t>(layers), LayerPlan{});
+  return p;
+}
+
+}  // namespace
+
+Status ExecSpec::validate() const {
+  TT_TRY(model.validate());
+  TT_RETURN_IF(batch < 1, kInvalidArgument, "--batch must be >= 1, got %d", batch);
+  TT_RETURN_IF(static_cast<int>(plan.layers.size()) != model.layers, kInvalidArgument,
+               "the plan places %zu layers but the model has %d", plan.layers.size(), model.layers);
+  const DType md = master_dtype_for(compute);
+  TT_RETURN_IF(plan.cpu_optimizer() && md != DType::kF32, kInvalidArgument,
+               "the CPU optimizer keeps an f32 master; computing in %s keeps a %s master", dtype_name(compute),
+               dtype_name(md));
+  TT_RETURN_IF(plan.needs_cpu_optimizer() && !plan.cpu_optimizer(), kInvalidArgument,
+               "plan %s streams parameters, gradients or optimizer state to the host, which needs the CPU optimizer "
+               "(\"optimizer\": \"cpu\" in the plan, or --optimizer cpu)",
+               plan.source.c_str());
+  TT_RETURN_IF(hyper.speculate && !plan.cpu_optimizer(), kInvalidArgument,
+               "--speculative-update applies to the CPU optimizer (--optimizer cpu, or \"optimizer\": \"cpu\" in the "
+               "plan)");
+  const RingLayout r = ring_layout(plan);
+  TT_RETURN_IF(r.swapped > 0 && plan.swap_slots() < 2, kInvalidArgument,
+               "swapping activations needs at least 2 slots, got %d", plan.swap_slots());
+  TT_RETURN_IF(r.params_streamed > 0 && plan.param_slots() < 2, kInvalidArgument,
+               "streaming parameters needs at least 2 slots, got %d", plan.param_slots());
+  const unsigned swapped = plan.swapped_parts();
+  for (int l = 0; l < model.layers; ++l)
+    TT_RETURN_IF(plan.activation(l) == ActPlacement::kSwap && plan.held_parts(l) != swapped, kInvalidArgument,
+                 "block %d: swapped blocks must agree on whether their MLP half and their LayerNorm outputs are "
+                 "rebuilt (they share slots)", l);
+  return Status::ok();
+}
+
+// The allocation order is the one the model had before the executor existed: the parameters and their compute
+// copies, the gradients, the inputs, the shared rebuilt sets, the swap slots, each block's own activations, the
+// rest of the model's tensors; the optimizer's; the input staging; then the host buffers.
+Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
+  ExecSpec spec = spec_in;
+  if (spec.plan.layers.empty()) spec.plan = resident_plan(spec.model.layers);
+  TT_TRY(spec.validate());
+  const GptConfig& cfg = spec.model;
+  const Plan& plan = spec.plan;
+  const DType dt = spec.compute, md = master_dtype_for(dt);
+  const int L = cfg.layers, S = L + 2;
+  const int64_t P = gpt_num_params(cfg);
+  const GptSegments segs = gpt_segments(cfg);
+  const RingLayout rings = ring_layout(plan);
+  const bool cpu = plan.cpu_optimizer();
+  Inventory inv;
+  using TC = TensorClass;
+  // Parameters: the device master (device optimizer), and the compute copy: one buffer, or with streamed
+  // parameters one per resident segment and the streamed blocks' slots (Note [streamed parameters]).
+  if (!cpu) inv.add_device("params", {P}, md, TC::kParam);
+  if (rings.params_streamed > 0) {
+    for (int s = 0; s < S; ++s)
+      if (!(s >= 1 && s <= L && plan.params_streamed(s - 1)))
+        inv.add_device("params.compute.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, dt, TC::kParam);
+    for (int i = 0; i < rings.param_slots; ++i)
+      inv.add_device("params.slot" + std::to_string(i), {segs.size[1]}, dt, TC::kParam);
+  } else if (md != dt || cpu) {
+    inv.add_device("params.compute", {P}, dt, TC::kParam);
+  }
+  // Gradients (Note [gradient segments]): one buffer per segment; streamed blocks share two slots.
+  for (int s = 0; s < S; ++s)
+    if (!(s >= 1 && s <= L && plan.grads_streamed(s - 1)))
+      inv.add_device("grads.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, md, TC::kGrad);
+  for (int i = 0; i < rings.grad_slots; ++i) inv.add_device("grads.slot" + std::to_string(i), {segs.size[1]}, md, TC::kGrad);
+  const int64_t chunk = spec.lm_chunk_rows;
+  const std::vector<TensorRequest> fixed = gpt_fixed_tensors(cfg, spec.batch, dt, chunk);
+  auto add_fixed = [&](const std::string& name) {
+    for (const TensorRequest& r : fixed)
+      if (r.name == name) inv.add_device(r.name, r.shape, r.dtype, r.cls, r.layer);
+  };
+  for (const char* n : {"tokens", "targets", "encoded"}) add_fixed(n);
+  // A block's activations: their own set for resident blocks, one shared set for the recomputed ones, a few slots
+  // for the swapped ones; shared sets for the parts rebuilt apart (Note [MLP half], Note [rebuilt norms]).
+  auto add_block = [&](const std::string& prefix, int l, unsigned parts) {
+    for (const TensorRequest& a : gpt_block_activations(cfg, spec.batch, dt, parts))
+      inv.add_device(prefix + a.name, a.shape, a.dtype, a.cls, l);
+  };
+  bool any_mlp = false, any_norms = false;
+  for (int l = 0; l < L; ++l) {
+    any_mlp = any_mlp || plan.mlp_rebuilt(l);
+    any_norms = any_norms || plan.norms_rebuilt(l);
+  }
+  if (plan.count(ActPlacement::kRecompute) > 0) add_block("recompute.", -1, kPartAll);
+  if (any_mlp) add_block("recompute_mlp.", -1, kPartMlp);
+  if (any_norms) add_block("recompute_norms.", -1, kPartNorms);
+  size_t swap_bytes = 0;
+  for (const TensorRequest& a : gpt_block_activations(cfg, spec.batch, dt, plan.swapped_parts()))
+    swap_bytes += memory::device_alloc_size(static_cast<size_t>(a.shape.numel()) * dtype_size(a.dtype));
+  for (int i = 0; i < rings.swap_slots; ++i)
+    inv.add_device("swap.slot" + std::to_string(i), {static_cast<int64_t>(swap_bytes)}, DType::kU8, TC::kActivation);
+  for (int l = 0; l < L; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    if (plan.activation(l) == ActPlacement::kResident) add_block(p, l, plan.held_parts(l));
+    add_fixed(p + "res3");
+  }
+  for (const char* n : {"lnf", "lnf_mean", "lnf_rstd", "logits", "losses", "proj_out", "dresidual", "dln", "datty",
+                        "dqkv", "dfch"})
+    add_fixed(n);
+  // The optimizer's device buffers.
+  if (!cpu) {
+    inv.add_device("adam.m", {P}, md, TC::kOptimState);
+    inv.add_device("adam.v", {P}, md, TC::kOptimState);
+  }
+  inv.add_device("adam.grad_norm_sq", {1}, md, TC::kWorkspace);
+  inv.add_device("adam.norm_parts", {S}, md, TC::kWorkspace);
+  if (spec.input_staging_slots > 0) inv.add_device("input.next", {2, spec.batch, cfg.seq}, DType::kI32, TC::kInput);
+  // Host: the swapped blocks' copies (all but the last swap_slots, which never leave their slots), the master and
+  // its staging copy, AdamW's state (Note [master on host]) and its second set (Note [speculative update]), the
+  // input staging slots.
+  for (int l = 0; l < L; ++l) {
+    const int k = rings.swap_slot[static_cast<size_t>(l)] < 0 ? -1 : [&] {
+      int idx = 0;
+      for (int j = 0; j < l; ++j) idx += plan.activation(j) == ActPlacement::kSwap ? 1 : 0;
+      return idx;
+    }();
+    if (k >= 0 && k < rings.swapped - rings.swap_slots)
+      inv.add_host("swap.h." + std::to_string(l), swap_bytes, TC::kActivation);
+  }
+  if (cpu) {
+    const size_t n = static_cast<size_t>(P);
+    inv.add_host("params.master", n * sizeof(float), TC::kParam);
+    if (dt != DType::kF32) inv.add_host("params.compute.host", n * dtype_size(dt), TC::kParam);
+    inv.add_host("adam.grads", n * sizeof(float), TC::kGrad);
+    inv.add_host("adam.m", n * sizeof(float), TC::kOptimState);
+    inv.add_host("adam.v", n * sizeof(float), TC::kOptimState);
+    if (spec.hyper.speculate) {
+      inv.add_host("adam.master.next", n * sizeof(float), TC::kParam);
+      inv.add_host("adam.m.next", n * sizeof(float), TC::kOptimState);
+      inv.add_host("adam.v.next", n * sizeof(float), TC::kOptimState);
+      if (dt != DType::kF32) inv.add_host("params.compute.host.next", n * dtype_size(dt), TC::kParam);
+    }
+    inv.add_host("adam.norm", sizeof(float), TC::kWorkspace);
+  }
+  for (int i = 0; i < spec.input_staging_slots; ++i)
+    inv.add_host("input.staging" + std::to_string(i),
+                 static_cast<size_t>(2) * static_cast<size_t>(spec.batch) * static_cast<size_t>(cfg.seq) * sizeof(int32_t),
+                 TC::kInput);
+  return inv;
+}
+
+Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec spec) {
+  if (spec.plan.layers.empty()) spec.plan = resident_plan(spec.model.layers);
+  if (spec.lm_chunk_rows <= 0) spec.lm_chunk_rows = gpt_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
+  TT_TRY(spec.validate());
+  std::unique_ptr<Executor> ex(new Executor(backend, std::move(spec)));
+  TT_ASSIGN_OR_RETURN(ex->inventory_, inventory(ex->spec_));
+  ex->rings_ = ring_layout(ex->spec_.plan);
+  ex->schedule_ = compile_schedule({ex->spec_.model, ex->spec_.batch, ex->spec_.compute, ex->spec_.plan,
+                                    ex->spec_.hyper.speculate, ex->spec_.lm_chunk_rows});
+  for (size_t i = 0; i < ex->schedule_.events.size(); ++i) ex->events_.push_back(backend.create_event());
+  if (ex->rings_.swapped > 0 && ex->rings_.swapped <= ex->spec_.plan.swap_slots())
+    TT_LOG(WARN, MEM, "%d swapped blocks and %d swap slots: every swapped block stays in its slot, nothing is "
+           "copied (swap more blocks than slots to save device memory)", ex->rings_.swapped,
+           ex->spec_.plan.swap_slots());
+  TT_TRY(ex->allocate_and_bind());
+  const GptConfig& cfg = ex->spec_.model;
+  TT_LOG(INFO, EXEC, "GPT L%d d%d H%d T%d V%d: %lld parameters, device pool in use %s", cfg.layers, cfg.dim,
+         cfg.heads, cfg.seq, cfg.vocab, static_cast<long long>(gpt_num_params(cfg)),
+         format_bytes(static_cast<int64_t>(backend.pool().in_use())).c_str());
+  return ex;
+}
+
+Status Executor::allocate_and_bind() {
+  for (const InventoryEntry& e : inventory_.entries()) {
+    if (e.where == Inventory::kDevice) {
+      TT_ASSIGN_OR_RETURN(Tensor t, be_.pool().allocate(e.shape, e.dtype, e.cls, e.name));
+      device_.push_back(t);
+      by_name_[e.name] = t;
+    } else {
+      TT_ASSIGN_OR_RETURN(void* p, be_.allocate_host(e.request, e.cls, e.name));
+      host_.push_back(p);
+      host_by_name_[e.name] = p;
+    }
+  }
+  auto dev = [&](const std::string& n) {
+    auto it = by_name_.find(n);
+    return it == by_name_.end() ? Tensor() : it->second;
+  };
+  auto host = [&](const std::string& n) -> void* {
+    auto it = host_by_name_.find(n);
+    return it == host_by_name_.end() ? nullptr : it->second;
+  };
+  const GptConfig& cfg = spec_.model;
+  const Plan& plan = spec_.plan;
+  const int L = cfg.layers, S = L + 2;
+  const GptSegments segs = gpt_segments(cfg);
+  GptTensors t;
+  t.acts.resize(static_cast<size_t>(L));
+  // Parameters' compute copies and gradients per segment.
+  master_ = dev("params");
+  compute_flat_ = dev("params.compute");
+  const Tensor flat = compute_flat_.raw() ? compute_flat_ : master_;
+  for (int i = 0; i < rings_.param_slots; ++i) param_slots_.push_back(dev("params.slot" + std::to_string(i)));
+  for (int i = 0; i < rings_.grad_slots; ++i) grad_slots_.push_back(dev("grads.slot" + std::to_string(i)));
+  for (int s = 0; s < S; ++s) {
+    const size_t k = static_cast<size_t>(s);
+    const Shape shape{segs.size[k]};
+    const int l = s - 1;
+    if (s >= 1 && s <= L && plan.params_streamed(l)) {
+      t.params.push_back(param_slots_[static_cast<size_t>(rings_.param_slot[static_cast<size_t>(l)])].view(0, shape));
+    } else if (flat.raw()) {
+      t.params.push_back(flat.view(segs.offset[k], shape));
+    } else {
+      t.params.push_back(dev("params.compute.seg" + std::to_string(s)));
+    }
+    if (s >= 1 && s <= L && plan.grads_streamed(l)) {
+      t.grads.push_back(grad_slots_[static_cast<size_t>(rings_.grad_slot[static_cast<size_t>(l)])].view(0, shape));
+    } else {
+      t.grads.push_back(dev("grads.seg" + std::to_string(s)));
+    }
+  }
+  // Swap slots: the block's tensors carved out of each, 256-byte aligned, under the names of the shared sets.
+  const unsigned swapped = plan.swapped_parts();
+  for (int i = 0; i < rings_.swap_slots; ++i) {
+    const Tensor slot = dev("swap.slot" + std::to_string(i));
+    swap_slots_.push_back(slot);
+    size_t off = 0;
+    for (const TensorRequest& a : gpt_block_activations(cfg, spec_.batch, spec_.compute, swapped)) {
+      by_name_["swap" + std::to_string(i) + "." + a.name] =
+          Tensor(static_cast<char*>(slot.raw()) + off, a.shape, a.dtype, a.cls, slot.device());
+      off += memory::device_alloc_size(static_cast<size_t>(a.shape.numel()) * dtype_size(a.dtype));
+    }
+  }
+  swap_host_.assign(static_cast<size_t>(L), nullptr);
+  for (int l = 0; l < L; ++l) swap_host_[static_cast<size_t>(l)] = host("swap.h." + std::to_string(l));
+  // Each block's activations: from its own set, the shared recompute set or its swap slot; the parts rebuilt
+  // apart from the shared sets of those parts.
+  for (int l = 0; l < L; ++l) {
+    const std::string own = "h." + std::to_string(l) + ".";
+    const ActPlacement pl = plan.activation(l);
+    const std::string p = pl == ActPlacement::kRecompute ? std::string("recompute.")
+                          : pl == ActPlacement::kSwap
+                              ? "swap" + std::to_string(rings_.swap_slot[static_cast<size_t>(l)]) + "."
+                              : own;
+    BlockActs& a = t.acts[static_cast<size_t>(l)];
+    for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartNorms))
+      *a.slot(r.name) = dev((plan.norms_rebuilt(l) ? std::string("recompute_norms.") : p) + r.name);
+    for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartCore))
+      *a.slot(r.name) = dev(p + r.name);
+    for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartMlp))
+      *a.slot(r.name) = dev((plan.mlp_rebuilt(l) ? std::string("recompute_mlp.") : p) + r.name);
+  }
+  for (const TensorRequest& r : gpt_fixed_tensors(cfg, spec_.batch, spec_.compute, spec_.lm_chunk_rows))
+    *t.slot(r.name) = dev(r.name);
+  gpt_ = std::make_unique<Gpt>(be_, cfg, spec_.batch, spec_.compute, std::move(t));
+  // The optimizer's state.
+  OptimizerBuffers ob;
+  ob.master = master_;
+  ob.m = dev("adam.m");
+  ob.v = dev("adam.v");
+  ob.norm_sq = dev("adam.grad_norm_sq");
+  ob.parts = dev("adam.norm_parts");
+  if (plan.cpu_optimizer()) {
+    auto f = [&](const char* n) { return static_cast<float*>(host(n)); };
+    ob.sets[0] = {f("params.master"), f("adam.m"), f("adam.v"), static_cast<uint16_t*>(host("params.compute.host"))};
+    ob.sets[1] = {f("adam.master.next"), f("adam.m.next"), f("adam.v.next"),
+                  static_cast<uint16_t*>(host("params.compute.host.next"))};
+    ob.host_grads = f("adam.grads");
+    ob.host_norm = f("adam.norm");
+  }
+  opt_ = std::make_unique<Optimizer>(be_, *gpt_, plan.optimizer, spec_.hyper, ob);
+  input_next_ = dev("input.next");
+  for (int i = 0; i < spec_.input_staging_slots; ++i)
+    input_host_.push_back(static_cast<int32_t*>(host("input.staging" + std::to_string(i))));
+  return be_.compute_stream().synchronize();
+}
+
+Executor::~Executor() {
+  (void)be_.synchronize_all();
+  opt_.reset();
+  gpt_.reset();
+  for (auto it = host_.rbegin(); it != host_.rend(); ++it) be_.free_host(*it);
+  for (auto it = device_.rbegin(); it != device_.rend(); ++it) be_.pool().free(*it);
+}
+
+Stream& Executor::stream(StreamId s) {
+  switch (s) {
+    case StreamId::kCompute: return be_.compute_stream();
+    case StreamId::kH2D: return be_.h2d_stream();
+    case StreamId::kD2H: return be_.d2h_stream();
+    case StreamId::kHost: return be_.host_stream();
+  }
+  return be_.compute_stream();
+}
+
+// --- parameters ---
+
+Status Executor::init_params(uint64_t seed) {
+  const size_t n = static_cast<size_t>(gpt_->num_params());
+  if (gpt_->master_dtype() == DType::kF64) {
+    auto host = std::make_unique_for_overwrite<double[]>(n);
+    Gpt::init_values(spec_.model, seed, host.get());
+    return upload_params(host.get());
+  }
+  auto host = std::make_unique_for_overwrite<float[]>(n);  // every element is written
+  Gpt::init_values(spec_.model, seed, host.get());
+  return upload_params(host.get());
+}
+
+Status Executor::upload_params(const void* host) {
+  const GptTensors& t = gpt_->tensors();
+  if (!opt_->on_cpu()) {
+    be_.copy_h2d(master_, host, be_.compute_stream());
+    if (compute_flat_.raw()) be_.convert(compute_flat_, master_);
+    return be_.compute_stream().synchronize();
+  }
+  // Note [master on host]: the master and its staging copy on the host, then every resident segment's device copy;
+  // streamed blocks are uploaded by each pass (Note [streamed parameters]).
+  TT_TRY(be_.synchronize_all());  // no update or upload of the master is in flight
+  const HostAdamState& st = opt_->current();
+  const int64_t n = gpt_->num_params();
+  std::memcpy(st.master, host, static_cast<size_t>(n) * sizeof(float));
+  if (st.bf16 != nullptr) {
+    TT_CHECK(spec_.compute == DType::kBF16, "no host conversion of the master to %s", dtype_name(spec_.compute));
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
+  }
+  for (int s = 0; s < gpt_->num_segments(); ++s)
+    if (!(s >= 1 && s <= spec_.model.layers && spec_.plan.params_streamed(s - 1)))
+      be_.copy_h2d(t.params[static_cast<size_t>(s)], opt_->host_compute(s), be_.compute_stream());
+  return be_.compute_stream().synchronize();
+}
+
+Status Executor::download_params(void* host) {
+  if (!opt_->on_cpu()) {
+    be_.copy_d2h(host, master_, be_.compute_stream());
+    return be_.compute_stream().synchronize();
+  }
+  TT_TRY(be_.synchronize_all());
+  std::memcpy(host, opt_->host_master(), static_cast<size_t>(gpt_->num_params()) * sizeof(float));
+  return Status::ok();
+}
+
+Status Executor::download_grads(void* host) {
+  const size_t esize = dtype_size(gpt_->master_dtype());
+  const GptSegments& segs = gpt_->segments();
+  for (int s = 0; s < gpt_->num_segments(); ++s) {
+    TT_RETURN_IF(s >= 1 && s <= spec_.model.layers && spec_.plan.grads_streamed(s - 1), kFailedPrecondition,
+                 "download_grads: block %d's gradients are streamed", s - 1);
+    be_.copy_d2h(static_cast<char*>(host) + static_cast<size_t>(segs.offset[static_cast<size_t>(s)]) * esize,
+                 gpt_->tensors().grads[static_cast<size_t>(s)], be_.compute_stream());
+  }
+  return be_.compute_stream().synchronize();
+}
+
+void Executor::wait_all() {
+  if (!opt_->on_cpu()) return;
+  // The compute stream waits for every segment's update (host stream) and copy back (h2d stream), whatever the
+  // forward has waited for already (an event never recorded is no wait).
+  for (const Op& op : schedule_.pass(Pass::kStep))
+    if (op.kind == OpKind::kRecord) be_.compute_stream().wait(*events_[static_cast<size_t>(op.event)]);
+}
+
+// --- passes ---
+
+void Executor::model_forward() {
+  gpt_->forward_blocks(*this);
+  gpt_->lm_head(*this, /*with_backward=*/false);
+}
+
+void Executor::model_backward() {
+  gpt_->lm_head(*this, /*with_backward=*/true);
+  gpt_->backward_blocks(*this);
+}
+
+void Executor::model_train() {
+  gpt_->forward_blocks(*this);
+  model_backward();
+}
+
+void Executor::forward() { run_pass(Pass::kForward, &Executor::model_forward); }
+void Executor::backward() {
+  opt_->begin_step(0.0f, false);
+  run_pass(Pass::kBackward, &Executor::model_backward);
+}
+void Executor::step(float lr) {
+  opt_->begin_step(lr, false);
+  run_pass(Pass::kStep, &Executor::model_none);
+  opt_->end_step();
+}
+void Executor::forward_backward() {
+  opt_->begin_step(0.0f, false);
+  run_pass(Pass::kForwardBackward, &Executor::model_train);
+}
+void Executor::train_step(float lr, bool speculate) {
+  opt_->begin_step(lr, speculate);
+  run_pass(Pass::kTrain, &Executor::model_train);
+  opt_->end_step();
+}
+
+void Executor::run_pass(Pass p, void (Executor::*model_part)()) {
+  ops_ = &schedule_.pass(p);
+  pos_ = 0;
+  in_model_ = false;
+  (this->*model_part)();
+  run_until_model();
+  TT_CHECK(pos_ == ops_->size(), "pass %s: the model stopped at operation %zu of %zu (%s)", pass_name(p), pos_,
+           ops_->size(), pos_ < ops_->size() ? (*ops_)[pos_].name.c_str() : "");
+  ops_ = nullptr;
+}
+
+void Executor::run_until_model() {
+  while (pos_ < ops_->size() && (*ops_)[pos_].kind != OpKind::kModel) issue((*ops_)[pos_++]);
+}
+
+void Executor::at(Boundary b, int segment) {
+  TT_CHECK(ops_ != nullptr, "the model announced %s of segment %d outside a pass", boundary_name(b), segment);
+  const bool before = b == Boundary::kBeforeForward || b == Boundary::kBeforeHead || b == Boundary::kBeforeBackward;
+  const Boundary start = before ? b
+                         : b == Boundary::kAfterForward ? Boundary::kBeforeForward
+                         : b == Boundary::kAfterHead    ? Boundary::kBeforeHead
+                                                        : Boundary::kBeforeBackward;
+  if (before) run_until_model();
+  TT_CHECK(pos_ < ops_->size() && (*ops_)[pos_].kind == OpKind::kModel && (*ops_)[pos_].boundary == start &&
+               (*ops_)[pos_].segment == segment && in_model_ != before,
+           "the model reached %s of segment %d where the schedule has %s", boundary_name(b), segment,
+           pos_ < ops_->size() ? (*ops_)[pos_].name.c_str() : "its end");
+  if (before) {
+    in_model_ = true;
+    return;
+  }
+  in_model_ = false;
+  ++pos_;
+  run_until_model();
+}
+
+void Executor::issue(const Op& op) {
+  if (op.speculative && !opt_->speculating()) return;
+  Stream& st = stream(op.stream);
+  const GptTensors& t = gpt_->tensors();
+  // Copies and host work are spans of their stream in the trace; compute work is a mark on the compute stream.
+  const bool span = op.stream != StreamId::kCompute && op.kind != OpKind::kWait && op.kind != OpKind::kRecord;
+  const int c = span && prof_ ? prof_->span_begin(st, op.name.c_str(), op.bytes) : -1;
+  switch (op.kind) {
+    case OpKind::kModel:
+      TT_CHECK(false, "issue: %s is the model's", op.name.c_str());
+      break;
+    case OpKind::kWait:
+      if (op.stream == StreamId::kCompute && prof_) prof_->mark(op.name.c_str());
+      st.wait(*events_[static_cast<size_t>(op.event)]);
+      break;
+    case OpKind::kRecord:
+      st.record(*events_[static_cast<size_t>(op.event)]);
+      break;
+    case OpKind::kRebuildBlock:
+      gpt_->forward_block(*this, op.layer);
+      break;
+    case OpKind::kRebuildNorms:
+      gpt_->rebuild_norms(*this, op.layer);
+      break;
+    case OpKind::kRebuildMlp:
+      gpt_->rebuild_mlp(*this, op.layer);
+      break;
+    case OpKind::kZeroGrads:
+      if (prof_) prof_->mark(op.name.c_str());
+      if (op.segment >= 0) {
+        be_.fill_zero(t.grads[static_cast<size_t>(op.segment)], st);
+      } else {
+        for (int s = 0; s < gpt_->num_segments(); ++s)
+          if (!(s >= 1 && s <= spec_.model.layers && spec_.plan.grads_streamed(s - 1)))
+            be_.fill_zero(t.grads[static_cast<size_t>(s)], st);
+      }
+      break;
+    case OpKind::kSwapOut:
+      be_.copy_d2h(swap_host_[static_cast<size_t>(op.layer)], swap_slots_[static_cast<size_t>(op.slot)], st);
+      break;
+    case OpKind::kSwapIn:
+      be_.copy_h2d(swap_slots_[static_cast<size_t>(op.slot)], swap_host_[static_cast<size_t>(op.layer)], st);
+      break;
+    case OpKind::kParamsIn:
+      be_.copy_h2d(param_slots_[static_cast<size_t>(op.slot)], opt_->host_compute(op.segment), st);
+      break;
+    case OpKind::kGradsOut:
+      opt_->grads_out(op.segment);
+      break;
+    case OpKind::kNormPart:
+      if (prof_) prof_->mark(op.name.c_str());
+      opt_->norm_part(op.segment);
+      break;
+    case OpKind::kNormTotal:
+      if (prof_) prof_->mark(op.name.c_str());
+      opt_->norm_total();
+      break;
+    case OpKind::kNormOut:
+      opt_->norm_out();
+      break;
+    case OpKind::kHostAdamW:
+      opt_->host_update(op.segment, op.speculative);
+      break;
+    case OpKind::kParamsBack:
+      opt_->params_back(op.segment, t.params[static_cast<size_t>(op.segment)]);
+      break;
+    case OpKind::kDeviceAdamW:
+      if (prof_) prof_->mark(op.name.c_str());
+      opt_->device_update();
+      break;
+    case OpKind::kRefreshCompute:
+      if (prof_) prof_->mark(op.name.c_str());
+      be_.convert(compute_flat_, master_);
+      break;
+  }
+  if (c >= 0) prof_->span_end(st, c);
+}
+
+}  // namespace tt

@@ -1,0 +1,134 @@
+// exec/executor: places the model's tensors as the plan says and runs the schedule. It allocates every buffer of
+// the run from one inventory (exec/inventory.h), hands the model views of them (activation sets of its own,
+// shared rebuilt sets, ring slots), compiles the plan into the schedule (exec/schedule.h) and runs each pass by
+// issuing the schedule's operations in order, letting the model run its kernels between its boundaries (it
+// implements the model's GptHooks). It owns the optimizer (exec/optimizer.h) and the host copies.
+//
+//   TT_ASSIGN_OR_RETURN(auto ex, Executor::create(backend, {cfg, batch, DType::kBF16, plan, hyper}));
+//   TT_TRY(ex->init_params(seed));
+//   ex->train_step(lr, /*speculate=*/true);   // enqueued: forward, backward, optimizer step
+//
+// Note [model and executor]: the model computes; the executor places, copies and waits. Nothing but the schedule
+// decides the order of copies and waits, so what --dry-run --schedule writes is what runs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "exec/inventory.h"
+#include "exec/op_profiler.h"
+#include "exec/optimizer.h"
+#include "exec/plan.h"
+#include "exec/schedule.h"
+#include "model/gpt.h"
+
+namespace tt {
+
+struct ExecSpec {
+  GptConfig model;
+  int batch = 1;
+  DType compute = DType::kF32;
+  Plan plan;                   // default: all resident, optimizer on the device
+  AdamWHyper hyper;            // hyper.speculate: Note [speculative update] (CPU optimizer)
+  int64_t lm_chunk_rows = 0;   // 0: the model's default
+  int input_staging_slots = 0; // pinned host slots for the trainer's next batches (Note [input staging])
+
+  // A plan of all-resident blocks for this many layers, when plan.layers is empty.
+  Status validate() const;
+};
+
+class Executor : public GptHooks {
+ public:
+  // Every buffer a run of this spec takes, device and host, in allocation order.
+  static Result<Inventory> inventory(const ExecSpec& spec);
+  static Result<std::unique_ptr<Executor>> create(Backend& backend, ExecSpec spec);
+  ~Executor() override;
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  Gpt& model() { return *gpt_; }
+  const Gpt& model() const { return *gpt_; }
+  Optimizer& optimizer() { return *opt_; }
+  Backend& backend() { return be_; }
+  const ExecSpec& spec() const { return spec_; }
+  const Schedule& schedule() const { return schedule_; }
+  const Inventory& allocated() const { return inventory_; }
+  void set_profiler(OpProfiler* profiler) { prof_ = profiler; }
+
+  // --- parameters (synchronous) ---
+  Status init_params(uint64_t seed);
+  // A flat host buffer of num_params() master-dtype values into the master / back; the compute copy refreshed.
+  Status upload_params(const void* host);
+  Status download_params(void* host);
+  // All gradients into a flat host buffer (not with streamed gradients: their slots are reused).
+  Status download_grads(void* host);
+  // The compute stream waits for every pending update of the CPU optimizer (before reading all parameters).
+  void wait_all();
+
+  // --- passes (enqueued; exec/schedule.h) ---
+  void forward();                                  // Pass::kForward: losses of the current batch
+  void backward();                                 // Pass::kBackward, after forward()
+  void step(float lr);                             // Pass::kStep, after backward()
+  void forward_backward();                         // Pass::kForwardBackward: the gradients, no step
+  void train_step(float lr, bool speculate = false);  // Pass::kTrain
+
+  // The model's inputs and outputs and parameter layout, for callers that only feed and read it.
+  Tensor tokens() const { return gpt_->tokens(); }
+  Tensor targets() const { return gpt_->targets(); }
+  Tensor losses() const { return gpt_->losses(); }
+  const std::vector<ParamInfo>& params() const { return gpt_->params(); }
+  int64_t num_params() const { return gpt_->num_params(); }
+  DType master_dtype() const { return gpt_->master_dtype(); }
+
+  // Device and host buffers of the input staging (Note [input staging] in exec/trainer.h).
+  Tensor input_device() const { return input_next_; }
+  int32_t* input_host(int slot) const { return input_host_[static_cast<size_t>(slot)]; }
+
+  // GptHooks.
+  void at(Boundary b, int segment) override;
+  void op(const char* name) override {
+    if (prof_) prof_->mark(name);
+  }
+
+ private:
+  Executor(Backend& backend, ExecSpec spec) : be_(backend), spec_(std::move(spec)) {}
+  Status allocate_and_bind();
+  void run_pass(Pass p, void (Executor::*model_part)());
+  void model_forward();
+  void model_backward();
+  void model_train();
+  void model_none() {}
+  void run_until_model();
+  void issue(const Op& op);
+  Stream& stream(StreamId s);
+
+  Backend& be_;
+  ExecSpec spec_;
+  Inventory inventory_;
+  Schedule schedule_;
+  RingLayout rings_;
+  std::unique_ptr<Gpt> gpt_;
+  std::unique_ptr<Optimizer> opt_;
+  std::vector<std::unique_ptr<Event>> events_;  // [schedule event]
+  OpProfiler* prof_ = nullptr;
+  // Everything allocated, freed in the destructor.
+  std::vector<Tensor> device_;
+  std::vector<void*> host_;
+  std::map<std::string, Tensor> by_name_;
+  std::map<std::string, void*> host_by_name_;
+  Tensor master_, compute_flat_;                // device master (device optimizer); the one compute buffer, if any
+  std::vector<Tensor> swap_slots_, param_slots_, grad_slots_;
+  std::vector<void*> swap_host_;                // [layer] host copy of a swapped block's activations
+  Tensor input_next_;
+  std::vector<int32_t*> input_host_;
+  // The pass being run: its operations and the next one to issue.
+  const std::vector<Op>* ops_ = nullptr;
+  size_t pos_ = 0;
+  bool in_model_ = false;
+};
+
+}  // namespace tt

@@ -1,0 +1,85 @@
+#include "exec/inventory.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/units.h"
+#include "memory/device_pool.h"
+#include "memory/host_pool.h"
+
+namespace tt {
+
+void Inventory::add_device(std::string name, Shape shape, DType dtype, TensorClass cls, int layer) {
+  InventoryEntry e;
+  e.name = std::move(name);
+  e.where = kDevice;
+  e.cls = cls;
+  e.shape = shape;
+  e.dtype = dtype;
+  e.layer = layer;
+  e.request = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  e.bytes = memory::device_alloc_size(e.request);
+  totals_[kDevice] += static_cast<int64_t>(e.bytes);
+  per_class_[kDevice][static_cast<int>(cls)] += static_cast<int64_t>(e.bytes);
+  entries_.push_back(std::move(e));
+}
+
+void Inventory::add_host(std::string name, size_t bytes, TensorClass cls) {
+  InventoryEntry e;
+  e.name = std::move(name);
+  e.where = kHost;
+  e.cls = cls;
+  e.shape = Shape{static_cast<int64_t>(bytes)};
+  e.request = bytes;
+  e.bytes = memory::host_alloc_size(bytes);
+  totals_[kHost] += static_cast<int64_t>(e.bytes);
+  per_class_[kHost][static_cast<int>(cls)] += static_cast<int64_t>(e.bytes);
+  entries_.push_back(std::move(e));
+}
+
+void Inventory::add_backend_reserved(int64_t bytes) {
+  reserved_ += bytes;
+  totals_[kDevice] += bytes;
+  per_class_[kDevice][static_cast<int>(TensorClass::kWorkspace)] += bytes;
+}
+
+const InventoryEntry* Inventory::find(const std::string& name) const {
+  for (const InventoryEntry& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+std::string Inventory::describe(Where w) const {
+  std::string s;
+  for (int c = 0; c < kNumTensorClasses; ++c) {
+    if (per_class_[w][c] == 0) continue;
+    s += str_format("%s%s %s", s.empty() ? "" : ", ", tensor_class_name(static_cast<TensorClass>(c)),
+                    format_bytes(per_class_[w][c]).c_str());
+  }
+  return s;
+}
+
+nlohmann::json Inventory::to_json() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (int w : {kDevice, kHost}) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const InventoryEntry& e : entries_) {
+      if (e.where != w) continue;
+      nlohmann::json j = {{"name", e.name}, {"class", tensor_class_name(e.cls)}, {"bytes", e.bytes}};
+      if (w == kDevice) {
+        j["shape"] = e.shape.to_string();
+        j["dtype"] = dtype_name(e.dtype);
+      }
+      if (e.layer >= 0) j["layer"] = e.layer;
+      list.push_back(std::move(j));
+    }
+    nlohmann::json classes = nlohmann::json::object();
+    for (int c = 0; c < kNumTensorClasses; ++c)
+      if (per_class_[w][c] != 0) classes[tensor_class_name(static_cast<TensorClass>(c))] = per_class_[w][c];
+    const char* key = w == kDevice ? "device" : "host";
+    out[key] = {{"total_bytes", totals_[w]}, {"per_class", classes}, {"entries", list}};
+  }
+  out["device"]["backend_reserved_bytes"] = reserved_;
+  return out;
+}
+
+}  // namespace tt

@@ -1,0 +1,59 @@
+// exec/inventory: every buffer a run allocates, device and host, one entry each with its tier, tensor class and the
+// bytes its pool takes. The executor allocates exactly these entries (and nothing else), the budget check and
+// --dry-run read the same list, so what is checked, printed and allocated cannot disagree.
+//
+//   Inventory inv;
+//   inv.add_device("grads.seg1", {n}, DType::kF32, TensorClass::kGrad);
+//   inv.add_host("swap.h.3", bytes, TensorClass::kActivation);
+//   int64_t dev = inv.total(Inventory::kDevice);  // as DevicePool takes them (256-byte blocks)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/tensor.h"
+
+namespace tt {
+
+struct InventoryEntry {
+  std::string name;
+  int where = 0;       // Inventory::kDevice or kHost
+  TensorClass cls = TensorClass::kWorkspace;
+  Shape shape;         // device entries; host entries are bytes
+  DType dtype = DType::kU8;
+  int layer = -1;
+  size_t request = 0;  // bytes asked for
+  size_t bytes = 0;    // bytes the pool takes for it (its alignment)
+};
+
+class Inventory {
+ public:
+  // Device entries come from the device pool, host entries from the host pool (pinned where the backend pins).
+  enum Where : int { kDevice = 0, kHost = 1 };
+
+  void add_device(std::string name, Shape shape, DType dtype, TensorClass cls, int layer = -1);
+  void add_host(std::string name, size_t bytes, TensorClass cls);
+  // Bytes the backend reserves in the device pool for itself (CUDA's cuBLAS workspace and scratch): counted in the
+  // device totals, allocated by the backend, not by the executor.
+  void add_backend_reserved(int64_t bytes);
+
+  const std::vector<InventoryEntry>& entries() const { return entries_; }
+  const InventoryEntry* find(const std::string& name) const;
+  int64_t total(Where w) const { return totals_[w]; }
+  int64_t of(Where w, TensorClass cls) const { return per_class_[w][static_cast<int>(cls)]; }
+  int64_t backend_reserved() const { return reserved_; }
+  // "param 12.0 MiB, grad 12.0 MiB, ..." over the classes with bytes.
+  std::string describe(Where w) const;
+  nlohmann::json to_json() const;
+
+ private:
+  std::vector<InventoryEntry> entries_;
+  int64_t totals_[2] = {0, 0};
+  int64_t per_class_[2][kNumTensorClasses] = {};
+  int64_t reserved_ = 0;
+};
+
+}  // namespace tt

@@ -1,0 +1,163 @@
+#include "exec/optimizer.h"
+
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+
+namespace tt {
+
+Optimizer::Optimizer(Backend& backend, const Gpt& model, OptimizerPlacement where, AdamWHyper hyper,
+                     OptimizerBuffers buf)
+    : be_(backend), model_(model), where_(where), hyper_(hyper), buf_(buf), layout_(model.params()),
+      segs_(model.segments()) {
+  seg_params_.resize(static_cast<size_t>(segs_.count()));
+  for (size_t i = 0; i < layout_.size(); ++i) seg_params_[static_cast<size_t>(segs_.of_param[i])].push_back(i);
+  speculated_.assign(static_cast<size_t>(segs_.count()), 0);
+  const size_t bytes = static_cast<size_t>(model.num_params()) * sizeof(float);
+  if (on_cpu()) {
+    TT_CHECK(buf_.sets[0].master && buf_.sets[0].m && buf_.sets[0].v && buf_.host_grads && buf_.host_norm,
+             "the CPU optimizer's host state is not allocated");
+    TT_CHECK(!hyper_.speculate || (buf_.sets[1].master && buf_.sets[1].m && buf_.sets[1].v),
+             "speculation needs a second host state set");
+    if (!hyper_.speculate) buf_.sets[1] = buf_.sets[0];  // one set, updated in place
+    std::memset(buf_.sets[0].m, 0, bytes);
+    std::memset(buf_.sets[0].v, 0, bytes);
+  } else {
+    TT_CHECK(!hyper_.speculate, "speculation is for the CPU optimizer");
+    be_.fill_zero(buf_.m, be_.compute_stream());
+    be_.fill_zero(buf_.v, be_.compute_stream());
+  }
+  be_.fill_zero(buf_.norm_sq, be_.compute_stream());
+}
+
+const void* Optimizer::host_compute(int segment) const {
+  const HostAdamState& s = buf_.sets[cur_];
+  const size_t off = static_cast<size_t>(segs_.offset[static_cast<size_t>(segment)]);
+  return s.bf16 ? static_cast<const void*>(s.bf16 + off) : static_cast<const void*>(s.master + off);
+}
+
+void Optimizer::begin_step(float lr, bool speculate) {
+  lr_ = lr;
+  speculate_ = on_cpu() && hyper_.speculate && speculate;
+  any_speculated_ = false;
+  std::fill(speculated_.begin(), speculated_.end(), 0);
+  from_ = to_ = buf_.sets[cur_];
+}
+
+void Optimizer::norm_part(int segment) {
+  be_.sum_squares(buf_.parts.view(segment, {1}), model_.tensors().grads[static_cast<size_t>(segment)]);
+}
+
+void Optimizer::norm_total() { be_.sum_in_order(buf_.norm_sq, buf_.parts); }
+
+void Optimizer::device_update() {
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const ParamInfo& p = layout_[i];
+    AdamWArgs args;
+    args.lr = lr_;
+    args.beta1 = hyper_.beta1;
+    args.beta2 = hyper_.beta2;
+    args.eps = hyper_.eps;
+    args.weight_decay = p.decay ? hyper_.weight_decay : 0.0f;
+    args.step = step_ + 1;
+    args.grad_clip = hyper_.grad_clip;
+    be_.adamw_update(buf_.master.view(p.offset, p.shape), model_.grad(i), buf_.m.view(p.offset, p.shape),
+                     buf_.v.view(p.offset, p.shape), buf_.norm_sq, args);
+  }
+}
+
+void Optimizer::grads_out(int segment) {
+  const size_t off = static_cast<size_t>(segs_.offset[static_cast<size_t>(segment)]);
+  be_.copy_d2h(buf_.host_grads + off, model_.tensors().grads[static_cast<size_t>(segment)], be_.d2h_stream());
+}
+
+void Optimizer::norm_out() { be_.copy_d2h(buf_.host_norm, buf_.norm_sq, be_.d2h_stream()); }
+
+void Optimizer::update_segment(int segment, const HostAdamState& from, const HostAdamState& to, float lr,
+                               int64_t step, float grad_norm_sq, float grad_clip) {
+  for (size_t i : seg_params_[static_cast<size_t>(segment)]) {
+    const ParamInfo& p = layout_[i];
+    const int64_t o = p.offset;
+    cpu::adamw_update_f32(cpu::AdamWArrays{from.master + o, buf_.host_grads + o, from.m + o, from.v + o,
+                                           to.master + o, to.m + o, to.v + o, to.bf16 ? to.bf16 + o : nullptr},
+                          p.shape.numel(), grad_norm_sq, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
+                          p.decay ? hyper_.weight_decay : 0.0f, step, grad_clip);
+  }
+}
+
+void Optimizer::host_update(int segment, bool speculative) {
+  const int64_t step = step_ + 1;
+  const float lr = lr_;
+  if (speculative) {
+    // Note [speculative update]: this step's update of the segment now, with a clip factor of 1, into the other set.
+    speculated_[static_cast<size_t>(segment)] = 1;
+    any_speculated_ = true;
+    be_.enqueue_host([this, segment, lr, step, from = buf_.sets[cur_], to = buf_.sets[cur_ ^ 1]] {
+      update_segment(segment, from, to, lr, step, 0.0f, 0.0f);
+    });
+    return;
+  }
+  // From the current set into the other one (which becomes current) when some segment was speculated this step;
+  // otherwise (speculation off, or not tried this step) the current set is updated in place: an update into the
+  // other set would move more memory (its lines are read before they are written), and the host update is bound
+  // by memory bandwidth.
+  from_ = buf_.sets[cur_];
+  to_ = any_speculated_ ? buf_.sets[cur_ ^ 1] : buf_.sets[cur_];
+  if (speculated_[static_cast<size_t>(segment)]) {
+    // Redone from the same state only if the norm turns out to be above the clip.
+    be_.enqueue_host([this, segment, lr, step, from = from_, to = to_] {
+      if (cpu::adamw_clip_factor(*buf_.host_norm, hyper_.grad_clip) == 1.0f) {
+        ++spec_kept_;
+        return;
+      }
+      ++spec_redone_;
+      update_segment(segment, from, to, lr, step, *buf_.host_norm, hyper_.grad_clip);
+    });
+  } else {
+    be_.enqueue_host([this, segment, lr, step, from = from_, to = to_] {
+      update_segment(segment, from, to, lr, step, *buf_.host_norm, hyper_.grad_clip);
+    });
+  }
+}
+
+void Optimizer::params_back(int segment, const Tensor& device_copy) {
+  const size_t off = static_cast<size_t>(segs_.offset[static_cast<size_t>(segment)]);
+  const void* src = to_.bf16 ? static_cast<const void*>(to_.bf16 + off) : static_cast<const void*>(to_.master + off);
+  be_.copy_h2d(device_copy, src, be_.h2d_stream());
+}
+
+void Optimizer::end_step() {
+  ++step_;
+  if (on_cpu() && any_speculated_) cur_ ^= 1;
+  any_speculated_ = false;
+  speculate_ = false;
+  std::fill(speculated_.begin(), speculated_.end(), 0);
+}
+
+Status Optimizer::download_state(float* m, float* v) {
+  const size_t bytes = static_cast<size_t>(model_.num_params()) * sizeof(float);
+  if (on_cpu()) {
+    TT_TRY(be_.synchronize_all());
+    std::memcpy(m, buf_.sets[cur_].m, bytes);
+    std::memcpy(v, buf_.sets[cur_].v, bytes);
+    return Status::ok();
+  }
+  be_.copy_d2h(m, buf_.m, be_.compute_stream());
+  be_.copy_d2h(v, buf_.v, be_.compute_stream());
+  return be_.compute_stream().synchronize();
+}
+
+Status Optimizer::upload_state(const float* m, const float* v) {
+  const size_t bytes = static_cast<size_t>(model_.num_params()) * sizeof(float);
+  if (on_cpu()) {
+    TT_TRY(be_.synchronize_all());
+    std::memcpy(buf_.sets[cur_].m, m, bytes);
+    std::memcpy(buf_.sets[cur_].v, v, bytes);
+    return Status::ok();
+  }
+  be_.copy_h2d(buf_.m, m, be_.compute_stream());
+  be_.copy_h2d(buf_.v, v, be_.compute_stream());
+  return be_.compute_stream().synchronize();
+}
+
+}  // namespace tt

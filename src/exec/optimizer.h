@@ -1,0 +1,126 @@
+// exec/optimizer: AdamW with global-norm gradient clipping, as PyTorch's torch.optim.AdamW + clip_grad_norm_ (weight
+// decay only on parameters marked `decay`), on the device or on the host. It holds the optimizer's state and does
+// the work of the schedule's optimizer operations (exec/schedule.h: kNormPart, kDeviceAdamW, kGradsOut,
+// kHostAdamW, kParamsBack, ...); the executor runs them in the schedule's order with the schedule's events.
+//
+// Note [master on host]
+// With the CPU optimizer (OptimizerPlacement::kCpu) the AdamW moments are in the host pool, and so is the fp32
+// master: the device keeps only the compute copy (2 bytes a parameter in bf16, not 6), and the host keeps a
+// staging copy of it beside the master (bf16 with bf16 compute; the master itself with f32 compute). Each
+// segment's gradients go to the host on the d2h stream as soon as the backward finishes them; the host stream
+// updates segment by segment in forward order with the vectorised adamw_update_f32, which writes the bf16 copy in
+// the same pass; each segment's compute copy goes back on the h2d stream, and the compute stream waits for a
+// segment only right before the next forward first reads it, so the update overlaps the next forward. On the CPU
+// backend the update is the very function the device AdamW runs, so results are bit-identical.
+//
+// Note [speculative update] (--speculative-update). Clipping needs the norm of all gradients, known only after
+// the backward, so the update above cannot start before it. But when the norm is under the clip the clip factor
+// is exactly 1, and the update is the one computed with no clipping at all. So each segment is updated as soon as
+// its gradients reach the host, during the backward, with factor 1, from the current state set into a second one
+// (master, moments, staging copy), leaving the current one intact. After the backward the host checks the factor:
+// 1 keeps the update; anything else redoes it from the intact state with the true factor. The sets then swap roles
+// (uploads enqueued from then on read the new one). Either way the result is the update computed after the
+// backward, bit for bit. The trainer guesses per step from the previous step's norm, so a run whose norms stay
+// above the clip stops paying for wrong guesses. Costs the second set in host memory: 12 bytes a parameter, 14
+// with bf16 compute.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "exec/plan.h"
+#include "model/gpt.h"
+
+namespace tt {
+
+struct AdamWHyper {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;  // 0 disables clipping
+  bool speculate = false;  // CPU optimizer: Note [speculative update]
+};
+
+// One set of host state (Note [speculative update]): master, moments and the staging copy of the compute copy
+// (null with f32 compute, where the master is the staging copy).
+struct HostAdamState {
+  float *master = nullptr, *m = nullptr, *v = nullptr;
+  uint16_t* bf16 = nullptr;
+};
+
+// Where the optimizer's state lives, allocated by the executor from its inventory.
+struct OptimizerBuffers {
+  Tensor master;          // device: the flat master (device optimizer)
+  Tensor m, v;            // device moments (device optimizer)
+  Tensor norm_sq, parts;  // device: the squared norm and its per-segment parts
+  HostAdamState sets[2];  // host (CPU optimizer); sets[1] only with speculation
+  float* host_grads = nullptr;
+  float* host_norm = nullptr;
+};
+
+class Optimizer {
+ public:
+  Optimizer(Backend& backend, const Gpt& model, OptimizerPlacement where, AdamWHyper hyper, OptimizerBuffers buf);
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  OptimizerPlacement placement() const { return where_; }
+  bool on_cpu() const { return where_ == OptimizerPlacement::kCpu; }
+  const AdamWHyper& hyper() const { return hyper_; }
+  int64_t steps_taken() const { return step_; }
+  void set_steps_taken(int64_t step) { step_ = step; }
+  Tensor grad_norm_sq() const { return buf_.norm_sq; }
+  int64_t speculation_kept() const { return spec_kept_.load(); }
+  int64_t speculation_redone() const { return spec_redone_.load(); }
+  // The host state set uploads read now (CPU optimizer).
+  const HostAdamState& current() const { return buf_.sets[cur_]; }
+  // The staging copy of segment s's compute copy in the current set (CPU optimizer).
+  const void* host_compute(int segment) const;
+
+  // --- the schedule's operations (exec/schedule.h), enqueued ---
+  // Before a step's passes: its learning rate and whether it speculates (the caller's guess).
+  void begin_step(float lr, bool speculate);
+  void norm_part(int segment);   // kNormPart, compute stream
+  void norm_total();             // kNormTotal, compute stream
+  void device_update();          // kDeviceAdamW, compute stream
+  void grads_out(int segment);   // kGradsOut, d2h stream
+  void norm_out();               // kNormOut, d2h stream
+  // kHostAdamW, host stream: the speculative update during the backward, or the step's update after it.
+  void host_update(int segment, bool speculative);
+  void params_back(int segment, const Tensor& device_copy);  // kParamsBack, h2d stream
+  // After the step's operations: the state sets swap roles when the step speculated.
+  void end_step();
+  bool speculating() const { return speculate_; }
+
+  // The moments, wherever they live (waits for every stream first); n = the number of parameters.
+  Status download_state(float* m, float* v);
+  Status upload_state(const float* m, const float* v);
+  // The master on the host (CPU optimizer; waits for every stream first).
+  float* host_master() const { return buf_.sets[cur_].master; }
+
+ private:
+  void update_segment(int segment, const HostAdamState& from, const HostAdamState& to, float lr, int64_t step,
+                      float grad_norm_sq, float grad_clip);
+
+  Backend& be_;
+  const Gpt& model_;
+  OptimizerPlacement where_;
+  AdamWHyper hyper_;
+  OptimizerBuffers buf_;
+  std::vector<ParamInfo> layout_;
+  GptSegments segs_;
+  std::vector<std::vector<size_t>> seg_params_;  // [segment] indices into layout_
+  int64_t step_ = 0;
+  float lr_ = 0.0f;
+  bool speculate_ = false;          // this step speculates
+  std::vector<char> speculated_;   // [segment] this step's update already computed with a clip factor of 1
+  bool any_speculated_ = false;
+  HostAdamState from_, to_;        // the sets of this step's update
+  int cur_ = 0;
+  std::atomic<int64_t> spec_kept_{0}, spec_redone_{0};
+};
+
+}  // namespace tt

@@ -1,0 +1,558 @@
+#include "exec/schedule.h"
+
+#include <algorithm>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "memory/device_pool.h"
+
+namespace tt {
+
+const char* stream_name(StreamId s) {
+  switch (s) {
+    case StreamId::kCompute: return "compute";
+    case StreamId::kH2D: return "h2d";
+    case StreamId::kD2H: return "d2h";
+    case StreamId::kHost: return "host";
+  }
+  return "?";
+}
+
+namespace {
+constexpr const char* kOpKindNames[] = {"model",       "wait",      "record",     "rebuild_block", "rebuild_norms",
+                                        "rebuild_mlp", "zero_grads", "swap_out",  "swap_in",       "params_in",
+                                        "grads_out",   "norm_part", "norm_total", "norm_out",      "host_adamw",
+                                        "params_back", "device_adamw", "refresh_compute"};
+constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward"};
+constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
+                                          "after_head",     "before_backward", "after_backward"};
+}  // namespace
+
+const char* op_kind_name(OpKind k) { return kOpKindNames[static_cast<int>(k)]; }
+const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
+
+// Note [swap]
+// The swapped blocks w_0 < w_1 < ... < w_{m-1} share S slots: w_k lives in slot k % S. Ordering, with events per
+// block:
+//  forward:  w_k may overwrite its slot once the previous occupant's copy out finished (out_done); after it, the
+//            d2h stream copies the slot out (after fwd_done), except for the last S swapped blocks, which stay in
+//            their slots until their backward (their out_done is never recorded, so waiting for it is a no-op; the
+//            next forward reuses their slots after this step's backward, on the same compute stream).
+//  backward: the last S swapped blocks are still in their slots. After w_k's backward its slot is free: the h2d
+//            stream brings w_{k-S} into it (after bwd_done[w_k] and out_done[w_k], whose copy read the same slot),
+//            and w_{k-S}'s backward waits for in_done.
+//  next forward: the first S swapped blocks wait for the last copy out of their slot in the previous forward (it
+//            matters after an evaluation forward, which has no backward to order it).
+//
+// Note [streamed parameters]
+// A streamed block's compute copy exists only in the host staging copy that the CPU optimizer writes (Note [master
+// on host] in exec/optimizer.h). The streamed blocks p_0 < ... < p_{m-1} share Q slots: p_k lives in slot k % Q.
+// Every upload into a slot waits (on the h2d stream) for pslot_free of that slot, recorded on the compute stream
+// after the last use of its previous contents, and for the CPU optimizer's update of that block's host copy; every
+// use waits for the block's param_in.
+//  forward:  at its start every slot is marked free (whatever a previous pass left in it has been used by then, in
+//            compute-stream order) and p_0 .. p_{Q-1} are uploaded. After p_k's forward, if p_{k+Q} exists, its slot
+//            is marked free and p_{k+Q} uploaded into it. The last Q streamed blocks stay in their slots.
+//  backward: p_{m-1} .. p_{m-Q} are in their slots. After p_k's backward its slot is marked free and p_{k-Q}
+//            uploaded into it (its backward, or its recompute, waits for it).
+// The host copy an upload reads is rewritten only by the next update, which starts after this step's backward,
+// which waited for every upload of this step: the uploads are done by then.
+// Two of these waits are not the only thing ordering their copies today, and the tests cannot catch their removal:
+// the wait for the update (the h2d stream has also waited for the update of the final LayerNorm, the last one,
+// before uploading it) and the marks at the start of a forward (the trainer synchronises after an evaluation's
+// forward). They stay so that neither ordering depends on those facts.
+//
+// Streamed gradients (Note [gradient segments] in model/gpt.h): the blocks whose gradients are streamed use two
+// shared slots, alternately in backward order. A block's backward waits until its slot's previous contents have
+// left for the host (grad_slot_free, recorded on the d2h stream after that copy), and zeroes it.
+namespace {
+
+class Compiler {
+ public:
+  explicit Compiler(const ScheduleSpec& spec) : sp_(spec), L_(spec.model.layers), plan_(spec.plan) {
+    const GptConfig& cfg = spec.model;
+    const int64_t B = spec.batch, T = cfg.seq, C = cfg.dim;
+    bt_ = static_cast<double>(B * T);
+    segs_ = gpt_segments(cfg);
+    cpu_ = plan_.cpu_optimizer();
+    swap_index_.assign(static_cast<size_t>(L_), -1);
+    pstream_index_.assign(static_cast<size_t>(L_), -1);
+    grad_slot_.assign(static_cast<size_t>(L_), -1);
+    for (int l = 0; l < L_; ++l) {
+      if (plan_.activation(l) == ActPlacement::kSwap) {
+        swap_index_[static_cast<size_t>(l)] = static_cast<int>(swapped_.size());
+        swapped_.push_back(l);
+      }
+      if (plan_.params_streamed(l)) {
+        pstream_index_[static_cast<size_t>(l)] = static_cast<int>(pstreamed_.size());
+        pstreamed_.push_back(l);
+      }
+      if (plan_.activation(l) == ActPlacement::kRecompute) last_recomputed_ = l;
+      if (plan_.mlp_rebuilt(l)) last_mlp_ = l;
+      if (plan_.norms_rebuilt(l)) last_norms_ = l;
+    }
+    const RingLayout rings = ring_layout(plan_);
+    grad_slot_ = rings.grad_slot;
+    S_ = rings.swap_slots;
+    Q_ = rings.param_slots;
+    for (const TensorRequest& r : gpt_block_activations(cfg, spec.batch, spec.compute, plan_.swapped_parts()))
+      swap_bytes_ += static_cast<int64_t>(memory::device_alloc_size(static_cast<size_t>(r.shape.numel()) * dtype_size(r.dtype)));
+    esize_ = static_cast<int64_t>(dtype_size(spec.compute));
+    msize_ = static_cast<int64_t>(dtype_size(master_dtype_for(spec.compute)));
+    // FLOPs (multiply-adds count 2): a block's GEMMs 24 BT C^2 forward, twice that backward; causal attention
+    // 2 B T^2 C forward and about 2.5 times that backward (the scores are rebuilt); the LM head 2 BT C V forward,
+    // twice that more backward.
+    block_fwd_ = 24.0 * bt_ * C * C + 2.0 * B * static_cast<double>(T) * T * C;
+    block_bwd_ = 48.0 * bt_ * C * C + 5.0 * B * static_cast<double>(T) * T * C;
+    mlp_fwd_ = 8.0 * bt_ * C * C;
+    head_fwd_ = 2.0 * bt_ * C * cfg.padded_vocab();
+  }
+
+  Schedule run() {
+    Schedule s;
+    s.spec = sp_;
+    forward_blocks(s.passes[static_cast<int>(Pass::kForward)]);
+    model(s.passes[static_cast<int>(Pass::kForward)], Boundary::kBeforeHead, 0, "lm_head", head_fwd_);
+    backward(s.passes[static_cast<int>(Pass::kBackward)]);
+    step(s.passes[static_cast<int>(Pass::kStep)]);
+    std::vector<Op>& train = s.passes[static_cast<int>(Pass::kTrain)];
+    forward_blocks(train);
+    backward(train);
+    step(train);
+    std::vector<Op>& fb = s.passes[static_cast<int>(Pass::kForwardBackward)];
+    forward_blocks(fb);
+    backward(fb);
+    s.events = events_;
+    return s;
+  }
+
+ private:
+  int ev(const std::string& name) {
+    auto it = event_ids_.find(name);
+    if (it != event_ids_.end()) return it->second;
+    events_.push_back(name);
+    return event_ids_[name] = static_cast<int>(events_.size()) - 1;
+  }
+  static std::string block(int l) { return "h." + std::to_string(l); }
+  std::string seg_name(int s) const { return s == 0 ? "embeddings" : s == L_ + 1 ? "lnf" : block(s - 1); }
+  Op& add(std::vector<Op>& out, StreamId st, OpKind k, std::string name) {
+    Op op;
+    op.stream = st;
+    op.kind = k;
+    op.name = std::move(name);
+    out.push_back(std::move(op));
+    return out.back();
+  }
+  void wait(std::vector<Op>& out, StreamId st, const std::string& event, const char* name, int layer = -1,
+            bool speculative = false) {
+    Op& op = add(out, st, OpKind::kWait, name);
+    op.event = ev(event);
+    op.layer = layer;
+    op.speculative = speculative;
+  }
+  void record(std::vector<Op>& out, StreamId st, const std::string& event, int layer = -1, bool speculative = false) {
+    Op& op = add(out, st, OpKind::kRecord, "record " + event);
+    op.event = ev(event);
+    op.layer = layer;
+    op.speculative = speculative;
+  }
+  void model(std::vector<Op>& out, Boundary b, int segment, std::string name, double flops) {
+    Op& op = add(out, StreamId::kCompute, OpKind::kModel, std::move(name));
+    op.boundary = b;
+    op.segment = segment;
+    op.layer = segment >= 1 && segment <= L_ && b != Boundary::kBeforeHead ? segment - 1 : -1;
+    op.flops = flops;
+  }
+  int64_t seg_bytes(int s, int64_t esize) const { return segs_.size[static_cast<size_t>(s)] * esize; }
+
+  // The CPU optimizer's update of segment s must be done before anything reads its parameters: on the compute
+  // stream (the updated device copy came back) for a resident segment.
+  void gate(std::vector<Op>& out, int s) {
+    if (cpu_) wait(out, StreamId::kCompute, "params_back " + seg_name(s), "wait cpu optimizer", s >= 1 && s <= L_ ? s - 1 : -1);
+  }
+  void upload(std::vector<Op>& out, int k) {
+    const int l = pstreamed_[static_cast<size_t>(k)];
+    const int q = k % Q_;
+    wait(out, StreamId::kH2D, "adamw " + seg_name(1 + l), "wait cpu optimizer", l);  // its host copy updated
+    wait(out, StreamId::kH2D, "pslot_free " + std::to_string(q), "wait param slot", l);
+    Op& op = add(out, StreamId::kH2D, OpKind::kParamsIn, "params " + block(l));
+    op.layer = l;
+    op.segment = 1 + l;
+    op.slot = q;
+    op.bytes = seg_bytes(1 + l, esize_);
+    record(out, StreamId::kH2D, "param_in " + block(l), l);
+  }
+
+  void forward_blocks(std::vector<Op>& out) {
+    const int mp = static_cast<int>(pstreamed_.size());
+    if (mp > 0) {
+      for (int q = 0; q < Q_; ++q) record(out, StreamId::kCompute, "pslot_free " + std::to_string(q));
+      for (int k = 0; k < std::min(mp, Q_); ++k) upload(out, k);
+    }
+    gate(out, 0);
+    model(out, Boundary::kBeforeForward, 0, "forward embeddings", 0);
+    const int m = static_cast<int>(swapped_.size());
+    for (int l = 0; l < L_; ++l) {
+      const int pk = pstream_index_[static_cast<size_t>(l)];
+      if (pk < 0) gate(out, 1 + l);  // a streamed block's upload waited for the update
+      if (pk >= 0) wait(out, StreamId::kCompute, "param_in " + block(l), "wait params", l);
+      const int k = swap_index_[static_cast<size_t>(l)];
+      if (k >= 0) {
+        // The last copy out of this slot: that of w_{k-S} in this forward, or for the first S that of the previous
+        // forward's last copied block in this slot (the largest k' < m - S with k' = k mod S). After a training
+        // step it is long done (the backward's swap-ins waited for it); after an evaluation forward it may still
+        // be running.
+        int prev = k - S_;
+        if (k < S_) {
+          prev = k + S_ * ((m - 1 - k) / S_);
+          while (prev >= m - S_) prev -= S_;
+        }
+        if (prev >= 0) wait(out, StreamId::kCompute, "swap_out " + block(swapped_[static_cast<size_t>(prev)]), "wait swap_out", l);
+      }
+      model(out, Boundary::kBeforeForward, 1 + l, "forward " + block(l), block_fwd_);
+      if (k >= 0 && k < m - S_) {  // the last S stay in their slots
+        record(out, StreamId::kCompute, "fwd_done " + block(l), l);
+        wait(out, StreamId::kD2H, "fwd_done " + block(l), "wait forward", l);
+        Op& op = add(out, StreamId::kD2H, OpKind::kSwapOut, "swap_out " + block(l));
+        op.layer = l;
+        op.slot = k % S_;
+        op.bytes = swap_bytes_;
+        record(out, StreamId::kD2H, "swap_out " + block(l), l);
+      }
+      if (pk >= 0 && pk + Q_ < mp) {  // else it stays in its slot for the backward
+        record(out, StreamId::kCompute, "pslot_free " + std::to_string(pk % Q_), l);
+        upload(out, pk + Q_);
+      }
+    }
+    gate(out, L_ + 1);
+    model(out, Boundary::kBeforeForward, L_ + 1, "forward lnf", 0);
+  }
+
+  // The backward has written segment s's last gradient: with the CPU optimizer its share of the norm now, and the
+  // gradients to the host at once (a streamed block's slot is free again once they have left); with speculation
+  // the update too.
+  void grads_done(std::vector<Op>& out, int s) {
+    if (!cpu_) return;
+    const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
+    Op& part = add(out, StreamId::kCompute, OpKind::kNormPart, "grad norm");
+    part.segment = s;
+    part.layer = layer;
+    part.bytes = seg_bytes(s, msize_);
+    record(out, StreamId::kCompute, "grads " + seg_name(s), layer);
+    wait(out, StreamId::kD2H, "grads " + seg_name(s), "wait backward", layer);
+    // The previous update of this segment read the host gradients (a no-op before the first).
+    wait(out, StreamId::kD2H, "adamw " + seg_name(s), "wait cpu optimizer", layer);
+    Op& op = add(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host");
+    op.segment = s;
+    op.layer = layer;
+    op.bytes = seg_bytes(s, msize_);
+    if (!sp_.speculate) return;
+    record(out, StreamId::kD2H, "grads_in " + seg_name(s), layer, true);
+    wait(out, StreamId::kHost, "grads_in " + seg_name(s), "wait grads", layer, true);
+    Op& up = add(out, StreamId::kHost, OpKind::kHostAdamW, "adamw " + seg_name(s) + " (speculative)");
+    up.segment = s;
+    up.layer = layer;
+    up.speculative = true;
+  }
+
+  void backward(std::vector<Op>& out) {
+    add(out, StreamId::kCompute, OpKind::kZeroGrads, "zero_grads");
+    model(out, Boundary::kBeforeHead, 0, "lm_head backward", 3 * head_fwd_);
+    model(out, Boundary::kBeforeBackward, L_ + 1, "backward lnf", 0);
+    grads_done(out, L_ + 1);
+    const int m = static_cast<int>(swapped_.size());
+    for (int l = L_ - 1; l >= 0; --l) {
+      const int pk = pstream_index_[static_cast<size_t>(l)];
+      const int k = swap_index_[static_cast<size_t>(l)];
+      const int gs = grad_slot_[static_cast<size_t>(l)];
+      if (pk >= 0) wait(out, StreamId::kCompute, "param_in " + block(l), "wait params", l);  // before a recompute too
+      if (gs >= 0) {
+        wait(out, StreamId::kCompute, "grad_slot_free " + std::to_string(gs), "wait grad slot", l);
+        Op& z = add(out, StreamId::kCompute, OpKind::kZeroGrads, "zero_grads");
+        z.segment = 1 + l;
+        z.layer = l;
+        z.slot = gs;
+      }
+      if (plan_.activation(l) == ActPlacement::kRecompute && l != last_recomputed_) {
+        Op& op = add(out, StreamId::kCompute, OpKind::kRebuildBlock, "recompute " + block(l));
+        op.layer = l;
+        op.flops = block_fwd_;
+      }
+      if (k >= 0 && k < m - S_) wait(out, StreamId::kCompute, "swap_in " + block(l), "wait swap_in", l);
+      if (plan_.norms_rebuilt(l) && l != last_norms_) {
+        Op& op = add(out, StreamId::kCompute, OpKind::kRebuildNorms, "rebuild norms " + block(l));
+        op.layer = l;
+      }
+      if (plan_.mlp_rebuilt(l) && l != last_mlp_) {
+        Op& op = add(out, StreamId::kCompute, OpKind::kRebuildMlp, "rebuild mlp " + block(l));
+        op.layer = l;
+        op.flops = mlp_fwd_;
+      }
+      model(out, Boundary::kBeforeBackward, 1 + l, "backward " + block(l), block_bwd_);
+      if (k >= 0) {
+        record(out, StreamId::kCompute, "bwd_done " + block(l), l);
+        if (k >= S_) {
+          const int next = swapped_[static_cast<size_t>(k - S_)];  // the next block to need this slot
+          wait(out, StreamId::kH2D, "bwd_done " + block(l), "wait backward", next);
+          wait(out, StreamId::kH2D, "swap_out " + block(l), "wait swap_out", next);
+          wait(out, StreamId::kH2D, "swap_out " + block(next), "wait swap_out", next);
+          Op& op = add(out, StreamId::kH2D, OpKind::kSwapIn, "swap_in " + block(next));
+          op.layer = next;
+          op.slot = k % S_;
+          op.bytes = swap_bytes_;
+          record(out, StreamId::kH2D, "swap_in " + block(next), next);
+        }
+      }
+      if (pk >= 0) {
+        record(out, StreamId::kCompute, "pslot_free " + std::to_string(pk % Q_), l);
+        if (pk - Q_ >= 0) upload(out, pk - Q_);
+      }
+      grads_done(out, 1 + l);
+      if (gs >= 0) record(out, StreamId::kD2H, "grad_slot_free " + std::to_string(gs), l);
+    }
+    model(out, Boundary::kBeforeBackward, 0, "backward embeddings", 0);
+    grads_done(out, 0);
+  }
+
+  void step(std::vector<Op>& out) {
+    const int S = L_ + 2;
+    if (!cpu_) {
+      for (int s = 0; s < S; ++s) {
+        Op& op = add(out, StreamId::kCompute, OpKind::kNormPart, "adamw");
+        op.segment = s;
+        op.bytes = seg_bytes(s, msize_);
+      }
+      add(out, StreamId::kCompute, OpKind::kNormTotal, "adamw");
+      Op& op = add(out, StreamId::kCompute, OpKind::kDeviceAdamW, "adamw");
+      op.bytes = 7 * gpt_num_params(sp_.model) * msize_;  // read p, g, m, v; write p, m, v
+      if (sp_.compute != master_dtype_for(sp_.compute)) {
+        Op& r = add(out, StreamId::kCompute, OpKind::kRefreshCompute, "adamw");
+        r.bytes = gpt_num_params(sp_.model) * (msize_ + esize_);
+      }
+      return;
+    }
+    // Note [speculative update] in exec/optimizer.h: the norm, then segment by segment in forward order the update
+    // on the host stream (kept or redone when speculated) and the compute copy back on the h2d stream.
+    add(out, StreamId::kCompute, OpKind::kNormTotal, "adamw");
+    record(out, StreamId::kCompute, "grads_ready");
+    wait(out, StreamId::kD2H, "grads_ready", "wait backward");
+    Op& n = add(out, StreamId::kD2H, OpKind::kNormOut, "norm to host");
+    n.bytes = 4;
+    record(out, StreamId::kD2H, "norm_out");
+    wait(out, StreamId::kHost, "norm_out", "wait norm");
+    for (int s = 0; s < S; ++s) {
+      const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
+      Op& up = add(out, StreamId::kHost, OpKind::kHostAdamW, "adamw " + seg_name(s));
+      up.segment = s;
+      up.layer = layer;
+      up.bytes = segs_.size[static_cast<size_t>(s)] * (7 * 4 + (esize_ == 4 ? 0 : esize_));
+      record(out, StreamId::kHost, "adamw " + seg_name(s), layer);
+      if (layer >= 0 && plan_.params_streamed(layer)) continue;  // uploaded ahead of its next use
+      wait(out, StreamId::kH2D, "adamw " + seg_name(s), "wait cpu optimizer", layer);
+      Op& back = add(out, StreamId::kH2D, OpKind::kParamsBack, "params to device");
+      back.segment = s;
+      back.layer = layer;
+      back.bytes = seg_bytes(s, esize_);
+      record(out, StreamId::kH2D, "params_back " + seg_name(s), layer);
+    }
+  }
+
+  const ScheduleSpec& sp_;
+  int L_;
+  const Plan& plan_;
+  GptSegments segs_;
+  bool cpu_ = false;
+  double bt_ = 0, block_fwd_ = 0, block_bwd_ = 0, mlp_fwd_ = 0, head_fwd_ = 0;
+  std::vector<int> swapped_, swap_index_, pstreamed_, pstream_index_, grad_slot_;
+  int S_ = 0, Q_ = 0;
+  int last_recomputed_ = -1, last_mlp_ = -1, last_norms_ = -1;
+  int64_t swap_bytes_ = 0, esize_ = 4, msize_ = 4;
+  std::vector<std::string> events_;
+  std::map<std::string, int> event_ids_;
+};
+
+}  // namespace
+
+Schedule compile_schedule(const ScheduleSpec& spec) { return Compiler(spec).run(); }
+
+RingLayout ring_layout(const Plan& plan) {
+  const int L = static_cast<int>(plan.layers.size());
+  RingLayout r;
+  r.swap_slot.assign(static_cast<size_t>(L), -1);
+  r.param_slot.assign(static_cast<size_t>(L), -1);
+  r.grad_slot.assign(static_cast<size_t>(L), -1);
+  for (int l = 0; l < L; ++l) {
+    r.swapped += plan.activation(l) == ActPlacement::kSwap ? 1 : 0;
+    r.params_streamed += plan.params_streamed(l) ? 1 : 0;
+  }
+  r.swap_slots = std::min(plan.swap_slots(), r.swapped);
+  r.param_slots = std::min(plan.param_slots(), r.params_streamed);
+  int ks = 0, kp = 0, kg = 0;
+  for (int l = 0; l < L; ++l) {
+    if (plan.activation(l) == ActPlacement::kSwap) r.swap_slot[static_cast<size_t>(l)] = ks++ % r.swap_slots;
+    if (plan.params_streamed(l)) r.param_slot[static_cast<size_t>(l)] = kp++ % r.param_slots;
+  }
+  for (int l = L - 1; l >= 0; --l)
+    if (plan.grads_streamed(l)) r.grad_slot[static_cast<size_t>(l)] = kg++ % 2;
+  r.grad_slots = kg > 0 ? 2 : 0;
+  return r;
+}
+
+std::vector<std::pair<Boundary, int>> model_boundaries(const GptConfig& cfg, Pass p) {
+  std::vector<std::pair<Boundary, int>> r;
+  const int L = cfg.layers;
+  auto fwd = [&] {
+    for (int s = 0; s <= L + 1; ++s) r.push_back({Boundary::kBeforeForward, s});
+  };
+  auto bwd = [&] {
+    r.push_back({Boundary::kBeforeHead, 0});
+    for (int s = L + 1; s >= 0; --s) r.push_back({Boundary::kBeforeBackward, s});
+  };
+  if (p == Pass::kForward) {
+    fwd();
+    r.push_back({Boundary::kBeforeHead, 0});
+  } else if (p == Pass::kBackward) {
+    bwd();
+  } else if (p == Pass::kTrain || p == Pass::kForwardBackward) {
+    fwd();
+    bwd();
+  }
+  return r;
+}
+
+// --- JSON ---
+
+namespace {
+using nlohmann::json;
+
+template <size_t N>
+int index_of(const char* const (&names)[N], const std::string& s) {
+  for (size_t i = 0; i < N; ++i)
+    if (s == names[i]) return static_cast<int>(i);
+  return -1;
+}
+constexpr const char* kStreamNames[] = {"compute", "h2d", "d2h", "host"};
+
+json op_json(const Op& op, const std::vector<std::string>& events) {
+  json j = {{"stream", stream_name(op.stream)}, {"kind", op_kind_name(op.kind)}, {"name", op.name}};
+  if (op.layer >= 0) j["layer"] = op.layer;
+  if (op.segment >= 0) j["segment"] = op.segment;
+  if (op.kind == OpKind::kModel) j["boundary"] = kBoundaryNames[static_cast<int>(op.boundary)];
+  if (op.event >= 0) j["event"] = events[static_cast<size_t>(op.event)];
+  if (op.slot >= 0) j["slot"] = op.slot;
+  if (op.bytes != 0) j["bytes"] = op.bytes;
+  if (op.flops != 0) j["flops"] = op.flops;
+  if (op.speculative) j["speculative"] = true;
+  return j;
+}
+
+Result<Op> op_from_json(const json& j, const std::map<std::string, int>& events, const std::string& where) {
+  TT_RETURN_IF(!j.is_object(), kInvalidArgument, "%s: expected an object", where.c_str());
+  Op op;
+  try {
+    const int st = index_of(kStreamNames, j.at("stream").get<std::string>());
+    const int kind = index_of(kOpKindNames, j.at("kind").get<std::string>());
+    TT_RETURN_IF(st < 0 || kind < 0, kInvalidArgument, "%s: unknown stream or kind", where.c_str());
+    op.stream = static_cast<StreamId>(st);
+    op.kind = static_cast<OpKind>(kind);
+    op.name = j.at("name").get<std::string>();
+    op.layer = j.value("layer", -1);
+    op.segment = j.value("segment", -1);
+    if (op.kind == OpKind::kModel) {
+      const int b = index_of(kBoundaryNames, j.at("boundary").get<std::string>());
+      TT_RETURN_IF(b < 0, kInvalidArgument, "%s: unknown boundary", where.c_str());
+      op.boundary = static_cast<Boundary>(b);
+    }
+    if (j.contains("event")) {
+      auto it = events.find(j.at("event").get<std::string>());
+      TT_RETURN_IF(it == events.end(), kInvalidArgument, "%s: unknown event %s", where.c_str(),
+                   j.at("event").dump().c_str());
+      op.event = it->second;
+    }
+    TT_RETURN_IF((op.kind == OpKind::kWait || op.kind == OpKind::kRecord) != (op.event >= 0), kInvalidArgument,
+                 "%s: waits and records name an event, other operations none", where.c_str());
+    op.slot = j.value("slot", -1);
+    op.bytes = j.value("bytes", int64_t{0});
+    op.flops = j.value("flops", 0.0);
+    op.speculative = j.value("speculative", false);
+  } catch (const json::exception& e) {
+    return make_status(StatusCode::kInvalidArgument, "%s: %s", where.c_str(), e.what());
+  }
+  return op;
+}
+}  // namespace
+
+json Schedule::to_json() const {
+  json j;
+  j["version"] = 1;
+  j["model"] = {{"vocab", spec.model.vocab}, {"layers", spec.model.layers}, {"dim", spec.model.dim},
+                {"heads", spec.model.heads}, {"seq", spec.model.seq}};
+  j["batch"] = spec.batch;
+  j["compute_dtype"] = dtype_name(spec.compute);
+  j["plan"] = spec.plan.to_json();
+  j["speculate"] = spec.speculate;
+  j["lm_chunk_rows"] = spec.lm_chunk_rows;
+  j["events"] = events;
+  json passes_j = json::object();
+  for (int p = 0; p < kNumPasses; ++p) {
+    json ops = json::array();
+    for (const Op& op : passes[p]) ops.push_back(op_json(op, events));
+    // Per stream: its operations in order (indices into ops), bytes moved and FLOPs.
+    json streams = json::object();
+    for (int s = 0; s < kNumStreams; ++s) {
+      json ids = json::array();
+      int64_t bytes = 0;
+      double flops = 0;
+      for (size_t i = 0; i < passes[p].size(); ++i) {
+        const Op& op = passes[p][i];
+        if (static_cast<int>(op.stream) != s) continue;
+        ids.push_back(i);
+        bytes += op.bytes;
+        flops += op.flops;
+      }
+      streams[kStreamNames[s]] = {{"ops", ids}, {"bytes", bytes}, {"flops", flops}};
+    }
+    passes_j[kPassNames[p]] = {{"ops", ops}, {"streams", streams}};
+  }
+  j["passes"] = passes_j;
+  return j;
+}
+
+Result<Schedule> Schedule::from_json(const json& j) {
+  TT_RETURN_IF(!j.is_object() || j.value("version", 0) != 1, kInvalidArgument,
+               "schedule: expected an object with \"version\": 1");
+  Schedule s;
+  try {
+    const json& m = j.at("model");
+    s.spec.model = GptConfig{m.at("vocab").get<int>(), m.at("layers").get<int>(), m.at("dim").get<int>(),
+                             m.at("heads").get<int>(), m.at("seq").get<int>()};
+    TT_TRY(s.spec.model.validate());
+    s.spec.batch = j.at("batch").get<int>();
+    TT_ASSIGN_OR_RETURN(s.spec.compute, parse_dtype(j.at("compute_dtype").get<std::string>()));
+    TT_ASSIGN_OR_RETURN(s.spec.plan, Plan::from_json(j.at("plan"), s.spec.model.layers, "schedule"));
+    s.spec.plan.source = j.at("plan").value("source", std::string("schedule"));
+    s.spec.speculate = j.at("speculate").get<bool>();
+    s.spec.lm_chunk_rows = j.at("lm_chunk_rows").get<int64_t>();
+    s.events = j.at("events").get<std::vector<std::string>>();
+    std::map<std::string, int> ids;
+    for (size_t i = 0; i < s.events.size(); ++i)
+      TT_RETURN_IF(!ids.emplace(s.events[i], static_cast<int>(i)).second, kInvalidArgument,
+                   "schedule: event %s twice", s.events[i].c_str());
+    const json& ps = j.at("passes");
+    for (int p = 0; p < kNumPasses; ++p) {
+      const json& ops = ps.at(kPassNames[p]).at("ops");
+      TT_RETURN_IF(!ops.is_array(), kInvalidArgument, "schedule: passes.%s.ops is not an array", kPassNames[p]);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        TT_ASSIGN_OR_RETURN(Op op, op_from_json(ops[i], ids,
+                                                str_format("schedule: passes.%s.ops[%zu]", kPassNames[p], i)));
+        s.passes[p].push_back(std::move(op));
+      }
+    }
+  } catch (const json::exception& e) {
+    return make_status(StatusCode::kInvalidArgument, "schedule: %s", e.what());
+  }
+  return s;
+}
+
+}  // namespace tt

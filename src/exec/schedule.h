@@ -1,0 +1,111 @@
+// exec/schedule: a resolved plan compiled for one model and batch into the operations of each pass, in the order
+// they are issued, each on its stream (compute, h2d, d2h, host; room for communication streams) with its name,
+// layer, kind, bytes moved, floating-point operations, and the event it waits for or records. The executor runs it
+// and nothing else (exec/executor.h); --trace names its copies and host work as it does; --dry-run --schedule FILE
+// writes it as JSON (docs/FORMATS.md); the performance model will replay it.
+//
+//   Schedule s = compile_schedule({cfg, batch, DType::kBF16, plan, /*speculate=*/false});
+//   for (const Op& op : s.pass(Pass::kTrain)) ...   // forward, backward, optimizer step
+//
+// Passes: kForward (evaluation: the blocks, then the LM head's losses), kBackward (after a kForward: the LM head
+// with its backward, then the blocks in reverse), kStep (the optimizer), kTrain (kForward's blocks, kBackward,
+// kStep: one training step), kForwardBackward (kTrain without the step). A kModel operation stands for the
+// model's own kernels between two of its boundaries (model/gpt.h GptHooks): the executor lets the model run them
+// and checks that the model reached the boundaries the schedule expects, in the same order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/status.h"
+#include "exec/plan.h"
+#include "model/gpt.h"
+
+namespace tt {
+
+enum class StreamId : int { kCompute = 0, kH2D, kD2H, kHost };
+constexpr int kNumStreams = 4;
+const char* stream_name(StreamId s);
+
+enum class OpKind : int {
+  kModel,           // compute: the model's kernels from boundary `boundary` of `segment` to the next
+  kWait,            // the stream waits for `event`
+  kRecord,          // the stream records `event`
+  kRebuildBlock,    // compute: the block's forward again (Note [recompute])
+  kRebuildNorms,    // compute: Note [rebuilt norms]
+  kRebuildMlp,      // compute: Note [MLP half]
+  kZeroGrads,       // compute: zero the gradients of `segment` (-1: every segment with a buffer of its own)
+  kSwapOut,         // d2h: block `layer`'s swapped activations, from its slot to its host copy (Note [swap])
+  kSwapIn,          // h2d: back from its host copy into `slot`
+  kParamsIn,        // h2d: a streamed block's compute copy from the host into `slot` (Note [streamed parameters])
+  kGradsOut,        // d2h: `segment`'s gradients to the host (the CPU optimizer)
+  kNormPart,        // compute: `segment`'s sum of squares into the norm's parts
+  kNormTotal,       // compute: the parts summed in segment order
+  kNormOut,         // d2h: the squared norm to the host
+  kHostAdamW,       // host: AdamW of `segment` on the host (speculative: with a clip factor of 1, into the other set)
+  kParamsBack,      // h2d: `segment`'s updated compute copy back to the device
+  kDeviceAdamW,     // compute: AdamW of every parameter on the device
+  kRefreshCompute,  // compute: the compute copy from the master (bf16 compute, device optimizer)
+};
+const char* op_kind_name(OpKind k);
+
+enum class Pass : int { kForward = 0, kBackward, kStep, kTrain, kForwardBackward };
+constexpr int kNumPasses = 5;
+const char* pass_name(Pass p);
+
+struct Op {
+  StreamId stream = StreamId::kCompute;
+  OpKind kind = OpKind::kModel;
+  std::string name;     // as in the trace: "forward h.3", "swap_out h.3", "wait swap_in", "adamw h.3"
+  int layer = -1;       // block, or -1
+  int segment = -1;     // parameter segment (Note [gradient segments]), or -1
+  Boundary boundary = Boundary::kBeforeForward;  // kModel: where the model's kernels start
+  int event = -1;       // kWait, kRecord: index into Schedule::events
+  int slot = -1;        // copies into or out of a ring slot
+  int64_t bytes = 0;    // bytes moved (copies) or read and written (compute, estimated)
+  double flops = 0;     // floating-point operations (compute)
+  bool speculative = false;  // runs only in a step that speculates (Note [speculative update] in exec/optimizer.h)
+  bool operator==(const Op&) const = default;
+};
+
+struct ScheduleSpec {
+  GptConfig model;
+  int batch = 1;
+  DType compute = DType::kF32;
+  Plan plan;
+  bool speculate = false;
+  int64_t lm_chunk_rows = 0;  // 0: the model's default
+};
+
+struct Schedule {
+  ScheduleSpec spec;
+  std::vector<std::string> events;  // names; the executor creates one backend event each
+  std::vector<Op> passes[kNumPasses];
+  // Per stream and pass: bytes moved, FLOPs, operation count (the JSON's summary).
+  const std::vector<Op>& pass(Pass p) const { return passes[static_cast<int>(p)]; }
+
+  nlohmann::json to_json() const;
+  // Reads what to_json wrote (the spec's plan is rebuilt from its JSON); checks every field.
+  static Result<Schedule> from_json(const nlohmann::json& j);
+};
+
+Schedule compile_schedule(const ScheduleSpec& spec);
+
+// Which ring slot each block uses, from the plan (the schedule's copies and the executor's tensor views agree on
+// it): swapped blocks in order share swap_slots slots (k % slots), streamed parameter blocks param_slots, and
+// streamed gradient blocks two, alternately in backward order. -1: the block does not use that ring.
+struct RingLayout {
+  std::vector<int> swap_slot, param_slot, grad_slot;  // [layer]
+  int swap_slots = 0, param_slots = 0, grad_slots = 0;  // slots allocated (0: none)
+  int swapped = 0, params_streamed = 0;                 // blocks in each ring
+};
+RingLayout ring_layout(const Plan& plan);
+
+// The compute stream's operations of the model's passes, as the model announces them: kModel operations in order
+// (tests and the executor's check).
+std::vector<std::pair<Boundary, int>> model_boundaries(const GptConfig& cfg, Pass p);
+
+}  // namespace tt
