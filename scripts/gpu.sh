@@ -56,38 +56,8 @@ cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 
-# --- dependencies ---------------------------------------------------------------------------------------------------
-arch=x86_64-linux-gnu
-PREFIX=/tmp/tiertrain-deps
-declare -A KEY=(
-  [libopenblas-openmp-dev]=/usr/include/$arch/openblas-openmp/cblas.h
-  [libopenblas0-openmp]=/usr/lib/$arch/openblas-openmp/libopenblas.so.0
-  [libgfortran5]=/usr/lib/$arch/libgfortran.so.5
-  [libquadmath0]=/usr/lib/$arch/libquadmath.so.0
-  [libgtest-dev]=/usr/include/gtest/gtest.h
-  [nlohmann-json3-dev]=/usr/include/nlohmann/json.hpp
-  [libcli11-dev]=/usr/include/CLI/CLI.hpp
-  [zlib1g-dev]=/usr/include/zlib.h
-  [fortunes]=/usr/share/games/fortunes/fortunes
-)
-cmake_prefix=""
-for pkg in "${!KEY[@]}"; do
-  [ -e "${KEY[$pkg]}" ] && continue
-  deb=$(ls .deps/debs/"${pkg}"_*.deb 2>/dev/null | head -n 1 || true)
-  if [ -z "$deb" ]; then
-    echo "missing ${KEY[$pkg]} and no .deps/debs/${pkg}_*.deb to unpack" >&2
-    exit 1
-  fi
-  dpkg -x "$deb" "$PREFIX"
-  cmake_prefix="$PREFIX/usr"
-done
-if [ -n "$cmake_prefix" ]; then
-  export LD_LIBRARY_PATH="$PREFIX/usr/lib/$arch:$PREFIX/usr/lib/$arch/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export CMAKE_PREFIX_PATH="$cmake_prefix${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  echo "unpacked missing packages into $PREFIX" | tee "$OUT/deps.log"
-fi
-DATA_DIR=/usr/share/games/fortunes
-[ -d "$DATA_DIR" ] || DATA_DIR="$PREFIX/usr/share/games/fortunes"
+# --- dependencies: the Debian packages, or their .deb files unpacked into a private prefix ---------------------------
+source scripts/gpu_deps.sh
 
 # --- build ----------------------------------------------------------------------------------------------------------
 { nvidia-smi; nvcc --version; } > "$OUT/machine.txt" 2>&1 || true
