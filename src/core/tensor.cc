@@ -43,6 +43,14 @@ const char* tensor_class_name(TensorClass cls) {
   return "?";
 }
 
+Result<TensorClass> parse_tensor_class(const std::string& name) {
+  for (int c = 0; c < kNumTensorClasses; ++c)
+    if (name == tensor_class_name(static_cast<TensorClass>(c))) return static_cast<TensorClass>(c);
+  return make_status(StatusCode::kInvalidArgument,
+                     "unknown tensor class '%s' (param, grad, optim_state, activation, workspace or input)",
+                     name.c_str());
+}
+
 Shape::Shape(std::initializer_list<int64_t> dims) {
   TT_CHECK(dims.size() <= static_cast<size_t>(kMaxRank), "rank %zu > %d", dims.size(), kMaxRank);
   for (int64_t d : dims) {

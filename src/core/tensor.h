@@ -48,6 +48,7 @@ enum class TensorClass : uint8_t {
 };
 constexpr int kNumTensorClasses = 6;
 const char* tensor_class_name(TensorClass cls);
+Result<TensorClass> parse_tensor_class(const std::string& name);
 
 // Up to four dimensions, row-major.
 class Shape {

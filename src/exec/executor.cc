@@ -166,7 +166,9 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
   TT_ASSIGN_OR_RETURN(ex->inventory_, inventory(ex->spec_));
   ex->rings_ = ring_layout(ex->spec_.plan);
   ex->schedule_ = compile_schedule({ex->spec_.model, ex->spec_.batch, ex->spec_.compute, ex->spec_.plan,
-                                    ex->spec_.hyper.speculate, ex->spec_.lm_chunk_rows});
+                                    ex->spec_.hyper.speculate, ex->spec_.lm_chunk_rows},
+                                   ex->inventory_);
+  TT_TRY(ex->schedule_.validate());
   for (size_t i = 0; i < ex->schedule_.events.size(); ++i) ex->events_.push_back(backend.create_event());
   if (ex->rings_.swapped > 0 && ex->rings_.swapped <= ex->spec_.plan.swap_slots())
     TT_LOG(WARN, MEM, "%d swapped blocks and %d swap slots: every swapped block stays in its slot, nothing is "
@@ -181,7 +183,13 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
 }
 
 Status Executor::allocate_and_bind() {
-  for (const InventoryEntry& e : inventory_.entries()) {
+  // The setup pass: every allocation of the run, in order.
+  for (const Op& op : schedule_.pass(Pass::kSetup)) {
+    const InventoryEntry* found = inventory_.find(op.name);
+    TT_RETURN_IF(found == nullptr, kInternal, "the schedule allocates %s, which the inventory does not hold",
+                 op.name.c_str());
+    const InventoryEntry& e = *found;
+    if (e.backend_owned) continue;
     if (e.where == Inventory::kDevice) {
       TT_ASSIGN_OR_RETURN(Tensor t, be_.pool().allocate(e.shape, e.dtype, e.cls, e.name));
       device_.push_back(t);
@@ -408,6 +416,17 @@ void Executor::train_step(float lr, bool speculate) {
   opt_->end_step();
 }
 
+Status Executor::use_schedule(Schedule schedule) {
+  TT_TRY(schedule.validate());
+  TT_RETURN_IF(schedule.events != schedule_.events || !(schedule.pass(Pass::kSetup) == schedule_.pass(Pass::kSetup)) ||
+                   !(schedule.spec.model == spec_.model) || schedule.spec.batch != spec_.batch,
+               kInvalidArgument,
+               "use_schedule: the schedule is for another model, batch, allocation or event set than this executor's");
+  TT_TRY(be_.synchronize_all());
+  schedule_ = std::move(schedule);
+  return Status::ok();
+}
+
 void Executor::run_pass(Pass p, void (Executor::*model_part)()) {
   ops_ = &schedule_.pass(p);
   pos_ = 0;
@@ -517,6 +536,9 @@ void Executor::issue(const Op& op) {
     case OpKind::kRefreshCompute:
       if (prof_) prof_->mark(op.name.c_str());
       be_.convert(compute_flat_, master_);
+      break;
+    case OpKind::kAlloc:
+      TT_CHECK(false, "issue: %s belongs to the setup pass", op.name.c_str());
       break;
   }
   if (c >= 0) prof_->span_end(st, c);

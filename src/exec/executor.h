@@ -58,6 +58,11 @@ class Executor : public GptHooks {
   const Schedule& schedule() const { return schedule_; }
   const Inventory& allocated() const { return inventory_; }
   void set_profiler(OpProfiler* profiler) { prof_ = profiler; }
+  // Runs `schedule` from now on instead of the compiled one: a schedule for this executor (the same model, batch,
+  // setup and events) with operations changed, reordered or removed, as a planner or a test may want. Validated;
+  // it must keep the plan's data correct, which only the caller can know (the tests remove waits to show that each
+  // one matters).
+  Status use_schedule(Schedule schedule);
 
   // --- parameters (synchronous) ---
   Status init_params(uint64_t seed);

@@ -37,9 +37,18 @@ void Inventory::add_host(std::string name, size_t bytes, TensorClass cls) {
 }
 
 void Inventory::add_backend_reserved(int64_t bytes) {
+  if (bytes <= 0) return;
+  InventoryEntry e;
+  e.name = "backend.reserved";
+  e.where = kDevice;
+  e.cls = TensorClass::kWorkspace;
+  e.shape = Shape{bytes};
+  e.request = e.bytes = static_cast<size_t>(bytes);
+  e.backend_owned = true;
   reserved_ += bytes;
   totals_[kDevice] += bytes;
   per_class_[kDevice][static_cast<int>(TensorClass::kWorkspace)] += bytes;
+  entries_.push_back(std::move(e));
 }
 
 const InventoryEntry* Inventory::find(const std::string& name) const {
@@ -70,6 +79,7 @@ nlohmann::json Inventory::to_json() const {
         j["dtype"] = dtype_name(e.dtype);
       }
       if (e.layer >= 0) j["layer"] = e.layer;
+      if (e.backend_owned) j["backend_owned"] = true;
       list.push_back(std::move(j));
     }
     nlohmann::json classes = nlohmann::json::object();

@@ -27,6 +27,7 @@ struct InventoryEntry {
   int layer = -1;
   size_t request = 0;  // bytes asked for
   size_t bytes = 0;    // bytes the pool takes for it (its alignment)
+  bool backend_owned = false;  // taken by the backend itself (add_backend_reserved), not by the executor
 };
 
 class Inventory {
@@ -36,8 +37,8 @@ class Inventory {
 
   void add_device(std::string name, Shape shape, DType dtype, TensorClass cls, int layer = -1);
   void add_host(std::string name, size_t bytes, TensorClass cls);
-  // Bytes the backend reserves in the device pool for itself (CUDA's cuBLAS workspace and scratch): counted in the
-  // device totals, allocated by the backend, not by the executor.
+  // Bytes the backend reserves in the device pool for itself (CUDA's cuBLAS workspace and scratch): an entry
+  // "backend.reserved" (workspace) counted in the device totals, allocated by the backend, not by the executor.
   void add_backend_reserved(int64_t bytes);
 
   const std::vector<InventoryEntry>& entries() const { return entries_; }

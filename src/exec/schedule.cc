@@ -23,8 +23,8 @@ namespace {
 constexpr const char* kOpKindNames[] = {"model",       "wait",      "record",     "rebuild_block", "rebuild_norms",
                                         "rebuild_mlp", "zero_grads", "swap_out",  "swap_in",       "params_in",
                                         "grads_out",   "norm_part", "norm_total", "norm_out",      "host_adamw",
-                                        "params_back", "device_adamw", "refresh_compute"};
-constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward"};
+                                        "params_back", "device_adamw", "refresh_compute", "alloc"};
+constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup"};
 constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
                                           "after_head",     "before_backward", "after_backward"};
 }  // namespace
@@ -70,7 +70,8 @@ namespace {
 
 class Compiler {
  public:
-  explicit Compiler(const ScheduleSpec& spec) : sp_(spec), L_(spec.model.layers), plan_(spec.plan) {
+  Compiler(const ScheduleSpec& spec, const Inventory& inventory)
+      : sp_(spec), inv_(inventory), L_(spec.model.layers), plan_(spec.plan) {
     const GptConfig& cfg = spec.model;
     const int64_t B = spec.batch, T = cfg.seq, C = cfg.dim;
     bt_ = static_cast<double>(B * T);
@@ -123,6 +124,15 @@ class Compiler {
     std::vector<Op>& fb = s.passes[static_cast<int>(Pass::kForwardBackward)];
     forward_blocks(fb);
     backward(fb);
+    for (const InventoryEntry& e : inv_.entries()) {
+      Op& op = add(s.passes[static_cast<int>(Pass::kSetup)],
+                   e.where == Inventory::kDevice ? StreamId::kCompute : StreamId::kHost, OpKind::kAlloc, e.name);
+      op.layer = e.layer;
+      op.bytes = static_cast<int64_t>(e.bytes);
+      op.mem_where = e.where;
+      op.mem_class = e.cls;
+      op.mem_bytes = static_cast<int64_t>(e.bytes);
+    }
     s.events = events_;
     return s;
   }
@@ -295,7 +305,8 @@ class Compiler {
         if (k >= S_) {
           const int next = swapped_[static_cast<size_t>(k - S_)];  // the next block to need this slot
           wait(out, StreamId::kH2D, "bwd_done " + block(l), "wait backward", next);
-          wait(out, StreamId::kH2D, "swap_out " + block(l), "wait swap_out", next);
+          // The copy out of this slot's block read the slot (the last S never left it: nothing to wait for).
+          if (k < m - S_) wait(out, StreamId::kH2D, "swap_out " + block(l), "wait swap_out", next);
           wait(out, StreamId::kH2D, "swap_out " + block(next), "wait swap_out", next);
           Op& op = add(out, StreamId::kH2D, OpKind::kSwapIn, "swap_in " + block(next));
           op.layer = next;
@@ -359,6 +370,7 @@ class Compiler {
   }
 
   const ScheduleSpec& sp_;
+  const Inventory& inv_;
   int L_;
   const Plan& plan_;
   GptSegments segs_;
@@ -374,7 +386,70 @@ class Compiler {
 
 }  // namespace
 
-Schedule compile_schedule(const ScheduleSpec& spec) { return Compiler(spec).run(); }
+Schedule compile_schedule(const ScheduleSpec& spec, const Inventory& inventory) {
+  return Compiler(spec, inventory).run();
+}
+
+MemoryUse Schedule::replay_memory(const std::vector<Pass>& ps) const {
+  MemoryUse m;
+  auto apply = [&](const std::vector<Op>& ops) {
+    for (const Op& op : ops) {
+      if (op.mem_where < 0 || op.mem_bytes == 0) continue;
+      const int w = op.mem_where, c = static_cast<int>(op.mem_class);
+      m.current[w][c] += op.mem_bytes;
+      m.peak[w][c] = std::max(m.peak[w][c], m.current[w][c]);
+      int64_t total = 0;
+      for (int k = 0; k < kNumTensorClasses; ++k) total += m.current[w][k];
+      m.peak_total[w] = std::max(m.peak_total[w], total);
+    }
+  };
+  apply(pass(Pass::kSetup));
+  for (Pass p : ps)
+    if (p != Pass::kSetup) apply(pass(p));
+  return m;
+}
+
+Status Schedule::validate() const {
+  const int L = spec.model.layers, S = L + 2;
+  const RingLayout rings = ring_layout(spec.plan);
+  std::vector<int> record_stream(events.size(), -1);
+  std::vector<char> waited(events.size(), 0);
+  for (int p = 0; p < kNumPasses; ++p) {
+    const std::vector<Op>& ops = passes[p];
+    std::vector<std::pair<Boundary, int>> seen;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      const std::string where = str_format("schedule: %s[%zu] %s", kPassNames[p], i, op.name.c_str());
+      TT_RETURN_IF((op.kind == OpKind::kAlloc) != (p == static_cast<int>(Pass::kSetup)), kInvalidArgument,
+                   "%s: allocations happen in the setup pass, and nothing else does", where.c_str());
+      TT_RETURN_IF(op.layer < -1 || op.layer >= L || op.segment < -1 || op.segment >= S, kInvalidArgument,
+                   "%s: layer %d or segment %d out of range", where.c_str(), op.layer, op.segment);
+      const bool evented = op.kind == OpKind::kWait || op.kind == OpKind::kRecord;
+      TT_RETURN_IF(evented != (op.event >= 0) || op.event >= static_cast<int>(events.size()), kInvalidArgument,
+                   "%s: event %d (waits and records name one, nothing else does)", where.c_str(), op.event);
+      if (op.kind == OpKind::kRecord) {
+        int& st = record_stream[static_cast<size_t>(op.event)];
+        TT_RETURN_IF(st >= 0 && st != static_cast<int>(op.stream), kInvalidArgument,
+                     "%s: event %s is recorded on two streams", where.c_str(), events[static_cast<size_t>(op.event)].c_str());
+        st = static_cast<int>(op.stream);
+      }
+      if (op.kind == OpKind::kWait) waited[static_cast<size_t>(op.event)] = 1;
+      if (op.kind == OpKind::kModel) seen.push_back({op.boundary, op.segment});
+      const int slots = op.kind == OpKind::kSwapOut || op.kind == OpKind::kSwapIn ? rings.swap_slots
+                        : op.kind == OpKind::kParamsIn                            ? rings.param_slots
+                                                                                  : -1;
+      if (slots >= 0)
+        TT_RETURN_IF(op.slot < 0 || op.slot >= slots || op.layer < 0, kInvalidArgument,
+                     "%s: slot %d of %d, layer %d", where.c_str(), op.slot, slots, op.layer);
+    }
+    TT_RETURN_IF(seen != model_boundaries(spec.model, static_cast<Pass>(p)), kInvalidArgument,
+                 "schedule: pass %s does not follow the model's boundaries", kPassNames[p]);
+  }
+  for (size_t e = 0; e < events.size(); ++e)
+    TT_RETURN_IF(waited[e] && record_stream[e] < 0, kInvalidArgument,
+                 "schedule: event %s is waited for but never recorded", events[e].c_str());
+  return Status::ok();
+}
 
 RingLayout ring_layout(const Plan& plan) {
   const int L = static_cast<int>(plan.layers.size());
@@ -444,6 +519,10 @@ json op_json(const Op& op, const std::vector<std::string>& events) {
   if (op.bytes != 0) j["bytes"] = op.bytes;
   if (op.flops != 0) j["flops"] = op.flops;
   if (op.speculative) j["speculative"] = true;
+  if (op.mem_where >= 0)
+    j["memory"] = {{"pool", op.mem_where == Inventory::kDevice ? "device" : "host"},
+                   {"class", tensor_class_name(op.mem_class)},
+                   {"bytes", op.mem_bytes}};
   return j;
 }
 
@@ -476,6 +555,15 @@ Result<Op> op_from_json(const json& j, const std::map<std::string, int>& events,
     op.bytes = j.value("bytes", int64_t{0});
     op.flops = j.value("flops", 0.0);
     op.speculative = j.value("speculative", false);
+    if (j.contains("memory")) {
+      const json& m = j.at("memory");
+      const std::string pool = m.at("pool").get<std::string>();
+      TT_RETURN_IF(pool != "device" && pool != "host", kInvalidArgument, "%s: memory.pool is device or host",
+                   where.c_str());
+      op.mem_where = pool == "device" ? Inventory::kDevice : Inventory::kHost;
+      TT_ASSIGN_OR_RETURN(op.mem_class, parse_tensor_class(m.at("class").get<std::string>()));
+      op.mem_bytes = m.at("bytes").get<int64_t>();
+    }
   } catch (const json::exception& e) {
     return make_status(StatusCode::kInvalidArgument, "%s: %s", where.c_str(), e.what());
   }
@@ -516,6 +604,16 @@ json Schedule::to_json() const {
     passes_j[kPassNames[p]] = {{"ops", ops}, {"streams", streams}};
   }
   j["passes"] = passes_j;
+  // What a training step holds, per pool and tensor class (the setup's allocations; a step allocates nothing).
+  const MemoryUse m = replay_memory({Pass::kTrain});
+  json mem = json::object();
+  for (int w : {Inventory::kDevice, Inventory::kHost}) {
+    json classes = json::object();
+    for (int c = 0; c < kNumTensorClasses; ++c)
+      if (m.peak[w][c] != 0) classes[tensor_class_name(static_cast<TensorClass>(c))] = m.peak[w][c];
+    mem[w == Inventory::kDevice ? "device" : "host"] = {{"peak_bytes", m.peak_total[w]}, {"peak_per_class", classes}};
+  }
+  j["memory_peak"] = mem;
   return j;
 }
 
@@ -552,6 +650,7 @@ Result<Schedule> Schedule::from_json(const json& j) {
   } catch (const json::exception& e) {
     return make_status(StatusCode::kInvalidArgument, "schedule: %s", e.what());
   }
+  TT_TRY(s.validate());
   return s;
 }
 

@@ -9,7 +9,8 @@
 //
 // Passes: kForward (evaluation: the blocks, then the LM head's losses), kBackward (after a kForward: the LM head
 // with its backward, then the blocks in reverse), kStep (the optimizer), kTrain (kForward's blocks, kBackward,
-// kStep: one training step), kForwardBackward (kTrain without the step). A kModel operation stands for the
+// kStep: one training step), kForwardBackward (kTrain without the step), kSetup (every allocation of the run,
+// before the first pass: nothing is allocated after it, so the memory a run takes is the setup's). A kModel operation stands for the
 // model's own kernels between two of its boundaries (model/gpt.h GptHooks): the executor lets the model run them
 // and checks that the model reached the boundaries the schedule expects, in the same order.
 #pragma once
@@ -21,6 +22,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/status.h"
+#include "exec/inventory.h"
 #include "exec/plan.h"
 #include "model/gpt.h"
 
@@ -49,11 +51,12 @@ enum class OpKind : int {
   kParamsBack,      // h2d: `segment`'s updated compute copy back to the device
   kDeviceAdamW,     // compute: AdamW of every parameter on the device
   kRefreshCompute,  // compute: the compute copy from the master (bf16 compute, device optimizer)
+  kAlloc,           // setup: the inventory entry `name` taken from its pool (memory below)
 };
 const char* op_kind_name(OpKind k);
 
-enum class Pass : int { kForward = 0, kBackward, kStep, kTrain, kForwardBackward };
-constexpr int kNumPasses = 5;
+enum class Pass : int { kForward = 0, kBackward, kStep, kTrain, kForwardBackward, kSetup };
+constexpr int kNumPasses = 6;
 const char* pass_name(Pass p);
 
 struct Op {
@@ -68,6 +71,10 @@ struct Op {
   int64_t bytes = 0;    // bytes moved (copies) or read and written (compute, estimated)
   double flops = 0;     // floating-point operations (compute)
   bool speculative = false;  // runs only in a step that speculates (Note [speculative update] in exec/optimizer.h)
+  // Memory the operation takes (> 0) or releases (< 0) in a pool: Inventory::kDevice or kHost, -1 for none.
+  int mem_where = -1;
+  TensorClass mem_class = TensorClass::kWorkspace;
+  int64_t mem_bytes = 0;
   bool operator==(const Op&) const = default;
 };
 
@@ -80,6 +87,13 @@ struct ScheduleSpec {
   int64_t lm_chunk_rows = 0;  // 0: the model's default
 };
 
+// Bytes per pool and tensor class: the peak over a replay of passes, and where the replay ended.
+struct MemoryUse {
+  int64_t peak[2][kNumTensorClasses] = {};
+  int64_t current[2][kNumTensorClasses] = {};
+  int64_t peak_total[2] = {0, 0};
+};
+
 struct Schedule {
   ScheduleSpec spec;
   std::vector<std::string> events;  // names; the executor creates one backend event each
@@ -87,12 +101,21 @@ struct Schedule {
   // Per stream and pass: bytes moved, FLOPs, operation count (the JSON's summary).
   const std::vector<Op>& pass(Pass p) const { return passes[static_cast<int>(p)]; }
 
+  // The memory the operations of these passes take and release, replayed in order (setup first, then the passes;
+  // the performance model's memory prediction).
+  MemoryUse replay_memory(const std::vector<Pass>& passes) const;
+  // Checks what the executor relies on: each pass's kModel operations are the model's boundaries in order
+  // (model_boundaries), waits and records name an event, every event waited for is recorded somewhere and always
+  // on one stream, slots, layers and segments are in range, and allocations happen in kSetup only.
+  Status validate() const;
+
   nlohmann::json to_json() const;
-  // Reads what to_json wrote (the spec's plan is rebuilt from its JSON); checks every field.
+  // Reads what to_json wrote (the spec's plan is rebuilt from its JSON); checks every field, then validate().
   static Result<Schedule> from_json(const nlohmann::json& j);
 };
 
-Schedule compile_schedule(const ScheduleSpec& spec);
+// inventory: what the run allocates (Executor::inventory), whose entries become the setup pass.
+Schedule compile_schedule(const ScheduleSpec& spec, const Inventory& inventory = {});
 
 // Which ring slot each block uses, from the plan (the schedule's copies and the executor's tensor views agree on
 // it): swapped blocks in order share swap_slots slots (k % slots), streamed parameter blocks param_slots, and

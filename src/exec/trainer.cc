@@ -162,7 +162,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     if (!cfg.schedule_out.empty()) {
       const Schedule sched = compile_schedule({r.exec.model, r.exec.batch, r.exec.compute, r.exec.plan,
                                                r.exec.hyper.speculate,
-                                               gpt_default_lm_chunk_rows(r.exec.model, r.exec.batch, r.exec.compute)});
+                                               gpt_default_lm_chunk_rows(r.exec.model, r.exec.batch, r.exec.compute)},
+                                              r.inventory);
       nlohmann::json j = sched.to_json();
       j["inventory"] = r.inventory.to_json();
       TT_TRY(write_json_atomically(cfg.schedule_out, j));
