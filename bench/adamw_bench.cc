@@ -13,8 +13,8 @@
 
 #include <omp.h>
 
-#include "backend/cpu/adamw.h"
-#include "backend/cpu/kernels.h"
+#include "host/adamw.h"
+#include "host/adamw_scalar.h"
 
 namespace {
 
@@ -53,21 +53,21 @@ int main(int argc, char** argv) {
       std::printf("%-28s %8d %10.2f %12.3f %8.1f\n", name, threads, s * 1e3, n / s / 1e9, n * bytes_per / s / 1e9);
     };
     row("scalar (before)", seconds_of(repeats, [&](int step) {
-          const auto sc = tt::cpu::adamw_scalars<float>(4.0f, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f);
+          const auto sc = tt::host::adamw_scalars<float>(4.0f, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f);
 #pragma omp parallel for schedule(static)
-          for (int64_t i = 0; i < n; ++i) tt::cpu::adamw_one(p.data(), g.data(), m.data(), v.data(), p.data(), m.data(), v.data(), i, sc);
+          for (int64_t i = 0; i < n; ++i) tt::host::adamw_one(p.data(), g.data(), m.data(), v.data(), p.data(), m.data(), v.data(), i, sc);
         }), 28);
     row("vectorised", seconds_of(repeats, [&](int step) {
-          tt::cpu::adamw_update_f32(p.data(), g.data(), m.data(), v.data(), nullptr, n, 4.0f, 3e-4f, 0.9f, 0.95f,
+          tt::host::adamw_update_f32(p.data(), g.data(), m.data(), v.data(), nullptr, n, 4.0f, 3e-4f, 0.9f, 0.95f,
                                     1e-8f, 0.1f, step, 1.0f);
         }), 28);
     row("vectorised + bf16 copy", seconds_of(repeats, [&](int step) {
-          tt::cpu::adamw_update_f32(p.data(), g.data(), m.data(), v.data(), b.data(), n, 4.0f, 3e-4f, 0.9f, 0.95f,
+          tt::host::adamw_update_f32(p.data(), g.data(), m.data(), v.data(), b.data(), n, 4.0f, 3e-4f, 0.9f, 0.95f,
                                     1e-8f, 0.1f, step, 1.0f);
         }), 30);
     // The speculative update's form: the new state into a second set of arrays.
     row("out of place + bf16 copy", seconds_of(repeats, [&](int step) {
-          tt::cpu::adamw_update_f32(tt::cpu::AdamWArrays{p.data(), g.data(), m.data(), v.data(), p2.data(), m2.data(),
+          tt::host::adamw_update_f32(tt::host::AdamWArrays{p.data(), g.data(), m.data(), v.data(), p2.data(), m2.data(),
                                                          v2.data(), b.data()},
                                     n, 4.0f, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f);
         }), 30);

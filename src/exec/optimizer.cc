@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "backend/cpu/kernels.h"
+#include "host/adamw.h"
 
 namespace tt {
 
@@ -78,7 +78,7 @@ void Optimizer::update_segment(int segment, const HostAdamState& from, const Hos
   for (size_t i : seg_params_[static_cast<size_t>(segment)]) {
     const ParamInfo& p = layout_[i];
     const int64_t o = p.offset;
-    cpu::adamw_update_f32(cpu::AdamWArrays{from.master + o, buf_.host_grads + o, from.m + o, from.v + o,
+    host::adamw_update_f32(host::AdamWArrays{from.master + o, buf_.host_grads + o, from.m + o, from.v + o,
                                            to.master + o, to.m + o, to.v + o, to.bf16 ? to.bf16 + o : nullptr},
                           p.shape.numel(), grad_norm_sq, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
                           p.decay ? hyper_.weight_decay : 0.0f, step, grad_clip);
@@ -106,7 +106,7 @@ void Optimizer::host_update(int segment, bool speculative) {
   if (speculated_[static_cast<size_t>(segment)]) {
     // Redone from the same state only if the norm turns out to be above the clip.
     be_.enqueue_host([this, segment, lr, step, from = from_, to = to_] {
-      if (cpu::adamw_clip_factor(*buf_.host_norm, hyper_.grad_clip) == 1.0f) {
+      if (host::adamw_clip_factor(*buf_.host_norm, hyper_.grad_clip) == 1.0f) {
         ++spec_kept_;
         return;
       }

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "backend/cpu/kernels.h"
+#include "host/adamw.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "exec/checkpoint.h"
@@ -308,7 +308,7 @@ Status Trainer::train_step(StepRecord* rec) {
   rec->grad_norm = std::sqrt(static_cast<double>(norm_sq));
   // Note [speculative update]: guess that the next norm is under the clip when this one was (a wrong guess costs a
   // second update, never a different result).
-  speculate_next_ = cpu::adamw_clip_factor(norm_sq, cfg_.grad_clip) == 1.0f;
+  speculate_next_ = host::adamw_clip_factor(norm_sq, cfg_.grad_clip) == 1.0f;
   TT_RETURN_IF(!std::isfinite(rec->loss), kInternal,
                "loss is %f at step %lld: training diverged (try a lower --lr or a --grad-clip)", rec->loss,
                static_cast<long long>(step));

@@ -1,7 +1,7 @@
 // The host AdamW (backend/cpu/kernels.h: adamw_update_f32), which the CPU optimizer runs: its vector bodies and its
 // split over threads give exactly the bits of the scalar formula, and its bf16 output is the new parameter rounded
 // to nearest even. This file is built with -ffp-contract=off, as the kernels are, so that the reference below is
-// not contracted into FMAs. tests/CMakeLists.txt also builds it, with backend/cpu/adamw.cc alone, for AVX2 and for
+// not contracted into FMAs. tests/CMakeLists.txt also builds it, with host/adamw.cc alone, for AVX2 and for
 // plain x86-64 (TT_ADAMW_ISA names the variant), so that every path is tested whatever the build machine has.
 #include <cmath>
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include "backend/cpu/kernels.h"
+#include "host/adamw.h"
 #include "core/bf16.h"
 
 namespace tt {
@@ -103,7 +104,7 @@ TEST_P(CpuAdamW, VectorAndThreadedMatchTheScalarFormulaBitForBit) {
       std::vector<uint16_t> kb(n, 0xdead);
       const int before = omp_get_max_threads();
       omp_set_num_threads(threads);
-      cpu::adamw_update_f32(kp.data(), g.data(), km.data(), kv.data(), kb.data(), n, norm_sq, a.lr, a.beta1, a.beta2,
+      host::adamw_update_f32(kp.data(), g.data(), km.data(), kv.data(), kb.data(), n, norm_sq, a.lr, a.beta1, a.beta2,
                             a.eps, a.weight_decay, a.step, a.grad_clip);
       omp_set_num_threads(before);
       int64_t wrong = 0;
@@ -128,7 +129,7 @@ TEST_P(CpuAdamW, VectorAndThreadedMatchTheScalarFormulaBitForBit) {
         std::vector<uint16_t> ob(n);
         const std::vector<float> ip = p, im = m, iv = v;
         omp_set_num_threads(threads);
-        cpu::adamw_update_f32(cpu::AdamWArrays{ip.data(), g.data(), im.data(), iv.data(), op.data(), om.data(),
+        host::adamw_update_f32(host::AdamWArrays{ip.data(), g.data(), im.data(), iv.data(), op.data(), om.data(),
                                                ov.data(), ob.data()},
                               n, norm_sq, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step, a.grad_clip);
         omp_set_num_threads(before);
@@ -174,7 +175,7 @@ TEST(CpuAdamWAlignment, EveryOffsetOfTheWrittenArraysGivesTheSameBits) {
         for (const int threads : {1, 3}) {
           const int before = omp_get_max_threads();
           omp_set_num_threads(threads);
-          cpu::adamw_update_f32(cpu::AdamWArrays{p.data(), g.data(), m.data(), v.data(), op, om, ov, ob}, n, 4.0f,
+          host::adamw_update_f32(host::AdamWArrays{p.data(), g.data(), m.data(), v.data(), op, om, ov, ob}, n, 4.0f,
                                 a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step, a.grad_clip);
           omp_set_num_threads(before);
           int64_t wrong = 0;
@@ -187,7 +188,7 @@ TEST(CpuAdamWAlignment, EveryOffsetOfTheWrittenArraysGivesTheSameBits) {
         std::memcpy(op, p.data(), n * sizeof(float));
         std::memcpy(om, m.data(), n * sizeof(float));
         std::memcpy(ov, v.data(), n * sizeof(float));
-        cpu::adamw_update_f32(op, g.data(), om, ov, ob, n, 4.0f, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
+        host::adamw_update_f32(op, g.data(), om, ov, ob, n, 4.0f, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
                               a.step, a.grad_clip);
         int64_t wrong = 0;
         for (int64_t i = 0; i < n; ++i)
@@ -205,11 +206,11 @@ INSTANTIATE_TEST_SUITE_P(Sizes, CpuAdamW, ::testing::Values(0, 1, 15, 17, 41, 10
 // The clip factor as the update computes it: exactly 1 when the norm is at most the clip (or clipping is off), which
 // is when the CPU optimizer's speculative update (computed with factor 1) is the update.
 TEST(CpuAdamWClip, FactorIsExactlyOneUnderTheClip) {
-  EXPECT_EQ(cpu::adamw_clip_factor(0.25f, 1.0f), 1.0f);
-  EXPECT_EQ(cpu::adamw_clip_factor(0.998f, 1.0f), 1.0f);
-  EXPECT_LT(cpu::adamw_clip_factor(1.0f, 1.0f), 1.0f);  // norm exactly 1: 1 / (1 + 1e-6), as PyTorch
-  EXPECT_EQ(cpu::adamw_clip_factor(1e12f, 0.0f), 1.0f);
-  EXPECT_LT(cpu::adamw_clip_factor(4.0f, 1.0f), 0.51f);
+  EXPECT_EQ(host::adamw_clip_factor(0.25f, 1.0f), 1.0f);
+  EXPECT_EQ(host::adamw_clip_factor(0.998f, 1.0f), 1.0f);
+  EXPECT_LT(host::adamw_clip_factor(1.0f, 1.0f), 1.0f);  // norm exactly 1: 1 / (1 + 1e-6), as PyTorch
+  EXPECT_EQ(host::adamw_clip_factor(1e12f, 0.0f), 1.0f);
+  EXPECT_LT(host::adamw_clip_factor(4.0f, 1.0f), 0.51f);
 }
 
 TEST(CpuAdamWBf16, RoundsTiesToEvenAndKeepsNaNQuiet) {

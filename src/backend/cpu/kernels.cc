@@ -10,7 +10,8 @@
 #include <vector>
 
 
-#include "backend/cpu/adamw.h"
+#include "host/adamw.h"
+#include "host/adamw_scalar.h"
 
 namespace tt::cpu {
 namespace {
@@ -433,12 +434,12 @@ template <typename T>
 void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int64_t step, float grad_clip) {
   if constexpr (std::is_same_v<T, float>) {
-    adamw_update_f32(param, grad, m, v, nullptr, n, grad_norm_sq, lr, beta1, beta2, eps, weight_decay, step,
+    host::adamw_update_f32(param, grad, m, v, nullptr, n, grad_norm_sq, lr, beta1, beta2, eps, weight_decay, step,
                      grad_clip);
   } else {
-    const AdamWScalars<T> s = adamw_scalars(grad_norm_sq, lr, beta1, beta2, eps, weight_decay, step, grad_clip);
+    const host::AdamWScalars<T> s = host::adamw_scalars(grad_norm_sq, lr, beta1, beta2, eps, weight_decay, step, grad_clip);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) adamw_one(param, grad, m, v, param, m, v, i, s);
+    for (int64_t i = 0; i < n; ++i) host::adamw_one(param, grad, m, v, param, m, v, i, s);
   }
 }
 

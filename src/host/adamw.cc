@@ -1,6 +1,6 @@
-// backend/cpu/adamw: the float AdamW of the CPU optimizer (kernels.h: adamw_update_f32), vectorised with AVX-512 or
-// AVX2 intrinsics where the build targets them and split over the OpenMP threads. Its own file so that the tests can
-// build it for each instruction set (tests/CMakeLists.txt).
+// host/adamw: the float AdamW of host/adamw.h, vectorised with AVX-512 or AVX2 intrinsics where the build targets
+// them and split over the OpenMP threads. Its own file so that the tests can build it for each instruction set
+// (tests/CMakeLists.txt).
 #include <algorithm>
 #include <cstdint>
 #include <omp.h>
@@ -9,11 +9,11 @@
 #include <immintrin.h>
 #endif
 
-#include "backend/cpu/adamw.h"
-#include "backend/cpu/kernels.h"
+#include "host/adamw.h"
+#include "host/adamw_scalar.h"
 #include "core/bf16.h"
 
-namespace tt::cpu {
+namespace tt::host {
 namespace {
 
 // GCC 12 warns about the self-initialised "undefined" vectors inside its own intrinsics headers (a false positive).
@@ -187,4 +187,4 @@ float adamw_clip_factor(float grad_norm_sq, float grad_clip) {
   return adamw_scalars(grad_norm_sq, 1.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, grad_clip).clip;
 }
 
-}  // namespace tt::cpu
+}  // namespace tt::host

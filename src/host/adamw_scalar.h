@@ -1,12 +1,12 @@
-// backend/cpu/adamw: the per-element AdamW arithmetic shared by the scalar update (kernels.cc, any element type)
-// and the vectorised float update (adamw.cc); internal to backend/cpu.
+// host/adamw_scalar: the per-element AdamW arithmetic shared by the scalar update (the CPU backend's kernels.cc, any
+// element type) and the vectorised float update (host/adamw.cc).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-namespace tt::cpu {
+namespace tt::host {
 
 // The per-step scalars of adamw_update, as PyTorch computes them: in double on the host, then used at the tensor's
 // precision.
@@ -58,4 +58,4 @@ inline T adamw_one(const T* param_in, const T* grad, const T* m_in, const T* v_i
   return p;
 }
 
-}  // namespace tt::cpu
+}  // namespace tt::host

@@ -1,0 +1,38 @@
+// host/adamw: AdamW on the host, the library of host kernels below the backends: the CPU backend's device
+// optimizer runs it for float tensors, and the CPU optimizer (exec/optimizer.h) on its host stream. Vectorised with
+// AVX-512 or AVX2 intrinsics where the build targets them (adamw.cc, its own file so that the tests can build it for
+// each instruction set), split over the OpenMP threads, and bit-identical to the scalar formula of adamw_scalar.h.
+//
+//   host::adamw_update_f32(param, grad, m, v, /*out_bf16=*/nullptr, n, norm_sq, lr, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f);
+#pragma once
+
+#include <cstdint>
+
+namespace tt::host {
+
+// The float update (what the CPU backend's adamw_update<float> runs), vectorised (AVX-512 or AVX2, as built) and split over the OpenMP
+// threads, bit-identical to the scalar formula. out_bf16, when not null, receives every new parameter rounded to
+// bf16 (nearest even, as core/bf16.h): the compute copy the CPU optimizer uploads, produced in the same pass.
+void adamw_update_f32(float* param, const float* grad, float* m, float* v, uint16_t* out_bf16, int64_t n,
+                      float grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
+                      int64_t step, float grad_clip);
+// The same update reading the state from one place and writing it to another (the CPU optimizer's speculative
+// update, exec/optimizer.h, keeps the state it started from): param, m and v are read from the *_in arrays and written
+// to the *_out arrays, which may be the same.
+struct AdamWArrays {
+  const float* param_in;
+  const float* grad;
+  const float* m_in;
+  const float* v_in;
+  float* param_out;
+  float* m_out;
+  float* v_out;
+  uint16_t* out_bf16 = nullptr;
+};
+void adamw_update_f32(const AdamWArrays& arrays, int64_t n, float grad_norm_sq, float lr, float beta1, float beta2,
+                      float eps, float weight_decay, int64_t step, float grad_clip);
+// The factor the update scales the gradient by: min(1, grad_clip / (norm + 1e-6)), or 1 without clipping; computed
+// exactly as the update computes it.
+float adamw_clip_factor(float grad_norm_sq, float grad_clip);
+
+}  // namespace tt::host
