@@ -1,0 +1,312 @@
+// comm/shm_collectives: the collectives of the shm backend as rounds (Note [shm rounds], Note [reduction rounds],
+// Note [shared buffers]).
+#include "comm/shm_internal.h"
+
+namespace tt::comm {
+namespace shm_detail {
+
+size_t chunk_elems(size_t buffer_bytes, size_t es, size_t pieces) {
+  size_t c = buffer_bytes / (es * pieces);
+  if (c * es >= 64) c = c / (64 / std::min<size_t>(es, 64)) * (64 / std::min<size_t>(es, 64));
+  return std::max<size_t>(c, 1);
+}
+
+// Runs chunk(off, n) for the chunks of at most c elements that cover count, in order; once with n = 0 when count is
+// 0 (the empty round every rank still takes part in, so that a mismatch or a misuse is seen).
+
+Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
+  TT_TRY(begin(kBroadcast, count, dtype, Op::kSum, root, false, count * dtype_size(dtype)));
+  if (misused()) return fail_misuse();
+  const size_t es = dtype_size(dtype);
+  const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
+  char* dst = static_cast<char*>(recv);
+  const size_t c = chunk_elems(half_bytes(), es, 1);
+  // Note [shared buffers]: the root's buffer read where it is, in chunks of kSharedBytes and more.
+  const uint64_t root_at = rank_ == root ? pool_offset(src, count * es) : kNoPool;
+  int64_t last_shared = 0;  // the last round whose chunk was read from the root's pool
+  TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
+    const bool shared = publish_send(root_at, off * es, bytes);
+    inline_ = inline_round(bytes);  // Note [inline rounds]
+    // Note [broadcast root]
+    // Out of place, the root's own result needs a second copy of its chunk. It makes it block by block from its input
+    // half right after copying each block in, while the block is still in its cache: the caller's buffer is read
+    // once, not twice. Before this the root read it twice and was the slowest rank of a large broadcast (64 MiB at
+    // 16 ranks on the H200 machine's host: 2.78 GB/s out of place against 4.24 in place,
+    // docs/benchmarks/2026-11-30-h200x2-comm-host-v3/).
+    const auto fill = [&](char* area) {
+      if (rank_ != root) return;
+      if (shared) {  // nothing to copy in: the others read the root's buffer
+        if (src != dst) deliver(dst + off * es, src + off * es, bytes);
+        return;
+      }
+      constexpr size_t kBlock = 64 << 10;  // in L2 (tests: two blocks a round of 128 KiB halves)
+      for (size_t b = 0; b < bytes; b += kBlock) {
+        const size_t k = std::min(kBlock, bytes - b);
+        std::memcpy(area + b, src + off * es + b, k);
+        if (src != dst) deliver(dst + off * es + b, area + b, k);
+      }
+    };
+    return round_fill(fill, [&](int64_t r) {
+      if (rank_ == root) {
+        if (shared) last_shared = r;
+        return Status::ok();
+      }
+      if (bytes == 0) return Status::ok();
+      deliver(dst + off * es, send_of(root, 0, 0), bytes);
+      if (may_share_ && hdr(root)->meta[half_].send_off != kNoPool)  // done with the root's buffer
+        hdr(rank_)->reduced.value.store(r, std::memory_order_release);
+      return Status::ok();
+    });
+  }));
+  // The root's buffer is the caller's again once every rank has read it.
+  return wait_readers(last_shared, "waiting for the ranks to read the root's buffer");
+}
+
+Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
+  const size_t es = dtype_size(dtype);
+  const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
+  char* dst = static_cast<char*>(recv);
+  const size_t c = chunk_elems(std::min(half_bytes(), reduce_round_bytes_), es, 1);
+  std::vector<const void*>& srcs = reduce_srcs_;
+  // Note [shared buffers]: this rank's buffers where they are in its pool.
+  const bool wants = root < 0 || root == rank_;
+  const uint64_t send_at = pool_offset(src, count * es), recv_at = wants ? pool_offset(dst, count * es) : kNoPool;
+  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
+    const bool direct = (bytes <= kDirectReduceBytes && bytes * static_cast<size_t>(size_) <= kDirectReduceReads) ||
+                        n < static_cast<size_t>(size_);
+    inline_ = direct && inline_round(bytes);  // Note [inline rounds]
+    const bool shared = !direct && bytes >= kSharedBytes;  // alike on every rank
+    cur_.send_off = shared && send_at != kNoPool ? send_at + off * es : kNoPool;
+    cur_.recv_off = shared && recv_at != kNoPool ? recv_at + off * es : kNoPool;
+    const bool in_pool = cur_.send_off != kNoPool;  // this rank's chunk is read where it is: no copy in
+    return round(src + off * es, in_pool ? 0 : bytes, [&](int64_t r) -> Status {
+      if (direct) {
+        if (root < 0 || root == rank_) {
+          for (int q = 0; q < size_; ++q) srcs[static_cast<size_t>(q)] = input(q);
+          comm::reduce(dst + off * es, srcs.data(), size_, n, dtype, op);
+        }
+        return Status::ok();
+      }
+      // Each rank reduces one slice into its result area; then the ranks that want the result gather the slices.
+      const size_t slice = (n + static_cast<size_t>(size_) - 1) / static_cast<size_t>(size_);
+      const size_t s0 = std::min(n, slice * static_cast<size_t>(rank_)), s1 = std::min(n, s0 + slice);
+      jitter(r + 1);
+      auto t = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      bool any_out = false;  // some rank's receive buffer is in its pool
+      if (shared) {
+        for (int q = 0; q < size_; ++q) {
+          const Meta& m = q == rank_ ? cur_ : hdr(q)->meta[half_];
+          peer_send_[static_cast<size_t>(q)] = m.send_off;
+          peer_recv_[static_cast<size_t>(q)] = m.recv_off;
+          any_out = any_out || m.recv_off != kNoPool;
+        }
+      }
+      // This rank's slice, over the crew by element ranges (each element reduced by one thread, in rank order).
+      const int parts = (s1 - s0) * es >= opt_.thread_bytes ? crew_->size() : 1;
+      const auto reduce_part = [&](int i) {
+        size_t a = 0, b = 0;
+        share(s1 - s0, parts, i, 1024, &a, &b);
+        if (b <= a) return;
+        const void** part = srcs.data() + static_cast<size_t>(i) * static_cast<size_t>(size_);
+        if (!shared) {
+          for (int q = 0; q < size_; ++q) part[q] = input(q) + (s0 + a) * es;
+          comm::reduce(result(rank_) + (s0 + a) * es, part, size_, b - a, dtype, op);
+          return;
+        }
+        // Note [shared buffers]: block by block, each source where it is; the block (in cache) then into every
+        // receive buffer in a pool.
+        const size_t block = std::max<size_t>(1, (32 << 10) / es);
+        for (size_t k = a; k < b; k += block) {
+          const size_t m = std::min(block, b - k), at = (s0 + k) * es;
+          for (int q = 0; q < size_; ++q) {
+            const uint64_t o = peer_send_[static_cast<size_t>(q)];
+            part[q] = o != kNoPool ? pool_base(q) + o + at : input(q) + at;
+          }
+          char* block_out = result(rank_) + at;
+          comm::reduce(block_out, part, size_, m, dtype, op);
+          if (any_out)
+            for (int q = 0; q < size_; ++q)
+              if (const uint64_t o = peer_recv_[static_cast<size_t>(q)]; o != kNoPool)
+                std::memcpy(pool_base(q) + o + at, block_out, m * es);
+        }
+      };
+      if (parts == 1) reduce_part(0);
+      else crew_->run(reduce_part);
+      hdr(rank_)->reduced.value.store(r, std::memory_order_release);
+      if (profile_) lap(&prof_.reduce, &t);
+      // A non-root of a reduce leaves now, unless its send buffer is still read where it is.
+      if (root >= 0 && root != rank_ && !in_pool) return Status::ok();
+      TT_TRY(wait_all(&Header::reduced, r, "waiting for the reduced slices"));
+      if (profile_) lap(&prof_.wait_reduced, &t);
+      // Note [shared buffers]: a receive buffer in the pool has the result already.
+      if ((root >= 0 && root != rank_) || cur_.recv_off != kNoPool) return Status::ok();
+      // The slices, in order, into dst[off, off + n): over the crew by ranges of that output.
+      const int out_parts = n * es >= opt_.thread_bytes ? crew_->size() : 1;
+      const auto out_part = [&](int i) {
+        size_t a = 0, b = 0;
+        share(n, out_parts, i, 1024, &a, &b);
+        while (a < b) {
+          const size_t q = a / slice, e = std::min(b, (q + 1) * slice);
+          deliver_one(dst + (off + a) * es, result(static_cast<int>(q)) + a * es, (e - a) * es);
+          a = e;
+        }
+      };
+      if (out_parts == 1) out_part(0);
+      else crew_->run(out_part);
+      if (profile_) lap(&prof_.out, &t);
+      return Status::ok();
+    }, direct && root >= 0 ? rooted_hub(count, c, root) : -1);
+  });
+}
+
+Status ShmComm::do_reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
+  TT_TRY(begin(kReduce, count, dtype, op, root, send == kInPlace && rank_ != root,
+               rank_ == root ? count * dtype_size(dtype) : 0));
+  if (misused()) return fail_misuse();
+  return reduce_rounds(send, recv, count, dtype, op, root);
+}
+
+Status ShmComm::do_allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) {
+  TT_TRY(begin(kAllreduce, count, dtype, op, -1, false, count * dtype_size(dtype)));
+  return reduce_rounds(send, recv, count, dtype, op, -1);
+}
+
+Status ShmComm::do_gather(const void* send, void* recv, size_t count, DType dtype, int root) {
+  TT_TRY(begin(kGather, count, dtype, Op::kSum, root, send == kInPlace && rank_ != root,
+               rank_ == root ? static_cast<size_t>(size_) * count * dtype_size(dtype) : 0));
+  if (misused()) return fail_misuse();
+  const bool whole = single_copy(count * dtype_size(dtype));  // else the root picks, where one round holds it
+  if (whole || paged_candidate(count, dtype_size(dtype), true))
+    return single_copy_round(send, recv, count, dtype, root, true, !whole);
+  return gather_rounds(send, recv, count, dtype, root);
+}
+
+Status ShmComm::do_allgather(const void* send, void* recv, size_t count, DType dtype) {
+  TT_TRY(begin(kAllgather, count, dtype, Op::kSum, -1, false, static_cast<size_t>(size_) * count * dtype_size(dtype)));
+  return gather_rounds(send, recv, count, dtype, -1);
+}
+
+Status ShmComm::gather_rounds(const void* send, void* recv, size_t count, DType dtype, int root) {
+  const size_t es = dtype_size(dtype);
+  char* dst = static_cast<char*>(recv);
+  const char* src = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : static_cast<const char*>(send);
+  const size_t c = chunk_elems(half_bytes(), es, 1);
+  // Note [shared buffers]: a send buffer in the pool is read where it is, in chunks of kSharedBytes and more.
+  const uint64_t send_at = pool_offset(src, count * es);
+  int64_t last_shared = 0;  // the last round whose chunk of this rank's was read from its pool
+  TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
+    const bool shared = publish_send(send_at, off * es, bytes);
+    inline_ = inline_round(bytes);  // Note [inline rounds]
+    return round(src + off * es, shared ? 0 : bytes, [&](int64_t r) {
+      if (shared) last_shared = r;
+      if ((root < 0 || rank_ == root) && bytes) {
+        for (int q = 0; q < size_; ++q) {
+          char* to = dst + (static_cast<size_t>(q) * count + off) * es;
+          const char* from = send_of(q, 0, 0);
+          if (from != to) deliver(to, from, bytes);  // (in place from the pool: already there)
+        }
+        hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with this round's sources
+      }
+      return Status::ok();
+    }, root >= 0 ? rooted_hub(count, c, root) : -1);
+  }));
+  // This rank's send buffer is the caller's again once its readers are done with it.
+  if (root < 0) return wait_readers(last_shared, "waiting for the ranks to read this rank's buffer");
+  if (rank_ == root) return Status::ok();
+  return wait_readers(last_shared, "waiting for the root to read this rank's buffer", root);
+}
+
+
+Status ShmComm::do_scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
+  TT_TRY(begin(kScatter, count, dtype, Op::kSum, root, false, count * dtype_size(dtype)));
+  if (misused()) return fail_misuse();
+  const bool whole = single_copy(count * dtype_size(dtype));  // else the root picks, where one round holds it
+  if (whole || paged_candidate(count, dtype_size(dtype), false))
+    return single_copy_round(send, recv, count, dtype, root, false, !whole);
+  const size_t es = dtype_size(dtype);
+  char* dst = static_cast<char*>(recv);
+  // In place at the root: recv holds all size() * count elements and the root's own piece stays where it is.
+  const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
+  const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
+  return for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
+    // The root lays out the n-element chunk of every rank's piece, one after the other.
+    const auto pieces = [&](char* area) {
+      if (rank_ == root) lay_out_pieces(area, src, count, off, bytes, es);
+    };
+    return round_fill(pieces, [&](int64_t) {
+      if (bytes && !(send == kInPlace && rank_ == root))
+        deliver(dst + off * es, input(root) + static_cast<size_t>(rank_) * bytes, bytes);
+      return Status::ok();
+    });
+  });
+}
+
+Status ShmComm::do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) {
+  TT_TRY(begin(kReduceScatter, count, dtype, op, -1));
+  const size_t es = dtype_size(dtype);
+  const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
+  char* dst = static_cast<char*>(recv);
+  // In place (send == kInPlace): recv holds size() * count and this rank's result goes to its own piece.
+  char* out = send == kInPlace ? dst + static_cast<size_t>(rank_) * count * es : dst;
+  const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
+  std::vector<const void*>& srcs = reduce_srcs_;  // (its first size() entries; no allocation a call)
+  // Note [shared buffers]: a send buffer in the pool is read where it is (every rank reads its own piece of it).
+  const uint64_t send_at = pool_offset(src, static_cast<size_t>(size_) * count * es);
+  int64_t last_shared = 0;
+  TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
+    const bool shared = publish_send(send_at, off * es, bytes * static_cast<size_t>(size_));
+    const auto pieces = [&](char* area) {
+      if (!shared) lay_out_pieces(area, src, count, off, bytes, es);
+    };
+    return round_fill(pieces, [&](int64_t r) {
+      if (shared) last_shared = r;
+      for (int q = 0; q < size_; ++q)
+        srcs[static_cast<size_t>(q)] =
+            send_of(q, static_cast<size_t>(rank_) * count * es, static_cast<size_t>(rank_) * bytes);
+      comm::reduce(out + off * es, srcs.data(), size_, n, dtype, op);
+      hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with this round's sources
+      return Status::ok();
+    });
+  }));
+  return wait_readers(last_shared, "waiting for the ranks to read this rank's buffer");
+}
+
+Status ShmComm::do_alltoall(const void* send, void* recv, size_t count, DType dtype) {
+  TT_TRY(begin(kAlltoall, count, dtype, Op::kSum, -1, false, static_cast<size_t>(size_) * count * dtype_size(dtype)));
+  const size_t es = dtype_size(dtype);
+  const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
+  char* dst = static_cast<char*>(recv);
+  const size_t c = chunk_elems(half_bytes(), es, static_cast<size_t>(size_));
+  // Note [shared buffers]: a send buffer in the pool is read where it is; not in place, where this rank's results
+  // would overwrite pieces its peers have yet to read.
+  const uint64_t send_at = send == kInPlace ? kNoPool : pool_offset(src, static_cast<size_t>(size_) * count * es);
+  int64_t last_shared = 0;
+  TT_TRY(for_each_chunk(count, c, [&](size_t off, size_t n) -> Status {
+    const size_t bytes = n * es;
+    const bool shared = publish_send(send_at, off * es, bytes * static_cast<size_t>(size_));
+    const auto pieces = [&](char* area) {
+      if (!shared) lay_out_pieces(area, src, count, off, bytes, es);
+    };
+    return round_fill(pieces, [&](int64_t r) {
+      if (shared) last_shared = r;
+      if (bytes) {
+        for (int q = 0; q < size_; ++q)
+          deliver(dst + (static_cast<size_t>(q) * count + off) * es,
+                  send_of(q, static_cast<size_t>(rank_) * count * es, static_cast<size_t>(rank_) * bytes), bytes);
+        hdr(rank_)->reduced.value.store(r, std::memory_order_release);  // done with this round's sources
+      }
+      return Status::ok();
+    });
+  }));
+  return wait_readers(last_shared, "waiting for the ranks to read this rank's buffer");
+}
+
+// The PAGEMAP_SCAN ioctl's interface (linux/fs.h of Linux 6.7; older headers lack it).
+
+}  // namespace shm_detail
+}  // namespace tt::comm
