@@ -1,4 +1,5 @@
-# What the GPU training benchmarks (bench/ooc_gpu.sh, bench/offload_gpu.sh) share; sourced, not run.
+# What the benchmarks' shell scripts share (bench/ooc/ooc_gpu.sh, bench/ooc/offload_gpu.sh, bench/comm/comm_host.sh,
+# bench/comm/comm_ab.sh, ...); sourced, not run.
 #   tt_bench_setup OUTDIR DATA        the output folder, the repository root as the working directory, NVLink
 #                                     multicast off, TT (the binary)
 #   tt_run NAME FLAGS...              one `tiertrain train` with "${common[@]}" and FLAGS, its metrics in
@@ -7,8 +8,8 @@
 #   tt_run_tight NAME FLAGS...        tt_run at a budget of what the run needs: its --dry-run figure plus 0.01 of its
 #                                     unit (at most ~15 MiB over), instead of the automatic budget's 5% slack, so that
 #                                     what the budget leaves after model state is what the plan needs.
-#   tt_mpirun_flags N                 (the collectives' benchmarks, bench/comm_host.sh and bench/comm_ab.sh) sets the
-#                                     array mpirun_flags: Open MPI's N ranks bound to physical cores, or to hardware
+#   tt_mpirun_flags N                 (the collectives' benchmarks, bench/comm/comm_host.sh and
+#                                     bench/comm/comm_ab.sh) sets the array mpirun_flags: Open MPI's N ranks bound to physical cores, or to hardware
 #                                     threads where N is more than the cores (as tiertrain's launcher binds to
 #                                     logical CPUs); --allow-run-as-root as root.
 

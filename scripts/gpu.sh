@@ -4,11 +4,11 @@
 #
 #   scripts/gpu.sh OUTDIR [--no-tests] [--no-bench] [--ooc] [--offload] [--comm] [--nccl] [--sanitize]
 #
-# --offload adds bench/offload_gpu.sh (streamed parameters and the CPU optimizer, issue 4 b) into OUTDIR/raw/offload;
-# --comm adds bench/comm_host.sh (host collectives against Open MPI, issue 5) into OUTDIR/raw/comm, with the Python
-# package and mpi4py installed offline into a venv (scripts/gpu_pyenv.sh); --nccl adds bench/nccl_gpu.sh (the nccl
+# --offload adds bench/ooc/offload_gpu.sh (streamed parameters and the CPU optimizer, issue 4 b) into OUTDIR/raw/offload;
+# --comm adds bench/comm/comm_host.sh (host collectives against Open MPI, issue 5) into OUTDIR/raw/comm, with the Python
+# package and mpi4py installed offline into a venv (scripts/gpu_pyenv.sh); --nccl adds bench/comm/nccl_gpu.sh (the nccl
 # backend against raw NCCL and PyTorch on the machine's GPUs) into OUTDIR/raw/nccl.
-# --ooc adds the out-of-core benchmark (bench/ooc_gpu.sh: plans, the CPU optimizer, PyTorch save_on_cpu) into
+# --ooc adds the out-of-core benchmark (bench/ooc/ooc_gpu.sh: plans, the CPU optimizer, PyTorch save_on_cpu) into
 # OUTDIR/raw/ooc. --sanitize runs compute-sanitizer memcheck and racecheck over the GPU tests (every CUDA case of
 # the test binaries that have one; TT_SANITIZE_TIMEOUT seconds each, default 120; TT_SANITIZE_SPECS="tool:binary:filter
 # ..." picks a part) into OUTDIR/raw/sanitizer.log.
@@ -91,17 +91,17 @@ if [ "$RUN_BENCH" = 1 ]; then
     "$TT" train "${common[@]}" --dtype $dt --data "$SHARD" --steps 30 --warmup 5 --eval-every 0 --log-every 10 \
       --metrics-out "$OUT/tiertrain_$dt.json" 2>&1 | tee "$OUT/tiertrain_$dt.log" || status=1
   done
-  py=(python3 bench/torch_gpt_gpu.py --layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B" --steps 30)
+  py=(python3 bench/training/torch_gpt_gpu.py --layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B" --steps 30)
   "${py[@]}" --mode fp32 --json-out "$OUT/torch_fp32_eager.json" || status=1
   "${py[@]}" --mode bf16 --json-out "$OUT/torch_bf16_eager.json" || status=1
-  python3 bench/gpu_summary.py "$OUT" || status=1
+  python3 bench/training/gpu_summary.py "$OUT" || status=1
   # The main job on the GPU: default model, default corpus (its metrics are not a benchmark row).
   "$TT" train --data "$DATA_DIR" --log-every 250 --metrics-out "$OUT/main_job.metrics" > "$OUT/main_job.log" 2>&1 ||
     status=1
   tail -n 3 "$OUT/main_job.log"
   "${py[@]}" --mode bf16 --compile --json-out "$OUT/torch_bf16_compile.json" > "$OUT/torch_compile.log" 2>&1 ||
     status=1
-  python3 bench/gpu_summary.py "$OUT" || status=1
+  python3 bench/training/gpu_summary.py "$OUT" || status=1
 fi
 # --- compute-sanitizer over the GPU tests ----------------------------------------------------------------------------
 if [ "$RUN_SANITIZE" = 1 ]; then
@@ -130,21 +130,21 @@ fi
 
 # --- out-of-core plans and the CPU optimizer (issue 4) ----------------------------------------------------------------
 if [ "$RUN_OOC" = 1 ]; then
-  TT="$TT" bench/ooc_gpu.sh "$OUT/ooc" "$DATA_DIR" || status=1
+  TT="$TT" bench/ooc/ooc_gpu.sh "$OUT/ooc" "$DATA_DIR" || status=1
 fi
 if [ "$RUN_OFFLOAD" = 1 ]; then
   # The (b) model: d4096 L8 (1.6G parameters); a lower learning rate than the default, which diverges at this width.
-  TT="$TT" TT_OFF_DIM=${TT_OFF_DIM:-4096} TT_OFF_HEADS=${TT_OFF_HEADS:-32} bench/offload_gpu.sh "$OUT/offload" "$DATA_DIR" ||
+  TT="$TT" TT_OFF_DIM=${TT_OFF_DIM:-4096} TT_OFF_HEADS=${TT_OFF_HEADS:-32} bench/ooc/offload_gpu.sh "$OUT/offload" "$DATA_DIR" ||
     status=1
 fi
 if [ "$RUN_NCCL" = 1 ]; then
-  TT="$TT" bench/nccl_gpu.sh "$OUT/nccl" || status=1
+  TT="$TT" bench/comm/nccl_gpu.sh "$OUT/nccl" || status=1
 fi
 if [ "$RUN_COMM" = 1 ]; then
   wait "$PYENV_PID" && PY=$(tail -n 1 "$OUT/pyenv.out") || PY=python3
   # The Python package's tests on this machine (its GPUs included: torch CUDA tensors through nccl).
   TT_TIERTRAIN_BIN="$TT" "$PY" -m pytest -q python/tests > "$OUT/pytest.log" 2>&1 || status=1
   tail -n 3 "$OUT/pytest.log"
-  PY="$PY" TT="$TT" bench/comm_host.sh "$OUT/comm" || status=1
+  PY="$PY" TT="$TT" bench/comm/comm_host.sh "$OUT/comm" || status=1
 fi
 exit $status

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, the host collectives against Open MPI in one command: build (scripts/gpu.sh, no tests, no
 # GPU benchmarks), then the Python package and mpi4py into a venv under build/ (kept on a warm machine: a second call
-# skips the ~4 min build), its tests, then bench/comm_host.sh into OUTDIR/comm with the TT_COMM_* settings given.
+# skips the ~4 min build), its tests, then bench/comm/comm_host.sh into OUTDIR/comm with the TT_COMM_* settings given.
 # The venv is built before anything is measured, never beside it.
 # --no-bench stops after the venv and the tests (for a script of one's own after it: PY=build/gpu-pyenv/bin/python).
 # --pack leaves OUTDIR/comm as comm.tgz (with results.md beside it) and the build logs as build.tgz: the device tool
@@ -60,5 +60,5 @@ if [ "$RUN_BENCH" != 1 ]; then
   pack
   exit 0
 fi
-PY="$PY" TT=build/gpu/src/tiertrain bench/comm_host.sh "$OUT/comm"
+PY="$PY" TT=build/gpu/src/tiertrain bench/comm/comm_host.sh "$OUT/comm"
 pack

@@ -1,4 +1,4 @@
-# Sourced by the GPU scripts (scripts/gpu.sh, bench/ab_step_time.sh) from the repository root, with OUT set: makes
+# Sourced by the GPU scripts (scripts/gpu.sh, bench/training/ab_step_time.sh) from the repository root, with OUT set: makes
 # the Debian packages of scripts/deps.sh available on a GPU machine that cannot install them, by unpacking the
 # missing ones from .deps/debs/ (scripts/gpu_fetch_debs.sh, run where apt works) into a private prefix. Sets
 # cmake_prefix (empty when nothing was unpacked), LD_LIBRARY_PATH and CMAKE_PREFIX_PATH, and DATA_DIR (the fortunes

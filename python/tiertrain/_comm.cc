@@ -565,7 +565,7 @@ class PyComm {
     alltoall(a, send, recv, once());
   }
 
-  // Benchmarks (bench/py_comm_bench.py): `iters` calls of one collective (by its Python name; Bcast takes recv) on
+  // Benchmarks (bench/comm/py_comm_bench.py): `iters` calls of one collective (by its Python name; Bcast takes recv) on
   // these buffers, converted once, back to back in C++ without the GIL; the seconds they took. Against the same calls
   // made from Python on the same buffers in the same process, this is the cost of the Python layer alone.
   double time_loop(const std::string& what, const py::object& send, const py::object& recv, Op op, int root,
@@ -709,7 +709,7 @@ class SharedBuffer {
 // takes 9-16 us there, so the layer alone was 7-12%. Hence also, a call: the buffers' views on the stack (no
 // allocation), the collective handed to its continuation as a lambda (no std::function), self's PyComm read from
 // pybind11's instance and the op found by identity (no type lookups in pybind11's hash table), numpy arrays read
-// directly (Note [numpy arrays]), Barrier a fast method too. On the dev machine (bench/py_layer_cost.py: 1 rank, 8 B,
+// directly (Note [numpy arrays]), Barrier a fast method too. On the dev machine (bench/comm/py_layer_cost.py: 1 rank, 8 B,
 // through a closure, the eight collectives) that took the layer from 227-361 to 110-170 ns a call (Barrier 181 -> 96;
 // docs/benchmarks/2026-11-30-h200x2-comm-python-layer/dev-layer-cost.txt).
 struct Signature {

@@ -44,7 +44,8 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
 Result<std::string> find_checkpoint(const std::string& dir, const std::string& resume);
 
 // Checks the file against `expected` (model shape, dtype, data fingerprint must match; batch, seed and data path
-// differences are reported as warnings), then loads parameters and optimizer state into the executor's model and optimizer.
+// differences are reported as warnings), then loads parameters and optimizer state into the executor's model and
+// optimizer.
 Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex);
 
 }  // namespace tt

@@ -81,7 +81,8 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   for (int s = 0; s < S; ++s)
     if (!(s >= 1 && s <= L && plan.grads_streamed(s - 1)))
       inv.add_device("grads.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, md, TC::kGrad);
-  for (int i = 0; i < rings.grad_slots; ++i) inv.add_device("grads.slot" + std::to_string(i), {segs.size[1]}, md, TC::kGrad);
+  for (int i = 0; i < rings.grad_slots; ++i)
+    inv.add_device("grads.slot" + std::to_string(i), {segs.size[1]}, md, TC::kGrad);
   const int64_t chunk = spec.lm_chunk_rows;
   const std::vector<TensorRequest> fixed = gpt_fixed_tensors(cfg, spec.batch, dt, chunk);
   auto add_fixed = [&](const std::string& name) {

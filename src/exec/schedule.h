@@ -4,15 +4,15 @@
 // and nothing else (exec/executor.h); --trace names its copies and host work as it does; --dry-run --schedule FILE
 // writes it as JSON (docs/FORMATS.md); the performance model will replay it.
 //
-//   Schedule s = compile_schedule({cfg, batch, DType::kBF16, plan, /*speculate=*/false});
+//   Schedule s = compile_schedule({cfg, batch, DType::kBF16, plan, /*speculate=*/false}, inventory);
 //   for (const Op& op : s.pass(Pass::kTrain)) ...   // forward, backward, optimizer step
 //
 // Passes: kForward (evaluation: the blocks, then the LM head's losses), kBackward (after a kForward: the LM head
 // with its backward, then the blocks in reverse), kStep (the optimizer), kTrain (kForward's blocks, kBackward,
 // kStep: one training step), kForwardBackward (kTrain without the step), kSetup (every allocation of the run,
-// before the first pass: nothing is allocated after it, so the memory a run takes is the setup's). A kModel operation stands for the
-// model's own kernels between two of its boundaries (model/gpt.h GptHooks): the executor lets the model run them
-// and checks that the model reached the boundaries the schedule expects, in the same order.
+// before the first pass: nothing is allocated after it, so the memory a run takes is the setup's). A kModel
+// operation stands for the model's own kernels between two of its boundaries (model/gpt.h GptHooks): the executor
+// lets the model run them and checks that the model reached the boundaries the schedule expects, in the same order.
 #pragma once
 
 #include <cstdint>

@@ -2,14 +2,14 @@
 # Why a collective is slower from a Python process than from `tiertrain comm-bench` (issue 5's Python targets): the
 # same sweep from both programs, at the same ranks and binding, under each setting in turn, the settings interleaved
 # within every repeat; the Python runs also time the same calls from a C++ loop in the same process (--pairs).
-#   PY=venv/bin/python TT_PROBE_SETTINGS="-;TIERTRAIN_COMM_THREADS=1" bench/py_probe.sh OUTDIR
+#   PY=venv/bin/python TT_PROBE_SETTINGS="-;TIERTRAIN_COMM_THREADS=1" bench/comm/py_probe.sh OUTDIR
 # TT_PROBE_SETTINGS: settings separated by ';' ("-": none), TT_PROBE_RANKS (default 8), TT_PROBE_COLLECTIVE (default
 # allreduce), TT_PROBE_ARGS (default "-b 1M -e 4M -f 2 -n 50 -w 10"), TT_PROBE_BIND (default share),
 # TT_PROBE_REPEATS (default 2), TT the binary.
 set -uo pipefail
-OUT=${1:?usage: bench/py_probe.sh OUTDIR}
+OUT=${1:?usage: bench/comm/py_probe.sh OUTDIR}
 mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 TT=${TT:-build/gpu/src/tiertrain}
 PY=${PY:-python3}
 IFS=';' read -r -a settings <<< "${TT_PROBE_SETTINGS:--}"
@@ -27,7 +27,7 @@ for r in $(seq 1 "${TT_PROBE_REPEATS:-2}"); do
     env $envs timeout 100 "${launch[@]}" "$TT" comm-bench -C "$c" "${args[@]}" -c 1 > "$OUT/cpp_s${i}_r$r.log" 2>&1 ||
       tail -3 "$OUT/cpp_s${i}_r$r.log"
     # shellcheck disable=SC2086
-    env $envs PYTHONUNBUFFERED=1 timeout 100 "${launch[@]}" "$PY" bench/py_comm_bench.py -C "$c" "${args[@]}" --pairs 2 \
+    env $envs PYTHONUNBUFFERED=1 timeout 100 "${launch[@]}" "$PY" bench/comm/py_comm_bench.py -C "$c" "${args[@]}" --pairs 2 \
       > "$OUT/py_s${i}_r$r.log" 2>&1 || tail -3 "$OUT/py_s${i}_r$r.log"
   done
 done

@@ -3,19 +3,19 @@
 # side by side on one GPU: both built the same way, each workload run old, new, old, new in one call, the median
 # ms/step of each run and the new/old ratio of the medians of the two. For checking that a change costs nothing.
 #
-#   bench/ab_step_time.sh OUTDIR OLD_SRC build     # build both (Release, sm_90), new with its tests
-#   bench/ab_step_time.sh OUTDIR OLD_SRC tests     # the new build's GPU tests (ctest -R Cuda)
-#   bench/ab_step_time.sh OUTDIR OLD_SRC gpt2      # GPT-2 124M B16 T1024: in-core, and the halves-norms plan (3 slots)
-#   bench/ab_step_time.sh OUTDIR OLD_SRC d4096     # GPT d4096 L16 T2048 B8, halves-norms plan (3 slots), tight budget
-#   bench/ab_step_time.sh OUTDIR OLD_SRC summary   # ab.json and ab.md from what OUTDIR holds
+#   bench/training/ab_step_time.sh OUTDIR OLD_SRC build     # build both (Release, sm_90), new with its tests
+#   bench/training/ab_step_time.sh OUTDIR OLD_SRC tests     # the new build's GPU tests (ctest -R Cuda)
+#   bench/training/ab_step_time.sh OUTDIR OLD_SRC gpt2      # GPT-2 124M B16 T1024: in-core, and the halves-norms plan (3 slots)
+#   bench/training/ab_step_time.sh OUTDIR OLD_SRC d4096     # GPT d4096 L16 T2048 B8, halves-norms plan (3 slots), tight budget
+#   bench/training/ab_step_time.sh OUTDIR OLD_SRC summary   # ab.json and ab.md from what OUTDIR holds
 # TT_AB_REPEAT (default 2) pairs of runs per workload.
 set -euo pipefail
-OUT=${1:?usage: bench/ab_step_time.sh OUTDIR OLD_SRC build|tests|gpt2|d4096|summary}
+OUT=${1:?usage: bench/training/ab_step_time.sh OUTDIR OLD_SRC build|tests|gpt2|d4096|summary}
 OLD=$(cd "${2:?OLD_SRC}" && pwd)
 PHASE=${3:?phase}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 source scripts/gpu_deps.sh

@@ -5,11 +5,11 @@
 # the reference, itself checked against PyTorch by gpt_golden_test) and on the CUDA backend (f32 and bf16), same
 # seed, data and schedule, and prints each run's losses side by side: a GPU that departs from the CPU at one width
 # only points at a kernel; all three alike point at the hyperparameters.
-#   bench/width_check.sh OUTDIR [DATA]
+#   bench/training/width_check.sh OUTDIR [DATA]
 # TT_WIDTHS (default "2048 4096"), TT_WIDTH_LAYERS (2), TT_WIDTH_LR (1e-4), TT_WIDTH_STEPS (10).
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
-tt_bench_setup "${1:?usage: bench/width_check.sh OUTDIR [DATA]}" "${2:-/usr/share/games/fortunes}"
+source "$(dirname "$0")/../lib.sh"
+tt_bench_setup "${1:?usage: bench/training/width_check.sh OUTDIR [DATA]}" "${2:-/usr/share/games/fortunes}"
 L=${TT_WIDTH_LAYERS:-2} LR=${TT_WIDTH_LR:-1e-4} STEPS=${TT_WIDTH_STEPS:-10}
 for D in ${TT_WIDTHS:-2048 4096}; do
   for run in cpu:f32 cuda:f32 cuda:bf16; do

@@ -3,7 +3,7 @@ ops in blue, the compute stream's waits in red, copies in green (h2d) and orange
 in purple, a millisecond axis.
 No dependencies beyond the standard library.
 
-    python3 bench/trace_svg.py trace.json out.svg [--step N]
+    python3 bench/ooc/trace_svg.py trace.json out.svg [--step N]
 """
 
 from __future__ import annotations

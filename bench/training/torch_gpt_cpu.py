@@ -12,7 +12,7 @@ Prints a header line and one result line (median ms/step, tokens/s = B*T / media
 ``--json-out``, writes the same numbers as JSON. ``--compile`` tries ``torch.compile``; if that fails (e.g. no C
 compiler on the machine) the failure is reported and the benchmark runs eagerly.
 
-Example: ``python3 bench/torch_gpt_cpu.py --data /usr/share/games/fortunes --threads 2 --json-out out.json``
+Example: ``python3 bench/training/torch_gpt_cpu.py --data /usr/share/games/fortunes --threads 2 --json-out out.json``
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools"))
 import torch_gpt  # noqa: E402
 
 

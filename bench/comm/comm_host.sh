@@ -3,7 +3,7 @@
 # cores, at 8 and 16 ranks (and 32 where there are 32 CPUs), allreduce, broadcast, gather and allgather of f32 from 8 B to
 # 256 MiB, ranks bound to cores. Run after scripts/gpu.sh (or any build) made build/gpu; writes JSON, logs and
 # results.md into OUTDIR.
-#   bench/comm_host.sh OUTDIR
+#   bench/comm/comm_host.sh OUTDIR
 # TT_COMM_BIND=share binds tiertrain's ranks to their share of the CPUs (with as many threads a rank, Note [crew])
 # instead of one core each (Open MPI's ranks stay bound to one core each). TT_COMM_RANKS="8 16" picks the rank counts, TT_COMM_COLLECTIVES the collectives, TT_COMM_MIN the smallest size of
 # the sweeps (default 8), TT_COMM_MAX the largest (default 256M), TT_COMM_REPEATS how many times each sweep runs (default 1), TT the binary. TT_COMM_AB="NAME=VALUE
@@ -13,9 +13,9 @@
 # TT_COMM_WARMUP_MS / TT_COMM_FIRST_WARMUP_MS / TT_COMM_MIN_MS: the warm-up of each size and of the first (100 and 1000
 # ms), and the least time of calls timed per row (20 ms); TT_COMM_PY_PAIRS: Python and C++ loops alternated per row (3).
 set -uo pipefail
-OUT=${1:?usage: bench/comm_host.sh OUTDIR}
+OUT=${1:?usage: bench/comm/comm_host.sh OUTDIR}
 mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 TT=${TT:-build/gpu/src/tiertrain}
@@ -77,7 +77,7 @@ for n in $ranks; do
       [ "${TT_COMM_AB_LAT_ONLY:-0}" = 1 ] || tt_comm_bench "ab/shm_${c}_$n" "$TT_COMM_AB" "${sweep[@]}"
     fi
     if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
-      timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${lat[@]}" \
+      timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/comm/mpi4py_bench.py -C "$c" "${lat[@]}" \
         --json "$OUT/ompi_lat_${c}_$n.json" > "$OUT/ompi_lat_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompi_lat_${c}_$n.log"
     fi
     # Open MPI's latency from C++ (bench/mpi_raw_bench, built with the tree where MPI is found): the like-for-like
@@ -97,15 +97,15 @@ for n in $ranks; do
         # A crash prints the Python stack of the rank that crashed (faulthandler); output unbuffered.
         # shellcheck disable=SC2086
         PYTHONFAULTHANDLER=1 PYTHONUNBUFFERED=1 timeout "$lim" "$TT" launch -n "$n" --bind-to "${TT_COMM_BIND:-core}" -- \
-          "${PY:-python3}" bench/py_comm_bench.py -C "$c" "${sweep[@]}" $py_bufs --pairs "${TT_COMM_PY_PAIRS:-3}" \
+          "${PY:-python3}" bench/comm/py_comm_bench.py -C "$c" "${sweep[@]}" $py_bufs --pairs "${TT_COMM_PY_PAIRS:-3}" \
           --json "$OUT/py_${c}_$n$sfx.json" > "$OUT/py_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/py_${c}_$n$sfx.log"
       fi
       if "${PY:-python3}" -c "import mpi4py" 2>/dev/null && command -v mpirun >/dev/null; then
         # shellcheck disable=SC2086
-        timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${sweep[@]}" $mpi_bufs \
+        timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/comm/mpi4py_bench.py -C "$c" "${sweep[@]}" $mpi_bufs \
           --json "$OUT/ompi_${c}_$n$sfx.json" > "$OUT/ompi_${c}_$n$sfx.log" 2>&1 || tail -3 "$OUT/ompi_${c}_$n$sfx.log"
         if [ "${TT_COMM_PY_BUFFERS:-numpy}" = pool ]; then  # and on numpy's arrays (ompi_numpy_*)
-          timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/mpi4py_bench.py -C "$c" "${sweep[@]}" \
+          timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "${PY:-python3}" bench/comm/mpi4py_bench.py -C "$c" "${sweep[@]}" \
             --json "$OUT/ompi_numpy_${c}_$n$sfx.json" > "$OUT/ompi_numpy_${c}_$n$sfx.log" 2>&1 ||
             tail -3 "$OUT/ompi_numpy_${c}_$n$sfx.log"
         fi
@@ -113,8 +113,8 @@ for n in $ranks; do
     done
   done
 done
-python3 bench/comm_summary.py "$OUT"
+python3 bench/comm/comm_summary.py "$OUT"
 if [ -n "${TT_COMM_AB:-}" ]; then
   echo "A/B: $TT_COMM_AB (C++ only)" | tee "$OUT/ab/setting.txt"
-  python3 bench/comm_summary.py "$OUT/ab"
+  python3 bench/comm/comm_summary.py "$OUT/ab"
 fi

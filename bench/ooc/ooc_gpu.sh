@@ -5,14 +5,14 @@
 # slack); PyTorch eager in-core and with save_on_cpu(pin_memory=True) capped at the swap
 # plan's budget; traces of the swap plan and of the CPU optimizer. Run after scripts/gpu.sh built build/gpu. Writes
 # JSON, traces and results.md into OUTDIR.
-#   bench/ooc_gpu.sh OUTDIR [DATA]
+#   bench/ooc/ooc_gpu.sh OUTDIR [DATA]
 # TT_OOC_RUNS picks the tiertrain runs (default: all of in-core swap recompute mix halves halves-mix halves-norms
 # halves-norms-s3 cpu-optimizer recompute-cpu-optimizer, halves-norms being the halves plan with the LayerNorm
 # outputs rebuilt too; also halves-s3, the halves plan with 3 swap slots, and trace-halves / trace-halves-norms,
 # traced runs of them alone); TT_OOC_EXTRAS=0 skips the traces and the PyTorch rows.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
-tt_bench_setup "${1:?usage: bench/ooc_gpu.sh OUTDIR [DATA]}" "${2:-/usr/share/games/fortunes}"
+source "$(dirname "$0")/../lib.sh"
+tt_bench_setup "${1:?usage: bench/ooc/ooc_gpu.sh OUTDIR [DATA]}" "${2:-/usr/share/games/fortunes}"
 L=${TT_OOC_LAYERS:-8} D=${TT_OOC_DIM:-2048} H=${TT_OOC_HEADS:-16} T=${TT_OOC_SEQ:-2048} B=${TT_OOC_BATCH:-8}
 STEPS=${TT_OOC_STEPS:-12}
 common=(--layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --data "$DATA" --steps "$STEPS" --warmup 3
@@ -49,7 +49,7 @@ if [ "${TT_OOC_EXTRAS:-1}" = 1 ]; then
   "$TT" train "${common[@]}" --steps 4 --plan in-core --optimizer cpu --trace "$OUT/trace_cpu_optimizer.json" \
     > "$OUT/trace_cpu_optimizer.log" 2>&1 || tail -5 "$OUT/trace_cpu_optimizer.log"
   budget_gib=$(python3 -c "import json; print(json.load(open('$OUT/tiertrain_swap.json'))['memory']['device']['budget'] / 2**30)")
-  py=(python3 bench/torch_gpt_gpu.py --layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --vocab 256
+  py=(python3 bench/training/torch_gpt_gpu.py --layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --vocab 256
       --steps "$STEPS" --warmup-steps 3 --mode bf16)
   "${py[@]}" --json-out "$OUT/torch_in-core.json" > "$OUT/torch_in-core.log" 2>&1 || tail -3 "$OUT/torch_in-core.log"
   "${py[@]}" --save-on-cpu --memory-budget-gib "$budget_gib" --json-out "$OUT/torch_save_on_cpu.json" \
@@ -64,4 +64,4 @@ if [[ "$RUNS" == *" trace-halves-norms "* ]]; then
   "$TT" train "${common[@]}" --steps 4 --plan swap-attention-recompute-mlp-norms --swap-slots 3 \
     --trace "$OUT/trace_halves_norms.json" > "$OUT/trace_halves_norms.log" 2>&1 || tail -5 "$OUT/trace_halves_norms.log"
 fi
-python3 bench/ooc_summary.py "$OUT"
+python3 bench/ooc/ooc_summary.py "$OUT"

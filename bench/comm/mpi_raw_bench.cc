@@ -1,5 +1,5 @@
 // bench/mpi_raw_bench: Open MPI's collectives called from C++, timed as `tiertrain comm-bench` and
-// bench/mpi4py_bench.py time them (comm::warm_up and comm::timed_calls: warm-up calls, then rounds of more until
+// bench/comm/mpi4py_bench.py time them (comm::warm_up and comm::timed_calls: warm-up calls, then rounds of more until
 // --warmup-ms have passed, as many on every rank; a barrier; at least -n calls and --min-ms of them; each rank's mean
 // time per call, averaged over the ranks), with nothing between the clock and MPI: the reference for the shm
 // backend's latency, which mpi4py's per-call cost would flatter. f32, sum, root 0; out of place and in place rows

@@ -4,11 +4,11 @@
 # of the CPUs) on TT_PAIRS_BUFFERS (pool: Comm.zeros, the default; huge; numpy), then mpi4py (ranks bound to one core
 # each) on huge-page arrays (numpy with TT_PAIRS_BUFFERS=numpy), alternately, into OUTDIR.
 #   TT_PAIRS_RANKS="16 32" TT_PAIRS_COLLECTIVE=allreduce TT_PAIRS_ARGS="-b 1M -e 4M" TT_PAIRS_BUDGET_S=60 \
-#     bench/comm_py_pairs.sh OUTDIR
+#     bench/comm/comm_py_pairs.sh OUTDIR
 set -uo pipefail
-OUT=${1:?usage: bench/comm_py_pairs.sh OUTDIR}
+OUT=${1:?usage: bench/comm/comm_py_pairs.sh OUTDIR}
 mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 TT=${TT:-build/gpu/src/tiertrain}
 PY=${PY:-build/gpu-pyenv/bin/python}
 c=${TT_PAIRS_COLLECTIVE:-allreduce}
@@ -26,10 +26,10 @@ for n in ${TT_PAIRS_RANKS:-16 32}; do
     left=$(( end - $(date +%s) ))
     [ "$left" -gt 5 ] || { echo "out of time before $who at $n ranks"; break 2; }
     if [ "$who" = py ]; then
-      timeout "$left" "$TT" launch -n "$n" --bind-to share -- "$PY" bench/py_comm_bench.py -C "$c" "${args[@]}" \
+      timeout "$left" "$TT" launch -n "$n" --bind-to share -- "$PY" bench/comm/py_comm_bench.py -C "$c" "${args[@]}" \
         "${py_bufs[@]}" > "$OUT/py_${c}_$n.log" 2>&1 || tail -3 "$OUT/py_${c}_$n.log"
     else
-      timeout "$left" mpirun -n "$n" --bind-to core --map-by core "${root[@]}" "$PY" bench/mpi4py_bench.py -C "$c" \
+      timeout "$left" mpirun -n "$n" --bind-to core --map-by core "${root[@]}" "$PY" bench/comm/mpi4py_bench.py -C "$c" \
         "${args[@]}" "${mpi_bufs[@]}" > "$OUT/ompi_${c}_$n.log" 2>&1 || tail -3 "$OUT/ompi_${c}_$n.log"
     fi
   done

@@ -1,7 +1,7 @@
 """PyTorch's NCCL collectives (torch.distributed, backend "nccl"), timed as comm-bench --stream and nccl-tests time
 them (the iterations queued, one synchronize), float32, out of place for allgather and reduce_scatter and in place
-for allreduce and broadcast (PyTorch's signatures): the side-by-side reference of bench/nccl_gpu.sh. Run one process
-per GPU:  tiertrain launch -n 2 -- python3 bench/torch_collective_bench.py -C allreduce -b 8 -e 1G -f 4 --json F"""
+for allreduce and broadcast (PyTorch's signatures): the side-by-side reference of bench/comm/nccl_gpu.sh. Run one process
+per GPU:  tiertrain launch -n 2 -- python3 bench/comm/torch_collective_bench.py -C allreduce -b 8 -e 1G -f 4 --json F"""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""tiertrain.comm from Python, timed as `tiertrain comm-bench` and bench/mpi4py_bench.py time themselves, for issue
+"""tiertrain.comm from Python, timed as `tiertrain comm-bench` and bench/comm/mpi4py_bench.py time themselves, for issue
 5's Python targets (>= 97% of the C++ busbw from 1 MiB; Bcast, Gather, Allreduce >= 2x mpi4py + Open MPI).
 
 Each size and form is also timed as the same calls made by a C++ loop on the same buffers, in the same process
 (`Comm._time_loop`), right after the Python loop: the last columns are that time and Python's busbw as a fraction
 of it, the cost of the Python layer alone (the two separate benchmark programs differ in their buffers too).
 
-    tiertrain launch -n 8 --bind-to core -- python3 bench/py_comm_bench.py -C allreduce -b 8 -e 256M -f 4 --json out.json
+    tiertrain launch -n 8 --bind-to core -- python3 bench/comm/py_comm_bench.py -C allreduce -b 8 -e 256M -f 4 --json out.json
 """
 
 from __future__ import annotations

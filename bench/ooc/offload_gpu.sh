@@ -4,14 +4,14 @@
 # offload-params with recomputed activations, offload-all), each at the budget it needs. The table reports each
 # plan against in-core and the in-core model state (parameters, gradients, moments) against the plan's budget; a
 # trace of offload-params. Run after scripts/gpu.sh built build/gpu. Writes JSON, a trace and results.md into OUTDIR.
-#   bench/offload_gpu.sh OUTDIR [DATA]
+#   bench/ooc/offload_gpu.sh OUTDIR [DATA]
 # TT_OFF_LAYERS, TT_OFF_DIM, TT_OFF_HEADS, TT_OFF_SEQ, TT_OFF_BATCH, TT_OFF_STEPS change the model and the run;
 # TT_OFF_LR the learning rate (default 3e-4); TT_OFF_RUNS picks runs (default: in-core cpu-optimizer offload-params
 # offload-params-recompute offload-params-recompute-speculative offload-all trace; also offload-all-speculative,
 # offload-params-recompute-noclip, offload-params-recompute-speculative-noclip).
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
-tt_bench_setup "${1:?usage: bench/offload_gpu.sh OUTDIR [DATA]}" "${2:-/usr/share/games/fortunes}"
+source "$(dirname "$0")/../lib.sh"
+tt_bench_setup "${1:?usage: bench/ooc/offload_gpu.sh OUTDIR [DATA]}" "${2:-/usr/share/games/fortunes}"
 L=${TT_OFF_LAYERS:-8} D=${TT_OFF_DIM:-2048} H=${TT_OFF_HEADS:-16} T=${TT_OFF_SEQ:-2048} B=${TT_OFF_BATCH:-8}
 STEPS=${TT_OFF_STEPS:-10}
 common=(--layers "$L" --dim "$D" --heads "$H" --seq "$T" --batch "$B" --data "$DATA" --steps "$STEPS" --warmup 3
@@ -44,4 +44,4 @@ for r in ${TT_OFF_RUNS:-in-core cpu-optimizer offload-params offload-params-reco
     *) echo "unknown run $r" >&2; exit 2 ;;
   esac
 done
-python3 bench/ooc_summary.py "$OUT"
+python3 bench/ooc/ooc_summary.py "$OUT"

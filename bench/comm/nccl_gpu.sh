@@ -4,12 +4,12 @@
 # stream-ordered ones (--stream), bench/nccl_raw_bench (NCCL with nothing of ours around it: queued, and each call
 # waited for) and torch.distributed.
 # Run after scripts/gpu.sh (or any build with NCCL) made build/gpu. Writes JSON, logs and results.md into OUTDIR.
-#   bench/nccl_gpu.sh OUTDIR
+#   bench/comm/nccl_gpu.sh OUTDIR
 # TT_NCCL_RANKS (default: the GPUs, at most 8), TT_NCCL_MAX (default 1G), TT_NCCL_COLLECTIVES, TT the binary.
 set -uo pipefail
-OUT=${1:?usage: bench/nccl_gpu.sh OUTDIR}
+OUT=${1:?usage: bench/comm/nccl_gpu.sh OUTDIR}
 mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 TT=${TT:-build/gpu/src/tiertrain}
 RAW=$(dirname "$(dirname "$TT")")/bench/nccl_raw_bench
@@ -30,8 +30,8 @@ for c in ${TT_NCCL_COLLECTIVES:-allreduce allgather reduce_scatter broadcast}; d
   timeout "$lim" "$TT" launch -n "$n" -- "$RAW" --blocking -C "$c" "${sweep[@]}" --json "$OUT/rawblock_${c}_$n.json" \
     > "$OUT/rawblock_${c}_$n.log" 2>&1 || tail -3 "$OUT/rawblock_${c}_$n.log"
   if python3 -c "import torch" 2>/dev/null; then
-    timeout "$lim" "$TT" launch -n "$n" -- python3 bench/torch_collective_bench.py -C "$c" "${sweep[@]}" \
+    timeout "$lim" "$TT" launch -n "$n" -- python3 bench/comm/torch_collective_bench.py -C "$c" "${sweep[@]}" \
       --json "$OUT/torch_${c}_$n.json" > "$OUT/torch_${c}_$n.log" 2>&1 || tail -3 "$OUT/torch_${c}_$n.log"
   fi
 done
-python3 bench/nccl_summary.py "$OUT"
+python3 bench/comm/nccl_summary.py "$OUT"

@@ -1,4 +1,4 @@
-"""Table of bench/ooc_gpu.sh's and bench/offload_gpu.sh's runs: each tiertrain plan and PyTorch against tiertrain
+"""Table of bench/ooc/ooc_gpu.sh's and bench/ooc/offload_gpu.sh's runs: each tiertrain plan and PyTorch against tiertrain
 in-core, with the memory figures issue 4 asks for (activations against what the budget leaves after model state; the
 in-core run's model state against each plan's budget; pinned against held host bytes; allocations after warm-up).
 Writes results.md and results.json into the folder it reads."""

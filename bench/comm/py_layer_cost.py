@@ -1,9 +1,9 @@
 """The Python layer's cost a call, alone (Note [python calls] in python/tiertrain/_comm.cc): in a world of one rank
 (run it without a launcher), each collective on two float32 elements of the communicator's pool, called from a
-Python loop (through a closure, as bench/py_comm_bench.py calls them) against the same calls from a C++ loop on the
+Python loop (through a closure, as bench/comm/py_comm_bench.py calls them) against the same calls from a C++ loop on the
 same buffers (Comm._time_loop); best of --repeats, in ns. An empty closure call is printed for scale.
 
-    python bench/py_layer_cost.py [--calls 200000] [--repeats 7]
+    python bench/comm/py_layer_cost.py [--calls 200000] [--repeats 7]
 """
 from __future__ import annotations
 

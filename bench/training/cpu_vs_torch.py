@@ -4,12 +4,12 @@ Runs both ``--rounds`` times, interleaved (tiertrain, torch, tiertrain, ...), so
 alike. Each run trains ``--steps`` steps; the first ``--warmup-steps`` are not timed; a run's figure is the median
 step time of the rest, and the reported figure is the median over rounds. tiertrain's step time is wall time around
 one whole step (batch sampling, host-to-device copies, forward, backward, AdamW, reading the loss back); PyTorch's
-is the same minus batch sampling (bench/torch_gpt_cpu.py).
+is the same minus batch sampling (bench/training/torch_gpt_cpu.py).
 
 Writes ``cpu_vs_torch.json`` and ``cpu_vs_torch.md`` (table, machine, commit, command) into ``--out-dir``.
 
 Example (after scripts/train.sh or a Release build):
-    python3 bench/cpu_vs_torch.py --binary build/release/src/tiertrain --out-dir docs/benchmarks/2026-11-29-cpu
+    python3 bench/training/cpu_vs_torch.py --binary build/release/src/tiertrain --out-dir docs/benchmarks/2026-11-29-cpu
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def cpu_model() -> str:

@@ -1,4 +1,4 @@
-"""Table of bench/comm_ab.sh: per collective, rank count and size, the median (over repeats) out-of-place and
+"""Table of bench/comm/comm_ab.sh: per collective, rank count and size, the median (over repeats) out-of-place and
 in-place time of each setting, and its ratio to the first setting's (below 1: faster). Writes results.md and
 results.json into the folder it reads and prints the table; #wrong other than 0 in any run is an error."""
 

@@ -1,4 +1,4 @@
-"""Table of bench/nccl_gpu.sh: per collective and size, the busbw of tiertrain's nccl backend (blocking calls and
+"""Table of bench/comm/nccl_gpu.sh: per collective and size, the busbw of tiertrain's nccl backend (blocking calls and
 stream-ordered), raw NCCL (bench/nccl_raw_bench) and PyTorch, and tiertrain against raw NCCL (the issue's target:
 >= 95%). Out of place, except PyTorch's allreduce and broadcast (in place: its signatures) compared with the
 in-place columns. Writes results.md and results.json into the folder it reads."""

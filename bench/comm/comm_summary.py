@@ -1,4 +1,4 @@
-"""Table of bench/comm_host.sh: per collective and rank count, tiertrain shm against Open MPI (through mpi4py, and
+"""Table of bench/comm/comm_host.sh: per collective and rank count, tiertrain shm against Open MPI (through mpi4py, and
 from C++ for the latency where bench/mpi_raw_bench ran) at 8 B (latency) and 64 MiB (busbw), out of place and in place (MPI_Bcast has only the in-place form), and tiertrain's
 Python API against its C++ and against mpi4py (its faster row of huge-page and numpy arrays where both ran: pool
 mode). Where comm_host.sh ran a sweep several times (TT_COMM_REPEATS: files
@@ -114,7 +114,7 @@ def main() -> None:
         py_cpp = min_ratio(py, shm, den_form=True if bcast else None) if py else None
         py_mpi = min_ratio(py, ompi) if py and ompi else None
         # The cost of the Python layer alone: each Python row against the same calls from a C++ loop on the same
-        # buffers in the same process (bench/py_comm_bench.py), where the rows have it.
+        # buffers in the same process (bench/comm/py_comm_bench.py), where the rows have it.
         loop = [(r["py_over_cpp_loop"], r["size"]) for r in (py or [])
                 if r["size"] >= 1 << 20 and "py_over_cpp_loop" in r]
         py_loop = min(loop) if loop else None

@@ -2,7 +2,7 @@
 a barrier, then -n back-to-back calls after -w warm-up ones; the time is the mean over ranks of each rank's mean time
 per call; busbw uses nccl-tests' factors. Out of place and in place (MPI.IN_PLACE), like comm-bench's table.
 
-    mpirun -n 8 --bind-to core python3 bench/mpi4py_bench.py -C allreduce -b 8 -e 256M -f 4 --json out.json
+    mpirun -n 8 --bind-to core python3 bench/comm/mpi4py_bench.py -C allreduce -b 8 -e 256M -f 4 --json out.json
 """
 
 from __future__ import annotations

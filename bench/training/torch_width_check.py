@@ -1,9 +1,9 @@
-"""The PyTorch side of bench/width_check.sh: the reference GPT (tools/torch_gpt.py, GPT-2 initialisation, AdamW with
+"""The PyTorch side of bench/training/width_check.sh: the reference GPT (tools/torch_gpt.py, GPT-2 initialisation, AdamW with
 tiertrain's betas, eps and weight decay) trained for a few steps on the CPU at one width, L2 T128 B4, byte tokens of
 a text file, linear warm-up over 3 steps, no gradient clip; prints the loss and gradient norm of each step. The
 batches are not tiertrain's (its sampler is its own), so compare the trend, not the digits.
 
-    python3 bench/torch_width_check.py --dim 4096 --lr 1e-4 --steps 4
+    python3 bench/training/torch_width_check.py --dim 4096 --lr 1e-4 --steps 4
 """
 
 import argparse
@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools"))
 import torch_gpt  # noqa: E402
 
 
