@@ -36,9 +36,9 @@ Status ExecSpec::validate() const {
                "--speculative-update applies to the CPU optimizer (--optimizer cpu, or \"optimizer\": \"cpu\" in the "
                "plan)");
   const RingLayout r = ring_layout(plan);
-  TT_RETURN_IF(r.swapped > 0 && plan.swap_slots() < 2, kInvalidArgument,
+  TT_RETURN_IF(r.swap.size() > 0 && plan.swap_slots() < 2, kInvalidArgument,
                "swapping activations needs at least 2 slots, got %d", plan.swap_slots());
-  TT_RETURN_IF(r.params_streamed > 0 && plan.param_slots() < 2, kInvalidArgument,
+  TT_RETURN_IF(r.params.size() > 0 && plan.param_slots() < 2, kInvalidArgument,
                "streaming parameters needs at least 2 slots, got %d", plan.param_slots());
   const unsigned swapped = plan.swapped_parts();
   for (int l = 0; l < model.layers; ++l)
@@ -68,11 +68,11 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   // Parameters: the device master (device optimizer), and the compute copy: one buffer, or with streamed
   // parameters one per resident segment and the streamed blocks' slots (Note [streamed parameters]).
   if (!cpu) inv.add_device("params", {P}, md, TC::kParam);
-  if (rings.params_streamed > 0) {
+  if (rings.params.size() > 0) {
     for (int s = 0; s < S; ++s)
       if (!(s >= 1 && s <= L && plan.params_streamed(s - 1)))
         inv.add_device("params.compute.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, dt, TC::kParam);
-    for (int i = 0; i < rings.param_slots; ++i)
+    for (int i = 0; i < rings.params.slots; ++i)
       inv.add_device("params.slot" + std::to_string(i), {segs.size[1]}, dt, TC::kParam);
   } else if (md != dt || cpu) {
     inv.add_device("params.compute", {P}, dt, TC::kParam);
@@ -81,7 +81,7 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   for (int s = 0; s < S; ++s)
     if (!(s >= 1 && s <= L && plan.grads_streamed(s - 1)))
       inv.add_device("grads.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, md, TC::kGrad);
-  for (int i = 0; i < rings.grad_slots; ++i)
+  for (int i = 0; i < rings.grads.slots; ++i)
     inv.add_device("grads.slot" + std::to_string(i), {segs.size[1]}, md, TC::kGrad);
   const int64_t chunk = spec.lm_chunk_rows;
   const std::vector<TensorRequest> fixed = gpt_fixed_tensors(cfg, spec.batch, dt, chunk);
@@ -107,7 +107,7 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   size_t swap_bytes = 0;
   for (const TensorRequest& a : gpt_block_activations(cfg, spec.batch, dt, plan.swapped_parts()))
     swap_bytes += memory::device_alloc_size(static_cast<size_t>(a.shape.numel()) * dtype_size(a.dtype));
-  for (int i = 0; i < rings.swap_slots; ++i)
+  for (int i = 0; i < rings.swap.slots; ++i)
     inv.add_device("swap.slot" + std::to_string(i), {static_cast<int64_t>(swap_bytes)}, DType::kU8, TC::kActivation);
   for (int l = 0; l < L; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
@@ -128,15 +128,9 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   // Host: the swapped blocks' copies (all but the last swap_slots, which never leave their slots), the master and
   // its staging copy, AdamW's state (Note [master on host]) and its second set (Note [speculative update]), the
   // input staging slots.
-  for (int l = 0; l < L; ++l) {
-    const int k = rings.swap_slot[static_cast<size_t>(l)] < 0 ? -1 : [&] {
-      int idx = 0;
-      for (int j = 0; j < l; ++j) idx += plan.activation(j) == ActPlacement::kSwap ? 1 : 0;
-      return idx;
-    }();
-    if (k >= 0 && k < rings.swapped - rings.swap_slots)
+  for (int l = 0; l < L; ++l)
+    if (rings.swap.holds(l) && !rings.swap.last_in_slot(rings.swap.index(l)))
       inv.add_host("swap.h." + std::to_string(l), swap_bytes, TC::kActivation);
-  }
   if (cpu) {
     const size_t n = static_cast<size_t>(P);
     inv.add_host("params.master", n * sizeof(float), TC::kParam);
@@ -167,13 +161,14 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
   TT_ASSIGN_OR_RETURN(ex->inventory_, inventory(ex->spec_));
   ex->rings_ = ring_layout(ex->spec_.plan);
   ex->schedule_ = compile_schedule({ex->spec_.model, ex->spec_.batch, ex->spec_.compute, ex->spec_.plan,
-                                    ex->spec_.hyper.speculate, ex->spec_.lm_chunk_rows},
+                                    ex->spec_.hyper.speculate, ex->spec_.lm_chunk_rows,
+                                    ex->spec_.input_staging_slots},
                                    ex->inventory_);
   TT_TRY(ex->schedule_.validate());
   for (size_t i = 0; i < ex->schedule_.events.size(); ++i) ex->events_.push_back(backend.create_event());
-  if (ex->rings_.swapped > 0 && ex->rings_.swapped <= ex->spec_.plan.swap_slots())
+  if (ex->rings_.swap.size() > 0 && ex->rings_.swap.size() <= ex->spec_.plan.swap_slots())
     TT_LOG(WARN, MEM, "%d swapped blocks and %d swap slots: every swapped block stays in its slot, nothing is "
-           "copied (swap more blocks than slots to save device memory)", ex->rings_.swapped,
+           "copied (swap more blocks than slots to save device memory)", ex->rings_.swap.size(),
            ex->spec_.plan.swap_slots());
   TT_TRY(ex->allocate_and_bind());
   const GptConfig& cfg = ex->spec_.model;
@@ -219,28 +214,28 @@ Status Executor::allocate_and_bind() {
   master_ = dev("params");
   compute_flat_ = dev("params.compute");
   const Tensor flat = compute_flat_.raw() ? compute_flat_ : master_;
-  for (int i = 0; i < rings_.param_slots; ++i) param_slots_.push_back(dev("params.slot" + std::to_string(i)));
-  for (int i = 0; i < rings_.grad_slots; ++i) grad_slots_.push_back(dev("grads.slot" + std::to_string(i)));
+  for (int i = 0; i < rings_.params.slots; ++i) param_slots_.push_back(dev("params.slot" + std::to_string(i)));
+  for (int i = 0; i < rings_.grads.slots; ++i) grad_slots_.push_back(dev("grads.slot" + std::to_string(i)));
   for (int s = 0; s < S; ++s) {
     const size_t k = static_cast<size_t>(s);
     const Shape shape{segs.size[k]};
     const int l = s - 1;
     if (s >= 1 && s <= L && plan.params_streamed(l)) {
-      t.params.push_back(param_slots_[static_cast<size_t>(rings_.param_slot[static_cast<size_t>(l)])].view(0, shape));
+      t.params.push_back(param_slots_[static_cast<size_t>(rings_.params.slot(l))].view(0, shape));
     } else if (flat.raw()) {
       t.params.push_back(flat.view(segs.offset[k], shape));
     } else {
       t.params.push_back(dev("params.compute.seg" + std::to_string(s)));
     }
     if (s >= 1 && s <= L && plan.grads_streamed(l)) {
-      t.grads.push_back(grad_slots_[static_cast<size_t>(rings_.grad_slot[static_cast<size_t>(l)])].view(0, shape));
+      t.grads.push_back(grad_slots_[static_cast<size_t>(rings_.grads.slot(l))].view(0, shape));
     } else {
       t.grads.push_back(dev("grads.seg" + std::to_string(s)));
     }
   }
   // Swap slots: the block's tensors carved out of each, 256-byte aligned, under the names of the shared sets.
   const unsigned swapped = plan.swapped_parts();
-  for (int i = 0; i < rings_.swap_slots; ++i) {
+  for (int i = 0; i < rings_.swap.slots; ++i) {
     const Tensor slot = dev("swap.slot" + std::to_string(i));
     swap_slots_.push_back(slot);
     size_t off = 0;
@@ -259,7 +254,7 @@ Status Executor::allocate_and_bind() {
     const ActPlacement pl = plan.activation(l);
     const std::string p = pl == ActPlacement::kRecompute ? std::string("recompute.")
                           : pl == ActPlacement::kSwap
-                              ? "swap" + std::to_string(rings_.swap_slot[static_cast<size_t>(l)]) + "."
+                              ? "swap" + std::to_string(rings_.swap.slot(l)) + "."
                               : own;
     BlockActs& a = t.acts[static_cast<size_t>(l)];
     for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartNorms))
@@ -411,6 +406,7 @@ void Executor::forward_backward() {
   opt_->begin_step(0.0f, false);
   run_pass(Pass::kForwardBackward, &Executor::model_train);
 }
+void Executor::prefetch() { run_pass(Pass::kPrefetch, &Executor::model_none); }
 void Executor::train_step(float lr, bool speculate) {
   opt_->begin_step(lr, speculate);
   run_pass(Pass::kTrain, &Executor::model_train);
@@ -469,7 +465,8 @@ void Executor::issue(const Op& op) {
   Stream& st = stream(op.stream);
   const GptTensors& t = gpt_->tensors();
   // Copies and host work are spans of their stream in the trace; compute work is a mark on the compute stream.
-  const bool span = op.stream != StreamId::kCompute && op.kind != OpKind::kWait && op.kind != OpKind::kRecord;
+  const bool span = op.stream != StreamId::kCompute && op.kind != OpKind::kWait && op.kind != OpKind::kRecord &&
+                    op.kind != OpKind::kInputFill;
   const int c = span && prof_ ? prof_->span_begin(st, op.name.c_str(), op.bytes) : -1;
   switch (op.kind) {
     case OpKind::kModel:
@@ -541,6 +538,23 @@ void Executor::issue(const Op& op) {
     case OpKind::kAlloc:
       TT_CHECK(false, "issue: %s belongs to the setup pass", op.name.c_str());
       break;
+    case OpKind::kInputFill:
+      // Note [slot rings]: batch k into host slot k % slots; the copy that last read that slot belongs to a step the
+      // caller has synchronised with (Note [input staging]).
+      TT_CHECK(input_source_ != nullptr, "the schedule draws a batch, but the executor has no input source");
+      input_slot_ = static_cast<int>(input_fills_++ % static_cast<int64_t>(input_host_.size()));
+      input_source_(input_host_[static_cast<size_t>(input_slot_)]);
+      break;
+    case OpKind::kInputIn:
+      be_.copy_h2d(input_next_, input_host_[static_cast<size_t>(input_slot_)], st);
+      break;
+    case OpKind::kInputTake: {
+      if (prof_) prof_->mark(op.name.c_str());
+      const int64_t bt = t.tokens.numel();
+      be_.copy_d2d(t.tokens, input_next_.view(0, t.tokens.shape()), st);
+      be_.copy_d2d(t.targets, input_next_.view(bt, t.targets.shape()), st);
+      break;
+    }
   }
   if (c >= 0) prof_->span_end(st, c);
 }

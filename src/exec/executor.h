@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -89,9 +90,11 @@ class Executor : public GptHooks {
   int64_t num_params() const { return gpt_->num_params(); }
   DType master_dtype() const { return gpt_->master_dtype(); }
 
-  // Device and host buffers of the input staging (Note [input staging] in exec/trainer.h).
-  Tensor input_device() const { return input_next_; }
-  int32_t* input_host(int slot) const { return input_host_[static_cast<size_t>(slot)]; }
+  // Note [input staging] (exec/trainer.h), with ExecSpec::input_staging_slots: fill(host) writes the next batch's
+  // tokens then targets (2 x batch x seq int32) into a pinned host slot when the schedule draws it; prefetch() draws
+  // and copies the first batch; each train_step() then takes its batch and draws and copies the next one.
+  void set_input_source(std::function<void(int32_t*)> fill) { input_source_ = std::move(fill); }
+  void prefetch();
 
   // GptHooks.
   void at(Boundary b, int segment) override;
@@ -130,6 +133,9 @@ class Executor : public GptHooks {
   std::vector<void*> swap_host_;                // [layer] host copy of a swapped block's activations
   Tensor input_next_;
   std::vector<int32_t*> input_host_;
+  std::function<void(int32_t*)> input_source_;
+  int64_t input_fills_ = 0;  // batches drawn: batch k goes into host slot k % slots (Note [slot rings])
+  int input_slot_ = -1;      // the host slot of the last batch drawn
   // The pass being run: its operations and the next one to issue.
   const std::vector<Op>* ops_ = nullptr;
   size_t pos_ = 0;

@@ -23,8 +23,9 @@ namespace {
 constexpr const char* kOpKindNames[] = {"model",       "wait",      "record",     "rebuild_block", "rebuild_norms",
                                         "rebuild_mlp", "zero_grads", "swap_out",  "swap_in",       "params_in",
                                         "grads_out",   "norm_part", "norm_total", "norm_out",      "host_adamw",
-                                        "params_back", "device_adamw", "refresh_compute", "alloc"};
-constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup"};
+                                        "params_back", "device_adamw", "refresh_compute", "alloc", "input_fill",
+                                        "input_in", "input_take"};
+constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup", "prefetch"};
 constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
                                           "after_head",     "before_backward", "after_backward"};
 }  // namespace
@@ -77,26 +78,20 @@ class Compiler {
     bt_ = static_cast<double>(B * T);
     segs_ = gpt_segments(cfg);
     cpu_ = plan_.cpu_optimizer();
-    swap_index_.assign(static_cast<size_t>(L_), -1);
-    pstream_index_.assign(static_cast<size_t>(L_), -1);
-    grad_slot_.assign(static_cast<size_t>(L_), -1);
     for (int l = 0; l < L_; ++l) {
-      if (plan_.activation(l) == ActPlacement::kSwap) {
-        swap_index_[static_cast<size_t>(l)] = static_cast<int>(swapped_.size());
-        swapped_.push_back(l);
-      }
-      if (plan_.params_streamed(l)) {
-        pstream_index_[static_cast<size_t>(l)] = static_cast<int>(pstreamed_.size());
-        pstreamed_.push_back(l);
-      }
       if (plan_.activation(l) == ActPlacement::kRecompute) last_recomputed_ = l;
       if (plan_.mlp_rebuilt(l)) last_mlp_ = l;
       if (plan_.norms_rebuilt(l)) last_norms_ = l;
     }
+    // Note [slot rings].
     const RingLayout rings = ring_layout(plan_);
-    grad_slot_ = rings.grad_slot;
-    S_ = rings.swap_slots;
-    Q_ = rings.param_slots;
+    swap_index_ = rings.swap.position;
+    swapped_ = rings.swap.order;
+    S_ = rings.swap.slots;
+    pstream_index_ = rings.params.position;
+    pstreamed_ = rings.params.order;
+    Q_ = rings.params.slots;
+    grads_ = rings.grads;
     for (const TensorRequest& r : gpt_block_activations(cfg, spec.batch, spec.compute, plan_.swapped_parts()))
       swap_bytes_ += static_cast<int64_t>(memory::device_alloc_size(static_cast<size_t>(r.shape.numel()) * dtype_size(r.dtype)));
     esize_ = static_cast<int64_t>(dtype_size(spec.compute));
@@ -113,11 +108,21 @@ class Compiler {
   Schedule run() {
     Schedule s;
     s.spec = sp_;
+    if (sp_.input_staging_slots > 0) input_in(s.passes[static_cast<int>(Pass::kPrefetch)]);
     forward_blocks(s.passes[static_cast<int>(Pass::kForward)]);
     model(s.passes[static_cast<int>(Pass::kForward)], Boundary::kBeforeHead, 0, "lm_head", head_fwd_);
     backward(s.passes[static_cast<int>(Pass::kBackward)]);
     step(s.passes[static_cast<int>(Pass::kStep)]);
     std::vector<Op>& train = s.passes[static_cast<int>(Pass::kTrain)];
+    if (sp_.input_staging_slots > 0) {
+      // Note [input staging]: this step's batch into the model's inputs, then the next batch's copy, enqueued
+      // before anything else of the step so that it does not queue behind the CPU optimizer's uploads.
+      wait(train, StreamId::kCompute, "input_ready", "wait input");
+      Op& take = add(train, StreamId::kCompute, OpKind::kInputTake, "inputs");
+      take.bytes = 4 * sp_.batch * sp_.model.seq * 2;
+      record(train, StreamId::kCompute, "input_consumed");
+      input_in(train);
+    }
     forward_blocks(train);
     backward(train);
     step(train);
@@ -175,6 +180,17 @@ class Compiler {
     op.flops = flops;
   }
   int64_t seg_bytes(int s, int64_t esize) const { return segs_.size[static_cast<size_t>(s)] * esize; }
+
+  // Note [input staging]: the next batch drawn into the next host slot of the input ring, and copied to the
+  // device once the batch before it has left input.next (its slot's previous batch was copied by a step that the
+  // caller synchronised with).
+  void input_in(std::vector<Op>& out) {
+    const int64_t bytes = 4 * static_cast<int64_t>(sp_.batch) * sp_.model.seq * 2;
+    add(out, StreamId::kH2D, OpKind::kInputFill, "draw input").bytes = bytes;
+    wait(out, StreamId::kH2D, "input_consumed", "wait input consumed");
+    add(out, StreamId::kH2D, OpKind::kInputIn, "input").bytes = bytes;
+    record(out, StreamId::kH2D, "input_ready");
+  }
 
   // The CPU optimizer's update of segment s must be done before anything reads its parameters: on the compute
   // stream (the updated device copy came back) for a resident segment.
@@ -275,7 +291,7 @@ class Compiler {
     for (int l = L_ - 1; l >= 0; --l) {
       const int pk = pstream_index_[static_cast<size_t>(l)];
       const int k = swap_index_[static_cast<size_t>(l)];
-      const int gs = grad_slot_[static_cast<size_t>(l)];
+      const int gs = grads_.holds(l) ? grads_.slot(l) : -1;
       if (pk >= 0) wait(out, StreamId::kCompute, "param_in " + block(l), "wait params", l);  // before a recompute too
       if (gs >= 0) {
         wait(out, StreamId::kCompute, "grad_slot_free " + std::to_string(gs), "wait grad slot", l);
@@ -376,7 +392,8 @@ class Compiler {
   GptSegments segs_;
   bool cpu_ = false;
   double bt_ = 0, block_fwd_ = 0, block_bwd_ = 0, mlp_fwd_ = 0, head_fwd_ = 0;
-  std::vector<int> swapped_, swap_index_, pstreamed_, pstream_index_, grad_slot_;
+  std::vector<int> swapped_, swap_index_, pstreamed_, pstream_index_;
+  SlotRing grads_;
   int S_ = 0, Q_ = 0;
   int last_recomputed_ = -1, last_mlp_ = -1, last_norms_ = -1;
   int64_t swap_bytes_ = 0, esize_ = 4, msize_ = 4;
@@ -435,8 +452,11 @@ Status Schedule::validate() const {
       }
       if (op.kind == OpKind::kWait) waited[static_cast<size_t>(op.event)] = 1;
       if (op.kind == OpKind::kModel) seen.push_back({op.boundary, op.segment});
-      const int slots = op.kind == OpKind::kSwapOut || op.kind == OpKind::kSwapIn ? rings.swap_slots
-                        : op.kind == OpKind::kParamsIn                            ? rings.param_slots
+      TT_RETURN_IF((op.kind == OpKind::kInputFill || op.kind == OpKind::kInputIn || op.kind == OpKind::kInputTake) &&
+                       spec.input_staging_slots < 1,
+                   kInvalidArgument, "%s: input operations without input staging slots", where.c_str());
+      const int slots = op.kind == OpKind::kSwapOut || op.kind == OpKind::kSwapIn ? rings.swap.slots
+                        : op.kind == OpKind::kParamsIn                            ? rings.params.slots
                                                                                   : -1;
       if (slots >= 0)
         TT_RETURN_IF(op.slot < 0 || op.slot >= slots || op.layer < 0, kInvalidArgument,
@@ -451,27 +471,27 @@ Status Schedule::validate() const {
   return Status::ok();
 }
 
+SlotRing make_ring(std::string name, int slots, const std::vector<int>& items, int layers) {
+  SlotRing r;
+  r.name = std::move(name);
+  r.order = items;
+  r.slots = std::min(slots, static_cast<int>(items.size()));
+  r.position.assign(static_cast<size_t>(layers), -1);
+  for (size_t k = 0; k < items.size(); ++k) r.position[static_cast<size_t>(items[k])] = static_cast<int>(k);
+  return r;
+}
+
 RingLayout ring_layout(const Plan& plan) {
   const int L = static_cast<int>(plan.layers.size());
-  RingLayout r;
-  r.swap_slot.assign(static_cast<size_t>(L), -1);
-  r.param_slot.assign(static_cast<size_t>(L), -1);
-  r.grad_slot.assign(static_cast<size_t>(L), -1);
+  std::vector<int> swapped, params, grads;
   for (int l = 0; l < L; ++l) {
-    r.swapped += plan.activation(l) == ActPlacement::kSwap ? 1 : 0;
-    r.params_streamed += plan.params_streamed(l) ? 1 : 0;
+    if (plan.activation(l) == ActPlacement::kSwap) swapped.push_back(l);
+    if (plan.params_streamed(l)) params.push_back(l);
   }
-  r.swap_slots = std::min(plan.swap_slots(), r.swapped);
-  r.param_slots = std::min(plan.param_slots(), r.params_streamed);
-  int ks = 0, kp = 0, kg = 0;
-  for (int l = 0; l < L; ++l) {
-    if (plan.activation(l) == ActPlacement::kSwap) r.swap_slot[static_cast<size_t>(l)] = ks++ % r.swap_slots;
-    if (plan.params_streamed(l)) r.param_slot[static_cast<size_t>(l)] = kp++ % r.param_slots;
-  }
-  for (int l = L - 1; l >= 0; --l)
-    if (plan.grads_streamed(l)) r.grad_slot[static_cast<size_t>(l)] = kg++ % 2;
-  r.grad_slots = kg > 0 ? 2 : 0;
-  return r;
+  for (int l = L - 1; l >= 0; --l)  // in backward order
+    if (plan.grads_streamed(l)) grads.push_back(l);
+  return {make_ring("swap", plan.swap_slots(), swapped, L), make_ring("params", plan.param_slots(), params, L),
+          make_ring("grads", 2, grads, L)};
 }
 
 std::vector<std::pair<Boundary, int>> model_boundaries(const GptConfig& cfg, Pass p) {
@@ -581,6 +601,7 @@ json Schedule::to_json() const {
   j["plan"] = spec.plan.to_json();
   j["speculate"] = spec.speculate;
   j["lm_chunk_rows"] = spec.lm_chunk_rows;
+  j["input_staging_slots"] = spec.input_staging_slots;
   j["events"] = events;
   json passes_j = json::object();
   for (int p = 0; p < kNumPasses; ++p) {
@@ -632,6 +653,7 @@ Result<Schedule> Schedule::from_json(const json& j) {
     s.spec.plan.source = j.at("plan").value("source", std::string("schedule"));
     s.spec.speculate = j.at("speculate").get<bool>();
     s.spec.lm_chunk_rows = j.at("lm_chunk_rows").get<int64_t>();
+    s.spec.input_staging_slots = j.value("input_staging_slots", 0);
     s.events = j.at("events").get<std::vector<std::string>>();
     std::map<std::string, int> ids;
     for (size_t i = 0; i < s.events.size(); ++i)

@@ -10,7 +10,8 @@
 // Passes: kForward (evaluation: the blocks, then the LM head's losses), kBackward (after a kForward: the LM head
 // with its backward, then the blocks in reverse), kStep (the optimizer), kTrain (kForward's blocks, kBackward,
 // kStep: one training step), kForwardBackward (kTrain without the step), kSetup (every allocation of the run,
-// before the first pass: nothing is allocated after it, so the memory a run takes is the setup's). A kModel
+// before the first pass: nothing is allocated after it, so the memory a run takes is the setup's), kPrefetch (the
+// first batch into the input ring; each kTrain then takes its batch and starts the next one's copy). A kModel
 // operation stands for the model's own kernels between two of its boundaries (model/gpt.h GptHooks): the executor
 // lets the model run them and checks that the model reached the boundaries the schedule expects, in the same order.
 #pragma once
@@ -52,11 +53,14 @@ enum class OpKind : int {
   kDeviceAdamW,     // compute: AdamW of every parameter on the device
   kRefreshCompute,  // compute: the compute copy from the master (bf16 compute, device optimizer)
   kAlloc,           // setup: the inventory entry `name` taken from its pool (memory below)
+  kInputFill,       // h2d, at issue: the caller writes the next batch into its host slot of the input ring
+  kInputIn,         // h2d: that batch from its host slot to the device (input.next)
+  kInputTake,       // compute: the batch from input.next into the model's tokens and targets
 };
 const char* op_kind_name(OpKind k);
 
-enum class Pass : int { kForward = 0, kBackward, kStep, kTrain, kForwardBackward, kSetup };
-constexpr int kNumPasses = 6;
+enum class Pass : int { kForward = 0, kBackward, kStep, kTrain, kForwardBackward, kSetup, kPrefetch };
+constexpr int kNumPasses = 7;
 const char* pass_name(Pass p);
 
 struct Op {
@@ -85,6 +89,7 @@ struct ScheduleSpec {
   Plan plan;
   bool speculate = false;
   int64_t lm_chunk_rows = 0;  // 0: the model's default
+  int input_staging_slots = 0;  // Note [input staging]: host slots of the next batches; 0: the caller feeds inputs
 };
 
 // Bytes per pool and tensor class: the peak over a replay of passes, and where the replay ended.
@@ -117,13 +122,35 @@ struct Schedule {
 // inventory: what the run allocates (Executor::inventory), whose entries become the setup pass.
 Schedule compile_schedule(const ScheduleSpec& spec, const Inventory& inventory = {});
 
-// Which ring slot each block uses, from the plan (the schedule's copies and the executor's tensor views agree on
-// it): swapped blocks in order share swap_slots slots (k % slots), streamed parameter blocks param_slots, and
-// streamed gradient blocks two, alternately in backward order. -1: the block does not use that ring.
+// Note [slot rings]
+// Every place where a sequence of items takes turns in a few buffers is one SlotRing: the swapped blocks'
+// activations in device slots (Note [swap]), the streamed blocks' parameters (Note [streamed parameters]), the
+// streamed blocks' gradients (two slots, in backward order), and the next batches in pinned host slots (Note [input
+// staging] in exec/trainer.h; its items are batches, numbered as they are drawn). Item k of the ring's order lives
+// in slot k % slots. Whatever writes an item into its slot first waits until the slot's previous item is done with,
+// and whatever reads an item waits until it is in; the events that say so are the schedule's (per slot or per
+// item, as the ring's Note gives them). The schedule's copies and the executor's tensor views both take their slot
+// from the ring, so they cannot disagree.
+struct SlotRing {
+  std::string name;           // "swap", "params", "grads", "input"
+  int slots = 0;              // buffers (0: the ring holds nothing)
+  std::vector<int> order;     // the items in use order (blocks; empty for a ring of batches)
+  std::vector<int> position;  // [block] its place in order, or -1
+  bool holds(int item) const { return item >= 0 && static_cast<size_t>(item) < position.size() && position[static_cast<size_t>(item)] >= 0; }
+  int index(int item) const { return position[static_cast<size_t>(item)]; }
+  int size() const { return static_cast<int>(order.size()); }
+  // The slot of the item at place k of the order (of batch k for a ring of batches).
+  int slot_at(int k) const { return k % slots; }
+  int slot(int item) const { return slot_at(index(item)); }
+  // Whether the item at place k is the last to use its slot (nothing comes after it there in this pass).
+  bool last_in_slot(int k) const { return k + slots >= size(); }
+};
+// A ring over `items` (in use order) of at most `slots` buffers: min(slots, items) of them.
+SlotRing make_ring(std::string name, int slots, const std::vector<int>& items, int layers);
+
+// The rings of a plan, from the plan alone.
 struct RingLayout {
-  std::vector<int> swap_slot, param_slot, grad_slot;  // [layer]
-  int swap_slots = 0, param_slots = 0, grad_slots = 0;  // slots allocated (0: none)
-  int swapped = 0, params_streamed = 0;                 // blocks in each ring
+  SlotRing swap, params, grads;
 };
 RingLayout ring_layout(const Plan& plan);
 

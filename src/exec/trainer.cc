@@ -162,7 +162,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     if (!cfg.schedule_out.empty()) {
       const Schedule sched = compile_schedule({r.exec.model, r.exec.batch, r.exec.compute, r.exec.plan,
                                                r.exec.hyper.speculate,
-                                               gpt_default_lm_chunk_rows(r.exec.model, r.exec.batch, r.exec.compute)},
+                                               gpt_default_lm_chunk_rows(r.exec.model, r.exec.batch, r.exec.compute),
+                                               r.exec.input_staging_slots},
                                               r.inventory);
       nlohmann::json j = sched.to_json();
       j["inventory"] = r.inventory.to_json();
@@ -218,8 +219,13 @@ Status Trainer::build() {
                       data::BatchSampler::create(&dataset_.train(), cfg.batch, cfg.model.seq, cfg.seed));
   sampler_ = std::make_unique<data::BatchSampler>(std::move(sampler));
   rng_.reseed(cfg.seed);
-  input_ready_ = backend_->create_event();
-  input_consumed_ = backend_->create_event();
+  // Note [input staging]: the executor draws each batch through this when its schedule says so; a checkpoint
+  // records the sampler as it was before the batch in flight.
+  const size_t batch_tokens = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);
+  ex_->set_input_source([this, batch_tokens](int32_t* host) {
+    sampler_before_prefetch_ = sampler_->state();
+    sampler_->next(host, host + batch_tokens);
+  });
   profiler_ = std::make_unique<OpProfiler>(*backend_);
   profiler_->set_tracing(!cfg.trace.empty());
   ex_->set_profiler(profiler_.get());
@@ -255,42 +261,13 @@ Status Trainer::build() {
   return Status::ok();
 }
 
-Status Trainer::prefetch() {
-  Backend& be = *backend_;
-  const size_t bt = static_cast<size_t>(cfg_.batch) * static_cast<size_t>(cfg_.model.seq);
-  int32_t* host = ex_->input_host(next_slot_);
-  next_slot_ = (next_slot_ + 1) % kInputStagingSlots;
-  sampler_before_prefetch_ = sampler_->state();
-  sampler_->next(host, host + bt);
-  // The previous batch must have left the device buffer before this one overwrites it.
-  const Tensor next = ex_->input_device();
-  be.h2d_stream().wait(*input_consumed_);
-  const int c = profiler_->span_begin(be.h2d_stream(), "input", static_cast<int64_t>(next.nbytes()));
-  be.copy_h2d(next, host, be.h2d_stream());
-  profiler_->span_end(be.h2d_stream(), c);
-  be.h2d_stream().record(*input_ready_);
-  return Status::ok();
-}
-
 Status Trainer::train_step(StepRecord* rec) {
   Backend& be = *backend_;
-  const int64_t bt = static_cast<int64_t>(cfg_.batch) * cfg_.model.seq;
   // Profile (and trace) every step but the first this process runs (warm-up: cuBLAS heuristics, first touches);
   // only the training step itself (evaluation and checkpoints run with the profiler off).
   profiler_->set_enabled((cfg_.profile || !cfg_.trace.empty()) && !history_.empty());
-  // This step's batch was prefetched: move it into the model's inputs, then let the next one come in.
-  profiler_->mark("wait input");
-  be.compute_stream().wait(*input_ready_);
-  profiler_->mark("inputs");
   const Gpt& gpt = ex_->model();
-  const Tensor next = ex_->input_device();
-  be.copy_d2d(gpt.tokens(), next.view(0, gpt.tokens().shape()), be.compute_stream());
-  be.copy_d2d(gpt.targets(), next.view(bt, gpt.targets().shape()), be.compute_stream());
-  be.compute_stream().record(*input_consumed_);
-  // While the GPU works on this step, draw the next batch and start its copy (staging slots alternate, and the
-  // slot written now was last read by a copy that finished before the previous step's end). Enqueued before the
-  // optimizer, so that on the h2d stream the next input does not queue behind a CPU optimizer's uploads.
-  TT_TRY(prefetch());
+  // The step's pass begins by taking its prefetched batch and drawing the next (Note [input staging]).
   const int64_t step = step_ + 1;
   const float lr = learning_rate(cfg_, step);
   ex_->train_step(lr, speculate_next_);
@@ -383,7 +360,7 @@ Result<TrainSummary> Trainer::run() {
     return summary;
   }
   const auto t0 = Clock::now();
-  TT_TRY(prefetch());
+  ex_->prefetch();
   std::vector<double> step_ms;
   bool warned_eval = false;
   while (step_ < end) {

@@ -106,8 +106,6 @@ class Trainer {
  private:
   Trainer() = default;
   Status train_step(StepRecord* rec);
-  // Draws the next training batch into a staging slot and starts its copy to the device on the h2d stream.
-  Status prefetch();
   Status save(int64_t step);
   Status build();  // allocates and wires what spec_ says (create's second half)
   Status write_metrics(const TrainSummary& summary) const;
@@ -123,18 +121,17 @@ class Trainer {
   std::unique_ptr<data::BatchSampler> sampler_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Executor> ex_;
-  std::unique_ptr<Event> input_ready_;
   std::unique_ptr<OpProfiler> profiler_;
   Rng rng_;
   int64_t step_ = 0;
   bool speculate_next_ = true;  // Note [speculative update]: the last norm was under the clip (or no step yet)
   std::vector<int32_t> host_tokens_, host_targets_;  // evaluation batches
-  // Note [input staging]: two pinned host slots (the executor's), each holding a batch's tokens then targets; the
-  // batch of the next step is drawn and copied to the device buffer input.next on the h2d stream while the current
-  // step computes; a step starts by waiting for that copy and moving the batch into the model's inputs on the
-  // compute stream.
-  int next_slot_ = 0;
-  std::unique_ptr<Event> input_consumed_;
+  // Note [input staging]: a ring of two pinned host slots (the executor's; Note [slot rings] in exec/schedule.h),
+  // each holding a batch's tokens then targets. The training pass takes its batch from the device buffer input.next
+  // into the model's inputs (after the copy's input_ready), then draws the next batch through the executor's input
+  // source into the next host slot and copies it to input.next on the h2d stream (after the take's
+  // input_consumed), while the step computes. A slot is written again two batches later, after the step that read
+  // it returned (the trainer synchronises every step).
   data::SamplerState sampler_before_prefetch_;  // what a checkpoint records: the batch in flight is not consumed yet
   std::vector<float> host_losses_;
   std::vector<StepRecord> history_;
