@@ -33,12 +33,14 @@ struct ExecSpec {
   GptConfig model;
   int batch = 1;
   DType compute = DType::kF32;
-  Plan plan;                   // default: all resident, optimizer on the device
+  Plan plan;                   // no layers: every block resident, the optimizer on the device
   AdamWHyper hyper;            // hyper.speculate: Note [speculative update] (CPU optimizer)
   int64_t lm_chunk_rows = 0;   // 0: the model's default
   int input_staging_slots = 0; // pinned host slots for the trainer's next batches (Note [input staging])
 
-  // A plan of all-resident blocks for this many layers, when plan.layers is empty.
+  // What the model and the plan require of each other, before anything is built: the plan's layers, the CPU
+  // optimizer's f32 master, what needs the CPU optimizer, at least two slots per ring, swapped blocks that agree on
+  // their parts.
   Status validate() const;
 };
 

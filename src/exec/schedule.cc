@@ -180,6 +180,17 @@ class Compiler {
     op.flops = flops;
   }
   int64_t seg_bytes(int s, int64_t esize) const { return segs_.size[static_cast<size_t>(s)] * esize; }
+  // A copy of `bytes` on stream st, of block `layer` (or -1) through ring slot `slot` (or -1), for segment
+  // `segment` (or -1).
+  Op& copy(std::vector<Op>& out, StreamId st, OpKind k, std::string name, int layer, int slot, int64_t bytes,
+           int segment = -1) {
+    Op& op = add(out, st, k, std::move(name));
+    op.layer = layer;
+    op.slot = slot;
+    op.bytes = bytes;
+    op.segment = segment;
+    return op;
+  }
 
   // Note [input staging]: the next batch drawn into the next host slot of the input ring, and copied to the
   // device once the batch before it has left input.next (its slot's previous batch was copied by a step that the
@@ -202,11 +213,7 @@ class Compiler {
     const int q = k % Q_;
     wait(out, StreamId::kH2D, "adamw " + seg_name(1 + l), "wait cpu optimizer", l);  // its host copy updated
     wait(out, StreamId::kH2D, "pslot_free " + std::to_string(q), "wait param slot", l);
-    Op& op = add(out, StreamId::kH2D, OpKind::kParamsIn, "params " + block(l));
-    op.layer = l;
-    op.segment = 1 + l;
-    op.slot = q;
-    op.bytes = seg_bytes(1 + l, esize_);
+    copy(out, StreamId::kH2D, OpKind::kParamsIn, "params " + block(l), l, q, seg_bytes(1 + l, esize_), 1 + l);
     record(out, StreamId::kH2D, "param_in " + block(l), l);
   }
 
@@ -240,10 +247,7 @@ class Compiler {
       if (k >= 0 && k < m - S_) {  // the last S stay in their slots
         record(out, StreamId::kCompute, "fwd_done " + block(l), l);
         wait(out, StreamId::kD2H, "fwd_done " + block(l), "wait forward", l);
-        Op& op = add(out, StreamId::kD2H, OpKind::kSwapOut, "swap_out " + block(l));
-        op.layer = l;
-        op.slot = k % S_;
-        op.bytes = swap_bytes_;
+        copy(out, StreamId::kD2H, OpKind::kSwapOut, "swap_out " + block(l), l, k % S_, swap_bytes_);
         record(out, StreamId::kD2H, "swap_out " + block(l), l);
       }
       if (pk >= 0 && pk + Q_ < mp) {  // else it stays in its slot for the backward
@@ -269,10 +273,7 @@ class Compiler {
     wait(out, StreamId::kD2H, "grads " + seg_name(s), "wait backward", layer);
     // The previous update of this segment read the host gradients (a no-op before the first).
     wait(out, StreamId::kD2H, "adamw " + seg_name(s), "wait cpu optimizer", layer);
-    Op& op = add(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host");
-    op.segment = s;
-    op.layer = layer;
-    op.bytes = seg_bytes(s, msize_);
+    copy(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host", layer, -1, seg_bytes(s, msize_), s);
     if (!sp_.speculate) return;
     record(out, StreamId::kD2H, "grads_in " + seg_name(s), layer, true);
     wait(out, StreamId::kHost, "grads_in " + seg_name(s), "wait grads", layer, true);
@@ -324,10 +325,7 @@ class Compiler {
           // The copy out of this slot's block read the slot (the last S never left it: nothing to wait for).
           if (k < m - S_) wait(out, StreamId::kH2D, "swap_out " + block(l), "wait swap_out", next);
           wait(out, StreamId::kH2D, "swap_out " + block(next), "wait swap_out", next);
-          Op& op = add(out, StreamId::kH2D, OpKind::kSwapIn, "swap_in " + block(next));
-          op.layer = next;
-          op.slot = k % S_;
-          op.bytes = swap_bytes_;
+          copy(out, StreamId::kH2D, OpKind::kSwapIn, "swap_in " + block(next), next, k % S_, swap_bytes_);
           record(out, StreamId::kH2D, "swap_in " + block(next), next);
         }
       }
@@ -377,10 +375,7 @@ class Compiler {
       record(out, StreamId::kHost, "adamw " + seg_name(s), layer);
       if (layer >= 0 && plan_.params_streamed(layer)) continue;  // uploaded ahead of its next use
       wait(out, StreamId::kH2D, "adamw " + seg_name(s), "wait cpu optimizer", layer);
-      Op& back = add(out, StreamId::kH2D, OpKind::kParamsBack, "params to device");
-      back.segment = s;
-      back.layer = layer;
-      back.bytes = seg_bytes(s, esize_);
+      copy(out, StreamId::kH2D, OpKind::kParamsBack, "params to device", layer, -1, seg_bytes(s, esize_), s);
       record(out, StreamId::kH2D, "params_back " + seg_name(s), layer);
     }
   }
