@@ -153,7 +153,7 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   return inv;
 }
 
-Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec spec) {
+Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec spec, ModelFactory model) {
   if (spec.plan.layers.empty()) spec.plan = resident_plan(spec.model.layers);
   if (spec.lm_chunk_rows <= 0) spec.lm_chunk_rows = gpt_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
   TT_TRY(spec.validate());
@@ -170,7 +170,7 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
     TT_LOG(WARN, MEM, "%d swapped blocks and %d swap slots: every swapped block stays in its slot, nothing is "
            "copied (swap more blocks than slots to save device memory)", ex->rings_.swap.size(),
            ex->spec_.plan.swap_slots());
-  TT_TRY(ex->allocate_and_bind());
+  TT_TRY(ex->allocate_and_bind(model));
   const GptConfig& cfg = ex->spec_.model;
   TT_LOG(INFO, EXEC, "GPT L%d d%d H%d T%d V%d: %lld parameters, device pool in use %s", cfg.layers, cfg.dim,
          cfg.heads, cfg.seq, cfg.vocab, static_cast<long long>(gpt_num_params(cfg)),
@@ -178,7 +178,7 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
   return ex;
 }
 
-Status Executor::allocate_and_bind() {
+Status Executor::allocate_and_bind(const ModelFactory& model) {
   // The setup pass: every allocation of the run, in order.
   for (const Op& op : schedule_.pass(Pass::kSetup)) {
     const InventoryEntry* found = inventory_.find(op.name);
@@ -266,7 +266,8 @@ Status Executor::allocate_and_bind() {
   }
   for (const TensorRequest& r : gpt_fixed_tensors(cfg, spec_.batch, spec_.compute, spec_.lm_chunk_rows))
     *t.slot(r.name) = dev(r.name);
-  gpt_ = std::make_unique<Gpt>(be_, cfg, spec_.batch, spec_.compute, std::move(t));
+  gpt_ = model ? model(be_, cfg, spec_.batch, spec_.compute, std::move(t))
+               : std::make_unique<Gpt>(be_, cfg, spec_.batch, spec_.compute, std::move(t));
   // The optimizer's state.
   OptimizerBuffers ob;
   ob.master = master_;

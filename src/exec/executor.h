@@ -48,7 +48,10 @@ class Executor : public GptHooks {
  public:
   // Every buffer a run of this spec takes, device and host, in allocation order.
   static Result<Inventory> inventory(const ExecSpec& spec);
-  static Result<std::unique_ptr<Executor>> create(Backend& backend, ExecSpec spec);
+  // model: makes the model over the tensors the executor placed (default: the GPT itself; a test passes a model
+  // with the GPT's tensors and kernels of its own).
+  using ModelFactory = std::function<std::unique_ptr<Gpt>(Backend&, const GptConfig&, int, DType, GptTensors)>;
+  static Result<std::unique_ptr<Executor>> create(Backend& backend, ExecSpec spec, ModelFactory model = {});
   ~Executor() override;
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -106,7 +109,7 @@ class Executor : public GptHooks {
 
  private:
   Executor(Backend& backend, ExecSpec spec) : be_(backend), spec_(std::move(spec)) {}
-  Status allocate_and_bind();
+  Status allocate_and_bind(const ModelFactory& model);
   void run_pass(Pass p, void (Executor::*model_part)());
   void model_forward();
   void model_backward();

@@ -140,6 +140,9 @@ class Gpt {
  public:
   // The tensors must match what the functions above request for (cfg, batch, compute); checked.
   Gpt(Backend& backend, const GptConfig& cfg, int batch, DType compute, GptTensors tensors);
+  // The passes and the pieces are virtual so that a test model with the same tensors can stand in for the GPT's
+  // kernels (tests/exec/executor_test.cc: the executor on its own).
+  virtual ~Gpt() = default;
 
   const GptConfig& config() const { return cfg_; }
   int batch() const { return batch_; }
@@ -160,21 +163,21 @@ class Gpt {
 
   // --- passes, enqueued on the compute stream, announcing their boundaries ---
   // Embedding (segment 0), the blocks (1 + l), the final LayerNorm (L + 1).
-  void forward_blocks(GptHooks& hooks);
+  virtual void forward_blocks(GptHooks& hooks);
   // LM head tied to wte, over chunks of rows (Note [LM head in chunks]): logits, probabilities and losses; with
   // with_backward the probabilities become dlogits in place, whose contributions go to d(lnf) and d(wte).
-  void lm_head(GptHooks& hooks, bool with_backward);
+  virtual void lm_head(GptHooks& hooks, bool with_backward);
   // From d(lnf) (the LM head's) down to the embedding: the final LayerNorm (L + 1), blocks L-1 .. 0, the embedding
   // (0). Gradients accumulate (+=): the executor zeroes them first.
-  void backward_blocks(GptHooks& hooks);
+  virtual void backward_blocks(GptHooks& hooks);
 
   // --- pieces of the forward the executor calls to rebuild what it did not keep ---
   // Block l's whole forward from its input (Note [recompute]); it rewrites res3 with the same bits.
-  void forward_block(GptHooks& hooks, int l);
+  virtual void forward_block(GptHooks& hooks, int l);
   // Note [rebuilt norms]: ln2 from res2, then ln1 from the block's input.
-  void rebuild_norms(GptHooks& hooks, int l);
+  virtual void rebuild_norms(GptHooks& hooks, int l);
   // Note [MLP half]: fch and fch_gelu from ln2 with the forward's kernel.
-  void rebuild_mlp(GptHooks& hooks, int l);
+  virtual void rebuild_mlp(GptHooks& hooks, int l);
   // logits [B*T, padded_vocab] of the last forward into out (tests and sampling).
   void compute_logits(const Tensor& out);
 

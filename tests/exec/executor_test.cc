@@ -4,7 +4,10 @@
 // - the memory the schedule says a run takes equals what the pools measured, per pool and tensor class, and the
 //   inventory is exactly what was allocated;
 // - the copies and waits run in the schedule's order, and copies overlap compute;
-// - every kind of wait in the schedule is needed: running the schedule without it gives other bits than in-core.
+// - every kind of wait in the schedule is needed: running the schedule without it gives other bits than in-core;
+// - against a stand-in model (FakeGpt: the GPT's tensors and boundaries, kernels of its own), every block reads back
+//   exactly the data its own forward of that pass wrote, under every plan, and a wait of the swap ring removed makes
+//   some block read another's; a model off the schedule is stopped.
 #include <algorithm>
 #include <memory>
 #include <cstring>
@@ -341,6 +344,194 @@ TEST(Executor, EveryKindOfWaitIsNeeded) {
     EXPECT_TRUE(run3(spec, c.delays) == want) << "the full schedule differs from in-core";
     EXPECT_FALSE(run3(spec, c.delays, without(c.stream, c.wait)) == want) << "the wait made no difference";
   }
+}
+
+
+// The executor against a stand-in model: the GPT's tensors and boundaries, kernels of its own with known times (each
+// takes the CPU backend's compute delay). The forward of block l writes a value of (block, pass) into every tensor
+// the block saves, wherever the executor placed it (its own set, a shared set, a swap slot); the backward of block l
+// sums the squares of each into a device scalar; rebuilds write the same value again. A block that reads another
+// block's data, or an earlier pass's, shows in its sums, whatever the GPT's arithmetic would have made of it.
+class FakeGpt : public Gpt {
+ public:
+  static constexpr int kEpochs = 3;  // passes are told apart modulo this
+  FakeGpt(Backend& be, const GptConfig& cfg, int batch, DType dt, GptTensors t, bool skip_a_block = false)
+      : Gpt(be, cfg, batch, dt, std::move(t)), be_(be), skip_(skip_a_block) {
+    const int64_t n = static_cast<int64_t>(batch) * cfg.seq * 4 * cfg.dim;  // the largest saved tensor
+    zero_ = std::move(be.pool().allocate({n}, DType::kF32, TensorClass::kWorkspace, "fake.zero")).value();
+    be.fill_zero(zero_, be.compute_stream());
+    for (int e = 0; e < kEpochs; ++e)
+      for (int l = 0; l < cfg.layers; ++l) {
+        Tensor v = std::move(be.pool().allocate({n}, DType::kF32, TensorClass::kWorkspace, "fake.value")).value();
+        std::vector<float> host(static_cast<size_t>(n), value(l, e));
+        be.copy_h2d(v, host.data(), be.compute_stream());
+        EXPECT_TRUE(be.compute_stream().synchronize().is_ok());
+        values_.push_back(v);
+      }
+    sums_ = std::move(be.pool().allocate({cfg.layers * kSaved}, DType::kF32, TensorClass::kWorkspace, "fake.sums"))
+                .value();
+  }
+  ~FakeGpt() override {
+    (void)be_.synchronize_all();
+    be_.pool().free(sums_);
+    for (auto it = values_.rbegin(); it != values_.rend(); ++it) be_.pool().free(*it);
+    be_.pool().free(zero_);
+  }
+  static float value(int l, int e) { return static_cast<float>(1 + l + 16 * e); }
+
+  void forward_blocks(GptHooks& h) override {
+    epoch_ = (epoch_ + 1) % kEpochs;
+    be_.fill_zero(sums_, be_.compute_stream());
+    const int L = config().layers;
+    for (int s = 0; s <= L + 1; ++s) {
+      if (skip_ && s == 2) continue;  // a model that leaves a block out
+      h.at(Boundary::kBeforeForward, s);
+      if (s >= 1 && s <= L) forward_block(h, s - 1);
+      h.at(Boundary::kAfterForward, s);
+    }
+  }
+  void lm_head(GptHooks& h, bool) override {
+    h.at(Boundary::kBeforeHead, 0);
+    h.at(Boundary::kAfterHead, 0);
+  }
+  void backward_blocks(GptHooks& h) override {
+    for (int s = config().layers + 1; s >= 0; --s) {
+      h.at(Boundary::kBeforeBackward, s);
+      if (s >= 1 && s <= config().layers) {
+        h.op("fake backward");
+        const std::vector<Tensor> saved = block(s - 1);
+        for (size_t i = 0; i < saved.size(); ++i)
+          be_.sum_squares(sums_.view((s - 1) * kSaved + static_cast<int64_t>(i), {1}), flat(saved[i]));
+      }
+      h.at(Boundary::kAfterBackward, s);
+    }
+  }
+  void forward_block(GptHooks& h, int l) override {
+    h.op("fake forward");
+    for (const Tensor& t : block(l)) write(t, l);
+  }
+  void rebuild_norms(GptHooks& h, int l) override {
+    h.op("fake rebuild norms");
+    const BlockActs& a = tensors().acts[static_cast<size_t>(l)];
+    for (const Tensor& t : {a.ln1, a.ln1_mean, a.ln1_rstd, a.ln2, a.ln2_mean, a.ln2_rstd}) write(t, l);
+  }
+  void rebuild_mlp(GptHooks& h, int l) override {
+    h.op("fake rebuild mlp");
+    const BlockActs& a = tensors().acts[static_cast<size_t>(l)];
+    for (const Tensor& t : {a.fch, a.fch_gelu}) write(t, l);
+  }
+
+  // After a training pass (synchronised): the blocks whose saved tensors did not hold their own value of this pass.
+  std::vector<std::string> wrong_blocks() {
+    const int L = config().layers;
+    std::vector<float> got(static_cast<size_t>(L * kSaved));
+    be_.copy_d2h(got.data(), sums_, be_.compute_stream());
+    EXPECT_TRUE(be_.compute_stream().synchronize().is_ok());
+    std::vector<std::string> wrong;
+    for (int l = 0; l < L; ++l) {
+      const std::vector<Tensor> saved = block(l);
+      for (size_t i = 0; i < saved.size(); ++i) {
+        const double v = value(l, epoch_);
+        const double want = static_cast<double>(saved[i].numel()) * v * v;
+        if (got[static_cast<size_t>(l) * kSaved + i] != static_cast<float>(want))
+          wrong.push_back("h." + std::to_string(l) + "." + std::to_string(i));
+      }
+    }
+    return wrong;
+  }
+
+ private:
+  static constexpr int kSaved = 13;  // a block's saved tensors and its output
+  std::vector<Tensor> block(int l) const {
+    const BlockActs& a = tensors().acts[static_cast<size_t>(l)];
+    return {a.ln1, a.ln1_mean, a.ln1_rstd, a.qkv, a.atty, a.lse, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, a.fch, a.fch_gelu, a.res3};
+  }
+  static Tensor flat(const Tensor& t) { return t.reshape({t.numel()}); }
+  void write(const Tensor& t, int l) {
+    const Tensor& v = values_[static_cast<size_t>(epoch_ * config().layers + l)];
+    be_.residual_forward(flat(t), v.view(0, {t.numel()}), zero_.view(0, {t.numel()}));
+  }
+  Backend& be_;
+  bool skip_;
+  int epoch_ = 0;
+  Tensor zero_, sums_;
+  std::vector<Tensor> values_;  // [epoch][layer]
+};
+
+struct FakeRun {
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<Executor> ex;
+  FakeGpt* model = nullptr;
+};
+FakeRun fake_run(const ExecSpec& spec, Delays d, bool skip_a_block = false) {
+  FakeRun r;
+  r.be = std::move(cpu::create_backend({.device_budget = int64_t(64) << 20, .threads = 1, .copy_delay_us = d.copy_us,
+                                        .compute_delay_us = d.compute_us, .host_delay_us = d.host_us}))
+             .value();
+  auto ex = Executor::create(*r.be, spec,
+                             [&r, skip_a_block](Backend& be, const GptConfig& c, int b, DType dt, GptTensors t) {
+                               auto m = std::make_unique<FakeGpt>(be, c, b, dt, std::move(t), skip_a_block);
+                               r.model = m.get();
+                               return m;
+                             });
+  EXPECT_TRUE(ex.is_ok()) << ex.status().to_string();
+  r.ex = std::move(ex).value();
+  feed(*r.ex, *r.be);
+  return r;
+}
+
+// Every block reads back exactly what its own forward of this pass wrote, under every plan, after evaluation
+// forwards too; and with a wait of the rings removed under the delay that exposes it, some block reads another's
+// data or an earlier pass's.
+TEST(ExecutorFakeModel, EveryBlockReadsBackItsOwnDataAndEachRingWaitIsNeeded) {
+  const Delays slow_kernels{2000, 0, 0}, slow_link{0, 15000, 0};
+  for (const char* plan : {"in-core", "recompute", "swap-activations", "swap-attention-recompute-mlp-norms", "mixed",
+                           "offload-all"}) {
+    for (const Delays& d : {slow_kernels, slow_link}) {
+      SCOPED_TRACE(std::string(plan) + (d.copy_us > 0 ? ", slow link" : ", slow kernels"));
+      FakeRun r = fake_run(make_spec(make_plan(plan, OptimizerPlacement::kCpu)), d);
+      for (int step = 0; step < 2; ++step) {
+        r.ex->forward();
+        r.ex->train_step(1e-3f);
+        EXPECT_EQ(r.model->wrong_blocks(), std::vector<std::string>{});
+      }
+    }
+  }
+  struct Case {
+    StreamId stream;
+    const char* wait;
+    Delays delays;
+  };
+  // Note [swap], with 4 swapped blocks in 2 slots.
+  const Case cases[] = {{StreamId::kCompute, "wait swap_in", slow_link},
+                        {StreamId::kCompute, "wait swap_out", slow_link},
+                        {StreamId::kD2H, "wait forward", slow_kernels},
+                        {StreamId::kH2D, "wait backward", slow_kernels}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(stream_name(c.stream)) + " " + c.wait);
+    FakeRun r = fake_run(make_spec(make_plan("swap-activations")), c.delays);
+    Schedule s = r.ex->schedule();
+    without(c.stream, c.wait)(s);
+    ASSERT_TRUE(r.ex->use_schedule(std::move(s)).is_ok());
+    size_t wrong = 0;
+    for (int step = 0; step < 2; ++step) {
+      r.ex->forward();
+      r.ex->train_step(1e-3f);
+      wrong += r.model->wrong_blocks().size();
+    }
+    EXPECT_GT(wrong, 0u) << "the wait made no difference";
+  }
+}
+
+// A model that does not reach the boundaries the schedule expects stops the run, naming where.
+TEST(ExecutorFakeModelDeathTest, AModelOffTheScheduleIsStopped) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        FakeRun r = fake_run(make_spec(make_plan("swap-activations")), {}, /*skip_a_block=*/true);
+        r.ex->train_step(1e-3f);
+      },
+      "where the schedule has");
 }
 
 }  // namespace
