@@ -10,6 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "exec/schedule.h"
 #include "temp_dir.h"
 
 namespace tt {
@@ -137,6 +140,34 @@ TEST(Cli, DryRunReportsTheNeedOfAPlan) {
   CliRun tight = run(small(data) + " --dry-run --plan recompute --device-budget 64KiB");
   EXPECT_EQ(tight.code, 1) << tight.out;
   EXPECT_HAS(tight.out, "of a 64.00 KiB budget (DOES NOT FIT)");
+}
+
+// --dry-run --schedule FILE writes the schedule the run would execute (docs/FORMATS.md); it reads back, validated,
+// and its memory is the dry run's figure. Without --dry-run the flag is a usage error.
+TEST(Cli, DryRunWritesTheSchedule) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  const std::string file = dir.file("schedule.json");
+  CliRun r = run(small(data) + " --dry-run --plan offload-all --speculative-update --layers 3 --schedule " + file);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_HAS(r.out, "schedule: ");
+  const nlohmann::json j = nlohmann::json::parse(slurp(file));
+  auto s = Schedule::from_json(j);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_EQ(s.value().spec.model.layers, 3);
+  EXPECT_TRUE(s.value().spec.speculate);
+  bool swaps = false, uploads = false, host_updates = false;
+  for (const Op& op : s.value().pass(Pass::kTrain)) {
+    swaps = swaps || op.kind == OpKind::kSwapOut;
+    uploads = uploads || op.kind == OpKind::kParamsIn;
+    host_updates = host_updates || op.kind == OpKind::kHostAdamW;
+  }
+  EXPECT_TRUE(swaps && uploads && host_updates);
+  EXPECT_EQ(j["memory_peak"]["device"]["peak_bytes"], j["inventory"]["device"]["total_bytes"]);
+  EXPECT_EQ(j["memory_peak"]["host"]["peak_bytes"], j["inventory"]["host"]["total_bytes"]);
+  CliRun no_dry = run(small(data) + " --steps 2 --schedule " + file);
+  EXPECT_EQ(no_dry.code, 2) << no_dry.out;
+  EXPECT_HAS(no_dry.out, "--schedule FILE is written by a dry run");
 }
 
 TEST(Cli, ConfigFileEnvAndFlagsWithOrigins) {
