@@ -1,6 +1,7 @@
 #include "exec/schedule.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,9 @@ constexpr const char* kOpKindNames[] = {"model",       "wait",      "record",   
 constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup", "prefetch"};
 constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
                                           "after_head",     "before_backward", "after_backward"};
+static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kInputTake) + 1, "a name for every OpKind");
+static_assert(std::size(kPassNames) == static_cast<size_t>(kNumPasses), "a name for every Pass");
+static_assert(std::size(kBoundaryNames) == static_cast<size_t>(Boundary::kAfterBackward) + 1, "a name per Boundary");
 }  // namespace
 
 const char* op_kind_name(OpKind k) { return kOpKindNames[static_cast<int>(k)]; }
