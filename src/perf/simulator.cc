@@ -1,0 +1,72 @@
+#include "perf/simulator.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace tt::perf {
+
+double RateCosts::seconds(const Op& op) const {
+  switch (op.kind) {
+    case OpKind::kWait:
+    case OpKind::kRecord:
+    case OpKind::kAlloc:
+    case OpKind::kInputFill:
+      return 0;
+    case OpKind::kSwapOut:
+    case OpKind::kGradsOut:
+    case OpKind::kNormOut:
+      return copy_latency_s + static_cast<double>(op.bytes) / d2h_bytes_per_s;
+    case OpKind::kSwapIn:
+    case OpKind::kParamsIn:
+    case OpKind::kParamsBack:
+    case OpKind::kInputIn:
+      return copy_latency_s + static_cast<double>(op.bytes) / h2d_bytes_per_s;
+    case OpKind::kHostAdamW:
+      return static_cast<double>(op.bytes) / host_bytes_per_s;
+    default:
+      return op_overhead_s + std::max(op.flops / flops_per_s, static_cast<double>(op.bytes) / device_bytes_per_s);
+  }
+}
+
+SimResult simulate(const Schedule& schedule, Pass pass, const CostModel& costs, int steps) {
+  const std::vector<Op>& ops = schedule.pass(pass);
+  std::vector<double> event_at(schedule.events.size(), -1.0);  // the last record issued so far; -1: none
+  double free_at[kNumStreams] = {};
+  double step_start = 0, last_end = 0;
+  SimResult r;
+  for (int step = 0; step < std::max(1, steps); ++step) {
+    const bool last = step == std::max(1, steps) - 1;
+    SimResult cur;
+    for (const Op& op : ops) {
+      if (op.speculative) continue;  // a step that speculates is the caller's guess; the replay assumes none
+      const int s = static_cast<int>(op.stream);
+      double& t = free_at[s];
+      t = std::max(t, step_start);  // nothing starts before it is issued
+      if (op.kind == OpKind::kWait) {
+        const double at = event_at[static_cast<size_t>(op.event)];
+        if (at > t) {
+          if (op.stream == StreamId::kCompute) {
+            cur.exposed_wait_seconds += at - t;
+            cur.waits[op.name] += at - t;
+          }
+          t = at;
+        }
+      } else if (op.kind == OpKind::kRecord) {
+        event_at[static_cast<size_t>(op.event)] = t;
+      } else {
+        const double d = costs.seconds(op);
+        t += d;
+        cur.busy_seconds[s] += d;
+      }
+    }
+    // The caller waits for the compute stream, then issues the next step.
+    const double end = free_at[static_cast<int>(StreamId::kCompute)];
+    cur.step_seconds = end - last_end;
+    last_end = end;
+    step_start = end;
+    if (last) r = cur;
+  }
+  return r;
+}
+
+}  // namespace tt::perf

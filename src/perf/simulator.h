@@ -1,0 +1,59 @@
+// perf/simulator: replays a schedule (exec/schedule.h) with a time for each operation, and predicts the time of a
+// pass run step after step, each stream's busy time and the compute stream's exposed waits. The first piece of the
+// performance model (issue 19); the operation times come from a CostModel, which calibration will fill per machine.
+//
+//   RateCosts costs;                     // rates of this machine (defaults: an H200's, docs/ARCHITECTURE.md)
+//   SimResult r = simulate(schedule, Pass::kTrain, costs);
+//   std::printf("%.1f ms a step, %.1f ms exposed\n", 1e3 * r.step_seconds, 1e3 * r.exposed_wait_seconds);
+//
+// Note [replaying a schedule]
+// Each stream runs its operations in order. A wait completes when the last record of its event issued before the
+// wait has run (CUDA's semantics, and the CPU backend's: a later record never releases an earlier wait); a wait on
+// an event never recorded before it is no wait. So one walk over the operations in issue order gives every start
+// time exactly: an operation starts when its stream is free and it has been issued; a wait moves its stream's clock
+// to the time of that record. The caller issues a step at once and waits for the compute stream at its end (the
+// trainer reads the losses), so step k is issued when the compute stream finished step k - 1; streams still busy
+// (the CPU optimizer's host updates, their copies back) carry on into it. The replay runs several steps and reports
+// the last, the steady state.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "exec/schedule.h"
+
+namespace tt::perf {
+
+// The time of one operation of a schedule.
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  virtual double seconds(const Op& op) const = 0;
+};
+
+// Times from rates: compute work takes the larger of its FLOPs over the compute rate and its bytes over the device
+// memory bandwidth, plus a fixed overhead an operation; copies their latency plus bytes over the link's bandwidth;
+// host work its bytes over the host's memory bandwidth. Waits, records, allocations and the host's draw of a batch
+// take no time.
+struct RateCosts final : CostModel {
+  double flops_per_s = 700e12;         // bf16 GEMMs at about 90% of the measured 8192^3 rate
+  double device_bytes_per_s = 3.0e12;  // HBM, read + write
+  double h2d_bytes_per_s = 53e9;       // pinned
+  double d2h_bytes_per_s = 55e9;
+  double copy_latency_s = 10e-6;
+  double host_bytes_per_s = 60e9;      // the host AdamW, all cores
+  double op_overhead_s = 5e-6;         // launch and small-op cost of each compute operation
+  double seconds(const Op& op) const override;
+};
+
+struct SimResult {
+  double step_seconds = 0;                    // the last step: from the end of the one before to its own end
+  double busy_seconds[kNumStreams] = {};      // each stream's work in the last step
+  double exposed_wait_seconds = 0;            // the compute stream waiting on other streams, in the last step
+  std::map<std::string, double> waits;        // the same by the waits' names
+};
+
+// Replays `pass` `steps` times back to back (Note [replaying a schedule]); steps >= 1.
+SimResult simulate(const Schedule& schedule, Pass pass, const CostModel& costs, int steps = 3);
+
+}  // namespace tt::perf

@@ -1,0 +1,118 @@
+// The schedule's replay (perf/simulator.h): a wait sees only the records issued before it, a step with nothing to
+// wait for takes the sum of its compute work, the compute stream's time is its work plus its waits, copies slower
+// than compute show as exposed waits, and the CPU optimizer's host work overlaps the next step.
+#include <gtest/gtest.h>
+
+#include "exec/executor.h"
+#include "perf/simulator.h"
+
+namespace tt::perf {
+namespace {
+
+const GptConfig kCfg{.vocab = 256, .layers = 6, .dim = 64, .heads = 4, .seq = 32};
+
+Schedule schedule_for(const std::string& plan_name, OptimizerPlacement opt = OptimizerPlacement::kDevice) {
+  ExecSpec spec;
+  spec.model = kCfg;
+  spec.batch = 4;
+  spec.plan = Plan::resolve(plan_name, kCfg.layers, 2).value();
+  if (!spec.plan.needs_cpu_optimizer()) spec.plan.optimizer = opt;
+  spec.lm_chunk_rows = gpt_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
+  const Schedule s = compile_schedule({spec.model, spec.batch, spec.compute, spec.plan, false, spec.lm_chunk_rows},
+                                      Executor::inventory(spec).value());
+  EXPECT_TRUE(s.validate().is_ok());
+  return s;
+}
+
+// The model's blocks take 1 ms each, everything else on the compute stream nothing; copies `copy` seconds each;
+// host work `host` seconds a segment.
+struct TestCosts final : CostModel {
+  double copy = 0, host = 0;
+  double seconds(const Op& op) const override {
+    switch (op.kind) {
+      case OpKind::kModel: return 1e-3;
+      case OpKind::kSwapOut: case OpKind::kSwapIn: case OpKind::kParamsIn: case OpKind::kParamsBack:
+      case OpKind::kGradsOut: case OpKind::kNormOut: case OpKind::kInputIn:
+        return copy;
+      case OpKind::kHostAdamW: return host;
+      default: return 0;
+    }
+  }
+};
+
+TEST(Simulator, AStepWithNothingToWaitForIsItsComputeWork) {
+  const Schedule s = schedule_for("in-core");
+  const RateCosts costs;
+  double compute = 0;
+  for (const Op& op : s.pass(Pass::kTrain))
+    if (op.stream == StreamId::kCompute) compute += costs.seconds(op);
+  const SimResult r = simulate(s, Pass::kTrain, costs);
+  EXPECT_NEAR(r.step_seconds, compute, 1e-12);
+  EXPECT_NEAR(r.busy_seconds[static_cast<int>(StreamId::kCompute)], compute, 1e-12);
+  EXPECT_EQ(r.exposed_wait_seconds, 0);
+  EXPECT_GT(compute, 0);
+}
+
+TEST(Simulator, SlowCopiesShowAsExposedWaits) {
+  const Schedule s = schedule_for("swap-activations");
+  TestCosts free_copies, slow_copies;
+  slow_copies.copy = 0.05;  // 50 blocks' worth of compute a copy
+  const SimResult fast = simulate(s, Pass::kTrain, free_copies);
+  const SimResult slow = simulate(s, Pass::kTrain, slow_copies);
+  const int c = static_cast<int>(StreamId::kCompute);
+  EXPECT_NEAR(fast.step_seconds, fast.busy_seconds[c], 1e-12);
+  EXPECT_EQ(fast.exposed_wait_seconds, 0);
+  // The compute stream's time is its work plus its waits; the slow copies are what it waits for.
+  EXPECT_NEAR(slow.step_seconds, slow.busy_seconds[c] + slow.exposed_wait_seconds, 1e-12);
+  EXPECT_GT(slow.exposed_wait_seconds, 0.05);
+  EXPECT_GT(slow.waits.at("wait swap_in"), 0);
+  // 4 of the 6 blocks leave their slots and come back: 8 copies of 50 ms, at most two at a time (d2h and h2d).
+  EXPECT_GE(slow.step_seconds, 4 * 0.05);
+  EXPECT_LE(slow.step_seconds, slow.busy_seconds[c] + 8 * 0.05 + 1e-9);
+}
+
+TEST(Simulator, AWaitSeesOnlyTheRecordsIssuedBeforeIt) {
+  Schedule s;
+  s.events = {"E", "F"};
+  std::vector<Op>& ops = s.passes[static_cast<int>(Pass::kTrain)];
+  auto op = [&](StreamId st, OpKind k, int event = -1) {
+    Op o;
+    o.stream = st;
+    o.kind = k;
+    o.event = event;
+    o.name = k == OpKind::kWait ? "wait" : "op";
+    ops.push_back(o);
+  };
+  op(StreamId::kCompute, OpKind::kWait, 1);  // F not recorded yet: no wait
+  op(StreamId::kH2D, OpKind::kSwapIn);       // 2 s
+  op(StreamId::kH2D, OpKind::kRecord, 0);    // E at 2
+  op(StreamId::kCompute, OpKind::kWait, 0);  // waits until 2
+  op(StreamId::kCompute, OpKind::kModel);    // 1 ms
+  op(StreamId::kH2D, OpKind::kSwapIn);       // 2 s more
+  op(StreamId::kH2D, OpKind::kRecord, 1);    // F at 4: the first wait, issued before, never sees it
+  TestCosts costs;
+  costs.copy = 2;
+  const SimResult one = simulate(s, Pass::kTrain, costs, 1);
+  EXPECT_NEAR(one.step_seconds, 2.001, 1e-12);
+  EXPECT_NEAR(one.exposed_wait_seconds, 2.0, 1e-12);
+  // Step 2 is issued at 2.001: its first wait sees step 1's F (at 4), its E comes at 6, its block ends at 6.001.
+  const SimResult two = simulate(s, Pass::kTrain, costs, 2);
+  EXPECT_NEAR(two.step_seconds, 6.001 - 2.001, 1e-12);
+  EXPECT_NEAR(two.exposed_wait_seconds, (4 - 2.001) + (6 - 4), 1e-12);
+}
+
+TEST(Simulator, TheCpuOptimizerOverlapsTheNextForward) {
+  const Schedule s = schedule_for("in-core", OptimizerPlacement::kCpu);
+  TestCosts costs;
+  costs.host = 1e-3;  // a segment's update: as long as a block
+  const SimResult r = simulate(s, Pass::kTrain, costs, 4);
+  const int c = static_cast<int>(StreamId::kCompute), h = static_cast<int>(StreamId::kHost);
+  EXPECT_NEAR(r.busy_seconds[h], 8 * 1e-3, 1e-12);  // 6 blocks, the embeddings, the final LayerNorm
+  // Without overlap a step would be its compute plus the whole update; the forward waits only for what it needs.
+  EXPECT_LT(r.step_seconds, r.busy_seconds[c] + r.busy_seconds[h] - 1e-3);
+  EXPECT_GT(r.step_seconds, r.busy_seconds[c]);
+  EXPECT_GT(r.waits.at("wait cpu optimizer"), 0);
+}
+
+}  // namespace
+}  // namespace tt::perf
