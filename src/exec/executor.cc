@@ -5,17 +5,11 @@
 #include "core/bf16.h"
 #include "core/log.h"
 #include "core/units.h"
-#include "memory/device_pool.h"
 
 namespace tt {
 namespace {
 
-Plan resident_plan(int layers) {
-  Plan p;
-  p.source = "in-core";
-  p.layers.assign(static_cast<size_t>(layers), LayerPlan{});
-  return p;
-}
+Plan resident_plan(int layers) { return Plan::resolve("in-core", layers, 2).value(); }
 
 }  // namespace
 
@@ -104,9 +98,7 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   if (plan.count(ActPlacement::kRecompute) > 0) add_block("recompute.", -1, kPartAll);
   if (any_mlp) add_block("recompute_mlp.", -1, kPartMlp);
   if (any_norms) add_block("recompute_norms.", -1, kPartNorms);
-  size_t swap_bytes = 0;
-  for (const TensorRequest& a : gpt_block_activations(cfg, spec.batch, dt, plan.swapped_parts()))
-    swap_bytes += memory::device_alloc_size(static_cast<size_t>(a.shape.numel()) * dtype_size(a.dtype));
+  const size_t swap_bytes = device_bytes_of(gpt_block_activations(cfg, spec.batch, dt, plan.swapped_parts()));
   for (int i = 0; i < rings.swap.slots; ++i)
     inv.add_device("swap.slot" + std::to_string(i), {static_cast<int64_t>(swap_bytes)}, DType::kU8, TC::kActivation);
   for (int l = 0; l < L; ++l) {
@@ -242,7 +234,7 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     for (const TensorRequest& a : gpt_block_activations(cfg, spec_.batch, spec_.compute, swapped)) {
       by_name_["swap" + std::to_string(i) + "." + a.name] =
           Tensor(static_cast<char*>(slot.raw()) + off, a.shape, a.dtype, a.cls, slot.device());
-      off += memory::device_alloc_size(static_cast<size_t>(a.shape.numel()) * dtype_size(a.dtype));
+      off += device_alloc_bytes(a.shape, a.dtype);
     }
   }
   swap_host_.assign(static_cast<size_t>(L), nullptr);

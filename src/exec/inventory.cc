@@ -8,6 +8,10 @@
 
 namespace tt {
 
+size_t device_alloc_bytes(const Shape& shape, DType dtype) {
+  return memory::device_alloc_size(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+}
+
 void Inventory::add_device(std::string name, Shape shape, DType dtype, TensorClass cls, int layer) {
   InventoryEntry e;
   e.name = std::move(name);
@@ -17,9 +21,10 @@ void Inventory::add_device(std::string name, Shape shape, DType dtype, TensorCla
   e.dtype = dtype;
   e.layer = layer;
   e.request = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  e.bytes = memory::device_alloc_size(e.request);
+  e.bytes = device_alloc_bytes(shape, dtype);
   totals_[kDevice] += static_cast<int64_t>(e.bytes);
   per_class_[kDevice][static_cast<int>(cls)] += static_cast<int64_t>(e.bytes);
+  index_[e.name] = entries_.size();
   entries_.push_back(std::move(e));
 }
 
@@ -33,6 +38,7 @@ void Inventory::add_host(std::string name, size_t bytes, TensorClass cls) {
   e.bytes = memory::host_alloc_size(bytes);
   totals_[kHost] += static_cast<int64_t>(e.bytes);
   per_class_[kHost][static_cast<int>(cls)] += static_cast<int64_t>(e.bytes);
+  index_[e.name] = entries_.size();
   entries_.push_back(std::move(e));
 }
 
@@ -48,13 +54,13 @@ void Inventory::add_backend_reserved(int64_t bytes) {
   reserved_ += bytes;
   totals_[kDevice] += bytes;
   per_class_[kDevice][static_cast<int>(TensorClass::kWorkspace)] += bytes;
+  index_[e.name] = entries_.size();
   entries_.push_back(std::move(e));
 }
 
 const InventoryEntry* Inventory::find(const std::string& name) const {
-  for (const InventoryEntry& e : entries_)
-    if (e.name == name) return &e;
-  return nullptr;
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 std::string Inventory::describe(Where w) const {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -17,6 +18,9 @@
 #include "core/tensor.h"
 
 namespace tt {
+
+// What the device pool takes for one tensor of this shape and dtype (its 256-byte alignment).
+size_t device_alloc_bytes(const Shape& shape, DType dtype);
 
 struct InventoryEntry {
   std::string name;
@@ -29,6 +33,15 @@ struct InventoryEntry {
   size_t bytes = 0;    // bytes the pool takes for it (its alignment)
   bool backend_owned = false;  // taken by the backend itself (add_backend_reserved), not by the executor
 };
+
+// Device bytes a set of tensors takes as the pool lays them out one after the other (each 256-byte aligned): a swap
+// slot's size for the tensors carved out of it.
+template <typename Requests>
+size_t device_bytes_of(const Requests& requests) {
+  size_t bytes = 0;
+  for (const auto& r : requests) bytes += device_alloc_bytes(r.shape, r.dtype);
+  return bytes;
+}
 
 class Inventory {
  public:
@@ -52,6 +65,7 @@ class Inventory {
 
  private:
   std::vector<InventoryEntry> entries_;
+  std::unordered_map<std::string, size_t> index_;  // name -> place in entries_
   int64_t totals_[2] = {0, 0};
   int64_t per_class_[2][kNumTensorClasses] = {};
   int64_t reserved_ = 0;

@@ -6,7 +6,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "memory/device_pool.h"
 
 namespace tt {
 
@@ -96,8 +95,8 @@ class Compiler {
     pstreamed_ = rings.params.order;
     Q_ = rings.params.slots;
     grads_ = rings.grads;
-    for (const TensorRequest& r : gpt_block_activations(cfg, spec.batch, spec.compute, plan_.swapped_parts()))
-      swap_bytes_ += static_cast<int64_t>(memory::device_alloc_size(static_cast<size_t>(r.shape.numel()) * dtype_size(r.dtype)));
+    swap_bytes_ =
+        static_cast<int64_t>(device_bytes_of(gpt_block_activations(cfg, spec.batch, spec.compute, plan_.swapped_parts())));
     esize_ = static_cast<int64_t>(dtype_size(spec.compute));
     msize_ = static_cast<int64_t>(dtype_size(master_dtype_for(spec.compute)));
     // FLOPs (multiply-adds count 2): a block's GEMMs 24 BT C^2 forward, twice that backward; causal attention
