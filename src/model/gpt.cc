@@ -370,6 +370,81 @@ void Gpt::backward_block(GptHooks& h, int l) {
   be_.layernorm_backward(t_.dresidual, g.ln1w, g.ln1b, t_.dln, x, w.ln1w, a.ln1_mean, a.ln1_rstd);
 }
 
+std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows,
+                                              GptPiece piece, int segment) {
+  const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads, Vp = cfg.padded_vocab(), BT = B * T;
+  const int L = cfg.layers;
+  std::vector<NamedKernelCall> r;
+  auto add = [&](const char* name, KernelOp op, std::array<int64_t, 4> dims) {
+    r.push_back({name, KernelCall{op, dt, dims}});
+  };
+  auto block_forward = [&] {
+    add("layernorm_forward", KernelOp::kLayernormForward, {BT, C});
+    add("matmul_forward qkv", KernelOp::kMatmulForward, {BT, 3 * C, C, 1});
+    add("attention_forward", KernelOp::kAttentionForward, {B, T, H, C / H});
+    add("matmul_forward attn.proj", KernelOp::kMatmulForward, {BT, C, C, 1});
+    add("residual_layernorm_forward", KernelOp::kResidualLayernormForward, {BT, C});
+    add("matmul_gelu_forward mlp.fc", KernelOp::kMatmulGeluForward, {BT, 4 * C, C});
+    add("matmul_forward mlp.proj", KernelOp::kMatmulForward, {BT, C, 4 * C, 1});
+    add("residual_forward", KernelOp::kResidualForward, {BT * C});
+  };
+  switch (piece) {
+    case GptPiece::kForward:
+      if (segment == 0) add("embedding_forward", KernelOp::kEmbeddingForward, {B, T, C, Vp});
+      else if (segment == L + 1) add("layernorm_forward", KernelOp::kLayernormForward, {BT, C});
+      else block_forward();
+      break;
+    case GptPiece::kRebuildBlock:
+      block_forward();
+      break;
+    case GptPiece::kRebuildNorms:
+      add("layernorm_forward ln2 (rebuild)", KernelOp::kLayernormForward, {BT, C});
+      add("layernorm_forward ln1 (rebuild)", KernelOp::kLayernormForward, {BT, C});
+      break;
+    case GptPiece::kRebuildMlp:
+      add("matmul_gelu_forward mlp.fc (recompute)", KernelOp::kMatmulGeluForward, {BT, 4 * C, C});
+      break;
+    case GptPiece::kHead:
+    case GptPiece::kHeadWithBackward: {
+      const bool train = piece == GptPiece::kHeadWithBackward;
+      const int64_t chunk = lm_chunk_rows > 0 ? std::min(lm_chunk_rows, BT) : gpt_default_lm_chunk_rows(cfg, batch, dt);
+      if (train) add("zero_scratch", KernelOp::kFillZero, {BT * C});
+      for (int64_t r0 = 0; r0 < BT; r0 += chunk) {
+        const int64_t n = std::min(chunk, BT - r0);
+        add("matmul_forward lm_head", KernelOp::kMatmulForward, {n, Vp, C, 0});
+        if (!train) {
+          add("softmax_xent_forward", KernelOp::kSoftmaxXentForward, {n, Vp});
+          continue;
+        }
+        add("softmax_xent_fused", KernelOp::kSoftmaxXentFused, {n, Vp});
+        add("matmul_backward lm_head", KernelOp::kMatmulBackward, {n, Vp, C, 0});
+      }
+      break;
+    }
+    case GptPiece::kBackward:
+      if (segment == 0) {
+        add("embedding_backward", KernelOp::kEmbeddingBackward, {B, T, C, Vp});
+      } else if (segment == L + 1) {
+        add("zero_scratch", KernelOp::kFillZero, {BT * C});
+        add("layernorm_backward", KernelOp::kLayernormBackward, {BT, C});
+      } else {
+        add("matmul_backward_gelu mlp.proj", KernelOp::kMatmulBackwardGelu, {BT, C, 4 * C});
+        add("zero_scratch", KernelOp::kFillZero, {BT * C});
+        add("matmul_backward mlp.fc", KernelOp::kMatmulBackward, {BT, 4 * C, C, 1});
+        add("layernorm_backward", KernelOp::kLayernormBackward, {BT, C});
+        add("zero_scratch", KernelOp::kFillZero, {BT * C});
+        add("matmul_backward attn.proj", KernelOp::kMatmulBackward, {BT, C, C, 1});
+        add("zero_scratch", KernelOp::kFillZero, {BT * 3 * C});
+        add("attention_backward", KernelOp::kAttentionBackward, {B, T, H, C / H});
+        add("zero_scratch", KernelOp::kFillZero, {BT * C});
+        add("matmul_backward qkv", KernelOp::kMatmulBackward, {BT, 3 * C, C, 1});
+        add("layernorm_backward", KernelOp::kLayernormBackward, {BT, C});
+      }
+      break;
+  }
+  return r;
+}
+
 // Note [parallel init]
 // The flat parameter buffer is cut into chunks of kInitChunk elements; chunk k draws its normals, in order, from a
 // generator of its own, seeded from (seed, k). Every element's value is thus a function of the seed and its flat

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/kernel_call.h"
 
 namespace tt {
 
@@ -135,6 +136,27 @@ class GptHooks {
   virtual void at(Boundary b, int segment) = 0;
   virtual void op(const char* name) { (void)name; }
 };
+
+// Note [kernel calls]
+// The backend calls of one piece of a pass, in the order the model enqueues them, each with the name it announces
+// through GptHooks::op: what the performance model prices (perf/profile.h) and the calibration times. A test runs
+// the model and checks the names and their order against these lists, so they cannot drift from the passes.
+enum class GptPiece {
+  kForward,           // segment s's forward (0: embedding, 1 + l: block l, L + 1: final LayerNorm)
+  kBackward,          // segment s's backward
+  kHead,              // the LM head, evaluating (losses only)
+  kHeadWithBackward,  // the LM head, training
+  kRebuildBlock,      // Note [recompute]: block `segment - 1`'s forward again
+  kRebuildNorms,      // Note [rebuilt norms]
+  kRebuildMlp,        // Note [MLP half]
+};
+struct NamedKernelCall {
+  std::string name;
+  KernelCall call;
+};
+// lm_chunk_rows: as the run's logits buffer (0: the model's default).
+std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
+                                              GptPiece piece, int segment);
 
 class Gpt {
  public:

@@ -1,0 +1,94 @@
+#include "backend/kernel_call.h"
+
+
+namespace tt {
+
+namespace {
+constexpr const char* kNames[kNumKernelOps] = {
+    "embedding_forward",   "embedding_backward",  "layernorm_forward",    "layernorm_backward",
+    "residual_layernorm_forward", "matmul_forward", "matmul_backward",   "matmul_gelu_forward",
+    "matmul_backward_gelu", "attention_forward",  "attention_backward",   "softmax_xent_forward",
+    "softmax_xent_fused",  "residual_forward",    "fill_zero",            "convert",
+    "sum_squares",         "adamw_update",        "copy_d2d",
+};
+static_assert(static_cast<int>(KernelOp::kCopyD2D) + 1 == kNumKernelOps);
+}  // namespace
+
+const char* kernel_op_name(KernelOp op) { return kNames[static_cast<int>(op)]; }
+
+Result<KernelOp> parse_kernel_op(const std::string& name) {
+  for (int i = 0; i < kNumKernelOps; ++i)
+    if (name == kNames[i]) return static_cast<KernelOp>(i);
+  return make_status(StatusCode::kInvalidArgument, "unknown kernel op '%s'", name.c_str());
+}
+
+bool KernelCall::compute_bound() const {
+  switch (op) {
+    case KernelOp::kMatmulForward:
+    case KernelOp::kMatmulBackward:
+    case KernelOp::kMatmulGeluForward:
+    case KernelOp::kMatmulBackwardGelu:
+    case KernelOp::kAttentionForward:
+    case KernelOp::kAttentionBackward:
+      return true;
+    default:
+      return false;
+  }
+}
+
+double KernelCall::flops() const {
+  const double a = static_cast<double>(dims[0]), b = static_cast<double>(dims[1]), c = static_cast<double>(dims[2]),
+               d = static_cast<double>(dims[3]);
+  switch (op) {
+    case KernelOp::kMatmulForward:
+    case KernelOp::kMatmulGeluForward:
+      return 2 * a * b * c;
+    case KernelOp::kMatmulBackward:
+    case KernelOp::kMatmulBackwardGelu:
+      return 4 * a * b * c;
+    case KernelOp::kAttentionForward:
+      // QK^T and PV over the causal half: 2 * (2 B H T^2 hs) / 2.
+      return 2 * a * b * b * c * d;
+    case KernelOp::kAttentionBackward:
+      // The scores rebuilt, then dV, dP, dQ, dK: five products over the causal half.
+      return 5 * a * b * b * c * d;
+    default:
+      return bytes() / 4;  // element-wise work: about one operation per element
+  }
+}
+
+double KernelCall::bytes() const {
+  const double e = static_cast<double>(dtype_size(dtype));
+  const double a = static_cast<double>(dims[0]), b = static_cast<double>(dims[1]), c = static_cast<double>(dims[2]),
+               d = static_cast<double>(dims[3]);
+  switch (op) {
+    case KernelOp::kEmbeddingForward: return a * b * c * e;                 // the output, and as many rows read
+    case KernelOp::kEmbeddingBackward: return 2 * a * b * c * e;
+    case KernelOp::kLayernormForward: return 2 * a * b * e;
+    case KernelOp::kLayernormBackward: return 4 * a * b * e;
+    case KernelOp::kResidualLayernormForward: return 4 * a * b * e;
+    case KernelOp::kMatmulForward:
+    case KernelOp::kMatmulGeluForward: return (a * c + b * c + a * b) * e;
+    case KernelOp::kMatmulBackward:
+    case KernelOp::kMatmulBackwardGelu: return 2 * (a * c + b * c + a * b) * e;
+    case KernelOp::kAttentionForward: return 4 * a * b * c * d * e;        // qkv in, out
+    case KernelOp::kAttentionBackward: return 8 * a * b * c * d * e;
+    case KernelOp::kSoftmaxXentForward:
+    case KernelOp::kSoftmaxXentFused: return 2 * a * b * e;
+    case KernelOp::kResidualForward: return 3 * a * e;
+    case KernelOp::kFillZero: return a * e;
+    case KernelOp::kConvert: return a * (4 + e);
+    case KernelOp::kSumSquares: return a * e;
+    case KernelOp::kAdamWUpdate: return a * 4 * 7;                         // param, grad, m, v read; three written
+    case KernelOp::kCopyD2D: return 2 * a * e;
+  }
+  return 0;
+}
+
+std::string KernelCall::describe() const {
+  return str_format("%s %s [%lld, %lld, %lld, %lld]", kernel_op_name(op), dtype_name(dtype),
+                    static_cast<long long>(dims[0]), static_cast<long long>(dims[1]),
+                    static_cast<long long>(dims[2]), static_cast<long long>(dims[3]));
+}
+
+}  // namespace tt

@@ -1,0 +1,150 @@
+// Note [kernel calls] (model/gpt.h): the GPT's own passes, run by the executor on the CPU backend under plans that
+// recompute, rebuild and swap, announce exactly the kernels gpt_kernel_calls lists for each piece, in order.
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "exec/executor.h"
+
+namespace tt {
+namespace {
+
+// One piece of a pass as the model ran it: where it started and the kernels it announced.
+struct Group {
+  GptPiece piece;
+  int segment;
+  bool is_after = false;  // after a boundary: nothing should run until the next one
+  std::vector<std::string> names;
+};
+
+// Forwards every boundary and op to the executor's hooks and records them in groups.
+class Recorder final : public GptHooks {
+ public:
+  Recorder(GptHooks& inner, std::vector<Group>& groups, bool training) : in_(inner), g_(groups), train_(training) {}
+  void at(Boundary b, int segment) override {
+    in_.at(b, segment);  // the executor may rebuild here: those groups come first
+    Group g{GptPiece::kForward, segment, false, {}};
+    switch (b) {
+      case Boundary::kBeforeForward: g.piece = GptPiece::kForward; break;
+      case Boundary::kBeforeBackward: g.piece = GptPiece::kBackward; break;
+      case Boundary::kBeforeHead: g.piece = train_ ? GptPiece::kHeadWithBackward : GptPiece::kHead; break;
+      default: g.is_after = true;
+    }
+    g_.push_back(g);
+  }
+  void op(const char* name) override {
+    in_.op(name);
+    g_.back().names.push_back(name);
+  }
+
+ private:
+  GptHooks& in_;
+  std::vector<Group>& g_;
+  bool train_;
+};
+
+class RecordingGpt final : public Gpt {
+ public:
+  using Gpt::Gpt;
+  std::vector<Group> groups;
+  bool training = false;
+  void forward_blocks(GptHooks& h) override {
+    Recorder r(h, groups, training);
+    in_forward_ = true;
+    Gpt::forward_blocks(r);
+    in_forward_ = false;
+  }
+  void lm_head(GptHooks& h, bool with_backward) override {
+    Recorder r(h, groups, with_backward);
+    Gpt::lm_head(r, with_backward);
+  }
+  void backward_blocks(GptHooks& h) override {
+    Recorder r(h, groups, true);
+    Gpt::backward_blocks(r);
+  }
+  void forward_block(GptHooks& h, int l) override {
+    if (!in_forward_) return piece(h, GptPiece::kRebuildBlock, l, [&](GptHooks& r) { Gpt::forward_block(r, l); });
+    Gpt::forward_block(h, l);
+  }
+  void rebuild_norms(GptHooks& h, int l) override {
+    piece(h, GptPiece::kRebuildNorms, l, [&](GptHooks& r) { Gpt::rebuild_norms(r, l); });
+  }
+  void rebuild_mlp(GptHooks& h, int l) override {
+    piece(h, GptPiece::kRebuildMlp, l, [&](GptHooks& r) { Gpt::rebuild_mlp(r, l); });
+  }
+ private:
+  bool in_forward_ = false;
+  template <typename F>
+  void piece(GptHooks& h, GptPiece p, int l, F run) {
+    groups.push_back({p, 1 + l, false, {}});
+    Recorder r(h, groups, true);
+    run(r);
+  }
+};
+
+TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
+  const GptConfig cfg{.vocab = 200, .layers = 3, .dim = 32, .heads = 4, .seq = 16};
+  const int batch = 3;
+  for (const char* plan_name : {"in-core", "recompute", "swap-attention-recompute-mlp-norms"}) {
+    SCOPED_TRACE(plan_name);
+    auto be = cpu::create_backend({.device_budget = int64_t(64) << 20, .threads = 1}).value();
+    ExecSpec spec;
+    spec.model = cfg;
+    spec.batch = batch;
+    spec.plan = Plan::resolve(plan_name, cfg.layers, 2).value();
+    spec.lm_chunk_rows = 20;  // three chunks of 48 rows, the last one short
+    RecordingGpt* model = nullptr;
+    auto ex = Executor::create(*be, spec, [&](Backend& b, const GptConfig& c, int n, DType dt, GptTensors t) {
+      auto m = std::make_unique<RecordingGpt>(b, c, n, dt, std::move(t));
+      model = m.get();
+      return m;
+    });
+    ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+    ASSERT_TRUE(ex.value()->init_params(1).is_ok());
+    std::vector<int32_t> tokens(static_cast<size_t>(batch * cfg.seq), 7);
+    be->copy_h2d(ex.value()->tokens(), tokens.data(), be->compute_stream());
+    be->copy_h2d(ex.value()->targets(), tokens.data(), be->compute_stream());
+    ASSERT_TRUE(be->synchronize_all().is_ok());
+    ex.value()->forward();           // evaluation: the head without its backward
+    model->training = true;
+    ex.value()->forward_backward();  // training: rebuilds in the backward
+    ASSERT_TRUE(be->synchronize_all().is_ok());
+
+    int pieces = 0, rebuilds = 0;
+    for (const Group& g : model->groups) {
+      if (g.is_after) {
+        EXPECT_EQ(g.names, std::vector<std::string>{}) << "kernels after a boundary, before the next";
+        continue;
+      }
+      std::vector<std::string> want;
+      for (const NamedKernelCall& k : gpt_kernel_calls(cfg, batch, DType::kF32, spec.lm_chunk_rows, g.piece, g.segment))
+        want.push_back(k.name);
+      EXPECT_EQ(g.names, want) << "piece " << static_cast<int>(g.piece) << " of segment " << g.segment;
+      ++pieces;
+      rebuilds += g.piece == GptPiece::kRebuildBlock || g.piece == GptPiece::kRebuildNorms ||
+                  g.piece == GptPiece::kRebuildMlp;
+    }
+    // Two forwards of L + 2 segments, two heads, one backward of L + 2 segments, and the plan's rebuilds.
+    EXPECT_EQ(pieces - rebuilds, 3 * (cfg.layers + 2) + 2);
+    if (std::string(plan_name) != "in-core") {
+      EXPECT_GT(rebuilds, 0);
+    }
+  }
+}
+
+// The listed shapes are the model's: the FLOPs of a block's forward are 24 B T C^2 for its GEMMs plus its
+// attention's, as the schedule counts them.
+TEST(GptKernelCalls, ABlocksFlopsAreItsGemmsAndAttention) {
+  const GptConfig cfg{.vocab = 256, .layers = 2, .dim = 64, .heads = 4, .seq = 32};
+  const int B = 2;
+  double gemm = 0, attn = 0;
+  for (const NamedKernelCall& k : gpt_kernel_calls(cfg, B, DType::kBF16, 0, GptPiece::kForward, 1)) {
+    if (k.call.op == KernelOp::kAttentionForward) attn += k.call.flops();
+    else if (k.call.compute_bound()) gemm += k.call.flops();
+  }
+  const double BT = B * cfg.seq, C = cfg.dim;
+  EXPECT_DOUBLE_EQ(gemm, 24 * BT * C * C);
+  EXPECT_DOUBLE_EQ(attn, 2.0 * B * cfg.seq * cfg.seq * C);
+}
+
+}  // namespace
+}  // namespace tt
