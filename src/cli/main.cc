@@ -1,5 +1,5 @@
-// cli/main: the `tiertrain` program. Subcommands: `train`. Every knob of the config registry is a flag of `train`;
-// `tiertrain --print-config` (or `tiertrain train ... --print-config`) prints every knob, its value and its origin.
+// cli/main: the `tiertrain` program. Subcommands: `train`, `plan`, `calibrate`, `launch`, `comm-bench`. Every knob
+// of the config registry is a flag of `train`, `plan` and `calibrate`; `tiertrain --print-config` (or `tiertrain train ... --print-config`) prints every knob, its value and its origin.
 //
 // Exit codes: 0 success, 1 a run failed (bad data, checkpoint, out of memory), 2 bad usage (unknown flag, bad value).
 #include <cstdio>
@@ -15,6 +15,7 @@
 #include "comm/bench.h"
 #include "comm/comm.h"
 #include "comm/launch.h"
+#include "cli/perf_commands.h"
 #include "exec/train_config.h"
 #include "exec/trainer.h"
 
@@ -66,6 +67,24 @@ int main(int argc, char** argv) {
                     "with --dry-run: write the compiled schedule (every pass's operations per stream, with bytes, "
                     "FLOPs and events) and the memory inventory to this JSON file (docs/FORMATS.md)");
 
+  CLI::App* calibrate = app.add_subcommand(
+      "calibrate", "measure this machine for the performance model (kernels of the configured model and its plans, host "
+                   "links, host AdamW) and cache the profile; takes the train command's flags");
+  tt::cli::CalibrateCommand calibrate_cmd;
+  calibrate->add_option("--out", calibrate_cmd.out,
+                        "write the profile here as well (default: only $XDG_CACHE_HOME/tiertrain/profile-<machine>.json)");
+  CLI::App* plan = app.add_subcommand(
+      "plan", "predict every plan of the configured run on this machine (fits, memory, ms/step, exposed copies); "
+              "takes the train command's flags; calibrates on first use");
+  tt::cli::PlanCommand plan_cmd;
+  plan->add_option("--machine-profile", plan_cmd.profile, "read this machine profile (tiertrain calibrate --out) instead of the cache");
+  plan->add_option("--measure", plan_cmd.measure_steps,
+                   "also train each plan that fits for this many steps (after one warm-up step) and print the "
+                   "measured step time beside the prediction")
+      ->check(CLI::Range(0, 100000));
+  plan->add_option("--plans", plan_cmd.plans,
+                   "only these rows: a comma-separated list of shortcuts, or shortcut/device, shortcut/cpu");
+
   CLI::App* launch = app.add_subcommand(
       "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core|share] -- CMD [ARGS...]; each gets "
                 "RANK, WORLD_SIZE, LOCAL_RANK and TIERTRAIN_COMM_ID; when a rank fails the others are stopped");
@@ -111,22 +130,30 @@ int main(int argc, char** argv) {
   bench->add_flag("--stream", bench_opt.stream,
                   "nccl: queue the timed calls on a stream and wait once per size, as nccl-tests does");
 
+  // Every knob is a flag of train, plan and calibrate (only the parsed subcommand's options are filled).
   std::map<std::string, std::vector<std::string>> raw;
-  std::map<std::string, CLI::Option*> opts;
-  for (const tt::Knob& k : cfg.knobs()) {
-    CLI::Option* o = train->add_option(tt::Config::flag_name(k.spec.name), raw[k.spec.name],
+  std::map<std::string, std::vector<CLI::Option*>> opts;
+  for (CLI::App* sub : {train, plan, calibrate}) {
+    for (const tt::Knob& k : cfg.knobs()) {
+      CLI::Option* o = sub->add_option(tt::Config::flag_name(k.spec.name), raw[k.spec.name],
                                        k.spec.help + " [default: " +
                                            (k.spec.default_value.empty() ? "none" : k.spec.default_value) + "]");
-    o->type_name(type_hint(k.spec.type));
-    o->group(k.spec.group);
-    if (k.spec.implicit_value.empty()) {
-      o->expected(1);
-    } else {
-      o->expected(0, 1);
+      o->type_name(type_hint(k.spec.type));
+      o->group(k.spec.group);
+      if (k.spec.implicit_value.empty()) {
+        o->expected(1);
+      } else {
+        o->expected(0, 1);
+      }
+      o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      opts[k.spec.name].push_back(o);
     }
-    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    opts[k.spec.name] = o;
   }
+  auto given = [&](const std::string& name) {
+    size_t n = 0;
+    for (CLI::Option* o : opts[name]) n += o->count();
+    return n;
+  };
 
   // `launch ... -- CMD ...`: the command after "--" is not ours to parse (CLI11 would take it as positionals).
   std::vector<std::string> launch_tail;
@@ -149,15 +176,15 @@ int main(int argc, char** argv) {
 
   // Resolve in priority order: file, environment, flags.
   std::string config_file;
-  if (opts["config"]->count() > 0 && !raw["config"].empty()) config_file = raw["config"].back();
+  if (given("config") > 0 && !raw["config"].empty()) config_file = raw["config"].back();
   else if (const char* env = std::getenv("TIERTRAIN_CONFIG")) config_file = env;
   if (!config_file.empty()) {
     if (tt::Status s = cfg.load_file(config_file); !s.is_ok()) return report(s);
   }
   cfg.also_in_env(tt::comm::environment_variables());
   if (tt::Status s = cfg.load_env(environ); !s.is_ok()) return report(s);
-  for (const auto& [name, opt] : opts) {
-    if (opt->count() == 0) continue;
+  for (const auto& [name, unused] : opts) {
+    if (given(name) == 0) continue;
     const tt::KnobSpec& spec = cfg.spec(name);
     const std::vector<std::string>& values = raw[name];
     // A bare `--resume` reaches us as no value or an empty one: it means the implicit value.
@@ -206,13 +233,15 @@ int main(int argc, char** argv) {
     std::fputs(cfg.describe().c_str(), stdout);
     return 0;
   }
-  if (!train->parsed()) {
+  if (!train->parsed() && !plan->parsed() && !calibrate->parsed()) {
     std::fputs(app.help().c_str(), stdout);
     return kExitUsage;
   }
 
   auto tc = tt::train_config_from(cfg);
   if (!tc.is_ok()) return report(tc.status());
+  if (plan->parsed()) return tt::cli::run_plan(tc.value(), plan_cmd, stdout);
+  if (calibrate->parsed()) return tt::cli::run_calibrate(tc.value(), calibrate_cmd, stdout);
   tc.value().dry_run = dry_run;
   tc.value().schedule_out = schedule_out;
   if (!schedule_out.empty() && !dry_run) {

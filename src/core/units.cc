@@ -66,4 +66,11 @@ std::string format_bytes(int64_t bytes) {
   return str_format("%.2f %s", v, units[u]);
 }
 
+std::string format_count(double n) {
+  if (n >= 1e9) return str_format("%.2fG", n / 1e9);
+  if (n >= 1e6) return str_format("%.2fM", n / 1e6);
+  if (n >= 1e3) return str_format("%.1fk", n / 1e3);
+  return str_format("%.0f", n);
+}
+
 }  // namespace tt

@@ -15,4 +15,7 @@ Result<int64_t> parse_bytes(const std::string& text);
 // "1.50 GiB", "512.00 MiB", "1023 B".
 std::string format_bytes(int64_t bytes);
 
+// A count or rate in short: "1.23M", "412.5k", "950".
+std::string format_count(double n);
+
 }  // namespace tt

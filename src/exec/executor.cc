@@ -145,6 +145,11 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   return inv;
 }
 
+ScheduleSpec ExecSpec::schedule_spec() const {
+  return {model, batch, compute, plan, hyper.speculate,
+          lm_chunk_rows > 0 ? lm_chunk_rows : gpt_default_lm_chunk_rows(model, batch, compute), input_staging_slots};
+}
+
 Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec spec, ModelFactory model) {
   if (spec.plan.layers.empty()) spec.plan = resident_plan(spec.model.layers);
   if (spec.lm_chunk_rows <= 0) spec.lm_chunk_rows = gpt_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
@@ -152,10 +157,7 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
   std::unique_ptr<Executor> ex(new Executor(backend, std::move(spec)));
   TT_ASSIGN_OR_RETURN(ex->inventory_, inventory(ex->spec_));
   ex->rings_ = ring_layout(ex->spec_.plan);
-  ex->schedule_ = compile_schedule({ex->spec_.model, ex->spec_.batch, ex->spec_.compute, ex->spec_.plan,
-                                    ex->spec_.hyper.speculate, ex->spec_.lm_chunk_rows,
-                                    ex->spec_.input_staging_slots},
-                                   ex->inventory_);
+  ex->schedule_ = compile_schedule(ex->spec_.schedule_spec(), ex->inventory_);
   TT_TRY(ex->schedule_.validate());
   for (size_t i = 0; i < ex->schedule_.events.size(); ++i) ex->events_.push_back(backend.create_event());
   if (ex->rings_.swap.size() > 0 && ex->rings_.swap.size() <= ex->spec_.plan.swap_slots())

@@ -38,6 +38,9 @@ struct ExecSpec {
   int64_t lm_chunk_rows = 0;   // 0: the model's default
   int input_staging_slots = 0; // pinned host slots for the trainer's next batches (Note [input staging])
 
+  // What compile_schedule needs of it (the model's default LM chunk when lm_chunk_rows is 0).
+  ScheduleSpec schedule_spec() const;
+
   // What the model and the plan require of each other, before anything is built: the plan's layers, the CPU
   // optimizer's f32 master, what needs the CPU optimizer, at least two slots per ring, swapped blocks that agree on
   // their parts.

@@ -25,12 +25,6 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::string tokens_rate(double tps) {
-  if (tps >= 1e6) return str_format("%.2fM", tps / 1e6);
-  if (tps >= 1e3) return str_format("%.1fk", tps / 1e3);
-  return str_format("%.0f", tps);
-}
-
 // Writes j to path through a temporary file renamed over it, so that a reader never sees half a file.
 Status write_json_atomically(const std::string& path, const nlohmann::json& j) {
   const std::string tmp = path + ".tmp";
@@ -160,11 +154,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
              format_bytes(host_need).c_str(), r.probe.device_memory ? "pinned" : "host",
              format_bytes(r.host_ram).c_str(), r.fits_host ? "fits" : "DOES NOT FIT");
     if (!cfg.schedule_out.empty()) {
-      const Schedule sched = compile_schedule({r.exec.model, r.exec.batch, r.exec.compute, r.exec.plan,
-                                               r.exec.hyper.speculate,
-                                               gpt_default_lm_chunk_rows(r.exec.model, r.exec.batch, r.exec.compute),
-                                               r.exec.input_staging_slots},
-                                              r.inventory);
+      const Schedule sched = compile_schedule(r.exec.schedule_spec(), r.inventory);
       nlohmann::json j = sched.to_json();
       j["inventory"] = r.inventory.to_json();
       TT_TRY(write_json_atomically(cfg.schedule_out, j));
@@ -382,7 +372,7 @@ Result<TrainSummary> Trainer::run() {
     if (step_ % cfg_.log_every == 0 || last || history_.size() == 1) {
       print("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s | %.1f ms/step | dev peak %s\n",
             static_cast<long long>(step_), static_cast<long long>(cfg_.steps), rec.loss, rec.lr, rec.grad_norm,
-            tokens_rate(rec.tokens_per_s).c_str(), rec.ms,
+            format_count(rec.tokens_per_s).c_str(), rec.ms,
             format_bytes(static_cast<int64_t>(backend_->pool().peak_in_use())).c_str());
     }
     if (cfg_.eval_every > 0 && (step_ % cfg_.eval_every == 0 || last)) {
@@ -412,7 +402,7 @@ Result<TrainSummary> Trainer::run() {
         static_cast<long long>(summary.last_step), summary.wall_s, summary.first_loss, summary.last_loss);
   if (summary.last_val_loss >= 0) print(" | val loss %.4f", summary.last_val_loss);
   print(" | median %s tok/s, %.1f ms/step | device peak %s of %s budget\n",
-        tokens_rate(summary.median_tokens_per_s).c_str(), summary.median_ms,
+        format_count(summary.median_tokens_per_s).c_str(), summary.median_ms,
         format_bytes(summary.device_peak_bytes).c_str(),
         format_bytes(static_cast<int64_t>(backend_->pool().budget())).c_str());
   TT_TRY(profiler_->flush());

@@ -1,0 +1,135 @@
+#include "cli/perf_commands.h"
+
+#include "core/units.h"
+#include "data/dataset.h"
+#include "perf/planner.h"
+
+namespace tt::cli {
+
+namespace {
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "tiertrain: error: %s\n", s.message().c_str());
+  return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+// The configuration with the vocabulary of its data (the model's size depends on it).
+Result<TrainConfig> with_vocab(const TrainConfig& cfg) {
+  TrainConfig c = cfg;
+  TT_ASSIGN_OR_RETURN(data::TokenDataset ds, data::TokenDataset::load(c.data, c.val_fraction));
+  c.model.vocab = ds.vocab();
+  return c;
+}
+
+void describe_run(const TrainConfig& c, const perf::PlanRow& r, const std::string& profile, FILE* out) {
+  std::fprintf(out, "GPT L%d d%d H%d T%d vocab %d, %s parameters, batch %d, %s on %s, budget %s%s\n", c.model.layers,
+               c.model.dim, c.model.heads, c.model.seq, c.model.vocab,
+               format_count(static_cast<double>(gpt_num_params(c.model))).c_str(), c.batch,
+               dtype_name(r.run.exec.compute), r.run.probe.device.c_str(), format_bytes(r.run.budget).c_str(),
+               r.run.budget_auto ? " (automatic: the in-core need + 5%, at most the free memory)" : "");
+  std::fprintf(out, "profile: %s\n", profile.c_str());
+}
+
+}  // namespace
+
+int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out) {
+  auto c = with_vocab(cfg);
+  if (!c.is_ok()) return fail(c.status());
+  auto rows = perf::plan_rows(c.value());
+  if (!rows.is_ok()) return fail(rows.status());
+  // A fresh profile: where --out says, else the cache.
+  std::string path;
+  auto profile = perf::machine_profile(c.value(), "", perf::rows_kernel_calls(rows.value()), out,
+                                       /*recalibrate=*/true, &path);
+  if (!profile.is_ok()) return fail(profile.status());
+  if (!cmd.out.empty()) {
+    if (Status s = profile.value().save(cmd.out); !s.is_ok()) return fail(s);
+    path = cmd.out;
+  }
+  const perf::Profile& p = profile.value();
+  std::fprintf(out, "calibrated in %.1f s: %s\n", p.calibrate_seconds, path.c_str());
+  auto link = [&](const char* name, const perf::LinkRate& l) {
+    std::fprintf(out, "  %-13s %7.2f GB/s, latency %6.1f us\n", name, l.bytes_per_s / 1e9, l.latency_s * 1e6);
+  };
+  link("h2d pinned", p.h2d_pinned);
+  link("d2h pinned", p.d2h_pinned);
+  link("h2d pageable", p.h2d_pageable);
+  link("d2h pageable", p.d2h_pageable);
+  std::fprintf(out, "  both at once  h2d %.2f GB/s, d2h %.2f GB/s\n", p.duplex_h2d_bytes_per_s / 1e9,
+               p.duplex_d2h_bytes_per_s / 1e9);
+  for (const auto& [t, r] : p.host_adamw_params_per_s)
+    std::fprintf(out, "  host AdamW    %3d threads: %s parameters/s\n", t, format_count(r).c_str());
+  std::fprintf(out, "  host memcpy   %.2f GB/s\n", p.host_memcpy_bytes_per_s / 1e9);
+  std::fprintf(out, "  kernels       %zu shapes\n", p.kernels.size());
+  return 0;
+}
+
+// Keeps the rows --plans names (each "plan" or "plan/optimizer"); every name must match a row.
+Status select_rows(std::vector<perf::PlanRow>& rows, const std::string& plans) {
+  if (plans.empty()) return Status::ok();
+  std::vector<std::string> names;
+  for (size_t a = 0; a <= plans.size();) {
+    const size_t b = std::min(plans.find(',', a), plans.size());
+    if (b > a) names.push_back(plans.substr(a, b - a));
+    a = b + 1;
+  }
+  std::vector<perf::PlanRow> kept;
+  std::vector<bool> used(names.size(), false);
+  for (perf::PlanRow& r : rows) {
+    bool keep = false;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == r.plan || names[i] == r.plan + "/" + optimizer_placement_name(r.optimizer)) {
+        keep = true;
+        used[i] = true;
+      }
+    }
+    if (keep) kept.push_back(std::move(r));
+  }
+  for (size_t i = 0; i < names.size(); ++i)
+    TT_RETURN_IF(!used[i], kInvalidArgument,
+                 "--plans: '%s' is none of the plans (a shortcut, or shortcut/device, shortcut/cpu)", names[i].c_str());
+  rows = std::move(kept);
+  return Status::ok();
+}
+
+int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out) {
+  auto c = with_vocab(cfg);
+  if (!c.is_ok()) return fail(c.status());
+  auto rows = perf::plan_rows(c.value());
+  if (!rows.is_ok()) return fail(rows.status());
+  if (Status s = select_rows(rows.value(), cmd.plans); !s.is_ok()) return fail(s);
+  std::string path;
+  auto profile = perf::machine_profile(c.value(), cmd.profile, perf::rows_kernel_calls(rows.value()), stderr,
+                                       /*recalibrate=*/false, &path);
+  if (!profile.is_ok()) return fail(profile.status());
+  if (Status s = perf::predict(rows.value(), profile.value(), c.value().threads); !s.is_ok()) return fail(s);
+  describe_run(c.value(), rows.value().front(), path, out);
+  if (cmd.measure_steps > 0) {
+    for (perf::PlanRow& r : rows.value()) {
+      if (!r.fits()) continue;
+      TrainConfig t = c.value();
+      t.plan = r.plan;
+      t.optimizer = r.optimizer;
+      if (r.optimizer == OptimizerPlacement::kDevice) t.speculative_update = false;
+      t.steps = cmd.measure_steps + 1;  // the first step warms up and is not counted
+      t.stop_at = 0;
+      t.eval_every = 0;
+      t.checkpoint_dir.clear();
+      t.resume.clear();
+      t.metrics_out.clear();
+      t.trace.clear();
+      t.profile = false;
+      std::fprintf(stderr, "measuring --plan %s --optimizer %s: %d steps\n", r.plan.c_str(),
+                   optimizer_placement_name(r.optimizer), cmd.measure_steps);
+      auto trainer = Trainer::create(t, nullptr);
+      if (!trainer.is_ok()) return fail(trainer.status());
+      auto summary = trainer.value()->run();
+      if (!summary.is_ok()) return fail(summary.status());
+      r.measured_s = summary.value().median_ms / 1e3;
+    }
+  }
+  perf::print_plan_table(rows.value(), out);
+  return 0;
+}
+
+}  // namespace tt::cli

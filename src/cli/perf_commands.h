@@ -1,0 +1,26 @@
+// cli/perf_commands: `tiertrain calibrate` (measure this machine for the performance model, perf/calibrate.h) and
+// `tiertrain plan` (every shortcut plan of the configured run predicted, perf/planner.h, and with --measure trained
+// for a few steps beside its prediction). Both take the train command's knobs for the model, batch, backend and
+// budget. They return the process's exit code.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "exec/train_config.h"
+
+namespace tt::cli {
+
+struct CalibrateCommand {
+  std::string out;  // "" : the per-machine cache
+};
+int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out);
+
+struct PlanCommand {
+  std::string profile;  // "" : the per-machine cache, calibrated on first use
+  int measure_steps = 0;
+  std::string plans;  // "in-core,recompute/cpu": only these rows (a plan, or plan/optimizer); "" : all
+};
+int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out);
+
+}  // namespace tt::cli

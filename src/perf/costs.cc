@@ -1,0 +1,119 @@
+#include "perf/costs.h"
+
+#include <set>
+
+namespace tt::perf {
+
+std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) {
+  const GptConfig& cfg = spec.model;
+  const DType dt = spec.compute, md = master_dtype_for(dt);
+  std::vector<KernelCall> r;
+  auto piece = [&](GptPiece p, int segment) {
+    for (const NamedKernelCall& k : gpt_kernel_calls(cfg, spec.batch, dt, spec.lm_chunk_rows, p, segment))
+      r.push_back(k.call);
+  };
+  const GptSegments segs = gpt_segments(cfg);
+  auto seg_size = [&](int s) { return segs.size[static_cast<size_t>(s)]; };
+  switch (op.kind) {
+    case OpKind::kModel:
+      switch (op.boundary) {
+        case Boundary::kBeforeForward: piece(GptPiece::kForward, op.segment); break;
+        case Boundary::kBeforeBackward: piece(GptPiece::kBackward, op.segment); break;
+        case Boundary::kBeforeHead:
+          piece(op.name.find("backward") != std::string::npos ? GptPiece::kHeadWithBackward : GptPiece::kHead, 0);
+          break;
+        default: break;
+      }
+      break;
+    case OpKind::kRebuildBlock: piece(GptPiece::kRebuildBlock, op.layer + 1); break;
+    case OpKind::kRebuildNorms: piece(GptPiece::kRebuildNorms, op.layer + 1); break;
+    case OpKind::kRebuildMlp: piece(GptPiece::kRebuildMlp, op.layer + 1); break;
+    case OpKind::kZeroGrads:
+      if (op.segment >= 0) {
+        r.push_back({KernelOp::kFillZero, md, {seg_size(op.segment)}});
+      } else {
+        for (int s = 0; s < segs.count(); ++s)
+          if (!(s >= 1 && s <= cfg.layers && spec.plan.grads_streamed(s - 1)))
+            r.push_back({KernelOp::kFillZero, md, {seg_size(s)}});
+      }
+      break;
+    case OpKind::kNormPart: r.push_back({KernelOp::kSumSquares, md, {seg_size(op.segment)}}); break;
+    case OpKind::kNormTotal: r.push_back({KernelOp::kSumSquares, md, {segs.count()}}); break;
+    case OpKind::kDeviceAdamW:
+      for (const ParamInfo& p : gpt_param_layout(cfg)) r.push_back({KernelOp::kAdamWUpdate, md, {p.shape.numel()}});
+      break;
+    case OpKind::kRefreshCompute:
+      if (dt != md) r.push_back({KernelOp::kConvert, dt, {gpt_num_params(cfg)}});
+      break;
+    case OpKind::kInputTake:
+      r.push_back({KernelOp::kCopyD2D, DType::kI32, {2 * static_cast<int64_t>(spec.batch) * cfg.seq}});
+      break;
+    default: break;
+  }
+  return r;
+}
+
+std::vector<KernelCall> schedule_kernel_calls(const Schedule& schedule) {
+  std::set<KernelCall> all;
+  for (int p = 0; p < kNumPasses; ++p)
+    for (const Op& op : schedule.passes[p])
+      for (const KernelCall& c : op_kernel_calls(op, schedule.spec)) all.insert(c);
+  return {all.begin(), all.end()};
+}
+
+ProfileCosts::ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int host_threads)
+    : p_(profile), spec_(spec) {
+  const GptSegments segs = gpt_segments(spec.model);
+  seg_params_ = segs.size;
+  host_rate_ = host_threads > 0 ? p_.host_adamw_rate(host_threads)
+               : p_.host_adamw_params_per_s.empty() ? 0
+                                                     : p_.host_adamw_params_per_s.rbegin()->second;
+}
+
+double ProfileCosts::kernels(const Op& op) const {
+  double t = 0;
+  for (const KernelCall& c : op_kernel_calls(op, spec_)) {
+    auto it = cache_.find(c);
+    if (it == cache_.end()) {
+      auto s = p_.kernel_seconds(c);
+      if (!s.is_ok()) {
+        if (status_.is_ok()) status_ = Status(s.status().code(), op.name + ": " + s.status().message());
+        it = cache_.emplace(c, 0.0).first;
+      } else {
+        if (!p_.measured(c)) ++interpolated_;
+        it = cache_.emplace(c, s.value()).first;
+      }
+    }
+    t += it->second;
+  }
+  return t;
+}
+
+double ProfileCosts::seconds(const Op& op) const {
+  switch (op.kind) {
+    case OpKind::kWait:
+    case OpKind::kRecord:
+    case OpKind::kAlloc:
+    case OpKind::kInputFill:
+      return 0;
+    case OpKind::kSwapOut:
+    case OpKind::kGradsOut:
+    case OpKind::kNormOut:
+      return p_.d2h_pinned.seconds(op.bytes);
+    case OpKind::kSwapIn:
+    case OpKind::kParamsIn:
+    case OpKind::kParamsBack:
+    case OpKind::kInputIn:
+      return p_.h2d_pinned.seconds(op.bytes);
+    case OpKind::kHostAdamW:
+      if (host_rate_ <= 0) {
+        if (status_.is_ok()) status_ = Status(StatusCode::kNotFound, "the profile has no host AdamW rate");
+        return 0;
+      }
+      return static_cast<double>(seg_params_[static_cast<size_t>(op.segment)]) / host_rate_;
+    default:
+      return kernels(op);
+  }
+}
+
+}  // namespace tt::perf

@@ -1,0 +1,46 @@
+// perf/costs: the time of each operation of a schedule on a calibrated machine. A compute operation runs the kernel
+// calls the model lists for its piece (Note [kernel calls] in model/gpt.h) or the optimizer's and executor's own
+// calls, each priced from the profile (Note [interpolating kernel times]); a copy takes its link's latency plus its
+// bytes over the link's pinned bandwidth; a host AdamW its segment's parameters over the host's rate.
+//
+//   ProfileCosts costs(profile, schedule.spec);
+//   TT_TRY(costs.status());                       // every op priced (else: which op and kernel the profile lacks)
+//   SimResult r = simulate(schedule, Pass::kTrain, costs);
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "exec/schedule.h"
+#include "perf/profile.h"
+#include "perf/simulator.h"
+
+namespace tt::perf {
+
+// The kernel calls a compute operation of a schedule of this spec runs, in order (empty for copies, host work,
+// waits and records).
+std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec);
+// Every distinct kernel call of the passes of a schedule (what calibration measures for a model).
+std::vector<KernelCall> schedule_kernel_calls(const Schedule& schedule);
+
+struct ProfileCosts final : CostModel {
+  // host_threads: the CPU optimizer's threads (0: the most the profile measured).
+  ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int host_threads = 0);
+  double seconds(const Op& op) const override;
+  // Not ok when some operation could not be priced (the first such, named).
+  const Status& status() const { return status_; }
+  // Kernel calls priced by interpolation rather than measured.
+  int interpolated() const { return interpolated_; }
+
+ private:
+  double kernels(const Op& op) const;
+  const Profile& p_;
+  ScheduleSpec spec_;
+  std::vector<int64_t> seg_params_;
+  double host_rate_ = 0;
+  mutable std::map<KernelCall, double> cache_;
+  mutable Status status_;
+  mutable int interpolated_ = 0;
+};
+
+}  // namespace tt::perf

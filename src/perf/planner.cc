@@ -1,0 +1,174 @@
+#include "perf/planner.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "core/units.h"
+
+namespace tt::perf {
+
+namespace {
+constexpr const char* kShortcuts[] = {"in-core",
+                                      "recompute",
+                                      "swap-activations",
+                                      "swap-attention-recompute-mlp",
+                                      "swap-attention-recompute-mlp-norms",
+                                      "offload-params",
+                                      "offload-all"};
+
+BackendOptions backend_options(const TrainConfig& cfg, int64_t budget) {
+  return {.device_budget = budget,
+          .threads = cfg.threads,
+          .copy_delay_us = cfg.cpu_copy_delay_us,
+          .compute_delay_us = cfg.cpu_compute_delay_us,
+          .host_delay_us = cfg.cpu_host_delay_us,
+          .lock_host_memory = cfg.cpu_lock_host_memory,
+          .host_numa_node = cfg.host_numa_node};
+}
+}  // namespace
+
+Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
+  std::vector<PlanRow> rows;
+  for (const char* name : kShortcuts) {
+    for (const OptimizerPlacement where : {OptimizerPlacement::kDevice, OptimizerPlacement::kCpu}) {
+      TrainConfig c = cfg;
+      c.plan = name;
+      c.optimizer = where;
+      auto plan = Plan::resolve(name, c.model.layers, c.swap_slots);
+      if (!plan.is_ok()) return plan.status();
+      // The offload plans stream state from the host: they need the CPU optimizer.
+      if (plan.value().needs_cpu_optimizer() && where == OptimizerPlacement::kDevice) continue;
+      // The speculative update is the CPU optimizer's; the device optimizer ignores it.
+      if (where == OptimizerPlacement::kDevice) c.speculative_update = false;
+      auto run = resolve_run(c);
+      if (!run.is_ok()) return run.status();
+      PlanRow r;
+      r.plan = name;
+      r.optimizer = where;
+      r.run = std::move(run).value();
+      r.schedule = compile_schedule(r.run.exec.schedule_spec(), r.run.inventory);
+      rows.push_back(std::move(r));
+    }
+  }
+  return rows;
+}
+
+std::vector<KernelCall> rows_kernel_calls(const std::vector<PlanRow>& rows) {
+  std::set<KernelCall> all;
+  for (const PlanRow& r : rows)
+    for (const KernelCall& c : schedule_kernel_calls(r.schedule)) all.insert(c);
+  return {all.begin(), all.end()};
+}
+
+Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_threads) {
+  for (PlanRow& r : rows) {
+    ProfileCosts costs(profile, r.schedule.spec, host_threads);
+    r.sim = simulate(r.schedule, Pass::kTrain, costs);
+    TT_TRY(costs.status());
+    r.interpolated = costs.interpolated();
+    const double tokens = static_cast<double>(r.run.exec.batch) * r.run.exec.model.seq;
+    r.tokens_per_s = r.sim.step_seconds > 0 ? tokens / r.sim.step_seconds : 0;
+  }
+  return Status::ok();
+}
+
+Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path, const std::vector<KernelCall>& calls,
+                                FILE* progress, bool recalibrate, std::string* used_path) {
+  TT_ASSIGN_OR_RETURN(std::string backend, resolve_backend_name(cfg.backend));
+  const MachineId here = this_machine(backend, backend_options(cfg, 0));
+  const bool cached = path.empty();
+  const std::string file = cached ? default_profile_path(here) : path;
+  if (used_path) *used_path = file;
+  std::error_code ec;
+  Profile profile;
+  bool have = false;
+  if (!recalibrate && std::filesystem::exists(file, ec)) {
+    auto p = Profile::load(file);
+    if (!p.is_ok()) {
+      // A damaged cache is measured again; a profile the user named is theirs to fix.
+      if (!cached) return p.status();
+      if (progress) std::fprintf(progress, "calibrate: the cached profile is unusable (%s): measuring again\n",
+                                 p.status().message().c_str());
+    } else {
+      TT_TRY(p.value().check_machine(here));
+      profile = std::move(p).value();
+      have = true;
+    }
+  } else if (!recalibrate) {
+    TT_RETURN_IF(!cached, kNotFound, "--machine-profile %s: no such file (make one with tiertrain calibrate --out %s)",
+                 path.c_str(), path.c_str());
+  }
+  std::vector<KernelCall> missing;
+  for (const KernelCall& c : calls)
+    if (!profile.measured(c)) missing.push_back(c);
+  if (have && missing.empty()) return profile;
+
+  CalibrateOptions o;
+  o.progress = progress;
+  o.links = !have;
+  o.host = !have;
+  o.kernels = missing;
+  const int64_t budget = calibration_budget(missing, o);
+  if (progress) {
+    if (!have)
+      std::fprintf(progress, "calibrate: measuring this machine (%s%s), %zu kernel shapes; cached in %s\n",
+                   here.device.c_str(), here.sim.empty() ? "" : (", " + here.sim).c_str(), missing.size(),
+                   file.c_str());
+    else
+      std::fprintf(progress, "calibrate: measuring %zu kernel shapes the profile lacks\n", missing.size());
+  }
+  TT_ASSIGN_OR_RETURN(auto be, create_backend(backend, backend_options(cfg, budget)));
+  if (!have) {
+    TT_ASSIGN_OR_RETURN(profile, calibrate(*be, here, o));
+  } else {
+    TT_TRY(measure_kernels(*be, profile, missing, o));
+  }
+  if (cached) {
+    TT_TRY(profile.save(file));
+  } else if (progress) {
+    std::fprintf(progress, "calibrate: %s not updated (a profile named with --machine-profile is only read)\n", file.c_str());
+  }
+  return profile;
+}
+
+void print_plan_table(const std::vector<PlanRow>& rows, FILE* out) {
+  bool measured = false;
+  for (const PlanRow& r : rows) measured |= r.measured_s >= 0;
+  std::fprintf(out, "%-36s %-9s %-4s %10s %10s %9s %10s %10s %9s", "plan", "optimizer", "fits", "device", "host",
+               "ms/step", "tokens/s", "exposed ms", "host ms");
+  if (measured) std::fprintf(out, " %11s %7s", "measured ms", "error");
+  std::fprintf(out, "\n");
+  const PlanRow* best = nullptr;
+  for (const PlanRow& r : rows)
+    if (r.fits() && (!best || r.sim.step_seconds < best->sim.step_seconds)) best = &r;
+  for (const PlanRow& r : rows) {
+    const int64_t dev = r.run.inventory.total(Inventory::kDevice), host = r.run.inventory.total(Inventory::kHost);
+    std::fprintf(out, "%-36s %-9s %-4s %10s %10s %9.2f %10.0f %10.2f %9.2f", r.plan.c_str(),
+                 optimizer_placement_name(r.optimizer), r.fits() ? (&r == best ? "yes*" : "yes") : "no",
+                 format_bytes(dev).c_str(), format_bytes(host).c_str(), 1e3 * r.sim.step_seconds, r.tokens_per_s,
+                 1e3 * r.sim.exposed_wait_seconds, 1e3 * r.sim.busy_seconds[static_cast<int>(StreamId::kHost)]);
+    if (measured) {
+      if (r.measured_s >= 0)
+        std::fprintf(out, " %11.2f %+6.1f%%", 1e3 * r.measured_s,
+                     100.0 * (r.sim.step_seconds - r.measured_s) / r.measured_s);
+      else
+        std::fprintf(out, " %11s %7s", "-", "-");
+    }
+    std::fprintf(out, "\n");
+  }
+  if (best) {
+    std::fprintf(out, "fastest that fits (*): --plan %s --optimizer %s, %.2f ms a step predicted\n", best->plan.c_str(),
+                 optimizer_placement_name(best->optimizer), 1e3 * best->sim.step_seconds);
+  } else {
+    int64_t least = -1;
+    for (const PlanRow& r : rows) {
+      const int64_t dev = r.run.inventory.total(Inventory::kDevice);
+      if (least < 0 || dev < least) least = dev;
+    }
+    std::fprintf(out, "no plan fits the budget of %s; the smallest needs %s\n",
+                 rows.empty() ? "?" : format_bytes(rows.front().run.budget).c_str(), format_bytes(least).c_str());
+  }
+}
+
+}  // namespace tt::perf

@@ -1,0 +1,51 @@
+// perf/planner: every plan of a run predicted on a calibrated machine (`tiertrain plan`): for each shortcut plan,
+// with the optimizer on the device and on the host, whether it fits the budget, its device and host memory (the
+// inventory's), and its predicted step time, tokens a second, exposed transfer time and host optimizer time (the
+// schedule replayed with the profile's costs, perf/simulator.h); with --measure, each trained for a few steps and
+// its measured step time beside the prediction.
+//
+//   TT_ASSIGN_OR_RETURN(std::vector<PlanRow> rows, estimate_plans(train_config, profile));
+//   print_plan_table(rows, stdout);
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "exec/trainer.h"
+#include "perf/calibrate.h"
+#include "perf/costs.h"
+#include "perf/profile.h"
+
+namespace tt::perf {
+
+struct PlanRow {
+  std::string plan;  // the shortcut
+  OptimizerPlacement optimizer = OptimizerPlacement::kDevice;
+  RunSpec run;       // resolve_run's: inventory, budget, fits
+  Schedule schedule;
+  SimResult sim;
+  int interpolated = 0;  // kernel calls priced by interpolation
+  double tokens_per_s = 0;
+  double measured_s = -1;  // --measure: the median step; < 0 when not measured
+  bool fits() const { return run.fits_device && run.fits_host; }
+};
+
+// The shortcut plans with each optimizer placement they allow, resolved for this configuration (cfg.model.vocab
+// set); nothing is allocated.
+Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg);
+// Every kernel call the rows' schedules run (what the profile must hold).
+std::vector<KernelCall> rows_kernel_calls(const std::vector<PlanRow>& rows);
+// Predicts each row's step from the profile (an error names an operation the profile cannot price). host_threads:
+// the CPU optimizer's threads (--threads; 0: all cores).
+Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_threads = 0);
+
+// The machine's profile for this configuration's backend: `path` (or the per-machine cache when empty), calibrated
+// first when there is none (saying so on `progress`), extended with the kernel calls it lacks. The cache is written
+// back; an explicit path is only read.
+Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path, const std::vector<KernelCall>& calls,
+                                FILE* progress, bool recalibrate = false, std::string* used_path = nullptr);
+
+void print_plan_table(const std::vector<PlanRow>& rows, FILE* out);
+
+}  // namespace tt::perf

@@ -1,0 +1,312 @@
+#include "perf/profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tt::perf {
+
+using nlohmann::json;
+
+std::string MachineId::key() const {
+  // FNV-1a over the fields, each ended by a zero byte.
+  uint64_t h = 1469598103934665603ull;
+  for (const std::string* f : {&backend, &device, &driver, &cpu, &sim}) {
+    for (unsigned char c : *f) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0u) * 1099511628211ull;
+  }
+  return str_format("%s-%016llx", backend.c_str(), static_cast<unsigned long long>(h));
+}
+
+double LinkRate::seconds(int64_t bytes) const {
+  return latency_s + static_cast<double>(bytes) / bytes_per_s;
+}
+
+bool Profile::measured(const KernelCall& call) const {
+  auto it = std::lower_bound(kernels.begin(), kernels.end(), call,
+                             [](const KernelTime& k, const KernelCall& c) { return k.call < c; });
+  return it != kernels.end() && it->call == call;
+}
+
+void Profile::set_kernel(const KernelCall& call, double seconds) {
+  auto it = std::lower_bound(kernels.begin(), kernels.end(), call,
+                             [](const KernelTime& k, const KernelCall& c) { return k.call < c; });
+  if (it != kernels.end() && it->call == call) {
+    it->seconds = seconds;
+  } else {
+    kernels.insert(it, KernelTime{call, seconds});
+  }
+}
+
+Result<double> Profile::kernel_seconds(const KernelCall& call) const {
+  auto it = std::lower_bound(kernels.begin(), kernels.end(), call,
+                             [](const KernelTime& k, const KernelCall& c) { return k.call < c; });
+  if (it != kernels.end() && it->call == call) return it->seconds;
+  // Note [interpolating kernel times].
+  struct Near {
+    double d, rate;
+  };
+  std::vector<Near> near;
+  for (const KernelTime& k : kernels) {
+    if (k.call.op != call.op || k.call.dtype != call.dtype) continue;
+    double d = 0;
+    for (size_t i = 0; i < call.dims.size(); ++i)
+      d += std::abs(std::log2(1.0 + static_cast<double>(call.dims[i])) -
+                    std::log2(1.0 + static_cast<double>(k.call.dims[i])));
+    near.push_back({d, k.call.work() / k.seconds});
+  }
+  TT_RETURN_IF(near.empty(), kNotFound, "the profile has no measurement of %s in %s", kernel_op_name(call.op),
+               dtype_name(call.dtype));
+  const size_t k = std::min<size_t>(4, near.size());
+  std::partial_sort(near.begin(), near.begin() + static_cast<std::ptrdiff_t>(k), near.end(),
+                    [](const Near& a, const Near& b) { return a.d < b.d; });
+  double wsum = 0, lsum = 0;
+  for (size_t i = 0; i < k; ++i) {
+    const double w = 1.0 / ((near[i].d + 1e-3) * (near[i].d + 1e-3));
+    wsum += w;
+    lsum += w * std::log(near[i].rate);
+  }
+  return call.work() / std::exp(lsum / wsum);
+}
+
+double Profile::host_adamw_rate(int threads) const {
+  if (host_adamw_params_per_s.empty()) return 0;
+  auto it = host_adamw_params_per_s.upper_bound(threads);
+  if (it == host_adamw_params_per_s.begin()) return it->second;
+  return std::prev(it)->second;
+}
+
+Status Profile::check_machine(const MachineId& here) const {
+  const std::pair<const char*, std::pair<const std::string*, const std::string*>> fields[] = {
+      {"backend", {&machine.backend, &here.backend}}, {"device", {&machine.device, &here.device}},
+      {"driver", {&machine.driver, &here.driver}},    {"cpu", {&machine.cpu, &here.cpu}},
+      {"sim", {&machine.sim, &here.sim}}};
+  for (const auto& [name, v] : fields)
+    TT_RETURN_IF(*v.first != *v.second, kFailedPrecondition,
+                 "the profile is of another machine: its machine.%s is '%s', this machine's is '%s' (run `tiertrain "
+                 "calibrate`, or give a profile of this machine with --profile)",
+                 name, v.first->c_str(), v.second->c_str());
+  return Status::ok();
+}
+
+namespace {
+
+json link_json(const LinkRate& l) {
+  json pts = json::array();
+  for (const auto& [b, s] : l.points) pts.push_back({b, s});
+  return {{"latency_s", l.latency_s}, {"bytes_per_s", l.bytes_per_s}, {"points", pts}};
+}
+
+// Reads fields of a JSON object, every error naming the field's path.
+class Reader {
+ public:
+  Reader(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
+  Status object() const {
+    TT_RETURN_IF(!j_.is_object(), kDataLoss, "%s: must be an object", path_.c_str());
+    return Status::ok();
+  }
+  Result<Reader> sub(const char* key) const {
+    TT_RETURN_IF(!j_.contains(key), kDataLoss, "%s.%s: missing", path_.c_str(), key);
+    return Reader(j_.at(key), path_ + "." + key);
+  }
+  Result<std::string> str(const char* key) const {
+    TT_RETURN_IF(!j_.contains(key) || !j_.at(key).is_string(), kDataLoss, "%s.%s: must be a string",
+                 path_.c_str(), key);
+    return j_.at(key).get<std::string>();
+  }
+  // A finite number >= lo (strictly greater with strict).
+  Result<double> num(const char* key, double lo = 0, bool strict = false) const {
+    TT_RETURN_IF(!j_.contains(key) || !j_.at(key).is_number(), kDataLoss, "%s.%s: must be a number",
+                 path_.c_str(), key);
+    const double v = j_.at(key).get<double>();
+    TT_RETURN_IF(!std::isfinite(v) || v < lo || (strict && v == lo), kDataLoss, "%s.%s: %g must be %s %g",
+                 path_.c_str(), key, v, strict ? ">" : ">=", lo);
+    return v;
+  }
+  const json& raw() const { return j_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  const json& j_;
+  std::string path_;
+};
+
+Result<LinkRate> read_link(const Reader& links, const char* name) {
+  TT_ASSIGN_OR_RETURN(Reader r, links.sub(name));
+  TT_TRY(r.object());
+  LinkRate l;
+  TT_ASSIGN_OR_RETURN(l.latency_s, r.num("latency_s"));
+  TT_ASSIGN_OR_RETURN(l.bytes_per_s, r.num("bytes_per_s", 0, true));
+  TT_ASSIGN_OR_RETURN(Reader pts, r.sub("points"));
+  TT_RETURN_IF(!pts.raw().is_array(), kDataLoss, "%s: must be an array", pts.path().c_str());
+  for (size_t i = 0; i < pts.raw().size(); ++i) {
+    const json& p = pts.raw()[i];
+    TT_RETURN_IF(!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number() ||
+                     p[0].get<int64_t>() <= 0 || !(p[1].get<double>() > 0),
+                 kDataLoss, "%s[%zu]: must be [bytes > 0, seconds > 0]", pts.path().c_str(), i);
+    l.points.emplace_back(p[0].get<int64_t>(), p[1].get<double>());
+  }
+  return l;
+}
+
+}  // namespace
+
+json Profile::to_json() const {
+  json ks = json::array();
+  for (const KernelTime& k : kernels)
+    ks.push_back({{"op", kernel_op_name(k.call.op)},
+                  {"dtype", dtype_name(k.call.dtype)},
+                  {"dims", k.call.dims},
+                  {"seconds", k.seconds}});
+  json adamw = json::object();
+  for (const auto& [t, r] : host_adamw_params_per_s) adamw[std::to_string(t)] = r;
+  return {{"format", "tiertrain-profile"},
+          {"version", kVersion},
+          {"machine",
+           {{"backend", machine.backend},
+            {"device", machine.device},
+            {"driver", machine.driver},
+            {"cpu", machine.cpu},
+            {"sim", machine.sim}}},
+          {"created", created},
+          {"calibrate_seconds", calibrate_seconds},
+          {"kernels", ks},
+          {"links",
+           {{"h2d_pinned", link_json(h2d_pinned)},
+            {"d2h_pinned", link_json(d2h_pinned)},
+            {"h2d_pageable", link_json(h2d_pageable)},
+            {"d2h_pageable", link_json(d2h_pageable)}}},
+          {"duplex", {{"h2d_bytes_per_s", duplex_h2d_bytes_per_s}, {"d2h_bytes_per_s", duplex_d2h_bytes_per_s}}},
+          {"host", {{"adamw_params_per_s", adamw}, {"memcpy_bytes_per_s", host_memcpy_bytes_per_s}}}};
+}
+
+Result<Profile> Profile::from_json(const json& j) {
+  Reader top(j, "profile");
+  TT_TRY(top.object());
+  TT_ASSIGN_OR_RETURN(std::string format, top.str("format"));
+  TT_RETURN_IF(format != "tiertrain-profile", kDataLoss, "profile.format: '%s', not a tiertrain profile",
+               format.c_str());
+  TT_ASSIGN_OR_RETURN(double version, top.num("version"));
+  TT_RETURN_IF(version != kVersion, kDataLoss,
+               "profile.version: %g, this tiertrain reads version %d (recalibrate: tiertrain calibrate)", version,
+               kVersion);
+  Profile p;
+  TT_ASSIGN_OR_RETURN(Reader m, top.sub("machine"));
+  TT_TRY(m.object());
+  TT_ASSIGN_OR_RETURN(p.machine.backend, m.str("backend"));
+  TT_ASSIGN_OR_RETURN(p.machine.device, m.str("device"));
+  TT_ASSIGN_OR_RETURN(p.machine.driver, m.str("driver"));
+  TT_ASSIGN_OR_RETURN(p.machine.cpu, m.str("cpu"));
+  TT_ASSIGN_OR_RETURN(p.machine.sim, m.str("sim"));
+  TT_ASSIGN_OR_RETURN(p.created, top.str("created"));
+  TT_ASSIGN_OR_RETURN(p.calibrate_seconds, top.num("calibrate_seconds"));
+  TT_ASSIGN_OR_RETURN(Reader ks, top.sub("kernels"));
+  TT_RETURN_IF(!ks.raw().is_array(), kDataLoss, "profile.kernels: must be an array");
+  for (size_t i = 0; i < ks.raw().size(); ++i) {
+    Reader k(ks.raw()[i], str_format("profile.kernels[%zu]", i));
+    TT_TRY(k.object());
+    KernelTime t;
+    TT_ASSIGN_OR_RETURN(std::string op, k.str("op"));
+    auto kop = parse_kernel_op(op);
+    TT_RETURN_IF(!kop.is_ok(), kDataLoss, "%s.op: %s", k.path().c_str(), kop.status().message().c_str());
+    t.call.op = kop.value();
+    TT_ASSIGN_OR_RETURN(std::string dt, k.str("dtype"));
+    auto dtype = parse_dtype(dt);
+    TT_RETURN_IF(!dtype.is_ok(), kDataLoss, "%s.dtype: '%s' is not a dtype", k.path().c_str(), dt.c_str());
+    t.call.dtype = dtype.value();
+    TT_ASSIGN_OR_RETURN(Reader dims, k.sub("dims"));
+    const json& d = dims.raw();
+    TT_RETURN_IF(!d.is_array() || d.size() != 4, kDataLoss, "%s: must be 4 integers", dims.path().c_str());
+    for (size_t a = 0; a < 4; ++a) {
+      TT_RETURN_IF(!d[a].is_number_integer() || d[a].get<int64_t>() < 0, kDataLoss,
+                   "%s[%zu]: must be an integer >= 0", dims.path().c_str(), a);
+      t.call.dims[a] = d[a].get<int64_t>();
+    }
+    TT_RETURN_IF(t.call.work() <= 0, kDataLoss, "%s.dims: %s does no work", k.path().c_str(),
+                 t.call.describe().c_str());
+    TT_ASSIGN_OR_RETURN(t.seconds, k.num("seconds", 0, true));
+    TT_RETURN_IF(p.measured(t.call), kDataLoss, "%s: %s is measured twice", k.path().c_str(),
+                 t.call.describe().c_str());
+    p.set_kernel(t.call, t.seconds);
+  }
+  TT_ASSIGN_OR_RETURN(Reader links, top.sub("links"));
+  TT_TRY(links.object());
+  TT_ASSIGN_OR_RETURN(p.h2d_pinned, read_link(links, "h2d_pinned"));
+  TT_ASSIGN_OR_RETURN(p.d2h_pinned, read_link(links, "d2h_pinned"));
+  TT_ASSIGN_OR_RETURN(p.h2d_pageable, read_link(links, "h2d_pageable"));
+  TT_ASSIGN_OR_RETURN(p.d2h_pageable, read_link(links, "d2h_pageable"));
+  TT_ASSIGN_OR_RETURN(Reader duplex, top.sub("duplex"));
+  TT_TRY(duplex.object());
+  TT_ASSIGN_OR_RETURN(p.duplex_h2d_bytes_per_s, duplex.num("h2d_bytes_per_s", 0, true));
+  TT_ASSIGN_OR_RETURN(p.duplex_d2h_bytes_per_s, duplex.num("d2h_bytes_per_s", 0, true));
+  TT_ASSIGN_OR_RETURN(Reader host, top.sub("host"));
+  TT_TRY(host.object());
+  TT_ASSIGN_OR_RETURN(Reader adamw, host.sub("adamw_params_per_s"));
+  TT_TRY(adamw.object());
+  for (const auto& [t, r] : adamw.raw().items()) {
+    char* end = nullptr;
+    const long threads = std::strtol(t.c_str(), &end, 10);
+    TT_RETURN_IF(end == t.c_str() || *end != '\0' || threads < 1, kDataLoss,
+                 "%s: key '%s' must be a thread count >= 1", adamw.path().c_str(), t.c_str());
+    TT_RETURN_IF(!r.is_number() || !(r.get<double>() > 0) || !std::isfinite(r.get<double>()), kDataLoss,
+                 "%s.%s: must be a number > 0", adamw.path().c_str(), t.c_str());
+    p.host_adamw_params_per_s[static_cast<int>(threads)] = r.get<double>();
+  }
+  TT_ASSIGN_OR_RETURN(p.host_memcpy_bytes_per_s, host.num("memcpy_bytes_per_s", 0, true));
+  return p;
+}
+
+Result<Profile> Profile::load(const std::string& path) {
+  std::error_code ec;
+  TT_RETURN_IF(!std::filesystem::is_regular_file(path, ec), kNotFound, "profile %s: not a regular file",
+               path.c_str());
+  std::ifstream in(path);
+  TT_RETURN_IF(!in, kNotFound, "profile %s: cannot open", path.c_str());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  TT_RETURN_IF(j.is_discarded(), kDataLoss, "profile %s: not valid JSON", path.c_str());
+  auto p = from_json(j);
+  if (!p.is_ok()) {
+    Status s = p.status();
+    s.with_context("profile " + path);
+    return s;
+  }
+  return p;
+}
+
+Status Profile::save(const std::string& path) const {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    TT_RETURN_IF(!out, kIoError, "profile %s: cannot write", tmp.c_str());
+    out << to_json().dump(1, ' ', /*ensure_ascii=*/true) << "\n";
+    TT_RETURN_IF(!out.good(), kIoError, "profile %s: write failed", tmp.c_str());
+  }
+  std::filesystem::rename(tmp, path, ec);
+  TT_RETURN_IF(ec, kIoError, "profile %s: %s", path.c_str(), ec.message().c_str());
+  return Status::ok();
+}
+
+std::string default_profile_path(const MachineId& machine) {
+  std::string base;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    base = x;
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    base = std::string(h) + "/.cache";
+  } else {
+    base = "/tmp";
+  }
+  return base + "/tiertrain/profile-" + machine.key() + ".json";
+}
+
+}  // namespace tt::perf

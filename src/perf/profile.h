@@ -1,0 +1,90 @@
+// perf/profile: what a machine measured (perf/calibrate.h) and what the performance model prices from it: the time
+// of each kernel call measured (op, dtype, sizes), the host links' latency and bandwidth (pinned and pageable, each
+// direction alone and both at once), the host AdamW's rate by thread count and the host's memory bandwidth. JSON,
+// documented in docs/FORMATS.md; cached per machine under $XDG_CACHE_HOME/tiertrain/.
+//
+//   TT_ASSIGN_OR_RETURN(Profile p, Profile::load(path));
+//   TT_TRY(p.check_machine(this_machine));             // a profile of another machine is refused, naming the field
+//   TT_ASSIGN_OR_RETURN(double s, p.kernel_seconds(call));
+//
+// Note [interpolating kernel times]
+// A call measured exactly is priced at its measurement. Any other is priced from the measured calls of the same op
+// and dtype: the rate (FLOPs or bytes a second, KernelCall::work) of the (at most) four nearest in log-size
+// (the sum over the dims of |log2(1 + a) - log2(1 + b)|), averaged geometrically with weights 1/d^2, divides the
+// call's work. GEMM rates change little between neighbouring shapes but not smoothly (tiles, waves), which is why
+// calibration measures every shape of the model to be planned and the grid only fills gaps.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "backend/kernel_call.h"
+#include "core/status.h"
+
+namespace tt::perf {
+
+// What makes two machines' measurements interchangeable.
+struct MachineId {
+  std::string backend;  // "cuda", "cpu"
+  std::string device;   // "NVIDIA H200 (sm_90, 139.8 GiB)"; "cpu"
+  std::string driver;   // "CUDA driver 13.0"; "" on the CPU
+  std::string cpu;      // "AMD EPYC 9654 96-Core Processor x 16 threads"
+  std::string sim;      // the CPU backend's simulated delays ("copy 0 us, compute 0 us, host 0 us"), else ""
+  bool operator==(const MachineId&) const = default;
+  // A short stable hash of the fields, for the cache file's name.
+  std::string key() const;
+};
+
+// A link's time for a copy of n bytes: latency + n / bytes_per_s, fitted to the measured points.
+struct LinkRate {
+  double latency_s = 0;
+  double bytes_per_s = 0;
+  std::vector<std::pair<int64_t, double>> points;  // (bytes, seconds) measured
+  double seconds(int64_t bytes) const;
+  bool valid() const { return bytes_per_s > 0 && latency_s >= 0; }
+};
+
+struct KernelTime {
+  KernelCall call;
+  double seconds = 0;
+};
+
+struct Profile {
+  static constexpr int kVersion = 1;
+  MachineId machine;
+  std::string created;  // UTC, ISO 8601
+  double calibrate_seconds = 0;
+  std::vector<KernelTime> kernels;  // sorted by call, one entry per call
+  LinkRate h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable;
+  // Each direction's bandwidth while the other copies too (one large copy each way at once).
+  double duplex_h2d_bytes_per_s = 0, duplex_d2h_bytes_per_s = 0;
+  std::map<int, double> host_adamw_params_per_s;  // threads -> parameters a second (the CPU optimizer's update)
+  double host_memcpy_bytes_per_s = 0;             // all threads, read + write counted once
+
+  // Note [interpolating kernel times]; an error when no call of that op and dtype was measured.
+  Result<double> kernel_seconds(const KernelCall& call) const;
+  bool measured(const KernelCall& call) const;
+  // Adds or replaces a measurement (keeps kernels sorted).
+  void set_kernel(const KernelCall& call, double seconds);
+  // The host AdamW's rate with this many threads (the nearest measured count at or below; the largest if more).
+  double host_adamw_rate(int threads) const;
+
+  // A profile of another machine is refused, naming the field that differs.
+  Status check_machine(const MachineId& here) const;
+
+  nlohmann::json to_json() const;
+  // Every field checked; an error names it ("profile.kernels[3].seconds: must be > 0").
+  static Result<Profile> from_json(const nlohmann::json& j);
+  static Result<Profile> load(const std::string& path);
+  // Written to path + ".tmp" and renamed.
+  Status save(const std::string& path) const;
+};
+
+// $XDG_CACHE_HOME/tiertrain/profile-<key>.json ($HOME/.cache when XDG_CACHE_HOME is unset).
+std::string default_profile_path(const MachineId& machine);
+
+}  // namespace tt::perf
