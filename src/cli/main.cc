@@ -73,6 +73,10 @@ int main(int argc, char** argv) {
   tt::cli::CalibrateCommand calibrate_cmd;
   calibrate->add_option("--out", calibrate_cmd.out,
                         "write the profile here as well (default: only $XDG_CACHE_HOME/tiertrain/profile-<machine>.json)");
+  calibrate->add_option("--heat", calibrate_cmd.heat_seconds,
+                        "seconds each sequence of kernels the step runs (a block's forward, its backward, ...) runs "
+                        "before it is timed, so that it is timed at the clock a long run settles at [default: 0.2]")
+      ->check(CLI::Range(0.0, 10.0));
   CLI::App* plan = app.add_subcommand(
       "plan", "predict every plan of the configured run on this machine (fits, memory, ms/step, exposed copies); "
               "takes the train command's flags; calibrates on first use");

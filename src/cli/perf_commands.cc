@@ -39,15 +39,16 @@ int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out
   if (!rows.is_ok()) return fail(rows.status());
   // A fresh profile: where --out says, else the cache.
   std::string path;
-  auto profile = perf::machine_profile(c.value(), "", perf::rows_kernel_calls(rows.value()), out,
-                                       /*recalibrate=*/true, &path);
+  auto profile = perf::machine_profile(c.value(), "", perf::rows_needs(rows.value()), out,
+                                       /*recalibrate=*/true, &path, cmd.heat_seconds);
   if (!profile.is_ok()) return fail(profile.status());
   if (!cmd.out.empty()) {
     if (Status s = profile.value().save(cmd.out); !s.is_ok()) return fail(s);
     path = cmd.out;
   }
   const perf::Profile& p = profile.value();
-  std::fprintf(out, "calibrated in %.1f s: %s\n", p.calibrate_seconds, path.c_str());
+  std::fprintf(out, "calibrated in %.1f s (sequences timed after %.2f s of each): %s\n",
+               p.calibrate_seconds, p.heat_seconds, path.c_str());
   auto link = [&](const char* name, const perf::LinkRate& l) {
     std::fprintf(out, "  %-13s %7.2f GB/s, latency %6.1f us\n", name, l.bytes_per_s / 1e9, l.latency_s * 1e6);
   };
@@ -60,7 +61,7 @@ int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out
   for (const auto& [t, r] : p.host_adamw_params_per_s)
     std::fprintf(out, "  host AdamW    %3d threads: %s parameters/s\n", t, format_count(r).c_str());
   std::fprintf(out, "  host memcpy   %.2f GB/s\n", p.host_memcpy_bytes_per_s / 1e9);
-  std::fprintf(out, "  kernels       %zu shapes\n", p.kernels.size());
+  std::fprintf(out, "  kernels       %zu shapes, %zu sequences\n", p.kernels.size(), p.sequences.size());
   return 0;
 }
 
@@ -99,7 +100,7 @@ int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out) {
   if (!rows.is_ok()) return fail(rows.status());
   if (Status s = select_rows(rows.value(), cmd.plans); !s.is_ok()) return fail(s);
   std::string path;
-  auto profile = perf::machine_profile(c.value(), cmd.profile, perf::rows_kernel_calls(rows.value()), stderr,
+  auto profile = perf::machine_profile(c.value(), cmd.profile, perf::rows_needs(rows.value()), stderr,
                                        /*recalibrate=*/false, &path);
   if (!profile.is_ok()) return fail(profile.status());
   if (Status s = perf::predict(rows.value(), profile.value(), c.value().threads); !s.is_ok()) return fail(s);

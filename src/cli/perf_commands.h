@@ -13,6 +13,7 @@ namespace tt::cli {
 
 struct CalibrateCommand {
   std::string out;  // "" : the per-machine cache
+  double heat_seconds = -1;  // < 0: the default (Note [calibrating at sustained clocks] in perf/calibrate.h)
 };
 int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out);
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <fstream>
 #include <thread>
 
@@ -164,45 +165,61 @@ void run(Backend& be, const KernelCall& c, const std::vector<Tensor>& t) {
   }
 }
 
-// Random values in [-1, 1) (integers in [0, range) for int32 tensors), tiled from a block so that filling gigabytes
-// stays cheap.
+// Random values in [-1, 1) (f32 shifted to [0.5, 2.5), so that AdamW's second moments stay positive; integers in
+// [0, range) for int32 tensors). Floating-point tensors are tiled from one random block copied chunk by chunk, so
+// that filling gigabytes costs the link's time, not the host's; the block never changes, so the chunks' copies need
+// not wait for one another.
 class Filler {
  public:
-  Filler() : f32_(size_t(1) << 20), bf16_(f32_.size()) {
+  static constexpr size_t kBlock = size_t(4) << 20;  // elements
+  Filler() : f32_(kBlock), bf16_(kBlock), f64_(kBlock) {
     Rng rng(1234);
-    for (size_t i = 0; i < f32_.size(); ++i) {
-      f32_[i] = static_cast<float>(2.0 * rng.uniform() - 1.0);
-      bf16_[i] = float_to_bf16(f32_[i]);
+    for (size_t i = 0; i < kBlock; ++i) {
+      const double u = 2.0 * rng.uniform() - 1.0;
+      f32_[i] = static_cast<float>(u) + 1.5f;
+      bf16_[i] = float_to_bf16(static_cast<float>(u));
+      f64_[i] = u + 1.5;
     }
   }
-  // Synchronous: `host` is reused for the next tensor.
-  Status fill(Backend& be, const Tensor& t, int64_t int_range, std::vector<char>& host) {
-    const size_t bytes = t.nbytes();
-    host.resize(bytes);
-    const size_t n = static_cast<size_t>(t.numel());
-    for (size_t i = 0; i < n; ++i) {
-      switch (t.dtype()) {
-        case DType::kF32: reinterpret_cast<float*>(host.data())[i] = f32_[i % f32_.size()] + 1.5f; break;
-        case DType::kF64: reinterpret_cast<double*>(host.data())[i] = f32_[i % f32_.size()] + 1.5; break;
-        case DType::kBF16: reinterpret_cast<uint16_t*>(host.data())[i] = bf16_[i % bf16_.size()]; break;
-        case DType::kI32:
-          reinterpret_cast<int32_t*>(host.data())[i] = static_cast<int32_t>((i * 2654435761u) % static_cast<size_t>(int_range));
-          break;
-        default: host[i] = static_cast<char>(i);
+  // Synchronous.
+  Status fill(Backend& be, const Tensor& t, int64_t int_range) {
+    const Tensor flat = t.reshape({t.numel()});
+    const void* block = nullptr;
+    switch (t.dtype()) {
+      case DType::kF32: block = f32_.data(); break;
+      case DType::kBF16: block = bf16_.data(); break;
+      case DType::kF64: block = f64_.data(); break;
+      default: {
+        ints_.resize(static_cast<size_t>(t.numel()));
+        for (size_t i = 0; i < ints_.size(); ++i)
+          ints_[i] = static_cast<int32_t>((i * 2654435761u) % static_cast<size_t>(std::max<int64_t>(1, int_range)));
+        if (t.dtype() == DType::kI32) {
+          be.copy_h2d(flat, ints_.data(), be.compute_stream());
+        } else {
+          be.fill_zero(flat, be.compute_stream());
+        }
+        return be.compute_stream().synchronize();
       }
     }
-    be.copy_h2d(t, host.data(), be.compute_stream());
+    for (int64_t at = 0; at < flat.numel(); at += static_cast<int64_t>(kBlock)) {
+      const int64_t n = std::min<int64_t>(static_cast<int64_t>(kBlock), flat.numel() - at);
+      be.copy_h2d(flat.view(at, {n}), block, be.compute_stream());
+    }
     return be.compute_stream().synchronize();
   }
 
  private:
   std::vector<float> f32_;
   std::vector<uint16_t> bf16_;
+  std::vector<double> f64_;
+  std::vector<int32_t> ints_;
 };
 
 // Seconds per run of fn on stream, timed with events over repetitions until min_seconds (after one warm-up run).
+// With heat_seconds > 0, runs fn untimed for about that long first (Note [calibrating at sustained clocks]).
 template <typename F>
-Result<double> time_on(Backend& be, Stream& stream, const CalibrateOptions& o, F fn, int max_reps) {
+Result<double> time_on(Backend& be, Stream& stream, const CalibrateOptions& o, F fn, int max_reps,
+                       double heat_seconds = 0) {
   auto a = be.create_event(true), b = be.create_event(true);
   fn();  // warm-up (first-touch, cuBLAS heuristics, caches)
   TT_TRY(stream.synchronize());
@@ -213,7 +230,12 @@ Result<double> time_on(Backend& be, Stream& stream, const CalibrateOptions& o, F
   TT_ASSIGN_OR_RETURN(double once_ms, b->elapsed_ms_since(*a));
   const double once = std::max(once_ms * 1e-3, 1e-7);
   const int reps = std::clamp(static_cast<int>(std::ceil(o.min_seconds / once)), 1, max_reps);
-  if (reps == 1 && once >= o.min_seconds) return once;
+  if (heat_seconds > 0) {
+    const int heat = std::clamp(static_cast<int>(std::ceil(heat_seconds / once)), 1, 10000);
+    for (int i = 0; i < heat; ++i) fn();
+  } else if (reps == 1 && once >= o.min_seconds) {
+    return once;
+  }
   stream.record(*a);
   for (int i = 0; i < reps; ++i) fn();
   stream.record(*b);
@@ -301,34 +323,64 @@ Status measure_links(Backend& be, Profile& p, const CalibrateOptions& o) {
   return st;
 }
 
-void measure_host(Profile& p) {
-  const int64_t n = int64_t(8) << 20;
-  std::vector<float> param(static_cast<size_t>(n), 0.5f), grad(static_cast<size_t>(n), 1e-3f),
-      m(static_cast<size_t>(n), 0.0f), v(static_cast<size_t>(n), 0.0f);
-  std::vector<uint16_t> out(static_cast<size_t>(n));
+// In the backend's host pool (pinned, on the device's NUMA node), where the CPU optimizer's state lives.
+Status measure_host(Backend& be, Profile& p) {
+  const int64_t n = int64_t(32) << 20;
+  const size_t fb = static_cast<size_t>(n) * sizeof(float), copy_bytes = size_t(256) << 20;
+  TT_TRY(be.host_pool().reserve(4 * fb + fb / 2 + 2 * copy_bytes + (size_t(1) << 20)));
+  float* arr[4];
+  for (float*& a : arr) {
+    TT_ASSIGN_OR_RETURN(void* q, be.allocate_host(fb, TensorClass::kOptimState, "calibrate.adamw"));
+    a = static_cast<float*>(q);
+  }
+  TT_ASSIGN_OR_RETURN(void* outp, be.allocate_host(fb / 2, TensorClass::kParam, "calibrate.adamw"));
+  uint16_t* out = static_cast<uint16_t*>(outp);
+  float *param = arr[0], *grad = arr[1], *m = arr[2], *v = arr[3];
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    param[i] = 0.5f, grad[i] = 1e-3f, m[i] = 0.0f, v[i] = 0.0f, out[i] = 0;
+  }
   const int max_threads = omp_get_max_threads();
   std::vector<int> counts;
   for (int t = 1; t < max_threads; t *= 2) counts.push_back(t);
   counts.push_back(max_threads);
+  // As the CPU optimizer runs it: on the backend's host stream (a CUDA host function on a GPU), one parameter
+  // tensor after another (pieces of 4M), timed with events on that stream.
+  Stream& hs = be.host_stream();
+  auto e0 = be.create_event(true), e1 = be.create_event(true);
   for (int t : counts) {
-    omp_set_num_threads(t);
-    auto once = [&](int64_t step) {
-      host::adamw_update_f32(param.data(), grad.data(), m.data(), v.data(), out.data(), n, 1.0f, 1e-4f, 0.9f, 0.95f,
-                             1e-8f, 0.1f, step, 1.0f);
+    auto once = [&, t](int64_t step) {
+      be.enqueue_host([=] {
+        omp_set_num_threads(t);
+        const int64_t piece = int64_t(4) << 20;
+        for (int64_t at = 0; at < n; at += piece)
+          host::adamw_update_f32(param + at, grad + at, m + at, v + at, out + at, std::min(piece, n - at), 1.0f,
+                                 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f);
+      });
     };
     once(1);
     double best = 1e30;
     for (int r = 0; r < 3; ++r) {
-      const double t0 = now_s();
+      hs.record(*e0);
       once(2 + r);
-      best = std::min(best, now_s() - t0);
+      hs.record(*e1);
+      TT_TRY(e1->synchronize());
+      TT_ASSIGN_OR_RETURN(double ms, e1->elapsed_ms_since(*e0));
+      best = std::min(best, ms * 1e-3);
     }
     p.host_adamw_params_per_s[t] = static_cast<double>(n) / best;
   }
+  // The host stream's thread runs with every thread again afterwards, as the CPU optimizer expects.
+  be.enqueue_host([max_threads] { omp_set_num_threads(max_threads); });
+  TT_TRY(hs.synchronize());
   omp_set_num_threads(max_threads);
   // Host memory bandwidth: a large copy split over the threads (bytes copied a second).
-  const size_t bytes = size_t(256) << 20;
-  std::vector<char> a(bytes, 1), b(bytes, 2);
+  const size_t bytes = copy_bytes;
+  TT_ASSIGN_OR_RETURN(void* ap, be.allocate_host(bytes, TensorClass::kWorkspace, "calibrate.memcpy"));
+  TT_ASSIGN_OR_RETURN(void* bp, be.allocate_host(bytes, TensorClass::kWorkspace, "calibrate.memcpy"));
+  char *a = static_cast<char*>(ap), *b = static_cast<char*>(bp);
+  std::memset(a, 1, bytes);
+  std::memset(b, 2, bytes);
   double best = 1e30;
   for (int r = 0; r < 3; ++r) {
     const double t0 = now_s();
@@ -336,11 +388,16 @@ void measure_host(Profile& p) {
     {
       const size_t k = static_cast<size_t>(omp_get_num_threads()), i = static_cast<size_t>(omp_get_thread_num());
       const size_t lo = bytes * i / k, hi = bytes * (i + 1) / k;
-      std::memcpy(b.data() + lo, a.data() + lo, hi - lo);
+      std::memcpy(b + lo, a + lo, hi - lo);
     }
     best = std::min(best, now_s() - t0);
   }
   p.host_memcpy_bytes_per_s = static_cast<double>(bytes) / best;
+  be.free_host(bp);
+  be.free_host(ap);
+  be.free_host(outp);
+  for (int i = 3; i >= 0; --i) be.free_host(arr[i]);
+  return Status::ok();
 }
 
 }  // namespace
@@ -361,53 +418,105 @@ MachineId this_machine(const std::string& backend, const BackendOptions& options
   return m;
 }
 
-int64_t calibration_budget(const std::vector<KernelCall>& calls, const CalibrateOptions& options) {
-  int64_t most = options.links ? 2 * std::max<int64_t>(options.max_link_bytes, 1 << 20) + (1 << 20) : 0;
-  for (const KernelCall& c : calls) most = std::max(most, call_bytes(c));
-  return most + (int64_t(64) << 20);
+namespace {
+// The distinct calls of a sequence (repeated calls share their tensors).
+std::vector<KernelCall> distinct(const std::vector<KernelCall>& calls) {
+  std::vector<KernelCall> d;
+  for (const KernelCall& c : calls)
+    if (std::find(d.begin(), d.end(), c) == d.end()) d.push_back(c);
+  return d;
 }
 
-Status measure_kernels(Backend& be, Profile& profile, const std::vector<KernelCall>& calls,
-                       const CalibrateOptions& o) {
-  std::vector<KernelCall> todo;
-  for (const KernelCall& c : calls)
-    if (!profile.measured(c) && std::find(todo.begin(), todo.end(), c) == todo.end()) todo.push_back(c);
-  if (todo.empty()) return Status::ok();
-  const double t0 = now_s();
-  Filler filler;
-  std::vector<char> host;
-  double last_report = t0;
-  for (size_t i = 0; i < todo.size(); ++i) {
-    const KernelCall& c = todo[i];
+int64_t sequence_bytes(const std::vector<KernelCall>& calls) {
+  int64_t n = 0;
+  for (const KernelCall& c : distinct(calls)) n += call_bytes(c);
+  return n;
+}
+
+// Tensors for each distinct call, filled; freed by the destructor.
+class CallSet {
+ public:
+  explicit CallSet(Backend& be) : be_(be) {}
+  ~CallSet() {
+    (void)be_.synchronize_all();
+    for (auto it = all_.rbegin(); it != all_.rend(); ++it) be_.pool().free(*it);
+  }
+  Status add(const KernelCall& c, Filler& filler) {
+    if (by_call_.count(c)) return Status::ok();
     std::vector<Tensor> ts;
     for (const auto& [shape, dt] : shapes_of(c).t) {
-      auto t = be.pool().allocate(shape, dt, TensorClass::kWorkspace, "calibrate");
+      auto t = be_.pool().allocate(shape, dt, TensorClass::kWorkspace, "calibrate");
       if (!t.is_ok()) {
-        for (auto it = ts.rbegin(); it != ts.rend(); ++it) be.pool().free(*it);
         Status s = t.status();
-        return s.with_context("calibrating " + c.describe());
+        return std::move(s.with_context("calibrating " + c.describe()));
       }
+      all_.push_back(t.value());
       ts.push_back(t.value());
       const int64_t range = c.op == KernelOp::kEmbeddingForward || c.op == KernelOp::kEmbeddingBackward
                                 ? c.dims[3]
                                 : std::max<int64_t>(1, c.dims[1]);
-      if (Status s = filler.fill(be, ts.back(), range, host); !s.is_ok()) {
-        for (auto it = ts.rbegin(); it != ts.rend(); ++it) be.pool().free(*it);
-        return s;
-      }
+      TT_TRY(filler.fill(be_, ts.back(), range));
     }
+    by_call_[c] = std::move(ts);
+    return Status::ok();
+  }
+  void run_call(const KernelCall& c) { run(be_, c, by_call_.at(c)); }
+
+ private:
+  Backend& be_;
+  std::vector<Tensor> all_;
+  std::map<KernelCall, std::vector<Tensor>> by_call_;
+};
+}  // namespace
+
+int64_t calibration_budget(const CalibrateOptions& options) {
+  int64_t most = options.links ? 2 * std::max<int64_t>(options.max_link_bytes, 1 << 20) + (1 << 20) : 0;
+  for (const KernelCall& c : options.kernels) most = std::max(most, call_bytes(c));
+  for (const auto& q : options.sequences) most = std::max(most, sequence_bytes(q));
+  // The backend keeps its own scratch (cuBLAS workspace) in the budget, and the pool rounds and aligns.
+  return most + most / 8 + (int64_t(512) << 20);
+}
+
+Status measure_kernels(Backend& be, Profile& profile, const CalibrateOptions& options) {
+  CalibrateOptions o = options;
+  o.heat_seconds = profile.heat_seconds;
+  std::vector<KernelCall> calls;
+  for (const KernelCall& c : distinct(o.kernels))
+    if (!profile.measured(c)) calls.push_back(c);
+  std::vector<std::vector<KernelCall>> seqs;
+  for (const auto& q : o.sequences)
+    if (!profile.sequences.count(q) && std::find(seqs.begin(), seqs.end(), q) == seqs.end()) seqs.push_back(q);
+  const size_t total = calls.size() + seqs.size();
+  if (total == 0) return Status::ok();
+  const double t0 = now_s();
+  Filler filler;
+  double last_report = t0;
+  auto report = [&](size_t done) {
+    if (!o.progress || (now_s() - last_report < 5 && done < total)) return;
+    std::fprintf(o.progress, "calibrate: %zu of %zu kernel shapes and sequences measured (%.1f s)\n", done, total,
+                 now_s() - t0);
+    std::fflush(o.progress);
+    last_report = now_s();
+  };
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const KernelCall& c = calls[i];
+    CallSet set(be);
+    TT_TRY(set.add(c, filler));
     TT_TRY(be.compute_stream().synchronize());
-    auto sec = time_on(be, be.compute_stream(), o, [&] { run(be, c, ts); }, o.max_reps);
-    TT_TRY(be.synchronize_all());
-    for (auto it = ts.rbegin(); it != ts.rend(); ++it) be.pool().free(*it);
-    if (!sec.is_ok()) return sec.status();
-    profile.set_kernel(c, sec.value());
-    if (o.progress && (now_s() - last_report > 5 || i + 1 == todo.size())) {
-      std::fprintf(o.progress, "calibrate: %zu of %zu kernel shapes measured (%.1f s)\n", i + 1, todo.size(),
-                   now_s() - t0);
-      std::fflush(o.progress);
-      last_report = now_s();
-    }
+    TT_ASSIGN_OR_RETURN(double sec, time_on(be, be.compute_stream(), o, [&] { set.run_call(c); }, o.max_reps));
+    profile.set_kernel(c, sec);
+    report(i + 1);
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const std::vector<KernelCall>& q = seqs[i];
+    CallSet set(be);
+    for (const KernelCall& c : distinct(q)) TT_TRY(set.add(c, filler));
+    TT_TRY(be.compute_stream().synchronize());
+    TT_ASSIGN_OR_RETURN(double sec, time_on(be, be.compute_stream(), o, [&] {
+      for (const KernelCall& c : q) set.run_call(c);
+    }, o.max_reps, o.heat_seconds));
+    profile.sequences[q] = sec;
+    report(calls.size() + i + 1);
   }
   profile.calibrate_seconds += now_s() - t0;
   return Status::ok();
@@ -416,6 +525,7 @@ Status measure_kernels(Backend& be, Profile& profile, const std::vector<KernelCa
 Result<Profile> calibrate(Backend& be, const MachineId& machine, const CalibrateOptions& o) {
   Profile p;
   p.machine = machine;
+  p.heat_seconds = o.heat_seconds;
   const std::time_t now = std::time(nullptr);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -427,10 +537,10 @@ Result<Profile> calibrate(Backend& be, const MachineId& machine, const Calibrate
   }
   if (o.host) {
     if (o.progress) std::fprintf(o.progress, "calibrate: host AdamW by thread count, host memory bandwidth\n");
-    measure_host(p);
+    TT_TRY(measure_host(be, p));
   }
   p.calibrate_seconds = now_s() - t0;
-  TT_TRY(measure_kernels(be, p, o.kernels, o));
+  TT_TRY(measure_kernels(be, p, o));
   return p;
 }
 

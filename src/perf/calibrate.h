@@ -7,6 +7,14 @@
 //   TT_ASSIGN_OR_RETURN(auto be, create_backend("cuda", {.device_budget = calibration_budget(calls)}));
 //   CalibrateOptions o{.kernels = calls, .progress = stderr};
 //   TT_ASSIGN_OR_RETURN(Profile p, calibrate(*be, this_machine("cuda", {}), o));
+//
+// Note [calibrating at sustained clocks]
+// A GPU runs a short burst of work at a higher clock than it sustains under a long run of large GEMMs (the power
+// limit). Kernels timed for a few milliseconds each from idle then price a step of a wide model faster than it
+// runs, and how much faster depends on the mix of work (GPT-2 124M's small GEMMs among its element-wise kernels run
+// at a higher clock than GPT d4096's large ones). So each sequence of kernel calls the step runs (Note [kernel
+// sequences] in perf/profile.h) is run back to back for heat_seconds before it is timed: it is timed at the clock
+// that mix settles at. Single calls, kept for interpolation, are timed from a cold start.
 #pragma once
 
 #include <cstdio>
@@ -17,24 +25,29 @@
 
 namespace tt::perf {
 
+constexpr double kDefaultHeatSeconds = 0.2;
+
 struct CalibrateOptions {
-  std::vector<KernelCall> kernels;  // calls to measure exactly
+  std::vector<KernelCall> kernels;  // calls to measure exactly, one by one
+  std::vector<std::vector<KernelCall>> sequences;  // sequences to measure (Note [kernel sequences])
   bool links = true;                // the host links
   bool host = true;                 // the host AdamW and memory bandwidth
   double min_seconds = 0.02;        // timed per kernel call: repetitions until at least this long
   int max_reps = 50;
   int64_t max_link_bytes = int64_t(256) << 20;
+  // Sequences run untimed this long before they are timed (Note [calibrating at sustained clocks]).
+  double heat_seconds = kDefaultHeatSeconds;
   FILE* progress = nullptr;         // a line per stage
 };
 
 // This machine as a profile names it (the CPU backend's simulated delays from its options).
 MachineId this_machine(const std::string& backend, const BackendOptions& options);
-// Device bytes measuring these calls takes at most (one call's tensors at a time), plus the links' buffers.
-int64_t calibration_budget(const std::vector<KernelCall>& calls, const CalibrateOptions& options);
+// Device bytes measuring the options' calls and sequences takes at most (one at a time), plus the links' buffers.
+int64_t calibration_budget(const CalibrateOptions& options);
 // A new profile of the machine the backend runs on.
 Result<Profile> calibrate(Backend& be, const MachineId& machine, const CalibrateOptions& options);
-// Measures the calls the profile lacks and adds them (a profile extended for a new model's shapes).
-Status measure_kernels(Backend& be, Profile& profile, const std::vector<KernelCall>& calls,
-                       const CalibrateOptions& options);
+// Measures the options' calls and sequences the profile lacks and adds them (a profile extended for a new model's
+// shapes), timed as the profile's own were (its heat_seconds).
+Status measure_kernels(Backend& be, Profile& profile, const CalibrateOptions& options);
 
 }  // namespace tt::perf

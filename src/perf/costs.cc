@@ -61,6 +61,15 @@ std::vector<KernelCall> schedule_kernel_calls(const Schedule& schedule) {
   return {all.begin(), all.end()};
 }
 
+std::vector<std::vector<KernelCall>> schedule_sequences(const Schedule& schedule) {
+  std::set<std::vector<KernelCall>> all;
+  for (const Op& op : schedule.pass(Pass::kTrain)) {
+    std::vector<KernelCall> calls = op_kernel_calls(op, schedule.spec);
+    if (!calls.empty()) all.insert(std::move(calls));
+  }
+  return {all.begin(), all.end()};
+}
+
 ProfileCosts::ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int host_threads)
     : p_(profile), spec_(spec) {
   const GptSegments segs = gpt_segments(spec.model);
@@ -71,22 +80,15 @@ ProfileCosts::ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int
 }
 
 double ProfileCosts::kernels(const Op& op) const {
-  double t = 0;
-  for (const KernelCall& c : op_kernel_calls(op, spec_)) {
-    auto it = cache_.find(c);
-    if (it == cache_.end()) {
-      auto s = p_.kernel_seconds(c);
-      if (!s.is_ok()) {
-        if (status_.is_ok()) status_ = Status(s.status().code(), op.name + ": " + s.status().message());
-        it = cache_.emplace(c, 0.0).first;
-      } else {
-        if (!p_.measured(c)) ++interpolated_;
-        it = cache_.emplace(c, s.value()).first;
-      }
-    }
-    t += it->second;
-  }
-  return t;
+  std::vector<KernelCall> calls = op_kernel_calls(op, spec_);
+  if (calls.empty()) return 0;
+  auto it = cache_.find(calls);
+  if (it != cache_.end()) return it->second;
+  int interpolated = 0;
+  auto s = p_.sequence_seconds(calls, &interpolated);
+  if (!s.is_ok() && status_.is_ok()) status_ = Status(s.status().code(), op.name + ": " + s.status().message());
+  interpolated_ += interpolated;
+  return cache_.emplace(std::move(calls), s.is_ok() ? s.value() : 0.0).first->second;
 }
 
 double ProfileCosts::seconds(const Op& op) const {

@@ -22,6 +22,8 @@ namespace tt::perf {
 std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec);
 // Every distinct kernel call of the passes of a schedule (what calibration measures for a model).
 std::vector<KernelCall> schedule_kernel_calls(const Schedule& schedule);
+// Every distinct sequence of kernel calls a compute operation of the training pass runs (Note [kernel sequences]).
+std::vector<std::vector<KernelCall>> schedule_sequences(const Schedule& schedule);
 
 struct ProfileCosts final : CostModel {
   // host_threads: the CPU optimizer's threads (0: the most the profile measured).
@@ -38,7 +40,7 @@ struct ProfileCosts final : CostModel {
   ScheduleSpec spec_;
   std::vector<int64_t> seg_params_;
   double host_rate_ = 0;
-  mutable std::map<KernelCall, double> cache_;
+  mutable std::map<std::vector<KernelCall>, double> cache_;
   mutable Status status_;
   mutable int interpolated_ = 0;
 };

@@ -54,11 +54,14 @@ Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
   return rows;
 }
 
-std::vector<KernelCall> rows_kernel_calls(const std::vector<PlanRow>& rows) {
-  std::set<KernelCall> all;
-  for (const PlanRow& r : rows)
-    for (const KernelCall& c : schedule_kernel_calls(r.schedule)) all.insert(c);
-  return {all.begin(), all.end()};
+ProfileNeeds rows_needs(const std::vector<PlanRow>& rows) {
+  std::set<KernelCall> calls;
+  std::set<std::vector<KernelCall>> seqs;
+  for (const PlanRow& r : rows) {
+    for (const KernelCall& c : schedule_kernel_calls(r.schedule)) calls.insert(c);
+    for (auto& q : schedule_sequences(r.schedule)) seqs.insert(std::move(q));
+  }
+  return {{calls.begin(), calls.end()}, {seqs.begin(), seqs.end()}};
 }
 
 Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_threads) {
@@ -73,8 +76,8 @@ Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_thre
   return Status::ok();
 }
 
-Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path, const std::vector<KernelCall>& calls,
-                                FILE* progress, bool recalibrate, std::string* used_path) {
+Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path, const ProfileNeeds& needs,
+                                FILE* progress, bool recalibrate, std::string* used_path, double heat_seconds) {
   TT_ASSIGN_OR_RETURN(std::string backend, resolve_backend_name(cfg.backend));
   const MachineId here = this_machine(backend, backend_options(cfg, 0));
   const bool cached = path.empty();
@@ -99,30 +102,34 @@ Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path,
     TT_RETURN_IF(!cached, kNotFound, "--machine-profile %s: no such file (make one with tiertrain calibrate --out %s)",
                  path.c_str(), path.c_str());
   }
-  std::vector<KernelCall> missing;
-  for (const KernelCall& c : calls)
-    if (!profile.measured(c)) missing.push_back(c);
-  if (have && missing.empty()) return profile;
-
   CalibrateOptions o;
+  for (const KernelCall& c : needs.kernels)
+    if (!profile.measured(c)) o.kernels.push_back(c);
+  for (const auto& q : needs.sequences)
+    if (!profile.sequences.count(q)) o.sequences.push_back(q);
+  const size_t missing = o.kernels.size() + o.sequences.size();
+  if (have && missing == 0) return profile;
+
   o.progress = progress;
   o.links = !have;
   o.host = !have;
-  o.kernels = missing;
-  const int64_t budget = calibration_budget(missing, o);
+  if (heat_seconds >= 0) o.heat_seconds = heat_seconds;
+  const int64_t budget = calibration_budget(o);
   if (progress) {
     if (!have)
-      std::fprintf(progress, "calibrate: measuring this machine (%s%s), %zu kernel shapes; cached in %s\n",
-                   here.device.c_str(), here.sim.empty() ? "" : (", " + here.sim).c_str(), missing.size(),
-                   file.c_str());
+      std::fprintf(progress,
+                   "calibrate: measuring this machine (%s%s), %zu kernel shapes and %zu sequences; cached in %s\n",
+                   here.device.c_str(), here.sim.empty() ? "" : (", " + here.sim).c_str(), o.kernels.size(),
+                   o.sequences.size(), file.c_str());
     else
-      std::fprintf(progress, "calibrate: measuring %zu kernel shapes the profile lacks\n", missing.size());
+      std::fprintf(progress, "calibrate: measuring %zu kernel shapes and %zu sequences the profile lacks\n",
+                   o.kernels.size(), o.sequences.size());
   }
   TT_ASSIGN_OR_RETURN(auto be, create_backend(backend, backend_options(cfg, budget)));
   if (!have) {
     TT_ASSIGN_OR_RETURN(profile, calibrate(*be, here, o));
   } else {
-    TT_TRY(measure_kernels(*be, profile, missing, o));
+    TT_TRY(measure_kernels(*be, profile, o));
   }
   if (cached) {
     TT_TRY(profile.save(file));

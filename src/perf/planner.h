@@ -34,8 +34,13 @@ struct PlanRow {
 // The shortcut plans with each optimizer placement they allow, resolved for this configuration (cfg.model.vocab
 // set); nothing is allocated.
 Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg);
-// Every kernel call the rows' schedules run (what the profile must hold).
-std::vector<KernelCall> rows_kernel_calls(const std::vector<PlanRow>& rows);
+// What the profile must hold for the rows: every kernel call their schedules run, and every sequence of calls their
+// compute operations run (Note [kernel sequences] in perf/profile.h).
+struct ProfileNeeds {
+  std::vector<KernelCall> kernels;
+  std::vector<std::vector<KernelCall>> sequences;
+};
+ProfileNeeds rows_needs(const std::vector<PlanRow>& rows);
 // Predicts each row's step from the profile (an error names an operation the profile cannot price). host_threads:
 // the CPU optimizer's threads (--threads; 0: all cores).
 Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_threads = 0);
@@ -43,8 +48,10 @@ Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_thre
 // The machine's profile for this configuration's backend: `path` (or the per-machine cache when empty), calibrated
 // first when there is none (saying so on `progress`), extended with the kernel calls it lacks. The cache is written
 // back; an explicit path is only read.
-Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path, const std::vector<KernelCall>& calls,
-                                FILE* progress, bool recalibrate = false, std::string* used_path = nullptr);
+// heat_seconds: for a new profile (< 0: kDefaultHeatSeconds).
+Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path, const ProfileNeeds& needs,
+                                FILE* progress, bool recalibrate = false, std::string* used_path = nullptr,
+                                double heat_seconds = -1);
 
 void print_plan_table(const std::vector<PlanRow>& rows, FILE* out);
 

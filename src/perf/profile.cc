@@ -75,6 +75,18 @@ Result<double> Profile::kernel_seconds(const KernelCall& call) const {
   return call.work() / std::exp(lsum / wsum);
 }
 
+Result<double> Profile::sequence_seconds(const std::vector<KernelCall>& calls, int* interpolated) const {
+  auto it = sequences.find(calls);
+  if (it != sequences.end()) return it->second;
+  double t = 0;
+  for (const KernelCall& c : calls) {
+    TT_ASSIGN_OR_RETURN(double s, kernel_seconds(c));
+    if (interpolated && !measured(c)) ++*interpolated;
+    t += s;
+  }
+  return t;
+}
+
 double Profile::host_adamw_rate(int threads) const {
   if (host_adamw_params_per_s.empty()) return 0;
   auto it = host_adamw_params_per_s.upper_bound(threads);
@@ -137,6 +149,33 @@ class Reader {
   std::string path_;
 };
 
+json call_json(const KernelCall& c) {
+  return {{"op", kernel_op_name(c.op)}, {"dtype", dtype_name(c.dtype)}, {"dims", c.dims}};
+}
+
+Result<KernelCall> read_call(const Reader& k) {
+  TT_TRY(k.object());
+  KernelCall call;
+  TT_ASSIGN_OR_RETURN(std::string op, k.str("op"));
+  auto kop = parse_kernel_op(op);
+  TT_RETURN_IF(!kop.is_ok(), kDataLoss, "%s.op: %s", k.path().c_str(), kop.status().message().c_str());
+  call.op = kop.value();
+  TT_ASSIGN_OR_RETURN(std::string dt, k.str("dtype"));
+  auto dtype = parse_dtype(dt);
+  TT_RETURN_IF(!dtype.is_ok(), kDataLoss, "%s.dtype: '%s' is not a dtype", k.path().c_str(), dt.c_str());
+  call.dtype = dtype.value();
+  TT_ASSIGN_OR_RETURN(Reader dims, k.sub("dims"));
+  const json& d = dims.raw();
+  TT_RETURN_IF(!d.is_array() || d.size() != 4, kDataLoss, "%s: must be 4 integers", dims.path().c_str());
+  for (size_t a = 0; a < 4; ++a) {
+    TT_RETURN_IF(!d[a].is_number_integer() || d[a].get<int64_t>() < 0, kDataLoss,
+                 "%s[%zu]: must be an integer >= 0", dims.path().c_str(), a);
+    call.dims[a] = d[a].get<int64_t>();
+  }
+  TT_RETURN_IF(call.work() <= 0, kDataLoss, "%s.dims: %s does no work", k.path().c_str(), call.describe().c_str());
+  return call;
+}
+
 Result<LinkRate> read_link(const Reader& links, const char* name) {
   TT_ASSIGN_OR_RETURN(Reader r, links.sub(name));
   TT_TRY(r.object());
@@ -159,11 +198,17 @@ Result<LinkRate> read_link(const Reader& links, const char* name) {
 
 json Profile::to_json() const {
   json ks = json::array();
-  for (const KernelTime& k : kernels)
-    ks.push_back({{"op", kernel_op_name(k.call.op)},
-                  {"dtype", dtype_name(k.call.dtype)},
-                  {"dims", k.call.dims},
-                  {"seconds", k.seconds}});
+  for (const KernelTime& k : kernels) {
+    json e = call_json(k.call);
+    e["seconds"] = k.seconds;
+    ks.push_back(e);
+  }
+  json seqs = json::array();
+  for (const auto& [calls, seconds] : sequences) {
+    json cs = json::array();
+    for (const KernelCall& c : calls) cs.push_back(call_json(c));
+    seqs.push_back({{"calls", cs}, {"seconds", seconds}});
+  }
   json adamw = json::object();
   for (const auto& [t, r] : host_adamw_params_per_s) adamw[std::to_string(t)] = r;
   return {{"format", "tiertrain-profile"},
@@ -176,7 +221,9 @@ json Profile::to_json() const {
             {"sim", machine.sim}}},
           {"created", created},
           {"calibrate_seconds", calibrate_seconds},
+          {"heat_seconds", heat_seconds},
           {"kernels", ks},
+          {"sequences", seqs},
           {"links",
            {{"h2d_pinned", link_json(h2d_pinned)},
             {"d2h_pinned", link_json(d2h_pinned)},
@@ -206,34 +253,34 @@ Result<Profile> Profile::from_json(const json& j) {
   TT_ASSIGN_OR_RETURN(p.machine.sim, m.str("sim"));
   TT_ASSIGN_OR_RETURN(p.created, top.str("created"));
   TT_ASSIGN_OR_RETURN(p.calibrate_seconds, top.num("calibrate_seconds"));
+  TT_ASSIGN_OR_RETURN(p.heat_seconds, top.num("heat_seconds"));
   TT_ASSIGN_OR_RETURN(Reader ks, top.sub("kernels"));
   TT_RETURN_IF(!ks.raw().is_array(), kDataLoss, "profile.kernels: must be an array");
   for (size_t i = 0; i < ks.raw().size(); ++i) {
     Reader k(ks.raw()[i], str_format("profile.kernels[%zu]", i));
-    TT_TRY(k.object());
     KernelTime t;
-    TT_ASSIGN_OR_RETURN(std::string op, k.str("op"));
-    auto kop = parse_kernel_op(op);
-    TT_RETURN_IF(!kop.is_ok(), kDataLoss, "%s.op: %s", k.path().c_str(), kop.status().message().c_str());
-    t.call.op = kop.value();
-    TT_ASSIGN_OR_RETURN(std::string dt, k.str("dtype"));
-    auto dtype = parse_dtype(dt);
-    TT_RETURN_IF(!dtype.is_ok(), kDataLoss, "%s.dtype: '%s' is not a dtype", k.path().c_str(), dt.c_str());
-    t.call.dtype = dtype.value();
-    TT_ASSIGN_OR_RETURN(Reader dims, k.sub("dims"));
-    const json& d = dims.raw();
-    TT_RETURN_IF(!d.is_array() || d.size() != 4, kDataLoss, "%s: must be 4 integers", dims.path().c_str());
-    for (size_t a = 0; a < 4; ++a) {
-      TT_RETURN_IF(!d[a].is_number_integer() || d[a].get<int64_t>() < 0, kDataLoss,
-                   "%s[%zu]: must be an integer >= 0", dims.path().c_str(), a);
-      t.call.dims[a] = d[a].get<int64_t>();
-    }
-    TT_RETURN_IF(t.call.work() <= 0, kDataLoss, "%s.dims: %s does no work", k.path().c_str(),
-                 t.call.describe().c_str());
+    TT_ASSIGN_OR_RETURN(t.call, read_call(k));
     TT_ASSIGN_OR_RETURN(t.seconds, k.num("seconds", 0, true));
     TT_RETURN_IF(p.measured(t.call), kDataLoss, "%s: %s is measured twice", k.path().c_str(),
                  t.call.describe().c_str());
     p.set_kernel(t.call, t.seconds);
+  }
+  TT_ASSIGN_OR_RETURN(Reader seqs, top.sub("sequences"));
+  TT_RETURN_IF(!seqs.raw().is_array(), kDataLoss, "profile.sequences: must be an array");
+  for (size_t i = 0; i < seqs.raw().size(); ++i) {
+    Reader q(seqs.raw()[i], str_format("profile.sequences[%zu]", i));
+    TT_TRY(q.object());
+    TT_ASSIGN_OR_RETURN(Reader cs, q.sub("calls"));
+    TT_RETURN_IF(!cs.raw().is_array() || cs.raw().empty(), kDataLoss, "%s: must be a non-empty array",
+                 cs.path().c_str());
+    std::vector<KernelCall> calls;
+    for (size_t c = 0; c < cs.raw().size(); ++c) {
+      TT_ASSIGN_OR_RETURN(KernelCall call, read_call(Reader(cs.raw()[c], str_format("%s[%zu]", cs.path().c_str(), c))));
+      calls.push_back(call);
+    }
+    TT_ASSIGN_OR_RETURN(double seconds, q.num("seconds", 0, true));
+    TT_RETURN_IF(p.sequences.count(calls), kDataLoss, "%s: the sequence is measured twice", q.path().c_str());
+    p.sequences[calls] = seconds;
   }
   TT_ASSIGN_OR_RETURN(Reader links, top.sub("links"));
   TT_TRY(links.object());

@@ -53,12 +53,21 @@ struct KernelTime {
   double seconds = 0;
 };
 
+// Note [kernel sequences]
+// A compute operation of a schedule runs a sequence of kernel calls (a block's forward, the LM head's chunks, the
+// device AdamW's per-parameter updates). Its time is measured as a sequence, the calls back to back as the step runs
+// them, repeated until the GPU has settled (Note [calibrating at sustained clocks] in perf/calibrate.h): the clock a
+// power-limited GPU holds depends on the mix of work, and consecutive kernels share the L2 cache, so the sum of the
+// calls timed one by one is off by up to 10% (on an H200, GPT d4096: 10% fast; GPT-2 124M: 5% slow once timed hot).
+// A sequence the profile lacks is priced as the sum of its calls.
 struct Profile {
   static constexpr int kVersion = 1;
   MachineId machine;
   std::string created;  // UTC, ISO 8601
   double calibrate_seconds = 0;
+  double heat_seconds = 0;  // how GEMMs and attention were timed (Note [calibrating at sustained clocks])
   std::vector<KernelTime> kernels;  // sorted by call, one entry per call
+  std::map<std::vector<KernelCall>, double> sequences;  // Note [kernel sequences]
   LinkRate h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable;
   // Each direction's bandwidth while the other copies too (one large copy each way at once).
   double duplex_h2d_bytes_per_s = 0, duplex_d2h_bytes_per_s = 0;
@@ -70,6 +79,9 @@ struct Profile {
   bool measured(const KernelCall& call) const;
   // Adds or replaces a measurement (keeps kernels sorted).
   void set_kernel(const KernelCall& call, double seconds);
+  // A sequence's measured time, else the sum of its calls' (Note [kernel sequences]); interpolated (optional) counts
+  // the calls priced by interpolation.
+  Result<double> sequence_seconds(const std::vector<KernelCall>& calls, int* interpolated = nullptr) const;
   // The host AdamW's rate with this many threads (the nearest measured count at or below; the largest if more).
   double host_adamw_rate(int threads) const;
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The performance model against measurement on one GPU (issue 19): builds tiertrain, calibrates the machine (timed),
+# then `tiertrain plan --measure N` for each workload: every plan's predicted step beside its measured one.
+#
+#   bench/perf/plan_gpu.sh OUTDIR [WORKLOADS]    # WORKLOADS: of "gpt2 d2048 d4096 heat trace" (default: the first 3)
+#
+# OUTDIR gets machine.txt, calibrate.txt, profile.json, plan_<workload>.txt (each with its progress lines) and
+# clocks.csv (the SM clock and power, sampled every 500 ms while it ran), all also packed in results.tgz. "heat"
+# calibrates the d4096 shapes with --heat 0, 0.2 and 1 and predicts the d4096 plans with each profile, beside an
+# op-by-op profile of a d4096 run (Note [calibrating at sustained clocks] in src/perf/calibrate.h); "trace" writes a
+# Chrome trace of GPT-2 with the CPU optimizer (its host stream's updates).
+set -euo pipefail
+OUT=${1:?usage: bench/perf/plan_gpu.sh OUTDIR [WORKLOADS]}
+WORKLOADS=${2:-gpt2 d2048 d4096}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "$0")/../.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+source scripts/gpu_deps.sh
+TT=build/gpu/src/tiertrain
+{ nvidia-smi; nvcc --version; } > "$OUT/machine.txt" 2>&1 || true
+cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DTIERTRAIN_BUILD_TESTS=OFF ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} > /dev/null 2>&1
+cmake --build build/gpu -j "$(nproc)" --target tiertrain 2>&1 | tail -n 1
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 500 \
+  > "$OUT/clocks.csv" 2>/dev/null &
+SMI=$!
+trap 'kill $SMI 2>/dev/null || true' EXIT
+export XDG_CACHE_HOME=/tmp/tiertrain-plan-cache
+rm -rf "$XDG_CACHE_HOME"
+SHARD=/tmp/tiertrain-random-gpt2.bin
+[ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 > /dev/null
+
+gpt2=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
+d2048=(--layers 8 --dim 2048 --heads 16 --seq 2048 --batch 8)
+d4096=(--layers 16 --dim 4096 --heads 32 --seq 2048 --batch 8)
+common=(--data "$SHARD" --warmup 1)
+secs() { echo $(( ($(date +%s%N) - $1) / 1000000 ))e-3; }
+
+t0=$(date +%s%N)
+"$TT" calibrate "${gpt2[@]}" "${common[@]}" --out "$OUT/profile.json" > "$OUT/calibrate.txt" 2>&1 ||
+  { tail -5 "$OUT/calibrate.txt"; exit 1; }
+echo "calibrate (the GPT-2 plans' shapes, links, host): $(secs "$t0") s"
+tail -n 12 "$OUT/calibrate.txt"
+
+plan() {  # NAME FLAGS...
+  local name=$1 t
+  shift
+  t=$(date +%s%N)
+  "$TT" plan "$@" "${common[@]}" > "$OUT/plan_$name.txt" 2>&1 || echo "plan $name failed"
+  echo "== $name ($(secs "$t") s)"
+  grep -v '^calibrate: [0-9]' "$OUT/plan_$name.txt"
+}
+d2048_plans=recompute/device,swap-activations/device,swap-attention-recompute-mlp/device
+d2048_plans+=,swap-attention-recompute-mlp-norms/device,in-core/cpu,swap-attention-recompute-mlp-norms/cpu
+d4096_plans=recompute/device,swap-attention-recompute-mlp/device,swap-attention-recompute-mlp-norms/device
+for w in $WORKLOADS; do
+  case $w in
+    gpt2) plan gpt2 "${gpt2[@]}" --measure "${TT_MEASURE:-5}" ;;
+    d2048) plan d2048 "${d2048[@]}" --device-budget 12GiB --measure "${TT_MEASURE:-3}" --plans "$d2048_plans" ;;
+    d4096) plan d4096 "${d4096[@]}" --device-budget 64GiB --measure "${TT_MEASURE:-3}" --plans "$d4096_plans" ;;
+    heat)
+      for h in 0 0.2 1; do
+        "$TT" calibrate "${d4096[@]}" "${common[@]}" --heat "$h" --out "$OUT/profile_d4096_heat$h.json" \
+          > /dev/null 2>&1 || echo "calibrate --heat $h failed"
+        plan "d4096_heat$h" "${d4096[@]}" --device-budget 64GiB --plans "$d4096_plans" \
+          --machine-profile "$OUT/profile_d4096_heat$h.json"
+      done
+      "$TT" train "${d4096[@]}" "${common[@]}" --device-budget 64GiB --plan swap-attention-recompute-mlp-norms \
+        --steps 4 --eval-every 0 --profile > "$OUT/train_d4096_profile.txt" 2>&1 || echo "profiled run failed"
+      tail -n 40 "$OUT/train_d4096_profile.txt"
+      ;;
+    trace)
+      "$TT" train "${gpt2[@]}" "${common[@]}" --plan in-core --optimizer cpu --steps 6 --eval-every 0 \
+        --trace "$OUT/trace_gpt2_cpu_opt.json" > "$OUT/train_gpt2_cpu_opt.txt" 2>&1 || echo "traced run failed"
+      gzip -f "$OUT/trace_gpt2_cpu_opt.json"
+      tail -n 2 "$OUT/train_gpt2_cpu_opt.txt"
+      ;;
+    *) echo "unknown workload $w" >&2; exit 2 ;;
+  esac
+done
+kill $SMI 2>/dev/null || true
+tar czf /tmp/results.tgz -C "$OUT" . && mv /tmp/results.tgz "$OUT/results.tgz"
