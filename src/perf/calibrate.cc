@@ -400,6 +400,64 @@ Status measure_host(Backend& be, Profile& p) {
   return Status::ok();
 }
 
+// Each segment's host AdamW as Optimizer::update_segment runs it: its parameter tensors one after another, on the
+// host stream, in pinned memory; the best of three after a warm-up.
+Status measure_host_segments(Backend& be, Profile& p, const std::vector<std::vector<int64_t>>& segs) {
+  int64_t most = 0;
+  for (const auto& q : segs) {
+    int64_t n = 0;
+    for (int64_t k : q) n += k;
+    most = std::max(most, n);
+  }
+  const size_t fb = static_cast<size_t>(most) * sizeof(float);
+  TT_TRY(be.host_pool().reserve(4 * fb + fb / 2 + (size_t(1) << 20)));
+  float* arr[4];
+  for (float*& a : arr) {
+    TT_ASSIGN_OR_RETURN(void* q, be.allocate_host(fb, TensorClass::kOptimState, "calibrate.adamw"));
+    a = static_cast<float*>(q);
+  }
+  TT_ASSIGN_OR_RETURN(void* outp, be.allocate_host(fb / 2, TensorClass::kParam, "calibrate.adamw"));
+  uint16_t* out = static_cast<uint16_t*>(outp);
+#pragma omp parallel for
+  for (int64_t i = 0; i < most; ++i) arr[0][i] = 0.5f, arr[1][i] = 1e-3f, arr[2][i] = 0.0f, arr[3][i] = 0.0f, out[i] = 0;
+  Stream& hs = be.host_stream();
+  auto e0 = be.create_event(true), e1 = be.create_event(true);
+  Status st;
+  for (const auto& q : segs) {
+    auto once = [&, q](int64_t step) {
+      be.enqueue_host([=] {
+        int64_t at = 0;
+        for (int64_t k : q) {
+          host::adamw_update_f32(arr[0] + at, arr[1] + at, arr[2] + at, arr[3] + at, out + at, k, 1.0f, 1e-4f, 0.9f,
+                                 0.95f, 1e-8f, 0.1f, step, 1.0f);
+          at += k;
+        }
+      });
+    };
+    once(1);
+    double best = 1e30;
+    for (int r = 0; r < 3 && st.is_ok(); ++r) {
+      hs.record(*e0);
+      once(2 + r);
+      hs.record(*e1);
+      st = e1->synchronize();
+      if (!st.is_ok()) break;
+      auto ms = e1->elapsed_ms_since(*e0);
+      if (!ms.is_ok()) {
+        st = ms.status();
+        break;
+      }
+      best = std::min(best, ms.value() * 1e-3);
+    }
+    if (!st.is_ok()) break;
+    p.host_segments[q] = best;
+  }
+  (void)hs.synchronize();
+  be.free_host(outp);
+  for (int i = 3; i >= 0; --i) be.free_host(arr[i]);
+  return st;
+}
+
 }  // namespace
 
 MachineId this_machine(const std::string& backend, const BackendOptions& options) {
@@ -486,7 +544,10 @@ Status measure_kernels(Backend& be, Profile& profile, const CalibrateOptions& op
   std::vector<std::vector<KernelCall>> seqs;
   for (const auto& q : o.sequences)
     if (!profile.sequences.count(q) && std::find(seqs.begin(), seqs.end(), q) == seqs.end()) seqs.push_back(q);
-  const size_t total = calls.size() + seqs.size();
+  std::vector<std::vector<int64_t>> hsegs;
+  for (const auto& q : o.host_segments)
+    if (!profile.host_segments.count(q) && std::find(hsegs.begin(), hsegs.end(), q) == hsegs.end()) hsegs.push_back(q);
+  const size_t total = calls.size() + seqs.size() + hsegs.size();
   if (total == 0) return Status::ok();
   const double t0 = now_s();
   Filler filler;
@@ -517,6 +578,10 @@ Status measure_kernels(Backend& be, Profile& profile, const CalibrateOptions& op
     }, o.max_reps, o.heat_seconds));
     profile.sequences[q] = sec;
     report(calls.size() + i + 1);
+  }
+  if (!hsegs.empty()) {
+    TT_TRY(measure_host_segments(be, profile, hsegs));
+    report(total);
   }
   profile.calibrate_seconds += now_s() - t0;
   return Status::ok();

@@ -30,6 +30,7 @@ constexpr double kDefaultHeatSeconds = 0.2;
 struct CalibrateOptions {
   std::vector<KernelCall> kernels;  // calls to measure exactly, one by one
   std::vector<std::vector<KernelCall>> sequences;  // sequences to measure (Note [kernel sequences])
+  std::vector<std::vector<int64_t>> host_segments;  // segments' parameter sizes, for the host AdamW
   bool links = true;                // the host links
   bool host = true;                 // the host AdamW and memory bandwidth
   double min_seconds = 0.02;        // timed per kernel call: repetitions until at least this long

@@ -70,10 +70,27 @@ std::vector<std::vector<KernelCall>> schedule_sequences(const Schedule& schedule
   return {all.begin(), all.end()};
 }
 
+std::vector<int64_t> segment_param_sizes(const GptConfig& cfg, int segment) {
+  const GptSegments segs = gpt_segments(cfg);
+  std::vector<int64_t> sizes;
+  const std::vector<ParamInfo> layout = gpt_param_layout(cfg);
+  for (size_t i = 0; i < layout.size(); ++i)
+    if (segs.of_param[i] == segment) sizes.push_back(layout[i].shape.numel());
+  return sizes;
+}
+
+std::vector<std::vector<int64_t>> schedule_host_segments(const Schedule& schedule) {
+  std::set<std::vector<int64_t>> all;
+  for (const Op& op : schedule.pass(Pass::kTrain))
+    if (op.kind == OpKind::kHostAdamW && !op.speculative) all.insert(segment_param_sizes(schedule.spec.model, op.segment));
+  return {all.begin(), all.end()};
+}
+
 ProfileCosts::ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int host_threads)
     : p_(profile), spec_(spec) {
   const GptSegments segs = gpt_segments(spec.model);
   seg_params_ = segs.size;
+  for (int s = 0; s < segs.count(); ++s) seg_sizes_.push_back(segment_param_sizes(spec.model, s));
   host_rate_ = host_threads > 0 ? p_.host_adamw_rate(host_threads)
                : p_.host_adamw_params_per_s.empty() ? 0
                                                      : p_.host_adamw_params_per_s.rbegin()->second;
@@ -108,6 +125,8 @@ double ProfileCosts::seconds(const Op& op) const {
     case OpKind::kInputIn:
       return p_.h2d_pinned.seconds(op.bytes);
     case OpKind::kHostAdamW:
+      if (auto it = p_.host_segments.find(seg_sizes_[static_cast<size_t>(op.segment)]); it != p_.host_segments.end())
+        return it->second;
       if (host_rate_ <= 0) {
         if (status_.is_ok()) status_ = Status(StatusCode::kNotFound, "the profile has no host AdamW rate");
         return 0;

@@ -24,6 +24,10 @@ std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec);
 std::vector<KernelCall> schedule_kernel_calls(const Schedule& schedule);
 // Every distinct sequence of kernel calls a compute operation of the training pass runs (Note [kernel sequences]).
 std::vector<std::vector<KernelCall>> schedule_sequences(const Schedule& schedule);
+// The parameter sizes of each segment the training pass updates on the host (the CPU optimizer), distinct.
+std::vector<std::vector<int64_t>> schedule_host_segments(const Schedule& schedule);
+// The parameter sizes of segment s, in update order.
+std::vector<int64_t> segment_param_sizes(const GptConfig& cfg, int segment);
 
 struct ProfileCosts final : CostModel {
   // host_threads: the CPU optimizer's threads (0: the most the profile measured).
@@ -39,6 +43,7 @@ struct ProfileCosts final : CostModel {
   const Profile& p_;
   ScheduleSpec spec_;
   std::vector<int64_t> seg_params_;
+  std::vector<std::vector<int64_t>> seg_sizes_;
   double host_rate_ = 0;
   mutable std::map<std::vector<KernelCall>, double> cache_;
   mutable Status status_;

@@ -57,11 +57,13 @@ Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
 ProfileNeeds rows_needs(const std::vector<PlanRow>& rows) {
   std::set<KernelCall> calls;
   std::set<std::vector<KernelCall>> seqs;
+  std::set<std::vector<int64_t>> hsegs;
   for (const PlanRow& r : rows) {
     for (const KernelCall& c : schedule_kernel_calls(r.schedule)) calls.insert(c);
     for (auto& q : schedule_sequences(r.schedule)) seqs.insert(std::move(q));
+    for (auto& q : schedule_host_segments(r.schedule)) hsegs.insert(std::move(q));
   }
-  return {{calls.begin(), calls.end()}, {seqs.begin(), seqs.end()}};
+  return {{calls.begin(), calls.end()}, {seqs.begin(), seqs.end()}, {hsegs.begin(), hsegs.end()}};
 }
 
 Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_threads) {
@@ -107,7 +109,9 @@ Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path,
     if (!profile.measured(c)) o.kernels.push_back(c);
   for (const auto& q : needs.sequences)
     if (!profile.sequences.count(q)) o.sequences.push_back(q);
-  const size_t missing = o.kernels.size() + o.sequences.size();
+  for (const auto& q : needs.host_segments)
+    if (!profile.host_segments.count(q)) o.host_segments.push_back(q);
+  const size_t missing = o.kernels.size() + o.sequences.size() + o.host_segments.size();
   if (have && missing == 0) return profile;
 
   o.progress = progress;

@@ -39,6 +39,7 @@ Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg);
 struct ProfileNeeds {
   std::vector<KernelCall> kernels;
   std::vector<std::vector<KernelCall>> sequences;
+  std::vector<std::vector<int64_t>> host_segments;
 };
 ProfileNeeds rows_needs(const std::vector<PlanRow>& rows);
 // Predicts each row's step from the profile (an error names an operation the profile cannot price). host_threads:

@@ -209,6 +209,8 @@ json Profile::to_json() const {
     for (const KernelCall& c : calls) cs.push_back(call_json(c));
     seqs.push_back({{"calls", cs}, {"seconds", seconds}});
   }
+  json segs = json::array();
+  for (const auto& [sizes, seconds] : host_segments) segs.push_back({{"param_sizes", sizes}, {"seconds", seconds}});
   json adamw = json::object();
   for (const auto& [t, r] : host_adamw_params_per_s) adamw[std::to_string(t)] = r;
   return {{"format", "tiertrain-profile"},
@@ -230,7 +232,10 @@ json Profile::to_json() const {
             {"h2d_pageable", link_json(h2d_pageable)},
             {"d2h_pageable", link_json(d2h_pageable)}}},
           {"duplex", {{"h2d_bytes_per_s", duplex_h2d_bytes_per_s}, {"d2h_bytes_per_s", duplex_d2h_bytes_per_s}}},
-          {"host", {{"adamw_params_per_s", adamw}, {"memcpy_bytes_per_s", host_memcpy_bytes_per_s}}}};
+          {"host",
+           {{"adamw_params_per_s", adamw},
+            {"adamw_segments", segs},
+            {"memcpy_bytes_per_s", host_memcpy_bytes_per_s}}}};
 }
 
 Result<Profile> Profile::from_json(const json& j) {
@@ -306,6 +311,24 @@ Result<Profile> Profile::from_json(const json& j) {
     p.host_adamw_params_per_s[static_cast<int>(threads)] = r.get<double>();
   }
   TT_ASSIGN_OR_RETURN(p.host_memcpy_bytes_per_s, host.num("memcpy_bytes_per_s", 0, true));
+  TT_ASSIGN_OR_RETURN(Reader hs, host.sub("adamw_segments"));
+  TT_RETURN_IF(!hs.raw().is_array(), kDataLoss, "%s: must be an array", hs.path().c_str());
+  for (size_t i = 0; i < hs.raw().size(); ++i) {
+    Reader q(hs.raw()[i], str_format("%s[%zu]", hs.path().c_str(), i));
+    TT_TRY(q.object());
+    TT_ASSIGN_OR_RETURN(Reader sz, q.sub("param_sizes"));
+    TT_RETURN_IF(!sz.raw().is_array() || sz.raw().empty(), kDataLoss, "%s: must be a non-empty array",
+                 sz.path().c_str());
+    std::vector<int64_t> sizes;
+    for (const json& v : sz.raw()) {
+      TT_RETURN_IF(!v.is_number_integer() || v.get<int64_t>() <= 0, kDataLoss, "%s: sizes must be integers > 0",
+                   sz.path().c_str());
+      sizes.push_back(v.get<int64_t>());
+    }
+    TT_ASSIGN_OR_RETURN(double seconds, q.num("seconds", 0, true));
+    TT_RETURN_IF(p.host_segments.count(sizes), kDataLoss, "%s: the segment is measured twice", q.path().c_str());
+    p.host_segments[sizes] = seconds;
+  }
   return p;
 }
 
