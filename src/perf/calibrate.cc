@@ -296,6 +296,18 @@ Status measure_links(Backend& be, Profile& p, const CalibrateOptions& o) {
   TT_ASSIGN_OR_RETURN(p.d2h_pinned, measure(false, pinned));
   TT_ASSIGN_OR_RETURN(p.h2d_pageable, measure(true, pageable.data()));
   TT_ASSIGN_OR_RETURN(p.d2h_pageable, measure(false, pageable.data()));
+  // The trainer's read of a step's results: small copies on the compute stream.
+  {
+    std::vector<std::pair<int64_t, double>> pts;
+    for (int64_t n : {int64_t(4), int64_t(64) << 10, int64_t(1) << 20}) {
+      const Tensor d = dev.view(0, {n});
+      TT_ASSIGN_OR_RETURN(double t, time_on(be, be.compute_stream(), lo, [&] {
+        be.copy_d2h(pinned, d, be.compute_stream());
+      }, 200));
+      pts.emplace_back(n, t);
+    }
+    p.readback = fit(std::move(pts));
+  }
   // Both directions at once: one large copy each way, repeated, each timed on its own stream.
   {
     auto a1 = be.create_event(true), b1 = be.create_event(true), a2 = be.create_event(true), b2 = be.create_event(true);

@@ -108,6 +108,13 @@ double ProfileCosts::kernels(const Op& op) const {
   return cache_.emplace(std::move(calls), s.is_ok() ? s.value() : 0.0).first->second;
 }
 
+double ProfileCosts::readback_seconds() const {
+  // The step's losses (master dtype, one per token) and its squared gradient norm (Trainer::train_step).
+  const int64_t losses = static_cast<int64_t>(spec_.batch) * spec_.model.seq *
+                         static_cast<int64_t>(dtype_size(master_dtype_for(spec_.compute)));
+  return p_.readback.valid() ? p_.readback.seconds(losses) + p_.readback.seconds(4) : 0;
+}
+
 double ProfileCosts::seconds(const Op& op) const {
   switch (op.kind) {
     case OpKind::kWait:

@@ -33,6 +33,7 @@ struct ProfileCosts final : CostModel {
   // host_threads: the CPU optimizer's threads (0: the most the profile measured).
   ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int host_threads = 0);
   double seconds(const Op& op) const override;
+  double readback_seconds() const override;
   // Not ok when some operation could not be priced (the first such, named).
   const Status& status() const { return status_; }
   // Kernel calls priced by interpolation rather than measured.

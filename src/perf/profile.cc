@@ -230,7 +230,8 @@ json Profile::to_json() const {
            {{"h2d_pinned", link_json(h2d_pinned)},
             {"d2h_pinned", link_json(d2h_pinned)},
             {"h2d_pageable", link_json(h2d_pageable)},
-            {"d2h_pageable", link_json(d2h_pageable)}}},
+            {"d2h_pageable", link_json(d2h_pageable)},
+            {"readback", link_json(readback)}}},
           {"duplex", {{"h2d_bytes_per_s", duplex_h2d_bytes_per_s}, {"d2h_bytes_per_s", duplex_d2h_bytes_per_s}}},
           {"host",
            {{"adamw_params_per_s", adamw},
@@ -293,6 +294,7 @@ Result<Profile> Profile::from_json(const json& j) {
   TT_ASSIGN_OR_RETURN(p.d2h_pinned, read_link(links, "d2h_pinned"));
   TT_ASSIGN_OR_RETURN(p.h2d_pageable, read_link(links, "h2d_pageable"));
   TT_ASSIGN_OR_RETURN(p.d2h_pageable, read_link(links, "d2h_pageable"));
+  TT_ASSIGN_OR_RETURN(p.readback, read_link(links, "readback"));
   TT_ASSIGN_OR_RETURN(Reader duplex, top.sub("duplex"));
   TT_TRY(duplex.object());
   TT_ASSIGN_OR_RETURN(p.duplex_h2d_bytes_per_s, duplex.num("h2d_bytes_per_s", 0, true));

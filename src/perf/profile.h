@@ -69,6 +69,8 @@ struct Profile {
   std::vector<KernelTime> kernels;  // sorted by call, one entry per call
   std::map<std::vector<KernelCall>, double> sequences;  // Note [kernel sequences]
   LinkRate h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable;
+  // A small copy to pinned host memory on the compute stream (the trainer's read of each step's losses and norm).
+  LinkRate readback;
   // Each direction's bandwidth while the other copies too (one large copy each way at once).
   double duplex_h2d_bytes_per_s = 0, duplex_d2h_bytes_per_s = 0;
   std::map<int, double> host_adamw_params_per_s;  // threads -> parameters a second (the CPU optimizer's update)

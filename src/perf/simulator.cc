@@ -59,8 +59,10 @@ SimResult simulate(const Schedule& schedule, Pass pass, const CostModel& costs, 
         cur.busy_seconds[s] += d;
       }
     }
-    // The caller waits for the compute stream, then issues the next step.
-    const double end = free_at[static_cast<int>(StreamId::kCompute)];
+    // The caller reads the step's results back on the compute stream, waits for it, then issues the next step.
+    double& compute = free_at[static_cast<int>(StreamId::kCompute)];
+    compute = std::max(compute, step_start) + costs.readback_seconds();
+    const double end = compute;
     cur.step_seconds = end - last_end;
     last_end = end;
     step_start = end;

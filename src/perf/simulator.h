@@ -12,7 +12,8 @@
 // an event never recorded before it is no wait. So one walk over the operations in issue order gives every start
 // time exactly: an operation starts when its stream is free and it has been issued; a wait moves its stream's clock
 // to the time of that record. The caller issues a step at once and waits for the compute stream at its end (the
-// trainer reads the losses), so step k is issued when the compute stream finished step k - 1; streams still busy
+// trainer reads the losses: CostModel::readback_seconds), so step k is issued when the compute stream finished step
+// k - 1 and that read; streams still busy
 // (the CPU optimizer's host updates, their copies back) carry on into it. The replay runs several steps and reports
 // the last, the steady state.
 #pragma once
@@ -29,6 +30,9 @@ class CostModel {
  public:
   virtual ~CostModel() = default;
   virtual double seconds(const Op& op) const = 0;
+  // What the caller does on the compute stream after each step before it issues the next: the trainer reads the
+  // step's losses and gradient norm back (two small copies; microseconds on a GPU).
+  virtual double readback_seconds() const { return 0; }
 };
 
 // Times from rates: compute work takes the larger of its FLOPs over the compute rate and its bytes over the device

@@ -52,6 +52,11 @@ void CpuStream::enqueue(std::function<void()> fn) {
       std::this_thread::sleep_for(std::chrono::microseconds(us));
       f();
     };
+  enqueue_undelayed(std::move(fn));
+}
+
+// Records and waits take no time on a GPU: the simulated kernel delay is not theirs.
+void CpuStream::enqueue_undelayed(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(fn));
@@ -107,7 +112,7 @@ void CpuStream::record(Event& event) {
     std::lock_guard<std::mutex> lock(st->mu);
     st->latest = marker;
   }
-  enqueue([st, marker] {
+  enqueue_undelayed([st, marker] {
     {
       std::lock_guard<std::mutex> lock(st->mu);
       *marker = true;
@@ -127,7 +132,7 @@ void CpuStream::wait(Event& event) {
     marker = st->latest;
   }
   if (!marker) return;  // never recorded: nothing to wait for
-  enqueue([st, marker] {
+  enqueue_undelayed([st, marker] {
     std::unique_lock<std::mutex> lock(st->mu);
     st->cv.wait(lock, [&] { return *marker; });
   });

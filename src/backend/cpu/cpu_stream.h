@@ -61,6 +61,7 @@ class CpuStream : public Stream {
 
  private:
   void run();
+  void enqueue_undelayed(std::function<void()> fn);
 
   std::string name_;
   std::mutex mu_;

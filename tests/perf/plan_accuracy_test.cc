@@ -1,0 +1,81 @@
+// The performance model against measurement on the CPU backend, with simulated kernel, link and host delays large
+// enough that they, not this machine's load, set the times: every shortcut plan, with the optimizer on the device
+// and on the host, predicted (calibration, schedule replay) within 10% of its measured median step. The same
+// comparison on an H200 is bench/perf/plan_gpu.sh (docs/benchmarks/).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "perf/planner.h"
+#include "temp_dir.h"
+#include "test_util.h"
+
+namespace tt::perf {
+namespace {
+
+TEST(PlanAccuracy, EveryShortcutPlanIsPredictedWithinTenPercentOfItsMeasuredStep) {
+  tt::testing::TempDir dir;
+  setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
+  TrainConfig tc;
+  tc.model = GptConfig{.vocab = 256, .layers = 4, .dim = 32, .heads = 2, .seq = 32};
+  tc.batch = 4;
+  tc.data = dir.write("corpus.txt", tt::testing::synthetic_text(40000));
+  tc.val_fraction = 0.1;
+  tc.warmup = 1;
+  tc.eval_every = 0;
+  tc.device_budget = int64_t(256) << 20;
+  tc.threads = 1;
+  tc.backend = "cpu";
+  // A kernel 2 ms, a copy 25 ms (the swapped blocks' copies are exposed), a host update 3 ms.
+  tc.cpu_compute_delay_us = 2000;
+  tc.cpu_copy_delay_us = 25000;
+  tc.cpu_host_delay_us = 3000;
+
+  auto rows = plan_rows(tc);
+  ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+  ASSERT_GE(rows.value().size(), 12u);
+  std::string path;
+  auto profile = machine_profile(tc, "", rows_needs(rows.value()), nullptr, false, &path);
+  ASSERT_TRUE(profile.is_ok()) << profile.status().to_string();
+  EXPECT_EQ(path.rfind(dir.path(), 0), 0u) << "cached under XDG_CACHE_HOME: " << path;
+  ASSERT_TRUE(predict(rows.value(), profile.value(), tc.threads).is_ok());
+  // A second request finds everything in the cache.
+  auto again = machine_profile(tc, "", rows_needs(rows.value()), nullptr);
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(again.value().to_json(), profile.value().to_json());
+
+  double worst = 0;
+  std::string report;
+  for (PlanRow& r : rows.value()) {
+    ASSERT_TRUE(r.fits()) << r.plan;
+    TrainConfig t = tc;
+    t.plan = r.plan;
+    t.optimizer = r.optimizer;
+    t.steps = 4;  // the first warms up; the median of the other three
+    auto trainer = Trainer::create(t, nullptr);
+    ASSERT_TRUE(trainer.is_ok()) << trainer.status().to_string();
+    auto summary = trainer.value()->run();
+    ASSERT_TRUE(summary.is_ok()) << summary.status().to_string();
+    const double measured = summary.value().median_ms / 1e3, predicted = r.sim.step_seconds;
+    const double err = (predicted - measured) / measured;
+    worst = std::max(worst, std::abs(err));
+    report += str_format("%s/%s: predicted %.1f ms, measured %.1f ms (%+.1f%%)\n", r.plan.c_str(),
+                         optimizer_placement_name(r.optimizer), 1e3 * predicted, 1e3 * measured, 100 * err);
+    EXPECT_LT(std::abs(err), 0.10) << r.plan << "/" << optimizer_placement_name(r.optimizer);
+  }
+  std::printf("%sworst %.1f%%\n", report.c_str(), 100 * worst);
+  // The comparison covers exposed copies: swapping waits for the link, and is slower than keeping everything.
+  const PlanRow* in_core = nullptr;
+  const PlanRow* swap = nullptr;
+  for (const PlanRow& r : rows.value()) {
+    if (r.optimizer != OptimizerPlacement::kDevice) continue;
+    if (r.plan == "in-core") in_core = &r;
+    if (r.plan == "swap-activations") swap = &r;
+  }
+  ASSERT_TRUE(in_core && swap);
+  EXPECT_GT(swap->sim.exposed_wait_seconds, 0.005);
+  EXPECT_GT(swap->sim.step_seconds, in_core->sim.step_seconds + 0.005);
+}
+
+}  // namespace
+}  // namespace tt::perf

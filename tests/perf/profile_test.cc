@@ -1,0 +1,156 @@
+// The machine profile (perf/profile.h): its JSON round-trips; a damaged or foreign profile is refused with the
+// field named; kernel times are measured or interpolated (Note [interpolating kernel times]); sequences are priced
+// as measured or as the sum of their calls (Note [kernel sequences]).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "perf/profile.h"
+#include "temp_dir.h"
+
+namespace tt::perf {
+namespace {
+
+KernelCall mm(int64_t n, int64_t oc, int64_t c) { return {KernelOp::kMatmulForward, DType::kBF16, {n, oc, c, 1}}; }
+
+Profile sample() {
+  Profile p;
+  p.machine = {"cuda", "cuda:0 Test GPU (80.00 GiB)", "driver 1", "Test CPU x 8 threads", ""};
+  p.created = "2026-12-01T00:00:00Z";
+  p.calibrate_seconds = 12.5;
+  p.heat_seconds = 0.2;
+  p.set_kernel(mm(4096, 4096, 4096), 137.4e-6 * 8);  // 1 PFLOP/s-ish figures; only ratios matter
+  p.set_kernel(mm(1024, 4096, 4096), 70e-6);
+  p.set_kernel({KernelOp::kLayernormForward, DType::kBF16, {16384, 768}}, 20e-6);
+  p.sequences[{mm(4096, 4096, 4096), mm(1024, 4096, 4096)}] = 1.2e-3;
+  p.h2d_pinned = {2e-6, 50e9, {{4096, 2.1e-6}, {1 << 20, 23e-6}}};
+  p.d2h_pinned = {3e-6, 52e9, {{4096, 3.1e-6}}};
+  p.h2d_pageable = {3e-6, 12e9, {{4096, 3.5e-6}}};
+  p.d2h_pageable = {9e-6, 10e9, {{4096, 9.5e-6}}};
+  p.readback = {5e-6, 10e9, {{4, 5e-6}}};
+  p.duplex_h2d_bytes_per_s = 45e9;
+  p.duplex_d2h_bytes_per_s = 46e9;
+  p.host_adamw_params_per_s = {{1, 6e8}, {8, 3e9}};
+  p.host_segments[{128, 128, 4096}] = 1e-5;
+  p.host_memcpy_bytes_per_s = 30e9;
+  return p;
+}
+
+TEST(Profile, JsonRoundTrips) {
+  const Profile p = sample();
+  auto back = Profile::from_json(p.to_json());
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back.value().to_json(), p.to_json());
+  EXPECT_EQ(back.value().machine, p.machine);
+  EXPECT_EQ(back.value().kernels.size(), 3u);
+
+  tt::testing::TempDir dir;
+  const std::string path = dir.path() + "/sub/profile.json";
+  ASSERT_TRUE(p.save(path).is_ok());
+  auto loaded = Profile::load(path);
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  EXPECT_EQ(loaded.value().to_json(), p.to_json());
+}
+
+// Each damage is refused with an error that names the field.
+TEST(Profile, DamagedProfilesAreRefusedNamingTheField) {
+  const nlohmann::json good = sample().to_json();
+  struct Case {
+    const char* field;  // expected in the message
+    std::function<void(nlohmann::json&)> damage;
+  };
+  const Case cases[] = {
+      {"profile.format", [](nlohmann::json& j) { j["format"] = "something else"; }},
+      {"profile.version", [](nlohmann::json& j) { j["version"] = 99; }},
+      {"profile.machine.device", [](nlohmann::json& j) { j["machine"].erase("device"); }},
+      {"profile.kernels[0].seconds", [](nlohmann::json& j) { j["kernels"][0]["seconds"] = -1.0; }},
+      {"profile.kernels[1].op", [](nlohmann::json& j) { j["kernels"][1]["op"] = "matmul_sideways"; }},
+      {"profile.kernels[0].dims", [](nlohmann::json& j) { j["kernels"][0]["dims"] = {1, 2, 3}; }},
+      {"profile.kernels[2]", [](nlohmann::json& j) { j["kernels"][2] = j["kernels"][0]; }},  // measured twice
+      {"profile.sequences[0].calls", [](nlohmann::json& j) { j["sequences"][0]["calls"] = nlohmann::json::array(); }},
+      {"profile.links.h2d_pinned.bytes_per_s", [](nlohmann::json& j) { j["links"]["h2d_pinned"]["bytes_per_s"] = 0; }},
+      {"profile.links.d2h_pinned.points[0]", [](nlohmann::json& j) { j["links"]["d2h_pinned"]["points"][0] = {0, 1}; }},
+      {"profile.duplex.d2h_bytes_per_s", [](nlohmann::json& j) { j["duplex"]["d2h_bytes_per_s"] = "fast"; }},
+      {"profile.host.adamw_params_per_s", [](nlohmann::json& j) { j["host"]["adamw_params_per_s"]["zero"] = 1.0; }},
+      {"profile.host.adamw_segments[0].param_sizes",
+       [](nlohmann::json& j) { j["host"]["adamw_segments"][0]["param_sizes"] = {128, -5}; }},
+      {"profile.host.memcpy_bytes_per_s", [](nlohmann::json& j) { j["host"]["memcpy_bytes_per_s"] = -3.0; }},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = good;
+    c.damage(j);
+    auto p = Profile::from_json(j);
+    ASSERT_FALSE(p.is_ok()) << c.field;
+    EXPECT_EQ(p.status().code(), StatusCode::kDataLoss) << c.field;
+    EXPECT_NE(p.status().message().find(c.field), std::string::npos) << p.status().message();
+  }
+  // Not JSON at all, and not a file.
+  tt::testing::TempDir dir;
+  const std::string path = dir.path() + "/bad.json";
+  std::ofstream(path) << "{\"format\": \"tiertrain-profile\", ";
+  auto p = Profile::load(path);
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("not valid JSON"), std::string::npos);
+  EXPECT_FALSE(Profile::load(dir.path()).is_ok());
+}
+
+TEST(Profile, AProfileOfAnotherMachineIsRefusedNamingTheField) {
+  const Profile p = sample();
+  EXPECT_TRUE(p.check_machine(p.machine).is_ok());
+  MachineId other = p.machine;
+  other.device = "cuda:0 Other GPU (16.00 GiB)";
+  const Status s = p.check_machine(other);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("machine.device"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("Other GPU"), std::string::npos) << s.message();
+  EXPECT_NE(p.machine.key(), other.key());
+}
+
+TEST(Profile, KernelTimesAreMeasuredOrInterpolatedFromTheNearestOfTheSameOp) {
+  const Profile p = sample();
+  // Measured: exactly.
+  EXPECT_DOUBLE_EQ(p.kernel_seconds(mm(1024, 4096, 4096)).value(), 70e-6);
+  // Between two measured shapes: the call's FLOPs at a rate between theirs (geometric, nearer weighs more).
+  const double r_small = mm(1024, 4096, 4096).flops() / 70e-6;
+  const double r_big = mm(4096, 4096, 4096).flops() / (137.4e-6 * 8);
+  const KernelCall mid = mm(2048, 4096, 4096);
+  const double t = p.kernel_seconds(mid).value();
+  const double rate = mid.flops() / t;
+  EXPECT_GT(rate, std::min(r_small, r_big) * (1 - 1e-9));
+  EXPECT_LT(rate, std::max(r_small, r_big) * (1 + 1e-9));
+  // (Nearly) equally far from both in log-size: their geometric mean.
+  EXPECT_NEAR(rate, std::sqrt(r_small * r_big), 1e-3 * rate);
+  // Far larger than any: between the two, nearer the nearer's rate.
+  const double far = mm(65536, 4096, 4096).flops() / p.kernel_seconds(mm(65536, 4096, 4096)).value();
+  EXPECT_LT(std::abs(std::log(far / r_big)), std::abs(std::log(far / r_small)));
+  // No measurement of the op (or of the dtype): an error naming it.
+  auto none = p.kernel_seconds({KernelOp::kAttentionForward, DType::kBF16, {8, 2048, 32, 128}});
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_NE(none.status().message().find("attention_forward"), std::string::npos);
+  EXPECT_FALSE(p.kernel_seconds({KernelOp::kMatmulForward, DType::kF32, {1024, 4096, 4096, 1}}).is_ok());
+}
+
+TEST(Profile, SequencesAreMeasuredOrTheSumOfTheirCalls) {
+  const Profile p = sample();
+  EXPECT_DOUBLE_EQ(p.sequence_seconds({mm(4096, 4096, 4096), mm(1024, 4096, 4096)}).value(), 1.2e-3);
+  int interpolated = 0;
+  const double sum = p.sequence_seconds({mm(1024, 4096, 4096), mm(1024, 4096, 4096), mm(2048, 4096, 4096)},
+                                        &interpolated).value();
+  EXPECT_DOUBLE_EQ(sum, 2 * 70e-6 + p.kernel_seconds(mm(2048, 4096, 4096)).value());
+  EXPECT_EQ(interpolated, 1);
+}
+
+TEST(Profile, LinksAreLatencyPlusBytesOverBandwidth) {
+  const Profile p = sample();
+  EXPECT_DOUBLE_EQ(p.h2d_pinned.seconds(0), 2e-6);
+  EXPECT_DOUBLE_EQ(p.h2d_pinned.seconds(50'000'000'000), 1 + 2e-6);
+  EXPECT_DOUBLE_EQ(p.host_adamw_rate(1), 6e8);
+  EXPECT_DOUBLE_EQ(p.host_adamw_rate(4), 6e8);   // the nearest measured count at or below
+  EXPECT_DOUBLE_EQ(p.host_adamw_rate(64), 3e9);  // the largest
+}
+
+}  // namespace
+}  // namespace tt::perf
