@@ -256,10 +256,14 @@ LinkRate fit(std::vector<std::pair<int64_t, double>> pts) {
   const double det = sw * sxx - sx * sx;
   double slope = det != 0 ? (sw * sxy - sx * sy) / det : 0;
   double icpt = det != 0 ? (sy - slope * sx) / sw : 0;
-  if (!(slope > 0)) {  // degenerate: the largest copy's rate, no latency
-    const auto& [n, t] = l.points.back();
-    slope = t / static_cast<double>(n);
-    icpt = 0;
+  if (!(slope > 0)) {
+    // No time grows with the bytes within the noise (a latency-bound link, e.g. a simulated delay): the mean time
+    // as the latency, and no bandwidth term worth the name.
+    double mean = 0;
+    for (const auto& pt : l.points) mean += pt.second;
+    l.bytes_per_s = 1e18;
+    l.latency_s = mean / static_cast<double>(l.points.size());
+    return l;
   }
   l.bytes_per_s = 1.0 / slope;
   l.latency_s = std::max(0.0, icpt);

@@ -59,8 +59,11 @@ TEST(PlanAccuracy, EveryShortcutPlanIsPredictedWithinTenPercentOfItsMeasuredStep
     const double measured = summary.value().median_ms / 1e3, predicted = r.sim.step_seconds;
     const double err = (predicted - measured) / measured;
     worst = std::max(worst, std::abs(err));
-    report += str_format("%s/%s: predicted %.1f ms, measured %.1f ms (%+.1f%%)\n", r.plan.c_str(),
-                         optimizer_placement_name(r.optimizer), 1e3 * predicted, 1e3 * measured, 100 * err);
+    report += str_format("%s/%s: predicted %.1f ms (compute %.1f, exposed %.1f, host %.1f), measured %.1f ms (%+.1f%%)\n",
+                         r.plan.c_str(), optimizer_placement_name(r.optimizer), 1e3 * predicted,
+                         1e3 * r.sim.busy_seconds[static_cast<int>(StreamId::kCompute)],
+                         1e3 * r.sim.exposed_wait_seconds, 1e3 * r.sim.busy_seconds[static_cast<int>(StreamId::kHost)],
+                         1e3 * measured, 100 * err);
     EXPECT_LT(std::abs(err), 0.10) << r.plan << "/" << optimizer_placement_name(r.optimizer);
   }
   std::printf("%sworst %.1f%%\n", report.c_str(), 100 * worst);
