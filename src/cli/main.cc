@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
   train->add_flag("--dry-run", dry_run,
                   "load the data, resolve the plan and print the device and host memory the run needs against the "
                   "budget, then exit (0: it fits, 1: it does not); nothing is allocated");
+  bool explain_plan = false;
+  train->add_flag("--explain", explain_plan,
+                  "with --plan auto (or no --plan when in-core does not fit): say how the plan was chosen, with the "
+                  "runners-up");
   std::string schedule_out;
   train->add_option("--schedule", schedule_out,
                     "with --dry-run: write the compiled schedule (every pass's operations per stream, with bytes, "
@@ -87,7 +91,8 @@ int main(int argc, char** argv) {
                    "measured step time beside the prediction")
       ->check(CLI::Range(0, 100000));
   plan->add_option("--plans", plan_cmd.plans,
-                   "only these rows: a comma-separated list of shortcuts, or shortcut/device, shortcut/cpu");
+                   "only these rows: a comma-separated list of shortcuts, or shortcut/device, shortcut/cpu, or auto");
+  plan->add_flag("--explain", plan_cmd.explain, "say how the automatic plan was chosen, with the runners-up");
 
   CLI::App* launch = app.add_subcommand(
       "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core|share] -- CMD [ARGS...]; each gets "
@@ -252,6 +257,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --schedule FILE is written by a dry run: add --dry-run\n");
     return kExitUsage;
   }
+  if (tt::Status s = tt::cli::choose_train_plan(tc.value(), explain_plan, stdout); !s.is_ok()) return report(s);
   auto trainer = tt::Trainer::create(tc.value(), stdout);
   if (!trainer.is_ok()) return report(trainer.status());
   if (dry_run) return trainer.value()->dry_run_fits() ? 0 : 1;

@@ -2,6 +2,7 @@
 
 #include "core/units.h"
 #include "data/dataset.h"
+#include "perf/auto_plan.h"
 #include "perf/planner.h"
 
 namespace tt::cli {
@@ -79,6 +80,7 @@ Status select_rows(std::vector<perf::PlanRow>& rows, const std::string& plans) {
   for (perf::PlanRow& r : rows) {
     bool keep = false;
     for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == "auto") used[i] = true;  // the automatic plan's row is added after
       if (names[i] == r.plan || names[i] == r.plan + "/" + optimizer_placement_name(r.optimizer)) {
         keep = true;
         used[i] = true;
@@ -98,12 +100,25 @@ int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out) {
   if (!c.is_ok()) return fail(c.status());
   auto rows = perf::plan_rows(c.value());
   if (!rows.is_ok()) return fail(rows.status());
+  // The profile holds what every row and the automatic plan's search need, whichever rows are shown.
+  const perf::ProfileNeeds needs = perf::rows_needs(rows.value());
   if (Status s = select_rows(rows.value(), cmd.plans); !s.is_ok()) return fail(s);
   std::string path;
-  auto profile = perf::machine_profile(c.value(), cmd.profile, perf::rows_needs(rows.value()), stderr,
-                                       /*recalibrate=*/false, &path);
+  auto profile = perf::machine_profile(c.value(), cmd.profile, needs, stderr, /*recalibrate=*/false, &path);
   if (!profile.is_ok()) return fail(profile.status());
   if (Status s = perf::predict(rows.value(), profile.value(), c.value().threads); !s.is_ok()) return fail(s);
+  // The automatic plan, as a last row.
+  std::string auto_text;
+  if (cmd.plans.empty() || ("," + cmd.plans + ",").find(",auto,") != std::string::npos) {
+    auto a = perf::choose_plan(c.value(), profile.value());
+    if (a.is_ok()) {
+      rows.value().push_back(a.value().best);
+      auto_text = a.value().explain(cmd.explain ? 8 : 1);
+    } else {
+      auto_text = "auto plan: " + a.status().message() + "\n";
+    }
+  }
+  if (rows.value().empty()) return fail(Status(StatusCode::kInvalidArgument, "--plans: no plan left to show"));
   describe_run(c.value(), rows.value().front(), path, out);
   if (cmd.measure_steps > 0) {
     for (perf::PlanRow& r : rows.value()) {
@@ -111,6 +126,10 @@ int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out) {
       TrainConfig t = c.value();
       t.plan = r.plan;
       t.optimizer = r.optimizer;
+      if (r.plan == "auto") {
+        t.plan_value = r.run.exec.plan;
+        t.optimizer.reset();
+      }
       if (r.optimizer == OptimizerPlacement::kDevice) t.speculative_update = false;
       t.steps = cmd.measure_steps + 1;  // the first step warms up and is not counted
       t.stop_at = 0;
@@ -130,7 +149,34 @@ int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out) {
     }
   }
   perf::print_plan_table(rows.value(), out);
+  std::fputs(auto_text.c_str(), out);
   return 0;
+}
+
+Status choose_train_plan(TrainConfig& cfg, bool explain, FILE* out) {
+  if (cfg.plan_value) return Status::ok();
+  const bool asked = cfg.plan == "auto";
+  if (!asked && cfg.plan_given) return Status::ok();
+  TT_ASSIGN_OR_RETURN(TrainConfig c, with_vocab(cfg));
+  if (!asked) {
+    // No plan given: in-core when it fits (the usual case needs no profile at all).
+    TrainConfig in_core = c;
+    in_core.plan = "in-core";
+    TT_ASSIGN_OR_RETURN(RunSpec r, resolve_run(in_core));
+    if (r.fits_device && r.fits_host) return Status::ok();
+    std::fprintf(out, "the in-core plan needs %s, more than the budget of %s: choosing a plan (--plan auto)\n",
+                 format_bytes(r.inventory.total(Inventory::kDevice)).c_str(), format_bytes(r.budget).c_str());
+  }
+  TT_RETURN_IF(cfg.optimizer.has_value(), kInvalidArgument,
+               "--plan auto chooses where the optimizer runs: leave --optimizer at 'plan'");
+  // What the profile must hold: the kernels of every family of plan the search may replay.
+  auto rows = perf::plan_rows(c);
+  if (!rows.is_ok()) return rows.status();
+  TT_ASSIGN_OR_RETURN(perf::Profile profile, perf::machine_profile(c, "", perf::rows_needs(rows.value()), out));
+  TT_ASSIGN_OR_RETURN(perf::AutoPlan a, perf::choose_plan(c, profile));
+  std::fputs(a.explain(explain ? 8 : 1).c_str(), out);
+  cfg.plan_value = a.best.run.exec.plan;
+  return Status::ok();
 }
 
 }  // namespace tt::cli

@@ -20,8 +20,14 @@ int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out
 struct PlanCommand {
   std::string profile;  // "" : the per-machine cache, calibrated on first use
   int measure_steps = 0;
-  std::string plans;  // "in-core,recompute/cpu": only these rows (a plan, or plan/optimizer); "" : all
+  std::string plans;  // "in-core,recompute/cpu,auto": only these rows (a plan, or plan/optimizer); "" : all
+  bool explain = false;
 };
 int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out);
+
+// `train`: with --plan auto, or with no --plan when the in-core plan does not fit the budget, chooses the plan
+// (perf/auto_plan.h; the machine calibrated on first use, saying so) into cfg.plan_value and says what it chose and
+// why (the runners-up too with explain). Nothing to do otherwise.
+Status choose_train_plan(TrainConfig& cfg, bool explain, FILE* out);
 
 }  // namespace tt::cli

@@ -154,6 +154,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.backend = cfg.get_string("backend");
   tc.dtype = cfg.get_string("dtype");
   tc.plan = cfg.get_string("plan");
+  tc.plan_given = cfg.source("plan") != KnobSource::kDefault;
   if (const std::string o = cfg.get_string("optimizer"); o != "plan") {
     TT_ASSIGN_OR_RETURN(tc.optimizer, parse_optimizer_placement(o));
   }

@@ -41,7 +41,9 @@ struct TrainConfig {
 
   std::string backend = "auto";  // auto | cpu | cuda
   std::string dtype = "auto";
-  std::string plan = "in-core";  // in-core | recompute | swap-activations (Notes [recompute], [swap] in model/gpt.h)
+  std::string plan = "in-core";  // a shortcut, a JSON plan file, or "auto" (the CLI chooses: perf/auto_plan.h)
+  bool plan_given = false;       // --plan was set (flag, environment or file), not left at its default
+  std::optional<Plan> plan_value;  // the plan itself (the automatic one), used instead of `plan` when set
   std::optional<OptimizerPlacement> optimizer;  // --optimizer device|cpu overrides the plan's ("plan": unset)
   bool speculative_update = false;  // CPU optimizer: Note [speculative update] in exec/optimizer.h
   int swap_slots = 2;    // auto | f32 | bf16 (compute dtype; auto: bf16 on a GPU, f32 on the CPU)

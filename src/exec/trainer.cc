@@ -55,7 +55,13 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   e.model = cfg.model;
   e.batch = cfg.batch;
   e.compute = dtype;
-  TT_ASSIGN_OR_RETURN(e.plan, Plan::resolve(cfg.plan, cfg.model.layers, cfg.swap_slots));
+  if (cfg.plan_value) {
+    e.plan = *cfg.plan_value;
+  } else {
+    TT_RETURN_IF(cfg.plan == "auto", kInvalidArgument,
+                 "--plan auto is chosen by the tiertrain command (perf/auto_plan.h), not by the trainer");
+    TT_ASSIGN_OR_RETURN(e.plan, Plan::resolve(cfg.plan, cfg.model.layers, cfg.swap_slots));
+  }
   if (cfg.optimizer) e.plan.optimizer = *cfg.optimizer;
   e.hyper.beta1 = cfg.beta1;
   e.hyper.beta2 = cfg.beta2;
@@ -86,7 +92,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   r.fits_device = need <= r.budget;
   r.host_ram = probe_backend("cpu").total_bytes;
   r.fits_host = r.inventory.total(Inventory::kHost) <= r.host_ram;
-  if (!r.fits_device) {
+  if (!r.fits_device && !cfg.plan_value) {
     // What the other plans would need, so that the error can say which of them fits.
     for (const char* alt : {"recompute", "swap-activations", "swap-attention-recompute-mlp",
                             "swap-attention-recompute-mlp-norms"}) {

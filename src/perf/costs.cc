@@ -12,8 +12,11 @@ std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) 
     for (const NamedKernelCall& k : gpt_kernel_calls(cfg, spec.batch, dt, spec.lm_chunk_rows, p, segment))
       r.push_back(k.call);
   };
-  const GptSegments segs = gpt_segments(cfg);
-  auto seg_size = [&](int s) { return segs.size[static_cast<size_t>(s)]; };
+  GptSegments segs;
+  auto seg_size = [&](int s) {
+    if (segs.offset.empty()) segs = gpt_segments(cfg);
+    return segs.size[static_cast<size_t>(s)];
+  };
   switch (op.kind) {
     case OpKind::kModel:
       switch (op.boundary) {
@@ -32,13 +35,13 @@ std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) 
       if (op.segment >= 0) {
         r.push_back({KernelOp::kFillZero, md, {seg_size(op.segment)}});
       } else {
-        for (int s = 0; s < segs.count(); ++s)
+        for (int s = 0; s < cfg.layers + 2; ++s)
           if (!(s >= 1 && s <= cfg.layers && spec.plan.grads_streamed(s - 1)))
             r.push_back({KernelOp::kFillZero, md, {seg_size(s)}});
       }
       break;
     case OpKind::kNormPart: r.push_back({KernelOp::kSumSquares, md, {seg_size(op.segment)}}); break;
-    case OpKind::kNormTotal: r.push_back({KernelOp::kSumSquares, md, {segs.count()}}); break;
+    case OpKind::kNormTotal: r.push_back({KernelOp::kSumSquares, md, {cfg.layers + 2}}); break;
     case OpKind::kDeviceAdamW:
       for (const ParamInfo& p : gpt_param_layout(cfg)) r.push_back({KernelOp::kAdamWUpdate, md, {p.shape.numel()}});
       break;
@@ -70,19 +73,26 @@ std::vector<std::vector<KernelCall>> schedule_sequences(const Schedule& schedule
   return {all.begin(), all.end()};
 }
 
-std::vector<int64_t> segment_param_sizes(const GptConfig& cfg, int segment) {
+namespace {
+std::vector<std::vector<int64_t>> all_segment_param_sizes(const GptConfig& cfg) {
   const GptSegments segs = gpt_segments(cfg);
-  std::vector<int64_t> sizes;
   const std::vector<ParamInfo> layout = gpt_param_layout(cfg);
+  std::vector<std::vector<int64_t>> sizes(static_cast<size_t>(segs.count()));
   for (size_t i = 0; i < layout.size(); ++i)
-    if (segs.of_param[i] == segment) sizes.push_back(layout[i].shape.numel());
+    sizes[static_cast<size_t>(segs.of_param[i])].push_back(layout[i].shape.numel());
   return sizes;
+}
+}  // namespace
+
+std::vector<int64_t> segment_param_sizes(const GptConfig& cfg, int segment) {
+  return all_segment_param_sizes(cfg)[static_cast<size_t>(segment)];
 }
 
 std::vector<std::vector<int64_t>> schedule_host_segments(const Schedule& schedule) {
   std::set<std::vector<int64_t>> all;
+  const std::vector<std::vector<int64_t>> sizes = all_segment_param_sizes(schedule.spec.model);
   for (const Op& op : schedule.pass(Pass::kTrain))
-    if (op.kind == OpKind::kHostAdamW && !op.speculative) all.insert(segment_param_sizes(schedule.spec.model, op.segment));
+    if (op.kind == OpKind::kHostAdamW && !op.speculative) all.insert(sizes[static_cast<size_t>(op.segment)]);
   return {all.begin(), all.end()};
 }
 
@@ -90,22 +100,33 @@ ProfileCosts::ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int
     : p_(profile), spec_(spec) {
   const GptSegments segs = gpt_segments(spec.model);
   seg_params_ = segs.size;
-  for (int s = 0; s < segs.count(); ++s) seg_sizes_.push_back(segment_param_sizes(spec.model, s));
+  seg_sizes_ = all_segment_param_sizes(spec.model);
   host_rate_ = host_threads > 0 ? p_.host_adamw_rate(host_threads)
                : p_.host_adamw_params_per_s.empty() ? 0
                                                      : p_.host_adamw_params_per_s.rbegin()->second;
 }
 
 double ProfileCosts::kernels(const Op& op) const {
-  std::vector<KernelCall> calls = op_kernel_calls(op, spec_);
-  if (calls.empty()) return 0;
-  auto it = cache_.find(calls);
+  // Every block has the same shapes: its segment (and layer) matter only as "a block".
+  const int L = spec_.model.layers;
+  const int seg = op.segment >= 1 && op.segment <= L ? 1 : op.segment;
+  const int layer_class = op.layer >= 0 ? 0 : -1;
+  const bool head_bwd = op.kind == OpKind::kModel && op.boundary == Boundary::kBeforeHead &&
+                        op.name.find("backward") != std::string::npos;
+  const auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<int>(op.boundary),
+                                   seg * 4 + (layer_class + 1), head_bwd);
+  auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  int interpolated = 0;
-  auto s = p_.sequence_seconds(calls, &interpolated);
-  if (!s.is_ok() && status_.is_ok()) status_ = Status(s.status().code(), op.name + ": " + s.status().message());
-  interpolated_ += interpolated;
-  return cache_.emplace(std::move(calls), s.is_ok() ? s.value() : 0.0).first->second;
+  const std::vector<KernelCall> calls = op_kernel_calls(op, spec_);
+  double t = 0;
+  if (!calls.empty()) {
+    int interpolated = 0;
+    auto s = p_.sequence_seconds(calls, &interpolated);
+    if (!s.is_ok() && status_.is_ok()) status_ = Status(s.status().code(), op.name + ": " + s.status().message());
+    interpolated_ += interpolated;
+    t = s.is_ok() ? s.value() : 0.0;
+  }
+  return cache_.emplace(key, t).first->second;
 }
 
 double ProfileCosts::readback_seconds() const {

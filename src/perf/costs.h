@@ -9,6 +9,7 @@
 #pragma once
 
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "exec/schedule.h"
@@ -46,7 +47,9 @@ struct ProfileCosts final : CostModel {
   std::vector<int64_t> seg_params_;
   std::vector<std::vector<int64_t>> seg_sizes_;
   double host_rate_ = 0;
-  mutable std::map<std::vector<KernelCall>, double> cache_;
+  // Compute operations priced so far, by what fixes their calls: kind, boundary, segment (blocks alike: all the
+  // same class), the LM head's backward.
+  mutable std::map<std::tuple<int, int, int, bool>, double> cache_;
   mutable Status status_;
   mutable int interpolated_ = 0;
 };

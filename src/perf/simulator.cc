@@ -30,6 +30,11 @@ double RateCosts::seconds(const Op& op) const {
 
 SimResult simulate(const Schedule& schedule, Pass pass, const CostModel& costs, int steps) {
   const std::vector<Op>& ops = schedule.pass(pass);
+  // Each operation's time, once: every step runs the same operations.
+  std::vector<double> cost(ops.size(), 0.0);
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (!ops[i].speculative && ops[i].kind != OpKind::kWait && ops[i].kind != OpKind::kRecord)
+      cost[i] = costs.seconds(ops[i]);
   std::vector<double> event_at(schedule.events.size(), -1.0);  // the last record issued so far; -1: none
   double free_at[kNumStreams] = {};
   double step_start = 0, last_end = 0;
@@ -37,7 +42,8 @@ SimResult simulate(const Schedule& schedule, Pass pass, const CostModel& costs, 
   for (int step = 0; step < std::max(1, steps); ++step) {
     const bool last = step == std::max(1, steps) - 1;
     SimResult cur;
-    for (const Op& op : ops) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
       if (op.speculative) continue;  // a step that speculates is the caller's guess; the replay assumes none
       const int s = static_cast<int>(op.stream);
       double& t = free_at[s];
@@ -54,7 +60,7 @@ SimResult simulate(const Schedule& schedule, Pass pass, const CostModel& costs, 
       } else if (op.kind == OpKind::kRecord) {
         event_at[static_cast<size_t>(op.event)] = t;
       } else {
-        const double d = costs.seconds(op);
+        const double d = cost[i];
         t += d;
         cur.busy_seconds[s] += d;
       }

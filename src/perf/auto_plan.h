@@ -1,0 +1,61 @@
+// perf/auto_plan: the plan with the least predicted step time that fits the device budget (`--plan auto`).
+//
+// Note [automatic plan]
+// Blocks are alike, so a plan is described by counts and an order: the first n_swap blocks swap (their copies have
+// the longest time to finish before the backward needs them back), the next n_recompute are recomputed, the rest
+// stay resident; swapped blocks move everything, or their attention half (MLP rebuilt), or less (norms rebuilt too);
+// resident blocks may likewise rebuild their MLP half and norms; 2 or 3 swap slots; the optimizer on the device, or
+// on the host with parameters resident or streamed. From one recomputed block on, memory only falls as n_recompute
+// grows (each one more gives up its own set; the set the recomputed blocks share is there from the first, and may
+// hold more than a resident block that rebuilds its halves), so for each of the other choices and each n_swap the
+// smallest n_recompute that fits is 0 or is found by bisection over 1..L - n_swap on the inventory (nothing is
+// simulated for plans that do not fit), and that one plan is replayed (perf/simulator.h) with the machine's costs.
+// Every such candidate is kept. The order matters a little (a recomputed block between swapped ones gives their
+// copies time), so from the fastest three a local search changes one block's placement or exchanges two
+// neighbours' while that makes the plan faster and it still fits (at most 600 more replays); the fastest wins. Up to
+// kExactLayers blocks the search is exact instead: every assignment of resident, recompute and swap to each block,
+// with every other choice. On 6 blocks the heuristic came within 0.09% of the exact search's step on the synthetic
+// machine of tests/perf/auto_plan_test.cc (which checks 1%), where the exact search took 7 s on 2 cores and the
+// heuristic 0.3 s; on 48 blocks the heuristic took 5 s there.
+//
+//   TT_ASSIGN_OR_RETURN(AutoPlan a, choose_plan(train_config, profile));
+//   train_config.plan_value = a.best.run.exec.plan;   // and a.explain() says why
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "perf/planner.h"
+
+namespace tt::perf {
+
+constexpr int kExactLayers = 5;
+
+struct AutoPlan {
+  PlanRow best;                   // the chosen plan, predicted
+  std::vector<PlanRow> finalists;  // the fastest few that fit, fastest first (best is the first)
+  int evaluated = 0;              // plans replayed
+  int sized = 0;                  // inventories computed
+  int improved = 0;               // moves the local search made
+  double seconds = 0;             // the search's own time
+  int64_t budget = 0;             // what "fits" was judged against
+  int64_t in_core_need = 0;       // what the in-core plan would need
+  bool exact = false;             // every per-block assignment was tried
+  // "swap 6 (attention; MLP and norms rebuilt), recompute 2, resident 8 | 3 swap slots | optimizer device"
+  static std::string describe(const Plan& plan);
+  // A few lines: what was chosen, its prediction, what it beats, and the search.
+  std::string explain(int lines = 5) const;
+};
+
+// cfg.model.vocab set; cfg.device_budget 0: the device's usable memory. An error when nothing fits, with the least
+// memory any candidate needs.
+Result<AutoPlan> choose_plan(const TrainConfig& cfg, const Profile& profile, bool exact = false);
+
+// The candidates choose_plan considers, as plans (for tests and `tiertrain plan --explain`): the count-ordered family
+// of Note [automatic plan], or with exact every per-block assignment (small models only).
+std::vector<Plan> candidate_plans(int layers, bool exact);
+
+// What a plan needs and how fast it is predicted to run under cfg (its optimizer and budget).
+Result<PlanRow> evaluate_plan(const TrainConfig& cfg, const Plan& plan, const Profile& profile);
+
+}  // namespace tt::perf

@@ -1,0 +1,127 @@
+// The automatic plan (perf/auto_plan.h, Note [automatic plan]) on a synthetic machine: as fast as the exhaustive
+// search over every per-block assignment on small models; never slower than a shortcut plan that fits; within the
+// budget; an error naming the smallest need when nothing fits; quick on a 48-block model.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "perf/auto_plan.h"
+#include "temp_dir.h"
+#include "test_util.h"
+
+namespace tt::perf {
+namespace {
+
+// A machine whose times follow from the work alone: compute 1 TFLOP/s and 100 GB/s, plus 2 us a kernel; a slow
+// link (3 GB/s, 10 us), so that swapping costs; the host AdamW at 1G parameters a second.
+Profile synthetic(const ProfileNeeds& needs) {
+  Profile p;
+  p.machine = {"cpu", "synthetic", "", "synthetic", ""};
+  for (const KernelCall& c : needs.kernels) p.set_kernel(c, 2e-6 + c.flops() / 1e12 + c.bytes() / 1e11);
+  p.h2d_pinned = p.d2h_pinned = p.h2d_pageable = p.d2h_pageable = {10e-6, 3e9, {{4096, 11e-6}}};
+  p.readback = {5e-6, 1e18, {{4, 5e-6}}};
+  p.duplex_h2d_bytes_per_s = p.duplex_d2h_bytes_per_s = 3e9;
+  p.host_adamw_params_per_s = {{1, 1e9}};
+  p.host_memcpy_bytes_per_s = 1e10;
+  return p;
+}
+
+struct Machine {
+  tt::testing::TempDir dir;
+  TrainConfig cfg;
+  Profile profile;
+  int64_t in_core_need = 0;
+};
+
+// A model of `layers` blocks with a budget of `fraction` of what its in-core plan needs.
+void setup(Machine& s, int layers, double fraction) {
+  TrainConfig& tc = s.cfg;
+  tc.model = GptConfig{.vocab = 256, .layers = layers, .dim = 64, .heads = 4, .seq = 64};
+  tc.batch = 8;
+  tc.data = s.dir.write("corpus.txt", tt::testing::synthetic_text(20000));
+  tc.backend = "cpu";
+  tc.device_budget = int64_t(1) << 40;
+  auto rows = plan_rows(tc);
+  ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+  s.profile = synthetic(rows_needs(rows.value()));
+  for (const PlanRow& r : rows.value())
+    if (r.plan == "in-core" && r.optimizer == OptimizerPlacement::kDevice)
+      s.in_core_need = r.run.inventory.total(Inventory::kDevice);
+  tc.device_budget = static_cast<int64_t>(fraction * static_cast<double>(s.in_core_need));
+}
+
+// Up to kExactLayers blocks choose_plan searches exhaustively itself; beyond, its heuristic (counts, then local
+// search) is checked against the exhaustive search on 6 blocks.
+TEST(AutoPlan, EqualsTheExhaustiveSearchOnSmallModels) {
+  for (const auto& [layers, fraction] : {std::pair{3, 0.55}, {4, 0.6}, {4, 0.8}, {5, 0.5}, {6, 0.65}, {6, 0.8}}) {
+    SCOPED_TRACE(std::to_string(layers) + " layers, budget " + std::to_string(fraction) + " of in-core");
+    Machine s;
+    setup(s, layers, fraction);
+    auto fast = choose_plan(s.cfg, s.profile);
+    auto exact = choose_plan(s.cfg, s.profile, /*exact=*/true);
+    ASSERT_TRUE(fast.is_ok()) << fast.status().to_string();
+    ASSERT_TRUE(exact.is_ok()) << exact.status().to_string();
+    EXPECT_TRUE(exact.value().exact);
+    EXPECT_EQ(fast.value().exact, layers <= kExactLayers);
+    const double tolerance = layers <= kExactLayers ? 1e-9 : 0.01;
+    EXPECT_LE(fast.value().best.sim.step_seconds, exact.value().best.sim.step_seconds * (1 + tolerance))
+        << "heuristic: " << AutoPlan::describe(fast.value().best.run.exec.plan)
+        << "\nexhaustive: " << AutoPlan::describe(exact.value().best.run.exec.plan);
+    EXPECT_GE(fast.value().best.sim.step_seconds, exact.value().best.sim.step_seconds * (1 - 1e-9));
+    EXPECT_LE(fast.value().best.run.inventory.total(Inventory::kDevice), s.cfg.device_budget);
+    std::printf("%d blocks at %.2f of in-core: heuristic %+.3f%% of the exhaustive search's step\n", layers,
+                fraction, 100 * (fast.value().best.sim.step_seconds / exact.value().best.sim.step_seconds - 1));
+  }
+}
+
+TEST(AutoPlan, NeverSlowerThanAShortcutThatFits) {
+  for (const double fraction : {0.5, 0.75, 1.2}) {
+    SCOPED_TRACE(fraction);
+    Machine s;
+    setup(s, 6, fraction);
+    auto rows = plan_rows(s.cfg);
+    ASSERT_TRUE(rows.is_ok());
+    ASSERT_TRUE(predict(rows.value(), s.profile).is_ok());
+    auto a = choose_plan(s.cfg, s.profile);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    int fitting = 0;
+    for (const PlanRow& r : rows.value()) {
+      if (!r.fits()) continue;
+      ++fitting;
+      EXPECT_LE(a.value().best.sim.step_seconds, r.sim.step_seconds * (1 + 1e-12))
+          << r.plan << "/" << optimizer_placement_name(r.optimizer) << " beats "
+          << AutoPlan::describe(a.value().best.run.exec.plan);
+    }
+    EXPECT_GT(fitting, 0);
+    EXPECT_TRUE(a.value().best.fits());
+    // The automatic plan's row is what evaluate_plan says of its plan.
+    auto again = evaluate_plan(s.cfg, a.value().best.run.exec.plan, s.profile);
+    ASSERT_TRUE(again.is_ok());
+    EXPECT_DOUBLE_EQ(again.value().sim.step_seconds, a.value().best.sim.step_seconds);
+    EXPECT_NE(a.value().explain().find("auto plan: "), std::string::npos);
+  }
+}
+
+TEST(AutoPlan, WhenNothingFitsTheErrorSaysTheSmallestNeed) {
+  Machine s;
+  setup(s, 4, 0.01);
+  auto a = choose_plan(s.cfg, s.profile);
+  ASSERT_FALSE(a.is_ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(a.status().message().find("the smallest needs"), std::string::npos) << a.status().message();
+}
+
+TEST(AutoPlan, Searches48BlocksQuickly) {
+  Machine s;
+  setup(s, 48, 0.3);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto a = choose_plan(s.cfg, s.profile);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  EXPECT_LT(seconds, 10.0) << "the issue asks for under 5 s (this test allows a loaded CI machine twice that)";
+  std::printf("48 blocks: %d plans replayed, %d sized, %.2f s: %s\n", a.value().evaluated, a.value().sized, seconds,
+              AutoPlan::describe(a.value().best.run.exec.plan).c_str());
+}
+
+}  // namespace
+}  // namespace tt::perf
