@@ -2,7 +2,7 @@
 # The performance model against measurement on one GPU (issue 19): builds tiertrain, calibrates the machine (timed),
 # then `tiertrain plan --measure N` for each workload: every plan's predicted step beside its measured one.
 #
-#   bench/perf/plan_gpu.sh OUTDIR [WORKLOADS]    # WORKLOADS: of "gpt2 d2048 d4096 heat trace" (default: the first 3)
+#   bench/perf/plan_gpu.sh OUTDIR [WORKLOADS]    # of "gpt2 d2048 d4096 d4096_40 heat trace" (default: the first 4)
 #
 # OUTDIR gets machine.txt, calibrate.txt, profile.json, plan_<workload>.txt (each with its progress lines) and
 # clocks.csv (the SM clock and power, sampled every 500 ms while it ran), all also packed in results.tgz. "heat"
@@ -11,7 +11,7 @@
 # Chrome trace of GPT-2 with the CPU optimizer (its host stream's updates).
 set -euo pipefail
 OUT=${1:?usage: bench/perf/plan_gpu.sh OUTDIR [WORKLOADS]}
-WORKLOADS=${2:-gpt2 d2048 d4096}
+WORKLOADS=${2:-gpt2 d2048 d4096 d4096_40}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/../.."
@@ -54,12 +54,15 @@ plan() {  # NAME FLAGS...
 }
 d2048_plans=recompute/device,swap-activations/device,swap-attention-recompute-mlp/device
 d2048_plans+=,swap-attention-recompute-mlp-norms/device,in-core/cpu,swap-attention-recompute-mlp-norms/cpu
-d4096_plans=recompute/device,swap-attention-recompute-mlp/device,swap-attention-recompute-mlp-norms/device
+d2048_plans+=,auto
+d4096_plans=recompute/device,swap-attention-recompute-mlp/device,swap-attention-recompute-mlp-norms/device,auto
+d4096_tight_plans=recompute/cpu,swap-attention-recompute-mlp-norms/cpu,offload-all/cpu,auto
 for w in $WORKLOADS; do
   case $w in
-    gpt2) plan gpt2 "${gpt2[@]}" --measure "${TT_MEASURE:-5}" ;;
+    gpt2) plan gpt2 "${gpt2[@]}" --measure "${TT_MEASURE:-5}" --explain ;;
     d2048) plan d2048 "${d2048[@]}" --device-budget 12GiB --measure "${TT_MEASURE:-3}" --plans "$d2048_plans" ;;
     d4096) plan d4096 "${d4096[@]}" --device-budget 64GiB --measure "${TT_MEASURE:-3}" --plans "$d4096_plans" ;;
+    d4096_40) plan d4096_40GiB "${d4096[@]}" --device-budget 40GiB --measure 2 --plans "$d4096_tight_plans" ;;
     heat)
       for h in 0 0.2 1; do
         "$TT" calibrate "${d4096[@]}" "${common[@]}" --heat "$h" --out "$OUT/profile_d4096_heat$h.json" \
@@ -81,4 +84,6 @@ for w in $WORKLOADS; do
   esac
 done
 kill $SMI 2>/dev/null || true
+# The device tool brings back a few files: everything goes into results.tgz; the tables stay beside it.
 tar czf /tmp/results.tgz -C "$OUT" . && mv /tmp/results.tgz "$OUT/results.tgz"
+find "$OUT" -type f ! -name 'results.tgz' ! -name 'plan_*.txt' ! -name 'calibrate.txt' -delete
