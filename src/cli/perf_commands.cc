@@ -146,6 +146,7 @@ int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out) {
       auto summary = trainer.value()->run();
       if (!summary.is_ok()) return fail(summary.status());
       r.measured_s = summary.value().median_ms / 1e3;
+      r.measured_peak = summary.value().device_peak_bytes;
     }
   }
   perf::print_plan_table(rows.value(), out);

@@ -208,11 +208,13 @@ Result<AutoPlan> choose_plan(const TrainConfig& cfg, const Profile& profile, boo
   out.budget = ev.budget();
   out.in_core_need = ev.in_core_need();
   out.exact = exact;
-  // The fastest few so far, fastest first; between equally fast plans, the one that takes less device memory.
+  // The fastest few so far, fastest first; between equally fast plans, the one that copies less (what the replay
+  // hides may still cost a little), then the one that takes less device memory.
   constexpr size_t kKeep = 8;
   std::vector<PlanRow> kept;
   auto faster = [](const PlanRow& a, const PlanRow& b) {
     if (a.sim.step_seconds != b.sim.step_seconds) return a.sim.step_seconds < b.sim.step_seconds;
+    if (a.copy_bytes != b.copy_bytes) return a.copy_bytes < b.copy_bytes;
     return a.run.inventory.total(Inventory::kDevice) < b.run.inventory.total(Inventory::kDevice);
   };
   int64_t least = -1;

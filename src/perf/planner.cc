@@ -72,6 +72,11 @@ Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_thre
     r.sim = simulate(r.schedule, Pass::kTrain, costs);
     TT_TRY(costs.status());
     r.interpolated = costs.interpolated();
+    r.copy_bytes = 0;
+    for (const Op& op : r.schedule.pass(Pass::kTrain))
+      if ((op.stream == StreamId::kH2D || op.stream == StreamId::kD2H) && op.kind != OpKind::kWait &&
+          op.kind != OpKind::kRecord && op.kind != OpKind::kInputFill)
+        r.copy_bytes += op.bytes;
     const double tokens = static_cast<double>(r.run.exec.batch) * r.run.exec.model.seq;
     r.tokens_per_s = r.sim.step_seconds > 0 ? tokens / r.sim.step_seconds : 0;
   }
@@ -148,7 +153,7 @@ void print_plan_table(const std::vector<PlanRow>& rows, FILE* out) {
   for (const PlanRow& r : rows) measured |= r.measured_s >= 0;
   std::fprintf(out, "%-36s %-9s %-4s %10s %10s %9s %10s %10s %9s", "plan", "optimizer", "fits", "device", "host",
                "ms/step", "tokens/s", "exposed ms", "host ms");
-  if (measured) std::fprintf(out, " %11s %7s", "measured ms", "error");
+  if (measured) std::fprintf(out, " %11s %7s %11s", "measured ms", "error", "peak");
   std::fprintf(out, "\n");
   const PlanRow* best = nullptr;
   for (const PlanRow& r : rows)
@@ -161,10 +166,11 @@ void print_plan_table(const std::vector<PlanRow>& rows, FILE* out) {
                  1e3 * r.sim.exposed_wait_seconds, 1e3 * r.sim.busy_seconds[static_cast<int>(StreamId::kHost)]);
     if (measured) {
       if (r.measured_s >= 0)
-        std::fprintf(out, " %11.2f %+6.1f%%", 1e3 * r.measured_s,
-                     100.0 * (r.sim.step_seconds - r.measured_s) / r.measured_s);
+        std::fprintf(out, " %11.2f %+6.1f%% %11s", 1e3 * r.measured_s,
+                     100.0 * (r.sim.step_seconds - r.measured_s) / r.measured_s,
+                     format_bytes(r.measured_peak).c_str());
       else
-        std::fprintf(out, " %11s %7s", "-", "-");
+        std::fprintf(out, " %11s %7s %11s", "-", "-", "-");
     }
     std::fprintf(out, "\n");
   }

@@ -27,7 +27,9 @@ struct PlanRow {
   SimResult sim;
   int interpolated = 0;  // kernel calls priced by interpolation
   double tokens_per_s = 0;
+  int64_t copy_bytes = 0;  // bytes a training step moves between host and device
   double measured_s = -1;  // --measure: the median step; < 0 when not measured
+  int64_t measured_peak = -1;  // --measure: the device pool's peak in use
   bool fits() const { return run.fits_device && run.fits_host; }
 };
 
