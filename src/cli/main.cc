@@ -93,6 +93,12 @@ int main(int argc, char** argv) {
   plan->add_option("--plans", plan_cmd.plans,
                    "only these rows: a comma-separated list of shortcuts, or shortcut/device, shortcut/cpu, or auto");
   plan->add_flag("--explain", plan_cmd.explain, "say how the automatic plan was chosen, with the runners-up");
+  plan->add_option("--what-if", plan_cmd.what_if,
+                   "predict for this machine's compute with another link and memory: a preset (v100-pcie3, a100-pcie4, "
+                   "h100-pcie5, gh200-c2c) or h2d=25GB/s,d2h=25GB/s,latency=10us,device_mem=32GiB");
+  plan->add_option("--sweep-budget", plan_cmd.sweep_budget,
+                   "A:B:STEP (sizes): predicted ms/step of every plan at each budget, to --sweep-out.csv and .svg");
+  plan->add_option("--sweep-out", plan_cmd.sweep_out, "prefix of the sweep's CSV and SVG [default: plan-sweep]");
 
   CLI::App* launch = app.add_subcommand(
       "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core|share] -- CMD [ARGS...]; each gets "
@@ -257,8 +263,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --schedule FILE is written by a dry run: add --dry-run\n");
     return kExitUsage;
   }
-  if (tt::Status s = tt::cli::choose_train_plan(tc.value(), explain_plan, stdout); !s.is_ok()) return report(s);
+  // --plan auto is chosen before the run; with no --plan, only when the in-core plan turns out not to fit.
+  if (tc.value().plan == "auto") {
+    auto chose = tt::cli::choose_train_plan(tc.value(), explain_plan, stdout);
+    if (!chose.is_ok()) return report(chose.status());
+  }
   auto trainer = tt::Trainer::create(tc.value(), stdout);
+  if (!trainer.is_ok() && trainer.status().code() == tt::StatusCode::kOutOfMemory && !tc.value().plan_given &&
+      !dry_run) {
+    auto chose = tt::cli::choose_train_plan(tc.value(), explain_plan, stdout);
+    if (!chose.is_ok()) return report(chose.status());
+    if (chose.value()) trainer = tt::Trainer::create(tc.value(), stdout);
+  }
   if (!trainer.is_ok()) return report(trainer.status());
   if (dry_run) return trainer.value()->dry_run_fits() ? 0 : 1;
   auto summary = trainer.value()->run();

@@ -1,9 +1,13 @@
 #include "cli/perf_commands.h"
 
+#include <optional>
+
 #include "core/units.h"
 #include "data/dataset.h"
 #include "perf/auto_plan.h"
 #include "perf/planner.h"
+#include "perf/sweep.h"
+#include "perf/what_if.h"
 
 namespace tt::cli {
 
@@ -98,6 +102,16 @@ Status select_rows(std::vector<perf::PlanRow>& rows, const std::string& plans) {
 int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out) {
   auto c = with_vocab(cfg);
   if (!c.is_ok()) return fail(c.status());
+  std::optional<perf::WhatIf> what_if;
+  if (!cmd.what_if.empty()) {
+    auto w = perf::parse_what_if(cmd.what_if);
+    if (!w.is_ok()) return fail(w.status());
+    if (cmd.measure_steps > 0)
+      return fail(Status(StatusCode::kInvalidArgument, "--what-if describes another machine: it cannot --measure"));
+    what_if = w.value();
+    perf::Profile unused;
+    perf::apply_what_if(*what_if, unused, c.value());  // the budget, before the plans are sized
+  }
   auto rows = perf::plan_rows(c.value());
   if (!rows.is_ok()) return fail(rows.status());
   // The profile holds what every row and the automatic plan's search need, whichever rows are shown.
@@ -106,6 +120,36 @@ int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out) {
   std::string path;
   auto profile = perf::machine_profile(c.value(), cmd.profile, needs, stderr, /*recalibrate=*/false, &path);
   if (!profile.is_ok()) return fail(profile.status());
+  if (what_if) {
+    TrainConfig unused = c.value();
+    perf::apply_what_if(*what_if, profile.value(), unused);
+  }
+  if (!cmd.sweep_budget.empty()) {
+    std::vector<int64_t> v;
+    for (size_t a = 0; a <= cmd.sweep_budget.size();) {
+      const size_t b = std::min(cmd.sweep_budget.find(':', a), cmd.sweep_budget.size());
+      auto n = parse_bytes(cmd.sweep_budget.substr(a, b - a));
+      if (!n.is_ok())
+        return fail(Status(StatusCode::kInvalidArgument,
+                           "--sweep-budget " + cmd.sweep_budget + ": A:B:STEP, sizes such as 16GiB:96GiB:8GiB"));
+      v.push_back(n.value());
+      a = b + 1;
+    }
+    if (v.size() != 3)
+      return fail(Status(StatusCode::kInvalidArgument,
+                         "--sweep-budget " + cmd.sweep_budget + ": A:B:STEP, sizes such as 16GiB:96GiB:8GiB"));
+    auto points = perf::sweep_budgets(c.value(), profile.value(), v[0], v[1], v[2], stderr);
+    if (!points.is_ok()) return fail(points.status());
+    const GptConfig& m = c.value().model;
+    const std::string title = str_format("GPT L%d d%d T%d B%d: predicted ms/step by device budget%s", m.layers, m.dim,
+                                         m.seq, c.value().batch, what_if ? (" (" + what_if->describe() + ")").c_str() : "");
+    if (Status s = perf::write_sweep(points.value(), cmd.sweep_out, title); !s.is_ok()) return fail(s);
+    size_t budgets = 0;
+    for (size_t i = 0; i < points.value().size(); ++i)
+      budgets += i == 0 || points.value()[i].budget != points.value()[i - 1].budget;
+    std::fprintf(out, "sweep: %zu budgets written to %s.csv and %s.svg\n", budgets, cmd.sweep_out.c_str(),
+                 cmd.sweep_out.c_str());
+  }
   if (Status s = perf::predict(rows.value(), profile.value(), c.value().threads); !s.is_ok()) return fail(s);
   // The automatic plan, as a last row.
   std::string auto_text;
@@ -120,6 +164,7 @@ int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out) {
   }
   if (rows.value().empty()) return fail(Status(StatusCode::kInvalidArgument, "--plans: no plan left to show"));
   describe_run(c.value(), rows.value().front(), path, out);
+  if (what_if) std::fprintf(out, "%s\n", what_if->describe().c_str());
   if (cmd.measure_steps > 0) {
     for (perf::PlanRow& r : rows.value()) {
       if (!r.fits()) continue;
@@ -154,30 +199,36 @@ int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out) {
   return 0;
 }
 
-Status choose_train_plan(TrainConfig& cfg, bool explain, FILE* out) {
-  if (cfg.plan_value) return Status::ok();
+Result<bool> choose_train_plan(TrainConfig& cfg, bool explain, FILE* out) {
+  if (cfg.plan_value) return false;
   const bool asked = cfg.plan == "auto";
-  if (!asked && cfg.plan_given) return Status::ok();
+  if (!asked && cfg.plan_given) return false;
+  TT_RETURN_IF(asked && cfg.dry_run, kInvalidArgument,
+               "--plan auto with --dry-run: tiertrain plan predicts the automatic plan (and every other) without "
+               "training");
   TT_ASSIGN_OR_RETURN(TrainConfig c, with_vocab(cfg));
+  // What the profile must hold: the kernels of every family of plan the search may replay.
+  TT_ASSIGN_OR_RETURN(std::vector<perf::PlanRow> rows, perf::plan_rows(c));
   if (!asked) {
-    // No plan given: in-core when it fits (the usual case needs no profile at all).
+    // No plan given: only when the in-core plan does not fit, and some plan does (else the trainer's error, which
+    // names what each plan needs, stands).
     TrainConfig in_core = c;
     in_core.plan = "in-core";
     TT_ASSIGN_OR_RETURN(RunSpec r, resolve_run(in_core));
-    if (r.fits_device && r.fits_host) return Status::ok();
+    if (r.fits_device && r.fits_host) return false;
+    bool any = false;
+    for (const perf::PlanRow& row : rows) any |= row.fits();
+    if (!any) return false;
     std::fprintf(out, "the in-core plan needs %s, more than the budget of %s: choosing a plan (--plan auto)\n",
                  format_bytes(r.inventory.total(Inventory::kDevice)).c_str(), format_bytes(r.budget).c_str());
   }
   TT_RETURN_IF(cfg.optimizer.has_value(), kInvalidArgument,
                "--plan auto chooses where the optimizer runs: leave --optimizer at 'plan'");
-  // What the profile must hold: the kernels of every family of plan the search may replay.
-  auto rows = perf::plan_rows(c);
-  if (!rows.is_ok()) return rows.status();
-  TT_ASSIGN_OR_RETURN(perf::Profile profile, perf::machine_profile(c, "", perf::rows_needs(rows.value()), out));
+  TT_ASSIGN_OR_RETURN(perf::Profile profile, perf::machine_profile(c, "", perf::rows_needs(rows), out));
   TT_ASSIGN_OR_RETURN(perf::AutoPlan a, perf::choose_plan(c, profile));
   std::fputs(a.explain(explain ? 8 : 1).c_str(), out);
   cfg.plan_value = a.best.run.exec.plan;
-  return Status::ok();
+  return true;
 }
 
 }  // namespace tt::cli

@@ -22,12 +22,15 @@ struct PlanCommand {
   int measure_steps = 0;
   std::string plans;  // "in-core,recompute/cpu,auto": only these rows (a plan, or plan/optimizer); "" : all
   bool explain = false;
+  std::string what_if;       // perf/what_if.h: a preset or key=value pairs
+  std::string sweep_budget;  // "A:B:STEP" (sizes): perf/sweep.h
+  std::string sweep_out = "plan-sweep";  // the sweep's CSV and SVG: PREFIX.csv, PREFIX.svg
 };
 int run_plan(const TrainConfig& cfg, const PlanCommand& cmd, FILE* out);
 
-// `train`: with --plan auto, or with no --plan when the in-core plan does not fit the budget, chooses the plan
-// (perf/auto_plan.h; the machine calibrated on first use, saying so) into cfg.plan_value and says what it chose and
-// why (the runners-up too with explain). Nothing to do otherwise.
-Status choose_train_plan(TrainConfig& cfg, bool explain, FILE* out);
+// `train`: with --plan auto, or with no --plan when the in-core plan does not fit the budget and some plan does,
+// chooses the plan (perf/auto_plan.h; the machine calibrated on first use, saying so) into cfg.plan_value, says what
+// it chose and why (the runners-up too with explain), and returns true. False when there was nothing to choose.
+Result<bool> choose_train_plan(TrainConfig& cfg, bool explain, FILE* out);
 
 }  // namespace tt::cli

@@ -115,6 +115,113 @@ TEST(Cli, BadFlagValues) {
   EXPECT_HAS(env.out, "TIERTRAIN_BATCH: -4 is out of range");
 }
 
+// tiertrain plan and calibrate (perf/): the machine calibrated on first use into XDG_CACHE_HOME (said once, then
+// cached), every shortcut and the automatic plan predicted, bad requests and bad profiles named.
+TEST(Cli, PlanPredictsEveryPlanAndCalibratesOnce) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  const std::string env = "XDG_CACHE_HOME=" + dir.file("cache");
+  const std::string model = " --layers 4 --dim 32 --heads 2 --seq 32 --batch 4 --threads 1 --data " + data;
+  CliRun first = run("plan" + model + " --device-budget 1500KiB", env);
+  EXPECT_EQ(first.code, 0) << first.out;
+  EXPECT_HAS(first.out, "calibrate: measuring this machine");
+  for (const char* row : {"in-core ", "recompute ", "swap-activations ", "swap-attention-recompute-mlp-norms ",
+                          "offload-all ", "auto "})
+    EXPECT_HAS(first.out, std::string("\n") + row);
+  EXPECT_HAS(first.out, "auto plan: ");
+  EXPECT_HAS(first.out, "(in-core needs ");
+  int profiles = 0;
+  for (const auto& e : fs::directory_iterator(dir.file("cache") + "/tiertrain")) profiles += e.path().extension() == ".json";
+  EXPECT_EQ(profiles, 1);
+
+  CliRun again = run("plan" + model + " --plans in-core/device,auto --explain", env);
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_EQ(again.out.find("calibrate: measuring"), std::string::npos) << "the cached profile is used";
+  EXPECT_EQ(again.out.find("\nrecompute "), std::string::npos) << "only the rows asked for: " << again.out;
+  EXPECT_HAS(again.out, "searched ");
+
+  CliRun bad_row = run("plan" + model + " --plans in-core,sideways", env);
+  EXPECT_EQ(bad_row.code, 2);
+  EXPECT_HAS(bad_row.out, "--plans: 'sideways' is none of the plans");
+
+  // What-if: another link and memory size; a sweep over budgets writes its CSV and plot.
+  CliRun what = run("plan" + model + " --what-if link=1GB/s,device_mem=2MiB", env);
+  EXPECT_EQ(what.code, 0) << what.out;
+  EXPECT_HAS(what.out, "what-if: h2d 1.0 GB/s, d2h 1.0 GB/s, device memory 2.00 MiB");
+  EXPECT_HAS(what.out, "budget 1.90 MiB");
+  CliRun preset = run("plan" + model + " --what-if v100-pcie3 --plans in-core", env);
+  EXPECT_EQ(preset.code, 0) << preset.out;
+  EXPECT_HAS(preset.out, "what-if v100-pcie3");
+  EXPECT_EQ(run("plan" + model + " --what-if warp-drive", env).code, 2);
+  EXPECT_EQ(run("plan" + model + " --what-if link=fast", env).code, 2);
+  EXPECT_EQ(run("plan" + model + " --what-if h100-pcie5 --measure 2", env).code, 2);
+  CliRun sweep = run("plan" + model + " --plans auto --sweep-budget 1MiB:3MiB:1MiB --sweep-out " + dir.file("sw"), env);
+  EXPECT_EQ(sweep.code, 0) << sweep.out;
+  EXPECT_HAS(sweep.out, "sweep: 3 budgets written");
+  const std::string csv = slurp(dir.file("sw.csv"));
+  EXPECT_HAS(csv, "budget_bytes,budget_gib,strategy,fits,ms_per_step,detail\n");
+  EXPECT_HAS(csv, "3145728,");
+  EXPECT_HAS(csv, ",auto,1,");
+  EXPECT_HAS(slurp(dir.file("sw.svg")), "<polyline");
+  EXPECT_EQ(run("plan" + model + " --sweep-budget 3MiB:1MiB:1MiB", env).code, 2);
+
+  CliRun missing = run("plan" + model + " --machine-profile " + dir.file("none.json"), env);
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_HAS(missing.out, "no such file");
+
+  // calibrate --out writes a profile that plan reads; damaged, it is refused naming the field.
+  CliRun cal = run("calibrate" + model + " --heat 0.01 --out " + dir.file("p.json"), env);
+  EXPECT_EQ(cal.code, 0) << cal.out;
+  EXPECT_HAS(cal.out, "calibrated in ");
+  EXPECT_HAS(cal.out, "h2d pinned");
+  CliRun with = run("plan" + model + " --plans in-core --machine-profile " + dir.file("p.json"), env);
+  EXPECT_EQ(with.code, 0) << with.out;
+  EXPECT_HAS(with.out, "profile: " + dir.file("p.json"));
+  nlohmann::json j = nlohmann::json::parse(slurp(dir.file("p.json")));
+  j["links"]["h2d_pinned"]["bytes_per_s"] = -1;
+  std::ofstream(dir.file("bad.json")) << j.dump();
+  CliRun bad = run("plan" + model + " --machine-profile " + dir.file("bad.json"), env);
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_HAS(bad.out, "profile.links.h2d_pinned.bytes_per_s");
+  j = nlohmann::json::parse(slurp(dir.file("p.json")));
+  j["machine"]["device"] = "another device";
+  std::ofstream(dir.file("other.json")) << j.dump();
+  CliRun other = run("plan" + model + " --machine-profile " + dir.file("other.json"), env);
+  EXPECT_EQ(other.code, 1) << other.out;
+  EXPECT_HAS(other.out, "machine.device is 'another device'");
+}
+
+// --plan auto says what it chose and trains with it; with no --plan a run whose in-core plan does not fit chooses the
+// same way, and one that nothing fits keeps the error that names every plan's need.
+TEST(Cli, TrainChoosesThePlanWhenAskedOrWhenInCoreDoesNotFit) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  const std::string env = "XDG_CACHE_HOME=" + dir.file("cache");
+  const std::string model = "train --layers 4 --dim 32 --heads 2 --seq 32 --batch 4 --threads 1 --eval-every 0 "
+                            "--steps 2 --data " + data;
+  CliRun asked = run(model + " --plan auto --device-budget 1500KiB", env);
+  EXPECT_EQ(asked.code, 0) << asked.out;
+  EXPECT_HAS(asked.out, "auto plan: ");
+  EXPECT_HAS(asked.out, "step      2/2");
+  CliRun implied = run(model + " --device-budget 1500KiB --explain", env);
+  EXPECT_EQ(implied.code, 0) << implied.out;
+  EXPECT_HAS(implied.out, "choosing a plan (--plan auto)");
+  EXPECT_HAS(implied.out, "searched ");
+  EXPECT_HAS(implied.out, "step      2/2");
+  CliRun fits = run(model, env);
+  EXPECT_EQ(fits.code, 0) << fits.out;
+  EXPECT_EQ(fits.out.find("auto plan"), std::string::npos) << "in-core fits: nothing to choose";
+  CliRun nothing = run(model + " --device-budget 200KiB", env);
+  EXPECT_EQ(nothing.code, 1) << nothing.out;
+  EXPECT_HAS(nothing.out, "does not fit the device budget");
+  CliRun dry = run(model + " --plan auto --dry-run", env);
+  EXPECT_EQ(dry.code, 2) << dry.out;
+  EXPECT_HAS(dry.out, "tiertrain plan predicts the automatic plan");
+  CliRun opt = run(model + " --plan auto --optimizer cpu --device-budget 1500KiB", env);
+  EXPECT_EQ(opt.code, 2) << opt.out;
+  EXPECT_HAS(opt.out, "leave --optimizer at 'plan'");
+}
+
 TEST(Cli, ModelLargerThanBudgetNamesBytes) {
   TempDir dir;
   const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
