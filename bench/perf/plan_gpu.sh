@@ -2,7 +2,9 @@
 # The performance model against measurement on one GPU (issue 19): builds tiertrain, calibrates the machine (timed),
 # then `tiertrain plan --measure N` for each workload: every plan's predicted step beside its measured one.
 #
-#   bench/perf/plan_gpu.sh OUTDIR [WORKLOADS]    # of "gpt2 d2048 d4096 d4096_40 heat trace" (default: the first 4)
+#   bench/perf/plan_gpu.sh OUTDIR [WORKLOADS]
+#     WORKLOADS of: gpt2 d1024 d1024_8 d2048 d2048_15 d4096 d4096_40 d4096_sweep heat trace
+#     (default: gpt2 d2048 d4096 d4096_40)
 #
 # OUTDIR gets machine.txt, calibrate.txt, profile.json, plan_<workload>.txt (each with its progress lines) and
 # clocks.csv (the SM clock and power, sampled every 500 ms while it ran), all also packed in results.tgz. "heat"
@@ -35,6 +37,7 @@ SHARD=/tmp/tiertrain-random-gpt2.bin
 gpt2=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
 d2048=(--layers 8 --dim 2048 --heads 16 --seq 2048 --batch 8)
 d4096=(--layers 16 --dim 4096 --heads 32 --seq 2048 --batch 8)
+d1024=(--layers 16 --dim 1024 --heads 16 --seq 2048 --batch 8)
 common=(--data "$SHARD" --warmup 1)
 secs() { echo $(( ($(date +%s%N) - $1) / 1000000 ))e-3; }
 
@@ -63,6 +66,16 @@ for w in $WORKLOADS; do
     d2048) plan d2048 "${d2048[@]}" --device-budget 12GiB --measure "${TT_MEASURE:-3}" --plans "$d2048_plans" ;;
     d4096) plan d4096 "${d4096[@]}" --device-budget 64GiB --measure "${TT_MEASURE:-3}" --plans "$d4096_plans" ;;
     d4096_40) plan d4096_40GiB "${d4096[@]}" --device-budget 40GiB --measure 2 --plans "$d4096_tight_plans" ;;
+    d1024) plan d1024 "${d1024[@]}" --measure "${TT_MEASURE:-3}" ;;
+    d1024_8) plan d1024_8GiB "${d1024[@]}" --device-budget 8GiB --measure "${TT_MEASURE:-3}" ;;
+    d2048_15) plan d2048_15GiB "${d2048[@]}" --device-budget 15GiB --measure "${TT_MEASURE:-3}" \
+                --plans recompute/device,swap-attention-recompute-mlp-norms/device,swap-activations/device,auto ;;
+    d4096_sweep)
+      plan d4096_sweep "${d4096[@]}" --plans auto --sweep-budget 24GiB:120GiB:8GiB --sweep-out "$OUT/sweep_d4096"
+      for w in v100-pcie3 a100-pcie4 h100-pcie5 gh200-c2c link=55GB/s,device_mem=141GiB; do
+        plan "d4096_whatif_${w%%,*}" "${d4096[@]}" --what-if "$w"
+      done
+      ;;
     heat)
       for h in 0 0.2 1; do
         "$TT" calibrate "${d4096[@]}" "${common[@]}" --heat "$h" --out "$OUT/profile_d4096_heat$h.json" \
@@ -86,4 +99,4 @@ done
 kill $SMI 2>/dev/null || true
 # The device tool brings back a few files: everything goes into results.tgz; the tables stay beside it.
 tar czf /tmp/results.tgz -C "$OUT" . && mv /tmp/results.tgz "$OUT/results.tgz"
-find "$OUT" -type f ! -name 'results.tgz' ! -name 'plan_*.txt' ! -name 'calibrate.txt' -delete
+find "$OUT" -type f ! -name 'results.tgz' ! -name 'plan_*.txt' ! -name 'calibrate.txt' ! -name 'sweep_*' -delete
