@@ -97,6 +97,6 @@ for w in $WORKLOADS; do
   esac
 done
 kill $SMI 2>/dev/null || true
-# The device tool brings back a few files: everything goes into results.tgz; the tables stay beside it.
+# The device tool brings back a few files: everything goes into results.tgz.
 tar czf /tmp/results.tgz -C "$OUT" . && mv /tmp/results.tgz "$OUT/results.tgz"
-find "$OUT" -type f ! -name 'results.tgz' ! -name 'plan_*.txt' ! -name 'calibrate.txt' ! -name 'sweep_*' -delete
+find "$OUT" -type f ! -name 'results.tgz' -delete
