@@ -53,7 +53,7 @@ plan() {  # NAME FLAGS...
   t=$(date +%s%N)
   "$TT" plan "$@" "${common[@]}" > "$OUT/plan_$name.txt" 2>&1 || echo "plan $name failed"
   echo "== $name ($(secs "$t") s)"
-  grep -v '^calibrate: [0-9]' "$OUT/plan_$name.txt"
+  grep -v '^calibrate: [0-9]' "$OUT/plan_$name.txt" || true
 }
 d2048_plans=recompute/device,swap-activations/device,swap-attention-recompute-mlp/device
 d2048_plans+=,swap-attention-recompute-mlp-norms/device,in-core/cpu,swap-attention-recompute-mlp-norms/cpu
@@ -73,7 +73,8 @@ for w in $WORKLOADS; do
     d4096_sweep)
       plan d4096_sweep "${d4096[@]}" --plans auto --sweep-budget 24GiB:120GiB:8GiB --sweep-out "$OUT/sweep_d4096"
       for w in v100-pcie3 a100-pcie4 h100-pcie5 gh200-c2c link=55GB/s,device_mem=141GiB; do
-        plan "d4096_whatif_${w%%,*}" "${d4096[@]}" --what-if "$w"
+        name=${w%%,*}
+        plan "d4096_whatif_${name//\//_}" "${d4096[@]}" --what-if "$w"
       done
       ;;
     heat)
