@@ -14,7 +14,7 @@ import statistics
 import sys
 
 ROW = re.compile(r"^(\S+)\s+(device|cpu)\s+(yes\*?|no)\s+([\d.]+ \S+)\s+([\d.]+ \S+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+"
-                 r"([\d.]+)(?:\s+([\d.]+|-)\s+([+-][\d.]+%|-))?$")
+                 r"([\d.]+)(?:\s+([\d.]+|-)\s+([+-][\d.]+%|-)(?:\s+([\d.]+ \S+|-))?)?$")
 
 
 def parse(path):
@@ -29,6 +29,7 @@ def parse(path):
             rows.append({"plan": m.group(1), "optimizer": m.group(2), "fits": m.group(3).startswith("yes"),
                          "device": m.group(4), "host": m.group(5), "predicted_ms": float(m.group(6)),
                          "exposed_ms": float(m.group(8)), "host_ms": float(m.group(9)), "measured_ms": measured,
+                         "measured_peak": None if m.group(12) in (None, "-") else m.group(12),
                          "error_pct": None if measured is None else
                          round(100 * (float(m.group(6)) - measured) / measured, 2)})
         if line.startswith("auto plan: "):
@@ -55,11 +56,12 @@ def main():
     lines = []
     for run in runs:
         lines += ["", "### %s" % run["workload"], "", run["model"], "",
-                  "| plan | optimizer | fits | device | host | predicted ms | measured ms | error |",
-                  "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+                  "| plan | optimizer | fits | device (predicted) | peak (measured) | host | predicted ms | measured ms | error |",
+                  "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in run["rows"]:
-            lines.append("| %s | %s | %s | %s | %s | %.2f | %s | %s |" % (
-                r["plan"], r["optimizer"], "yes" if r["fits"] else "no", r["device"], r["host"], r["predicted_ms"],
+            lines.append("| %s | %s | %s | %s | %s | %s | %.2f | %s | %s |" % (
+                r["plan"], r["optimizer"], "yes" if r["fits"] else "no", r["device"], r["measured_peak"] or "-",
+                r["host"], r["predicted_ms"],
                 "-" if r["measured_ms"] is None else "%.2f" % r["measured_ms"],
                 "-" if r["error_pct"] is None else "%+.1f%%" % r["error_pct"]))
         if run["auto"]:
