@@ -8,6 +8,10 @@
 #   tt_run_tight NAME FLAGS...        tt_run at a budget of what the run needs: its --dry-run figure plus 0.01 of its
 #                                     unit (at most ~15 MiB over), instead of the automatic budget's 5% slack, so that
 #                                     what the budget leaves after model state is what the plan needs.
+#   tt_gpu_setup OUTDIR               (the GPU scripts: bench/perf/plan_gpu.sh, bench/training/ab_step_time.sh) sets
+#                                     OUT to OUTDIR's absolute path (made), the repository root as the working
+#                                     directory, NVLink multicast off, nvcc on PATH, the Debian packages of
+#                                     scripts/gpu_deps.sh (cmake_prefix)
 #   tt_mpirun_flags N                 (the collectives' benchmarks, bench/comm/comm_host.sh and
 #                                     bench/comm/comm_ab.sh) sets the array mpirun_flags: Open MPI's N ranks bound to physical cores, or to hardware
 #                                     threads where N is more than the cores (as tiertrain's launcher binds to
@@ -55,4 +59,13 @@ tt_mpirun_flags() {
   [ "$1" -gt "$cores" ] && mpirun_flags=(--use-hwthread-cpus --bind-to hwthread --map-by hwthread)
   [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
   return 0
+}
+
+tt_gpu_setup() {
+  mkdir -p "$1"
+  OUT=$(cd "$1" && pwd)
+  cd "$(dirname "${BASH_SOURCE[0]}")/.."
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+  source scripts/gpu_deps.sh
 }

@@ -14,12 +14,8 @@
 set -euo pipefail
 OUT=${1:?usage: bench/perf/plan_gpu.sh OUTDIR [WORKLOADS]}
 WORKLOADS=${2:-gpt2 d2048 d4096 d4096_40}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-cd "$(dirname "$0")/../.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
-source scripts/gpu_deps.sh
+source "$(dirname "$0")/../lib.sh"
+tt_gpu_setup "$OUT"
 TT=build/gpu/src/tiertrain
 { nvidia-smi; nvcc --version; } > "$OUT/machine.txt" 2>&1 || true
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \

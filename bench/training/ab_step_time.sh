@@ -13,12 +13,8 @@ set -euo pipefail
 OUT=${1:?usage: bench/training/ab_step_time.sh OUTDIR OLD_SRC build|tests|gpt2|d4096|summary}
 OLD=$(cd "${2:?OLD_SRC}" && pwd)
 PHASE=${3:?phase}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-cd "$(dirname "$0")/../.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
-source scripts/gpu_deps.sh
+source "$(dirname "$0")/../lib.sh"
+tt_gpu_setup "$OUT"
 NEW_TT=build/gpu/src/tiertrain
 OLD_TT=build/gpu-old/src/tiertrain
 REPEAT=${TT_AB_REPEAT:-2}

@@ -69,7 +69,9 @@ void declare_train_knobs(Config& cfg) {
        "swaps each block's attention half and rebuilds its MLP half; swap-attention-recompute-mlp-norms also "
        "rebuilds its LayerNorm outputs (swapping less); offload-params streams "
        "every block's parameters and gradients from host memory with the CPU optimizer; offload-all also swaps the "
-       "activations; or a JSON plan file mixing them per layer (docs/PLANS.md). All are bit-identical");
+       "activations; or a JSON plan file mixing them per layer (docs/PLANS.md); or auto, the fastest plan predicted "
+       "to fit on this machine (tiertrain plan shows them all; chosen too when no --plan is given and in-core does "
+       "not fit). All are bit-identical");
   choice("runtime", "optimizer", "plan", {"plan", "device", "cpu"},
          "where AdamW runs: device, or cpu (moments and fp32 master weights in host memory, updated by the host "
          "between the backward and the next forward); plan: as the plan says (device for the shortcuts)");

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <memory>
 #include <fstream>
 #include <thread>
 
@@ -339,23 +340,49 @@ Status measure_links(Backend& be, Profile& p, const CalibrateOptions& o) {
   return st;
 }
 
+// The CPU optimizer's arrays for n parameters (master, gradients, moments, the bf16 copy) in the backend's host
+// pool (pinned, on the device's NUMA node), initialised; freed with the object.
+class HostAdamWArrays {
+ public:
+  static Result<std::unique_ptr<HostAdamWArrays>> make(Backend& be, int64_t n) {
+    std::unique_ptr<HostAdamWArrays> h(new HostAdamWArrays(be));
+    const size_t fb = static_cast<size_t>(n) * sizeof(float);
+    TT_TRY(be.host_pool().reserve(4 * fb + fb / 2 + (size_t(1) << 20)));
+    for (float*& a : h->f) {
+      TT_ASSIGN_OR_RETURN(void* q, be.allocate_host(fb, TensorClass::kOptimState, "calibrate.adamw"));
+      a = static_cast<float*>(q);
+    }
+    TT_ASSIGN_OR_RETURN(void* q, be.allocate_host(fb / 2, TensorClass::kParam, "calibrate.adamw"));
+    h->out = static_cast<uint16_t*>(q);
+    float *p = h->f[0], *g = h->f[1], *m = h->f[2], *v = h->f[3];
+    uint16_t* o = h->out;
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) p[i] = 0.5f, g[i] = 1e-3f, m[i] = 0.0f, v[i] = 0.0f, o[i] = 0;
+    return h;
+  }
+  ~HostAdamWArrays() {
+    if (out) be_.free_host(out);
+    for (int i = 3; i >= 0; --i)
+      if (f[i]) be_.free_host(f[i]);
+  }
+  // One update of `count` parameters from `at`.
+  void update(int64_t at, int64_t count, int64_t step) const {
+    host::adamw_update_f32(f[0] + at, f[1] + at, f[2] + at, f[3] + at, out + at, count, 1.0f, 1e-4f, 0.9f, 0.95f,
+                           1e-8f, 0.1f, step, 1.0f);
+  }
+  float* f[4] = {nullptr, nullptr, nullptr, nullptr};
+  uint16_t* out = nullptr;
+
+ private:
+  explicit HostAdamWArrays(Backend& be) : be_(be) {}
+  Backend& be_;
+};
+
 // In the backend's host pool (pinned, on the device's NUMA node), where the CPU optimizer's state lives.
 Status measure_host(Backend& be, Profile& p) {
   const int64_t n = int64_t(32) << 20;
-  const size_t fb = static_cast<size_t>(n) * sizeof(float), copy_bytes = size_t(256) << 20;
-  TT_TRY(be.host_pool().reserve(4 * fb + fb / 2 + 2 * copy_bytes + (size_t(1) << 20)));
-  float* arr[4];
-  for (float*& a : arr) {
-    TT_ASSIGN_OR_RETURN(void* q, be.allocate_host(fb, TensorClass::kOptimState, "calibrate.adamw"));
-    a = static_cast<float*>(q);
-  }
-  TT_ASSIGN_OR_RETURN(void* outp, be.allocate_host(fb / 2, TensorClass::kParam, "calibrate.adamw"));
-  uint16_t* out = static_cast<uint16_t*>(outp);
-  float *param = arr[0], *grad = arr[1], *m = arr[2], *v = arr[3];
-#pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) {
-    param[i] = 0.5f, grad[i] = 1e-3f, m[i] = 0.0f, v[i] = 0.0f, out[i] = 0;
-  }
+  TT_ASSIGN_OR_RETURN(auto arrays, HostAdamWArrays::make(be, n));
+  const HostAdamWArrays* h = arrays.get();
   const int max_threads = omp_get_max_threads();
   std::vector<int> counts;
   for (int t = 1; t < max_threads; t *= 2) counts.push_back(t);
@@ -369,9 +396,7 @@ Status measure_host(Backend& be, Profile& p) {
       be.enqueue_host([=] {
         omp_set_num_threads(t);
         const int64_t piece = int64_t(4) << 20;
-        for (int64_t at = 0; at < n; at += piece)
-          host::adamw_update_f32(param + at, grad + at, m + at, v + at, out + at, std::min(piece, n - at), 1.0f,
-                                 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1.0f);
+        for (int64_t at = 0; at < n; at += piece) h->update(at, std::min(piece, n - at), step);
       });
     };
     once(1);
@@ -390,8 +415,10 @@ Status measure_host(Backend& be, Profile& p) {
   be.enqueue_host([max_threads] { omp_set_num_threads(max_threads); });
   TT_TRY(hs.synchronize());
   omp_set_num_threads(max_threads);
+  arrays.reset();
   // Host memory bandwidth: a large copy split over the threads (bytes copied a second).
-  const size_t bytes = copy_bytes;
+  const size_t bytes = size_t(256) << 20;
+  TT_TRY(be.host_pool().reserve(2 * bytes + (size_t(1) << 20)));
   TT_ASSIGN_OR_RETURN(void* ap, be.allocate_host(bytes, TensorClass::kWorkspace, "calibrate.memcpy"));
   TT_ASSIGN_OR_RETURN(void* bp, be.allocate_host(bytes, TensorClass::kWorkspace, "calibrate.memcpy"));
   char *a = static_cast<char*>(ap), *b = static_cast<char*>(bp);
@@ -411,8 +438,6 @@ Status measure_host(Backend& be, Profile& p) {
   p.host_memcpy_bytes_per_s = static_cast<double>(bytes) / best;
   be.free_host(bp);
   be.free_host(ap);
-  be.free_host(outp);
-  for (int i = 3; i >= 0; --i) be.free_host(arr[i]);
   return Status::ok();
 }
 
@@ -425,17 +450,8 @@ Status measure_host_segments(Backend& be, Profile& p, const std::vector<std::vec
     for (int64_t k : q) n += k;
     most = std::max(most, n);
   }
-  const size_t fb = static_cast<size_t>(most) * sizeof(float);
-  TT_TRY(be.host_pool().reserve(4 * fb + fb / 2 + (size_t(1) << 20)));
-  float* arr[4];
-  for (float*& a : arr) {
-    TT_ASSIGN_OR_RETURN(void* q, be.allocate_host(fb, TensorClass::kOptimState, "calibrate.adamw"));
-    a = static_cast<float*>(q);
-  }
-  TT_ASSIGN_OR_RETURN(void* outp, be.allocate_host(fb / 2, TensorClass::kParam, "calibrate.adamw"));
-  uint16_t* out = static_cast<uint16_t*>(outp);
-#pragma omp parallel for
-  for (int64_t i = 0; i < most; ++i) arr[0][i] = 0.5f, arr[1][i] = 1e-3f, arr[2][i] = 0.0f, arr[3][i] = 0.0f, out[i] = 0;
+  TT_ASSIGN_OR_RETURN(auto arrays, HostAdamWArrays::make(be, most));
+  const HostAdamWArrays* h = arrays.get();
   Stream& hs = be.host_stream();
   auto e0 = be.create_event(true), e1 = be.create_event(true);
   Status st;
@@ -444,8 +460,7 @@ Status measure_host_segments(Backend& be, Profile& p, const std::vector<std::vec
       be.enqueue_host([=] {
         int64_t at = 0;
         for (int64_t k : q) {
-          host::adamw_update_f32(arr[0] + at, arr[1] + at, arr[2] + at, arr[3] + at, out + at, k, 1.0f, 1e-4f, 0.9f,
-                                 0.95f, 1e-8f, 0.1f, step, 1.0f);
+          h->update(at, k, step);
           at += k;
         }
       });
@@ -469,8 +484,6 @@ Status measure_host_segments(Backend& be, Profile& p, const std::vector<std::vec
     p.host_segments[q] = best;
   }
   (void)hs.synchronize();
-  be.free_host(outp);
-  for (int i = 3; i >= 0; --i) be.free_host(arr[i]);
   return st;
 }
 

@@ -137,22 +137,14 @@ double ProfileCosts::readback_seconds() const {
 }
 
 double ProfileCosts::seconds(const Op& op) const {
-  switch (op.kind) {
-    case OpKind::kWait:
-    case OpKind::kRecord:
-    case OpKind::kAlloc:
-    case OpKind::kInputFill:
+  switch (cost_class(op.kind)) {
+    case CostClass::kFree:
       return 0;
-    case OpKind::kSwapOut:
-    case OpKind::kGradsOut:
-    case OpKind::kNormOut:
+    case CostClass::kD2H:
       return p_.d2h_pinned.seconds(op.bytes);
-    case OpKind::kSwapIn:
-    case OpKind::kParamsIn:
-    case OpKind::kParamsBack:
-    case OpKind::kInputIn:
+    case CostClass::kH2D:
       return p_.h2d_pinned.seconds(op.bytes);
-    case OpKind::kHostAdamW:
+    case CostClass::kHost:
       if (auto it = p_.host_segments.find(seg_sizes_[static_cast<size_t>(op.segment)]); it != p_.host_segments.end())
         return it->second;
       if (host_rate_ <= 0) {
@@ -160,9 +152,10 @@ double ProfileCosts::seconds(const Op& op) const {
         return 0;
       }
       return static_cast<double>(seg_params_[static_cast<size_t>(op.segment)]) / host_rate_;
-    default:
+    case CostClass::kCompute:
       return kernels(op);
   }
+  return 0;
 }
 
 }  // namespace tt::perf

@@ -5,26 +5,26 @@
 
 namespace tt::perf {
 
-double RateCosts::seconds(const Op& op) const {
-  switch (op.kind) {
+CostClass cost_class(OpKind kind) {
+  switch (kind) {
     case OpKind::kWait:
     case OpKind::kRecord:
     case OpKind::kAlloc:
     case OpKind::kInputFill:
-      return 0;
+      return CostClass::kFree;
     case OpKind::kSwapOut:
     case OpKind::kGradsOut:
     case OpKind::kNormOut:
-      return copy_latency_s + static_cast<double>(op.bytes) / d2h_bytes_per_s;
+      return CostClass::kD2H;
     case OpKind::kSwapIn:
     case OpKind::kParamsIn:
     case OpKind::kParamsBack:
     case OpKind::kInputIn:
-      return copy_latency_s + static_cast<double>(op.bytes) / h2d_bytes_per_s;
+      return CostClass::kH2D;
     case OpKind::kHostAdamW:
-      return static_cast<double>(op.bytes) / host_bytes_per_s;
+      return CostClass::kHost;
     default:
-      return op_overhead_s + std::max(op.flops / flops_per_s, static_cast<double>(op.bytes) / device_bytes_per_s);
+      return CostClass::kCompute;
   }
 }
 

@@ -1,8 +1,9 @@
 // perf/simulator: replays a schedule (exec/schedule.h) with a time for each operation, and predicts the time of a
-// pass run step after step, each stream's busy time and the compute stream's exposed waits. The first piece of the
-// performance model (issue 19); the operation times come from a CostModel, which calibration will fill per machine.
+// pass run step after step, each stream's busy time and the compute stream's exposed waits. The core of the
+// performance model; the operation times come from a CostModel (perf/costs.h: ProfileCosts, from the machine's
+// calibrated profile).
 //
-//   RateCosts costs;                     // rates of this machine (defaults: an H200's, docs/ARCHITECTURE.md)
+//   ProfileCosts costs(profile, schedule.spec);
 //   SimResult r = simulate(schedule, Pass::kTrain, costs);
 //   std::printf("%.1f ms a step, %.1f ms exposed\n", 1e3 * r.step_seconds, 1e3 * r.exposed_wait_seconds);
 //
@@ -35,20 +36,10 @@ class CostModel {
   virtual double readback_seconds() const { return 0; }
 };
 
-// Times from rates: compute work takes the larger of its FLOPs over the compute rate and its bytes over the device
-// memory bandwidth, plus a fixed overhead an operation; copies their latency plus bytes over the link's bandwidth;
-// host work its bytes over the host's memory bandwidth. Waits, records, allocations and the host's draw of a batch
-// take no time.
-struct RateCosts final : CostModel {
-  double flops_per_s = 700e12;         // bf16 GEMMs at about 90% of the measured 8192^3 rate
-  double device_bytes_per_s = 3.0e12;  // HBM, read + write
-  double h2d_bytes_per_s = 53e9;       // pinned
-  double d2h_bytes_per_s = 55e9;
-  double copy_latency_s = 10e-6;
-  double host_bytes_per_s = 60e9;      // the host AdamW, all cores
-  double op_overhead_s = 5e-6;         // launch and small-op cost of each compute operation
-  double seconds(const Op& op) const override;
-};
+// Where an operation's time goes: nowhere (waits, records, allocations, the caller's draw of a batch), a copy each
+// way, host work, or compute-stream work.
+enum class CostClass { kFree, kD2H, kH2D, kHost, kCompute };
+CostClass cost_class(OpKind kind);
 
 struct SimResult {
   double step_seconds = 0;                    // the last step: from the end of the one before to its own end
