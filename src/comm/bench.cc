@@ -150,6 +150,8 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
   const size_t es = dtype_size(o.dtype);
   TT_RETURN_IF(o.factor <= 1.0, kInvalidArgument, "comm-bench: -f %g must be > 1", o.factor);
   TT_RETURN_IF(o.min_bytes > o.max_bytes, kInvalidArgument, "comm-bench: -b %zu > -e %zu", o.min_bytes, o.max_bytes);
+  // Sizes grow by -f from -b: from 0 they would never grow.
+  TT_RETURN_IF(o.min_bytes == 0, kInvalidArgument, "comm-bench: -b 0: the smallest size must be at least 1 byte");
   TT_RETURN_IF(o.iters < 1 || o.warmup < 0 || o.check < 0, kInvalidArgument, "comm-bench: -n >= 1, -w and -c >= 0");
   TT_RETURN_IF(!(o.warmup_ms >= 0 && o.first_warmup_ms >= 0 && o.min_ms >= 0), kInvalidArgument,
                "comm-bench: --warmup-ms, --first-warmup-ms and --min-ms are >= 0");

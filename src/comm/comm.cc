@@ -439,7 +439,10 @@ Status parse_timeout(Options* options) {
   if (const char* t = std::getenv("TIERTRAIN_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
     char* end = nullptr;
     const double s = std::strtod(t, &end);
-    TT_RETURN_IF(*end != '\0' || !(s > 0), kInvalidArgument, "TIERTRAIN_COMM_TIMEOUT=%s: seconds, > 0", t);
+    // At most a week: a deadline a rank can reach (and one that fits the clock's arithmetic; inf, 1e400 or 1e17 s
+    // overflowed it and failed every rank at once).
+    TT_RETURN_IF(end == t || *end != '\0' || !(s > 0) || !(s <= 604800), kInvalidArgument,
+                 "TIERTRAIN_COMM_TIMEOUT=%s: seconds, > 0 and at most 604800 (a week)", t);
     options->timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000.0));
   }
   return Status::ok();

@@ -1,6 +1,7 @@
 #include "exec/op_profiler.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -127,8 +128,12 @@ Status OpProfiler::write_trace(const std::string& path, const std::string& proce
     f << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
     TT_RETURN_IF(!f.good(), kIoError, "writing trace file '%s' failed", path.c_str());
   }
-  TT_RETURN_IF(std::rename(tmp.c_str(), path.c_str()) != 0, kIoError, "cannot rename '%s' to '%s': %s", tmp.c_str(),
-               path.c_str(), std::strerror(errno));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());  // no temporary file is left behind
+    return make_status(StatusCode::kIoError, "cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(),
+                       std::strerror(err));
+  }
   return Status::ok();
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "host/adamw.h"
@@ -34,8 +35,12 @@ Status write_json_atomically(const std::string& path, const nlohmann::json& j) {
     f << j.dump(2) << "\n";
     TT_RETURN_IF(!f.good(), kIoError, "writing '%s' failed", path.c_str());
   }
-  TT_RETURN_IF(std::rename(tmp.c_str(), path.c_str()) != 0, kIoError, "cannot rename '%s' to '%s': %s", tmp.c_str(),
-               path.c_str(), std::strerror(errno));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());  // no temporary file is left behind
+    return make_status(StatusCode::kIoError, "cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(),
+                       std::strerror(err));
+  }
   return Status::ok();
 }
 
@@ -135,7 +140,14 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   t->out_ = out;
   TrainConfig& cfg = t->cfg_;
 
-  // Fail on what can be checked cheaply before reading data or allocating.
+  // Fail on what can be checked cheaply before reading data or allocating: an output file that names a folder
+  // would fail only at the end, after the training.
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--metrics-out", &cfg.metrics_out},
+                                   {"--trace", &cfg.trace}, {"--schedule", &cfg.schedule_out}}) {
+    std::error_code ec;
+    TT_RETURN_IF(!path->empty() && std::filesystem::is_directory(*path, ec), kInvalidArgument,
+                 "%s %s: is a folder; give a file name in it", flag, path->c_str());
+  }
   if (!cfg.checkpoint_dir.empty()) TT_TRY(ensure_checkpoint_dir(cfg.checkpoint_dir));
   TT_ASSIGN_OR_RETURN(t->dataset_, data::TokenDataset::load(cfg.data, cfg.val_fraction));
   cfg.model.vocab = t->dataset_.vocab();

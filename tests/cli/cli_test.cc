@@ -222,6 +222,36 @@ TEST(Cli, TrainChoosesThePlanWhenAskedOrWhenInCoreDoesNotFit) {
   EXPECT_HAS(opt.out, "leave --optimizer at 'plan'");
 }
 
+// Issue 25's first cases: an output file that names a folder is refused before training (it used to fail after it,
+// leaving FOLDER.tmp); comm-bench from 0 bytes used to loop forever; an endless or overflowing collective deadline
+// used to fail every rank at once.
+TEST(Cli, OutputFoldersEndlessSizesAndDeadlinesAreRefusedAtOnce) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  fs::create_directories(dir.file("out"));
+  for (const char* flag : {"--metrics-out", "--trace"}) {
+    CliRun r = run(small(data) + " --steps 2 " + flag + " " + dir.file("out"));
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_HAS(r.out, std::string(flag) + " " + dir.file("out") + ": is a folder");
+    EXPECT_EQ(r.out.find("step "), std::string::npos) << "no training may start";
+  }
+  EXPECT_FALSE(fs::exists(dir.file("out") + ".tmp"));
+  CliRun sched = run(small(data) + " --dry-run --schedule " + dir.file("out"));
+  EXPECT_EQ(sched.code, 2) << sched.out;
+
+  CliRun zero = run("comm-bench -b 0 -e 8", "timeout 60");
+  EXPECT_EQ(zero.code, 2) << zero.out;
+  EXPECT_HAS(zero.out, "-b 0: the smallest size must be at least 1 byte");
+  for (const char* t : {"inf", "1e400", "1e17", "nan", "-1", "abc", ""}) {
+    if (std::string(t).empty()) continue;  // unset: the default
+    CliRun r = run("comm-bench -b 8 -e 8", std::string("timeout 60 env TIERTRAIN_COMM_TIMEOUT=") + t);
+    EXPECT_EQ(r.code, 2) << t << ": " << r.out;
+    EXPECT_HAS(r.out, "at most 604800");
+  }
+  CliRun ok = run("comm-bench -b 8 -e 8 -n 2 -w 1", "timeout 60 env TIERTRAIN_COMM_TIMEOUT=30");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
 TEST(Cli, ModelLargerThanBudgetNamesBytes) {
   TempDir dir;
   const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
