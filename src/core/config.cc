@@ -167,6 +167,7 @@ Status Config::set(const std::string& name, const std::string& raw_text, KnobSou
 }
 
 Status Config::load_file(const std::string& path) {
+  TT_TRY(require_regular_file(path, "config file"));
   std::ifstream in(path);
   TT_RETURN_IF(!in, kNotFound, "cannot open config file '%s': %s", path.c_str(), std::strerror(errno));
   nlohmann::json j;

@@ -1,5 +1,10 @@
 #include "core/status.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -85,6 +90,15 @@ std::string Status::to_string_with_trail() const {
     s += "]";
   }
   return s;
+}
+
+Status require_regular_file(const std::string& path, const char* what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return make_status(StatusCode::kNotFound, "%s '%s' does not exist: %s", what, path.c_str(), std::strerror(errno));
+  if (S_ISREG(st.st_mode)) return Status::ok();
+  return make_status(StatusCode::kInvalidArgument, "%s '%s' is %s, not a file", what, path.c_str(),
+                     S_ISDIR(st.st_mode) ? "a folder" : "a FIFO, socket or device");
 }
 
 }  // namespace tt

@@ -69,6 +69,11 @@ class [[nodiscard]] Status {
 
 Status make_status(StatusCode code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// Ok when `path` names a regular file (after symlinks). Otherwise kNotFound when nothing is there, else
+// kInvalidArgument naming what is there instead ("is a folder", "is a FIFO or device"): opening a FIFO blocks until
+// a writer comes, and a folder fails later with a less clear error. `what` starts the message ("config file").
+Status require_regular_file(const std::string& path, const char* what);
+
 // Aborts: a Result must hold a value or an error, never an ok Status without a value.
 [[noreturn]] void detail_result_from_ok_status();
 

@@ -87,7 +87,8 @@ Status TensorFileWriter::write_atomic(const std::string& path) const {
                                  {"bytes", e.bytes},
                                  {"crc32", crc32_of(it.data, e.bytes)}});
   }
-  const std::string text = header.dump();
+  // Strings in the metadata (paths) need not be UTF-8: invalid bytes are written as U+FFFD rather than throwing.
+  const std::string text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const uint64_t header_bytes = text.size();
   const uint32_t header_crc = crc32_of(text.data(), text.size());
   const uint64_t data_start = align_up(kPrefixBytes + header_bytes);
@@ -145,6 +146,7 @@ Status TensorFileWriter::write_atomic(const std::string& path) const {
 }
 
 Result<TensorFileReader> TensorFileReader::open(const std::string& path) {
+  TT_TRY(require_regular_file(path, "tensor file"));
   FILE* raw = std::fopen(path.c_str(), "rb");
   TT_RETURN_IF(raw == nullptr, kNotFound, "cannot open '%s': %s", path.c_str(), std::strerror(errno));
   TensorFileReader r;

@@ -141,12 +141,18 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
 
 Result<std::string> find_checkpoint(const std::string& dir, const std::string& resume) {
   if (resume != "latest") {
-    struct stat st {};
-    TT_RETURN_IF(stat(resume.c_str(), &st) != 0, kNotFound, "checkpoint '%s' does not exist", resume.c_str());
+    TT_TRY(require_regular_file(resume, "checkpoint"));
     return resume;
   }
-  FILE* f = std::fopen((dir + "/latest").c_str(), "r");
-  if (f != nullptr) {
+  // The newest step file stands in for `latest` only when there is no `latest`: one that is there but cannot be
+  // read (or is not a file) is an error, not a reason to load another step.
+  const std::string latest = dir + "/latest";
+  struct stat lst {};
+  if (::stat(latest.c_str(), &lst) == 0) {
+    if (Status s = require_regular_file(latest, "checkpoint pointer"); !s.is_ok())
+      return Status(StatusCode::kDataLoss, s.message());
+    FILE* f = std::fopen(latest.c_str(), "r");
+    TT_RETURN_IF(f == nullptr, kIoError, "cannot read '%s': %s", latest.c_str(), std::strerror(errno));
     char buf[256] = {};
     const bool got = std::fgets(buf, sizeof(buf), f) != nullptr;
     std::fclose(f);
@@ -233,7 +239,9 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
       continue;
     if (st.config.at(k) != expected.config.at(k))
       TT_LOG(WARN, CKPT, "checkpoint was written with %s=%s, resuming with %s: the run will not be bit-identical to "
-             "one that never stopped", k, st.config.at(k).dump().c_str(), expected.config.at(k).dump().c_str());
+             "one that never stopped", k,
+             st.config.at(k).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
+             expected.config.at(k).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
 
   const DType md = gpt.master_dtype();

@@ -125,7 +125,8 @@ Status OpProfiler::write_trace(const std::string& path, const std::string& proce
   {
     std::ofstream f(tmp);
     TT_RETURN_IF(!f, kIoError, "cannot write trace file '%s': %s", path.c_str(), std::strerror(errno));
-    f << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+    f << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump(-1, ' ', false, json::error_handler_t::replace)
+      << "\n";
     TT_RETURN_IF(!f.good(), kIoError, "writing trace file '%s' failed", path.c_str());
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

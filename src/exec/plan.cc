@@ -257,6 +257,7 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
     p.optimizer = OptimizerPlacement::kCpu;
     return p;
   }
+  if (Status s = require_regular_file(name, "--plan"); !s.is_ok() && s.code() != StatusCode::kNotFound) return s;
   std::ifstream f(name);
   TT_RETURN_IF(!f, kInvalidArgument,
                "--plan %s: not a plan name (in-core, recompute, swap-activations, swap-attention-recompute-mlp, "

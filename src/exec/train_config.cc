@@ -179,7 +179,9 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.log_every = cfg.get_int("log_every");
   tc.profile = cfg.get_bool("profile");
   tc.trace = cfg.get_string("trace");
-  tc.resolved = cfg.to_json();
+  // A knob's text need not be UTF-8 (a path is bytes): JSON can hold only UTF-8, so invalid bytes become U+FFFD
+  // here, once, and every copy (metrics, checkpoints, the resume check) agrees.
+  tc.resolved = nlohmann::json::parse(cfg.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 
   TT_RETURN_IF(tc.model.dim % tc.model.heads != 0, kInvalidArgument, "--dim %d is not divisible by --heads %d",
                tc.model.dim, tc.model.heads);

@@ -32,7 +32,7 @@ Status write_json_atomically(const std::string& path, const nlohmann::json& j) {
   {
     std::ofstream f(tmp);
     TT_RETURN_IF(!f, kIoError, "cannot write '%s': %s", path.c_str(), std::strerror(errno));
-    f << j.dump(2) << "\n";
+    f << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // paths need not be UTF-8
     TT_RETURN_IF(!f.good(), kIoError, "writing '%s' failed", path.c_str());
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

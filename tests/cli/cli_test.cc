@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -250,6 +251,57 @@ TEST(Cli, OutputFoldersEndlessSizesAndDeadlinesAreRefusedAtOnce) {
   }
   CliRun ok = run("comm-bench -b 8 -e 8 -n 2 -w 1", "timeout 60 env TIERTRAIN_COMM_TIMEOUT=30");
   EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
+// A path that is not UTF-8 (Linux paths are bytes) in --data, --checkpoint-dir and --metrics-out: the run trains,
+// writes its metrics and checkpoints (the name as U+FFFD in the JSON), and resumes (it used to abort with
+// nlohmann::json's type_error.316 at the first write, after the training).
+TEST(Cli, PathsThatAreNotUtf8) {
+  TempDir dir;
+  const std::string bad = std::string("bad") + static_cast<char>(0xff) + "name";
+  const std::string data = dir.write(bad + ".txt", testing::synthetic_text(20000));
+  const std::string ckpt = dir.file(bad + "-ckpt"), metrics = dir.file(bad + ".json");
+  const std::string args = small("'" + data + "'") + " --steps 4 --checkpoint-dir '" + ckpt + "' --metrics-out '" +
+                           metrics + "'";
+  CliRun first = run(args + " --stop-at 2");
+  EXPECT_EQ(first.code, 0) << first.out;
+  ASSERT_TRUE(fs::exists(metrics)) << first.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(metrics));
+  EXPECT_NE(j["config"]["data"].get<std::string>().find("\xEF\xBF\xBD"), std::string::npos);  // U+FFFD
+  CliRun resumed = run(args + " --resume");
+  EXPECT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_HAS(resumed.out, "step      4/4");
+}
+
+// A FIFO (or a folder) where a file is read: --config, TIERTRAIN_CONFIG, --plan, --resume=PATH and a checkpoint
+// folder's `latest` are refused at once, naming what is there (opening a FIFO used to block forever, a folder as
+// --config to abort).
+TEST(Cli, FifosAndFoldersWhereAFileIsReadAreRefused) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string t = "timeout 30";
+  CliRun config = run(small(data) + " --steps 2 --config " + fifo, t);
+  EXPECT_EQ(config.code, 2) << config.out;
+  EXPECT_HAS(config.out, "config file '" + fifo + "' is a FIFO, socket or device, not a file");
+  CliRun config_dir = run(small(data) + " --steps 2", t + " env TIERTRAIN_CONFIG=" + dir.path());
+  EXPECT_EQ(config_dir.code, 2) << config_dir.out;
+  EXPECT_HAS(config_dir.out, "is a folder, not a file");
+  CliRun plan = run(small(data) + " --steps 2 --plan " + fifo, t);
+  EXPECT_EQ(plan.code, 2) << plan.out;
+  EXPECT_HAS(plan.out, "--plan '" + fifo + "' is a FIFO");
+  CliRun resume = run(small(data) + " --steps 2 --checkpoint-dir " + dir.file("ck") + " --resume=" + fifo, t);
+  EXPECT_NE(resume.code, 124) << "blocked";
+  EXPECT_NE(resume.code, 0) << resume.out;
+  EXPECT_HAS(resume.out, "checkpoint '" + fifo + "' is a FIFO");
+  // A run with checkpoints, then its `latest` replaced by a FIFO: refused, not another step loaded.
+  ASSERT_EQ(run(small(data) + " --steps 2 --checkpoint-dir " + dir.file("ck2")).code, 0);
+  fs::remove(dir.file("ck2") + "/latest");
+  ASSERT_EQ(mkfifo((dir.file("ck2") + "/latest").c_str(), 0600), 0);
+  CliRun latest = run(small(data) + " --steps 4 --checkpoint-dir " + dir.file("ck2") + " --resume", t);
+  EXPECT_EQ(latest.code, 1) << latest.out;
+  EXPECT_HAS(latest.out, "checkpoint pointer '" + dir.file("ck2") + "/latest' is a FIFO");
 }
 
 TEST(Cli, ModelLargerThanBudgetNamesBytes) {

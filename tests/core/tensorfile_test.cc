@@ -15,6 +15,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include <sys/stat.h>
 #include <nlohmann/json.hpp>
 
 #include "core/tensorfile.h"
@@ -370,7 +372,15 @@ TEST_F(TensorFileTest, CorruptTrailerMagic) {
 }
 
 TEST_F(TensorFileTest, MissingFileIsNotFound) {
-  expect_open_fails(path("absent.ttf"), StatusCode::kNotFound, {"cannot open"});
+  expect_open_fails(path("absent.ttf"), StatusCode::kNotFound, {"does not exist"});
+}
+
+// A folder or a FIFO is refused before it is opened (a FIFO would block the open until a writer came).
+TEST_F(TensorFileTest, AFolderOrAFifoIsNotATensorFile) {
+  expect_open_fails(path(""), StatusCode::kInvalidArgument, {"is a folder, not a file"});
+  const std::string fifo = path("fifo.ttf");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  expect_open_fails(fifo, StatusCode::kInvalidArgument, {"is a FIFO, socket or device"});
 }
 
 // --- read() checks ------------------------------------------------------------------------------------------------
