@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/log.h"
 #include "core/tensorfile.h"
 
@@ -39,28 +40,6 @@ Status mkdir_p(const std::string& dir) {
 }
 
 // Writes small text atomically (temp, fsync, rename).
-Status write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TT_RETURN_IF(fd < 0, kIoError, "cannot create '%s': %s", tmp.c_str(), std::strerror(errno));
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return make_status(StatusCode::kIoError, "writing '%s' failed: %s", path.c_str(), std::strerror(ok ? errno : err));
-  }
-  // The rename is durable once the directory is.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::ok();
-}
-
 std::vector<std::string> step_files(const std::string& dir) {
   std::vector<std::string> out;
   DIR* d = opendir(dir.c_str());
@@ -129,7 +108,7 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
   }
   const std::string name = step_file_name(state.step);
   TT_TRY(w.write_atomic(dir + "/" + name));
-  TT_TRY(write_text_atomic(dir + "/latest", name + "\n"));
+  TT_TRY(write_file_atomically(dir + "/latest", name + "\n"));
   TT_LOG(INFO, CKPT, "wrote checkpoint %s/%s", dir.c_str(), name.c_str());
   std::vector<std::string> files = step_files(dir);
   while (static_cast<int64_t>(files.size()) > keep) {

@@ -1,5 +1,7 @@
 #include "exec/op_profiler.h"
 
+#include "core/atomic_file.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -121,21 +123,9 @@ Status OpProfiler::write_trace(const std::string& path, const std::string& proce
     e["args"] = args;
     events.push_back(std::move(e));
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    TT_RETURN_IF(!f, kIoError, "cannot write trace file '%s': %s", path.c_str(), std::strerror(errno));
-    f << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump(-1, ' ', false, json::error_handler_t::replace)
-      << "\n";
-    TT_RETURN_IF(!f.good(), kIoError, "writing trace file '%s' failed", path.c_str());
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());  // no temporary file is left behind
-    return make_status(StatusCode::kIoError, "cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(),
-                       std::strerror(err));
-  }
-  return Status::ok();
+  return write_file_atomically(
+      path, json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump(-1, ' ', false, json::error_handler_t::replace) +
+                "\n");
 }
 
 }  // namespace tt

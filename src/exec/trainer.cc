@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "host/adamw.h"
 #include "core/log.h"
 #include "core/units.h"
@@ -26,22 +27,9 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Writes j to path through a temporary file renamed over it, so that a reader never sees half a file.
+// Writes j to path at once (core/atomic_file.h); paths in it need not be UTF-8 (invalid bytes become U+FFFD).
 Status write_json_atomically(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    TT_RETURN_IF(!f, kIoError, "cannot write '%s': %s", path.c_str(), std::strerror(errno));
-    f << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";  // paths need not be UTF-8
-    TT_RETURN_IF(!f.good(), kIoError, "writing '%s' failed", path.c_str());
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());  // no temporary file is left behind
-    return make_status(StatusCode::kIoError, "cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(),
-                       std::strerror(err));
-  }
-  return Status::ok();
+  return write_file_atomically(path, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace

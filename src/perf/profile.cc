@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
+
 namespace tt::perf {
 
 using nlohmann::json;
@@ -357,16 +359,7 @@ Status Profile::save(const std::string& path) const {
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    TT_RETURN_IF(!out, kIoError, "profile %s: cannot write", tmp.c_str());
-    out << to_json().dump(1, ' ', /*ensure_ascii=*/true) << "\n";
-    TT_RETURN_IF(!out.good(), kIoError, "profile %s: write failed", tmp.c_str());
-  }
-  std::filesystem::rename(tmp, path, ec);
-  TT_RETURN_IF(ec, kIoError, "profile %s: %s", path.c_str(), ec.message().c_str());
-  return Status::ok();
+  return write_file_atomically(path, to_json().dump(1, ' ', /*ensure_ascii=*/true) + "\n");
 }
 
 std::string default_profile_path(const MachineId& machine) {
