@@ -54,6 +54,9 @@ class Backend {
   // and the other way round. fn must not call the backend (on a GPU it runs as a CUDA host function).
   virtual Stream& host_stream() = 0;
   virtual void enqueue_host(std::function<void()> fn) = 0;
+  // The OpenMP team size of host work on the host stream (the CPU optimizer's update): the CPU backend's threads;
+  // beside a GPU every core but one (Note [host threads beside a GPU] in host/adamw.h) unless --threads says.
+  virtual int host_threads() const = 0;
   // timing: the event can measure elapsed time (elapsed_ms_since); slightly more costly on GPUs.
   virtual std::unique_ptr<Event> create_event(bool timing = false) = 0;
   virtual memory::DevicePool& pool() = 0;

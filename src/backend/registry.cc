@@ -2,6 +2,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/units.h"
+#include "host/adamw.h"
 #ifdef TIERTRAIN_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_probe.h"
@@ -83,7 +84,8 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const B
     return cuda::create_backend({.device = o.device,
                                  .device_budget = o.device_budget,
                                  .scratch_bytes = o.scratch_bytes > 0 ? o.scratch_bytes : cuda::kMinScratchBytes,
-                                 .host_numa_node = o.host_numa_node});
+                                 .host_numa_node = o.host_numa_node,
+                                 .host_threads = host::optimizer_threads(o.threads, /*beside_gpu=*/true)});
 #endif
   if (name == "cpu")
     return cpu::create_backend({.device_budget = o.device_budget,

@@ -81,7 +81,7 @@ void Optimizer::update_segment(int segment, const HostAdamState& from, const Hos
     host::adamw_update_f32(host::AdamWArrays{from.master + o, buf_.host_grads + o, from.m + o, from.v + o,
                                            to.master + o, to.m + o, to.v + o, to.bf16 ? to.bf16 + o : nullptr},
                           p.shape.numel(), grad_norm_sq, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
-                          p.decay ? hyper_.weight_decay : 0.0f, step, grad_clip);
+                          p.decay ? hyper_.weight_decay : 0.0f, step, grad_clip, be_.host_threads());
   }
 }
 

@@ -158,13 +158,13 @@ constexpr int64_t kAdamWParallelMin = int64_t(1) << 15;
 }  // namespace
 
 void adamw_update_f32(const AdamWArrays& a, int64_t n, float grad_norm_sq, float lr, float beta1, float beta2,
-                      float eps, float weight_decay, int64_t step, float grad_clip) {
+                      float eps, float weight_decay, int64_t step, float grad_clip, int threads) {
   const AdamWScalars<float> s = adamw_scalars(grad_norm_sq, lr, beta1, beta2, eps, weight_decay, step, grad_clip);
   if (n < kAdamWParallelMin) {
     adamw_range_f32(a, 0, n, s);
     return;
   }
-#pragma omp parallel
+#pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
   {
     // Ranges in whole 64-byte lines of float, so that no two threads write one cache line (and the vector loop runs
     // on every range but the last).
@@ -181,6 +181,12 @@ void adamw_update_f32(float* param, const float* grad, float* m, float* v, uint1
                       int64_t step, float grad_clip) {
   adamw_update_f32(AdamWArrays{param, grad, m, v, param, m, v, out_bf16}, n, grad_norm_sq, lr, beta1, beta2, eps,
                    weight_decay, step, grad_clip);
+}
+
+int optimizer_threads(int requested, bool beside_gpu) {
+  if (requested > 0) return requested;
+  const int all = omp_get_max_threads();  // OMP_NUM_THREADS, else the cores in this process's affinity mask
+  return beside_gpu ? std::max(1, all - 1) : std::max(1, all);
 }
 
 float adamw_clip_factor(float grad_norm_sq, float grad_clip) {

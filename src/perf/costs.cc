@@ -101,9 +101,11 @@ ProfileCosts::ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int
   const GptSegments segs = gpt_segments(spec.model);
   seg_params_ = segs.size;
   seg_sizes_ = all_segment_param_sizes(spec.model);
-  host_rate_ = host_threads > 0 ? p_.host_adamw_rate(host_threads)
-               : p_.host_adamw_params_per_s.empty() ? 0
-                                                     : p_.host_adamw_params_per_s.rbegin()->second;
+  // The run's team: --threads, else the one the segments were measured with (the backend's default on this machine).
+  const int threads = host_threads > 0 ? host_threads : p_.host_segment_threads;
+  host_rate_ = p_.host_adamw_rate(threads);
+  const double measured_rate = p_.host_adamw_rate(p_.host_segment_threads);
+  host_segment_scale_ = host_rate_ > 0 && measured_rate > 0 ? measured_rate / host_rate_ : 1.0;
 }
 
 double ProfileCosts::kernels(const Op& op) const {
@@ -146,7 +148,7 @@ double ProfileCosts::seconds(const Op& op) const {
       return p_.h2d_pinned.seconds(op.bytes);
     case CostClass::kHost:
       if (auto it = p_.host_segments.find(seg_sizes_[static_cast<size_t>(op.segment)]); it != p_.host_segments.end())
-        return it->second;
+        return it->second * host_segment_scale_;
       if (host_rate_ <= 0) {
         if (status_.is_ok()) status_ = Status(StatusCode::kNotFound, "the profile has no host AdamW rate");
         return 0;

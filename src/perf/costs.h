@@ -31,7 +31,8 @@ std::vector<std::vector<int64_t>> schedule_host_segments(const Schedule& schedul
 std::vector<int64_t> segment_param_sizes(const GptConfig& cfg, int segment);
 
 struct ProfileCosts final : CostModel {
-  // host_threads: the CPU optimizer's threads (0: the most the profile measured).
+  // host_threads: the CPU optimizer's threads (--threads; 0: the count the profile's segments were measured with,
+  // the backend's default on that machine).
   ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int host_threads = 0);
   double seconds(const Op& op) const override;
   double readback_seconds() const override;
@@ -47,6 +48,7 @@ struct ProfileCosts final : CostModel {
   std::vector<int64_t> seg_params_;
   std::vector<std::vector<int64_t>> seg_sizes_;
   double host_rate_ = 0;
+  double host_segment_scale_ = 1;  // a measured segment at the run's thread count: rate(measured) / rate(run)
   // Compute operations priced so far, by what fixes their calls: kind, boundary, segment (blocks alike: all the
   // same class), the LM head's backward.
   mutable std::map<std::tuple<int, int, int, bool>, double> cache_;

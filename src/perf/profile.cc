@@ -238,6 +238,7 @@ json Profile::to_json() const {
           {"host",
            {{"adamw_params_per_s", adamw},
             {"adamw_segments", segs},
+            {"adamw_segment_threads", host_segment_threads},
             {"memcpy_bytes_per_s", host_memcpy_bytes_per_s}}}};
 }
 
@@ -315,6 +316,10 @@ Result<Profile> Profile::from_json(const json& j) {
     p.host_adamw_params_per_s[static_cast<int>(threads)] = r.get<double>();
   }
   TT_ASSIGN_OR_RETURN(p.host_memcpy_bytes_per_s, host.num("memcpy_bytes_per_s", 0, true));
+  TT_ASSIGN_OR_RETURN(double seg_threads, host.num("adamw_segment_threads", 1));
+  TT_RETURN_IF(seg_threads != std::floor(seg_threads) || seg_threads > 1e6, kDataLoss,
+               "profile.host.adamw_segment_threads: must be a thread count >= 1");
+  p.host_segment_threads = static_cast<int>(seg_threads);
   TT_ASSIGN_OR_RETURN(Reader hs, host.sub("adamw_segments"));
   TT_RETURN_IF(!hs.raw().is_array(), kDataLoss, "%s: must be an array", hs.path().c_str());
   for (size_t i = 0; i < hs.raw().size(); ++i) {

@@ -61,7 +61,8 @@ struct KernelTime {
 // calls timed one by one is off by up to 10% (on an H200, GPT d4096: 10% fast; GPT-2 124M: 5% slow once timed hot).
 // A sequence the profile lacks is priced as the sum of its calls.
 struct Profile {
-  static constexpr int kVersion = 1;
+  // 2: host segments measured from a cold cache with the run's thread count (host.adamw_segment_threads).
+  static constexpr int kVersion = 2;
   MachineId machine;
   std::string created;  // UTC, ISO 8601
   double calibrate_seconds = 0;
@@ -74,10 +75,12 @@ struct Profile {
   // Each direction's bandwidth while the other copies too (one large copy each way at once).
   double duplex_h2d_bytes_per_s = 0, duplex_d2h_bytes_per_s = 0;
   std::map<int, double> host_adamw_params_per_s;  // threads -> parameters a second (the CPU optimizer's update)
-  // A segment's host AdamW as the CPU optimizer runs it (one parameter tensor after another, all threads, on the host
-  // stream), by the sizes of its parameters: the per-tensor overhead makes a GPT-2 block's 12 tensors 15% slower a
-  // parameter than one large tensor.
+  // A segment's host AdamW as the CPU optimizer runs it (one parameter tensor after another, with
+  // host_segment_threads threads, on the host stream, its state evicted from the caches first: Note [a cold host
+  // update] in perf/calibrate.cc), by the sizes of its parameters: the per-tensor overhead makes a GPT-2 block's 12
+  // tensors 15% slower a parameter than one large tensor.
   std::map<std::vector<int64_t>, double> host_segments;
+  int host_segment_threads = 1;
   double host_memcpy_bytes_per_s = 0;             // all threads, read + write counted once
 
   // Note [interpolating kernel times]; an error when no call of that op and dtype was measured.

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/gpt.h"
+#include "perf/costs.h"
 #include "perf/profile.h"
 #include "temp_dir.h"
 
@@ -35,6 +37,7 @@ Profile sample() {
   p.duplex_d2h_bytes_per_s = 46e9;
   p.host_adamw_params_per_s = {{1, 6e8}, {8, 3e9}};
   p.host_segments[{128, 128, 4096}] = 1e-5;
+  p.host_segment_threads = 7;
   p.host_memcpy_bytes_per_s = 30e9;
   return p;
 }
@@ -78,6 +81,11 @@ TEST(Profile, DamagedProfilesAreRefusedNamingTheField) {
       {"profile.host.adamw_segments[0].param_sizes",
        [](nlohmann::json& j) { j["host"]["adamw_segments"][0]["param_sizes"] = {128, -5}; }},
       {"profile.host.memcpy_bytes_per_s", [](nlohmann::json& j) { j["host"]["memcpy_bytes_per_s"] = -3.0; }},
+      {"profile.host.adamw_segment_threads", [](nlohmann::json& j) { j["host"]["adamw_segment_threads"] = 0; }},
+      {"profile.host.adamw_segment_threads", [](nlohmann::json& j) { j["host"]["adamw_segment_threads"] = 2.5; }},
+      {"profile.host.adamw_segment_threads", [](nlohmann::json& j) { j["host"].erase("adamw_segment_threads"); }},
+      // Version 1 timed the host segments from a warm cache with every core: measured again.
+      {"profile.version", [](nlohmann::json& j) { j["version"] = 1; }},
   };
   for (const Case& c : cases) {
     nlohmann::json j = good;
@@ -150,6 +158,28 @@ TEST(Profile, LinksAreLatencyPlusBytesOverBandwidth) {
   EXPECT_DOUBLE_EQ(p.host_adamw_rate(1), 6e8);
   EXPECT_DOUBLE_EQ(p.host_adamw_rate(4), 6e8);   // the nearest measured count at or below
   EXPECT_DOUBLE_EQ(p.host_adamw_rate(64), 3e9);  // the largest
+}
+
+// A segment's host update is priced as measured when the run uses the team it was measured with, and scaled by the
+// ratio of the two rates when --threads asks for another; a segment not measured costs its parameters at the rate.
+TEST(ProfileCosts, HostSegmentsArePricedForTheRunsThreadCount) {
+  ScheduleSpec spec;
+  spec.model = GptConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
+  Profile p;
+  p.host_adamw_params_per_s = {{1, 1e9}, {4, 3e9}};
+  p.host_segment_threads = 4;
+  p.host_segments[segment_param_sizes(spec.model, 1)] = 3e-3;
+  Op op;
+  op.stream = StreamId::kHost;
+  op.kind = OpKind::kHostAdamW;
+  op.segment = 1;
+  EXPECT_DOUBLE_EQ(ProfileCosts(p, spec, 0).seconds(op), 3e-3);  // the run's default: the measured team
+  EXPECT_DOUBLE_EQ(ProfileCosts(p, spec, 4).seconds(op), 3e-3);
+  EXPECT_DOUBLE_EQ(ProfileCosts(p, spec, 1).seconds(op), 9e-3);  // a third of the rate: three times as long
+  op.segment = 0;  // the embeddings: not measured
+  const GptSegments segs = gpt_segments(spec.model);
+  EXPECT_DOUBLE_EQ(ProfileCosts(p, spec, 0).seconds(op), static_cast<double>(segs.size[0]) / 3e9);
+  EXPECT_DOUBLE_EQ(ProfileCosts(p, spec, 2).seconds(op), static_cast<double>(segs.size[0]) / 1e9);
 }
 
 }  // namespace

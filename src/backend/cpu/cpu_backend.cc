@@ -86,6 +86,7 @@ class CpuBackend final : public Backend {
   Stream& h2d_stream() override { return h2d_; }
   Stream& d2h_stream() override { return d2h_; }
   Stream& host_stream() override { return host_; }
+  int host_threads() const override { return threads_; }
   void enqueue_host(std::function<void()> fn) override { host_.enqueue(std::move(fn)); }
   std::unique_ptr<Event> create_event(bool /*timing*/) override { return std::make_unique<CpuEvent>(); }
   memory::DevicePool& pool() override { return pool_; }

@@ -105,8 +105,8 @@ memory::HostPoolOptions pinned_pool_options(int numa_node, bool numa_required) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, void* region, int64_t budget, size_t capacity, int64_t scratch_bytes, std::string name,
-              int host_numa_node, bool numa_required)
-      : device_(device), region_(region), name_(std::move(name)), scratch_request_(scratch_bytes),
+              int host_numa_node, bool numa_required, int host_threads)
+      : device_(device), host_threads_(host_threads), region_(region), name_(std::move(name)), scratch_request_(scratch_bytes),
         pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCuda, device}, &stats_, capacity,
               [this] { return create_event(false); }),
         host_pool_(pinned_pool_options(host_numa_node, numa_required), &stats_),
@@ -154,6 +154,7 @@ class CudaBackend final : public Backend {
         },
         f));
   }
+  int host_threads() const override { return host_threads_; }
   std::unique_ptr<Event> create_event(bool timing) override { return std::make_unique<CudaEvent>(timing); }
   memory::DevicePool& pool() override { return pool_; }
   memory::HostPool& host_pool() override { return host_pool_; }
@@ -407,6 +408,7 @@ class CudaBackend final : public Backend {
   }
 
   int device_;
+  int host_threads_;
   void* region_;
   std::string name_;
   memory::MemoryStats stats_;
@@ -471,7 +473,7 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   }
   auto be = std::make_unique<CudaBackend>(options.device, region, budget, total_b,
                                           std::max(options.scratch_bytes, kMinScratchBytes), prop.name, numa_node,
-                                          options.host_numa_node >= 0);
+                                          options.host_numa_node >= 0, std::max(1, options.host_threads));
   TT_TRY(be->init());
   TT_LOG(INFO, MEM, "CUDA device arena on %s: %s (free %s of %s)", prop.name, format_bytes(budget).c_str(),
          format_bytes(static_cast<int64_t>(free_b)).c_str(), format_bytes(static_cast<int64_t>(total_b)).c_str());

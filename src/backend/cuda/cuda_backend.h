@@ -29,6 +29,7 @@ struct CudaBackendOptions {
   int64_t device_budget = 0;  // bytes; 0: the GPU's free memory minus kAutoBudgetHeadroomBytes
   int64_t scratch_bytes = kMinScratchBytes;  // from scratch_bytes_for()
   int host_numa_node = -1;  // the host pool's node; -1: the GPU's own (from sysfs)
+  int host_threads = 1;     // Backend::host_threads (host::optimizer_threads)
 };
 
 Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options);
