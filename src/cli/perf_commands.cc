@@ -63,6 +63,13 @@ int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out
   link("d2h pageable", p.d2h_pageable);
   std::fprintf(out, "  both at once  h2d %.2f GB/s, d2h %.2f GB/s\n", p.duplex_h2d_bytes_per_s / 1e9,
                p.duplex_d2h_bytes_per_s / 1e9);
+  std::fprintf(out, "  contention    (slower while the other runs)");
+  for (int v = 0; v < perf::kNumTraffic; ++v)
+    for (int o = 0; o < perf::kNumTraffic; ++o)
+      if (o != v)
+        std::fprintf(out, " %s|%s x%.2f", perf::traffic_name(static_cast<perf::Traffic>(v)),
+                     perf::traffic_name(static_cast<perf::Traffic>(o)), p.slowdown[v][o]);
+  std::fprintf(out, "\n");
   for (const auto& [t, r] : p.host_adamw_params_per_s)
     std::fprintf(out, "  host AdamW    %3d threads: %s parameters/s\n", t, format_count(r).c_str());
   std::fprintf(out, "  host memcpy   %.2f GB/s\n", p.host_memcpy_bytes_per_s / 1e9);

@@ -443,6 +443,81 @@ Status measure_host(Backend& be, Profile& p) {
   return Status::ok();
 }
 
+// Note [contention] in perf/profile.h: each kind of traffic (a 64 MiB copy each way between pinned memory and the
+// device, the host AdamW over 32M parameters with the run's team) timed alone, then while each other kind runs
+// throughout (started first; the victim's stream waits for its first unit, and it has at least twice the victim's
+// time left); the median of three each.
+Status measure_contention(Backend& be, Profile& p, const CalibrateOptions& o) {
+  const int64_t bytes = std::min<int64_t>(std::max<int64_t>(o.max_link_bytes, 1 << 20), int64_t(64) << 20);
+  TT_ASSIGN_OR_RETURN(Tensor dev, be.pool().allocate({bytes}, DType::kU8, TensorClass::kWorkspace, "calibrate.contend"));
+  TT_ASSIGN_OR_RETURN(Tensor dev2, be.pool().allocate({bytes}, DType::kU8, TensorClass::kWorkspace, "calibrate.contend"));
+  const int64_t n = int64_t(32) << 20;
+  TT_ASSIGN_OR_RETURN(auto arrays, HostAdamWArrays::make(be, n));
+  const HostAdamWArrays* h = arrays.get();
+  TT_TRY(be.host_pool().reserve(static_cast<size_t>(2 * bytes + (1 << 20))));
+  TT_ASSIGN_OR_RETURN(void* pinned, be.allocate_host(static_cast<size_t>(bytes), TensorClass::kWorkspace, "calibrate.contend"));
+  TT_ASSIGN_OR_RETURN(void* pinned2, be.allocate_host(static_cast<size_t>(bytes), TensorClass::kWorkspace, "calibrate.contend"));
+  std::memset(pinned, 1, static_cast<size_t>(bytes));
+  std::memset(pinned2, 1, static_cast<size_t>(bytes));
+  const int threads = be.host_threads();
+  auto stream_of = [&](Traffic t) -> Stream& {
+    return t == Traffic::kH2D ? be.h2d_stream() : t == Traffic::kD2H ? be.d2h_stream() : be.host_stream();
+  };
+  auto unit = [&](Traffic t) {
+    if (t == Traffic::kH2D) be.copy_h2d(dev, pinned, be.h2d_stream());
+    else if (t == Traffic::kD2H) be.copy_d2h(pinned2, dev2, be.d2h_stream());
+    else be.enqueue_host([h, n, threads] { h->update(0, n, 2, threads); });
+  };
+  auto e0 = be.create_event(true), e1 = be.create_event(true), started = be.create_event(false);
+  // `units` of the victim, timed on its stream; with other >= 0, while `other_units` of that kind run.
+  auto timed = [&](Traffic victim, int units, int other, int other_units) -> Result<double> {
+    std::vector<double> ms;
+    for (int r = 0; r < 3; ++r) {
+      TT_TRY(be.synchronize_all());
+      Stream& vs = stream_of(victim);
+      if (other >= 0) {
+        const Traffic t = static_cast<Traffic>(other);
+        unit(t);
+        stream_of(t).record(*started);
+        for (int i = 1; i < other_units; ++i) unit(t);
+        vs.wait(*started);
+      }
+      vs.record(*e0);
+      for (int i = 0; i < units; ++i) unit(victim);
+      vs.record(*e1);
+      TT_TRY(be.synchronize_all());
+      TT_ASSIGN_OR_RETURN(double m, e1->elapsed_ms_since(*e0));
+      ms.push_back(m);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[1] * 1e-3;
+  };
+  // Each kind alone: one unit, then as many as make at least 5 ms.
+  double unit_s[kNumTraffic], alone_s[kNumTraffic];
+  int units[kNumTraffic];
+  for (int v = 0; v < kNumTraffic; ++v) {
+    TT_ASSIGN_OR_RETURN(unit_s[v], timed(static_cast<Traffic>(v), 1, -1, 0));
+    units[v] = static_cast<int>(std::clamp(std::ceil(0.005 / std::max(unit_s[v], 1e-9)), 1.0, 16.0));
+    TT_ASSIGN_OR_RETURN(alone_s[v], units[v] == 1 ? Result<double>(unit_s[v]) : timed(static_cast<Traffic>(v), units[v], -1, 0));
+  }
+  for (int v = 0; v < kNumTraffic; ++v) {
+    for (int other = 0; other < kNumTraffic; ++other) {
+      if (other == v) continue;
+      // Enough of the other to outlast the victim slowed twofold, after the unit the victim waits for.
+      const int other_units = 2 + static_cast<int>(std::ceil(2 * alone_s[v] / std::max(unit_s[other], 1e-9)));
+      TT_ASSIGN_OR_RETURN(double with, timed(static_cast<Traffic>(v), units[v], other, std::min(other_units, 400)));
+      p.slowdown[v][other] = std::clamp(with / alone_s[v], 1.0, 8.0);
+    }
+  }
+  TT_TRY(be.synchronize_all());
+  be.free_host(pinned2);
+  be.free_host(pinned);
+  arrays.reset();
+  be.pool().free(dev2);
+  be.pool().free(dev);
+  return Status::ok();
+}
+
 // The last-level cache's size (0 when the machine does not say).
 int64_t last_level_cache_bytes() {
   int64_t best = 0;
@@ -674,6 +749,10 @@ Result<Profile> calibrate(Backend& be, const MachineId& machine, const Calibrate
   if (o.host) {
     if (o.progress) std::fprintf(o.progress, "calibrate: host AdamW by thread count, host memory bandwidth\n");
     TT_TRY(measure_host(be, p));
+  }
+  if (o.links && o.host) {
+    if (o.progress) std::fprintf(o.progress, "calibrate: contention between copies each way and the host update\n");
+    TT_TRY(measure_contention(be, p, o));
   }
   p.calibrate_seconds = now_s() - t0;
   TT_TRY(measure_kernels(be, p, o));

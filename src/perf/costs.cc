@@ -138,6 +138,19 @@ double ProfileCosts::readback_seconds() const {
   return p_.readback.valid() ? p_.readback.seconds(losses) + p_.readback.seconds(4) : 0;
 }
 
+double ProfileCosts::slowdown(CostClass victim, CostClass other) const {
+  auto traffic = [](CostClass c, Traffic* t) {
+    if (c == CostClass::kH2D) *t = Traffic::kH2D;
+    else if (c == CostClass::kD2H) *t = Traffic::kD2H;
+    else if (c == CostClass::kHost) *t = Traffic::kHost;
+    else return false;
+    return true;
+  };
+  Traffic v, o;
+  if (!traffic(victim, &v) || !traffic(other, &o) || v == o) return 1.0;
+  return p_.contention(v, o);
+}
+
 double ProfileCosts::seconds(const Op& op) const {
   switch (cost_class(op.kind)) {
     case CostClass::kFree:

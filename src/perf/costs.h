@@ -36,6 +36,8 @@ struct ProfileCosts final : CostModel {
   ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int host_threads = 0);
   double seconds(const Op& op) const override;
   double readback_seconds() const override;
+  // The profile's contention (Note [contention] in perf/profile.h) between copies each way and the host update.
+  double slowdown(CostClass victim, CostClass other) const override;
   // Not ok when some operation could not be priced (the first such, named).
   const Status& status() const { return status_; }
   // Kernel calls priced by interpolation rather than measured.

@@ -89,6 +89,15 @@ Result<double> Profile::sequence_seconds(const std::vector<KernelCall>& calls, i
   return t;
 }
 
+const char* traffic_name(Traffic t) {
+  switch (t) {
+    case Traffic::kH2D: return "h2d";
+    case Traffic::kD2H: return "d2h";
+    case Traffic::kHost: return "host";
+  }
+  return "?";
+}
+
 double Profile::host_adamw_rate(int threads) const {
   if (host_adamw_params_per_s.empty()) return 0;
   auto it = host_adamw_params_per_s.upper_bound(threads);
@@ -215,6 +224,13 @@ json Profile::to_json() const {
   for (const auto& [sizes, seconds] : host_segments) segs.push_back({{"param_sizes", sizes}, {"seconds", seconds}});
   json adamw = json::object();
   for (const auto& [t, r] : host_adamw_params_per_s) adamw[std::to_string(t)] = r;
+  json contention = json::object();
+  for (int v = 0; v < kNumTraffic; ++v) {
+    json row = json::object();
+    for (int o = 0; o < kNumTraffic; ++o)
+      if (o != v) row[traffic_name(static_cast<Traffic>(o))] = slowdown[v][o];
+    contention[traffic_name(static_cast<Traffic>(v))] = row;
+  }
   return {{"format", "tiertrain-profile"},
           {"version", kVersion},
           {"machine",
@@ -235,6 +251,7 @@ json Profile::to_json() const {
             {"d2h_pageable", link_json(d2h_pageable)},
             {"readback", link_json(readback)}}},
           {"duplex", {{"h2d_bytes_per_s", duplex_h2d_bytes_per_s}, {"d2h_bytes_per_s", duplex_d2h_bytes_per_s}}},
+          {"contention", contention},
           {"host",
            {{"adamw_params_per_s", adamw},
             {"adamw_segments", segs},
@@ -302,6 +319,16 @@ Result<Profile> Profile::from_json(const json& j) {
   TT_TRY(duplex.object());
   TT_ASSIGN_OR_RETURN(p.duplex_h2d_bytes_per_s, duplex.num("h2d_bytes_per_s", 0, true));
   TT_ASSIGN_OR_RETURN(p.duplex_d2h_bytes_per_s, duplex.num("d2h_bytes_per_s", 0, true));
+  TT_ASSIGN_OR_RETURN(Reader contention, top.sub("contention"));
+  TT_TRY(contention.object());
+  for (int v = 0; v < kNumTraffic; ++v) {
+    TT_ASSIGN_OR_RETURN(Reader row, contention.sub(traffic_name(static_cast<Traffic>(v))));
+    TT_TRY(row.object());
+    for (int o = 0; o < kNumTraffic; ++o) {
+      if (o == v) continue;
+      TT_ASSIGN_OR_RETURN(p.slowdown[v][o], row.num(traffic_name(static_cast<Traffic>(o)), 1));
+    }
+  }
   TT_ASSIGN_OR_RETURN(Reader host, top.sub("host"));
   TT_TRY(host.object());
   TT_ASSIGN_OR_RETURN(Reader adamw, host.sub("adamw_params_per_s"));

@@ -53,6 +53,18 @@ struct KernelTime {
   double seconds = 0;
 };
 
+// Note [contention]
+// Copies each way and the CPU optimizer's update share the host's memory and the link: measured on an H200 host
+// (bench/perf/host_opt_gpu.sh, 2026-12-01), a GPT d1024 block's update took 3.3 ms alone and 4.1 ms while
+// activations were copied to or from host memory, and a host-to-device copy ran at 54 GB/s alone, 45 GB/s beside
+// the update and 37 GB/s beside both the update and a copy the other way. So the profile holds, for each pair of
+// these three kinds of traffic, how much slower one runs while the other runs (calibrate: the one timed alone and
+// while the other runs throughout), and the replay (perf/simulator.h) slows each operation by the share of its time
+// that each other kind overlaps it.
+enum class Traffic { kH2D, kD2H, kHost };
+constexpr int kNumTraffic = 3;
+const char* traffic_name(Traffic t);  // "h2d", "d2h", "host"
+
 // Note [kernel sequences]
 // A compute operation of a schedule runs a sequence of kernel calls (a block's forward, the LM head's chunks, the
 // device AdamW's per-parameter updates). Its time is measured as a sequence, the calls back to back as the step runs
@@ -61,7 +73,8 @@ struct KernelTime {
 // calls timed one by one is off by up to 10% (on an H200, GPT d4096: 10% fast; GPT-2 124M: 5% slow once timed hot).
 // A sequence the profile lacks is priced as the sum of its calls.
 struct Profile {
-  // 2: host segments measured from a cold cache with the run's thread count (host.adamw_segment_threads).
+  // 2: host segments measured from a cold cache with the run's thread count (host.adamw_segment_threads);
+  // contention (Note [contention]).
   static constexpr int kVersion = 2;
   MachineId machine;
   std::string created;  // UTC, ISO 8601
@@ -82,6 +95,8 @@ struct Profile {
   std::map<std::vector<int64_t>, double> host_segments;
   int host_segment_threads = 1;
   double host_memcpy_bytes_per_s = 0;             // all threads, read + write counted once
+  // Note [contention]: slowdown[victim][other] >= 1, the victim's time while the other runs over its time alone.
+  double slowdown[kNumTraffic][kNumTraffic] = {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}};
 
   // Note [interpolating kernel times]; an error when no call of that op and dtype was measured.
   Result<double> kernel_seconds(const KernelCall& call) const;
@@ -93,6 +108,9 @@ struct Profile {
   Result<double> sequence_seconds(const std::vector<KernelCall>& calls, int* interpolated = nullptr) const;
   // The host AdamW's rate with this many threads (the nearest measured count at or below; the largest if more).
   double host_adamw_rate(int threads) const;
+  double contention(Traffic victim, Traffic other) const {
+    return slowdown[static_cast<int>(victim)][static_cast<int>(other)];
+  }
 
   // A profile of another machine is refused, naming the field that differs.
   Status check_machine(const MachineId& here) const;

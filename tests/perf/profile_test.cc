@@ -38,6 +38,8 @@ Profile sample() {
   p.host_adamw_params_per_s = {{1, 6e8}, {8, 3e9}};
   p.host_segments[{128, 128, 4096}] = 1e-5;
   p.host_segment_threads = 7;
+  p.slowdown[static_cast<int>(Traffic::kHost)][static_cast<int>(Traffic::kD2H)] = 1.25;
+  p.slowdown[static_cast<int>(Traffic::kH2D)][static_cast<int>(Traffic::kD2H)] = 1.1;
   p.host_memcpy_bytes_per_s = 30e9;
   return p;
 }
@@ -49,6 +51,8 @@ TEST(Profile, JsonRoundTrips) {
   EXPECT_EQ(back.value().to_json(), p.to_json());
   EXPECT_EQ(back.value().machine, p.machine);
   EXPECT_EQ(back.value().kernels.size(), 3u);
+  EXPECT_EQ(back.value().contention(Traffic::kHost, Traffic::kD2H), 1.25);
+  EXPECT_EQ(back.value().contention(Traffic::kD2H, Traffic::kHost), 1.0);
 
   tt::testing::TempDir dir;
   const std::string path = dir.path() + "/sub/profile.json";
@@ -84,6 +88,9 @@ TEST(Profile, DamagedProfilesAreRefusedNamingTheField) {
       {"profile.host.adamw_segment_threads", [](nlohmann::json& j) { j["host"]["adamw_segment_threads"] = 0; }},
       {"profile.host.adamw_segment_threads", [](nlohmann::json& j) { j["host"]["adamw_segment_threads"] = 2.5; }},
       {"profile.host.adamw_segment_threads", [](nlohmann::json& j) { j["host"].erase("adamw_segment_threads"); }},
+      {"profile.contention.host.d2h", [](nlohmann::json& j) { j["contention"]["host"]["d2h"] = 0.5; }},
+      {"profile.contention.h2d.host", [](nlohmann::json& j) { j["contention"]["h2d"].erase("host"); }},
+      {"profile.contention.d2h", [](nlohmann::json& j) { j["contention"].erase("d2h"); }},
       // Version 1 timed the host segments from a warm cache with every core: measured again.
       {"profile.version", [](nlohmann::json& j) { j["version"] = 1; }},
   };

@@ -161,8 +161,7 @@ TEST(Simulator, CopyBoundWithAKnownOverlap) {
 }
 
 // Two copy directions at once: h2d and d2h are separate engines, so a copy each way overlaps fully; two copies the
-// same way run one after the other. (The profile's duplex rates say how much each slows down with the other busy;
-// the replay does not model that sharing: Not built yet in docs/ARCHITECTURE.md.)
+// same way run one after the other. (How much each slows the other is the cost model's: the contention cases below.)
 TEST(Simulator, TwoCopyDirectionsAtOnce) {
   TestCosts costs;
   costs.copy = 3e-3;
@@ -180,6 +179,60 @@ TEST(Simulator, TwoCopyDirectionsAtOnce) {
   same.add(StreamId::kH2D, OpKind::kRecord, "in");
   same.add(StreamId::kCompute, OpKind::kWait, "in");
   EXPECT_NEAR(simulate(same.s, Pass::kTrain, costs, 1).step_seconds, 6e-3, 1e-12);
+}
+
+// TestCosts whose copies each way and host work slow each other (Note [contention] in perf/profile.h).
+struct ContendedCosts final : CostModel {
+  TestCosts base;
+  double slow[kNumCostClasses][kNumCostClasses] = {{1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1},
+                                                   {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}};
+  double seconds(const Op& op) const override { return base.seconds(op); }
+  double slowdown(CostClass v, CostClass o) const override { return slow[static_cast<int>(v)][static_cast<int>(o)]; }
+  void set(CostClass v, CostClass o, double x) { slow[static_cast<int>(v)][static_cast<int>(o)] = x; }
+};
+
+// Analytic cases: a 10 ms host update and a 10 ms copy to the host start together and the step waits for both.
+// While the copy runs, the update does 1/s of its work a second.
+TEST(Simulator, ContentionSlowsWhatOverlaps) {
+  Builder b;
+  b.add(StreamId::kHost, OpKind::kHostAdamW);
+  b.add(StreamId::kHost, OpKind::kRecord, "host");
+  b.add(StreamId::kD2H, OpKind::kSwapOut);
+  b.add(StreamId::kD2H, OpKind::kRecord, "out");
+  b.add(StreamId::kCompute, OpKind::kWait, "host");
+  b.add(StreamId::kCompute, OpKind::kWait, "out");
+  ContendedCosts costs;
+  costs.base.copy = costs.base.host = 10e-3;
+  const int h = static_cast<int>(StreamId::kHost), d = static_cast<int>(StreamId::kD2H);
+  // No contention: 10 ms.
+  EXPECT_NEAR(simulate(b.s, Pass::kTrain, costs, 1).step_seconds, 10e-3, 1e-12);
+  // The copy slows the update 1.5-fold: 10 ms at 2/3 of its rate, then the last 3.3 ms alone.
+  costs.set(CostClass::kHost, CostClass::kD2H, 1.5);
+  SimResult r = simulate(b.s, Pass::kTrain, costs, 1);
+  EXPECT_NEAR(r.busy_seconds[h], 10e-3 + 10e-3 / 3, 1e-5);
+  EXPECT_NEAR(r.busy_seconds[d], 10e-3, 1e-12);
+  EXPECT_NEAR(r.step_seconds, 10e-3 + 10e-3 / 3, 1e-5);
+  // Each slows the other 1.5-fold: both run at 2/3 of their rate throughout and end at 15 ms.
+  costs.set(CostClass::kD2H, CostClass::kHost, 1.5);
+  r = simulate(b.s, Pass::kTrain, costs, 1);
+  EXPECT_NEAR(r.busy_seconds[h], 15e-3, 1e-4);
+  EXPECT_NEAR(r.busy_seconds[d], 15e-3, 1e-4);
+  // Work that does not overlap is not slowed: the copy waits for the update first.
+  Builder seq;
+  seq.add(StreamId::kHost, OpKind::kHostAdamW);
+  seq.add(StreamId::kHost, OpKind::kRecord, "host");
+  seq.add(StreamId::kD2H, OpKind::kWait, "host");
+  seq.add(StreamId::kD2H, OpKind::kSwapOut);
+  seq.add(StreamId::kD2H, OpKind::kRecord, "out");
+  seq.add(StreamId::kCompute, OpKind::kWait, "out");
+  EXPECT_NEAR(simulate(seq.s, Pass::kTrain, costs, 1).step_seconds, 20e-3, 1e-12);
+  // Compute is not slowed: a block beside the copy keeps its 1 ms.
+  Builder comp;
+  comp.add(StreamId::kD2H, OpKind::kSwapOut);
+  comp.add(StreamId::kCompute, OpKind::kModel);
+  costs.set(CostClass::kCompute, CostClass::kD2H, 3.0);
+  r = simulate(comp.s, Pass::kTrain, costs, 1);
+  EXPECT_NEAR(r.busy_seconds[static_cast<int>(StreamId::kCompute)], 1e-3, 1e-12);
 }
 
 TEST(Simulator, TheCpuOptimizerOverlapsTheNextForward) {
