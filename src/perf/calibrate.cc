@@ -443,10 +443,14 @@ Status measure_host(Backend& be, Profile& p) {
   return Status::ok();
 }
 
+int64_t last_level_cache_bytes();
+
 // Note [contention] in perf/profile.h: each kind of traffic (a 64 MiB copy each way between pinned memory and the
 // device, the host AdamW over 32M parameters with the run's team) timed alone, then while each other kind runs
 // throughout (started first; the victim's stream waits for its first unit, and it has at least twice the victim's
-// time left); the median of three each.
+// time left); the median of three each. Each direction's copies walk a pinned region twice the last-level cache,
+// as a step's copies touch gigabytes: a copy from one small buffer is served from the cache (DMA reads and writes
+// the last-level cache on current x86 hosts) and does not contend for memory.
 Status measure_contention(Backend& be, Profile& p, const CalibrateOptions& o) {
   const int64_t bytes = std::min<int64_t>(std::max<int64_t>(o.max_link_bytes, 1 << 20), int64_t(64) << 20);
   TT_ASSIGN_OR_RETURN(Tensor dev, be.pool().allocate({bytes}, DType::kU8, TensorClass::kWorkspace, "calibrate.contend"));
@@ -454,18 +458,21 @@ Status measure_contention(Backend& be, Profile& p, const CalibrateOptions& o) {
   const int64_t n = int64_t(32) << 20;
   TT_ASSIGN_OR_RETURN(auto arrays, HostAdamWArrays::make(be, n));
   const HostAdamWArrays* h = arrays.get();
-  TT_TRY(be.host_pool().reserve(static_cast<size_t>(2 * bytes + (1 << 20))));
-  TT_ASSIGN_OR_RETURN(void* pinned, be.allocate_host(static_cast<size_t>(bytes), TensorClass::kWorkspace, "calibrate.contend"));
-  TT_ASSIGN_OR_RETURN(void* pinned2, be.allocate_host(static_cast<size_t>(bytes), TensorClass::kWorkspace, "calibrate.contend"));
-  std::memset(pinned, 1, static_cast<size_t>(bytes));
-  std::memset(pinned2, 1, static_cast<size_t>(bytes));
+  const int64_t chunks = std::max<int64_t>(4, (2 * last_level_cache_bytes() + bytes - 1) / bytes);
+  const size_t region = static_cast<size_t>(chunks * bytes);
+  TT_TRY(be.host_pool().reserve(2 * region + (size_t(1) << 20)));
+  TT_ASSIGN_OR_RETURN(void* up, be.allocate_host(region, TensorClass::kWorkspace, "calibrate.contend"));
+  TT_ASSIGN_OR_RETURN(void* down, be.allocate_host(region, TensorClass::kWorkspace, "calibrate.contend"));
+  std::memset(up, 1, region);
+  std::memset(down, 1, region);
+  int64_t next_up = 0, next_down = 0;
   const int threads = be.host_threads();
   auto stream_of = [&](Traffic t) -> Stream& {
     return t == Traffic::kH2D ? be.h2d_stream() : t == Traffic::kD2H ? be.d2h_stream() : be.host_stream();
   };
   auto unit = [&](Traffic t) {
-    if (t == Traffic::kH2D) be.copy_h2d(dev, pinned, be.h2d_stream());
-    else if (t == Traffic::kD2H) be.copy_d2h(pinned2, dev2, be.d2h_stream());
+    if (t == Traffic::kH2D) be.copy_h2d(dev, static_cast<char*>(up) + (next_up++ % chunks) * bytes, be.h2d_stream());
+    else if (t == Traffic::kD2H) be.copy_d2h(static_cast<char*>(down) + (next_down++ % chunks) * bytes, dev2, be.d2h_stream());
     else be.enqueue_host([h, n, threads] { h->update(0, n, 2, threads); });
   };
   auto e0 = be.create_event(true), e1 = be.create_event(true), started = be.create_event(false);
@@ -510,8 +517,8 @@ Status measure_contention(Backend& be, Profile& p, const CalibrateOptions& o) {
     }
   }
   TT_TRY(be.synchronize_all());
-  be.free_host(pinned2);
-  be.free_host(pinned);
+  be.free_host(down);
+  be.free_host(up);
   arrays.reset();
   be.pool().free(dev2);
   be.pool().free(dev);
