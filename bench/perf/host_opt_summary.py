@@ -37,6 +37,8 @@ def main():
                 spans[e["name"].split(" ", 1)[1]].append(e["dur"] / 1e3)
         print(f"{name}: median step {statistics.median(steps):.1f} ms (steps {', '.join(f'{s:.0f}' for s in steps)})")
         blocks = [statistics.median(v) for k, v in spans.items() if k.startswith("h.")]
+        if not blocks:
+            continue  # the optimizer on the device: no host updates
         others = {k: statistics.median(v) for k, v in spans.items() if not k.startswith("h.")}
         total = sum(blocks) + sum(others.values())
         print(f"  host updates: {total:.1f} ms a step; a block {statistics.median(blocks):.2f} ms "

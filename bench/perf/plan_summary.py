@@ -43,9 +43,14 @@ def main():
     errs = [abs(r["error_pct"]) for run in runs for r in run["rows"] if r["error_pct"] is not None]
     dev = [abs(r["error_pct"]) for run in runs for r in run["rows"]
            if r["error_pct"] is not None and r["optimizer"] == "device"]
+    cpu = [abs(r["error_pct"]) for run in runs for r in run["rows"]
+           if r["error_pct"] is not None and r["optimizer"] == "cpu"]
     stats = {"rows_measured": len(errs), "median_abs_error_pct": statistics.median(errs), "worst_abs_error_pct": max(errs),
+             "within_5pct": sum(e <= 5 for e in errs), "within_10pct": sum(e <= 10 for e in errs),
              "device_optimizer_rows": len(dev), "device_median_abs_error_pct": statistics.median(dev),
-             "device_worst_abs_error_pct": max(dev)}
+             "device_worst_abs_error_pct": max(dev), "cpu_optimizer_rows": len(cpu),
+             "cpu_median_abs_error_pct": statistics.median(cpu) if cpu else None,
+             "cpu_worst_abs_error_pct": max(cpu) if cpu else None}
     # The automatic plan against the fastest measured shortcut of each workload.
     for run in runs:
         auto = [r for r in run["rows"] if r["plan"] == "auto" and r["measured_ms"]]
@@ -68,12 +73,15 @@ def main():
             lines += ["", "auto: " + run["auto"]]
         if "auto_over_best_shortcut" in run:
             lines.append("auto measured / fastest measured shortcut: %.3f" % run["auto_over_best_shortcut"])
-    lines = ["| rows measured | median abs error | worst | device-optimizer rows | their median | their worst |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: |",
-             "| %d | %.1f%% | %.1f%% | %d | %.1f%% | %.1f%% |" % (
+    lines = ["| rows measured | median abs error | worst | within 5% | within 10% | device-optimizer rows: median, "
+             "worst | CPU-optimizer rows: median, worst |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+             "| %d | %.1f%% | %.1f%% | %d | %d | %d: %.1f%%, %.1f%% | %d: %s |" % (
                  stats["rows_measured"], stats["median_abs_error_pct"], stats["worst_abs_error_pct"],
-                 stats["device_optimizer_rows"], stats["device_median_abs_error_pct"],
-                 stats["device_worst_abs_error_pct"])] + lines
+                 stats["within_5pct"], stats["within_10pct"], stats["device_optimizer_rows"],
+                 stats["device_median_abs_error_pct"], stats["device_worst_abs_error_pct"], stats["cpu_optimizer_rows"],
+                 "-" if not cpu else "%.1f%%, %.1f%%" % (stats["cpu_median_abs_error_pct"],
+                                                       stats["cpu_worst_abs_error_pct"]))] + lines
     open(out_md, "w").write("\n".join(lines) + "\n")
     print("\n".join(lines[:3]))
 

@@ -83,7 +83,10 @@ void declare_train_knobs(Config& cfg) {
        1024);
   knob("runtime", "device_budget", K::kBytes, "0",
        "hard cap on device memory, e.g. 512MiB, 2GiB (0: what the run needs on a GPU, half the RAM on the CPU)", 0, 9e18);
-  knob("runtime", "threads", K::kInt, "0", "CPU threads for kernels (0: all cores)", 0, 4096);
+  knob("runtime", "threads", K::kInt, "0",
+       "CPU threads: the CPU backend's kernels, beside a GPU the CPU optimizer's update (0: all cores; beside a GPU all "
+       "but one)",
+       0, 4096);
   knob("runtime", "host_numa_node", K::kInt, "-1",
        "NUMA node of the host memory the copy engines use (-1: the GPU's own node; none on the CPU backend)", -1, 1023);
   knob("runtime", "cpu_lock_host_memory", K::kBool, "false",

@@ -128,11 +128,10 @@ TEST_P(CpuAdamW, VectorAndThreadedMatchTheScalarFormulaBitForBit) {
         std::vector<float> op(n), om(n), ov(n);
         std::vector<uint16_t> ob(n);
         const std::vector<float> ip = p, im = m, iv = v;
-        omp_set_num_threads(threads);
+        // The team given by argument (as the CPU optimizer does) rather than by OpenMP's default.
         host::adamw_update_f32(host::AdamWArrays{ip.data(), g.data(), im.data(), iv.data(), op.data(), om.data(),
                                                ov.data(), ob.data()},
-                              n, norm_sq, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step, a.grad_clip);
-        omp_set_num_threads(before);
+                              n, norm_sq, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step, a.grad_clip, threads);
         EXPECT_EQ(std::memcmp(op.data(), kp.data(), n * sizeof(float)), 0);
         EXPECT_EQ(std::memcmp(om.data(), km.data(), n * sizeof(float)), 0);
         EXPECT_EQ(std::memcmp(ov.data(), kv.data(), n * sizeof(float)), 0);
@@ -221,6 +220,19 @@ TEST(CpuAdamWBf16, RoundsTiesToEvenAndKeepsNaNQuiet) {
   EXPECT_EQ(float_to_bf16(std::bit_cast<float>(0x3f818000u)), 0x3f82);
   EXPECT_EQ(float_to_bf16(std::bit_cast<float>(0x7f7fffffu)), 0x7f80);
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+// Note [host threads beside a GPU]: --threads when given; else OpenMP's team, less one beside a GPU, never 0.
+TEST(HostOptimizerThreads, EveryCoreButOneBesideAGpu) {
+  const int before = omp_get_max_threads();
+  EXPECT_EQ(host::optimizer_threads(5, true), 5);
+  EXPECT_EQ(host::optimizer_threads(5, false), 5);
+  omp_set_num_threads(8);
+  EXPECT_EQ(host::optimizer_threads(0, true), 7);
+  EXPECT_EQ(host::optimizer_threads(0, false), 8);
+  omp_set_num_threads(1);
+  EXPECT_EQ(host::optimizer_threads(0, true), 1);
+  omp_set_num_threads(before);
 }
 
 }  // namespace
