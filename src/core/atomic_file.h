@@ -1,10 +1,12 @@
-// core/atomic_file: a whole file replaced at once. The text goes to PATH.tmp.<pid> in the same folder, is fsynced and
-// renamed over PATH, and the folder is fsynced: a reader sees the old file or the new one, never part of one, even
-// after a crash; on any failure the temporary file is removed.
+// core/atomic_file: a whole file replaced at once. The text goes to a temporary file beside PATH
+// (temporary_path: PATH.tmp.<host>.<pid>), is fsynced and renamed over PATH, and the folder is fsynced: a reader sees
+// the old file or the new one, never part of one, even after a crash; on any failure the temporary file is removed.
+// What a killed writer leaves is removed by the next run (remove_stale_temporaries).
 //
 //   TT_TRY(write_file_atomically("metrics.json", j.dump(2)));
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/status.h"
@@ -12,5 +14,20 @@
 namespace tt {
 
 Status write_file_atomically(const std::string& path, const std::string& text);
+
+// The temporary file this process writes PATH through: PATH.tmp.<host>.<pid> (core/tensorfile.h uses it too).
+std::string temporary_path(const std::string& path);
+
+// Note [stale temporaries]
+// A writer killed mid-write leaves its temporary file behind (a checkpoint's is as large as the model: 68-304 MB
+// each in issue 25's audit). In folder `dir`, removes the files whose names start with `prefix` and end in
+// .tmp.<host>.<pid> (or .tmp.<pid>, as versions before this one named them) written on this host by a process that
+// is gone (kill(pid, 0) fails with ESRCH). A file of another host is never touched: on a shared file system its
+// writer may be alive. A process that reused the pid keeps the file (the safe side).
+struct RemovedFiles {
+  int files = 0;
+  int64_t bytes = 0;
+};
+RemovedFiles remove_stale_temporaries(const std::string& dir, const std::string& prefix);
 
 }  // namespace tt

@@ -7,6 +7,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/atomic_file.h"
+
 namespace tt {
 namespace {
 
@@ -95,7 +97,7 @@ Status TensorFileWriter::write_atomic(const std::string& path) const {
   const uint64_t data_bytes = items_.empty() ? 0 : items_.back().entry.offset + items_.back().entry.bytes;
   const uint64_t total = data_start + data_bytes + kTrailerBytes;
 
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  const std::string tmp = temporary_path(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TT_RETURN_IF(fd < 0, kIoError, "cannot create '%s': %s", tmp.c_str(), std::strerror(errno));
   auto fail = [&](Status s) {

@@ -18,8 +18,38 @@ Result<BatchSampler> BatchSampler::create(const std::vector<uint16_t>* tokens, i
   return s;
 }
 
+namespace {
+
+// An epoch's random generator, seeded from the run's seed and the epoch.
+Rng epoch_rng(uint64_t seed, uint64_t epoch) { return Rng(seed ^ (0x9e3779b97f4a7c15ull * (epoch + 1))); }
+
+}  // namespace
+
+Result<uint64_t> windows_drawn(uint64_t tokens, int seq, uint64_t seed, SamplerState state, uint64_t most) {
+  TT_RETURN_IF(seq < 1 || tokens < static_cast<uint64_t>(2 * seq + 1), kInvalidArgument,
+               "%llu tokens cannot fill windows of seq %d", static_cast<unsigned long long>(tokens), seq);
+  // Every epoch has at least this many windows (its offset is below seq).
+  const uint64_t least = (tokens - static_cast<uint64_t>(seq)) / static_cast<uint64_t>(seq);
+  TT_RETURN_IF(state.epoch > most / least, kDataLoss,
+               "sampler epoch %llu is beyond the %llu windows drawn so far (at least %llu an epoch)",
+               static_cast<unsigned long long>(state.epoch), static_cast<unsigned long long>(most),
+               static_cast<unsigned long long>(least));
+  auto windows = [&](uint64_t epoch) {
+    Rng rng = epoch_rng(seed, epoch);
+    const uint64_t offset = rng.uniform_int(static_cast<uint64_t>(seq));
+    return (tokens - 1 - offset) / static_cast<uint64_t>(seq);
+  };
+  uint64_t drawn = 0;
+  for (uint64_t e = 0; e < state.epoch; ++e) drawn += windows(e);
+  const uint64_t n = windows(state.epoch);
+  TT_RETURN_IF(state.cursor > n, kDataLoss, "sampler cursor %llu is past the %llu windows of epoch %llu",
+               static_cast<unsigned long long>(state.cursor), static_cast<unsigned long long>(n),
+               static_cast<unsigned long long>(state.epoch));
+  return drawn + state.cursor;
+}
+
 void BatchSampler::start_epoch(uint64_t epoch) {
-  Rng rng(seed_ ^ (0x9e3779b97f4a7c15ull * (epoch + 1)));
+  Rng rng = epoch_rng(seed_, epoch);
   offset_ = rng.uniform_int(static_cast<uint64_t>(seq_));
   const uint64_t n = (tokens_->size() - 1 - offset_) / static_cast<uint64_t>(seq_);
   order_.resize(n);

@@ -47,6 +47,12 @@ class BatchSampler {
   std::vector<uint32_t> order_;  // window indices in visiting order
 };
 
+// The windows a sampler over `tokens` tokens of the training split (with this seq and seed) has drawn when it is at
+// `state`: every window of the epochs before it, then `cursor`. An error names what is impossible: a cursor past
+// its epoch's windows, or more than `most` windows (an epoch out of range). What a checkpoint's sampler is checked
+// against (exec/checkpoint.cc).
+Result<uint64_t> windows_drawn(uint64_t tokens, int seq, uint64_t seed, SamplerState state, uint64_t most);
+
 // Number of whole validation batches of B windows of T+1 tokens in `tokens`.
 int64_t val_batches_available(const std::vector<uint16_t>& tokens, int batch, int seq);
 // Fills validation batch k (consecutive windows from the start).

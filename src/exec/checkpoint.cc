@@ -53,6 +53,57 @@ std::vector<std::string> step_files(const std::string& dir) {
   return out;
 }
 
+// Metadata fields read strictly (issue 25: a step of -5, or 2^64-1 read as -1, was accepted): the field must be
+// there, an integer (not a float or a string), and within [lo, hi]; an error names the field and the range.
+class MetaReader {
+ public:
+  MetaReader(const nlohmann::json& meta, const std::string& path) : meta_(meta), path_(path) {}
+  Result<const nlohmann::json*> at(const std::string& field) const {
+    const nlohmann::json* j = &meta_;
+    size_t a = 0;
+    while (a <= field.size()) {
+      const size_t b = std::min(field.find('.', a), field.size());
+      const std::string key = field.substr(a, b - a);
+      TT_RETURN_IF(!j->is_object() || !j->contains(key), kDataLoss, "checkpoint '%s': metadata has no %s",
+                   path_.c_str(), field.c_str());
+      j = &j->at(key);
+      a = b + 1;
+    }
+    return j;
+  }
+  Result<int64_t> integer(const std::string& field, int64_t lo, int64_t hi) const {
+    TT_ASSIGN_OR_RETURN(const nlohmann::json* j, at(field));
+    const bool in = j->is_number_unsigned() ? j->get<uint64_t>() <= static_cast<uint64_t>(hi)
+                                            : j->is_number_integer() && j->get<int64_t>() >= lo &&
+                                                  j->get<int64_t>() <= hi;
+    TT_RETURN_IF(!in || (j->is_number_unsigned() && static_cast<int64_t>(j->get<uint64_t>()) < lo), kDataLoss,
+                 "checkpoint '%s': metadata %s is %s, not an integer from %lld to %lld", path_.c_str(), field.c_str(),
+                 j->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
+                 static_cast<long long>(lo), static_cast<long long>(hi));
+    return j->is_number_unsigned() ? static_cast<int64_t>(j->get<uint64_t>()) : j->get<int64_t>();
+  }
+  Result<uint64_t> unsigned_integer(const std::string& field) const {
+    TT_ASSIGN_OR_RETURN(const nlohmann::json* j, at(field));
+    TT_RETURN_IF(!j->is_number_unsigned(), kDataLoss, "checkpoint '%s': metadata %s is %s, not an integer >= 0",
+                 path_.c_str(), field.c_str(), j->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return j->get<uint64_t>();
+  }
+  Result<std::string> string(const std::string& field) const {
+    TT_ASSIGN_OR_RETURN(const nlohmann::json* j, at(field));
+    TT_RETURN_IF(!j->is_string(), kDataLoss, "checkpoint '%s': metadata %s is not a string", path_.c_str(),
+                 field.c_str());
+    return j->get<std::string>();
+  }
+
+ private:
+  const nlohmann::json& meta_;
+  const std::string& path_;
+};
+
+// The most steps (and batch size) a checkpoint may record: far above any run, and exact in a double (JSON readers).
+constexpr int64_t kMaxSteps = int64_t(1) << 50;
+constexpr int64_t kMaxDim = (int64_t(1) << 31) - 1;
+
 nlohmann::json model_json(const GptConfig& m) {
   return {{"vocab", m.vocab}, {"layers", m.layers}, {"dim", m.dim}, {"heads", m.heads}, {"seq", m.seq}};
 }
@@ -153,31 +204,59 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
   const nlohmann::json& meta = r.meta();
   CheckpointState st;
   int64_t opt_step = 0;
-  try {
+  {
     TT_RETURN_IF(!meta.is_object() || !meta.contains("format") || meta.at("format") != kFormat, kDataLoss,
                  "'%s' is a tensor file but not a tiertrain checkpoint", path.c_str());
     TT_RETURN_IF(!meta.contains("version") || meta.at("version") != kVersion, kFailedPrecondition,
                  "checkpoint '%s' has format version %s; this build reads version %d", path.c_str(),
-                 meta.contains("version") ? meta.at("version").dump().c_str() : "(none)", kVersion);
-    const auto& m = meta.at("model");
-    st.model = GptConfig{m.at("vocab").get<int>(), m.at("layers").get<int>(), m.at("dim").get<int>(),
-                         m.at("heads").get<int>(), m.at("seq").get<int>()};
-    TT_ASSIGN_OR_RETURN(st.dtype, parse_dtype(meta.at("dtype").get<std::string>()));
-    st.step = meta.at("step").get<int64_t>();
-    st.batch = meta.at("batch").get<int>();
-    st.seed = meta.at("seed").get<uint64_t>();
-    st.data_path = meta.at("data").at("path").get<std::string>();
-    st.data_fingerprint = meta.at("data").at("fingerprint").get<uint64_t>();
-    st.sampler.epoch = meta.at("sampler").at("epoch").get<uint64_t>();
-    st.sampler.cursor = meta.at("sampler").at("cursor").get<uint64_t>();
-    const auto rng = meta.at("rng").get<std::vector<uint64_t>>();
-    TT_RETURN_IF(rng.size() != st.rng.size(), kDataLoss, "checkpoint '%s': RNG state has %zu words, expected %zu",
-                 path.c_str(), rng.size(), st.rng.size());
-    std::copy(rng.begin(), rng.end(), st.rng.begin());
+                 meta.contains("version")
+                     ? meta.at("version").dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str()
+                     : "(none)",
+                 kVersion);
+    const MetaReader m(meta, path);
+    int64_t v = 0;
+    TT_ASSIGN_OR_RETURN(v, m.integer("model.vocab", 1, kMaxDim));
+    st.model.vocab = static_cast<int>(v);
+    TT_ASSIGN_OR_RETURN(v, m.integer("model.layers", 1, kMaxDim));
+    st.model.layers = static_cast<int>(v);
+    TT_ASSIGN_OR_RETURN(v, m.integer("model.dim", 1, kMaxDim));
+    st.model.dim = static_cast<int>(v);
+    TT_ASSIGN_OR_RETURN(v, m.integer("model.heads", 1, kMaxDim));
+    st.model.heads = static_cast<int>(v);
+    TT_ASSIGN_OR_RETURN(v, m.integer("model.seq", 1, kMaxDim));
+    st.model.seq = static_cast<int>(v);
+    TT_ASSIGN_OR_RETURN(std::string dtype, m.string("dtype"));
+    auto dt = parse_dtype(dtype);
+    TT_RETURN_IF(!dt.is_ok(), kDataLoss, "checkpoint '%s': metadata dtype '%s' is not a dtype", path.c_str(),
+                 dtype.c_str());
+    st.dtype = dt.value();
+    TT_ASSIGN_OR_RETURN(st.step, m.integer("step", 0, kMaxSteps));
+    TT_ASSIGN_OR_RETURN(v, m.integer("batch", 1, kMaxDim));
+    st.batch = static_cast<int>(v);
+    TT_ASSIGN_OR_RETURN(st.seed, m.unsigned_integer("seed"));
+    TT_ASSIGN_OR_RETURN(st.data_path, m.string("data.path"));
+    TT_ASSIGN_OR_RETURN(st.data_fingerprint, m.unsigned_integer("data.fingerprint"));
+    TT_ASSIGN_OR_RETURN(st.sampler.epoch, m.unsigned_integer("sampler.epoch"));
+    TT_ASSIGN_OR_RETURN(st.sampler.cursor, m.unsigned_integer("sampler.cursor"));
+    TT_ASSIGN_OR_RETURN(const nlohmann::json* rng, m.at("rng"));
+    TT_RETURN_IF(!rng->is_array() || rng->size() != st.rng.size(), kDataLoss,
+                 "checkpoint '%s': metadata rng is not an array of %zu words", path.c_str(), st.rng.size());
+    for (size_t i = 0; i < st.rng.size(); ++i) {
+      const nlohmann::json& w = rng->at(i);
+      TT_RETURN_IF(!w.is_number_unsigned(), kDataLoss, "checkpoint '%s': metadata rng[%zu] is not an integer >= 0",
+                   path.c_str(), i);
+      st.rng[i] = w.get<uint64_t>();
+    }
     st.config = meta.value("config", nlohmann::json::object());
-    opt_step = meta.at("optimizer").at("step").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    return make_status(StatusCode::kDataLoss, "checkpoint '%s' has malformed metadata: %s", path.c_str(), e.what());
+    if (st.config.is_null()) st.config = nlohmann::json::object();  // a run configured in code, not by knobs
+    TT_RETURN_IF(!st.config.is_object(), kDataLoss, "checkpoint '%s': metadata config is not an object",
+                 path.c_str());
+    TT_ASSIGN_OR_RETURN(opt_step, m.integer("optimizer.step", 0, kMaxSteps));
+    // The optimizer takes one step a training step: a checkpoint whose counts differ is damaged (AdamW's bias
+    // correction would use the wrong step: -100 gave NaN, 0 silently another trajectory).
+    TT_RETURN_IF(opt_step != st.step, kDataLoss,
+                 "checkpoint '%s': metadata optimizer.step is %lld but step is %lld (one optimizer step a training "
+                 "step)", path.c_str(), static_cast<long long>(opt_step), static_cast<long long>(st.step));
   }
 
   // What must match for the run to continue.
@@ -202,6 +281,24 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
                            static_cast<unsigned long long>(expected.data_fingerprint));
   TT_RETURN_IF(!mismatch.empty(), kFailedPrecondition, "checkpoint '%s' does not match this run: %s", path.c_str(),
                mismatch.c_str());
+  // The sampler must be where step x batch windows of this data leave it (Note [input staging]: the checkpoint
+  // records it before the batch in flight); an epoch or cursor out of range used to restart the epoch silently.
+  if (expected.train_tokens > 0) {
+    const uint64_t batch = static_cast<uint64_t>(st.batch);
+    TT_RETURN_IF(static_cast<uint64_t>(st.step) > UINT64_MAX / batch, kDataLoss,
+                 "checkpoint '%s': metadata step %lld of batch %d is more windows than can be counted", path.c_str(),
+                 static_cast<long long>(st.step), st.batch);
+    const uint64_t want = static_cast<uint64_t>(st.step) * batch;
+    auto drawn = data::windows_drawn(expected.train_tokens, st.model.seq, st.seed, st.sampler, want);
+    if (!drawn.is_ok())
+      return make_status(StatusCode::kDataLoss, "checkpoint '%s': metadata sampler: %s", path.c_str(),
+                         drawn.status().message().c_str());
+    TT_RETURN_IF(drawn.value() != want, kDataLoss,
+                 "checkpoint '%s': metadata sampler (epoch %llu, cursor %llu) has drawn %llu windows, but %lld steps "
+                 "of batch %d draw %llu", path.c_str(), static_cast<unsigned long long>(st.sampler.epoch),
+                 static_cast<unsigned long long>(st.sampler.cursor), static_cast<unsigned long long>(drawn.value()),
+                 static_cast<long long>(st.step), st.batch, static_cast<unsigned long long>(want));
+  }
   if (st.batch != expected.batch)
     TT_LOG(WARN, CKPT, "checkpoint was written with --batch %d, resuming with %d: the run will not be bit-identical",
            st.batch, expected.batch);

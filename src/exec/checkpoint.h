@@ -31,6 +31,9 @@ struct CheckpointState {
   std::string data_path;
   uint64_t data_fingerprint = 0;
   nlohmann::json config;  // the resolved knobs of the run that wrote it
+  // load_checkpoint's `expected` only: the training split's tokens, against which the sampler's position is checked
+  // (it must have drawn step x batch windows); 0: not checked.
+  uint64_t train_tokens = 0;
 };
 
 // Creates dir if needed and proves it writable (creates and removes a probe file).

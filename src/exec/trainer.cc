@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "core/atomic_file.h"
 #include "host/adamw.h"
@@ -137,6 +138,29 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                  "%s %s: is a folder; give a file name in it", flag, path->c_str());
   }
   if (!cfg.checkpoint_dir.empty()) TT_TRY(ensure_checkpoint_dir(cfg.checkpoint_dir));
+  // What writers of these files that were killed left behind (Note [stale temporaries] in core/atomic_file.h).
+  if (!cfg.dry_run) {
+    std::vector<std::pair<std::string, std::string>> where;  // folder, name prefix
+    for (const std::string* p : {&cfg.metrics_out, &cfg.trace, &cfg.schedule_out}) {
+      if (p->empty()) continue;
+      const std::filesystem::path f(*p);
+      where.emplace_back(f.has_parent_path() ? f.parent_path().string() : ".", f.filename().string() + ".tmp.");
+    }
+    if (!cfg.checkpoint_dir.empty()) {
+      where.emplace_back(cfg.checkpoint_dir, "step_");
+      where.emplace_back(cfg.checkpoint_dir, "latest.tmp.");
+    }
+    std::map<std::string, RemovedFiles> removed;
+    for (const auto& [dir, prefix] : where) {
+      const RemovedFiles gone = remove_stale_temporaries(dir, prefix);
+      removed[dir].files += gone.files;
+      removed[dir].bytes += gone.bytes;
+    }
+    for (const auto& [dir, gone] : removed)
+      if (gone.files > 0)
+        t->print("removed %d temporary file%s (%s) that killed runs left in %s\n", gone.files,
+                 gone.files == 1 ? "" : "s", format_bytes(gone.bytes).c_str(), dir.c_str());
+  }
   TT_ASSIGN_OR_RETURN(t->dataset_, data::TokenDataset::load(cfg.data, cfg.val_fraction));
   cfg.model.vocab = t->dataset_.vocab();
   TT_ASSIGN_OR_RETURN(t->spec_, resolve_run(cfg));
@@ -246,6 +270,7 @@ Status Trainer::build() {
     expected.data_path = cfg.data;
     expected.data_fingerprint = dataset_.info().fingerprint;
     expected.config = cfg.resolved;
+    expected.train_tokens = dataset_.train().size();
     auto loaded = load_checkpoint(path, expected, *ex_);
     if (!loaded.is_ok()) return std::move(loaded.take_status().with_context("cannot resume"));
     const CheckpointState& st = loaded.value();

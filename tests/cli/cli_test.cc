@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -13,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
+#include "core/tensorfile.h"
 #include "exec/schedule.h"
 #include "temp_dir.h"
 
@@ -442,6 +445,102 @@ TEST(Cli, BadCheckpointsAreNamedAndNothingIsLost) {
   // None of that touched the good checkpoint.
   EXPECT_EQ(slurp(good_path), good);
   EXPECT_EQ(slurp(ckpt + "/latest"), "step_00000002.ttf\n");
+}
+
+// A copy of the checkpoint at `from` with its metadata changed by `edit` (a valid file: every CRC right).
+std::string rewrite_meta(const std::string& from, const std::string& to,
+                         const std::function<void(nlohmann::json&)>& edit) {
+  auto r = TensorFileReader::open(from);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  nlohmann::json meta = r.value().meta();
+  edit(meta);
+  TensorFileWriter w;
+  w.set_meta(meta);
+  std::vector<std::vector<unsigned char>> keep;
+  for (const TensorFileEntry& e : r.value().entries()) {
+    keep.emplace_back(e.bytes);
+    EXPECT_TRUE(r.value().read(e.name, e.dtype, e.shape, keep.back().data()).is_ok());
+    w.add(e.name, e.dtype, e.shape, keep.back().data());
+  }
+  EXPECT_TRUE(w.write_atomic(to).is_ok());
+  return to;
+}
+
+// Issue 25: checkpoint metadata with a valid CRC but impossible values is refused, naming the field; it used to
+// resume at step -5 with a negative learning rate, read 2^64-1 as -1, say "nothing to do" for 2^62, turn an
+// optimizer step of -100 into NaN and one of 0 into another trajectory, and restart the epoch for a sampler out of
+// range.
+TEST(Cli, CheckpointMetadataIsCheckedLikeTheTensors) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(30000));
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run(small(data) + " --steps 4 --stop-at 2 --checkpoint-dir " + ckpt).code, 0);
+  const std::string good = ckpt + "/step_00000002.ttf";
+  // The harness itself: a copy with the metadata unchanged resumes.
+  const std::string same = rewrite_meta(good, dir.file("same.ttf"), [](nlohmann::json&) {});
+  CliRun ok = run(small(data) + " --steps 4 --resume=" + same);
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  EXPECT_HAS(ok.out, "at step 2");
+  struct Case {
+    const char* name;
+    std::function<void(nlohmann::json&)> edit;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"negative step", [](nlohmann::json& m) { m["step"] = -5; m["optimizer"]["step"] = -5; }, "metadata step is -5"},
+      {"2^64-1", [](nlohmann::json& m) { m["step"] = UINT64_MAX; }, "metadata step is 18446744073709551615"},
+      {"2^62", [](nlohmann::json& m) { m["step"] = int64_t(1) << 62; }, "metadata step is 4611686018427387904"},
+      {"float step", [](nlohmann::json& m) { m["step"] = 2.5; }, "metadata step is 2.5, not an integer"},
+      {"optimizer -100", [](nlohmann::json& m) { m["optimizer"]["step"] = -100; }, "metadata optimizer.step is -100"},
+      {"optimizer 0", [](nlohmann::json& m) { m["optimizer"]["step"] = 0; }, "optimizer.step is 0 but step is 2"},
+      {"step 3", [](nlohmann::json& m) { m["step"] = 3; m["optimizer"]["step"] = 3; }, "3 steps of batch 2 draw 6"},
+      {"cursor", [](nlohmann::json& m) { m["sampler"]["cursor"] = 1000000; }, "sampler cursor 1000000 is past"},
+      {"epoch", [](nlohmann::json& m) { m["sampler"]["epoch"] = 999999; }, "sampler epoch 999999 is beyond"},
+      {"negative cursor", [](nlohmann::json& m) { m["sampler"]["cursor"] = -1; }, "sampler.cursor is -1"},
+      {"huge dim", [](nlohmann::json& m) { m["model"]["dim"] = int64_t(1) << 40; }, "model.dim is 1099511627776"},
+      {"batch string", [](nlohmann::json& m) { m["batch"] = "two"; }, "metadata batch is \"two\""},
+      {"no seed", [](nlohmann::json& m) { m.erase("seed"); }, "metadata has no seed"},
+      {"rng", [](nlohmann::json& m) { m["rng"][1] = -3; }, "metadata rng[1]"},
+      {"dtype", [](nlohmann::json& m) { m["dtype"] = "f128"; }, "metadata dtype 'f128'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string bad = rewrite_meta(good, dir.file(std::string("bad_") + c.name + ".ttf"), c.edit);
+    CliRun r = run(small(data) + " --steps 4 --resume='" + bad + "'");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_HAS(r.out, "cannot resume");
+    EXPECT_HAS(r.out, c.says);
+    EXPECT_EQ(r.out.find("step      3/4"), std::string::npos) << "it trained";
+  }
+}
+
+// Issue 25: what killed writers left (a checkpoint's and the pointer's temporary files, a metrics file's) is removed
+// when the next run starts, and said; a live writer's is not (Note [stale temporaries]).
+TEST(Cli, TemporariesOfKilledRunsAreRemovedAtStart) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(30000));
+  const std::string ckpt = dir.file("ckpt");
+  fs::create_directories(ckpt);
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  // temporary_path names this host and this process; the dead writer's differ only in the pid.
+  auto dead = [&](const std::string& path) {
+    std::string t = temporary_path(path);
+    return t.substr(0, t.rfind('.') + 1) + std::to_string(child);
+  };
+  const std::string step_tmp = dead(ckpt + "/step_00000007.ttf"), latest_tmp = dead(ckpt + "/latest");
+  const std::string metrics_tmp = dead(dir.file("m.json"));
+  const std::string live_tmp = temporary_path(ckpt + "/step_00000008.ttf");
+  for (const std::string& f : {step_tmp, latest_tmp, metrics_tmp, live_tmp}) std::ofstream(f) << std::string(100, 'x');
+  CliRun r = run(small(data) + " --steps 2 --checkpoint-dir " + ckpt + " --metrics-out " + dir.file("m.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_HAS(r.out, "removed 1 temporary file (100 B) that killed runs left in " + dir.path());
+  EXPECT_HAS(r.out, "removed 2 temporary files (200 B) that killed runs left in " + ckpt);
+  EXPECT_FALSE(fs::exists(step_tmp));
+  EXPECT_FALSE(fs::exists(latest_tmp));
+  EXPECT_FALSE(fs::exists(metrics_tmp));
+  EXPECT_TRUE(fs::exists(live_tmp));  // this (test) process is alive
 }
 
 TEST(Cli, UnwritableCheckpointDirFailsBeforeTraining) {
