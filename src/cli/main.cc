@@ -54,6 +54,16 @@ int main(int argc, char** argv) {
   CLI::App app{"tiertrain: train neural networks larger than device memory.\n"
                "Knobs come from defaults < --config FILE.json < TIERTRAIN_* variables < flags."};
   app.set_version_flag("--version", "tiertrain 0.1.0");
+  // The same table as the README's.
+  app.footer(
+      "Exit codes:\n"
+      "  0        success (--dry-run: the run fits)\n"
+      "  1        the run failed: data (missing, unreadable, empty, neither text nor a token shard), a checkpoint\n"
+      "           (damaged, or of another model or data), memory (the budget; --dry-run: it does not fit), I/O,\n"
+      "           another rank or a collective's deadline\n"
+      "  2        bad usage: an unknown flag, a value malformed or out of range, no subcommand\n"
+      "  127      launch: the command could not be started\n"
+      "  128+N    launch: the first rank to fail was killed by signal N (otherwise its own exit code)");
   bool print_config = false;
   app.add_flag("--print-config", print_config, "print every knob, its value and where it came from, then exit");
   CLI::App* train = app.add_subcommand("train", "train the GPT on a text corpus or token shards");

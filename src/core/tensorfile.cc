@@ -178,8 +178,11 @@ Result<TensorFileReader> TensorFileReader::open(const std::string& path) {
                kIoError, "reading the trailer of '%s' failed", path.c_str());
   uint64_t recorded_size;
   std::memcpy(&recorded_size, trailer + 8, 8);
-  TT_RETURN_IF(std::memcmp(trailer, kTrailerMagic, 8) != 0 || recorded_size != size, kDataLoss,
-               "'%s' is truncated or was not completely written (trailer missing or size %llu != recorded %llu)",
+  TT_RETURN_IF(std::memcmp(trailer, kTrailerMagic, 8) != 0, kDataLoss,
+               "'%s' is truncated or was not completely written (its last 16 bytes are not a tensor file's trailer)",
+               path.c_str());
+  TT_RETURN_IF(recorded_size != size, kDataLoss,
+               "'%s' is truncated or was not completely written (%llu bytes, its trailer records %llu)",
                path.c_str(), static_cast<unsigned long long>(size), static_cast<unsigned long long>(recorded_size));
   std::string text(header_bytes, '\0');
   TT_RETURN_IF(std::fseek(raw, static_cast<long>(kPrefixBytes), SEEK_SET) != 0 ||

@@ -102,7 +102,7 @@ Result<std::vector<uint16_t>> parse_shard(const std::string& path, const std::st
                "token shard '%s' is truncated or malformed: header says %lld tokens (%zu bytes), file has %zu bytes",
                path.c_str(), static_cast<long long>(n), want, bytes.size());
   std::vector<uint16_t> tokens(static_cast<size_t>(n));
-  std::memcpy(tokens.data(), bytes.data() + sizeof(header), tokens.size() * sizeof(uint16_t));
+  if (n > 0) std::memcpy(tokens.data(), bytes.data() + sizeof(header), tokens.size() * sizeof(uint16_t));
   for (size_t i = 0; i < tokens.size(); ++i)
     TT_RETURN_IF(tokens[i] >= kGpt2Vocab, kDataLoss,
                  "token shard '%s': token %u at position %zu is outside the GPT-2 vocabulary (%d)", path.c_str(),
@@ -151,8 +151,8 @@ Result<TokenDataset> TokenDataset::load(const std::string& path, double val_frac
     TT_TRY(list_files(path, &candidates, &seen, &info.skipped_files));
     TT_RETURN_IF(candidates.empty(), kNotFound, "data folder '%s' holds no files", path.c_str());
   } else {
-    TT_RETURN_IF(!S_ISREG(st.st_mode), kInvalidArgument, "data path '%s' is neither a file nor a folder",
-                 path.c_str());
+    TT_RETURN_IF(!S_ISREG(st.st_mode), kFailedPrecondition,
+                 "data path '%s' is neither a file nor a folder (a device, pipe or socket)", path.c_str());
     candidates.push_back(path);
   }
 
@@ -196,11 +196,20 @@ Result<TokenDataset> TokenDataset::load(const std::string& path, double val_frac
     info.vocab = kByteVocab;
     for (const auto& [file, bytes] : contents) {
       if (bytes.empty()) {
-        TT_RETURN_IF(candidates.size() == 1, kInvalidArgument, "data file '%s' is empty", file.c_str());
+        TT_RETURN_IF(candidates.size() == 1, kDataLoss, "data file '%s' is empty", file.c_str());
         ++info.skipped_files;
         continue;
       }
       if (!looks_like_text(bytes)) {
+        // A file given (not a folder) that is neither: say what it is not, and what a shard's first bytes would be.
+        if (!S_ISDIR(st.st_mode)) {
+          int32_t magic = 0;
+          std::memcpy(&magic, bytes.data(), std::min(bytes.size(), sizeof(magic)));
+          return make_status(StatusCode::kDataLoss,
+                             "data file '%s' is neither text (it has NUL bytes) nor a token shard (its first 4 bytes "
+                             "read %d; a shard's are %d, then version 1 and its token count in a 1024-byte header)",
+                             file.c_str(), magic, kShardMagic);
+        }
         ++info.skipped_files;
         TT_LOG(TRACE, DATA, "skipping '%s': binary (NUL byte in its first 64 KiB)", file.c_str());
         continue;
@@ -210,10 +219,10 @@ Result<TokenDataset> TokenDataset::load(const std::string& path, double val_frac
       split_append(tokens, val_fraction, &ds.train_, &ds.val_);
       info.files.push_back(file);
     }
-    TT_RETURN_IF(info.files.empty(), kInvalidArgument, "no text found at '%s' (%lld files skipped as binary or empty)",
+    TT_RETURN_IF(info.files.empty(), kDataLoss, "no text found at '%s' (%lld files skipped as binary or empty)",
                  path.c_str(), static_cast<long long>(info.skipped_files));
   }
-  TT_RETURN_IF(ds.train_.empty(), kInvalidArgument, "data at '%s' holds no training tokens", path.c_str());
+  TT_RETURN_IF(ds.train_.empty(), kDataLoss, "data at '%s' holds no training tokens", path.c_str());
   const uint32_t a = crc32_of(ds.train_.data(), ds.train_.size() * 2);
   const uint32_t b = crc32_of(ds.val_.data(), ds.val_.size() * 2);
   info.fingerprint = (static_cast<uint64_t>(a) << 32) | b;

@@ -8,7 +8,7 @@ namespace tt::data {
 
 Result<BatchSampler> BatchSampler::create(const std::vector<uint16_t>* tokens, int batch, int seq, uint64_t seed) {
   TT_RETURN_IF(batch < 1 || seq < 1, kInvalidArgument, "batch %d and seq %d must be >= 1", batch, seq);
-  TT_RETURN_IF(tokens->size() < static_cast<size_t>(2 * seq + 1), kInvalidArgument,
+  TT_RETURN_IF(tokens->size() < static_cast<size_t>(2 * seq + 1), kFailedPrecondition,
                "the training split has %zu tokens, too few for windows of --seq %d (need at least %d)",
                tokens->size(), seq, 2 * seq + 1);
   TT_RETURN_IF(tokens->size() / static_cast<size_t>(seq) > UINT32_MAX, kInvalidArgument,

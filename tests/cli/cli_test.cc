@@ -2,6 +2,7 @@
 // loses nothing already written; --print-config shows where each value came from. Runs the real binary.
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -62,7 +63,7 @@ TEST(Cli, MissingEmptyAndUnreadableData) {
   EXPECT_HAS(missing.out, "data path '" + dir.file("nope.txt") + "' does not exist");
 
   CliRun empty = run(small(dir.write("empty.txt", "")) + " --steps 2");
-  EXPECT_EQ(empty.code, 2);
+  EXPECT_EQ(empty.code, 1);
   EXPECT_HAS(empty.out, "is empty");
 
   CliRun through_file = run(small(dir.write("f.txt", "abc") + "/inner") + " --steps 2");
@@ -82,8 +83,64 @@ TEST(Cli, MissingEmptyAndUnreadableData) {
     EXPECT_HAS(unreadable.out, "cannot read data file");
   }
   CliRun too_short = run(small(dir.write("short.txt", "abc")) + " --steps 2");
-  EXPECT_NE(too_short.code, 0);
+  EXPECT_EQ(too_short.code, 1);
   EXPECT_HAS(too_short.out, "too few");
+}
+
+// Issue 25: every data failure exits 1 (the README's code for data), with a message that says what the file is.
+TEST(Cli, DataFailuresExitOneAndSayWhatTheFileIs) {
+  TempDir dir;
+  auto header = [](int32_t magic, int32_t version, int32_t tokens) {
+    std::string h(1024, '\0');
+    std::memcpy(h.data(), &magic, 4);
+    std::memcpy(h.data() + 4, &version, 4);
+    std::memcpy(h.data() + 8, &tokens, 4);
+    return h;
+  };
+  struct Case {
+    std::string name, path, says;
+  };
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  const Case cases[] = {
+      {"binary", dir.write("bin.dat", std::string("\x7f" "ELF\0\0\1", 7) + std::string(5000, '\0')),
+       "is neither text (it has NUL bytes) nor a token shard (its first 4 bytes read 1179403647"},
+      {"bad magic", dir.write("bad.bin", header(12345, 1, 100) + std::string(200, '\0')),
+       "nor a token shard (its first 4 bytes read 12345; a shard's are 20240520"},
+      {"header only", dir.write("empty_shard.bin", header(20240520, 1, 0)), "holds no training tokens"},
+      {"short shard", dir.write("short_shard.bin", header(20240520, 1, 1000) + std::string(10, '\0')),
+       "header says 1000 tokens"},
+      {"fifo", fifo, "is neither a file nor a folder"},
+      {"/dev/zero", "/dev/zero", "is neither a file nor a folder"},
+      {"empty", dir.write("empty.txt", ""), "is empty"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    CliRun r = run(small(c.path) + " --steps 2", "timeout 20");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_HAS(r.out, c.says);
+  }
+}
+
+// The exit codes the README's table lists are the ones --help lists, and usage errors give 2.
+TEST(Cli, HelpListsTheExitCodesOfTheReadme) {
+  CliRun help = run("--help");
+  EXPECT_EQ(help.code, 0);
+  const std::string readme = slurp(std::string(TT_SOURCE_DIR) + "/README.md");
+  const size_t table = readme.find("| code | meaning |");
+  ASSERT_NE(table, std::string::npos);
+  int rows = 0;
+  for (size_t at = readme.find("\n  | ", table); at != std::string::npos && at < readme.find("\n\n", table);
+       at = readme.find("\n  | ", at + 1)) {
+    const size_t a = at + 5, b = readme.find(" |", a);
+    const std::string code = readme.substr(a, b - a);
+    if (code == "code" || code.find("---") != std::string::npos) continue;
+    ++rows;
+    EXPECT_HAS(help.out, "\n  " + code + " ");
+  }
+  EXPECT_EQ(rows, 5);
+  EXPECT_EQ(run("train --no-such-flag").code, 2);
+  EXPECT_EQ(run("").code, 2);
 }
 
 TEST(Cli, BadFlagValues) {

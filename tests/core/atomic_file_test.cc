@@ -35,7 +35,9 @@ std::string host() {
 TEST(AtomicFile, TemporaryPathNamesThisHostAndProcess) {
   const std::string t = temporary_path("/a/m.json");
   EXPECT_EQ(t.rfind("/a/m.json.tmp.", 0), 0u) << t;
-  EXPECT_TRUE(t.ends_with("." + std::to_string(getpid()))) << t;
+  std::string suffix(1, '.');
+  suffix += std::to_string(getpid());
+  EXPECT_TRUE(t.ends_with(suffix)) << t;
   EXPECT_FALSE(host().empty());
 }
 

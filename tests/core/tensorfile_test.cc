@@ -368,7 +368,8 @@ TEST_F(TensorFileTest, CorruptTrailerMagic) {
   std::string b = read_bytes(path("full.ttf"));
   b[b.size() - 12] ^= 0x20;
   write_bytes(path("trailer.ttf"), b);
-  expect_open_fails(path("trailer.ttf"), StatusCode::kDataLoss, {"trailer"});
+  // Issue 25: a flipped marker used to read "size 1457104 != recorded 1457104".
+  expect_open_fails(path("trailer.ttf"), StatusCode::kDataLoss, {"last 16 bytes are not a tensor file's trailer"});
 }
 
 TEST_F(TensorFileTest, MissingFileIsNotFound) {
