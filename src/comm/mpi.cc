@@ -57,8 +57,15 @@ TT_MPI_OP16(f16_min, f16_to_float, float_to_f16, Op::kMin)
 TT_MPI_OP16(f16_max, f16_to_float, float_to_f16, Op::kMax)
 #undef TT_MPI_OP16
 
+// Set when a communicator of this process broke (a deadline passed, MPI reported an error, or it was abandoned):
+// MPI_Finalize is collective and would wait forever for the rank that never came, so the process ends the job
+// with MPI_Abort at exit instead (issue 25: with a rank stopped, the others reported the deadline and then hung in
+// MPI_Finalize).
+std::atomic<bool> g_mpi_broken{false};
+
 // MPI initialised once per process, serialized (one thread at a time: the caller, or the progress thread of the
-// non-blocking calls), and finalised at exit, after every communicator is gone.
+// non-blocking calls), and finalised at exit, after every communicator is gone; or, after a broken collective,
+// the job aborted.
 Status ensure_mpi() {
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -69,7 +76,14 @@ Status ensure_mpi() {
   std::atexit([] {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (finalized) return;
+    if (g_mpi_broken.load()) {
+      std::fflush(nullptr);
+      std::fprintf(stderr, "tiertrain: a collective failed: aborting the MPI job (MPI_Finalize would wait for the "
+                           "rank that did not come)\n");
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Finalize();
   });
   TT_RETURN_IF(provided < MPI_THREAD_SERIALIZED, kFailedPrecondition,
                "this MPI gives thread level %d; tiertrain needs MPI_THREAD_SERIALIZED (%d)", provided,
@@ -82,6 +96,7 @@ class MpiComm final : public Communicator {
   explicit MpiComm(Options o) : opt_(o) {}
   ~MpiComm() override {
     stop_progress();
+    if (g_mpi_broken.load()) return;  // a pending request may never complete: leave it to MPI_Abort
     for (MPI_Op& op : ops16_)
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -105,6 +120,7 @@ class MpiComm final : public Communicator {
   void abandon(const std::string& why) override {
     // MPI has no way to tell the peers; they fail at their deadline (or when mpirun stops the job on our exit).
     broken_.set_first("abandoned: " + why);
+    g_mpi_broken = true;
   }
 
  protected:
@@ -269,6 +285,8 @@ class MpiComm final : public Communicator {
   }
   Status fail(Status s) {
     broken_.set(s.message());
+    // An argument mismatch found by the exchange leaves MPI consistent; a deadline or an MPI error does not.
+    if (s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kInternal) g_mpi_broken = true;
     return s;
   }
 

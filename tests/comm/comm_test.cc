@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <csignal>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -372,6 +373,24 @@ int run_never_arrives() {
                  again.code() == StatusCode::kFailedPrecondition
              ? 0
              : 1;
+}
+
+// Rank 1 stops itself (SIGSTOP) before the collective; rank 0 passes its deadline, says so and exits 1, and the
+// job must end (under mpirun: MPI_Abort at exit, not MPI_Finalize waiting for the stopped rank).
+int run_stopped_rank() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  if (c.rank() == 1) {
+    std::fflush(nullptr);
+    raise(SIGSTOP);
+    return 0;
+  }
+  Vec<float> x(1, 1.0f);
+  Status s = c.allreduce(comm::kInPlace, x.data(), 1, DType::kF32, Op::kSum);
+  std::printf("rank %d: %s\n", c.rank(), s.to_string().c_str());
+  std::fflush(stdout);
+  return 1;
 }
 
 // Rank 0 passes a different count, rank 1 a different dtype: every rank gets an error naming the difference.
@@ -845,6 +864,7 @@ int rank_main(const std::string& scenario) {
   if (scenario == "smoke") return run_smoke();
   if (scenario == "collectives") return run_collectives();
   if (scenario == "never_arrives") return run_never_arrives();
+  if (scenario == "stopped_rank") return run_stopped_rank();
   if (scenario == "mismatch") return run_mismatch();
   if (scenario == "broadcast_mix") return run_broadcast_mix();
   if (scenario == "small_rounds") return run_small_rounds();
@@ -1737,6 +1757,21 @@ TEST(CommMpi, ShmBootstrappedByMpirun) {
   const Job j = mpirun(3, "collectives", "TIERTRAIN_COMM_BACKEND=shm TIERTRAIN_COMM_BUFFER=262144");
   EXPECT_EQ(j.code, 0) << j.output;
   EXPECT_NE(j.output.find("backend shm"), std::string::npos) << j.output;
+}
+
+// Issue 25: with a rank stopped, the other reports its deadline and the whole job ends (it used to hang in
+// MPI_Finalize for ever).
+TEST(CommMpi, AStoppedRankEndsTheJobAtTheDeadline) {
+  SKIP_IF_MISSING(missing_mpirun());
+  const auto t0 = std::chrono::steady_clock::now();
+  const Job j = shell("timeout 60 mpirun --allow-run-as-root --oversubscribe -n 2 env TT_COMM_SCENARIO=stopped_rank "
+                      "TIERTRAIN_COMM_BACKEND=mpi TIERTRAIN_COMM_TIMEOUT=2 " + self_path);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(j.code, 0) << j.output;
+  EXPECT_NE(j.code, 124) << "the job did not end: " << j.output;
+  EXPECT_LT(secs, 50) << j.output;
+  EXPECT_NE(j.output.find("not complete within 2.0 s"), std::string::npos) << j.output;
+  EXPECT_NE(j.output.find("aborting the MPI job"), std::string::npos) << j.output;
 }
 
 TEST(CommMpi, NonBlockingCalls) {
