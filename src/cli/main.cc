@@ -17,6 +17,7 @@
 #include "comm/launch.h"
 #include "cli/perf_commands.h"
 #include "exec/train_config.h"
+#include "core/units.h"
 #include "exec/trainer.h"
 
 extern char** environ;
@@ -112,10 +113,16 @@ int main(int argc, char** argv) {
 
   CLI::App* launch = app.add_subcommand(
       "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core|share] -- CMD [ARGS...]; each gets "
-                "RANK, WORLD_SIZE, LOCAL_RANK and TIERTRAIN_COMM_ID; when a rank fails the others are stopped");
+                "RANK, WORLD_SIZE, LOCAL_RANK and TIERTRAIN_COMM_ID; when a rank fails the others are stopped. "
+                "tiertrain launch --cleanup: remove the shared-memory segments killed jobs left");
   tt::comm::LaunchOptions launch_opt;
   std::string bind_to = "none";
-  launch->add_option("-n,--nproc", launch_opt.ranks, "number of ranks")->required()->check(CLI::Range(1, 4096));
+  bool launch_cleanup = false;
+  launch->add_option("-n,--nproc", launch_opt.ranks, "number of ranks (required but with --cleanup)")
+      ->check(CLI::Range(1, 4096));
+  launch->add_flag("--cleanup", launch_cleanup,
+                   "remove this user's tiertrain shared-memory segments that no process uses and that are over a "
+                   "minute old (what killed jobs left; every launch does it first), then exit");
   launch->add_option("--bind-to", bind_to,
                      "core: pin rank r to the r-th CPU this process may use; share: to its equal share of those CPUs "
                      "(room for its helper threads); none (default)")
@@ -220,6 +227,16 @@ int main(int argc, char** argv) {
   tt::log::configure(cfg.get_string("debug"), cfg.get_string("debug_subsys"));
 
   if (launch->parsed()) {
+    if (launch_cleanup) {
+      const tt::RemovedFiles gone = tt::comm::remove_stale_segments();
+      std::printf("removed %d shared-memory segment%s (%s) that killed jobs left\n", gone.files,
+                  gone.files == 1 ? "" : "s", tt::format_bytes(gone.bytes).c_str());
+      return 0;
+    }
+    if (launch->count("-n") == 0) {
+      std::fprintf(stderr, "tiertrain launch: -n N is required (tiertrain launch -n N -- CMD ...)\n");
+      return kExitUsage;
+    }
     launch_opt.command = launch_dashes ? launch_tail : launch->remaining();
     launch_opt.bind_cores = bind_to == "core";
     launch_opt.bind_share = bind_to == "share";

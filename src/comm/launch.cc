@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sched.h>
 #include <signal.h>
@@ -14,9 +15,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
+
+#include "core/units.h"
 
 namespace tt::comm {
 namespace {
@@ -28,16 +33,50 @@ std::string job_id() {
   return buf;
 }
 
+std::string shm_dir() {
+  const char* dir_env = std::getenv("TIERTRAIN_SHM_DIR");
+  return dir_env && *dir_env ? dir_env : "/dev/shm";
+}
+
 // Segments a rank that died early may have left (their names are removed once every rank has mapped them).
 void remove_leftovers(const std::string& id) {
-  const char* dir_env = std::getenv("TIERTRAIN_SHM_DIR");
-  const std::string dir = dir_env && *dir_env ? dir_env : "/dev/shm";
+  const std::string dir = shm_dir();
   const std::string prefix = "tiertrain-" + id + "-";
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return;
   while (dirent* e = readdir(d))
     if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) ::unlink((dir + "/" + e->d_name).c_str());
   closedir(d);
+}
+
+// Every file some process (of those whose /proc entries we may read) maps or holds open.
+std::set<std::string> files_in_use() {
+  std::set<std::string> used;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return used;
+  while (dirent* e = readdir(proc)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const std::string base = std::string("/proc/") + e->d_name;
+    std::ifstream maps(base + "/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      const size_t slash = line.find('/');
+      if (slash == std::string::npos) continue;
+      std::string path = line.substr(slash);
+      if (path.ends_with(" (deleted)")) path.resize(path.size() - 10);
+      used.insert(path);
+    }
+    DIR* fds = opendir((base + "/fd").c_str());
+    if (fds == nullptr) continue;
+    while (dirent* f = readdir(fds)) {
+      char target[4096];
+      const ssize_t n = readlink((base + "/fd/" + f->d_name).c_str(), target, sizeof(target) - 1);
+      if (n > 0) used.insert(std::string(target, static_cast<size_t>(n)));
+    }
+    closedir(fds);
+  }
+  closedir(proc);
+  return used;
 }
 
 std::string describe(int status) {
@@ -51,9 +90,42 @@ std::string describe(int status) {
 
 }  // namespace
 
+RemovedFiles remove_stale_segments(double min_age_seconds) {
+  RemovedFiles out;
+  const std::string dir = shm_dir();
+  char real[4096];
+  const std::string where = realpath(dir.c_str(), real) ? std::string(real) : dir;
+  DIR* d = opendir(where.c_str());
+  if (d == nullptr) return out;
+  const time_t now = time(nullptr);
+  std::vector<std::pair<std::string, int64_t>> old;  // path, bytes
+  while (dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, "tiertrain-", 10) != 0) continue;
+    const std::string path = where + "/" + e->d_name;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) continue;
+    if (difftime(now, st.st_mtime) < min_age_seconds) continue;
+    old.emplace_back(path, static_cast<int64_t>(st.st_blocks) * 512);
+  }
+  closedir(d);
+  if (old.empty()) return out;
+  const std::set<std::string> used = files_in_use();
+  for (const auto& [path, bytes] : old) {
+    if (used.count(path)) continue;
+    if (::unlink(path.c_str()) == 0) {
+      ++out.files;
+      out.bytes += bytes;
+    }
+  }
+  return out;
+}
+
 Result<int> launch(const LaunchOptions& o) {
   TT_RETURN_IF(o.ranks < 1 || o.ranks > 4096, kInvalidArgument, "launch: -n %d (1..4096)", o.ranks);
   TT_RETURN_IF(o.command.empty(), kInvalidArgument, "launch: no command (tiertrain launch -n N -- CMD ...)");
+  if (const RemovedFiles gone = remove_stale_segments(); gone.files > 0)
+    std::fprintf(stderr, "tiertrain launch: removed %d shared-memory segment%s (%s) that killed jobs left in %s\n",
+                 gone.files, gone.files == 1 ? "" : "s", format_bytes(gone.bytes).c_str(), shm_dir().c_str());
   const std::string id = job_id();
   cpu_set_t allowed;
   CPU_ZERO(&allowed);

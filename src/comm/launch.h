@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/status.h"
 
 namespace tt::comm {
@@ -24,6 +25,16 @@ struct LaunchOptions {
 
 // Runs the job to its end; returns the exit code for the launcher: 0 if every rank exited with 0, otherwise the
 // failing rank's exit code (128 + the signal if it was killed by one), after a line on stderr naming it.
+// The launcher first removes what killed jobs left (remove_stale_segments), saying so on stderr.
 Result<int> launch(const LaunchOptions& options);
+
+// Note [stale segments]
+// A job's shared-memory segments (tiertrain-<job>-<rank> in /dev/shm, or TIERTRAIN_SHM_DIR; comm/shm.h) are
+// unlinked once every rank has mapped them; a job killed before that (the launcher during the rendezvous,
+// hand-started ranks) leaves them behind, holding memory until the machine restarts (25 GB apparent in issue 25's
+// audit). A segment is stale when it is this user's, older than `min_age_seconds` (a rendezvous under way is
+// younger), and no process maps it or holds it open (/proc/*/maps, /proc/*/fd). Removes those; `tiertrain launch
+// --cleanup` runs it alone.
+RemovedFiles remove_stale_segments(double min_age_seconds = 60);
 
 }  // namespace tt::comm

@@ -3,8 +3,10 @@
 // multiple of the ranks, and large enough for many rounds and the split reduction; a rank that never arrives, one
 // that calls something else, one that dies; the launcher naming a failed rank. This binary is both the test driver
 // (gtest) and, with TT_COMM_SCENARIO set, a rank.
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1487,6 +1489,53 @@ TEST(Launch, ACrashingRankStopsTheJobAndIsNamed) {
 
 // --bind-to core gives each rank one CPU; --bind-to share gives each its equal share of the launcher's CPUs and
 // sets TIERTRAIN_COMM_THREADS to it (Note [crew]), unless it is set already.
+// Note [stale segments]: `launch --cleanup` (and every launch) removes this user's segments that are over a minute
+// old and that no process maps or holds open; a mapped one, an open one, a young one and other files stay.
+TEST(Launch, StaleSegmentsAreRemovedAndLiveOnesKept) {
+  char tmpl[] = "/tmp/tiertrain-shm-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto make = [&](const std::string& name, bool old) {
+    const std::string path = dir + "/" + name;
+    const int fd = ::open(path.c_str(), O_CREAT | O_RDWR, 0600);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, 1 << 20), 0);
+    EXPECT_EQ(pwrite(fd, "x", 1, 0), 1);  // a page in use
+    if (old) {
+      const struct timeval t[2] = {{time(nullptr) - 600, 0}, {time(nullptr) - 600, 0}};
+      EXPECT_EQ(futimes(fd, t), 0);
+    }
+    return std::pair<std::string, int>(path, fd);
+  };
+  auto [dead, dead_fd] = make("tiertrain-jdead-0", true);
+  ::close(dead_fd);
+  auto [mapped, mapped_fd] = make("tiertrain-jlive-0", true);
+  void* map = mmap(nullptr, 1 << 20, PROT_READ, MAP_SHARED, mapped_fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  ::close(mapped_fd);
+  auto [open_one, open_fd] = make("tiertrain-jopen-1", true);  // held open, not mapped
+  auto [young, young_fd] = make("tiertrain-jyoung-0", false);
+  ::close(young_fd);
+  auto [other, other_fd] = make("not-ours-0", true);
+  ::close(other_fd);
+  const Job j = shell("env TIERTRAIN_SHM_DIR=" + dir + " " + TT_BINARY + " launch --cleanup");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_NE(j.output.find("removed 1 shared-memory segment ("), std::string::npos) << j.output;
+  EXPECT_NE(access(dead.c_str(), F_OK), 0);
+  for (const std::string& kept : {mapped, open_one, young, other}) EXPECT_EQ(access(kept.c_str(), F_OK), 0) << kept;
+  // Once nothing uses it, the next launch removes the open one, and says so.
+  ::close(open_fd);
+  const Job l = shell("env TIERTRAIN_SHM_DIR=" + dir + " " + TT_BINARY + " launch -n 1 -- true");
+  EXPECT_EQ(l.code, 0) << l.output;
+  EXPECT_NE(l.output.find("removed 1 shared-memory segment"), std::string::npos) << l.output;
+  EXPECT_NE(access(open_one.c_str(), F_OK), 0);
+  EXPECT_EQ(access(mapped.c_str(), F_OK), 0);
+  munmap(map, 1 << 20);
+  // -n is required for a job.
+  EXPECT_EQ(shell(std::string(TT_BINARY) + " launch -- true").code, 2);
+  shell("rm -rf " + dir);
+}
+
 TEST(Launch, BindingToCoresAndToShares) {
   cpu_set_t mask;
   CPU_ZERO(&mask);
