@@ -12,6 +12,9 @@
 #                                     OUT to OUTDIR's absolute path (made), the repository root as the working
 #                                     directory, NVLink multicast off, nvcc on PATH, the Debian packages of
 #                                     scripts/gpu_deps.sh (cmake_prefix)
+#   tt_gpu_tiertrain                  (after tt_gpu_setup; bench/perf/*.sh) builds tiertrain alone for sm_90 in
+#                                     build/gpu (Release, no tests) and sets TT to it; prints the build's last line
+#   tt_random_shard                   sets SHARD to a GPT-2 token shard of 20M random tokens in /tmp (made once)
 #   tt_mpirun_flags N                 (the collectives' benchmarks, bench/comm/comm_host.sh and
 #                                     bench/comm/comm_ab.sh) sets the array mpirun_flags: Open MPI's N ranks bound to physical cores, or to hardware
 #                                     threads where N is more than the cores (as tiertrain's launcher binds to
@@ -68,4 +71,16 @@ tt_gpu_setup() {
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
   source scripts/gpu_deps.sh
+}
+
+tt_gpu_tiertrain() {
+  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DTIERTRAIN_BUILD_TESTS=OFF ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} > /dev/null 2>&1
+  cmake --build build/gpu -j "$(nproc)" --target tiertrain 2>&1 | tail -n 1
+  TT=build/gpu/src/tiertrain
+}
+
+tt_random_shard() {
+  SHARD=/tmp/tiertrain-random-gpt2.bin
+  [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 > /dev/null
 }

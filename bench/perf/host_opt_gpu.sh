@@ -14,16 +14,12 @@ set -euo pipefail
 OUT=${1:?usage: bench/perf/host_opt_gpu.sh OUTDIR}
 source "$(dirname "$0")/../lib.sh"
 tt_gpu_setup "$OUT"
-TT=build/gpu/src/tiertrain
 cores=$(nproc)
 { nvidia-smi; nvcc --version; lscpu; } > "$OUT/machine.txt" 2>&1 || true
-cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DTIERTRAIN_BUILD_TESTS=OFF ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} > /dev/null 2>&1
-cmake --build build/gpu -j "$cores" --target tiertrain 2>&1 | tail -n 1
+tt_gpu_tiertrain
 export XDG_CACHE_HOME=/tmp/tiertrain-hostopt-cache
 rm -rf "$XDG_CACHE_HOME"
-SHARD=/tmp/tiertrain-random-gpt2.bin
-[ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 > /dev/null
+tt_random_shard
 gpt2=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
 d1024=(--layers 16 --dim 1024 --heads 16 --seq 2048 --batch 8)
 common=(--data "$SHARD" --eval-every 0 --steps 8 --warmup 1)

@@ -16,19 +16,15 @@ OUT=${1:?usage: bench/perf/plan_gpu.sh OUTDIR [WORKLOADS]}
 WORKLOADS=${2:-gpt2 d2048 d4096 d4096_40}
 source "$(dirname "$0")/../lib.sh"
 tt_gpu_setup "$OUT"
-TT=build/gpu/src/tiertrain
 { nvidia-smi; nvcc --version; } > "$OUT/machine.txt" 2>&1 || true
-cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DTIERTRAIN_BUILD_TESTS=OFF ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} > /dev/null 2>&1
-cmake --build build/gpu -j "$(nproc)" --target tiertrain 2>&1 | tail -n 1
+tt_gpu_tiertrain
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 500 \
   > "$OUT/clocks.csv" 2>/dev/null &
 SMI=$!
 trap 'kill $SMI 2>/dev/null || true' EXIT
 export XDG_CACHE_HOME=/tmp/tiertrain-plan-cache
 rm -rf "$XDG_CACHE_HOME"
-SHARD=/tmp/tiertrain-random-gpt2.bin
-[ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 > /dev/null
+tt_random_shard
 
 gpt2=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
 d2048=(--layers 8 --dim 2048 --heads 16 --seq 2048 --batch 8)

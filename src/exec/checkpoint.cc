@@ -73,14 +73,15 @@ class MetaReader {
   }
   Result<int64_t> integer(const std::string& field, int64_t lo, int64_t hi) const {
     TT_ASSIGN_OR_RETURN(const nlohmann::json* j, at(field));
-    const bool in = j->is_number_unsigned() ? j->get<uint64_t>() <= static_cast<uint64_t>(hi)
-                                            : j->is_number_integer() && j->get<int64_t>() >= lo &&
-                                                  j->get<int64_t>() <= hi;
-    TT_RETURN_IF(!in || (j->is_number_unsigned() && static_cast<int64_t>(j->get<uint64_t>()) < lo), kDataLoss,
+    // An unsigned value above INT64_MAX (2^64-1 read as -1 before) is out of any range here.
+    bool in = j->is_number_integer() && !(j->is_number_unsigned() && j->get<uint64_t>() > uint64_t(INT64_MAX));
+    const int64_t v = in ? j->get<int64_t>() : 0;
+    in = in && v >= lo && v <= hi;
+    TT_RETURN_IF(!in, kDataLoss,
                  "checkpoint '%s': metadata %s is %s, not an integer from %lld to %lld", path_.c_str(), field.c_str(),
                  j->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
                  static_cast<long long>(lo), static_cast<long long>(hi));
-    return j->is_number_unsigned() ? static_cast<int64_t>(j->get<uint64_t>()) : j->get<int64_t>();
+    return v;
   }
   Result<uint64_t> unsigned_integer(const std::string& field) const {
     TT_ASSIGN_OR_RETURN(const nlohmann::json* j, at(field));
