@@ -16,9 +16,13 @@ TIERTRAIN_APT_PACKAGES=(
   libopenmpi-dev openmpi-bin  # the MPI backend of the collectives, and mpirun for its tests
 )
 
+# The fuzz targets only (scripts/fuzz.sh): clang with libFuzzer and its OpenMP runtime.
+TIERTRAIN_FUZZ_APT_PACKAGES=(clang libclang-rt-dev libomp-dev)
+
+# tt_missing_packages [EXTRA...]: the packages of the list above (and EXTRA) not installed.
 tt_missing_packages() {
   local missing=()
-  for p in "${TIERTRAIN_APT_PACKAGES[@]}"; do
+  for p in "${TIERTRAIN_APT_PACKAGES[@]}" "$@"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
       missing+=("$p")
     fi
@@ -26,9 +30,10 @@ tt_missing_packages() {
   echo "${missing[@]:-}"
 }
 
+# tt_install_deps [EXTRA...]: installs what tt_missing_packages names.
 tt_install_deps() {
   local missing
-  missing=$(tt_missing_packages)
+  missing=$(tt_missing_packages "$@")
   [ -z "$missing" ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
     echo "tiertrain needs these Debian packages: $missing" >&2

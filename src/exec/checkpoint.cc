@@ -198,68 +198,66 @@ Result<std::string> find_checkpoint(const std::string& dir, const std::string& r
   return dir + "/" + files.back();
 }
 
-Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex) {
-  const Gpt& gpt = ex.model();
-  Optimizer& opt = ex.optimizer();
-  TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
-  const nlohmann::json& meta = r.meta();
+Result<CheckpointState> checkpoint_state_from_meta(const nlohmann::json& meta, const std::string& path) {
   CheckpointState st;
-  int64_t opt_step = 0;
-  {
-    TT_RETURN_IF(!meta.is_object() || !meta.contains("format") || meta.at("format") != kFormat, kDataLoss,
-                 "'%s' is a tensor file but not a tiertrain checkpoint", path.c_str());
-    TT_RETURN_IF(!meta.contains("version") || meta.at("version") != kVersion, kFailedPrecondition,
-                 "checkpoint '%s' has format version %s; this build reads version %d", path.c_str(),
-                 meta.contains("version")
-                     ? meta.at("version").dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str()
-                     : "(none)",
-                 kVersion);
-    const MetaReader m(meta, path);
-    int64_t v = 0;
-    TT_ASSIGN_OR_RETURN(v, m.integer("model.vocab", 1, kMaxDim));
-    st.model.vocab = static_cast<int>(v);
-    TT_ASSIGN_OR_RETURN(v, m.integer("model.layers", 1, kMaxDim));
-    st.model.layers = static_cast<int>(v);
-    TT_ASSIGN_OR_RETURN(v, m.integer("model.dim", 1, kMaxDim));
-    st.model.dim = static_cast<int>(v);
-    TT_ASSIGN_OR_RETURN(v, m.integer("model.heads", 1, kMaxDim));
-    st.model.heads = static_cast<int>(v);
-    TT_ASSIGN_OR_RETURN(v, m.integer("model.seq", 1, kMaxDim));
-    st.model.seq = static_cast<int>(v);
-    TT_ASSIGN_OR_RETURN(std::string dtype, m.string("dtype"));
-    auto dt = parse_dtype(dtype);
-    TT_RETURN_IF(!dt.is_ok(), kDataLoss, "checkpoint '%s': metadata dtype '%s' is not a dtype", path.c_str(),
-                 dtype.c_str());
-    st.dtype = dt.value();
-    TT_ASSIGN_OR_RETURN(st.step, m.integer("step", 0, kMaxSteps));
-    TT_ASSIGN_OR_RETURN(v, m.integer("batch", 1, kMaxDim));
-    st.batch = static_cast<int>(v);
-    TT_ASSIGN_OR_RETURN(st.seed, m.unsigned_integer("seed"));
-    TT_ASSIGN_OR_RETURN(st.data_path, m.string("data.path"));
-    TT_ASSIGN_OR_RETURN(st.data_fingerprint, m.unsigned_integer("data.fingerprint"));
-    TT_ASSIGN_OR_RETURN(st.sampler.epoch, m.unsigned_integer("sampler.epoch"));
-    TT_ASSIGN_OR_RETURN(st.sampler.cursor, m.unsigned_integer("sampler.cursor"));
-    TT_ASSIGN_OR_RETURN(const nlohmann::json* rng, m.at("rng"));
-    TT_RETURN_IF(!rng->is_array() || rng->size() != st.rng.size(), kDataLoss,
-                 "checkpoint '%s': metadata rng is not an array of %zu words", path.c_str(), st.rng.size());
-    for (size_t i = 0; i < st.rng.size(); ++i) {
-      const nlohmann::json& w = rng->at(i);
-      TT_RETURN_IF(!w.is_number_unsigned(), kDataLoss, "checkpoint '%s': metadata rng[%zu] is not an integer >= 0",
-                   path.c_str(), i);
-      st.rng[i] = w.get<uint64_t>();
-    }
-    st.config = meta.value("config", nlohmann::json::object());
-    if (st.config.is_null()) st.config = nlohmann::json::object();  // a run configured in code, not by knobs
-    TT_RETURN_IF(!st.config.is_object(), kDataLoss, "checkpoint '%s': metadata config is not an object",
-                 path.c_str());
-    TT_ASSIGN_OR_RETURN(opt_step, m.integer("optimizer.step", 0, kMaxSteps));
-    // The optimizer takes one step a training step: a checkpoint whose counts differ is damaged (AdamW's bias
-    // correction would use the wrong step: -100 gave NaN, 0 silently another trajectory).
-    TT_RETURN_IF(opt_step != st.step, kDataLoss,
-                 "checkpoint '%s': metadata optimizer.step is %lld but step is %lld (one optimizer step a training "
-                 "step)", path.c_str(), static_cast<long long>(opt_step), static_cast<long long>(st.step));
+  TT_RETURN_IF(!meta.is_object() || !meta.contains("format") || meta.at("format") != kFormat, kDataLoss,
+               "'%s' is a tensor file but not a tiertrain checkpoint", path.c_str());
+  TT_RETURN_IF(!meta.contains("version") || meta.at("version") != kVersion, kFailedPrecondition,
+               "checkpoint '%s' has format version %s; this build reads version %d", path.c_str(),
+               meta.contains("version")
+                   ? meta.at("version").dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str()
+                   : "(none)",
+               kVersion);
+  const MetaReader m(meta, path);
+  int64_t v = 0;
+  TT_ASSIGN_OR_RETURN(v, m.integer("model.vocab", 1, kMaxDim));
+  st.model.vocab = static_cast<int>(v);
+  TT_ASSIGN_OR_RETURN(v, m.integer("model.layers", 1, kMaxDim));
+  st.model.layers = static_cast<int>(v);
+  TT_ASSIGN_OR_RETURN(v, m.integer("model.dim", 1, kMaxDim));
+  st.model.dim = static_cast<int>(v);
+  TT_ASSIGN_OR_RETURN(v, m.integer("model.heads", 1, kMaxDim));
+  st.model.heads = static_cast<int>(v);
+  TT_ASSIGN_OR_RETURN(v, m.integer("model.seq", 1, kMaxDim));
+  st.model.seq = static_cast<int>(v);
+  TT_ASSIGN_OR_RETURN(std::string dtype, m.string("dtype"));
+  auto dt = parse_dtype(dtype);
+  TT_RETURN_IF(!dt.is_ok(), kDataLoss, "checkpoint '%s': metadata dtype '%s' is not a dtype", path.c_str(),
+               dtype.c_str());
+  st.dtype = dt.value();
+  TT_ASSIGN_OR_RETURN(st.step, m.integer("step", 0, kMaxSteps));
+  TT_ASSIGN_OR_RETURN(v, m.integer("batch", 1, kMaxDim));
+  st.batch = static_cast<int>(v);
+  TT_ASSIGN_OR_RETURN(st.seed, m.unsigned_integer("seed"));
+  TT_ASSIGN_OR_RETURN(st.data_path, m.string("data.path"));
+  TT_ASSIGN_OR_RETURN(st.data_fingerprint, m.unsigned_integer("data.fingerprint"));
+  TT_ASSIGN_OR_RETURN(st.sampler.epoch, m.unsigned_integer("sampler.epoch"));
+  TT_ASSIGN_OR_RETURN(st.sampler.cursor, m.unsigned_integer("sampler.cursor"));
+  TT_ASSIGN_OR_RETURN(const nlohmann::json* rng, m.at("rng"));
+  TT_RETURN_IF(!rng->is_array() || rng->size() != st.rng.size(), kDataLoss,
+               "checkpoint '%s': metadata rng is not an array of %zu words", path.c_str(), st.rng.size());
+  for (size_t i = 0; i < st.rng.size(); ++i) {
+    const nlohmann::json& w = rng->at(i);
+    TT_RETURN_IF(!w.is_number_unsigned(), kDataLoss, "checkpoint '%s': metadata rng[%zu] is not an integer >= 0",
+                 path.c_str(), i);
+    st.rng[i] = w.get<uint64_t>();
   }
+  st.config = meta.value("config", nlohmann::json::object());
+  if (st.config.is_null()) st.config = nlohmann::json::object();  // a run configured in code, not by knobs
+  TT_RETURN_IF(!st.config.is_object(), kDataLoss, "checkpoint '%s': metadata config is not an object",
+               path.c_str());
+  TT_ASSIGN_OR_RETURN(const int64_t opt_step, m.integer("optimizer.step", 0, kMaxSteps));
+  // The optimizer takes one step a training step: a checkpoint whose counts differ is damaged (AdamW's bias
+  // correction would use the wrong step: -100 gave NaN, 0 silently another trajectory).
+  TT_RETURN_IF(opt_step != st.step, kDataLoss,
+               "checkpoint '%s': metadata optimizer.step is %lld but step is %lld (one optimizer step a training "
+               "step)", path.c_str(), static_cast<long long>(opt_step), static_cast<long long>(st.step));
 
+  return st;
+}
+
+Status check_checkpoint_continues(const CheckpointState& st, const CheckpointState& expected,
+                                  const std::string& path) {
   // What must match for the run to continue.
   std::string mismatch;
   auto differ = [&](const char* what, long long have, long long want) {
@@ -321,6 +319,16 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
              expected.config.at(k).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
 
+  return Status::ok();
+}
+
+Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex) {
+  const Gpt& gpt = ex.model();
+  Optimizer& opt = ex.optimizer();
+  TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
+  TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(r.meta(), path));
+  TT_TRY(check_checkpoint_continues(st, expected, path));
+
   const DType md = gpt.master_dtype();
   const size_t esize = dtype_size(md);
   const size_t bytes = static_cast<size_t>(gpt.num_params()) * esize;
@@ -339,7 +347,7 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
   TT_TRY(ex.upload_params(params.data()));
   TT_TRY(be.compute_stream().synchronize());
   TT_TRY(opt.upload_state(reinterpret_cast<const float*>(m.data()), reinterpret_cast<const float*>(v.data())));
-  opt.set_steps_taken(opt_step);
+  opt.set_steps_taken(st.step);  // checkpoint_state_from_meta checked optimizer.step == step
   TT_LOG(INFO, CKPT, "resumed from %s at step %lld", path.c_str(), static_cast<long long>(st.step));
   return st;
 }

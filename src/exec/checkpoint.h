@@ -46,6 +46,15 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
 // `resume` is "latest" (the file named by <dir>/latest, else the highest step_*.ttf) or a file path.
 Result<std::string> find_checkpoint(const std::string& dir, const std::string& resume);
 
+// The run state a checkpoint's metadata records, read strictly (issue 25): every field present, of its type and in
+// its range, optimizer.step equal to step. Reads no tensor; `path` only names the file in errors.
+Result<CheckpointState> checkpoint_state_from_meta(const nlohmann::json& meta, const std::string& path);
+
+// Whether `st` (from checkpoint_state_from_meta) can continue the run described by `expected`: model shape, dtype and
+// data fingerprint must match (kFailedPrecondition), the sampler must be where step x batch windows of the data leave
+// it (kDataLoss, when expected.train_tokens is set); batch, seed, data path and knob differences are warnings.
+Status check_checkpoint_continues(const CheckpointState& st, const CheckpointState& expected, const std::string& path);
+
 // Checks the file against `expected` (model shape, dtype, data fingerprint must match; batch, seed and data path
 // differences are reported as warnings), then loads parameters and optimizer state into the executor's model and
 // optimizer.

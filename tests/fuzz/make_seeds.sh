@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/) from a tiertrain binary and small
+# hand-written inputs. The corpora are committed; run this again when a format changes:
+#
+#   tests/fuzz/make_seeds.sh build/release/src/tiertrain
+set -euo pipefail
+bin=$(realpath "${1:?usage: tests/fuzz/make_seeds.sh PATH/TO/tiertrain}")
+cd "$(dirname "$0")"
+out=$PWD/corpus
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+rm -rf "$out"
+mkdir -p "$out"/{tensorfile,checkpoint_meta,config,plan,profile,dataset}
+
+# A small corpus and a token shard (llm.c's format: 256 x int32 header, magic 20240520, version 1, count; uint16s).
+printf 'the memory of a device is never enough\nso we swap and recompute\n%.0s' {1..40} > "$work/text.txt"
+python3 - "$work/shard.bin" <<'PY'
+import struct, sys
+tokens = [(i * 7919) % 50257 for i in range(600)]
+header = [20240520, 1, len(tokens)] + [0] * 253
+open(sys.argv[1], "wb").write(struct.pack("<256i", *header) + struct.pack("<%dH" % len(tokens), *tokens))
+PY
+
+# A checkpoint of a tiny model: the tensor file, and its metadata alone.
+tiny=(--data "$work/text.txt" --layers 1 --dim 8 --heads 2 --seq 8 --batch 2 --steps 2 --warmup 1)
+"$bin" train "${tiny[@]}" --checkpoint-dir "$work/ckpt" --checkpoint-every 2 > /dev/null 2>&1
+cp "$work/ckpt/step_00000002.ttf" "$out/tensorfile/checkpoint.ttf"
+python3 - "$work/ckpt/step_00000002.ttf" "$out" <<'PY'
+import json, struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack_from("<Q", data, 8)[0]
+header = json.loads(data[24:24 + n])
+open(sys.argv[2] + "/checkpoint_meta/meta.json", "w").write(json.dumps(header["meta"]))
+# A tensor file with no tensor, and one with a single 2x3 float tensor (docs/FORMATS.md).
+def ttf(meta, tensors):
+    body, entries = b"", []
+    for name, payload, shape in tensors:
+        entries.append({"name": name, "dtype": "f32", "shape": shape, "offset": len(body), "bytes": len(payload),
+                        "crc32": zlib.crc32(payload)})
+        body += payload
+    hdr = json.dumps({"format": "tiertrain-tensors", "version": 1, "meta": meta, "tensors": entries}).encode()
+    head = b"TTTENSR1" + struct.pack("<QI", len(hdr), zlib.crc32(hdr)) + b"\0" * 4 + hdr
+    head += b"\0" * ((-len(head)) % 64)
+    total = len(head) + len(body) + 16
+    return head + body + b"TTEND001" + struct.pack("<Q", total)
+open(sys.argv[2] + "/tensorfile/empty.ttf", "wb").write(ttf({}, []))
+open(sys.argv[2] + "/tensorfile/one.ttf", "wb").write(
+    ttf({"step": 1}, [("w", struct.pack("<6f", 1, 2, 3, 4, 5, 6), [2, 3])]))
+PY
+
+# Configuration files.
+echo '{"layers": 2, "dim": 64, "heads": 4, "seq": 64, "batch": 4, "steps": 10, "lr": 0.001}' > "$out/config/model.json"
+echo '{"plan": "swap-activations", "device-budget": "2GiB", "dtype": "bf16", "checkpoint_every": 100, "checkpoint_dir": "/tmp/ck"}' \
+  > "$out/config/plan.json"
+echo '{"data": "/tmp/x.txt", "val_fraction": 0.1, "resume": "latest", "checkpoint-dir": "/tmp/ck", "seed": 7, "debug": "INFO"}' \
+  > "$out/config/data.json"
+
+# Plans: the first byte is the model's layers (mod 16, plus 1).
+plan() { printf '\x03'; echo "$1"; }
+plan '{"version": 1, "default": {"activation": "recompute"}, "layers": {"0-1": {"activation": "swap"}}, "swap_prefetch": 1}' > "$out/plan/mix.json"
+plan '{"version": 1, "default": {"activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}}}' > "$out/plan/halves.json"
+plan '{"version": 1, "default": {"activation": "resident", "param": "host_streamed", "grad": "host_streamed", "optim_state": "host_streamed"}, "optimizer": "cpu", "param_prefetch": 2}' > "$out/plan/offload.json"
+
+# A calibration profile of the CPU backend for the tiny model.
+XDG_CACHE_HOME=$work/cache "$bin" calibrate "${tiny[@]}" --out "$out/profile/cpu.json" > /dev/null 2>&1
+
+# Datasets: the first byte picks one file (even) or a folder (odd) and the validation share; files are cut at
+# "\n--tt-file--\n", each named by its first byte: 0 text, 1 text in a subfolder, 2 train shard, 3 val shard, 4 shard.
+cut=$'\n--tt-file--\n'
+{ printf '\x00\x00'; cat "$work/text.txt"; } > "$out/dataset/text"
+{ printf '\x01\x00'; head -c 300 "$work/text.txt"; printf '%s\x01' "$cut"; tail -c 300 "$work/text.txt"; } \
+  > "$out/dataset/text_folder"
+{ printf '\x00\x04'; cat "$work/shard.bin"; } > "$out/dataset/shard"
+{ printf '\x01\x02'; cat "$work/shard.bin"; printf '%s\x03' "$cut"; cat "$work/shard.bin"; } > "$out/dataset/shards"
+du -sh "$out"/*
