@@ -3,7 +3,10 @@ CUDA backend: same model, same random-token batches, AdamW with clipping.
 
 Modes: ``bf16`` (autocast bf16, fused AdamW, SDPA flash attention: the configuration PyTorch users run) and ``fp32``
 (no autocast, TF32 off, SDPA math on fp32: the like-for-like reference for tiertrain's fp32 mode). ``--compile``
-wraps the model in torch.compile. Step times are CUDA-event timed, median over the timed steps; tokens/s = B*T /
+wraps the model in torch.compile (``--compile-mode max-autotune-no-cudagraphs`` for Inductor's autotuned kernels).
+The model's vocabulary is padded up to a multiple of 128 (50257 -> 50304, as nanoGPT and llm.c do, and as tiertrain
+pads its own; ``--vocab-multiple 1`` for none); tokens are drawn from the data vocabulary ``--vocab``, and FLOPs and
+the configuration name count the data vocabulary for both programs. Step times are CUDA-event timed, median over the timed steps; tokens/s = B*T /
 median; MFU against 989 TFLOP/s (H100/H200 dense bf16) or 67 TFLOP/s (fp32 non-tensor-core) with the usual
 6*N*tokens + attention FLOP count. Prints one line and writes JSON with ``--json-out``.
 """
@@ -41,7 +44,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--mode", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--vocab-multiple", type=int, default=128,
+                   help="pad the model's vocabulary (embedding, LM head) up to a multiple of this")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--compile-mode", default="default", choices=["default", "max-autotune-no-cudagraphs"])
+    p.add_argument("--profile-out", help="after timing, profile 3 steps and write the top CUDA kernels here")
     p.add_argument("--save-on-cpu", action="store_true",
                    help="keep saved activations in pinned host memory (torch.autograd.graph.save_on_cpu)")
     p.add_argument("--memory-budget-gib", type=float, default=0,
@@ -56,12 +63,16 @@ def main() -> None:
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_budget_gib * 2**30 / total), torch.cuda.current_device())
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    cfg = torch_gpt.GPTConfig(V=args.vocab, L=args.layers, C=args.dim, H=args.heads, T=args.seq)
+    v_model = -(-args.vocab // args.vocab_multiple) * args.vocab_multiple
+    cfg = torch_gpt.GPTConfig(V=v_model, L=args.layers, C=args.dim, H=args.heads, T=args.seq)
     model = torch_gpt.GPT(cfg, use_sdpa=True).to(dev)
     torch_gpt.init_params(model)
-    n_params = sum(q.numel() for q in model.parameters())
+    # Parameters of the unpadded model (the padding rows of the embedding are not the model's), as tiertrain counts.
+    n_params = sum(q.numel() for q in model.parameters()) - (v_model - args.vocab) * args.dim
     opt = torch_gpt.make_optimizer(model, 6e-4, fused=True)
-    fwd = torch.compile(model) if args.compile else model
+    fwd = model
+    if args.compile:
+        fwd = torch.compile(model) if args.compile_mode == "default" else torch.compile(model, mode=args.compile_mode)
 
     def step(tokens, targets):
         opt.zero_grad(set_to_none=True)
@@ -87,16 +98,27 @@ def main() -> None:
         end.synchronize()
         times.append(start.elapsed_time(end))
         losses.append(loss.item())
+    if args.profile_out:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                seq = torch.randint(0, args.vocab, (args.batch, args.seq + 1), device=dev, generator=gen)
+                step(seq[:, :-1], seq[:, 1:])
+            torch.cuda.synchronize()
+        with open(args.profile_out, "w") as f:
+            f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=45, max_name_column_width=90))
     timed = times[args.warmup_steps:]
     ms = statistics.median(timed)
     tps = args.batch * args.seq / (ms / 1e3)
     peak_flops = 989e12 if args.mode == "bf16" else 67e12
     mfu = flops_per_step(args.layers, args.dim, args.vocab, args.seq, args.batch, n_params) / (ms / 1e3) / peak_flops
-    impl = f"torch-{args.mode}" + ("-compile" if args.compile else "-eager") + ("-save_on_cpu" if args.save_on_cpu else "")
+    impl = f"torch-{args.mode}" + ("-compile" if args.compile else "-eager")
+    impl += "-max-autotune" if args.compile and args.compile_mode != "default" else ""
+    impl += "-save_on_cpu" if args.save_on_cpu else ""
     result = {"impl": impl, "memory_budget_gib": args.memory_budget_gib or None,
               "torch_version": torch.__version__, "device": torch.cuda.get_device_name(),
               "config": {"L": args.layers, "C": args.dim, "H": args.heads, "T": args.seq, "B": args.batch,
-                         "V": args.vocab}, "params": n_params, "median_ms_per_step": ms, "tokens_per_s": tps,
+                         "V": args.vocab, "V_model": v_model}, "params": n_params, "median_ms_per_step": ms, "tokens_per_s": tps,
               "mfu": mfu, "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "first_loss": losses[0],
               "last_loss": losses[-1]}
     print(json.dumps(result))

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The engine's speed against fair PyTorch baselines on one GPU (issue 23): the vocabulary padded to 50304 for both,
+# fused AdamW, SDPA flash attention, bf16 autocast, eager, torch.compile and (GPT-2) torch.compile with
+# max-autotune-no-cudagraphs; MFU beside tokens/s; op-by-op profiles of tiertrain (--profile) and of the compiled
+# PyTorch run (torch.profiler, top kernels) to see where the gap is.
+#
+#   bench/training/engine_gpu.sh OUTDIR [gpt2|d4096|all]
+#
+# gpt2: GPT-2 124M (L12 d768 T1024) at B16 and B32; d4096: GPT L16 d4096 T2048 B8 in-core. OUTDIR gets one JSON per
+# run, the logs, profile_*.txt, results.json and results.md (bench/training/gpu_summary.py), packed in results.tgz.
+set -euo pipefail
+OUT=${1:?usage: bench/training/engine_gpu.sh OUTDIR [gpt2|d4096|all]}
+part=${2:-all}
+source "$(dirname "$0")/../lib.sh"
+tt_gpu_setup "$OUT"
+{ nvidia-smi; nvcc --version; python3 -c 'import torch; print("torch", torch.__version__)'; } > "$OUT/machine.txt" 2>&1 || true
+echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/commit.txt"
+tt_gpu_tiertrain
+tt_random_shard
+status=0
+pack() {  # the summary and the archive, again after each long part
+  python3 bench/training/gpu_summary.py "$OUT" > /dev/null || status=1
+  tar -czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/null || true
+}
+
+tiertrain() {  # NAME STEPS FLAGS...
+  local name=$1 steps=$2
+  shift 2
+  "$TT" train "$@" --data "$SHARD" --steps "$steps" --warmup 5 --eval-every 0 --log-every 10 \
+    --metrics-out "$OUT/tiertrain_$name.json" > "$OUT/tiertrain_$name.log" 2>&1 ||
+    { echo "tiertrain $name failed"; tail -5 "$OUT/tiertrain_$name.log"; status=1; }
+  grep -o 'median.*' "$OUT/tiertrain_$name.log" | head -n 1 | sed "s/^/tiertrain $name: /"
+}
+torch_run() {  # NAME FLAGS...
+  local name=$1
+  shift
+  python3 bench/training/torch_gpt_gpu.py "$@" --json-out "$OUT/torch_$name.json" > "$OUT/torch_$name.log" 2>&1 ||
+    { echo "torch $name failed"; tail -5 "$OUT/torch_$name.log"; status=1; }
+  tail -n 1 "$OUT/torch_$name.log" | cut -c1-200
+}
+
+if [ "$part" = gpt2 ] || [ "$part" = all ]; then
+  for B in 16 32; do
+    m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B")
+    tiertrain "gpt2_b$B" 40 "${m[@]}"
+    torch_run "gpt2_b${B}_eager" "${m[@]}" --steps 30 --mode bf16
+    prof=()
+    [ "$B" = 16 ] && prof=(--profile-out "$OUT/profile_torch_compile_gpt2_b16.txt")
+    torch_run "gpt2_b${B}_compile" "${m[@]}" --steps 40 --warmup-steps 15 --mode bf16 --compile "${prof[@]}"
+  done
+  "$TT" train --layers 12 --dim 768 --heads 12 --seq 1024 --batch 16 --data "$SHARD" --steps 12 --warmup 2 \
+    --eval-every 0 --log-every 100 --profile > "$OUT/profile_tiertrain_gpt2_b16.txt" 2>&1 || status=1
+  pack
+  # Autotuning takes minutes: last, so that a call's time limit leaves the rows above.
+  for B in 16 32; do
+    torch_run "gpt2_b${B}_autotune" --layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B" --steps 40 \
+      --warmup-steps 15 --mode bf16 --compile --compile-mode max-autotune-no-cudagraphs
+    pack
+  done
+fi
+if [ "$part" = d4096 ] || [ "$part" = all ]; then
+  m=(--layers 16 --dim 4096 --heads 32 --seq 2048 --batch 8)
+  tiertrain d4096 15 "${m[@]}"
+  torch_run d4096_eager "${m[@]}" --steps 12 --warmup-steps 4 --mode bf16
+  torch_run d4096_compile "${m[@]}" --steps 14 --warmup-steps 6 --mode bf16 --compile \
+    --profile-out "$OUT/profile_torch_compile_d4096.txt"
+  "$TT" train "${m[@]}" --data "$SHARD" --steps 6 --warmup 2 --eval-every 0 --log-every 100 --profile \
+    > "$OUT/profile_tiertrain_d4096.txt" 2>&1 || status=1
+fi
+pack
+cat "$OUT/results.md"
+exit $status
