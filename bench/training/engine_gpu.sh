@@ -6,7 +6,8 @@
 #
 #   bench/training/engine_gpu.sh OUTDIR [gpt2|d4096|all]
 #
-# gpt2: GPT-2 124M (L12 d768 T1024) at B16 and B32; d4096: GPT L16 d4096 T2048 B8 in-core. OUTDIR gets one JSON per
+# gpt2: GPT-2 124M (L12 d768 T1024) at B16 and B32; d4096: GPT L16 d4096 T2048 B8 in-core. TT_TORCH_MODES (default
+# "eager compile autotune") picks the PyTorch runs of the gpt2 part. OUTDIR gets one JSON per
 # run, the logs, profile_*.txt, results.json and results.md (bench/training/gpu_summary.py), packed in results.tgz.
 set -euo pipefail
 OUT=${1:?usage: bench/training/engine_gpu.sh OUTDIR [gpt2|d4096|all]}
@@ -18,6 +19,7 @@ echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/c
 tt_gpu_tiertrain
 tt_random_shard
 status=0
+modes=" ${TT_TORCH_MODES:-eager compile autotune} "
 pack() {  # the summary and the archive, again after each long part
   python3 bench/training/gpu_summary.py "$OUT" > /dev/null || status=1
   tar -czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/null || true
@@ -43,16 +45,18 @@ if [ "$part" = gpt2 ] || [ "$part" = all ]; then
   for B in 16 32; do
     m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B")
     tiertrain "gpt2_b$B" 40 "${m[@]}"
-    torch_run "gpt2_b${B}_eager" "${m[@]}" --steps 30 --mode bf16
+    [[ $modes == *" eager "* ]] && torch_run "gpt2_b${B}_eager" "${m[@]}" --steps 30 --mode bf16
     prof=()
     [ "$B" = 16 ] && prof=(--profile-out "$OUT/profile_torch_compile_gpt2_b16.txt")
-    torch_run "gpt2_b${B}_compile" "${m[@]}" --steps 40 --warmup-steps 15 --mode bf16 --compile "${prof[@]}"
+    [[ $modes == *" compile "* ]] &&
+      torch_run "gpt2_b${B}_compile" "${m[@]}" --steps 40 --warmup-steps 15 --mode bf16 --compile "${prof[@]}"
   done
   "$TT" train --layers 12 --dim 768 --heads 12 --seq 1024 --batch 16 --data "$SHARD" --steps 12 --warmup 2 \
     --eval-every 0 --log-every 100 --profile > "$OUT/profile_tiertrain_gpt2_b16.txt" 2>&1 || status=1
   pack
   # Autotuning takes minutes: last, so that a call's time limit leaves the rows above.
   for B in 16 32; do
+    [[ $modes == *" autotune "* ]] || continue
     torch_run "gpt2_b${B}_autotune" --layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B" --steps 40 \
       --warmup-steps 15 --mode bf16 --compile --compile-mode max-autotune-no-cudagraphs
     pack
