@@ -7,7 +7,8 @@
 #   bench/training/engine_gpu.sh OUTDIR [gpt2|d4096|all]
 #
 # gpt2: GPT-2 124M (L12 d768 T1024) at B16 and B32; d4096: GPT L16 d4096 T2048 B8 in-core. TT_TORCH_MODES (default
-# "eager compile autotune") picks the PyTorch runs of the gpt2 part. OUTDIR gets one JSON per
+# "eager compile autotune") picks the PyTorch runs of the gpt2 part; TT_ONLY_ARCHIVE=1 leaves only results.md and
+# results.tgz in OUTDIR at the end. OUTDIR gets one JSON per
 # run, the logs, profile_*.txt, results.json and results.md (bench/training/gpu_summary.py), packed in results.tgz.
 set -euo pipefail
 OUT=${1:?usage: bench/training/engine_gpu.sh OUTDIR [gpt2|d4096|all]}
@@ -73,4 +74,8 @@ if [ "$part" = d4096 ] || [ "$part" = all ]; then
 fi
 pack
 cat "$OUT/results.md"
+# TT_ONLY_ARCHIVE=1 (for the device tool, which brings back a few files a call): leave results.md and results.tgz.
+if [ "${TT_ONLY_ARCHIVE:-0}" = 1 ]; then
+  find "$OUT" -maxdepth 1 -type f ! -name results.tgz ! -name results.md -delete
+fi
 exit $status
