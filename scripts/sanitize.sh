@@ -32,6 +32,9 @@ export OMPI_MCA_btl=self,tcp
 # - tests of speed (a time limit, or a prediction checked against a measured step): the sanitizers slow the code
 #   2-20 times, and unevenly.
 skip='HugePages|RefusedPinNamesRlimitMemlock|PoolsThatCannotBeMappedAreOffEverywhere|Searches48BlocksQuickly|PlanAccuracy'
+# Under tsan also: the exhaustive plan search (single-threaded, over 15 minutes under TSan's instrumentation), and the
+# tests that start OpenMP teams of a chosen size (the host AdamW's thread counts), whose barriers TSan cannot see.
+[ "$which" = tsan ] && skip="$skip|AutoPlan.EqualsTheExhaustiveSearch|CpuAdamWAlignment|VectorAndThreadedMatch"
 cmake --preset "$which" > /dev/null
 cmake --build --preset "$which"
 # The ranks under mpirun (CommMpi): Open MPI unloads its components before LeakSanitizer reports, so their leaks

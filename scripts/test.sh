@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test: builds (Release, with CUDA sources when nvcc is found) and runs the C++ tests with CTest, the Python
-# tool tests, and the Python package's tests (after building it as `pip install .` does) with pytest. GPU tests
-# skip with a message on a machine without a GPU.
+# tool tests, the Python package's tests (after building it as `pip install .` does) with pytest, and the fuzz
+# targets briefly under ASan and UBSan. GPU tests skip with a message on a machine without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -18,3 +18,9 @@ ctest --preset release -j1
 build/pyenv/bin/pip install -q --disable-pip-version-check "scikit-build-core>=0.8"
 build/pyenv/bin/pip install -q --disable-pip-version-check --no-build-isolation .
 TT_TIERTRAIN_BIN=build/release/src/tiertrain build/pyenv/bin/python -m pytest -q -p no:cacheprovider python/tests
+# The fuzz targets, 15 s each (issue 25): every reader of outside input (tensor files, checkpoint metadata, config
+# files, plans, profiles, datasets) built with clang, ASan and UBSan, run over the inputs that once broke it and
+# fuzzed from its seeds; any crash, sanitizer report or hang fails. `scripts/fuzz.sh 600` is the long run;
+# `scripts/sanitize.sh asan|tsan` runs the whole C++ suite under a sanitizer (not here: its build alone takes about
+# 16 minutes on two cores).
+scripts/fuzz.sh "${TT_FUZZ_SECONDS:-15}"

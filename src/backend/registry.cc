@@ -59,7 +59,19 @@ Result<std::string> resolve_backend_name(const std::string& name) {
   TT_RETURN_IF(!p.built && p.error.rfind("unknown", 0) == 0, kInvalidArgument, "--backend %s: %s (built: %s)",
                name.c_str(), p.error.c_str(), built.c_str());
   TT_RETURN_IF(!p.built, kFailedPrecondition, "--backend %s: %s", name.c_str(), p.error.c_str());
-  TT_RETURN_IF(!p.available, kFailedPrecondition, "--backend %s: no usable GPU (%s)", name.c_str(), p.error.c_str());
+  if (!p.available) {
+    // Issue 24: the CUDA runtime's own words ("CUDA driver version is insufficient for CUDA runtime version") are
+    // what it says on a machine with no NVIDIA driver at all; say what that means and what to do.
+    const bool no_driver = p.error.find("driver") != std::string::npos ||
+                           p.error.find("no CUDA-capable device") != std::string::npos;
+    return make_status(StatusCode::kFailedPrecondition,
+                       "--backend %s: no usable GPU: %s (the CUDA runtime says: %s); --backend cpu runs on the CPU, "
+                       "--backend auto picks the GPU when there is one",
+                       name.c_str(),
+                       no_driver ? "this machine has no NVIDIA GPU driver, or one older than this build's CUDA needs"
+                                 : "CUDA sees no GPU here",
+                       p.error.c_str());
+  }
   return name;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,11 +41,19 @@ const char* type_hint(tt::KnobType t) {
     case tt::KnobType::kInt: return "INT";
     case tt::KnobType::kFloat: return "FLOAT";
     case tt::KnobType::kBytes: return "BYTES";
-    case tt::KnobType::kChoice: return "CHOICE";
+    case tt::KnobType::kChoice: return "CHOICE";  // shown as {a,b,c} instead, below
     case tt::KnobType::kString: return "TEXT";
   }
   return "VALUE";
 }
+
+// `launch`'s usage line: the command after `--` is what it runs, which CLI11's own line ("[OPTIONS]") does not show.
+class LaunchFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    return "\nUsage: " + name + " -n N [OPTIONS] -- CMD [ARGS...]\n       " + name + " --cleanup\n";
+  }
+};
 
 }  // namespace
 
@@ -127,8 +136,14 @@ int main(int argc, char** argv) {
                      "core: pin rank r to the r-th CPU this process may use; share: to its equal share of those CPUs "
                      "(room for its helper threads); none (default)")
       ->check(CLI::IsMember({"none", "core", "share"}));
+  launch->add_flag("--tag-output,!--no-tag-output", launch_opt.tag_output,
+                   "prefix every line a rank writes with [rank R] (the ranks' output goes through the launcher, line "
+                   "by line) [default: on]");
+  launch->add_option("--log-dir", launch_opt.log_dir,
+                     "also write each rank's stdout and stderr, untagged, to DIR/rank<R>.out and DIR/rank<R>.err");
   launch->add_option("--grace", launch_opt.grace_seconds,
                      "seconds between SIGTERM and SIGKILL when stopping the ranks after one failed [default: 5]");
+  launch->formatter(std::make_shared<LaunchFormatter>());
   launch->prefix_command();  // everything from the command on is the command
   launch->allow_extras();
 
@@ -170,7 +185,13 @@ int main(int argc, char** argv) {
       CLI::Option* o = sub->add_option(tt::Config::flag_name(k.spec.name), raw[k.spec.name],
                                        k.spec.help + " [default: " +
                                            (k.spec.default_value.empty() ? "none" : k.spec.default_value) + "]");
-      o->type_name(type_hint(k.spec.type));
+      if (k.spec.type == tt::KnobType::kChoice) {
+        std::string names;  // the choices themselves, as CLI11 shows its own IsMember checks
+        for (const std::string& c : k.spec.choices) names += (names.empty() ? "" : ",") + c;
+        o->type_name("{" + names + "}");
+      } else {
+        o->type_name(type_hint(k.spec.type));
+      }
       o->group(k.spec.group);
       if (k.spec.implicit_value.empty()) {
         o->expected(1);
@@ -284,6 +305,19 @@ int main(int argc, char** argv) {
   if (!tc.is_ok()) return report(tc.status());
   if (plan->parsed()) return tt::cli::run_plan(tc.value(), plan_cmd, stdout);
   if (calibrate->parsed()) return tt::cli::run_calibrate(tc.value(), calibrate_cmd, stdout);
+  // Issue 24: under `tiertrain launch -n 2` (or mpirun, srun) every rank would train the same model alone, and with
+  // a shared --checkpoint-dir write over the others' files. Until the mesh (data and tensor parallel) exists, refuse.
+  for (const char* var : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && std::atoi(v) > 1) {
+      std::fprintf(stderr,
+                   "tiertrain: error: train runs one process on one device, but %s=%s says this is one of %s ranks: "
+                   "each would train the same model alone (and write over the others' checkpoints). Training across "
+                   "devices (a --mesh of data and tensor parallelism) is not built yet; run one train per job\n",
+                   var, v, v);
+      return kExitUsage;
+    }
+  }
   tc.value().dry_run = dry_run;
   tc.value().schedule_out = schedule_out;
   if (!schedule_out.empty() && !dry_run) {

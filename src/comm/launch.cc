@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sched.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -120,6 +122,129 @@ RemovedFiles remove_stale_segments(double min_age_seconds) {
   return out;
 }
 
+namespace {
+
+// Note [rank output]
+// With tag_output or a log_dir, every rank's stdout and stderr are pipes the launcher reads (poll, 100 ms at most
+// between its checks of the ranks). Bytes go to the log files as they come; for the terminal they are cut into lines,
+// and each whole line is written with one write(2) and the prefix "[rank R] ", so that no two ranks' lines mix (a
+// rank's last line without a newline gets one at its end). The ranks see pipes, not a terminal, so stdio buffers
+// their output in blocks: the launcher sets PYTHONUNBUFFERED=1 for them (unless set), tiertrain flushes each line it
+// logs, and other C programs should flush (or run under `stdbuf -oL`).
+class RankOutput {
+ public:
+  struct Stream {
+    int fd = -1;     // read end of the rank's pipe; -1 once it reached EOF
+    int rank = 0;
+    int to = 1;      // the launcher's stdout (1) or stderr (2)
+    int file = -1;   // log file, or -1
+    std::string partial;
+  };
+
+  RankOutput(bool tag) : tag_(tag) {}
+  ~RankOutput() {
+    for (Stream& s : streams_) {
+      if (s.fd >= 0) ::close(s.fd);
+      if (s.file >= 0) ::close(s.file);
+    }
+  }
+  void add(Stream s) { streams_.push_back(std::move(s)); }
+  bool open() const {
+    for (const Stream& s : streams_)
+      if (s.fd >= 0) return true;
+    return false;
+  }
+
+  // Waits up to `ms` for output and forwards what there is.
+  void pump(int ms) {
+    std::vector<pollfd> fds;
+    std::vector<Stream*> of;
+    for (Stream& s : streams_)
+      if (s.fd >= 0) {
+        fds.push_back(pollfd{s.fd, POLLIN, 0});
+        of.push_back(&s);
+      }
+    if (fds.empty()) {
+      if (ms > 0) ::poll(nullptr, 0, ms);
+      return;
+    }
+    if (::poll(fds.data(), fds.size(), ms) <= 0) return;
+    for (size_t i = 0; i < fds.size(); ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_some(*of[i]);
+  }
+
+ private:
+  static void write_all(int fd, const char* p, size_t n) {
+    while (n > 0) {
+      const ssize_t w = ::write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return;  // a closed terminal or pipe: the output is lost, the job goes on
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  void read_some(Stream& s) {
+    char buf[65536];
+    const ssize_t n = ::read(s.fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {  // EOF (or an error: the same for us)
+      if (!s.partial.empty()) emit(s, s.partial + "\n");
+      s.partial.clear();
+      ::close(s.fd);
+      s.fd = -1;
+      return;
+    }
+    if (s.file >= 0) write_all(s.file, buf, static_cast<size_t>(n));
+    if (!tag_) {
+      write_all(s.to, buf, static_cast<size_t>(n));
+      return;
+    }
+    s.partial.append(buf, static_cast<size_t>(n));
+    const size_t last = s.partial.rfind('\n');
+    if (last == std::string::npos) return;
+    emit(s, s.partial.substr(0, last + 1));
+    s.partial.erase(0, last + 1);
+  }
+  // Whole lines, prefixed, in one write.
+  void emit(const Stream& s, const std::string& lines) {
+    if (!tag_) {
+      write_all(s.to, lines.data(), lines.size());
+      return;
+    }
+    const std::string prefix = "[rank " + std::to_string(s.rank) + "] ";
+    std::string out;
+    out.reserve(lines.size() + prefix.size() * 4);
+    size_t a = 0;
+    while (a < lines.size()) {
+      const size_t b = lines.find('\n', a);
+      out += prefix;
+      out.append(lines, a, b - a + 1);
+      a = b + 1;
+    }
+    write_all(s.to, out.data(), out.size());
+  }
+
+  bool tag_;
+  std::vector<Stream> streams_;
+};
+
+Status make_dirs(const std::string& dir) {
+  std::string partial;
+  for (size_t pos = 0; pos != std::string::npos;) {
+    pos = dir.find('/', pos + 1);
+    partial = dir.substr(0, pos);
+    if (!partial.empty() && ::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+      return make_status(StatusCode::kIoError, "launch --log-dir: cannot create '%s': %s", partial.c_str(),
+                         std::strerror(errno));
+  }
+  struct stat st {};
+  TT_RETURN_IF(::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), kIoError,
+               "launch --log-dir: '%s' is not a folder", dir.c_str());
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<int> launch(const LaunchOptions& o) {
   TT_RETURN_IF(o.ranks < 1 || o.ranks > 4096, kInvalidArgument, "launch: -n %d (1..4096)", o.ranks);
   TT_RETURN_IF(o.command.empty(), kInvalidArgument, "launch: no command (tiertrain launch -n N -- CMD ...)");
@@ -146,6 +271,57 @@ Result<int> launch(const LaunchOptions& o) {
   const pid_t launcher_pid = getpid();
   sigprocmask(SIG_BLOCK, &handled, &old);
 
+  // Note [rank output]: the pipes (and log files) of every rank, made before any rank starts.
+  const bool piped = o.tag_output || !o.log_dir.empty();
+  RankOutput output(o.tag_output);
+  std::vector<std::array<int, 2>> child_fds(static_cast<size_t>(o.ranks), {-1, -1});  // the ranks' stdout, stderr
+  if (piped) {
+    if (!o.log_dir.empty()) {
+      if (Status st = make_dirs(o.log_dir); !st.is_ok()) {
+        sigprocmask(SIG_SETMASK, &old, nullptr);
+        sigaction(SIGCHLD, &old_chld, nullptr);
+        return st;
+      }
+    }
+    for (int r = 0; r < o.ranks; ++r) {
+      for (int k = 0; k < 2; ++k) {
+        int p[2];
+        if (::pipe2(p, O_CLOEXEC) != 0) {
+          const int e = errno;
+          sigprocmask(SIG_SETMASK, &old, nullptr);
+          sigaction(SIGCHLD, &old_chld, nullptr);
+          return make_status(StatusCode::kIoError, "launch: a pipe for rank %d's output: %s", r, std::strerror(e));
+        }
+        RankOutput::Stream s;
+        s.fd = p[0];
+        s.rank = r;
+        s.to = k == 0 ? 1 : 2;
+        if (!o.log_dir.empty()) {
+          const std::string path = o.log_dir + "/rank" + std::to_string(r) + (k == 0 ? ".out" : ".err");
+          s.file = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+          if (s.file < 0) {
+            const int e = errno;
+            ::close(p[0]);
+            ::close(p[1]);
+            sigprocmask(SIG_SETMASK, &old, nullptr);
+            sigaction(SIGCHLD, &old_chld, nullptr);
+            return make_status(StatusCode::kIoError, "launch --log-dir: cannot write '%s': %s", path.c_str(),
+                               std::strerror(e));
+          }
+        }
+        output.add(std::move(s));
+        child_fds[static_cast<size_t>(r)][static_cast<size_t>(k)] = p[1];
+      }
+    }
+  }
+  auto close_child_ends = [&](int r) {
+    for (int& fd : child_fds[static_cast<size_t>(r)])
+      if (fd >= 0) {
+        ::close(fd);
+        fd = -1;
+      }
+  };
+
   std::vector<char*> argv;
   for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -159,6 +335,7 @@ Result<int> launch(const LaunchOptions& o) {
       for (pid_t p : pids)
         if (p > 0) kill(p, SIGKILL);
       while (running-- > 0) wait(nullptr);
+      for (int q = 0; q < o.ranks; ++q) close_child_ends(q);
       sigprocmask(SIG_SETMASK, &old, nullptr);
       return make_status(StatusCode::kInternal, "launch: fork for rank %d: %s", r, std::strerror(e));
     }
@@ -173,6 +350,11 @@ Result<int> launch(const LaunchOptions& o) {
           dup2(devnull, 0);
           ::close(devnull);
         }
+      }
+      if (piped) {
+        dup2(child_fds[static_cast<size_t>(r)][0], 1);
+        dup2(child_fds[static_cast<size_t>(r)][1], 2);
+        setenv("PYTHONUNBUFFERED", "1", 0);  // Note [rank output]: Python's stdio would buffer a pipe in blocks
       }
       // The rank ends with the launcher, even if the launcher is killed outright.
       prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -204,6 +386,7 @@ Result<int> launch(const LaunchOptions& o) {
     if (!(r == 0 && interactive)) setpgid(pid, pid);  // also here: whichever of parent and child runs first
     pids[static_cast<size_t>(r)] = pid;
     ++running;
+    close_child_ends(r);  // the rank holds them now; the pipes reach EOF when it (and what it started) is done
   }
 
   int failed = -1;  // the first rank that failed
@@ -256,6 +439,10 @@ Result<int> launch(const LaunchOptions& o) {
       kill_at = std::chrono::steady_clock::now() + std::chrono::hours(24);
     }
     timespec wait_for{0, 100 * 1000 * 1000};
+    if (piped) {  // the 100 ms are spent waiting for output instead
+      output.pump(100);
+      wait_for.tv_nsec = 0;
+    }
     siginfo_t info{};
     const int sig = sigtimedwait(&handled, &info, &wait_for);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
@@ -270,6 +457,10 @@ Result<int> launch(const LaunchOptions& o) {
       }
     }
   }
+  // What the ranks wrote last; a process they started in the background may hold the pipes open, so at most 2 s.
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+       output.open() && std::chrono::steady_clock::now() < until;)
+    output.pump(50);
   sigprocmask(SIG_SETMASK, &old, nullptr);
   sigaction(SIGCHLD, &old_chld, nullptr);
   remove_leftovers(id);

@@ -21,6 +21,11 @@ struct LaunchOptions {
   // helper threads then have CPUs of their own: Note [crew] in comm/crew.cc).
   bool bind_share = false;
   double grace_seconds = 5.0;        // between SIGTERM and SIGKILL when stopping the other ranks
+  // Note [rank output]: each rank's stdout and stderr go through the launcher, line by line, each line prefixed with
+  // "[rank R] " (off: the ranks write to the launcher's stdout and stderr directly, interleaving as they come).
+  bool tag_output = true;
+  // Also each rank's stdout and stderr, untagged, into DIR/rank<R>.out and DIR/rank<R>.err (DIR made if missing).
+  std::string log_dir;
 };
 
 // Runs the job to its end; returns the exit code for the launcher: 0 if every rank exited with 0, otherwise the

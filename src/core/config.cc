@@ -1,6 +1,7 @@
 #include "core/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -139,15 +140,20 @@ Status Config::set(const std::string& name, const std::string& raw_text, KnobSou
       break;
     }
     case KnobType::kChoice: {
-      bool ok = false;
-      for (const auto& c : spec.choices) ok |= (c == text);
-      if (!ok) {
+      // Any case ("info" for INFO, "BF16" for bf16); the value kept is the choice as declared.
+      const std::string* match = nullptr;
+      for (const auto& c : spec.choices)
+        if (c.size() == text.size() && std::equal(c.begin(), c.end(), text.begin(), [](char x, char y) {
+              return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+            }))
+          match = &c;
+      if (match == nullptr) {
         std::string all;
         for (const auto& c : spec.choices) all += (all.empty() ? "" : ", ") + c;
         return make_status(StatusCode::kInvalidArgument, "%s: '%s' is not one of %s", where.c_str(), text.c_str(),
                            all.c_str());
       }
-      value = text;
+      value = *match;
       break;
     }
     case KnobType::kString: value = text; break;

@@ -84,8 +84,8 @@ void declare_train_knobs(Config& cfg) {
   knob("runtime", "device_budget", K::kBytes, "0",
        "hard cap on device memory, e.g. 512MiB, 2GiB (0: what the run needs on a GPU, half the RAM on the CPU)", 0, 9e18);
   knob("runtime", "threads", K::kInt, "0",
-       "CPU threads: the CPU backend's kernels, beside a GPU the CPU optimizer's update (0: all cores; beside a GPU all "
-       "but one)",
+       "CPU threads: the CPU backend's kernels, beside a GPU the CPU optimizer's update (0: OMP_NUM_THREADS if set, "
+       "else the cores this process may run on; beside a GPU one fewer)",
        0, 4096);
   knob("runtime", "host_numa_node", K::kInt, "-1",
        "NUMA node of the host memory the copy engines use (-1: the GPU's own node; none on the CPU backend)", -1, 1023);
@@ -194,6 +194,12 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
                "--checkpoint-every needs --checkpoint-dir");
   TT_RETURN_IF(tc.resume == "latest" && tc.checkpoint_dir.empty(), kInvalidArgument,
                "--resume without a file needs --checkpoint-dir to find the latest checkpoint");
+  // Issue 24: a warm-up as long as the run was silently accepted; the rate then never reaches --lr.
+  if (tc.warmup >= tc.steps && tc.steps > 0)
+    TT_LOG(WARN, EXEC,
+           "--warmup %lld is not shorter than --steps %lld: the learning rate rises the whole run and never reaches "
+           "--lr %g (and the cosine decay never starts); a warm-up is usually a few percent of the steps",
+           static_cast<long long>(tc.warmup), static_cast<long long>(tc.steps), static_cast<double>(tc.lr));
   return tc;
 }
 

@@ -143,6 +143,46 @@ TEST(Cli, HelpListsTheExitCodesOfTheReadme) {
   EXPECT_EQ(run("").code, 2);
 }
 
+// Issue 24's CLI polish: choices shown in --help and matched in any case, a warm-up as long as the run warned about,
+// and `--backend cuda` on a machine without a GPU explained.
+TEST(Cli, ChoicesWarmupAndMissingGpuAreExplained) {
+  CliRun help = run("train --help");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_HAS(help.out, "{NONE,WARN,INFO,TRACE}");
+  EXPECT_HAS(help.out, "{auto,cpu,cuda}");
+  EXPECT_EQ(help.out.find("CHOICE"), std::string::npos) << help.out;
+  CliRun launch_help = run("launch --help");
+  EXPECT_EQ(launch_help.code, 0);
+  EXPECT_HAS(launch_help.out, "launch -n N [OPTIONS] -- CMD [ARGS...]");
+
+  CliRun lower = run("train --debug info --backend CPU --print-config");
+  EXPECT_EQ(lower.code, 0) << lower.out;
+  EXPECT_HAS(lower.out, "INFO");
+
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(4000));
+  CliRun warm = run(small(data) + " --steps 3 --warmup 5 --backend cpu");
+  EXPECT_EQ(warm.code, 0) << warm.out;
+  EXPECT_HAS(warm.out, "--warmup 5 is not shorter than --steps 3");
+  CliRun fine = run(small(data) + " --steps 3 --warmup 1 --backend cpu");
+  EXPECT_EQ(fine.code, 0) << fine.out;
+  EXPECT_EQ(fine.out.find("is not shorter than"), std::string::npos) << fine.out;
+
+  // Under a launcher with several ranks, train refuses (each rank would train alone); one rank is fine.
+  CliRun ranks = run("launch -n 2 -- " + std::string(TT_BINARY) + " " + small(data) + " --steps 1 --backend cpu");
+  EXPECT_EQ(ranks.code, 2) << ranks.out;
+  EXPECT_HAS(ranks.out, "WORLD_SIZE=2 says this is one of 2 ranks");
+  CliRun one = run("launch -n 1 -- " + std::string(TT_BINARY) + " " + small(data) + " --steps 1 --backend cpu");
+  EXPECT_EQ(one.code, 0) << one.out;
+
+  CliRun cuda = run(small(data) + " --steps 1 --backend cuda --dry-run");
+  if (cuda.code != 0) {  // no GPU here (a GPU machine runs it)
+    EXPECT_EQ(cuda.code, 1) << cuda.out;
+    EXPECT_HAS(cuda.out, "--backend cuda: no usable GPU");
+    EXPECT_HAS(cuda.out, "--backend cpu runs on the CPU");
+  }
+}
+
 TEST(Cli, BadFlagValues) {
   CliRun nonnum = run("train --steps abc");
   EXPECT_EQ(nonnum.code, 2);

@@ -45,6 +45,7 @@
 #include "comm/shm.h"
 #include "core/bf16.h"
 #include "core/log.h"
+#include "temp_dir.h"
 
 namespace tt {
 namespace {
@@ -889,6 +890,16 @@ struct Job {
   double seconds = 0;
 };
 
+using tt::testing::TempDir;
+#define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
+
+// A line of the launcher's output without its "[rank R] " tag (Note [rank output]).
+std::string untagged(const std::string& line) {
+  if (line.rfind("[rank ", 0) != 0) return line;
+  const size_t end = line.find("] ");
+  return end == std::string::npos ? line : line.substr(end + 2);
+}
+
 // Runs a shell command; its exit code (-1 if it did not exit), its stdout and stderr, and how long it took.
 Job shell(const std::string& cmd) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -1293,7 +1304,7 @@ std::pair<size_t, size_t> bench_rows(const std::string& output) {
   size_t rows = 0, wrong_free = 0;
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
-    std::istringstream f(line);
+    std::istringstream f(untagged(line));
     std::vector<std::string> w{std::istream_iterator<std::string>(f), std::istream_iterator<std::string>()};
     if (w.size() != 13 || w[0].empty() || !std::isdigit(static_cast<unsigned char>(w[0][0]))) continue;
     ++rows;
@@ -1551,10 +1562,14 @@ TEST(Launch, BindingToCoresAndToShares) {
   // One CPU each: a list without a range or a comma.
   for (const char* several : {"-", ","}) {
     std::istringstream lines(core.output);
-    for (std::string line; std::getline(lines, line);) {
+    int seen = 0;
+    for (std::string tagged; std::getline(lines, tagged);) {
+      const std::string line = untagged(tagged);
       if (line.rfind("cpus=", 0) != 0) continue;
+      ++seen;
       EXPECT_EQ(line.substr(0, line.find(' ')).find(several), std::string::npos) << line;
     }
+    EXPECT_EQ(seen, 2) << core.output;
   }
   EXPECT_NE(core.output.find("threads=unset"), std::string::npos) << core.output;
   const Job share = shell(std::string("env -u TIERTRAIN_COMM_THREADS ") + TT_BINARY + " launch -n 1 --bind-to share" +
@@ -1572,6 +1587,52 @@ TEST(Launch, BindingToCoresAndToShares) {
   const Job chosen = shell(std::string("env TIERTRAIN_COMM_THREADS=1 ") + TT_BINARY + " launch -n 1 --bind-to share" +
                            show);
   EXPECT_NE(chosen.output.find("threads=1"), std::string::npos) << chosen.output;
+}
+
+// Note [rank output]: every line a rank writes reaches the terminal whole, tagged with its rank, however long and
+// however the ranks interleave (200 KB lines, written in several pieces, from 4 ranks at once); a last line without a
+// newline gets one; --log-dir keeps each rank's streams untagged; --no-tag-output passes them through.
+TEST(Launch, RankOutputIsTaggedWholeLinesAndLogged) {
+  TempDir dir;
+  const std::string logs = dir.path() + "/logs/deeper";
+  const Job j = shell(std::string(TT_BINARY) + " launch -n 4 --log-dir " + logs +
+                      " -- sh -c 'echo out$RANK; echo err$RANK >&2; yes $RANK | head -c 400000 | tr -d \"\\n\"; echo; "
+                      "printf last$RANK'");
+  ASSERT_EQ(j.code, 0) << j.output.substr(0, 2000);
+  std::istringstream lines(j.output);
+  int long_lines = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ASSERT_EQ(line.rfind("[rank ", 0), 0u) << line.substr(0, 200);
+    const char r = line[6];
+    ASSERT_GE(r, '0');
+    ASSERT_LE(r, '3');
+    const std::string body = untagged(line);
+    if (body.size() > 100) {
+      ++long_lines;
+      EXPECT_EQ(body.size(), 200000u);
+      EXPECT_EQ(body.find_first_not_of(r), std::string::npos) << "rank " << r << "'s line holds another rank's bytes";
+    } else {
+      EXPECT_TRUE(body == std::string("out") + r || body == std::string("err") + r ||
+                  body == std::string("last") + r) << line;
+    }
+  }
+  EXPECT_EQ(long_lines, 4);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_HAS(j.output, "[rank " + std::to_string(r) + "] last" + std::to_string(r) + "\n");
+    std::ifstream out(logs + "/rank" + std::to_string(r) + ".out"), err(logs + "/rank" + std::to_string(r) + ".err");
+    const std::string o{std::istreambuf_iterator<char>(out), std::istreambuf_iterator<char>()};
+    const std::string e{std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>()};
+    EXPECT_EQ(o.substr(0, 5), "out" + std::to_string(r) + "\n");
+    EXPECT_EQ(o.size(), 5u + 200001u + 5u);  // untagged, the last line as written (no newline added)
+    EXPECT_EQ(e, "err" + std::to_string(r) + "\n");
+  }
+  const Job plain = shell(std::string(TT_BINARY) + " launch -n 2 --no-tag-output -- sh -c 'echo plain$RANK'");
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  EXPECT_HAS(plain.output, "plain0\n");
+  EXPECT_EQ(plain.output.find("[rank"), std::string::npos) << plain.output;
+  const Job bad = shell(std::string(TT_BINARY) + " launch -n 1 --log-dir /proc/no-such-dir -- true");
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_HAS(bad.output, "--log-dir: cannot create");
 }
 
 TEST(Launch, ExitCodesAndBadCommands) {

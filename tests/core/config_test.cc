@@ -247,9 +247,21 @@ TEST(Config, ChoiceErrorListsTheChoices) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_CONTAINS(s.message(), "--mode");
   EXPECT_CONTAINS(s.message(), "'offload' is not one of auto, device, swap, um");
-  Status wrong_case = cfg.set("mode", "SWAP", KnobSource::kFlag);
-  EXPECT_FALSE(wrong_case.is_ok());  // choices are exact
   EXPECT_EQ(cfg.get_string("mode"), "auto");
+}
+
+// Issue 24: `--debug info` was refused ("'info' is not one of NONE, WARN, INFO, TRACE"). A choice matches in any case
+// and is kept as declared.
+TEST(Config, ChoicesMatchInAnyCaseAndKeepTheirDeclaredSpelling) {
+  Config cfg;
+  declare_all(cfg);
+  ASSERT_TRUE(cfg.set("mode", "SWAP", KnobSource::kFlag).is_ok());
+  EXPECT_EQ(cfg.get_string("mode"), "swap");
+  ASSERT_TRUE(cfg.set("mode", "Um", KnobSource::kEnv).is_ok());
+  EXPECT_EQ(cfg.get_string("mode"), "um");
+  EXPECT_FALSE(cfg.set("mode", "swa", KnobSource::kFlag).is_ok());
+  EXPECT_FALSE(cfg.set("mode", "swapp", KnobSource::kFlag).is_ok());
+  EXPECT_EQ(cfg.get_string("mode"), "um");
 }
 
 TEST(Config, ValidateHookRunsAndNamesTheOrigin) {

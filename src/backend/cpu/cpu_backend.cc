@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <omp.h>
 #include <sys/mman.h>
 #include <thread>
 #include <unistd.h>
@@ -413,7 +414,10 @@ Result<std::unique_ptr<Backend>> create_backend(const CpuBackendOptions& options
   void* region = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   TT_RETURN_IF(region == MAP_FAILED, kOutOfMemory, "cannot reserve %s for the CPU device arena: %s",
                format_bytes(options.device_budget).c_str(), std::strerror(errno));
-  int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  // The automatic team, as the CPU optimizer's (host::optimizer_threads): OMP_NUM_THREADS when set, else the cores of
+  // this process's affinity mask (a rank bound to some cores by `tiertrain launch`, taskset or a batch system uses
+  // those, not every core of the machine).
+  int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
   if (threads <= 0) threads = 1;
   TT_LOG(INFO, MEM, "CPU device arena: %s reserved, %d threads", format_bytes(options.device_budget).c_str(),
          threads);

@@ -15,7 +15,7 @@ namespace tt::cpu {
 
 struct CpuBackendOptions {
   int64_t device_budget = 0;  // bytes; must be > 0
-  int threads = 0;            // OpenMP/OpenBLAS threads; 0 = all cores
+  int threads = 0;            // OpenMP/OpenBLAS threads; 0 = OMP_NUM_THREADS, else the cores of the affinity mask
   int64_t copy_delay_us = 0;  // added before every host<->device copy: a slow link, to study and test overlap
   // Added before every compute-stream op and every piece of host-stream work: slow kernels and a slow host
   // optimizer, so that tests catch copies that overwrite or read data too early.
