@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include "core/config.h"
@@ -22,6 +25,8 @@
 #include "exec/trainer.h"
 
 extern char** environ;
+
+extern "C" char* openblas_get_corename(void);
 
 namespace {
 
@@ -55,9 +60,38 @@ class LaunchFormatter : public CLI::Formatter {
   }
 };
 
+// Note [OpenBLAS core]
+// Debian's OpenBLAS (0.3.21, DYNAMIC_ARCH) picks its kernels when it is loaded, from the CPU's model number; a CPU
+// newer than it knows (the development machine's Xeon with AVX-512) gets its "Prescott" kernels, SSE3 only, and the
+// CPU backend's GEMMs (three quarters of a step) run several times slower. OPENBLAS_CORETYPE overrides the choice but
+// is read only at load time, so when OpenBLAS chose a core without AVX2 on a CPU that has AVX2 and FMA, and the user
+// did not set the variable, tiertrain sets OPENBLAS_CORETYPE=Haswell (its AVX2 kernels) and executes itself again,
+// once. TIERTRAIN_OPENBLAS_CORE=keep turns this off.
+void use_openblas_avx2_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  if (const char* keep = std::getenv("TIERTRAIN_OPENBLAS_CORE"); keep != nullptr && std::string(keep) == "keep") return;
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return;
+  const std::string core = openblas_get_corename();
+  for (const char* old : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Katmai", "Coppermine",
+                          "Northwood", "Banias", "Generic", "Opteron", "Opteron_SSE3", "Barcelona", "Nano"}) {
+    if (core == old) {
+      setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+      setenv("TIERTRAIN_OPENBLAS_CHOSE", core.c_str(), 1);  // for the log line after the restart
+      execv("/proc/self/exe", argv);
+      return;  // exec failed: go on with the kernels OpenBLAS chose
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  use_openblas_avx2_kernels(argv);
+  std::string openblas_chose;
+  if (const char* chose = std::getenv("TIERTRAIN_OPENBLAS_CHOSE"); chose != nullptr) {
+    openblas_chose = chose;
+    unsetenv("TIERTRAIN_OPENBLAS_CHOSE");
+  }
   tt::Config cfg;
   tt::declare_train_knobs(cfg);
 
@@ -246,6 +280,9 @@ int main(int argc, char** argv) {
     if (tt::Status s = cfg.set(name, text, tt::KnobSource::kFlag); !s.is_ok()) return report(s);
   }
   tt::log::configure(cfg.get_string("debug"), cfg.get_string("debug_subsys"));
+  if (!openblas_chose.empty())
+    TT_LOG(INFO, EXEC, "OpenBLAS chose its %s kernels on a CPU with AVX2 and FMA: running with OPENBLAS_CORETYPE=Haswell "
+           "(Note [OpenBLAS core]; TIERTRAIN_OPENBLAS_CORE=keep keeps OpenBLAS's choice)", openblas_chose.c_str());
 
   if (launch->parsed()) {
     if (launch_cleanup) {
@@ -293,7 +330,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (print_config) {
-    std::fputs(cfg.describe().c_str(), stdout);
+    // Wrapped to the terminal's width (COLUMNS, else 100 when stdout is not a terminal).
+    int width = 100;
+    winsize ws{};
+    if (isatty(1) && ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40) width = ws.ws_col;
+    else if (const char* c = std::getenv("COLUMNS"); c != nullptr && std::atoi(c) >= 40) width = std::atoi(c);
+    std::fputs(cfg.describe(width).c_str(), stdout);
     return 0;
   }
   if (!train->parsed() && !plan->parsed() && !calibrate->parsed()) {

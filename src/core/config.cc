@@ -237,29 +237,54 @@ const std::string& Config::get_string(const std::string& name) const {
   return std::get<std::string>(knob(name).value);
 }
 
-std::string Config::describe() const {
+namespace {
+
+// `text` cut into lines of at most `width` characters at spaces (a longer word alone on its line), each line
+// starting with `indent`.
+std::string wrap(const std::string& text, const std::string& indent, int width) {
+  const size_t room = static_cast<size_t>(std::max(20, width - static_cast<int>(indent.size())));
+  std::string out, line;
+  std::istringstream words(text);
+  for (std::string w; words >> w;) {
+    if (!line.empty() && line.size() + 1 + w.size() > room) {
+      out += indent + line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + w;
+  }
+  if (!line.empty()) out += indent + line + "\n";
+  return out;
+}
+
+}  // namespace
+
+std::string Config::describe(int width) const {
   std::map<std::string, std::vector<const Knob*>> groups;
   std::vector<std::string> order;
+  size_t value_width = 8;
   for (const auto& k : knobs_) {
     if (!groups.count(k.spec.group)) order.push_back(k.spec.group);
     groups[k.spec.group].push_back(&k);
+    value_width = std::max(value_width, std::min<size_t>(40, k.text.empty() ? 2 : k.text.size()));
   }
   std::ostringstream os;
   for (const auto& g : order) {
     os << "[" << g << "]\n";
     for (const Knob* k : groups[g]) {
-      std::string value = k->text.empty() ? "\"\"" : k->text;
-      os << str_format("  %-22s %-18s %-26s %s (%s", k->spec.name.c_str(), value.c_str(), k->origin.c_str(),
-                       k->spec.help.c_str(), type_name(k->spec.type));
+      const std::string value = k->text.empty() ? "\"\"" : k->text;
+      os << str_format("  %-22s %-*s %s\n", k->spec.name.c_str(), static_cast<int>(value_width), value.c_str(),
+                       k->origin.c_str());
+      std::string about = k->spec.help + " (" + type_name(k->spec.type);
       if (k->spec.type == KnobType::kChoice) {
         std::string all;
         for (const auto& c : k->spec.choices) all += (all.empty() ? "" : "|") + c;
-        os << ": " << all;
+        about += ": " + all;
       } else if (k->spec.type == KnobType::kInt || k->spec.type == KnobType::kFloat ||
                  k->spec.type == KnobType::kBytes) {
-        if (std::isfinite(k->spec.min) || std::isfinite(k->spec.max)) os << " " << range_text(k->spec);
+        if (std::isfinite(k->spec.min) || std::isfinite(k->spec.max)) about += " " + range_text(k->spec);
       }
-      os << "; " << flag_name(k->spec.name) << ", " << env_name(k->spec.name) << ")\n";
+      about += "; " + flag_name(k->spec.name) + ", " + env_name(k->spec.name) + ")";
+      os << wrap(about, "      ", width);
     }
   }
   return os.str();

@@ -82,8 +82,9 @@ class Config {
   static std::string flag_name(const std::string& name);  // "--device-budget"
   static std::string env_name(const std::string& name);   // "TIERTRAIN_DEVICE_BUDGET"
 
-  // A table of every knob: name, value, origin, description (grouped).
-  std::string describe() const;
+  // Every knob, grouped: a line of name, value and origin (the value column as wide as the longest value, up to 40
+  // characters), then its description, type, range, flag and variable, indented and wrapped at `width` columns.
+  std::string describe(int width = 100) const;
   // {"knob": value} with typed JSON values (bytes as integers).
   nlohmann::json to_json() const;
 

@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <map>
+#include <sstream>
 #include <string>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -464,10 +467,31 @@ TEST(Cli, ConfigFileEnvAndFlagsWithOrigins) {
   const std::string cfg = dir.write("run.json", R"({"layers": 3, "dim": 64, "device-budget": "1GiB"})");
   CliRun r = run("train --config " + cfg + " --dim 96 --print-config", "TIERTRAIN_STEPS=7");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_HAS(r.out, "layers                 3                  file " + cfg);
-  EXPECT_HAS(r.out, "dim                    96                 flag --dim");
-  EXPECT_HAS(r.out, "steps                  7                  env TIERTRAIN_STEPS");
-  EXPECT_HAS(r.out, "device_budget          1GiB");
+  // name, value and origin on one line, the origins in one column however long the values (the data path).
+  std::map<std::string, std::vector<std::string>> row;  // knob -> its line's words
+  size_t origin_column = 0;
+  bool columns_agree = true;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  ", 0) != 0 || line.rfind("      ", 0) == 0) continue;
+    std::istringstream f(line);
+    std::vector<std::string> w{std::istream_iterator<std::string>(f), std::istream_iterator<std::string>()};
+    if (w.size() < 3) continue;
+    row[w[0]] = w;
+    const size_t at = line.find(w[2], line.find(w[1]) + w[1].size());
+    if (origin_column == 0) origin_column = at;
+    columns_agree = columns_agree && at == origin_column;
+  }
+  EXPECT_TRUE(columns_agree) << r.out;
+  ASSERT_EQ(row.count("layers"), 1u) << r.out;
+  EXPECT_EQ(row["layers"][1], "3");
+  EXPECT_EQ(row["layers"][2] + " " + row["layers"][3], "file " + cfg);
+  EXPECT_EQ(row["dim"][1], "96");
+  EXPECT_EQ(row["dim"][2] + " " + row["dim"][3], "flag --dim");
+  EXPECT_EQ(row["steps"][1], "7");
+  EXPECT_EQ(row["steps"][2] + " " + row["steps"][3], "env TIERTRAIN_STEPS");
+  EXPECT_EQ(row["device_budget"][1], "1GiB");
+  EXPECT_EQ(row["data"][1], "/usr/share/games/fortunes");
 
   const std::string bad = dir.write("bad.json", R"({"layerz": 3})");
   CliRun b = run("train --config " + bad);

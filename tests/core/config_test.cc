@@ -257,7 +257,7 @@ TEST(Config, ChoicesMatchInAnyCaseAndKeepTheirDeclaredSpelling) {
   declare_all(cfg);
   ASSERT_TRUE(cfg.set("mode", "SWAP", KnobSource::kFlag).is_ok());
   EXPECT_EQ(cfg.get_string("mode"), "swap");
-  ASSERT_TRUE(cfg.set("mode", "Um", KnobSource::kEnv).is_ok());
+  ASSERT_TRUE(cfg.set("mode", "Um", KnobSource::kFlag).is_ok());
   EXPECT_EQ(cfg.get_string("mode"), "um");
   EXPECT_FALSE(cfg.set("mode", "swa", KnobSource::kFlag).is_ok());
   EXPECT_FALSE(cfg.set("mode", "swapp", KnobSource::kFlag).is_ok());
@@ -555,12 +555,14 @@ TEST(ConfigDescribe, ListsEveryKnobWithItsOrigin) {
   EXPECT_CONTAINS(d, "[general]");
   EXPECT_CONTAINS(d, "[optim]");
   EXPECT_CONTAINS(d, "[memory]");
-  // Each knob is on its own line, on the line of its origin.
+  // Each knob is on its own line, with its origin; its description on the lines after, indented further and
+  // wrapped at the width asked for.
   std::istringstream lines(d);
   std::string line;
   int knob_lines = 0;
   while (std::getline(lines, line)) {
-    if (line.rfind("  ", 0) != 0) continue;
+    EXPECT_LE(line.size(), 100u) << line;
+    if (line.rfind("  ", 0) != 0 || line.rfind("      ", 0) == 0) continue;
     ++knob_lines;
     if (line.rfind("  steps ", 0) == 0) {
       EXPECT_CONTAINS(line, "flag --steps");
@@ -571,6 +573,18 @@ TEST(ConfigDescribe, ListsEveryKnobWithItsOrigin) {
     }
   }
   EXPECT_EQ(knob_lines, 6);
+  // Descriptions wrap at the width asked for, and lose no word.
+  for (const int width : {40, 60, 200}) {
+    const std::string narrow_text = cfg.describe(width);
+    std::istringstream narrow(narrow_text);
+    std::string joined;
+    for (std::string l; std::getline(narrow, l);) {
+      if (l.rfind("      ", 0) != 0) continue;
+      EXPECT_LE(l.size(), static_cast<size_t>(width)) << l;
+      joined += l.substr(6) + " ";
+    }
+    for (const auto& k : cfg.knobs()) EXPECT_CONTAINS(joined, k.spec.help);
+  }
 }
 
 TEST(ConfigJson, ValuesKeepTheirTypes) {
