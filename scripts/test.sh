@@ -18,9 +18,10 @@ ctest --preset release -j1
 build/pyenv/bin/pip install -q --disable-pip-version-check "scikit-build-core>=0.8"
 build/pyenv/bin/pip install -q --disable-pip-version-check --no-build-isolation .
 TT_TIERTRAIN_BIN=build/release/src/tiertrain build/pyenv/bin/python -m pytest -q -p no:cacheprovider python/tests
-# The fuzz targets, 15 s each (issue 25): every reader of outside input (tensor files, checkpoint metadata, config
-# files, plans, profiles, datasets) built with clang, ASan and UBSan, run over the inputs that once broke it and
-# fuzzed from its seeds; any crash, sanitizer report or hang fails. `scripts/fuzz.sh 600` is the long run;
-# `scripts/sanitize.sh asan|tsan` runs the whole C++ suite under a sanitizer (not here: its build alone takes about
-# 16 minutes on two cores).
+# Sanitizers and fuzzers, briefly (issue 25): the fuzz targets 15 s each (every reader of outside input: tensor files,
+# checkpoint metadata, config files, plans, profiles, datasets; built with clang, ASan and UBSan, run over the inputs
+# that once broke them and fuzzed from their seeds), then the same readers' unit tests under ASan and UBSan in that
+# build. Any crash, sanitizer report or hang fails. The long runs: `scripts/fuzz.sh 600`, and `scripts/sanitize.sh
+# asan|tsan` for the whole C++ suite (not here: its build alone takes about 16 minutes on two cores).
 scripts/fuzz.sh "${TT_FUZZ_SECONDS:-15}"
+scripts/sanitize.sh quick
