@@ -576,10 +576,45 @@ def timeout(comm: tc.Comm) -> None:
     print(f"rank {comm.rank}: timeout right")
 
 
+def objects(comm: tc.Comm) -> None:
+    """mpi4py's lower-case forms on picklable objects, against what each rank knows the others sent."""
+    import operator
+
+    me, n = comm.rank, comm.size
+    expect(tc.COMM_WORLD is tc.COMM_WORLD and tc.COMM_WORLD.rank == me and tc.COMM_WORLD.size == n, "COMM_WORLD")
+    sent = lambda r: {"rank": r, "name": f"r{r}", "blob": bytes([r % 256]) * (r * 1000), "t": (r, [r] * r)}  # noqa
+    for root in range(n):
+        got = comm.bcast(sent(root) if me == root else None, root=root)
+        expect(got == sent(root), f"bcast from {root}")
+        gathered = comm.gather(sent(me), root=root)
+        expect(gathered == ([sent(r) for r in range(n)] if me == root else None), f"gather to {root}")
+        mine = comm.scatter([np.full(r + 1, r, np.int32) for r in range(n)] if me == root else None, root=root)
+        expect(np.array_equal(mine, np.full(me + 1, me, np.int32)), f"scatter from {root}")
+        total = comm.reduce(me + 1, op=tc.SUM, root=root)
+        expect(total == (n * (n + 1) // 2 if me == root else None), f"reduce to {root}")
+    big = b"x" * (3 << 20) if me == 0 else b"y"
+    every = comm.allgather(big)
+    expect(every == [b"x" * (3 << 20)] + [b"y"] * (n - 1), "allgather of uneven sizes")
+    expect(comm.allreduce(me + 1) == n * (n + 1) // 2, "allreduce SUM")
+    expect(comm.allreduce(me, op=tc.MAX) == n - 1 and comm.allreduce(me, op=tc.MIN) == 0, "allreduce MAX, MIN")
+    expect(comm.allreduce(me + 1, op=tc.PROD) == int(np.prod(np.arange(1, n + 1))), "allreduce PROD")
+    expect(comm.allreduce([me], op=operator.add) == list(range(n)), "allreduce with a function, in rank order")
+    expect(comm.alltoall([f"{me}->{j}" for j in range(n)]) == [f"{i}->{me}" for i in range(n)], "alltoall")
+    comm.barrier()
+    # A different root on one rank: the same error as the buffer forms give, on every rank.
+    if n > 1:
+        try:
+            comm.bcast("x", root=0 if me == 0 else 1)
+            raise AssertionError("bcast with different roots did not raise")
+        except tc.CommMismatchError as e:
+            expect("root" in str(e), str(e))
+    print(f"rank {me}: objects right")
+
+
 if __name__ == "__main__":
     c = tc.world()
     {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
      "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,
-     "op_by_value": op_by_value}[sys.argv[1]](c)
+     "op_by_value": op_by_value, "objects": objects}[sys.argv[1]](c)

@@ -47,6 +47,11 @@ def test_every_collective_dtype_and_op_against_numpy(ranks):
     run_right(ranks, "collectives", "rank 0: all collectives right", {"TIERTRAIN_COMM_BUFFER": "262144"})
 
 
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_object_collectives_and_comm_world(ranks):
+    run_right(ranks, "objects", "rank 0: objects right")
+
+
 def test_numpy_arrays_of_every_kind():
     run_right(3, "array_kinds", "rank 0: array kinds right")
 
