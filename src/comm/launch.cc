@@ -228,21 +228,6 @@ class RankOutput {
   std::vector<Stream> streams_;
 };
 
-Status make_dirs(const std::string& dir) {
-  std::string partial;
-  for (size_t pos = 0; pos != std::string::npos;) {
-    pos = dir.find('/', pos + 1);
-    partial = dir.substr(0, pos);
-    if (!partial.empty() && ::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-      return make_status(StatusCode::kIoError, "launch --log-dir: cannot create '%s': %s", partial.c_str(),
-                         std::strerror(errno));
-  }
-  struct stat st {};
-  TT_RETURN_IF(::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), kIoError,
-               "launch --log-dir: '%s' is not a folder", dir.c_str());
-  return Status::ok();
-}
-
 }  // namespace
 
 Result<int> launch(const LaunchOptions& o) {
@@ -277,7 +262,7 @@ Result<int> launch(const LaunchOptions& o) {
   std::vector<std::array<int, 2>> child_fds(static_cast<size_t>(o.ranks), {-1, -1});  // the ranks' stdout, stderr
   if (piped) {
     if (!o.log_dir.empty()) {
-      if (Status st = make_dirs(o.log_dir); !st.is_ok()) {
+      if (Status st = make_directories(o.log_dir, "launch --log-dir"); !st.is_ok()) {
         sigprocmask(SIG_SETMASK, &old, nullptr);
         sigaction(SIGCHLD, &old_chld, nullptr);
         return st;

@@ -11,6 +11,21 @@
 #include <cstring>
 
 namespace tt {
+
+Status make_directories(const std::string& dir, const char* what) {
+  std::string partial;
+  for (size_t pos = 0; pos != std::string::npos;) {
+    pos = dir.find('/', pos + 1);
+    partial = dir.substr(0, pos);
+    if (!partial.empty() && ::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+      return make_status(StatusCode::kIoError, "cannot create %s '%s': %s", what, partial.c_str(),
+                         std::strerror(errno));
+  }
+  struct stat st {};
+  TT_RETURN_IF(::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), kIoError, "%s '%s' is not a directory", what,
+               dir.c_str());
+  return Status::ok();
+}
 namespace {
 
 std::string host_name() {

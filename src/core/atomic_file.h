@@ -15,6 +15,10 @@ namespace tt {
 
 Status write_file_atomically(const std::string& path, const std::string& text);
 
+// Creates `dir` and the folders above it that are missing (mkdir -p), then checks that it is a folder. `what` names
+// it in errors ("checkpoint directory", "launch --log-dir").
+Status make_directories(const std::string& dir, const char* what);
+
 // The temporary file this process writes PATH through: PATH.tmp.<host>.<pid> (core/tensorfile.h uses it too).
 std::string temporary_path(const std::string& path);
 

@@ -22,24 +22,7 @@ constexpr int kVersion = 1;
 
 std::string step_file_name(int64_t step) { return str_format("step_%08lld.ttf", static_cast<long long>(step)); }
 
-Status mkdir_p(const std::string& dir) {
-  std::string partial;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = dir.find('/', pos + 1);
-    partial = dir.substr(0, pos);
-    if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-      return make_status(StatusCode::kIoError, "cannot create checkpoint directory '%s': %s", partial.c_str(),
-                         std::strerror(errno));
-  }
-  struct stat st {};
-  TT_RETURN_IF(stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), kIoError,
-               "checkpoint directory '%s' is not a directory", dir.c_str());
-  return Status::ok();
-}
-
-// Writes small text atomically (temp, fsync, rename).
+// The step_*.ttf files in dir, oldest first.
 std::vector<std::string> step_files(const std::string& dir) {
   std::vector<std::string> out;
   DIR* d = opendir(dir.c_str());
@@ -113,7 +96,7 @@ nlohmann::json model_json(const GptConfig& m) {
 
 Status ensure_checkpoint_dir(const std::string& dir) {
   TT_RETURN_IF(dir.empty(), kInvalidArgument, "no checkpoint directory given (--checkpoint-dir)");
-  TT_TRY(mkdir_p(dir));
+  TT_TRY(make_directories(dir, "checkpoint directory"));
   const std::string probe = dir + "/.tiertrain-write-probe." + std::to_string(getpid());
   int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TT_RETURN_IF(fd < 0, kIoError, "checkpoint directory '%s' is not writable: %s", dir.c_str(), std::strerror(errno));

@@ -1632,7 +1632,7 @@ TEST(Launch, RankOutputIsTaggedWholeLinesAndLogged) {
   EXPECT_EQ(plain.output.find("[rank"), std::string::npos) << plain.output;
   const Job bad = shell(std::string(TT_BINARY) + " launch -n 1 --log-dir /proc/no-such-dir -- true");
   EXPECT_EQ(bad.code, 1) << bad.output;
-  EXPECT_HAS(bad.output, "--log-dir: cannot create");
+  EXPECT_HAS(bad.output, "cannot create launch --log-dir");
 }
 
 TEST(Launch, ExitCodesAndBadCommands) {
