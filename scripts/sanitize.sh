@@ -37,10 +37,11 @@ export OMPI_MCA_btl=self,tcp
 #   2-20 times, and unevenly.
 skip='HugePages|RefusedPinNamesRlimitMemlock|PoolsThatCannotBeMappedAreOffEverywhere|Searches48BlocksQuickly|PlanAccuracy'
 # Under tsan also: the exhaustive plan search and the CLI's calibrations (single-threaded searches and timings, each
-# over 10 minutes under TSan's instrumentation), and the tests that start OpenMP teams of a chosen size (the host
-# AdamW's thread counts), whose barriers TSan cannot see.
+# over 10 minutes under TSan's instrumentation), the tests that start OpenMP teams of a chosen size (the host
+# AdamW's thread counts), whose barriers TSan cannot see, and the crew's test of a fork's child, which starts threads
+# in the child of a threaded process (TSan: "starting new threads after multi-threaded fork is not supported").
 [ "$which" = tsan ] &&
-  skip="$skip|AutoPlan.EqualsTheExhaustiveSearch|Cli.PlanPredicts|Cli.TrainChoosesThePlan|CpuAdamWAlignment|VectorAndThreadedMatch"
+  skip="$skip|AutoPlan.EqualsTheExhaustiveSearch|Cli.PlanPredicts|Cli.TrainChoosesThePlan|CpuAdamWAlignment|VectorAndThreadedMatch|Crew.AForksChild"
 if [ "$which" = quick ]; then
   tt_install_deps "${TIERTRAIN_FUZZ_APT_PACKAGES[@]}"
   cmake --preset fuzz > /dev/null
