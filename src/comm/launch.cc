@@ -244,27 +244,14 @@ Result<int> launch(const LaunchOptions& o) {
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
 
-  // The signals we handle arrive through sigtimedwait, blocked from now on; the ranks get the mask they had.
-  // SIGCHLD must not be ignored (an inherited SIG_IGN would let the kernel reap the ranks behind our back).
-  struct sigaction dfl {}, old_chld {};
-  dfl.sa_handler = SIG_DFL;
-  sigaction(SIGCHLD, &dfl, &old_chld);
-  sigset_t handled, old;
-  sigemptyset(&handled);
-  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGQUIT}) sigaddset(&handled, s);
-  const bool interactive = isatty(0) != 0;
-  const pid_t launcher_pid = getpid();
-  sigprocmask(SIG_BLOCK, &handled, &old);
-
-  // Note [rank output]: the pipes (and log files) of every rank, made before any rank starts.
+  // Note [rank output]: the pipes (and log files) of every rank, made before any rank starts (and
+  // before the signals are taken over, so that an error here leaves nothing to restore).
   const bool piped = o.tag_output || !o.log_dir.empty();
   RankOutput output(o.tag_output);
   std::vector<std::array<int, 2>> child_fds(static_cast<size_t>(o.ranks), {-1, -1});  // the ranks' stdout, stderr
   if (piped) {
     if (!o.log_dir.empty()) {
       if (Status st = make_directories(o.log_dir, "launch --log-dir"); !st.is_ok()) {
-        sigprocmask(SIG_SETMASK, &old, nullptr);
-        sigaction(SIGCHLD, &old_chld, nullptr);
         return st;
       }
     }
@@ -273,8 +260,6 @@ Result<int> launch(const LaunchOptions& o) {
         int p[2];
         if (::pipe2(p, O_CLOEXEC) != 0) {
           const int e = errno;
-          sigprocmask(SIG_SETMASK, &old, nullptr);
-          sigaction(SIGCHLD, &old_chld, nullptr);
           return make_status(StatusCode::kIoError, "launch: a pipe for rank %d's output: %s", r, std::strerror(e));
         }
         RankOutput::Stream s;
@@ -288,8 +273,6 @@ Result<int> launch(const LaunchOptions& o) {
             const int e = errno;
             ::close(p[0]);
             ::close(p[1]);
-            sigprocmask(SIG_SETMASK, &old, nullptr);
-            sigaction(SIGCHLD, &old_chld, nullptr);
             return make_status(StatusCode::kIoError, "launch --log-dir: cannot write '%s': %s", path.c_str(),
                                std::strerror(e));
           }
@@ -299,6 +282,18 @@ Result<int> launch(const LaunchOptions& o) {
       }
     }
   }
+  // The signals we handle arrive through sigtimedwait, blocked from now on; the ranks get the mask they had.
+  // SIGCHLD must not be ignored (an inherited SIG_IGN would let the kernel reap the ranks behind our back).
+  struct sigaction dfl {}, old_chld {};
+  dfl.sa_handler = SIG_DFL;
+  sigaction(SIGCHLD, &dfl, &old_chld);
+  sigset_t handled, old;
+  sigemptyset(&handled);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGQUIT}) sigaddset(&handled, s);
+  const bool interactive = isatty(0) != 0;
+  const pid_t launcher_pid = getpid();
+  sigprocmask(SIG_BLOCK, &handled, &old);
+
   auto close_child_ends = [&](int r) {
     for (int& fd : child_fds[static_cast<size_t>(r)])
       if (fd >= 0) {

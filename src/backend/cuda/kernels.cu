@@ -428,19 +428,24 @@ __device__ __forceinline__ float adamw_clip(const float* grad_norm_sq, float gra
   return grad_clip > 0.0f ? fminf(grad_clip / (sqrtf(grad_norm_sq[0]) + 1e-6f), 1.0f) : 1.0f;
 }
 
-// Any alignment: one element a thread a turn.
-__global__ void adamw_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
-                             float* __restrict__ v, int64_t n, const float* grad_norm_sq, float grad_clip,
-                             AdamWScalars a) {
-  const float clip = adamw_clip(grad_norm_sq, grad_clip);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+// Elements first, first + stride, ... below n, one at a time.
+__device__ __forceinline__ void adamw_elements(float* param, const float* grad, float* m, float* v, int64_t first,
+                                               int64_t stride, int64_t n, float clip, const AdamWScalars& a) {
+  for (int64_t i = first; i < n; i += stride) {
     float p = param[i], mi = m[i], vi = v[i];
     adamw_element(p, grad[i] * clip, mi, vi, a);
     m[i] = mi;
     v[i] = vi;
     param[i] = p;
   }
+}
+
+// Any alignment: one element a thread a turn.
+__global__ void adamw_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
+                             float* __restrict__ v, int64_t n, const float* grad_norm_sq, float grad_clip,
+                             AdamWScalars a) {
+  adamw_elements(param, grad, m, v, blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x,
+                 static_cast<int64_t>(gridDim.x) * blockDim.x, n, adamw_clip(grad_norm_sq, grad_clip), a);
 }
 
 // All four arrays 16-byte aligned: four elements a thread a turn in 16-byte loads and stores (the update is bound by
@@ -465,13 +470,7 @@ __global__ void adamw_vec4_kernel(float* __restrict__ param, const float* __rest
     reinterpret_cast<float4*>(v)[i] = vi;
     reinterpret_cast<float4*>(param)[i] = p;
   }
-  for (int64_t i = 4 * n4 + first; i < n; i += stride) {
-    float p = param[i], mi = m[i], vi = v[i];
-    adamw_element(p, grad[i] * clip, mi, vi, a);
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = p;
-  }
+  adamw_elements(param, grad, m, v, 4 * n4 + first, stride, n, clip, a);
 }
 
 }  // namespace
