@@ -418,6 +418,21 @@ Status measure_host(Backend& be, Profile& p) {
   }
   TT_TRY(hs.synchronize());
   arrays.reset();
+  // An empty host task (Note [contention] in perf/profile.h): the median of 5 runs of 8 back to back.
+  {
+    constexpr int kTasks = 8;
+    std::vector<double> per;
+    for (int r = 0; r < 5; ++r) {
+      hs.record(*e0);
+      for (int i = 0; i < kTasks; ++i) be.enqueue_host([] {});
+      hs.record(*e1);
+      TT_TRY(e1->synchronize());
+      TT_ASSIGN_OR_RETURN(double ms, e1->elapsed_ms_since(*e0));
+      per.push_back(ms * 1e-3 / kTasks);
+    }
+    std::sort(per.begin(), per.end());
+    p.host_task_seconds = per[per.size() / 2];
+  }
   // Host memory bandwidth: a large copy split over the threads (bytes copied a second).
   const size_t bytes = size_t(256) << 20;
   TT_TRY(be.host_pool().reserve(2 * bytes + (size_t(1) << 20)));
@@ -446,8 +461,8 @@ Status measure_host(Backend& be, Profile& p) {
 int64_t last_level_cache_bytes();
 
 // Note [contention] in perf/profile.h: each kind of traffic (a 64 MiB copy each way between pinned memory and the
-// device, the host AdamW over 32M parameters with the run's team) timed alone, then while each other kind runs
-// throughout (started first; the victim's stream waits for its first unit, and it has at least twice the victim's
+// device, the host AdamW over 32M parameters with the run's team), less its fixed cost, timed alone, then while each
+// other kind runs throughout (started first; the victim's stream waits for its first unit, and it has at least twice the victim's
 // time left); the median of three each. Each direction's copies walk a pinned region twice the last-level cache,
 // as a step's copies touch gigabytes: a copy from one small buffer is served from the cache (DMA reads and writes
 // the last-level cache on current x86 hosts) and does not contend for memory.
@@ -499,6 +514,8 @@ Status measure_contention(Backend& be, Profile& p, const CalibrateOptions& o) {
     std::sort(ms.begin(), ms.end());
     return ms[1] * 1e-3;
   };
+  // What other traffic does not slow, a unit of each kind: a copy's link latency, a host task's start.
+  const double fixed_s[kNumTraffic] = {p.h2d_pinned.latency_s, p.d2h_pinned.latency_s, p.host_task_seconds};
   // Each kind alone: one unit, then as many as make at least 5 ms.
   double unit_s[kNumTraffic], alone_s[kNumTraffic];
   int units[kNumTraffic];
@@ -513,7 +530,9 @@ Status measure_contention(Backend& be, Profile& p, const CalibrateOptions& o) {
       // Enough of the other to outlast the victim slowed twofold, after the unit the victim waits for.
       const int other_units = 2 + static_cast<int>(std::ceil(2 * alone_s[v] / std::max(unit_s[other], 1e-9)));
       TT_ASSIGN_OR_RETURN(double with, timed(static_cast<Traffic>(v), units[v], other, std::min(other_units, 400)));
-      p.slowdown[v][other] = std::clamp(with / alone_s[v], 1.0, 8.0);
+      // The work beyond the fixed costs, alone and beside the other; all fixed (a simulated link): not slowed.
+      const double fixed = units[v] * fixed_s[v], work = alone_s[v] - fixed;
+      p.slowdown[v][other] = work > 0.05 * alone_s[v] ? std::clamp((with - fixed) / work, 1.0, 8.0) : 1.0;
     }
   }
   TT_TRY(be.synchronize_all());

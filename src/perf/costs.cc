@@ -151,6 +151,19 @@ double ProfileCosts::slowdown(CostClass victim, CostClass other) const {
   return p_.contention(v, o);
 }
 
+double ProfileCosts::fixed_seconds(const Op& op) const {
+  switch (cost_class(op.kind)) {
+    case CostClass::kD2H:
+      return p_.d2h_pinned.latency_s;
+    case CostClass::kH2D:
+      return p_.h2d_pinned.latency_s;
+    case CostClass::kHost:
+      return p_.host_task_seconds;
+    default:
+      return 0;
+  }
+}
+
 double ProfileCosts::seconds(const Op& op) const {
   switch (cost_class(op.kind)) {
     case CostClass::kFree:

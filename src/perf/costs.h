@@ -38,6 +38,8 @@ struct ProfileCosts final : CostModel {
   double readback_seconds() const override;
   // The profile's contention (Note [contention] in perf/profile.h) between copies each way and the host update.
   double slowdown(CostClass victim, CostClass other) const override;
+  // A copy's link latency; a host update's task start (Note [contention] in perf/profile.h).
+  double fixed_seconds(const Op& op) const override;
   // Not ok when some operation could not be priced (the first such, named).
   const Status& status() const { return status_; }
   // Kernel calls priced by interpolation rather than measured.

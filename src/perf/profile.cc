@@ -256,7 +256,8 @@ json Profile::to_json() const {
            {{"adamw_params_per_s", adamw},
             {"adamw_segments", segs},
             {"adamw_segment_threads", host_segment_threads},
-            {"memcpy_bytes_per_s", host_memcpy_bytes_per_s}}}};
+            {"memcpy_bytes_per_s", host_memcpy_bytes_per_s},
+            {"task_seconds", host_task_seconds}}}};
 }
 
 Result<Profile> Profile::from_json(const json& j) {
@@ -343,6 +344,7 @@ Result<Profile> Profile::from_json(const json& j) {
     p.host_adamw_params_per_s[static_cast<int>(threads)] = r.get<double>();
   }
   TT_ASSIGN_OR_RETURN(p.host_memcpy_bytes_per_s, host.num("memcpy_bytes_per_s", 0, true));
+  TT_ASSIGN_OR_RETURN(p.host_task_seconds, host.num("task_seconds", 0));
   TT_ASSIGN_OR_RETURN(double seg_threads, host.num("adamw_segment_threads", 1));
   TT_RETURN_IF(seg_threads != std::floor(seg_threads) || seg_threads > 1e6, kDataLoss,
                "profile.host.adamw_segment_threads: must be a thread count >= 1");

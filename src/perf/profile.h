@@ -60,7 +60,10 @@ struct KernelTime {
 // the update and 37 GB/s beside both the update and a copy the other way. So the profile holds, for each pair of
 // these three kinds of traffic, how much slower one runs while the other runs (calibrate: the one timed alone and
 // while the other runs throughout), and the replay (perf/simulator.h) slows each operation by the share of its time
-// that each other kind overlaps it.
+// that each other kind overlaps it. Contention slows moving bytes, not fixed costs: a copy's link latency and a host
+// task's start (host_task_seconds) are taken out of both calibration times and out of the share that is slowed.
+// Without that, a small copy that is mostly latency (the CPU backend's simulated link: 25 ms, a few kilobytes) was
+// slowed as much as a 64 MiB one, and offload-all on the CPU backend was predicted 8-11% slow.
 enum class Traffic { kH2D, kD2H, kHost };
 constexpr int kNumTraffic = 3;
 const char* traffic_name(Traffic t);  // "h2d", "d2h", "host"
@@ -74,8 +77,8 @@ const char* traffic_name(Traffic t);  // "h2d", "d2h", "host"
 // A sequence the profile lacks is priced as the sum of its calls.
 struct Profile {
   // 2: host segments measured from a cold cache with the run's thread count (host.adamw_segment_threads);
-  // contention (Note [contention]).
-  static constexpr int kVersion = 2;
+  // contention (Note [contention]); 3: host.task_seconds, contention measured on the work beyond the fixed costs.
+  static constexpr int kVersion = 3;
   MachineId machine;
   std::string created;  // UTC, ISO 8601
   double calibrate_seconds = 0;
@@ -95,6 +98,9 @@ struct Profile {
   std::map<std::vector<int64_t>, double> host_segments;
   int host_segment_threads = 1;
   double host_memcpy_bytes_per_s = 0;             // all threads, read + write counted once
+  // An empty piece of host-stream work, start to end (a CUDA host function's launch; the CPU backend's simulated
+  // host delay): the fixed part of every host update, which other traffic does not slow (Note [contention]).
+  double host_task_seconds = 0;
   // Note [contention]: slowdown[victim][other] >= 1, the victim's time while the other runs over its time alone.
   double slowdown[kNumTraffic][kNumTraffic] = {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}};
 

@@ -115,10 +115,12 @@ SimResult simulate(const Schedule& schedule, Pass pass, const CostModel& costs, 
   const std::vector<Op>& ops = schedule.pass(pass);
   steps = std::max(1, steps);
   // Each operation's time, once: every step runs the same operations.
-  std::vector<double> cost(ops.size(), 0.0);
+  std::vector<double> cost(ops.size(), 0.0), fixed(ops.size(), 0.0);
   for (size_t i = 0; i < ops.size(); ++i)
-    if (!ops[i].speculative && ops[i].kind != OpKind::kWait && ops[i].kind != OpKind::kRecord)
+    if (!ops[i].speculative && ops[i].kind != OpKind::kWait && ops[i].kind != OpKind::kRecord) {
       cost[i] = costs.seconds(ops[i]);
+      fixed[i] = std::clamp(costs.fixed_seconds(ops[i]), 0.0, cost[i]);
+    }
   const double readback = costs.readback_seconds();
   // The kinds of traffic that slow each other (Note [contention] in perf/profile.h).
   constexpr CostClass kTraffic[] = {CostClass::kH2D, CostClass::kD2H, CostClass::kHost};
@@ -139,10 +141,12 @@ SimResult simulate(const Schedule& schedule, Pass pass, const CostModel& costs, 
       const CostClass c = cost_class(ops[i].kind);
       if (b <= a || (c != CostClass::kH2D && c != CostClass::kD2H && c != CostClass::kHost)) continue;
       // While the other runs, the operation does 1/slowdown of its work a second: each second overlapped adds
-      // (1 - 1/slowdown) seconds.
+      // (1 - 1/slowdown) seconds, for the share of the operation that is work rather than fixed cost.
+      const double work = 1.0 - fixed[i] / cost[i];
       double d = cost[i];
       for (CostClass o : kTraffic)
-        if (o != c) d += (1.0 - 1.0 / slow[static_cast<int>(c)][static_cast<int>(o)]) * covered(r.busy[static_cast<int>(o)], a, b);
+        if (o != c)
+          d += work * (1.0 - 1.0 / slow[static_cast<int>(c)][static_cast<int>(o)]) * covered(r.busy[static_cast<int>(o)], a, b);
       moved = std::max(moved, std::abs(d - scaled[i]) / scaled[i]);
       scaled[i] = d;
     }

@@ -52,6 +52,11 @@ class CostModel {
     (void)victim, (void)other;
     return 1.0;
   }
+  // The part of seconds(op) that contention does not stretch (a copy's latency, a host task's start).
+  virtual double fixed_seconds(const Op& op) const {
+    (void)op;
+    return 0.0;
+  }
 };
 
 constexpr int kContentionRounds = 6;

@@ -78,6 +78,10 @@ TEST(PlanAccuracy, EveryShortcutPlanIsPredictedWithinTenPercentOfItsMeasuredStep
     if (r.plan == "auto") auto_measured = measured;
     else best_shortcut = std::min(best_shortcut, measured);
   }
+  const Profile& pr = profile.value();
+  report += str_format("contention (victim/other: h2d d2h host): h2d %.2f %.2f %.2f, d2h %.2f %.2f %.2f, host %.2f %.2f %.2f\n",
+                       pr.slowdown[0][0], pr.slowdown[0][1], pr.slowdown[0][2], pr.slowdown[1][0], pr.slowdown[1][1],
+                       pr.slowdown[1][2], pr.slowdown[2][0], pr.slowdown[2][1], pr.slowdown[2][2]);
   std::printf("%sworst %.1f%%; the automatic plan (%s) measured %+.1f%% against the fastest shortcut\n",
               report.c_str(), 100 * worst, AutoPlan::describe(chosen.value().best.run.exec.plan).c_str(),
               100 * (auto_measured / best_shortcut - 1));

@@ -41,6 +41,7 @@ Profile sample() {
   p.slowdown[static_cast<int>(Traffic::kHost)][static_cast<int>(Traffic::kD2H)] = 1.25;
   p.slowdown[static_cast<int>(Traffic::kH2D)][static_cast<int>(Traffic::kD2H)] = 1.1;
   p.host_memcpy_bytes_per_s = 30e9;
+  p.host_task_seconds = 4e-6;
   return p;
 }
 
@@ -53,6 +54,7 @@ TEST(Profile, JsonRoundTrips) {
   EXPECT_EQ(back.value().kernels.size(), 3u);
   EXPECT_EQ(back.value().contention(Traffic::kHost, Traffic::kD2H), 1.25);
   EXPECT_EQ(back.value().contention(Traffic::kD2H, Traffic::kHost), 1.0);
+  EXPECT_EQ(back.value().host_task_seconds, 4e-6);
 
   tt::testing::TempDir dir;
   const std::string path = dir.path() + "/sub/profile.json";

@@ -186,7 +186,9 @@ struct ContendedCosts final : CostModel {
   TestCosts base;
   double slow[kNumCostClasses][kNumCostClasses] = {{1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1},
                                                    {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}};
+  double fixed = 0;  // of every copy and host update
   double seconds(const Op& op) const override { return base.seconds(op); }
+  double fixed_seconds(const Op& op) const override { return cost_class(op.kind) == CostClass::kCompute ? 0 : fixed; }
   double slowdown(CostClass v, CostClass o) const override { return slow[static_cast<int>(v)][static_cast<int>(o)]; }
   void set(CostClass v, CostClass o, double x) { slow[static_cast<int>(v)][static_cast<int>(o)] = x; }
 };
@@ -233,6 +235,31 @@ TEST(Simulator, ContentionSlowsWhatOverlaps) {
   costs.set(CostClass::kCompute, CostClass::kD2H, 3.0);
   r = simulate(comp.s, Pass::kTrain, costs, 1);
   EXPECT_NEAR(r.busy_seconds[static_cast<int>(StreamId::kCompute)], 1e-3, 1e-12);
+}
+
+// Contention stretches the work, not the fixed cost (a link's latency, a host task's start): a 10 ms update of which
+// 5 ms are fixed, beside a 10 ms copy that slows its work 2-fold, is stretched by half as much as a 10 ms update of
+// work alone; an update that is all fixed cost is not stretched at all.
+TEST(Simulator, ContentionSparesFixedCosts) {
+  Builder b;
+  b.add(StreamId::kHost, OpKind::kHostAdamW);
+  b.add(StreamId::kHost, OpKind::kRecord, "host");
+  b.add(StreamId::kD2H, OpKind::kSwapOut);
+  b.add(StreamId::kD2H, OpKind::kRecord, "out");
+  b.add(StreamId::kCompute, OpKind::kWait, "host");
+  b.add(StreamId::kCompute, OpKind::kWait, "out");
+  ContendedCosts costs;
+  costs.base.copy = costs.base.host = 10e-3;
+  costs.set(CostClass::kHost, CostClass::kD2H, 2.0);
+  const int h = static_cast<int>(StreamId::kHost);
+  const double all_work = simulate(b.s, Pass::kTrain, costs, 1).busy_seconds[h] - 10e-3;
+  EXPECT_NEAR(all_work, 5e-3, 1e-5);  // the copy's 10 ms cover 10 ms of the update: half its work is left
+  costs.fixed = 5e-3;
+  const double half_work = simulate(b.s, Pass::kTrain, costs, 1).busy_seconds[h] - 10e-3;
+  EXPECT_GT(half_work, 0);
+  EXPECT_LT(half_work, 0.6 * all_work);
+  costs.fixed = 10e-3;
+  EXPECT_NEAR(simulate(b.s, Pass::kTrain, costs, 1).busy_seconds[h], 10e-3, 1e-12);
 }
 
 TEST(Simulator, TheCpuOptimizerOverlapsTheNextForward) {
