@@ -13,10 +13,12 @@ ctest --preset release -j1
 # The Debian interpreter, which the apt packages above serve (a pyenv or venv python3 on PATH may lack them).
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tools
 # The Python package, as `pip install .` builds it (scikit-build-core from PyPI; pybind11 and numpy from Debian), in
-# a virtual environment over the Debian interpreter; its tests start ranks with the tiertrain built above.
+# a virtual environment over the Debian interpreter; its tests start ranks with the tiertrain built above, which its
+# `tiertrain` command runs (TIERTRAIN_PIP_CLI=OFF: the package without a second build of the program, which
+# `pip install .` otherwise makes and bundles: 10 more minutes here).
 /usr/bin/python3 -m venv --system-site-packages build/pyenv
 build/pyenv/bin/pip install -q --disable-pip-version-check "scikit-build-core>=0.8"
-build/pyenv/bin/pip install -q --disable-pip-version-check --no-build-isolation .
+build/pyenv/bin/pip install -q --disable-pip-version-check --no-build-isolation --config-settings=cmake.define.TIERTRAIN_PIP_CLI=OFF .
 TT_TIERTRAIN_BIN=build/release/src/tiertrain build/pyenv/bin/python -m pytest -q -p no:cacheprovider python/tests
 # Sanitizers and fuzzers, briefly (issue 25): the fuzz targets 15 s each (every reader of outside input: tensor files,
 # checkpoint metadata, config files, plans, profiles, datasets; built with clang, ASan and UBSan, run over the inputs

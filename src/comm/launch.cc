@@ -302,8 +302,15 @@ Result<int> launch(const LaunchOptions& o) {
       }
   };
 
+  // Note [the launcher's python]: started through the Python package's `tiertrain` command, which names its
+  // interpreter in TIERTRAIN_PYTHON, a command `python` or `python3` is that interpreter (with the package that
+  // started us), not whichever comes first on PATH; an explicit path is left alone.
+  std::vector<std::string> command = o.command;
+  if (const char* py = std::getenv("TIERTRAIN_PYTHON");
+      py && *py && (command[0] == "python" || command[0] == "python3"))
+    command[0] = py;
   std::vector<char*> argv;
-  for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::vector<pid_t> pids(static_cast<size_t>(o.ranks), -1);
   std::vector<int> status(static_cast<size_t>(o.ranks), -1);
