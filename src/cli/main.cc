@@ -3,6 +3,7 @@
 //
 // Exit codes: 0 success, 1 a run failed (bad data, checkpoint, out of memory), 2 bad usage (unknown flag, bad value).
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -19,6 +20,8 @@
 #include "comm/bench.h"
 #include "comm/comm.h"
 #include "comm/launch.h"
+#include "cli/exit_codes.h"
+#include "cli/model_commands.h"
 #include "cli/perf_commands.h"
 #include "exec/train_config.h"
 #include "core/units.h"
@@ -30,15 +33,8 @@ extern "C" char* openblas_get_corename(void);
 
 namespace {
 
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-
-int report(const tt::Status& s) {
-  std::fprintf(stderr, "tiertrain: error: %s\n", s.message().c_str());
-  if (tt::log::enabled(tt::log::Level::kInfo, tt::log::kAll))
-    std::fprintf(stderr, "tiertrain: trail: %s\n", s.to_string_with_trail().c_str());
-  return s.code() == tt::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
-}
+using tt::cli::kExitUsage;
+using tt::cli::report;
 
 const char* type_hint(tt::KnobType t) {
   switch (t) {
@@ -159,6 +155,29 @@ int main(int argc, char** argv) {
   plan->add_option("--sweep-budget", plan_cmd.sweep_budget,
                    "A:B:STEP (sizes): predicted ms/step of every plan at each budget, to --sweep-out.csv and .svg");
   plan->add_option("--sweep-out", plan_cmd.sweep_out, "prefix of the sweep's CSV and SVG [default: plan-sweep]");
+
+  CLI::App* sample = app.add_subcommand(
+      "sample", "print text drawn from a trained model: tiertrain sample CHECKPOINT (a checkpoint file, a checkpoint "
+                "folder or a run folder: its latest checkpoint)");
+  tt::cli::SampleCommand sample_cmd;
+  sample->add_option("checkpoint", sample_cmd.checkpoint, "checkpoint file, checkpoint folder or run folder")
+      ->required();
+  sample->add_option("--prompt", sample_cmd.options.prompt,
+                     "text the sample continues (a text model); GPT-2 token ids for a token-shard model "
+                     "[default: a newline]");
+  sample->add_option("--tokens", sample_cmd.options.tokens, "tokens to draw [default: 200]")
+      ->check(CLI::Range(int64_t(0), int64_t(1000000)));
+  sample->add_option("--temperature", sample_cmd.options.temperature,
+                     "softmax temperature, > 0: lower is more conservative [default: 0.8]")
+      ->check(CLI::PositiveNumber);
+  sample->add_option("--top-k", sample_cmd.options.top_k, "draw among the k likeliest tokens (0: all) [default: 0]")
+      ->check(CLI::Range(0, 1 << 30));
+  sample->add_option("--seed", sample_cmd.options.seed, "seed of the draws [default: 1337]");
+  sample->add_option("--backend", sample_cmd.options.backend, "auto, cpu or cuda [default: auto]")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sample->add_option("--threads", sample_cmd.options.threads, "CPU threads (0: automatic) [default: 0]")
+      ->check(CLI::Range(0, 4096));
+  sample->add_option("--out", sample_cmd.out, "also write the text to this file");
 
   CLI::App* launch = app.add_subcommand(
       "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core|share] -- CMD [ARGS...]; each gets "
@@ -336,6 +355,14 @@ int main(int argc, char** argv) {
     if (tt::Status s = tt::comm::run_bench(*comm.value(), bench_opt); !s.is_ok()) return report(s);
     return 0;
   }
+  if (sample->parsed()) return tt::cli::run_sample(sample_cmd, stdout);
+  if (train->parsed()) {
+    // Note [run folder] in exec/train_config.h: --run-dir sets the paths of what the run keeps.
+    char now[32];
+    const std::time_t t = std::time(nullptr);
+    std::strftime(now, sizeof now, "%Y%m%d-%H%M%S", std::localtime(&t));
+    if (tt::Status s = tt::apply_run_dir(cfg, now); !s.is_ok()) return report(s);
+  }
   if (print_config) {
     // Wrapped to the terminal's width (COLUMNS, else 100 when stdout is not a terminal).
     int width = 100;
@@ -389,5 +416,7 @@ int main(int argc, char** argv) {
   if (dry_run) return trainer.value()->dry_run_fits() ? 0 : 1;
   auto summary = trainer.value()->run();
   if (!summary.is_ok()) return report(summary.status());
+  trainer.value().reset();  // the device memory back before the sample takes its own
+  tt::cli::finish_run_folder(tc.value(), stdout);
   return 0;
 }

@@ -127,7 +127,16 @@ void declare_train_knobs(Config& cfg) {
   choice("logging", "debug", "WARN", {"NONE", "WARN", "INFO", "TRACE"}, "log level on stderr");
   KnobSpec subsys;
   subsys.group = "logging";
+  knob("output", "run_dir", K::kString, "",
+       "folder the run keeps everything in (Note [run folder]): checkpoints/, config.json, metrics.jsonl (streamed), "
+       "metrics.json, sample.txt; 'auto': runs/<date-time>; the flags for each still win (scripts/train.sh: auto)");
   subsys.name = "debug_subsys";
+  knob("output", "metrics_jsonl", K::kString, "",
+       "JSON Lines file appended as the run goes: a record per logged step, per evaluation, and the summary");
+  knob("output", "sample_tokens", K::kInt, "200",
+       "with --run-dir: tokens of text sampled from the final checkpoint at the end, printed and kept in sample.txt "
+       "(0: none)",
+       0, 1e6);
   subsys.type = K::kString;
   subsys.default_value = "ALL";
   subsys.help = "subsystems to log: ALL, or a list of MEM,SWAP,UM,PERF,COMM,MESH,DATA,EXEC,CKPT (^X: all but X)";
@@ -192,6 +201,9 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
                static_cast<long long>(tc.stop_at), static_cast<long long>(tc.steps));
   TT_RETURN_IF(tc.checkpoint_every > 0 && tc.checkpoint_dir.empty(), kInvalidArgument,
                "--checkpoint-every needs --checkpoint-dir");
+  tc.run_dir = cfg.get_string("run_dir");
+  tc.metrics_jsonl = cfg.get_string("metrics_jsonl");
+  tc.sample_tokens = cfg.get_int("sample_tokens");
   TT_RETURN_IF(tc.resume == "latest" && tc.checkpoint_dir.empty(), kInvalidArgument,
                "--resume without a file needs --checkpoint-dir to find the latest checkpoint");
   // Issue 24: a warm-up as long as the run was silently accepted; the rate then never reaches --lr.
@@ -216,5 +228,20 @@ float learning_rate(const TrainConfig& tc, int64_t step) {
   const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * std::min(progress, 1.0)));
   return static_cast<float>(min_lr + coeff * (lr - min_lr));
 }
+Status apply_run_dir(Config& cfg, const std::string& now) {
+  std::string dir = cfg.get_string("run_dir");
+  if (dir.empty()) return Status::ok();
+  const std::string origin = "from --run-dir";
+  if (dir == "auto") {
+    dir = "runs/" + now;
+    TT_TRY(cfg.set("run_dir", dir, cfg.source("run_dir"), origin + " auto"));
+  }
+  for (const auto& [knob, path] : {std::pair<const char*, std::string>{"checkpoint_dir", dir + "/checkpoints"},
+                                   {"metrics_out", dir + "/metrics.json"},
+                                   {"metrics_jsonl", dir + "/metrics.jsonl"}})
+    if (cfg.source(knob) == KnobSource::kDefault) TT_TRY(cfg.set(knob, path, KnobSource::kDefault, origin));
+  return Status::ok();
+}
+
 
 }  // namespace tt

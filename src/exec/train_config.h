@@ -65,6 +65,9 @@ struct TrainConfig {
   std::string metrics_out;
   int64_t log_every = 10;
   bool profile = false;  // time every op (after the first step) and print a table at the end
+  std::string run_dir;        // Note [run folder]; "" none (resolved: never "auto" once apply_run_dir ran)
+  std::string metrics_jsonl;  // appended as the run goes
+  int64_t sample_tokens = 200;  // with run_dir: sampled from the final checkpoint at the end
   std::string trace;     // write a Chrome/Perfetto trace of the steps (after the first) to this file
   bool dry_run = false;  // print what the run would need and allocate nothing (the CLI's --dry-run)
   std::string schedule_out;  // with dry_run: write the schedule and inventory as JSON here (--schedule)
@@ -75,6 +78,19 @@ struct TrainConfig {
 void declare_train_knobs(Config& cfg);
 // Reads the knobs; cross-checks what single knobs cannot (heads divide dim, stop_at <= steps, ...).
 Result<TrainConfig> train_config_from(const Config& cfg);
+
+// Note [run folder]
+// A run with --run-dir DIR keeps what it makes in one folder, so that a finished (or killed) run can be found,
+// read and continued: DIR/config.json (every knob as resolved, written before the first step), DIR/metrics.jsonl
+// (one JSON record per logged step and per evaluation, appended and flushed as they happen, then the summary: a
+// killed run keeps its curve), DIR/metrics.json (the whole run at the end, as --metrics-out), DIR/checkpoints/ (the
+// final checkpoint, and --checkpoint-every's), DIR/sample.txt (--sample-tokens of text drawn from the final
+// checkpoint). "auto" is runs/<local date-time>. The flags for each file (--checkpoint-dir, --metrics-out,
+// --metrics-jsonl) still win. A folder that already holds a run is refused unless the run resumes from it
+// (--resume), which appends to its metrics.jsonl.
+//
+// Sets the knobs run_dir implies (origin "from --run-dir"), `now` naming an "auto" folder (YYYYmmdd-HHMMSS).
+Status apply_run_dir(Config& cfg, const std::string& now);
 
 // The peak learning rate when none is given (--lr 0): 3e-3 x min(1, 128 / dim). 3e-3 suits the default model
 // (d128); Adam moves every weight by about the learning rate on its first steps, and the change in a layer's

@@ -124,6 +124,7 @@ Trainer::~Trainer() {
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE* out) {
+  if (jsonl_ != nullptr) std::fclose(jsonl_);
   std::unique_ptr<Trainer> t(new Trainer());
   t->cfg_ = config;
   t->out_ = out;
@@ -132,7 +133,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   // Fail on what can be checked cheaply before reading data or allocating: an output file that names a folder
   // would fail only at the end, after the training.
   for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--metrics-out", &cfg.metrics_out},
-                                   {"--trace", &cfg.trace}, {"--schedule", &cfg.schedule_out}}) {
+                                   {"--trace", &cfg.trace}, {"--schedule", &cfg.schedule_out},
+                                   {"--metrics-jsonl", &cfg.metrics_jsonl}}) {
     std::error_code ec;
     TT_RETURN_IF(!path->empty() && std::filesystem::is_directory(*path, ec), kInvalidArgument,
                  "%s %s: is a folder; give a file name in it", flag, path->c_str());
@@ -216,10 +218,55 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   TT_TRY(t->build());
   return t;
 }
+  if (!cfg.run_dir.empty()) TT_TRY(t->open_run_dir());
 
 Status Trainer::build() {
   const TrainConfig& cfg = cfg_;
   const RunSpec& r = spec_;
+// Note [run folder] in exec/train_config.h.
+Status Trainer::open_run_dir() {
+  const std::string config = cfg_.run_dir + "/config.json";
+  std::error_code ec;
+  TT_RETURN_IF(cfg_.resume.empty() && std::filesystem::exists(config, ec), kInvalidArgument,
+               "--run-dir %s already holds a run (%s): continue it with --resume, or give another folder",
+               cfg_.run_dir.c_str(), config.c_str());
+  TT_TRY(make_directories(cfg_.run_dir, "run folder (--run-dir)"));
+  TT_TRY(write_json_atomically(config, cfg_.resolved));
+  print("run folder: %s\n", cfg_.run_dir.c_str());
+  return Status::ok();
+}
+
+void Trainer::record(const nlohmann::json& j) {
+  if (cfg_.metrics_jsonl.empty() || jsonl_failed_) return;
+  if (jsonl_ == nullptr) {
+    const std::filesystem::path p(cfg_.metrics_jsonl);
+    if (p.has_parent_path()) (void)make_directories(p.parent_path().string(), "--metrics-jsonl folder");
+    jsonl_ = std::fopen(cfg_.metrics_jsonl.c_str(), "a");
+  }
+  const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (jsonl_ == nullptr || std::fwrite(line.data(), 1, line.size(), jsonl_) != line.size() || std::fflush(jsonl_) != 0) {
+    // A metrics file that cannot be written must not end the training: said once, then no more records.
+    print("warning: --metrics-jsonl %s: %s; no more records are written\n", cfg_.metrics_jsonl.c_str(),
+          std::strerror(errno));
+    jsonl_failed_ = true;
+  }
+}
+
+Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, const RunSpec& r) {
+  TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, create_backend(r.backend, {.device_budget = r.budget,
+                                                                              .scratch_bytes = r.reserve.scratch_bytes,
+                                                                              .threads = cfg.threads,
+                                                                              .copy_delay_us = cfg.cpu_copy_delay_us,
+                                                                              .compute_delay_us = cfg.cpu_compute_delay_us,
+                                                                              .host_delay_us = cfg.cpu_host_delay_us,
+                                                                              .lock_host_memory = cfg.cpu_lock_host_memory,
+                                                                              .host_numa_node = cfg.host_numa_node}));
+  // The host memory the run keeps for the copy engines, taken (and pinned) in one slab: the inventory's host part.
+  Status s = be->host_pool().reserve(static_cast<size_t>(r.inventory.total(Inventory::kHost)));
+  if (!s.is_ok()) return std::move(s.with_context("reserving the run's host memory"));
+  return be;
+}
+
   TT_ASSIGN_OR_RETURN(backend_, create_backend(r.backend, {.device_budget = r.budget,
                                                            .scratch_bytes = r.reserve.scratch_bytes,
                                                            .threads = cfg.threads,
@@ -407,6 +454,8 @@ Result<TrainSummary> Trainer::run() {
             format_bytes(static_cast<int64_t>(backend_->pool().peak_in_use())).c_str());
     }
     if (cfg_.eval_every > 0 && (step_ % cfg_.eval_every == 0 || last)) {
+      record({{"kind", "train"}, {"step", rec.step}, {"loss", rec.loss}, {"lr", rec.lr}, {"grad_norm", rec.grad_norm},
+              {"ms", rec.ms}, {"tokens_per_s", rec.tokens_per_s}});
       Result<EvalRecord> ev = evaluate();
       if (ev.is_ok()) {
         evals_.push_back(ev.value());
@@ -416,6 +465,7 @@ Result<TrainSummary> Trainer::run() {
         warned_eval = true;
         print("warning: no validation: %s\n", ev.status().message().c_str());
       }
+        record({{"kind", "val"}, {"step", ev->step}, {"loss", ev->loss}, {"batches", ev->batches}});
     }
     if (!cfg_.checkpoint_dir.empty() &&
         ((cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0) || last)) {
@@ -449,6 +499,16 @@ Result<TrainSummary> Trainer::run() {
 }
 
 void Trainer::print_profile() const {
+  record({{"kind", "summary"},
+          {"first_step", summary.first_step},
+          {"last_step", summary.last_step},
+          {"first_loss", summary.first_loss},
+          {"last_loss", summary.last_loss},
+          {"last_val_loss", summary.last_val_loss < 0 ? nlohmann::json() : nlohmann::json(summary.last_val_loss)},
+          {"median_ms_per_step", summary.median_ms},
+          {"median_tokens_per_s", summary.median_tokens_per_s},
+          {"wall_s", summary.wall_s},
+          {"device_peak_bytes", summary.device_peak_bytes}});
   const int steps = profiler_->steps();
   if (steps == 0) return;
   std::vector<std::pair<double, std::string>> rows;

@@ -78,6 +78,8 @@ struct RunSpec {
 };
 // cfg.model.vocab must be set (from the data).
 Result<RunSpec> resolve_run(const TrainConfig& cfg);
+// The backend of a resolved run, with the run's host memory reserved (the inventory's host part, in one slab).
+Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, const RunSpec& r);
 
 class Trainer {
  public:
@@ -109,6 +111,8 @@ class Trainer {
   Status save(int64_t step);
   Status build();  // allocates and wires what spec_ says (create's second half)
   Status write_metrics(const TrainSummary& summary) const;
+  Status open_run_dir();                // Note [run folder]: refuses a used one, creates it, writes config.json
+  void record(const nlohmann::json& j);  // a line of --metrics-jsonl, flushed
   void print(const char* fmt, ...) const __attribute__((format(printf, 2, 3)));
   void print_profile() const;
 
@@ -136,6 +140,8 @@ class Trainer {
   std::vector<float> host_losses_;
   std::vector<StepRecord> history_;
   std::vector<EvalRecord> evals_;
+  FILE* jsonl_ = nullptr;  // --metrics-jsonl, opened (append) at the first record
+  bool jsonl_failed_ = false;
 };
 
 }  // namespace tt

@@ -679,5 +679,72 @@ TEST(Cli, UnwritableCheckpointDirFailsBeforeTraining) {
   EXPECT_HAS(nodir.out, "--resume without a file needs --checkpoint-dir");
 }
 
+// Note [run folder]: one folder keeps the resolved config, the metrics as they were logged, the summary, the final
+// checkpoint and a sample of it; a used folder is refused unless the run resumes from it (which appends); the flags
+// for each file still win; `tiertrain sample` reads the folder.
+TEST(Cli, RunFolderKeepsConfigMetricsCheckpointAndSample) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(20000));
+  const std::string rd = dir.path() + "/run";
+  const std::string args = small(data) + " --eval-every 10 --log-every 5 --run-dir " + rd;
+  CliRun first = run(args + " --steps 20 --sample-tokens 30");
+  ASSERT_EQ(first.code, 0) << first.out;
+  EXPECT_HAS(first.out, "run folder: " + rd);
+  EXPECT_HAS(first.out, "--- sample of " + rd + "/checkpoints/step_00000020.ttf (step 20): 30 tokens");
+  const nlohmann::json config = nlohmann::json::parse(slurp(rd + "/config.json"));
+  EXPECT_EQ(config.at("steps"), 20);
+  EXPECT_EQ(config.at("run_dir"), rd);
+  EXPECT_EQ(config.at("checkpoint_dir"), rd + "/checkpoints");
+  auto records = [&] {
+    std::vector<nlohmann::json> r;
+    std::istringstream lines(slurp(rd + "/metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) r.push_back(nlohmann::json::parse(line));
+    return r;
+  };
+  std::vector<std::string> seen;
+  for (const nlohmann::json& r : records())
+    seen.push_back(r.at("kind").get<std::string>() + (r.contains("step") ? std::to_string(r.at("step").get<int>()) : ""));
+  EXPECT_EQ(seen, (std::vector<std::string>{"train1", "train5", "train10", "val10", "train15", "train20", "val20",
+                                            "summary"}));
+  EXPECT_EQ(records().back().at("last_step"), 20);
+  EXPECT_TRUE(fs::exists(rd + "/metrics.json"));
+  EXPECT_TRUE(fs::exists(rd + "/checkpoints/latest"));
+  EXPECT_EQ(slurp(rd + "/sample.txt").size(), 31u);  // the prompt (a newline) and 30 bytes
+
+  // A used folder is refused, and left as it was.
+  CliRun again = run(args + " --steps 20");
+  EXPECT_EQ(again.code, 2) << again.out;
+  EXPECT_HAS(again.out, "already holds a run");
+  EXPECT_EQ(records().size(), 8u);
+  // Resuming it appends.
+  CliRun more = run(args + " --steps 30 --resume --sample-tokens 0");
+  ASSERT_EQ(more.code, 0) << more.out;
+  EXPECT_EQ(records().back().at("last_step"), 30);
+  EXPECT_EQ(records().back().at("first_step"), 21);
+
+  // `tiertrain sample` of the folder: the same seed the same text, another seed another.
+  CliRun s1 = run("sample " + rd + " --tokens 40 --seed 3 --temperature 1.5 --backend cpu");
+  CliRun s2 = run("sample " + rd + " --tokens 40 --seed 3 --temperature 1.5 --backend cpu");
+  CliRun s3 = run("sample " + rd + " --tokens 40 --seed 4 --temperature 1.5 --backend cpu");
+  ASSERT_EQ(s1.code, 0) << s1.out;
+  EXPECT_HAS(s1.out, "(step 30): 40 tokens after a prompt of 1");
+  auto text = [](const std::string& out) { return out.substr(out.find('\n')); };  // after the header (its time)
+  EXPECT_EQ(text(s1.out), text(s2.out));
+  EXPECT_NE(text(s1.out), text(s3.out));
+  EXPECT_EQ(run("sample " + rd + " --temperature 0").code, 2);
+  CliRun none = run("sample " + dir.file("nothing"));
+  EXPECT_EQ(none.code, 1);
+  EXPECT_HAS(none.out, "does not exist");
+
+  // The flag for a file wins over the folder's.
+  const std::string rd2 = dir.path() + "/run2";
+  CliRun own = run(small(data) + " --steps 5 --sample-tokens 0 --run-dir " + rd2 + " --metrics-out " +
+                   dir.file("mine.json"));
+  ASSERT_EQ(own.code, 0) << own.out;
+  EXPECT_TRUE(fs::exists(dir.file("mine.json")));
+  EXPECT_FALSE(fs::exists(rd2 + "/metrics.json"));
+  EXPECT_TRUE(fs::exists(rd2 + "/metrics.jsonl"));
+}
+
 }  // namespace
 }  // namespace tt

@@ -1,0 +1,164 @@
+#include "exec/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "core/bf16.h"
+#include "core/rng.h"
+#include "core/tensorfile.h"
+#include "core/units.h"
+#include "exec/checkpoint.h"
+#include "exec/trainer.h"
+
+namespace tt {
+
+Result<std::string> resolve_checkpoint(const std::string& where) {
+  std::error_code ec;
+  TT_RETURN_IF(!std::filesystem::exists(where, ec), kNotFound, "checkpoint '%s' does not exist", where.c_str());
+  if (!std::filesystem::is_directory(where, ec)) return where;
+  const std::string run_checkpoints = where + "/checkpoints";
+  return find_checkpoint(std::filesystem::is_directory(run_checkpoints, ec) ? run_checkpoints : where, "latest");
+}
+
+int32_t draw_token(const float* logits, int vocab, double temperature, int top_k, double u) {
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  const size_t k = top_k > 0 ? std::min<size_t>(static_cast<size_t>(top_k), order.size()) : order.size();
+  // The k likeliest, the likeliest first; ties keep the lower token first.
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::vector<double> p(k);
+  const double top = static_cast<double>(logits[order[0]]), t = std::max(temperature, 1e-6);
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += p[i] = std::exp((static_cast<double>(logits[order[i]]) - top) / t);
+  double acc = 0;
+  for (size_t i = 0; i < k; ++i) {
+    acc += p[i] / sum;
+    if (u < acc) return order[i];
+  }
+  return order[k - 1];
+}
+
+Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOptions& o) {
+  TT_RETURN_IF(!(o.temperature > 0) || !std::isfinite(o.temperature), kInvalidArgument,
+               "--temperature %g: must be a number > 0", o.temperature);
+  TT_RETURN_IF(o.tokens < 0 || o.top_k < 0, kInvalidArgument, "--tokens and --top-k must not be negative");
+  SampleResult out;
+  TT_ASSIGN_OR_RETURN(out.checkpoint, resolve_checkpoint(where));
+  TT_ASSIGN_OR_RETURN(TensorFileReader reader, TensorFileReader::open(out.checkpoint));
+  TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(reader.meta(), out.checkpoint));
+  out.step = st.step;
+  out.bytes = st.model.vocab <= 256;
+
+  // An in-core model of batch 1 on the backend asked for.
+  TrainConfig tc;
+  tc.model = st.model;
+  tc.batch = 1;
+  tc.backend = o.backend;
+  tc.dtype = o.dtype;
+  tc.threads = o.threads;
+  tc.plan = "in-core";
+  tc.optimizer = OptimizerPlacement::kDevice;
+  TT_ASSIGN_OR_RETURN(RunSpec spec, resolve_run(tc));
+  TT_RETURN_IF(!spec.fits_device, kOutOfMemory,
+               "sampling needs the model in-core at batch 1: %s of device memory (%s), but the budget is %s",
+               format_bytes(spec.inventory.total(Inventory::kDevice)).c_str(),
+               spec.inventory.describe(Inventory::kDevice).c_str(), format_bytes(spec.budget).c_str());
+  TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, create_run_backend(tc, spec));
+  TT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(*be, spec.exec));
+  Gpt& gpt = ex->model();
+  TT_RETURN_IF(gpt.master_dtype() != st.dtype, kFailedPrecondition, "%s: parameters in %s, the model's master is %s",
+               out.checkpoint.c_str(), dtype_name(st.dtype), dtype_name(gpt.master_dtype()));
+  {
+    const size_t esize = dtype_size(st.dtype);
+    std::vector<unsigned char> params(static_cast<size_t>(gpt.num_params()) * esize);
+    for (const ParamInfo& p : gpt.params()) {
+      std::vector<int64_t> shape;
+      for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
+      TT_TRY(reader.read("param/" + p.name, st.dtype, shape, params.data() + static_cast<size_t>(p.offset) * esize));
+    }
+    TT_TRY(ex->upload_params(params.data()));
+  }
+
+  // The prompt's tokens: its bytes (a text model), else ids separated by spaces or commas.
+  if (out.bytes) {
+    const std::string prompt = o.prompt.empty() ? "\n" : o.prompt;
+    for (unsigned char c : prompt) out.tokens.push_back(c);
+  } else if (o.prompt.empty()) {
+    out.tokens.push_back(50256);  // GPT-2's <|endoftext|>: a document's start
+  } else {
+    std::string text = o.prompt;
+    std::replace(text.begin(), text.end(), ',', ' ');
+    size_t at = 0;
+    while (at < text.size()) {
+      size_t end = 0;
+      long long v = -1;
+      try {
+        v = std::stoll(text.substr(at), &end);
+      } catch (...) {
+        end = 0;
+      }
+      if (end == 0) {
+        if (std::isspace(static_cast<unsigned char>(text[at]))) {
+          ++at;
+          continue;
+        }
+        return make_status(StatusCode::kInvalidArgument,
+                           "--prompt: this model reads GPT-2 token ids (no tokenizer here): give numbers, not '%s'",
+                           text.substr(at, 20).c_str());
+      }
+      TT_RETURN_IF(v < 0 || v >= st.model.vocab, kInvalidArgument, "--prompt: token %lld is not below the vocabulary %d",
+                   v, st.model.vocab);
+      out.tokens.push_back(static_cast<int32_t>(v));
+      at += end;
+    }
+  }
+  for (int32_t t : out.tokens)
+    TT_RETURN_IF(t >= st.model.vocab, kInvalidArgument, "--prompt: byte %d is not in this model's vocabulary (%d)", t,
+                 st.model.vocab);
+  out.prompt_tokens = static_cast<int64_t>(out.tokens.size());
+
+  // Each token: the window (the last T tokens) at positions 0.., the forward, the logits of its last position.
+  const int T = st.model.seq, V = st.model.vocab, PV = st.model.padded_vocab();
+  const DType cd = gpt.dtype();
+  TT_ASSIGN_OR_RETURN(Tensor logits, be->pool().allocate({T, PV}, cd, TensorClass::kWorkspace, "sample.logits"));
+  std::vector<int32_t> window(static_cast<size_t>(T), 0), targets(static_cast<size_t>(T), 0);
+  std::vector<unsigned char> row(static_cast<size_t>(PV) * dtype_size(cd));
+  std::vector<float> row_f(static_cast<size_t>(V));
+  Rng rng(o.seed);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < o.tokens; ++i) {
+    const size_t n = std::min(out.tokens.size(), static_cast<size_t>(T));
+    std::fill(window.begin(), window.end(), 0);
+    std::copy(out.tokens.end() - static_cast<std::ptrdiff_t>(n), out.tokens.end(), window.begin());
+    be->copy_h2d(gpt.tokens(), window.data(), be->compute_stream());
+    be->copy_h2d(gpt.targets(), targets.data(), be->compute_stream());
+    ex->forward();
+    gpt.compute_logits(logits);
+    be->copy_d2h(row.data(), logits.view((static_cast<int64_t>(n) - 1) * PV, {PV}), be->compute_stream());
+    TT_TRY(be->compute_stream().synchronize());
+    for (int v = 0; v < V; ++v) {
+      if (cd == DType::kBF16) {
+        uint16_t h;
+        std::memcpy(&h, row.data() + 2 * static_cast<size_t>(v), 2);
+        row_f[static_cast<size_t>(v)] = bf16_to_float(h);
+      } else {
+        std::memcpy(&row_f[static_cast<size_t>(v)], row.data() + 4 * static_cast<size_t>(v), 4);
+      }
+    }
+    out.tokens.push_back(draw_token(row_f.data(), V, o.temperature, o.top_k, rng.uniform()));
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (out.bytes) {
+    for (int32_t t : out.tokens) out.text.push_back(static_cast<char>(t));
+  } else {
+    for (size_t i = 0; i < out.tokens.size(); ++i) out.text += (i ? " " : "") + std::to_string(out.tokens[i]);
+  }
+  return out;
+}
+
+}  // namespace tt

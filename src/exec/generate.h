@@ -1,0 +1,52 @@
+// exec/generate: what a trained model says. A checkpoint's parameters go into an in-core model of batch 1 on the
+// chosen backend; tokens are then drawn one at a time from the logits of the window's last position (temperature,
+// top-k), the window sliding once it fills the model's context. Text corpora (vocabulary 256) give bytes, printed
+// as text; token shards give GPT-2 token ids (tiertrain has no BPE tokenizer), printed as numbers.
+//
+//   SampleOptions o;
+//   o.prompt = "Q: ";
+//   TT_ASSIGN_OR_RETURN(SampleResult s, sample_checkpoint("runs/20261202-101500", o));  // a run, a folder or a file
+//   std::fputs(s.text.c_str(), stdout);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tt {
+
+struct SampleOptions {
+  std::string prompt;         // bytes of a text model; empty: a newline
+  int64_t tokens = 200;       // drawn after the prompt
+  double temperature = 0.8;   // > 0; lower is more conservative
+  int top_k = 0;              // draw among the k likeliest (0: all)
+  uint64_t seed = 1337;
+  std::string backend = "auto";
+  std::string dtype = "auto";
+  int threads = 0;
+};
+
+struct SampleResult {
+  std::string checkpoint;      // the file read
+  int64_t step = 0;            // its step
+  bool bytes = true;           // tokens are bytes (a text model); else GPT-2 token ids
+  std::vector<int32_t> tokens; // the prompt's, then the drawn ones
+  int64_t prompt_tokens = 0;
+  std::string text;            // the bytes as they are (bytes), or the ids separated by spaces
+  double seconds = 0;          // drawing, after loading
+};
+
+// A checkpoint file; or a folder: a run folder (its checkpoints/), or a checkpoint folder: its latest checkpoint.
+Result<std::string> resolve_checkpoint(const std::string& where);
+
+// Draws o.tokens tokens after o.prompt from the model of checkpoint `where` (resolve_checkpoint). The same
+// checkpoint, options and backend give the same tokens.
+Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOptions& o);
+
+// The draw itself, over logits[0, vocab): softmax of logits / temperature over the top_k largest (0: all), then the
+// token whose cumulative probability first exceeds u in [0, 1). Ties keep the lower token first.
+int32_t draw_token(const float* logits, int vocab, double temperature, int top_k, double u);
+
+}  // namespace tt

@@ -1,0 +1,119 @@
+// exec/generate: text from a checkpoint.
+//  - the draw: temperature near 0 takes the likeliest token; top-k never leaves the k likeliest; the frequencies
+//    follow the softmax;
+//  - a model trained on one repeated sentence continues that sentence from its start, through and past the end
+//    of its context window (the window slides): the logits read are those of the prompt's last position;
+//  - the same checkpoint, options and seed give the same text; another seed another;
+//  - a missing checkpoint, a bad temperature and a byte outside the vocabulary are named.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "exec/generate.h"
+#include "exec/trainer.h"
+#include "temp_dir.h"
+
+namespace tt {
+namespace {
+
+using testing::TempDir;
+
+TEST(Sample, TheDrawFollowsTemperatureAndTopK) {
+  const float logits[5] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+  // Near-zero temperature: the likeliest; tied likeliest share the draw, the lower first.
+  const float unique[5] = {1.0f, 3.0f, 2.0f, 2.9f, -1.0f};
+  for (double u : {0.0, 0.5, 0.999}) EXPECT_EQ(draw_token(unique, 5, 1e-4, 0, u), 1);
+  EXPECT_EQ(draw_token(logits, 5, 1e-4, 0, 0.25), 1);
+  EXPECT_EQ(draw_token(logits, 5, 1e-4, 0, 0.75), 3);
+  // top-k 2: only tokens 1 and 3 (the two 3.0s) are ever drawn, half each at any temperature.
+  std::map<int, int> seen;
+  for (int i = 0; i < 1000; ++i) seen[draw_token(logits, 5, 5.0, 2, (i + 0.5) / 1000)]++;
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], 500);
+  EXPECT_EQ(seen[3], 500);
+  // All tokens at temperature 1: the frequencies of a uniform u are the softmax's.
+  seen.clear();
+  const int n = 100000;
+  for (int i = 0; i < n; ++i) seen[draw_token(logits, 5, 1.0, 0, (i + 0.5) / n)]++;
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  for (int t = 0; t < 5; ++t)
+    EXPECT_NEAR(seen[t] / static_cast<double>(n), std::exp(static_cast<double>(logits[t])) / z, 2e-4) << t;
+}
+
+// A run that learns one sentence by heart and keeps its final checkpoint in dir/ckpt.
+std::string train_sentence(TempDir& dir, const std::string& sentence) {
+  std::string text;
+  while (text.size() < 20000) text += sentence;
+  TrainConfig tc;
+  tc.model = GptConfig{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
+  tc.batch = 8;
+  tc.data = dir.write("sentence.txt", text);
+  tc.steps = 300;
+  tc.warmup = 10;
+  tc.eval_every = 0;
+  tc.backend = "cpu";
+  tc.threads = 2;
+  tc.checkpoint_dir = dir.path() + "/ckpt";
+  auto trainer = Trainer::create(tc, nullptr);
+  EXPECT_TRUE(trainer.is_ok()) << trainer.status().to_string();
+  auto summary = trainer.value()->run();
+  EXPECT_TRUE(summary.is_ok()) << summary.status().to_string();
+  EXPECT_LT(summary.value().last_loss, 0.3) << "the sentence was not learnt; the samples below would mean nothing";
+  return tc.checkpoint_dir;
+}
+
+TEST(Sample, AModelThatLearntASentenceContinuesItPastItsWindow) {
+  TempDir dir;
+  const std::string sentence = "the quick brown fox jumps over the lazy dog. ";
+  const std::string ckpt = train_sentence(dir, sentence);
+  SampleOptions o;
+  o.prompt = "the quick";
+  o.tokens = 100;  // past the window of 32: the window slides
+  o.temperature = 0.05;
+  o.backend = "cpu";
+  auto s = sample_checkpoint(ckpt, o);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_TRUE(s.value().bytes);
+  EXPECT_EQ(s.value().prompt_tokens, 9);
+  EXPECT_EQ(s.value().tokens.size(), 109u);
+  EXPECT_EQ(s.value().step, 300);
+  std::string expect;
+  while (expect.size() < 109) expect += sentence;
+  EXPECT_EQ(s.value().text, expect.substr(0, 109));
+
+  // The same options give the same text; at a high temperature another seed gives another.
+  o.temperature = 2.0;
+  auto a = sample_checkpoint(ckpt, o), b = sample_checkpoint(ckpt, o);
+  o.seed = 7;
+  auto c = sample_checkpoint(ckpt, o);
+  ASSERT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
+  EXPECT_EQ(a.value().text, b.value().text);
+  EXPECT_NE(a.value().text, c.value().text);
+  // A checkpoint file works as well as its folder.
+  o.seed = 1337;
+  auto f = sample_checkpoint(a.value().checkpoint, o);
+  ASSERT_TRUE(f.is_ok());
+  EXPECT_EQ(f.value().text, a.value().text);
+}
+
+TEST(Sample, BadRequestsAreNamed) {
+  TempDir dir;
+  SampleOptions o;
+  o.backend = "cpu";
+  auto missing = sample_checkpoint(dir.path() + "/nothing", o);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("does not exist"), std::string::npos) << missing.status().message();
+  auto empty = sample_checkpoint(dir.path(), o);
+  ASSERT_FALSE(empty.is_ok());
+  o.temperature = 0;
+  auto cold = sample_checkpoint(dir.path(), o);
+  ASSERT_FALSE(cold.is_ok());
+  EXPECT_NE(cold.status().message().find("--temperature"), std::string::npos) << cold.status().message();
+}
+
+}  // namespace
+}  // namespace tt
