@@ -108,7 +108,8 @@ class Backend {
   // natural-log sum of exp of each query row's scaled scores; the backward rebuilds the probabilities from it, so
   // nothing of size T x T outlives a call (flash attention's recomputation).
   virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) = 0;
-  // dqkv += d(qkv), from dout, the forward's inputs, its output `out` and lse.
+  // dqkv = d(qkv), from dout, the forward's inputs, its output `out` and lse. OVERWRITES dqkv: every element is
+  // written (cuDNN's fused backward writes dq, dk, dv and cannot add; docs/design/cudnn-attention.md §5.4).
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                   const Tensor& lse, int heads) = 0;
   // tanh-approximated GELU.

@@ -75,17 +75,18 @@ Result<std::string> resolve_backend_name(const std::string& name) {
   return name;
 }
 
-BackendReserve backend_reserve(const std::string& name, int64_t tokens_per_step, int heads) {
+BackendReserve backend_reserve(const std::string& name, const AttentionShape& shape, const AttentionOptions& attention) {
   BackendReserve r;
 #ifdef TIERTRAIN_HAVE_CUDA
   if (name == "cuda") {
-    r.scratch_bytes = cuda::scratch_bytes_for(tokens_per_step, heads);
-    r.reserved_bytes = cuda::reserved_bytes(r.scratch_bytes);
+    r.scratch_bytes = cuda::scratch_bytes_for(shape.B * shape.T, static_cast<int>(shape.H));
+    r.attention_workspace_bytes = cuda::attention_workspace_for(shape, attention);
+    r.reserved_bytes = cuda::reserved_bytes(r.scratch_bytes) + r.attention_workspace_bytes;
   }
 #else
   (void)name;
-  (void)tokens_per_step;
-  (void)heads;
+  (void)shape;
+  (void)attention;
 #endif
   return r;
 }
@@ -97,7 +98,9 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const B
                                  .device_budget = o.device_budget,
                                  .scratch_bytes = o.scratch_bytes > 0 ? o.scratch_bytes : cuda::kMinScratchBytes,
                                  .host_numa_node = o.host_numa_node,
-                                 .host_threads = host::optimizer_threads(o.threads, /*beside_gpu=*/true)});
+                                 .host_threads = host::optimizer_threads(o.threads, /*beside_gpu=*/true),
+                                 .attention = o.attention,
+                                 .attention_workspace_bytes = o.attention_workspace_bytes});
 #endif
   if (name == "cpu")
     return cpu::create_backend({.device_budget = o.device_budget,

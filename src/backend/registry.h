@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/attention_options.h"
 #include "backend/backend.h"
 
 namespace tt {
@@ -38,6 +39,8 @@ struct BackendOptions {
   int64_t host_delay_us = 0;
   bool lock_host_memory = false;  // CPU: mlock the host pool
   int host_numa_node = -1;
+  AttentionOptions attention{};            // a GPU: cuDNN or our attention kernels (attention_options.h)
+  int64_t attention_workspace_bytes = 0;   // cuDNN's attention workspace within the budget (BackendReserve)
 };
 
 // Backends compiled in, in order of preference for "auto".
@@ -45,13 +48,16 @@ std::vector<std::string> backend_names();
 BackendProbe probe_backend(const std::string& name);
 // "auto": the first available backend in preference order (a GPU when there is one, else the CPU).
 Result<std::string> resolve_backend_name(const std::string& name);
-// Device bytes the backend takes out of the budget for itself for a step of this many tokens (the CUDA backend's
-// cuBLAS workspace and kernel scratch); 0 for the CPU. scratch: what to pass as BackendOptions::scratch_bytes.
+// Device bytes the backend takes out of the budget for itself for a step of this attention shape (the CUDA backend's
+// cuBLAS workspace, kernel scratch and cuDNN's attention workspace); 0 for the CPU. scratch and attention workspace:
+// what to pass as BackendOptions::scratch_bytes and ::attention_workspace_bytes.
 struct BackendReserve {
   int64_t scratch_bytes = 0;
-  int64_t reserved_bytes = 0;
+  int64_t attention_workspace_bytes = 0;
+  int64_t reserved_bytes = 0;  // everything, the two above included
 };
-BackendReserve backend_reserve(const std::string& name, int64_t tokens_per_step, int heads);
+BackendReserve backend_reserve(const std::string& name, const AttentionShape& shape,
+                               const AttentionOptions& attention = {});
 Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const BackendOptions& options);
 
 }  // namespace tt

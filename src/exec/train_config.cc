@@ -100,6 +100,16 @@ void declare_train_knobs(Config& cfg) {
        "CPU backend: microseconds added to every piece of host-stream work (the CPU optimizer's updates) (0: none)", 0,
        1e9);
 
+  choice("runtime", "attention_impl", "auto", {"auto", "cudnn", "native"},
+         "attention on a GPU: auto (cuDNN's fused attention where the library loads and takes the shape, else our "
+         "kernels), cudnn (the same, but a cuDNN that does not load is an error), native (our kernels)");
+  knob("runtime", "cudnn_library", K::kString, "",
+       "libcudnn.so.9 to load, or the folder holding it (empty: the folders found at build time, then the loader's "
+       "path)");
+  knob("runtime", "attention_workspace", K::kBytes, "512MiB",
+       "most device memory cuDNN's attention backward may use (its workspace grows as B*H*T^2; beyond this the "
+       "backward runs over chunks of the batch)",
+       0, 1e15);
   knob("checkpoint", "checkpoint_dir", K::kString, "", "folder for checkpoints (created if missing)");
   knob("checkpoint", "checkpoint_every", K::kInt, "0", "write a checkpoint every N steps (0: only at the end)", 0,
        1e12);
@@ -181,6 +191,9 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.cpu_host_delay_us = cfg.get_int("cpu_host_delay_us");
   tc.host_numa_node = static_cast<int>(cfg.get_int("host_numa_node"));
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");
+  TT_ASSIGN_OR_RETURN(tc.attention.impl, parse_attention_impl(cfg.get_string("attention_impl")));
+  tc.attention.cudnn_library = cfg.get_string("cudnn_library");
+  tc.attention.workspace_cap = cfg.get_bytes("attention_workspace");
   tc.checkpoint_dir = cfg.get_string("checkpoint_dir");
   tc.checkpoint_every = cfg.get_int("checkpoint_every");
   tc.keep_checkpoints = cfg.get_int("keep_checkpoints");

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/attention_options.h"
 #include "core/config.h"
 #include "exec/plan.h"
 #include "model/gpt.h"
@@ -53,6 +54,7 @@ struct TrainConfig {
   int64_t cpu_compute_delay_us = 0;  // CPU backend: added to every compute op (slow kernels, for tests)
   int64_t cpu_host_delay_us = 0;     // CPU backend: added to every piece of host-stream work (a slow host optimizer)
   int host_numa_node = -1;        // host pool placement; -1: automatic
+  AttentionOptions attention{};   // a GPU: cuDNN's fused attention or our kernels (attention_impl, ...)
   bool cpu_lock_host_memory = false;
 
   std::string checkpoint_dir;

@@ -66,7 +66,10 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   TT_TRY(e.validate());
   TT_ASSIGN_OR_RETURN(r.inventory, Executor::inventory(e));
   // The backend's own cuBLAS workspace and scratch come out of the budget too.
-  r.reserve = backend_reserve(r.backend, static_cast<int64_t>(cfg.batch) * cfg.model.seq, cfg.model.heads);
+  r.reserve = backend_reserve(r.backend,
+                              {cfg.batch, cfg.model.seq, cfg.model.heads, cfg.model.dim / cfg.model.heads,
+                               dtype == DType::kBF16},
+                              cfg.attention);
   r.inventory.add_backend_reserved(r.reserve.reserved_bytes);
   const int64_t need = r.inventory.total(Inventory::kDevice);
   // The automatic budget: on a device with memory of its own, what the run needs plus 5%, never more than the free
@@ -274,7 +277,10 @@ Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, cons
                                                            .compute_delay_us = cfg.cpu_compute_delay_us,
                                                            .host_delay_us = cfg.cpu_host_delay_us,
                                                            .lock_host_memory = cfg.cpu_lock_host_memory,
-                                                           .host_numa_node = cfg.host_numa_node}));
+                                                           .host_numa_node = cfg.host_numa_node,
+                                                           .attention = cfg.attention,
+                                                           .attention_workspace_bytes =
+                                                               r.reserve.attention_workspace_bytes}));
   // The host memory the run keeps for the copy engines, taken (and pinned) in one slab: the inventory's host part.
   {
     Status s = backend_->host_pool().reserve(static_cast<size_t>(r.inventory.total(Inventory::kHost)));

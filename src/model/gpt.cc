@@ -358,9 +358,7 @@ void Gpt::backward_block(GptHooks& h, int l) {
   be_.fill_zero(t_.datty, s);
   h.op("matmul_backward attn.proj");
   be_.matmul_backward(t_.datty, g.projw, g.projb, t_.dresidual, a.atty, w.projw);
-  h.op("zero_scratch");
-  be_.fill_zero(t_.dqkv, s);
-  h.op("attention_backward");
+  h.op("attention_backward");  // writes every element of dqkv: no zeroing first
   be_.attention_backward(t_.dqkv, t_.datty, a.qkv, a.atty, a.lse, cfg_.heads);
   h.op("zero_scratch");
   be_.fill_zero(t_.dln, s);
@@ -434,7 +432,6 @@ std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, D
         add("layernorm_backward", KernelOp::kLayernormBackward, {BT, C});
         add("zero_scratch", KernelOp::kFillZero, {BT * C});
         add("matmul_backward attn.proj", KernelOp::kMatmulBackward, {BT, C, C, 1});
-        add("zero_scratch", KernelOp::kFillZero, {BT * 3 * C});
         add("attention_backward", KernelOp::kAttentionBackward, {B, T, H, C / H});
         add("zero_scratch", KernelOp::kFillZero, {BT * C});
         add("matmul_backward qkv", KernelOp::kMatmulBackward, {BT, 3 * C, C, 1});

@@ -12,6 +12,9 @@
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "test_util.h"
+#ifdef TIERTRAIN_HAVE_CUDA
+#include "backend/cuda/cudnn_loader.h"
+#endif
 
 namespace tt {
 namespace {
@@ -110,6 +113,10 @@ void compare_op(Backend& other, const std::string& op, const std::vector<Arg>& a
 
 // Each case runs with f32 activations (tight tolerances) and bf16 activations (tolerances of bf16 rounding:
 // 2^-8 relative per stored value, against the f32 CPU result on the same bf16-rounded inputs).
+struct AttentionCase {
+  int B, T, C, H;
+};
+
 class BackendOps : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
@@ -123,6 +130,7 @@ class BackendOps : public ::testing::TestWithParam<DType> {
              double atol16 = 3e-2, double rtol16 = 3e-2) {
     compare_op(*be_, op, args, fn, tol(atol32, atol16), tol(rtol32, rtol16), dt());
   }
+  void attention_case(Backend& be, const AttentionCase& c);
   std::unique_ptr<Backend> be_;
 };
 
@@ -176,9 +184,6 @@ TEST_P(BackendOps, Matmul) {
 
 // Attention at several head sizes and lengths: 64 and 128 take the CUDA backend's tensor-core kernels in bf16, the
 // others (and f32) its general kernels; lengths not a multiple of the 64-row tiles check the edges.
-struct AttentionCase {
-  int B, T, C, H;
-};
 // The fused MLP ops, at a shape where cuBLASLt's epilogues apply in bf16 (dimensions multiples of 8) and at one where
 // they do not (the unfused path).
 TEST_P(BackendOps, MatmulGelu) {
@@ -223,13 +228,63 @@ TEST_P(BackendOps, ResidualLayerNorm) {
         kAtol, kRtol);
 }
 
+// A second CUDA backend whose attention runs on cuDNN where cuDNN takes the shape (attention_impl=cudnn, a workspace
+// of 513 MiB); null, with the reason printed, where cuDNN does not load (CI has none).
+std::unique_ptr<Backend> make_cudnn_backend() {
+#ifdef TIERTRAIN_HAVE_CUDA
+  const auto lib = cudnn::load("");
+  if (!lib.is_ok()) {
+    std::printf("no cuDNN here, its cases skipped: %s\n", lib.status().to_string().c_str());
+    return nullptr;
+  }
+  auto r = cuda::create_backend({.device = 0,
+                                 .device_budget = int64_t(3) << 30,
+                                 .attention = {.impl = AttentionImpl::kCudnn},
+                                 .attention_workspace_bytes = (int64_t(512) << 20) + (1 << 20)});
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  if (!r.is_ok()) return nullptr;
+  std::printf("%s\n", r.value()->describe().c_str());
+  return std::move(r).value();
+#else
+  return nullptr;
+#endif
+}
+
+int64_t counter(Backend& be, const char* name) {
+  const auto c = be.counters();
+  const auto it = c.find(name);
+  return it == c.end() ? 0 : it->second;
+}
+
+// Every case on our kernels (be_) and, where cuDNN loads, on a backend with attention_impl=cudnn: the cases cuDNN
+// takes (bf16, head size 64 or 128, T >= 2) run there, the others fall back to our kernels; both against the CPU.
 TEST_P(BackendOps, Attention) {
+  std::unique_ptr<Backend> cudnn_be = make_cudnn_backend();
   for (const AttentionCase& c : {AttentionCase{B, T, C, H}, AttentionCase{2, 100, 128, 2}, AttentionCase{1, 130, 256, 2},
                                  AttentionCase{2, 1, 128, 2}, AttentionCase{1, 64, 96, 1}, AttentionCase{1, 200, 64, 4}}) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " C " + std::to_string(c.C) + " H " +
                  std::to_string(c.H));
+    for (Backend* be : {be_.get(), cudnn_be.get()}) {
+      if (be == nullptr) continue;
+      SCOPED_TRACE(be == be_.get() ? "our kernels" : "attention_impl=cudnn");
+      const int64_t fwd0 = counter(*be, "cudnn_attention_forward"), bwd0 = counter(*be, "cudnn_attention_backward");
+      attention_case(*be, c);
+      const bool cudnn_takes = be != be_.get() && dt() == DType::kBF16 && (c.C / c.H == 64 || c.C / c.H == 128) &&
+                               c.T >= 2;
+      EXPECT_EQ(counter(*be, "cudnn_attention_forward") - fwd0, cudnn_takes ? 2 : 0);
+      EXPECT_EQ(counter(*be, "cudnn_attention_backward") - bwd0, cudnn_takes ? 1 : 0);
+    }
+  }
+}
+
+void BackendOps::attention_case(Backend& target, const AttentionCase& c) {
+  {
     const int64_t b = c.B, t = c.T, ch = c.C, h = c.H;
     const int heads = c.H;
+    auto check = [&](const std::string& op, const std::vector<Arg>& args, const OpFn& fn, double atol32,
+                     double rtol32, double atol16 = 3e-2, double rtol16 = 3e-2) {
+      compare_op(target, op, args, fn, tol(atol32, atol16), tol(rtol32, rtol16), dt());
+    };
     check("attention_forward",
           {{"out", {b, t, ch}, DType::kF32, true}, {"lse", {b, h, t}, DType::kF32, true},
            {"qkv", {b, t, 3 * ch}}},
@@ -245,6 +300,94 @@ TEST_P(BackendOps, Attention) {
           },
           1e-4, 1e-4, 6e-2, 6e-2);
   }
+}
+
+// One bf16 attention forward and `repeats` backwards on `be`; dqkv is poisoned (NaN) before each backward, so an
+// element the backward does not write shows. Returns out, lse and each backward's dqkv.
+struct AttentionRun {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+  std::vector<std::vector<uint16_t>> dqkv;
+};
+AttentionRun run_bf16_attention(Backend& be, int b, int t, int c, int h, const std::vector<uint16_t>& qkv,
+                                const std::vector<uint16_t>& dout, int repeats) {
+  auto take = [&](Shape shape, DType dt, const char* name) {
+    auto r = be.pool().allocate(shape, dt, TensorClass::kWorkspace, name);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    return r.value();
+  };
+  Stream& s = be.compute_stream();
+  Tensor tq = take({b, t, 3 * c}, DType::kBF16, "qkv"), to = take({b, t, c}, DType::kBF16, "out"),
+         tl = take({b, h, t}, DType::kF32, "lse"), tg = take({b, t, c}, DType::kBF16, "dout"),
+         td = take({b, t, 3 * c}, DType::kBF16, "dqkv");
+  be.copy_h2d(tq, qkv.data(), s);
+  be.copy_h2d(tg, dout.data(), s);
+  be.attention_forward(to, tl, tq, h);
+  AttentionRun r;
+  r.out.resize(static_cast<size_t>(b) * t * c);
+  r.lse.resize(static_cast<size_t>(b) * h * t);
+  be.copy_d2h(r.out.data(), to, s);
+  be.copy_d2h(r.lse.data(), tl, s);
+  const std::vector<uint16_t> poison(qkv.size(), 0x7fc0);  // bf16 NaN
+  for (int i = 0; i < repeats; ++i) {
+    be.copy_h2d(td, poison.data(), s);
+    be.attention_backward(td, tg, tq, to, tl, h);
+    r.dqkv.emplace_back(qkv.size());
+    be.copy_d2h(r.dqkv.back().data(), td, s);
+    EXPECT_TRUE(s.synchronize().is_ok());
+  }
+  for (Tensor* x : {&td, &tg, &tl, &to, &tq}) be.pool().free(*x);
+  return r;
+}
+
+std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = float_to_bf16(static_cast<float>(rng.normal()));
+  return v;
+}
+std::vector<float> to_float(const std::vector<uint16_t>& v) {
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) f[i] = bf16_to_float(v[i]);
+  return f;
+}
+
+// cuDNN against our tensor-core kernels at the shapes the trainer runs (head size 64 and 128): out and dqkv within
+// bf16 tolerances, lse (fp32 on both sides) to 1e-4.
+TEST(AttentionCudnn, MatchesOurKernels) {
+  TT_SKIP_WITHOUT_GPU();
+  std::unique_ptr<Backend> cudnn_be = make_cudnn_backend();
+  if (!cudnn_be) GTEST_SKIP() << "no cuDNN";
+  std::unique_ptr<Backend> ours = testing::make_cuda_backend(int64_t(2) << 30);
+  for (const AttentionCase& c : {AttentionCase{2, 1024, 768, 12}, AttentionCase{1, 2048, 512, 4}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H));
+    const auto qkv = random_bf16(static_cast<size_t>(c.B) * c.T * 3 * c.C, 7);
+    const auto dout = random_bf16(static_cast<size_t>(c.B) * c.T * c.C, 8);
+    const int64_t before = counter(*cudnn_be, "cudnn_attention_backward");
+    const AttentionRun want = run_bf16_attention(*ours, c.B, c.T, c.C, c.H, qkv, dout, 1);
+    const AttentionRun got = run_bf16_attention(*cudnn_be, c.B, c.T, c.C, c.H, qkv, dout, 1);
+    EXPECT_EQ(counter(*cudnn_be, "cudnn_attention_backward") - before, 1);
+    EXPECT_TRUE(testing::all_close("out", to_float(got.out), to_float(want.out), 3e-2, 3e-2));
+    EXPECT_TRUE(testing::all_close("lse", got.lse, want.lse, 1e-4, 0.0));
+    EXPECT_TRUE(testing::all_close("dqkv", to_float(got.dqkv[0]), to_float(want.dqkv[0]), 6e-2, 6e-2));
+  }
+}
+
+// The deterministic backward graph: bit-identical over repeated runs at GPT-2's shape, where cuDNN's default
+// backward was measured not to repeat (docs/design/cudnn-attention.md §2).
+TEST(AttentionCudnn, BackwardIsBitIdenticalOverRuns) {
+  TT_SKIP_WITHOUT_GPU();
+  std::unique_ptr<Backend> cudnn_be = make_cudnn_backend();
+  if (!cudnn_be) GTEST_SKIP() << "no cuDNN";
+  const int b = 16, t = 1024, c = 768, h = 12;
+  const auto qkv = random_bf16(static_cast<size_t>(b) * t * 3 * c, 9);
+  const auto dout = random_bf16(static_cast<size_t>(b) * t * c, 10);
+  const AttentionRun r = run_bf16_attention(*cudnn_be, b, t, c, h, qkv, dout, 5);
+  EXPECT_EQ(counter(*cudnn_be, "cudnn_attention_backward"), 5);
+  for (int i = 1; i < 5; ++i) EXPECT_TRUE(r.dqkv[static_cast<size_t>(i)] == r.dqkv[0]) << "run " << i << " differs";
+  size_t nonfinite = 0;
+  for (uint16_t x : r.dqkv[0]) nonfinite += (x & 0x7f80) == 0x7f80;
+  EXPECT_EQ(nonfinite, 0u) << "elements of dqkv not written (NaN poison left) or not finite";
 }
 
 TEST_P(BackendOps, Elementwise) {

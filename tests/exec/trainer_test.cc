@@ -723,6 +723,44 @@ TEST(TrainerCuda, BFloat16TrainsAndResumesBitExact) {
   check_cuda_training("bf16", DType::kBF16, 0.05);
 }
 
+// cuDNN's fused attention in training (head size 64, where cuDNN takes the shape; attention_impl auto): resumes bit
+// for bit, recompute gives the bits of in-core (forward and recomputed forward take the same plan), and the losses
+// stay within bf16 tolerance of our kernels' (attention_impl=native). Skipped where cuDNN does not load.
+TEST(TrainerCuda, CudnnAttentionResumesAndRecomputesBitExact) {
+  TT_SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  TrainConfig cfg = small_config(data);
+  cfg.model.dim = 128;
+  cfg.model.heads = 2;
+  cfg.model.seq = 64;
+  cfg.backend = "cuda";
+  cfg.dtype = "bf16";
+  cfg.device_budget = int64_t(1) << 30;
+  auto a = Trainer::create(cfg, nullptr);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_TRUE(a.value()->run().is_ok());
+  const auto counters = a.value()->backend().counters();
+  if (counters.count("cudnn_attention_backward") == 0 || counters.at("cudnn_attention_backward") == 0)
+    GTEST_SKIP() << "cuDNN did not run the attention: " << a.value()->backend().describe();
+  const RunResult ra = finish(*a.value());
+  expect_bit_identical(ra, run_split_at_10(cfg, dir.file("ckpt")));
+  TrainConfig rc = cfg;
+  rc.plan = "recompute";
+  auto b = Trainer::create(rc, nullptr);
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  ASSERT_TRUE(b.value()->run().is_ok());
+  expect_bit_identical(ra, finish(*b.value()));
+  TrainConfig nc = cfg;
+  nc.attention.impl = AttentionImpl::kNative;
+  auto n = Trainer::create(nc, nullptr);
+  ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+  ASSERT_TRUE(n.value()->run().is_ok());
+  EXPECT_EQ(n.value()->backend().counters().at("cudnn_attention_backward"), 0);
+  const RunResult rn = finish(*n.value());
+  for (size_t i = 0; i < ra.losses.size(); ++i) EXPECT_NEAR(ra.losses[i], rn.losses[i], 0.05) << "step " << i + 1;
+}
+
 // On CUDA, in bf16 and f32, the out-of-core plans give the same bits as in-core on CUDA (the same deterministic
 // kernels), through evaluations; the CPU optimizer trains within bf16 tolerance of the device optimizer (its AdamW
 // is the host's, whose rounding may differ from the CUDA kernel's in the last bit), and with it the offload plans

@@ -306,8 +306,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
         for (int t2 = 0; t2 <= t; ++t2) row[t2] = std::exp(row[t2] - l);
         for (int t2 = t + 1; t2 < T_; ++t2) row[t2] = 0;
       }
-      // dv += p^T dout; dp = dout v^T
-      gemm<T>(CblasTrans, CblasNoTrans, T_, hs, T_, T(1), p.data(), T_, d, C, T(1), dv, C3);
+      // dv = p^T dout; dp = dout v^T (every element of dq, dk, dv is written: the backward's contract)
+      gemm<T>(CblasTrans, CblasNoTrans, T_, hs, T_, T(1), p.data(), T_, d, C, T(0), dv, C3);
       gemm<T>(CblasNoTrans, CblasTrans, T_, T_, hs, T(1), d, C, v, C3, T(0), dp.data(), T_);
       // through the softmax: ds = p * (dp - sum_t2 p dp), scaled; zero above the diagonal since p is.
       for (int t = 0; t < T_; ++t) {
@@ -319,9 +319,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int 
         for (int t2 = 0; t2 <= t; ++t2) dr[t2] = pr[t2] * (dr[t2] - dot) * scale;
         for (int t2 = t + 1; t2 < T_; ++t2) dr[t2] = 0;
       }
-      // dq += ds k; dk += ds^T q
-      gemm<T>(CblasNoTrans, CblasNoTrans, T_, hs, T_, T(1), dp.data(), T_, k, C3, T(1), dq, C3);
-      gemm<T>(CblasTrans, CblasNoTrans, T_, hs, T_, T(1), dp.data(), T_, q, C3, T(1), dk, C3);
+      // dq = ds k; dk = ds^T q
+      gemm<T>(CblasNoTrans, CblasNoTrans, T_, hs, T_, T(1), dp.data(), T_, k, C3, T(0), dq, C3);
+      gemm<T>(CblasTrans, CblasNoTrans, T_, hs, T_, T(1), dp.data(), T_, q, C3, T(0), dk, C3);
     }
   }
 }

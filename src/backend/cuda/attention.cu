@@ -11,7 +11,8 @@
 //     keys (or queries) at a time, one per lane.
 // The backward is deterministic: no atomics. d(k) and d(v) come from a kernel that owns a tile of keys and walks the
 // queries after it; d(q) from a second kernel that owns a tile of queries and walks the keys before it (the scores
-// are rebuilt twice, the price of not summing d(q) with atomics as FlashAttention-2 does). Both add into dqkv.
+// are rebuilt twice, the price of not summing d(q) with atomics as FlashAttention-2 does). Together they write every
+// element of dqkv (Backend::attention_backward's contract, which cuDNN's engines also meet).
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(kGeneralWarps * 32)
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int c = lane + 32 * i;
-    if (c < hs) dq[c] = st<X>(ld(dq[c]) + acc[i] * d.scale);
+    if (c < hs) dq[c] = st<X>(acc[i] * d.scale);
   }
 }
 
@@ -307,8 +308,8 @@ __global__ void __launch_bounds__(kGeneralWarps * 32)
   for (int k = 0; k < kPerLane; ++k) {
     const int c = lane + 32 * k;
     if (c < hs) {
-      dkp[c] = st<X>(ld(dkp[c]) + dk[k] * d.scale);
-      dvp[c] = st<X>(ld(dvp[c]) + dv[k]);
+      dkp[c] = st<X>(dk[k] * d.scale);
+      dvp[c] = st<X>(dv[k]);
     }
   }
 }
@@ -564,10 +565,10 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   }
 }
 
-// Adds a warp's 16 x HS fp32 accumulator (times `scale`) into rows r0.. of a bf16 matrix (rows `ld` apart, rows at
+// Stores a warp's 16 x HS fp32 accumulator (times `scale`) as rows r0.. of a bf16 matrix (rows `ld` apart, rows at
 // or past T skipped).
 template <int HS>
-__device__ void add_rows(bf16* base, int64_t ld, int r0, int T, const float (&acc)[HS / 8][4], float scale) {
+__device__ void store_rows(bf16* base, int64_t ld, int r0, int T, const float (&acc)[HS / 8][4], float scale) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
 #pragma unroll
   for (int n = 0; n < HS / 8; ++n) {
@@ -577,14 +578,13 @@ __device__ void add_rows(bf16* base, int64_t ld, int r0, int T, const float (&ac
       const int r = r0 + g + half * 8;
       if (r >= T) continue;
       auto* p = reinterpret_cast<__nv_bfloat162*>(base + static_cast<int64_t>(r) * ld + c);
-      const float2 old = __bfloat1622float2(*p);
-      *p = __floats2bfloat162_rn(old.x + acc[n][2 * half] * scale, old.y + acc[n][2 * half + 1] * scale);
+      *p = __floats2bfloat162_rn(acc[n][2 * half] * scale, acc[n][2 * half + 1] * scale);
     }
   }
 }
 
 // d(k), d(v): block (key tile, b h); warp w owns keys k0 + 16 w ..; walks the query tiles from the diagonal on.
-// Everything is computed transposed (keys as rows): S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dK += dS^T Q.
+// Everything is computed transposed (keys as rows): S^T = K Q^T, dV = P^T dO, dP^T = V dO^T, dK = dS^T Q.
 template <int HS>
 __global__ void __launch_bounds__(kTcWarps * 32)
     attention_dkv_tc_kernel(bf16* __restrict__ dqkv, const bf16* __restrict__ dout, const bf16* __restrict__ qkv,
@@ -662,7 +662,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
         dp[n][e] = p * (dp[n][e] - D_s[qi]);
       }
     }
-    // dV += P^T dO; dK += dS^T Q (k = queries)
+    // dV += P^T dO; dK += dS^T Q over the query tiles (k = queries)
 #pragma unroll
     for (int kk = 0; kk < kTcCols / 16; ++kk) {
       const uint32_t pa[4] = {pack(s[2 * kk][0], s[2 * kk][1]), pack(s[2 * kk][2], s[2 * kk][3]),
@@ -682,12 +682,12 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     }
   }
   bf16* dbase = dqkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
-  add_rows<HS>(dbase + d.C, C3, k0 + warp * 16, d.T, dk, d.scale);
-  add_rows<HS>(dbase + 2 * d.C, C3, k0 + warp * 16, d.T, dv, 1.0f);
+  store_rows<HS>(dbase + d.C, C3, k0 + warp * 16, d.T, dk, d.scale);
+  store_rows<HS>(dbase + 2 * d.C, C3, k0 + warp * 16, d.T, dv, 1.0f);
 }
 
 // d(q): block (query tile, b h); warp w owns queries q0 + 16 w ..; walks the key tiles up to the diagonal.
-// S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
+// S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ = dS K.
 template <int HS>
 __global__ void __launch_bounds__(kTcWarps * 32)
     attention_dq_tc_kernel(bf16* __restrict__ dqkv, const bf16* __restrict__ dout, const bf16* __restrict__ qkv,
@@ -771,7 +771,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     }
   }
   bf16* dbase = dqkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
-  add_rows<HS>(dbase, C3, q0 + warp * 16, d.T, dq, d.scale);
+  store_rows<HS>(dbase, C3, q0 + warp * 16, d.T, dq, d.scale);
 }
 
 // Whether the tensor-core kernels apply: bf16, a head size they are built for, and 16-byte aligned rows (cp.async).

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cudnn_sdpa.h"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/lt_gemm.cuh"
 #include "backend/op_shapes.h"
@@ -105,8 +106,10 @@ memory::HostPoolOptions pinned_pool_options(int numa_node, bool numa_required) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, void* region, int64_t budget, size_t capacity, int64_t scratch_bytes, std::string name,
-              int host_numa_node, bool numa_required, int host_threads)
+              int host_numa_node, bool numa_required, int host_threads, AttentionOptions attention,
+              int64_t attention_workspace_bytes)
       : device_(device), host_threads_(host_threads), region_(region), name_(std::move(name)), scratch_request_(scratch_bytes),
+        attention_(std::move(attention)), attention_workspace_bytes_(attention_workspace_bytes),
         pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCuda, device}, &stats_, capacity,
               [this] { return create_event(false); }),
         host_pool_(pinned_pool_options(host_numa_node, numa_required), &stats_),
@@ -126,19 +129,51 @@ class CudaBackend final : public Backend {
     TT_ASSIGN_OR_RETURN(scratch_.ptr, pool_.allocate_bytes(static_cast<size_t>(scratch_request_),
                                                           TensorClass::kWorkspace, "cuda.scratch"));
     scratch_.bytes = static_cast<size_t>(scratch_request_);
+    return init_attention();
+  }
+
+  // cuDNN's fused attention when the options allow it and the library loads (cudnn_sdpa.h); else our kernels.
+  Status init_attention() {
+    const bool strict = attention_.impl == AttentionImpl::kCudnn;
+    if (attention_.impl == AttentionImpl::kNative) {
+      attention_desc_ = "attention: our kernels (attention_impl=native)";
+      return Status::ok();
+    }
+    Result<const cudnn::Library*> lib = cudnn::load(attention_.cudnn_library);
+    if (!lib.is_ok()) {
+      TT_RETURN_IF(strict, kFailedPrecondition, "attention_impl=cudnn: %s", lib.status().to_string().c_str());
+      attention_desc_ = "attention: our kernels (" + lib.status().message() + ")";
+      TT_LOG(INFO, PERF, "%s", attention_desc_.c_str());
+      return Status::ok();
+    }
+    if (attention_workspace_bytes_ <= 0) {
+      TT_RETURN_IF(strict, kFailedPrecondition,
+                   "attention_impl=cudnn: no cuDNN attention workspace was reserved (a bf16 run with head size 64 "
+                   "or 128 reserves one; BackendOptions::attention_workspace_bytes)");
+      attention_desc_ = "attention: our kernels (no cuDNN workspace reserved for this run's shape)";
+      return Status::ok();
+    }
+    TT_ASSIGN_OR_RETURN(void* ws, pool_.allocate_bytes(static_cast<size_t>(attention_workspace_bytes_),
+                                                       TensorClass::kWorkspace, "cudnn.attention.workspace"));
+    TT_ASSIGN_OR_RETURN(sdpa_, cudnn::CudnnSdpa::create(lib.value(), compute_.get(), ws, attention_workspace_bytes_,
+                                                        strict));
+    attention_desc_ = str_format("attention: %s where it takes the shape (workspace %s)",
+                                 lib.value()->describe().c_str(), format_bytes(attention_workspace_bytes_).c_str());
+    TT_LOG(INFO, PERF, "%s", attention_desc_.c_str());
     return Status::ok();
   }
 
   ~CudaBackend() override {
     (void)synchronize_all();
+    sdpa_.reset();
     if (cublas_) cublasDestroy(cublas_);
     cudaFree(region_);
   }
 
   Device device() const override { return Device{DeviceKind::kCuda, device_}; }
   std::string describe() const override {
-    return str_format("cuda:%d %s (cuBLAS, device budget %s)", device_, name_.c_str(),
-                      format_bytes(static_cast<int64_t>(pool_.budget())).c_str());
+    return str_format("cuda:%d %s (cuBLAS, device budget %s; %s)", device_, name_.c_str(),
+                      format_bytes(static_cast<int64_t>(pool_.budget())).c_str(), attention_desc_.c_str());
   }
   Stream& compute_stream() override { return compute_; }
   Stream& h2d_stream() override { return h2d_; }
@@ -161,7 +196,9 @@ class CudaBackend final : public Backend {
   std::map<std::string, int64_t> counters() const override {
     return {{"cublaslt_bias_gemms", lt_.calls(Epilogue::kBias)},
             {"cublaslt_gelu_bias_gemms", lt_.calls(Epilogue::kGeluAuxBias)},
-            {"cublaslt_dgelu_gemms", lt_.calls(Epilogue::kDGelu)}};
+            {"cublaslt_dgelu_gemms", lt_.calls(Epilogue::kDGelu)},
+            {"cudnn_attention_forward", sdpa_ ? sdpa_->forward_calls() : 0},
+            {"cudnn_attention_backward", sdpa_ ? sdpa_->backward_calls() : 0}};
   }
   memory::MemoryStats& stats() override { return stats_; }
 
@@ -315,9 +352,13 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // Flash attention (backend/cuda/attention.cu): no T x T buffer at all; the backward's row sums use the scratch.
+  // Flash attention: cuDNN's fused engines where they take the shape (cudnn_sdpa.h), else our kernels
+  // (backend/cuda/attention.cu). No T x T buffer outlives a call; the backward's row sums use the scratch.
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) override {
     const shapes::Attention d = shapes::attention_forward(out, lse, qkv, heads);
+    if (sdpa_ && qkv.dtype() == DType::kBF16 && d.B > 0 &&
+        sdpa_->forward({d.B, d.T, d.H, d.C / d.H}, out.raw(), lse.data<float>(), qkv.raw()))
+      return;
     dispatch_x(qkv.dtype(), "attention_forward", [&]<typename X>() {
       cuda::attention_forward<X>(s(), out.data<X>(), lse.data<float>(), qkv.data<X>(), d.B, d.T, d.C, d.H);
     });
@@ -326,6 +367,11 @@ class CudaBackend final : public Backend {
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& lse, int heads) override {
     const shapes::Attention d = shapes::attention_backward(dqkv, dout, qkv, out, lse, heads);
+    if (sdpa_ && qkv.dtype() == DType::kBF16 && d.B > 0 &&
+        static_cast<size_t>(attention_scratch_bytes(d.B, d.T, d.H)) <= scratch_.bytes &&
+        sdpa_->backward({d.B, d.T, d.H, d.C / d.H}, dqkv.raw(), dout.raw(), qkv.raw(), out.raw(), lse.data<float>(),
+                        static_cast<float*>(scratch_.ptr)))
+      return;
     dispatch_x(qkv.dtype(), "attention_backward", [&]<typename X>() {
       cuda::attention_backward<X>(s(), scratch_, dqkv.data<X>(), dout.data<X>(), qkv.data<X>(), out.data<X>(),
                                   lse.data<float>(), d.B, d.T, d.C, d.H);
@@ -418,6 +464,10 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   LtGemm lt_;
   int64_t scratch_request_;
+  AttentionOptions attention_;
+  int64_t attention_workspace_bytes_;
+  std::string attention_desc_;
+  std::unique_ptr<cudnn::CudnnSdpa> sdpa_;
   Scratch scratch_;
 };
 
@@ -428,6 +478,13 @@ int64_t scratch_bytes_for(int64_t tokens_per_step, int heads) {
   // Embedding backward: sorted ids, positions, sorted positions, and CUB's temporary storage (bounded generously).
   const int64_t sort = tokens_per_step * 4 * 3 + tokens_per_step * 8 + (int64_t(16) << 20);
   return std::max({kMinScratchBytes, rowsums, sort});
+}
+
+int64_t attention_workspace_for(const AttentionShape& shape, const AttentionOptions& options) {
+  if (options.impl == AttentionImpl::kNative || !shape.bf16 || (shape.hs != 64 && shape.hs != 128) || shape.T < 2)
+    return 0;
+  if (!cudnn::load(options.cudnn_library).is_ok()) return 0;
+  return cudnn::workspace_bytes_for(shape.B, shape.T, shape.H, shape.hs, options.workspace_cap);
 }
 
 Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options) {
@@ -444,7 +501,8 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   TT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   int64_t budget = options.device_budget;
   if (budget == 0) budget = static_cast<int64_t>(free_b) - kAutoBudgetHeadroomBytes;
-  const int64_t reserved = reserved_bytes(std::max(options.scratch_bytes, kMinScratchBytes));
+  const int64_t reserved =
+      reserved_bytes(std::max(options.scratch_bytes, kMinScratchBytes)) + options.attention_workspace_bytes;
   TT_RETURN_IF(budget <= reserved, kOutOfMemory,
                "device budget %s on %s leaves nothing after the backend's own %s (cuBLAS workspace and scratch); "
                "free on the GPU: %s of %s",
@@ -473,7 +531,8 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   }
   auto be = std::make_unique<CudaBackend>(options.device, region, budget, total_b,
                                           std::max(options.scratch_bytes, kMinScratchBytes), prop.name, numa_node,
-                                          options.host_numa_node >= 0, std::max(1, options.host_threads));
+                                          options.host_numa_node >= 0, std::max(1, options.host_threads),
+                                          options.attention, options.attention_workspace_bytes);
   TT_TRY(be->init());
   TT_LOG(INFO, MEM, "CUDA device arena on %s: %s (free %s of %s)", prop.name, format_bytes(budget).c_str(),
          format_bytes(static_cast<int64_t>(free_b)).c_str(), format_bytes(static_cast<int64_t>(total_b)).c_str());

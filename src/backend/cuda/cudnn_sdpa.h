@@ -1,0 +1,78 @@
+// backend/cuda/cudnn_sdpa: causal attention through cuDNN's fused flash-attention engines (docs/design/
+// cudnn-attention.md): the graphs of sdpa_graph.h lowered to backend descriptors, one execution plan per shape built
+// on first use and kept, and the calls that bind our tensors' pointers to it. The CUDA backend asks it first and
+// runs its own kernels (attention.cu) when it says no.
+//
+//   TT_ASSIGN_OR_RETURN(auto sdpa, CudnnSdpa::create(lib, stream, ws, ws_bytes, /*strict=*/false));
+//   if (!sdpa->forward(dims, out, lse, qkv)) cuda::attention_forward<bf16>(...);
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "backend/cuda/cudnn_loader.h"
+#include "backend/cuda/sdpa_graph.h"
+#include "core/status.h"
+
+namespace tt::cudnn {
+
+// Note [cudnn workspace]
+// Our device pool is carved once, so cuDNN's workspace is reserved before the first call: backend_reserve adds
+// workspace_bytes_for(shape, cap) (the §3 bound of the deterministic backward, B H pad128(T)^2 2 bytes + 1 MiB) and
+// the backend takes it from the pool as "cudnn.attention.workspace". Where a whole batch would need more than the cap
+// (knob attention_workspace), the backward runs over chunks of b sequences (pointers advanced by b T 3C, b T C,
+// b H T) with a plan for the chunk's shape; the forward (256 bytes) always runs whole. A plan whose real workspace
+// exceeds what is reserved is not used (logged): the shape runs on our kernels. Dsum, the backward's row sums, goes
+// to the rowsum scratch our own backward uses (B H T floats).
+int64_t workspace_bytes_for(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t cap);
+// Sequences per backward call for a workspace of `bytes` (0: none fits).
+int64_t backward_chunk(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t bytes);
+
+class CudnnSdpa {
+ public:
+  // strict: a shape cuDNN should take (bf16, head size 64 or 128, T >= 2, aligned) but refuses is an error (knob
+  // attention_impl=cudnn) rather than a fall-back.
+  static Result<std::unique_ptr<CudnnSdpa>> create(const Library* lib, void* stream, void* workspace,
+                                                   int64_t workspace_bytes, bool strict);
+  ~CudnnSdpa();
+  CudnnSdpa(const CudnnSdpa&) = delete;
+  CudnnSdpa& operator=(const CudnnSdpa&) = delete;
+
+  // Run on cuDNN and return true, or return false without touching anything (the caller runs its own kernels). The
+  // decision is per shape and the same for forward and backward (both plans are built at the first call of a shape).
+  // forward: out [B,T,C], lse [B,H,T] from qkv [B,T,3C] (bf16). backward: dqkv = d(qkv) (every element written) from
+  // dout, qkv, out, lse; dsum: B H T floats of scratch.
+  bool forward(const SdpaDims& d, void* out, float* lse, const void* qkv);
+  bool backward(const SdpaDims& d, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                float* dsum);
+
+  const Library& library() const { return *lib_; }
+  int64_t forward_calls() const { return forward_calls_; }
+  int64_t backward_calls() const { return backward_calls_; }
+
+  struct Plan;  // cudnn_sdpa.cc
+
+ private:
+  CudnnSdpa(const Library* lib, Handle h, void* ws, int64_t ws_bytes, bool strict)
+      : lib_(lib), handle_(h), ws_(ws), ws_bytes_(ws_bytes), strict_(strict) {}
+  struct Shape {
+    bool usable = false;
+    std::shared_ptr<Plan> fwd, bwd;
+    int64_t chunk = 0;  // sequences per backward call
+  };
+  const Shape& shape(const SdpaDims& d);
+  Result<std::shared_ptr<Plan>> build(const SdpaGraph& g, const char* what);
+
+  const Library* lib_;
+  Handle handle_;
+  void* ws_;
+  int64_t ws_bytes_;
+  bool strict_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, Shape> shapes_;
+  int64_t forward_calls_ = 0, backward_calls_ = 0;
+};
+
+}  // namespace tt::cudnn

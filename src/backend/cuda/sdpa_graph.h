@@ -1,0 +1,83 @@
+// backend/cuda/sdpa_graph: the cuDNN operation graphs of causal attention (forward: 14 operations; deterministic
+// backward: 21) as plain data: tensors with their uids, dims and strides, and operations naming tensors by uid. No
+// cuDNN call here: cudnn_sdpa.cc lowers a graph to backend descriptors, and sdpa_graph_test.cc checks the data
+// against the tables of docs/design/cudnn-attention.md §1 without any library.
+//
+//   const SdpaGraph g = sdpa_backward_graph({.B = 16, .T = 1024, .H = 12, .hs = 64});
+//   for (const SdpaOp& op : g.ops) ... g.tensor(op.x) ...
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cudnn_api.h"
+
+namespace tt::cudnn {
+
+struct SdpaDims {
+  int64_t B = 0, T = 0, H = 0, hs = 0;
+  int64_t C() const { return H * hs; }
+};
+
+// Note [sdpa layout]
+// q, k, v are read straight out of our interleaved qkv [B, T, 3C] by strides (q of token t, head h at
+// qkv[(b T + t) 3C + h hs], k at +C, v at +2C), and dq, dk, dv written straight into dqkv the same way; out and dout
+// [B, T, C]. As [B, H, T, hs] tensors: q strides {3CT, hs, 3C, 1}; k is given transposed, [B, H, hs, T] with strides
+// {3CT, hs, 1, 3C} (the first matmul's B operand), and so is v in the backward. Stats [B, H, T, 1] fp32 with strides
+// {HT, T, 1, 1} is exactly our lse [B, H, T]: the natural log of the sum of exp of the scaled scores. The uids below
+// are the ones the variant pack binds pointers to; virtual intermediates are numbered from kFirstVirtualUid in the
+// order they are made.
+enum Uid : int64_t {
+  kUidQ = 1,
+  kUidK = 2,  // transposed view [B, H, hs, T]
+  kUidV = 3,  // [B, H, T, hs] in the forward, transposed [B, H, hs, T] in the backward
+  kUidO = 4,
+  kUidStats = 5,
+  kUidDO = 6,
+  kUidDQ = 7,
+  kUidDK = 8,
+  kUidDV = 9,
+  kUidDsum = 10,   // fp32 [B, H, T, 1]: row sums of dO * O (the backward writes them; our rowsum scratch)
+  kUidScale = 11,  // by value: 1 / sqrt(hs)
+  kUidNegInf = 12, // by value: the masked score
+  kUidOne = 13,    // by value: 1.0
+  kFirstVirtualUid = 100,
+};
+
+struct SdpaTensor {
+  int64_t uid = 0;
+  std::string name;
+  DataType dtype = kFloat;
+  std::array<int64_t, 4> dims{}, strides{};
+  bool is_virtual = false;
+  bool by_value = false;  // a host scalar passed in the variant pack
+};
+
+enum class SdpaOpKind { kMatmul, kPointwise, kReduction, kReshape };
+
+struct SdpaOp {
+  SdpaOpKind kind = SdpaOpKind::kPointwise;
+  PointwiseMode mode = kPwIdentity;  // kPointwise
+  ReduceOp reduce = kReduceAdd;       // kReduction
+  DataType prec = kFloat;             // pointwise math precision; matmul and reduction compute type
+  int64_t axis = -1;                  // kPwGenIndex
+  // Pointwise: y = mode(x, b), binary select y = t ? x : b. Matmul: y = x @ b. Reduction, reshape: y = f(x).
+  int64_t x = 0, b = 0, t = 0, y = 0;  // uids; 0: none
+};
+
+struct SdpaGraph {
+  std::vector<SdpaTensor> tensors;
+  std::vector<SdpaOp> ops;
+  const SdpaTensor& tensor(int64_t uid) const;  // aborts on an unknown uid
+};
+
+SdpaGraph sdpa_forward_graph(const SdpaDims& d);
+SdpaGraph sdpa_backward_graph(const SdpaDims& d);
+
+// Bytes the backward's workspace is bounded by (§3: dP in bf16 with T padded to 128, plus 1 MiB), checked against
+// the plan's own figure when it is built.
+int64_t sdpa_backward_workspace_bound(const SdpaDims& d);
+
+}  // namespace tt::cudnn

@@ -1,0 +1,178 @@
+// cuDNN's fused attention without cuDNN (CI): the loader says "unavailable" and why for a missing or bogus library,
+// and the graph descriptions (backend/cuda/sdpa_graph.h) hold the operations, uids, dims and strides of the tables in
+// docs/design/cudnn-attention.md §1. The runs on a GPU are in backend_ops_test (BackendOps.Attention*).
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/cuda/cudnn_loader.h"
+#include "backend/cuda/cudnn_sdpa.h"
+#include "backend/cuda/sdpa_graph.h"
+#include "temp_dir.h"
+
+namespace tt::cudnn {
+namespace {
+
+TEST(CudnnLoader, MissingLibraryIsUnavailableWithReason) {
+  const auto r = load("/nonexistent/folder/libcudnn.so.9");
+  ASSERT_FALSE(r.is_ok());
+  const std::string m = r.status().to_string();
+  EXPECT_NE(m.find("cuDNN unavailable"), std::string::npos) << m;
+  EXPECT_NE(m.find("/nonexistent/folder/libcudnn.so.9"), std::string::npos) << m;
+}
+
+TEST(CudnnLoader, BogusLibraryIsUnavailableWithReason) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/libcudnn.so.9";
+  std::ofstream(path) << "not a shared library";
+  const auto r = load(dir.path());  // a folder: its libcudnn.so.9
+  ASSERT_FALSE(r.is_ok());
+  const std::string m = r.status().to_string();
+  EXPECT_NE(m.find("cuDNN unavailable"), std::string::npos) << m;
+  EXPECT_NE(m.find(path), std::string::npos) << m;
+}
+
+TEST(CudnnLoader, LibraryWithoutCudnnSymbolsIsRefused) {
+  // Any shared library that is not cuDNN: the C library the test already has mapped.
+  const auto r = load("libc.so.6");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().to_string().find("no symbol cudnnGetVersion"), std::string::npos) << r.status().to_string();
+}
+
+// One line per operation: "kind(mode) inputs -> output", tensors by name.
+std::vector<std::string> render(const SdpaGraph& g) {
+  std::vector<std::string> out;
+  for (const SdpaOp& op : g.ops) {
+    std::string s;
+    switch (op.kind) {
+      case SdpaOpKind::kMatmul: s = "matmul"; break;
+      case SdpaOpKind::kReshape: s = "reshape"; break;
+      case SdpaOpKind::kReduction: s = op.reduce == kReduceMax ? "reduce_max" : "reduce_add"; break;
+      case SdpaOpKind::kPointwise:
+        s = "pw" + std::to_string(static_cast<int>(op.mode));
+        if (op.axis >= 0) s += " axis " + std::to_string(op.axis);
+        if (op.prec == kBoolean) s += " bool";
+        break;
+    }
+    s += " " + g.tensor(op.x).name;
+    if (op.b) s += ", " + g.tensor(op.b).name;
+    if (op.t) s += " ? " + g.tensor(op.t).name;
+    s += " -> " + g.tensor(op.y).name;
+    out.push_back(s);
+  }
+  return out;
+}
+
+using A = std::array<int64_t, 4>;
+constexpr int64_t B = 2, T = 128, H = 2, hs = 64, C = H * hs;
+
+TEST(SdpaGraph, ForwardHasTheDocumentedOperations) {
+  const SdpaGraph g = sdpa_forward_graph({B, T, H, hs});
+  const std::vector<std::string> want = {
+      "matmul Q, K^T -> S",
+      "pw1 S, scale -> S*scale",                       // MUL
+      "pw501 axis 3 S*scale -> col",                   // GEN_INDEX
+      "pw501 axis 2 S*scale -> row",
+      "pw303 bool row, col -> keep",                   // CMP_GE
+      "pw601 S*scale, neg_inf ? keep -> masked",       // BINARY_SELECT
+      "reduce_max masked -> max",
+      "pw9 masked, max -> S-max",                      // SUB
+      "pw13 S-max -> exp",                             // EXP
+      "reduce_add exp -> sum",
+      "pw15 sum -> log sum",                           // LOG
+      "pw0 max, log sum -> Stats",                     // ADD
+      "pw6 exp, sum -> P",                             // DIV
+      "matmul P, V -> O",
+  };
+  EXPECT_EQ(render(g), want);
+  // The tensors we bind: q, k, v straight out of qkv [B, T, 3C], k transposed; O in [B, T, C]; Stats = our lse.
+  EXPECT_EQ(g.tensor(kUidQ).dims, (A{B, H, T, hs}));
+  EXPECT_EQ(g.tensor(kUidQ).strides, (A{3 * C * T, hs, 3 * C, 1}));
+  EXPECT_EQ(g.tensor(kUidK).dims, (A{B, H, hs, T}));
+  EXPECT_EQ(g.tensor(kUidK).strides, (A{3 * C * T, hs, 1, 3 * C}));
+  EXPECT_EQ(g.tensor(kUidV).strides, (A{3 * C * T, hs, 3 * C, 1}));
+  EXPECT_EQ(g.tensor(kUidO).strides, (A{C * T, hs, C, 1}));
+  EXPECT_EQ(g.tensor(kUidStats).dims, (A{B, H, T, 1}));
+  EXPECT_EQ(g.tensor(kUidStats).strides, (A{H * T, T, 1, 1}));
+  EXPECT_EQ(g.tensor(kUidStats).dtype, kFloat);
+  EXPECT_TRUE(g.tensor(kUidScale).by_value);
+  EXPECT_TRUE(g.tensor(kUidNegInf).by_value);
+  // Intermediates: virtual, numbered from 100 in order; P is bf16 (the second matmul's A operand).
+  int64_t uid = kFirstVirtualUid;
+  for (const SdpaTensor& t : g.tensors) {
+    EXPECT_EQ(t.is_virtual, t.uid >= kFirstVirtualUid) << t.name;
+    if (t.is_virtual) {
+      EXPECT_EQ(t.uid, uid++) << t.name;
+    }
+  }
+  EXPECT_EQ(uid, kFirstVirtualUid + 12);
+  const SdpaTensor& s = g.tensor(kFirstVirtualUid);
+  EXPECT_EQ(s.name, "S");
+  EXPECT_EQ(s.dims, (A{B, H, T, T}));
+  EXPECT_EQ(s.strides, (A{H * T * T, T * T, T, 1}));
+  EXPECT_EQ(g.tensor(g.ops[12].y).dtype, kBf16);
+  EXPECT_EQ(g.tensor(g.ops[2].y).dtype, kInt32);
+  EXPECT_EQ(g.tensor(g.ops[4].y).dtype, kBoolean);
+}
+
+TEST(SdpaGraph, DeterministicBackwardHasTheDocumentedOperations) {
+  const SdpaGraph g = sdpa_backward_graph({B, T, H, hs});
+  const std::vector<std::string> want = {
+      "matmul dO, V^T -> dP",
+      "matmul Q, K^T -> S",
+      "pw1 dO, O -> dO*O",
+      "reshape K^T -> K",
+      "pw1 S, scale -> S*scale",
+      "pw9 S*scale, Stats -> S*scale-Stats",
+      "pw501 axis 3 S*scale-Stats -> col",
+      "pw501 axis 2 S*scale-Stats -> row",
+      "pw303 bool row, col -> keep",
+      "pw601 S*scale-Stats, neg_inf ? keep -> masked",
+      "pw13 masked -> P",
+      "reshape P -> P^T",
+      "matmul P^T, dO -> dV",
+      "reduce_add dO*O -> sum dO*O",
+      "pw1 sum dO*O, one -> Dsum",
+      "pw9 dP, Dsum -> dP-Dsum",
+      "pw1 dP-Dsum, P -> P*(dP-Dsum)",
+      "pw1 P*(dP-Dsum), scale -> dS",
+      "reshape dS -> dS^T",
+      "matmul dS^T, Q -> dK",
+      "matmul dS, K -> dQ",
+  };
+  EXPECT_EQ(render(g), want);
+  EXPECT_EQ(g.tensor(kUidV).dims, (A{B, H, hs, T}));
+  EXPECT_EQ(g.tensor(kUidV).strides, (A{3 * C * T, hs, 1, 3 * C}));
+  EXPECT_EQ(g.tensor(kUidDO).strides, (A{C * T, hs, C, 1}));
+  for (int64_t uid : {kUidDQ, kUidDK, kUidDV}) {
+    EXPECT_EQ(g.tensor(uid).dims, (A{B, H, T, hs}));
+    EXPECT_EQ(g.tensor(uid).strides, (A{3 * C * T, hs, 3 * C, 1}));
+    EXPECT_FALSE(g.tensor(uid).is_virtual);
+  }
+  EXPECT_FALSE(g.tensor(kUidDsum).is_virtual);
+  EXPECT_EQ(g.tensor(kUidDsum).strides, (A{H * T, T, 1, 1}));
+  const SdpaTensor& kview = g.tensor(g.ops[3].y);
+  EXPECT_EQ(kview.dims, (A{B, H, T, hs}));
+  EXPECT_EQ(kview.strides, (A{3 * C * T, hs, 3 * C, 1}));
+  const SdpaTensor& pt = g.tensor(g.ops[11].y);
+  EXPECT_EQ(pt.dtype, kBf16);
+  EXPECT_EQ(pt.strides, (A{H * T * T, T * T, 1, T}));
+}
+
+TEST(SdpaGraph, WorkspaceBoundAndBatchChunks) {
+  // §3: B H pad128(T)^2 2 bytes + 1 MiB; GPT-2 B16 T1024 H12 fits the default 512 MiB whole, d4096 B8 T2048 H32 in
+  // chunks of one sequence (256 MiB each).
+  EXPECT_EQ(sdpa_backward_workspace_bound({16, 1024, 12, 64}), 16LL * 12 * 1024 * 1024 * 2 + (1 << 20));
+  EXPECT_EQ(sdpa_backward_workspace_bound({1, 130, 2, 64}), 2LL * 256 * 256 * 2 + (1 << 20));
+  const int64_t cap = int64_t(512) << 20;
+  EXPECT_EQ(backward_chunk(16, 1024, 12, 64, cap), 16);
+  EXPECT_EQ(backward_chunk(8, 2048, 32, 128, cap), 1);
+  EXPECT_EQ(workspace_bytes_for(8, 2048, 32, 128, cap), (int64_t(256) << 20) + (1 << 20));
+  EXPECT_EQ(backward_chunk(6, 2048, 32, 128, int64_t(600) << 20), 2);  // the largest divisor of B that fits
+  EXPECT_EQ(backward_chunk(8, 2048, 32, 128, int64_t(100) << 20), 0);
+}
+
+}  // namespace
+}  // namespace tt::cudnn
