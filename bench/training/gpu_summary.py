@@ -26,7 +26,11 @@ def main() -> None:
             ms = s["median_ms_per_step"]
             flops = flops_per_step(m["layers"], m["dim"], m["vocab"], m["seq"], B, m["params"])
             compute = j["dtype"]["compute"]
-            rows.append({"impl": "tiertrain-" + ("fp32" if compute == "f32" else compute),
+            impl = "tiertrain-" + ("fp32" if compute == "f32" else compute)
+            attention = j["config"].get("attention_impl", "auto")
+            if attention != "auto":  # attention_impl=cudnn or native named in the row (issue 23)
+                impl += "-" + attention + "-attention"
+            rows.append({"impl": impl,
                          "file": name, "config": f"L{m['layers']} d{m['dim']} T{m['seq']} B{B} V{m['vocab']}",
                          "median_ms_per_step": ms, "tokens_per_s": s["median_tokens_per_s"],
                          "mfu": flops / (ms / 1e3) / (67e12 if compute == "f32" else 989e12),
