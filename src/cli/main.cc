@@ -356,6 +356,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (sample->parsed()) return tt::cli::run_sample(sample_cmd, stdout);
+  if (train->parsed() || plan->parsed() || calibrate->parsed()) {
+    if (tt::Status s = tt::apply_backend_defaults(cfg); !s.is_ok()) return report(s);
+  }
   if (train->parsed()) {
     // Note [run folder] in exec/train_config.h: --run-dir sets the paths of what the run keeps.
     char now[32];

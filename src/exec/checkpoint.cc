@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <dirent.h>
+#include <filesystem>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -303,6 +304,37 @@ Status check_checkpoint_continues(const CheckpointState& st, const CheckpointSta
   }
 
   return Status::ok();
+}
+
+Result<std::string> resolve_checkpoint(const std::string& where) {
+  std::error_code ec;
+  TT_RETURN_IF(!std::filesystem::exists(where, ec), kNotFound, "checkpoint '%s' does not exist", where.c_str());
+  if (!std::filesystem::is_directory(where, ec)) return where;
+  const std::string run_checkpoints = where + "/checkpoints";
+  return find_checkpoint(std::filesystem::is_directory(run_checkpoints, ec) ? run_checkpoints : where, "latest");
+}
+
+Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor& ex) {
+  const Gpt& gpt = ex.model();
+  TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
+  TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(r.meta(), path));
+  // The shape and dtype checks of a resumed run, with this run's data standing in for the checkpoint's.
+  CheckpointState expected = st;
+  expected.model = gpt.config();
+  expected.dtype = gpt.master_dtype();
+  TT_TRY(check_checkpoint_continues(st, expected, path));
+  const size_t esize = dtype_size(st.dtype);
+  std::vector<unsigned char> params(static_cast<size_t>(gpt.num_params()) * esize);
+  for (const ParamInfo& p : gpt.params()) {
+    std::vector<int64_t> shape;
+    for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
+    TT_TRY(r.read("param/" + p.name, st.dtype, shape, params.data() + static_cast<size_t>(p.offset) * esize));
+  }
+  ex.wait_all();
+  TT_TRY(ex.backend().synchronize_all());
+  TT_TRY(ex.upload_params(params.data()));
+  TT_LOG(INFO, CKPT, "parameters from %s (step %lld)", path.c_str(), static_cast<long long>(st.step));
+  return st;
 }
 
 Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex) {

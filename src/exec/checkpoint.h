@@ -46,6 +46,8 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
 // `resume` is "latest" (the file named by <dir>/latest, else the highest step_*.ttf) or a file path.
 Result<std::string> find_checkpoint(const std::string& dir, const std::string& resume);
 
+// A checkpoint file as given; a folder: a run folder's checkpoints/ or a checkpoint folder, its latest checkpoint.
+Result<std::string> resolve_checkpoint(const std::string& where);
 // The run state a checkpoint's metadata records, read strictly (issue 25): every field present, of its type and in
 // its range, optimizer.step equal to step. Reads no tensor; `path` only names the file in errors.
 Result<CheckpointState> checkpoint_state_from_meta(const nlohmann::json& meta, const std::string& path);
@@ -59,5 +61,9 @@ Status check_checkpoint_continues(const CheckpointState& st, const CheckpointSta
 // differences are reported as warnings), then loads parameters and optimizer state into the executor's model and
 // optimizer.
 Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex);
+// Only the parameters of checkpoint `path` into the executor's model, for something that starts from them
+// (--init-from: a new run on other data; sampling): the model's shape and master dtype must match (kFailedPrecondition,
+// naming what differs); the optimizer state, data position and step are not read. Returns the checkpoint's state.
+Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor& ex);
 
 }  // namespace tt

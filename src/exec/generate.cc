@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <numeric>
 
 #include "core/bf16.h"
@@ -15,14 +14,6 @@
 #include "exec/trainer.h"
 
 namespace tt {
-
-Result<std::string> resolve_checkpoint(const std::string& where) {
-  std::error_code ec;
-  TT_RETURN_IF(!std::filesystem::exists(where, ec), kNotFound, "checkpoint '%s' does not exist", where.c_str());
-  if (!std::filesystem::is_directory(where, ec)) return where;
-  const std::string run_checkpoints = where + "/checkpoints";
-  return find_checkpoint(std::filesystem::is_directory(run_checkpoints, ec) ? run_checkpoints : where, "latest");
-}
 
 int32_t draw_token(const float* logits, int vocab, double temperature, int top_k, double u) {
   std::vector<int32_t> order(static_cast<size_t>(vocab));
@@ -49,8 +40,11 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   TT_RETURN_IF(o.tokens < 0 || o.top_k < 0, kInvalidArgument, "--tokens and --top-k must not be negative");
   SampleResult out;
   TT_ASSIGN_OR_RETURN(out.checkpoint, resolve_checkpoint(where));
-  TT_ASSIGN_OR_RETURN(TensorFileReader reader, TensorFileReader::open(out.checkpoint));
-  TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(reader.meta(), out.checkpoint));
+  CheckpointState st;
+  {
+    TT_ASSIGN_OR_RETURN(TensorFileReader reader, TensorFileReader::open(out.checkpoint));
+    TT_ASSIGN_OR_RETURN(st, checkpoint_state_from_meta(reader.meta(), out.checkpoint));
+  }
   out.step = st.step;
   out.bytes = st.model.vocab <= 256;
 
@@ -71,18 +65,7 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, create_run_backend(tc, spec));
   TT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(*be, spec.exec));
   Gpt& gpt = ex->model();
-  TT_RETURN_IF(gpt.master_dtype() != st.dtype, kFailedPrecondition, "%s: parameters in %s, the model's master is %s",
-               out.checkpoint.c_str(), dtype_name(st.dtype), dtype_name(gpt.master_dtype()));
-  {
-    const size_t esize = dtype_size(st.dtype);
-    std::vector<unsigned char> params(static_cast<size_t>(gpt.num_params()) * esize);
-    for (const ParamInfo& p : gpt.params()) {
-      std::vector<int64_t> shape;
-      for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
-      TT_TRY(reader.read("param/" + p.name, st.dtype, shape, params.data() + static_cast<size_t>(p.offset) * esize));
-    }
-    TT_TRY(ex->upload_params(params.data()));
-  }
+  TT_TRY(load_checkpoint_params(out.checkpoint, *ex).status());
 
   // The prompt's tokens: its bytes (a text model), else ids separated by spaces or commas.
   if (out.bytes) {

@@ -38,10 +38,8 @@ struct SampleResult {
   double seconds = 0;          // drawing, after loading
 };
 
-// A checkpoint file; or a folder: a run folder (its checkpoints/), or a checkpoint folder: its latest checkpoint.
-Result<std::string> resolve_checkpoint(const std::string& where);
-
-// Draws o.tokens tokens after o.prompt from the model of checkpoint `where` (resolve_checkpoint). The same
+// Draws o.tokens tokens after o.prompt from the model of checkpoint `where` (resolve_checkpoint in
+// exec/checkpoint.h: a file, a checkpoint folder or a run folder). The same
 // checkpoint, options and backend give the same tokens.
 Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOptions& o);
 

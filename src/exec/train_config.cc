@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "backend/registry.h"
 #include "core/log.h"
 
 namespace tt {
@@ -44,7 +45,10 @@ void declare_train_knobs(Config& cfg) {
   knob("data", "val_fraction", K::kFloat, "0.05", "share of each file held out for validation", 0, 0.5);
 
   knob("train", "batch", K::kInt, "16", "sequences per step B", 1, 1 << 20);
-  knob("train", "steps", K::kInt, "2000", "optimizer steps (length of the LR schedule)", 1, 1e12);
+  knob("train", "steps", K::kInt, "0",
+       "optimizer steps (length of the LR schedule); 0: the main job's, 2000 on a GPU and 800 on the CPU backend "
+       "(about 2 minutes on 2 cores)",
+       0, 1e12);
   knob("train", "stop_at", K::kInt, "0", "stop after this step, keeping the schedule of --steps (0: run all)", 0,
        1e12);
   knob("train", "lr", K::kFloat, "0",
@@ -123,11 +127,24 @@ void declare_train_knobs(Config& cfg) {
   resume.implicit_value = "latest";
   resume.help = "continue from a checkpoint: --resume (latest in --checkpoint-dir) or --resume=FILE";
   cfg.declare(std::move(resume));
+  knob("checkpoint", "init_from", K::kString, "",
+       "start from the parameters of this checkpoint (a file, a checkpoint folder or a run folder: its latest), with "
+       "a fresh optimizer and schedule, on any data: fine-tuning, or a longer run from a finished one; the model's "
+       "shape must match");
 
   knob("eval", "eval_every", K::kInt, "100", "validation loss every N steps and at the end (0: never)", 0, 1e12);
   knob("eval", "eval_batches", K::kInt, "20", "validation batches per evaluation", 1, 1e9);
 
+  knob("output", "run_dir", K::kString, "",
+       "folder the run keeps everything in (Note [run folder]): checkpoints/, config.json, metrics.jsonl (streamed), "
+       "metrics.json, sample.txt; 'auto': runs/<date-time>; the flags for each still win (scripts/train.sh: auto)");
   knob("output", "metrics_out", K::kString, "", "JSON file of metrics written at the end");
+  knob("output", "metrics_jsonl", K::kString, "",
+       "JSON Lines file appended as the run goes: a record per logged step, per evaluation, and the summary");
+  knob("output", "sample_tokens", K::kInt, "200",
+       "with --run-dir: tokens of text sampled from the final checkpoint at the end, printed and kept in sample.txt "
+       "(0: none)",
+       0, 1e6);
   knob("output", "log_every", K::kInt, "10", "progress line every N steps", 1, 1e12);
   knob("output", "profile", K::kBool, "false", "time every op on the compute stream; print a table at the end");
   knob("output", "trace", K::kString, "",
@@ -137,22 +154,21 @@ void declare_train_knobs(Config& cfg) {
   choice("logging", "debug", "WARN", {"NONE", "WARN", "INFO", "TRACE"}, "log level on stderr");
   KnobSpec subsys;
   subsys.group = "logging";
-  knob("output", "run_dir", K::kString, "",
-       "folder the run keeps everything in (Note [run folder]): checkpoints/, config.json, metrics.jsonl (streamed), "
-       "metrics.json, sample.txt; 'auto': runs/<date-time>; the flags for each still win (scripts/train.sh: auto)");
   subsys.name = "debug_subsys";
-  knob("output", "metrics_jsonl", K::kString, "",
-       "JSON Lines file appended as the run goes: a record per logged step, per evaluation, and the summary");
-  knob("output", "sample_tokens", K::kInt, "200",
-       "with --run-dir: tokens of text sampled from the final checkpoint at the end, printed and kept in sample.txt "
-       "(0: none)",
-       0, 1e6);
   subsys.type = K::kString;
   subsys.default_value = "ALL";
   subsys.help = "subsystems to log: ALL, or a list of MEM,SWAP,UM,PERF,COMM,MESH,DATA,EXEC,CKPT (^X: all but X)";
   subsys.validate = [](const std::string& text) { return log::parse_subsys(text).take_status(); };
   cfg.declare(std::move(subsys));
 }
+
+namespace {
+// --steps 0: the main job's length on this backend.
+Result<int64_t> default_steps(const std::string& backend_knob) {
+  TT_ASSIGN_OR_RETURN(std::string backend, resolve_backend_name(backend_knob));
+  return backend == "cpu" ? 800 : 2000;
+}
+}  // namespace
 
 Result<TrainConfig> train_config_from(const Config& cfg) {
   TrainConfig tc;
@@ -164,6 +180,9 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.val_fraction = cfg.get_float("val_fraction");
   tc.batch = static_cast<int>(cfg.get_int("batch"));
   tc.steps = cfg.get_int("steps");
+  if (tc.steps == 0) {
+    TT_ASSIGN_OR_RETURN(tc.steps, default_steps(cfg.get_string("backend")));
+  }
   tc.stop_at = cfg.get_int("stop_at");
   tc.lr = static_cast<float>(cfg.get_float("lr"));
   tc.lr_auto = tc.lr == 0.0f;
@@ -198,9 +217,13 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.checkpoint_every = cfg.get_int("checkpoint_every");
   tc.keep_checkpoints = cfg.get_int("keep_checkpoints");
   tc.resume = cfg.get_string("resume");
+  tc.init_from = cfg.get_string("init_from");
   tc.eval_every = cfg.get_int("eval_every");
   tc.eval_batches = cfg.get_int("eval_batches");
   tc.metrics_out = cfg.get_string("metrics_out");
+  tc.run_dir = cfg.get_string("run_dir");
+  tc.metrics_jsonl = cfg.get_string("metrics_jsonl");
+  tc.sample_tokens = cfg.get_int("sample_tokens");
   tc.log_every = cfg.get_int("log_every");
   tc.profile = cfg.get_bool("profile");
   tc.trace = cfg.get_string("trace");
@@ -214,9 +237,9 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
                static_cast<long long>(tc.stop_at), static_cast<long long>(tc.steps));
   TT_RETURN_IF(tc.checkpoint_every > 0 && tc.checkpoint_dir.empty(), kInvalidArgument,
                "--checkpoint-every needs --checkpoint-dir");
-  tc.run_dir = cfg.get_string("run_dir");
-  tc.metrics_jsonl = cfg.get_string("metrics_jsonl");
-  tc.sample_tokens = cfg.get_int("sample_tokens");
+  TT_RETURN_IF(!tc.init_from.empty() && !tc.resume.empty(), kInvalidArgument,
+               "--init-from and --resume: --resume continues a run as it was (optimizer, data position, step); "
+               "--init-from starts a new one from a checkpoint's parameters. Give one");
   TT_RETURN_IF(tc.resume == "latest" && tc.checkpoint_dir.empty(), kInvalidArgument,
                "--resume without a file needs --checkpoint-dir to find the latest checkpoint");
   // Issue 24: a warm-up as long as the run was silently accepted; the rate then never reaches --lr.
@@ -228,19 +251,13 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   return tc;
 }
 
-float auto_learning_rate(int dim) {
-  return static_cast<float>(3e-3 * std::min(1.0, 128.0 / static_cast<double>(std::max(dim, 1))));
+Status apply_backend_defaults(Config& cfg) {
+  if (cfg.get_int("steps") != 0) return Status::ok();
+  TT_ASSIGN_OR_RETURN(int64_t steps, default_steps(cfg.get_string("backend")));
+  return cfg.set("steps", std::to_string(steps), cfg.source("steps"),
+                 steps == 800 ? "default on the cpu backend" : "default on a GPU");
 }
 
-float learning_rate(const TrainConfig& tc, int64_t step) {
-  const double lr = tc.lr, min_lr = tc.lr * static_cast<double>(tc.min_lr_frac);
-  if (tc.warmup > 0 && step <= tc.warmup) return static_cast<float>(lr * static_cast<double>(step) / tc.warmup);
-  const int64_t decay_steps = tc.steps - tc.warmup;
-  if (decay_steps <= 0) return static_cast<float>(lr);
-  const double progress = static_cast<double>(step - tc.warmup) / static_cast<double>(decay_steps);
-  const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * std::min(progress, 1.0)));
-  return static_cast<float>(min_lr + coeff * (lr - min_lr));
-}
 Status apply_run_dir(Config& cfg, const std::string& now) {
   std::string dir = cfg.get_string("run_dir");
   if (dir.empty()) return Status::ok();
@@ -256,5 +273,18 @@ Status apply_run_dir(Config& cfg, const std::string& now) {
   return Status::ok();
 }
 
+float auto_learning_rate(int dim) {
+  return static_cast<float>(3e-3 * std::min(1.0, 128.0 / static_cast<double>(std::max(dim, 1))));
+}
+
+float learning_rate(const TrainConfig& tc, int64_t step) {
+  const double lr = tc.lr, min_lr = tc.lr * static_cast<double>(tc.min_lr_frac);
+  if (tc.warmup > 0 && step <= tc.warmup) return static_cast<float>(lr * static_cast<double>(step) / tc.warmup);
+  const int64_t decay_steps = tc.steps - tc.warmup;
+  if (decay_steps <= 0) return static_cast<float>(lr);
+  const double progress = static_cast<double>(step - tc.warmup) / static_cast<double>(decay_steps);
+  const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * std::min(progress, 1.0)));
+  return static_cast<float>(min_lr + coeff * (lr - min_lr));
+}
 
 }  // namespace tt

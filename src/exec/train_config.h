@@ -61,15 +61,16 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;
   int64_t keep_checkpoints = 3;
   std::string resume;  // "" | "latest" | path of a checkpoint file
+  std::string init_from;  // a checkpoint (file, folder, run folder) whose parameters start a new run
 
   int64_t eval_every = 100;
   int64_t eval_batches = 20;
   std::string metrics_out;
-  int64_t log_every = 10;
-  bool profile = false;  // time every op (after the first step) and print a table at the end
   std::string run_dir;        // Note [run folder]; "" none (resolved: never "auto" once apply_run_dir ran)
   std::string metrics_jsonl;  // appended as the run goes
   int64_t sample_tokens = 200;  // with run_dir: sampled from the final checkpoint at the end
+  int64_t log_every = 10;
+  bool profile = false;  // time every op (after the first step) and print a table at the end
   std::string trace;     // write a Chrome/Perfetto trace of the steps (after the first) to this file
   bool dry_run = false;  // print what the run would need and allocate nothing (the CLI's --dry-run)
   std::string schedule_out;  // with dry_run: write the schedule and inventory as JSON here (--schedule)
@@ -78,8 +79,6 @@ struct TrainConfig {
 };
 
 void declare_train_knobs(Config& cfg);
-// Reads the knobs; cross-checks what single knobs cannot (heads divide dim, stop_at <= steps, ...).
-Result<TrainConfig> train_config_from(const Config& cfg);
 
 // Note [run folder]
 // A run with --run-dir DIR keeps what it makes in one folder, so that a finished (or killed) run can be found,
@@ -91,8 +90,14 @@ Result<TrainConfig> train_config_from(const Config& cfg);
 // --metrics-jsonl) still win. A folder that already holds a run is refused unless the run resumes from it
 // (--resume), which appends to its metrics.jsonl.
 //
+// --steps 0 (the default): 2000 on a GPU, 800 on the CPU backend (the default model's main job in about 2 minutes
+// on 2 cores), recorded with that origin.
+Status apply_backend_defaults(Config& cfg);
+
 // Sets the knobs run_dir implies (origin "from --run-dir"), `now` naming an "auto" folder (YYYYmmdd-HHMMSS).
 Status apply_run_dir(Config& cfg, const std::string& now);
+// Reads the knobs; cross-checks what single knobs cannot (heads divide dim, stop_at <= steps, ...).
+Result<TrainConfig> train_config_from(const Config& cfg);
 
 // The peak learning rate when none is given (--lr 0): 3e-3 x min(1, 128 / dim). 3e-3 suits the default model
 // (d128); Adam moves every weight by about the learning rate on its first steps, and the change in a layer's

@@ -124,10 +124,10 @@ void Trainer::print(const char* fmt, ...) const {
 Trainer::~Trainer() {
   if (backend_) (void)backend_->synchronize_all();
   ex_.reset();
+  if (jsonl_ != nullptr) std::fclose(jsonl_);
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE* out) {
-  if (jsonl_ != nullptr) std::fclose(jsonl_);
   std::unique_ptr<Trainer> t(new Trainer());
   t->cfg_ = config;
   t->out_ = out;
@@ -218,14 +218,11 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                        which.c_str(), format_bytes(need).c_str(), r.inventory.describe(Inventory::kDevice).c_str(),
                        format_bytes(r.budget).c_str(), r.alternatives.c_str());
   }
+  if (!cfg.run_dir.empty()) TT_TRY(t->open_run_dir());
   TT_TRY(t->build());
   return t;
 }
-  if (!cfg.run_dir.empty()) TT_TRY(t->open_run_dir());
 
-Status Trainer::build() {
-  const TrainConfig& cfg = cfg_;
-  const RunSpec& r = spec_;
 // Note [run folder] in exec/train_config.h.
 Status Trainer::open_run_dir() {
   const std::string config = cfg_.run_dir + "/config.json";
@@ -270,6 +267,9 @@ Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, cons
   return be;
 }
 
+Status Trainer::build() {
+  const TrainConfig& cfg = cfg_;
+  const RunSpec& r = spec_;
   TT_ASSIGN_OR_RETURN(backend_, create_backend(r.backend, {.device_budget = r.budget,
                                                            .scratch_bytes = r.reserve.scratch_bytes,
                                                            .threads = cfg.threads,
@@ -288,6 +288,13 @@ Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, cons
   }
   TT_ASSIGN_OR_RETURN(ex_, Executor::create(*backend_, r.exec));
   TT_TRY(ex_->init_params(cfg.seed));
+  if (!cfg.init_from.empty()) {
+    TT_ASSIGN_OR_RETURN(std::string path, resolve_checkpoint(cfg.init_from));
+    auto from = load_checkpoint_params(path, *ex_);
+    if (!from.is_ok()) return std::move(from.take_status().with_context("--init-from"));
+    print("parameters from %s (step %lld of its run); optimizer, schedule and data start afresh\n", path.c_str(),
+          static_cast<long long>(from.value().step));
+  }
   TT_ASSIGN_OR_RETURN(data::BatchSampler sampler,
                       data::BatchSampler::create(&dataset_.train(), cfg.batch, cfg.model.seq, cfg.seed));
   sampler_ = std::make_unique<data::BatchSampler>(std::move(sampler));
@@ -454,24 +461,24 @@ Result<TrainSummary> Trainer::run() {
     if (history_.size() > 1 || end - summary.first_step == 0) step_ms.push_back(rec.ms);
     const bool last = step_ == end;
     if (step_ % cfg_.log_every == 0 || last || history_.size() == 1) {
+      record({{"kind", "train"}, {"step", rec.step}, {"loss", rec.loss}, {"lr", rec.lr}, {"grad_norm", rec.grad_norm},
+              {"ms", rec.ms}, {"tokens_per_s", rec.tokens_per_s}});
       print("step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s | %.1f ms/step | dev peak %s\n",
             static_cast<long long>(step_), static_cast<long long>(cfg_.steps), rec.loss, rec.lr, rec.grad_norm,
             format_count(rec.tokens_per_s).c_str(), rec.ms,
             format_bytes(static_cast<int64_t>(backend_->pool().peak_in_use())).c_str());
     }
     if (cfg_.eval_every > 0 && (step_ % cfg_.eval_every == 0 || last)) {
-      record({{"kind", "train"}, {"step", rec.step}, {"loss", rec.loss}, {"lr", rec.lr}, {"grad_norm", rec.grad_norm},
-              {"ms", rec.ms}, {"tokens_per_s", rec.tokens_per_s}});
       Result<EvalRecord> ev = evaluate();
       if (ev.is_ok()) {
         evals_.push_back(ev.value());
+        record({{"kind", "val"}, {"step", ev->step}, {"loss", ev->loss}, {"batches", ev->batches}});
         print("step %6lld | val loss %.4f (%lld batches)\n", static_cast<long long>(step_), ev->loss,
               static_cast<long long>(ev->batches));
       } else if (!warned_eval) {
         warned_eval = true;
         print("warning: no validation: %s\n", ev.status().message().c_str());
       }
-        record({{"kind", "val"}, {"step", ev->step}, {"loss", ev->loss}, {"batches", ev->batches}});
     }
     if (!cfg_.checkpoint_dir.empty() &&
         ((cfg_.checkpoint_every > 0 && step_ % cfg_.checkpoint_every == 0) || last)) {
@@ -499,12 +506,6 @@ Result<TrainSummary> Trainer::run() {
     print("trace: %zu spans of %d steps in %s (open in ui.perfetto.dev)\n", profiler_->spans().size(),
           profiler_->steps(), cfg_.trace.c_str());
   }
-  if (!cfg_.metrics_out.empty()) TT_TRY(write_metrics(summary));
-  ex_->wait_all();  // the run ends with every parameter on the device
-  return summary;
-}
-
-void Trainer::print_profile() const {
   record({{"kind", "summary"},
           {"first_step", summary.first_step},
           {"last_step", summary.last_step},
@@ -515,6 +516,12 @@ void Trainer::print_profile() const {
           {"median_tokens_per_s", summary.median_tokens_per_s},
           {"wall_s", summary.wall_s},
           {"device_peak_bytes", summary.device_peak_bytes}});
+  if (!cfg_.metrics_out.empty()) TT_TRY(write_metrics(summary));
+  ex_->wait_all();  // the run ends with every parameter on the device
+  return summary;
+}
+
+void Trainer::print_profile() const {
   const int steps = profiler_->steps();
   if (steps == 0) return;
   std::vector<std::pair<double, std::string>> rows;

@@ -736,6 +736,14 @@ TEST(Cli, RunFolderKeepsConfigMetricsCheckpointAndSample) {
   EXPECT_EQ(none.code, 1);
   EXPECT_HAS(none.out, "does not exist");
 
+  // --init-from a run folder starts a new run from its parameters; with --resume it is a usage error.
+  CliRun tuned = run(small(data) + " --steps 3 --init-from " + rd);
+  ASSERT_EQ(tuned.code, 0) << tuned.out;
+  EXPECT_HAS(tuned.out, "parameters from " + rd + "/checkpoints/step_00000030.ttf (step 30 of its run)");
+  CliRun both = run(small(data) + " --steps 3 --init-from " + rd + " --checkpoint-dir " + rd + "/checkpoints --resume");
+  EXPECT_EQ(both.code, 2) << both.out;
+  EXPECT_HAS(both.out, "--init-from and --resume");
+
   // The flag for a file wins over the folder's.
   const std::string rd2 = dir.path() + "/run2";
   CliRun own = run(small(data) + " --steps 5 --sample-tokens 0 --run-dir " + rd2 + " --metrics-out " +

@@ -4,7 +4,8 @@
 //  - a model trained on one repeated sentence continues that sentence from its start, through and past the end
 //    of its context window (the window slides): the logits read are those of the prompt's last position;
 //  - the same checkpoint, options and seed give the same text; another seed another;
-//  - a missing checkpoint, a bad temperature and a byte outside the vocabulary are named.
+//  - a missing checkpoint, an empty folder and a bad temperature are refused, named;
+//  - --init-from starts a run on other data from a checkpoint's parameters (and refuses another shape).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,6 +99,32 @@ TEST(Sample, AModelThatLearntASentenceContinuesItPastItsWindow) {
   auto f = sample_checkpoint(a.value().checkpoint, o);
   ASSERT_TRUE(f.is_ok());
   EXPECT_EQ(f.value().text, a.value().text);
+
+  // --init-from: a new run on other data starts from the learnt parameters (its first loss is the learnt model's,
+  // far below a fresh model's ln 256), with step 1 of a fresh schedule.
+  TrainConfig tc;
+  tc.model = GptConfig{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
+  tc.batch = 8;
+  std::string other;
+  while (other.size() < 20000) other += "the lazy dog. the quick brown fox jumps over ";
+  tc.data = dir.write("other.txt", other);
+  tc.steps = 2;
+  tc.eval_every = 0;
+  tc.backend = "cpu";
+  tc.threads = 2;
+  tc.init_from = ckpt;
+  auto tuned = Trainer::create(tc, nullptr);
+  ASSERT_TRUE(tuned.is_ok()) << tuned.status().to_string();
+  auto run = tuned.value()->run();
+  ASSERT_TRUE(run.is_ok()) << run.status().to_string();
+  EXPECT_EQ(run.value().first_step, 1);
+  EXPECT_LT(run.value().first_loss, 0.5);
+  // Another shape is refused, naming what differs.
+  tc.model.dim = 32;
+  auto wrong = Trainer::create(tc, nullptr);
+  ASSERT_FALSE(wrong.is_ok());
+  EXPECT_NE(wrong.status().message().find("dim is 64 in the checkpoint but 32 now"), std::string::npos)
+      << wrong.status().message();
 }
 
 TEST(Sample, BadRequestsAreNamed) {
