@@ -253,14 +253,17 @@ void Trainer::record(const nlohmann::json& j) {
 }
 
 Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, const RunSpec& r) {
-  TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, create_backend(r.backend, {.device_budget = r.budget,
-                                                                              .scratch_bytes = r.reserve.scratch_bytes,
-                                                                              .threads = cfg.threads,
-                                                                              .copy_delay_us = cfg.cpu_copy_delay_us,
-                                                                              .compute_delay_us = cfg.cpu_compute_delay_us,
-                                                                              .host_delay_us = cfg.cpu_host_delay_us,
-                                                                              .lock_host_memory = cfg.cpu_lock_host_memory,
-                                                                              .host_numa_node = cfg.host_numa_node}));
+  TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be,
+                      create_backend(r.backend, {.device_budget = r.budget,
+                                                 .scratch_bytes = r.reserve.scratch_bytes,
+                                                 .threads = cfg.threads,
+                                                 .copy_delay_us = cfg.cpu_copy_delay_us,
+                                                 .compute_delay_us = cfg.cpu_compute_delay_us,
+                                                 .host_delay_us = cfg.cpu_host_delay_us,
+                                                 .lock_host_memory = cfg.cpu_lock_host_memory,
+                                                 .host_numa_node = cfg.host_numa_node,
+                                                 .attention = cfg.attention,
+                                                 .attention_workspace_bytes = r.reserve.attention_workspace_bytes}));
   // The host memory the run keeps for the copy engines, taken (and pinned) in one slab: the inventory's host part.
   Status s = be->host_pool().reserve(static_cast<size_t>(r.inventory.total(Inventory::kHost)));
   if (!s.is_ok()) return std::move(s.with_context("reserving the run's host memory"));
@@ -270,22 +273,7 @@ Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, cons
 Status Trainer::build() {
   const TrainConfig& cfg = cfg_;
   const RunSpec& r = spec_;
-  TT_ASSIGN_OR_RETURN(backend_, create_backend(r.backend, {.device_budget = r.budget,
-                                                           .scratch_bytes = r.reserve.scratch_bytes,
-                                                           .threads = cfg.threads,
-                                                           .copy_delay_us = cfg.cpu_copy_delay_us,
-                                                           .compute_delay_us = cfg.cpu_compute_delay_us,
-                                                           .host_delay_us = cfg.cpu_host_delay_us,
-                                                           .lock_host_memory = cfg.cpu_lock_host_memory,
-                                                           .host_numa_node = cfg.host_numa_node,
-                                                           .attention = cfg.attention,
-                                                           .attention_workspace_bytes =
-                                                               r.reserve.attention_workspace_bytes}));
-  // The host memory the run keeps for the copy engines, taken (and pinned) in one slab: the inventory's host part.
-  {
-    Status s = backend_->host_pool().reserve(static_cast<size_t>(r.inventory.total(Inventory::kHost)));
-    if (!s.is_ok()) return std::move(s.with_context("reserving the run's host memory"));
-  }
+  TT_ASSIGN_OR_RETURN(backend_, create_run_backend(cfg, r));
   TT_ASSIGN_OR_RETURN(ex_, Executor::create(*backend_, r.exec));
   TT_TRY(ex_->init_params(cfg.seed));
   if (!cfg.init_from.empty()) {

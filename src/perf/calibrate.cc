@@ -640,6 +640,10 @@ MachineId this_machine(const std::string& backend, const BackendOptions& options
   if (probe.device_memory) m.device += str_format(" (%s)", format_bytes(probe.total_bytes).c_str());
   if (backend == "cuda") m.driver = first_line("/proc/driver/nvidia/version");
   m.cpu = str_format("%s x %u threads", cpu_name().c_str(), std::thread::hardware_concurrency());
+  if (backend == "cuda") {
+    m.attention = attention_impl_name(options.attention.impl);
+    if (!options.attention.cudnn_library.empty()) m.attention += " " + options.attention.cudnn_library;
+  }
   if (backend == "cpu") {
     m.sim = str_format("copy %lld us, compute %lld us, host %lld us, threads %d",
                        static_cast<long long>(options.copy_delay_us), static_cast<long long>(options.compute_delay_us),

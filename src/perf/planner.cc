@@ -17,14 +17,18 @@ constexpr const char* kShortcuts[] = {"in-core",
                                       "offload-params",
                                       "offload-all"};
 
-BackendOptions backend_options(const TrainConfig& cfg, int64_t budget) {
+// attention_workspace: cuDNN's attention workspace for the run's shape (backend_reserve), so that calibration times
+// the attention the run will use.
+BackendOptions backend_options(const TrainConfig& cfg, int64_t budget, int64_t attention_workspace = 0) {
   return {.device_budget = budget,
           .threads = cfg.threads,
           .copy_delay_us = cfg.cpu_copy_delay_us,
           .compute_delay_us = cfg.cpu_compute_delay_us,
           .host_delay_us = cfg.cpu_host_delay_us,
           .lock_host_memory = cfg.cpu_lock_host_memory,
-          .host_numa_node = cfg.host_numa_node};
+          .host_numa_node = cfg.host_numa_node,
+          .attention = cfg.attention,
+          .attention_workspace_bytes = attention_workspace};
 }
 }  // namespace
 
@@ -123,7 +127,10 @@ Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path,
   o.links = !have;
   o.host = !have;
   if (heat_seconds >= 0) o.heat_seconds = heat_seconds;
-  const int64_t budget = calibration_budget(o);
+  // cuDNN's attention workspace for this run's shape, on top of what the measurements take.
+  int64_t attention_workspace = 0;
+  if (auto run = resolve_run(cfg); run.is_ok()) attention_workspace = run.value().reserve.attention_workspace_bytes;
+  const int64_t budget = calibration_budget(o) + attention_workspace;
   if (progress) {
     if (!have)
       std::fprintf(progress,
@@ -134,7 +141,7 @@ Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path,
       std::fprintf(progress, "calibrate: measuring %zu kernel shapes and %zu sequences the profile lacks\n",
                    o.kernels.size(), o.sequences.size());
   }
-  TT_ASSIGN_OR_RETURN(auto be, create_backend(backend, backend_options(cfg, budget)));
+  TT_ASSIGN_OR_RETURN(auto be, create_backend(backend, backend_options(cfg, budget, attention_workspace)));
   if (!have) {
     TT_ASSIGN_OR_RETURN(profile, calibrate(*be, here, o));
   } else {

@@ -19,7 +19,7 @@ using nlohmann::json;
 std::string MachineId::key() const {
   // FNV-1a over the fields, each ended by a zero byte.
   uint64_t h = 1469598103934665603ull;
-  for (const std::string* f : {&backend, &device, &driver, &cpu, &sim}) {
+  for (const std::string* f : {&backend, &device, &driver, &cpu, &sim, &attention}) {
     for (unsigned char c : *f) h = (h ^ c) * 1099511628211ull;
     h = (h ^ 0u) * 1099511628211ull;
   }
@@ -109,7 +109,7 @@ Status Profile::check_machine(const MachineId& here) const {
   const std::pair<const char*, std::pair<const std::string*, const std::string*>> fields[] = {
       {"backend", {&machine.backend, &here.backend}}, {"device", {&machine.device, &here.device}},
       {"driver", {&machine.driver, &here.driver}},    {"cpu", {&machine.cpu, &here.cpu}},
-      {"sim", {&machine.sim, &here.sim}}};
+      {"sim", {&machine.sim, &here.sim}},             {"attention", {&machine.attention, &here.attention}}};
   for (const auto& [name, v] : fields)
     TT_RETURN_IF(*v.first != *v.second, kFailedPrecondition,
                  "the profile is of another machine: its machine.%s is '%s', this machine's is '%s' (run `tiertrain "
@@ -238,7 +238,8 @@ json Profile::to_json() const {
             {"device", machine.device},
             {"driver", machine.driver},
             {"cpu", machine.cpu},
-            {"sim", machine.sim}}},
+            {"sim", machine.sim},
+            {"attention", machine.attention}}},
           {"created", created},
           {"calibrate_seconds", calibrate_seconds},
           {"heat_seconds", heat_seconds},
@@ -278,6 +279,7 @@ Result<Profile> Profile::from_json(const json& j) {
   TT_ASSIGN_OR_RETURN(p.machine.driver, m.str("driver"));
   TT_ASSIGN_OR_RETURN(p.machine.cpu, m.str("cpu"));
   TT_ASSIGN_OR_RETURN(p.machine.sim, m.str("sim"));
+  TT_ASSIGN_OR_RETURN(p.machine.attention, m.str("attention"));
   TT_ASSIGN_OR_RETURN(p.created, top.str("created"));
   TT_ASSIGN_OR_RETURN(p.calibrate_seconds, top.num("calibrate_seconds"));
   TT_ASSIGN_OR_RETURN(p.heat_seconds, top.num("heat_seconds"));

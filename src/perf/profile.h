@@ -34,6 +34,7 @@ struct MachineId {
   std::string driver;   // "CUDA driver 13.0"; "" on the CPU
   std::string cpu;      // "AMD EPYC 9654 96-Core Processor x 16 threads"
   std::string sim;      // the CPU backend's simulated delays ("copy 0 us, compute 0 us, host 0 us"), else ""
+  std::string attention;  // a GPU: attention_impl and a named cudnn_library ("auto"), which the attention times follow
   bool operator==(const MachineId&) const = default;
   // A short stable hash of the fields, for the cache file's name.
   std::string key() const;
@@ -77,7 +78,8 @@ const char* traffic_name(Traffic t);  // "h2d", "d2h", "host"
 // A sequence the profile lacks is priced as the sum of its calls.
 struct Profile {
   // 2: host segments measured from a cold cache with the run's thread count (host.adamw_segment_threads);
-  // contention (Note [contention]); 3: host.task_seconds, contention measured on the work beyond the fixed costs.
+  // contention (Note [contention]); 3: host.task_seconds, contention measured on the work beyond the fixed costs,
+  // machine.attention (cuDNN's attention or ours is timed as the run would use it).
   static constexpr int kVersion = 3;
   MachineId machine;
   std::string created;  // UTC, ISO 8601

@@ -16,7 +16,7 @@ namespace {
 // link (3 GB/s, 10 us), so that swapping costs; the host AdamW at 1G parameters a second.
 Profile synthetic(const ProfileNeeds& needs) {
   Profile p;
-  p.machine = {"cpu", "synthetic", "", "synthetic", ""};
+  p.machine = {"cpu", "synthetic", "", "synthetic", "", ""};
   for (const KernelCall& c : needs.kernels) p.set_kernel(c, 2e-6 + c.flops() / 1e12 + c.bytes() / 1e11);
   p.h2d_pinned = p.d2h_pinned = p.h2d_pageable = p.d2h_pageable = {10e-6, 3e9, {{4096, 11e-6}}};
   p.readback = {5e-6, 1e18, {{4, 5e-6}}};

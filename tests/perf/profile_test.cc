@@ -20,7 +20,7 @@ KernelCall mm(int64_t n, int64_t oc, int64_t c) { return {KernelOp::kMatmulForwa
 
 Profile sample() {
   Profile p;
-  p.machine = {"cuda", "cuda:0 Test GPU (80.00 GiB)", "driver 1", "Test CPU x 8 threads", ""};
+  p.machine = {"cuda", "cuda:0 Test GPU (80.00 GiB)", "driver 1", "Test CPU x 8 threads", "", "auto"};
   p.created = "2026-12-01T00:00:00Z";
   p.calibrate_seconds = 12.5;
   p.heat_seconds = 0.2;

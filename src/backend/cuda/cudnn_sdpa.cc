@@ -16,10 +16,17 @@ int64_t workspace_bytes_for(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t
   return b == 0 ? 0 : sdpa_backward_workspace_bound({b, T, H, hs});
 }
 
+bool sdpa_takes(int64_t version, int64_t T, int64_t hs) {
+  return (hs == 64 || hs == 128) && T >= 2 && (version >= 91600 || T % 128 == 0);
+}
+
 int64_t backward_chunk(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t bytes) {
-  // The largest divisor of B whose bound fits: every chunk then has the same shape and one plan.
+  // The largest divisor of B whose bound fits: every chunk then has the same shape and one plan. A chunk smaller
+  // than the batch moves the lse and Dsum pointers by b*H*T floats, which must keep them 16-byte aligned (the plans
+  // declare 16): b*H*T a multiple of 4.
   for (int64_t b = B; b >= 1; --b)
-    if (B % b == 0 && sdpa_backward_workspace_bound({b, T, H, hs}) <= bytes) return b;
+    if (B % b == 0 && (b == B || (b * H * T) % 4 == 0) && sdpa_backward_workspace_bound({b, T, H, hs}) <= bytes)
+      return b;
   return 0;
 }
 
@@ -71,6 +78,7 @@ Result<std::unique_ptr<CudnnSdpa>> CudnnSdpa::create(const Library* lib, void* s
 
 CudnnSdpa::~CudnnSdpa() {
   shapes_.clear();  // plans before the handle
+  retired_.clear();
   if (handle_) lib_->api.destroy(handle_);
 }
 
@@ -222,7 +230,7 @@ const CudnnSdpa::Shape& CudnnSdpa::shape(const SdpaDims& d) {
                                       static_cast<long long>(d.T), static_cast<long long>(d.H),
                                       static_cast<long long>(d.hs));
   // What cuDNN takes at all (design note §5.3); outside it our kernels run, in strict mode too.
-  if ((d.hs != 64 && d.hs != 128) || d.T < 2 || (lib_->version <= 91500 && d.T % 128 != 0)) {
+  if (!sdpa_takes(lib_->version, d.T, d.hs)) {
     TT_LOG(INFO, PERF, "attention %s: our kernels (cuDNN is used for head size 64, 128 and T >= 2 only)",
            name.c_str());
     return s;
@@ -253,6 +261,15 @@ const CudnnSdpa::Shape& CudnnSdpa::shape(const SdpaDims& d) {
   TT_LOG(INFO, PERF, "attention %s: %s, backward in chunks of %lld sequences", name.c_str(),
          lib_->describe().c_str(), static_cast<long long>(s.chunk));
   return s;
+}
+
+void CudnnSdpa::retire(const SdpaDims& d) {
+  // The shape's plans may still run on the stream (chunks enqueued before the one that failed): kept until the
+  // object goes, never destroyed under the GPU's feet.
+  Shape& s = shapes_[std::make_tuple(d.B, d.T, d.H, d.hs)];
+  if (s.fwd) retired_.push_back(std::move(s.fwd));
+  if (s.bwd) retired_.push_back(std::move(s.bwd));
+  s = Shape{};
 }
 
 namespace {
@@ -289,7 +306,7 @@ bool CudnnSdpa::forward(const SdpaDims& d, void* out, float* lse, const void* qk
   if (!st.is_ok()) {
     TT_CHECK(!strict_, "attention_impl=cudnn: %s", st.to_string().c_str());
     TT_LOG(WARN, PERF, "attention forward falls back to our kernels: %s", st.to_string().c_str());
-    shapes_[std::make_tuple(d.B, d.T, d.H, d.hs)] = Shape{};
+    retire(d);
     return false;
   }
   ++forward_calls_;
@@ -321,7 +338,7 @@ bool CudnnSdpa::backward(const SdpaDims& d, void* dqkv, const void* dout, const 
     if (!st.is_ok()) {
       TT_CHECK(!strict_, "attention_impl=cudnn: %s", st.to_string().c_str());
       TT_LOG(WARN, PERF, "attention backward falls back to our kernels: %s", st.to_string().c_str());
-      shapes_[std::make_tuple(d.B, d.T, d.H, d.hs)] = Shape{};
+      retire(d);
       return false;
     }
   }

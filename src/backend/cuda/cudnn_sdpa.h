@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/cudnn_loader.h"
 #include "backend/cuda/sdpa_graph.h"
@@ -30,6 +31,9 @@ namespace tt::cudnn {
 int64_t workspace_bytes_for(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t cap);
 // Sequences per backward call for a workspace of `bytes` (0: none fits).
 int64_t backward_chunk(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t bytes);
+// Whether cuDNN of this version (cudnnGetVersion: 91900 for 9.19.0) is given an attention of this shape at all (design
+// note §5.3): head size 64 or 128, T >= 2, and before 9.16 T a multiple of 128. Outside it our kernels run.
+bool sdpa_takes(int64_t version, int64_t T, int64_t hs);
 
 class CudnnSdpa {
  public:
@@ -65,6 +69,7 @@ class CudnnSdpa {
   };
   const Shape& shape(const SdpaDims& d);
   Result<std::shared_ptr<Plan>> build(const SdpaGraph& g, const char* what);
+  void retire(const SdpaDims& d);  // a shape that failed at a call: our kernels from now on
 
   const Library* lib_;
   Handle handle_;
@@ -72,6 +77,7 @@ class CudnnSdpa {
   int64_t ws_bytes_;
   bool strict_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, Shape> shapes_;
+  std::vector<std::shared_ptr<Plan>> retired_;  // plans of retired shapes, which enqueued work may still use
   int64_t forward_calls_ = 0, backward_calls_ = 0;
 };
 

@@ -55,7 +55,7 @@ void broadcast_rows(cudaStream_t s, X* out, const X* bias, int64_t N, int OC);
 // dbias[o] += sum_n dout[n, o], in a fixed order.
 template <typename X>
 void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* dout, int64_t N, int OC);
-// Causal attention (attention.cu): out[B, T, C] and lse[B, H, T] from qkv[B, T, 3C]; the backward adds into dqkv and
+// Causal attention (attention.cu): out[B, T, C] and lse[B, H, T] from qkv[B, T, 3C]; the backward writes dqkv and
 // needs attention_scratch_bytes of scratch.
 template <typename X>
 void attention_forward(cudaStream_t s, X* out, float* lse, const X* qkv, int B, int T, int C, int H);

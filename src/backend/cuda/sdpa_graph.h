@@ -1,6 +1,6 @@
 // backend/cuda/sdpa_graph: the cuDNN operation graphs of causal attention (forward: 14 operations; deterministic
 // backward: 21) as plain data: tensors with their uids, dims and strides, and operations naming tensors by uid. No
-// cuDNN call here: cudnn_sdpa.cc lowers a graph to backend descriptors, and sdpa_graph_test.cc checks the data
+// cuDNN call here: cudnn_sdpa.cc lowers a graph to backend descriptors, and tests/backend/cudnn_test.cc checks the data
 // against the tables of docs/design/cudnn-attention.md §1 without any library.
 //
 //   const SdpaGraph g = sdpa_backward_graph({.B = 16, .T = 1024, .H = 12, .hs = 64});
