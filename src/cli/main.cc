@@ -179,6 +179,37 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
   sample->add_option("--out", sample_cmd.out, "also write the text to this file");
 
+  CLI::App* plot = app.add_subcommand(
+      "plot", "draw a run's loss curves (training and validation) as an SVG: tiertrain plot RUN (a run folder, or a "
+              "metrics .jsonl / .json file)");
+  tt::cli::PlotCommand plot_cmd;
+  plot->add_option("run", plot_cmd.run, "run folder or metrics file")->required();
+  plot->add_option("--out", plot_cmd.out, "the SVG to write [default: RUN/loss.svg]");
+
+  CLI::App* eval = app.add_subcommand(
+      "eval", "the loss of a trained model on a text file, folder or token shards: tiertrain eval CHECKPOINT --data "
+              "FILE (every token of it, both splits)");
+  tt::cli::EvalCommand eval_cmd;
+  eval->add_option("checkpoint", eval_cmd.checkpoint, "checkpoint file, checkpoint folder or run folder")->required();
+  eval->add_option("--data", eval_cmd.options.data, "text file, folder of text files, or llm.c token shard(s)")
+      ->required();
+  eval->add_option("--batch", eval_cmd.options.batch, "sequences per forward [default: 8]")
+      ->check(CLI::Range(1, 1 << 20));
+  eval->add_option("--batches", eval_cmd.options.batches, "at most this many batches (0: all) [default: 0]")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  eval->add_option("--backend", eval_cmd.options.backend, "auto, cpu or cuda [default: auto]")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  eval->add_option("--threads", eval_cmd.options.threads, "CPU threads (0: automatic) [default: 0]")
+      ->check(CLI::Range(0, 4096));
+
+  CLI::App* export_ = app.add_subcommand(
+      "export", "write a checkpoint's parameters as a safetensors file with nanoGPT's names, for PyTorch: tiertrain "
+                "export CHECKPOINT --out model.safetensors");
+  tt::cli::ExportCommand export_cmd;
+  export_->add_option("checkpoint", export_cmd.checkpoint, "checkpoint file, checkpoint folder or run folder")
+      ->required();
+  export_->add_option("--out", export_cmd.out, "the .safetensors file to write")->required();
+
   CLI::App* launch = app.add_subcommand(
       "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core|share] -- CMD [ARGS...]; each gets "
                 "RANK, WORLD_SIZE, LOCAL_RANK and TIERTRAIN_COMM_ID; when a rank fails the others are stopped. "
@@ -356,6 +387,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (sample->parsed()) return tt::cli::run_sample(sample_cmd, stdout);
+  if (plot->parsed()) return tt::cli::run_plot(plot_cmd, stdout);
+  if (export_->parsed()) return tt::cli::run_export(export_cmd, stdout);
+  if (eval->parsed()) return tt::cli::run_eval(eval_cmd, stdout);
   if (train->parsed() || plan->parsed() || calibrate->parsed()) {
     if (tt::Status s = tt::apply_backend_defaults(cfg); !s.is_ok()) return report(s);
   }

@@ -11,6 +11,8 @@
 #include "core/tensorfile.h"
 #include "core/units.h"
 #include "exec/checkpoint.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
 #include "exec/trainer.h"
 
 namespace tt {
@@ -34,38 +36,95 @@ int32_t draw_token(const float* logits, int vocab, double temperature, int top_k
   return order[k - 1];
 }
 
+namespace {
+// The model of checkpoint `path` in-core at `batch` sequences, its parameters loaded.
+struct LoadedModel {
+  CheckpointState st;
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<Executor> ex;
+};
+Result<LoadedModel> load_model(const std::string& path, int batch, const std::string& backend,
+                               const std::string& dtype, int threads, const char* what) {
+  LoadedModel m;
+  {
+    TT_ASSIGN_OR_RETURN(TensorFileReader reader, TensorFileReader::open(path));
+    TT_ASSIGN_OR_RETURN(m.st, checkpoint_state_from_meta(reader.meta(), path));
+  }
+  TrainConfig tc;
+  tc.model = m.st.model;
+  tc.batch = batch;
+  tc.backend = backend;
+  tc.dtype = dtype;
+  tc.threads = threads;
+  tc.plan = "in-core";
+  tc.optimizer = OptimizerPlacement::kDevice;
+  TT_ASSIGN_OR_RETURN(RunSpec spec, resolve_run(tc));
+  TT_RETURN_IF(!spec.fits_device, kOutOfMemory,
+               "%s needs the model in-core at batch %d: %s of device memory (%s), but the budget is %s", what, batch,
+               format_bytes(spec.inventory.total(Inventory::kDevice)).c_str(),
+               spec.inventory.describe(Inventory::kDevice).c_str(), format_bytes(spec.budget).c_str());
+  TT_ASSIGN_OR_RETURN(m.be, create_run_backend(tc, spec));
+  TT_ASSIGN_OR_RETURN(m.ex, Executor::create(*m.be, spec.exec));
+  TT_TRY(load_checkpoint_params(path, *m.ex).status());
+  return m;
+}
+}  // namespace
+
+Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptions& o) {
+  TT_RETURN_IF(o.batch < 1 || o.batches < 0, kInvalidArgument, "--batch must be >= 1 and --batches >= 0");
+  EvalResult out;
+  TT_ASSIGN_OR_RETURN(out.checkpoint, resolve_checkpoint(where));
+  TT_ASSIGN_OR_RETURN(data::TokenDataset ds, data::TokenDataset::load(o.data, 0.0));
+  TT_ASSIGN_OR_RETURN(LoadedModel m, load_model(out.checkpoint, o.batch, o.backend, o.dtype, o.threads, "evaluation"));
+  out.step = m.st.step;
+  const GptConfig& cfg = m.st.model;
+  TT_RETURN_IF(ds.vocab() != cfg.vocab, kFailedPrecondition,
+               "%s has vocabulary %d but the model of %s has %d (a text model reads text, a token-shard model shards)",
+               o.data.c_str(), ds.vocab(), out.checkpoint.c_str(), cfg.vocab);
+  std::vector<uint16_t> tokens = ds.train();
+  tokens.insert(tokens.end(), ds.val().begin(), ds.val().end());
+  const int B = o.batch, T = cfg.seq;
+  const int64_t available = data::val_batches_available(tokens, B, T);
+  TT_RETURN_IF(available == 0, kFailedPrecondition,
+               "%s holds %zu tokens: fewer than one batch of %d windows of %d; lower --batch", o.data.c_str(),
+               tokens.size(), B, T + 1);
+  out.batches = o.batches > 0 ? std::min(o.batches, available) : available;
+  Backend& be = *m.be;
+  const Gpt& gpt = m.ex->model();
+  const size_t bt = static_cast<size_t>(B) * static_cast<size_t>(T);
+  std::vector<int32_t> in(bt), tg(bt);
+  std::vector<float> losses(bt);
+  double sum = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t k = 0; k < out.batches; ++k) {
+    data::val_batch(tokens, B, T, k, in.data(), tg.data());
+    be.copy_h2d(gpt.tokens(), in.data(), be.compute_stream());
+    be.copy_h2d(gpt.targets(), tg.data(), be.compute_stream());
+    m.ex->forward();
+    be.copy_d2h(losses.data(), gpt.losses(), be.compute_stream());
+    TT_TRY(be.compute_stream().synchronize());
+    for (float l : losses) sum += static_cast<double>(l);
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.tokens = out.batches * static_cast<int64_t>(bt);
+  out.loss = sum / static_cast<double>(out.tokens);
+  return out;
+}
+
 Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOptions& o) {
   TT_RETURN_IF(!(o.temperature > 0) || !std::isfinite(o.temperature), kInvalidArgument,
                "--temperature %g: must be a number > 0", o.temperature);
   TT_RETURN_IF(o.tokens < 0 || o.top_k < 0, kInvalidArgument, "--tokens and --top-k must not be negative");
   SampleResult out;
   TT_ASSIGN_OR_RETURN(out.checkpoint, resolve_checkpoint(where));
-  CheckpointState st;
-  {
-    TT_ASSIGN_OR_RETURN(TensorFileReader reader, TensorFileReader::open(out.checkpoint));
-    TT_ASSIGN_OR_RETURN(st, checkpoint_state_from_meta(reader.meta(), out.checkpoint));
-  }
+  // An in-core model of batch 1 on the backend asked for.
+  TT_ASSIGN_OR_RETURN(LoadedModel m, load_model(out.checkpoint, 1, o.backend, o.dtype, o.threads, "sampling"));
+  const CheckpointState& st = m.st;
   out.step = st.step;
   out.bytes = st.model.vocab <= 256;
-
-  // An in-core model of batch 1 on the backend asked for.
-  TrainConfig tc;
-  tc.model = st.model;
-  tc.batch = 1;
-  tc.backend = o.backend;
-  tc.dtype = o.dtype;
-  tc.threads = o.threads;
-  tc.plan = "in-core";
-  tc.optimizer = OptimizerPlacement::kDevice;
-  TT_ASSIGN_OR_RETURN(RunSpec spec, resolve_run(tc));
-  TT_RETURN_IF(!spec.fits_device, kOutOfMemory,
-               "sampling needs the model in-core at batch 1: %s of device memory (%s), but the budget is %s",
-               format_bytes(spec.inventory.total(Inventory::kDevice)).c_str(),
-               spec.inventory.describe(Inventory::kDevice).c_str(), format_bytes(spec.budget).c_str());
-  TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, create_run_backend(tc, spec));
-  TT_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(*be, spec.exec));
+  std::unique_ptr<Backend>& be = m.be;
+  std::unique_ptr<Executor>& ex = m.ex;
   Gpt& gpt = ex->model();
-  TT_TRY(load_checkpoint_params(out.checkpoint, *ex).status());
 
   // The prompt's tokens: its bytes (a text model), else ids separated by spaces or commas.
   if (out.bytes) {

@@ -43,6 +43,27 @@ struct SampleResult {
 // checkpoint, options and backend give the same tokens.
 Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOptions& o);
 
+struct EvalOptions {
+  std::string data;          // a text file or folder, or token shards (as --data)
+  int batch = 8;             // sequences per forward
+  int64_t batches = 0;       // at most this many batches (0: every whole batch the data holds)
+  std::string backend = "auto";
+  std::string dtype = "auto";
+  int threads = 0;
+};
+
+struct EvalResult {
+  std::string checkpoint;
+  int64_t step = 0;
+  int64_t batches = 0, tokens = 0;  // scored
+  double loss = 0;                  // mean cross-entropy, nats per token
+  double seconds = 0;
+};
+
+// The mean loss of the model of checkpoint `where` on o.data (every token of the file(s), both of its splits, in
+// consecutive windows of the model's context), in-core at o.batch sequences a forward.
+Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptions& o);
+
 // The draw itself, over logits[0, vocab): softmax of logits / temperature over the top_k largest (0: all), then the
 // token whose cumulative probability first exceeds u in [0, 1). Ties keep the lower token first.
 int32_t draw_token(const float* logits, int vocab, double temperature, int top_k, double u);

@@ -710,6 +710,13 @@ TEST(Cli, RunFolderKeepsConfigMetricsCheckpointAndSample) {
   EXPECT_TRUE(fs::exists(rd + "/metrics.json"));
   EXPECT_TRUE(fs::exists(rd + "/checkpoints/latest"));
   EXPECT_EQ(slurp(rd + "/sample.txt").size(), 31u);  // the prompt (a newline) and 30 bytes
+  const std::string svg = slurp(rd + "/loss.svg");  // the loss curves: training and validation
+  EXPECT_HAS(svg, "<svg");
+  EXPECT_HAS(svg, ">train</text>");
+  EXPECT_HAS(svg, ">validation</text>");
+  size_t lines_drawn = 0;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++lines_drawn;
+  EXPECT_EQ(lines_drawn, 2u);
 
   // A used folder is refused, and left as it was.
   CliRun again = run(args + " --steps 20");
@@ -736,6 +743,29 @@ TEST(Cli, RunFolderKeepsConfigMetricsCheckpointAndSample) {
   EXPECT_EQ(none.code, 1);
   EXPECT_HAS(none.out, "does not exist");
 
+  // `tiertrain plot` of a metrics.jsonl whose last line a killed run cut, and of a metrics.json; nothing to plot is
+  // an error.
+  {
+    std::ofstream cut(rd + "/metrics.jsonl", std::ios::app);
+    cut << "{\"kind\":\"train\",\"step\":31,\"lo";
+  }
+  CliRun plotted = run("plot " + rd + " --out " + dir.file("cut.svg"));
+  ASSERT_EQ(plotted.code, 0) << plotted.out;
+  EXPECT_HAS(plotted.out, "loss curves (8 training and 3 validation points) written to " + dir.file("cut.svg"));
+  EXPECT_HAS(plotted.out, "1 records of " + rd + "/metrics.jsonl could not be read");
+  CliRun from_json = run("plot " + rd + "/metrics.json");
+  ASSERT_EQ(from_json.code, 0) << from_json.out;
+  EXPECT_TRUE(fs::exists(rd + "/metrics.svg"));
+  CliRun nothing = run("plot " + dir.path() + "/nothing");
+  EXPECT_EQ(nothing.code, 1);
+  EXPECT_HAS(nothing.out, "no metrics in");
+
+  // `tiertrain eval` of the folder on the corpus.
+  CliRun scored = run("eval " + rd + " --data " + data + " --batch 2 --batches 3 --backend cpu");
+  ASSERT_EQ(scored.code, 0) << scored.out;
+  EXPECT_HAS(scored.out, "(step 30) on " + data + ": loss ");
+  EXPECT_HAS(scored.out, "3 batches, 96 tokens");
+
   // --init-from a run folder starts a new run from its parameters; with --resume it is a usage error.
   CliRun tuned = run(small(data) + " --steps 3 --init-from " + rd);
   ASSERT_EQ(tuned.code, 0) << tuned.out;
@@ -752,6 +782,49 @@ TEST(Cli, RunFolderKeepsConfigMetricsCheckpointAndSample) {
   EXPECT_TRUE(fs::exists(dir.file("mine.json")));
   EXPECT_FALSE(fs::exists(rd2 + "/metrics.json"));
   EXPECT_TRUE(fs::exists(rd2 + "/metrics.jsonl"));
+}
+
+// `tiertrain export`: a safetensors file (8-byte header length, JSON header, data) whose tensors carry nanoGPT's names
+// and shapes and hold exactly the checkpoint's parameters.
+TEST(Cli, ExportWritesSafetensorsWithNanoGptNames) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(20000));
+  ASSERT_EQ(run(small(data) + " --steps 3 --checkpoint-dir " + dir.file("ck")).code, 0);
+  CliRun ex = run("export " + dir.file("ck") + " --out " + dir.file("m.safetensors"));
+  ASSERT_EQ(ex.code, 0) << ex.out;
+  EXPECT_HAS(ex.out, "16 tensors");
+  const std::string file = slurp(dir.file("m.safetensors"));
+  ASSERT_GT(file.size(), 8u);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(file[static_cast<size_t>(i)]);
+  ASSERT_LE(8 + n, file.size());
+  EXPECT_EQ((8 + n) % 8, 0u);
+  const nlohmann::json h = nlohmann::json::parse(file.substr(8, n));
+  EXPECT_EQ(h.at("__metadata__").at("n_layer"), "1");
+  EXPECT_EQ(h.at("__metadata__").at("n_embd"), "16");
+  EXPECT_EQ(h.at("__metadata__").at("step"), "3");
+  EXPECT_EQ(h.at("transformer.h.0.attn.c_attn.weight").at("shape"), nlohmann::json::array({48, 16}));
+  EXPECT_EQ(h.at("transformer.wte.weight").at("shape"), nlohmann::json::array({256, 16}));
+  EXPECT_EQ(h.size(), 17u);  // 16 tensors and the metadata
+  auto ck = TensorFileReader::open(dir.file("ck") + "/step_00000003.ttf");
+  ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+  size_t end = 0;
+  for (const auto& [ours, theirs] : std::vector<std::pair<std::string, std::string>>{
+           {"wte", "transformer.wte.weight"}, {"h.0.mlp.proj.w", "transformer.h.0.mlp.c_proj.weight"},
+           {"lnf.b", "transformer.ln_f.bias"}}) {
+    auto want = ck.value().read_all<float>("param/" + ours);
+    ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+    const auto off = h.at(theirs).at("data_offsets");
+    const size_t a = off[0].get<size_t>(), b = off[1].get<size_t>();
+    ASSERT_EQ(b - a, want.value().size() * 4) << theirs;
+    EXPECT_EQ(std::memcmp(file.data() + 8 + n + a, want.value().data(), b - a), 0) << theirs;
+    end = std::max(end, b);
+  }
+  size_t last = 0;
+  for (const auto& [name, t] : h.items())
+    if (name != "__metadata__") last = std::max(last, t.at("data_offsets")[1].get<size_t>());
+  EXPECT_EQ(8 + n + last, file.size());
+  EXPECT_EQ(run("export " + dir.file("ck")).code, 2);  // --out is required
 }
 
 }  // namespace

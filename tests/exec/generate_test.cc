@@ -5,6 +5,7 @@
 //    of its context window (the window slides): the logits read are those of the prompt's last position;
 //  - the same checkpoint, options and seed give the same text; another seed another;
 //  - a missing checkpoint, an empty folder and a bad temperature are refused, named;
+//  - evaluation scores the windows of a file (the same at any batch size; low where the model learnt);
 //  - --init-from starts a run on other data from a checkpoint's parameters (and refuses another shape).
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "exec/generate.h"
 #include "exec/trainer.h"
 #include "temp_dir.h"
+#include "test_util.h"
 
 namespace tt {
 namespace {
@@ -99,6 +101,26 @@ TEST(Sample, AModelThatLearntASentenceContinuesItPastItsWindow) {
   auto f = sample_checkpoint(a.value().checkpoint, o);
   ASSERT_TRUE(f.is_ok());
   EXPECT_EQ(f.value().text, a.value().text);
+
+  // Evaluation: low on the sentence, high on other text; the same windows give the same loss at any batch size.
+  EvalOptions e;
+  e.data = dir.path() + "/sentence.txt";
+  e.backend = "cpu";
+  e.batch = 8;
+  e.batches = 4;
+  auto on_sentence = evaluate_checkpoint(ckpt, e);
+  ASSERT_TRUE(on_sentence.is_ok()) << on_sentence.status().to_string();
+  EXPECT_LT(on_sentence.value().loss, 0.3);
+  EXPECT_EQ(on_sentence.value().tokens, 4 * 8 * 32);
+  e.batch = 4;
+  e.batches = 8;
+  auto halves = evaluate_checkpoint(ckpt, e);
+  ASSERT_TRUE(halves.is_ok());
+  EXPECT_NEAR(halves.value().loss, on_sentence.value().loss, 1e-4);
+  e.data = dir.write("other_text.txt", testing::synthetic_text(5000));
+  auto elsewhere = evaluate_checkpoint(ckpt, e);
+  ASSERT_TRUE(elsewhere.is_ok());
+  EXPECT_GT(elsewhere.value().loss, 2.0);
 
   // --init-from: a new run on other data starts from the learnt parameters (its first loss is the learnt model's,
   // far below a fresh model's ln 256), with step 1 of a fresh schedule.
