@@ -611,10 +611,27 @@ def objects(comm: tc.Comm) -> None:
     print(f"rank {me}: objects right")
 
 
+def split(comm: tc.Comm) -> None:
+    """mpi4py's Split: groups by color ranked by key; UNDEFINED gets None; the groups' collectives (buffer and
+    object forms) see their members only."""
+    me, n = comm.rank, comm.size
+    half = comm.Split(me % 2, -me)
+    members = [r for r in range(n - 1, -1, -1) if r % 2 == me % 2]
+    expect(half.size == len(members) and half.rank == members.index(me), "Split's size and rank")
+    expect(half.allgather(me) == members, "allgather of objects in the group")
+    x = np.array([me], np.int64)
+    half.Allreduce(tc.IN_PLACE, x, op=tc.SUM)
+    expect(int(x[0]) == sum(members), "Allreduce in the group")
+    rest = comm.Split(tc.UNDEFINED if me == 0 else 3, me)
+    expect((rest is None) if me == 0 else (rest.size == n - 1 and rest.rank == me - 1), "UNDEFINED and the rest")
+    expect(comm.allreduce(1) == n, "the parent after the splits")
+    print(f"rank {me}: split right")
+
+
 if __name__ == "__main__":
     c = tc.world()
     {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
      "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,
-     "op_by_value": op_by_value, "objects": objects}[sys.argv[1]](c)
+     "op_by_value": op_by_value, "objects": objects, "split": split}[sys.argv[1]](c)

@@ -52,6 +52,11 @@ def test_object_collectives_and_comm_world(ranks):
     run_right(ranks, "objects", "rank 0: objects right")
 
 
+@pytest.mark.parametrize("ranks", [1, 4])
+def test_split_groups_ranks_by_color_and_key(ranks):
+    run_right(ranks, "split", "rank 0: split right")
+
+
 def test_numpy_arrays_of_every_kind():
     run_right(3, "array_kinds", "rank 0: array kinds right")
 

@@ -1031,6 +1031,21 @@ PYBIND11_MODULE(_comm, m) {
       .def_property_readonly("size", &PyComm::size)
       .def("Get_rank", &PyComm::rank)
       .def("Get_size", &PyComm::size)
+      .def(
+          "Split",
+          [](PyComm& c, int color, int key) -> std::unique_ptr<PyComm> {
+            tt::Result<std::unique_ptr<Communicator>> sub = std::unique_ptr<Communicator>();
+            c.guarded("Split", [&] {
+              py::gil_scoped_release nogil;  // a collective: it waits for the other ranks
+              sub = c.comm().split(color, key);
+            });
+            if (!sub.is_ok()) raise(sub.status());
+            if (sub.value() == nullptr) return nullptr;
+            return std::make_unique<PyComm>(std::move(sub.value()));
+          },
+          py::arg("color") = 0, py::arg("key") = 0,
+          "mpi4py's Split (Note [split] in comm/comm.h): the ranks giving the same color form a new Comm, ranked by "
+          "(key, rank here); a color < 0 (UNDEFINED) joins none and gets None. Collective over this Comm.")
       .def("_alloc",
            [](py::object self, size_t nbytes) {
              PyComm& c = self.cast<PyComm&>();
@@ -1066,6 +1081,7 @@ PYBIND11_MODULE(_comm, m) {
   m.def("_numpy_direct_reads", [] { return g_numpy_reads; },
         "Tests only: how many numpy arrays the calls have read directly (Note [numpy arrays]).");
 
+  m.attr("UNDEFINED") = Communicator::kUndefined;
   m.def("world", [] {
     // The rendezvous waits for the other ranks: without the GIL.
     tt::Result<std::unique_ptr<Communicator>> c = [] {

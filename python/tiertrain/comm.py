@@ -14,11 +14,11 @@ Errors raise CommError subclasses: CommTimeoutError (a rank did not arrive withi
 CommMismatchError (ranks called with different sizes, types or ops), CommAbortedError (a rank died or gave up).
 """
 
-from ._comm import (AVG, IN_PLACE, MAX, MIN, PROD, SUM, Comm, CommAbortedError, CommError,  # noqa: F401
-                    CommMismatchError, CommTimeoutError, Op, Request, world)
+from ._comm import (AVG, IN_PLACE, MAX, MIN, PROD, SUM, UNDEFINED, Comm, CommAbortedError,  # noqa: F401
+                    CommError, CommMismatchError, CommTimeoutError, Op, Request, world)
 
-__all__ = ["world", "Comm", "Request", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "IN_PLACE", "CommError",
-           "CommTimeoutError", "CommMismatchError", "CommAbortedError"]
+__all__ = ["world", "Comm", "Request", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "IN_PLACE", "UNDEFINED",
+           "CommError", "CommTimeoutError", "CommMismatchError", "CommAbortedError"]
 
 
 def zeros(shape, dtype="float32"):

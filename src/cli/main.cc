@@ -188,13 +188,18 @@ int main(int argc, char** argv) {
 
   CLI::App* eval = app.add_subcommand(
       "eval", "the loss of a trained model on a text file, folder or token shards: tiertrain eval CHECKPOINT --data "
-              "FILE (every token of it, both splits)");
+              "FILE (every token of it, or --split val as training held it out)");
   tt::cli::EvalCommand eval_cmd;
   eval->add_option("checkpoint", eval_cmd.checkpoint, "checkpoint file, checkpoint folder or run folder")->required();
   eval->add_option("--data", eval_cmd.options.data, "text file, folder of text files, or llm.c token shard(s)")
       ->required();
   eval->add_option("--batch", eval_cmd.options.batch, "sequences per forward [default: 8]")
       ->check(CLI::Range(1, 1 << 20));
+  eval->add_option("--split", eval_cmd.options.split,
+                   "all (every token), or val / train: that split as a run with --val-fraction makes it [default: all]")
+      ->check(CLI::IsMember({"all", "val", "train"}));
+  eval->add_option("--val-fraction", eval_cmd.options.val_fraction, "as train's, for --split val|train [default: 0.05]")
+      ->check(CLI::Range(0.0, 0.5));
   eval->add_option("--batches", eval_cmd.options.batches, "at most this many batches (0: all) [default: 0]")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   eval->add_option("--backend", eval_cmd.options.backend, "auto, cpu or cuda [default: auto]")
@@ -203,12 +208,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096));
 
   CLI::App* export_ = app.add_subcommand(
-      "export", "write a checkpoint's parameters as a safetensors file with nanoGPT's names, for PyTorch: tiertrain "
-                "export CHECKPOINT --out model.safetensors");
+      "export", "write a checkpoint's parameters in Hugging Face's GPT-2 layout (model.safetensors and config.json, "
+                "for transformers' GPT2LMHeadModel): tiertrain export CHECKPOINT --out DIR");
   tt::cli::ExportCommand export_cmd;
   export_->add_option("checkpoint", export_cmd.checkpoint, "checkpoint file, checkpoint folder or run folder")
       ->required();
-  export_->add_option("--out", export_cmd.out, "the .safetensors file to write")->required();
+  export_->add_option("--out", export_cmd.out, "the folder to write model.safetensors and config.json into")
+      ->required();
+  export_->add_option("--format", export_cmd.format, "safetensors (the only one) [default: safetensors]")
+      ->check(CLI::IsMember({"safetensors"}));
 
   CLI::App* launch = app.add_subcommand(
       "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core|share] -- CMD [ARGS...]; each gets "

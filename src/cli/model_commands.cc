@@ -126,11 +126,14 @@ int run_eval(const EvalCommand& cmd, FILE* out) {
 }
 
 int run_export(const ExportCommand& cmd, FILE* out) {
-  auto s = export_safetensors(cmd.checkpoint, cmd.out);
+  auto s = export_gpt2(cmd.checkpoint, cmd.out);
   if (!s.is_ok()) return report(s.status());
-  std::fprintf(out, "%s: %lld tensors, %lld parameters (fp32, nanoGPT names) written to %s (%s)\n",
+  std::fprintf(out,
+               "%s: %lld tensors, %lld parameters (fp32, GPT-2 layout) written to %s (%s) with %s/config.json; in "
+               "Python: transformers.GPT2LMHeadModel.from_pretrained(\"%s\")\n",
                s.value().checkpoint.c_str(), static_cast<long long>(s.value().tensors),
-               static_cast<long long>(s.value().params), cmd.out.c_str(), format_bytes(s.value().bytes).c_str());
+               static_cast<long long>(s.value().params), s.value().file.c_str(), format_bytes(s.value().bytes).c_str(),
+               cmd.out.c_str(), cmd.out.c_str());
   return 0;
 }
 

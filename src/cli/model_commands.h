@@ -33,10 +33,12 @@ struct EvalCommand {
 };
 int run_eval(const EvalCommand& cmd, FILE* out);
 
-// `tiertrain export CHECKPOINT --out FILE.safetensors`: its parameters with nanoGPT's names (exec/export.h).
+// `tiertrain export CHECKPOINT --out DIR`: its parameters in Hugging Face's GPT-2 layout, DIR/model.safetensors and
+// DIR/config.json (exec/export.h).
 struct ExportCommand {
   std::string checkpoint;
   std::string out;
+  std::string format = "safetensors";
 };
 int run_export(const ExportCommand& cmd, FILE* out);
 

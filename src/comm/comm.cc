@@ -253,6 +253,32 @@ Status Communicator::copy_out(void* host, const void* buffer, size_t bytes) {
   return Status::ok();
 }
 
+Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
+  // Every rank's (color, key), in rank order.
+  const int n = size();
+  std::vector<int64_t> all(3 * static_cast<size_t>(n));
+  const int64_t mine[3] = {color < 0 ? -1 : color, key, rank()};
+  TT_TRY(allgather(mine, all.data(), 3, DType::kI64));
+  const int64_t exchange = sequence();
+  if (color < 0) return std::unique_ptr<Communicator>();
+  std::vector<std::pair<std::pair<int64_t, int64_t>, int>> group;  // ((key, rank), rank)
+  for (int r = 0; r < n; ++r)
+    if (all[3 * static_cast<size_t>(r)] == color) group.push_back({{all[3 * static_cast<size_t>(r) + 1], r}, r});
+  std::sort(group.begin(), group.end());
+  std::vector<int> members;
+  int new_rank = -1;
+  for (const auto& [order, r] : group) {
+    if (r == rank()) new_rank = static_cast<int>(members.size());
+    members.push_back(r);
+  }
+  TT_RETURN_IF(new_rank < 0, kInternal, "split: rank %d is not in its own color's group", rank());
+  return make_split(members, new_rank, str_format("s%lldc%d", static_cast<long long>(exchange), color));
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::make_split(const std::vector<int>&, int, const std::string&) {
+  return make_status(StatusCode::kUnimplemented, "split: the %s backend cannot split a communicator yet", backend());
+}
+
 Status Communicator::barrier() { return run([=, this] { return do_barrier(); }); }
 Status Communicator::broadcast(const void* s, void* r, size_t n, DType d, int root) {
   const Args a = in_place_form(kBroadcast, rank(), root, n, d, s, r);

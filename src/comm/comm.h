@@ -104,6 +104,13 @@ class Communicator {
   Status reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op);
   Status alltoall(const void* send, void* recv, size_t count, DType dtype);
 
+  // Note [split]: the ranks that give the same color form a new communicator, ranked by (key, rank here), as
+  // MPI_Comm_split. Collective over this communicator; a rank giving kUndefined (any color < 0) takes part but joins
+  // none and gets nullptr. The new communicator has the same backend and options, its own sequence, and lives
+  // independently of this one (either may be used or destroyed first; its operations do not order with this one's).
+  static constexpr int kUndefined = -1;
+  virtual Result<std::unique_ptr<Communicator>> split(int color, int key);
+
   // Non-blocking collectives: queued, and run in call order on the communicator's progress thread (started by the
   // first one), so that the caller computes meanwhile.
   Request ibarrier();
@@ -128,6 +135,11 @@ class Communicator {
   virtual Status do_allgather(const void* send, void* recv, size_t count, DType dtype) = 0;
   virtual Status do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) = 0;
   virtual Status do_alltoall(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // What split() asks of a backend (after it exchanged every rank's color and key): the communicator of `members`
+  // (their ranks here, in the new order), of which this rank is new_rank. `tag` is the same on every member and
+  // unique to the split call (the sequence number of its exchange) and to the color: a name for it (shm: segments).
+  virtual Result<std::unique_ptr<Communicator>> make_split(const std::vector<int>& members, int new_rank,
+                                                          const std::string& tag);
   // Backends call this first in their destructor: it lets the queued operations finish and stops the thread.
   void stop_progress();
   // Runs op inline, or behind the non-blocking operations in flight (for a backend's own calls, e.g. nccl's

@@ -102,9 +102,11 @@ class MpiComm final : public Communicator {
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
 
-  Status init() {
+  // own: a communicator this object frees (a split's); else a duplicate of MPI_COMM_WORLD.
+  Status init(MPI_Comm own = MPI_COMM_NULL) {
     TT_TRY(ensure_mpi());
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    if (own != MPI_COMM_NULL) comm_ = own;
+    else MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -116,6 +118,21 @@ class MpiComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "mpi"; }
+  // Note [split] in comm/comm.h: MPI_Comm_split itself, in call order with the operations in flight.
+  Result<std::unique_ptr<Communicator>> split(int color, int key) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    TT_TRY(run([&]() -> Status {
+      TT_RETURN_IF(broken_.is_set(), kFailedPrecondition,
+                   "mpi communicator (rank %d): unusable after an earlier error: %s", rank_, broken_.why().c_str());
+      const int rc = MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub);
+      TT_RETURN_IF(rc != MPI_SUCCESS, kInternal, "MPI_Comm_split failed (error %d)", rc);
+      return Status::ok();
+    }));
+    if (sub == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
+    auto c = std::make_unique<MpiComm>(opt_);
+    TT_TRY(c->init(sub));
+    return std::unique_ptr<Communicator>(std::move(c));
+  }
   int64_t sequence() const override { return seq_.load(std::memory_order_relaxed); }
   void abandon(const std::string& why) override {
     // MPI has no way to tell the peers; they fail at their deadline (or when mpirun stops the job on our exit).

@@ -163,6 +163,11 @@ class NcclComm final : public NcclCommunicator {
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
   const char* backend() const override { return "nccl"; }
+  // Note [split] in comm/comm.h: not yet for nccl (ncclCommSplit beside a split of the host communicator; issue 21).
+  // Refused before any exchange, on every rank alike: the base's exchange would hand NCCL host memory.
+  Result<std::unique_ptr<Communicator>> split(int, int) override {
+    return make_status(StatusCode::kUnimplemented, "split: the nccl backend cannot split a communicator yet");
+  }
   int64_t sequence() const override { return seq_.load(std::memory_order_relaxed); }
   std::string placement() const override { return placement_; }
   int device() const override { return device_; }

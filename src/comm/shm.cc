@@ -379,6 +379,15 @@ Status ShmComm::begin(int32_t kind, size_t count, DType dtype, Op op, int root, 
 
 }  // namespace shm_detail
 
+namespace shm_detail {
+Result<std::unique_ptr<Communicator>> ShmComm::make_split(const std::vector<int>& members, int new_rank,
+                                                         const std::string& tag) {
+  ShmOptions o = given_;
+  o.job_id = opt_.job_id + "-" + tag;
+  return create_shm(new_rank, static_cast<int>(members.size()), o);
+}
+}  // namespace shm_detail
+
 Result<std::unique_ptr<Communicator>> create_shm(int rank, int size, const ShmOptions& options) {
   auto c = std::make_unique<shm_detail::ShmComm>(rank, size, options);
   TT_TRY(c->init());

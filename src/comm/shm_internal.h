@@ -281,7 +281,7 @@ size_t chunk_elems(size_t buffer_bytes, size_t es, size_t pieces);
 
 class ShmComm final : public Communicator {
  public:
-  ShmComm(int rank, int size, ShmOptions options) : rank_(rank), size_(size), opt_(std::move(options)) {}
+  ShmComm(int rank, int size, ShmOptions options) : rank_(rank), size_(size), given_(options), opt_(std::move(options)) {}
   ~ShmComm() override {
     stop_progress();  // queued operations use the segments
     if (profile_ && prof_.rounds > 0) {
@@ -332,6 +332,9 @@ class ShmComm final : public Communicator {
   Status do_allgather(const void* send, void* recv, size_t count, DType dtype) override;
   Status do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) override;
   Status do_alltoall(const void* send, void* recv, size_t count, DType dtype) override;
+  // Note [split] in comm/comm.h: the group's own segments, named after this job's id and the split's tag.
+  Result<std::unique_ptr<Communicator>> make_split(const std::vector<int>& members, int new_rank,
+                                                  const std::string& tag) override;
 
  private:
   Header* hdr(int r) const { return static_cast<Header*>(maps_[static_cast<size_t>(r)]); }
@@ -422,6 +425,7 @@ class ShmComm final : public Communicator {
   Status gather_rounds(const void* send, void* recv, size_t count, DType dtype, int root);
 
   int rank_, size_;
+  const ShmOptions given_;  // as asked for, before init resolved its automatic values for this size (split's options)
   ShmOptions opt_;
   std::vector<void*> maps_;
   size_t seg_bytes_ = 0;

@@ -74,15 +74,17 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
   TT_RETURN_IF(o.batch < 1 || o.batches < 0, kInvalidArgument, "--batch must be >= 1 and --batches >= 0");
   EvalResult out;
   TT_ASSIGN_OR_RETURN(out.checkpoint, resolve_checkpoint(where));
-  TT_ASSIGN_OR_RETURN(data::TokenDataset ds, data::TokenDataset::load(o.data, 0.0));
+  TT_RETURN_IF(o.split != "all" && o.split != "val" && o.split != "train", kInvalidArgument,
+               "--split %s: all, val or train", o.split.c_str());
+  TT_ASSIGN_OR_RETURN(data::TokenDataset ds, data::TokenDataset::load(o.data, o.split == "all" ? 0.0 : o.val_fraction));
   TT_ASSIGN_OR_RETURN(LoadedModel m, load_model(out.checkpoint, o.batch, o.backend, o.dtype, o.threads, "evaluation"));
   out.step = m.st.step;
   const GptConfig& cfg = m.st.model;
   TT_RETURN_IF(ds.vocab() != cfg.vocab, kFailedPrecondition,
                "%s has vocabulary %d but the model of %s has %d (a text model reads text, a token-shard model shards)",
                o.data.c_str(), ds.vocab(), out.checkpoint.c_str(), cfg.vocab);
-  std::vector<uint16_t> tokens = ds.train();
-  tokens.insert(tokens.end(), ds.val().begin(), ds.val().end());
+  std::vector<uint16_t> tokens = o.split == "val" ? ds.val() : ds.train();
+  if (o.split == "all") tokens.insert(tokens.end(), ds.val().begin(), ds.val().end());
   const int B = o.batch, T = cfg.seq;
   const int64_t available = data::val_batches_available(tokens, B, T);
   TT_RETURN_IF(available == 0, kFailedPrecondition,
@@ -103,11 +105,14 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
     m.ex->forward();
     be.copy_d2h(losses.data(), gpt.losses(), be.compute_stream());
     TT_TRY(be.compute_stream().synchronize());
-    for (float l : losses) sum += static_cast<double>(l);
+    // The mean of the batches' means, summed as Trainer::evaluate does: the same bits on the same windows.
+    double s = 0;
+    for (float l : losses) s += static_cast<double>(l);
+    sum += s / static_cast<double>(losses.size());
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.tokens = out.batches * static_cast<int64_t>(bt);
-  out.loss = sum / static_cast<double>(out.tokens);
+  out.loss = sum / static_cast<double>(out.batches);
   return out;
 }
 

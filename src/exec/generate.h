@@ -45,6 +45,8 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
 
 struct EvalOptions {
   std::string data;          // a text file or folder, or token shards (as --data)
+  std::string split = "all";  // all (every token), val or train (the splits a run with val_fraction makes)
+  double val_fraction = 0.05;
   int batch = 8;             // sequences per forward
   int64_t batches = 0;       // at most this many batches (0: every whole batch the data holds)
   std::string backend = "auto";
@@ -60,8 +62,9 @@ struct EvalResult {
   double seconds = 0;
 };
 
-// The mean loss of the model of checkpoint `where` on o.data (every token of the file(s), both of its splits, in
-// consecutive windows of the model's context), in-core at o.batch sequences a forward.
+// The mean loss of the model of checkpoint `where` on o.data (split all: every token of the file(s); val or train:
+// that split as a run with o.val_fraction makes it), in consecutive windows of the model's context from the start,
+// in-core at o.batch sequences a forward. With the run's batch and --eval-batches, `val` is the run's validation.
 Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptions& o);
 
 // The draw itself, over logits[0, vocab): softmax of logits / temperature over the top_k largest (0: all), then the

@@ -127,6 +127,9 @@ void declare_train_knobs(Config& cfg) {
   resume.implicit_value = "latest";
   resume.help = "continue from a checkpoint: --resume (latest in --checkpoint-dir) or --resume=FILE";
   cfg.declare(std::move(resume));
+  knob("checkpoint", "from_safetensors", K::kString, "",
+       "start from GPT-2-layout weights (Hugging Face's GPT2LMHeadModel or GPT2Model, F32 safetensors: a file, or a "
+       "folder with model.safetensors, as tiertrain export writes), with a fresh optimizer; the shapes must match");
   knob("checkpoint", "init_from", K::kString, "",
        "start from the parameters of this checkpoint (a file, a checkpoint folder or a run folder: its latest), with "
        "a fresh optimizer and schedule, on any data: fine-tuning, or a longer run from a finished one; the model's "
@@ -218,6 +221,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.keep_checkpoints = cfg.get_int("keep_checkpoints");
   tc.resume = cfg.get_string("resume");
   tc.init_from = cfg.get_string("init_from");
+  tc.from_safetensors = cfg.get_string("from_safetensors");
   tc.eval_every = cfg.get_int("eval_every");
   tc.eval_batches = cfg.get_int("eval_batches");
   tc.metrics_out = cfg.get_string("metrics_out");
@@ -237,6 +241,8 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
                static_cast<long long>(tc.stop_at), static_cast<long long>(tc.steps));
   TT_RETURN_IF(tc.checkpoint_every > 0 && tc.checkpoint_dir.empty(), kInvalidArgument,
                "--checkpoint-every needs --checkpoint-dir");
+  TT_RETURN_IF(!tc.from_safetensors.empty() && (!tc.init_from.empty() || !tc.resume.empty()), kInvalidArgument,
+               "--from-safetensors with --init-from or --resume: each sets the starting weights. Give one");
   TT_RETURN_IF(!tc.init_from.empty() && !tc.resume.empty(), kInvalidArgument,
                "--init-from and --resume: --resume continues a run as it was (optimizer, data position, step); "
                "--init-from starts a new one from a checkpoint's parameters. Give one");

@@ -62,6 +62,7 @@ struct TrainConfig {
   int64_t keep_checkpoints = 3;
   std::string resume;  // "" | "latest" | path of a checkpoint file
   std::string init_from;  // a checkpoint (file, folder, run folder) whose parameters start a new run
+  std::string from_safetensors;  // GPT-2-layout weights that start a new run (exec/export.h)
 
   int64_t eval_every = 100;
   int64_t eval_batches = 20;

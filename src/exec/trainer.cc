@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/units.h"
 #include "exec/checkpoint.h"
+#include "exec/export.h"
 
 namespace tt {
 namespace {
@@ -282,6 +283,11 @@ Status Trainer::build() {
     if (!from.is_ok()) return std::move(from.take_status().with_context("--init-from"));
     print("parameters from %s (step %lld of its run); optimizer, schedule and data start afresh\n", path.c_str(),
           static_cast<long long>(from.value().step));
+  }
+  if (!cfg.from_safetensors.empty()) {
+    TT_TRY(import_gpt2(cfg.from_safetensors, *ex_));
+    print("parameters from %s (GPT-2 layout); optimizer, schedule and data start afresh\n",
+          cfg.from_safetensors.c_str());
   }
   TT_ASSIGN_OR_RETURN(data::BatchSampler sampler,
                       data::BatchSampler::create(&dataset_.train(), cfg.batch, cfg.model.seq, cfg.seed));

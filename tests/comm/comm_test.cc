@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <numeric>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -471,6 +472,52 @@ int run_smoke() {
   return 0;
 }
 
+// Note [split]: the ranks split by parity with the key -rank (so in reverse order), then with rank 0 left out
+// (kUndefined: nullptr), then a group split again; every group's size, ranks and collectives are its members' only,
+// and the parent works beside its groups.
+int run_split() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  const int rank = c.rank(), n = c.size();
+  auto fail = [&](const char* what) {
+    std::fprintf(stderr, "rank %d: split: %s\n", rank, what);
+    return 1;
+  };
+  auto half = c.split(rank % 2, -rank);
+  if (!half.is_ok()) return fail(half.status().to_string().c_str());
+  comm::Communicator& h = *half.value();
+  std::vector<int64_t> members;
+  for (int r = n - 1; r >= 0; --r)
+    if (r % 2 == rank % 2) members.push_back(r);
+  const int want_rank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+  if (h.size() != static_cast<int>(members.size()) || h.rank() != want_rank) return fail("size or rank");
+  std::vector<int64_t> got(members.size());
+  const int64_t me = rank;
+  if (!h.allgather(&me, got.data(), 1, DType::kI64).is_ok() || got != members) return fail("allgather in the group");
+  int64_t sum = rank;
+  if (!h.allreduce(comm::kInPlace, &sum, 1, DType::kI64, Op::kSum).is_ok() ||
+      sum != std::accumulate(members.begin(), members.end(), int64_t{0}))
+    return fail("allreduce in the group");
+  int64_t all = rank;
+  if (!c.allreduce(comm::kInPlace, &all, 1, DType::kI64, Op::kSum).is_ok() || all != int64_t{n} * (n - 1) / 2)
+    return fail("allreduce in the parent after the split");
+  auto rest = c.split(rank == 0 ? comm::Communicator::kUndefined : 7, rank);
+  if (!rest.is_ok()) return fail(rest.status().to_string().c_str());
+  if (rank == 0 && rest.value() != nullptr) return fail("kUndefined got a communicator");
+  if (rank != 0 && (rest.value() == nullptr || rest.value()->size() != n - 1 || rest.value()->rank() != rank - 1))
+    return fail("the rest's size or rank");
+  if (rank != 0 && !rest.value()->barrier().is_ok()) return fail("barrier of the rest");
+  auto again = h.split(0, h.rank());
+  if (!again.is_ok() || again.value()->size() != h.size() || again.value()->rank() != h.rank())
+    return fail("a group's split");
+  int64_t x = 1;
+  if (!again.value()->allreduce(comm::kInPlace, &x, 1, DType::kI64, Op::kSum).is_ok() || x != h.size())
+    return fail("allreduce in the group's split");
+  std::printf("rank %d: split right (group of %d, rank %d there)\n", rank, h.size(), h.rank());
+  return 0;
+}
+
 // Non-blocking calls: posted while a peer is late they return at once and are not done; several in flight with a
 // blocking call between them (which runs after them) all give the right results.
 int run_nonblocking() {
@@ -865,6 +912,7 @@ int rank_main(const std::string& scenario) {
   if (scenario == "buffer_mismatch") return run_buffer_mismatch();
   if (scenario == "nonblocking") return run_nonblocking();
   if (scenario == "smoke") return run_smoke();
+  if (scenario == "split") return run_split();
   if (scenario == "collectives") return run_collectives();
   if (scenario == "never_arrives") return run_never_arrives();
   if (scenario == "stopped_rank") return run_stopped_rank();
@@ -926,6 +974,16 @@ void expect_collectives_right(int ranks, const std::string& env, const std::stri
   const Job j = launch(ranks, "collectives", env);
   EXPECT_EQ(j.code, 0) << what << "\n" << j.output;
   EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << what << "\n" << j.output;
+}
+
+// Note [split] over shared memory: 4 and 5 ranks (groups of 2 and 2, 3 and 2).
+TEST(CommShm, SplitGroupsRanksByColorAndKey) {
+  for (int ranks : {4, 5}) {
+    const Job j = launch(ranks, "split", "TIERTRAIN_COMM_TIMEOUT=60");
+    EXPECT_EQ(j.code, 0) << j.output;
+    for (int r = 0; r < ranks; ++r)
+      EXPECT_NE(j.output.find("rank " + std::to_string(r) + ": split right"), std::string::npos) << j.output;
+  }
 }
 
 class CommRanks : public ::testing::TestWithParam<int> {};
@@ -1849,6 +1907,14 @@ TEST(CommMpi, EveryCollectiveDtypeOpAndSizeIsRight) {
     EXPECT_EQ(j.code, 0) << j.output;
     EXPECT_NE(j.output.find("backend mpi"), std::string::npos) << j.output;
   }
+}
+
+TEST(CommMpi, SplitGroupsRanksByColorAndKey) {
+  SKIP_IF_MISSING(missing_mpirun());
+  const Job j = mpirun(4, "split", "TIERTRAIN_COMM_TIMEOUT=60");
+  EXPECT_EQ(j.code, 0) << j.output;
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NE(j.output.find("rank " + std::to_string(r) + ": split right"), std::string::npos) << j.output;
 }
 
 TEST(CommMpi, MismatchesAndMisuseAreErrorsOnEveryRank) {

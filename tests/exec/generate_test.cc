@@ -10,10 +10,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "core/tensorfile.h"
+#include "exec/export.h"
 #include "exec/generate.h"
 #include "exec/trainer.h"
 #include "temp_dir.h"
@@ -122,6 +125,31 @@ TEST(Sample, AModelThatLearntASentenceContinuesItPastItsWindow) {
   ASSERT_TRUE(elsewhere.is_ok());
   EXPECT_GT(elsewhere.value().loss, 2.0);
 
+  // GPT-2 layout: exported, then read back by a new run (--from-safetensors), the parameters bit for bit.
+  auto exported = export_gpt2(ckpt, dir.path() + "/hf");
+  ASSERT_TRUE(exported.is_ok()) << exported.status().to_string();
+  EXPECT_EQ(exported.value().tensors, 2 + 12 * 2 + 2);
+  {
+    TrainConfig tc;
+    tc.model = GptConfig{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
+    tc.batch = 8;
+    tc.data = dir.path() + "/sentence.txt";
+    tc.steps = 1;
+    tc.backend = "cpu";
+    tc.from_safetensors = dir.path() + "/hf";
+    auto t = Trainer::create(tc, nullptr);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    std::vector<float> back(static_cast<size_t>(gpt_num_params(tc.model)));
+    ASSERT_TRUE(t.value()->executor().download_params(back.data()).is_ok());
+    auto r = TensorFileReader::open(exported.value().checkpoint);
+    ASSERT_TRUE(r.is_ok());
+    for (const ParamInfo& p : gpt_param_layout(tc.model)) {
+      auto want = r.value().read_all<float>("param/" + p.name);
+      ASSERT_TRUE(want.is_ok());
+      EXPECT_EQ(std::memcmp(back.data() + p.offset, want.value().data(), want.value().size() * 4), 0) << p.name;
+    }
+  }
+
   // --init-from: a new run on other data starts from the learnt parameters (its first loss is the learnt model's,
   // far below a fresh model's ln 256), with step 1 of a fresh schedule.
   TrainConfig tc;
@@ -147,6 +175,41 @@ TEST(Sample, AModelThatLearntASentenceContinuesItPastItsWindow) {
   ASSERT_FALSE(wrong.is_ok());
   EXPECT_NE(wrong.status().message().find("dim is 64 in the checkpoint but 32 now"), std::string::npos)
       << wrong.status().message();
+}
+
+// `eval --split val` at the run's batch and --eval-batches is the run's own validation loss, to the bit.
+TEST(Eval, TheValidationSplitGivesTheRunsValidationLoss) {
+  TempDir dir;
+  TrainConfig tc;
+  tc.model = GptConfig{.vocab = 256, .layers = 1, .dim = 32, .heads = 2, .seq = 16};
+  tc.batch = 4;
+  tc.data = dir.write("text.txt", testing::synthetic_text(30000));
+  tc.steps = 20;
+  tc.eval_every = 20;
+  tc.eval_batches = 5;
+  tc.backend = "cpu";
+  tc.threads = 1;
+  tc.checkpoint_dir = dir.path() + "/ck";
+  auto t = Trainer::create(tc, nullptr);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  auto s = t.value()->run();
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EvalOptions e;
+  e.data = tc.data;
+  e.split = "val";
+  e.val_fraction = tc.val_fraction;
+  e.batch = tc.batch;
+  e.batches = tc.eval_batches;
+  e.backend = "cpu";
+  e.threads = 1;
+  auto v = evaluate_checkpoint(tc.checkpoint_dir, e);
+  ASSERT_TRUE(v.is_ok()) << v.status().to_string();
+  EXPECT_EQ(v.value().batches, 5);
+  EXPECT_EQ(v.value().loss, s.value().last_val_loss);
+  e.split = "train";
+  auto tr = evaluate_checkpoint(tc.checkpoint_dir, e);
+  ASSERT_TRUE(tr.is_ok());
+  EXPECT_NE(tr.value().loss, v.value().loss);
 }
 
 TEST(Sample, BadRequestsAreNamed) {

@@ -49,11 +49,13 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 std::string join(const std::string& dir, const char* name) { return dir.empty() ? name : dir + "/" + name; }
 
-// NVRTC for the runtime-compiled engines: only when the loader cannot find it by itself.
+// NVRTC for the runtime-compiled engines: only when the loader cannot find it by itself; of this program's CUDA
+// major version (an NVRTC of another major would compile for another runtime).
 void preload_nvrtc() {
   static std::once_flag once;
   std::call_once(once, [] {
-    for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}) {
+    const std::string versioned = str_format("libnvrtc.so.%d", CUDART_VERSION / 1000);
+    for (const char* name : {versioned.c_str(), "libnvrtc.so"}) {
       if (dlopen(name, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD) != nullptr) return;
       if (dlopen(name, RTLD_NOW | RTLD_GLOBAL) != nullptr) return;
       const std::string dir = TT_CUDA_LIBRARY_DIR;
