@@ -625,6 +625,8 @@ def split(comm: tc.Comm) -> None:
     rest = comm.Split(tc.UNDEFINED if me == 0 else 3, me)
     expect((rest is None) if me == 0 else (rest.size == n - 1 and rest.rank == me - 1), "UNDEFINED and the rest")
     expect(comm.allreduce(1) == n, "the parent after the splits")
+    dup = comm.Dup()
+    expect(dup.rank == me and dup.size == n and dup.allgather(me) == list(range(n)), "Dup")
     print(f"rank {me}: split right")
 
 

@@ -1046,6 +1046,19 @@ PYBIND11_MODULE(_comm, m) {
           py::arg("color") = 0, py::arg("key") = 0,
           "mpi4py's Split (Note [split] in comm/comm.h): the ranks giving the same color form a new Comm, ranked by "
           "(key, rank here); a color < 0 (UNDEFINED) joins none and gets None. Collective over this Comm.")
+      .def(
+          "Dup",
+          [](PyComm& c) -> std::unique_ptr<PyComm> {
+            tt::Result<std::unique_ptr<Communicator>> sub = std::unique_ptr<Communicator>();
+            c.guarded("Dup", [&] {
+              py::gil_scoped_release nogil;
+              sub = c.comm().split(0, c.comm().rank());
+            });
+            if (!sub.is_ok()) raise(sub.status());
+            return std::make_unique<PyComm>(std::move(sub.value()));
+          },
+          "mpi4py's Dup: a new Comm of the same ranks in the same order (its operations apart from this one's). "
+          "Collective.")
       .def("_alloc",
            [](py::object self, size_t nbytes) {
              PyComm& c = self.cast<PyComm&>();

@@ -178,6 +178,8 @@ int main(int argc, char** argv) {
   sample->add_option("--threads", sample_cmd.options.threads, "CPU threads (0: automatic) [default: 0]")
       ->check(CLI::Range(0, 4096));
   sample->add_option("--out", sample_cmd.out, "also write the text to this file");
+  sample->add_option("--vocab", sample_cmd.options.vocab_file,
+                     "GPT-2's encoder.json: a token-shard model's tokens printed as text instead of ids");
 
   CLI::App* plot = app.add_subcommand(
       "plot", "draw a run's loss curves (training and validation) as an SVG: tiertrain plot RUN (a run folder, or a "

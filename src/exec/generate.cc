@@ -1,10 +1,16 @@
 #include "exec/generate.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <numeric>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/bf16.h"
 #include "core/rng.h"
@@ -34,6 +40,46 @@ int32_t draw_token(const float* logits, int vocab, double temperature, int top_k
     if (u < acc) return order[i];
   }
   return order[k - 1];
+}
+
+Result<std::vector<std::string>> load_gpt2_vocab(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TT_RETURN_IF(!in, kNotFound, "--vocab %s: cannot open (%s)", path.c_str(), std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  TT_RETURN_IF(!j.is_object() || j.empty(), kDataLoss, "--vocab %s: not GPT-2's encoder.json (an object token -> id)",
+               path.c_str());
+  // The byte each character stands for: bytes 33-126, 161-172, 174-255 as themselves; the others from 256 on.
+  std::map<uint32_t, unsigned char> byte_of;
+  uint32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    byte_of[self ? static_cast<uint32_t>(b) : next++] = static_cast<unsigned char>(b);
+  }
+  std::vector<std::string> out;
+  for (const auto& [token, id] : j.items()) {
+    TT_RETURN_IF(!id.is_number_unsigned() || id.get<uint64_t>() > 1000000, kDataLoss, "--vocab %s: '%s' -> %s",
+                 path.c_str(), token.c_str(), id.dump().c_str());
+    const size_t k = id.get<size_t>();
+    if (out.size() <= k) out.resize(k + 1);
+    std::string bytes;
+    // UTF-8 to code points (the file is JSON: valid UTF-8), each to its byte.
+    for (size_t i = 0; i < token.size();) {
+      const unsigned char c = static_cast<unsigned char>(token[i]);
+      const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+      uint32_t cp = n == 1 ? c : c & (0x3F >> (n - 1));
+      for (int m = 1; m < n && i + static_cast<size_t>(m) < token.size(); ++m)
+        cp = (cp << 6) | (static_cast<unsigned char>(token[i + static_cast<size_t>(m)]) & 0x3F);
+      i += static_cast<size_t>(n);
+      const auto it = byte_of.find(cp);
+      TT_RETURN_IF(it == byte_of.end(), kDataLoss, "--vocab %s: token %zu has a character (U+%04X) that stands for no "
+                   "byte: not GPT-2's byte-level vocabulary", path.c_str(), k, cp);
+      bytes.push_back(static_cast<char>(it->second));
+    }
+    out[k] = std::move(bytes);
+  }
+  return out;
 }
 
 namespace {
@@ -202,6 +248,13 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (out.bytes) {
     for (int32_t t : out.tokens) out.text.push_back(static_cast<char>(t));
+  } else if (!o.vocab_file.empty()) {
+    TT_ASSIGN_OR_RETURN(std::vector<std::string> vocab, load_gpt2_vocab(o.vocab_file));
+    for (int32_t t : out.tokens) {
+      TT_RETURN_IF(static_cast<size_t>(t) >= vocab.size(), kFailedPrecondition,
+                   "--vocab %s has %zu tokens; the model drew %d", o.vocab_file.c_str(), vocab.size(), t);
+      out.text += vocab[static_cast<size_t>(t)];
+    }
   } else {
     for (size_t i = 0; i < out.tokens.size(); ++i) out.text += (i ? " " : "") + std::to_string(out.tokens[i]);
   }

@@ -26,6 +26,7 @@ struct SampleOptions {
   std::string backend = "auto";
   std::string dtype = "auto";
   int threads = 0;
+  std::string vocab_file;     // GPT-2's encoder.json: token ids decoded to text (a token-shard model)
 };
 
 struct SampleResult {
@@ -34,7 +35,7 @@ struct SampleResult {
   bool bytes = true;           // tokens are bytes (a text model); else GPT-2 token ids
   std::vector<int32_t> tokens; // the prompt's, then the drawn ones
   int64_t prompt_tokens = 0;
-  std::string text;            // the bytes as they are (bytes), or the ids separated by spaces
+  std::string text;            // the bytes as they are (bytes), the decoded text (vocab_file), or the ids
   double seconds = 0;          // drawing, after loading
 };
 
@@ -66,6 +67,11 @@ struct EvalResult {
 // that split as a run with o.val_fraction makes it), in consecutive windows of the model's context from the start,
 // in-core at o.batch sequences a forward. With the run's batch and --eval-batches, `val` is the run's validation.
 Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptions& o);
+
+// GPT-2's vocabulary file (encoder.json: {"token": id}) as the bytes of each id: its tokens are byte-level BPE
+// strings, each byte written as one Unicode character (printable ASCII and Latin-1 as themselves, the other 68
+// bytes as U+0100 on, in order), so "\u0120world" is " world".
+Result<std::vector<std::string>> load_gpt2_vocab(const std::string& path);
 
 // The draw itself, over logits[0, vocab): softmax of logits / temperature over the top_k largest (0: all), then the
 // token whose cumulative probability first exceeds u in [0, 1). Ties keep the lower token first.

@@ -218,7 +218,9 @@ class Filler {
   std::vector<int32_t> ints_;
 };
 
-// Seconds per run of fn on stream, timed with events over repetitions until min_seconds (after one warm-up run).
+// Seconds per run of fn on stream, timed with events over repetitions until min_seconds (after one warm-up run), the
+// fastest of three such batches: a moment of load from elsewhere (a shared 2-core VM) only ever adds time, and one
+// batch taken in it priced the CPU backend's device optimizer 10% slow against the training steps it predicted.
 // With heat_seconds > 0, runs fn untimed for about that long first (Note [calibrating at sustained clocks]).
 template <typename F>
 Result<double> time_on(Backend& be, Stream& stream, const CalibrateOptions& o, F fn, int max_reps,
@@ -239,12 +241,16 @@ Result<double> time_on(Backend& be, Stream& stream, const CalibrateOptions& o, F
   } else if (reps == 1 && once >= o.min_seconds) {
     return once;
   }
-  stream.record(*a);
-  for (int i = 0; i < reps; ++i) fn();
-  stream.record(*b);
-  TT_TRY(b->synchronize());
-  TT_ASSIGN_OR_RETURN(double ms, b->elapsed_ms_since(*a));
-  return ms * 1e-3 / reps;
+  double best = 1e30;
+  for (int batch = 0; batch < 3; ++batch) {
+    stream.record(*a);
+    for (int i = 0; i < reps; ++i) fn();
+    stream.record(*b);
+    TT_TRY(b->synchronize());
+    TT_ASSIGN_OR_RETURN(double ms, b->elapsed_ms_since(*a));
+    best = std::min(best, ms * 1e-3 / reps);
+  }
+  return best;
 }
 
 // Weighted least squares of t = latency + bytes / bw with relative errors (weights 1/t^2).

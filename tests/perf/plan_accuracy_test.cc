@@ -50,23 +50,34 @@ TEST(PlanAccuracy, EveryShortcutPlanIsPredictedWithinTenPercentOfItsMeasuredStep
   ASSERT_TRUE(chosen.is_ok()) << chosen.status().to_string();
   rows.value().push_back(chosen.value().best);
 
+  // Each row's step: the median of 8 steps (after one that warms up), in two rounds over all rows, the faster round
+  // kept: load from elsewhere on a shared 2-core VM only adds time, and a round of it once put two measurements of
+  // the same plan 5-8% apart.
+  std::vector<double> measured_s(rows.value().size(), 1e30);
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < rows.value().size(); ++i) {
+      const PlanRow& r = rows.value()[i];
+      ASSERT_TRUE(r.fits()) << r.plan;
+      TrainConfig t = tc;
+      t.plan = r.plan;
+      t.optimizer = r.optimizer;
+      if (r.plan == "auto") {
+        t.plan_value = r.run.exec.plan;
+        t.optimizer.reset();
+      }
+      t.steps = 9;
+      auto trainer = Trainer::create(t, nullptr);
+      ASSERT_TRUE(trainer.is_ok()) << trainer.status().to_string();
+      auto summary = trainer.value()->run();
+      ASSERT_TRUE(summary.is_ok()) << summary.status().to_string();
+      measured_s[i] = std::min(measured_s[i], summary.value().median_ms / 1e3);
+    }
+  }
   double worst = 0, best_shortcut = 1e30, auto_measured = 0;
   std::string report;
-  for (PlanRow& r : rows.value()) {
-    ASSERT_TRUE(r.fits()) << r.plan;
-    TrainConfig t = tc;
-    t.plan = r.plan;
-    t.optimizer = r.optimizer;
-    if (r.plan == "auto") {
-      t.plan_value = r.run.exec.plan;
-      t.optimizer.reset();
-    }
-    t.steps = 9;  // the first warms up; the median of the other eight (four were at the mercy of a noisy 2-core VM)
-    auto trainer = Trainer::create(t, nullptr);
-    ASSERT_TRUE(trainer.is_ok()) << trainer.status().to_string();
-    auto summary = trainer.value()->run();
-    ASSERT_TRUE(summary.is_ok()) << summary.status().to_string();
-    const double measured = summary.value().median_ms / 1e3, predicted = r.sim.step_seconds;
+  for (size_t i = 0; i < rows.value().size(); ++i) {
+    const PlanRow& r = rows.value()[i];
+    const double measured = measured_s[i], predicted = r.sim.step_seconds;
     const double err = (predicted - measured) / measured;
     worst = std::max(worst, std::abs(err));
     report += str_format("%s/%s: predicted %.1f ms (compute %.1f, exposed %.1f, host %.1f), measured %.1f ms (%+.1f%%)\n",

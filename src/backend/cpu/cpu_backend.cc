@@ -99,7 +99,7 @@ class CpuBackend final : public Backend {
     size_t n = dst.nbytes();
     const int64_t delay = copy_delay_us_;
     as_cpu(stream).enqueue([d, src, n, delay] {
-      if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+      simulated_delay(delay);  // Note [simulated delays] in backend/cpu/cpu_stream.h
       std::memcpy(d, src, n);
     });
   }
@@ -108,7 +108,7 @@ class CpuBackend final : public Backend {
     size_t n = src.nbytes();
     const int64_t delay = copy_delay_us_;
     as_cpu(stream).enqueue([dst, s, n, delay] {
-      if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+      simulated_delay(delay);  // Note [simulated delays] in backend/cpu/cpu_stream.h
       std::memcpy(dst, s, n);
     });
   }

@@ -46,10 +46,19 @@ CpuStream::~CpuStream() {
   worker_.join();
 }
 
+void simulated_delay(int64_t us) {
+  if (us <= 0) return;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point end = Clock::now() + std::chrono::microseconds(us);
+  if (us > kSpinUs) std::this_thread::sleep_until(end - std::chrono::microseconds(kSpinUs));
+  while (Clock::now() < end) {
+  }
+}
+
 void CpuStream::enqueue(std::function<void()> fn) {
   if (task_delay_us_ > 0)
     fn = [f = std::move(fn), us = task_delay_us_] {
-      std::this_thread::sleep_for(std::chrono::microseconds(us));
+      simulated_delay(us);
       f();
     };
   enqueue_undelayed(std::move(fn));

@@ -40,6 +40,16 @@ class CpuEvent : public Event {
   std::shared_ptr<State> state_;
 };
 
+// Note [simulated delays]
+// The CPU backend's delays (a slow link, slow kernels, a slow host: --cpu-copy-delay-us and its siblings) stand for
+// work of a known length, which the performance model's calibration measures and its predictions are then checked
+// against (tests/perf/plan_accuracy_test.cc). A plain sleep overshoots by the timer's slack, which on a loaded 2-core
+// VM varies from one minute to the next: in one run the calibration saw the device optimizer's 2 ms kernels 10%
+// longer than the training steps did, and the test's device rows were predicted 13-15% slow. So a delay sleeps until
+// kSpinUs before its end, then spins: it lasts what it says (unless the thread is preempted in the spin).
+constexpr int64_t kSpinUs = 200;
+void simulated_delay(int64_t us);
+
 class CpuStream : public Stream {
  public:
   explicit CpuStream(std::string name);
@@ -55,8 +65,8 @@ class CpuStream : public Stream {
   // Runs fn on the worker thread after everything submitted before it. An exception thrown by fn is kept and
   // reported by the next synchronize().
   void enqueue(std::function<void()> fn);
-  // Sleeps this long before every function enqueued from now on (not before record/wait markers): slow kernels or
-  // slow host work, so that a missing wait shows up as a wrong result in tests.
+  // Waits this long (simulated_delay) before every function enqueued from now on (not before record/wait markers):
+  // slow kernels or slow host work, so that a missing wait shows up as a wrong result in tests.
   void set_task_delay_us(int64_t us) { task_delay_us_ = us; }
 
  private:
