@@ -70,6 +70,7 @@ def test_launch_starts_this_interpreter_for_python3(tmp_path):
                          env=env_with(TIERTRAIN_BIN=launcher(), PATH=path), capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
+    assert "unknown environment variable" not in out.stderr, out.stderr
     lines = sorted(line for line in out.stdout.splitlines() if "prefix" in line)
     assert lines == [f"[rank 0] prefix {sys.prefix}", f"[rank 1] prefix {sys.prefix}"], out.stdout
     # An explicit path is the user's choice, left alone.

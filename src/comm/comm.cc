@@ -356,7 +356,9 @@ const std::vector<std::string>& environment_variables() {
       "TIERTRAIN_COMM_CMA_HUGE_BYTES", "TIERTRAIN_COMM_PROFILE", "TIERTRAIN_COMM_REDUCE_SPAN",
       "TIERTRAIN_COMM_THREADS", "TIERTRAIN_COMM_THREAD_BYTES", "TIERTRAIN_COMM_THREAD_WAIT_US",
       "TIERTRAIN_COMM_THREAD_PIN", "TIERTRAIN_COMM_POOL", "TIERTRAIN_COMM_INLINE", "TIERTRAIN_COMM_ROOTED",
-      "TIERTRAIN_CPUS_BOUND"};
+      "TIERTRAIN_CPUS_BOUND",
+      // The Python package's command: the interpreter `launch -- python3` runs, and the program it runs.
+      "TIERTRAIN_PYTHON", "TIERTRAIN_BIN"};
   return vars;
 }
 
