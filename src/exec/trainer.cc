@@ -253,18 +253,24 @@ void Trainer::record(const nlohmann::json& j) {
   }
 }
 
+BackendOptions run_backend_options(const TrainConfig& cfg, int64_t budget, int64_t scratch_bytes,
+                                   int64_t attention_workspace_bytes) {
+  return {.device_budget = budget,
+          .scratch_bytes = scratch_bytes,
+          .threads = cfg.threads,
+          .copy_delay_us = cfg.cpu_copy_delay_us,
+          .compute_delay_us = cfg.cpu_compute_delay_us,
+          .host_delay_us = cfg.cpu_host_delay_us,
+          .lock_host_memory = cfg.cpu_lock_host_memory,
+          .host_numa_node = cfg.host_numa_node,
+          .attention = cfg.attention,
+          .attention_workspace_bytes = attention_workspace_bytes};
+}
+
 Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, const RunSpec& r) {
   TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be,
-                      create_backend(r.backend, {.device_budget = r.budget,
-                                                 .scratch_bytes = r.reserve.scratch_bytes,
-                                                 .threads = cfg.threads,
-                                                 .copy_delay_us = cfg.cpu_copy_delay_us,
-                                                 .compute_delay_us = cfg.cpu_compute_delay_us,
-                                                 .host_delay_us = cfg.cpu_host_delay_us,
-                                                 .lock_host_memory = cfg.cpu_lock_host_memory,
-                                                 .host_numa_node = cfg.host_numa_node,
-                                                 .attention = cfg.attention,
-                                                 .attention_workspace_bytes = r.reserve.attention_workspace_bytes}));
+                      create_backend(r.backend, run_backend_options(cfg, r.budget, r.reserve.scratch_bytes,
+                                                                    r.reserve.attention_workspace_bytes)));
   // The host memory the run keeps for the copy engines, taken (and pinned) in one slab: the inventory's host part.
   Status s = be->host_pool().reserve(static_cast<size_t>(r.inventory.total(Inventory::kHost)));
   if (!s.is_ok()) return std::move(s.with_context("reserving the run's host memory"));

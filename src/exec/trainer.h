@@ -78,6 +78,10 @@ struct RunSpec {
 };
 // cfg.model.vocab must be set (from the data).
 Result<RunSpec> resolve_run(const TrainConfig& cfg);
+// The backend options of a run of cfg (its threads, simulated delays, host memory placement, attention) with this
+// budget and reserve: the trainer's, and the calibration's (perf/planner.cc).
+BackendOptions run_backend_options(const TrainConfig& cfg, int64_t budget, int64_t scratch_bytes = 0,
+                                   int64_t attention_workspace_bytes = 0);
 // The backend of a resolved run, with the run's host memory reserved (the inventory's host part, in one slab).
 Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, const RunSpec& r);
 

@@ -17,19 +17,6 @@ constexpr const char* kShortcuts[] = {"in-core",
                                       "offload-params",
                                       "offload-all"};
 
-// attention_workspace: cuDNN's attention workspace for the run's shape (backend_reserve), so that calibration times
-// the attention the run will use.
-BackendOptions backend_options(const TrainConfig& cfg, int64_t budget, int64_t attention_workspace = 0) {
-  return {.device_budget = budget,
-          .threads = cfg.threads,
-          .copy_delay_us = cfg.cpu_copy_delay_us,
-          .compute_delay_us = cfg.cpu_compute_delay_us,
-          .host_delay_us = cfg.cpu_host_delay_us,
-          .lock_host_memory = cfg.cpu_lock_host_memory,
-          .host_numa_node = cfg.host_numa_node,
-          .attention = cfg.attention,
-          .attention_workspace_bytes = attention_workspace};
-}
 }  // namespace
 
 Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
@@ -90,7 +77,7 @@ Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_thre
 Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path, const ProfileNeeds& needs,
                                 FILE* progress, bool recalibrate, std::string* used_path, double heat_seconds) {
   TT_ASSIGN_OR_RETURN(std::string backend, resolve_backend_name(cfg.backend));
-  const MachineId here = this_machine(backend, backend_options(cfg, 0));
+  const MachineId here = this_machine(backend, run_backend_options(cfg, 0));
   const bool cached = path.empty();
   const std::string file = cached ? default_profile_path(here) : path;
   if (used_path) *used_path = file;
@@ -141,7 +128,7 @@ Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path,
       std::fprintf(progress, "calibrate: measuring %zu kernel shapes and %zu sequences the profile lacks\n",
                    o.kernels.size(), o.sequences.size());
   }
-  TT_ASSIGN_OR_RETURN(auto be, create_backend(backend, backend_options(cfg, budget, attention_workspace)));
+  TT_ASSIGN_OR_RETURN(auto be, create_backend(backend, run_backend_options(cfg, budget, 0, attention_workspace)));
   if (!have) {
     TT_ASSIGN_OR_RETURN(profile, calibrate(*be, here, o));
   } else {
