@@ -96,7 +96,16 @@ TEST(PlanAccuracy, EveryShortcutPlanIsPredictedWithinTenPercentOfItsMeasuredStep
   std::printf("%sworst %.1f%%; the automatic plan (%s) measured %+.1f%% against the fastest shortcut\n",
               report.c_str(), 100 * worst, AutoPlan::describe(chosen.value().best.run.exec.plan).c_str(),
               100 * (auto_measured / best_shortcut - 1));
-  EXPECT_LE(auto_measured, 1.03 * best_shortcut) << "the automatic plan is more than 3% slower than a shortcut";
+  // The automatic plan is the fastest the model predicts: no shortcut is predicted faster. Measured, it can rank no
+  // better than the model is accurate: two plans predicted 4% apart (in-core with the optimizer on the device and on
+  // the host) measured in the other order on CI, each within 7% of its prediction. So it must be within the model's
+  // tolerance (10%) of the fastest shortcut measured; a plan chosen on a wrong model would miss that.
+  double best_predicted_shortcut = 1e30;
+  for (const PlanRow& r : rows.value())
+    if (r.plan != "auto") best_predicted_shortcut = std::min(best_predicted_shortcut, r.sim.step_seconds);
+  EXPECT_LE(chosen.value().best.sim.step_seconds, best_predicted_shortcut * (1 + 1e-9))
+      << "a shortcut is predicted faster than the automatic plan";
+  EXPECT_LE(auto_measured, 1.10 * best_shortcut) << "the automatic plan is more than 10% slower than a shortcut";
   // The comparison covers exposed copies: swapping waits for the link, and is slower than keeping everything.
   const PlanRow* in_core = nullptr;
   const PlanRow* swap = nullptr;
