@@ -18,6 +18,7 @@
 #include "comm/collective.h"
 #include "comm/crew.h"
 #include "comm/nccl.h"
+#include "comm/p2p.h"
 #include "comm/shm.h"
 #ifdef TIERTRAIN_HAVE_MPI
 #include "comm/mpi.h"
@@ -95,14 +96,6 @@ bool spin_until(Pred pred, std::chrono::microseconds spin) {
   }
 }
 
-struct Request::State {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::atomic<bool> ready{false};  // done, for the waiter's spin (Note [progress hand-offs])
-  Status status;
-};
-
 Status Request::wait() {
   TT_RETURN_IF(!state_, kFailedPrecondition, "wait() on an empty request");
   State& s = *state_;
@@ -131,6 +124,13 @@ Communicator::Communicator() = default;
 Communicator::~Communicator() { stop_progress(); }
 
 void Communicator::stop_progress() {
+  {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    if (p2p_ && fork_count() != p2p_->forks()) {  // Note [crew after fork]: no thread to stop
+      let_go_after_fork(p2p_.release());
+    }
+    p2p_.reset();  // its pending operations fail
+  }
   if (!progress_) return;
   if (fork_count() != progress_->forks) {  // a fork's child: no worker to stop (its lock may be held for good)
     let_go_after_fork(progress_.release());

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -57,12 +58,26 @@ class Request {
   Status wait();
   bool test() const;
   bool valid() const { return state_ != nullptr; }
+  struct State;  // (comm/p2p.h: internal to comm/)
 
  private:
   friend class Communicator;
-  struct State;
+  friend class P2pEngine;
   std::shared_ptr<State> state_;
 };
+
+// Point-to-point (Note [point-to-point] in comm/p2p.h): a receive names its source and tag, or takes any.
+constexpr int kAnySource = -1;
+constexpr int kAnyTag = -1;
+constexpr int kMaxTag = (1 << 30) - 1;  // tags are 0..kMaxTag on every backend
+// What a receive (or a probe) found: the sender, the tag, and the message's length in bytes.
+struct MessageInfo {
+  int source = -1;
+  int tag = -1;
+  size_t bytes = 0;
+};
+
+class P2pEngine;
 
 class Communicator {
  public:
@@ -123,6 +138,39 @@ class Communicator {
   Request ireduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op);
   Request ialltoall(const void* send, void* recv, size_t count, DType dtype);
 
+  // Point-to-point messages (Note [point-to-point] in comm/p2p.h), as MPI's: not collective; a message goes to the
+  // receive of `dest` that names this rank (or kAnySource) and its tag (or kAnyTag), the first such receive posted
+  // taking the first such message; messages from one rank to another are received in the order sent. send returns
+  // once the buffer may be reused (small messages are buffered at once; a long one waits for its receiver to take
+  // its start). A receive takes a message of at most its buffer's length (a longer one is an error, and is dropped);
+  // info, if given, says who sent how much. A type differing from the sender's is an error (bytes match any type);
+  // the mpi backend, whose messages do not carry their type, checks the length alone. Every wait has the deadline;
+  // a rank that died or gave up is named. Tags: 0..kMaxTag. Not on the nccl backend (use its host communicator).
+  Status send(const void* buf, size_t count, DType dtype, int dest, int tag = 0);
+  Status recv(void* buf, size_t count, DType dtype, int source = kAnySource, int tag = kAnyTag,
+              MessageInfo* info = nullptr);
+  Status send_bytes(const void* buf, size_t bytes, int dest, int tag = 0);
+  Status recv_bytes(void* buf, size_t capacity, int source = kAnySource, int tag = kAnyTag,
+                    MessageInfo* info = nullptr);
+  // A message of any length, into *out (resized to it): the object layer's receive.
+  Status recv_any(std::vector<char>* out, int source = kAnySource, int tag = kAnyTag, MessageInfo* info = nullptr);
+  // Both at once (neither waits for the other): MPI_Sendrecv.
+  Status sendrecv(const void* send, size_t send_count, DType send_dtype, int dest, int send_tag, void* recv,
+                  size_t recv_count, DType recv_dtype, int source, int recv_tag, MessageInfo* info = nullptr);
+  // Non-blocking forms: started now, progressed by the communicator's point-to-point thread; info is written by the
+  // time wait() returns. The buffers (and *out, *info) must stay valid until then.
+  Request isend(const void* buf, size_t count, DType dtype, int dest, int tag = 0);
+  Request isend_bytes(const void* buf, size_t bytes, int dest, int tag = 0);
+  Request irecv(void* buf, size_t count, DType dtype, int source = kAnySource, int tag = kAnyTag,
+                MessageInfo* info = nullptr);
+  Request irecv_bytes(void* buf, size_t capacity, int source = kAnySource, int tag = kAnyTag,
+                      MessageInfo* info = nullptr);
+  Request irecv_any(std::vector<char>* out, int source = kAnySource, int tag = kAnyTag, MessageInfo* info = nullptr);
+  // Whether a message that a receive of (source, tag) would take has arrived (its start), without taking it:
+  // MPI_Iprobe. probe waits for one (MPI_Probe).
+  Result<bool> iprobe(int source = kAnySource, int tag = kAnyTag, MessageInfo* info = nullptr);
+  Status probe(int source = kAnySource, int tag = kAnyTag, MessageInfo* info = nullptr);
+
  protected:
   Communicator();
   // What a backend implements: one collective, run to its end on the calling thread.
@@ -140,8 +188,13 @@ class Communicator {
   // unique to the split call (the sequence number of its exchange) and to the color: a name for it (shm: segments).
   virtual Result<std::unique_ptr<Communicator>> make_split(const std::vector<int>& members, int new_rank,
                                                           const std::string& tag);
-  // Backends call this first in their destructor: it lets the queued operations finish and stops the thread.
+  // Backends call this first in their destructor: it lets the queued operations finish and stops the thread (and
+  // point-to-point's: its operations still pending fail).
   void stop_progress();
+  // Point-to-point's transport (comm/p2p.h), made on the first point-to-point call; nullptr: this backend has none.
+  virtual std::unique_ptr<class P2pTransport> make_p2p_transport();
+  // The timeout of this communicator's waits (for point-to-point's).
+  virtual std::chrono::milliseconds timeout() const = 0;
   // Runs op inline, or behind the non-blocking operations in flight (for a backend's own calls, e.g. nccl's
   // stream-ordered ones, which must keep the call order too). A template, so that the common case (nothing in
   // flight) calls op without making a std::function (a heap allocation for every blocking collective).
@@ -157,6 +210,10 @@ class Communicator {
   bool in_flight();  // non-blocking operations queued or running
   Status run_queued(std::function<Status()> op);
   std::unique_ptr<Progress> progress_;
+  // Point-to-point: made on first use (p2p()), stopped by stop_progress().
+  std::mutex p2p_mu_;
+  std::unique_ptr<P2pEngine> p2p_;
+  Result<P2pEngine*> p2p();
 };
 
 // The communicator of the job this process belongs to, from the environment `tiertrain launch` (or a compatible

@@ -169,6 +169,7 @@ class NcclComm final : public NcclCommunicator {
     return make_status(StatusCode::kUnimplemented, "split: the nccl backend cannot split a communicator yet");
   }
   int64_t sequence() const override { return seq_.load(std::memory_order_relaxed); }
+  std::chrono::milliseconds timeout() const override { return opt_.timeout; }
   std::string placement() const override { return placement_; }
   int device() const override { return device_; }
   void abandon(const std::string& why) override {

@@ -27,7 +27,8 @@ Status ShmComm::init() {
   TT_RETURN_IF(opt_.buffer_bytes < 4096 || opt_.buffer_bytes % 64 != 0, kInvalidArgument,
                "shm communicator: buffer of %zu bytes (at least 4096, a multiple of 64)", opt_.buffer_bytes);
   // Whole pages: the pool (Note [shared buffers]) starts on a page after it.
-  seg_bytes_ = (sizeof(Header) + 2 * opt_.buffer_bytes + 4095) / 4096 * 4096;
+  // Note [point-to-point rings]: a mailbox per rank after the areas.
+  seg_bytes_ = (mail_offset() + static_cast<size_t>(size_) * sizeof(Mailbox) + 4095) / 4096 * 4096;
   if (const char* j = std::getenv("TIERTRAIN_COMM_JITTER_US")) jitter_us_ = std::atoll(j);
   if (const char* p = std::getenv("TIERTRAIN_COMM_PROFILE")) profile_ = std::atoi(p) != 0;
   if (opt_.cma_bytes == ShmOptions::kCmaAuto)  // Note [single copy]: alike on every rank, as the size is
@@ -43,7 +44,7 @@ Status ShmComm::init() {
   const auto no_room = [&](uint64_t free_bytes) {
     return make_status(StatusCode::kOutOfMemory,
                        "shm communicator (rank %d): %s has %s free, too little for this rank's %s segment (two areas "
-                       "of TIERTRAIN_COMM_BUFFER=%s; %d ranks need %s). Give the container more (docker run "
+                       "of TIERTRAIN_COMM_BUFFER=%s and 64 KiB a rank for messages; %d ranks need %s). Give the container more (docker run "
                        "--shm-size=1g), lower TIERTRAIN_COMM_BUFFER, or put the segments in a directory with room: "
                        "TIERTRAIN_SHM_DIR=/path",
                        rank_, where.c_str(), format_bytes(static_cast<int64_t>(free_bytes)).c_str(),

@@ -34,6 +34,7 @@
 
 #include "comm/collective.h"
 #include "comm/crew.h"
+#include "comm/p2p.h"
 #include "comm/pool.h"
 #include "comm/reduce.h"
 #include "comm/topology.h"
@@ -63,9 +64,9 @@ namespace tt::comm::shm_detail {
 // (its reads of half h included). For the same reason a peer is never more than one round ahead of a rank still in
 // round r, so the meta half a rank checks in round r is the one its peers wrote for round r. No round ends with a
 // barrier. (Rounds that wait for their root alone, Note [rooted rounds], keep the same rule in a general form.)
-constexpr uint64_t kMagic = 0x7474636f6d6d3130ull;  // "ttcomm10": halves, arrival lines, single copies, tree, span,
+constexpr uint64_t kMagic = 0x7474636f6d6d3131ull;  // "ttcomm11": halves, arrival lines, single copies, tree, span,
                                                     // shared buffers, agreed single copies by pages, inline rounds,
-                                                    // rooted rounds
+                                                    // rooted rounds, point-to-point rings
 constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buffer is not in the rank's pool
 
 // Note [shared buffers]
@@ -192,6 +193,25 @@ struct alignas(64) Header {
   Meta meta[2];  // the operation of the round that uses each half
 };
 static_assert(sizeof(Header) % 64 == 0);
+
+// Note [point-to-point rings]
+// Each segment ends (before its pool) in one mailbox per rank of the communicator: mailbox s of rank r's segment is the
+// ring that rank s writes its messages to r into (comm/p2p.h: a frame, then the bytes). `head` (bytes written) has
+// one writer, the sender; `tail` (bytes taken) one, the receiver; each on a line of its own, stored with release
+// after the bytes they cover and loaded with acquire before they are read or overwritten. A ring of 64 KiB a pair
+// keeps small messages eager (the send is done once they are in) and costs 64 KiB a rank a peer: 4 MiB a rank at 64
+// ranks. A longer message streams through as the receiver drains it.
+constexpr size_t kRingBytes = 64 << 10;
+struct alignas(64) Mailbox {
+  std::atomic<uint64_t> head;
+  char pad0[64 - sizeof(std::atomic<uint64_t>)];
+  std::atomic<uint64_t> tail;
+  char pad1[64 - sizeof(std::atomic<uint64_t>)];
+  char ring[kRingBytes];
+};
+static_assert(sizeof(Mailbox) == kRingBytes + 128);
+// Point-to-point over the mailboxes of `maps` (every rank's segment, mapped here; mailboxes at mail_offset).
+std::unique_ptr<P2pTransport> make_shm_p2p(int rank, int size, std::vector<void*> maps, size_t mail_offset);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
 
 // Note [arrival tree]
@@ -314,6 +334,11 @@ class ShmComm final : public Communicator {
     broken_.set_first("abandoned: " + why);
     hdr(rank_)->aborted.value.store(1, std::memory_order_release);
   }
+  std::chrono::milliseconds timeout() const override { return opt_.common.timeout; }
+  // Note [point-to-point rings].
+  std::unique_ptr<P2pTransport> make_p2p_transport() override {
+    return make_shm_p2p(rank_, size_, maps_, mail_offset());
+  }
   bool peer_gave_up() const override {
     for (int q = 0; q < size_; ++q)
       if (q != rank_ && hdr(q)->aborted.value.load(std::memory_order_acquire) != 0) return true;
@@ -348,6 +373,7 @@ class ShmComm final : public Communicator {
   bool inline_round(size_t bytes) const { return inline_on_ && bytes <= kInlineBytes; }
   char* result(int r) const { return reinterpret_cast<char*>(hdr(r)) + sizeof(Header) + opt_.buffer_bytes + half_ * half_bytes(); }
   size_t half_bytes() const { return opt_.buffer_bytes / 2 / 64 * 64; }
+  size_t mail_offset() const { return sizeof(Header) + 2 * opt_.buffer_bytes; }  // (buffer_bytes: 64-byte multiples)
   std::string segment_path(int r) const;
   void unlink_own();
 

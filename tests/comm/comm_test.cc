@@ -445,6 +445,198 @@ int run_peer_exits() {
                                                                                                                   : 1;
 }
 
+// Point-to-point (Note [point-to-point] in comm/p2p.h), checked at every rank: a ring of eager sends, a ring of long
+// messages (longer than shm's 64 KiB rings) by sendrecv and by isend/irecv, receives by tag out of the order sent,
+// from any source (who sent how much), many messages of one tag in their order, messages to oneself, a message of any
+// length after a probe, a long isend that streams while its sender is in a barrier, and receives that cannot take
+// their message (too long; another type, where the backend carries types): an error, after which the stream still
+// delivers what follows.
+int run_p2p() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  const int rank = c.rank(), n = c.size();
+  const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  int failures = 0;
+  auto fail = [&](const std::string& what) {
+    std::fprintf(stderr, "rank %d: p2p: %s\n", rank, what.c_str());
+    ++failures;
+  };
+  auto value = [](int from, int tag, size_t i) { return static_cast<float>(from * 1000 + tag * 7 + static_cast<int>(i % 997)); };
+  auto filled = [&](int from, int tag, size_t count) {
+    std::vector<float> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = value(from, tag, i);
+    return v;
+  };
+  auto check_from = [&](const std::vector<float>& v, int from, int tag, const std::string& what) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] != value(from, tag, i)) return fail(what + ": element " + std::to_string(i) + " wrong");
+  };
+  // 1. A ring of small messages: everyone sends, then receives (buffered sends: no deadlock).
+  for (size_t count : {size_t{0}, size_t{1}, size_t{1000}}) {
+    const int tag = static_cast<int>(count % 100);
+    std::vector<float> out = filled(rank, tag, count), in(count, -1.0f);
+    comm::MessageInfo info;
+    if (Status s = c.send(out.data(), count, DType::kF32, next, tag); !s.is_ok()) fail("ring send: " + s.to_string());
+    if (Status s = c.recv(in.data(), count, DType::kF32, prev, tag, &info); !s.is_ok()) fail("ring recv: " + s.to_string());
+    if (info.source != prev || info.tag != tag || info.bytes != count * 4) fail("ring recv info");
+    check_from(in, prev, tag, "ring of " + std::to_string(count));
+  }
+  // 2. Long messages around the ring: sendrecv, then isend + irecv.
+  for (size_t count : {size_t{100000}, size_t{3} << 20}) {
+    std::vector<float> out = filled(rank, 5, count), in(count, -1.0f);
+    comm::MessageInfo info;
+    if (Status s = c.sendrecv(out.data(), count, DType::kF32, next, 5, in.data(), count, DType::kF32, prev, 5, &info);
+        !s.is_ok())
+      fail("sendrecv: " + s.to_string());
+    if (info.source != prev || info.bytes != count * 4) fail("sendrecv info");
+    check_from(in, prev, 5, "sendrecv of " + std::to_string(count));
+    std::fill(in.begin(), in.end(), -1.0f);
+    comm::Request rr = c.irecv(in.data(), count, DType::kF32, prev, 6);
+    comm::Request rs = c.isend(out.data(), count, DType::kF32, next, 6);
+    if (Status s = rs.wait(); !s.is_ok()) fail("isend: " + s.to_string());
+    if (Status s = rr.wait(); !s.is_ok()) fail("irecv: " + s.to_string());
+    for (size_t i = 0; i < count; ++i)
+      if (in[i] != value(prev, 5, i)) {
+        fail("isend/irecv of " + std::to_string(count) + ": element " + std::to_string(i));
+        break;
+      }
+  }
+  // 3. Tags received out of the order sent (rank 0 to rank 1), and many of one tag in order (rank 1 to rank 0).
+  if (n >= 2 && rank == 0) {
+    for (int tag : {1, 2, 3}) {
+      std::vector<float> v = filled(0, tag, 10 + tag);
+      if (!c.send(v.data(), v.size(), DType::kF32, 1, tag).is_ok()) fail("tagged send");
+    }
+    for (int64_t k = 0; k < 200; ++k) {
+      int64_t got = -1;
+      comm::MessageInfo info;
+      if (!c.recv(&got, 1, DType::kI64, 1, comm::kAnyTag, &info).is_ok() || got != k || info.tag != 7)
+        return fail("message " + std::to_string(k) + " of 200 out of order or wrong: " + std::to_string(got)), 1;
+    }
+  } else if (rank == 1) {
+    for (int tag : {3, 1, 2}) {
+      std::vector<float> v(10 + tag, -1.0f);
+      comm::MessageInfo info;
+      if (Status s = c.recv(v.data(), v.size(), DType::kF32, 0, tag, &info); !s.is_ok())
+        fail("tagged recv: " + s.to_string());
+      if (info.tag != tag || info.source != 0) fail("tagged recv info");
+      check_from(v, 0, tag, "tag " + std::to_string(tag));
+    }
+    for (int64_t k = 0; k < 200; ++k)
+      if (!c.send(&k, 1, DType::kI64, 0, 7).is_ok()) fail("ordered send");
+  }
+  // 4. From any source: every other rank sends its rank to rank 0.
+  if (rank == 0) {
+    std::vector<int> seen;
+    for (int k = 1; k < n; ++k) {
+      int32_t who = -1;
+      comm::MessageInfo info;
+      if (!c.recv(&who, 1, DType::kI32, comm::kAnySource, 11, &info).is_ok() || who != info.source || info.bytes != 4)
+        fail("any-source recv");
+      seen.push_back(who);
+    }
+    std::sort(seen.begin(), seen.end());
+    for (int k = 1; k < n; ++k)
+      if (seen[static_cast<size_t>(k - 1)] != k) fail("any-source: rank " + std::to_string(k) + " not seen once");
+  } else {
+    const int32_t me = rank;
+    if (!c.send(&me, 1, DType::kI32, 0, 11).is_ok()) fail("any-source send");
+  }
+  // 5. To oneself; then a message of any length after a probe.
+  {
+    const std::vector<float> v = filled(rank, 9, 321);
+    std::vector<float> back(321);
+    if (!c.send(v.data(), v.size(), DType::kF32, rank, 9).is_ok() ||
+        !c.recv(back.data(), back.size(), DType::kF32, rank, 9).is_ok() || back != v)
+      fail("a message to oneself");
+    std::string text = "from rank " + std::to_string(rank) + std::string(static_cast<size_t>(rank) * 50000, '.');
+    if (!c.send_bytes(text.data(), text.size(), next, 12).is_ok()) fail("send_bytes");
+    comm::MessageInfo probed, info;
+    if (!c.probe(prev, 12, &probed).is_ok() || probed.bytes != 10 + std::to_string(prev).size() + size_t(prev) * 50000)
+      fail("probe: " + std::to_string(probed.bytes));
+    std::vector<char> got;
+    if (!c.recv_any(&got, prev, 12, &info).is_ok() || info.bytes != probed.bytes ||
+        std::string(got.begin(), got.end()).rfind("from rank " + std::to_string(prev), 0) != 0)
+      fail("recv_any");
+    auto nothing = c.iprobe(comm::kAnySource, 99);
+    if (!nothing.is_ok() || nothing.value()) fail("iprobe found a message never sent");
+  }
+  // 6. A long isend that streams while its sender waits in a barrier the receiver reaches before it receives.
+  if (n >= 2 && rank <= 1) {
+    std::vector<float> big = filled(rank, 13, size_t{1} << 20), in(size_t{1} << 20);
+    comm::Request r;
+    if (rank == 0) r = c.isend(big.data(), big.size(), DType::kF32, 1, 13);
+    if (!c.barrier().is_ok()) fail("barrier beside an isend");
+    if (rank == 1) {
+      if (!c.recv(in.data(), in.size(), DType::kF32, 0, 13).is_ok()) fail("recv after the barrier");
+      check_from(in, 0, 13, "isend across a barrier");
+    } else if (!r.wait().is_ok()) {
+      fail("isend across a barrier");
+    }
+  } else if (!c.barrier().is_ok()) {
+    fail("barrier");
+  }
+  // 7. Receives that cannot take their message fail, and what follows still arrives whole.
+  if (n >= 2 && rank == 0) {
+    std::vector<float> ten(10, 1.0f), long_one(50000, 2.0f), after = filled(0, 15, 77);
+    std::vector<int32_t> ints(10, 3);
+    if (!c.send(ten.data(), 10, DType::kF32, 1, 14).is_ok() ||
+        !c.send(long_one.data(), long_one.size(), DType::kF32, 1, 14).is_ok() ||
+        !c.send(ints.data(), 10, DType::kI32, 1, 14).is_ok() ||
+        !c.send(after.data(), after.size(), DType::kF32, 1, 15).is_ok())
+      fail("sends of the messages to refuse");
+  } else if (rank == 1) {
+    std::vector<float> five(5), many(20000), after(77);
+    Status s = c.recv(five.data(), 5, DType::kF32, 0, 14);
+    if (s.code() != StatusCode::kInvalidArgument || s.message().find("longer") == std::string::npos)
+      fail("a short buffer: " + s.to_string());
+    s = c.recv(many.data(), many.size(), DType::kF32, 0, 14);
+    if (s.code() != StatusCode::kInvalidArgument || s.message().find("longer") == std::string::npos)
+      fail("a long message into a short buffer: " + s.to_string());
+    s = c.recv(many.data(), 10, DType::kF32, 0, 14);
+    const bool typed = std::string(c.backend()) != "mpi";
+    if (typed && (s.code() != StatusCode::kInvalidArgument || s.message().find("holds i32") == std::string::npos))
+      fail("another type: " + s.to_string());
+    if (!typed && !s.is_ok()) fail("mpi: same length, another type: " + s.to_string());
+    if (!c.recv(after.data(), after.size(), DType::kF32, 0, 15).is_ok()) fail("the message after the refused ones");
+    check_from(after, 0, 15, "after the refused ones");
+  }
+  // 8. Arguments: a destination that is not a rank, a negative tag.
+  {
+    float x = 0;
+    if (c.send(&x, 1, DType::kF32, n, 0).code() != StatusCode::kInvalidArgument) fail("destination n accepted");
+    if (c.send(&x, 1, DType::kF32, next, -3).code() != StatusCode::kInvalidArgument) fail("tag -3 accepted");
+  }
+  if (!c.barrier().is_ok()) fail("last barrier");
+  if (failures == 0) std::printf("rank %d: point-to-point right (backend %s)\n", rank, c.backend());
+  return failures == 0 ? 0 : 1;
+}
+
+// Point-to-point's deadline and a peer that died: rank 1 waits for a message from rank 0 that never comes
+// (TIERTRAIN_COMM_TIMEOUT), or with P2P_DEAD=1 from rank 0, which has exited: named within the deadline, without it.
+int run_p2p_errors() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  const bool dead = std::getenv("P2P_DEAD") != nullptr;
+  if (c.rank() == 0) {
+    if (!dead) std::this_thread::sleep_for(std::chrono::seconds(4));
+    return 0;
+  }
+  float x = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = c.recv(&x, 1, DType::kF32, 0, 9);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("rank %d: after %.2f s: %s\n", c.rank(), secs, s.to_string().c_str());
+  const bool named = s.message().find("receive at rank 1 from rank 0 (tag 9)") != std::string::npos;
+  const bool right = dead ? s.code() == StatusCode::kAborted && s.message().find("rank 0 died") != std::string::npos
+                          : s.code() == StatusCode::kDeadlineExceeded && secs >= 1.9;
+  // And point-to-point is unusable from then on.
+  const Status after = c.send(&x, 1, DType::kF32, 1, 0);
+  return named && right && after.code() == StatusCode::kFailedPrecondition ? 0 : 1;
+}
+
 // Rank 2 crashes: the launcher stops the others and exits non-zero naming rank 2.
 int run_crash() {
   auto w = comm::world();
@@ -913,6 +1105,8 @@ int rank_main(const std::string& scenario) {
   if (scenario == "nonblocking") return run_nonblocking();
   if (scenario == "smoke") return run_smoke();
   if (scenario == "split") return run_split();
+  if (scenario == "p2p") return run_p2p();
+  if (scenario == "p2p_errors") return run_p2p_errors();
   if (scenario == "collectives") return run_collectives();
   if (scenario == "never_arrives") return run_never_arrives();
   if (scenario == "stopped_rank") return run_stopped_rank();
@@ -984,6 +1178,26 @@ TEST(CommShm, SplitGroupsRanksByColorAndKey) {
     for (int r = 0; r < ranks; ++r)
       EXPECT_NE(j.output.find("rank " + std::to_string(r) + ": split right"), std::string::npos) << j.output;
   }
+}
+
+// Note [point-to-point] over shared memory: 2, 3 and 4 ranks.
+TEST(CommShm, PointToPointMessagesArriveWholeInOrderAndByTag) {
+  for (int ranks : {2, 3, 4}) {
+    const Job j = launch(ranks, "p2p", "TIERTRAIN_COMM_TIMEOUT=60");
+    EXPECT_EQ(j.code, 0) << j.output;
+    for (int r = 0; r < ranks; ++r)
+      EXPECT_HAS(j.output, "rank " + std::to_string(r) + ": point-to-point right (backend shm)");
+  }
+}
+
+TEST(CommShm, PointToPointDeadlineAndADeadPeerAreNamed) {
+  Job j = launch(2, "p2p_errors", "TIERTRAIN_COMM_TIMEOUT=2");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_HAS(j.output, "not done within 2.0 s");
+  j = launch(2, "p2p_errors", "TIERTRAIN_COMM_TIMEOUT=60 P2P_DEAD=1");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_HAS(j.output, "rank 0 died");
+  EXPECT_LT(j.seconds, 15) << j.output;
 }
 
 class CommRanks : public ::testing::TestWithParam<int> {};
@@ -1915,6 +2129,23 @@ TEST(CommMpi, SplitGroupsRanksByColorAndKey) {
   EXPECT_EQ(j.code, 0) << j.output;
   for (int r = 0; r < 4; ++r)
     EXPECT_NE(j.output.find("rank " + std::to_string(r) + ": split right"), std::string::npos) << j.output;
+}
+
+TEST(CommMpi, PointToPointMessagesArriveWholeInOrderAndByTag) {
+  SKIP_IF_MISSING(missing_mpirun());
+  for (int ranks : {2, 3}) {
+    const Job j = mpirun(ranks, "p2p", "TIERTRAIN_COMM_TIMEOUT=60");
+    EXPECT_EQ(j.code, 0) << j.output;
+    for (int r = 0; r < ranks; ++r)
+      EXPECT_HAS(j.output, "rank " + std::to_string(r) + ": point-to-point right (backend mpi)");
+  }
+}
+
+TEST(CommMpi, PointToPointDeadlineIsNamed) {
+  SKIP_IF_MISSING(missing_mpirun());
+  const Job j = mpirun(2, "p2p_errors", "TIERTRAIN_COMM_TIMEOUT=2");
+  // The rank that gave up ends the job with MPI_Abort at exit (Note [mpi calls]): its message is what counts.
+  EXPECT_HAS(j.output, "receive at rank 1 from rank 0 (tag 9) (mpi): not done within 2.0 s");
 }
 
 TEST(CommMpi, MismatchesAndMisuseAreErrorsOnEveryRank) {

@@ -1,0 +1,397 @@
+// comm/p2p: the point-to-point engine (Note [point-to-point] in p2p.h) and the Communicator's point-to-point calls.
+#include "comm/p2p.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "comm/crew.h"
+#include "core/units.h"
+
+namespace tt::comm {
+
+namespace {
+
+std::string peer_name(int peer) { return peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(peer); }
+std::string tag_name(int tag) { return tag == kAnyTag ? std::string("any tag") : "tag " + std::to_string(tag); }
+
+// A waiting thread's pause: spin while things move, then yield, then sleep.
+void back_off(uint64_t idle) {
+  if (idle < 256) {
+    cpu_relax();
+  } else if (idle < 4096) {
+    sched_yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(idle < 65536 ? 5 : 50));
+  }
+}
+
+}  // namespace
+
+std::string P2pOp::describe(int rank) const {
+  switch (kind) {
+    case kSend:
+      return str_format("send of %s from rank %d to rank %d (tag %d)", format_bytes(static_cast<int64_t>(bytes)).c_str(),
+                        rank, peer, tag);
+    case kRecv:
+      return str_format("receive at rank %d from %s (%s)", rank, peer_name(peer).c_str(), tag_name(tag).c_str());
+    case kProbe:
+      return str_format("probe at rank %d for %s (%s)", rank, peer_name(peer).c_str(), tag_name(tag).c_str());
+  }
+  return "?";
+}
+
+P2pEngine::P2pEngine(std::unique_ptr<P2pTransport> transport, int rank, int size, const char* backend,
+                     std::chrono::milliseconds timeout, std::function<void(const std::string&)> abandon)
+    : transport_(std::move(transport)), rank_(rank), size_(size), backend_(backend), timeout_(timeout),
+      abandon_(std::move(abandon)), forks_(fork_count()) {}
+
+P2pEngine::~P2pEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (P2pOp* op : pending_)
+      if (op->req)
+        done.emplace_back(op->req, make_status(StatusCode::kAborted, "%s: the communicator was destroyed first",
+                                               op->describe(rank_).c_str()));
+    pending_.clear();
+  }
+  complete(done);
+}
+
+Status P2pEngine::check(const P2pOp& op) const {
+  TT_RETURN_IF(!broken_.empty(), kFailedPrecondition, "point-to-point (%s, rank %d of %d): unusable after an earlier "
+               "error: %s", backend_, rank_, size_, broken_.c_str());
+  const bool any_ok = op.kind != P2pOp::kSend;
+  TT_RETURN_IF(!(op.peer >= 0 && op.peer < size_) && !(any_ok && op.peer == kAnySource), kInvalidArgument,
+               "%s: %s %d is not a rank of this communicator (0..%d%s)", op.describe(rank_).c_str(),
+               op.kind == P2pOp::kSend ? "destination" : "source", op.peer, size_ - 1,
+               any_ok ? ", or any" : "");
+  TT_RETURN_IF(!(op.tag >= 0 && op.tag <= kMaxTag) && !(any_ok && op.tag == kAnyTag), kInvalidArgument,
+               "%s: tag %d is outside 0..%d%s", op.describe(rank_).c_str(), op.tag, kMaxTag, any_ok ? " (or any)" : "");
+  TT_RETURN_IF(op.kind == P2pOp::kSend && op.bytes > 0 && op.send == nullptr, kInvalidArgument,
+               "%s: no buffer", op.describe(rank_).c_str());
+  TT_RETURN_IF(op.kind == P2pOp::kRecv && op.grow == nullptr && op.bytes > 0 && op.recv == nullptr, kInvalidArgument,
+               "%s: no buffer", op.describe(rank_).c_str());
+  return Status::ok();
+}
+
+void P2pEngine::complete(std::vector<std::pair<std::shared_ptr<Request::State>, Status>>& done) {
+  for (auto& [state, status] : done) {
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      state->status = std::move(status);
+      state->done = true;
+      state->ready.store(true, std::memory_order_release);
+    }
+    state->cv.notify_all();
+  }
+  done.clear();
+}
+
+void P2pEngine::fail_all(const Status& s, P2pOp* culprit) {
+  broken_ = s.message();
+  for (P2pOp* op : pending_)
+    if (!op->done)
+      op->finish(op == culprit ? s
+                               : make_status(s.code(), "%s: not done: %s", op->describe(rank_).c_str(),
+                                             s.message().c_str()));
+  // The peers hear of it (shm: at once; MPI: at their deadline), as after a collective's failure.
+  if (abandon_) abandon_("point-to-point: " + s.message());
+}
+
+bool P2pEngine::pass(std::vector<std::pair<std::shared_ptr<Request::State>, Status>>& done) {
+  bool moved = false;
+  if (broken_.empty()) moved = transport_->progress(pending_);
+  // Deadlines, and peers that will never come (checked every 100 ms).
+  const auto now = std::chrono::steady_clock::now();
+  const bool liveness = now >= next_liveness_;
+  if (liveness) next_liveness_ = now + std::chrono::milliseconds(100);
+  for (P2pOp* op : pending_) {
+    if (op->done || !broken_.empty()) continue;
+    if (now - op->start > timeout_) {
+      fail_all(make_status(StatusCode::kDeadlineExceeded,
+                           "%s (%s): not done within %.1f s (TIERTRAIN_COMM_TIMEOUT): %s",
+                           op->describe(rank_).c_str(), backend_, timeout_.count() / 1000.0,
+                           op->kind == P2pOp::kSend ? "the receiver did not take it (is it behind, stuck, or "
+                                                      "receiving with another tag?)"
+                                                    : "no such message came (is the sender behind, stuck, or "
+                                                      "sending with another tag?)"),
+               op);
+      break;
+    }
+    if (liveness && op->peer != kAnySource) {
+      const std::string trouble = transport_->peer_trouble(op->peer);
+      if (!trouble.empty()) {
+        fail_all(make_status(StatusCode::kAborted, "%s (%s): %s", op->describe(rank_).c_str(), backend_,
+                             trouble.c_str()),
+                 op);
+        break;
+      }
+    }
+  }
+  // The finished leave; the non-blocking ones' requests are completed (by the caller, without the lock).
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    P2pOp* op = *it;
+    if (!op->done) {
+      ++it;
+      continue;
+    }
+    it = pending_.erase(it);
+    moved = true;
+    if (op->req) {
+      done.emplace_back(op->req, op->status);
+      --async_pending_;
+      auto own = std::find_if(owned_.begin(), owned_.end(), [op](const auto& p) { return p.get() == op; });
+      if (own != owned_.end()) owned_.erase(own);
+    }
+  }
+  return moved;
+}
+
+Status P2pEngine::run(P2pOp& op) {
+  std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
+  std::unique_lock<std::mutex> lock(mu_);
+  TT_TRY(check(op));
+  op.start = std::chrono::steady_clock::now();
+  pending_.push_back(&op);
+  for (uint64_t idle = 0;;) {
+    const bool moved = pass(done);
+    const bool finished = op.done;  // (and no longer pending)
+    lock.unlock();
+    complete(done);
+    if (finished) return op.status;
+    idle = moved ? 0 : idle + 1;
+    back_off(idle);
+    lock.lock();
+  }
+}
+
+Result<bool> P2pEngine::once(P2pOp& op) {
+  std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
+  std::unique_lock<std::mutex> lock(mu_);
+  TT_TRY(check(op));
+  op.start = std::chrono::steady_clock::now();
+  pending_.push_back(&op);
+  pass(done);
+  if (!op.done) pending_.erase(std::find(pending_.begin(), pending_.end(), &op));
+  lock.unlock();
+  complete(done);
+  if (!op.done) return false;
+  TT_TRY(op.status);
+  return true;
+}
+
+Request P2pEngine::start(std::unique_ptr<P2pOp> op) {
+  Request r;
+  r.state_ = std::make_shared<Request::State>();
+  std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status s = check(*op); !s.is_ok()) {
+      done.emplace_back(r.state_, s);
+    } else {
+      op->start = std::chrono::steady_clock::now();
+      op->req = r.state_;
+      pending_.push_back(op.get());
+      owned_.push_back(std::move(op));
+      ++async_pending_;
+      // A first pass now: a small send is done before the call returns, and the thread has less to do.
+      pass(done);
+      if (!thread_.joinable()) thread_ = std::thread([this] { worker(); });
+    }
+  }
+  cv_.notify_all();
+  complete(done);
+  return r;
+}
+
+void P2pEngine::worker() {
+  std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (uint64_t idle = 0;;) {
+    cv_.wait(lock, [&] { return stop_ || async_pending_ > 0; });
+    if (stop_) return;
+    const bool moved = pass(done);
+    lock.unlock();
+    complete(done);
+    idle = moved ? 0 : idle + 1;
+    back_off(idle);
+    lock.lock();
+  }
+}
+
+// ---- the Communicator's calls ---------------------------------------------------------------------------------------
+
+std::unique_ptr<P2pTransport> Communicator::make_p2p_transport() { return nullptr; }
+
+Result<P2pEngine*> Communicator::p2p() {
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  if (!p2p_) {
+    std::unique_ptr<P2pTransport> t = make_p2p_transport();
+    TT_RETURN_IF(t == nullptr, kUnimplemented,
+                 "point-to-point messages are not available on the %s backend (send and receive through its host "
+                 "communicator, or use the shm or mpi backend)",
+                 backend());
+    p2p_ = std::make_unique<P2pEngine>(std::move(t), rank(), size(), backend(), timeout(),
+                                       [this](const std::string& why) { abandon(why); });
+  }
+  return p2p_.get();
+}
+
+namespace {
+
+Result<size_t> bytes_of(size_t count, DType dtype) {
+  const size_t es = dtype_size(dtype);
+  TT_RETURN_IF(es == 0 || count > std::numeric_limits<size_t>::max() / es, kInvalidArgument,
+               "point-to-point: %zu elements of %s overflow", count, dtype_name(dtype));
+  return count * es;
+}
+
+std::unique_ptr<P2pOp> send_op(const void* buf, size_t bytes, int32_t type, int dest, int tag) {
+  auto op = std::make_unique<P2pOp>();
+  op->kind = P2pOp::kSend;
+  op->send = buf;
+  op->bytes = bytes;
+  op->type = type;
+  op->peer = dest;
+  op->tag = tag;
+  return op;
+}
+
+std::unique_ptr<P2pOp> recv_op(void* buf, size_t bytes, int32_t type, int source, int tag, MessageInfo* info,
+                               std::vector<char>* grow = nullptr) {
+  auto op = std::make_unique<P2pOp>();
+  op->kind = P2pOp::kRecv;
+  op->recv = buf;
+  op->bytes = bytes;
+  op->type = type;
+  op->peer = source;
+  op->tag = tag;
+  op->info = info;
+  op->grow = grow;
+  return op;
+}
+
+}  // namespace
+
+Status Communicator::send(const void* buf, size_t count, DType dtype, int dest, int tag) {
+  TT_ASSIGN_OR_RETURN(size_t bytes, bytes_of(count, dtype));
+  TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
+  auto op = send_op(buf, bytes, static_cast<int32_t>(dtype), dest, tag);
+  return e->run(*op);
+}
+
+Status Communicator::send_bytes(const void* buf, size_t bytes, int dest, int tag) {
+  TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
+  auto op = send_op(buf, bytes, kBytesType, dest, tag);
+  return e->run(*op);
+}
+
+Status Communicator::recv(void* buf, size_t count, DType dtype, int source, int tag, MessageInfo* info) {
+  TT_ASSIGN_OR_RETURN(size_t bytes, bytes_of(count, dtype));
+  TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
+  auto op = recv_op(buf, bytes, static_cast<int32_t>(dtype), source, tag, info);
+  return e->run(*op);
+}
+
+Status Communicator::recv_bytes(void* buf, size_t capacity, int source, int tag, MessageInfo* info) {
+  TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
+  auto op = recv_op(buf, capacity, kBytesType, source, tag, info);
+  return e->run(*op);
+}
+
+Status Communicator::recv_any(std::vector<char>* out, int source, int tag, MessageInfo* info) {
+  TT_RETURN_IF(out == nullptr, kInvalidArgument, "recv_any: no vector to receive into");
+  TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
+  auto op = recv_op(nullptr, 0, kBytesType, source, tag, info, out);
+  return e->run(*op);
+}
+
+Status Communicator::sendrecv(const void* send, size_t send_count, DType send_dtype, int dest, int send_tag,
+                              void* recv, size_t recv_count, DType recv_dtype, int source, int recv_tag,
+                              MessageInfo* info) {
+  TT_ASSIGN_OR_RETURN(size_t sbytes, bytes_of(send_count, send_dtype));
+  TT_ASSIGN_OR_RETURN(size_t rbytes, bytes_of(recv_count, recv_dtype));
+  TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
+  // The receive is posted first, the send driven to its end beside it: neither waits for the other.
+  Request r = e->start(recv_op(recv, rbytes, static_cast<int32_t>(recv_dtype), source, recv_tag, info));
+  auto op = send_op(send, sbytes, static_cast<int32_t>(send_dtype), dest, send_tag);
+  const Status s = e->run(*op);
+  const Status rs = r.wait();
+  TT_TRY(s);
+  return rs;
+}
+
+Request Communicator::isend(const void* buf, size_t count, DType dtype, int dest, int tag) {
+  auto bytes = bytes_of(count, dtype);
+  if (!bytes.is_ok()) return P2pEngine::failed(bytes.status());
+  auto e = p2p();
+  if (!e.is_ok()) return P2pEngine::failed(e.status());
+  return e.value()->start(send_op(buf, bytes.value(), static_cast<int32_t>(dtype), dest, tag));
+}
+
+Request Communicator::isend_bytes(const void* buf, size_t bytes, int dest, int tag) {
+  auto e = p2p();
+  if (!e.is_ok()) return P2pEngine::failed(e.status());
+  return e.value()->start(send_op(buf, bytes, kBytesType, dest, tag));
+}
+
+Request Communicator::irecv(void* buf, size_t count, DType dtype, int source, int tag, MessageInfo* info) {
+  auto bytes = bytes_of(count, dtype);
+  if (!bytes.is_ok()) return P2pEngine::failed(bytes.status());
+  auto e = p2p();
+  if (!e.is_ok()) return P2pEngine::failed(e.status());
+  return e.value()->start(recv_op(buf, bytes.value(), static_cast<int32_t>(dtype), source, tag, info));
+}
+
+Request Communicator::irecv_bytes(void* buf, size_t capacity, int source, int tag, MessageInfo* info) {
+  auto e = p2p();
+  if (!e.is_ok()) return P2pEngine::failed(e.status());
+  return e.value()->start(recv_op(buf, capacity, kBytesType, source, tag, info));
+}
+
+Request Communicator::irecv_any(std::vector<char>* out, int source, int tag, MessageInfo* info) {
+  if (out == nullptr) return P2pEngine::failed(make_status(StatusCode::kInvalidArgument, "irecv_any: no vector"));
+  auto e = p2p();
+  if (!e.is_ok()) return P2pEngine::failed(e.status());
+  return e.value()->start(recv_op(nullptr, 0, kBytesType, source, tag, info, out));
+}
+
+Result<bool> Communicator::iprobe(int source, int tag, MessageInfo* info) {
+  TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
+  P2pOp op;
+  op.kind = P2pOp::kProbe;
+  op.peer = source;
+  op.tag = tag;
+  op.info = info;
+  return e->once(op);
+}
+
+Status Communicator::probe(int source, int tag, MessageInfo* info) {
+  TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
+  P2pOp op;
+  op.kind = P2pOp::kProbe;
+  op.peer = source;
+  op.tag = tag;
+  op.info = info;
+  return e->run(op);
+}
+
+Request P2pEngine::failed(Status s) {
+  Request r;
+  r.state_ = std::make_shared<Request::State>();
+  r.state_->status = std::move(s);
+  r.state_->done = true;
+  r.state_->ready.store(true, std::memory_order_release);
+  return r;
+}
+
+}  // namespace tt::comm

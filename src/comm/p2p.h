@@ -1,0 +1,133 @@
+// comm/p2p: point-to-point messages (internal to comm/): the operations, the engine that drives them to their end
+// against the deadline, and the interface a backend implements to move them (P2pTransport: shm's rings in
+// shm_p2p.cc, MPI's own sends and receives in mpi.cc).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/comm.h"
+
+namespace tt::comm {
+
+// Note [point-to-point]
+// A message is a frame (its length, tag and type) and its bytes. Semantics are MPI's: a receive names a source and a
+// tag or takes any; the receives posted first take the messages that arrived first among those they match;
+// messages from one rank to another are never overtaken by later ones of the same match. A send is complete once its
+// bytes are with the transport (shm: in the receiver's ring, 64 KiB from each rank to each: smaller messages are
+// complete at once, as MPI's eager ones; a longer one streams through as the receiver drains it), not when it is
+// received. A receive that finds a message longer than its buffer, or of another type, fails and the message is
+// dropped (the stream stays whole, the communicator usable). A deadline passed, or a peer that died or gave up,
+// breaks point-to-point for good (a message may be half sent) and abandons the communicator, so that the peers hear
+// of it. Blocking calls drive the transport on the caller's thread; non-blocking ones are driven by the engine's
+// thread (started by the first of them), which sleeps while none is pending; every pending operation moves whoever
+// drives, so two ranks that Isend to each other and then Recv both get through.
+// The messages do not order with the collectives (as in MPI): a rank may be in a barrier while its Isend streams.
+
+// The type of a message of bytes (it matches any type): DType values are 0..5.
+constexpr int32_t kBytesType = 255;
+
+struct Request::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::atomic<bool> ready{false};  // done, for the waiter's spin (Note [progress hand-offs] in comm.cc)
+  Status status;
+};
+
+struct P2pOp {
+  enum Kind : uint8_t { kSend, kRecv, kProbe };
+  Kind kind = kSend;
+  int peer = 0;       // the destination, or the source (kAnySource)
+  int tag = 0;        // kAnyTag for a receive or probe that takes any
+  int32_t type = kBytesType;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t bytes = 0;                    // a send's length; a receive's capacity
+  std::vector<char>* grow = nullptr;   // a receive of any length: resized to the message's
+  MessageInfo* info = nullptr;         // written when a receive or probe is done
+  bool done = false;
+  Status status;
+  std::chrono::steady_clock::time_point start;
+  std::shared_ptr<Request::State> req;  // a non-blocking operation's, completed by the engine
+  // The transport's: how far it got.
+  bool started = false;
+  size_t moved = 0;
+  void* bound = nullptr;
+  int64_t handle = 0;
+  void finish(Status s = Status::ok()) {
+    status = std::move(s);
+    done = true;
+  }
+  std::string describe(int rank) const;
+};
+
+// How a backend moves messages. Called with the engine's lock held (one thread at a time).
+class P2pTransport {
+ public:
+  virtual ~P2pTransport() = default;
+  // Moves what it can of `ops` (in the order posted) without waiting, and finishes those that are done (P2pOp::finish,
+  // with an error for a receive that cannot take its message). Whether anything moved.
+  virtual bool progress(std::deque<P2pOp*>& ops) = 0;
+  // Why `peer` will never take part again (it died, or gave up on an error), or "" as far as this transport knows.
+  virtual std::string peer_trouble(int peer) = 0;
+  // A rank whose dest/source in a message could be (kAnySource aside): whether this rank may name it.
+  virtual int size() const = 0;
+};
+
+class P2pEngine {
+ public:
+  P2pEngine(std::unique_ptr<P2pTransport> transport, int rank, int size, const char* backend,
+            std::chrono::milliseconds timeout, std::function<void(const std::string&)> abandon);
+  ~P2pEngine();  // pending operations fail
+  P2pEngine(const P2pEngine&) = delete;
+  P2pEngine& operator=(const P2pEngine&) = delete;
+
+  // Checks op's arguments, posts it and drives the transport until it is done.
+  Status run(P2pOp& op);
+  // Checks op's arguments and posts it; the engine's thread drives it, and completes the request.
+  Request start(std::unique_ptr<P2pOp> op);
+  // Checks op's arguments, posts it for one pass of the transport, and takes it back if not done: whether it is done
+  // (iprobe).
+  Result<bool> once(P2pOp& op);
+  // A request that is done already, with s (an argument's error).
+  static Request failed(Status s);
+  uint64_t forks() const { return forks_; }  // fork_count() when made (Note [crew after fork])
+
+ private:
+  Status check(const P2pOp& op) const;
+  // One pass: progress, deadlines, completions. With the lock held; the requests to complete go to `done`.
+  bool pass(std::vector<std::pair<std::shared_ptr<Request::State>, Status>>& done);
+  static void complete(std::vector<std::pair<std::shared_ptr<Request::State>, Status>>& done);
+  // Breaks point-to-point for good: culprit fails with s, every other pending operation with a note of it.
+  void fail_all(const Status& s, P2pOp* culprit);
+  void worker();
+
+  std::unique_ptr<P2pTransport> transport_;
+  const int rank_, size_;
+  const char* backend_;
+  const std::chrono::milliseconds timeout_;
+  std::function<void(const std::string&)> abandon_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<P2pOp*> pending_;                   // in the order posted
+  std::vector<std::unique_ptr<P2pOp>> owned_;    // the non-blocking ones
+  int64_t async_pending_ = 0;
+  std::string broken_;                           // why point-to-point is unusable, once it is
+  std::chrono::steady_clock::time_point next_liveness_{};
+  bool stop_ = false;
+  std::thread thread_;
+  uint64_t forks_;
+};
+
+}  // namespace tt::comm
