@@ -18,6 +18,9 @@ ctest --preset release -j1
 # `pip install .` otherwise makes and bundles: 10 more minutes here).
 /usr/bin/python3 -m venv --system-site-packages build/pyenv
 build/pyenv/bin/pip install -q --disable-pip-version-check "scikit-build-core>=0.8"
+# mpi4py (a wheel over the system's Open MPI): the tests run python/tests/mpi_style/ under it too, to keep those
+# programs mpi4py programs. Without it (no network) those tests skip.
+build/pyenv/bin/pip install -q --disable-pip-version-check mpi4py || echo "scripts/test.sh: no mpi4py; its comparisons skip"
 build/pyenv/bin/pip install -q --disable-pip-version-check --no-build-isolation --config-settings=cmake.define.TIERTRAIN_PIP_CLI=OFF .
 TT_TIERTRAIN_BIN=build/release/src/tiertrain build/pyenv/bin/python -m pytest -q -p no:cacheprovider python/tests
 # Sanitizers and fuzzers, briefly (issue 25): the fuzz targets 15 s each (every reader of outside input: tensor files,

@@ -630,10 +630,131 @@ def split(comm: tc.Comm) -> None:
     print(f"rank {me}: split right")
 
 
+def p2p(comm: tc.Comm) -> None:
+    """Point-to-point on buffers and objects against what each rank knows its peers sent: a ring of numpy arrays of
+    several types (typed and as bytes), Sendrecv, Isend/Irecv with Status, ANY_SOURCE, tags out of order, Probe and
+    Iprobe, buffer specs and PROC_NULL, the object forms, and refusals (a short buffer, another type)."""
+    me, n = comm.rank, comm.size
+    nxt, prv = (me + 1) % n, (me - 1) % n
+
+    def made(r, tag, count, dtype):
+        return (np.arange(count) * 3 + r * 1000 + tag).astype(dtype)
+
+    for dtype in (np.float32, np.float64, np.int64, np.uint8, np.int16, np.complex64):
+        for count in (0, 1, 5000, 300000):
+            tag = count % 1000
+            out = made(me, tag, count, dtype)
+            got = np.zeros(count, dtype)
+            st = tc.Status()
+            if count * np.dtype(dtype).itemsize <= 65536:
+                comm.Send(out, nxt, tag)  # buffered: every rank sends first
+                comm.Recv(got, prv, tag, st)
+            else:
+                comm.Sendrecv(out, nxt, tag, got, prv, tag, st)
+            expect(np.array_equal(got, made(prv, tag, count, dtype)), f"ring of {count} {np.dtype(dtype)}")
+            expect(st.Get_source() == prv and st.Get_tag() == tag and st.Get_count() == got.nbytes
+                   and st.Get_count(dtype) == count, f"status {st} of {count} {np.dtype(dtype)}")
+    # Isend/Irecv, waited in the other order, with Waitall.
+    big = made(me, 3, 1 << 20, np.float32)
+    into = np.zeros_like(big)
+    rr = comm.Irecv(into, source=prv, tag=3)
+    rs = comm.Isend(big, dest=nxt, tag=3)
+    st = tc.Status()
+    rr.Wait(st)
+    tc.Request.Waitall([rs])
+    expect(np.array_equal(into, made(prv, 3, 1 << 20, np.float32)) and st.source == prv, "Isend/Irecv")
+    # ANY_SOURCE at rank 0, and tags taken out of the order sent.
+    if me == 0:
+        seen = set()
+        for _ in range(n - 1):
+            st = tc.Status()
+            x = np.zeros(1, np.int32)
+            comm.Recv(x, tc.ANY_SOURCE, 21, st)
+            expect(int(x[0]) == st.source, "ANY_SOURCE's status")
+            seen.add(st.source)
+        expect(seen == set(range(1, n)), "ANY_SOURCE saw every rank")
+    else:
+        comm.Send(np.array([me], np.int32), 0, 21)
+    if n >= 2 and me == 1:
+        for tag in (30, 31, 32):
+            comm.Send(np.full(4, tag, np.int64), 0, tag)
+    elif me == 0 and n >= 2:
+        st = tc.Status()
+        comm.Probe(1, 32, st)
+        expect(st.Get_count(np.int64) == 4 and st.tag == 32, "Probe")
+        for tag in (32, 30, 31):
+            x = np.zeros(4, np.int64)
+            comm.Recv(x, 1, tag)
+            expect((x == tag).all(), f"tag {tag} out of order")
+        expect(not comm.Iprobe(tc.ANY_SOURCE, 99), "Iprobe of nothing")
+    # Buffer specs and PROC_NULL, as mpi4py code writes them.
+    left = tc.PROC_NULL if me == 0 else me - 1
+    right = tc.PROC_NULL if me == n - 1 else me + 1
+    edge = np.full(10, float(me))
+    halo = np.full(10, -1.0)
+    st = tc.Status()
+    comm.Sendrecv([edge, tc.DOUBLE], right, 0, [halo, tc.DOUBLE], left, 0, st)
+    expect((halo == (me - 1 if me > 0 else -1.0)).all(), "Sendrecv with PROC_NULL")
+    expect(st.source == (left if me > 0 else tc.PROC_NULL), f"PROC_NULL's status {st}")
+    # Objects.
+    obj = {"from": me, "data": list(range(me * 10)), "blob": b"z" * (me * 70000)}
+    got = comm.sendrecv(obj, dest=nxt, source=prv)
+    expect(got == {"from": prv, "data": list(range(prv * 10)), "blob": b"z" * (prv * 70000)}, "sendrecv of objects")
+    if me == 0:
+        reqs = [comm.irecv(source=r, tag=5) for r in range(1, n)]
+        expect(tc.ObjRequest.waitall(reqs) == [("hi", r) for r in range(1, n)], "irecv + waitall")
+    else:
+        comm.isend(("hi", me), dest=0, tag=5).wait()
+    if me == 0 and n >= 2:
+        st = tc.Status()
+        expect(comm.recv(source=tc.ANY_SOURCE, tag=6, status=st) == [1, 2, 3] and st.source == 1, "recv of an object")
+    elif me == 1:
+        comm.send([1, 2, 3], dest=0, tag=6)
+    # Refusals: a buffer too short, another type; the message after them arrives whole.
+    if me == 0 and n >= 2:
+        comm.Send(np.ones(100, np.float32), 1, 40)
+        comm.Send(np.ones(10, np.int32), 1, 41)
+        comm.Send(np.arange(7, dtype=np.float64), 1, 42)
+    elif me == 1:
+        try:
+            comm.Recv(np.zeros(10, np.float32), 0, 40)
+            expect(False, "a short buffer was not refused")
+        except tc.CommMismatchError as e:
+            expect("longer than the receive buffer" in str(e), str(e))
+        if comm.backend == "mpi":  # MPI's messages carry no type: the same length is taken
+            comm.Recv(np.zeros(10, np.float32), 0, 41)
+        else:
+            try:
+                comm.Recv(np.zeros(10, np.float32), 0, 41)
+                expect(False, "another type was not refused")
+            except tc.CommMismatchError as e:
+                expect("holds i32" in str(e), str(e))
+        x = np.zeros(7)
+        comm.Recv(x, 0, 42)
+        expect((x == np.arange(7)).all(), "the message after the refused ones")
+    comm.Barrier()
+    print(f"rank {me}: point-to-point right")
+
+
+def p2p_timeout(comm: tc.Comm) -> None:
+    """A receive of a message never sent raises CommTimeoutError naming it, after TIERTRAIN_COMM_TIMEOUT."""
+    if comm.rank == 1:
+        t0 = time.monotonic()
+        try:
+            comm.recv(source=0, tag=8)
+            expect(False, "recv returned")
+        except tc.CommTimeoutError as e:
+            expect("receive at rank 1 from rank 0 (tag 8)" in str(e) and time.monotonic() - t0 >= 1.9, str(e))
+    else:
+        time.sleep(3)
+    print(f"rank {comm.rank}: p2p timeout right")
+
+
 if __name__ == "__main__":
     c = tc.world()
     {"collectives": collectives, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
      "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,
-     "op_by_value": op_by_value, "objects": objects, "split": split}[sys.argv[1]](c)
+     "op_by_value": op_by_value, "objects": objects, "split": split, "p2p": p2p,
+     "p2p_timeout": p2p_timeout}[sys.argv[1]](c)

@@ -281,3 +281,68 @@ def test_arguments_by_position_and_keyword_as_python_matches_them():
     with pytest.raises(tc.CommError, match="unusable|abandon|gave up|given up"):
         given_up.Bcast(x)
     assert "Bcast(buf, root=0)" in tc.Comm.Bcast.__doc__
+
+
+# ---- point-to-point (Note [python point-to-point] in _comm.cc) ------------------------------------------------------
+
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_point_to_point_on_buffers_and_objects_against_numpy(ranks):
+    run_right(ranks, "p2p", "rank 0: point-to-point right", {"TIERTRAIN_COMM_TIMEOUT": "60"})
+
+
+def test_a_receive_whose_message_never_comes_times_out_naming_it():
+    r = run(2, "p2p_timeout", {"TIERTRAIN_COMM_TIMEOUT": "2"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 1: p2p timeout right" in r.stdout, r.stdout
+
+
+def mpirun_python(ranks: int, args: list[str], env: dict | None = None, timeout: float = 240):
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), "-x", "PYTHONPATH",
+                           sys.executable, *args], env=e, capture_output=True, text=True, timeout=timeout)
+
+
+def test_point_to_point_over_the_mpi_backend():
+    if shutil.which("mpirun") is None:
+        pytest.skip("no mpirun (openmpi-bin)")
+    r = mpirun_python(3, [os.path.join(HERE, "comm_worker.py"), "p2p"],
+                      {"TIERTRAIN_COMM_BACKEND": "mpi", "TIERTRAIN_COMM_TIMEOUT": "60"})
+    if "not built with" in r.stderr or "no MPI" in r.stderr:
+        pytest.skip("this build of the package has no MPI backend: " + r.stderr[-300:])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 2: point-to-point right" in r.stdout, r.stdout
+
+
+MPI_STYLE = sorted(f for f in os.listdir(os.path.join(HERE, "mpi_style")) if f.endswith(".py"))
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("program", MPI_STYLE)
+def test_mpi4py_style_programs_run_with_only_the_import_changed(program, ranks):
+    r = subprocess.run([launcher(), "launch", "-n", str(ranks), "--", sys.executable,
+                        os.path.join(HERE, "mpi_style", program)],
+                       env=dict(os.environ, TIERTRAIN_COMM_TIMEOUT="60"), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    name = program[:-3]
+    for rank in range(ranks):
+        assert f"{name}: rank {rank} ok" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("program", MPI_STYLE)
+def test_the_mpi4py_style_programs_are_mpi4py_programs(program, tmp_path):
+    """The same programs with `from mpi4py import MPI` put back, under mpirun: what they assert holds there too."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        pytest.skip("mpi4py is not installed")
+    if shutil.which("mpirun") is None:
+        pytest.skip("no mpirun")
+    text = open(os.path.join(HERE, "mpi_style", program)).read()
+    line = "import tiertrain.comm as MPI  # was: from mpi4py import MPI"
+    assert line in text
+    path = tmp_path / program
+    path.write_text(text.replace(line, "from mpi4py import MPI"))
+    r = mpirun_python(2, [str(path)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(2):
+        assert f"{program[:-3]}: rank {rank} ok" in r.stdout, r.stdout

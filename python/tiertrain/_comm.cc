@@ -221,6 +221,16 @@ void to_buf(Buf& b, const py::object& o, bool writable, const char* what, bool g
     return;
   }
   if (numpy_buf(b, o.ptr(), writable)) return;  // Note [numpy arrays]
+  // mpi4py's buffer specs ([buf, MPI.DOUBLE], [buf, count, MPI.INT]): the buffer they name (tiertrain.comm._spec),
+  // held by b.
+  if (PyList_Check(o.ptr()) || PyTuple_Check(o.ptr())) {
+    py::object inner = py::module_::import("tiertrain.comm").attr("_spec")(o);
+    if (PyList_Check(inner.ptr()) || PyTuple_Check(inner.ptr()))
+      throw py::type_error(std::string(what) + ": a buffer spec names a buffer first");
+    to_buf(b, inner, writable, what, gpu);
+    if (!b.array) b.array = inner;
+    return;
+  }
   // The buffer protocol first (a C slot): numpy's arrays have __dlpack__ too, and looking it up costs a bound method.
   if (!PyObject_CheckBuffer(o.ptr()) && py::hasattr(o, "__dlpack__")) {
     int device_type = 1;
@@ -306,13 +316,18 @@ struct Pending {
   CallBufs a;
   tt::comm::Request req;
   std::function<void()> after;
+  // Point-to-point (Note [python point-to-point]): what a receive found, a message of any length received, and
+  // the pickled bytes of an object being sent (held until the send is done).
+  tt::comm::MessageInfo info;
+  std::vector<char> bytes;
+  bool wants_bytes = false;
   py::object comm;
   // The wait and what comes after it, done once whoever waits (two threads may Wait on one Request).
   std::once_flag waited;
   tt::Status status;
   void wait_once() {  // (without the GIL)
     std::call_once(waited, [&] {
-      status = req.wait();
+      status = req.valid() ? req.wait() : tt::Status::ok();  // (no request: done at once, PROC_NULL's)
       if (status.is_ok() && after) after();
     });
   }
@@ -336,22 +351,37 @@ class PyRequest {
       TT_LOG(WARN, COMM, "a Request dropped before Wait() failed: %s", p_->status.to_string().c_str());
     p_.reset();
   }
-  void Wait() {
+  void Wait(const py::object& status = py::none()) {
     std::shared_ptr<Pending> p = p_;  // (with the GIL) this waiter's hold on it, whoever lets go first
-    if (!p) return;
+    if (!p) {
+      fill_status(status, info_);
+      return;
+    }
     {
       py::gil_scoped_release nogil;
       p->wait_once();
     }
     p_.reset();
     const tt::Status st = p->status;
+    info_ = p->info;
+    if (st.is_ok() && p->wants_bytes) result_ = py::bytes(p->bytes.data(), p->bytes.size());
     p.reset();  // the last holder lets the buffers go, with the GIL
     check(st);
+    fill_status(status, info_);
   }
-  bool Test() {
-    if (p_ && !p_->req.test()) return false;
-    Wait();
+  bool Test(const py::object& status = py::none()) {
+    if (p_ && p_->req.valid() && !p_->req.test()) return false;
+    Wait(status);
     return true;
+  }
+  // A received message of any length (the object layer's irecv), once waited for; None before.
+  py::object result() const { return result_; }
+  // mpi4py's Status, duck-typed: its source, tag and count (bytes) are set where given.
+  static void fill_status(const py::object& status, const tt::comm::MessageInfo& info) {
+    if (status.is_none()) return;
+    status.attr("source") = info.source;
+    status.attr("tag") = info.tag;
+    status.attr("count") = info.bytes;
   }
 
  private:
@@ -363,6 +393,8 @@ class PyRequest {
 #endif
   }
   std::shared_ptr<Pending> p_;  // null once waited for
+  tt::comm::MessageInfo info_;
+  py::object result_ = py::none();
 };
 
 class PyComm {
@@ -959,6 +991,56 @@ PyMethodDef g_fast_methods[] = {
      kFast, "Ialltoall(sendbuf, recvbuf) -> Request\n\nAlltoall, started."},
 };
 
+// Note [python point-to-point]
+// Send, Recv, Sendrecv, Isend, Irecv, Probe and Iprobe take any C-contiguous buffer (numpy arrays of any type,
+// bytes, bytearray, memoryview) or a CPU DLPack tensor. Elements of a type the collectives know (float32/64/16,
+// int32/64, bfloat16 by DLPack) travel typed, so a receive into another of those types is refused as the C++ call
+// refuses it; others travel as bytes (and match any type). Status objects (tiertrain.comm.Status, or any object with
+// settable attributes) get the source, the tag and the count in bytes. The lower-case object forms (send, recv,
+// isend, irecv, sendrecv) send pickles through _send_obj and the others, and receive messages of any length.
+// A point-to-point buffer: its Buf (where the caller keeps it: on the stack, or in a Request's Pending) and how it
+// travels.
+struct P2pBuf {
+  Buf& b;
+  size_t bytes = 0;
+  bool typed = false;
+};
+
+P2pBuf p2p_buf(const PyComm& c, Buf& b, const py::object& o, bool writable, const char* what) {
+  if (o.ptr() == g_in_place) throw py::type_error(std::string(what) + ": IN_PLACE is for collectives");
+  P2pBuf pb{b};
+  if (PyObject_CheckBuffer(o.ptr())) {
+    const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(o.ptr(), &b.view, flags) != 0) throw py::error_already_set();
+    b.has_view = true;
+    const Py_buffer& v = b.view;
+    b.ptr = v.buf;
+    pb.bytes = static_cast<size_t>(v.len);
+    try {
+      b.dtype = dtype_of_format(v.format, static_cast<size_t>(v.itemsize), what);
+      pb.typed = reinterpret_cast<uintptr_t>(v.buf) % tt::comm::dtype_size(b.dtype) == 0;
+      b.count = pb.typed ? pb.bytes / tt::comm::dtype_size(b.dtype) : 0;
+    } catch (const py::type_error&) {
+      pb.typed = false;  // bytes
+    }
+    return pb;
+  }
+  c.to_buf(b, o, writable, what);  // DLPack (raises for what is neither)
+  pb.bytes = b.count * tt::comm::dtype_size(b.dtype);
+  pb.typed = true;
+  return pb;
+}
+
+tt::Status p2p_send(Communicator& c, const P2pBuf& pb, int dest, int tag) {
+  return pb.typed ? c.send(pb.b.ptr, pb.b.count, pb.b.dtype, dest, tag) : c.send_bytes(pb.b.ptr, pb.bytes, dest, tag);
+}
+tt::Status p2p_recv(Communicator& c, const P2pBuf& pb, int source, int tag, tt::comm::MessageInfo* info) {
+  return pb.typed ? c.recv(pb.b.ptr, pb.b.count, pb.b.dtype, source, tag, info)
+                  : c.recv_bytes(pb.b.ptr, pb.bytes, source, tag, info);
+}
+
+std::string bytes_of(const py::bytes& data) { return std::string(data); }
+
 }  // namespace
 
 PYBIND11_MODULE(_comm, m) {
@@ -999,9 +1081,12 @@ PYBIND11_MODULE(_comm, m) {
 
   // Note [non-blocking calls]
   py::class_<PyRequest>(m, "Request")
-      .def("Wait", &PyRequest::Wait,
-           "Waits for the operation (without the GIL), then lets its buffers go; raises as the blocking call would.")
-      .def("Test", &PyRequest::Test, "Whether the operation is done (and if so, Wait() returns at once).")
+      .def("Wait", &PyRequest::Wait, py::arg("status") = py::none(),
+           "Waits for the operation (without the GIL), then lets its buffers go; raises as the blocking call would. "
+           "A receive's source, tag and count (bytes) go into `status` if given.")
+      .def("Test", &PyRequest::Test, py::arg("status") = py::none(),
+           "Whether the operation is done (and if so, Wait() returns at once).")
+      .def("_result", &PyRequest::result, "The object layer's received bytes, once waited for.")
       .def_static(
           "Waitall",
           [](const py::iterable& requests) {
@@ -1029,6 +1114,8 @@ PYBIND11_MODULE(_comm, m) {
   py::class_<PyComm>(m, "Comm")
       .def_property_readonly("rank", &PyComm::rank)
       .def_property_readonly("size", &PyComm::size)
+      .def_property_readonly("backend", [](PyComm& c) { return std::string(c.comm().backend()); },
+                             "What carries the messages: shm, mpi or nccl.")
       .def("Get_rank", &PyComm::rank)
       .def("Get_size", &PyComm::size)
       .def(
@@ -1059,6 +1146,176 @@ PYBIND11_MODULE(_comm, m) {
           },
           "mpi4py's Dup: a new Comm of the same ranks in the same order (its operations apart from this one's). "
           "Collective.")
+      // Note [python point-to-point]
+      .def(
+          "_Send",
+          [](PyComm& c, const py::object& buf, int dest, int tag) {
+            Buf b;
+            const P2pBuf pb = p2p_buf(c, b, buf, false, "Send");
+            tt::Status st;
+            {
+              py::gil_scoped_release nogil;
+              st = p2p_send(c.comm(), pb, dest, tag);
+            }
+            check(st);
+          },
+          py::arg("buf"), py::arg("dest"), py::arg("tag") = 0,
+          "Sends `buf` to rank `dest` (MPI's standard send: returns once `buf` may be reused; messages up to 64 KiB "
+          "are buffered at once).")
+      .def(
+          "_Recv",
+          [](PyComm& c, const py::object& buf, int source, int tag, const py::object& status) {
+            Buf b;
+            const P2pBuf pb = p2p_buf(c, b, buf, true, "Recv");
+            tt::comm::MessageInfo info;
+            tt::Status st;
+            {
+              py::gil_scoped_release nogil;
+              st = p2p_recv(c.comm(), pb, source, tag, &info);
+            }
+            check(st);
+            PyRequest::fill_status(status, info);
+          },
+          py::arg("buf"), py::arg("source") = tt::comm::kAnySource, py::arg("tag") = tt::comm::kAnyTag,
+          py::arg("status") = py::none(),
+          "Receives a message from `source` (or ANY_SOURCE) with `tag` (or ANY_TAG) into `buf`: at most its length "
+          "(a longer message raises CommMismatchError and is dropped).")
+      .def(
+          "_Sendrecv",
+          [](PyComm& c, const py::object& sendbuf, int dest, int sendtag, const py::object& recvbuf, int source,
+             int recvtag, const py::object& status) {
+            Buf sb, rb;
+            const P2pBuf s = p2p_buf(c, sb, sendbuf, false, "Sendrecv");
+            const P2pBuf r = p2p_buf(c, rb, recvbuf, true, "Sendrecv");
+            tt::comm::MessageInfo info;
+            tt::Status st;
+            {
+              py::gil_scoped_release nogil;
+              tt::comm::Request rr = r.typed ? c.comm().irecv(r.b.ptr, r.b.count, r.b.dtype, source, recvtag, &info)
+                                             : c.comm().irecv_bytes(r.b.ptr, r.bytes, source, recvtag, &info);
+              st = p2p_send(c.comm(), s, dest, sendtag);
+              const tt::Status rs = rr.wait();
+              if (st.is_ok()) st = rs;
+            }
+            check(st);
+            PyRequest::fill_status(status, info);
+          },
+          py::arg("sendbuf"), py::arg("dest"), py::arg("sendtag") = 0, py::arg("recvbuf"),
+          py::arg("source") = tt::comm::kAnySource, py::arg("recvtag") = tt::comm::kAnyTag,
+          py::arg("status") = py::none(), "Send and Recv at once (neither waits for the other).")
+      .def(
+          "_Isend",
+          [](py::object self, const py::object& buf, int dest, int tag) {
+            PyComm& c = self.cast<PyComm&>();
+            auto p = std::make_shared<Pending>();
+            const P2pBuf pb = p2p_buf(c, p->a.s, buf, false, "Isend");  // (its export held until the send is done)
+            p->comm = self;
+            p->req = pb.typed ? c.comm().isend(pb.b.ptr, pb.b.count, pb.b.dtype, dest, tag)
+                              : c.comm().isend_bytes(pb.b.ptr, pb.bytes, dest, tag);
+            return PyRequest(p);
+          },
+          py::arg("buf"), py::arg("dest"), py::arg("tag") = 0,
+          "Send, started: returns a Request (Wait, Test). `buf` must not change until it is done.")
+      .def(
+          "_Irecv",
+          [](py::object self, const py::object& buf, int source, int tag) {
+            PyComm& c = self.cast<PyComm&>();
+            auto p = std::make_shared<Pending>();
+            const P2pBuf pb = p2p_buf(c, p->a.r, buf, true, "Irecv");
+            p->comm = self;
+            p->req = pb.typed ? c.comm().irecv(pb.b.ptr, pb.b.count, pb.b.dtype, source, tag, &p->info)
+                              : c.comm().irecv_bytes(pb.b.ptr, pb.bytes, source, tag, &p->info);
+            return PyRequest(p);
+          },
+          py::arg("buf"), py::arg("source") = tt::comm::kAnySource, py::arg("tag") = tt::comm::kAnyTag,
+          "Recv, started: returns a Request; Wait(status) fills `status`. Leave `buf` alone until it is done.")
+      .def(
+          "_Probe",
+          [](PyComm& c, int source, int tag, const py::object& status) {
+            tt::comm::MessageInfo info;
+            tt::Status st;
+            {
+              py::gil_scoped_release nogil;
+              st = c.comm().probe(source, tag, &info);
+            }
+            check(st);
+            PyRequest::fill_status(status, info);
+          },
+          py::arg("source") = tt::comm::kAnySource, py::arg("tag") = tt::comm::kAnyTag, py::arg("status") = py::none(),
+          "Waits until a message that Recv(source, tag) would take has arrived, without taking it.")
+      .def(
+          "_Iprobe",
+          [](PyComm& c, int source, int tag, const py::object& status) {
+            tt::comm::MessageInfo info;
+            tt::Result<bool> got = false;
+            {
+              py::gil_scoped_release nogil;
+              got = c.comm().iprobe(source, tag, &info);
+            }
+            if (!got.is_ok()) raise(got.status());
+            if (got.value()) PyRequest::fill_status(status, info);
+            return got.value();
+          },
+          py::arg("source") = tt::comm::kAnySource, py::arg("tag") = tt::comm::kAnyTag, py::arg("status") = py::none(),
+          "Whether a message that Recv(source, tag) would take has arrived (not taken).")
+      .def_static(
+          "_null_request",
+          [](int source) {
+            auto p = std::make_shared<Pending>();
+            p->info.source = source;
+            return PyRequest(p);
+          },
+          py::arg("source"), "A Request done at once (an operation with PROC_NULL), its status' source `source`.")
+      .def(
+          "_send_obj",
+          [](PyComm& c, const py::bytes& data, int dest, int tag) {
+            const std::string d = bytes_of(data);
+            tt::Status st;
+            {
+              py::gil_scoped_release nogil;
+              st = c.comm().send_bytes(d.data(), d.size(), dest, tag);
+            }
+            check(st);
+          },
+          py::arg("data"), py::arg("dest"), py::arg("tag"))
+      .def(
+          "_recv_obj",
+          [](PyComm& c, int source, int tag, const py::object& status) {
+            std::vector<char> got;
+            tt::comm::MessageInfo info;
+            tt::Status st;
+            {
+              py::gil_scoped_release nogil;
+              st = c.comm().recv_any(&got, source, tag, &info);
+            }
+            check(st);
+            PyRequest::fill_status(status, info);
+            return py::bytes(got.data(), got.size());
+          },
+          py::arg("source"), py::arg("tag"), py::arg("status") = py::none())
+      .def(
+          "_isend_obj",
+          [](py::object self, const py::bytes& data, int dest, int tag) {
+            PyComm& c = self.cast<PyComm&>();
+            auto p = std::make_shared<Pending>();
+            const std::string d = bytes_of(data);
+            p->bytes.assign(d.begin(), d.end());
+            p->comm = self;
+            p->req = c.comm().isend_bytes(p->bytes.data(), p->bytes.size(), dest, tag);
+            return PyRequest(p);
+          },
+          py::arg("data"), py::arg("dest"), py::arg("tag"))
+      .def(
+          "_irecv_obj",
+          [](py::object self, int source, int tag) {
+            PyComm& c = self.cast<PyComm&>();
+            auto p = std::make_shared<Pending>();
+            p->comm = self;
+            p->wants_bytes = true;
+            p->req = c.comm().irecv_any(&p->bytes, source, tag, &p->info);
+            return PyRequest(p);
+          },
+          py::arg("source"), py::arg("tag"))
       .def("_alloc",
            [](py::object self, size_t nbytes) {
              PyComm& c = self.cast<PyComm&>();
@@ -1095,6 +1352,9 @@ PYBIND11_MODULE(_comm, m) {
         "Tests only: how many numpy arrays the calls have read directly (Note [numpy arrays]).");
 
   m.attr("UNDEFINED") = Communicator::kUndefined;
+  m.attr("ANY_SOURCE") = tt::comm::kAnySource;
+  m.attr("ANY_TAG") = tt::comm::kAnyTag;
+  m.attr("TAG_UB") = tt::comm::kMaxTag;
   m.def("world", [] {
     // The rendezvous waits for the other ranks: without the GIL.
     tt::Result<std::unique_ptr<Communicator>> c = [] {

@@ -10,15 +10,106 @@ tensors, without copies:
     req = comm.Iallreduce(tc.IN_PLACE, y)  # started; compute meanwhile, leaving y alone
     req.Wait()                             # (also req.Test(), tc.Request.Waitall([...]))
 
+Point-to-point as mpi4py's: Send/Recv/Sendrecv/Isend/Irecv/Probe/Iprobe on buffers, and send/recv/isend/irecv/
+sendrecv/probe/iprobe on any picklable object, with ANY_SOURCE, ANY_TAG and Status:
+
+    if comm.rank == 0:
+        comm.send({"step": 3}, dest=1, tag=7)
+    elif comm.rank == 1:
+        st = tc.Status()
+        obj = comm.recv(source=tc.ANY_SOURCE, tag=7, status=st)   # st.Get_source() == 0
+
 Errors raise CommError subclasses: CommTimeoutError (a rank did not arrive within TIERTRAIN_COMM_TIMEOUT),
-CommMismatchError (ranks called with different sizes, types or ops), CommAbortedError (a rank died or gave up).
+CommMismatchError (ranks called with different sizes, types or ops; a receive buffer too short for its message),
+CommAbortedError (a rank died or gave up).
 """
 
-from ._comm import (AVG, IN_PLACE, MAX, MIN, PROD, SUM, UNDEFINED, Comm, CommAbortedError,  # noqa: F401
-                    CommError, CommMismatchError, CommTimeoutError, Op, Request, world)
+import numpy as _np
 
-__all__ = ["world", "Comm", "Request", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "IN_PLACE", "UNDEFINED",
-           "CommError", "CommTimeoutError", "CommMismatchError", "CommAbortedError"]
+from ._comm import (ANY_SOURCE, ANY_TAG, AVG, IN_PLACE, MAX, MIN, PROD, SUM, TAG_UB, UNDEFINED,  # noqa: F401
+                    Comm, CommAbortedError, CommError, CommMismatchError, CommTimeoutError, Op, Request, world)
+
+__all__ = ["world", "Comm", "Request", "Status", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "IN_PLACE", "UNDEFINED",
+           "ANY_SOURCE", "ANY_TAG", "TAG_UB", "CommError", "CommTimeoutError", "CommMismatchError",
+           "CommAbortedError"]
+
+
+SUCCESS = 0
+PROC_NULL = -2  # a peer that is no one: sends to it and receives from it are done at once, moving nothing
+
+# Datatypes for mpi4py-style buffer specs ([buf, MPI.DOUBLE], [buf, count, MPI.CHAR]) and Status.Get_count: numpy
+# dtypes (the buffer's own type is what travels; the datatype and count of a spec pick how much of it).
+BYTE = CHAR = _np.dtype("u1")
+SIGNED_CHAR = _np.dtype("i1")
+SHORT = _np.dtype("i2")
+INT = INT32_T = _np.dtype("i4")
+LONG = LONG_LONG = INT64_T = _np.dtype("i8")
+FLOAT = _np.dtype("f4")
+DOUBLE = _np.dtype("f8")
+__all__ += ["SUCCESS", "PROC_NULL", "BYTE", "CHAR", "SIGNED_CHAR", "SHORT", "INT", "INT32_T", "LONG", "LONG_LONG",
+            "INT64_T", "FLOAT", "DOUBLE", "Get_processor_name"]
+
+
+def Get_processor_name():
+    """This host's name (mpi4py's MPI.Get_processor_name)."""
+    import socket
+
+    return socket.gethostname()
+
+
+def _spec(buf):
+    """The buffer of an mpi4py buffer spec: buf, [buf, datatype], [buf, count] or [buf, count, datatype]; with a
+    count, the first `count` elements (of datatype, or of the buffer's own type)."""
+    if not isinstance(buf, (list, tuple)):
+        return buf
+    if len(buf) == 2:
+        obj, second = buf
+        count, datatype = (second, None) if isinstance(second, int) else (None, second)
+    elif len(buf) == 3:
+        obj, count, datatype = buf
+    else:
+        raise TypeError(f"a buffer spec is [buf, datatype], [buf, count] or [buf, count, datatype], not {buf!r}")
+    if count is None:
+        return obj
+    dt = _np.dtype(datatype) if datatype is not None else _np.dtype(memoryview(obj).format)
+    elements = _np.frombuffer(obj, dtype=dt)
+    if int(count) > elements.size:
+        raise ValueError(f"the buffer spec's count {count} is more than the buffer's {elements.size} elements")
+    return elements[:int(count)]
+
+
+class Status:
+    """What a receive or probe found (mpi4py's Status): pass one as `status=` to Recv, Sendrecv, Probe, Iprobe,
+    Request.Wait or the lower-case recv; it gets the sender, the tag and the length."""
+
+    def __init__(self):
+        self.source = ANY_SOURCE
+        self.tag = ANY_TAG
+        self.count = 0  # bytes
+        self.error = 0
+
+    def Get_source(self):
+        return self.source
+
+    def Get_tag(self):
+        return self.tag
+
+    def Get_error(self):
+        return self.error
+
+    def Get_count(self, datatype=None):
+        """The message's length in elements of `datatype` (a numpy dtype or anything numpy.dtype takes), or in
+        bytes without one."""
+        if datatype is None:
+            return self.count
+        import numpy as np
+
+        return self.count // np.dtype(datatype).itemsize
+
+    Get_elements = Get_count
+
+    def __repr__(self):
+        return f"Status(source={self.source}, tag={self.tag}, count={self.count})"
 
 
 def zeros(shape, dtype="float32"):
@@ -231,6 +322,177 @@ def _barrier(self):
     """Barrier(), under mpi4py's lower-case name."""
     self.Barrier()
 
+
+# Point-to-point on buffers (Note [python point-to-point] in _comm.cc): mpi4py's buffer specs and PROC_NULL here, the
+# rest in C++.
+
+def _status_null(status):
+    if status is not None:
+        status.source, status.tag, status.count = PROC_NULL, ANY_TAG, 0
+
+
+def _Send(self, buf, dest, tag=0):
+    """Sends `buf` (or an mpi4py buffer spec) to rank `dest` (MPI's standard send: returns once `buf` may be reused;
+    messages up to 64 KiB are buffered at once)."""
+    if dest != PROC_NULL:
+        self._Send(_spec(buf), dest, tag)
+
+
+def _Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    """Receives a message from `source` (or ANY_SOURCE) with `tag` (or ANY_TAG) into `buf`: at most its length (a
+    longer message raises CommMismatchError and is dropped). `status` gets the source, tag and length."""
+    if source == PROC_NULL:
+        return _status_null(status)
+    self._Recv(_spec(buf), source, tag, status)
+
+
+def _Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
+    """Send and Recv at once (neither waits for the other)."""
+    if recvbuf is None:
+        raise TypeError("Sendrecv needs a recvbuf")
+    if dest == PROC_NULL and source == PROC_NULL:
+        return _status_null(status)
+    if dest == PROC_NULL:
+        return _Recv(self, recvbuf, source, recvtag, status)
+    if source == PROC_NULL:
+        _Send(self, sendbuf, dest, sendtag)
+        return _status_null(status)
+    self._Sendrecv(_spec(sendbuf), dest, sendtag, _spec(recvbuf), source, recvtag, status)
+
+
+def _Isend(self, buf, dest, tag=0):
+    """Send, started: a Request (Wait, Test). `buf` must not change until it is done."""
+    if dest == PROC_NULL:
+        return Request._null_request(PROC_NULL)
+    return self._Isend(_spec(buf), dest, tag)
+
+
+def _Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
+    """Recv, started: a Request; Wait(status) fills `status`. Leave `buf` alone until it is done."""
+    if source == PROC_NULL:
+        return Request._null_request(PROC_NULL)
+    return self._Irecv(_spec(buf), source, tag)
+
+
+def _Probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    """Waits until a message that Recv(source, tag) would take has arrived, without taking it."""
+    if source == PROC_NULL:
+        return _status_null(status)
+    self._Probe(source, tag, status)
+
+
+def _Iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    """Whether a message that Recv(source, tag) would take has arrived (not taken)."""
+    if source == PROC_NULL:
+        _status_null(status)
+        return True
+    return self._Iprobe(source, tag, status)
+
+
+Comm.Send = _Send
+Comm.Recv = _Recv
+Comm.Sendrecv = _Sendrecv
+Comm.Isend = _Isend
+Comm.Irecv = _Irecv
+Comm.Probe = _Probe
+Comm.Iprobe = _Iprobe
+
+
+# Point-to-point objects (Note [python point-to-point] in _comm.cc): pickles sent as bytes, received whatever their
+# length.
+
+class ObjRequest:
+    """The Request of the lower-case isend and irecv (mpi4py's): wait() returns the object received (None for a
+    send); test() returns (done, object)."""
+
+    def __init__(self, request):
+        self._request = request
+        self._done = False
+        self._obj = None
+
+    def wait(self, status=None):
+        if not self._done:
+            self._request.Wait(status)
+            data = self._request._result()
+            self._obj = None if data is None else __import__("pickle").loads(data)
+            self._done = True
+        return self._obj
+
+    def test(self, status=None):
+        if self._done or self._request.Test(status):
+            return True, self.wait()
+        return False, None
+
+    # The upper-case names too, so that Request.Waitall-style code takes either.
+    def Wait(self, status=None):
+        self.wait(status)
+
+    def Test(self, status=None):
+        return self.test(status)[0]
+
+    @staticmethod
+    def waitall(requests, statuses=None):
+        """Waits for every request; the objects received, in order (None for sends)."""
+        requests = list(requests)
+        return [r.wait(None if statuses is None else statuses[i]) for i, r in enumerate(requests)]
+
+
+def _send(self, obj, dest, tag=0):
+    """obj (pickled) to rank `dest`."""
+    if dest != PROC_NULL:
+        self._send_obj(_dumps(obj), dest, tag)
+
+
+def _recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    """The next object from `source` with `tag` (either may be ANY_*); `buf` is accepted for mpi4py's signature and
+    not needed."""
+    import pickle
+
+    if source == PROC_NULL:
+        return _status_null(status)
+    return pickle.loads(self._recv_obj(source, tag, status))
+
+
+def _isend(self, obj, dest, tag=0):
+    """send, started: an ObjRequest (wait() returns None)."""
+    if dest == PROC_NULL:
+        return ObjRequest(Request._null_request(PROC_NULL))
+    return ObjRequest(self._isend_obj(_dumps(obj), dest, tag))
+
+
+def _irecv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG):
+    """recv, started: an ObjRequest whose wait() returns the object."""
+    if source == PROC_NULL:
+        return ObjRequest(Request._null_request(PROC_NULL))
+    return ObjRequest(self._irecv_obj(source, tag))
+
+
+def _sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
+    """send and recv at once (neither waits for the other); the object received."""
+    r = _irecv(self, None, source, recvtag)
+    _send(self, sendobj, dest, sendtag)
+    return r.wait(status)
+
+
+def _probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    """Waits for a message that recv(source, tag) would take (not taken); True, as mpi4py's."""
+    self.Probe(source, tag, status)
+    return True
+
+
+def _iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    """Whether a message that recv(source, tag) would take has arrived (not taken)."""
+    return self.Iprobe(source, tag, status)
+
+
+Comm.send = _send
+Comm.recv = _recv
+Comm.isend = _isend
+Comm.irecv = _irecv
+Comm.sendrecv = _sendrecv
+Comm.probe = _probe
+Comm.iprobe = _iprobe
+__all__.append("ObjRequest")
 
 Comm.bcast = _bcast
 Comm.allgather = _allgather
