@@ -2,6 +2,7 @@
 
 #include <numeric>
 
+#include "core/check.h"
 #include "core/rng.h"
 
 namespace tt::data {
@@ -64,14 +65,19 @@ void BatchSampler::set_state(SamplerState state) {
   state_.cursor = state.cursor;
 }
 
-void BatchSampler::next(int32_t* inputs, int32_t* targets) {
+void BatchSampler::next(int32_t* inputs, int32_t* targets, int shard, int shards) {
+  TT_CHECK(shards >= 1 && shard >= 0 && shard < shards && batch_ % shards == 0,
+           "shard %d of %d of a batch of %d", shard, shards, batch_);
+  const int local = batch_ / shards, first = shard * local;
   for (int b = 0; b < batch_; ++b) {
     if (state_.cursor >= order_.size()) start_epoch(state_.epoch + 1);
     const uint64_t start = offset_ + static_cast<uint64_t>(order_[state_.cursor++]) * static_cast<uint64_t>(seq_);
+    if (b < first || b >= first + local) continue;  // another shard's window: drawn, not read
     const uint16_t* src = tokens_->data() + start;
+    const int row = b - first;
     for (int t = 0; t < seq_; ++t) {
-      inputs[b * seq_ + t] = src[t];
-      targets[b * seq_ + t] = src[t + 1];
+      inputs[row * seq_ + t] = src[t];
+      targets[row * seq_ + t] = src[t + 1];
     }
   }
 }

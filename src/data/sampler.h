@@ -29,7 +29,10 @@ class BatchSampler {
   // Fails when the tokens cannot fill one window of T+1 tokens.
   static Result<BatchSampler> create(const std::vector<uint16_t>* tokens, int batch, int seq, uint64_t seed);
 
-  void next(int32_t* inputs, int32_t* targets);
+  // The next batch: B*T int32 each. With shards > 1, only the windows of shard `shard` of it (B/shards of them, the
+  // shard-th run of consecutive windows) are written, and the sampler moves past the whole batch, so that each rank
+  // of a data-parallel mesh reads its part of the batch the single-device run would see (B divisible by shards).
+  void next(int32_t* inputs, int32_t* targets, int shard = 0, int shards = 1);
   SamplerState state() const { return state_; }
   void set_state(SamplerState state);
   uint64_t windows_in_epoch() const { return static_cast<uint64_t>(order_.size()); }

@@ -186,6 +186,31 @@ TEST(Sampler, DeterministicFromSeedAndResumable) {
   }
 }
 
+// A data-parallel mesh's ranks (issue 21): shard k of N gets the k-th run of B/N windows of the batch the
+// single-device sampler draws, and every shard's sampler stays at the single-device state, across epochs.
+TEST(Sampler, ShardsTogetherAreTheSingleDeviceBatch) {
+  std::vector<uint16_t> tokens(3000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>((i * 7) % 251);
+  const int B = 8, T = 16, N = 4, local = B / N;
+  auto whole = BatchSampler::create(&tokens, B, T, 3);
+  ASSERT_TRUE(whole.is_ok());
+  std::vector<BatchSampler> shards;
+  for (int k = 0; k < N; ++k) shards.push_back(BatchSampler::create(&tokens, B, T, 3).value());
+  std::vector<int32_t> x(B * T), y(B * T), xs(local * T), ys(local * T);
+  for (int step = 0; step < 80; ++step) {  // ~186 windows an epoch, 8 a step: several epochs
+    whole->next(x.data(), y.data());
+    for (int k = 0; k < N; ++k) {
+      std::fill(xs.begin(), xs.end(), -1);
+      shards[static_cast<size_t>(k)].next(xs.data(), ys.data(), k, N);
+      ASSERT_TRUE(std::equal(xs.begin(), xs.end(), x.begin() + k * local * T)) << "step " << step << " shard " << k;
+      ASSERT_TRUE(std::equal(ys.begin(), ys.end(), y.begin() + k * local * T));
+      ASSERT_EQ(shards[static_cast<size_t>(k)].state().epoch, whole->state().epoch);
+      ASSERT_EQ(shards[static_cast<size_t>(k)].state().cursor, whole->state().cursor);
+    }
+  }
+  EXPECT_GE(whole->state().epoch, 2u);
+}
+
 TEST(Sampler, EpochVisitsEveryWindowOnce) {
   std::vector<uint16_t> tokens(1001);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i);
