@@ -54,6 +54,11 @@ class Backend {
   // and the other way round. fn must not call the backend (on a GPU it runs as a CUDA host function).
   virtual Stream& host_stream() = 0;
   virtual void enqueue_host(std::function<void()> fn) = 0;
+  // Runs fn on a host thread in `stream`'s order (after the work submitted to it before, before the work after)
+  // where this backend can: the CPU backend, whose streams are threads and whose device memory is host memory (the
+  // data-parallel gradient reductions: exec/grad_reducer.h). false: not here (a GPU's streams take its collectives
+  // through NCCL instead).
+  virtual bool enqueue_on(Stream& stream, std::function<void()> fn) { return false; }
   // The OpenMP team size of host work on the host stream (the CPU optimizer's update): the CPU backend's threads;
   // beside a GPU every core but one (Note [host threads beside a GPU] in host/adamw.h) unless --threads says.
   virtual int host_threads() const = 0;

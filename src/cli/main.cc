@@ -428,18 +428,24 @@ int main(int argc, char** argv) {
   if (!tc.is_ok()) return report(tc.status());
   if (plan->parsed()) return tt::cli::run_plan(tc.value(), plan_cmd, stdout);
   if (calibrate->parsed()) return tt::cli::run_calibrate(tc.value(), calibrate_cmd, stdout);
-  // Issue 24: under `tiertrain launch -n 2` (or mpirun, srun) every rank would train the same model alone, and with
-  // a shared --checkpoint-dir write over the others' files. Until the mesh (data and tensor parallel) exists, refuse.
+  // Issue 24: under `tiertrain launch -n 2` (or mpirun, srun) without a --mesh every rank would train the same model
+  // alone, and with a shared --checkpoint-dir write over the others' files: refused (issue 21: --mesh data=N makes
+  // them one data-parallel run).
   for (const char* var : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
     const char* v = std::getenv(var);
-    if (v != nullptr && std::atoi(v) > 1) {
+    if (v != nullptr && std::atoi(v) > 1 && tc.value().mesh.empty()) {
       std::fprintf(stderr,
-                   "tiertrain: error: train runs one process on one device, but %s=%s says this is one of %s ranks: "
-                   "each would train the same model alone (and write over the others' checkpoints). Training across "
-                   "devices (a --mesh of data and tensor parallelism) is not built yet; run one train per job\n",
-                   var, v, v);
+                   "tiertrain: error: %s=%s says this is one of %s ranks, and train has no --mesh: each rank would "
+                   "train the same model alone (and write over the others' checkpoints). Give --mesh data=%s to "
+                   "train one model data-parallel over them\n",
+                   var, v, v, v);
       return kExitUsage;
     }
+  }
+  if (!tc.value().mesh.empty() && tc.value().plan == "auto") {
+    std::fprintf(stderr, "tiertrain: error: --plan auto with --mesh: the automatic plan of a mesh run is not built yet "
+                         "(every rank must run the same plan); give one (--plan in-core, recompute, ...)\n");
+    return kExitUsage;
   }
   tc.value().dry_run = dry_run;
   tc.value().schedule_out = schedule_out;
@@ -454,7 +460,7 @@ int main(int argc, char** argv) {
   }
   auto trainer = tt::Trainer::create(tc.value(), stdout);
   if (!trainer.is_ok() && trainer.status().code() == tt::StatusCode::kOutOfMemory && !tc.value().plan_given &&
-      !dry_run) {
+      !dry_run && tc.value().mesh.empty()) {
     auto chose = tt::cli::choose_train_plan(tc.value(), explain_plan, stdout);
     if (!chose.is_ok()) return report(chose.status());
     if (chose.value()) trainer = tt::Trainer::create(tc.value(), stdout);
@@ -463,7 +469,8 @@ int main(int argc, char** argv) {
   if (dry_run) return trainer.value()->dry_run_fits() ? 0 : 1;
   auto summary = trainer.value()->run();
   if (!summary.is_ok()) return report(summary.status());
+  const bool lead = trainer.value()->is_lead();
   trainer.value().reset();  // the device memory back before the sample takes its own
-  tt::cli::finish_run_folder(tc.value(), stdout);
+  if (lead) tt::cli::finish_run_folder(tc.value(), stdout);
   return 0;
 }

@@ -14,6 +14,8 @@ Plan resident_plan(int layers) { return Plan::resolve("in-core", layers, 2).valu
 }  // namespace
 
 Status ExecSpec::validate() const {
+  TT_RETURN_IF(data_ranks < 1 || batch < 1, kInvalidArgument, "batch %d over %d data-parallel ranks", batch,
+               data_ranks);
   TT_TRY(model.validate());
   TT_RETURN_IF(batch < 1, kInvalidArgument, "--batch must be >= 1, got %d", batch);
   TT_RETURN_IF(static_cast<int>(plan.layers.size()) != model.layers, kInvalidArgument,
@@ -146,8 +148,9 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
 }
 
 ScheduleSpec ExecSpec::schedule_spec() const {
-  return {model, batch, compute, plan, hyper.speculate,
-          lm_chunk_rows > 0 ? lm_chunk_rows : gpt_default_lm_chunk_rows(model, batch, compute), input_staging_slots};
+  return {model,           batch, compute, plan, hyper.speculate,
+          lm_chunk_rows > 0 ? lm_chunk_rows : gpt_default_lm_chunk_rows(model, batch, compute), input_staging_slots,
+          data_ranks};
 }
 
 Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec spec, ModelFactory model) {
@@ -504,6 +507,11 @@ void Executor::issue(const Op& op) {
       break;
     case OpKind::kGradsOut:
       opt_->grads_out(op.segment);
+      break;
+    case OpKind::kGradReduce:  // Note [data parallel] in exec/schedule.cc
+      TT_CHECK(reducer_ != nullptr, "%s: a data-parallel schedule without a gradient reducer", op.name.c_str());
+      if (prof_) prof_->mark(op.name.c_str());
+      reducer_->reduce(t.grads[static_cast<size_t>(op.segment)], st);
       break;
     case OpKind::kNormPart:
       if (prof_) prof_->mark(op.name.c_str());

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "exec/grad_reducer.h"
 #include "exec/inventory.h"
 #include "exec/op_profiler.h"
 #include "exec/optimizer.h"
@@ -37,6 +38,7 @@ struct ExecSpec {
   AdamWHyper hyper;            // hyper.speculate: Note [speculative update] (CPU optimizer)
   int64_t lm_chunk_rows = 0;   // 0: the model's default
   int input_staging_slots = 0; // pinned host slots for the trainer's next batches (Note [input staging])
+  int data_ranks = 1;          // Note [data parallel] in exec/schedule.cc: batch is this rank's share
 
   // What compile_schedule needs of it (the model's default LM chunk when lm_chunk_rows is 0).
   ScheduleSpec schedule_spec() const;
@@ -67,6 +69,8 @@ class Executor : public GptHooks {
   const Schedule& schedule() const { return schedule_; }
   const Inventory& allocated() const { return inventory_; }
   void set_profiler(OpProfiler* profiler) { prof_ = profiler; }
+  // Note [data parallel]: what averages the gradients when spec.data_ranks > 1 (must outlive the executor's steps).
+  void set_grad_reducer(GradReducer* reducer) { reducer_ = reducer; }
   // Runs `schedule` from now on instead of the compiled one: a schedule for this executor (the same model, batch,
   // setup and events) with operations changed, reordered or removed, as a planner or a test may want. Validated;
   // it must keep the plan's data correct, which only the caller can know (the tests remove waits to show that each
@@ -131,6 +135,7 @@ class Executor : public GptHooks {
   std::unique_ptr<Optimizer> opt_;
   std::vector<std::unique_ptr<Event>> events_;  // [schedule event]
   OpProfiler* prof_ = nullptr;
+  GradReducer* reducer_ = nullptr;  // Note [data parallel]
   // Everything allocated, freed in the destructor.
   std::vector<Tensor> device_;
   std::vector<void*> host_;

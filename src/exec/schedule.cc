@@ -24,11 +24,11 @@ constexpr const char* kOpKindNames[] = {"model",       "wait",      "record",   
                                         "rebuild_mlp", "zero_grads", "swap_out",  "swap_in",       "params_in",
                                         "grads_out",   "norm_part", "norm_total", "norm_out",      "host_adamw",
                                         "params_back", "device_adamw", "refresh_compute", "alloc", "input_fill",
-                                        "input_in", "input_take"};
+                                        "input_in", "input_take", "grad_reduce"};
 constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup", "prefetch"};
 constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
                                           "after_head",     "before_backward", "after_backward"};
-static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kInputTake) + 1, "a name for every OpKind");
+static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kGradReduce) + 1, "a name for every OpKind");
 static_assert(std::size(kPassNames) == static_cast<size_t>(kNumPasses), "a name for every Pass");
 static_assert(std::size(kBoundaryNames) == static_cast<size_t>(Boundary::kAfterBackward) + 1, "a name per Boundary");
 }  // namespace
@@ -36,6 +36,16 @@ static_assert(std::size(kBoundaryNames) == static_cast<size_t>(Boundary::kAfterB
 const char* op_kind_name(OpKind k) { return kOpKindNames[static_cast<int>(k)]; }
 const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 
+// Note [data parallel]
+// With data_ranks > 1 each rank runs the schedule on its share of the global batch (data::BatchSampler's shards),
+// and each segment's gradients are averaged over the ranks (kGradReduce, through the executor's GradReducer:
+// exec/grad_reducer.h) as soon as the backward has written them, before anything reads them: the norm's part, the
+// copy to the host (CPU optimizer) and the update. Every rank then holds the same averaged gradients, bit for bit
+// (the collectives give every rank the same bits), so the replicas stay equal without any broadcast of parameters.
+// Today the reduction is on the compute stream, in order (the backward of the next block waits for it); a stream
+// of its own, overlapping the backward, is next (docs/design/mesh.md). The performance model prices it at nothing
+// yet.
+//
 // Note [swap]
 // The swapped blocks w_0 < w_1 < ... < w_{m-1} share S slots: w_k lives in slot k % S. Ordering, with events per
 // block:
@@ -262,12 +272,18 @@ class Compiler {
     model(out, Boundary::kBeforeForward, L_ + 1, "forward lnf", 0);
   }
 
-  // The backward has written segment s's last gradient: with the CPU optimizer its share of the norm now, and the
-  // gradients to the host at once (a streamed block's slot is free again once they have left); with speculation
-  // the update too.
+  // The backward has written segment s's last gradient: in a data-parallel run they are averaged over the ranks
+  // first (Note [data parallel]); with the CPU optimizer its share of the norm now, and the gradients to the host at
+  // once (a streamed block's slot is free again once they have left); with speculation the update too.
   void grads_done(std::vector<Op>& out, int s) {
-    if (!cpu_) return;
     const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
+    if (sp_.data_ranks > 1) {
+      Op& red = add(out, StreamId::kCompute, OpKind::kGradReduce, "grad reduce " + seg_name(s));
+      red.segment = s;
+      red.layer = layer;
+      red.bytes = seg_bytes(s, msize_);
+    }
+    if (!cpu_) return;
     Op& part = add(out, StreamId::kCompute, OpKind::kNormPart, "grad norm");
     part.segment = s;
     part.layer = layer;
@@ -453,6 +469,9 @@ Status Schedule::validate() const {
       TT_RETURN_IF((op.kind == OpKind::kInputFill || op.kind == OpKind::kInputIn || op.kind == OpKind::kInputTake) &&
                        spec.input_staging_slots < 1,
                    kInvalidArgument, "%s: input operations without input staging slots", where.c_str());
+      TT_RETURN_IF(op.kind == OpKind::kGradReduce && (spec.data_ranks < 2 || op.segment < 0), kInvalidArgument,
+                   "%s: a gradient reduction needs a segment and at least 2 data-parallel ranks (%d)", where.c_str(),
+                   spec.data_ranks);
       const int slots = op.kind == OpKind::kSwapOut || op.kind == OpKind::kSwapIn ? rings.swap.slots
                         : op.kind == OpKind::kParamsIn                            ? rings.params.slots
                                                                                   : -1;
@@ -600,6 +619,7 @@ json Schedule::to_json() const {
   j["speculate"] = spec.speculate;
   j["lm_chunk_rows"] = spec.lm_chunk_rows;
   j["input_staging_slots"] = spec.input_staging_slots;
+  j["data_ranks"] = spec.data_ranks;
   j["events"] = events;
   json passes_j = json::object();
   for (int p = 0; p < kNumPasses; ++p) {
@@ -652,6 +672,7 @@ Result<Schedule> Schedule::from_json(const json& j) {
     s.spec.speculate = j.at("speculate").get<bool>();
     s.spec.lm_chunk_rows = j.at("lm_chunk_rows").get<int64_t>();
     s.spec.input_staging_slots = j.value("input_staging_slots", 0);
+    s.spec.data_ranks = j.value("data_ranks", 1);
     s.events = j.at("events").get<std::vector<std::string>>();
     std::map<std::string, int> ids;
     for (size_t i = 0; i < s.events.size(); ++i)

@@ -56,6 +56,7 @@ enum class OpKind : int {
   kInputFill,       // h2d, at issue: the caller writes the next batch into its host slot of the input ring
   kInputIn,         // h2d: that batch from its host slot to the device (input.next)
   kInputTake,       // compute: the batch from input.next into the model's tokens and targets
+  kGradReduce,      // compute: `segment`'s gradients averaged over the data-parallel ranks (Note [data parallel])
 };
 const char* op_kind_name(OpKind k);
 
@@ -90,6 +91,7 @@ struct ScheduleSpec {
   bool speculate = false;
   int64_t lm_chunk_rows = 0;  // 0: the model's default
   int input_staging_slots = 0;  // Note [input staging]: host slots of the next batches; 0: the caller feeds inputs
+  int data_ranks = 1;  // Note [data parallel]: ranks whose gradients are averaged (batch is one rank's share)
 };
 
 // Bytes per pool and tensor class: the peak over a replay of passes, and where the replay ended.

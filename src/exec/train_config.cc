@@ -114,6 +114,14 @@ void declare_train_knobs(Config& cfg) {
        "most device memory cuDNN's attention backward may use (its workspace grows as B*H*T^2; beyond this the "
        "backward runs over chunks of the batch)",
        0, 1e15);
+  knob("parallel", "mesh", K::kString, "",
+       "the named device mesh this run is one rank of, e.g. data=2 or data=2,model=2 (its product: the ranks "
+       "`tiertrain launch -n N` or mpirun starts); --batch is then the global batch, split over the batch dimension "
+       "(data parallel: gradients averaged over its ranks). Tensor parallel (heads, ff, vocab over a model "
+       "dimension) is not built yet. Empty: one process");
+  knob("parallel", "layout", K::kString, "",
+       "which mesh dimension each tensor dimension (batch, heads, ff, vocab, embed) is split over, e.g. "
+       "batch:data,heads:model (empty: batch on a dimension named data, dp or batch, or on the only one)");
   knob("checkpoint", "checkpoint_dir", K::kString, "", "folder for checkpoints (created if missing)");
   knob("checkpoint", "checkpoint_every", K::kInt, "0", "write a checkpoint every N steps (0: only at the end)", 0,
        1e12);
@@ -216,6 +224,8 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   TT_ASSIGN_OR_RETURN(tc.attention.impl, parse_attention_impl(cfg.get_string("attention_impl")));
   tc.attention.cudnn_library = cfg.get_string("cudnn_library");
   tc.attention.workspace_cap = cfg.get_bytes("attention_workspace");
+  tc.mesh = cfg.get_string("mesh");
+  tc.layout = cfg.get_string("layout");
   tc.checkpoint_dir = cfg.get_string("checkpoint_dir");
   tc.checkpoint_every = cfg.get_int("checkpoint_every");
   tc.keep_checkpoints = cfg.get_int("keep_checkpoints");

@@ -57,6 +57,11 @@ struct TrainConfig {
   AttentionOptions attention{};   // a GPU: cuDNN's fused attention or our kernels (attention_impl, ...)
   bool cpu_lock_host_memory = false;
 
+  // Issue 21: the named device mesh (mesh/mesh.h) this run is one rank of, and its layout rules; "" for one
+  // process. Data parallel today (batch over a mesh dimension: Note [data parallel] in exec/schedule.cc).
+  std::string mesh;
+  std::string layout;
+
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   int64_t keep_checkpoints = 3;

@@ -16,6 +16,7 @@
 #include "core/units.h"
 #include "exec/checkpoint.h"
 #include "exec/export.h"
+#include "mesh/mesh.h"
 
 namespace tt {
 namespace {
@@ -49,6 +50,19 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   ExecSpec& e = r.exec;
   e.model = cfg.model;
   e.batch = cfg.batch;
+  if (!cfg.mesh.empty()) {
+    // Issue 21: --batch is the global batch; this rank runs its share (Note [data parallel] in exec/schedule.cc).
+    TT_ASSIGN_OR_RETURN(mesh::MeshShape shape, mesh::MeshShape::parse(cfg.mesh));
+    TT_ASSIGN_OR_RETURN(mesh::Layout layout, mesh::Layout::resolve(cfg.layout, shape));
+    for (const char* t : {"heads", "ff", "vocab", "embed"})
+      TT_RETURN_IF(layout.ways(t, shape) > 1, kUnimplemented,
+                   "layout %s splits %s over mesh dimension %s: tensor parallel is not built yet "
+                   "(docs/design/mesh.md); split the batch only (--layout batch:DIM, on a mesh of that one dimension)",
+                   layout.to_string().c_str(), t, layout.mesh_dim(t).c_str());
+    TT_TRY(layout.check(shape, cfg.model, cfg.batch));
+    e.data_ranks = layout.ways("batch", shape);
+    e.batch = cfg.batch / e.data_ranks;
+  }
   e.compute = dtype;
   if (cfg.plan_value) {
     e.plan = *cfg.plan_value;
@@ -68,7 +82,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   TT_ASSIGN_OR_RETURN(r.inventory, Executor::inventory(e));
   // The backend's own cuBLAS workspace and scratch come out of the budget too.
   r.reserve = backend_reserve(r.backend,
-                              {cfg.batch, cfg.model.seq, cfg.model.heads, cfg.model.dim / cfg.model.heads,
+                              {e.batch, cfg.model.seq, cfg.model.heads, cfg.model.dim / cfg.model.heads,
                                dtype == DType::kBF16},
                               cfg.attention);
   r.inventory.add_backend_reserved(r.reserve.reserved_bytes);
@@ -171,6 +185,21 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   cfg.model.vocab = t->dataset_.vocab();
   TT_ASSIGN_OR_RETURN(t->spec_, resolve_run(cfg));
   const RunSpec& r = t->spec_;
+  if (!cfg.mesh.empty() && !cfg.dry_run) {
+    // Issue 21: this rank's place in the mesh (collective over the job: every rank gets here with the same mesh).
+    TT_ASSIGN_OR_RETURN(mesh::MeshShape shape, mesh::MeshShape::parse(cfg.mesh));
+    TT_ASSIGN_OR_RETURN(mesh::Layout layout, mesh::Layout::resolve(cfg.layout, shape));
+    TT_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> world, comm::world());
+    TT_TRY(shape.check_ranks(world->size()));
+    TT_ASSIGN_OR_RETURN(t->mesh_, mesh::Mesh::create(shape, std::move(world)));
+    const std::string bdim = layout.mesh_dim("batch");
+    t->shards_ = layout.ways("batch", shape);
+    t->shard_ = t->mesh_->coord(bdim);
+    t->data_comm_ = t->mesh_->along(bdim);
+    if (!t->lead()) t->out_ = nullptr;  // rank 0 speaks for the job
+    t->print("mesh %s, layout %s: %d ranks (%s backend); batch %d = %d a rank\n", shape.to_string().c_str(),
+             layout.to_string().c_str(), shape.ranks(), t->mesh_->world().backend(), cfg.batch, r.exec.batch);
+  }
   const int64_t need = r.inventory.total(Inventory::kDevice), host_need = r.inventory.total(Inventory::kHost);
   if (cfg.dry_run) {
     // What the run would take, whether or not it fits; nothing is allocated.
@@ -219,7 +248,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                        which.c_str(), format_bytes(need).c_str(), r.inventory.describe(Inventory::kDevice).c_str(),
                        format_bytes(r.budget).c_str(), r.alternatives.c_str());
   }
-  if (!cfg.run_dir.empty()) TT_TRY(t->open_run_dir());
+  if (!cfg.run_dir.empty() && t->lead()) TT_TRY(t->open_run_dir());
   TT_TRY(t->build());
   return t;
 }
@@ -238,7 +267,7 @@ Status Trainer::open_run_dir() {
 }
 
 void Trainer::record(const nlohmann::json& j) {
-  if (cfg_.metrics_jsonl.empty() || jsonl_failed_) return;
+  if (cfg_.metrics_jsonl.empty() || jsonl_failed_ || !lead()) return;
   if (jsonl_ == nullptr) {
     const std::filesystem::path p(cfg_.metrics_jsonl);
     if (p.has_parent_path()) (void)make_directories(p.parent_path().string(), "--metrics-jsonl folder");
@@ -301,15 +330,20 @@ Status Trainer::build() {
   rng_.reseed(cfg.seed);
   // Note [input staging]: the executor draws each batch through this when its schedule says so; a checkpoint
   // records the sampler as it was before the batch in flight.
-  const size_t batch_tokens = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);
+  // This rank's share of each global batch (all of it alone): data::BatchSampler's shards.
+  const size_t batch_tokens = static_cast<size_t>(r.exec.batch) * static_cast<size_t>(cfg.model.seq);
   ex_->set_input_source([this, batch_tokens](int32_t* host) {
     sampler_before_prefetch_ = sampler_->state();
-    sampler_->next(host, host + batch_tokens);
+    sampler_->next(host, host + batch_tokens, shard_, shards_);
   });
+  if (shards_ > 1) {  // Note [data parallel] in exec/schedule.cc
+    TT_ASSIGN_OR_RETURN(reducer_, make_host_grad_reducer(*backend_, *data_comm_));
+    ex_->set_grad_reducer(reducer_.get());
+  }
   profiler_ = std::make_unique<OpProfiler>(*backend_);
   profiler_->set_tracing(!cfg.trace.empty());
   ex_->set_profiler(profiler_.get());
-  const size_t bt = static_cast<size_t>(cfg.batch) * static_cast<size_t>(cfg.model.seq);
+  const size_t bt = static_cast<size_t>(r.exec.batch) * static_cast<size_t>(cfg.model.seq);
   host_tokens_.resize(bt);
   host_targets_.resize(bt);
   host_losses_.resize(bt);
@@ -358,10 +392,11 @@ Status Trainer::train_step(StepRecord* rec) {
   be.copy_d2h(host_losses_.data(), gpt.losses(), be.compute_stream());
   be.copy_d2h(&norm_sq, ex_->optimizer().grad_norm_sq(), be.compute_stream());
   TT_TRY(be.compute_stream().synchronize());
+  if (reducer_) TT_TRY(reducer_->status());
   double sum = 0;
   for (float l : host_losses_) sum += static_cast<double>(l);
   rec->step = step;
-  rec->loss = sum / static_cast<double>(host_losses_.size());
+  TT_ASSIGN_OR_RETURN(rec->loss, mean_over_data(sum / static_cast<double>(host_losses_.size())));
   rec->lr = lr;
   rec->grad_norm = std::sqrt(static_cast<double>(norm_sq));
   // Note [speculative update]: guess that the next norm is under the clip when this one was (a wrong guess costs a
@@ -376,15 +411,27 @@ Status Trainer::train_step(StepRecord* rec) {
 
 Result<EvalRecord> Trainer::evaluate() {
   Backend& be = *backend_;
-  const int B = cfg_.batch, T = cfg_.model.seq;
+  const int B = cfg_.batch, T = cfg_.model.seq, b = spec_.exec.batch;  // the global batch, this rank's share
   const int64_t available = data::val_batches_available(dataset_.val(), B, T);
   const int64_t n = std::min<int64_t>(available, cfg_.eval_batches);
   TT_RETURN_IF(n == 0, kFailedPrecondition,
                "the validation split (%zu tokens) is too small for one batch of %d x %d tokens; raise --val-fraction",
                dataset_.val().size(), B, T + 1);
   double sum = 0;
+  std::vector<int32_t> all_tokens, all_targets;  // (a data-parallel rank's global batch, of which it takes its part)
+  if (shards_ > 1) {
+    all_tokens.resize(static_cast<size_t>(B) * T);
+    all_targets.resize(static_cast<size_t>(B) * T);
+  }
   for (int64_t k = 0; k < n; ++k) {
-    data::val_batch(dataset_.val(), B, T, k, host_tokens_.data(), host_targets_.data());
+    if (shards_ > 1) {
+      data::val_batch(dataset_.val(), B, T, k, all_tokens.data(), all_targets.data());
+      const size_t from = static_cast<size_t>(shard_) * b * T, len = static_cast<size_t>(b) * T;
+      std::copy_n(all_tokens.begin() + static_cast<std::ptrdiff_t>(from), len, host_tokens_.begin());
+      std::copy_n(all_targets.begin() + static_cast<std::ptrdiff_t>(from), len, host_targets_.begin());
+    } else {
+      data::val_batch(dataset_.val(), B, T, k, host_tokens_.data(), host_targets_.data());
+    }
     const Gpt& gpt = ex_->model();
     be.copy_h2d(gpt.tokens(), host_tokens_.data(), be.compute_stream());
     be.copy_h2d(gpt.targets(), host_targets_.data(), be.compute_stream());
@@ -393,13 +440,44 @@ Result<EvalRecord> Trainer::evaluate() {
     TT_TRY(be.compute_stream().synchronize());
     double s = 0;
     for (float l : host_losses_) s += static_cast<double>(l);
-    sum += s / static_cast<double>(host_losses_.size());
+    TT_ASSIGN_OR_RETURN(double mean, mean_over_data(s / static_cast<double>(host_losses_.size())));
+    sum += mean;
   }
   return EvalRecord{step_, sum / static_cast<double>(n), n};
 }
 
+Result<double> Trainer::mean_over_data(double x) {
+  if (data_comm_ == nullptr) return x;
+  TT_TRY(data_comm_->allreduce(comm::kInPlace, &x, 1, comm::DType::kF64, comm::Op::kAvg));
+  return x;
+}
+
+Status Trainer::check_replicas() {
+  if (mesh_ == nullptr || mesh_->world().size() == 1) return Status::ok();
+  ex_->wait_all();
+  std::vector<unsigned char> params(static_cast<size_t>(ex_->model().num_params()) *
+                                    dtype_size(ex_->model().master_dtype()));
+  TT_TRY(ex_->download_params(params.data()));
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the master parameters' bytes
+  for (unsigned char c : params) h = (h ^ c) * 1099511628211ull;
+  comm::Communicator& w = mesh_->world();
+  std::vector<int64_t> all(static_cast<size_t>(w.size()));
+  const int64_t mine = static_cast<int64_t>(h);
+  TT_TRY(w.allgather(&mine, all.data(), 1, comm::DType::kI64));
+  std::string differ;
+  for (int q = 0; q < w.size(); ++q)
+    if (all[static_cast<size_t>(q)] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(q);
+  TT_RETURN_IF(!differ.empty(), kInternal,
+               "data parallel: the parameters of rank(s) %s differ from rank 0's at step %lld: the replicas drifted "
+               "apart (a bug: please report it with the command line)",
+               differ.c_str(), static_cast<long long>(step_));
+  return Status::ok();
+}
+
 Status Trainer::save(int64_t step) {
   ex_->wait_all();  // the CPU optimizer's last parameters on the device before they are read
+  TT_TRY(check_replicas());
+  if (!lead()) return Status::ok();  // one copy: the replicas are the same bits
   CheckpointState st;
   st.step = step;
   st.sampler = sampler_before_prefetch_;
@@ -501,7 +579,7 @@ Result<TrainSummary> Trainer::run() {
         format_bytes(static_cast<int64_t>(backend_->pool().budget())).c_str());
   TT_TRY(profiler_->flush());
   if (cfg_.profile) print_profile();
-  if (!cfg_.trace.empty()) {
+  if (!cfg_.trace.empty() && lead()) {
     TT_TRY(profiler_->write_trace(cfg_.trace, "tiertrain " + backend_->describe()));
     print("trace: %zu spans of %d steps in %s (open in ui.perfetto.dev)\n", profiler_->spans().size(),
           profiler_->steps(), cfg_.trace.c_str());
@@ -516,8 +594,9 @@ Result<TrainSummary> Trainer::run() {
           {"median_tokens_per_s", summary.median_tokens_per_s},
           {"wall_s", summary.wall_s},
           {"device_peak_bytes", summary.device_peak_bytes}});
-  if (!cfg_.metrics_out.empty()) TT_TRY(write_metrics(summary));
+  if (!cfg_.metrics_out.empty() && lead()) TT_TRY(write_metrics(summary));
   ex_->wait_all();  // the run ends with every parameter on the device
+  TT_TRY(check_replicas());
   return summary;
 }
 

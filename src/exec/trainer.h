@@ -24,6 +24,8 @@
 #include "data/sampler.h"
 #include "backend/registry.h"
 #include "exec/executor.h"
+#include "exec/grad_reducer.h"
+#include "mesh/mesh.h"
 #include "exec/plan.h"
 #include "exec/train_config.h"
 #include "model/gpt.h"
@@ -146,6 +148,22 @@ class Trainer {
   std::vector<EvalRecord> evals_;
   FILE* jsonl_ = nullptr;  // --metrics-jsonl, opened (append) at the first record
   bool jsonl_failed_ = false;
+  // Issue 21 (--mesh): this rank's mesh, the communicator along the batch dimension (null: one rank), this rank's
+  // shard of each global batch, and the gradients' reducer (Note [data parallel] in exec/schedule.cc). Rank 0 of
+  // the mesh (the lead) prints and writes the run's files; every rank computes alike.
+  std::unique_ptr<mesh::Mesh> mesh_;
+  comm::Communicator* data_comm_ = nullptr;
+  int shard_ = 0, shards_ = 1;
+  std::unique_ptr<GradReducer> reducer_;
+  bool lead() const { return mesh_ == nullptr || mesh_->rank() == 0; }
+  // The mean over the data-parallel ranks of a value each computed on its shard (itself with one rank).
+  Result<double> mean_over_data(double x);
+  // Every rank's parameters are the same bits (the replicas cannot drift apart: an error names the ranks if they do).
+  Status check_replicas();
+
+ public:
+  // Whether this process writes the run's files and output (rank 0 of its mesh, or alone).
+  bool is_lead() const { return lead(); }
 };
 
 }  // namespace tt

@@ -203,17 +203,17 @@ Status Layout::check(const MeshShape& shape, const GptConfig& model, int global_
     const char* what;
   };
   const Extent extents[] = {
-      {"batch", global_batch, "sequences a step (--batch, over all ranks)"},
+      {"batch", global_batch, "--batch: sequences a step over all ranks"},
       {"heads", model.heads, "attention heads"},
       {"ff", int64_t{4} * model.dim, "MLP width (4 x dim)"},
-      {"vocab", model.padded_vocab(), "vocabulary rows (padded to a multiple of 128)"},
+      {"vocab", model.padded_vocab(), "vocabulary rows, padded to a multiple of 128"},
       {"embed", model.dim, "model width (dim)"},
   };
   for (const Extent& e : extents) {
     const int n = ways(e.dim, shape);
     TT_RETURN_IF(n > 1 && e.size % n != 0, kInvalidArgument,
-                 "layout %s over mesh %s: %s (%s) is %lld, not divisible by the %d ranks of mesh dimension %s",
-                 to_string().c_str(), shape.to_string().c_str(), e.dim, e.what, static_cast<long long>(e.size), n,
+                 "layout %s over mesh %s: %s is %lld (%s), not divisible by the %d ranks of mesh dimension %s",
+                 to_string().c_str(), shape.to_string().c_str(), e.dim, static_cast<long long>(e.size), e.what, n,
                  mesh_dim(e.dim).c_str());
   }
   return Status::ok();

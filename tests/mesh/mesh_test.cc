@@ -95,13 +95,13 @@ TEST(Layout, AnIndivisibleDimensionIsAnErrorNamingIt) {
   GptConfig m{.vocab = 50257, .layers = 2, .dim = 768, .heads = 12, .seq = 64};
   EXPECT_TRUE(l.check(shape, m, 8).is_ok()) << l.check(shape, m, 8).to_string();
   Status s = l.check(shape, m, 7);
-  EXPECT_NE(s.message().find("batch (sequences a step (--batch, over all ranks)) is 7, not divisible by the 2 ranks of "
+  EXPECT_NE(s.message().find("batch is 7 (--batch: sequences a step over all ranks), not divisible by the 2 ranks of "
                              "mesh dimension data"),
             std::string::npos)
       << s.message();
   m.heads = 6;
   s = l.check(shape, m, 8);
-  EXPECT_NE(s.message().find("heads (attention heads) is 6, not divisible by the 4 ranks"), std::string::npos)
+  EXPECT_NE(s.message().find("heads is 6 (attention heads), not divisible by the 4 ranks"), std::string::npos)
       << s.message();
   m.heads = 12;
   m.dim = 780;  // 780 % 4 == 0, 4 * 780 too; vocab padded 50304 % 4 == 0: all fine but for heads (780 / 12 = 65)
@@ -110,7 +110,7 @@ TEST(Layout, AnIndivisibleDimensionIsAnErrorNamingIt) {
   auto l7 = Layout::resolve("vocab:model", seven).value();
   GptConfig g{.vocab = 50257, .layers = 2, .dim = 768, .heads = 12, .seq = 64};
   s = l7.check(seven, g, 8);
-  EXPECT_NE(s.message().find("vocab (vocabulary rows (padded to a multiple of 128)) is 50304, not divisible by the 7"),
+  EXPECT_NE(s.message().find("vocab is 50304 (vocabulary rows, padded to a multiple of 128), not divisible by the 7"),
             std::string::npos)
       << s.message();
 }

@@ -89,6 +89,12 @@ class CpuBackend final : public Backend {
   Stream& host_stream() override { return host_; }
   int host_threads() const override { return threads_; }
   void enqueue_host(std::function<void()> fn) override { host_.enqueue(std::move(fn)); }
+  bool enqueue_on(Stream& stream, std::function<void()> fn) override {
+    auto* s = dynamic_cast<CpuStream*>(&stream);
+    if (s == nullptr) return false;
+    s->enqueue(std::move(fn));
+    return true;
+  }
   std::unique_ptr<Event> create_event(bool /*timing*/) override { return std::make_unique<CpuEvent>(); }
   memory::DevicePool& pool() override { return pool_; }
   memory::HostPool& host_pool() override { return host_pool_; }

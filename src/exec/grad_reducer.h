@@ -1,0 +1,37 @@
+// exec/grad_reducer: how a data-parallel run averages each segment's gradients over its ranks (Note [data parallel]
+// in exec/schedule.cc), in the order of the stream the schedule puts the reduction on. One implementation today:
+// host memory through a comm::Communicator, on a backend that runs host functions in stream order (the CPU
+// backend). On a GPU the reductions will go through NCCL on the stream itself.
+//
+//   auto r = make_host_grad_reducer(backend, data_comm);   // the communicator along the mesh's batch dimension
+//   executor.set_grad_reducer(r.get());
+//   ... steps ...
+//   TT_TRY(r->status());                                   // the first failure of any reduction
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace tt {
+
+class GradReducer {
+ public:
+  virtual ~GradReducer() = default;
+  virtual int ranks() const = 0;
+  // Averages `grads` over the ranks, in place, after the work already submitted to `stream` and before what comes
+  // after it. Errors are kept for status(): a failed reduction leaves the gradients unusable, and every later one
+  // fails too.
+  virtual void reduce(const Tensor& grads, Stream& stream) = 0;
+  // Ok, or the first error (once the stream has run the reductions: synchronize it first).
+  virtual Status status() const = 0;
+};
+
+// Through `comm` (which must outlive the reducer) on host-addressable gradients: refused where the backend cannot
+// run host functions in stream order (a GPU), or the gradients are not f32.
+Result<std::unique_ptr<GradReducer>> make_host_grad_reducer(Backend& backend, comm::Communicator& comm);
+
+}  // namespace tt
