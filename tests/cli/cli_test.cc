@@ -268,6 +268,32 @@ TEST(Cli, DataParallelCheckpointsContinueOnAnotherMesh) {
   }
 }
 
+// The same under mpirun, over the mpi backend (skipped where there is no mpirun or the build has no MPI).
+TEST(Cli, DataParallelUnderMpirun) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun (openmpi-bin)";
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
+  const std::string args = "train --data " + data +
+                           " --backend cpu --layers 2 --dim 32 --heads 2 --seq 16 --batch 8 --steps 10 --warmup 2 "
+                           "--eval-every 0 --threads 1";
+  CliRun a = run(args + " --metrics-out " + dir.path() + "/one.json");
+  ASSERT_EQ(a.code, 0) << a.out;
+  const std::string cmd = "TIERTRAIN_COMM_BACKEND=mpi mpirun --allow-run-as-root --oversubscribe -n 2 " +
+                          std::string(TT_BINARY) + " " + args + " --mesh data=2 --metrics-out " + dir.path() +
+                          "/mpi.json 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  if (out.find("this build has no MPI") != std::string::npos) GTEST_SKIP() << "a build without MPI";
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_HAS(out, "2 ranks (mpi backend)");
+  expect_same_curve(dir.path() + "/one.json", dir.path() + "/mpi.json", "mpirun");
+}
+
 TEST(Cli, MeshMistakesAreNamedBeforeAnythingRuns) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(20000));
