@@ -54,6 +54,9 @@ class Backend {
   // and the other way round. fn must not call the backend (on a GPU it runs as a CUDA host function).
   virtual Stream& host_stream() = 0;
   virtual void enqueue_host(std::function<void()> fn) = 0;
+  // A fifth stream for collectives (the data-parallel gradient reductions: Note [data parallel] in
+  // exec/schedule.cc), so that they overlap the compute stream's backward.
+  virtual Stream& comm_stream() = 0;
   // Runs fn on a host thread in `stream`'s order (after the work submitted to it before, before the work after)
   // where this backend can: the CPU backend, whose streams are threads and whose device memory is host memory (the
   // data-parallel gradient reductions: exec/grad_reducer.h). false: not here (a GPU's streams take its collectives

@@ -301,6 +301,7 @@ Stream& Executor::stream(StreamId s) {
     case StreamId::kH2D: return be_.h2d_stream();
     case StreamId::kD2H: return be_.d2h_stream();
     case StreamId::kHost: return be_.host_stream();
+    case StreamId::kComm: return be_.comm_stream();
   }
   return be_.compute_stream();
 }

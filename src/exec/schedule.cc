@@ -15,6 +15,7 @@ const char* stream_name(StreamId s) {
     case StreamId::kH2D: return "h2d";
     case StreamId::kD2H: return "d2h";
     case StreamId::kHost: return "host";
+    case StreamId::kComm: return "comm";
   }
   return "?";
 }
@@ -42,9 +43,12 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // exec/grad_reducer.h) as soon as the backward has written them, before anything reads them: the norm's part, the
 // copy to the host (CPU optimizer) and the update. Every rank then holds the same averaged gradients, bit for bit
 // (the collectives give every rank the same bits), so the replicas stay equal without any broadcast of parameters.
-// Today the reduction is on the compute stream, in order (the backward of the next block waits for it); a stream
-// of its own, overlapping the backward, is next (docs/design/mesh.md). The performance model prices it at nothing
-// yet.
+// The reductions run on a stream of their own (kComm): after the backward of a block has written its segment
+// (record "grads s" on the compute stream), the comm stream waits for it, reduces, and records "reduced s", while
+// the compute stream goes on with the next block's backward. What reads the gradients waits for "reduced s": the
+// copy to the host (CPU optimizer) and the norm's parts, which in a data-parallel run are all taken in the step
+// (so the next step's zero_grads, on the compute stream after them, never overwrites a segment being reduced).
+// The performance model prices the reductions at nothing yet.
 //
 // Note [swap]
 // The swapped blocks w_0 < w_1 < ... < w_{m-1} share S slots: w_k lives in slot k % S. Ordering, with events per
@@ -277,19 +281,25 @@ class Compiler {
   // once (a streamed block's slot is free again once they have left); with speculation the update too.
   void grads_done(std::vector<Op>& out, int s) {
     const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
-    if (sp_.data_ranks > 1) {
-      Op& red = add(out, StreamId::kCompute, OpKind::kGradReduce, "grad reduce " + seg_name(s));
+    const bool dp = sp_.data_ranks > 1;
+    if (dp) {  // on the comm stream, while the compute stream goes on with the next block's backward
+      record(out, StreamId::kCompute, "grads " + seg_name(s), layer);
+      wait(out, StreamId::kComm, "grads " + seg_name(s), "wait backward", layer);
+      Op& red = add(out, StreamId::kComm, OpKind::kGradReduce, "grad reduce " + seg_name(s));
       red.segment = s;
       red.layer = layer;
       red.bytes = seg_bytes(s, msize_);
+      record(out, StreamId::kComm, "reduced " + seg_name(s), layer);
     }
     if (!cpu_) return;
-    Op& part = add(out, StreamId::kCompute, OpKind::kNormPart, "grad norm");
-    part.segment = s;
-    part.layer = layer;
-    part.bytes = seg_bytes(s, msize_);
-    record(out, StreamId::kCompute, "grads " + seg_name(s), layer);
-    wait(out, StreamId::kD2H, "grads " + seg_name(s), "wait backward", layer);
+    if (!dp) {  // (in a data-parallel run the norm's parts wait for the reductions, in the step)
+      Op& part = add(out, StreamId::kCompute, OpKind::kNormPart, "grad norm");
+      part.segment = s;
+      part.layer = layer;
+      part.bytes = seg_bytes(s, msize_);
+      record(out, StreamId::kCompute, "grads " + seg_name(s), layer);
+    }
+    wait(out, StreamId::kD2H, (dp ? "reduced " : "grads ") + seg_name(s), "wait backward", layer);
     // The previous update of this segment read the host gradients (a no-op before the first).
     wait(out, StreamId::kD2H, "adamw " + seg_name(s), "wait cpu optimizer", layer);
     copy(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host", layer, -1, seg_bytes(s, msize_), s);
@@ -361,8 +371,17 @@ class Compiler {
 
   void step(std::vector<Op>& out) {
     const int S = L_ + 2;
+    if (cpu_ && sp_.data_ranks > 1) {  // the norm's parts, of the averaged gradients (Note [data parallel])
+      for (int s = 0; s < S; ++s) {
+        wait(out, StreamId::kCompute, "reduced " + seg_name(s), "wait grad reduce");
+        Op& op = add(out, StreamId::kCompute, OpKind::kNormPart, "grad norm");
+        op.segment = s;
+        op.bytes = seg_bytes(s, msize_);
+      }
+    }
     if (!cpu_) {
       for (int s = 0; s < S; ++s) {
+        if (sp_.data_ranks > 1) wait(out, StreamId::kCompute, "reduced " + seg_name(s), "wait grad reduce");
         Op& op = add(out, StreamId::kCompute, OpKind::kNormPart, "adamw");
         op.segment = s;
         op.bytes = seg_bytes(s, msize_);
@@ -544,7 +563,7 @@ int index_of(const char* const (&names)[N], const std::string& s) {
     if (s == names[i]) return static_cast<int>(i);
   return -1;
 }
-constexpr const char* kStreamNames[] = {"compute", "h2d", "d2h", "host"};
+constexpr const char* kStreamNames[] = {"compute", "h2d", "d2h", "host", "comm"};
 
 json op_json(const Op& op, const std::vector<std::string>& events) {
   json j = {{"stream", stream_name(op.stream)}, {"kind", op_kind_name(op.kind)}, {"name", op.name}};

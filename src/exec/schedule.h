@@ -29,8 +29,8 @@
 
 namespace tt {
 
-enum class StreamId : int { kCompute = 0, kH2D, kD2H, kHost };
-constexpr int kNumStreams = 4;
+enum class StreamId : int { kCompute = 0, kH2D, kD2H, kHost, kComm };
+constexpr int kNumStreams = 5;
 const char* stream_name(StreamId s);
 
 enum class OpKind : int {

@@ -13,6 +13,7 @@ CostClass cost_class(OpKind kind) {
     case OpKind::kRecord:
     case OpKind::kAlloc:
     case OpKind::kInputFill:
+    case OpKind::kGradReduce:  // (not priced yet: Note [data parallel] in exec/schedule.cc)
       return CostClass::kFree;
     case OpKind::kSwapOut:
     case OpKind::kGradsOut:

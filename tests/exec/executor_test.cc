@@ -15,6 +15,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
@@ -100,6 +102,50 @@ TEST(Schedule, EveryPlanValidatesAndRoundTripsThroughJson) {
     // The training step has the model's every boundary and, with any host placement, copies.
     EXPECT_FALSE(s.pass(Pass::kTrain).empty());
     EXPECT_FALSE(s.pass(Pass::kSetup).empty());
+  }
+}
+
+// Note [data parallel]: with data_ranks > 1 every segment's gradients are reduced once, on the comm stream, after
+// the compute stream recorded that the backward wrote them; and whatever reads them (the copy to the host, the
+// norm's parts) first waits for that reduction. On every plan; the JSON keeps data_ranks.
+TEST(Schedule, DataParallelReducesEverySegmentBeforeItIsRead) {
+  for (const PlanCase& c : every_plan()) {
+    SCOPED_TRACE(c.name + (c.opt == OptimizerPlacement::kCpu ? " cpu" : " device") + (c.speculate ? " spec" : ""));
+    ExecSpec spec = make_spec(make_plan(c.name, c.opt), c.speculate);
+    spec.lm_chunk_rows = gpt_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
+    ScheduleSpec ss = spec.schedule_spec();
+    ss.data_ranks = 2;
+    const Schedule s = compile_schedule(ss, Executor::inventory(spec).value());
+    ASSERT_TRUE(s.validate().is_ok()) << s.validate().to_string();
+    const int S = spec.model.layers + 2;
+    std::vector<int> reduced(static_cast<size_t>(S), 0);
+    std::vector<std::string> seg_names(static_cast<size_t>(S));  // from the reductions' names: "grad reduce h.3"
+    std::set<std::string> waited[kNumStreams];  // events each stream has waited for so far
+    std::set<std::string> recorded_compute;
+    for (const Op& op : s.pass(Pass::kTrain)) {
+      const int st = static_cast<int>(op.stream);
+      if (op.kind == OpKind::kWait) waited[st].insert(s.events[static_cast<size_t>(op.event)]);
+      if (op.kind == OpKind::kRecord && op.stream == StreamId::kCompute)
+        recorded_compute.insert(s.events[static_cast<size_t>(op.event)]);
+      if (op.kind == OpKind::kGradReduce) {
+        EXPECT_EQ(op.stream, StreamId::kComm) << op.name;
+        ++reduced[static_cast<size_t>(op.segment)];
+        seg_names[static_cast<size_t>(op.segment)] = op.name.substr(std::string("grad reduce ").size());
+        const std::string grads = "grads " + seg_names[static_cast<size_t>(op.segment)];
+        EXPECT_TRUE(waited[st].count(grads) && recorded_compute.count(grads)) << op.name << " waits for " << grads;
+      }
+      if ((op.kind == OpKind::kGradsOut || op.kind == OpKind::kNormPart) && op.segment >= 0) {
+        ASSERT_EQ(reduced[static_cast<size_t>(op.segment)], 1) << op.name << " of segment " << op.segment;
+        const std::string done = "reduced " + seg_names[static_cast<size_t>(op.segment)];
+        EXPECT_TRUE(waited[st].count(done)) << op.name << " on " << stream_name(op.stream) << " does not wait for "
+                                            << done;
+      }
+    }
+    for (int seg = 0; seg < S; ++seg) EXPECT_EQ(reduced[static_cast<size_t>(seg)], 1) << "segment " << seg;
+    auto back = Schedule::from_json(json::parse(s.to_json().dump()));
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    EXPECT_EQ(back.value().spec.data_ranks, 2);
+    EXPECT_EQ(back.value().to_json(), s.to_json());
   }
 }
 

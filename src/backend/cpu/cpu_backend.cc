@@ -65,7 +65,7 @@ class CpuBackend final : public Backend {
         pool_(region, static_cast<size_t>(options.device_budget), Device{DeviceKind::kCpu, 0}, &stats_,
               static_cast<size_t>(physical_memory_bytes()), [this] { return create_event(false); }),
         host_pool_(host_pool_options(options), &stats_),
-        compute_("compute"), h2d_("h2d"), d2h_("d2h"), host_("host") {
+        compute_("compute"), h2d_("h2d"), d2h_("d2h"), host_("host"), comm_("comm") {
     // OpenMP thread pools are per calling thread: set the count on the worker that runs the kernels.
     compute_.enqueue([threads] { set_num_threads(threads); });
     host_.enqueue([threads] { set_num_threads(threads); });  // the CPU optimizer's OpenMP team
@@ -87,6 +87,7 @@ class CpuBackend final : public Backend {
   Stream& h2d_stream() override { return h2d_; }
   Stream& d2h_stream() override { return d2h_; }
   Stream& host_stream() override { return host_; }
+  Stream& comm_stream() override { return comm_; }
   int host_threads() const override { return threads_; }
   void enqueue_host(std::function<void()> fn) override { host_.enqueue(std::move(fn)); }
   bool enqueue_on(Stream& stream, std::function<void()> fn) override {
@@ -399,7 +400,7 @@ class CpuBackend final : public Backend {
   memory::MemoryStats stats_;
   memory::DevicePool pool_;
   memory::HostPool host_pool_;
-  CpuStream compute_, h2d_, d2h_, host_;
+  CpuStream compute_, h2d_, d2h_, host_, comm_;
 };
 
 }  // namespace

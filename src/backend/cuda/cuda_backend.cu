@@ -114,7 +114,7 @@ class CudaBackend final : public Backend {
               [this] { return create_event(false); }),
         host_pool_(pinned_pool_options(host_numa_node, numa_required), &stats_),
         compute_("compute"),
-        h2d_("h2d"), d2h_("d2h"), host_("host") {}
+        h2d_("h2d"), d2h_("d2h"), host_("host"), comm_("comm") {}
 
   Status init() {
     TT_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -179,6 +179,7 @@ class CudaBackend final : public Backend {
   Stream& h2d_stream() override { return h2d_; }
   Stream& d2h_stream() override { return d2h_; }
   Stream& host_stream() override { return host_; }
+  Stream& comm_stream() override { return comm_; }
   void enqueue_host(std::function<void()> fn) override {
     auto* f = new std::function<void()>(std::move(fn));
     TT_CUDA_ASSERT(cudaLaunchHostFunc(
@@ -460,7 +461,7 @@ class CudaBackend final : public Backend {
   memory::MemoryStats stats_;
   memory::DevicePool pool_;
   memory::HostPool host_pool_;
-  CudaStream compute_, h2d_, d2h_, host_;
+  CudaStream compute_, h2d_, d2h_, host_, comm_;
   cublasHandle_t cublas_ = nullptr;
   LtGemm lt_;
   int64_t scratch_request_;
