@@ -35,7 +35,7 @@ BackendProbe probe_backend(const std::string& name) {
     const cuda::GpuInfo gpu = cuda::probe();
     p.available = gpu.count > 0;
     p.error = gpu.count > 0 ? "" : gpu.error.empty() ? "0 devices" : gpu.error;
-    p.device = str_format("cuda:0 %s", gpu.name.c_str());
+    p.device = str_format("cuda:%d %s", gpu.device, gpu.name.c_str());
     p.total_bytes = gpu.total_bytes;
     p.free_bytes = gpu.free_bytes;
 #else
@@ -94,7 +94,7 @@ BackendReserve backend_reserve(const std::string& name, const AttentionShape& sh
 Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const BackendOptions& o) {
 #ifdef TIERTRAIN_HAVE_CUDA
   if (name == "cuda")
-    return cuda::create_backend({.device = o.device,
+    return cuda::create_backend({.device = o.device >= 0 ? o.device : cuda::probe().device,
                                  .device_budget = o.device_budget,
                                  .scratch_bytes = o.scratch_bytes > 0 ? o.scratch_bytes : cuda::kMinScratchBytes,
                                  .host_numa_node = o.host_numa_node,

@@ -32,7 +32,7 @@ struct BackendProbe {
 struct BackendOptions {
   int64_t device_budget = 0;   // bytes, > 0
   int64_t scratch_bytes = 0;   // backend scratch within the budget (reserved_bytes below); 0: the backend's minimum
-  int device = 0;
+  int device = -1;             // a GPU's index; -1: this process's (core/device_env.h: TIERTRAIN_DEVICE, local rank)
   int threads = 0;             // CPU: OpenMP/OpenBLAS threads; a GPU: the CPU optimizer's; 0: all cores (a GPU: all but one)
   int64_t copy_delay_us = 0;   // CPU: simulated link, slow kernels, slow host work (tests)
   int64_t compute_delay_us = 0;

@@ -89,6 +89,8 @@ class Communicator {
   virtual const char* backend() const = 0;
   // Collective operations completed so far (the sequence number of the next is this + 1).
   virtual int64_t sequence() const = 0;
+  // How long any one wait for other ranks may take (Options::timeout, TIERTRAIN_COMM_TIMEOUT).
+  virtual std::chrono::milliseconds timeout() const = 0;
   // Where this rank's buffers live (for logs and benchmark headers), e.g. "preferred NUMA node 2 (HBW: ...)".
   virtual std::string placement() const { return ""; }
   // This rank gives up (an argument error found before it could call the collective its peers are in): the
@@ -193,8 +195,7 @@ class Communicator {
   void stop_progress();
   // Point-to-point's transport (comm/p2p.h), made on the first point-to-point call; nullptr: this backend has none.
   virtual std::unique_ptr<class P2pTransport> make_p2p_transport();
-  // The timeout of this communicator's waits (for point-to-point's).
-  virtual std::chrono::milliseconds timeout() const = 0;
+
   // Runs op inline, or behind the non-blocking operations in flight (for a backend's own calls, e.g. nccl's
   // stream-ordered ones, which must keep the call order too). A template, so that the common case (nothing in
   // flight) calls op without making a std::function (a heap allocation for every blocking collective).

@@ -23,6 +23,8 @@
 //   unlike shm (rank order, one rounding).
 #include "comm/nccl.h"
 
+#include "core/device_env.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -62,13 +64,6 @@ ncclRedOp_t nccl_op(Op op) {
     case Op::kAvg: return ncclAvg;
   }
   return ncclSum;
-}
-
-// This process's local rank from the launcher (ours, torchrun's, Open MPI's, Slurm's), or -1.
-int local_rank() {
-  for (const char* v : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-    if (const char* s = std::getenv(v); s != nullptr && *s != '\0') return std::atoi(s);
-  return -1;
 }
 
 // Makes `device` current for a scope and restores the caller's device after it.
@@ -122,16 +117,9 @@ class NcclComm final : public NcclCommunicator {
       return make_status(StatusCode::kFailedPrecondition, "nccl backend (rank %d of %d): this process sees no CUDA device",
                          rank(), size());
     }
-    if (const char* d = std::getenv("TIERTRAIN_DEVICE"); d != nullptr && *d != '\0') {
-      char* end = nullptr;
-      device_ = static_cast<int>(std::strtol(d, &end, 10));
-      if (*end != '\0' || device_ < 0 || device_ >= devices) {
-        return make_status(StatusCode::kInvalidArgument, "TIERTRAIN_DEVICE=%s: a device 0..%d", d, devices - 1);
-      }
-    } else {
-      const int lr = local_rank();
-      device_ = (lr >= 0 ? lr : rank()) % devices;
-    }
+    // core/device_env.h: the backend's device too. Without a launcher's local rank, this rank's (one node).
+    TT_ASSIGN_OR_RETURN(device_, process_device(devices));
+    if (launcher_local_rank() < 0 && std::getenv("TIERTRAIN_DEVICE") == nullptr) device_ = rank() % devices;
     TT_TRY(cuda(cudaSetDevice(device_), "cudaSetDevice"));
     // A blocking stream: the blocking calls come after the work the caller queued on the legacy default stream
     // (cudaMemcpy from pageable memory may return before its copy lands; it is ordered before them).

@@ -33,6 +33,9 @@ class Stream {
   virtual Status synchronize() = 0;
   virtual void record(Event& event) = 0;
   virtual void wait(Event& event) = 0;
+  // The device runtime's own handle of this stream (a cudaStream_t), for libraries that queue work on it (NCCL);
+  // nullptr for a stream that has none (the CPU backend's threads).
+  virtual void* native() { return nullptr; }
 };
 
 }  // namespace tt

@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "comm/nccl.h"
 #include "core/check.h"
 
 namespace tt {
@@ -40,13 +41,41 @@ class HostGradReducer final : public GradReducer {
   Status status_;
 };
 
+class NcclGradReducer final : public GradReducer {
+ public:
+  explicit NcclGradReducer(comm::NcclCommunicator& nccl) : nccl_(nccl) {}
+  int ranks() const override { return nccl_.size(); }
+  void reduce(const Tensor& grads, Stream& stream) override {
+    TT_CHECK(grads.dtype() == DType::kF32, "gradient reduction of %s: f32 only", dtype_name(grads.dtype()));
+    TT_CHECK(stream.native() != nullptr, "an NCCL reduction on a stream without a device handle (%s)", stream.name());
+    if (!status_.is_ok()) return;
+    comm::Call call;
+    call.kind = comm::kAllreduce;
+    call.send = comm::kInPlace;
+    call.recv = grads.raw();
+    call.count = static_cast<size_t>(grads.numel());
+    call.dtype = comm::DType::kF32;
+    call.op = comm::Op::kAvg;
+    Status s = nccl_.enqueue(stream.native(), call);
+    if (!s.is_ok()) status_ = std::move(s.with_context("data-parallel gradient reduction (nccl)"));
+  }
+  Status status() const override { return status_; }  // (enqueue's errors; NCCL's own come at the stream's sync)
+
+ private:
+  comm::NcclCommunicator& nccl_;
+  Status status_;  // written and read on the thread that issues the schedule
+};
+
 }  // namespace
+
+Result<std::unique_ptr<GradReducer>> make_nccl_grad_reducer(comm::NcclCommunicator& nccl) {
+  return std::unique_ptr<GradReducer>(new NcclGradReducer(nccl));
+}
 
 Result<std::unique_ptr<GradReducer>> make_host_grad_reducer(Backend& backend, comm::Communicator& comm) {
   const bool runs = backend.enqueue_on(backend.compute_stream(), [] {});
   TT_RETURN_IF(!runs, kUnimplemented,
-               "data parallel on %s: its gradient reductions need NCCL on the device's streams, which is not built "
-               "yet (docs/design/mesh.md); data parallel runs on the cpu backend today",
+               "data parallel on %s: host reductions cannot run in its streams' order (use the NCCL reducer)",
                backend.describe().c_str());
   return std::unique_ptr<GradReducer>(new HostGradReducer(backend, comm));
 }

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "comm/nccl.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -33,5 +34,9 @@ class GradReducer {
 // Through `comm` (which must outlive the reducer) on host-addressable gradients: refused where the backend cannot
 // run host functions in stream order (a GPU), or the gradients are not f32.
 Result<std::unique_ptr<GradReducer>> make_host_grad_reducer(Backend& backend, comm::Communicator& comm);
+
+// On a GPU: NCCL's allreduce queued on the stream itself (comm::NcclCommunicator::enqueue, after the ranks checked
+// each other's arguments on the host). `nccl` must live on this backend's device and outlive the reducer.
+Result<std::unique_ptr<GradReducer>> make_nccl_grad_reducer(comm::NcclCommunicator& nccl);
 
 }  // namespace tt

@@ -337,7 +337,18 @@ Status Trainer::build() {
     sampler_->next(host, host + batch_tokens, shard_, shards_);
   });
   if (shards_ > 1) {  // Note [data parallel] in exec/schedule.cc
-    TT_ASSIGN_OR_RETURN(reducer_, make_host_grad_reducer(*backend_, *data_comm_));
+    if (backend_->comm_stream().native() == nullptr) {  // the CPU backend: the host communicator in stream order
+      TT_ASSIGN_OR_RETURN(reducer_, make_host_grad_reducer(*backend_, *data_comm_));
+    } else {  // a GPU: NCCL on the comm stream, over the same ranks (its own copy of their host communicator)
+      TT_RETURN_IF(!comm::have_nccl(), kUnimplemented,
+                   "data parallel on %s needs NCCL, and this build has none (install NCCL and rebuild)",
+                   backend_->describe().c_str());
+#ifdef TIERTRAIN_HAVE_NCCL
+      TT_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> host, data_comm_->split(0, data_comm_->rank()));
+      TT_ASSIGN_OR_RETURN(nccl_, comm::create_nccl(std::move(host), comm::Options{data_comm_->timeout()}));
+      TT_ASSIGN_OR_RETURN(reducer_, make_nccl_grad_reducer(*nccl_));
+#endif
+    }
     ex_->set_grad_reducer(reducer_.get());
   }
   profiler_ = std::make_unique<OpProfiler>(*backend_);

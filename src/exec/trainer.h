@@ -154,6 +154,7 @@ class Trainer {
   std::unique_ptr<mesh::Mesh> mesh_;
   comm::Communicator* data_comm_ = nullptr;
   int shard_ = 0, shards_ = 1;
+  std::unique_ptr<comm::NcclCommunicator> nccl_;  // a GPU's reductions (declared before the reducer that uses it)
   std::unique_ptr<GradReducer> reducer_;
   bool lead() const { return mesh_ == nullptr || mesh_->rank() == 0; }
   // The mean over the data-parallel ranks of a value each computed on its shard (itself with one rank).

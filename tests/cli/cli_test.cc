@@ -294,6 +294,30 @@ TEST(Cli, DataParallelUnderMpirun) {
   expect_same_curve(dir.path() + "/one.json", dir.path() + "/mpi.json", "mpirun");
 }
 
+// On two GPUs or more (issue 22's machines): the reductions go through NCCL on the comm stream, each rank on its
+// own GPU (core/device_env.h); in f32 the curve is the one-GPU run's.
+TEST(Cli, DataParallelOnTwoGpusThroughNccl) {
+  FILE* p = popen("nvidia-smi -L 2>/dev/null | grep -c '^GPU'", "r");
+  int gpus = 0;
+  if (p != nullptr) {
+    if (std::fscanf(p, "%d", &gpus) != 1) gpus = 0;
+    pclose(p);
+  }
+  if (gpus < 2) GTEST_SKIP() << "fewer than 2 GPUs (" << gpus << ")";
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
+  const std::string args = "train --data " + data +
+                           " --backend cuda --dtype f32 --layers 2 --dim 64 --heads 2 --seq 32 --batch 8 --steps 12 "
+                           "--warmup 2 --eval-every 0";
+  CliRun a = run(args + " --metrics-out " + dir.path() + "/one.json");
+  ASSERT_EQ(a.code, 0) << a.out;
+  CliRun b = run("launch -n 2 -- " + std::string(TT_BINARY) + " " + args + " --mesh data=2 --metrics-out " +
+                 dir.path() + "/two.json");
+  ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_HAS(b.out, "[rank 0] mesh data=2");
+  expect_same_curve(dir.path() + "/one.json", dir.path() + "/two.json", "two GPUs");
+}
+
 TEST(Cli, MeshMistakesAreNamedBeforeAnythingRuns) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(20000));

@@ -61,6 +61,7 @@ class CudaStream final : public Stream {
   void record(Event& event) override { TT_CUDA_ASSERT(cudaEventRecord(as_cuda(event).get(), stream_)); }
   void wait(Event& event) override { TT_CUDA_ASSERT(cudaStreamWaitEvent(stream_, as_cuda(event).get(), 0)); }
   cudaStream_t get() const { return stream_; }
+  void* native() override { return stream_; }
 
  private:
   static CudaEvent& as_cuda(Event& e) {

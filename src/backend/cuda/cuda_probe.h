@@ -9,9 +9,10 @@ namespace tt::cuda {
 
 struct GpuInfo {
   int count = 0;            // 0 when no driver or no device
-  std::string name;         // of device 0
-  int64_t total_bytes = 0;  // of device 0
-  int64_t free_bytes = 0;   // of device 0
+  int device = 0;           // this process's (core/device_env.h), which the rest describes
+  std::string name;
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;
   int cc_major = 0, cc_minor = 0;
   std::string error;        // why count is 0, when the runtime said so
 };
