@@ -82,6 +82,13 @@ void BatchSampler::next(int32_t* inputs, int32_t* targets, int shard, int shards
   }
 }
 
+void BatchSampler::skip() {
+  for (int b = 0; b < batch_; ++b) {
+    if (state_.cursor >= order_.size()) start_epoch(state_.epoch + 1);
+    ++state_.cursor;
+  }
+}
+
 int64_t val_batches_available(const std::vector<uint16_t>& tokens, int batch, int seq) {
   if (tokens.size() < 2) return 0;
   const int64_t windows = static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(seq));

@@ -33,6 +33,8 @@ class BatchSampler {
   // shard-th run of consecutive windows) are written, and the sampler moves past the whole batch, so that each rank
   // of a data-parallel mesh reads its part of the batch the single-device run would see (B divisible by shards).
   void next(int32_t* inputs, int32_t* targets, int shard = 0, int shards = 1);
+  // Moves past the next batch without reading it (a rank that receives its part from another).
+  void skip();
   SamplerState state() const { return state_; }
   void set_state(SamplerState state);
   uint64_t windows_in_epoch() const { return static_cast<uint64_t>(order_.size()); }

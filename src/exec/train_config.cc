@@ -122,6 +122,11 @@ void declare_train_knobs(Config& cfg) {
   knob("parallel", "layout", K::kString, "",
        "which mesh dimension each tensor dimension (batch, heads, ff, vocab, embed) is split over, e.g. "
        "batch:data,heads:model (empty: batch on a dimension named data, dp or batch, or on the only one)");
+  choice("parallel", "input", "direct", {"direct", "via-root", "replicated"},
+         "how a data-parallel rank gets its part of each batch: direct (it reads only its part, into its own "
+         "buffer, and copies it on its own stream), via-root (rank 0 of the batch dimension reads the whole batch "
+         "and scatters it), replicated (every rank reads the whole batch and keeps its part); the same batches and "
+         "results in all three");
   knob("checkpoint", "checkpoint_dir", K::kString, "", "folder for checkpoints (created if missing)");
   knob("checkpoint", "checkpoint_every", K::kInt, "0", "write a checkpoint every N steps (0: only at the end)", 0,
        1e12);
@@ -226,6 +231,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.attention.workspace_cap = cfg.get_bytes("attention_workspace");
   tc.mesh = cfg.get_string("mesh");
   tc.layout = cfg.get_string("layout");
+  tc.input = cfg.get_string("input");
   tc.checkpoint_dir = cfg.get_string("checkpoint_dir");
   tc.checkpoint_every = cfg.get_int("checkpoint_every");
   tc.keep_checkpoints = cfg.get_int("keep_checkpoints");

@@ -61,6 +61,7 @@ struct TrainConfig {
   // process. Data parallel today (batch over a mesh dimension: Note [data parallel] in exec/schedule.cc).
   std::string mesh;
   std::string layout;
+  std::string input = "direct";  // direct | via-root | replicated (Note [data-parallel input] in exec/trainer.cc)
 
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;

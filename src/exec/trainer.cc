@@ -60,6 +60,8 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
                    "(docs/design/mesh.md); split the batch only (--layout batch:DIM, on a mesh of that one dimension)",
                    layout.to_string().c_str(), t, layout.mesh_dim(t).c_str());
     TT_TRY(layout.check(shape, cfg.model, cfg.batch));
+    TT_RETURN_IF(cfg.input != "direct" && cfg.input != "via-root" && cfg.input != "replicated", kInvalidArgument,
+                 "--input %s: direct, via-root or replicated", cfg.input.c_str());
     e.data_ranks = layout.ways("batch", shape);
     e.batch = cfg.batch / e.data_ranks;
   }
@@ -197,8 +199,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     t->shard_ = t->mesh_->coord(bdim);
     t->data_comm_ = t->mesh_->along(bdim);
     if (!t->lead()) t->out_ = nullptr;  // rank 0 speaks for the job
-    t->print("mesh %s, layout %s: %d ranks (%s backend); batch %d = %d a rank\n", shape.to_string().c_str(),
-             layout.to_string().c_str(), shape.ranks(), t->mesh_->world().backend(), cfg.batch, r.exec.batch);
+    t->print("mesh %s, layout %s: %d ranks (%s backend); batch %d = %d a rank, input %s\n",
+             shape.to_string().c_str(), layout.to_string().c_str(), shape.ranks(), t->mesh_->world().backend(),
+             cfg.batch, r.exec.batch, cfg.input.c_str());
   }
   const int64_t need = r.inventory.total(Inventory::kDevice), host_need = r.inventory.total(Inventory::kHost);
   if (cfg.dry_run) {
@@ -330,11 +333,43 @@ Status Trainer::build() {
   rng_.reseed(cfg.seed);
   // Note [input staging]: the executor draws each batch through this when its schedule says so; a checkpoint
   // records the sampler as it was before the batch in flight.
-  // This rank's share of each global batch (all of it alone): data::BatchSampler's shards.
+  // Note [data-parallel input]
+  // Each rank's share of every global batch (all of it alone), three ways with the same batches (--input): direct,
+  // the rank draws only its windows (data::BatchSampler's shards) into its own staging slot, which its own h2d
+  // stream copies to its device; replicated, every rank draws the whole batch and keeps its part; via-root, rank 0
+  // of the batch dimension draws the whole batch and scatters it over the batch dimension's communicator (the
+  // others move their samplers past it unread). The scatter is a host collective at the same point of every rank's
+  // schedule (kInputFill); its failure is kept and reported by the step.
   const size_t batch_tokens = static_cast<size_t>(r.exec.batch) * static_cast<size_t>(cfg.model.seq);
+  if (shards_ > 1 && cfg.input != "direct") {
+    global_inputs_.resize(batch_tokens * static_cast<size_t>(shards_));
+    global_targets_.resize(batch_tokens * static_cast<size_t>(shards_));
+  }
   ex_->set_input_source([this, batch_tokens](int32_t* host) {
     sampler_before_prefetch_ = sampler_->state();
-    sampler_->next(host, host + batch_tokens, shard_, shards_);
+    int32_t* targets = host + batch_tokens;
+    if (shards_ == 1 || cfg_.input == "direct") {
+      sampler_->next(host, targets, shard_, shards_);
+      return;
+    }
+    const size_t from = static_cast<size_t>(shard_) * batch_tokens;
+    if (cfg_.input == "replicated") {
+      sampler_->next(global_inputs_.data(), global_targets_.data());
+      std::copy_n(global_inputs_.begin() + static_cast<std::ptrdiff_t>(from), batch_tokens, host);
+      std::copy_n(global_targets_.begin() + static_cast<std::ptrdiff_t>(from), batch_tokens, targets);
+      return;
+    }
+    if (shard_ == 0) sampler_->next(global_inputs_.data(), global_targets_.data());
+    else sampler_->skip();
+    if (!input_status_.is_ok()) return;
+    for (auto [all, mine] : {std::pair<const int32_t*, int32_t*>{global_inputs_.data(), host},
+                             {global_targets_.data(), targets}}) {
+      Status st = data_comm_->scatter(shard_ == 0 ? all : nullptr, mine, batch_tokens, comm::DType::kI32, 0);
+      if (!st.is_ok()) {
+        input_status_ = std::move(st.with_context("--input via-root: the batch's scatter"));
+        return;
+      }
+    }
   });
   if (shards_ > 1) {  // Note [data parallel] in exec/schedule.cc
     if (backend_->comm_stream().native() == nullptr) {  // the CPU backend: the host communicator in stream order
@@ -404,6 +439,7 @@ Status Trainer::train_step(StepRecord* rec) {
   be.copy_d2h(&norm_sq, ex_->optimizer().grad_norm_sq(), be.compute_stream());
   TT_TRY(be.compute_stream().synchronize());
   if (reducer_) TT_TRY(reducer_->status());
+  TT_TRY(input_status_);
   double sum = 0;
   for (float l : host_losses_) sum += static_cast<double>(l);
   rec->step = step;

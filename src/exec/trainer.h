@@ -154,6 +154,8 @@ class Trainer {
   std::unique_ptr<mesh::Mesh> mesh_;
   comm::Communicator* data_comm_ = nullptr;
   int shard_ = 0, shards_ = 1;
+  std::vector<int32_t> global_inputs_, global_targets_;  // --input replicated, via-root: the whole batch
+  Status input_status_;  // the first failure of a via-root scatter (reported by the step)
   std::unique_ptr<comm::NcclCommunicator> nccl_;  // a GPU's reductions (declared before the reducer that uses it)
   std::unique_ptr<GradReducer> reducer_;
   bool lead() const { return mesh_ == nullptr || mesh_->rank() == 0; }

@@ -268,6 +268,36 @@ TEST(Cli, DataParallelCheckpointsContinueOnAnotherMesh) {
   }
 }
 
+// Note [data-parallel input]: direct, via-root and replicated feed each rank the same windows: the same run, bit for
+// bit (every logged loss, norm and validation loss equal).
+TEST(Cli, DataParallelInputModesGiveTheSameRun) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
+  const std::string args = "train --data " + data +
+                           " --backend cpu --layers 2 --dim 32 --heads 2 --seq 16 --batch 8 --steps 10 --warmup 2 "
+                           "--eval-every 5 --eval-batches 2 --threads 1 --mesh data=2";
+  std::vector<nlohmann::json> runs;
+  for (const char* input : {"direct", "via-root", "replicated"}) {
+    const std::string out = dir.path() + "/" + input + ".json";
+    CliRun r = run("launch -n 2 -- " + std::string(TT_BINARY) + " " + args + " --input " + input + " --metrics-out " +
+                   out);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_HAS(r.out, std::string("input ") + input);
+    runs.push_back(nlohmann::json::parse(slurp(out)));
+  }
+  for (size_t k = 1; k < runs.size(); ++k) {
+    ASSERT_EQ(runs[k]["steps"].size(), runs[0]["steps"].size());
+    for (size_t i = 0; i < runs[0]["steps"].size(); ++i) {
+      EXPECT_EQ(runs[k]["steps"][i]["loss"], runs[0]["steps"][i]["loss"]) << k << " step " << i + 1;
+      EXPECT_EQ(runs[k]["steps"][i]["grad_norm"], runs[0]["steps"][i]["grad_norm"]) << k << " step " << i + 1;
+    }
+    EXPECT_EQ(runs[k]["val"], runs[0]["val"]) << k;
+  }
+  CliRun bad = run(args + " --input scatter");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_HAS(bad.out, "direct");
+}
+
 // The same under mpirun, over the mpi backend (skipped where there is no mpirun or the build has no MPI).
 TEST(Cli, DataParallelUnderMpirun) {
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun (openmpi-bin)";
