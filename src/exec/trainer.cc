@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "core/atomic_file.h"
 #include "host/adamw.h"
@@ -198,6 +199,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     t->shards_ = layout.ways("batch", shape);
     t->shard_ = t->mesh_->coord(bdim);
     t->data_comm_ = t->mesh_->along(bdim);
+    TT_TRY(t->check_same_config());
     if (!t->lead()) t->out_ = nullptr;  // rank 0 speaks for the job
     t->print("mesh %s, layout %s: %d ranks (%s backend); batch %d = %d a rank, input %s\n",
              shape.to_string().c_str(), layout.to_string().c_str(), shape.ranks(), t->mesh_->world().backend(),
@@ -491,6 +493,52 @@ Result<EvalRecord> Trainer::evaluate() {
     sum += mean;
   }
   return EvalRecord{step_, sum / static_cast<double>(n), n};
+}
+
+// Issue 21: the ranks of a mesh must run the same configuration (a rank started with another --lr or --plan would
+// compute something else, or wait at another collective). Rank 0's resolved knobs go to every rank, each names the
+// knobs where it differs, and every rank fails if any does. The knobs of the lead's own outputs may differ (an
+// automatic run folder is named after each rank's start time).
+Status Trainer::check_same_config() {
+  comm::Communicator& w = mesh_->world();
+  static const std::set<std::string> kOwnOutputs = {"run_dir", "metrics_out", "metrics_jsonl", "trace",
+                                                    "checkpoint_dir", "sample_tokens"};
+  nlohmann::json mine = cfg_.resolved;
+  for (const std::string& k : kOwnOutputs) mine.erase(k);
+  if (!cfg_.resume.empty()) mine["checkpoint_dir"] = cfg_.checkpoint_dir;  // (every rank reads it)
+  std::string text = mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  int64_t n = static_cast<int64_t>(text.size());
+  TT_TRY(w.broadcast(comm::kInPlace, &n, 1, comm::DType::kI64, 0));
+  std::vector<int64_t> words(static_cast<size_t>((n + 7) / 8), 0);
+  if (w.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
+  TT_TRY(w.broadcast(comm::kInPlace, words.data(), words.size(), comm::DType::kI64, 0));
+  std::string differ;
+  if (w.rank() != 0) {
+    const nlohmann::json lead = nlohmann::json::parse(
+        std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(n)), nullptr, false);
+    for (auto it = mine.begin(); it != mine.end(); ++it) {
+      if (lead.is_discarded() || !lead.contains(it.key()) || lead.at(it.key()) != it.value())
+        differ += str_format("%s--%s %s (rank 0: %s)", differ.empty() ? "" : ", ", it.key().c_str(),
+                             it.value().dump().c_str(),
+                             lead.is_discarded() || !lead.contains(it.key()) ? "unset" : lead.at(it.key()).dump().c_str());
+    }
+  }
+  int64_t bad = differ.empty() ? 0 : 1;
+  std::vector<int64_t> all(static_cast<size_t>(w.size()));
+  TT_TRY(w.allgather(&bad, all.data(), 1, comm::DType::kI64));
+  std::string ranks;
+  for (int q = 0; q < w.size(); ++q)
+    if (all[static_cast<size_t>(q)] != 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
+  if (!differ.empty())
+    return make_status(StatusCode::kInvalidArgument,
+                       "rank %d of the mesh was started with another configuration than rank 0: %s (start every rank "
+                       "with the same flags, environment and config file)",
+                       w.rank(), differ.c_str());
+  TT_RETURN_IF(!ranks.empty(), kInvalidArgument,
+               "rank(s) %s of the mesh were started with another configuration than rank 0 (their messages name "
+               "the knobs)",
+               ranks.c_str());
+  return Status::ok();
 }
 
 Result<double> Trainer::mean_over_data(double x) {

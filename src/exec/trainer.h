@@ -161,6 +161,8 @@ class Trainer {
   bool lead() const { return mesh_ == nullptr || mesh_->rank() == 0; }
   // The mean over the data-parallel ranks of a value each computed on its shard (itself with one rank).
   Result<double> mean_over_data(double x);
+  // Every rank of the mesh runs rank 0's configuration (an error names the knobs that differ).
+  Status check_same_config();
   // Every rank's parameters are the same bits (the replicas cannot drift apart: an error names the ranks if they do).
   Status check_replicas();
 

@@ -368,6 +368,12 @@ TEST(Cli, MeshMistakesAreNamedBeforeAnythingRuns) {
   CliRun idle = run("launch -n 2 -- " + bin + " " + args + " --mesh data=1,pipe=2");
   EXPECT_NE(idle.code, 0) << idle.out;
   EXPECT_HAS(idle.out, "mesh dimension pipe (2 ranks) carries no tensor dimension");
+  // A rank started with another configuration: named on that rank, and every rank stops.
+  CliRun other = run("launch -n 2 -- sh -c 'if [ \"$RANK\" = 1 ]; then exec " + bin + " " + args +
+                     " --mesh data=2 --lr 0.001; else exec " + bin + " " + args + " --mesh data=2; fi'");
+  EXPECT_NE(other.code, 0) << other.out;
+  EXPECT_HAS(other.out, "rank 1 of the mesh was started with another configuration than rank 0: --lr 0.001");
+  EXPECT_EQ(other.out.find("done:"), std::string::npos) << other.out;
   CliRun automatic = run("launch -n 2 -- " + bin + " " + args + " --mesh data=2 --plan auto");
   EXPECT_EQ(automatic.code, 2) << automatic.out;
   EXPECT_HAS(automatic.out, "--plan auto with --mesh");
