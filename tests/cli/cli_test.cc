@@ -1,6 +1,7 @@
 // The `tiertrain` program end to end: every kind of bad input gets a clear message and the right exit code, and
 // loses nothing already written; --print-config shows where each value came from. Runs the real binary.
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -374,6 +375,15 @@ TEST(Cli, MeshMistakesAreNamedBeforeAnythingRuns) {
   EXPECT_NE(other.code, 0) << other.out;
   EXPECT_HAS(other.out, "rank 1 of the mesh was started with another configuration than rank 0: --lr 0.001");
   EXPECT_EQ(other.out.find("done:"), std::string::npos) << other.out;
+  // A rank that dies mid-run (killed after a second): the job stops at once, naming it.
+  const auto t0 = std::chrono::steady_clock::now();
+  CliRun dies = run("launch -n 2 -- sh -c 'if [ \"$RANK\" = 1 ]; then exec timeout -s KILL 1 " + bin + " " + args +
+                    " --steps 100000 --mesh data=2; else exec " + bin + " " + args + " --steps 100000 --mesh data=2; "
+                    "fi'");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(dies.code, 0) << dies.out;
+  EXPECT_HAS(dies.out, "rank 1 (pid");
+  EXPECT_LT(secs, 30) << dies.out;
   CliRun automatic = run("launch -n 2 -- " + bin + " " + args + " --mesh data=2 --plan auto");
   EXPECT_EQ(automatic.code, 2) << automatic.out;
   EXPECT_HAS(automatic.out, "--plan auto with --mesh");
