@@ -32,6 +32,11 @@ void describe_run(const TrainConfig& c, const perf::PlanRow& r, const std::strin
                format_count(static_cast<double>(gpt_num_params(c.model))).c_str(), c.batch,
                dtype_name(r.run.exec.compute), r.run.probe.device.c_str(), format_bytes(r.run.budget).c_str(),
                r.run.budget_auto ? " (automatic: the in-core need + 5%, at most the free memory)" : "");
+  if (r.run.exec.data_ranks > 1)
+    std::fprintf(out,
+                 "mesh %s: every row is one rank's (batch %d of the global %d; memory per device, tokens/s of one "
+                 "rank); the gradient reductions are not priced yet\n",
+                 c.mesh.c_str(), r.run.exec.batch, c.batch);
   std::fprintf(out, "profile: %s\n", profile.c_str());
 }
 
