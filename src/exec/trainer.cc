@@ -517,8 +517,10 @@ Status Trainer::check_same_config() {
     const nlohmann::json lead = nlohmann::json::parse(
         std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(n)), nullptr, false);
     for (auto it = mine.begin(); it != mine.end(); ++it) {
+      std::string flag = it.key();  // the knob's flag: grad_clip -> --grad-clip
+      std::replace(flag.begin(), flag.end(), '_', '-');
       if (lead.is_discarded() || !lead.contains(it.key()) || lead.at(it.key()) != it.value())
-        differ += str_format("%s--%s %s (rank 0: %s)", differ.empty() ? "" : ", ", it.key().c_str(),
+        differ += str_format("%s--%s %s (rank 0: %s)", differ.empty() ? "" : ", ", flag.c_str(),
                              it.value().dump().c_str(),
                              lead.is_discarded() || !lead.contains(it.key()) ? "unset" : lead.at(it.key()).dump().c_str());
     }
