@@ -298,7 +298,7 @@ def test_a_receive_whose_message_never_comes_times_out_naming_it():
 
 def mpirun_python(ranks: int, args: list[str], env: dict | None = None, timeout: float = 240):
     e = dict(os.environ, **(env or {}))
-    return subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(ranks), "-x", "PYTHONPATH",
+    return subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(ranks),
                            sys.executable, *args], env=e, capture_output=True, text=True, timeout=timeout)
 
 
