@@ -64,15 +64,18 @@ if [ "$which" = quick ]; then
 fi
 cmake --preset "$which" > /dev/null
 cmake --build --preset "$which"
-# The ranks under mpirun (CommMpi): Open MPI unloads its components before LeakSanitizer reports, so their leaks
-# show with no module to attribute or suppress them by; those tests run with leak detection off (the other checks
-# stay on).
+# The ranks under mpirun (CommMpi.*, *UnderMpirun): Open MPI unloads its components before LeakSanitizer reports,
+# so their leaks show with no module to attribute or suppress them by; those tests run with leak detection off (the
+# other checks stay on).
+mpi_tests='CommMpi|UnderMpirun'
 mpi_env=()
 [ "$which" = asan ] && mpi_env=(env "ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0")
 if [ -n "${2:-}" ]; then
-  case $2 in *CommMpi*) "${mpi_env[@]}" ctest --preset "$which" -j1 -R "$2" -E "$skip" ;;
-             *) ctest --preset "$which" -j1 -R "$2" -E "$skip|CommMpi" ;; esac
+  ctest --preset "$which" -j1 -R "$2" -E "$skip|$mpi_tests" || status=$?
+  # (ctest with no test to run succeeds)
+  "${mpi_env[@]}" ctest --preset "$which" -j1 -R "($2).*($mpi_tests)|($mpi_tests).*($2)" -E "$skip" || status=$?
+  exit "${status:-0}"
 else
-  ctest --preset "$which" -j1 -E "$skip|CommMpi"
-  "${mpi_env[@]}" ctest --preset "$which" -j1 -R CommMpi -E "$skip"
+  ctest --preset "$which" -j1 -E "$skip|$mpi_tests"
+  "${mpi_env[@]}" ctest --preset "$which" -j1 -R "$mpi_tests" -E "$skip"
 fi
