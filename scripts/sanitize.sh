@@ -73,9 +73,10 @@ mpi_env=()
 if [ -n "${2:-}" ]; then
   # The tests the regex names, split into the two groups (ctest fails on a regex that names none).
   names=$(ctest --preset "$which" -N -R "$2" -E "$skip" | sed -n 's/^ *Test *#[0-9]*: //p')
-  plain=$(grep -Ev "$mpi_tests" <<< "$names" | sed 's/[][.*+?()|^$]/\\&/g' | paste -sd'|' || true)
-  under_mpirun=$(grep -E "$mpi_tests" <<< "$names" | sed 's/[][.*+?()|^$]/\\&/g' | paste -sd'|' || true)
+  plain=$(grep -Ev "$mpi_tests" <<< "$names" | sed 's/[]*.+?()|^$[]/\\&/g' | paste -sd'|' || true)
+  under_mpirun=$(grep -E "$mpi_tests" <<< "$names" | sed 's/[]*.+?()|^$[]/\\&/g' | paste -sd'|' || true)
   [ -n "$names" ] || { echo "scripts/sanitize.sh: no test matches '$2'" >&2; exit 2; }
+  [ -n "$plain$under_mpirun" ] || { echo "scripts/sanitize.sh: could not sort the tests of '$2'" >&2; exit 2; }
   [ -z "$plain" ] || ctest --preset "$which" -j1 -R "^($plain)\$" || status=$?
   [ -z "$under_mpirun" ] || "${mpi_env[@]}" ctest --preset "$which" -j1 -R "^($under_mpirun)\$" || status=$?
   exit "${status:-0}"
