@@ -525,21 +525,25 @@ Status Trainer::check_same_config() {
                              lead.is_discarded() || !lead.contains(it.key()) ? "unset" : lead.at(it.key()).dump().c_str());
     }
   }
-  int64_t bad = differ.empty() ? 0 : 1;
-  std::vector<int64_t> all(static_cast<size_t>(w.size()));
-  TT_TRY(w.allgather(&bad, all.data(), 1, comm::DType::kI64));
-  std::string ranks;
-  for (int q = 0; q < w.size(); ++q)
-    if (all[static_cast<size_t>(q)] != 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
-  if (!differ.empty())
+  // Every rank's findings to every rank (lengths, then the texts padded to the longest), so that each names the
+  // first rank that differs and how: the job stops with that message whichever rank the launcher hears from first.
+  int64_t len = static_cast<int64_t>(differ.size());
+  std::vector<int64_t> lens(static_cast<size_t>(w.size()));
+  TT_TRY(w.allgather(&len, lens.data(), 1, comm::DType::kI64));
+  const size_t width = static_cast<size_t>((*std::max_element(lens.begin(), lens.end()) + 7) / 8);
+  if (width == 0) return Status::ok();
+  std::vector<int64_t> mine_words(width, 0), all(width * static_cast<size_t>(w.size()));
+  std::memcpy(mine_words.data(), differ.data(), differ.size());
+  TT_TRY(w.allgather(mine_words.data(), all.data(), width, comm::DType::kI64));
+  for (int q = 0; q < w.size(); ++q) {
+    if (lens[static_cast<size_t>(q)] == 0) continue;
+    const std::string text(reinterpret_cast<const char*>(all.data() + static_cast<size_t>(q) * width),
+                           static_cast<size_t>(lens[static_cast<size_t>(q)]));
     return make_status(StatusCode::kInvalidArgument,
                        "rank %d of the mesh was started with another configuration than rank 0: %s (start every rank "
                        "with the same flags, environment and config file)",
-                       w.rank(), differ.c_str());
-  TT_RETURN_IF(!ranks.empty(), kInvalidArgument,
-               "rank(s) %s of the mesh were started with another configuration than rank 0 (their messages name "
-               "the knobs)",
-               ranks.c_str());
+                       q, text.c_str());
+  }
   return Status::ok();
 }
 
