@@ -110,6 +110,11 @@ void declare_train_knobs(Config& cfg) {
   knob("runtime", "cudnn_library", K::kString, "",
        "libcudnn.so.9 to load, or the folder holding it (empty: the folders found at build time, then the loader's "
        "path)");
+  knob("runtime", "lm_chunk_rows", K::kInt, "0",
+       "rows (tokens) of the LM head's logits computed at once (Note [LM head in chunks] in model/gpt.h): more rows "
+       "take more device memory for the logits and fewer passes over the f32 gradient of wte (0: the model's "
+       "default)",
+       0, 1e9);
   knob("runtime", "attention_workspace", K::kBytes, "512MiB",
        "most device memory cuDNN's attention backward may use (its workspace grows as B*H*T^2; beyond this the "
        "backward runs over chunks of the batch)",
@@ -224,6 +229,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.cpu_copy_delay_us = cfg.get_int("cpu_copy_delay_us");
   tc.cpu_compute_delay_us = cfg.get_int("cpu_compute_delay_us");
   tc.cpu_host_delay_us = cfg.get_int("cpu_host_delay_us");
+  tc.lm_chunk_rows = cfg.get_int("lm_chunk_rows");
   tc.host_numa_node = static_cast<int>(cfg.get_int("host_numa_node"));
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");
   TT_ASSIGN_OR_RETURN(tc.attention.impl, parse_attention_impl(cfg.get_string("attention_impl")));

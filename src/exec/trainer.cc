@@ -81,6 +81,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   e.hyper.grad_clip = cfg.grad_clip;
   e.hyper.speculate = cfg.speculative_update;
   e.input_staging_slots = kInputStagingSlots;
+  e.lm_chunk_rows = cfg.lm_chunk_rows;
   TT_TRY(e.validate());
   TT_ASSIGN_OR_RETURN(r.inventory, Executor::inventory(e));
   // The backend's own cuBLAS workspace and scratch come out of the budget too.
