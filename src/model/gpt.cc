@@ -75,11 +75,15 @@ GptSegments gpt_segments(const GptConfig& cfg) {
 }
 
 int64_t gpt_default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute) {
-  constexpr int64_t kChunkBytes = int64_t(64) << 20;
+  // Note [LM head in chunks]: at most 512 MiB of logits, in chunks of equal size (a multiple of 64 rows).
+  constexpr int64_t kChunkBytes = int64_t(512) << 20;
   const int64_t rows = static_cast<int64_t>(batch) * cfg.seq;
   const int64_t fit = kChunkBytes / (static_cast<int64_t>(cfg.padded_vocab()) * static_cast<int64_t>(dtype_size(compute)));
   if (fit >= rows) return rows;
-  return std::min(rows, std::max<int64_t>(64, fit / 64 * 64));
+  const int64_t most = std::max<int64_t>(64, fit / 64 * 64);
+  const int64_t chunks = (rows + most - 1) / most;
+  const int64_t even = ((rows + chunks - 1) / chunks + 63) / 64 * 64;
+  return std::min({rows, most, even});
 }
 
 std::vector<TensorRequest> gpt_block_activations(const GptConfig& cfg, int batch, DType dt, unsigned parts) {

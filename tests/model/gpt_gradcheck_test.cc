@@ -116,8 +116,10 @@ TEST(GptLmHead, DefaultChunksBoundTheLogitsBuffer) {
   EXPECT_EQ(gpt2.padded_vocab(), 50304);
   const int64_t rows = gpt_default_lm_chunk_rows(gpt2, 16, DType::kBF16);
   EXPECT_EQ(rows % 64, 0);
-  EXPECT_LE(rows * gpt2.padded_vocab() * 2, int64_t(64) << 20);
-  EXPECT_GE(rows, 64);
+  EXPECT_LE(rows * gpt2.padded_vocab() * 2, int64_t(512) << 20);
+  EXPECT_EQ(rows, 4096);  // 16384 rows in 4 equal chunks
+  EXPECT_EQ(gpt_default_lm_chunk_rows(gpt2, 32, DType::kBF16), 4736);  // 32768 rows in 7 chunks, the last short
+  EXPECT_EQ(gpt_default_lm_chunk_rows(gpt2, 1, DType::kBF16), 1024);   // everything at once
   for (const TensorRequest& r : gpt_fixed_tensors(gpt2, 16, DType::kBF16, 0))
     if (r.name == "logits") {
       EXPECT_EQ(r.shape.numel(), rows * gpt2.padded_vocab());
