@@ -26,6 +26,7 @@
 #include "memory/device_pool.h"
 #include "memory/host_pool.h"
 #include "memory/stats.h"
+#include "memory/um.h"
 
 namespace tt {
 
@@ -76,6 +77,8 @@ class Backend {
   }
   void free_host(void* ptr) { host_pool().free(ptr); }
   virtual memory::MemoryStats& stats() = 0;
+  // Unified (managed) memory (memory/um.h, issue 20): nullptr where this backend has none.
+  virtual memory::UmDriver* um() { return nullptr; }
   // Diagnostic counters of which paths ops took, e.g. {"cublaslt_gelu_bias_gemms": 120}; empty by default.
   virtual std::map<std::string, int64_t> counters() const { return {}; }
   // Blocks until every stream is idle.

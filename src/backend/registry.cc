@@ -100,7 +100,8 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const B
                                  .host_numa_node = o.host_numa_node,
                                  .host_threads = host::optimizer_threads(o.threads, /*beside_gpu=*/true),
                                  .attention = o.attention,
-                                 .attention_workspace_bytes = o.attention_workspace_bytes});
+                                 .attention_workspace_bytes = o.attention_workspace_bytes,
+                                 .record_um_calls = o.record_um_calls});
 #endif
   if (name == "cpu")
     return cpu::create_backend({.device_budget = o.device_budget,
@@ -109,7 +110,8 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const B
                                 .compute_delay_us = o.compute_delay_us,
                                 .host_delay_us = o.host_delay_us,
                                 .lock_host_memory = o.lock_host_memory,
-                                .host_numa_node = o.host_numa_node});
+                                .host_numa_node = o.host_numa_node,
+                                .record_um_calls = o.record_um_calls});
   return make_status(StatusCode::kInvalidArgument, "no backend named '%s' in this build", name.c_str());
 }
 

@@ -41,6 +41,7 @@ struct BackendOptions {
   int host_numa_node = -1;
   AttentionOptions attention{};            // a GPU: cuDNN or our attention kernels (attention_options.h)
   int64_t attention_workspace_bytes = 0;   // cuDNN's attention workspace within the budget (BackendReserve)
+  bool record_um_calls = false;            // tests: um() keeps every call (memory::RecordingUmDriver)
 };
 
 // Backends compiled in, in order of preference for "auto".

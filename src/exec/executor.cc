@@ -36,6 +36,16 @@ Status ExecSpec::validate() const {
                "swapping activations needs at least 2 slots, got %d", plan.swap_slots());
   TT_RETURN_IF(r.params.size() > 0 && plan.param_slots() < 2, kInvalidArgument,
                "streaming parameters needs at least 2 slots, got %d", plan.param_slots());
+  TT_RETURN_IF((plan.managed_params || plan.managed_grads || plan.managed_optim) && plan.cpu_optimizer(),
+               kUnimplemented,
+               "plan %s: parameters, gradients or AdamW state in managed memory with the CPU optimizer is not built "
+               "yet (issue 20); use the device optimizer, or keep the state out of \"managed\"",
+               plan.source.c_str());
+  for (int l = 0; l < model.layers; ++l)
+    TT_RETURN_IF((plan.managed_params && plan.params_streamed(l)) || (plan.managed_grads && plan.grads_streamed(l)),
+                 kInvalidArgument,
+                 "plan %s: block %d streams its parameters or gradients from the host, which are also placed in "
+                 "managed memory; choose one", plan.source.c_str(), l);
   const unsigned swapped = plan.swapped_parts();
   for (int l = 0; l < model.layers; ++l)
     TT_RETURN_IF(plan.activation(l) == ActPlacement::kSwap && plan.held_parts(l) != swapped, kInvalidArgument,
@@ -63,7 +73,17 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   using TC = TensorClass;
   // Parameters: the device master (device optimizer), and the compute copy: one buffer, or with streamed
   // parameters one per resident segment and the streamed blocks' slots (Note [streamed parameters]).
-  if (!cpu) inv.add_device("params", {P}, md, TC::kParam);
+  // Issue 20: a state class the plan puts in managed memory comes from the managed pool.
+  auto state = [&](const std::string& name, Shape shape, DType dtype, TC cls) {
+    const bool managed = cls == TC::kParam ? plan.managed_params : cls == TC::kGrad ? plan.managed_grads
+                                                                                   : plan.managed_optim;
+    if (managed) {
+      inv.add_managed(name, shape, dtype, cls);
+    } else {
+      inv.add_device(name, shape, dtype, cls);
+    }
+  };
+  if (!cpu) state("params", {P}, md, TC::kParam);
   if (rings.params.size() > 0) {
     for (int s = 0; s < S; ++s)
       if (!(s >= 1 && s <= L && plan.params_streamed(s - 1)))
@@ -71,12 +91,12 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     for (int i = 0; i < rings.params.slots; ++i)
       inv.add_device("params.slot" + std::to_string(i), {segs.size[1]}, dt, TC::kParam);
   } else if (md != dt || cpu) {
-    inv.add_device("params.compute", {P}, dt, TC::kParam);
+    state("params.compute", {P}, dt, TC::kParam);
   }
   // Gradients (Note [gradient segments]): one buffer per segment; streamed blocks share two slots.
   for (int s = 0; s < S; ++s)
     if (!(s >= 1 && s <= L && plan.grads_streamed(s - 1)))
-      inv.add_device("grads.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, md, TC::kGrad);
+      state("grads.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, md, TC::kGrad);
   for (int i = 0; i < rings.grads.slots; ++i)
     inv.add_device("grads.slot" + std::to_string(i), {segs.size[1]}, md, TC::kGrad);
   const int64_t chunk = spec.lm_chunk_rows;
@@ -106,6 +126,11 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   for (int l = 0; l < L; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     if (plan.activation(l) == ActPlacement::kResident) add_block(p, l, plan.held_parts(l));
+    // Note [managed activations]: one managed entry per managed block, carved like a swap slot.
+    if (plan.managed_block(l))
+      inv.add_managed("managed.h." + std::to_string(l),
+                      {static_cast<int64_t>(device_bytes_of(gpt_block_activations(cfg, spec.batch, dt, plan.held_parts(l))))},
+                      DType::kU8, TC::kActivation, l);
     add_fixed(p + "res3");
   }
   for (const char* n : {"lnf", "lnf_mean", "lnf_rstd", "logits", "losses", "proj_out", "dresidual", "dln", "datty",
@@ -113,8 +138,8 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     add_fixed(n);
   // The optimizer's device buffers.
   if (!cpu) {
-    inv.add_device("adam.m", {P}, md, TC::kOptimState);
-    inv.add_device("adam.v", {P}, md, TC::kOptimState);
+    state("adam.m", {P}, md, TC::kOptimState);
+    state("adam.v", {P}, md, TC::kOptimState);
   }
   inv.add_device("adam.grad_norm_sq", {1}, md, TC::kWorkspace);
   inv.add_device("adam.norm_parts", {S}, md, TC::kWorkspace);
@@ -147,6 +172,20 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   return inv;
 }
 
+int64_t Executor::managed_device_bytes(const ExecSpec& spec, const Inventory& inventory) {
+  const RingLayout rings = ring_layout(spec.plan.layers.empty() ? resident_plan(spec.model.layers) : spec.plan);
+  int64_t resident = 0, largest = 0;
+  for (const InventoryEntry& e : inventory.entries()) {
+    if (e.where != Inventory::kManaged) continue;
+    if (e.layer >= 0 && rings.um.holds(e.layer)) {
+      largest = std::max(largest, static_cast<int64_t>(e.bytes));
+    } else {
+      resident += static_cast<int64_t>(e.bytes);
+    }
+  }
+  return resident + largest * rings.um.slots;
+}
+
 ScheduleSpec ExecSpec::schedule_spec() const {
   return {model,           batch, compute, plan, hyper.speculate,
           lm_chunk_rows > 0 ? lm_chunk_rows : gpt_default_lm_chunk_rows(model, batch, compute), input_staging_slots,
@@ -176,14 +215,37 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
 }
 
 Status Executor::allocate_and_bind(const ModelFactory& model) {
-  // The setup pass: every allocation of the run, in order.
+  // Issue 20: the managed pool, one reservation of exactly the inventory's managed bytes.
+  if (const int64_t managed = inventory_.total(Inventory::kManaged); managed > 0) {
+    memory::UmDriver* um = be_.um();
+    TT_RETURN_IF(um == nullptr, kFailedPrecondition,
+                 "plan %s places data in managed memory (Unified Memory), which the %s backend does not offer",
+                 spec_.plan.source.c_str(), be_.describe().c_str());
+    TT_ASSIGN_OR_RETURN(managed_base_, um->reserve(static_cast<size_t>(managed), spec_.um_allow_oversubscription));
+    managed_pool_ = std::make_unique<memory::DevicePool>(managed_base_, static_cast<size_t>(managed), be_.device(),
+                                                         &be_.stats());
+    managed_pool_->set_tier(memory::Tier::kManaged);
+  }
+  // The setup pass: every allocation of the run, in order, with the advice and first placement of managed entries.
   for (const Op& op : schedule_.pass(Pass::kSetup)) {
     const InventoryEntry* found = inventory_.find(op.name);
     TT_RETURN_IF(found == nullptr, kInternal, "the schedule allocates %s, which the inventory does not hold",
                  op.name.c_str());
     const InventoryEntry& e = *found;
     if (e.backend_owned) continue;
-    if (e.where == Inventory::kDevice) {
+    if (op.kind == OpKind::kUmAdvise) {
+      TT_TRY(be_.um()->advise({um_range(op)}, spec_.plan.um.advice(e.cls, e.layer >= 0 && rings_.um.holds(e.layer))));
+      continue;
+    }
+    if (op.kind == OpKind::kUmPrefetch) {
+      be_.um()->prefetch({um_range(op)}, static_cast<memory::UmPlace>(op.place), be_.compute_stream());
+      continue;
+    }
+    if (e.where == Inventory::kManaged) {
+      TT_ASSIGN_OR_RETURN(Tensor t, managed_pool_->allocate(e.shape, e.dtype, e.cls, e.name));
+      managed_.push_back(t);
+      by_name_[e.name] = t;
+    } else if (e.where == Inventory::kDevice) {
       TT_ASSIGN_OR_RETURN(Tensor t, be_.pool().allocate(e.shape, e.dtype, e.cls, e.name));
       device_.push_back(t);
       by_name_[e.name] = t;
@@ -242,6 +304,17 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
       off += device_alloc_bytes(a.shape, a.dtype);
     }
   }
+  // Managed blocks' sets (Note [managed activations]): carved the same way, under "managed<l>.".
+  for (int l = 0; l < L; ++l) {
+    if (!plan.managed_block(l)) continue;
+    const Tensor set = dev("managed.h." + std::to_string(l));
+    size_t off = 0;
+    for (const TensorRequest& a : gpt_block_activations(cfg, spec_.batch, spec_.compute, plan.held_parts(l))) {
+      by_name_["managed" + std::to_string(l) + "." + a.name] =
+          Tensor(static_cast<char*>(set.raw()) + off, a.shape, a.dtype, a.cls, set.device());
+      off += device_alloc_bytes(a.shape, a.dtype);
+    }
+  }
   swap_host_.assign(static_cast<size_t>(L), nullptr);
   for (int l = 0; l < L; ++l) swap_host_[static_cast<size_t>(l)] = host("swap.h." + std::to_string(l));
   // Each block's activations: from its own set, the shared recompute set or its swap slot; the parts rebuilt
@@ -250,9 +323,9 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     const std::string own = "h." + std::to_string(l) + ".";
     const ActPlacement pl = plan.activation(l);
     const std::string p = pl == ActPlacement::kRecompute ? std::string("recompute.")
-                          : pl == ActPlacement::kSwap
-                              ? "swap" + std::to_string(rings_.swap.slot(l)) + "."
-                              : own;
+                          : pl == ActPlacement::kSwap ? "swap" + std::to_string(rings_.swap.slot(l)) + "."
+                          : plan.managed_block(l)     ? "managed" + std::to_string(l) + "."
+                                                      : own;
     BlockActs& a = t.acts[static_cast<size_t>(l)];
     for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartNorms))
       *a.slot(r.name) = dev((plan.norms_rebuilt(l) ? std::string("recompute_norms.") : p) + r.name);
@@ -293,6 +366,18 @@ Executor::~Executor() {
   gpt_.reset();
   for (auto it = host_.rbegin(); it != host_.rend(); ++it) be_.free_host(*it);
   for (auto it = device_.rbegin(); it != device_.rend(); ++it) be_.pool().free(*it);
+  for (auto it = managed_.rbegin(); it != managed_.rend(); ++it) managed_pool_->free(*it);
+  managed_pool_.reset();
+  if (managed_base_ != nullptr) be_.um()->release(managed_base_);
+}
+
+memory::UmRange Executor::um_range(const Op& op) const {
+  const std::string name = op.kind == OpKind::kUmAdvise || ops_ == nullptr || ops_ == &schedule_.pass(Pass::kSetup)
+                               ? op.name
+                               : "managed.h." + std::to_string(op.layer);
+  auto it = by_name_.find(name);
+  TT_CHECK(it != by_name_.end(), "%s: no managed entry %s", op.name.c_str(), name.c_str());
+  return {it->second.raw(), device_alloc_bytes(it->second.shape(), it->second.dtype())};
 }
 
 Stream& Executor::stream(StreamId s) {
@@ -540,7 +625,15 @@ void Executor::issue(const Op& op) {
       be_.convert(compute_flat_, master_);
       break;
     case OpKind::kAlloc:
+    case OpKind::kUmAdvise:
       TT_CHECK(false, "issue: %s belongs to the setup pass", op.name.c_str());
+      break;
+    case OpKind::kUmPrefetch:  // Note [managed activations]
+      be_.um()->prefetch({um_range(op)}, static_cast<memory::UmPlace>(op.place), st);
+      break;
+    case OpKind::kUmDiscard:
+      if (prof_) prof_->mark(op.name.c_str());
+      be_.um()->discard({um_range(op)}, st);
       break;
     case OpKind::kInputFill:
       // Note [slot rings]: batch k into host slot k % slots; the copy that last read that slot belongs to a step the

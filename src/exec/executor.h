@@ -39,6 +39,9 @@ struct ExecSpec {
   int64_t lm_chunk_rows = 0;   // 0: the model's default
   int input_staging_slots = 0; // pinned host slots for the trainer's next batches (Note [input staging])
   int data_ranks = 1;          // Note [data parallel] in exec/schedule.cc: batch is this rank's share
+  // Issue 20: managed memory beyond the GPU's free memory is refused unless this is set (--um-allow-oversubscription;
+  // never on a shared GPU).
+  bool um_allow_oversubscription = false;
 
   // What compile_schedule needs of it (the model's default LM chunk when lm_chunk_rows is 0).
   ScheduleSpec schedule_spec() const;
@@ -53,6 +56,10 @@ class Executor : public GptHooks {
  public:
   // Every buffer a run of this spec takes, device and host, in allocation order.
   static Result<Inventory> inventory(const ExecSpec& spec);
+  // Issue 20: the managed bytes the plan keeps on the device at once (all of them but the offloaded blocks', of
+  // which swap_slots at a time when the schedule moves them: Note [managed activations]); the rest of the managed
+  // pool lives in host memory between uses.
+  static int64_t managed_device_bytes(const ExecSpec& spec, const Inventory& inventory);
   // model: makes the model over the tensors the executor placed (default: the GPT itself; a test passes a model
   // with the GPT's tensors and kernels of its own).
   using ModelFactory = std::function<std::unique_ptr<Gpt>(Backend&, const GptConfig&, int, DType, GptTensors)>;
@@ -124,6 +131,8 @@ class Executor : public GptHooks {
   void model_none() {}
   void run_until_model();
   void issue(const Op& op);
+  // The managed range of an inventory entry (setup) or of block `layer`'s managed set.
+  memory::UmRange um_range(const Op& op) const;
   Stream& stream(StreamId s);
 
   Backend& be_;
@@ -137,8 +146,11 @@ class Executor : public GptHooks {
   OpProfiler* prof_ = nullptr;
   GradReducer* reducer_ = nullptr;  // Note [data parallel]
   // Everything allocated, freed in the destructor.
-  std::vector<Tensor> device_;
+  std::vector<Tensor> device_, managed_;
   std::vector<void*> host_;
+  // Issue 20: the managed pool over one reservation of the backend's UM driver (Note [managed activations]).
+  void* managed_base_ = nullptr;
+  std::unique_ptr<memory::DevicePool> managed_pool_;
   std::map<std::string, Tensor> by_name_;
   std::map<std::string, void*> host_by_name_;
   Tensor master_, compute_flat_;                // device master (device optimizer); the one compute buffer, if any

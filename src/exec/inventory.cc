@@ -13,17 +13,25 @@ size_t device_alloc_bytes(const Shape& shape, DType dtype) {
 }
 
 void Inventory::add_device(std::string name, Shape shape, DType dtype, TensorClass cls, int layer) {
+  add_pooled(std::move(name), kDevice, shape, dtype, cls, layer);
+}
+
+void Inventory::add_managed(std::string name, Shape shape, DType dtype, TensorClass cls, int layer) {
+  add_pooled(std::move(name), kManaged, shape, dtype, cls, layer);
+}
+
+void Inventory::add_pooled(std::string name, Where where, Shape shape, DType dtype, TensorClass cls, int layer) {
   InventoryEntry e;
   e.name = std::move(name);
-  e.where = kDevice;
+  e.where = where;
   e.cls = cls;
   e.shape = shape;
   e.dtype = dtype;
   e.layer = layer;
   e.request = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   e.bytes = device_alloc_bytes(shape, dtype);
-  totals_[kDevice] += static_cast<int64_t>(e.bytes);
-  per_class_[kDevice][static_cast<int>(cls)] += static_cast<int64_t>(e.bytes);
+  totals_[where] += static_cast<int64_t>(e.bytes);
+  per_class_[where][static_cast<int>(cls)] += static_cast<int64_t>(e.bytes);
   index_[e.name] = entries_.size();
   entries_.push_back(std::move(e));
 }
@@ -75,12 +83,13 @@ std::string Inventory::describe(Where w) const {
 
 nlohmann::json Inventory::to_json() const {
   nlohmann::json out = nlohmann::json::object();
-  for (int w : {kDevice, kHost}) {
+  for (int w : {kDevice, kHost, kManaged}) {
+    if (w == kManaged && totals_[w] == 0) continue;
     nlohmann::json list = nlohmann::json::array();
     for (const InventoryEntry& e : entries_) {
       if (e.where != w) continue;
       nlohmann::json j = {{"name", e.name}, {"class", tensor_class_name(e.cls)}, {"bytes", e.bytes}};
-      if (w == kDevice) {
+      if (w != kHost) {
         j["shape"] = e.shape.to_string();
         j["dtype"] = dtype_name(e.dtype);
       }
@@ -91,7 +100,7 @@ nlohmann::json Inventory::to_json() const {
     nlohmann::json classes = nlohmann::json::object();
     for (int c = 0; c < kNumTensorClasses; ++c)
       if (per_class_[w][c] != 0) classes[tensor_class_name(static_cast<TensorClass>(c))] = per_class_[w][c];
-    const char* key = w == kDevice ? "device" : "host";
+    const char* key = w == kDevice ? "device" : w == kHost ? "host" : "managed";
     out[key] = {{"total_bytes", totals_[w]}, {"per_class", classes}, {"entries", list}};
   }
   out["device"]["backend_reserved_bytes"] = reserved_;

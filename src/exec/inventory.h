@@ -24,9 +24,9 @@ size_t device_alloc_bytes(const Shape& shape, DType dtype);
 
 struct InventoryEntry {
   std::string name;
-  int where = 0;       // Inventory::kDevice or kHost
+  int where = 0;       // Inventory::kDevice, kHost or kManaged
   TensorClass cls = TensorClass::kWorkspace;
-  Shape shape;         // device entries; host entries are bytes
+  Shape shape;         // device and managed entries; host entries are bytes
   DType dtype = DType::kU8;
   int layer = -1;
   size_t request = 0;  // bytes asked for
@@ -45,11 +45,15 @@ size_t device_bytes_of(const Requests& requests) {
 
 class Inventory {
  public:
-  // Device entries come from the device pool, host entries from the host pool (pinned where the backend pins).
-  enum Where : int { kDevice = 0, kHost = 1 };
+  // Device entries come from the device pool, host entries from the host pool (pinned where the backend pins),
+  // managed entries from the managed pool (one reservation of Unified Memory: memory/um.h, issue 20).
+  enum Where : int { kDevice = 0, kHost = 1, kManaged = 2 };
+  static constexpr int kNumWhere = 3;
 
   void add_device(std::string name, Shape shape, DType dtype, TensorClass cls, int layer = -1);
   void add_host(std::string name, size_t bytes, TensorClass cls);
+  // Taken from the managed pool as the device pool takes its blocks (256-byte aligned).
+  void add_managed(std::string name, Shape shape, DType dtype, TensorClass cls, int layer = -1);
   // Bytes the backend reserves in the device pool for itself (CUDA's cuBLAS workspace and scratch): an entry
   // "backend.reserved" (workspace) counted in the device totals, allocated by the backend, not by the executor.
   void add_backend_reserved(int64_t bytes);
@@ -64,10 +68,11 @@ class Inventory {
   nlohmann::json to_json() const;
 
  private:
+  void add_pooled(std::string name, Where where, Shape shape, DType dtype, TensorClass cls, int layer);
   std::vector<InventoryEntry> entries_;
   std::unordered_map<std::string, size_t> index_;  // name -> place in entries_
-  int64_t totals_[2] = {0, 0};
-  int64_t per_class_[2][kNumTensorClasses] = {};
+  int64_t totals_[kNumWhere] = {};
+  int64_t per_class_[kNumWhere][kNumTensorClasses] = {};
   int64_t reserved_ = 0;
 };
 

@@ -12,6 +12,8 @@ const char* act_placement_name(ActPlacement p) {
     case ActPlacement::kResident: return "resident";
     case ActPlacement::kRecompute: return "recompute";
     case ActPlacement::kSwap: return "swap";
+    case ActPlacement::kManaged: return "managed";
+    case ActPlacement::kManagedOffload: return "managed_offload";
   }
   return "?";
 }
@@ -32,13 +34,15 @@ Result<ActPlacement> parse_activation(const std::string& s, const std::string& w
   if (s == "resident") return ActPlacement::kResident;
   if (s == "swap") return ActPlacement::kSwap;
   if (s == "recompute") return ActPlacement::kRecompute;
+  if (s == "managed") return ActPlacement::kManaged;
+  if (s == "managed_offload") return ActPlacement::kManagedOffload;
   if (s == "host_streamed")
     return make_status(StatusCode::kInvalidArgument,
                        "%s: activations cannot be host_streamed (that is for parameters, gradients and optimizer "
                        "state); use swap",
                        where.c_str());
   return make_status(StatusCode::kInvalidArgument,
-                     "%s: unknown activation placement '%s' (resident, swap or recompute)", where.c_str(), s.c_str());
+                     "%s: unknown activation placement '%s' (resident, swap, recompute, managed or managed_offload)", where.c_str(), s.c_str());
 }
 
 Result<StatePlacement> parse_state(const std::string& s, const std::string& where) {
@@ -140,6 +144,80 @@ bool int_in(const json& v, int64_t lo, int64_t hi) {
   return x >= lo && x <= hi;
 }
 
+// {"preferred": "device"|"host"|"none", "accessed_by": ["device", "host"], "read_mostly": bool}
+Result<memory::UmAdvice> parse_advice(const json& o, const std::string& at) {
+  TT_RETURN_IF(!o.is_object(), kInvalidArgument,
+               "%s: expected an object like {\"preferred\": \"device\", \"accessed_by\": [\"host\"]}", at.c_str());
+  memory::UmAdvice a;
+  for (const auto& [key, v] : o.items()) {
+    if (key == "preferred") {
+      TT_RETURN_IF(!v.is_string() || (v != "device" && v != "host" && v != "none"), kInvalidArgument,
+                   "%s.preferred: \"device\", \"host\" or \"none\", got %s", at.c_str(), v.dump().c_str());
+      a.preferred = v == "device" ? memory::UmPlace::kDevice : v == "host" ? memory::UmPlace::kHost : memory::UmPlace::kNone;
+    } else if (key == "accessed_by") {
+      TT_RETURN_IF(!v.is_array(), kInvalidArgument, "%s.accessed_by: a list of \"device\" and \"host\"", at.c_str());
+      for (const json& x : v) {
+        TT_RETURN_IF(!x.is_string() || (x != "device" && x != "host"), kInvalidArgument,
+                     "%s.accessed_by: \"device\" or \"host\", got %s", at.c_str(), x.dump().c_str());
+        (x == "device" ? a.accessed_by_device : a.accessed_by_host) = true;
+      }
+    } else if (key == "read_mostly") {
+      TT_RETURN_IF(!v.is_boolean(), kInvalidArgument, "%s.read_mostly: true or false", at.c_str());
+      a.read_mostly = v.get<bool>();
+    } else {
+      return make_status(StatusCode::kInvalidArgument, "%s: unknown key '%s' (preferred, accessed_by, read_mostly)",
+                         at.c_str(), key.c_str());
+    }
+  }
+  return a;
+}
+
+json advice_json(const memory::UmAdvice& a) {
+  json by = json::array();
+  if (a.accessed_by_device) by.push_back("device");
+  if (a.accessed_by_host) by.push_back("host");
+  return {{"preferred", memory::um_place_name(a.preferred)}, {"accessed_by", by}, {"read_mostly", a.read_mostly}};
+}
+
+// "um": {"prefetch": bool, "advice": "none" | "default" | {"param": {...}, "grad": ..., "optim_state": ...,
+//        "activation": ..., "activation_offload": ...}}
+Status parse_um(const json& o, UmPolicy* um, const std::string& at) {
+  TT_RETURN_IF(!o.is_object(), kInvalidArgument, "%s: expected an object like {\"prefetch\": true, \"advice\": \"default\"}",
+               at.c_str());
+  for (const auto& [key, v] : o.items()) {
+    if (key == "prefetch") {
+      TT_RETURN_IF(!v.is_boolean(), kInvalidArgument, "%s.prefetch: true or false", at.c_str());
+      um->prefetch = v.get<bool>();
+    } else if (key == "advice") {
+      if (v.is_string()) {
+        TT_RETURN_IF(v != "none" && v != "default", kInvalidArgument,
+                     "%s.advice: \"none\", \"default\" or an object per kind of data", at.c_str());
+        const bool prefetch = um->prefetch;
+        *um = v == "default" ? UmPolicy::advised() : UmPolicy{};
+        um->prefetch = prefetch;
+        continue;
+      }
+      TT_RETURN_IF(!v.is_object(), kInvalidArgument, "%s.advice: \"none\", \"default\" or an object", at.c_str());
+      for (const auto& [kind, a] : v.items()) {
+        memory::UmAdvice* dst = kind == "param"                ? &um->param
+                                : kind == "grad"               ? &um->grad
+                                : kind == "optim_state"        ? &um->optim_state
+                                : kind == "activation"         ? &um->activation
+                                : kind == "activation_offload" ? &um->activation_offload
+                                                               : nullptr;
+        TT_RETURN_IF(dst == nullptr, kInvalidArgument,
+                     "%s.advice: unknown kind '%s' (param, grad, optim_state, activation, activation_offload)",
+                     at.c_str(), kind.c_str());
+        TT_ASSIGN_OR_RETURN(*dst, parse_advice(a, at + ".advice." + kind));
+      }
+    } else if (key != "comment") {
+      return make_status(StatusCode::kInvalidArgument, "%s: unknown key '%s' (prefetch, advice)", at.c_str(),
+                         key.c_str());
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<Plan> Plan::from_json(const json& j, int layers, const std::string& source, int default_prefetch) {
@@ -168,10 +246,23 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
       p.swap_prefetch = value.get<int>();
     } else if (key == "default") {
       TT_TRY(apply_layer(value, &def, "plan " + source + ": default"));
+    } else if (key == "managed") {
+      TT_RETURN_IF(!value.is_array(), kInvalidArgument,
+                   "plan %s: managed: a list of the state classes in managed memory (param, grad, optim_state)",
+                   source.c_str());
+      for (const json& c : value) {
+        TT_RETURN_IF(!c.is_string() || (c != "param" && c != "grad" && c != "optim_state"), kInvalidArgument,
+                     "plan %s: managed: param, grad or optim_state, got %s (activations are placed per layer: "
+                     "\"activation\": \"managed\")",
+                     source.c_str(), c.dump().c_str());
+        (c == "param" ? p.managed_params : c == "grad" ? p.managed_grads : p.managed_optim) = true;
+      }
+    } else if (key == "um") {
+      TT_TRY(parse_um(value, &p.um, "plan " + source + ": um"));
     } else if (key != "layers" && key != "comment") {
       return make_status(StatusCode::kInvalidArgument,
-                         "plan %s: unknown key '%s' (version, optimizer, swap_prefetch, param_prefetch, default, "
-                         "layers, comment)",
+                         "plan %s: unknown key '%s' (version, optimizer, swap_prefetch, param_prefetch, managed, um, "
+                         "default, layers, comment)",
                          source.c_str(), key.c_str());
     }
   }
@@ -221,6 +312,33 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
   return p;
 }
 
+UmPolicy UmPolicy::advised() {
+  UmPolicy u;
+  u.param = {.preferred = memory::UmPlace::kDevice, .accessed_by_device = true};
+  u.grad = {.preferred = memory::UmPlace::kDevice};
+  u.optim_state = {.preferred = memory::UmPlace::kDevice};
+  u.activation = {.preferred = memory::UmPlace::kDevice};
+  u.activation_offload = {};
+  u.prefetch = true;
+  return u;
+}
+
+const memory::UmAdvice& UmPolicy::advice(TensorClass cls, bool offload) const {
+  switch (cls) {
+    case TensorClass::kParam: return param;
+    case TensorClass::kGrad: return grad;
+    case TensorClass::kOptimState: return optim_state;
+    default: return offload ? activation_offload : activation;
+  }
+}
+
+bool Plan::uses_managed() const {
+  if (managed_params || managed_grads || managed_optim) return true;
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l)
+    if (managed_block(l)) return true;
+  return false;
+}
+
 bool Plan::needs_cpu_optimizer() const {
   for (const LayerPlan& lp : layers)
     if (lp.param == StatePlacement::kHostStreamed || lp.grad == StatePlacement::kHostStreamed ||
@@ -257,11 +375,22 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
     p.optimizer = OptimizerPlacement::kCpu;
     return p;
   }
+  if (name == "um" || name == "um-advised" || name == "um-swap-activations") {
+    // Issue 20. um: every block's activations and all model state in managed memory, no advice, no prefetch (what
+    // default UM gives); um-advised: the same with the advice table and the schedule's prefetches; um-swap-activations:
+    // swap-activations through managed memory (prefetches and discards instead of copies), model state resident.
+    const bool swap = name == "um-swap-activations";
+    Plan p = all(swap ? ActPlacement::kManagedOffload : ActPlacement::kManaged);
+    p.managed_params = p.managed_grads = p.managed_optim = !swap;
+    if (name != "um") p.um = UmPolicy::advised();
+    return p;
+  }
   if (Status s = require_regular_file(name, "--plan"); !s.is_ok() && s.code() != StatusCode::kNotFound) return s;
   std::ifstream f(name);
   TT_RETURN_IF(!f, kInvalidArgument,
                "--plan %s: not a plan name (in-core, recompute, swap-activations, swap-attention-recompute-mlp, "
-               "swap-attention-recompute-mlp-norms, offload-params, offload-all) nor a readable JSON file",
+               "swap-attention-recompute-mlp-norms, offload-params, offload-all, um, um-advised, "
+               "um-swap-activations) nor a readable JSON file",
                name.c_str());
   json j;
   try {
@@ -287,8 +416,24 @@ json Plan::to_json() const {
                   {"grad", state_name(lp.grad)},
                   {"optim_state", state_name(lp.optim_state)}});
   }
-  return {{"version", 1},         {"optimizer", optimizer_placement_name(optimizer)}, {"swap_prefetch", swap_prefetch},
-          {"param_prefetch", param_prefetch}, {"layers", ls}};
+  json j = {{"version", 1},         {"optimizer", optimizer_placement_name(optimizer)}, {"swap_prefetch", swap_prefetch},
+            {"param_prefetch", param_prefetch}, {"layers", ls}};
+  if (managed_params || managed_grads || managed_optim) {
+    json m = json::array();
+    if (managed_params) m.push_back("param");
+    if (managed_grads) m.push_back("grad");
+    if (managed_optim) m.push_back("optim_state");
+    j["managed"] = m;
+  }
+  if (uses_managed() || !(um == UmPolicy{}))
+    j["um"] = {{"prefetch", um.prefetch},
+               {"advice",
+                {{"param", advice_json(um.param)},
+                 {"grad", advice_json(um.grad)},
+                 {"optim_state", advice_json(um.optim_state)},
+                 {"activation", advice_json(um.activation)},
+                 {"activation_offload", advice_json(um.activation_offload)}}}};
+  return j;
 }
 
 int Plan::count(ActPlacement p) const {
@@ -308,10 +453,11 @@ unsigned Plan::swapped_parts() const {
 }
 
 std::string Plan::summary() const {
-  int n[3] = {0, 0, 0};
+  int n[kNumActPlacements] = {};
   for (const LayerPlan& lp : layers) ++n[static_cast<int>(lp.activation)];
   std::string s;
-  for (ActPlacement a : {ActPlacement::kSwap, ActPlacement::kRecompute, ActPlacement::kResident}) {
+  for (ActPlacement a : {ActPlacement::kSwap, ActPlacement::kManagedOffload, ActPlacement::kManaged,
+                         ActPlacement::kRecompute, ActPlacement::kResident}) {
     const int c = n[static_cast<int>(a)];
     if (c == 0) continue;
     if (!s.empty()) s += ", ";
@@ -333,6 +479,15 @@ std::string Plan::summary() const {
     s += "; parameters of " + std::to_string(params) + " blocks streamed from the host (param prefetch " +
          std::to_string(param_prefetch) + ")";
   if (grads > 0) s += "; gradients of " + std::to_string(grads) + " blocks streamed to the host";
+  if (managed_params || managed_grads || managed_optim) {
+    std::string m;
+    for (auto [on, n] : {std::pair{managed_params, "parameters"}, {managed_grads, "gradients"},
+                         {managed_optim, "AdamW state"}})
+      if (on) m += (m.empty() ? "" : ", ") + std::string(n);
+    s += "; " + m + " in managed memory";
+  }
+  if (uses_managed())
+    s += um.prefetch ? "; Unified Memory advised, pages moved by the schedule" : "; Unified Memory without advice or prefetch";
   if (optimizer != OptimizerPlacement::kCpu) return source + ": activations " + s + "; model state resident, optimizer on device";
   const bool some = params > 0 || grads > 0;
   return source + ": activations " + s + (some ? "; the rest of the parameters and gradients resident" :

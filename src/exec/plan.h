@@ -24,6 +24,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/status.h"
+#include "memory/um.h"
 #include "model/gpt.h"
 
 namespace tt {
@@ -46,7 +47,15 @@ namespace tt {
 // before anything reads them (Gpt::rebuild_norms: the same bits). A swapped block then moves 5 C per token with its
 // MLP half rebuilt (qkv, atty, res2), not 7: in the forward the copies out are what bounds a block on the H200
 // (docs/benchmarks/2026-11-30-h200x2-ooc-d4096-tight/), and two LayerNorms cost little next to moving their outputs.
-enum class ActPlacement { kResident, kRecompute, kSwap };
+// Note [managed activations] (issue 20, exec/schedule.cc):
+//  kManaged: in its own set in managed memory (memory/um.h), which stays on the device: Unified Memory's pages,
+//    placed by the plan's advice (Plan::um) and, with um.prefetch, on the device from set-up.
+//  kManagedOffload: the same, but with um.prefetch the schedule moves the pages as swap moves its copies: to the host
+//    after the block's forward, back ahead of its backward (swap_prefetch blocks ahead), and discards them after the
+//    backward (dead until the next forward, so they never migrate for their contents). Without um.prefetch the
+//    driver moves them on faults alone (default UM).
+enum class ActPlacement { kResident, kRecompute, kSwap, kManaged, kManagedOffload };
+constexpr int kNumActPlacements = 5;
 const char* act_placement_name(ActPlacement p);
 enum class StatePlacement { kResident, kHostStreamed };
 // Where AdamW runs and keeps its moments and the fp32 master: on the device, or on the host (Note [master on host]
@@ -68,15 +77,34 @@ struct LayerPlan {
   StatePlacement optim_state = StatePlacement::kResident;
 };
 
+// Issue 20: Unified Memory's advice per kind of data, and whether the schedule moves managed pages itself
+// (prefetches and discards: Note [managed activations] in exec/schedule.cc). The kinds: param, grad, optim_state,
+// activation (blocks placed "managed") and activation_offload (blocks placed "managed_offload").
+struct UmPolicy {
+  memory::UmAdvice param, grad, optim_state, activation, activation_offload;
+  bool prefetch = false;
+  // The advice measured best (docs/PLANS.md): parameters, gradients, AdamW state and resident activations preferred
+  // on the device (and the parameters mapped there), offloaded activations without a preference (the schedule's
+  // prefetches place them).
+  static UmPolicy advised();
+  const memory::UmAdvice& advice(TensorClass cls, bool offload) const;
+  bool operator==(const UmPolicy&) const = default;
+};
+
 struct Plan {
   std::string source;  // the shortcut, or the file it came from
   std::vector<LayerPlan> layers;
   int swap_prefetch = 1;  // swapped blocks brought back ahead of their backward; device slots = prefetch + 1
   int param_prefetch = 1;  // streamed parameter blocks uploaded ahead of their use; device slots = prefetch + 1
   OptimizerPlacement optimizer = OptimizerPlacement::kDevice;
+  // Issue 20: whole-model state in managed memory (JSON "managed": ["param", "grad", "optim_state"]): the parameters
+  // (and their compute copy), every gradient segment, AdamW's moments. Device optimizer only for now.
+  bool managed_params = false, managed_grads = false, managed_optim = false;
+  UmPolicy um;
 
   // A shortcut (in-core, recompute, swap-activations, swap-attention-recompute-mlp,
-  // swap-attention-recompute-mlp-norms, offload-params, offload-all) or a path to a JSON plan.
+  // swap-attention-recompute-mlp-norms, offload-params, offload-all; Unified Memory: um, um-advised,
+  // um-swap-activations) or a path to a JSON plan.
   static Result<Plan> resolve(const std::string& name, int layers, int swap_slots);
   // default_prefetch: swap_prefetch when the JSON does not give it (from --swap-slots).
   static Result<Plan> from_json(const nlohmann::json& j, int layers, const std::string& source,
@@ -85,6 +113,15 @@ struct Plan {
   // Whether any layer streams its parameters, gradients or optimizer state (all need the CPU optimizer).
   bool needs_cpu_optimizer() const;
   bool cpu_optimizer() const { return optimizer == OptimizerPlacement::kCpu; }
+  // Whether anything lives in managed memory (issue 20).
+  bool uses_managed() const;
+  bool managed_block(int l) const {
+    const ActPlacement a = activation(l);
+    return a == ActPlacement::kManaged || a == ActPlacement::kManagedOffload;
+  }
+  // Block l's managed pages leave the device between its forward and its backward (um.prefetch and
+  // managed_offload): Note [managed activations].
+  bool offloaded(int l) const { return um.prefetch && activation(l) == ActPlacement::kManagedOffload; }
 
   // Per block, as the executor reads the plan.
   ActPlacement activation(int l) const { return layers[static_cast<size_t>(l)].activation; }

@@ -25,11 +25,12 @@ constexpr const char* kOpKindNames[] = {"model",       "wait",      "record",   
                                         "rebuild_mlp", "zero_grads", "swap_out",  "swap_in",       "params_in",
                                         "grads_out",   "norm_part", "norm_total", "norm_out",      "host_adamw",
                                         "params_back", "device_adamw", "refresh_compute", "alloc", "input_fill",
-                                        "input_in", "input_take", "grad_reduce"};
+                                        "input_in", "input_take", "grad_reduce", "um_advise", "um_prefetch",
+                                        "um_discard"};
 constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup", "prefetch"};
 constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
                                           "after_head",     "before_backward", "after_backward"};
-static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kGradReduce) + 1, "a name for every OpKind");
+static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kUmDiscard) + 1, "a name for every OpKind");
 static_assert(std::size(kPassNames) == static_cast<size_t>(kNumPasses), "a name for every Pass");
 static_assert(std::size(kBoundaryNames) == static_cast<size_t>(Boundary::kAfterBackward) + 1, "a name per Boundary");
 }  // namespace
@@ -62,6 +63,25 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 //            and w_{k-S}'s backward waits for in_done.
 //  next forward: the first S swapped blocks wait for the last copy out of their slot in the previous forward (it
 //            matters after an evaluation forward, which has no backward to order it).
+//
+// Note [managed activations]
+// Issue 20: a block placed "managed" or "managed_offload" keeps its activations in its own set in managed memory
+// (one inventory entry, managed.h.<l>, carved like a swap slot). With the plan's um.prefetch, the schedule moves
+// the offloaded blocks' pages as Note [swap] moves their copies, through the UM driver (memory/um.h), with the
+// offloaded blocks o_0 < ... < o_{m-1} and S = swap_slots of them on the device at once:
+//  set-up:   every managed entry gets its class's advice (kUmAdvise) and, but for offloaded blocks, is prefetched to
+//            the device once (kUmPrefetch), so that no step faults it in.
+//  forward:  o_0 .. o_{S-1} are populated on the device at the start (h2d: a prefetch of discarded pages allocates
+//            them there and moves nothing), each after its discard in the previous backward (um_free). After o_k's
+//            forward (for k < m - S) the d2h stream prefetches its pages to the host (after um_fwd), and once they
+//            have left (um_out) the h2d stream populates o_{k+S}; o_k's forward waits for um_ready. The last S stay.
+//  backward: after o_k's backward the compute stream discards its pages (dead until the next forward, so neither
+//            direction migrates them for their contents) and records um_free; then the h2d stream prefetches
+//            o_{k-S} back to the device (after um_free o_k and um_out o_{k-S}), and o_{k-S}'s backward waits for
+//            um_in.
+// Without um.prefetch nothing of this is issued: the driver moves pages on faults alone (default UM). The CPU
+// backend's emulation poisons discarded pages (Note [emulated managed memory] in backend/cpu/cpu_backend.cc), so a
+// discard of live data fails the bit-identity tests there.
 //
 // Note [streamed parameters]
 // A streamed block's compute copy exists only in the host staging copy that the CPU optimizer writes (Note [master
@@ -109,8 +129,15 @@ class Compiler {
     pstreamed_ = rings.params.order;
     Q_ = rings.params.slots;
     grads_ = rings.grads;
+    um_ = rings.um;
     swap_bytes_ =
         static_cast<int64_t>(device_bytes_of(gpt_block_activations(cfg, spec.batch, spec.compute, plan_.swapped_parts())));
+    // A managed block's set: its held parts (every offloaded block holds all of them unless it rebuilds some; the
+    // bytes are the largest set's, for the performance model).
+    for (int l = 0; l < L_; ++l)
+      if (um_.holds(l))
+        um_bytes_ = std::max(um_bytes_, static_cast<int64_t>(device_bytes_of(
+                                            gpt_block_activations(cfg, spec.batch, spec.compute, plan_.held_parts(l)))));
     esize_ = static_cast<int64_t>(dtype_size(spec.compute));
     msize_ = static_cast<int64_t>(dtype_size(master_dtype_for(spec.compute)));
     // FLOPs (multiply-adds count 2): a block's GEMMs 24 BT C^2 forward, twice that backward; causal attention
@@ -146,14 +173,28 @@ class Compiler {
     std::vector<Op>& fb = s.passes[static_cast<int>(Pass::kForwardBackward)];
     forward_blocks(fb);
     backward(fb);
+    std::vector<Op>& setup = s.passes[static_cast<int>(Pass::kSetup)];
     for (const InventoryEntry& e : inv_.entries()) {
-      Op& op = add(s.passes[static_cast<int>(Pass::kSetup)],
-                   e.where == Inventory::kDevice ? StreamId::kCompute : StreamId::kHost, OpKind::kAlloc, e.name);
+      Op& op = add(setup, e.where == Inventory::kHost ? StreamId::kHost : StreamId::kCompute, OpKind::kAlloc, e.name);
       op.layer = e.layer;
       op.bytes = static_cast<int64_t>(e.bytes);
       op.mem_where = e.where;
       op.mem_class = e.cls;
       op.mem_bytes = static_cast<int64_t>(e.bytes);
+      if (e.where != Inventory::kManaged) continue;
+      // Note [managed activations]: the advice, and every page but the offloaded blocks' on the device from the
+      // start.
+      const bool offloaded = e.layer >= 0 && um_.holds(e.layer);
+      if (plan_.um.advice(e.cls, offloaded).any()) {
+        Op& a = add(setup, StreamId::kCompute, OpKind::kUmAdvise, e.name);
+        a.layer = e.layer;
+      }
+      if (plan_.um.prefetch && !offloaded) {
+        Op& pf = add(setup, StreamId::kCompute, OpKind::kUmPrefetch, e.name);
+        pf.layer = e.layer;
+        pf.place = static_cast<int>(memory::UmPlace::kDevice);
+        pf.bytes = static_cast<int64_t>(e.bytes);
+      }
     }
     s.events = events_;
     return s;
@@ -234,8 +275,29 @@ class Compiler {
     record(out, StreamId::kH2D, "param_in " + block(l), l);
   }
 
+  // Note [managed activations]: block l's managed pages moved to `to` on its stream, after `after` (two events).
+  void um_move(std::vector<Op>& out, int l, memory::UmPlace to, const char* what, const std::vector<std::string>& after,
+               const std::string& done) {
+    const StreamId st = to == memory::UmPlace::kDevice ? StreamId::kH2D : StreamId::kD2H;
+    for (const std::string& e : after) wait(out, st, e, ("wait " + e.substr(0, e.find(' '))).c_str(), l);
+    Op& op = add(out, st, OpKind::kUmPrefetch, std::string(what) + " " + block(l));
+    op.layer = l;
+    op.place = static_cast<int>(to);
+    op.bytes = um_bytes_;
+    record(out, st, done + " " + block(l), l);
+  }
+  // o_k populated on the device after its discard, and after o_{k-S} has left (k >= S).
+  void um_populate(std::vector<Op>& out, int k) {
+    const int l = um_.order[static_cast<size_t>(k)];
+    std::vector<std::string> after = {"um_free " + block(l)};
+    if (k >= um_.slots) after.push_back("um_out " + block(um_.order[static_cast<size_t>(k - um_.slots)]));
+    um_move(out, l, memory::UmPlace::kDevice, "um_populate", after, "um_ready");
+  }
+
   void forward_blocks(std::vector<Op>& out) {
     const int mp = static_cast<int>(pstreamed_.size());
+    const int mu = um_.size();
+    for (int k = 0; k < std::min(mu, um_.slots); ++k) um_populate(out, k);
     if (mp > 0) {
       for (int q = 0; q < Q_; ++q) record(out, StreamId::kCompute, "pslot_free " + std::to_string(q));
       for (int k = 0; k < std::min(mp, Q_); ++k) upload(out, k);
@@ -260,7 +322,14 @@ class Compiler {
         }
         if (prev >= 0) wait(out, StreamId::kCompute, "swap_out " + block(swapped_[static_cast<size_t>(prev)]), "wait swap_out", l);
       }
+      const int uk = um_.holds(l) ? um_.index(l) : -1;
+      if (uk >= 0) wait(out, StreamId::kCompute, "um_ready " + block(l), "wait um_populate", l);
       model(out, Boundary::kBeforeForward, 1 + l, "forward " + block(l), block_fwd_);
+      if (uk >= 0 && uk < mu - um_.slots) {  // the last S stay on the device
+        record(out, StreamId::kCompute, "um_fwd " + block(l), l);
+        um_move(out, l, memory::UmPlace::kHost, "um_out", {"um_fwd " + block(l)}, "um_out");
+        if (uk + um_.slots < mu) um_populate(out, uk + um_.slots);
+      }
       if (k >= 0 && k < m - S_) {  // the last S stay in their slots
         record(out, StreamId::kCompute, "fwd_done " + block(l), l);
         wait(out, StreamId::kD2H, "fwd_done " + block(l), "wait forward", l);
@@ -336,6 +405,8 @@ class Compiler {
         op.flops = block_fwd_;
       }
       if (k >= 0 && k < m - S_) wait(out, StreamId::kCompute, "swap_in " + block(l), "wait swap_in", l);
+      const int uk = um_.holds(l) ? um_.index(l) : -1;
+      if (uk >= 0 && uk < um_.size() - um_.slots) wait(out, StreamId::kCompute, "um_in " + block(l), "wait um_in", l);
       if (plan_.norms_rebuilt(l) && l != last_norms_) {
         Op& op = add(out, StreamId::kCompute, OpKind::kRebuildNorms, "rebuild norms " + block(l));
         op.layer = l;
@@ -346,6 +417,17 @@ class Compiler {
         op.flops = mlp_fwd_;
       }
       model(out, Boundary::kBeforeBackward, 1 + l, "backward " + block(l), block_bwd_);
+      if (uk >= 0) {  // Note [managed activations]: dead now; then the block S below comes back into the room
+        Op& d = add(out, StreamId::kCompute, OpKind::kUmDiscard, "um_discard " + block(l));
+        d.layer = l;
+        d.bytes = um_bytes_;
+        record(out, StreamId::kCompute, "um_free " + block(l), l);
+        if (uk >= um_.slots) {
+          const int next = um_.order[static_cast<size_t>(uk - um_.slots)];
+          um_move(out, next, memory::UmPlace::kDevice, "um_in", {"um_free " + block(l), "um_out " + block(next)},
+                  "um_in");
+        }
+      }
       if (k >= 0) {
         record(out, StreamId::kCompute, "bwd_done " + block(l), l);
         if (k >= S_) {
@@ -426,10 +508,10 @@ class Compiler {
   bool cpu_ = false;
   double bt_ = 0, block_fwd_ = 0, block_bwd_ = 0, mlp_fwd_ = 0, head_fwd_ = 0;
   std::vector<int> swapped_, swap_index_, pstreamed_, pstream_index_;
-  SlotRing grads_;
+  SlotRing grads_, um_;
   int S_ = 0, Q_ = 0;
   int last_recomputed_ = -1, last_mlp_ = -1, last_norms_ = -1;
-  int64_t swap_bytes_ = 0, esize_ = 4, msize_ = 4;
+  int64_t swap_bytes_ = 0, um_bytes_ = 0, esize_ = 4, msize_ = 4;
   std::vector<std::string> events_;
   std::map<std::string, int> event_ids_;
 };
@@ -470,8 +552,19 @@ Status Schedule::validate() const {
     for (size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       const std::string where = str_format("schedule: %s[%zu] %s", kPassNames[p], i, op.name.c_str());
-      TT_RETURN_IF((op.kind == OpKind::kAlloc) != (p == static_cast<int>(Pass::kSetup)), kInvalidArgument,
-                   "%s: allocations happen in the setup pass, and nothing else does", where.c_str());
+      const bool setup = p == static_cast<int>(Pass::kSetup);
+      TT_RETURN_IF((op.kind == OpKind::kAlloc || op.kind == OpKind::kUmAdvise) != setup &&
+                       !(setup && op.kind == OpKind::kUmPrefetch),
+                   kInvalidArgument,
+                   "%s: the setup pass allocates, advises and places, and nothing else; no other pass does the first "
+                   "two", where.c_str());
+      const bool um_op = op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard;
+      TT_RETURN_IF(um_op && !setup && !rings.um.holds(op.layer), kInvalidArgument,
+                   "%s: moves the managed pages of block %d, whose pages the plan does not move", where.c_str(),
+                   op.layer);
+      TT_RETURN_IF((op.kind == OpKind::kUmPrefetch) != (op.place >= 0) || op.place > 1, kInvalidArgument,
+                   "%s: place %d (a prefetch names the device or the host, nothing else names one)", where.c_str(),
+                   op.place);
       TT_RETURN_IF(op.layer < -1 || op.layer >= L || op.segment < -1 || op.segment >= S, kInvalidArgument,
                    "%s: layer %d or segment %d out of range", where.c_str(), op.layer, op.segment);
       const bool evented = op.kind == OpKind::kWait || op.kind == OpKind::kRecord;
@@ -519,15 +612,16 @@ SlotRing make_ring(std::string name, int slots, const std::vector<int>& items, i
 
 RingLayout ring_layout(const Plan& plan) {
   const int L = static_cast<int>(plan.layers.size());
-  std::vector<int> swapped, params, grads;
+  std::vector<int> swapped, params, grads, um;
   for (int l = 0; l < L; ++l) {
     if (plan.activation(l) == ActPlacement::kSwap) swapped.push_back(l);
+    if (plan.offloaded(l)) um.push_back(l);
     if (plan.params_streamed(l)) params.push_back(l);
   }
   for (int l = L - 1; l >= 0; --l)  // in backward order
     if (plan.grads_streamed(l)) grads.push_back(l);
   return {make_ring("swap", plan.swap_slots(), swapped, L), make_ring("params", plan.param_slots(), params, L),
-          make_ring("grads", 2, grads, L)};
+          make_ring("grads", 2, grads, L), make_ring("um", plan.swap_slots(), um, L)};
 }
 
 std::vector<std::pair<Boundary, int>> model_boundaries(const GptConfig& cfg, Pass p) {
@@ -572,11 +666,14 @@ json op_json(const Op& op, const std::vector<std::string>& events) {
   if (op.kind == OpKind::kModel) j["boundary"] = kBoundaryNames[static_cast<int>(op.boundary)];
   if (op.event >= 0) j["event"] = events[static_cast<size_t>(op.event)];
   if (op.slot >= 0) j["slot"] = op.slot;
+  if (op.place >= 0) j["place"] = memory::um_place_name(static_cast<memory::UmPlace>(op.place));
   if (op.bytes != 0) j["bytes"] = op.bytes;
   if (op.flops != 0) j["flops"] = op.flops;
   if (op.speculative) j["speculative"] = true;
   if (op.mem_where >= 0)
-    j["memory"] = {{"pool", op.mem_where == Inventory::kDevice ? "device" : "host"},
+    j["memory"] = {{"pool", op.mem_where == Inventory::kDevice ? "device"
+                            : op.mem_where == Inventory::kHost ? "host"
+                                                               : "managed"},
                    {"class", tensor_class_name(op.mem_class)},
                    {"bytes", op.mem_bytes}};
   return j;
@@ -608,15 +705,20 @@ Result<Op> op_from_json(const json& j, const std::map<std::string, int>& events,
     TT_RETURN_IF((op.kind == OpKind::kWait || op.kind == OpKind::kRecord) != (op.event >= 0), kInvalidArgument,
                  "%s: waits and records name an event, other operations none", where.c_str());
     op.slot = j.value("slot", -1);
+    if (j.contains("place")) {
+      const std::string pl = j.at("place").get<std::string>();
+      TT_RETURN_IF(pl != "device" && pl != "host", kInvalidArgument, "%s: place is device or host", where.c_str());
+      op.place = pl == "device" ? 0 : 1;
+    }
     op.bytes = j.value("bytes", int64_t{0});
     op.flops = j.value("flops", 0.0);
     op.speculative = j.value("speculative", false);
     if (j.contains("memory")) {
       const json& m = j.at("memory");
       const std::string pool = m.at("pool").get<std::string>();
-      TT_RETURN_IF(pool != "device" && pool != "host", kInvalidArgument, "%s: memory.pool is device or host",
-                   where.c_str());
-      op.mem_where = pool == "device" ? Inventory::kDevice : Inventory::kHost;
+      TT_RETURN_IF(pool != "device" && pool != "host" && pool != "managed", kInvalidArgument,
+                   "%s: memory.pool is device, host or managed", where.c_str());
+      op.mem_where = pool == "device" ? Inventory::kDevice : pool == "host" ? Inventory::kHost : Inventory::kManaged;
       TT_ASSIGN_OR_RETURN(op.mem_class, parse_tensor_class(m.at("class").get<std::string>()));
       op.mem_bytes = m.at("bytes").get<int64_t>();
     }
@@ -665,11 +767,13 @@ json Schedule::to_json() const {
   // What a training step holds, per pool and tensor class (the setup's allocations; a step allocates nothing).
   const MemoryUse m = replay_memory({Pass::kTrain});
   json mem = json::object();
-  for (int w : {Inventory::kDevice, Inventory::kHost}) {
+  for (int w : {Inventory::kDevice, Inventory::kHost, Inventory::kManaged}) {
+    if (w == Inventory::kManaged && m.peak_total[w] == 0) continue;
     json classes = json::object();
     for (int c = 0; c < kNumTensorClasses; ++c)
       if (m.peak[w][c] != 0) classes[tensor_class_name(static_cast<TensorClass>(c))] = m.peak[w][c];
-    mem[w == Inventory::kDevice ? "device" : "host"] = {{"peak_bytes", m.peak_total[w]}, {"peak_per_class", classes}};
+    mem[w == Inventory::kDevice ? "device" : w == Inventory::kHost ? "host" : "managed"] = {
+        {"peak_bytes", m.peak_total[w]}, {"peak_per_class", classes}};
   }
   j["memory_peak"] = mem;
   return j;

@@ -57,6 +57,11 @@ enum class OpKind : int {
   kInputIn,         // h2d: that batch from its host slot to the device (input.next)
   kInputTake,       // compute: the batch from input.next into the model's tokens and targets
   kGradReduce,      // compute: `segment`'s gradients averaged over the data-parallel ranks (Note [data parallel])
+  // Unified Memory (issue 20, Note [managed activations]). In the setup pass they name an inventory entry (`name`);
+  // in the other passes block `layer`'s managed set ("managed.h.<layer>").
+  kUmAdvise,        // setup: the plan's advice for the entry's class (Plan::um)
+  kUmPrefetch,      // the pages moved to `place` (h2d stream to the device, d2h stream to the host)
+  kUmDiscard,       // compute: the pages' contents are dead (after the block's backward)
 };
 const char* op_kind_name(OpKind k);
 
@@ -73,6 +78,7 @@ struct Op {
   Boundary boundary = Boundary::kBeforeForward;  // kModel: where the model's kernels start
   int event = -1;       // kWait, kRecord: index into Schedule::events
   int slot = -1;        // copies into or out of a ring slot
+  int place = -1;       // kUmPrefetch: memory::UmPlace (0 the device, 1 the host)
   int64_t bytes = 0;    // bytes moved (copies) or read and written (compute, estimated)
   double flops = 0;     // floating-point operations (compute)
   bool speculative = false;  // runs only in a step that speculates (Note [speculative update] in exec/optimizer.h)
@@ -96,9 +102,9 @@ struct ScheduleSpec {
 
 // Bytes per pool and tensor class: the peak over a replay of passes, and where the replay ended.
 struct MemoryUse {
-  int64_t peak[2][kNumTensorClasses] = {};
-  int64_t current[2][kNumTensorClasses] = {};
-  int64_t peak_total[2] = {0, 0};
+  int64_t peak[Inventory::kNumWhere][kNumTensorClasses] = {};
+  int64_t current[Inventory::kNumWhere][kNumTensorClasses] = {};
+  int64_t peak_total[Inventory::kNumWhere] = {};
 };
 
 struct Schedule {
@@ -153,6 +159,9 @@ SlotRing make_ring(std::string name, int slots, const std::vector<int>& items, i
 // The rings of a plan, from the plan alone.
 struct RingLayout {
   SlotRing swap, params, grads;
+  // The managed blocks whose pages the schedule moves (Note [managed activations]): as swap, swap_slots of them on
+  // the device at once.
+  SlotRing um;
 };
 RingLayout ring_layout(const Plan& plan);
 

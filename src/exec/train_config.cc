@@ -73,9 +73,11 @@ void declare_train_knobs(Config& cfg) {
        "swaps each block's attention half and rebuilds its MLP half; swap-attention-recompute-mlp-norms also "
        "rebuilds its LayerNorm outputs (swapping less); offload-params streams "
        "every block's parameters and gradients from host memory with the CPU optimizer; offload-all also swaps the "
-       "activations; or a JSON plan file mixing them per layer (docs/PLANS.md); or auto, the fastest plan predicted "
-       "to fit on this machine (tiertrain plan shows them all; chosen too when no --plan is given and in-core does "
-       "not fit). All are bit-identical");
+       "activations; um puts activations and model state in Unified Memory without advice (default UM), um-advised "
+       "with the advice table and the schedule's prefetches, um-swap-activations swaps activations through Unified "
+       "Memory (prefetch and discard instead of copies); or a JSON plan file mixing them per layer (docs/PLANS.md); "
+       "or auto, the fastest plan predicted to fit on this machine (tiertrain plan shows them all; chosen too when "
+       "no --plan is given and in-core does not fit). All are bit-identical");
   choice("runtime", "optimizer", "plan", {"plan", "device", "cpu"},
          "where AdamW runs: device, or cpu (moments and fp32 master weights in host memory, updated by the host "
          "between the backward and the next forward); plan: as the plan says (device for the shortcuts)");
@@ -115,6 +117,10 @@ void declare_train_knobs(Config& cfg) {
        "take more device memory for the logits and fewer passes over the f32 gradient of wte (0: the model's "
        "default)",
        0, 1e9);
+  knob("runtime", "um_allow_oversubscription", K::kBool, "false",
+       "UNSAFE on a GPU shared with other jobs: let a plan's managed memory (--plan um, um-advised, "
+       "um-swap-activations, or \"managed\" placements) be larger than the GPU's free memory, so that the driver "
+       "evicts pages under load. Without it such a plan is refused at start");
   knob("runtime", "attention_workspace", K::kBytes, "512MiB",
        "most device memory cuDNN's attention backward may use (its workspace grows as B*H*T^2; beyond this the "
        "backward runs over chunks of the batch)",
@@ -230,6 +236,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.cpu_compute_delay_us = cfg.get_int("cpu_compute_delay_us");
   tc.cpu_host_delay_us = cfg.get_int("cpu_host_delay_us");
   tc.lm_chunk_rows = cfg.get_int("lm_chunk_rows");
+  tc.um_allow_oversubscription = cfg.get_bool("um_allow_oversubscription");
   tc.host_numa_node = static_cast<int>(cfg.get_int("host_numa_node"));
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");
   TT_ASSIGN_OR_RETURN(tc.attention.impl, parse_attention_impl(cfg.get_string("attention_impl")));

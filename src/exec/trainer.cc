@@ -82,6 +82,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   e.hyper.speculate = cfg.speculative_update;
   e.input_staging_slots = kInputStagingSlots;
   e.lm_chunk_rows = cfg.lm_chunk_rows;
+  e.um_allow_oversubscription = cfg.um_allow_oversubscription;
   TT_TRY(e.validate());
   TT_ASSIGN_OR_RETURN(r.inventory, Executor::inventory(e));
   // The backend's own cuBLAS workspace and scratch come out of the budget too.
@@ -90,7 +91,9 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
                                dtype == DType::kBF16},
                               cfg.attention);
   r.inventory.add_backend_reserved(r.reserve.reserved_bytes);
-  const int64_t need = r.inventory.total(Inventory::kDevice);
+  r.managed_total = r.inventory.total(Inventory::kManaged);
+  r.managed_device = Executor::managed_device_bytes(e, r.inventory);
+  const int64_t need = r.device_need();
   // The automatic budget: on a device with memory of its own, what the run needs plus 5%, never more than the free
   // memory less a headroom (the arena is one allocation, so a generous default would take memory other processes
   // may need); on the CPU half the RAM (the arena is reserved address space, touched only as it is used), so a run
@@ -206,7 +209,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
              shape.to_string().c_str(), layout.to_string().c_str(), shape.ranks(), t->mesh_->world().backend(),
              cfg.batch, r.exec.batch, cfg.input.c_str());
   }
-  const int64_t need = r.inventory.total(Inventory::kDevice), host_need = r.inventory.total(Inventory::kHost);
+  const int64_t need = r.device_need(), host_need = r.inventory.total(Inventory::kHost);
   if (cfg.dry_run) {
     // What the run would take, whether or not it fits; nothing is allocated.
     std::string device = r.backend;
@@ -220,6 +223,11 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need).c_str(),
              format_bytes(r.budget).c_str(), r.budget_auto ? " (automatic)" : "",
              r.fits_device ? "fits" : "DOES NOT FIT", r.inventory.describe(Inventory::kDevice).c_str());
+    if (r.managed_total > 0)
+      t->print("  managed memory (Unified Memory): %s reserved (%s), of which the plan keeps %s on the device at "
+               "once (counted in the need above); the rest lives in host memory between uses\n",
+               format_bytes(r.managed_total).c_str(), r.inventory.describe(Inventory::kManaged).c_str(),
+               format_bytes(r.managed_device).c_str());
     t->print("  host: %s for the copy engines in one %s slab (input staging, swapped activations, CPU optimizer) "
              "of %s RAM (%s)\n",
              format_bytes(host_need).c_str(), r.probe.device_memory ? "pinned" : "host",
@@ -304,7 +312,8 @@ BackendOptions run_backend_options(const TrainConfig& cfg, int64_t budget, int64
 
 Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, const RunSpec& r) {
   TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be,
-                      create_backend(r.backend, run_backend_options(cfg, r.budget, r.reserve.scratch_bytes,
+                      create_backend(r.backend, run_backend_options(cfg, r.budget - r.managed_device,
+                                                                    r.reserve.scratch_bytes,
                                                                     r.reserve.attention_workspace_bytes)));
   // The host memory the run keeps for the copy engines, taken (and pinned) in one slab: the inventory's host part.
   Status s = be->host_pool().reserve(static_cast<size_t>(r.inventory.total(Inventory::kHost)));

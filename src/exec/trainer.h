@@ -71,7 +71,12 @@ struct RunSpec {
   ExecSpec exec;
   BackendReserve reserve;
   Inventory inventory;
-  int64_t budget = 0;    // device bytes
+  int64_t budget = 0;    // device bytes: the device pool's and the managed pages the plan keeps on the device
+  // Issue 20: the managed pool (a reservation of Unified Memory, beside the device pool) and what of it the plan
+  // keeps on the device at once (Executor::managed_device_bytes); the device pool gets budget - managed_device.
+  int64_t managed_total = 0, managed_device = 0;
+  // What the device holds at once: the device pool's need (inventory, backend reserve) and managed_device.
+  int64_t device_need() const { return inventory.total(Inventory::kDevice) + managed_device; }
   bool budget_auto = false;
   bool fits_device = false, fits_host = false;
   int64_t host_ram = 0;

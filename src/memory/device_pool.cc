@@ -77,7 +77,7 @@ Result<void*> DevicePool::allocate_bytes(size_t bytes, TensorClass cls, const st
   in_use_ += size;
   peak_in_use_ = std::max(peak_in_use_, in_use_);
   ++allocation_count_;
-  if (stats_) stats_->on_alloc(Tier::kDevice, cls, static_cast<int64_t>(size));
+  if (stats_) stats_->on_alloc(tier_, cls, static_cast<int64_t>(size));
   TT_LOG(TRACE, MEM, "device alloc %s %-11s %s at +%zu (in use %s)", format_bytes(static_cast<int64_t>(size)).c_str(),
          tensor_class_name(cls), tag.c_str(), offset, format_bytes(static_cast<int64_t>(in_use_)).c_str());
   return ptr;
@@ -111,7 +111,7 @@ void DevicePool::free(void* ptr) {
 }
 
 void DevicePool::release(const Live& block) {
-  if (stats_) stats_->on_free(Tier::kDevice, block.cls, static_cast<int64_t>(block.bytes));
+  if (stats_) stats_->on_free(tier_, block.cls, static_cast<int64_t>(block.bytes));
   in_use_ -= block.bytes;
   arena_.give(block.offset, block.bytes);
 }

@@ -62,6 +62,10 @@ class DevicePool {
   // Blocks freed but waiting for other streams.
   size_t pending_bytes() const;
 
+  // The tier its bytes are counted under in MemoryStats (kDevice; kManaged for a pool over managed memory, whose
+  // pages the driver moves: memory/um.h).
+  void set_tier(Tier tier) { tier_ = tier; }
+  Tier tier() const { return tier_; }
   size_t budget() const { return budget_; }
   size_t in_use() const { return in_use_; }
   size_t peak_in_use() const { return peak_in_use_; }
@@ -88,6 +92,7 @@ class DevicePool {
   size_t budget_;
   Device device_;
   MemoryStats* stats_;
+  Tier tier_ = Tier::kDevice;
   size_t in_use_ = 0;
   size_t peak_in_use_ = 0;
   int64_t allocation_count_ = 0;

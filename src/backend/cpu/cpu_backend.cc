@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <omp.h>
 #include <sys/mman.h>
 #include <thread>
@@ -58,6 +59,58 @@ memory::HostPoolOptions host_pool_options(const CpuBackendOptions& o) {
   return h;
 }
 
+// Note [emulated managed memory]
+// The CPU backend's device memory is host memory, so managed memory needs no migration here: a reservation is an
+// untouched anonymous mapping (refused beyond the machine's physical memory unless oversubscription is allowed), a
+// prefetch takes the simulated link's delay (--cpu-copy-delay-us) on its stream and moves nothing, advice is
+// accepted and does nothing, and a discard overwrites its ranges with 0xFF bytes (NaN in f32 and bf16) in stream
+// order: a schedule that discards data something still reads computes NaNs here, as it would read indeterminate
+// values on a GPU, and the bit-identity tests against in-core fail.
+class CpuUmDriver final : public memory::UmDriver {
+ public:
+  explicit CpuUmDriver(int64_t copy_delay_us) : copy_delay_us_(copy_delay_us) {}
+  std::string describe() const override { return "managed memory emulated in host memory"; }
+  Result<void*> reserve(size_t bytes, bool allow_oversubscription) override {
+    const int64_t physical = physical_memory_bytes();
+    TT_RETURN_IF(!allow_oversubscription && physical > 0 && static_cast<int64_t>(bytes) > physical,
+                 kOutOfMemory,
+                 "managed memory: %s asked for, more than this machine's %s of memory "
+                 "(--um-allow-oversubscription allows it)",
+                 format_bytes(static_cast<int64_t>(bytes)).c_str(), format_bytes(physical).c_str());
+    void* p = mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    TT_RETURN_IF(p == MAP_FAILED, kOutOfMemory, "cannot reserve %s of managed memory: %s",
+                 format_bytes(static_cast<int64_t>(bytes)).c_str(), std::strerror(errno));
+    sizes_[p] = std::max<size_t>(bytes, 1);
+    return p;
+  }
+  void release(void* base) override {
+    auto it = sizes_.find(base);
+    if (it == sizes_.end()) return;
+    munmap(base, it->second);
+    sizes_.erase(it);
+  }
+  Status advise(const std::vector<memory::UmRange>&, const memory::UmAdvice&) override { return Status::ok(); }
+  void prefetch(const std::vector<memory::UmRange>&, memory::UmPlace, Stream& stream) override {
+    const int64_t delay = copy_delay_us_;
+    cpu(stream).enqueue([delay] { simulated_delay(delay); });  // Note [simulated delays] in cpu_stream.h
+  }
+  void discard(const std::vector<memory::UmRange>& ranges, Stream& stream) override {
+    cpu(stream).enqueue([ranges] {
+      for (const memory::UmRange& r : ranges) std::memset(r.ptr, 0xFF, r.bytes);
+    });
+  }
+
+ private:
+  static CpuStream& cpu(Stream& s) {
+    auto* c = dynamic_cast<CpuStream*>(&s);
+    TT_CHECK(c != nullptr, "the CPU backend's managed memory was given a stream of another backend");
+    return *c;
+  }
+  int64_t copy_delay_us_;
+  std::map<void*, size_t> sizes_;
+};
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(void* region, size_t region_bytes, const CpuBackendOptions& options, int threads)
@@ -72,6 +125,8 @@ class CpuBackend final : public Backend {
     (void)compute_.synchronize();
     compute_.set_task_delay_us(options.compute_delay_us);
     host_.set_task_delay_us(options.host_delay_us);
+    um_ = std::make_unique<CpuUmDriver>(options.copy_delay_us);
+    if (options.record_um_calls) um_ = std::make_unique<memory::RecordingUmDriver>(std::move(um_));
   }
   ~CpuBackend() override {
     (void)synchronize_all();
@@ -100,6 +155,7 @@ class CpuBackend final : public Backend {
   memory::DevicePool& pool() override { return pool_; }
   memory::HostPool& host_pool() override { return host_pool_; }
   memory::MemoryStats& stats() override { return stats_; }
+  memory::UmDriver* um() override { return um_.get(); }
 
   void copy_h2d(const Tensor& dst, const void* src, Stream& stream) override {
     void* d = dst.raw();
@@ -401,6 +457,7 @@ class CpuBackend final : public Backend {
   memory::DevicePool pool_;
   memory::HostPool host_pool_;
   CpuStream compute_, h2d_, d2h_, host_, comm_;
+  std::unique_ptr<memory::UmDriver> um_;
 };
 
 }  // namespace

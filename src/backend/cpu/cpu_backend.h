@@ -23,6 +23,7 @@ struct CpuBackendOptions {
   int64_t host_delay_us = 0;
   bool lock_host_memory = false;  // mlock the host pool's slabs (subject to RLIMIT_MEMLOCK)
   int host_numa_node = -1;        // place the host pool's slabs on this node; -1: where first touched
+  bool record_um_calls = false;   // um() keeps every call (tests)
 };
 
 Result<std::unique_ptr<Backend>> create_backend(const CpuBackendOptions& options);

@@ -7,6 +7,7 @@
 #include "backend/cuda/cudnn_sdpa.h"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/lt_gemm.cuh"
+#include "backend/cuda/um.h"
 #include "backend/op_shapes.h"
 #include "core/log.h"
 #include "core/units.h"
@@ -130,6 +131,13 @@ class CudaBackend final : public Backend {
     TT_ASSIGN_OR_RETURN(scratch_.ptr, pool_.allocate_bytes(static_cast<size_t>(scratch_request_),
                                                           TensorClass::kWorkspace, "cuda.scratch"));
     scratch_.bytes = static_cast<size_t>(scratch_request_);
+    Result<std::unique_ptr<memory::UmDriver>> um = create_um_driver(device_);
+    if (um.is_ok()) {
+      um_ = std::move(um).value();
+      if (record_um_calls_) um_ = std::make_unique<memory::RecordingUmDriver>(std::move(um_));
+    } else {
+      TT_LOG(INFO, MEM, "%s", um.status().to_string().c_str());
+    }
     return init_attention();
   }
 
@@ -203,6 +211,8 @@ class CudaBackend final : public Backend {
             {"cudnn_attention_backward", sdpa_ ? sdpa_->backward_calls() : 0}};
   }
   memory::MemoryStats& stats() override { return stats_; }
+  memory::UmDriver* um() override { return um_.get(); }
+  void set_record_um_calls(bool on) { record_um_calls_ = on; }
 
   void copy_h2d(const Tensor& dst, const void* src, Stream& stream) override {
     TT_CUDA_ASSERT(cudaMemcpyAsync(dst.raw(), src, dst.nbytes(), cudaMemcpyHostToDevice, as_cuda(stream)));
@@ -471,6 +481,8 @@ class CudaBackend final : public Backend {
   std::string attention_desc_;
   std::unique_ptr<cudnn::CudnnSdpa> sdpa_;
   Scratch scratch_;
+  bool record_um_calls_ = false;
+  std::unique_ptr<memory::UmDriver> um_;
 };
 
 }  // namespace
@@ -535,6 +547,7 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
                                           std::max(options.scratch_bytes, kMinScratchBytes), prop.name, numa_node,
                                           options.host_numa_node >= 0, std::max(1, options.host_threads),
                                           options.attention, options.attention_workspace_bytes);
+  be->set_record_um_calls(options.record_um_calls);
   TT_TRY(be->init());
   TT_LOG(INFO, MEM, "CUDA device arena on %s: %s (free %s of %s)", prop.name, format_bytes(budget).c_str(),
          format_bytes(static_cast<int64_t>(free_b)).c_str(), format_bytes(static_cast<int64_t>(total_b)).c_str());

@@ -36,6 +36,7 @@ struct CudaBackendOptions {
   int host_threads = 1;     // Backend::host_threads (host::optimizer_threads)
   AttentionOptions attention{};
   int64_t attention_workspace_bytes = 0;  // from attention_workspace_for(); 0: cuDNN's attention is not used
+  bool record_um_calls = false;           // um() keeps every call (memory::RecordingUmDriver)
 };
 
 Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options);

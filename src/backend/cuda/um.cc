@@ -1,0 +1,115 @@
+#include "backend/cuda/um.h"
+
+#include <map>
+#include <mutex>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/log.h"
+#include "core/units.h"
+
+namespace tt::cuda {
+namespace {
+
+cudaMemLocation location(memory::UmPlace p, int device) {
+  cudaMemLocation loc{};
+  if (p == memory::UmPlace::kDevice) {
+    loc.type = cudaMemLocationTypeDevice;
+    loc.id = device;
+  } else {
+    loc.type = cudaMemLocationTypeHost;
+    loc.id = 0;
+  }
+  return loc;
+}
+
+class CudaUmDriver final : public memory::UmDriver {
+ public:
+  explicit CudaUmDriver(int device) : device_(device) {}
+  ~CudaUmDriver() override {
+    for (auto& [p, n] : sizes_) cudaFree(p);
+  }
+  std::string describe() const override { return str_format("CUDA managed memory on device %d", device_); }
+
+  Result<void*> reserve(size_t bytes, bool allow_oversubscription) override {
+    TT_CUDA_CHECK(cudaSetDevice(device_));
+    size_t free_b = 0, total_b = 0;
+    TT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    TT_RETURN_IF(!allow_oversubscription && bytes > free_b, kOutOfMemory,
+                 "managed memory: %s asked for, more than the %s free on the GPU (of %s). Managed memory beyond "
+                 "the free memory makes the driver evict pages under load and can stall other jobs on a shared GPU; "
+                 "--um-allow-oversubscription allows it where the GPU is yours alone",
+                 format_bytes(static_cast<int64_t>(bytes)).c_str(), format_bytes(static_cast<int64_t>(free_b)).c_str(),
+                 format_bytes(static_cast<int64_t>(total_b)).c_str());
+    void* p = nullptr;
+    const cudaError_t rc = cudaMallocManaged(&p, std::max<size_t>(bytes, 1), cudaMemAttachGlobal);
+    TT_RETURN_IF(rc != cudaSuccess, kOutOfMemory, "cudaMallocManaged of %s failed: %s",
+                 format_bytes(static_cast<int64_t>(bytes)).c_str(), cudaGetErrorString(rc));
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[p] = bytes;
+    TT_LOG(INFO, MEM, "managed memory: %s reserved (GPU free before: %s of %s)",
+           format_bytes(static_cast<int64_t>(bytes)).c_str(), format_bytes(static_cast<int64_t>(free_b)).c_str(),
+           format_bytes(static_cast<int64_t>(total_b)).c_str());
+    return p;
+  }
+
+  void release(void* base) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sizes_.find(base);
+    if (it == sizes_.end()) return;
+    cudaFree(base);
+    sizes_.erase(it);
+  }
+
+  Status advise(const std::vector<memory::UmRange>& ranges, const memory::UmAdvice& a) override {
+    const cudaMemLocation dev = location(memory::UmPlace::kDevice, device_);
+    const cudaMemLocation host = location(memory::UmPlace::kHost, device_);
+    for (const memory::UmRange& r : ranges) {
+      if (r.bytes == 0) continue;
+      if (a.preferred != memory::UmPlace::kNone)
+        TT_CUDA_CHECK(cudaMemAdvise(r.ptr, r.bytes, cudaMemAdviseSetPreferredLocation, location(a.preferred, device_)));
+      if (a.accessed_by_device) TT_CUDA_CHECK(cudaMemAdvise(r.ptr, r.bytes, cudaMemAdviseSetAccessedBy, dev));
+      if (a.accessed_by_host) TT_CUDA_CHECK(cudaMemAdvise(r.ptr, r.bytes, cudaMemAdviseSetAccessedBy, host));
+      if (a.read_mostly) TT_CUDA_CHECK(cudaMemAdvise(r.ptr, r.bytes, cudaMemAdviseSetReadMostly, dev));
+    }
+    return Status::ok();
+  }
+
+  void prefetch(const std::vector<memory::UmRange>& ranges, memory::UmPlace to, Stream& stream) override {
+    auto s = static_cast<cudaStream_t>(stream.native());
+    const cudaMemLocation loc = location(to, device_);
+    for (const memory::UmRange& r : ranges)
+      if (r.bytes > 0) TT_CUDA_ASSERT(cudaMemPrefetchAsync(r.ptr, r.bytes, loc, 0, s));
+  }
+
+  void discard(const std::vector<memory::UmRange>& ranges, Stream& stream) override {
+    std::vector<void*> ptrs;
+    std::vector<size_t> sizes;
+    for (const memory::UmRange& r : ranges)
+      if (r.bytes > 0) {
+        ptrs.push_back(r.ptr);
+        sizes.push_back(r.bytes);
+      }
+    if (ptrs.empty()) return;
+    TT_CUDA_ASSERT(cudaMemDiscardBatchAsync(ptrs.data(), sizes.data(), ptrs.size(), 0,
+                                            static_cast<cudaStream_t>(stream.native())));
+  }
+
+ private:
+  int device_;
+  std::mutex mu_;
+  std::map<void*, size_t> sizes_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<memory::UmDriver>> create_um_driver(int device) {
+  int concurrent = 0;
+  TT_CUDA_CHECK(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, device));
+  TT_RETURN_IF(concurrent == 0, kFailedPrecondition,
+               "managed memory: device %d has no concurrent managed access (cudaDevAttrConcurrentManagedAccess 0), "
+               "which prefetching and discarding need",
+               device);
+  return std::unique_ptr<memory::UmDriver>(std::make_unique<CudaUmDriver>(device));
+}
+
+}  // namespace tt::cuda

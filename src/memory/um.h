@@ -1,0 +1,101 @@
+// memory/um: what a backend offers of Unified (managed) Memory (issue 20): one reservation of managed memory, the
+// advice per range, and prefetches and discards in stream order. The executor sub-allocates the reservation with a
+// DevicePool counted under Tier::kManaged, applies the plan's advice per tensor class at set-up and issues the
+// schedule's prefetches and discards through this interface (Note [managed activations] in exec/schedule.cc).
+//
+//   UmDriver* um = backend.um();                  // nullptr: this backend has no managed memory
+//   TT_ASSIGN_OR_RETURN(void* base, um->reserve(bytes, /*allow_oversubscription=*/false));
+//   TT_TRY(um->advise({{base, bytes}}, UmAdvice{.preferred = UmPlace::kDevice}));
+//   um->prefetch({{p, n}}, UmPlace::kHost, backend.d2h_stream());
+//   um->discard({{p, n}}, backend.compute_stream());  // contents dead: no page of it migrates again
+//
+// CUDA (backend/cuda/um.cc): cudaMallocManaged, cudaMemAdvise / cudaMemPrefetchAsync with a cudaMemLocation (CUDA
+// 13's forms), cudaMemDiscardBatchAsync. The CPU backend emulates it (its device memory is host memory already):
+// prefetches cost the simulated link's delay and move nothing, and a discard overwrites the range with a poison
+// pattern in stream order, so that a schedule that discards live data computes wrong numbers there too (the tests'
+// bit-identity against in-core then fails). RecordingUmDriver keeps every call, for the tests that compare the
+// calls with the schedule.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/stream.h"
+
+namespace tt::memory {
+
+// Where pages are, or should be: the backend's device, or host memory. kNone: no preference.
+enum class UmPlace : int { kNone = -1, kDevice = 0, kHost = 1 };
+const char* um_place_name(UmPlace p);
+
+// cudaMemAdvise's advice for one range: the preferred location, the processors that access it (mapped there, so
+// that their accesses do not fault), read-mostly (read-only copies where it is read).
+struct UmAdvice {
+  UmPlace preferred = UmPlace::kNone;
+  bool accessed_by_device = false;
+  bool accessed_by_host = false;
+  bool read_mostly = false;
+  bool any() const { return preferred != UmPlace::kNone || accessed_by_device || accessed_by_host || read_mostly; }
+  bool operator==(const UmAdvice&) const = default;
+};
+
+struct UmRange {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+class UmDriver {
+ public:
+  virtual ~UmDriver() = default;
+  virtual std::string describe() const = 0;
+  // One reservation of `bytes` of managed memory. Refused (kOutOfMemory, naming both figures) when it is more
+  // than the device's free memory, unless allow_oversubscription: managed memory beyond the device's free memory
+  // evicts pages under load, and on a GPU shared with other jobs it can stall them all.
+  virtual Result<void*> reserve(size_t bytes, bool allow_oversubscription) = 0;
+  virtual void release(void* base) = 0;
+  // Applied at once (not in stream order), before the ranges are used.
+  virtual Status advise(const std::vector<UmRange>& ranges, const UmAdvice& advice) = 0;
+  // In `stream`'s order: the ranges' pages moved to `to` (kDevice or kHost); the caller orders the stream after
+  // the last use of the pages where they were, and their next use after the stream.
+  virtual void prefetch(const std::vector<UmRange>& ranges, UmPlace to, Stream& stream) = 0;
+  // In `stream`'s order: the ranges' contents are dead; their pages are released or left where they are, never
+  // migrated for their data. Reading them before the next write or prefetch gives indeterminate values.
+  virtual void discard(const std::vector<UmRange>& ranges, Stream& stream) = 0;
+};
+
+// One call of a UmDriver, as RecordingUmDriver keeps it.
+struct UmCall {
+  enum Kind { kAdvise, kPrefetch, kDiscard } kind = kPrefetch;
+  std::vector<UmRange> ranges;
+  UmPlace to = UmPlace::kNone;  // kPrefetch
+  UmAdvice advice;              // kAdvise
+  const Stream* stream = nullptr;
+};
+
+// Forwards every call to another driver and keeps a copy of it (thread-safe).
+class RecordingUmDriver final : public UmDriver {
+ public:
+  explicit RecordingUmDriver(std::unique_ptr<UmDriver> inner) : inner_(std::move(inner)) {}
+  std::string describe() const override { return inner_->describe() + ", recorded"; }
+  Result<void*> reserve(size_t bytes, bool allow_oversubscription) override {
+    return inner_->reserve(bytes, allow_oversubscription);
+  }
+  void release(void* base) override { inner_->release(base); }
+  Status advise(const std::vector<UmRange>& ranges, const UmAdvice& advice) override;
+  void prefetch(const std::vector<UmRange>& ranges, UmPlace to, Stream& stream) override;
+  void discard(const std::vector<UmRange>& ranges, Stream& stream) override;
+  std::vector<UmCall> calls() const;
+  void clear();
+
+ private:
+  std::unique_ptr<UmDriver> inner_;
+  mutable std::mutex mu_;
+  std::vector<UmCall> calls_;
+};
+
+}  // namespace tt::memory
