@@ -36,16 +36,16 @@ Status ExecSpec::validate() const {
                "swapping activations needs at least 2 slots, got %d", plan.swap_slots());
   TT_RETURN_IF(r.params.size() > 0 && plan.param_slots() < 2, kInvalidArgument,
                "streaming parameters needs at least 2 slots, got %d", plan.param_slots());
-  TT_RETURN_IF((plan.managed_params || plan.managed_grads || plan.managed_optim) && plan.cpu_optimizer(),
-               kUnimplemented,
-               "plan %s: parameters, gradients or AdamW state in managed memory with the CPU optimizer is not built "
-               "yet (issue 20); use the device optimizer, or keep the state out of \"managed\"",
-               plan.source.c_str());
   for (int l = 0; l < model.layers; ++l)
     TT_RETURN_IF((plan.managed_params && plan.params_streamed(l)) || (plan.managed_grads && plan.grads_streamed(l)),
                  kInvalidArgument,
                  "plan %s: block %d streams its parameters or gradients from the host, which are also placed in "
                  "managed memory; choose one", plan.source.c_str(), l);
+  TT_RETURN_IF((plan.managed_params || plan.managed_grads || plan.managed_optim) && plan.cpu_optimizer(),
+               kUnimplemented,
+               "plan %s: parameters, gradients or AdamW state in managed memory with the CPU optimizer is not built "
+               "yet (issue 20); use the device optimizer, or keep the state out of \"managed\"",
+               plan.source.c_str());
   const unsigned swapped = plan.swapped_parts();
   for (int l = 0; l < model.layers; ++l)
     TT_RETURN_IF(plan.activation(l) == ActPlacement::kSwap && plan.held_parts(l) != swapped, kInvalidArgument,

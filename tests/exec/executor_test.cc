@@ -77,6 +77,10 @@ std::vector<PlanCase> every_plan() {
     r.push_back({n, OptimizerPlacement::kCpu, true});
   }
   r.push_back({"swap-activations", OptimizerPlacement::kCpu, true});
+  // Unified Memory (issue 20; tests/exec/um_test.cc has the rest): managed state needs the device optimizer.
+  for (const char* n : {"um", "um-advised"}) r.push_back({n, OptimizerPlacement::kDevice, false});
+  r.push_back({"um-swap-activations", OptimizerPlacement::kDevice, false});
+  r.push_back({"um-swap-activations", OptimizerPlacement::kCpu, true});
   return r;
 }
 
@@ -284,12 +288,15 @@ TEST(Executor, MemoryOfTheScheduleIsWhatThePoolsMeasured) {
       EXPECT_EQ(st.of(host_tier, k).peak, m.peak[Inventory::kHost][cls]);
       EXPECT_EQ(inv.of(Inventory::kDevice, k), m.peak[Inventory::kDevice][cls]);
       EXPECT_EQ(inv.of(Inventory::kHost, k), m.peak[Inventory::kHost][cls]);
+      EXPECT_EQ(st.of(memory::Tier::kManaged, k).peak, m.peak[Inventory::kManaged][cls]);
+      EXPECT_EQ(inv.of(Inventory::kManaged, k), m.peak[Inventory::kManaged][cls]);
     }
     EXPECT_EQ(static_cast<int64_t>(be->pool().peak_in_use()), m.peak_total[Inventory::kDevice]);
     EXPECT_EQ(static_cast<int64_t>(be->host_pool().peak_in_use()), m.peak_total[Inventory::kHost]);
     // One allocation per inventory entry, and none since.
     int64_t device_entries = 0, host_entries = 0;
-    for (const InventoryEntry& e : inv.entries()) (e.where == Inventory::kDevice ? device_entries : host_entries) += 1;
+    for (const InventoryEntry& e : inv.entries())
+      if (e.where != Inventory::kManaged) (e.where == Inventory::kDevice ? device_entries : host_entries) += 1;
     EXPECT_EQ(be->pool().allocation_count(), device_entries);
     EXPECT_EQ(be->host_pool().allocation_count(), host_entries);
   }

@@ -1,0 +1,361 @@
+// Unified Memory placements (issue 20; Note [managed activations] in exec/schedule.cc) on the CPU backend, whose
+// managed memory is emulated (Note [emulated managed memory] in backend/cpu/cpu_backend.cc: a discard poisons its
+// pages):
+// - every managed plan trains bit for bit as in-core, with slow kernels and a slow link;
+// - the UM driver receives exactly the schedule's advice, prefetches and discards, in the schedule's order per
+//   stream, on the right ranges and streams (a recording driver);
+// - a discard issued before the block's backward has read its pages changes the result (the check can fail);
+// - the plan JSON of managed placements and advice, and its refusals; the refusal to oversubscribe.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/registry.h"
+#include "core/rng.h"
+#include "exec/executor.h"
+
+namespace tt {
+namespace {
+
+using nlohmann::json;
+
+const GptConfig kCfg{.vocab = 64, .layers = 5, .dim = 16, .heads = 2, .seq = 8};
+constexpr int kBatch = 2;
+
+Plan plan_of(const std::string& name, int slots = 2) {
+  if (name == "mixed") {
+    // Offloaded, swapped, recomputed, managed and resident blocks in one plan, state partly managed, advice given.
+    return Plan::from_json(json::parse(R"({
+        "managed": ["grad", "optim_state"],
+        "um": {"prefetch": true, "advice": {"grad": {"preferred": "device"},
+                                            "activation_offload": {"accessed_by": ["device"]}}},
+        "default": {"activation": "managed_offload"},
+        "layers": {"1": {"activation": "swap"}, "2": {"activation": "recompute"}, "3": {"activation": "managed"},
+                   "4": {"activation": {"attention": "managed_offload", "mlp": "recompute"}}}})"),
+                           kCfg.layers, "mixed", slots - 1)
+        .value();
+  }
+  return Plan::resolve(name, kCfg.layers, slots).value();
+}
+
+ExecSpec spec_of(const Plan& plan) {
+  ExecSpec s;
+  s.model = kCfg;
+  s.batch = kBatch;
+  s.compute = DType::kF32;
+  s.plan = plan;
+  s.input_staging_slots = 2;
+  return s;
+}
+
+std::unique_ptr<Backend> backend(int64_t compute_us = 0, int64_t copy_us = 0, bool record = false) {
+  BackendOptions o;
+  o.device_budget = int64_t(64) << 20;
+  o.threads = 1;
+  o.compute_delay_us = compute_us;
+  o.copy_delay_us = copy_us;
+  o.record_um_calls = record;
+  return std::move(create_backend("cpu", o)).value();
+}
+
+void feed(Executor& ex, Backend& be) {
+  Rng rng(11);
+  auto batch = std::make_shared<std::vector<int32_t>>(2 * kBatch * kCfg.seq);
+  for (auto& t : *batch) t = static_cast<int32_t>(rng.uniform_int(kCfg.vocab));
+  be.copy_h2d(ex.tokens(), batch->data(), be.compute_stream());
+  be.copy_h2d(ex.targets(), batch->data() + kBatch * kCfg.seq, be.compute_stream());
+  ASSERT_TRUE(be.compute_stream().synchronize().is_ok());
+  ex.set_input_source([batch](int32_t* host) { std::memcpy(host, batch->data(), batch->size() * sizeof(int32_t)); });
+  ex.prefetch();
+}
+
+struct Bits {
+  std::vector<float> params, losses;
+  bool operator==(const Bits& o) const {
+    return params.size() == o.params.size() && losses.size() == o.losses.size() &&
+           std::memcmp(params.data(), o.params.data(), params.size() * sizeof(float)) == 0 &&
+           std::memcmp(losses.data(), o.losses.data(), losses.size() * sizeof(float)) == 0;
+  }
+};
+
+// Three steps, each after an evaluation forward; `edit` may change the schedule first.
+Bits run3(const ExecSpec& spec, int64_t compute_us, int64_t copy_us,
+          const std::function<void(Schedule&)>& edit = {}) {
+  auto be = backend(compute_us, copy_us);
+  auto ex = std::move(Executor::create(*be, spec)).value();
+  EXPECT_TRUE(ex->init_params(3).is_ok());
+  feed(*ex, *be);
+  if (edit) {
+    Schedule s = ex->schedule();
+    edit(s);
+    EXPECT_TRUE(ex->use_schedule(std::move(s)).is_ok());
+  }
+  for (int step = 1; step <= 3; ++step) {
+    ex->forward();
+    ex->train_step(1e-2f);
+  }
+  Bits r;
+  r.params.resize(static_cast<size_t>(ex->num_params()));
+  r.losses.resize(static_cast<size_t>(kBatch * kCfg.seq));
+  EXPECT_TRUE(ex->download_params(r.params.data()).is_ok());
+  be->copy_d2h(r.losses.data(), ex->losses(), be->compute_stream());
+  EXPECT_TRUE(be->synchronize_all().is_ok());
+  return r;
+}
+
+TEST(UmPlans, TrainBitForBitAsInCore) {
+  const Bits in_core = run3(spec_of(plan_of("in-core")), 0, 0);
+  for (const char* name : {"um", "um-advised", "um-swap-activations", "mixed"}) {
+    for (int slots : {2, 3}) {
+      SCOPED_TRACE(std::string(name) + " slots " + std::to_string(slots));
+      const ExecSpec spec = spec_of(plan_of(name, slots));
+      EXPECT_TRUE(run3(spec, 200, 300) == in_core);
+    }
+  }
+  // The CPU optimizer beside offloaded activations (managed state with it is not built: UmPlans.Refusals).
+  ExecSpec cpu_in_core = spec_of(plan_of("in-core"));
+  cpu_in_core.plan.optimizer = OptimizerPlacement::kCpu;
+  ExecSpec cpu_um = spec_of(plan_of("um-swap-activations"));
+  cpu_um.plan.optimizer = OptimizerPlacement::kCpu;
+  EXPECT_TRUE(run3(cpu_um, 200, 300) == run3(cpu_in_core, 0, 0));
+}
+
+// The managed set of a block (its one inventory entry) and of a named entry, as ranges.
+struct Ranges {
+  std::map<void*, std::string> names;  // start -> entry name
+};
+
+TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
+  for (const char* name : {"um-advised", "um-swap-activations", "mixed"}) {
+    SCOPED_TRACE(name);
+    auto be = backend(0, 0, /*record=*/true);
+    auto* rec = dynamic_cast<memory::RecordingUmDriver*>(be->um());
+    ASSERT_NE(rec, nullptr);
+    const ExecSpec spec = spec_of(plan_of(name, 3));
+    auto ex = std::move(Executor::create(*be, spec)).value();
+    const Schedule& s = ex->schedule();
+    // The managed entries, by their first byte (every entry is one range of the managed pool).
+    std::map<const void*, const InventoryEntry*> entry_at;
+    const std::vector<memory::UmCall> setup = rec->calls();
+    // Set-up: every kUmAdvise and set-up kUmPrefetch, in order, on the entry named, with the plan's advice.
+    std::vector<const Op*> want;
+    for (const Op& op : s.pass(Pass::kSetup))
+      if (op.kind == OpKind::kUmAdvise || op.kind == OpKind::kUmPrefetch) want.push_back(&op);
+    ASSERT_EQ(setup.size(), want.size());
+    // um-swap-activations: its offloaded blocks have no advice by default and are placed by the forward.
+    EXPECT_EQ(want.empty(), std::string(name) == "um-swap-activations");
+    std::map<std::string, memory::UmRange> range_of;  // entry name -> range, from the calls
+    for (size_t i = 0; i < want.size(); ++i) {
+      const Op& op = *want[i];
+      const memory::UmCall& c = setup[i];
+      SCOPED_TRACE(op.name);
+      const InventoryEntry* e = ex->allocated().find(op.name);
+      ASSERT_NE(e, nullptr);
+      EXPECT_EQ(e->where, Inventory::kManaged);
+      ASSERT_EQ(c.ranges.size(), 1u);
+      EXPECT_EQ(c.ranges[0].bytes, e->bytes);
+      auto [it, fresh] = range_of.emplace(op.name, c.ranges[0]);
+      EXPECT_EQ(it->second.ptr, c.ranges[0].ptr);
+      if (op.kind == OpKind::kUmAdvise) {
+        EXPECT_EQ(c.kind, memory::UmCall::kAdvise);
+        const bool offloaded = e->layer >= 0 && spec.plan.offloaded(e->layer);
+        EXPECT_TRUE(c.advice == spec.plan.um.advice(e->cls, offloaded));
+        EXPECT_TRUE(c.advice.any());
+      } else {
+        EXPECT_EQ(c.kind, memory::UmCall::kPrefetch);
+        EXPECT_EQ(c.to, memory::UmPlace::kDevice);
+        EXPECT_FALSE(e->layer >= 0 && spec.plan.offloaded(e->layer)) << "offloaded blocks are placed by the forward";
+      }
+    }
+    // Every managed entry that has advice got it, and every one not offloaded was placed on the device.
+    for (const InventoryEntry& e : ex->allocated().entries()) {
+      if (e.where != Inventory::kManaged) continue;
+      const bool offloaded = e.layer >= 0 && spec.plan.offloaded(e.layer);
+      int advised = 0, placed = 0;
+      for (const Op* op : want)
+        if (op->name == e.name) (op->kind == OpKind::kUmAdvise ? advised : placed) += 1;
+      EXPECT_EQ(advised, spec.plan.um.advice(e.cls, offloaded).any() ? 1 : 0) << e.name;
+      EXPECT_EQ(placed, offloaded ? 0 : 1) << e.name;
+    }
+    // One training step: the calls per stream equal the train pass's UM operations on that stream, in order.
+    feed(*ex, *be);
+    rec->clear();
+    ex->train_step(1e-3f);
+    ASSERT_TRUE(be->synchronize_all().is_ok());
+    const std::vector<memory::UmCall> calls = rec->calls();
+    int moved = 0;
+    for (StreamId sid : {StreamId::kCompute, StreamId::kH2D, StreamId::kD2H}) {
+      Stream* st = sid == StreamId::kCompute ? &be->compute_stream()
+                   : sid == StreamId::kH2D   ? &be->h2d_stream()
+                                             : &be->d2h_stream();
+      std::vector<const memory::UmCall*> got;
+      for (const memory::UmCall& c : calls)
+        if (c.stream == st) got.push_back(&c);
+      std::vector<const Op*> ops;
+      for (const Op& op : s.pass(Pass::kTrain))
+        if (op.stream == sid && (op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard)) ops.push_back(&op);
+      SCOPED_TRACE(stream_name(sid));
+      ASSERT_EQ(got.size(), ops.size());
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = *ops[i];
+        SCOPED_TRACE(op.name);
+        const auto r = range_of.find("managed.h." + std::to_string(op.layer));
+        ASSERT_TRUE(spec.plan.offloaded(op.layer));
+        const memory::UmCall& c = *got[i];
+        ASSERT_EQ(c.ranges.size(), 1u);
+        // An offloaded block was never placed at set-up, so its range comes from the inventory entry's size only.
+        if (r != range_of.end()) EXPECT_EQ(c.ranges[0].ptr, r->second.ptr);
+        EXPECT_EQ(c.ranges[0].bytes, ex->allocated().find("managed.h." + std::to_string(op.layer))->bytes);
+        if (op.kind == OpKind::kUmDiscard) {
+          EXPECT_EQ(c.kind, memory::UmCall::kDiscard);
+          EXPECT_EQ(sid, StreamId::kCompute);
+        } else {
+          EXPECT_EQ(c.kind, memory::UmCall::kPrefetch);
+          EXPECT_EQ(static_cast<int>(c.to), op.place);
+          EXPECT_EQ(sid, op.place == 0 ? StreamId::kH2D : StreamId::kD2H);
+        }
+        ++moved;
+      }
+    }
+    EXPECT_EQ(static_cast<size_t>(moved), calls.size()) << "every call is one of the schedule's";
+    // Each offloaded block: populated once, out once unless among the last `slots`, in as often, discarded once.
+    const RingLayout rings = ring_layout(spec.plan);
+    for (int l : rings.um.order) {
+      int populate = 0, out = 0, in = 0, discard = 0;
+      for (const Op& op : s.pass(Pass::kTrain)) {
+        if (op.layer != l) continue;
+        populate += op.kind == OpKind::kUmPrefetch && op.name.starts_with("um_populate") ? 1 : 0;
+        out += op.kind == OpKind::kUmPrefetch && op.place == 1 ? 1 : 0;
+        in += op.kind == OpKind::kUmPrefetch && op.name.starts_with("um_in") ? 1 : 0;
+        discard += op.kind == OpKind::kUmDiscard ? 1 : 0;
+      }
+      const bool stays = rings.um.last_in_slot(rings.um.index(l));
+      EXPECT_EQ(populate, 1) << l;
+      EXPECT_EQ(out, stays ? 0 : 1) << l;
+      EXPECT_EQ(in, stays ? 0 : 1) << l;
+      EXPECT_EQ(discard, 1) << l;
+    }
+    if (std::string(name) != "um-advised") EXPECT_GT(moved, 0);
+  }
+}
+
+// The discard is what the emulation can check: moved before the block's backward, the block reads poisoned pages
+// and the run differs from in-core. (A prefetch moves nothing on the CPU, so removing a wait for one cannot show;
+// on a GPU, scripts/gpu.sh runs these plans bit for bit against in-core.)
+TEST(UmPlans, ADiscardBeforeTheLastReadChangesTheResult) {
+  const Bits in_core = run3(spec_of(plan_of("in-core")), 0, 0);
+  const ExecSpec spec = spec_of(plan_of("um-swap-activations", 2));
+  EXPECT_TRUE(run3(spec, 0, 0) == in_core);
+  const Bits early = run3(spec, 0, 0, [](Schedule& s) {
+    for (Pass p : {Pass::kTrain}) {
+      std::vector<Op>& ops = s.passes[static_cast<int>(p)];
+      int moved = 0;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (ops[i].kind != OpKind::kUmDiscard) continue;
+        // Back to just before the block's backward (the model operation before it).
+        size_t j = i;
+        while (j > 0 && !(ops[j - 1].kind == OpKind::kModel && ops[j - 1].name == "backward h." + std::to_string(ops[i].layer))) --j;
+        ASSERT_GT(j, 0u);
+        const Op d = ops[i];
+        ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(i));
+        ops.insert(ops.begin() + static_cast<std::ptrdiff_t>(j - 1), d);
+        ++moved;
+      }
+      EXPECT_EQ(moved, kCfg.layers);
+    }
+  });
+  EXPECT_FALSE(early == in_core);
+}
+
+TEST(UmPlans, JsonPlacementsAndAdviceRoundTrip) {
+  const Plan p = plan_of("mixed", 3);
+  EXPECT_TRUE(p.uses_managed());
+  EXPECT_FALSE(p.managed_params);
+  EXPECT_TRUE(p.managed_grads && p.managed_optim);
+  EXPECT_EQ(p.activation(0), ActPlacement::kManagedOffload);
+  EXPECT_EQ(p.activation(3), ActPlacement::kManaged);
+  EXPECT_TRUE(p.offloaded(0) && !p.offloaded(3) && !p.offloaded(1));
+  EXPECT_TRUE(p.mlp_rebuilt(4));
+  EXPECT_EQ(p.um.grad.preferred, memory::UmPlace::kDevice);
+  EXPECT_TRUE(p.um.activation_offload.accessed_by_device);
+  EXPECT_FALSE(p.um.param.any());
+  EXPECT_EQ(p.swap_slots(), 3);
+  const Plan back = Plan::from_json(p.to_json(), kCfg.layers, "back").value();
+  EXPECT_EQ(back.to_json(), p.to_json());
+  EXPECT_TRUE(back.um == p.um);
+  // Shortcuts.
+  const Plan um = plan_of("um");
+  EXPECT_TRUE(um.managed_params && um.managed_grads && um.managed_optim);
+  EXPECT_FALSE(um.um.prefetch);
+  EXPECT_FALSE(um.um.param.any());
+  const Plan adv = plan_of("um-advised");
+  EXPECT_TRUE(adv.um.prefetch);
+  EXPECT_EQ(adv.um.param.preferred, memory::UmPlace::kDevice);
+  EXPECT_FALSE(adv.offloaded(0));
+  const Plan sw = plan_of("um-swap-activations");
+  EXPECT_FALSE(sw.managed_params);
+  EXPECT_TRUE(sw.offloaded(0));
+  // "advice": "default" gives the table without prefetching; "prefetch" says so apart.
+  const Plan only = Plan::from_json(json::parse(R"({"um": {"advice": "default"}})"), 2, "x").value();
+  EXPECT_FALSE(only.um.prefetch);
+  EXPECT_EQ(only.um.param.preferred, memory::UmPlace::kDevice);
+}
+
+TEST(UmPlans, Refusals) {
+  auto bad = [](const char* text) {
+    auto r = Plan::from_json(json::parse(text), 2, "bad");
+    EXPECT_FALSE(r.is_ok()) << text;
+    return r.is_ok() ? std::string() : r.status().to_string();
+  };
+  EXPECT_NE(bad(R"({"managed": ["activation"]})").find("\"activation\": \"managed\""), std::string::npos);
+  EXPECT_NE(bad(R"({"um": {"advice": {"param": {"preferred": "gpu"}}}})").find("preferred"), std::string::npos);
+  EXPECT_NE(bad(R"({"um": {"advice": {"weights": {}}}})").find("unknown kind 'weights'"), std::string::npos);
+  EXPECT_NE(bad(R"({"um": {"prefetch": 1}})").find("true or false"), std::string::npos);
+  EXPECT_NE(bad(R"({"default": {"activation": "managed-offload"}})").find("managed_offload"), std::string::npos);
+  // Managed state with the CPU optimizer is not built yet; streamed and managed at once is a contradiction.
+  ExecSpec cpu = spec_of(plan_of("um"));
+  cpu.plan.optimizer = OptimizerPlacement::kCpu;
+  const Status s = cpu.validate();
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.to_string().find("not built yet"), std::string::npos);
+  ExecSpec both = spec_of(plan_of("offload-params"));
+  both.plan.managed_params = true;
+  EXPECT_NE(both.validate().to_string().find("choose one"), std::string::npos);
+  // The emulated driver refuses more managed memory than the machine has, unless told to allow it.
+  auto be = backend();
+  const size_t huge = static_cast<size_t>(cpu::physical_memory_bytes()) * 4;
+  auto r = be->um()->reserve(huge, /*allow_oversubscription=*/false);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kOutOfMemory);
+  EXPECT_NE(r.status().to_string().find("--um-allow-oversubscription"), std::string::npos);
+  auto ok = be->um()->reserve(huge, /*allow_oversubscription=*/true);  // address space only: nothing is touched
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  be->um()->release(ok.value());
+}
+
+// The budget counts the managed pages the plan keeps on the device: all of um's, and of um-swap-activations' only
+// swap_slots blocks at once.
+TEST(UmPlans, ManagedBytesOnTheDevice) {
+  const ExecSpec um = spec_of(plan_of("um-advised"));
+  const Inventory inv = Executor::inventory(um).value();
+  EXPECT_EQ(Executor::managed_device_bytes(um, inv), inv.total(Inventory::kManaged));
+  const ExecSpec sw = spec_of(plan_of("um-swap-activations", 2));
+  const Inventory sinv = Executor::inventory(sw).value();
+  const int64_t block = static_cast<int64_t>(sinv.find("managed.h.0")->bytes);
+  EXPECT_EQ(sinv.total(Inventory::kManaged), block * kCfg.layers);
+  EXPECT_EQ(Executor::managed_device_bytes(sw, sinv), block * 2);
+  // Without the schedule's prefetches nothing leaves the device on purpose: everything counts.
+  ExecSpec nomove = sw;
+  nomove.plan.um.prefetch = false;
+  EXPECT_EQ(Executor::managed_device_bytes(nomove, Executor::inventory(nomove).value()), block * kCfg.layers);
+}
+
+}  // namespace
+}  // namespace tt
