@@ -787,9 +787,11 @@ TEST(TrainerCuda, PlansMatchInCore) {
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     ASSERT_TRUE(a.value()->run().is_ok());
     const RunResult ra = finish(*a.value());
+    // Unified Memory too (issue 20): default UM, advised, and activations swapped through managed memory.
     for (const std::string& plan : {std::string("recompute"), std::string("swap-activations"),
                                       std::string("swap-attention-recompute-mlp"),
-                                      std::string("swap-attention-recompute-mlp-norms"), mix}) {
+                                      std::string("swap-attention-recompute-mlp-norms"), mix, std::string("um"),
+                                      std::string("um-advised"), std::string("um-swap-activations")}) {
       SCOPED_TRACE(plan);
       TrainConfig tc = base;
       tc.plan = plan;
