@@ -41,10 +41,9 @@ Status ExecSpec::validate() const {
                  kInvalidArgument,
                  "plan %s: block %d streams its parameters or gradients from the host, which are also placed in "
                  "managed memory; choose one", plan.source.c_str(), l);
-  TT_RETURN_IF((plan.managed_params || plan.managed_grads || plan.managed_optim) && plan.cpu_optimizer(),
-               kUnimplemented,
-               "plan %s: parameters, gradients or AdamW state in managed memory with the CPU optimizer is not built "
-               "yet (issue 20); use the device optimizer, or keep the state out of \"managed\"",
+  TT_RETURN_IF(plan.managed_optim && plan.cpu_optimizer(), kInvalidArgument,
+               "plan %s: the CPU optimizer keeps AdamW's state and the fp32 master in host memory: \"optim_state\" "
+               "cannot be managed with it (\"param\" and \"grad\" can: Note [managed optimizer exchange])",
                plan.source.c_str());
   const unsigned swapped = plan.swapped_parts();
   for (int l = 0; l < model.layers; ++l)
@@ -152,16 +151,19 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
       inv.add_host("swap.h." + std::to_string(l), swap_bytes, TC::kActivation);
   if (cpu) {
     const size_t n = static_cast<size_t>(P);
+    // Note [managed optimizer exchange]: managed gradients are read where they are, and a managed compute copy is
+    // written where it is: no host copy of either.
     inv.add_host("params.master", n * sizeof(float), TC::kParam);
-    if (dt != DType::kF32) inv.add_host("params.compute.host", n * dtype_size(dt), TC::kParam);
-    inv.add_host("adam.grads", n * sizeof(float), TC::kGrad);
+    if (dt != DType::kF32 && !plan.managed_params) inv.add_host("params.compute.host", n * dtype_size(dt), TC::kParam);
+    if (!plan.managed_grads) inv.add_host("adam.grads", n * sizeof(float), TC::kGrad);
     inv.add_host("adam.m", n * sizeof(float), TC::kOptimState);
     inv.add_host("adam.v", n * sizeof(float), TC::kOptimState);
     if (spec.hyper.speculate) {
       inv.add_host("adam.master.next", n * sizeof(float), TC::kParam);
       inv.add_host("adam.m.next", n * sizeof(float), TC::kOptimState);
       inv.add_host("adam.v.next", n * sizeof(float), TC::kOptimState);
-      if (dt != DType::kF32) inv.add_host("params.compute.host.next", n * dtype_size(dt), TC::kParam);
+      if (dt != DType::kF32 && !plan.managed_params)
+        inv.add_host("params.compute.host.next", n * dtype_size(dt), TC::kParam);
     }
     inv.add_host("adam.norm", sizeof(float), TC::kWorkspace);
   }
@@ -352,6 +354,13 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
                   static_cast<uint16_t*>(host("params.compute.host.next"))};
     ob.host_grads = f("adam.grads");
     ob.host_norm = f("adam.norm");
+    // Note [managed optimizer exchange].
+    if (plan.managed_grads) ob.grads_in_place = true;
+    if (plan.managed_params) {
+      ob.compute_out = compute_flat_;
+      if (spec_.compute != DType::kF32)
+        ob.sets[0].bf16 = ob.sets[1].bf16 = static_cast<uint16_t*>(compute_flat_.raw());
+    }
   }
   opt_ = std::make_unique<Optimizer>(be_, *gpt_, plan.optimizer, spec_.hyper, ob);
   input_next_ = dev("input.next");
@@ -372,12 +381,16 @@ Executor::~Executor() {
 }
 
 memory::UmRange Executor::um_range(const Op& op) const {
-  const std::string name = op.kind == OpKind::kUmAdvise || ops_ == nullptr || ops_ == &schedule_.pass(Pass::kSetup)
-                               ? op.name
-                               : "managed.h." + std::to_string(op.layer);
-  auto it = by_name_.find(name);
-  TT_CHECK(it != by_name_.end(), "%s: no managed entry %s", op.name.c_str(), name.c_str());
-  return {it->second.raw(), device_alloc_bytes(it->second.shape(), it->second.dtype())};
+  auto it = by_name_.find(op.entry);
+  TT_CHECK(it != by_name_.end(), "%s: no managed entry %s", op.name.c_str(), op.entry.c_str());
+  const Tensor& t = it->second;
+  if (op.entry == "params.compute" && op.segment >= 0) {  // Note [managed optimizer exchange]: one segment of it
+    const GptSegments segs = gpt_segments(spec_.model);
+    const size_t es = dtype_size(t.dtype());
+    return {static_cast<char*>(t.raw()) + static_cast<size_t>(segs.offset[static_cast<size_t>(op.segment)]) * es,
+            static_cast<size_t>(segs.size[static_cast<size_t>(op.segment)]) * es};
+  }
+  return {t.raw(), device_alloc_bytes(t.shape(), t.dtype())};
 }
 
 Stream& Executor::stream(StreamId s) {
@@ -423,7 +436,9 @@ Status Executor::upload_params(const void* host) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
   }
-  for (int s = 0; s < gpt_->num_segments(); ++s)
+  // (A managed bf16 compute copy was written above where it is: Note [managed optimizer exchange].)
+  const bool written = spec_.plan.managed_params && st.bf16 != nullptr;
+  for (int s = 0; s < gpt_->num_segments() && !written; ++s)
     if (!(s >= 1 && s <= spec_.model.layers && spec_.plan.params_streamed(s - 1)))
       be_.copy_h2d(t.params[static_cast<size_t>(s)], opt_->host_compute(s), be_.compute_stream());
   return be_.compute_stream().synchronize();

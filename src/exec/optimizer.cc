@@ -15,7 +15,8 @@ Optimizer::Optimizer(Backend& backend, const Gpt& model, OptimizerPlacement wher
   speculated_.assign(static_cast<size_t>(segs_.count()), 0);
   const size_t bytes = static_cast<size_t>(model.num_params()) * sizeof(float);
   if (on_cpu()) {
-    TT_CHECK(buf_.sets[0].master && buf_.sets[0].m && buf_.sets[0].v && buf_.host_grads && buf_.host_norm,
+    TT_CHECK(buf_.sets[0].master && buf_.sets[0].m && buf_.sets[0].v && (buf_.host_grads || buf_.grads_in_place) &&
+                 buf_.host_norm,
              "the CPU optimizer's host state is not allocated");
     TT_CHECK(!hyper_.speculate || (buf_.sets[1].master && buf_.sets[1].m && buf_.sets[1].v),
              "speculation needs a second host state set");
@@ -75,13 +76,21 @@ void Optimizer::norm_out() { be_.copy_d2h(buf_.host_norm, buf_.norm_sq, be_.d2h_
 
 void Optimizer::update_segment(int segment, const HostAdamState& from, const HostAdamState& to, float lr,
                                int64_t step, float grad_norm_sq, float grad_clip) {
+  const int64_t seg_off = segs_.offset[static_cast<size_t>(segment)];
+  // Note [managed optimizer exchange]: the segment's managed gradients where they are.
+  const float* seg_grads = static_cast<const float*>(model_.tensors().grads[static_cast<size_t>(segment)].raw());
   for (size_t i : seg_params_[static_cast<size_t>(segment)]) {
     const ParamInfo& p = layout_[i];
     const int64_t o = p.offset;
-    host::adamw_update_f32(host::AdamWArrays{from.master + o, buf_.host_grads + o, from.m + o, from.v + o,
+    const float* g = buf_.grads_in_place ? seg_grads + (o - seg_off) : buf_.host_grads + o;
+    host::adamw_update_f32(host::AdamWArrays{from.master + o, g, from.m + o, from.v + o,
                                            to.master + o, to.m + o, to.v + o, to.bf16 ? to.bf16 + o : nullptr},
                           p.shape.numel(), grad_norm_sq, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
                           p.decay ? hyper_.weight_decay : 0.0f, step, grad_clip, be_.host_threads());
+  }
+  if (buf_.compute_out.raw() != nullptr && to.bf16 == nullptr) {  // f32: the managed compute copy is the new master
+    const size_t n = static_cast<size_t>(segs_.size[static_cast<size_t>(segment)]);
+    std::memcpy(static_cast<float*>(buf_.compute_out.raw()) + seg_off, to.master + seg_off, n * sizeof(float));
   }
 }
 

@@ -59,6 +59,11 @@ struct OptimizerBuffers {
   HostAdamState sets[2];  // host (CPU optimizer); sets[1] only with speculation
   float* host_grads = nullptr;
   float* host_norm = nullptr;
+  // Note [managed optimizer exchange] in exec/schedule.cc (CPU optimizer): the update reads the model's (managed)
+  // gradients where they are instead of host_grads, and writes the new compute copy into compute_out (the managed
+  // flat compute copy: through sets[].bf16 with bf16 compute, by a copy of the new master with f32).
+  bool grads_in_place = false;
+  Tensor compute_out;
 };
 
 class Optimizer {

@@ -488,7 +488,9 @@ std::string Plan::summary() const {
   }
   if (uses_managed())
     s += um.prefetch ? "; Unified Memory advised, pages moved by the schedule" : "; Unified Memory without advice or prefetch";
-  if (optimizer != OptimizerPlacement::kCpu) return source + ": activations " + s + "; model state resident, optimizer on device";
+  const bool managed_state = managed_params || managed_grads || managed_optim;
+  if (optimizer != OptimizerPlacement::kCpu)
+    return source + ": activations " + s + (managed_state ? "; optimizer on device" : "; model state resident, optimizer on device");
   const bool some = params > 0 || grads > 0;
   return source + ": activations " + s + (some ? "; the rest of the parameters and gradients resident" :
                                                  "; parameters and gradients resident") +

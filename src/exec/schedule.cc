@@ -83,6 +83,19 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // backend's emulation poisons discarded pages (Note [emulated managed memory] in backend/cpu/cpu_backend.cc), so a
 // discard of live data fails the bit-identity tests there.
 //
+// Note [managed optimizer exchange]
+// Issue 20: with the CPU optimizer, a plan may put the gradients ("managed": ["grad"]) and the device's compute copy
+// of the parameters ("param") in managed memory, so that the host update reads the gradients and writes the compute
+// copy where they are, with no copy of its own (Note [master on host] in exec/optimizer.h has the copies it replaces).
+// After segment s's backward (its gradients written, its parameters read for the last time this step), with
+// um.prefetch, the d2h stream moves both to the host (instead of kGradsOut). After the update of s the h2d stream
+// discards the gradients and populates them on the device again (the next backward writes them), and moves the
+// compute copy back (instead of kParamsBack), then records params_back s, which the next forward waits for as before.
+// Without um.prefetch the same records order the work and the pages move on faults. The update of s has finished
+// before anything writes s's gradients again: the next forward waits for params_back s, and the backward comes
+// after the forward. With speculation both state sets write the one compute copy: it is only written by the update,
+// and a redone update writes it again.
+//
 // Note [streamed parameters]
 // A streamed block's compute copy exists only in the host staging copy that the CPU optimizer writes (Note [master
 // on host] in exec/optimizer.h). The streamed blocks p_0 < ... < p_{m-1} share Q slots: p_k lives in slot k % Q.
@@ -188,10 +201,12 @@ class Compiler {
       if (plan_.um.advice(e.cls, offloaded).any()) {
         Op& a = add(setup, StreamId::kCompute, OpKind::kUmAdvise, e.name);
         a.layer = e.layer;
+        a.entry = e.name;
       }
       if (plan_.um.prefetch && !offloaded) {
         Op& pf = add(setup, StreamId::kCompute, OpKind::kUmPrefetch, e.name);
         pf.layer = e.layer;
+        pf.entry = e.name;
         pf.place = static_cast<int>(memory::UmPlace::kDevice);
         pf.bytes = static_cast<int64_t>(e.bytes);
       }
@@ -208,6 +223,19 @@ class Compiler {
     return event_ids_[name] = static_cast<int>(events_.size()) - 1;
   }
   static std::string block(int l) { return "h." + std::to_string(l); }
+  static std::string managed_block(int l) { return "managed.h." + std::to_string(l); }
+  // Note [managed optimizer exchange]: a UM operation on segment s's part of a managed state entry.
+  Op& um_seg(std::vector<Op>& out, StreamId st, OpKind k, const std::string& name, const std::string& entry, int s,
+             memory::UmPlace to, int64_t bytes) {
+    Op& op = add(out, st, k, name);
+    op.segment = s;
+    op.layer = s >= 1 && s <= L_ ? s - 1 : -1;
+    op.entry = entry;
+    if (k == OpKind::kUmPrefetch) op.place = static_cast<int>(to);
+    op.bytes = bytes;
+    return op;
+  }
+  std::string grads_entry(int s) const { return "grads.seg" + std::to_string(s); }
   std::string seg_name(int s) const { return s == 0 ? "embeddings" : s == L_ + 1 ? "lnf" : block(s - 1); }
   Op& add(std::vector<Op>& out, StreamId st, OpKind k, std::string name) {
     Op op;
@@ -282,6 +310,7 @@ class Compiler {
     for (const std::string& e : after) wait(out, st, e, ("wait " + e.substr(0, e.find(' '))).c_str(), l);
     Op& op = add(out, st, OpKind::kUmPrefetch, std::string(what) + " " + block(l));
     op.layer = l;
+    op.entry = managed_block(l);
     op.place = static_cast<int>(to);
     op.bytes = um_bytes_;
     record(out, st, done + " " + block(l), l);
@@ -371,7 +400,18 @@ class Compiler {
     wait(out, StreamId::kD2H, (dp ? "reduced " : "grads ") + seg_name(s), "wait backward", layer);
     // The previous update of this segment read the host gradients (a no-op before the first).
     wait(out, StreamId::kD2H, "adamw " + seg_name(s), "wait cpu optimizer", layer);
-    copy(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host", layer, -1, seg_bytes(s, msize_), s);
+    if (plan_.managed_grads) {
+      // Note [managed optimizer exchange]: the update reads them where they are; moved to the host first.
+      if (plan_.um.prefetch)
+        um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, "um grads to host", grads_entry(s), s, memory::UmPlace::kHost,
+               seg_bytes(s, msize_));
+    } else {
+      copy(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host", layer, -1, seg_bytes(s, msize_), s);
+    }
+    // And its compute copy, which the update writes and nothing reads again this step.
+    if (plan_.managed_params && plan_.um.prefetch)
+      um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, "um params to host", "params.compute", s,
+             memory::UmPlace::kHost, seg_bytes(s, esize_));
     if (!sp_.speculate) return;
     record(out, StreamId::kD2H, "grads_in " + seg_name(s), layer, true);
     wait(out, StreamId::kHost, "grads_in " + seg_name(s), "wait grads", layer, true);
@@ -420,6 +460,7 @@ class Compiler {
       if (uk >= 0) {  // Note [managed activations]: dead now; then the block S below comes back into the room
         Op& d = add(out, StreamId::kCompute, OpKind::kUmDiscard, "um_discard " + block(l));
         d.layer = l;
+        d.entry = managed_block(l);
         d.bytes = um_bytes_;
         record(out, StreamId::kCompute, "um_free " + block(l), l);
         if (uk >= um_.slots) {
@@ -493,9 +534,25 @@ class Compiler {
       up.layer = layer;
       up.bytes = segs_.size[static_cast<size_t>(s)] * (7 * 4 + (esize_ == 4 ? 0 : esize_));
       record(out, StreamId::kHost, "adamw " + seg_name(s), layer);
+      if (plan_.managed_grads && plan_.um.prefetch) {
+        // Note [managed optimizer exchange]: read; dead until the next backward writes them, which finds them on
+        // the device (populated without moving their contents).
+        wait(out, StreamId::kH2D, "adamw " + seg_name(s), "wait cpu optimizer", layer);
+        um_seg(out, StreamId::kH2D, OpKind::kUmDiscard, "um grads discard", grads_entry(s), s, memory::UmPlace::kNone,
+               seg_bytes(s, msize_));
+        um_seg(out, StreamId::kH2D, OpKind::kUmPrefetch, "um grads populate", grads_entry(s), s,
+               memory::UmPlace::kDevice, seg_bytes(s, msize_));
+      }
       if (layer >= 0 && plan_.params_streamed(layer)) continue;  // uploaded ahead of its next use
       wait(out, StreamId::kH2D, "adamw " + seg_name(s), "wait cpu optimizer", layer);
-      copy(out, StreamId::kH2D, OpKind::kParamsBack, "params to device", layer, -1, seg_bytes(s, esize_), s);
+      if (plan_.managed_params) {
+        // The update wrote the managed compute copy itself.
+        if (plan_.um.prefetch)
+          um_seg(out, StreamId::kH2D, OpKind::kUmPrefetch, "um params to device", "params.compute", s,
+                 memory::UmPlace::kDevice, seg_bytes(s, esize_));
+      } else {
+        copy(out, StreamId::kH2D, OpKind::kParamsBack, "params to device", layer, -1, seg_bytes(s, esize_), s);
+      }
       record(out, StreamId::kH2D, "params_back " + seg_name(s), layer);
     }
   }
@@ -558,10 +615,17 @@ Status Schedule::validate() const {
                    kInvalidArgument,
                    "%s: the setup pass allocates, advises and places, and nothing else; no other pass does the first "
                    "two", where.c_str());
-      const bool um_op = op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard;
-      TT_RETURN_IF(um_op && !setup && !rings.um.holds(op.layer), kInvalidArgument,
+      const bool um_op = op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard || op.kind == OpKind::kUmAdvise;
+      TT_RETURN_IF(um_op != !op.entry.empty(), kInvalidArgument,
+                   "%s: UM operations name a managed entry, nothing else names one", where.c_str());
+      TT_RETURN_IF(um_op && !setup && op.entry.starts_with("managed.h.") && !rings.um.holds(op.layer), kInvalidArgument,
                    "%s: moves the managed pages of block %d, whose pages the plan does not move", where.c_str(),
                    op.layer);
+      TT_RETURN_IF(um_op && !setup && !op.entry.starts_with("managed.h.") &&
+                       (op.segment < 0 || !spec.plan.cpu_optimizer()),
+                   kInvalidArgument,
+                   "%s: moves a segment of %s outside the CPU optimizer's exchange (Note [managed optimizer "
+                   "exchange])", where.c_str(), op.entry.c_str());
       TT_RETURN_IF((op.kind == OpKind::kUmPrefetch) != (op.place >= 0) || op.place > 1, kInvalidArgument,
                    "%s: place %d (a prefetch names the device or the host, nothing else names one)", where.c_str(),
                    op.place);
@@ -667,6 +731,7 @@ json op_json(const Op& op, const std::vector<std::string>& events) {
   if (op.event >= 0) j["event"] = events[static_cast<size_t>(op.event)];
   if (op.slot >= 0) j["slot"] = op.slot;
   if (op.place >= 0) j["place"] = memory::um_place_name(static_cast<memory::UmPlace>(op.place));
+  if (!op.entry.empty()) j["entry"] = op.entry;
   if (op.bytes != 0) j["bytes"] = op.bytes;
   if (op.flops != 0) j["flops"] = op.flops;
   if (op.speculative) j["speculative"] = true;
@@ -705,6 +770,7 @@ Result<Op> op_from_json(const json& j, const std::map<std::string, int>& events,
     TT_RETURN_IF((op.kind == OpKind::kWait || op.kind == OpKind::kRecord) != (op.event >= 0), kInvalidArgument,
                  "%s: waits and records name an event, other operations none", where.c_str());
     op.slot = j.value("slot", -1);
+    op.entry = j.value("entry", std::string());
     if (j.contains("place")) {
       const std::string pl = j.at("place").get<std::string>();
       TT_RETURN_IF(pl != "device" && pl != "host", kInvalidArgument, "%s: place is device or host", where.c_str());

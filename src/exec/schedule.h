@@ -57,11 +57,11 @@ enum class OpKind : int {
   kInputIn,         // h2d: that batch from its host slot to the device (input.next)
   kInputTake,       // compute: the batch from input.next into the model's tokens and targets
   kGradReduce,      // compute: `segment`'s gradients averaged over the data-parallel ranks (Note [data parallel])
-  // Unified Memory (issue 20, Note [managed activations]). In the setup pass they name an inventory entry (`name`);
-  // in the other passes block `layer`'s managed set ("managed.h.<layer>").
+  // Unified Memory (issue 20, Note [managed activations], Note [managed optimizer exchange]): on the managed
+  // inventory entry `entry` (its segment `segment`'s part when the entry is the flat compute copy of the parameters).
   kUmAdvise,        // setup: the plan's advice for the entry's class (Plan::um)
   kUmPrefetch,      // the pages moved to `place` (h2d stream to the device, d2h stream to the host)
-  kUmDiscard,       // compute: the pages' contents are dead (after the block's backward)
+  kUmDiscard,       // the pages' contents are dead (a block's activations after its backward; gradients after the update)
 };
 const char* op_kind_name(OpKind k);
 
@@ -79,6 +79,7 @@ struct Op {
   int event = -1;       // kWait, kRecord: index into Schedule::events
   int slot = -1;        // copies into or out of a ring slot
   int place = -1;       // kUmPrefetch: memory::UmPlace (0 the device, 1 the host)
+  std::string entry;    // UM operations: the managed inventory entry they act on
   int64_t bytes = 0;    // bytes moved (copies) or read and written (compute, estimated)
   double flops = 0;     // floating-point operations (compute)
   bool speculative = false;  // runs only in a step that speculates (Note [speculative update] in exec/optimizer.h)

@@ -684,10 +684,15 @@ Result<TrainSummary> Trainer::run() {
   print("done: steps %lld-%lld in %.1f s | loss %.4f -> %.4f", static_cast<long long>(summary.first_step),
         static_cast<long long>(summary.last_step), summary.wall_s, summary.first_loss, summary.last_loss);
   if (summary.last_val_loss >= 0) print(" | val loss %.4f", summary.last_val_loss);
-  print(" | median %s tok/s, %.1f ms/step | device peak %s of %s budget\n",
+  print(" | median %s tok/s, %.1f ms/step | device peak %s of %s budget",
         format_count(summary.median_tokens_per_s).c_str(), summary.median_ms,
         format_bytes(summary.device_peak_bytes).c_str(),
         format_bytes(static_cast<int64_t>(backend_->pool().budget())).c_str());
+  // Issue 20: the managed pool beside the device pool (its pages move; the plan keeps managed_device on the device).
+  if (spec_.managed_total > 0)
+    print(" (device pool) + %s managed, %s of it kept on the device", format_bytes(spec_.managed_total).c_str(),
+          format_bytes(spec_.managed_device).c_str());
+  print("\n");
   TT_TRY(profiler_->flush());
   if (cfg_.profile) print_profile();
   if (!cfg_.trace.empty() && lead()) {

@@ -312,6 +312,8 @@ std::string AutoPlan::describe(const Plan& plan) {
       case ActPlacement::kSwap: ++swap, swap_parts = parts_name(lp); break;
       case ActPlacement::kRecompute: ++rec; break;
       case ActPlacement::kResident: ++res, res_parts = parts_name(lp); break;
+      case ActPlacement::kManaged:         // (the automatic plan places nothing in managed memory: issue 20)
+      case ActPlacement::kManagedOffload: break;
     }
   }
   std::string s;

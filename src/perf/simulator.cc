@@ -14,6 +14,9 @@ CostClass cost_class(OpKind kind) {
     case OpKind::kAlloc:
     case OpKind::kInputFill:
     case OpKind::kGradReduce:  // (not priced yet: Note [data parallel] in exec/schedule.cc)
+    case OpKind::kUmAdvise:    // Unified Memory (issue 20): not priced yet; `tiertrain plan` lists no UM plan
+    case OpKind::kUmPrefetch:
+    case OpKind::kUmDiscard:
       return CostClass::kFree;
     case OpKind::kSwapOut:
     case OpKind::kGradsOut:

@@ -637,6 +637,37 @@ TEST(Cli, DryRunReportsTheNeedOfAPlan) {
   EXPECT_HAS(tight.out, "of a 64.00 KiB budget (DOES NOT FIT)");
 }
 
+// Issue 20 through the binary: a Unified Memory plan trains (the CPU backend emulates managed memory), its dry run
+// shows the managed reservation and what of it the plan keeps on the device, the schedule it writes holds the UM
+// operations, and managed optimizer state with the CPU optimizer (which keeps it on the host) is refused.
+TEST(Cli, UnifiedMemoryPlans) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  const std::string file = dir.file("schedule.json");
+  CliRun dry = run(small(data) + " --dry-run --plan um-swap-activations --layers 4 --schedule " + file);
+  EXPECT_EQ(dry.code, 0) << dry.out;
+  EXPECT_HAS(dry.out, "activations managed_offload 4");
+  EXPECT_HAS(dry.out, "managed memory (Unified Memory): ");
+  EXPECT_HAS(dry.out, "of which the plan keeps ");
+  const nlohmann::json j = nlohmann::json::parse(slurp(file));
+  auto s = Schedule::from_json(j);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  int prefetch = 0, discard = 0;
+  for (const Op& op : s.value().pass(Pass::kTrain)) {
+    prefetch += op.kind == OpKind::kUmPrefetch ? 1 : 0;
+    discard += op.kind == OpKind::kUmDiscard ? 1 : 0;
+  }
+  EXPECT_EQ(discard, 4);
+  EXPECT_EQ(prefetch, 4 + 2 * 2);  // every block populated; the first two out and back in (the last two stay)
+  EXPECT_EQ(j["memory_peak"]["managed"]["peak_bytes"], j["inventory"]["managed"]["total_bytes"]);
+  CliRun train = run(small(data) + " --plan um-advised --layers 2 --steps 3");
+  EXPECT_EQ(train.code, 0) << train.out;
+  EXPECT_HAS(train.out, "managed, ");
+  CliRun cpu = run(small(data) + " --plan um --optimizer cpu --layers 2 --steps 2");
+  EXPECT_EQ(cpu.code, 2) << cpu.out;
+  EXPECT_HAS(cpu.out, "\"optim_state\" cannot be managed");
+}
+
 // --dry-run --schedule FILE writes the schedule the run would execute (docs/FORMATS.md); it reads back, validated,
 // and its memory is the dry run's figure. Without --dry-run the flag is a usage error.
 TEST(Cli, DryRunWritesTheSchedule) {

@@ -42,11 +42,22 @@ Plan plan_of(const std::string& name, int slots = 2) {
                            kCfg.layers, "mixed", slots - 1)
         .value();
   }
+  if (name == "cpu-exchange" || name == "cpu-exchange-faults") {
+    // Note [managed optimizer exchange]: the CPU optimizer reading managed gradients and writing the managed compute
+    // copy, with the schedule's prefetches or (faults) without; activations offloaded through UM as well.
+    const bool prefetch = name == "cpu-exchange";
+    return Plan::from_json(json::parse(std::string(R"({"optimizer": "cpu", "managed": ["param", "grad"],
+        "default": {"activation": "managed_offload"}, "layers": {"2": {"activation": "swap"}},
+        "um": {"advice": "default", "prefetch": )") + (prefetch ? "true" : "false") + "}}"),
+                           kCfg.layers, name, slots - 1)
+        .value();
+  }
   return Plan::resolve(name, kCfg.layers, slots).value();
 }
 
-ExecSpec spec_of(const Plan& plan) {
+ExecSpec spec_of(const Plan& plan, bool speculate = false) {
   ExecSpec s;
+  s.hyper.speculate = speculate;
   s.model = kCfg;
   s.batch = kBatch;
   s.compute = DType::kF32;
@@ -55,8 +66,10 @@ ExecSpec spec_of(const Plan& plan) {
   return s;
 }
 
-std::unique_ptr<Backend> backend(int64_t compute_us = 0, int64_t copy_us = 0, bool record = false) {
+std::unique_ptr<Backend> backend(int64_t compute_us = 0, int64_t copy_us = 0, bool record = false,
+                                 int64_t host_us = 0) {
   BackendOptions o;
+  o.host_delay_us = host_us;
   o.device_budget = int64_t(64) << 20;
   o.threads = 1;
   o.compute_delay_us = compute_us;
@@ -87,8 +100,8 @@ struct Bits {
 
 // Three steps, each after an evaluation forward; `edit` may change the schedule first.
 Bits run3(const ExecSpec& spec, int64_t compute_us, int64_t copy_us,
-          const std::function<void(Schedule&)>& edit = {}) {
-  auto be = backend(compute_us, copy_us);
+          const std::function<void(Schedule&)>& edit = {}, int64_t host_us = 0) {
+  auto be = backend(compute_us, copy_us, false, host_us);
   auto ex = std::move(Executor::create(*be, spec)).value();
   EXPECT_TRUE(ex->init_params(3).is_ok());
   feed(*ex, *be);
@@ -99,7 +112,7 @@ Bits run3(const ExecSpec& spec, int64_t compute_us, int64_t copy_us,
   }
   for (int step = 1; step <= 3; ++step) {
     ex->forward();
-    ex->train_step(1e-2f);
+    ex->train_step(1e-2f, /*speculate=*/spec.hyper.speculate);
   }
   Bits r;
   r.params.resize(static_cast<size_t>(ex->num_params()));
@@ -119,12 +132,63 @@ TEST(UmPlans, TrainBitForBitAsInCore) {
       EXPECT_TRUE(run3(spec, 200, 300) == in_core);
     }
   }
-  // The CPU optimizer beside offloaded activations (managed state with it is not built: UmPlans.Refusals).
+  // The CPU optimizer beside offloaded activations, and reading managed gradients and writing the managed compute
+  // copy (Note [managed optimizer exchange]), with and without prefetches, with and without speculation (a slow host
+  // too, so that updates overlap the next forward).
   ExecSpec cpu_in_core = spec_of(plan_of("in-core"));
   cpu_in_core.plan.optimizer = OptimizerPlacement::kCpu;
+  const Bits cpu_ref = run3(cpu_in_core, 0, 0);
   ExecSpec cpu_um = spec_of(plan_of("um-swap-activations"));
   cpu_um.plan.optimizer = OptimizerPlacement::kCpu;
-  EXPECT_TRUE(run3(cpu_um, 200, 300) == run3(cpu_in_core, 0, 0));
+  EXPECT_TRUE(run3(cpu_um, 200, 300) == cpu_ref);
+  for (const char* name : {"cpu-exchange", "cpu-exchange-faults"}) {
+    for (bool speculate : {false, true}) {
+      SCOPED_TRACE(std::string(name) + (speculate ? " speculative" : ""));
+      EXPECT_TRUE(run3(spec_of(plan_of(name), speculate), 200, 300) == cpu_ref);
+    }
+  }
+}
+
+// Note [managed optimizer exchange]: no host copy of the gradients or of the compute copy, and no copies between
+// them: the schedule moves pages instead.
+TEST(UmPlans, TheCpuOptimizerExchangesThroughManagedMemoryWithoutCopies) {
+  const ExecSpec spec = spec_of(plan_of("cpu-exchange"));
+  const Inventory inv = Executor::inventory(spec).value();
+  EXPECT_EQ(inv.find("adam.grads"), nullptr);
+  EXPECT_EQ(inv.find("params.compute.host"), nullptr);
+  EXPECT_EQ(inv.find("params.compute")->where, Inventory::kManaged);
+  EXPECT_EQ(inv.find("grads.seg1")->where, Inventory::kManaged);
+  const Schedule s = compile_schedule(spec.schedule_spec(), inv);
+  ASSERT_TRUE(s.validate().is_ok()) << s.validate().to_string();
+  const int S = kCfg.layers + 2;
+  std::vector<int> grads_out(S), params_out(S), params_in(S), discards(S), populates(S);
+  for (const Op& op : s.pass(Pass::kTrain)) {
+    EXPECT_NE(op.kind, OpKind::kGradsOut) << op.name;
+    EXPECT_NE(op.kind, OpKind::kParamsBack) << op.name;
+    if (op.segment < 0 || op.entry.empty() || op.entry.starts_with("managed.h.")) continue;
+    const size_t k = static_cast<size_t>(op.segment);
+    const bool grads = op.entry == "grads.seg" + std::to_string(op.segment);
+    EXPECT_TRUE(grads || op.entry == "params.compute") << op.entry;
+    if (op.kind == OpKind::kUmDiscard) {
+      ++discards[k];
+    } else if (grads) {
+      ++(op.place == 1 ? grads_out : populates)[k];
+    } else {
+      ++(op.place == 1 ? params_out : params_in)[k];
+    }
+  }
+  for (int k = 0; k < S; ++k) {
+    SCOPED_TRACE(k);
+    EXPECT_EQ(grads_out[k], 1);
+    EXPECT_EQ(params_out[k], 1);
+    EXPECT_EQ(params_in[k], 1);
+    EXPECT_EQ(discards[k], 1);
+    EXPECT_EQ(populates[k], 1);
+  }
+  // Without prefetches the same orderings, and no UM operation in a step.
+  const ExecSpec faults = spec_of(plan_of("cpu-exchange-faults"));
+  const Schedule f = compile_schedule(faults.schedule_spec(), Executor::inventory(faults).value());
+  for (const Op& op : f.pass(Pass::kTrain)) EXPECT_TRUE(op.entry.empty()) << op.name;
 }
 
 // The managed set of a block (its one inventory entry) and of a named entry, as ranges.
@@ -133,7 +197,7 @@ struct Ranges {
 };
 
 TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
-  for (const char* name : {"um-advised", "um-swap-activations", "mixed"}) {
+  for (const char* name : {"um-advised", "um-swap-activations", "mixed", "cpu-exchange"}) {
     SCOPED_TRACE(name);
     auto be = backend(0, 0, /*record=*/true);
     auto* rec = dynamic_cast<memory::RecordingUmDriver*>(be->um());
@@ -206,16 +270,29 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
       for (size_t i = 0; i < ops.size(); ++i) {
         const Op& op = *ops[i];
         SCOPED_TRACE(op.name);
-        const auto r = range_of.find("managed.h." + std::to_string(op.layer));
-        ASSERT_TRUE(spec.plan.offloaded(op.layer));
+        ASSERT_FALSE(op.entry.empty());
         const memory::UmCall& c = *got[i];
         ASSERT_EQ(c.ranges.size(), 1u);
-        // An offloaded block was never placed at set-up, so its range comes from the inventory entry's size only.
-        if (r != range_of.end()) EXPECT_EQ(c.ranges[0].ptr, r->second.ptr);
-        EXPECT_EQ(c.ranges[0].bytes, ex->allocated().find("managed.h." + std::to_string(op.layer))->bytes);
+        if (op.entry.starts_with("managed.h.")) {
+          ASSERT_TRUE(spec.plan.offloaded(op.layer));
+          // An offloaded block was never placed at set-up: its range's size is its inventory entry's.
+          EXPECT_EQ(c.ranges[0].bytes, ex->allocated().find(op.entry)->bytes);
+        } else if (op.entry == "params.compute") {  // one segment of the flat compute copy
+          const GptSegments segs = gpt_segments(kCfg);
+          const auto r = range_of.find(op.entry);
+          ASSERT_NE(r, range_of.end());
+          EXPECT_EQ(c.ranges[0].ptr, static_cast<char*>(r->second.ptr) + segs.offset[static_cast<size_t>(op.segment)] * 4);
+          EXPECT_EQ(c.ranges[0].bytes, static_cast<size_t>(segs.size[static_cast<size_t>(op.segment)]) * 4);
+        } else {
+          const auto r = range_of.find(op.entry);
+          ASSERT_NE(r, range_of.end());
+          EXPECT_EQ(c.ranges[0].ptr, r->second.ptr);
+          EXPECT_EQ(c.ranges[0].bytes, r->second.bytes);
+        }
         if (op.kind == OpKind::kUmDiscard) {
           EXPECT_EQ(c.kind, memory::UmCall::kDiscard);
-          EXPECT_EQ(sid, StreamId::kCompute);
+          // A block's activations after its backward; gradients after their update, on the h2d stream.
+          EXPECT_EQ(sid, op.entry.starts_with("managed.h.") ? StreamId::kCompute : StreamId::kH2D);
         } else {
           EXPECT_EQ(c.kind, memory::UmCall::kPrefetch);
           EXPECT_EQ(static_cast<int>(c.to), op.place);
@@ -230,7 +307,7 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
     for (int l : rings.um.order) {
       int populate = 0, out = 0, in = 0, discard = 0;
       for (const Op& op : s.pass(Pass::kTrain)) {
-        if (op.layer != l) continue;
+        if (op.layer != l || !op.entry.starts_with("managed.h.")) continue;
         populate += op.kind == OpKind::kUmPrefetch && op.name.starts_with("um_populate") ? 1 : 0;
         out += op.kind == OpKind::kUmPrefetch && op.place == 1 ? 1 : 0;
         in += op.kind == OpKind::kUmPrefetch && op.name.starts_with("um_in") ? 1 : 0;
@@ -242,7 +319,9 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
       EXPECT_EQ(in, stays ? 0 : 1) << l;
       EXPECT_EQ(discard, 1) << l;
     }
-    if (std::string(name) != "um-advised") EXPECT_GT(moved, 0);
+    if (std::string(name) != "um-advised") {
+      EXPECT_GT(moved, 0);
+    }
   }
 }
 
@@ -272,6 +351,31 @@ TEST(UmPlans, ADiscardBeforeTheLastReadChangesTheResult) {
     }
   });
   EXPECT_FALSE(early == in_core);
+}
+
+// Note [managed optimizer exchange]: the gradients are discarded only after the host update read them. Without the
+// h2d stream's wait for the update (and with a slow host), the discard poisons them first and the run differs.
+TEST(UmPlans, TheGradientDiscardWaitsForTheUpdate) {
+  ExecSpec in_core = spec_of(plan_of("in-core"));
+  in_core.plan.optimizer = OptimizerPlacement::kCpu;
+  const Bits ref = run3(in_core, 0, 0);
+  const ExecSpec spec = spec_of(plan_of("cpu-exchange"));
+  EXPECT_TRUE(run3(spec, 0, 0, {}, 20000) == ref);
+  const Bits early = run3(
+      spec, 0, 0,
+      [](Schedule& s) {
+        std::vector<Op>& ops = s.passes[static_cast<int>(Pass::kTrain)];
+        size_t removed = 0;
+        for (size_t i = 0; i + 1 < ops.size(); ++i)
+          if (ops[i].kind == OpKind::kWait && ops[i].stream == StreamId::kH2D &&
+              ops[i + 1].kind == OpKind::kUmDiscard) {
+            ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(i));
+            ++removed;
+          }
+        EXPECT_EQ(removed, static_cast<size_t>(kCfg.layers + 2));
+      },
+      20000);
+  EXPECT_FALSE(early == ref);
 }
 
 TEST(UmPlans, JsonPlacementsAndAdviceRoundTrip) {
@@ -319,12 +423,12 @@ TEST(UmPlans, Refusals) {
   EXPECT_NE(bad(R"({"um": {"advice": {"weights": {}}}})").find("unknown kind 'weights'"), std::string::npos);
   EXPECT_NE(bad(R"({"um": {"prefetch": 1}})").find("true or false"), std::string::npos);
   EXPECT_NE(bad(R"({"default": {"activation": "managed-offload"}})").find("managed_offload"), std::string::npos);
-  // Managed state with the CPU optimizer is not built yet; streamed and managed at once is a contradiction.
+  // The CPU optimizer keeps its state on the host; streamed and managed at once is a contradiction.
   ExecSpec cpu = spec_of(plan_of("um"));
   cpu.plan.optimizer = OptimizerPlacement::kCpu;
   const Status s = cpu.validate();
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(s.to_string().find("not built yet"), std::string::npos);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.to_string().find("\"optim_state\" cannot be managed"), std::string::npos) << s.to_string();
   ExecSpec both = spec_of(plan_of("offload-params"));
   both.plan.managed_params = true;
   EXPECT_NE(both.validate().to_string().find("choose one"), std::string::npos);
