@@ -261,8 +261,9 @@ std::string wrap(const std::string& text, const std::string& indent, int width) 
 std::string Config::describe(int width) const {
   std::map<std::string, std::vector<const Knob*>> groups;
   std::vector<std::string> order;
-  size_t value_width = 8;
+  size_t value_width = 8, name_width = 22;
   for (const auto& k : knobs_) {
+    name_width = std::max(name_width, k.spec.name.size());
     if (!groups.count(k.spec.group)) order.push_back(k.spec.group);
     groups[k.spec.group].push_back(&k);
     value_width = std::max(value_width, std::min<size_t>(40, k.text.empty() ? 2 : k.text.size()));
@@ -272,8 +273,8 @@ std::string Config::describe(int width) const {
     os << "[" << g << "]\n";
     for (const Knob* k : groups[g]) {
       const std::string value = k->text.empty() ? "\"\"" : k->text;
-      os << str_format("  %-22s %-*s %s\n", k->spec.name.c_str(), static_cast<int>(value_width), value.c_str(),
-                       k->origin.c_str());
+      os << str_format("  %-*s %-*s %s\n", static_cast<int>(name_width), k->spec.name.c_str(),
+                       static_cast<int>(value_width), value.c_str(), k->origin.c_str());
       std::string about = k->spec.help + " (" + type_name(k->spec.type);
       if (k->spec.type == KnobType::kChoice) {
         std::string all;

@@ -810,8 +810,14 @@ TEST(TrainerCuda, PlansMatchInCore) {
     const RunResult rc = finish(*c.value());
     ASSERT_EQ(rc.losses.size(), ra.losses.size());
     for (size_t i = 0; i < ra.losses.size(); ++i) EXPECT_NEAR(rc.losses[i], ra.losses[i], 0.05) << "step " << i + 1;
-    // With the CPU optimizer, streaming parameters and gradients (and swapping activations) changes no bit.
-    for (const char* plan : {"offload-params", "offload-all"}) {
+    // With the CPU optimizer, streaming parameters and gradients (and swapping activations) changes no bit; nor do
+    // managed gradients and compute copy exchanged in place (Note [managed optimizer exchange]), with the schedule's
+    // prefetches and without.
+    const std::string exchange = dir.write("exchange.json", R"({"optimizer": "cpu", "managed": ["param", "grad"],
+        "um": {"advice": "default", "prefetch": true}, "default": {"activation": "managed_offload"}})");
+    const std::string faults = dir.write("faults.json", R"({"optimizer": "cpu", "managed": ["param", "grad"],
+        "default": {"activation": "managed"}})");
+    for (const std::string& plan : {std::string("offload-params"), std::string("offload-all"), exchange, faults}) {
       SCOPED_TRACE(plan);
       TrainConfig tc = cpu_opt;
       tc.plan = plan;
