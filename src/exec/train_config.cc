@@ -121,6 +121,9 @@ void declare_train_knobs(Config& cfg) {
        "UNSAFE on a GPU shared with other jobs: let a plan's managed memory (--plan um, um-advised, "
        "um-swap-activations, or \"managed\" placements) be larger than the GPU's free memory, so that the driver "
        "evicts pages under load. Without it such a plan is refused at start");
+  knob("runtime", "um_counters", K::kBool, "false",
+       "count Unified Memory's page faults and migrations and print them per step (CUPTI's counters on a GPU; on "
+       "the CPU backend what the emulated prefetches would move); in --metrics-out as um_counters_per_step");
   knob("runtime", "attention_workspace", K::kBytes, "512MiB",
        "most device memory cuDNN's attention backward may use (its workspace grows as B*H*T^2; beyond this the "
        "backward runs over chunks of the batch)",
@@ -237,6 +240,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.cpu_host_delay_us = cfg.get_int("cpu_host_delay_us");
   tc.lm_chunk_rows = cfg.get_int("lm_chunk_rows");
   tc.um_allow_oversubscription = cfg.get_bool("um_allow_oversubscription");
+  tc.um_counters = cfg.get_bool("um_counters");
   tc.host_numa_node = static_cast<int>(cfg.get_int("host_numa_node"));
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");
   TT_ASSIGN_OR_RETURN(tc.attention.impl, parse_attention_impl(cfg.get_string("attention_impl")));

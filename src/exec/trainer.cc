@@ -326,6 +326,11 @@ Status Trainer::build() {
   const RunSpec& r = spec_;
   TT_ASSIGN_OR_RETURN(backend_, create_run_backend(cfg, r));
   TT_ASSIGN_OR_RETURN(ex_, Executor::create(*backend_, r.exec));
+  if (cfg.um_counters) {  // issue 20: the driver's page faults and migrations, counted per step
+    TT_RETURN_IF(backend_->um() == nullptr, kFailedPrecondition, "--um-counters: the %s backend has no managed memory",
+                 r.backend.c_str());
+    TT_TRY(backend_->um()->start_counting());
+  }
   TT_TRY(ex_->init_params(cfg.seed));
   if (!cfg.init_from.empty()) {
     TT_ASSIGN_OR_RETURN(std::string path, resolve_checkpoint(cfg.init_from));
@@ -646,6 +651,7 @@ Result<TrainSummary> Trainer::run() {
       allocs_after_first_step_[0] = backend_->pool().allocation_count();
       allocs_after_first_step_[1] = backend_->host_pool().allocation_count();
       allocs_after_first_step_[2] = backend_->host_pool().slab_count();
+      if (cfg_.um_counters) um_after_first_step_ = backend_->um()->counted();
     }
     if (history_.size() > 1 || end - summary.first_step == 0) step_ms.push_back(rec.ms);
     const bool last = step_ == end;
@@ -684,6 +690,16 @@ Result<TrainSummary> Trainer::run() {
   print("done: steps %lld-%lld in %.1f s | loss %.4f -> %.4f", static_cast<long long>(summary.first_step),
         static_cast<long long>(summary.last_step), summary.wall_s, summary.first_loss, summary.last_loss);
   if (summary.last_val_loss >= 0) print(" | val loss %.4f", summary.last_val_loss);
+  if (cfg_.um_counters && history_.size() > 1) {
+    // Per step after the first (the steady state): Unified Memory's faults and migrations.
+    const double n = static_cast<double>(history_.size() - 1);
+    nlohmann::json per_step = nlohmann::json::object();
+    for (const auto& [k, v] : backend_->um()->counted()) {
+      auto it = um_after_first_step_.find(k);
+      per_step[k] = static_cast<double>(v - (it == um_after_first_step_.end() ? 0 : it->second)) / n;
+    }
+    um_per_step_ = per_step;
+  }
   print(" | median %s tok/s, %.1f ms/step | device peak %s of %s budget",
         format_count(summary.median_tokens_per_s).c_str(), summary.median_ms,
         format_bytes(summary.device_peak_bytes).c_str(),
@@ -693,6 +709,14 @@ Result<TrainSummary> Trainer::run() {
     print(" (device pool) + %s managed, %s of it kept on the device", format_bytes(spec_.managed_total).c_str(),
           format_bytes(spec_.managed_device).c_str());
   print("\n");
+  if (!um_per_step_.is_null()) {
+    auto get = [&](const char* k) { return um_per_step_.value(k, 0.0); };
+    print("unified memory per step (after the first): GPU page faults %.1f, CPU page faults %.1f, migrated to the "
+          "device %s, to the host %s\n",
+          get("gpu_page_faults"), get("cpu_page_faults"),
+          format_bytes(static_cast<int64_t>(get("bytes_to_device"))).c_str(),
+          format_bytes(static_cast<int64_t>(get("bytes_to_host"))).c_str());
+  }
   TT_TRY(profiler_->flush());
   if (cfg_.profile) print_profile();
   if (!cfg_.trace.empty() && lead()) {
@@ -780,6 +804,7 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                                {"exposed_ms", tr.exposed_ms / n}};
   }
   j["plan"] = spec_.exec.plan.to_json();
+  if (!um_per_step_.is_null()) j["um_counters_per_step"] = um_per_step_;
   j["memory"] = backend_->stats().to_json();
   j["memory"]["device"]["budget"] = backend_->pool().budget();
   j["memory"]["device"]["allocation_count"] = backend_->pool().allocation_count();

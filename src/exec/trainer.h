@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -131,6 +132,8 @@ class Trainer {
   RunSpec spec_;
   bool dry_run_fits_ = false;
   int64_t allocs_after_first_step_[3] = {0, 0, 0};  // device allocations, host allocations, host slabs
+  std::map<std::string, int64_t> um_after_first_step_;  // --um-counters: the totals after the first step
+  nlohmann::json um_per_step_;                          // and per step after it, at the end
   FILE* out_ = nullptr;
   data::TokenDataset dataset_;
   std::unique_ptr<data::BatchSampler> sampler_;

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,6 +67,13 @@ class UmDriver {
   // In `stream`'s order: the ranges' contents are dead; their pages are released or left where they are, never
   // migrated for their data. Reading them before the next write or prefetch gives indeterminate values.
   virtual void discard(const std::vector<UmRange>& ranges, Stream& stream) = 0;
+  // Counting of the driver's page faults and migrations (`train --um-counters`): CUPTI's Unified Memory counters on
+  // a GPU; on the CPU backend's emulation, what its prefetches would have moved (it has no faults). counted() returns
+  // the totals since start_counting (gpu_page_faults, cpu_page_faults, bytes_to_device, bytes_to_host, ...).
+  virtual Status start_counting() {
+    return make_status(StatusCode::kUnimplemented, "%s counts no page faults", describe().c_str());
+  }
+  virtual std::map<std::string, int64_t> counted() { return {}; }
 };
 
 // One call of a UmDriver, as RecordingUmDriver keeps it.
@@ -89,6 +97,8 @@ class RecordingUmDriver final : public UmDriver {
   Status advise(const std::vector<UmRange>& ranges, const UmAdvice& advice) override;
   void prefetch(const std::vector<UmRange>& ranges, UmPlace to, Stream& stream) override;
   void discard(const std::vector<UmRange>& ranges, Stream& stream) override;
+  Status start_counting() override { return inner_->start_counting(); }
+  std::map<std::string, int64_t> counted() override { return inner_->counted(); }
   std::vector<UmCall> calls() const;
   void clear();
 

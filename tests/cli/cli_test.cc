@@ -663,6 +663,19 @@ TEST(Cli, UnifiedMemoryPlans) {
   CliRun train = run(small(data) + " --plan um-advised --layers 2 --steps 3");
   EXPECT_EQ(train.code, 0) << train.out;
   EXPECT_HAS(train.out, "managed, ");
+  // --um-counters: on the CPU backend, what the emulated prefetches move per step (2 of 4 blocks leave and come
+  // back; all 4 are populated), and no faults.
+  const std::string metrics = dir.file("m.json");
+  CliRun counted = run(small(data) + " --plan um-swap-activations --layers 4 --steps 4 --um-counters --metrics-out " +
+                       metrics);
+  EXPECT_EQ(counted.code, 0) << counted.out;
+  EXPECT_HAS(counted.out, "unified memory per step (after the first): GPU page faults 0.0, CPU page faults 0.0");
+  const nlohmann::json m = nlohmann::json::parse(slurp(metrics));
+  const nlohmann::json& per = m.at("um_counters_per_step");
+  const int64_t block = j["inventory"]["managed"]["entries"][0]["bytes"].get<int64_t>();
+  EXPECT_EQ(per.at("bytes_to_host").get<double>(), 2.0 * static_cast<double>(block));
+  EXPECT_EQ(per.at("bytes_to_device").get<double>(), 6.0 * static_cast<double>(block));
+  EXPECT_EQ(per.at("gpu_page_faults").get<double>(), 0.0);
   CliRun cpu = run(small(data) + " --plan um --optimizer cpu --layers 2 --steps 2");
   EXPECT_EQ(cpu.code, 2) << cpu.out;
   EXPECT_HAS(cpu.out, "\"optim_state\" cannot be managed");

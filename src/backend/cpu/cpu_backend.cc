@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <omp.h>
 #include <sys/mman.h>
 #include <thread>
@@ -91,9 +92,27 @@ class CpuUmDriver final : public memory::UmDriver {
     sizes_.erase(it);
   }
   Status advise(const std::vector<memory::UmRange>&, const memory::UmAdvice&) override { return Status::ok(); }
-  void prefetch(const std::vector<memory::UmRange>&, memory::UmPlace, Stream& stream) override {
+  void prefetch(const std::vector<memory::UmRange>& ranges, memory::UmPlace to, Stream& stream) override {
     const int64_t delay = copy_delay_us_;
     cpu(stream).enqueue([delay] { simulated_delay(delay); });  // Note [simulated delays] in cpu_stream.h
+    if (!counting_) return;
+    int64_t bytes = 0;
+    for (const memory::UmRange& r : ranges) bytes += static_cast<int64_t>(r.bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    counted_[to == memory::UmPlace::kDevice ? "bytes_to_device" : "bytes_to_host"] += bytes;
+    counted_[to == memory::UmPlace::kDevice ? "migrations_to_device" : "migrations_to_host"] += 1;
+  }
+  // What the prefetches would have moved (the emulation has no faults: they count 0).
+  Status start_counting() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    counted_ = {{"gpu_page_faults", 0}, {"cpu_page_faults", 0}, {"bytes_to_device", 0}, {"bytes_to_host", 0},
+                {"migrations_to_device", 0}, {"migrations_to_host", 0}};
+    counting_ = true;
+    return Status::ok();
+  }
+  std::map<std::string, int64_t> counted() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return counted_;
   }
   void discard(const std::vector<memory::UmRange>& ranges, Stream& stream) override {
     cpu(stream).enqueue([ranges] {
@@ -109,6 +128,9 @@ class CpuUmDriver final : public memory::UmDriver {
   }
   int64_t copy_delay_us_;
   std::map<void*, size_t> sizes_;
+  std::mutex mu_;
+  bool counting_ = false;
+  std::map<std::string, int64_t> counted_;
 };
 
 class CpuBackend final : public Backend {

@@ -4,6 +4,9 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_check.h"
+#ifdef TT_HAVE_CUPTI
+#include "backend/cuda/um_counters.h"
+#endif
 #include "core/log.h"
 #include "core/units.h"
 
@@ -81,6 +84,22 @@ class CudaUmDriver final : public memory::UmDriver {
       if (r.bytes > 0) TT_CUDA_ASSERT(cudaMemPrefetchAsync(r.ptr, r.bytes, loc, 0, s));
   }
 
+  Status start_counting() override {
+#ifdef TT_HAVE_CUPTI
+    TT_CUDA_CHECK(cudaSetDevice(device_));
+    TT_ASSIGN_OR_RETURN(counters_, UmCounters::start());
+    return Status::ok();
+#else
+    return make_status(StatusCode::kUnimplemented, "--um-counters: this build has no CUPTI headers");
+#endif
+  }
+  std::map<std::string, int64_t> counted() override {
+#ifdef TT_HAVE_CUPTI
+    if (counters_) return counters_->totals();
+#endif
+    return {};
+  }
+
   void discard(const std::vector<memory::UmRange>& ranges, Stream& stream) override {
     std::vector<void*> ptrs;
     std::vector<size_t> sizes;
@@ -96,6 +115,9 @@ class CudaUmDriver final : public memory::UmDriver {
 
  private:
   int device_;
+#ifdef TT_HAVE_CUPTI
+  std::unique_ptr<UmCounters> counters_;
+#endif
   std::mutex mu_;
   std::map<void*, size_t> sizes_;
 };
