@@ -5,6 +5,8 @@
 # --um-counters (page faults and migrations per step; CUPTI). GPT-2 124M B16 and GPT d1024 L16 T1024 B8.
 #
 #   bench/um/um_exchange_gpu.sh OUTDIR      (builds build/gpu/src/tiertrain unless TT names one)
+#
+# TT_MODELS (default "gpt2 d1024") and TT_FAULT_PLANS (default: every UM plan below) pick a part.
 set -uo pipefail
 OUT=${1:?usage: bench/um/um_exchange_gpu.sh OUTDIR}
 source "$(dirname "$0")/../lib.sh"
@@ -22,7 +24,9 @@ run() {  # NAME STEPS FLAGS...
     { echo "$name failed"; tail -3 "$OUT/tiertrain_$name.log"; }
   echo "$name: $(grep -o 'median.*' "$OUT/tiertrain_$name.log" | head -n 1 | cut -c1-60) $(grep -o 'GPU page faults.*' "$OUT/tiertrain_$name.log" | head -1)"
 }
-for model in gpt2 d1024; do
+pack() { tar -czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/null || true; }
+trap pack EXIT
+for model in ${TT_MODELS:-gpt2 d1024}; do
   if [ $model = gpt2 ]; then m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16); else
     m=(--layers 16 --dim 1024 --heads 16 --seq 1024 --batch 8); fi
   run "${model}_copies" 20 "${m[@]}" --plan in-core --optimizer cpu
@@ -32,8 +36,7 @@ for model in gpt2 d1024; do
 done
 # Faults and migrations per step (counting costs time: separate short runs).
 g=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
-for p in um um-advised um-swap-activations "$P/offload-preferred-host.json" "$P/exchange-default-um.json" \
-         "$P/exchange-advice.json" "$P/exchange-advice-prefetch.json"; do
+for p in ${TT_FAULT_PLANS:-um um-advised um-swap-activations $P/offload-preferred-host.json \
+         $P/exchange-default-um.json $P/exchange-advice.json $P/exchange-advice-prefetch.json}; do
   run "faults_$(basename "$p" .json)" 6 "${g[@]}" --plan "$p" --um-counters
 done
-tar -czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/null || true
