@@ -709,7 +709,12 @@ Result<TrainSummary> Trainer::run() {
     print(" (device pool) + %s managed, %s of it kept on the device", format_bytes(spec_.managed_total).c_str(),
           format_bytes(spec_.managed_device).c_str());
   print("\n");
-  if (!um_per_step_.is_null()) {
+  if (!um_per_step_.is_null() && um_per_step_.empty()) {
+    // Not a count of zero: nothing was reported at all (on the H200 machines lent to us, CUPTI delivered no UM
+    // record even where gigabytes migrated each step).
+    print("unified memory counters: no record was reported (%s), so nothing is counted\n",
+          backend_->um()->describe().c_str());
+  } else if (!um_per_step_.is_null()) {
     auto get = [&](const char* k) { return um_per_step_.value(k, 0.0); };
     print("unified memory per step (after the first): GPU page faults %.1f, CPU page faults %.1f, migrated to the "
           "device %s, to the host %s\n",
