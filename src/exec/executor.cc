@@ -1,5 +1,6 @@
 #include "exec/executor.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "core/bf16.h"
@@ -223,8 +224,13 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     TT_RETURN_IF(um == nullptr, kFailedPrecondition,
                  "plan %s places data in managed memory (Unified Memory), which the %s backend does not offer",
                  spec_.plan.source.c_str(), be_.describe().c_str());
-    TT_ASSIGN_OR_RETURN(managed_base_, um->reserve(static_cast<size_t>(managed), spec_.um_allow_oversubscription));
-    managed_pool_ = std::make_unique<memory::DevicePool>(managed_base_, static_cast<size_t>(managed), be_.device(),
+    // One piece more than the entries, so that the pool starts on a 2 MiB boundary (Inventory::add_managed).
+    const size_t align = Inventory::kManagedAlignBytes;
+    TT_ASSIGN_OR_RETURN(managed_base_,
+                        um->reserve(static_cast<size_t>(managed) + align, spec_.um_allow_oversubscription));
+    const uintptr_t b = reinterpret_cast<uintptr_t>(managed_base_);
+    void* aligned = reinterpret_cast<void*>((b + align - 1) / align * align);
+    managed_pool_ = std::make_unique<memory::DevicePool>(aligned, static_cast<size_t>(managed), be_.device(),
                                                          &be_.stats());
     managed_pool_->set_tier(memory::Tier::kManaged);
   }
@@ -236,15 +242,18 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     const InventoryEntry& e = *found;
     if (e.backend_owned) continue;
     if (op.kind == OpKind::kUmAdvise) {
-      TT_TRY(be_.um()->advise({um_range(op)}, spec_.plan.um.advice(e.cls, e.layer >= 0 && rings_.um.holds(e.layer))));
+      TT_TRY(be_.um()->advise({um_range(op)},
+                              spec_.plan.um.advice(e.cls, e.layer >= 0 &&
+                                                              spec_.plan.activation(e.layer) == ActPlacement::kManagedOffload)));
       continue;
     }
     if (op.kind == OpKind::kUmPrefetch) {
       be_.um()->prefetch({um_range(op)}, static_cast<memory::UmPlace>(op.place), be_.compute_stream());
       continue;
     }
-    if (e.where == Inventory::kManaged) {
-      TT_ASSIGN_OR_RETURN(Tensor t, managed_pool_->allocate(e.shape, e.dtype, e.cls, e.name));
+    if (e.where == Inventory::kManaged) {  // whole 2 MiB pieces: every entry starts on a page of its own
+      TT_ASSIGN_OR_RETURN(void* p, managed_pool_->allocate_bytes(e.bytes, e.cls, e.name));
+      const Tensor t(p, e.shape, e.dtype, e.cls, be_.device());
       managed_.push_back(t);
       by_name_[e.name] = t;
     } else if (e.where == Inventory::kDevice) {
@@ -390,7 +399,10 @@ memory::UmRange Executor::um_range(const Op& op) const {
     return {static_cast<char*>(t.raw()) + static_cast<size_t>(segs.offset[static_cast<size_t>(op.segment)]) * es,
             static_cast<size_t>(segs.size[static_cast<size_t>(op.segment)]) * es};
   }
-  return {t.raw(), device_alloc_bytes(t.shape(), t.dtype())};
+  const InventoryEntry* e = inventory_.find(op.entry);
+  TT_CHECK(e != nullptr && e->where == Inventory::kManaged, "%s: %s is not a managed entry", op.name.c_str(),
+           op.entry.c_str());
+  return {t.raw(), e->bytes};  // the whole 2 MiB pieces it owns
 }
 
 Stream& Executor::stream(StreamId s) {
@@ -493,6 +505,10 @@ void Executor::model_train() {
 
 void Executor::forward() { run_pass(Pass::kForward, &Executor::model_forward); }
 void Executor::backward() {
+  // Note [managed activations]: an evaluation forward discards the offloaded blocks' activations.
+  TT_CHECK(rings_.um.size() == 0,
+           "backward() after forward(): plan %s offloads activations through managed memory, which the evaluation "
+           "forward discards; use forward_backward() or train_step()", spec_.plan.source.c_str());
   opt_->begin_step(0.0f, false);
   run_pass(Pass::kBackward, &Executor::model_backward);
 }

@@ -30,6 +30,7 @@ void Inventory::add_pooled(std::string name, Where where, Shape shape, DType dty
   e.layer = layer;
   e.request = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   e.bytes = device_alloc_bytes(shape, dtype);
+  if (where == kManaged) e.bytes = (e.bytes + kManagedAlignBytes - 1) / kManagedAlignBytes * kManagedAlignBytes;
   totals_[where] += static_cast<int64_t>(e.bytes);
   per_class_[where][static_cast<int>(cls)] += static_cast<int64_t>(e.bytes);
   index_[e.name] = entries_.size();

@@ -52,8 +52,11 @@ class Inventory {
 
   void add_device(std::string name, Shape shape, DType dtype, TensorClass cls, int layer = -1);
   void add_host(std::string name, size_t bytes, TensorClass cls);
-  // Taken from the managed pool as the device pool takes its blocks (256-byte aligned).
+  // Taken from the managed pool in whole 2 MiB pieces (kManagedAlignBytes), so that no two entries share a page:
+  // a discard or prefetch of one never touches another's data (cudaMemDiscardBatchAsync is undefined for memory
+  // accessed during it, and the driver acts on whole pages).
   void add_managed(std::string name, Shape shape, DType dtype, TensorClass cls, int layer = -1);
+  static constexpr size_t kManagedAlignBytes = size_t(2) << 20;
   // Bytes the backend reserves in the device pool for itself (CUDA's cuBLAS workspace and scratch): an entry
   // "backend.reserved" (workspace) counted in the device totals, allocated by the backend, not by the executor.
   void add_backend_reserved(int64_t bytes);

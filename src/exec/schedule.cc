@@ -79,6 +79,12 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 //            direction migrates them for their contents) and records um_free; then the h2d stream prefetches
 //            o_{k-S} back to the device (after um_free o_k and um_out o_{k-S}), and o_{k-S}'s backward waits for
 //            um_in.
+//  evaluation (Pass::kForward, no backward after it): each block's activations are dead after its forward and are
+//            discarded at once instead of copied out; o_{k+S} is populated once o_k is discarded. So at most S
+//            offloaded blocks are on the device at any time, after an evaluation too, and Executor::backward()
+//            after forward() is refused for such plans.
+// Every managed entry owns whole 2 MiB pieces (Inventory::add_managed): a discard or a prefetch never touches a
+// neighbour's page.
 // Without um.prefetch nothing of this is issued: the driver moves pages on faults alone (default UM). The CPU
 // backend's emulation poisons discarded pages (Note [emulated managed memory] in backend/cpu/cpu_backend.cc), so a
 // discard of live data fails the bit-identity tests there.
@@ -166,7 +172,7 @@ class Compiler {
     Schedule s;
     s.spec = sp_;
     if (sp_.input_staging_slots > 0) input_in(s.passes[static_cast<int>(Pass::kPrefetch)]);
-    forward_blocks(s.passes[static_cast<int>(Pass::kForward)]);
+    forward_blocks(s.passes[static_cast<int>(Pass::kForward)], /*evaluation=*/true);
     model(s.passes[static_cast<int>(Pass::kForward)], Boundary::kBeforeHead, 0, "lm_head", head_fwd_);
     backward(s.passes[static_cast<int>(Pass::kBackward)]);
     step(s.passes[static_cast<int>(Pass::kStep)]);
@@ -198,7 +204,8 @@ class Compiler {
       // Note [managed activations]: the advice, and every page but the offloaded blocks' on the device from the
       // start.
       const bool offloaded = e.layer >= 0 && um_.holds(e.layer);
-      if (plan_.um.advice(e.cls, offloaded).any()) {
+      const bool offload_advice = e.layer >= 0 && plan_.activation(e.layer) == ActPlacement::kManagedOffload;
+      if (plan_.um.advice(e.cls, offload_advice).any()) {
         Op& a = add(setup, StreamId::kCompute, OpKind::kUmAdvise, e.name);
         a.layer = e.layer;
         a.entry = e.name;
@@ -315,18 +322,23 @@ class Compiler {
     op.bytes = um_bytes_;
     record(out, st, done + " " + block(l), l);
   }
-  // o_k populated on the device after its discard, and after o_{k-S} has left (k >= S).
-  void um_populate(std::vector<Op>& out, int k) {
+  // o_k populated on the device after its discard and after the previous pass's copy of it to the host (a no-op
+  // wait after a backward), and after o_{k-S} has left the device: copied out (training) or discarded (an
+  // evaluation, which discards every block after its forward).
+  void um_populate(std::vector<Op>& out, int k, bool evaluation) {
     const int l = um_.order[static_cast<size_t>(k)];
     std::vector<std::string> after = {"um_free " + block(l)};
-    if (k >= um_.slots) after.push_back("um_out " + block(um_.order[static_cast<size_t>(k - um_.slots)]));
+    if (k < um_.size() - um_.slots) after.push_back("um_out " + block(l));  // (the last S are never copied out)
+    if (k >= um_.slots)
+      after.push_back((evaluation ? "um_free " : "um_out ") + block(um_.order[static_cast<size_t>(k - um_.slots)]));
     um_move(out, l, memory::UmPlace::kDevice, "um_populate", after, "um_ready");
   }
 
-  void forward_blocks(std::vector<Op>& out) {
+  // evaluation: the forward of Pass::kForward, with no backward after it (Note [managed activations]).
+  void forward_blocks(std::vector<Op>& out, bool evaluation = false) {
     const int mp = static_cast<int>(pstreamed_.size());
     const int mu = um_.size();
-    for (int k = 0; k < std::min(mu, um_.slots); ++k) um_populate(out, k);
+    for (int k = 0; k < std::min(mu, um_.slots); ++k) um_populate(out, k, evaluation);
     if (mp > 0) {
       for (int q = 0; q < Q_; ++q) record(out, StreamId::kCompute, "pslot_free " + std::to_string(q));
       for (int k = 0; k < std::min(mp, Q_); ++k) upload(out, k);
@@ -354,10 +366,17 @@ class Compiler {
       const int uk = um_.holds(l) ? um_.index(l) : -1;
       if (uk >= 0) wait(out, StreamId::kCompute, "um_ready " + block(l), "wait um_populate", l);
       model(out, Boundary::kBeforeForward, 1 + l, "forward " + block(l), block_fwd_);
-      if (uk >= 0 && uk < mu - um_.slots) {  // the last S stay on the device
+      if (uk >= 0 && evaluation) {  // dead at once: discarded, never copied out
+        Op& d = add(out, StreamId::kCompute, OpKind::kUmDiscard, "um_discard " + block(l));
+        d.layer = l;
+        d.entry = managed_block(l);
+        d.bytes = um_bytes_;
+        record(out, StreamId::kCompute, "um_free " + block(l), l);
+        if (uk + um_.slots < mu) um_populate(out, uk + um_.slots, evaluation);
+      } else if (uk >= 0 && uk < mu - um_.slots) {  // the last S stay on the device
         record(out, StreamId::kCompute, "um_fwd " + block(l), l);
         um_move(out, l, memory::UmPlace::kHost, "um_out", {"um_fwd " + block(l)}, "um_out");
-        if (uk + um_.slots < mu) um_populate(out, uk + um_.slots);
+        if (uk + um_.slots < mu) um_populate(out, uk + um_.slots, evaluation);
       }
       if (k >= 0 && k < m - S_) {  // the last S stay in their slots
         record(out, StreamId::kCompute, "fwd_done " + block(l), l);
@@ -401,8 +420,9 @@ class Compiler {
     // The previous update of this segment read the host gradients (a no-op before the first).
     wait(out, StreamId::kD2H, "adamw " + seg_name(s), "wait cpu optimizer", layer);
     if (plan_.managed_grads) {
-      // Note [managed optimizer exchange]: the update reads them where they are; moved to the host first.
-      if (plan_.um.prefetch)
+      // Note [managed optimizer exchange]: the update reads them where they are; moved to the host first (in a
+      // data-parallel run in the step, after the norm's parts have read them on the device).
+      if (plan_.um.prefetch && !dp)
         um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, "um grads to host", grads_entry(s), s, memory::UmPlace::kHost,
                seg_bytes(s, msize_));
     } else {
@@ -523,6 +543,10 @@ class Compiler {
     add(out, StreamId::kCompute, OpKind::kNormTotal, "adamw");
     record(out, StreamId::kCompute, "grads_ready");
     wait(out, StreamId::kD2H, "grads_ready", "wait backward");
+    if (plan_.managed_grads && plan_.um.prefetch && sp_.data_ranks > 1)
+      for (int s = 0; s < S; ++s)
+        um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, "um grads to host", grads_entry(s), s,
+               memory::UmPlace::kHost, seg_bytes(s, msize_));
     Op& n = add(out, StreamId::kD2H, OpKind::kNormOut, "norm to host");
     n.bytes = 4;
     record(out, StreamId::kD2H, "norm_out");

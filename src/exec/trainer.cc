@@ -325,12 +325,13 @@ Status Trainer::build() {
   const TrainConfig& cfg = cfg_;
   const RunSpec& r = spec_;
   TT_ASSIGN_OR_RETURN(backend_, create_run_backend(cfg, r));
-  TT_ASSIGN_OR_RETURN(ex_, Executor::create(*backend_, r.exec));
-  if (cfg.um_counters) {  // issue 20: the driver's page faults and migrations, counted per step
+  if (cfg.um_counters) {  // issue 20: the driver's page faults and migrations, counted per step, from before the
+                          // managed memory is reserved
     TT_RETURN_IF(backend_->um() == nullptr, kFailedPrecondition, "--um-counters: the %s backend has no managed memory",
                  r.backend.c_str());
     TT_TRY(backend_->um()->start_counting());
   }
+  TT_ASSIGN_OR_RETURN(ex_, Executor::create(*backend_, r.exec));
   TT_TRY(ex_->init_params(cfg.seed));
   if (!cfg.init_from.empty()) {
     TT_ASSIGN_OR_RETURN(std::string path, resolve_checkpoint(cfg.init_from));

@@ -7,6 +7,7 @@
 // - a discard issued before the block's backward has read its pages changes the result (the check can fail);
 // - the plan JSON of managed placements and advice, and its refusals; the refusal to oversubscribe.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -225,12 +226,15 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
       EXPECT_EQ(e->where, Inventory::kManaged);
       ASSERT_EQ(c.ranges.size(), 1u);
       EXPECT_EQ(c.ranges[0].bytes, e->bytes);
+      // Whole 2 MiB pieces of its own: no page shared with another entry.
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(c.ranges[0].ptr) % Inventory::kManagedAlignBytes, 0u);
+      EXPECT_EQ(e->bytes % Inventory::kManagedAlignBytes, 0u);
       auto [it, fresh] = range_of.emplace(op.name, c.ranges[0]);
       EXPECT_EQ(it->second.ptr, c.ranges[0].ptr);
       if (op.kind == OpKind::kUmAdvise) {
         EXPECT_EQ(c.kind, memory::UmCall::kAdvise);
-        const bool offloaded = e->layer >= 0 && spec.plan.offloaded(e->layer);
-        EXPECT_TRUE(c.advice == spec.plan.um.advice(e->cls, offloaded));
+        const bool offload = e->layer >= 0 && spec.plan.activation(e->layer) == ActPlacement::kManagedOffload;
+        EXPECT_TRUE(c.advice == spec.plan.um.advice(e->cls, offload));
         EXPECT_TRUE(c.advice.any());
       } else {
         EXPECT_EQ(c.kind, memory::UmCall::kPrefetch);
@@ -242,10 +246,11 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
     for (const InventoryEntry& e : ex->allocated().entries()) {
       if (e.where != Inventory::kManaged) continue;
       const bool offloaded = e.layer >= 0 && spec.plan.offloaded(e.layer);
+      const bool offload = e.layer >= 0 && spec.plan.activation(e.layer) == ActPlacement::kManagedOffload;
       int advised = 0, placed = 0;
       for (const Op* op : want)
         if (op->name == e.name) (op->kind == OpKind::kUmAdvise ? advised : placed) += 1;
-      EXPECT_EQ(advised, spec.plan.um.advice(e.cls, offloaded).any() ? 1 : 0) << e.name;
+      EXPECT_EQ(advised, spec.plan.um.advice(e.cls, offload).any() ? 1 : 0) << e.name;
       EXPECT_EQ(placed, offloaded ? 0 : 1) << e.name;
     }
     // One training step: the calls per stream equal the train pass's UM operations on that stream, in order.
@@ -322,6 +327,20 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
     if (std::string(name) != "um-advised") {
       EXPECT_GT(moved, 0);
     }
+    // An evaluation forward discards every offloaded block after its forward and copies none out, so that no more
+    // than `slots` of them are on the device after it either.
+    for (int l : rings.um.order) {
+      int discard = 0, out = 0, populate = 0;
+      for (const Op& op : s.pass(Pass::kForward)) {
+        if (op.layer != l || !op.entry.starts_with("managed.h.")) continue;
+        discard += op.kind == OpKind::kUmDiscard ? 1 : 0;
+        out += op.kind == OpKind::kUmPrefetch && op.place == 1 ? 1 : 0;
+        populate += op.kind == OpKind::kUmPrefetch && op.place == 0 ? 1 : 0;
+      }
+      EXPECT_EQ(discard, 1) << l;
+      EXPECT_EQ(out, 0) << l;
+      EXPECT_EQ(populate, 1) << l;
+    }
   }
 }
 
@@ -354,13 +373,14 @@ TEST(UmPlans, ADiscardBeforeTheLastReadChangesTheResult) {
 }
 
 // Note [managed optimizer exchange]: the gradients are discarded only after the host update read them. Without the
-// h2d stream's wait for the update (and with a slow host), the discard poisons them first and the run differs.
+// h2d stream's wait for the update (and with a host that starts each piece of work 100 ms late), the discard poisons
+// them first and the run differs.
 TEST(UmPlans, TheGradientDiscardWaitsForTheUpdate) {
   ExecSpec in_core = spec_of(plan_of("in-core"));
   in_core.plan.optimizer = OptimizerPlacement::kCpu;
   const Bits ref = run3(in_core, 0, 0);
   const ExecSpec spec = spec_of(plan_of("cpu-exchange"));
-  EXPECT_TRUE(run3(spec, 0, 0, {}, 20000) == ref);
+  EXPECT_TRUE(run3(spec, 0, 0, {}, 100000) == ref);
   const Bits early = run3(
       spec, 0, 0,
       [](Schedule& s) {
@@ -374,7 +394,7 @@ TEST(UmPlans, TheGradientDiscardWaitsForTheUpdate) {
           }
         EXPECT_EQ(removed, static_cast<size_t>(kCfg.layers + 2));
       },
-      20000);
+      100000);
   EXPECT_FALSE(early == ref);
 }
 

@@ -12,6 +12,7 @@
 
 namespace tt::cuda {
 namespace {
+#if CUDART_VERSION >= 13000  // CUDA 13's forms of advice and prefetch (a cudaMemLocation) and its batched discard
 
 cudaMemLocation location(memory::UmPlace p, int device) {
   cudaMemLocation loc{};
@@ -122,9 +123,15 @@ class CudaUmDriver final : public memory::UmDriver {
   std::map<void*, size_t> sizes_;
 };
 
+#endif
 }  // namespace
 
 Result<std::unique_ptr<memory::UmDriver>> create_um_driver(int device) {
+#if CUDART_VERSION < 13000
+  return make_status(StatusCode::kFailedPrecondition,
+                     "managed memory needs CUDA 13's runtime (advice and prefetch by cudaMemLocation, batched "
+                     "discard); this build has %d", CUDART_VERSION);
+#else
   int concurrent = 0;
   TT_CUDA_CHECK(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, device));
   TT_RETURN_IF(concurrent == 0, kFailedPrecondition,
@@ -132,6 +139,7 @@ Result<std::unique_ptr<memory::UmDriver>> create_um_driver(int device) {
                "which prefetching and discarding need",
                device);
   return std::unique_ptr<memory::UmDriver>(std::make_unique<CudaUmDriver>(device));
+#endif
 }
 
 }  // namespace tt::cuda

@@ -171,7 +171,8 @@ UmCounters::~UmCounters() {
 }
 
 std::map<std::string, int64_t> UmCounters::totals() {
-  g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (const CUptiResult rc = g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); rc != CUPTI_SUCCESS)
+    TT_LOG(WARN, PERF, "--um-counters: flushing CUPTI's buffers failed: %s", cupti_error(rc).c_str());
   std::lock_guard<std::mutex> lock(g_mu);
   return g_totals;
 }
