@@ -17,6 +17,7 @@
 #pragma once
 
 #include <functional>
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +40,27 @@ struct AdamWArgs {
   float weight_decay = 0.0f;
   int64_t step = 1;        // 1-based, for bias correction
   float grad_clip = 0.0f;  // > 0: gradients are scaled by min(1, clip / (sqrt(grad_norm_sq) + 1e-6))
+  // The pieces of the tensor with and without weight decay, in element order, so that one call updates several
+  // parameters laid out one after the other (a segment's: exec/optimizer.h): piece i covers the elements
+  // [piece_end[i - 1], piece_end[i]) (piece_end[-1] = 0) and decays by weight_decay iff bit i of decay_bits is set.
+  // No pieces: the whole tensor decays by weight_decay.
+  static constexpr int kMaxPieces = 16;
+  int pieces = 0;
+  std::array<int64_t, kMaxPieces> piece_end{};
+  uint32_t decay_bits = 0;
+
+  // Appends the piece ending at `end` (merged with the last one when it decays alike); false when full.
+  bool add_piece(int64_t end, bool decay) {
+    if (pieces > 0 && ((decay_bits >> (pieces - 1)) & 1u) == static_cast<uint32_t>(decay)) {
+      piece_end[static_cast<size_t>(pieces - 1)] = end;
+      return true;
+    }
+    if (pieces == kMaxPieces) return false;
+    piece_end[static_cast<size_t>(pieces)] = end;
+    if (decay) decay_bits |= 1u << pieces;
+    ++pieces;
+    return true;
+  }
 };
 
 class Backend {
@@ -149,9 +171,11 @@ class Backend {
   // out[0] = the sum of parts[0..n) added in index order in double, rounded once (the global gradient norm from
   // per-segment sums of squares: the same bits however the segments were produced).
   virtual void sum_in_order(const Tensor& out, const Tensor& parts) = 0;
-  // One AdamW step on a parameter tensor; grad_norm_sq[0] (device) feeds the clipping factor.
+  // One AdamW step on a parameter tensor (or on several laid out one after the other: args.pieces); grad_norm_sq[0]
+  // (device) feeds the clipping factor. copy_out, when not empty, receives the new parameters converted to its dtype
+  // in the same pass, rounded as convert() rounds (the bf16 compute copy, without a second pass over the master).
   virtual void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                            const Tensor& grad_norm_sq, const AdamWArgs& args) = 0;
+                            const Tensor& grad_norm_sq, const AdamWArgs& args, const Tensor& copy_out) = 0;
 };
 
 }  // namespace tt

@@ -79,7 +79,8 @@ double KernelCall::bytes() const {
     case KernelOp::kFillZero: return a * e;
     case KernelOp::kConvert: return a * (4 + e);
     case KernelOp::kSumSquares: return a * e;
-    case KernelOp::kAdamWUpdate: return a * 4 * 7;                         // param, grad, m, v read; three written
+    case KernelOp::kAdamWUpdate: return a * e * 7 + (b != 0 ? a * 2 : 0);  // p, g, m, v read; p, m, v (and bf16 p)
+                                                                           // written
     case KernelOp::kCopyD2D: return 2 * a * e;
   }
   return 0;

@@ -16,7 +16,8 @@
 //   attention_forward, attention_backward           {B, T, heads, head size}
 //   softmax_xent_forward, softmax_xent_fused        {N rows, padded vocab}
 //   residual_forward, gelu_forward, fill_zero,
-//   convert, sum_squares, adamw_update, copy_d2d    {elements}   (dtype: of the tensor written or read)
+//   convert, sum_squares, copy_d2d                  {elements}   (dtype: of the tensor written or read)
+//   adamw_update                                    {elements, 1 when it writes a bf16 copy too}   (dtype: master's)
 #pragma once
 
 #include <array>

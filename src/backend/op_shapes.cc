@@ -1,5 +1,7 @@
 #include "backend/op_shapes.h"
 
+#include "backend/backend.h"
+
 namespace tt::shapes {
 namespace {
 
@@ -203,11 +205,22 @@ int64_t sum_squares(const Tensor& out, const Tensor& x) {
   return x.numel();
 }
 
-int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq) {
+int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq,
+              const AdamWArgs& args, const Tensor& copy_out) {
   elementwise("adamw_update", param, grad);
   elementwise("adamw_update", param, m, v);
   TT_CHECK(grad_norm_sq.numel() >= 1 && grad_norm_sq.dtype() == param.dtype(),
            "adamw_update: grad_norm_sq %s must hold one %s", s(grad_norm_sq).c_str(), dtype_name(param.dtype()));
+  TT_CHECK(copy_out.raw() == nullptr || copy_out.numel() == param.numel(),
+           "adamw_update: copy_out %s and param %s differ in size", s(copy_out).c_str(), s(param).c_str());
+  TT_CHECK(args.pieces >= 0 && args.pieces <= AdamWArgs::kMaxPieces, "adamw_update: %d pieces", args.pieces);
+  int64_t begin = 0;
+  for (int i = 0; i < args.pieces; ++i) {
+    TT_CHECK(args.piece_end[static_cast<size_t>(i)] > begin, "adamw_update: piece %d is empty or out of order", i);
+    begin = args.piece_end[static_cast<size_t>(i)];
+  }
+  TT_CHECK(args.pieces == 0 || begin == param.numel(),
+           "adamw_update: the pieces cover %lld of %s's elements", static_cast<long long>(begin), s(param).c_str());
   return param.numel();
 }
 

@@ -11,6 +11,10 @@
 
 #include "core/tensor.h"
 
+namespace tt {
+struct AdamWArgs;
+}
+
 namespace tt::shapes {
 
 struct Embedding {
@@ -58,7 +62,8 @@ Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Te
 Softmax softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets, int vocab);
 int64_t convert(const Tensor& dst, const Tensor& src);
 int64_t sum_squares(const Tensor& out, const Tensor& x);
-int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq);
+int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq,
+              const AdamWArgs& args, const Tensor& copy_out);
 
 // True when t refers to memory (an undefined optional tensor is a default-constructed Tensor).
 inline bool present(const Tensor& t) { return t.raw() != nullptr; }

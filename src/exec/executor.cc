@@ -356,6 +356,7 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
   ob.v = dev("adam.v");
   ob.norm_sq = dev("adam.grad_norm_sq");
   ob.parts = dev("adam.norm_parts");
+  if (!plan.cpu_optimizer()) ob.compute = compute_flat_;  // Note [device update by segment]
   if (plan.cpu_optimizer()) {
     auto f = [&](const char* n) { return static_cast<float*>(host(n)); };
     ob.sets[0] = {f("params.master"), f("adam.m"), f("adam.v"), static_cast<uint16_t*>(host("params.compute.host"))};
@@ -650,10 +651,6 @@ void Executor::issue(const Op& op) {
     case OpKind::kDeviceAdamW:
       if (prof_) prof_->mark(op.name.c_str());
       opt_->device_update();
-      break;
-    case OpKind::kRefreshCompute:
-      if (prof_) prof_->mark(op.name.c_str());
-      be_.convert(compute_flat_, master_);
       break;
     case OpKind::kAlloc:
     case OpKind::kUmAdvise:

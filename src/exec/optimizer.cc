@@ -25,6 +25,7 @@ Optimizer::Optimizer(Backend& backend, const Gpt& model, OptimizerPlacement wher
     std::memset(buf_.sets[0].v, 0, bytes);
   } else {
     TT_CHECK(!hyper_.speculate, "speculation is for the CPU optimizer");
+    plan_device_calls();
     be_.fill_zero(buf_.m, be_.compute_stream());
     be_.fill_zero(buf_.v, be_.compute_stream());
   }
@@ -51,19 +52,51 @@ void Optimizer::norm_part(int segment) {
 
 void Optimizer::norm_total() { be_.sum_in_order(buf_.norm_sq, buf_.parts); }
 
+// Note [device update by segment]
+// The device optimizer updates a segment's parameters (laid out one after the other: model/gpt.h) in one
+// adamw_update call, whose pieces say which of them decay (matrices and embeddings) and which do not (biases and
+// LayerNorms), and which writes the bf16 compute copy in the same pass when there is one. Per parameter and then a
+// convert() of the whole model, as before, the update launched 148 kernels at GPT-2 (most on a few thousand
+// elements) and read the whole master a second time: 1.90 ms a step against compiled PyTorch's 1.02 ms on an H200.
+// Every element's arithmetic is the same, so the result is too, in every bit.
+void Optimizer::plan_device_calls() {
+  for (int s = 0; s < segs_.count(); ++s) {
+    const std::vector<size_t>& params = seg_params_[static_cast<size_t>(s)];
+    if (params.empty()) continue;
+    DeviceCall c;
+    c.segment = s;
+    c.offset = layout_[params.front()].offset;
+    TT_CHECK(c.offset == segs_.offset[static_cast<size_t>(s)], "segment %d does not start at its first parameter", s);
+    for (size_t i : params) {
+      const ParamInfo& p = layout_[i];
+      TT_CHECK(p.offset == c.offset + c.numel, "%s does not follow the segment's previous parameter", p.name.c_str());
+      if (!c.pieces.add_piece(c.numel + p.shape.numel(), p.decay)) {
+        device_calls_.push_back(c);
+        c = DeviceCall{s, p.offset, 0, AdamWArgs{}};
+        c.pieces.add_piece(p.shape.numel(), p.decay);
+      }
+      c.numel += p.shape.numel();
+    }
+    device_calls_.push_back(c);
+  }
+}
+
 void Optimizer::device_update() {
-  for (size_t i = 0; i < layout_.size(); ++i) {
-    const ParamInfo& p = layout_[i];
-    AdamWArgs args;
+  for (const DeviceCall& c : device_calls_) {
+    AdamWArgs args = c.pieces;
     args.lr = lr_;
     args.beta1 = hyper_.beta1;
     args.beta2 = hyper_.beta2;
     args.eps = hyper_.eps;
-    args.weight_decay = p.decay ? hyper_.weight_decay : 0.0f;
+    args.weight_decay = hyper_.weight_decay;
     args.step = step_ + 1;
     args.grad_clip = hyper_.grad_clip;
-    be_.adamw_update(buf_.master.view(p.offset, p.shape), model_.grad(i), buf_.m.view(p.offset, p.shape),
-                     buf_.v.view(p.offset, p.shape), buf_.norm_sq, args);
+    const Shape shape{c.numel};
+    const int64_t in_seg = c.offset - segs_.offset[static_cast<size_t>(c.segment)];
+    be_.adamw_update(buf_.master.view(c.offset, shape),
+                     model_.tensors().grads[static_cast<size_t>(c.segment)].view(in_seg, shape),
+                     buf_.m.view(c.offset, shape), buf_.v.view(c.offset, shape), buf_.norm_sq, args,
+                     buf_.compute.raw() != nullptr ? buf_.compute.view(c.offset, shape) : Tensor());
   }
 }
 

@@ -54,6 +54,7 @@ struct HostAdamState {
 // Where the optimizer's state lives, allocated by the executor from its inventory.
 struct OptimizerBuffers {
   Tensor master;          // device: the flat master (device optimizer)
+  Tensor compute;         // device: the flat compute copy the device update writes in its pass (bf16), else empty
   Tensor m, v;            // device moments (device optimizer)
   Tensor norm_sq, parts;  // device: the squared norm and its per-segment parts
   HostAdamState sets[2];  // host (CPU optimizer); sets[1] only with speculation
@@ -90,7 +91,7 @@ class Optimizer {
   void begin_step(float lr, bool speculate);
   void norm_part(int segment);   // kNormPart, compute stream
   void norm_total();             // kNormTotal, compute stream
-  void device_update();          // kDeviceAdamW, compute stream
+  void device_update();          // kDeviceAdamW, compute stream (Note [device update by segment])
   void grads_out(int segment);   // kGradsOut, d2h stream
   void norm_out();               // kNormOut, d2h stream
   // kHostAdamW, host stream: the speculative update during the backward, or the step's update after it.
@@ -107,6 +108,7 @@ class Optimizer {
   float* host_master() const { return buf_.sets[cur_].master; }
 
  private:
+  void plan_device_calls();
   void update_segment(int segment, const HostAdamState& from, const HostAdamState& to, float lr, int64_t step,
                       float grad_norm_sq, float grad_clip);
 
@@ -118,6 +120,13 @@ class Optimizer {
   std::vector<ParamInfo> layout_;
   GptSegments segs_;
   std::vector<std::vector<size_t>> seg_params_;  // [segment] indices into layout_
+  // Note [device update by segment]: one adamw_update call a segment (more when it has more pieces than a call).
+  struct DeviceCall {
+    int segment = 0;
+    int64_t offset = 0, numel = 0;  // in the flat buffers
+    AdamWArgs pieces;               // only the pieces are set
+  };
+  std::vector<DeviceCall> device_calls_;
   int64_t step_ = 0;
   float lr_ = 0.0f;
   bool speculate_ = false;          // this step speculates

@@ -24,7 +24,7 @@ namespace {
 constexpr const char* kOpKindNames[] = {"model",       "wait",      "record",     "rebuild_block", "rebuild_norms",
                                         "rebuild_mlp", "zero_grads", "swap_out",  "swap_in",       "params_in",
                                         "grads_out",   "norm_part", "norm_total", "norm_out",      "host_adamw",
-                                        "params_back", "device_adamw", "refresh_compute", "alloc", "input_fill",
+                                        "params_back", "device_adamw", "alloc", "input_fill",
                                         "input_in", "input_take", "grad_reduce", "um_advise", "um_prefetch",
                                         "um_discard"};
 constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup", "prefetch"};
@@ -531,11 +531,9 @@ class Compiler {
       }
       add(out, StreamId::kCompute, OpKind::kNormTotal, "adamw");
       Op& op = add(out, StreamId::kCompute, OpKind::kDeviceAdamW, "adamw");
-      op.bytes = 7 * gpt_num_params(sp_.model) * msize_;  // read p, g, m, v; write p, m, v
-      if (sp_.compute != master_dtype_for(sp_.compute)) {
-        Op& r = add(out, StreamId::kCompute, OpKind::kRefreshCompute, "adamw");
-        r.bytes = gpt_num_params(sp_.model) * (msize_ + esize_);
-      }
+      // Read p, g, m, v; write p, m, v and the compute copy when it is not the master (Note [device update by
+      // segment] in exec/optimizer.cc).
+      op.bytes = gpt_num_params(sp_.model) * (7 * msize_ + (sp_.compute != master_dtype_for(sp_.compute) ? esize_ : 0));
       return;
     }
     // Note [speculative update] in exec/optimizer.h: the norm, then segment by segment in forward order the update

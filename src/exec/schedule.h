@@ -50,8 +50,7 @@ enum class OpKind : int {
   kNormOut,         // d2h: the squared norm to the host
   kHostAdamW,       // host: AdamW of `segment` on the host (speculative: with a clip factor of 1, into the other set)
   kParamsBack,      // h2d: `segment`'s updated compute copy back to the device
-  kDeviceAdamW,     // compute: AdamW of every parameter on the device
-  kRefreshCompute,  // compute: the compute copy from the master (bf16 compute, device optimizer)
+  kDeviceAdamW,     // compute: AdamW of every parameter on the device, writing the compute copy in the same pass
   kAlloc,           // setup: the inventory entry `name` taken from its pool (memory below)
   kInputFill,       // h2d, at issue: the caller writes the next batch into its host slot of the input ring
   kInputIn,         // h2d: that batch from its host slot to the device (input.next)

@@ -14,9 +14,11 @@
 // copies time), so from the fastest three a local search changes one block's placement or exchanges two
 // neighbours' while that makes the plan faster and it still fits (at most 600 more replays); the fastest wins. Up to
 // kExactLayers blocks the search is exact instead: every assignment of resident, recompute and swap to each block,
-// with every other choice. On 6 blocks the heuristic came within 0.09% of the exact search's step on the synthetic
-// machine of tests/perf/auto_plan_test.cc (which checks 1%), where the exact search took 7 s on 2 cores and the
-// heuristic 0.3 s; on 48 blocks the heuristic took 5 s there.
+// with every other choice. On 6 blocks the heuristic came within 1.15% of the exact search's step on the synthetic
+// machine of tests/perf/auto_plan_test.cc (which checks 1.5%; that test's six exact searches take 12 s on 2 cores);
+// on 48 blocks the heuristic took 4 s there. (Within 0.09% until the device AdamW became one call a
+// segment: with 67 fewer kernel calls of 2 us the step shortened, and at 0.8 of in-core the exact search's best now
+// swaps blocks 0, 1, 2 and 4, which no count-and-order plan nor one move of the local search reaches.)
 //
 //   TT_ASSIGN_OR_RETURN(AutoPlan a, choose_plan(train_config, profile));
 //   train_config.plan_value = a.best.run.exec.plan;   // and a.explain() says why

@@ -112,9 +112,10 @@ Shapes shapes_of(const KernelCall& c) {
     case KernelOp::kSumSquares:  // out, x
       add({1}, dt), add({a}, dt);
       break;
-    case KernelOp::kAdamWUpdate:  // param, grad, m, v, norm
+    case KernelOp::kAdamWUpdate:  // param, grad, m, v, norm, the bf16 copy
       for (int i = 0; i < 4; ++i) add({a}, dt);
       add({1}, dt);
+      if (b) add({a}, DType::kBF16);
       break;
     case KernelOp::kCopyD2D:
       add({a}, dt), add({a}, dt);
@@ -161,7 +162,7 @@ void run(Backend& be, const KernelCall& c, const std::vector<Tensor>& t) {
       AdamWArgs args;
       args.weight_decay = 0.1f;
       args.grad_clip = 1.0f;
-      be.adamw_update(t[0], t[1], t[2], t[3], t[4], args);
+      be.adamw_update(t[0], t[1], t[2], t[3], t[4], args, c.dims[1] ? t[5] : none);
       break;
     }
     case KernelOp::kCopyD2D: be.copy_d2d(t[0], t[1], be.compute_stream()); break;

@@ -42,11 +42,9 @@ std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) 
       break;
     case OpKind::kNormPart: r.push_back({KernelOp::kSumSquares, md, {seg_size(op.segment)}}); break;
     case OpKind::kNormTotal: r.push_back({KernelOp::kSumSquares, md, {cfg.layers + 2}}); break;
-    case OpKind::kDeviceAdamW:
-      for (const ParamInfo& p : gpt_param_layout(cfg)) r.push_back({KernelOp::kAdamWUpdate, md, {p.shape.numel()}});
-      break;
-    case OpKind::kRefreshCompute:
-      if (dt != md) r.push_back({KernelOp::kConvert, dt, {gpt_num_params(cfg)}});
+    case OpKind::kDeviceAdamW:  // Note [device update by segment] in exec/optimizer.cc
+      for (int s = 0; s < cfg.layers + 2; ++s)
+        r.push_back({KernelOp::kAdamWUpdate, md, {seg_size(s), dt != md ? 1 : 0}});
       break;
     case OpKind::kInputTake:
       r.push_back({KernelOp::kCopyD2D, DType::kI32, {2 * static_cast<int64_t>(spec.batch) * cfg.seq}});

@@ -2,6 +2,7 @@
 // test-backend-ops idea): the same random inputs, the outputs compared with explicit tolerances. The CPU backend is
 // itself checked against finite differences (cpu_ops_gradcheck_test) and PyTorch (gpt_golden_test). Without a GPU
 // the CUDA cases skip with a message.
+#include <cstring>
 #include <functional>
 #include <string>
 #include <tuple>
@@ -455,9 +456,29 @@ TEST_P(BackendOps, Optimizer) {
                  a.weight_decay = 0.1f;
                  a.step = 3;
                  a.grad_clip = clip;
-                 be.adamw_update(t[0], t[1], t[2], t[3], t[4], a);
+                 be.adamw_update(t[0], t[1], t[2], t[3], t[4], a, Tensor());
                },
                1e-6, 1e-5, 1e-6, 1e-5);  // master dtype either way
+  }
+  // Several parameters in one call (Note [device update by segment]): pieces with and without decay, an odd length
+  // (the vectorised kernel's tail), and the compute copy written in the same pass: the master, moments and copy
+  // compared in turn (the copy to bf16 rounding with bf16 compute: 2^-8 relative).
+  const OpFn pieces = [](Backend& be, const std::vector<Tensor>& t) {
+    AdamWArgs a;
+    a.lr = 1e-2f;
+    a.weight_decay = 0.5f;
+    a.step = 2;
+    a.grad_clip = 0.5f;
+    EXPECT_TRUE(a.add_piece(101, true) && a.add_piece(333, false) && a.add_piece(334, true) && a.add_piece(1003, false));
+    EXPECT_EQ(a.pieces, 4);
+    be.adamw_update(t[0], t[1], t[2], t[3], t[4], a, t[5]);
+  };
+  for (bool copy : {false, true}) {
+    check(copy ? "adamw_update pieces (copy)" : "adamw_update pieces",
+          {{"param", {1003}, DType::kF32, !copy}, {"grad", {1003}}, {"m", {1003}, DType::kF32, !copy},
+           {"v", {1003}, DType::kF32, !copy, 0, false, true}, {"norm_sq", {1}, DType::kF32, false, 0, false, true},
+           {"copy", {1003}, DType::kF32, copy}},
+          pieces, 1e-6, 1e-5, copy ? 1e-6 : 1e-6, copy ? 4e-3 : 1e-5);
   }
 }
 
@@ -479,6 +500,109 @@ TEST_P(BackendOps, CopiesAndEvents) {
   ASSERT_TRUE(be_->compute_stream().synchronize().is_ok());
   EXPECT_EQ(dst, std::vector<float>(1000, 0.0f));
   be_->pool().free(t.value());
+}
+
+// Note [device update by segment] in exec/optimizer.cc: one call over several parameters, with its pieces and the
+// bf16 copy written in its pass, gives the same bits as one call per parameter and a convert() after, on the backend
+// `be`.
+void expect_pieces_equal_per_parameter_calls(Backend& be) {
+  const std::vector<std::pair<int64_t, bool>> params = {{96, false}, {96, false}, {1000, true}, {35, false},
+                                                        {2049, true}, {7, false}, {64, true}};
+  int64_t n = 0;
+  for (const auto& p : params) n += p.first;
+  Rng rng(7);
+  std::vector<float> p0(static_cast<size_t>(n)), g(p0.size()), m0(p0.size()), v0(p0.size());
+  for (size_t i = 0; i < p0.size(); ++i) {
+    p0[i] = static_cast<float>(rng.normal());
+    g[i] = static_cast<float>(rng.normal());
+    m0[i] = static_cast<float>(0.1 * rng.normal());
+    v0[i] = static_cast<float>(0.5 + rng.uniform());
+  }
+  const float norm_sq = 4.0f;  // above the clip of 1: the gradient is scaled
+  auto alloc = [&](DType dt, const char* name) {
+    auto t = be.pool().allocate({n}, dt, TensorClass::kWorkspace, name);
+    EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+    return t.value();
+  };
+  struct Out {
+    std::vector<float> p, m, v;
+    std::vector<uint16_t> copy;
+  };
+  auto run = [&](bool one_call) {
+    Tensor tp = alloc(DType::kF32, "p"), tg = alloc(DType::kF32, "g"), tm = alloc(DType::kF32, "m"),
+           tv = alloc(DType::kF32, "v"), tc = alloc(DType::kBF16, "copy");
+    auto tn = be.pool().allocate({1}, DType::kF32, TensorClass::kWorkspace, "norm");
+    EXPECT_TRUE(tn.is_ok());
+    Stream& st = be.compute_stream();
+    be.copy_h2d(tp, p0.data(), st);
+    be.copy_h2d(tg, g.data(), st);
+    be.copy_h2d(tm, m0.data(), st);
+    be.copy_h2d(tv, v0.data(), st);
+    be.copy_h2d(tn.value(), &norm_sq, st);
+    AdamWArgs a;
+    a.lr = 3e-3f;
+    a.weight_decay = 0.1f;
+    a.step = 5;
+    a.grad_clip = 1.0f;
+    if (one_call) {
+      int64_t end = 0;
+      for (const auto& [size, decay] : params) EXPECT_TRUE(a.add_piece(end += size, decay));
+      EXPECT_EQ(a.pieces, 6);  // the first two merged
+      be.adamw_update(tp, tg, tm, tv, tn.value(), a, tc);
+    } else {
+      int64_t at = 0;
+      for (const auto& [size, decay] : params) {
+        AdamWArgs b = a;
+        b.weight_decay = decay ? a.weight_decay : 0.0f;
+        be.adamw_update(tp.view(at, {size}), tg.view(at, {size}), tm.view(at, {size}), tv.view(at, {size}),
+                        tn.value(), b, Tensor());
+        at += size;
+      }
+      be.convert(tc, tp);
+    }
+    Out o{std::vector<float>(p0.size()), std::vector<float>(p0.size()), std::vector<float>(p0.size()),
+          std::vector<uint16_t>(p0.size())};
+    be.copy_d2h(o.p.data(), tp, st);
+    be.copy_d2h(o.m.data(), tm, st);
+    be.copy_d2h(o.v.data(), tv, st);
+    be.copy_d2h(o.copy.data(), tc, st);
+    EXPECT_TRUE(st.synchronize().is_ok());
+    for (Tensor t : {tn.value(), tc, tv, tm, tg, tp}) be.pool().free(t);
+    return o;
+  };
+  const Out one = run(true), each = run(false);
+  EXPECT_EQ(0, std::memcmp(one.p.data(), each.p.data(), one.p.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(one.m.data(), each.m.data(), one.m.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(one.v.data(), each.v.data(), one.v.size() * sizeof(float)));
+  EXPECT_EQ(one.copy, each.copy);
+  EXPECT_NE(one.p, p0);  // the update did something
+  // The copy is the new master rounded to nearest even (core/bf16.h), as convert() rounds it.
+  for (size_t i = 0; i < one.p.size(); ++i) ASSERT_EQ(one.copy[i], float_to_bf16(one.p[i])) << i;
+}
+
+TEST(AdamWPieces, OneCallEqualsPerParameterCallsOnCpu) {
+  auto be = testing::make_cpu_backend(int64_t(64) << 20);
+  expect_pieces_equal_per_parameter_calls(*be);
+}
+
+TEST(AdamWPieces, OneCallEqualsPerParameterCallsOnCuda) {
+  TT_SKIP_WITHOUT_GPU();
+  auto be = testing::make_cuda_backend(int64_t(256) << 20);
+  ASSERT_NE(be, nullptr);
+  expect_pieces_equal_per_parameter_calls(*be);
+}
+
+TEST(AdamWPieces, AddPieceMergesAlikeAndStopsWhenFull) {
+  AdamWArgs a;
+  EXPECT_TRUE(a.add_piece(10, true));
+  EXPECT_TRUE(a.add_piece(20, true));
+  EXPECT_EQ(a.pieces, 1);
+  EXPECT_EQ(a.piece_end[0], 20);
+  for (int i = 1; i < AdamWArgs::kMaxPieces; ++i) EXPECT_TRUE(a.add_piece(20 + i, i % 2 == 0));
+  EXPECT_EQ(a.pieces, AdamWArgs::kMaxPieces);
+  EXPECT_FALSE(a.add_piece(100, true));   // differs from the last piece (decay off): no room
+  EXPECT_TRUE(a.add_piece(100, false));   // alike: merged
+  EXPECT_EQ(a.piece_end[AdamWArgs::kMaxPieces - 1], 100);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, BackendOps, ::testing::Values(DType::kF32, DType::kBF16),

@@ -10,6 +10,7 @@
 #include <omp.h>
 #include <sys/mman.h>
 #include <thread>
+#include <type_traits>
 #include <unistd.h>
 
 #include "backend/cpu/cpu_stream.h"
@@ -18,6 +19,7 @@
 #include "core/bf16.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "host/adamw.h"
 #include "memory/numa.h"
 
 namespace tt::cpu {
@@ -459,17 +461,32 @@ class CpuBackend final : public Backend {
   }
 
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                    const Tensor& grad_norm_sq, const AdamWArgs& args) override {
-    const int64_t n = shapes::adamw(param, grad, m, v, grad_norm_sq);
+                    const Tensor& grad_norm_sq, const AdamWArgs& args, const Tensor& copy_out) override {
+    const int64_t n = shapes::adamw(param, grad, m, v, grad_norm_sq, args, copy_out);
+    // A bf16 copy of a float update is written in the update's pass (host/adamw.h); any other copy by convert().
+    const bool fused_copy = copy_out.raw() != nullptr && param.dtype() == DType::kF32 && copy_out.dtype() == DType::kBF16;
+    uint16_t* out = fused_copy ? static_cast<uint16_t*>(copy_out.raw()) : nullptr;
     dispatch_float(param.dtype(), "adamw_update", [&]<typename T>() {
       T *p = param.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
       const T *g = grad.data<T>(), *ns = grad_norm_sq.data<T>();
       const AdamWArgs a = args;
       compute_.enqueue([=] {
-        cpu::adamw_update<T>(p, g, mp, vp, n, *ns, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step,
-                             a.grad_clip);
+        int64_t begin = 0;
+        for (int i = 0; i < std::max(a.pieces, 1); ++i) {
+          const int64_t end = a.pieces > 0 ? a.piece_end[static_cast<size_t>(i)] : n;
+          const float wd = a.pieces == 0 || ((a.decay_bits >> i) & 1u) ? a.weight_decay : 0.0f;
+          if constexpr (std::is_same_v<T, float>) {
+            host::adamw_update_f32(p + begin, g + begin, mp + begin, vp + begin, out ? out + begin : nullptr,
+                                   end - begin, *ns, a.lr, a.beta1, a.beta2, a.eps, wd, a.step, a.grad_clip);
+          } else {
+            cpu::adamw_update<T>(p + begin, g + begin, mp + begin, vp + begin, end - begin, *ns, a.lr, a.beta1,
+                                 a.beta2, a.eps, wd, a.step, a.grad_clip);
+          }
+          begin = end;
+        }
       });
     });
+    if (copy_out.raw() != nullptr && !fused_copy) convert(copy_out, param);
   }
 
  private:

@@ -449,12 +449,19 @@ class CudaBackend final : public Backend {
     cuda::sum_squares(s(), scratch_, out.data<float>(), x.data<float>(), n);
   }
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                    const Tensor& grad_norm_sq, const AdamWArgs& a) override {
-    const int64_t n = shapes::adamw(param, grad, m, v, grad_norm_sq);
+                    const Tensor& grad_norm_sq, const AdamWArgs& a, const Tensor& copy_out) override {
+    const int64_t n = shapes::adamw(param, grad, m, v, grad_norm_sq, a, copy_out);
     require_f32(param.dtype(), "adamw_update");
-    cuda::adamw_update(s(), param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), n,
-                       grad_norm_sq.data<float>(), a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.step,
-                       a.grad_clip);
+    float *p = param.data<float>(), *mp = m.data<float>(), *vp = v.data<float>();
+    const float *g = grad.data<float>(), *ns = grad_norm_sq.data<float>();
+    if (copy_out.raw() == nullptr) {
+      cuda::adamw_update<bf16>(s(), p, g, mp, vp, nullptr, n, ns, a);
+    } else if (copy_out.dtype() == DType::kBF16) {
+      cuda::adamw_update(s(), p, g, mp, vp, copy_out.data<bf16>(), n, ns, a);
+    } else {
+      require_f32(copy_out.dtype(), "adamw_update's copy");
+      cuda::adamw_update(s(), p, g, mp, vp, copy_out.data<float>(), n, ns, a);
+    }
   }
 
  private:

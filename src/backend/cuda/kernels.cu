@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <cub/device/device_radix_sort.cuh>
 
+#include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 
@@ -428,49 +429,84 @@ __device__ __forceinline__ float adamw_clip(const float* grad_norm_sq, float gra
   return grad_clip > 0.0f ? fminf(grad_clip / (sqrtf(grad_norm_sq[0]) + 1e-6f), 1.0f) : 1.0f;
 }
 
-// Elements first, first + stride, ... below n, one at a time.
-__device__ __forceinline__ void adamw_elements(float* param, const float* grad, float* m, float* v, int64_t first,
-                                               int64_t stride, int64_t n, float clip, const AdamWScalars& a) {
+// The pieces of one update with and without weight decay (AdamWArgs::piece_end, decay_bits), a kernel parameter.
+struct AdamWPieces {
+  int count = 1;  // at least one: the last piece ends at n
+  uint32_t decay_bits = 1;
+  int64_t end[AdamWArgs::kMaxPieces] = {};
+};
+// The piece holding element i, searched forward from piece k: a thread's elements only grow, so its cursor does too.
+__device__ __forceinline__ int adamw_piece(const AdamWPieces& pc, int64_t i, int k) {
+  while (k < pc.count - 1 && pc.end[k] <= i) ++k;
+  return k;
+}
+__device__ __forceinline__ AdamWScalars adamw_in_piece(AdamWScalars a, const AdamWPieces& pc, int k) {
+  a.do_decay = a.do_decay && ((pc.decay_bits >> k) & 1u) != 0;
+  return a;
+}
+
+// Elements first, first + stride, ... below n, one at a time; out (may be null) receives the new parameters.
+template <typename O>
+__device__ __forceinline__ void adamw_elements(float* param, const float* grad, float* m, float* v, O* out,
+                                               int64_t first, int64_t stride, int64_t n, float clip,
+                                               const AdamWScalars& a, const AdamWPieces& pc) {
+  int k = 0;
   for (int64_t i = first; i < n; i += stride) {
+    k = adamw_piece(pc, i, k);
     float p = param[i], mi = m[i], vi = v[i];
-    adamw_element(p, grad[i] * clip, mi, vi, a);
+    adamw_element(p, grad[i] * clip, mi, vi, adamw_in_piece(a, pc, k));
     m[i] = mi;
     v[i] = vi;
     param[i] = p;
+    if (out != nullptr) out[i] = st<O>(p);
   }
 }
 
 // Any alignment: one element a thread a turn.
+template <typename O>
 __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
-                             float* __restrict__ v, int64_t n, const float* grad_norm_sq, float grad_clip,
-                             AdamWScalars a) {
-  adamw_elements(param, grad, m, v, blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x,
-                 static_cast<int64_t>(gridDim.x) * blockDim.x, n, adamw_clip(grad_norm_sq, grad_clip), a);
+                             float* __restrict__ v, O* __restrict__ out, int64_t n, const float* grad_norm_sq,
+                             float grad_clip, AdamWScalars a, AdamWPieces pc) {
+  adamw_elements(param, grad, m, v, out, blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x,
+                 static_cast<int64_t>(gridDim.x) * blockDim.x, n, adamw_clip(grad_norm_sq, grad_clip), a, pc);
 }
 
-// All four arrays 16-byte aligned: four elements a thread a turn in 16-byte loads and stores (the update is bound by
-// memory: 28 bytes an element); the last n % 4 elements one at a time.
+template <typename O>
+struct alignas(4 * sizeof(O)) Four {
+  O x[4];
+};
+
+// All four arrays 16-byte aligned (and out to four of its elements): four elements a thread a turn in 16-byte loads
+// and stores (the update is bound by memory: 28 bytes an element, 30 with a bf16 copy); the last n % 4 elements one
+// at a time.
+template <typename O>
 __global__ void adamw_vec4_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
-                                  float* __restrict__ v, int64_t n, const float* grad_norm_sq, float grad_clip,
-                                  AdamWScalars a) {
+                                  float* __restrict__ v, O* __restrict__ out, int64_t n, const float* grad_norm_sq,
+                                  float grad_clip, AdamWScalars a, AdamWPieces pc) {
   const float clip = adamw_clip(grad_norm_sq, grad_clip);
   const int64_t n4 = n / 4;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int k = 0;
   for (int64_t i = first; i < n4; i += stride) {
     float4 p = reinterpret_cast<const float4*>(param)[i];
     const float4 g = reinterpret_cast<const float4*>(grad)[i];
     float4 mi = reinterpret_cast<const float4*>(m)[i];
     float4 vi = reinterpret_cast<const float4*>(v)[i];
-    adamw_element(p.x, g.x * clip, mi.x, vi.x, a);
-    adamw_element(p.y, g.y * clip, mi.y, vi.y, a);
-    adamw_element(p.z, g.z * clip, mi.z, vi.z, a);
-    adamw_element(p.w, g.w * clip, mi.w, vi.w, a);
+    k = adamw_piece(pc, 4 * i, k);
+    adamw_element(p.x, g.x * clip, mi.x, vi.x, adamw_in_piece(a, pc, k));
+    k = adamw_piece(pc, 4 * i + 1, k);
+    adamw_element(p.y, g.y * clip, mi.y, vi.y, adamw_in_piece(a, pc, k));
+    k = adamw_piece(pc, 4 * i + 2, k);
+    adamw_element(p.z, g.z * clip, mi.z, vi.z, adamw_in_piece(a, pc, k));
+    k = adamw_piece(pc, 4 * i + 3, k);
+    adamw_element(p.w, g.w * clip, mi.w, vi.w, adamw_in_piece(a, pc, k));
     reinterpret_cast<float4*>(m)[i] = mi;
     reinterpret_cast<float4*>(v)[i] = vi;
     reinterpret_cast<float4*>(param)[i] = p;
+    if (out != nullptr) reinterpret_cast<Four<O>*>(out)[i] = Four<O>{{st<O>(p.x), st<O>(p.y), st<O>(p.z), st<O>(p.w)}};
   }
-  adamw_elements(param, grad, m, v, 4 * n4 + first, stride, n, clip, a);
+  adamw_elements(param, grad, m, v, out, 4 * n4 + first, stride, n, clip, a, pc);
 }
 
 }  // namespace
@@ -661,23 +697,34 @@ void sum_in_order(cudaStream_t s, float* out, const float* parts, int64_t n) {
   TT_CUDA_CHECK_LAUNCH();
 }
 
-void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, float* v, int64_t n,
-                  const float* grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
-                  int64_t step, float grad_clip) {
+template <typename O>
+void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, float* v, O* out, int64_t n,
+                  const float* grad_norm_sq, const AdamWArgs& args) {
   // Scalars exactly as the CPU backend computes them (in double, then rounded once).
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
-  const float step_size = static_cast<float>(static_cast<double>(lr) / bc1);
+  const double beta1 = args.beta1, beta2 = args.beta2, lr = args.lr, step = static_cast<double>(args.step);
+  const double bc1 = 1.0 - std::pow(beta1, step);
+  const double bc2 = 1.0 - std::pow(beta2, step);
+  const float step_size = static_cast<float>(lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = static_cast<float>(1.0 - static_cast<double>(lr) * static_cast<double>(weight_decay));
-  const AdamWScalars a{step_size, bc2_sqrt, decay, beta2, static_cast<float>(1.0 - static_cast<double>(beta1)),
-                       static_cast<float>(1.0 - static_cast<double>(beta2)), eps, weight_decay != 0.0f};
-  const bool aligned = ((reinterpret_cast<uintptr_t>(param) | reinterpret_cast<uintptr_t>(grad) |
-                         reinterpret_cast<uintptr_t>(m) | reinterpret_cast<uintptr_t>(v)) & 15) == 0;
-  if (aligned) {
-    adamw_vec4_kernel<<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(param, grad, m, v, n, grad_norm_sq, grad_clip, a);
+  const float decay = static_cast<float>(1.0 - lr * static_cast<double>(args.weight_decay));
+  const AdamWScalars a{step_size,       bc2_sqrt, decay, args.beta2, static_cast<float>(1.0 - beta1),
+                       static_cast<float>(1.0 - beta2), args.eps, args.weight_decay != 0.0f};
+  AdamWPieces pc;
+  if (args.pieces > 0) {
+    pc.count = args.pieces;
+    pc.decay_bits = args.decay_bits;
+    for (int i = 0; i < args.pieces; ++i) pc.end[i] = args.piece_end[static_cast<size_t>(i)];
   } else {
-    adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(param, grad, m, v, n, grad_norm_sq, grad_clip, a);
+    pc.end[0] = n;
+  }
+  const bool aligned = ((reinterpret_cast<uintptr_t>(param) | reinterpret_cast<uintptr_t>(grad) |
+                         reinterpret_cast<uintptr_t>(m) | reinterpret_cast<uintptr_t>(v)) & 15) == 0 &&
+                       (reinterpret_cast<uintptr_t>(out) & (4 * sizeof(O) - 1)) == 0;
+  if (aligned) {
+    adamw_vec4_kernel<O><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(param, grad, m, v, out, n, grad_norm_sq,
+                                                                       args.grad_clip, a, pc);
+  } else {
+    adamw_kernel<O><<<blocks_for(n), kThreads, 0, s>>>(param, grad, m, v, out, n, grad_norm_sq, args.grad_clip, a, pc);
   }
   TT_CUDA_CHECK_LAUNCH();
 }
@@ -709,5 +756,9 @@ TT_CUDA_INSTANTIATE(bf16)
 #undef TT_CUDA_INSTANTIATE
 template void convert<float, bf16>(cudaStream_t, float*, const bf16*, int64_t);
 template void convert<bf16, float>(cudaStream_t, bf16*, const float*, int64_t);
+template void adamw_update<float>(cudaStream_t, float*, const float*, float*, float*, float*, int64_t, const float*,
+                                  const AdamWArgs&);
+template void adamw_update<bf16>(cudaStream_t, float*, const float*, float*, float*, bf16*, int64_t, const float*,
+                                 const AdamWArgs&);
 
 }  // namespace tt::cuda

@@ -15,6 +15,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+namespace tt {
+struct AdamWArgs;
+}
+
 namespace tt::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -92,8 +96,9 @@ void convert(cudaStream_t s, D* dst, const S* src, int64_t n);
 void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const float* x, int64_t n);
 // out[0] = sum of parts[0..n) in index order, in double.
 void sum_in_order(cudaStream_t s, float* out, const float* parts, int64_t n);
-void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, float* v, int64_t n,
-                  const float* grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
-                  int64_t step, float grad_clip);
+// AdamW over n elements in args' pieces; out (may be null) receives the new parameters rounded as convert() rounds.
+template <typename O>
+void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, float* v, O* out, int64_t n,
+                  const float* grad_norm_sq, const AdamWArgs& args);
 
 }  // namespace tt::cuda
