@@ -75,10 +75,13 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 //            them there and moves nothing), each after its discard in the previous backward (um_free). After o_k's
 //            forward (for k < m - S) the d2h stream prefetches its pages to the host (after um_fwd), and once they
 //            have left (um_out) the h2d stream populates o_{k+S}; o_k's forward waits for um_ready. The last S stay.
-//  backward: after o_k's backward the compute stream discards its pages (dead until the next forward, so neither
-//            direction migrates them for their contents) and records um_free; then the h2d stream prefetches
-//            o_{k-S} back to the device (after um_free o_k and um_out o_{k-S}), and o_{k-S}'s backward waits for
-//            um_in.
+//  backward: after o_k's backward (um_bwd) the h2d stream discards its pages (dead until the next forward, so
+//            neither direction migrates them for their contents) and records um_free; then it prefetches o_{k-S} back
+//            to the device (after um_out o_{k-S}), and o_{k-S}'s backward waits for um_in.
+//  Every discard is on the h2d stream, which also populates and prefetches back: ordered after a discard by an
+//  event alone (discard on the compute stream, populate on h2d), a populated block's activations were wrong in 17 of
+//  40 runs of TrainerCuda.PlansMatchInCore on an H200 (CUDA 13.0, driver 580), never in its first step (nothing
+//  discarded yet), and right in 40 of 40 without the discards.
 //  evaluation (Pass::kForward, no backward after it): each block's activations are dead after its forward and are
 //            discarded at once instead of copied out; o_{k+S} is populated once o_k is discarded. So at most S
 //            offloaded blocks are on the device at any time, after an evaluation too, and Executor::backward()
@@ -322,6 +325,17 @@ class Compiler {
     op.bytes = um_bytes_;
     record(out, st, done + " " + block(l), l);
   }
+  // Note [managed activations]: block l's pages discarded on the h2d stream (the stream of every populate and
+  // prefetch back to the device) once the compute stream is done with them (`done`, recorded here).
+  void um_discard(std::vector<Op>& out, int l, const char* done) {
+    record(out, StreamId::kCompute, std::string(done) + " " + block(l), l);
+    wait(out, StreamId::kH2D, std::string(done) + " " + block(l), "wait compute", l);
+    Op& d = add(out, StreamId::kH2D, OpKind::kUmDiscard, "um_discard " + block(l));
+    d.layer = l;
+    d.entry = managed_block(l);
+    d.bytes = um_bytes_;
+    record(out, StreamId::kH2D, "um_free " + block(l), l);
+  }
   // o_k populated on the device after its discard and after the previous pass's copy of it to the host (a no-op
   // wait after a backward), and after o_{k-S} has left the device: copied out (training) or discarded (an
   // evaluation, which discards every block after its forward).
@@ -367,11 +381,7 @@ class Compiler {
       if (uk >= 0) wait(out, StreamId::kCompute, "um_ready " + block(l), "wait um_populate", l);
       model(out, Boundary::kBeforeForward, 1 + l, "forward " + block(l), block_fwd_);
       if (uk >= 0 && evaluation) {  // dead at once: discarded, never copied out
-        Op& d = add(out, StreamId::kCompute, OpKind::kUmDiscard, "um_discard " + block(l));
-        d.layer = l;
-        d.entry = managed_block(l);
-        d.bytes = um_bytes_;
-        record(out, StreamId::kCompute, "um_free " + block(l), l);
+        um_discard(out, l, "um_fwd");
         if (uk + um_.slots < mu) um_populate(out, uk + um_.slots, evaluation);
       } else if (uk >= 0 && uk < mu - um_.slots) {  // the last S stay on the device
         record(out, StreamId::kCompute, "um_fwd " + block(l), l);
@@ -478,11 +488,7 @@ class Compiler {
       }
       model(out, Boundary::kBeforeBackward, 1 + l, "backward " + block(l), block_bwd_);
       if (uk >= 0) {  // Note [managed activations]: dead now; then the block S below comes back into the room
-        Op& d = add(out, StreamId::kCompute, OpKind::kUmDiscard, "um_discard " + block(l));
-        d.layer = l;
-        d.entry = managed_block(l);
-        d.bytes = um_bytes_;
-        record(out, StreamId::kCompute, "um_free " + block(l), l);
+        um_discard(out, l, "um_bwd");
         if (uk >= um_.slots) {
           const int next = um_.order[static_cast<size_t>(uk - um_.slots)];
           um_move(out, next, memory::UmPlace::kDevice, "um_in", {"um_free " + block(l), "um_out " + block(next)},
