@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <memory>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "core/rng.h"
 #include "core/units.h"
 #include "host/adamw.h"
+#include "memory/um.h"
 #include "model/gpt.h"
 
 namespace tt::perf {
@@ -770,6 +772,69 @@ Status measure_kernels(Backend& be, Profile& profile, const CalibrateOptions& op
   return Status::ok();
 }
 
+// Unified Memory's rates (Profile::um_*), where the backend has managed memory: a range of up to 128 MiB reserved
+// (never more than the GPU has free: UmDriver::reserve refuses it) and its first 2, 8, 32 and 128 MiB moved, each
+// kind timed alone from the state it needs (set up untimed before each timing): to the host from the device, to
+// the device from the host, a discard of pages on the device, a populate (to the device) of discarded pages. The
+// best of three each. A reservation refused (a GPU with too little free memory) leaves the rates unmeasured.
+Status measure_um(Backend& be, Profile& p, const CalibrateOptions& o) {
+  memory::UmDriver* um = be.um();
+  if (um == nullptr) return Status::ok();
+  constexpr int64_t kMiB = int64_t(1) << 20;
+  const int64_t max = std::clamp<int64_t>(o.max_link_bytes, 2 * kMiB, 128 * kMiB);
+  Result<void*> base = um->reserve(static_cast<size_t>(max + 2 * kMiB), /*allow_oversubscription=*/false);
+  if (!base.is_ok()) {
+    if (o.progress)
+      std::fprintf(o.progress, "calibrate: Unified Memory not measured: %s\n", base.status().to_string().c_str());
+    return Status::ok();
+  }
+  // On a 2 MiB boundary, as the executor's managed pool (Executor::allocate_and_bind).
+  char* range = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base.value()) + 2 * kMiB - 1) / (2 * kMiB) *
+                                        (2 * kMiB));
+  std::memset(range, 1, static_cast<size_t>(max));  // pages with data, on the host
+  auto a = be.create_event(true), b = be.create_event(true);
+  // One timing of `timed` on stream s after `setup` (untimed, finished first); the best of three.
+  auto best_of = [&](Stream& s, const std::function<void()>& setup, const std::function<void()>& timed)
+      -> Result<double> {
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) {
+      setup();
+      TT_TRY(be.synchronize_all());
+      s.record(*a);
+      timed();
+      s.record(*b);
+      TT_TRY(b->synchronize());
+      TT_ASSIGN_OR_RETURN(double t, b->elapsed_ms_since(*a));
+      best = std::min(best, std::max(t * 1e-3, 1e-7));
+    }
+    return best;
+  };
+  std::vector<std::pair<int64_t, double>> to_host, to_device, populate, discard;
+  for (int64_t n = 2 * kMiB; n <= max; n *= 4) {
+    const std::vector<memory::UmRange> r = {{range, static_cast<size_t>(n)}};
+    auto on_device = [&] { um->prefetch(r, memory::UmPlace::kDevice, be.h2d_stream()); };
+    auto on_host = [&] { um->prefetch(r, memory::UmPlace::kHost, be.d2h_stream()); };
+    TT_ASSIGN_OR_RETURN(double th, best_of(be.d2h_stream(), on_device, on_host));
+    to_host.emplace_back(n, th);
+    TT_ASSIGN_OR_RETURN(double td, best_of(be.h2d_stream(), on_host, on_device));
+    to_device.emplace_back(n, td);
+    TT_ASSIGN_OR_RETURN(double tx, best_of(be.h2d_stream(), on_device, [&] { um->discard(r, be.h2d_stream()); }));
+    discard.emplace_back(n, tx);
+    TT_ASSIGN_OR_RETURN(double tp, best_of(be.h2d_stream(), [&] {
+      on_device();
+      um->discard(r, be.h2d_stream());
+    }, on_device));
+    populate.emplace_back(n, tp);
+  }
+  TT_TRY(be.synchronize_all());
+  um->release(base.value());
+  p.um_to_host = fit(std::move(to_host));
+  p.um_to_device = fit(std::move(to_device));
+  p.um_discard = fit(std::move(discard));
+  p.um_populate = fit(std::move(populate));
+  return Status::ok();
+}
+
 Result<Profile> calibrate(Backend& be, const MachineId& machine, const CalibrateOptions& o) {
   Profile p;
   p.machine = machine;
@@ -782,6 +847,11 @@ Result<Profile> calibrate(Backend& be, const MachineId& machine, const Calibrate
   if (o.links) {
     if (o.progress) std::fprintf(o.progress, "calibrate: host links (pinned and pageable, each way and both at once)\n");
     TT_TRY(measure_links(be, p, o));
+  }
+  if (o.um) {
+    if (be.um() != nullptr && o.progress)
+      std::fprintf(o.progress, "calibrate: Unified Memory (prefetches each way, discard, populate)\n");
+    TT_TRY(measure_um(be, p, o));
   }
   if (o.host) {
     if (o.progress) std::fprintf(o.progress, "calibrate: host AdamW by thread count, host memory bandwidth\n");

@@ -32,6 +32,7 @@ struct CalibrateOptions {
   std::vector<std::vector<KernelCall>> sequences;  // sequences to measure (Note [kernel sequences])
   std::vector<std::vector<int64_t>> host_segments;  // segments' parameter sizes, for the host AdamW
   bool links = true;                // the host links
+  bool um = true;                   // Unified Memory's rates (Profile::um_*), where the backend has managed memory
   bool host = true;                 // the host AdamW and memory bandwidth
   double min_seconds = 0.02;        // timed per kernel call: repetitions until at least this long
   int max_reps = 50;
@@ -50,5 +51,7 @@ Result<Profile> calibrate(Backend& be, const MachineId& machine, const Calibrate
 // Measures the options' calls and sequences the profile lacks and adds them (a profile extended for a new model's
 // shapes), timed as the profile's own were (its heat_seconds).
 Status measure_kernels(Backend& be, Profile& profile, const CalibrateOptions& options);
+// Profile::um_* on this backend (nothing where it has no managed memory, or where the reservation is refused).
+Status measure_um(Backend& be, Profile& profile, const CalibrateOptions& options);
 
 }  // namespace tt::perf

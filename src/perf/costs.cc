@@ -149,8 +149,23 @@ double ProfileCosts::slowdown(CostClass victim, CostClass other) const {
   return p_.contention(v, o);
 }
 
+// Unified Memory (issue 20): a discard, a prefetch to the host, a prefetch to the device of discarded pages (a
+// populate: the operations named so, "um_populate h.3", "um grads populate"), or one of pages with data.
+const LinkRate* ProfileCosts::um_link(const Op& op) const {
+  const LinkRate* l = op.kind == OpKind::kUmDiscard                              ? &p_.um_discard
+                      : op.place != static_cast<int>(memory::UmPlace::kDevice)   ? &p_.um_to_host
+                      : op.name.find("populate") != std::string::npos            ? &p_.um_populate
+                                                                                 : &p_.um_to_device;
+  if (!l->valid() && status_.is_ok())
+    status_ = Status(StatusCode::kNotFound, op.name + ": the profile has no Unified Memory rates (a profile from "
+                                                      "before 2026-12-02, or of a backend without managed memory: "
+                                                      "recalibrate with tiertrain calibrate)");
+  return l;
+}
+
 double ProfileCosts::fixed_seconds(const Op& op) const {
-  switch (cost_class(op.kind)) {
+  if (op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard) return um_link(op)->latency_s;
+  switch (cost_class(op)) {
     case CostClass::kD2H:
       return p_.d2h_pinned.latency_s;
     case CostClass::kH2D:
@@ -163,7 +178,11 @@ double ProfileCosts::fixed_seconds(const Op& op) const {
 }
 
 double ProfileCosts::seconds(const Op& op) const {
-  switch (cost_class(op.kind)) {
+  if (op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard) {
+    const LinkRate* l = um_link(op);
+    return l->valid() ? l->seconds(op.bytes) : 0;
+  }
+  switch (cost_class(op)) {
     case CostClass::kFree:
       return 0;
     case CostClass::kD2H:

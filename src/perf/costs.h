@@ -1,7 +1,8 @@
 // perf/costs: the time of each operation of a schedule on a calibrated machine. A compute operation runs the kernel
 // calls the model lists for its piece (Note [kernel calls] in model/gpt.h) or the optimizer's and executor's own
 // calls, each priced from the profile (Note [interpolating kernel times]); a copy takes its link's latency plus its
-// bytes over the link's pinned bandwidth; a host AdamW its segment's parameters over the host's rate.
+// bytes over the link's pinned bandwidth; a host AdamW its segment's parameters over the host's rate; a Unified Memory
+// prefetch or discard its bytes at the driver's measured rate for that kind (Profile::um_*).
 //
 //   ProfileCosts costs(profile, schedule.spec);
 //   TT_TRY(costs.status());                       // every op priced (else: which op and kernel the profile lacks)
@@ -47,6 +48,7 @@ struct ProfileCosts final : CostModel {
 
  private:
   double kernels(const Op& op) const;
+  const LinkRate* um_link(const Op& op) const;
   const Profile& p_;
   ScheduleSpec spec_;
   std::vector<int64_t> seg_params_;

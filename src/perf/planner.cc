@@ -15,7 +15,10 @@ constexpr const char* kShortcuts[] = {"in-core",
                                       "swap-attention-recompute-mlp",
                                       "swap-attention-recompute-mlp-norms",
                                       "offload-params",
-                                      "offload-all"};
+                                      "offload-all",
+                                      "um",
+                                      "um-advised",
+                                      "um-swap-activations"};
 
 }  // namespace
 
@@ -28,8 +31,11 @@ Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
       c.optimizer = where;
       auto plan = Plan::resolve(name, c.model.layers, c.swap_slots);
       if (!plan.is_ok()) return plan.status();
-      // The offload plans stream state from the host: they need the CPU optimizer.
+      // The offload plans stream state from the host: they need the CPU optimizer. The Unified Memory shortcuts put
+      // the optimizer's state in managed memory: the device optimizer's (the CPU optimizer's exchange through managed
+      // memory is a JSON plan: docs/PLANS.md).
       if (plan.value().needs_cpu_optimizer() && where == OptimizerPlacement::kDevice) continue;
+      if (plan.value().uses_managed() && where == OptimizerPlacement::kCpu) continue;
       // The speculative update is the CPU optimizer's; the device optimizer ignores it.
       if (where == OptimizerPlacement::kDevice) c.speculative_update = false;
       auto run = resolve_run(c);
@@ -49,12 +55,15 @@ ProfileNeeds rows_needs(const std::vector<PlanRow>& rows) {
   std::set<KernelCall> calls;
   std::set<std::vector<KernelCall>> seqs;
   std::set<std::vector<int64_t>> hsegs;
+  bool um = false;
   for (const PlanRow& r : rows) {
+    for (const Op& op : r.schedule.pass(Pass::kTrain))
+      um |= op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard;
     for (const KernelCall& c : schedule_kernel_calls(r.schedule)) calls.insert(c);
     for (auto& q : schedule_sequences(r.schedule)) seqs.insert(std::move(q));
     for (auto& q : schedule_host_segments(r.schedule)) hsegs.insert(std::move(q));
   }
-  return {{calls.begin(), calls.end()}, {seqs.begin(), seqs.end()}, {hsegs.begin(), hsegs.end()}};
+  return {{calls.begin(), calls.end()}, {seqs.begin(), seqs.end()}, {hsegs.begin(), hsegs.end()}, um};
 }
 
 Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_threads) {
@@ -108,11 +117,14 @@ Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path,
   for (const auto& q : needs.host_segments)
     if (!profile.host_segments.count(q)) o.host_segments.push_back(q);
   const size_t missing = o.kernels.size() + o.sequences.size() + o.host_segments.size();
-  if (have && missing == 0) return profile;
+  // Unified Memory's rates, where the rows move managed pages and the profile (older than them) lacks them.
+  const bool um_missing = needs.um && !profile.um_to_host.valid();
+  if (have && missing == 0 && !um_missing) return profile;
 
   o.progress = progress;
   o.links = !have;
   o.host = !have;
+  o.um = !have || um_missing;
   if (heat_seconds >= 0) o.heat_seconds = heat_seconds;
   // cuDNN's attention workspace for this run's shape, on top of what the measurements take.
   int64_t attention_workspace = 0;
@@ -133,6 +145,7 @@ Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path,
     TT_ASSIGN_OR_RETURN(profile, calibrate(*be, here, o));
   } else {
     TT_TRY(measure_kernels(*be, profile, o));
+    if (um_missing) TT_TRY(measure_um(*be, profile, o));
   }
   if (cached) {
     TT_TRY(profile.save(file));
@@ -153,7 +166,9 @@ void print_plan_table(const std::vector<PlanRow>& rows, FILE* out) {
   for (const PlanRow& r : rows)
     if (r.fits() && (!best || r.sim.step_seconds < best->sim.step_seconds)) best = &r;
   for (const PlanRow& r : rows) {
-    const int64_t dev = r.run.inventory.total(Inventory::kDevice), host = r.run.inventory.total(Inventory::kHost);
+    // Device: the device pool and the managed pages the plan keeps on the device (RunSpec::managed_device).
+    const int64_t dev = r.run.inventory.total(Inventory::kDevice) + r.run.managed_device,
+                  host = r.run.inventory.total(Inventory::kHost);
     std::fprintf(out, "%-36s %-9s %-4s %10s %10s %9.2f %10.0f %10.2f %9.2f", r.plan.c_str(),
                  optimizer_placement_name(r.optimizer), r.fits() ? (&r == best ? "yes*" : "yes") : "no",
                  format_bytes(dev).c_str(), format_bytes(host).c_str(), 1e3 * r.sim.step_seconds, r.tokens_per_s,
@@ -174,7 +189,7 @@ void print_plan_table(const std::vector<PlanRow>& rows, FILE* out) {
   } else {
     int64_t least = -1;
     for (const PlanRow& r : rows) {
-      const int64_t dev = r.run.inventory.total(Inventory::kDevice);
+      const int64_t dev = r.run.inventory.total(Inventory::kDevice) + r.run.managed_device;
       if (least < 0 || dev < least) least = dev;
     }
     std::fprintf(out, "no plan fits the budget of %s; the smallest needs %s\n",

@@ -42,6 +42,7 @@ struct ProfileNeeds {
   std::vector<KernelCall> kernels;
   std::vector<std::vector<KernelCall>> sequences;
   std::vector<std::vector<int64_t>> host_segments;
+  bool um = false;  // some schedule moves managed pages: Profile::um_* needed
 };
 ProfileNeeds rows_needs(const std::vector<PlanRow>& rows);
 // Predicts each row's step from the profile (an error names an operation the profile cannot price). host_threads:

@@ -231,6 +231,9 @@ json Profile::to_json() const {
       if (o != v) row[traffic_name(static_cast<Traffic>(o))] = slowdown[v][o];
     contention[traffic_name(static_cast<Traffic>(v))] = row;
   }
+  json um = json::object();  // only what was measured
+  for (const auto& [name, l] : um_links())
+    if (l->valid()) um[name] = link_json(*l);
   return {{"format", "tiertrain-profile"},
           {"version", kVersion},
           {"machine",
@@ -251,6 +254,7 @@ json Profile::to_json() const {
             {"h2d_pageable", link_json(h2d_pageable)},
             {"d2h_pageable", link_json(d2h_pageable)},
             {"readback", link_json(readback)}}},
+          {"um", um},
           {"duplex", {{"h2d_bytes_per_s", duplex_h2d_bytes_per_s}, {"d2h_bytes_per_s", duplex_d2h_bytes_per_s}}},
           {"contention", contention},
           {"host",
@@ -318,6 +322,21 @@ Result<Profile> Profile::from_json(const json& j) {
   TT_ASSIGN_OR_RETURN(p.h2d_pageable, read_link(links, "h2d_pageable"));
   TT_ASSIGN_OR_RETURN(p.d2h_pageable, read_link(links, "d2h_pageable"));
   TT_ASSIGN_OR_RETURN(p.readback, read_link(links, "readback"));
+  if (top.raw().contains("um")) {  // optional: Profile::um_*
+    TT_ASSIGN_OR_RETURN(Reader um, top.sub("um"));
+    TT_TRY(um.object());
+    for (const auto& [key, value] : um.raw().items()) {
+      (void)value;
+      const std::pair<const char*, LinkRate*> named[] = {{"to_host", &p.um_to_host}, {"to_device", &p.um_to_device},
+                                                         {"populate", &p.um_populate}, {"discard", &p.um_discard}};
+      LinkRate* l = nullptr;
+      for (const auto& [name, link] : named)
+        if (key == name) l = link;
+      TT_RETURN_IF(l == nullptr, kDataLoss, "profile.um.%s: unknown (to_host, to_device, populate, discard)",
+                   key.c_str());
+      TT_ASSIGN_OR_RETURN(*l, read_link(um, key.c_str()));
+    }
+  }
   TT_ASSIGN_OR_RETURN(Reader duplex, top.sub("duplex"));
   TT_TRY(duplex.object());
   TT_ASSIGN_OR_RETURN(p.duplex_h2d_bytes_per_s, duplex.num("h2d_bytes_per_s", 0, true));

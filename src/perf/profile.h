@@ -90,6 +90,16 @@ struct Profile {
   LinkRate h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable;
   // A small copy to pinned host memory on the compute stream (the trainer's read of each step's losses and norm).
   LinkRate readback;
+  // Unified Memory (issue 20): the driver's prefetch of a managed range with data to the host and to the device, a
+  // prefetch to the device of discarded pages (a populate: nothing to move), and a discard, each timed alone on the
+  // d2h (to the host) or h2d stream. Not valid (not measured) for a backend without managed memory, or in a profile
+  // from before 2026-12-02: the model then refuses plans that move managed pages.
+  LinkRate um_to_host, um_to_device, um_populate, um_discard;
+  // Their names in the profile's "um" object.
+  std::vector<std::pair<const char*, const LinkRate*>> um_links() const {
+    return {{"to_host", &um_to_host}, {"to_device", &um_to_device}, {"populate", &um_populate},
+            {"discard", &um_discard}};
+  }
   // Each direction's bandwidth while the other copies too (one large copy each way at once).
   double duplex_h2d_bytes_per_s = 0, duplex_d2h_bytes_per_s = 0;
   std::map<int, double> host_adamw_params_per_s;  // threads -> parameters a second (the CPU optimizer's update)

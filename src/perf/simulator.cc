@@ -1,5 +1,7 @@
 #include "perf/simulator.h"
 
+#include "memory/um.h"
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -7,17 +9,21 @@
 
 namespace tt::perf {
 
-CostClass cost_class(OpKind kind) {
-  switch (kind) {
+CostClass cost_class(const Op& op) {
+  switch (op.kind) {
     case OpKind::kWait:
     case OpKind::kRecord:
     case OpKind::kAlloc:
     case OpKind::kInputFill:
     case OpKind::kGradReduce:  // (not priced yet: Note [data parallel] in exec/schedule.cc)
-    case OpKind::kUmAdvise:    // Unified Memory (issue 20): not priced yet; `tiertrain plan` lists no UM plan
-    case OpKind::kUmPrefetch:
-    case OpKind::kUmDiscard:
+    case OpKind::kUmAdvise:    // (set-up only)
       return CostClass::kFree;
+    // Unified Memory (issue 20): the driver's prefetches on the stream of their direction (Note [managed
+    // activations] in exec/schedule.cc); a discard moves nothing but is the h2d stream's work.
+    case OpKind::kUmPrefetch:
+      return op.place == static_cast<int>(memory::UmPlace::kDevice) ? CostClass::kH2D : CostClass::kD2H;
+    case OpKind::kUmDiscard:
+      return CostClass::kH2D;
     case OpKind::kSwapOut:
     case OpKind::kGradsOut:
     case OpKind::kNormOut:
@@ -76,7 +82,7 @@ Replay replay(const Schedule& schedule, Pass pass, const std::vector<double>& co
       } else {
         const double d = cost[i];
         if (spans && d > 0) {
-          out.busy[static_cast<int>(cost_class(op.kind))].emplace_back(t, t + d);
+          out.busy[static_cast<int>(cost_class(op))].emplace_back(t, t + d);
           if (last) out.last[i] = Span(t, t + d);
         }
         t += d;
@@ -142,7 +148,7 @@ SimResult simulate(const Schedule& schedule, Pass pass, const CostModel& costs, 
     double moved = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
       const auto [a, b] = r.last[i];
-      const CostClass c = cost_class(ops[i].kind);
+      const CostClass c = cost_class(ops[i]);
       if (b <= a || (c != CostClass::kH2D && c != CostClass::kD2H && c != CostClass::kHost)) continue;
       // While the other runs, the operation does 1/slowdown of its work a second: each second overlapped adds
       // (1 - 1/slowdown) seconds, for the share of the operation that is work rather than fixed cost.

@@ -37,7 +37,7 @@ namespace tt::perf {
 // way, host work, or compute-stream work.
 enum class CostClass { kFree, kD2H, kH2D, kHost, kCompute };
 constexpr int kNumCostClasses = 5;
-CostClass cost_class(OpKind kind);
+CostClass cost_class(const Op& op);  // a Unified Memory prefetch by its direction, a discard as h2d
 
 // The time of one operation of a schedule.
 class CostModel {

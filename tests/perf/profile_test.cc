@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/gpt.h"
+#include "memory/um.h"
 #include "perf/costs.h"
 #include "perf/profile.h"
 #include "temp_dir.h"
@@ -42,6 +43,10 @@ Profile sample() {
   p.slowdown[static_cast<int>(Traffic::kH2D)][static_cast<int>(Traffic::kD2H)] = 1.1;
   p.host_memcpy_bytes_per_s = 30e9;
   p.host_task_seconds = 4e-6;
+  p.um_to_host = {20e-6, 13e9, {{2 << 20, 0.18e-3}}};
+  p.um_to_device = {15e-6, 40e9, {{2 << 20, 0.07e-3}}};
+  p.um_populate = {10e-6, 30e9, {{2 << 20, 0.08e-3}}};
+  p.um_discard = {5e-6, 1e12, {{2 << 20, 6e-6}}};
   return p;
 }
 
@@ -55,6 +60,8 @@ TEST(Profile, JsonRoundTrips) {
   EXPECT_EQ(back.value().contention(Traffic::kHost, Traffic::kD2H), 1.25);
   EXPECT_EQ(back.value().contention(Traffic::kD2H, Traffic::kHost), 1.0);
   EXPECT_EQ(back.value().host_task_seconds, 4e-6);
+  EXPECT_EQ(back.value().um_to_host.bytes_per_s, 13e9);
+  EXPECT_EQ(back.value().um_discard.latency_s, 5e-6);
 
   tt::testing::TempDir dir;
   const std::string path = dir.path() + "/sub/profile.json";
@@ -189,6 +196,55 @@ TEST(ProfileCosts, HostSegmentsArePricedForTheRunsThreadCount) {
   const GptSegments segs = gpt_segments(spec.model);
   EXPECT_DOUBLE_EQ(ProfileCosts(p, spec, 0).seconds(op), static_cast<double>(segs.size[0]) / 3e9);
   EXPECT_DOUBLE_EQ(ProfileCosts(p, spec, 2).seconds(op), static_cast<double>(segs.size[0]) / 1e9);
+}
+
+// Unified Memory's rates (issue 20) are optional in the JSON: a profile without them loads with none valid, and the
+// model then refuses the operations that move managed pages, naming one; unknown kinds are refused.
+TEST(Profile, UnifiedMemoryRatesAreOptionalAndPriceTheScheduleUmOperations) {
+  nlohmann::json j = sample().to_json();
+  j.erase("um");
+  auto old = Profile::from_json(j);
+  ASSERT_TRUE(old.is_ok()) << old.status().to_string();
+  EXPECT_FALSE(old.value().um_to_host.valid());
+  EXPECT_FALSE(old.value().to_json().contains("um") && !old.value().to_json()["um"].empty());
+  nlohmann::json bad = sample().to_json();
+  bad["um"]["sideways"] = bad["um"]["to_host"];
+  auto refused = Profile::from_json(bad);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("profile.um.sideways"), std::string::npos) << refused.status().message();
+
+  ScheduleSpec spec;
+  spec.model = GptConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
+  const Profile p = sample();
+  const int64_t n = int64_t(8) << 20;
+  auto op_of = [&](OpKind kind, memory::UmPlace place, const char* name) {
+    Op op;
+    op.kind = kind;
+    op.place = static_cast<int>(place);
+    op.name = name;
+    op.bytes = n;
+    op.stream = place == memory::UmPlace::kHost ? StreamId::kD2H : StreamId::kH2D;
+    return op;
+  };
+  const Op out = op_of(OpKind::kUmPrefetch, memory::UmPlace::kHost, "um_out h.0");
+  const Op in = op_of(OpKind::kUmPrefetch, memory::UmPlace::kDevice, "um_in h.0");
+  const Op populate = op_of(OpKind::kUmPrefetch, memory::UmPlace::kDevice, "um_populate h.1");
+  const Op discard = op_of(OpKind::kUmDiscard, memory::UmPlace::kNone, "um_discard h.0");
+  ProfileCosts costs(p, spec);
+  EXPECT_DOUBLE_EQ(costs.seconds(out), p.um_to_host.seconds(n));
+  EXPECT_DOUBLE_EQ(costs.seconds(in), p.um_to_device.seconds(n));
+  EXPECT_DOUBLE_EQ(costs.seconds(populate), p.um_populate.seconds(n));
+  EXPECT_DOUBLE_EQ(costs.seconds(discard), p.um_discard.seconds(n));
+  EXPECT_DOUBLE_EQ(costs.fixed_seconds(out), 20e-6);
+  EXPECT_EQ(cost_class(out), CostClass::kD2H);
+  EXPECT_EQ(cost_class(in), CostClass::kH2D);
+  EXPECT_EQ(cost_class(discard), CostClass::kH2D);
+  EXPECT_TRUE(costs.status().is_ok());
+  ProfileCosts without(old.value(), spec);
+  EXPECT_EQ(without.seconds(out), 0);
+  ASSERT_FALSE(without.status().is_ok());
+  EXPECT_NE(without.status().message().find("um_out h.0: the profile has no Unified Memory rates"), std::string::npos)
+      << without.status().message();
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ struct TestCosts final : CostModel {
 // Every compute-stream operation 1 ms, every copy 2 ms, host work 3 ms.
 struct ClassCosts final : CostModel {
   double seconds(const Op& op) const override {
-    switch (cost_class(op.kind)) {
+    switch (cost_class(op)) {
       case CostClass::kFree: return 0;
       case CostClass::kCompute: return 1e-3;
       case CostClass::kHost: return 3e-3;
@@ -188,7 +188,7 @@ struct ContendedCosts final : CostModel {
                                                    {1, 1, 1, 1, 1}, {1, 1, 1, 1, 1}};
   double fixed = 0;  // of every copy and host update
   double seconds(const Op& op) const override { return base.seconds(op); }
-  double fixed_seconds(const Op& op) const override { return cost_class(op.kind) == CostClass::kCompute ? 0 : fixed; }
+  double fixed_seconds(const Op& op) const override { return cost_class(op) == CostClass::kCompute ? 0 : fixed; }
   double slowdown(CostClass v, CostClass o) const override { return slow[static_cast<int>(v)][static_cast<int>(o)]; }
   void set(CostClass v, CostClass o, double x) { slow[static_cast<int>(v)][static_cast<int>(o)] = x; }
 };
