@@ -68,6 +68,14 @@ int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out
   link("d2h pageable", p.d2h_pageable);
   std::fprintf(out, "  both at once  h2d %.2f GB/s, d2h %.2f GB/s\n", p.duplex_h2d_bytes_per_s / 1e9,
                p.duplex_d2h_bytes_per_s / 1e9);
+  if (p.um_to_host.valid()) {  // Unified Memory (Profile::um_*); a rate above 1 PB/s is a latency-only fit
+    link("UM to host", p.um_to_host);
+    link("UM to device", p.um_to_device);
+    link("UM populate", p.um_populate);
+    link("UM discard", p.um_discard);
+  } else {
+    std::fprintf(out, "  UM            not measured (no managed memory on this backend)\n");
+  }
   std::fprintf(out, "  contention    (slower while the other runs)");
   for (int v = 0; v < perf::kNumTraffic; ++v)
     for (int o = 0; o < perf::kNumTraffic; ++o)

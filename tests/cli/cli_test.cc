@@ -433,7 +433,7 @@ TEST(Cli, PlanPredictsEveryPlanAndCalibratesOnce) {
   EXPECT_EQ(first.code, 0) << first.out;
   EXPECT_HAS(first.out, "calibrate: measuring this machine");
   for (const char* row : {"in-core ", "recompute ", "swap-activations ", "swap-attention-recompute-mlp-norms ",
-                          "offload-all ", "auto "})
+                          "offload-all ", "um ", "um-advised ", "um-swap-activations ", "auto "})
     EXPECT_HAS(first.out, std::string("\n") + row);
   EXPECT_HAS(first.out, "auto plan: ");
   EXPECT_HAS(first.out, "(in-core needs ");
@@ -481,6 +481,15 @@ TEST(Cli, PlanPredictsEveryPlanAndCalibratesOnce) {
   EXPECT_EQ(cal.code, 0) << cal.out;
   EXPECT_HAS(cal.out, "calibrated in ");
   EXPECT_HAS(cal.out, "h2d pinned");
+  EXPECT_HAS(cal.out, "UM to host");  // the CPU backend's emulated managed memory
+  // A profile from before Unified Memory's rates: plan measures them when a row needs them.
+  nlohmann::json no_um = nlohmann::json::parse(slurp(dir.file("p.json")));
+  ASSERT_TRUE(no_um.contains("um"));
+  no_um.erase("um");
+  std::ofstream(dir.file("no_um.json")) << no_um.dump();
+  CliRun older = run("plan" + model + " --plans um-swap-activations --machine-profile " + dir.file("no_um.json"), env);
+  EXPECT_EQ(older.code, 0) << older.out;
+  EXPECT_HAS(older.out, "\num-swap-activations ");
   CliRun with = run("plan" + model + " --plans in-core --machine-profile " + dir.file("p.json"), env);
   EXPECT_EQ(with.code, 0) << with.out;
   EXPECT_HAS(with.out, "profile: " + dir.file("p.json"));
