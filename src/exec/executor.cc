@@ -408,7 +408,7 @@ memory::UmRange Executor::um_range(const Op& op) const {
   TT_CHECK(it != by_name_.end(), "%s: no managed entry %s", op.name.c_str(), op.entry.c_str());
   const Tensor& t = it->second;
   if (op.entry == "params.compute" && op.segment >= 0) {  // Note [managed optimizer exchange]: one segment of it
-    const GptSegments segs = gpt_segments(spec_.model);
+    const GptSegments& segs = segments_;
     const size_t es = dtype_size(t.dtype());
     return {static_cast<char*>(t.raw()) + static_cast<size_t>(segs.offset[static_cast<size_t>(op.segment)]) * es,
             static_cast<size_t>(segs.size[static_cast<size_t>(op.segment)]) * es};

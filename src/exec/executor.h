@@ -122,7 +122,8 @@ class Executor : public GptHooks {
   }
 
  private:
-  Executor(Backend& backend, ExecSpec spec) : be_(backend), spec_(std::move(spec)) {}
+  Executor(Backend& backend, ExecSpec spec)
+      : be_(backend), spec_(std::move(spec)), segments_(gpt_segments(spec_.model)) {}
   Status allocate_and_bind(const ModelFactory& model);
   void run_pass(Pass p, void (Executor::*model_part)());
   void model_forward();
@@ -137,6 +138,7 @@ class Executor : public GptHooks {
 
   Backend& be_;
   ExecSpec spec_;
+  GptSegments segments_;  // of spec_.model (um_range's segments of the managed compute copy)
   Inventory inventory_;
   Schedule schedule_;
   RingLayout rings_;
