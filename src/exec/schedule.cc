@@ -81,7 +81,8 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 //  Every discard is on the h2d stream, which also populates and prefetches back: ordered after a discard by an
 //  event alone (discard on the compute stream, populate on h2d), a populated block's activations were wrong in 17 of
 //  40 runs of TrainerCuda.PlansMatchInCore on an H200 (CUDA 13.0, driver 580), never in its first step (nothing
-//  discarded yet), and right in 40 of 40 without the discards.
+//  discarded yet), and right in 40 of 40 without the discards. With the discards on h2d, 1 run of 40 was still
+//  wrong: an open defect (docs/benchmarks/2026-12-02-h200-um-race/; the executor warns of it on a GPU).
 //  evaluation (Pass::kForward, no backward after it): each block's activations are dead after its forward and are
 //            discarded at once instead of copied out; o_{k+S} is populated once o_k is discarded. So at most S
 //            offloaded blocks are on the device at any time, after an evaluation too, and Executor::backward()

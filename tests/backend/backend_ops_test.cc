@@ -469,7 +469,8 @@ TEST_P(BackendOps, Optimizer) {
     a.weight_decay = 0.5f;
     a.step = 2;
     a.grad_clip = 0.5f;
-    EXPECT_TRUE(a.add_piece(101, true) && a.add_piece(333, false) && a.add_piece(334, true) && a.add_piece(1003, false));
+    EXPECT_TRUE(a.add_piece(101, true) && a.add_piece(333, false) && a.add_piece(334, true) &&
+                a.add_piece(1003, false));
     EXPECT_EQ(a.pieces, 4);
     be.adamw_update(t[0], t[1], t[2], t[3], t[4], a, t[5]);
   };

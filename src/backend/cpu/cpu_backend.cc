@@ -464,7 +464,8 @@ class CpuBackend final : public Backend {
                     const Tensor& grad_norm_sq, const AdamWArgs& args, const Tensor& copy_out) override {
     const int64_t n = shapes::adamw(param, grad, m, v, grad_norm_sq, args, copy_out);
     // A bf16 copy of a float update is written in the update's pass (host/adamw.h); any other copy by convert().
-    const bool fused_copy = copy_out.raw() != nullptr && param.dtype() == DType::kF32 && copy_out.dtype() == DType::kBF16;
+    const bool fused_copy =
+        copy_out.raw() != nullptr && param.dtype() == DType::kF32 && copy_out.dtype() == DType::kBF16;
     uint16_t* out = fused_copy ? static_cast<uint16_t*>(copy_out.raw()) : nullptr;
     dispatch_float(param.dtype(), "adamw_update", [&]<typename T>() {
       T *p = param.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
