@@ -775,8 +775,8 @@ Status measure_kernels(Backend& be, Profile& profile, const CalibrateOptions& op
 // Unified Memory's rates (Profile::um_*), where the backend has managed memory: a range of up to 128 MiB reserved
 // (never more than the GPU has free: UmDriver::reserve refuses it) and its first 2, 8, 32 and 128 MiB moved, each
 // kind timed alone from the state it needs (set up untimed before each timing): to the host from the device, to
-// the device from the host, a discard of pages on the device, a populate (to the device) of discarded pages. The
-// best of three each. A reservation refused (a GPU with too little free memory) leaves the rates unmeasured.
+// the device from the host, a discard of pages on the device, a populate (to the device) of discarded pages, and a
+// kernel writing pages that are on the host (the device's faults bring them). The best of three each. A reservation refused (a GPU with too little free memory) leaves the rates unmeasured.
 Status measure_um(Backend& be, Profile& p, const CalibrateOptions& o) {
   memory::UmDriver* um = be.um();
   if (um == nullptr) return Status::ok();
@@ -809,7 +809,7 @@ Status measure_um(Backend& be, Profile& p, const CalibrateOptions& o) {
     }
     return best;
   };
-  std::vector<std::pair<int64_t, double>> to_host, to_device, populate, discard;
+  std::vector<std::pair<int64_t, double>> to_host, to_device, populate, discard, fault_in;
   for (int64_t n = 2 * kMiB; n <= max; n *= 4) {
     const std::vector<memory::UmRange> r = {{range, static_cast<size_t>(n)}};
     auto on_device = [&] { um->prefetch(r, memory::UmPlace::kDevice, be.h2d_stream()); };
@@ -825,6 +825,10 @@ Status measure_um(Backend& be, Profile& p, const CalibrateOptions& o) {
       um->discard(r, be.h2d_stream());
     }, on_device));
     populate.emplace_back(n, tp);
+    // A kernel writing the range while its pages are on the host: they come over on the device's faults.
+    const Tensor t(range, {n / 4}, DType::kF32, TensorClass::kWorkspace, be.device());
+    TT_ASSIGN_OR_RETURN(double tf, best_of(be.compute_stream(), on_host, [&] { be.fill_zero(t, be.compute_stream()); }));
+    fault_in.emplace_back(n, tf);
   }
   TT_TRY(be.synchronize_all());
   um->release(base.value());
@@ -832,6 +836,7 @@ Status measure_um(Backend& be, Profile& p, const CalibrateOptions& o) {
   p.um_to_device = fit(std::move(to_device));
   p.um_discard = fit(std::move(discard));
   p.um_populate = fit(std::move(populate));
+  p.um_fault_in = fit(std::move(fault_in));
   return Status::ok();
 }
 

@@ -57,8 +57,7 @@ ProfileNeeds rows_needs(const std::vector<PlanRow>& rows) {
   std::set<std::vector<int64_t>> hsegs;
   bool um = false;
   for (const PlanRow& r : rows) {
-    for (const Op& op : r.schedule.pass(Pass::kTrain))
-      um |= op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard;
+    um |= r.run.managed_total > 0;  // moves managed pages, or may be oversubscribed (perf/planner.h)
     for (const KernelCall& c : schedule_kernel_calls(r.schedule)) calls.insert(c);
     for (auto& q : schedule_sequences(r.schedule)) seqs.insert(std::move(q));
     for (auto& q : schedule_host_segments(r.schedule)) hsegs.insert(std::move(q));
@@ -71,6 +70,18 @@ Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_thre
     ProfileCosts costs(profile, r.schedule.spec, host_threads);
     r.sim = simulate(r.schedule, Pass::kTrain, costs);
     TT_TRY(costs.status());
+    // Note [oversubscribed Unified Memory].
+    r.oversubscribed = 0;
+    if (!r.run.fits_device && r.run.managed_device > 0) {
+      const int64_t over = r.run.device_need() - r.run.budget;
+      if (over <= r.run.managed_device) {
+        TT_RETURN_IF(!profile.um_fault_in.valid() || !profile.um_to_host.valid(), kNotFound,
+                     "%s: oversubscribed managed memory needs the profile's Unified Memory rates (recalibrate)",
+                     r.plan.c_str());
+        r.oversubscribed = over;
+        r.sim.step_seconds += 2 * profile.um_fault_in.seconds(over) + 2 * profile.um_to_host.seconds(over);
+      }
+    }
     r.interpolated = costs.interpolated();
     r.copy_bytes = 0;
     for (const Op& op : r.schedule.pass(Pass::kTrain))
@@ -118,7 +129,7 @@ Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path,
     if (!profile.host_segments.count(q)) o.host_segments.push_back(q);
   const size_t missing = o.kernels.size() + o.sequences.size() + o.host_segments.size();
   // Unified Memory's rates, where the rows move managed pages and the profile (older than them) lacks them.
-  const bool um_missing = needs.um && !profile.um_to_host.valid();
+  const bool um_missing = needs.um && !(profile.um_to_host.valid() && profile.um_fault_in.valid());
   if (have && missing == 0 && !um_missing) return profile;
 
   o.progress = progress;
@@ -170,7 +181,8 @@ void print_plan_table(const std::vector<PlanRow>& rows, FILE* out) {
     const int64_t dev = r.run.inventory.total(Inventory::kDevice) + r.run.managed_device,
                   host = r.run.inventory.total(Inventory::kHost);
     std::fprintf(out, "%-36s %-9s %-4s %10s %10s %9.2f %10.0f %10.2f %9.2f", r.plan.c_str(),
-                 optimizer_placement_name(r.optimizer), r.fits() ? (&r == best ? "yes*" : "yes") : "no",
+                 optimizer_placement_name(r.optimizer),
+                 r.fits() ? (&r == best ? "yes*" : "yes") : r.oversubscribed > 0 ? "over" : "no",
                  format_bytes(dev).c_str(), format_bytes(host).c_str(), 1e3 * r.sim.step_seconds, r.tokens_per_s,
                  1e3 * r.sim.exposed_wait_seconds, 1e3 * r.sim.busy_seconds[static_cast<int>(StreamId::kHost)]);
     if (measured) {
@@ -195,6 +207,14 @@ void print_plan_table(const std::vector<PlanRow>& rows, FILE* out) {
     std::fprintf(out, "no plan fits the budget of %s; the smallest needs %s\n",
                  rows.empty() ? "?" : format_bytes(rows.front().run.budget).c_str(), format_bytes(least).c_str());
   }
+  for (const PlanRow& r : rows)
+    if (r.oversubscribed > 0) {
+      std::fprintf(out,
+                   "over: runs only with --um-allow-oversubscription (never on a GPU shared with other jobs); its "
+                   "time is an estimate: the managed pages beyond the budget migrated each way twice a step (Note "
+                   "[oversubscribed Unified Memory] in perf/planner.h)\n");
+      break;
+    }
 }
 
 }  // namespace tt::perf

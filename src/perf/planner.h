@@ -30,8 +30,21 @@ struct PlanRow {
   int64_t copy_bytes = 0;  // bytes a training step moves between host and device
   double measured_s = -1;  // --measure: the median step; < 0 when not measured
   int64_t measured_peak = -1;  // --measure: the device pool's peak in use
+  // Note [oversubscribed Unified Memory]: managed bytes beyond what the budget leaves them (> 0 only for a plan with
+  // managed memory that does not fit), and the step predicted with their migrations.
+  int64_t oversubscribed = 0;
   bool fits() const { return run.fits_device && run.fits_host; }
 };
+
+// Note [oversubscribed Unified Memory]
+// A plan with managed memory that needs more device memory than the budget can still run with
+// --um-allow-oversubscription: the driver keeps what fits and migrates the rest on page faults. The model prices
+// that where it cannot be run (the lent GPUs never oversubscribe): with over = the need less the budget (at most the
+// managed bytes the plan keeps on the device), a step touches its pages forward and then backward, so with the
+// least recently used evicted the backward misses `over` bytes (the forward's first pages, long evicted) and the
+// next forward the same again: 2 x over faulted in at the profile's fault rate (um.fault_in) and 2 x over evicted at
+// its rate to the host (um.to_host), added to the step (faults stall the kernels that take them). An estimate from
+// measured rates under that access model, not checked against an oversubscribed run.
 
 // The shortcut plans with each optimizer placement they allow, resolved for this configuration (cfg.model.vocab
 // set); nothing is allocated.

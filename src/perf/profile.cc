@@ -328,11 +328,12 @@ Result<Profile> Profile::from_json(const json& j) {
     for (const auto& [key, value] : um.raw().items()) {
       (void)value;
       const std::pair<const char*, LinkRate*> named[] = {{"to_host", &p.um_to_host}, {"to_device", &p.um_to_device},
-                                                         {"populate", &p.um_populate}, {"discard", &p.um_discard}};
+                                                         {"populate", &p.um_populate}, {"discard", &p.um_discard},
+                                                         {"fault_in", &p.um_fault_in}};
       LinkRate* l = nullptr;
       for (const auto& [name, link] : named)
         if (key == name) l = link;
-      TT_RETURN_IF(l == nullptr, kDataLoss, "profile.um.%s: unknown (to_host, to_device, populate, discard)",
+      TT_RETURN_IF(l == nullptr, kDataLoss, "profile.um.%s: unknown (to_host, to_device, populate, discard, fault_in)",
                    key.c_str());
       TT_ASSIGN_OR_RETURN(*l, read_link(um, key.c_str()));
     }

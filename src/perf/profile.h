@@ -95,10 +95,13 @@ struct Profile {
   // d2h (to the host) or h2d stream. Not valid (not measured) for a backend without managed memory, or in a profile
   // from before 2026-12-02: the model then refuses plans that move managed pages.
   LinkRate um_to_host, um_to_device, um_populate, um_discard;
+  // Pages on the host written by a kernel on the device: the driver migrates them on the device's page faults (what
+  // an oversubscribed managed pool costs: Note [oversubscribed Unified Memory] in perf/planner.h).
+  LinkRate um_fault_in;
   // Their names in the profile's "um" object.
   std::vector<std::pair<const char*, const LinkRate*>> um_links() const {
     return {{"to_host", &um_to_host}, {"to_device", &um_to_device}, {"populate", &um_populate},
-            {"discard", &um_discard}};
+            {"discard", &um_discard}, {"fault_in", &um_fault_in}};
   }
   // Each direction's bandwidth while the other copies too (one large copy each way at once).
   double duplex_h2d_bytes_per_s = 0, duplex_d2h_bytes_per_s = 0;

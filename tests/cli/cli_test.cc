@@ -456,6 +456,9 @@ TEST(Cli, PlanPredictsEveryPlanAndCalibratesOnce) {
   EXPECT_EQ(what.code, 0) << what.out;
   EXPECT_HAS(what.out, "what-if: h2d 1.0 GB/s, d2h 1.0 GB/s, device memory 2.00 MiB");
   EXPECT_HAS(what.out, "budget 1.90 MiB");
+  // Unified Memory beyond the budget: priced as oversubscribed (Note [oversubscribed Unified Memory]), never chosen.
+  EXPECT_HAS(what.out, "\num                                   device    over ");
+  EXPECT_HAS(what.out, "over: runs only with --um-allow-oversubscription");
   CliRun preset = run("plan" + model + " --what-if v100-pcie3 --plans in-core", env);
   EXPECT_EQ(preset.code, 0) << preset.out;
   EXPECT_HAS(preset.out, "what-if v100-pcie3");

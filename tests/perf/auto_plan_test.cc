@@ -27,6 +27,7 @@ Profile synthetic(const ProfileNeeds& needs) {
   // Unified Memory's prefetches a quarter of the link's speed (as on an H200: 13 against 55 GB/s to the host).
   p.um_to_host = p.um_to_device = p.um_populate = {10e-6, 0.75e9, {{4096, 15e-6}}};
   p.um_discard = {5e-6, 1e18, {{4096, 5e-6}}};
+  p.um_fault_in = {20e-6, 0.5e9, {{4096, 28e-6}}};
   return p;
 }
 
@@ -104,6 +105,47 @@ TEST(AutoPlan, NeverSlowerThanAShortcutThatFits) {
     EXPECT_DOUBLE_EQ(again.value().sim.step_seconds, a.value().best.sim.step_seconds);
     EXPECT_NE(a.value().explain().find("auto plan: "), std::string::npos);
   }
+}
+
+// Note [oversubscribed Unified Memory]: the default-UM plan that does not fit is priced as in-core plus its pages
+// beyond the budget faulted in and evicted twice a step; one whose device pool alone does not fit is not priced so.
+TEST(PlanRows, OversubscribedUnifiedMemoryIsPricedFromItsMigrations) {
+  Machine s;
+  setup(s, 4, 0.8);
+  auto rows = plan_rows(s.cfg);
+  ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+  ASSERT_TRUE(predict(rows.value(), s.profile).is_ok());
+  const PlanRow *um = nullptr, *in_core = nullptr;
+  for (const PlanRow& r : rows.value()) {
+    if (r.optimizer != OptimizerPlacement::kDevice) continue;
+    if (r.plan == "um") um = &r;
+    if (r.plan == "in-core") in_core = &r;
+    if (r.fits()) EXPECT_EQ(r.oversubscribed, 0) << r.plan;
+  }
+  ASSERT_TRUE(um && in_core);
+  EXPECT_FALSE(um->fits());
+  const int64_t over = um->run.device_need() - um->run.budget;
+  ASSERT_GT(over, 0);
+  ASSERT_LE(over, um->run.managed_device);
+  EXPECT_EQ(um->oversubscribed, over);
+  const double extra = 2 * s.profile.um_fault_in.seconds(over) + 2 * s.profile.um_to_host.seconds(over);
+  EXPECT_GT(extra, 0.1 * in_core->sim.step_seconds);  // the slow synthetic link makes it matter
+  EXPECT_NEAR(um->sim.step_seconds, in_core->sim.step_seconds + extra, 1e-9);
+  // Without the fault rate the row cannot be priced, and the error says why.
+  Profile no_faults = s.profile;
+  no_faults.um_fault_in = {};
+  std::vector<PlanRow> again = rows.value();
+  auto st = predict(again, no_faults);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("oversubscribed managed memory"), std::string::npos) << st.message();
+  // A budget below what the device pool alone needs: nothing to oversubscribe into.
+  Machine tiny;
+  setup(tiny, 4, 0.05);
+  auto small = plan_rows(tiny.cfg);
+  ASSERT_TRUE(small.is_ok());
+  ASSERT_TRUE(predict(small.value(), tiny.profile).is_ok());
+  for (const PlanRow& r : small.value())
+    if (r.plan == "um") EXPECT_EQ(r.oversubscribed, 0);
 }
 
 TEST(AutoPlan, WhenNothingFitsTheErrorSaysTheSmallestNeed) {

@@ -47,6 +47,7 @@ Profile sample() {
   p.um_to_device = {15e-6, 40e9, {{2 << 20, 0.07e-3}}};
   p.um_populate = {10e-6, 30e9, {{2 << 20, 0.08e-3}}};
   p.um_discard = {5e-6, 1e12, {{2 << 20, 6e-6}}};
+  p.um_fault_in = {30e-6, 8e9, {{2 << 20, 0.29e-3}}};
   return p;
 }
 
