@@ -241,7 +241,8 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
           TT_LOG(WARN, MEM,
                  "plan %s discards offloaded managed activations after each backward: on a GPU such runs were "
                  "not bit-identical to in-core in 1 of 40 test runs (a known defect under investigation: "
-                 "docs/PLANS.md, Unified Memory); the explicit copies of swap-activations have no such defect",
+                 "docs/PLANS.md, Unified Memory); \"um\": {\"discard\": false} moves the dead pages to the host "
+                 "instead, and the explicit copies of swap-activations have no such defect",
                  spec_.plan.source.c_str());
           break;
         }

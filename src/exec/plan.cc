@@ -179,7 +179,7 @@ json advice_json(const memory::UmAdvice& a) {
   return {{"preferred", memory::um_place_name(a.preferred)}, {"accessed_by", by}, {"read_mostly", a.read_mostly}};
 }
 
-// "um": {"prefetch": bool, "advice": "none" | "default" | {"param": {...}, "grad": ..., "optim_state": ...,
+// "um": {"prefetch": bool, "discard": bool, "advice": "none" | "default" | {"param": {...}, "grad": ..., "optim_state": ...,
 //        "activation": ..., "activation_offload": ...}}
 Status parse_um(const json& o, UmPolicy* um, const std::string& at) {
   TT_RETURN_IF(!o.is_object(), kInvalidArgument, "%s: expected an object like {\"prefetch\": true, \"advice\": \"default\"}",
@@ -188,13 +188,17 @@ Status parse_um(const json& o, UmPolicy* um, const std::string& at) {
     if (key == "prefetch") {
       TT_RETURN_IF(!v.is_boolean(), kInvalidArgument, "%s.prefetch: true or false", at.c_str());
       um->prefetch = v.get<bool>();
+    } else if (key == "discard") {
+      TT_RETURN_IF(!v.is_boolean(), kInvalidArgument, "%s.discard: true or false", at.c_str());
+      um->discard = v.get<bool>();
     } else if (key == "advice") {
       if (v.is_string()) {
         TT_RETURN_IF(v != "none" && v != "default", kInvalidArgument,
                      "%s.advice: \"none\", \"default\" or an object per kind of data", at.c_str());
-        const bool prefetch = um->prefetch;
+        const bool prefetch = um->prefetch, discard = um->discard;
         *um = v == "default" ? UmPolicy::advised() : UmPolicy{};
         um->prefetch = prefetch;
+        um->discard = discard;
         continue;
       }
       TT_RETURN_IF(!v.is_object(), kInvalidArgument, "%s.advice: \"none\", \"default\" or an object", at.c_str());
@@ -211,7 +215,7 @@ Status parse_um(const json& o, UmPolicy* um, const std::string& at) {
         TT_ASSIGN_OR_RETURN(*dst, parse_advice(a, at + ".advice." + kind));
       }
     } else if (key != "comment") {
-      return make_status(StatusCode::kInvalidArgument, "%s: unknown key '%s' (prefetch, advice)", at.c_str(),
+      return make_status(StatusCode::kInvalidArgument, "%s: unknown key '%s' (prefetch, discard, advice)", at.c_str(),
                          key.c_str());
     }
   }
@@ -427,6 +431,7 @@ json Plan::to_json() const {
   }
   if (uses_managed() || !(um == UmPolicy{}))
     j["um"] = {{"prefetch", um.prefetch},
+               {"discard", um.discard},
                {"advice",
                 {{"param", advice_json(um.param)},
                  {"grad", advice_json(um.grad)},

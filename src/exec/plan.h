@@ -83,6 +83,10 @@ struct LayerPlan {
 struct UmPolicy {
   memory::UmAdvice param, grad, optim_state, activation, activation_offload;
   bool prefetch = false;
+  // With prefetch: offloaded activations are discarded once dead (after their backward, or an evaluation's forward);
+  // false: moved to the host instead (a prefetch of dead pages: slower, but no discard, whose results on a GPU were
+  // not always bit-identical: docs/benchmarks/2026-12-02-h200-um-race/). Note [managed activations].
+  bool discard = true;
   // The advice measured best (docs/PLANS.md): parameters, gradients, AdamW state and resident activations preferred
   // on the device (and the parameters mapped there), offloaded activations without a preference (the schedule's
   // prefetches place them).

@@ -78,6 +78,8 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 //  backward: after o_k's backward (um_bwd) the h2d stream discards its pages (dead until the next forward, so
 //            neither direction migrates them for their contents) and records um_free; then it prefetches o_{k-S} back
 //            to the device (after um_out o_{k-S}), and o_{k-S}'s backward waits for um_in.
+//  With um.discard false (Plan's UmPolicy) the d2h stream moves the dead pages to the host instead of a discard
+//  (um_evict, recording um_free), and the populate (um_refill) brings them back as a migration: slower, no discards.
 //  Every discard is on the h2d stream, which also populates and prefetches back: ordered after a discard by an
 //  event alone (discard on the compute stream, populate on h2d), a populated block's activations were wrong in 17 of
 //  40 runs of TrainerCuda.PlansMatchInCore on an H200 (CUDA 13.0, driver 580), never in its first step (nothing
@@ -328,7 +330,13 @@ class Compiler {
   }
   // Note [managed activations]: block l's pages discarded on the h2d stream (the stream of every populate and
   // prefetch back to the device) once the compute stream is done with them (`done`, recorded here).
+  // With um.discard false the pages go to the host instead (the d2h stream, like um_out): nothing is discarded.
   void um_discard(std::vector<Op>& out, int l, const char* done) {
+    if (!plan_.um.discard) {
+      record(out, StreamId::kCompute, std::string(done) + " " + block(l), l);
+      um_move(out, l, memory::UmPlace::kHost, "um_evict", {std::string(done) + " " + block(l)}, "um_free");
+      return;
+    }
     record(out, StreamId::kCompute, std::string(done) + " " + block(l), l);
     wait(out, StreamId::kH2D, std::string(done) + " " + block(l), "wait compute", l);
     Op& d = add(out, StreamId::kH2D, OpKind::kUmDiscard, "um_discard " + block(l));
@@ -346,7 +354,8 @@ class Compiler {
     if (k < um_.size() - um_.slots) after.push_back("um_out " + block(l));  // (the last S are never copied out)
     if (k >= um_.slots)
       after.push_back((evaluation ? "um_free " : "um_out ") + block(um_.order[static_cast<size_t>(k - um_.slots)]));
-    um_move(out, l, memory::UmPlace::kDevice, "um_populate", after, "um_ready");
+    // (Without discards the pages come back with their dead contents: a migration, priced as one: um_refill.)
+    um_move(out, l, memory::UmPlace::kDevice, plan_.um.discard ? "um_populate" : "um_refill", after, "um_ready");
   }
 
   // evaluation: the forward of Pass::kForward, with no backward after it (Note [managed activations]).

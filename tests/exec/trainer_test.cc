@@ -774,6 +774,9 @@ TEST(TrainerCuda, PlansMatchInCore) {
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
   const std::string mix = dir.write("mix.json", R"({"layers": [{"activation": "swap"}, {"activation": "recompute"},
       {"activation": "swap"}, {"activation": "swap"}]})");
+  // um-swap-activations without discards (docs/benchmarks/2026-12-02-h200-um-race/).
+  const std::string no_discard = dir.write("um_no_discard.json", R"({"default": {"activation": "managed_offload"},
+      "um": {"prefetch": true, "advice": "default", "discard": false}})");
   for (const char* dtype : {"bf16", "f32"}) {
     SCOPED_TRACE(dtype);
     TrainConfig base = small_config(data);
@@ -791,7 +794,7 @@ TEST(TrainerCuda, PlansMatchInCore) {
     for (const std::string& plan : {std::string("recompute"), std::string("swap-activations"),
                                       std::string("swap-attention-recompute-mlp"),
                                       std::string("swap-attention-recompute-mlp-norms"), mix, std::string("um"),
-                                      std::string("um-advised"), std::string("um-swap-activations")}) {
+                                      std::string("um-advised"), std::string("um-swap-activations"), no_discard}) {
       SCOPED_TRACE(plan);
       TrainConfig tc = base;
       tc.plan = plan;

@@ -53,6 +53,11 @@ Plan plan_of(const std::string& name, int slots = 2) {
                            kCfg.layers, name, slots - 1)
         .value();
   }
+  if (name == "um-swap-no-discard") {  // the offloaded activations moved to the host when dead, never discarded
+    Plan p = Plan::resolve("um-swap-activations", kCfg.layers, slots).value();
+    p.um.discard = false;
+    return p;
+  }
   return Plan::resolve(name, kCfg.layers, slots).value();
 }
 
@@ -126,7 +131,7 @@ Bits run3(const ExecSpec& spec, int64_t compute_us, int64_t copy_us,
 
 TEST(UmPlans, TrainBitForBitAsInCore) {
   const Bits in_core = run3(spec_of(plan_of("in-core")), 0, 0);
-  for (const char* name : {"um", "um-advised", "um-swap-activations", "mixed"}) {
+  for (const char* name : {"um", "um-advised", "um-swap-activations", "um-swap-no-discard", "mixed"}) {
     for (int slots : {2, 3}) {
       SCOPED_TRACE(std::string(name) + " slots " + std::to_string(slots));
       const ExecSpec spec = spec_of(plan_of(name, slots));
@@ -198,7 +203,7 @@ struct Ranges {
 };
 
 TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
-  for (const char* name : {"um-advised", "um-swap-activations", "mixed", "cpu-exchange"}) {
+  for (const char* name : {"um-advised", "um-swap-activations", "um-swap-no-discard", "mixed", "cpu-exchange"}) {
     SCOPED_TRACE(name);
     auto be = backend(0, 0, /*record=*/true);
     auto* rec = dynamic_cast<memory::RecordingUmDriver*>(be->um());
@@ -215,7 +220,8 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
       if (op.kind == OpKind::kUmAdvise || op.kind == OpKind::kUmPrefetch) want.push_back(&op);
     ASSERT_EQ(setup.size(), want.size());
     // um-swap-activations: its offloaded blocks have no advice by default and are placed by the forward.
-    EXPECT_EQ(want.empty(), std::string(name) == "um-swap-activations");
+    const bool no_discard = std::string(name) == "um-swap-no-discard";
+    EXPECT_EQ(want.empty(), std::string(name) == "um-swap-activations" || no_discard);
     std::map<std::string, memory::UmRange> range_of;  // entry name -> range, from the calls
     for (size_t i = 0; i < want.size(); ++i) {
       const Op& op = *want[i];
@@ -308,28 +314,30 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
       }
     }
     EXPECT_EQ(static_cast<size_t>(moved), calls.size()) << "every call is one of the schedule's";
-    // Each offloaded block: populated once, out once unless among the last `slots`, in as often, discarded once.
+    // Each offloaded block: populated once, out once unless among the last `slots`, in as often, discarded once
+    // (without discards: moved to the host once more instead, and refilled rather than populated).
     const RingLayout rings = ring_layout(spec.plan);
+    const char* populate_name = no_discard ? "um_refill" : "um_populate";
     for (int l : rings.um.order) {
       int populate = 0, out = 0, in = 0, discard = 0;
       for (const Op& op : s.pass(Pass::kTrain)) {
         if (op.layer != l || !op.entry.starts_with("managed.h.")) continue;
-        populate += op.kind == OpKind::kUmPrefetch && op.name.starts_with("um_populate") ? 1 : 0;
+        populate += op.kind == OpKind::kUmPrefetch && op.name.starts_with(populate_name) ? 1 : 0;
         out += op.kind == OpKind::kUmPrefetch && op.place == 1 ? 1 : 0;
         in += op.kind == OpKind::kUmPrefetch && op.name.starts_with("um_in") ? 1 : 0;
         discard += op.kind == OpKind::kUmDiscard ? 1 : 0;
       }
       const bool stays = rings.um.last_in_slot(rings.um.index(l));
       EXPECT_EQ(populate, 1) << l;
-      EXPECT_EQ(out, stays ? 0 : 1) << l;
+      EXPECT_EQ(out, (stays ? 0 : 1) + (no_discard ? 1 : 0)) << l;
       EXPECT_EQ(in, stays ? 0 : 1) << l;
-      EXPECT_EQ(discard, 1) << l;
+      EXPECT_EQ(discard, no_discard ? 0 : 1) << l;
     }
     if (std::string(name) != "um-advised") {
       EXPECT_GT(moved, 0);
     }
-    // An evaluation forward discards every offloaded block after its forward and copies none out, so that no more
-    // than `slots` of them are on the device after it either.
+    // An evaluation forward discards every offloaded block after its forward and copies none out (without discards:
+    // moves it to the host), so that no more than `slots` of them are on the device after it either.
     for (int l : rings.um.order) {
       int discard = 0, out = 0, populate = 0;
       for (const Op& op : s.pass(Pass::kForward)) {
@@ -338,8 +346,8 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
         out += op.kind == OpKind::kUmPrefetch && op.place == 1 ? 1 : 0;
         populate += op.kind == OpKind::kUmPrefetch && op.place == 0 ? 1 : 0;
       }
-      EXPECT_EQ(discard, 1) << l;
-      EXPECT_EQ(out, 0) << l;
+      EXPECT_EQ(discard, no_discard ? 0 : 1) << l;
+      EXPECT_EQ(out, no_discard ? 1 : 0) << l;
       EXPECT_EQ(populate, 1) << l;
     }
   }
@@ -397,6 +405,34 @@ TEST(UmPlans, TheGradientDiscardWaitsForTheUpdate) {
       },
       100000);
   EXPECT_FALSE(early == ref);
+}
+
+// "um": {"discard": false}: the schedule discards no activations; the dead pages go to the host on the d2h stream
+// (um_evict) and come back as a migration (um_refill, priced at the rate to the device, not a populate's).
+TEST(UmPlans, WithoutDiscardsTheDeadPagesGoToTheHost) {
+  const Plan p = plan_of("um-swap-no-discard", 3);
+  EXPECT_FALSE(p.um.discard);
+  const Plan back = Plan::from_json(p.to_json(), kCfg.layers, "back").value();
+  EXPECT_FALSE(back.um.discard);
+  EXPECT_EQ(back.to_json(), p.to_json());
+  EXPECT_FALSE(Plan::from_json(json::parse(R"({"um": {"prefetch": true, "discard": "no"}})"), kCfg.layers, "x").is_ok());
+  auto be = backend();
+  auto ex = std::move(Executor::create(*be, spec_of(p))).value();
+  int evicts = 0, refills = 0;
+  for (Pass pass : {Pass::kTrain, Pass::kForward})
+    for (const Op& op : ex->schedule().pass(pass)) {
+      EXPECT_NE(op.kind, OpKind::kUmDiscard) << op.name;
+      if (op.kind != OpKind::kUmPrefetch) continue;
+      EXPECT_EQ(op.name.find("populate"), std::string::npos) << op.name;
+      if (op.name.starts_with("um_evict")) {
+        ++evicts;
+        EXPECT_EQ(op.stream, StreamId::kD2H);
+        EXPECT_EQ(op.place, static_cast<int>(memory::UmPlace::kHost));
+      }
+      refills += op.name.starts_with("um_refill");
+    }
+  EXPECT_EQ(evicts, 2 * kCfg.layers);  // every offloaded block after its backward, and after an evaluation's forward
+  EXPECT_EQ(refills, 2 * kCfg.layers);
 }
 
 TEST(UmPlans, JsonPlacementsAndAdviceRoundTrip) {
