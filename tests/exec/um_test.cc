@@ -353,8 +353,8 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
   }
 }
 
-// The discard is what the emulation can check: moved before the block's backward, the block reads poisoned pages
-// and the run differs from in-core. (A prefetch moves nothing on the CPU, so removing a wait for one cannot show;
+// The discard is what the emulation can check: moved before the block's backward (on the compute stream), the block
+// reads poisoned pages and the run differs from in-core. (A prefetch moves nothing on the CPU, so removing a wait for one cannot show;
 // on a GPU, scripts/gpu.sh runs these plans bit for bit against in-core.)
 TEST(UmPlans, ADiscardBeforeTheLastReadChangesTheResult) {
   const Bits in_core = run3(spec_of(plan_of("in-core")), 0, 0);
@@ -370,7 +370,10 @@ TEST(UmPlans, ADiscardBeforeTheLastReadChangesTheResult) {
         size_t j = i;
         while (j > 0 && !(ops[j - 1].kind == OpKind::kModel && ops[j - 1].name == "backward h." + std::to_string(ops[i].layer))) --j;
         ASSERT_GT(j, 0u);
-        const Op d = ops[i];
+        // On the compute stream, so that it surely runs before the backward reads (on its own h2d stream, moved
+        // ahead of its wait for the backward, it would race the backward instead).
+        Op d = ops[i];
+        d.stream = StreamId::kCompute;
         ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(i));
         ops.insert(ops.begin() + static_cast<std::ptrdiff_t>(j - 1), d);
         ++moved;
