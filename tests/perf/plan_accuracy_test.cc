@@ -34,6 +34,9 @@ TEST(PlanAccuracy, EveryShortcutPlanIsPredictedWithinTenPercentOfItsMeasuredStep
 
   auto rows = plan_rows(tc);
   ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+  // um and um-advised run in-core's training pass (their pages are placed once, at set-up): um-swap-activations is
+  // the Unified Memory row whose operations the model prices; the other two only cost CI time here.
+  std::erase_if(rows.value(), [](const PlanRow& r) { return r.plan == "um" || r.plan == "um-advised"; });
   ASSERT_GE(rows.value().size(), 12u);
   std::string path;
   auto profile = machine_profile(tc, "", rows_needs(rows.value()), nullptr, false, &path);
