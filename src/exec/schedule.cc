@@ -332,13 +332,13 @@ class Compiler {
   // prefetch back to the device) once the compute stream is done with them (`done`, recorded here).
   // With um.discard false the pages go to the host instead (the d2h stream, like um_out): nothing is discarded.
   void um_discard(std::vector<Op>& out, int l, const char* done) {
+    const std::string after = std::string(done) + " " + block(l);
+    record(out, StreamId::kCompute, after, l);
     if (!plan_.um.discard) {
-      record(out, StreamId::kCompute, std::string(done) + " " + block(l), l);
-      um_move(out, l, memory::UmPlace::kHost, "um_evict", {std::string(done) + " " + block(l)}, "um_free");
+      um_move(out, l, memory::UmPlace::kHost, "um_evict", {after}, "um_free");
       return;
     }
-    record(out, StreamId::kCompute, std::string(done) + " " + block(l), l);
-    wait(out, StreamId::kH2D, std::string(done) + " " + block(l), "wait compute", l);
+    wait(out, StreamId::kH2D, after, "wait compute", l);
     Op& d = add(out, StreamId::kH2D, OpKind::kUmDiscard, "um_discard " + block(l));
     d.layer = l;
     d.entry = managed_block(l);
