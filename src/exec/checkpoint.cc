@@ -106,15 +106,45 @@ Status ensure_checkpoint_dir(const std::string& dir) {
   return Status::ok();
 }
 
-Status save_checkpoint(const std::string& dir, const CheckpointState& state, Executor& ex, int64_t keep) {
+Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_comm) {
+  const Gpt& gpt = ex.model();
+  const size_t esize = dtype_size(gpt.master_dtype());
+  const size_t bytes = static_cast<size_t>(gpt.num_params()) * esize;
+  WholeState local;
+  local.params.resize(bytes);
+  local.m.resize(bytes);
+  local.v.resize(bytes);
+  ex.wait_all();  // every update of the CPU optimizer has reached the master
+  TT_TRY(ex.download_params(local.params.data()));
+  TT_TRY(ex.optimizer().download_state(reinterpret_cast<float*>(local.m.data()), reinterpret_cast<float*>(local.v.data())));
+  const GptConfig& cfg = gpt.config();
+  if (cfg.tp == 1) return local;
+  TT_RETURN_IF(model_comm == nullptr || model_comm->size() != cfg.tp, kInternal,
+               "a model split %d ways gathered over %d ranks", cfg.tp, model_comm ? model_comm->size() : 1);
+  // Every rank's shard (the same size on each), then each put where the whole model has it.
+  WholeState whole;
+  const size_t whole_bytes = static_cast<size_t>(gpt_num_params(cfg.whole())) * esize;
+  std::vector<unsigned char> all(bytes * static_cast<size_t>(cfg.tp));
+  for (auto [mine, out] : {std::pair{&local.params, &whole.params}, {&local.m, &whole.m}, {&local.v, &whole.v}}) {
+    TT_TRY(model_comm->allgather(mine->data(), all.data(), bytes / 4, comm::DType::kI32));  // f32/f64 bits
+    out->resize(whole_bytes);
+    for (int r = 0; r < cfg.tp; ++r) gpt_put_shard(cfg, r, all.data() + static_cast<size_t>(r) * bytes, out->data(), esize);
+  }
+  return whole;
+}
+
+Status save_checkpoint(const std::string& dir, const CheckpointState& state, Executor& ex, int64_t keep,
+                       const WholeState* whole) {
   const Gpt& gpt = ex.model();
   Optimizer& opt = ex.optimizer();
   TT_TRY(ensure_checkpoint_dir(dir));
-  const size_t bytes = static_cast<size_t>(gpt.num_params()) * dtype_size(gpt.master_dtype());
-  std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
-  ex.wait_all();  // every update of the CPU optimizer has reached the master
-  TT_TRY(ex.download_params(params.data()));
-  TT_TRY(opt.download_state(reinterpret_cast<float*>(m.data()), reinterpret_cast<float*>(v.data())));
+  WholeState own;
+  if (whole == nullptr) {
+    TT_RETURN_IF(gpt.config().tp > 1, kInternal, "a tensor-parallel model's checkpoint needs its gathered state");
+    TT_ASSIGN_OR_RETURN(own, gather_whole_state(ex, nullptr));
+    whole = &own;
+  }
+  const std::vector<unsigned char>&params = whole->params, &m = whole->m, &v = whole->v;
 
   nlohmann::json meta;
   meta["format"] = kFormat;
@@ -134,7 +164,7 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
   w.set_meta(meta);
   const DType md = gpt.master_dtype();
   const size_t esize = dtype_size(md);
-  for (const ParamInfo& p : gpt.params()) {
+  for (const ParamInfo& p : gpt_param_layout(gpt.config().whole())) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     const size_t off = static_cast<size_t>(p.offset) * esize;
@@ -324,11 +354,17 @@ Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor
   expected.dtype = gpt.master_dtype();
   TT_TRY(check_checkpoint_continues(st, expected, path));
   const size_t esize = dtype_size(st.dtype);
-  std::vector<unsigned char> params(static_cast<size_t>(gpt.num_params()) * esize);
-  for (const ParamInfo& p : gpt.params()) {
+  const GptConfig whole = gpt.config().whole();
+  std::vector<unsigned char> params(static_cast<size_t>(gpt_num_params(whole)) * esize);
+  for (const ParamInfo& p : gpt_param_layout(whole)) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     TT_TRY(r.read("param/" + p.name, st.dtype, shape, params.data() + static_cast<size_t>(p.offset) * esize));
+  }
+  if (gpt.config().tp > 1) {  // Note [tensor parallel]: this rank's shard of the whole tensors
+    std::vector<unsigned char> local(static_cast<size_t>(gpt.num_params()) * esize);
+    gpt_take_shard(gpt.config(), gpt.tp_rank(), params.data(), local.data(), esize);
+    params = std::move(local);
   }
   ex.wait_all();
   TT_TRY(ex.backend().synchronize_all());
@@ -346,15 +382,24 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
 
   const DType md = gpt.master_dtype();
   const size_t esize = dtype_size(md);
-  const size_t bytes = static_cast<size_t>(gpt.num_params()) * esize;
+  const GptConfig whole = gpt.config().whole();
+  const size_t bytes = static_cast<size_t>(gpt_num_params(whole)) * esize;
   std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
-  for (const ParamInfo& p : gpt.params()) {
+  for (const ParamInfo& p : gpt_param_layout(whole)) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     const size_t off = static_cast<size_t>(p.offset) * esize;
     TT_TRY(r.read("param/" + p.name, md, shape, params.data() + off));
     TT_TRY(r.read("adam.m/" + p.name, md, shape, m.data() + off));
     TT_TRY(r.read("adam.v/" + p.name, md, shape, v.data() + off));
+  }
+  if (gpt.config().tp > 1) {  // Note [tensor parallel]: this rank's shards of the whole tensors
+    const size_t local_bytes = static_cast<size_t>(gpt.num_params()) * esize;
+    for (std::vector<unsigned char>* t : {&params, &m, &v}) {
+      std::vector<unsigned char> local(local_bytes);
+      gpt_take_shard(gpt.config(), gpt.tp_rank(), t->data(), local.data(), esize);
+      *t = std::move(local);
+    }
   }
   Backend& be = ex.backend();
   ex.wait_all();  // no parameter upload of the CPU optimizer may land after the loaded values

@@ -10,11 +10,13 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/rng.h"
 #include "data/sampler.h"
+#include "comm/comm.h"
 #include "exec/executor.h"
 #include "model/gpt.h"
 
@@ -39,9 +41,19 @@ struct CheckpointState {
 // Creates dir if needed and proves it writable (creates and removes a probe file).
 Status ensure_checkpoint_dir(const std::string& dir);
 
+// The whole model's master parameters and AdamW moments in its single-device layout (GptConfig::whole()), as a
+// checkpoint holds them: with a tensor-parallel model (Note [tensor parallel] in model/gpt.h) gathered from the ranks
+// of the model dimension, collectively over `model_comm` (every one of them calls it); else this executor's own.
+struct WholeState {
+  std::vector<unsigned char> params, m, v;  // master dtype
+};
+Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_comm);
+
 // Writes <dir>/step_<step>.ttf atomically, then points <dir>/latest at it (also atomically), then removes the
-// oldest step_*.ttf beyond `keep`.
-Status save_checkpoint(const std::string& dir, const CheckpointState& state, Executor& ex, int64_t keep);
+// oldest step_*.ttf beyond `keep`. `whole`: what gather_whole_state returned (required for a tensor-parallel model;
+// else read from the executor).
+Status save_checkpoint(const std::string& dir, const CheckpointState& state, Executor& ex, int64_t keep,
+                       const WholeState* whole = nullptr);
 
 // `resume` is "latest" (the file named by <dir>/latest, else the highest step_*.ttf) or a file path.
 Result<std::string> find_checkpoint(const std::string& dir, const std::string& resume);
@@ -59,7 +71,7 @@ Status check_checkpoint_continues(const CheckpointState& st, const CheckpointSta
 
 // Checks the file against `expected` (model shape, dtype, data fingerprint must match; batch, seed and data path
 // differences are reported as warnings), then loads parameters and optimizer state into the executor's model and
-// optimizer.
+// optimizer. A tensor-parallel executor takes its shard of the whole tensors (Note [tensor parallel]).
 Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex);
 // Only the parameters of checkpoint `path` into the executor's model, for something that starts from them
 // (--init-from: a new run on other data; sampling): the model's shape and master dtype must match (kFailedPrecondition,

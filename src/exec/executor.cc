@@ -18,6 +18,8 @@ Status ExecSpec::validate() const {
   TT_RETURN_IF(data_ranks < 1 || batch < 1, kInvalidArgument, "batch %d over %d data-parallel ranks", batch,
                data_ranks);
   TT_TRY(model.validate());
+  TT_RETURN_IF(tp_rank < 0 || tp_rank >= model.tp, kInvalidArgument, "tensor-parallel rank %d of %d", tp_rank,
+               model.tp);
   TT_RETURN_IF(batch < 1, kInvalidArgument, "--batch must be >= 1, got %d", batch);
   TT_RETURN_IF(static_cast<int>(plan.layers.size()) != model.layers, kInvalidArgument,
                "the plan places %zu layers but the model has %d", plan.layers.size(), model.layers);
@@ -142,7 +144,8 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     state("adam.v", {P}, md, TC::kOptimState);
   }
   inv.add_device("adam.grad_norm_sq", {1}, md, TC::kWorkspace);
-  inv.add_device("adam.norm_parts", {S}, md, TC::kWorkspace);
+  // Note [tensor parallel]: with tp > 1 each segment's replicated part, then each one's sharded part.
+  inv.add_device("adam.norm_parts", {spec.model.tp > 1 ? 2 * S : S}, md, TC::kWorkspace);
   if (spec.input_staging_slots > 0) inv.add_device("input.next", {2, spec.batch, cfg.seq}, DType::kI32, TC::kInput);
   // Host: the swapped blocks' copies (all but the last swap_slots, which never leave their slots), the master and
   // its staging copy, AdamW's state (Note [master on host]) and its second set (Note [speculative update]), the
@@ -365,6 +368,7 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     *t.slot(r.name) = dev(r.name);
   gpt_ = model ? model(be_, cfg, spec_.batch, spec_.compute, std::move(t))
                : std::make_unique<Gpt>(be_, cfg, spec_.batch, spec_.compute, std::move(t));
+  gpt_->set_tp_rank(spec_.tp_rank);
   // The optimizer's state.
   OptimizerBuffers ob;
   ob.master = master_;
@@ -437,14 +441,31 @@ Stream& Executor::stream(StreamId s) {
 
 Status Executor::init_params(uint64_t seed) {
   const size_t n = static_cast<size_t>(gpt_->num_params());
+  // Note [tensor parallel]: a rank's shard of the whole model's initial values, so that a mesh starts where one
+  // device does (the whole model passes through host memory once).
+  auto init = [&](auto* out) {
+    using T = std::remove_pointer_t<decltype(out)>;
+    if (spec_.model.tp == 1) return Gpt::init_values(spec_.model, seed, out);
+    const GptConfig whole = spec_.model.whole();
+    auto all = std::make_unique_for_overwrite<T[]>(static_cast<size_t>(gpt_num_params(whole)));
+    Gpt::init_values(whole, seed, all.get());
+    gpt_take_shard(spec_.model, spec_.tp_rank, all.get(), out, sizeof(T));
+  };
   if (gpt_->master_dtype() == DType::kF64) {
     auto host = std::make_unique_for_overwrite<double[]>(n);
-    Gpt::init_values(spec_.model, seed, host.get());
+    init(host.get());
     return upload_params(host.get());
   }
   auto host = std::make_unique_for_overwrite<float[]>(n);  // every element is written
-  Gpt::init_values(spec_.model, seed, host.get());
+  init(host.get());
   return upload_params(host.get());
+}
+
+void Executor::tp_sum(const char* name, const Tensor& t) {
+  TT_CHECK(tp_reducer_ != nullptr, "tensor parallel (tp %d) without a reducer over the model dimension (%s)",
+           spec_.model.tp, name);
+  if (prof_) prof_->mark(name);
+  tp_reducer_->sum(t, be_.compute_stream());
 }
 
 Status Executor::upload_params(const void* host) {
@@ -652,6 +673,10 @@ void Executor::issue(const Op& op) {
       opt_->norm_part(op.segment);
       break;
     case OpKind::kNormTotal:
+      if (spec_.model.tp > 1) {  // Note [tensor parallel]: the sharded parts summed over the model's ranks
+        const int S = gpt_->num_segments();
+        tp_sum("grad norm (sharded parts)", opt_->norm_parts().view(S, {S}));
+      }
       if (prof_) prof_->mark(op.name.c_str());
       opt_->norm_total();
       break;

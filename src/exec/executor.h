@@ -39,6 +39,7 @@ struct ExecSpec {
   int64_t lm_chunk_rows = 0;   // 0: the model's default
   int input_staging_slots = 0; // pinned host slots for the trainer's next batches (Note [input staging])
   int data_ranks = 1;          // Note [data parallel] in exec/schedule.cc: batch is this rank's share
+  int tp_rank = 0;             // Note [tensor parallel] (model/gpt.h): this rank's place among model.tp
   // Issue 20: managed memory beyond the GPU's free memory is refused unless this is set (--um-allow-oversubscription;
   // never on a shared GPU).
   bool um_allow_oversubscription = false;
@@ -78,6 +79,8 @@ class Executor : public GptHooks {
   void set_profiler(OpProfiler* profiler) { prof_ = profiler; }
   // Note [data parallel]: what averages the gradients when spec.data_ranks > 1 (must outlive the executor's steps).
   void set_grad_reducer(GradReducer* reducer) { reducer_ = reducer; }
+  // Note [tensor parallel] (model/gpt.h): what sums over the model dimension when spec.model.tp > 1.
+  void set_tp_reducer(GradReducer* reducer) { tp_reducer_ = reducer; }
   // Runs `schedule` from now on instead of the compiled one: a schedule for this executor (the same model, batch,
   // setup and events) with operations changed, reordered or removed, as a planner or a test may want. Validated;
   // it must keep the plan's data correct, which only the caller can know (the tests remove waits to show that each
@@ -120,6 +123,7 @@ class Executor : public GptHooks {
   void op(const char* name) override {
     if (prof_) prof_->mark(name);
   }
+  void tp_sum(const char* name, const Tensor& t) override;
 
  private:
   Executor(Backend& backend, ExecSpec spec)
@@ -147,6 +151,7 @@ class Executor : public GptHooks {
   std::vector<std::unique_ptr<Event>> events_;  // [schedule event]
   OpProfiler* prof_ = nullptr;
   GradReducer* reducer_ = nullptr;  // Note [data parallel]
+  GradReducer* tp_reducer_ = nullptr;  // Note [tensor parallel]
   // Everything allocated, freed in the destructor.
   std::vector<Tensor> device_, managed_;
   std::vector<void*> host_;

@@ -8,33 +8,49 @@
 namespace tt {
 namespace {
 
+comm::DType comm_dtype(DType d) {
+  switch (d) {
+    case DType::kF32: return comm::DType::kF32;
+    case DType::kF64: return comm::DType::kF64;
+    case DType::kBF16: return comm::DType::kBF16;
+    default: TT_CHECK(false, "a reduction of %s tensors", dtype_name(d));
+  }
+  return comm::DType::kF32;
+}
+
 class HostGradReducer final : public GradReducer {
  public:
   HostGradReducer(Backend& be, comm::Communicator& comm) : be_(be), comm_(comm) {}
   int ranks() const override { return comm_.size(); }
   void reduce(const Tensor& grads, Stream& stream) override {
     TT_CHECK(grads.dtype() == DType::kF32, "gradient reduction of %s: f32 only", dtype_name(grads.dtype()));
-    void* p = grads.raw();
-    const size_t n = static_cast<size_t>(grads.numel());
-    const bool ok = be_.enqueue_on(stream, [this, p, n] {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!status_.is_ok()) return;  // the ranks stopped agreeing: nothing more is reduced
-      }
-      Status s = comm_.allreduce(comm::kInPlace, p, n, comm::DType::kF32, comm::Op::kAvg);
-      if (!s.is_ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        status_ = std::move(s.with_context("data-parallel gradient reduction"));
-      }
-    });
-    TT_CHECK(ok, "the backend cannot run host functions in stream order (make_host_grad_reducer refuses it)");
+    run(grads, stream, comm::Op::kAvg, "data-parallel gradient reduction");
   }
+  void sum(const Tensor& t, Stream& stream) override { run(t, stream, comm::Op::kSum, "tensor-parallel sum"); }
   Status status() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return status_;
   }
 
  private:
+  void run(const Tensor& t, Stream& stream, comm::Op op, const char* what) {
+    void* p = t.raw();
+    const size_t n = static_cast<size_t>(t.numel());
+    const comm::DType dt = comm_dtype(t.dtype());
+    const bool ok = be_.enqueue_on(stream, [this, p, n, dt, op, what] {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!status_.is_ok()) return;  // the ranks stopped agreeing: nothing more is reduced
+      }
+      Status s = comm_.allreduce(comm::kInPlace, p, n, dt, op);
+      if (!s.is_ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        status_ = std::move(s.with_context(what));
+      }
+    });
+    TT_CHECK(ok, "the backend cannot run host functions in stream order (make_host_grad_reducer refuses it)");
+  }
+
   Backend& be_;
   comm::Communicator& comm_;
   mutable std::mutex mu_;
@@ -47,21 +63,26 @@ class NcclGradReducer final : public GradReducer {
   int ranks() const override { return nccl_.size(); }
   void reduce(const Tensor& grads, Stream& stream) override {
     TT_CHECK(grads.dtype() == DType::kF32, "gradient reduction of %s: f32 only", dtype_name(grads.dtype()));
+    run(grads, stream, comm::Op::kAvg, "data-parallel gradient reduction (nccl)");
+  }
+  void sum(const Tensor& t, Stream& stream) override { run(t, stream, comm::Op::kSum, "tensor-parallel sum (nccl)"); }
+  Status status() const override { return status_; }  // (enqueue's errors; NCCL's own come at the stream's sync)
+
+ private:
+  void run(const Tensor& t, Stream& stream, comm::Op op, const char* what) {
     TT_CHECK(stream.native() != nullptr, "an NCCL reduction on a stream without a device handle (%s)", stream.name());
     if (!status_.is_ok()) return;
     comm::Call call;
     call.kind = comm::kAllreduce;
     call.send = comm::kInPlace;
-    call.recv = grads.raw();
-    call.count = static_cast<size_t>(grads.numel());
-    call.dtype = comm::DType::kF32;
-    call.op = comm::Op::kAvg;
+    call.recv = t.raw();
+    call.count = static_cast<size_t>(t.numel());
+    call.dtype = comm_dtype(t.dtype());
+    call.op = op;
     Status s = nccl_.enqueue(stream.native(), call);
-    if (!s.is_ok()) status_ = std::move(s.with_context("data-parallel gradient reduction (nccl)"));
+    if (!s.is_ok()) status_ = std::move(s.with_context(what));
   }
-  Status status() const override { return status_; }  // (enqueue's errors; NCCL's own come at the stream's sync)
 
- private:
   comm::NcclCommunicator& nccl_;
   Status status_;  // written and read on the thread that issues the schedule
 };

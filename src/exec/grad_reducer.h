@@ -1,7 +1,8 @@
-// exec/grad_reducer: how a data-parallel run averages each segment's gradients over its ranks (Note [data parallel]
-// in exec/schedule.cc), in the order of the stream the schedule puts the reduction on. One implementation today:
-// host memory through a comm::Communicator, on a backend that runs host functions in stream order (the CPU
-// backend). On a GPU the reductions will go through NCCL on the stream itself.
+// exec/grad_reducer: reductions over the ranks of one mesh dimension in a stream's order: a data-parallel run
+// averages each segment's gradients over its ranks (Note [data parallel] in exec/schedule.cc), a tensor-parallel one
+// sums partial activations and their gradients (Note [tensor parallel] in model/gpt.h). Two implementations: host
+// memory through a comm::Communicator, on a backend that runs host functions in stream order (the CPU backend); and
+// on a GPU, NCCL on the stream itself.
 //
 //   auto r = make_host_grad_reducer(backend, data_comm);   // the communicator along the mesh's batch dimension
 //   executor.set_grad_reducer(r.get());
@@ -27,6 +28,8 @@ class GradReducer {
   // after it. Errors are kept for status(): a failed reduction leaves the gradients unusable, and every later one
   // fails too.
   virtual void reduce(const Tensor& grads, Stream& stream) = 0;
+  // Sums t (f32, f64 or bf16) over the ranks, in place, in `stream`'s order (errors as reduce's).
+  virtual void sum(const Tensor& t, Stream& stream) = 0;
   // Ok, or the first error (once the stream has run the reductions: synchronize it first).
   virtual Status status() const = 0;
 };

@@ -1,6 +1,7 @@
 #include "exec/optimizer.h"
 
 #include <cstring>
+#include <tuple>
 
 #include "host/adamw.h"
 
@@ -47,7 +48,21 @@ void Optimizer::begin_step(float lr, bool speculate) {
 }
 
 void Optimizer::norm_part(int segment) {
-  be_.sum_squares(buf_.parts.view(segment, {1}), model_.tensors().grads[static_cast<size_t>(segment)]);
+  const Tensor& g = model_.tensors().grads[static_cast<size_t>(segment)];
+  if (model_.config().tp == 1) {
+    be_.sum_squares(buf_.parts.view(segment, {1}), g);
+    return;
+  }
+  // Note [tensor parallel]: the replicated parameters' part (the same on every rank, counted once) and the sharded
+  // ones' (summed over the ranks before norm_total).
+  const size_t s = static_cast<size_t>(segment);
+  const int64_t rep = segs_.shard_begin[s] - segs_.offset[s], shard = segs_.size[s] - rep;
+  const int64_t S = segs_.count();
+  for (auto [part, begin, n] : {std::tuple<int64_t, int64_t, int64_t>{segment, 0, rep}, {S + segment, rep, shard}}) {
+    const Tensor out = buf_.parts.view(part, {1});
+    if (n == 0) be_.fill_zero(out, be_.compute_stream());
+    else be_.sum_squares(out, g.view(begin, {n}));
+  }
 }
 
 void Optimizer::norm_total() { be_.sum_in_order(buf_.norm_sq, buf_.parts); }

@@ -79,6 +79,7 @@ class Optimizer {
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t step) { step_ = step; }
   Tensor grad_norm_sq() const { return buf_.norm_sq; }
+  Tensor norm_parts() const { return buf_.parts; }
   int64_t speculation_kept() const { return spec_kept_.load(); }
   int64_t speculation_redone() const { return spec_redone_.load(); }
   // The host state set uploads read now (CPU optimizer).

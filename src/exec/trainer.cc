@@ -55,12 +55,16 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
     // Issue 21: --batch is the global batch; this rank runs its share (Note [data parallel] in exec/schedule.cc).
     TT_ASSIGN_OR_RETURN(mesh::MeshShape shape, mesh::MeshShape::parse(cfg.mesh));
     TT_ASSIGN_OR_RETURN(mesh::Layout layout, mesh::Layout::resolve(cfg.layout, shape));
-    for (const char* t : {"heads", "ff", "vocab", "embed"})
+    for (const char* t : {"vocab", "embed"})
       TT_RETURN_IF(layout.ways(t, shape) > 1, kUnimplemented,
-                   "layout %s splits %s over mesh dimension %s: tensor parallel is not built yet "
-                   "(docs/design/mesh.md); split the batch only (--layout batch:DIM, on a mesh of that one dimension)",
+                   "layout %s splits %s over mesh dimension %s: only the blocks' heads and ff split so far "
+                   "(Note [tensor parallel] in model/gpt.h; docs/design/mesh.md)",
                    layout.to_string().c_str(), t, layout.mesh_dim(t).c_str());
+    TT_RETURN_IF(layout.mesh_dim("heads") != layout.mesh_dim("ff"), kUnimplemented,
+                 "layout %s: heads and ff must be split over the same mesh dimension (or neither): a block's "
+                 "tensor-parallel ranks hold both halves' shards", layout.to_string().c_str());
     TT_TRY(layout.check(shape, cfg.model, cfg.batch));
+    e.model.tp = layout.ways("heads", shape);
     TT_RETURN_IF(cfg.input != "direct" && cfg.input != "via-root" && cfg.input != "replicated", kInvalidArgument,
                  "--input %s: direct, via-root or replicated", cfg.input.c_str());
     e.data_ranks = layout.ways("batch", shape);
@@ -87,7 +91,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   TT_ASSIGN_OR_RETURN(r.inventory, Executor::inventory(e));
   // The backend's own cuBLAS workspace and scratch come out of the budget too.
   r.reserve = backend_reserve(r.backend,
-                              {e.batch, cfg.model.seq, cfg.model.heads, cfg.model.dim / cfg.model.heads,
+                              {e.batch, cfg.model.seq, e.model.heads / e.model.tp, cfg.model.dim / cfg.model.heads,
                                dtype == DType::kBF16},
                               cfg.attention);
   r.inventory.add_backend_reserved(r.reserve.reserved_bytes);
@@ -203,6 +207,11 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     t->shards_ = layout.ways("batch", shape);
     t->shard_ = t->mesh_->coord(bdim);
     t->data_comm_ = t->mesh_->along(bdim);
+    if (r.exec.model.tp > 1) {  // Note [tensor parallel] in model/gpt.h
+      const std::string mdim = layout.mesh_dim("heads");
+      t->model_comm_ = t->mesh_->along(mdim);
+      t->spec_.exec.tp_rank = t->mesh_->coord(mdim);
+    }
     TT_TRY(t->check_same_config());
     if (!t->lead()) t->out_ = nullptr;  // rank 0 speaks for the job
     t->print("mesh %s, layout %s: %d ranks (%s backend); batch %d = %d a rank, input %s\n",
@@ -341,6 +350,9 @@ Status Trainer::build() {
           static_cast<long long>(from.value().step));
   }
   if (!cfg.from_safetensors.empty()) {
+    TT_RETURN_IF(r.exec.model.tp > 1, kUnimplemented,
+                 "--from-safetensors with a tensor-parallel layout: not yet (start from a tiertrain checkpoint with "
+                 "--init-from, which any mesh can load)");
     TT_TRY(import_gpt2(cfg.from_safetensors, *ex_));
     print("parameters from %s (GPT-2 layout); optimizer, schedule and data start afresh\n",
           cfg.from_safetensors.c_str());
@@ -404,6 +416,21 @@ Status Trainer::build() {
     }
     ex_->set_grad_reducer(reducer_.get());
   }
+  if (model_comm_ != nullptr) {  // Note [tensor parallel] in model/gpt.h: sums on the compute stream
+    if (backend_->compute_stream().native() == nullptr) {
+      TT_ASSIGN_OR_RETURN(tp_reducer_, make_host_grad_reducer(*backend_, *model_comm_));
+    } else {
+      TT_RETURN_IF(!comm::have_nccl(), kUnimplemented,
+                   "tensor parallel on %s needs NCCL, and this build has none (install NCCL and rebuild)",
+                   backend_->describe().c_str());
+#ifdef TIERTRAIN_HAVE_NCCL
+      TT_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> host, model_comm_->split(0, model_comm_->rank()));
+      TT_ASSIGN_OR_RETURN(tp_nccl_, comm::create_nccl(std::move(host), comm::Options{model_comm_->timeout()}));
+      TT_ASSIGN_OR_RETURN(tp_reducer_, make_nccl_grad_reducer(*tp_nccl_));
+#endif
+    }
+    ex_->set_tp_reducer(tp_reducer_.get());
+  }
   profiler_ = std::make_unique<OpProfiler>(*backend_);
   profiler_->set_tracing(!cfg.trace.empty());
   ex_->set_profiler(profiler_.get());
@@ -457,6 +484,7 @@ Status Trainer::train_step(StepRecord* rec) {
   be.copy_d2h(&norm_sq, ex_->optimizer().grad_norm_sq(), be.compute_stream());
   TT_TRY(be.compute_stream().synchronize());
   if (reducer_) TT_TRY(reducer_->status());
+  if (tp_reducer_) TT_TRY(tp_reducer_->status());
   TT_TRY(input_status_);
   double sum = 0;
   for (float l : host_losses_) sum += static_cast<double>(l);
@@ -569,14 +597,11 @@ Result<double> Trainer::mean_over_data(double x) {
   return x;
 }
 
-Status Trainer::check_replicas() {
+Status Trainer::check_replicas(const WholeState& whole) {
   if (mesh_ == nullptr || mesh_->world().size() == 1) return Status::ok();
-  ex_->wait_all();
-  std::vector<unsigned char> params(static_cast<size_t>(ex_->model().num_params()) *
-                                    dtype_size(ex_->model().master_dtype()));
-  TT_TRY(ex_->download_params(params.data()));
+  // Whole models (gathered over the model dimension): every rank's is the same.
   uint64_t h = 1469598103934665603ull;  // FNV-1a of the master parameters' bytes
-  for (unsigned char c : params) h = (h ^ c) * 1099511628211ull;
+  for (unsigned char c : whole.params) h = (h ^ c) * 1099511628211ull;
   comm::Communicator& w = mesh_->world();
   std::vector<int64_t> all(static_cast<size_t>(w.size()));
   const int64_t mine = static_cast<int64_t>(h);
@@ -585,15 +610,17 @@ Status Trainer::check_replicas() {
   for (int q = 0; q < w.size(); ++q)
     if (all[static_cast<size_t>(q)] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(q);
   TT_RETURN_IF(!differ.empty(), kInternal,
-               "data parallel: the parameters of rank(s) %s differ from rank 0's at step %lld: the replicas drifted "
-               "apart (a bug: please report it with the command line)",
+               "mesh: the (whole model's) parameters of rank(s) %s differ from rank 0's at step %lld: the replicas "
+               "drifted apart (a bug: please report it with the command line)",
                differ.c_str(), static_cast<long long>(step_));
   return Status::ok();
 }
 
 Status Trainer::save(int64_t step) {
   ex_->wait_all();  // the CPU optimizer's last parameters on the device before they are read
-  TT_TRY(check_replicas());
+  // Every rank gathers (a collective over the model dimension when the model is split), then rank 0 writes.
+  TT_ASSIGN_OR_RETURN(WholeState whole, gather_whole_state(*ex_, model_comm_));
+  TT_TRY(check_replicas(whole));
   if (!lead()) return Status::ok();  // one copy: the replicas are the same bits
   CheckpointState st;
   st.step = step;
@@ -606,7 +633,7 @@ Status Trainer::save(int64_t step) {
   st.data_path = cfg_.data;
   st.data_fingerprint = dataset_.info().fingerprint;
   st.config = cfg_.resolved;
-  TT_TRY(save_checkpoint(cfg_.checkpoint_dir, st, *ex_, cfg_.keep_checkpoints));
+  TT_TRY(save_checkpoint(cfg_.checkpoint_dir, st, *ex_, cfg_.keep_checkpoints, &whole));
   print("step %6lld | checkpoint written to %s\n", static_cast<long long>(step), cfg_.checkpoint_dir.c_str());
   return Status::ok();
 }
@@ -742,7 +769,10 @@ Result<TrainSummary> Trainer::run() {
           {"device_peak_bytes", summary.device_peak_bytes}});
   if (!cfg_.metrics_out.empty() && lead()) TT_TRY(write_metrics(summary));
   ex_->wait_all();  // the run ends with every parameter on the device
-  TT_TRY(check_replicas());
+  if (mesh_ != nullptr && mesh_->world().size() > 1) {
+    TT_ASSIGN_OR_RETURN(WholeState whole, gather_whole_state(*ex_, model_comm_));
+    TT_TRY(check_replicas(whole));
+  }
   return summary;
 }
 

@@ -24,6 +24,7 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "backend/registry.h"
+#include "exec/checkpoint.h"
 #include "exec/executor.h"
 #include "exec/grad_reducer.h"
 #include "mesh/mesh.h"
@@ -161,18 +162,21 @@ class Trainer {
   // the mesh (the lead) prints and writes the run's files; every rank computes alike.
   std::unique_ptr<mesh::Mesh> mesh_;
   comm::Communicator* data_comm_ = nullptr;
+  comm::Communicator* model_comm_ = nullptr;  // Note [tensor parallel] (model/gpt.h): along the heads' dimension
   int shard_ = 0, shards_ = 1;
   std::vector<int32_t> global_inputs_, global_targets_;  // --input replicated, via-root: the whole batch
   Status input_status_;  // the first failure of a via-root scatter (reported by the step)
   std::unique_ptr<comm::NcclCommunicator> nccl_;  // a GPU's reductions (declared before the reducer that uses it)
   std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<comm::NcclCommunicator> tp_nccl_;  // a GPU's tensor-parallel sums (before the reducer using it)
+  std::unique_ptr<GradReducer> tp_reducer_;
   bool lead() const { return mesh_ == nullptr || mesh_->rank() == 0; }
   // The mean over the data-parallel ranks of a value each computed on its shard (itself with one rank).
   Result<double> mean_over_data(double x);
   // Every rank of the mesh runs rank 0's configuration (an error names the knobs that differ).
   Status check_same_config();
   // Every rank's parameters are the same bits (the replicas cannot drift apart: an error names the ranks if they do).
-  Status check_replicas();
+  Status check_replicas(const WholeState& whole);
 
  public:
   // Whether this process writes the run's files and output (rank 0 of its mesh, or alone).

@@ -131,6 +131,9 @@ Result<Layout> Layout::resolve(const std::string& spec_in, const MeshShape& shap
         if (n == x) return true;
       return false;
     };
+    // The tensor dimensions a model dimension splits by default: the blocks' (Note [tensor parallel] in
+    // model/gpt.h). The vocabulary stays replicated until the vocabulary-parallel LM head exists.
+    static constexpr const char* kModelSplit[] = {"heads", "ff"};
     const auto& dims = shape.dims();
     bool named = false;
     for (const Dim& d : dims) {
@@ -138,14 +141,14 @@ Result<Layout> Layout::resolve(const std::string& spec_in, const MeshShape& shap
         l.rules_["batch"] = d.name;
         named = true;
       } else if (is(d.name, {"model", "tp", "tensor"})) {
-        for (const char* t : {"heads", "ff", "vocab"}) l.rules_[t] = d.name;
+        for (const char* t : kModelSplit) l.rules_[t] = d.name;
         named = true;
       }
     }
     if (!named && dims.size() == 1) l.rules_["batch"] = dims[0].name;
     if (!named && dims.size() == 2) {
       l.rules_["batch"] = dims[0].name;
-      for (const char* t : {"heads", "ff", "vocab"}) l.rules_[t] = dims[1].name;
+      for (const char* t : kModelSplit) l.rules_[t] = dims[1].name;
     }
   } else {
     for (const std::string& item : split_list(spec)) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -19,21 +20,38 @@ Status GptConfig::validate() const {
   TT_RETURN_IF(dim < 1 || heads < 1, kInvalidArgument, "--dim and --heads must be >= 1, got %d and %d", dim, heads);
   TT_RETURN_IF(dim % heads != 0, kInvalidArgument, "--dim %d is not divisible by --heads %d", dim, heads);
   TT_RETURN_IF(seq < 1, kInvalidArgument, "--seq must be >= 1, got %d", seq);
+  TT_RETURN_IF(tp < 1 || heads % tp != 0, kInvalidArgument,
+               "%d attention heads cannot be split %d ways over tensor-parallel ranks", heads, tp);
   return Status::ok();
 }
 
 std::vector<ParamInfo> gpt_param_layout(const GptConfig& cfg) {
-  const int64_t V = cfg.padded_vocab(), C = cfg.dim, T = cfg.seq;
+  const int64_t V = cfg.padded_vocab(), C = cfg.dim, T = cfg.seq, tp = cfg.tp, Cl = C / tp, Fl = 4 * C / tp;
   std::vector<ParamInfo> out;
   int64_t offset = 0;
-  auto add = [&](std::string name, Shape shape, bool decay, int layer) {
-    out.push_back(ParamInfo{std::move(name), shape, offset, decay, layer});
+  auto add = [&](std::string name, Shape shape, bool decay, int layer, bool sharded = false) {
+    out.push_back(ParamInfo{std::move(name), shape, offset, decay, layer, sharded});
     offset += shape.numel();
   };
   add("wte", {V, C}, true, -1);
   add("wpe", {T, C}, true, -1);
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
+    if (tp > 1) {  // Note [tensor parallel]: replicated, then sharded (decaying matrices together)
+      add(p + "ln1.w", {C}, false, l);
+      add(p + "ln1.b", {C}, false, l);
+      add(p + "attn.proj.b", {C}, false, l);
+      add(p + "ln2.w", {C}, false, l);
+      add(p + "ln2.b", {C}, false, l);
+      add(p + "mlp.proj.b", {C}, false, l);
+      add(p + "attn.qkv.w", {3 * Cl, C}, true, l, true);
+      add(p + "attn.proj.w", {C, Cl}, true, l, true);
+      add(p + "mlp.fc.w", {Fl, C}, true, l, true);
+      add(p + "mlp.proj.w", {C, Fl}, true, l, true);
+      add(p + "attn.qkv.b", {3 * Cl}, false, l, true);
+      add(p + "mlp.fc.b", {Fl}, false, l, true);
+      continue;
+    }
     add(p + "ln1.w", {C}, false, l);
     add(p + "ln1.b", {C}, false, l);
     add(p + "attn.qkv.w", {3 * C, C}, true, l);
@@ -64,13 +82,18 @@ GptSegments gpt_segments(const GptConfig& cfg) {
   const size_t S = static_cast<size_t>(cfg.layers) + 2;
   s.offset.assign(S, -1);
   s.size.assign(S, 0);
+  s.shard_begin.assign(S, -1);
   for (const ParamInfo& p : gpt_param_layout(cfg)) {
     const size_t k = p.layer >= 0 ? static_cast<size_t>(p.layer) + 1 : p.name.rfind("lnf", 0) == 0 ? S - 1 : 0;
     if (s.offset[k] < 0) s.offset[k] = p.offset;
     TT_CHECK(p.offset == s.offset[k] + s.size[k], "parameter %s breaks segment %zu", p.name.c_str(), k);
+    TT_CHECK(p.sharded || s.shard_begin[k] < 0, "replicated parameter %s follows sharded ones", p.name.c_str());
+    if (p.sharded && s.shard_begin[k] < 0) s.shard_begin[k] = p.offset;
     s.size[k] += p.shape.numel();
     s.of_param.push_back(static_cast<int>(k));
   }
+  for (size_t k = 0; k < S; ++k)
+    if (s.shard_begin[k] < 0) s.shard_begin[k] = s.offset[k] + s.size[k];
   return s;
 }
 
@@ -87,17 +110,17 @@ int64_t gpt_default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute
 }
 
 std::vector<TensorRequest> gpt_block_activations(const GptConfig& cfg, int batch, DType dt, unsigned parts) {
-  const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads;
+  const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads / cfg.tp, Cl = C / cfg.tp, Fl = 4 * C / cfg.tp;
   const DType md = master_dtype_for(dt);
   const TensorClass A = TensorClass::kActivation;
   // In the order of the forward, each with its part.
   const std::pair<BlockPart, TensorRequest> all[] = {
       {kPartNorms, {"ln1", {B, T, C}, dt, A}},      {kPartNorms, {"ln1_mean", {B, T}, md, A}},
-      {kPartNorms, {"ln1_rstd", {B, T}, md, A}},    {kPartCore, {"qkv", {B, T, 3 * C}, dt, A}},
-      {kPartCore, {"atty", {B, T, C}, dt, A}},      {kPartCore, {"lse", {B, H, T}, md, A}},
+      {kPartNorms, {"ln1_rstd", {B, T}, md, A}},    {kPartCore, {"qkv", {B, T, 3 * Cl}, dt, A}},
+      {kPartCore, {"atty", {B, T, Cl}, dt, A}},      {kPartCore, {"lse", {B, H, T}, md, A}},
       {kPartCore, {"res2", {B, T, C}, dt, A}},      {kPartNorms, {"ln2", {B, T, C}, dt, A}},
       {kPartNorms, {"ln2_mean", {B, T}, md, A}},    {kPartNorms, {"ln2_rstd", {B, T}, md, A}},
-      {kPartMlp, {"fch", {B, T, 4 * C}, dt, A}},    {kPartMlp, {"fch_gelu", {B, T, 4 * C}, dt, A}}};
+      {kPartMlp, {"fch", {B, T, Fl}, dt, A}},       {kPartMlp, {"fch_gelu", {B, T, Fl}, dt, A}}};
   std::vector<TensorRequest> r;
   for (const auto& [part, a] : all)
     if ((parts & part) != 0) r.push_back(a);
@@ -105,7 +128,7 @@ std::vector<TensorRequest> gpt_block_activations(const GptConfig& cfg, int batch
 }
 
 std::vector<TensorRequest> gpt_fixed_tensors(const GptConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows) {
-  const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.padded_vocab();
+  const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.padded_vocab(), Cl = C / cfg.tp, Fl = 4 * C / cfg.tp;
   const DType md = master_dtype_for(dt);
   const TensorClass A = TensorClass::kActivation, W = TensorClass::kWorkspace;
   std::vector<TensorRequest> r = {{"tokens", {B, T}, DType::kI32, TensorClass::kInput},
@@ -116,8 +139,8 @@ std::vector<TensorRequest> gpt_fixed_tensors(const GptConfig& cfg, int batch, DT
   for (TensorRequest t : std::initializer_list<TensorRequest>{
            {"lnf", {B, T, C}, dt, A},        {"lnf_mean", {B, T}, md, A},     {"lnf_rstd", {B, T}, md, A},
            {"logits", {chunk, V}, dt, W},    {"losses", {B, T}, md, A},       {"proj_out", {B, T, C}, dt, W},
-           {"dresidual", {B, T, C}, dt, W},  {"dln", {B, T, C}, dt, W},       {"datty", {B, T, C}, dt, W},
-           {"dqkv", {B, T, 3 * C}, dt, W},   {"dfch", {B, T, 4 * C}, dt, W}})
+           {"dresidual", {B, T, C}, dt, W},  {"dln", {B, T, C}, dt, W},       {"datty", {B, T, Cl}, dt, W},
+           {"dqkv", {B, T, 3 * Cl}, dt, W},  {"dfch", {B, T, Fl}, dt, W}})
     r.push_back(std::move(t));
   return r;
 }
@@ -162,6 +185,58 @@ const char* boundary_name(Boundary b) {
   return "?";
 }
 
+void GptHooks::tp_sum(const char* name, const Tensor& t) {
+  (void)t;
+  TT_CHECK(false, "a tensor-parallel model asked its hooks to sum %s over the ranks, and these hooks have no ranks",
+           name);
+}
+
+std::vector<ShardCopy> gpt_shard_copies(const GptConfig& cfg, int tp_rank) {
+  const std::vector<ParamInfo> local = gpt_param_layout(cfg);
+  const std::vector<ParamInfo> whole = gpt_param_layout(cfg.whole());
+  TT_CHECK(tp_rank >= 0 && tp_rank < cfg.tp, "tensor-parallel rank %d of %d", tp_rank, cfg.tp);
+  std::map<std::string, const ParamInfo*> by_name;
+  for (const ParamInfo& p : whole) by_name[p.name] = &p;
+  const int64_t C = cfg.dim, r = tp_rank;
+  std::vector<ShardCopy> out;
+  for (const ParamInfo& p : local) {
+    const ParamInfo& w = *by_name.at(p.name);
+    if (!p.sharded) {
+      out.push_back({w.offset, p.offset, p.shape.numel()});
+      continue;
+    }
+    const int64_t rows = p.shape[0], cols = p.shape.rank() == 2 ? p.shape[1] : 1;
+    if (p.name.ends_with("attn.qkv.w") || p.name.ends_with("attn.qkv.b")) {
+      // Q, K and V rows of this rank's heads: three blocks of C/tp rows.
+      const int64_t part = rows / 3;
+      for (int64_t j = 0; j < 3; ++j) out.push_back({w.offset + (j * C + r * part) * cols, p.offset + j * part * cols, part * cols});
+    } else if (p.name.ends_with("mlp.fc.w") || p.name.ends_with("mlp.fc.b")) {
+      out.push_back({w.offset + r * rows * cols, p.offset, rows * cols});  // a block of rows
+    } else {
+      // The output projections: this rank's columns of every row.
+      const int64_t whole_cols = w.shape[1];
+      for (int64_t i = 0; i < rows; ++i) out.push_back({w.offset + i * whole_cols + r * cols, p.offset + i * cols, cols});
+    }
+  }
+  return out;
+}
+
+void gpt_take_shard(const GptConfig& cfg, int tp_rank, const void* whole, void* local, size_t esize) {
+  const auto* from = static_cast<const unsigned char*>(whole);
+  auto* to = static_cast<unsigned char*>(local);
+  for (const ShardCopy& c : gpt_shard_copies(cfg, tp_rank))
+    std::memcpy(to + static_cast<size_t>(c.local) * esize, from + static_cast<size_t>(c.whole) * esize,
+                static_cast<size_t>(c.count) * esize);
+}
+
+void gpt_put_shard(const GptConfig& cfg, int tp_rank, const void* local, void* whole, size_t esize) {
+  const auto* from = static_cast<const unsigned char*>(local);
+  auto* to = static_cast<unsigned char*>(whole);
+  for (const ShardCopy& c : gpt_shard_copies(cfg, tp_rank))
+    std::memcpy(to + static_cast<size_t>(c.whole) * esize, from + static_cast<size_t>(c.local) * esize,
+                static_cast<size_t>(c.count) * esize);
+}
+
 namespace {
 // Checks that t has the shape and dtype of the request (a programming error of the executor otherwise).
 void check_tensor(const Tensor& t, const TensorRequest& r) {
@@ -192,6 +267,20 @@ Gpt::Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype, GptTens
       r.name = "h." + std::to_string(l) + "." + r.name;
       check_tensor(*t_.slot(r.name), r);
     }
+  // Each block's parameters by role (their order in the layout depends on tp: gpt_param_layout).
+  static constexpr const char* kRoles[12] = {"ln1.w", "ln1.b", "attn.qkv.w", "attn.qkv.b", "attn.proj.w", "attn.proj.b",
+                                             "ln2.w", "ln2.b", "mlp.fc.w",   "mlp.fc.b",   "mlp.proj.w",  "mlp.proj.b"};
+  layer_index_.assign(static_cast<size_t>(cfg.layers), {});
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string prefix = "h." + std::to_string(l) + ".";
+    for (size_t k = 0; k < 12; ++k) {
+      const size_t base = 2 + 12 * static_cast<size_t>(l);
+      size_t i = base;
+      while (i < base + 12 && layout_[i].name != prefix + kRoles[k]) ++i;
+      TT_CHECK(i < base + 12, "Gpt: block %d has no parameter %s", l, kRoles[k]);
+      layer_index_[static_cast<size_t>(l)][k] = i;
+    }
+  }
   lm_chunk_rows_ = t_.logits.raw() ? t_.logits.dim(0) : 0;
   for (const TensorRequest& r : gpt_fixed_tensors(cfg, batch, dtype, lm_chunk_rows_)) {
     const Tensor* t = t_.slot(r.name);
@@ -213,15 +302,14 @@ Tensor Gpt::grad(size_t i) const {
 }
 
 Gpt::LayerParams Gpt::compute_layer(int layer) const {
-  // Block l's 12 tensors follow wte, wpe and the blocks before it.
-  const size_t base = 2 + 12 * static_cast<size_t>(layer);
-  auto v = [&](size_t k) { return cparam(base + k); };
+  const auto& ix = layer_index_[static_cast<size_t>(layer)];
+  auto v = [&](size_t k) { return cparam(ix[k]); };
   return LayerParams{v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7), v(8), v(9), v(10), v(11)};
 }
 
 Gpt::LayerParams Gpt::grad_layer(int layer) const {
-  const size_t base = 2 + 12 * static_cast<size_t>(layer);
-  auto v = [&](size_t k) { return grad(base + k); };
+  const auto& ix = layer_index_[static_cast<size_t>(layer)];
+  auto v = [&](size_t k) { return grad(ix[k]); };
   return LayerParams{v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7), v(8), v(9), v(10), v(11)};
 }
 
@@ -251,15 +339,19 @@ void Gpt::forward_block(GptHooks& h, int l) {
   h.op("matmul_forward qkv");
   be_.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb);
   h.op("attention_forward");
-  be_.attention_forward(a.atty, a.lse, a.qkv, cfg_.heads);
+  be_.attention_forward(a.atty, a.lse, a.qkv, cfg_.heads / cfg_.tp);
   h.op("matmul_forward attn.proj");
-  be_.matmul_forward(t_.proj_out, a.atty, w.projw, w.projb);
+  // Note [tensor parallel]: a row-parallel projection's partial sums; the bias once, from rank 0.
+  const bool tp = cfg_.tp > 1;
+  be_.matmul_forward(t_.proj_out, a.atty, w.projw, tp && tp_rank_ != 0 ? Tensor() : w.projb);
+  if (tp) h.tp_sum("attn.proj", t_.proj_out);
   h.op("residual_layernorm_forward");
   be_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, t_.proj_out, w.ln2w, w.ln2b);
   h.op("matmul_gelu_forward mlp.fc");
   be_.matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, w.fcw, w.fcb);
   h.op("matmul_forward mlp.proj");
-  be_.matmul_forward(t_.proj_out, a.fch_gelu, w.fcprojw, w.fcprojb);
+  be_.matmul_forward(t_.proj_out, a.fch_gelu, w.fcprojw, tp && tp_rank_ != 0 ? Tensor() : w.fcprojb);
+  if (tp) h.tp_sum("mlp.proj", t_.proj_out);
   h.op("residual_forward");
   be_.residual_forward(a.res3, a.res2, t_.proj_out);
 }
@@ -355,6 +447,7 @@ void Gpt::backward_block(GptHooks& h, int l) {
   be_.fill_zero(t_.dln, s);
   h.op("matmul_backward mlp.fc");
   be_.matmul_backward(t_.dln, g.fcw, g.fcb, t_.dfch, a.ln2, w.fcw);
+  if (cfg_.tp > 1) h.tp_sum("d ln2", t_.dln);  // Note [tensor parallel]: each rank's heads' share of d(ln2)
   h.op("layernorm_backward");
   be_.layernorm_backward(t_.dresidual, g.ln2w, g.ln2b, t_.dln, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd);
   // Attention: res2 = x + proj(attn(qkv(ln1(x)))); dresidual becomes d(x).
@@ -363,18 +456,20 @@ void Gpt::backward_block(GptHooks& h, int l) {
   h.op("matmul_backward attn.proj");
   be_.matmul_backward(t_.datty, g.projw, g.projb, t_.dresidual, a.atty, w.projw);
   h.op("attention_backward");  // writes every element of dqkv: no zeroing first
-  be_.attention_backward(t_.dqkv, t_.datty, a.qkv, a.atty, a.lse, cfg_.heads);
+  be_.attention_backward(t_.dqkv, t_.datty, a.qkv, a.atty, a.lse, cfg_.heads / cfg_.tp);
   h.op("zero_scratch");
   be_.fill_zero(t_.dln, s);
   h.op("matmul_backward qkv");
   be_.matmul_backward(t_.dln, g.qkvw, g.qkvb, t_.dqkv, a.ln1, w.qkvw);
+  if (cfg_.tp > 1) h.tp_sum("d ln1", t_.dln);
   h.op("layernorm_backward");
   be_.layernorm_backward(t_.dresidual, g.ln1w, g.ln1b, t_.dln, x, w.ln1w, a.ln1_mean, a.ln1_rstd);
 }
 
 std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows,
                                               GptPiece piece, int segment) {
-  const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads, Vp = cfg.padded_vocab(), BT = B * T;
+  const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads / cfg.tp, Vp = cfg.padded_vocab(), BT = B * T;
+  const int64_t Cl = C / cfg.tp, Fl = 4 * C / cfg.tp;  // Note [tensor parallel]: this rank's widths
   const int L = cfg.layers;
   std::vector<NamedKernelCall> r;
   auto add = [&](const char* name, KernelOp op, std::array<int64_t, 4> dims) {
@@ -382,12 +477,12 @@ std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, D
   };
   auto block_forward = [&] {
     add("layernorm_forward", KernelOp::kLayernormForward, {BT, C});
-    add("matmul_forward qkv", KernelOp::kMatmulForward, {BT, 3 * C, C, 1});
-    add("attention_forward", KernelOp::kAttentionForward, {B, T, H, C / H});
-    add("matmul_forward attn.proj", KernelOp::kMatmulForward, {BT, C, C, 1});
+    add("matmul_forward qkv", KernelOp::kMatmulForward, {BT, 3 * Cl, C, 1});
+    add("attention_forward", KernelOp::kAttentionForward, {B, T, H, Cl / H});
+    add("matmul_forward attn.proj", KernelOp::kMatmulForward, {BT, C, Cl, 1});
     add("residual_layernorm_forward", KernelOp::kResidualLayernormForward, {BT, C});
-    add("matmul_gelu_forward mlp.fc", KernelOp::kMatmulGeluForward, {BT, 4 * C, C});
-    add("matmul_forward mlp.proj", KernelOp::kMatmulForward, {BT, C, 4 * C, 1});
+    add("matmul_gelu_forward mlp.fc", KernelOp::kMatmulGeluForward, {BT, Fl, C});
+    add("matmul_forward mlp.proj", KernelOp::kMatmulForward, {BT, C, Fl, 1});
     add("residual_forward", KernelOp::kResidualForward, {BT * C});
   };
   switch (piece) {
@@ -404,7 +499,7 @@ std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, D
       add("layernorm_forward ln1 (rebuild)", KernelOp::kLayernormForward, {BT, C});
       break;
     case GptPiece::kRebuildMlp:
-      add("matmul_gelu_forward mlp.fc (recompute)", KernelOp::kMatmulGeluForward, {BT, 4 * C, C});
+      add("matmul_gelu_forward mlp.fc (recompute)", KernelOp::kMatmulGeluForward, {BT, Fl, C});
       break;
     case GptPiece::kHead:
     case GptPiece::kHeadWithBackward: {
@@ -430,15 +525,15 @@ std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, D
         add("zero_scratch", KernelOp::kFillZero, {BT * C});
         add("layernorm_backward", KernelOp::kLayernormBackward, {BT, C});
       } else {
-        add("matmul_backward_gelu mlp.proj", KernelOp::kMatmulBackwardGelu, {BT, C, 4 * C});
+        add("matmul_backward_gelu mlp.proj", KernelOp::kMatmulBackwardGelu, {BT, C, Fl});
         add("zero_scratch", KernelOp::kFillZero, {BT * C});
-        add("matmul_backward mlp.fc", KernelOp::kMatmulBackward, {BT, 4 * C, C, 1});
+        add("matmul_backward mlp.fc", KernelOp::kMatmulBackward, {BT, Fl, C, 1});
         add("layernorm_backward", KernelOp::kLayernormBackward, {BT, C});
+        add("zero_scratch", KernelOp::kFillZero, {BT * Cl});
+        add("matmul_backward attn.proj", KernelOp::kMatmulBackward, {BT, C, Cl, 1});
+        add("attention_backward", KernelOp::kAttentionBackward, {B, T, H, Cl / H});
         add("zero_scratch", KernelOp::kFillZero, {BT * C});
-        add("matmul_backward attn.proj", KernelOp::kMatmulBackward, {BT, C, C, 1});
-        add("attention_backward", KernelOp::kAttentionBackward, {B, T, H, C / H});
-        add("zero_scratch", KernelOp::kFillZero, {BT * C});
-        add("matmul_backward qkv", KernelOp::kMatmulBackward, {BT, 3 * C, C, 1});
+        add("matmul_backward qkv", KernelOp::kMatmulBackward, {BT, 3 * Cl, C, 1});
         add("layernorm_backward", KernelOp::kLayernormBackward, {BT, C});
       }
       break;
@@ -500,10 +595,12 @@ void init_values_of(const GptConfig& cfg, const std::vector<ParamInfo>& layout, 
 }  // namespace
 
 void Gpt::init_values(const GptConfig& cfg, uint64_t seed, float* out) {
+  TT_CHECK(cfg.tp == 1, "initial values are the whole model's (take a rank's shard with gpt_take_shard)");
   init_values_of(cfg, gpt_param_layout(cfg), gpt_num_params(cfg), seed, out);
 }
 
 void Gpt::init_values(const GptConfig& cfg, uint64_t seed, double* out) {
+  TT_CHECK(cfg.tp == 1, "initial values are the whole model's (take a rank's shard with gpt_take_shard)");
   init_values_of(cfg, gpt_param_layout(cfg), gpt_num_params(cfg), seed, out);
 }
 

@@ -13,6 +13,7 @@
 //   gpt.backward_blocks(hooks);                          // gradients of the mean loss (accumulated: zero first)
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@ struct GptConfig {
   int dim = 128;
   int heads = 4;
   int seq = 128;  // maximum sequence length (size of wpe)
+  // Note [tensor parallel]: how many ways the blocks are split over tensor-parallel ranks (their heads and the MLP's
+  // hidden width; 1: not split). Every size the functions below give (parameters, activations, kernel calls) is then
+  // one rank's; heads stays the whole model's.
+  int tp = 1;
 
   Status validate() const;
   bool operator==(const GptConfig&) const = default;
@@ -35,6 +40,12 @@ struct GptConfig {
   // head's GEMMs have aligned leading dimensions (50257 -> 50304, as llm.c does). The padding rows start at zero, never
   // receive a gradient and take no part in the softmax.
   int padded_vocab() const { return (vocab + 127) / 128 * 128; }
+  // The same model on one rank (tp = 1): the layout checkpoints and initial values use.
+  GptConfig whole() const {
+    GptConfig c = *this;
+    c.tp = 1;
+    return c;
+  }
 };
 
 struct ParamInfo {
@@ -43,12 +54,34 @@ struct ParamInfo {
   int64_t offset = 0;  // in elements, within the flat buffer
   bool decay = false;  // weight decay applies (matrices and embeddings)
   int layer = -1;      // block index, -1 for embeddings and the final LayerNorm
+  bool sharded = false;  // split over the tensor-parallel ranks (Note [tensor parallel]); else the same on each
 };
 
 // The parameters in flat-buffer order: wte, wpe, block 0, ..., block L-1, lnf, so that a block's parameters are
-// contiguous.
+// contiguous. With tp > 1 a block lists its replicated parameters first, then its sharded ones (Note [tensor
+// parallel]).
 std::vector<ParamInfo> gpt_param_layout(const GptConfig& cfg);
 int64_t gpt_num_params(const GptConfig& cfg);
+
+// Note [tensor parallel]
+// With tp > 1 each rank of the model dimension holds, of every block, its heads' columns of QKV ([3C/tp, C] as
+// Q, K and V rows of its heads), its rows of the MLP's first matrix ([4C/tp, C]) and their biases, and the matching
+// input columns of the two output projections ([C, C/tp], [C, 4C/tp]); LayerNorms, the projections' biases, the
+// embeddings and the final LayerNorm are replicated (the vocabulary is not split yet). The forward sums each
+// projection's partial output over the ranks (GptHooks::tp_sum; the bias added by rank 0 alone), the backward sums
+// the gradients of the two LayerNorm outputs the column-parallel GEMMs produce (Megatron's f and g operators), so
+// every replicated tensor, its gradient included, is the same on every rank. A rank's attention runs on its
+// heads/tp heads unchanged.
+//
+// The copies between the whole model's flat buffer (tp = 1 layout, what checkpoints and initial values use) and one
+// rank's: element ranges [whole, whole + count) -> [local, local + count).
+struct ShardCopy {
+  int64_t whole = 0, local = 0, count = 0;
+};
+std::vector<ShardCopy> gpt_shard_copies(const GptConfig& cfg, int tp_rank);
+// A rank's flat buffer from the whole model's, and back, for elements of `esize` bytes.
+void gpt_take_shard(const GptConfig& cfg, int tp_rank, const void* whole, void* local, size_t esize);
+void gpt_put_shard(const GptConfig& cfg, int tp_rank, const void* local, void* whole, size_t esize);
 
 // Note [gradient segments]
 // Parameters, their compute copies and their gradients are cut into segments: 0 the embeddings, 1 + l block l,
@@ -58,6 +91,9 @@ int64_t gpt_num_params(const GptConfig& cfg);
 // on where the gradients are.
 struct GptSegments {
   std::vector<int64_t> offset, size;  // [segment] in flat elements
+  // [segment] where its sharded parameters begin (offset + size: none); Note [tensor parallel]: with tp > 1 the
+  // gradient norm sums each segment's two parts apart, the sharded one over the ranks.
+  std::vector<int64_t> shard_begin;
   std::vector<int> of_param;          // [parameter index] its segment
   int count() const { return static_cast<int>(offset.size()); }
 };
@@ -139,6 +175,9 @@ class GptHooks {
   virtual ~GptHooks() = default;
   virtual void at(Boundary b, int segment) = 0;
   virtual void op(const char* name) { (void)name; }
+  // Note [tensor parallel]: t summed over the model's tensor-parallel ranks, in place, in the compute stream's order;
+  // called only when the model's tp > 1 (a hook that has no such ranks refuses).
+  virtual void tp_sum(const char* name, const Tensor& t);
 };
 
 // Note [kernel calls]
@@ -171,6 +210,10 @@ class Gpt {
   virtual ~Gpt() = default;
 
   const GptConfig& config() const { return cfg_; }
+  // Note [tensor parallel]: this rank's place along the model dimension (0 by default); rank 0 adds the row-parallel
+  // projections' biases.
+  void set_tp_rank(int rank) { tp_rank_ = rank; }
+  int tp_rank() const { return tp_rank_; }
   int batch() const { return batch_; }
   DType dtype() const { return dtype_; }  // compute dtype
   DType master_dtype() const { return master_dtype_for(dtype_); }
@@ -230,6 +273,8 @@ class Gpt {
   int64_t num_params_ = 0;
   GptTensors t_;
   int64_t lm_chunk_rows_ = 0;
+  int tp_rank_ = 0;
+  std::vector<std::array<size_t, 12>> layer_index_;  // [layer] the indices of its 12 parameters, in LayerParams order
 };
 
 }  // namespace tt

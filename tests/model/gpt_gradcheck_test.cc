@@ -2,6 +2,7 @@
 // every parameter of a tiny model equals the central difference of the loss.
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -206,6 +207,72 @@ TEST(GptInit, ValuesDependOnSeedAndIndexOnlyAndFollowTheSpecification) {
     EXPECT_NEAR(sd, want, 5 * want / std::sqrt(2.0 * double(real))) << p.name;
     EXPECT_NEAR(mean, 0.0, 5 * want / std::sqrt(double(real))) << p.name;
   }
+}
+
+// Note [tensor parallel]: a rank's parameters are exactly its slices of the whole model's: QKV's rows of its heads
+// (in Q, K and V), the MLP's rows of its hidden units, the projections' matching input columns; the rest whole. The
+// ranks' shards put back make the whole model again, and each sharded element belongs to exactly one rank.
+TEST(GptTensorParallel, ShardsAreTheWholeModelsSlices) {
+  const GptConfig whole{.vocab = 100, .layers = 2, .dim = 16, .heads = 4, .seq = 8};
+  const int64_t n = gpt_num_params(whole), C = whole.dim;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(i);
+  std::map<std::string, ParamInfo> by_name;
+  for (const ParamInfo& p : gpt_param_layout(whole)) by_name[p.name] = p;
+  for (int tp : {2, 4}) {
+    GptConfig cfg = whole;
+    cfg.tp = tp;
+    const std::vector<ParamInfo> layout = gpt_param_layout(cfg);
+    int64_t sharded = 0, replicated = 0;
+    for (const ParamInfo& p : layout) (p.sharded ? sharded : replicated) += p.shape.numel();
+    EXPECT_EQ(sharded * tp + replicated, n) << tp;
+    EXPECT_EQ(gpt_num_params(cfg), sharded + replicated);
+    std::vector<float> rebuilt(static_cast<size_t>(n), -1.0f);
+    std::vector<int> owners(static_cast<size_t>(n), 0);
+    for (int r = 0; r < tp; ++r) {
+      std::vector<float> local(static_cast<size_t>(gpt_num_params(cfg)));
+      gpt_take_shard(cfg, r, values.data(), local.data(), sizeof(float));
+      // Spot checks against the whole layout: element [i, j] of the local tensor is the whole one's at [I, J].
+      auto at = [&](const std::string& name, int64_t i, int64_t j) {
+        const ParamInfo* p = nullptr;
+        for (const ParamInfo& q : layout)
+          if (q.name == name) p = &q;
+        const int64_t cols = p->shape.rank() == 2 ? p->shape[1] : 1;
+        return local[static_cast<size_t>(p->offset + i * cols + j)];
+      };
+      auto whole_at = [&](const std::string& name, int64_t i, int64_t j) {
+        const ParamInfo& p = by_name.at(name);
+        const int64_t cols = p.shape.rank() == 2 ? p.shape[1] : 1;
+        return values[static_cast<size_t>(p.offset + i * cols + j)];
+      };
+      const int64_t Cl = C / tp, Fl = 4 * C / tp;
+      EXPECT_EQ(at("h.1.attn.qkv.w", 0, 3), whole_at("h.1.attn.qkv.w", r * Cl, 3));               // Q of head block r
+      EXPECT_EQ(at("h.1.attn.qkv.w", Cl + 1, 2), whole_at("h.1.attn.qkv.w", C + r * Cl + 1, 2));  // its K
+      EXPECT_EQ(at("h.1.attn.qkv.b", 2 * Cl, 0), whole_at("h.1.attn.qkv.b", 2 * C + r * Cl, 0));  // its V bias
+      EXPECT_EQ(at("h.0.attn.proj.w", 5, 1), whole_at("h.0.attn.proj.w", 5, r * Cl + 1));
+      EXPECT_EQ(at("h.0.mlp.fc.w", 3, 7), whole_at("h.0.mlp.fc.w", r * Fl + 3, 7));
+      EXPECT_EQ(at("h.0.mlp.proj.w", 2, Fl - 1), whole_at("h.0.mlp.proj.w", 2, r * Fl + Fl - 1));
+      EXPECT_EQ(at("h.0.attn.proj.b", 4, 0), whole_at("h.0.attn.proj.b", 4, 0));  // replicated
+      EXPECT_EQ(at("wte", 9, 3), whole_at("wte", 9, 3));
+      gpt_put_shard(cfg, r, local.data(), rebuilt.data(), sizeof(float));
+      for (const ShardCopy& c : gpt_shard_copies(cfg, r))
+        for (int64_t k = 0; k < c.count; ++k) ++owners[static_cast<size_t>(c.whole + k)];
+    }
+    EXPECT_EQ(rebuilt, values) << tp;
+    for (const ParamInfo& p : gpt_param_layout(whole)) {
+      const bool split = p.layer >= 0 && (p.name.ends_with(".w") ? !p.name.ends_with("ln1.w") && !p.name.ends_with("ln2.w")
+                                                                   : p.name.ends_with("qkv.b") || p.name.ends_with("fc.b"));
+      for (int64_t k = 0; k < p.shape.numel(); ++k)
+        ASSERT_EQ(owners[static_cast<size_t>(p.offset + k)], split ? 1 : tp) << p.name << " tp " << tp;
+    }
+    // A block's replicated parameters come first: the gradient norm's two parts (GptSegments::shard_begin).
+    const GptSegments segs = gpt_segments(cfg);
+    EXPECT_EQ(segs.shard_begin[0], segs.offset[0] + segs.size[0]);  // the embeddings are not split
+    EXPECT_EQ(segs.shard_begin[1] - segs.offset[1], 6 * C);          // ln1 (2C), attn.proj.b, ln2 (2C), mlp.proj.b
+  }
+  GptConfig bad = whole;
+  bad.tp = 3;
+  EXPECT_NE(bad.validate().message().find("4 attention heads cannot be split 3 ways"), std::string::npos);
 }
 
 }  // namespace

@@ -146,5 +146,20 @@ TEST(GptKernelCalls, ABlocksFlopsAreItsGemmsAndAttention) {
   EXPECT_DOUBLE_EQ(attn, 2.0 * B * cfg.seq * cfg.seq * C);
 }
 
+// Note [tensor parallel]: a rank of a block split tp ways runs 1/tp of its GEMMs' and attention's FLOPs.
+TEST(GptKernelCalls, ATensorParallelRankRunsItsShareOfABlock) {
+  for (int tp : {2, 4}) {
+    const GptConfig cfg{.vocab = 256, .layers = 2, .dim = 64, .heads = 4, .seq = 32, .tp = tp};
+    double gemm = 0, attn = 0;
+    for (const NamedKernelCall& k : gpt_kernel_calls(cfg, 2, DType::kBF16, 0, GptPiece::kForward, 1)) {
+      if (k.call.op == KernelOp::kAttentionForward) attn += k.call.flops();
+      else if (k.call.compute_bound()) gemm += k.call.flops();
+    }
+    const double BT = 2 * cfg.seq, C = cfg.dim;
+    EXPECT_DOUBLE_EQ(gemm, 24 * BT * C * C / tp) << tp;
+    EXPECT_DOUBLE_EQ(attn, 2.0 * 2 * cfg.seq * cfg.seq * C / tp) << tp;
+  }
+}
+
 }  // namespace
 }  // namespace tt
