@@ -380,6 +380,22 @@ TEST(Cli, TensorParallelOverAMeshTrainsTheOneProcessModel) {
     ASSERT_EQ(y.at("val").size(), 2u);
     for (size_t i = 0; i < 2; ++i)
       EXPECT_NEAR(x["val"][i]["loss"].get<double>(), y["val"][i]["loss"].get<double>(), 1e-6) << c.plan;
+    if (c.mesh != "data=2,model=2") continue;
+    // The input modes on the 2-D mesh (each data coordinate's model ranks read the same part): the same run, bit for
+    // bit.
+    for (const char* input : {"via-root", "replicated"}) {
+      const std::string other = dir.path() + "/tp-" + input + ".json";
+      CliRun d = run("launch -n 4 -- " + bin + " " + args + " --plan " + c.plan + " --mesh " + c.mesh + " --input " +
+                     input + " --metrics-out " + other);
+      ASSERT_EQ(d.code, 0) << d.out;
+      const nlohmann::json z = nlohmann::json::parse(slurp(other));
+      ASSERT_EQ(z["steps"].size(), y["steps"].size()) << input;
+      for (size_t i = 0; i < y["steps"].size(); ++i) {
+        EXPECT_EQ(z["steps"][i]["loss"], y["steps"][i]["loss"]) << input << " step " << i + 1;
+        EXPECT_EQ(z["steps"][i]["grad_norm"], y["steps"][i]["grad_norm"]) << input << " step " << i + 1;
+      }
+      EXPECT_EQ(z["val"], y["val"]) << input;
+    }
   }
 }
 
