@@ -116,11 +116,14 @@ class Backend {
   virtual void convert(const Tensor& dst, const Tensor& src) = 0;
 
   // --- model ops, on the compute stream ---
-  // out[B,T,C] = wte[tokens[b,t]] + wpe[t]
-  virtual void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) = 0;
-  // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t]
-  virtual void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                                  const Tensor& tokens) = 0;
+  // out[B,T,C] = wte[tokens[b,t]] + wpe[t]. wte's rows may be a slice of the vocabulary, the tokens from vocab_begin
+  // on (Note [tensor parallel] in model/gpt.h): a token outside it contributes 0; wpe may be undefined (not added).
+  virtual void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                                 int64_t vocab_begin = 0) = 0;
+  // dwte[tokens[b,t] - vocab_begin] += dout[b,t] for the tokens in wte's rows; dwpe[t] += sum_b dout[b,t] (dwpe may
+  // be undefined).
+  virtual void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                  int64_t vocab_begin = 0) = 0;
   // Rows of inp [N, C]: out = (x - mean) * rstd * w + b, eps 1e-5; saves mean[N], rstd[N].
   virtual void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                  const Tensor& w, const Tensor& b) = 0;
@@ -164,6 +167,22 @@ class Backend {
   // probabilities, which are never stored; dlogits may alias logits.
   virtual void softmax_xent_fused(const Tensor& losses, const Tensor& dlogits, const Tensor& logits,
                                   const Tensor& targets, float dloss, int vocab) = 0;
+  // Note [vocabulary-parallel cross-entropy] (model/gpt.h): the same over logits [N, Vl] that are this rank's columns
+  // [vocab_begin, vocab_begin + Vl) of the padded vocabulary (those at or past `vocab` are padding), in three steps
+  // around two sums over the ranks. stats [3, N] (master dtype): row 0 the rows' maxima, row 1 their sums of
+  // exp(x - max), row 2 the target's logit.
+  //   xent_local_max: stats[0] = each row's maximum over its local columns (-inf where it has none)
+  //   (stats[0] becomes the maximum over the ranks)
+  //   xent_local_sums: stats[1] = sum of exp(x - stats[0]) over the local columns, stats[2] = the target's logit
+  //   where this rank holds the target's column, else 0
+  //   (stats[1] and stats[2] become their sums over the ranks)
+  //   xent_finish: losses = log(stats[1]) + stats[0] - stats[2]; and when dlogits is defined (it may alias logits)
+  //   dlogits = (exp(x - stats[0]) / stats[1] - onehot(target)) * dloss, 0 in the padding columns.
+  virtual void xent_local_max(const Tensor& stats, const Tensor& logits, int64_t vocab_begin, int vocab) = 0;
+  virtual void xent_local_sums(const Tensor& stats, const Tensor& logits, const Tensor& targets,
+                               int64_t vocab_begin, int vocab) = 0;
+  virtual void xent_finish(const Tensor& losses, const Tensor& dlogits, const Tensor& logits, const Tensor& stats,
+                           const Tensor& targets, float dloss, int64_t vocab_begin, int vocab) = 0;
 
   // --- optimizer ---
   // out[0] = sum of squares of x (accumulated in double, deterministic for a fixed thread count).

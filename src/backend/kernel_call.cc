@@ -9,9 +9,10 @@ constexpr const char* kNames[kNumKernelOps] = {
     "residual_layernorm_forward", "matmul_forward", "matmul_backward",   "matmul_gelu_forward",
     "matmul_backward_gelu", "attention_forward",  "attention_backward",   "softmax_xent_forward",
     "softmax_xent_fused",  "residual_forward",    "fill_zero",            "convert",
-    "sum_squares",         "adamw_update",        "copy_d2d",
+    "sum_squares",         "adamw_update",        "copy_d2d",             "xent_local_max",
+    "xent_local_sums",     "xent_finish",
 };
-static_assert(static_cast<int>(KernelOp::kCopyD2D) + 1 == kNumKernelOps);
+static_assert(static_cast<int>(KernelOp::kXentFinish) + 1 == kNumKernelOps);
 }  // namespace
 
 const char* kernel_op_name(KernelOp op) { return kNames[static_cast<int>(op)]; }
@@ -82,6 +83,9 @@ double KernelCall::bytes() const {
     case KernelOp::kAdamWUpdate: return a * e * 7 + (b != 0 ? a * 2 : 0);  // p, g, m, v read; p, m, v (and bf16 p)
                                                                            // written
     case KernelOp::kCopyD2D: return 2 * a * e;
+    case KernelOp::kXentLocalMax:
+    case KernelOp::kXentLocalSums: return a * b * e;
+    case KernelOp::kXentFinish: return (c != 0 ? 2 : 0) * a * b * e;
   }
   return 0;
 }

@@ -15,6 +15,7 @@
 //   matmul_gelu_forward, matmul_backward_gelu       {N, OC, C}
 //   attention_forward, attention_backward           {B, T, heads, head size}
 //   softmax_xent_forward, softmax_xent_fused        {N rows, padded vocab}
+//   xent_local_max, xent_local_sums, xent_finish    {N rows, local columns, 1 when xent_finish writes dlogits}
 //   residual_forward, gelu_forward, fill_zero,
 //   convert, sum_squares, copy_d2d                  {elements}   (dtype: of the tensor written or read)
 //   adamw_update                                    {elements, 1 when it writes a bf16 copy too}   (dtype: master's)
@@ -49,8 +50,11 @@ enum class KernelOp : int {
   kSumSquares,
   kAdamWUpdate,
   kCopyD2D,
+  kXentLocalMax,
+  kXentLocalSums,
+  kXentFinish,
 };
-constexpr int kNumKernelOps = 19;
+constexpr int kNumKernelOps = 22;
 // The Backend method's name: "matmul_forward".
 const char* kernel_op_name(KernelOp op);
 Result<KernelOp> parse_kernel_op(const std::string& name);

@@ -1,5 +1,7 @@
 #include "backend/op_shapes.h"
 
+#include <algorithm>
+
 #include "backend/backend.h"
 
 namespace tt::shapes {
@@ -33,29 +35,33 @@ int last_dim(const Tensor& t) { return static_cast<int>(t.dim(t.shape().rank() -
 
 }  // namespace
 
-Embedding embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+Embedding embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                            int64_t vocab_begin) {
   const char* op = "embedding_forward";
   TT_CHECK(out.shape().rank() == 3, "%s: out must be [B, T, C], got %s", op, s(out).c_str());
   Embedding d{static_cast<int>(out.dim(0)), static_cast<int>(out.dim(1)), static_cast<int>(out.dim(2)),
-              static_cast<int>(wte.dim(0))};
+              static_cast<int>(wte.dim(0)), vocab_begin};
   is_i32(op, tokens);
   same_dtype(op, out, {&wte, &wpe});
-  TT_CHECK(tokens.numel() == static_cast<int64_t>(d.B) * d.T && wte.dim(1) == d.C && wpe.dim(1) == d.C &&
-               wpe.dim(0) >= d.T,
+  TT_CHECK(vocab_begin >= 0, "%s: vocab_begin %lld", op, static_cast<long long>(vocab_begin));
+  TT_CHECK(tokens.numel() == static_cast<int64_t>(d.B) * d.T && wte.dim(1) == d.C &&
+               (!present(wpe) || (wpe.dim(1) == d.C && wpe.dim(0) >= d.T)),
            "%s: out %s tokens %s wte %s wpe %s", op, s(out).c_str(), s(tokens).c_str(), s(wte).c_str(),
            s(wpe).c_str());
   return d;
 }
 
-Embedding embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+Embedding embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                             int64_t vocab_begin) {
   const char* op = "embedding_backward";
   TT_CHECK(dout.shape().rank() == 3, "%s: dout must be [B, T, C], got %s", op, s(dout).c_str());
   Embedding d{static_cast<int>(dout.dim(0)), static_cast<int>(dout.dim(1)), static_cast<int>(dout.dim(2)),
-              static_cast<int>(dwte.dim(0))};
+              static_cast<int>(dwte.dim(0)), vocab_begin};
   is_i32(op, tokens);
   master_dtype(op, dout.dtype(), {&dwte, &dwpe});
-  TT_CHECK(tokens.numel() == static_cast<int64_t>(d.B) * d.T && dwte.dim(1) == d.C && dwpe.dim(1) == d.C &&
-               dwpe.dim(0) >= d.T,
+  TT_CHECK(vocab_begin >= 0, "%s: vocab_begin %lld", op, static_cast<long long>(vocab_begin));
+  TT_CHECK(tokens.numel() == static_cast<int64_t>(d.B) * d.T && dwte.dim(1) == d.C &&
+               (!present(dwpe) || (dwpe.dim(1) == d.C && dwpe.dim(0) >= d.T)),
            "%s: dout %s tokens %s dwte %s dwpe %s", op, s(dout).c_str(), s(tokens).c_str(), s(dwte).c_str(),
            s(dwpe).c_str());
   return d;
@@ -191,6 +197,37 @@ Softmax softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const 
   is_i32(op, targets);
   same_dtype(op, probs, {&dlogits});
   TT_CHECK(targets.numel() == d.N, "%s: targets %s for probs %s", op, s(targets).c_str(), s(probs).c_str());
+  return d;
+}
+
+Softmax xent_parallel(const char* op, const Tensor& stats, const Tensor& logits, const Tensor& targets,
+                      int64_t vocab_begin, int vocab) {
+  TT_CHECK(logits.shape().rank() == 2, "%s: logits must be [N, local columns], got %s", op, s(logits).c_str());
+  Softmax d{logits.dim(0), static_cast<int>(logits.dim(1)), 0};
+  TT_CHECK(vocab_begin >= 0 && vocab >= 1, "%s: vocab_begin %lld, vocab %d", op, static_cast<long long>(vocab_begin),
+           vocab);
+  // The local columns that take part: those before the global `vocab`.
+  d.valid = static_cast<int>(std::clamp<int64_t>(vocab - vocab_begin, 0, d.V));
+  master_dtype(op, logits.dtype(), {&stats});
+  TT_CHECK(stats.shape().rank() == 2 && stats.dim(0) == 3 && stats.dim(1) == d.N, "%s: stats %s for logits %s", op,
+           s(stats).c_str(), s(logits).c_str());
+  if (present(targets)) {
+    is_i32(op, targets);
+    TT_CHECK(targets.numel() == d.N, "%s: targets %s for logits %s", op, s(targets).c_str(), s(logits).c_str());
+  }
+  return d;
+}
+
+Softmax xent_finish(const Tensor& losses, const Tensor& dlogits, const Tensor& logits, const Tensor& stats,
+                    const Tensor& targets, int64_t vocab_begin, int vocab) {
+  const char* op = "xent_finish";
+  const Softmax d = xent_parallel(op, stats, logits, targets, vocab_begin, vocab);
+  TT_CHECK(present(targets), "%s: no targets", op);
+  master_dtype(op, logits.dtype(), {&losses});
+  TT_CHECK(losses.numel() == d.N, "%s: losses %s for logits %s", op, s(losses).c_str(), s(logits).c_str());
+  if (present(dlogits))
+    TT_CHECK(dlogits.shape() == logits.shape() && dlogits.dtype() == logits.dtype(), "%s: dlogits %s != logits %s",
+             op, s(dlogits).c_str(), s(logits).c_str());
   return d;
 }
 

@@ -18,7 +18,8 @@ struct AdamWArgs;
 namespace tt::shapes {
 
 struct Embedding {
-  int B, T, C, V;
+  int B, T, C, V;            // V: wte's rows
+  int64_t vocab_begin = 0;   // the token of wte's first row
 };
 struct Rows {
   int64_t N;
@@ -37,8 +38,10 @@ struct Softmax {
   int valid;  // columns that take part in the softmax
 };
 
-Embedding embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
-Embedding embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
+Embedding embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                            int64_t vocab_begin);
+Embedding embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                             int64_t vocab_begin);
 Rows layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp, const Tensor& w,
                        const Tensor& b);
 Rows layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout, const Tensor& inp,
@@ -60,6 +63,12 @@ int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tens
 Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets,
                              int vocab);
 Softmax softmax_xent_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets, int vocab);
+// Backend::xent_local_max / xent_local_sums (targets may be undefined for the max): V = the local columns, valid =
+// those of them before the global vocab.
+Softmax xent_parallel(const char* op, const Tensor& stats, const Tensor& logits, const Tensor& targets,
+                      int64_t vocab_begin, int vocab);
+Softmax xent_finish(const Tensor& losses, const Tensor& dlogits, const Tensor& logits, const Tensor& stats,
+                    const Tensor& targets, int64_t vocab_begin, int vocab);
 int64_t convert(const Tensor& dst, const Tensor& src);
 int64_t sum_squares(const Tensor& out, const Tensor& x);
 int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq,

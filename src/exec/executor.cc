@@ -138,6 +138,7 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   for (const char* n : {"lnf", "lnf_mean", "lnf_rstd", "logits", "losses", "proj_out", "dresidual", "dln", "datty",
                         "dqkv", "dfch"})
     add_fixed(n);
+  if (cfg.split_vocab) add_fixed("xent_stats");  // Note [vocabulary-parallel cross-entropy]
   // The optimizer's device buffers.
   if (!cpu) {
     state("adam.m", {P}, md, TC::kOptimState);
@@ -466,6 +467,13 @@ void Executor::tp_sum(const char* name, const Tensor& t) {
            spec_.model.tp, name);
   if (prof_) prof_->mark(name);
   tp_reducer_->sum(t, be_.compute_stream());
+}
+
+void Executor::tp_max(const char* name, const Tensor& t) {
+  TT_CHECK(tp_reducer_ != nullptr, "tensor parallel (tp %d) without a reducer over the model dimension (%s)",
+           spec_.model.tp, name);
+  if (prof_) prof_->mark(name);
+  tp_reducer_->max(t, be_.compute_stream());
 }
 
 Status Executor::upload_params(const void* host) {

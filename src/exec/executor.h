@@ -124,6 +124,7 @@ class Executor : public GptHooks {
     if (prof_) prof_->mark(name);
   }
   void tp_sum(const char* name, const Tensor& t) override;
+  void tp_max(const char* name, const Tensor& t) override;
 
  private:
   Executor(Backend& backend, ExecSpec spec)

@@ -27,6 +27,7 @@ class HostGradReducer final : public GradReducer {
     run(grads, stream, comm::Op::kAvg, "data-parallel gradient reduction");
   }
   void sum(const Tensor& t, Stream& stream) override { run(t, stream, comm::Op::kSum, "tensor-parallel sum"); }
+  void max(const Tensor& t, Stream& stream) override { run(t, stream, comm::Op::kMax, "tensor-parallel maximum"); }
   Status status() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return status_;
@@ -66,6 +67,9 @@ class NcclGradReducer final : public GradReducer {
     run(grads, stream, comm::Op::kAvg, "data-parallel gradient reduction (nccl)");
   }
   void sum(const Tensor& t, Stream& stream) override { run(t, stream, comm::Op::kSum, "tensor-parallel sum (nccl)"); }
+  void max(const Tensor& t, Stream& stream) override {
+    run(t, stream, comm::Op::kMax, "tensor-parallel maximum (nccl)");
+  }
   Status status() const override { return status_; }  // (enqueue's errors; NCCL's own come at the stream's sync)
 
  private:

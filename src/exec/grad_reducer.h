@@ -30,6 +30,8 @@ class GradReducer {
   virtual void reduce(const Tensor& grads, Stream& stream) = 0;
   // Sums t (f32, f64 or bf16) over the ranks, in place, in `stream`'s order (errors as reduce's).
   virtual void sum(const Tensor& t, Stream& stream) = 0;
+  // The element-wise maximum over the ranks, in place (as sum).
+  virtual void max(const Tensor& t, Stream& stream) = 0;
   // Ok, or the first error (once the stream has run the reductions: synchronize it first).
   virtual Status status() const = 0;
 };

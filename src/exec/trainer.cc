@@ -55,16 +55,20 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
     // Issue 21: --batch is the global batch; this rank runs its share (Note [data parallel] in exec/schedule.cc).
     TT_ASSIGN_OR_RETURN(mesh::MeshShape shape, mesh::MeshShape::parse(cfg.mesh));
     TT_ASSIGN_OR_RETURN(mesh::Layout layout, mesh::Layout::resolve(cfg.layout, shape));
-    for (const char* t : {"vocab", "embed"})
-      TT_RETURN_IF(layout.ways(t, shape) > 1, kUnimplemented,
-                   "layout %s splits %s over mesh dimension %s: only the blocks' heads and ff split so far "
-                   "(Note [tensor parallel] in model/gpt.h; docs/design/mesh.md)",
-                   layout.to_string().c_str(), t, layout.mesh_dim(t).c_str());
+    TT_RETURN_IF(layout.ways("embed", shape) > 1, kUnimplemented,
+                 "layout %s splits embed over mesh dimension %s: the model width is not split (Note [tensor "
+                 "parallel] in model/gpt.h; docs/design/mesh.md)",
+                 layout.to_string().c_str(), layout.mesh_dim("embed").c_str());
     TT_RETURN_IF(layout.mesh_dim("heads") != layout.mesh_dim("ff"), kUnimplemented,
                  "layout %s: heads and ff must be split over the same mesh dimension (or neither): a block's "
                  "tensor-parallel ranks hold both halves' shards", layout.to_string().c_str());
+    TT_RETURN_IF(layout.ways("vocab", shape) > 1 && layout.mesh_dim("vocab") != layout.mesh_dim("heads"),
+                 kUnimplemented,
+                 "layout %s: vocab is split over another mesh dimension than heads and ff (or they are not split): "
+                 "the vocabulary is split over the blocks' tensor-parallel ranks only", layout.to_string().c_str());
     TT_TRY(layout.check(shape, cfg.model, cfg.batch));
     e.model.tp = layout.ways("heads", shape);
+    e.model.split_vocab = layout.ways("vocab", shape) > 1;
     TT_RETURN_IF(cfg.input != "direct" && cfg.input != "via-root" && cfg.input != "replicated", kInvalidArgument,
                  "--input %s: direct, via-root or replicated", cfg.input.c_str());
     e.data_ranks = layout.ways("batch", shape);

@@ -131,9 +131,8 @@ Result<Layout> Layout::resolve(const std::string& spec_in, const MeshShape& shap
         if (n == x) return true;
       return false;
     };
-    // The tensor dimensions a model dimension splits by default: the blocks' (Note [tensor parallel] in
-    // model/gpt.h). The vocabulary stays replicated until the vocabulary-parallel LM head exists.
-    static constexpr const char* kModelSplit[] = {"heads", "ff"};
+    // The tensor dimensions a model dimension splits by default (Note [tensor parallel] in model/gpt.h).
+    static constexpr const char* kModelSplit[] = {"heads", "ff", "vocab"};
     const auto& dims = shape.dims();
     bool named = false;
     for (const Dim& d : dims) {

@@ -62,9 +62,8 @@ class Layout {
  public:
   static const std::vector<std::string>& tensor_dims();  // batch, heads, ff, vocab, embed
   // From `spec` ("batch:data,heads:model"), or where it is empty the default for the mesh's names: a dimension
-  // named data, dp or batch takes batch; model, tp or tensor takes heads and ff (the vocabulary stays replicated:
-  // the vocabulary-parallel LM head is not built); a mesh of one dimension of another name takes batch; of two, batch
-  // on the first and heads, ff on the second. Otherwise --layout is
+  // named data, dp or batch takes batch; model, tp or tensor takes heads, ff and vocab; a mesh of one dimension of
+  // another name takes batch; of two, batch on the first and heads, ff, vocab on the second. Otherwise --layout is
   // required.
   static Result<Layout> resolve(const std::string& spec, const MeshShape& shape);
 

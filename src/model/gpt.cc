@@ -22,6 +22,8 @@ Status GptConfig::validate() const {
   TT_RETURN_IF(seq < 1, kInvalidArgument, "--seq must be >= 1, got %d", seq);
   TT_RETURN_IF(tp < 1 || heads % tp != 0, kInvalidArgument,
                "%d attention heads cannot be split %d ways over tensor-parallel ranks", heads, tp);
+  TT_RETURN_IF(split_vocab && (tp < 2 || padded_vocab() % tp != 0), kInvalidArgument,
+               "the vocabulary (%d rows, padded) cannot be split %d ways", padded_vocab(), tp);
   return Status::ok();
 }
 
@@ -33,8 +35,13 @@ std::vector<ParamInfo> gpt_param_layout(const GptConfig& cfg) {
     out.push_back(ParamInfo{std::move(name), shape, offset, decay, layer, sharded});
     offset += shape.numel();
   };
-  add("wte", {V, C}, true, -1);
-  add("wpe", {T, C}, true, -1);
+  if (cfg.split_vocab) {  // Note [vocabulary-parallel cross-entropy]: replicated wpe first, then this rank's rows
+    add("wpe", {T, C}, true, -1);
+    add("wte", {V / tp, C}, true, -1, true);
+  } else {
+    add("wte", {V, C}, true, -1);
+    add("wpe", {T, C}, true, -1);
+  }
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     if (tp > 1) {  // Note [tensor parallel]: replicated, then sharded (decaying matrices together)
@@ -101,7 +108,7 @@ int64_t gpt_default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute
   // Note [LM head in chunks]: at most 512 MiB of logits, in chunks of equal size (a multiple of 64 rows).
   constexpr int64_t kChunkBytes = int64_t(512) << 20;
   const int64_t rows = static_cast<int64_t>(batch) * cfg.seq;
-  const int64_t fit = kChunkBytes / (static_cast<int64_t>(cfg.padded_vocab()) * static_cast<int64_t>(dtype_size(compute)));
+  const int64_t fit = kChunkBytes / (static_cast<int64_t>(cfg.local_vocab()) * static_cast<int64_t>(dtype_size(compute)));
   if (fit >= rows) return rows;
   const int64_t most = std::max<int64_t>(64, fit / 64 * 64);
   const int64_t chunks = (rows + most - 1) / most;
@@ -128,7 +135,7 @@ std::vector<TensorRequest> gpt_block_activations(const GptConfig& cfg, int batch
 }
 
 std::vector<TensorRequest> gpt_fixed_tensors(const GptConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows) {
-  const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.padded_vocab(), Cl = C / cfg.tp, Fl = 4 * C / cfg.tp;
+  const int64_t B = batch, T = cfg.seq, C = cfg.dim, V = cfg.local_vocab(), Cl = C / cfg.tp, Fl = 4 * C / cfg.tp;
   const DType md = master_dtype_for(dt);
   const TensorClass A = TensorClass::kActivation, W = TensorClass::kWorkspace;
   std::vector<TensorRequest> r = {{"tokens", {B, T}, DType::kI32, TensorClass::kInput},
@@ -142,6 +149,7 @@ std::vector<TensorRequest> gpt_fixed_tensors(const GptConfig& cfg, int batch, DT
            {"dresidual", {B, T, C}, dt, W},  {"dln", {B, T, C}, dt, W},       {"datty", {B, T, Cl}, dt, W},
            {"dqkv", {B, T, 3 * Cl}, dt, W},  {"dfch", {B, T, Fl}, dt, W}})
     r.push_back(std::move(t));
+  if (cfg.split_vocab) r.push_back({"xent_stats", {3, chunk}, md, W});
   return r;
 }
 
@@ -167,7 +175,7 @@ Tensor* GptTensors::slot(const std::string& name) {
       {"tokens", &tokens},       {"targets", &targets},   {"encoded", &encoded}, {"lnf", &lnf},
       {"lnf_mean", &lnf_mean},   {"lnf_rstd", &lnf_rstd}, {"logits", &logits},   {"losses", &losses},
       {"proj_out", &proj_out},   {"dresidual", &dresidual}, {"dln", &dln},       {"datty", &datty},
-      {"dqkv", &dqkv},           {"dfch", &dfch}};
+      {"dqkv", &dqkv},           {"dfch", &dfch},         {"xent_stats", &xent_stats}};
   for (const auto& [n, p] : table)
     if (name == n) return p;
   return nullptr;
@@ -191,6 +199,12 @@ void GptHooks::tp_sum(const char* name, const Tensor& t) {
            name);
 }
 
+void GptHooks::tp_max(const char* name, const Tensor& t) {
+  (void)t;
+  TT_CHECK(false, "a tensor-parallel model asked its hooks for the maximum of %s over the ranks, and these hooks have "
+           "no ranks", name);
+}
+
 std::vector<ShardCopy> gpt_shard_copies(const GptConfig& cfg, int tp_rank) {
   const std::vector<ParamInfo> local = gpt_param_layout(cfg);
   const std::vector<ParamInfo> whole = gpt_param_layout(cfg.whole());
@@ -210,7 +224,7 @@ std::vector<ShardCopy> gpt_shard_copies(const GptConfig& cfg, int tp_rank) {
       // Q, K and V rows of this rank's heads: three blocks of C/tp rows.
       const int64_t part = rows / 3;
       for (int64_t j = 0; j < 3; ++j) out.push_back({w.offset + (j * C + r * part) * cols, p.offset + j * part * cols, part * cols});
-    } else if (p.name.ends_with("mlp.fc.w") || p.name.ends_with("mlp.fc.b")) {
+    } else if (p.name == "wte" || p.name.ends_with("mlp.fc.w") || p.name.ends_with("mlp.fc.b")) {
       out.push_back({w.offset + r * rows * cols, p.offset, rows * cols});  // a block of rows
     } else {
       // The output projections: this rank's columns of every row.
@@ -267,6 +281,8 @@ Gpt::Gpt(Backend& backend, const GptConfig& cfg, int batch, DType dtype, GptTens
       r.name = "h." + std::to_string(l) + "." + r.name;
       check_tensor(*t_.slot(r.name), r);
     }
+  wte_index_ = cfg.split_vocab ? 1 : 0;
+  TT_CHECK(layout_[wte_index_].name == "wte", "Gpt: wte is not parameter %zu", wte_index_);
   // Each block's parameters by role (their order in the layout depends on tp: gpt_param_layout).
   static constexpr const char* kRoles[12] = {"ln1.w", "ln1.b", "attn.qkv.w", "attn.qkv.b", "attn.proj.w", "attn.proj.b",
                                              "ln2.w", "ln2.b", "mlp.fc.w",   "mlp.fc.b",   "mlp.proj.w",  "mlp.proj.b"};
@@ -316,7 +332,12 @@ Gpt::LayerParams Gpt::grad_layer(int layer) const {
 void Gpt::forward_blocks(GptHooks& h) {
   h.at(Boundary::kBeforeForward, 0);
   h.op("embedding_forward");
-  be_.embedding_forward(t_.encoded, t_.tokens, cparam(0), cparam(1));
+  if (cfg_.split_vocab) {  // Note [vocabulary-parallel cross-entropy]: wpe from rank 0, each token's row from its owner
+    be_.embedding_forward(t_.encoded, t_.tokens, wte(), tp_rank_ == 0 ? wpe() : Tensor(), vocab_begin());
+    h.tp_sum("embedding", t_.encoded);
+  } else {
+    be_.embedding_forward(t_.encoded, t_.tokens, wte(), wpe());
+  }
   h.at(Boundary::kAfterForward, 0);
   for (int l = 0; l < cfg_.layers; ++l) {
     h.at(Boundary::kBeforeForward, 1 + l);
@@ -383,8 +404,9 @@ void Gpt::lm_head(GptHooks& h, bool with_backward) {
     h.op("zero_scratch");
     be_.fill_zero(t_.dln, be_.compute_stream());
   }
-  const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq, C = cfg_.dim, Vp = cfg_.padded_vocab();
-  const Tensor wte = cparam(0);
+  const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq, C = cfg_.dim, Vp = cfg_.local_vocab();
+  const Tensor wte = this->wte();
+  const float dloss = 1.0f / static_cast<float>(BT);
   for (int64_t r0 = 0; r0 < BT; r0 += lm_chunk_rows_) {
     const int64_t n = std::min(lm_chunk_rows_, BT - r0);
     const Tensor logits = t_.logits.view(0, {n, Vp});
@@ -392,6 +414,23 @@ void Gpt::lm_head(GptHooks& h, bool with_backward) {
     const Tensor tg = t_.targets.view(r0, {n});
     h.op("matmul_forward lm_head");
     be_.matmul_forward(logits, x, wte, Tensor());
+    if (cfg_.split_vocab) {  // Note [vocabulary-parallel cross-entropy]
+      const Tensor stats = t_.xent_stats.view(0, {3, n});
+      h.op("xent_local_max");
+      be_.xent_local_max(stats, logits, vocab_begin(), cfg_.vocab);
+      h.tp_max("xent max", stats.view(0, {n}));
+      h.op("xent_local_sums");
+      be_.xent_local_sums(stats, logits, tg, vocab_begin(), cfg_.vocab);
+      h.tp_sum("xent sums", stats.view(n, {2 * n}));
+      h.op("xent_finish");
+      be_.xent_finish(t_.losses.view(r0, {n}), with_backward ? logits : Tensor(), logits, stats, tg, dloss,
+                      vocab_begin(), cfg_.vocab);
+      if (with_backward) {
+        h.op("matmul_backward lm_head");
+        be_.matmul_backward(t_.dln.view(r0 * C, {n, C}), grad(wte_index_), Tensor(), logits, x, wte);
+      }
+      continue;
+    }
     if (!with_backward) {
       h.op("softmax_xent_forward");
       be_.softmax_xent_forward(t_.losses.view(r0, {n}), logits, logits, tg, cfg_.vocab);
@@ -399,16 +438,19 @@ void Gpt::lm_head(GptHooks& h, bool with_backward) {
     }
     // Training: the probabilities go straight to their gradients, in place.
     h.op("softmax_xent_fused");
-    be_.softmax_xent_fused(t_.losses.view(r0, {n}), logits, logits, tg, 1.0f / static_cast<float>(BT), cfg_.vocab);
+    be_.softmax_xent_fused(t_.losses.view(r0, {n}), logits, logits, tg, dloss, cfg_.vocab);
     h.op("matmul_backward lm_head");
-    be_.matmul_backward(t_.dln.view(r0 * C, {n, C}), grad(0), Tensor(), logits, x, wte);
+    be_.matmul_backward(t_.dln.view(r0 * C, {n, C}), grad(wte_index_), Tensor(), logits, x, wte);
   }
+  // Each rank's columns gave their share of d(lnf).
+  if (cfg_.split_vocab && with_backward) h.tp_sum("d lnf", t_.dln);
   h.at(Boundary::kAfterHead, 0);
 }
 
 void Gpt::compute_logits(const Tensor& out) {
+  TT_CHECK(!cfg_.split_vocab, "compute_logits of a model whose vocabulary is split over ranks");
   const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq;
-  be_.matmul_forward(out.reshape({BT, cfg_.padded_vocab()}), t_.lnf.reshape({BT, cfg_.dim}), cparam(0), Tensor());
+  be_.matmul_forward(out.reshape({BT, cfg_.padded_vocab()}), t_.lnf.reshape({BT, cfg_.dim}), wte(), Tensor());
 }
 
 void Gpt::backward_blocks(GptHooks& h) {
@@ -430,7 +472,7 @@ void Gpt::backward_blocks(GptHooks& h) {
   }
   h.at(Boundary::kBeforeBackward, 0);
   h.op("embedding_backward");
-  be_.embedding_backward(grad(0), grad(1), t_.dresidual, t_.tokens);
+  be_.embedding_backward(grad(wte_index_), grad(wte_index_ ^ 1), t_.dresidual, t_.tokens, vocab_begin());
   h.at(Boundary::kAfterBackward, 0);
 }
 
@@ -469,7 +511,7 @@ void Gpt::backward_block(GptHooks& h, int l) {
 std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows,
                                               GptPiece piece, int segment) {
   const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads / cfg.tp, Vp = cfg.padded_vocab(), BT = B * T;
-  const int64_t Cl = C / cfg.tp, Fl = 4 * C / cfg.tp;  // Note [tensor parallel]: this rank's widths
+  const int64_t Cl = C / cfg.tp, Fl = 4 * C / cfg.tp, Vl = cfg.local_vocab();  // Note [tensor parallel]: this rank's
   const int L = cfg.layers;
   std::vector<NamedKernelCall> r;
   auto add = [&](const char* name, KernelOp op, std::array<int64_t, 4> dims) {
@@ -487,7 +529,7 @@ std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, D
   };
   switch (piece) {
     case GptPiece::kForward:
-      if (segment == 0) add("embedding_forward", KernelOp::kEmbeddingForward, {B, T, C, Vp});
+      if (segment == 0) add("embedding_forward", KernelOp::kEmbeddingForward, {B, T, C, Vl});
       else if (segment == L + 1) add("layernorm_forward", KernelOp::kLayernormForward, {BT, C});
       else block_forward();
       break;
@@ -508,19 +550,26 @@ std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, D
       if (train) add("zero_scratch", KernelOp::kFillZero, {BT * C});
       for (int64_t r0 = 0; r0 < BT; r0 += chunk) {
         const int64_t n = std::min(chunk, BT - r0);
-        add("matmul_forward lm_head", KernelOp::kMatmulForward, {n, Vp, C, 0});
-        if (!train) {
-          add("softmax_xent_forward", KernelOp::kSoftmaxXentForward, {n, Vp});
+        add("matmul_forward lm_head", KernelOp::kMatmulForward, {n, Vl, C, 0});
+        if (cfg.split_vocab) {
+          add("xent_local_max", KernelOp::kXentLocalMax, {n, Vl});
+          add("xent_local_sums", KernelOp::kXentLocalSums, {n, Vl});
+          add("xent_finish", KernelOp::kXentFinish, {n, Vl, train ? 1 : 0});
+          if (train) add("matmul_backward lm_head", KernelOp::kMatmulBackward, {n, Vl, C, 0});
           continue;
         }
-        add("softmax_xent_fused", KernelOp::kSoftmaxXentFused, {n, Vp});
-        add("matmul_backward lm_head", KernelOp::kMatmulBackward, {n, Vp, C, 0});
+        if (!train) {
+          add("softmax_xent_forward", KernelOp::kSoftmaxXentForward, {n, Vl});
+          continue;
+        }
+        add("softmax_xent_fused", KernelOp::kSoftmaxXentFused, {n, Vl});
+        add("matmul_backward lm_head", KernelOp::kMatmulBackward, {n, Vl, C, 0});
       }
       break;
     }
     case GptPiece::kBackward:
       if (segment == 0) {
-        add("embedding_backward", KernelOp::kEmbeddingBackward, {B, T, C, Vp});
+        add("embedding_backward", KernelOp::kEmbeddingBackward, {B, T, C, Vl});
       } else if (segment == L + 1) {
         add("zero_scratch", KernelOp::kFillZero, {BT * C});
         add("layernorm_backward", KernelOp::kLayernormBackward, {BT, C});

@@ -33,6 +33,10 @@ struct GptConfig {
   // hidden width; 1: not split). Every size the functions below give (parameters, activations, kernel calls) is then
   // one rank's; heads stays the whole model's.
   int tp = 1;
+  // With tp > 1: the vocabulary too (wte's rows, the LM head's columns; Note [vocabulary-parallel cross-entropy]).
+  bool split_vocab = false;
+  // The LM head's columns on one rank.
+  int local_vocab() const { return split_vocab ? padded_vocab() / tp : padded_vocab(); }
 
   Status validate() const;
   bool operator==(const GptConfig&) const = default;
@@ -44,6 +48,7 @@ struct GptConfig {
   GptConfig whole() const {
     GptConfig c = *this;
     c.tp = 1;
+    c.split_vocab = false;
     return c;
   }
 };
@@ -66,12 +71,21 @@ int64_t gpt_num_params(const GptConfig& cfg);
 // Note [tensor parallel]
 // With tp > 1 each rank of the model dimension holds, of every block, its heads' columns of QKV ([3C/tp, C] as
 // Q, K and V rows of its heads), its rows of the MLP's first matrix ([4C/tp, C]) and their biases, and the matching
-// input columns of the two output projections ([C, C/tp], [C, 4C/tp]); LayerNorms, the projections' biases, the
-// embeddings and the final LayerNorm are replicated (the vocabulary is not split yet). The forward sums each
+// input columns of the two output projections ([C, C/tp], [C, 4C/tp]); LayerNorms, the projections' biases, wpe and
+// the final LayerNorm are replicated; wte too, unless split_vocab gives each rank its block of Vp/tp rows (then
+// listed after wpe). The forward sums each
 // projection's partial output over the ranks (GptHooks::tp_sum; the bias added by rank 0 alone), the backward sums
 // the gradients of the two LayerNorm outputs the column-parallel GEMMs produce (Megatron's f and g operators), so
 // every replicated tensor, its gradient included, is the same on every rank. A rank's attention runs on its
 // heads/tp heads unchanged.
+//
+// Note [vocabulary-parallel cross-entropy]
+// With split_vocab, rank r holds wte's rows [r Vp/tp, (r+1) Vp/tp): the embedding adds the rows of the tokens it
+// holds (and rank 0 wpe) and the ranks sum the result; the LM head computes the logits of its columns only, and the
+// cross-entropy of each row needs the row's maximum over all columns, then its sum of exponentials and the target's
+// logit: Backend::xent_local_max, a maximum over the ranks, xent_local_sums, a sum over the ranks (of B T x 2
+// values, not of the logits), xent_finish. The gradient of lnf that each rank's columns give is summed after the
+// head; each rank's d(wte) rows are its own.
 //
 // The copies between the whole model's flat buffer (tp = 1 layout, what checkpoints and initial values use) and one
 // rank's: element ranges [whole, whole + count) -> [local, local + count).
@@ -157,6 +171,7 @@ struct GptTensors {
   std::vector<Tensor> params, grads;  // [segment]
   std::vector<BlockActs> acts;        // [layer]
   Tensor tokens, targets, encoded, lnf, lnf_mean, lnf_rstd, logits, losses;
+  Tensor xent_stats;  // [3, LM chunk rows] with split_vocab (Note [vocabulary-parallel cross-entropy]), else unbound
   Tensor proj_out, dresidual, dln, datty, dqkv, dfch;
   // The member a tensor of gpt_fixed_tensors or gpt_block_activations is bound to, by its name ("tokens",
   // "h.3.qkv"); nullptr for an unknown name.
@@ -178,6 +193,8 @@ class GptHooks {
   // Note [tensor parallel]: t summed over the model's tensor-parallel ranks, in place, in the compute stream's order;
   // called only when the model's tp > 1 (a hook that has no such ranks refuses).
   virtual void tp_sum(const char* name, const Tensor& t);
+  // The element-wise maximum over the same ranks (Note [vocabulary-parallel cross-entropy]).
+  virtual void tp_max(const char* name, const Tensor& t);
 };
 
 // Note [kernel calls]
@@ -262,6 +279,10 @@ class Gpt {
   LayerParams compute_layer(int layer) const;
   LayerParams grad_layer(int layer) const;
   Tensor block_input(int l) const { return l == 0 ? t_.encoded : t_.acts[static_cast<size_t>(l) - 1].res3; }
+  // wte and wpe (in the other order with split_vocab: gpt_param_layout); the token of wte's first row.
+  Tensor wte() const { return cparam(wte_index_); }
+  Tensor wpe() const { return cparam(wte_index_ ^ 1); }
+  int64_t vocab_begin() const { return cfg_.split_vocab ? int64_t(tp_rank_) * cfg_.local_vocab() : 0; }
   void backward_block(GptHooks& hooks, int l);
 
   Backend& be_;
@@ -274,6 +295,7 @@ class Gpt {
   GptTensors t_;
   int64_t lm_chunk_rows_ = 0;
   int tp_rank_ = 0;
+  size_t wte_index_ = 0;
   std::vector<std::array<size_t, 12>> layer_index_;  // [layer] the indices of its 12 parameters, in LayerParams order
 };
 

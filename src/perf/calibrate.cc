@@ -122,6 +122,11 @@ Shapes shapes_of(const KernelCall& c) {
     case KernelOp::kCopyD2D:
       add({a}, dt), add({a}, dt);
       break;
+    case KernelOp::kXentLocalMax:
+    case KernelOp::kXentLocalSums:
+    case KernelOp::kXentFinish:  // stats, logits, targets, losses
+      add({3, a}, md), add({a, b}, dt), add({a}, I), add({a}, md);
+      break;
   }
   return s;
 }
@@ -168,6 +173,9 @@ void run(Backend& be, const KernelCall& c, const std::vector<Tensor>& t) {
       break;
     }
     case KernelOp::kCopyD2D: be.copy_d2d(t[0], t[1], be.compute_stream()); break;
+    case KernelOp::kXentLocalMax: be.xent_local_max(t[0], t[1], 0, vocab); break;
+    case KernelOp::kXentLocalSums: be.xent_local_sums(t[0], t[1], t[2], 0, vocab); break;
+    case KernelOp::kXentFinish: be.xent_finish(t[3], c.dims[2] ? t[1] : none, t[1], t[0], t[2], 1e-4f, 0, vocab); break;
   }
 }
 

@@ -153,6 +153,45 @@ TEST_P(BackendOps, Embedding) {
              kRtol);
 }
 
+// Note [vocabulary-parallel cross-entropy]: a rank's slice of wte (rows [20, V) here): tokens outside it add
+// nothing, wpe may be absent.
+TEST_P(BackendOps, EmbeddingOfAVocabularySlice) {
+  const int rows = V - 20;
+  check("embedding_forward (a slice, no wpe)",
+        {{"out", {B, T, C}, DType::kF32, true}, {"tokens", {B, T}, DType::kI32, false, V}, {"wte", {rows, C}}},
+        [](Backend& be, const std::vector<Tensor>& t) { be.embedding_forward(t[0], t[1], t[2], Tensor(), 20); }, 0, 0);
+  check("embedding_forward (a slice)",
+        {{"out", {B, T, C}, DType::kF32, true}, {"tokens", {B, T}, DType::kI32, false, V}, {"wte", {rows, C}},
+         {"wpe", {T, C}}},
+        [](Backend& be, const std::vector<Tensor>& t) { be.embedding_forward(t[0], t[1], t[2], t[3], 20); }, 0, 0);
+  check("embedding_backward (a slice)",
+        {{"dwte", {rows, C}, DType::kF32, true}, {"dwpe", {T, C}, DType::kF32, true}, {"dout", {B, T, C}},
+         {"tokens", {B, T}, DType::kI32, false, V}},
+        [](Backend& be, const std::vector<Tensor>& t) { be.embedding_backward(t[0], t[1], t[2], t[3], 20); }, kAtol,
+        kRtol);
+  check("embedding_backward (a slice, no dwpe)",
+        {{"dwte", {rows, C}, DType::kF32, true}, {"dout", {B, T, C}}, {"tokens", {B, T}, DType::kI32, false, V}},
+        [](Backend& be, const std::vector<Tensor>& t) { be.embedding_backward(t[0], Tensor(), t[1], t[2], 20); },
+        kAtol, kRtol);
+}
+
+// The three steps of the vocabulary-parallel cross-entropy on one rank's columns [16, 16 + 40) of a vocabulary of
+// V - 3 (its last columns padding, some targets elsewhere), with and without dlogits.
+TEST_P(BackendOps, VocabularyParallelCrossEntropySteps) {
+  const int cols = 40, begin = 16;
+  for (const bool train : {false, true}) {
+    check(train ? "xent_local_max, xent_local_sums, xent_finish" : "xent steps (losses only)",
+          {{"stats", {3, N}, DType::kF32, true, 0, false, false, true}, {"losses", {N}, DType::kF32, true},
+           {"logits", {N, cols}, DType::kF32, true}, {"targets", {N}, DType::kI32, false, V - 3}},
+          [train](Backend& be, const std::vector<Tensor>& t) {
+            be.xent_local_max(t[0], t[2], begin, V - 3);
+            be.xent_local_sums(t[0], t[2], t[3], begin, V - 3);
+            be.xent_finish(t[1], train ? t[2] : Tensor(), t[2], t[0], t[3], 0.125f, begin, V - 3);
+          },
+          kAtol, kRtol);
+  }
+}
+
 TEST_P(BackendOps, LayerNorm) {
   check("layernorm_forward",
              {{"out", {N, C}, DType::kF32, true}, {"mean", {N}, DType::kF32, true}, {"rstd", {N}, DType::kF32, true},

@@ -1,6 +1,7 @@
 // Gradient check of every CPU op against central finite differences, in double precision: for an op y = f(x) and a
 // random upstream gradient dy, the backward kernel's dx must equal d/dx sum(dy * f(x)).
 #include <cmath>
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -50,13 +51,60 @@ TEST(CpuOpsGradcheck, Embedding) {
   std::vector<int32_t> tok = {1, 4, 4, 0, 6, 1};
   Vec wte = randn(V * C, rng), wpe = randn(T * C, rng), dy = randn(B * T * C, rng), out(B * T * C);
   auto loss = [&] {
-    cpu::embedding_forward<double>(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    cpu::embedding_forward<double>(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C, 0, V);
     return dot(out, dy);
   };
   Vec dwte(V * C, 0.0), dwpe(T * C, 0.0);
-  cpu::embedding_backward<double>(dwte.data(), dwpe.data(), dy.data(), tok.data(), B, T, C, V);
+  cpu::embedding_backward<double>(dwte.data(), dwpe.data(), dy.data(), tok.data(), B, T, C, 0, V);
   EXPECT_TRUE(testing::all_close("dwte", dwte, numeric_grad(wte, loss), kAtol, kRtol));
   EXPECT_TRUE(testing::all_close("dwpe", dwpe, numeric_grad(wpe, loss), kAtol, kRtol));
+  // Note [vocabulary-parallel cross-entropy]: rows [3, 7) of wte on one rank, [0, 3) and wpe on the other; the two
+  // outputs add up to the whole embedding, and each rank's gradient is its rows of the whole one.
+  Vec lo(B * T * C), hi(B * T * C), dlo(3 * C, 0.0), dhi(4 * C, 0.0);
+  cpu::embedding_forward<double>(lo.data(), tok.data(), wte.data(), wpe.data(), B, T, C, 0, 3);
+  cpu::embedding_forward<double>(hi.data(), tok.data(), wte.data() + 3 * C, nullptr, B, T, C, 3, 4);
+  loss();
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(lo[i] + hi[i], out[i]) << i;
+  cpu::embedding_backward<double>(dlo.data(), nullptr, dy.data(), tok.data(), B, T, C, 0, 3);
+  cpu::embedding_backward<double>(dhi.data(), nullptr, dy.data(), tok.data(), B, T, C, 3, 4);
+  EXPECT_EQ(Vec(dwte.begin(), dwte.begin() + 3 * C), dlo);
+  EXPECT_EQ(Vec(dwte.begin() + 3 * C, dwte.end()), dhi);
+}
+
+// Note [vocabulary-parallel cross-entropy]: the three steps over two ranks' columns (with the maximum and the sums
+// taken over them between the steps, as the ranks' collectives do) give the losses and dlogits of the one-rank op,
+// padding columns included.
+TEST(CpuOpsGradcheck, VocabularyParallelCrossEntropyEqualsTheWholeOne) {
+  Rng rng(9);
+  const int N = 5, Vp = 12, vocab = 10, half = Vp / 2;
+  Vec logits = randn(N * Vp, rng, 3.0);
+  std::vector<int32_t> tg = {0, 9, 5, 6, 3};
+  Vec loss(N), probs(N * Vp), dlogits(N * Vp);
+  cpu::softmax_xent_forward<double>(loss.data(), probs.data(), logits.data(), tg.data(), N, Vp, vocab);
+  cpu::softmax_xent_backward<double>(dlogits.data(), probs.data(), tg.data(), 0.25, N, Vp, vocab);
+  Vec part[2] = {Vec(N * half), Vec(N * half)}, stats[2] = {Vec(3 * N), Vec(3 * N)};
+  for (int r = 0; r < 2; ++r)
+    for (int n = 0; n < N; ++n)
+      for (int j = 0; j < half; ++j) part[r][n * half + j] = logits[n * Vp + r * half + j];
+  const int valid[2] = {half, vocab - half};
+  for (int r = 0; r < 2; ++r) cpu::xent_local_max<double>(stats[r].data(), part[r].data(), N, half, valid[r]);
+  for (int n = 0; n < N; ++n) stats[0][n] = stats[1][n] = std::max(stats[0][n], stats[1][n]);
+  for (int r = 0; r < 2; ++r)
+    cpu::xent_local_sums<double>(stats[r].data(), part[r].data(), tg.data(), N, half, valid[r], r * half);
+  for (int i = N; i < 3 * N; ++i) stats[0][i] = stats[1][i] = stats[0][i] + stats[1][i];
+  for (int r = 0; r < 2; ++r) {
+    Vec l(N), d(N * half);
+    cpu::xent_finish<double>(l.data(), d.data(), part[r].data(), stats[r].data(), tg.data(), 0.25, N, half, valid[r],
+                             r * half);
+    for (int n = 0; n < N; ++n) {
+      EXPECT_NEAR(l[n], loss[n], 1e-12) << "rank " << r << " row " << n;
+      for (int j = 0; j < half; ++j)
+        EXPECT_NEAR(d[n * half + j], dlogits[n * Vp + r * half + j], 1e-12) << "rank " << r << " " << n << "," << j;
+    }
+    cpu::xent_finish<double>(l.data(), nullptr, part[r].data(), stats[r].data(), tg.data(), 0.25, N, half, valid[r],
+                             r * half);  // evaluation: the losses alone
+    for (int n = 0; n < N; ++n) EXPECT_NEAR(l[n], loss[n], 1e-12);
+  }
 }
 
 TEST(CpuOpsGradcheck, LayerNorm) {

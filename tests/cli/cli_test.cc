@@ -349,10 +349,11 @@ TEST(Cli, DataParallelOnTwoGpusThroughNccl) {
   expect_same_curve(dir.path() + "/one.json", dir.path() + "/two.json", "two GPUs");
 }
 
-// Note [tensor parallel] in model/gpt.h: `--mesh model=N` splits every block's heads and MLP width over the ranks,
-// and data=2,model=2 combines it with data parallel; every step's loss and gradient norm are the one-process run's
-// up to the order of the partial sums (within 1e-6 relative), with the optimizer on the device and on the host,
-// with recomputed and swapped blocks, and so are the validation losses; rank 0 alone prints.
+// Note [tensor parallel] in model/gpt.h: `--mesh model=N` splits every block's heads and MLP width and the
+// vocabulary (Note [vocabulary-parallel cross-entropy]) over the ranks, or the blocks alone with a layout that
+// leaves the vocabulary out; data=2,model=2 combines it with data parallel; every step's loss and gradient norm are
+// the one-process run's up to the order of the partial sums (within 1e-6 relative), with the optimizer on the device
+// and on the host, with recomputed and swapped blocks, and so are the validation losses; rank 0 alone prints.
 TEST(Cli, TensorParallelOverAMeshTrainsTheOneProcessModel) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
@@ -363,18 +364,23 @@ TEST(Cli, TensorParallelOverAMeshTrainsTheOneProcessModel) {
   struct Case {
     std::string plan, mesh;
     int ranks;
+    std::string layout;  // "": the default (vocab split too)
   };
-  for (const Case& c : {Case{"in-core", "model=2", 2}, Case{"offload-all", "model=2", 2},
-                        Case{"swap-activations", "model=4", 4}, Case{"recompute", "data=2,model=2", 4}}) {
+  for (const Case& c : {Case{"in-core", "model=2", 2, ""}, Case{"in-core", "model=2", 2, "heads:model,ff:model"},
+                        Case{"offload-all", "model=2", 2, ""}, Case{"swap-activations", "model=4", 4, ""},
+                        Case{"recompute", "data=2,model=2", 4, ""}}) {
     const std::string one = dir.path() + "/one-" + c.plan + ".json", mesh = dir.path() + "/tp-" + c.plan + ".json";
     CliRun a = run(args + " --plan " + c.plan + " --metrics-out " + one);
     ASSERT_EQ(a.code, 0) << a.out;
     CliRun b = run("launch -n " + std::to_string(c.ranks) + " -- " + bin + " " + args + " --plan " + c.plan +
-                   " --mesh " + c.mesh + " --metrics-out " + mesh);
+                   " --mesh " + c.mesh + (c.layout.empty() ? "" : " --layout " + c.layout) + " --metrics-out " + mesh);
     ASSERT_EQ(b.code, 0) << b.out;
-    EXPECT_HAS(b.out, "[rank 0] mesh " + c.mesh);
+    EXPECT_HAS(b.out, "[rank 0] mesh " + c.mesh + ", layout " +
+                          (c.layout.empty() ? std::string(c.mesh.starts_with("data") ? "batch:data," : "") +
+                                                  "heads:model,ff:model,vocab:model"
+                                            : c.layout));
     EXPECT_EQ(b.out.find("[rank 1] step"), std::string::npos) << "rank 1 prints nothing of the run\n" << b.out;
-    expect_same_curve(one, mesh, c.plan + " " + c.mesh);
+    expect_same_curve(one, mesh, c.plan + " " + c.mesh + " " + c.layout);
     const nlohmann::json x = nlohmann::json::parse(slurp(one)), y = nlohmann::json::parse(slurp(mesh));
     ASSERT_EQ(x.at("val").size(), 2u);
     ASSERT_EQ(y.at("val").size(), 2u);
@@ -439,9 +445,9 @@ TEST(Cli, MeshMistakesAreNamedBeforeAnythingRuns) {
   CliRun alone = run(args + " --mesh data=2");
   EXPECT_EQ(alone.code, 2) << alone.out;
   EXPECT_HAS(alone.out, "--mesh data=2 needs 2 ranks, and this job has 1 (start it with tiertrain launch -n 2");
-  CliRun vocab = run("launch -n 2 -- " + bin + " " + args + " --mesh model=2 --layout heads:model,ff:model,vocab:model");
-  EXPECT_NE(vocab.code, 0) << vocab.out;
-  EXPECT_HAS(vocab.out, "splits vocab over mesh dimension model: only the blocks' heads and ff split so far");
+  CliRun embed = run("launch -n 2 -- " + bin + " " + args + " --mesh model=2 --layout heads:model,ff:model,embed:model");
+  EXPECT_NE(embed.code, 0) << embed.out;
+  EXPECT_HAS(embed.out, "splits embed over mesh dimension model: the model width is not split");
   CliRun half = run("launch -n 2 -- " + bin + " " + args + " --mesh model=2 --layout heads:model");
   EXPECT_NE(half.code, 0) << half.out;
   EXPECT_HAS(half.out, "heads and ff must be split over the same mesh dimension");

@@ -64,13 +64,13 @@ TEST(Layout, DefaultsFollowTheDimensionsNames) {
   auto shape = MeshShape::parse("data=2,model=2").value();
   auto l = Layout::resolve("", shape);
   ASSERT_TRUE(l.is_ok()) << l.status().to_string();
-  EXPECT_EQ(l.value().to_string(), "batch:data,heads:model,ff:model");
+  EXPECT_EQ(l.value().to_string(), "batch:data,heads:model,ff:model,vocab:model");
   EXPECT_EQ(l.value().ways("heads", shape), 2);
   EXPECT_EQ(l.value().ways("embed", shape), 1);
-  EXPECT_EQ(Layout::resolve("", MeshShape::parse("tp=4").value()).value().to_string(), "heads:tp,ff:tp");
+  EXPECT_EQ(Layout::resolve("", MeshShape::parse("tp=4").value()).value().to_string(), "heads:tp,ff:tp,vocab:tp");
   EXPECT_EQ(Layout::resolve("", MeshShape::parse("gpus=4").value()).value().to_string(), "batch:gpus");
   EXPECT_EQ(Layout::resolve("", MeshShape::parse("rows=2,cols=2").value()).value().to_string(),
-            "batch:rows,heads:cols,ff:cols");
+            "batch:rows,heads:cols,ff:cols,vocab:cols");
   EXPECT_ERROR_HAS(Layout::resolve("", MeshShape::parse("x=2,y=2,z=2").value()), "mesh dimension x (2 ranks) carries "
                                                                                   "no tensor dimension");
 }

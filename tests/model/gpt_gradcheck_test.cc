@@ -219,9 +219,11 @@ TEST(GptTensorParallel, ShardsAreTheWholeModelsSlices) {
   for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(i);
   std::map<std::string, ParamInfo> by_name;
   for (const ParamInfo& p : gpt_param_layout(whole)) by_name[p.name] = p;
-  for (int tp : {2, 4}) {
+  for (auto [tp, split_vocab] : {std::pair{2, false}, {4, false}, {2, true}, {4, true}}) {
+    SCOPED_TRACE(split_vocab ? "vocabulary split too" : "blocks only");
     GptConfig cfg = whole;
     cfg.tp = tp;
+    cfg.split_vocab = split_vocab;
     const std::vector<ParamInfo> layout = gpt_param_layout(cfg);
     int64_t sharded = 0, replicated = 0;
     for (const ParamInfo& p : layout) (p.sharded ? sharded : replicated) += p.shape.numel();
@@ -253,26 +255,35 @@ TEST(GptTensorParallel, ShardsAreTheWholeModelsSlices) {
       EXPECT_EQ(at("h.0.mlp.fc.w", 3, 7), whole_at("h.0.mlp.fc.w", r * Fl + 3, 7));
       EXPECT_EQ(at("h.0.mlp.proj.w", 2, Fl - 1), whole_at("h.0.mlp.proj.w", 2, r * Fl + Fl - 1));
       EXPECT_EQ(at("h.0.attn.proj.b", 4, 0), whole_at("h.0.attn.proj.b", 4, 0));  // replicated
-      EXPECT_EQ(at("wte", 9, 3), whole_at("wte", 9, 3));
+      const int64_t Vl = whole.padded_vocab() / tp;
+      if (split_vocab) EXPECT_EQ(at("wte", 9, 3), whole_at("wte", r * Vl + 9, 3));
+      else EXPECT_EQ(at("wte", 9, 3), whole_at("wte", 9, 3));
+      EXPECT_EQ(at("wpe", 5, 2), whole_at("wpe", 5, 2));
       gpt_put_shard(cfg, r, local.data(), rebuilt.data(), sizeof(float));
       for (const ShardCopy& c : gpt_shard_copies(cfg, r))
         for (int64_t k = 0; k < c.count; ++k) ++owners[static_cast<size_t>(c.whole + k)];
     }
     EXPECT_EQ(rebuilt, values) << tp;
     for (const ParamInfo& p : gpt_param_layout(whole)) {
-      const bool split = p.layer >= 0 && (p.name.ends_with(".w") ? !p.name.ends_with("ln1.w") && !p.name.ends_with("ln2.w")
-                                                                   : p.name.ends_with("qkv.b") || p.name.ends_with("fc.b"));
+      const bool split = (split_vocab && p.name == "wte") ||
+                         (p.layer >= 0 && (p.name.ends_with(".w") ? !p.name.ends_with("ln1.w") && !p.name.ends_with("ln2.w")
+                                                                  : p.name.ends_with("qkv.b") || p.name.ends_with("fc.b")));
       for (int64_t k = 0; k < p.shape.numel(); ++k)
         ASSERT_EQ(owners[static_cast<size_t>(p.offset + k)], split ? 1 : tp) << p.name << " tp " << tp;
     }
     // A block's replicated parameters come first: the gradient norm's two parts (GptSegments::shard_begin).
     const GptSegments segs = gpt_segments(cfg);
-    EXPECT_EQ(segs.shard_begin[0], segs.offset[0] + segs.size[0]);  // the embeddings are not split
+    // The embeddings: wpe whole, then this rank's rows of wte when the vocabulary is split.
+    EXPECT_EQ(segs.shard_begin[0], split_vocab ? segs.offset[0] + whole.seq * C : segs.offset[0] + segs.size[0]);
     EXPECT_EQ(segs.shard_begin[1] - segs.offset[1], 6 * C);          // ln1 (2C), attn.proj.b, ln2 (2C), mlp.proj.b
   }
   GptConfig bad = whole;
   bad.tp = 3;
   EXPECT_NE(bad.validate().message().find("4 attention heads cannot be split 3 ways"), std::string::npos);
+  GptConfig alone = whole;
+  alone.split_vocab = true;  // without tensor-parallel ranks
+  EXPECT_NE(alone.validate().message().find("the vocabulary (128 rows, padded) cannot be split 1 ways"),
+            std::string::npos) << alone.validate().message();
 }
 
 }  // namespace

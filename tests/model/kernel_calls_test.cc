@@ -158,6 +158,15 @@ TEST(GptKernelCalls, ATensorParallelRankRunsItsShareOfABlock) {
     const double BT = 2 * cfg.seq, C = cfg.dim;
     EXPECT_DOUBLE_EQ(gemm, 24 * BT * C * C / tp) << tp;
     EXPECT_DOUBLE_EQ(attn, 2.0 * 2 * cfg.seq * cfg.seq * C / tp) << tp;
+    // With the vocabulary split, the LM head's GEMMs are the rank's columns' too.
+    GptConfig v = cfg;
+    v.split_vocab = true;
+    double head = 0, whole_head = 0;
+    for (const NamedKernelCall& k : gpt_kernel_calls(v, 2, DType::kBF16, 0, GptPiece::kHeadWithBackward, 0))
+      if (k.call.compute_bound()) head += k.call.flops();
+    for (const NamedKernelCall& k : gpt_kernel_calls(cfg, 2, DType::kBF16, 0, GptPiece::kHeadWithBackward, 0))
+      if (k.call.compute_bound()) whole_head += k.call.flops();
+    EXPECT_DOUBLE_EQ(head, whole_head / tp) << tp;
   }
 }
 

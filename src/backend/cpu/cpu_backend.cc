@@ -252,24 +252,25 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) override {
-    const shapes::Embedding d = shapes::embedding_forward(out, tokens, wte, wpe);
+  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                         int64_t vocab_begin) override {
+    const shapes::Embedding d = shapes::embedding_forward(out, tokens, wte, wpe, vocab_begin);
     dispatch_float(out.dtype(), "embedding_forward", [&]<typename T>() {
       T* o = out.data<T>();
       const int32_t* tok = tokens.data<int32_t>();
-      const T *te = wte.data<T>(), *pe = wpe.data<T>();
-      compute_.enqueue([=] { cpu::embedding_forward<T>(o, tok, te, pe, d.B, d.T, d.C); });
+      const T *te = wte.data<T>(), *pe = shapes::present(wpe) ? wpe.data<T>() : nullptr;
+      compute_.enqueue([=] { cpu::embedding_forward<T>(o, tok, te, pe, d.B, d.T, d.C, d.vocab_begin, d.V); });
     });
   }
 
-  void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                          const Tensor& tokens) override {
-    const shapes::Embedding d = shapes::embedding_backward(dwte, dwpe, dout, tokens);
+  void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                          int64_t vocab_begin) override {
+    const shapes::Embedding d = shapes::embedding_backward(dwte, dwpe, dout, tokens, vocab_begin);
     dispatch_float(dout.dtype(), "embedding_backward", [&]<typename T>() {
-      T *dte = dwte.data<T>(), *dpe = dwpe.data<T>();
+      T *dte = dwte.data<T>(), *dpe = shapes::present(dwpe) ? dwpe.data<T>() : nullptr;
       const T* g = dout.data<T>();
       const int32_t* tok = tokens.data<int32_t>();
-      compute_.enqueue([=] { cpu::embedding_backward<T>(dte, dpe, g, tok, d.B, d.T, d.C, d.V); });
+      compute_.enqueue([=] { cpu::embedding_backward<T>(dte, dpe, g, tok, d.B, d.T, d.C, d.vocab_begin, d.V); });
     });
   }
 
@@ -433,6 +434,38 @@ class CpuBackend final : public Backend {
         cpu::softmax_xent_forward<T>(l, g, x, tg, d.N, d.V, d.valid);
         cpu::softmax_xent_backward<T>(g, g, tg, dl, d.N, d.V, d.valid);
       });
+    });
+  }
+
+  void xent_local_max(const Tensor& stats, const Tensor& logits, int64_t vocab_begin, int vocab) override {
+    const shapes::Softmax d = shapes::xent_parallel("xent_local_max", stats, logits, Tensor(), vocab_begin, vocab);
+    dispatch_float(logits.dtype(), "xent_local_max", [&]<typename T>() {
+      T* st = stats.data<T>();
+      const T* x = logits.data<T>();
+      compute_.enqueue([=] { cpu::xent_local_max<T>(st, x, d.N, d.V, d.valid); });
+    });
+  }
+
+  void xent_local_sums(const Tensor& stats, const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                       int vocab) override {
+    const shapes::Softmax d = shapes::xent_parallel("xent_local_sums", stats, logits, targets, vocab_begin, vocab);
+    dispatch_float(logits.dtype(), "xent_local_sums", [&]<typename T>() {
+      T* st = stats.data<T>();
+      const T* x = logits.data<T>();
+      const int32_t* tg = targets.data<int32_t>();
+      compute_.enqueue([=] { cpu::xent_local_sums<T>(st, x, tg, d.N, d.V, d.valid, vocab_begin); });
+    });
+  }
+
+  void xent_finish(const Tensor& losses, const Tensor& dlogits, const Tensor& logits, const Tensor& stats,
+                   const Tensor& targets, float dloss, int64_t vocab_begin, int vocab) override {
+    const shapes::Softmax d = shapes::xent_finish(losses, dlogits, logits, stats, targets, vocab_begin, vocab);
+    dispatch_float(logits.dtype(), "xent_finish", [&]<typename T>() {
+      T *l = losses.data<T>(), *g = shapes::present(dlogits) ? dlogits.data<T>() : nullptr;
+      const T *x = logits.data<T>(), *st = stats.data<T>();
+      const int32_t* tg = targets.data<int32_t>();
+      const T dl = static_cast<T>(dloss);
+      compute_.enqueue([=] { cpu::xent_finish<T>(l, g, x, st, tg, dl, d.N, d.V, d.valid, vocab_begin); });
     });
   }
 

@@ -89,19 +89,22 @@ int num_threads() { return omp_get_max_threads(); }
 // embedding
 
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C) {
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C, int64_t begin,
+                       int V) {
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < static_cast<int64_t>(B) * T_; ++bt) {
     const int t = static_cast<int>(bt % T_);
-    const T* te = wte + static_cast<int64_t>(tokens[bt]) * C;
-    const T* pe = wpe + static_cast<int64_t>(t) * C;
+    const int64_t row = tokens[bt] - begin;
+    const T* te = row >= 0 && row < V ? wte + row * C : nullptr;
+    const T* pe = wpe ? wpe + static_cast<int64_t>(t) * C : nullptr;
     T* o = out + bt * C;
-    for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
+    for (int c = 0; c < C; ++c) o[c] = (te ? te[c] : T(0)) + (pe ? pe[c] : T(0));
   }
 }
 
 template <typename T>
-void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C, int V) {
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C, int64_t begin,
+                        int V) {
   // Split by channel: every thread owns a slice of columns of dwte and dwpe, so no two threads write one element and
   // the order of additions is the same on every run.
 #pragma omp parallel
@@ -111,15 +114,17 @@ void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, 
     for (int64_t bt = 0; bt < static_cast<int64_t>(B) * T_; ++bt) {
       const int t = static_cast<int>(bt % T_);
       const T* d = dout + bt * C;
-      T* te = dwte + static_cast<int64_t>(tokens[bt]) * C;
-      T* pe = dwpe + static_cast<int64_t>(t) * C;
-      for (int64_t c = c0; c < c1; ++c) {
-        te[c] += d[c];
-        pe[c] += d[c];
+      const int64_t row = tokens[bt] - begin;
+      if (row >= 0 && row < V) {
+        T* te = dwte + row * C;
+        for (int64_t c = c0; c < c1; ++c) te[c] += d[c];
+      }
+      if (dwpe) {
+        T* pe = dwpe + static_cast<int64_t>(t) * C;
+        for (int64_t c = c0; c < c1; ++c) pe[c] += d[c];
       }
     }
   }
-  (void)V;
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -407,6 +412,49 @@ void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* targets, T
   }
 }
 
+template <typename T>
+void xent_local_max(T* stats, const T* logits, int64_t N, int V, int valid) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* l = logits + n * V;
+    T maxv = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : maxv)
+    for (int i = 0; i < valid; ++i) maxv = std::max(maxv, l[i]);
+    stats[n] = maxv;
+  }
+}
+
+template <typename T>
+void xent_local_sums(T* stats, const T* logits, const int32_t* targets, int64_t N, int V, int valid, int64_t begin) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* l = logits + n * V;
+    const T maxv = stats[n];
+    T sum = 0;
+    for (int i = 0; i < valid; ++i) sum += std::exp(l[i] - maxv);
+    stats[N + n] = sum;
+    const int64_t col = targets[n] - begin;
+    stats[2 * N + n] = col >= 0 && col < valid ? l[col] : T(0);
+  }
+}
+
+template <typename T>
+void xent_finish(T* losses, T* dlogits, const T* logits, const T* stats, const int32_t* targets, T dloss, int64_t N,
+                 int V, int valid, int64_t begin) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T maxv = stats[n], sum = stats[N + n];
+    losses[n] = std::log(sum) + maxv - stats[2 * N + n];
+    if (!dlogits) continue;
+    const T* l = logits + n * V;
+    T* d = dlogits + n * V;
+    const int64_t tgt = targets[n] - begin;
+    const T inv = T(1) / sum;
+    for (int i = 0; i < valid; ++i) d[i] = (std::exp(l[i] - maxv) * inv - (i == tgt ? T(1) : T(0))) * dloss;
+    for (int i = valid; i < V; ++i) d[i] = 0;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------------
 // optimizer
 
@@ -447,8 +495,11 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq
 // instantiations
 
 #define TT_CPU_INSTANTIATE(T)                                                                                       \
-  template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int);                        \
-  template void embedding_backward<T>(T*, T*, const T*, const int32_t*, int, int, int, int);                        \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, int64_t, int);        \
+  template void embedding_backward<T>(T*, T*, const T*, const int32_t*, int, int, int, int64_t, int);               \
+  template void xent_local_max<T>(T*, const T*, int64_t, int, int);                                                  \
+  template void xent_local_sums<T>(T*, const T*, const int32_t*, int64_t, int, int, int64_t);                       \
+  template void xent_finish<T>(T*, T*, const T*, const T*, const int32_t*, T, int64_t, int, int, int64_t);          \
   template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                       \
   template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int);  \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                              \

@@ -18,10 +18,13 @@ namespace tt::cpu {
 void set_num_threads(int threads);
 int num_threads();
 
+// wte holds the rows of tokens [begin, begin + V) (the others contribute nothing); wpe / dwpe may be null.
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C);
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C, int64_t begin,
+                       int V);
 template <typename T>
-void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C, int V);
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C, int64_t begin,
+                        int V);
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N, int C);
@@ -56,6 +59,15 @@ template <typename T>
 void softmax_xent_forward(T* losses, T* probs, const T* logits, const int32_t* targets, int64_t N, int V, int valid);
 template <typename T>
 void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* targets, T dloss, int64_t N, int V, int valid);
+// Backend::xent_local_max / xent_local_sums / xent_finish over rows of V local columns, the first `valid` of them
+// real, the first one global column `begin`; stats [3, N]. dlogits may be null (losses only) or alias logits.
+template <typename T>
+void xent_local_max(T* stats, const T* logits, int64_t N, int V, int valid);
+template <typename T>
+void xent_local_sums(T* stats, const T* logits, const int32_t* targets, int64_t N, int V, int valid, int64_t begin);
+template <typename T>
+void xent_finish(T* losses, T* dlogits, const T* logits, const T* stats, const int32_t* targets, T dloss, int64_t N,
+                 int V, int valid, int64_t begin);
 
 template <typename T>
 T sum_squares(const T* x, int64_t n);

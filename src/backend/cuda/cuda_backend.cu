@@ -241,19 +241,20 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) override {
-    const shapes::Embedding d = shapes::embedding_forward(out, tokens, wte, wpe);
+  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                         int64_t vocab_begin) override {
+    const shapes::Embedding d = shapes::embedding_forward(out, tokens, wte, wpe, vocab_begin);
     dispatch_x(out.dtype(), "embedding_forward", [&]<typename X>() {
-      cuda::embedding_forward<X>(s(), out.data<X>(), tokens.data<int32_t>(), wte.data<X>(), wpe.data<X>(), d.B, d.T,
-                                 d.C);
+      cuda::embedding_forward<X>(s(), out.data<X>(), tokens.data<int32_t>(), wte.data<X>(),
+                                 shapes::present(wpe) ? wpe.data<X>() : nullptr, d.B, d.T, d.C, d.vocab_begin, d.V);
     });
   }
-  void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                          const Tensor& tokens) override {
-    const shapes::Embedding d = shapes::embedding_backward(dwte, dwpe, dout, tokens);
+  void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                          int64_t vocab_begin) override {
+    const shapes::Embedding d = shapes::embedding_backward(dwte, dwpe, dout, tokens, vocab_begin);
     dispatch_x(dout.dtype(), "embedding_backward", [&]<typename X>() {
-      cuda::embedding_backward<X>(s(), scratch_, dwte.data<float>(), dwpe.data<float>(), dout.data<X>(),
-                                  tokens.data<int32_t>(), d.B, d.T, d.C, d.V);
+      cuda::embedding_backward<X>(s(), scratch_, dwte.data<float>(), shapes::present(dwpe) ? dwpe.data<float>() : nullptr,
+                                  dout.data<X>(), tokens.data<int32_t>(), d.B, d.T, d.C, d.vocab_begin, d.V);
     });
   }
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
@@ -438,6 +439,29 @@ class CudaBackend final : public Backend {
                                   targets.data<int32_t>(), dloss, d.N, d.V, d.valid);
     });
   }
+  void xent_local_max(const Tensor& stats, const Tensor& logits, int64_t vocab_begin, int vocab) override {
+    const shapes::Softmax d = shapes::xent_parallel("xent_local_max", stats, logits, Tensor(), vocab_begin, vocab);
+    dispatch_x(logits.dtype(), "xent_local_max", [&]<typename X>() {
+      cuda::xent_local_max<X>(s(), stats.data<float>(), logits.data<X>(), d.N, d.V, d.valid);
+    });
+  }
+  void xent_local_sums(const Tensor& stats, const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                       int vocab) override {
+    const shapes::Softmax d = shapes::xent_parallel("xent_local_sums", stats, logits, targets, vocab_begin, vocab);
+    dispatch_x(logits.dtype(), "xent_local_sums", [&]<typename X>() {
+      cuda::xent_local_sums<X>(s(), stats.data<float>(), logits.data<X>(), targets.data<int32_t>(), d.N, d.V, d.valid,
+                               vocab_begin);
+    });
+  }
+  void xent_finish(const Tensor& losses, const Tensor& dlogits, const Tensor& logits, const Tensor& stats,
+                   const Tensor& targets, float dloss, int64_t vocab_begin, int vocab) override {
+    const shapes::Softmax d = shapes::xent_finish(losses, dlogits, logits, stats, targets, vocab_begin, vocab);
+    dispatch_x(logits.dtype(), "xent_finish", [&]<typename X>() {
+      cuda::xent_finish<X>(s(), losses.data<float>(), shapes::present(dlogits) ? dlogits.data<X>() : nullptr,
+                           logits.data<X>(), stats.data<float>(), targets.data<int32_t>(), dloss, d.N, d.V, d.valid,
+                           vocab_begin);
+    });
+  }
   void sum_in_order(const Tensor& out, const Tensor& parts) override {
     TT_CHECK(out.dtype() == DType::kF32 && parts.dtype() == DType::kF32 && out.numel() == 1,
              "sum_in_order: needs f32 out[1] and parts");
@@ -496,8 +520,9 @@ class CudaBackend final : public Backend {
 
 int64_t scratch_bytes_for(int64_t tokens_per_step, int heads) {
   const int64_t rowsums = tokens_per_step * heads * static_cast<int64_t>(sizeof(float));  // attention backward
-  // Embedding backward: sorted ids, positions, sorted positions, and CUB's temporary storage (bounded generously).
-  const int64_t sort = tokens_per_step * 4 * 3 + tokens_per_step * 8 + (int64_t(16) << 20);
+  // Embedding backward: keys, sorted keys, positions, sorted positions, and CUB's temporary storage (bounded
+  // generously).
+  const int64_t sort = tokens_per_step * 4 * 4 + tokens_per_step * 8 + (int64_t(16) << 20);
   return std::max({kMinScratchBytes, rowsums, sort});
 }
 

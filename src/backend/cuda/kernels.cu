@@ -56,13 +56,23 @@ struct Max {
 
 template <typename X>
 __global__ void embedding_forward_kernel(X* out, const int32_t* tokens, const X* wte, const X* wpe, int T, int C,
-                                         int64_t n) {
+                                         int64_t n, int64_t begin, int V) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t bt = i / C;
     const int c = static_cast<int>(i % C);
     const int t = static_cast<int>(bt % T);
-    out[i] = st<X>(ld(wte[static_cast<int64_t>(tokens[bt]) * C + c]) + ld(wpe[static_cast<int64_t>(t) * C + c]));
+    const int64_t row = tokens[bt] - begin;
+    const float e = row >= 0 && row < V ? ld(wte[row * C + c]) : 0.0f;
+    out[i] = st<X>(e + (wpe ? ld(wpe[static_cast<int64_t>(t) * C + c]) : 0.0f));
+  }
+}
+
+// The sort keys of embedding_backward: a token's row in this wte, or V (past every row) for a token outside it.
+__global__ void embedding_keys_kernel(int32_t* keys, const int32_t* tokens, int n, int64_t begin, int V) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int64_t row = tokens[i] - begin;
+    keys[i] = row >= 0 && row < V ? static_cast<int32_t>(row) : V;
   }
 }
 
@@ -84,10 +94,10 @@ __global__ void iota_kernel(int32_t* x, int n) {
 // order and adds the sum to that token's row of dwte.
 template <typename X>
 __global__ void dwte_runs_kernel(float* dwte, const X* dout, const int32_t* sorted_tokens,
-                                 const int32_t* sorted_pos, int n, int C) {
+                                 const int32_t* sorted_pos, int n, int C, int V) {
   const int i = blockIdx.x;
   const int tok = sorted_tokens[i];
-  if (i > 0 && sorted_tokens[i - 1] == tok) return;
+  if (tok == V || (i > 0 && sorted_tokens[i - 1] == tok)) return;  // V: a token of another rank's rows
   int end = i + 1;
   while (end < n && sorted_tokens[end] == tok) ++end;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
@@ -389,6 +399,49 @@ __global__ void softmax_xent_fused_kernel(float* losses, X* dlogits, const X* lo
   if (threadIdx.x == 0) losses[row] = logf(s) + mx - target_logit;
 }
 
+// Note [vocabulary-parallel cross-entropy] (model/gpt.h), one block per row: the local maximum; the local sum of
+// exp(x - global max) and the target's logit where this rank holds it; the losses and dlogits.
+template <typename X>
+__global__ void xent_local_max_kernel(float* stats, const X* logits, int V, int valid) {
+  const int64_t row = blockIdx.x;
+  const X* l = logits + row * V;
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < valid; i += blockDim.x) m = fmaxf(m, ld(l[i]));
+  m = block_reduce(m, Max{}, -INFINITY);
+  if (threadIdx.x == 0) stats[row] = m;
+}
+
+template <typename X>
+__global__ void xent_local_sums_kernel(float* stats, const X* logits, const int32_t* targets, int64_t N, int V,
+                                       int valid, int64_t begin) {
+  const int64_t row = blockIdx.x;
+  const X* l = logits + row * V;
+  const float mx = stats[row];
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < valid; i += blockDim.x) s += __expf(ld(l[i]) - mx);
+  s = block_reduce(s, Add{}, 0.0f);
+  if (threadIdx.x == 0) {
+    stats[N + row] = s;
+    const int64_t col = targets[row] - begin;
+    stats[2 * N + row] = col >= 0 && col < valid ? ld(l[col]) : 0.0f;
+  }
+}
+
+template <typename X>
+__global__ void xent_finish_kernel(float* losses, X* dlogits, const X* logits, const float* stats,
+                                   const int32_t* targets, float dloss, int64_t N, int V, int valid, int64_t begin) {
+  const int64_t row = blockIdx.x;
+  const float mx = stats[row], sum = stats[N + row];
+  if (threadIdx.x == 0) losses[row] = logf(sum) + mx - stats[2 * N + row];
+  if (!dlogits) return;
+  const X* l = logits + row * V;
+  X* d = dlogits + row * V;
+  const int64_t tgt = targets[row] - begin;
+  const float inv = 1.0f / sum;
+  for (int i = threadIdx.x; i < V; i += blockDim.x)
+    d[i] = st<X>(i < valid ? (__expf(ld(l[i]) - mx) * inv - (i == tgt ? 1.0f : 0.0f)) * dloss : 0.0f);
+}
+
 template <typename D, typename S>
 __global__ void convert_kernel(D* dst, const S* src, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -524,40 +577,45 @@ void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, 
 }
 
 template <typename X>
-void embedding_forward(cudaStream_t s, X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T,
-                       int C) {
+void embedding_forward(cudaStream_t s, X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T, int C,
+                       int64_t begin, int V) {
   const int64_t n = static_cast<int64_t>(B) * T * C;
-  embedding_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, tokens, wte, wpe, T, C, n);
+  embedding_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, tokens, wte, wpe, T, C, n, begin, V);
   TT_CUDA_CHECK_LAUNCH();
 }
 
 template <typename X>
 void embedding_backward(cudaStream_t s, const Scratch& scratch, float* dwte, float* dwpe, const X* dout,
-                        const int32_t* tokens, int B, int T, int C, int V) {
-  dwpe_kernel<<<blocks_for(static_cast<int64_t>(T) * C), kThreads, 0, s>>>(dwpe, dout, B, T, C);
-  TT_CUDA_CHECK_LAUNCH();
+                        const int32_t* tokens, int B, int T, int C, int64_t begin, int V) {
+  if (dwpe) {
+    dwpe_kernel<<<blocks_for(static_cast<int64_t>(T) * C), kThreads, 0, s>>>(dwpe, dout, B, T, C);
+    TT_CUDA_CHECK_LAUNCH();
+  }
   const int n = B * T;
   int bits = 1;
-  while ((1 << bits) < V) ++bits;
-  // Scratch: sorted tokens, positions, sorted positions, then CUB's temporary storage.
+  while ((1 << bits) < V + 1) ++bits;  // keys up to V (embedding_keys_kernel)
+  // Scratch: the keys, sorted keys, positions, sorted positions, then CUB's temporary storage.
   char* p = static_cast<char*>(scratch.ptr);
   auto take = [&](size_t bytes) {
     char* q = p;
     p += (bytes + 255) / 256 * 256;
     return q;
   };
+  int32_t* keys = reinterpret_cast<int32_t*>(take(n * sizeof(int32_t)));
   int32_t* keys_out = reinterpret_cast<int32_t*>(take(n * sizeof(int32_t)));
   int32_t* pos = reinterpret_cast<int32_t*>(take(n * sizeof(int32_t)));
   int32_t* pos_out = reinterpret_cast<int32_t*>(take(n * sizeof(int32_t)));
   size_t temp_bytes = 0;
-  TT_CUDA_ASSERT(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tokens, keys_out, pos, pos_out, n, 0, bits, s));
+  TT_CUDA_ASSERT(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, keys_out, pos, pos_out, n, 0, bits, s));
   void* temp = take(temp_bytes);
   TT_CHECK(static_cast<size_t>(p - static_cast<char*>(scratch.ptr)) <= scratch.bytes,
            "embedding_backward: %d positions need more than the %zu-byte CUDA scratch", n, scratch.bytes);
+  embedding_keys_kernel<<<blocks_for(n), kThreads, 0, s>>>(keys, tokens, n, begin, V);
+  TT_CUDA_CHECK_LAUNCH();
   iota_kernel<<<blocks_for(n), kThreads, 0, s>>>(pos, n);
   TT_CUDA_CHECK_LAUNCH();
-  TT_CUDA_ASSERT(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, keys_out, pos, pos_out, n, 0, bits, s));
-  dwte_runs_kernel<<<n, std::min(C, 1024), 0, s>>>(dwte, dout, keys_out, pos_out, n, C);
+  TT_CUDA_ASSERT(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_out, pos, pos_out, n, 0, bits, s));
+  dwte_runs_kernel<<<n, std::min(C, 1024), 0, s>>>(dwte, dout, keys_out, pos_out, n, C, V);
   TT_CUDA_CHECK_LAUNCH();
 }
 
@@ -669,6 +727,27 @@ void softmax_xent_fused(cudaStream_t s, float* losses, X* dlogits, const X* logi
   TT_CUDA_CHECK_LAUNCH();
 }
 
+template <typename X>
+void xent_local_max(cudaStream_t s, float* stats, const X* logits, int64_t N, int V, int valid) {
+  xent_local_max_kernel<<<static_cast<unsigned>(N), 512, 0, s>>>(stats, logits, V, valid);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
+void xent_local_sums(cudaStream_t s, float* stats, const X* logits, const int32_t* targets, int64_t N, int V, int valid,
+                     int64_t begin) {
+  xent_local_sums_kernel<<<static_cast<unsigned>(N), 512, 0, s>>>(stats, logits, targets, N, V, valid, begin);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
+void xent_finish(cudaStream_t s, float* losses, X* dlogits, const X* logits, const float* stats,
+                 const int32_t* targets, float dloss, int64_t N, int V, int valid, int64_t begin) {
+  xent_finish_kernel<<<static_cast<unsigned>(N), 512, 0, s>>>(losses, dlogits, logits, stats, targets, dloss, N, V,
+                                                              valid, begin);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
 template <typename D, typename S>
 void convert(cudaStream_t s, D* dst, const S* src, int64_t n) {
   convert_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, src, n);
@@ -733,9 +812,14 @@ void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, flo
 // instantiations
 
 #define TT_CUDA_INSTANTIATE(X)                                                                                      \
-  template void embedding_forward<X>(cudaStream_t, X*, const int32_t*, const X*, const X*, int, int, int);          \
+  template void embedding_forward<X>(cudaStream_t, X*, const int32_t*, const X*, const X*, int, int, int, int64_t,  \
+                                     int);                                                                         \
   template void embedding_backward<X>(cudaStream_t, const Scratch&, float*, float*, const X*, const int32_t*, int,  \
-                                      int, int, int);                                                               \
+                                      int, int, int64_t, int);                                                      \
+  template void xent_local_max<X>(cudaStream_t, float*, const X*, int64_t, int, int);                               \
+  template void xent_local_sums<X>(cudaStream_t, float*, const X*, const int32_t*, int64_t, int, int, int64_t);    \
+  template void xent_finish<X>(cudaStream_t, float*, X*, const X*, const float*, const int32_t*, float, int64_t,    \
+                               int, int, int64_t);                                                                 \
   template void layernorm_forward<X>(cudaStream_t, X*, float*, float*, const X*, const X*, const X*, int64_t, int); \
   template void layernorm_backward<X>(cudaStream_t, const Scratch&, X*, float*, float*, const X*, const X*,         \
                                       const X*, const float*, const float*, int64_t, int);                         \

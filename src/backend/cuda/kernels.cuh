@@ -42,11 +42,13 @@ void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, 
              cudaDataType_t ab_type, int lda, const void* b, int ldb, float beta, void* c, cudaDataType_t c_type,
              int ldc);
 
+// wte holds the rows of tokens [begin, begin + V); wpe and dwpe may be null.
 template <typename X>
-void embedding_forward(cudaStream_t s, X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T, int C);
+void embedding_forward(cudaStream_t s, X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T, int C,
+                       int64_t begin, int V);
 template <typename X>
 void embedding_backward(cudaStream_t s, const Scratch& scratch, float* dwte, float* dwpe, const X* dout,
-                        const int32_t* tokens, int B, int T, int C, int V);
+                        const int32_t* tokens, int B, int T, int C, int64_t begin, int V);
 template <typename X>
 void layernorm_forward(cudaStream_t s, X* out, float* mean, float* rstd, const X* inp, const X* w, const X* b,
                        int64_t N, int C);
@@ -90,6 +92,16 @@ void softmax_xent_backward(cudaStream_t s, X* dlogits, const X* probs, const int
 template <typename X>
 void softmax_xent_fused(cudaStream_t s, float* losses, X* dlogits, const X* logits, const int32_t* targets,
                         float dloss, int64_t N, int V, int valid);
+// Backend::xent_local_max / xent_local_sums / xent_finish: rows of V local columns (the first `valid` real), the
+// first one global column `begin`; stats [3, N] f32; dlogits may be null or alias logits.
+template <typename X>
+void xent_local_max(cudaStream_t s, float* stats, const X* logits, int64_t N, int V, int valid);
+template <typename X>
+void xent_local_sums(cudaStream_t s, float* stats, const X* logits, const int32_t* targets, int64_t N, int V, int valid,
+                     int64_t begin);
+template <typename X>
+void xent_finish(cudaStream_t s, float* losses, X* dlogits, const X* logits, const float* stats,
+                 const int32_t* targets, float dloss, int64_t N, int V, int valid, int64_t begin);
 // dst = src converted (float <-> bf16, or a copy).
 template <typename D, typename S>
 void convert(cudaStream_t s, D* dst, const S* src, int64_t n);
