@@ -23,6 +23,7 @@
 #include "cli/exit_codes.h"
 #include "cli/model_commands.h"
 #include "cli/perf_commands.h"
+#include "exec/features.h"
 #include "exec/train_config.h"
 #include "core/units.h"
 #include "exec/trainer.h"
@@ -220,6 +221,41 @@ int main(int argc, char** argv) {
   export_->add_option("--format", export_cmd.format, "safetensors (the only one) [default: safetensors]")
       ->check(CLI::IsMember({"safetensors"}));
 
+  CLI::App* gen_features = app.add_subcommand(
+      "gen-features", "write a synthetic dense-feature dataset for train-features (issue 21's large-input workload): "
+                      "DIR/features.npy (samples x dim, float32) and DIR/labels.npy (int32)");
+  tt::FeatureGenOptions gen_opt;
+  gen_features->add_option("--out", gen_opt.out, "the folder to write")->required();
+  gen_features->add_option("--samples", gen_opt.samples, "rows [default: 65536]")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 36));
+  gen_features->add_option("--dim", gen_opt.dim, "floats a row [default: 1024]")->check(CLI::Range(1, 1 << 24));
+  gen_features->add_option("--classes", gen_opt.classes, "label classes [default: 16]")->check(CLI::Range(2, 1 << 20));
+  gen_features->add_option("--seed", gen_opt.seed, "[default: 1]");
+  CLI::App* train_features = app.add_subcommand(
+      "train-features", "train an MLP classifier on dense float features (numpy .npy), data parallel over the ranks "
+                        "of a job with --input direct|via-root|replicated, timing each rank's input stage (issue 21's "
+                        "large-input workload): tiertrain launch -n 4 -- tiertrain train-features --data DIR --mesh "
+                        "data=4 --batch 16384");
+  tt::FeatureTrainOptions feat_opt;
+  train_features->add_option("--data", feat_opt.data, "a folder with features.npy and labels.npy")->required();
+  train_features->add_option("--mesh", feat_opt.mesh, "data=N: the ranks of the job [default: one rank]");
+  train_features->add_option("--input", feat_opt.input,
+                             "direct (each rank reads its rows), via-root (rank 0 reads all and scatters), replicated "
+                             "(each rank reads all, keeps its rows) [default: direct]")
+      ->check(CLI::IsMember({"direct", "via-root", "replicated"}));
+  train_features->add_option("--backend", feat_opt.backend, "auto, cpu or cuda [default: auto]")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  train_features->add_option("--batch", feat_opt.batch, "rows a step over all ranks [default: 4096]")
+      ->check(CLI::Range(1, 1 << 30));
+  train_features->add_option("--hidden", feat_opt.hidden, "the MLP's hidden width [default: 256]")
+      ->check(CLI::Range(1, 1 << 20));
+  train_features->add_option("--steps", feat_opt.steps, "[default: 20]")->check(CLI::Range(1, 1 << 30));
+  train_features->add_option("--lr", feat_opt.lr, "AdamW's learning rate [default: 0.001]");
+  train_features->add_option("--seed", feat_opt.seed, "initial values [default: 1]");
+  train_features->add_option("--threads", feat_opt.threads, "CPU threads (0: automatic) [default: 0]")
+      ->check(CLI::Range(0, 4096));
+  train_features->add_option("--metrics-out", feat_opt.metrics_out, "per-step loss and times as JSON (rank 0)");
+
   CLI::App* launch = app.add_subcommand(
       "launch", "start N local ranks of one job: tiertrain launch -n N [--bind-to core|share] -- CMD [ARGS...]; each gets "
                 "RANK, WORLD_SIZE, LOCAL_RANK and TIERTRAIN_COMM_ID; when a rank fails the others are stopped. "
@@ -399,6 +435,18 @@ int main(int argc, char** argv) {
   if (sample->parsed()) return tt::cli::run_sample(sample_cmd, stdout);
   if (plot->parsed()) return tt::cli::run_plot(plot_cmd, stdout);
   if (export_->parsed()) return tt::cli::run_export(export_cmd, stdout);
+  if (gen_features->parsed()) {
+    tt::Status s = tt::generate_features(gen_opt);
+    if (!s.is_ok()) return tt::cli::report(s);
+    std::printf("wrote %s/features.npy (%lld x %d float32) and %s/labels.npy (%d classes)\n", gen_opt.out.c_str(),
+                static_cast<long long>(gen_opt.samples), gen_opt.dim, gen_opt.out.c_str(), gen_opt.classes);
+    return 0;
+  }
+  if (train_features->parsed()) {
+    auto r = tt::train_features(feat_opt, stdout);
+    if (!r.is_ok()) return tt::cli::report(r.status());
+    return 0;
+  }
   if (eval->parsed()) return tt::cli::run_eval(eval_cmd, stdout);
   if (train->parsed() || plan->parsed() || calibrate->parsed()) {
     if (tt::Status s = tt::apply_backend_defaults(cfg); !s.is_ok()) return report(s);

@@ -437,6 +437,52 @@ TEST(Cli, TensorParallelCheckpointsContinueOnAnotherMesh) {
   }
 }
 
+// Issue 21's large-input workload (exec/features.h): an MLP on dense features, data parallel; the three input modes
+// feed each rank the same rows (bit-identical runs), two ranks follow the one-process run (within 1e-5), it learns,
+// and bad data or options are named.
+TEST(Cli, FeatureWorkloadInputModesGiveTheSameRun) {
+  TempDir dir;
+  const std::string bin = TT_BINARY, data = dir.path() + "/feat";
+  CliRun gen = run("gen-features --out " + data + " --samples 3000 --dim 96 --classes 6");
+  ASSERT_EQ(gen.code, 0) << gen.out;
+  EXPECT_HAS(gen.out, "features.npy (3000 x 96 float32)");
+  const std::string args = "train-features --data " + data + " --backend cpu --batch 256 --hidden 32 --steps 8 "
+                           "--threads 1 --lr 0.01";
+  CliRun one = run(args + " --metrics-out " + dir.path() + "/one.json");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_HAS(one.out, "96 -> 32 -> 6");
+  std::vector<nlohmann::json> runs;
+  for (const char* input : {"direct", "via-root", "replicated"}) {
+    const std::string out = dir.path() + "/" + input + ".json";
+    CliRun r = run("launch -n 2 -- " + bin + " " + args + " --mesh data=2 --input " + input + " --metrics-out " + out);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_HAS(r.out, std::string("input ") + input);
+    runs.push_back(nlohmann::json::parse(slurp(out)));
+    EXPECT_EQ(runs.back()["ranks"], 2);
+    EXPECT_EQ(runs.back()["input_bytes_per_step"], 256 * 97 * 4);
+  }
+  const nlohmann::json o = nlohmann::json::parse(slurp(dir.path() + "/one.json"));
+  ASSERT_EQ(o["steps"].size(), 8u);
+  for (size_t k = 0; k < runs.size(); ++k) {
+    ASSERT_EQ(runs[k]["steps"].size(), 8u);
+    for (size_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(runs[k]["steps"][i]["loss"], runs[0]["steps"][i]["loss"]) << k << " step " << i + 1;
+      const double a = o["steps"][i]["loss"].get<double>(), b = runs[k]["steps"][i]["loss"].get<double>();
+      EXPECT_NEAR(a, b, 1e-5 * a) << k << " step " << i + 1;
+    }
+  }
+  EXPECT_LT(o["steps"][7]["loss"].get<double>(), o["steps"][0]["loss"].get<double>() - 0.3) << "it learns";
+  CliRun missing = run("train-features --data " + dir.path() + "/none --backend cpu");
+  EXPECT_EQ(missing.code, 1) << missing.out;
+  EXPECT_HAS(missing.out, "none/features.npy");
+  CliRun odd = run("launch -n 2 -- " + bin + " train-features --data " + data + " --backend cpu --mesh data=2 --batch 255");
+  EXPECT_NE(odd.code, 0) << odd.out;
+  EXPECT_HAS(odd.out, "--batch 255 is not divisible by the 2 ranks");
+  CliRun two_d = run(args + " --mesh data=1,model=1");
+  EXPECT_EQ(two_d.code, 2) << two_d.out;
+  EXPECT_HAS(two_d.out, "data parallel only");
+}
+
 TEST(Cli, MeshMistakesAreNamedBeforeAnythingRuns) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(20000));
