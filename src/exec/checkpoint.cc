@@ -106,7 +106,7 @@ Status ensure_checkpoint_dir(const std::string& dir) {
   return Status::ok();
 }
 
-Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_comm) {
+Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_comm, comm::Communicator* data_comm) {
   const Gpt& gpt = ex.model();
   const size_t esize = dtype_size(gpt.master_dtype());
   const size_t bytes = static_cast<size_t>(gpt.num_params()) * esize;
@@ -117,6 +117,39 @@ Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_co
   ex.wait_all();  // every update of the CPU optimizer has reached the master
   TT_TRY(ex.download_params(local.params.data()));
   TT_TRY(ex.optimizer().download_state(reinterpret_cast<float*>(local.m.data()), reinterpret_cast<float*>(local.v.data())));
+  const OptimizerShard& shard = ex.optimizer().shard();
+  if (shard.on()) {
+    // Note [sharded optimizer]: each segment's shares from their owners (the bytes themselves: no arithmetic).
+    TT_RETURN_IF(data_comm == nullptr || data_comm->size() != shard.ranks, kInternal,
+                 "an optimizer sharded %d ways gathered over %d ranks", shard.ranks, data_comm ? data_comm->size() : 1);
+    const GptSegments& segs = gpt.segments();
+    const int64_t per_rank = OptimizerShard::moment_elements(segs, shard.ranks);
+    std::vector<unsigned char> mine(static_cast<size_t>(per_rank) * esize),
+        all(static_cast<size_t>(per_rank * shard.ranks) * esize);
+    for (std::vector<unsigned char>* t : {&local.params, &local.m, &local.v}) {
+      std::fill(mine.begin(), mine.end(), 0);
+      int64_t at = 0;
+      for (int s = 0; s < segs.count(); ++s) {
+        const int64_t n = segs.size[static_cast<size_t>(s)];
+        const auto [lo, hi] = OptimizerShard::range(n, shard.rank, shard.ranks);
+        std::memcpy(mine.data() + at * esize, t->data() + (segs.offset[static_cast<size_t>(s)] + lo) * esize,
+                    static_cast<size_t>(hi - lo) * esize);
+        at += (n + shard.ranks - 1) / shard.ranks;
+      }
+      TT_TRY(data_comm->allgather(mine.data(), all.data(), mine.size() / 4, comm::DType::kI32));  // f32/f64 bits
+      for (int r = 0; r < shard.ranks; ++r) {
+        const unsigned char* from = all.data() + static_cast<size_t>(r * per_rank) * esize;
+        at = 0;
+        for (int s = 0; s < segs.count(); ++s) {
+          const int64_t n = segs.size[static_cast<size_t>(s)];
+          const auto [lo, hi] = OptimizerShard::range(n, r, shard.ranks);
+          std::memcpy(t->data() + (segs.offset[static_cast<size_t>(s)] + lo) * esize, from + at * esize,
+                      static_cast<size_t>(hi - lo) * esize);
+          at += (n + shard.ranks - 1) / shard.ranks;
+        }
+      }
+    }
+  }
   const GptConfig& cfg = gpt.config();
   if (cfg.tp == 1) return local;
   TT_RETURN_IF(model_comm == nullptr || model_comm->size() != cfg.tp, kInternal,
@@ -140,7 +173,8 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
   TT_TRY(ensure_checkpoint_dir(dir));
   WholeState own;
   if (whole == nullptr) {
-    TT_RETURN_IF(gpt.config().tp > 1, kInternal, "a tensor-parallel model's checkpoint needs its gathered state");
+    TT_RETURN_IF(gpt.config().tp > 1 || ex.optimizer().shard().on(), kInternal,
+                 "a tensor-parallel model's or a sharded optimizer's checkpoint needs its gathered state");
     TT_ASSIGN_OR_RETURN(own, gather_whole_state(ex, nullptr));
     whole = &own;
   }

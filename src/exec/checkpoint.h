@@ -42,12 +42,14 @@ struct CheckpointState {
 Status ensure_checkpoint_dir(const std::string& dir);
 
 // The whole model's master parameters and AdamW moments in its single-device layout (GptConfig::whole()), as a
-// checkpoint holds them: with a tensor-parallel model (Note [tensor parallel] in model/gpt.h) gathered from the ranks
-// of the model dimension, collectively over `model_comm` (every one of them calls it); else this executor's own.
+// checkpoint holds them: with a sharded optimizer (Note [sharded optimizer] in exec/optimizer.h) every rank's shares
+// gathered over `data_comm`, with a tensor-parallel model (Note [tensor parallel] in model/gpt.h) the shards gathered
+// over `model_comm`, collectively (every rank of those dimensions calls it); else this executor's own.
 struct WholeState {
   std::vector<unsigned char> params, m, v;  // master dtype
 };
-Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_comm);
+Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_comm,
+                                      comm::Communicator* data_comm = nullptr);
 
 // Writes <dir>/step_<step>.ttf atomically, then points <dir>/latest at it (also atomically), then removes the
 // oldest step_*.ttf beyond `keep`. `whole`: what gather_whole_state returned (required for a tensor-parallel model;

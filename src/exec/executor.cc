@@ -20,6 +20,11 @@ Status ExecSpec::validate() const {
   TT_TRY(model.validate());
   TT_RETURN_IF(tp_rank < 0 || tp_rank >= model.tp, kInvalidArgument, "tensor-parallel rank %d of %d", tp_rank,
                model.tp);
+  TT_RETURN_IF(data_rank < 0 || data_rank >= data_ranks, kInvalidArgument, "data-parallel rank %d of %d", data_rank,
+               data_ranks);
+  TT_RETURN_IF(shard_optimizer && plan.cpu_optimizer(), kUnimplemented,
+               "--shard-optimizer with the CPU optimizer: not built (the host holds one copy of the state anyway; "
+               "use the device optimizer)");
   TT_RETURN_IF(batch < 1, kInvalidArgument, "--batch must be >= 1, got %d", batch);
   TT_RETURN_IF(static_cast<int>(plan.layers.size()) != model.layers, kInvalidArgument,
                "the plan places %zu layers but the model has %d", plan.layers.size(), model.layers);
@@ -140,9 +145,10 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     add_fixed(n);
   if (cfg.split_vocab) add_fixed("xent_stats");  // Note [vocabulary-parallel cross-entropy]
   // The optimizer's device buffers.
-  if (!cpu) {
-    state("adam.m", {P}, md, TC::kOptimState);
-    state("adam.v", {P}, md, TC::kOptimState);
+  if (!cpu) {  // Note [sharded optimizer]: this rank's shares only
+    const int64_t moments = spec.shard_optimizer ? OptimizerShard::moment_elements(segs, spec.data_ranks) : P;
+    state("adam.m", {moments}, md, TC::kOptimState);
+    state("adam.v", {moments}, md, TC::kOptimState);
   }
   inv.add_device("adam.grad_norm_sq", {1}, md, TC::kWorkspace);
   // Note [tensor parallel]: with tp > 1 each segment's replicated part, then each one's sharded part.
@@ -393,7 +399,9 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
         ob.sets[0].bf16 = ob.sets[1].bf16 = static_cast<uint16_t*>(compute_flat_.raw());
     }
   }
-  opt_ = std::make_unique<Optimizer>(be_, *gpt_, plan.optimizer, spec_.hyper, ob);
+  OptimizerShard shard;
+  if (spec_.shard_optimizer) shard = {spec_.data_rank, spec_.data_ranks};
+  opt_ = std::make_unique<Optimizer>(be_, *gpt_, plan.optimizer, spec_.hyper, ob, shard);
   input_next_ = dev("input.next");
   for (int i = 0; i < spec_.input_staging_slots; ++i)
     input_host_.push_back(static_cast<int32_t*>(host("input.staging" + std::to_string(i))));
@@ -700,6 +708,18 @@ void Executor::issue(const Op& op) {
     case OpKind::kDeviceAdamW:
       if (prof_) prof_->mark(op.name.c_str());
       opt_->device_update();
+      if (opt_->shard().on()) {  // Note [sharded optimizer]: every share of the new parameters from its owner
+        TT_CHECK(reducer_ != nullptr, "a sharded optimizer without the data-parallel reducer");
+        if (prof_) prof_->mark("sharded optimizer: parameter broadcasts");
+        const Tensor all = opt_->model_params();
+        for (int s = 0; s < gpt_->num_segments(); ++s) {
+          const int64_t base = segments_.offset[static_cast<size_t>(s)], n = segments_.size[static_cast<size_t>(s)];
+          for (int r = 0; r < spec_.data_ranks; ++r) {
+            const auto [lo, hi] = OptimizerShard::range(n, r, spec_.data_ranks);
+            if (lo < hi) reducer_->broadcast(all.view(base + lo, {hi - lo}), r, be_.compute_stream());
+          }
+        }
+      }
       break;
     case OpKind::kAlloc:
     case OpKind::kUmAdvise:

@@ -40,6 +40,8 @@ struct ExecSpec {
   int input_staging_slots = 0; // pinned host slots for the trainer's next batches (Note [input staging])
   int data_ranks = 1;          // Note [data parallel] in exec/schedule.cc: batch is this rank's share
   int tp_rank = 0;             // Note [tensor parallel] (model/gpt.h): this rank's place among model.tp
+  int data_rank = 0;           // this rank's place among data_ranks
+  bool shard_optimizer = false;  // Note [sharded optimizer] in exec/optimizer.h (with data_ranks > 1)
   // Issue 20: managed memory beyond the GPU's free memory is refused unless this is set (--um-allow-oversubscription;
   // never on a shared GPU).
   bool um_allow_oversubscription = false;

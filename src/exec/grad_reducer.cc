@@ -1,5 +1,6 @@
 #include "exec/grad_reducer.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "comm/nccl.h"
@@ -28,22 +29,27 @@ class HostGradReducer final : public GradReducer {
   }
   void sum(const Tensor& t, Stream& stream) override { run(t, stream, comm::Op::kSum, "tensor-parallel sum"); }
   void max(const Tensor& t, Stream& stream) override { run(t, stream, comm::Op::kMax, "tensor-parallel maximum"); }
+  void broadcast(const Tensor& t, int root, Stream& stream) override {
+    run(t, stream, comm::Op::kSum, "the sharded optimizer's parameter broadcast", root);
+  }
   Status status() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return status_;
   }
 
  private:
-  void run(const Tensor& t, Stream& stream, comm::Op op, const char* what) {
+  // root >= 0: a broadcast from that rank, else an allreduce with `op`.
+  void run(const Tensor& t, Stream& stream, comm::Op op, const char* what, int root = -1) {
     void* p = t.raw();
     const size_t n = static_cast<size_t>(t.numel());
     const comm::DType dt = comm_dtype(t.dtype());
-    const bool ok = be_.enqueue_on(stream, [this, p, n, dt, op, what] {
+    const bool ok = be_.enqueue_on(stream, [this, p, n, dt, op, what, root] {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (!status_.is_ok()) return;  // the ranks stopped agreeing: nothing more is reduced
       }
-      Status s = comm_.allreduce(comm::kInPlace, p, n, dt, op);
+      Status s = root >= 0 ? comm_.broadcast(comm::kInPlace, p, n, dt, root)
+                           : comm_.allreduce(comm::kInPlace, p, n, dt, op);
       if (!s.is_ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         status_ = std::move(s.with_context(what));
@@ -70,14 +76,18 @@ class NcclGradReducer final : public GradReducer {
   void max(const Tensor& t, Stream& stream) override {
     run(t, stream, comm::Op::kMax, "tensor-parallel maximum (nccl)");
   }
+  void broadcast(const Tensor& t, int root, Stream& stream) override {
+    run(t, stream, comm::Op::kSum, "the sharded optimizer's parameter broadcast (nccl)", root);
+  }
   Status status() const override { return status_; }  // (enqueue's errors; NCCL's own come at the stream's sync)
 
  private:
-  void run(const Tensor& t, Stream& stream, comm::Op op, const char* what) {
+  void run(const Tensor& t, Stream& stream, comm::Op op, const char* what, int root = -1) {
     TT_CHECK(stream.native() != nullptr, "an NCCL reduction on a stream without a device handle (%s)", stream.name());
     if (!status_.is_ok()) return;
     comm::Call call;
-    call.kind = comm::kAllreduce;
+    call.kind = root >= 0 ? comm::kBroadcast : comm::kAllreduce;
+    call.root = std::max(root, 0);
     call.send = comm::kInPlace;
     call.recv = t.raw();
     call.count = static_cast<size_t>(t.numel());

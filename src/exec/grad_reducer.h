@@ -32,6 +32,8 @@ class GradReducer {
   virtual void sum(const Tensor& t, Stream& stream) = 0;
   // The element-wise maximum over the ranks, in place (as sum).
   virtual void max(const Tensor& t, Stream& stream) = 0;
+  // t from rank `root` to every rank, in place (Note [sharded optimizer] in exec/optimizer.h).
+  virtual void broadcast(const Tensor& t, int root, Stream& stream) = 0;
   // Ok, or the first error (once the stream has run the reductions: synchronize it first).
   virtual Status status() const = 0;
 };

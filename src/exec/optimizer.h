@@ -44,6 +44,30 @@ struct AdamWHyper {
   bool speculate = false;  // CPU optimizer: Note [speculative update]
 };
 
+// Note [sharded optimizer] (--shard-optimizer; ZeRO stage 1). With data parallel every rank holds the same averaged
+// gradients, so every rank computing the whole update repeats the others' work and keeps N copies of the moments.
+// Instead rank r of N updates only its share of each segment, elements [r q, min((r+1) q, n)) of a segment of n
+// (q = ceil(n / N)), keeping moments for its shares alone (m and v take 1/N of the device memory), and each share of
+// the new parameters (the compute copy: the master itself in f32) is then broadcast from its owner to the others
+// (Executor, after the update). Each element's arithmetic is the unsharded update's, so a sharded run is
+// bit-identical to the same run unsharded. The master's other shares go stale (with bf16 compute) and are never
+// read; checkpoints gather every rank's shares of the master and the moments (gather_whole_state).
+struct OptimizerShard {
+  int rank = 0, ranks = 1;
+  bool on() const { return ranks > 1; }
+  // Rank `r`'s share of a segment of n elements: [first, second).
+  static std::pair<int64_t, int64_t> range(int64_t n, int r, int ranks) {
+    const int64_t q = (n + ranks - 1) / ranks;
+    return {std::min(n, r * q), std::min(n, (r + 1) * q)};
+  }
+  // The moments' elements on one rank: each segment's share, at most ceil(n / N).
+  static int64_t moment_elements(const GptSegments& segs, int ranks) {
+    int64_t e = 0;
+    for (int64_t n : segs.size) e += (n + ranks - 1) / ranks;
+    return e;
+  }
+};
+
 // One set of host state (Note [speculative update]): master, moments and the staging copy of the compute copy
 // (null with f32 compute, where the master is the staging copy).
 struct HostAdamState {
@@ -69,7 +93,8 @@ struct OptimizerBuffers {
 
 class Optimizer {
  public:
-  Optimizer(Backend& backend, const Gpt& model, OptimizerPlacement where, AdamWHyper hyper, OptimizerBuffers buf);
+  Optimizer(Backend& backend, const Gpt& model, OptimizerPlacement where, AdamWHyper hyper, OptimizerBuffers buf,
+            OptimizerShard shard = {});
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
@@ -80,6 +105,9 @@ class Optimizer {
   void set_steps_taken(int64_t step) { step_ = step; }
   Tensor grad_norm_sq() const { return buf_.norm_sq; }
   Tensor norm_parts() const { return buf_.parts; }
+  const OptimizerShard& shard() const { return shard_; }
+  // What the forward reads and a sharded update's broadcasts carry: the compute copy, or the master when it is one.
+  Tensor model_params() const { return buf_.compute.raw() != nullptr ? buf_.compute : buf_.master; }
   int64_t speculation_kept() const { return spec_kept_.load(); }
   int64_t speculation_redone() const { return spec_redone_.load(); }
   // The host state set uploads read now (CPU optimizer).
@@ -102,7 +130,8 @@ class Optimizer {
   void end_step();
   bool speculating() const { return speculate_; }
 
-  // The moments, wherever they live (waits for every stream first); n = the number of parameters.
+  // The moments, wherever they live (waits for every stream first); n = the number of parameters. Sharded (Note
+  // [sharded optimizer]): only this rank's shares are written (the rest of m and v is zero) and read.
   Status download_state(float* m, float* v);
   Status upload_state(const float* m, const float* v);
   // The master on the host (CPU optimizer; waits for every stream first).
@@ -125,8 +154,11 @@ class Optimizer {
   struct DeviceCall {
     int segment = 0;
     int64_t offset = 0, numel = 0;  // in the flat buffers
+    int64_t moment_offset = 0;      // in m and v (offset, unless sharded)
     AdamWArgs pieces;               // only the pieces are set
   };
+  OptimizerShard shard_;
+  std::vector<int64_t> moment_base_;  // [segment] where its share starts in m and v (sharded)
   std::vector<DeviceCall> device_calls_;
   int64_t step_ = 0;
   float lr_ = 0.0f;

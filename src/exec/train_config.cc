@@ -131,8 +131,8 @@ void declare_train_knobs(Config& cfg) {
   knob("parallel", "mesh", K::kString, "",
        "the named device mesh this run is one rank of, e.g. data=2 or data=2,model=2 (its product: the ranks "
        "`tiertrain launch -n N` or mpirun starts); --batch is then the global batch, split over the batch dimension "
-       "(data parallel: gradients averaged over its ranks). Tensor parallel (heads, ff, vocab over a model "
-       "dimension) is not built yet. Empty: one process");
+       "(data parallel: gradients averaged over its ranks); a dimension named model (or tp, tensor) splits the "
+       "blocks' heads and MLP width and the vocabulary over its ranks (tensor parallel). Empty: one process");
   knob("parallel", "layout", K::kString, "",
        "which mesh dimension each tensor dimension (batch, heads, ff, vocab, embed) is split over, e.g. "
        "batch:data,heads:model (empty: batch on a dimension named data, dp or batch, or on the only one)");
@@ -141,6 +141,10 @@ void declare_train_knobs(Config& cfg) {
          "buffer, and copies it on its own stream), via-root (rank 0 of the batch dimension reads the whole batch "
          "and scatters it), replicated (every rank reads the whole batch and keeps its part); the same batches and "
          "results in all three");
+  knob("parallel", "shard_optimizer", K::kBool, "false",
+       "with data parallel: each rank keeps and updates only its 1/N of AdamW's moments (ZeRO stage 1), then the "
+       "ranks exchange the updated parameters; the same results, 8 bytes a parameter less device memory times "
+       "(N-1)/N (the device optimizer)");
   knob("checkpoint", "checkpoint_dir", K::kString, "", "folder for checkpoints (created if missing)");
   knob("checkpoint", "checkpoint_every", K::kInt, "0", "write a checkpoint every N steps (0: only at the end)", 0,
        1e12);
@@ -249,6 +253,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.mesh = cfg.get_string("mesh");
   tc.layout = cfg.get_string("layout");
   tc.input = cfg.get_string("input");
+  tc.shard_optimizer = cfg.get_bool("shard_optimizer");
   tc.checkpoint_dir = cfg.get_string("checkpoint_dir");
   tc.checkpoint_every = cfg.get_int("checkpoint_every");
   tc.keep_checkpoints = cfg.get_int("keep_checkpoints");

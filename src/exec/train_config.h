@@ -65,6 +65,7 @@ struct TrainConfig {
   std::string mesh;
   std::string layout;
   std::string input = "direct";  // direct | via-root | replicated (Note [data-parallel input] in exec/trainer.cc)
+  bool shard_optimizer = false;  // Note [sharded optimizer] in exec/optimizer.h (ZeRO-1 over the batch dimension)
 
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;

@@ -73,6 +73,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
                  "--input %s: direct, via-root or replicated", cfg.input.c_str());
     e.data_ranks = layout.ways("batch", shape);
     e.batch = cfg.batch / e.data_ranks;
+    e.shard_optimizer = cfg.shard_optimizer && e.data_ranks > 1;
   }
   e.compute = dtype;
   if (cfg.plan_value) {
@@ -211,6 +212,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     t->shards_ = layout.ways("batch", shape);
     t->shard_ = t->mesh_->coord(bdim);
     t->data_comm_ = t->mesh_->along(bdim);
+    t->spec_.exec.data_rank = t->shard_;
     if (r.exec.model.tp > 1) {  // Note [tensor parallel] in model/gpt.h
       const std::string mdim = layout.mesh_dim("heads");
       t->model_comm_ = t->mesh_->along(mdim);
@@ -623,7 +625,7 @@ Status Trainer::check_replicas(const WholeState& whole) {
 Status Trainer::save(int64_t step) {
   ex_->wait_all();  // the CPU optimizer's last parameters on the device before they are read
   // Every rank gathers (a collective over the model dimension when the model is split), then rank 0 writes.
-  TT_ASSIGN_OR_RETURN(WholeState whole, gather_whole_state(*ex_, model_comm_));
+  TT_ASSIGN_OR_RETURN(WholeState whole, gather_whole_state(*ex_, model_comm_, data_comm_));
   TT_TRY(check_replicas(whole));
   if (!lead()) return Status::ok();  // one copy: the replicas are the same bits
   CheckpointState st;
@@ -774,7 +776,7 @@ Result<TrainSummary> Trainer::run() {
   if (!cfg_.metrics_out.empty() && lead()) TT_TRY(write_metrics(summary));
   ex_->wait_all();  // the run ends with every parameter on the device
   if (mesh_ != nullptr && mesh_->world().size() > 1) {
-    TT_ASSIGN_OR_RETURN(WholeState whole, gather_whole_state(*ex_, model_comm_));
+    TT_ASSIGN_OR_RETURN(WholeState whole, gather_whole_state(*ex_, model_comm_, data_comm_));
     TT_TRY(check_replicas(whole));
   }
   return summary;

@@ -437,6 +437,69 @@ TEST(Cli, TensorParallelCheckpointsContinueOnAnotherMesh) {
   }
 }
 
+// Note [sharded optimizer] in exec/optimizer.h (--shard-optimizer, ZeRO-1): each data-parallel rank updates its
+// share of the parameters with its share of the moments, then the shares are broadcast: bit for bit the unsharded
+// run (on data=2 and on data=2,model=2), with half the moments' memory on 2 ranks; checkpoints gather the shares, so
+// a sharded run continues in one process where the uninterrupted run goes, and a one-process checkpoint continues
+// sharded; with the CPU optimizer it is refused.
+TEST(Cli, ShardedOptimizerIsTheUnshardedRunWithLessMemory) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
+  const std::string bin = TT_BINARY;
+  const std::string args = "train --data " + data +
+                           " --backend cpu --layers 2 --dim 32 --heads 4 --seq 16 --batch 8 --steps 12 --warmup 2 "
+                           "--eval-every 6 --eval-batches 2 --threads 1";
+  for (const auto& [mesh, ranks] : {std::pair<std::string, int>{"data=2", 2}, {"data=2,model=2", 4}}) {
+    std::vector<nlohmann::json> runs;
+    for (const char* shard : {"", " --shard-optimizer"}) {
+      const std::string out = dir.path() + "/" + mesh + (shard[0] ? "-sharded" : "") + ".json";
+      CliRun r = run("launch -n " + std::to_string(ranks) + " -- " + bin + " " + args + " --mesh " + mesh + shard +
+                     " --metrics-out " + out);
+      ASSERT_EQ(r.code, 0) << r.out;
+      runs.push_back(nlohmann::json::parse(slurp(out)));
+    }
+    ASSERT_EQ(runs[1]["steps"].size(), 12u);
+    for (size_t i = 0; i < 12; ++i) {
+      EXPECT_EQ(runs[1]["steps"][i]["loss"], runs[0]["steps"][i]["loss"]) << mesh << " step " << i + 1;
+      EXPECT_EQ(runs[1]["steps"][i]["grad_norm"], runs[0]["steps"][i]["grad_norm"]) << mesh << " step " << i + 1;
+    }
+    EXPECT_EQ(runs[1]["val"], runs[0]["val"]) << mesh;
+  }
+  auto optim_state = [&](const std::string& extra) {
+    CliRun r = run(args + " --mesh data=2 --dry-run" + extra);
+    EXPECT_EQ(r.code, 0) << r.out;
+    const size_t at = r.out.find("optim_state ");
+    return at == std::string::npos ? std::string() : r.out.substr(at, r.out.find(',', at) - at);
+  };
+  EXPECT_EQ(optim_state(""), "optim_state 267.00 KiB") << "the test's model changed: update the figures";
+  EXPECT_EQ(optim_state(" --shard-optimizer"), "optim_state 133.50 KiB");
+  // Checkpoints: sharded -> one process, and one process -> sharded, each where the uninterrupted run goes.
+  const std::string plain = "train --data " + data +
+                            " --backend cpu --layers 2 --dim 32 --heads 4 --seq 16 --batch 8 --steps 12 --warmup 2 "
+                            "--eval-every 0 --threads 1";
+  CliRun whole = run(plain + " --metrics-out " + dir.path() + "/whole.json");
+  ASSERT_EQ(whole.code, 0) << whole.out;
+  CliRun first = run("launch -n 2 -- " + bin + " " + plain + " --mesh data=2 --shard-optimizer --stop-at 4 "
+                     "--checkpoint-dir " + dir.path() + "/ck");
+  ASSERT_EQ(first.code, 0) << first.out;
+  CliRun second = run(plain + " --stop-at 8 --resume --checkpoint-dir " + dir.path() + "/ck --metrics-out " +
+                      dir.path() + "/second.json");
+  ASSERT_EQ(second.code, 0) << second.out;
+  CliRun third = run("launch -n 2 -- " + bin + " " + plain + " --mesh data=2 --shard-optimizer --resume "
+                     "--checkpoint-dir " + dir.path() + "/ck --metrics-out " + dir.path() + "/third.json");
+  ASSERT_EQ(third.code, 0) << third.out;
+  const auto w = loss_and_norm(dir.path() + "/whole.json");
+  for (const auto& [part, from] : {std::pair<const char*, size_t>{"second", 4}, {"third", 8}}) {
+    const auto p = loss_and_norm(dir.path() + "/" + part + ".json");
+    ASSERT_EQ(p.size(), 4u) << part;
+    for (size_t i = 0; i < p.size(); ++i)
+      EXPECT_NEAR(p[i].first, w[from + i].first, 1e-6 * w[from + i].first) << part << " step " << from + i + 1;
+  }
+  CliRun cpu = run("launch -n 2 -- " + bin + " " + plain + " --mesh data=2 --shard-optimizer --optimizer cpu");
+  EXPECT_NE(cpu.code, 0) << cpu.out;
+  EXPECT_HAS(cpu.out, "--shard-optimizer with the CPU optimizer: not built");
+}
+
 // Issue 21's large-input workload (exec/features.h): an MLP on dense features, data parallel; the three input modes
 // feed each rank the same rows (bit-identical runs), two ranks follow the one-process run (within 1e-5), it learns,
 // and bad data or options are named.
