@@ -317,14 +317,16 @@ class Compiler {
   }
 
   // Note [managed activations]: block l's managed pages moved to `to` on its stream, after `after` (two events).
+  // dead: the pages were discarded (a populate).
   void um_move(std::vector<Op>& out, int l, memory::UmPlace to, const char* what, const std::vector<std::string>& after,
-               const std::string& done) {
+               const std::string& done, bool dead = false) {
     const StreamId st = to == memory::UmPlace::kDevice ? StreamId::kH2D : StreamId::kD2H;
     for (const std::string& e : after) wait(out, st, e, ("wait " + e.substr(0, e.find(' '))).c_str(), l);
     Op& op = add(out, st, OpKind::kUmPrefetch, std::string(what) + " " + block(l));
     op.layer = l;
     op.entry = managed_block(l);
     op.place = static_cast<int>(to);
+    op.um_dead = dead;
     op.bytes = um_bytes_;
     record(out, st, done + " " + block(l), l);
   }
@@ -355,7 +357,8 @@ class Compiler {
     if (k >= um_.slots)
       after.push_back((evaluation ? "um_free " : "um_out ") + block(um_.order[static_cast<size_t>(k - um_.slots)]));
     // (Without discards the pages come back with their dead contents: a migration, priced as one: um_refill.)
-    um_move(out, l, memory::UmPlace::kDevice, plan_.um.discard ? "um_populate" : "um_refill", after, "um_ready");
+    um_move(out, l, memory::UmPlace::kDevice, plan_.um.discard ? "um_populate" : "um_refill", after, "um_ready",
+            plan_.um.discard);
   }
 
   // evaluation: the forward of Pass::kForward, with no backward after it (Note [managed activations]).
@@ -579,7 +582,7 @@ class Compiler {
         um_seg(out, StreamId::kH2D, OpKind::kUmDiscard, "um grads discard", grads_entry(s), s, memory::UmPlace::kNone,
                seg_bytes(s, msize_));
         um_seg(out, StreamId::kH2D, OpKind::kUmPrefetch, "um grads populate", grads_entry(s), s,
-               memory::UmPlace::kDevice, seg_bytes(s, msize_));
+               memory::UmPlace::kDevice, seg_bytes(s, msize_)).um_dead = true;
       }
       if (layer >= 0 && plan_.params_streamed(layer)) continue;  // uploaded ahead of its next use
       wait(out, StreamId::kH2D, "adamw " + seg_name(s), "wait cpu optimizer", layer);

@@ -78,6 +78,8 @@ struct Op {
   int event = -1;       // kWait, kRecord: index into Schedule::events
   int slot = -1;        // copies into or out of a ring slot
   int place = -1;       // kUmPrefetch: memory::UmPlace (0 the device, 1 the host)
+  bool um_dead = false; // kUmPrefetch to the device of pages whose contents are dead (discarded): a populate, which
+                        // allocates them there and moves nothing (priced as such: perf/costs.h)
   std::string entry;    // UM operations: the managed inventory entry they act on
   int64_t bytes = 0;    // bytes moved (copies) or read and written (compute, estimated)
   double flops = 0;     // floating-point operations (compute)

@@ -150,11 +150,11 @@ double ProfileCosts::slowdown(CostClass victim, CostClass other) const {
 }
 
 // Unified Memory (issue 20): a discard, a prefetch to the host, a prefetch to the device of discarded pages (a
-// populate: the operations named so, "um_populate h.3", "um grads populate"), or one of pages with data.
+// populate: Op::um_dead), or one of pages with data.
 const LinkRate* ProfileCosts::um_link(const Op& op) const {
   const LinkRate* l = op.kind == OpKind::kUmDiscard                              ? &p_.um_discard
                       : op.place != static_cast<int>(memory::UmPlace::kDevice)   ? &p_.um_to_host
-                      : op.name.find("populate") != std::string::npos            ? &p_.um_populate
+                      : op.um_dead                                               ? &p_.um_populate
                                                                                  : &p_.um_to_device;
   if (!l->valid() && status_.is_ok())
     status_ = Status(StatusCode::kNotFound, op.name + ": the profile has no Unified Memory rates (a profile from "

@@ -179,6 +179,7 @@ TEST(UmPlans, TheCpuOptimizerExchangesThroughManagedMemoryWithoutCopies) {
       ++discards[k];
     } else if (grads) {
       ++(op.place == 1 ? grads_out : populates)[k];
+      EXPECT_EQ(op.um_dead, op.place == 0) << op.name;  // the gradients' populate: dead pages
     } else {
       ++(op.place == 1 ? params_out : params_in)[k];
     }
@@ -323,6 +324,8 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
       for (const Op& op : s.pass(Pass::kTrain)) {
         if (op.layer != l || !op.entry.starts_with("managed.h.")) continue;
         populate += op.kind == OpKind::kUmPrefetch && op.name.starts_with(populate_name) ? 1 : 0;
+        // A populate moves nothing (priced so: Op::um_dead); a refill moves the pages back.
+        if (op.kind == OpKind::kUmPrefetch && op.place == 0) EXPECT_EQ(op.um_dead, op.name.starts_with("um_populate"));
         out += op.kind == OpKind::kUmPrefetch && op.place == 1 ? 1 : 0;
         in += op.kind == OpKind::kUmPrefetch && op.name.starts_with("um_in") ? 1 : 0;
         discard += op.kind == OpKind::kUmDiscard ? 1 : 0;

@@ -229,7 +229,8 @@ TEST(Profile, UnifiedMemoryRatesAreOptionalAndPriceTheScheduleUmOperations) {
   };
   const Op out = op_of(OpKind::kUmPrefetch, memory::UmPlace::kHost, "um_out h.0");
   const Op in = op_of(OpKind::kUmPrefetch, memory::UmPlace::kDevice, "um_in h.0");
-  const Op populate = op_of(OpKind::kUmPrefetch, memory::UmPlace::kDevice, "um_populate h.1");
+  Op populate = op_of(OpKind::kUmPrefetch, memory::UmPlace::kDevice, "um_populate h.1");
+  populate.um_dead = true;
   const Op discard = op_of(OpKind::kUmDiscard, memory::UmPlace::kNone, "um_discard h.0");
   ProfileCosts costs(p, spec);
   EXPECT_DOUBLE_EQ(costs.seconds(out), p.um_to_host.seconds(n));
