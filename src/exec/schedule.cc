@@ -772,6 +772,7 @@ json op_json(const Op& op, const std::vector<std::string>& events) {
   if (op.event >= 0) j["event"] = events[static_cast<size_t>(op.event)];
   if (op.slot >= 0) j["slot"] = op.slot;
   if (op.place >= 0) j["place"] = memory::um_place_name(static_cast<memory::UmPlace>(op.place));
+  if (op.um_dead) j["dead"] = true;
   if (!op.entry.empty()) j["entry"] = op.entry;
   if (op.bytes != 0) j["bytes"] = op.bytes;
   if (op.flops != 0) j["flops"] = op.flops;
@@ -820,6 +821,7 @@ Result<Op> op_from_json(const json& j, const std::map<std::string, int>& events,
     op.bytes = j.value("bytes", int64_t{0});
     op.flops = j.value("flops", 0.0);
     op.speculative = j.value("speculative", false);
+    op.um_dead = j.value("dead", false);
     if (j.contains("memory")) {
       const json& m = j.at("memory");
       const std::string pool = m.at("pool").get<std::string>();

@@ -325,7 +325,9 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
         if (op.layer != l || !op.entry.starts_with("managed.h.")) continue;
         populate += op.kind == OpKind::kUmPrefetch && op.name.starts_with(populate_name) ? 1 : 0;
         // A populate moves nothing (priced so: Op::um_dead); a refill moves the pages back.
-        if (op.kind == OpKind::kUmPrefetch && op.place == 0) EXPECT_EQ(op.um_dead, op.name.starts_with("um_populate"));
+        if (op.kind == OpKind::kUmPrefetch && op.place == 0) {
+          EXPECT_EQ(op.um_dead, op.name.starts_with("um_populate")) << op.name;
+        }
         out += op.kind == OpKind::kUmPrefetch && op.place == 1 ? 1 : 0;
         in += op.kind == OpKind::kUmPrefetch && op.name.starts_with("um_in") ? 1 : 0;
         discard += op.kind == OpKind::kUmDiscard ? 1 : 0;
