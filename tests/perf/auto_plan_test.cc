@@ -120,7 +120,9 @@ TEST(PlanRows, OversubscribedUnifiedMemoryIsPricedFromItsMigrations) {
     if (r.optimizer != OptimizerPlacement::kDevice) continue;
     if (r.plan == "um") um = &r;
     if (r.plan == "in-core") in_core = &r;
-    if (r.fits()) EXPECT_EQ(r.oversubscribed, 0) << r.plan;
+    if (r.fits()) {
+      EXPECT_EQ(r.oversubscribed, 0) << r.plan;
+    }
   }
   ASSERT_TRUE(um && in_core);
   EXPECT_FALSE(um->fits());
@@ -145,7 +147,9 @@ TEST(PlanRows, OversubscribedUnifiedMemoryIsPricedFromItsMigrations) {
   ASSERT_TRUE(small.is_ok());
   ASSERT_TRUE(predict(small.value(), tiny.profile).is_ok());
   for (const PlanRow& r : small.value())
-    if (r.plan == "um") EXPECT_EQ(r.oversubscribed, 0);
+    if (r.plan == "um") {
+      EXPECT_EQ(r.oversubscribed, 0);
+    }
 }
 
 TEST(AutoPlan, WhenNothingFitsTheErrorSaysTheSmallestNeed) {
