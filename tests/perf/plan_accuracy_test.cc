@@ -4,6 +4,7 @@
 // comparison on an H200 is bench/perf/plan_gpu.sh (docs/benchmarks/).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "perf/auto_plan.h"
@@ -53,13 +54,15 @@ TEST(PlanAccuracy, EveryShortcutPlanIsPredictedWithinTenPercentOfItsMeasuredStep
   ASSERT_TRUE(chosen.is_ok()) << chosen.status().to_string();
   rows.value().push_back(chosen.value().best);
 
-  // Each row's step: the median of 8 steps (after one that warms up), in two rounds over all rows, the faster round
-  // kept: load from elsewhere on a shared 2-core VM only adds time, and a round of it once put two measurements of
-  // the same plan 5-8% apart.
+  // Each row's step: the median of 8 steps (after one that warms up); a row more than 7% from its prediction is
+  // measured a second time and the faster of the two kept: load from elsewhere on a shared 2-core VM only adds time,
+  // and a round of it once put two measurements of the same plan 5-8% apart. (Two full rounds took 2 minutes of CI's
+  // 30; most rows are within 7% at once.)
   std::vector<double> measured_s(rows.value().size(), 1e30);
   for (int round = 0; round < 2; ++round) {
     for (size_t i = 0; i < rows.value().size(); ++i) {
       const PlanRow& r = rows.value()[i];
+      if (round == 1 && std::abs(r.sim.step_seconds - measured_s[i]) < 0.07 * measured_s[i]) continue;
       ASSERT_TRUE(r.fits()) << r.plan;
       TrainConfig t = tc;
       t.plan = r.plan;
