@@ -72,7 +72,7 @@ int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out
     link("UM to host", p.um_to_host);
     link("UM to device", p.um_to_device);
     link("UM populate", p.um_populate);
-    link("UM discard", p.um_discard);
+    link("UM release", p.um_discard);
     link("UM on faults", p.um_fault_in);
   } else {
     std::fprintf(out, "  UM            not measured (no managed memory on this backend)\n");

@@ -243,22 +243,6 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     managed_pool_ = std::make_unique<memory::DevicePool>(aligned, static_cast<size_t>(managed), be_.device(),
                                                          &be_.stats());
     managed_pool_->set_tier(memory::Tier::kManaged);
-    // Known defect (docs/benchmarks/2026-12-02-h200-um-race/, ../2026-12-02-h200-um-no-discard/): on an H200 a plan
-    // that discards offloaded managed activations was not bit-identical to in-core in 7 of 60 runs of
-    // TrainerCuda.PlansMatchInCore; without the discards, 0 of 60 (and a step twice as slow).
-    if (be_.device().kind == DeviceKind::kCuda) {
-      for (const Op& op : schedule_.pass(Pass::kTrain))
-        if (op.kind == OpKind::kUmDiscard && op.entry.starts_with("managed.h.")) {
-          TT_LOG(WARN, MEM,
-                 "plan %s discards offloaded managed activations after each backward: on a GPU such runs were "
-                 "not bit-identical to in-core in 7 of 60 test runs (a known defect under investigation: "
-                 "docs/PLANS.md, Unified Memory); \"um\": {\"discard\": false} moves the dead pages to the host "
-                 "instead (bit-identical in 60 of 60, about 2x slower), and the explicit copies of swap-activations "
-                 "have no such defect",
-                 spec_.plan.source.c_str());
-          break;
-        }
-    }
   }
   // The setup pass: every allocation of the run, in order, with the advice and first placement of managed entries.
   for (const Op& op : schedule_.pass(Pass::kSetup)) {
@@ -725,12 +709,9 @@ void Executor::issue(const Op& op) {
     case OpKind::kUmAdvise:
       TT_CHECK(false, "issue: %s belongs to the setup pass", op.name.c_str());
       break;
-    case OpKind::kUmPrefetch:  // Note [managed activations]
-      be_.um()->prefetch({um_range(op)}, static_cast<memory::UmPlace>(op.place), st);
-      break;
-    case OpKind::kUmDiscard:
-      if (prof_) prof_->mark(op.name.c_str());
-      be_.um()->discard({um_range(op)}, st);
+    case OpKind::kUmPrefetch:  // Note [managed activations]: dead pages placed without moving them, or a prefetch
+      if (op.um_dead) be_.um()->discard({um_range(op)}, static_cast<memory::UmPlace>(op.place), st);
+      else be_.um()->prefetch({um_range(op)}, static_cast<memory::UmPlace>(op.place), st);
       break;
     case OpKind::kInputFill:
       // Note [slot rings]: batch k into host slot k % slots; the copy that last read that slot belongs to a step the

@@ -25,12 +25,11 @@ constexpr const char* kOpKindNames[] = {"model",       "wait",      "record",   
                                         "rebuild_mlp", "zero_grads", "swap_out",  "swap_in",       "params_in",
                                         "grads_out",   "norm_part", "norm_total", "norm_out",      "host_adamw",
                                         "params_back", "device_adamw", "alloc", "input_fill",
-                                        "input_in", "input_take", "grad_reduce", "um_advise", "um_prefetch",
-                                        "um_discard"};
+                                        "input_in", "input_take", "grad_reduce", "um_advise", "um_prefetch"};
 constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup", "prefetch"};
 constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
                                           "after_head",     "before_backward", "after_backward"};
-static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kUmDiscard) + 1, "a name for every OpKind");
+static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kUmPrefetch) + 1, "a name for every OpKind");
 static_assert(std::size(kPassNames) == static_cast<size_t>(kNumPasses), "a name for every Pass");
 static_assert(std::size(kBoundaryNames) == static_cast<size_t>(Boundary::kAfterBackward) + 1, "a name per Boundary");
 }  // namespace
@@ -71,29 +70,32 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // offloaded blocks o_0 < ... < o_{m-1} and S = swap_slots of them on the device at once:
 //  set-up:   every managed entry gets its class's advice (kUmAdvise) and, but for offloaded blocks, is prefetched to
 //            the device once (kUmPrefetch), so that no step faults it in.
-//  forward:  o_0 .. o_{S-1} are populated on the device at the start (h2d: a prefetch of discarded pages allocates
-//            them there and moves nothing), each after its discard in the previous backward (um_free). After o_k's
-//            forward (for k < m - S) the d2h stream prefetches its pages to the host (after um_fwd), and once they
-//            have left (um_out) the h2d stream populates o_{k+S}; o_k's forward waits for um_ready. The last S stay.
-//  backward: after o_k's backward (um_bwd) the h2d stream discards its pages (dead until the next forward, so
-//            neither direction migrates them for their contents) and records um_free; then it prefetches o_{k-S} back
-//            to the device (after um_out o_{k-S}), and o_{k-S}'s backward waits for um_in.
-//  With um.discard false (Plan's UmPolicy) the d2h stream moves the dead pages to the host instead of a discard
-//  (um_evict, recording um_free), and the populate (um_refill) brings them back as a migration: slower, no discards.
-//  Every discard is on the h2d stream, which also populates and prefetches back: ordered after a discard by an
-//  event alone (discard on the compute stream, populate on h2d), a populated block's activations were wrong in 17 of
-//  40 runs of TrainerCuda.PlansMatchInCore on an H200 (CUDA 13.0, driver 580), never in its first step (nothing
-//  discarded yet), and right in 40 of 40 without the discards. With the discards on h2d, 1 run of 40 was still
-//  wrong: an open defect (docs/benchmarks/2026-12-02-h200-um-race/; the executor warns of it on a GPU).
+//  forward:  o_0 .. o_{S-1} are populated on the device at the start (h2d: a discard-and-prefetch of their dead
+//            pages, which places them there and moves nothing), each after it left the device in the previous
+//            backward (um_free). After o_k's forward (for k < m - S) the d2h stream prefetches its pages to the host
+//            (after um_fwd), and once they have left (um_out) the h2d stream populates o_{k+S}; o_k's forward waits for
+//            um_ready. The last S stay.
+//  backward: after o_k's backward (um_bwd) the h2d stream releases its pages (um_release: a discard-and-prefetch to
+//            the host; dead until the next forward, so they leave the device and no direction migrates them for
+//            their contents) and records um_free; then it prefetches o_{k-S} back to the device (after um_out
+//            o_{k-S}), and o_{k-S}'s backward waits for um_in.
+//  With um.discard false (Plan's UmPolicy) the d2h stream moves the dead pages to the host instead (um_evict, a
+//  migration, recording um_free), and the populate (um_refill) brings them back as a migration: slower.
+//  Every dead range is released and populated with CUDA 13's discard-and-prefetch (Op::um_dead), never with a plain
+//  discard: a range discarded alone, later prefetched to the device, written there and prefetched to the host,
+//  sometimes came back to the device with its contents of the step before (an H200, CUDA 13.0, driver 580: in 7 of 60
+//  runs of TrainerCuda.PlansMatchInCore, and in bench/um/discard_repro.cu, the schedule's streams and events with
+//  nothing else, in every configuration tried; with discard-and-prefetch in both places, 0 wrong words in 2400
+//  steps: docs/benchmarks/2026-12-02-h200-um-discard-repro/).
 //  evaluation (Pass::kForward, no backward after it): each block's activations are dead after its forward and are
-//            discarded at once instead of copied out; o_{k+S} is populated once o_k is discarded. So at most S
+//            released at once instead of copied out; o_{k+S} is populated once o_k is released. So at most S
 //            offloaded blocks are on the device at any time, after an evaluation too, and Executor::backward()
 //            after forward() is refused for such plans.
-// Every managed entry owns whole 2 MiB pieces (Inventory::add_managed): a discard or a prefetch never touches a
-// neighbour's page.
+// Every managed entry owns whole 2 MiB pieces (Inventory::add_managed): a release, populate or prefetch never touches
+// a neighbour's page.
 // Without um.prefetch nothing of this is issued: the driver moves pages on faults alone (default UM). The CPU
-// backend's emulation poisons discarded pages (Note [emulated managed memory] in backend/cpu/cpu_backend.cc), so a
-// discard of live data fails the bit-identity tests there.
+// backend's emulation poisons the pages of every discard-and-prefetch (Note [emulated managed memory] in
+// backend/cpu/cpu_backend.cc), so a release or populate of live data fails the bit-identity tests there.
 //
 // Note [managed optimizer exchange]
 // Issue 20: with the CPU optimizer, a plan may put the gradients ("managed": ["grad"]) and the device's compute copy
@@ -101,8 +103,9 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // copy where they are, with no copy of its own (Note [master on host] in exec/optimizer.h has the copies it replaces).
 // After segment s's backward (its gradients written, its parameters read for the last time this step), with
 // um.prefetch, the d2h stream moves both to the host (instead of kGradsOut). After the update of s the h2d stream
-// discards the gradients and populates them on the device again (the next backward writes them), and moves the
-// compute copy back (instead of kParamsBack), then records params_back s, which the next forward waits for as before.
+// populates the gradients on the device again with one discard-and-prefetch (dead: the next backward writes them;
+// Note [managed activations] says why never a plain discard), and moves the compute copy back (instead of
+// kParamsBack), then records params_back s, which the next forward waits for as before.
 // Without um.prefetch the same records order the work and the pages move on faults. The update of s has finished
 // before anything writes s's gradients again: the next forward waits for params_back s, and the backward comes
 // after the forward. With speculation both state sets write the one compute copy: it is only written by the update,
@@ -317,7 +320,7 @@ class Compiler {
   }
 
   // Note [managed activations]: block l's managed pages moved to `to` on its stream, after `after` (two events).
-  // dead: the pages were discarded (a populate).
+  // dead: the pages' contents are dead (a discard-and-prefetch: a populate or a release).
   void um_move(std::vector<Op>& out, int l, memory::UmPlace to, const char* what, const std::vector<std::string>& after,
                const std::string& done, bool dead = false) {
     const StreamId st = to == memory::UmPlace::kDevice ? StreamId::kH2D : StreamId::kD2H;
@@ -330,10 +333,11 @@ class Compiler {
     op.bytes = um_bytes_;
     record(out, st, done + " " + block(l), l);
   }
-  // Note [managed activations]: block l's pages discarded on the h2d stream (the stream of every populate and
-  // prefetch back to the device) once the compute stream is done with them (`done`, recorded here).
-  // With um.discard false the pages go to the host instead (the d2h stream, like um_out): nothing is discarded.
-  void um_discard(std::vector<Op>& out, int l, const char* done) {
+  // Note [managed activations]: block l's pages released on the h2d stream (the stream of every populate and
+  // prefetch back to the device: a discard-and-prefetch to the host) once the compute stream is done with them
+  // (`done`, recorded here). With um.discard false the pages go to the host as a migration (the d2h stream, like
+  // um_out): nothing is discarded.
+  void um_release(std::vector<Op>& out, int l, const char* done) {
     const std::string after = std::string(done) + " " + block(l);
     record(out, StreamId::kCompute, after, l);
     if (!plan_.um.discard) {
@@ -341,15 +345,17 @@ class Compiler {
       return;
     }
     wait(out, StreamId::kH2D, after, "wait compute", l);
-    Op& d = add(out, StreamId::kH2D, OpKind::kUmDiscard, "um_discard " + block(l));
+    Op& d = add(out, StreamId::kH2D, OpKind::kUmPrefetch, "um_release " + block(l));
     d.layer = l;
     d.entry = managed_block(l);
+    d.place = static_cast<int>(memory::UmPlace::kHost);
+    d.um_dead = true;
     d.bytes = um_bytes_;
     record(out, StreamId::kH2D, "um_free " + block(l), l);
   }
-  // o_k populated on the device after its discard and after the previous pass's copy of it to the host (a no-op
-  // wait after a backward), and after o_{k-S} has left the device: copied out (training) or discarded (an
-  // evaluation, which discards every block after its forward).
+  // o_k populated on the device after its release and after the previous pass's copy of it to the host (a no-op
+  // wait after a backward), and after o_{k-S} has left the device: copied out (training) or released (an
+  // evaluation, which releases every block after its forward).
   void um_populate(std::vector<Op>& out, int k, bool evaluation) {
     const int l = um_.order[static_cast<size_t>(k)];
     std::vector<std::string> after = {"um_free " + block(l)};
@@ -393,8 +399,8 @@ class Compiler {
       const int uk = um_.holds(l) ? um_.index(l) : -1;
       if (uk >= 0) wait(out, StreamId::kCompute, "um_ready " + block(l), "wait um_populate", l);
       model(out, Boundary::kBeforeForward, 1 + l, "forward " + block(l), block_fwd_);
-      if (uk >= 0 && evaluation) {  // dead at once: discarded, never copied out
-        um_discard(out, l, "um_fwd");
+      if (uk >= 0 && evaluation) {  // dead at once: released, never copied out
+        um_release(out, l, "um_fwd");
         if (uk + um_.slots < mu) um_populate(out, uk + um_.slots, evaluation);
       } else if (uk >= 0 && uk < mu - um_.slots) {  // the last S stay on the device
         record(out, StreamId::kCompute, "um_fwd " + block(l), l);
@@ -501,7 +507,7 @@ class Compiler {
       }
       model(out, Boundary::kBeforeBackward, 1 + l, "backward " + block(l), block_bwd_);
       if (uk >= 0) {  // Note [managed activations]: dead now; then the block S below comes back into the room
-        um_discard(out, l, "um_bwd");
+        um_release(out, l, "um_bwd");
         if (uk >= um_.slots) {
           const int next = um_.order[static_cast<size_t>(uk - um_.slots)];
           um_move(out, next, memory::UmPlace::kDevice, "um_in", {"um_free " + block(l), "um_out " + block(next)},
@@ -577,10 +583,8 @@ class Compiler {
       record(out, StreamId::kHost, "adamw " + seg_name(s), layer);
       if (plan_.managed_grads && plan_.um.prefetch) {
         // Note [managed optimizer exchange]: read; dead until the next backward writes them, which finds them on
-        // the device (populated without moving their contents).
+        // the device (populated without moving their contents: a discard-and-prefetch, Note [managed activations]).
         wait(out, StreamId::kH2D, "adamw " + seg_name(s), "wait cpu optimizer", layer);
-        um_seg(out, StreamId::kH2D, OpKind::kUmDiscard, "um grads discard", grads_entry(s), s, memory::UmPlace::kNone,
-               seg_bytes(s, msize_));
         um_seg(out, StreamId::kH2D, OpKind::kUmPrefetch, "um grads populate", grads_entry(s), s,
                memory::UmPlace::kDevice, seg_bytes(s, msize_)).um_dead = true;
       }
@@ -656,7 +660,7 @@ Status Schedule::validate() const {
                    kInvalidArgument,
                    "%s: the setup pass allocates, advises and places, and nothing else; no other pass does the first "
                    "two", where.c_str());
-      const bool um_op = op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard || op.kind == OpKind::kUmAdvise;
+      const bool um_op = op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmAdvise;
       TT_RETURN_IF(um_op != !op.entry.empty(), kInvalidArgument,
                    "%s: UM operations name a managed entry, nothing else names one", where.c_str());
       TT_RETURN_IF(um_op && !setup && op.entry.starts_with("managed.h.") && !rings.um.holds(op.layer), kInvalidArgument,

@@ -59,8 +59,8 @@ enum class OpKind : int {
   // Unified Memory (issue 20, Note [managed activations], Note [managed optimizer exchange]): on the managed
   // inventory entry `entry` (its segment `segment`'s part when the entry is the flat compute copy of the parameters).
   kUmAdvise,        // setup: the plan's advice for the entry's class (Plan::um)
-  kUmPrefetch,      // the pages moved to `place` (h2d stream to the device, d2h stream to the host)
-  kUmDiscard,       // the pages' contents are dead (a block's activations after its backward; gradients after the update)
+  kUmPrefetch,      // the pages moved to `place` (h2d stream to the device, d2h stream to the host); with um_dead
+                    // their contents are dead: placed there without moving anything (a discard-and-prefetch)
 };
 const char* op_kind_name(OpKind k);
 
@@ -78,8 +78,9 @@ struct Op {
   int event = -1;       // kWait, kRecord: index into Schedule::events
   int slot = -1;        // copies into or out of a ring slot
   int place = -1;       // kUmPrefetch: memory::UmPlace (0 the device, 1 the host)
-  bool um_dead = false; // kUmPrefetch to the device of pages whose contents are dead (discarded): a populate, which
-                        // allocates them there and moves nothing (priced as such: perf/costs.h)
+  bool um_dead = false; // kUmPrefetch of pages whose contents are dead: a discard-and-prefetch, which places them at
+                        // `place` and moves nothing; to the device a populate, to the host a release (priced as
+                        // such: perf/costs.h; Note [managed activations] says why never a plain discard)
   std::string entry;    // UM operations: the managed inventory entry they act on
   int64_t bytes = 0;    // bytes moved (copies) or read and written (compute, estimated)
   double flops = 0;     // floating-point operations (compute)

@@ -31,12 +31,12 @@ void RecordingUmDriver::prefetch(const std::vector<UmRange>& ranges, UmPlace to,
   inner_->prefetch(ranges, to, stream);
 }
 
-void RecordingUmDriver::discard(const std::vector<UmRange>& ranges, Stream& stream) {
+void RecordingUmDriver::discard(const std::vector<UmRange>& ranges, UmPlace to, Stream& stream) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    calls_.push_back({UmCall::kDiscard, ranges, UmPlace::kNone, {}, &stream});
+    calls_.push_back({UmCall::kDiscard, ranges, to, {}, &stream});
   }
-  inner_->discard(ranges, stream);
+  inner_->discard(ranges, to, stream);
 }
 
 std::vector<UmCall> RecordingUmDriver::calls() const {

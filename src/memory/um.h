@@ -7,11 +7,11 @@
 //   TT_ASSIGN_OR_RETURN(void* base, um->reserve(bytes, /*allow_oversubscription=*/false));
 //   TT_TRY(um->advise({{base, bytes}}, UmAdvice{.preferred = UmPlace::kDevice}));
 //   um->prefetch({{p, n}}, UmPlace::kHost, backend.d2h_stream());
-//   um->discard({{p, n}}, backend.compute_stream());  // contents dead: no page of it migrates again
+//   um->discard({{p, n}}, UmPlace::kHost, backend.h2d_stream());  // contents dead: off the device, nothing moved
 //
 // CUDA (backend/cuda/um.cc): cudaMallocManaged, cudaMemAdvise / cudaMemPrefetchAsync with a cudaMemLocation (CUDA
-// 13's forms), cudaMemDiscardBatchAsync. The CPU backend emulates it (its device memory is host memory already):
-// prefetches cost the simulated link's delay and move nothing, and a discard overwrites the range with a poison
+// 13's forms), cudaMemDiscardAndPrefetchBatchAsync. The CPU backend emulates it (its device memory is host memory
+// already): prefetches cost the simulated link's delay and move nothing, and a discard overwrites the range with a poison
 // pattern in stream order, so that a schedule that discards live data computes wrong numbers there too (the tests'
 // bit-identity against in-core then fails). RecordingUmDriver keeps every call, for the tests that compare the
 // calls with the schedule.
@@ -64,9 +64,10 @@ class UmDriver {
   // In `stream`'s order: the ranges' pages moved to `to` (kDevice or kHost); the caller orders the stream after
   // the last use of the pages where they were, and their next use after the stream.
   virtual void prefetch(const std::vector<UmRange>& ranges, UmPlace to, Stream& stream) = 0;
-  // In `stream`'s order: the ranges' contents are dead; their pages are released or left where they are, never
-  // migrated for their data. Reading them before the next write or prefetch gives indeterminate values.
-  virtual void discard(const std::vector<UmRange>& ranges, Stream& stream) = 0;
+  // In `stream`'s order: the ranges' contents are dead, and their pages are placed at `to` (kDevice or kHost)
+  // without moving their data (a discard-and-prefetch in one call; never a plain discard: Note [managed activations]
+  // in exec/schedule.cc). Reading them before the next write gives indeterminate values.
+  virtual void discard(const std::vector<UmRange>& ranges, UmPlace to, Stream& stream) = 0;
   // Counting of the driver's page faults and migrations (`train --um-counters`): CUPTI's Unified Memory counters on
   // a GPU; on the CPU backend's emulation, what its prefetches would have moved (it has no faults). counted() returns
   // the totals since start_counting (gpu_page_faults, cpu_page_faults, bytes_to_device, bytes_to_host, ...).
@@ -80,7 +81,7 @@ class UmDriver {
 struct UmCall {
   enum Kind { kAdvise, kPrefetch, kDiscard } kind = kPrefetch;
   std::vector<UmRange> ranges;
-  UmPlace to = UmPlace::kNone;  // kPrefetch
+  UmPlace to = UmPlace::kNone;  // kPrefetch, kDiscard
   UmAdvice advice;              // kAdvise
   const Stream* stream = nullptr;
 };
@@ -96,7 +97,7 @@ class RecordingUmDriver final : public UmDriver {
   void release(void* base) override { inner_->release(base); }
   Status advise(const std::vector<UmRange>& ranges, const UmAdvice& advice) override;
   void prefetch(const std::vector<UmRange>& ranges, UmPlace to, Stream& stream) override;
-  void discard(const std::vector<UmRange>& ranges, Stream& stream) override;
+  void discard(const std::vector<UmRange>& ranges, UmPlace to, Stream& stream) override;
   Status start_counting() override { return inner_->start_counting(); }
   std::map<std::string, int64_t> counted() override { return inner_->counted(); }
   std::vector<UmCall> calls() const;

@@ -510,7 +510,7 @@ void Gpt::backward_block(GptHooks& h, int l) {
 
 std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows,
                                               GptPiece piece, int segment) {
-  const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads / cfg.tp, Vp = cfg.padded_vocab(), BT = B * T;
+  const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads / cfg.tp, BT = B * T;
   const int64_t Cl = C / cfg.tp, Fl = 4 * C / cfg.tp, Vl = cfg.local_vocab();  // Note [tensor parallel]: this rank's
   const int L = cfg.layers;
   std::vector<NamedKernelCall> r;

@@ -826,12 +826,15 @@ Status measure_um(Backend& be, Profile& p, const CalibrateOptions& o) {
     to_host.emplace_back(n, th);
     TT_ASSIGN_OR_RETURN(double td, best_of(be.h2d_stream(), on_host, on_device));
     to_device.emplace_back(n, td);
-    TT_ASSIGN_OR_RETURN(double tx, best_of(be.h2d_stream(), on_device, [&] { um->discard(r, be.h2d_stream()); }));
+    // A release (dead pages off the device: a discard-and-prefetch to the host) and a populate (dead pages onto
+    // the device after a release), as the schedule issues them (Note [managed activations]).
+    auto release = [&] { um->discard(r, memory::UmPlace::kHost, be.h2d_stream()); };
+    TT_ASSIGN_OR_RETURN(double tx, best_of(be.h2d_stream(), on_device, release));
     discard.emplace_back(n, tx);
     TT_ASSIGN_OR_RETURN(double tp, best_of(be.h2d_stream(), [&] {
       on_device();
-      um->discard(r, be.h2d_stream());
-    }, on_device));
+      release();
+    }, [&] { um->discard(r, memory::UmPlace::kDevice, be.h2d_stream()); }));
     populate.emplace_back(n, tp);
     // A kernel writing the range while its pages are on the host: they come over on the device's faults.
     const Tensor t(range, {n / 4}, DType::kF32, TensorClass::kWorkspace, be.device());

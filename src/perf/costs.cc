@@ -149,13 +149,12 @@ double ProfileCosts::slowdown(CostClass victim, CostClass other) const {
   return p_.contention(v, o);
 }
 
-// Unified Memory (issue 20): a discard, a prefetch to the host, a prefetch to the device of discarded pages (a
-// populate: Op::um_dead), or one of pages with data.
+// Unified Memory (issue 20): a prefetch of pages with data to the host or the device, or a discard-and-prefetch of
+// dead pages (Op::um_dead): to the host a release (the profile's "discard" rate), to the device a populate.
 const LinkRate* ProfileCosts::um_link(const Op& op) const {
-  const LinkRate* l = op.kind == OpKind::kUmDiscard                              ? &p_.um_discard
-                      : op.place != static_cast<int>(memory::UmPlace::kDevice)   ? &p_.um_to_host
-                      : op.um_dead                                               ? &p_.um_populate
-                                                                                 : &p_.um_to_device;
+  const bool to_device = op.place == static_cast<int>(memory::UmPlace::kDevice);
+  const LinkRate* l = op.um_dead ? (to_device ? &p_.um_populate : &p_.um_discard)
+                                 : (to_device ? &p_.um_to_device : &p_.um_to_host);
   if (!l->valid() && status_.is_ok())
     status_ = Status(StatusCode::kNotFound, op.name + ": the profile has no Unified Memory rates (a profile from "
                                                       "before 2026-12-02, or of a backend without managed memory: "
@@ -164,7 +163,7 @@ const LinkRate* ProfileCosts::um_link(const Op& op) const {
 }
 
 double ProfileCosts::fixed_seconds(const Op& op) const {
-  if (op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard) return um_link(op)->latency_s;
+  if (op.kind == OpKind::kUmPrefetch) return um_link(op)->latency_s;
   switch (cost_class(op)) {
     case CostClass::kD2H:
       return p_.d2h_pinned.latency_s;
@@ -178,7 +177,7 @@ double ProfileCosts::fixed_seconds(const Op& op) const {
 }
 
 double ProfileCosts::seconds(const Op& op) const {
-  if (op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard) {
+  if (op.kind == OpKind::kUmPrefetch) {
     const LinkRate* l = um_link(op);
     return l->valid() ? l->seconds(op.bytes) : 0;
   }

@@ -90,9 +90,9 @@ struct Profile {
   LinkRate h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable;
   // A small copy to pinned host memory on the compute stream (the trainer's read of each step's losses and norm).
   LinkRate readback;
-  // Unified Memory (issue 20): the driver's prefetch of a managed range with data to the host and to the device, a
-  // prefetch to the device of discarded pages (a populate: nothing to move), and a discard, each timed alone on the
-  // d2h (to the host) or h2d stream. Not valid (not measured) for a backend without managed memory, or in a profile
+  // Unified Memory (issue 20): the driver's prefetch of a managed range with data to the host and to the device, and
+  // the discard-and-prefetch of a dead range to the device (um_populate: nothing to move) and to the host
+  // (um_discard, a release), each timed alone on the d2h (a prefetch to the host) or h2d stream. Not valid (not measured) for a backend without managed memory, or in a profile
   // from before 2026-12-02: the model then refuses plans that move managed pages.
   LinkRate um_to_host, um_to_device, um_populate, um_discard;
   // Pages on the host written by a kernel on the device: the driver migrates them on the device's page faults (what

@@ -19,11 +19,10 @@ CostClass cost_class(const Op& op) {
     case OpKind::kUmAdvise:    // (set-up only)
       return CostClass::kFree;
     // Unified Memory (issue 20): the driver's prefetches on the stream of their direction (Note [managed
-    // activations] in exec/schedule.cc); a discard moves nothing but is the h2d stream's work.
+    // activations] in exec/schedule.cc); a discard-and-prefetch of dead pages moves nothing but is the h2d stream's
+    // work, in either direction.
     case OpKind::kUmPrefetch:
-      return op.place == static_cast<int>(memory::UmPlace::kDevice) ? CostClass::kH2D : CostClass::kD2H;
-    case OpKind::kUmDiscard:
-      return CostClass::kH2D;
+      return op.um_dead || op.place == static_cast<int>(memory::UmPlace::kDevice) ? CostClass::kH2D : CostClass::kD2H;
     case OpKind::kSwapOut:
     case OpKind::kGradsOut:
     case OpKind::kNormOut:

@@ -167,7 +167,7 @@ TEST(UmPlans, TheCpuOptimizerExchangesThroughManagedMemoryWithoutCopies) {
   const Schedule s = compile_schedule(spec.schedule_spec(), inv);
   ASSERT_TRUE(s.validate().is_ok()) << s.validate().to_string();
   const int S = kCfg.layers + 2;
-  std::vector<int> grads_out(S), params_out(S), params_in(S), discards(S), populates(S);
+  std::vector<int> grads_out(S), params_out(S), params_in(S), populates(S);
   for (const Op& op : s.pass(Pass::kTrain)) {
     EXPECT_NE(op.kind, OpKind::kGradsOut) << op.name;
     EXPECT_NE(op.kind, OpKind::kParamsBack) << op.name;
@@ -175,12 +175,13 @@ TEST(UmPlans, TheCpuOptimizerExchangesThroughManagedMemoryWithoutCopies) {
     const size_t k = static_cast<size_t>(op.segment);
     const bool grads = op.entry == "grads.seg" + std::to_string(op.segment);
     EXPECT_TRUE(grads || op.entry == "params.compute") << op.entry;
-    if (op.kind == OpKind::kUmDiscard) {
-      ++discards[k];
-    } else if (grads) {
+    if (grads) {
       ++(op.place == 1 ? grads_out : populates)[k];
-      EXPECT_EQ(op.um_dead, op.place == 0) << op.name;  // the gradients' populate: dead pages
+      // The gradients' populate: dead pages, a discard-and-prefetch (never a plain discard: Note [managed
+      // activations]).
+      EXPECT_EQ(op.um_dead, op.place == 0) << op.name;
     } else {
+      EXPECT_FALSE(op.um_dead) << op.name;
       ++(op.place == 1 ? params_out : params_in)[k];
     }
   }
@@ -189,7 +190,6 @@ TEST(UmPlans, TheCpuOptimizerExchangesThroughManagedMemoryWithoutCopies) {
     EXPECT_EQ(grads_out[k], 1);
     EXPECT_EQ(params_out[k], 1);
     EXPECT_EQ(params_in[k], 1);
-    EXPECT_EQ(discards[k], 1);
     EXPECT_EQ(populates[k], 1);
   }
   // Without prefetches the same orderings, and no UM operation in a step.
@@ -276,7 +276,7 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
         if (c.stream == st) got.push_back(&c);
       std::vector<const Op*> ops;
       for (const Op& op : s.pass(Pass::kTrain))
-        if (op.stream == sid && (op.kind == OpKind::kUmPrefetch || op.kind == OpKind::kUmDiscard)) ops.push_back(&op);
+        if (op.stream == sid && op.kind == OpKind::kUmPrefetch) ops.push_back(&op);
       SCOPED_TRACE(stream_name(sid));
       ASSERT_EQ(got.size(), ops.size());
       for (size_t i = 0; i < ops.size(); ++i) {
@@ -301,10 +301,12 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
           EXPECT_EQ(c.ranges[0].ptr, r->second.ptr);
           EXPECT_EQ(c.ranges[0].bytes, r->second.bytes);
         }
-        if (op.kind == OpKind::kUmDiscard) {
+        if (op.um_dead) {
+          // Dead pages (a block's activations after its backward and before its forward, gradients after their
+          // update): one discard-and-prefetch to the op's place, on the h2d stream, which populates and prefetches
+          // back (Note [managed activations]).
           EXPECT_EQ(c.kind, memory::UmCall::kDiscard);
-          // A block's activations after its backward, gradients after their update: on the h2d stream, which
-          // populates and prefetches back (Note [managed activations]).
+          EXPECT_EQ(static_cast<int>(c.to), op.place);
           EXPECT_EQ(sid, StreamId::kH2D);
         } else {
           EXPECT_EQ(c.kind, memory::UmCall::kPrefetch);
@@ -328,9 +330,11 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
         if (op.kind == OpKind::kUmPrefetch && op.place == 0) {
           EXPECT_EQ(op.um_dead, op.name.starts_with("um_populate")) << op.name;
         }
-        out += op.kind == OpKind::kUmPrefetch && op.place == 1 ? 1 : 0;
+        out += op.kind == OpKind::kUmPrefetch && op.place == 1 && !op.um_dead ? 1 : 0;
         in += op.kind == OpKind::kUmPrefetch && op.name.starts_with("um_in") ? 1 : 0;
-        discard += op.kind == OpKind::kUmDiscard ? 1 : 0;
+        const bool release = op.kind == OpKind::kUmPrefetch && op.place == 1 && op.um_dead;
+        EXPECT_EQ(release, op.name.starts_with("um_release")) << op.name;
+        discard += release ? 1 : 0;
       }
       const bool stays = rings.um.last_in_slot(rings.um.index(l));
       EXPECT_EQ(populate, 1) << l;
@@ -347,8 +351,8 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
       int discard = 0, out = 0, populate = 0;
       for (const Op& op : s.pass(Pass::kForward)) {
         if (op.layer != l || !op.entry.starts_with("managed.h.")) continue;
-        discard += op.kind == OpKind::kUmDiscard ? 1 : 0;
-        out += op.kind == OpKind::kUmPrefetch && op.place == 1 ? 1 : 0;
+        discard += op.kind == OpKind::kUmPrefetch && op.place == 1 && op.um_dead ? 1 : 0;
+        out += op.kind == OpKind::kUmPrefetch && op.place == 1 && !op.um_dead ? 1 : 0;
         populate += op.kind == OpKind::kUmPrefetch && op.place == 0 ? 1 : 0;
       }
       EXPECT_EQ(discard, no_discard ? 0 : 1) << l;
@@ -370,7 +374,7 @@ TEST(UmPlans, ADiscardBeforeTheLastReadChangesTheResult) {
       std::vector<Op>& ops = s.passes[static_cast<int>(p)];
       int moved = 0;
       for (size_t i = 0; i < ops.size(); ++i) {
-        if (ops[i].kind != OpKind::kUmDiscard) continue;
+        if (!(ops[i].kind == OpKind::kUmPrefetch && ops[i].um_dead && ops[i].name.starts_with("um_release"))) continue;
         // Back to just before the block's backward (the model operation before it).
         size_t j = i;
         while (j > 0 && !(ops[j - 1].kind == OpKind::kModel && ops[j - 1].name == "backward h." + std::to_string(ops[i].layer))) --j;
@@ -405,7 +409,8 @@ TEST(UmPlans, TheGradientDiscardWaitsForTheUpdate) {
         size_t removed = 0;
         for (size_t i = 0; i + 1 < ops.size(); ++i)
           if (ops[i].kind == OpKind::kWait && ops[i].stream == StreamId::kH2D &&
-              ops[i + 1].kind == OpKind::kUmDiscard && !ops[i + 1].entry.starts_with("managed.h.")) {  // gradients
+              ops[i + 1].kind == OpKind::kUmPrefetch && ops[i + 1].um_dead &&
+              !ops[i + 1].entry.starts_with("managed.h.")) {  // the gradients' populate
             ops.erase(ops.begin() + static_cast<std::ptrdiff_t>(i));
             ++removed;
           }
@@ -429,7 +434,7 @@ TEST(UmPlans, WithoutDiscardsTheDeadPagesGoToTheHost) {
   int evicts = 0, refills = 0;
   for (Pass pass : {Pass::kTrain, Pass::kForward})
     for (const Op& op : ex->schedule().pass(pass)) {
-      EXPECT_NE(op.kind, OpKind::kUmDiscard) << op.name;
+      EXPECT_FALSE(op.um_dead) << op.name;
       if (op.kind != OpKind::kUmPrefetch) continue;
       EXPECT_EQ(op.name.find("populate"), std::string::npos) << op.name;
       if (op.name.starts_with("um_evict")) {

@@ -66,9 +66,10 @@ memory::HostPoolOptions host_pool_options(const CpuBackendOptions& o) {
 // The CPU backend's device memory is host memory, so managed memory needs no migration here: a reservation is an
 // untouched anonymous mapping (refused beyond the machine's physical memory unless oversubscription is allowed), a
 // prefetch takes the simulated link's delay (--cpu-copy-delay-us) on its stream and moves nothing, advice is
-// accepted and does nothing, and a discard overwrites the 4 KiB pages its ranges touch with 0xFF bytes (NaN in f32
-// and bf16) in stream order: a schedule that discards data something still reads computes NaNs here, as it would read indeterminate
-// values on a GPU, and the bit-identity tests against in-core fail.
+// accepted and does nothing, and a discard(-and-prefetch) overwrites the 4 KiB pages its ranges touch with 0xFF bytes
+// (NaN in f32 and bf16) in stream order, and takes no time: a schedule that discards data something still reads
+// computes NaNs here, as it would read indeterminate values on a GPU, and the bit-identity tests against in-core
+// fail.
 class CpuUmDriver final : public memory::UmDriver {
  public:
   explicit CpuUmDriver(int64_t copy_delay_us) : copy_delay_us_(copy_delay_us) {}
@@ -104,8 +105,7 @@ class CpuUmDriver final : public memory::UmDriver {
     counted_[to == memory::UmPlace::kDevice ? "bytes_to_device" : "bytes_to_host"] += bytes;
     counted_[to == memory::UmPlace::kDevice ? "migrations_to_device" : "migrations_to_host"] += 1;
   }
-  // What the prefetches would have moved, populates of discarded pages included (CUPTI would count those as no
-  // migration); the emulation has no faults: they count 0.
+  // What the prefetches would have moved (discards move nothing); the emulation has no faults: they count 0.
   Status start_counting() override {
     std::lock_guard<std::mutex> lock(mu_);
     counted_ = {{"gpu_page_faults", 0}, {"cpu_page_faults", 0}, {"bytes_to_device", 0}, {"bytes_to_host", 0},
@@ -117,7 +117,7 @@ class CpuUmDriver final : public memory::UmDriver {
     std::lock_guard<std::mutex> lock(mu_);
     return counted_;
   }
-  void discard(const std::vector<memory::UmRange>& ranges, Stream& stream) override {
+  void discard(const std::vector<memory::UmRange>& ranges, memory::UmPlace, Stream& stream) override {
     // Whole 4 KiB pages, as the driver acts on pages: a discard that reaches into a neighbour's page poisons it.
     cpu(stream).enqueue([ranges] {
       constexpr uintptr_t kPage = 4096;

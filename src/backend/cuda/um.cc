@@ -12,7 +12,7 @@
 
 namespace tt::cuda {
 namespace {
-#if CUDART_VERSION >= 13000  // CUDA 13's forms of advice and prefetch (a cudaMemLocation) and its batched discard
+#if CUDART_VERSION >= 13000  // CUDA 13's forms of advice and prefetch (a cudaMemLocation) and its batched discard-and-prefetch
 
 cudaMemLocation location(memory::UmPlace p, int device) {
   cudaMemLocation loc{};
@@ -101,7 +101,10 @@ class CudaUmDriver final : public memory::UmDriver {
     return {};
   }
 
-  void discard(const std::vector<memory::UmRange>& ranges, Stream& stream) override {
+  // One discard-and-prefetch for every range (Note [managed activations] in exec/schedule.cc: a plain
+  // cudaMemDiscardBatchAsync, followed later by a prefetch, a write and a prefetch to the host, sometimes gave the
+  // range's previous contents back on an H200; bench/um/discard_repro.cu).
+  void discard(const std::vector<memory::UmRange>& ranges, memory::UmPlace to, Stream& stream) override {
     std::vector<void*> ptrs;
     std::vector<size_t> sizes;
     for (const memory::UmRange& r : ranges)
@@ -110,8 +113,10 @@ class CudaUmDriver final : public memory::UmDriver {
         sizes.push_back(r.bytes);
       }
     if (ptrs.empty()) return;
-    TT_CUDA_ASSERT(cudaMemDiscardBatchAsync(ptrs.data(), sizes.data(), ptrs.size(), 0,
-                                            static_cast<cudaStream_t>(stream.native())));
+    cudaMemLocation loc = location(to, device_);
+    size_t first = 0;
+    TT_CUDA_ASSERT(cudaMemDiscardAndPrefetchBatchAsync(ptrs.data(), sizes.data(), ptrs.size(), &loc, &first, 1, 0,
+                                                       static_cast<cudaStream_t>(stream.native())));
   }
 
  private:
