@@ -166,20 +166,9 @@ Result<FeatureRun> train_features(const FeatureTrainOptions& o, FILE* out) {
     be->fill_zero(v, be->compute_stream());
     TT_TRY(be->compute_stream().synchronize());
   }
-  std::unique_ptr<comm::NcclCommunicator> nccl;
   std::unique_ptr<GradReducer> reducer;
   if (ranks > 1) {
-    if (be->compute_stream().native() == nullptr) {
-      TT_ASSIGN_OR_RETURN(reducer, make_host_grad_reducer(*be, comm));
-    } else {
-      TT_RETURN_IF(!comm::have_nccl(), kUnimplemented, "train-features on %s with %d ranks needs NCCL",
-                   be->describe().c_str(), ranks);
-#ifdef TIERTRAIN_HAVE_NCCL
-      TT_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> host, comm.split(0, comm.rank()));
-      TT_ASSIGN_OR_RETURN(nccl, comm::create_nccl(std::move(host), comm::Options{comm.timeout()}));
-      TT_ASSIGN_OR_RETURN(reducer, make_nccl_grad_reducer(*nccl));
-#endif
-    }
+    TT_ASSIGN_OR_RETURN(reducer, make_stream_reducer(*be, comm, be->compute_stream(), "train-features"));
   }
   AdamWArgs args;
   args.lr = o.lr;

@@ -67,6 +67,7 @@ class HostGradReducer final : public GradReducer {
 class NcclGradReducer final : public GradReducer {
  public:
   explicit NcclGradReducer(comm::NcclCommunicator& nccl) : nccl_(nccl) {}
+  explicit NcclGradReducer(std::unique_ptr<comm::NcclCommunicator> own) : owned_(std::move(own)), nccl_(*owned_) {}
   int ranks() const override { return nccl_.size(); }
   void reduce(const Tensor& grads, Stream& stream) override {
     TT_CHECK(grads.dtype() == DType::kF32, "gradient reduction of %s: f32 only", dtype_name(grads.dtype()));
@@ -97,6 +98,7 @@ class NcclGradReducer final : public GradReducer {
     if (!s.is_ok()) status_ = std::move(s.with_context(what));
   }
 
+  std::unique_ptr<comm::NcclCommunicator> owned_;  // (make_stream_reducer's; before the reference to it)
   comm::NcclCommunicator& nccl_;
   Status status_;  // written and read on the thread that issues the schedule
 };
@@ -113,6 +115,21 @@ Result<std::unique_ptr<GradReducer>> make_host_grad_reducer(Backend& backend, co
                "data parallel on %s: host reductions cannot run in its streams' order (use the NCCL reducer)",
                backend.describe().c_str());
   return std::unique_ptr<GradReducer>(new HostGradReducer(backend, comm));
+}
+
+Result<std::unique_ptr<GradReducer>> make_stream_reducer(Backend& backend, comm::Communicator& comm, Stream& stream,
+                                                        const char* use) {
+  if (stream.native() == nullptr) return make_host_grad_reducer(backend, comm);
+  TT_RETURN_IF(!comm::have_nccl(), kUnimplemented, "%s on %s needs NCCL, and this build has none (install NCCL and rebuild)",
+               use, backend.describe().c_str());
+#ifdef TIERTRAIN_HAVE_NCCL
+  TT_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> host, comm.split(0, comm.rank()));
+  TT_ASSIGN_OR_RETURN(std::unique_ptr<comm::NcclCommunicator> nccl,
+                      comm::create_nccl(std::move(host), comm::Options{comm.timeout()}));
+  return std::unique_ptr<GradReducer>(new NcclGradReducer(std::move(nccl)));
+#else
+  return make_status(StatusCode::kUnimplemented, "%s: this build has no NCCL", use);
+#endif
 }
 
 }  // namespace tt

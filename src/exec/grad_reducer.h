@@ -4,7 +4,7 @@
 // memory through a comm::Communicator, on a backend that runs host functions in stream order (the CPU backend); and
 // on a GPU, NCCL on the stream itself.
 //
-//   auto r = make_host_grad_reducer(backend, data_comm);   // the communicator along the mesh's batch dimension
+//   auto r = make_stream_reducer(backend, data_comm, backend.comm_stream(), "data parallel");  // along the batch dim
 //   executor.set_grad_reducer(r.get());
 //   ... steps ...
 //   TT_TRY(r->status());                                   // the first failure of any reduction
@@ -45,5 +45,12 @@ Result<std::unique_ptr<GradReducer>> make_host_grad_reducer(Backend& backend, co
 // On a GPU: NCCL's allreduce queued on the stream itself (comm::NcclCommunicator::enqueue, after the ranks checked
 // each other's arguments on the host). `nccl` must live on this backend's device and outlive the reducer.
 Result<std::unique_ptr<GradReducer>> make_nccl_grad_reducer(comm::NcclCommunicator& nccl);
+
+// The reducer over `comm`'s ranks for work in `stream`'s order, where that stream runs: through host memory where
+// the backend runs host functions in stream order (the stream has no device handle: the CPU backend), else NCCL over
+// a communicator of the same ranks made from comm (comm.split), which the reducer owns. `use` names the purpose in
+// errors ("data parallel", "tensor parallel").
+Result<std::unique_ptr<GradReducer>> make_stream_reducer(Backend& backend, comm::Communicator& comm, Stream& stream,
+                                                        const char* use);
 
 }  // namespace tt

@@ -201,6 +201,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   cfg.model.vocab = t->dataset_.vocab();
   TT_ASSIGN_OR_RETURN(t->spec_, resolve_run(cfg));
   const RunSpec& r = t->spec_;
+  if (cfg.shard_optimizer && !r.exec.shard_optimizer)
+    TT_LOG(WARN, EXEC,
+           "--shard-optimizer: nothing to shard, the run has no data-parallel dimension of more than one rank "
+           "(--mesh data=N with N > 1); every rank keeps the whole optimizer state");
   if (!cfg.mesh.empty() && !cfg.dry_run) {
     // Issue 21: this rank's place in the mesh (collective over the job: every rank gets here with the same mesh).
     TT_ASSIGN_OR_RETURN(mesh::MeshShape shape, mesh::MeshShape::parse(cfg.mesh));
@@ -407,34 +411,13 @@ Status Trainer::build() {
       }
     }
   });
-  if (shards_ > 1) {  // Note [data parallel] in exec/schedule.cc
-    if (backend_->comm_stream().native() == nullptr) {  // the CPU backend: the host communicator in stream order
-      TT_ASSIGN_OR_RETURN(reducer_, make_host_grad_reducer(*backend_, *data_comm_));
-    } else {  // a GPU: NCCL on the comm stream, over the same ranks (its own copy of their host communicator)
-      TT_RETURN_IF(!comm::have_nccl(), kUnimplemented,
-                   "data parallel on %s needs NCCL, and this build has none (install NCCL and rebuild)",
-                   backend_->describe().c_str());
-#ifdef TIERTRAIN_HAVE_NCCL
-      TT_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> host, data_comm_->split(0, data_comm_->rank()));
-      TT_ASSIGN_OR_RETURN(nccl_, comm::create_nccl(std::move(host), comm::Options{data_comm_->timeout()}));
-      TT_ASSIGN_OR_RETURN(reducer_, make_nccl_grad_reducer(*nccl_));
-#endif
-    }
+  if (shards_ > 1) {  // Note [data parallel] in exec/schedule.cc: on the comm stream
+    TT_ASSIGN_OR_RETURN(reducer_, make_stream_reducer(*backend_, *data_comm_, backend_->comm_stream(), "data parallel"));
     ex_->set_grad_reducer(reducer_.get());
   }
   if (model_comm_ != nullptr) {  // Note [tensor parallel] in model/gpt.h: sums on the compute stream
-    if (backend_->compute_stream().native() == nullptr) {
-      TT_ASSIGN_OR_RETURN(tp_reducer_, make_host_grad_reducer(*backend_, *model_comm_));
-    } else {
-      TT_RETURN_IF(!comm::have_nccl(), kUnimplemented,
-                   "tensor parallel on %s needs NCCL, and this build has none (install NCCL and rebuild)",
-                   backend_->describe().c_str());
-#ifdef TIERTRAIN_HAVE_NCCL
-      TT_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> host, model_comm_->split(0, model_comm_->rank()));
-      TT_ASSIGN_OR_RETURN(tp_nccl_, comm::create_nccl(std::move(host), comm::Options{model_comm_->timeout()}));
-      TT_ASSIGN_OR_RETURN(tp_reducer_, make_nccl_grad_reducer(*tp_nccl_));
-#endif
-    }
+    TT_ASSIGN_OR_RETURN(tp_reducer_,
+                        make_stream_reducer(*backend_, *model_comm_, backend_->compute_stream(), "tensor parallel"));
     ex_->set_tp_reducer(tp_reducer_.get());
   }
   profiler_ = std::make_unique<OpProfiler>(*backend_);

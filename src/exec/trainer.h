@@ -166,10 +166,8 @@ class Trainer {
   int shard_ = 0, shards_ = 1;
   std::vector<int32_t> global_inputs_, global_targets_;  // --input replicated, via-root: the whole batch
   Status input_status_;  // the first failure of a via-root scatter (reported by the step)
-  std::unique_ptr<comm::NcclCommunicator> nccl_;  // a GPU's reductions (declared before the reducer that uses it)
-  std::unique_ptr<GradReducer> reducer_;
-  std::unique_ptr<comm::NcclCommunicator> tp_nccl_;  // a GPU's tensor-parallel sums (before the reducer using it)
-  std::unique_ptr<GradReducer> tp_reducer_;
+  std::unique_ptr<GradReducer> reducer_;     // data parallel: the gradients' averages (Note [data parallel])
+  std::unique_ptr<GradReducer> tp_reducer_;  // tensor parallel: the partial sums (Note [tensor parallel])
   bool lead() const { return mesh_ == nullptr || mesh_->rank() == 0; }
   // The mean over the data-parallel ranks of a value each computed on its shard (itself with one rank).
   Result<double> mean_over_data(double x);

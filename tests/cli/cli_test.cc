@@ -473,6 +473,10 @@ TEST(Cli, ShardedOptimizerIsTheUnshardedRunWithLessMemory) {
   };
   EXPECT_EQ(optim_state(""), "optim_state 267.00 KiB") << "the test's model changed: update the figures";
   EXPECT_EQ(optim_state(" --shard-optimizer"), "optim_state 133.50 KiB");
+  // Without a data dimension there is nothing to shard: said, and the run goes on unsharded.
+  CliRun alone = run(args + " --steps 1 --eval-every 0 --shard-optimizer");
+  EXPECT_EQ(alone.code, 0) << alone.out;
+  EXPECT_HAS(alone.out, "--shard-optimizer: nothing to shard");
   // Checkpoints: sharded -> one process, and one process -> sharded, each where the uninterrupted run goes.
   const std::string plain = "train --data " + data +
                             " --backend cpu --layers 2 --dim 32 --heads 4 --seq 16 --batch 8 --steps 12 --warmup 2 "
