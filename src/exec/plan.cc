@@ -318,8 +318,9 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
 
 // The default table, by measurement on an H200 (docs/benchmarks/2026-12-02-h200-um-defaults/): parameters and
 // gradients preferred on the device and mapped on both processors (the CPU optimizer's exchange ran 106 against
-// 135 ms a GPT-2 B16 step with only the parameters mapped on the device); offloaded activations mapped on the
-// device (658 against 711 ms with no advice, 664 preferring the host).
+// 135 ms a GPT-2 B16 step with only the parameters mapped on the device, at 16.8 GPU page faults a step against
+// 0); offloaded activations mapped on the device (never the slowest of the three variants tried, but within the
+// run-to-run variation of no advice).
 UmPolicy UmPolicy::advised() {
   UmPolicy u;
   u.param = {.preferred = memory::UmPlace::kDevice, .accessed_by_device = true, .accessed_by_host = true};
