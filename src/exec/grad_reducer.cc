@@ -66,9 +66,8 @@ class HostGradReducer final : public GradReducer {
 
 class NcclGradReducer final : public GradReducer {
  public:
-  explicit NcclGradReducer(comm::NcclCommunicator& nccl) : nccl_(nccl) {}
-  explicit NcclGradReducer(std::unique_ptr<comm::NcclCommunicator> own) : owned_(std::move(own)), nccl_(*owned_) {}
-  int ranks() const override { return nccl_.size(); }
+  explicit NcclGradReducer(std::unique_ptr<comm::NcclCommunicator> nccl) : nccl_(std::move(nccl)) {}
+  int ranks() const override { return nccl_->size(); }
   void reduce(const Tensor& grads, Stream& stream) override {
     TT_CHECK(grads.dtype() == DType::kF32, "gradient reduction of %s: f32 only", dtype_name(grads.dtype()));
     run(grads, stream, comm::Op::kAvg, "data-parallel gradient reduction (nccl)");
@@ -94,20 +93,15 @@ class NcclGradReducer final : public GradReducer {
     call.count = static_cast<size_t>(t.numel());
     call.dtype = comm_dtype(t.dtype());
     call.op = op;
-    Status s = nccl_.enqueue(stream.native(), call);
+    Status s = nccl_->enqueue(stream.native(), call);
     if (!s.is_ok()) status_ = std::move(s.with_context(what));
   }
 
-  std::unique_ptr<comm::NcclCommunicator> owned_;  // (make_stream_reducer's; before the reference to it)
-  comm::NcclCommunicator& nccl_;
+  std::unique_ptr<comm::NcclCommunicator> nccl_;
   Status status_;  // written and read on the thread that issues the schedule
 };
 
 }  // namespace
-
-Result<std::unique_ptr<GradReducer>> make_nccl_grad_reducer(comm::NcclCommunicator& nccl) {
-  return std::unique_ptr<GradReducer>(new NcclGradReducer(nccl));
-}
 
 Result<std::unique_ptr<GradReducer>> make_host_grad_reducer(Backend& backend, comm::Communicator& comm) {
   const bool runs = backend.enqueue_on(backend.compute_stream(), [] {});
@@ -120,8 +114,9 @@ Result<std::unique_ptr<GradReducer>> make_host_grad_reducer(Backend& backend, co
 Result<std::unique_ptr<GradReducer>> make_stream_reducer(Backend& backend, comm::Communicator& comm, Stream& stream,
                                                         const char* use) {
   if (stream.native() == nullptr) return make_host_grad_reducer(backend, comm);
-  TT_RETURN_IF(!comm::have_nccl(), kUnimplemented, "%s on %s needs NCCL, and this build has none (install NCCL and rebuild)",
-               use, backend.describe().c_str());
+  TT_RETURN_IF(!comm::have_nccl(), kUnimplemented,
+               "%s on %s needs NCCL, and this build has none (install NCCL and rebuild)", use,
+               backend.describe().c_str());
 #ifdef TIERTRAIN_HAVE_NCCL
   TT_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> host, comm.split(0, comm.rank()));
   TT_ASSIGN_OR_RETURN(std::unique_ptr<comm::NcclCommunicator> nccl,

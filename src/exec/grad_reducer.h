@@ -42,14 +42,11 @@ class GradReducer {
 // run host functions in stream order (a GPU), or the gradients are not f32.
 Result<std::unique_ptr<GradReducer>> make_host_grad_reducer(Backend& backend, comm::Communicator& comm);
 
-// On a GPU: NCCL's allreduce queued on the stream itself (comm::NcclCommunicator::enqueue, after the ranks checked
-// each other's arguments on the host). `nccl` must live on this backend's device and outlive the reducer.
-Result<std::unique_ptr<GradReducer>> make_nccl_grad_reducer(comm::NcclCommunicator& nccl);
-
 // The reducer over `comm`'s ranks for work in `stream`'s order, where that stream runs: through host memory where
 // the backend runs host functions in stream order (the stream has no device handle: the CPU backend), else NCCL over
-// a communicator of the same ranks made from comm (comm.split), which the reducer owns. `use` names the purpose in
-// errors ("data parallel", "tensor parallel").
+// a communicator of the same ranks made from comm (comm.split), which the reducer owns: NCCL's calls queued on the
+// stream itself (comm::NcclCommunicator::enqueue, after the ranks checked each other's arguments on the host). `use`
+// names the purpose in errors ("data parallel", "tensor parallel").
 Result<std::unique_ptr<GradReducer>> make_stream_reducer(Backend& backend, comm::Communicator& comm, Stream& stream,
                                                         const char* use);
 

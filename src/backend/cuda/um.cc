@@ -12,7 +12,7 @@
 
 namespace tt::cuda {
 namespace {
-#if CUDART_VERSION >= 13000  // CUDA 13's forms of advice and prefetch (a cudaMemLocation) and its batched discard-and-prefetch
+#if CUDART_VERSION >= 13000  // CUDA 13's advice and prefetch by cudaMemLocation, its batched discard-and-prefetch
 
 cudaMemLocation location(memory::UmPlace p, int device) {
   cudaMemLocation loc{};
