@@ -148,6 +148,10 @@ class Backend {
   // written (cuDNN's fused backward writes dq, dk, dv and cannot add; docs/design/cudnn-attention.md §5.4).
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                   const Tensor& lse, int heads) = 0;
+  // Note [KV cache]: one new query per sequence. qkv[B, n, 3C] holds a sequence's n positions so far, the last one
+  // new; out[B, C] = the causal attention of each sequence's last query over its n keys and values (row n - 1 of
+  // attention_forward on the same qkv, up to rounding).
+  virtual void attention_decode(const Tensor& out, const Tensor& qkv, int heads) = 0;
   // tanh-approximated GELU.
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;

@@ -136,6 +136,17 @@ Attention attention_forward(const Tensor& out, const Tensor& lse, const Tensor& 
   return d;
 }
 
+Attention attention_decode(const Tensor& out, const Tensor& qkv, int heads) {
+  const char* op = "attention_decode";
+  TT_CHECK(qkv.shape().rank() == 3 && qkv.dim(2) % 3 == 0 && qkv.dim(1) >= 1, "%s: qkv must be [B, n >= 1, 3C], got %s",
+           op, s(qkv).c_str());
+  Attention d{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), static_cast<int>(qkv.dim(2) / 3), heads};
+  same_dtype(op, qkv, {&out});
+  TT_CHECK(heads > 0 && d.C % heads == 0 && out.numel() == static_cast<int64_t>(d.B) * d.C, "%s: out %s qkv %s heads %d",
+           op, s(out).c_str(), s(qkv).c_str(), heads);
+  return d;
+}
+
 Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                              const Tensor& lse, int heads) {
   TT_CHECK(dqkv.shape() == qkv.shape() && dout.shape() == out.shape(),

@@ -2,6 +2,7 @@
 // of the config registry is a flag of `train`, `plan` and `calibrate`; `tiertrain --print-config` (or `tiertrain train ... --print-config`) prints every knob, its value and its origin.
 //
 // Exit codes: 0 success, 1 a run failed (bad data, checkpoint, out of memory), 2 bad usage (unknown flag, bad value).
+#include <climits>
 #include <cstdio>
 #include <ctime>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "cli/exit_codes.h"
 #include "cli/model_commands.h"
 #include "cli/perf_commands.h"
+#include "data/tokenize.h"
 #include "exec/features.h"
 #include "exec/train_config.h"
 #include "core/units.h"
@@ -164,8 +166,8 @@ int main(int argc, char** argv) {
   sample->add_option("checkpoint", sample_cmd.checkpoint, "checkpoint file, checkpoint folder or run folder")
       ->required();
   sample->add_option("--prompt", sample_cmd.options.prompt,
-                     "text the sample continues (a text model); GPT-2 token ids for a token-shard model "
-                     "[default: a newline]");
+                     "text the sample continues (a text model, or a token-shard model with --vocab); else GPT-2 "
+                     "token ids [default: a newline; <|endoftext|> for a token-shard model]");
   sample->add_option("--tokens", sample_cmd.options.tokens, "tokens to draw [default: 200]")
       ->check(CLI::Range(int64_t(0), int64_t(1000000)));
   sample->add_option("--temperature", sample_cmd.options.temperature,
@@ -179,8 +181,30 @@ int main(int argc, char** argv) {
   sample->add_option("--threads", sample_cmd.options.threads, "CPU threads (0: automatic) [default: 0]")
       ->check(CLI::Range(0, 4096));
   sample->add_option("--out", sample_cmd.out, "also write the text to this file");
+  sample->add_flag("--kv-cache,!--no-kv-cache", sample_cmd.options.kv_cache,
+                   "each new token through the blocks alone against cached keys and values [default]; "
+                   "--no-kv-cache: a forward over the whole context for every token (slower; the same draws up to "
+                   "rounding)");
   sample->add_option("--vocab", sample_cmd.options.vocab_file,
-                     "GPT-2's encoder.json: a token-shard model's tokens printed as text instead of ids");
+                     "GPT-2's tokenizer: a folder with encoder.json and vocab.bpe (or vocab.json and merges.txt), or "
+                     "encoder.json: a token-shard model's prompt read as text and its tokens printed as text");
+
+  CLI::App* tokenize = app.add_subcommand(
+      "tokenize", "text files to token shards of GPT-2's vocabulary (train --data reads them): tiertrain tokenize "
+                  "FILE|DIR... --vocab GPT2DIR --out DIR (each file a document after <|endoftext|>)");
+  tt::data::TokenizeOptions tok_opt;
+  tokenize->add_option("inputs", tok_opt.inputs, "text files or folders (recursively; binary files skipped)")
+      ->required();
+  tokenize->add_option("--vocab", tok_opt.vocab, "a folder with GPT-2's encoder.json and vocab.bpe (or vocab.json and "
+                       "merges.txt)")->required();
+  tokenize->add_option("--out", tok_opt.out, "the folder of shards to write (train_000000.bin, ...)")->required();
+  tokenize->add_option("--shard-tokens", tok_opt.shard_tokens, "tokens a shard [default: 100000000]")
+      ->check(CLI::Range(int64_t(1), int64_t(INT32_MAX)));
+  tokenize->add_option("--val-tokens", tok_opt.val_tokens,
+                       "the first N tokens to val_000000.bin, which train uses as its validation split [default: 0: "
+                       "none; train holds out --val-fraction of each shard]")
+      ->check(CLI::Range(int64_t(0), int64_t(INT32_MAX)));
+  tokenize->add_flag("--print-ids", tok_opt.print_ids, "also print the token ids, a document a line");
 
   CLI::App* plot = app.add_subcommand(
       "plot", "draw a run's loss curves (training and validation) as an SVG: tiertrain plot RUN (a run folder, or a "
@@ -434,6 +458,17 @@ int main(int argc, char** argv) {
   }
   if (sample->parsed()) return tt::cli::run_sample(sample_cmd, stdout);
   if (plot->parsed()) return tt::cli::run_plot(plot_cmd, stdout);
+  if (tokenize->parsed()) {
+    auto r = tt::data::tokenize_to_shards(tok_opt, stdout);
+    if (!r.is_ok()) return tt::cli::report(r.status());
+    const auto& t = r.value();
+    std::printf("tokenized %lld files (%s; %lld skipped as binary or empty) into %lld tokens (%.2f bytes a token) in "
+                "%.1f s: %zu shards in %s\n",
+                static_cast<long long>(t.files), tt::format_bytes(t.bytes).c_str(), static_cast<long long>(t.skipped),
+                static_cast<long long>(t.tokens), t.tokens ? static_cast<double>(t.bytes) / t.tokens : 0.0,
+                t.seconds, t.shards.size(), tok_opt.out.c_str());
+    return 0;
+  }
   if (export_->parsed()) return tt::cli::run_export(export_cmd, stdout);
   if (gen_features->parsed()) {
     tt::Status s = tt::generate_features(gen_opt);

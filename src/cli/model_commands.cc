@@ -19,10 +19,12 @@ namespace {
 
 // The sample as people read it: a text model's bytes as they are, token ids as a line of numbers.
 void print_sample(const SampleResult& s, FILE* out) {
-  std::fprintf(out, "--- sample of %s (step %lld): %lld tokens after a prompt of %lld, in %.1f s ---\n",
-               s.checkpoint.c_str(), static_cast<long long>(s.step),
-               static_cast<long long>(s.tokens.size()) - static_cast<long long>(s.prompt_tokens),
-               static_cast<long long>(s.prompt_tokens), s.seconds);
+  const long long drawn = static_cast<long long>(s.tokens.size()) - static_cast<long long>(s.prompt_tokens);
+  std::fprintf(out, "--- sample of %s (step %lld): %lld tokens after a prompt of %lld, in %.1f s (%.0f tokens/s, %lld "
+               "full forwards) ---\n",
+               s.checkpoint.c_str(), static_cast<long long>(s.step), drawn, static_cast<long long>(s.prompt_tokens),
+               s.seconds, s.seconds > 0 ? static_cast<double>(drawn) / s.seconds : 0.0,
+               static_cast<long long>(s.prefills));
   // Control bytes but newline and tab are shown escaped (\xNN): a terminal would act on them. sample.txt and --out
   // keep the bytes as they are.
   for (unsigned char c : s.text) {

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <utility>
 
+#include "core/atomic_file.h"
 #include "core/log.h"
 #include "core/tensorfile.h"
 #include "core/units.h"
@@ -30,11 +31,6 @@ Result<std::string> read_file(const std::string& path) {
   std::fclose(f);
   TT_RETURN_IF(failed, kIoError, "reading data file '%s' failed: %s", path.c_str(), std::strerror(err));
   return bytes;
-}
-
-bool looks_like_text(const std::string& bytes) {
-  const size_t n = std::min(bytes.size(), kTextProbeBytes);
-  return std::memchr(bytes.data(), '\0', n) == nullptr;
 }
 
 // Regular files under dir, recursively, sorted by path; symlinks are followed but each file (device, inode) is
@@ -123,6 +119,40 @@ bool name_has(const std::string& path, const char* word) {
 }
 
 }  // namespace
+
+bool looks_like_text(const std::string& bytes) {
+  const size_t n = std::min(bytes.size(), kTextProbeBytes);
+  return std::memchr(bytes.data(), '\0', n) == nullptr;
+}
+
+Result<std::vector<std::string>> data_files(const std::string& path) {
+  struct stat st {};
+  TT_RETURN_IF(stat(path.c_str(), &st) != 0, kNotFound, "data path '%s' does not exist: %s", path.c_str(),
+               std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) {
+    TT_RETURN_IF(!S_ISREG(st.st_mode), kFailedPrecondition,
+                 "data path '%s' is neither a file nor a folder (a device, pipe or socket)", path.c_str());
+    return std::vector<std::string>{path};
+  }
+  std::vector<std::string> files;
+  std::set<std::pair<dev_t, ino_t>> seen;
+  int64_t skipped = 0;
+  TT_TRY(list_files(path, &files, &seen, &skipped));
+  return files;
+}
+
+Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  TT_RETURN_IF(tokens.size() > static_cast<size_t>(INT32_MAX), kInvalidArgument,
+               "token shard '%s': %zu tokens, a shard's header counts at most 2^31 - 1", path.c_str(), tokens.size());
+  int32_t header[256] = {};
+  header[0] = kShardMagic;
+  header[1] = 1;
+  header[2] = static_cast<int32_t>(tokens.size());
+  std::string bytes(sizeof(header) + tokens.size() * sizeof(uint16_t), '\0');
+  std::memcpy(bytes.data(), header, sizeof(header));
+  if (!tokens.empty()) std::memcpy(bytes.data() + sizeof(header), tokens.data(), tokens.size() * sizeof(uint16_t));
+  return write_file_atomically(path, bytes);
+}
 
 TokenDataset TokenDataset::from_tokens(std::vector<uint16_t> train, std::vector<uint16_t> val, int vocab) {
   TokenDataset ds;

@@ -35,6 +35,14 @@ struct DatasetInfo {
   uint64_t fingerprint = 0;        // of the tokens of both splits; checkpoints record it
 };
 
+// The files `path` names as TokenDataset::load reads them: the file itself, or a folder's regular files recursively
+// in path order, each file once (a second name of a file already listed is skipped).
+Result<std::vector<std::string>> data_files(const std::string& path);
+// Whether bytes look like text: no NUL byte in their first 64 KiB (what load takes for text).
+bool looks_like_text(const std::string& bytes);
+// Writes `tokens` as one llm.c token shard (header: magic, version 1, count; then uint16 tokens), atomically.
+Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+
 class TokenDataset {
  public:
   static Result<TokenDataset> load(const std::string& path, double val_fraction);

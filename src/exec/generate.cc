@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -24,14 +25,31 @@
 namespace tt {
 
 int32_t draw_token(const float* logits, int vocab, double temperature, int top_k, double u) {
+  const double t = std::max(temperature, 1e-6);
+  if (top_k <= 0 || top_k >= vocab) {
+    // Every token, in token order: no sort of the vocabulary (50257 tokens for GPT-2) for each token drawn.
+    const double top = static_cast<double>(*std::max_element(logits, logits + vocab));
+    std::vector<double> p(static_cast<size_t>(vocab));
+    double sum = 0;
+    for (int i = 0; i < vocab; ++i) sum += p[static_cast<size_t>(i)] = std::exp((static_cast<double>(logits[i]) - top) / t);
+    double acc = 0;
+    int last = 0;
+    for (int i = 0; i < vocab; ++i) {
+      if (p[static_cast<size_t>(i)] == 0) continue;
+      last = i;
+      acc += p[static_cast<size_t>(i)] / sum;
+      if (u < acc) return i;
+    }
+    return last;  // u beyond the rounded total: the last token that can be drawn
+  }
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
-  const size_t k = top_k > 0 ? std::min<size_t>(static_cast<size_t>(top_k), order.size()) : order.size();
+  const size_t k = static_cast<size_t>(top_k);
   // The k likeliest, the likeliest first; ties keep the lower token first.
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
                     [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   std::vector<double> p(k);
-  const double top = static_cast<double>(logits[order[0]]), t = std::max(temperature, 1e-6);
+  const double top = static_cast<double>(logits[order[0]]);
   double sum = 0;
   for (size_t i = 0; i < k; ++i) sum += p[i] = std::exp((static_cast<double>(logits[order[i]]) - top) / t);
   double acc = 0;
@@ -40,46 +58,6 @@ int32_t draw_token(const float* logits, int vocab, double temperature, int top_k
     if (u < acc) return order[i];
   }
   return order[k - 1];
-}
-
-Result<std::vector<std::string>> load_gpt2_vocab(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TT_RETURN_IF(!in, kNotFound, "--vocab %s: cannot open (%s)", path.c_str(), std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-  TT_RETURN_IF(!j.is_object() || j.empty(), kDataLoss, "--vocab %s: not GPT-2's encoder.json (an object token -> id)",
-               path.c_str());
-  // The byte each character stands for: bytes 33-126, 161-172, 174-255 as themselves; the others from 256 on.
-  std::map<uint32_t, unsigned char> byte_of;
-  uint32_t next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    byte_of[self ? static_cast<uint32_t>(b) : next++] = static_cast<unsigned char>(b);
-  }
-  std::vector<std::string> out;
-  for (const auto& [token, id] : j.items()) {
-    TT_RETURN_IF(!id.is_number_unsigned() || id.get<uint64_t>() > 1000000, kDataLoss, "--vocab %s: '%s' -> %s",
-                 path.c_str(), token.c_str(), id.dump().c_str());
-    const size_t k = id.get<size_t>();
-    if (out.size() <= k) out.resize(k + 1);
-    std::string bytes;
-    // UTF-8 to code points (the file is JSON: valid UTF-8), each to its byte.
-    for (size_t i = 0; i < token.size();) {
-      const unsigned char c = static_cast<unsigned char>(token[i]);
-      const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-      uint32_t cp = n == 1 ? c : c & (0x3F >> (n - 1));
-      for (int m = 1; m < n && i + static_cast<size_t>(m) < token.size(); ++m)
-        cp = (cp << 6) | (static_cast<unsigned char>(token[i + static_cast<size_t>(m)]) & 0x3F);
-      i += static_cast<size_t>(n);
-      const auto it = byte_of.find(cp);
-      TT_RETURN_IF(it == byte_of.end(), kDataLoss, "--vocab %s: token %zu has a character (U+%04X) that stands for no "
-                   "byte: not GPT-2's byte-level vocabulary", path.c_str(), k, cp);
-      bytes.push_back(static_cast<char>(it->second));
-    }
-    out[k] = std::move(bytes);
-  }
-  return out;
 }
 
 namespace {
@@ -177,12 +155,18 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   std::unique_ptr<Executor>& ex = m.ex;
   Gpt& gpt = ex->model();
 
-  // The prompt's tokens: its bytes (a text model), else ids separated by spaces or commas.
+  // The prompt's tokens: its bytes (a text model); GPT-2 tokens of its text with --vocab (its merges beside it);
+  // else ids separated by spaces or commas.
+  std::optional<Gpt2Bpe> bpe;
   if (out.bytes) {
     const std::string prompt = o.prompt.empty() ? "\n" : o.prompt;
     for (unsigned char c : prompt) out.tokens.push_back(c);
   } else if (o.prompt.empty()) {
     out.tokens.push_back(50256);  // GPT-2's <|endoftext|>: a document's start
+  } else if (!o.vocab_file.empty()) {
+    TT_ASSIGN_OR_RETURN(Gpt2Bpe b, Gpt2Bpe::load(o.vocab_file));
+    bpe = std::move(b);
+    out.tokens = bpe->encode(o.prompt);
   } else {
     std::string text = o.prompt;
     std::replace(text.begin(), text.end(), ',', ' ');
@@ -201,7 +185,8 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
           continue;
         }
         return make_status(StatusCode::kInvalidArgument,
-                           "--prompt: this model reads GPT-2 token ids (no tokenizer here): give numbers, not '%s'",
+                           "--prompt: this model reads GPT-2 tokens: give --vocab DIR (GPT-2's encoder.json and "
+                           "vocab.bpe) to write the prompt as text, or give token ids, not '%s'",
                            text.substr(at, 20).c_str());
       }
       TT_RETURN_IF(v < 0 || v >= st.model.vocab, kInvalidArgument, "--prompt: token %lld is not below the vocabulary %d",
@@ -215,30 +200,55 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
                  st.model.vocab);
   out.prompt_tokens = static_cast<int64_t>(out.tokens.size());
 
-  // Each token: the window (the last T tokens) at positions 0.., the forward, the logits of its last position.
+  // The context: the tokens from `start` on, at positions 0.. (at most T of them). When a new token would be past
+  // position T - 1, the context restarts from the last T/2 tokens (a prefill), so that the next T/2 tokens are drawn
+  // from the cache again (Note [KV cache]). Without the cache, each token is a forward over the whole context: the
+  // same context, the same draws up to rounding.
   const int T = st.model.seq, V = st.model.vocab, PV = st.model.padded_vocab();
   const DType cd = gpt.dtype();
-  TT_ASSIGN_OR_RETURN(Tensor logits, be->pool().allocate({T, PV}, cd, TensorClass::kWorkspace, "sample.logits"));
+  GptDecodeState dec;
+  for (const TensorRequest& r : gpt_decode_tensors(st.model, cd)) {
+    TT_ASSIGN_OR_RETURN(Tensor t, be->pool().allocate(r.shape, r.dtype, r.cls, r.name.c_str()));
+    *dec.slot(r.name) = t;
+  }
   std::vector<int32_t> window(static_cast<size_t>(T), 0), targets(static_cast<size_t>(T), 0);
   std::vector<unsigned char> row(static_cast<size_t>(PV) * dtype_size(cd));
   std::vector<float> row_f(static_cast<size_t>(V));
   Rng rng(o.seed);
+  size_t start = out.tokens.size() > static_cast<size_t>(T) ? out.tokens.size() - static_cast<size_t>(T) : 0;
+  int cached = 0;  // positions in the cache (0: the next token needs a prefill)
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < o.tokens; ++i) {
-    const size_t n = std::min(out.tokens.size(), static_cast<size_t>(T));
-    std::fill(window.begin(), window.end(), 0);
-    std::copy(out.tokens.end() - static_cast<std::ptrdiff_t>(n), out.tokens.end(), window.begin());
-    be->copy_h2d(gpt.tokens(), window.data(), be->compute_stream());
-    be->copy_h2d(gpt.targets(), targets.data(), be->compute_stream());
-    ex->forward();
-    gpt.compute_logits(logits);
-    be->copy_d2h(row.data(), logits.view((static_cast<int64_t>(n) - 1) * PV, {PV}), be->compute_stream());
+    if (out.tokens.size() - start > static_cast<size_t>(T)) {
+      start = out.tokens.size() - static_cast<size_t>(std::max(1, T / 2));
+      cached = 0;
+    }
+    const int n = static_cast<int>(out.tokens.size() - start);
+    if (cached > 0 && o.kv_cache) {
+      be->copy_h2d(dec.token, &out.tokens.back(), be->compute_stream());
+      gpt.decode_step(dec, cached);
+      ++cached;
+    } else {
+      std::fill(window.begin(), window.end(), 0);
+      std::copy(out.tokens.begin() + static_cast<std::ptrdiff_t>(start), out.tokens.end(), window.begin());
+      be->copy_h2d(gpt.tokens(), window.data(), be->compute_stream());
+      be->copy_h2d(gpt.targets(), targets.data(), be->compute_stream());
+      ex->forward();
+      gpt.decode_prefill(dec, n);
+      ++out.prefills;
+      cached = n;
+    }
+    be->copy_d2h(row.data(), dec.logits, be->compute_stream());
     TT_TRY(be->compute_stream().synchronize());
     for (int v = 0; v < V; ++v) {
       if (cd == DType::kBF16) {
         uint16_t h;
         std::memcpy(&h, row.data() + 2 * static_cast<size_t>(v), 2);
         row_f[static_cast<size_t>(v)] = bf16_to_float(h);
+      } else if (cd == DType::kF64) {
+        double d;
+        std::memcpy(&d, row.data() + 8 * static_cast<size_t>(v), 8);
+        row_f[static_cast<size_t>(v)] = static_cast<float>(d);
       } else {
         std::memcpy(&row_f[static_cast<size_t>(v)], row.data() + 4 * static_cast<size_t>(v), 4);
       }
@@ -248,6 +258,8 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (out.bytes) {
     for (int32_t t : out.tokens) out.text.push_back(static_cast<char>(t));
+  } else if (bpe) {
+    TT_ASSIGN_OR_RETURN(out.text, bpe->decode(out.tokens));
   } else if (!o.vocab_file.empty()) {
     TT_ASSIGN_OR_RETURN(std::vector<std::string> vocab, load_gpt2_vocab(o.vocab_file));
     for (int32_t t : out.tokens) {

@@ -1,6 +1,7 @@
 // exec/generate: what a trained model says. A checkpoint's parameters go into an in-core model of batch 1 on the
-// chosen backend; tokens are then drawn one at a time from the logits of the window's last position (temperature,
-// top-k), the window sliding once it fills the model's context. Text corpora (vocabulary 256) give bytes, printed
+// chosen backend; tokens are then drawn one at a time from the logits of the context's last position (temperature,
+// top-k), each new token run through the blocks alone against the cached keys and values of the context (Note [KV
+// cache] in model/gpt.h), the context restarting from its last half once it fills the model's sequence length. Text corpora (vocabulary 256) give bytes, printed
 // as text; token shards give GPT-2 token ids (tiertrain has no BPE tokenizer), printed as numbers.
 //
 //   SampleOptions o;
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "data/gpt2_bpe.h"
 
 namespace tt {
 
@@ -27,6 +29,7 @@ struct SampleOptions {
   std::string dtype = "auto";
   int threads = 0;
   std::string vocab_file;     // GPT-2's encoder.json: token ids decoded to text (a token-shard model)
+  bool kv_cache = true;       // Note [KV cache] (model/gpt.h); false: a forward over the whole context per token
 };
 
 struct SampleResult {
@@ -37,6 +40,7 @@ struct SampleResult {
   int64_t prompt_tokens = 0;
   std::string text;            // the bytes as they are (bytes), the decoded text (vocab_file), or the ids
   double seconds = 0;          // drawing, after loading
+  int64_t prefills = 0;        // forwards over a whole context (the first token, each restart, every token uncached)
 };
 
 // Draws o.tokens tokens after o.prompt from the model of checkpoint `where` (resolve_checkpoint in
@@ -68,13 +72,9 @@ struct EvalResult {
 // in-core at o.batch sequences a forward. With the run's batch and --eval-batches, `val` is the run's validation.
 Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptions& o);
 
-// GPT-2's vocabulary file (encoder.json: {"token": id}) as the bytes of each id: its tokens are byte-level BPE
-// strings, each byte written as one Unicode character (printable ASCII and Latin-1 as themselves, the other 68
-// bytes as U+0100 on, in order), so "\u0120world" is " world".
-Result<std::vector<std::string>> load_gpt2_vocab(const std::string& path);
-
 // The draw itself, over logits[0, vocab): softmax of logits / temperature over the top_k largest (0: all), then the
-// token whose cumulative probability first exceeds u in [0, 1). Ties keep the lower token first.
+// token whose cumulative probability first exceeds u in [0, 1), the tokens taken likeliest first (ties: the lower
+// first) with a top-k, in token order without one (no sort of the whole vocabulary).
 int32_t draw_token(const float* logits, int vocab, double temperature, int top_k, double u);
 
 }  // namespace tt

@@ -181,6 +181,28 @@ Tensor* GptTensors::slot(const std::string& name) {
   return nullptr;
 }
 
+Tensor* GptDecodeState::slot(const std::string& name) {
+  const std::pair<const char*, Tensor*> table[] = {
+      {"decode.cache", &cache}, {"decode.token", &token},     {"decode.x", &x},       {"decode.res2", &res2},
+      {"decode.ln", &ln},       {"decode.atty", &atty},       {"decode.proj", &proj}, {"decode.fch", &fch},
+      {"decode.fch_gelu", &fch_gelu}, {"decode.mean", &mean}, {"decode.rstd", &rstd}, {"decode.logits", &logits}};
+  for (const auto& [n, p] : table)
+    if (name == n) return p;
+  return nullptr;
+}
+
+std::vector<TensorRequest> gpt_decode_tensors(const GptConfig& cfg, DType dt) {
+  const int64_t L = cfg.layers, T = cfg.seq, C = cfg.dim;
+  const DType md = master_dtype_for(dt);
+  const TensorClass W = TensorClass::kWorkspace;
+  return {{"decode.cache", {L, T, 3 * C}, dt, W}, {"decode.token", {1}, DType::kI32, TensorClass::kInput},
+          {"decode.x", {1, C}, dt, W},            {"decode.res2", {1, C}, dt, W},
+          {"decode.ln", {1, C}, dt, W},           {"decode.atty", {1, C}, dt, W},
+          {"decode.proj", {1, C}, dt, W},         {"decode.fch", {1, 4 * C}, dt, W},
+          {"decode.fch_gelu", {1, 4 * C}, dt, W}, {"decode.mean", {1}, md, W},
+          {"decode.rstd", {1}, md, W},            {"decode.logits", {1, cfg.padded_vocab()}, dt, W}};
+}
+
 const char* boundary_name(Boundary b) {
   switch (b) {
     case Boundary::kBeforeForward: return "before_forward";
@@ -451,6 +473,48 @@ void Gpt::compute_logits(const Tensor& out) {
   TT_CHECK(!cfg_.split_vocab, "compute_logits of a model whose vocabulary is split over ranks");
   const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq;
   be_.matmul_forward(out.reshape({BT, cfg_.padded_vocab()}), t_.lnf.reshape({BT, cfg_.dim}), wte(), Tensor());
+}
+
+namespace {
+void check_decodable(const GptConfig& cfg, int batch, DType dt, GptDecodeState& s) {
+  TT_CHECK(batch == 1 && cfg.tp == 1 && !cfg.split_vocab, "decoding needs a model of batch 1 on one rank (batch %d, tp %d)",
+           batch, cfg.tp);
+  for (const TensorRequest& r : gpt_decode_tensors(cfg, dt)) check_tensor(*s.slot(r.name), r);
+}
+}  // namespace
+
+void Gpt::decode_prefill(const GptDecodeState& s, int n) {
+  GptDecodeState st = s;
+  check_decodable(cfg_, batch_, dtype_, st);
+  TT_CHECK(n >= 1 && n <= cfg_.seq, "decode_prefill: %d positions, the model holds 1 to %d", n, cfg_.seq);
+  const int64_t T = cfg_.seq, C = cfg_.dim, C3 = 3 * C;
+  for (int l = 0; l < cfg_.layers; ++l)
+    be_.copy_d2d(s.cache.view(l * T * C3, {n, C3}), t_.acts[static_cast<size_t>(l)].qkv.view(0, {n, C3}),
+                 be_.compute_stream());
+  be_.matmul_forward(s.logits, t_.lnf.view((n - 1) * C, {1, C}), wte(), Tensor());
+}
+
+void Gpt::decode_step(const GptDecodeState& s, int pos) {
+  GptDecodeState st = s;
+  check_decodable(cfg_, batch_, dtype_, st);
+  TT_CHECK(pos >= 0 && pos < cfg_.seq, "decode_step: position %d, the model holds 0 to %d", pos, cfg_.seq - 1);
+  const int64_t T = cfg_.seq, C = cfg_.dim, C3 = 3 * C;
+  be_.embedding_forward(s.x.reshape({1, 1, C}), s.token, wte(), wpe().view(pos * C, {1, C}));
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const LayerParams w = compute_layer(l);
+    const Tensor cache = s.cache.view(l * T * C3, {1, pos + 1, C3});
+    be_.layernorm_forward(s.ln, s.mean, s.rstd, s.x, w.ln1w, w.ln1b);
+    be_.matmul_forward(s.cache.view((l * T + pos) * C3, {1, C3}), s.ln, w.qkvw, w.qkvb);
+    be_.attention_decode(s.atty, cache, cfg_.heads);
+    be_.matmul_forward(s.proj, s.atty, w.projw, w.projb);
+    be_.residual_layernorm_forward(s.res2, s.ln, s.mean, s.rstd, s.x, s.proj, w.ln2w, w.ln2b);
+    be_.matmul_gelu_forward(s.fch, s.fch_gelu, s.ln, w.fcw, w.fcb);
+    be_.matmul_forward(s.proj, s.fch_gelu, w.fcprojw, w.fcprojb);
+    be_.residual_forward(s.x, s.res2, s.proj);
+  }
+  const size_t lnf = layout_.size() - 2;
+  be_.layernorm_forward(s.ln, s.mean, s.rstd, s.x, cparam(lnf), cparam(lnf + 1));
+  be_.matmul_forward(s.logits, s.ln, wte(), Tensor());
 }
 
 void Gpt::backward_blocks(GptHooks& h) {

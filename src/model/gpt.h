@@ -178,6 +178,25 @@ struct GptTensors {
   Tensor* slot(const std::string& name);
 };
 
+// Note [KV cache]
+// Drawing text one token at a time, the keys and values of the tokens already seen do not change. The decoder keeps
+// every block's qkv rows of the positions so far (cache [L, T, 3C], compute dtype) and runs each new token through
+// the blocks as one row, its attention over the cached rows (Backend::attention_decode): a token costs the weights'
+// reads once instead of a forward over the whole window. A prefill fills the cache from a forward over the context
+// (the executor's batch-of-one model). The cache holds at most T positions: whoever draws restarts the context
+// (prefill) when it outgrows them (exec/generate.cc).
+struct GptDecodeState {
+  Tensor cache;                      // [L, T, 3C] compute dtype
+  Tensor token;                      // [1] i32: the token decode_step reads
+  Tensor x, res2, ln, atty, proj;    // [1, C] compute dtype
+  Tensor fch, fch_gelu;              // [1, 4C]
+  Tensor mean, rstd;                 // [1] master dtype
+  Tensor logits;                     // [1, padded vocab] compute dtype
+  // The member named `name` (as gpt_decode_tensors names them); nullptr for an unknown name.
+  Tensor* slot(const std::string& name);
+};
+std::vector<TensorRequest> gpt_decode_tensors(const GptConfig& cfg, DType compute);
+
 // Note [model and executor]
 // The model owns this interface and calls it at every block boundary of a pass; the executor implements it, and
 // there waits for copies, starts copies, rebuilds what the plan recomputes, and zeroes gradients. The model calls
@@ -266,6 +285,14 @@ class Gpt {
   virtual void rebuild_mlp(GptHooks& hooks, int l);
   // logits [B*T, padded_vocab] of the last forward into out (tests and sampling).
   void compute_logits(const Tensor& out);
+
+  // --- Note [KV cache]: a model of batch 1 and tp 1 only ---
+  // After forward_blocks over a context of n positions: their qkv rows into s.cache, the logits of position n - 1
+  // into s.logits.
+  void decode_prefill(const GptDecodeState& s, int n);
+  // The token in s.token at position pos, s.cache holding positions [0, pos): its qkv rows into the cache, its
+  // logits into s.logits.
+  void decode_step(const GptDecodeState& s, int pos);
 
   // Initial parameter values, on the host (normal(0, 0.02); residual projections 0.02/sqrt(2L); biases 0;
   // LayerNorm weights 1): each a function of the seed and its flat index, drawn in parallel (Note [parallel init]).

@@ -341,6 +341,10 @@ void BackendOps::attention_case(Backend& target, const AttentionCase& c) {
            {"qkv", {b, t, 3 * ch}}},
           [heads](Backend& be, const std::vector<Tensor>& ts) { be.attention_forward(ts[0], ts[1], ts[2], heads); },
           kAtol, kRtol);
+    // Note [KV cache]: the last query of each sequence over its keys.
+    check("attention_decode", {{"out", {b, ch}, DType::kF32, true}, {"qkv", {b, t, 3 * ch}}},
+          [heads](Backend& be, const std::vector<Tensor>& ts) { be.attention_decode(ts[0], ts[1], heads); }, kAtol,
+          kRtol);
     // The backward needs the forward's out and lse: computed first on each backend.
     check("attention_backward",
           {{"dqkv", {b, t, 3 * ch}, DType::kF32, true}, {"dout", {b, t, ch}}, {"qkv", {b, t, 3 * ch}},

@@ -349,6 +349,15 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void attention_decode(const Tensor& out, const Tensor& qkv, int heads) override {
+    const shapes::Attention d = shapes::attention_decode(out, qkv, heads);
+    dispatch_float(qkv.dtype(), "attention_decode", [&]<typename T>() {
+      T* o = out.data<T>();
+      const T* q = qkv.data<T>();
+      compute_.enqueue([=] { cpu::attention_decode<T>(o, q, d.B, d.T, d.C, d.H); });
+    });
+  }
+
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& lse, int heads) override {
     const shapes::Attention d = shapes::attention_backward(dqkv, dout, qkv, out, lse, heads);

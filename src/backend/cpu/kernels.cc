@@ -289,6 +289,42 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H
   }
 }
 
+// One (batch, head) pair per task: the scores of the last query, the forward's softmax (maximum, exponentials,
+// one scale by the inverse sum), then the weighted sum of the values in position order.
+template <typename T>
+void attention_decode(T* out, const T* qkv, int B, int n, int C, int H) {
+  const int hs = C / H;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const T scale = T(1) / std::sqrt(static_cast<T>(hs));
+#pragma omp parallel
+  {
+    std::vector<T> p(static_cast<size_t>(n));
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
+      const HeadSlices<const T*> sl = head_slices(qkv, bh, n, C, H);
+      const T *q = sl.q + (n - 1) * C3, *k = sl.k, *v = sl.v;
+      T maxv = -std::numeric_limits<T>::infinity();
+      for (int j = 0; j < n; ++j) {
+        const T* kj = k + j * C3;
+        T dot = 0;
+        for (int c = 0; c < hs; ++c) dot += q[c] * kj[c];
+        p[static_cast<size_t>(j)] = scale * dot;
+        maxv = std::max(maxv, p[static_cast<size_t>(j)]);
+      }
+      T sum = 0;
+      for (T& e : p) sum += e = std::exp(e - maxv);
+      const T inv = T(1) / sum;
+      T* o = out + (bh / H) * static_cast<int64_t>(C) + (bh % H) * hs;
+      for (int c = 0; c < hs; ++c) o[c] = 0;
+      for (int j = 0; j < n; ++j) {
+        const T pj = p[static_cast<size_t>(j)] * inv;
+        const T* vj = v + j * C3;
+        for (int c = 0; c < hs; ++c) o[c] += pj * vj[c];
+      }
+    }
+  }
+}
+
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int B, int T_, int C, int H) {
   const int hs = C / H;
@@ -506,6 +542,7 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int);                    \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                                         \
   template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);                        \
+  template void attention_decode<T>(T*, const T*, int, int, int, int);                                             \
   template void gelu_forward<T>(T*, const T*, int64_t);                                                             \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t);                                                  \
   template void gelu_backward_scale<T>(T*, const T*, int64_t);                                                     \

@@ -43,6 +43,9 @@ template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H);
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int B, int T_, int C, int H);
+// Note [KV cache]: out[B, C] = each sequence's last query of qkv[B, n, 3C] attending to its n keys and values.
+template <typename T>
+void attention_decode(T* out, const T* qkv, int B, int n, int C, int H);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n);

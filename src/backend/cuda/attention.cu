@@ -828,6 +828,74 @@ unsigned rows_grid(const Dims& d) {
 // The general kernels: kGeneralWarps rows of one (b, h) pair per block.
 dim3 general_grid(const Dims& d) { return dim3((d.T + kGeneralWarps - 1) / kGeneralWarps, d.B * d.H); }
 
+// ---------------------------------------------------------------------------------------------------------------------
+// Note [KV cache]: one query (each sequence's last position) over its d.T keys. One block per (b, h) pair, its warps
+// splitting the keys (warp w takes keys w, w + warps, ...), each lane holding head dimensions lane, lane + 32, ...;
+// every warp keeps its own online softmax (maximum, sum, weighted values), and the block merges them at the end.
+constexpr int kDecodeWarps = 8;
+
+template <typename X>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+    attention_decode_kernel(X* __restrict__ out, const X* __restrict__ qkv, Dims d) {
+  constexpr int kPerLane = kMaxHs / 32;
+  __shared__ float s_max[kDecodeWarps], s_sum[kDecodeWarps];
+  __shared__ float s_acc[kDecodeWarps][kMaxHs];
+  const int b = blockIdx.x / d.H, h = blockIdx.x % d.H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t C3 = 3 * static_cast<int64_t>(d.C);
+  const X* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * d.hs;
+  const X* q = base + static_cast<int64_t>(d.T - 1) * C3;
+  float qr[kPerLane], acc[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int c = lane + 32 * i;
+    qr[i] = c < d.hs ? ld(q[c]) * d.scale : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int j = warp; j < d.T; j += kDecodeWarps) {
+    const X* k = base + j * C3 + d.C;
+    const X* v = k + d.C;
+    float sc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int c = lane + 32 * i;
+      if (c < d.hs) sc += qr[i] * ld(k[c]);
+    }
+    sc = warp_sum(sc);
+    const float mn = fmaxf(m, sc), corr = __expf(m - mn), p = __expf(sc - mn);
+    l = l * corr + p;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int c = lane + 32 * i;
+      if (c < d.hs) acc[i] = acc[i] * corr + p * ld(v[c]);
+    }
+    m = mn;
+  }
+  if (lane == 0) {
+    s_max[warp] = m;
+    s_sum[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int c = lane + 32 * i;
+    if (c < d.hs) s_acc[warp][c] = acc[i];
+  }
+  __syncthreads();
+  float top = -INFINITY;
+  for (int w = 0; w < kDecodeWarps; ++w) top = fmaxf(top, s_max[w]);
+  for (int c = threadIdx.x; c < d.hs; c += blockDim.x) {
+    float sum = 0.0f, y = 0.0f;
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      if (s_max[w] == -INFINITY) continue;  // a warp that had no key
+      const float f = __expf(s_max[w] - top);
+      sum += s_sum[w] * f;
+      y += s_acc[w][c] * f;
+    }
+    out[static_cast<int64_t>(b) * d.C + static_cast<int64_t>(h) * d.hs + c] = st<X>(y / sum);
+  }
+}
+
 }  // namespace
 
 int64_t attention_scratch_bytes(int B, int T, int H) { return static_cast<int64_t>(B) * H * T * sizeof(float); }
@@ -880,6 +948,18 @@ void attention_backward(cudaStream_t s, const Scratch& scratch, X* dqkv, const X
   TT_CUDA_CHECK_LAUNCH();
 }
 
+template <typename X>
+void attention_decode(cudaStream_t s, X* out, const X* qkv, int B, int n, int C, int H) {
+  const Dims d = make_dims(B, n, C, H);
+  TT_CHECK(d.hs <= kMaxHs && static_cast<int64_t>(B) * H <= 0x7fffffff,
+           "attention_decode: head size %d (at most %d) beyond the CUDA kernel", d.hs, kMaxHs);
+  if (n == 0 || B == 0) return;
+  attention_decode_kernel<X><<<B * H, kDecodeWarps * 32, 0, s>>>(out, qkv, d);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template void attention_decode<float>(cudaStream_t, float*, const float*, int, int, int, int);
+template void attention_decode<bf16>(cudaStream_t, bf16*, const bf16*, int, int, int, int);
 template void attention_forward<float>(cudaStream_t, float*, float*, const float*, int, int, int, int);
 template void attention_forward<bf16>(cudaStream_t, bf16*, float*, const bf16*, int, int, int, int);
 template void attention_backward<float>(cudaStream_t, const Scratch&, float*, const float*, const float*,

@@ -367,6 +367,12 @@ class CudaBackend final : public Backend {
 
   // Flash attention: cuDNN's fused engines where they take the shape (cudnn_sdpa.h), else our kernels
   // (backend/cuda/attention.cu). No T x T buffer outlives a call; the backward's row sums use the scratch.
+  void attention_decode(const Tensor& out, const Tensor& qkv, int heads) override {
+    const shapes::Attention d = shapes::attention_decode(out, qkv, heads);
+    dispatch_x(qkv.dtype(), "attention_decode", [&]<typename X>() {
+      cuda::attention_decode<X>(s(), out.data<X>(), qkv.data<X>(), d.B, d.T, d.C, d.H);
+    });
+  }
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) override {
     const shapes::Attention d = shapes::attention_forward(out, lse, qkv, heads);
     if (sdpa_ && qkv.dtype() == DType::kBF16 && d.B > 0 &&

@@ -68,6 +68,9 @@ void attention_forward(cudaStream_t s, X* out, float* lse, const X* qkv, int B, 
 template <typename X>
 void attention_backward(cudaStream_t s, const Scratch& scratch, X* dqkv, const X* dout, const X* qkv, const X* out,
                         const float* lse, int B, int T, int C, int H);
+// Note [KV cache]: out[B, C] from the last query of qkv[B, n, 3C] over its n keys and values.
+template <typename X>
+void attention_decode(cudaStream_t s, X* out, const X* qkv, int B, int n, int C, int H);
 int64_t attention_scratch_bytes(int B, int T, int H);
 template <typename X>
 void gelu_forward(cudaStream_t s, X* out, const X* inp, int64_t n);

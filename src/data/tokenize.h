@@ -1,0 +1,40 @@
+// data/tokenize: text files to token shards of GPT-2's vocabulary (data/gpt2_bpe.h), the format `train --data` reads
+// (llm.c's .bin shards), so that a corpus of one's own trains a GPT-2-vocabulary model without another tool. Each
+// file is one document, preceded by <|endoftext|> (50256) as llm.c's and nanoGPT's preparation scripts do.
+//
+//   TokenizeOptions o;
+//   o.inputs = {"corpus/"};           // files or folders (recursively; binary files skipped)
+//   o.vocab = "gpt2/";                // encoder.json and vocab.bpe
+//   o.out = "corpus_gpt2/";           // train_000000.bin, ... (and val_000000.bin with val_tokens)
+//   TT_ASSIGN_OR_RETURN(TokenizeResult r, tokenize_to_shards(o, stderr));
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tt::data {
+
+struct TokenizeOptions {
+  std::vector<std::string> inputs;
+  std::string vocab;                     // a folder with encoder.json and vocab.bpe, or encoder.json itself
+  std::string out;                       // the folder of shards (created)
+  int64_t shard_tokens = 100'000'000;    // tokens a shard (llm.c's size), the last one shorter
+  int64_t val_tokens = 0;                // the first this many tokens to val_000000.bin (0: no validation shard)
+  bool print_ids = false;                // also print the ids, space-separated, one document a line (small inputs)
+};
+
+struct TokenizeResult {
+  int64_t files = 0, skipped = 0;        // documents read; binary or empty files skipped
+  int64_t bytes = 0, tokens = 0;         // in, out (tokens with the <|endoftext|> before each document)
+  std::vector<std::string> shards;       // written, in order
+  double seconds = 0;
+};
+
+// Progress (a line every few seconds on long inputs) and the ids (print_ids) go to `progress`.
+Result<TokenizeResult> tokenize_to_shards(const TokenizeOptions& o, FILE* progress);
+
+}  // namespace tt::data

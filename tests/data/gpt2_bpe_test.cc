@@ -1,0 +1,177 @@
+// data/gpt2_bpe: GPT-2's tokenizer.
+//  - the pre-tokenizer cuts text where GPT-2's pattern does (contractions, an optional space before a run of letters,
+//    numbers or other characters, whitespace runs less their last space before a word), letters and numbers by
+//    Unicode's categories, invalid UTF-8 as characters of their own;
+//  - BPE merges the pair of lowest rank first, every occurrence of it; decode(encode(x)) == x for any bytes;
+//    <|endoftext|> in the text is the special token;
+//  - files that are not GPT-2's kind are refused, named;
+//  - with GPT-2's own files (TT_GPT2_VOCAB_DIR), known ids (the Python tests compare whole texts with tiktoken).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "data/gpt2_bpe.h"
+#include "temp_dir.h"
+
+namespace tt {
+namespace {
+
+using testing::TempDir;
+using Pieces = std::vector<std::string>;
+
+Pieces split(const std::string& s) {
+  Pieces out;
+  for (std::string_view p : Gpt2Bpe::split(s)) out.emplace_back(p);
+  return out;
+}
+
+TEST(Gpt2Bpe, ThePreTokenizerCutsWhereGpt2sPatternDoes) {
+  EXPECT_EQ(split("Hello world"), (Pieces{"Hello", " world"}));
+  EXPECT_EQ(split("it's don't I'll we've they're I'm he'd"),
+            (Pieces{"it", "'s", " don", "'t", " I", "'ll", " we", "'ve", " they", "'re", " I", "'m", " he", "'d"}));
+  EXPECT_EQ(split("'S"), (Pieces{"'", "S"}));  // the contractions are lower case only
+  EXPECT_EQ(split("a  b"), (Pieces{"a", " ", " b"}));
+  EXPECT_EQ(split("a\n\nb"), (Pieces{"a", "\n", "\n", "b"}));
+  EXPECT_EQ(split("\t\tx"), (Pieces{"\t", "\t", "x"}));
+  EXPECT_EQ(split("x   "), (Pieces{"x", "   "}));
+  EXPECT_EQ(split("3.14 is pi"), (Pieces{"3", ".", "14", " is", " pi"}));
+  EXPECT_EQ(split(" 123abc"), (Pieces{" 123", "abc"}));
+  EXPECT_EQ(split("hi!!! ?"), (Pieces{"hi", "!!!", " ?"}));
+  EXPECT_EQ(split("h\xc3\xa9llo w\xc3\xb6rld"), (Pieces{"h\xc3\xa9llo", " w\xc3\xb6rld"}));      // e-acute, o-umlaut
+  EXPECT_EQ(split("\xe6\x97\xa5\xe6\x9c\xac \xe3\x83\x86"), (Pieces{"\xe6\x97\xa5\xe6\x9c\xac", " \xe3\x83\x86"}));
+  EXPECT_EQ(split("x\xc2\xbc\xc2\xbd"), (Pieces{"x", "\xc2\xbc\xc2\xbd"}));  // one quarter, one half: numbers
+  EXPECT_EQ(split("a\xc2\xa0" "b"), (Pieces{"a", "\xc2\xa0", "b"}));         // no-break space is a space
+  EXPECT_EQ(split("\xff\xfe ok"), (Pieces{"\xff\xfe", " ok"}));            // invalid UTF-8: neither letter nor space
+  EXPECT_EQ(split(""), Pieces{});
+  // The pieces always put the text back together.
+  Rng rng(9);
+  for (int k = 0; k < 200; ++k) {
+    std::string s;
+    const char* alphabet[] = {"a", "Z", " ", "  ", "\n", "'", "'s", "7", ".", "\xc3\xa9", "\xe2\x80\x94", "\xff", "\t"};
+    for (int i = 0; i < 20; ++i) s += alphabet[rng.uniform_int(13)];
+    std::string back;
+    for (const std::string& p : split(s)) {
+      EXPECT_FALSE(p.empty());
+      back += p;
+    }
+    EXPECT_EQ(back, s);
+  }
+}
+
+// GPT-2's byte-level alphabet for one byte, as the vocabulary files write it.
+std::string char_of(int b) {
+  static std::vector<std::string> table = [] {
+    std::vector<std::string> t(256);
+    int next = 256;
+    for (int x = 0; x < 256; ++x) {
+      const bool self = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255);
+      const int cp = self ? x : next++;
+      std::string u;
+      if (cp < 0x80) u.push_back(static_cast<char>(cp));
+      else {
+        u.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        u.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+      }
+      t[static_cast<size_t>(x)] = u;
+    }
+    return t;
+  }();
+  return table[static_cast<size_t>(b)];
+}
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+// A small byte-level vocabulary: the 256 bytes (id = byte), then the merges' tokens, then <|endoftext|>.
+std::string write_small_vocab(TempDir& dir, const std::vector<std::pair<std::string, std::string>>& merges) {
+  std::string enc = "{";
+  for (int b = 0; b < 256; ++b) enc += "\"" + json_escape(char_of(b)) + "\": " + std::to_string(b) + ", ";
+  std::string bpe = "#version: 0.2\n";
+  int id = 256;
+  for (const auto& [a, b] : merges) {
+    enc += "\"" + json_escape(a + b) + "\": " + std::to_string(id++) + ", ";
+    bpe += a + " " + b + "\n";
+  }
+  enc += "\"<|endoftext|>\": " + std::to_string(id) + "}";
+  dir.write("encoder.json", enc);
+  dir.write("vocab.bpe", bpe);
+  return dir.path();
+}
+
+TEST(Gpt2Bpe, MergesTheLowestRankedPairFirst) {
+  TempDir dir;
+  const std::string sp = char_of(' ');  // U+0120
+  // Ranks 0.. in this order; "ll" before "he" matters for "hell" (he + ll, not h + ell).
+  const std::string where = write_small_vocab(
+      dir, {{"l", "l"}, {"h", "e"}, {"he", "ll"}, {"hell", "o"}, {"e", "l"}, {sp, "w"}, {"o", "r"}, {sp + "w", "or"},
+            {"a", "a"}});
+  auto bpe = Gpt2Bpe::load(where);
+  ASSERT_TRUE(bpe.is_ok()) << bpe.status().to_string();
+  const Gpt2Bpe& t = bpe.value();
+  EXPECT_EQ(t.vocab(), 256 + 9 + 1);
+  // "hello": ll (rank 0), he (1), he+ll (2), hell+o (3): one token; "el" (rank 4) never gets its chance.
+  EXPECT_EQ(t.encode("hello"), (std::vector<int32_t>{259}));
+  // " world": " w" then "or" then " w"+"or", then the bytes l and d.
+  EXPECT_EQ(t.encode("hello world"), (std::vector<int32_t>{259, 263, 'l', 'd'}));
+  // Every occurrence of the best pair merges: "aaaaa" -> aa aa a.
+  EXPECT_EQ(t.encode("aaaaa"), (std::vector<int32_t>{264, 264, 'a'}));
+  // The special token, wherever it is in the text.
+  EXPECT_EQ(t.encode("aa<|endoftext|>hello"), (std::vector<int32_t>{264, 265, 259}));
+  // Any bytes come back as they were.
+  Rng rng(4);
+  for (int k = 0; k < 100; ++k) {
+    std::string s;
+    for (int i = 0; i < 40; ++i) s.push_back(static_cast<char>(rng.uniform_int(256)));
+    auto back = t.decode(t.encode(s));
+    ASSERT_TRUE(back.is_ok());
+    EXPECT_EQ(back.value(), s);
+  }
+  EXPECT_FALSE(t.decode({266}).is_ok());
+  // The decode-only reader agrees on the folder.
+  auto v = load_gpt2_vocab(where);
+  ASSERT_TRUE(v.is_ok()) << v.status().to_string();
+  EXPECT_EQ(v.value()[259], "hello");
+}
+
+TEST(Gpt2Bpe, FilesThatAreNotGpt2sAreRefusedNamed) {
+  TempDir dir;
+  auto none = Gpt2Bpe::load(dir.path());
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_NE(none.status().message().find("no encoder.json"), std::string::npos) << none.status().message();
+  write_small_vocab(dir, {{"a", "b"}});
+  dir.write("vocab.bpe", "#version: 0.2\na b\nx yz\n");  // "yz" is no token
+  auto bad = Gpt2Bpe::load(dir.path());
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("line 3"), std::string::npos) << bad.status().message();
+  dir.write("vocab.bpe", "#version: 0.2\nab\n");
+  auto onetoken = Gpt2Bpe::load(dir.path());
+  ASSERT_FALSE(onetoken.is_ok());
+  EXPECT_NE(onetoken.status().message().find("not two tokens"), std::string::npos) << onetoken.status().message();
+  TempDir nomerges;
+  nomerges.write("encoder.json", "{\"a\": 0}");
+  auto m = Gpt2Bpe::load(nomerges.path());
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("no vocab.bpe or merges.txt"), std::string::npos) << m.status().message();
+}
+
+// GPT-2's published files, where a test run names them (python/tests compare whole texts with tiktoken).
+TEST(Gpt2Bpe, Gpt2sOwnFilesGiveItsKnownIds) {
+  const char* dir = std::getenv("TT_GPT2_VOCAB_DIR");
+  if (dir == nullptr || *dir == 0) GTEST_SKIP() << "TT_GPT2_VOCAB_DIR is not set (GPT-2's encoder.json and vocab.bpe)";
+  auto bpe = Gpt2Bpe::load(dir);
+  ASSERT_TRUE(bpe.is_ok()) << bpe.status().to_string();
+  EXPECT_EQ(bpe.value().vocab(), 50257);
+  EXPECT_EQ(bpe.value().encode("Hello world"), (std::vector<int32_t>{15496, 995}));
+  EXPECT_EQ(bpe.value().encode("<|endoftext|>"), (std::vector<int32_t>{50256}));
+}
+
+}  // namespace
+}  // namespace tt
