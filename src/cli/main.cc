@@ -178,6 +178,9 @@ int main(int argc, char** argv) {
   sample->add_option("--seed", sample_cmd.options.seed, "seed of the draws [default: 1337]");
   sample->add_option("--backend", sample_cmd.options.backend, "auto, cpu or cuda [default: auto]")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sample->add_option("--dtype", sample_cmd.options.dtype, "auto (bf16 on a GPU, f32 on the CPU), f32 or bf16 "
+                     "[default: auto]")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   sample->add_option("--threads", sample_cmd.options.threads, "CPU threads (0: automatic) [default: 0]")
       ->check(CLI::Range(0, 4096));
   sample->add_option("--out", sample_cmd.out, "also write the text to this file");

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Sampling on one GPU (issue 24), in one call: build (Release, sm_90) tiertrain and the tests that check the KV cache
+# on CUDA (generate_test: cached and uncached samples draw the same text; backend_ops_test: attention_decode against
+# the CPU), then the speed of `tiertrain sample` with and without the cache: GPT-2 124M (vocabulary 50257, T 1024)
+# and GPT-2 350M-shaped (d1024 L24), each a checkpoint of two steps on random tokens, 2000 tokens drawn with the
+# cache after a one-token prompt (the context restarts once it fills 1024), 500 without (a forward per token), in
+# bf16 and f32.
+#
+#   bench/sample/sample_gpu.sh OUTDIR
+#
+# OUTDIR gets the logs, results.md (a table) and everything packed in results.tgz.
+set -uo pipefail
+OUT=${1:?usage: bench/sample/sample_gpu.sh OUTDIR}
+source "$(dirname "$0")/../lib.sh"
+tt_gpu_setup "$OUT"
+echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/commit.txt"
+nvidia-smi > "$OUT/machine.txt" 2>&1
+status=0
+pack() { tar -czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/null || true; }
+trap pack EXIT
+start=$(date +%s)
+cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DTIERTRAIN_BUILD_TESTS=ON ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} > "$OUT/configure.log" 2>&1 ||
+  { tail -20 "$OUT/configure.log"; exit 1; }
+cmake --build build/gpu -j "$(nproc)" -- -k 0 tiertrain generate_test backend_ops_test > "$OUT/build.log" 2>&1 ||
+  { status=1; grep -B2 -A12 "error" "$OUT/build.log" | head -60; }
+echo "build: $(( $(date +%s) - start )) s"
+TT=build/gpu/src/tiertrain
+
+build/gpu/tests/generate_test > "$OUT/test_generate.log" 2>&1 || status=1
+echo "generate_test: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_generate.log" | tr '\n' ' ')"
+grep -E '^\[  FAILED|Failure' -A6 "$OUT/test_generate.log" | head -30
+build/gpu/tests/backend_ops_test --gtest_filter='*Attention*' > "$OUT/test_backend_ops.log" 2>&1 || status=1
+echo "backend_ops_test Attention: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_backend_ops.log" | tr '\n' ' ')"
+grep -E 'attention_decode' "$OUT/test_backend_ops.log" | head -10
+
+tt_random_shard
+echo "| model | dtype | KV cache | tokens | seconds | tokens/s | full forwards |" > "$OUT/results.md"
+echo "|---|---|---|---:|---:|---:|---:|" >> "$OUT/results.md"
+for shape in "124M:12:768:12" "350M:24:1024:16"; do
+  IFS=: read -r name layers dim heads <<< "$shape"
+  ck=/tmp/tt-sample-$name
+  rm -rf "$ck"
+  "$TT" train --layers "$layers" --dim "$dim" --heads "$heads" --seq 1024 --batch 4 --steps 2 --warmup 1 \
+    --eval-every 0 --data "$SHARD" --checkpoint-dir "$ck" > "$OUT/train_$name.log" 2>&1 ||
+    { status=1; tail -5 "$OUT/train_$name.log"; continue; }
+  for dtype in bf16 f32; do
+    for kv in --kv-cache --no-kv-cache; do
+      log="$OUT/sample_${name}_${dtype}_${kv#--}.log"
+      n=2000
+      [ "$kv" = --no-kv-cache ] && n=500  # a forward per token: the rate is the same at any length
+      "$TT" sample "$ck" --tokens "$n" --dtype "$dtype" "$kv" --seed 1 > "$log" 2>&1 || { status=1; tail -3 "$log"; }
+      # --- sample of ... (step 2): 2000 tokens after a prompt of 1, in S s (R tokens/s, F full forwards) ---
+      line=$(grep -m1 -- '--- sample of' "$log")
+      secs=$(sed -E 's/.* in ([0-9.]+) s \(.*/\1/' <<< "$line")
+      rate=$(sed -E 's/.*\(([0-9.]+) tokens\/s.*/\1/' <<< "$line")
+      full=$(sed -E 's/.*, ([0-9]+) full forwards.*/\1/' <<< "$line")
+      echo "| GPT-2 $name | $dtype | ${kv#--} | $n | $secs | $rate | $full |" >> "$OUT/results.md"
+    done
+  done
+done
+cat "$OUT/results.md"
+exit $status
