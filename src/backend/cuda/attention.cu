@@ -829,15 +829,20 @@ unsigned rows_grid(const Dims& d) {
 dim3 general_grid(const Dims& d) { return dim3((d.T + kGeneralWarps - 1) / kGeneralWarps, d.B * d.H); }
 
 // ---------------------------------------------------------------------------------------------------------------------
-// Note [KV cache]: one query (each sequence's last position) over its d.T keys. One block per (b, h) pair, its warps
-// splitting the keys (warp w takes keys w, w + warps, ...), each lane holding head dimensions lane, lane + 32, ...;
-// every warp keeps its own online softmax (maximum, sum, weighted values), and the block merges them at the end.
+// Note [KV cache]: one query (each sequence's last position) over its d.T keys. One block per (b, h) pair; its warps
+// take tiles of 32 keys in turn (warp w tiles w, w + warps, ...). In a tile each lane scores one key (the whole dot
+// product over the head, the query from shared memory), the warp updates its online softmax (maximum and sum over
+// the tile), then the lanes, each holding head dimensions lane, lane + 32, ..., add the tile's 32 weighted value rows
+// (coalesced). The block merges its warps' states at the end. A key a lane (not a key an iteration) keeps the loop's
+// dependent global loads to two per tile: one warp walking keys one by one was latency-bound (2.3 ms a token for
+// GPT-2 124M at a context of 1024 on the H200, whatever the dtype).
 constexpr int kDecodeWarps = 8;
 
 template <typename X>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     attention_decode_kernel(X* __restrict__ out, const X* __restrict__ qkv, Dims d) {
   constexpr int kPerLane = kMaxHs / 32;
+  __shared__ float s_q[kMaxHs];
   __shared__ float s_max[kDecodeWarps], s_sum[kDecodeWarps];
   __shared__ float s_acc[kDecodeWarps][kMaxHs];
   const int b = blockIdx.x / d.H, h = blockIdx.x % d.H;
@@ -845,30 +850,35 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int64_t C3 = 3 * static_cast<int64_t>(d.C);
   const X* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * d.hs;
   const X* q = base + static_cast<int64_t>(d.T - 1) * C3;
-  float qr[kPerLane], acc[kPerLane];
+  for (int c = threadIdx.x; c < d.hs; c += blockDim.x) s_q[c] = ld(q[c]) * d.scale;
+  __syncthreads();
+  float acc[kPerLane];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int c = lane + 32 * i;
-    qr[i] = c < d.hs ? ld(q[c]) * d.scale : 0.0f;
-    acc[i] = 0.0f;
-  }
+  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  for (int j = warp; j < d.T; j += kDecodeWarps) {
-    const X* k = base + j * C3 + d.C;
-    const X* v = k + d.C;
-    float sc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int c = lane + 32 * i;
-      if (c < d.hs) sc += qr[i] * ld(k[c]);
+  for (int tile = warp * 32; tile < d.T; tile += kDecodeWarps * 32) {
+    const int j = tile + lane;
+    float sc = -INFINITY;
+    if (j < d.T) {
+      const X* k = base + j * C3 + d.C;
+      float dot = 0.0f;
+      for (int c = 0; c < d.hs; ++c) dot += s_q[c] * ld(k[c]);
+      sc = dot;
     }
-    sc = warp_sum(sc);
-    const float mn = fmaxf(m, sc), corr = __expf(m - mn), p = __expf(sc - mn);
-    l = l * corr + p;
+    const float mn = fmaxf(m, warp_max(sc));
+    const float corr = __expf(m - mn), p = j < d.T ? __expf(sc - mn) : 0.0f;
+    l = l * corr + warp_sum(p);
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int c = lane + 32 * i;
-      if (c < d.hs) acc[i] = acc[i] * corr + p * ld(v[c]);
+    for (int i = 0; i < kPerLane; ++i) acc[i] *= corr;
+    const int keys = min(32, d.T - tile);
+    for (int t = 0; t < keys; ++t) {
+      const float pt = __shfl_sync(0xffffffffu, p, t);
+      const X* v = base + (tile + t) * C3 + 2 * d.C;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int c = lane + 32 * i;
+        if (c < d.hs) acc[i] += pt * ld(v[c]);
+      }
     }
     m = mn;
   }
