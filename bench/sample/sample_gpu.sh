@@ -35,8 +35,8 @@ echo "backend_ops_test Attention: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_ba
 grep -E 'attention_decode' "$OUT/test_backend_ops.log" | head -10
 
 tt_random_shard
-echo "| model | dtype | KV cache | tokens | seconds | tokens/s | full forwards |" > "$OUT/results.md"
-echo "|---|---|---|---:|---:|---:|---:|" >> "$OUT/results.md"
+echo "| model | dtype | KV cache | tokens | seconds | tokens/s | full forwards | ms a token: enqueue / wait / draw |" > "$OUT/results.md"
+echo "|---|---|---|---:|---:|---:|---:|---|" >> "$OUT/results.md"
 for shape in "124M:12:768:12" "350M:24:1024:16"; do
   IFS=: read -r name layers dim heads <<< "$shape"
   ck=/tmp/tt-sample-$name
@@ -55,7 +55,9 @@ for shape in "124M:12:768:12" "350M:24:1024:16"; do
       secs=$(sed -E 's/.* in ([0-9.]+) s \(.*/\1/' <<< "$line")
       rate=$(sed -E 's/.*\(([0-9.]+) tokens\/s.*/\1/' <<< "$line")
       full=$(sed -E 's/.*, ([0-9]+) full forwards.*/\1/' <<< "$line")
-      echo "| GPT-2 $name | $dtype | ${kv#--} | $n | $secs | $rate | $full |" >> "$OUT/results.md"
+      # (a token: E ms enqueuing the model, W ms waiting for it, D ms drawing)
+      split=$(grep -m1 '^(a token:' "$log" | sed -E 's/.*: ([0-9.]+) ms enq.*, ([0-9.]+) ms wait.*, ([0-9.]+) ms draw.*/\1 \/ \2 \/ \3/')
+      echo "| GPT-2 $name | $dtype | ${kv#--} | $n | $secs | $rate | $full | $split |" >> "$OUT/results.md"
     done
   done
 done

@@ -33,6 +33,11 @@ void print_sample(const SampleResult& s, FILE* out) {
   }
   if (s.text.empty() || s.text.back() != '\n') std::fputc('\n', out);
   std::fputs("---\n", out);
+  if (drawn > 0) {
+    const double per = 1e3 / static_cast<double>(drawn);
+    std::fprintf(out, "(a token: %.3f ms enqueuing the model, %.3f ms waiting for it, %.3f ms drawing)\n",
+                 s.enqueue_seconds * per, s.wait_seconds * per, s.draw_seconds * per);
+  }
 }
 
 }  // namespace

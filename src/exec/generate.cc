@@ -224,6 +224,7 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
       cached = 0;
     }
     const int n = static_cast<int>(out.tokens.size() - start);
+    const auto e0 = std::chrono::steady_clock::now();
     if (cached > 0 && o.kv_cache) {
       be->copy_h2d(dec.token, &out.tokens.back(), be->compute_stream());
       gpt.decode_step(dec, cached);
@@ -238,8 +239,12 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
       ++out.prefills;
       cached = n;
     }
+    const auto e1 = std::chrono::steady_clock::now();
     be->copy_d2h(row.data(), dec.logits, be->compute_stream());
     TT_TRY(be->compute_stream().synchronize());
+    const auto e2 = std::chrono::steady_clock::now();
+    out.enqueue_seconds += std::chrono::duration<double>(e1 - e0).count();
+    out.wait_seconds += std::chrono::duration<double>(e2 - e1).count();
     for (int v = 0; v < V; ++v) {
       if (cd == DType::kBF16) {
         uint16_t h;
@@ -254,6 +259,7 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
       }
     }
     out.tokens.push_back(draw_token(row_f.data(), V, o.temperature, o.top_k, rng.uniform()));
+    out.draw_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - e2).count();
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (out.bytes) {

@@ -41,6 +41,9 @@ struct SampleResult {
   std::string text;            // the bytes as they are (bytes), the decoded text (vocab_file), or the ids
   double seconds = 0;          // drawing, after loading
   int64_t prefills = 0;        // forwards over a whole context (the first token, each restart, every token uncached)
+  // Where the drawing time went: enqueuing the passes (host), waiting for them and the logits' copy (device), the
+  // draws (host).
+  double enqueue_seconds = 0, wait_seconds = 0, draw_seconds = 0;
 };
 
 // Draws o.tokens tokens after o.prompt from the model of checkpoint `where` (resolve_checkpoint in
