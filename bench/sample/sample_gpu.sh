@@ -6,11 +6,15 @@
 # cache after a one-token prompt (the context restarts once it fills 1024), 500 without (a forward per token), in
 # bf16 and f32.
 #
-#   bench/sample/sample_gpu.sh OUTDIR
+#   bench/sample/sample_gpu.sh OUTDIR [all|ncu]
+#
+# ncu: instead of the table, Nsight Compute's duration of every kernel of a 20-token sample of GPT-2 124M (bf16, one
+# prefill then 19 tokens through the cache), summed by kernel name in ncu_kernels.md.
 #
 # OUTDIR gets the logs, results.md (a table) and everything packed in results.tgz.
 set -uo pipefail
-OUT=${1:?usage: bench/sample/sample_gpu.sh OUTDIR}
+OUT=${1:?usage: bench/sample/sample_gpu.sh OUTDIR [all|ncu]}
+part=${2:-all}
 source "$(dirname "$0")/../lib.sh"
 tt_gpu_setup "$OUT"
 echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/commit.txt"
@@ -35,6 +39,32 @@ echo "backend_ops_test Attention: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_ba
 grep -E 'attention_decode' "$OUT/test_backend_ops.log" | head -10
 
 tt_random_shard
+if [ "$part" = ncu ]; then
+  ck=/tmp/tt-sample-124M
+  "$TT" train --layers 12 --dim 768 --heads 12 --seq 1024 --batch 4 --steps 2 --warmup 1 --eval-every 0 \
+    --data "$SHARD" --checkpoint-dir "$ck" > "$OUT/train_124M.log" 2>&1 || { tail -5 "$OUT/train_124M.log"; exit 1; }
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$OUT/ncu.csv" \
+    "$TT" sample "$ck" --tokens 20 --dtype bf16 > "$OUT/ncu_sample.log" 2>&1 || { status=1; tail -5 "$OUT/ncu_sample.log"; }
+  python3 - "$OUT/ncu.csv" > "$OUT/ncu_kernels.md" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+tot, cnt = collections.Counter(), collections.Counter()
+for r in rows:
+    v = float(r["Metric Value"].replace(",", ""))
+    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r["Metric Unit"], 1.0)
+    name = r["Kernel Name"][:90]
+    tot[name] += v * scale
+    cnt[name] += 1
+all_us = sum(tot.values())
+print(f"{len(rows)} kernels, {all_us:.0f} us in all\n")
+print("| kernel | launches | total us | us each |\n|---|---:|---:|---:|")
+for name, us in tot.most_common(25):
+    print(f"| `{name}` | {cnt[name]} | {us:.0f} | {us / cnt[name]:.1f} |")
+PY
+  cat "$OUT/ncu_kernels.md"
+  exit $status
+fi
 echo "| model | dtype | KV cache | tokens | seconds | tokens/s | full forwards | ms a token: enqueue / wait / draw |" > "$OUT/results.md"
 echo "|---|---|---|---:|---:|---:|---:|---|" >> "$OUT/results.md"
 for shape in "124M:12:768:12" "350M:24:1024:16"; do
