@@ -52,7 +52,7 @@ rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith('
 tot, cnt = collections.Counter(), collections.Counter()
 for r in rows:
     v = float(r["Metric Value"].replace(",", ""))
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(r["Metric Unit"], 1.0)
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[r["Metric Unit"]]
     name = r["Kernel Name"][:90]
     tot[name] += v * scale
     cnt[name] += 1
