@@ -128,6 +128,10 @@ class Communicator {
   static constexpr int kUndefined = -1;
   virtual Result<std::unique_ptr<Communicator>> split(int color, int key);
 
+  // The point-to-point transport of this communicator's backend, for a communicator layered on it (nccl over its
+  // host communicator: Note [nccl point-to-point]); nullptr where the backend has none.
+  std::unique_ptr<class P2pTransport> layered_p2p_transport();
+
   // Non-blocking collectives: queued, and run in call order on the communicator's progress thread (started by the
   // first one), so that the caller computes meanwhile.
   Request ibarrier();
@@ -147,7 +151,8 @@ class Communicator {
   // its start). A receive takes a message of at most its buffer's length (a longer one is an error, and is dropped);
   // info, if given, says who sent how much. A type differing from the sender's is an error (bytes match any type);
   // the mpi backend, whose messages do not carry their type, checks the length alone. Every wait has the deadline;
-  // a rank that died or gave up is named. Tags: 0..kMaxTag. Not on the nccl backend (use its host communicator).
+  // a rank that died or gave up is named. Tags: 0..kMaxTag. On the nccl backend buffers may be in GPU memory (Note
+  // [nccl point-to-point]).
   Status send(const void* buf, size_t count, DType dtype, int dest, int tag = 0);
   Status recv(void* buf, size_t count, DType dtype, int source = kAnySource, int tag = kAnyTag,
               MessageInfo* info = nullptr);

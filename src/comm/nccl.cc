@@ -21,6 +21,17 @@
 //   to a stream-ordered temporary (cudaMallocAsync).
 // - Reductions are NCCL's: the order of the combines is NCCL's algorithm's, and bf16/f16 round at each combine,
 //   unlike shm (rank order, one rounding).
+// - split (Note [split] in comm/comm.h): the host communicator splits first (colors and keys exchanged there, a
+//   rank that does not come named by its deadline), then NCCL's communicator (ncclCommSplit, collective over this
+//   one, bounded by the deadline as the init is); the new communicator is the pair, on the same GPU.
+//
+// Note [nccl point-to-point]
+// Messages go through the host communicator's transport (its matching of sources and tags, its order, deadlines and
+// dead peers), a buffer in GPU memory (device or managed) staged through host memory: copied to the host when the
+// send is posted, to the GPU once the receive is done (cudaMemcpy on the legacy stream: work of the caller's on other
+// streams must be finished first, as with a CUDA-aware MPI). NCCL's ncclSend/ncclRecv would move the bytes GPU to GPU
+// but match neither tags nor any source, and a pair that does not match hangs: the API's MPI semantics come first;
+// bulk GPU-to-GPU traffic belongs to the collectives.
 #include "comm/nccl.h"
 
 #include "core/device_env.h"
@@ -28,17 +39,21 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "comm/collective.h"
+#include "comm/p2p.h"
 
 namespace tt::comm {
 namespace {
@@ -84,6 +99,103 @@ class DeviceGuard {
   int prev_ = -1, set_ = -1;
 };
 
+// Note [nccl point-to-point]: the host transport, GPU buffers staged through host memory.
+class StagedP2p final : public P2pTransport {
+ public:
+  StagedP2p(std::unique_ptr<P2pTransport> inner, int device) : inner_(std::move(inner)), device_(device) {}
+
+  bool progress(std::deque<P2pOp*>& ops) override {
+    bool moved = false;
+    std::deque<P2pOp*> inner_ops;
+    for (P2pOp* op : ops) {
+      auto it = shadows_.find(op);
+      if (it == shadows_.end()) {
+        auto sh = std::make_unique<Shadow>();
+        if (Status st = stage(*op, *sh); !st.is_ok()) {
+          op->finish(st);
+          moved = true;
+          continue;
+        }
+        it = shadows_.emplace(op, std::move(sh)).first;
+      }
+      inner_ops.push_back(&it->second->op);
+    }
+    moved |= inner_->progress(inner_ops);
+    for (P2pOp* op : ops) {
+      auto it = shadows_.find(op);
+      if (it == shadows_.end() || !it->second->op.done) continue;
+      Shadow& sh = *it->second;
+      Status st = sh.op.status;
+      if (st.is_ok() && op->kind == P2pOp::kRecv && sh.staged && sh.info.bytes > 0) {
+        DeviceGuard on(device_);
+        if (cudaMemcpy(op->recv, sh.host.data(), sh.info.bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+          st = make_status(StatusCode::kInternal, "recv: copying the message to GPU memory: %s",
+                           cudaGetErrorString(cudaGetLastError()));
+      }
+      if (op->info != nullptr) *op->info = sh.info;
+      op->finish(std::move(st));
+      shadows_.erase(it);
+      moved = true;
+    }
+    // Operations the engine no longer holds (failed, or an iprobe taken back) lose their shadows.
+    if (shadows_.size() > ops.size()) {
+      for (auto it = shadows_.begin(); it != shadows_.end();)
+        it = std::find(ops.begin(), ops.end(), it->first) == ops.end() ? shadows_.erase(it) : std::next(it);
+    }
+    return moved;
+  }
+  std::string peer_trouble(int peer) override { return inner_->peer_trouble(peer); }
+  int size() const override { return inner_->size(); }
+
+ private:
+  struct Shadow {
+    P2pOp op;
+    MessageInfo info;
+    std::vector<char> host;
+    bool staged = false;
+  };
+  // Memory the host cannot read directly as it is: device memory (managed memory too, kept simple: staged alike).
+  static bool on_gpu(const void* p) {
+    if (p == nullptr) return false;
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  }
+  Status stage(const P2pOp& op, Shadow& sh) {
+    sh.op.kind = op.kind;
+    sh.op.peer = op.peer;
+    sh.op.tag = op.tag;
+    sh.op.type = op.type;
+    sh.op.bytes = op.bytes;
+    sh.op.grow = op.grow;  // a receive of any length goes to a host vector
+    sh.op.info = &sh.info;
+    sh.op.start = op.start;
+    sh.op.send = op.send;
+    sh.op.recv = op.recv;
+    if (op.kind == P2pOp::kSend && op.bytes > 0 && on_gpu(op.send)) {
+      sh.staged = true;
+      sh.host.resize(op.bytes);
+      DeviceGuard on(device_);
+      if (cudaMemcpy(sh.host.data(), op.send, op.bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return make_status(StatusCode::kInternal, "send: copying the message from GPU memory: %s",
+                           cudaGetErrorString(cudaGetLastError()));
+      sh.op.send = sh.host.data();
+    } else if (op.kind == P2pOp::kRecv && op.grow == nullptr && op.bytes > 0 && on_gpu(op.recv)) {
+      sh.staged = true;
+      sh.host.resize(op.bytes);
+      sh.op.recv = sh.host.data();
+    }
+    return Status::ok();
+  }
+
+  std::unique_ptr<P2pTransport> inner_;
+  int device_;
+  std::unordered_map<P2pOp*, std::unique_ptr<Shadow>> shadows_;
+};
+
 class NcclComm final : public NcclCommunicator {
  public:
   NcclComm(std::unique_ptr<Communicator> host, Options o) : host_(std::move(host)), opt_(o) {}
@@ -121,11 +233,7 @@ class NcclComm final : public NcclCommunicator {
     TT_ASSIGN_OR_RETURN(device_, process_device(devices));
     if (launcher_local_rank() < 0 && std::getenv("TIERTRAIN_DEVICE") == nullptr) device_ = rank() % devices;
     TT_TRY(cuda(cudaSetDevice(device_), "cudaSetDevice"));
-    // A blocking stream: the blocking calls come after the work the caller queued on the legacy default stream
-    // (cudaMemcpy from pageable memory may return before its copy lands; it is ordered before them).
-    TT_TRY(cuda(cudaStreamCreate(&stream_), "cudaStreamCreate"));
-    TT_TRY(cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate"));
-    TT_TRY(cuda(cudaMalloc(&scratch_, 256), "cudaMalloc"));
+    TT_TRY(make_stream());
     ncclUniqueId id{};
     static_assert(sizeof(id) % sizeof(int64_t) == 0);
     if (rank() == 0) {
@@ -134,27 +242,72 @@ class NcclComm final : public NcclCommunicator {
       }
     }
     TT_TRY(host_->broadcast(kInPlace, &id, sizeof(id) / sizeof(int64_t), DType::kI64, 0));
-    TT_TRY(init_nccl(id));
+    TT_ASSIGN_OR_RETURN(comm_, bounded_nccl("ncclCommInitRank", [id, n = size(), me = rank()](ncclComm_t* c) {
+                          // Tests: this rank joins late (comm_test's nccl_init_late).
+                          if (const char* d = std::getenv("TT_TEST_NCCL_INIT_DELAY_S"); d != nullptr && *d != '\0')
+                            std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(d)));
+                          return ncclCommInitRank(c, n, id, me);
+                        }));
     // Every rank has joined before any uses it (a rank whose init failed is named here, not in a later hang).
     TT_TRY(host_->barrier());
+    set_placement("bootstrap");
+    return Status::ok();
+  }
+
+  // A communicator of a split: its NCCL communicator made by ncclCommSplit of `parent`'s, on the same GPU.
+  Status adopt(int device, ncclComm_t comm, const NcclComm* parent) {
+    device_ = device;
+    comm_ = comm;
+    DeviceGuard on(device_);
+    TT_TRY(make_stream());
+    set_placement(str_format("split of a communicator of %d ranks, bootstrap", parent->size()).c_str());
+    return Status::ok();
+  }
+
+  // A blocking stream: the blocking calls come after the work the caller queued on the legacy default stream
+  // (cudaMemcpy from pageable memory may return before its copy lands; it is ordered before them).
+  Status make_stream() {
+    TT_TRY(cuda(cudaStreamCreate(&stream_), "cudaStreamCreate"));
+    TT_TRY(cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate"));
+    TT_TRY(cuda(cudaMalloc(&scratch_, 256), "cudaMalloc"));
+    return Status::ok();
+  }
+
+  void set_placement(const char* how) {
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, device_);
     char bus[32] = {};
     cudaDeviceGetPCIBusId(bus, sizeof(bus), device_);
     int version = 0;
     ncclGetVersion(&version);
-    placement_ = str_format("GPU %d (%s, %s), NCCL %d.%d.%d, bootstrap %s", device_, prop.name, bus,
-                            version / 10000, version / 100 % 100, version % 100, host_->backend());
-    return Status::ok();
+    placement_ = str_format("GPU %d (%s, %s), NCCL %d.%d.%d, %s %s", device_, prop.name, bus, version / 10000,
+                            version / 100 % 100, version % 100, how, host_->backend());
   }
 
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
   const char* backend() const override { return "nccl"; }
-  // Note [split] in comm/comm.h: not yet for nccl (ncclCommSplit beside a split of the host communicator; issue 21).
-  // Refused before any exchange, on every rank alike: the base's exchange would hand NCCL host memory.
-  Result<std::unique_ptr<Communicator>> split(int, int) override {
-    return make_status(StatusCode::kUnimplemented, "split: the nccl backend cannot split a communicator yet");
+  // Note [nccl backend]: the host communicator's split, then NCCL's; behind the calls in flight.
+  Result<std::unique_ptr<Communicator>> split(int color, int key) override {
+    std::unique_ptr<Communicator> out;
+    TT_TRY(run([&]() -> Status {
+      TT_RETURN_IF(broken_.is_set(), kFailedPrecondition, "split (nccl, rank %d): unusable after an earlier error: %s",
+                   rank(), broken_.why().c_str());
+      TT_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> host, host_->split(color, key));
+      {
+        DeviceGuard on(device_);
+        TT_TRY(cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize before the split"));
+      }
+      TT_ASSIGN_OR_RETURN(ncclComm_t nc, bounded_nccl("ncclCommSplit", [comm = comm_, color, key](ncclComm_t* c) {
+                            return ncclCommSplit(comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, c, nullptr);
+                          }));
+      if (color < 0) return Status::ok();  // this rank joins no group
+      auto c = std::make_unique<NcclComm>(std::move(host), opt_);
+      TT_TRY(c->adopt(device_, nc, this));
+      out = std::move(c);
+      return Status::ok();
+    }));
+    return out;
   }
   int64_t sequence() const override { return seq_.load(std::memory_order_relaxed); }
   std::chrono::milliseconds timeout() const override { return opt_.timeout; }
@@ -182,6 +335,13 @@ class NcclComm final : public NcclCommunicator {
   Status copy_out(void* host, const void* buffer, size_t bytes) override {
     DeviceGuard on(device_);
     return cuda(cudaMemcpy(host, buffer, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the device");
+  }
+
+  // Note [nccl point-to-point].
+  std::unique_ptr<P2pTransport> make_p2p_transport() override {
+    std::unique_ptr<P2pTransport> inner = host_->layered_p2p_transport();
+    if (inner == nullptr) return nullptr;
+    return std::make_unique<StagedP2p>(std::move(inner), device_);
   }
 
   // Through run(): behind the non-blocking calls in flight, in call order, one thread at a time.
@@ -291,7 +451,9 @@ class NcclComm final : public NcclCommunicator {
   // TIERTRAIN_COMM_TIMEOUT. Past it the call fails, and init() gives up on the host communicator, so that the peers
   // waiting for this rank in the barrier after their own init fail at once and name it; the helper is left behind (NCCL
   // cannot stop a blocking init), holding only the state it shares with this call, and ends with the process.
-  Status init_nccl(const ncclUniqueId& id) {
+  // Note [nccl init deadline]: an NCCL call that makes a communicator (init, split), on a thread of its own so that
+  // a rank that never joins is a deadline error here, not a hang.
+  Result<ncclComm_t> bounded_nccl(const char* what, std::function<ncclResult_t(ncclComm_t*)> make) {
     struct Shared {
       std::mutex mu;
       std::condition_variable cv;
@@ -301,12 +463,9 @@ class NcclComm final : public NcclCommunicator {
       std::string error;
     };
     auto shared = std::make_shared<Shared>();
-    std::thread([shared, id, device = device_, n = size(), me = rank()] {
-      // Tests: this rank joins late (comm_test's nccl_init_late).
-      if (const char* d = std::getenv("TT_TEST_NCCL_INIT_DELAY_S"); d != nullptr && *d != '\0')
-        std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(d)));
+    std::thread([shared, make = std::move(make), device = device_] {
       ncclComm_t c = nullptr;
-      ncclResult_t r = cudaSetDevice(device) == cudaSuccess ? ncclCommInitRank(&c, n, id, me) : ncclUnhandledCudaError;
+      ncclResult_t r = cudaSetDevice(device) == cudaSuccess ? make(&c) : ncclUnhandledCudaError;
       std::lock_guard<std::mutex> lock(shared->mu);
       shared->result = r;
       shared->comm = c;
@@ -316,18 +475,16 @@ class NcclComm final : public NcclCommunicator {
     }).detach();
     std::unique_lock<std::mutex> lock(shared->mu);
     if (!shared->cv.wait_for(lock, opt_.timeout, [&] { return shared->done; })) {
-      const Status s = make_status(StatusCode::kDeadlineExceeded,
-                                   "nccl backend (rank %d of %d, device %d): ncclCommInitRank did not finish within "
-                                   "%.1f s (TIERTRAIN_COMM_TIMEOUT): a rank stopped or died after the id exchange, or "
-                                   "NCCL's bootstrap cannot connect the ranks (NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME)",
-                                   rank(), size(), device_, opt_.timeout.count() / 1000.0);
-      return s;  // init() gives up on the host communicator, as on any error of join()
+      return make_status(StatusCode::kDeadlineExceeded,
+                         "nccl backend (rank %d of %d, device %d): %s did not finish within %.1f s "
+                         "(TIERTRAIN_COMM_TIMEOUT): a rank stopped or died after the id exchange, or NCCL's bootstrap "
+                         "cannot connect the ranks (NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME)",
+                         rank(), size(), device_, what, opt_.timeout.count() / 1000.0);
     }
     if (shared->result != ncclSuccess)
-      return make_status(StatusCode::kInternal, "nccl backend (rank %d of %d, device %d): ncclCommInitRank: %s",
-                         rank(), size(), device_, shared->error.c_str());
-    comm_ = shared->comm;
-    return Status::ok();
+      return make_status(StatusCode::kInternal, "nccl backend (rank %d of %d, device %d): %s: %s", rank(), size(),
+                         device_, what, shared->error.c_str());
+    return shared->comm;
   }
 
   // A world of one: every collective is the identity (a copy out of place); NCCL is not needed. (NCCL 2.28's own

@@ -231,6 +231,7 @@ void P2pEngine::worker() {
 // ---- the Communicator's calls ---------------------------------------------------------------------------------------
 
 std::unique_ptr<P2pTransport> Communicator::make_p2p_transport() { return nullptr; }
+std::unique_ptr<P2pTransport> Communicator::layered_p2p_transport() { return make_p2p_transport(); }
 
 Result<P2pEngine*> Communicator::p2p() {
   std::lock_guard<std::mutex> lock(p2p_mu_);

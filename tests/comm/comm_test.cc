@@ -684,15 +684,17 @@ int run_split() {
     if (r % 2 == rank % 2) members.push_back(r);
   const int want_rank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
   if (h.size() != static_cast<int>(members.size()) || h.rank() != want_rank) return fail("size or rank");
-  std::vector<int64_t> got(members.size());
-  const int64_t me = rank;
-  if (!h.allgather(&me, got.data(), 1, DType::kI64).is_ok() || got != members) return fail("allgather in the group");
-  int64_t sum = rank;
-  if (!h.allreduce(comm::kInPlace, &sum, 1, DType::kI64, Op::kSum).is_ok() ||
-      sum != std::accumulate(members.begin(), members.end(), int64_t{0}))
+  // The buffers in Vec: GPU-visible memory for the nccl backend (TT_COMM_MANAGED=1).
+  Vec<int64_t> got(members.size()), me(1, rank);
+  if (!h.allgather(me.data(), got.data(), 1, DType::kI64).is_ok() ||
+      !std::equal(got.begin(), got.end(), members.begin(), members.end()))
+    return fail("allgather in the group");
+  Vec<int64_t> sum(1, rank);
+  if (!h.allreduce(comm::kInPlace, sum.data(), 1, DType::kI64, Op::kSum).is_ok() ||
+      sum[0] != std::accumulate(members.begin(), members.end(), int64_t{0}))
     return fail("allreduce in the group");
-  int64_t all = rank;
-  if (!c.allreduce(comm::kInPlace, &all, 1, DType::kI64, Op::kSum).is_ok() || all != int64_t{n} * (n - 1) / 2)
+  Vec<int64_t> all(1, rank);
+  if (!c.allreduce(comm::kInPlace, all.data(), 1, DType::kI64, Op::kSum).is_ok() || all[0] != int64_t{n} * (n - 1) / 2)
     return fail("allreduce in the parent after the split");
   auto rest = c.split(rank == 0 ? comm::Communicator::kUndefined : 7, rank);
   if (!rest.is_ok()) return fail(rest.status().to_string().c_str());
@@ -703,11 +705,69 @@ int run_split() {
   auto again = h.split(0, h.rank());
   if (!again.is_ok() || again.value()->size() != h.size() || again.value()->rank() != h.rank())
     return fail("a group's split");
-  int64_t x = 1;
-  if (!again.value()->allreduce(comm::kInPlace, &x, 1, DType::kI64, Op::kSum).is_ok() || x != h.size())
+  Vec<int64_t> x(1, 1);
+  if (!again.value()->allreduce(comm::kInPlace, x.data(), 1, DType::kI64, Op::kSum).is_ok() || x[0] != h.size())
     return fail("allreduce in the group's split");
-  std::printf("rank %d: split right (group of %d, rank %d there)\n", rank, h.size(), h.rank());
+  std::printf("rank %d: split right (group of %d, rank %d there; %s)\n", rank, h.size(), h.rank(), h.backend());
   return 0;
+}
+
+// Note [nccl point-to-point]: messages between buffers in GPU-visible memory (managed: TT_COMM_MANAGED=1), staged
+// through the host communicator: to oneself, around the ring (blocking and not), of any length into a host vector,
+// from any source.
+int run_gpu_p2p() {
+  auto w = comm::world();
+  if (!w.is_ok()) return 1;
+  comm::Communicator& c = *w.value();
+  const int rank = c.rank(), n = c.size();
+  const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  int failures = 0;
+  auto fail = [&](const std::string& what) {
+    std::fprintf(stderr, "rank %d: gpu p2p: %s\n", rank, what.c_str());
+    ++failures;
+  };
+  auto value = [](int from, int tag, size_t i) { return static_cast<float>(from * 1000 + tag * 7 + static_cast<int>(i % 997)); };
+  auto right = [&](const Vec<float>& v, int from, int tag) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] != value(from, tag, i)) return false;
+    return true;
+  };
+  for (size_t count : {size_t{1}, size_t{321}, size_t{1} << 20}) {
+    const int tag = static_cast<int>(count % 50);
+    Vec<float> out(count), in(count, -1.0f), self(count, -1.0f);
+    for (size_t i = 0; i < count; ++i) out[i] = value(rank, tag, i);
+    comm::MessageInfo info;
+    if (!c.send(out.data(), count, DType::kF32, rank, tag).is_ok() ||
+        !c.recv(self.data(), count, DType::kF32, rank, tag, &info).is_ok() || !right(self, rank, tag) ||
+        info.bytes != count * 4)
+      fail("to oneself, " + std::to_string(count));
+    if (!c.sendrecv(out.data(), count, DType::kF32, next, tag, in.data(), count, DType::kF32, prev, tag, &info).is_ok() ||
+        !right(in, prev, tag) || info.source != prev)
+      fail("sendrecv, " + std::to_string(count));
+    std::fill(in.begin(), in.end(), -1.0f);
+    comm::Request rr = c.irecv(in.data(), count, DType::kF32, prev, tag + 1);
+    comm::Request rs = c.isend(out.data(), count, DType::kF32, next, tag + 1);
+    if (!rs.wait().is_ok() || !rr.wait().is_ok() || !right(in, prev, tag)) fail("isend/irecv, " + std::to_string(count));
+    // Of any length into a host vector, from the GPU buffer.
+    std::vector<char> any;
+    if (!c.send(out.data(), count, DType::kF32, next, 40).is_ok() || !c.recv_any(&any, prev, 40, &info).is_ok() ||
+        any.size() != count * 4 || std::memcmp(any.data(), in.data(), any.size()) != 0)
+      fail("recv_any, " + std::to_string(count));
+  }
+  if (rank == 0) {
+    for (int k = 1; k < n; ++k) {
+      Vec<int32_t> who(1, -1);
+      comm::MessageInfo info;
+      if (!c.recv(who.data(), 1, DType::kI32, comm::kAnySource, 11, &info).is_ok() || who[0] != info.source)
+        fail("any-source recv");
+    }
+  } else {
+    Vec<int32_t> me(1, rank);
+    if (!c.send(me.data(), 1, DType::kI32, 0, 11).is_ok()) fail("any-source send");
+  }
+  if (!c.barrier().is_ok()) fail("last barrier");
+  if (failures == 0) std::printf("rank %d: point-to-point on GPU buffers right (backend %s)\n", rank, c.backend());
+  return failures == 0 ? 0 : 1;
 }
 
 // Non-blocking calls: posted while a peer is late they return at once and are not done; several in flight with a
@@ -1106,6 +1166,7 @@ int rank_main(const std::string& scenario) {
   if (scenario == "smoke") return run_smoke();
   if (scenario == "split") return run_split();
   if (scenario == "p2p") return run_p2p();
+  if (scenario == "gpu_p2p") return run_gpu_p2p();
   if (scenario == "p2p_errors") return run_p2p_errors();
   if (scenario == "collectives") return run_collectives();
   if (scenario == "never_arrives") return run_never_arrives();
@@ -1188,6 +1249,10 @@ TEST(CommShm, PointToPointMessagesArriveWholeInOrderAndByTag) {
     for (int r = 0; r < ranks; ++r)
       EXPECT_HAS(j.output, "rank " + std::to_string(r) + ": point-to-point right (backend shm)");
   }
+  // The scenario the nccl backend runs on GPU buffers, here on host memory (it checks itself, not only nccl).
+  const Job j = launch(3, "gpu_p2p", "TIERTRAIN_COMM_TIMEOUT=60");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_HAS(j.output, "rank 2: point-to-point on GPU buffers right (backend shm)");
 }
 
 TEST(CommShm, PointToPointDeadlineAndADeadPeerAreNamed) {
@@ -2215,6 +2280,21 @@ TEST(CommNccl, EveryCollectiveDtypeOpAndSizeIsRight) {
     const Job j = launch(ranks, "collectives", kNccl);
     EXPECT_EQ(j.code, 0) << j.output;
     EXPECT_NE(j.output.find("backend nccl"), std::string::npos) << j.output;
+  }
+}
+
+// Note [nccl backend] split and Note [nccl point-to-point]: the split scenario on GPU buffers, the point-to-point one
+// on host buffers (the host communicator's semantics whole), and messages between GPU buffers (staged).
+TEST(CommNccl, SplitAndPointToPoint) {
+  SKIP_IF_MISSING(missing_gpus(1));
+  for (int ranks : {1, 2}) {
+    if (cuda_devices() < ranks) continue;
+    for (const char* scenario : {"split", "p2p", "gpu_p2p"}) {
+      SCOPED_TRACE(std::string(scenario) + " on " + std::to_string(ranks) + " rank(s)");
+      const Job j = launch(ranks, scenario, kNccl);
+      EXPECT_EQ(j.code, 0) << j.output;
+      EXPECT_NE(j.output.find("nccl"), std::string::npos) << j.output;
+    }
   }
 }
 
