@@ -2329,8 +2329,9 @@ TEST(CommNccl, BenchmarkChecksEveryCollectiveOnDeviceBuffers) {
                         "alltoall"}) {
     for (const char* mode : {"", " --stream"}) {
       SCOPED_TRACE(std::string(c) + mode);
-      const Job j = shell("env NCCL_NVLS_ENABLE=0 " + std::string(TT_BINARY) + " launch -n " + std::to_string(ranks) +
-                          " -- " + TT_BINARY + " comm-bench --backend nccl -C " + c +
+      // --no-tag-output: the table's lines as comm-bench prints them (launch tags each with "[rank R] " by default).
+      const Job j = shell("env NCCL_NVLS_ENABLE=0 " + std::string(TT_BINARY) + " launch --no-tag-output -n " +
+                          std::to_string(ranks) + " -- " + TT_BINARY + " comm-bench --backend nccl -C " + c +
                           " -d bf16 -b 64 -e 4M -f 64 -n 3 -w 1 -c 2" + mode);
       ASSERT_EQ(j.code, 0) << j.output;
       EXPECT_NE(j.output.find("(nccl)"), std::string::npos) << j.output;
