@@ -3,8 +3,8 @@
 # on CUDA (generate_test: cached and uncached samples draw the same text; backend_ops_test: attention_decode against
 # the CPU), then the speed of `tiertrain sample` with and without the cache: GPT-2 124M (vocabulary 50257, T 1024)
 # and GPT-2 350M-shaped (d1024 L24), each a checkpoint of two steps on random tokens, 2000 tokens drawn with the
-# cache after a one-token prompt (the context restarts once it fills 1024), 500 without (a forward per token), in
-# bf16 and f32.
+# cache after a one-token prompt (the context restarts once it fills 1024), with its step replayed as a CUDA graph
+# and launched kernel by kernel, and 500 without the cache (a forward per token), in bf16 and f32.
 #
 #   bench/sample/sample_gpu.sh OUTDIR [all|ncu]
 #
@@ -65,7 +65,7 @@ PY
   cat "$OUT/ncu_kernels.md"
   exit $status
 fi
-echo "| model | dtype | KV cache | tokens | seconds | tokens/s | full forwards | ms a token: enqueue / wait / draw |" > "$OUT/results.md"
+echo "| model | dtype | mode | tokens | seconds | tokens/s | full forwards | ms a token: enqueue / wait / draw |" > "$OUT/results.md"
 echo "|---|---|---|---:|---:|---:|---:|---|" >> "$OUT/results.md"
 for shape in "124M:12:768:12" "350M:24:1024:16"; do
   IFS=: read -r name layers dim heads <<< "$shape"
@@ -75,11 +75,13 @@ for shape in "124M:12:768:12" "350M:24:1024:16"; do
     --eval-every 0 --data "$SHARD" --checkpoint-dir "$ck" > "$OUT/train_$name.log" 2>&1 ||
     { status=1; tail -5 "$OUT/train_$name.log"; continue; }
   for dtype in bf16 f32; do
-    for kv in --kv-cache --no-kv-cache; do
-      log="$OUT/sample_${name}_${dtype}_${kv#--}.log"
+    for kv in kv-cache kv-cache-no-graph no-kv-cache; do
+      log="$OUT/sample_${name}_${dtype}_${kv}.log"
       n=2000
-      [ "$kv" = --no-kv-cache ] && n=500  # a forward per token: the rate is the same at any length
-      "$TT" sample "$ck" --tokens "$n" --dtype "$dtype" "$kv" --seed 1 > "$log" 2>&1 || { status=1; tail -3 "$log"; }
+      flags=(--kv-cache)
+      [ "$kv" = kv-cache-no-graph ] && flags=(--kv-cache --no-cuda-graph)
+      [ "$kv" = no-kv-cache ] && { flags=(--no-kv-cache); n=500; }  # a forward per token: the same rate at any length
+      "$TT" sample "$ck" --tokens "$n" --dtype "$dtype" "${flags[@]}" --seed 1 > "$log" 2>&1 || { status=1; tail -3 "$log"; }
       # --- sample of ... (step 2): 2000 tokens after a prompt of 1, in S s (R tokens/s, F full forwards) ---
       line=$(grep -m1 -- '--- sample of' "$log")
       secs=$(sed -E 's/.* in ([0-9.]+) s \(.*/\1/' <<< "$line")
@@ -87,7 +89,7 @@ for shape in "124M:12:768:12" "350M:24:1024:16"; do
       full=$(sed -E 's/.*, ([0-9]+) full forwards.*/\1/' <<< "$line")
       # (a token: E ms enqueuing the model, W ms waiting for it, D ms drawing)
       split=$(grep -m1 '^(a token:' "$log" | sed -E 's/.*: ([0-9.]+) ms enq.*, ([0-9.]+) ms wait.*, ([0-9.]+) ms draw.*/\1 \/ \2 \/ \3/')
-      echo "| GPT-2 $name | $dtype | ${kv#--} | $n | $secs | $rate | $full | $split |" >> "$OUT/results.md"
+      echo "| GPT-2 $name | $dtype | $kv | $n | $secs | $rate | $full | $split |" >> "$OUT/results.md"
     done
   done
 done

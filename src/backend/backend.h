@@ -63,9 +63,25 @@ struct AdamWArgs {
   }
 };
 
+// Work of a backend's compute stream recorded once and replayed as one launch (Backend::capture: CUDA graphs).
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  virtual void replay() = 0;  // enqueued on the compute stream
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // Records what `body` enqueues on the compute stream into a Graph, without running it; nullptr where the backend
+  // records nothing (the CPU backend): the caller then runs body itself each time. body may only enqueue kernels of
+  // this backend on its compute stream (no copies from pageable memory, no waits, no allocations), on tensors that
+  // outlive the Graph.
+  virtual std::unique_ptr<Graph> capture(const std::function<void()>& body) {
+    (void)body;
+    return nullptr;
+  }
 
   virtual Device device() const = 0;
   virtual std::string describe() const = 0;
@@ -122,6 +138,10 @@ class Backend {
                                  int64_t vocab_begin = 0) = 0;
   // dwte[tokens[b,t] - vocab_begin] += dout[b,t] for the tokens in wte's rows; dwpe[t] += sum_b dout[b,t] (dwpe may
   // be undefined).
+  // As embedding_forward (without a vocabulary slice), row i's position read from positions[i] when the op runs
+  // instead of being its index along T (Note [KV cache]).
+  virtual void embedding_at(const Tensor& out, const Tensor& tokens, const Tensor& positions, const Tensor& wte,
+                            const Tensor& wpe) = 0;
   virtual void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
                                   int64_t vocab_begin = 0) = 0;
   // Rows of inp [N, C]: out = (x - mean) * rstd * w + b, eps 1e-5; saves mean[N], rstd[N].
@@ -148,10 +168,12 @@ class Backend {
   // written (cuDNN's fused backward writes dq, dk, dv and cannot add; docs/design/cudnn-attention.md §5.4).
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                   const Tensor& lse, int heads) = 0;
-  // Note [KV cache]: one new query per sequence. qkv[B, n, 3C] holds a sequence's n positions so far, the last one
-  // new; out[B, C] = the causal attention of each sequence's last query over its n keys and values (row n - 1 of
-  // attention_forward on the same qkv, up to rounding).
-  virtual void attention_decode(const Tensor& out, const Tensor& qkv, int heads) = 0;
+  // Note [KV cache]: one new query per sequence. cache[B, Tmax, 3C] holds each sequence's positions so far; sequence
+  // b's new row qkv[b] (its q, k and v) is written into cache[b, pos[b]], then out[b] = the attention of its query
+  // over cache rows 0..pos[b] (row pos[b] of attention_forward on the cache, up to rounding). pos: [B] i32, read
+  // when the op runs (so that one recorded step serves every position: capture()).
+  virtual void attention_decode(const Tensor& out, const Tensor& cache, const Tensor& qkv, const Tensor& pos,
+                                int heads) = 0;
   // tanh-approximated GELU.
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;

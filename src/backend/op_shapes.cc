@@ -136,14 +136,33 @@ Attention attention_forward(const Tensor& out, const Tensor& lse, const Tensor& 
   return d;
 }
 
-Attention attention_decode(const Tensor& out, const Tensor& qkv, int heads) {
+Attention attention_decode(const Tensor& out, const Tensor& cache, const Tensor& qkv, const Tensor& pos, int heads) {
   const char* op = "attention_decode";
-  TT_CHECK(qkv.shape().rank() == 3 && qkv.dim(2) % 3 == 0 && qkv.dim(1) >= 1, "%s: qkv must be [B, n >= 1, 3C], got %s",
-           op, s(qkv).c_str());
-  Attention d{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), static_cast<int>(qkv.dim(2) / 3), heads};
-  same_dtype(op, qkv, {&out});
-  TT_CHECK(heads > 0 && d.C % heads == 0 && out.numel() == static_cast<int64_t>(d.B) * d.C, "%s: out %s qkv %s heads %d",
-           op, s(out).c_str(), s(qkv).c_str(), heads);
+  TT_CHECK(cache.shape().rank() == 3 && cache.dim(2) % 3 == 0 && cache.dim(1) >= 1,
+           "%s: cache must be [B, Tmax, 3C], got %s", op, s(cache).c_str());
+  Attention d{static_cast<int>(cache.dim(0)), static_cast<int>(cache.dim(1)), static_cast<int>(cache.dim(2) / 3),
+              heads};
+  same_dtype(op, cache, {&out, &qkv});
+  is_i32(op, pos);
+  TT_CHECK(heads > 0 && d.C % heads == 0 && out.numel() == static_cast<int64_t>(d.B) * d.C &&
+               qkv.numel() == static_cast<int64_t>(d.B) * 3 * d.C && pos.numel() == d.B,
+           "%s: out %s cache %s qkv %s pos %s heads %d", op, s(out).c_str(), s(cache).c_str(), s(qkv).c_str(),
+           s(pos).c_str(), heads);
+  return d;
+}
+
+Embedding embedding_at(const Tensor& out, const Tensor& tokens, const Tensor& positions, const Tensor& wte,
+                       const Tensor& wpe) {
+  const char* op = "embedding_at";
+  TT_CHECK(wte.shape().rank() == 2 && wpe.shape().rank() == 2, "%s: wte %s wpe %s", op, s(wte).c_str(),
+           s(wpe).c_str());
+  Embedding d{static_cast<int>(tokens.numel()), 1, static_cast<int>(wte.dim(1)), static_cast<int>(wte.dim(0)), 0};
+  is_i32(op, tokens);
+  is_i32(op, positions);
+  same_dtype(op, out, {&wte, &wpe});
+  TT_CHECK(out.numel() == static_cast<int64_t>(d.B) * d.C && positions.numel() == d.B && wpe.dim(1) == d.C,
+           "%s: out %s tokens %s positions %s wte %s wpe %s", op, s(out).c_str(), s(tokens).c_str(),
+           s(positions).c_str(), s(wte).c_str(), s(wpe).c_str());
   return d;
 }
 

@@ -50,8 +50,11 @@ Matmul matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, con
 Matmul matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& w);
 Attention attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads);
-// d.T: the positions n of qkv[B, n, 3C]; out is [B, C].
-Attention attention_decode(const Tensor& out, const Tensor& qkv, int heads);
+// d.T: the cache's positions Tmax (cache [B, Tmax, 3C]); out [B, C], qkv [B, 3C], pos [B] i32.
+Attention attention_decode(const Tensor& out, const Tensor& cache, const Tensor& qkv, const Tensor& pos, int heads);
+// out [N, C], tokens and positions [N] i32: d.B = N, d.T = 1.
+Embedding embedding_at(const Tensor& out, const Tensor& tokens, const Tensor& positions, const Tensor& wte,
+                       const Tensor& wpe);
 Attention attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                              const Tensor& lse, int heads);
 Matmul matmul_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor& inp, const Tensor& w,

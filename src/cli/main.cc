@@ -178,6 +178,9 @@ int main(int argc, char** argv) {
   sample->add_option("--seed", sample_cmd.options.seed, "seed of the draws [default: 1337]");
   sample->add_option("--backend", sample_cmd.options.backend, "auto, cpu or cuda [default: auto]")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sample->add_flag("--cuda-graph,!--no-cuda-graph", sample_cmd.options.cuda_graph,
+                   "on a GPU, record a token's step through the cache once as a CUDA graph and replay it [default]; "
+                   "--no-cuda-graph: launch its kernels one by one");
   sample->add_option("--dtype", sample_cmd.options.dtype, "auto (bf16 on a GPU, f32 on the CPU), f32 or bf16 "
                      "[default: auto]")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));

@@ -219,6 +219,9 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   Rng rng(o.seed);
   size_t start = out.tokens.size() > static_cast<size_t>(T) ? out.tokens.size() - static_cast<size_t>(T) : 0;
   int cached = 0;  // positions in the cache (0: the next token needs a prefill)
+  std::unique_ptr<Graph> graph;  // a recorded decode step (CUDA; nullptr on the CPU: each step enqueued)
+  bool stepped = false;
+  int32_t position = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < o.tokens; ++i) {
     if (out.tokens.size() - start > static_cast<size_t>(T)) {
@@ -228,8 +231,18 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
     const int n = static_cast<int>(out.tokens.size() - start);
     const auto e0 = std::chrono::steady_clock::now();
     if (cached > 0 && o.kv_cache) {
+      // From memory that stays as it is until the stream has run (the CPU backend's copies run later).
+      position = cached;
       be->copy_h2d(dec.token, &out.tokens.back(), be->compute_stream());
-      gpt.decode_step(dec, cached);
+      be->copy_h2d(dec.pos, &position, be->compute_stream());
+      // The first step runs as it is (the GEMMs choose their algorithms), the second is recorded, then replayed.
+      if (!graph && stepped && o.cuda_graph) graph = be->capture([&] { gpt.decode_step(dec); });
+      if (graph) {
+        graph->replay();
+      } else {
+        gpt.decode_step(dec);
+        stepped = true;
+      }
       ++cached;
     } else {
       std::fill(window.begin(), window.end(), 0);

@@ -30,6 +30,7 @@ struct SampleOptions {
   int threads = 0;
   std::string vocab_file;     // GPT-2's encoder.json: token ids decoded to text (a token-shard model)
   bool kv_cache = true;       // Note [KV cache] (model/gpt.h); false: a forward over the whole context per token
+  bool cuda_graph = true;     // a decode step recorded once and replayed (CUDA); false: enqueued kernel by kernel
 };
 
 struct SampleResult {

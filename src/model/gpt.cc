@@ -183,7 +183,8 @@ Tensor* GptTensors::slot(const std::string& name) {
 
 Tensor* GptDecodeState::slot(const std::string& name) {
   const std::pair<const char*, Tensor*> table[] = {
-      {"decode.cache", &cache}, {"decode.token", &token},     {"decode.x", &x},       {"decode.res2", &res2},
+      {"decode.cache", &cache}, {"decode.token", &token},     {"decode.pos", &pos},   {"decode.qkv", &qkv},
+      {"decode.x", &x},         {"decode.res2", &res2},
       {"decode.ln", &ln},       {"decode.atty", &atty},       {"decode.proj", &proj}, {"decode.fch", &fch},
       {"decode.fch_gelu", &fch_gelu}, {"decode.mean", &mean}, {"decode.rstd", &rstd}, {"decode.logits", &logits}};
   for (const auto& [n, p] : table)
@@ -196,6 +197,7 @@ std::vector<TensorRequest> gpt_decode_tensors(const GptConfig& cfg, DType dt) {
   const DType md = master_dtype_for(dt);
   const TensorClass W = TensorClass::kWorkspace;
   return {{"decode.cache", {L, T, 3 * C}, dt, W}, {"decode.token", {1}, DType::kI32, TensorClass::kInput},
+          {"decode.pos", {1}, DType::kI32, TensorClass::kInput}, {"decode.qkv", {1, 3 * C}, dt, W},
           {"decode.x", {1, C}, dt, W},            {"decode.res2", {1, C}, dt, W},
           {"decode.ln", {1, C}, dt, W},           {"decode.atty", {1, C}, dt, W},
           {"decode.proj", {1, C}, dt, W},         {"decode.fch", {1, 4 * C}, dt, W},
@@ -494,18 +496,16 @@ void Gpt::decode_prefill(const GptDecodeState& s, int n) {
   be_.matmul_forward(s.logits, t_.lnf.view((n - 1) * C, {1, C}), wte(), Tensor());
 }
 
-void Gpt::decode_step(const GptDecodeState& s, int pos) {
+void Gpt::decode_step(const GptDecodeState& s) {
   GptDecodeState st = s;
   check_decodable(cfg_, batch_, dtype_, st);
-  TT_CHECK(pos >= 0 && pos < cfg_.seq, "decode_step: position %d, the model holds 0 to %d", pos, cfg_.seq - 1);
   const int64_t T = cfg_.seq, C = cfg_.dim, C3 = 3 * C;
-  be_.embedding_forward(s.x.reshape({1, 1, C}), s.token, wte(), wpe().view(pos * C, {1, C}));
+  be_.embedding_at(s.x, s.token, s.pos, wte(), wpe());
   for (int l = 0; l < cfg_.layers; ++l) {
     const LayerParams w = compute_layer(l);
-    const Tensor cache = s.cache.view(l * T * C3, {1, pos + 1, C3});
     be_.layernorm_forward(s.ln, s.mean, s.rstd, s.x, w.ln1w, w.ln1b);
-    be_.matmul_forward(s.cache.view((l * T + pos) * C3, {1, C3}), s.ln, w.qkvw, w.qkvb);
-    be_.attention_decode(s.atty, cache, cfg_.heads);
+    be_.matmul_forward(s.qkv, s.ln, w.qkvw, w.qkvb);
+    be_.attention_decode(s.atty, s.cache.view(l * T * C3, {1, T, C3}), s.qkv, s.pos, cfg_.heads);
     be_.matmul_forward(s.proj, s.atty, w.projw, w.projb);
     be_.residual_layernorm_forward(s.res2, s.ln, s.mean, s.rstd, s.x, s.proj, w.ln2w, w.ln2b);
     be_.matmul_gelu_forward(s.fch, s.fch_gelu, s.ln, w.fcw, w.fcb);

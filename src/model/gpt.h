@@ -181,13 +181,17 @@ struct GptTensors {
 // Note [KV cache]
 // Drawing text one token at a time, the keys and values of the tokens already seen do not change. The decoder keeps
 // every block's qkv rows of the positions so far (cache [L, T, 3C], compute dtype) and runs each new token through
-// the blocks as one row, its attention over the cached rows (Backend::attention_decode): a token costs the weights'
-// reads once instead of a forward over the whole window. A prefill fills the cache from a forward over the context
-// (the executor's batch-of-one model). The cache holds at most T positions: whoever draws restarts the context
-// (prefill) when it outgrows them (exec/generate.cc).
+// the blocks as one row, its attention over the cached rows (Backend::attention_decode, which also appends the row):
+// a token costs the weights' reads once instead of a forward over the whole window. A prefill fills the cache from a
+// forward over the context (the executor's batch-of-one model). The token and its position are read from device
+// memory (token, pos) when the step runs, so that one recorded step (Backend::capture: a CUDA graph) replays for every
+// token: on the H200 a token is about 110 kernels of one row each, whose launches cost as much as their work. The
+// cache holds at most T positions: whoever draws restarts the context (prefill) when it outgrows them
+// (exec/generate.cc).
 struct GptDecodeState {
   Tensor cache;                      // [L, T, 3C] compute dtype
-  Tensor token;                      // [1] i32: the token decode_step reads
+  Tensor token, pos;                 // [1] i32: the token decode_step reads and its position (< T)
+  Tensor qkv;                        // [1, 3C] the new row of a block
   Tensor x, res2, ln, atty, proj;    // [1, C] compute dtype
   Tensor fch, fch_gelu;              // [1, 4C]
   Tensor mean, rstd;                 // [1] master dtype
@@ -290,9 +294,9 @@ class Gpt {
   // After forward_blocks over a context of n positions: their qkv rows into s.cache, the logits of position n - 1
   // into s.logits.
   void decode_prefill(const GptDecodeState& s, int n);
-  // The token in s.token at position pos, s.cache holding positions [0, pos): its qkv rows into the cache, its
-  // logits into s.logits.
-  void decode_step(const GptDecodeState& s, int pos);
+  // The token in s.token at the position in s.pos (read when the step runs), s.cache holding the positions before
+  // it: its qkv rows into the cache, its logits into s.logits. Enqueues only (capture() may record it).
+  void decode_step(const GptDecodeState& s);
 
   // Initial parameter values, on the host (normal(0, 0.02); residual projections 0.02/sqrt(2L); biases 0;
   // LayerNorm weights 1): each a function of the seed and its flat index, drawn in parallel (Note [parallel init]).

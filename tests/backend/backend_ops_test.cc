@@ -342,9 +342,18 @@ void BackendOps::attention_case(Backend& target, const AttentionCase& c) {
           [heads](Backend& be, const std::vector<Tensor>& ts) { be.attention_forward(ts[0], ts[1], ts[2], heads); },
           kAtol, kRtol);
     // Note [KV cache]: the last query of each sequence over its keys.
-    check("attention_decode", {{"out", {b, ch}, DType::kF32, true}, {"qkv", {b, t, 3 * ch}}},
-          [heads](Backend& be, const std::vector<Tensor>& ts) { be.attention_decode(ts[0], ts[1], heads); }, kAtol,
-          kRtol);
+    check("attention_decode",
+          {{"out", {b, ch}, DType::kF32, true}, {"cache", {b, t, 3 * ch}, DType::kF32, true}, {"qkv", {b, 3 * ch}},
+           {"pos", {b}, DType::kI32, false, static_cast<int>(t)}},
+          [heads](Backend& be, const std::vector<Tensor>& ts) {
+            be.attention_decode(ts[0], ts[1], ts[2], ts[3], heads);
+          },
+          kAtol, kRtol);
+    check("embedding_at",
+          {{"out", {b, ch}, DType::kF32, true}, {"tokens", {b}, DType::kI32, false, 5},
+           {"positions", {b}, DType::kI32, false, static_cast<int>(t)}, {"wte", {5, ch}}, {"wpe", {t, ch}}},
+          [](Backend& be, const std::vector<Tensor>& ts) { be.embedding_at(ts[0], ts[1], ts[2], ts[3], ts[4]); },
+          kAtol, kRtol);
     // The backward needs the forward's out and lse: computed first on each backend.
     check("attention_backward",
           {{"dqkv", {b, t, 3 * ch}, DType::kF32, true}, {"dout", {b, t, ch}}, {"qkv", {b, t, 3 * ch}},

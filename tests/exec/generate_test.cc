@@ -213,31 +213,57 @@ TEST(Eval, TheValidationSplitGivesTheRunsValidationLoss) {
   EXPECT_NE(tr.value().loss, v.value().loss);
 }
 
-// Note [KV cache]: Backend::attention_decode is the last row of attention_forward on the same qkv.
-TEST(Decode, AttentionOfTheLastQueryIsTheForwardsLastRow) {
+// Note [KV cache]: Backend::attention_decode writes the new row into the cache at its position and gives row pos of
+// attention_forward on the cache's first pos + 1 rows; the rows after pos are left as they were.
+TEST(Decode, AttentionOfTheNewRowIsTheForwardsRowAtItsPosition) {
   auto be = testing::make_cpu_backend();
-  const int b = 2, c = 24, h = 3;
+  const int b = 2, c = 24, h = 3, tmax = 16;
   Rng rng(5);
   for (int n : {1, 2, 7, 16}) {
-    std::vector<double> qkv(static_cast<size_t>(b * n * 3 * c));
-    for (double& x : qkv) x = rng.normal();
-    auto tq = be->pool().allocate({b, n, 3 * c}, DType::kF64, TensorClass::kWorkspace, "qkv");
-    auto to = be->pool().allocate({b, n, c}, DType::kF64, TensorClass::kWorkspace, "out");
-    auto tl = be->pool().allocate({b, h, n}, DType::kF64, TensorClass::kWorkspace, "lse");
-    auto td = be->pool().allocate({b, c}, DType::kF64, TensorClass::kWorkspace, "dec");
-    ASSERT_TRUE(tq.is_ok() && to.is_ok() && tl.is_ok() && td.is_ok());
-    be->copy_h2d(tq.value(), qkv.data(), be->compute_stream());
-    be->attention_forward(to.value(), tl.value(), tq.value(), h);
-    be->attention_decode(td.value(), tq.value(), h);
-    std::vector<double> full(static_cast<size_t>(b * n * c)), dec(static_cast<size_t>(b * c));
-    be->copy_d2h(full.data(), to.value(), be->compute_stream());
-    be->copy_d2h(dec.data(), td.value(), be->compute_stream());
-    ASSERT_TRUE(be->compute_stream().synchronize().is_ok());
+    std::vector<double> cache(static_cast<size_t>(b * tmax * 3 * c));
+    for (double& x : cache) x = rng.normal();
+    // The new rows, and the cache as the forward sees it: rows 0..n-2 as they are, row n-1 the new one.
+    std::vector<double> fresh(static_cast<size_t>(b * 3 * c)), rows(static_cast<size_t>(b * n * 3 * c));
+    for (double& x : fresh) x = rng.normal();
     for (int bi = 0; bi < b; ++bi)
+      for (int t = 0; t < n; ++t)
+        for (int k = 0; k < 3 * c; ++k)
+          rows[(static_cast<size_t>(bi) * n + t) * 3 * c + k] =
+              t == n - 1 ? fresh[static_cast<size_t>(bi) * 3 * c + k]
+                         : cache[(static_cast<size_t>(bi) * tmax + t) * 3 * c + k];
+    const std::vector<int32_t> pos(static_cast<size_t>(b), n - 1);
+    auto alloc = [&](Shape sh, DType dt, const char* name) {
+      auto t = be->pool().allocate(sh, dt, TensorClass::kWorkspace, name);
+      EXPECT_TRUE(t.is_ok());
+      return t.value();
+    };
+    Tensor tc = alloc({b, tmax, 3 * c}, DType::kF64, "cache"), tn = alloc({b, 3 * c}, DType::kF64, "new"),
+           tp = alloc({b}, DType::kI32, "pos"), tr = alloc({b, n, 3 * c}, DType::kF64, "rows"),
+           to = alloc({b, n, c}, DType::kF64, "out"), tl = alloc({b, h, n}, DType::kF64, "lse"),
+           td = alloc({b, c}, DType::kF64, "dec");
+    be->copy_h2d(tc, cache.data(), be->compute_stream());
+    be->copy_h2d(tn, fresh.data(), be->compute_stream());
+    be->copy_h2d(tp, pos.data(), be->compute_stream());
+    be->copy_h2d(tr, rows.data(), be->compute_stream());
+    be->attention_forward(to, tl, tr, h);
+    be->attention_decode(td, tc, tn, tp, h);
+    std::vector<double> full(static_cast<size_t>(b * n * c)), dec(static_cast<size_t>(b * c)), after(cache.size());
+    be->copy_d2h(full.data(), to, be->compute_stream());
+    be->copy_d2h(dec.data(), td, be->compute_stream());
+    be->copy_d2h(after.data(), tc, be->compute_stream());
+    ASSERT_TRUE(be->compute_stream().synchronize().is_ok());
+    for (int bi = 0; bi < b; ++bi) {
       EXPECT_TRUE(testing::all_close("decode n " + std::to_string(n), dec.data() + bi * c,
                                      full.data() + (static_cast<size_t>(bi) * n + static_cast<size_t>(n) - 1) * c,
                                      static_cast<size_t>(c), 1e-13, 1e-12));
-    for (auto* t : {&td, &tl, &to, &tq}) be->pool().free(t->value());
+      for (int t = 0; t < tmax; ++t)
+        for (int k = 0; k < 3 * c; ++k) {
+          const size_t at = (static_cast<size_t>(bi) * tmax + t) * 3 * c + k;
+          const double want = t == n - 1 ? fresh[static_cast<size_t>(bi) * 3 * c + k] : cache[at];
+          ASSERT_EQ(after[at], want) << "cache row " << t << " of sequence " << bi << " (n " << n << ")";
+        }
+    }
+    for (Tensor* t : {&td, &tl, &to, &tr, &tp, &tn, &tc}) be->pool().free(*t);
   }
 }
 
@@ -279,9 +305,11 @@ TEST(Decode, EachTokenThroughTheCacheGivesTheForwardsLogits) {
     x.forward();
     gpt.decode_prefill(dec, prefill);
     for (int p = prefill - 1; p < T; ++p) {
+      const int32_t at = p;
       if (p >= prefill) {
         be->copy_h2d(dec.token, &tokens[static_cast<size_t>(p)], be->compute_stream());
-        gpt.decode_step(dec, p);
+        be->copy_h2d(dec.pos, &at, be->compute_stream());
+        gpt.decode_step(dec);
       }
       be->copy_d2h(got.data(), dec.logits, be->compute_stream());
       ASSERT_TRUE(be->compute_stream().synchronize().is_ok());
@@ -326,22 +354,26 @@ TEST(Sample, TheCacheDrawsWhatAForwardPerTokenDraws) {
   EXPECT_EQ(cached.value().prefills, 7);
   if (!testing::have_gpu()) GTEST_SKIP() << "no GPU here (or a build without CUDA): the CUDA half skipped";
   for (const char* dtype : {"f32", "bf16"}) {
-    SCOPED_TRACE(dtype);
-    o.backend = "cuda";
-    o.dtype = dtype;
-    o.temperature = 0.02;  // the likeliest token (up to near ties, which rounding may decide either way)
-    o.kv_cache = true;
-    auto gc = sample_checkpoint(tc.checkpoint_dir, o);
-    o.kv_cache = false;
-    auto gu = sample_checkpoint(tc.checkpoint_dir, o);
-    ASSERT_TRUE(gc.is_ok() && gu.is_ok()) << gc.status().to_string() << gu.status().to_string();
-    // Compared up to the first difference: rounding in M=1 and M=T GEMMs may tip a near tie, after which texts part.
-    const std::string& a = gc.value().text;
-    const std::string& b = gu.value().text;
-    size_t same = 0;
-    while (same < std::min(a.size(), b.size()) && a[same] == b[same]) ++same;
-    EXPECT_GE(same, o.prompt.size() + 20) << "cached: " << a << "\nuncached: " << b;
-    EXPECT_EQ(gc.value().prefills, 7);
+    for (bool graph : {true, false}) {
+      SCOPED_TRACE(std::string(dtype) + (graph ? " with the CUDA graph" : " without the CUDA graph"));
+      o.backend = "cuda";
+      o.dtype = dtype;
+      o.temperature = 0.02;  // the likeliest token (up to near ties, which rounding may decide either way)
+      o.kv_cache = true;
+      o.cuda_graph = graph;
+      auto gc = sample_checkpoint(tc.checkpoint_dir, o);
+      o.kv_cache = false;
+      auto gu = sample_checkpoint(tc.checkpoint_dir, o);
+      ASSERT_TRUE(gc.is_ok() && gu.is_ok()) << gc.status().to_string() << gu.status().to_string();
+      // Compared up to the first difference: rounding in M=1 and M=T GEMMs may tip a near tie, after which texts
+      // part.
+      const std::string& a = gc.value().text;
+      const std::string& b = gu.value().text;
+      size_t same = 0;
+      while (same < std::min(a.size(), b.size()) && a[same] == b[same]) ++same;
+      EXPECT_GE(same, o.prompt.size() + 20) << "cached: " << a << "\nuncached: " << b;
+      EXPECT_EQ(gc.value().prefills, 7);
+    }
   }
 }
 

@@ -349,12 +349,25 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void attention_decode(const Tensor& out, const Tensor& qkv, int heads) override {
-    const shapes::Attention d = shapes::attention_decode(out, qkv, heads);
+  void attention_decode(const Tensor& out, const Tensor& cache, const Tensor& qkv, const Tensor& pos,
+                        int heads) override {
+    const shapes::Attention d = shapes::attention_decode(out, cache, qkv, pos, heads);
     dispatch_float(qkv.dtype(), "attention_decode", [&]<typename T>() {
-      T* o = out.data<T>();
+      T *o = out.data<T>(), *k = cache.data<T>();
       const T* q = qkv.data<T>();
-      compute_.enqueue([=] { cpu::attention_decode<T>(o, q, d.B, d.T, d.C, d.H); });
+      const int32_t* p = pos.data<int32_t>();
+      compute_.enqueue([=] { cpu::attention_decode<T>(o, k, q, p, d.B, d.T, d.C, d.H); });
+    });
+  }
+
+  void embedding_at(const Tensor& out, const Tensor& tokens, const Tensor& positions, const Tensor& wte,
+                    const Tensor& wpe) override {
+    const shapes::Embedding d = shapes::embedding_at(out, tokens, positions, wte, wpe);
+    dispatch_float(out.dtype(), "embedding_at", [&]<typename T>() {
+      T* o = out.data<T>();
+      const int32_t *tk = tokens.data<int32_t>(), *ps = positions.data<int32_t>();
+      const T *te = wte.data<T>(), *pe = wpe.data<T>();
+      compute_.enqueue([=] { cpu::embedding_at<T>(o, tk, ps, te, pe, d.B, d.C); });
     });
   }
 

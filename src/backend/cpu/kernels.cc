@@ -289,39 +289,54 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H
   }
 }
 
-// One (batch, head) pair per task: the scores of the last query, the forward's softmax (maximum, exponentials,
-// one scale by the inverse sum), then the weighted sum of the values in position order.
+// One (batch, head) pair per task: the new row into the cache, the scores of its query, the forward's softmax
+// (maximum, exponentials, one scale by the inverse sum), then the weighted sum of the values in position order.
 template <typename T>
-void attention_decode(T* out, const T* qkv, int B, int n, int C, int H) {
+void attention_decode(T* out, T* cache, const T* qkv, const int32_t* pos, int B, int Tmax, int C, int H) {
   const int hs = C / H;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
 #pragma omp parallel
   {
-    std::vector<T> p(static_cast<size_t>(n));
+    std::vector<T> p(static_cast<size_t>(Tmax));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
-      const HeadSlices<const T*> sl = head_slices(qkv, bh, n, C, H);
-      const T *q = sl.q + (n - 1) * C3, *k = sl.k, *v = sl.v;
+      const int64_t b = bh / H, h = bh % H;
+      const int n = pos[b] + 1;
+      T* rows = cache + b * Tmax * C3;
+      const T* in = qkv + b * C3;
+      for (int part = 0; part < 3; ++part)  // this head's q, k and v of the new row
+        for (int c = 0; c < hs; ++c)
+          rows[(n - 1) * C3 + part * C + h * hs + c] = in[part * C + h * hs + c];
+      const T* q = in + h * hs;
       T maxv = -std::numeric_limits<T>::infinity();
       for (int j = 0; j < n; ++j) {
-        const T* kj = k + j * C3;
+        const T* kj = rows + j * C3 + C + h * hs;
         T dot = 0;
         for (int c = 0; c < hs; ++c) dot += q[c] * kj[c];
         p[static_cast<size_t>(j)] = scale * dot;
         maxv = std::max(maxv, p[static_cast<size_t>(j)]);
       }
       T sum = 0;
-      for (T& e : p) sum += e = std::exp(e - maxv);
+      for (int j = 0; j < n; ++j) sum += p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - maxv);
       const T inv = T(1) / sum;
-      T* o = out + (bh / H) * static_cast<int64_t>(C) + (bh % H) * hs;
+      T* o = out + b * static_cast<int64_t>(C) + h * hs;
       for (int c = 0; c < hs; ++c) o[c] = 0;
       for (int j = 0; j < n; ++j) {
         const T pj = p[static_cast<size_t>(j)] * inv;
-        const T* vj = v + j * C3;
+        const T* vj = rows + j * C3 + 2 * C + h * hs;
         for (int c = 0; c < hs; ++c) o[c] += pj * vj[c];
       }
     }
+  }
+}
+
+template <typename T>
+void embedding_at(T* out, const int32_t* tokens, const int32_t* positions, const T* wte, const T* wpe, int N, int C) {
+  for (int64_t i = 0; i < N; ++i) {
+    const T* te = wte + static_cast<int64_t>(tokens[i]) * C;
+    const T* pe = wpe + static_cast<int64_t>(positions[i]) * C;
+    for (int c = 0; c < C; ++c) out[i * C + c] = te[c] + pe[c];
   }
 }
 
@@ -542,7 +557,8 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int);                    \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                                         \
   template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);                        \
-  template void attention_decode<T>(T*, const T*, int, int, int, int);                                             \
+  template void attention_decode<T>(T*, T*, const T*, const int32_t*, int, int, int, int);                        \
+  template void embedding_at<T>(T*, const int32_t*, const int32_t*, const T*, const T*, int, int);                \
   template void gelu_forward<T>(T*, const T*, int64_t);                                                             \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t);                                                  \
   template void gelu_backward_scale<T>(T*, const T*, int64_t);                                                     \

@@ -43,9 +43,13 @@ template <typename T>
 void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H);
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int B, int T_, int C, int H);
-// Note [KV cache]: out[B, C] = each sequence's last query of qkv[B, n, 3C] attending to its n keys and values.
+// Note [KV cache]: qkv[b] written into cache[b, pos[b]] (cache [B, Tmax, 3C]), then out[b] = its query attending to
+// cache rows 0..pos[b].
 template <typename T>
-void attention_decode(T* out, const T* qkv, int B, int n, int C, int H);
+void attention_decode(T* out, T* cache, const T* qkv, const int32_t* pos, int B, int Tmax, int C, int H);
+// out[i] = wte[tokens[i]] + wpe[positions[i]], rows of C.
+template <typename T>
+void embedding_at(T* out, const int32_t* tokens, const int32_t* positions, const T* wte, const T* wpe, int N, int C);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n);

@@ -829,18 +829,20 @@ unsigned rows_grid(const Dims& d) {
 dim3 general_grid(const Dims& d) { return dim3((d.T + kGeneralWarps - 1) / kGeneralWarps, d.B * d.H); }
 
 // ---------------------------------------------------------------------------------------------------------------------
-// Note [KV cache]: one query (each sequence's last position) over its d.T keys. One block per (b, h) pair; its warps
-// take tiles of 32 keys in turn (warp w tiles w, w + warps, ...). In a tile each lane scores one key (the whole dot
-// product over the head, the query from shared memory), the warp updates its online softmax (maximum and sum over
-// the tile), then the lanes, each holding head dimensions lane, lane + 32, ..., add the tile's 32 weighted value rows
-// (coalesced). The block merges its warps' states at the end. A key a lane (not a key an iteration) keeps the loop's
-// dependent global loads to two per tile: one warp walking keys one by one was latency-bound (2.3 ms a token for
-// GPT-2 124M at a context of 1024 on the H200, whatever the dtype).
+// Note [KV cache]: one query per sequence (its new row, at position pos[b]) over the cache's rows 0..pos[b]. One block
+// per (b, h) pair: it first writes its head's q, k and v of the new row into the cache (no other block reads them),
+// then its warps take tiles of 32 keys in turn (warp w tiles w, w + warps, ...). In a tile each lane scores one key
+// (the whole dot product over the head, the query from shared memory), the warp updates its online softmax (maximum
+// and sum over the tile), then the lanes, each holding head dimensions lane, lane + 32, ..., add the tile's 32
+// weighted value rows (coalesced). The block merges its warps' states at the end. A key a lane (not a key an
+// iteration) keeps the loop's dependent global loads to two per tile: one warp walking keys one by one was
+// latency-bound (2.3 ms a token for GPT-2 124M at a context of 1024 on the H200, whatever the dtype).
 constexpr int kDecodeWarps = 8;
 
 template <typename X>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
-    attention_decode_kernel(X* __restrict__ out, const X* __restrict__ qkv, Dims d) {
+    attention_decode_kernel(X* __restrict__ out, X* __restrict__ cache, const X* __restrict__ qkv,
+                            const int32_t* __restrict__ pos, Dims d) {
   constexpr int kPerLane = kMaxHs / 32;
   __shared__ float s_q[kMaxHs];
   __shared__ float s_max[kDecodeWarps], s_sum[kDecodeWarps];
@@ -848,29 +850,37 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const int b = blockIdx.x / d.H, h = blockIdx.x % d.H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int64_t C3 = 3 * static_cast<int64_t>(d.C);
-  const X* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * d.hs;
-  const X* q = base + static_cast<int64_t>(d.T - 1) * C3;
-  for (int c = threadIdx.x; c < d.hs; c += blockDim.x) s_q[c] = ld(q[c]) * d.scale;
+  const int n = pos[b] + 1;  // d.T is the cache's length; the caller keeps pos below it
+  X* base = cache + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * d.hs;
+  const X* in = qkv + static_cast<int64_t>(b) * C3 + static_cast<int64_t>(h) * d.hs;
+  for (int c = threadIdx.x; c < d.hs; c += blockDim.x) {
+    const X qc = in[c];
+    X* row = base + static_cast<int64_t>(n - 1) * C3;
+    row[c] = qc;
+    row[d.C + c] = in[d.C + c];
+    row[2 * d.C + c] = in[2 * d.C + c];
+    s_q[c] = ld(qc) * d.scale;
+  }
   __syncthreads();
   float acc[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  for (int tile = warp * 32; tile < d.T; tile += kDecodeWarps * 32) {
+  for (int tile = warp * 32; tile < n; tile += kDecodeWarps * 32) {
     const int j = tile + lane;
     float sc = -INFINITY;
-    if (j < d.T) {
+    if (j < n) {
       const X* k = base + j * C3 + d.C;
       float dot = 0.0f;
       for (int c = 0; c < d.hs; ++c) dot += s_q[c] * ld(k[c]);
       sc = dot;
     }
     const float mn = fmaxf(m, warp_max(sc));
-    const float corr = __expf(m - mn), p = j < d.T ? __expf(sc - mn) : 0.0f;
+    const float corr = __expf(m - mn), p = j < n ? __expf(sc - mn) : 0.0f;
     l = l * corr + warp_sum(p);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) acc[i] *= corr;
-    const int keys = min(32, d.T - tile);
+    const int keys = min(32, n - tile);
     for (int t = 0; t < keys; ++t) {
       const float pt = __shfl_sync(0xffffffffu, p, t);
       const X* v = base + (tile + t) * C3 + 2 * d.C;
@@ -959,17 +969,17 @@ void attention_backward(cudaStream_t s, const Scratch& scratch, X* dqkv, const X
 }
 
 template <typename X>
-void attention_decode(cudaStream_t s, X* out, const X* qkv, int B, int n, int C, int H) {
-  const Dims d = make_dims(B, n, C, H);
-  TT_CHECK(d.hs <= kMaxHs && static_cast<int64_t>(B) * H <= 0x7fffffff,
-           "attention_decode: head size %d (at most %d) beyond the CUDA kernel", d.hs, kMaxHs);
-  if (n == 0 || B == 0) return;
-  attention_decode_kernel<X><<<B * H, kDecodeWarps * 32, 0, s>>>(out, qkv, d);
+void attention_decode(cudaStream_t s, X* out, X* cache, const X* qkv, const int32_t* pos, int B, int Tmax, int C,
+                      int H) {
+  const Dims d = make_dims(B, Tmax, C, H);
+  TT_CHECK(d.hs <= kMaxHs, "attention_decode: head size %d (at most %d) beyond the CUDA kernel", d.hs, kMaxHs);
+  if (B == 0) return;
+  attention_decode_kernel<X><<<B * H, kDecodeWarps * 32, 0, s>>>(out, cache, qkv, pos, d);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-template void attention_decode<float>(cudaStream_t, float*, const float*, int, int, int, int);
-template void attention_decode<bf16>(cudaStream_t, bf16*, const bf16*, int, int, int, int);
+template void attention_decode<float>(cudaStream_t, float*, float*, const float*, const int32_t*, int, int, int, int);
+template void attention_decode<bf16>(cudaStream_t, bf16*, bf16*, const bf16*, const int32_t*, int, int, int, int);
 template void attention_forward<float>(cudaStream_t, float*, float*, const float*, int, int, int, int);
 template void attention_forward<bf16>(cudaStream_t, bf16*, float*, const bf16*, int, int, int, int);
 template void attention_backward<float>(cudaStream_t, const Scratch&, float*, const float*, const float*,

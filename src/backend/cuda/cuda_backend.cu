@@ -105,6 +105,17 @@ memory::HostPoolOptions pinned_pool_options(int numa_node, bool numa_required) {
   return h;
 }
 
+class CudaGraph final : public Graph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  void replay() override { TT_CUDA_ASSERT(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, void* region, int64_t budget, size_t capacity, int64_t scratch_bytes, std::string name,
@@ -367,11 +378,34 @@ class CudaBackend final : public Backend {
 
   // Flash attention: cuDNN's fused engines where they take the shape (cudnn_sdpa.h), else our kernels
   // (backend/cuda/attention.cu). No T x T buffer outlives a call; the backward's row sums use the scratch.
-  void attention_decode(const Tensor& out, const Tensor& qkv, int heads) override {
-    const shapes::Attention d = shapes::attention_decode(out, qkv, heads);
+  void attention_decode(const Tensor& out, const Tensor& cache, const Tensor& qkv, const Tensor& pos,
+                        int heads) override {
+    const shapes::Attention d = shapes::attention_decode(out, cache, qkv, pos, heads);
     dispatch_x(qkv.dtype(), "attention_decode", [&]<typename X>() {
-      cuda::attention_decode<X>(s(), out.data<X>(), qkv.data<X>(), d.B, d.T, d.C, d.H);
+      cuda::attention_decode<X>(s(), out.data<X>(), cache.data<X>(), qkv.data<X>(), pos.data<int32_t>(), d.B, d.T,
+                                d.C, d.H);
     });
+  }
+  void embedding_at(const Tensor& out, const Tensor& tokens, const Tensor& positions, const Tensor& wte,
+                    const Tensor& wpe) override {
+    const shapes::Embedding d = shapes::embedding_at(out, tokens, positions, wte, wpe);
+    dispatch_x(out.dtype(), "embedding_at", [&]<typename X>() {
+      cuda::embedding_at<X>(s(), out.data<X>(), tokens.data<int32_t>(), positions.data<int32_t>(), wte.data<X>(),
+                            wpe.data<X>(), d.B, d.C);
+    });
+  }
+
+  // A CUDA graph of what body enqueues on the compute stream (captured in this thread's mode: other threads' CUDA
+  // calls are not affected).
+  std::unique_ptr<Graph> capture(const std::function<void()>& body) override {
+    cudaGraph_t graph = nullptr;
+    TT_CUDA_ASSERT(cudaStreamBeginCapture(s(), cudaStreamCaptureModeThreadLocal));
+    body();
+    TT_CUDA_ASSERT(cudaStreamEndCapture(s(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    TT_CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphDestroy(graph);
+    return std::make_unique<CudaGraph>(exec, s());
   }
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) override {
     const shapes::Attention d = shapes::attention_forward(out, lse, qkv, heads);

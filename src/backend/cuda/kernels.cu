@@ -68,6 +68,17 @@ __global__ void embedding_forward_kernel(X* out, const int32_t* tokens, const X*
   }
 }
 
+template <typename X>
+__global__ void embedding_at_kernel(X* out, const int32_t* tokens, const int32_t* positions, const X* wte,
+                                    const X* wpe, int64_t n, int C) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / C;
+    const int c = static_cast<int>(i % C);
+    out[i] = st<X>(ld(wte[static_cast<int64_t>(tokens[row]) * C + c]) + ld(wpe[static_cast<int64_t>(positions[row]) * C + c]));
+  }
+}
+
 // The sort keys of embedding_backward: a token's row in this wte, or V (past every row) for a token outside it.
 __global__ void embedding_keys_kernel(int32_t* keys, const int32_t* tokens, int n, int64_t begin, int V) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -585,6 +596,15 @@ void embedding_forward(cudaStream_t s, X* out, const int32_t* tokens, const X* w
 }
 
 template <typename X>
+void embedding_at(cudaStream_t s, X* out, const int32_t* tokens, const int32_t* positions, const X* wte, const X* wpe,
+                  int N, int C) {
+  const int64_t n = static_cast<int64_t>(N) * C;
+  if (n == 0) return;
+  embedding_at_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, tokens, positions, wte, wpe, n, C);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
 void embedding_backward(cudaStream_t s, const Scratch& scratch, float* dwte, float* dwpe, const X* dout,
                         const int32_t* tokens, int B, int T, int C, int64_t begin, int V) {
   if (dwpe) {
@@ -814,6 +834,7 @@ void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, flo
 #define TT_CUDA_INSTANTIATE(X)                                                                                      \
   template void embedding_forward<X>(cudaStream_t, X*, const int32_t*, const X*, const X*, int, int, int, int64_t,  \
                                      int);                                                                         \
+  template void embedding_at<X>(cudaStream_t, X*, const int32_t*, const int32_t*, const X*, const X*, int, int);    \
   template void embedding_backward<X>(cudaStream_t, const Scratch&, float*, float*, const X*, const int32_t*, int,  \
                                       int, int, int64_t, int);                                                      \
   template void xent_local_max<X>(cudaStream_t, float*, const X*, int64_t, int, int);                               \

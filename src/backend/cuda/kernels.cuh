@@ -68,9 +68,15 @@ void attention_forward(cudaStream_t s, X* out, float* lse, const X* qkv, int B, 
 template <typename X>
 void attention_backward(cudaStream_t s, const Scratch& scratch, X* dqkv, const X* dout, const X* qkv, const X* out,
                         const float* lse, int B, int T, int C, int H);
-// Note [KV cache]: out[B, C] from the last query of qkv[B, n, 3C] over its n keys and values.
+// Note [KV cache]: qkv[b] into cache[b, pos[b]] (cache [B, Tmax, 3C]), then out[b] from its query over rows
+// 0..pos[b].
 template <typename X>
-void attention_decode(cudaStream_t s, X* out, const X* qkv, int B, int n, int C, int H);
+void attention_decode(cudaStream_t s, X* out, X* cache, const X* qkv, const int32_t* pos, int B, int Tmax, int C,
+                      int H);
+// out[i] = wte[tokens[i]] + wpe[positions[i]], rows of C.
+template <typename X>
+void embedding_at(cudaStream_t s, X* out, const int32_t* tokens, const int32_t* positions, const X* wte, const X* wpe,
+                  int N, int C);
 int64_t attention_scratch_bytes(int B, int T, int H);
 template <typename X>
 void gelu_forward(cudaStream_t s, X* out, const X* inp, int64_t n);
