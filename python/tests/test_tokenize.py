@@ -78,7 +78,8 @@ def read_shard(path: Path) -> np.ndarray:
 
 
 TRICKY = ("It's 3.14, isn't it?  Yes!!!\n\n\tIndented\r\nCRLF   trailing   \n"
-          "Caf\u00e9 na\u00efve \u00fcber \u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 \u0627\u0644\u0639\u0631\u0628\u064a\u0629 "
+          "Caf\u00e9 na\u00efve \u00fcber \u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 "
+          "\u0627\u0644\u0639\u0631\u0628\u064a\u0629 "
           "\u0420\u0443\u0441\u0441\u043a\u0438\u0439 \u00bd \u2163 \u0661\u0662\u0663 emoji \U0001F600\U0001F680 "
           "\u2014 dashes \u2013 and \u201cquotes\u201d\u00a0nbsp\u3000ideographic space <|endoftext|> after "
           "I'LL WE'VE they'd x'y ''s '''\n" * 3)
@@ -119,8 +120,8 @@ def test_a_model_of_the_shards_samples_from_a_text_prompt(reference, tmp_path):
     (tmp_path / "fox.txt").write_text(text)
     run("tokenize", str(tmp_path / "fox.txt"), "--vocab", str(d), "--out", str(tmp_path / "shards"))
     run("train", "--layers", "1", "--dim", "32", "--heads", "2", "--seq", "32", "--batch", "4", "--steps", "60",
-        "--lr", "3e-3", "--eval-every", "0", "--threads", "1", "--backend", "cpu", "--data", str(tmp_path / "shards"),
-        "--checkpoint-dir", str(tmp_path / "ck"))
+        "--warmup", "5", "--lr", "1e-2", "--eval-every", "0", "--threads", "1", "--backend", "cpu",
+        "--data", str(tmp_path / "shards"), "--checkpoint-dir", str(tmp_path / "ck"))
     out = run("sample", str(tmp_path / "ck"), "--vocab", str(d), "--prompt", "The quick brown", "--tokens", "12",
               "--temperature", "0.01", "--backend", "cpu", "--out", str(tmp_path / "s.txt"))
     sample = (tmp_path / "s.txt").read_text()

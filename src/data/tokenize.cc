@@ -98,7 +98,8 @@ Result<TokenizeResult> tokenize_to_shards(const TokenizeOptions& o, FILE* progre
   TT_RETURN_IF(r.files == 0, kDataLoss, "tokenize: no text in the inputs (%lld files skipped as binary or empty)",
                static_cast<long long>(r.skipped));
   TT_RETURN_IF(!val_done && shard.size() <= static_cast<size_t>(o.val_tokens), kFailedPrecondition,
-               "tokenize: the inputs make %zu tokens: not more than --val-tokens %lld, nothing would be left to train on",
+               "tokenize: the inputs make %zu tokens: not more than --val-tokens %lld, nothing would be left to "
+               "train on",
                shard.size(), static_cast<long long>(o.val_tokens));
   TT_TRY(flush(true));
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -479,8 +479,8 @@ void Gpt::compute_logits(const Tensor& out) {
 
 namespace {
 void check_decodable(const GptConfig& cfg, int batch, DType dt, GptDecodeState& s) {
-  TT_CHECK(batch == 1 && cfg.tp == 1 && !cfg.split_vocab, "decoding needs a model of batch 1 on one rank (batch %d, tp %d)",
-           batch, cfg.tp);
+  TT_CHECK(batch == 1 && cfg.tp == 1 && !cfg.split_vocab,
+           "decoding needs a model of batch 1 on one rank (batch %d, tp %d)", batch, cfg.tp);
   for (const TensorRequest& r : gpt_decode_tensors(cfg, dt)) check_tensor(*s.slot(r.name), r);
 }
 }  // namespace

@@ -22,6 +22,7 @@
 #include "core/atomic_file.h"
 #include "core/tensorfile.h"
 #include "exec/schedule.h"
+#include "gpt2_vocab.h"
 #include "temp_dir.h"
 
 namespace tt {
@@ -1280,6 +1281,55 @@ TEST(Cli, ExportWritesGpt2SafetensorsAndTrainingStartsFromThem) {
   EXPECT_EQ(other.code, 1) << other.out;
   EXPECT_HAS(other.out, "transformer.wte.weight has shape [256,16], this model's is [256,32]");
   EXPECT_EQ(run("export " + dir.file("ck")).code, 2);  // --out is required
+}
+
+// `tokenize` writes the shards `train` reads, and a model of them samples text from a text prompt (`--vocab`): on a
+// small byte-level vocabulary in GPT-2's file format (python/tests/test_tokenize.py checks GPT-2's own files against
+// tiktoken where they can be installed). Missing files, no text and a text prompt without --vocab are named.
+TEST(Cli, TokenizeTrainAndSampleFromATextPrompt) {
+  TempDir dir;
+  const std::string sp = testing::gpt2_char_of(' ');
+  std::filesystem::create_directories(dir.file("vocab"));
+  // Merges that make every word of the corpus one token: "the", " cat", " sat", " on", " the", " mat", ".".
+  testing::write_small_gpt2_vocab(dir.file("vocab"),
+                                  {{"t", "h"}, {"th", "e"}, {sp, "c"}, {"a", "t"}, {sp + "c", "at"}, {sp, "s"},
+                                   {sp + "s", "at"}, {sp, "m"}, {sp + "m", "at"}, {sp, "o"}, {sp + "o", "n"},
+                                   {sp, "th"}, {sp + "th", "e"}});
+  std::filesystem::create_directories(dir.file("corpus"));
+  std::string text;
+  while (text.size() < 12000) text += "the cat sat on the mat. ";
+  dir.write("corpus/a.txt", text);
+  dir.write("corpus/b.txt", text);
+  CliRun t = run("tokenize " + dir.file("corpus") + " --vocab " + dir.file("vocab") + " --out " + dir.file("shards") +
+                 " --shard-tokens 4000 --val-tokens 1000");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_HAS(t.out, "tokenized 2 files");
+  EXPECT_TRUE(std::filesystem::exists(dir.file("shards/val_000000.bin"))) << t.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("shards/train_000001.bin"))) << t.out;
+  CliRun tr = run("train --layers 1 --dim 32 --heads 2 --seq 32 --batch 4 --steps 60 --warmup 5 --lr 1e-2 "
+                  "--eval-every 0 --threads 1 --backend cpu --data " + dir.file("shards") + " --checkpoint-dir " +
+                  dir.file("ck"));
+  ASSERT_EQ(tr.code, 0) << tr.out;
+  CliRun s = run("sample " + dir.file("ck") + " --vocab " + dir.file("vocab") +
+                 " --prompt 'the cat' --tokens 12 --top-k 1 --backend cpu --out " + dir.file("s.txt"));
+  ASSERT_EQ(s.code, 0) << s.out;
+  EXPECT_HAS(s.out, "after a prompt of 2");  // "the" and " cat", one token each
+  const std::string sample = slurp(dir.file("s.txt"));
+  EXPECT_EQ(sample.rfind("the cat", 0), 0u) << sample;
+  EXPECT_TRUE(sample.find(" sat") != std::string::npos || sample.find(" mat") != std::string::npos) << sample;
+  // What is missing or wrong is named.
+  CliRun novocab = run("tokenize " + dir.file("corpus") + " --vocab " + dir.file("corpus") + " --out " +
+                       dir.file("x"));
+  EXPECT_NE(novocab.code, 0);
+  EXPECT_HAS(novocab.out, "no encoder.json or vocab.json");
+  std::filesystem::create_directories(dir.file("empty"));
+  dir.write("empty/bin.dat", std::string("\0\1\2", 3));
+  CliRun notext = run("tokenize " + dir.file("empty") + " --vocab " + dir.file("vocab") + " --out " + dir.file("y"));
+  EXPECT_NE(notext.code, 0);
+  EXPECT_HAS(notext.out, "no text in the inputs");
+  CliRun ids = run("sample " + dir.file("ck") + " --prompt 'the cat' --tokens 1 --backend cpu");
+  EXPECT_NE(ids.code, 0);
+  EXPECT_HAS(ids.out, "give --vocab DIR");
 }
 
 }  // namespace

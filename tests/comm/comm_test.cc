@@ -726,7 +726,9 @@ int run_gpu_p2p() {
     std::fprintf(stderr, "rank %d: gpu p2p: %s\n", rank, what.c_str());
     ++failures;
   };
-  auto value = [](int from, int tag, size_t i) { return static_cast<float>(from * 1000 + tag * 7 + static_cast<int>(i % 997)); };
+  auto value = [](int from, int tag, size_t i) {
+    return static_cast<float>(from * 1000 + tag * 7 + static_cast<int>(i % 997));
+  };
   auto right = [&](const Vec<float>& v, int from, int tag) {
     for (size_t i = 0; i < v.size(); ++i)
       if (v[i] != value(from, tag, i)) return false;
@@ -741,13 +743,15 @@ int run_gpu_p2p() {
         !c.recv(self.data(), count, DType::kF32, rank, tag, &info).is_ok() || !right(self, rank, tag) ||
         info.bytes != count * 4)
       fail("to oneself, " + std::to_string(count));
-    if (!c.sendrecv(out.data(), count, DType::kF32, next, tag, in.data(), count, DType::kF32, prev, tag, &info).is_ok() ||
+    if (!c.sendrecv(out.data(), count, DType::kF32, next, tag, in.data(), count, DType::kF32, prev, tag, &info)
+             .is_ok() ||
         !right(in, prev, tag) || info.source != prev)
       fail("sendrecv, " + std::to_string(count));
     std::fill(in.begin(), in.end(), -1.0f);
     comm::Request rr = c.irecv(in.data(), count, DType::kF32, prev, tag + 1);
     comm::Request rs = c.isend(out.data(), count, DType::kF32, next, tag + 1);
-    if (!rs.wait().is_ok() || !rr.wait().is_ok() || !right(in, prev, tag)) fail("isend/irecv, " + std::to_string(count));
+    if (!rs.wait().is_ok() || !rr.wait().is_ok() || !right(in, prev, tag))
+      fail("isend/irecv, " + std::to_string(count));
     // Of any length into a host vector, from the GPU buffer.
     std::vector<char> any;
     if (!c.send(out.data(), count, DType::kF32, next, 40).is_ok() || !c.recv_any(&any, prev, 40, &info).is_ok() ||

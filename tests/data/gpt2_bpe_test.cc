@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "data/gpt2_bpe.h"
 #include "temp_dir.h"
+#include "gpt2_vocab.h"
 
 namespace tt {
 namespace {
@@ -61,54 +62,17 @@ TEST(Gpt2Bpe, ThePreTokenizerCutsWhereGpt2sPatternDoes) {
   }
 }
 
-// GPT-2's byte-level alphabet for one byte, as the vocabulary files write it.
-std::string char_of(int b) {
-  static std::vector<std::string> table = [] {
-    std::vector<std::string> t(256);
-    int next = 256;
-    for (int x = 0; x < 256; ++x) {
-      const bool self = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255);
-      const int cp = self ? x : next++;
-      std::string u;
-      if (cp < 0x80) u.push_back(static_cast<char>(cp));
-      else {
-        u.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-        u.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-      }
-      t[static_cast<size_t>(x)] = u;
-    }
-    return t;
-  }();
-  return table[static_cast<size_t>(b)];
-}
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out;
-}
+using testing::gpt2_char_of;
 
-// A small byte-level vocabulary: the 256 bytes (id = byte), then the merges' tokens, then <|endoftext|>.
+// A small byte-level vocabulary in dir (testing::write_small_gpt2_vocab); the folder's path.
 std::string write_small_vocab(TempDir& dir, const std::vector<std::pair<std::string, std::string>>& merges) {
-  std::string enc = "{";
-  for (int b = 0; b < 256; ++b) enc += "\"" + json_escape(char_of(b)) + "\": " + std::to_string(b) + ", ";
-  std::string bpe = "#version: 0.2\n";
-  int id = 256;
-  for (const auto& [a, b] : merges) {
-    enc += "\"" + json_escape(a + b) + "\": " + std::to_string(id++) + ", ";
-    bpe += a + " " + b + "\n";
-  }
-  enc += "\"<|endoftext|>\": " + std::to_string(id) + "}";
-  dir.write("encoder.json", enc);
-  dir.write("vocab.bpe", bpe);
+  testing::write_small_gpt2_vocab(dir.path(), merges);
   return dir.path();
 }
 
 TEST(Gpt2Bpe, MergesTheLowestRankedPairFirst) {
   TempDir dir;
-  const std::string sp = char_of(' ');  // U+0120
+  const std::string sp = gpt2_char_of(' ');  // U+0120
   // Ranks 0.. in this order; "ll" before "he" matters for "hell" (he + ll, not h + ell).
   const std::string where = write_small_vocab(
       dir, {{"l", "l"}, {"h", "e"}, {"he", "ll"}, {"hell", "o"}, {"e", "l"}, {sp, "w"}, {"o", "r"}, {sp + "w", "or"},

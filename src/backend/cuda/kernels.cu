@@ -75,7 +75,8 @@ __global__ void embedding_at_kernel(X* out, const int32_t* tokens, const int32_t
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / C;
     const int c = static_cast<int>(i % C);
-    out[i] = st<X>(ld(wte[static_cast<int64_t>(tokens[row]) * C + c]) + ld(wpe[static_cast<int64_t>(positions[row]) * C + c]));
+    const float e = ld(wte[static_cast<int64_t>(tokens[row]) * C + c]);
+    out[i] = st<X>(e + ld(wpe[static_cast<int64_t>(positions[row]) * C + c]));
   }
 }
 
