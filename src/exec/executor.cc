@@ -694,10 +694,16 @@ void Executor::issue(const Op& op) {
       opt_->device_update();
       if (opt_->shard().on()) {  // Note [sharded optimizer]: every share of the new parameters from its owner
         TT_CHECK(reducer_ != nullptr, "a sharded optimizer without the data-parallel reducer");
-        if (prof_) prof_->mark("sharded optimizer: parameter broadcasts");
+        if (prof_) prof_->mark("sharded optimizer: parameter allgathers");
         const Tensor all = opt_->model_params();
         for (int s = 0; s < gpt_->num_segments(); ++s) {
           const int64_t base = segments_.offset[static_cast<size_t>(s)], n = segments_.size[static_cast<size_t>(s)];
+          // Equal shares (the ranks divide the segment, as GPT-2's blocks at 2, 4 or 8): one allgather; else a
+          // broadcast from each owner.
+          if (n % spec_.data_ranks == 0) {
+            reducer_->allgather(all.view(base, {n}), be_.compute_stream());
+            continue;
+          }
           for (int r = 0; r < spec_.data_ranks; ++r) {
             const auto [lo, hi] = OptimizerShard::range(n, r, spec_.data_ranks);
             if (lo < hi) reducer_->broadcast(all.view(base + lo, {hi - lo}), r, be_.compute_stream());

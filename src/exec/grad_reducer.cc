@@ -32,13 +32,20 @@ class HostGradReducer final : public GradReducer {
   void broadcast(const Tensor& t, int root, Stream& stream) override {
     run(t, stream, comm::Op::kSum, "the sharded optimizer's parameter broadcast", root);
   }
+  void allgather(const Tensor& t, Stream& stream) override {
+    TT_CHECK(t.numel() % comm_.size() == 0, "allgather of %lld elements over %d ranks",
+             static_cast<long long>(t.numel()), comm_.size());
+    run(t, stream, comm::Op::kSum, "the sharded optimizer's parameter allgather", kAllgather);
+  }
   Status status() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return status_;
   }
 
  private:
-  // root >= 0: a broadcast from that rank, else an allreduce with `op`.
+  static constexpr int kAllgather = -2;
+  // root >= 0: a broadcast from that rank; kAllgather: an in-place allgather of equal shares; else an allreduce with
+  // `op`.
   void run(const Tensor& t, Stream& stream, comm::Op op, const char* what, int root = -1) {
     void* p = t.raw();
     const size_t n = static_cast<size_t>(t.numel());
@@ -48,8 +55,10 @@ class HostGradReducer final : public GradReducer {
         std::lock_guard<std::mutex> lock(mu_);
         if (!status_.is_ok()) return;  // the ranks stopped agreeing: nothing more is reduced
       }
-      Status s = root >= 0 ? comm_.broadcast(comm::kInPlace, p, n, dt, root)
-                           : comm_.allreduce(comm::kInPlace, p, n, dt, op);
+      const size_t share = n / static_cast<size_t>(comm_.size());
+      Status s = root >= 0            ? comm_.broadcast(comm::kInPlace, p, n, dt, root)
+                 : root == kAllgather ? comm_.allgather(comm::kInPlace, p, share, dt)
+                                      : comm_.allreduce(comm::kInPlace, p, n, dt, op);
       if (!s.is_ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         status_ = std::move(s.with_context(what));
@@ -79,18 +88,24 @@ class NcclGradReducer final : public GradReducer {
   void broadcast(const Tensor& t, int root, Stream& stream) override {
     run(t, stream, comm::Op::kSum, "the sharded optimizer's parameter broadcast (nccl)", root);
   }
+  void allgather(const Tensor& t, Stream& stream) override {
+    TT_CHECK(t.numel() % nccl_->size() == 0, "allgather of %lld elements over %d ranks",
+             static_cast<long long>(t.numel()), nccl_->size());
+    run(t, stream, comm::Op::kSum, "the sharded optimizer's parameter allgather (nccl)", kAllgather);
+  }
   Status status() const override { return status_; }  // (enqueue's errors; NCCL's own come at the stream's sync)
 
  private:
+  static constexpr int kAllgather = -2;
   void run(const Tensor& t, Stream& stream, comm::Op op, const char* what, int root = -1) {
     TT_CHECK(stream.native() != nullptr, "an NCCL reduction on a stream without a device handle (%s)", stream.name());
     if (!status_.is_ok()) return;
     comm::Call call;
-    call.kind = root >= 0 ? comm::kBroadcast : comm::kAllreduce;
+    call.kind = root >= 0 ? comm::kBroadcast : root == kAllgather ? comm::kAllgather : comm::kAllreduce;
     call.root = std::max(root, 0);
     call.send = comm::kInPlace;
     call.recv = t.raw();
-    call.count = static_cast<size_t>(t.numel());
+    call.count = static_cast<size_t>(t.numel()) / (root == kAllgather ? static_cast<size_t>(nccl_->size()) : 1);
     call.dtype = comm_dtype(t.dtype());
     call.op = op;
     Status s = nccl_->enqueue(stream.native(), call);

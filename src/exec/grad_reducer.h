@@ -34,6 +34,9 @@ class GradReducer {
   virtual void max(const Tensor& t, Stream& stream) = 0;
   // t from rank `root` to every rank, in place (Note [sharded optimizer] in exec/optimizer.h).
   virtual void broadcast(const Tensor& t, int root, Stream& stream) = 0;
+  // Every rank's share of t to every rank, in place: rank r's share is t's elements [r q, (r + 1) q), q = its size
+  // over the ranks, which must divide it (Note [sharded optimizer]: one call a segment instead of one a rank).
+  virtual void allgather(const Tensor& t, Stream& stream) = 0;
   // Ok, or the first error (once the stream has run the reductions: synchronize it first).
   virtual Status status() const = 0;
 };

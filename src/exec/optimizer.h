@@ -47,9 +47,9 @@ struct AdamWHyper {
 // Note [sharded optimizer] (--shard-optimizer; ZeRO stage 1). With data parallel every rank holds the same averaged
 // gradients, so every rank computing the whole update repeats the others' work and keeps N copies of the moments.
 // Instead rank r of N updates only its share of each segment, elements [r q, min((r+1) q, n)) of a segment of n
-// (q = ceil(n / N)), keeping moments for its shares alone (m and v take 1/N of the device memory), and each share of
-// the new parameters (the compute copy: the master itself in f32) is then broadcast from its owner to the others
-// (Executor, after the update). Each element's arithmetic is the unsharded update's, so a sharded run is
+// (q = ceil(n / N)), keeping moments for its shares alone (m and v take 1/N of the device memory), and the new
+// parameters (the compute copy: the master itself in f32) then go from their owners to the others (Executor, after
+// the update): one in-place allgather a segment where N divides it (equal shares), else a broadcast from each owner. Each element's arithmetic is the unsharded update's, so a sharded run is
 // bit-identical to the same run unsharded. The master's other shares go stale (with bf16 compute) and are never
 // read; checkpoints gather every rank's shares of the master and the moments (gather_whole_state).
 struct OptimizerShard {
