@@ -14,6 +14,9 @@
 #                                     scripts/gpu_deps.sh (cmake_prefix)
 #   tt_gpu_tiertrain                  (after tt_gpu_setup; bench/perf/*.sh) builds tiertrain alone for sm_90 in
 #                                     build/gpu (Release, no tests) and sets TT to it; prints the build's last line
+#   tt_gpu_build OUT TARGET...        (after tt_gpu_setup; bench/sample/sample_gpu.sh, scripts/gpu_tests.sh) builds
+#                                     the targets for sm_90 in build/gpu (Release, tests on), logs in OUT; fails with
+#                                     the first errors shown
 #   tt_random_shard                   sets SHARD to a GPT-2 token shard of 20M random tokens in /tmp (made once)
 #   tt_mpirun_flags N                 (the collectives' benchmarks, bench/comm/comm_host.sh and
 #                                     bench/comm/comm_ab.sh) sets the array mpirun_flags: Open MPI's N ranks bound to physical cores, or to hardware
@@ -71,6 +74,20 @@ tt_gpu_setup() {
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
   source scripts/gpu_deps.sh
+}
+
+# Configures build/gpu (Release, sm_90, tests on) and builds the given targets, logs in OUT/configure.log and
+# OUT/build.log; prints the build's time; fails with the first errors shown.
+tt_gpu_build() {
+  local out=$1
+  shift
+  local start=$(date +%s)
+  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DTIERTRAIN_BUILD_TESTS=ON ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} > "$out/configure.log" 2>&1 ||
+    { tail -20 "$out/configure.log"; return 1; }
+  cmake --build build/gpu -j "$(nproc)" -- -k 0 "$@" > "$out/build.log" 2>&1 ||
+    { grep -B2 -A12 "error" "$out/build.log" | head -60; return 1; }
+  echo "build: $(( $(date +%s) - start )) s"
 }
 
 tt_gpu_tiertrain() {

@@ -12,13 +12,7 @@ pack() { tar -czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/nu
 trap pack EXIT
 exes=()
 for spec in "$@"; do exes+=("${spec%%:*}"); done
-start=$(date +%s)
-cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DTIERTRAIN_BUILD_TESTS=ON ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} > "$OUT/configure.log" 2>&1 ||
-  { tail -20 "$OUT/configure.log"; exit 1; }
-cmake --build build/gpu -j "$(nproc)" -- -k 0 tiertrain "${exes[@]}" > "$OUT/build.log" 2>&1 ||
-  { grep -B2 -A12 "error" "$OUT/build.log" | head -60; exit 1; }
-echo "build: $(( $(date +%s) - start )) s"
+tt_gpu_build "$OUT" tiertrain "${exes[@]}" || exit 1
 status=0
 for spec in "$@"; do
   exe=${spec%%:*}

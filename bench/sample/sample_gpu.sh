@@ -22,13 +22,7 @@ nvidia-smi > "$OUT/machine.txt" 2>&1
 status=0
 pack() { tar -czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/null || true; }
 trap pack EXIT
-start=$(date +%s)
-cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DTIERTRAIN_BUILD_TESTS=ON ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} > "$OUT/configure.log" 2>&1 ||
-  { tail -20 "$OUT/configure.log"; exit 1; }
-cmake --build build/gpu -j "$(nproc)" -- -k 0 tiertrain generate_test backend_ops_test > "$OUT/build.log" 2>&1 ||
-  { status=1; grep -B2 -A12 "error" "$OUT/build.log" | head -60; }
-echo "build: $(( $(date +%s) - start )) s"
+tt_gpu_build "$OUT" tiertrain generate_test backend_ops_test || status=1
 TT=build/gpu/src/tiertrain
 
 build/gpu/tests/generate_test > "$OUT/test_generate.log" 2>&1 || status=1
