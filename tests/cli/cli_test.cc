@@ -1203,7 +1203,11 @@ TEST(Cli, RunFolderKeepsConfigMetricsCheckpointAndSample) {
   CliRun s3 = run("sample " + rd + " --tokens 40 --seed 4 --temperature 1.5 --backend cpu");
   ASSERT_EQ(s1.code, 0) << s1.out;
   EXPECT_HAS(s1.out, "(step 30): 40 tokens after a prompt of 1");
-  auto text = [](const std::string& out) { return out.substr(out.find('\n')); };  // after the header (its time)
+  // Between the header and the closing "---" (the header and the line after the sample carry times).
+  auto text = [](const std::string& out) {
+    const size_t from = out.find('\n'), to = out.find("\n---\n", from);
+    return out.substr(from, to == std::string::npos ? std::string::npos : to - from);
+  };
   EXPECT_EQ(text(s1.out), text(s2.out));
   EXPECT_NE(text(s1.out), text(s3.out));
   EXPECT_EQ(run("sample " + rd + " --temperature 0").code, 2);
