@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 
@@ -197,47 +198,53 @@ Result<Gpt2Bpe> Gpt2Bpe::load(const std::string& where) {
   return bpe;
 }
 
-std::vector<std::string_view> Gpt2Bpe::split(std::string_view s) {
-  // The code points, with the byte offset of each (and of the end).
-  std::vector<uint32_t> cp;
-  std::vector<size_t> at;
-  for (size_t i = 0; i < s.size();) {
-    size_t len = 0;
-    cp.push_back(next_code_point(s, i, &len));
-    at.push_back(i);
-    i += len;
-  }
-  at.push_back(s.size());
-  const size_t n = cp.size();
-  std::vector<std::string_view> out;
+void Gpt2Bpe::split_each(std::string_view s, const std::function<void(std::string_view)>& piece) {
+  // Over byte offsets, each code point decoded where it is looked at: nothing the size of the text is kept (a
+  // corpus file of gigabytes is tokenized in place).
+  const size_t n = s.size();
+  auto at = [&](size_t pos, size_t* len) { return next_code_point(s, pos, len); };
   size_t i = 0;
   while (i < n) {
-    size_t end = 0;
-    // 's|'t|'re|'ve|'m|'ll|'d
-    if (cp[i] == '\'' && i + 1 < n) {
-      const uint32_t a = cp[i + 1], b = i + 2 < n ? cp[i + 2] : 0;
+    size_t end = 0, len0 = 0;
+    const uint32_t c0 = at(i, &len0);
+    // 's|'t|'re|'ve|'m|'ll|'d (ASCII: bytes are characters)
+    if (c0 == '\'' && i + 1 < n) {
+      const char a = s[i + 1], b = i + 2 < n ? s[i + 2] : '\0';
       if (a == 's' || a == 't' || a == 'm' || a == 'd') end = i + 2;
       else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) end = i + 3;
     }
     if (end == 0) {
       // ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+': a run of one class, after one optional space.
-      size_t j = i;
-      if (cp[i] == ' ' && i + 1 < n && cls(cp[i + 1]) != Cls::kSpace) j = i + 1;
-      const Cls c = cls(cp[j]);
+      size_t j = i, lj = len0;
+      Cls c = cls(c0);
+      if (c0 == ' ' && i + 1 < n) {
+        size_t l1 = 0;
+        const Cls c1 = cls(at(i + 1, &l1));
+        if (c1 != Cls::kSpace) {
+          j = i + 1;
+          lj = l1;
+          c = c1;
+        }
+      }
       if (c != Cls::kSpace) {
-        end = j + 1;
-        while (end < n && cls(cp[end]) == c) ++end;
+        end = j + lj;
+        for (size_t l = 0; end < n && cls(at(end, &l)) == c;) end += l;
       } else {
         // \s+(?!\S) then \s+: a run of spaces, less its last one when a non-space follows (that one starts the next
         // piece), unless the run is that one alone.
-        size_t k = i + 1;
-        while (k < n && cls(cp[k]) == Cls::kSpace) ++k;
-        end = k == n || k - 1 == i ? k : k - 1;
+        size_t k = i, last = i;
+        for (size_t l = 0; k < n && cls(at(k, &l)) == Cls::kSpace; k += l) last = k;
+        end = k == n || last == i ? k : last;
       }
     }
-    out.push_back(s.substr(at[i], at[end] - at[i]));
+    piece(s.substr(i, end - i));
     i = end;
   }
+}
+
+std::vector<std::string_view> Gpt2Bpe::split(std::string_view text) {
+  std::vector<std::string_view> out;
+  split_each(text, [&](std::string_view p) { out.push_back(p); });
   return out;
 }
 
@@ -280,15 +287,18 @@ std::vector<int32_t> Gpt2Bpe::encode(std::string_view text, PieceCache* cache) c
   std::vector<int32_t> out;
   while (!text.empty()) {
     const size_t special = end_of_text_ >= 0 ? text.find(kEnd) : std::string_view::npos;
-    for (std::string_view piece : split(text.substr(0, special))) {
+    split_each(text.substr(0, special), [&](std::string_view piece) {
       if (cache == nullptr) {
         for (int32_t id : encode_piece(piece)) out.push_back(id);
-        continue;
+        return;
       }
-      auto it = cache->find(std::string(piece));
-      if (it == cache->end()) it = cache->emplace(std::string(piece), encode_piece(piece)).first;
+      auto it = cache->find(piece);
+      if (it == cache->end()) {
+        if (cache->size() >= 1000000) cache->clear();
+        it = cache->emplace(std::string(piece), encode_piece(piece)).first;
+      }
       out.insert(out.end(), it->second.begin(), it->second.end());
-    }
+    });
     if (special == std::string_view::npos) break;
     out.push_back(end_of_text_);
     text.remove_prefix(special + kEnd.size());

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -38,11 +39,18 @@ class Gpt2Bpe {
 
   int vocab() const { return static_cast<int>(bytes_of_.size()); }
   // Pieces already encoded (words repeat: a corpus encodes several times faster with one); the caller's to keep.
-  using PieceCache = std::unordered_map<std::string, std::vector<int32_t>>;
+  // Looked up by string_view; emptied when it holds a million pieces, so that it stays within ~100 MB.
+  struct PieceHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  using PieceCache = std::unordered_map<std::string, std::vector<int32_t>, PieceHash, std::equal_to<>>;
   std::vector<int32_t> encode(std::string_view text, PieceCache* cache = nullptr) const;
   // The bytes of the ids, concatenated; an id outside the vocabulary is an error naming it.
   Result<std::string> decode(const std::vector<int32_t>& ids) const;
-  // GPT-2's pre-tokenizer: the pieces of `text` in order (their concatenation is `text`).
+  // GPT-2's pre-tokenizer: the pieces of `text` in order (their concatenation is `text`), handed to `piece` one by
+  // one (split_each: nothing the size of the text is kept), or all in a vector.
+  static void split_each(std::string_view text, const std::function<void(std::string_view)>& piece);
   static std::vector<std::string_view> split(std::string_view text);
 
  private:

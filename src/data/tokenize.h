@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -25,7 +26,13 @@ struct TokenizeOptions {
   int64_t shard_tokens = 100'000'000;    // tokens a shard (llm.c's size), the last one shorter
   int64_t val_tokens = 0;                // the first this many tokens to val_000000.bin (0: no validation shard)
   bool print_ids = false;                // also print the ids, space-separated, one document a line (small inputs)
+  int64_t chunk_bytes = int64_t(64) << 20;  // a file is read and encoded in blocks of this size (Note [tokenize in
+                                            // blocks]; the tests make it small)
 };
+
+// Note [tokenize in blocks]: the last place of s where the text may be cut without changing its tokens (a newline
+// with a printable ASCII character on each side, cut after it), or 0.
+size_t safe_cut(std::string_view s);
 
 struct TokenizeResult {
   int64_t files = 0, skipped = 0;        // documents read; binary or empty files skipped

@@ -9,11 +9,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
 #include "data/gpt2_bpe.h"
+#include "data/tokenize.h"
 #include "temp_dir.h"
 #include "gpt2_vocab.h"
 
@@ -124,6 +128,61 @@ TEST(Gpt2Bpe, FilesThatAreNotGpt2sAreRefusedNamed) {
   auto m = Gpt2Bpe::load(nomerges.path());
   ASSERT_FALSE(m.is_ok());
   EXPECT_NE(m.status().message().find("no vocab.bpe or merges.txt"), std::string::npos) << m.status().message();
+}
+
+// Note [tokenize in blocks]: the cut is after a newline with printable ASCII on both sides, and a file read in blocks
+// of a few bytes gives the same shards as read whole (and as encode on the whole text).
+TEST(Gpt2Bpe, TokenizeInBlocksGivesTheIdsOfTheWholeText) {
+  EXPECT_EQ(data::safe_cut("ab\ncd"), 3u);
+  EXPECT_EQ(data::safe_cut("ab\ncd\nef"), 6u);    // the last such place
+  EXPECT_EQ(data::safe_cut("ab \ncd"), 0u);        // a space before the newline: the run is longer
+  EXPECT_EQ(data::safe_cut("ab\r\ncd"), 0u);
+  EXPECT_EQ(data::safe_cut("ab\n cd"), 0u);
+  EXPECT_EQ(data::safe_cut("ab\n"), 0u);
+  EXPECT_EQ(data::safe_cut(""), 0u);
+  TempDir dir;
+  const std::string sp = gpt2_char_of(' ');
+  const std::string where = write_small_vocab(dir, {{"l", "l"}, {"h", "e"}, {"he", "ll"}, {"hell", "o"}, {sp, "w"}});
+  std::string text;
+  Rng rng(21);
+  const char* words[] = {"hello", " world", "\n", "\n\n", "  ", "it's", "\r\n", "\xc3\xa9t\xc3\xa9", "42", "!!",
+                         "<|endoftext|>", "\t"};
+  for (int i = 0; i < 3000; ++i) text += words[rng.uniform_int(12)];
+  std::filesystem::create_directories(dir.path() + "/in");
+  std::ofstream(dir.path() + "/in/a.txt", std::ios::binary) << text;
+  std::ofstream(dir.path() + "/in/b.txt", std::ios::binary) << text.substr(0, 5000);
+  std::vector<std::string> shards[2];
+  int k = 0;
+  for (int64_t chunk : {int64_t(64) << 20, int64_t(7)}) {
+    data::TokenizeOptions o;
+    o.inputs = {dir.path() + "/in"};
+    o.vocab = where;
+    o.out = dir.path() + "/out" + std::to_string(chunk);
+    o.shard_tokens = 2000;
+    o.chunk_bytes = chunk;
+    auto r = data::tokenize_to_shards(o, nullptr);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r.value().files, 2);
+    for (const std::string& path : r.value().shards) {
+      std::ifstream f(path, std::ios::binary);
+      shards[k].emplace_back(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    }
+    ++k;
+  }
+  EXPECT_GT(shards[0].size(), 2u);
+  EXPECT_EQ(shards[0], shards[1]);
+  // And the ids are encode's of each whole text, after <|endoftext|>.
+  auto bpe = Gpt2Bpe::load(where);
+  ASSERT_TRUE(bpe.is_ok());
+  std::vector<int32_t> want = {bpe.value().vocab() - 1};
+  for (int32_t id : bpe.value().encode(text)) want.push_back(id);
+  want.push_back(bpe.value().vocab() - 1);
+  for (int32_t id : bpe.value().encode(text.substr(0, 5000))) want.push_back(id);
+  std::vector<int32_t> got;
+  for (const std::string& sh : shards[1])
+    for (size_t i = 1024; i + 1 < sh.size(); i += 2)
+      got.push_back(static_cast<uint8_t>(sh[i]) | static_cast<uint8_t>(sh[i + 1]) << 8);
+  EXPECT_EQ(got, want);
 }
 
 // GPT-2's published files, where a test run names them (python/tests compare whole texts with tiktoken).
