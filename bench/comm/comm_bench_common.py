@@ -100,14 +100,15 @@ def warm_up(call: Callable[[], None], warmup: int, warmup_ms: float,
         rounds += 1
     if trace and warmup + round_calls > 0:  # one write a line: the ranks share stderr
         sys.stderr.write(f"warm-up: {warmup + round_calls} calls in {(time.perf_counter() - w0) * 1e3:.2f} ms over "
-                         f"{rounds} round(s), {pace * 1e6:.2f} us a call\n")
+                         f"{rounds} round(s), {pace * 1e6:.4f} us a call\n")
         sys.stderr.flush()
     return pace
 
 
 def timed_iters(iters: int, min_ms: float, per_call: float, max_over_ranks: Callable[[float], float] | None) -> int:
-    """How many calls to time: iters, or (min_ms > 0) as many as take min_ms at per_call seconds a call on the
-    slowest rank's estimate (agreed by max_over_ranks, which every rank calls alike), at most 1e6."""
+    """How many calls to time: iters, or (min_ms > 0) as many as take min_ms at per_call seconds a call on every
+    rank (each rank's count from its own pace, the largest agreed by max_over_ranks, which every rank calls alike: the
+    count of the fastest rank), at most 1e6."""
     if min_ms <= 0 or max_over_ranks is None:
         return iters
     want = float(min(max(iters, math.ceil(min_ms / 1e3 / per_call)), 1e6)) if per_call > 0 else float(iters)

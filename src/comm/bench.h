@@ -58,8 +58,8 @@ struct WarmUp {
 using MaxOverRanks = std::function<Status(double*)>;
 Result<WarmUp> warm_up(const std::function<Status()>& call, const std::function<Status()>& drain, int warmup,
                        double warm_ms, const MaxOverRanks& max_over_ranks);
-// How many calls to time: iters, or (min_ms > 0) as many as take min_ms at `pace` on the slowest rank's estimate
-// (agreed), at most 1e6.
+// How many calls to time: iters, or (min_ms > 0) as many as take min_ms at `pace` on every rank (each rank's count
+// from its own pace, the largest agreed: the fastest rank's), at most 1e6.
 Result<int64_t> timed_calls(int iters, double min_ms, double pace, const MaxOverRanks& max_over_ranks);
 
 }  // namespace tt::comm
