@@ -106,10 +106,11 @@ Result<FeatureRun> train_features(const FeatureTrainOptions& o, FILE* out) {
   FILE* say = rank == 0 ? out : nullptr;
 
   // Everything on the device: parameters (W1 [H, D], b1, W2 [K, H], b2), their gradients and moments, the batch and
-  // the activations; rank 0's global batch for via-root.
+  // the activations; rank 0's global batch for via-root (with one rank, via-root is direct: the batch is its share).
   const int64_t P = H * D + H + K * H + K;
-  const bool via_root = o.input == "via-root", replicated = o.input == "replicated";
-  const int64_t device_floats = 4 * P + 1 + b * D + 4 * b * H + 2 * b * K + b + (via_root && rank == 0 ? B * D : 0);
+  const bool via_root = o.input == "via-root" && ranks > 1, replicated = o.input == "replicated";
+  const int64_t device_floats =
+      4 * P + 1 + b * D + 4 * b * H + 2 * b * K + b + (via_root && rank == 0 ? B * D + B : 0);
   const int64_t device_bytes = device_floats * 4 + b * 4 + (int64_t(64) << 20);
   TT_ASSIGN_OR_RETURN(std::string backend_name, resolve_backend_name(o.backend));
   BackendOptions bo;
@@ -132,9 +133,10 @@ Result<FeatureRun> train_features(const FeatureTrainOptions& o, FILE* out) {
   TT_ASSIGN_OR_RETURN(Tensor dpre, dev({b, H}, DType::kF32, "dpre"));
   TT_ASSIGN_OR_RETURN(Tensor logits, dev({b, K}, DType::kF32, "logits"));
   TT_ASSIGN_OR_RETURN(Tensor losses, dev({b}, DType::kF32, "losses"));
-  Tensor x_all;
+  Tensor x_all, y_all;
   if (via_root && rank == 0) {
     TT_ASSIGN_OR_RETURN(x_all, dev({B, D}, DType::kF32, "x.global"));
+    TT_ASSIGN_OR_RETURN(y_all, dev({B}, DType::kI32, "y.global"));
   }
   auto view = [&](Tensor& t, int64_t off, Shape s) { return t.view(off, s); };
   const Tensor W1 = view(params, 0, {H, D}), b1 = view(params, H * D, {H}), W2 = view(params, H * D + H, {K, H}),
@@ -193,28 +195,32 @@ Result<FeatureRun> train_features(const FeatureTrainOptions& o, FILE* out) {
   for (int step = 0; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     // --- the input stage ---
-    if (o.input == "direct") {
-      read_rows(feats, labels, step, rank * b, b, B, xhf, yhi);
-    } else if (replicated) {
-      read_rows(feats, labels, step, 0, B, B, static_cast<float*>(xg), static_cast<int32_t*>(yg));
-      std::memcpy(xhf, static_cast<float*>(xg) + rank * b * D, static_cast<size_t>(b * D) * 4);
-      std::memcpy(yhi, static_cast<int32_t*>(yg) + rank * b, static_cast<size_t>(b) * 4);
-    } else {  // via-root: rank 0 reads the global batch and copies it to its device, then scatters it
-      const void* from_x = nullptr;
+    if (via_root) {
+      // Rank 0 reads the global batch and copies it to its device, then scatters it from there to the ranks'
+      // devices: the reducer's collectives (NCCL on a GPU; on the CPU backend, whose device memory is host memory,
+      // the host communicator).
       if (rank == 0) {
         read_rows(feats, labels, step, 0, B, B, static_cast<float*>(xg), static_cast<int32_t*>(yg));
         be->copy_h2d(x_all, xg, be->h2d_stream());
+        be->copy_h2d(y_all, yg, be->h2d_stream());
         TT_TRY(be->h2d_stream().synchronize());
-        // The CPU backend's device memory is host memory: the scatter reads the device copy, as the seed's baseline
-        // does. A GPU's would need a scatter from device memory (NCCL), not built: there the host copy is scattered.
-        from_x = be->compute_stream().native() == nullptr ? x_all.raw() : xg;
       }
-      TT_TRY(comm.scatter(from_x, xhf, static_cast<size_t>(b * D), comm::DType::kF32, 0));
-      TT_TRY(comm.scatter(rank == 0 ? yg : nullptr, yhi, static_cast<size_t>(b), comm::DType::kI32, 0));
+      reducer->scatter(x_all, x, 0, be->compute_stream());
+      reducer->scatter(y_all, y, 0, be->compute_stream());
+      TT_TRY(be->compute_stream().synchronize());
+      TT_TRY(reducer->status());
+    } else {
+      if (replicated) {
+        read_rows(feats, labels, step, 0, B, B, static_cast<float*>(xg), static_cast<int32_t*>(yg));
+        std::memcpy(xhf, static_cast<float*>(xg) + rank * b * D, static_cast<size_t>(b * D) * 4);
+        std::memcpy(yhi, static_cast<int32_t*>(yg) + rank * b, static_cast<size_t>(b) * 4);
+      } else {  // direct (or via-root on one rank)
+        read_rows(feats, labels, step, rank * b, b, B, xhf, yhi);
+      }
+      be->copy_h2d(x, xhf, be->h2d_stream());
+      be->copy_h2d(y, yhi, be->h2d_stream());
+      TT_TRY(be->h2d_stream().synchronize());
     }
-    be->copy_h2d(x, xhf, be->h2d_stream());
-    be->copy_h2d(y, yhi, be->h2d_stream());
-    TT_TRY(be->h2d_stream().synchronize());
     FeatureStep rec;
     rec.input_ms = ms_since(t0);
     // --- the step: forward, backward, the gradients averaged over the ranks, AdamW ---
@@ -266,7 +272,7 @@ Result<FeatureRun> train_features(const FeatureTrainOptions& o, FILE* out) {
   TT_TRY(be->synchronize_all());
   for (void* p : {xh, yh, lh, xg, yg})
     if (p) be->free_host(p);
-  for (Tensor* t : {&x_all, &losses, &logits, &dpre, &hid, &pre, &y, &x, &norm, &v, &m, &grads, &params})
+  for (Tensor* t : {&y_all, &x_all, &losses, &logits, &dpre, &hid, &pre, &y, &x, &norm, &v, &m, &grads, &params})
     if (t->raw()) be->pool().free(*t);
   return run;
 }

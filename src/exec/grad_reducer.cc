@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 
 #include "comm/nccl.h"
 #include "core/check.h"
@@ -14,51 +15,93 @@ comm::DType comm_dtype(DType d) {
     case DType::kF32: return comm::DType::kF32;
     case DType::kF64: return comm::DType::kF64;
     case DType::kBF16: return comm::DType::kBF16;
-    default: TT_CHECK(false, "a reduction of %s tensors", dtype_name(d));
+    case DType::kI32: return comm::DType::kI32;
+    default: TT_CHECK(false, "a collective over %s tensors", dtype_name(d));
   }
   return comm::DType::kF32;
 }
 
-class HostGradReducer final : public GradReducer {
+// The collectives of a step, each described as a comm::Call on tensors (in place but for the scatter), and run by
+// the implementation in the stream's order.
+class StepCollectives : public GradReducer {
+ public:
+  void reduce(const Tensor& grads, Stream& stream) override {
+    TT_CHECK(grads.dtype() == DType::kF32, "gradient reduction of %s: f32 only", dtype_name(grads.dtype()));
+    run(in_place(comm::kAllreduce, grads, comm::Op::kAvg), stream, "data-parallel gradient reduction");
+  }
+  void sum(const Tensor& t, Stream& stream) override {
+    run(in_place(comm::kAllreduce, t, comm::Op::kSum), stream, "tensor-parallel sum");
+  }
+  void max(const Tensor& t, Stream& stream) override {
+    run(in_place(comm::kAllreduce, t, comm::Op::kMax), stream, "tensor-parallel maximum");
+  }
+  void broadcast(const Tensor& t, int root, Stream& stream) override {
+    comm::Call c = in_place(comm::kBroadcast, t, comm::Op::kSum);
+    c.root = root;
+    run(c, stream, "the sharded optimizer's parameter broadcast");
+  }
+  void allgather(const Tensor& t, Stream& stream) override {
+    TT_CHECK(t.numel() % ranks() == 0, "allgather of %lld elements over %d ranks", static_cast<long long>(t.numel()),
+             ranks());
+    comm::Call c = in_place(comm::kAllgather, t, comm::Op::kSum);
+    c.count /= static_cast<size_t>(ranks());
+    run(c, stream, "the sharded optimizer's parameter allgather");
+  }
+  void scatter(const Tensor& from, const Tensor& to, int root, Stream& stream) override {
+    comm::Call c;
+    c.kind = comm::kScatter;
+    c.send = nullptr;
+    if (from.raw() != nullptr) {
+      TT_CHECK(from.dtype() == to.dtype() && from.numel() == to.numel() * ranks(),
+               "scatter of %lld %s elements into shares of %lld %s over %d ranks", static_cast<long long>(from.numel()),
+               dtype_name(from.dtype()), static_cast<long long>(to.numel()), dtype_name(to.dtype()), ranks());
+      c.send = from.raw();
+    }
+    c.recv = to.raw();
+    c.count = static_cast<size_t>(to.numel());
+    c.dtype = comm_dtype(to.dtype());
+    c.root = root;
+    run(c, stream, "the input's scatter");
+  }
+
+ protected:
+  static comm::Call in_place(comm::Kind kind, const Tensor& t, comm::Op op) {
+    comm::Call c;
+    c.kind = kind;
+    c.send = comm::kInPlace;
+    c.recv = t.raw();
+    c.count = static_cast<size_t>(t.numel());
+    c.dtype = comm_dtype(t.dtype());
+    c.op = op;
+    return c;
+  }
+  virtual void run(const comm::Call& call, Stream& stream, const char* what) = 0;
+};
+
+class HostGradReducer final : public StepCollectives {
  public:
   HostGradReducer(Backend& be, comm::Communicator& comm) : be_(be), comm_(comm) {}
   int ranks() const override { return comm_.size(); }
-  void reduce(const Tensor& grads, Stream& stream) override {
-    TT_CHECK(grads.dtype() == DType::kF32, "gradient reduction of %s: f32 only", dtype_name(grads.dtype()));
-    run(grads, stream, comm::Op::kAvg, "data-parallel gradient reduction");
-  }
-  void sum(const Tensor& t, Stream& stream) override { run(t, stream, comm::Op::kSum, "tensor-parallel sum"); }
-  void max(const Tensor& t, Stream& stream) override { run(t, stream, comm::Op::kMax, "tensor-parallel maximum"); }
-  void broadcast(const Tensor& t, int root, Stream& stream) override {
-    run(t, stream, comm::Op::kSum, "the sharded optimizer's parameter broadcast", root);
-  }
-  void allgather(const Tensor& t, Stream& stream) override {
-    TT_CHECK(t.numel() % comm_.size() == 0, "allgather of %lld elements over %d ranks",
-             static_cast<long long>(t.numel()), comm_.size());
-    run(t, stream, comm::Op::kSum, "the sharded optimizer's parameter allgather", kAllgather);
-  }
   Status status() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return status_;
   }
 
  private:
-  static constexpr int kAllgather = -2;
-  // root >= 0: a broadcast from that rank; kAllgather: an in-place allgather of equal shares; else an allreduce with
-  // `op`.
-  void run(const Tensor& t, Stream& stream, comm::Op op, const char* what, int root = -1) {
-    void* p = t.raw();
-    const size_t n = static_cast<size_t>(t.numel());
-    const comm::DType dt = comm_dtype(t.dtype());
-    const bool ok = be_.enqueue_on(stream, [this, p, n, dt, op, what, root] {
+  void run(const comm::Call& c, Stream& stream, const char* what) override {
+    const bool ok = be_.enqueue_on(stream, [this, c, what] {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (!status_.is_ok()) return;  // the ranks stopped agreeing: nothing more is reduced
       }
-      const size_t share = n / static_cast<size_t>(comm_.size());
-      Status s = root >= 0            ? comm_.broadcast(comm::kInPlace, p, n, dt, root)
-                 : root == kAllgather ? comm_.allgather(comm::kInPlace, p, share, dt)
-                                      : comm_.allreduce(comm::kInPlace, p, n, dt, op);
+      Status s;
+      switch (c.kind) {
+        case comm::kBroadcast: s = comm_.broadcast(c.send, c.recv, c.count, c.dtype, c.root); break;
+        case comm::kAllgather: s = comm_.allgather(c.send, c.recv, c.count, c.dtype); break;
+        case comm::kAllreduce: s = comm_.allreduce(c.send, c.recv, c.count, c.dtype, c.op); break;
+        case comm::kScatter: s = comm_.scatter(c.send, c.recv, c.count, c.dtype, c.root); break;
+        default: TT_CHECK(false, "a step collective of kind %d", static_cast<int>(c.kind));
+      }
       if (!s.is_ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         status_ = std::move(s.with_context(what));
@@ -73,43 +116,18 @@ class HostGradReducer final : public GradReducer {
   Status status_;
 };
 
-class NcclGradReducer final : public GradReducer {
+class NcclGradReducer final : public StepCollectives {
  public:
   explicit NcclGradReducer(std::unique_ptr<comm::NcclCommunicator> nccl) : nccl_(std::move(nccl)) {}
   int ranks() const override { return nccl_->size(); }
-  void reduce(const Tensor& grads, Stream& stream) override {
-    TT_CHECK(grads.dtype() == DType::kF32, "gradient reduction of %s: f32 only", dtype_name(grads.dtype()));
-    run(grads, stream, comm::Op::kAvg, "data-parallel gradient reduction (nccl)");
-  }
-  void sum(const Tensor& t, Stream& stream) override { run(t, stream, comm::Op::kSum, "tensor-parallel sum (nccl)"); }
-  void max(const Tensor& t, Stream& stream) override {
-    run(t, stream, comm::Op::kMax, "tensor-parallel maximum (nccl)");
-  }
-  void broadcast(const Tensor& t, int root, Stream& stream) override {
-    run(t, stream, comm::Op::kSum, "the sharded optimizer's parameter broadcast (nccl)", root);
-  }
-  void allgather(const Tensor& t, Stream& stream) override {
-    TT_CHECK(t.numel() % nccl_->size() == 0, "allgather of %lld elements over %d ranks",
-             static_cast<long long>(t.numel()), nccl_->size());
-    run(t, stream, comm::Op::kSum, "the sharded optimizer's parameter allgather (nccl)", kAllgather);
-  }
   Status status() const override { return status_; }  // (enqueue's errors; NCCL's own come at the stream's sync)
 
  private:
-  static constexpr int kAllgather = -2;
-  void run(const Tensor& t, Stream& stream, comm::Op op, const char* what, int root = -1) {
-    TT_CHECK(stream.native() != nullptr, "an NCCL reduction on a stream without a device handle (%s)", stream.name());
+  void run(const comm::Call& call, Stream& stream, const char* what) override {
+    TT_CHECK(stream.native() != nullptr, "an NCCL collective on a stream without a device handle (%s)", stream.name());
     if (!status_.is_ok()) return;
-    comm::Call call;
-    call.kind = root >= 0 ? comm::kBroadcast : root == kAllgather ? comm::kAllgather : comm::kAllreduce;
-    call.root = std::max(root, 0);
-    call.send = comm::kInPlace;
-    call.recv = t.raw();
-    call.count = static_cast<size_t>(t.numel()) / (root == kAllgather ? static_cast<size_t>(nccl_->size()) : 1);
-    call.dtype = comm_dtype(t.dtype());
-    call.op = op;
     Status s = nccl_->enqueue(stream.native(), call);
-    if (!s.is_ok()) status_ = std::move(s.with_context(what));
+    if (!s.is_ok()) status_ = std::move(s.with_context(std::string(what) + " (nccl)"));
   }
 
   std::unique_ptr<comm::NcclCommunicator> nccl_;

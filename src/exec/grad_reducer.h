@@ -37,6 +37,10 @@ class GradReducer {
   // Every rank's share of t to every rank, in place: rank r's share is t's elements [r q, (r + 1) q), q = its size
   // over the ranks, which must divide it (Note [sharded optimizer]: one call a segment instead of one a rank).
   virtual void allgather(const Tensor& t, Stream& stream) = 0;
+  // Rank `root`'s `from` (the ranks' shares in rank order, each of to's size and dtype) to every rank's `to`: an
+  // input's scatter from the root's device (Note [data-parallel input] in exec/trainer.cc). `from` is read on the root
+  // only; other ranks may pass an empty tensor.
+  virtual void scatter(const Tensor& from, const Tensor& to, int root, Stream& stream) = 0;
   // Ok, or the first error (once the stream has run the reductions: synchronize it first).
   virtual Status status() const = 0;
 };

@@ -379,7 +379,9 @@ Status Trainer::build() {
   // stream copies to its device; replicated, every rank draws the whole batch and keeps its part; via-root, rank 0
   // of the batch dimension draws the whole batch and scatters it over the batch dimension's communicator (the
   // others move their samplers past it unread). The scatter is a host collective at the same point of every rank's
-  // schedule (kInputFill); its failure is kept and reported by the step.
+  // schedule (kInputFill), from rank 0's host memory: a GPT batch is a few hundred KiB of tokens, staged as every
+  // input is (Note [input staging]). The large-input workload scatters from rank 0's device, as the seed's baseline
+  // does (exec/features.cc, through GradReducer::scatter). Its failure is kept and reported by the step.
   const size_t batch_tokens = static_cast<size_t>(r.exec.batch) * static_cast<size_t>(cfg.model.seq);
   if (shards_ > 1 && cfg.input != "direct") {
     global_inputs_.resize(batch_tokens * static_cast<size_t>(shards_));
