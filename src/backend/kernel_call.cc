@@ -10,9 +10,9 @@ constexpr const char* kNames[kNumKernelOps] = {
     "matmul_backward_gelu", "attention_forward",  "attention_backward",   "softmax_xent_forward",
     "softmax_xent_fused",  "residual_forward",    "fill_zero",            "convert",
     "sum_squares",         "adamw_update",        "copy_d2d",             "xent_local_max",
-    "xent_local_sums",     "xent_finish",
+    "xent_local_sums",     "xent_finish",         "gelu_forward",
 };
-static_assert(static_cast<int>(KernelOp::kXentFinish) + 1 == kNumKernelOps);
+static_assert(static_cast<int>(KernelOp::kGeluForward) + 1 == kNumKernelOps);
 }  // namespace
 
 const char* kernel_op_name(KernelOp op) { return kNames[static_cast<int>(op)]; }
@@ -77,6 +77,7 @@ double KernelCall::bytes() const {
     case KernelOp::kSoftmaxXentForward:
     case KernelOp::kSoftmaxXentFused: return 2 * a * b * e;
     case KernelOp::kResidualForward: return 3 * a * e;
+    case KernelOp::kGeluForward: return 2 * a * e;
     case KernelOp::kFillZero: return a * e;
     case KernelOp::kConvert: return a * (4 + e);
     case KernelOp::kSumSquares: return a * e;

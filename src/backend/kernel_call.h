@@ -53,8 +53,9 @@ enum class KernelOp : int {
   kXentLocalMax,
   kXentLocalSums,
   kXentFinish,
+  kGeluForward,
 };
-constexpr int kNumKernelOps = 22;
+constexpr int kNumKernelOps = 23;
 // The Backend method's name: "matmul_forward".
 const char* kernel_op_name(KernelOp op);
 Result<KernelOp> parse_kernel_op(const std::string& name);

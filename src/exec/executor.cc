@@ -114,19 +114,22 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   };
   for (const char* n : {"tokens", "targets", "encoded"}) add_fixed(n);
   // A block's activations: their own set for resident blocks, one shared set for the recomputed ones, a few slots
-  // for the swapped ones; shared sets for the parts rebuilt apart (Note [MLP half], Note [rebuilt norms]).
+  // for the swapped ones; shared sets for the parts rebuilt apart (Note [MLP half], Note [rebuilt norms], Note
+  // [rebuilt GELU]).
   auto add_block = [&](const std::string& prefix, int l, unsigned parts) {
     for (const TensorRequest& a : gpt_block_activations(cfg, spec.batch, dt, parts))
       inv.add_device(prefix + a.name, a.shape, a.dtype, a.cls, l);
   };
-  bool any_mlp = false, any_norms = false;
+  bool any_mlp = false, any_norms = false, any_gelu = false;
   for (int l = 0; l < L; ++l) {
     any_mlp = any_mlp || plan.mlp_rebuilt(l);
     any_norms = any_norms || plan.norms_rebuilt(l);
+    any_gelu = any_gelu || plan.gelu_rebuilt(l);
   }
   if (plan.count(ActPlacement::kRecompute) > 0) add_block("recompute.", -1, kPartAll);
   if (any_mlp) add_block("recompute_mlp.", -1, kPartMlp);
   if (any_norms) add_block("recompute_norms.", -1, kPartNorms);
+  if (any_gelu) add_block("recompute_gelu.", -1, kPartGelu);
   const size_t swap_bytes = device_bytes_of(gpt_block_activations(cfg, spec.batch, dt, plan.swapped_parts()));
   for (int i = 0; i < rings.swap.slots; ++i)
     inv.add_device("swap.slot" + std::to_string(i), {static_cast<int64_t>(swap_bytes)}, DType::kU8, TC::kActivation);
@@ -352,14 +355,20 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
       *a.slot(r.name) = dev((plan.norms_rebuilt(l) ? std::string("recompute_norms.") : p) + r.name);
     for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartCore))
       *a.slot(r.name) = dev(p + r.name);
-    for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartMlp))
+    for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartFc))
       *a.slot(r.name) = dev((plan.mlp_rebuilt(l) ? std::string("recompute_mlp.") : p) + r.name);
+    for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartGelu))
+      *a.slot(r.name) = dev((plan.mlp_rebuilt(l)    ? std::string("recompute_mlp.")
+                             : plan.gelu_rebuilt(l) ? std::string("recompute_gelu.")
+                                                    : p) +
+                            r.name);
   }
   for (const TensorRequest& r : gpt_fixed_tensors(cfg, spec_.batch, spec_.compute, spec_.lm_chunk_rows))
     *t.slot(r.name) = dev(r.name);
   gpt_ = model ? model(be_, cfg, spec_.batch, spec_.compute, std::move(t))
                : std::make_unique<Gpt>(be_, cfg, spec_.batch, spec_.compute, std::move(t));
   gpt_->set_tp_rank(spec_.tp_rank);
+  gpt_->set_gelu_apart(plan.gelu_apart());  // Note [rebuilt GELU]
   // The optimizer's state.
   OptimizerBuffers ob;
   ob.master = master_;
@@ -640,6 +649,9 @@ void Executor::issue(const Op& op) {
       break;
     case OpKind::kRebuildMlp:
       gpt_->rebuild_mlp(*this, op.layer);
+      break;
+    case OpKind::kRebuildGelu:
+      gpt_->rebuild_gelu(*this, op.layer);
       break;
     case OpKind::kZeroGrads:
       if (prof_) prof_->mark(op.name.c_str());

@@ -1,5 +1,6 @@
 #include "exec/plan.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
@@ -61,37 +62,48 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
   for (const auto& [key, value] : o.items()) {
     const std::string at = where + "." + key;
     if (key == "activation" && value.is_object()) {
-      // Note [MLP half], Note [rebuilt norms]: {"attention": P, "mlp": Q, "norms": R}, where Q is P or "recompute",
-      // and R (optional; P when absent) is P or "recompute".
-      ActPlacement parts[3] = {ActPlacement::kResident, ActPlacement::kResident, ActPlacement::kResident};
-      bool given[3] = {false, false, false};
+      // Note [MLP half], Note [rebuilt norms], Note [rebuilt GELU]: {"attention": P, "mlp": Q, "norms": R,
+      // "gelu": G}, where Q is P or "recompute"; R (optional; P when absent) is P or "recompute"; G (optional; Q when
+      // absent) is Q or "recompute".
+      constexpr const char* kParts[4] = {"attention", "mlp", "norms", "gelu"};
+      constexpr const char* kWhat[4] = {"attention half", "MLP half", "LayerNorm outputs (norms)", "GELU output"};
+      ActPlacement parts[4] = {ActPlacement::kResident, ActPlacement::kResident, ActPlacement::kResident,
+                               ActPlacement::kResident};
+      bool given[4] = {false, false, false, false};
       for (const auto& [half, hv] : value.items()) {
         const std::string hat = at + "." + half;
-        TT_RETURN_IF(half != "attention" && half != "mlp" && half != "norms", kInvalidArgument,
-                     "%s: unknown part '%s' (attention, mlp, norms)", at.c_str(), half.c_str());
+        const int i = static_cast<int>(std::find(kParts, kParts + 4, half) - kParts);
+        TT_RETURN_IF(i == 4, kInvalidArgument, "%s: unknown part '%s' (attention, mlp, norms, gelu)", at.c_str(),
+                     half.c_str());
         TT_RETURN_IF(!hv.is_string(), kInvalidArgument, "%s: expected a string", hat.c_str());
-        const int i = half == "attention" ? 0 : half == "mlp" ? 1 : 2;
         TT_ASSIGN_OR_RETURN(parts[i], parse_activation(hv.get<std::string>(), hat));
         given[i] = true;
       }
       TT_RETURN_IF(!given[0] || !given[1], kInvalidArgument,
-                   "%s: give both halves: {\"attention\": ..., \"mlp\": ...} (and optionally \"norms\")",
+                   "%s: give both halves: {\"attention\": ..., \"mlp\": ...} (and optionally \"norms\", "
+                   "\"gelu\")",
                    at.c_str());
       if (!given[2]) parts[2] = parts[0];
+      if (!given[3]) parts[3] = parts[1];
       if (parts[0] == ActPlacement::kRecompute) {
-        TT_RETURN_IF(parts[1] != ActPlacement::kRecompute || parts[2] != ActPlacement::kRecompute, kInvalidArgument,
-                     "%s: a recomputed attention half rebuilds the whole block: use \"recompute\"", at.c_str());
+        TT_RETURN_IF(parts[1] != ActPlacement::kRecompute || parts[2] != ActPlacement::kRecompute ||
+                         parts[3] != ActPlacement::kRecompute,
+                     kInvalidArgument, "%s: a recomputed attention half rebuilds the whole block: use \"recompute\"",
+                     at.c_str());
       }
-      for (int i : {1, 2})
-        TT_RETURN_IF(parts[i] != parts[0] && parts[i] != ActPlacement::kRecompute, kInvalidArgument,
-                     "%s: the %s can be placed apart from the attention half only by recomputing %s (attention "
-                     "%s, %s %s); or place the whole block alike",
-                     at.c_str(), i == 1 ? "MLP half" : "LayerNorm outputs (norms)", i == 1 ? "it" : "them",
-                     act_placement_name(parts[0]),
-                     i == 1 ? "mlp" : "norms", act_placement_name(parts[i]));
+      for (int i : {1, 2, 3}) {
+        const int from = i == 3 ? 1 : 0;  // the GELU output goes with the MLP half, the rest with the attention half
+        TT_RETURN_IF(parts[i] != parts[from] && parts[i] != ActPlacement::kRecompute, kInvalidArgument,
+                     "%s: the %s can be placed apart from the %s only by recomputing %s (%s %s, %s %s); or place "
+                     "them alike",
+                     at.c_str(), kWhat[i], kWhat[from], i == 2 ? "them" : "it", kParts[from],
+                     act_placement_name(parts[from]), kParts[i], act_placement_name(parts[i]));
+      }
       lp->activation = parts[0];
       lp->mlp_recompute = parts[0] != ActPlacement::kRecompute && parts[1] == ActPlacement::kRecompute;
       lp->norms_recompute = parts[0] != ActPlacement::kRecompute && parts[2] == ActPlacement::kRecompute;
+      lp->gelu_recompute = lp->mlp_recompute || (parts[0] != ActPlacement::kRecompute &&
+                                                 parts[3] == ActPlacement::kRecompute);
       continue;
     }
     TT_RETURN_IF(!value.is_string(), kInvalidArgument, "%s: expected a string", at.c_str());
@@ -100,6 +112,7 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
       TT_ASSIGN_OR_RETURN(lp->activation, parse_activation(v, at));
       lp->mlp_recompute = false;
       lp->norms_recompute = false;
+      lp->gelu_recompute = false;
     } else if (key == "param") {
       TT_ASSIGN_OR_RETURN(lp->param, parse_state(v, at));
     } else if (key == "grad") {
@@ -295,20 +308,19 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
                          source.c_str());
     }
   }
-  // Note [MLP half], Note [rebuilt norms]: swapped blocks share slots of one size, so they all swap the same parts.
+  // Note [MLP half], Note [rebuilt norms], Note [rebuilt GELU]: swapped blocks share slots of one size, so they all
+  // swap the same parts.
   int first_swap = -1;
   for (int l = 0; l < layers; ++l) {
-    const LayerPlan& lp = p.layers[static_cast<size_t>(l)];
-    if (lp.activation != ActPlacement::kSwap) continue;
+    if (p.activation(l) != ActPlacement::kSwap) continue;
     if (first_swap < 0) {
       first_swap = l;
       continue;
     }
-    const LayerPlan& first = p.layers[static_cast<size_t>(first_swap)];
-    TT_RETURN_IF(lp.mlp_recompute != first.mlp_recompute || lp.norms_recompute != first.norms_recompute,
-                 kInvalidArgument,
-                 "plan %s: swapped layers %d and %d differ in whether their MLP half or their LayerNorm outputs are "
-                 "recomputed; swapped layers share device slots, so all of them must swap the same parts",
+    TT_RETURN_IF(p.held_parts(l) != p.held_parts(first_swap), kInvalidArgument,
+                 "plan %s: swapped layers %d and %d differ in whether their MLP half, their GELU output or their "
+                 "LayerNorm outputs are recomputed; swapped layers share device slots, so all of them must swap the "
+                 "same parts",
                  source.c_str(), first_swap, l);
   }
   // Host-streamed parameters, gradients and optimizer state all need the CPU optimizer, which the trainer checks
@@ -366,6 +378,11 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
     return p;
   };
   if (name == "in-core") return all(ActPlacement::kResident);
+  if (name == "in-core-selective") {
+    Plan p = all(ActPlacement::kResident);
+    for (LayerPlan& lp : p.layers) lp.norms_recompute = lp.gelu_recompute = true;
+    return p;
+  }
   if (name == "recompute") return all(ActPlacement::kRecompute);
   if (name == "swap-activations") return all(ActPlacement::kSwap);
   if (name == "swap-attention-recompute-mlp" || name == "swap-attention-recompute-mlp-norms") {
@@ -397,7 +414,8 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
   if (Status s = require_regular_file(name, "--plan"); !s.is_ok() && s.code() != StatusCode::kNotFound) return s;
   std::ifstream f(name);
   TT_RETURN_IF(!f, kInvalidArgument,
-               "--plan %s: not a plan name (in-core, recompute, swap-activations, swap-attention-recompute-mlp, "
+               "--plan %s: not a plan name (in-core, in-core-selective, recompute, swap-activations, "
+               "swap-attention-recompute-mlp, "
                "swap-attention-recompute-mlp-norms, offload-params, offload-all, um, um-advised, "
                "um-swap-activations) nor a readable JSON file",
                name.c_str());
@@ -415,10 +433,11 @@ json Plan::to_json() const {
   json ls = json::array();
   for (const LayerPlan& lp : layers) {
     json act = act_placement_name(lp.activation);
-    if (lp.mlp_recompute || lp.norms_recompute) {
+    if (lp.activation != ActPlacement::kRecompute && (lp.mlp_recompute || lp.norms_recompute || lp.gelu_recompute)) {
       act = {{"attention", act_placement_name(lp.activation)},
              {"mlp", lp.mlp_recompute ? "recompute" : act_placement_name(lp.activation)}};
       if (lp.norms_recompute) act["norms"] = "recompute";
+      if (lp.gelu_recompute && !lp.mlp_recompute) act["gelu"] = "recompute";
     }
     ls.push_back({{"activation", act},
                   {"param", state_name(lp.param)},
@@ -453,7 +472,14 @@ int Plan::count(ActPlacement p) const {
 }
 
 unsigned Plan::held_parts(int l) const {
-  return kPartAll & ~(mlp_rebuilt(l) ? unsigned(kPartMlp) : 0u) & ~(norms_rebuilt(l) ? unsigned(kPartNorms) : 0u);
+  return kPartAll & ~(mlp_rebuilt(l) ? unsigned(kPartMlp) : 0u) & ~(norms_rebuilt(l) ? unsigned(kPartNorms) : 0u) &
+         ~(gelu_rebuilt(l) ? unsigned(kPartGelu) : 0u);
+}
+
+std::vector<bool> Plan::gelu_apart() const {
+  std::vector<bool> r(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) r[l] = gelu_rebuilt(static_cast<int>(l));
+  return r;
 }
 
 unsigned Plan::swapped_parts() const {
@@ -480,6 +506,9 @@ std::string Plan::summary() const {
   int norms = 0;
   for (const LayerPlan& lp : layers) norms += lp.norms_recompute && lp.activation != ActPlacement::kRecompute ? 1 : 0;
   if (norms > 0) s += "; the LayerNorm outputs of " + std::to_string(norms) + " rebuilt";
+  int gelu = 0;
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l) gelu += gelu_rebuilt(l) ? 1 : 0;
+  if (gelu > 0) s += "; the GELU output of " + std::to_string(gelu) + " rebuilt";
   int grads = 0, params = 0;
   for (const LayerPlan& lp : layers) {
     grads += lp.grad == StatePlacement::kHostStreamed ? 1 : 0;

@@ -25,11 +25,12 @@ constexpr const char* kOpKindNames[] = {"model",       "wait",      "record",   
                                         "rebuild_mlp", "zero_grads", "swap_out",  "swap_in",       "params_in",
                                         "grads_out",   "norm_part", "norm_total", "norm_out",      "host_adamw",
                                         "params_back", "device_adamw", "alloc", "input_fill",
-                                        "input_in", "input_take", "grad_reduce", "um_advise", "um_prefetch"};
+                                        "input_in", "input_take", "grad_reduce", "um_advise", "um_prefetch",
+                                        "rebuild_gelu"};
 constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup", "prefetch"};
 constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
                                           "after_head",     "before_backward", "after_backward"};
-static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kUmPrefetch) + 1, "a name for every OpKind");
+static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kRebuildGelu) + 1, "a name for every OpKind");
 static_assert(std::size(kPassNames) == static_cast<size_t>(kNumPasses), "a name for every Pass");
 static_assert(std::size(kBoundaryNames) == static_cast<size_t>(Boundary::kAfterBackward) + 1, "a name per Boundary");
 }  // namespace
@@ -147,6 +148,7 @@ class Compiler {
       if (plan_.activation(l) == ActPlacement::kRecompute) last_recomputed_ = l;
       if (plan_.mlp_rebuilt(l)) last_mlp_ = l;
       if (plan_.norms_rebuilt(l)) last_norms_ = l;
+      if (plan_.gelu_rebuilt(l)) last_gelu_ = l;
     }
     // Note [slot rings].
     const RingLayout rings = ring_layout(plan_);
@@ -505,6 +507,11 @@ class Compiler {
         op.layer = l;
         op.flops = mlp_fwd_;
       }
+      // The last block to run its forward still holds its GELU output in the shared set (as for the norms).
+      if (plan_.gelu_rebuilt(l) && l != last_gelu_) {
+        Op& op = add(out, StreamId::kCompute, OpKind::kRebuildGelu, "rebuild gelu " + block(l));
+        op.layer = l;
+      }
       model(out, Boundary::kBeforeBackward, 1 + l, "backward " + block(l), block_bwd_);
       if (uk >= 0) {  // Note [managed activations]: dead now; then the block S below comes back into the room
         um_release(out, l, "um_bwd");
@@ -612,7 +619,7 @@ class Compiler {
   std::vector<int> swapped_, swap_index_, pstreamed_, pstream_index_;
   SlotRing grads_, um_;
   int S_ = 0, Q_ = 0;
-  int last_recomputed_ = -1, last_mlp_ = -1, last_norms_ = -1;
+  int last_recomputed_ = -1, last_mlp_ = -1, last_norms_ = -1, last_gelu_ = -1;
   int64_t swap_bytes_ = 0, um_bytes_ = 0, esize_ = 4, msize_ = 4;
   std::vector<std::string> events_;
   std::map<std::string, int> event_ids_;

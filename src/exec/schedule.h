@@ -61,6 +61,7 @@ enum class OpKind : int {
   kUmAdvise,        // setup: the plan's advice for the entry's class (Plan::um)
   kUmPrefetch,      // the pages moved to `place` (h2d stream to the device, d2h stream to the host); with um_dead
                     // their contents are dead: placed there without moving anything (a discard-and-prefetch)
+  kRebuildGelu,     // compute: Note [rebuilt GELU] in exec/plan.h
 };
 const char* op_kind_name(OpKind k);
 

@@ -68,8 +68,9 @@ void declare_train_knobs(Config& cfg) {
   choice("runtime", "dtype", "auto", {"auto", "f32", "bf16"},
          "compute dtype; master weights and optimizer state stay f32 (auto: bf16 on a GPU, f32 on the CPU)");
   knob("runtime", "plan", K::kString, "in-core",
-       "where each layer's tensors live: in-core keeps all on the device; recompute keeps block outputs and rebuilds "
-       "the rest in the backward; swap-activations copies them to host memory and back; swap-attention-recompute-mlp "
+       "where each layer's tensors live: in-core keeps all on the device; in-core-selective too, but rebuilds each "
+       "block's LayerNorm and GELU outputs in the backward with element-wise kernels (less memory for a few "
+       "percent); recompute keeps block outputs and rebuilds the rest in the backward; swap-activations copies them to host memory and back; swap-attention-recompute-mlp "
        "swaps each block's attention half and rebuilds its MLP half; swap-attention-recompute-mlp-norms also "
        "rebuilds its LayerNorm outputs (swapping less); offload-params streams "
        "every block's parameters and gradients from host memory with the CPU optimizer; offload-all also swaps the "
@@ -77,7 +78,8 @@ void declare_train_knobs(Config& cfg) {
        "with the advice table and the schedule's prefetches, um-swap-activations swaps activations through Unified "
        "Memory (prefetch and discard instead of copies); or a JSON plan file mixing them per layer (docs/PLANS.md); "
        "or auto, the fastest plan predicted to fit on this machine (tiertrain plan shows them all; chosen too when "
-       "no --plan is given and in-core does not fit). All are bit-identical");
+       "no --plan is given and in-core does not fit). All are bit-identical with the same kernels (on a GPU, a block "
+       "whose GELU output is rebuilt runs its GELU apart from the GEMM: docs/PLANS.md)");
   choice("runtime", "optimizer", "plan", {"plan", "device", "cpu"},
          "where AdamW runs: device, or cpu (moments and fp32 master weights in host memory, updated by the host "
          "between the backward and the next forward); plan: as the plan says (device for the shortcuts)");

@@ -122,7 +122,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   r.fits_host = r.inventory.total(Inventory::kHost) <= r.host_ram;
   if (!r.fits_device && !cfg.plan_value) {
     // What the other plans would need, so that the error can say which of them fits.
-    for (const char* alt : {"recompute", "swap-activations", "swap-attention-recompute-mlp",
+    for (const char* alt : {"in-core-selective", "recompute", "swap-activations", "swap-attention-recompute-mlp",
                             "swap-attention-recompute-mlp-norms"}) {
       for (const OptimizerPlacement where : {OptimizerPlacement::kDevice, OptimizerPlacement::kCpu}) {
         ExecSpec a = e;

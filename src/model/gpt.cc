@@ -127,7 +127,7 @@ std::vector<TensorRequest> gpt_block_activations(const GptConfig& cfg, int batch
       {kPartCore, {"atty", {B, T, Cl}, dt, A}},      {kPartCore, {"lse", {B, H, T}, md, A}},
       {kPartCore, {"res2", {B, T, C}, dt, A}},      {kPartNorms, {"ln2", {B, T, C}, dt, A}},
       {kPartNorms, {"ln2_mean", {B, T}, md, A}},    {kPartNorms, {"ln2_rstd", {B, T}, md, A}},
-      {kPartMlp, {"fch", {B, T, Fl}, dt, A}},       {kPartMlp, {"fch_gelu", {B, T, Fl}, dt, A}}};
+      {kPartFc, {"fch", {B, T, Fl}, dt, A}},        {kPartGelu, {"fch_gelu", {B, T, Fl}, dt, A}}};
   std::vector<TensorRequest> r;
   for (const auto& [part, a] : all)
     if ((parts & part) != 0) r.push_back(a);
@@ -392,8 +392,15 @@ void Gpt::forward_block(GptHooks& h, int l) {
   if (tp) h.tp_sum("attn.proj", t_.proj_out);
   h.op("residual_layernorm_forward");
   be_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, t_.proj_out, w.ln2w, w.ln2b);
-  h.op("matmul_gelu_forward mlp.fc");
-  be_.matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, w.fcw, w.fcb);
+  if (gelu_apart(l)) {  // Note [rebuilt GELU]: the kernel its rebuild runs
+    h.op("matmul_forward mlp.fc");
+    be_.matmul_forward(a.fch, a.ln2, w.fcw, w.fcb);
+    h.op("gelu_forward mlp.gelu");
+    be_.gelu_forward(a.fch_gelu, a.fch);
+  } else {
+    h.op("matmul_gelu_forward mlp.fc");
+    be_.matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, w.fcw, w.fcb);
+  }
   h.op("matmul_forward mlp.proj");
   be_.matmul_forward(t_.proj_out, a.fch_gelu, w.fcprojw, tp && tp_rank_ != 0 ? Tensor() : w.fcprojb);
   if (tp) h.tp_sum("mlp.proj", t_.proj_out);
@@ -419,6 +426,20 @@ void Gpt::rebuild_mlp(GptHooks& h, int l) {
   const BlockActs& a = t_.acts[static_cast<size_t>(l)];
   h.op("matmul_gelu_forward mlp.fc (recompute)");
   be_.matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, w.fcw, w.fcb);
+}
+
+// Note [rebuilt GELU]: fch_gelu from fch (resident, or just brought back) with the kernel the block's forward ran.
+void Gpt::rebuild_gelu(GptHooks& h, int l) {
+  TT_CHECK(gelu_apart(l), "rebuild_gelu of block %d, whose forward fused its GELU into the GEMM", l);
+  const BlockActs& a = t_.acts[static_cast<size_t>(l)];
+  h.op("gelu_forward mlp.gelu (rebuild)");
+  be_.gelu_forward(a.fch_gelu, a.fch);
+}
+
+void Gpt::set_gelu_apart(std::vector<bool> apart) {
+  TT_CHECK(apart.empty() || apart.size() == static_cast<size_t>(cfg_.layers),
+           "set_gelu_apart: %zu flags for %d layers", apart.size(), cfg_.layers);
+  gelu_apart_ = std::move(apart);
 }
 
 void Gpt::lm_head(GptHooks& h, bool with_backward) {
@@ -581,13 +602,18 @@ std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, D
   auto add = [&](const char* name, KernelOp op, std::array<int64_t, 4> dims) {
     r.push_back({name, KernelCall{op, dt, dims}});
   };
-  auto block_forward = [&] {
+  auto block_forward = [&](bool gelu_apart = false) {
     add("layernorm_forward", KernelOp::kLayernormForward, {BT, C});
     add("matmul_forward qkv", KernelOp::kMatmulForward, {BT, 3 * Cl, C, 1});
     add("attention_forward", KernelOp::kAttentionForward, {B, T, H, Cl / H});
     add("matmul_forward attn.proj", KernelOp::kMatmulForward, {BT, C, Cl, 1});
     add("residual_layernorm_forward", KernelOp::kResidualLayernormForward, {BT, C});
-    add("matmul_gelu_forward mlp.fc", KernelOp::kMatmulGeluForward, {BT, Fl, C});
+    if (gelu_apart) {
+      add("matmul_forward mlp.fc", KernelOp::kMatmulForward, {BT, Fl, C, 1});
+      add("gelu_forward mlp.gelu", KernelOp::kGeluForward, {BT * Fl});
+    } else {
+      add("matmul_gelu_forward mlp.fc", KernelOp::kMatmulGeluForward, {BT, Fl, C});
+    }
     add("matmul_forward mlp.proj", KernelOp::kMatmulForward, {BT, C, Fl, 1});
     add("residual_forward", KernelOp::kResidualForward, {BT * C});
   };
@@ -606,6 +632,12 @@ std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, D
       break;
     case GptPiece::kRebuildMlp:
       add("matmul_gelu_forward mlp.fc (recompute)", KernelOp::kMatmulGeluForward, {BT, Fl, C});
+      break;
+    case GptPiece::kRebuildGelu:
+      add("gelu_forward mlp.gelu (rebuild)", KernelOp::kGeluForward, {BT * Fl});
+      break;
+    case GptPiece::kForwardGeluApart:
+      block_forward(true);
       break;
     case GptPiece::kHead:
     case GptPiece::kHeadWithBackward: {

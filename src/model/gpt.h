@@ -141,11 +141,14 @@ int64_t gpt_default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute
 
 // The parts of one block's saved activations (all but its output, which every block keeps: its successor's input).
 // The executor may keep them apart (exec/plan.h): the LayerNorm outputs and statistics (Note [rebuilt norms]), the
-// rest of the attention half (qkv, atty, lse, res2), the MLP half (Note [MLP half]).
+// rest of the attention half (qkv, atty, lse, res2), the MLP half (Note [MLP half]): its pre-activation fch and its
+// GELU output fch_gelu (Note [rebuilt GELU]).
 enum BlockPart : unsigned {
   kPartNorms = 1,
   kPartCore = 2,
-  kPartMlp = 4,
+  kPartFc = 4,
+  kPartGelu = 8,
+  kPartMlp = kPartFc | kPartGelu,
   kPartAttention = kPartNorms | kPartCore,
   kPartAll = kPartNorms | kPartCore | kPartMlp
 };
@@ -232,6 +235,8 @@ enum class GptPiece {
   kRebuildBlock,      // Note [recompute]: block `segment - 1`'s forward again
   kRebuildNorms,      // Note [rebuilt norms]
   kRebuildMlp,        // Note [MLP half]
+  kRebuildGelu,       // Note [rebuilt GELU]
+  kForwardGeluApart,  // block `segment - 1`'s forward with its GELU as a kernel of its own (Note [rebuilt GELU])
 };
 struct NamedKernelCall {
   std::string name;
@@ -254,6 +259,12 @@ class Gpt {
   // projections' biases.
   void set_tp_rank(int rank) { tp_rank_ = rank; }
   int tp_rank() const { return tp_rank_; }
+  // Note [rebuilt GELU]: the blocks whose forward runs the MLP's GELU as a kernel of its own (one flag a layer;
+  // none by default).
+  void set_gelu_apart(std::vector<bool> apart);
+  bool gelu_apart(int l) const {
+    return static_cast<size_t>(l) < gelu_apart_.size() && gelu_apart_[static_cast<size_t>(l)];
+  }
   int batch() const { return batch_; }
   DType dtype() const { return dtype_; }  // compute dtype
   DType master_dtype() const { return master_dtype_for(dtype_); }
@@ -287,6 +298,8 @@ class Gpt {
   virtual void rebuild_norms(GptHooks& hooks, int l);
   // Note [MLP half]: fch and fch_gelu from ln2 with the forward's kernel.
   virtual void rebuild_mlp(GptHooks& hooks, int l);
+  // Note [rebuilt GELU]: fch_gelu from fch with the forward's kernel (the block's GELU is apart).
+  virtual void rebuild_gelu(GptHooks& hooks, int l);
   // logits [B*T, padded_vocab] of the last forward into out (tests and sampling).
   void compute_logits(const Tensor& out);
 
@@ -326,6 +339,7 @@ class Gpt {
   GptTensors t_;
   int64_t lm_chunk_rows_ = 0;
   int tp_rank_ = 0;
+  std::vector<bool> gelu_apart_;
   size_t wte_index_ = 0;
   std::vector<std::array<size_t, 12>> layer_index_;  // [layer] the indices of its 12 parameters, in LayerParams order
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 
 #include "core/units.h"
 
@@ -16,14 +17,38 @@ constexpr int kLocalSearchReplays = 600;  // the local search's own replays at m
 struct Shape {
   OptimizerPlacement opt = OptimizerPlacement::kDevice;
   bool stream_params = false;
-  int swap_parts = 0;      // 0 all, 1 MLP rebuilt, 2 MLP and norms rebuilt
+  int swap_parts = 0;      // kParts's index: what swapped blocks rebuild in their backward
   int resident_parts = 0;  // the same for resident blocks
   int slots = 2;
 };
 
+// What a resident or swapped block may rebuild in its backward, by how much it saves: nothing; its GELU and
+// LayerNorm outputs (Note [rebuilt GELU], Note [rebuilt norms]: element-wise kernels); its MLP half (Note [MLP
+// half]: a GEMM again); that and its LayerNorm outputs. (The GELU output alone, which a JSON plan may ask for, saves
+// 4 of 6 C a token for about as little work: the search leaves it out, which keeps the 48-block search under 5 s.)
+struct Parts {
+  bool gelu, norms, mlp;
+  const char* name;
+};
+constexpr Parts kParts[] = {{false, false, false, ""},
+                            {true, true, false, "GELU and norms rebuilt"},
+                            {false, false, true, "MLP rebuilt"},
+                            {false, true, true, "MLP and norms rebuilt"}};
+constexpr int kNumParts = static_cast<int>(std::size(kParts));
+
 void set_parts(LayerPlan& lp, int parts) {
-  lp.mlp_recompute = parts >= 1;
-  lp.norms_recompute = parts >= 2;
+  const Parts& p = kParts[parts];
+  lp.gelu_recompute = p.gelu;
+  lp.mlp_recompute = p.mlp;
+  lp.norms_recompute = p.norms;
+}
+
+int parts_index(const LayerPlan& lp) {
+  for (int i = 0; i < kNumParts; ++i)
+    if (kParts[i].mlp == lp.mlp_recompute && kParts[i].norms == lp.norms_recompute &&
+        (kParts[i].mlp || kParts[i].gelu == lp.gelu_recompute))
+      return i;
+  return 0;
 }
 
 Plan make_plan(int L, const Shape& s, const std::vector<ActPlacement>& acts) {
@@ -56,8 +81,8 @@ std::vector<Shape> shapes() {
   const std::pair<OptimizerPlacement, bool> opts[] = {
       {OptimizerPlacement::kDevice, false}, {OptimizerPlacement::kCpu, false}, {OptimizerPlacement::kCpu, true}};
   for (const auto& [opt, stream] : opts)
-    for (int sp = 0; sp < 3; ++sp)
-      for (int rp = 0; rp < 3; ++rp)
+    for (int sp = 0; sp < kNumParts; ++sp)
+      for (int rp = 0; rp < kNumParts; ++rp)
         for (int slots : {2, 3}) r.push_back({opt, stream, sp, rp, slots});
   return r;
 }
@@ -132,16 +157,12 @@ class Evaluator {
   int64_t budget_ = 0, in_core_need_ = 0;
 };
 
-std::string parts_name(const LayerPlan& lp) {
-  if (lp.norms_recompute) return "MLP and norms rebuilt";
-  if (lp.mlp_recompute) return "MLP rebuilt";
-  return "";
-}
+std::string parts_name(const LayerPlan& lp) { return kParts[parts_index(lp)].name; }
 
 // The parts of the plan's blocks placed `a` (swapped blocks agree; resident ones do in the plans searched), or -1.
 int parts_of(const Plan& p, ActPlacement a) {
   for (const LayerPlan& lp : p.layers)
-    if (lp.activation == a) return lp.norms_recompute ? 2 : lp.mlp_recompute ? 1 : 0;
+    if (lp.activation == a) return parts_index(lp);
   return -1;
 }
 
@@ -154,7 +175,7 @@ std::vector<Plan> neighbours(const Plan& p) {
     for (const ActPlacement a : {ActPlacement::kResident, ActPlacement::kRecompute, ActPlacement::kSwap}) {
       if (a == p.layers[static_cast<size_t>(l)].activation) continue;
       const int known = a == ActPlacement::kRecompute ? 0 : parts_of(p, a);
-      for (int parts = 0; parts < 3; ++parts) {
+      for (int parts = 0; parts < kNumParts; ++parts) {
         if (known >= 0 && parts != known) continue;
         Plan q = p;
         LayerPlan& lp = q.layers[static_cast<size_t>(l)];

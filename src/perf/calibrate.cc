@@ -105,6 +105,9 @@ Shapes shapes_of(const KernelCall& c) {
     case KernelOp::kResidualForward:  // out, a, b
       add({a}, dt), add({a}, dt), add({a}, dt);
       break;
+    case KernelOp::kGeluForward:  // out, inp
+      add({a}, dt), add({a}, dt);
+      break;
     case KernelOp::kFillZero:
       add({a}, dt);
       break;
@@ -162,6 +165,7 @@ void run(Backend& be, const KernelCall& c, const std::vector<Tensor>& t) {
     case KernelOp::kSoftmaxXentForward: be.softmax_xent_forward(t[0], t[1], t[1], t[2], vocab); break;
     case KernelOp::kSoftmaxXentFused: be.softmax_xent_fused(t[0], t[1], t[1], t[2], 1e-4f, vocab); break;
     case KernelOp::kResidualForward: be.residual_forward(t[0], t[1], t[2]); break;
+    case KernelOp::kGeluForward: be.gelu_forward(t[0], t[1]); break;
     case KernelOp::kFillZero: be.fill_zero(t[0], be.compute_stream()); break;
     case KernelOp::kConvert: be.convert(t[0], t[1]); break;
     case KernelOp::kSumSquares: be.sum_squares(t[0], t[1]); break;

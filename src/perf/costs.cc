@@ -20,7 +20,13 @@ std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) 
   switch (op.kind) {
     case OpKind::kModel:
       switch (op.boundary) {
-        case Boundary::kBeforeForward: piece(GptPiece::kForward, op.segment); break;
+        case Boundary::kBeforeForward:
+          // Note [rebuilt GELU]: such a block's forward runs its GELU apart.
+          piece(op.segment >= 1 && op.segment <= cfg.layers && spec.plan.gelu_rebuilt(op.segment - 1)
+                    ? GptPiece::kForwardGeluApart
+                    : GptPiece::kForward,
+                op.segment);
+          break;
         case Boundary::kBeforeBackward: piece(GptPiece::kBackward, op.segment); break;
         case Boundary::kBeforeHead:
           piece(op.name.find("backward") != std::string::npos ? GptPiece::kHeadWithBackward : GptPiece::kHead, 0);
@@ -31,6 +37,7 @@ std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) 
     case OpKind::kRebuildBlock: piece(GptPiece::kRebuildBlock, op.layer + 1); break;
     case OpKind::kRebuildNorms: piece(GptPiece::kRebuildNorms, op.layer + 1); break;
     case OpKind::kRebuildMlp: piece(GptPiece::kRebuildMlp, op.layer + 1); break;
+    case OpKind::kRebuildGelu: piece(GptPiece::kRebuildGelu, op.layer + 1); break;
     case OpKind::kZeroGrads:
       if (op.segment >= 0) {
         r.push_back({KernelOp::kFillZero, md, {seg_size(op.segment)}});

@@ -10,6 +10,7 @@ namespace tt::perf {
 
 namespace {
 constexpr const char* kShortcuts[] = {"in-core",
+                                      "in-core-selective",
                                       "recompute",
                                       "swap-activations",
                                       "swap-attention-recompute-mlp",

@@ -42,6 +42,12 @@ Plan make_plan(const std::string& name, OptimizerPlacement opt = OptimizerPlacem
         "layers": {"1": {"activation": "recompute"}, "2": {"activation": "resident"}}})"),
                         kCfg.layers, "mixed")
             .value();
+  } else if (name == "mixed-gelu") {  // Note [rebuilt GELU] on swapped and resident blocks
+    p = Plan::from_json(json::parse(R"({"default": {"activation": {"attention": "swap", "mlp": "swap",
+        "gelu": "recompute"}}, "layers": {"1": {"activation": "recompute"},
+        "2": {"activation": {"attention": "resident", "mlp": "resident", "gelu": "recompute"}}}})"),
+                        kCfg.layers, "mixed-gelu")
+            .value();
   } else {
     p = Plan::resolve(name, kCfg.layers, slots).value();
   }
@@ -67,8 +73,8 @@ struct PlanCase {
 };
 std::vector<PlanCase> every_plan() {
   std::vector<PlanCase> r;
-  for (const char* n : {"in-core", "recompute", "swap-activations", "swap-attention-recompute-mlp",
-                        "swap-attention-recompute-mlp-norms", "mixed"}) {
+  for (const char* n : {"in-core", "in-core-selective", "recompute", "swap-activations", "swap-attention-recompute-mlp",
+                        "swap-attention-recompute-mlp-norms", "mixed", "mixed-gelu"}) {
     r.push_back({n, OptimizerPlacement::kDevice, false});
     r.push_back({n, OptimizerPlacement::kCpu, false});
   }
@@ -473,6 +479,10 @@ class FakeGpt : public Gpt {
     const BlockActs& a = tensors().acts[static_cast<size_t>(l)];
     for (const Tensor& t : {a.fch, a.fch_gelu}) write(t, l);
   }
+  void rebuild_gelu(GptHooks& h, int l) override {
+    h.op("fake rebuild gelu");
+    write(tensors().acts[static_cast<size_t>(l)].fch_gelu, l);
+  }
 
   // After a training pass (synchronised): the blocks whose saved tensors did not hold their own value of this pass.
   std::vector<std::string> wrong_blocks() {
@@ -538,8 +548,8 @@ FakeRun fake_run(const ExecSpec& spec, Delays d, bool skip_a_block = false) {
 // data or an earlier pass's.
 TEST(ExecutorFakeModel, EveryBlockReadsBackItsOwnDataAndEachRingWaitIsNeeded) {
   const Delays slow_kernels{2000, 0, 0}, slow_link{0, 15000, 0};
-  for (const char* plan : {"in-core", "recompute", "swap-activations", "swap-attention-recompute-mlp-norms", "mixed",
-                           "offload-all"}) {
+  for (const char* plan : {"in-core", "in-core-selective", "recompute", "swap-activations",
+                           "swap-attention-recompute-mlp-norms", "mixed", "mixed-gelu", "offload-all"}) {
     for (const Delays& d : {slow_kernels, slow_link}) {
       SCOPED_TRACE(std::string(plan) + (d.copy_us > 0 ? ", slow link" : ", slow kernels"));
       FakeRun r = fake_run(make_spec(make_plan(plan, OptimizerPlacement::kCpu)), d);

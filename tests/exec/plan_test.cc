@@ -113,6 +113,40 @@ TEST(Plan, Shortcuts) {
       3, "d.json");
   ASSERT_FALSE(disagree.is_ok());
   EXPECT_NE(disagree.status().message().find("LayerNorm outputs"), std::string::npos) << disagree.status().message();
+  // Note [rebuilt GELU]: only the GELU output rebuilt (the MLP half kept), alone or with the norms; the shortcut
+  // in-core-selective rebuilds both on every block. An MLP half rebuilt rebuilds its GELU output with it: the GELU
+  // is not apart there.
+  auto selective = Plan::resolve("in-core-selective", 3, 2);
+  ASSERT_TRUE(selective.is_ok()) << selective.status().to_string();
+  EXPECT_EQ(acts(selective.value()), std::vector<ActPlacement>(3, ActPlacement::kResident));
+  EXPECT_EQ(per_block(selective.value(), &Plan::gelu_rebuilt), std::vector<bool>(3, true));
+  EXPECT_EQ(per_block(selective.value(), &Plan::norms_rebuilt), std::vector<bool>(3, true));
+  EXPECT_EQ(per_block(selective.value(), &Plan::mlp_rebuilt), none(selective.value()));
+  EXPECT_EQ(selective.value().gelu_apart(), std::vector<bool>(3, true));
+  EXPECT_EQ(selective.value().held_parts(0), unsigned(kPartCore | kPartFc));
+  EXPECT_EQ(selective.value().to_json()["layers"][0]["activation"],
+            json({{"attention", "resident"}, {"mlp", "resident"}, {"norms", "recompute"}, {"gelu", "recompute"}}));
+  EXPECT_NE(selective.value().summary().find("the GELU output of 3 rebuilt"), std::string::npos)
+      << selective.value().summary();
+  auto selective_back = Plan::from_json(selective.value().to_json(), 3, "round trip");
+  ASSERT_TRUE(selective_back.is_ok()) << selective_back.status().to_string();
+  EXPECT_EQ(per_block(selective_back.value(), &Plan::gelu_rebuilt), std::vector<bool>(3, true));
+  auto gelu_swap = Plan::from_json(
+      json::parse(R"({"default": {"activation": {"attention": "swap", "mlp": "swap", "gelu": "recompute"}},
+                      "layers": {"1": {"activation": {"attention": "swap", "mlp": "recompute"}},
+                                 "2": {"activation": "recompute"}}})"),
+      3, "gelu.json");
+  ASSERT_FALSE(gelu_swap.is_ok());  // block 1 swaps its attention half only: not the parts block 0 swaps
+  auto gelu_mix = Plan::from_json(
+      json::parse(R"({"default": {"activation": {"attention": "swap", "mlp": "swap", "gelu": "recompute"}},
+                      "layers": {"1": {"activation": {"attention": "resident", "mlp": "recompute", "gelu": "recompute"}},
+                                 "2": {"activation": "recompute"}}})"),
+      3, "gelu.json");
+  ASSERT_TRUE(gelu_mix.is_ok()) << gelu_mix.status().to_string();
+  EXPECT_EQ(per_block(gelu_mix.value(), &Plan::gelu_rebuilt), std::vector<bool>({true, false, false}));
+  EXPECT_EQ(per_block(gelu_mix.value(), &Plan::mlp_rebuilt), std::vector<bool>({false, true, false}));
+  EXPECT_EQ(gelu_mix.value().held_parts(0), unsigned(kPartAll & ~kPartGelu));
+  EXPECT_EQ(gelu_mix.value().swapped_parts(), unsigned(kPartAll & ~kPartGelu));
   EXPECT_FALSE(in_core.value().needs_cpu_optimizer());
   auto bad = Plan::resolve("swap-everything", 2, 2);
   ASSERT_FALSE(bad.is_ok());
@@ -201,7 +235,7 @@ TEST(Plan, ErrorsNameWhatIsWrong) {
       {R"({"optimizer": "gpu"})", "optimizer must be"},
       {R"({"param_prefetch": 0})", "param_prefetch must be an integer in 1..1023"},
       {R"({"default": {"activation": {"attention": "swap"}}})", "give both halves"},
-      {R"({"default": {"activation": {"attention": "swap", "ffn": "recompute"}}})", "unknown part 'ffn' (attention, mlp, norms)"},
+      {R"({"default": {"activation": {"attention": "swap", "ffn": "recompute"}}})", "unknown part 'ffn' (attention, mlp, norms, gelu)"},
       {R"({"default": {"activation": {"attention": "resident", "mlp": "swap"}}})",
        "the MLP half can be placed apart from the attention half only by recomputing it"},
       {R"({"default": {"activation": {"attention": "resident", "mlp": "recompute", "norms": "swap"}}})",
@@ -212,7 +246,15 @@ TEST(Plan, ErrorsNameWhatIsWrong) {
            "layers": {"1": {"activation": {"attention": "swap", "mlp": 3}}}})",
        "layers.1.activation.mlp: expected a string"},
       {R"({"default": {"activation": "swap"}, "layers": {"2": {"activation": {"attention": "swap", "mlp": "recompute"}}}})",
-       "swapped layers 0 and 2 differ in whether their MLP half or their LayerNorm outputs are recomputed"},
+       "swapped layers 0 and 2 differ in whether their MLP half, their GELU output or their LayerNorm outputs are "
+       "recomputed"},
+      {R"({"default": {"activation": {"attention": "resident", "mlp": "resident", "gelu": "swap"}}})",
+       "the GELU output can be placed apart from the MLP half only by recomputing it (mlp resident, gelu swap)"},
+      {R"({"default": {"activation": {"attention": "recompute", "mlp": "recompute", "gelu": "resident"}}})",
+       "a recomputed attention half rebuilds the whole block"},
+      {R"({"default": {"activation": "swap"}, "layers": {"1": {"activation": {"attention": "swap", "mlp": "swap",
+           "gelu": "recompute"}}}})",
+       "swapped layers 0 and 1 differ"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.json);

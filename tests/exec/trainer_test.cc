@@ -304,6 +304,17 @@ TEST(Trainer, MixedJsonPlanIsBitIdentical) {
                      {"activation": {"attention": "resident", "mlp": "recompute", "norms": "recompute"}},
                      {"activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}},
                      {"activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}}]})",
+      // Note [rebuilt GELU]: only the GELU output rebuilt (its forward runs the GELU apart: on the CPU backend the
+      // fused op's arithmetic), alone and with the norms, on resident and swapped blocks, mixed with the others; the
+      // last block to run its forward keeps its GELU output (no rebuild), the others rebuild it.
+      R"({"default": {"activation": {"attention": "resident", "mlp": "resident", "norms": "recompute",
+                                     "gelu": "recompute"}}})",
+      R"({"layers": [{"activation": {"attention": "swap", "mlp": "swap", "gelu": "recompute"}},
+                     {"activation": {"attention": "resident", "mlp": "resident", "gelu": "recompute"}},
+                     {"activation": "recompute"},
+                     {"activation": {"attention": "swap", "mlp": "swap", "gelu": "recompute"}},
+                     {"activation": {"attention": "resident", "mlp": "recompute"}},
+                     {"activation": {"attention": "swap", "mlp": "swap", "gelu": "recompute"}}]})",
   };
   for (const char* plan : plans) {
     SCOPED_TRACE(plan);
@@ -538,6 +549,12 @@ TEST(Trainer, MlpHalfPlansNeedWhatTheyShould) {
   EXPECT_EQ(need("swap-attention-recompute-mlp") - need("swap-attention-recompute-mlp-norms"),
             static_cast<int64_t>(2 * norms - norms));
   EXPECT_EQ(host_acts("swap-attention-recompute-mlp-norms"), static_cast<int64_t>(4 * memory::host_alloc_size(core)));
+  // Note [rebuilt GELU]: in-core-selective keeps one shared set of the GELU and LayerNorm outputs instead of one a
+  // block.
+  const size_t gelu = block_bytes(cfg, batch, kPartGelu);
+  EXPECT_EQ(block_bytes(cfg, batch, kPartFc), gelu);
+  EXPECT_EQ(need("in-core") - need("in-core-selective"), static_cast<int64_t>((cfg.layers - 1) * (gelu + norms)));
+  EXPECT_EQ(host_acts("in-core-selective"), 0);
 }
 
 // Neither pool allocates once the run is set up (steps and evaluations reuse everything), for every plan; the host
@@ -545,8 +562,8 @@ TEST(Trainer, MlpHalfPlansNeedWhatTheyShould) {
 TEST(Trainer, NoAllocationAfterSetup) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
-  for (const char* plan : {"in-core", "recompute", "swap-activations", "swap-attention-recompute-mlp",
-                           "swap-attention-recompute-mlp-norms"}) {
+  for (const char* plan : {"in-core", "in-core-selective", "recompute", "swap-activations",
+                           "swap-attention-recompute-mlp", "swap-attention-recompute-mlp-norms"}) {
     SCOPED_TRACE(plan);
     TrainConfig tc = small_config(data);
     tc.model.layers = 4;  // more swapped blocks than slots: some are copied out
@@ -805,6 +822,25 @@ TEST(TrainerCuda, PlansMatchInCore) {
       for (size_t i = 0; i < a.value()->evals().size(); ++i)
         EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
     }
+    // Note [rebuilt GELU]: in-core-selective runs each block's GELU apart from its GEMM (another rounding than the
+    // fused epilogue's): within the tolerance of in-core, in less memory, and bit-identical to a plan with the same
+    // kernels (swapped blocks with their GELU and LayerNorm outputs rebuilt).
+    TrainConfig sel = base;
+    sel.plan = "in-core-selective";
+    auto s = Trainer::create(sel, nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    ASSERT_TRUE(s.value()->run().is_ok());
+    EXPECT_LT(s.value()->backend().pool().peak_in_use(), a.value()->backend().pool().peak_in_use());
+    const RunResult rs = finish(*s.value());
+    ASSERT_EQ(rs.losses.size(), ra.losses.size());
+    for (size_t i = 0; i < ra.losses.size(); ++i) EXPECT_NEAR(rs.losses[i], ra.losses[i], 0.05) << "step " << i + 1;
+    TrainConfig gelu_swap = base;
+    gelu_swap.plan = dir.write("gelu_swap.json", R"({"default": {"activation": {"attention": "swap", "mlp": "swap",
+        "norms": "recompute", "gelu": "recompute"}}, "layers": {"1": {"activation": "recompute"}}})");
+    auto g = Trainer::create(gelu_swap, nullptr);
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    ASSERT_TRUE(g.value()->run().is_ok());
+    expect_bit_identical(rs, finish(*g.value()));
     TrainConfig cpu_opt = base;
     cpu_opt.optimizer = OptimizerPlacement::kCpu;
     auto c = Trainer::create(cpu_opt, nullptr);

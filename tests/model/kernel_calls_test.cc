@@ -2,6 +2,8 @@
 // recompute, rebuild and swap, announce exactly the kernels gpt_kernel_calls lists for each piece, in order.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/cpu/cpu_backend.h"
 #include "exec/executor.h"
 
@@ -71,6 +73,9 @@ class RecordingGpt final : public Gpt {
   void rebuild_mlp(GptHooks& h, int l) override {
     piece(h, GptPiece::kRebuildMlp, l, [&](GptHooks& r) { Gpt::rebuild_mlp(r, l); });
   }
+  void rebuild_gelu(GptHooks& h, int l) override {
+    piece(h, GptPiece::kRebuildGelu, l, [&](GptHooks& r) { Gpt::rebuild_gelu(r, l); });
+  }
  private:
   bool in_forward_ = false;
   template <typename F>
@@ -84,13 +89,18 @@ class RecordingGpt final : public Gpt {
 TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
   const GptConfig cfg{.vocab = 200, .layers = 3, .dim = 32, .heads = 4, .seq = 16};
   const int batch = 3;
-  for (const char* plan_name : {"in-core", "recompute", "swap-attention-recompute-mlp-norms"}) {
+  // Note [rebuilt GELU]: blocks 0 and 1 swap with their GELU output rebuilt, block 2 recomputes.
+  const std::string gelu_swap = R"({"default": {"activation": {"attention": "swap", "mlp": "swap", "gelu": "recompute"}},
+                                   "layers": {"2": {"activation": "recompute"}}})";
+  for (const std::string& plan_name : std::vector<std::string>{"in-core", "recompute", "swap-attention-recompute-mlp-norms",
+                                                              "in-core-selective", gelu_swap}) {
     SCOPED_TRACE(plan_name);
     auto be = cpu::create_backend({.device_budget = int64_t(64) << 20, .threads = 1}).value();
     ExecSpec spec;
     spec.model = cfg;
     spec.batch = batch;
-    spec.plan = Plan::resolve(plan_name, cfg.layers, 2).value();
+    spec.plan = plan_name[0] == '{' ? Plan::from_json(nlohmann::json::parse(plan_name), cfg.layers, "gelu").value()
+                                    : Plan::resolve(plan_name, cfg.layers, 2).value();
     spec.lm_chunk_rows = 20;  // three chunks of 48 rows, the last one short
     RecordingGpt* model = nullptr;
     auto ex = Executor::create(*be, spec, [&](Backend& b, const GptConfig& c, int n, DType dt, GptTensors t) {
@@ -109,8 +119,14 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
     ex.value()->forward_backward();  // training: rebuilds in the backward
     ASSERT_TRUE(be->synchronize_all().is_ok());
 
-    int pieces = 0, rebuilds = 0;
-    for (const Group& g : model->groups) {
+    int pieces = 0, rebuilds = 0, apart = 0;
+    for (Group& g : model->groups) {
+      // A block whose GELU output is rebuilt runs its forward with the GELU apart.
+      if (!g.is_after && g.piece == GptPiece::kForward && g.segment >= 1 && g.segment <= cfg.layers &&
+          spec.plan.gelu_rebuilt(g.segment - 1)) {
+        g.piece = GptPiece::kForwardGeluApart;
+        ++apart;
+      }
       if (g.is_after) {
         EXPECT_EQ(g.names, std::vector<std::string>{}) << "kernels after a boundary, before the next";
         continue;
@@ -121,11 +137,14 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
       EXPECT_EQ(g.names, want) << "piece " << static_cast<int>(g.piece) << " of segment " << g.segment;
       ++pieces;
       rebuilds += g.piece == GptPiece::kRebuildBlock || g.piece == GptPiece::kRebuildNorms ||
-                  g.piece == GptPiece::kRebuildMlp;
+                  g.piece == GptPiece::kRebuildMlp || g.piece == GptPiece::kRebuildGelu;
     }
+    int want_apart = 0;
+    for (int l = 0; l < cfg.layers; ++l) want_apart += spec.plan.gelu_rebuilt(l) ? 2 : 0;  // two forwards
+    EXPECT_EQ(apart, want_apart);
     // Two forwards of L + 2 segments, two heads, one backward of L + 2 segments, and the plan's rebuilds.
     EXPECT_EQ(pieces - rebuilds, 3 * (cfg.layers + 2) + 2);
-    if (std::string(plan_name) != "in-core") {
+    if (plan_name != "in-core") {
       EXPECT_GT(rebuilds, 0);
     }
   }
