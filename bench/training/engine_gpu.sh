@@ -6,10 +6,11 @@
 #
 #   bench/training/engine_gpu.sh OUTDIR [gpt2|d4096|all]
 #
-# gpt2: GPT-2 124M (L12 d768 T1024) at B16 and B32; d4096: GPT L16 d4096 T2048 B8 in-core. TT_TORCH_MODES (default
-# "eager compile autotune") picks the PyTorch runs of the gpt2 part; TT_ONLY_ARCHIVE=1 leaves only results.md and
-# results.tgz in OUTDIR at the end. OUTDIR gets one JSON per
-# run, the logs, profile_*.txt, results.json and results.md (bench/training/gpu_summary.py), packed in results.tgz.
+# gpt2: GPT-2 124M (L12 d768 T1024) at B16 and B32; d4096: GPT L16 d4096 T2048 B8 in-core; GPT-2 B16 and d4096 also
+# with --plan in-core-selective (Note [rebuilt GELU]). TT_TORCH_MODES (default "eager compile autotune") picks the
+# PyTorch runs of the gpt2 part; TT_ONLY_ARCHIVE=1 leaves only results.md and results.tgz in OUTDIR at the end.
+# OUTDIR gets one JSON per run, the logs, profile_*.txt, results.json and results.md (bench/training/gpu_summary.py),
+# packed in results.tgz.
 set -euo pipefail
 OUT=${1:?usage: bench/training/engine_gpu.sh OUTDIR [gpt2|d4096|all]}
 part=${2:-all}
@@ -46,6 +47,7 @@ if [ "$part" = gpt2 ] || [ "$part" = all ]; then
   for B in 16 32; do
     m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B")
     tiertrain "gpt2_b$B" 40 "${m[@]}"
+    [ "$B" = 16 ] && tiertrain "gpt2_b${B}_selective" 40 "${m[@]}" --plan in-core-selective
     [[ $modes == *" eager "* ]] && torch_run "gpt2_b${B}_eager" "${m[@]}" --steps 30 --mode bf16
     prof=()
     [ "$B" = 16 ] && prof=(--profile-out "$OUT/profile_torch_compile_gpt2_b16.txt")
@@ -66,6 +68,8 @@ fi
 if [ "$part" = d4096 ] || [ "$part" = all ]; then
   m=(--layers 16 --dim 4096 --heads 32 --seq 2048 --batch 8)
   tiertrain d4096 15 "${m[@]}"
+  # Note [rebuilt GELU]: the GELU and LayerNorm outputs rebuilt in the backward (peak memory against PyTorch's).
+  tiertrain d4096_selective 15 "${m[@]}" --plan in-core-selective
   torch_run d4096_eager "${m[@]}" --steps 12 --warmup-steps 4 --mode bf16
   torch_run d4096_compile "${m[@]}" --steps 14 --warmup-steps 6 --mode bf16 --compile \
     --profile-out "$OUT/profile_torch_compile_d4096.txt"

@@ -30,6 +30,9 @@ def main() -> None:
             attention = j["config"].get("attention_impl", "auto")
             if attention != "auto":  # attention_impl=cudnn or native named in the row (issue 23)
                 impl += "-" + attention + "-attention"
+            plan = str(j["config"].get("plan", "in-core"))
+            if plan != "in-core":  # another plan named in the row (in-core-selective: issue 23's memory)
+                impl += " --plan " + os.path.basename(plan)
             rows.append({"impl": impl,
                          "file": name, "config": f"L{m['layers']} d{m['dim']} T{m['seq']} B{B} V{m['vocab']}",
                          "median_ms_per_step": ms, "tokens_per_s": s["median_tokens_per_s"],

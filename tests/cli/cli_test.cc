@@ -643,7 +643,8 @@ TEST(Cli, PlanPredictsEveryPlanAndCalibratesOnce) {
   CliRun first = run("plan" + model + " --device-budget 1500KiB", env);
   EXPECT_EQ(first.code, 0) << first.out;
   EXPECT_HAS(first.out, "calibrate: measuring this machine");
-  for (const char* row : {"in-core ", "recompute ", "swap-activations ", "swap-attention-recompute-mlp-norms ",
+  for (const char* row : {"in-core ", "in-core-selective ", "recompute ", "swap-activations ",
+                          "swap-attention-recompute-mlp-norms ",
                           "offload-all ", "um ", "um-advised ", "um-swap-activations ", "auto "})
     EXPECT_HAS(first.out, std::string("\n") + row);
   EXPECT_HAS(first.out, "auto plan: ");
