@@ -152,7 +152,8 @@ struct Plan {
   }
   // Note [rebuilt GELU]: only the GELU output rebuilt (an MLP half rebuilt rebuilds it with the rest).
   bool gelu_rebuilt(int l) const {
-    return layers[static_cast<size_t>(l)].gelu_recompute && !mlp_rebuilt(l) && activation(l) != ActPlacement::kRecompute;
+    return layers[static_cast<size_t>(l)].gelu_recompute && !mlp_rebuilt(l) &&
+           activation(l) != ActPlacement::kRecompute;
   }
   // The blocks whose forward runs the GELU apart from its GEMM (Gpt::set_gelu_apart): those whose GELU is rebuilt.
   std::vector<bool> gelu_apart() const;

@@ -70,7 +70,8 @@ void declare_train_knobs(Config& cfg) {
   knob("runtime", "plan", K::kString, "in-core",
        "where each layer's tensors live: in-core keeps all on the device; in-core-selective too, but rebuilds each "
        "block's LayerNorm and GELU outputs in the backward with element-wise kernels (less memory for a few "
-       "percent); recompute keeps block outputs and rebuilds the rest in the backward; swap-activations copies them to host memory and back; swap-attention-recompute-mlp "
+       "percent); recompute keeps block outputs and rebuilds the rest in the backward; swap-activations copies "
+       "them to host memory and back; swap-attention-recompute-mlp "
        "swaps each block's attention half and rebuilds its MLP half; swap-attention-recompute-mlp-norms also "
        "rebuilds its LayerNorm outputs (swapping less); offload-params streams "
        "every block's parameters and gradients from host memory with the CPU optimizer; offload-all also swaps the "
