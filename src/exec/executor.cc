@@ -22,9 +22,19 @@ Status ExecSpec::validate() const {
                model.tp);
   TT_RETURN_IF(data_rank < 0 || data_rank >= data_ranks, kInvalidArgument, "data-parallel rank %d of %d", data_rank,
                data_ranks);
-  TT_RETURN_IF(shard_optimizer && plan.cpu_optimizer(), kUnimplemented,
-               "--shard-optimizer with the CPU optimizer: not built (the host holds one copy of the state anyway; "
-               "use the device optimizer)");
+  if (shard_optimizer && plan.cpu_optimizer()) {
+    // Note [sharded optimizer]: a rank's host state holds only its shares, so the parts of a plan that read the
+    // whole compute copy or the gradients from host memory, or exchange them in managed memory, do not combine.
+    bool streamed = false;
+    for (int l = 0; l < static_cast<int>(plan.layers.size()); ++l)
+      streamed = streamed || plan.params_streamed(l) || plan.grads_streamed(l);
+    TT_RETURN_IF(streamed, kUnimplemented,
+                 "--shard-optimizer with parameters or gradients streamed from the host (offload-params, "
+                 "offload-all): not built (a rank's host keeps only its shares of them); shard with resident "
+                 "parameters, or stream without sharding");
+    TT_RETURN_IF(plan.managed_params || plan.managed_grads, kUnimplemented,
+                 "--shard-optimizer with the CPU optimizer's exchange in managed memory: not built");
+  }
   TT_RETURN_IF(batch < 1, kInvalidArgument, "--batch must be >= 1, got %d", batch);
   TT_RETURN_IF(static_cast<int>(plan.layers.size()) != model.layers, kInvalidArgument,
                "the plan places %zu layers but the model has %d", plan.layers.size(), model.layers);
@@ -164,7 +174,9 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     if (rings.swap.holds(l) && !rings.swap.last_in_slot(rings.swap.index(l)))
       inv.add_host("swap.h." + std::to_string(l), swap_bytes, TC::kActivation);
   if (cpu) {
-    const size_t n = static_cast<size_t>(P);
+    // Note [sharded optimizer]: sharded, the host state holds this rank's shares only.
+    const size_t n = static_cast<size_t>(spec.shard_optimizer ? OptimizerShard::moment_elements(segs, spec.data_ranks)
+                                                              : P);
     // Note [managed optimizer exchange]: managed gradients are read where they are, and a managed compute copy is
     // written where it is: no host copy of either.
     inv.add_host("params.master", n * sizeof(float), TC::kParam);
@@ -477,6 +489,22 @@ void Executor::tp_max(const char* name, const Tensor& t) {
   tp_reducer_->max(t, be_.compute_stream());
 }
 
+// Note [sharded optimizer]: each data rank's share of one segment's new parameters to every rank, in `stream`'s
+// order. Equal shares (the ranks divide the segment, as GPT-2's blocks at 2, 4 or 8): one in-place allgather; else a
+// broadcast from each owner.
+void Executor::gather_param_shares(const Tensor& segment, Stream& stream) {
+  TT_CHECK(reducer_ != nullptr, "a sharded optimizer without the data-parallel reducer");
+  const int64_t n = segment.numel();
+  if (n % spec_.data_ranks == 0) {
+    reducer_->allgather(segment, stream);
+    return;
+  }
+  for (int r = 0; r < spec_.data_ranks; ++r) {
+    const auto [lo, hi] = OptimizerShard::range(n, r, spec_.data_ranks);
+    if (lo < hi) reducer_->broadcast(segment.view(lo, {hi - lo}), r, stream);
+  }
+}
+
 Status Executor::upload_params(const void* host) {
   const GptTensors& t = gpt_->tensors();
   if (!opt_->on_cpu()) {
@@ -487,14 +515,27 @@ Status Executor::upload_params(const void* host) {
   // Note [master on host]: the master and its staging copy on the host, then every resident segment's device copy;
   // streamed blocks are uploaded by each pass (Note [streamed parameters]).
   TT_TRY(be_.synchronize_all());  // no update or upload of the master is in flight
-  const HostAdamState& st = opt_->current();
-  const int64_t n = gpt_->num_params();
-  std::memcpy(st.master, host, static_cast<size_t>(n) * sizeof(float));
-  if (st.bf16 != nullptr) {
-    TT_CHECK(spec_.compute == DType::kBF16, "no host conversion of the master to %s", dtype_name(spec_.compute));
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
+  TT_CHECK(spec_.compute == DType::kBF16 || spec_.compute == DType::kF32, "no host conversion of the master to %s",
+           dtype_name(spec_.compute));
+  opt_->upload_master(static_cast<const float*>(host));
+  if (opt_->shard().on()) {
+    // Note [sharded optimizer]: the host holds only this rank's shares; the device copy is the whole model's, from
+    // `host` itself (converted here with bf16 compute, as upload_master converts the shares: the same bits).
+    const float* whole = static_cast<const float*>(host);
+    std::vector<uint16_t> bf16;
+    if (spec_.compute == DType::kBF16) {
+      bf16.resize(static_cast<size_t>(gpt_->num_params()));
+      for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = float_to_bf16(whole[i]);
+    }
+    for (int s = 0; s < gpt_->num_segments(); ++s) {
+      const size_t off = static_cast<size_t>(segments_.offset[static_cast<size_t>(s)]);
+      be_.copy_h2d(t.params[static_cast<size_t>(s)],
+                   bf16.empty() ? static_cast<const void*>(whole + off) : static_cast<const void*>(bf16.data() + off),
+                   be_.compute_stream());
+    }
+    return be_.compute_stream().synchronize();
   }
+  const HostAdamState& st = opt_->current();
   // (A managed bf16 compute copy was written above where it is: Note [managed optimizer exchange].)
   const bool written = spec_.plan.managed_params && st.bf16 != nullptr;
   for (int s = 0; s < gpt_->num_segments() && !written; ++s)
@@ -508,9 +549,7 @@ Status Executor::download_params(void* host) {
     be_.copy_d2h(host, master_, be_.compute_stream());
     return be_.compute_stream().synchronize();
   }
-  TT_TRY(be_.synchronize_all());
-  std::memcpy(host, opt_->host_master(), static_cast<size_t>(gpt_->num_params()) * sizeof(float));
-  return Status::ok();
+  return opt_->download_master(static_cast<float*>(host));
 }
 
 Status Executor::download_grads(void* host) {
@@ -700,27 +739,20 @@ void Executor::issue(const Op& op) {
       break;
     case OpKind::kParamsBack:
       opt_->params_back(op.segment, t.params[static_cast<size_t>(op.segment)]);
+      // Note [sharded optimizer]: the others' shares of the segment, on the same stream, before the event the
+      // forward waits for.
+      if (opt_->shard().on()) gather_param_shares(t.params[static_cast<size_t>(op.segment)], st);
       break;
     case OpKind::kDeviceAdamW:
       if (prof_) prof_->mark(op.name.c_str());
       opt_->device_update();
       if (opt_->shard().on()) {  // Note [sharded optimizer]: every share of the new parameters from its owner
-        TT_CHECK(reducer_ != nullptr, "a sharded optimizer without the data-parallel reducer");
         if (prof_) prof_->mark("sharded optimizer: parameter allgathers");
         const Tensor all = opt_->model_params();
-        for (int s = 0; s < gpt_->num_segments(); ++s) {
-          const int64_t base = segments_.offset[static_cast<size_t>(s)], n = segments_.size[static_cast<size_t>(s)];
-          // Equal shares (the ranks divide the segment, as GPT-2's blocks at 2, 4 or 8): one allgather; else a
-          // broadcast from each owner.
-          if (n % spec_.data_ranks == 0) {
-            reducer_->allgather(all.view(base, {n}), be_.compute_stream());
-            continue;
-          }
-          for (int r = 0; r < spec_.data_ranks; ++r) {
-            const auto [lo, hi] = OptimizerShard::range(n, r, spec_.data_ranks);
-            if (lo < hi) reducer_->broadcast(all.view(base + lo, {hi - lo}), r, be_.compute_stream());
-          }
-        }
+        for (int s = 0; s < gpt_->num_segments(); ++s)
+          gather_param_shares(all.view(segments_.offset[static_cast<size_t>(s)],
+                                       {segments_.size[static_cast<size_t>(s)]}),
+                              be_.compute_stream());
       }
       break;
     case OpKind::kAlloc:

@@ -129,6 +129,8 @@ class Executor : public GptHooks {
   void tp_max(const char* name, const Tensor& t) override;
 
  private:
+  // Note [sharded optimizer]: the other data ranks' shares of one segment's new parameters, in `stream`'s order.
+  void gather_param_shares(const Tensor& segment, Stream& stream);
   Executor(Backend& backend, ExecSpec spec)
       : be_(backend), spec_(std::move(spec)), segments_(gpt_segments(spec_.model)) {}
   Status allocate_and_bind(const ModelFactory& model);

@@ -80,7 +80,8 @@ class StepCollectives : public GradReducer {
 
 class HostGradReducer final : public StepCollectives {
  public:
-  HostGradReducer(Backend& be, comm::Communicator& comm) : be_(be), comm_(comm) {}
+  HostGradReducer(Backend& be, std::unique_ptr<comm::Communicator> comm)
+      : be_(be), own_(std::move(comm)), comm_(*own_) {}
   int ranks() const override { return comm_.size(); }
   Status status() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -111,6 +112,7 @@ class HostGradReducer final : public StepCollectives {
   }
 
   Backend& be_;
+  std::unique_ptr<comm::Communicator> own_;
   comm::Communicator& comm_;
   mutable std::mutex mu_;
   Status status_;
@@ -141,7 +143,11 @@ Result<std::unique_ptr<GradReducer>> make_host_grad_reducer(Backend& backend, co
   TT_RETURN_IF(!runs, kUnimplemented,
                "data parallel on %s: host reductions cannot run in its streams' order (use the NCCL reducer)",
                backend.describe().c_str());
-  return std::unique_ptr<GradReducer>(new HostGradReducer(backend, comm));
+  // A communicator of its own: the streams' collectives run on the streams' threads, while the caller's thread may
+  // be in a collective of its own on `comm` (the trainer's average of the loss, as the CPU optimizer's last updates
+  // and parameter gathers still run).
+  TT_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> own, comm.split(0, comm.rank()));
+  return std::unique_ptr<GradReducer>(new HostGradReducer(backend, std::move(own)));
 }
 
 Result<std::unique_ptr<GradReducer>> make_stream_reducer(Backend& backend, comm::Communicator& comm, Stream& stream,

@@ -45,8 +45,8 @@ class GradReducer {
   virtual Status status() const = 0;
 };
 
-// Through `comm` (which must outlive the reducer) on host-addressable gradients: refused where the backend cannot
-// run host functions in stream order (a GPU), or the gradients are not f32.
+// Through a communicator of the same ranks made from `comm` (comm.split), which the reducer owns, on host-addressable
+// tensors: refused where the backend cannot run host functions in stream order (a GPU).
 Result<std::unique_ptr<GradReducer>> make_host_grad_reducer(Backend& backend, comm::Communicator& comm);
 
 // The reducer over `comm`'s ranks for work in `stream`'s order, where that stream runs: through host memory where

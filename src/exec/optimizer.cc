@@ -5,6 +5,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/bf16.h"
 #include "host/adamw.h"
 
 namespace tt {
@@ -13,7 +14,6 @@ Optimizer::Optimizer(Backend& backend, const Gpt& model, OptimizerPlacement wher
                      OptimizerBuffers buf, OptimizerShard shard)
     : be_(backend), model_(model), where_(where), hyper_(hyper), buf_(buf), layout_(model.params()),
       segs_(model.segments()), shard_(shard) {
-  TT_CHECK(!shard_.on() || where == OptimizerPlacement::kDevice, "a sharded optimizer runs on the device");
   moment_base_.assign(static_cast<size_t>(segs_.count()), 0);
   for (int s = 0, e = 0; s < segs_.count(); ++s) {
     moment_base_[static_cast<size_t>(s)] = shard_.on() ? e : segs_.offset[static_cast<size_t>(s)];
@@ -22,11 +22,15 @@ Optimizer::Optimizer(Backend& backend, const Gpt& model, OptimizerPlacement wher
   seg_params_.resize(static_cast<size_t>(segs_.count()));
   for (size_t i = 0; i < layout_.size(); ++i) seg_params_[static_cast<size_t>(segs_.of_param[i])].push_back(i);
   speculated_.assign(static_cast<size_t>(segs_.count()), 0);
-  const size_t bytes = static_cast<size_t>(model.num_params()) * sizeof(float);
+  // Note [sharded optimizer]: sharded, the host state holds this rank's shares only, each segment's at moment_base_.
+  const size_t bytes =
+      static_cast<size_t>(shard_.on() ? OptimizerShard::moment_elements(segs_, shard_.ranks) : model.num_params()) *
+      sizeof(float);
   if (on_cpu()) {
     TT_CHECK(buf_.sets[0].master && buf_.sets[0].m && buf_.sets[0].v && (buf_.host_grads || buf_.grads_in_place) &&
                  buf_.host_norm,
              "the CPU optimizer's host state is not allocated");
+    TT_CHECK(!shard_.on() || !buf_.grads_in_place, "a sharded CPU optimizer reads its gradients from its host copy");
     TT_CHECK(!hyper_.speculate || (buf_.sets[1].master && buf_.sets[1].m && buf_.sets[1].v),
              "speculation needs a second host state set");
     if (!hyper_.speculate) buf_.sets[1] = buf_.sets[0];  // one set, updated in place
@@ -42,6 +46,7 @@ Optimizer::Optimizer(Backend& backend, const Gpt& model, OptimizerPlacement wher
 }
 
 const void* Optimizer::host_compute(int segment) const {
+  TT_CHECK(!shard_.on(), "a sharded CPU optimizer keeps only its shares of the compute copy on the host");
   const HostAdamState& s = buf_.sets[cur_];
   const size_t off = static_cast<size_t>(segs_.offset[static_cast<size_t>(segment)]);
   return s.bf16 ? static_cast<const void*>(s.bf16 + off) : static_cast<const void*>(s.master + off);
@@ -146,24 +151,37 @@ void Optimizer::device_update() {
 }
 
 void Optimizer::grads_out(int segment) {
-  const size_t off = static_cast<size_t>(segs_.offset[static_cast<size_t>(segment)]);
-  be_.copy_d2h(buf_.host_grads + off, model_.tensors().grads[static_cast<size_t>(segment)], be_.d2h_stream());
+  const size_t s = static_cast<size_t>(segment);
+  const Tensor& g = model_.tensors().grads[s];
+  if (shard_.on()) {  // Note [sharded optimizer]: this rank's share of the (averaged) gradients only
+    const auto [lo, hi] = OptimizerShard::range(segs_.size[s], shard_.rank, shard_.ranks);
+    if (lo < hi) be_.copy_d2h(buf_.host_grads + moment_base_[s], g.view(lo, {hi - lo}), be_.d2h_stream());
+    return;
+  }
+  be_.copy_d2h(buf_.host_grads + segs_.offset[s], g, be_.d2h_stream());
 }
 
 void Optimizer::norm_out() { be_.copy_d2h(buf_.host_norm, buf_.norm_sq, be_.d2h_stream()); }
 
 void Optimizer::update_segment(int segment, const HostAdamState& from, const HostAdamState& to, float lr,
                                int64_t step, float grad_norm_sq, float grad_clip) {
-  const int64_t seg_off = segs_.offset[static_cast<size_t>(segment)];
+  const size_t s = static_cast<size_t>(segment);
+  const int64_t seg_off = segs_.offset[s];
   // Note [managed optimizer exchange]: the segment's managed gradients where they are.
-  const float* seg_grads = static_cast<const float*>(model_.tensors().grads[static_cast<size_t>(segment)].raw());
-  for (size_t i : seg_params_[static_cast<size_t>(segment)]) {
+  const float* seg_grads = static_cast<const float*>(model_.tensors().grads[s].raw());
+  // Note [sharded optimizer]: only this rank's share [lo, hi) of the segment, whose host state starts at
+  // moment_base_; unsharded, the share is the segment and the host state is laid out as the model.
+  const auto [lo, hi] = shard_.on() ? OptimizerShard::range(segs_.size[s], shard_.rank, shard_.ranks)
+                                    : std::pair<int64_t, int64_t>{0, segs_.size[s]};
+  for (size_t i : seg_params_[s]) {
     const ParamInfo& p = layout_[i];
-    const int64_t o = p.offset;
-    const float* g = buf_.grads_in_place ? seg_grads + (o - seg_off) : buf_.host_grads + o;
+    const int64_t from_el = std::max(p.offset - seg_off, lo), to_el = std::min(p.offset - seg_off + p.shape.numel(), hi);
+    if (from_el >= to_el) continue;
+    const int64_t o = moment_base_[s] + (from_el - lo);  // in the host state
+    const float* g = buf_.grads_in_place ? seg_grads + from_el : buf_.host_grads + o;
     host::adamw_update_f32(host::AdamWArrays{from.master + o, g, from.m + o, from.v + o,
                                            to.master + o, to.m + o, to.v + o, to.bf16 ? to.bf16 + o : nullptr},
-                          p.shape.numel(), grad_norm_sq, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
+                          to_el - from_el, grad_norm_sq, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
                           p.decay ? hyper_.weight_decay : 0.0f, step, grad_clip, be_.host_threads());
   }
   if (buf_.compute_out.raw() != nullptr && to.bf16 == nullptr) {  // f32: the managed compute copy is the new master
@@ -208,9 +226,53 @@ void Optimizer::host_update(int segment, bool speculative) {
 }
 
 void Optimizer::params_back(int segment, const Tensor& device_copy) {
-  const size_t off = static_cast<size_t>(segs_.offset[static_cast<size_t>(segment)]);
+  const size_t s = static_cast<size_t>(segment);
+  const size_t off = static_cast<size_t>(moment_base_[s]);
   const void* src = to_.bf16 ? static_cast<const void*>(to_.bf16 + off) : static_cast<const void*>(to_.master + off);
+  if (shard_.on()) {  // this rank's share; the executor then brings the others' (Note [sharded optimizer])
+    const auto [lo, hi] = OptimizerShard::range(segs_.size[s], shard_.rank, shard_.ranks);
+    if (lo < hi) be_.copy_h2d(device_copy.view(lo, {hi - lo}), src, be_.h2d_stream());
+    return;
+  }
   be_.copy_h2d(device_copy, src, be_.h2d_stream());
+}
+
+void Optimizer::expand_shares(const float* compact, float* whole) const {
+  std::memset(whole, 0, static_cast<size_t>(model_.num_params()) * sizeof(float));
+  for (int s = 0; s < segs_.count(); ++s) {
+    const auto [lo, hi] = OptimizerShard::range(segs_.size[static_cast<size_t>(s)], shard_.rank, shard_.ranks);
+    std::memcpy(whole + segs_.offset[static_cast<size_t>(s)] + lo, compact + moment_base_[static_cast<size_t>(s)],
+                static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+}
+
+void Optimizer::take_shares(const float* whole, float* compact) const {
+  for (int s = 0; s < segs_.count(); ++s) {
+    const auto [lo, hi] = OptimizerShard::range(segs_.size[static_cast<size_t>(s)], shard_.rank, shard_.ranks);
+    std::memcpy(compact + moment_base_[static_cast<size_t>(s)], whole + segs_.offset[static_cast<size_t>(s)] + lo,
+                static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+}
+
+Status Optimizer::download_master(float* whole) {
+  TT_CHECK(on_cpu(), "download_master is the CPU optimizer's");
+  TT_TRY(be_.synchronize_all());
+  const float* master = buf_.sets[cur_].master;
+  if (shard_.on()) expand_shares(master, whole);
+  else std::memcpy(whole, master, static_cast<size_t>(model_.num_params()) * sizeof(float));
+  return Status::ok();
+}
+
+void Optimizer::upload_master(const float* whole) {
+  TT_CHECK(on_cpu(), "upload_master is the CPU optimizer's");
+  const HostAdamState& st = buf_.sets[cur_];
+  const int64_t n = shard_.on() ? OptimizerShard::moment_elements(segs_, shard_.ranks) : model_.num_params();
+  if (shard_.on()) take_shares(whole, st.master);
+  else std::memcpy(st.master, whole, static_cast<size_t>(n) * sizeof(float));
+  if (st.bf16 != nullptr) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
+  }
 }
 
 void Optimizer::end_step() {
@@ -225,6 +287,11 @@ Status Optimizer::download_state(float* m, float* v) {
   const size_t bytes = static_cast<size_t>(model_.num_params()) * sizeof(float);
   if (on_cpu()) {
     TT_TRY(be_.synchronize_all());
+    if (shard_.on()) {  // Note [sharded optimizer]: this rank's shares where the whole model has them, zero elsewhere
+      expand_shares(buf_.sets[cur_].m, m);
+      expand_shares(buf_.sets[cur_].v, v);
+      return Status::ok();
+    }
     std::memcpy(m, buf_.sets[cur_].m, bytes);
     std::memcpy(v, buf_.sets[cur_].v, bytes);
     return Status::ok();
@@ -257,6 +324,11 @@ Status Optimizer::upload_state(const float* m, const float* v) {
   const size_t bytes = static_cast<size_t>(model_.num_params()) * sizeof(float);
   if (on_cpu()) {
     TT_TRY(be_.synchronize_all());
+    if (shard_.on()) {
+      take_shares(m, buf_.sets[cur_].m);
+      take_shares(v, buf_.sets[cur_].v);
+      return Status::ok();
+    }
     std::memcpy(buf_.sets[cur_].m, m, bytes);
     std::memcpy(buf_.sets[cur_].v, v, bytes);
     return Status::ok();

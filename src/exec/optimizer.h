@@ -52,6 +52,12 @@ struct AdamWHyper {
 // the update): one in-place allgather a segment where N divides it (equal shares), else a broadcast from each owner. Each element's arithmetic is the unsharded update's, so a sharded run is
 // bit-identical to the same run unsharded. The master's other shares go stale (with bf16 compute) and are never
 // read; checkpoints gather every rank's shares of the master and the moments (gather_whole_state).
+// With the CPU optimizer (ZeRO-Offload's split) the host state is compact: this rank's share of each segment, at
+// the segment's moment_base_, for the master, its staging copy, the gradients' host copy, m and v (and the second
+// set of Note [speculative update]); grads_out copies the share of the averaged gradients, params_back the share of
+// the new compute copy, and the executor gathers the others' shares on the h2d stream before the event the next
+// forward waits for. A rank's host then holds 1/N of the 16 bytes a parameter (18 with bf16 compute) and does 1/N of
+// the update; not with streamed parameters or gradients, nor the managed exchange (they need the whole copy).
 struct OptimizerShard {
   int rank = 0, ranks = 1;
   bool on() const { return ranks > 1; }
@@ -134,11 +140,19 @@ class Optimizer {
   // [sharded optimizer]): only this rank's shares are written (the rest of m and v is zero) and read.
   Status download_state(float* m, float* v);
   Status upload_state(const float* m, const float* v);
-  // The master on the host (CPU optimizer; waits for every stream first).
-  float* host_master() const { return buf_.sets[cur_].master; }
+  // The whole master from the host (CPU optimizer; waits for every stream first). Sharded: this rank's shares where
+  // the whole model has them, zero elsewhere (as download_state).
+  Status download_master(float* whole);
+  // The host master (this rank's shares of `whole`, sharded) and its staging copy from the whole model's values (CPU
+  // optimizer; no update in flight).
+  void upload_master(const float* whole);
 
  private:
   void plan_device_calls();
+  // Note [sharded optimizer]: this rank's shares between the compact host layout (each segment's at moment_base_)
+  // and the whole model's (zero where other ranks own).
+  void expand_shares(const float* compact, float* whole) const;
+  void take_shares(const float* whole, float* compact) const;
   void update_segment(int segment, const HostAdamState& from, const HostAdamState& to, float lr, int64_t step,
                       float grad_norm_sq, float grad_clip);
 

@@ -147,7 +147,9 @@ void declare_train_knobs(Config& cfg) {
   knob("parallel", "shard_optimizer", K::kBool, "false",
        "with data parallel: each rank keeps and updates only its 1/N of AdamW's moments (ZeRO stage 1), then the "
        "ranks exchange the updated parameters; the same results, 8 bytes a parameter less device memory times "
-       "(N-1)/N (the device optimizer)");
+       "(N-1)/N with the device optimizer; with --optimizer cpu each rank's host keeps and updates only its 1/N of "
+       "the master, moments and gradients (16 bytes a parameter times (N-1)/N less host memory, 1/N of the update's "
+       "work)");
   knob("checkpoint", "checkpoint_dir", K::kString, "", "folder for checkpoints (created if missing)");
   knob("checkpoint", "checkpoint_every", K::kInt, "0", "write a checkpoint every N steps (0: only at the end)", 0,
        1e12);
