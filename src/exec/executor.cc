@@ -36,6 +36,8 @@ Status ExecSpec::validate() const {
                  "--shard-optimizer with the CPU optimizer's exchange in managed memory: not built");
   }
   TT_RETURN_IF(batch < 1, kInvalidArgument, "--batch must be >= 1, got %d", batch);
+  TT_RETURN_IF(input_scatter && data_ranks < 2, kInvalidArgument, "an input scattered over %d data rank(s)",
+               data_ranks);
   TT_RETURN_IF(static_cast<int>(plan.layers.size()) != model.layers, kInvalidArgument,
                "the plan places %zu layers but the model has %d", plan.layers.size(), model.layers);
   const DType md = master_dtype_for(compute);
@@ -167,6 +169,10 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   // Note [tensor parallel]: with tp > 1 each segment's replicated part, then each one's sharded part.
   inv.add_device("adam.norm_parts", {spec.model.tp > 1 ? 2 * S : S}, md, TC::kWorkspace);
   if (spec.input_staging_slots > 0) inv.add_device("input.next", {2, spec.batch, cfg.seq}, DType::kI32, TC::kInput);
+  // ExecSpec::input_scatter: data rank 0 stages and holds the global batch (each rank's tokens and targets in turn).
+  const bool global_input = spec.input_scatter && spec.data_rank == 0;
+  if (global_input && spec.input_staging_slots > 0)
+    inv.add_device("input.global", {spec.data_ranks, 2, spec.batch, cfg.seq}, DType::kI32, TC::kInput);
   // Host: the swapped blocks' copies (all but the last swap_slots, which never leave their slots), the master and
   // its staging copy, AdamW's state (Note [master on host]) and its second set (Note [speculative update]), the
   // input staging slots.
@@ -195,7 +201,8 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   }
   for (int i = 0; i < spec.input_staging_slots; ++i)
     inv.add_host("input.staging" + std::to_string(i),
-                 static_cast<size_t>(2) * static_cast<size_t>(spec.batch) * static_cast<size_t>(cfg.seq) * sizeof(int32_t),
+                 static_cast<size_t>(2 * (global_input ? spec.data_ranks : 1)) * static_cast<size_t>(spec.batch) *
+                     static_cast<size_t>(cfg.seq) * sizeof(int32_t),
                  TC::kInput);
   return inv;
 }
@@ -408,6 +415,7 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
   if (spec_.shard_optimizer) shard = {spec_.data_rank, spec_.data_ranks};
   opt_ = std::make_unique<Optimizer>(be_, *gpt_, plan.optimizer, spec_.hyper, ob, shard);
   input_next_ = dev("input.next");
+  if (spec_.input_scatter && spec_.data_rank == 0) input_global_ = dev("input.global");
   for (int i = 0; i < spec_.input_staging_slots; ++i)
     input_host_.push_back(static_cast<int32_t*>(host("input.staging" + std::to_string(i))));
   return be_.compute_stream().synchronize();
@@ -771,6 +779,13 @@ void Executor::issue(const Op& op) {
       input_source_(input_host_[static_cast<size_t>(input_slot_)]);
       break;
     case OpKind::kInputIn:
+      if (spec_.input_scatter) {  // Note [data-parallel input]: rank 0's global batch from its device to every rank's
+        TT_CHECK(input_reducer_ != nullptr, "--input via-root without the input's reducer");
+        if (input_global_.raw() != nullptr)
+          be_.copy_h2d(input_global_, input_host_[static_cast<size_t>(input_slot_)], st);
+        input_reducer_->scatter(input_global_, input_next_, 0, st);
+        break;
+      }
       be_.copy_h2d(input_next_, input_host_[static_cast<size_t>(input_slot_)], st);
       break;
     case OpKind::kInputTake: {

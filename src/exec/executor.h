@@ -42,6 +42,10 @@ struct ExecSpec {
   int tp_rank = 0;             // Note [tensor parallel] (model/gpt.h): this rank's place among model.tp
   int data_rank = 0;           // this rank's place among data_ranks
   bool shard_optimizer = false;  // Note [sharded optimizer] in exec/optimizer.h (with data_ranks > 1)
+  // Note [data-parallel input] in exec/trainer.cc (--input via-root, data_ranks > 1): data rank 0's staging slots
+  // hold the global batch, which its h2d stream copies to input.global and scatters from there to every data rank's
+  // input.next (through the input reducer); the other ranks' h2d streams only receive.
+  bool input_scatter = false;
   // Issue 20: managed memory beyond the GPU's free memory is refused unless this is set (--um-allow-oversubscription;
   // never on a shared GPU).
   bool um_allow_oversubscription = false;
@@ -83,6 +87,9 @@ class Executor : public GptHooks {
   void set_grad_reducer(GradReducer* reducer) { reducer_ = reducer; }
   // Note [tensor parallel] (model/gpt.h): what sums over the model dimension when spec.model.tp > 1.
   void set_tp_reducer(GradReducer* reducer) { tp_reducer_ = reducer; }
+  // ExecSpec::input_scatter: what scatters the batch over the data dimension, on the h2d stream (a reducer of its
+  // own: its calls must not interleave with the gradients' on another stream).
+  void set_input_reducer(GradReducer* reducer) { input_reducer_ = reducer; }
   // Runs `schedule` from now on instead of the compiled one: a schedule for this executor (the same model, batch,
   // setup and events) with operations changed, reordered or removed, as a planner or a test may want. Validated;
   // it must keep the plan's data correct, which only the caller can know (the tests remove waits to show that each
@@ -157,6 +164,7 @@ class Executor : public GptHooks {
   OpProfiler* prof_ = nullptr;
   GradReducer* reducer_ = nullptr;  // Note [data parallel]
   GradReducer* tp_reducer_ = nullptr;  // Note [tensor parallel]
+  GradReducer* input_reducer_ = nullptr;  // ExecSpec::input_scatter
   // Everything allocated, freed in the destructor.
   std::vector<Tensor> device_, managed_;
   std::vector<void*> host_;
@@ -169,6 +177,7 @@ class Executor : public GptHooks {
   std::vector<Tensor> swap_slots_, param_slots_, grad_slots_;
   std::vector<void*> swap_host_;                // [layer] host copy of a swapped block's activations
   Tensor input_next_;
+  Tensor input_global_;  // ExecSpec::input_scatter, data rank 0: the global batch, each rank's share in rank order
   std::vector<int32_t*> input_host_;
   std::function<void(int32_t*)> input_source_;
   int64_t input_fills_ = 0;  // batches drawn: batch k goes into host slot k % slots (Note [slot rings])

@@ -74,6 +74,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
     e.data_ranks = layout.ways("batch", shape);
     e.batch = cfg.batch / e.data_ranks;
     e.shard_optimizer = cfg.shard_optimizer && e.data_ranks > 1;
+    e.input_scatter = cfg.input == "via-root" && e.data_ranks > 1;  // Note [data-parallel input]
   }
   e.compute = dtype;
   if (cfg.plan_value) {
@@ -377,11 +378,10 @@ Status Trainer::build() {
   // Each rank's share of every global batch (all of it alone), three ways with the same batches (--input): direct,
   // the rank draws only its windows (data::BatchSampler's shards) into its own staging slot, which its own h2d
   // stream copies to its device; replicated, every rank draws the whole batch and keeps its part; via-root, rank 0
-  // of the batch dimension draws the whole batch and scatters it over the batch dimension's communicator (the
-  // others move their samplers past it unread). The scatter is a host collective at the same point of every rank's
-  // schedule (kInputFill), from rank 0's host memory: a GPT batch is a few hundred KiB of tokens, staged as every
-  // input is (Note [input staging]). The large-input workload scatters from rank 0's device, as the seed's baseline
-  // does (exec/features.cc, through GradReducer::scatter). Its failure is kept and reported by the step.
+  // of the batch dimension draws the whole batch into its staging slot (each rank's tokens and targets in turn; the
+  // others move their samplers past it unread), its h2d stream copies it to its device and scatters it from there
+  // to every rank's input.next (ExecSpec::input_scatter: the seed's baseline), through a reducer of its own on the
+  // h2d stream (NCCL on GPUs); a failure is reported by the step.
   const size_t batch_tokens = static_cast<size_t>(r.exec.batch) * static_cast<size_t>(cfg.model.seq);
   if (shards_ > 1 && cfg.input != "direct") {
     global_inputs_.resize(batch_tokens * static_cast<size_t>(shards_));
@@ -401,18 +401,23 @@ Status Trainer::build() {
       std::copy_n(global_targets_.begin() + static_cast<std::ptrdiff_t>(from), batch_tokens, targets);
       return;
     }
-    if (shard_ == 0) sampler_->next(global_inputs_.data(), global_targets_.data());
-    else sampler_->skip();
-    if (!input_status_.is_ok()) return;
-    for (auto [all, mine] : {std::pair<const int32_t*, int32_t*>{global_inputs_.data(), host},
-                             {global_targets_.data(), targets}}) {
-      Status st = data_comm_->scatter(shard_ == 0 ? all : nullptr, mine, batch_tokens, comm::DType::kI32, 0);
-      if (!st.is_ok()) {
-        input_status_ = std::move(st.with_context("--input via-root: the batch's scatter"));
-        return;
-      }
+    if (shard_ != 0) {
+      sampler_->skip();
+      return;
+    }
+    sampler_->next(global_inputs_.data(), global_targets_.data());
+    for (int r = 0; r < shards_; ++r) {  // rank r's share: its tokens, then its targets
+      const std::ptrdiff_t at = static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * batch_tokens);
+      int32_t* to = host + 2 * static_cast<size_t>(r) * batch_tokens;
+      std::copy_n(global_inputs_.begin() + at, batch_tokens, to);
+      std::copy_n(global_targets_.begin() + at, batch_tokens, to + batch_tokens);
     }
   });
+  if (r.exec.input_scatter) {
+    TT_ASSIGN_OR_RETURN(input_reducer_,
+                        make_stream_reducer(*backend_, *data_comm_, backend_->h2d_stream(), "--input via-root"));
+    ex_->set_input_reducer(input_reducer_.get());
+  }
   if (shards_ > 1) {  // Note [data parallel] in exec/schedule.cc: on the comm stream
     TT_ASSIGN_OR_RETURN(reducer_, make_stream_reducer(*backend_, *data_comm_, backend_->comm_stream(), "data parallel"));
     ex_->set_grad_reducer(reducer_.get());
@@ -476,7 +481,7 @@ Status Trainer::train_step(StepRecord* rec) {
   TT_TRY(be.compute_stream().synchronize());
   if (reducer_) TT_TRY(reducer_->status());
   if (tp_reducer_) TT_TRY(tp_reducer_->status());
-  TT_TRY(input_status_);
+  if (input_reducer_) TT_TRY(input_reducer_->status());
   double sum = 0;
   for (float l : host_losses_) sum += static_cast<double>(l);
   rec->step = step;

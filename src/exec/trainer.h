@@ -165,9 +165,9 @@ class Trainer {
   comm::Communicator* model_comm_ = nullptr;  // Note [tensor parallel] (model/gpt.h): along the heads' dimension
   int shard_ = 0, shards_ = 1;
   std::vector<int32_t> global_inputs_, global_targets_;  // --input replicated, via-root: the whole batch
-  Status input_status_;  // the first failure of a via-root scatter (reported by the step)
   std::unique_ptr<GradReducer> reducer_;     // data parallel: the gradients' averages (Note [data parallel])
   std::unique_ptr<GradReducer> tp_reducer_;  // tensor parallel: the partial sums (Note [tensor parallel])
+  std::unique_ptr<GradReducer> input_reducer_;  // --input via-root: the batch's scatter (Note [data-parallel input])
   bool lead() const { return mesh_ == nullptr || mesh_->rank() == 0; }
   // The mean over the data-parallel ranks of a value each computed on its shard (itself with one rank).
   Result<double> mean_over_data(double x);

@@ -295,6 +295,16 @@ TEST(Cli, DataParallelInputModesGiveTheSameRun) {
     }
     EXPECT_EQ(runs[k]["val"], runs[0]["val"]) << k;
   }
+  // via-root stages the global batch on data rank 0's device (input.global: its 2 x 8 x 16 tokens and targets, 1 KiB
+  // beside input.next's share), which it scatters from there.
+  auto device_input = [&](const char* input) {
+    CliRun r = run(args + " --input " + input + " --dry-run");
+    EXPECT_EQ(r.code, 0) << r.out;
+    const size_t at = r.out.find("input ", r.out.find("device "));
+    return at == std::string::npos ? std::string() : r.out.substr(at, r.out.find_first_of(",\n", at) - at);
+  };
+  EXPECT_EQ(device_input("direct"), "input 1.00 KiB");
+  EXPECT_EQ(device_input("via-root"), "input 2.00 KiB");
   CliRun bad = run(args + " --input scatter");
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_HAS(bad.out, "direct");
