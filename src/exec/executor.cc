@@ -224,7 +224,7 @@ int64_t Executor::managed_device_bytes(const ExecSpec& spec, const Inventory& in
 ScheduleSpec ExecSpec::schedule_spec() const {
   return {model,           batch, compute, plan, hyper.speculate,
           lm_chunk_rows > 0 ? lm_chunk_rows : gpt_default_lm_chunk_rows(model, batch, compute), input_staging_slots,
-          data_ranks};
+          data_ranks,      shard_optimizer && plan.cpu_optimizer()};
 }
 
 Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec spec, ModelFactory model) {

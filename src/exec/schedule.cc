@@ -284,6 +284,10 @@ class Compiler {
     op.flops = flops;
   }
   int64_t seg_bytes(int s, int64_t esize) const { return segs_.size[static_cast<size_t>(s)] * esize; }
+  // What the optimizer's copies of segment s move (Note [sharded optimizer]: the share).
+  int64_t share_bytes(int s, int64_t esize) const {
+    return sp_.optimizer_share(segs_.size[static_cast<size_t>(s)]) * esize;
+  }
   // A copy of `bytes` on stream st, of block `layer` (or -1) through ring slot `slot` (or -1), for segment
   // `segment` (or -1).
   Op& copy(std::vector<Op>& out, StreamId st, OpKind k, std::string name, int layer, int slot, int64_t bytes,
@@ -457,7 +461,7 @@ class Compiler {
         um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, "um grads to host", grads_entry(s), s, memory::UmPlace::kHost,
                seg_bytes(s, msize_));
     } else {
-      copy(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host", layer, -1, seg_bytes(s, msize_), s);
+      copy(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host", layer, -1, share_bytes(s, msize_), s);
     }
     // And its compute copy, which the update writes and nothing reads again this step.
     if (plan_.managed_params && plan_.um.prefetch)
@@ -586,7 +590,7 @@ class Compiler {
       Op& up = add(out, StreamId::kHost, OpKind::kHostAdamW, "adamw " + seg_name(s));
       up.segment = s;
       up.layer = layer;
-      up.bytes = segs_.size[static_cast<size_t>(s)] * (7 * 4 + (esize_ == 4 ? 0 : esize_));
+      up.bytes = sp_.optimizer_share(segs_.size[static_cast<size_t>(s)]) * (7 * 4 + (esize_ == 4 ? 0 : esize_));
       record(out, StreamId::kHost, "adamw " + seg_name(s), layer);
       if (plan_.managed_grads && plan_.um.prefetch) {
         // Note [managed optimizer exchange]: read; dead until the next backward writes them, which finds them on
@@ -603,7 +607,7 @@ class Compiler {
           um_seg(out, StreamId::kH2D, OpKind::kUmPrefetch, "um params to device", "params.compute", s,
                  memory::UmPlace::kDevice, seg_bytes(s, esize_));
       } else {
-        copy(out, StreamId::kH2D, OpKind::kParamsBack, "params to device", layer, -1, seg_bytes(s, esize_), s);
+        copy(out, StreamId::kH2D, OpKind::kParamsBack, "params to device", layer, -1, share_bytes(s, esize_), s);
       }
       record(out, StreamId::kH2D, "params_back " + seg_name(s), layer);
     }
@@ -861,6 +865,7 @@ json Schedule::to_json() const {
   j["lm_chunk_rows"] = spec.lm_chunk_rows;
   j["input_staging_slots"] = spec.input_staging_slots;
   j["data_ranks"] = spec.data_ranks;
+  j["shard_optimizer"] = spec.shard_optimizer;
   j["events"] = events;
   json passes_j = json::object();
   for (int p = 0; p < kNumPasses; ++p) {
@@ -916,6 +921,7 @@ Result<Schedule> Schedule::from_json(const json& j) {
     s.spec.lm_chunk_rows = j.at("lm_chunk_rows").get<int64_t>();
     s.spec.input_staging_slots = j.value("input_staging_slots", 0);
     s.spec.data_ranks = j.value("data_ranks", 1);
+    s.spec.shard_optimizer = j.value("shard_optimizer", false);
     s.events = j.at("events").get<std::vector<std::string>>();
     std::map<std::string, int> ids;
     for (size_t i = 0; i < s.events.size(); ++i)

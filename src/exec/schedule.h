@@ -102,6 +102,13 @@ struct ScheduleSpec {
   int64_t lm_chunk_rows = 0;  // 0: the model's default
   int input_staging_slots = 0;  // Note [input staging]: host slots of the next batches; 0: the caller feeds inputs
   int data_ranks = 1;  // Note [data parallel]: ranks whose gradients are averaged (batch is one rank's share)
+  // Note [sharded optimizer] (exec/optimizer.h): with the CPU optimizer, a rank's gradients to the host, host update
+  // and parameters back cover its share of each segment (the largest share, rank 0's, is what the schedule counts).
+  bool shard_optimizer = false;
+  // The elements of segment s (of n) this rank's optimizer covers: all, or the largest share when sharded.
+  int64_t optimizer_share(int64_t n) const {
+    return shard_optimizer && data_ranks > 1 ? (n + data_ranks - 1) / data_ranks : n;
+  }
 };
 
 // Bytes per pool and tensor class: the peak over a replay of passes, and where the replay ended.

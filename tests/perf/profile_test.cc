@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "exec/executor.h"
 #include "model/gpt.h"
 #include "memory/um.h"
 #include "perf/costs.h"
@@ -250,6 +251,48 @@ TEST(Profile, UnifiedMemoryRatesAreOptionalAndPriceTheScheduleUmOperations) {
   ASSERT_FALSE(without.status().is_ok());
   EXPECT_NE(without.status().message().find("um_out h.0: the profile has no Unified Memory rates"), std::string::npos)
       << without.status().message();
+}
+
+
+// Note [sharded optimizer]: with the CPU optimizer sharded over two data ranks, a rank's gradients to the host, its
+// host update and its parameters back cover its share of each segment (the largest, ceil(n / 2)): the schedule's
+// bytes and the host segments the calibration measures and the costs look up are the share's.
+TEST(ProfileCosts, AShardedCpuOptimizerMovesAndUpdatesItsShare) {
+  const GptConfig cfg{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
+  ExecSpec e;
+  e.model = cfg;
+  e.batch = 4;
+  e.plan = Plan::resolve("in-core", cfg.layers, 2).value();
+  e.plan.optimizer = OptimizerPlacement::kCpu;
+  e.data_ranks = 2;
+  e.lm_chunk_rows = gpt_default_lm_chunk_rows(cfg, e.batch, e.compute);
+  const GptSegments segs = gpt_segments(cfg);
+  for (const bool shard : {false, true}) {
+    SCOPED_TRACE(shard ? "sharded" : "whole");
+    e.shard_optimizer = shard;
+    const ScheduleSpec ss = e.schedule_spec();
+    EXPECT_EQ(ss.shard_optimizer, shard);
+    const Schedule s = compile_schedule(ss, Executor::inventory(e).value());
+    ASSERT_TRUE(s.validate().is_ok()) << s.validate().to_string();
+    int copies = 0;
+    for (const Op& op : s.pass(Pass::kTrain)) {
+      if (op.kind != OpKind::kGradsOut && op.kind != OpKind::kParamsBack) continue;
+      const int64_t n = segs.size[static_cast<size_t>(op.segment)];
+      EXPECT_EQ(op.bytes, (shard ? (n + 1) / 2 : n) * 4) << op.name << " of segment " << op.segment;
+      ++copies;
+    }
+    EXPECT_EQ(copies, 2 * segs.count());
+    int64_t pieces = 0;
+    for (const std::vector<int64_t>& q : schedule_host_segments(s))
+      for (int64_t n : q) pieces += n;
+    // The distinct segments' pieces: the embeddings, a block (both blocks alike), the final LayerNorm.
+    const int64_t whole = segs.size[0] + segs.size[1] + segs.size[3];
+    const int64_t half = (segs.size[0] + 1) / 2 + (segs.size[1] + 1) / 2 + (segs.size[3] + 1) / 2;
+    EXPECT_EQ(pieces, shard ? half : whole);
+    auto back = Schedule::from_json(s.to_json());
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    EXPECT_EQ(back.value().spec.shard_optimizer, shard);
+  }
 }
 
 }  // namespace
