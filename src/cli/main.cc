@@ -300,7 +300,8 @@ int main(int argc, char** argv) {
                    "minute old (what killed jobs left; every launch does it first), then exit");
   launch->add_option("--bind-to", bind_to,
                      "core: pin rank r to the r-th CPU this process may use; share: to its equal share of those CPUs "
-                     "(room for its helper threads); none (default)")
+                     "(room for its helper threads); none (default: the ranks share the CPUs, and each rank's "
+                     "OMP_NUM_THREADS is its share of them unless it is set)")
       ->check(CLI::IsMember({"none", "core", "share"}));
   launch->add_flag("--tag-output,!--no-tag-output", launch_opt.tag_output,
                    "prefix every line a rank writes with [rank R] (the ranks' output goes through the launcher, line "

@@ -240,9 +240,14 @@ Result<int> launch(const LaunchOptions& o) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   std::vector<int> cpus;
-  if ((o.bind_cores || o.bind_share) && sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
+  const bool have_mask = sched_getaffinity(0, sizeof(allowed), &allowed) == 0;
+  if ((o.bind_cores || o.bind_share) && have_mask)
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  // Unbound ranks share the CPUs: each one's OpenMP team defaults to its share of them (as torchrun sets
+  // OMP_NUM_THREADS), unless the user set OMP_NUM_THREADS; bound ranks' teams follow their affinity masks.
+  const int available = have_mask ? CPU_COUNT(&allowed) : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const std::string omp_share = std::to_string(std::max(1, available / o.ranks));
 
   // Note [rank output]: the pipes (and log files) of every rank, made before any rank starts (and
   // before the signals are taken over, so that an error here leaves nothing to restore).
@@ -356,6 +361,7 @@ Result<int> launch(const LaunchOptions& o) {
       setenv("TIERTRAIN_RANK", rank.c_str(), 1);
       setenv("TIERTRAIN_WORLD_SIZE", world.c_str(), 1);
       setenv("TIERTRAIN_COMM_ID", id.c_str(), 1);
+      if (cpus.empty() && o.ranks > 1) setenv("OMP_NUM_THREADS", omp_share.c_str(), 0);
       if (!cpus.empty()) {
         const size_t k = o.bind_share ? std::max<size_t>(1, cpus.size() / static_cast<size_t>(o.ranks)) : 1;
         cpu_set_t mine;

@@ -1928,6 +1928,18 @@ TEST(Launch, BindingToCoresAndToShares) {
   const Job chosen = shell(std::string("env TIERTRAIN_COMM_THREADS=1 ") + TT_BINARY + " launch -n 1 --bind-to share" +
                            show);
   EXPECT_NE(chosen.output.find("threads=1"), std::string::npos) << chosen.output;
+  // Unbound ranks share the CPUs: each one's OpenMP team is its share, unless OMP_NUM_THREADS is set; one rank, or
+  // bound ranks, keep their default (their affinity masks).
+  const std::string omp = " -- sh -c 'echo omp=${OMP_NUM_THREADS:-unset}'";
+  const Job two = shell(std::string("env -u OMP_NUM_THREADS ") + TT_BINARY + " launch -n 2" + omp);
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_HAS(two.output, "[rank 1] omp=" + std::to_string(std::max(1, cpus / 2)) + "\n");
+  const Job given = shell(std::string("env OMP_NUM_THREADS=3 ") + TT_BINARY + " launch -n 2" + omp);
+  EXPECT_HAS(given.output, "[rank 0] omp=3\n");
+  const Job one = shell(std::string("env -u OMP_NUM_THREADS ") + TT_BINARY + " launch -n 1" + omp);
+  EXPECT_HAS(one.output, "omp=unset");
+  const Job bound = shell(std::string("env -u OMP_NUM_THREADS ") + TT_BINARY + " launch -n 2 --bind-to core" + omp);
+  EXPECT_HAS(bound.output, "[rank 0] omp=unset");
 }
 
 // Note [rank output]: every line a rank writes reaches the terminal whole, tagged with its rank, however long and
