@@ -1,7 +1,10 @@
 #include "cli/perf_commands.h"
 
+#include <map>
 #include <optional>
 
+#include "backend/registry.h"
+#include "comm/comm.h"
 #include "core/units.h"
 #include "data/dataset.h"
 #include "perf/auto_plan.h"
@@ -35,7 +38,8 @@ void describe_run(const TrainConfig& c, const perf::PlanRow& r, const std::strin
   if (r.run.exec.data_ranks > 1)
     std::fprintf(out,
                  "mesh %s: every row is one rank's (batch %d of the global %d; memory per device, tokens/s of one "
-                 "rank); the gradient reductions are not priced yet\n",
+                 "rank), the gradients' average over the data ranks priced from the profile (a tensor-parallel "
+                 "run's sums are not priced)\n",
                  c.mesh.c_str(), r.run.exec.batch, c.batch);
   std::fprintf(out, "profile: %s\n", profile.c_str());
 }
@@ -45,16 +49,51 @@ void describe_run(const TrainConfig& c, const perf::PlanRow& r, const std::strin
 int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out) {
   auto c = with_vocab(cfg);
   if (!c.is_ok()) return fail(c.status());
+  // Note [pricing the gradients' average] (perf/costs.cc): started as N ranks (tiertrain launch -n N, mpirun), every
+  // rank measures the data-parallel gradients' average together; then rank 0 alone measures the rest, the others
+  // having stopped, so that nothing else runs beside its timings.
+  auto world = comm::world();
+  if (!world.is_ok()) return fail(world.status());
+  const int ranks = world.value()->size(), me = world.value()->rank();
+  std::optional<perf::LinkRate> reduce;
+  if (ranks > 1) {
+    auto backend = resolve_backend_name(c.value().backend);
+    if (!backend.is_ok()) return fail(backend.status());
+    if (me == 0) std::fprintf(out, "calibrate: the gradients' average over %d ranks (64 KiB to 64 MiB)\n", ranks);
+    auto be = create_backend(backend.value(), run_backend_options(c.value(), int64_t(256) << 20));
+    if (!be.is_ok()) return fail(be.status());
+    perf::CalibrateOptions o;
+    auto rate = perf::measure_grad_reduce(*be.value(), *world.value(), o);
+    if (!rate.is_ok()) return fail(rate.status());
+    if (me != 0) {
+      std::fprintf(out, "calibrate: rank %d measured the gradients' average with the others; rank 0 measures the "
+                        "rest and keeps the profile\n", me);
+      return 0;
+    }
+    reduce = rate.value();
+  }
   auto rows = perf::plan_rows(c.value());
   if (!rows.is_ok()) return fail(rows.status());
-  // A fresh profile: where --out says, else the cache.
+  // A fresh profile: where --out says, else the cache. What the old one measured over other numbers of ranks stays.
+  std::map<int, perf::LinkRate> kept;
+  {
+    auto backend = resolve_backend_name(c.value().backend);
+    if (!backend.is_ok()) return fail(backend.status());
+    const std::string file =
+        cmd.out.empty()
+            ? perf::default_profile_path(perf::this_machine(backend.value(), run_backend_options(c.value(), 0)))
+            : cmd.out;
+    if (auto old = perf::Profile::load(file); old.is_ok()) kept = old.value().grad_reduce;
+  }
   std::string path;
   auto profile = perf::machine_profile(c.value(), "", perf::rows_needs(rows.value()), out,
                                        /*recalibrate=*/true, &path, cmd.heat_seconds);
   if (!profile.is_ok()) return fail(profile.status());
-  if (!cmd.out.empty()) {
-    if (Status s = profile.value().save(cmd.out); !s.is_ok()) return fail(s);
-    path = cmd.out;
+  profile.value().grad_reduce = kept;
+  if (reduce) profile.value().grad_reduce[ranks] = *reduce;
+  if (!cmd.out.empty()) path = cmd.out;
+  if (!cmd.out.empty() || reduce || !kept.empty()) {
+    if (Status s = profile.value().save(path); !s.is_ok()) return fail(s);
   }
   const perf::Profile& p = profile.value();
   std::fprintf(out, "calibrated in %.1f s (sequences timed after %.2f s of each): %s\n",
@@ -62,6 +101,10 @@ int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out
   auto link = [&](const char* name, const perf::LinkRate& l) {
     std::fprintf(out, "  %-13s %7.2f GB/s, latency %6.1f us\n", name, l.bytes_per_s / 1e9, l.latency_s * 1e6);
   };
+  for (const auto& [n, l] : p.grad_reduce) {
+    const std::string name = "average x" + std::to_string(n);
+    link(name.c_str(), l);
+  }
   link("h2d pinned", p.h2d_pinned);
   link("d2h pinned", p.d2h_pinned);
   link("h2d pageable", p.h2d_pageable);

@@ -49,7 +49,8 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // the compute stream goes on with the next block's backward. What reads the gradients waits for "reduced s": the
 // copy to the host (CPU optimizer) and the norm's parts, which in a data-parallel run are all taken in the step
 // (so the next step's zero_grads, on the compute stream after them, never overwrites a segment being reduced).
-// The performance model prices the reductions at nothing yet.
+// The performance model prices each reduction by the rate `tiertrain calibrate` measured for that many ranks (Note
+// [pricing the gradients' average] in perf/costs.cc).
 //
 // Note [swap]
 // The swapped blocks w_0 < w_1 < ... < w_{m-1} share S slots: w_k lives in slot k % S. Ordering, with events per

@@ -15,7 +15,9 @@
 #include <fstream>
 #include <thread>
 
+#include "comm/comm.h"
 #include "core/bf16.h"
+#include "exec/grad_reducer.h"
 #include "core/rng.h"
 #include "core/units.h"
 #include "host/adamw.h"
@@ -853,6 +855,43 @@ Status measure_um(Backend& be, Profile& p, const CalibrateOptions& o) {
   p.um_populate = fit(std::move(populate));
   p.um_fault_in = fit(std::move(fault_in));
   return Status::ok();
+}
+
+// Note [pricing the gradients' average] (perf/costs.cc): every rank of the world averages f32 buffers of 64 KiB to
+// 64 MiB through the reducer a data-parallel run uses (exec/grad_reducer.h, on the comm stream), as many times as
+// take o.min_seconds on the slowest rank (the ranks agree on each count), and the times (the slowest rank's) are
+// fitted as latency + bytes / bandwidth.
+Result<LinkRate> measure_grad_reduce(Backend& be, comm::Communicator& world, const CalibrateOptions& o) {
+  TT_RETURN_IF(world.size() < 2, kInvalidArgument, "the gradients' average needs two ranks or more");
+  TT_ASSIGN_OR_RETURN(std::unique_ptr<GradReducer> reducer,
+                      make_stream_reducer(be, world, be.comm_stream(), "calibrate"));
+  const int64_t most = std::min<int64_t>(o.max_link_bytes, int64_t(64) << 20) / 4;
+  TT_ASSIGN_OR_RETURN(Tensor buf, be.pool().allocate({most}, DType::kF32, TensorClass::kWorkspace, "grad_reduce"));
+  be.fill_zero(buf, be.compute_stream());
+  TT_TRY(be.compute_stream().synchronize());
+  std::vector<std::pair<int64_t, double>> pts;
+  Status st;
+  for (int64_t n = 16384; n <= most && st.is_ok(); n *= 4) {
+    const Tensor t = buf.view(0, {n});
+    reducer->reduce(t, be.comm_stream());  // warm-up: the first call of a size sets up its buffers
+    st = be.comm_stream().synchronize();
+    for (int reps = 1; st.is_ok(); reps *= 2) {
+      if (st = world.barrier(); !st.is_ok()) break;
+      const double t0 = now_s();
+      for (int i = 0; i < reps; ++i) reducer->reduce(t, be.comm_stream());
+      if (st = be.comm_stream().synchronize(); !st.is_ok()) break;
+      double secs = now_s() - t0;
+      if (st = world.allreduce(comm::kInPlace, &secs, 1, comm::DType::kF64, comm::Op::kMax); !st.is_ok()) break;
+      if (secs >= o.min_seconds || reps >= o.max_reps) {
+        pts.emplace_back(n * 4, secs / reps);
+        break;
+      }
+    }
+  }
+  be.pool().free(buf);
+  TT_TRY(st);
+  TT_TRY(reducer->status());
+  return fit(std::move(pts));
 }
 
 Result<Profile> calibrate(Backend& be, const MachineId& machine, const CalibrateOptions& o) {

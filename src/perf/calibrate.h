@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/registry.h"
+#include "comm/comm.h"
 #include "perf/profile.h"
 
 namespace tt::perf {
@@ -53,5 +54,8 @@ Result<Profile> calibrate(Backend& be, const MachineId& machine, const Calibrate
 Status measure_kernels(Backend& be, Profile& profile, const CalibrateOptions& options);
 // Profile::um_* on this backend (nothing where it has no managed memory, or where the reservation is refused).
 Status measure_um(Backend& be, Profile& profile, const CalibrateOptions& options);
+// Note [pricing the gradients' average] (perf/costs.cc): the data-parallel average over `world`'s ranks, measured
+// on every rank at once (a collective call: every rank of the world calls it), the slowest rank's times fitted.
+Result<LinkRate> measure_grad_reduce(Backend& be, comm::Communicator& world, const CalibrateOptions& options);
 
 }  // namespace tt::perf

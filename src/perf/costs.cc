@@ -215,6 +215,22 @@ double ProfileCosts::seconds(const Op& op) const {
       return static_cast<double>(seg_params_[static_cast<size_t>(op.segment)]) / host_rate_;
     case CostClass::kCompute:
       return kernels(op);
+    case CostClass::kComm: {
+      // Note [pricing the gradients' average]
+      // A data-parallel run averages each segment's gradients over its ranks on the comm stream (Note [data
+      // parallel] in exec/schedule.cc), overlapped with the rest of the backward. Its time is the profile's rate for
+      // that many ranks, measured by `tiertrain launch -n N -- tiertrain calibrate` through the reducer the run uses
+      // (host shared memory on the CPU backend, NCCL on GPUs) as latency + bytes / bandwidth. Without it the
+      // reduction costs nothing and the prediction says so (PlanRow::unpriced_reductions). Only the gradients' average
+      // is priced: a tensor-parallel run's sums sit inside the model's compute operations, and a sharded
+      // optimizer's parameter exchanges inside its update's.
+      auto it = p_.grad_reduce.find(spec_.data_ranks);
+      if (it == p_.grad_reduce.end() || !it->second.valid()) {
+        unpriced_reductions_ = true;
+        return 0;
+      }
+      return it->second.seconds(op.bytes);
+    }
   }
   return 0;
 }

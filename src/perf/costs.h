@@ -45,6 +45,9 @@ struct ProfileCosts final : CostModel {
   const Status& status() const { return status_; }
   // Kernel calls priced by interpolation rather than measured.
   int interpolated() const { return interpolated_; }
+  // Note [pricing the gradients' average]: whether the run's reductions went unpriced (the profile has no rate for
+  // its number of data-parallel ranks).
+  bool unpriced_reductions() const { return unpriced_reductions_; }
 
  private:
   double kernels(const Op& op) const;
@@ -54,6 +57,7 @@ struct ProfileCosts final : CostModel {
   std::vector<int64_t> seg_params_;
   std::vector<std::vector<int64_t>> seg_sizes_;
   double host_rate_ = 0;
+  mutable bool unpriced_reductions_ = false;
   double host_segment_scale_ = 1;  // a measured segment at the run's thread count: rate(measured) / rate(run)
   // Compute operations priced so far, by what fixes their calls: kind, boundary, segment (blocks alike: all the
   // same class), the LM head's backward.

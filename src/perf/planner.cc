@@ -84,6 +84,7 @@ Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_thre
       }
     }
     r.interpolated = costs.interpolated();
+    r.unpriced_reductions = costs.unpriced_reductions();
     r.copy_bytes = 0;
     for (const Op& op : r.schedule.pass(Pass::kTrain))
       if ((op.stream == StreamId::kH2D || op.stream == StreamId::kD2H) && op.kind != OpKind::kWait &&
@@ -214,6 +215,15 @@ void print_plan_table(const std::vector<PlanRow>& rows, FILE* out) {
                    "over: runs only with --um-allow-oversubscription (never on a GPU shared with other jobs); its "
                    "time is an estimate: the managed pages beyond the budget migrated each way twice a step (Note "
                    "[oversubscribed Unified Memory] in perf/planner.h)\n");
+      break;
+    }
+  for (const PlanRow& r : rows)
+    if (r.unpriced_reductions) {
+      const int n = r.run.exec.data_ranks;
+      std::fprintf(out,
+                   "the gradients' average over the %d data-parallel ranks is unpriced (counted as free): measure it "
+                   "with tiertrain launch -n %d -- tiertrain calibrate (Note [pricing the gradients' average])\n",
+                   n, n);
       break;
     }
 }

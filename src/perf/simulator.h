@@ -34,9 +34,9 @@
 namespace tt::perf {
 
 // Where an operation's time goes: nowhere (waits, records, allocations, the caller's draw of a batch), a copy each
-// way, host work, or compute-stream work.
-enum class CostClass { kFree, kD2H, kH2D, kHost, kCompute };
-constexpr int kNumCostClasses = 5;
+// way, host work, compute-stream work, or a collective over the ranks (the data-parallel gradients' average).
+enum class CostClass { kFree, kD2H, kH2D, kHost, kCompute, kComm };
+constexpr int kNumCostClasses = 6;
 CostClass cost_class(const Op& op);  // a Unified Memory prefetch by its direction, a discard as h2d
 
 // The time of one operation of a schedule.

@@ -49,6 +49,7 @@ Profile sample() {
   p.um_populate = {10e-6, 30e9, {{2 << 20, 0.08e-3}}};
   p.um_discard = {5e-6, 1e12, {{2 << 20, 6e-6}}};
   p.um_fault_in = {30e-6, 8e9, {{2 << 20, 0.29e-3}}};
+  p.grad_reduce[2] = {12e-6, 150e9, {{1 << 20, 19e-6}}};
   return p;
 }
 
@@ -64,6 +65,7 @@ TEST(Profile, JsonRoundTrips) {
   EXPECT_EQ(back.value().host_task_seconds, 4e-6);
   EXPECT_EQ(back.value().um_to_host.bytes_per_s, 13e9);
   EXPECT_EQ(back.value().um_discard.latency_s, 5e-6);
+  EXPECT_EQ(back.value().grad_reduce.at(2).bytes_per_s, 150e9);
 
   tt::testing::TempDir dir;
   const std::string path = dir.path() + "/sub/profile.json";
@@ -102,6 +104,9 @@ TEST(Profile, DamagedProfilesAreRefusedNamingTheField) {
       {"profile.contention.host.d2h", [](nlohmann::json& j) { j["contention"]["host"]["d2h"] = 0.5; }},
       {"profile.contention.h2d.host", [](nlohmann::json& j) { j["contention"]["h2d"].erase("host"); }},
       {"profile.contention.d2h", [](nlohmann::json& j) { j["contention"].erase("d2h"); }},
+      {"profile.grad_reduce.one", [](nlohmann::json& j) { j["grad_reduce"]["one"] = j["grad_reduce"]["2"]; }},
+      {"profile.grad_reduce.1", [](nlohmann::json& j) { j["grad_reduce"]["1"] = j["grad_reduce"]["2"]; }},
+      {"profile.grad_reduce.2.bytes_per_s", [](nlohmann::json& j) { j["grad_reduce"]["2"]["bytes_per_s"] = -1; }},
       // Version 1 timed the host segments from a warm cache with every core: measured again.
       {"profile.version", [](nlohmann::json& j) { j["version"] = 1; }},
   };
@@ -293,6 +298,34 @@ TEST(ProfileCosts, AShardedCpuOptimizerMovesAndUpdatesItsShare) {
     ASSERT_TRUE(back.is_ok()) << back.status().to_string();
     EXPECT_EQ(back.value().spec.shard_optimizer, shard);
   }
+}
+
+// Note [pricing the gradients' average] (perf/costs.cc): a data-parallel run's reductions are priced by the profile's
+// rate for its number of ranks (latency + bytes / bandwidth); without one they cost nothing and the costs say so.
+TEST(ProfileCosts, TheGradientsAverageIsPricedByTheRateForItsRanks) {
+  const Profile p = sample();  // a rate for 2 ranks: 12 us + bytes / 150 GB/s
+  ScheduleSpec spec;
+  spec.model = GptConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
+  Op op;
+  op.stream = StreamId::kComm;
+  op.kind = OpKind::kGradReduce;
+  op.segment = 1;
+  op.bytes = 150'000'000;
+  EXPECT_EQ(cost_class(op), CostClass::kComm);
+  spec.data_ranks = 2;
+  ProfileCosts two(p, spec, 0);
+  EXPECT_DOUBLE_EQ(two.seconds(op), 12e-6 + 1e-3);
+  EXPECT_FALSE(two.unpriced_reductions());
+  spec.data_ranks = 4;
+  ProfileCosts four(p, spec, 0);
+  EXPECT_EQ(four.seconds(op), 0.0);
+  EXPECT_TRUE(four.unpriced_reductions());
+  // An older profile (no "grad_reduce") still loads.
+  nlohmann::json j = p.to_json();
+  j.erase("grad_reduce");
+  auto old = Profile::from_json(j);
+  ASSERT_TRUE(old.is_ok()) << old.status().to_string();
+  EXPECT_TRUE(old.value().grad_reduce.empty());
 }
 
 }  // namespace
