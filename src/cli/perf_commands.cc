@@ -38,8 +38,7 @@ void describe_run(const TrainConfig& c, const perf::PlanRow& r, const std::strin
   if (r.run.exec.data_ranks > 1)
     std::fprintf(out,
                  "mesh %s: every row is one rank's (batch %d of the global %d; memory per device, tokens/s of one "
-                 "rank), the gradients' average over the data ranks priced from the profile (a tensor-parallel "
-                 "run's sums are not priced)\n",
+                 "rank), its collectives priced from the profile's allreduce rate for their ranks\n",
                  c.mesh.c_str(), r.run.exec.batch, c.batch);
   std::fprintf(out, "profile: %s\n", profile.c_str());
 }
@@ -49,9 +48,9 @@ void describe_run(const TrainConfig& c, const perf::PlanRow& r, const std::strin
 int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out) {
   auto c = with_vocab(cfg);
   if (!c.is_ok()) return fail(c.status());
-  // Note [pricing the gradients' average] (perf/costs.cc): started as N ranks (tiertrain launch -n N, mpirun), every
-  // rank measures the data-parallel gradients' average together; then rank 0 alone measures the rest, the others
-  // having stopped, so that nothing else runs beside its timings.
+  // Note [pricing collectives] (perf/costs.cc): started as N ranks (tiertrain launch -n N, mpirun), every rank
+  // measures an allreduce over the N through the runs' reducer together; then rank 0 alone measures the rest, the
+  // others having stopped, so that nothing else runs beside its timings.
   auto world = comm::world();
   if (!world.is_ok()) return fail(world.status());
   const int ranks = world.value()->size(), me = world.value()->rank();
@@ -59,15 +58,15 @@ int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out
   if (ranks > 1) {
     auto backend = resolve_backend_name(c.value().backend);
     if (!backend.is_ok()) return fail(backend.status());
-    if (me == 0) std::fprintf(out, "calibrate: the gradients' average over %d ranks (64 KiB to 64 MiB)\n", ranks);
+    if (me == 0) std::fprintf(out, "calibrate: an allreduce over %d ranks (64 KiB to 64 MiB)\n", ranks);
     auto be = create_backend(backend.value(), run_backend_options(c.value(), int64_t(256) << 20));
     if (!be.is_ok()) return fail(be.status());
     perf::CalibrateOptions o;
-    auto rate = perf::measure_grad_reduce(*be.value(), *world.value(), o);
+    auto rate = perf::measure_allreduce(*be.value(), *world.value(), o);
     if (!rate.is_ok()) return fail(rate.status());
     if (me != 0) {
-      std::fprintf(out, "calibrate: rank %d measured the gradients' average with the others; rank 0 measures the "
-                        "rest and keeps the profile\n", me);
+      std::fprintf(out, "calibrate: rank %d measured the allreduce with the others; rank 0 measures the rest and "
+                        "keeps the profile\n", me);
       return 0;
     }
     reduce = rate.value();
@@ -83,14 +82,14 @@ int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out
         cmd.out.empty()
             ? perf::default_profile_path(perf::this_machine(backend.value(), run_backend_options(c.value(), 0)))
             : cmd.out;
-    if (auto old = perf::Profile::load(file); old.is_ok()) kept = old.value().grad_reduce;
+    if (auto old = perf::Profile::load(file); old.is_ok()) kept = old.value().allreduce;
   }
   std::string path;
   auto profile = perf::machine_profile(c.value(), "", perf::rows_needs(rows.value()), out,
                                        /*recalibrate=*/true, &path, cmd.heat_seconds);
   if (!profile.is_ok()) return fail(profile.status());
-  profile.value().grad_reduce = kept;
-  if (reduce) profile.value().grad_reduce[ranks] = *reduce;
+  profile.value().allreduce = kept;
+  if (reduce) profile.value().allreduce[ranks] = *reduce;
   if (!cmd.out.empty()) path = cmd.out;
   if (!cmd.out.empty() || reduce || !kept.empty()) {
     if (Status s = profile.value().save(path); !s.is_ok()) return fail(s);
@@ -101,8 +100,8 @@ int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out
   auto link = [&](const char* name, const perf::LinkRate& l) {
     std::fprintf(out, "  %-13s %7.2f GB/s, latency %6.1f us\n", name, l.bytes_per_s / 1e9, l.latency_s * 1e6);
   };
-  for (const auto& [n, l] : p.grad_reduce) {
-    const std::string name = "average x" + std::to_string(n);
+  for (const auto& [n, l] : p.allreduce) {
+    const std::string name = "allreduce x" + std::to_string(n);
     link(name.c_str(), l);
   }
   link("h2d pinned", p.h2d_pinned);

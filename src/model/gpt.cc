@@ -593,6 +593,46 @@ void Gpt::backward_block(GptHooks& h, int l) {
   be_.layernorm_backward(t_.dresidual, g.ln1w, g.ln1b, t_.dln, x, w.ln1w, a.ln1_mean, a.ln1_rstd);
 }
 
+std::vector<int64_t> gpt_tp_collectives(const GptConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows,
+                                        GptPiece piece, int segment) {
+  std::vector<int64_t> r;
+  if (cfg.tp == 1) return r;
+  const int L = cfg.layers;
+  const int64_t BT = static_cast<int64_t>(batch) * cfg.seq, e = static_cast<int64_t>(dtype_size(dt)),
+                me = static_cast<int64_t>(dtype_size(master_dtype_for(dt))), act = BT * cfg.dim * e;
+  const bool block = segment >= 1 && segment <= L;
+  switch (piece) {
+    case GptPiece::kForward:
+      if (segment == 0 && cfg.split_vocab) r.push_back(act);  // the embedding's rows from their owners
+      if (block) r = {act, act};                              // attn.proj, mlp.proj
+      break;
+    case GptPiece::kForwardGeluApart:
+    case GptPiece::kRebuildBlock:
+      r = {act, act};
+      break;
+    case GptPiece::kBackward:
+      if (block) r = {act, act};  // d ln2, d ln1
+      break;
+    case GptPiece::kHead:
+    case GptPiece::kHeadWithBackward: {
+      if (!cfg.split_vocab) break;
+      const int64_t chunk = lm_chunk_rows > 0 ? std::min(lm_chunk_rows, BT) : gpt_default_lm_chunk_rows(cfg, batch, dt);
+      for (int64_t r0 = 0; r0 < BT; r0 += chunk) {
+        const int64_t n = std::min(chunk, BT - r0);
+        r.push_back(n * me);      // xent max
+        r.push_back(2 * n * me);  // xent sums
+      }
+      if (piece == GptPiece::kHeadWithBackward) r.push_back(act);  // d lnf
+      break;
+    }
+    case GptPiece::kRebuildNorms:
+    case GptPiece::kRebuildMlp:
+    case GptPiece::kRebuildGelu:
+      break;
+  }
+  return r;
+}
+
 std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows,
                                               GptPiece piece, int segment) {
   const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads / cfg.tp, BT = B * T;

@@ -245,6 +245,11 @@ struct NamedKernelCall {
 // lm_chunk_rows: as the run's logits buffer (0: the model's default).
 std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
                                               GptPiece piece, int segment);
+// Note [tensor parallel]: the bytes of each sum or maximum over the model's ranks (GptHooks::tp_sum, tp_max) one
+// piece runs, in order (none with tp 1): what the performance model prices beside the piece's kernels (Note
+// [pricing collectives] in perf/costs.cc). Tested against the passes as the kernel calls are.
+std::vector<int64_t> gpt_tp_collectives(const GptConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
+                                        GptPiece piece, int segment);
 
 class Gpt {
  public:

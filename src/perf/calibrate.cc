@@ -857,16 +857,16 @@ Status measure_um(Backend& be, Profile& p, const CalibrateOptions& o) {
   return Status::ok();
 }
 
-// Note [pricing the gradients' average] (perf/costs.cc): every rank of the world averages f32 buffers of 64 KiB to
-// 64 MiB through the reducer a data-parallel run uses (exec/grad_reducer.h, on the comm stream), as many times as
-// take o.min_seconds on the slowest rank (the ranks agree on each count), and the times (the slowest rank's) are
-// fitted as latency + bytes / bandwidth.
-Result<LinkRate> measure_grad_reduce(Backend& be, comm::Communicator& world, const CalibrateOptions& o) {
-  TT_RETURN_IF(world.size() < 2, kInvalidArgument, "the gradients' average needs two ranks or more");
+// Note [pricing collectives] (perf/costs.cc): every rank of the world averages f32 buffers of 64 KiB to 64 MiB
+// through the reducer a mesh's run uses (exec/grad_reducer.h, here on the comm stream), as many times as take
+// o.min_seconds on the slowest rank (the ranks agree on each count), and the times (the slowest rank's) are fitted
+// as latency + bytes / bandwidth.
+Result<LinkRate> measure_allreduce(Backend& be, comm::Communicator& world, const CalibrateOptions& o) {
+  TT_RETURN_IF(world.size() < 2, kInvalidArgument, "an allreduce needs two ranks or more");
   TT_ASSIGN_OR_RETURN(std::unique_ptr<GradReducer> reducer,
                       make_stream_reducer(be, world, be.comm_stream(), "calibrate"));
   const int64_t most = std::min<int64_t>(o.max_link_bytes, int64_t(64) << 20) / 4;
-  TT_ASSIGN_OR_RETURN(Tensor buf, be.pool().allocate({most}, DType::kF32, TensorClass::kWorkspace, "grad_reduce"));
+  TT_ASSIGN_OR_RETURN(Tensor buf, be.pool().allocate({most}, DType::kF32, TensorClass::kWorkspace, "allreduce"));
   be.fill_zero(buf, be.compute_stream());
   TT_TRY(be.compute_stream().synchronize());
   std::vector<std::pair<int64_t, double>> pts;

@@ -54,8 +54,8 @@ Result<Profile> calibrate(Backend& be, const MachineId& machine, const Calibrate
 Status measure_kernels(Backend& be, Profile& profile, const CalibrateOptions& options);
 // Profile::um_* on this backend (nothing where it has no managed memory, or where the reservation is refused).
 Status measure_um(Backend& be, Profile& profile, const CalibrateOptions& options);
-// Note [pricing the gradients' average] (perf/costs.cc): the data-parallel average over `world`'s ranks, measured
+// Note [pricing collectives] (perf/costs.cc): an allreduce over `world`'s ranks through the runs' reducer, measured
 // on every rank at once (a collective call: every rank of the world calls it), the slowest rank's times fitted.
-Result<LinkRate> measure_grad_reduce(Backend& be, comm::Communicator& world, const CalibrateOptions& options);
+Result<LinkRate> measure_allreduce(Backend& be, comm::Communicator& world, const CalibrateOptions& options);
 
 }  // namespace tt::perf

@@ -5,40 +5,54 @@
 
 namespace tt::perf {
 
+namespace {
+// The model's piece a compute operation runs (model/gpt.h GptPiece) and its segment; false for the others.
+bool model_piece(const Op& op, const ScheduleSpec& spec, GptPiece* piece, int* segment) {
+  const int L = spec.model.layers;
+  *segment = op.layer + 1;
+  switch (op.kind) {
+    case OpKind::kModel:
+      *segment = op.segment;
+      switch (op.boundary) {
+        case Boundary::kBeforeForward:
+          // Note [rebuilt GELU]: such a block's forward runs its GELU apart.
+          *piece = op.segment >= 1 && op.segment <= L && spec.plan.gelu_rebuilt(op.segment - 1)
+                       ? GptPiece::kForwardGeluApart
+                       : GptPiece::kForward;
+          return true;
+        case Boundary::kBeforeBackward: *piece = GptPiece::kBackward; return true;
+        case Boundary::kBeforeHead:
+          *segment = 0;
+          *piece = op.name.find("backward") != std::string::npos ? GptPiece::kHeadWithBackward : GptPiece::kHead;
+          return true;
+        default: return false;
+      }
+    case OpKind::kRebuildBlock: *piece = GptPiece::kRebuildBlock; return true;
+    case OpKind::kRebuildNorms: *piece = GptPiece::kRebuildNorms; return true;
+    case OpKind::kRebuildMlp: *piece = GptPiece::kRebuildMlp; return true;
+    case OpKind::kRebuildGelu: *piece = GptPiece::kRebuildGelu; return true;
+    default: return false;
+  }
+}
+}  // namespace
+
 std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) {
   const GptConfig& cfg = spec.model;
   const DType dt = spec.compute, md = master_dtype_for(dt);
   std::vector<KernelCall> r;
-  auto piece = [&](GptPiece p, int segment) {
+  GptPiece p;
+  int segment = 0;
+  if (model_piece(op, spec, &p, &segment)) {
     for (const NamedKernelCall& k : gpt_kernel_calls(cfg, spec.batch, dt, spec.lm_chunk_rows, p, segment))
       r.push_back(k.call);
-  };
+    return r;
+  }
   GptSegments segs;
   auto seg_size = [&](int s) {
     if (segs.offset.empty()) segs = gpt_segments(cfg);
     return segs.size[static_cast<size_t>(s)];
   };
   switch (op.kind) {
-    case OpKind::kModel:
-      switch (op.boundary) {
-        case Boundary::kBeforeForward:
-          // Note [rebuilt GELU]: such a block's forward runs its GELU apart.
-          piece(op.segment >= 1 && op.segment <= cfg.layers && spec.plan.gelu_rebuilt(op.segment - 1)
-                    ? GptPiece::kForwardGeluApart
-                    : GptPiece::kForward,
-                op.segment);
-          break;
-        case Boundary::kBeforeBackward: piece(GptPiece::kBackward, op.segment); break;
-        case Boundary::kBeforeHead:
-          piece(op.name.find("backward") != std::string::npos ? GptPiece::kHeadWithBackward : GptPiece::kHead, 0);
-          break;
-        default: break;
-      }
-      break;
-    case OpKind::kRebuildBlock: piece(GptPiece::kRebuildBlock, op.layer + 1); break;
-    case OpKind::kRebuildNorms: piece(GptPiece::kRebuildNorms, op.layer + 1); break;
-    case OpKind::kRebuildMlp: piece(GptPiece::kRebuildMlp, op.layer + 1); break;
-    case OpKind::kRebuildGelu: piece(GptPiece::kRebuildGelu, op.layer + 1); break;
     case OpKind::kZeroGrads:
       if (op.segment >= 0) {
         r.push_back({KernelOp::kFillZero, md, {seg_size(op.segment)}});
@@ -143,7 +157,22 @@ double ProfileCosts::kernels(const Op& op) const {
     interpolated_ += interpolated;
     t = s.is_ok() ? s.value() : 0.0;
   }
+  // Note [pricing collectives]: a tensor-parallel piece's sums and maxima over the model's ranks, in its time.
+  GptPiece piece;
+  int segment = 0;
+  if (spec_.model.tp > 1 && model_piece(op, spec_, &piece, &segment))
+    for (int64_t bytes : gpt_tp_collectives(spec_.model, spec_.batch, spec_.compute, spec_.lm_chunk_rows, piece, segment))
+      t += allreduce_seconds(spec_.model.tp, bytes);
   return cache_.emplace(key, t).first->second;
+}
+
+double ProfileCosts::allreduce_seconds(int ranks, int64_t bytes) const {
+  auto it = p_.allreduce.find(ranks);
+  if (it == p_.allreduce.end() || !it->second.valid()) {
+    unpriced_collectives_ = true;
+    return 0;
+  }
+  return it->second.seconds(bytes);
 }
 
 double ProfileCosts::readback_seconds() const {
@@ -216,20 +245,19 @@ double ProfileCosts::seconds(const Op& op) const {
     case CostClass::kCompute:
       return kernels(op);
     case CostClass::kComm: {
-      // Note [pricing the gradients' average]
-      // A data-parallel run averages each segment's gradients over its ranks on the comm stream (Note [data
-      // parallel] in exec/schedule.cc), overlapped with the rest of the backward. Its time is the profile's rate for
-      // that many ranks, measured by `tiertrain launch -n N -- tiertrain calibrate` through the reducer the run uses
-      // (host shared memory on the CPU backend, NCCL on GPUs) as latency + bytes / bandwidth. Without it the
-      // reduction costs nothing and the prediction says so (PlanRow::unpriced_reductions). Only the gradients' average
-      // is priced: a tensor-parallel run's sums sit inside the model's compute operations, and a sharded
-      // optimizer's parameter exchanges inside its update's.
-      auto it = p_.grad_reduce.find(spec_.data_ranks);
-      if (it == p_.grad_reduce.end() || !it->second.valid()) {
-        unpriced_reductions_ = true;
-        return 0;
-      }
-      return it->second.seconds(op.bytes);
+      // Note [pricing collectives]
+      // A mesh's collectives are allreduces over the ranks of one mesh dimension, through the reducer the run uses
+      // (host shared memory on the CPU backend, NCCL on GPUs). `tiertrain launch -n N -- tiertrain calibrate`
+      // measures an allreduce over N ranks as latency + bytes / bandwidth (Profile::allreduce); a collective over
+      // that many ranks is priced by its bytes at that rate, and without one it costs nothing and the prediction
+      // says so (PlanRow::unpriced_collectives). A data-parallel run's average of each segment's gradients is an
+      // operation of its own on the comm stream (Note [data parallel] in exec/schedule.cc), overlapped with the rest
+      // of the backward; a tensor-parallel run's sums and maxima (Note [tensor parallel] in model/gpt.h) are part of
+      // the compute operations that run them (gpt_tp_collectives lists them per piece, as gpt_kernel_calls lists
+      // the kernels), on the compute stream. Not priced: a sharded optimizer's exchange of parameters (inside its
+      // update), the norm's sum over the model's ranks (one number). The rate is an f32 allreduce's; bf16 sums and
+      // small maxima are priced by their bytes at it.
+      return allreduce_seconds(spec_.data_ranks, op.bytes);
     }
   }
   return 0;

@@ -45,19 +45,22 @@ struct ProfileCosts final : CostModel {
   const Status& status() const { return status_; }
   // Kernel calls priced by interpolation rather than measured.
   int interpolated() const { return interpolated_; }
-  // Note [pricing the gradients' average]: whether the run's reductions went unpriced (the profile has no rate for
-  // its number of data-parallel ranks).
-  bool unpriced_reductions() const { return unpriced_reductions_; }
+  // Note [pricing collectives]: whether some of the run's collectives went unpriced (the profile has no
+  // allreduce rate for that number of ranks).
+  bool unpriced_collectives() const { return unpriced_collectives_; }
 
  private:
   double kernels(const Op& op) const;
+  // An allreduce of `bytes` over `ranks` ranks at the profile's rate (Note [pricing collectives]); 0, and
+  // unpriced_collectives(), without one.
+  double allreduce_seconds(int ranks, int64_t bytes) const;
   const LinkRate* um_link(const Op& op) const;
   const Profile& p_;
   ScheduleSpec spec_;
   std::vector<int64_t> seg_params_;
   std::vector<std::vector<int64_t>> seg_sizes_;
   double host_rate_ = 0;
-  mutable bool unpriced_reductions_ = false;
+  mutable bool unpriced_collectives_ = false;
   double host_segment_scale_ = 1;  // a measured segment at the run's thread count: rate(measured) / rate(run)
   // Compute operations priced so far, by what fixes their calls: kind, boundary, segment (blocks alike: all the
   // same class), the LM head's backward.

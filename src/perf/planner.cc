@@ -84,7 +84,7 @@ Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_thre
       }
     }
     r.interpolated = costs.interpolated();
-    r.unpriced_reductions = costs.unpriced_reductions();
+    r.unpriced_collectives = costs.unpriced_collectives();
     r.copy_bytes = 0;
     for (const Op& op : r.schedule.pass(Pass::kTrain))
       if ((op.stream == StreamId::kH2D || op.stream == StreamId::kD2H) && op.kind != OpKind::kWait &&
@@ -218,12 +218,16 @@ void print_plan_table(const std::vector<PlanRow>& rows, FILE* out) {
       break;
     }
   for (const PlanRow& r : rows)
-    if (r.unpriced_reductions) {
-      const int n = r.run.exec.data_ranks;
+    if (r.unpriced_collectives) {
+      // The mesh dimensions whose collectives need a rate: the data ranks' average, the model ranks' sums.
+      std::string how;
+      for (const int n : {r.run.exec.data_ranks, r.run.exec.model.tp})
+        if (n > 1 && how.find("-n " + std::to_string(n) + " ") == std::string::npos)
+          how += (how.empty() ? "" : ", and ") + ("tiertrain launch -n " + std::to_string(n) + " -- tiertrain calibrate");
       std::fprintf(out,
-                   "the gradients' average over the %d data-parallel ranks is unpriced (counted as free): measure it "
-                   "with tiertrain launch -n %d -- tiertrain calibrate (Note [pricing the gradients' average])\n",
-                   n, n);
+                   "the mesh's collectives are unpriced where the profile has no allreduce rate for their ranks "
+                   "(counted as free): measure it with %s (Note [pricing collectives])\n",
+                   how.c_str());
       break;
     }
 }

@@ -26,7 +26,7 @@ struct PlanRow {
   Schedule schedule;
   SimResult sim;
   int interpolated = 0;  // kernel calls priced by interpolation
-  bool unpriced_reductions = false;  // Note [pricing the gradients' average] in perf/costs.cc: no rate for the ranks
+  bool unpriced_collectives = false;  // Note [pricing collectives] in perf/costs.cc: no rate for the ranks
   double tokens_per_s = 0;
   int64_t copy_bytes = 0;  // bytes a training step moves between host and device
   double measured_s = -1;  // --measure: the median step; < 0 when not measured

@@ -235,7 +235,7 @@ json Profile::to_json() const {
   for (const auto& [name, l] : um_links())
     if (l->valid()) um[name] = link_json(*l);
   json reduce = json::object();  // by ranks, only what was measured
-  for (const auto& [ranks, l] : grad_reduce) reduce[std::to_string(ranks)] = link_json(l);
+  for (const auto& [ranks, l] : allreduce) reduce[std::to_string(ranks)] = link_json(l);
   json j = {{"format", "tiertrain-profile"},
           {"version", kVersion},
           {"machine",
@@ -265,7 +265,7 @@ json Profile::to_json() const {
             {"adamw_segment_threads", host_segment_threads},
             {"memcpy_bytes_per_s", host_memcpy_bytes_per_s},
             {"task_seconds", host_task_seconds}}}};
-  if (!reduce.empty()) j["grad_reduce"] = reduce;
+  if (!reduce.empty()) j["allreduce"] = reduce;
   return j;
 }
 
@@ -342,16 +342,16 @@ Result<Profile> Profile::from_json(const json& j) {
       TT_ASSIGN_OR_RETURN(*l, read_link(um, key.c_str()));
     }
   }
-  if (top.raw().contains("grad_reduce")) {  // optional: Note [pricing the gradients' average]
-    TT_ASSIGN_OR_RETURN(Reader reduce, top.sub("grad_reduce"));
+  if (top.raw().contains("allreduce")) {  // optional: Note [pricing collectives]
+    TT_ASSIGN_OR_RETURN(Reader reduce, top.sub("allreduce"));
     TT_TRY(reduce.object());
     for (const auto& [key, value] : reduce.raw().items()) {
       (void)value;
       int ranks = 0;
       const bool number = !key.empty() && key.size() < 6 && key.find_first_not_of("0123456789") == std::string::npos &&
                           (ranks = std::stoi(key)) >= 2;
-      TT_RETURN_IF(!number, kDataLoss, "profile.grad_reduce.%s: must be a number of ranks (2 or more)", key.c_str());
-      TT_ASSIGN_OR_RETURN(p.grad_reduce[ranks], read_link(reduce, key.c_str()));
+      TT_RETURN_IF(!number, kDataLoss, "profile.allreduce.%s: must be a number of ranks (2 or more)", key.c_str());
+      TT_ASSIGN_OR_RETURN(p.allreduce[ranks], read_link(reduce, key.c_str()));
     }
   }
   TT_ASSIGN_OR_RETURN(Reader duplex, top.sub("duplex"));

@@ -116,10 +116,10 @@ struct Profile {
   // An empty piece of host-stream work, start to end (a CUDA host function's launch; the CPU backend's simulated
   // host delay): the fixed part of every host update, which other traffic does not slow (Note [contention]).
   double host_task_seconds = 0;
-  // Note [pricing the gradients' average]: the data-parallel average of a segment's gradients (GradReducer::reduce,
-  // f32, on the comm stream) by the number of ranks, as `tiertrain launch -n N -- tiertrain calibrate` measured it
-  // (host shared memory on the CPU backend, NCCL on GPUs). Optional: without it the reductions are unpriced.
-  std::map<int, LinkRate> grad_reduce;
+  // Note [pricing collectives] (perf/costs.cc): an allreduce of f32 through the reducer a run uses (exec/
+  // grad_reducer.h: host shared memory on the CPU backend, NCCL on GPUs), by the number of ranks, as `tiertrain
+  // launch -n N -- tiertrain calibrate` measured it. Optional: without it a mesh's collectives are unpriced.
+  std::map<int, LinkRate> allreduce;
   // Note [contention]: slowdown[victim][other] >= 1, the victim's time while the other runs over its time alone.
   double slowdown[kNumTraffic][kNumTraffic] = {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}};
 

@@ -17,7 +17,7 @@ CostClass cost_class(const Op& op) {
     case OpKind::kInputFill:
     case OpKind::kUmAdvise:    // (set-up only)
       return CostClass::kFree;
-    case OpKind::kGradReduce:  // Note [pricing the gradients' average] in perf/costs.cc
+    case OpKind::kGradReduce:  // Note [pricing collectives] in perf/costs.cc
       return CostClass::kComm;
     // Unified Memory (issue 20): the driver's prefetches on the stream of their direction (Note [managed
     // activations] in exec/schedule.cc); a discard-and-prefetch of dead pages moves nothing but is the h2d stream's

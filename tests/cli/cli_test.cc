@@ -688,10 +688,10 @@ TEST(Cli, BadFlagValues) {
 
 // tiertrain plan and calibrate (perf/): the machine calibrated on first use into XDG_CACHE_HOME (said once, then
 // cached), every shortcut and the automatic plan predicted, bad requests and bad profiles named.
-// Note [pricing the gradients' average] (perf/costs.cc): calibrate under `launch -n 2` measures the average over two
-// ranks (every rank together; rank 0 keeps the profile), and a plan of a data=2 mesh is priced with it; data=4 has
-// no rate and says so; a later calibration of one process keeps the two-rank rate.
-TEST(Cli, CalibrateUnderLaunchPricesTheGradientsAverage) {
+// Note [pricing collectives] (perf/costs.cc): calibrate under `launch -n 2` measures an allreduce over two ranks
+// (every rank together; rank 0 keeps the profile), and plans of a data=2 and a model=2 mesh are priced with it;
+// data=4 has no rate and says so; a later calibration of one process keeps the two-rank rate.
+TEST(Cli, CalibrateUnderLaunchPricesTheMeshsCollectives) {
   TempDir dir;
   const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
   const std::string env = "XDG_CACHE_HOME=" + dir.file("cache");
@@ -699,24 +699,28 @@ TEST(Cli, CalibrateUnderLaunchPricesTheGradientsAverage) {
   const std::string profile = dir.file("profile.json");
   CliRun cal = run("launch -n 2 -- " + std::string(TT_BINARY) + " calibrate" + model + " --out " + profile, env);
   ASSERT_EQ(cal.code, 0) << cal.out;
-  EXPECT_HAS(cal.out, "[rank 0] calibrate: the gradients' average over 2 ranks");
-  EXPECT_HAS(cal.out, "[rank 0]   average x2");
-  EXPECT_HAS(cal.out, "[rank 1] calibrate: rank 1 measured the gradients' average with the others");
+  EXPECT_HAS(cal.out, "[rank 0] calibrate: an allreduce over 2 ranks");
+  EXPECT_HAS(cal.out, "[rank 0]   allreduce x2");
+  EXPECT_HAS(cal.out, "[rank 1] calibrate: rank 1 measured the allreduce with the others");
   const nlohmann::json j = nlohmann::json::parse(slurp(profile));
-  ASSERT_TRUE(j.contains("grad_reduce")) << j.dump().substr(0, 500);
-  EXPECT_GT(j["grad_reduce"]["2"]["bytes_per_s"].get<double>(), 0);
-  EXPECT_EQ(j["grad_reduce"]["2"]["points"].size(), 6u);  // 64 KiB to 64 MiB, by 4
+  ASSERT_TRUE(j.contains("allreduce")) << j.dump().substr(0, 500);
+  EXPECT_GT(j["allreduce"]["2"]["bytes_per_s"].get<double>(), 0);
+  EXPECT_EQ(j["allreduce"]["2"]["points"].size(), 6u);  // 64 KiB to 64 MiB, by 4
   CliRun two = run("plan" + model + " --mesh data=2 --machine-profile " + profile, env);
   ASSERT_EQ(two.code, 0) << two.out;
-  EXPECT_HAS(two.out, "the gradients' average over the data ranks priced from the profile");
-  EXPECT_EQ(two.out.find("is unpriced"), std::string::npos) << two.out;
+  EXPECT_HAS(two.out, "its collectives priced from the profile's allreduce rate for their ranks");
+  EXPECT_EQ(two.out.find("are unpriced"), std::string::npos) << two.out;
+  // The model dimension's sums over the same two ranks are priced at the same rate.
+  CliRun tp = run("plan" + model + " --mesh model=2 --machine-profile " + profile, env);
+  ASSERT_EQ(tp.code, 0) << tp.out;
+  EXPECT_EQ(tp.out.find("are unpriced"), std::string::npos) << tp.out;
   CliRun four = run("plan" + model + " --mesh data=4 --machine-profile " + profile, env);
   ASSERT_EQ(four.code, 0) << four.out;
-  EXPECT_HAS(four.out, "the gradients' average over the 4 data-parallel ranks is unpriced");
+  EXPECT_HAS(four.out, "the mesh's collectives are unpriced where the profile has no allreduce rate");
   EXPECT_HAS(four.out, "tiertrain launch -n 4 -- tiertrain calibrate");
   CliRun again = run("calibrate" + model + " --out " + profile, env);
   ASSERT_EQ(again.code, 0) << again.out;
-  EXPECT_TRUE(nlohmann::json::parse(slurp(profile)).contains("grad_reduce")) << "the two-rank rate was dropped";
+  EXPECT_TRUE(nlohmann::json::parse(slurp(profile)).contains("allreduce")) << "the two-rank rate was dropped";
 }
 
 TEST(Cli, PlanPredictsEveryPlanAndCalibratesOnce) {

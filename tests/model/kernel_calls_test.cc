@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "exec/executor.h"
+#include "exec/grad_reducer.h"
 
 namespace tt {
 namespace {
@@ -16,6 +17,7 @@ struct Group {
   int segment;
   bool is_after = false;  // after a boundary: nothing should run until the next one
   std::vector<std::string> names;
+  std::vector<int64_t> collectives;  // bytes of each tp_sum / tp_max
 };
 
 // Forwards every boundary and op to the executor's hooks and records them in groups.
@@ -36,6 +38,14 @@ class Recorder final : public GptHooks {
   void op(const char* name) override {
     in_.op(name);
     g_.back().names.push_back(name);
+  }
+  void tp_sum(const char* name, const Tensor& t) override {
+    in_.tp_sum(name, t);
+    g_.back().collectives.push_back(static_cast<int64_t>(t.numel() * dtype_size(t.dtype())));
+  }
+  void tp_max(const char* name, const Tensor& t) override {
+    in_.tp_max(name, t);
+    g_.back().collectives.push_back(static_cast<int64_t>(t.numel() * dtype_size(t.dtype())));
   }
 
  private:
@@ -147,6 +157,68 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
     if (plan_name != "in-core") {
       EXPECT_GT(rebuilds, 0);
     }
+  }
+}
+
+// A reducer that reduces nothing: one process runs a tensor-parallel rank's passes with it.
+class NoCollectives final : public GradReducer {
+ public:
+  int ranks() const override { return 2; }
+  void reduce(const Tensor&, Stream&) override {}
+  void sum(const Tensor&, Stream&) override {}
+  void max(const Tensor&, Stream&) override {}
+  void broadcast(const Tensor&, int, Stream&) override {}
+  void allgather(const Tensor&, Stream&) override {}
+  void scatter(const Tensor&, const Tensor&, int, Stream&) override {}
+  Status status() const override { return Status::ok(); }
+};
+
+// Note [tensor parallel]: a rank's passes (model=2, the vocabulary split and not) run exactly the sums and maxima
+// gpt_tp_collectives lists for each piece, in bytes and order, as the performance model prices them.
+TEST(GptKernelCalls, TheModelRunsExactlyTheListedTensorParallelCollectives) {
+  for (const bool split_vocab : {false, true}) {
+    SCOPED_TRACE(split_vocab ? "vocabulary split" : "vocabulary whole");
+    const GptConfig cfg{.vocab = 200, .layers = 2, .dim = 32, .heads = 4, .seq = 16, .tp = 2,
+                        .split_vocab = split_vocab};
+    const int batch = 3;
+    auto be = cpu::create_backend({.device_budget = int64_t(64) << 20, .threads = 1}).value();
+    ExecSpec spec;
+    spec.model = cfg;
+    spec.batch = batch;
+    spec.plan = Plan::resolve("in-core-selective", cfg.layers, 2).value();  // a rebuilt piece or two as well
+    spec.lm_chunk_rows = 20;
+    RecordingGpt* model = nullptr;
+    auto ex = Executor::create(*be, spec, [&](Backend& b, const GptConfig& c, int n, DType dt, GptTensors t) {
+      auto m = std::make_unique<RecordingGpt>(b, c, n, dt, std::move(t));
+      model = m.get();
+      return m;
+    });
+    ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+    NoCollectives none;
+    ex.value()->set_tp_reducer(&none);
+    ASSERT_TRUE(ex.value()->init_params(1).is_ok());
+    std::vector<int32_t> tokens(static_cast<size_t>(batch * cfg.seq), 7);
+    be->copy_h2d(ex.value()->tokens(), tokens.data(), be->compute_stream());
+    be->copy_h2d(ex.value()->targets(), tokens.data(), be->compute_stream());
+    ASSERT_TRUE(be->synchronize_all().is_ok());
+    ex.value()->forward();
+    model->training = true;
+    ex.value()->forward_backward();
+    ASSERT_TRUE(be->synchronize_all().is_ok());
+    int64_t total = 0;
+    for (Group& g : model->groups) {
+      if (g.is_after) {
+        EXPECT_TRUE(g.collectives.empty()) << "a collective after a boundary, before the next";
+        continue;
+      }
+      if (g.piece == GptPiece::kForward && g.segment >= 1 && g.segment <= cfg.layers &&
+          spec.plan.gelu_rebuilt(g.segment - 1))
+        g.piece = GptPiece::kForwardGeluApart;
+      EXPECT_EQ(g.collectives, gpt_tp_collectives(cfg, batch, DType::kF32, spec.lm_chunk_rows, g.piece, g.segment))
+          << "piece " << static_cast<int>(g.piece) << " of segment " << g.segment;
+      for (int64_t b : g.collectives) total += b;
+    }
+    EXPECT_GT(total, 0);
   }
 }
 

@@ -49,7 +49,7 @@ Profile sample() {
   p.um_populate = {10e-6, 30e9, {{2 << 20, 0.08e-3}}};
   p.um_discard = {5e-6, 1e12, {{2 << 20, 6e-6}}};
   p.um_fault_in = {30e-6, 8e9, {{2 << 20, 0.29e-3}}};
-  p.grad_reduce[2] = {12e-6, 150e9, {{1 << 20, 19e-6}}};
+  p.allreduce[2] = {12e-6, 150e9, {{1 << 20, 19e-6}}};
   return p;
 }
 
@@ -65,7 +65,7 @@ TEST(Profile, JsonRoundTrips) {
   EXPECT_EQ(back.value().host_task_seconds, 4e-6);
   EXPECT_EQ(back.value().um_to_host.bytes_per_s, 13e9);
   EXPECT_EQ(back.value().um_discard.latency_s, 5e-6);
-  EXPECT_EQ(back.value().grad_reduce.at(2).bytes_per_s, 150e9);
+  EXPECT_EQ(back.value().allreduce.at(2).bytes_per_s, 150e9);
 
   tt::testing::TempDir dir;
   const std::string path = dir.path() + "/sub/profile.json";
@@ -104,9 +104,9 @@ TEST(Profile, DamagedProfilesAreRefusedNamingTheField) {
       {"profile.contention.host.d2h", [](nlohmann::json& j) { j["contention"]["host"]["d2h"] = 0.5; }},
       {"profile.contention.h2d.host", [](nlohmann::json& j) { j["contention"]["h2d"].erase("host"); }},
       {"profile.contention.d2h", [](nlohmann::json& j) { j["contention"].erase("d2h"); }},
-      {"profile.grad_reduce.one", [](nlohmann::json& j) { j["grad_reduce"]["one"] = j["grad_reduce"]["2"]; }},
-      {"profile.grad_reduce.1", [](nlohmann::json& j) { j["grad_reduce"]["1"] = j["grad_reduce"]["2"]; }},
-      {"profile.grad_reduce.2.bytes_per_s", [](nlohmann::json& j) { j["grad_reduce"]["2"]["bytes_per_s"] = -1; }},
+      {"profile.allreduce.one", [](nlohmann::json& j) { j["allreduce"]["one"] = j["allreduce"]["2"]; }},
+      {"profile.allreduce.1", [](nlohmann::json& j) { j["allreduce"]["1"] = j["allreduce"]["2"]; }},
+      {"profile.allreduce.2.bytes_per_s", [](nlohmann::json& j) { j["allreduce"]["2"]["bytes_per_s"] = -1; }},
       // Version 1 timed the host segments from a warm cache with every core: measured again.
       {"profile.version", [](nlohmann::json& j) { j["version"] = 1; }},
   };
@@ -300,9 +300,10 @@ TEST(ProfileCosts, AShardedCpuOptimizerMovesAndUpdatesItsShare) {
   }
 }
 
-// Note [pricing the gradients' average] (perf/costs.cc): a data-parallel run's reductions are priced by the profile's
-// rate for its number of ranks (latency + bytes / bandwidth); without one they cost nothing and the costs say so.
-TEST(ProfileCosts, TheGradientsAverageIsPricedByTheRateForItsRanks) {
+// Note [pricing collectives] (perf/costs.cc): a data-parallel run's reductions are priced by the profile's allreduce
+// rate for its number of ranks (latency + bytes / bandwidth), a tensor-parallel piece's sums likewise within its
+// time; without a rate they cost nothing and the costs say so.
+TEST(ProfileCosts, CollectivesArePricedByTheAllreduceRateForTheirRanks) {
   const Profile p = sample();  // a rate for 2 ranks: 12 us + bytes / 150 GB/s
   ScheduleSpec spec;
   spec.model = GptConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
@@ -315,17 +316,44 @@ TEST(ProfileCosts, TheGradientsAverageIsPricedByTheRateForItsRanks) {
   spec.data_ranks = 2;
   ProfileCosts two(p, spec, 0);
   EXPECT_DOUBLE_EQ(two.seconds(op), 12e-6 + 1e-3);
-  EXPECT_FALSE(two.unpriced_reductions());
+  EXPECT_FALSE(two.unpriced_collectives());
   spec.data_ranks = 4;
   ProfileCosts four(p, spec, 0);
   EXPECT_EQ(four.seconds(op), 0.0);
-  EXPECT_TRUE(four.unpriced_reductions());
-  // An older profile (no "grad_reduce") still loads.
+  EXPECT_TRUE(four.unpriced_collectives());
+  // An older profile (no "allreduce") still loads.
   nlohmann::json j = p.to_json();
-  j.erase("grad_reduce");
+  j.erase("allreduce");
   auto old = Profile::from_json(j);
   ASSERT_TRUE(old.is_ok()) << old.status().to_string();
-  EXPECT_TRUE(old.value().grad_reduce.empty());
+  EXPECT_TRUE(old.value().allreduce.empty());
+  // A tensor-parallel block's forward: its kernels (a measured sequence) and its two sums over the model's two ranks
+  // ([B, T, C] in the compute dtype each) at the same rate.
+  spec.data_ranks = 1;
+  spec.model.tp = 2;
+  spec.batch = 4;
+  spec.compute = DType::kF32;
+  spec.lm_chunk_rows = 64;
+  spec.plan = Plan::resolve("in-core", spec.model.layers, 2).value();
+  Profile q = p;
+  std::vector<KernelCall> calls;
+  for (const NamedKernelCall& k : gpt_kernel_calls(spec.model, spec.batch, spec.compute, 64, GptPiece::kForward, 1))
+    calls.push_back(k.call);
+  q.sequences[calls] = 1e-3;
+  Op fwd;
+  fwd.stream = StreamId::kCompute;
+  fwd.kind = OpKind::kModel;
+  fwd.boundary = Boundary::kBeforeForward;
+  fwd.segment = 1;
+  fwd.layer = 0;
+  const int64_t act = int64_t(4) * 16 * 32 * 4;
+  EXPECT_EQ(gpt_tp_collectives(spec.model, spec.batch, spec.compute, 64, GptPiece::kForward, 1),
+            std::vector<int64_t>({act, act}));
+  ProfileCosts tp(q, spec, 0);
+  EXPECT_DOUBLE_EQ(tp.seconds(fwd), 1e-3 + 2 * (12e-6 + static_cast<double>(act) / 150e9));
+  EXPECT_FALSE(tp.unpriced_collectives());
+  spec.model.tp = 1;
+  EXPECT_TRUE(gpt_tp_collectives(spec.model, spec.batch, spec.compute, 64, GptPiece::kForward, 1).empty());
 }
 
 }  // namespace
