@@ -175,7 +175,8 @@ void Optimizer::update_segment(int segment, const HostAdamState& from, const Hos
                                     : std::pair<int64_t, int64_t>{0, segs_.size[s]};
   for (size_t i : seg_params_[s]) {
     const ParamInfo& p = layout_[i];
-    const int64_t from_el = std::max(p.offset - seg_off, lo), to_el = std::min(p.offset - seg_off + p.shape.numel(), hi);
+    const int64_t from_el = std::max(p.offset - seg_off, lo);
+    const int64_t to_el = std::min(p.offset - seg_off + p.shape.numel(), hi);
     if (from_el >= to_el) continue;
     const int64_t o = moment_base_[s] + (from_el - lo);  // in the host state
     const float* g = buf_.grads_in_place ? seg_grads + from_el : buf_.host_grads + o;

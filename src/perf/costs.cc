@@ -161,7 +161,8 @@ double ProfileCosts::kernels(const Op& op) const {
   GptPiece piece;
   int segment = 0;
   if (spec_.model.tp > 1 && model_piece(op, spec_, &piece, &segment))
-    for (int64_t bytes : gpt_tp_collectives(spec_.model, spec_.batch, spec_.compute, spec_.lm_chunk_rows, piece, segment))
+    for (int64_t bytes :
+         gpt_tp_collectives(spec_.model, spec_.batch, spec_.compute, spec_.lm_chunk_rows, piece, segment))
       t += allreduce_seconds(spec_.model.tp, bytes);
   return cache_.emplace(key, t).first->second;
 }

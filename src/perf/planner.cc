@@ -223,7 +223,8 @@ void print_plan_table(const std::vector<PlanRow>& rows, FILE* out) {
       std::string how;
       for (const int n : {r.run.exec.data_ranks, r.run.exec.model.tp})
         if (n > 1 && how.find("-n " + std::to_string(n) + " ") == std::string::npos)
-          how += (how.empty() ? "" : ", and ") + ("tiertrain launch -n " + std::to_string(n) + " -- tiertrain calibrate");
+          how += std::string(how.empty() ? "" : ", and ") + "tiertrain launch -n " + std::to_string(n) +
+                 " -- tiertrain calibrate";
       std::fprintf(out,
                    "the mesh's collectives are unpriced where the profile has no allreduce rate for their ranks "
                    "(counted as free): measure it with %s (Note [pricing collectives])\n",

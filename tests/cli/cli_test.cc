@@ -530,7 +530,8 @@ TEST(Cli, ShardedOptimizerIsTheUnshardedRunWithLessMemory) {
     ASSERT_EQ(runs[1]["steps"].size(), 12u);
     for (size_t i = 0; i < 12; ++i) {
       EXPECT_EQ(runs[1]["steps"][i]["loss"], runs[0]["steps"][i]["loss"]) << mesh << extra << " step " << i + 1;
-      EXPECT_EQ(runs[1]["steps"][i]["grad_norm"], runs[0]["steps"][i]["grad_norm"]) << mesh << extra << " step " << i + 1;
+      EXPECT_EQ(runs[1]["steps"][i]["grad_norm"], runs[0]["steps"][i]["grad_norm"])
+          << mesh << extra << " step " << i + 1;
     }
     EXPECT_EQ(runs[1]["val"], runs[0]["val"]) << mesh << extra;
   }
@@ -556,7 +557,8 @@ TEST(Cli, ShardedOptimizerIsTheUnshardedRunWithLessMemory) {
   for (size_t i = 0; i < c2.size(); ++i)
     EXPECT_NEAR(c2[i].first, w[4 + i].first, 1e-6 * w[4 + i].first) << "step " << 4 + i + 1;
   // What keeps the whole compute copy or the gradients on the host does not shard.
-  CliRun streamed = run("launch -n 2 -- " + bin + " " + plain + " --mesh data=2 --shard-optimizer --plan offload-params");
+  CliRun streamed =
+      run("launch -n 2 -- " + bin + " " + plain + " --mesh data=2 --shard-optimizer --plan offload-params");
   EXPECT_NE(streamed.code, 0) << streamed.out;
   EXPECT_HAS(streamed.out, "--shard-optimizer with parameters or gradients streamed from the host");
 }
@@ -695,7 +697,8 @@ TEST(Cli, CalibrateUnderLaunchPricesTheMeshsCollectives) {
   TempDir dir;
   const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
   const std::string env = "XDG_CACHE_HOME=" + dir.file("cache");
-  const std::string model = " --backend cpu --layers 2 --dim 32 --heads 2 --seq 16 --batch 8 --threads 1 --data " + data;
+  const std::string model =
+      " --backend cpu --layers 2 --dim 32 --heads 2 --seq 16 --batch 8 --threads 1 --data " + data;
   const std::string profile = dir.file("profile.json");
   CliRun cal = run("launch -n 2 -- " + std::string(TT_BINARY) + " calibrate" + model + " --out " + profile, env);
   ASSERT_EQ(cal.code, 0) << cal.out;

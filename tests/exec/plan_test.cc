@@ -139,7 +139,8 @@ TEST(Plan, Shortcuts) {
   ASSERT_FALSE(gelu_swap.is_ok());  // block 1 swaps its attention half only: not the parts block 0 swaps
   auto gelu_mix = Plan::from_json(
       json::parse(R"({"default": {"activation": {"attention": "swap", "mlp": "swap", "gelu": "recompute"}},
-                      "layers": {"1": {"activation": {"attention": "resident", "mlp": "recompute", "gelu": "recompute"}},
+                      "layers": {"1": {"activation": {"attention": "resident", "mlp": "recompute",
+                                                      "gelu": "recompute"}},
                                  "2": {"activation": "recompute"}}})"),
       3, "gelu.json");
   ASSERT_TRUE(gelu_mix.is_ok()) << gelu_mix.status().to_string();

@@ -26,7 +26,7 @@ class Recorder final : public GptHooks {
   Recorder(GptHooks& inner, std::vector<Group>& groups, bool training) : in_(inner), g_(groups), train_(training) {}
   void at(Boundary b, int segment) override {
     in_.at(b, segment);  // the executor may rebuild here: those groups come first
-    Group g{GptPiece::kForward, segment, false, {}};
+    Group g{GptPiece::kForward, segment, false, {}, {}};
     switch (b) {
       case Boundary::kBeforeForward: g.piece = GptPiece::kForward; break;
       case Boundary::kBeforeBackward: g.piece = GptPiece::kBackward; break;
@@ -90,7 +90,7 @@ class RecordingGpt final : public Gpt {
   bool in_forward_ = false;
   template <typename F>
   void piece(GptHooks& h, GptPiece p, int l, F run) {
-    groups.push_back({p, 1 + l, false, {}});
+    groups.push_back({p, 1 + l, false, {}, {}});
     Recorder r(h, groups, true);
     run(r);
   }
@@ -100,10 +100,12 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
   const GptConfig cfg{.vocab = 200, .layers = 3, .dim = 32, .heads = 4, .seq = 16};
   const int batch = 3;
   // Note [rebuilt GELU]: blocks 0 and 1 swap with their GELU output rebuilt, block 2 recomputes.
-  const std::string gelu_swap = R"({"default": {"activation": {"attention": "swap", "mlp": "swap", "gelu": "recompute"}},
-                                   "layers": {"2": {"activation": "recompute"}}})";
-  for (const std::string& plan_name : std::vector<std::string>{"in-core", "recompute", "swap-attention-recompute-mlp-norms",
-                                                              "in-core-selective", gelu_swap}) {
+  const std::string gelu_swap =
+      R"({"default": {"activation": {"attention": "swap", "mlp": "swap", "gelu": "recompute"}},
+          "layers": {"2": {"activation": "recompute"}}})";
+  const std::vector<std::string> plans = {"in-core", "recompute", "swap-attention-recompute-mlp-norms",
+                                          "in-core-selective", gelu_swap};
+  for (const std::string& plan_name : plans) {
     SCOPED_TRACE(plan_name);
     auto be = cpu::create_backend({.device_budget = int64_t(64) << 20, .threads = 1}).value();
     ExecSpec spec;
