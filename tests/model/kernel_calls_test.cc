@@ -96,6 +96,45 @@ class RecordingGpt final : public Gpt {
   }
 };
 
+// A reducer that reduces nothing: one process runs a tensor-parallel rank's passes with it.
+class NoCollectives final : public GradReducer {
+ public:
+  int ranks() const override { return 2; }
+  void reduce(const Tensor&, Stream&) override {}
+  void sum(const Tensor&, Stream&) override {}
+  void max(const Tensor&, Stream&) override {}
+  void broadcast(const Tensor&, int, Stream&) override {}
+  void allgather(const Tensor&, Stream&) override {}
+  void scatter(const Tensor&, const Tensor&, int, Stream&) override {}
+  Status status() const override { return Status::ok(); }
+};
+
+// The executor runs spec's passes on the CPU backend with the recording model, as a run does: an evaluation's
+// forward (the head without its backward), then a training forward and backward (rebuilds in the backward); the
+// groups the model recorded. tp_reducer: what stands for the model dimension's sums (tp > 1).
+std::vector<Group> record_passes(const ExecSpec& spec, GradReducer* tp_reducer = nullptr) {
+  auto be = cpu::create_backend({.device_budget = int64_t(64) << 20, .threads = 1}).value();
+  RecordingGpt* model = nullptr;
+  auto ex = Executor::create(*be, spec, [&](Backend& b, const GptConfig& c, int n, DType dt, GptTensors t) {
+    auto m = std::make_unique<RecordingGpt>(b, c, n, dt, std::move(t));
+    model = m.get();
+    return m;
+  });
+  EXPECT_TRUE(ex.is_ok()) << ex.status().to_string();
+  if (!ex.is_ok()) return {};
+  if (tp_reducer != nullptr) ex.value()->set_tp_reducer(tp_reducer);
+  EXPECT_TRUE(ex.value()->init_params(1).is_ok());
+  std::vector<int32_t> tokens(static_cast<size_t>(spec.batch * spec.model.seq), 7);
+  be->copy_h2d(ex.value()->tokens(), tokens.data(), be->compute_stream());
+  be->copy_h2d(ex.value()->targets(), tokens.data(), be->compute_stream());
+  EXPECT_TRUE(be->synchronize_all().is_ok());
+  ex.value()->forward();
+  model->training = true;
+  ex.value()->forward_backward();
+  EXPECT_TRUE(be->synchronize_all().is_ok());
+  return model->groups;
+}
+
 TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
   const GptConfig cfg{.vocab = 200, .layers = 3, .dim = 32, .heads = 4, .seq = 16};
   const int batch = 3;
@@ -107,32 +146,17 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
                                           "in-core-selective", gelu_swap};
   for (const std::string& plan_name : plans) {
     SCOPED_TRACE(plan_name);
-    auto be = cpu::create_backend({.device_budget = int64_t(64) << 20, .threads = 1}).value();
     ExecSpec spec;
     spec.model = cfg;
     spec.batch = batch;
     spec.plan = plan_name[0] == '{' ? Plan::from_json(nlohmann::json::parse(plan_name), cfg.layers, "gelu").value()
                                     : Plan::resolve(plan_name, cfg.layers, 2).value();
     spec.lm_chunk_rows = 20;  // three chunks of 48 rows, the last one short
-    RecordingGpt* model = nullptr;
-    auto ex = Executor::create(*be, spec, [&](Backend& b, const GptConfig& c, int n, DType dt, GptTensors t) {
-      auto m = std::make_unique<RecordingGpt>(b, c, n, dt, std::move(t));
-      model = m.get();
-      return m;
-    });
-    ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
-    ASSERT_TRUE(ex.value()->init_params(1).is_ok());
-    std::vector<int32_t> tokens(static_cast<size_t>(batch * cfg.seq), 7);
-    be->copy_h2d(ex.value()->tokens(), tokens.data(), be->compute_stream());
-    be->copy_h2d(ex.value()->targets(), tokens.data(), be->compute_stream());
-    ASSERT_TRUE(be->synchronize_all().is_ok());
-    ex.value()->forward();           // evaluation: the head without its backward
-    model->training = true;
-    ex.value()->forward_backward();  // training: rebuilds in the backward
-    ASSERT_TRUE(be->synchronize_all().is_ok());
+    std::vector<Group> groups = record_passes(spec);
+    ASSERT_FALSE(groups.empty());
 
     int pieces = 0, rebuilds = 0, apart = 0;
-    for (Group& g : model->groups) {
+    for (Group& g : groups) {
       // A block whose GELU output is rebuilt runs its forward with the GELU apart.
       if (!g.is_after && g.piece == GptPiece::kForward && g.segment >= 1 && g.segment <= cfg.layers &&
           spec.plan.gelu_rebuilt(g.segment - 1)) {
@@ -162,19 +186,6 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
   }
 }
 
-// A reducer that reduces nothing: one process runs a tensor-parallel rank's passes with it.
-class NoCollectives final : public GradReducer {
- public:
-  int ranks() const override { return 2; }
-  void reduce(const Tensor&, Stream&) override {}
-  void sum(const Tensor&, Stream&) override {}
-  void max(const Tensor&, Stream&) override {}
-  void broadcast(const Tensor&, int, Stream&) override {}
-  void allgather(const Tensor&, Stream&) override {}
-  void scatter(const Tensor&, const Tensor&, int, Stream&) override {}
-  Status status() const override { return Status::ok(); }
-};
-
 // Note [tensor parallel]: a rank's passes (model=2, the vocabulary split and not) run exactly the sums and maxima
 // gpt_tp_collectives lists for each piece, in bytes and order, as the performance model prices them.
 TEST(GptKernelCalls, TheModelRunsExactlyTheListedTensorParallelCollectives) {
@@ -183,32 +194,16 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedTensorParallelCollectives) {
     const GptConfig cfg{.vocab = 200, .layers = 2, .dim = 32, .heads = 4, .seq = 16, .tp = 2,
                         .split_vocab = split_vocab};
     const int batch = 3;
-    auto be = cpu::create_backend({.device_budget = int64_t(64) << 20, .threads = 1}).value();
     ExecSpec spec;
     spec.model = cfg;
     spec.batch = batch;
     spec.plan = Plan::resolve("in-core-selective", cfg.layers, 2).value();  // a rebuilt piece or two as well
     spec.lm_chunk_rows = 20;
-    RecordingGpt* model = nullptr;
-    auto ex = Executor::create(*be, spec, [&](Backend& b, const GptConfig& c, int n, DType dt, GptTensors t) {
-      auto m = std::make_unique<RecordingGpt>(b, c, n, dt, std::move(t));
-      model = m.get();
-      return m;
-    });
-    ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
     NoCollectives none;
-    ex.value()->set_tp_reducer(&none);
-    ASSERT_TRUE(ex.value()->init_params(1).is_ok());
-    std::vector<int32_t> tokens(static_cast<size_t>(batch * cfg.seq), 7);
-    be->copy_h2d(ex.value()->tokens(), tokens.data(), be->compute_stream());
-    be->copy_h2d(ex.value()->targets(), tokens.data(), be->compute_stream());
-    ASSERT_TRUE(be->synchronize_all().is_ok());
-    ex.value()->forward();
-    model->training = true;
-    ex.value()->forward_backward();
-    ASSERT_TRUE(be->synchronize_all().is_ok());
+    std::vector<Group> groups = record_passes(spec, &none);
+    ASSERT_FALSE(groups.empty());
     int64_t total = 0;
-    for (Group& g : model->groups) {
+    for (Group& g : groups) {
       if (g.is_after) {
         EXPECT_TRUE(g.collectives.empty()) << "a collective after a boundary, before the next";
         continue;
