@@ -3,7 +3,8 @@
 # (tokens/s, scaling efficiency); a GPT of 3.4B parameters (L16 d4096 T2048) on data x model meshes (MFU); the
 # large-input workload's three input modes (the input stage, each rank's and the slowest); the d4096 out-of-core plan
 # on every GPU of a data-parallel mesh against one GPU; a resume on another mesh shape. Every run is one `tiertrain
-# launch -n K -- tiertrain ...` over the first K GPUs (a rank's GPU is its local rank).
+# launch -n K -- tiertrain ...` over the first K GPUs (a rank's GPU is its local rank); the data-parallel part runs
+# PyTorch DDP with torch.compile beside it (bench/training/torch_gpt_gpu.py --ddp under torchrun).
 #
 #   bench/mesh/mesh_gpu.sh OUTDIR [dp tp input ooc resume]      # the parts (default: all)
 #
@@ -64,8 +65,15 @@ train() {  # NAME RANKS MESH GLOBAL_BATCH MODEL_ARRAY_NAME EXTRA...
     --steps "$steps" --warmup 5 --eval-every 0 --log-every 10 --metrics-out "$OUT/$name.json" "$@"
 }
 
-if [[ $parts == *" dp "* ]]; then  # 1. data parallel GPT-2 124M, B16 a GPU
-  for k in "${counts[@]}"; do train "dp_n$k" "$k" "data=$k" $((per_rank_batch * k)) gpt2; done
+if [[ $parts == *" dp "* ]]; then  # 1. data parallel GPT-2 124M, B16 a GPU; PyTorch DDP with torch.compile beside
+  for k in "${counts[@]}"; do
+    train "dp_n$k" "$k" "data=$k" $((per_rank_batch * k)) gpt2
+    [ "$cpu" = 1 ] && continue
+    torchrun --standalone --nproc_per_node="$k" bench/training/torch_gpt_gpu.py --ddp --compile "${gpt2[@]}" \
+      --batch "$per_rank_batch" --steps 40 --warmup-steps 15 --mode bf16 --json-out "$OUT/dp_torch_n$k.json" \
+      > "$OUT/dp_torch_n$k.log" 2>&1 || { echo "torch DDP n$k failed"; tail -5 "$OUT/dp_torch_n$k.log"; status=1; }
+    echo "dp_torch_n$k: $(tail -n 1 "$OUT/dp_torch_n$k.log" | cut -c1-160)"
+  done
   pack
 fi
 if [[ $parts == *" tp "* ]]; then  # 2. 3.4B parameters on data x model meshes, B8 a data rank

@@ -41,18 +41,28 @@ def main() -> None:
     lines: list[str] = []
 
     dp = {int(n[4:]): load(out, n) for n in names if re.fullmatch(r"dp_n\d+", n)}
-    if dp:
-        one = dp.get(1)
-        lines += ["| data parallel GPT-2 124M | GPUs | ms/step | tokens/s | efficiency vs GPUs x 1 GPU | peak GiB |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    torch_dp = {int(n[10:]): load(out, n) for n in names if re.fullmatch(r"dp_torch_n\d+", n)}
+    if dp or torch_dp:
+        lines += ["| data parallel GPT-2 124M | GPUs | ms/step | tokens/s | efficiency vs GPUs x 1 GPU | peak GiB | "
+                  "tiertrain / torch DDP compile |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        one, tone = dp.get(1), torch_dp.get(1)
         for k, j in sorted(dp.items()):
             s = j["summary"]
             eff = s["median_tokens_per_s"] / (k * one["summary"]["median_tokens_per_s"]) if one else None
-            row = {"gpus": k, "ms": s["median_ms_per_step"], "tokens_per_s": s["median_tokens_per_s"],
-                   "efficiency": eff, "peak_gib": j["memory"]["device"]["peak"] / 2**30}
+            vs = s["median_tokens_per_s"] / torch_dp[k]["tokens_per_s"] if k in torch_dp else None
+            row = {"impl": "tiertrain", "gpus": k, "ms": s["median_ms_per_step"], "tokens_per_s": s["median_tokens_per_s"],
+                   "efficiency": eff, "peak_gib": j["memory"]["device"]["peak"] / 2**30, "vs_torch_ddp_compile": vs}
             res["dp"].append(row)
             lines.append(f"| tiertrain | {k} | {row['ms']:.1f} | {row['tokens_per_s']:,.0f} | "
-                         f"{'' if eff is None else f'{eff:.3f}'} | {row['peak_gib']:.1f} |")
+                         f"{'' if eff is None else f'{eff:.3f}'} | {row['peak_gib']:.1f} | "
+                         f"{'' if vs is None else f'{vs:.2f}x'} |")
+        for k, j in sorted(torch_dp.items()):
+            eff = j["tokens_per_s"] / (k * tone["tokens_per_s"]) if tone else None
+            row = {"impl": j["impl"], "gpus": k, "ms": j["median_ms_per_step"], "tokens_per_s": j["tokens_per_s"],
+                   "efficiency": eff, "peak_gib": j["peak_gib"]}
+            res["dp"].append(row)
+            lines.append(f"| {j['impl']} | {k} | {row['ms']:.1f} | {row['tokens_per_s']:,.0f} | "
+                         f"{'' if eff is None else f'{eff:.3f}'} | {row['peak_gib']:.1f} | |")
         lines.append("")
 
     tp = [n for n in names if n.startswith("tp_")]

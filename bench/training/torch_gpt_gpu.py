@@ -9,6 +9,11 @@ pads its own; ``--vocab-multiple 1`` for none); tokens are drawn from the data v
 the configuration name count the data vocabulary for both programs. Step times are CUDA-event timed, median over the timed steps; tokens/s = B*T /
 median; MFU against 989 TFLOP/s (H100/H200 dense bf16) or 67 TFLOP/s (fp32 non-tensor-core) with the usual
 6*N*tokens + attention FLOP count. Prints one line and writes JSON with ``--json-out``.
+
+``--ddp`` (under ``torchrun --nproc_per_node N``): data parallel as PyTorch users run it, DistributedDataParallel
+over NCCL (``gradient_as_bucket_view``; compiled with ``--compile``, where Dynamo splits the graph at the buckets),
+``--batch`` sequences a rank, each rank its own random tokens; rank 0 times the steps and reports tokens/s of all
+ranks (``--batch`` x N x T / median), MFU over the N GPUs, its own peak memory.
 """
 
 from __future__ import annotations
@@ -54,10 +59,18 @@ def main() -> None:
     p.add_argument("--memory-budget-gib", type=float, default=0,
                    help="cap the caching allocator at this many GiB (set_per_process_memory_fraction)")
     p.add_argument("--json-out")
+    p.add_argument("--ddp", action="store_true", help="DistributedDataParallel over the ranks torchrun started")
     args = p.parse_args()
 
     torch.manual_seed(0)
-    dev = torch.device("cuda")
+    ranks, rank = 1, 0
+    if args.ddp:
+        import torch.distributed as dist
+        local = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+        ranks, rank = dist.get_world_size(), dist.get_rank()
+    dev = torch.device("cuda", torch.cuda.current_device())
     if args.memory_budget_gib > 0:
         total = torch.cuda.get_device_properties(dev).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_budget_gib * 2**30 / total), torch.cuda.current_device())
@@ -71,8 +84,13 @@ def main() -> None:
     n_params = sum(q.numel() for q in model.parameters()) - (v_model - args.vocab) * args.dim
     opt = torch_gpt.make_optimizer(model, 6e-4, fused=True)
     fwd = model
+    if args.ddp:
+        from torch.nn.parallel import DistributedDataParallel
+        fwd = DistributedDataParallel(model, device_ids=[dev.index], gradient_as_bucket_view=True)
+    compiled_from = fwd
     if args.compile:
-        fwd = torch.compile(model) if args.compile_mode == "default" else torch.compile(model, mode=args.compile_mode)
+        fwd = (torch.compile(compiled_from) if args.compile_mode == "default"
+               else torch.compile(compiled_from, mode=args.compile_mode))
 
     def step(tokens, targets):
         opt.zero_grad(set_to_none=True)
@@ -86,7 +104,7 @@ def main() -> None:
         opt.step()
         return loss
 
-    gen = torch.Generator(device=dev).manual_seed(1)
+    gen = torch.Generator(device=dev).manual_seed(1 + rank)
     times, losses = [], []
     torch.cuda.reset_peak_memory_stats()
     for i in range(args.steps):
@@ -109,18 +127,24 @@ def main() -> None:
             f.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=45, max_name_column_width=90))
     timed = times[args.warmup_steps:]
     ms = statistics.median(timed)
-    tps = args.batch * args.seq / (ms / 1e3)
-    peak_flops = 989e12 if args.mode == "bf16" else 67e12
-    mfu = flops_per_step(args.layers, args.dim, args.vocab, args.seq, args.batch, n_params) / (ms / 1e3) / peak_flops
-    impl = f"torch-{args.mode}" + ("-compile" if args.compile else "-eager")
+    tps = ranks * args.batch * args.seq / (ms / 1e3)
+    peak_flops = (989e12 if args.mode == "bf16" else 67e12) * ranks
+    mfu = (flops_per_step(args.layers, args.dim, args.vocab, args.seq, ranks * args.batch, n_params) / (ms / 1e3)
+           / peak_flops)
+    impl = f"torch-{args.mode}" + ("-ddp" if args.ddp else "") + ("-compile" if args.compile else "-eager")
     impl += "-max-autotune" if args.compile and args.compile_mode != "default" else ""
     impl += "-save_on_cpu" if args.save_on_cpu else ""
     result = {"impl": impl, "memory_budget_gib": args.memory_budget_gib or None,
               "torch_version": torch.__version__, "device": torch.cuda.get_device_name(),
-              "config": {"L": args.layers, "C": args.dim, "H": args.heads, "T": args.seq, "B": args.batch,
-                         "V": args.vocab, "V_model": v_model}, "params": n_params, "median_ms_per_step": ms, "tokens_per_s": tps,
+              "config": {"L": args.layers, "C": args.dim, "H": args.heads, "T": args.seq, "B": ranks * args.batch,
+                         "V": args.vocab, "V_model": v_model}, "ranks": ranks, "batch_per_rank": args.batch, "params": n_params, "median_ms_per_step": ms, "tokens_per_s": tps,
               "mfu": mfu, "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "first_loss": losses[0],
               "last_loss": losses[-1]}
+    if args.ddp:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+        if rank != 0:
+            return
     print(json.dumps(result))
     if args.json_out:
         with open(args.json_out, "w") as f:
