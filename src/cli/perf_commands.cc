@@ -1,6 +1,5 @@
 #include "cli/perf_commands.h"
 
-#include <map>
 #include <optional>
 
 #include "backend/registry.h"
@@ -73,26 +72,18 @@ int run_calibrate(const TrainConfig& cfg, const CalibrateCommand& cmd, FILE* out
   }
   auto rows = perf::plan_rows(c.value());
   if (!rows.is_ok()) return fail(rows.status());
-  // A fresh profile: where --out says, else the cache. What the old one measured over other numbers of ranks stays.
-  std::map<int, perf::LinkRate> kept;
-  {
-    auto backend = resolve_backend_name(c.value().backend);
-    if (!backend.is_ok()) return fail(backend.status());
-    const std::string file =
-        cmd.out.empty()
-            ? perf::default_profile_path(perf::this_machine(backend.value(), run_backend_options(c.value(), 0)))
-            : cmd.out;
-    if (auto old = perf::Profile::load(file); old.is_ok()) kept = old.value().allreduce;
-  }
+  // A fresh profile in the cache (keeping the allreduce rates it had), with this launch's rate; where --out says too.
   std::string path;
   auto profile = perf::machine_profile(c.value(), "", perf::rows_needs(rows.value()), out,
                                        /*recalibrate=*/true, &path, cmd.heat_seconds);
   if (!profile.is_ok()) return fail(profile.status());
-  profile.value().allreduce = kept;
-  if (reduce) profile.value().allreduce[ranks] = *reduce;
-  if (!cmd.out.empty()) path = cmd.out;
-  if (!cmd.out.empty() || reduce || !kept.empty()) {
+  if (reduce) {
+    profile.value().allreduce[ranks] = *reduce;
     if (Status s = profile.value().save(path); !s.is_ok()) return fail(s);
+  }
+  if (!cmd.out.empty()) {
+    if (Status s = profile.value().save(cmd.out); !s.is_ok()) return fail(s);
+    path = cmd.out;
   }
   const perf::Profile& p = profile.value();
   std::fprintf(out, "calibrated in %.1f s (sequences timed after %.2f s of each): %s\n",

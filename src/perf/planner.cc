@@ -122,6 +122,12 @@ Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path,
     TT_RETURN_IF(!cached, kNotFound, "--machine-profile %s: no such file (make one with tiertrain calibrate --out %s)",
                  path.c_str(), path.c_str());
   }
+  // Note [pricing collectives]: measured again, a profile keeps the allreduce rates an earlier calibration under a
+  // launcher measured (one process cannot measure them).
+  std::map<int, LinkRate> kept;
+  if (recalibrate && std::filesystem::exists(file, ec))
+    if (auto old = Profile::load(file); old.is_ok() && old.value().check_machine(here).is_ok())
+      kept = old.value().allreduce;
   CalibrateOptions o;
   for (const KernelCall& c : needs.kernels)
     if (!profile.measured(c)) o.kernels.push_back(c);
@@ -156,6 +162,7 @@ Result<Profile> machine_profile(const TrainConfig& cfg, const std::string& path,
   TT_ASSIGN_OR_RETURN(auto be, create_backend(backend, run_backend_options(cfg, budget, 0, attention_workspace)));
   if (!have) {
     TT_ASSIGN_OR_RETURN(profile, calibrate(*be, here, o));
+    profile.allreduce = std::move(kept);
   } else {
     TT_TRY(measure_kernels(*be, profile, o));
     if (um_missing) TT_TRY(measure_um(*be, profile, o));

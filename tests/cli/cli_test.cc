@@ -721,6 +721,10 @@ TEST(Cli, CalibrateUnderLaunchPricesTheMeshsCollectives) {
   ASSERT_EQ(four.code, 0) << four.out;
   EXPECT_HAS(four.out, "the mesh's collectives are unpriced where the profile has no allreduce rate");
   EXPECT_HAS(four.out, "tiertrain launch -n 4 -- tiertrain calibrate");
+  // The cache holds the rate too, and a later calibration of one process keeps it there and in --out.
+  CliRun cached = run("plan" + model + " --mesh data=2", env);
+  ASSERT_EQ(cached.code, 0) << cached.out;
+  EXPECT_EQ(cached.out.find("are unpriced"), std::string::npos) << cached.out;
   CliRun again = run("calibrate" + model + " --out " + profile, env);
   ASSERT_EQ(again.code, 0) << again.out;
   EXPECT_TRUE(nlohmann::json::parse(slurp(profile)).contains("allreduce")) << "the two-rank rate was dropped";
