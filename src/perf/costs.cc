@@ -95,30 +95,30 @@ std::vector<std::vector<KernelCall>> schedule_sequences(const Schedule& schedule
 
 namespace {
 // The pieces the host update of each segment runs over: its parameters' sizes, or (Note [sharded optimizer]) those
-// of the parts of them in the largest share, rank 0's.
-std::vector<std::vector<int64_t>> all_segment_param_sizes(const GptConfig& cfg, int shard_ranks = 1) {
-  const GptSegments segs = gpt_segments(cfg);
-  const std::vector<ParamInfo> layout = gpt_param_layout(cfg);
+// of the parts of them in the largest share, rank 0's (ScheduleSpec::optimizer_share).
+std::vector<std::vector<int64_t>> all_segment_param_sizes(const ScheduleSpec& spec) {
+  const GptSegments segs = gpt_segments(spec.model);
+  const std::vector<ParamInfo> layout = gpt_param_layout(spec.model);
   std::vector<std::vector<int64_t>> sizes(static_cast<size_t>(segs.count()));
   for (size_t i = 0; i < layout.size(); ++i) {
     const size_t s = static_cast<size_t>(segs.of_param[i]);
-    const int64_t share = (segs.size[s] + shard_ranks - 1) / shard_ranks;
+    const int64_t share = spec.optimizer_share(segs.size[s]);
     const int64_t from = layout[i].offset - segs.offset[s], to = from + layout[i].shape.numel();
     if (from < share) sizes[s].push_back(std::min(to, share) - from);
   }
   return sizes;
 }
-int shard_ranks(const ScheduleSpec& spec) { return spec.shard_optimizer ? std::max(spec.data_ranks, 1) : 1; }
 }  // namespace
 
 std::vector<int64_t> segment_param_sizes(const GptConfig& cfg, int segment) {
-  return all_segment_param_sizes(cfg)[static_cast<size_t>(segment)];
+  ScheduleSpec spec;
+  spec.model = cfg;
+  return all_segment_param_sizes(spec)[static_cast<size_t>(segment)];
 }
 
 std::vector<std::vector<int64_t>> schedule_host_segments(const Schedule& schedule) {
   std::set<std::vector<int64_t>> all;
-  const std::vector<std::vector<int64_t>> sizes =
-      all_segment_param_sizes(schedule.spec.model, shard_ranks(schedule.spec));
+  const std::vector<std::vector<int64_t>> sizes = all_segment_param_sizes(schedule.spec);
   for (const Op& op : schedule.pass(Pass::kTrain))
     if (op.kind == OpKind::kHostAdamW && !op.speculative) all.insert(sizes[static_cast<size_t>(op.segment)]);
   return {all.begin(), all.end()};
@@ -129,7 +129,7 @@ ProfileCosts::ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int
   const GptSegments segs = gpt_segments(spec.model);
   seg_params_ = segs.size;
   for (int64_t& n : seg_params_) n = spec.optimizer_share(n);
-  seg_sizes_ = all_segment_param_sizes(spec.model, shard_ranks(spec));
+  seg_sizes_ = all_segment_param_sizes(spec);
   // The run's team: --threads, else the one the segments were measured with (the backend's default on this machine).
   const int threads = host_threads > 0 ? host_threads : p_.host_segment_threads;
   host_rate_ = p_.host_adamw_rate(threads);
