@@ -4,16 +4,19 @@
 # max-autotune-no-cudagraphs; MFU beside tokens/s; op-by-op profiles of tiertrain (--profile) and of the compiled
 # PyTorch run (torch.profiler, top kernels) to see where the gap is.
 #
-#   bench/training/engine_gpu.sh OUTDIR [gpt2|d4096|all]
+#   bench/training/engine_gpu.sh OUTDIR [PARTS]    (PARTS: "all" (default), or some of gpt2 d4096 fp32, e.g. "gpt2 d4096")
 #
 # gpt2: GPT-2 124M (L12 d768 T1024) at B16 and B32; d4096: GPT L16 d4096 T2048 B8 in-core; GPT-2 B16 and d4096 also
-# with --plan in-core-selective (Note [rebuilt GELU]). TT_TORCH_MODES (default "eager compile autotune") picks the
+# with --plan in-core-selective (Note [rebuilt GELU]); fp32: GPT-2 B16 in f32 (attention as cuBLAS GEMMs, Note [f32
+# attention by GEMMs], and with --attention-workspace 0 our flash kernels) against PyTorch fp32 (TF32 off) eager and
+# compiled, and tiertrain's f32 profile. TT_TORCH_MODES (default "eager compile autotune") picks the
 # PyTorch runs of the gpt2 part; TT_ONLY_ARCHIVE=1 leaves only results.md and results.tgz in OUTDIR at the end.
 # OUTDIR gets one JSON per run, the logs, profile_*.txt, results.json and results.md (bench/training/gpu_summary.py),
 # packed in results.tgz.
 set -euo pipefail
-OUT=${1:?usage: bench/training/engine_gpu.sh OUTDIR [gpt2|d4096|all]}
+OUT=${1:?usage: bench/training/engine_gpu.sh OUTDIR [all | gpt2 d4096 fp32 (some of them)]}
 part=${2:-all}
+has() { [ "$part" = all ] || [[ " $part " == *" $1 "* ]]; }
 source "$(dirname "$0")/../lib.sh"
 tt_gpu_setup "$OUT"
 { nvidia-smi; nvcc --version; python3 -c 'import torch; print("torch", torch.__version__)'; } > "$OUT/machine.txt" 2>&1 || true
@@ -43,7 +46,7 @@ torch_run() {  # NAME FLAGS...
   tail -n 1 "$OUT/torch_$name.log" | cut -c1-200
 }
 
-if [ "$part" = gpt2 ] || [ "$part" = all ]; then
+if has gpt2; then
   for B in 16 32; do
     m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B")
     tiertrain "gpt2_b$B" 40 "${m[@]}"
@@ -65,7 +68,7 @@ if [ "$part" = gpt2 ] || [ "$part" = all ]; then
     pack
   done
 fi
-if [ "$part" = d4096 ] || [ "$part" = all ]; then
+if has d4096; then
   m=(--layers 16 --dim 4096 --heads 32 --seq 2048 --batch 8)
   tiertrain d4096 15 "${m[@]}"
   # Note [rebuilt GELU]: the GELU and LayerNorm outputs rebuilt in the backward (peak memory against PyTorch's).
@@ -75,6 +78,15 @@ if [ "$part" = d4096 ] || [ "$part" = all ]; then
     --profile-out "$OUT/profile_torch_compile_d4096.txt"
   "$TT" train "${m[@]}" --data "$SHARD" --steps 6 --warmup 2 --eval-every 0 --log-every 100 --profile \
     > "$OUT/profile_tiertrain_d4096.txt" 2>&1 || status=1
+fi
+if has fp32; then
+  m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
+  tiertrain gpt2_b16_f32 20 "${m[@]}" --dtype f32
+  tiertrain gpt2_b16_f32_flash_kernels 12 "${m[@]}" --dtype f32 --attention-workspace 0
+  torch_run gpt2_b16_fp32_eager "${m[@]}" --steps 20 --warmup-steps 5 --mode fp32
+  torch_run gpt2_b16_fp32_compile "${m[@]}" --steps 24 --warmup-steps 10 --mode fp32 --compile
+  "$TT" train "${m[@]}" --dtype f32 --data "$SHARD" --steps 8 --warmup 2 --eval-every 0 --log-every 100 --profile \
+    > "$OUT/profile_tiertrain_gpt2_b16_f32.txt" 2>&1 || status=1
 fi
 pack
 cat "$OUT/results.md"

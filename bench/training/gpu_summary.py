@@ -1,6 +1,7 @@
 """Collects the JSON files of scripts/gpu.sh's benchmark runs in OUTDIR into results.json and a Markdown table
 results.md (ms/step, tokens/s, MFU, peak memory, ratio to PyTorch bf16 eager and to the fastest PyTorch bf16
-`torch.compile` run of the same configuration, default or max-autotune)."""
+`torch.compile` run of the same configuration, default or max-autotune; an fp32 row's ratio to the fastest PyTorch
+fp32 run, eager or compiled)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def main() -> None:
             attention = j["config"].get("attention_impl", "auto")
             if attention != "auto":  # attention_impl=cudnn or native named in the row (issue 23)
                 impl += "-" + attention + "-attention"
+            if compute == "f32" and j["config"].get("attention_workspace") == 0:  # no GEMM workspace: flash kernels
+                impl += "-flash-kernels"
             plan = str(j["config"].get("plan", "in-core"))
             if plan != "in-core":  # another plan named in the row (in-core-selective: issue 23's memory)
                 impl += " --plan " + os.path.basename(plan)
@@ -52,23 +55,31 @@ def main() -> None:
     for r in rows:
         if r["impl"].startswith("torch-bf16-compile"):
             best_compile[r["config"]] = max(best_compile.get(r["config"], 0), r["tokens_per_s"])
+    best_fp32 = {}  # the fastest PyTorch fp32 run (eager or compiled): the reference of tiertrain's f32 rows
     for r in rows:
-        r["ratio_vs_torch_bf16_eager"] = r["tokens_per_s"] / base[r["config"]] if r["config"] in base else None
+        if r["impl"].startswith("torch-fp32"):
+            best_fp32[r["config"]] = max(best_fp32.get(r["config"], 0), r["tokens_per_s"])
+    for r in rows:
+        r["ratio_vs_fastest_torch_fp32"] = (r["tokens_per_s"] / best_fp32[r["config"]]
+                                            if r["config"] in best_fp32 and "fp32" in r["impl"] else None)
+        bf16 = "fp32" not in r["impl"]  # an fp32 row is compared with PyTorch fp32 only
+        r["ratio_vs_torch_bf16_eager"] = r["tokens_per_s"] / base[r["config"]] if bf16 and r["config"] in base else None
         r["ratio_vs_torch_bf16_compile"] = (r["tokens_per_s"] / best_compile[r["config"]]
-                                            if r["config"] in best_compile else None)
+                                            if bf16 and r["config"] in best_compile else None)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(rows, f, indent=2)
         f.write("\n")
     lines = ["| implementation | config | ms/step | tokens/s | MFU | peak GiB | vs torch bf16 eager | "
-             "vs fastest torch bf16 compile | loss first -> last |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "vs fastest torch bf16 compile | vs fastest torch fp32 | loss first -> last |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     rows.sort(key=lambda r: (r["config"], r["impl"]))
     for r in rows:
         ratio = f"{r['ratio_vs_torch_bf16_eager']:.2f}x" if r["ratio_vs_torch_bf16_eager"] else "-"
         ratio_c = f"{r['ratio_vs_torch_bf16_compile']:.2f}x" if r["ratio_vs_torch_bf16_compile"] else "-"
+        ratio_f = f"{r['ratio_vs_fastest_torch_fp32']:.2f}x" if r["ratio_vs_fastest_torch_fp32"] else "-"
         lines.append(f"| {r['impl']} | {r['config']} | {r['median_ms_per_step']:.1f} | {r['tokens_per_s']:,.0f} | "
-                     f"{100 * r['mfu']:.1f}% | {r['peak_gib']:.1f} | {ratio} | {ratio_c} | {r['first_loss']:.3f} -> "
-                     f"{r['last_loss']:.3f} |")
+                     f"{100 * r['mfu']:.1f}% | {r['peak_gib']:.1f} | {ratio} | {ratio_c} | {ratio_f} | "
+                     f"{r['first_loss']:.3f} -> {r['last_loss']:.3f} |")
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -34,7 +34,7 @@ constexpr int64_t kDefaultAttentionWorkspaceBytes = int64_t(512) << 20;
 struct AttentionOptions {
   AttentionImpl impl = AttentionImpl::kAuto;
   std::string cudnn_library{};  // a libcudnn.so.9 file or the folder holding it; "": search (cudnn_loader.h)
-  int64_t workspace_cap = kDefaultAttentionWorkspaceBytes;  // bytes the cuDNN backward may use at most
+  int64_t workspace_cap = kDefaultAttentionWorkspaceBytes;  // bytes cuDNN's backward (bf16) or the f32 GEMMs may use
 };
 
 // What an attention op of a run looks like, for sizing the backend's reserve before it exists.

@@ -40,7 +40,7 @@ struct BackendOptions {
   bool lock_host_memory = false;  // CPU: mlock the host pool
   int host_numa_node = -1;
   AttentionOptions attention{};            // a GPU: cuDNN or our attention kernels (attention_options.h)
-  int64_t attention_workspace_bytes = 0;   // cuDNN's attention workspace within the budget (BackendReserve)
+  int64_t attention_workspace_bytes = 0;   // cuDNN's or f32 GEMMs' attention workspace in the budget (BackendReserve)
   bool record_um_calls = false;            // tests: um() keeps every call (memory::RecordingUmDriver)
 };
 

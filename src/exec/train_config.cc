@@ -128,8 +128,8 @@ void declare_train_knobs(Config& cfg) {
        "count Unified Memory's page faults and migrations and print them per step (CUPTI's counters on a GPU; on "
        "the CPU backend what the emulated prefetches would move); in --metrics-out as um_counters_per_step");
   knob("runtime", "attention_workspace", K::kBytes, "512MiB",
-       "most device memory cuDNN's attention backward may use (its workspace grows as B*H*T^2; beyond this the "
-       "backward runs over chunks of the batch)",
+       "most device memory cuDNN's attention backward (bf16) or the f32 attention's GEMMs may use (both grow as "
+       "B*H*T^2; beyond this they run over chunks of the batch and heads)",
        0, 1e15);
   knob("parallel", "mesh", K::kString, "",
        "the named device mesh this run is one rank of, e.g. data=2 or data=2,model=2 (its product: the ranks "

@@ -302,28 +302,57 @@ std::unique_ptr<Backend> make_cudnn_backend() {
 #endif
 }
 
+// A CUDA backend whose f32 attention runs as cuBLAS GEMMs (Note [f32 attention by GEMMs]) over a workspace that
+// holds one (batch, head) pair at length T: longer sequences fall back to our kernels, shorter ones run in chunks.
+std::unique_ptr<Backend> make_gemm_attention_backend(int64_t T) {
+#ifdef TIERTRAIN_HAVE_CUDA
+  const int64_t ws = cuda::attention_workspace_for({.B = 1, .T = T, .H = 1, .hs = 64, .bf16 = false}, {});
+  EXPECT_GT(ws, 2 * T * T * 4);
+  auto r = cuda::create_backend({.device = 0,
+                                 .device_budget = int64_t(1) << 30,
+                                 .attention = {.impl = AttentionImpl::kNative},
+                                 .attention_workspace_bytes = ws});
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  if (!r.is_ok()) return nullptr;
+  return std::move(r).value();
+#else
+  (void)T;
+  return nullptr;
+#endif
+}
+
 int64_t counter(Backend& be, const char* name) {
   const auto c = be.counters();
   const auto it = c.find(name);
   return it == c.end() ? 0 : it->second;
 }
 
-// Every case on our kernels (be_) and, where cuDNN loads, on a backend with attention_impl=cudnn: the cases cuDNN
-// takes (bf16, head size 64 or 128, T >= 2) run there, the others fall back to our kernels; both against the CPU.
+// Every case on our kernels (be_); where cuDNN loads, on a backend with attention_impl=cudnn: the cases cuDNN takes
+// (bf16, head size 64 or 128, T >= 2) run there, the others fall back to our kernels; in f32, on a backend whose
+// attention runs as GEMMs over a workspace of one pair at T = 601 (several chunks of pairs where the sequence is
+// short, four causal query ranges at 601, our kernels at 700). All against the CPU.
 TEST_P(BackendOps, Attention) {
   std::unique_ptr<Backend> cudnn_be = make_cudnn_backend();
-  for (const AttentionCase& c : {AttentionCase{B, T, C, H}, AttentionCase{2, 100, 128, 2}, AttentionCase{1, 130, 256, 2},
-                                 AttentionCase{2, 1, 128, 2}, AttentionCase{1, 64, 96, 1}, AttentionCase{1, 200, 64, 4}}) {
+  std::unique_ptr<Backend> gemm_be = dt() == DType::kF32 ? make_gemm_attention_backend(601) : nullptr;
+  for (const AttentionCase& c :
+       {AttentionCase{B, T, C, H}, AttentionCase{2, 100, 128, 2}, AttentionCase{1, 130, 256, 2},
+        AttentionCase{2, 1, 128, 2}, AttentionCase{1, 64, 96, 1}, AttentionCase{1, 200, 64, 4},
+        AttentionCase{3, 300, 256, 4}, AttentionCase{1, 601, 128, 2}, AttentionCase{1, 700, 64, 1}}) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " C " + std::to_string(c.C) + " H " +
                  std::to_string(c.H));
-    for (Backend* be : {be_.get(), cudnn_be.get()}) {
+    for (Backend* be : {be_.get(), cudnn_be.get(), gemm_be.get()}) {
       if (be == nullptr) continue;
-      SCOPED_TRACE(be == be_.get() ? "our kernels" : "attention_impl=cudnn");
+      SCOPED_TRACE(be == be_.get() ? "our kernels" : be == gemm_be.get() ? "f32 GEMMs" : "attention_impl=cudnn");
       const int64_t fwd0 = counter(*be, "cudnn_attention_forward"), bwd0 = counter(*be, "cudnn_attention_backward");
+      const int64_t gf0 = counter(*be, "gemm_attention_forward"), gb0 = counter(*be, "gemm_attention_backward");
       attention_case(*be, c);
-      const bool cudnn_takes = be != be_.get() && dt() == DType::kBF16 && cudnn_takes_shape(c.T, c.C / c.H);
+      const bool cudnn_takes = be == cudnn_be.get() && dt() == DType::kBF16 && cudnn_takes_shape(c.T, c.C / c.H);
       EXPECT_EQ(counter(*be, "cudnn_attention_forward") - fwd0, cudnn_takes ? 2 : 0);
       EXPECT_EQ(counter(*be, "cudnn_attention_backward") - bwd0, cudnn_takes ? 1 : 0);
+      // The cuDNN backend's workspace (513 MiB) holds f32 pairs too: its f32 cases run as GEMMs as well.
+      const bool gemm = dt() == DType::kF32 && (be == cudnn_be.get() || (be == gemm_be.get() && c.T <= 601));
+      EXPECT_EQ(counter(*be, "gemm_attention_forward") - gf0, gemm ? 2 : 0);
+      EXPECT_EQ(counter(*be, "gemm_attention_backward") - gb0, gemm ? 1 : 0);
     }
   }
 }

@@ -152,17 +152,24 @@ class CudaBackend final : public Backend {
     return init_attention();
   }
 
-  // cuDNN's fused attention when the options allow it and the library loads (cudnn_sdpa.h); else our kernels.
+  // The attention workspace (BackendOptions::attention_workspace_bytes) serves cuDNN's fused attention (bf16,
+  // cudnn_sdpa.h) when the options allow it and the library loads, and f32 attention by cuBLAS GEMMs (Note [f32
+  // attention by GEMMs]); a call takes whichever applies to its dtype, else our flash kernels (attention.cu).
   Status init_attention() {
+    if (attention_workspace_bytes_ > 0) {
+      TT_ASSIGN_OR_RETURN(attention_ws_, pool_.allocate_bytes(static_cast<size_t>(attention_workspace_bytes_),
+                                                              TensorClass::kWorkspace, "attention.workspace"));
+    }
+    const std::string f32 = attention_ws_ ? "; f32 by cuBLAS GEMMs" : "";
     const bool strict = attention_.impl == AttentionImpl::kCudnn;
     if (attention_.impl == AttentionImpl::kNative) {
-      attention_desc_ = "attention: our kernels (attention_impl=native)";
+      attention_desc_ = "attention: our kernels (attention_impl=native)" + f32;
       return Status::ok();
     }
     Result<const cudnn::Library*> lib = cudnn::load(attention_.cudnn_library);
     if (!lib.is_ok()) {
       TT_RETURN_IF(strict, kFailedPrecondition, "attention_impl=cudnn: %s", lib.status().to_string().c_str());
-      attention_desc_ = "attention: our kernels (" + lib.status().message() + ")";
+      attention_desc_ = "attention: our kernels (" + lib.status().message() + ")" + f32;
       TT_LOG(INFO, PERF, "%s", attention_desc_.c_str());
       return Status::ok();
     }
@@ -173,12 +180,11 @@ class CudaBackend final : public Backend {
       attention_desc_ = "attention: our kernels (no cuDNN workspace reserved for this run's shape)";
       return Status::ok();
     }
-    TT_ASSIGN_OR_RETURN(void* ws, pool_.allocate_bytes(static_cast<size_t>(attention_workspace_bytes_),
-                                                       TensorClass::kWorkspace, "cudnn.attention.workspace"));
-    TT_ASSIGN_OR_RETURN(sdpa_, cudnn::CudnnSdpa::create(lib.value(), compute_.get(), ws, attention_workspace_bytes_,
-                                                        strict));
-    attention_desc_ = str_format("attention: %s where it takes the shape (workspace %s)",
-                                 lib.value()->describe().c_str(), format_bytes(attention_workspace_bytes_).c_str());
+    TT_ASSIGN_OR_RETURN(sdpa_, cudnn::CudnnSdpa::create(lib.value(), compute_.get(), attention_ws_,
+                                                        attention_workspace_bytes_, strict));
+    attention_desc_ = str_format("attention: %s where it takes the shape (workspace %s)%s",
+                                 lib.value()->describe().c_str(), format_bytes(attention_workspace_bytes_).c_str(),
+                                 f32.c_str());
     TT_LOG(INFO, PERF, "%s", attention_desc_.c_str());
     return Status::ok();
   }
@@ -219,7 +225,9 @@ class CudaBackend final : public Backend {
             {"cublaslt_gelu_bias_gemms", lt_.calls(Epilogue::kGeluAuxBias)},
             {"cublaslt_dgelu_gemms", lt_.calls(Epilogue::kDGelu)},
             {"cudnn_attention_forward", sdpa_ ? sdpa_->forward_calls() : 0},
-            {"cudnn_attention_backward", sdpa_ ? sdpa_->backward_calls() : 0}};
+            {"cudnn_attention_backward", sdpa_ ? sdpa_->backward_calls() : 0},
+            {"gemm_attention_forward", gemm_attention_forward_calls_},
+            {"gemm_attention_backward", gemm_attention_backward_calls_}};
   }
   memory::MemoryStats& stats() override { return stats_; }
   memory::UmDriver* um() override { return um_.get(); }
@@ -412,6 +420,11 @@ class CudaBackend final : public Backend {
     if (sdpa_ && qkv.dtype() == DType::kBF16 && d.B > 0 &&
         sdpa_->forward({d.B, d.T, d.H, d.C / d.H}, out.raw(), lse.data<float>(), qkv.raw()))
       return;
+    if (attention_ws_ && qkv.dtype() == DType::kF32 && attention_gemm_fits(attention_workspace_bytes_, d.T)) {
+      ++gemm_attention_forward_calls_;
+      return cuda::attention_forward_gemm(cublas_, s(), attention_ws_, attention_workspace_bytes_, out.data<float>(),
+                                          lse.data<float>(), qkv.data<float>(), d.B, d.T, d.C, d.H);
+    }
     dispatch_x(qkv.dtype(), "attention_forward", [&]<typename X>() {
       cuda::attention_forward<X>(s(), out.data<X>(), lse.data<float>(), qkv.data<X>(), d.B, d.T, d.C, d.H);
     });
@@ -425,6 +438,12 @@ class CudaBackend final : public Backend {
         sdpa_->backward({d.B, d.T, d.H, d.C / d.H}, dqkv.raw(), dout.raw(), qkv.raw(), out.raw(), lse.data<float>(),
                         static_cast<float*>(scratch_.ptr)))
       return;
+    if (attention_ws_ && qkv.dtype() == DType::kF32 && attention_gemm_fits(attention_workspace_bytes_, d.T)) {
+      ++gemm_attention_backward_calls_;
+      return cuda::attention_backward_gemm(cublas_, s(), attention_ws_, attention_workspace_bytes_,
+                                           dqkv.data<float>(), dout.data<float>(), qkv.data<float>(),
+                                           out.data<float>(), lse.data<float>(), d.B, d.T, d.C, d.H);
+    }
     dispatch_x(qkv.dtype(), "attention_backward", [&]<typename X>() {
       cuda::attention_backward<X>(s(), scratch_, dqkv.data<X>(), dout.data<X>(), qkv.data<X>(), out.data<X>(),
                                   lse.data<float>(), d.B, d.T, d.C, d.H);
@@ -551,6 +570,8 @@ class CudaBackend final : public Backend {
   int64_t attention_workspace_bytes_;
   std::string attention_desc_;
   std::unique_ptr<cudnn::CudnnSdpa> sdpa_;
+  void* attention_ws_ = nullptr;  // attention_workspace_bytes_ of the pool, or null
+  int64_t gemm_attention_forward_calls_ = 0, gemm_attention_backward_calls_ = 0;
   Scratch scratch_;
   bool record_um_calls_ = false;
   std::unique_ptr<memory::UmDriver> um_;
@@ -567,6 +588,8 @@ int64_t scratch_bytes_for(int64_t tokens_per_step, int heads) {
 }
 
 int64_t attention_workspace_for(const AttentionShape& shape, const AttentionOptions& options) {
+  // Note [f32 attention by GEMMs]: our own implementation, whatever attention_impl says.
+  if (!shape.bf16) return attention_gemm_workspace_for(shape.B, shape.T, shape.H, options.workspace_cap);
   if (options.impl == AttentionImpl::kNative || !shape.bf16 || (shape.hs != 64 && shape.hs != 128) || shape.T < 2)
     return 0;
   if (!cudnn::load(options.cudnn_library).is_ok()) return 0;

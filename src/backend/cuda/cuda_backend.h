@@ -20,8 +20,9 @@ constexpr int64_t kMinScratchBytes = int64_t(128) << 20;
 // Scratch a model needs: at least kMinScratchBytes, and room for the attention backward's row sums (one float per
 // token and head) and for sorting B*T token ids (embedding backward).
 int64_t scratch_bytes_for(int64_t tokens_per_step, int heads);
-// cuDNN's attention workspace for this shape (Note [cudnn workspace] in cudnn_sdpa.h): 0 unless the options allow
-// cuDNN, the shape is one it takes (bf16, head size 64 or 128) and the library loads.
+// The attention workspace for this shape: in bf16 cuDNN's (Note [cudnn workspace] in cudnn_sdpa.h), 0 unless the
+// options allow cuDNN, the shape is one it takes (head size 64 or 128) and the library loads; in f32 the GEMMs' (Note
+// [f32 attention by GEMMs] in attention_gemm.cu), at most options.workspace_cap.
 int64_t attention_workspace_for(const AttentionShape& shape, const AttentionOptions& options);
 // cuBLAS workspace plus scratch.
 inline int64_t reserved_bytes(int64_t scratch_bytes) { return kCublasWorkspaceBytes + scratch_bytes; }
@@ -35,7 +36,7 @@ struct CudaBackendOptions {
   int host_numa_node = -1;  // the host pool's node; -1: the GPU's own (from sysfs)
   int host_threads = 1;     // Backend::host_threads (host::optimizer_threads)
   AttentionOptions attention{};
-  int64_t attention_workspace_bytes = 0;  // from attention_workspace_for(); 0: cuDNN's attention is not used
+  int64_t attention_workspace_bytes = 0;  // from attention_workspace_for(); 0: neither cuDNN nor f32 GEMMs
   bool record_um_calls = false;           // um() keeps every call (memory::RecordingUmDriver)
 };
 

@@ -78,6 +78,18 @@ template <typename X>
 void embedding_at(cudaStream_t s, X* out, const int32_t* tokens, const int32_t* positions, const X* wte, const X* wpe,
                   int N, int C);
 int64_t attention_scratch_bytes(int B, int T, int H);
+// Note [f32 attention by GEMMs] (attention_gemm.cu): f32 causal attention through cuBLAS's batched fp32 GEMMs (h on
+// stream st) over a workspace of ws_bytes, which attention_gemm_workspace_for sizes: at most cap bytes, 0 where
+// one (batch, head) pair's two T x T matrices do not fit (then the kernels above run). Same contract as
+// attention_forward and attention_backward; no scratch needed.
+int64_t attention_gemm_workspace_for(int64_t B, int64_t T, int64_t H, int64_t cap);
+// Whether a workspace of ws_bytes holds one pair at length T (else the kernels above must run).
+bool attention_gemm_fits(int64_t ws_bytes, int64_t T);
+void attention_forward_gemm(cublasHandle_t h, cudaStream_t st, void* ws, int64_t ws_bytes, float* out, float* lse,
+                            const float* qkv, int B, int T, int C, int H);
+void attention_backward_gemm(cublasHandle_t h, cudaStream_t st, void* ws, int64_t ws_bytes, float* dqkv,
+                             const float* dout, const float* qkv, const float* out, const float* lse, int B, int T,
+                             int C, int H);
 template <typename X>
 void gelu_forward(cudaStream_t s, X* out, const X* inp, int64_t n);
 template <typename X>
