@@ -83,7 +83,8 @@ if has fp32; then
   m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
   tiertrain gpt2_b16_f32 20 "${m[@]}" --dtype f32
   tiertrain gpt2_b16_f32_flash_kernels 12 "${m[@]}" --dtype f32 --attention-workspace 0
-  torch_run gpt2_b16_fp32_eager "${m[@]}" --steps 20 --warmup-steps 5 --mode fp32
+  torch_run gpt2_b16_fp32_eager "${m[@]}" --steps 20 --warmup-steps 5 --mode fp32 \
+    --profile-out "$OUT/profile_torch_fp32_eager_gpt2_b16.txt"
   torch_run gpt2_b16_fp32_compile "${m[@]}" --steps 24 --warmup-steps 10 --mode fp32 --compile
   "$TT" train "${m[@]}" --dtype f32 --data "$SHARD" --steps 8 --warmup 2 --eval-every 0 --log-every 100 --profile \
     > "$OUT/profile_tiertrain_gpt2_b16_f32.txt" 2>&1 || status=1
