@@ -10,9 +10,11 @@
 //   backward: S = scale Q K^T and dP = dO V^T again, then in one pass per row P = exp(S - lse) (0 past the
 //             diagonal) and dS = P (dP - D) with D = dO . out of the row, then dV = P^T dO, dQ = scale dS K,
 //             dK = scale dS^T Q.
-// The causal half is skipped in blocks: the queries are cut into n equal ranges [r0, r1) (n at most kBlocks, ranges
-// of at least kMinBlockRows), and a range's GEMMs see only keys [0, r1): (n + 1) / 2n of the full product's work, 9/16
-// at eight ranges (T >= 1024). d(K) and d(V) of keys [0, r1) are summed over the ranges that see them, last range
+// The causal half is skipped in blocks: the queries are cut into n equal ranges [r0, r1) (n at most 4, ranges of at
+// least kMinBlockRows), and a range's GEMMs see only keys [0, r1): (n + 1) / 2n of the full product's work, 5/8 at
+// four ranges (T >= 512). Measured on the H200 (GPT-2 124M B16 f32, attention forward + backward a step): four
+// ranges 64 ms, eight 76 ms (smaller GEMMs lose more than the work they skip); TT_F32_ATTENTION_RANGES (1 to
+// kBlocks) overrides the 4 for such measurements. d(K) and d(V) of keys [0, r1) are summed over the ranges that see them, last range
 // first (it sees every key: beta = 0 there), so each element of dqkv is written by one fixed sequence of GEMMs:
 // deterministic, and every element of dqkv is written (Backend::attention_backward's contract).
 // The workspace holds, per pair of a chunk, two T x T f32 matrices (S or P, and dP or dS), and the pointer arrays of
@@ -22,6 +24,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
@@ -34,12 +37,25 @@ namespace {
 using dev::warp_max;
 using dev::warp_sum;
 
-constexpr int kBlocks = 8;          // query ranges of a long sequence (the causal blocks above)
+constexpr int kBlocks = 8;          // query ranges at most (pointer arrays are sized for this many)
+constexpr int kDefaultBlocks = 4;   // query ranges of a long sequence (the causal blocks above)
 constexpr int kMinBlockRows = 128;  // fewer ranges for short sequences: a range keeps at least this many queries
 constexpr int kArrays = 9;          // pointer arrays a chunk needs (GemmArray)
 constexpr int kRowWarps = 8;        // warps (rows) a block of the row kernels
 
-int blocks_for_length(int64_t T) { return static_cast<int>(std::clamp<int64_t>(T / kMinBlockRows, 1, kBlocks)); }
+// The ranges a long sequence is cut into: kDefaultBlocks, or TT_F32_ATTENTION_RANGES (read once).
+int max_blocks() {
+  static const int n = [] {
+    const char* e = std::getenv("TT_F32_ATTENTION_RANGES");
+    const int v = e != nullptr ? std::atoi(e) : 0;
+    return v >= 1 && v <= kBlocks ? v : kDefaultBlocks;
+  }();
+  return n;
+}
+
+int blocks_for_length(int64_t T) {
+  return static_cast<int>(std::clamp<int64_t>(T / kMinBlockRows, 1, max_blocks()));
+}
 
 // Query range qb of nb over T rows: [r0, r1).
 __host__ __device__ inline int range_begin(int qb, int nb, int T) {
