@@ -160,7 +160,7 @@ class CudaBackend final : public Backend {
       TT_ASSIGN_OR_RETURN(attention_ws_, pool_.allocate_bytes(static_cast<size_t>(attention_workspace_bytes_),
                                                               TensorClass::kWorkspace, "attention.workspace"));
     }
-    const std::string f32 = attention_ws_ ? "; f32 by cuBLAS GEMMs" : "";
+    const std::string f32 = attention_ws_ ? ", cuBLAS GEMMs for f32" : "";
     const bool strict = attention_.impl == AttentionImpl::kCudnn;
     if (attention_.impl == AttentionImpl::kNative) {
       attention_desc_ = "attention: our kernels (attention_impl=native)" + f32;
@@ -182,7 +182,7 @@ class CudaBackend final : public Backend {
     }
     TT_ASSIGN_OR_RETURN(sdpa_, cudnn::CudnnSdpa::create(lib.value(), compute_.get(), attention_ws_,
                                                         attention_workspace_bytes_, strict));
-    attention_desc_ = str_format("attention: %s where it takes the shape (workspace %s)%s",
+    attention_desc_ = str_format("attention: %s for bf16 where it takes the shape (workspace %s)%s",
                                  lib.value()->describe().c_str(), format_bytes(attention_workspace_bytes_).c_str(),
                                  f32.c_str());
     TT_LOG(INFO, PERF, "%s", attention_desc_.c_str());
