@@ -33,6 +33,8 @@ def main() -> None:
                 impl += "-" + attention + "-attention"
             if compute == "f32" and j["config"].get("attention_workspace") == 0:  # no GEMM workspace: flash kernels
                 impl += "-flash-kernels"
+            if j["config"].get("grads_in_activations") is False:  # Note [gradients in dead activations] off
+                impl += " (own gradient buffers)"
             plan = str(j["config"].get("plan", "in-core"))
             if plan != "in-core":  # another plan named in the row (in-core-selective: issue 23's memory)
                 impl += " --plan " + os.path.basename(plan)

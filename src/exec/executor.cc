@@ -1,5 +1,6 @@
 #include "exec/executor.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -113,8 +114,10 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     state("params.compute", {P}, dt, TC::kParam);
   }
   // Gradients (Note [gradient segments]): one buffer per segment; streamed blocks share two slots.
+  // Note [gradients in dead activations]: a segment that lives in the next block's set has no entry of its own.
+  auto aliased = [&](int l) { return grads_in_next_set(plan, cfg, spec.batch, dt, l); };
   for (int s = 0; s < S; ++s)
-    if (!(s >= 1 && s <= L && plan.grads_streamed(s - 1)))
+    if (!(s >= 1 && s <= L && (plan.grads_streamed(s - 1) || aliased(s - 1))))
       state("grads.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, md, TC::kGrad);
   for (int i = 0; i < rings.grads.slots; ++i)
     inv.add_device("grads.slot" + std::to_string(i), {segs.size[1]}, md, TC::kGrad);
@@ -147,7 +150,15 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     inv.add_device("swap.slot" + std::to_string(i), {static_cast<int64_t>(swap_bytes)}, DType::kU8, TC::kActivation);
   for (int l = 0; l < L; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
-    if (plan.activation(l) == ActPlacement::kResident) add_block(p, l, plan.held_parts(l));
+    // A set that holds block l - 1's gradients after its backward is one entry, carved like a swap slot.
+    if (plan.activation(l) == ActPlacement::kResident && aliased(l - 1)) {
+      inv.add_device("h." + std::to_string(l),
+                     {static_cast<int64_t>(device_bytes_of(gpt_block_activations(cfg, spec.batch, dt,
+                                                                                 plan.held_parts(l))))},
+                     DType::kU8, TC::kActivation, l);
+    } else if (plan.activation(l) == ActPlacement::kResident) {
+      add_block(p, l, plan.held_parts(l));
+    }
     // Note [managed activations]: one managed entry per managed block, carved like a swap slot.
     if (plan.managed_block(l))
       inv.add_managed("managed.h." + std::to_string(l),
@@ -234,6 +245,9 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
   std::unique_ptr<Executor> ex(new Executor(backend, std::move(spec)));
   TT_ASSIGN_OR_RETURN(ex->inventory_, inventory(ex->spec_));
   ex->rings_ = ring_layout(ex->spec_.plan);
+  for (int l = 0; l < ex->spec_.model.layers; ++l)
+    ex->grads_aliased_.push_back(grads_in_next_set(ex->spec_.plan, ex->spec_.model, ex->spec_.batch,
+                                                   ex->spec_.compute, l));
   ex->schedule_ = compile_schedule(ex->spec_.schedule_spec(), ex->inventory_);
   TT_TRY(ex->schedule_.validate());
   for (size_t i = 0; i < ex->schedule_.events.size(); ++i) ex->events_.push_back(backend.create_event());
@@ -331,6 +345,10 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     }
     if (s >= 1 && s <= L && plan.grads_streamed(l)) {
       t.grads.push_back(grad_slots_[static_cast<size_t>(rings_.grads.slot(l))].view(0, shape));
+    } else if (s >= 1 && s <= L && grads_aliased_[static_cast<size_t>(l)]) {
+      // Note [gradients in dead activations]: at the start of block l + 1's set.
+      const Tensor set = dev("h." + std::to_string(l + 1));
+      t.grads.push_back(Tensor(set.raw(), shape, master_dtype_for(spec_.compute), TensorClass::kGrad, set.device()));
     } else {
       t.grads.push_back(dev("grads.seg" + std::to_string(s)));
     }
@@ -354,6 +372,18 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     size_t off = 0;
     for (const TensorRequest& a : gpt_block_activations(cfg, spec_.batch, spec_.compute, plan.held_parts(l))) {
       by_name_["managed" + std::to_string(l) + "." + a.name] =
+          Tensor(static_cast<char*>(set.raw()) + off, a.shape, a.dtype, a.cls, set.device());
+      off += device_alloc_bytes(a.shape, a.dtype);
+    }
+  }
+  // Sets that hold the previous block's gradients (Note [gradients in dead activations]): carved the same way,
+  // under their usual names.
+  for (int l = 1; l < L; ++l) {
+    if (!grads_aliased_[static_cast<size_t>(l - 1)]) continue;
+    const Tensor set = dev("h." + std::to_string(l));
+    size_t off = 0;
+    for (const TensorRequest& a : gpt_block_activations(cfg, spec_.batch, spec_.compute, plan.held_parts(l))) {
+      by_name_["h." + std::to_string(l) + "." + a.name] =
           Tensor(static_cast<char*>(set.raw()) + off, a.shape, a.dtype, a.cls, set.device());
       off += device_alloc_bytes(a.shape, a.dtype);
     }
@@ -561,6 +591,10 @@ Status Executor::download_params(void* host) {
 }
 
 Status Executor::download_grads(void* host) {
+  TT_RETURN_IF(grads_clobbered_, kFailedPrecondition,
+               "download_grads after a forward that followed the backward: plan %s keeps gradients in activation "
+               "memory (Note [gradients in dead activations]), which that forward overwrote; read them first, or set "
+               "grads_in_activations false", spec_.plan.source.c_str());
   const size_t esize = dtype_size(gpt_->master_dtype());
   const GptSegments& segs = gpt_->segments();
   for (int s = 0; s < gpt_->num_segments(); ++s) {
@@ -597,7 +631,15 @@ void Executor::model_train() {
   model_backward();
 }
 
-void Executor::forward() { run_pass(Pass::kForward, &Executor::model_forward); }
+// Note [gradients in dead activations]: a forward between a backward and its step overwrites the gradients that
+// live in activation sets; the step, or reading the gradients, is refused after it.
+bool Executor::grads_in_activations() const {
+  return std::find(grads_aliased_.begin(), grads_aliased_.end(), true) != grads_aliased_.end();
+}
+void Executor::forward() {
+  if (grads_pending_ && grads_in_activations()) grads_clobbered_ = true;
+  run_pass(Pass::kForward, &Executor::model_forward);
+}
 void Executor::backward() {
   // Note [managed activations]: an evaluation forward discards the offloaded blocks' activations.
   TT_CHECK(rings_.um.size() == 0,
@@ -605,21 +647,31 @@ void Executor::backward() {
            "forward discards; use forward_backward() or train_step()", spec_.plan.source.c_str());
   opt_->begin_step(0.0f, false);
   run_pass(Pass::kBackward, &Executor::model_backward);
+  grads_pending_ = true;
+  grads_clobbered_ = false;
 }
 void Executor::step(float lr) {
+  TT_CHECK(!grads_clobbered_,
+           "step() after a forward that followed the backward: plan %s keeps gradients in the next block's "
+           "activation memory (Note [gradients in dead activations]), which that forward overwrote; step before "
+           "running another forward, or set grads_in_activations false", spec_.plan.source.c_str());
   opt_->begin_step(lr, false);
   run_pass(Pass::kStep, &Executor::model_none);
   opt_->end_step();
+  grads_pending_ = false;
 }
 void Executor::forward_backward() {
   opt_->begin_step(0.0f, false);
   run_pass(Pass::kForwardBackward, &Executor::model_train);
+  grads_pending_ = true;
+  grads_clobbered_ = false;
 }
 void Executor::prefetch() { run_pass(Pass::kPrefetch, &Executor::model_none); }
 void Executor::train_step(float lr, bool speculate) {
   opt_->begin_step(lr, speculate);
   run_pass(Pass::kTrain, &Executor::model_train);
   opt_->end_step();
+  grads_pending_ = grads_clobbered_ = false;
 }
 
 Status Executor::use_schedule(Schedule schedule) {
@@ -706,7 +758,8 @@ void Executor::issue(const Op& op) {
         be_.fill_zero(t.grads[static_cast<size_t>(op.segment)], st);
       } else {
         for (int s = 0; s < gpt_->num_segments(); ++s)
-          if (!(s >= 1 && s <= spec_.model.layers && spec_.plan.grads_streamed(s - 1)))
+          if (!(s >= 1 && s <= spec_.model.layers &&
+                (spec_.plan.grads_streamed(s - 1) || grads_aliased_[static_cast<size_t>(s - 1)])))
             be_.fill_zero(t.grads[static_cast<size_t>(s)], st);
       }
       break;

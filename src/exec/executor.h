@@ -107,6 +107,8 @@ class Executor : public GptHooks {
   void wait_all();
 
   // --- passes (enqueued; exec/schedule.h) ---
+  // Where gradients live in activation memory (Note [gradients in dead activations] in exec/schedule.h), a forward()
+  // between a backward and its step overwrites them: step() and download_grads() are refused after it.
   void forward();                                  // Pass::kForward: losses of the current batch
   void backward();                                 // Pass::kBackward, after forward()
   void step(float lr);                             // Pass::kStep, after backward()
@@ -186,6 +188,11 @@ class Executor : public GptHooks {
   const std::vector<Op>* ops_ = nullptr;
   size_t pos_ = 0;
   bool in_model_ = false;
+  // Note [gradients in dead activations] (exec/schedule.h): [layer] whether block l's gradients live in block
+  // l + 1's set; and whether a backward's gradients wait for a step (a forward would overwrite them).
+  std::vector<bool> grads_aliased_;
+  bool grads_pending_ = false, grads_clobbered_ = false;
+  bool grads_in_activations() const;  // whether any block's gradients live in an activation set
 };
 
 }  // namespace tt

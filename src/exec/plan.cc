@@ -276,10 +276,14 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
       }
     } else if (key == "um") {
       TT_TRY(parse_um(value, &p.um, "plan " + source + ": um"));
+    } else if (key == "grads_in_activations") {
+      TT_RETURN_IF(!value.is_boolean(), kInvalidArgument, "plan %s: grads_in_activations must be true or false, got %s",
+                   source.c_str(), value.dump().c_str());
+      p.grads_in_activations = value.get<bool>();
     } else if (key != "layers" && key != "comment") {
       return make_status(StatusCode::kInvalidArgument,
                          "plan %s: unknown key '%s' (version, optimizer, swap_prefetch, param_prefetch, managed, um, "
-                         "default, layers, comment)",
+                         "grads_in_activations, default, layers, comment)",
                          source.c_str(), key.c_str());
     }
   }
@@ -446,6 +450,7 @@ json Plan::to_json() const {
   }
   json j = {{"version", 1},         {"optimizer", optimizer_placement_name(optimizer)}, {"swap_prefetch", swap_prefetch},
             {"param_prefetch", param_prefetch}, {"layers", ls}};
+  if (!grads_in_activations) j["grads_in_activations"] = false;
   if (managed_params || managed_grads || managed_optim) {
     json m = json::array();
     if (managed_params) m.push_back("param");

@@ -117,6 +117,10 @@ struct Plan {
   // (and their compute copy), every gradient segment, AdamW's moments. Device optimizer only for now.
   bool managed_params = false, managed_grads = false, managed_optim = false;
   UmPolicy um;
+  // Note [gradients in dead activations] (exec/schedule.h): a block's gradients may live in the next block's own
+  // activation set, dead once that block's backward is done. JSON "grads_in_activations": false (or the knob
+  // grads_in_activations) keeps every gradient segment in a buffer of its own.
+  bool grads_in_activations = true;
 
   // A shortcut (in-core, in-core-selective, recompute, swap-activations, swap-attention-recompute-mlp,
   // swap-attention-recompute-mlp-norms, offload-params, offload-all; Unified Memory: um, um-advised,

@@ -494,6 +494,10 @@ class Compiler {
         z.segment = 1 + l;
         z.layer = l;
         z.slot = gs;
+      } else if (grads_in_next_set(sp_, l)) {  // Note [gradients in dead activations]: block l + 1's set is free now
+        Op& z = add(out, StreamId::kCompute, OpKind::kZeroGrads, "zero_grads");
+        z.segment = 1 + l;
+        z.layer = l;
       }
       if (plan_.activation(l) == ActPlacement::kRecompute && l != last_recomputed_) {
         Op& op = add(out, StreamId::kCompute, OpKind::kRebuildBlock, "recompute " + block(l));
@@ -729,6 +733,21 @@ SlotRing make_ring(std::string name, int slots, const std::vector<int>& items, i
   r.position.assign(static_cast<size_t>(layers), -1);
   for (size_t k = 0; k < items.size(); ++k) r.position[static_cast<size_t>(items[k])] = static_cast<int>(k);
   return r;
+}
+
+bool grads_in_next_set(const Plan& plan, const GptConfig& cfg, int batch, DType compute, int l) {
+  const int L = cfg.layers;
+  if (!plan.grads_in_activations || plan.cpu_optimizer() || plan.managed_grads || l < 0 || l + 1 >= L ||
+      static_cast<int>(plan.layers.size()) != L || plan.grads_streamed(l) ||
+      plan.activation(l + 1) != ActPlacement::kResident)
+    return false;
+  const GptSegments segs = gpt_segments(cfg);
+  const size_t set = device_bytes_of(gpt_block_activations(cfg, batch, compute, plan.held_parts(l + 1)));
+  return device_alloc_bytes({segs.size[static_cast<size_t>(l + 1)]}, master_dtype_for(compute)) <= set;
+}
+
+bool grads_in_next_set(const ScheduleSpec& spec, int l) {
+  return grads_in_next_set(spec.plan, spec.model, spec.batch, spec.compute, l);
 }
 
 RingLayout ring_layout(const Plan& plan) {

@@ -138,6 +138,21 @@ struct Schedule {
   static Result<Schedule> from_json(const nlohmann::json& j);
 };
 
+// Note [gradients in dead activations]
+// Block l's gradients are written in its backward and read by the optimizer after the whole backward; block l + 1's
+// own activations are dead from the end of its backward (which comes before block l's) to the next forward (which
+// comes after the optimizer). So block l's gradient segment can live at the start of block l + 1's activation set:
+// one allocation serves both, as PyTorch's caching allocator hands a freed activation's memory to a new gradient.
+// At GPT d4096 L16 B8 T2048 that is 15 segments of 805 MB. It holds where block l + 1 keeps its own set on the
+// device (resident, not managed) at least as large as the segment, block l's gradients are neither streamed nor
+// managed, and the optimizer is the device's (the CPU optimizer's copies of the gradients to the host would race
+// the next forward). The segment is zeroed just before block l's backward instead of with the others at the start
+// of the backward. Nothing may run a forward between a backward and the optimizer step (gradient accumulation over
+// several forwards would need its own buffers; the executor refuses it: Executor::forward). Bit-identical to
+// gradients in buffers of their own (tests); Plan::grads_in_activations = false turns it off.
+bool grads_in_next_set(const Plan& plan, const GptConfig& cfg, int batch, DType compute, int l);
+bool grads_in_next_set(const ScheduleSpec& spec, int l);
+
 // inventory: what the run allocates (Executor::inventory), whose entries become the setup pass.
 Schedule compile_schedule(const ScheduleSpec& spec, const Inventory& inventory = {});
 

@@ -124,6 +124,10 @@ void declare_train_knobs(Config& cfg) {
        "UNSAFE on a GPU shared with other jobs: let a plan's managed memory (--plan um, um-advised, "
        "um-swap-activations, or \"managed\" placements) be larger than the GPU's free memory, so that the driver "
        "evicts pages under load. Without it such a plan is refused at start");
+  knob("runtime", "grads_in_activations", K::kBool, "true",
+       "keep a block's gradients in the next block's activation memory once that block's backward is done (Note "
+       "[gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory); false: "
+       "every gradient in a buffer of its own");
   knob("runtime", "um_counters", K::kBool, "false",
        "count Unified Memory's page faults and migrations and print them per step (CUPTI's counters on a GPU; on "
        "the CPU backend what the emulated prefetches would move); in --metrics-out as um_counters_per_step");
@@ -249,6 +253,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.cpu_host_delay_us = cfg.get_int("cpu_host_delay_us");
   tc.lm_chunk_rows = cfg.get_int("lm_chunk_rows");
   tc.um_allow_oversubscription = cfg.get_bool("um_allow_oversubscription");
+  tc.grads_in_activations = cfg.get_bool("grads_in_activations");
   tc.um_counters = cfg.get_bool("um_counters");
   tc.host_numa_node = static_cast<int>(cfg.get_int("host_numa_node"));
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");

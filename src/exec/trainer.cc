@@ -85,6 +85,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
     TT_ASSIGN_OR_RETURN(e.plan, Plan::resolve(cfg.plan, cfg.model.layers, cfg.swap_slots));
   }
   if (cfg.optimizer) e.plan.optimizer = *cfg.optimizer;
+  if (!cfg.grads_in_activations) e.plan.grads_in_activations = false;
   e.hyper.beta1 = cfg.beta1;
   e.hyper.beta2 = cfg.beta2;
   e.hyper.weight_decay = cfg.weight_decay;
@@ -131,6 +132,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
         if (!plan.is_ok()) continue;
         a.plan = plan.value();
         a.plan.optimizer = where;
+        a.plan.grads_in_activations = e.plan.grads_in_activations;
         a.hyper.speculate = false;
         auto inv = Executor::inventory(a);
         if (!inv.is_ok()) continue;

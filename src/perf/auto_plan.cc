@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <iterator>
+#include <optional>
 
 #include "core/units.h"
 
@@ -112,6 +113,7 @@ class Evaluator {
   bool spec(const Plan& plan, ExecSpec* e) const {
     *e = base_.exec;
     e->plan = plan;
+    e->plan.grads_in_activations = base_.exec.plan.grads_in_activations;  // the run's knob
     e->hyper.speculate = plan.cpu_optimizer() && cfg_.speculative_update;
     return e->validate().is_ok();
   }
@@ -244,11 +246,14 @@ Result<AutoPlan> choose_plan(const TrainConfig& cfg, const Profile& profile, boo
     return a.run.inventory.total(Inventory::kDevice) < b.run.inventory.total(Inventory::kDevice);
   };
   int64_t least = -1;
+  std::optional<PlanRow> family_best[2];  // the fastest fitting plan of each optimizer placement
   auto consider = [&](const Plan& p) -> Status {
     const int64_t n = ev.need(p);
     if (n >= 0 && (least < 0 || n < least)) least = n;
     if (n < 0 || n > ev.budget()) return Status::ok();
     TT_ASSIGN_OR_RETURN(PlanRow r, ev.row(p));
+    const size_t fam = static_cast<size_t>(r.optimizer);
+    if (!family_best[fam] || faster(r, *family_best[fam])) family_best[fam] = r;
     if (kept.size() == kKeep && !faster(r, kept.back())) return Status::ok();
     kept.insert(std::upper_bound(kept.begin(), kept.end(), r, faster), std::move(r));
     if (kept.size() > kKeep) kept.pop_back();
@@ -290,6 +295,14 @@ Result<AutoPlan> choose_plan(const TrainConfig& cfg, const Profile& profile, boo
     const size_t starts = std::min<size_t>(3, kept.size());
     std::vector<Plan> from;
     for (size_t i = 0; i < starts; ++i) from.push_back(kept[i].run.exec.plan);
+    // And the fastest of each optimizer placement not among them: a family that the counts and order leave behind
+    // (Note [gradients in dead activations] makes a device-optimizer plan's memory depend on which blocks neighbour
+    // which) gets a local search too.
+    for (const OptimizerPlacement o : {OptimizerPlacement::kDevice, OptimizerPlacement::kCpu}) {
+      const bool have = std::any_of(from.begin(), from.end(), [&](const Plan& p) { return p.optimizer == o; });
+      const std::optional<PlanRow>& b = family_best[static_cast<size_t>(o)];
+      if (!have && b) from.push_back(b->run.exec.plan);
+    }
     for (Plan cur : from) {
       TT_ASSIGN_OR_RETURN(PlanRow cur_row, ev.row(cur));
       for (int round = 0; round < 4 * L && ev.evaluated < budget_rows; ++round) {

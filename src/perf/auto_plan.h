@@ -5,18 +5,24 @@
 // the longest time to finish before the backward needs them back), the next n_recompute are recomputed, the rest
 // stay resident; swapped blocks move everything, or their attention half (MLP rebuilt), or less (norms rebuilt too);
 // resident blocks may likewise rebuild their MLP half and norms; 2 or 3 swap slots; the optimizer on the device, or
-// on the host with parameters resident or streamed. From one recomputed block on, memory only falls as n_recompute
+// on the host with parameters resident or streamed. From one recomputed block on, memory falls as n_recompute
 // grows (each one more gives up its own set; the set the recomputed blocks share is there from the first, and may
-// hold more than a resident block that rebuilds its halves), so for each of the other choices and each n_swap the
-// smallest n_recompute that fits is 0 or is found by bisection over 1..L - n_swap on the inventory (nothing is
-// simulated for plans that do not fit), and that one plan is replayed (perf/simulator.h) with the machine's costs.
-// Every such candidate is kept. The order matters a little (a recomputed block between swapped ones gives their
-// copies time), so from the fastest three a local search changes one block's placement or exchanges two
-// neighbours' while that makes the plan faster and it still fits (at most 600 more replays); the fastest wins. Up to
-// kExactLayers blocks the search is exact instead: every assignment of resident, recompute and swap to each block,
-// with every other choice. On 6 blocks the heuristic came within 1.15% of the exact search's step on the synthetic
-// machine of tests/perf/auto_plan_test.cc (which checks 1.5%; that test's six exact searches take 12 s on 2 cores);
-// on 48 blocks the heuristic took 4 s there. (Within 0.09% until the device AdamW became one call a
+// hold more than a resident block that rebuilds its halves; with Note [gradients in dead activations] a resident
+// set may also hold its predecessor's gradients, which a recomputed one cannot, so only nearly), so for each of the
+// other choices and each n_swap the smallest n_recompute that fits is 0 or is found by bisection over 1..L - n_swap
+// on the inventory (nothing is simulated for plans that do not fit), and that one plan is replayed
+// (perf/simulator.h) with the machine's costs. Every such candidate is kept. The order matters a little (a
+// recomputed block between swapped ones gives their copies time), so from the fastest three, and from the fastest
+// plan of each optimizer placement not among them, a local search changes one block's placement or exchanges two
+// neighbours' while that makes the plan faster and it still fits (at most 600 more replays); the fastest wins.
+// (The second kind of start came with the gradients in dead activations, which make a device-optimizer plan's
+// memory depend on which blocks neighbour which: at 0.65 of in-core on 6 blocks the exact search's best swaps blocks
+// 0, 1 and 4 with the device optimizer, 3.9% faster than what the counts and the local search from the three
+// fastest, all with the CPU optimizer, reached; from the fastest device-optimizer plan the local search finds it.)
+// Up to kExactLayers blocks the search is exact instead: every assignment of resident, recompute and swap to each
+// block, with every other choice. On 6 blocks the heuristic came within 1.15% of the exact search's step on the
+// synthetic machine of tests/perf/auto_plan_test.cc (which checks 1.5%; that test's six exact searches take 12 s on
+// 2 cores); on 48 blocks the heuristic took 4 s there. (Within 0.09% until the device AdamW became one call a
 // segment: with 67 fewer kernel calls of 2 us the step shortened, and at 0.8 of in-core the exact search's best now
 // swaps blocks 0, 1, 2 and 4, which no count-and-order plan nor one move of the local search reaches.)
 //

@@ -57,8 +57,8 @@ std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) 
       if (op.segment >= 0) {
         r.push_back({KernelOp::kFillZero, md, {seg_size(op.segment)}});
       } else {
-        for (int s = 0; s < cfg.layers + 2; ++s)
-          if (!(s >= 1 && s <= cfg.layers && spec.plan.grads_streamed(s - 1)))
+        for (int s = 0; s < cfg.layers + 2; ++s)  // Note [gradients in dead activations]: zeroed per block
+          if (!(s >= 1 && s <= cfg.layers && (spec.plan.grads_streamed(s - 1) || grads_in_next_set(spec, s - 1))))
             r.push_back({KernelOp::kFillZero, md, {seg_size(s)}});
       }
       break;

@@ -308,6 +308,40 @@ TEST(Executor, MemoryOfTheScheduleIsWhatThePoolsMeasured) {
   }
 }
 
+// Note [gradients in dead activations]: the gradients of a backward can be read until a forward runs; after it
+// (the forward overwrote the activation sets they live in) reading them is refused, and reading them before is
+// what keeping them apart gives.
+TEST(Executor, GradientsInActivationsAreReadBeforeTheNextForwardOnly) {
+  auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
+  auto ex = std::move(Executor::create(*be, make_spec(make_plan("in-core", OptimizerPlacement::kDevice)))).value();
+  ExecSpec apart_spec = make_spec(make_plan("in-core", OptimizerPlacement::kDevice));
+  apart_spec.plan.grads_in_activations = false;
+  auto be2 = testing::make_cpu_backend(int64_t(64) << 20, 1);
+  auto apart = std::move(Executor::create(*be2, apart_spec)).value();
+  ASSERT_LT(ex->allocated().total(Inventory::kDevice), apart->allocated().total(Inventory::kDevice));
+  for (auto* e : {ex.get(), apart.get()}) ASSERT_TRUE(e->init_params(1).is_ok());
+  feed(*ex, *be);
+  feed(*apart, *be2);
+  const size_t n = static_cast<size_t>(ex->num_params());
+  std::vector<float> g(n), want(n);
+  ex->forward_backward();
+  apart->forward_backward();
+  ASSERT_TRUE(ex->download_grads(g.data()).is_ok());
+  ASSERT_TRUE(apart->download_grads(want.data()).is_ok());
+  ASSERT_TRUE(be->synchronize_all().is_ok() && be2->synchronize_all().is_ok());
+  EXPECT_EQ(std::memcmp(g.data(), want.data(), n * sizeof(float)), 0);
+  ex->forward();
+  apart->forward();
+  const Status s = ex->download_grads(g.data());
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
+  EXPECT_NE(s.message().find("grads_in_activations"), std::string::npos) << s.message();
+  EXPECT_TRUE(apart->download_grads(want.data()).is_ok());
+  // A new backward gives readable gradients again.
+  ex->forward_backward();
+  EXPECT_TRUE(ex->download_grads(g.data()).is_ok());
+  ASSERT_TRUE(be->synchronize_all().is_ok() && be2->synchronize_all().is_ok());
+}
+
 TEST(Executor, CopiesAndWaitsRunInTheScheduleOrderAndCopiesOverlapCompute) {
   for (const char* plan : {"swap-activations", "offload-all"}) {
     SCOPED_TRACE(plan);

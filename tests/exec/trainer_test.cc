@@ -361,6 +361,61 @@ TEST(Trainer, MixedJsonPlanIsBitIdentical) {
 // The CPU optimizer (moments and fp32 master in host memory, AdamW on the host stream) gives the same bits as the
 // device optimizer, alone and with swapped activations, through evaluations and a resume, under a slow simulated
 // link; its state leaves the device, and the host pool holds it.
+// Note [gradients in dead activations]: keeping block l's gradients in block l + 1's activation set once that set is
+// dead changes no bit (losses, evaluations, parameters, Adam's moments, a resume) and saves exactly those segments'
+// bytes; a block whose next block is recomputed or swapped, and every block with the CPU optimizer, keeps its own.
+TEST(Trainer, GradientsInDeadActivationsChangeNoBit) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  const std::string mix = dir.write("mix.json", R"({"layers": [{"activation": "resident"}, {"activation": "resident"},
+      {"activation": "recompute"}, {"activation": "swap"}, {"activation": "swap"}]})");
+  const struct {
+    std::string plan;
+    int aliased;  // segments kept in the next block's set
+  } cases[] = {{"in-core", 4}, {"in-core-selective", 4}, {mix, 1}, {"offload-params", 0}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.plan);
+    TrainConfig on = small_config(data);
+    on.model.layers = 5;
+    on.steps = 12;
+    on.eval_every = 4;
+    on.plan = c.plan;
+    TrainConfig off = on;
+    off.grads_in_activations = false;
+    // The bytes saved: the aliased segments', f32.
+    const Plan plan = Plan::resolve(c.plan, on.model.layers, on.swap_slots).value();
+    const GptSegments segs = gpt_segments(on.model);
+    int aliased = 0;
+    int64_t bytes = 0;
+    for (int l = 0; l < on.model.layers; ++l) {
+      if (!grads_in_next_set(plan, on.model, on.batch, DType::kF32, l)) continue;
+      ++aliased;
+      bytes += static_cast<int64_t>(device_alloc_bytes({segs.size[static_cast<size_t>(l + 1)]}, DType::kF32));
+    }
+    EXPECT_EQ(aliased, c.aliased);
+    EXPECT_EQ(device_need(off) - device_need(on), bytes);
+    auto a = Trainer::create(off, nullptr);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    ASSERT_TRUE(a.value()->run().is_ok());
+    auto b = Trainer::create(on, nullptr);
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    ASSERT_TRUE(b.value()->run().is_ok());
+    expect_bit_identical(finish(*a.value()), finish(*b.value()));
+    ASSERT_EQ(a.value()->evals().size(), b.value()->evals().size());
+    for (size_t i = 0; i < a.value()->evals().size(); ++i)
+      EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
+    if (c.aliased > 0)
+      EXPECT_LT(b.value()->backend().pool().peak_in_use(), a.value()->backend().pool().peak_in_use());
+  }
+  // And a resume with them is bit-exact.
+  TrainConfig on = small_config(data);
+  on.model.layers = 5;
+  auto whole = Trainer::create(on, nullptr);
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+  ASSERT_TRUE(whole.value()->run().is_ok());
+  expect_bit_identical(finish(*whole.value()), run_split_at_10(on, dir.file("ckpt")));
+}
+
 TEST(Trainer, CpuOptimizerIsBitIdentical) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
@@ -386,6 +441,8 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
     device.model.layers = 4;
     device.steps = 8;
     device.eval_every = 3;
+    // Every gradient in a buffer of its own (class kGrad), as the streamed gradients' memory is compared with it.
+    device.grads_in_activations = false;
     TrainConfig cpu = device;
     cpu.plan = plan;
     cpu.optimizer = OptimizerPlacement::kCpu;
