@@ -15,7 +15,9 @@ namespace tt {
 
 // kAuto: cuDNN's fused attention where the library loads and takes the shape, else our kernels. kCudnn: the same
 // choice per shape, but a cuDNN that does not load is an error when the backend is created (and a shape cuDNN
-// should take but refuses is one at the call). kNative: our kernels (backend/cuda/attention.cu) always.
+// should take but refuses is one at the call). kNative: our kernels (backend/cuda/attention.cu) always. Whatever
+// the choice, f32 runs as cuBLAS GEMMs where an attention workspace was reserved (Note [f32 attention by GEMMs];
+// --attention-workspace 0 leaves it to our flash kernels).
 enum class AttentionImpl { kAuto, kCudnn, kNative };
 
 inline const char* attention_impl_name(AttentionImpl i) {

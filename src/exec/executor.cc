@@ -251,6 +251,7 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
   ex->schedule_ = compile_schedule(ex->spec_.schedule_spec(), ex->inventory_);
   TT_TRY(ex->schedule_.validate());
   for (size_t i = 0; i < ex->schedule_.events.size(); ++i) ex->events_.push_back(backend.create_event());
+  ex->comm_done_ = backend.create_event();
   if (ex->rings_.swap.size() > 0 && ex->rings_.swap.size() <= ex->spec_.plan.swap_slots())
     TT_LOG(WARN, MEM, "%d swapped blocks and %d swap slots: every swapped block stays in its slot, nothing is "
            "copied (swap more blocks than slots to save device memory)", ex->rings_.swap.size(),
@@ -591,10 +592,10 @@ Status Executor::download_params(void* host) {
 }
 
 Status Executor::download_grads(void* host) {
-  TT_RETURN_IF(grads_clobbered_, kFailedPrecondition,
-               "download_grads after a forward that followed the backward: plan %s keeps gradients in activation "
-               "memory (Note [gradients in dead activations]), which that forward overwrote; read them first, or set "
-               "grads_in_activations false", spec_.plan.source.c_str());
+  TT_RETURN_IF(!grads_valid_, kFailedPrecondition,
+               "download_grads after a forward that followed the last backward: plan %s keeps gradients in "
+               "activation memory (Note [gradients in dead activations]), which that forward overwrote; read them "
+               "first, or set grads_in_activations false", spec_.plan.source.c_str());
   const size_t esize = dtype_size(gpt_->master_dtype());
   const GptSegments& segs = gpt_->segments();
   for (int s = 0; s < gpt_->num_segments(); ++s) {
@@ -631,13 +632,20 @@ void Executor::model_train() {
   model_backward();
 }
 
-// Note [gradients in dead activations]: a forward between a backward and its step overwrites the gradients that
-// live in activation sets; the step, or reading the gradients, is refused after it.
+// Note [gradients in dead activations]: a forward overwrites the gradients that live in activation sets; a step
+// of them, or reading them, is refused after it. With data-parallel ranks the forward first waits for the
+// averages still running in place on the comm stream (the step's pass waits for each; a bare forward would not).
 bool Executor::grads_in_activations() const {
   return std::find(grads_aliased_.begin(), grads_aliased_.end(), true) != grads_aliased_.end();
 }
 void Executor::forward() {
-  if (grads_pending_ && grads_in_activations()) grads_clobbered_ = true;
+  if (grads_in_activations()) {
+    if (grads_pending_ && spec_.data_ranks > 1) {
+      be_.comm_stream().record(*comm_done_);
+      be_.compute_stream().wait(*comm_done_);
+    }
+    grads_valid_ = false;
+  }
   run_pass(Pass::kForward, &Executor::model_forward);
 }
 void Executor::backward() {
@@ -647,11 +655,10 @@ void Executor::backward() {
            "forward discards; use forward_backward() or train_step()", spec_.plan.source.c_str());
   opt_->begin_step(0.0f, false);
   run_pass(Pass::kBackward, &Executor::model_backward);
-  grads_pending_ = true;
-  grads_clobbered_ = false;
+  grads_pending_ = grads_valid_ = true;
 }
 void Executor::step(float lr) {
-  TT_CHECK(!grads_clobbered_,
+  TT_CHECK(!grads_pending_ || grads_valid_,
            "step() after a forward that followed the backward: plan %s keeps gradients in the next block's "
            "activation memory (Note [gradients in dead activations]), which that forward overwrote; step before "
            "running another forward, or set grads_in_activations false", spec_.plan.source.c_str());
@@ -663,15 +670,15 @@ void Executor::step(float lr) {
 void Executor::forward_backward() {
   opt_->begin_step(0.0f, false);
   run_pass(Pass::kForwardBackward, &Executor::model_train);
-  grads_pending_ = true;
-  grads_clobbered_ = false;
+  grads_pending_ = grads_valid_ = true;
 }
 void Executor::prefetch() { run_pass(Pass::kPrefetch, &Executor::model_none); }
 void Executor::train_step(float lr, bool speculate) {
   opt_->begin_step(lr, speculate);
   run_pass(Pass::kTrain, &Executor::model_train);
   opt_->end_step();
-  grads_pending_ = grads_clobbered_ = false;
+  grads_pending_ = false;
+  grads_valid_ = true;
 }
 
 Status Executor::use_schedule(Schedule schedule) {

@@ -108,7 +108,7 @@ class Executor : public GptHooks {
 
   // --- passes (enqueued; exec/schedule.h) ---
   // Where gradients live in activation memory (Note [gradients in dead activations] in exec/schedule.h), a forward()
-  // between a backward and its step overwrites them: step() and download_grads() are refused after it.
+  // overwrites them: a step() of them and download_grads() are refused after it.
   void forward();                                  // Pass::kForward: losses of the current batch
   void backward();                                 // Pass::kBackward, after forward()
   void step(float lr);                             // Pass::kStep, after backward()
@@ -190,9 +190,12 @@ class Executor : public GptHooks {
   bool in_model_ = false;
   // Note [gradients in dead activations] (exec/schedule.h): [layer] whether block l's gradients live in block
   // l + 1's set; and whether a backward's gradients wait for a step (a forward would overwrite them).
+  // grads_pending_: a backward's gradients wait for their step; grads_valid_: no forward has run since the last
+  // backward (with aliased segments, a forward overwrites them).
   std::vector<bool> grads_aliased_;
-  bool grads_pending_ = false, grads_clobbered_ = false;
+  bool grads_pending_ = false, grads_valid_ = true;
   bool grads_in_activations() const;  // whether any block's gradients live in an activation set
+  std::unique_ptr<Event> comm_done_;  // forward() after a data-parallel backward: the comm stream's work so far
 };
 
 }  // namespace tt

@@ -147,9 +147,10 @@ struct Schedule {
 // device (resident, not managed) at least as large as the segment, block l's gradients are neither streamed nor
 // managed, and the optimizer is the device's (the CPU optimizer's copies of the gradients to the host would race
 // the next forward). The segment is zeroed just before block l's backward instead of with the others at the start
-// of the backward. Nothing may run a forward between a backward and the optimizer step (gradient accumulation over
-// several forwards would need its own buffers; the executor refuses it: Executor::forward). Bit-identical to
-// gradients in buffers of their own (tests); Plan::grads_in_activations = false turns it off.
+// of the backward. A forward overwrites them, so nothing may run one between a backward and its optimizer step
+// (gradient accumulation over several forwards would need buffers of their own): after such a forward the executor
+// refuses the step (a check) and download_grads (an error). Bit-identical to gradients in buffers of their own
+// (tests); Plan::grads_in_activations = false turns it off.
 bool grads_in_next_set(const Plan& plan, const GptConfig& cfg, int batch, DType compute, int l);
 bool grads_in_next_set(const ScheduleSpec& spec, int l);
 

@@ -336,9 +336,13 @@ TEST(Executor, GradientsInActivationsAreReadBeforeTheNextForwardOnly) {
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();
   EXPECT_NE(s.message().find("grads_in_activations"), std::string::npos) << s.message();
   EXPECT_TRUE(apart->download_grads(want.data()).is_ok());
-  // A new backward gives readable gradients again.
+  // A new backward gives readable gradients again; after a whole step too, until the next forward.
   ex->forward_backward();
   EXPECT_TRUE(ex->download_grads(g.data()).is_ok());
+  ex->train_step(1e-3f);
+  EXPECT_TRUE(ex->download_grads(g.data()).is_ok());
+  ex->forward();
+  EXPECT_EQ(ex->download_grads(g.data()).code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(be->synchronize_all().is_ok() && be2->synchronize_all().is_ok());
 }
 

@@ -10,13 +10,14 @@
 //   backward: S = scale Q K^T and dP = dO V^T again, then in one pass per row P = exp(S - lse) (0 past the
 //             diagonal) and dS = P (dP - D) with D = dO . out of the row, then dV = P^T dO, dQ = scale dS K,
 //             dK = scale dS^T Q.
-// The causal half is skipped in blocks: the queries are cut into n equal ranges [r0, r1) (n at most 4, ranges of at
-// least kMinBlockRows), and a range's GEMMs see only keys [0, r1): (n + 1) / 2n of the full product's work, 5/8 at
-// four ranges (T >= 512). Measured on the H200 (GPT-2 124M B16 f32, attention forward + backward a step): four
-// ranges 64 ms, eight 76 ms (smaller GEMMs lose more than the work they skip); TT_F32_ATTENTION_RANGES (1 to
-// kBlocks) overrides the 4 for such measurements. d(K) and d(V) of keys [0, r1) are summed over the ranges that see them, last range
-// first (it sees every key: beta = 0 there), so each element of dqkv is written by one fixed sequence of GEMMs:
-// deterministic, and every element of dqkv is written (Backend::attention_backward's contract).
+// The causal half is skipped in blocks: the queries are cut into n equal ranges [r0, r1) (n at most
+// kDefaultBlocks = 4, ranges of at least kMinBlockRows), and a range's GEMMs see only keys [0, r1): (n + 1) / 2n of
+// the full product's work, 5/8 at four ranges (T >= 512). Measured on the H200 (GPT-2 124M B16 f32, attention
+// forward + backward a step): one range 79 ms, two 66, four 64, eight 76 (smaller GEMMs lose more than the work they
+// skip); TT_F32_ATTENTION_RANGES (1 to kBlocks = 8) overrides the 4 for such measurements. d(K) and d(V) of keys
+// [0, r1) are summed over the ranges that see them, last range first (it sees every key: beta = 0 there), so each
+// element of dqkv is written by one fixed sequence of GEMMs: deterministic, and every element of dqkv is written
+// (Backend::attention_backward's contract).
 // The workspace holds, per pair of a chunk, two T x T f32 matrices (S or P, and dP or dS), and the pointer arrays of
 // the batched GEMMs; attention_gemm_workspace_for sizes it for a run (at most the cap, at least one pair, or 0 where
 // one pair does not fit: then the general kernels run). Pairs are b-major: pair p is batch p / H, head p % H.
