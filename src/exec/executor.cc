@@ -354,41 +354,29 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
       t.grads.push_back(dev("grads.seg" + std::to_string(s)));
     }
   }
-  // Swap slots: the block's tensors carved out of each, 256-byte aligned, under the names of the shared sets.
+  // A set of block tensors in one allocation: each carved out of it, 256-byte aligned, as prefix + its name.
+  auto carve = [&](const Tensor& set, const std::string& prefix, unsigned parts) {
+    size_t off = 0;
+    for (const TensorRequest& a : gpt_block_activations(cfg, spec_.batch, spec_.compute, parts)) {
+      by_name_[prefix + a.name] = Tensor(static_cast<char*>(set.raw()) + off, a.shape, a.dtype, a.cls, set.device());
+      off += device_alloc_bytes(a.shape, a.dtype);
+    }
+  };
+  // Swap slots, under the names of the shared sets.
   const unsigned swapped = plan.swapped_parts();
   for (int i = 0; i < rings_.swap.slots; ++i) {
     const Tensor slot = dev("swap.slot" + std::to_string(i));
     swap_slots_.push_back(slot);
-    size_t off = 0;
-    for (const TensorRequest& a : gpt_block_activations(cfg, spec_.batch, spec_.compute, swapped)) {
-      by_name_["swap" + std::to_string(i) + "." + a.name] =
-          Tensor(static_cast<char*>(slot.raw()) + off, a.shape, a.dtype, a.cls, slot.device());
-      off += device_alloc_bytes(a.shape, a.dtype);
-    }
+    carve(slot, "swap" + std::to_string(i) + ".", swapped);
   }
-  // Managed blocks' sets (Note [managed activations]): carved the same way, under "managed<l>.".
-  for (int l = 0; l < L; ++l) {
-    if (!plan.managed_block(l)) continue;
-    const Tensor set = dev("managed.h." + std::to_string(l));
-    size_t off = 0;
-    for (const TensorRequest& a : gpt_block_activations(cfg, spec_.batch, spec_.compute, plan.held_parts(l))) {
-      by_name_["managed" + std::to_string(l) + "." + a.name] =
-          Tensor(static_cast<char*>(set.raw()) + off, a.shape, a.dtype, a.cls, set.device());
-      off += device_alloc_bytes(a.shape, a.dtype);
-    }
-  }
-  // Sets that hold the previous block's gradients (Note [gradients in dead activations]): carved the same way,
-  // under their usual names.
-  for (int l = 1; l < L; ++l) {
-    if (!grads_aliased_[static_cast<size_t>(l - 1)]) continue;
-    const Tensor set = dev("h." + std::to_string(l));
-    size_t off = 0;
-    for (const TensorRequest& a : gpt_block_activations(cfg, spec_.batch, spec_.compute, plan.held_parts(l))) {
-      by_name_["h." + std::to_string(l) + "." + a.name] =
-          Tensor(static_cast<char*>(set.raw()) + off, a.shape, a.dtype, a.cls, set.device());
-      off += device_alloc_bytes(a.shape, a.dtype);
-    }
-  }
+  // Managed blocks' sets (Note [managed activations]), under "managed<l>.".
+  for (int l = 0; l < L; ++l)
+    if (plan.managed_block(l))
+      carve(dev("managed.h." + std::to_string(l)), "managed" + std::to_string(l) + ".", plan.held_parts(l));
+  // Sets that hold the previous block's gradients (Note [gradients in dead activations]), under their usual names.
+  for (int l = 1; l < L; ++l)
+    if (grads_aliased_[static_cast<size_t>(l - 1)])
+      carve(dev("h." + std::to_string(l)), "h." + std::to_string(l) + ".", plan.held_parts(l));
   swap_host_.assign(static_cast<size_t>(L), nullptr);
   for (int l = 0; l < L; ++l) swap_host_[static_cast<size_t>(l)] = host("swap.h." + std::to_string(l));
   // Each block's activations: from its own set, the shared recompute set or its swap slot; the parts rebuilt
