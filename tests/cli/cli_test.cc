@@ -954,6 +954,12 @@ TEST(Cli, DryRunReportsTheNeedOfAPlan) {
   CliRun tight = run(small(data) + " --dry-run --plan recompute --device-budget 64KiB");
   EXPECT_EQ(tight.code, 1) << tight.out;
   EXPECT_HAS(tight.out, "of a 64.00 KiB budget (DOES NOT FIT)");
+  // Note [gradients in dead activations]: swapped blocks hold none; in-core's 4 blocks hold their predecessors'.
+  EXPECT_EQ(fits.out.find("gradients of"), std::string::npos) << fits.out;
+  CliRun in_core = run(small(data) + " --dry-run --layers 4");
+  EXPECT_HAS(in_core.out, "gradients of 3 blocks live in the next block's activation memory");
+  CliRun apart = run(small(data) + " --dry-run --layers 4 --grads-in-activations false");
+  EXPECT_EQ(apart.out.find("gradients of"), std::string::npos) << apart.out;
 }
 
 // Issue 20 through the binary: a Unified Memory plan trains (the CPU backend emulates managed memory), its dry run
