@@ -188,10 +188,9 @@ class Executor : public GptHooks {
   const std::vector<Op>* ops_ = nullptr;
   size_t pos_ = 0;
   bool in_model_ = false;
-  // Note [gradients in dead activations] (exec/schedule.h): [layer] whether block l's gradients live in block
-  // l + 1's set; and whether a backward's gradients wait for a step (a forward would overwrite them).
-  // grads_pending_: a backward's gradients wait for their step; grads_valid_: no forward has run since the last
-  // backward (with aliased segments, a forward overwrites them).
+  // Note [gradients in dead activations] (exec/schedule.h): grads_aliased_[l], whether block l's gradients live in
+  // block l + 1's set; grads_pending_, a backward's gradients wait for their step; grads_valid_, no forward has
+  // overwritten them since the last backward.
   std::vector<bool> grads_aliased_;
   bool grads_pending_ = false, grads_valid_ = true;
   bool grads_in_activations() const;  // whether any block's gradients live in an activation set

@@ -54,9 +54,9 @@ struct TrainConfig {
   int64_t cpu_compute_delay_us = 0;  // CPU backend: added to every compute op (slow kernels, for tests)
   int64_t cpu_host_delay_us = 0;     // CPU backend: added to every piece of host-stream work (a slow host optimizer)
   int64_t lm_chunk_rows = 0;  // the LM head's logits rows at once (0: the model's default)
-  bool um_allow_oversubscription = false;
+  bool um_allow_oversubscription = false;  // issue 20: managed memory beyond the GPU's free memory (unsafe if shared)
   bool grads_in_activations = true;  // Note [gradients in dead activations] (exec/schedule.h); false: the knob off
-  bool um_counters = false;  // issue 20: count Unified Memory's page faults and migrations per step (CUPTI on a GPU)  // issue 20: managed memory beyond the GPU's free memory (unsafe on shared GPUs)
+  bool um_counters = false;  // issue 20: count Unified Memory's page faults and migrations per step (CUPTI on a GPU)
   int host_numa_node = -1;        // host pool placement; -1: automatic
   AttentionOptions attention{};   // a GPU: cuDNN's fused attention or our kernels (attention_impl, ...)
   bool cpu_lock_host_memory = false;
