@@ -61,6 +61,14 @@ std::string small(const std::string& data) {
 
 #define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
 
+// What `args --dry-run` (which must succeed) prints from `key` up to, not including, `until`; empty without key.
+std::string dry_run_field(const std::string& args, const std::string& key, const std::string& until) {
+  CliRun r = run(args + " --dry-run");
+  EXPECT_EQ(r.code, 0) << r.out;
+  const size_t at = r.out.find(key);
+  return at == std::string::npos ? std::string() : r.out.substr(at, r.out.find(until, at) - at);
+}
+
 TEST(Cli, MissingEmptyAndUnreadableData) {
   TempDir dir;
   CliRun missing = run(small(dir.file("nope.txt")) + " --steps 2");
@@ -480,10 +488,7 @@ TEST(Cli, ShardedOptimizerIsTheUnshardedRunWithLessMemory) {
     EXPECT_EQ(runs[1]["val"], runs[0]["val"]) << mesh;
   }
   auto optim_state = [&](const std::string& extra) {
-    CliRun r = run(args + " --mesh data=2 --dry-run" + extra);
-    EXPECT_EQ(r.code, 0) << r.out;
-    const size_t at = r.out.find("optim_state ");
-    return at == std::string::npos ? std::string() : r.out.substr(at, r.out.find(',', at) - at);
+    return dry_run_field(args + " --mesh data=2" + extra, "optim_state ", ",");
   };
   EXPECT_EQ(optim_state(""), "optim_state 267.00 KiB") << "the test's model changed: update the figures";
   EXPECT_EQ(optim_state(" --shard-optimizer"), "optim_state 133.50 KiB");
@@ -536,10 +541,7 @@ TEST(Cli, ShardedOptimizerIsTheUnshardedRunWithLessMemory) {
     EXPECT_EQ(runs[1]["val"], runs[0]["val"]) << mesh << extra;
   }
   auto host_need = [&](const std::string& extra) {
-    CliRun r = run(args + " --mesh data=2 --optimizer cpu --dry-run" + extra);
-    EXPECT_EQ(r.code, 0) << r.out;
-    const size_t at = r.out.find("host: ");
-    return at == std::string::npos ? std::string() : r.out.substr(at, r.out.find(" for ", at) - at);
+    return dry_run_field(args + " --mesh data=2 --optimizer cpu" + extra, "host: ", " for ");
   };
   // Master, gradients, m and v: 16 bytes a parameter (534 KiB), and 1.25 KiB of input staging and the norm;
   // sharded, each segment's half of the 534.
