@@ -63,13 +63,13 @@ struct OptimizerShard {
   bool on() const { return ranks > 1; }
   // Rank `r`'s share of a segment of n elements: [first, second).
   static std::pair<int64_t, int64_t> range(int64_t n, int r, int ranks) {
-    const int64_t q = (n + ranks - 1) / ranks;
+    const int64_t q = segment_share(n, ranks);
     return {std::min(n, r * q), std::min(n, (r + 1) * q)};
   }
   // The moments' elements on one rank: each segment's share, at most ceil(n / N).
   static int64_t moment_elements(const GptSegments& segs, int ranks) {
     int64_t e = 0;
-    for (int64_t n : segs.size) e += (n + ranks - 1) / ranks;
+    for (int64_t n : segs.size) e += segment_share(n, ranks);
     return e;
   }
 };

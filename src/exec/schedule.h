@@ -107,7 +107,7 @@ struct ScheduleSpec {
   bool shard_optimizer = false;
   // The elements of segment s (of n) this rank's optimizer covers: all, or the largest share when sharded.
   int64_t optimizer_share(int64_t n) const {
-    return shard_optimizer && data_ranks > 1 ? (n + data_ranks - 1) / data_ranks : n;
+    return shard_optimizer && data_ranks > 1 ? segment_share(n, data_ranks) : n;
   }
 };
 

@@ -112,6 +112,9 @@ struct GptSegments {
   int count() const { return static_cast<int>(offset.size()); }
 };
 GptSegments gpt_segments(const GptConfig& cfg);
+// The most elements of a segment of n that one of `ranks` ranks holds when it is split evenly in rank order (Note
+// [sharded optimizer] in exec/optimizer.h): ceil(n / ranks); the last ranks may hold fewer.
+inline int64_t segment_share(int64_t n, int ranks) { return (n + ranks - 1) / ranks; }
 
 // Note [mixed precision]
 // A model has a compute dtype (activations and the weights the kernels read: f32, f64 or bf16) and a master dtype
