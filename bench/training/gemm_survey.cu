@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -270,32 +271,76 @@ int main(int argc, char** argv) {
     }
   }
 
-  // The LayerNorm backward at [N, C] (today's kernels: a two-pass row kernel, then column partials).
+  // The LayerNorm backward at [N, C]: the two-pass kernels against the one-pass kernel (Note [one-pass LayerNorm
+  // backward] in src/backend/cuda/kernels.cu), times and the largest differences of their results.
   {
+    using tt::cuda::bf16;
     const size_t bytes = size_t(N) * C * 2;
-    Buffer dinp(bytes), dout(bytes), inp(bytes), w(size_t(C) * 2), mean(size_t(N) * 4), rstd(size_t(N) * 4),
-        dw(size_t(C) * 4), db(size_t(C) * 4), out(bytes), b(size_t(C) * 2);
+    Buffer dinp0(bytes), dinp(bytes), dout(bytes), inp(bytes), w(size_t(C) * 2), mean(size_t(N) * 4),
+        rstd(size_t(N) * 4), dw(size_t(C) * 4), db(size_t(C) * 4), dw1(size_t(C) * 4), db1(size_t(C) * 4), out(bytes),
+        b(size_t(C) * 2);
     fill(dout.p, bytes, seed++, 0.01f);
     fill(inp.p, bytes, seed++);
     fill(w.p, w.bytes, seed++);
     fill(b.p, b.bytes, seed++);
-    fill(dinp.p, bytes, seed++, 0.01f);
-    using tt::cuda::bf16;
+    fill(dinp0.p, bytes, seed++, 0.01f);
     tt::cuda::layernorm_forward<bf16>(nullptr, static_cast<bf16*>(out.p), static_cast<float*>(mean.p),
                                       static_cast<float*>(rstd.p), static_cast<const bf16*>(inp.p),
                                       static_cast<const bf16*>(w.p), static_cast<const bf16*>(b.p), N, C);
-    const double ms = time_ms(o.reps, [&] {
-      tt::cuda::layernorm_backward<bf16>(nullptr, scratch, static_cast<bf16*>(dinp.p), static_cast<float*>(dw.p),
-                                         static_cast<float*>(db.p), static_cast<const bf16*>(dout.p),
+    const auto two_pass = [&](void* di, void* dwp, void* dbp) {
+      tt::cuda::layernorm_backward_two_pass<bf16>(
+          nullptr, scratch, static_cast<bf16*>(di), static_cast<float*>(dwp), static_cast<float*>(dbp),
+          static_cast<const bf16*>(dout.p), static_cast<const bf16*>(inp.p), static_cast<const bf16*>(w.p),
+          static_cast<const float*>(mean.p), static_cast<const float*>(rstd.p), N, C);
+    };
+    const auto one_pass = [&](void* di, void* dwp, void* dbp) {
+      tt::cuda::layernorm_backward<bf16>(nullptr, scratch, static_cast<bf16*>(di), static_cast<float*>(dwp),
+                                         static_cast<float*>(dbp), static_cast<const bf16*>(dout.p),
                                          static_cast<const bf16*>(inp.p), static_cast<const bf16*>(w.p),
                                          static_cast<const float*>(mean.p), static_cast<const float*>(rstd.p), N, C);
-    });
+    };
+    // Results once from the same state.
+    TT_CUDA_ASSERT(cudaMemcpy(dinp.p, dinp0.p, bytes, cudaMemcpyDeviceToDevice));
+    TT_CUDA_ASSERT(cudaMemset(dw.p, 0, dw.bytes));
+    TT_CUDA_ASSERT(cudaMemset(db.p, 0, db.bytes));
+    two_pass(dinp.p, dw.p, db.p);
+    std::vector<bf16> x(size_t(N) * C), y(size_t(N) * C);
+    TT_CUDA_ASSERT(cudaMemcpy(x.data(), dinp.p, bytes, cudaMemcpyDeviceToHost));
+    TT_CUDA_ASSERT(cudaMemcpy(dinp.p, dinp0.p, bytes, cudaMemcpyDeviceToDevice));
+    TT_CUDA_ASSERT(cudaMemset(dw1.p, 0, dw1.bytes));
+    TT_CUDA_ASSERT(cudaMemset(db1.p, 0, db1.bytes));
+    one_pass(dinp.p, dw1.p, db1.p);
+    TT_CUDA_ASSERT(cudaMemcpy(y.data(), dinp.p, bytes, cudaMemcpyDeviceToHost));
+    double worst_dinp = 0, scale = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double a = __bfloat162float(x[i]), c = __bfloat162float(y[i]);
+      worst_dinp = std::max(worst_dinp, std::abs(a - c));
+      scale = std::max(scale, std::abs(a));
+    }
+    std::vector<float> w0(C), w1(C), b0(C), b1(C);
+    TT_CUDA_ASSERT(cudaMemcpy(w0.data(), dw.p, dw.bytes, cudaMemcpyDeviceToHost));
+    TT_CUDA_ASSERT(cudaMemcpy(w1.data(), dw1.p, dw.bytes, cudaMemcpyDeviceToHost));
+    TT_CUDA_ASSERT(cudaMemcpy(b0.data(), db.p, db.bytes, cudaMemcpyDeviceToHost));
+    TT_CUDA_ASSERT(cudaMemcpy(b1.data(), db1.p, db.bytes, cudaMemcpyDeviceToHost));
+    double worst_w = 0, worst_b = 0;
+    for (int i = 0; i < C; ++i) {
+      worst_w = std::max(worst_w, double(std::abs(w0[i] - w1[i])) / (std::abs(w0[i]) + 1e-3));
+      worst_b = std::max(worst_b, double(std::abs(b0[i] - b1[i])) / (std::abs(b0[i]) + 1e-3));
+    }
+    const double ms2 = time_ms(o.reps, [&] { two_pass(dinp.p, dw.p, db.p); });
+    const double ms1 = time_ms(o.reps, [&] { one_pass(dinp.p, dw.p, db.p); });
     // Bytes it must move at least: dout and inp read, dinp read and written.
-    const double gbs = 4.0 * bytes / (ms * 1e-3) * 1e-9;
-    std::printf("layernorm_backward [%d, %d]: %.3f ms (%.0f GB/s of the 8 bytes an element it must move)\n", N, C, ms,
-                gbs);
+    const double must = 4.0 * bytes;
+    std::printf("layernorm_backward [%d, %d]: two-pass %.3f ms (%.0f GB/s of the 8 bytes an element it must move), "
+                "one-pass %.3f ms (%.0f GB/s); dinp differs by at most %.3g (largest |dinp| %.3g), dw by %.3g, db by "
+                "%.3g relative\n",
+                N, C, ms2, must / (ms2 * 1e-3) * 1e-9, ms1, must / (ms1 * 1e-3) * 1e-9, worst_dinp, scale, worst_w,
+                worst_b);
     if (json_out)
-      std::fprintf(json_out, ",\n  {\"gemm\": \"layernorm_backward\", \"path\": \"today\", \"ms\": %.4f}", ms);
+      std::fprintf(json_out,
+                   ",\n  {\"gemm\": \"layernorm_backward\", \"two_pass_ms\": %.4f, \"one_pass_ms\": %.4f, "
+                   "\"dinp_max_abs_diff\": %.4g, \"dw_max_rel_diff\": %.4g, \"db_max_rel_diff\": %.4g}",
+                   ms2, ms1, worst_dinp, worst_w, worst_b);
   }
   if (json_out) {
     std::fprintf(json_out, "\n]}\n");

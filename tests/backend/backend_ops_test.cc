@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -206,6 +207,25 @@ TEST_P(BackendOps, LayerNorm) {
                be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
              },
              1e-4, 1e-4);
+}
+
+// The LayerNorm backward's paths (Note [one-pass LayerNorm backward] in src/backend/cuda/kernels.cu): rows of fewer
+// 16-byte vectors than a block has threads (several threads a column vector), of more (several vectors a thread), rows
+// enough for blocks of several row groups and a partial last group, and the two-pass fallback (a width not a multiple
+// of a vector, and one wider than a block's share).
+TEST_P(BackendOps, LayerNormBackwardAtEveryPath) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {4500, 48}, {300, 2048}, {40, 4096}, {24, 8192}, {70, 36}, {20, 9000}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+    check("layernorm_backward",
+          {{"dinp", {rows, cols}, DType::kF32, true}, {"dw", {cols}, DType::kF32, true},
+           {"db", {cols}, DType::kF32, true}, {"dout", {rows, cols}}, {"inp", {rows, cols}}, {"w", {cols}},
+           {"mean", {rows}}, {"rstd", {rows}, DType::kF32, false, 0, false, true}},
+          [](Backend& be, const std::vector<Tensor>& t) {
+            be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+          },
+          2e-4, 2e-4);
+  }
 }
 
 TEST_P(BackendOps, Matmul) {

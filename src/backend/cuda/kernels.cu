@@ -177,6 +177,164 @@ __global__ void layernorm_backward_dinp_kernel(X* __restrict__ dinp, const X* __
   }
 }
 
+// Note [one-pass LayerNorm backward]
+// The LayerNorm backward in one pass over memory (dout and inp read once, dinp read and written once: 8 bytes an
+// element in bf16), where the two-pass row kernel and column_partials_kernel read each element about seven times.
+// A block of kLnThreads threads owns a fixed run of rows and walks it in groups of one row per warp:
+//   A. warp w reduces row g + w (the sums of w * dout and of w * dout * norm) into shared memory;
+//   B. the block then goes over the group's rows again (from L1/L2: a group is 16 rows) column-wise, each thread on
+//      fixed 16-byte vectors of columns, writing dinp and adding dout * norm and dout to its own column accumulators.
+// Where a row has fewer vectors than the block has threads (GPT-2's 768 columns are 96 vectors), P = threads / vectors
+// threads share a column vector, each taking every P-th row of the group, and their accumulators are added in slot
+// order at the end. Each block writes its column partials ([block][2C]: weight, then bias), column_finish_kernel adds
+// them in block order: the sums do not depend on timing. The formula is the two-pass kernel's; the row sums' order
+// differs (16-byte vectors a lane), so the two round differently: the two-pass kernels remain for rows that do not
+// split into aligned vectors or are wider than a block's share (fixed for a model's shapes: one path a run).
+constexpr int kLnThreads = 512;
+constexpr int kLnMaxVecs = 2;  // vectors of columns a thread owns: C up to 2 * 8 * 512 = 8192 in bf16, 4096 in f32
+
+template <typename X>
+struct Vec {
+  static constexpr int kN = 16 / sizeof(X);
+  float v[kN];
+  __device__ __forceinline__ void load(const X* p) {
+    const int4 raw = *reinterpret_cast<const int4*>(p);
+    const X* e = reinterpret_cast<const X*>(&raw);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) v[j] = ld(e[j]);
+  }
+  __device__ __forceinline__ void store(X* p) const {
+    int4 raw;
+    X* e = reinterpret_cast<X*>(&raw);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) e[j] = st<X>(v[j]);
+    *reinterpret_cast<int4*>(p) = raw;
+  }
+};
+
+template <typename X>
+__global__ void __launch_bounds__(kLnThreads) layernorm_backward_one_pass_kernel(
+    X* __restrict__ dinp, float* __restrict__ partial, const X* __restrict__ dout, const X* __restrict__ inp,
+    const X* __restrict__ w, const float* __restrict__ mean, const float* __restrict__ rstd, int64_t N, int C,
+    int64_t rows_per_block) {
+  constexpr int kV = Vec<X>::kN;
+  constexpr int kWarps = kLnThreads / 32;
+  __shared__ float row_a[kWarps], row_b[kWarps];
+  extern __shared__ float combine[];  // [P][2][C] where P > 1
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int vectors = C / kV;
+  const int P = vectors >= kLnThreads ? 1 : kLnThreads / vectors;  // threads sharing a column vector
+  const int slot = threadIdx.x / vectors;                          // valid where P > 1
+  const bool active = P == 1 || slot < P;
+  const int nv = P == 1 ? (vectors + kLnThreads - 1) / kLnThreads : 1;
+  const int first_vec = P == 1 ? threadIdx.x : threadIdx.x % vectors;
+  const int64_t r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
+
+  float wv[kLnMaxVecs][kV], acc_w[kLnMaxVecs][kV], acc_b[kLnMaxVecs][kV];
+#pragma unroll
+  for (int i = 0; i < kLnMaxVecs; ++i)
+#pragma unroll
+    for (int j = 0; j < kV; ++j) wv[i][j] = acc_w[i][j] = acc_b[i][j] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kLnMaxVecs; ++i) {
+    const int cv = first_vec + i * kLnThreads;
+    if (active && i < nv && cv < vectors) {
+      Vec<X> t;
+      t.load(w + static_cast<int64_t>(cv) * kV);
+#pragma unroll
+      for (int j = 0; j < kV; ++j) wv[i][j] = t.v[j];
+    }
+  }
+
+  for (int64_t g = r0; g < r1; g += kWarps) {
+    const int rows_here = static_cast<int>((r1 - g < kWarps ? r1 - g : kWarps));
+    // A: the row reductions, one warp a row, lane on column vectors lane, lane + 32, ...
+    if (warp < rows_here) {
+      const int64_t row = g + warp;
+      const float m = mean[row], r = rstd[row];
+      float a = 0.0f, b = 0.0f;
+      for (int cv = lane; cv < vectors; cv += 32) {
+        const int64_t off = row * C + static_cast<int64_t>(cv) * kV;
+        Vec<X> d, x, wc;
+        d.load(dout + off);
+        x.load(inp + off);
+        wc.load(w + static_cast<int64_t>(cv) * kV);
+#pragma unroll
+        for (int j = 0; j < kV; ++j) {
+          const float dn = wc.v[j] * d.v[j];
+          a += dn;
+          b += dn * (x.v[j] - m) * r;
+        }
+      }
+      a = warp_sum(a);
+      b = warp_sum(b);
+      if (lane == 0) {
+        row_a[warp] = a / C;
+        row_b[warp] = b / C;
+      }
+    }
+    __syncthreads();
+    // B: dinp and the column accumulators, column vectors per thread.
+    if (active) {
+      for (int i = P == 1 ? 0 : slot; i < rows_here; i += P) {
+        const int64_t row = g + i;
+        const float m = mean[row], r = rstd[row], dnorm_mean = row_a[i], dnorm_norm_mean = row_b[i];
+#pragma unroll
+        for (int k = 0; k < kLnMaxVecs; ++k) {
+          const int cv = first_vec + k * kLnThreads;
+          if (k >= nv || cv >= vectors) break;
+          const int64_t off = row * C + static_cast<int64_t>(cv) * kV;
+          Vec<X> d, x, di;
+          d.load(dout + off);
+          x.load(inp + off);
+          di.load(dinp + off);
+#pragma unroll
+          for (int j = 0; j < kV; ++j) {
+            const float norm = (x.v[j] - m) * r;
+            di.v[j] = di.v[j] + (wv[k][j] * d.v[j] - dnorm_mean - norm * dnorm_norm_mean) * r;
+            acc_w[k][j] += d.v[j] * norm;
+            acc_b[k][j] += d.v[j];
+          }
+          di.store(dinp + off);
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  float* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * C;
+  if (P == 1) {
+#pragma unroll
+    for (int k = 0; k < kLnMaxVecs; ++k) {
+      const int cv = first_vec + k * kLnThreads;
+      if (k >= nv || cv >= vectors) break;
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        out[cv * kV + j] = acc_w[k][j];
+        out[C + cv * kV + j] = acc_b[k][j];
+      }
+    }
+    return;
+  }
+  if (active) {
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      combine[(slot * 2) * C + first_vec * kV + j] = acc_w[0][j];
+      combine[(slot * 2 + 1) * C + first_vec * kV + j] = acc_b[0][j];
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += kLnThreads) {
+    float sw = 0.0f, sb = 0.0f;
+    for (int q = 0; q < P; ++q) {
+      sw += combine[(q * 2) * C + c];
+      sb += combine[(q * 2 + 1) * C + c];
+    }
+    out[c] = sw;
+    out[C + c] = sb;
+  }
+}
+
 // Partial column sums over a fixed chunk of rows: partial[chunk][c] (and [chunk][C + c] for the LayerNorm bias).
 // With inp != nullptr the first sum is of dout * normalised input (LayerNorm weight gradient).
 template <typename X>
@@ -664,6 +822,43 @@ void layernorm_forward(cudaStream_t s, X* out, float* mean, float* rstd, const X
 template <typename X>
 void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db, const X* dout,
                         const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C) {
+  // Note [one-pass LayerNorm backward], where the rows split into 16-byte vectors and a thread's share fits.
+  constexpr int kV = 16 / sizeof(X);
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int vectors = C / kV;
+  if (N > 0 && C % kV == 0 && vectors <= kLnMaxVecs * kLnThreads && aligned(dinp) && aligned(dout) &&
+      aligned(inp) && aligned(w)) {
+    static const int sms = [] {
+      int device = 0, n = 0;
+      cudaGetDevice(&device);
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+      return std::max(n, 1);
+    }();
+    constexpr int kWarps = kLnThreads / 32;
+    const int64_t fit = static_cast<int64_t>(scratch.bytes / (2 * static_cast<size_t>(C) * sizeof(float)));
+    const int64_t blocks = std::max<int64_t>(1, std::min({(N + kWarps - 1) / kWarps, int64_t(2) * sms, fit}));
+    const int64_t rows_per_block = (N + blocks - 1) / blocks;
+    const int64_t used = (N + rows_per_block - 1) / rows_per_block;
+    const int P = vectors >= kLnThreads ? 1 : kLnThreads / vectors;
+    const size_t smem = P > 1 ? static_cast<size_t>(P) * 2 * C * sizeof(float) : 0;
+    if (fit >= 1) {
+      float* partial = static_cast<float*>(scratch.ptr);
+      layernorm_backward_one_pass_kernel<X><<<static_cast<unsigned>(used), kLnThreads, smem, s>>>(
+          dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_block);
+      TT_CUDA_CHECK_LAUNCH();
+      column_finish_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, db, partial, C, static_cast<int>(used),
+                                                                 2 * C);
+      TT_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  layernorm_backward_two_pass(s, scratch, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+template <typename X>
+void layernorm_backward_two_pass(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db,
+                                 const X* dout, const X* inp, const X* w, const float* mean, const float* rstd,
+                                 int64_t N, int C) {
   layernorm_backward_dinp_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
   TT_CUDA_CHECK_LAUNCH();
   const int chunks = column_chunks(N, 2 * static_cast<int64_t>(C), scratch.bytes);
@@ -845,6 +1040,8 @@ void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, flo
   template void layernorm_forward<X>(cudaStream_t, X*, float*, float*, const X*, const X*, const X*, int64_t, int); \
   template void layernorm_backward<X>(cudaStream_t, const Scratch&, X*, float*, float*, const X*, const X*,         \
                                       const X*, const float*, const float*, int64_t, int);                         \
+  template void layernorm_backward_two_pass<X>(cudaStream_t, const Scratch&, X*, float*, float*, const X*,      \
+                                               const X*, const X*, const float*, const float*, int64_t, int); \
   template void broadcast_rows<X>(cudaStream_t, X*, const X*, int64_t, int);                                       \
   template void column_sums<X>(cudaStream_t, const Scratch&, float*, const X*, int64_t, int);                      \
   template void gelu_forward<X>(cudaStream_t, X*, const X*, int64_t);                                              \

@@ -55,6 +55,12 @@ void layernorm_forward(cudaStream_t s, X* out, float* mean, float* rstd, const X
 template <typename X>
 void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db, const X* dout,
                         const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C);
+// The two-pass kernels layernorm_backward falls back to (Note [one-pass LayerNorm backward]); declared for
+// bench/training/gemm_survey, which times both.
+template <typename X>
+void layernorm_backward_two_pass(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db,
+                                 const X* dout, const X* inp, const X* w, const float* mean, const float* rstd,
+                                 int64_t N, int C);
 // out[n, :] = bias (for a GEMM with beta = 1 to add onto).
 template <typename X>
 void broadcast_rows(cudaStream_t s, X* out, const X* bias, int64_t N, int OC);
