@@ -11,8 +11,8 @@
 # attention by GEMMs], and with --attention-workspace 0 our flash kernels) against PyTorch fp32 (TF32 off) eager and
 # compiled, and tiertrain's f32 profile. TT_TORCH_MODES (default "eager compile autotune") picks the
 # PyTorch runs of the gpt2 and d4096 parts; TT_ONLY_ARCHIVE=1 leaves only results.md and results.tgz in OUTDIR at the end.
-# OUTDIR gets one JSON per run, the logs, profile_*.txt, results.json and results.md (bench/training/gpu_summary.py),
-# packed in results.tgz.
+# OUTDIR gets one JSON per run, the logs, the card's clock and power while each run went (gpu_*.csv), profile_*.txt,
+# results.json and results.md (bench/training/gpu_summary.py), packed in results.tgz.
 set -euo pipefail
 OUT=${1:?usage: bench/training/engine_gpu.sh OUTDIR [all | gpt2 d4096 fp32 (some of them)]}
 part=${2:-all}
@@ -30,20 +30,48 @@ pack() {  # the summary and the archive, again after each long part
   tar -czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/null || true
 }
 
+# The card's SM clock and power draw every 250 ms while a run goes (gpu_NAME.csv); the summary line gives their
+# medians over the run's second half (its timed steps): a step bound by the card's power limit runs its GEMMs at a
+# lower clock than one with idle gaps.
+watch_start() {
+  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 250 > "$OUT/gpu_$1.csv" 2>/dev/null &
+  watch_pid=$!
+}
+watch_stop() {
+  kill "$watch_pid" 2>/dev/null || true
+  wait "$watch_pid" 2>/dev/null || true
+  python3 - "$OUT/gpu_$1.csv" <<'PY' || true
+import statistics, sys
+rows = []
+for line in open(sys.argv[1]):
+    try:
+        rows.append([float(x) for x in line.split(",")])
+    except ValueError:
+        pass
+half = rows[len(rows) // 2:]
+if half:
+    print(f"  card: SM clock {statistics.median(r[0] for r in half):.0f} MHz, "
+          f"power {statistics.median(r[1] for r in half):.0f} W (medians of {len(half)} samples)")
+PY
+}
 tiertrain() {  # NAME STEPS FLAGS...
   local name=$1 steps=$2
   shift 2
+  watch_start "tiertrain_$name"
   "$TT" train "$@" --data "$SHARD" --steps "$steps" --warmup 5 --eval-every 0 --log-every 10 \
     --metrics-out "$OUT/tiertrain_$name.json" > "$OUT/tiertrain_$name.log" 2>&1 ||
     { echo "tiertrain $name failed"; tail -5 "$OUT/tiertrain_$name.log"; status=1; }
   grep -o 'median.*' "$OUT/tiertrain_$name.log" | head -n 1 | sed "s/^/tiertrain $name: /"
+  watch_stop "tiertrain_$name"
 }
 torch_run() {  # NAME FLAGS...
   local name=$1
   shift
+  watch_start "torch_$name"
   python3 bench/training/torch_gpt_gpu.py "$@" --json-out "$OUT/torch_$name.json" > "$OUT/torch_$name.log" 2>&1 ||
     { echo "torch $name failed"; tail -5 "$OUT/torch_$name.log"; status=1; }
   tail -n 1 "$OUT/torch_$name.log" | cut -c1-200
+  watch_stop "torch_$name"
 }
 
 if has gpt2; then

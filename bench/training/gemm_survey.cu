@@ -128,6 +128,8 @@ void survey(LtGemm& lt, const Options& o, const char* name, LtCall call, size_t 
     std::snprintf(note, sizeof note, "  (workspace %zu KiB)", algos[i].workspace_bytes >> 10);
     row(name, "cublasLt heuristic", static_cast<int>(i), ms, flop, diff, note);
   }
+  // Today's path once more: how far the card's clocks moved the times while the candidates ran.
+  row(name, "today, again", -1, time_ms(o.reps, ref), flop, -1, "");
   TT_CUDA_ASSERT(cudaMemcpy(call.d, saved.p, d_bytes, cudaMemcpyDeviceToDevice));
 }
 
@@ -218,6 +220,25 @@ int main(int argc, char** argv) {
       fill(pre.p, in_bytes, seed++);
       g.aux = pre.p, g.ld_aux = l.in;
       survey(lt, o, "proj dgelu", g, in_bytes, [&] { lt.matmul(nullptr, g); });
+      // fc's bias gradient (the column sums of dpre) in the same epilogue, and the column sums it would replace.
+      Buffer fc_dbias(size_t(l.in) * 4);
+      const double sums_ms = time_ms(o.reps, [&] {
+        tt::cuda::column_sums<__nv_bfloat16>(nullptr, scratch, static_cast<float*>(fc_dbias.p),
+                                             static_cast<const __nv_bfloat16*>(dinp.p), N, l.in);
+      });
+      row("fc dbias (of dpre)", "column_sums today", -1, sums_ms, 0.0, -1, "");
+      for (const cudaDataType_t bt : {CUDA_R_32F, CUDA_R_16BF}) {
+        LtCall gb = g;
+        gb.epilogue = Epilogue::kDGeluBiasGrad;
+        gb.bias = fc_dbias.p;
+        gb.bias_type = bt;
+        const auto algos = lt.algorithms(gb, o.candidates);
+        const char* path = bt == CUDA_R_32F ? "DGELU_BGRAD, f32 bias" : "DGELU_BGRAD, bf16 bias";
+        if (algos.empty()) std::printf("  proj dgelu: no cuBLASLt algorithm for %s\n", path);
+        for (size_t i = 0; i < algos.size(); ++i)
+          row("proj dgelu+fc dbias", path, static_cast<int>(i),
+              time_ms(o.reps, [&] { lt.run(nullptr, gb, algos[i]); }), 2.0 * g.m * g.n * g.k, -1, "");
+      }
     } else {
       LtCall g;
       g.m = N, g.n = l.in, g.k = l.out;

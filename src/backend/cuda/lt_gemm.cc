@@ -24,14 +24,18 @@ cublasLtEpilogue_t to_lt(Epilogue e) {
     case Epilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
     // Our A is cuBLASLt's B (below): the reduction over k of its B.
     case Epilogue::kBiasGradA: return CUBLASLT_EPILOGUE_BGRADB;
+    case Epilogue::kDGeluBiasGrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
     case Epilogue::kNone: break;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-bool needs_aux(Epilogue e) { return e == Epilogue::kGeluAuxBias || e == Epilogue::kDGelu; }
+bool needs_aux(Epilogue e) {
+  return e == Epilogue::kGeluAuxBias || e == Epilogue::kDGelu || e == Epilogue::kDGeluBiasGrad;
+}
 bool needs_bias(Epilogue e) {
-  return e == Epilogue::kBias || e == Epilogue::kGeluAuxBias || e == Epilogue::kBiasGradA;
+  return e == Epilogue::kBias || e == Epilogue::kGeluAuxBias || e == Epilogue::kBiasGradA ||
+         e == Epilogue::kDGeluBiasGrad;
 }
 
 // The descriptors of one call, destroyed with it, and the alignments cuBLASLt may assume of its operands.

@@ -21,14 +21,15 @@
 
 namespace tt::cuda {
 
-enum class Epilogue { kNone, kBias, kGeluAuxBias, kDGelu, kBiasGradA };
-constexpr int kEpilogues = 5;
+enum class Epilogue { kNone, kBias, kGeluAuxBias, kDGelu, kBiasGradA, kDGeluBiasGrad };
+constexpr int kEpilogues = 6;
 
 // Row-major D[m, n] = epilogue(op(A) op(B) (+ beta D)), with cblas's conventions for the operands (A is m x k after
 // op, B is k x n after op). bias: with kBias and kGeluAuxBias n values added to every row of D (one per column);
 // with kBiasGradA m values written (not accumulated): bias[i] = sum over k of op(A)[i, k], which for a Linear
-// layer's weight gradient dW[OC, C] = dout^T inp is its bias gradient, the column sums of dout. aux: m x n, leading
-// dimension ld_aux (the pre-activation, written by kGeluAuxBias and read by kDGelu).
+// layer's weight gradient dW[OC, C] = dout^T inp is its bias gradient, the column sums of dout; with kDGeluBiasGrad
+// n values written, the column sums of D after GELU's derivative. aux: m x n, leading dimension ld_aux (the
+// pre-activation, written by kGeluAuxBias and read by kDGelu and kDGeluBiasGrad).
 struct LtCall {
   bool trans_a = false, trans_b = false;
   int m = 0, n = 0, k = 0;
