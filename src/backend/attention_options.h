@@ -30,14 +30,30 @@ inline Result<AttentionImpl> parse_attention_impl(const std::string& s) {
   return make_status(StatusCode::kInvalidArgument, "attention_impl '%s': one of auto, cudnn, native", s.c_str());
 }
 
-// Default cap on cuDNN's attention workspace (Note [cudnn workspace] in backend/cuda/cudnn_sdpa.h).
+// The least cap on the attention workspace (Note [cudnn workspace] in backend/cuda/cudnn_sdpa.h); the knob's value
+// `auto` (kAutoAttentionWorkspace) resolves to it or more (resolve_attention_workspace).
 constexpr int64_t kDefaultAttentionWorkspaceBytes = int64_t(512) << 20;
+constexpr int64_t kAutoAttentionWorkspace = -1;
 
 struct AttentionOptions {
   AttentionImpl impl = AttentionImpl::kAuto;
   std::string cudnn_library{};  // a libcudnn.so.9 file or the folder holding it; "": search (cudnn_loader.h)
-  int64_t workspace_cap = kDefaultAttentionWorkspaceBytes;  // bytes cuDNN's backward (bf16) or the f32 GEMMs may use
+  // Bytes cuDNN's backward (bf16) or the f32 GEMMs may use; kAutoAttentionWorkspace until the run resolves it.
+  int64_t workspace_cap = kDefaultAttentionWorkspaceBytes;
 };
+
+// Note [automatic attention workspace]
+// The attention workspace grows as B H T^2; under the cap the backward runs over chunks of the batch, which costs
+// time: GPT d4096 B8 T2048 on an H200, cuDNN's backward in 8 calls of one sequence (512 MiB) took 43.2 ms a step, in
+// 2 calls of four 33.8 ms, whole (2.05 GiB) 32.3 ms (docs/benchmarks/2026-12-03-h200-engine-layernorm-workspace/).
+// So `attention_workspace = auto` (the default) lets it take 1/64 of the memory the run may use: the --device-budget
+// where one is given, else the device's memory (2.2 GB on an H200 of 141 GB: d4096 B8 runs whole), and never less
+// than 512 MiB. A tight budget (an out-of-core plan's) keeps the 512 MiB floor; an explicit value is kept as is.
+inline int64_t resolve_attention_workspace(int64_t cap, int64_t device_budget, int64_t device_memory) {
+  if (cap != kAutoAttentionWorkspace) return cap;
+  const int64_t room = device_budget > 0 ? device_budget : device_memory;
+  return room / 64 > kDefaultAttentionWorkspaceBytes ? room / 64 : kDefaultAttentionWorkspaceBytes;
+}
 
 // What an attention op of a run looks like, for sizing the backend's reserve before it exists.
 struct AttentionShape {

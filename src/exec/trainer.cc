@@ -97,10 +97,13 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   TT_TRY(e.validate());
   TT_ASSIGN_OR_RETURN(r.inventory, Executor::inventory(e));
   // The backend's own cuBLAS workspace and scratch come out of the budget too.
+  r.attention = cfg.attention;
+  r.attention.workspace_cap = resolve_attention_workspace(cfg.attention.workspace_cap, cfg.device_budget,
+                                                          r.probe.device_memory ? r.probe.total_bytes : 0);
   r.reserve = backend_reserve(r.backend,
                               {e.batch, cfg.model.seq, e.model.heads / e.model.tp, cfg.model.dim / cfg.model.heads,
                                dtype == DType::kBF16},
-                              cfg.attention);
+                              r.attention);
   r.inventory.add_backend_reserved(r.reserve.reserved_bytes);
   r.managed_total = r.inventory.total(Inventory::kManaged);
   r.managed_device = Executor::managed_device_bytes(e, r.inventory);
@@ -347,10 +350,10 @@ BackendOptions run_backend_options(const TrainConfig& cfg, int64_t budget, int64
 }
 
 Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, const RunSpec& r) {
-  TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be,
-                      create_backend(r.backend, run_backend_options(cfg, r.budget - r.managed_device,
-                                                                    r.reserve.scratch_bytes,
-                                                                    r.reserve.attention_workspace_bytes)));
+  BackendOptions options =
+      run_backend_options(cfg, r.budget - r.managed_device, r.reserve.scratch_bytes, r.reserve.attention_workspace_bytes);
+  options.attention = r.attention;
+  TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, create_backend(r.backend, options));
   // The host memory the run keeps for the copy engines, taken (and pinned) in one slab: the inventory's host part.
   Status s = be->host_pool().reserve(static_cast<size_t>(r.inventory.total(Inventory::kHost)));
   if (!s.is_ok()) return std::move(s.with_context("reserving the run's host memory"));

@@ -72,6 +72,8 @@ struct RunSpec {
   BackendProbe probe;
   ExecSpec exec;
   BackendReserve reserve;
+  // The configuration's attention options with the workspace cap resolved (Note [automatic attention workspace]).
+  AttentionOptions attention;
   Inventory inventory;
   int64_t budget = 0;    // device bytes: the device pool's and the managed pages the plan keeps on the device
   // Issue 20: the managed pool (a reservation of Unified Memory, beside the device pool) and what of it the plan

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/attention_options.h"
 #include "backend/cuda/cudnn_loader.h"
 #include "backend/cuda/cudnn_sdpa.h"
 #include "backend/cuda/sdpa_graph.h"
@@ -172,6 +173,24 @@ TEST(SdpaGraph, WorkspaceBoundAndBatchChunks) {
   EXPECT_EQ(workspace_bytes_for(8, 2048, 32, 128, cap), (int64_t(256) << 20) + (1 << 20));
   EXPECT_EQ(backward_chunk(6, 2048, 32, 128, int64_t(600) << 20), 2);  // the largest divisor of B that fits
   EXPECT_EQ(backward_chunk(8, 2048, 32, 128, int64_t(100) << 20), 0);
+}
+
+// Note [automatic attention workspace]: 1/64 of the budget given, else of the device's memory, at least 512 MiB; an
+// explicit cap (0 included) is kept.
+TEST(SdpaGraph, AutomaticWorkspaceCap) {
+  const int64_t gib = int64_t(1) << 30, floor = int64_t(512) << 20;
+  const int64_t h200 = int64_t(143771) << 20;  // what an H200 reports
+  const int64_t cap = resolve_attention_workspace(kAutoAttentionWorkspace, 0, h200);
+  EXPECT_EQ(cap, h200 / 64);
+  // d4096 B8 T2048 H32 hs128 then runs its backward whole (8 sequences a call), as measured faster.
+  EXPECT_EQ(backward_chunk(8, 2048, 32, 128, cap), 8);
+  // A given budget decides, not the device: an out-of-core budget of 20 GiB keeps the floor (one sequence a call).
+  EXPECT_EQ(resolve_attention_workspace(kAutoAttentionWorkspace, 20 * gib, h200), floor);
+  EXPECT_EQ(backward_chunk(8, 2048, 32, 128, resolve_attention_workspace(kAutoAttentionWorkspace, 20 * gib, h200)),
+            1);
+  EXPECT_EQ(resolve_attention_workspace(kAutoAttentionWorkspace, 0, 0), floor);  // no device memory (the CPU)
+  EXPECT_EQ(resolve_attention_workspace(gib, 0, h200), gib);
+  EXPECT_EQ(resolve_attention_workspace(0, 0, h200), 0);
 }
 
 }  // namespace

@@ -181,6 +181,13 @@ TEST(Cli, ChoicesWarmupAndMissingGpuAreExplained) {
   EXPECT_EQ(fine.code, 0) << fine.out;
   EXPECT_EQ(fine.out.find("is not shorter than"), std::string::npos) << fine.out;
 
+  // attention_workspace: auto (the default), a size, or 0; anything else is refused with what it takes.
+  EXPECT_EQ(run(small(data) + " --steps 1 --backend cpu --attention-workspace 1GiB --dry-run").code, 0);
+  EXPECT_EQ(run(small(data) + " --steps 1 --backend cpu --attention-workspace auto --dry-run").code, 0);
+  CliRun bad_ws = run(small(data) + " --steps 1 --backend cpu --attention-workspace lots");
+  EXPECT_EQ(bad_ws.code, 2) << bad_ws.out;
+  EXPECT_HAS(bad_ws.out, "attention_workspace 'lots': a size such as 512MiB or 2GiB, 0, or auto");
+
   // Under a launcher with several ranks, train refuses (each rank would train alone); one rank is fine.
   CliRun ranks = run("launch -n 2 -- " + std::string(TT_BINARY) + " " + small(data) + " --steps 1 --backend cpu");
   EXPECT_EQ(ranks.code, 2) << ranks.out;

@@ -588,12 +588,14 @@ int64_t scratch_bytes_for(int64_t tokens_per_step, int heads) {
 }
 
 int64_t attention_workspace_for(const AttentionShape& shape, const AttentionOptions& options) {
+  // An unresolved `auto` (Note [automatic attention workspace]) counts as its floor.
+  const int64_t cap = options.workspace_cap < 0 ? kDefaultAttentionWorkspaceBytes : options.workspace_cap;
   // Note [f32 attention by GEMMs]: our own implementation, whatever attention_impl says.
-  if (!shape.bf16) return attention_gemm_workspace_for(shape.B, shape.T, shape.H, options.workspace_cap);
+  if (!shape.bf16) return attention_gemm_workspace_for(shape.B, shape.T, shape.H, cap);
   if (options.impl == AttentionImpl::kNative || !shape.bf16 || (shape.hs != 64 && shape.hs != 128) || shape.T < 2)
     return 0;
   if (!cudnn::load(options.cudnn_library).is_ok()) return 0;
-  return cudnn::workspace_bytes_for(shape.B, shape.T, shape.H, shape.hs, options.workspace_cap);
+  return cudnn::workspace_bytes_for(shape.B, shape.T, shape.H, shape.hs, cap);
 }
 
 Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options) {

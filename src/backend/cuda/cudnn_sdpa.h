@@ -23,8 +23,10 @@ namespace tt::cudnn {
 // Note [cudnn workspace]
 // Our device pool is carved once, so cuDNN's workspace is reserved before the first call: backend_reserve adds
 // workspace_bytes_for(shape, cap) (the §3 bound of the deterministic backward, B H pad128(T)^2 2 bytes + 1 MiB) and
-// the backend takes it from the pool as "attention.workspace" (which f32 runs use for their GEMMs instead). Where a whole batch would need more than the cap
-// (knob attention_workspace), the backward runs over chunks of b sequences (pointers advanced by b T 3C, b T C,
+// the backend takes it from the pool as "attention.workspace" (which f32 runs use for their GEMMs instead). Where a
+// whole batch would need more than the cap (knob attention_workspace; by default 1/64 of the budget or of the GPU's
+// memory, Note [automatic attention workspace] in backend/attention_options.h), the backward runs over chunks of b
+// sequences (pointers advanced by b T 3C, b T C,
 // b H T) with a plan for the chunk's shape; the forward (256 bytes) always runs whole. A plan whose real workspace
 // exceeds what is reserved is not used (logged): the shape runs on our kernels. Dsum, the backward's row sums, goes
 // to the rowsum scratch our own backward uses (B H T floats).
