@@ -31,7 +31,8 @@ def main() -> None:
             attention = j["config"].get("attention_impl", "auto")
             if attention != "auto":  # attention_impl=cudnn or native named in the row (issue 23)
                 impl += "-" + attention + "-attention"
-            if compute == "f32" and j["config"].get("attention_workspace") == 0:  # no GEMM workspace: flash kernels
+            # No GEMM workspace (the knob 0, a number before it took `auto`, a string since): the flash kernels.
+            if compute == "f32" and str(j["config"].get("attention_workspace")) == "0":
                 impl += "-flash-kernels"
             if j["config"].get("grads_in_activations") is False:  # Note [gradients in dead activations] off
                 impl += " (own gradient buffers)"
