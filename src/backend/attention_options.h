@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/units.h"
 
 namespace tt {
 
@@ -48,7 +49,17 @@ struct AttentionOptions {
 // 2 calls of four 33.8 ms, whole (2.05 GiB) 32.3 ms (docs/benchmarks/2026-12-03-h200-engine-layernorm-workspace/).
 // So `attention_workspace = auto` (the default) lets it take 1/64 of the memory the run may use: the --device-budget
 // where one is given, else the device's memory (2.2 GB on an H200 of 141 GB: d4096 B8 runs whole), and never less
-// than 512 MiB. A tight budget (an out-of-core plan's) keeps the 512 MiB floor; an explicit value is kept as is.
+// than 512 MiB. A tight budget (an out-of-core plan's) keeps the 512 MiB floor; so does an automatic budget where
+// only the floor lets the run fit the free memory (keep_automatic_workspace in exec/trainer.h); an explicit value is
+// kept as is.
+// The knob's text: "auto" (kAutoAttentionWorkspace) or a size (0 included).
+inline Result<int64_t> parse_attention_workspace(const std::string& text) {
+  if (text == "auto") return kAutoAttentionWorkspace;
+  auto bytes = parse_bytes(text);
+  TT_RETURN_IF(!bytes.is_ok() || bytes.value() < 0, kInvalidArgument,
+               "attention_workspace '%s': a size such as 512MiB or 2GiB, 0, or auto", text.c_str());
+  return bytes.value();
+}
 inline int64_t resolve_attention_workspace(int64_t cap, int64_t device_budget, int64_t device_memory) {
   if (cap != kAutoAttentionWorkspace) return cap;
   const int64_t room = device_budget > 0 ? device_budget : device_memory;

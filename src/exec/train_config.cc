@@ -6,7 +6,6 @@
 
 #include "backend/registry.h"
 #include "core/log.h"
-#include "core/units.h"
 
 namespace tt {
 
@@ -132,11 +131,20 @@ void declare_train_knobs(Config& cfg) {
   knob("runtime", "um_counters", K::kBool, "false",
        "count Unified Memory's page faults and migrations and print them per step (CUPTI's counters on a GPU; on "
        "the CPU backend what the emulated prefetches would move); in --metrics-out as um_counters_per_step");
-  knob("runtime", "attention_workspace", K::kString, "auto",
-       "most device memory cuDNN's attention backward (bf16) or the f32 attention's GEMMs may use, e.g. 512MiB "
-       "(both grow as B*H*T^2; beyond this they run over chunks of the batch and heads, which is slower); auto: "
-       "1/64 of the --device-budget, or of the GPU's memory when the budget is automatic, at least 512MiB; 0: none "
-       "(f32 attention on the flash kernels)");
+  {
+    KnobSpec s;
+    s.group = "runtime";
+    s.name = "attention_workspace";
+    s.type = K::kString;
+    s.default_value = "auto";
+    s.help =
+        "most device memory cuDNN's attention backward (bf16) or the f32 attention's GEMMs may use, e.g. 512MiB (both "
+        "grow as B*H*T^2; beyond this they run over chunks of the batch and heads, which is slower); auto: 1/64 of "
+        "the --device-budget, or of the GPU's memory when the budget is automatic (the 512MiB floor where more "
+        "would not let the run fit), at least 512MiB; 0: none (f32 attention on the flash kernels)";
+    s.validate = [](const std::string& text) { return parse_attention_workspace(text).status(); };
+    cfg.declare(std::move(s));
+  }
   knob("parallel", "mesh", K::kString, "",
        "the named device mesh this run is one rank of, e.g. data=2 or data=2,model=2 (its product: the ranks "
        "`tiertrain launch -n N` or mpirun starts); --batch is then the global batch, split over the batch dimension "
@@ -261,14 +269,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");
   TT_ASSIGN_OR_RETURN(tc.attention.impl, parse_attention_impl(cfg.get_string("attention_impl")));
   tc.attention.cudnn_library = cfg.get_string("cudnn_library");
-  if (const std::string w = cfg.get_string("attention_workspace"); w == "auto") {
-    tc.attention.workspace_cap = kAutoAttentionWorkspace;
-  } else {
-    auto bytes = parse_bytes(w);
-    TT_RETURN_IF(!bytes.is_ok() || bytes.value() < 0, kInvalidArgument,
-                 "attention_workspace '%s': a size such as 512MiB or 2GiB, 0, or auto", w.c_str());
-    tc.attention.workspace_cap = bytes.value();
-  }
+  TT_ASSIGN_OR_RETURN(tc.attention.workspace_cap, parse_attention_workspace(cfg.get_string("attention_workspace")));
   tc.mesh = cfg.get_string("mesh");
   tc.layout = cfg.get_string("layout");
   tc.input = cfg.get_string("input");

@@ -97,16 +97,29 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   TT_TRY(e.validate());
   TT_ASSIGN_OR_RETURN(r.inventory, Executor::inventory(e));
   // The backend's own cuBLAS workspace and scratch come out of the budget too.
+  const AttentionShape attention_shape{e.batch, cfg.model.seq, e.model.heads / e.model.tp,
+                                       cfg.model.dim / cfg.model.heads, dtype == DType::kBF16};
   r.attention = cfg.attention;
   r.attention.workspace_cap = resolve_attention_workspace(cfg.attention.workspace_cap, cfg.device_budget,
                                                           r.probe.device_memory ? r.probe.total_bytes : 0);
-  r.reserve = backend_reserve(r.backend,
-                              {e.batch, cfg.model.seq, e.model.heads / e.model.tp, cfg.model.dim / cfg.model.heads,
-                               dtype == DType::kBF16},
-                              r.attention);
-  r.inventory.add_backend_reserved(r.reserve.reserved_bytes);
+  r.reserve = backend_reserve(r.backend, attention_shape, r.attention);
   r.managed_total = r.inventory.total(Inventory::kManaged);
   r.managed_device = Executor::managed_device_bytes(e, r.inventory);
+  const int64_t usable = r.probe.free_bytes - r.probe.auto_budget_headroom;
+  if (cfg.attention.workspace_cap == kAutoAttentionWorkspace && cfg.device_budget == 0 && r.probe.device_memory &&
+      r.attention.workspace_cap > kDefaultAttentionWorkspaceBytes) {
+    // Note [automatic attention workspace]: where the larger workspace would keep the run from fitting the free
+    // memory and the floor would not, the floor.
+    AttentionOptions floor = r.attention;
+    floor.workspace_cap = kDefaultAttentionWorkspaceBytes;
+    const BackendReserve at_floor = backend_reserve(r.backend, attention_shape, floor);
+    // r.device_need(): the inventory and the managed pages, no reserve yet.
+    if (!keep_automatic_workspace(r.device_need(), r.reserve.reserved_bytes, at_floor.reserved_bytes, usable)) {
+      r.attention = floor;
+      r.reserve = at_floor;
+    }
+  }
+  r.inventory.add_backend_reserved(r.reserve.reserved_bytes);
   const int64_t need = r.device_need();
   // The automatic budget: on a device with memory of its own, what the run needs plus 5%, never more than the free
   // memory less a headroom (the arena is one allocation, so a generous default would take memory other processes
@@ -116,7 +129,6 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   r.budget_auto = r.budget == 0;
   if (r.budget_auto) {
     if (r.probe.device_memory) {
-      const int64_t usable = r.probe.free_bytes - r.probe.auto_budget_headroom;
       r.budget = std::min(need + need / 20, usable);
     } else {
       r.budget = r.probe.total_bytes / 2;
@@ -333,6 +345,14 @@ void Trainer::record(const nlohmann::json& j) {
           std::strerror(errno));
     jsonl_failed_ = true;
   }
+}
+
+bool keep_automatic_workspace(int64_t need_without_reserve, int64_t reserve, int64_t floor_reserve, int64_t usable) {
+  const auto fits = [&](int64_t reserved) {
+    const int64_t n = need_without_reserve + reserved;
+    return n + n / 20 <= usable;  // the automatic budget's 5% (resolve_run)
+  };
+  return fits(reserve) || !fits(floor_reserve);
 }
 
 BackendOptions run_backend_options(const TrainConfig& cfg, int64_t budget, int64_t scratch_bytes,

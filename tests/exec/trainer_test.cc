@@ -227,6 +227,16 @@ TEST(Trainer, RecomputePlanIsBitIdenticalWithLessMemory) {
   expect_bit_identical(finish(*b.value()), run_split_at_10(recompute, dir.file("ckpt")));
 }
 
+// Note [automatic attention workspace]: the larger automatic workspace is kept unless only the 512 MiB floor lets the
+// run (its need plus the automatic budget's 5%) fit the free memory.
+TEST(Trainer, AutomaticAttentionWorkspaceFallsBackToTheFloorOnlyWhereThatFits) {
+  const int64_t gib = int64_t(1) << 30, mib = int64_t(1) << 20;
+  const int64_t big = 2200 * mib, floor = 640 * mib;  // backend reserves with the automatic cap and with the floor
+  EXPECT_TRUE(keep_automatic_workspace(80 * gib, big, floor, 130 * gib));    // plenty of room: the larger one
+  EXPECT_FALSE(keep_automatic_workspace(120 * gib, big, floor, 128 * gib));  // 122.1 * 1.05 > 128, 120.6 * 1.05 fits
+  EXPECT_TRUE(keep_automatic_workspace(125 * gib, big, floor, 128 * gib));   // neither fits: the plan's error says so
+}
+
 TEST(Trainer, AutomaticCpuBudgetRefusesAModelLargerThanHalfTheMemory) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));

@@ -189,7 +189,10 @@ __global__ void layernorm_backward_dinp_kernel(X* __restrict__ dinp, const X* __
 // order at the end. Each block writes its column partials ([block][2C]: weight, then bias), column_finish_kernel adds
 // them in block order: the sums do not depend on timing. The formula is the two-pass kernel's; the row sums' order
 // differs (16-byte vectors a lane), so the two round differently: the two-pass kernels remain for rows that do not
-// split into aligned vectors or are wider than a block's share (fixed for a model's shapes: one path a run).
+// split into aligned vectors or are wider than a block's share (fixed for a model's shapes: one path a run). ptxas
+// (sm_90): 102 registers a thread in bf16, no spills: one block of 512 an SM, the grid two of them an SM (two waves).
+// Measured on an H200 at [16384, 4096] bf16: 0.238 ms against the two-pass kernels' 0.357 (2256 GB/s of the 8 bytes
+// an element it must move).
 constexpr int kLnThreads = 512;
 constexpr int kLnMaxVecs = 2;  // vectors of columns a thread owns: C up to 2 * 8 * 512 = 8192 in bf16, 4096 in f32
 

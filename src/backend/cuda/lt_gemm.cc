@@ -38,6 +38,9 @@ bool needs_bias(Epilogue e) {
          e == Epilogue::kDGeluBiasGrad;
 }
 
+cudaDataType_t d_type_of(const LtCall& c) { return c.d_type == kLtSameAsType ? c.type : c.d_type; }
+cudaDataType_t bias_type_of(const LtCall& c) { return c.bias_type == kLtSameAsType ? c.type : c.bias_type; }
+
 // The descriptors of one call, destroyed with it, and the alignments cuBLASLt may assume of its operands.
 struct Descriptors {
   cublasLtMatmulDesc_t op = nullptr;
@@ -77,8 +80,9 @@ void describe(const LtCall& c, Descriptors& ds) {
   TT_LT_ASSERT(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (needs_bias(c.epilogue)) {
     TT_LT_ASSERT(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)));
-    TT_LT_ASSERT(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c.bias_type,
-                                                sizeof(c.bias_type)));
+    const cudaDataType_t bias_type = bias_type_of(c);
+    TT_LT_ASSERT(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof(bias_type)));
   }
   if (needs_aux(c.epilogue)) {
     const int64_t ld = c.ld_aux;
@@ -92,7 +96,7 @@ void describe(const LtCall& c, Descriptors& ds) {
   const int lt_m = c.n, lt_n = c.m;
   TT_LT_ASSERT(cublasLtMatrixLayoutCreate(&ds.a, c.type, c.trans_b ? c.k : lt_m, c.trans_b ? lt_m : c.k, c.ldb));
   TT_LT_ASSERT(cublasLtMatrixLayoutCreate(&ds.b, c.type, c.trans_a ? lt_n : c.k, c.trans_a ? c.k : lt_n, c.lda));
-  TT_LT_ASSERT(cublasLtMatrixLayoutCreate(&ds.d, c.d_type, lt_m, lt_n, c.ldd));
+  TT_LT_ASSERT(cublasLtMatrixLayoutCreate(&ds.d, d_type_of(c), lt_m, lt_n, c.ldd));
 }
 
 }  // namespace
@@ -157,7 +161,9 @@ bool LtGemm::matmul(cudaStream_t stream, const LtCall& c) {
                 c.lda,
                 c.ldb,
                 c.ldd,
-                static_cast<int>(c.type) * 1024 + static_cast<int>(c.d_type) * 32 + static_cast<int>(c.bias_type),
+                static_cast<int>(c.type),
+                static_cast<int>(d_type_of(c)),
+                static_cast<int>(bias_type_of(c)),
                 static_cast<int>(c.epilogue) * (1 << 15) + align(c.b) * 1024 + align(c.a) * 32 + align(c.d),
                 c.ld_aux,
                 c.beta != 0.0f};

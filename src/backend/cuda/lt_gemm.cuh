@@ -30,6 +30,9 @@ constexpr int kEpilogues = 6;
 // layer's weight gradient dW[OC, C] = dout^T inp is its bias gradient, the column sums of dout; with kDGeluBiasGrad
 // n values written, the column sums of D after GELU's derivative. aux: m x n, leading dimension ld_aux (the
 // pre-activation, written by kGeluAuxBias and read by kDGelu and kDGeluBiasGrad).
+// LtCall's d_type and bias_type until set: the same as its `type`.
+constexpr cudaDataType_t kLtSameAsType = static_cast<cudaDataType_t>(-1);
+
 struct LtCall {
   bool trans_a = false, trans_b = false;
   int m = 0, n = 0, k = 0;
@@ -40,9 +43,9 @@ struct LtCall {
   void* d = nullptr;
   int ldd = 0;
   float beta = 0.0f;
-  cudaDataType_t type = CUDA_R_16BF;     // of A, B and aux (and of D and the bias unless set below)
-  cudaDataType_t d_type = CUDA_R_16BF;   // of D
-  cudaDataType_t bias_type = CUDA_R_16BF;
+  cudaDataType_t type = CUDA_R_16BF;          // of A, B and aux
+  cudaDataType_t d_type = kLtSameAsType;      // of D: `type` unless set
+  cudaDataType_t bias_type = kLtSameAsType;   // of the bias: `type` unless set
   Epilogue epilogue = Epilogue::kNone;
   const void* bias = nullptr;
   void* aux = nullptr;
@@ -75,7 +78,7 @@ class LtGemm {
   void run(cudaStream_t stream, const LtCall& call, const LtAlgorithm& algo);
 
  private:
-  using Key = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, bool>;
+  using Key = std::tuple<bool, bool, int, int, int, int, int, int, int, int, int, int, int, bool>;
   struct Cached {
     bool ok = false;
     LtAlgorithm algo;
