@@ -52,6 +52,7 @@ struct AttentionOptions {
 // than 512 MiB. A tight budget (an out-of-core plan's) keeps the 512 MiB floor; so does an automatic budget where
 // only the floor lets the run fit the free memory (keep_automatic_workspace in exec/trainer.h); an explicit value is
 // kept as is.
+
 // The knob's text: "auto" (kAutoAttentionWorkspace) or a size (0 included).
 inline Result<int64_t> parse_attention_workspace(const std::string& text) {
   if (text == "auto") return kAutoAttentionWorkspace;

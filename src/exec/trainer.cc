@@ -370,8 +370,8 @@ BackendOptions run_backend_options(const TrainConfig& cfg, int64_t budget, int64
 }
 
 Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, const RunSpec& r) {
-  BackendOptions options =
-      run_backend_options(cfg, r.budget - r.managed_device, r.reserve.scratch_bytes, r.reserve.attention_workspace_bytes);
+  BackendOptions options = run_backend_options(cfg, r.budget - r.managed_device, r.reserve.scratch_bytes,
+                                                r.reserve.attention_workspace_bytes);
   options.attention = r.attention;
   TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, create_backend(r.backend, options));
   // The host memory the run keeps for the copy engines, taken (and pinned) in one slab: the inventory's host part.

@@ -89,13 +89,12 @@ struct RunSpec {
 };
 // cfg.model.vocab must be set (from the data).
 Result<RunSpec> resolve_run(const TrainConfig& cfg);
-// The backend options of a run of cfg (its threads, simulated delays, host memory placement, attention) with this
-// budget and reserve: the trainer's, and the calibration's (perf/planner.cc).
 // Note [automatic attention workspace]: with the automatic budget, whether the run keeps the larger automatic
 // attention workspace (its backend reserve `reserve`) rather than the 512 MiB floor's (`floor_reserve`): yes unless
 // only the floor lets the run's need plus the automatic budget's 5% fit the usable free memory.
 bool keep_automatic_workspace(int64_t need_without_reserve, int64_t reserve, int64_t floor_reserve, int64_t usable);
-
+// The backend options of a run of cfg (its threads, simulated delays, host memory placement, attention) with this
+// budget and reserve: the trainer's, and the calibration's (perf/planner.cc).
 BackendOptions run_backend_options(const TrainConfig& cfg, int64_t budget, int64_t scratch_bytes = 0,
                                    int64_t attention_workspace_bytes = 0);
 // The backend of a resolved run, with the run's host memory reserved (the inventory's host part, in one slab).
