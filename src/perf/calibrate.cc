@@ -666,6 +666,10 @@ MachineId this_machine(const std::string& backend, const BackendOptions& options
   if (backend == "cuda") {
     m.attention = attention_impl_name(options.attention.impl);
     if (!options.attention.cudnn_library.empty()) m.attention += " " + options.attention.cudnn_library;
+    // The workspace cap decides how many calls an attention backward takes (Note [automatic attention workspace]):
+    // a profile measured under another cap is another machine's.
+    const int64_t cap = options.attention.workspace_cap;
+    m.attention += ", workspace " + (cap == kAutoAttentionWorkspace ? std::string("auto") : format_bytes(cap));
   }
   if (backend == "cpu") {
     m.sim = str_format("copy %lld us, compute %lld us, host %lld us, threads %d",

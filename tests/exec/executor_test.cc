@@ -403,7 +403,9 @@ TEST(Executor, AForwardAfterADataParallelBackwardWaitsForTheAverages) {
     ASSERT_TRUE(ex->init_params(5).is_ok());
     feed(*ex, *be);
     ex->forward_backward();
-    if (!aliased) ASSERT_TRUE(be->synchronize_all().is_ok());  // the reference: nothing overlaps
+    if (!aliased) {
+      ASSERT_TRUE(be->synchronize_all().is_ok());  // the reference: nothing overlaps
+    }
     ex->forward();
     if (aliased) {
       auto done = be->create_event();

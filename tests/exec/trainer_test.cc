@@ -417,8 +417,9 @@ TEST(Trainer, GradientsInDeadActivationsChangeNoBit) {
     ASSERT_EQ(a.value()->evals().size(), b.value()->evals().size());
     for (size_t i = 0; i < a.value()->evals().size(); ++i)
       EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
-    if (c.aliased > 0)
+    if (c.aliased > 0) {
       EXPECT_LT(b.value()->backend().pool().peak_in_use(), a.value()->backend().pool().peak_in_use());
+    }
   }
   // And a run with them resumed from a checkpoint gives the bits of a whole run without them.
   TrainConfig on = small_config(data);
