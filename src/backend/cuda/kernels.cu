@@ -855,7 +855,7 @@ void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* 
   constexpr int kV = 16 / sizeof(X);
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int vectors = C / kV;
-  if (N > 0 && C % kV == 0 && vectors <= kLnMaxVecs * kLnThreads && aligned(dinp) && aligned(dout) &&
+  if (N > 0 && C > 0 && C % kV == 0 && vectors <= kLnMaxVecs * kLnThreads && aligned(dinp) && aligned(dout) &&
       aligned(inp) && aligned(w)) {
     static const int sms = [] {
       int device = 0, n = 0;
