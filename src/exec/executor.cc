@@ -13,6 +13,22 @@ namespace {
 
 Plan resident_plan(int layers) { return Plan::resolve("in-core", layers, 2).value(); }
 
+// Whether each block's gradients live in the next block's activation set (Note [gradients in dead activations]).
+std::vector<bool> grads_aliased(const ExecSpec& spec) {
+  std::vector<bool> a;
+  for (int l = 0; l < spec.model.layers; ++l)
+    a.push_back(grads_in_next_set(spec.plan, spec.model, spec.batch, spec.compute, l));
+  return a;
+}
+
+// Note [gradient segments]: whether segment s (0: the embeddings, 1..L: the blocks, L + 1: the final norm) has a
+// buffer of its own, "grads.seg<s>": not where the block's gradients stream through the slots or live in the next
+// block's activation set.
+bool own_grad_buffer(const Plan& plan, const std::vector<bool>& aliased, int s) {
+  const int L = static_cast<int>(aliased.size());
+  return !(s >= 1 && s <= L && (plan.grads_streamed(s - 1) || aliased[static_cast<size_t>(s - 1)]));
+}
+
 }  // namespace
 
 Status ExecSpec::validate() const {
@@ -115,9 +131,9 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   }
   // Gradients (Note [gradient segments]): one buffer per segment; streamed blocks share two slots.
   // Note [gradients in dead activations]: a segment that lives in the next block's set has no entry of its own.
-  auto aliased = [&](int l) { return grads_in_next_set(plan, cfg, spec.batch, dt, l); };
+  const std::vector<bool> aliased = grads_aliased(spec);
   for (int s = 0; s < S; ++s)
-    if (!(s >= 1 && s <= L && (plan.grads_streamed(s - 1) || aliased(s - 1))))
+    if (own_grad_buffer(plan, aliased, s))
       state("grads.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, md, TC::kGrad);
   for (int i = 0; i < rings.grads.slots; ++i)
     inv.add_device("grads.slot" + std::to_string(i), {segs.size[1]}, md, TC::kGrad);
@@ -151,7 +167,7 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   for (int l = 0; l < L; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     // A set that holds block l - 1's gradients after its backward is one entry, carved like a swap slot.
-    if (plan.activation(l) == ActPlacement::kResident && aliased(l - 1)) {
+    if (plan.activation(l) == ActPlacement::kResident && l >= 1 && aliased[static_cast<size_t>(l - 1)]) {
       inv.add_device("h." + std::to_string(l),
                      {static_cast<int64_t>(device_bytes_of(gpt_block_activations(cfg, spec.batch, dt,
                                                                                  plan.held_parts(l))))},
@@ -245,9 +261,7 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
   std::unique_ptr<Executor> ex(new Executor(backend, std::move(spec)));
   TT_ASSIGN_OR_RETURN(ex->inventory_, inventory(ex->spec_));
   ex->rings_ = ring_layout(ex->spec_.plan);
-  for (int l = 0; l < ex->spec_.model.layers; ++l)
-    ex->grads_aliased_.push_back(grads_in_next_set(ex->spec_.plan, ex->spec_.model, ex->spec_.batch,
-                                                   ex->spec_.compute, l));
+  ex->grads_aliased_ = grads_aliased(ex->spec_);
   ex->schedule_ = compile_schedule(ex->spec_.schedule_spec(), ex->inventory_);
   TT_TRY(ex->schedule_.validate());
   for (size_t i = 0; i < ex->schedule_.events.size(); ++i) ex->events_.push_back(backend.create_event());
@@ -753,9 +767,7 @@ void Executor::issue(const Op& op) {
         be_.fill_zero(t.grads[static_cast<size_t>(op.segment)], st);
       } else {
         for (int s = 0; s < gpt_->num_segments(); ++s)
-          if (!(s >= 1 && s <= spec_.model.layers &&
-                (spec_.plan.grads_streamed(s - 1) || grads_aliased_[static_cast<size_t>(s - 1)])))
-            be_.fill_zero(t.grads[static_cast<size_t>(s)], st);
+          if (own_grad_buffer(spec_.plan, grads_aliased_, s)) be_.fill_zero(t.grads[static_cast<size_t>(s)], st);
       }
       break;
     case OpKind::kSwapOut:
