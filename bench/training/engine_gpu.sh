@@ -7,8 +7,8 @@
 #   bench/training/engine_gpu.sh OUTDIR [PARTS]    (PARTS: "all" (default), or some of gpt2 d4096 fp32, e.g. "gpt2 d4096")
 #
 # gpt2: GPT-2 124M (L12 d768 T1024) at B16 and B32; d4096: GPT L16 d4096 T2048 B8 in-core; GPT-2 B16 and d4096 also
-# with --plan in-core-selective (Note [rebuilt GELU]); fp32: GPT-2 B16 in f32 (attention as cuBLAS GEMMs, Note [f32
-# attention by GEMMs], and with --attention-workspace 0 our flash kernels) against PyTorch fp32 (TF32 off) eager and
+# with --plan in-core-selective (Note [rebuilt GELU]); fp32: GPT-2 B16 in f32 (attention by the fused 3xTF32 kernels,
+# Note [3xTF32 attention], by cuBLAS GEMMs and by our SIMT kernels: --f32-attention) against PyTorch fp32 (TF32 off) eager and
 # compiled, and tiertrain's f32 profile. TT_TORCH_MODES (default "eager compile autotune") picks the
 # PyTorch runs of the gpt2 and d4096 parts; TT_ONLY_ARCHIVE=1 leaves only results.md and results.tgz in OUTDIR at the end.
 # OUTDIR gets one JSON per run, the logs, the card's clock and power while each run went (gpu_*.csv), profile_*.txt,
@@ -113,7 +113,8 @@ fi
 if has fp32; then
   m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
   tiertrain gpt2_b16_f32 20 "${m[@]}" --dtype f32
-  tiertrain gpt2_b16_f32_flash_kernels 12 "${m[@]}" --dtype f32 --attention-workspace 0
+  tiertrain gpt2_b16_f32_gemm_attention 20 "${m[@]}" --dtype f32 --f32-attention gemm
+  tiertrain gpt2_b16_f32_simt_attention 12 "${m[@]}" --dtype f32 --f32-attention simt
   torch_run gpt2_b16_fp32_eager "${m[@]}" --steps 20 --warmup-steps 5 --mode fp32 \
     --profile-out "$OUT/profile_torch_fp32_eager_gpt2_b16.txt"
   torch_run gpt2_b16_fp32_compile "${m[@]}" --steps 24 --warmup-steps 10 --mode fp32 --compile

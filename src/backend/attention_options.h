@@ -16,10 +16,27 @@ namespace tt {
 
 // kAuto: cuDNN's fused attention where the library loads and takes the shape, else our kernels. kCudnn: the same
 // choice per shape, but a cuDNN that does not load is an error when the backend is created (and a shape cuDNN
-// should take but refuses is one at the call). kNative: our kernels (backend/cuda/attention.cu) always. Whatever
-// the choice, f32 runs as cuBLAS GEMMs where an attention workspace was reserved (Note [f32 attention by GEMMs];
-// --attention-workspace 0 leaves it to our flash kernels).
+// should take but refuses is one at the call). kNative: our kernels (backend/cuda/attention.cu) always. bf16 only:
+// f32 follows F32Attention whatever the choice.
 enum class AttentionImpl { kAuto, kCudnn, kNative };
+
+// f32 attention on a GPU (the exact-comparison mode; knob `f32_attention`). kAuto: our fused 3xTF32 tensor-core
+// kernels (Note [3xTF32 attention] in backend/cuda/attention_tf32.cu) where they take the shape (head size 64 or
+// 128), else cuBLAS SGEMMs over an attention workspace (Note [f32 attention by GEMMs]) where one is reserved, else
+// our SIMT flash kernels. kGemm: the GEMMs where the workspace holds a (batch, head) pair, else the SIMT kernels.
+// kSimt: the SIMT kernels always. All three are fp32-accurate; kAuto is the fastest where it applies (measured:
+// docs/design/f32-attention.md).
+enum class F32Attention { kAuto, kGemm, kSimt };
+
+inline const char* f32_attention_name(F32Attention f) {
+  return f == F32Attention::kAuto ? "auto" : f == F32Attention::kGemm ? "gemm" : "simt";
+}
+inline Result<F32Attention> parse_f32_attention(const std::string& s) {
+  if (s == "auto") return F32Attention::kAuto;
+  if (s == "gemm") return F32Attention::kGemm;
+  if (s == "simt") return F32Attention::kSimt;
+  return make_status(StatusCode::kInvalidArgument, "f32_attention '%s': one of auto, gemm, simt", s.c_str());
+}
 
 inline const char* attention_impl_name(AttentionImpl i) {
   return i == AttentionImpl::kAuto ? "auto" : i == AttentionImpl::kCudnn ? "cudnn" : "native";
@@ -41,6 +58,7 @@ struct AttentionOptions {
   std::string cudnn_library{};  // a libcudnn.so.9 file or the folder holding it; "": search (cudnn_loader.h)
   // Bytes cuDNN's backward (bf16) or the f32 GEMMs may use; kAutoAttentionWorkspace until the run resolves it.
   int64_t workspace_cap = kDefaultAttentionWorkspaceBytes;
+  F32Attention f32 = F32Attention::kAuto;
 };
 
 // Note [automatic attention workspace]

@@ -112,6 +112,10 @@ void declare_train_knobs(Config& cfg) {
   choice("runtime", "attention_impl", "auto", {"auto", "cudnn", "native"},
          "attention on a GPU: auto (cuDNN's fused attention where the library loads and takes the shape, else our "
          "kernels), cudnn (the same, but a cuDNN that does not load is an error), native (our kernels)");
+  choice("runtime", "f32_attention", "auto", {"auto", "gemm", "simt"},
+         "f32 attention on a GPU: auto (fused 3xTF32 tensor-core kernels for head size 64 or 128, else cuBLAS SGEMMs "
+         "over the attention workspace, else SIMT kernels), gemm (the SGEMMs where the workspace holds a (batch, "
+         "head) pair, else SIMT), simt (our SIMT flash kernels); all fp32-accurate");
   knob("runtime", "cudnn_library", K::kString, "",
        "libcudnn.so.9 to load, or the folder holding it (empty: the folders found at build time, then the loader's "
        "path)");
@@ -268,6 +272,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.host_numa_node = static_cast<int>(cfg.get_int("host_numa_node"));
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");
   TT_ASSIGN_OR_RETURN(tc.attention.impl, parse_attention_impl(cfg.get_string("attention_impl")));
+  TT_ASSIGN_OR_RETURN(tc.attention.f32, parse_f32_attention(cfg.get_string("f32_attention")));
   tc.attention.cudnn_library = cfg.get_string("cudnn_library");
   TT_ASSIGN_OR_RETURN(tc.attention.workspace_cap, parse_attention_workspace(cfg.get_string("attention_workspace")));
   tc.mesh = cfg.get_string("mesh");

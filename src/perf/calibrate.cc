@@ -670,6 +670,7 @@ MachineId this_machine(const std::string& backend, const BackendOptions& options
     // a profile measured under another cap is another machine's.
     const int64_t cap = options.attention.workspace_cap;
     m.attention += ", workspace " + (cap == kAutoAttentionWorkspace ? std::string("auto") : format_bytes(cap));
+    m.attention += std::string(", f32 ") + f32_attention_name(options.attention.f32);
   }
   if (backend == "cpu") {
     m.sim = str_format("copy %lld us, compute %lld us, host %lld us, threads %d",

@@ -323,21 +323,39 @@ std::unique_ptr<Backend> make_cudnn_backend() {
 #endif
 }
 
-// A CUDA backend whose f32 attention runs as cuBLAS GEMMs (Note [f32 attention by GEMMs]) over a workspace that
-// holds one (batch, head) pair at length T: longer sequences fall back to our kernels, shorter ones run in chunks.
+// A CUDA backend whose f32 attention runs as cuBLAS GEMMs (f32_attention=gemm, Note [f32 attention by GEMMs]) over
+// a workspace that holds one (batch, head) pair at length T: longer sequences fall back to our SIMT kernels, shorter
+// ones run in chunks.
 std::unique_ptr<Backend> make_gemm_attention_backend(int64_t T) {
 #ifdef TIERTRAIN_HAVE_CUDA
-  const int64_t ws = cuda::attention_workspace_for({.B = 1, .T = T, .H = 1, .hs = 64, .bf16 = false}, {});
+  if (!testing::have_gpu()) return nullptr;
+  const AttentionOptions gemm{.impl = AttentionImpl::kNative, .f32 = F32Attention::kGemm};
+  const int64_t ws = cuda::attention_workspace_for({.B = 1, .T = T, .H = 1, .hs = 64, .bf16 = false}, gemm);
   EXPECT_GT(ws, 2 * T * T * 4);
-  auto r = cuda::create_backend({.device = 0,
-                                 .device_budget = int64_t(1) << 30,
-                                 .attention = {.impl = AttentionImpl::kNative},
-                                 .attention_workspace_bytes = ws});
+  // The fused kernels take head size 64 without a workspace.
+  EXPECT_EQ(cuda::attention_workspace_for({.B = 1, .T = T, .H = 1, .hs = 64, .bf16 = false}, {}), 0);
+  auto r = cuda::create_backend(
+      {.device = 0, .device_budget = int64_t(1) << 30, .attention = gemm, .attention_workspace_bytes = ws});
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
   if (!r.is_ok()) return nullptr;
   return std::move(r).value();
 #else
   (void)T;
+  return nullptr;
+#endif
+}
+
+// A CUDA backend whose f32 attention always runs on our SIMT flash kernels (f32_attention=simt).
+std::unique_ptr<Backend> make_simt_attention_backend() {
+#ifdef TIERTRAIN_HAVE_CUDA
+  if (!testing::have_gpu()) return nullptr;
+  auto r = cuda::create_backend({.device = 0,
+                                 .device_budget = int64_t(1) << 30,
+                                 .attention = {.impl = AttentionImpl::kNative, .f32 = F32Attention::kSimt}});
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  if (!r.is_ok()) return nullptr;
+  return std::move(r).value();
+#else
   return nullptr;
 #endif
 }
@@ -349,29 +367,42 @@ int64_t counter(Backend& be, const char* name) {
 }
 
 // Every case on our kernels (be_); where cuDNN loads, on a backend with attention_impl=cudnn: the cases cuDNN takes
-// (bf16, head size 64 or 128, T >= 2) run there, the others fall back to our kernels; in f32, on a backend whose
-// attention runs as GEMMs over a workspace of one pair at T = 601 (several chunks of pairs where the sequence is
-// short, four causal query ranges at 601, our kernels at 700). All against the CPU.
+// (bf16, head size 64 or 128, T >= 2) run there, the others fall back to our kernels. In f32 the default backends
+// run head sizes 64 and 128 on the fused 3xTF32 kernels (Note [3xTF32 attention]); two more backends take every f32
+// case: one whose attention runs as GEMMs over a workspace of one pair at T = 601 (several chunks of pairs where the
+// sequence is short, four causal query ranges at 601, the SIMT kernels at 700), and one on the SIMT kernels. All
+// against the CPU.
 TEST_P(BackendOps, Attention) {
   std::unique_ptr<Backend> cudnn_be = make_cudnn_backend();
-  std::unique_ptr<Backend> gemm_be = dt() == DType::kF32 ? make_gemm_attention_backend(601) : nullptr;
+  const bool f32 = dt() == DType::kF32;
+  std::unique_ptr<Backend> gemm_be = f32 ? make_gemm_attention_backend(601) : nullptr;
+  std::unique_ptr<Backend> simt_be = f32 ? make_simt_attention_backend() : nullptr;
   for (const AttentionCase& c :
        {AttentionCase{B, T, C, H}, AttentionCase{2, 100, 128, 2}, AttentionCase{1, 130, 256, 2},
         AttentionCase{2, 1, 128, 2}, AttentionCase{1, 64, 96, 1}, AttentionCase{1, 200, 64, 4},
         AttentionCase{3, 300, 256, 4}, AttentionCase{1, 601, 128, 2}, AttentionCase{1, 700, 64, 1}}) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " C " + std::to_string(c.C) + " H " +
                  std::to_string(c.H));
-    for (Backend* be : {be_.get(), cudnn_be.get(), gemm_be.get()}) {
+    const int hs = c.C / c.H;
+    for (Backend* be : {be_.get(), cudnn_be.get(), gemm_be.get(), simt_be.get()}) {
       if (be == nullptr) continue;
-      SCOPED_TRACE(be == be_.get() ? "our kernels" : be == gemm_be.get() ? "f32 GEMMs" : "attention_impl=cudnn");
+      SCOPED_TRACE(be == be_.get()       ? "our kernels"
+                   : be == gemm_be.get() ? "f32_attention=gemm"
+                   : be == simt_be.get() ? "f32_attention=simt"
+                                         : "attention_impl=cudnn");
       const int64_t fwd0 = counter(*be, "cudnn_attention_forward"), bwd0 = counter(*be, "cudnn_attention_backward");
       const int64_t gf0 = counter(*be, "gemm_attention_forward"), gb0 = counter(*be, "gemm_attention_backward");
+      const int64_t tf0 = counter(*be, "tf32x3_attention_forward"), tb0 = counter(*be, "tf32x3_attention_backward");
       attention_case(*be, c);
-      const bool cudnn_takes = be == cudnn_be.get() && dt() == DType::kBF16 && cudnn_takes_shape(c.T, c.C / c.H);
+      const bool cudnn_takes = be == cudnn_be.get() && dt() == DType::kBF16 && cudnn_takes_shape(c.T, hs);
       EXPECT_EQ(counter(*be, "cudnn_attention_forward") - fwd0, cudnn_takes ? 2 : 0);
       EXPECT_EQ(counter(*be, "cudnn_attention_backward") - bwd0, cudnn_takes ? 1 : 0);
-      // The cuDNN backend's workspace (513 MiB) holds f32 pairs too: its f32 cases run as GEMMs as well.
-      const bool gemm = dt() == DType::kF32 && (be == cudnn_be.get() || (be == gemm_be.get() && c.T <= 601));
+      const bool fused = f32 && (be == be_.get() || be == cudnn_be.get()) && (hs == 64 || hs == 128);
+      EXPECT_EQ(counter(*be, "tf32x3_attention_forward") - tf0, fused ? 2 : 0);
+      EXPECT_EQ(counter(*be, "tf32x3_attention_backward") - tb0, fused ? 1 : 0);
+      // The cuDNN backend's workspace (513 MiB) holds f32 pairs too: its f32 cases the fused kernels do not take
+      // run as GEMMs.
+      const bool gemm = f32 && !fused && (be == cudnn_be.get() || (be == gemm_be.get() && c.T <= 601));
       EXPECT_EQ(counter(*be, "gemm_attention_forward") - gf0, gemm ? 2 : 0);
       EXPECT_EQ(counter(*be, "gemm_attention_backward") - gb0, gemm ? 1 : 0);
     }

@@ -921,6 +921,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 int64_t attention_scratch_bytes(int B, int T, int H) { return static_cast<int64_t>(B) * H * T * sizeof(float); }
 
 template <typename X>
+void attention_row_dots(cudaStream_t s, float* D, const X* dout, const X* out, int B, int T, int C, int H) {
+  const Dims d = make_dims(B, T, C, H);
+  attention_rowdot_kernel<X><<<rows_grid(d), kGeneralWarps * 32, 0, s>>>(D, dout, out, d);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
 void attention_forward(cudaStream_t s, X* out, float* lse, const X* qkv, int B, int T, int C, int H) {
   const Dims d = make_dims(B, T, C, H);
   TT_CHECK(d.hs <= kMaxHs && static_cast<int64_t>(B) * H <= 65535,
@@ -951,8 +958,7 @@ void attention_backward(cudaStream_t s, const Scratch& scratch, X* dqkv, const X
            "attention_backward: B %d T %d H %d needs %lld scratch bytes, the CUDA scratch has %zu", B, T, H,
            static_cast<long long>(attention_scratch_bytes(B, T, H)), scratch.bytes);
   float* D = static_cast<float*>(scratch.ptr);
-  attention_rowdot_kernel<X><<<rows_grid(d), kGeneralWarps * 32, 0, s>>>(D, dout, out, d);
-  TT_CUDA_CHECK_LAUNCH();
+  attention_row_dots<X>(s, D, dout, out, B, T, C, H);
   if (use_tensor_cores<X>(d, {qkv, dout, dqkv})) {
     if constexpr (std::is_same_v<X, bf16>) {
       if (d.hs == 64) return backward_tc<64>(s, dqkv, dout, qkv, lse, D, d);
@@ -980,6 +986,8 @@ void attention_decode(cudaStream_t s, X* out, X* cache, const X* qkv, const int3
 
 template void attention_decode<float>(cudaStream_t, float*, float*, const float*, const int32_t*, int, int, int, int);
 template void attention_decode<bf16>(cudaStream_t, bf16*, bf16*, const bf16*, const int32_t*, int, int, int, int);
+template void attention_row_dots<float>(cudaStream_t, float*, const float*, const float*, int, int, int, int);
+template void attention_row_dots<bf16>(cudaStream_t, float*, const bf16*, const bf16*, int, int, int, int);
 template void attention_forward<float>(cudaStream_t, float*, float*, const float*, int, int, int, int);
 template void attention_forward<bf16>(cudaStream_t, bf16*, float*, const bf16*, int, int, int, int);
 template void attention_backward<float>(cudaStream_t, const Scratch&, float*, const float*, const float*,

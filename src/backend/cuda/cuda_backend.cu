@@ -160,7 +160,11 @@ class CudaBackend final : public Backend {
       TT_ASSIGN_OR_RETURN(attention_ws_, pool_.allocate_bytes(static_cast<size_t>(attention_workspace_bytes_),
                                                               TensorClass::kWorkspace, "attention.workspace"));
     }
-    const std::string f32 = attention_ws_ ? ", cuBLAS GEMMs for f32" : "";
+    const std::string f32 =
+        attention_.f32 == F32Attention::kSimt ? "; f32: SIMT kernels"
+        : str_format("; f32: %scuBLAS SGEMMs%s",
+                     attention_.f32 == F32Attention::kAuto ? "3xTF32 kernels for head size 64 or 128, else " : "",
+                     attention_ws_ ? "" : " (no workspace reserved: SIMT kernels)");
     const bool strict = attention_.impl == AttentionImpl::kCudnn;
     if (attention_.impl == AttentionImpl::kNative) {
       attention_desc_ = "attention: our kernels (attention_impl=native)" + f32;
@@ -227,7 +231,9 @@ class CudaBackend final : public Backend {
             {"cudnn_attention_forward", sdpa_ ? sdpa_->forward_calls() : 0},
             {"cudnn_attention_backward", sdpa_ ? sdpa_->backward_calls() : 0},
             {"gemm_attention_forward", gemm_attention_forward_calls_},
-            {"gemm_attention_backward", gemm_attention_backward_calls_}};
+            {"gemm_attention_backward", gemm_attention_backward_calls_},
+            {"tf32x3_attention_forward", tf32x3_attention_forward_calls_},
+            {"tf32x3_attention_backward", tf32x3_attention_backward_calls_}};
   }
   memory::MemoryStats& stats() override { return stats_; }
   memory::UmDriver* um() override { return um_.get(); }
@@ -415,12 +421,23 @@ class CudaBackend final : public Backend {
     cudaGraphDestroy(graph);
     return std::make_unique<CudaGraph>(exec, s());
   }
+  // Whether an f32 attention call that the fused kernels did not take runs as GEMMs (F32Attention).
+  bool f32_gemms(const Tensor& qkv, int64_t T) const {
+    return attention_ws_ && qkv.dtype() == DType::kF32 && attention_.f32 != F32Attention::kSimt &&
+           attention_gemm_fits(attention_workspace_bytes_, T);
+  }
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) override {
     const shapes::Attention d = shapes::attention_forward(out, lse, qkv, heads);
     if (sdpa_ && qkv.dtype() == DType::kBF16 && d.B > 0 &&
         sdpa_->forward({d.B, d.T, d.H, d.C / d.H}, out.raw(), lse.data<float>(), qkv.raw()))
       return;
-    if (attention_ws_ && qkv.dtype() == DType::kF32 && attention_gemm_fits(attention_workspace_bytes_, d.T)) {
+    if (qkv.dtype() == DType::kF32 && attention_.f32 == F32Attention::kAuto &&
+        cuda::attention_tf32x3_takes(d.B, d.C, d.H, {out.raw(), qkv.raw()})) {
+      ++tf32x3_attention_forward_calls_;
+      return cuda::attention_forward_tf32x3(s(), out.data<float>(), lse.data<float>(), qkv.data<float>(), d.B, d.T,
+                                            d.C, d.H);
+    }
+    if (f32_gemms(qkv, d.T)) {
       ++gemm_attention_forward_calls_;
       return cuda::attention_forward_gemm(cublas_, s(), attention_ws_, attention_workspace_bytes_, out.data<float>(),
                                           lse.data<float>(), qkv.data<float>(), d.B, d.T, d.C, d.H);
@@ -438,7 +455,13 @@ class CudaBackend final : public Backend {
         sdpa_->backward({d.B, d.T, d.H, d.C / d.H}, dqkv.raw(), dout.raw(), qkv.raw(), out.raw(), lse.data<float>(),
                         static_cast<float*>(scratch_.ptr)))
       return;
-    if (attention_ws_ && qkv.dtype() == DType::kF32 && attention_gemm_fits(attention_workspace_bytes_, d.T)) {
+    if (qkv.dtype() == DType::kF32 && attention_.f32 == F32Attention::kAuto &&
+        cuda::attention_tf32x3_takes(d.B, d.C, d.H, {dqkv.raw(), dout.raw(), qkv.raw()})) {
+      ++tf32x3_attention_backward_calls_;
+      return cuda::attention_backward_tf32x3(s(), scratch_, dqkv.data<float>(), dout.data<float>(), qkv.data<float>(),
+                                             out.data<float>(), lse.data<float>(), d.B, d.T, d.C, d.H);
+    }
+    if (f32_gemms(qkv, d.T)) {
       ++gemm_attention_backward_calls_;
       return cuda::attention_backward_gemm(cublas_, s(), attention_ws_, attention_workspace_bytes_,
                                            dqkv.data<float>(), dout.data<float>(), qkv.data<float>(),
@@ -572,6 +595,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cudnn::CudnnSdpa> sdpa_;
   void* attention_ws_ = nullptr;  // attention_workspace_bytes_ of the pool, or null
   int64_t gemm_attention_forward_calls_ = 0, gemm_attention_backward_calls_ = 0;
+  int64_t tf32x3_attention_forward_calls_ = 0, tf32x3_attention_backward_calls_ = 0;
   Scratch scratch_;
   bool record_um_calls_ = false;
   std::unique_ptr<memory::UmDriver> um_;
@@ -590,8 +614,13 @@ int64_t scratch_bytes_for(int64_t tokens_per_step, int heads) {
 int64_t attention_workspace_for(const AttentionShape& shape, const AttentionOptions& options) {
   // An unresolved `auto` (Note [automatic attention workspace]) counts as its floor.
   const int64_t cap = options.workspace_cap < 0 ? kDefaultAttentionWorkspaceBytes : options.workspace_cap;
-  // Note [f32 attention by GEMMs]: our own implementation, whatever attention_impl says.
-  if (!shape.bf16) return attention_gemm_workspace_for(shape.B, shape.T, shape.H, cap);
+  // f32: our own implementations, whatever attention_impl says; only the GEMMs (Note [f32 attention by GEMMs]) take a
+  // workspace, where the fused kernels do not take the shape or the knob asks for them.
+  if (!shape.bf16) {
+    const bool fused = options.f32 == F32Attention::kAuto && (shape.hs == 64 || shape.hs == 128);
+    if (fused || options.f32 == F32Attention::kSimt) return 0;
+    return attention_gemm_workspace_for(shape.B, shape.T, shape.H, cap);
+  }
   if (options.impl == AttentionImpl::kNative || !shape.bf16 || (shape.hs != 64 && shape.hs != 128) || shape.T < 2)
     return 0;
   if (!cudnn::load(options.cudnn_library).is_ok()) return 0;

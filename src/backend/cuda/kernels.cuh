@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -84,6 +85,17 @@ template <typename X>
 void embedding_at(cudaStream_t s, X* out, const int32_t* tokens, const int32_t* positions, const X* wte, const X* wpe,
                   int N, int C);
 int64_t attention_scratch_bytes(int B, int T, int H);
+// D[(b H + h) T + t] = dout . out over row t's head h: the row sums the attention backwards need (of
+// attention_scratch_bytes).
+template <typename X>
+void attention_row_dots(cudaStream_t s, float* D, const X* dout, const X* out, int B, int T, int C, int H);
+// Note [3xTF32 attention] (attention_tf32.cu): f32 causal attention fused on tensor cores, three TF32 products an
+// fp32 product; for head size 64 or 128 and 16-byte aligned rows (attention_tf32x3_takes). Same contract as
+// attention_forward and attention_backward (the backward needs attention_scratch_bytes of scratch).
+bool attention_tf32x3_takes(int B, int C, int H, std::initializer_list<const void*> ptrs);
+void attention_forward_tf32x3(cudaStream_t s, float* out, float* lse, const float* qkv, int B, int T, int C, int H);
+void attention_backward_tf32x3(cudaStream_t s, const Scratch& scratch, float* dqkv, const float* dout,
+                               const float* qkv, const float* out, const float* lse, int B, int T, int C, int H);
 // Note [f32 attention by GEMMs] (attention_gemm.cu): f32 causal attention through cuBLAS's batched fp32 GEMMs (h on
 // stream st) over a workspace of ws_bytes, which attention_gemm_workspace_for sizes: at most cap bytes, 0 where
 // one (batch, head) pair's two T x T matrices do not fit (then the kernels above run). Same contract as

@@ -1,0 +1,508 @@
+// backend/cuda/attention_tf32.cu: causal attention in f32 on tensor cores, each fp32 product as three TF32 products
+// (3xTF32), fused as the bf16 flash kernels of attention.cu are: the T x T scores never leave registers
+// (Note [3xTF32 attention]; the plan and the numbers it was built against: docs/design/f32-attention.md).
+//
+// Note [3xTF32 attention]
+// f32 is the exact-comparison mode: no product may round its operands to TF32's 10-bit mantissa. 3xTF32 keeps fp32's
+// accuracy on TF32 tensor cores: an operand x is split into big(x) = tf32(x) (round to nearest) and small(x) =
+// tf32(x - big(x)), and a b = big(a) big(b) + big(a) small(b) + small(a) big(b) up to the dropped small(a) small(b)
+// (~2^-22 relative) and the fp32 accumulation: three mma.sync.m16n8k8.tf32 a product, small terms first.
+//
+// The kernels are those of attention.cu's tensor-core path (64 x 64 tiles, four warps of 16 rows, online softmax in
+// the log2 domain, the mask on the diagonal tile only, a deterministic backward as a d(k)/d(v) kernel over key tiles
+// and a d(q) kernel over query tiles, no atomics), with what TF32 fragments change:
+//   - fragments of m16n8k8 (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32), g = lane / 4, q = lane % 4:
+//       A 16x8: a0 = (g, q), a1 = (g + 8, q), a2 = (g, q + 4), a3 = (g + 8, q + 4)
+//       B 8x8:  b0 = (k q, n g), b1 = (k q + 4, n g)
+//       C 16x8: c0, c1 = (g, 2q .. 2q + 1), c2, c3 = (g + 8, 2q .. 2q + 1)
+//   - probabilities into the next product without shuffles: a C tile holds columns 2q, 2q + 1 where an A fragment
+//     wants q, q + 4. The second product sums over those columns (keys, or queries in d(k)/d(v)) in any order, so its
+//     k index is permuted: A's "k = q" is column 2q, "k = q + 4" column 2q + 1, which makes the A fragment
+//     {c0, c2, c1, c3} of the C tile, and B's rows are read in the same order (b0 = row 2q, b1 = row 2q + 1);
+//   - tiles in shared memory are fp32 without padding, swizzled: element (r, c) of a tile of HS columns is at
+//     r HS + (c ^ 4 (r % 8)). Every fragment load (A and B of rows g and columns q; the permuted B of rows 2q + e and
+//     columns g) then falls on 32 distinct banks, and 16-byte runs of four columns stay together for cp.async;
+//   - operands are split when a fragment is loaded from shared memory, probabilities once per C tile.
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.cuh"
+
+namespace tt::cuda {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kWarps = 4;
+constexpr int kRows = 16 * kWarps;  // rows of a tile: queries (forward, d(q)) or keys (d(k), d(v))
+constexpr int kCols = 64;           // the other side's tile: keys (forward, d(q)) or queries (d(k), d(v))
+static_assert(kRows == kCols, "a block's own tile and the tiles it walks are the same size");
+
+struct Dims {
+  int B, T, C, H;
+  float scale;
+};
+
+// A tile of kRows rows of HS floats in shared memory (Note [3xTF32 attention]: swizzled, unpadded).
+template <int HS>
+struct Tile {
+  float* p;
+  __device__ __forceinline__ int index(int r, int c) const { return r * HS + (c ^ ((r & 7) << 2)); }
+  __device__ __forceinline__ float at(int r, int c) const { return p[index(r, c)]; }
+};
+template <int HS>
+constexpr int tile_bytes() {
+  return kRows * HS * static_cast<int>(sizeof(float));
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Copies rows r0 .. r0 + kRows - 1 of a [T, *] f32 matrix (rows `ld` floats apart) into a tile; rows at or past T
+// are zero. Issues cp.async copies; the caller commits and waits.
+template <int HS>
+__device__ void load_tile(Tile<HS> t, const float* base, int64_t ld, int r0, int T) {
+  constexpr int kChunks = HS / 4;  // 16-byte runs a row
+  for (int i = threadIdx.x; i < kRows * kChunks; i += blockDim.x) {
+    const int r = i / kChunks, c = (i % kChunks) * 4;
+    float* dst = t.p + t.index(r, c);
+    if (r0 + r < T) {
+      cp_async16(dst, base + static_cast<int64_t>(r0 + r) * ld + c);
+    } else {
+      *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// An operand split into its TF32 big and small parts (Note [3xTF32 attention]).
+template <int N>
+struct Split {
+  uint32_t big[N], small[N];
+};
+template <int N>
+__device__ __forceinline__ Split<N> split(const float (&x)[N]) {
+  Split<N> s;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    s.big[i] = to_tf32(x[i]);
+    s.small[i] = to_tf32(x[i] - __uint_as_float(s.big[i]));
+  }
+  return s;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// c += a b to fp32 accuracy: the small terms first.
+__device__ __forceinline__ void mma3(float (&c)[4], const Split<4>& a, const Split<2>& b) {
+  mma_tf32(c, a.small, b.big);
+  mma_tf32(c, a.big, b.small);
+  mma_tf32(c, a.big, b.big);
+}
+
+// The A fragment of rows r0 .. r0 + 15, columns k0 .. k0 + 7 of a tile.
+template <int HS>
+__device__ __forceinline__ Split<4> load_a(Tile<HS> t, int r0, int k0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const float x[4] = {t.at(r0 + g, k0 + q), t.at(r0 + g + 8, k0 + q), t.at(r0 + g, k0 + q + 4),
+                      t.at(r0 + g + 8, k0 + q + 4)};
+  return split(x);
+}
+// The B fragment of n0 .. n0 + 7 over k0 .. k0 + 7 where the tile holds B transposed (row n, column k): K in Q K^T.
+template <int HS>
+__device__ __forceinline__ Split<2> load_b_nk(Tile<HS> t, int n0, int k0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const float x[2] = {t.at(n0 + g, k0 + q), t.at(n0 + g, k0 + q + 4)};
+  return split(x);
+}
+// The B fragment of n0 .. n0 + 7 over rows k0 .. k0 + 7 of a tile holding B itself (row k, column n), in the
+// permuted k order of a_from_c: V in P V.
+template <int HS>
+__device__ __forceinline__ Split<2> load_b_kn(Tile<HS> t, int k0, int n0) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const float x[2] = {t.at(k0 + 2 * q, n0 + g), t.at(k0 + 2 * q + 1, n0 + g)};
+  return split(x);
+}
+// A C tile (16 rows x 8 columns) as the A fragment of the next product over those 8 columns, permuted.
+__device__ __forceinline__ Split<4> a_from_c(const float (&c)[4]) {
+  const float x[4] = {c[0], c[2], c[1], c[3]};
+  return split(x);
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float (&acc)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
+// Stores a warp's 16 x HS accumulator (times `scale`) as rows r0 .. of an f32 matrix (rows `ld` apart; rows at or
+// past T skipped).
+template <int HS>
+__device__ void store_rows(float* base, int64_t ld, int r0, int T, const float (&acc)[HS / 8][4], float scale0,
+                           float scale1) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int n = 0; n < HS / 8; ++n) {
+    const int c = n * 8 + 2 * q;
+    if (r0 + g < T)
+      *reinterpret_cast<float2*>(base + static_cast<int64_t>(r0 + g) * ld + c) =
+          make_float2(acc[n][0] * scale0, acc[n][1] * scale0);
+    if (r0 + g + 8 < T)
+      *reinterpret_cast<float2*>(base + static_cast<int64_t>(r0 + g + 8) * ld + c) =
+          make_float2(acc[n][2] * scale1, acc[n][3] * scale1);
+  }
+}
+
+// Forward: block (query tile, b h); warp w owns queries q0 + 16 w ..; the key tiles are double-buffered as in the
+// bf16 forward (Note [tile pipeline] in attention.cu).
+template <int HS>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_forward_tf32_kernel(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv,
+                                  Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kTile = kRows * HS;
+  const Tile<HS> qs{reinterpret_cast<float*>(smem)};
+  float* const kbuf = qs.p + kTile;      // two key tiles
+  float* const vbuf = kbuf + 2 * kTile;  // two value tiles
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int tiles = (d.T + kRows - 1) / kRows;
+  const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
+  const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
+  const int64_t C3 = 3 * static_cast<int64_t>(d.C);
+  const float* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
+  const int q0 = qt * kRows;
+  load_tile(qs, base, C3, q0, d.T);
+  load_tile(Tile<HS>{kbuf}, base + d.C, C3, 0, d.T);
+  load_tile(Tile<HS>{vbuf}, base + 2 * d.C, C3, 0, d.T);
+  cp_async_commit();
+  cp_async_wait<0>();
+
+  const float sl2 = d.scale * kLog2e;
+  const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two query rows
+  float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.0f, l1 = 0.0f;
+  float o[HS / 8][4];
+  zero(o);
+  const int key_end = min(q0 + kRows, d.T);  // keys 0 .. key_end - 1 can be seen by this tile's rows
+  for (int k0 = 0, it = 0; k0 < key_end; k0 += kCols, ++it) {
+    const Tile<HS> ks{kbuf + (it & 1) * kTile}, vs{vbuf + (it & 1) * kTile};
+    __syncthreads();  // the other buffers' tile (the previous iteration's) is consumed
+    if (k0 + kCols < key_end) {
+      load_tile(Tile<HS>{kbuf + (~it & 1) * kTile}, base + d.C, C3, k0 + kCols, d.T);
+      load_tile(Tile<HS>{vbuf + (~it & 1) * kTile}, base + 2 * d.C, C3, k0 + kCols, d.T);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // this iteration's tile has landed
+    __syncthreads();
+    const bool unmasked = k0 + kCols <= q0 && k0 + kCols <= d.T;  // every tile but the diagonal one
+    float s[kCols / 8][4];
+    zero(s);
+#pragma unroll
+    for (int kk = 0; kk < HS / 8; ++kk) {
+      const Split<4> qa = load_a(qs, warp * 16, kk * 8);
+#pragma unroll
+      for (int n = 0; n < kCols / 8; ++n) mma3(s[n], qa, load_b_nk(ks, n * 8, kk * 8));
+    }
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int n = 0; n < kCols / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + n * 8 + 2 * q4 + (e & 1);
+        const int row = e < 2 ? row0 : row1;
+        const bool ok = unmasked || (key <= row && key < d.T);
+        s[n][e] = ok ? s[n][e] * sl2 : -FLT_MAX;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    // A row with every key so far masked (rows past T only) keeps -FLT_MAX; it uses a 0 reference (as in bf16).
+    const float ref0 = mx0 == -FLT_MAX ? 0.0f : mx0, ref1 = mx1 == -FLT_MAX ? 0.0f : mx1;
+    const float corr0 = exp2f(m0 - ref0), corr1 = exp2f(m1 - ref1);
+    m0 = mx0;
+    m1 = mx1;
+    float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kCols / 8; ++n) {
+      s[n][0] = exp2f(s[n][0] - ref0);
+      s[n][1] = exp2f(s[n][1] - ref0);
+      s[n][2] = exp2f(s[n][2] - ref1);
+      s[n][3] = exp2f(s[n][3] - ref1);
+      rs0 += s[n][0] + s[n][1];
+      rs1 += s[n][2] + s[n][3];
+    }
+    l0 = l0 * corr0 + rs0;  // per-thread partial sums: corr is the same across the quad
+    l1 = l1 * corr1 + rs1;
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) {
+      o[n][0] *= corr0;
+      o[n][1] *= corr0;
+      o[n][2] *= corr1;
+      o[n][3] *= corr1;
+    }
+    // o += P V, over the keys of each C tile of P
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const Split<4> pa = a_from_c(s[j]);
+#pragma unroll
+      for (int n = 0; n < HS / 8; ++n) mma3(o[n], pa, load_b_kn(vs, j * 8, n * 8));
+    }
+  }
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  float* ob = out + static_cast<int64_t>(b) * d.T * d.C + static_cast<int64_t>(h) * HS;
+  store_rows<HS>(ob, d.C, q0 + warp * 16, d.T, o, 1.0f / l0, 1.0f / l1);
+  if (q4 == 0) {
+    float* lb = lse + static_cast<int64_t>(bh) * d.T;
+    if (row0 < d.T) lb[row0] = (m0 + log2f(l0)) * kLn2;
+    if (row1 < d.T) lb[row1] = (m1 + log2f(l1)) * kLn2;
+  }
+}
+
+// d(k), d(v): block (key tile, b h); warp w owns keys k0 + 16 w ..; walks the query tiles from the diagonal on.
+// Computed transposed (keys as rows): S^T = K Q^T, dP^T = V dO^T, dV = P^T dO, dK = dS^T Q.
+template <int HS>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_dkv_tf32_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
+                              const float* __restrict__ lse, const float* __restrict__ D, Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kTile = kRows * HS;
+  const Tile<HS> ks{reinterpret_cast<float*>(smem)};
+  const Tile<HS> vs{ks.p + kTile};
+  const Tile<HS> qs{vs.p + kTile};
+  const Tile<HS> dos{qs.p + kTile};
+  float* lse_s = dos.p + kTile;  // log2 units
+  float* D_s = lse_s + kCols;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int kt = static_cast<int>(blockIdx.x);  // the earliest keys (the most queries) first
+  const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
+  const int64_t C3 = 3 * static_cast<int64_t>(d.C);
+  const float* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
+  const float* dob = dout + static_cast<int64_t>(b) * d.T * d.C + static_cast<int64_t>(h) * HS;
+  const float* lb = lse + static_cast<int64_t>(bh) * d.T;
+  const float* Db = D + static_cast<int64_t>(bh) * d.T;
+  const int k0 = kt * kRows;
+  load_tile(ks, base + d.C, C3, k0, d.T);
+  load_tile(vs, base + 2 * d.C, C3, k0, d.T);
+  const float sl2 = d.scale * kLog2e;
+  const int key0 = k0 + warp * 16 + g, key1 = key0 + 8;  // this thread's two key rows
+  float dk[HS / 8][4], dv[HS / 8][4];
+  zero(dk);
+  zero(dv);
+  for (int i0 = k0 / kCols * kCols; i0 < d.T; i0 += kCols) {
+    __syncthreads();  // the previous query tile is consumed
+    load_tile(qs, base, C3, i0, d.T);
+    load_tile(dos, dob, d.C, i0, d.T);
+    for (int i = threadIdx.x; i < kCols; i += blockDim.x) {
+      const bool in = i0 + i < d.T;
+      lse_s[i] = in ? lb[i0 + i] * kLog2e : FLT_MAX;  // rows past T: p = 0
+      D_s[i] = in ? Db[i0 + i] : 0.0f;
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    const bool unmasked = i0 >= k0 + kRows;  // queries after the tile's last key see all of it
+    float s[kCols / 8][4], dp[kCols / 8][4];
+    zero(s);
+    zero(dp);
+#pragma unroll
+    for (int kk = 0; kk < HS / 8; ++kk) {
+      const Split<4> ka = load_a(ks, warp * 16, kk * 8), va = load_a(vs, warp * 16, kk * 8);
+#pragma unroll
+      for (int n = 0; n < kCols / 8; ++n) {
+        mma3(s[n], ka, load_b_nk(qs, n * 8, kk * 8));
+        mma3(dp[n], va, load_b_nk(dos, n * 8, kk * 8));
+      }
+    }
+    // P^T = exp2(S^T sl2 - lse2[query]) where query >= key; dS^T = P^T (dP^T - D[query])
+#pragma unroll
+    for (int n = 0; n < kCols / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = n * 8 + 2 * q4 + (e & 1);
+        const int key = e < 2 ? key0 : key1;
+        const float p = unmasked || i0 + qi >= key ? exp2f(s[n][e] * sl2 - lse_s[qi]) : 0.0f;
+        s[n][e] = p;
+        dp[n][e] = p * (dp[n][e] - D_s[qi]);
+      }
+    }
+    // dV += P^T dO; dK += dS^T Q, over the queries of each C tile
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const Split<4> pa = a_from_c(s[j]), da = a_from_c(dp[j]);
+#pragma unroll
+      for (int n = 0; n < HS / 8; ++n) {
+        mma3(dv[n], pa, load_b_kn(dos, j * 8, n * 8));
+        mma3(dk[n], da, load_b_kn(qs, j * 8, n * 8));
+      }
+    }
+  }
+  float* dbase = dqkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
+  store_rows<HS>(dbase + d.C, C3, k0 + warp * 16, d.T, dk, d.scale, d.scale);
+  store_rows<HS>(dbase + 2 * d.C, C3, k0 + warp * 16, d.T, dv, 1.0f, 1.0f);
+}
+
+// d(q): block (query tile, b h); warp w owns queries q0 + 16 w ..; walks the key tiles up to the diagonal.
+// S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ = dS K.
+template <int HS>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_dq_tf32_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
+                             const float* __restrict__ lse, const float* __restrict__ D, Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kTile = kRows * HS;
+  const Tile<HS> qs{reinterpret_cast<float*>(smem)};
+  const Tile<HS> dos{qs.p + kTile};
+  const Tile<HS> ks{dos.p + kTile};
+  const Tile<HS> vs{ks.p + kTile};
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int tiles = (d.T + kRows - 1) / kRows;
+  const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
+  const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
+  const int64_t C3 = 3 * static_cast<int64_t>(d.C);
+  const float* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
+  const float* dob = dout + static_cast<int64_t>(b) * d.T * d.C + static_cast<int64_t>(h) * HS;
+  const int q0 = qt * kRows;
+  load_tile(qs, base, C3, q0, d.T);
+  load_tile(dos, dob, d.C, q0, d.T);
+  const float sl2 = d.scale * kLog2e;
+  const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
+  const float* lb = lse + static_cast<int64_t>(bh) * d.T;
+  const float* Db = D + static_cast<int64_t>(bh) * d.T;
+  const float lse0 = row0 < d.T ? lb[row0] * kLog2e : FLT_MAX, lse1 = row1 < d.T ? lb[row1] * kLog2e : FLT_MAX;
+  const float D0 = row0 < d.T ? Db[row0] : 0.0f, D1 = row1 < d.T ? Db[row1] : 0.0f;
+  float dq[HS / 8][4];
+  zero(dq);
+  const int key_end = min(q0 + kRows, d.T);
+  for (int k0 = 0; k0 < key_end; k0 += kCols) {
+    __syncthreads();  // the previous key tile is consumed
+    load_tile(ks, base + d.C, C3, k0, d.T);
+    load_tile(vs, base + 2 * d.C, C3, k0, d.T);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    const bool unmasked = k0 + kCols <= q0 && k0 + kCols <= d.T;  // every tile but the diagonal one
+    float s[kCols / 8][4], dp[kCols / 8][4];
+    zero(s);
+    zero(dp);
+#pragma unroll
+    for (int kk = 0; kk < HS / 8; ++kk) {
+      const Split<4> qa = load_a(qs, warp * 16, kk * 8), da = load_a(dos, warp * 16, kk * 8);
+#pragma unroll
+      for (int n = 0; n < kCols / 8; ++n) {
+        mma3(s[n], qa, load_b_nk(ks, n * 8, kk * 8));
+        mma3(dp[n], da, load_b_nk(vs, n * 8, kk * 8));
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kCols / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + n * 8 + 2 * q4 + (e & 1);
+        const int row = e < 2 ? row0 : row1;
+        const float p = unmasked || (key <= row && key < d.T) ? exp2f(s[n][e] * sl2 - (e < 2 ? lse0 : lse1)) : 0.0f;
+        dp[n][e] = p * (dp[n][e] - (e < 2 ? D0 : D1));
+      }
+    }
+    // dQ += dS K, over the keys of each C tile
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const Split<4> da = a_from_c(dp[j]);
+#pragma unroll
+      for (int n = 0; n < HS / 8; ++n) mma3(dq[n], da, load_b_kn(ks, j * 8, n * 8));
+    }
+  }
+  float* dbase = dqkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
+  store_rows<HS>(dbase, C3, q0 + warp * 16, d.T, dq, d.scale, d.scale);
+}
+
+template <typename K>
+void allow_smem(K kernel, int bytes) {
+  TT_CUDA_ASSERT(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+Dims make_dims(int B, int T, int C, int H) {
+  return Dims{B, T, C, H, 1.0f / std::sqrt(static_cast<float>(C / H))};
+}
+
+template <int HS>
+void forward(cudaStream_t s, float* out, float* lse, const float* qkv, const Dims& d) {
+  constexpr int smem = 5 * tile_bytes<HS>();  // q, two k, two v
+  allow_smem(attention_forward_tf32_kernel<HS>, smem);
+  const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
+  attention_forward_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(out, lse, qkv, d);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <int HS>
+void backward(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
+              const Dims& d) {
+  constexpr int smem = 4 * tile_bytes<HS>() + 2 * kCols * static_cast<int>(sizeof(float));  // + lse, D of a tile
+  allow_smem(attention_dkv_tf32_kernel<HS>, smem);
+  allow_smem(attention_dq_tf32_kernel<HS>, smem);
+  const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
+  attention_dkv_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
+  TT_CUDA_CHECK_LAUNCH();
+  attention_dq_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool attention_tf32x3_takes(int B, int C, int H, std::initializer_list<const void*> ptrs) {
+  if (H <= 0 || C % H != 0) return false;
+  const int hs = C / H;
+  bool aligned = C % 4 == 0;  // rows of qkv, out and dout start on 16 bytes
+  for (const void* p : ptrs) aligned = aligned && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  return (hs == 64 || hs == 128) && aligned && static_cast<int64_t>(B) * H <= 65535;
+}
+
+void attention_forward_tf32x3(cudaStream_t s, float* out, float* lse, const float* qkv, int B, int T, int C, int H) {
+  TT_CHECK(attention_tf32x3_takes(B, C, H, {out, qkv}), "attention_forward_tf32x3: B %d C %d H %d not taken", B, C, H);
+  if (T == 0 || B == 0) return;
+  const Dims d = make_dims(B, T, C, H);
+  if (C / H == 64) return forward<64>(s, out, lse, qkv, d);
+  forward<128>(s, out, lse, qkv, d);
+}
+
+void attention_backward_tf32x3(cudaStream_t s, const Scratch& scratch, float* dqkv, const float* dout,
+                               const float* qkv, const float* out, const float* lse, int B, int T, int C, int H) {
+  TT_CHECK(attention_tf32x3_takes(B, C, H, {dqkv, dout, qkv}), "attention_backward_tf32x3: B %d C %d H %d not taken",
+           B, C, H);
+  if (T == 0 || B == 0) return;
+  TT_CHECK(static_cast<size_t>(attention_scratch_bytes(B, T, H)) <= scratch.bytes,
+           "attention_backward_tf32x3: B %d T %d H %d needs %lld scratch bytes, the CUDA scratch has %zu", B, T, H,
+           static_cast<long long>(attention_scratch_bytes(B, T, H)), scratch.bytes);
+  float* D = static_cast<float*>(scratch.ptr);
+  attention_row_dots<float>(s, D, dout, out, B, T, C, H);
+  const Dims d = make_dims(B, T, C, H);
+  if (C / H == 64) return backward<64>(s, dqkv, dout, qkv, lse, D, d);
+  backward<128>(s, dqkv, dout, qkv, lse, D, d);
+}
+
+}  // namespace tt::cuda
