@@ -5,8 +5,9 @@
 // Note [3xTF32 attention]
 // f32 is the exact-comparison mode: no product may round its operands to TF32's 10-bit mantissa. 3xTF32 keeps fp32's
 // accuracy on TF32 tensor cores: an operand x is split into big(x) = tf32(x) (round to nearest) and small(x) =
-// tf32(x - big(x)), and a b = big(a) big(b) + big(a) small(b) + small(a) big(b) up to the dropped small(a) small(b)
-// (~2^-22 relative) and the fp32 accumulation: three mma.sync.m16n8k8.tf32 a product, small terms first.
+// x - big(x) (exact), and a b = big(a) big(b) + big(a) small(b) + small(a) big(b) up to the dropped small(a) small(b)
+// (~2^-22 relative), the tensor core's truncation of small to TF32 (< 2^-21) and the fp32 accumulation: three
+// mma.sync.m16n8k8.tf32 a product, small terms first.
 //
 // The kernels are those of attention.cu's tensor-core path (64 x 64 tiles, four warps of 16 rows, online softmax in
 // the log2 domain, the mask on the diagonal tile only, a deterministic backward as a d(k)/d(v) kernel over key tiles
@@ -15,13 +16,14 @@
 //       A 16x8: a0 = (g, q), a1 = (g + 8, q), a2 = (g, q + 4), a3 = (g + 8, q + 4)
 //       B 8x8:  b0 = (k q, n g), b1 = (k q + 4, n g)
 //       C 16x8: c0, c1 = (g, 2q .. 2q + 1), c2, c3 = (g + 8, 2q .. 2q + 1)
-//   - probabilities into the next product without shuffles: a C tile holds columns 2q, 2q + 1 where an A fragment
-//     wants q, q + 4. The second product sums over those columns (keys, or queries in d(k)/d(v)) in any order, so its
-//     k index is permuted: A's "k = q" is column 2q, "k = q + 4" column 2q + 1, which makes the A fragment
-//     {c0, c2, c1, c3} of the C tile, and B's rows are read in the same order (b0 = row 2q, b1 = row 2q + 1);
-//   - tiles in shared memory are fp32 without padding, swizzled: element (r, c) of a tile of HS columns is at
-//     r HS + (c ^ 4 (r % 8)). Every fragment load (A and B of rows g and columns q; the permuted B of rows 2q + e and
-//     columns g) then falls on 32 distinct banks, and 16-byte runs of four columns stay together for cp.async;
+//   - every product sums over its k index in any order, so k is permuted: "k = q" is column 2q of the 8, "k = q + 4"
+//     column 2q + 1. In the products over the head dimension (Q K^T, dO V^T) that makes the two values a lane needs
+//     of a row adjacent: one 8-byte load. In the products over keys (P V, dS K) or queries (P^T dO, dS^T Q) it makes
+//     a C tile (columns 2q, 2q + 1 of rows g, g + 8) the A fragment {c0, c2, c1, c3} of the next product as it
+//     stands: the probabilities go on without shuffles; B's rows are read in the same order (b0 = row 2q, b1 = row
+//     2q + 1);
+//   - tiles in shared memory are fp32 without padding, swizzled (Tile::index) so that each of those loads falls on
+//     distinct banks, and 16-byte runs of four columns stay together for cp.async;
 //   - operands are split when a fragment is loaded from shared memory, probabilities once per C tile.
 #include <cfloat>
 #include <cmath>
@@ -50,8 +52,16 @@ struct Dims {
 template <int HS>
 struct Tile {
   float* p;
-  __device__ __forceinline__ int index(int r, int c) const { return r * HS + (c ^ ((r & 7) << 2)); }
+  // Column c of row r is at c ^ 8 h(r) in the row, h(r) = (r / 2 % 4) ^ 2 (r % 2): h is one to one on rows 0..3 and
+  // on 4..7 (the 8-byte loads of A and B fragments, rows g, 16 lanes a phase), and on even and on odd rows (the
+  // 4-byte loads of permuted B fragments, rows 2q + e, columns g).
+  __device__ __forceinline__ int index(int r, int c) const {
+    return r * HS + (c ^ ((((r >> 1) & 3) ^ ((r & 1) << 1)) << 3));
+  }
   __device__ __forceinline__ float at(int r, int c) const { return p[index(r, c)]; }
+  __device__ __forceinline__ float2 pair(int r, int c) const {  // columns c, c + 1 (c even)
+    return *reinterpret_cast<const float2*>(p + index(r, c));
+  }
 };
 template <int HS>
 constexpr int tile_bytes() {
@@ -97,13 +107,15 @@ template <int N>
 struct Split {
   uint32_t big[N], small[N];
 };
+// small(x) goes to the tensor core unrounded: it reads the top 19 bits, truncating, an error below 2^-10 |small(x)|
+// <= 2^-21 |x| (the dropped small(a) small(b) is ~2^-22): one cvt an element fewer.
 template <int N>
 __device__ __forceinline__ Split<N> split(const float (&x)[N]) {
   Split<N> s;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     s.big[i] = to_tf32(x[i]);
-    s.small[i] = to_tf32(x[i] - __uint_as_float(s.big[i]));
+    s.small[i] = __float_as_uint(x[i] - __uint_as_float(s.big[i]));
   }
   return s;
 }
@@ -121,19 +133,22 @@ __device__ __forceinline__ void mma3(float (&c)[4], const Split<4>& a, const Spl
   mma_tf32(c, a.big, b.big);
 }
 
-// The A fragment of rows r0 .. r0 + 15, columns k0 .. k0 + 7 of a tile.
+// The A fragment of rows r0 .. r0 + 15, columns k0 .. k0 + 7 of a tile, in the permuted k order (k = q is column
+// 2q, k = q + 4 column 2q + 1: a product over the head dimension sums in any order, and the pair is one load).
 template <int HS>
 __device__ __forceinline__ Split<4> load_a(Tile<HS> t, int r0, int k0) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const float x[4] = {t.at(r0 + g, k0 + q), t.at(r0 + g + 8, k0 + q), t.at(r0 + g, k0 + q + 4),
-                      t.at(r0 + g + 8, k0 + q + 4)};
+  const float2 top = t.pair(r0 + g, k0 + 2 * q), bottom = t.pair(r0 + g + 8, k0 + 2 * q);
+  const float x[4] = {top.x, bottom.x, top.y, bottom.y};
   return split(x);
 }
 // The B fragment of n0 .. n0 + 7 over k0 .. k0 + 7 where the tile holds B transposed (row n, column k): K in Q K^T.
+// The same permuted k order as load_a.
 template <int HS>
 __device__ __forceinline__ Split<2> load_b_nk(Tile<HS> t, int n0, int k0) {
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const float x[2] = {t.at(n0 + g, k0 + q), t.at(n0 + g, k0 + q + 4)};
+  const float2 v = t.pair(n0 + g, k0 + 2 * q);
+  const float x[2] = {v.x, v.y};
   return split(x);
 }
 // The B fragment of n0 .. n0 + 7 over rows k0 .. k0 + 7 of a tile holding B itself (row k, column n), in the
