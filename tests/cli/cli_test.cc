@@ -188,6 +188,12 @@ TEST(Cli, ChoicesWarmupAndMissingGpuAreExplained) {
   EXPECT_EQ(bad_ws.code, 2) << bad_ws.out;
   EXPECT_HAS(bad_ws.out, "attention_workspace 'lots': a size such as 512MiB or 2GiB, 0, or auto");
 
+  // f32_attention: auto, gemm or simt.
+  EXPECT_EQ(run(small(data) + " --steps 1 --backend cpu --f32-attention simt --dry-run").code, 0);
+  CliRun bad_f32 = run(small(data) + " --steps 1 --backend cpu --f32-attention fast");
+  EXPECT_EQ(bad_f32.code, 2) << bad_f32.out;
+  EXPECT_HAS(bad_f32.out, "--f32-attention");
+
   // Under a launcher with several ranks, train refuses (each rank would train alone); one rank is fine.
   CliRun ranks = run("launch -n 2 -- " + std::string(TT_BINARY) + " " + small(data) + " --steps 1 --backend cpu");
   EXPECT_EQ(ranks.code, 2) << ranks.out;
