@@ -8,8 +8,8 @@
 #
 # gpt2: GPT-2 124M (L12 d768 T1024) at B16 and B32; d4096: GPT L16 d4096 T2048 B8 in-core; GPT-2 B16 and d4096 also
 # with --plan in-core-selective (Note [rebuilt GELU]); fp32: GPT-2 B16 in f32 (attention by the fused 3xTF32 kernels,
-# Note [3xTF32 attention], by cuBLAS GEMMs and by our SIMT kernels: --f32-attention) against PyTorch fp32 (TF32 off) eager and
-# compiled, and tiertrain's f32 profile. TT_TORCH_MODES (default "eager compile autotune") picks the
+# Note [3xTF32 attention], by cuBLAS GEMMs and by our SIMT kernels: --f32-attention) against PyTorch fp32 (TF32 off)
+# eager and compiled, and tiertrain's f32 profile. TT_TORCH_MODES (default "eager compile autotune") picks the
 # PyTorch runs of the gpt2 and d4096 parts; TT_ONLY_ARCHIVE=1 leaves only results.md and results.tgz in OUTDIR at the end.
 # OUTDIR gets one JSON per run, the logs, the card's clock and power while each run went (gpu_*.csv), profile_*.txt,
 # results.json and results.md (bench/training/gpu_summary.py), packed in results.tgz.
