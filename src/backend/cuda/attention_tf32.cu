@@ -193,13 +193,13 @@ __device__ void store_rows(float* base, int64_t ld, int r0, int T, const float (
 // A B operand that every warp of a block reads is split once a step, by the whole block, into the order its fragments
 // are read: entry (f, lane) of a staged matrix is the float4 {big(b0), big(b1), small(b0), small(b1)} of lane `lane`
 // for fragment f, so a warp reads a fragment as 32 consecutive 16-byte values (one load, no bank conflict, no split).
-// Two orders, for a [kStep, HS] block of rows i0 .. (queries) of a row-major matrix:
+// Two orders, for a [kStep, HS] block of rows i0 .. (queries, or keys) of a row-major matrix:
 //   stage_nk, the rows as n and the head dimension as k (Q in K Q^T): fragment j (HS / 8) + kk holds b0, b1 = rows
 //     8j + g, columns 8kk + 2q and 8kk + 2q + 1 (the permuted k order of load_a);
 //   stage_kn, the rows as k and the head dimension as n (Q in dS^T Q): fragment j (HS / 8) + n holds b0, b1 = rows
 //     8j + 2q and 8j + 2q + 1 (a_from_c's permuted k order), column 8n + g.
 // Rows at or past T are zero. The reads come from global memory (L2: the same rows serve every key tile).
-constexpr int kStep = 32;  // queries a step of the d(k), d(v) kernel
+constexpr int kStep = 32;  // queries a step of the d(k), d(v) kernel, keys a step of the d(q) kernel
 template <int HS>
 constexpr int staged_frags() {
   return kStep / 8 * (HS / 8) * 32;
@@ -435,18 +435,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   store_rows<HS>(dbase + 2 * d.C, C3, k0 + warp * 16, d.T, dv, 1.0f, 1.0f);
 }
 
-// d(q): block (query tile, b h); warp w owns queries q0 + 16 w ..; walks the key tiles up to the diagonal.
-// S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ = dS K.
+// d(q): block (query tile, b h); warp w owns queries q0 + 16 w ..; walks the keys up to the diagonal, kStep at a time.
+// S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ = dS K. K (in two orders) and V are staged a step (Note [staged
+// fragments]); Q and dO (A operands, a warp's own rows) stay fp32 tiles, split as they are loaded.
 template <int HS>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_dq_tf32_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
                              const float* __restrict__ lse, const float* __restrict__ D, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int kTile = kRows * HS;
+  constexpr int kFrags = staged_frags<HS>();
   const Tile<HS> qs{reinterpret_cast<float*>(smem)};
   const Tile<HS> dos{qs.p + kTile};
-  const Tile<HS> ks{dos.p + kTile};
-  const Tile<HS> vs{ks.p + kTile};
+  float4* const k_nk = reinterpret_cast<float4*>(dos.p + kTile);  // K for S = Q K^T
+  float4* const k_kn = k_nk + kFrags;                               // K for dQ = dS K
+  float4* const v_nk = k_kn + kFrags;                               // V for dP = dO V^T
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
   const int tiles = (d.T + kRows - 1) / kRows;
   const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
@@ -457,6 +460,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int q0 = qt * kRows;
   load_tile(qs, base, C3, q0, d.T);
   load_tile(dos, dob, d.C, q0, d.T);
+  cp_async_commit();
   const float sl2 = d.scale * kLog2e;
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
   const float* lb = lse + static_cast<int64_t>(bh) * d.T;
@@ -466,28 +470,28 @@ __global__ void __launch_bounds__(kWarps * 32)
   float dq[HS / 8][4];
   zero(dq);
   const int key_end = min(q0 + kRows, d.T);
-  for (int k0 = 0; k0 < key_end; k0 += kCols) {
-    __syncthreads();  // the previous key tile is consumed
-    load_tile(ks, base + d.C, C3, k0, d.T);
-    load_tile(vs, base + 2 * d.C, C3, k0, d.T);
-    cp_async_commit();
-    cp_async_wait<0>();
+  for (int k0 = 0; k0 < key_end; k0 += kStep) {
+    __syncthreads();  // the previous step's keys are consumed
+    stage_nk<HS>(k_nk, base + d.C, C3, k0, d.T);
+    stage_kn<HS>(k_kn, base + d.C, C3, k0, d.T);
+    stage_nk<HS>(v_nk, base + 2 * d.C, C3, k0, d.T);
+    cp_async_wait<0>();  // Q and dO (the first step)
     __syncthreads();
-    const bool unmasked = k0 + kCols <= q0 && k0 + kCols <= d.T;  // every tile but the diagonal one
-    float s[kCols / 8][4], dp[kCols / 8][4];
+    const bool unmasked = k0 + kStep <= q0 && k0 + kStep <= d.T;  // keys all before the tile's first query
+    float s[kStep / 8][4], dp[kStep / 8][4];
     zero(s);
     zero(dp);
 #pragma unroll
     for (int kk = 0; kk < HS / 8; ++kk) {
       const Split<4> qa = load_a(qs, warp * 16, kk * 8), da = load_a(dos, warp * 16, kk * 8);
 #pragma unroll
-      for (int n = 0; n < kCols / 8; ++n) {
-        mma3(s[n], qa, load_b_nk(ks, n * 8, kk * 8));
-        mma3(dp[n], da, load_b_nk(vs, n * 8, kk * 8));
+      for (int n = 0; n < kStep / 8; ++n) {
+        mma3(s[n], qa, staged(k_nk, n * (HS / 8) + kk));
+        mma3(dp[n], da, staged(v_nk, n * (HS / 8) + kk));
       }
     }
 #pragma unroll
-    for (int n = 0; n < kCols / 8; ++n) {
+    for (int n = 0; n < kStep / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = k0 + n * 8 + 2 * q4 + (e & 1);
@@ -498,10 +502,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     // dQ += dS K, over the keys of each C tile
 #pragma unroll
-    for (int j = 0; j < kCols / 8; ++j) {
+    for (int j = 0; j < kStep / 8; ++j) {
       const Split<4> da = a_from_c(dp[j]);
 #pragma unroll
-      for (int n = 0; n < HS / 8; ++n) mma3(dq[n], da, load_b_kn(ks, j * 8, n * 8));
+      for (int n = 0; n < HS / 8; ++n) mma3(dq[n], da, staged(k_kn, j * (HS / 8) + n));
     }
   }
   float* dbase = dqkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
@@ -532,7 +536,8 @@ void backward(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, 
   // d(k), d(v): K, V tiles, four staged matrices (Q, dO in two orders each), lse and D of a step.
   constexpr int dkv_smem = 2 * tile_bytes<HS>() + 4 * staged_frags<HS>() * static_cast<int>(sizeof(float4)) +
                            2 * kStep * static_cast<int>(sizeof(float));
-  constexpr int dq_smem = 4 * tile_bytes<HS>();  // q, d(out), k, v
+  // d(q): Q, dO tiles, three staged matrices (K in two orders, V).
+  constexpr int dq_smem = 2 * tile_bytes<HS>() + 3 * staged_frags<HS>() * static_cast<int>(sizeof(float4));
   allow_smem(attention_dkv_tf32_kernel<HS>, dkv_smem);
   allow_smem(attention_dq_tf32_kernel<HS>, dq_smem);
   const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
