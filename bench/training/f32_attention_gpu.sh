@@ -12,7 +12,8 @@ echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/c
 tt_gpu_tiertrain
 tt_random_shard
 status=0
-for path in auto gemm simt; do
+# TT_F32_PATHS: the paths to run (default "auto gemm simt").
+for path in ${TT_F32_PATHS:-auto gemm simt}; do
   steps=12
   [ "$path" = simt ] && steps=6
   "$TT" train --layers 12 --dim 768 --heads 12 --seq 1024 --batch 16 --dtype f32 --f32-attention "$path" \

@@ -28,7 +28,9 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.cuh"
@@ -344,6 +346,108 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// Forward with staged keys and values (Note [staged fragments]): block (query tile, b h); warp w owns queries
+// q0 + 16 w ..; a step of kStep keys stages K (rows as n: Q K^T) and V (rows as k: P V) split, and the warps read
+// their B fragments with one 16-byte load each. Q (the A operand, a warp's own rows) stays an fp32 tile.
+template <int HS>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_forward_staged_tf32_kernel(float* __restrict__ out, float* __restrict__ lse,
+                                         const float* __restrict__ qkv, Dims d) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int kFrags = staged_frags<HS>();
+  const Tile<HS> qs{reinterpret_cast<float*>(smem)};
+  float4* const k_nk = reinterpret_cast<float4*>(qs.p + kRows * HS);
+  float4* const v_kn = k_nk + kFrags;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int tiles = (d.T + kRows - 1) / kRows;
+  const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
+  const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
+  const int64_t C3 = 3 * static_cast<int64_t>(d.C);
+  const float* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
+  const int q0 = qt * kRows;
+  load_tile(qs, base, C3, q0, d.T);
+  cp_async_commit();
+  const float sl2 = d.scale * kLog2e;
+  const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two query rows
+  float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.0f, l1 = 0.0f;
+  float o[HS / 8][4];
+  zero(o);
+  const int key_end = min(q0 + kRows, d.T);
+  for (int k0 = 0; k0 < key_end; k0 += kStep) {
+    __syncthreads();  // the previous step's keys are consumed
+    stage_nk<HS>(k_nk, base + d.C, C3, k0, d.T);
+    stage_kn<HS>(v_kn, base + 2 * d.C, C3, k0, d.T);
+    cp_async_wait<0>();  // Q (the first step)
+    __syncthreads();
+    const bool unmasked = k0 + kStep <= q0 && k0 + kStep <= d.T;
+    float s[kStep / 8][4];
+    zero(s);
+#pragma unroll
+    for (int kk = 0; kk < HS / 8; ++kk) {
+      const Split<4> qa = load_a(qs, warp * 16, kk * 8);
+#pragma unroll
+      for (int n = 0; n < kStep / 8; ++n) mma3(s[n], qa, staged(k_nk, n * (HS / 8) + kk));
+    }
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int n = 0; n < kStep / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + n * 8 + 2 * q4 + (e & 1);
+        const int row = e < 2 ? row0 : row1;
+        const bool ok = unmasked || (key <= row && key < d.T);
+        s[n][e] = ok ? s[n][e] * sl2 : -FLT_MAX;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float ref0 = mx0 == -FLT_MAX ? 0.0f : mx0, ref1 = mx1 == -FLT_MAX ? 0.0f : mx1;
+    const float corr0 = exp2f(m0 - ref0), corr1 = exp2f(m1 - ref1);
+    m0 = mx0;
+    m1 = mx1;
+    float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kStep / 8; ++n) {
+      s[n][0] = exp2f(s[n][0] - ref0);
+      s[n][1] = exp2f(s[n][1] - ref0);
+      s[n][2] = exp2f(s[n][2] - ref1);
+      s[n][3] = exp2f(s[n][3] - ref1);
+      rs0 += s[n][0] + s[n][1];
+      rs1 += s[n][2] + s[n][3];
+    }
+    l0 = l0 * corr0 + rs0;
+    l1 = l1 * corr1 + rs1;
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) {
+      o[n][0] *= corr0;
+      o[n][1] *= corr0;
+      o[n][2] *= corr1;
+      o[n][3] *= corr1;
+    }
+#pragma unroll
+    for (int j = 0; j < kStep / 8; ++j) {
+      const Split<4> pa = a_from_c(s[j]);
+#pragma unroll
+      for (int n = 0; n < HS / 8; ++n) mma3(o[n], pa, staged(v_kn, j * (HS / 8) + n));
+    }
+  }
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  float* ob = out + static_cast<int64_t>(b) * d.T * d.C + static_cast<int64_t>(h) * HS;
+  store_rows<HS>(ob, d.C, q0 + warp * 16, d.T, o, 1.0f / l0, 1.0f / l1);
+  if (q4 == 0) {
+    float* lb = lse + static_cast<int64_t>(bh) * d.T;
+    if (row0 < d.T) lb[row0] = (m0 + log2f(l0)) * kLn2;
+    if (row1 < d.T) lb[row1] = (m1 + log2f(l1)) * kLn2;
+  }
+}
+
 // d(k), d(v): block (key tile, b h); warp w owns keys k0 + 16 w ..; walks the queries from the diagonal on, kStep
 // at a time. Computed transposed (keys as rows): S^T = K Q^T, dP^T = V dO^T, dV = P^T dO, dK = dS^T Q.
 // Q and dO are B operands of two products each, read by all four warps: a step stages them once, split, in the order
@@ -521,11 +625,27 @@ Dims make_dims(int B, int T, int C, int H) {
   return Dims{B, T, C, H, 1.0f / std::sqrt(static_cast<float>(C / H))};
 }
 
+// TT_TF32_FORWARD=staged (read once; a measurement switch while the two forwards are compared): the staged forward.
+bool staged_forward() {
+  static const bool staged = [] {
+    const char* e = std::getenv("TT_TF32_FORWARD");
+    return e != nullptr && std::string(e) == "staged";
+  }();
+  return staged;
+}
+
 template <int HS>
 void forward(cudaStream_t s, float* out, float* lse, const float* qkv, const Dims& d) {
+  const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
+  if (staged_forward()) {
+    constexpr int smem = tile_bytes<HS>() + 2 * staged_frags<HS>() * static_cast<int>(sizeof(float4));
+    allow_smem(attention_forward_staged_tf32_kernel<HS>, smem);
+    attention_forward_staged_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(out, lse, qkv, d);
+    TT_CUDA_CHECK_LAUNCH();
+    return;
+  }
   constexpr int smem = 5 * tile_bytes<HS>();  // q, two k, two v
   allow_smem(attention_forward_tf32_kernel<HS>, smem);
-  const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
   attention_forward_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(out, lse, qkv, d);
   TT_CUDA_CHECK_LAUNCH();
 }
