@@ -28,9 +28,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
-#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.cuh"
@@ -191,50 +189,6 @@ __device__ void store_rows(float* base, int64_t ld, int r0, int T, const float (
   }
 }
 
-// Note [staged fragments]
-// A B operand that every warp of a block reads is split once a step, by the whole block, into the order its fragments
-// are read: entry (f, lane) of a staged matrix is the float4 {big(b0), big(b1), small(b0), small(b1)} of lane `lane`
-// for fragment f, so a warp reads a fragment as 32 consecutive 16-byte values (one load, no bank conflict, no split).
-// Two orders, for a [kStep, HS] block of rows i0 .. (queries, or keys) of a row-major matrix:
-//   stage_nk, the rows as n and the head dimension as k (Q in K Q^T): fragment j (HS / 8) + kk holds b0, b1 = rows
-//     8j + g, columns 8kk + 2q and 8kk + 2q + 1 (the permuted k order of load_a);
-//   stage_kn, the rows as k and the head dimension as n (Q in dS^T Q): fragment j (HS / 8) + n holds b0, b1 = rows
-//     8j + 2q and 8j + 2q + 1 (a_from_c's permuted k order), column 8n + g.
-// Rows at or past T are zero. The reads come from global memory (L2: the same rows serve every key tile).
-constexpr int kStep = 32;  // queries a step of the d(k), d(v) kernel, keys a step of the d(q) kernel
-template <int HS>
-constexpr int staged_frags() {
-  return kStep / 8 * (HS / 8) * 32;
-}
-__device__ __forceinline__ float4 split_pair(float x0, float x1) {
-  const uint32_t b0 = to_tf32(x0), b1 = to_tf32(x1);
-  return make_float4(__uint_as_float(b0), __uint_as_float(b1), x0 - __uint_as_float(b0), x1 - __uint_as_float(b1));
-}
-__device__ __forceinline__ Split<2> staged(const float4* m, int f) {
-  const float4 v = m[f * 32 + (threadIdx.x & 31)];
-  return Split<2>{{__float_as_uint(v.x), __float_as_uint(v.y)}, {__float_as_uint(v.z), __float_as_uint(v.w)}};
-}
-template <int HS>
-__device__ void stage_nk(float4* m, const float* base, int64_t ld, int i0, int T) {
-  for (int e = threadIdx.x; e < staged_frags<HS>(); e += blockDim.x) {
-    const int f = e >> 5, lane = e & 31, j = f / (HS / 8), kk = f % (HS / 8);
-    const int r = i0 + 8 * j + (lane >> 2), c = 8 * kk + 2 * (lane & 3);
-    const float2 v = r < T ? *reinterpret_cast<const float2*>(base + static_cast<int64_t>(r) * ld + c)
-                           : make_float2(0.0f, 0.0f);
-    m[e] = split_pair(v.x, v.y);
-  }
-}
-template <int HS>
-__device__ void stage_kn(float4* m, const float* base, int64_t ld, int i0, int T) {
-  for (int e = threadIdx.x; e < staged_frags<HS>(); e += blockDim.x) {
-    const int f = e >> 5, lane = e & 31, j = f / (HS / 8), n = f % (HS / 8);
-    const int r = i0 + 8 * j + 2 * (lane & 3), c = 8 * n + (lane >> 2);
-    const float x0 = r < T ? base[static_cast<int64_t>(r) * ld + c] : 0.0f;
-    const float x1 = r + 1 < T ? base[static_cast<int64_t>(r + 1) * ld + c] : 0.0f;
-    m[e] = split_pair(x0, x1);
-  }
-}
-
 // Forward: block (query tile, b h); warp w owns queries q0 + 16 w ..; the key tiles are double-buffered as in the
 // bf16 forward (Note [tile pipeline] in attention.cu).
 template <int HS>
@@ -346,128 +300,20 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// Forward with staged keys and values (Note [staged fragments]): block (query tile, b h); warp w owns queries
-// q0 + 16 w ..; a step of kStep keys stages K (rows as n: Q K^T) and V (rows as k: P V) split, and the warps read
-// their B fragments with one 16-byte load each. Q (the A operand, a warp's own rows) stays an fp32 tile.
-template <int HS>
-__global__ void __launch_bounds__(kWarps * 32)
-    attention_forward_staged_tf32_kernel(float* __restrict__ out, float* __restrict__ lse,
-                                         const float* __restrict__ qkv, Dims d) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int kFrags = staged_frags<HS>();
-  const Tile<HS> qs{reinterpret_cast<float*>(smem)};
-  float4* const k_nk = reinterpret_cast<float4*>(qs.p + kRows * HS);
-  float4* const v_kn = k_nk + kFrags;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
-  const int tiles = (d.T + kRows - 1) / kRows;
-  const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
-  const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
-  const int64_t C3 = 3 * static_cast<int64_t>(d.C);
-  const float* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
-  const int q0 = qt * kRows;
-  load_tile(qs, base, C3, q0, d.T);
-  cp_async_commit();
-  const float sl2 = d.scale * kLog2e;
-  const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two query rows
-  float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.0f, l1 = 0.0f;
-  float o[HS / 8][4];
-  zero(o);
-  const int key_end = min(q0 + kRows, d.T);
-  for (int k0 = 0; k0 < key_end; k0 += kStep) {
-    __syncthreads();  // the previous step's keys are consumed
-    stage_nk<HS>(k_nk, base + d.C, C3, k0, d.T);
-    stage_kn<HS>(v_kn, base + 2 * d.C, C3, k0, d.T);
-    cp_async_wait<0>();  // Q (the first step)
-    __syncthreads();
-    const bool unmasked = k0 + kStep <= q0 && k0 + kStep <= d.T;
-    float s[kStep / 8][4];
-    zero(s);
-#pragma unroll
-    for (int kk = 0; kk < HS / 8; ++kk) {
-      const Split<4> qa = load_a(qs, warp * 16, kk * 8);
-#pragma unroll
-      for (int n = 0; n < kStep / 8; ++n) mma3(s[n], qa, staged(k_nk, n * (HS / 8) + kk));
-    }
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
-    for (int n = 0; n < kStep / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k0 + n * 8 + 2 * q4 + (e & 1);
-        const int row = e < 2 ? row0 : row1;
-        const bool ok = unmasked || (key <= row && key < d.T);
-        s[n][e] = ok ? s[n][e] * sl2 : -FLT_MAX;
-      }
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float ref0 = mx0 == -FLT_MAX ? 0.0f : mx0, ref1 = mx1 == -FLT_MAX ? 0.0f : mx1;
-    const float corr0 = exp2f(m0 - ref0), corr1 = exp2f(m1 - ref1);
-    m0 = mx0;
-    m1 = mx1;
-    float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kStep / 8; ++n) {
-      s[n][0] = exp2f(s[n][0] - ref0);
-      s[n][1] = exp2f(s[n][1] - ref0);
-      s[n][2] = exp2f(s[n][2] - ref1);
-      s[n][3] = exp2f(s[n][3] - ref1);
-      rs0 += s[n][0] + s[n][1];
-      rs1 += s[n][2] + s[n][3];
-    }
-    l0 = l0 * corr0 + rs0;
-    l1 = l1 * corr1 + rs1;
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n) {
-      o[n][0] *= corr0;
-      o[n][1] *= corr0;
-      o[n][2] *= corr1;
-      o[n][3] *= corr1;
-    }
-#pragma unroll
-    for (int j = 0; j < kStep / 8; ++j) {
-      const Split<4> pa = a_from_c(s[j]);
-#pragma unroll
-      for (int n = 0; n < HS / 8; ++n) mma3(o[n], pa, staged(v_kn, j * (HS / 8) + n));
-    }
-  }
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  float* ob = out + static_cast<int64_t>(b) * d.T * d.C + static_cast<int64_t>(h) * HS;
-  store_rows<HS>(ob, d.C, q0 + warp * 16, d.T, o, 1.0f / l0, 1.0f / l1);
-  if (q4 == 0) {
-    float* lb = lse + static_cast<int64_t>(bh) * d.T;
-    if (row0 < d.T) lb[row0] = (m0 + log2f(l0)) * kLn2;
-    if (row1 < d.T) lb[row1] = (m1 + log2f(l1)) * kLn2;
-  }
-}
-
-// d(k), d(v): block (key tile, b h); warp w owns keys k0 + 16 w ..; walks the queries from the diagonal on, kStep
-// at a time. Computed transposed (keys as rows): S^T = K Q^T, dP^T = V dO^T, dV = P^T dO, dK = dS^T Q.
-// Q and dO are B operands of two products each, read by all four warps: a step stages them once, split, in the order
-// the fragments are read (Note [staged fragments]), so the inner loops load a B fragment with one 16-byte load and
-// split nothing. K and V (A operands, a warp's own rows) stay fp32 tiles, split as they are loaded.
+// d(k), d(v): block (key tile, b h); warp w owns keys k0 + 16 w ..; walks the query tiles from the diagonal on.
+// Computed transposed (keys as rows): S^T = K Q^T, dP^T = V dO^T, dV = P^T dO, dK = dS^T Q.
 template <int HS>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_dkv_tf32_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
                               const float* __restrict__ lse, const float* __restrict__ D, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int kTile = kRows * HS;
-  constexpr int kFrags = staged_frags<HS>();
   const Tile<HS> ks{reinterpret_cast<float*>(smem)};
   const Tile<HS> vs{ks.p + kTile};
-  float4* const q_nk = reinterpret_cast<float4*>(vs.p + kTile);  // Q for S^T = K Q^T
-  float4* const q_kn = q_nk + kFrags;                              // Q for dK = dS^T Q
-  float4* const do_nk = q_kn + kFrags;                             // dO for dP^T = V dO^T
-  float4* const do_kn = do_nk + kFrags;                            // dO for dV = P^T dO
-  float* const lse_s = reinterpret_cast<float*>(do_kn + kFrags);  // log2 units
-  float* const D_s = lse_s + kStep;
+  const Tile<HS> qs{vs.p + kTile};
+  const Tile<HS> dos{qs.p + kTile};
+  float* lse_s = dos.p + kTile;  // log2 units
+  float* D_s = lse_s + kCols;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
   const int kt = static_cast<int>(blockIdx.x);  // the earliest keys (the most queries) first
   const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
@@ -479,41 +325,39 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int k0 = kt * kRows;
   load_tile(ks, base + d.C, C3, k0, d.T);
   load_tile(vs, base + 2 * d.C, C3, k0, d.T);
-  cp_async_commit();
   const float sl2 = d.scale * kLog2e;
   const int key0 = k0 + warp * 16 + g, key1 = key0 + 8;  // this thread's two key rows
   float dk[HS / 8][4], dv[HS / 8][4];
   zero(dk);
   zero(dv);
-  for (int i0 = k0; i0 < d.T; i0 += kStep) {
-    __syncthreads();  // the previous step's queries are consumed
-    stage_nk<HS>(q_nk, base, C3, i0, d.T);
-    stage_kn<HS>(q_kn, base, C3, i0, d.T);
-    stage_nk<HS>(do_nk, dob, d.C, i0, d.T);
-    stage_kn<HS>(do_kn, dob, d.C, i0, d.T);
-    for (int i = threadIdx.x; i < kStep; i += blockDim.x) {
+  for (int i0 = k0 / kCols * kCols; i0 < d.T; i0 += kCols) {
+    __syncthreads();  // the previous query tile is consumed
+    load_tile(qs, base, C3, i0, d.T);
+    load_tile(dos, dob, d.C, i0, d.T);
+    for (int i = threadIdx.x; i < kCols; i += blockDim.x) {
       const bool in = i0 + i < d.T;
       lse_s[i] = in ? lb[i0 + i] * kLog2e : FLT_MAX;  // rows past T: p = 0
       D_s[i] = in ? Db[i0 + i] : 0.0f;
     }
-    cp_async_wait<0>();  // K and V (the first step)
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     const bool unmasked = i0 >= k0 + kRows;  // queries after the tile's last key see all of it
-    float s[kStep / 8][4], dp[kStep / 8][4];
+    float s[kCols / 8][4], dp[kCols / 8][4];
     zero(s);
     zero(dp);
 #pragma unroll
     for (int kk = 0; kk < HS / 8; ++kk) {
       const Split<4> ka = load_a(ks, warp * 16, kk * 8), va = load_a(vs, warp * 16, kk * 8);
 #pragma unroll
-      for (int n = 0; n < kStep / 8; ++n) {
-        mma3(s[n], ka, staged(q_nk, n * (HS / 8) + kk));
-        mma3(dp[n], va, staged(do_nk, n * (HS / 8) + kk));
+      for (int n = 0; n < kCols / 8; ++n) {
+        mma3(s[n], ka, load_b_nk(qs, n * 8, kk * 8));
+        mma3(dp[n], va, load_b_nk(dos, n * 8, kk * 8));
       }
     }
     // P^T = exp2(S^T sl2 - lse2[query]) where query >= key; dS^T = P^T (dP^T - D[query])
 #pragma unroll
-    for (int n = 0; n < kStep / 8; ++n) {
+    for (int n = 0; n < kCols / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qi = n * 8 + 2 * q4 + (e & 1);
@@ -525,12 +369,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     // dV += P^T dO; dK += dS^T Q, over the queries of each C tile
 #pragma unroll
-    for (int j = 0; j < kStep / 8; ++j) {
+    for (int j = 0; j < kCols / 8; ++j) {
       const Split<4> pa = a_from_c(s[j]), da = a_from_c(dp[j]);
 #pragma unroll
       for (int n = 0; n < HS / 8; ++n) {
-        mma3(dv[n], pa, staged(do_kn, j * (HS / 8) + n));
-        mma3(dk[n], da, staged(q_kn, j * (HS / 8) + n));
+        mma3(dv[n], pa, load_b_kn(dos, j * 8, n * 8));
+        mma3(dk[n], da, load_b_kn(qs, j * 8, n * 8));
       }
     }
   }
@@ -539,21 +383,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   store_rows<HS>(dbase + 2 * d.C, C3, k0 + warp * 16, d.T, dv, 1.0f, 1.0f);
 }
 
-// d(q): block (query tile, b h); warp w owns queries q0 + 16 w ..; walks the keys up to the diagonal, kStep at a time.
-// S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ = dS K. K (in two orders) and V are staged a step (Note [staged
-// fragments]); Q and dO (A operands, a warp's own rows) stay fp32 tiles, split as they are loaded.
+// d(q): block (query tile, b h); warp w owns queries q0 + 16 w ..; walks the key tiles up to the diagonal.
+// S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ = dS K.
 template <int HS>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_dq_tf32_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
                              const float* __restrict__ lse, const float* __restrict__ D, Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int kTile = kRows * HS;
-  constexpr int kFrags = staged_frags<HS>();
   const Tile<HS> qs{reinterpret_cast<float*>(smem)};
   const Tile<HS> dos{qs.p + kTile};
-  float4* const k_nk = reinterpret_cast<float4*>(dos.p + kTile);  // K for S = Q K^T
-  float4* const k_kn = k_nk + kFrags;                               // K for dQ = dS K
-  float4* const v_nk = k_kn + kFrags;                               // V for dP = dO V^T
+  const Tile<HS> ks{dos.p + kTile};
+  const Tile<HS> vs{ks.p + kTile};
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
   const int tiles = (d.T + kRows - 1) / kRows;
   const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
@@ -564,7 +405,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int q0 = qt * kRows;
   load_tile(qs, base, C3, q0, d.T);
   load_tile(dos, dob, d.C, q0, d.T);
-  cp_async_commit();
   const float sl2 = d.scale * kLog2e;
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
   const float* lb = lse + static_cast<int64_t>(bh) * d.T;
@@ -574,28 +414,28 @@ __global__ void __launch_bounds__(kWarps * 32)
   float dq[HS / 8][4];
   zero(dq);
   const int key_end = min(q0 + kRows, d.T);
-  for (int k0 = 0; k0 < key_end; k0 += kStep) {
-    __syncthreads();  // the previous step's keys are consumed
-    stage_nk<HS>(k_nk, base + d.C, C3, k0, d.T);
-    stage_kn<HS>(k_kn, base + d.C, C3, k0, d.T);
-    stage_nk<HS>(v_nk, base + 2 * d.C, C3, k0, d.T);
-    cp_async_wait<0>();  // Q and dO (the first step)
+  for (int k0 = 0; k0 < key_end; k0 += kCols) {
+    __syncthreads();  // the previous key tile is consumed
+    load_tile(ks, base + d.C, C3, k0, d.T);
+    load_tile(vs, base + 2 * d.C, C3, k0, d.T);
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
-    const bool unmasked = k0 + kStep <= q0 && k0 + kStep <= d.T;  // keys all before the tile's first query
-    float s[kStep / 8][4], dp[kStep / 8][4];
+    const bool unmasked = k0 + kCols <= q0 && k0 + kCols <= d.T;  // every tile but the diagonal one
+    float s[kCols / 8][4], dp[kCols / 8][4];
     zero(s);
     zero(dp);
 #pragma unroll
     for (int kk = 0; kk < HS / 8; ++kk) {
       const Split<4> qa = load_a(qs, warp * 16, kk * 8), da = load_a(dos, warp * 16, kk * 8);
 #pragma unroll
-      for (int n = 0; n < kStep / 8; ++n) {
-        mma3(s[n], qa, staged(k_nk, n * (HS / 8) + kk));
-        mma3(dp[n], da, staged(v_nk, n * (HS / 8) + kk));
+      for (int n = 0; n < kCols / 8; ++n) {
+        mma3(s[n], qa, load_b_nk(ks, n * 8, kk * 8));
+        mma3(dp[n], da, load_b_nk(vs, n * 8, kk * 8));
       }
     }
 #pragma unroll
-    for (int n = 0; n < kStep / 8; ++n) {
+    for (int n = 0; n < kCols / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = k0 + n * 8 + 2 * q4 + (e & 1);
@@ -606,10 +446,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     // dQ += dS K, over the keys of each C tile
 #pragma unroll
-    for (int j = 0; j < kStep / 8; ++j) {
+    for (int j = 0; j < kCols / 8; ++j) {
       const Split<4> da = a_from_c(dp[j]);
 #pragma unroll
-      for (int n = 0; n < HS / 8; ++n) mma3(dq[n], da, staged(k_kn, j * (HS / 8) + n));
+      for (int n = 0; n < HS / 8; ++n) mma3(dq[n], da, load_b_kn(ks, j * 8, n * 8));
     }
   }
   float* dbase = dqkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
@@ -625,27 +465,11 @@ Dims make_dims(int B, int T, int C, int H) {
   return Dims{B, T, C, H, 1.0f / std::sqrt(static_cast<float>(C / H))};
 }
 
-// TT_TF32_FORWARD=staged (read once; a measurement switch while the two forwards are compared): the staged forward.
-bool staged_forward() {
-  static const bool staged = [] {
-    const char* e = std::getenv("TT_TF32_FORWARD");
-    return e != nullptr && std::string(e) == "staged";
-  }();
-  return staged;
-}
-
 template <int HS>
 void forward(cudaStream_t s, float* out, float* lse, const float* qkv, const Dims& d) {
-  const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
-  if (staged_forward()) {
-    constexpr int smem = tile_bytes<HS>() + 2 * staged_frags<HS>() * static_cast<int>(sizeof(float4));
-    allow_smem(attention_forward_staged_tf32_kernel<HS>, smem);
-    attention_forward_staged_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(out, lse, qkv, d);
-    TT_CUDA_CHECK_LAUNCH();
-    return;
-  }
   constexpr int smem = 5 * tile_bytes<HS>();  // q, two k, two v
   allow_smem(attention_forward_tf32_kernel<HS>, smem);
+  const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
   attention_forward_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(out, lse, qkv, d);
   TT_CUDA_CHECK_LAUNCH();
 }
@@ -653,17 +477,13 @@ void forward(cudaStream_t s, float* out, float* lse, const float* qkv, const Dim
 template <int HS>
 void backward(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
               const Dims& d) {
-  // d(k), d(v): K, V tiles, four staged matrices (Q, dO in two orders each), lse and D of a step.
-  constexpr int dkv_smem = 2 * tile_bytes<HS>() + 4 * staged_frags<HS>() * static_cast<int>(sizeof(float4)) +
-                           2 * kStep * static_cast<int>(sizeof(float));
-  // d(q): Q, dO tiles, three staged matrices (K in two orders, V).
-  constexpr int dq_smem = 2 * tile_bytes<HS>() + 3 * staged_frags<HS>() * static_cast<int>(sizeof(float4));
-  allow_smem(attention_dkv_tf32_kernel<HS>, dkv_smem);
-  allow_smem(attention_dq_tf32_kernel<HS>, dq_smem);
+  constexpr int smem = 4 * tile_bytes<HS>() + 2 * kCols * static_cast<int>(sizeof(float));  // + lse, D of a tile
+  allow_smem(attention_dkv_tf32_kernel<HS>, smem);
+  allow_smem(attention_dq_tf32_kernel<HS>, smem);
   const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
-  attention_dkv_tf32_kernel<HS><<<grid, kWarps * 32, dkv_smem, s>>>(dqkv, dout, qkv, lse, D, d);
+  attention_dkv_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
   TT_CUDA_CHECK_LAUNCH();
-  attention_dq_tf32_kernel<HS><<<grid, kWarps * 32, dq_smem, s>>>(dqkv, dout, qkv, lse, D, d);
+  attention_dq_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
   TT_CUDA_CHECK_LAUNCH();
 }
 
