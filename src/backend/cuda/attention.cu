@@ -19,6 +19,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -26,8 +27,7 @@
 namespace tt::cuda {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+using flash::kLog2e;
 
 using dev::ld;
 using dev::st;
@@ -454,7 +454,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
 
   const float sl2 = d.scale * kLog2e;
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two query rows
-  float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.0f, l1 = 0.0f;
+  flash::Rows rows;
   float o[HS / 8][4];
 #pragma unroll
   for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -485,49 +485,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       }
     }
     // Scale to log2 units and mask: a key after the query, or past T, gets -inf (as -FLT_MAX: exp2 gives 0).
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
-    for (int n = 0; n < kTcCols / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k0 + n * 8 + 2 * q4 + (e & 1);
-        const int row = e < 2 ? row0 : row1;
-        const bool ok = unmasked || (key <= row && key < d.T);
-        s[n][e] = ok ? s[n][e] * sl2 : -FLT_MAX;
-      }
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
-    // The four threads of a quad share rows.
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    // A row with every key so far masked (only rows past T, which are not written) keeps max -FLT_MAX; exp2 of
-    // -FLT_MAX - -FLT_MAX would be 1, so those rows use a 0 reference instead.
-    const float ref0 = mx0 == -FLT_MAX ? 0.0f : mx0, ref1 = mx1 == -FLT_MAX ? 0.0f : mx1;
-    const float corr0 = exp2f(m0 - ref0), corr1 = exp2f(m1 - ref1);
-    m0 = mx0;
-    m1 = mx1;
-    float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kTcCols / 8; ++n) {
-      s[n][0] = exp2f(s[n][0] - ref0);
-      s[n][1] = exp2f(s[n][1] - ref0);
-      s[n][2] = exp2f(s[n][2] - ref1);
-      s[n][3] = exp2f(s[n][3] - ref1);
-      rs0 += s[n][0] + s[n][1];
-      rs1 += s[n][2] + s[n][3];
-    }
-    l0 = l0 * corr0 + rs0;  // per-thread partial sums: corr is the same across the quad
-    l1 = l1 * corr1 + rs1;
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n) {
-      o[n][0] *= corr0;
-      o[n][1] *= corr0;
-      o[n][2] *= corr1;
-      o[n][3] *= corr1;
-    }
+    const float2 corr = flash::softmax_tile(s, rows, k0, row0, row1, d.T, unmasked, sl2);
+    flash::rescale(o, corr);
     // o += P V
 #pragma unroll
     for (int kk = 0; kk < kTcCols / 16; ++kk) {
@@ -542,27 +501,19 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       }
     }
   }
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+  const float2 inv = flash::finish(rows);
   bf16* ob = out + static_cast<int64_t>(b) * d.T * d.C + static_cast<int64_t>(h) * HS;
 #pragma unroll
   for (int n = 0; n < HS / 8; ++n) {
     const int c = n * 8 + 2 * q4;
     if (row0 < d.T)
       *reinterpret_cast<__nv_bfloat162*>(ob + static_cast<int64_t>(row0) * d.C + c) =
-          __floats2bfloat162_rn(o[n][0] * inv0, o[n][1] * inv0);
+          __floats2bfloat162_rn(o[n][0] * inv.x, o[n][1] * inv.x);
     if (row1 < d.T)
       *reinterpret_cast<__nv_bfloat162*>(ob + static_cast<int64_t>(row1) * d.C + c) =
-          __floats2bfloat162_rn(o[n][2] * inv1, o[n][3] * inv1);
+          __floats2bfloat162_rn(o[n][2] * inv.y, o[n][3] * inv.y);
   }
-  if (q4 == 0) {
-    float* lb = lse + static_cast<int64_t>(bh) * d.T;
-    if (row0 < d.T) lb[row0] = (m0 + log2f(l0)) * kLn2;
-    if (row1 < d.T) lb[row1] = (m1 + log2f(l1)) * kLn2;
-  }
+  flash::store_lse(rows, lse + static_cast<int64_t>(bh) * d.T, row0, row1, d.T);
 }
 
 // Stores a warp's 16 x HS fp32 accumulator (times `scale`) as rows r0.. of a bf16 matrix (rows `ld` apart, rows at
@@ -597,7 +548,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const Tile<HS> dos{qs.p + kTcCols * kStride};
   float* lse_s = reinterpret_cast<float*>(dos.p + kTcCols * kStride);  // log2 units
   float* D_s = lse_s + kTcCols;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2;
   const int kt = static_cast<int>(blockIdx.x);  // the earliest keys (the most queries) first
   const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
   const int64_t C3 = 3 * static_cast<int64_t>(d.C);
@@ -651,17 +602,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
       }
     }
     // P^T = exp2(S^T sl2 - lse2[query]) where query >= key; dS^T = P^T (dP^T - D[query])
-#pragma unroll
-    for (int n = 0; n < kTcCols / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = n * 8 + 2 * q4 + (e & 1);
-        const int key = e < 2 ? key0 : key1;
-        const float p = unmasked || i0 + qi >= key ? exp2f(s[n][e] * sl2 - lse_s[qi]) : 0.0f;
-        s[n][e] = p;
-        dp[n][e] = p * (dp[n][e] - D_s[qi]);
-      }
-    }
+    flash::probs_by_key(s, dp, i0, key0, key1, unmasked, sl2, lse_s, D_s);
     // dV += P^T dO; dK += dS^T Q over the query tiles (k = queries)
 #pragma unroll
     for (int kk = 0; kk < kTcCols / 16; ++kk) {
@@ -698,7 +639,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const Tile<HS> dos{qs.p + kTcRows * kStride};
   const Tile<HS> ks{dos.p + kTcRows * kStride};
   const Tile<HS> vs{ks.p + kTcCols * kStride};
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2;
   const int tiles = (d.T + kTcRows - 1) / kTcRows;
   const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
   const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
@@ -746,16 +687,7 @@ __global__ void __launch_bounds__(kTcWarps * 32)
         mma(dp[2 * n2 + 1], da, bv[2], bv[3]);
       }
     }
-#pragma unroll
-    for (int n = 0; n < kTcCols / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k0 + n * 8 + 2 * q4 + (e & 1);
-        const int row = e < 2 ? row0 : row1;
-        const float p = unmasked || (key <= row && key < d.T) ? exp2f(s[n][e] * sl2 - (e < 2 ? lse0 : lse1)) : 0.0f;
-        dp[n][e] = p * (dp[n][e] - (e < 2 ? D0 : D1));
-      }
-    }
+    flash::grads_by_query(s, dp, k0, row0, row1, d.T, unmasked, sl2, lse0, lse1, D0, D1);
     // dQ += dS K (k = keys)
 #pragma unroll
     for (int kk = 0; kk < kTcCols / 16; ++kk) {

@@ -30,14 +30,14 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.cuh"
 
 namespace tt::cuda {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+using flash::kLog2e;
 constexpr int kWarps = 4;
 constexpr int kRows = 16 * kWarps;  // rows of a tile: queries (forward, d(q)) or keys (d(k), d(v))
 constexpr int kCols = 64;           // the other side's tile: keys (forward, d(q)) or queries (d(k), d(v))
@@ -192,7 +192,7 @@ __device__ void store_rows(float* base, int64_t ld, int r0, int T, const float (
 // Forward: block (query tile, b h); warp w owns queries q0 + 16 w ..; the key tiles are double-buffered as in the
 // bf16 forward (Note [tile pipeline] in attention.cu).
 template <int HS>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, 2)
     attention_forward_tf32_kernel(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv,
                                   Dims d) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const Tile<HS> qs{reinterpret_cast<float*>(smem)};
   float* const kbuf = qs.p + kTile;      // two key tiles
   float* const vbuf = kbuf + 2 * kTile;  // two value tiles
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int warp = threadIdx.x / 32, g = (threadIdx.x & 31) >> 2;
   const int tiles = (d.T + kRows - 1) / kRows;
   const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
   const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   const float sl2 = d.scale * kLog2e;
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two query rows
-  float m0 = -FLT_MAX, m1 = -FLT_MAX, l0 = 0.0f, l1 = 0.0f;
+  flash::Rows rows;
   float o[HS / 8][4];
   zero(o);
   const int key_end = min(q0 + kRows, d.T);  // keys 0 .. key_end - 1 can be seen by this tile's rows
@@ -238,47 +238,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int n = 0; n < kCols / 8; ++n) mma3(s[n], qa, load_b_nk(ks, n * 8, kk * 8));
     }
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
-    for (int n = 0; n < kCols / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k0 + n * 8 + 2 * q4 + (e & 1);
-        const int row = e < 2 ? row0 : row1;
-        const bool ok = unmasked || (key <= row && key < d.T);
-        s[n][e] = ok ? s[n][e] * sl2 : -FLT_MAX;
-      }
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    // A row with every key so far masked (rows past T only) keeps -FLT_MAX; it uses a 0 reference (as in bf16).
-    const float ref0 = mx0 == -FLT_MAX ? 0.0f : mx0, ref1 = mx1 == -FLT_MAX ? 0.0f : mx1;
-    const float corr0 = exp2f(m0 - ref0), corr1 = exp2f(m1 - ref1);
-    m0 = mx0;
-    m1 = mx1;
-    float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kCols / 8; ++n) {
-      s[n][0] = exp2f(s[n][0] - ref0);
-      s[n][1] = exp2f(s[n][1] - ref0);
-      s[n][2] = exp2f(s[n][2] - ref1);
-      s[n][3] = exp2f(s[n][3] - ref1);
-      rs0 += s[n][0] + s[n][1];
-      rs1 += s[n][2] + s[n][3];
-    }
-    l0 = l0 * corr0 + rs0;  // per-thread partial sums: corr is the same across the quad
-    l1 = l1 * corr1 + rs1;
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n) {
-      o[n][0] *= corr0;
-      o[n][1] *= corr0;
-      o[n][2] *= corr1;
-      o[n][3] *= corr1;
-    }
+    const float2 corr = flash::softmax_tile(s, rows, k0, row0, row1, d.T, unmasked, sl2);
+    flash::rescale(o, corr);
     // o += P V, over the keys of each C tile of P
 #pragma unroll
     for (int j = 0; j < kCols / 8; ++j) {
@@ -287,17 +248,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int n = 0; n < HS / 8; ++n) mma3(o[n], pa, load_b_kn(vs, j * 8, n * 8));
     }
   }
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float2 inv = flash::finish(rows);
   float* ob = out + static_cast<int64_t>(b) * d.T * d.C + static_cast<int64_t>(h) * HS;
-  store_rows<HS>(ob, d.C, q0 + warp * 16, d.T, o, 1.0f / l0, 1.0f / l1);
-  if (q4 == 0) {
-    float* lb = lse + static_cast<int64_t>(bh) * d.T;
-    if (row0 < d.T) lb[row0] = (m0 + log2f(l0)) * kLn2;
-    if (row1 < d.T) lb[row1] = (m1 + log2f(l1)) * kLn2;
-  }
+  store_rows<HS>(ob, d.C, q0 + warp * 16, d.T, o, inv.x, inv.y);
+  flash::store_lse(rows, lse + static_cast<int64_t>(bh) * d.T, row0, row1, d.T);
 }
 
 // d(k), d(v): block (key tile, b h); warp w owns keys k0 + 16 w ..; walks the query tiles from the diagonal on.
@@ -314,7 +268,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const Tile<HS> dos{qs.p + kTile};
   float* lse_s = dos.p + kTile;  // log2 units
   float* D_s = lse_s + kCols;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2;
   const int kt = static_cast<int>(blockIdx.x);  // the earliest keys (the most queries) first
   const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
   const int64_t C3 = 3 * static_cast<int64_t>(d.C);
@@ -356,17 +310,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
     // P^T = exp2(S^T sl2 - lse2[query]) where query >= key; dS^T = P^T (dP^T - D[query])
-#pragma unroll
-    for (int n = 0; n < kCols / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = n * 8 + 2 * q4 + (e & 1);
-        const int key = e < 2 ? key0 : key1;
-        const float p = unmasked || i0 + qi >= key ? exp2f(s[n][e] * sl2 - lse_s[qi]) : 0.0f;
-        s[n][e] = p;
-        dp[n][e] = p * (dp[n][e] - D_s[qi]);
-      }
-    }
+    flash::probs_by_key(s, dp, i0, key0, key1, unmasked, sl2, lse_s, D_s);
     // dV += P^T dO; dK += dS^T Q, over the queries of each C tile
 #pragma unroll
     for (int j = 0; j < kCols / 8; ++j) {
@@ -395,7 +339,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const Tile<HS> dos{qs.p + kTile};
   const Tile<HS> ks{dos.p + kTile};
   const Tile<HS> vs{ks.p + kTile};
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q4 = lane & 3;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2;
   const int tiles = (d.T + kRows - 1) / kRows;
   const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
   const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
@@ -434,16 +378,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         mma3(dp[n], da, load_b_nk(vs, n * 8, kk * 8));
       }
     }
-#pragma unroll
-    for (int n = 0; n < kCols / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k0 + n * 8 + 2 * q4 + (e & 1);
-        const int row = e < 2 ? row0 : row1;
-        const float p = unmasked || (key <= row && key < d.T) ? exp2f(s[n][e] * sl2 - (e < 2 ? lse0 : lse1)) : 0.0f;
-        dp[n][e] = p * (dp[n][e] - (e < 2 ? D0 : D1));
-      }
-    }
+    flash::grads_by_query(s, dp, k0, row0, row1, d.T, unmasked, sl2, lse0, lse1, D0, D1);
     // dQ += dS K, over the keys of each C tile
 #pragma unroll
     for (int j = 0; j < kCols / 8; ++j) {
