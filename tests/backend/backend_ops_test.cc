@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/registry.h"
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "test_util.h"
@@ -445,6 +446,24 @@ void BackendOps::attention_case(Backend& target, const AttentionCase& c) {
           },
           1e-4, 1e-4, 6e-2, 6e-2);
   }
+}
+
+// What an f32 run reserves for attention (no GPU needed): nothing where the fused 3xTF32 kernels take the shape or the
+// SIMT kernels are asked for; a workspace for the SGEMMs where they run (f32_attention=gemm, or a head size the fused
+// kernels do not take).
+TEST(AttentionReserve, F32ReservesAWorkspaceOnlyForItsGemms) {
+#ifdef TIERTRAIN_HAVE_CUDA
+  const AttentionShape gpt2{.B = 16, .T = 1024, .H = 12, .hs = 64, .bf16 = false};
+  EXPECT_EQ(backend_reserve("cuda", gpt2, {}).attention_workspace_bytes, 0);
+  EXPECT_EQ(backend_reserve("cuda", gpt2, {.f32 = F32Attention::kSimt}).attention_workspace_bytes, 0);
+  EXPECT_GT(backend_reserve("cuda", gpt2, {.f32 = F32Attention::kGemm}).attention_workspace_bytes, 0);
+  const AttentionShape hs128{.B = 8, .T = 2048, .H = 32, .hs = 128, .bf16 = false};
+  EXPECT_EQ(backend_reserve("cuda", hs128, {}).attention_workspace_bytes, 0);
+  const AttentionShape hs96{.B = 16, .T = 1024, .H = 8, .hs = 96, .bf16 = false};
+  EXPECT_GT(backend_reserve("cuda", hs96, {}).attention_workspace_bytes, 0);
+#else
+  GTEST_SKIP() << "a build without CUDA";
+#endif
 }
 
 // One bf16 attention forward and `repeats` backwards on `be`; dqkv is poisoned (NaN) before each backward, so an
