@@ -181,7 +181,7 @@ class CudaBackend final : public Backend {
       TT_RETURN_IF(strict, kFailedPrecondition,
                    "attention_impl=cudnn: no cuDNN attention workspace was reserved (a bf16 run with head size 64 "
                    "or 128 reserves one; BackendOptions::attention_workspace_bytes)");
-      attention_desc_ = "attention: our kernels (no cuDNN workspace reserved for this run's shape)";
+      attention_desc_ = "attention: our kernels (no cuDNN workspace reserved for this run's shape)" + f32;
       return Status::ok();
     }
     TT_ASSIGN_OR_RETURN(sdpa_, cudnn::CudnnSdpa::create(lib.value(), compute_.get(), attention_ws_,
