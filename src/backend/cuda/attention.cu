@@ -29,7 +29,12 @@ namespace {
 
 using flash::kLog2e;
 
+using dev::allow_smem;
+using dev::cp_async16;
+using dev::cp_async_commit;
+using dev::cp_async_wait;
 using dev::ld;
+using dev::smem_addr;
 using dev::st;
 using dev::warp_max;
 using dev::warp_sum;
@@ -328,9 +333,6 @@ constexpr int kTcWarps = 4;
 constexpr int kTcRows = 16 * kTcWarps;  // rows of a tile (queries in the forward and d(q); keys in d(k), d(v))
 constexpr int kTcCols = 64;             // columns of a tile (keys; queries in d(k), d(v))
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -352,9 +354,6 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
 }
@@ -366,15 +365,7 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // 46 KB (HS 64) or 87 KB (HS 128). Measured on an H200 (GPT-2 124M B16, 12 layers): forward 2.44 -> 2.01 ms a step.
 // The same pipeline in the two backward kernels (6 tiles each) made them slower, 7.22 -> 7.56 ms (the d(k), d(v)
 // kernel holds 254 registers a thread at HS 64: two blocks an SM, and the larger shared memory did not pay), so they
-// load each tile and wait for it.
-//
-// Closes the group of copies issued since the last commit (an empty group is allowed), and waits until at most N
-// groups are in flight.
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+// load each tile and wait for it (cp.async helpers: device_util.cuh).
 
 // A tile of `rows` rows of HS bf16 values in shared memory, rows padded by 8 values (16 bytes) so that the eight
 // row addresses of an ldmatrix fall in distinct banks.
@@ -718,12 +709,6 @@ bool use_tensor_cores(const Dims& d, std::initializer_list<const void*> ptrs) {
   }
 }
 
-// Allows a kernel the dynamic shared memory it is launched with (above the default 48 KiB when needed); set at every
-// launch, since the attribute belongs to the current device.
-template <typename K>
-void allow_smem(K kernel, int bytes) {
-  TT_CUDA_ASSERT(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
 
 template <int HS>
 void forward_tc(cudaStream_t s, bf16* out, float* lse, const bf16* qkv, const Dims& d) {

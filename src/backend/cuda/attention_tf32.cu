@@ -32,11 +32,16 @@
 
 #include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.cuh"
 
 namespace tt::cuda {
 namespace {
 
+using dev::allow_smem;
+using dev::cp_async16;
+using dev::cp_async_commit;
+using dev::cp_async_wait;
 using flash::kLog2e;
 constexpr int kWarps = 4;
 constexpr int kRows = 16 * kWarps;  // rows of a tile: queries (forward, d(q)) or keys (d(k), d(v))
@@ -66,18 +71,6 @@ struct Tile {
 template <int HS>
 constexpr int tile_bytes() {
   return kRows * HS * static_cast<int>(sizeof(float));
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // Copies rows r0 .. r0 + kRows - 1 of a [T, *] f32 matrix (rows `ld` floats apart) into a tile; rows at or past T
@@ -389,11 +382,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   float* dbase = dqkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
   store_rows<HS>(dbase, C3, q0 + warp * 16, d.T, dq, d.scale, d.scale);
-}
-
-template <typename K>
-void allow_smem(K kernel, int bytes) {
-  TT_CUDA_ASSERT(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 Dims make_dims(int B, int T, int C, int H) {
