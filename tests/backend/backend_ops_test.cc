@@ -230,6 +230,34 @@ TEST_P(BackendOps, LayerNormBackwardAtEveryPath) {
   }
 }
 
+// The LayerNorm forward's paths (Note [LayerNorm forward in registers] in src/backend/cuda/kernels.cu), plain and
+// after a residual: rows of one 16-byte vector a lane or fewer (48), of several (768: 3 of 4 in bf16, 6 of 8 in f32),
+// of a lane's most (4096 in bf16, 2048 in f32), and the row-strided fallback (4096 and 8192 in f32, 8192 in bf16; 36
+// not a multiple of a bf16 vector, 34 of neither).
+TEST_P(BackendOps, LayerNormForwardAtEveryPath) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {300, 48}, {70, 768}, {40, 2048}, {40, 4096}, {24, 8192}, {70, 36}, {70, 34}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+    check("layernorm_forward",
+          {{"out", {rows, cols}, DType::kF32, true}, {"mean", {rows}, DType::kF32, true},
+           {"rstd", {rows}, DType::kF32, true}, {"inp", {rows, cols}}, {"w", {cols}}, {"b", {cols}}},
+          [](Backend& be, const std::vector<Tensor>& t) { be.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5]); },
+          kAtol, kRtol);
+    check("residual_layernorm_forward",
+          {{"res", {rows, cols}, DType::kF32, true}, {"out", {rows, cols}, DType::kF32, true},
+           {"mean", {rows}, DType::kF32, true}, {"rstd", {rows}, DType::kF32, true}, {"a", {rows, cols}},
+           {"b", {rows, cols}}, {"w", {cols}}, {"bias", {cols}}},
+          [](Backend& be, const std::vector<Tensor>& t) {
+            be.residual_layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+          },
+          kAtol, kRtol);
+    // The residual alone: in 16-byte vectors where the length is a multiple of one (every case but 70 x 34 in bf16),
+    // element by element otherwise.
+    check("residual_forward", {{"out", {rows, cols}, DType::kF32, true}, {"a", {rows, cols}}, {"b", {rows, cols}}},
+          [](Backend& be, const std::vector<Tensor>& t) { be.residual_forward(t[0], t[1], t[2]); }, 0, 0);
+  }
+}
+
 TEST_P(BackendOps, Matmul) {
   const int OC = 72;
   check("matmul_forward",

@@ -488,6 +488,104 @@ __global__ void residual_layernorm_forward_kernel(X* __restrict__ res, X* __rest
   }
 }
 
+// Note [LayerNorm forward in registers]
+// One warp a row, the row held in the warp's registers as raw 16-byte vectors (lane l holds vectors l, l + 32, ...):
+// the input is read from memory once, the mean and the variance (two-pass, from registers) and the output follow
+// without touching it again. The row-strided kernels above read each element three times with 2-byte loads (the
+// second and third from L1/L2): ~1.6 TB/s at [16384, 4096] bf16 on an H200. With a residual (b != null), the sum a + b
+// is rounded to X as it is stored in res, and the statistics are those of the rounded values, as in
+// residual_layernorm_forward_kernel. kVpl (vectors a lane) is a power of two from 1 to 16: rows of up to 16 * 32 * 8
+// = 4096 bf16 or 2048 f32 elements; wider rows, or rows not in aligned 16-byte vectors, take the row-strided kernels
+// (fixed by a model's shapes: one path a run). The sums' order differs from theirs (vector by vector, then across
+// lanes), so the two round differently.
+constexpr int kLnFwdThreads = 128;
+
+template <typename X, int kVpl, bool kResidual>
+__global__ void __launch_bounds__(kLnFwdThreads) layernorm_forward_regs_kernel(
+    X* __restrict__ res, X* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+    const X* __restrict__ a, const X* __restrict__ b, const X* __restrict__ w, const X* __restrict__ bias, int64_t N,
+    int C) {
+  constexpr int kV = 16 / sizeof(X);
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kLnFwdThreads / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const int vectors = C / kV;
+  const int64_t base = row * C;
+  int4 raw[kVpl];
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kVpl; ++i) {
+    const int cv = lane + 32 * i;
+    if (cv < vectors) {
+      raw[i] = *reinterpret_cast<const int4*>(a + base + static_cast<int64_t>(cv) * kV);
+      if constexpr (kResidual) {
+        const int4 rb = *reinterpret_cast<const int4*>(b + base + static_cast<int64_t>(cv) * kV);
+        X* e = reinterpret_cast<X*>(&raw[i]);
+        const X* f = reinterpret_cast<const X*>(&rb);
+#pragma unroll
+        for (int j = 0; j < kV; ++j) e[j] = st<X>(ld(e[j]) + ld(f[j]));
+        *reinterpret_cast<int4*>(res + base + static_cast<int64_t>(cv) * kV) = raw[i];
+      }
+      const X* e = reinterpret_cast<const X*>(&raw[i]);
+#pragma unroll
+      for (int j = 0; j < kV; ++j) s += ld(e[j]);
+    }
+  }
+  const float m = warp_sum(s) / C;
+  float var = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kVpl; ++i) {
+    if (lane + 32 * i < vectors) {
+      const X* e = reinterpret_cast<const X*>(&raw[i]);
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        const float d = ld(e[j]) - m;
+        var += d * d;
+      }
+    }
+  }
+  const float r = rsqrtf(warp_sum(var) / C + 1e-5f);
+#pragma unroll
+  for (int i = 0; i < kVpl; ++i) {
+    const int cv = lane + 32 * i;
+    if (cv < vectors) {
+      const int4 rw = *reinterpret_cast<const int4*>(w + static_cast<int64_t>(cv) * kV);
+      const int4 rbias = *reinterpret_cast<const int4*>(bias + static_cast<int64_t>(cv) * kV);
+      const X* e = reinterpret_cast<const X*>(&raw[i]);
+      const X* we = reinterpret_cast<const X*>(&rw);
+      const X* be = reinterpret_cast<const X*>(&rbias);
+      int4 o;
+      X* oe = reinterpret_cast<X*>(&o);
+#pragma unroll
+      for (int j = 0; j < kV; ++j) oe[j] = st<X>((ld(e[j]) - m) * r * ld(we[j]) + ld(be[j]));
+      *reinterpret_cast<int4*>(out + base + static_cast<int64_t>(cv) * kV) = o;
+    }
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+// out = a + b in 16-byte vectors (every pointer 16-byte aligned, n a multiple of the vector).
+template <typename X>
+__global__ void residual_forward_vec_kernel(X* __restrict__ out, const X* __restrict__ a, const X* __restrict__ b,
+                                            int64_t nv) {
+  constexpr int kV = 16 / sizeof(X);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < nv;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int4 ra = reinterpret_cast<const int4*>(a)[i];
+    const int4 rb = reinterpret_cast<const int4*>(b)[i];
+    const X* ea = reinterpret_cast<const X*>(&ra);
+    const X* eb = reinterpret_cast<const X*>(&rb);
+    int4 o;
+    X* eo = reinterpret_cast<X*>(&o);
+#pragma unroll
+    for (int j = 0; j < kV; ++j) eo[j] = st<X>(ld(ea[j]) + ld(eb[j]));
+    reinterpret_cast<int4*>(out)[i] = o;
+  }
+}
+
 template <typename X>
 __global__ void residual_forward_kernel(X* out, const X* a, const X* b, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -832,6 +930,31 @@ unsigned warp_rows_grid(int64_t rows) {
   const int rows_per_block = kThreads / 32;
   return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
 }
+// Note [LayerNorm forward in registers]: launches the register kernel and returns true where the rows split into
+// aligned 16-byte vectors and fit a lane's 16 vectors; false (nothing launched) otherwise.
+template <typename X, bool kResidual>
+bool layernorm_forward_in_registers(cudaStream_t s, X* res, X* out, float* mean, float* rstd, const X* a, const X* b,
+                                    const X* w, const X* bias, int64_t N, int C) {
+  constexpr int kV = 16 / sizeof(X);
+  const auto aligned = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (N <= 0 || C <= 0 || C % kV != 0 || !aligned(res) || !aligned(out) || !aligned(a) || !aligned(b) ||
+      !aligned(w) || !aligned(bias))
+    return false;
+  const int vpl = (C / kV + 31) / 32;
+  const unsigned grid = static_cast<unsigned>((N + kLnFwdThreads / 32 - 1) / (kLnFwdThreads / 32));
+  const auto go = [&]<int kVpl>() {
+    layernorm_forward_regs_kernel<X, kVpl, kResidual><<<grid, kLnFwdThreads, 0, s>>>(res, out, mean, rstd, a, b, w,
+                                                                                    bias, N, C);
+    TT_CUDA_CHECK_LAUNCH();
+    return true;
+  };
+  if (vpl <= 1) return go.template operator()<1>();
+  if (vpl <= 2) return go.template operator()<2>();
+  if (vpl <= 4) return go.template operator()<4>();
+  if (vpl <= 8) return go.template operator()<8>();
+  if (vpl <= 16) return go.template operator()<16>();
+  return false;
+}
 // Chunks of rows for column sums of width `width` floats per chunk: about kColumnRowsPerChunk rows each (enough blocks
 // to fill the GPU), as many as the scratch holds.
 int column_chunks(int64_t N, int64_t width, size_t scratch_bytes) {
@@ -844,6 +967,7 @@ int column_chunks(int64_t N, int64_t width, size_t scratch_bytes) {
 template <typename X>
 void layernorm_forward(cudaStream_t s, X* out, float* mean, float* rstd, const X* inp, const X* w, const X* b,
                        int64_t N, int C) {
+  if (layernorm_forward_in_registers<X, false>(s, nullptr, out, mean, rstd, inp, nullptr, w, b, N, C)) return;
   layernorm_forward_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
   TT_CUDA_CHECK_LAUNCH();
 }
@@ -947,12 +1071,20 @@ void gelu_backward_scale(cudaStream_t s, X* d, const X* pre, int64_t n) {
 template <typename X>
 void residual_layernorm_forward(cudaStream_t s, X* res, X* out, float* mean, float* rstd, const X* a, const X* b,
                                 const X* w, const X* bias, int64_t N, int C) {
+  if (layernorm_forward_in_registers<X, true>(s, res, out, mean, rstd, a, b, w, bias, N, C)) return;
   residual_layernorm_forward_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(res, out, mean, rstd, a, b, w, bias, N, C);
   TT_CUDA_CHECK_LAUNCH();
 }
 
 template <typename X>
 void residual_forward(cudaStream_t s, X* out, const X* a, const X* b, int64_t n) {
+  constexpr int kV = 16 / sizeof(X);
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (n % kV == 0 && aligned(out) && aligned(a) && aligned(b)) {
+    residual_forward_vec_kernel<X><<<blocks_for(n / kV), kThreads, 0, s>>>(out, a, b, n / kV);
+    TT_CUDA_CHECK_LAUNCH();
+    return;
+  }
   residual_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, a, b, n);
   TT_CUDA_CHECK_LAUNCH();
 }
