@@ -151,7 +151,8 @@ class Backend {
                                   const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd) = 0;
   // out[N, OC] = inp[N, C] @ w[OC, C]^T + bias[OC] (bias may be undefined).
   virtual void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) = 0;
-  // dinp += dout @ w; dw += dout^T @ inp; dbias += column sums of dout (dbias may be undefined).
+  // dinp = dout @ w (OVERWRITES dinp: no zeroing first); dw += dout^T @ inp; dbias += column sums of dout (dinp, dw
+  // and dbias may each be undefined).
   virtual void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& w) = 0;
   // Fused MLP halves (on a GPU, GEMM epilogues): pre = inp @ w^T + bias, out = gelu(pre); and its backward through

@@ -444,11 +444,7 @@ void Gpt::set_gelu_apart(std::vector<bool> apart) {
 
 void Gpt::lm_head(GptHooks& h, bool with_backward) {
   h.at(Boundary::kBeforeHead, 0);
-  if (with_backward) {
-    // The chunks' contributions to d(lnf) accumulate.
-    h.op("zero_scratch");
-    be_.fill_zero(t_.dln, be_.compute_stream());
-  }
+  // Training: each chunk's matmul_backward writes its own rows of d(lnf) (it overwrites: no zeroing first).
   const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq, C = cfg_.dim, Vp = cfg_.local_vocab();
   const Tensor wte = this->wte();
   const float dloss = 1.0f / static_cast<float>(BT);
@@ -562,7 +558,6 @@ void Gpt::backward_blocks(GptHooks& h) {
 }
 
 void Gpt::backward_block(GptHooks& h, int l) {
-  Stream& s = be_.compute_stream();
   const LayerParams w = compute_layer(l);
   const LayerParams g = grad_layer(l);
   const BlockActs& a = t_.acts[static_cast<size_t>(l)];
@@ -570,22 +565,16 @@ void Gpt::backward_block(GptHooks& h, int l) {
   // MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
   h.op("matmul_backward_gelu mlp.proj");
   be_.matmul_backward_gelu(t_.dfch, g.fcprojw, g.fcprojb, t_.dresidual, a.fch_gelu, w.fcprojw, a.fch);
-  h.op("zero_scratch");
-  be_.fill_zero(t_.dln, s);
-  h.op("matmul_backward mlp.fc");
+  h.op("matmul_backward mlp.fc");  // overwrites dln (as every matmul_backward its dinp)
   be_.matmul_backward(t_.dln, g.fcw, g.fcb, t_.dfch, a.ln2, w.fcw);
   if (cfg_.tp > 1) h.tp_sum("d ln2", t_.dln);  // Note [tensor parallel]: each rank's heads' share of d(ln2)
   h.op("layernorm_backward");
   be_.layernorm_backward(t_.dresidual, g.ln2w, g.ln2b, t_.dln, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd);
   // Attention: res2 = x + proj(attn(qkv(ln1(x)))); dresidual becomes d(x).
-  h.op("zero_scratch");
-  be_.fill_zero(t_.datty, s);
   h.op("matmul_backward attn.proj");
   be_.matmul_backward(t_.datty, g.projw, g.projb, t_.dresidual, a.atty, w.projw);
   h.op("attention_backward");  // writes every element of dqkv: no zeroing first
   be_.attention_backward(t_.dqkv, t_.datty, a.qkv, a.atty, a.lse, cfg_.heads / cfg_.tp);
-  h.op("zero_scratch");
-  be_.fill_zero(t_.dln, s);
   h.op("matmul_backward qkv");
   be_.matmul_backward(t_.dln, g.qkvw, g.qkvb, t_.dqkv, a.ln1, w.qkvw);
   if (cfg_.tp > 1) h.tp_sum("d ln1", t_.dln);
@@ -683,7 +672,6 @@ std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, D
     case GptPiece::kHeadWithBackward: {
       const bool train = piece == GptPiece::kHeadWithBackward;
       const int64_t chunk = lm_chunk_rows > 0 ? std::min(lm_chunk_rows, BT) : gpt_default_lm_chunk_rows(cfg, batch, dt);
-      if (train) add("zero_scratch", KernelOp::kFillZero, {BT * C});
       for (int64_t r0 = 0; r0 < BT; r0 += chunk) {
         const int64_t n = std::min(chunk, BT - r0);
         add("matmul_forward lm_head", KernelOp::kMatmulForward, {n, Vl, C, 0});
@@ -711,13 +699,10 @@ std::vector<NamedKernelCall> gpt_kernel_calls(const GptConfig& cfg, int batch, D
         add("layernorm_backward", KernelOp::kLayernormBackward, {BT, C});
       } else {
         add("matmul_backward_gelu mlp.proj", KernelOp::kMatmulBackwardGelu, {BT, C, Fl});
-        add("zero_scratch", KernelOp::kFillZero, {BT * C});
         add("matmul_backward mlp.fc", KernelOp::kMatmulBackward, {BT, Fl, C, 1});
         add("layernorm_backward", KernelOp::kLayernormBackward, {BT, C});
-        add("zero_scratch", KernelOp::kFillZero, {BT * Cl});
         add("matmul_backward attn.proj", KernelOp::kMatmulBackward, {BT, C, Cl, 1});
         add("attention_backward", KernelOp::kAttentionBackward, {B, T, H, Cl / H});
-        add("zero_scratch", KernelOp::kFillZero, {BT * C});
         add("matmul_backward qkv", KernelOp::kMatmulBackward, {BT, 3 * Cl, C, 1});
         add("layernorm_backward", KernelOp::kLayernormBackward, {BT, C});
       }

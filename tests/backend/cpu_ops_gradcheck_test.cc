@@ -138,7 +138,8 @@ TEST(CpuOpsGradcheck, Matmul) {
     cpu::matmul_forward<double>(out.data(), x.data(), w.data(), b.data(), N, C, OC);
     return dot(out, dy);
   };
-  Vec dx(N * C, 0.0), dw(OC * C, 0.0), db(OC, 0.0);
+  // dx starts as garbage: matmul_backward overwrites dinp (dw and db accumulate).
+  Vec dx = randn(N * C, rng), dw(OC * C, 0.0), db(OC, 0.0);
   cpu::matmul_backward<double>(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, C, OC);
   EXPECT_TRUE(testing::all_close("dx", dx, numeric_grad(x, loss), kAtol, kRtol));
   EXPECT_TRUE(testing::all_close("dw", dw, numeric_grad(w, loss), kAtol, kRtol));

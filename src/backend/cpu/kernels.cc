@@ -214,7 +214,7 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, 
 
 template <typename T>
 void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC) {
-  if (dinp != nullptr) gemm<T>(CblasNoTrans, CblasNoTrans, N, C, OC, T(1), dout, OC, w, C, T(1), dinp, C);
+  if (dinp != nullptr) gemm<T>(CblasNoTrans, CblasNoTrans, N, C, OC, T(1), dout, OC, w, C, T(0), dinp, C);
   if (dw != nullptr) gemm<T>(CblasTrans, CblasNoTrans, OC, C, N, T(1), dout, OC, inp, C, T(1), dw, C);
   if (dbias != nullptr) {
 #pragma omp parallel

@@ -380,7 +380,7 @@ class CudaBackend final : public Backend {
     dispatch_x(inp.dtype(), "matmul_backward", [&]<typename X>() {
       const cudaDataType_t xt = cuda_type<X>();
       if (shapes::present(dinp))
-        gemm_rm(cublas_, false, false, N, d.C, d.OC, 1.0f, dout.raw(), xt, d.OC, w.raw(), d.C, 1.0f, dinp.raw(), xt,
+        gemm_rm(cublas_, false, false, N, d.C, d.OC, 1.0f, dout.raw(), xt, d.OC, w.raw(), d.C, 0.0f, dinp.raw(), xt,
                 d.C);
       if (shapes::present(dw))
         gemm_rm(cublas_, true, false, d.OC, d.C, N, 1.0f, dout.raw(), xt, d.OC, inp.raw(), d.C, 1.0f, dw.raw(),
