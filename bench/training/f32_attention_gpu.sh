@@ -3,7 +3,7 @@
 # fused 3xTF32 kernels (auto, Note [3xTF32 attention]), cuBLAS SGEMMs (gemm, Note [f32 attention by GEMMs]) and the
 # SIMT flash kernels (simt), each with --profile (the attention ops' time a step). One log per run in OUTDIR, packed in
 # OUTDIR/results.tgz; a summary line per run on stdout.
-#   bench/training/f32_attention_gpu.sh OUTDIR      (TT_F32_PATHS, TT_F32_STAGES, TT_F32_MODELS: below)
+#   bench/training/f32_attention_gpu.sh OUTDIR
 set -uo pipefail
 OUT=${1:?usage: bench/training/f32_attention_gpu.sh OUTDIR}
 source "$(dirname "$0")/../lib.sh"
@@ -12,32 +12,15 @@ echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/c
 tt_gpu_tiertrain
 tt_random_shard
 status=0
-# TT_F32_PATHS: the paths to run (default "auto gemm simt"). TT_F32_STAGES: for the auto path, the backward kernels'
-# tile pipelines to A/B (TT_TF32_BACKWARD_STAGES values, e.g. "2 1 2:1"; default: the built-in choice only).
-# TT_F32_MODELS: "gpt2" (default; head size 64) and/or "hs128" (L12 d1536 H12 B8 T1024: head size 128).
-model_flags() {
-  case $1 in
-    gpt2) echo "--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16" ;;
-    hs128) echo "--layers 12 --dim 1536 --heads 12 --seq 1024 --batch 8" ;;
-  esac
-}
-for model in ${TT_F32_MODELS:-gpt2}; do
-  for path in ${TT_F32_PATHS:-auto gemm simt}; do
-    stages_list=default
-    [ "$path" = auto ] && stages_list=${TT_F32_STAGES:-default}
-    for stages in $stages_list; do
-      steps=12
-      [ "$path" = simt ] && steps=6
-      name=${model}_${path}
-      [ "$stages" != default ] && name=${name}_stages_${stages/:/_}
-      # shellcheck disable=SC2046
-      env $([ "$stages" != default ] && echo "TT_TF32_BACKWARD_STAGES=$stages") \
-        "$TT" train $(model_flags "$model") --dtype f32 --f32-attention "$path" --data "$SHARD" --steps "$steps" \
-        --warmup 2 --eval-every 0 --log-every 100 --profile > "$OUT/f32_$name.log" 2>&1 || status=1
-      echo "f32_attention $name: $(grep -o 'median.*' "$OUT/f32_$name.log" | head -n 1);" \
-        "$(grep -E '^ +attention_(forward|backward)' "$OUT/f32_$name.log" | awk '{printf "%s %s ms; ", $1, $2}')"
-    done
-  done
+# TT_F32_PATHS: the paths to run (default "auto gemm simt").
+for path in ${TT_F32_PATHS:-auto gemm simt}; do
+  steps=12
+  [ "$path" = simt ] && steps=6
+  "$TT" train --layers 12 --dim 768 --heads 12 --seq 1024 --batch 16 --dtype f32 --f32-attention "$path" \
+    --data "$SHARD" --steps "$steps" --warmup 2 --eval-every 0 --log-every 100 --profile > "$OUT/f32_$path.log" 2>&1 ||
+    status=1
+  echo "f32_attention $path: $(grep -o 'median.*' "$OUT/f32_$path.log" | head -n 1);" \
+    "$(grep -E '^ +attention_(forward|backward)' "$OUT/f32_$path.log" | awk '{printf "%s %s ms; ", $1, $2}')"
 done
 tar -czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/null || true
 exit $status

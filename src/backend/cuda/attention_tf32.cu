@@ -28,8 +28,6 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <initializer_list>
 
 #include "backend/cuda/attention_rows.cuh"
@@ -251,9 +249,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
 // d(k), d(v): block (key tile, b h); warp w owns keys k0 + 16 w ..; walks the query tiles from the diagonal on.
 // Computed transposed (keys as rows): S^T = K Q^T, dP^T = V dO^T, dV = P^T dO, dK = dS^T Q.
-// kStages 2: the next query tile's Q and dO (cp.async) and its lse and D (loads into registers, stored to shared
-// memory after this tile's products) arrive while this tile is worked on; kStages 1: each tile loaded, then waited for.
-template <int HS, int kStages>
+template <int HS>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_dkv_tf32_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
                               const float* __restrict__ lse, const float* __restrict__ D, Dims d) {
@@ -261,10 +257,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kTile = kRows * HS;
   const Tile<HS> ks{reinterpret_cast<float*>(smem)};
   const Tile<HS> vs{ks.p + kTile};
-  float* const qbuf = vs.p + kTile;             // kStages query tiles
-  float* const dobuf = qbuf + kStages * kTile;  // kStages dO tiles
-  float* const lse_buf = dobuf + kStages * kTile;  // kStages x kCols, log2 units
-  float* const D_buf = lse_buf + kStages * kCols;
+  const Tile<HS> qs{vs.p + kTile};
+  const Tile<HS> dos{qs.p + kTile};
+  float* lse_s = dos.p + kTile;  // log2 units
+  float* D_s = lse_s + kCols;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2;
   const int kt = static_cast<int>(blockIdx.x);  // the earliest keys (the most queries) first
   const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
@@ -274,60 +270,24 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float* lb = lse + static_cast<int64_t>(bh) * d.T;
   const float* Db = D + static_cast<int64_t>(bh) * d.T;
   const int k0 = kt * kRows;
-  // lse (log2 units) and D of query i0 + threadIdx.x (threads below kCols); rows past T: p = 0.
-  const auto row_stats = [&](int i0, float& l, float& dd) {
-    const int i = i0 + static_cast<int>(threadIdx.x);
-    const bool in = threadIdx.x < kCols && i < d.T;
-    l = in ? lb[i] * kLog2e : FLT_MAX;
-    dd = in ? Db[i] : 0.0f;
-  };
-  const int first = k0 / kCols * kCols;
   load_tile(ks, base + d.C, C3, k0, d.T);
   load_tile(vs, base + 2 * d.C, C3, k0, d.T);
-  if constexpr (kStages == 2) {
-    load_tile(Tile<HS>{qbuf}, base, C3, first, d.T);
-    load_tile(Tile<HS>{dobuf}, dob, d.C, first, d.T);
-    float l, dd;
-    row_stats(first, l, dd);
-    if (threadIdx.x < kCols) {
-      lse_buf[threadIdx.x] = l;
-      D_buf[threadIdx.x] = dd;
-    }
-    cp_async_commit();
-  }
   const float sl2 = d.scale * kLog2e;
   const int key0 = k0 + warp * 16 + g, key1 = key0 + 8;  // this thread's two key rows
   float dk[HS / 8][4], dv[HS / 8][4];
   zero(dk);
   zero(dv);
-  for (int i0 = first, it = 0; i0 < d.T; i0 += kCols, ++it) {
-    const int cur = kStages == 2 ? (it & 1) : 0;
-    const Tile<HS> qs{qbuf + cur * kTile}, dos{dobuf + cur * kTile};
-    const float* lse_s = lse_buf + cur * kCols;
-    const float* D_s = D_buf + cur * kCols;
-    const bool more = i0 + kCols < d.T;
-    float next_l = 0.0f, next_d = 0.0f;
-    __syncthreads();  // the previous query tile (and the buffers about to be refilled) is consumed
-    if constexpr (kStages == 2) {
-      if (more) {
-        load_tile(Tile<HS>{qbuf + (cur ^ 1) * kTile}, base, C3, i0 + kCols, d.T);
-        load_tile(Tile<HS>{dobuf + (cur ^ 1) * kTile}, dob, d.C, i0 + kCols, d.T);
-        row_stats(i0 + kCols, next_l, next_d);
-      }
-      cp_async_commit();
-      cp_async_wait<1>();  // this tile's copies have landed
-    } else {
-      load_tile(qs, base, C3, i0, d.T);
-      load_tile(dos, dob, d.C, i0, d.T);
-      float l, dd;
-      row_stats(i0, l, dd);
-      if (threadIdx.x < kCols) {
-        lse_buf[threadIdx.x] = l;
-        D_buf[threadIdx.x] = dd;
-      }
-      cp_async_commit();
-      cp_async_wait<0>();
+  for (int i0 = k0 / kCols * kCols; i0 < d.T; i0 += kCols) {
+    __syncthreads();  // the previous query tile is consumed
+    load_tile(qs, base, C3, i0, d.T);
+    load_tile(dos, dob, d.C, i0, d.T);
+    for (int i = threadIdx.x; i < kCols; i += blockDim.x) {
+      const bool in = i0 + i < d.T;
+      lse_s[i] = in ? lb[i0 + i] * kLog2e : FLT_MAX;  // rows past T: p = 0
+      D_s[i] = in ? Db[i0 + i] : 0.0f;
     }
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     const bool unmasked = i0 >= k0 + kRows;  // queries after the tile's last key see all of it
     float s[kCols / 8][4], dp[kCols / 8][4];
@@ -354,13 +314,6 @@ __global__ void __launch_bounds__(kWarps * 32)
         mma3(dk[n], da, load_b_kn(qs, j * 8, n * 8));
       }
     }
-    if constexpr (kStages == 2) {
-      // The next tile's lse and D, into the other buffer (its readers are past the barrier at this loop's top).
-      if (more && threadIdx.x < kCols) {
-        lse_buf[(cur ^ 1) * kCols + threadIdx.x] = next_l;
-        D_buf[(cur ^ 1) * kCols + threadIdx.x] = next_d;
-      }
-    }
   }
   float* dbase = dqkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
   store_rows<HS>(dbase + d.C, C3, k0 + warp * 16, d.T, dk, d.scale, d.scale);
@@ -368,9 +321,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // d(q): block (query tile, b h); warp w owns queries q0 + 16 w ..; walks the key tiles up to the diagonal.
-// S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ = dS K. kStages 2: the next key tile's K and V arrive (cp.async) while
-// this one is worked on, as in the forward.
-template <int HS, int kStages>
+// S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ = dS K.
+template <int HS>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_dq_tf32_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
                              const float* __restrict__ lse, const float* __restrict__ D, Dims d) {
@@ -378,8 +330,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kTile = kRows * HS;
   const Tile<HS> qs{reinterpret_cast<float*>(smem)};
   const Tile<HS> dos{qs.p + kTile};
-  float* const kbuf = dos.p + kTile;           // kStages key tiles
-  float* const vbuf = kbuf + kStages * kTile;  // kStages value tiles
+  const Tile<HS> ks{dos.p + kTile};
+  const Tile<HS> vs{ks.p + kTile};
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2;
   const int tiles = (d.T + kRows - 1) / kRows;
   const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
@@ -390,11 +342,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int q0 = qt * kRows;
   load_tile(qs, base, C3, q0, d.T);
   load_tile(dos, dob, d.C, q0, d.T);
-  if constexpr (kStages == 2) {
-    load_tile(Tile<HS>{kbuf}, base + d.C, C3, 0, d.T);
-    load_tile(Tile<HS>{vbuf}, base + 2 * d.C, C3, 0, d.T);
-    cp_async_commit();
-  }
   const float sl2 = d.scale * kLog2e;
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
   const float* lb = lse + static_cast<int64_t>(bh) * d.T;
@@ -404,23 +351,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   float dq[HS / 8][4];
   zero(dq);
   const int key_end = min(q0 + kRows, d.T);
-  for (int k0 = 0, it = 0; k0 < key_end; k0 += kCols, ++it) {
-    const int cur = kStages == 2 ? (it & 1) : 0;
-    const Tile<HS> ks{kbuf + cur * kTile}, vs{vbuf + cur * kTile};
-    __syncthreads();  // the previous key tile (and the buffers about to be refilled) is consumed
-    if constexpr (kStages == 2) {
-      if (k0 + kCols < key_end) {
-        load_tile(Tile<HS>{kbuf + (cur ^ 1) * kTile}, base + d.C, C3, k0 + kCols, d.T);
-        load_tile(Tile<HS>{vbuf + (cur ^ 1) * kTile}, base + 2 * d.C, C3, k0 + kCols, d.T);
-      }
-      cp_async_commit();
-      cp_async_wait<1>();  // this tile's copies (and, the first time, Q and dO) have landed
-    } else {
-      load_tile(ks, base + d.C, C3, k0, d.T);
-      load_tile(vs, base + 2 * d.C, C3, k0, d.T);
-      cp_async_commit();
-      cp_async_wait<0>();
-    }
+  for (int k0 = 0; k0 < key_end; k0 += kCols) {
+    __syncthreads();  // the previous key tile is consumed
+    load_tile(ks, base + d.C, C3, k0, d.T);
+    load_tile(vs, base + 2 * d.C, C3, k0, d.T);
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     const bool unmasked = k0 + kCols <= q0 && k0 + kCols <= d.T;  // every tile but the diagonal one
     float s[kCols / 8][4], dp[kCols / 8][4];
@@ -461,54 +397,17 @@ void forward(cudaStream_t s, float* out, float* lse, const float* qkv, const Dim
   TT_CUDA_CHECK_LAUNCH();
 }
 
-// TT_TF32_BACKWARD_STAGES (1 or 2; unset: 2) picks each backward kernel's tile pipeline, for A/B measurements:
-// "dkv:dq" (e.g. "2:1") or one number for both.
-struct BackwardStages {
-  int dkv = 2, dq = 2;
-};
-BackwardStages backward_stages() {
-  static const BackwardStages st = [] {
-    BackwardStages r;
-    if (const char* e = std::getenv("TT_TF32_BACKWARD_STAGES")) {
-      int a = 0, b = 0;
-      const int n = std::sscanf(e, "%d:%d", &a, &b);
-      if (n >= 1 && (a == 1 || a == 2)) r.dkv = r.dq = a;
-      if (n == 2 && (b == 1 || b == 2)) r.dq = b;
-    }
-    return r;
-  }();
-  return st;
-}
-
-template <int HS, int kStages>
-void launch_dkv(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
-                const Dims& d) {
-  // K, V, kStages of Q and dO, kStages of lse and D
-  constexpr int smem = (2 + 2 * kStages) * tile_bytes<HS>() + 2 * kStages * kCols * static_cast<int>(sizeof(float));
-  allow_smem(attention_dkv_tf32_kernel<HS, kStages>, smem);
-  const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
-  attention_dkv_tf32_kernel<HS, kStages><<<grid, kWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
-  TT_CUDA_CHECK_LAUNCH();
-}
-
-template <int HS, int kStages>
-void launch_dq(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
-               const Dims& d) {
-  constexpr int smem = (2 + 2 * kStages) * tile_bytes<HS>();  // Q, dO, kStages of K and V
-  allow_smem(attention_dq_tf32_kernel<HS, kStages>, smem);
-  const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
-  attention_dq_tf32_kernel<HS, kStages><<<grid, kWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
-  TT_CUDA_CHECK_LAUNCH();
-}
-
 template <int HS>
 void backward(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
               const Dims& d) {
-  const BackwardStages st = backward_stages();
-  if (st.dkv == 2) launch_dkv<HS, 2>(s, dqkv, dout, qkv, lse, D, d);
-  else launch_dkv<HS, 1>(s, dqkv, dout, qkv, lse, D, d);
-  if (st.dq == 2) launch_dq<HS, 2>(s, dqkv, dout, qkv, lse, D, d);
-  else launch_dq<HS, 1>(s, dqkv, dout, qkv, lse, D, d);
+  constexpr int smem = 4 * tile_bytes<HS>() + 2 * kCols * static_cast<int>(sizeof(float));  // + lse, D of a tile
+  allow_smem(attention_dkv_tf32_kernel<HS>, smem);
+  allow_smem(attention_dq_tf32_kernel<HS>, smem);
+  const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
+  attention_dkv_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
+  TT_CUDA_CHECK_LAUNCH();
+  attention_dq_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
+  TT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
