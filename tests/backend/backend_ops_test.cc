@@ -395,17 +395,47 @@ int64_t counter(Backend& be, const char* name) {
   return it == c.end() ? 0 : it->second;
 }
 
+// The fused f32 backward's d(q) partials of one (b, h) pair (Note [d(q) from the key tiles]): a 64 x hs fp32 tile for
+// each pair of a key tile and a query tile at or after it.
+int64_t dq_partials_bytes(int64_t T, int64_t hs) {
+  const int64_t tiles = (T + 63) / 64;
+  return tiles * (tiles + 1) / 2 * 64 * hs * 4;
+}
+
+// A CUDA backend whose fused f32 backward gets d(q) from the d(k)/d(v) pass (Note [d(q) from the key tiles]) over a
+// workspace of one (b, h) pair's partials at length T and head size 64: the shorter cases run in chunks of pairs,
+// the longer ones take the d(q) kernel.
+std::unique_ptr<Backend> make_f32_partials_backend(int64_t T) {
+#ifdef TIERTRAIN_HAVE_CUDA
+  if (!testing::have_gpu()) return nullptr;
+  auto r = cuda::create_backend(
+      {.device = 0,
+       .device_budget = int64_t(1) << 30,
+       .attention = {.impl = AttentionImpl::kNative},
+       .attention_workspace_bytes = dq_partials_bytes(T, 64)});
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  if (!r.is_ok()) return nullptr;
+  return std::move(r).value();
+#else
+  (void)T;
+  return nullptr;
+#endif
+}
+
 // Every case on our kernels (be_); where cuDNN loads, on a backend with attention_impl=cudnn: the cases cuDNN takes
 // (bf16, head size 64 or 128, T >= 2) run there, the others fall back to our kernels. In f32 the default backends
 // run head sizes 64 and 128 on the fused 3xTF32 kernels (Note [3xTF32 attention]); two more backends take every f32
 // case: one whose attention runs as GEMMs over a workspace of one pair at T = 601 (several chunks of pairs where the
-// sequence is short, four causal query ranges at 601, the SIMT kernels at 700), and one on the SIMT kernels. All
-// against the CPU.
+// sequence is short, four causal query ranges at 601, the SIMT kernels at 700), and one on the SIMT kernels; and a
+// third the fused cases: d(q) from the d(k)/d(v) pass (Note [d(q) from the key tiles]) over a workspace of one pair's
+// partials at T = 300 (chunks of one pair up to 300, the d(q) kernel beyond; be_ reserves no workspace and always
+// takes the d(q) kernel, the cuDNN backend's 513 MiB hold every case's partials whole). All against the CPU.
 TEST_P(BackendOps, Attention) {
   std::unique_ptr<Backend> cudnn_be = make_cudnn_backend();
   const bool f32 = dt() == DType::kF32;
   std::unique_ptr<Backend> gemm_be = f32 ? make_gemm_attention_backend(601) : nullptr;
   std::unique_ptr<Backend> simt_be = f32 ? make_simt_attention_backend() : nullptr;
+  std::unique_ptr<Backend> partials_be = f32 ? make_f32_partials_backend(300) : nullptr;
   for (const AttentionCase& c :
        {AttentionCase{B, T, C, H}, AttentionCase{2, 100, 128, 2}, AttentionCase{1, 130, 256, 2},
         AttentionCase{2, 1, 128, 2}, AttentionCase{1, 64, 96, 1}, AttentionCase{1, 200, 64, 4},
@@ -413,22 +443,28 @@ TEST_P(BackendOps, Attention) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " C " + std::to_string(c.C) + " H " +
                  std::to_string(c.H));
     const int hs = c.C / c.H;
-    for (Backend* be : {be_.get(), cudnn_be.get(), gemm_be.get(), simt_be.get()}) {
+    for (Backend* be : {be_.get(), cudnn_be.get(), gemm_be.get(), simt_be.get(), partials_be.get()}) {
       if (be == nullptr) continue;
-      SCOPED_TRACE(be == be_.get()       ? "our kernels"
-                   : be == gemm_be.get() ? "f32_attention=gemm"
-                   : be == simt_be.get() ? "f32_attention=simt"
-                                         : "attention_impl=cudnn");
+      SCOPED_TRACE(be == be_.get()           ? "our kernels"
+                   : be == gemm_be.get()     ? "f32_attention=gemm"
+                   : be == simt_be.get()     ? "f32_attention=simt"
+                   : be == partials_be.get() ? "d(q) partials over one pair's workspace"
+                                             : "attention_impl=cudnn");
       const int64_t fwd0 = counter(*be, "cudnn_attention_forward"), bwd0 = counter(*be, "cudnn_attention_backward");
       const int64_t gf0 = counter(*be, "gemm_attention_forward"), gb0 = counter(*be, "gemm_attention_backward");
       const int64_t tf0 = counter(*be, "tf32x3_attention_forward"), tb0 = counter(*be, "tf32x3_attention_backward");
+      const int64_t tp0 = counter(*be, "tf32x3_attention_dq_partials");
       attention_case(*be, c);
       const bool cudnn_takes = be == cudnn_be.get() && dt() == DType::kBF16 && cudnn_takes_shape(c.T, hs);
       EXPECT_EQ(counter(*be, "cudnn_attention_forward") - fwd0, cudnn_takes ? 2 : 0);
       EXPECT_EQ(counter(*be, "cudnn_attention_backward") - bwd0, cudnn_takes ? 1 : 0);
-      const bool fused = f32 && (be == be_.get() || be == cudnn_be.get()) && (hs == 64 || hs == 128);
+      const bool fused =
+          f32 && (be == be_.get() || be == cudnn_be.get() || be == partials_be.get()) && (hs == 64 || hs == 128);
       EXPECT_EQ(counter(*be, "tf32x3_attention_forward") - tf0, fused ? 2 : 0);
       EXPECT_EQ(counter(*be, "tf32x3_attention_backward") - tb0, fused ? 1 : 0);
+      const bool partials = fused && (be == cudnn_be.get() || (be == partials_be.get() &&
+                                                               dq_partials_bytes(c.T, hs) <= dq_partials_bytes(300, 64)));
+      EXPECT_EQ(counter(*be, "tf32x3_attention_dq_partials") - tp0, partials ? 1 : 0);
       // The cuDNN backend's workspace (513 MiB) holds f32 pairs too: its f32 cases the fused kernels do not take
       // run as GEMMs.
       const bool gemm = f32 && !fused && (be == cudnn_be.get() || (be == gemm_be.get() && c.T <= 601));
@@ -476,17 +512,29 @@ void BackendOps::attention_case(Backend& target, const AttentionCase& c) {
   }
 }
 
-// What an f32 run reserves for attention (no GPU needed): nothing where the fused 3xTF32 kernels take the shape or the
-// SIMT kernels are asked for; a workspace for the SGEMMs where they run (f32_attention=gemm, or a head size the fused
-// kernels do not take).
-TEST(AttentionReserve, F32ReservesAWorkspaceOnlyForItsGemms) {
+// What an f32 run reserves for attention (no GPU needed): where the fused 3xTF32 kernels take the shape, the d(q)
+// partials of as many (b, h) pairs as the cap allows, nothing where fewer than 32 fit (or all of them, when fewer);
+// nothing for the SIMT kernels; a workspace for the SGEMMs where they run (f32_attention=gemm, or a head size the
+// fused kernels do not take).
+TEST(AttentionReserve, F32ReservesAWorkspaceForItsGemmsAndTheFusedBackwardsPartials) {
 #ifdef TIERTRAIN_HAVE_CUDA
   const AttentionShape gpt2{.B = 16, .T = 1024, .H = 12, .hs = 64, .bf16 = false};
-  EXPECT_EQ(backend_reserve("cuda", gpt2, {}).attention_workspace_bytes, 0);
+  const int64_t per_pair = dq_partials_bytes(1024, 64);  // 2.1 MiB
+  EXPECT_EQ(backend_reserve("cuda", gpt2, {}).attention_workspace_bytes, 192 * per_pair);
+  EXPECT_EQ(backend_reserve("cuda", gpt2, {.workspace_cap = 100 << 20}).attention_workspace_bytes,
+            (int64_t(100) << 20) / per_pair * per_pair);
+  EXPECT_EQ(backend_reserve("cuda", gpt2, {.workspace_cap = 31 * per_pair}).attention_workspace_bytes, 0);
+  EXPECT_EQ(backend_reserve("cuda", gpt2, {.workspace_cap = 32 * per_pair}).attention_workspace_bytes, 32 * per_pair);
+  const AttentionShape few{.B = 2, .T = 1024, .H = 4, .hs = 64, .bf16 = false};  // 8 pairs: all of them or nothing
+  EXPECT_EQ(backend_reserve("cuda", few, {.workspace_cap = 8 * per_pair}).attention_workspace_bytes, 8 * per_pair);
+  EXPECT_EQ(backend_reserve("cuda", few, {.workspace_cap = 7 * per_pair}).attention_workspace_bytes, 0);
   EXPECT_EQ(backend_reserve("cuda", gpt2, {.f32 = F32Attention::kSimt}).attention_workspace_bytes, 0);
   EXPECT_GT(backend_reserve("cuda", gpt2, {.f32 = F32Attention::kGemm}).attention_workspace_bytes, 0);
   const AttentionShape hs128{.B = 8, .T = 2048, .H = 32, .hs = 128, .bf16 = false};
+  // 16.5 MiB a pair: 31 fit the 512 MiB default, 124 fit 2 GiB.
   EXPECT_EQ(backend_reserve("cuda", hs128, {}).attention_workspace_bytes, 0);
+  EXPECT_EQ(backend_reserve("cuda", hs128, {.workspace_cap = int64_t(2) << 30}).attention_workspace_bytes,
+            124 * dq_partials_bytes(2048, 128));
   const AttentionShape hs96{.B = 16, .T = 1024, .H = 8, .hs = 96, .bf16 = false};
   EXPECT_GT(backend_reserve("cuda", hs96, {}).attention_workspace_bytes, 0);
 #else

@@ -27,6 +27,7 @@
 //   - operands are split when a fragment is loaded from shared memory, probabilities once per C tile.
 #include <cfloat>
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
@@ -44,6 +45,7 @@ using dev::cp_async_commit;
 using dev::cp_async_wait;
 using flash::kLog2e;
 constexpr int kWarps = 4;
+constexpr int64_t kLeastPartialsChunk = 32;  // (b, h) pairs (attention_tf32x3_workspace_for)
 constexpr int kRows = 16 * kWarps;  // rows of a tile: queries (forward, d(q)) or keys (d(k), d(v))
 constexpr int kCols = 64;           // the other side's tile: keys (forward, d(q)) or queries (d(k), d(v))
 static_assert(kRows == kCols, "a block's own tile and the tiles it walks are the same size");
@@ -247,12 +249,32 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   flash::store_lse(rows, lse + static_cast<int64_t>(bh) * d.T, row0, row1, d.T);
 }
 
-// d(k), d(v): block (key tile, b h); warp w owns keys k0 + 16 w ..; walks the query tiles from the diagonal on.
-// Computed transposed (keys as rows): S^T = K Q^T, dP^T = V dO^T, dV = P^T dO, dK = dS^T Q.
-template <int HS>
+// Note [d(q) from the key tiles]
+// Each query tile's d(q) is the sum over key tiles kt <= qt of dS(qt, kt) K(kt). The d(k)/d(v) kernel has dS (as
+// dS^T, keys as rows) of every pair in registers, so with a workspace it also computes dS K there (through shared
+// memory: the product runs over its keys, spread across the warps) and stores it, a 64 x HS fp32 tile a pair; a
+// second kernel adds each query tile's partials in key-tile order (deterministic, no atomics) and scales. The d(q)
+// kernel below, which rebuilds S and dP from Q, K, V and dO for the same product, then does not run: 5 products a
+// pair instead of 7. Partials of (kt, qt) sit at pair_index(kt, qt) within a (b, h)'s pair_count(T) tiles: a query
+// tile's key tiles are adjacent, in order. The workspace holds a chunk of (b, h) pairs' partials at a time
+// (attention_tf32x3_workspace_for); without one, the d(q) kernel runs.
+__host__ __device__ __forceinline__ int64_t pair_index(int kt, int qt) {
+  return static_cast<int64_t>(qt) * (qt + 1) / 2 + kt;
+}
+__host__ __device__ __forceinline__ int64_t pair_count(int T) {
+  const int tiles = (T + kRows - 1) / kRows;
+  return static_cast<int64_t>(tiles) * (tiles + 1) / 2;
+}
+
+// d(k), d(v): block (key tile, b h0 + blockIdx.y); warp w owns keys k0 + 16 w ..; walks the query tiles from the
+// diagonal on. Computed transposed (keys as rows): S^T = K Q^T, dP^T = V dO^T, dV = P^T dO, dK = dS^T Q.
+// kPartials (Note [d(q) from the key tiles]): also dS K, this key tile's share of the query tile's d(q), into
+// partials (unscaled; one 64 x HS tile a (key tile, query tile) pair, pair_index order).
+template <int HS, bool kPartials>
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_dkv_tf32_kernel(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
-                              const float* __restrict__ lse, const float* __restrict__ D, Dims d) {
+    attention_dkv_tf32_kernel(float* __restrict__ dqkv, float* __restrict__ partials, const float* __restrict__ dout,
+                              const float* __restrict__ qkv, const float* __restrict__ lse,
+                              const float* __restrict__ D, Dims d, int bh0) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int kTile = kRows * HS;
   const Tile<HS> ks{reinterpret_cast<float*>(smem)};
@@ -261,9 +283,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const Tile<HS> dos{qs.p + kTile};
   float* lse_s = dos.p + kTile;  // log2 units
   float* D_s = lse_s + kCols;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2;
+  const Tile<kCols> dst{D_s + kCols};  // kPartials: dS^T of the query tile (rows keys, columns queries)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int kt = static_cast<int>(blockIdx.x);  // the earliest keys (the most queries) first
-  const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
+  const int bh = bh0 + static_cast<int>(blockIdx.y), b = bh / d.H, h = bh % d.H;
   const int64_t C3 = 3 * static_cast<int64_t>(d.C);
   const float* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
   const float* dob = dout + static_cast<int64_t>(b) * d.T * d.C + static_cast<int64_t>(h) * HS;
@@ -304,6 +327,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     // P^T = exp2(S^T sl2 - lse2[query]) where query >= key; dS^T = P^T (dP^T - D[query])
     flash::probs_by_key(s, dp, i0, key0, key1, unmasked, sl2, lse_s, D_s);
+    if constexpr (kPartials) {
+      // dS^T to shared memory: the d(q) product below reads it by query rows, across the warps' keys.
+      const int r = warp * 16 + g;
+#pragma unroll
+      for (int j = 0; j < kCols / 8; ++j) {
+        *reinterpret_cast<float2*>(dst.p + dst.index(r, j * 8 + 2 * q)) = make_float2(dp[j][0], dp[j][1]);
+        *reinterpret_cast<float2*>(dst.p + dst.index(r + 8, j * 8 + 2 * q)) = make_float2(dp[j][2], dp[j][3]);
+      }
+    }
     // dV += P^T dO; dK += dS^T Q, over the queries of each C tile
 #pragma unroll
     for (int j = 0; j < kCols / 8; ++j) {
@@ -314,10 +346,61 @@ __global__ void __launch_bounds__(kWarps * 32)
         mma3(dk[n], da, load_b_kn(qs, j * 8, n * 8));
       }
     }
+    if constexpr (kPartials) {
+      __syncthreads();  // dS^T complete
+      // dQ (warp w: the tile's queries 16 w ..) = dS K over this tile's keys, k in the permuted order of load_b_kn:
+      // A element (query r, k = q) is dS^T (key 2q, query r), (r, q + 4) is (2q + 1, r).
+      const int r0 = warp * 16;
+      float dq[HS / 8][4];
+      zero(dq);
+#pragma unroll
+      for (int kk = 0; kk < kCols / 8; ++kk) {
+        const int k = kk * 8 + 2 * q;
+        const float x[4] = {dst.at(k, r0 + g), dst.at(k, r0 + g + 8), dst.at(k + 1, r0 + g), dst.at(k + 1, r0 + g + 8)};
+        const Split<4> a = split(x);
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) mma3(dq[n], a, load_b_kn(ks, kk * 8, n * 8));
+      }
+      const int qt = i0 / kCols;
+      float* tile = partials + (static_cast<int64_t>(blockIdx.y) * pair_count(d.T) + pair_index(kt, qt)) * kRows * HS;
+#pragma unroll
+      for (int n = 0; n < HS / 8; ++n) {
+        const int c = n * 8 + 2 * q;
+        *reinterpret_cast<float2*>(tile + (r0 + g) * HS + c) = make_float2(dq[n][0], dq[n][1]);
+        *reinterpret_cast<float2*>(tile + (r0 + g + 8) * HS + c) = make_float2(dq[n][2], dq[n][3]);
+      }
+    }
   }
   float* dbase = dqkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
   store_rows<HS>(dbase + d.C, C3, k0 + warp * 16, d.T, dk, d.scale, d.scale);
   store_rows<HS>(dbase + 2 * d.C, C3, k0 + warp * 16, d.T, dv, 1.0f, 1.0f);
+}
+
+// Note [d(q) from the key tiles]: d(q) of (b, h) = bh0 + chunk-local index, row t, four columns a thread: the sum of
+// its query tile's partials in key-tile order, times the scale.
+template <int HS>
+__global__ void attention_dq_sum_tf32_kernel(float* __restrict__ dqkv, const float* __restrict__ partials, Dims d,
+                                             int bh0, int pairs_here) {
+  constexpr int kQuads = HS / 4;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= static_cast<int64_t>(pairs_here) * d.T * kQuads) return;
+  const int c = static_cast<int>(i % kQuads) * 4;
+  const int t = static_cast<int>(i / kQuads % d.T);
+  const int local = static_cast<int>(i / kQuads / d.T);
+  const int bh = bh0 + local, b = bh / d.H, h = bh % d.H;
+  const int qt = t / kRows, row = t % kRows;
+  const float* p = partials + (static_cast<int64_t>(local) * pair_count(d.T) + pair_index(0, qt)) * kRows * HS +
+                   row * HS + c;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int kt = 0; kt <= qt; ++kt, p += kRows * HS) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    acc.x += v.x;
+    acc.y += v.y;
+    acc.z += v.z;
+    acc.w += v.w;
+  }
+  float* out = dqkv + (static_cast<int64_t>(b) * d.T + t) * 3 * d.C + static_cast<int64_t>(h) * HS + c;
+  *reinterpret_cast<float4*>(out) = make_float4(acc.x * d.scale, acc.y * d.scale, acc.z * d.scale, acc.w * d.scale);
 }
 
 // d(q): block (query tile, b h); warp w owns queries q0 + 16 w ..; walks the key tiles up to the diagonal.
@@ -398,16 +481,41 @@ void forward(cudaStream_t s, float* out, float* lse, const float* qkv, const Dim
 }
 
 template <int HS>
-void backward(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
-              const Dims& d) {
+int64_t partials_bytes_per_pair(int T) {  // a (b, h) pair's partials (Note [d(q) from the key tiles])
+  return pair_count(T) * kRows * HS * static_cast<int64_t>(sizeof(float));
+}
+
+template <int HS>
+bool backward(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
+              const Dims& d, float* ws, int64_t ws_bytes) {
   constexpr int smem = 4 * tile_bytes<HS>() + 2 * kCols * static_cast<int>(sizeof(float));  // + lse, D of a tile
-  allow_smem(attention_dkv_tf32_kernel<HS>, smem);
+  constexpr int smem_partials = smem + kCols * kCols * static_cast<int>(sizeof(float));      // + dS^T
+  const int BH = d.B * d.H;
+  const int64_t per_pair = partials_bytes_per_pair<HS>(d.T);
+  const int chunk = ws != nullptr ? static_cast<int>(std::min<int64_t>(BH, ws_bytes / per_pair)) : 0;
+  const int tiles = (d.T + kRows - 1) / kRows;
+  if (chunk >= 1) {  // Note [d(q) from the key tiles]
+    allow_smem(attention_dkv_tf32_kernel<HS, true>, smem_partials);
+    for (int bh0 = 0; bh0 < BH; bh0 += chunk) {
+      const int n = std::min(chunk, BH - bh0);
+      attention_dkv_tf32_kernel<HS, true>
+          <<<dim3(tiles, n), kWarps * 32, smem_partials, s>>>(dqkv, ws, dout, qkv, lse, D, d, bh0);
+      TT_CUDA_CHECK_LAUNCH();
+      const int64_t threads = static_cast<int64_t>(n) * d.T * (HS / 4);
+      attention_dq_sum_tf32_kernel<HS><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(dqkv, ws, d, bh0,
+                                                                                                  n);
+      TT_CUDA_CHECK_LAUNCH();
+    }
+    return true;
+  }
+  allow_smem(attention_dkv_tf32_kernel<HS, false>, smem);
   allow_smem(attention_dq_tf32_kernel<HS>, smem);
-  const dim3 grid((d.T + kRows - 1) / kRows, d.B * d.H);
-  attention_dkv_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
+  const dim3 grid(tiles, BH);
+  attention_dkv_tf32_kernel<HS, false><<<grid, kWarps * 32, smem, s>>>(dqkv, nullptr, dout, qkv, lse, D, d, 0);
   TT_CUDA_CHECK_LAUNCH();
   attention_dq_tf32_kernel<HS><<<grid, kWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
   TT_CUDA_CHECK_LAUNCH();
+  return false;
 }
 
 }  // namespace
@@ -428,19 +536,31 @@ void attention_forward_tf32x3(cudaStream_t s, float* out, float* lse, const floa
   forward<128>(s, out, lse, qkv, d);
 }
 
-void attention_backward_tf32x3(cudaStream_t s, const Scratch& scratch, float* dqkv, const float* dout,
-                               const float* qkv, const float* out, const float* lse, int B, int T, int C, int H) {
+int64_t attention_tf32x3_workspace_for(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t cap) {
+  if ((hs != 64 && hs != 128) || B <= 0 || H <= 0 || T <= 0 || T > INT32_MAX) return 0;
+  const int64_t per_pair = hs == 64 ? partials_bytes_per_pair<64>(static_cast<int>(T))
+                                    : partials_bytes_per_pair<128>(static_cast<int>(T));
+  // Chunks of fewer pairs than this leave the GPU idle between them: slower than the d(q) kernel.
+  const int64_t least = std::min<int64_t>(B * H, kLeastPartialsChunk);
+  const int64_t pairs = std::min<int64_t>(B * H, cap / per_pair);
+  return pairs >= least ? pairs * per_pair : 0;
+}
+
+bool attention_backward_tf32x3(cudaStream_t s, const Scratch& scratch, void* ws, int64_t ws_bytes, float* dqkv,
+                               const float* dout, const float* qkv, const float* out, const float* lse, int B, int T,
+                               int C, int H) {
   TT_CHECK(attention_tf32x3_takes(B, C, H, {dqkv, dout, qkv}), "attention_backward_tf32x3: B %d C %d H %d not taken",
            B, C, H);
-  if (T == 0 || B == 0) return;
+  if (T == 0 || B == 0) return false;
   TT_CHECK(static_cast<size_t>(attention_scratch_bytes(B, T, H)) <= scratch.bytes,
            "attention_backward_tf32x3: B %d T %d H %d needs %lld scratch bytes, the CUDA scratch has %zu", B, T, H,
            static_cast<long long>(attention_scratch_bytes(B, T, H)), scratch.bytes);
   float* D = static_cast<float*>(scratch.ptr);
   attention_row_dots<float>(s, D, dout, out, B, T, C, H);
   const Dims d = make_dims(B, T, C, H);
-  if (C / H == 64) return backward<64>(s, dqkv, dout, qkv, lse, D, d);
-  backward<128>(s, dqkv, dout, qkv, lse, D, d);
+  float* partials = static_cast<float*>(ws);
+  if (C / H == 64) return backward<64>(s, dqkv, dout, qkv, lse, D, d, partials, ws_bytes);
+  return backward<128>(s, dqkv, dout, qkv, lse, D, d, partials, ws_bytes);
 }
 
 }  // namespace tt::cuda

@@ -233,7 +233,8 @@ class CudaBackend final : public Backend {
             {"gemm_attention_forward", gemm_attention_forward_calls_},
             {"gemm_attention_backward", gemm_attention_backward_calls_},
             {"tf32x3_attention_forward", tf32x3_attention_forward_calls_},
-            {"tf32x3_attention_backward", tf32x3_attention_backward_calls_}};
+            {"tf32x3_attention_backward", tf32x3_attention_backward_calls_},
+            {"tf32x3_attention_dq_partials", tf32x3_attention_dq_partials_calls_}};
   }
   memory::MemoryStats& stats() override { return stats_; }
   memory::UmDriver* um() override { return um_.get(); }
@@ -458,8 +459,11 @@ class CudaBackend final : public Backend {
     if (qkv.dtype() == DType::kF32 && attention_.f32 == F32Attention::kAuto &&
         cuda::attention_tf32x3_takes(d.B, d.C, d.H, {dqkv.raw(), dout.raw(), qkv.raw()})) {
       ++tf32x3_attention_backward_calls_;
-      return cuda::attention_backward_tf32x3(s(), scratch_, dqkv.data<float>(), dout.data<float>(), qkv.data<float>(),
-                                             out.data<float>(), lse.data<float>(), d.B, d.T, d.C, d.H);
+      if (cuda::attention_backward_tf32x3(s(), scratch_, attention_ws_, attention_ws_ ? attention_workspace_bytes_ : 0,
+                                          dqkv.data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
+                                          lse.data<float>(), d.B, d.T, d.C, d.H))
+        ++tf32x3_attention_dq_partials_calls_;
+      return;
     }
     if (f32_gemms(qkv, d.T)) {
       ++gemm_attention_backward_calls_;
@@ -596,6 +600,7 @@ class CudaBackend final : public Backend {
   void* attention_ws_ = nullptr;  // attention_workspace_bytes_ of the pool, or null
   int64_t gemm_attention_forward_calls_ = 0, gemm_attention_backward_calls_ = 0;
   int64_t tf32x3_attention_forward_calls_ = 0, tf32x3_attention_backward_calls_ = 0;
+  int64_t tf32x3_attention_dq_partials_calls_ = 0;  // backwards whose d(q) came from the d(k)/d(v) pass
   Scratch scratch_;
   bool record_um_calls_ = false;
   std::unique_ptr<memory::UmDriver> um_;
@@ -618,7 +623,9 @@ int64_t attention_workspace_for(const AttentionShape& shape, const AttentionOpti
   // workspace, where the fused kernels do not take the shape or the knob asks for them.
   if (!shape.bf16) {
     const bool fused = options.f32 == F32Attention::kAuto && (shape.hs == 64 || shape.hs == 128);
-    if (fused || options.f32 == F32Attention::kSimt) return 0;
+    // The fused backward's d(q) partials (Note [d(q) from the key tiles]), where enough (b, h) pairs fit the cap.
+    if (fused) return cuda::attention_tf32x3_workspace_for(shape.B, shape.T, shape.H, shape.hs, cap);
+    if (options.f32 == F32Attention::kSimt) return 0;
     return attention_gemm_workspace_for(shape.B, shape.T, shape.H, cap);
   }
   if (options.impl == AttentionImpl::kNative || !shape.bf16 || (shape.hs != 64 && shape.hs != 128) || shape.T < 2)

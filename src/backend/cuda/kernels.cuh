@@ -92,10 +92,15 @@ void attention_row_dots(cudaStream_t s, float* D, const X* dout, const X* out, i
 // Note [3xTF32 attention] (attention_tf32.cu): f32 causal attention fused on tensor cores, three TF32 products an
 // fp32 product; for head size 64 or 128 and 16-byte aligned rows (attention_tf32x3_takes). Same contract as
 // attention_forward and attention_backward (the backward needs attention_scratch_bytes of scratch).
+// The backward computes d(q) from the d(k)/d(v) pass where a workspace (ws, ws_bytes) holds the partials of one or more
+// (b, h) pairs (Note [d(q) from the key tiles]), else in a kernel of its own; attention_tf32x3_workspace_for sizes
+// it: at most cap bytes, 0 where fewer pairs than pay off fit. Returns whether the partials ran.
 bool attention_tf32x3_takes(int B, int C, int H, std::initializer_list<const void*> ptrs);
+int64_t attention_tf32x3_workspace_for(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t cap);
 void attention_forward_tf32x3(cudaStream_t s, float* out, float* lse, const float* qkv, int B, int T, int C, int H);
-void attention_backward_tf32x3(cudaStream_t s, const Scratch& scratch, float* dqkv, const float* dout,
-                               const float* qkv, const float* out, const float* lse, int B, int T, int C, int H);
+bool attention_backward_tf32x3(cudaStream_t s, const Scratch& scratch, void* ws, int64_t ws_bytes, float* dqkv,
+                               const float* dout, const float* qkv, const float* out, const float* lse, int B, int T,
+                               int C, int H);
 // Note [f32 attention by GEMMs] (attention_gemm.cu): f32 causal attention through cuBLAS's batched fp32 GEMMs (h on
 // stream st) over a workspace of ws_bytes, which attention_gemm_workspace_for sizes: at most cap bytes, 0 where
 // one (batch, head) pair's two T x T matrices do not fit (then the kernels above run). Same contract as
