@@ -352,6 +352,24 @@ std::unique_ptr<Backend> make_cudnn_backend() {
 #endif
 }
 
+// The fused f32 backward's d(q) partials of one (b, h) pair (Note [d(q) from the key tiles]): a 64 x hs fp32 tile for
+// each pair of a key tile and a query tile at or after it.
+int64_t dq_partials_bytes(int64_t T, int64_t hs) {
+  const int64_t tiles = (T + 63) / 64;
+  return tiles * (tiles + 1) / 2 * 64 * hs * 4;
+}
+
+// Whether a workspace of ws bytes holds the GEMMs of one (b, h) pair at length T (Note [f32 attention by GEMMs]).
+bool gemm_pair_fits(int64_t ws, int64_t T) {
+#ifdef TIERTRAIN_HAVE_CUDA
+  return cuda::attention_workspace_for({.B = 1, .T = T, .H = 1, .hs = 96, .bf16 = false},
+                                       {.workspace_cap = ws, .f32 = F32Attention::kGemm}) > 0;
+#else
+  (void)ws, (void)T;
+  return false;
+#endif
+}
+
 // A CUDA backend whose f32 attention runs as cuBLAS GEMMs (f32_attention=gemm, Note [f32 attention by GEMMs]) over
 // a workspace that holds one (batch, head) pair at length T: longer sequences fall back to our SIMT kernels, shorter
 // ones run in chunks.
@@ -361,8 +379,9 @@ std::unique_ptr<Backend> make_gemm_attention_backend(int64_t T) {
   const AttentionOptions gemm{.impl = AttentionImpl::kNative, .f32 = F32Attention::kGemm};
   const int64_t ws = cuda::attention_workspace_for({.B = 1, .T = T, .H = 1, .hs = 64, .bf16 = false}, gemm);
   EXPECT_GT(ws, 2 * T * T * 4);
-  // The fused kernels take head size 64 without a workspace.
-  EXPECT_EQ(cuda::attention_workspace_for({.B = 1, .T = T, .H = 1, .hs = 64, .bf16 = false}, {}), 0);
+  // The fused kernels take head size 64 with a workspace for their backward's d(q) partials only.
+  EXPECT_EQ(cuda::attention_workspace_for({.B = 1, .T = T, .H = 1, .hs = 64, .bf16 = false}, {}),
+            dq_partials_bytes(T, 64));
   auto r = cuda::create_backend(
       {.device = 0, .device_budget = int64_t(1) << 30, .attention = gemm, .attention_workspace_bytes = ws});
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
@@ -393,13 +412,6 @@ int64_t counter(Backend& be, const char* name) {
   const auto c = be.counters();
   const auto it = c.find(name);
   return it == c.end() ? 0 : it->second;
-}
-
-// The fused f32 backward's d(q) partials of one (b, h) pair (Note [d(q) from the key tiles]): a 64 x hs fp32 tile for
-// each pair of a key tile and a query tile at or after it.
-int64_t dq_partials_bytes(int64_t T, int64_t hs) {
-  const int64_t tiles = (T + 63) / 64;
-  return tiles * (tiles + 1) / 2 * 64 * hs * 4;
 }
 
 // A CUDA backend whose fused f32 backward gets d(q) from the d(k)/d(v) pass (Note [d(q) from the key tiles]) over a
@@ -466,8 +478,10 @@ TEST_P(BackendOps, Attention) {
                                                                dq_partials_bytes(c.T, hs) <= dq_partials_bytes(300, 64)));
       EXPECT_EQ(counter(*be, "tf32x3_attention_dq_partials") - tp0, partials ? 1 : 0);
       // The cuDNN backend's workspace (513 MiB) holds f32 pairs too: its f32 cases the fused kernels do not take
-      // run as GEMMs.
-      const bool gemm = f32 && !fused && (be == cudnn_be.get() || (be == gemm_be.get() && c.T <= 601));
+      // run as GEMMs; so do the partials backend's where its workspace holds a GEMM pair (T 37 and 64, not 200).
+      const bool gemm = f32 && !fused &&
+                        (be == cudnn_be.get() || (be == gemm_be.get() && c.T <= 601) ||
+                         (be == partials_be.get() && gemm_pair_fits(dq_partials_bytes(300, 64), c.T)));
       EXPECT_EQ(counter(*be, "gemm_attention_forward") - gf0, gemm ? 2 : 0);
       EXPECT_EQ(counter(*be, "gemm_attention_backward") - gb0, gemm ? 1 : 0);
     }
