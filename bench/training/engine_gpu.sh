@@ -10,7 +10,7 @@
 # with --plan in-core-selective (Note [rebuilt GELU]); fp32: GPT-2 B16 in f32 (attention by the fused 3xTF32 kernels,
 # Note [3xTF32 attention], by cuBLAS GEMMs and by our SIMT kernels: --f32-attention) against PyTorch fp32 (TF32 off)
 # eager and compiled, and tiertrain's f32 profile. TT_TORCH_MODES (default "eager compile autotune") picks the
-# PyTorch runs of the gpt2 and d4096 parts; TT_ONLY_ARCHIVE=1 leaves only results.md and results.tgz in OUTDIR at the end.
+# PyTorch runs of the gpt2 and d4096 parts; TT_F32_PATHS (default "auto gemm simt") tiertrain's f32 attention paths; TT_ONLY_ARCHIVE=1 leaves only results.md and results.tgz in OUTDIR at the end.
 # OUTDIR gets one JSON per run, the logs, the card's clock and power while each run went (gpu_*.csv), profile_*.txt,
 # results.json and results.md (bench/training/gpu_summary.py), packed in results.tgz.
 set -euo pipefail
@@ -112,9 +112,10 @@ if has d4096; then
 fi
 if has fp32; then
   m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
-  tiertrain gpt2_b16_f32 20 "${m[@]}" --dtype f32
-  tiertrain gpt2_b16_f32_gemm_attention 20 "${m[@]}" --dtype f32 --f32-attention gemm
-  tiertrain gpt2_b16_f32_simt_attention 12 "${m[@]}" --dtype f32 --f32-attention simt
+  f32_paths=" ${TT_F32_PATHS:-auto gemm simt} "
+  [[ $f32_paths == *" auto "* ]] && tiertrain gpt2_b16_f32 20 "${m[@]}" --dtype f32
+  [[ $f32_paths == *" gemm "* ]] && tiertrain gpt2_b16_f32_gemm_attention 20 "${m[@]}" --dtype f32 --f32-attention gemm
+  [[ $f32_paths == *" simt "* ]] && tiertrain gpt2_b16_f32_simt_attention 12 "${m[@]}" --dtype f32 --f32-attention simt
   torch_run gpt2_b16_fp32_eager "${m[@]}" --steps 20 --warmup-steps 5 --mode fp32 \
     --profile-out "$OUT/profile_torch_fp32_eager_gpt2_b16.txt"
   torch_run gpt2_b16_fp32_compile "${m[@]}" --steps 24 --warmup-steps 10 --mode fp32 --compile
