@@ -671,6 +671,11 @@ MachineId this_machine(const std::string& backend, const BackendOptions& options
     const int64_t cap = options.attention.workspace_cap;
     m.attention += ", workspace " + (cap == kAutoAttentionWorkspace ? std::string("auto") : format_bytes(cap));
     m.attention += std::string(", f32 ") + f32_attention_name(options.attention.f32);
+    // Our attention kernels' revision, bumped when a change moves their times enough to reprice plans (a profile of
+    // an older revision is then recalibrated): r2, the f32 backward's d(q) partials and rolled k loops (20.4 against
+    // 29.7 ms a step at GPT-2 B16; docs/design/f32-attention.md).
+    constexpr int kAttentionKernelsRevision = 2;
+    m.attention += str_format(", kernels r%d", kAttentionKernelsRevision);
   }
   if (backend == "cpu") {
     m.sim = str_format("copy %lld us, compute %lld us, host %lld us, threads %d",

@@ -332,6 +332,17 @@ bool cudnn_takes_shape(int64_t T, int64_t hs) {
 #endif
 }
 
+#ifdef TIERTRAIN_HAVE_CUDA
+// A CUDA backend of these options; null where there is no GPU or it cannot be created (a test failure).
+std::unique_ptr<Backend> cuda_backend_of(const cuda::CudaBackendOptions& options) {
+  if (!testing::have_gpu()) return nullptr;
+  auto r = cuda::create_backend(options);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  if (!r.is_ok()) return nullptr;
+  return std::move(r).value();
+}
+#endif
+
 std::unique_ptr<Backend> make_cudnn_backend() {
 #ifdef TIERTRAIN_HAVE_CUDA
   const auto lib = cudnn::load("");
@@ -339,14 +350,12 @@ std::unique_ptr<Backend> make_cudnn_backend() {
     std::printf("no cuDNN here, its cases skipped: %s\n", lib.status().to_string().c_str());
     return nullptr;
   }
-  auto r = cuda::create_backend({.device = 0,
-                                 .device_budget = int64_t(3) << 30,
-                                 .attention = {.impl = AttentionImpl::kCudnn},
-                                 .attention_workspace_bytes = (int64_t(512) << 20) + (1 << 20)});
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  if (!r.is_ok()) return nullptr;
-  std::printf("%s\n", r.value()->describe().c_str());
-  return std::move(r).value();
+  auto be = cuda_backend_of({.device = 0,
+                             .device_budget = int64_t(3) << 30,
+                             .attention = {.impl = AttentionImpl::kCudnn},
+                             .attention_workspace_bytes = (int64_t(512) << 20) + (1 << 20)});
+  if (be) std::printf("%s\n", be->describe().c_str());
+  return be;
 #else
   return nullptr;
 #endif
@@ -382,11 +391,8 @@ std::unique_ptr<Backend> make_gemm_attention_backend(int64_t T) {
   // The fused kernels take head size 64 with a workspace for their backward's d(q) partials only.
   EXPECT_EQ(cuda::attention_workspace_for({.B = 1, .T = T, .H = 1, .hs = 64, .bf16 = false}, {}),
             dq_partials_bytes(T, 64));
-  auto r = cuda::create_backend(
+  return cuda_backend_of(
       {.device = 0, .device_budget = int64_t(1) << 30, .attention = gemm, .attention_workspace_bytes = ws});
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  if (!r.is_ok()) return nullptr;
-  return std::move(r).value();
 #else
   (void)T;
   return nullptr;
@@ -396,13 +402,9 @@ std::unique_ptr<Backend> make_gemm_attention_backend(int64_t T) {
 // A CUDA backend whose f32 attention always runs on our SIMT flash kernels (f32_attention=simt).
 std::unique_ptr<Backend> make_simt_attention_backend() {
 #ifdef TIERTRAIN_HAVE_CUDA
-  if (!testing::have_gpu()) return nullptr;
-  auto r = cuda::create_backend({.device = 0,
-                                 .device_budget = int64_t(1) << 30,
-                                 .attention = {.impl = AttentionImpl::kNative, .f32 = F32Attention::kSimt}});
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  if (!r.is_ok()) return nullptr;
-  return std::move(r).value();
+  return cuda_backend_of({.device = 0,
+                          .device_budget = int64_t(1) << 30,
+                          .attention = {.impl = AttentionImpl::kNative, .f32 = F32Attention::kSimt}});
 #else
   return nullptr;
 #endif
@@ -419,15 +421,10 @@ int64_t counter(Backend& be, const char* name) {
 // the longer ones take the d(q) kernel.
 std::unique_ptr<Backend> make_f32_partials_backend(int64_t T) {
 #ifdef TIERTRAIN_HAVE_CUDA
-  if (!testing::have_gpu()) return nullptr;
-  auto r = cuda::create_backend(
-      {.device = 0,
-       .device_budget = int64_t(1) << 30,
-       .attention = {.impl = AttentionImpl::kNative},
-       .attention_workspace_bytes = dq_partials_bytes(T, 64)});
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  if (!r.is_ok()) return nullptr;
-  return std::move(r).value();
+  return cuda_backend_of({.device = 0,
+                          .device_budget = int64_t(1) << 30,
+                          .attention = {.impl = AttentionImpl::kNative},
+                          .attention_workspace_bytes = dq_partials_bytes(T, 64)});
 #else
   (void)T;
   return nullptr;

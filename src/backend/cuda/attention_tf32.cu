@@ -25,9 +25,9 @@
 //   - tiles in shared memory are fp32 without padding, swizzled (Tile::index) so that each of those loads falls on
 //     distinct banks, and 16-byte runs of four columns stay together for cp.async;
 //   - operands are split when a fragment is loaded from shared memory, probabilities once per C tile.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
