@@ -142,10 +142,12 @@ void declare_train_knobs(Config& cfg) {
     s.type = K::kString;
     s.default_value = "auto";
     s.help =
-        "most device memory cuDNN's attention backward (bf16) or the f32 attention's GEMMs may use, e.g. 512MiB (both "
-        "grow as B*H*T^2; beyond this they run over chunks of the batch and heads, which is slower); auto: 1/64 of "
-        "the --device-budget, or of the GPU's memory when the budget is automatic (the 512MiB floor where more "
-        "would not let the run fit), at least 512MiB; 0: none (f32 attention on the flash kernels)";
+        "most device memory cuDNN's attention backward (bf16), the f32 attention's GEMMs or the fused f32 backward's "
+        "d(q) partials may use, e.g. 512MiB (all grow as B*H*T^2; beyond this they run over chunks of the batch and "
+        "heads, which is slower; the fused f32 backward takes its d(q) kernel instead where fewer than 32 (batch, "
+        "head) pairs fit); auto: 1/64 of the --device-budget, or of the "
+        "GPU's memory when the budget is automatic (the 512MiB floor where more would not let the run fit), at least "
+        "512MiB; 0: none (f32 attention on the flash kernels)";
     s.validate = [](const std::string& text) { return parse_attention_workspace(text).status(); };
     cfg.declare(std::move(s));
   }
