@@ -703,9 +703,7 @@ bool use_tensor_cores(const Dims& d, std::initializer_list<const void*> ptrs) {
   if constexpr (!std::is_same_v<X, bf16>) {
     return false;
   } else {
-    bool aligned = d.C % 8 == 0;
-    for (const void* p : ptrs) aligned = aligned && reinterpret_cast<uintptr_t>(p) % 16 == 0;
-    return (d.hs == 64 || d.hs == 128) && aligned;
+    return (d.hs == 64 || d.hs == 128) && d.C % 8 == 0 && dev::aligned16(ptrs);
   }
 }
 

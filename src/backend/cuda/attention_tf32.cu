@@ -530,8 +530,7 @@ bool backward(cudaStream_t s, float* dqkv, const float* dout, const float* qkv, 
 bool attention_tf32x3_takes(int B, int C, int H, std::initializer_list<const void*> ptrs) {
   if (H <= 0 || C % H != 0) return false;
   const int hs = C / H;
-  bool aligned = C % 4 == 0;  // rows of qkv, out and dout start on 16 bytes
-  for (const void* p : ptrs) aligned = aligned && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  const bool aligned = C % 4 == 0 && dev::aligned16(ptrs);  // rows of qkv, out and dout start on 16 bytes
   return (hs == 64 || hs == 128) && aligned && static_cast<int64_t>(B) * H <= 65535;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include <cuda_bf16.h>
 
@@ -42,6 +43,14 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Whether every pointer is 16-byte aligned (null counts as aligned): the condition of the 16-byte vector and cp.async
+// paths, checked on the host before a launch.
+inline bool aligned16(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 // Allows a kernel the dynamic shared memory it is launched with (above the default 48 KiB when needed); set at every

@@ -936,10 +936,7 @@ template <typename X, bool kResidual>
 bool layernorm_forward_in_registers(cudaStream_t s, X* res, X* out, float* mean, float* rstd, const X* a, const X* b,
                                     const X* w, const X* bias, int64_t N, int C) {
   constexpr int kV = 16 / sizeof(X);
-  const auto aligned = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (N <= 0 || C <= 0 || C % kV != 0 || !aligned(res) || !aligned(out) || !aligned(a) || !aligned(b) ||
-      !aligned(w) || !aligned(bias))
-    return false;
+  if (N <= 0 || C <= 0 || C % kV != 0 || !dev::aligned16({res, out, a, b, w, bias})) return false;
   const int vpl = (C / kV + 31) / 32;
   const unsigned grid = static_cast<unsigned>((N + kLnFwdThreads / 32 - 1) / (kLnFwdThreads / 32));
   const auto go = [&]<int kVpl>() {
@@ -977,10 +974,8 @@ void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* 
                         const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C) {
   // Note [one-pass LayerNorm backward], where the rows split into 16-byte vectors and a thread's share fits.
   constexpr int kV = 16 / sizeof(X);
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int vectors = C / kV;
-  if (N > 0 && C > 0 && C % kV == 0 && vectors <= kLnMaxVecs * kLnThreads && aligned(dinp) && aligned(dout) &&
-      aligned(inp) && aligned(w)) {
+  if (N > 0 && C > 0 && C % kV == 0 && vectors <= kLnMaxVecs * kLnThreads && dev::aligned16({dinp, dout, inp, w})) {
     static const int sms = [] {
       int device = 0, n = 0;
       cudaGetDevice(&device);
@@ -1038,7 +1033,7 @@ void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* 
            "column_sums: OC=%d needs more than the CUDA scratch", OC);
   float* partial = static_cast<float*>(scratch.ptr);
   constexpr int kV = 16 / sizeof(X);
-  if (OC % kV == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0) {
+  if (OC % kV == 0 && dev::aligned16({dout})) {
     column_partials_vec_kernel<X><<<dim3((OC / kV + kThreads - 1) / kThreads, chunks), kThreads, 0, s>>>(
         partial, dout, N, OC, chunks);
   } else {
@@ -1079,8 +1074,7 @@ void residual_layernorm_forward(cudaStream_t s, X* res, X* out, float* mean, flo
 template <typename X>
 void residual_forward(cudaStream_t s, X* out, const X* a, const X* b, int64_t n) {
   constexpr int kV = 16 / sizeof(X);
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (n % kV == 0 && aligned(out) && aligned(a) && aligned(b)) {
+  if (n % kV == 0 && dev::aligned16({out, a, b})) {
     residual_forward_vec_kernel<X><<<blocks_for(n / kV), kThreads, 0, s>>>(out, a, b, n / kV);
     TT_CUDA_CHECK_LAUNCH();
     return;
