@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
       Buffer fc_dbias(size_t(l.in) * 4);
       const double sums_ms = time_ms(o.reps, [&] {
         tt::cuda::column_sums<__nv_bfloat16>(nullptr, scratch, static_cast<float*>(fc_dbias.p),
-                                             static_cast<const __nv_bfloat16*>(dinp.p), N, l.in);
+                                             static_cast<const __nv_bfloat16*>(dinp.p), N, l.in, true);
       });
       row("fc dbias (of dpre)", "column_sums today", -1, sums_ms, 0.0, -1, "");
       for (const cudaDataType_t bt : {CUDA_R_32F, CUDA_R_16BF}) {
@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
     });
     const double sums_ms = time_ms(o.reps, [&] {
       tt::cuda::column_sums<__nv_bfloat16>(nullptr, scratch, static_cast<float*>(dbias_sum.p),
-                                           static_cast<const __nv_bfloat16*>(dout.p), N, l.out);
+                                           static_cast<const __nv_bfloat16*>(dout.p), N, l.out, true);
     });
     row((std::string(l.name) + " dbias").c_str(), "column_sums today", -1, sums_ms, 0.0, -1, "");
     // The same dW with the bias gradient in the epilogue (written to dbias; f32).
@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
       // order of summation).
       TT_CUDA_ASSERT(cudaMemset(dbias_sum.p, 0, dbias_sum.bytes));
       tt::cuda::column_sums<__nv_bfloat16>(nullptr, scratch, static_cast<float*>(dbias_sum.p),
-                                           static_cast<const __nv_bfloat16*>(dout.p), N, l.out);
+                                           static_cast<const __nv_bfloat16*>(dout.p), N, l.out, true);
       lt.run(nullptr, g, algos[0]);
       std::vector<float> x(l.out), y(l.out);
       TT_CUDA_ASSERT(cudaMemcpy(x.data(), dbias.p, dbias.bytes, cudaMemcpyDeviceToHost));
@@ -312,13 +312,14 @@ int main(int argc, char** argv) {
       tt::cuda::layernorm_backward_two_pass<bf16>(
           nullptr, scratch, static_cast<bf16*>(di), static_cast<float*>(dwp), static_cast<float*>(dbp),
           static_cast<const bf16*>(dout.p), static_cast<const bf16*>(inp.p), static_cast<const bf16*>(w.p),
-          static_cast<const float*>(mean.p), static_cast<const float*>(rstd.p), N, C);
+          static_cast<const float*>(mean.p), static_cast<const float*>(rstd.p), N, C, true);
     };
     const auto one_pass = [&](void* di, void* dwp, void* dbp) {
       tt::cuda::layernorm_backward<bf16>(nullptr, scratch, static_cast<bf16*>(di), static_cast<float*>(dwp),
                                          static_cast<float*>(dbp), static_cast<const bf16*>(dout.p),
                                          static_cast<const bf16*>(inp.p), static_cast<const bf16*>(w.p),
-                                         static_cast<const float*>(mean.p), static_cast<const float*>(rstd.p), N, C);
+                                         static_cast<const float*>(mean.p), static_cast<const float*>(rstd.p), N, C,
+                                         true);
     };
     // Results once from the same state.
     TT_CUDA_ASSERT(cudaMemcpy(dinp.p, dinp0.p, bytes, cudaMemcpyDeviceToDevice));

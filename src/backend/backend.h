@@ -5,8 +5,8 @@
 // a stream and synchronize. Tensors passed to ops live in this backend's device pool. Shapes and dtypes are checked
 // at enqueue time (a mismatch is a programming error and aborts with the shapes involved).
 //
-// Conventions (as llm.c's): row-major; a Linear weight is [out, in]; backward ops ACCUMULATE (+=) into their
-// gradient outputs, so gradients are zeroed once per step; softmax_xent_backward overwrites its output.
+// Conventions (as llm.c's): row-major; a Linear weight is [out, in]; a backward op writes its parameter gradients
+// as its GradWrite says (Note [gradients first written]); softmax_xent_backward overwrites its output.
 // Mixed precision: activations (and the weights an op reads) are in the compute dtype; parameter gradients,
 // LayerNorm mean/rstd and losses in the master dtype (fp32 for bf16 compute; backend/op_shapes.h).
 //
@@ -30,6 +30,15 @@
 #include "memory/um.h"
 
 namespace tt {
+
+// Note [gradients first written]
+// How a backward op writes a parameter's gradient: kAccumulate adds to it (+=), kOverwrite writes it (=). The first
+// op of a step to write a gradient overwrites it and any later one adds (in the GPT: the first chunk of the LM head
+// overwrites d(wte), its other chunks and the embedding's backward add), so no gradient is ever zeroed: PyTorch's
+// gradients set to None, without the allocation. On a GPU the dW GEMMs then run with beta 0, which saves reading the
+// fp32 gradient (at d4096 L16, 12.8 GB a step) besides the zeroing (another 12.8 GB written). The values are those
+// of adding to zeros, but for the sign of a zero (0 + -0 is +0).
+enum class GradWrite { kAccumulate, kOverwrite };
 
 // Hyper-parameters of one AdamW update (PyTorch's semantics: decoupled weight decay, bias correction).
 struct AdamWArgs {
@@ -136,31 +145,34 @@ class Backend {
   // on (Note [tensor parallel] in model/gpt.h): a token outside it contributes 0; wpe may be undefined (not added).
   virtual void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                                  int64_t vocab_begin = 0) = 0;
-  // dwte[tokens[b,t] - vocab_begin] += dout[b,t] for the tokens in wte's rows; dwpe[t] += sum_b dout[b,t] (dwpe may
-  // be undefined).
+  // dwte[tokens[b,t] - vocab_begin] += dout[b,t] for the tokens in wte's rows (always added: the LM head writes
+  // d(wte) first); dwpe[t] = or += (as `pe` says) sum_b dout[b,t] (dwpe may be undefined).
   // As embedding_forward (without a vocabulary slice), row i's position read from positions[i] when the op runs
   // instead of being its index along T (Note [KV cache]).
   virtual void embedding_at(const Tensor& out, const Tensor& tokens, const Tensor& positions, const Tensor& wte,
                             const Tensor& wpe) = 0;
   virtual void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
-                                  int64_t vocab_begin = 0) = 0;
+                                  GradWrite pe, int64_t vocab_begin = 0) = 0;
   // Rows of inp [N, C]: out = (x - mean) * rstd * w + b, eps 1e-5; saves mean[N], rstd[N].
   virtual void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                                  const Tensor& w, const Tensor& b) = 0;
+  // dinp += d(inp) (the residual stream's gradient adds up); dw, db written as gw says.
   virtual void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
-                                  const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd) = 0;
+                                  const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                                  GradWrite gw) = 0;
   // out[N, OC] = inp[N, C] @ w[OC, C]^T + bias[OC] (bias may be undefined).
   virtual void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) = 0;
-  // dinp = dout @ w (OVERWRITES dinp: no zeroing first); dw += dout^T @ inp; dbias += column sums of dout (dinp, dw
-  // and dbias may each be undefined).
+  // dinp = dout @ w (OVERWRITES dinp: no zeroing first); dw (+)= dout^T @ inp and dbias (+)= column sums of dout,
+  // as gw says (dinp, dw and dbias may each be undefined).
   virtual void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
-                               const Tensor& inp, const Tensor& w) = 0;
+                               const Tensor& inp, const Tensor& w, GradWrite gw) = 0;
   // Fused MLP halves (on a GPU, GEMM epilogues): pre = inp @ w^T + bias, out = gelu(pre); and its backward through
-  // the next Linear: dpre = (dout @ w) * gelu'(pre) (OVERWRITES dpre), dw += dout^T @ inp, dbias += column sums.
+  // the next Linear: dpre = (dout @ w) * gelu'(pre) (OVERWRITES dpre), dw (+)= dout^T @ inp, dbias (+)= column sums
+  // (as gw says).
   virtual void matmul_gelu_forward(const Tensor& pre, const Tensor& out, const Tensor& inp, const Tensor& w,
                                    const Tensor& bias) = 0;
   virtual void matmul_backward_gelu(const Tensor& dpre, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
-                                    const Tensor& inp, const Tensor& w, const Tensor& pre) = 0;
+                                    const Tensor& inp, const Tensor& w, const Tensor& pre, GradWrite gw) = 0;
   // Causal multi-head attention. qkv[B,T,3C] holds [q | k | v] per token. Saves only lse[B,H,T] (master dtype): the
   // natural-log sum of exp of each query row's scaled scores; the backward rebuilds the probabilities from it, so
   // nothing of size T x T outlives a call (flash attention's recomputation).

@@ -761,15 +761,6 @@ void Executor::issue(const Op& op) {
     case OpKind::kRebuildGelu:
       gpt_->rebuild_gelu(*this, op.layer);
       break;
-    case OpKind::kZeroGrads:
-      if (prof_) prof_->mark(op.name.c_str());
-      if (op.segment >= 0) {
-        be_.fill_zero(t.grads[static_cast<size_t>(op.segment)], st);
-      } else {
-        for (int s = 0; s < gpt_->num_segments(); ++s)
-          if (own_grad_buffer(spec_.plan, grads_aliased_, s)) be_.fill_zero(t.grads[static_cast<size_t>(s)], st);
-      }
-      break;
     case OpKind::kSwapOut:
       be_.copy_d2h(swap_host_[static_cast<size_t>(op.layer)], swap_slots_[static_cast<size_t>(op.slot)], st);
       break;

@@ -224,12 +224,12 @@ Result<FeatureRun> train_features(const FeatureTrainOptions& o, FILE* out) {
     FeatureStep rec;
     rec.input_ms = ms_since(t0);
     // --- the step: forward, backward, the gradients averaged over the ranks, AdamW ---
-    be->fill_zero(grads, be->compute_stream());
     be->matmul_gelu_forward(pre, hid, x, W1, b1);
     be->matmul_forward(logits, hid, W2, b2);
     be->softmax_xent_fused(losses, logits, logits, y, 1.0f / static_cast<float>(b), K);
-    be->matmul_backward_gelu(dpre, dW2, db2, logits, hid, W2, pre);
-    be->matmul_backward(Tensor(), dW1, db1, dpre, x, W1);
+    // Each gradient is written once (Note [gradients first written]): nothing zeroes them.
+    be->matmul_backward_gelu(dpre, dW2, db2, logits, hid, W2, pre, GradWrite::kOverwrite);
+    be->matmul_backward(Tensor(), dW1, db1, dpre, x, W1, GradWrite::kOverwrite);
     if (reducer) reducer->reduce(grads, be->compute_stream());
     be->sum_squares(norm, grads);
     args.step = step + 1;

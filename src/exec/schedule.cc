@@ -21,12 +21,11 @@ const char* stream_name(StreamId s) {
 }
 
 namespace {
-constexpr const char* kOpKindNames[] = {"model",       "wait",      "record",     "rebuild_block", "rebuild_norms",
-                                        "rebuild_mlp", "zero_grads", "swap_out",  "swap_in",       "params_in",
-                                        "grads_out",   "norm_part", "norm_total", "norm_out",      "host_adamw",
-                                        "params_back", "device_adamw", "alloc", "input_fill",
-                                        "input_in", "input_take", "grad_reduce", "um_advise", "um_prefetch",
-                                        "rebuild_gelu"};
+constexpr const char* kOpKindNames[] = {"model",        "wait",       "record",     "rebuild_block", "rebuild_norms",
+                                        "rebuild_mlp",  "swap_out",   "swap_in",    "params_in",     "grads_out",
+                                        "norm_part",    "norm_total", "norm_out",   "host_adamw",    "params_back",
+                                        "device_adamw", "alloc",      "input_fill", "input_in",      "input_take",
+                                        "grad_reduce",  "um_advise",  "um_prefetch", "rebuild_gelu"};
 constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup", "prefetch"};
 constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
                                           "after_head",     "before_backward", "after_backward"};
@@ -48,7 +47,7 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // (record "grads s" on the compute stream), the comm stream waits for it, reduces, and records "reduced s", while
 // the compute stream goes on with the next block's backward. What reads the gradients waits for "reduced s": the
 // copy to the host (CPU optimizer) and the norm's parts, which in a data-parallel run are all taken in the step
-// (so the next step's zero_grads, on the compute stream after them, never overwrites a segment being reduced).
+// (so the next step's backward, on the compute stream after them, never overwrites a segment being reduced).
 // The performance model prices each reduction by the rate `tiertrain calibrate` measured for that many ranks (Note
 // [pricing the gradients' average] in perf/costs.cc).
 //
@@ -477,8 +476,10 @@ class Compiler {
     up.speculative = true;
   }
 
+  // Nothing zeroes the gradients: the backward writes each first (Note [gradients first written] in
+  // backend/backend.h), after what read the previous step's (the optimizer, the copies to the host, the reductions)
+  // on the compute stream or after a wait for it (a streamed block's gradient slot).
   void backward(std::vector<Op>& out) {
-    add(out, StreamId::kCompute, OpKind::kZeroGrads, "zero_grads");
     model(out, Boundary::kBeforeHead, 0, "lm_head backward", 3 * head_fwd_);
     model(out, Boundary::kBeforeBackward, L_ + 1, "backward lnf", 0);
     grads_done(out, L_ + 1);
@@ -488,17 +489,7 @@ class Compiler {
       const int k = swap_index_[static_cast<size_t>(l)];
       const int gs = grads_.holds(l) ? grads_.slot(l) : -1;
       if (pk >= 0) wait(out, StreamId::kCompute, "param_in " + block(l), "wait params", l);  // before a recompute too
-      if (gs >= 0) {
-        wait(out, StreamId::kCompute, "grad_slot_free " + std::to_string(gs), "wait grad slot", l);
-        Op& z = add(out, StreamId::kCompute, OpKind::kZeroGrads, "zero_grads");
-        z.segment = 1 + l;
-        z.layer = l;
-        z.slot = gs;
-      } else if (grads_in_next_set(sp_, l)) {  // Note [gradients in dead activations]: block l + 1's set is free now
-        Op& z = add(out, StreamId::kCompute, OpKind::kZeroGrads, "zero_grads");
-        z.segment = 1 + l;
-        z.layer = l;
-      }
+      if (gs >= 0) wait(out, StreamId::kCompute, "grad_slot_free " + std::to_string(gs), "wait grad slot", l);
       if (plan_.activation(l) == ActPlacement::kRecompute && l != last_recomputed_) {
         Op& op = add(out, StreamId::kCompute, OpKind::kRebuildBlock, "recompute " + block(l));
         op.layer = l;

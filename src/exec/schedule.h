@@ -40,7 +40,6 @@ enum class OpKind : int {
   kRebuildBlock,    // compute: the block's forward again (Note [recompute])
   kRebuildNorms,    // compute: Note [rebuilt norms]
   kRebuildMlp,      // compute: Note [MLP half]
-  kZeroGrads,       // compute: zero the gradients of `segment` (-1: every segment with a buffer of its own)
   kSwapOut,         // d2h: block `layer`'s swapped activations, from its slot to its host copy (Note [swap])
   kSwapIn,          // h2d: back from its host copy into `slot`
   kParamsIn,        // h2d: a streamed block's compute copy from the host into `slot` (Note [streamed parameters])
@@ -146,8 +145,8 @@ struct Schedule {
 // At GPT d4096 L16 B8 T2048 that is 15 segments of 805 MB. It holds where block l + 1 keeps its own set on the
 // device (resident, not managed) at least as large as the segment, block l's gradients are neither streamed nor
 // managed, and the optimizer is the device's (the CPU optimizer's copies of the gradients to the host would race
-// the next forward). The segment is zeroed just before block l's backward instead of with the others at the start
-// of the backward. A forward overwrites them, so nothing may run one between a backward and its optimizer step
+// the next forward). Block l's backward writes the segment without reading it (Note [gradients first written] in
+// backend/backend.h), so the set's stale activations need no clearing. A forward overwrites them, so nothing may run one between a backward and its optimizer step
 // (gradient accumulation over several forwards would need buffers of their own): after such a forward the executor
 // refuses the step (a check) and download_grads (an error). Bit-identical to gradients in buffers of their own
 // (tests); Plan::grads_in_activations = false turns it off.

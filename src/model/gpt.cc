@@ -444,7 +444,8 @@ void Gpt::set_gelu_apart(std::vector<bool> apart) {
 
 void Gpt::lm_head(GptHooks& h, bool with_backward) {
   h.at(Boundary::kBeforeHead, 0);
-  // Training: each chunk's matmul_backward writes its own rows of d(lnf) (it overwrites: no zeroing first).
+  // Training: each chunk's matmul_backward writes its own rows of d(lnf) (it overwrites: no zeroing first); the first
+  // chunk overwrites d(wte), the others add to it (Note [gradients first written] in backend/backend.h).
   const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq, C = cfg_.dim, Vp = cfg_.local_vocab();
   const Tensor wte = this->wte();
   const float dloss = 1.0f / static_cast<float>(BT);
@@ -453,6 +454,7 @@ void Gpt::lm_head(GptHooks& h, bool with_backward) {
     const Tensor logits = t_.logits.view(0, {n, Vp});
     const Tensor x = t_.lnf.view(r0 * C, {n, C});
     const Tensor tg = t_.targets.view(r0, {n});
+    const GradWrite gw = r0 == 0 ? GradWrite::kOverwrite : GradWrite::kAccumulate;
     h.op("matmul_forward lm_head");
     be_.matmul_forward(logits, x, wte, Tensor());
     if (cfg_.split_vocab) {  // Note [vocabulary-parallel cross-entropy]
@@ -468,7 +470,7 @@ void Gpt::lm_head(GptHooks& h, bool with_backward) {
                       vocab_begin(), cfg_.vocab);
       if (with_backward) {
         h.op("matmul_backward lm_head");
-        be_.matmul_backward(t_.dln.view(r0 * C, {n, C}), grad(wte_index_), Tensor(), logits, x, wte);
+        be_.matmul_backward(t_.dln.view(r0 * C, {n, C}), grad(wte_index_), Tensor(), logits, x, wte, gw);
       }
       continue;
     }
@@ -481,7 +483,7 @@ void Gpt::lm_head(GptHooks& h, bool with_backward) {
     h.op("softmax_xent_fused");
     be_.softmax_xent_fused(t_.losses.view(r0, {n}), logits, logits, tg, dloss, cfg_.vocab);
     h.op("matmul_backward lm_head");
-    be_.matmul_backward(t_.dln.view(r0 * C, {n, C}), grad(wte_index_), Tensor(), logits, x, wte);
+    be_.matmul_backward(t_.dln.view(r0 * C, {n, C}), grad(wte_index_), Tensor(), logits, x, wte, gw);
   }
   // Each rank's columns gave their share of d(lnf).
   if (cfg_.split_vocab && with_backward) h.tp_sum("d lnf", t_.dln);
@@ -544,7 +546,7 @@ void Gpt::backward_blocks(GptHooks& h) {
   const size_t lnf = layout_.size() - 2;
   h.op("layernorm_backward");
   be_.layernorm_backward(t_.dresidual, grad(lnf), grad(lnf + 1), t_.dln, t_.acts.back().res3, cparam(lnf),
-                         t_.lnf_mean, t_.lnf_rstd);
+                         t_.lnf_mean, t_.lnf_rstd, GradWrite::kOverwrite);
   h.at(Boundary::kAfterBackward, L + 1);
   for (int l = L - 1; l >= 0; --l) {
     h.at(Boundary::kBeforeBackward, 1 + l);
@@ -553,7 +555,9 @@ void Gpt::backward_blocks(GptHooks& h) {
   }
   h.at(Boundary::kBeforeBackward, 0);
   h.op("embedding_backward");
-  be_.embedding_backward(grad(wte_index_), grad(wte_index_ ^ 1), t_.dresidual, t_.tokens, vocab_begin());
+  // d(wte) adds to the LM head's; d(wpe) is written here first.
+  be_.embedding_backward(grad(wte_index_), grad(wte_index_ ^ 1), t_.dresidual, t_.tokens, GradWrite::kOverwrite,
+                         vocab_begin());
   h.at(Boundary::kAfterBackward, 0);
 }
 
@@ -562,24 +566,25 @@ void Gpt::backward_block(GptHooks& h, int l) {
   const LayerParams g = grad_layer(l);
   const BlockActs& a = t_.acts[static_cast<size_t>(l)];
   const Tensor x = block_input(l);
+  const GradWrite gw = GradWrite::kOverwrite;  // each of the block's gradients is written once, by one op
   // MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
   h.op("matmul_backward_gelu mlp.proj");
-  be_.matmul_backward_gelu(t_.dfch, g.fcprojw, g.fcprojb, t_.dresidual, a.fch_gelu, w.fcprojw, a.fch);
+  be_.matmul_backward_gelu(t_.dfch, g.fcprojw, g.fcprojb, t_.dresidual, a.fch_gelu, w.fcprojw, a.fch, gw);
   h.op("matmul_backward mlp.fc");  // overwrites dln (as every matmul_backward its dinp)
-  be_.matmul_backward(t_.dln, g.fcw, g.fcb, t_.dfch, a.ln2, w.fcw);
+  be_.matmul_backward(t_.dln, g.fcw, g.fcb, t_.dfch, a.ln2, w.fcw, gw);
   if (cfg_.tp > 1) h.tp_sum("d ln2", t_.dln);  // Note [tensor parallel]: each rank's heads' share of d(ln2)
   h.op("layernorm_backward");
-  be_.layernorm_backward(t_.dresidual, g.ln2w, g.ln2b, t_.dln, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd);
+  be_.layernorm_backward(t_.dresidual, g.ln2w, g.ln2b, t_.dln, a.res2, w.ln2w, a.ln2_mean, a.ln2_rstd, gw);
   // Attention: res2 = x + proj(attn(qkv(ln1(x)))); dresidual becomes d(x).
   h.op("matmul_backward attn.proj");
-  be_.matmul_backward(t_.datty, g.projw, g.projb, t_.dresidual, a.atty, w.projw);
+  be_.matmul_backward(t_.datty, g.projw, g.projb, t_.dresidual, a.atty, w.projw, gw);
   h.op("attention_backward");  // writes every element of dqkv: no zeroing first
   be_.attention_backward(t_.dqkv, t_.datty, a.qkv, a.atty, a.lse, cfg_.heads / cfg_.tp);
   h.op("matmul_backward qkv");
-  be_.matmul_backward(t_.dln, g.qkvw, g.qkvb, t_.dqkv, a.ln1, w.qkvw);
+  be_.matmul_backward(t_.dln, g.qkvw, g.qkvb, t_.dqkv, a.ln1, w.qkvw, gw);
   if (cfg_.tp > 1) h.tp_sum("d ln1", t_.dln);
   h.op("layernorm_backward");
-  be_.layernorm_backward(t_.dresidual, g.ln1w, g.ln1b, t_.dln, x, w.ln1w, a.ln1_mean, a.ln1_rstd);
+  be_.layernorm_backward(t_.dresidual, g.ln1w, g.ln1b, t_.dln, x, w.ln1w, a.ln1_mean, a.ln1_rstd, gw);
 }
 
 std::vector<int64_t> gpt_tp_collectives(const GptConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows,

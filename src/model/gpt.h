@@ -10,7 +10,7 @@
 //   Gpt gpt(backend, cfg, batch, DType::kF32, tensors);   // tensors: views the executor allocated
 //   gpt.forward_blocks(hooks);                           // embedding, blocks, final LayerNorm
 //   gpt.lm_head(hooks, /*with_backward=*/true);           // losses, and d(lnf), d(wte)
-//   gpt.backward_blocks(hooks);                          // gradients of the mean loss (accumulated: zero first)
+//   gpt.backward_blocks(hooks);                          // gradients of the mean loss (written, not added to)
 #pragma once
 
 #include <array>
@@ -296,7 +296,8 @@ class Gpt {
   // with_backward the probabilities become dlogits in place, whose contributions go to d(lnf) and d(wte).
   virtual void lm_head(GptHooks& hooks, bool with_backward);
   // From d(lnf) (the LM head's) down to the embedding: the final LayerNorm (L + 1), blocks L-1 .. 0, the embedding
-  // (0). Gradients accumulate (+=): the executor zeroes them first.
+  // (0). With lm_head's backward before it, it writes every gradient (Note [gradients first written] in
+  // backend/backend.h): nothing zeroes them, and a second backward would overwrite, not add to, the first's.
   virtual void backward_blocks(GptHooks& hooks);
 
   // --- pieces of the forward the executor calls to rebuild what it did not keep ---

@@ -148,18 +148,23 @@ void run(Backend& be, const KernelCall& c, const std::vector<Tensor>& t) {
   const int vocab = static_cast<int>(c.dims[1]);
   switch (c.op) {
     case KernelOp::kEmbeddingForward: be.embedding_forward(t[0], t[1], t[2], t[3]); break;
-    case KernelOp::kEmbeddingBackward: be.embedding_backward(t[0], t[1], t[2], t[3]); break;
+    // The backward ops as the GPT calls them, overwriting their gradients (Note [gradients first written]).
+    case KernelOp::kEmbeddingBackward: be.embedding_backward(t[0], t[1], t[2], t[3], GradWrite::kOverwrite); break;
     case KernelOp::kLayernormForward: be.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5]); break;
-    case KernelOp::kLayernormBackward: be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]); break;
+    case KernelOp::kLayernormBackward:
+      be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], GradWrite::kOverwrite);
+      break;
     case KernelOp::kResidualLayernormForward:
       be.residual_layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
       break;
     case KernelOp::kMatmulForward: be.matmul_forward(t[0], t[1], t[2], c.dims[3] ? t[3] : none); break;
     case KernelOp::kMatmulBackward:
-      be.matmul_backward(t[0], t[1], c.dims[3] ? t[5] : none, t[2], t[3], t[4]);
+      be.matmul_backward(t[0], t[1], c.dims[3] ? t[5] : none, t[2], t[3], t[4], GradWrite::kOverwrite);
       break;
     case KernelOp::kMatmulGeluForward: be.matmul_gelu_forward(t[0], t[1], t[2], t[3], t[4]); break;
-    case KernelOp::kMatmulBackwardGelu: be.matmul_backward_gelu(t[0], t[1], t[2], t[3], t[4], t[5], t[6]); break;
+    case KernelOp::kMatmulBackwardGelu:
+      be.matmul_backward_gelu(t[0], t[1], t[2], t[3], t[4], t[5], t[6], GradWrite::kOverwrite);
+      break;
     case KernelOp::kAttentionForward: be.attention_forward(t[0], t[1], t[2], static_cast<int>(c.dims[2])); break;
     case KernelOp::kAttentionBackward:
       be.attention_backward(t[0], t[1], t[2], t[3], t[4], static_cast<int>(c.dims[2]));
@@ -671,11 +676,12 @@ MachineId this_machine(const std::string& backend, const BackendOptions& options
     const int64_t cap = options.attention.workspace_cap;
     m.attention += ", workspace " + (cap == kAutoAttentionWorkspace ? std::string("auto") : format_bytes(cap));
     m.attention += std::string(", f32 ") + f32_attention_name(options.attention.f32);
-    // Our attention kernels' revision, bumped when a change moves their times enough to reprice plans (a profile of
-    // an older revision is then recalibrated): r2, the f32 backward's d(q) partials and rolled k loops (20.4 against
-    // 29.7 ms a step at GPT-2 B16; docs/design/f32-attention.md).
-    constexpr int kAttentionKernelsRevision = 2;
-    m.attention += str_format(", kernels r%d", kAttentionKernelsRevision);
+    // Our kernels' revision, bumped when a change moves their times enough to reprice plans (a profile of an older
+    // revision is then recalibrated): r2, the f32 attention backward's d(q) partials and rolled k loops (20.4 against
+    // 29.7 ms a step at GPT-2 B16; docs/design/f32-attention.md); r3, the backward's dW GEMMs with beta 0 and no
+    // zeroing of gradients (Note [gradients first written]).
+    constexpr int kKernelsRevision = 3;
+    m.attention += str_format(", kernels r%d", kKernelsRevision);
   }
   if (backend == "cpu") {
     m.sim = str_format("copy %lld us, compute %lld us, host %lld us, threads %d",

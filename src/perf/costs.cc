@@ -53,15 +53,6 @@ std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) 
     return segs.size[static_cast<size_t>(s)];
   };
   switch (op.kind) {
-    case OpKind::kZeroGrads:
-      if (op.segment >= 0) {
-        r.push_back({KernelOp::kFillZero, md, {seg_size(op.segment)}});
-      } else {
-        for (int s = 0; s < cfg.layers + 2; ++s)  // Note [gradients in dead activations]: zeroed per block
-          if (!(s >= 1 && s <= cfg.layers && (spec.plan.grads_streamed(s - 1) || grads_in_next_set(spec, s - 1))))
-            r.push_back({KernelOp::kFillZero, md, {seg_size(s)}});
-      }
-      break;
     case OpKind::kNormPart: r.push_back({KernelOp::kSumSquares, md, {seg_size(op.segment)}}); break;
     case OpKind::kNormTotal: r.push_back({KernelOp::kSumSquares, md, {cfg.layers + 2}}); break;
     case OpKind::kDeviceAdamW:  // Note [device update by segment] in exec/optimizer.cc

@@ -4,6 +4,7 @@
 // the CUDA cases skip with a message.
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -33,7 +34,20 @@ struct Arg {
   bool zero = false;          // start at zero instead of random
   bool positive = false;      // random in (0.5, 1.5) (rstd)
   bool master = false;        // in the master dtype (f32) even when computing in bf16: parameter gradients, stats
+  bool nan = false;           // start as NaN: the op must write it without reading it
 };
+
+// Both ways a backward op writes its parameter gradients (Note [gradients first written] in backend/backend.h):
+// added to random values, or overwritten where they start as NaN (an op that read them would give NaN, which no
+// comparison passes).
+constexpr GradWrite kGradWrites[] = {GradWrite::kAccumulate, GradWrite::kOverwrite};
+std::string suffix(GradWrite gw) { return gw == GradWrite::kOverwrite ? " (overwriting)" : " (accumulating)"; }
+// A parameter gradient the op writes as gw says, compared afterwards.
+Arg grad_arg(const std::string& name, Shape shape, GradWrite gw) {
+  Arg a{name, std::move(shape), DType::kF32, true};
+  a.nan = gw == GradWrite::kOverwrite;
+  return a;
+}
 
 // Which float arguments are in the master dtype, by name: parameter gradients, LayerNorm statistics, losses and the
 // optimizer's tensors.
@@ -63,7 +77,10 @@ void compare_op(Backend& other, const std::string& op, const std::vector<Arg>& a
     } else {
       host_f[i].resize(n);
       for (auto& x : host_f[i]) {
-        x = a.zero ? 0.0f : a.positive ? static_cast<float>(0.5 + rng.uniform()) : static_cast<float>(rng.normal());
+        x = a.nan    ? std::numeric_limits<float>::quiet_NaN()
+            : a.zero ? 0.0f
+            : a.positive ? static_cast<float>(0.5 + rng.uniform())
+                         : static_cast<float>(rng.normal());
         if (compute == DType::kBF16) x = bf16_to_float(float_to_bf16(x));
       }
     }
@@ -147,12 +164,14 @@ TEST_P(BackendOps, Embedding) {
              {{"out", {B, T, C}, DType::kF32, true}, {"tokens", {B, T}, DType::kI32, false, V},
               {"wte", {V, C}}, {"wpe", {T, C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.embedding_forward(t[0], t[1], t[2], t[3]); }, 0, 0);
-  // Few distinct tokens: long runs in the deterministic reduction.
-  check("embedding_backward",
-             {{"dwte", {V, C}, DType::kF32, true}, {"dwpe", {T, C}, DType::kF32, true}, {"dout", {B, T, C}},
-              {"tokens", {B, T}, DType::kI32, false, 5}},
-             [](Backend& be, const std::vector<Tensor>& t) { be.embedding_backward(t[0], t[1], t[2], t[3]); }, kAtol,
-             kRtol);
+  // Few distinct tokens: long runs in the deterministic reduction. dwte is always added to, dwpe as gw says.
+  for (const GradWrite gw : kGradWrites) {
+    check("embedding_backward" + suffix(gw),
+          {{"dwte", {V, C}, DType::kF32, true}, grad_arg("dwpe", {T, C}, gw), {"dout", {B, T, C}},
+           {"tokens", {B, T}, DType::kI32, false, 5}},
+          [gw](Backend& be, const std::vector<Tensor>& t) { be.embedding_backward(t[0], t[1], t[2], t[3], gw); },
+          kAtol, kRtol);
+  }
 }
 
 // Note [vocabulary-parallel cross-entropy]: a rank's slice of wte (rows [20, V) here): tokens outside it add
@@ -166,14 +185,18 @@ TEST_P(BackendOps, EmbeddingOfAVocabularySlice) {
         {{"out", {B, T, C}, DType::kF32, true}, {"tokens", {B, T}, DType::kI32, false, V}, {"wte", {rows, C}},
          {"wpe", {T, C}}},
         [](Backend& be, const std::vector<Tensor>& t) { be.embedding_forward(t[0], t[1], t[2], t[3], 20); }, 0, 0);
-  check("embedding_backward (a slice)",
-        {{"dwte", {rows, C}, DType::kF32, true}, {"dwpe", {T, C}, DType::kF32, true}, {"dout", {B, T, C}},
-         {"tokens", {B, T}, DType::kI32, false, V}},
-        [](Backend& be, const std::vector<Tensor>& t) { be.embedding_backward(t[0], t[1], t[2], t[3], 20); }, kAtol,
-        kRtol);
+  for (const GradWrite gw : kGradWrites) {
+    check("embedding_backward (a slice)" + suffix(gw),
+          {{"dwte", {rows, C}, DType::kF32, true}, grad_arg("dwpe", {T, C}, gw), {"dout", {B, T, C}},
+           {"tokens", {B, T}, DType::kI32, false, V}},
+          [gw](Backend& be, const std::vector<Tensor>& t) { be.embedding_backward(t[0], t[1], t[2], t[3], gw, 20); },
+          kAtol, kRtol);
+  }
   check("embedding_backward (a slice, no dwpe)",
         {{"dwte", {rows, C}, DType::kF32, true}, {"dout", {B, T, C}}, {"tokens", {B, T}, DType::kI32, false, V}},
-        [](Backend& be, const std::vector<Tensor>& t) { be.embedding_backward(t[0], Tensor(), t[1], t[2], 20); },
+        [](Backend& be, const std::vector<Tensor>& t) {
+          be.embedding_backward(t[0], Tensor(), t[1], t[2], GradWrite::kOverwrite, 20);
+        },
         kAtol, kRtol);
 }
 
@@ -200,14 +223,15 @@ TEST_P(BackendOps, LayerNorm) {
               {"inp", {N, C}}, {"w", {C}}, {"b", {C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5]); },
              kAtol, kRtol);
-  check("layernorm_backward",
-             {{"dinp", {N, C}, DType::kF32, true}, {"dw", {C}, DType::kF32, true}, {"db", {C}, DType::kF32, true},
-              {"dout", {N, C}}, {"inp", {N, C}}, {"w", {C}}, {"mean", {N}}, {"rstd", {N}, DType::kF32, false, 0, false,
-              true}},
-             [](Backend& be, const std::vector<Tensor>& t) {
-               be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
-             },
-             1e-4, 1e-4);
+  for (const GradWrite gw : kGradWrites) {
+    check("layernorm_backward" + suffix(gw),
+          {{"dinp", {N, C}, DType::kF32, true}, grad_arg("dw", {C}, gw), grad_arg("db", {C}, gw), {"dout", {N, C}},
+           {"inp", {N, C}}, {"w", {C}}, {"mean", {N}}, {"rstd", {N}, DType::kF32, false, 0, false, true}},
+          [gw](Backend& be, const std::vector<Tensor>& t) {
+            be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], gw);
+          },
+          1e-4, 1e-4);
+  }
 }
 
 // The LayerNorm backward's paths (Note [one-pass LayerNorm backward] in src/backend/cuda/kernels.cu): rows of fewer
@@ -219,14 +243,16 @@ TEST_P(BackendOps, LayerNormBackwardAtEveryPath) {
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
            {4500, 48}, {300, 2048}, {40, 4096}, {24, 8192}, {70, 36}, {70, 34}, {20, 9000}}) {
     SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
-    check("layernorm_backward",
-          {{"dinp", {rows, cols}, DType::kF32, true}, {"dw", {cols}, DType::kF32, true},
-           {"db", {cols}, DType::kF32, true}, {"dout", {rows, cols}}, {"inp", {rows, cols}}, {"w", {cols}},
-           {"mean", {rows}}, {"rstd", {rows}, DType::kF32, false, 0, false, true}},
-          [](Backend& be, const std::vector<Tensor>& t) {
-            be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
-          },
-          2e-4, 2e-4);
+    for (const GradWrite gw : kGradWrites) {
+      check("layernorm_backward" + suffix(gw),
+            {{"dinp", {rows, cols}, DType::kF32, true}, grad_arg("dw", {cols}, gw), grad_arg("db", {cols}, gw),
+             {"dout", {rows, cols}}, {"inp", {rows, cols}}, {"w", {cols}}, {"mean", {rows}},
+             {"rstd", {rows}, DType::kF32, false, 0, false, true}},
+            [gw](Backend& be, const std::vector<Tensor>& t) {
+              be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], gw);
+            },
+            2e-4, 2e-4);
+    }
   }
 }
 
@@ -266,11 +292,15 @@ TEST_P(BackendOps, Matmul) {
   check("matmul_forward (no bias)", {{"out", {N, OC}, DType::kF32, true}, {"inp", {N, C}}, {"w", {OC, C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.matmul_forward(t[0], t[1], t[2], Tensor()); }, 1e-4,
              1e-4);
-  check("matmul_backward",
-             {{"dinp", {N, C}, DType::kF32, true}, {"dw", {OC, C}, DType::kF32, true}, {"dbias", {OC}, DType::kF32, true},
-              {"dout", {N, OC}}, {"inp", {N, C}}, {"w", {OC, C}}},
-             [](Backend& be, const std::vector<Tensor>& t) { be.matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5]); },
-             2e-4, 1e-4);
+  for (const GradWrite gw : kGradWrites) {
+    check("matmul_backward" + suffix(gw),
+          {{"dinp", {N, C}, DType::kF32, true}, grad_arg("dw", {OC, C}, gw), grad_arg("dbias", {OC}, gw),
+           {"dout", {N, OC}}, {"inp", {N, C}}, {"w", {OC, C}}},
+          [gw](Backend& be, const std::vector<Tensor>& t) {
+            be.matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5], gw);
+          },
+          2e-4, 1e-4);
+  }
 }
 
 // Attention at several head sizes and lengths: 64 and 128 take the CUDA backend's tensor-core kernels in bf16, the
@@ -294,18 +324,19 @@ TEST_P(BackendOps, MatmulGelu) {
           [](Backend& be, const std::vector<Tensor>& t) { be.matmul_gelu_forward(t[0], t[1], t[2], t[3], t[4]); },
           1e-4, 1e-4);
     // dpre starts random: the op overwrites it.
-    check("matmul_backward_gelu",
-          {{"dpre", {rows, in}, DType::kF32, true}, {"dw", {out, in}, DType::kF32, true},
-           {"dbias", {out}, DType::kF32, true}, {"dout", {rows, out}}, {"inp", {rows, in}}, {"w", {out, in}},
-           {"pre", {rows, in}}},
-          [](Backend& be, const std::vector<Tensor>& t) {
-            be.matmul_backward_gelu(t[0], t[1], t[2], t[3], t[4], t[5], t[6]);
-          },
-          2e-4, 1e-4);
-    // In bf16 the aligned shape takes cuBLASLt's GELU epilogues (forward and backward), the other shape the plain
-    // GELU kernels; f32 never does.
+    for (const GradWrite gw : kGradWrites) {
+      check("matmul_backward_gelu" + suffix(gw),
+            {{"dpre", {rows, in}, DType::kF32, true}, grad_arg("dw", {out, in}, gw), grad_arg("dbias", {out}, gw),
+             {"dout", {rows, out}}, {"inp", {rows, in}}, {"w", {out, in}}, {"pre", {rows, in}}},
+            [gw](Backend& be, const std::vector<Tensor>& t) {
+              be.matmul_backward_gelu(t[0], t[1], t[2], t[3], t[4], t[5], t[6], gw);
+            },
+            2e-4, 1e-4);
+    }
+    // In bf16 the aligned shape takes cuBLASLt's GELU epilogues (forward and backward, twice), the other shape the
+    // plain GELU kernels; f32 never does.
     const bool expect_fused = dt() == DType::kBF16 && in % 8 == 0 && out % 8 == 0;
-    EXPECT_EQ(fused() - before, expect_fused ? 2 : 0);
+    EXPECT_EQ(fused() - before, expect_fused ? 3 : 0);
   }
 }
 
@@ -830,6 +861,84 @@ TEST(AdamWPieces, OneCallEqualsPerParameterCallsOnCuda) {
   auto be = testing::make_cuda_backend(int64_t(256) << 20);
   ASSERT_NE(be, nullptr);
   expect_pieces_equal_per_parameter_calls(*be);
+}
+
+// Note [gradients first written] on the CPU backend (no GPU needed): a backward op overwriting its parameter
+// gradients, which start as NaN, gives what it gives adding to zeros, value for value (-0 and +0 alike), and every
+// other output the same. args' gradients are those with `nan` set.
+using GradOpFn = std::function<void(Backend&, const std::vector<Tensor>&, GradWrite)>;
+void expect_overwrite_is_adding_to_zeros(const std::string& op, const std::vector<Arg>& args, const GradOpFn& fn) {
+  auto be = testing::make_cpu_backend(int64_t(64) << 20);
+  auto run = [&](GradWrite gw) {
+    Rng rng(7);
+    std::vector<Tensor> ts;
+    for (const Arg& a : args) {
+      auto t = be->pool().allocate(a.shape, a.dtype, TensorClass::kWorkspace, a.name);
+      EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+      ts.push_back(t.value());
+      const auto n = static_cast<size_t>(a.shape.numel());
+      if (a.dtype == DType::kI32) {
+        std::vector<int32_t> v(n);
+        for (auto& x : v) x = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(a.int_range)));
+        be->copy_h2d(ts.back(), v.data(), be->compute_stream());
+        EXPECT_TRUE(be->compute_stream().synchronize().is_ok());
+        continue;
+      }
+      std::vector<float> v(n);
+      for (auto& x : v) {
+        const float r = a.positive ? static_cast<float>(0.5 + rng.uniform()) : static_cast<float>(rng.normal());
+        x = !a.nan ? r : gw == GradWrite::kOverwrite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+      }
+      be->copy_h2d(ts.back(), v.data(), be->compute_stream());
+      EXPECT_TRUE(be->compute_stream().synchronize().is_ok());
+    }
+    fn(*be, ts, gw);
+    std::vector<std::vector<float>> out;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i].compare) continue;
+      out.emplace_back(static_cast<size_t>(args[i].shape.numel()));
+      be->copy_d2h(out.back().data(), ts[i], be->compute_stream());
+    }
+    EXPECT_TRUE(be->compute_stream().synchronize().is_ok());
+    for (auto it = ts.rbegin(); it != ts.rend(); ++it) be->pool().free(*it);
+    return out;
+  };
+  const auto added = run(GradWrite::kAccumulate), written = run(GradWrite::kOverwrite);
+  ASSERT_EQ(added.size(), written.size());
+  for (size_t i = 0; i < added.size(); ++i)
+    for (size_t j = 0; j < added[i].size(); ++j)
+      ASSERT_EQ(written[i][j], added[i][j]) << op << ": output " << i << " element " << j;
+}
+
+TEST(GradWrite, OverwritingEqualsAddingToZerosOnCpu) {
+  const int OC = 72;
+  const GradWrite o = GradWrite::kOverwrite;
+  expect_overwrite_is_adding_to_zeros(
+      "embedding_backward",
+      {{"dwte", {V, C}, DType::kF32, true}, grad_arg("dwpe", {T, C}, o), {"dout", {B, T, C}},
+       {"tokens", {B, T}, DType::kI32, false, 5}},
+      [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) { be.embedding_backward(t[0], t[1], t[2], t[3], gw); });
+  expect_overwrite_is_adding_to_zeros(
+      "layernorm_backward",
+      {{"dinp", {N, C}, DType::kF32, true}, grad_arg("dw", {C}, o), grad_arg("db", {C}, o), {"dout", {N, C}},
+       {"inp", {N, C}}, {"w", {C}}, {"mean", {N}}, {"rstd", {N}, DType::kF32, false, 0, false, true}},
+      [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) {
+        be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], gw);
+      });
+  expect_overwrite_is_adding_to_zeros(
+      "matmul_backward",
+      {{"dinp", {N, C}, DType::kF32, true}, grad_arg("dw", {OC, C}, o), grad_arg("dbias", {OC}, o), {"dout", {N, OC}},
+       {"inp", {N, C}}, {"w", {OC, C}}},
+      [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) {
+        be.matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5], gw);
+      });
+  expect_overwrite_is_adding_to_zeros(
+      "matmul_backward_gelu",
+      {{"dpre", {N, C}, DType::kF32, true}, grad_arg("dw", {OC, C}, o), grad_arg("dbias", {OC}, o),
+       {"dout", {N, OC}}, {"inp", {N, C}}, {"w", {OC, C}}, {"pre", {N, C}}},
+      [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) {
+        be.matmul_backward_gelu(t[0], t[1], t[2], t[3], t[4], t[5], t[6], gw);
+      });
 }
 
 TEST(AdamWPieces, AddPieceMergesAlikeAndStopsWhenFull) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -54,8 +55,9 @@ TEST(CpuOpsGradcheck, Embedding) {
     cpu::embedding_forward<double>(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C, 0, V);
     return dot(out, dy);
   };
-  Vec dwte(V * C, 0.0), dwpe(T * C, 0.0);
-  cpu::embedding_backward<double>(dwte.data(), dwpe.data(), dy.data(), tok.data(), B, T, C, 0, V);
+  // dwte is added to (it starts at zero here), dwpe overwritten (it starts as NaN: nothing may read it).
+  Vec dwte(V * C, 0.0), dwpe(T * C, std::numeric_limits<double>::quiet_NaN());
+  cpu::embedding_backward<double>(dwte.data(), dwpe.data(), dy.data(), tok.data(), B, T, C, 0, V, false);
   EXPECT_TRUE(testing::all_close("dwte", dwte, numeric_grad(wte, loss), kAtol, kRtol));
   EXPECT_TRUE(testing::all_close("dwpe", dwpe, numeric_grad(wpe, loss), kAtol, kRtol));
   // Note [vocabulary-parallel cross-entropy]: rows [3, 7) of wte on one rank, [0, 3) and wpe on the other; the two
@@ -65,8 +67,8 @@ TEST(CpuOpsGradcheck, Embedding) {
   cpu::embedding_forward<double>(hi.data(), tok.data(), wte.data() + 3 * C, nullptr, B, T, C, 3, 4);
   loss();
   for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(lo[i] + hi[i], out[i]) << i;
-  cpu::embedding_backward<double>(dlo.data(), nullptr, dy.data(), tok.data(), B, T, C, 0, 3);
-  cpu::embedding_backward<double>(dhi.data(), nullptr, dy.data(), tok.data(), B, T, C, 3, 4);
+  cpu::embedding_backward<double>(dlo.data(), nullptr, dy.data(), tok.data(), B, T, C, 0, 3, true);
+  cpu::embedding_backward<double>(dhi.data(), nullptr, dy.data(), tok.data(), B, T, C, 3, 4, true);
   EXPECT_EQ(Vec(dwte.begin(), dwte.begin() + 3 * C), dlo);
   EXPECT_EQ(Vec(dwte.begin() + 3 * C, dwte.end()), dhi);
 }
@@ -117,10 +119,14 @@ TEST(CpuOpsGradcheck, LayerNorm) {
     return dot(out, dy);
   };
   loss();
-  // The accumulate contract: gradients are added to what the buffers hold.
+  // Accumulating: the gradients are added to what the buffers hold (dx is always added to).
   Vec dx(N * C, 0.5), dw(C, -0.25), db(C, 1.0);
   cpu::layernorm_backward<double>(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
-                                  rstd.data(), N, C);
+                                  rstd.data(), N, C, true);
+  // Overwriting: dw and db start as NaN, which nothing may read.
+  Vec dx2(N * C, 0.5), dw2(C, std::numeric_limits<double>::quiet_NaN()), db2(dw2);
+  cpu::layernorm_backward<double>(dx2.data(), dw2.data(), db2.data(), dy.data(), x.data(), w.data(), mean.data(),
+                                  rstd.data(), N, C, false);
   Vec nx = numeric_grad(x, loss), nw = numeric_grad(w, loss), nb = numeric_grad(b, loss);
   for (auto& v : nx) v += 0.5;
   for (auto& v : nw) v -= 0.25;
@@ -128,6 +134,11 @@ TEST(CpuOpsGradcheck, LayerNorm) {
   EXPECT_TRUE(testing::all_close("dx", dx, nx, kAtol, kRtol));
   EXPECT_TRUE(testing::all_close("dw", dw, nw, kAtol, kRtol));
   EXPECT_TRUE(testing::all_close("db", db, nb, kAtol, kRtol));
+  EXPECT_EQ(dx2, dx);
+  for (int c = 0; c < C; ++c) {
+    EXPECT_NEAR(dw2[c], dw[c] + 0.25, 1e-12) << c;  // what the accumulating call added
+    EXPECT_NEAR(db2[c], db[c] - 1.0, 1e-12) << c;
+  }
 }
 
 TEST(CpuOpsGradcheck, Matmul) {
@@ -138,12 +149,18 @@ TEST(CpuOpsGradcheck, Matmul) {
     cpu::matmul_forward<double>(out.data(), x.data(), w.data(), b.data(), N, C, OC);
     return dot(out, dy);
   };
-  // dx starts as garbage: matmul_backward overwrites dinp (dw and db accumulate).
-  Vec dx = randn(N * C, rng), dw(OC * C, 0.0), db(OC, 0.0);
-  cpu::matmul_backward<double>(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, C, OC);
+  // dx starts as garbage: matmul_backward overwrites dinp; dw and db start as NaN and are overwritten too.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Vec dx = randn(N * C, rng), dw(OC * C, nan), db(OC, nan);
+  cpu::matmul_backward<double>(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, C, OC, false);
   EXPECT_TRUE(testing::all_close("dx", dx, numeric_grad(x, loss), kAtol, kRtol));
   EXPECT_TRUE(testing::all_close("dw", dw, numeric_grad(w, loss), kAtol, kRtol));
   EXPECT_TRUE(testing::all_close("db", db, numeric_grad(b, loss), kAtol, kRtol));
+  // Accumulating adds the same gradients to what dw and db hold.
+  Vec dw_add(OC * C, -0.25), db_add(OC, 1.0);
+  cpu::matmul_backward<double>(nullptr, dw_add.data(), db_add.data(), dy.data(), x.data(), w.data(), N, C, OC, true);
+  for (int i = 0; i < OC * C; ++i) EXPECT_NEAR(dw_add[i], dw[i] - 0.25, 1e-12) << i;
+  for (int o = 0; o < OC; ++o) EXPECT_NEAR(db_add[o], db[o] + 1.0, 1e-12) << o;
   // Without bias the forward must not read one.
   loss();  // refresh out at the unperturbed inputs
   Vec out2(N * OC);

@@ -264,13 +264,14 @@ class CpuBackend final : public Backend {
   }
 
   void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
-                          int64_t vocab_begin) override {
+                          GradWrite pe, int64_t vocab_begin) override {
     const shapes::Embedding d = shapes::embedding_backward(dwte, dwpe, dout, tokens, vocab_begin);
     dispatch_float(dout.dtype(), "embedding_backward", [&]<typename T>() {
       T *dte = dwte.data<T>(), *dpe = shapes::present(dwpe) ? dwpe.data<T>() : nullptr;
       const T* g = dout.data<T>();
       const int32_t* tok = tokens.data<int32_t>();
-      compute_.enqueue([=] { cpu::embedding_backward<T>(dte, dpe, g, tok, d.B, d.T, d.C, d.vocab_begin, d.V); });
+      const bool add = pe == GradWrite::kAccumulate;
+      compute_.enqueue([=] { cpu::embedding_backward<T>(dte, dpe, g, tok, d.B, d.T, d.C, d.vocab_begin, d.V, add); });
     });
   }
 
@@ -285,12 +286,14 @@ class CpuBackend final : public Backend {
   }
 
   void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
-                          const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd) override {
+                          const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                          GradWrite gw) override {
     const shapes::Rows d = shapes::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
     dispatch_float(inp.dtype(), "layernorm_backward", [&]<typename T>() {
       T *di = dinp.data<T>(), *dwp = dw.data<T>(), *dbp = db.data<T>();
       const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *m = mean.data<T>(), *r = rstd.data<T>();
-      compute_.enqueue([=] { cpu::layernorm_backward<T>(di, dwp, dbp, g, x, wp, m, r, d.N, d.C); });
+      const bool add = gw == GradWrite::kAccumulate;
+      compute_.enqueue([=] { cpu::layernorm_backward<T>(di, dwp, dbp, g, x, wp, m, r, d.N, d.C, add); });
     });
   }
 
@@ -304,12 +307,13 @@ class CpuBackend final : public Backend {
   }
 
   void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
-                       const Tensor& inp, const Tensor& w) override {
+                       const Tensor& inp, const Tensor& w, GradWrite gw) override {
     const shapes::Matmul d = shapes::matmul_backward(dinp, dw, dbias, dout, inp, w);
     dispatch_float(inp.dtype(), "matmul_backward", [&]<typename T>() {
       T *di = ptr<T>(dinp), *dwp = ptr<T>(dw), *dbp = ptr<T>(dbias);
       const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>();
-      compute_.enqueue([=] { cpu::matmul_backward<T>(di, dwp, dbp, g, x, wp, d.N, d.C, d.OC); });
+      const bool add = gw == GradWrite::kAccumulate;
+      compute_.enqueue([=] { cpu::matmul_backward<T>(di, dwp, dbp, g, x, wp, d.N, d.C, d.OC, add); });
     });
   }
 
@@ -327,14 +331,14 @@ class CpuBackend final : public Backend {
   }
 
   void matmul_backward_gelu(const Tensor& dpre, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
-                            const Tensor& inp, const Tensor& w, const Tensor& pre) override {
+                            const Tensor& inp, const Tensor& w, const Tensor& pre, GradWrite gw) override {
     const shapes::Matmul d = shapes::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre);
     dispatch_float(inp.dtype(), "matmul_backward_gelu", [&]<typename T>() {
       T *di = dpre.data<T>(), *dwp = ptr<T>(dw), *dbp = ptr<T>(dbias);
       const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *p = pre.data<T>();
+      const bool add = gw == GradWrite::kAccumulate;
       compute_.enqueue([=] {
-        std::fill(di, di + d.N * d.C, T(0));
-        cpu::matmul_backward<T>(di, dwp, dbp, g, x, wp, d.N, d.C, d.OC);
+        cpu::matmul_backward<T>(di, dwp, dbp, g, x, wp, d.N, d.C, d.OC, add);  // overwrites dpre
         cpu::gelu_backward_scale<T>(di, p, d.N * d.C);
       });
     });

@@ -104,13 +104,15 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
 
 template <typename T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C, int64_t begin,
-                        int V) {
+                        int V, bool add_pe) {
   // Split by channel: every thread owns a slice of columns of dwte and dwpe, so no two threads write one element and
   // the order of additions is the same on every run.
 #pragma omp parallel
   {
     int64_t c0, c1;
     split_range(C, omp_get_num_threads(), omp_get_thread_num(), &c0, &c1);
+    if (dwpe && !add_pe)
+      for (int64_t t = 0; t < T_; ++t) std::fill(dwpe + t * C + c0, dwpe + t * C + c1, T(0));
     for (int64_t bt = 0; bt < static_cast<int64_t>(B) * T_; ++bt) {
       const int t = static_cast<int>(bt % T_);
       const T* d = dout + bt * C;
@@ -157,7 +159,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const
 
 template <typename T>
 void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
-                        const T* rstd, int64_t N, int C) {
+                        const T* rstd, int64_t N, int C, bool add) {
 #pragma omp parallel
   {
     // Rows: input gradient.
@@ -186,6 +188,10 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
     // Channels: weight and bias gradients, each column summed by one thread in row order.
     int64_t c0, c1;
     split_range(C, omp_get_num_threads(), omp_get_thread_num(), &c0, &c1);
+    if (!add) {
+      std::fill(dw + c0, dw + c1, T(0));
+      std::fill(db + c0, db + c1, T(0));
+    }
     for (int64_t n = 0; n < N; ++n) {
       const T* x = inp + n * C;
       const T* d = dout + n * C;
@@ -213,14 +219,16 @@ void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, 
 }
 
 template <typename T>
-void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC) {
+void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC,
+                     bool add) {
   if (dinp != nullptr) gemm<T>(CblasNoTrans, CblasNoTrans, N, C, OC, T(1), dout, OC, w, C, T(0), dinp, C);
-  if (dw != nullptr) gemm<T>(CblasTrans, CblasNoTrans, OC, C, N, T(1), dout, OC, inp, C, T(1), dw, C);
+  if (dw != nullptr) gemm<T>(CblasTrans, CblasNoTrans, OC, C, N, T(1), dout, OC, inp, C, T(add ? 1 : 0), dw, C);
   if (dbias != nullptr) {
 #pragma omp parallel
     {
       int64_t o0, o1;
       split_range(OC, omp_get_num_threads(), omp_get_thread_num(), &o0, &o1);
+      if (!add) std::fill(dbias + o0, dbias + o1, T(0));
       for (int64_t n = 0; n < N; ++n) {
         const T* d = dout + n * OC;
         for (int64_t o = o0; o < o1; ++o) dbias[o] += d[o];
@@ -547,14 +555,15 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq
 
 #define TT_CPU_INSTANTIATE(T)                                                                                       \
   template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, int64_t, int);        \
-  template void embedding_backward<T>(T*, T*, const T*, const int32_t*, int, int, int, int64_t, int);               \
+  template void embedding_backward<T>(T*, T*, const T*, const int32_t*, int, int, int, int64_t, int, bool);         \
   template void xent_local_max<T>(T*, const T*, int64_t, int, int);                                                  \
   template void xent_local_sums<T>(T*, const T*, const int32_t*, int64_t, int, int, int64_t);                       \
   template void xent_finish<T>(T*, T*, const T*, const T*, const int32_t*, T, int64_t, int, int, int64_t);          \
   template void layernorm_forward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int);                       \
-  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int);  \
+  template void layernorm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int64_t, int,   \
+                                      bool);                                                                        \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                              \
-  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int);                    \
+  template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, bool);              \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                                         \
   template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);                        \
   template void attention_decode<T>(T*, T*, const T*, const int32_t*, int, int, int, int);                        \

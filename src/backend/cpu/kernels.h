@@ -19,23 +19,26 @@ void set_num_threads(int threads);
 int num_threads();
 
 // wte holds the rows of tokens [begin, begin + V) (the others contribute nothing); wpe / dwpe may be null.
+// The backward ops' `add`: whether they add to their parameter gradients or overwrite them (Note [gradients first
+// written] in backend/backend.h); dwte is always added to.
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C, int64_t begin,
                        int V);
 template <typename T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C, int64_t begin,
-                        int V);
+                        int V, bool add_pe);
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int64_t N, int C);
 template <typename T>
 void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
-                        const T* rstd, int64_t N, int C);
+                        const T* rstd, int64_t N, int C, bool add);
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC);
 template <typename T>
-void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC);
+void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w, int64_t N, int C, int OC,
+                     bool add);
 
 // Causal attention saving only lse[B, H, T] (log-sum-exp of each row's scaled scores); the backward rebuilds the
 // probabilities from q, k and lse.

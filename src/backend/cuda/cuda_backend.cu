@@ -276,11 +276,12 @@ class CudaBackend final : public Backend {
     });
   }
   void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
-                          int64_t vocab_begin) override {
+                          GradWrite pe, int64_t vocab_begin) override {
     const shapes::Embedding d = shapes::embedding_backward(dwte, dwpe, dout, tokens, vocab_begin);
     dispatch_x(dout.dtype(), "embedding_backward", [&]<typename X>() {
       cuda::embedding_backward<X>(s(), scratch_, dwte.data<float>(), shapes::present(dwpe) ? dwpe.data<float>() : nullptr,
-                                  dout.data<X>(), tokens.data<int32_t>(), d.B, d.T, d.C, d.vocab_begin, d.V);
+                                  dout.data<X>(), tokens.data<int32_t>(), d.B, d.T, d.C, d.vocab_begin, d.V,
+                                  pe == GradWrite::kAccumulate);
     });
   }
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
@@ -292,11 +293,13 @@ class CudaBackend final : public Backend {
     });
   }
   void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
-                          const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd) override {
+                          const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                          GradWrite gw) override {
     const shapes::Rows d = shapes::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
     dispatch_x(inp.dtype(), "layernorm_backward", [&]<typename X>() {
       cuda::layernorm_backward<X>(s(), scratch_, dinp.data<X>(), dw.data<float>(), db.data<float>(), dout.data<X>(),
-                                  inp.data<X>(), w.data<X>(), mean.data<float>(), rstd.data<float>(), d.N, d.C);
+                                  inp.data<X>(), w.data<X>(), mean.data<float>(), rstd.data<float>(), d.N, d.C,
+                                  gw == GradWrite::kAccumulate);
     });
   }
   // bf16 Linear layers go through cuBLASLt with the bias (and GELU) in the GEMM's epilogue where it has an algorithm
@@ -331,7 +334,7 @@ class CudaBackend final : public Backend {
   }
 
   void matmul_backward_gelu(const Tensor& dpre, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
-                            const Tensor& inp, const Tensor& w, const Tensor& pre) override {
+                            const Tensor& inp, const Tensor& w, const Tensor& pre, GradWrite gw) override {
     const shapes::Matmul d = shapes::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre);
     bool fused = false;
     if (inp.dtype() == DType::kBF16) {
@@ -358,7 +361,7 @@ class CudaBackend final : public Backend {
         cuda::gelu_backward_scale<X>(s(), dpre.data<X>(), pre.data<X>(), d.N * d.C);
       });
     }
-    matmul_backward(Tensor(), dw, dbias, dout, inp, w);
+    matmul_backward(Tensor(), dw, dbias, dout, inp, w, gw);
   }
 
   void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) override {
@@ -375,19 +378,20 @@ class CudaBackend final : public Backend {
     });
   }
   void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
-                       const Tensor& inp, const Tensor& w) override {
+                       const Tensor& inp, const Tensor& w, GradWrite gw) override {
     const shapes::Matmul d = shapes::matmul_backward(dinp, dw, dbias, dout, inp, w);
     const int N = static_cast<int>(d.N);
+    const bool add = gw == GradWrite::kAccumulate;  // Note [gradients first written]: beta 0 reads no dw
     dispatch_x(inp.dtype(), "matmul_backward", [&]<typename X>() {
       const cudaDataType_t xt = cuda_type<X>();
       if (shapes::present(dinp))
         gemm_rm(cublas_, false, false, N, d.C, d.OC, 1.0f, dout.raw(), xt, d.OC, w.raw(), d.C, 0.0f, dinp.raw(), xt,
                 d.C);
       if (shapes::present(dw))
-        gemm_rm(cublas_, true, false, d.OC, d.C, N, 1.0f, dout.raw(), xt, d.OC, inp.raw(), d.C, 1.0f, dw.raw(),
-                CUDA_R_32F, d.C);
+        gemm_rm(cublas_, true, false, d.OC, d.C, N, 1.0f, dout.raw(), xt, d.OC, inp.raw(), d.C, add ? 1.0f : 0.0f,
+                dw.raw(), CUDA_R_32F, d.C);
       if (shapes::present(dbias))
-        cuda::column_sums<X>(s(), scratch_, dbias.data<float>(), dout.data<X>(), d.N, d.OC);
+        cuda::column_sums<X>(s(), scratch_, dbias.data<float>(), dout.data<X>(), d.N, d.OC, add);
     });
   }
 

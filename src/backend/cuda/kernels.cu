@@ -89,12 +89,12 @@ __global__ void embedding_keys_kernel(int32_t* keys, const int32_t* tokens, int 
 }
 
 template <typename X>
-__global__ void dwpe_kernel(float* dwpe, const X* dout, int B, int T, int C) {
+__global__ void dwpe_kernel(float* dwpe, const X* dout, int B, int T, int C, bool add) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < static_cast<int64_t>(T) * C;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float s = 0.0f;
     for (int b = 0; b < B; ++b) s += ld(dout[static_cast<int64_t>(b) * T * C + i]);
-    dwpe[i] += s;
+    dwpe[i] = add ? dwpe[i] + s : s;
   }
 }
 
@@ -391,7 +391,8 @@ __global__ void column_partials_vec_kernel(float* partial, const X* __restrict__
 
 // Adds the column sums of the partials to dst (and the second half's to dst2). Block (32, 32): x picks the column, y
 // strides over the chunks; the 32 per-y sums are then added in y order, so the result does not depend on timing.
-__global__ void column_finish_kernel(float* dst, float* dst2, const float* partial, int C, int chunks, int stride) {
+__global__ void column_finish_kernel(float* dst, float* dst2, const float* partial, int C, int chunks, int stride,
+                                     bool add) {
   __shared__ float sh[32][33], sh2[32][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
   float s = 0.0f, s2 = 0.0f;
@@ -410,8 +411,8 @@ __global__ void column_finish_kernel(float* dst, float* dst2, const float* parti
       t += sh[y][threadIdx.x];
       t2 += sh2[y][threadIdx.x];
     }
-    dst[c] += t;
-    if (dst2 != nullptr) dst2[c] += t2;
+    dst[c] = add ? dst[c] + t : t;
+    if (dst2 != nullptr) dst2[c] = add ? dst2[c] + t2 : t2;
   }
 }
 
@@ -892,9 +893,9 @@ void embedding_at(cudaStream_t s, X* out, const int32_t* tokens, const int32_t* 
 
 template <typename X>
 void embedding_backward(cudaStream_t s, const Scratch& scratch, float* dwte, float* dwpe, const X* dout,
-                        const int32_t* tokens, int B, int T, int C, int64_t begin, int V) {
+                        const int32_t* tokens, int B, int T, int C, int64_t begin, int V, bool add_pe) {
   if (dwpe) {
-    dwpe_kernel<<<blocks_for(static_cast<int64_t>(T) * C), kThreads, 0, s>>>(dwpe, dout, B, T, C);
+    dwpe_kernel<<<blocks_for(static_cast<int64_t>(T) * C), kThreads, 0, s>>>(dwpe, dout, B, T, C, add_pe);
     TT_CUDA_CHECK_LAUNCH();
   }
   const int n = B * T;
@@ -971,7 +972,7 @@ void layernorm_forward(cudaStream_t s, X* out, float* mean, float* rstd, const X
 
 template <typename X>
 void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db, const X* dout,
-                        const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C) {
+                        const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C, bool add) {
   // Note [one-pass LayerNorm backward], where the rows split into 16-byte vectors and a thread's share fits.
   constexpr int kV = 16 / sizeof(X);
   const int vectors = C / kV;
@@ -995,18 +996,18 @@ void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* 
           dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_block);
       TT_CUDA_CHECK_LAUNCH();
       column_finish_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, db, partial, C, static_cast<int>(used),
-                                                                 2 * C);
+                                                                 2 * C, add);
       TT_CUDA_CHECK_LAUNCH();
       return;
     }
   }
-  layernorm_backward_two_pass(s, scratch, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  layernorm_backward_two_pass(s, scratch, dinp, dw, db, dout, inp, w, mean, rstd, N, C, add);
 }
 
 template <typename X>
 void layernorm_backward_two_pass(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db,
                                  const X* dout, const X* inp, const X* w, const float* mean, const float* rstd,
-                                 int64_t N, int C) {
+                                 int64_t N, int C, bool add) {
   layernorm_backward_dinp_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
   TT_CUDA_CHECK_LAUNCH();
   const int chunks = column_chunks(N, 2 * static_cast<int64_t>(C), scratch.bytes);
@@ -1016,7 +1017,7 @@ void layernorm_backward_two_pass(cudaStream_t s, const Scratch& scratch, X* dinp
   column_partials_kernel<<<dim3((C + kThreads - 1) / kThreads, chunks), kThreads, 0, s>>>(partial, dout, inp, mean,
                                                                                           rstd, N, C, chunks);
   TT_CUDA_CHECK_LAUNCH();
-  column_finish_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, db, partial, C, chunks, 2 * C);
+  column_finish_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, db, partial, C, chunks, 2 * C, add);
   TT_CUDA_CHECK_LAUNCH();
 }
 
@@ -1027,7 +1028,7 @@ void broadcast_rows(cudaStream_t s, X* out, const X* bias, int64_t N, int OC) {
 }
 
 template <typename X>
-void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* dout, int64_t N, int OC) {
+void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* dout, int64_t N, int OC, bool add) {
   const int chunks = column_chunks(N, OC, scratch.bytes);
   TT_CHECK(static_cast<size_t>(chunks) * OC * sizeof(float) <= scratch.bytes,
            "column_sums: OC=%d needs more than the CUDA scratch", OC);
@@ -1041,7 +1042,7 @@ void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* 
         partial, dout, static_cast<const X*>(nullptr), nullptr, nullptr, N, OC, chunks);
   }
   TT_CUDA_CHECK_LAUNCH();
-  column_finish_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, s>>>(dbias, nullptr, partial, OC, chunks, OC);
+  column_finish_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, s>>>(dbias, nullptr, partial, OC, chunks, OC, add);
   TT_CUDA_CHECK_LAUNCH();
 }
 
@@ -1193,18 +1194,19 @@ void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, flo
                                      int);                                                                         \
   template void embedding_at<X>(cudaStream_t, X*, const int32_t*, const int32_t*, const X*, const X*, int, int);    \
   template void embedding_backward<X>(cudaStream_t, const Scratch&, float*, float*, const X*, const int32_t*, int,  \
-                                      int, int, int64_t, int);                                                      \
+                                      int, int, int64_t, int, bool);                                                \
   template void xent_local_max<X>(cudaStream_t, float*, const X*, int64_t, int, int);                               \
   template void xent_local_sums<X>(cudaStream_t, float*, const X*, const int32_t*, int64_t, int, int, int64_t);    \
   template void xent_finish<X>(cudaStream_t, float*, X*, const X*, const float*, const int32_t*, float, int64_t,    \
                                int, int, int64_t);                                                                 \
   template void layernorm_forward<X>(cudaStream_t, X*, float*, float*, const X*, const X*, const X*, int64_t, int); \
   template void layernorm_backward<X>(cudaStream_t, const Scratch&, X*, float*, float*, const X*, const X*,         \
-                                      const X*, const float*, const float*, int64_t, int);                         \
+                                      const X*, const float*, const float*, int64_t, int, bool);                   \
   template void layernorm_backward_two_pass<X>(cudaStream_t, const Scratch&, X*, float*, float*, const X*,      \
-                                               const X*, const X*, const float*, const float*, int64_t, int); \
+                                               const X*, const X*, const float*, const float*, int64_t, int, \
+                                               bool);                                                          \
   template void broadcast_rows<X>(cudaStream_t, X*, const X*, int64_t, int);                                       \
-  template void column_sums<X>(cudaStream_t, const Scratch&, float*, const X*, int64_t, int);                      \
+  template void column_sums<X>(cudaStream_t, const Scratch&, float*, const X*, int64_t, int, bool);                \
   template void gelu_forward<X>(cudaStream_t, X*, const X*, int64_t);                                              \
   template void gelu_backward<X>(cudaStream_t, X*, const X*, const X*, int64_t);                                   \
   template void residual_forward<X>(cudaStream_t, X*, const X*, const X*, int64_t);                                \

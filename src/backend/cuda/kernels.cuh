@@ -43,31 +43,33 @@ void gemm_rm(cublasHandle_t h, bool trans_a, bool trans_b, int m, int n, int k, 
              cudaDataType_t ab_type, int lda, const void* b, int ldb, float beta, void* c, cudaDataType_t c_type,
              int ldc);
 
-// wte holds the rows of tokens [begin, begin + V); wpe and dwpe may be null.
+// wte holds the rows of tokens [begin, begin + V); wpe and dwpe may be null. The backward kernels' `add`: whether they
+// add to their parameter gradients or overwrite them (Note [gradients first written] in backend/backend.h); dwte is
+// always added to.
 template <typename X>
 void embedding_forward(cudaStream_t s, X* out, const int32_t* tokens, const X* wte, const X* wpe, int B, int T, int C,
                        int64_t begin, int V);
 template <typename X>
 void embedding_backward(cudaStream_t s, const Scratch& scratch, float* dwte, float* dwpe, const X* dout,
-                        const int32_t* tokens, int B, int T, int C, int64_t begin, int V);
+                        const int32_t* tokens, int B, int T, int C, int64_t begin, int V, bool add_pe);
 template <typename X>
 void layernorm_forward(cudaStream_t s, X* out, float* mean, float* rstd, const X* inp, const X* w, const X* b,
                        int64_t N, int C);
 template <typename X>
 void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db, const X* dout,
-                        const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C);
+                        const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C, bool add);
 // The two-pass kernels layernorm_backward falls back to (Note [one-pass LayerNorm backward]); declared for
 // bench/training/gemm_survey, which times both.
 template <typename X>
 void layernorm_backward_two_pass(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db,
                                  const X* dout, const X* inp, const X* w, const float* mean, const float* rstd,
-                                 int64_t N, int C);
+                                 int64_t N, int C, bool add);
 // out[n, :] = bias (for a GEMM with beta = 1 to add onto).
 template <typename X>
 void broadcast_rows(cudaStream_t s, X* out, const X* bias, int64_t N, int OC);
-// dbias[o] += sum_n dout[n, o], in a fixed order.
+// dbias[o] (+)= sum_n dout[n, o] (as `add` says), in a fixed order.
 template <typename X>
-void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* dout, int64_t N, int OC);
+void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* dout, int64_t N, int OC, bool add);
 // Causal attention (attention.cu): out[B, T, C] and lse[B, H, T] from qkv[B, T, 3C]; the backward writes dqkv and
 // needs attention_scratch_bytes of scratch.
 template <typename X>
