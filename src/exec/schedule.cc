@@ -557,11 +557,11 @@ class Compiler {
     if (!cpu_) {
       for (int s = 0; s < S; ++s) {
         if (sp_.data_ranks > 1) wait(out, StreamId::kCompute, "reduced " + seg_name(s), "wait grad reduce");
-        Op& op = add(out, StreamId::kCompute, OpKind::kNormPart, "adamw");
+        Op& op = add(out, StreamId::kCompute, OpKind::kNormPart, "grad norm");
         op.segment = s;
         op.bytes = seg_bytes(s, msize_);
       }
-      add(out, StreamId::kCompute, OpKind::kNormTotal, "adamw");
+      add(out, StreamId::kCompute, OpKind::kNormTotal, "grad norm");
       Op& op = add(out, StreamId::kCompute, OpKind::kDeviceAdamW, "adamw");
       // Read p, g, m, v; write p, m, v and the compute copy when it is not the master (Note [device update by
       // segment] in exec/optimizer.cc).

@@ -679,7 +679,8 @@ MachineId this_machine(const std::string& backend, const BackendOptions& options
     // Our kernels' revision, bumped when a change moves their times enough to reprice plans (a profile of an older
     // revision is then recalibrated): r2, the f32 attention backward's d(q) partials and rolled k loops (20.4 against
     // 29.7 ms a step at GPT-2 B16; docs/design/f32-attention.md); r3, the backward's dW GEMMs with beta 0 and no
-    // zeroing of gradients (Note [gradients first written]).
+    // zeroing of gradients (Note [gradients first written]), the gradient norm's 16-byte loads and managed memory
+    // moved to the host in pieces (Note [prefetches to the host in pieces] in backend/cuda/um.cc).
     constexpr int kKernelsRevision = 3;
     m.attention += str_format(", kernels r%d", kKernelsRevision);
   }

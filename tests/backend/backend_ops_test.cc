@@ -716,6 +716,16 @@ TEST_P(BackendOps, SoftmaxCrossEntropy) {
 TEST_P(BackendOps, Optimizer) {
   check("sum_squares", {{"out_norm", {1}, DType::kF32, true}, {"grad", {100003}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.sum_squares(t[0], t[1]); }, 0, 1e-6, 0, 1e-6);
+  // Long enough for the CUDA kernel's two 16-byte loads a thread a turn, its single last load and its scalar tail;
+  // and from an odd offset (not 16-byte aligned: the scalar loop throughout).
+  for (const int64_t offset : {0, 1}) {
+    check("sum_squares (3M, offset " + std::to_string(offset) + ")",
+          {{"out_norm", {1}, DType::kF32, true}, {"grad", {3000007}}},
+          [offset](Backend& be, const std::vector<Tensor>& t) {
+            be.sum_squares(t[0], t[1].view(offset, {3000005 - offset}));
+          },
+          0, 1e-6, 0, 1e-6);
+  }
   for (float clip : {0.0f, 0.5f}) {
     check("adamw_update",
                {{"param", {1000}, DType::kF32, true}, {"grad", {1000}}, {"m", {1000}, DType::kF32, true},

@@ -1,5 +1,8 @@
 #include "backend/cuda/um.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -78,11 +81,32 @@ class CudaUmDriver final : public memory::UmDriver {
     return Status::ok();
   }
 
+  // Note [prefetches to the host in pieces]
+  // The driver moves a large range to the host faster in pieces than in one call: bench/um/prefetch_rate.cu on an
+  // H200 (2026-12-03, 2 GiB, docs/benchmarks/2026-12-03-h200-engine-grads-written/) measured 10.6 GB/s whole and
+  // 15.9 GB/s in 32 MiB pieces on one stream for a range preferred on the device (activations' advice); 7.0 against
+  // 11.5 GB/s with no advice; 10.1 against 10.6 accessed by the host. Pieces over several streams added little
+  // (17 GB/s at best), pieces of 2 MiB were slower. To the device one call is fastest (49 GB/s whole, 41 in pieces),
+  // so only prefetches to the host are cut. TT_UM_HOST_PIECE_MIB (read once; 0: whole ranges, as before) sets the
+  // piece for A/B measurements (bench/um/um_gpu.sh).
+  static size_t host_piece() {
+    static const size_t bytes = [] {
+      const char* e = std::getenv("TT_UM_HOST_PIECE_MIB");
+      const long long mib = e != nullptr ? std::atoll(e) : 32;
+      return mib > 0 ? static_cast<size_t>(mib) << 20 : SIZE_MAX;
+    }();
+    return bytes;
+  }
+
   void prefetch(const std::vector<memory::UmRange>& ranges, memory::UmPlace to, Stream& stream) override {
     auto s = static_cast<cudaStream_t>(stream.native());
     const cudaMemLocation loc = location(to, device_);
+    const size_t piece = to == memory::UmPlace::kHost ? host_piece() : SIZE_MAX;
     for (const memory::UmRange& r : ranges)
-      if (r.bytes > 0) TT_CUDA_ASSERT(cudaMemPrefetchAsync(r.ptr, r.bytes, loc, 0, s));
+      for (size_t off = 0; off < r.bytes; off += piece) {
+        char* p = static_cast<char*>(r.ptr) + off;
+        TT_CUDA_ASSERT(cudaMemPrefetchAsync(p, std::min(piece, r.bytes - off), loc, 0, s));
+      }
   }
 
   Status start_counting() override {
