@@ -10,7 +10,8 @@
 # with --plan in-core-selective (Note [rebuilt GELU]); fp32: GPT-2 B16 in f32 (attention by the fused 3xTF32 kernels,
 # Note [3xTF32 attention], by cuBLAS GEMMs and by our SIMT kernels: --f32-attention) against PyTorch fp32 (TF32 off)
 # eager and compiled, and tiertrain's f32 profile. TT_TORCH_MODES (default "eager compile autotune") picks the
-# PyTorch runs of the gpt2 and d4096 parts; TT_F32_PATHS (default "auto gemm simt") tiertrain's f32 attention paths; TT_ONLY_ARCHIVE=1 leaves only results.md and results.tgz in OUTDIR at the end.
+# PyTorch runs of the gpt2 and d4096 parts; TT_D4096_VARIANTS (default "own_grads selective") the d4096 rows beside
+# the default plan; TT_F32_PATHS (default "auto gemm simt") tiertrain's f32 attention paths; TT_ONLY_ARCHIVE=1 leaves only results.md and results.tgz in OUTDIR at the end.
 # OUTDIR gets one JSON per run, the logs, the card's clock and power while each run went (gpu_*.csv), profile_*.txt,
 # results.json and results.md (bench/training/gpu_summary.py), packed in results.tgz.
 set -euo pipefail
@@ -99,11 +100,13 @@ fi
 if has d4096; then
   m=(--layers 16 --dim 4096 --heads 32 --seq 2048 --batch 8)
   tiertrain d4096 15 "${m[@]}"
+  # TT_D4096_VARIANTS (default "own_grads selective"): the other d4096 rows ("" for the default plan alone).
+  variants=" ${TT_D4096_VARIANTS-own_grads selective} "
   # Note [gradients in dead activations]: every gradient in a buffer of its own, as before it (same speed, more
   # memory).
-  tiertrain d4096_own_grads 15 "${m[@]}" --grads-in-activations false
+  [[ $variants == *" own_grads "* ]] && tiertrain d4096_own_grads 15 "${m[@]}" --grads-in-activations false
   # Note [rebuilt GELU]: the GELU and LayerNorm outputs rebuilt in the backward (peak memory against PyTorch's).
-  tiertrain d4096_selective 15 "${m[@]}" --plan in-core-selective
+  [[ $variants == *" selective "* ]] && tiertrain d4096_selective 15 "${m[@]}" --plan in-core-selective
   [[ $modes == *" eager "* ]] && torch_run d4096_eager "${m[@]}" --steps 12 --warmup-steps 4 --mode bf16
   [[ $modes == *" compile "* ]] && torch_run d4096_compile "${m[@]}" --steps 14 --warmup-steps 6 --mode bf16 \
     --compile --profile-out "$OUT/profile_torch_compile_d4096.txt"

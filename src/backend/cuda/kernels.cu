@@ -215,8 +215,10 @@ struct Vec {
   }
 };
 
-template <typename X>
-__global__ void __launch_bounds__(kLnThreads) layernorm_backward_one_pass_kernel(
+// kNV: the column vectors a thread owns (1 where a row has at most kLnThreads vectors: C up to 4096 in bf16). With
+// one, the kernel fits two blocks an SM (Note [one-pass LayerNorm backward]: 102 registers a thread with kNV 2).
+template <typename X, int kNV>
+__global__ void __launch_bounds__(kLnThreads, kNV == 1 ? 2 : 1) layernorm_backward_one_pass_kernel(
     X* __restrict__ dinp, float* __restrict__ partial, const X* __restrict__ dout, const X* __restrict__ inp,
     const X* __restrict__ w, const float* __restrict__ mean, const float* __restrict__ rstd, int64_t N, int C,
     int64_t rows_per_block) {
@@ -233,13 +235,13 @@ __global__ void __launch_bounds__(kLnThreads) layernorm_backward_one_pass_kernel
   const int first_vec = P == 1 ? threadIdx.x : threadIdx.x % vectors;
   const int64_t r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
 
-  float wv[kLnMaxVecs][kV], acc_w[kLnMaxVecs][kV], acc_b[kLnMaxVecs][kV];
+  float wv[kNV][kV], acc_w[kNV][kV], acc_b[kNV][kV];
 #pragma unroll
-  for (int i = 0; i < kLnMaxVecs; ++i)
+  for (int i = 0; i < kNV; ++i)
 #pragma unroll
     for (int j = 0; j < kV; ++j) wv[i][j] = acc_w[i][j] = acc_b[i][j] = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kLnMaxVecs; ++i) {
+  for (int i = 0; i < kNV; ++i) {
     const int cv = first_vec + i * kLnThreads;
     if (active && i < nv && cv < vectors) {
       Vec<X> t;
@@ -283,7 +285,7 @@ __global__ void __launch_bounds__(kLnThreads) layernorm_backward_one_pass_kernel
         const int64_t row = g + i;
         const float m = mean[row], r = rstd[row], dnorm_mean = row_a[i], dnorm_norm_mean = row_b[i];
 #pragma unroll
-        for (int k = 0; k < kLnMaxVecs; ++k) {
+        for (int k = 0; k < kNV; ++k) {
           const int cv = first_vec + k * kLnThreads;
           if (k >= nv || cv >= vectors) break;
           const int64_t off = row * C + static_cast<int64_t>(cv) * kV;
@@ -308,7 +310,7 @@ __global__ void __launch_bounds__(kLnThreads) layernorm_backward_one_pass_kernel
   float* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * C;
   if (P == 1) {
 #pragma unroll
-    for (int k = 0; k < kLnMaxVecs; ++k) {
+    for (int k = 0; k < kNV; ++k) {
       const int cv = first_vec + k * kLnThreads;
       if (k >= nv || cv >= vectors) break;
 #pragma unroll
@@ -1014,8 +1016,14 @@ void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* 
     const size_t smem = P > 1 ? static_cast<size_t>(P) * 2 * C * sizeof(float) : 0;
     if (fit >= 1) {
       float* partial = static_cast<float*>(scratch.ptr);
-      layernorm_backward_one_pass_kernel<X><<<static_cast<unsigned>(used), kLnThreads, smem, s>>>(
-          dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_block);
+      // The same grid and rows a block either way, so the same partials: the kernel's two forms give equal bits.
+      if (vectors <= kLnThreads) {
+        layernorm_backward_one_pass_kernel<X, 1><<<static_cast<unsigned>(used), kLnThreads, smem, s>>>(
+            dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_block);
+      } else {
+        layernorm_backward_one_pass_kernel<X, kLnMaxVecs><<<static_cast<unsigned>(used), kLnThreads, smem, s>>>(
+            dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_block);
+      }
       TT_CUDA_CHECK_LAUNCH();
       column_finish_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, db, partial, C, static_cast<int>(used),
                                                                  2 * C, add);
