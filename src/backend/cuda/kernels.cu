@@ -189,10 +189,12 @@ __global__ void layernorm_backward_dinp_kernel(X* __restrict__ dinp, const X* __
 // order at the end. Each block writes its column partials ([block][2C]: weight, then bias), column_finish_kernel adds
 // them in block order: the sums do not depend on timing. The formula is the two-pass kernel's; the row sums' order
 // differs (16-byte vectors a lane), so the two round differently: the two-pass kernels remain for rows that do not
-// split into aligned vectors or are wider than a block's share (fixed for a model's shapes: one path a run). ptxas
-// (sm_90): 102 registers a thread in bf16, no spills: one block of 512 an SM, the grid two of them an SM (two waves).
-// Measured on an H200 at [16384, 4096] bf16: 0.238 ms against the two-pass kernels' 0.357 (2256 GB/s of the 8 bytes
-// an element it must move).
+// split into aligned vectors or are wider than a block's share (fixed for a model's shapes: one path a run). The grid
+// is two blocks an SM. Where a thread owns one column vector (rows of up to kLnThreads vectors: 4096 bf16 values) the
+// kernel is held to 64 registers (ptxas, sm_90: 4 bytes spilled) and both blocks of an SM run at once; owning two, it
+// takes 120 and runs them one after the other. Measured on an H200 at [16384, 4096] bf16: 0.238 ms against the
+// two-pass kernels' 0.357 at one block an SM; in the d4096 step (33 calls) 8.46 -> 7.27 ms at two (2.1 -> 2.4 TB/s
+// of the 8 bytes an element it must move; docs/benchmarks/2026-12-03-h200-engine-grads-written/).
 constexpr int kLnThreads = 512;
 constexpr int kLnMaxVecs = 2;  // vectors of columns a thread owns: C up to 2 * 8 * 512 = 8192 in bf16, 4096 in f32
 
