@@ -19,7 +19,8 @@ run() {  # NAME PIECE_MIB FLAGS...
   local name=$1 piece=$2
   shift 2
   TT_UM_HOST_PIECE_MIB=$piece "$TT" train "${g[@]}" "$@" --steps 30 --warmup 5 --eval-every 0 --log-every 10 \
-    --metrics-out "$OUT/$name.json" > "$OUT/$name.log" 2>&1 || { echo "$name failed"; tail -5 "$OUT/$name.log"; status=1; }
+    --metrics-out "$OUT/$name.json" > "$OUT/$name.log" 2>&1 ||
+    { echo "$name failed"; tail -5 "$OUT/$name.log"; status=1; }
   echo "$name: $(grep -o 'median.*' "$OUT/$name.log" | head -n 1)"
 }
 for r in $(seq 1 "$reps"); do

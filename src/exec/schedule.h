@@ -146,10 +146,10 @@ struct Schedule {
 // device (resident, not managed) at least as large as the segment, block l's gradients are neither streamed nor
 // managed, and the optimizer is the device's (the CPU optimizer's copies of the gradients to the host would race
 // the next forward). Block l's backward writes the segment without reading it (Note [gradients first written] in
-// backend/backend.h), so the set's stale activations need no clearing. A forward overwrites them, so nothing may run one between a backward and its optimizer step
-// (gradient accumulation over several forwards would need buffers of their own): after such a forward the executor
-// refuses the step (a check) and download_grads (an error). Bit-identical to gradients in buffers of their own
-// (tests); Plan::grads_in_activations = false turns it off.
+// backend/backend.h), so the set's stale activations need no clearing. A forward overwrites them, so nothing may run
+// one between a backward and its optimizer step (gradient accumulation over several forwards would need buffers of
+// their own): after such a forward the executor refuses the step (a check) and download_grads (an error).
+// Bit-identical to gradients in buffers of their own (tests); Plan::grads_in_activations = false turns it off.
 bool grads_in_next_set(const Plan& plan, const GptConfig& cfg, int batch, DType compute, int l);
 bool grads_in_next_set(const ScheduleSpec& spec, int l);
 

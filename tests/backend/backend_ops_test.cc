@@ -927,7 +927,9 @@ TEST(GradWrite, OverwritingEqualsAddingToZerosOnCpu) {
       "embedding_backward",
       {{"dwte", {V, C}, DType::kF32, true}, grad_arg("dwpe", {T, C}, o), {"dout", {B, T, C}},
        {"tokens", {B, T}, DType::kI32, false, 5}},
-      [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) { be.embedding_backward(t[0], t[1], t[2], t[3], gw); });
+      [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) {
+        be.embedding_backward(t[0], t[1], t[2], t[3], gw);
+      });
   expect_overwrite_is_adding_to_zeros(
       "layernorm_backward",
       {{"dinp", {N, C}, DType::kF32, true}, grad_arg("dw", {C}, o), grad_arg("db", {C}, o), {"dout", {N, C}},

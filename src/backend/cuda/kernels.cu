@@ -218,7 +218,7 @@ struct Vec {
 };
 
 // kNV: the column vectors a thread owns (1 where a row has at most kLnThreads vectors: C up to 4096 in bf16). With
-// one, the kernel fits two blocks an SM (Note [one-pass LayerNorm backward]: 102 registers a thread with kNV 2).
+// one, the kernel fits two blocks an SM (Note [one-pass LayerNorm backward]: 120 registers a thread with kNV 2).
 template <typename X, int kNV>
 __global__ void __launch_bounds__(kLnThreads, kNV == 1 ? 2 : 1) layernorm_backward_one_pass_kernel(
     X* __restrict__ dinp, float* __restrict__ partial, const X* __restrict__ dout, const X* __restrict__ inp,
