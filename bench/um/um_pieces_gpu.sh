@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Note [prefetches to the host in pieces] (src/backend/cuda/um.cc), A/B on one GPU: GPT-2 B16 with activations out of
-# core through managed memory (um-swap-activations) with the prefetches to the host whole (TT_UM_HOST_PIECE_MIB=0,
+# core through managed memory (um-swap-activations) with the prefetches to the host whole (--um-host-piece-mib 0,
 # as before) and in 32 MiB pieces, alternated, REPS times each; the explicit copies (swap-activations) once for the
 # ratio; a trace of each um-swap-activations kind for the rate of its prefetches. Expects build/gpu/src/tiertrain
 # (scripts/gpu_tests.sh or bench/training/engine_gpu.sh build it). Managed memory is never oversubscribed.
@@ -18,7 +18,7 @@ status=0
 run() {  # NAME PIECE_MIB FLAGS...
   local name=$1 piece=$2
   shift 2
-  TT_UM_HOST_PIECE_MIB=$piece "$TT" train "${g[@]}" "$@" --steps 30 --warmup 5 --eval-every 0 --log-every 10 \
+  "$TT" train "${g[@]}" --um-host-piece-mib "$piece" "$@" --steps 30 --warmup 5 --eval-every 0 --log-every 10 \
     --metrics-out "$OUT/$name.json" > "$OUT/$name.log" 2>&1 ||
     { echo "$name failed"; tail -5 "$OUT/$name.log"; status=1; }
   echo "$name: $(grep -o 'median.*' "$OUT/$name.log" | head -n 1)"
@@ -29,7 +29,7 @@ for r in $(seq 1 "$reps"); do
 done
 run swap_explicit 32 --plan swap-activations
 for piece in 0 32; do
-  TT_UM_HOST_PIECE_MIB=$piece "$TT" train "${g[@]}" --plan um-swap-activations --steps 6 --warmup 2 --eval-every 0 \
+  "$TT" train "${g[@]}" --um-host-piece-mib "$piece" --plan um-swap-activations --steps 6 --warmup 2 --eval-every 0 \
     --log-every 100 --trace "$OUT/trace_um_swap_piece$piece.json" > "$OUT/trace_um_swap_piece$piece.log" 2>&1 || true
 done
 python3 - "$OUT" <<'PY' || true

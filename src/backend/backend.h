@@ -35,9 +35,10 @@ namespace tt {
 // How a backward op writes a parameter's gradient: kAccumulate adds to it (+=), kOverwrite writes it (=). The first
 // op of a step to write a gradient overwrites it and any later one adds (in the GPT: the first chunk of the LM head
 // overwrites d(wte), its other chunks and the embedding's backward add), so no gradient is ever zeroed: PyTorch's
-// gradients set to None, without the allocation. On a GPU the dW GEMMs then run with beta 0, which saves reading the
-// fp32 gradient (at d4096 L16, 12.8 GB a step) besides the zeroing (another 12.8 GB written). The values are those
-// of adding to zeros, but for the sign of a zero (0 + -0 is +0).
+// gradients set to None, without the allocation. On a GPU the dW GEMMs then run with beta 0 and do not read the fp32
+// gradient (13.7 GB a step at d4096 L16), and the zeroing (13.7 GB written, 3.15 ms on an H200) is gone; measured,
+// the GEMMs were no faster for it (docs/benchmarks/2026-12-03-h200-engine-grads-written/). The values are those of
+// adding to zeros, but for the sign of a zero (0 + -0 is +0).
 enum class GradWrite { kAccumulate, kOverwrite };
 
 // Hyper-parameters of one AdamW update (PyTorch's semantics: decoupled weight decay, bias correction).

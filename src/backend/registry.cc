@@ -101,7 +101,8 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const B
                                  .host_threads = host::optimizer_threads(o.threads, /*beside_gpu=*/true),
                                  .attention = o.attention,
                                  .attention_workspace_bytes = o.attention_workspace_bytes,
-                                 .record_um_calls = o.record_um_calls});
+                                 .record_um_calls = o.record_um_calls,
+                                 .um_host_piece_bytes = o.um_host_piece_bytes});
 #endif
   if (name == "cpu")
     return cpu::create_backend({.device_budget = o.device_budget,

@@ -132,7 +132,8 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 //
 // Streamed gradients (Note [gradient segments] in model/gpt.h): the blocks whose gradients are streamed use two
 // shared slots, alternately in backward order. A block's backward waits until its slot's previous contents have
-// left for the host (grad_slot_free, recorded on the d2h stream after that copy), and zeroes it.
+// left for the host (grad_slot_free, recorded on the d2h stream after that copy), then overwrites it (Note [gradients
+// first written] in backend/backend.h).
 namespace {
 
 class Compiler {
@@ -570,7 +571,7 @@ class Compiler {
     }
     // Note [speculative update] in exec/optimizer.h: the norm, then segment by segment in forward order the update
     // on the host stream (kept or redone when speculated) and the compute copy back on the h2d stream.
-    add(out, StreamId::kCompute, OpKind::kNormTotal, "adamw");
+    add(out, StreamId::kCompute, OpKind::kNormTotal, "grad norm");
     record(out, StreamId::kCompute, "grads_ready");
     wait(out, StreamId::kD2H, "grads_ready", "wait backward");
     if (plan_.managed_grads && plan_.um.prefetch && sp_.data_ranks > 1)

@@ -132,6 +132,11 @@ void declare_train_knobs(Config& cfg) {
        "keep a block's gradients in the next block's activation memory once that block's backward is done (Note "
        "[gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory); false: "
        "every gradient in a buffer of its own");
+  knob("runtime", "um_host_piece_mib", K::kInt, "32",
+       "a GPU: managed memory moved to the host in pieces of this many MiB (Note [prefetches to the host in pieces] "
+       "in backend/cuda/um.cc; on an H200 a 2 GiB range moved at 15.9 GB/s in 32 MiB pieces, 10.6 whole); 0: one "
+       "prefetch a range",
+       0, 1 << 20);
   knob("runtime", "um_counters", K::kBool, "false",
        "count Unified Memory's page faults and migrations and print them per step (CUPTI's counters on a GPU; on "
        "the CPU backend what the emulated prefetches would move); in --metrics-out as um_counters_per_step");
@@ -270,6 +275,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.lm_chunk_rows = cfg.get_int("lm_chunk_rows");
   tc.um_allow_oversubscription = cfg.get_bool("um_allow_oversubscription");
   tc.grads_in_activations = cfg.get_bool("grads_in_activations");
+  tc.um_host_piece_mib = cfg.get_int("um_host_piece_mib");
   tc.um_counters = cfg.get_bool("um_counters");
   tc.host_numa_node = static_cast<int>(cfg.get_int("host_numa_node"));
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");

@@ -209,7 +209,7 @@ std::vector<TensorRequest> gpt_decode_tensors(const GptConfig& cfg, DType comput
 
 // Note [model and executor]
 // The model owns this interface and calls it at every block boundary of a pass; the executor implements it, and
-// there waits for copies, starts copies, rebuilds what the plan recomputes, and zeroes gradients. The model calls
+// there waits for copies, starts copies and rebuilds what the plan recomputes. The model calls
 // op(name) before every kernel it enqueues (the timeline's compute ops). Segments are those of Note [gradient
 // segments]; the LM head is its own boundary.
 enum class Boundary { kBeforeForward, kAfterForward, kBeforeHead, kAfterHead, kBeforeBackward, kAfterBackward };

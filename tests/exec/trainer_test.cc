@@ -784,6 +784,23 @@ TEST(Trainer, LearningRateFollowsTheWidthUnlessGiven) {
   EXPECT_FALSE(resolve("4096", "1e-3").lr_auto);
 }
 
+// Note [prefetches to the host in pieces]: the knob reaches the backend's options in bytes, 32 MiB by default, 0 for
+// whole ranges; a negative size is refused.
+TEST(Trainer, UmHostPieceKnobReachesTheBackendOptions) {
+  const auto piece = [](const char* mib) -> Result<int64_t> {
+    Config cfg;
+    declare_train_knobs(cfg);
+    if (mib != nullptr) TT_TRY(cfg.set("um_host_piece_mib", mib, KnobSource::kFlag));
+    TT_ASSIGN_OR_RETURN(TrainConfig tc, train_config_from(cfg));
+    return run_backend_options(tc, int64_t(1) << 30).um_host_piece_bytes;
+  };
+  ASSERT_TRUE(piece(nullptr).is_ok());
+  EXPECT_EQ(piece(nullptr).value(), int64_t(32) << 20);
+  EXPECT_EQ(piece("0").value(), 0);
+  EXPECT_EQ(piece("8").value(), int64_t(8) << 20);
+  EXPECT_FALSE(piece("-1").is_ok());
+}
+
 // The CUDA backend trains like the CPU backend (every loss within `tolerance` of the fp32 CPU run) and resumes bit
 // for bit, with activations in `dtype`.
 void check_cuda_training(const std::string& dtype, DType want, double tolerance) {

@@ -120,14 +120,14 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, void* region, int64_t budget, size_t capacity, int64_t scratch_bytes, std::string name,
               int host_numa_node, bool numa_required, int host_threads, AttentionOptions attention,
-              int64_t attention_workspace_bytes)
+              int64_t attention_workspace_bytes, int64_t um_host_piece_bytes)
       : device_(device), host_threads_(host_threads), region_(region), name_(std::move(name)), scratch_request_(scratch_bytes),
         attention_(std::move(attention)), attention_workspace_bytes_(attention_workspace_bytes),
         pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCuda, device}, &stats_, capacity,
               [this] { return create_event(false); }),
         host_pool_(pinned_pool_options(host_numa_node, numa_required), &stats_),
         compute_("compute"),
-        h2d_("h2d"), d2h_("d2h"), host_("host"), comm_("comm") {}
+        h2d_("h2d"), d2h_("d2h"), host_("host"), comm_("comm"), um_host_piece_bytes_(um_host_piece_bytes) {}
 
   Status init() {
     TT_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -142,7 +142,7 @@ class CudaBackend final : public Backend {
     TT_ASSIGN_OR_RETURN(scratch_.ptr, pool_.allocate_bytes(static_cast<size_t>(scratch_request_),
                                                           TensorClass::kWorkspace, "cuda.scratch"));
     scratch_.bytes = static_cast<size_t>(scratch_request_);
-    Result<std::unique_ptr<memory::UmDriver>> um = create_um_driver(device_);
+    Result<std::unique_ptr<memory::UmDriver>> um = create_um_driver(device_, um_host_piece_bytes_);
     if (um.is_ok()) {
       um_ = std::move(um).value();
       if (record_um_calls_) um_ = std::make_unique<memory::RecordingUmDriver>(std::move(um_));
@@ -607,6 +607,7 @@ class CudaBackend final : public Backend {
   int64_t tf32x3_attention_dq_partials_calls_ = 0;  // backwards whose d(q) came from the d(k)/d(v) pass
   Scratch scratch_;
   bool record_um_calls_ = false;
+  int64_t um_host_piece_bytes_;
   std::unique_ptr<memory::UmDriver> um_;
 };
 
@@ -683,7 +684,8 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
   auto be = std::make_unique<CudaBackend>(options.device, region, budget, total_b,
                                           std::max(options.scratch_bytes, kMinScratchBytes), prop.name, numa_node,
                                           options.host_numa_node >= 0, std::max(1, options.host_threads),
-                                          options.attention, options.attention_workspace_bytes);
+                                          options.attention, options.attention_workspace_bytes,
+                                          options.um_host_piece_bytes);
   be->set_record_um_calls(options.record_um_calls);
   TT_TRY(be->init());
   TT_LOG(INFO, MEM, "CUDA device arena on %s: %s (free %s of %s)", prop.name, format_bytes(budget).c_str(),

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -31,7 +30,7 @@ cudaMemLocation location(memory::UmPlace p, int device) {
 
 class CudaUmDriver final : public memory::UmDriver {
  public:
-  explicit CudaUmDriver(int device) : device_(device) {}
+  CudaUmDriver(int device, int64_t host_piece) : device_(device), host_piece_(host_piece) {}
   ~CudaUmDriver() override {
     for (auto& [p, n] : sizes_) cudaFree(p);
   }
@@ -87,21 +86,13 @@ class CudaUmDriver final : public memory::UmDriver {
   // 15.9 GB/s in 32 MiB pieces on one stream for a range preferred on the device (activations' advice); 7.0 against
   // 11.5 GB/s with no advice; 10.1 against 10.6 accessed by the host. Pieces over several streams added little
   // (17 GB/s at best), pieces of 2 MiB were slower. To the device one call is fastest (49 GB/s whole, 41 in pieces),
-  // so only prefetches to the host are cut. TT_UM_HOST_PIECE_MIB (read once; 0: whole ranges, as before) sets the
-  // piece for A/B measurements (bench/um/um_gpu.sh).
-  static size_t host_piece() {
-    static const size_t bytes = [] {
-      const char* e = std::getenv("TT_UM_HOST_PIECE_MIB");
-      const long long mib = e != nullptr ? std::atoll(e) : 32;
-      return mib > 0 ? static_cast<size_t>(mib) << 20 : SIZE_MAX;
-    }();
-    return bytes;
-  }
+  // so only prefetches to the host are cut. The knob um_host_piece_mib sets the piece (0: whole ranges, as before;
+  // bench/um/um_pieces_gpu.sh measures both).
 
   void prefetch(const std::vector<memory::UmRange>& ranges, memory::UmPlace to, Stream& stream) override {
     auto s = static_cast<cudaStream_t>(stream.native());
     const cudaMemLocation loc = location(to, device_);
-    const size_t piece = to == memory::UmPlace::kHost ? host_piece() : SIZE_MAX;
+    const size_t piece = to == memory::UmPlace::kHost && host_piece_ > 0 ? static_cast<size_t>(host_piece_) : SIZE_MAX;
     for (const memory::UmRange& r : ranges)
       for (size_t off = 0; off < r.bytes; off += piece) {
         char* p = static_cast<char*>(r.ptr) + off;
@@ -145,6 +136,7 @@ class CudaUmDriver final : public memory::UmDriver {
 
  private:
   int device_;
+  int64_t host_piece_;  // bytes; 0: whole ranges
 #ifdef TT_HAVE_CUPTI
   std::unique_ptr<UmCounters> counters_;
 #endif
@@ -155,8 +147,9 @@ class CudaUmDriver final : public memory::UmDriver {
 #endif
 }  // namespace
 
-Result<std::unique_ptr<memory::UmDriver>> create_um_driver(int device) {
+Result<std::unique_ptr<memory::UmDriver>> create_um_driver(int device, int64_t host_piece_bytes) {
 #if CUDART_VERSION < 13000
+  (void)host_piece_bytes;
   return make_status(StatusCode::kFailedPrecondition,
                      "managed memory needs CUDA 13's runtime (advice and prefetch by cudaMemLocation, batched "
                      "discard); this build has %d", CUDART_VERSION);
@@ -167,7 +160,9 @@ Result<std::unique_ptr<memory::UmDriver>> create_um_driver(int device) {
                "managed memory: device %d has no concurrent managed access (cudaDevAttrConcurrentManagedAccess 0), "
                "which prefetching and discarding need",
                device);
-  return std::unique_ptr<memory::UmDriver>(std::make_unique<CudaUmDriver>(device));
+  TT_RETURN_IF(host_piece_bytes < 0, kInvalidArgument, "managed memory: a piece of %lld bytes",
+               static_cast<long long>(host_piece_bytes));
+  return std::unique_ptr<memory::UmDriver>(std::make_unique<CudaUmDriver>(device, host_piece_bytes));
 #endif
 }
 
