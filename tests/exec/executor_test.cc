@@ -12,6 +12,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -309,6 +311,45 @@ TEST(Executor, MemoryOfTheScheduleIsWhatThePoolsMeasured) {
       if (e.where != Inventory::kManaged) (e.where == Inventory::kDevice ? device_entries : host_entries) += 1;
     EXPECT_EQ(be->pool().allocation_count(), device_entries);
     EXPECT_EQ(be->host_pool().allocation_count(), host_entries);
+  }
+}
+
+// Note [gradients first written] (backend/backend.h): nothing zeroes the gradients, so a backward must write every
+// element of every gradient. With every gradient buffer poisoned with NaN first, forward_backward gives the
+// gradients of clean buffers, bit for bit: with gradients in buffers of their own and in dead activations, and with
+// the LM head in three chunks (its first overwrites d(wte), the others add).
+TEST(Executor, BackwardWritesEveryGradientWithoutZeroing) {
+  for (const bool aliased : {false, true}) {
+    for (const int64_t lm_rows : {int64_t(0), int64_t(kBatch) * kCfg.seq / 3}) {
+      SCOPED_TRACE(std::string(aliased ? "gradients in activations" : "own buffers") + ", LM chunk rows " +
+                   std::to_string(lm_rows));
+      ExecSpec spec = make_spec(make_plan("in-core", OptimizerPlacement::kDevice));
+      spec.plan.grads_in_activations = aliased;
+      spec.lm_chunk_rows = lm_rows;
+      auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
+      auto ex = std::move(Executor::create(*be, spec)).value();
+      ASSERT_TRUE(ex->init_params(1).is_ok());
+      feed(*ex, *be);
+      const size_t n = static_cast<size_t>(ex->num_params());
+      std::vector<float> want(n), got(n, 0.0f);
+      ex->forward_backward();
+      ASSERT_TRUE(ex->download_grads(want.data()).is_ok());
+      ASSERT_TRUE(be->synchronize_all().is_ok());
+      std::vector<std::vector<float>> nan;
+      for (const Tensor& g : ex->model().tensors().grads) {
+        ASSERT_EQ(g.dtype(), DType::kF32);
+        nan.emplace_back(static_cast<size_t>(g.numel()), std::numeric_limits<float>::quiet_NaN());
+        be->copy_h2d(g, nan.back().data(), be->compute_stream());
+      }
+      ASSERT_TRUE(be->synchronize_all().is_ok());
+      ex->forward_backward();
+      ASSERT_TRUE(ex->download_grads(got.data()).is_ok());
+      ASSERT_TRUE(be->synchronize_all().is_ok());
+      size_t bad = 0;
+      for (size_t i = 0; i < n; ++i) bad += std::isnan(got[i]) ? 1 : 0;
+      EXPECT_EQ(bad, 0u) << "gradient elements left as they were";
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0);
+    }
   }
 }
 
