@@ -60,23 +60,24 @@ bool is_master(const std::string& name) {
 
 using OpFn = std::function<void(Backend&, const std::vector<Tensor>&)>;
 
-// Runs op on the CPU backend (f32) and on `other` (activations in `compute`) with identical inputs and compares the
-// marked outputs. For bf16 the inputs are rounded to bf16 first, so both sides see the same values.
-void compare_op(Backend& other, const std::string& op, const std::vector<Arg>& args, const OpFn& fn, double atol,
-                double rtol, DType compute = DType::kF32) {
-  auto cpu = testing::make_cpu_backend(int64_t(256) << 20);
-  Rng rng(42);
-  std::vector<std::vector<float>> host_f(args.size());
-  std::vector<std::vector<int32_t>> host_i(args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    const Arg& a = args[i];
+// Every argument's starting values, drawn once: random (or as Arg says), rounded to bf16 for bf16 compute so that
+// every backend sees the same values.
+struct HostArgs {
+  std::vector<std::vector<float>> f;
+  std::vector<std::vector<int32_t>> i;
+};
+HostArgs host_args(const std::vector<Arg>& args, DType compute, uint64_t seed) {
+  Rng rng(seed);
+  HostArgs h{std::vector<std::vector<float>>(args.size()), std::vector<std::vector<int32_t>>(args.size())};
+  for (size_t k = 0; k < args.size(); ++k) {
+    const Arg& a = args[k];
     const size_t n = static_cast<size_t>(a.shape.numel());
     if (a.dtype == DType::kI32) {
-      host_i[i].resize(n);
-      for (auto& x : host_i[i]) x = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(a.int_range)));
+      h.i[k].resize(n);
+      for (auto& x : h.i[k]) x = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(a.int_range)));
     } else {
-      host_f[i].resize(n);
-      for (auto& x : host_f[i]) {
+      h.f[k].resize(n);
+      for (auto& x : h.f[k]) {
         x = a.nan    ? std::numeric_limits<float>::quiet_NaN()
             : a.zero ? 0.0f
             : a.positive ? static_cast<float>(0.5 + rng.uniform())
@@ -85,51 +86,94 @@ void compare_op(Backend& other, const std::string& op, const std::vector<Arg>& a
       }
     }
   }
-  auto run = [&](Backend& be, DType cd) {
-    std::vector<Tensor> ts;
-    std::vector<std::vector<uint16_t>> staged(args.size());
-    for (size_t i = 0; i < args.size(); ++i) {
-      const bool master = args[i].master || is_master(args[i].name);
-      const bool low = cd == DType::kBF16 && args[i].dtype == DType::kF32 && !master;
-      const DType dt = low ? DType::kBF16 : args[i].dtype;
-      auto t = be.pool().allocate(args[i].shape, dt, TensorClass::kWorkspace, args[i].name);
-      EXPECT_TRUE(t.is_ok()) << t.status().to_string();
-      ts.push_back(t.value());
-      const void* src = args[i].dtype == DType::kI32 ? static_cast<const void*>(host_i[i].data())
-                                                     : static_cast<const void*>(host_f[i].data());
-      if (low) {
-        for (float x : host_f[i]) staged[i].push_back(float_to_bf16(x));
-        src = staged[i].data();
-      }
-      be.copy_h2d(ts.back(), src, be.compute_stream());
+  return h;
+}
+
+// Runs fn on `be` over tensors holding `host` (float arguments in bf16 where cd is bf16 and they are not of the
+// master dtype) and returns the marked outputs as floats (empty for the others).
+std::vector<std::vector<float>> run_op(Backend& be, DType cd, const std::vector<Arg>& args, const HostArgs& host,
+                                      const OpFn& fn) {
+  std::vector<Tensor> ts;
+  std::vector<std::vector<uint16_t>> staged(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const bool master = args[i].master || is_master(args[i].name);
+    const bool low = cd == DType::kBF16 && args[i].dtype == DType::kF32 && !master;
+    const DType dt = low ? DType::kBF16 : args[i].dtype;
+    auto t = be.pool().allocate(args[i].shape, dt, TensorClass::kWorkspace, args[i].name);
+    EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+    ts.push_back(t.value());
+    const void* src = args[i].dtype == DType::kI32 ? static_cast<const void*>(host.i[i].data())
+                                                   : static_cast<const void*>(host.f[i].data());
+    if (low) {
+      for (float x : host.f[i]) staged[i].push_back(float_to_bf16(x));
+      src = staged[i].data();
     }
-    fn(be, ts);
-    std::vector<std::vector<float>> out(args.size());
-    std::vector<std::vector<uint16_t>> out16(args.size());
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (!args[i].compare) continue;
-      out[i].resize(static_cast<size_t>(args[i].shape.numel()));
-      if (ts[i].dtype() == DType::kBF16) {
-        out16[i].resize(out[i].size());
-        be.copy_d2h(out16[i].data(), ts[i], be.compute_stream());
-      } else {
-        be.copy_d2h(out[i].data(), ts[i], be.compute_stream());
-      }
+    be.copy_h2d(ts.back(), src, be.compute_stream());
+  }
+  fn(be, ts);
+  std::vector<std::vector<float>> out(args.size());
+  std::vector<std::vector<uint16_t>> out16(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].compare) continue;
+    out[i].resize(static_cast<size_t>(args[i].shape.numel()));
+    if (ts[i].dtype() == DType::kBF16) {
+      out16[i].resize(out[i].size());
+      be.copy_d2h(out16[i].data(), ts[i], be.compute_stream());
+    } else {
+      be.copy_d2h(out[i].data(), ts[i], be.compute_stream());
     }
-    EXPECT_TRUE(be.compute_stream().synchronize().is_ok());
-    for (size_t i = 0; i < args.size(); ++i)
-      for (size_t j = 0; j < out16[i].size(); ++j) out[i][j] = bf16_to_float(out16[i][j]);
-    for (auto it = ts.rbegin(); it != ts.rend(); ++it) be.pool().free(*it);
-    return out;
-  };
-  const auto want = run(*cpu, DType::kF32);
-  const auto got = run(other, compute);
+  }
+  EXPECT_TRUE(be.compute_stream().synchronize().is_ok());
+  for (size_t i = 0; i < args.size(); ++i)
+    for (size_t j = 0; j < out16[i].size(); ++j) out[i][j] = bf16_to_float(out16[i][j]);
+  for (auto it = ts.rbegin(); it != ts.rend(); ++it) be.pool().free(*it);
+  return out;
+}
+
+// Runs op on the CPU backend (f32) and on `other` (activations in `compute`) with identical inputs and compares the
+// marked outputs. For bf16 the inputs are rounded to bf16 first, so both sides see the same values.
+void compare_op(Backend& other, const std::string& op, const std::vector<Arg>& args, const OpFn& fn, double atol,
+                double rtol, DType compute = DType::kF32) {
+  auto cpu = testing::make_cpu_backend(int64_t(256) << 20);
+  const HostArgs host = host_args(args, compute, 42);
+  const auto want = run_op(*cpu, DType::kF32, args, host, fn);
+  const auto got = run_op(other, compute, args, host, fn);
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].compare) {
       EXPECT_TRUE(testing::all_close(op + " " + args[i].name + " (" + dtype_name(compute) + ")", got[i], want[i],
                                      atol, rtol));
     }
   }
+}
+
+// Backward ops as functions of how they write their gradients, and their arguments (gradients written as gw says).
+using GradOpFn = std::function<void(Backend&, const std::vector<Tensor>&, GradWrite)>;
+OpFn bind(const GradOpFn& f, GradWrite gw) {
+  return [f, gw](Backend& be, const std::vector<Tensor>& t) { f(be, t, gw); };
+}
+const GradOpFn kLayernormBackward = [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) {
+  be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], gw);
+};
+std::vector<Arg> layernorm_backward_args(int64_t rows, int64_t cols, GradWrite gw) {
+  return {{"dinp", {rows, cols}, DType::kF32, true}, grad_arg("dw", {cols}, gw),   grad_arg("db", {cols}, gw),
+          {"dout", {rows, cols}},                     {"inp", {rows, cols}},        {"w", {cols}},
+          {"mean", {rows}},                           {"rstd", {rows}, DType::kF32, false, 0, false, true}};
+}
+const GradOpFn kMatmulBackward = [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) {
+  be.matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5], gw);
+};
+std::vector<Arg> matmul_backward_args(int64_t rows, int64_t in, int64_t out, GradWrite gw) {
+  return {{"dinp", {rows, in}, DType::kF32, true}, grad_arg("dw", {out, in}, gw), grad_arg("dbias", {out}, gw),
+          {"dout", {rows, out}}, {"inp", {rows, in}}, {"w", {out, in}}};
+}
+const GradOpFn kMatmulBackwardGelu = [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) {
+  be.matmul_backward_gelu(t[0], t[1], t[2], t[3], t[4], t[5], t[6], gw);
+};
+std::vector<Arg> matmul_backward_gelu_args(int64_t rows, int64_t in, int64_t out, GradWrite gw) {
+  std::vector<Arg> a = matmul_backward_args(rows, in, out, gw);
+  a[0].name = "dpre";
+  a.push_back({"pre", {rows, in}});
+  return a;
 }
 
 // Each case runs with f32 activations (tight tolerances) and bf16 activations (tolerances of bf16 rounding:
@@ -150,6 +194,12 @@ class BackendOps : public ::testing::TestWithParam<DType> {
   void check(const std::string& op, const std::vector<Arg>& args, const OpFn& fn, double atol32, double rtol32,
              double atol16 = 3e-2, double rtol16 = 3e-2) {
     compare_op(*be_, op, args, fn, tol(atol32, atol16), tol(rtol32, rtol16), dt());
+  }
+  // layernorm_backward over rows x cols, its gradients written both ways.
+  void check_layernorm_backward(int64_t rows, int64_t cols, double tol) {
+    for (const GradWrite gw : kGradWrites)
+      check("layernorm_backward" + suffix(gw), layernorm_backward_args(rows, cols, gw), bind(kLayernormBackward, gw),
+            tol, tol);
   }
   void attention_case(Backend& be, const AttentionCase& c);
   std::unique_ptr<Backend> be_;
@@ -223,15 +273,7 @@ TEST_P(BackendOps, LayerNorm) {
               {"inp", {N, C}}, {"w", {C}}, {"b", {C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5]); },
              kAtol, kRtol);
-  for (const GradWrite gw : kGradWrites) {
-    check("layernorm_backward" + suffix(gw),
-          {{"dinp", {N, C}, DType::kF32, true}, grad_arg("dw", {C}, gw), grad_arg("db", {C}, gw), {"dout", {N, C}},
-           {"inp", {N, C}}, {"w", {C}}, {"mean", {N}}, {"rstd", {N}, DType::kF32, false, 0, false, true}},
-          [gw](Backend& be, const std::vector<Tensor>& t) {
-            be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], gw);
-          },
-          1e-4, 1e-4);
-  }
+  check_layernorm_backward(N, C, 1e-4);
 }
 
 // The LayerNorm backward's paths (Note [one-pass LayerNorm backward] in src/backend/cuda/kernels.cu): rows of fewer
@@ -243,16 +285,7 @@ TEST_P(BackendOps, LayerNormBackwardAtEveryPath) {
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
            {4500, 48}, {300, 2048}, {40, 4096}, {24, 8192}, {70, 36}, {70, 34}, {20, 9000}}) {
     SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
-    for (const GradWrite gw : kGradWrites) {
-      check("layernorm_backward" + suffix(gw),
-            {{"dinp", {rows, cols}, DType::kF32, true}, grad_arg("dw", {cols}, gw), grad_arg("db", {cols}, gw),
-             {"dout", {rows, cols}}, {"inp", {rows, cols}}, {"w", {cols}}, {"mean", {rows}},
-             {"rstd", {rows}, DType::kF32, false, 0, false, true}},
-            [gw](Backend& be, const std::vector<Tensor>& t) {
-              be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], gw);
-            },
-            2e-4, 2e-4);
-    }
+    check_layernorm_backward(rows, cols, 2e-4);
   }
 }
 
@@ -292,15 +325,8 @@ TEST_P(BackendOps, Matmul) {
   check("matmul_forward (no bias)", {{"out", {N, OC}, DType::kF32, true}, {"inp", {N, C}}, {"w", {OC, C}}},
              [](Backend& be, const std::vector<Tensor>& t) { be.matmul_forward(t[0], t[1], t[2], Tensor()); }, 1e-4,
              1e-4);
-  for (const GradWrite gw : kGradWrites) {
-    check("matmul_backward" + suffix(gw),
-          {{"dinp", {N, C}, DType::kF32, true}, grad_arg("dw", {OC, C}, gw), grad_arg("dbias", {OC}, gw),
-           {"dout", {N, OC}}, {"inp", {N, C}}, {"w", {OC, C}}},
-          [gw](Backend& be, const std::vector<Tensor>& t) {
-            be.matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5], gw);
-          },
-          2e-4, 1e-4);
-  }
+  for (const GradWrite gw : kGradWrites)
+    check("matmul_backward" + suffix(gw), matmul_backward_args(N, C, OC, gw), bind(kMatmulBackward, gw), 2e-4, 1e-4);
 }
 
 // Attention at several head sizes and lengths: 64 and 128 take the CUDA backend's tensor-core kernels in bf16, the
@@ -324,15 +350,9 @@ TEST_P(BackendOps, MatmulGelu) {
           [](Backend& be, const std::vector<Tensor>& t) { be.matmul_gelu_forward(t[0], t[1], t[2], t[3], t[4]); },
           1e-4, 1e-4);
     // dpre starts random: the op overwrites it.
-    for (const GradWrite gw : kGradWrites) {
-      check("matmul_backward_gelu" + suffix(gw),
-            {{"dpre", {rows, in}, DType::kF32, true}, grad_arg("dw", {out, in}, gw), grad_arg("dbias", {out}, gw),
-             {"dout", {rows, out}}, {"inp", {rows, in}}, {"w", {out, in}}, {"pre", {rows, in}}},
-            [gw](Backend& be, const std::vector<Tensor>& t) {
-              be.matmul_backward_gelu(t[0], t[1], t[2], t[3], t[4], t[5], t[6], gw);
-            },
-            2e-4, 1e-4);
-    }
+    for (const GradWrite gw : kGradWrites)
+      check("matmul_backward_gelu" + suffix(gw), matmul_backward_gelu_args(rows, in, out, gw),
+            bind(kMatmulBackwardGelu, gw), 2e-4, 1e-4);
     // In bf16 the aligned shape takes cuBLASLt's GELU epilogues (forward and backward, twice), the other shape the
     // plain GELU kernels; f32 never does.
     const bool expect_fused = dt() == DType::kBF16 && in % 8 == 0 && out % 8 == 0;
@@ -876,48 +896,17 @@ TEST(AdamWPieces, OneCallEqualsPerParameterCallsOnCuda) {
 // Note [gradients first written] on the CPU backend (no GPU needed): a backward op overwriting its parameter
 // gradients, which start as NaN, gives what it gives adding to zeros, value for value (-0 and +0 alike), and every
 // other output the same. args' gradients are those with `nan` set.
-using GradOpFn = std::function<void(Backend&, const std::vector<Tensor>&, GradWrite)>;
 void expect_overwrite_is_adding_to_zeros(const std::string& op, const std::vector<Arg>& args, const GradOpFn& fn) {
   auto be = testing::make_cpu_backend(int64_t(64) << 20);
-  auto run = [&](GradWrite gw) {
-    Rng rng(7);
-    std::vector<Tensor> ts;
-    for (const Arg& a : args) {
-      auto t = be->pool().allocate(a.shape, a.dtype, TensorClass::kWorkspace, a.name);
-      EXPECT_TRUE(t.is_ok()) << t.status().to_string();
-      ts.push_back(t.value());
-      const auto n = static_cast<size_t>(a.shape.numel());
-      if (a.dtype == DType::kI32) {
-        std::vector<int32_t> v(n);
-        for (auto& x : v) x = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(a.int_range)));
-        be->copy_h2d(ts.back(), v.data(), be->compute_stream());
-        EXPECT_TRUE(be->compute_stream().synchronize().is_ok());
-        continue;
-      }
-      std::vector<float> v(n);
-      for (auto& x : v) {
-        const float r = a.positive ? static_cast<float>(0.5 + rng.uniform()) : static_cast<float>(rng.normal());
-        x = !a.nan ? r : gw == GradWrite::kOverwrite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
-      }
-      be->copy_h2d(ts.back(), v.data(), be->compute_stream());
-      EXPECT_TRUE(be->compute_stream().synchronize().is_ok());
-    }
-    fn(*be, ts, gw);
-    std::vector<std::vector<float>> out;
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (!args[i].compare) continue;
-      out.emplace_back(static_cast<size_t>(args[i].shape.numel()));
-      be->copy_d2h(out.back().data(), ts[i], be->compute_stream());
-    }
-    EXPECT_TRUE(be->compute_stream().synchronize().is_ok());
-    for (auto it = ts.rbegin(); it != ts.rend(); ++it) be->pool().free(*it);
-    return out;
-  };
-  const auto added = run(GradWrite::kAccumulate), written = run(GradWrite::kOverwrite);
-  ASSERT_EQ(added.size(), written.size());
-  for (size_t i = 0; i < added.size(); ++i)
+  const HostArgs nan = host_args(args, DType::kF32, 7);
+  HostArgs zeros = nan;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].nan) std::fill(zeros.f[i].begin(), zeros.f[i].end(), 0.0f);
+  const auto added = run_op(*be, DType::kF32, args, zeros, bind(fn, GradWrite::kAccumulate));
+  const auto written = run_op(*be, DType::kF32, args, nan, bind(fn, GradWrite::kOverwrite));
+  for (size_t i = 0; i < args.size(); ++i)
     for (size_t j = 0; j < added[i].size(); ++j)
-      ASSERT_EQ(written[i][j], added[i][j]) << op << ": output " << i << " element " << j;
+      ASSERT_EQ(written[i][j], added[i][j]) << op << ": " << args[i].name << " element " << j;
 }
 
 TEST(GradWrite, OverwritingEqualsAddingToZerosOnCpu) {
@@ -930,27 +919,10 @@ TEST(GradWrite, OverwritingEqualsAddingToZerosOnCpu) {
       [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) {
         be.embedding_backward(t[0], t[1], t[2], t[3], gw);
       });
-  expect_overwrite_is_adding_to_zeros(
-      "layernorm_backward",
-      {{"dinp", {N, C}, DType::kF32, true}, grad_arg("dw", {C}, o), grad_arg("db", {C}, o), {"dout", {N, C}},
-       {"inp", {N, C}}, {"w", {C}}, {"mean", {N}}, {"rstd", {N}, DType::kF32, false, 0, false, true}},
-      [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) {
-        be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], gw);
-      });
-  expect_overwrite_is_adding_to_zeros(
-      "matmul_backward",
-      {{"dinp", {N, C}, DType::kF32, true}, grad_arg("dw", {OC, C}, o), grad_arg("dbias", {OC}, o), {"dout", {N, OC}},
-       {"inp", {N, C}}, {"w", {OC, C}}},
-      [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) {
-        be.matmul_backward(t[0], t[1], t[2], t[3], t[4], t[5], gw);
-      });
-  expect_overwrite_is_adding_to_zeros(
-      "matmul_backward_gelu",
-      {{"dpre", {N, C}, DType::kF32, true}, grad_arg("dw", {OC, C}, o), grad_arg("dbias", {OC}, o),
-       {"dout", {N, OC}}, {"inp", {N, C}}, {"w", {OC, C}}, {"pre", {N, C}}},
-      [](Backend& be, const std::vector<Tensor>& t, GradWrite gw) {
-        be.matmul_backward_gelu(t[0], t[1], t[2], t[3], t[4], t[5], t[6], gw);
-      });
+  expect_overwrite_is_adding_to_zeros("layernorm_backward", layernorm_backward_args(N, C, o), kLayernormBackward);
+  expect_overwrite_is_adding_to_zeros("matmul_backward", matmul_backward_args(N, C, OC, o), kMatmulBackward);
+  expect_overwrite_is_adding_to_zeros("matmul_backward_gelu", matmul_backward_gelu_args(N, C, OC, o),
+                                      kMatmulBackwardGelu);
 }
 
 TEST(AdamWPieces, AddPieceMergesAlikeAndStopsWhenFull) {

@@ -758,16 +758,16 @@ __device__ __forceinline__ double squares(const float4& v) {
          static_cast<double>(v.w) * v.w;
 }
 
-// A block's share of the sum of squares, in a fixed order (kSumBlocks blocks: the same partial sums every run). Where
-// x is 16-byte aligned, two 16-byte loads a thread in flight a turn: with one 4-byte load a thread the kernel could
+// A block's share of the sum of squares, in a fixed order (kSumBlocks blocks: the same partial sums every run). With
+// vec (x 16-byte aligned), two 16-byte loads a thread in flight a turn: with one 4-byte load a thread the kernel could
 // not keep enough bytes in flight to reach the memory's bandwidth (the gradient norm reads every gradient once a
 // step: 13.7 GB at d4096).
-__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n) {
+__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n, bool vec) {
   double s = 0.0;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t scalar_from = 0;
-  if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+  if (vec) {
     const float4* x4 = reinterpret_cast<const float4*>(x);
     const int64_t n4 = n / 4;
     int64_t i = first;
@@ -1019,13 +1019,10 @@ void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* 
     if (fit >= 1) {
       float* partial = static_cast<float*>(scratch.ptr);
       // The same grid and rows a block either way, so the same partials: the kernel's two forms give equal bits.
-      if (vectors <= kLnThreads) {
-        layernorm_backward_one_pass_kernel<X, 1><<<static_cast<unsigned>(used), kLnThreads, smem, s>>>(
-            dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_block);
-      } else {
-        layernorm_backward_one_pass_kernel<X, kLnMaxVecs><<<static_cast<unsigned>(used), kLnThreads, smem, s>>>(
-            dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_block);
-      }
+      const auto kernel = vectors <= kLnThreads ? layernorm_backward_one_pass_kernel<X, 1>
+                                                : layernorm_backward_one_pass_kernel<X, kLnMaxVecs>;
+      kernel<<<static_cast<unsigned>(used), kLnThreads, smem, s>>>(dinp, partial, dout, inp, w, mean, rstd, N, C,
+                                                                   rows_per_block);
       TT_CUDA_CHECK_LAUNCH();
       column_finish_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, db, partial, C, static_cast<int>(used),
                                                                  2 * C, add);
@@ -1167,7 +1164,7 @@ void convert(cudaStream_t s, D* dst, const S* src, int64_t n) {
 void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const float* x, int64_t n) {
   TT_CHECK(kSumBlocks * sizeof(double) <= scratch.bytes, "sum_squares: scratch too small");
   double* partial = static_cast<double*>(scratch.ptr);
-  sum_squares_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n);
+  sum_squares_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n, dev::aligned16({x}));
   TT_CUDA_CHECK_LAUNCH();
   sum_squares_finish_kernel<<<1, kSumBlocks, 0, s>>>(out, partial, kSumBlocks);
   TT_CUDA_CHECK_LAUNCH();
