@@ -19,3 +19,5 @@ pip download -q -d . --only-binary :all: --platform any --python-version 3.12 py
 # numpy for the GPU machine's Python (3.12), which has torch but not numpy.
 pip download --no-deps -q -d . --only-binary :all: --platform manylinux_2_28_x86_64 --python-version 3.12 \
   --implementation cp numpy
+# CUPTI (CUDA 13.0) for bench/training/kernel_gaps_gpu.sh where the toolkit lacks extras/CUPTI.
+pip download --no-deps -q -d . --only-binary :all: --platform manylinux_2_25_x86_64 "nvidia-cuda-cupti==13.0.*"
