@@ -6,6 +6,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/log.h"
@@ -78,13 +80,17 @@ std::vector<ParamInfo> gpt_param_layout(const GptConfig& cfg) {
 }
 
 int64_t gpt_num_params(const GptConfig& cfg) {
-  const auto layout = gpt_param_layout(cfg);
-  return layout.back().offset + layout.back().shape.numel();
+  const GptSegments s = gpt_segments(cfg);
+  return s.offset.back() + s.size.back();
 }
 
 DType master_dtype_for(DType compute) { return compute == DType::kBF16 ? DType::kF32 : compute; }
 
 GptSegments gpt_segments(const GptConfig& cfg) {
+  // The last model each thread asked about, remembered: the automatic plan's search asks for the same model's
+  // segments tens of thousands of times (each candidate's inventory), and the layout builds a name per parameter.
+  thread_local std::optional<std::pair<GptConfig, GptSegments>> last;
+  if (last && last->first == cfg) return last->second;
   GptSegments s;
   const size_t S = static_cast<size_t>(cfg.layers) + 2;
   s.offset.assign(S, -1);
@@ -101,6 +107,7 @@ GptSegments gpt_segments(const GptConfig& cfg) {
   }
   for (size_t k = 0; k < S; ++k)
     if (s.shard_begin[k] < 0) s.shard_begin[k] = s.offset[k] + s.size[k];
+  last.emplace(cfg, s);
   return s;
 }
 
