@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace tt::testing {
@@ -29,6 +30,12 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A file's bytes ("" when it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
 
 // Deterministic English-like text of about `bytes` bytes, for datasets in tests.
 inline std::string synthetic_text(size_t bytes, unsigned seed = 1) {

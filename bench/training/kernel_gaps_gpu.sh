@@ -5,6 +5,8 @@
 #
 #   bench/training/kernel_gaps_gpu.sh OUTDIR [RUNS]    (RUNS: some of gpt2_b16 gpt2_b32 d4096; default all three)
 #
+# TT_GAPS_FLAGS: more flags for every run (e.g. "--host-ahead false", to see the steps one at a time).
+#
 # CUPTI is taken from CUPTI_ROOT, the toolkit's extras/CUPTI, the Python environment's nvidia-cuda-cupti wheel
 # (nvidia/cu13), or .deps/wheels/nvidia_cuda_cupti-*.whl (scripts/gpu_fetch_debs.sh), in that order.
 # OUTDIR gets each run's log and metrics, the traces' summaries (gaps_NAME.txt, gaps_NAME.json) and results.tgz
@@ -48,7 +50,8 @@ one() {  # NAME TRACED STEPS FLAGS...
   local log="$OUT/tiertrain_${name}_${traced}.log"
   local env=()
   [ "$traced" = traced ] && env=(CUDA_INJECTION64_PATH="$OUT/libkernel_gaps.so" TT_GAPS_OUT="$OUT/trace_$name.csv")
-  env "${env[@]}" "$TT" train "$@" --data "$SHARD" --steps "$steps" --warmup 5 --eval-every 0 --log-every 10 \
+  # shellcheck disable=SC2086 # TT_GAPS_FLAGS is split into flags on purpose
+  env "${env[@]}" "$TT" train "$@" ${TT_GAPS_FLAGS:-} --data "$SHARD" --steps "$steps" --warmup 5 --eval-every 0 --log-every 10 \
     --metrics-out "$OUT/tiertrain_${name}_${traced}.json" > "$log" 2>&1 ||
     { echo "tiertrain $name ($traced) failed"; tail -5 "$log"; status=1; return; }
   echo "tiertrain $name ($traced): $(grep -o 'median[^|]*' "$log" | head -n 1)"

@@ -231,6 +231,12 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
                  static_cast<size_t>(2 * (global_input ? spec.data_ranks : 1)) * static_cast<size_t>(spec.batch) *
                      static_cast<size_t>(cfg.seq) * sizeof(int32_t),
                  TC::kInput);
+  // Note [host one step ahead] (exec/trainer.cc): the pinned slots a training step's losses and squared gradient
+  // norm are read back through, two so that one step can be read while the next runs.
+  if (spec.input_staging_slots > 0)
+    for (int i = 0; i < 2; ++i)
+      inv.add_host("step.readback" + std::to_string(i),
+                   (static_cast<size_t>(spec.batch) * static_cast<size_t>(cfg.seq) + 1) * sizeof(float), TC::kInput);
   return inv;
 }
 
@@ -449,8 +455,12 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
   opt_ = std::make_unique<Optimizer>(be_, *gpt_, plan.optimizer, spec_.hyper, ob, shard);
   input_next_ = dev("input.next");
   if (spec_.input_scatter && spec_.data_rank == 0) input_global_ = dev("input.global");
-  for (int i = 0; i < spec_.input_staging_slots; ++i)
+  for (int i = 0; i < spec_.input_staging_slots; ++i) {
     input_host_.push_back(static_cast<int32_t*>(host("input.staging" + std::to_string(i))));
+    input_slot_read_.push_back(be_.create_event());
+  }
+  if (spec_.input_staging_slots > 0)
+    for (int i = 0; i < 2; ++i) step_readback_[i] = static_cast<float*>(host("step.readback" + std::to_string(i)));
   return be_.compute_stream().synchronize();
 }
 
@@ -822,22 +832,31 @@ void Executor::issue(const Op& op) {
       if (op.um_dead) be_.um()->discard({um_range(op)}, static_cast<memory::UmPlace>(op.place), st);
       else be_.um()->prefetch({um_range(op)}, static_cast<memory::UmPlace>(op.place), st);
       break;
-    case OpKind::kInputFill:
-      // Note [slot rings]: batch k into host slot k % slots; the copy that last read that slot belongs to a step the
-      // caller has synchronised with (Note [input staging]).
+    case OpKind::kInputFill: {
+      // Note [slot rings]: batch k into host slot k % slots, once the copy that last read that slot has finished
+      // (Note [input staging]: the trainer may have the step that takes that batch still running; the copy itself,
+      // 2 x batch x seq int32, was done long before in practice, so this rarely waits).
       TT_CHECK(input_source_ != nullptr, "the schedule draws a batch, but the executor has no input source");
+      const bool reused = input_fills_ >= static_cast<int64_t>(input_host_.size());
       input_slot_ = static_cast<int>(input_fills_++ % static_cast<int64_t>(input_host_.size()));
+      if (reused) {
+        const Status read = input_slot_read_[static_cast<size_t>(input_slot_)]->synchronize();
+        TT_CHECK(read.is_ok(), "the copy of input slot %d failed: %s", input_slot_, read.message().c_str());
+      }
       input_source_(input_host_[static_cast<size_t>(input_slot_)]);
       break;
+    }
     case OpKind::kInputIn:
       if (spec_.input_scatter) {  // Note [data-parallel input]: rank 0's global batch from its device to every rank's
         TT_CHECK(input_reducer_ != nullptr, "--input via-root without the input's reducer");
         if (input_global_.raw() != nullptr)
           be_.copy_h2d(input_global_, input_host_[static_cast<size_t>(input_slot_)], st);
         input_reducer_->scatter(input_global_, input_next_, 0, st);
+        st.record(*input_slot_read_[static_cast<size_t>(input_slot_)]);
         break;
       }
       be_.copy_h2d(input_next_, input_host_[static_cast<size_t>(input_slot_)], st);
+      st.record(*input_slot_read_[static_cast<size_t>(input_slot_)]);
       break;
     case OpKind::kInputTake: {
       if (prof_) prof_->mark(op.name.c_str());

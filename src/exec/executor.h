@@ -127,6 +127,9 @@ class Executor : public GptHooks {
   // tokens then targets (2 x batch x seq int32) into a pinned host slot when the schedule draws it; prefetch() draws
   // and copies the first batch; each train_step() then takes its batch and draws and copies the next one.
   void set_input_source(std::function<void(int32_t*)> fill) { input_source_ = std::move(fill); }
+  // Note [host one step ahead] (exec/trainer.cc): pinned slot i (0 or 1) of batch x seq + 1 floats that a training
+  // step's losses and squared gradient norm are copied into; nullptr without input staging.
+  float* step_readback(int i) const { return step_readback_[i]; }
   void prefetch();
 
   // GptHooks.
@@ -181,6 +184,8 @@ class Executor : public GptHooks {
   Tensor input_next_;
   Tensor input_global_;  // ExecSpec::input_scatter, data rank 0: the global batch, each rank's share in rank order
   std::vector<int32_t*> input_host_;
+  std::vector<std::unique_ptr<Event>> input_slot_read_;  // [slot] recorded after the copy that read it last
+  float* step_readback_[2] = {nullptr, nullptr};
   std::function<void(int32_t*)> input_source_;
   int64_t input_fills_ = 0;  // batches drawn: batch k goes into host slot k % slots (Note [slot rings])
   int input_slot_ = -1;      // the host slot of the last batch drawn

@@ -137,6 +137,11 @@ void declare_train_knobs(Config& cfg) {
        "in backend/cuda/um.cc; on an H200 a 2 GiB range moved at 15.9 GB/s in 32 MiB pieces, 10.6 whole); 0: one "
        "prefetch a range",
        0, 1 << 20);
+  knob("runtime", "host_ahead", K::kBool, "true",
+       "enqueue the next training step before reading this one's loss and gradient norm (Note [host one step ahead] "
+       "in exec/trainer.cc), so that the GPU does not wait for the host between steps; the same results either way. "
+       "Steps before an evaluation or a checkpoint, the first and the last, and runs with --profile, --trace or the "
+       "CPU optimizer go one at a time");
   knob("runtime", "um_counters", K::kBool, "false",
        "count Unified Memory's page faults and migrations and print them per step (CUPTI's counters on a GPU; on "
        "the CPU backend what the emulated prefetches would move); in --metrics-out as um_counters_per_step");
@@ -276,6 +281,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.um_allow_oversubscription = cfg.get_bool("um_allow_oversubscription");
   tc.grads_in_activations = cfg.get_bool("grads_in_activations");
   tc.um_host_piece_mib = cfg.get_int("um_host_piece_mib");
+  tc.host_ahead = cfg.get_bool("host_ahead");
   tc.um_counters = cfg.get_bool("um_counters");
   tc.host_numa_node = static_cast<int>(cfg.get_int("host_numa_node"));
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");

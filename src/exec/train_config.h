@@ -57,6 +57,7 @@ struct TrainConfig {
   bool um_allow_oversubscription = false;  // issue 20: managed memory beyond the GPU's free memory (unsafe if shared)
   bool grads_in_activations = true;  // Note [gradients in dead activations] (exec/schedule.h); false: the knob off
   int64_t um_host_piece_mib = 32;  // issue 20: managed prefetches to the host in pieces of this many MiB (0: whole)
+  bool host_ahead = true;  // Note [host one step ahead] (exec/trainer.cc): step k + 1 enqueued before k's loss is read
   bool um_counters = false;  // issue 20: count Unified Memory's page faults and migrations per step (CUPTI on a GPU)
   int host_numa_node = -1;        // host pool placement; -1: automatic
   AttentionOptions attention{};   // a GPU: cuDNN's fused attention or our kernels (attention_impl, ...)

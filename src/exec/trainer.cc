@@ -172,6 +172,7 @@ void Trainer::print(const char* fmt, ...) const {
 
 Trainer::~Trainer() {
   if (backend_) (void)backend_->synchronize_all();
+  for (Readback& rb : readback_) rb.done.reset();
   ex_.reset();
   if (jsonl_ != nullptr) std::fclose(jsonl_);
 }
@@ -474,6 +475,13 @@ Status Trainer::build() {
   host_tokens_.resize(bt);
   host_targets_.resize(bt);
   host_losses_.resize(bt);
+  for (int i = 0; i < 2; ++i) {  // Note [host one step ahead]: a step's losses, then its squared gradient norm
+    Readback& rb = readback_[i];
+    rb.losses = ex_->step_readback(i);
+    TT_CHECK(rb.losses != nullptr, "the executor has no readback slots (no input staging)");
+    rb.norm_sq = rb.losses + bt;
+    rb.done = backend_->create_event();
+  }
   // Host memory this run holds for its whole life: the token dataset and the evaluation buffers (the pinned
   // staging slots are counted by allocate_host).
   const int64_t host_bytes =
@@ -503,39 +511,79 @@ Status Trainer::build() {
   return Status::ok();
 }
 
-Status Trainer::train_step(StepRecord* rec) {
+// Note [host one step ahead]: a training step is enqueued (enqueue_step) and later finished (finish_step: its loss
+// and gradient norm read back, checked and recorded). Between two steps the host has work of its own: reading the
+// loss back, the sampler's next batch, the log line. Done one step at a time, the GPU idles through it (on an H200,
+// ~0.25 ms a step at GPT-2 124M B16: bench/training/kernel_gaps_gpu.sh), so the loop enqueues step k + 1 before it
+// finishes step k, whenever nothing between the two needs the host to see the model after step k alone: the first
+// step of a process (warm-up, the allocation counts), the last, evaluations, checkpoints, --profile and --trace
+// (their events are read per step), the CPU optimizer (its speculative update guesses from the last norm) and
+// --host-ahead false finish each step before the next is enqueued. The results are the same bits either way: the
+// device runs the same operations in the same order; each step's losses and norm are copied into a pinned slot of
+// their own (two, alternating) right behind it on the compute stream, and the input ring's host slots are written
+// only after the copy that read them last has finished (Executor, Note [slot rings]). A step that fails (a non-finite
+// loss) is reported when it is finished, with its own number, after the next step was enqueued; nothing is saved
+// from that next step.
+Status Trainer::enqueue_step(int64_t step) {
   Backend& be = *backend_;
   // Profile (and trace) every step but the first this process runs (warm-up: cuBLAS heuristics, first touches);
   // only the training step itself (evaluation and checkpoints run with the profiler off).
   profiler_->set_enabled((cfg_.profile || !cfg_.trace.empty()) && !history_.empty());
-  const Gpt& gpt = ex_->model();
   // The step's pass begins by taking its prefetched batch and drawing the next (Note [input staging]).
-  const int64_t step = step_ + 1;
-  const float lr = learning_rate(cfg_, step);
-  ex_->train_step(lr, speculate_next_);
+  Enqueued e;
+  e.step = step;
+  e.lr = learning_rate(cfg_, step);
+  e.slot = static_cast<int>(step % 2);
+  e.enqueued = Clock::now();
+  ex_->train_step(e.lr, speculate_next_);
   TT_TRY(profiler_->collect(step));
   profiler_->set_enabled(false);
-  float norm_sq = 0;
-  be.copy_d2h(host_losses_.data(), gpt.losses(), be.compute_stream());
-  be.copy_d2h(&norm_sq, ex_->optimizer().grad_norm_sq(), be.compute_stream());
-  TT_TRY(be.compute_stream().synchronize());
+  const Readback& r = readback_[static_cast<size_t>(e.slot)];
+  be.copy_d2h(r.losses, ex_->model().losses(), be.compute_stream());
+  be.copy_d2h(r.norm_sq, ex_->optimizer().grad_norm_sq(), be.compute_stream());
+  be.compute_stream().record(*r.done);
+  in_flight_.push_back(e);
+  return Status::ok();
+}
+
+Status Trainer::finish_step(StepRecord* rec) {
+  TT_CHECK(!in_flight_.empty(), "finish_step without a step in flight");
+  const Enqueued e = in_flight_.front();
+  in_flight_.pop_front();
+  const Readback& r = readback_[static_cast<size_t>(e.slot)];
+  TT_TRY(r.done->synchronize());
   if (reducer_) TT_TRY(reducer_->status());
   if (tp_reducer_) TT_TRY(tp_reducer_->status());
   if (input_reducer_) TT_TRY(input_reducer_->status());
+  const size_t n = host_losses_.size();
   double sum = 0;
-  for (float l : host_losses_) sum += static_cast<double>(l);
-  rec->step = step;
-  TT_ASSIGN_OR_RETURN(rec->loss, mean_over_data(sum / static_cast<double>(host_losses_.size())));
-  rec->lr = lr;
+  for (size_t i = 0; i < n; ++i) sum += static_cast<double>(r.losses[i]);
+  const float norm_sq = *r.norm_sq;
+  rec->step = e.step;
+  TT_ASSIGN_OR_RETURN(rec->loss, mean_over_data(sum / static_cast<double>(n)));
+  rec->lr = e.lr;
   rec->grad_norm = std::sqrt(static_cast<double>(norm_sq));
+  // The step's time: from when it was enqueued, or from when the step before it finished if that was later (the
+  // GPU then ran it behind that one): in the steady state of host-ahead steps, the time between two finishes.
+  const Clock::time_point from = std::max(e.enqueued, last_finish_);
+  last_finish_ = Clock::now();
+  rec->ms = std::chrono::duration<double, std::milli>(last_finish_ - from).count();
   // Note [speculative update]: guess that the next norm is under the clip when this one was (a wrong guess costs a
   // second update, never a different result).
   speculate_next_ = host::adamw_clip_factor(norm_sq, cfg_.grad_clip) == 1.0f;
   TT_RETURN_IF(!std::isfinite(rec->loss), kInternal,
                "loss is %f at step %lld: training diverged (try a lower --lr or a --grad-clip)", rec->loss,
-               static_cast<long long>(step));
-  step_ = step;
+               static_cast<long long>(e.step));
+  step_ = e.step;
   return Status::ok();
+}
+
+bool Trainer::finish_before_next(int64_t step, int64_t end) const {
+  if (!cfg_.host_ahead || step >= end || history_.empty()) return true;
+  if (cfg_.profile || !cfg_.trace.empty() || spec_.exec.plan.cpu_optimizer()) return true;
+  if (cfg_.eval_every > 0 && step % cfg_.eval_every == 0) return true;
+  if (!cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 && step % cfg_.checkpoint_every == 0) return true;
+  return false;
 }
 
 Result<EvalRecord> Trainer::evaluate() {
@@ -702,11 +750,18 @@ Result<TrainSummary> Trainer::run() {
   ex_->prefetch();
   std::vector<double> step_ms;
   bool warned_eval = false;
-  while (step_ < end) {
+  // Note [host one step ahead]: at most two steps in flight; the front one is finished each time round.
+  last_finish_ = Clock::time_point{};
+  steps_enqueued_ahead_ = 0;
+  int64_t next = step_ + 1;
+  while (next <= end || !in_flight_.empty()) {
+    if (in_flight_.empty()) TT_TRY(enqueue_step(next++));
+    if (next <= end && !finish_before_next(in_flight_.front().step, end)) {
+      TT_TRY(enqueue_step(next++));
+      ++steps_enqueued_ahead_;
+    }
     StepRecord rec;
-    const auto s0 = Clock::now();
-    TT_TRY(train_step(&rec));
-    rec.ms = std::chrono::duration<double, std::milli>(Clock::now() - s0).count();
+    TT_TRY(finish_step(&rec));
     rec.tokens_per_s = static_cast<double>(B * T) / (rec.ms / 1e3);
     history_.push_back(rec);
     if (history_.size() == 1) {
@@ -749,6 +804,7 @@ Result<TrainSummary> Trainer::run() {
   summary.last_val_loss = evals_.empty() ? -1 : evals_.back().loss;
   summary.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   summary.median_ms = median(step_ms);
+  summary.steps_enqueued_ahead = steps_enqueued_ahead_;
   summary.median_tokens_per_s = summary.median_ms > 0 ? static_cast<double>(B * T) / (summary.median_ms / 1e3) : 0;
   summary.device_peak_bytes = static_cast<int64_t>(backend_->pool().peak_in_use());
   print("done: steps %lld-%lld in %.1f s | loss %.4f -> %.4f", static_cast<long long>(summary.first_step),
@@ -802,7 +858,8 @@ Result<TrainSummary> Trainer::run() {
           {"median_ms_per_step", summary.median_ms},
           {"median_tokens_per_s", summary.median_tokens_per_s},
           {"wall_s", summary.wall_s},
-          {"device_peak_bytes", summary.device_peak_bytes}});
+          {"device_peak_bytes", summary.device_peak_bytes},
+          {"steps_enqueued_ahead", summary.steps_enqueued_ahead}});
   if (!cfg_.metrics_out.empty() && lead()) TT_TRY(write_metrics(summary));
   ex_->wait_all();  // the run ends with every parameter on the device
   if (mesh_ != nullptr && mesh_->world().size() > 1) {
@@ -860,7 +917,8 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                   {"median_ms_per_step", summary.median_ms},
                   {"median_tokens_per_s", summary.median_tokens_per_s},
                   {"tokens_per_step", static_cast<int64_t>(cfg_.batch) * cfg_.model.seq},
-                  {"wall_s", summary.wall_s}};
+                  {"wall_s", summary.wall_s},
+                  {"steps_enqueued_ahead", summary.steps_enqueued_ahead}};
   if (cfg_.speculative_update)  // Note [speculative update]: segment updates kept and redone over the run
     j["speculation"] = {{"kept", ex_->optimizer().speculation_kept()}, {"redone", ex_->optimizer().speculation_redone()}};
   if (profiler_->steps() > 0) {

@@ -10,8 +10,10 @@
 //   TT_ASSIGN_OR_RETURN(TrainSummary s, trainer->run());
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,6 +61,8 @@ struct TrainSummary {
   double median_tokens_per_s = 0;
   double wall_s = 0;
   int64_t device_peak_bytes = 0;
+  // Note [host one step ahead]: steps enqueued while the step before them was still unfinished.
+  int64_t steps_enqueued_ahead = 0;
 };
 
 // Pinned host slots the next batches are staged in (Note [input staging]).
@@ -126,7 +130,11 @@ class Trainer {
 
  private:
   Trainer() = default;
-  Status train_step(StepRecord* rec);
+  // Note [host one step ahead] (exec/trainer.cc): a step enqueued, a step finished (the oldest in flight), and
+  // whether step `step` must be finished before the next one is enqueued.
+  Status enqueue_step(int64_t step);
+  Status finish_step(StepRecord* rec);
+  bool finish_before_next(int64_t step, int64_t end) const;
   Status save(int64_t step);
   Status build();  // allocates and wires what spec_ says (create's second half)
   Status write_metrics(const TrainSummary& summary) const;
@@ -155,10 +163,27 @@ class Trainer {
   // each holding a batch's tokens then targets. The training pass takes its batch from the device buffer input.next
   // into the model's inputs (after the copy's input_ready), then draws the next batch through the executor's input
   // source into the next host slot and copies it to input.next on the h2d stream (after the take's
-  // input_consumed), while the step computes. A slot is written again two batches later, after the step that read
-  // it returned (the trainer synchronises every step).
+  // input_consumed), while the step computes. A slot is written again two batches later, once
+  // the copy that read it has finished (an event per slot in the executor: Note [host one step ahead]).
   data::SamplerState sampler_before_prefetch_;  // what a checkpoint records: the batch in flight is not consumed yet
-  std::vector<float> host_losses_;
+  std::vector<float> host_losses_;  // evaluate()'s
+  // Note [host one step ahead]: pinned slots a step's losses and squared gradient norm are copied into (step k into
+  // slot k % 2), with the event recorded behind the copies; the steps enqueued and not finished, oldest first.
+  struct Readback {
+    float* losses = nullptr;
+    float* norm_sq = nullptr;
+    std::unique_ptr<Event> done;
+  };
+  Readback readback_[2];
+  struct Enqueued {
+    int64_t step = 0;
+    float lr = 0;
+    int slot = 0;
+    std::chrono::steady_clock::time_point enqueued;
+  };
+  std::deque<Enqueued> in_flight_;
+  int64_t steps_enqueued_ahead_ = 0;
+  std::chrono::steady_clock::time_point last_finish_;
   std::vector<StepRecord> history_;
   std::vector<EvalRecord> evals_;
   FILE* jsonl_ = nullptr;  // --metrics-jsonl, opened (append) at the first record

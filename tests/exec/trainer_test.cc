@@ -163,6 +163,43 @@ TEST(Trainer, SameConfigurationSameBits) {
   EXPECT_NE(finish(*t1.value()).params, finish(*t3.value()).params);
 }
 
+// Note [host one step ahead]: enqueuing step k + 1 before finishing step k gives the same bits as one step at a
+// time: losses, parameters, AdamW's state and the checkpoints written on the way; the steps before an evaluation, a
+// checkpoint, the first and the last are finished before the next is enqueued, every other one is not.
+TEST(Trainer, HostAheadGivesTheSameBits) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
+  RunResult result[2];
+  for (int ahead = 0; ahead < 2; ++ahead) {
+    SCOPED_TRACE(ahead ? "host ahead" : "one step at a time");
+    TrainConfig tc = small_config(data);
+    tc.steps = 8;
+    tc.eval_every = 4;
+    tc.checkpoint_every = 3;
+    tc.checkpoint_dir = dir.file(ahead ? "ahead" : "stepwise");
+    tc.host_ahead = ahead == 1;
+    auto t = Trainer::create(tc, nullptr);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    auto s = t.value()->run();
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    // Finished before the next: 1 (first), 3 and 6 (checkpoints), 4 (evaluation), 8 (last); 3, 6 and 8 were
+    // enqueued while 2, 5 and 7 ran.
+    EXPECT_EQ(s->steps_enqueued_ahead, ahead ? 3 : 0);
+    ASSERT_EQ(t.value()->history().size(), 8u);
+    for (size_t i = 0; i < 8; ++i) EXPECT_EQ(t.value()->history()[i].step, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(t.value()->evals().size(), 2u);
+    result[ahead] = finish(*t.value());
+  }
+  expect_bit_identical(result[0], result[1]);
+  for (const char* ckpt : {"step_00000003.ttf", "step_00000006.ttf", "step_00000008.ttf"}) {
+    SCOPED_TRACE(ckpt);
+    const std::string a = testing::read_file(dir.file(std::string("stepwise/") + ckpt));
+    const std::string b = testing::read_file(dir.file(std::string("ahead/") + ckpt));
+    ASSERT_FALSE(a.empty());
+    EXPECT_TRUE(a == b) << "the checkpoints differ";
+  }
+}
+
 TEST(Trainer, ModelTooLargeForBudgetIsRefusedUpFront) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
