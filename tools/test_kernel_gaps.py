@@ -44,6 +44,10 @@ def test_steps_and_idle_time(tmp_path):
     # gap after the third kernel, which it covers.
     assert w["idle_ns"] == 50_000 + 9 * 2_000
     assert w["kernels"] == 12
+    # The compute stream alone (the updates' stream): the copy on stream 8 no longer covers a gap.
+    assert kernel_gaps.update_stream(rows) == 7
+    c = kernel_gaps.analyse_window(rows, ends[2], ends[3], stream=7)
+    assert c["idle_ns"] == 50_000 + 10 * 2_000
 
 
 def test_command_line_skips_and_writes_json(tmp_path):
@@ -57,6 +61,7 @@ def test_command_line_skips_and_writes_json(tmp_path):
     assert abs(summary["idle_ms_median"] - (80_000 + 9 * 2_000) / 1e6) < 1e-9
     assert summary["largest_gaps_in_median_step"][0]["us"] == 80.0
     assert "4 steps" in printed
+    assert abs(summary["compute_stream_idle_ms_median"] - (80_000 + 10 * 2_000) / 1e6) < 1e-9
 
 
 def test_too_few_steps_is_an_error(tmp_path):
@@ -65,3 +70,13 @@ def test_too_few_steps_is_an_error(tmp_path):
     r = subprocess.run([sys.executable, SCRIPT, trace], capture_output=True, text=True)
     assert r.returncode != 0
     assert "too few steps" in r.stderr
+
+
+def test_a_trace_with_dropped_records_is_refused(tmp_path):
+    trace = str(tmp_path / "trace.csv")
+    write_trace(trace, steps=6, host_gap_ns=10_000)
+    with open(trace, "a") as f:
+        f.write("D,12,0,7,dropped records\n")
+    r = subprocess.run([sys.executable, SCRIPT, trace], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "dropped 12 records" in r.stderr

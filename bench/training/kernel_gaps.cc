@@ -1,7 +1,9 @@
 // A CUDA injection library (CUDA_INJECTION64_PATH) that records, through CUPTI's activity API, when every kernel,
 // memory copy and memset of a program ran on the GPU, and writes them to the CSV file named by TT_GAPS_OUT:
 //   kind,start_ns,end_ns,stream,name
-// (kind: K kernel, C copy, S memset; the name is the kernel's mangled name, or the copy's kind and bytes).
+// (kind: K kernel, C copy, S memset, D records CUPTI dropped (start_ns holds their count): the analysis refuses such a
+// trace, since the missing records' time would count as idle; the name is the kernel's mangled name, or the copy's
+// kind and bytes).
 // bench/training/kernel_gaps.py reads the file and reports the GPU's idle time between them per training step: what
 // a CUDA graph of the step could at most remove (docs/design/cuda-graph-step.md). The records are the GPU's own
 // timestamps in a run at the card's normal clocks, unlike a kernel-by-kernel replay under ncu, where each kernel runs
@@ -38,8 +40,12 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;
 }
 
-void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_out == nullptr) {  // after at_exit closed the file
+    std::free(buffer);
+    return;
+  }
   CUpti_Activity* record = nullptr;
   while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
     switch (record->kind) {
@@ -70,8 +76,10 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     ++g_records;
   }
   size_t dropped = 0;
-  if (cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS && dropped > 0)
+  if (cuptiActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS && dropped > 0) {
     std::fprintf(stderr, "kernel_gaps: CUPTI dropped %zu records\n", dropped);
+    std::fprintf(g_out, "D,%zu,0,%u,dropped records\n", dropped, stream);
+  }
   std::free(buffer);
 }
 

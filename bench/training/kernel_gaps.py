@@ -23,6 +23,9 @@ def load(path):
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
+            if r["kind"] == "D":
+                sys.exit(f"kernel_gaps.py: CUPTI dropped {r['start_ns']} records of {path}: their time would count "
+                         "as idle")
             rows.append((int(r["start_ns"]), int(r["end_ns"]), r["kind"], int(r["stream"]), r["name"]))
     rows.sort()
     return rows
@@ -45,15 +48,24 @@ def step_ends(rows):
     return ends
 
 
-def analyse_window(rows, lo, hi):
-    """Busy and idle time in [lo, hi), the number of kernels starting in it, and its idle intervals."""
+def update_stream(rows):
+    """The stream the AdamW updates run on (the compute stream)."""
+    for _, _, kind, stream, name in rows:
+        if kind == "K" and "adamw" in name.lower():
+            return stream
+    return None
+
+
+def analyse_window(rows, lo, hi, stream=None):
+    """Busy and idle time in [lo, hi), the number of kernels starting in it, and its idle intervals; with `stream`,
+    of that stream alone (a gap in it that another stream's copy covers is idle there)."""
     busy = 0
     cursor = lo
     gaps = []
     kernels = 0
     prev_name = "(step start)"
-    for start, end, kind, _, name in rows:
-        if end <= lo or start >= hi:
+    for start, end, kind, st, name in rows:
+        if end <= lo or start >= hi or (stream is not None and st != stream):
             continue
         if kind == "K" and start >= lo:
             kernels += 1
@@ -92,6 +104,8 @@ def main():
     rows = load(a.trace)
     ends = step_ends(rows)
     steps = [analyse_window(rows, lo, hi) for lo, hi in zip(ends, ends[1:])][a.skip:]
+    compute = update_stream(rows)
+    on_compute = [analyse_window(rows, lo, hi, compute) for lo, hi in zip(ends, ends[1:])][a.skip:]
     if not steps:
         sys.exit(f"kernel_gaps.py: {len(ends)} AdamW updates in {a.trace}: too few steps to measure")
     med = lambda key: statistics.median(s[key] for s in steps) / 1e6  # noqa: E731
@@ -107,6 +121,7 @@ def main():
         "busy_ms_median": med("busy_ns"),
         "idle_ms_median": med("idle_ns"),
         "idle_fraction_median": statistics.median(s["idle_ns"] / s["step_ns"] for s in steps),
+        "compute_stream_idle_ms_median": statistics.median(s["idle_ns"] for s in on_compute) / 1e6,
         "kernels_per_step_median": statistics.median(s["kernels"] for s in steps),
         "gaps_in_median_step": len(gap_sizes),
         "gap_us_median_in_median_step": gap_sizes[len(gap_sizes) // 2] / 1e3 if gap_sizes else 0.0,
@@ -118,7 +133,8 @@ def main():
     print(
         f"{summary['steps']} steps: median {summary['step_ms_median']:.3f} ms a step, GPU busy "
         f"{summary['busy_ms_median']:.3f} ms, idle {summary['idle_ms_median']:.3f} ms "
-        f"({100 * summary['idle_fraction_median']:.2f}%); {summary['kernels_per_step_median']:.0f} kernels a step; "
+        f"({100 * summary['idle_fraction_median']:.2f}%; the compute stream alone "
+        f"{summary['compute_stream_idle_ms_median']:.3f} ms); {summary['kernels_per_step_median']:.0f} kernels a step; "
         f"{summary['gaps_in_median_step']} gaps in the median step, median gap "
         f"{summary['gap_us_median_in_median_step']:.2f} us"
     )

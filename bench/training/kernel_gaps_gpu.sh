@@ -51,8 +51,8 @@ one() {  # NAME TRACED STEPS FLAGS...
   local env=()
   [ "$traced" = traced ] && env=(CUDA_INJECTION64_PATH="$OUT/libkernel_gaps.so" TT_GAPS_OUT="$OUT/trace_$name.csv")
   # shellcheck disable=SC2086 # TT_GAPS_FLAGS is split into flags on purpose
-  env "${env[@]}" "$TT" train "$@" ${TT_GAPS_FLAGS:-} --data "$SHARD" --steps "$steps" --warmup 5 --eval-every 0 --log-every 10 \
-    --metrics-out "$OUT/tiertrain_${name}_${traced}.json" > "$log" 2>&1 ||
+  env "${env[@]}" "$TT" train "$@" --data "$SHARD" --steps "$steps" --warmup 5 --eval-every 0 --log-every 10 \
+    ${TT_GAPS_FLAGS:-} --metrics-out "$OUT/tiertrain_${name}_${traced}.json" > "$log" 2>&1 ||
     { echo "tiertrain $name ($traced) failed"; tail -5 "$log"; status=1; return; }
   echo "tiertrain $name ($traced): $(grep -o 'median[^|]*' "$log" | head -n 1)"
 }

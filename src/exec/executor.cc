@@ -839,9 +839,9 @@ void Executor::issue(const Op& op) {
       TT_CHECK(input_source_ != nullptr, "the schedule draws a batch, but the executor has no input source");
       const bool reused = input_fills_ >= static_cast<int64_t>(input_host_.size());
       input_slot_ = static_cast<int>(input_fills_++ % static_cast<int64_t>(input_host_.size()));
-      if (reused) {
-        const Status read = input_slot_read_[static_cast<size_t>(input_slot_)]->synchronize();
-        TT_CHECK(read.is_ok(), "the copy of input slot %d failed: %s", input_slot_, read.message().c_str());
+      if (reused) {  // a failed copy (or scatter) is kept for input_status(), as the reducers keep theirs
+        Status read = input_slot_read_[static_cast<size_t>(input_slot_)]->synchronize();
+        if (!read.is_ok() && input_status_.is_ok()) input_status_ = std::move(read);
       }
       input_source_(input_host_[static_cast<size_t>(input_slot_)]);
       break;

@@ -130,6 +130,8 @@ class Executor : public GptHooks {
   // Note [host one step ahead] (exec/trainer.cc): pinned slot i (0 or 1) of batch x seq + 1 floats that a training
   // step's losses and squared gradient norm are copied into; nullptr without input staging.
   float* step_readback(int i) const { return step_readback_[i]; }
+  // The first error of a copy that read an input staging slot, seen when the slot was drawn into again.
+  const Status& input_status() const { return input_status_; }
   void prefetch();
 
   // GptHooks.
@@ -186,6 +188,7 @@ class Executor : public GptHooks {
   std::vector<int32_t*> input_host_;
   std::vector<std::unique_ptr<Event>> input_slot_read_;  // [slot] recorded after the copy that read it last
   float* step_readback_[2] = {nullptr, nullptr};
+  Status input_status_;
   std::function<void(int32_t*)> input_source_;
   int64_t input_fills_ = 0;  // batches drawn: batch k goes into host slot k % slots (Note [slot rings])
   int input_slot_ = -1;      // the host slot of the last batch drawn

@@ -302,8 +302,8 @@ class Compiler {
   }
 
   // Note [input staging]: the next batch drawn into the next host slot of the input ring, and copied to the
-  // device once the batch before it has left input.next (its slot's previous batch was copied by a step that the
-  // caller synchronised with).
+  // device once the batch before it has left input.next (the executor draws into a slot only after the copy that
+  // last read it has finished: an event per slot).
   void input_in(std::vector<Op>& out) {
     const int64_t bytes = 4 * static_cast<int64_t>(sp_.batch) * sp_.model.seq * 2;
     add(out, StreamId::kH2D, OpKind::kInputFill, "draw input").bytes = bytes;

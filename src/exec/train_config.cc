@@ -140,8 +140,8 @@ void declare_train_knobs(Config& cfg) {
   knob("runtime", "host_ahead", K::kBool, "true",
        "enqueue the next training step before reading this one's loss and gradient norm (Note [host one step ahead] "
        "in exec/trainer.cc), so that the GPU does not wait for the host between steps; the same results either way. "
-       "Steps before an evaluation or a checkpoint, the first and the last, and runs with --profile, --trace or the "
-       "CPU optimizer go one at a time");
+       "Steps before an evaluation or a checkpoint, the first and the last, and runs with the CPU optimizer go one "
+       "at a time");
   knob("runtime", "um_counters", K::kBool, "false",
        "count Unified Memory's page faults and migrations and print them per step (CUPTI's counters on a GPU; on "
        "the CPU backend what the emulated prefetches would move); in --metrics-out as um_counters_per_step");

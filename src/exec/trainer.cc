@@ -516,14 +516,18 @@ Status Trainer::build() {
 // loss back, the sampler's next batch, the log line. Done one step at a time, the GPU idles through it (on an H200,
 // ~0.25 ms a step at GPT-2 124M B16: bench/training/kernel_gaps_gpu.sh), so the loop enqueues step k + 1 before it
 // finishes step k, whenever nothing between the two needs the host to see the model after step k alone: the first
-// step of a process (warm-up, the allocation counts), the last, evaluations, checkpoints, --profile and --trace
-// (their events are read per step), the CPU optimizer (its speculative update guesses from the last norm) and
-// --host-ahead false finish each step before the next is enqueued. The results are the same bits either way: the
+// step of a process (warm-up, the allocation counts), the last, evaluations, checkpoints, the CPU optimizer (its
+// speculative update guesses from the last norm) and --host-ahead false finish each step before the next is
+// enqueued. (--profile and --trace read each step's events as it is enqueued, so the host waits for the step there:
+// counted as ahead, such steps do not overlap.) The results are the same bits either way: the
 // device runs the same operations in the same order; each step's losses and norm are copied into a pinned slot of
 // their own (two, alternating) right behind it on the compute stream, and the input ring's host slots are written
 // only after the copy that read them last has finished (Executor, Note [slot rings]). A step that fails (a non-finite
 // loss) is reported when it is finished, with its own number, after the next step was enqueued; nothing is saved
-// from that next step.
+// from that next step. An error of a collective or copy that the reducers or the input slots keep is seen when a
+// step is finished and reported as that step's, though it may belong to the step enqueued after it. A step's time
+// (StepRecord::ms) is from its enqueue or the previous finish, whichever is later: with steps ahead, the time
+// between two finishes, a step's share of the throughput rather than its latency.
 Status Trainer::enqueue_step(int64_t step) {
   Backend& be = *backend_;
   // Profile (and trace) every step but the first this process runs (warm-up: cuBLAS heuristics, first touches);
@@ -555,6 +559,7 @@ Status Trainer::finish_step(StepRecord* rec) {
   if (reducer_) TT_TRY(reducer_->status());
   if (tp_reducer_) TT_TRY(tp_reducer_->status());
   if (input_reducer_) TT_TRY(input_reducer_->status());
+  TT_TRY(ex_->input_status());
   const size_t n = host_losses_.size();
   double sum = 0;
   for (size_t i = 0; i < n; ++i) sum += static_cast<double>(r.losses[i]);
@@ -579,8 +584,9 @@ Status Trainer::finish_step(StepRecord* rec) {
 }
 
 bool Trainer::finish_before_next(int64_t step, int64_t end) const {
-  if (!cfg_.host_ahead || step >= end || history_.empty()) return true;
-  if (cfg_.profile || !cfg_.trace.empty() || spec_.exec.plan.cpu_optimizer()) return true;
+  // Only knobs every rank of a mesh shares (check_same_config; not --trace, whose file is each rank's own): finishing
+  // a step is a collective over the data dimension (mean_over_data), so every rank must take the same path.
+  if (!cfg_.host_ahead || step >= end || history_.empty() || spec_.exec.plan.cpu_optimizer()) return true;
   if (cfg_.eval_every > 0 && step % cfg_.eval_every == 0) return true;
   if (!cfg_.checkpoint_dir.empty() && cfg_.checkpoint_every > 0 && step % cfg_.checkpoint_every == 0) return true;
   return false;

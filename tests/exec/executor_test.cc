@@ -277,6 +277,39 @@ std::function<void(Schedule&)> without(StreamId st, const std::string& name) {
   };
 }
 
+// Note [host one step ahead] (exec/trainer.cc): the trainer may enqueue a step while the one before it runs, so the
+// executor draws a batch into a staging slot only after the copy that last read that slot has finished. With slow
+// copies and steps enqueued back to back (batch 3 is drawn into batch 1's slot while batch 1's copy still waits out
+// its delay), the parameters are those of steps run one at a time; they differ when the draw does not wait.
+TEST(Executor, InputSlotIsRewrittenOnlyAfterItsCopyFinished) {
+  std::vector<float> params[2];
+  for (int back_to_back = 0; back_to_back < 2; ++back_to_back) {
+    SCOPED_TRACE(back_to_back ? "back to back" : "one at a time");
+    auto be = std::move(cpu::create_backend({.device_budget = int64_t(64) << 20, .threads = 1, .copy_delay_us = 20000}))
+                  .value();
+    auto ex = std::move(Executor::create(*be, make_spec(make_plan("in-core", OptimizerPlacement::kDevice)))).value();
+    ASSERT_TRUE(ex->init_params(3).is_ok());
+    auto drawn = std::make_shared<int>(0);
+    ex->set_input_source([drawn](int32_t* host) {  // batch n: every token n * 7 + i mod vocab
+      const int n = ++*drawn;
+      for (int i = 0; i < 2 * kBatch * kCfg.seq; ++i) host[i] = (n * 7 + i) % kCfg.vocab;
+    });
+    ex->prefetch();
+    for (int step = 1; step <= 3; ++step) {
+      ex->train_step(1e-2f, /*speculate=*/true);
+      if (!back_to_back) ASSERT_TRUE(be->synchronize_all().is_ok());
+    }
+    ASSERT_TRUE(be->synchronize_all().is_ok());
+    ASSERT_TRUE(ex->input_status().is_ok()) << ex->input_status().to_string();
+    EXPECT_EQ(*drawn, 4);
+    params[back_to_back].resize(static_cast<size_t>(ex->num_params()));
+    ASSERT_TRUE(ex->download_params(params[back_to_back].data()).is_ok());
+    ASSERT_TRUE(be->synchronize_all().is_ok());
+  }
+  EXPECT_EQ(std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)), 0)
+      << "steps enqueued back to back trained on other batches";
+}
+
 TEST(Executor, MemoryOfTheScheduleIsWhatThePoolsMeasured) {
   for (const PlanCase& c : every_plan()) {
     SCOPED_TRACE(c.name + (c.opt == OptimizerPlacement::kCpu ? " cpu" : " device") + (c.speculate ? " spec" : ""));
