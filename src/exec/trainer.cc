@@ -511,23 +511,23 @@ Status Trainer::build() {
   return Status::ok();
 }
 
-// Note [host one step ahead]: a training step is enqueued (enqueue_step) and later finished (finish_step: its loss
-// and gradient norm read back, checked and recorded). Between two steps the host has work of its own: reading the
-// loss back, the sampler's next batch, the log line. Done one step at a time, the GPU idles through it (on an H200,
-// ~0.25 ms a step at GPT-2 124M B16: bench/training/kernel_gaps_gpu.sh), so the loop enqueues step k + 1 before it
-// finishes step k, whenever nothing between the two needs the host to see the model after step k alone: the first
-// step of a process (warm-up, the allocation counts), the last, evaluations, checkpoints, the CPU optimizer (its
-// speculative update guesses from the last norm) and --host-ahead false finish each step before the next is
-// enqueued. (--profile and --trace read each step's events as it is enqueued, so the host waits for the step there:
-// counted as ahead, such steps do not overlap.) The results are the same bits either way: the
-// device runs the same operations in the same order; each step's losses and norm are copied into a pinned slot of
-// their own (two, alternating) right behind it on the compute stream, and the input ring's host slots are written
-// only after the copy that read them last has finished (Executor, Note [slot rings]). A step that fails (a non-finite
-// loss) is reported when it is finished, with its own number, after the next step was enqueued; nothing is saved
-// from that next step. An error of a collective or copy that the reducers or the input slots keep is seen when a
-// step is finished and reported as that step's, though it may belong to the step enqueued after it. A step's time
-// (StepRecord::ms) is from its enqueue or the previous finish, whichever is later: with steps ahead, the time
-// between two finishes, a step's share of the throughput rather than its latency.
+// Note [host one step ahead]: a training step is enqueued (enqueue_step) and later finished (finish_step: its loss and
+// gradient norm read back, checked and recorded). Between two steps the host has work of its own: reading the loss
+// back, the sampler's next batch, the log line. Done one step at a time, the GPU idles through it (on an H200, ~0.25 ms
+// a step at GPT-2 124M B16: bench/training/kernel_gaps_gpu.sh), so the loop enqueues step k + 1 before it finishes step
+// k, whenever nothing between the two needs the host to see the model after step k alone: the first step of a process
+// (warm-up, the allocation counts), the last, evaluations, checkpoints, the CPU optimizer (its speculative update
+// guesses from the last norm) and --host-ahead false finish each step before the next is enqueued. (--profile and
+// --trace read each step's events as it is enqueued, so the host waits for the step there: counted as ahead, such steps
+// do not overlap.) The results are the same bits either way: the device runs the same operations in the same order;
+// each step's losses and norm are copied into a pinned slot of their own (two, alternating) right behind it on the
+// compute stream, and the input ring's host slots are written only after the copy that read them last has finished
+// (Executor, Note [slot rings]). A step that fails (a non-finite loss) is reported when it is finished, with its own
+// number, after the next step was enqueued; nothing is saved from that next step. An error of a collective or copy that
+// the reducers or the input slots keep is seen when a step is finished and reported as that step's, though it may
+// belong to the step enqueued after it. A step's time (StepRecord::ms) is from its enqueue or the previous finish,
+// whichever is later: with steps ahead, the time between two finishes, a step's share of the throughput rather than its
+// latency.
 Status Trainer::enqueue_step(int64_t step) {
   Backend& be = *backend_;
   // Profile (and trace) every step but the first this process runs (warm-up: cuBLAS heuristics, first touches);

@@ -163,8 +163,8 @@ class Trainer {
   // each holding a batch's tokens then targets. The training pass takes its batch from the device buffer input.next
   // into the model's inputs (after the copy's input_ready), then draws the next batch through the executor's input
   // source into the next host slot and copies it to input.next on the h2d stream (after the take's
-  // input_consumed), while the step computes. A slot is written again two batches later, once
-  // the copy that read it has finished (an event per slot in the executor: Note [host one step ahead]).
+  // input_consumed), while the step computes. A slot is written again two batches later, once the copy that read
+  // it has finished (an event per slot in the executor: Note [host one step ahead]).
   data::SamplerState sampler_before_prefetch_;  // what a checkpoint records: the batch in flight is not consumed yet
   std::vector<float> host_losses_;  // evaluate()'s
   // Note [host one step ahead]: pinned slots a step's losses and squared gradient norm are copied into (step k into
