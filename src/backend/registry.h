@@ -42,8 +42,8 @@ struct BackendOptions {
   AttentionOptions attention{};            // a GPU: cuDNN or our attention kernels (attention_options.h)
   int64_t attention_workspace_bytes = 0;   // cuDNN's or f32 GEMMs' attention workspace in the budget (BackendReserve)
   bool record_um_calls = false;            // tests: um() keeps every call (memory::RecordingUmDriver)
-  // A GPU: managed prefetches to the host in pieces of this size (0: whole ranges; cuda::kDefaultUmHostPieceBytes).
-  int64_t um_host_piece_bytes = int64_t(32) << 20;
+  // A GPU: managed prefetches to the host in pieces of this size (0: whole ranges).
+  int64_t um_host_piece_bytes = memory::kDefaultUmHostPieceBytes;
 };
 
 // Backends compiled in, in order of preference for "auto".

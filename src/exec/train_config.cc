@@ -132,6 +132,7 @@ void declare_train_knobs(Config& cfg) {
        "keep a block's gradients in the next block's activation memory once that block's backward is done (Note "
        "[gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory); false: "
        "every gradient in a buffer of its own");
+  static_assert(memory::kDefaultUmHostPieceBytes == int64_t(32) << 20, "um_host_piece_mib's default below");
   knob("runtime", "um_host_piece_mib", K::kInt, "32",
        "a GPU: managed memory moved to the host in pieces of this many MiB (Note [prefetches to the host in pieces] "
        "in backend/cuda/um.cc; on an H200 a 2 GiB range moved at 15.9 GB/s in 32 MiB pieces, 10.6 whole); 0: one "

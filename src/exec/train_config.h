@@ -15,6 +15,7 @@
 
 #include "backend/attention_options.h"
 #include "core/config.h"
+#include "memory/um.h"
 #include "exec/plan.h"
 #include "model/gpt.h"
 
@@ -56,7 +57,8 @@ struct TrainConfig {
   int64_t lm_chunk_rows = 0;  // the LM head's logits rows at once (0: the model's default)
   bool um_allow_oversubscription = false;  // issue 20: managed memory beyond the GPU's free memory (unsafe if shared)
   bool grads_in_activations = true;  // Note [gradients in dead activations] (exec/schedule.h); false: the knob off
-  int64_t um_host_piece_mib = 32;  // issue 20: managed prefetches to the host in pieces of this many MiB (0: whole)
+  // issue 20: managed prefetches to the host in pieces of this many MiB (0: whole)
+  int64_t um_host_piece_mib = memory::kDefaultUmHostPieceBytes >> 20;
   bool host_ahead = true;  // Note [host one step ahead] (exec/trainer.cc): step k + 1 enqueued before k's loss is read
   bool um_counters = false;  // issue 20: count Unified Memory's page faults and migrations per step (CUPTI on a GPU)
   int host_numa_node = -1;        // host pool placement; -1: automatic

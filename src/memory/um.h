@@ -30,6 +30,10 @@
 
 namespace tt::memory {
 
+// A GPU's managed prefetches to the host go in pieces of this many bytes unless the knob um_host_piece_mib says
+// otherwise (Note [prefetches to the host in pieces] in backend/cuda/um.cc).
+constexpr int64_t kDefaultUmHostPieceBytes = int64_t(32) << 20;
+
 // Where pages are, or should be: the backend's device, or host memory. kNone: no preference.
 enum class UmPlace : int { kNone = -1, kDevice = 0, kHost = 1 };
 const char* um_place_name(UmPlace p);

@@ -49,10 +49,7 @@ CliRun run(const std::string& args, const std::string& env = "") {
   return r;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+using testing::read_file;
 
 // Small, fast runs on a synthetic corpus.
 std::string small(const std::string& data) {
@@ -139,7 +136,7 @@ TEST(Cli, DataFailuresExitOneAndSayWhatTheFileIs) {
 TEST(Cli, HelpListsTheExitCodesOfTheReadme) {
   CliRun help = run("--help");
   EXPECT_EQ(help.code, 0);
-  const std::string readme = slurp(std::string(TT_SOURCE_DIR) + "/README.md");
+  const std::string readme = read_file(std::string(TT_SOURCE_DIR) + "/README.md");
   const size_t table = readme.find("| code | meaning |");
   ASSERT_NE(table, std::string::npos);
   int rows = 0;
@@ -218,7 +215,7 @@ TEST(Cli, ChoicesWarmupAndMissingGpuAreExplained) {
 // checkpoint and at the end.
 std::vector<std::pair<double, double>> loss_and_norm(const std::string& metrics) {
   std::vector<std::pair<double, double>> v;
-  const nlohmann::json j = nlohmann::json::parse(slurp(metrics));
+  const nlohmann::json j = nlohmann::json::parse(read_file(metrics));
   for (const auto& s : j.at("steps")) v.emplace_back(s.at("loss").get<double>(), s.at("grad_norm").get<double>());
   return v;
 }
@@ -252,7 +249,7 @@ TEST(Cli, DataParallelOverAMeshTrainsTheOneProcessModel) {
                           " ranks (shm backend); batch 8 = " + std::to_string(8 / ranks) + " a rank");
     EXPECT_EQ(b.out.find("[rank 1] step"), std::string::npos) << "rank 1 prints nothing of the run\n" << b.out;
     expect_same_curve(one, mesh, plan);
-    const nlohmann::json x = nlohmann::json::parse(slurp(one)), y = nlohmann::json::parse(slurp(mesh));
+    const nlohmann::json x = nlohmann::json::parse(read_file(one)), y = nlohmann::json::parse(read_file(mesh));
     ASSERT_EQ(x.at("val").size(), 2u);
     ASSERT_EQ(y.at("val").size(), 2u);
     for (size_t i = 0; i < 2; ++i)
@@ -306,7 +303,7 @@ TEST(Cli, DataParallelInputModesGiveTheSameRun) {
                    out);
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_HAS(r.out, std::string("input ") + input);
-    runs.push_back(nlohmann::json::parse(slurp(out)));
+    runs.push_back(nlohmann::json::parse(read_file(out)));
   }
   for (size_t k = 1; k < runs.size(); ++k) {
     ASSERT_EQ(runs[k]["steps"].size(), runs[0]["steps"].size());
@@ -413,7 +410,7 @@ TEST(Cli, TensorParallelOverAMeshTrainsTheOneProcessModel) {
                                             : c.layout));
     EXPECT_EQ(b.out.find("[rank 1] step"), std::string::npos) << "rank 1 prints nothing of the run\n" << b.out;
     expect_same_curve(one, mesh, c.plan + " " + c.mesh + " " + c.layout);
-    const nlohmann::json x = nlohmann::json::parse(slurp(one)), y = nlohmann::json::parse(slurp(mesh));
+    const nlohmann::json x = nlohmann::json::parse(read_file(one)), y = nlohmann::json::parse(read_file(mesh));
     ASSERT_EQ(x.at("val").size(), 2u);
     ASSERT_EQ(y.at("val").size(), 2u);
     for (size_t i = 0; i < 2; ++i)
@@ -426,7 +423,7 @@ TEST(Cli, TensorParallelOverAMeshTrainsTheOneProcessModel) {
       CliRun d = run("launch -n 4 -- " + bin + " " + args + " --plan " + c.plan + " --mesh " + c.mesh + " --input " +
                      input + " --metrics-out " + other);
       ASSERT_EQ(d.code, 0) << d.out;
-      const nlohmann::json z = nlohmann::json::parse(slurp(other));
+      const nlohmann::json z = nlohmann::json::parse(read_file(other));
       ASSERT_EQ(z["steps"].size(), y["steps"].size()) << input;
       for (size_t i = 0; i < y["steps"].size(); ++i) {
         EXPECT_EQ(z["steps"][i]["loss"], y["steps"][i]["loss"]) << input << " step " << i + 1;
@@ -491,7 +488,7 @@ TEST(Cli, ShardedOptimizerIsTheUnshardedRunWithLessMemory) {
       CliRun r = run("launch -n " + std::to_string(ranks) + " -- " + bin + " " + args + " --mesh " + mesh + shard +
                      (ranks == 3 ? " --batch 6" : "") + " --metrics-out " + out);
       ASSERT_EQ(r.code, 0) << r.out;
-      runs.push_back(nlohmann::json::parse(slurp(out)));
+      runs.push_back(nlohmann::json::parse(read_file(out)));
     }
     ASSERT_EQ(runs[1]["steps"].size(), 12u);
     for (size_t i = 0; i < 12; ++i) {
@@ -543,7 +540,7 @@ TEST(Cli, ShardedOptimizerIsTheUnshardedRunWithLessMemory) {
       CliRun r = run("launch -n " + std::to_string(ranks) + " -- " + bin + " " + args + " --mesh " + mesh + shard +
                      " --optimizer cpu" + extra + " --metrics-out " + out);
       ASSERT_EQ(r.code, 0) << r.out;
-      runs.push_back(nlohmann::json::parse(slurp(out)));
+      runs.push_back(nlohmann::json::parse(read_file(out)));
     }
     ASSERT_EQ(runs[1]["steps"].size(), 12u);
     for (size_t i = 0; i < 12; ++i) {
@@ -598,11 +595,11 @@ TEST(Cli, FeatureWorkloadInputModesGiveTheSameRun) {
     CliRun r = run("launch -n 2 -- " + bin + " " + args + " --mesh data=2 --input " + input + " --metrics-out " + out);
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_HAS(r.out, std::string("input ") + input);
-    runs.push_back(nlohmann::json::parse(slurp(out)));
+    runs.push_back(nlohmann::json::parse(read_file(out)));
     EXPECT_EQ(runs.back()["ranks"], 2);
     EXPECT_EQ(runs.back()["input_bytes_per_step"], 256 * 97 * 4);
   }
-  const nlohmann::json o = nlohmann::json::parse(slurp(dir.path() + "/one.json"));
+  const nlohmann::json o = nlohmann::json::parse(read_file(dir.path() + "/one.json"));
   ASSERT_EQ(o["steps"].size(), 8u);
   for (size_t k = 0; k < runs.size(); ++k) {
     ASSERT_EQ(runs[k]["steps"].size(), 8u);
@@ -720,7 +717,7 @@ TEST(Cli, CalibrateUnderLaunchPricesTheMeshsCollectives) {
   EXPECT_HAS(cal.out, "[rank 0] calibrate: an allreduce over 2 ranks");
   EXPECT_HAS(cal.out, "[rank 0]   allreduce x2");
   EXPECT_HAS(cal.out, "[rank 1] calibrate: rank 1 measured the allreduce with the others");
-  const nlohmann::json j = nlohmann::json::parse(slurp(profile));
+  const nlohmann::json j = nlohmann::json::parse(read_file(profile));
   ASSERT_TRUE(j.contains("allreduce")) << j.dump().substr(0, 500);
   EXPECT_GT(j["allreduce"]["2"]["bytes_per_s"].get<double>(), 0);
   EXPECT_EQ(j["allreduce"]["2"]["points"].size(), 6u);  // 64 KiB to 64 MiB, by 4
@@ -742,7 +739,7 @@ TEST(Cli, CalibrateUnderLaunchPricesTheMeshsCollectives) {
   EXPECT_EQ(cached.out.find("are unpriced"), std::string::npos) << cached.out;
   CliRun again = run("calibrate" + model + " --out " + profile, env);
   ASSERT_EQ(again.code, 0) << again.out;
-  EXPECT_TRUE(nlohmann::json::parse(slurp(profile)).contains("allreduce")) << "the two-rank rate was dropped";
+  EXPECT_TRUE(nlohmann::json::parse(read_file(profile)).contains("allreduce")) << "the two-rank rate was dropped";
 }
 
 TEST(Cli, PlanPredictsEveryPlanAndCalibratesOnce) {
@@ -790,11 +787,11 @@ TEST(Cli, PlanPredictsEveryPlanAndCalibratesOnce) {
   CliRun sweep = run("plan" + model + " --plans auto --sweep-budget 1MiB:3MiB:1MiB --sweep-out " + dir.file("sw"), env);
   EXPECT_EQ(sweep.code, 0) << sweep.out;
   EXPECT_HAS(sweep.out, "sweep: 3 budgets written");
-  const std::string csv = slurp(dir.file("sw.csv"));
+  const std::string csv = read_file(dir.file("sw.csv"));
   EXPECT_HAS(csv, "budget_bytes,budget_gib,strategy,fits,ms_per_step,detail\n");
   EXPECT_HAS(csv, "3145728,");
   EXPECT_HAS(csv, ",auto,1,");
-  EXPECT_HAS(slurp(dir.file("sw.svg")), "<polyline");
+  EXPECT_HAS(read_file(dir.file("sw.svg")), "<polyline");
   EXPECT_EQ(run("plan" + model + " --sweep-budget 3MiB:1MiB:1MiB", env).code, 2);
 
   CliRun missing = run("plan" + model + " --machine-profile " + dir.file("none.json"), env);
@@ -808,7 +805,7 @@ TEST(Cli, PlanPredictsEveryPlanAndCalibratesOnce) {
   EXPECT_HAS(cal.out, "h2d pinned");
   EXPECT_HAS(cal.out, "UM to host");  // the CPU backend's emulated managed memory
   // A profile from before Unified Memory's rates: plan measures them when a row needs them.
-  nlohmann::json no_um = nlohmann::json::parse(slurp(dir.file("p.json")));
+  nlohmann::json no_um = nlohmann::json::parse(read_file(dir.file("p.json")));
   ASSERT_TRUE(no_um.contains("um"));
   no_um.erase("um");
   std::ofstream(dir.file("no_um.json")) << no_um.dump();
@@ -818,13 +815,13 @@ TEST(Cli, PlanPredictsEveryPlanAndCalibratesOnce) {
   CliRun with = run("plan" + model + " --plans in-core --machine-profile " + dir.file("p.json"), env);
   EXPECT_EQ(with.code, 0) << with.out;
   EXPECT_HAS(with.out, "profile: " + dir.file("p.json"));
-  nlohmann::json j = nlohmann::json::parse(slurp(dir.file("p.json")));
+  nlohmann::json j = nlohmann::json::parse(read_file(dir.file("p.json")));
   j["links"]["h2d_pinned"]["bytes_per_s"] = -1;
   std::ofstream(dir.file("bad.json")) << j.dump();
   CliRun bad = run("plan" + model + " --machine-profile " + dir.file("bad.json"), env);
   EXPECT_EQ(bad.code, 1) << bad.out;
   EXPECT_HAS(bad.out, "profile.links.h2d_pinned.bytes_per_s");
-  j = nlohmann::json::parse(slurp(dir.file("p.json")));
+  j = nlohmann::json::parse(read_file(dir.file("p.json")));
   j["machine"]["device"] = "another device";
   std::ofstream(dir.file("other.json")) << j.dump();
   CliRun other = run("plan" + model + " --machine-profile " + dir.file("other.json"), env);
@@ -906,7 +903,7 @@ TEST(Cli, PathsThatAreNotUtf8) {
   CliRun first = run(args + " --stop-at 2");
   EXPECT_EQ(first.code, 0) << first.out;
   ASSERT_TRUE(fs::exists(metrics)) << first.out;
-  const nlohmann::json j = nlohmann::json::parse(slurp(metrics));
+  const nlohmann::json j = nlohmann::json::parse(read_file(metrics));
   EXPECT_NE(j["config"]["data"].get<std::string>().find("\xEF\xBF\xBD"), std::string::npos);  // U+FFFD
   CliRun resumed = run(args + " --resume");
   EXPECT_EQ(resumed.code, 0) << resumed.out;
@@ -989,7 +986,7 @@ TEST(Cli, UnifiedMemoryPlans) {
   EXPECT_HAS(dry.out, "activations managed_offload 4");
   EXPECT_HAS(dry.out, "managed memory (Unified Memory): ");
   EXPECT_HAS(dry.out, "of which the plan keeps ");
-  const nlohmann::json j = nlohmann::json::parse(slurp(file));
+  const nlohmann::json j = nlohmann::json::parse(read_file(file));
   auto s = Schedule::from_json(j);
   ASSERT_TRUE(s.is_ok()) << s.status().to_string();
   int moves = 0, dead = 0;
@@ -1010,7 +1007,7 @@ TEST(Cli, UnifiedMemoryPlans) {
                        metrics);
   EXPECT_EQ(counted.code, 0) << counted.out;
   EXPECT_HAS(counted.out, "unified memory per step (after the first): GPU page faults 0.0, CPU page faults 0.0");
-  const nlohmann::json m = nlohmann::json::parse(slurp(metrics));
+  const nlohmann::json m = nlohmann::json::parse(read_file(metrics));
   const nlohmann::json& per = m.at("um_counters_per_step");
   const int64_t block = j["inventory"]["managed"]["entries"][0]["bytes"].get<int64_t>();
   EXPECT_EQ(per.at("bytes_to_host").get<double>(), 2.0 * static_cast<double>(block));
@@ -1030,7 +1027,7 @@ TEST(Cli, DryRunWritesTheSchedule) {
   CliRun r = run(small(data) + " --dry-run --plan offload-all --speculative-update --layers 3 --schedule " + file);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_HAS(r.out, "schedule: ");
-  const nlohmann::json j = nlohmann::json::parse(slurp(file));
+  const nlohmann::json j = nlohmann::json::parse(read_file(file));
   auto s = Schedule::from_json(j);
   ASSERT_TRUE(s.is_ok()) << s.status().to_string();
   EXPECT_EQ(s.value().spec.model.layers, 3);
@@ -1111,7 +1108,7 @@ TEST(Cli, TrainsWritesMetricsAndCheckpointsAndResumes) {
   EXPECT_HAS(second.out, "resumed from " + ckpt + "/step_00000003.ttf at step 3");
   EXPECT_HAS(second.out, "step      6/6 | loss");
   EXPECT_EQ(second.out.find("step      2/6"), std::string::npos);
-  EXPECT_HAS(slurp(dir.file("m.json")), "\"median_tokens_per_s\"");
+  EXPECT_HAS(read_file(dir.file("m.json")), "\"median_tokens_per_s\"");
 }
 
 TEST(Cli, BadCheckpointsAreNamedAndNothingIsLost) {
@@ -1120,7 +1117,7 @@ TEST(Cli, BadCheckpointsAreNamedAndNothingIsLost) {
   const std::string ckpt = dir.file("ckpt");
   ASSERT_EQ(run(small(data) + " --steps 4 --stop-at 2 --checkpoint-dir " + ckpt).code, 0);
   const std::string good_path = ckpt + "/step_00000002.ttf";
-  const std::string good = slurp(good_path);
+  const std::string good = read_file(good_path);
   ASSERT_FALSE(good.empty());
 
   // Truncated copy.
@@ -1151,8 +1148,8 @@ TEST(Cli, BadCheckpointsAreNamedAndNothingIsLost) {
   EXPECT_HAS(d.out, "the dataset differs");
 
   // None of that touched the good checkpoint.
-  EXPECT_EQ(slurp(good_path), good);
-  EXPECT_EQ(slurp(ckpt + "/latest"), "step_00000002.ttf\n");
+  EXPECT_EQ(read_file(good_path), good);
+  EXPECT_EQ(read_file(ckpt + "/latest"), "step_00000002.ttf\n");
 }
 
 // A copy of the checkpoint at `from` with its metadata changed by `edit` (a valid file: every CRC right).
@@ -1276,13 +1273,13 @@ TEST(Cli, RunFolderKeepsConfigMetricsCheckpointAndSample) {
   ASSERT_EQ(first.code, 0) << first.out;
   EXPECT_HAS(first.out, "run folder: " + rd);
   EXPECT_HAS(first.out, "--- sample of " + rd + "/checkpoints/step_00000020.ttf (step 20): 30 tokens");
-  const nlohmann::json config = nlohmann::json::parse(slurp(rd + "/config.json"));
+  const nlohmann::json config = nlohmann::json::parse(read_file(rd + "/config.json"));
   EXPECT_EQ(config.at("steps"), 20);
   EXPECT_EQ(config.at("run_dir"), rd);
   EXPECT_EQ(config.at("checkpoint_dir"), rd + "/checkpoints");
   auto records = [&] {
     std::vector<nlohmann::json> r;
-    std::istringstream lines(slurp(rd + "/metrics.jsonl"));
+    std::istringstream lines(read_file(rd + "/metrics.jsonl"));
     for (std::string line; std::getline(lines, line);) r.push_back(nlohmann::json::parse(line));
     return r;
   };
@@ -1294,8 +1291,8 @@ TEST(Cli, RunFolderKeepsConfigMetricsCheckpointAndSample) {
   EXPECT_EQ(records().back().at("last_step"), 20);
   EXPECT_TRUE(fs::exists(rd + "/metrics.json"));
   EXPECT_TRUE(fs::exists(rd + "/checkpoints/latest"));
-  EXPECT_EQ(slurp(rd + "/sample.txt").size(), 31u);  // the prompt (a newline) and 30 bytes
-  const std::string svg = slurp(rd + "/loss.svg");  // the loss curves: training and validation
+  EXPECT_EQ(read_file(rd + "/sample.txt").size(), 31u);  // the prompt (a newline) and 30 bytes
+  const std::string svg = read_file(rd + "/loss.svg");  // the loss curves: training and validation
   EXPECT_HAS(svg, "<svg");
   EXPECT_HAS(svg, ">train</text>");
   EXPECT_HAS(svg, ">validation</text>");
@@ -1383,7 +1380,7 @@ TEST(Cli, ExportWritesGpt2SafetensorsAndTrainingStartsFromThem) {
   ASSERT_EQ(ex.code, 0) << ex.out;
   EXPECT_HAS(ex.out, "16 tensors");
   EXPECT_HAS(ex.out, "GPT2LMHeadModel.from_pretrained(\"" + dir.file("hf") + "\")");
-  const std::string file = slurp(dir.file("hf") + "/model.safetensors");
+  const std::string file = read_file(dir.file("hf") + "/model.safetensors");
   ASSERT_GT(file.size(), 8u);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(file[static_cast<size_t>(i)]);
@@ -1393,7 +1390,7 @@ TEST(Cli, ExportWritesGpt2SafetensorsAndTrainingStartsFromThem) {
   EXPECT_EQ(h.at("transformer.h.0.attn.c_attn.weight").at("shape"), nlohmann::json::array({16, 48}));
   EXPECT_EQ(h.at("transformer.h.0.mlp.c_proj.weight").at("shape"), nlohmann::json::array({64, 16}));
   EXPECT_EQ(h.at("transformer.wte.weight").at("shape"), nlohmann::json::array({256, 16}));
-  const nlohmann::json config = nlohmann::json::parse(slurp(dir.file("hf") + "/config.json"));
+  const nlohmann::json config = nlohmann::json::parse(read_file(dir.file("hf") + "/config.json"));
   EXPECT_EQ(config.at("model_type"), "gpt2");
   EXPECT_EQ(config.at("n_embd"), 16);
   EXPECT_EQ(config.at("n_positions"), 16);
@@ -1438,7 +1435,7 @@ TEST(Cli, TokenizeTrainAndSampleFromATextPrompt) {
                  " --prompt 'the cat' --tokens 12 --top-k 1 --backend cpu --out " + dir.file("s.txt"));
   ASSERT_EQ(s.code, 0) << s.out;
   EXPECT_HAS(s.out, "after a prompt of 2");  // "the" and " cat", one token each
-  const std::string sample = slurp(dir.file("s.txt"));
+  const std::string sample = read_file(dir.file("s.txt"));
   EXPECT_EQ(sample.rfind("the cat", 0), 0u) << sample;
   EXPECT_TRUE(sample.find(" sat") != std::string::npos || sample.find(" mat") != std::string::npos) << sample;
   // What is missing or wrong is named.

@@ -32,10 +32,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 #define EXPECT_CONTAINS(s, part) EXPECT_TRUE(contains((s), (part))) << "'" << (s) << "' lacks '" << (part) << "'"
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using testing::read_file;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -204,7 +201,7 @@ TEST_F(TensorFileTest, EntriesMetaAndLayout) {
   EXPECT_EQ(r.find("nope"), nullptr);
 
   // Frame: magic, header, trailer magic, and the trailer records the file size.
-  const std::string bytes = read_bytes(path("rt.ttf"));
+  const std::string bytes = read_file(path("rt.ttf"));
   EXPECT_EQ(bytes.substr(0, 8), "TTTENSR1");
   EXPECT_EQ(bytes.substr(bytes.size() - 16, 8), "TTEND001");
   uint64_t recorded = 0;
@@ -244,7 +241,7 @@ void expect_open_fails(const std::string& p, StatusCode code, const std::vector<
 
 TEST_F(TensorFileTest, TruncationIsDetectedAtEveryCut) {
   ASSERT_TRUE(write_standard(path("full.ttf")).is_ok());
-  const std::string bytes = read_bytes(path("full.ttf"));
+  const std::string bytes = read_file(path("full.ttf"));
   const uint64_t header_bytes = header_bytes_of(bytes);
   const uint64_t data_start = data_start_of(bytes);
   ASSERT_GT(bytes.size(), data_start + 1000);
@@ -269,13 +266,13 @@ TEST_F(TensorFileTest, TruncationIsDetectedAtEveryCut) {
 
 TEST_F(TensorFileTest, ExtraTrailingByteIsDetected) {
   ASSERT_TRUE(write_standard(path("full.ttf")).is_ok());
-  write_bytes(path("long.ttf"), read_bytes(path("full.ttf")) + std::string(1, '\0'));
+  write_bytes(path("long.ttf"), read_file(path("full.ttf")) + std::string(1, '\0'));
   expect_open_fails(path("long.ttf"), StatusCode::kDataLoss, {});
 }
 
 TEST_F(TensorFileTest, FlippedDataByteIsACrcMismatchNamingTheTensor) {
   ASSERT_TRUE(write_standard(path("full.ttf")).is_ok());
-  std::string bytes = read_bytes(path("full.ttf"));
+  std::string bytes = read_file(path("full.ttf"));
   Result<TensorFileReader> clean = TensorFileReader::open(path("full.ttf"));
   ASSERT_TRUE(clean.is_ok());
   const TensorFileEntry* d = clean->find("d_i32");
@@ -301,7 +298,7 @@ TEST_F(TensorFileTest, FlippedDataByteIsACrcMismatchNamingTheTensor) {
 
 TEST_F(TensorFileTest, FlippedByteInEveryTensorIsDetected) {
   ASSERT_TRUE(write_standard(path("full.ttf")).is_ok());
-  const std::string bytes = read_bytes(path("full.ttf"));
+  const std::string bytes = read_file(path("full.ttf"));
   Result<TensorFileReader> clean = TensorFileReader::open(path("full.ttf"));
   ASSERT_TRUE(clean.is_ok());
   for (const TensorFileEntry& e : clean->entries()) {
@@ -323,7 +320,7 @@ TEST_F(TensorFileTest, FlippedByteInEveryTensorIsDetected) {
 
 TEST_F(TensorFileTest, FlippedHeaderByteIsAHeaderCrcMismatch) {
   ASSERT_TRUE(write_standard(path("full.ttf")).is_ok());
-  const std::string bytes = read_bytes(path("full.ttf"));
+  const std::string bytes = read_file(path("full.ttf"));
   const uint64_t header_bytes = header_bytes_of(bytes);
   for (uint64_t at : {uint64_t(24), 24 + header_bytes / 3, 24 + header_bytes - 1}) {
     SCOPED_TRACE("header byte at " + std::to_string(at));
@@ -341,11 +338,11 @@ TEST_F(TensorFileTest, FlippedHeaderByteIsAHeaderCrcMismatch) {
 
 TEST_F(TensorFileTest, CorruptHeaderLengthIsDetected) {
   ASSERT_TRUE(write_standard(path("full.ttf")).is_ok());
-  std::string b = read_bytes(path("full.ttf"));
+  std::string b = read_file(path("full.ttf"));
   b[8 + 5] ^= 0x01;  // header length becomes enormous
   write_bytes(path("len.ttf"), b);
   expect_open_fails(path("len.ttf"), StatusCode::kDataLoss, {});
-  b = read_bytes(path("full.ttf"));
+  b = read_file(path("full.ttf"));
   b[8] ^= 0x01;  // header length off by one
   write_bytes(path("len1.ttf"), b);
   expect_open_fails(path("len1.ttf"), StatusCode::kDataLoss, {});
@@ -353,7 +350,7 @@ TEST_F(TensorFileTest, CorruptHeaderLengthIsDetected) {
 
 TEST_F(TensorFileTest, BadMagic) {
   ASSERT_TRUE(write_standard(path("full.ttf")).is_ok());
-  std::string b = read_bytes(path("full.ttf"));
+  std::string b = read_file(path("full.ttf"));
   b[3] = 'X';
   write_bytes(path("magic.ttf"), b);
   expect_open_fails(path("magic.ttf"), StatusCode::kDataLoss, {"bad magic"});
@@ -365,7 +362,7 @@ TEST_F(TensorFileTest, BadMagic) {
 
 TEST_F(TensorFileTest, CorruptTrailerMagic) {
   ASSERT_TRUE(write_standard(path("full.ttf")).is_ok());
-  std::string b = read_bytes(path("full.ttf"));
+  std::string b = read_file(path("full.ttf"));
   b[b.size() - 12] ^= 0x20;
   write_bytes(path("trailer.ttf"), b);
   // Issue 25: a flipped marker used to read "size 1457104 != recorded 1457104".
@@ -471,7 +468,7 @@ TEST_F(TensorFileTest, WriteUnderARegularFileFails) {
   // Tests may run as root, for whom a chmod'ed read-only directory is writable; a path "under" a regular file fails
   // for everyone (ENOTDIR).
   ASSERT_TRUE(write_standard(path("old.ttf")).is_ok());
-  const std::string before = read_bytes(path("old.ttf"));
+  const std::string before = read_file(path("old.ttf"));
   TensorFileWriter w;
   w.add("a", DType::kF32, {6}, f32_.data());
   for (const std::string& p : {path("old.ttf") + "/x.ttf", std::string("/etc/passwd/x.ttf")}) {
@@ -479,7 +476,7 @@ TEST_F(TensorFileTest, WriteUnderARegularFileFails) {
     EXPECT_EQ(s.code(), StatusCode::kIoError) << p;
     EXPECT_CONTAINS(s.message(), p);
   }
-  EXPECT_EQ(read_bytes(path("old.ttf")), before);
+  EXPECT_EQ(read_file(path("old.ttf")), before);
   EXPECT_EQ(listing(dir_), std::vector<std::string>{"old.ttf"});
 }
 
@@ -494,7 +491,7 @@ TEST_F(TensorFileTest, RenameFailureKeepsTargetAndRemovesTemp) {
   EXPECT_EQ(s.code(), StatusCode::kIoError);
   EXPECT_CONTAINS(s.message(), "renaming");
   EXPECT_EQ(listing(dir_), std::vector<std::string>{"ckpt.ttf"});
-  EXPECT_EQ(read_bytes(target + "/keep"), "keep me");
+  EXPECT_EQ(read_file(target + "/keep"), "keep me");
 }
 
 TEST_F(TensorFileTest, FailedWriteLeavesTheOldFileIntact) {
@@ -505,7 +502,7 @@ TEST_F(TensorFileTest, FailedWriteLeavesTheOldFileIntact) {
   TensorFileWriter small;
   small.add("x", DType::kF32, {}, &one);
   ASSERT_TRUE(small.write_atomic(p).is_ok());
-  const std::string before = read_bytes(p);
+  const std::string before = read_file(p);
   ASSERT_LT(before.size(), 4096u);
 
   std::vector<float> huge(1 << 16, 3.0f);  // 256 KiB
@@ -524,7 +521,7 @@ TEST_F(TensorFileTest, FailedWriteLeavesTheOldFileIntact) {
 
   EXPECT_EQ(s.code(), StatusCode::kIoError) << s.to_string();
   EXPECT_CONTAINS(s.message(), "writing");
-  EXPECT_EQ(read_bytes(p), before);
+  EXPECT_EQ(read_file(p), before);
   EXPECT_EQ(listing(dir_), std::vector<std::string>{"ckpt.ttf"});
   Result<TensorFileReader> r = TensorFileReader::open(p);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();

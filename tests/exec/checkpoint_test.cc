@@ -23,10 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TempDir;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+using testing::read_file;
 
 struct Fixture {
   std::unique_ptr<Backend> be = testing::make_cpu_backend(int64_t(64) << 20, 1);
@@ -95,7 +92,7 @@ TEST(Checkpoint, TruncatedAndCorruptFilesAreNamed) {
   TempDir dir;
   Fixture a;
   ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, 3).is_ok());
-  const std::string good = slurp(dir.file("step_00000007.ttf"));
+  const std::string good = read_file(dir.file("step_00000007.ttf"));
 
   dir.write("cut.ttf", good.substr(0, good.size() / 2));
   Fixture b;
@@ -198,8 +195,8 @@ TEST(Checkpoint, FailedWriteLosesNothing) {
   TempDir dir;
   Fixture a;
   ASSERT_TRUE(save_checkpoint(dir.path(), a.state, *a.gpt, 5).is_ok());
-  const std::string before = slurp(dir.file("step_00000007.ttf"));
-  const std::string latest_before = slurp(dir.file("latest"));
+  const std::string before = read_file(dir.file("step_00000007.ttf"));
+  const std::string latest_before = read_file(dir.file("latest"));
   ASSERT_FALSE(before.empty());
 
   // Make the next write fail half-way: files may not grow past half a checkpoint (EFBIG instead of SIGXFSZ).
@@ -216,8 +213,8 @@ TEST(Checkpoint, FailedWriteLosesNothing) {
 
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(s.code(), StatusCode::kIoError);
-  EXPECT_EQ(slurp(dir.file("step_00000007.ttf")), before);
-  EXPECT_EQ(slurp(dir.file("latest")), latest_before);
+  EXPECT_EQ(read_file(dir.file("step_00000007.ttf")), before);
+  EXPECT_EQ(read_file(dir.file("latest")), latest_before);
   EXPECT_FALSE(fs::exists(dir.file("step_00000008.ttf")));
   for (const auto& e : fs::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();

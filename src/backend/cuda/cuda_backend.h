@@ -39,7 +39,7 @@ struct CudaBackendOptions {
   AttentionOptions attention{};
   int64_t attention_workspace_bytes = 0;  // from attention_workspace_for(); 0: neither cuDNN nor f32 GEMMs
   bool record_um_calls = false;           // um() keeps every call (memory::RecordingUmDriver)
-  int64_t um_host_piece_bytes = kDefaultUmHostPieceBytes;  // Note [prefetches to the host in pieces] (um.h)
+  int64_t um_host_piece_bytes = memory::kDefaultUmHostPieceBytes;  // Note [prefetches to the host in pieces] (um.h)
 };
 
 Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options);

@@ -12,8 +12,7 @@ namespace tt::cuda {
 
 // Prefetches to the host are cut into pieces of host_piece_bytes (0: one call a range): Note [prefetches to the host
 // in pieces] in um.cc.
-constexpr int64_t kDefaultUmHostPieceBytes = int64_t(32) << 20;
-Result<std::unique_ptr<memory::UmDriver>> create_um_driver(int device,
-                                                           int64_t host_piece_bytes = kDefaultUmHostPieceBytes);
+Result<std::unique_ptr<memory::UmDriver>> create_um_driver(
+    int device, int64_t host_piece_bytes = memory::kDefaultUmHostPieceBytes);
 
 }  // namespace tt::cuda
