@@ -168,7 +168,8 @@ double ProfileCosts::allreduce_seconds(int ranks, int64_t bytes) const {
 }
 
 double ProfileCosts::readback_seconds() const {
-  // The step's losses (master dtype, one per token) and its squared gradient norm (Trainer::train_step).
+  // The step's losses (master dtype, one per token) and its squared gradient norm, which Trainer::enqueue_step copies
+  // back (Note [host one step ahead]).
   const int64_t losses = static_cast<int64_t>(spec_.batch) * spec_.model.seq *
                          static_cast<int64_t>(dtype_size(master_dtype_for(spec_.compute)));
   return p_.readback.valid() ? p_.readback.seconds(losses) + p_.readback.seconds(4) : 0;
