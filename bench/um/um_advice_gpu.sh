@@ -3,6 +3,8 @@
 # table), mapped on the device, and preferring the host, against swap-activations' explicit copies.
 #
 #   bench/um/um_advice_gpu.sh OUTDIR      (after a build of build/gpu/src/tiertrain, e.g. by engine_gpu.sh)
+#
+# TT_OFFLOAD_PLANS (shortcuts or plan files) replaces the list of plans.
 set -uo pipefail
 OUT=${1:?usage: bench/um/um_advice_gpu.sh OUTDIR}
 source "$(dirname "$0")/../lib.sh"
@@ -11,8 +13,8 @@ TT=${TT:-build/gpu/src/tiertrain}
 [ -x "$TT" ] || tt_gpu_tiertrain
 tt_random_shard
 g=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
-for plan in swap-activations um-swap-activations bench/um/plans/offload-accessed-by-device.json \
-            bench/um/plans/offload-preferred-host.json; do
+for plan in ${TT_OFFLOAD_PLANS:-swap-activations um-swap-activations bench/um/plans/offload-accessed-by-device.json \
+            bench/um/plans/offload-preferred-host.json}; do
   name=$(basename "$plan" .json)
   "$TT" train "${g[@]}" --plan "$plan" --data "$SHARD" --steps 20 --warmup 5 --eval-every 0 --log-every 10 \
     --metrics-out "$OUT/tiertrain_$name.json" > "$OUT/tiertrain_$name.log" 2>&1 ||

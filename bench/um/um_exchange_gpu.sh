@@ -6,7 +6,9 @@
 #
 #   bench/um/um_exchange_gpu.sh OUTDIR      (builds build/gpu/src/tiertrain unless TT names one)
 #
-# TT_MODELS (default "gpt2 d1024") and TT_FAULT_PLANS (default: every UM plan below) pick a part.
+# TT_MODELS (default "gpt2 d1024"), TT_EXCHANGE_PLANS (plan files in bench/um/plans, default the four below) and
+# TT_FAULT_PLANS (default: every UM plan below) pick a part; TT_EXCHANGE_FLAGS are added to every run (e.g.
+# "--speculative-update true").
 set -uo pipefail
 OUT=${1:?usage: bench/um/um_exchange_gpu.sh OUTDIR}
 source "$(dirname "$0")/../lib.sh"
@@ -19,7 +21,7 @@ P=bench/um/plans
 run() {  # NAME STEPS FLAGS...
   local name=$1 steps=$2
   shift 2
-  "$TT" train "$@" --data "$SHARD" --steps "$steps" --warmup 3 --eval-every 0 --log-every 10 \
+  "$TT" train "$@" ${TT_EXCHANGE_FLAGS:-} --data "$SHARD" --steps "$steps" --warmup 3 --eval-every 0 --log-every 10 \
     --metrics-out "$OUT/tiertrain_$name.json" > "$OUT/tiertrain_$name.log" 2>&1 ||
     { echo "$name failed"; tail -3 "$OUT/tiertrain_$name.log"; }
   echo "$name: $(grep -o 'median.*' "$OUT/tiertrain_$name.log" | head -n 1 | cut -c1-60) $(grep -o 'GPU page faults.*' "$OUT/tiertrain_$name.log" | head -1)"
@@ -30,7 +32,7 @@ for model in ${TT_MODELS:-gpt2 d1024}; do
   if [ $model = gpt2 ]; then m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16); else
     m=(--layers 16 --dim 1024 --heads 16 --seq 1024 --batch 8); fi
   run "${model}_copies" 20 "${m[@]}" --plan in-core --optimizer cpu
-  for p in exchange-default-um exchange-advice exchange-advice-prefetch exchange-mapped-prefetch; do
+  for p in ${TT_EXCHANGE_PLANS:-exchange-default-um exchange-advice exchange-advice-prefetch exchange-mapped-prefetch}; do
     run "${model}_$p" 20 "${m[@]}" --plan "$P/$p.json"
   done
 done

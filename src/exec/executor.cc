@@ -828,10 +828,34 @@ void Executor::issue(const Op& op) {
     case OpKind::kUmAdvise:
       TT_CHECK(false, "issue: %s belongs to the setup pass", op.name.c_str());
       break;
-    case OpKind::kUmPrefetch:  // Note [managed activations]: dead pages placed without moving them, or a prefetch
-      if (op.um_dead) be_.um()->discard({um_range(op)}, static_cast<memory::UmPlace>(op.place), st);
-      else be_.um()->prefetch({um_range(op)}, static_cast<memory::UmPlace>(op.place), st);
+    case OpKind::kUmPrefetch: {  // Note [managed activations]: dead pages placed without moving them, or a prefetch
+      const auto to = static_cast<memory::UmPlace>(op.place);
+      const memory::UmRange r = um_range(op);
+      if (!op.um_dead) {
+        be_.um()->prefetch({r}, to, st);
+        break;
+      }
+      if (op.entry != "params.compute") {  // an entry of its own: whole pieces
+        be_.um()->discard({r}, to, st);
+        break;
+      }
+      // Note [managed optimizer exchange]: one segment of the compute copy, whose first and last pieces it may share
+      // with its neighbours (still read, or already rewritten): only the pieces wholly inside it are discarded, the
+      // rest moved with its contents.
+      const auto a = reinterpret_cast<uintptr_t>(r.ptr), e = a + r.bytes;
+      const uintptr_t piece = Inventory::kManagedAlignBytes;
+      const uintptr_t lo = (a + piece - 1) / piece * piece, hi = e / piece * piece;
+      if (lo >= hi) {
+        be_.um()->prefetch({r}, to, st);
+        break;
+      }
+      be_.um()->discard({{reinterpret_cast<void*>(lo), hi - lo}}, to, st);
+      std::vector<memory::UmRange> ends;
+      if (lo > a) ends.push_back({r.ptr, lo - a});
+      if (e > hi) ends.push_back({reinterpret_cast<void*>(hi), e - hi});
+      if (!ends.empty()) be_.um()->prefetch(ends, to, st);
       break;
+    }
     case OpKind::kInputFill: {
       // Note [slot rings]: batch k into host slot k % slots, once the copy that last read that slot has finished
       // (Note [input staging]: the trainer may have the step that takes that batch still running; the copy itself,

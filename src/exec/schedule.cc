@@ -103,7 +103,9 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // of the parameters ("param") in managed memory, so that the host update reads the gradients and writes the compute
 // copy where they are, with no copy of its own (Note [master on host] in exec/optimizer.h has the copies it replaces).
 // After segment s's backward (its gradients written, its parameters read for the last time this step), with
-// um.prefetch, the d2h stream moves both to the host (instead of kGradsOut). After the update of s the h2d stream
+// um.prefetch, the d2h stream moves the gradients to the host (instead of kGradsOut) and releases the compute copy
+// there (dead: the update rewrites every element of it; a discard-and-prefetch, so nothing crosses the link for
+// its contents; with um.discard false a migration instead). After the update of s the h2d stream
 // populates the gradients on the device again with one discard-and-prefetch (dead: the next backward writes them;
 // Note [managed activations] says why never a plain discard), and moves the compute copy back (instead of
 // kParamsBack), then records params_back s, which the next forward waits for as before.
@@ -464,10 +466,11 @@ class Compiler {
     } else {
       copy(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host", layer, -1, share_bytes(s, msize_), s);
     }
-    // And its compute copy, which the update writes and nothing reads again this step.
+    // And its compute copy, which nothing reads again this step and the update rewrites whole: dead, released to
+    // the host (a discard-and-prefetch: nothing moved for its contents); with um.discard false moved there.
     if (plan_.managed_params && plan_.um.prefetch)
-      um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, "um params to host", "params.compute", s,
-             memory::UmPlace::kHost, seg_bytes(s, esize_));
+      um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, plan_.um.discard ? "um params release" : "um params to host",
+             "params.compute", s, memory::UmPlace::kHost, seg_bytes(s, esize_)).um_dead = plan_.um.discard;
     if (!sp_.speculate) return;
     record(out, StreamId::kD2H, "grads_in " + seg_name(s), layer, true);
     wait(out, StreamId::kHost, "grads_in " + seg_name(s), "wait grads", layer, true);

@@ -1009,6 +1009,43 @@ TEST(TrainerCuda, PlansMatchInCore) {
   }
 }
 
+// Note [managed optimizer exchange] on a GPU with blocks larger than a 2 MiB piece (PlansMatchInCore's are far
+// smaller, so no piece of their compute copy is ever released): after each segment's backward the pieces of the
+// compute copy wholly inside it are released (discard-and-prefetch to the host) and its ends moved; the run is the
+// CPU optimizer's with copies, bit for bit, through evaluations, with speculation too.
+TEST(TrainerCuda, ManagedExchangeReleasesTheComputeCopyBitForBit) {
+  TT_SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  const std::string exchange = dir.write("exchange.json", R"({"optimizer": "cpu", "managed": ["param", "grad"],
+      "um": {"advice": "default", "prefetch": true}})");
+  for (const char* dtype : {"bf16", "f32"}) {
+    for (bool speculate : {false, true}) {
+      SCOPED_TRACE(std::string(dtype) + (speculate ? " speculative" : ""));
+      TrainConfig base = small_config(data);
+      base.model = GptConfig{.vocab = 256, .layers = 3, .dim = 512, .heads = 4, .seq = 32};  // 3.1M a block
+      base.backend = "cuda";
+      base.dtype = dtype;
+      base.device_budget = int64_t(1) << 30;
+      base.steps = 8;
+      base.eval_every = 3;
+      base.optimizer = OptimizerPlacement::kCpu;
+      base.speculative_update = speculate;
+      auto a = Trainer::create(base, nullptr);
+      ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+      ASSERT_TRUE(a.value()->run().is_ok());
+      TrainConfig tc = base;
+      tc.plan = exchange;
+      auto b = Trainer::create(tc, nullptr);
+      ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+      ASSERT_TRUE(b.value()->run().is_ok());
+      expect_bit_identical(finish(*a.value()), finish(*b.value()));
+      for (size_t i = 0; i < a.value()->evals().size(); ++i)
+        EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
+    }
+  }
+}
+
 // A short version of the main job: default model on the default corpus.
 TEST(MainJob, LossFallsWellBelowUniformOnDefaultCorpus) {
   if (access(kDefaultCorpus, R_OK) != 0) GTEST_SKIP() << kDefaultCorpus << " missing (apt-get install fortunes)";
