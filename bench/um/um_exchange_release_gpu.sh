@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The CPU optimizer's exchange through managed memory with the compute copy released after each segment's backward
+# (Note [managed optimizer exchange]), in one call on one GPU: build tiertrain and the tests; the GPU tests of the
+# release (bit for bit against the CPU optimizer's copies) and of every plan; then GPT-2 124M B16 with explicit
+# copies, default UM, the table + prefetch with the release and with the old migration, each without and with
+# --speculative-update; GPT d1024 L16 B8 for the first three; page faults counted for the table + prefetch.
+#
+#   bench/um/um_exchange_release_gpu.sh OUTDIR
+set -uo pipefail
+OUT=${1:?usage: bench/um/um_exchange_release_gpu.sh OUTDIR}
+source "$(dirname "$0")/../lib.sh"
+tt_gpu_setup "$OUT"
+echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/commit.txt"
+start=$(date +%s)
+cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIERTRAIN_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  ${cmake_prefix:+-DCMAKE_PREFIX_PATH=$cmake_prefix} > "$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
+cmake --build build/gpu -j "$(nproc)" -- tiertrain trainer_test um_test > "$OUT/build.log" 2>&1 ||
+  { grep -B2 -A12 error "$OUT/build.log" | head -40; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+build/gpu/tests/um_test --gtest_brief=1 > "$OUT/test_um.log" 2>&1
+echo "um_test: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_um.log" | tr '\n' ' ')"
+timeout 300 build/gpu/tests/trainer_test --gtest_brief=1 \
+  --gtest_filter='TrainerCuda.ManagedExchangeReleasesTheComputeCopyBitForBit:TrainerCuda.PlansMatchInCore' \
+  > "$OUT/test_trainer.log" 2>&1
+echo "trainer_test: $(grep -E '^\[  (PASSED|FAILED)|^\[  FAILED  \] ' "$OUT/test_trainer.log" | tr '\n' ' ')"
+export TT=build/gpu/src/tiertrain
+P="exchange-default-um exchange-advice-prefetch exchange-advice-prefetch-no-discard"
+TT_MODELS=gpt2 TT_EXCHANGE_PLANS="$P" TT_FAULT_PLANS=bench/um/plans/exchange-advice-prefetch.json \
+  bench/um/um_exchange_gpu.sh "$OUT/plain"
+TT_MODELS=gpt2 TT_EXCHANGE_PLANS="$P" TT_FAULT_PLANS=" " TT_EXCHANGE_FLAGS="--speculative-update true" \
+  bench/um/um_exchange_gpu.sh "$OUT/spec"
+TT_MODELS=d1024 TT_EXCHANGE_PLANS="exchange-default-um exchange-advice-prefetch" TT_FAULT_PLANS=" " \
+  bench/um/um_exchange_gpu.sh "$OUT/d1024"
