@@ -25,7 +25,7 @@ run() {  # NAME STEPS FLAGS...
   "$TT" train "$@" ${TT_EXCHANGE_FLAGS:-} --data "$SHARD" --steps "$steps" --warmup 3 --eval-every 0 --log-every 10 \
     --metrics-out "$OUT/$name.json" > "$OUT/$name.log" 2>&1 || { echo "$name failed"; tail -3 "$OUT/$name.log"; }
 }
-ms() { grep -o '[0-9.]* ms/step' "$OUT/$1.log" | head -n 1 | cut -d' ' -f1; }
+ms() { grep -o 'median.*ms/step' "$OUT/$1.log" | grep -o '[0-9.]* ms/step' | cut -d' ' -f1; }  # the run's median step
 for model in ${TT_MODELS:-gpt2 d1024}; do
   if [ $model = gpt2 ]; then m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16); else
     m=(--layers 16 --dim 1024 --heads 16 --seq 1024 --batch 8); fi

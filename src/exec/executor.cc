@@ -309,13 +309,13 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     const InventoryEntry& e = *found;
     if (e.backend_owned) continue;
     if (op.kind == OpKind::kUmAdvise) {
-      TT_TRY(be_.um()->advise({um_range(op)},
+      TT_TRY(be_.um()->advise(um_ranges(op),
                               spec_.plan.um.advice(e.cls, e.layer >= 0 &&
                                                               spec_.plan.activation(e.layer) == ActPlacement::kManagedOffload)));
       continue;
     }
     if (op.kind == OpKind::kUmPrefetch) {
-      be_.um()->prefetch({um_range(op)}, static_cast<memory::UmPlace>(op.place), be_.compute_stream());
+      be_.um()->prefetch(um_ranges(op), static_cast<memory::UmPlace>(op.place), be_.compute_stream());
       continue;
     }
     if (e.where == Inventory::kManaged) {  // whole 2 MiB pieces: every entry starts on a page of its own
@@ -475,20 +475,39 @@ Executor::~Executor() {
   if (managed_base_ != nullptr) be_.um()->release(managed_base_);
 }
 
-memory::UmRange Executor::um_range(const Op& op) const {
+std::vector<memory::UmRange> Executor::um_ranges(const Op& op) const {
   auto it = by_name_.find(op.entry);
   TT_CHECK(it != by_name_.end(), "%s: no managed entry %s", op.name.c_str(), op.entry.c_str());
   const Tensor& t = it->second;
   if (op.entry == "params.compute" && op.segment >= 0) {  // Note [managed optimizer exchange]: one segment of it
     const GptSegments& segs = segments_;
-    const size_t es = dtype_size(t.dtype());
-    return {static_cast<char*>(t.raw()) + static_cast<size_t>(segs.offset[static_cast<size_t>(op.segment)]) * es,
-            static_cast<size_t>(segs.size[static_cast<size_t>(op.segment)]) * es};
+    const auto es = static_cast<int64_t>(dtype_size(t.dtype()));
+    const int64_t begin = segs.offset[static_cast<size_t>(op.segment)] * es,
+                  end = begin + segs.size[static_cast<size_t>(op.segment)] * es;
+    char* base = static_cast<char*>(t.raw());  // on a piece of its own (Inventory::add_managed)
+    auto range = [&](int64_t from, int64_t to) {
+      return memory::UmRange{base + from, static_cast<size_t>(to - from)};
+    };
+    const auto [lo, hi] = inner_pieces(begin, end);
+    switch (op.um_part) {
+      case Op::UmPart::kWhole:
+        return {range(begin, end)};
+      case Op::UmPart::kInner:
+        TT_CHECK(lo < hi, "%s: the segment holds no whole piece", op.name.c_str());
+        return {range(lo, hi)};
+      case Op::UmPart::kEnds: {
+        TT_CHECK(lo < hi, "%s: the segment holds no whole piece", op.name.c_str());
+        std::vector<memory::UmRange> ends;
+        if (begin < lo) ends.push_back(range(begin, lo));
+        if (hi < end) ends.push_back(range(hi, end));
+        return ends;
+      }
+    }
   }
   const InventoryEntry* e = inventory_.find(op.entry);
   TT_CHECK(e != nullptr && e->where == Inventory::kManaged, "%s: %s is not a managed entry", op.name.c_str(),
            op.entry.c_str());
-  return {t.raw(), e->bytes};  // the whole 2 MiB pieces it owns
+  return {{t.raw(), e->bytes}};  // the whole 2 MiB pieces it owns
 }
 
 Stream& Executor::stream(StreamId s) {
@@ -828,34 +847,10 @@ void Executor::issue(const Op& op) {
     case OpKind::kUmAdvise:
       TT_CHECK(false, "issue: %s belongs to the setup pass", op.name.c_str());
       break;
-    case OpKind::kUmPrefetch: {  // Note [managed activations]: dead pages placed without moving them, or a prefetch
-      const auto to = static_cast<memory::UmPlace>(op.place);
-      const memory::UmRange r = um_range(op);
-      if (!op.um_dead) {
-        be_.um()->prefetch({r}, to, st);
-        break;
-      }
-      if (op.entry != "params.compute") {  // an entry of its own: whole pieces
-        be_.um()->discard({r}, to, st);
-        break;
-      }
-      // Note [managed optimizer exchange]: one segment of the compute copy, whose first and last pieces it may share
-      // with its neighbours (still read, or already rewritten): only the pieces wholly inside it are discarded, the
-      // rest moved with its contents.
-      const auto a = reinterpret_cast<uintptr_t>(r.ptr), e = a + r.bytes;
-      const uintptr_t piece = Inventory::kManagedAlignBytes;
-      const uintptr_t lo = (a + piece - 1) / piece * piece, hi = e / piece * piece;
-      if (lo >= hi) {
-        be_.um()->prefetch({r}, to, st);
-        break;
-      }
-      be_.um()->discard({{reinterpret_cast<void*>(lo), hi - lo}}, to, st);
-      std::vector<memory::UmRange> ends;
-      if (lo > a) ends.push_back({r.ptr, lo - a});
-      if (e > hi) ends.push_back({reinterpret_cast<void*>(hi), e - hi});
-      if (!ends.empty()) be_.um()->prefetch(ends, to, st);
+    case OpKind::kUmPrefetch:  // Note [managed activations]: dead pages placed without moving them, or a prefetch
+      if (op.um_dead) be_.um()->discard(um_ranges(op), static_cast<memory::UmPlace>(op.place), st);
+      else be_.um()->prefetch(um_ranges(op), static_cast<memory::UmPlace>(op.place), st);
       break;
-    }
     case OpKind::kInputFill: {
       // Note [slot rings]: batch k into host slot k % slots, once the copy that last read that slot has finished
       // (Note [input staging]: the trainer may have the step that takes that batch still running; the copy itself,

@@ -155,13 +155,14 @@ class Executor : public GptHooks {
   void model_none() {}
   void run_until_model();
   void issue(const Op& op);
-  // The managed range of an inventory entry (setup) or of block `layer`'s managed set.
-  memory::UmRange um_range(const Op& op) const;
+  // The managed ranges a UM operation acts on: its inventory entry's (whole pieces), or for a segment of the compute
+  // copy the segment's range, the pieces wholly inside it or its ends (Op::um_part).
+  std::vector<memory::UmRange> um_ranges(const Op& op) const;
   Stream& stream(StreamId s);
 
   Backend& be_;
   ExecSpec spec_;
-  GptSegments segments_;  // of spec_.model (um_range's segments of the managed compute copy)
+  GptSegments segments_;  // of spec_.model (um_ranges' segments of the managed compute copy)
   Inventory inventory_;
   Schedule schedule_;
   RingLayout rings_;

@@ -105,7 +105,10 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // After segment s's backward (its gradients written, its parameters read for the last time this step), with
 // um.prefetch, the d2h stream moves the gradients to the host (instead of kGradsOut) and releases the compute copy
 // there (dead: the update rewrites every element of it; a discard-and-prefetch, so nothing crosses the link for
-// its contents; with um.discard false a migration instead). After the update of s the h2d stream
+// its contents). Only the 2 MiB pieces wholly inside segment s are released (Op::UmPart::kInner): the pieces at its
+// ends hold the neighbouring segments' parameters too, still to be read by their backward (s - 1) or already
+// rewritten by a speculative update (s + 1), so they are moved with their contents (kEnds; a segment within one
+// piece: moved whole). With um.discard false all of it is moved. After the update of s the h2d stream
 // populates the gradients on the device again with one discard-and-prefetch (dead: the next backward writes them;
 // Note [managed activations] says why never a plain discard), and moves the compute copy back (instead of
 // kParamsBack), then records params_back s, which the next forward waits for as before.
@@ -136,6 +139,11 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // shared slots, alternately in backward order. A block's backward waits until its slot's previous contents have
 // left for the host (grad_slot_free, recorded on the d2h stream after that copy), then overwrites it (Note [gradients
 // first written] in backend/backend.h).
+std::pair<int64_t, int64_t> inner_pieces(int64_t begin, int64_t end) {
+  const auto piece = static_cast<int64_t>(Inventory::kManagedAlignBytes);
+  return {(begin + piece - 1) / piece * piece, end / piece * piece};
+}
+
 namespace {
 
 class Compiler {
@@ -467,10 +475,24 @@ class Compiler {
       copy(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host", layer, -1, share_bytes(s, msize_), s);
     }
     // And its compute copy, which nothing reads again this step and the update rewrites whole: dead, released to
-    // the host (a discard-and-prefetch: nothing moved for its contents); with um.discard false moved there.
-    if (plan_.managed_params && plan_.um.prefetch)
-      um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, plan_.um.discard ? "um params release" : "um params to host",
-             "params.compute", s, memory::UmPlace::kHost, seg_bytes(s, esize_)).um_dead = plan_.um.discard;
+    // the host (a discard-and-prefetch: nothing moved for its contents) in the pieces wholly its own, the rest (its
+    // ends, in pieces shared with the neighbouring segments, which may still be read or already rewritten) moved;
+    // with um.discard false all moved.
+    if (plan_.managed_params && plan_.um.prefetch) {
+      const int64_t begin = segs_.offset[static_cast<size_t>(s)] * esize_, bytes = seg_bytes(s, esize_);
+      const auto [lo, hi] = inner_pieces(begin, begin + bytes);
+      const int64_t inner = plan_.um.discard ? std::max<int64_t>(hi - lo, 0) : 0;
+      if (inner > 0) {
+        Op& rel = um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, "um params release", "params.compute", s,
+                         memory::UmPlace::kHost, inner);
+        rel.um_dead = true;
+        rel.um_part = Op::UmPart::kInner;
+      }
+      if (inner < bytes)
+        um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, inner > 0 ? "um params ends to host" : "um params to host",
+               "params.compute", s, memory::UmPlace::kHost, bytes - inner)
+            .um_part = inner > 0 ? Op::UmPart::kEnds : Op::UmPart::kWhole;
+    }
     if (!sp_.speculate) return;
     record(out, StreamId::kD2H, "grads_in " + seg_name(s), layer, true);
     wait(out, StreamId::kHost, "grads_in " + seg_name(s), "wait grads", layer, true);
@@ -682,6 +704,8 @@ Status Schedule::validate() const {
                    kInvalidArgument,
                    "%s: moves a segment of %s outside the CPU optimizer's exchange (Note [managed optimizer "
                    "exchange])", where.c_str(), op.entry.c_str());
+      TT_RETURN_IF(op.um_part != Op::UmPart::kWhole && (op.entry != "params.compute" || op.segment < 0),
+                   kInvalidArgument, "%s: only a segment of the compute copy is moved in parts", where.c_str());
       TT_RETURN_IF((op.kind == OpKind::kUmPrefetch) != (op.place >= 0) || op.place > 1, kInvalidArgument,
                    "%s: place %d (a prefetch names the device or the host, nothing else names one)", where.c_str(),
                    op.place);
@@ -803,6 +827,7 @@ json op_json(const Op& op, const std::vector<std::string>& events) {
   if (op.slot >= 0) j["slot"] = op.slot;
   if (op.place >= 0) j["place"] = memory::um_place_name(static_cast<memory::UmPlace>(op.place));
   if (op.um_dead) j["dead"] = true;
+  if (op.um_part != Op::UmPart::kWhole) j["part"] = op.um_part == Op::UmPart::kInner ? "inner" : "ends";
   if (!op.entry.empty()) j["entry"] = op.entry;
   if (op.bytes != 0) j["bytes"] = op.bytes;
   if (op.flops != 0) j["flops"] = op.flops;
@@ -852,6 +877,11 @@ Result<Op> op_from_json(const json& j, const std::map<std::string, int>& events,
     op.flops = j.value("flops", 0.0);
     op.speculative = j.value("speculative", false);
     op.um_dead = j.value("dead", false);
+    if (j.contains("part")) {
+      const std::string part = j.at("part").get<std::string>();
+      TT_RETURN_IF(part != "inner" && part != "ends", kInvalidArgument, "%s: part is inner or ends", where.c_str());
+      op.um_part = part == "inner" ? Op::UmPart::kInner : Op::UmPart::kEnds;
+    }
     if (j.contains("memory")) {
       const json& m = j.at("memory");
       const std::string pool = m.at("pool").get<std::string>();

@@ -82,6 +82,10 @@ struct Op {
                         // `place` and moves nothing; to the device a populate, to the host a release (priced as
                         // such: perf/costs.h; Note [managed activations] says why never a plain discard)
   std::string entry;    // UM operations: the managed inventory entry they act on
+  // kUmPrefetch of a segment of the flat compute copy (Note [managed optimizer exchange]): its whole range, only the
+  // 2 MiB pieces wholly inside it, or the rest of it (its ends, in pieces it shares with its neighbours).
+  enum class UmPart : int { kWhole = 0, kInner = 1, kEnds = 2 };
+  UmPart um_part = UmPart::kWhole;
   int64_t bytes = 0;    // bytes moved (copies) or read and written (compute, estimated)
   double flops = 0;     // floating-point operations (compute)
   bool speculative = false;  // runs only in a step that speculates (Note [speculative update] in exec/optimizer.h)
@@ -91,6 +95,10 @@ struct Op {
   int64_t mem_bytes = 0;
   bool operator==(const Op&) const = default;
 };
+
+// The managed pieces (Inventory::kManagedAlignBytes) wholly inside the bytes [begin, end) of an entry, which starts
+// on a piece of its own: [first, second), empty (first >= second) when there is none.
+std::pair<int64_t, int64_t> inner_pieces(int64_t begin, int64_t end);
 
 struct ScheduleSpec {
   GptConfig model;

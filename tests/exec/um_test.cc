@@ -181,9 +181,11 @@ TEST(UmPlans, TheCpuOptimizerExchangesThroughManagedMemoryWithoutCopies) {
       // activations]).
       EXPECT_EQ(op.um_dead, op.place == 0) << op.name;
     } else {
-      // The compute copy: released to the host after its last read (dead: the update rewrites it whole), moved back
-      // with its new contents.
-      EXPECT_EQ(op.um_dead, op.place == 1) << op.name;
+      // The compute copy: to the host after its last read, back with its new contents. Dead then (the update
+      // rewrites it whole), but released only in the 2 MiB pieces wholly inside a segment, and these segments are
+      // far smaller: moved whole (TheComputeCopyIsReleasedAfterItsLastRead has larger ones).
+      EXPECT_FALSE(op.um_dead) << op.name;
+      EXPECT_EQ(op.um_part, Op::UmPart::kWhole) << op.name;
       ++(op.place == 1 ? params_out : params_in)[k];
     }
   }
@@ -304,25 +306,14 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
           ASSERT_NE(r, range_of.end());
           want_range = r->second;
         }
-        // The calls this operation makes: a prefetch of its range; for dead pages a discard-and-prefetch of it, but
-        // a segment of the compute copy discards only the 2 MiB pieces wholly inside it and moves its ends (here,
-        // segments far smaller than a piece: all moved).
+        // The call this operation makes: a prefetch of its range, or for dead pages a discard-and-prefetch (the
+        // compute copy's segments here are smaller than a piece: moved whole, never released in parts).
         struct Want {
           memory::UmCall::Kind kind;
           std::vector<memory::UmRange> ranges;
         };
-        std::vector<Want> want;
-        if (!op.um_dead) {
-          want.push_back({memory::UmCall::kPrefetch, {want_range}});
-        } else if (op.entry != "params.compute") {
-          want.push_back({memory::UmCall::kDiscard, {want_range}});
-        } else {
-          const auto a = reinterpret_cast<uintptr_t>(want_range.ptr), e = a + want_range.bytes;
-          const uintptr_t piece = Inventory::kManagedAlignBytes, lo = (a + piece - 1) / piece * piece,
-                          hi = e / piece * piece;
-          ASSERT_LT(hi, lo + piece) << "the test's segments are smaller than a piece";
-          want.push_back({memory::UmCall::kPrefetch, {want_range}});
-        }
+        EXPECT_EQ(op.um_part, Op::UmPart::kWhole);
+        std::vector<Want> want = {{op.um_dead ? memory::UmCall::kDiscard : memory::UmCall::kPrefetch, {want_range}}};
         for (const Want& w : want) {
           ASSERT_LT(next, got.size());
           const memory::UmCall& c = *got[next++];
@@ -491,6 +482,26 @@ TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
         discarded += c.ranges[0].bytes;
       }
     EXPECT_GE(discarded, 2 * big.layers * Inventory::kManagedAlignBytes);
+    // In the schedule: after each segment's backward its release (the whole pieces) and its ends moved add up to
+    // the segment; each block's release is at least two pieces.
+    const GptSegments segs = gpt_segments(big);
+    std::vector<int64_t> released(segs.size.size()), ends(segs.size.size());
+    for (const Op& op : ex->schedule().pass(Pass::kTrain)) {
+      if (op.entry != "params.compute" || op.place != 1) continue;
+      EXPECT_EQ(op.um_dead, op.um_part == Op::UmPart::kInner) << op.name;
+      (op.um_dead ? released : ends)[static_cast<size_t>(op.segment)] += op.bytes;
+    }
+    // The parts survive the schedule's JSON (--schedule).
+    auto back = Schedule::from_json(json::parse(ex->schedule().to_json().dump()));
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    EXPECT_TRUE(back.value().pass(Pass::kTrain) == ex->schedule().pass(Pass::kTrain));
+    for (size_t k = 0; k < segs.size.size(); ++k) {
+      SCOPED_TRACE(k);
+      EXPECT_EQ(released[k] + ends[k], segs.size[k] * 4);
+      if (k >= 1 && k <= static_cast<size_t>(big.layers)) {
+        EXPECT_GE(released[k], 2 * static_cast<int64_t>(Inventory::kManagedAlignBytes));
+      }
+    }
   }
   ExecSpec spec = spec_of(Plan::from_json(json::parse(R"({"optimizer": "cpu", "managed": ["param", "grad"],
                                                           "um": {"advice": "default", "prefetch": true}})"),
