@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The CPU optimizer's exchange through managed memory with the compute copy released after each segment's backward
-# (Note [managed optimizer exchange]), in one call on one GPU: build tiertrain and the tests; the GPU tests of the
-# release (bit for bit against the CPU optimizer's copies) and of every plan; then GPT-2 124M B16 with explicit
-# copies, default UM, the table + prefetch with the release and with the old migration, in alternating rounds
+# (plan key um.release_params, Note [managed optimizer exchange]), in one call on one GPU: build tiertrain and the
+# tests; the GPU tests of the release (bit for bit against the CPU optimizer's copies) and of every plan; then
+# GPT-2 124M B16 with explicit copies, default UM, the table + prefetch moving the compute copy whole
+# (exchange-advice-prefetch) and releasing it (exchange-release-params), in alternating rounds
 # (bench/um/um_exchange_rounds_gpu.sh; GPT d1024 L16 B8 too), page faults counted for each. TT_RELEASE_PART=single
 # runs each once instead, then with --speculative-update (this session's call 2).
 #
@@ -26,7 +27,7 @@ timeout 300 build/gpu/tests/trainer_test --gtest_brief=1 \
 echo "trainer_test: $(grep -E '^\[  (PASSED|FAILED)|^\[  FAILED  \] ' "$OUT/test_trainer.log" | tr '\n' ' ')"
 export TT=build/gpu/src/tiertrain
 if [ "${TT_RELEASE_PART:-rounds}" = single ]; then  # this session's call 2: one run each, then with speculation
-  P="exchange-default-um exchange-advice-prefetch exchange-advice-prefetch-no-discard"
+  P="exchange-default-um exchange-advice-prefetch exchange-release-params"
   TT_MODELS=gpt2 TT_EXCHANGE_PLANS="$P" TT_FAULT_PLANS=bench/um/plans/exchange-advice-prefetch.json \
     bench/um/um_exchange_gpu.sh "$OUT/plain"
   TT_MODELS=gpt2 TT_EXCHANGE_PLANS="$P" TT_FAULT_PLANS=" " TT_EXCHANGE_FLAGS="--speculative-update true" \
@@ -36,6 +37,6 @@ if [ "${TT_RELEASE_PART:-rounds}" = single ]; then  # this session's call 2: one
   exit 0
 fi
 # Alternating rounds (the default): GPT-2 three, d1024 two.
-P="exchange-default-um exchange-advice-prefetch exchange-advice-prefetch-no-discard"
+P="exchange-default-um exchange-advice-prefetch exchange-release-params"
 TT_MODELS=gpt2 TT_EXCHANGE_PLANS="$P" bench/um/um_exchange_rounds_gpu.sh "$OUT/gpt2" 3
 TT_MODELS=d1024 TT_EXCHANGE_PLANS="$P" bench/um/um_exchange_rounds_gpu.sh "$OUT/d1024" 2

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CPU optimizer's exchange (issue 20, item 4) measured in alternating rounds on one GPU, so that the machine's
 # drift falls on every variant alike: explicit copies (in-core --optimizer cpu), default UM, and the exchange's
-# advice variants with the schedule's prefetches and releases; then each UM variant again for 6 steps with
-# --um-counters (GPU and CPU page faults, migrated bytes per step).
+# advice variants with the schedule's prefetches; then each UM variant again for 6 steps of the same model with
+# --um-counters (GPU and CPU page faults, migrated bytes per step; up to d5845e9 these runs were always GPT-2).
 #
 #   bench/um/um_exchange_rounds_gpu.sh OUTDIR [ROUNDS]      (ROUNDS: default 3)
 #
@@ -37,9 +37,8 @@ for model in ${TT_MODELS:-gpt2 d1024}; do
       echo "$model $p $r $(ms "${model}_${p}_r$r")" | tee -a "$OUT/rounds.txt"
     done
   done
-done
-g=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
-for p in $PLANS; do
-  run "faults_$p" 6 "${g[@]}" --plan "$P/$p.json" --um-counters
-  echo "faults $p: $(grep -o 'GPU page faults.*' "$OUT/faults_$p.log" | head -1)" | tee -a "$OUT/rounds.txt"
+  for p in $PLANS; do
+    run "faults_${model}_$p" 6 "${m[@]}" --plan "$P/$p.json" --um-counters
+    echo "faults $model $p: $(grep -o 'GPU page faults.*' "$OUT/faults_${model}_$p.log" | head -1)" | tee -a "$OUT/rounds.txt"
+  done
 done

@@ -192,7 +192,8 @@ json advice_json(const memory::UmAdvice& a) {
   return {{"preferred", memory::um_place_name(a.preferred)}, {"accessed_by", by}, {"read_mostly", a.read_mostly}};
 }
 
-// "um": {"prefetch": bool, "discard": bool, "advice": "none" | "default" | {"param": {...}, "grad": ..., "optim_state": ...,
+// "um": {"prefetch": bool, "discard": bool, "release_params": bool,
+//        "advice": "none" | "default" | {"param": {...}, "grad": ..., "optim_state": ...,
 //        "activation": ..., "activation_offload": ...}}
 Status parse_um(const json& o, UmPolicy* um, const std::string& at) {
   TT_RETURN_IF(!o.is_object(), kInvalidArgument, "%s: expected an object like {\"prefetch\": true, \"advice\": \"default\"}",
@@ -204,14 +205,18 @@ Status parse_um(const json& o, UmPolicy* um, const std::string& at) {
     } else if (key == "discard") {
       TT_RETURN_IF(!v.is_boolean(), kInvalidArgument, "%s.discard: true or false", at.c_str());
       um->discard = v.get<bool>();
+    } else if (key == "release_params") {
+      TT_RETURN_IF(!v.is_boolean(), kInvalidArgument, "%s.release_params: true or false", at.c_str());
+      um->release_params = v.get<bool>();
     } else if (key == "advice") {
       if (v.is_string()) {
         TT_RETURN_IF(v != "none" && v != "default", kInvalidArgument,
                      "%s.advice: \"none\", \"default\" or an object per kind of data", at.c_str());
-        const bool prefetch = um->prefetch, discard = um->discard;
+        const bool prefetch = um->prefetch, discard = um->discard, release = um->release_params;
         *um = v == "default" ? UmPolicy::advised() : UmPolicy{};
         um->prefetch = prefetch;
         um->discard = discard;
+        um->release_params = release;
         continue;
       }
       TT_RETURN_IF(!v.is_object(), kInvalidArgument, "%s.advice: \"none\", \"default\" or an object", at.c_str());
@@ -228,7 +233,7 @@ Status parse_um(const json& o, UmPolicy* um, const std::string& at) {
         TT_ASSIGN_OR_RETURN(*dst, parse_advice(a, at + ".advice." + kind));
       }
     } else if (key != "comment") {
-      return make_status(StatusCode::kInvalidArgument, "%s: unknown key '%s' (prefetch, discard, advice)", at.c_str(),
+      return make_status(StatusCode::kInvalidArgument, "%s: unknown key '%s' (prefetch, discard, release_params, advice)", at.c_str(),
                          key.c_str());
     }
   }
@@ -461,6 +466,7 @@ json Plan::to_json() const {
   if (uses_managed() || !(um == UmPolicy{}))
     j["um"] = {{"prefetch", um.prefetch},
                {"discard", um.discard},
+               {"release_params", um.release_params},
                {"advice",
                 {{"param", advice_json(um.param)},
                  {"grad", advice_json(um.grad)},
@@ -530,8 +536,12 @@ std::string Plan::summary() const {
       if (on) m += (m.empty() ? "" : ", ") + std::string(n);
     s += "; " + m + " in managed memory";
   }
-  if (uses_managed())
-    s += um.prefetch ? "; Unified Memory advised, pages moved by the schedule" : "; Unified Memory without advice or prefetch";
+  if (uses_managed()) {
+    const bool advised = um.param.any() || um.grad.any() || um.optim_state.any() || um.activation.any() ||
+                         um.activation_offload.any();
+    s += std::string("; Unified Memory ") + (advised ? "advised" : "without advice") +
+         (um.prefetch ? ", pages moved by the schedule" : ", pages moved on faults");
+  }
   const bool managed_state = managed_params || managed_grads || managed_optim;
   if (optimizer != OptimizerPlacement::kCpu)
     return source + ": activations " + s + (managed_state ? "; optimizer on device" : "; model state resident, optimizer on device");

@@ -99,9 +99,13 @@ struct UmPolicy {
   // false: moved to the host instead (a prefetch of dead pages: slower, but no discard, whose results on a GPU were
   // not always bit-identical: docs/benchmarks/2026-12-02-h200-um-race/). Note [managed activations].
   bool discard = true;
+  // With prefetch, discard and the CPU optimizer's managed compute copy: after each segment's backward the pieces
+  // wholly inside it are released instead of moved to the host (Note [managed optimizer exchange]). Off by default:
+  // on an H200 it moved 30% fewer bytes to the host but was not faster within the run-to-run variation, and it
+  // brought 16-36 GPU page faults a step (0 without): docs/benchmarks/2026-12-03-h200-um-exchange-release/.
+  bool release_params = false;
   // The advice measured best (docs/PLANS.md): parameters, gradients, AdamW state and resident activations preferred
-  // on the device (and the parameters mapped there), offloaded activations without a preference (the schedule's
-  // prefetches place them).
+  // on the device, parameters and gradients mapped on both processors, offloaded activations mapped on the device.
   static UmPolicy advised();
   const memory::UmAdvice& advice(TensorClass cls, bool offload) const;
   bool operator==(const UmPolicy&) const = default;

@@ -108,7 +108,9 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // its contents). Only the 2 MiB pieces wholly inside segment s are released (Op::UmPart::kInner): the pieces at its
 // ends hold the neighbouring segments' parameters too, still to be read by their backward (s - 1) or already
 // rewritten by a speculative update (s + 1), so they are moved with their contents (kEnds; a segment within one
-// piece: moved whole). With um.discard false all of it is moved. After the update of s the h2d stream
+// piece: moved whole). Only with um.release_params (off by default: measured no faster on an H200, and with GPU
+// page faults; exec/plan.h); otherwise, or with um.discard false, all of it is moved. After the update of s the h2d
+// stream
 // populates the gradients on the device again with one discard-and-prefetch (dead: the next backward writes them;
 // Note [managed activations] says why never a plain discard), and moves the compute copy back (instead of
 // kParamsBack), then records params_back s, which the next forward waits for as before.
@@ -481,7 +483,7 @@ class Compiler {
     if (plan_.managed_params && plan_.um.prefetch) {
       const int64_t begin = segs_.offset[static_cast<size_t>(s)] * esize_, bytes = seg_bytes(s, esize_);
       const auto [lo, hi] = inner_pieces(begin, begin + bytes);
-      const int64_t inner = plan_.um.discard ? std::max<int64_t>(hi - lo, 0) : 0;
+      const int64_t inner = plan_.um.discard && plan_.um.release_params ? std::max<int64_t>(hi - lo, 0) : 0;
       if (inner > 0) {
         Op& rel = um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, "um params release", "params.compute", s,
                          memory::UmPlace::kHost, inner);

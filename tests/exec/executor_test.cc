@@ -297,7 +297,9 @@ TEST(Executor, InputSlotIsRewrittenOnlyAfterItsCopyFinished) {
     ex->prefetch();
     for (int step = 1; step <= 3; ++step) {
       ex->train_step(1e-2f, /*speculate=*/true);
-      if (!back_to_back) ASSERT_TRUE(be->synchronize_all().is_ok());
+      if (!back_to_back) {
+        ASSERT_TRUE(be->synchronize_all().is_ok());
+      }
     }
     ASSERT_TRUE(be->synchronize_all().is_ok());
     ASSERT_TRUE(ex->input_status().is_ok()) << ex->input_status().to_string();

@@ -1010,15 +1010,15 @@ TEST(TrainerCuda, PlansMatchInCore) {
 }
 
 // Note [managed optimizer exchange] on a GPU with blocks larger than a 2 MiB piece (PlansMatchInCore's are far
-// smaller, so no piece of their compute copy is ever released): after each segment's backward the pieces of the
-// compute copy wholly inside it are released (discard-and-prefetch to the host) and its ends moved; the run is the
+// smaller, so no piece of their compute copy is ever released), "release_params" on: after each segment's backward
+// the pieces of the compute copy wholly inside it are released (discard-and-prefetch to the host) and its ends moved; the run is the
 // CPU optimizer's with copies, bit for bit, through evaluations, with speculation too.
 TEST(TrainerCuda, ManagedExchangeReleasesTheComputeCopyBitForBit) {
   TT_SKIP_WITHOUT_GPU();
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
   const std::string exchange = dir.write("exchange.json", R"({"optimizer": "cpu", "managed": ["param", "grad"],
-      "um": {"advice": "default", "prefetch": true}})");
+      "um": {"advice": "default", "prefetch": true, "release_params": true}})");
   for (const char* dtype : {"bf16", "f32"}) {
     for (bool speculate : {false, true}) {
       SCOPED_TRACE(std::string(dtype) + (speculate ? " speculative" : ""));

@@ -445,8 +445,9 @@ TEST(UmPlans, TheGradientDiscardWaitsForTheUpdate) {
   EXPECT_FALSE(early == ref);
 }
 
-// Note [managed optimizer exchange]: after a segment's backward the compute copy's pieces wholly inside the segment
-// are released (poisoned by the emulation) and its ends moved. Blocks of 7 MiB here (the tests' usual model has
+// Note [managed optimizer exchange]: with "release_params", after a segment's backward the compute copy's pieces
+// wholly inside the segment are released (poisoned by the emulation) and its ends moved; without it (the default)
+// all of it is moved. Blocks of 7 MiB here (the tests' usual model has
 // segments far smaller than a 2 MiB piece, so nothing of it is ever released). Bit for bit as in-core; with the
 // releases moved before the block's backward, the backward reads poison.
 TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
@@ -456,10 +457,26 @@ TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
   in_core.plan = Plan::resolve("in-core", big.layers, 1).value();
   in_core.plan.optimizer = OptimizerPlacement::kCpu;
   const Bits ref = run3(in_core, 0, 0);
+  {
+    ExecSpec moved = spec_of(Plan::from_json(json::parse(R"({"optimizer": "cpu", "managed": ["param", "grad"],
+                                                             "um": {"advice": "default", "prefetch": true}})"),
+                                             big.layers, "exchange", 1)
+                                 .value());
+    moved.model = big;
+    EXPECT_FALSE(moved.plan.um.release_params);
+    const Schedule s = compile_schedule(moved.schedule_spec(), Executor::inventory(moved).value());
+    for (const Op& op : s.pass(Pass::kTrain))
+      if (op.entry == "params.compute") {
+        EXPECT_FALSE(op.um_dead) << op.name;
+        EXPECT_EQ(op.um_part, Op::UmPart::kWhole) << op.name;
+      }
+    EXPECT_TRUE(run3(moved, 0, 0) == ref);
+  }
   for (bool speculate : {false, true}) {
     SCOPED_TRACE(speculate ? "speculative" : "");
     ExecSpec spec = spec_of(Plan::from_json(json::parse(R"({"optimizer": "cpu", "managed": ["param", "grad"],
-                                                            "um": {"advice": "default", "prefetch": true}})"),
+                                                            "um": {"advice": "default", "prefetch": true,
+                                                                   "release_params": true}})"),
                                             big.layers, "exchange", 1)
                                 .value(),
                             speculate);
@@ -504,7 +521,8 @@ TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
     }
   }
   ExecSpec spec = spec_of(Plan::from_json(json::parse(R"({"optimizer": "cpu", "managed": ["param", "grad"],
-                                                          "um": {"advice": "default", "prefetch": true}})"),
+                                                          "um": {"advice": "default", "prefetch": true,
+                                                                 "release_params": true}})"),
                                           big.layers, "exchange", 1)
                               .value());
   spec.model = big;
