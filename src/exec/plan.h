@@ -101,8 +101,8 @@ struct UmPolicy {
   bool discard = true;
   // With prefetch, discard and the CPU optimizer's managed compute copy: after each segment's backward the pieces
   // wholly inside it are released instead of moved to the host (Note [managed optimizer exchange]). Off by default:
-  // on an H200 it moved 30% fewer bytes to the host but was not faster within the run-to-run variation, and it
-  // brought 16-36 GPU page faults a step (0 without): docs/benchmarks/2026-12-03-h200-um-exchange-release/.
+  // on an H200 it moved 28% fewer bytes to the host and was 7% faster (pooled median of 7 runs, noisy), but brought
+  // 15-36 GPU page faults a step (0 without): docs/benchmarks/2026-12-03-h200-um-exchange-release/.
   bool release_params = false;
   // The advice measured best (docs/PLANS.md): parameters, gradients, AdamW state and resident activations preferred
   // on the device, parameters and gradients mapped on both processors, offloaded activations mapped on the device.

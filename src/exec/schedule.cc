@@ -108,8 +108,8 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // its contents). Only the 2 MiB pieces wholly inside segment s are released (Op::UmPart::kInner): the pieces at its
 // ends hold the neighbouring segments' parameters too, still to be read by their backward (s - 1) or already
 // rewritten by a speculative update (s + 1), so they are moved with their contents (kEnds; a segment within one
-// piece: moved whole). Only with um.release_params (off by default: measured no faster on an H200, and with GPU
-// page faults; exec/plan.h); otherwise, or with um.discard false, all of it is moved. After the update of s the h2d
+// piece: moved whole). Only with um.release_params (off by default: a little faster on an H200, but with GPU page
+// faults; exec/plan.h); otherwise, or with um.discard false, all of it is moved. After the update of s the h2d
 // stream
 // populates the gradients on the device again with one discard-and-prefetch (dead: the next backward writes them;
 // Note [managed activations] says why never a plain discard), and moves the compute copy back (instead of
