@@ -17,6 +17,7 @@ echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/c
 TT=${TT:-build/gpu/src/tiertrain}
 [ -x "$TT" ] || tt_gpu_tiertrain
 tt_random_shard
+: > "$OUT/rounds.txt"
 P=bench/um/plans
 PLANS=${TT_EXCHANGE_PLANS:-exchange-default-um exchange-advice-prefetch exchange-params-on-device exchange-grads-on-device exchange-both-on-device}
 run() {  # NAME STEPS FLAGS...

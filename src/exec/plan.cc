@@ -541,6 +541,8 @@ std::string Plan::summary() const {
                          um.activation_offload.any();
     s += std::string("; Unified Memory ") + (advised ? "advised" : "without advice") +
          (um.prefetch ? ", pages moved by the schedule" : ", pages moved on faults");
+    if (um.prefetch && um.discard && um.release_params && managed_params && cpu_optimizer())
+      s += ", the compute copy released after each segment's backward";
   }
   const bool managed_state = managed_params || managed_grads || managed_optim;
   if (optimizer != OptimizerPlacement::kCpu)

@@ -109,11 +109,12 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // ends hold the neighbouring segments' parameters too, still to be read by their backward (s - 1) or already
 // rewritten by a speculative update (s + 1), so they are moved with their contents (kEnds; a segment within one
 // piece: moved whole). Only with um.release_params (off by default: a little faster on an H200, but with GPU page
-// faults; exec/plan.h); otherwise, or with um.discard false, all of it is moved. After the update of s the h2d
-// stream
-// populates the gradients on the device again with one discard-and-prefetch (dead: the next backward writes them;
-// Note [managed activations] says why never a plain discard), and moves the compute copy back (instead of
-// kParamsBack), then records params_back s, which the next forward waits for as before.
+// faults; exec/plan.h), and only in Pass::kTrain, where the update follows in the same pass: after backward() or
+// forward_backward() a forward() may come before any update and would read released pages. Otherwise, or with
+// um.discard false, all of it is moved. After the update of s the h2d stream populates the gradients on the device
+// again with one discard-and-prefetch (dead: the next backward writes them; Note [managed activations] says why
+// never a plain discard), and moves the compute copy back (instead of kParamsBack), then records params_back s,
+// which the next forward waits for as before.
 // Without um.prefetch the same records order the work and the pages move on faults. The update of s has finished
 // before anything writes s's gradients again: the next forward waits for params_back s, and the backward comes
 // after the forward. With speculation both state sets write the one compute copy: it is only written by the update,
@@ -211,7 +212,9 @@ class Compiler {
       input_in(train);
     }
     forward_blocks(train);
+    release_ = true;  // only here does an update follow in the same pass (Note [managed optimizer exchange])
     backward(train);
+    release_ = false;
     step(train);
     std::vector<Op>& fb = s.passes[static_cast<int>(Pass::kForwardBackward)];
     forward_blocks(fb);
@@ -483,7 +486,7 @@ class Compiler {
     if (plan_.managed_params && plan_.um.prefetch) {
       const int64_t begin = segs_.offset[static_cast<size_t>(s)] * esize_, bytes = seg_bytes(s, esize_);
       const auto [lo, hi] = inner_pieces(begin, begin + bytes);
-      const int64_t inner = plan_.um.discard && plan_.um.release_params ? std::max<int64_t>(hi - lo, 0) : 0;
+      const int64_t inner = release_ && plan_.um.discard && plan_.um.release_params ? std::max<int64_t>(hi - lo, 0) : 0;
       if (inner > 0) {
         Op& rel = um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, "um params release", "params.compute", s,
                          memory::UmPlace::kHost, inner);
@@ -643,6 +646,7 @@ class Compiler {
   const Plan& plan_;
   GptSegments segs_;
   bool cpu_ = false;
+  bool release_ = false;  // compiling Pass::kTrain's backward: the compute copy may be released
   double bt_ = 0, block_fwd_ = 0, block_bwd_ = 0, mlp_fwd_ = 0, head_fwd_ = 0;
   std::vector<int> swapped_, swap_index_, pstreamed_, pstream_index_;
   SlotRing grads_, um_;
@@ -708,6 +712,21 @@ Status Schedule::validate() const {
                    "exchange])", where.c_str(), op.entry.c_str());
       TT_RETURN_IF(op.um_part != Op::UmPart::kWhole && (op.entry != "params.compute" || op.segment < 0),
                    kInvalidArgument, "%s: only a segment of the compute copy is moved in parts", where.c_str());
+      if (op.entry == "params.compute" && op.segment >= 0 && (op.um_part != Op::UmPart::kWhole || op.um_dead)) {
+        // Note [managed optimizer exchange]: the release, and the move of the ends beside it.
+        TT_RETURN_IF(op.um_dead && (op.um_part != Op::UmPart::kInner || op.place != 1), kInvalidArgument,
+                     "%s: the compute copy is released only in the pieces wholly its segment's, to the host",
+                     where.c_str());
+        TT_RETURN_IF(p != static_cast<int>(Pass::kTrain), kInvalidArgument,
+                     "%s: the compute copy is released only in the train pass, where the update follows",
+                     where.c_str());
+        const GptSegments sg = gpt_segments(spec.model);
+        const auto es = static_cast<int64_t>(dtype_size(spec.compute));
+        const int64_t begin = sg.offset[static_cast<size_t>(op.segment)] * es;
+        const auto [lo, hi] = inner_pieces(begin, begin + sg.size[static_cast<size_t>(op.segment)] * es);
+        TT_RETURN_IF(lo >= hi, kInvalidArgument, "%s: segment %d holds no whole %zu-byte piece to release",
+                     where.c_str(), op.segment, Inventory::kManagedAlignBytes);
+      }
       TT_RETURN_IF((op.kind == OpKind::kUmPrefetch) != (op.place >= 0) || op.place > 1, kInvalidArgument,
                    "%s: place %d (a prefetch names the device or the host, nothing else names one)", where.c_str(),
                    op.place);

@@ -20,10 +20,12 @@ CostClass cost_class(const Op& op) {
     case OpKind::kGradReduce:  // Note [pricing collectives] in perf/costs.cc
       return CostClass::kComm;
     // Unified Memory (issue 20): the driver's prefetches on the stream of their direction (Note [managed
-    // activations] in exec/schedule.cc); a discard-and-prefetch of dead pages moves nothing but is the h2d stream's
-    // work, in either direction.
+    // activations] in exec/schedule.cc); a discard-and-prefetch of dead pages moves nothing and is the work of the
+    // stream it runs on: the h2d stream for activations in either direction, the d2h stream for the release of the
+    // exchange's compute copy (Note [managed optimizer exchange]).
     case OpKind::kUmPrefetch:
-      return op.um_dead || op.place == static_cast<int>(memory::UmPlace::kDevice) ? CostClass::kH2D : CostClass::kD2H;
+      if (op.um_dead) return op.stream == StreamId::kD2H ? CostClass::kD2H : CostClass::kH2D;
+      return op.place == static_cast<int>(memory::UmPlace::kDevice) ? CostClass::kH2D : CostClass::kD2H;
     case OpKind::kSwapOut:
     case OpKind::kGradsOut:
     case OpKind::kNormOut:

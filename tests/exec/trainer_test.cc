@@ -1011,8 +1011,8 @@ TEST(TrainerCuda, PlansMatchInCore) {
 
 // Note [managed optimizer exchange] on a GPU with blocks larger than a 2 MiB piece (PlansMatchInCore's are far
 // smaller, so no piece of their compute copy is ever released), "release_params" on: after each segment's backward
-// the pieces of the compute copy wholly inside it are released (discard-and-prefetch to the host) and its ends moved; the run is the
-// CPU optimizer's with copies, bit for bit, through evaluations, with speculation too.
+// the pieces of the compute copy wholly inside it are released (discard-and-prefetch to the host) and its ends
+// moved; the run is the CPU optimizer's with copies, bit for bit, through evaluations, with speculation too.
 TEST(TrainerCuda, ManagedExchangeReleasesTheComputeCopyBitForBit) {
   TT_SKIP_WITHOUT_GPU();
   TempDir dir;
@@ -1039,7 +1039,15 @@ TEST(TrainerCuda, ManagedExchangeReleasesTheComputeCopyBitForBit) {
       auto b = Trainer::create(tc, nullptr);
       ASSERT_TRUE(b.is_ok()) << b.status().to_string();
       ASSERT_TRUE(b.value()->run().is_ok());
+      // The releases are in the schedule that ran: one per block at least (its 12 MiB (f32) or 6 MiB (bf16)
+      // hold at least one whole 2 MiB piece).
+      int releases = 0;
+      for (const Op& op : b.value()->executor().schedule().pass(Pass::kTrain))
+        releases += op.entry == "params.compute" && op.um_dead && op.um_part == Op::UmPart::kInner ? 1 : 0;
+      EXPECT_GE(releases, base.model.layers);
       expect_bit_identical(finish(*a.value()), finish(*b.value()));
+      ASSERT_EQ(a.value()->evals().size(), b.value()->evals().size());
+      ASSERT_FALSE(a.value()->evals().empty());
       for (size_t i = 0; i < a.value()->evals().size(); ++i)
         EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
     }

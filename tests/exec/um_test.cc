@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -182,8 +183,8 @@ TEST(UmPlans, TheCpuOptimizerExchangesThroughManagedMemoryWithoutCopies) {
       EXPECT_EQ(op.um_dead, op.place == 0) << op.name;
     } else {
       // The compute copy: to the host after its last read, back with its new contents. Dead then (the update
-      // rewrites it whole), but released only in the 2 MiB pieces wholly inside a segment, and these segments are
-      // far smaller: moved whole (TheComputeCopyIsReleasedAfterItsLastRead has larger ones).
+      // rewrites it whole), but released only with "release_params" (off here), and then only in the 2 MiB pieces
+      // wholly inside a segment: moved whole (TheComputeCopyIsReleasedAfterItsLastRead releases).
       EXPECT_FALSE(op.um_dead) << op.name;
       EXPECT_EQ(op.um_part, Op::UmPart::kWhole) << op.name;
       ++(op.place == 1 ? params_out : params_in)[k];
@@ -306,8 +307,9 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
           ASSERT_NE(r, range_of.end());
           want_range = r->second;
         }
-        // The call this operation makes: a prefetch of its range, or for dead pages a discard-and-prefetch (the
-        // compute copy's segments here are smaller than a piece: moved whole, never released in parts).
+        // The call this operation makes: a prefetch of its range, or for dead pages a discard-and-prefetch (these
+        // plans leave "release_params" off: the compute copy is moved whole; TheComputeCopyIsReleasedAfterItsLastRead
+        // checks the calls of the parts).
         struct Want {
           memory::UmCall::Kind kind;
           std::vector<memory::UmRange> ranges;
@@ -445,11 +447,26 @@ TEST(UmPlans, TheGradientDiscardWaitsForTheUpdate) {
   EXPECT_FALSE(early == ref);
 }
 
+// The pieces of a segment's bytes that it may release: the whole 2 MiB pieces inside [begin, end).
+TEST(UmPlans, InnerPieces) {
+  const int64_t piece = static_cast<int64_t>(Inventory::kManagedAlignBytes);
+  EXPECT_EQ(inner_pieces(1, 2 * piece + 1), std::make_pair(piece, 2 * piece));
+  EXPECT_EQ(inner_pieces(1, 4 * piece + 1), std::make_pair(piece, 4 * piece));
+  EXPECT_EQ(inner_pieces(0, piece), std::make_pair(int64_t{0}, piece));
+  EXPECT_EQ(inner_pieces(piece, 3 * piece), std::make_pair(piece, 3 * piece));
+  // None: lo >= hi.
+  for (auto [b, e] : {std::pair<int64_t, int64_t>{1, piece}, {1, piece + 1}, {piece - 1, 2 * piece - 1}, {0, piece - 1}}) {
+    const auto [lo, hi] = inner_pieces(b, e);
+    EXPECT_GE(lo, hi) << b << " " << e;
+  }
+}
+
 // Note [managed optimizer exchange]: with "release_params", after a segment's backward the compute copy's pieces
 // wholly inside the segment are released (poisoned by the emulation) and its ends moved; without it (the default)
-// all of it is moved. Blocks of 7 MiB here (the tests' usual model has
-// segments far smaller than a 2 MiB piece, so nothing of it is ever released). Bit for bit as in-core; with the
-// releases moved before the block's backward, the backward reads poison.
+// all of it is moved. Blocks of 7 MiB here (the tests' usual model has segments far smaller than a 2 MiB piece).
+// Bit for bit as in-core; the driver gets exactly the parts' ranges, each inside its segment; only train steps
+// release (after backward() or forward_backward() a forward may come before the update); the schedule's checks
+// refuse a release elsewhere; with the releases moved before the block's backward, the backward reads poison.
 TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
   const GptConfig big{.vocab = 64, .layers = 2, .dim = 384, .heads = 2, .seq = 8};
   ExecSpec in_core = spec_of(plan_of("in-core"));
@@ -486,10 +503,107 @@ TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
     auto be = backend(0, 0, /*record=*/true);
     auto* rec = dynamic_cast<memory::RecordingUmDriver*>(be->um());
     auto ex = std::move(Executor::create(*be, spec)).value();
+    char* cc = nullptr;  // the compute copy's first byte, from its set-up call
+    {
+      std::vector<const Op*> setup_ops;
+      for (const Op& op : ex->schedule().pass(Pass::kSetup))
+        if (op.kind == OpKind::kUmAdvise || op.kind == OpKind::kUmPrefetch) setup_ops.push_back(&op);
+      const std::vector<memory::UmCall> setup = rec->calls();
+      ASSERT_EQ(setup.size(), setup_ops.size());
+      for (size_t i = 0; i < setup.size(); ++i)
+        if (setup_ops[i]->name == "params.compute") cc = static_cast<char*>(setup[i].ranges[0].ptr);
+      ASSERT_NE(cc, nullptr);
+    }
     feed(*ex, *be, big);
     rec->clear();
     ex->train_step(1e-3f);
     ASSERT_TRUE(be->synchronize_all().is_ok());
+    // The d2h stream's calls on the compute copy are the schedule's operations on it, in order: a release of the
+    // inner pieces (one discard-and-prefetch of whole pieces), the ends moved (a prefetch of one or two ranges at the
+    // segment's ends), or a segment moved whole; every range inside its segment, to the host.
+    {
+      const GptSegments sg = gpt_segments(big);
+      const size_t total = ex->allocated().find("params.compute")->bytes;
+      const std::vector<memory::UmCall> calls = rec->calls();  // (a copy)
+      std::vector<const memory::UmCall*> got;
+      for (const memory::UmCall& c : calls)
+        if (c.stream == &be->d2h_stream() && !c.ranges.empty() && static_cast<char*>(c.ranges[0].ptr) >= cc &&
+            static_cast<char*>(c.ranges[0].ptr) < cc + total)
+          got.push_back(&c);
+      std::vector<const Op*> ops;
+      for (const Op& op : ex->schedule().pass(Pass::kTrain))
+        if (op.stream == StreamId::kD2H && op.kind == OpKind::kUmPrefetch && op.entry == "params.compute")
+          ops.push_back(&op);
+      ASSERT_EQ(got.size(), ops.size());
+      int inner = 0, ends = 0;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = *ops[i];
+        const memory::UmCall& c = *got[i];
+        SCOPED_TRACE(op.name + " " + std::to_string(op.segment));
+        const char* begin = cc + sg.offset[static_cast<size_t>(op.segment)] * 4;
+        const char* end = begin + sg.size[static_cast<size_t>(op.segment)] * 4;
+        EXPECT_EQ(c.kind, op.um_dead ? memory::UmCall::kDiscard : memory::UmCall::kPrefetch);
+        EXPECT_EQ(c.to, memory::UmPlace::kHost);
+        int64_t sum = 0;
+        for (const memory::UmRange& r : c.ranges) {
+          EXPECT_GE(static_cast<char*>(r.ptr), begin);
+          EXPECT_LE(static_cast<char*>(r.ptr) + r.bytes, end);
+          sum += static_cast<int64_t>(r.bytes);
+        }
+        EXPECT_EQ(sum, op.bytes);
+        if (op.um_part == Op::UmPart::kInner) {
+          ++inner;
+          ASSERT_EQ(c.ranges.size(), 1u);
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(c.ranges[0].ptr) % Inventory::kManagedAlignBytes, 0u);
+          EXPECT_EQ(c.ranges[0].bytes % Inventory::kManagedAlignBytes, 0u);
+        } else if (op.um_part == Op::UmPart::kEnds) {
+          ++ends;
+          ASSERT_GE(c.ranges.size(), 1u);
+          ASSERT_LE(c.ranges.size(), 2u);
+          EXPECT_TRUE(static_cast<char*>(c.ranges.front().ptr) == begin ||
+                      static_cast<char*>(c.ranges.back().ptr) + c.ranges.back().bytes == end);
+        } else {
+          ASSERT_EQ(c.ranges.size(), 1u);
+          EXPECT_EQ(static_cast<char*>(c.ranges[0].ptr), begin);
+          EXPECT_EQ(c.ranges[0].bytes, static_cast<size_t>(end - begin));
+        }
+      }
+      EXPECT_EQ(inner, big.layers);  // the blocks' segments; the embeddings (64 x 384) and the final LayerNorm are
+      EXPECT_EQ(ends, big.layers);   // smaller than a piece and moved whole
+    }
+    // Only a train step releases: after backward() or forward_backward() a forward() may come before the update.
+    for (Pass p : {Pass::kForward, Pass::kBackward, Pass::kForwardBackward, Pass::kStep}) {
+      int moves = 0;
+      for (const Op& op : ex->schedule().pass(p))
+        if (op.entry == "params.compute") {
+          EXPECT_FALSE(op.um_dead) << pass_name(p) << " " << op.name;
+          EXPECT_EQ(op.um_part, Op::UmPart::kWhole) << pass_name(p) << " " << op.name;
+          moves += op.place == 1 ? 1 : 0;
+        }
+      if (p == Pass::kBackward || p == Pass::kForwardBackward) {
+        EXPECT_EQ(moves, big.layers + 2) << pass_name(p);
+      }
+    }
+    // The schedule's checks refuse a release anywhere else, of anything but whole pieces, or anywhere but the host.
+    {
+      const std::vector<Op>& train = ex->schedule().pass(Pass::kTrain);
+      size_t r = 0;
+      while (r < train.size() && !(train[r].entry == "params.compute" && train[r].um_dead)) ++r;
+      ASSERT_LT(r, train.size());
+      auto refused = [&](const std::function<void(Schedule&)>& change, const char* why) {
+        Schedule m = ex->schedule();
+        change(m);
+        const Status st = m.validate();
+        EXPECT_FALSE(st.is_ok()) << why;
+        EXPECT_NE(st.to_string().find(why), std::string::npos) << st.to_string();
+      };
+      auto train_op = [&](Schedule& m) -> Op& { return m.passes[static_cast<int>(Pass::kTrain)][r]; };
+      refused([&](Schedule& m) { train_op(m).um_part = Op::UmPart::kWhole; }, "only in the pieces wholly");
+      refused([&](Schedule& m) { train_op(m).place = 0; }, "only in the pieces wholly");
+      refused([&](Schedule& m) { m.passes[static_cast<int>(Pass::kForwardBackward)].push_back(train_op(m)); },
+              "only in the train pass");
+      refused([&](Schedule& m) { train_op(m).segment = 0; }, "holds no whole");  // the embeddings: within a piece
+    }
     size_t discarded = 0;
     for (const memory::UmCall& c : rec->calls())
       if (c.kind == memory::UmCall::kDiscard && c.to == memory::UmPlace::kHost) {
@@ -609,6 +723,28 @@ TEST(UmPlans, JsonPlacementsAndAdviceRoundTrip) {
   const Plan only = Plan::from_json(json::parse(R"({"um": {"advice": "default"}})"), 2, "x").value();
   EXPECT_FALSE(only.um.prefetch);
   EXPECT_EQ(only.um.param.preferred, memory::UmPlace::kDevice);
+}
+
+TEST(UmPlans, ReleaseParamsRoundTrips) {
+  const Plan p = Plan::from_json(json::parse(R"({"optimizer": "cpu", "managed": ["param", "grad"],
+                                                 "um": {"advice": "default", "prefetch": true,
+                                                        "release_params": true}})"),
+                                 kCfg.layers, "x")
+                     .value();
+  EXPECT_TRUE(p.um.release_params);
+  const Plan back = Plan::from_json(p.to_json(), kCfg.layers, "back").value();
+  EXPECT_TRUE(back.um.release_params);
+  EXPECT_TRUE(back.um == p.um);
+  EXPECT_NE(p.summary().find("released"), std::string::npos) << p.summary();
+  // Without the CPU optimizer's managed compute copy it takes no effect, and the summary does not claim it.
+  const Plan none = Plan::from_json(json::parse(R"({"um": {"advice": "default", "prefetch": true,
+                                                           "release_params": true}})"),
+                                    kCfg.layers, "x")
+                        .value();
+  EXPECT_EQ(none.summary().find("released"), std::string::npos) << none.summary();
+  const auto yes = Plan::from_json(json::parse(R"({"um": {"release_params": "yes"}})"), kCfg.layers, "x");
+  ASSERT_FALSE(yes.is_ok());
+  EXPECT_NE(yes.status().to_string().find("release_params: true or false"), std::string::npos);
 }
 
 TEST(UmPlans, Refusals) {
