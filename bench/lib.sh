@@ -101,3 +101,13 @@ tt_random_shard() {
   SHARD=/tmp/tiertrain-random-gpt2.bin
   [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 > /dev/null
 }
+
+# A training benchmark on one GPU: tt_gpu_setup OUTDIR, OUTDIR/commit.txt (TT_COMMIT when given: git on the device
+# may be stale), TT (built if missing) and the random GPT-2 shard in SHARD.
+tt_gpu_train_setup() {
+  tt_gpu_setup "$1"
+  echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/commit.txt"
+  TT=${TT:-build/gpu/src/tiertrain}
+  [ -x "$TT" ] || tt_gpu_tiertrain
+  tt_random_shard
+}

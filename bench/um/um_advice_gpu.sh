@@ -8,10 +8,7 @@
 set -uo pipefail
 OUT=${1:?usage: bench/um/um_advice_gpu.sh OUTDIR}
 source "$(dirname "$0")/../lib.sh"
-tt_gpu_setup "$OUT"
-TT=${TT:-build/gpu/src/tiertrain}
-[ -x "$TT" ] || tt_gpu_tiertrain
-tt_random_shard
+tt_gpu_train_setup "$OUT"
 g=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch 16)
 for plan in ${TT_OFFLOAD_PLANS:-swap-activations um-swap-activations bench/um/plans/offload-accessed-by-device.json \
             bench/um/plans/offload-preferred-host.json}; do
