@@ -18,6 +18,8 @@
 #                                     the targets for sm_90 in build/gpu (Release, tests on), logs in OUT; fails with
 #                                     the first errors shown
 #   tt_random_shard                   sets SHARD to a GPT-2 token shard of 20M random tokens in /tmp (made once)
+#   tt_gpu_train_setup OUTDIR         (bench/um/*.sh) tt_gpu_setup, OUT/commit.txt (TT_COMMIT when set), TT (built
+#                                     by tt_gpu_tiertrain if missing; fails if it is still missing) and SHARD
 #   tt_mpirun_flags N                 (the collectives' benchmarks, bench/comm/comm_host.sh and
 #                                     bench/comm/comm_ab.sh) sets the array mpirun_flags: Open MPI's N ranks bound to physical cores, or to hardware
 #                                     threads where N is more than the cores (as tiertrain's launcher binds to
@@ -109,5 +111,6 @@ tt_gpu_train_setup() {
   echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/commit.txt"
   TT=${TT:-build/gpu/src/tiertrain}
   [ -x "$TT" ] || tt_gpu_tiertrain
+  [ -x "$TT" ] || { echo "no tiertrain at $TT: the build failed"; return 1; }
   tt_random_shard
 }

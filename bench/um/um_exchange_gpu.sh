@@ -12,7 +12,7 @@
 set -uo pipefail
 OUT=${1:?usage: bench/um/um_exchange_gpu.sh OUTDIR}
 source "$(dirname "$0")/../lib.sh"
-tt_gpu_train_setup "$OUT"
+tt_gpu_train_setup "$OUT" || exit 1
 P=bench/um/plans
 run() {  # NAME STEPS FLAGS...
   local name=$1 steps=$2

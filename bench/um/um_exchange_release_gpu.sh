@@ -15,6 +15,7 @@ OUT=${1:?usage: bench/um/um_exchange_release_gpu.sh OUTDIR}
 source "$(dirname "$0")/../lib.sh"
 tt_gpu_setup "$OUT"
 echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/commit.txt"
+export TT_COMMIT  # (to the scripts below, when set)
 # (tt_gpu_build: tests on, whatever a previous configure of build/gpu left in its cache)
 tt_gpu_build "$OUT" tiertrain trainer_test um_test || exit 1
 build/gpu/tests/um_test --gtest_brief=1 > "$OUT/test_um.log" 2>&1

@@ -12,7 +12,7 @@ set -uo pipefail
 OUT=${1:?usage: bench/um/um_exchange_rounds_gpu.sh OUTDIR [ROUNDS]}
 ROUNDS=${2:-3}
 source "$(dirname "$0")/../lib.sh"
-tt_gpu_train_setup "$OUT"
+tt_gpu_train_setup "$OUT" || exit 1
 : > "$OUT/rounds.txt"
 P=bench/um/plans
 PLANS=${TT_EXCHANGE_PLANS:-exchange-default-um exchange-advice-prefetch exchange-params-on-device exchange-grads-on-device exchange-both-on-device}

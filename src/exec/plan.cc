@@ -542,7 +542,7 @@ std::string Plan::summary() const {
     s += std::string("; Unified Memory ") + (advised ? "advised" : "without advice") +
          (um.prefetch ? ", pages moved by the schedule" : ", pages moved on faults");
     if (um.prefetch && um.discard && um.release_params && managed_params && cpu_optimizer())
-      s += ", the compute copy released after each segment's backward";
+      s += ", the compute copy's whole pieces released after each segment's backward in training steps";
   }
   const bool managed_state = managed_params || managed_grads || managed_optim;
   if (optimizer != OptimizerPlacement::kCpu)

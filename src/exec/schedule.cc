@@ -712,26 +712,32 @@ Status Schedule::validate() const {
                    "exchange])", where.c_str(), op.entry.c_str());
       TT_RETURN_IF(op.um_part != Op::UmPart::kWhole && (op.entry != "params.compute" || op.segment < 0),
                    kInvalidArgument, "%s: only a segment of the compute copy is moved in parts", where.c_str());
+      TT_RETURN_IF(op.layer < -1 || op.layer >= L || op.segment < -1 || op.segment >= S, kInvalidArgument,
+                   "%s: layer %d or segment %d out of range", where.c_str(), op.layer, op.segment);
       if (op.entry == "params.compute" && op.segment >= 0 && (op.um_part != Op::UmPart::kWhole || op.um_dead)) {
-        // Note [managed optimizer exchange]: the release, and the move of the ends beside it.
+        // Note [managed optimizer exchange]: the release of the pieces wholly inside a segment, and the move of its
+        // ends beside it, with the bytes Executor::um_ranges gives them.
         TT_RETURN_IF(op.um_dead && (op.um_part != Op::UmPart::kInner || op.place != 1), kInvalidArgument,
-                     "%s: the compute copy is released only in the pieces wholly its segment's, to the host",
-                     where.c_str());
+                     "%s: the compute copy is released only in whole pieces inside its segment (part inner), to the "
+                     "host", where.c_str());
         TT_RETURN_IF(p != static_cast<int>(Pass::kTrain), kInvalidArgument,
-                     "%s: the compute copy is released only in the train pass, where the update follows",
-                     where.c_str());
+                     "%s: the compute copy is released (and moved in parts) only in the train pass, where the update "
+                     "follows", where.c_str());
         const GptSegments sg = gpt_segments(spec.model);
         const auto es = static_cast<int64_t>(dtype_size(spec.compute));
-        const int64_t begin = sg.offset[static_cast<size_t>(op.segment)] * es;
-        const auto [lo, hi] = inner_pieces(begin, begin + sg.size[static_cast<size_t>(op.segment)] * es);
+        const int64_t begin = sg.offset[static_cast<size_t>(op.segment)] * es,
+                      end = begin + sg.size[static_cast<size_t>(op.segment)] * es;
+        const auto [lo, hi] = inner_pieces(begin, end);
         TT_RETURN_IF(lo >= hi, kInvalidArgument, "%s: segment %d holds no whole %zu-byte piece to release",
                      where.c_str(), op.segment, Inventory::kManagedAlignBytes);
+        const int64_t want = op.um_part == Op::UmPart::kInner ? hi - lo : (end - begin) - (hi - lo);
+        TT_RETURN_IF(want == 0 || op.bytes != want, kInvalidArgument,
+                     "%s: %lld bytes, but its part of segment %d is %lld", where.c_str(),
+                     static_cast<long long>(op.bytes), op.segment, static_cast<long long>(want));
       }
       TT_RETURN_IF((op.kind == OpKind::kUmPrefetch) != (op.place >= 0) || op.place > 1, kInvalidArgument,
                    "%s: place %d (a prefetch names the device or the host, nothing else names one)", where.c_str(),
                    op.place);
-      TT_RETURN_IF(op.layer < -1 || op.layer >= L || op.segment < -1 || op.segment >= S, kInvalidArgument,
-                   "%s: layer %d or segment %d out of range", where.c_str(), op.layer, op.segment);
       const bool evented = op.kind == OpKind::kWait || op.kind == OpKind::kRecord;
       TT_RETURN_IF(evented != (op.event >= 0) || op.event >= static_cast<int>(events.size()), kInvalidArgument,
                    "%s: event %d (waits and records name one, nothing else does)", where.c_str(), op.event);
@@ -924,6 +930,10 @@ json Schedule::to_json() const {
   j["version"] = 1;
   j["model"] = {{"vocab", spec.model.vocab}, {"layers", spec.model.layers}, {"dim", spec.model.dim},
                 {"heads", spec.model.heads}, {"seq", spec.model.seq}};
+  if (spec.model.tp > 1) {  // Note [tensor parallel]: one rank's shard, whose segments are its own
+    j["model"]["tp"] = spec.model.tp;
+    j["model"]["split_vocab"] = spec.model.split_vocab;
+  }
   j["batch"] = spec.batch;
   j["compute_dtype"] = dtype_name(spec.compute);
   j["plan"] = spec.plan.to_json();
@@ -978,6 +988,8 @@ Result<Schedule> Schedule::from_json(const json& j) {
     const json& m = j.at("model");
     s.spec.model = GptConfig{m.at("vocab").get<int>(), m.at("layers").get<int>(), m.at("dim").get<int>(),
                              m.at("heads").get<int>(), m.at("seq").get<int>()};
+    s.spec.model.tp = m.value("tp", 1);
+    s.spec.model.split_vocab = m.value("split_vocab", false);
     TT_TRY(s.spec.model.validate());
     s.spec.batch = j.at("batch").get<int>();
     TT_ASSIGN_OR_RETURN(s.spec.compute, parse_dtype(j.at("compute_dtype").get<std::string>()));

@@ -137,7 +137,9 @@ struct Schedule {
   MemoryUse replay_memory(const std::vector<Pass>& passes) const;
   // Checks what the executor relies on: each pass's kModel operations are the model's boundaries in order
   // (model_boundaries), waits and records name an event, every event waited for is recorded somewhere and always
-  // on one stream, slots, layers and segments are in range, and allocations happen in kSetup only.
+  // on one stream, slots, layers and segments are in range, and allocations happen in kSetup only; Unified Memory
+  // operations name a managed entry the plan moves, and a release of the compute copy (and the move of its ends)
+  // is of whole pieces inside its segment, to the host, in kTrain only, with the bytes of its part.
   Status validate() const;
 
   nlohmann::json to_json() const;

@@ -37,7 +37,7 @@ namespace tt::perf {
 // way, host work, compute-stream work, or a collective over the ranks (the data-parallel gradients' average).
 enum class CostClass { kFree, kD2H, kH2D, kHost, kCompute, kComm };
 constexpr int kNumCostClasses = 6;
-CostClass cost_class(const Op& op);  // a Unified Memory prefetch by its direction, a discard as h2d
+CostClass cost_class(const Op& op);  // a Unified Memory prefetch by its direction, a discard by its stream
 
 // The time of one operation of a schedule.
 class CostModel {

@@ -121,6 +121,21 @@ TEST(Schedule, EveryPlanValidatesAndRoundTripsThroughJson) {
   }
 }
 
+// A tensor-parallel rank's schedule keeps its shard's geometry through the JSON (its segments, which the checks of
+// the exchange's parts measure, are the shard's).
+TEST(Schedule, ATensorParallelShardRoundTripsThroughJson) {
+  ExecSpec spec = make_spec(make_plan("in-core", OptimizerPlacement::kDevice), false);
+  spec.model.tp = 2;
+  spec.model.split_vocab = true;
+  const Schedule s = compile_for(spec);
+  ASSERT_TRUE(s.validate().is_ok()) << s.validate().to_string();
+  auto back = Schedule::from_json(json::parse(s.to_json().dump()));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back.value().spec.model.tp, 2);
+  EXPECT_TRUE(back.value().spec.model.split_vocab);
+  EXPECT_EQ(back.value().to_json(), s.to_json());
+}
+
 // Note [data parallel]: with data_ranks > 1 every segment's gradients are reduced once, on the comm stream, after
 // the compute stream recorded that the backward wrote them; and whatever reads them (the copy to the host, the
 // norm's parts) first waits for that reduction. On every plan; the JSON keeps data_ranks.

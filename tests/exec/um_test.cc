@@ -540,8 +540,9 @@ TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
         const Op& op = *ops[i];
         const memory::UmCall& c = *got[i];
         SCOPED_TRACE(op.name + " " + std::to_string(op.segment));
-        const char* begin = cc + sg.offset[static_cast<size_t>(op.segment)] * 4;
-        const char* end = begin + sg.size[static_cast<size_t>(op.segment)] * 4;
+        const auto es = static_cast<int64_t>(dtype_size(spec.compute));
+        const char* begin = cc + sg.offset[static_cast<size_t>(op.segment)] * es;
+        const char* end = begin + sg.size[static_cast<size_t>(op.segment)] * es;
         EXPECT_EQ(c.kind, op.um_dead ? memory::UmCall::kDiscard : memory::UmCall::kPrefetch);
         EXPECT_EQ(c.to, memory::UmPlace::kHost);
         int64_t sum = 0;
@@ -598,8 +599,16 @@ TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
         EXPECT_NE(st.to_string().find(why), std::string::npos) << st.to_string();
       };
       auto train_op = [&](Schedule& m) -> Op& { return m.passes[static_cast<int>(Pass::kTrain)][r]; };
-      refused([&](Schedule& m) { train_op(m).um_part = Op::UmPart::kWhole; }, "only in the pieces wholly");
-      refused([&](Schedule& m) { train_op(m).place = 0; }, "only in the pieces wholly");
+      refused([&](Schedule& m) { train_op(m).um_part = Op::UmPart::kWhole; }, "only in whole pieces");
+      refused([&](Schedule& m) { train_op(m).place = 0; }, "only in whole pieces");
+      refused([&](Schedule& m) { train_op(m).bytes += 4096; }, "but its part of segment");
+      refused([&](Schedule& m) { train_op(m).segment = big.layers + 2; }, "out of range");
+      refused([&](Schedule& m) {  // the ends moved in a pass that does not release
+        Op ends = train_op(m);
+        ends.um_dead = false;
+        ends.um_part = Op::UmPart::kEnds;
+        m.passes[static_cast<int>(Pass::kBackward)].push_back(ends);
+      }, "only in the train pass");
       refused([&](Schedule& m) { m.passes[static_cast<int>(Pass::kForwardBackward)].push_back(train_op(m)); },
               "only in the train pass");
       refused([&](Schedule& m) { train_op(m).segment = 0; }, "holds no whole");  // the embeddings: within a piece
@@ -628,7 +637,7 @@ TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
     EXPECT_TRUE(back.value().pass(Pass::kTrain) == ex->schedule().pass(Pass::kTrain));
     for (size_t k = 0; k < segs.size.size(); ++k) {
       SCOPED_TRACE(k);
-      EXPECT_EQ(released[k] + ends[k], segs.size[k] * 4);
+      EXPECT_EQ(released[k] + ends[k], segs.size[k] * static_cast<int64_t>(dtype_size(spec.compute)));
       if (k >= 1 && k <= static_cast<size_t>(big.layers)) {
         EXPECT_GE(released[k], 2 * static_cast<int64_t>(Inventory::kManagedAlignBytes));
       }
@@ -736,12 +745,20 @@ TEST(UmPlans, ReleaseParamsRoundTrips) {
   EXPECT_TRUE(back.um.release_params);
   EXPECT_TRUE(back.um == p.um);
   EXPECT_NE(p.summary().find("released"), std::string::npos) << p.summary();
-  // Without the CPU optimizer's managed compute copy it takes no effect, and the summary does not claim it.
-  const Plan none = Plan::from_json(json::parse(R"({"um": {"advice": "default", "prefetch": true,
-                                                           "release_params": true}})"),
-                                    kCfg.layers, "x")
-                        .value();
-  EXPECT_EQ(none.summary().find("released"), std::string::npos) << none.summary();
+  // Without any of the CPU optimizer, a managed compute copy, prefetch or discard it takes no effect, and the
+  // summary does not claim it.
+  for (const char* text : {R"({"managed": ["param", "grad"], "um": {"advice": "default", "prefetch": true,
+                                "release_params": true}})",
+                           R"({"optimizer": "cpu", "managed": ["grad"], "um": {"advice": "default", "prefetch": true,
+                                "release_params": true}})",
+                           R"({"optimizer": "cpu", "managed": ["param", "grad"], "um": {"advice": "default",
+                                "prefetch": false, "release_params": true}})",
+                           R"({"optimizer": "cpu", "managed": ["param", "grad"], "um": {"advice": "default",
+                                "prefetch": true, "discard": false, "release_params": true}})"}) {
+    const Plan none = Plan::from_json(json::parse(text), kCfg.layers, "x").value();
+    EXPECT_TRUE(none.uses_managed()) << text;
+    EXPECT_EQ(none.summary().find("released"), std::string::npos) << none.summary();
+  }
   const auto yes = Plan::from_json(json::parse(R"({"um": {"release_params": "yes"}})"), kCfg.layers, "x");
   ASSERT_FALSE(yes.is_ok());
   EXPECT_NE(yes.status().to_string().find("release_params: true or false"), std::string::npos);

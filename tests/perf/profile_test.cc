@@ -250,6 +250,13 @@ TEST(Profile, UnifiedMemoryRatesAreOptionalAndPriceTheScheduleUmOperations) {
   EXPECT_EQ(cost_class(in), CostClass::kH2D);
   EXPECT_EQ(cost_class(release), CostClass::kH2D);
   EXPECT_EQ(cost_class(populate), CostClass::kH2D);
+  // The exchange's release of the compute copy (Note [managed optimizer exchange]) runs on the d2h stream: priced
+  // as a discard, classed by its stream.
+  Op params_release = release;
+  params_release.name = "um params release";
+  params_release.stream = StreamId::kD2H;
+  EXPECT_DOUBLE_EQ(costs.seconds(params_release), p.um_discard.seconds(n));
+  EXPECT_EQ(cost_class(params_release), CostClass::kD2H);
   EXPECT_TRUE(costs.status().is_ok());
   ProfileCosts without(old.value(), spec);
   EXPECT_EQ(without.seconds(out), 0);
