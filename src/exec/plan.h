@@ -101,8 +101,9 @@ struct UmPolicy {
   bool discard = true;
   // With prefetch, discard and the CPU optimizer's managed compute copy: after each segment's backward the pieces
   // wholly inside it are released instead of moved to the host (Note [managed optimizer exchange]). Off by default:
-  // on an H200 it moved 28% fewer bytes to the host and was 7% faster on GPT-2 (pooled median of 7 runs, noisy; it
-  // lost both rounds on a d1024 model), but brought 15-36 GPU page faults a step (0 without):
+  // on an H200 it moved 27-29% fewer bytes to the host and was 4% faster on GPT-2 (pooled median of 9 paired runs,
+  // noisy; it lost both rounds on a d1024 model), but brought 15-36 GPU page faults a step on 3 of 5 machines (0
+  // without):
   // docs/benchmarks/2026-12-03-h200-um-exchange-release/. Ignored (and not in summary()) without all four; only
   // train steps release (Pass::kTrain: an update follows in the same pass).
   bool release_params = false;
