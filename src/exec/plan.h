@@ -103,9 +103,8 @@ struct UmPolicy {
   // wholly inside it are released instead of moved to the host (Note [managed optimizer exchange]). Off by default:
   // on an H200 it moved 27-29% fewer bytes to the host and was 4% faster on GPT-2 (pooled median of 9 paired runs,
   // noisy; it lost both rounds on a d1024 model), but brought 15-36 GPU page faults a step on 3 of 5 machines (0
-  // without):
-  // docs/benchmarks/2026-12-03-h200-um-exchange-release/. Ignored (and not in summary()) without all four; only
-  // train steps release (Pass::kTrain: an update follows in the same pass).
+  // without): docs/benchmarks/2026-12-03-h200-um-exchange-release/. Ignored (and not in summary()) without all
+  // four; only train steps release (Pass::kTrain: an update follows in the same pass).
   bool release_params = false;
   // The advice measured best (docs/PLANS.md): parameters, gradients, AdamW state and resident activations preferred
   // on the device, parameters and gradients mapped on both processors, offloaded activations mapped on the device.
