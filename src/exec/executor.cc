@@ -480,26 +480,23 @@ std::vector<memory::UmRange> Executor::um_ranges(const Op& op) const {
   TT_CHECK(it != by_name_.end(), "%s: no managed entry %s", op.name.c_str(), op.entry.c_str());
   const Tensor& t = it->second;
   if (op.entry == "params.compute" && op.segment >= 0) {  // Note [managed optimizer exchange]: one segment of it
-    const GptSegments& segs = segments_;
-    const auto es = static_cast<int64_t>(dtype_size(t.dtype()));
-    const int64_t begin = segs.offset[static_cast<size_t>(op.segment)] * es,
-                  end = begin + segs.size[static_cast<size_t>(op.segment)] * es;
+    const SegmentPieces p = segment_pieces(segments_, op.segment, static_cast<int64_t>(dtype_size(t.dtype())));
     char* base = static_cast<char*>(t.raw());  // on a piece of its own (Inventory::add_managed)
     auto range = [&](int64_t from, int64_t to) {
       return memory::UmRange{base + from, static_cast<size_t>(to - from)};
     };
-    const auto [lo, hi] = inner_pieces(begin, end);
+    // (Schedule::validate refused a part on a segment without a whole piece.)
     switch (op.um_part) {
       case Op::UmPart::kWhole:
-        return {range(begin, end)};
+        return {range(p.begin, p.end)};
       case Op::UmPart::kInner:
-        TT_CHECK(lo < hi, "%s: the segment holds no whole piece", op.name.c_str());
-        return {range(lo, hi)};
+        TT_CHECK(p.has_inner(), "%s: the segment holds no whole piece", op.name.c_str());
+        return {range(p.lo, p.hi)};
       case Op::UmPart::kEnds: {
-        TT_CHECK(lo < hi, "%s: the segment holds no whole piece", op.name.c_str());
+        TT_CHECK(p.has_inner(), "%s: the segment holds no whole piece", op.name.c_str());
         std::vector<memory::UmRange> ends;
-        if (begin < lo) ends.push_back(range(begin, lo));
-        if (hi < end) ends.push_back(range(hi, end));
+        if (p.begin < p.lo) ends.push_back(range(p.begin, p.lo));
+        if (p.hi < p.end) ends.push_back(range(p.hi, p.end));
         return ends;
       }
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -145,6 +146,24 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 std::pair<int64_t, int64_t> inner_pieces(int64_t begin, int64_t end) {
   const auto piece = static_cast<int64_t>(Inventory::kManagedAlignBytes);
   return {(begin + piece - 1) / piece * piece, end / piece * piece};
+}
+
+SegmentPieces segment_pieces(const GptSegments& segs, int s, int64_t esize) {
+  SegmentPieces p;
+  p.begin = segs.offset[static_cast<size_t>(s)] * esize;
+  p.end = p.begin + segs.size[static_cast<size_t>(s)] * esize;
+  std::tie(p.lo, p.hi) = inner_pieces(p.begin, p.end);
+  return p;
+}
+
+int64_t SegmentPieces::part_bytes(Op::UmPart part) const {
+  const int64_t inner = has_inner() ? hi - lo : 0;
+  switch (part) {
+    case Op::UmPart::kWhole: return end - begin;
+    case Op::UmPart::kInner: return inner;
+    case Op::UmPart::kEnds: return end - begin - inner;
+  }
+  return 0;
 }
 
 namespace {
@@ -484,9 +503,9 @@ class Compiler {
     // ends, in pieces shared with the neighbouring segments, which may still be read or already rewritten) moved;
     // with um.discard false all moved.
     if (plan_.managed_params && plan_.um.prefetch) {
-      const int64_t begin = segs_.offset[static_cast<size_t>(s)] * esize_, bytes = seg_bytes(s, esize_);
-      const auto [lo, hi] = inner_pieces(begin, begin + bytes);
-      const int64_t inner = release_ && plan_.um.discard && plan_.um.release_params ? std::max<int64_t>(hi - lo, 0) : 0;
+      const SegmentPieces sp = segment_pieces(segs_, s, esize_);
+      const int64_t bytes = sp.part_bytes(Op::UmPart::kWhole);
+      const int64_t inner = release_ && plan_.um.discard && plan_.um.release_params ? sp.part_bytes(Op::UmPart::kInner) : 0;
       if (inner > 0) {
         Op& rel = um_seg(out, StreamId::kD2H, OpKind::kUmPrefetch, "um params release", "params.compute", s,
                          memory::UmPlace::kHost, inner);
@@ -685,6 +704,7 @@ MemoryUse Schedule::replay_memory(const std::vector<Pass>& ps) const {
 Status Schedule::validate() const {
   const int L = spec.model.layers, S = L + 2;
   const RingLayout rings = ring_layout(spec.plan);
+  const GptSegments segs = gpt_segments(spec.model);
   std::vector<int> record_stream(events.size(), -1);
   std::vector<char> waited(events.size(), 0);
   for (int p = 0; p < kNumPasses; ++p) {
@@ -723,14 +743,10 @@ Status Schedule::validate() const {
         TT_RETURN_IF(p != static_cast<int>(Pass::kTrain), kInvalidArgument,
                      "%s: the compute copy is released (and moved in parts) only in the train pass, where the update "
                      "follows", where.c_str());
-        const GptSegments sg = gpt_segments(spec.model);
-        const auto es = static_cast<int64_t>(dtype_size(spec.compute));
-        const int64_t begin = sg.offset[static_cast<size_t>(op.segment)] * es,
-                      end = begin + sg.size[static_cast<size_t>(op.segment)] * es;
-        const auto [lo, hi] = inner_pieces(begin, end);
-        TT_RETURN_IF(lo >= hi, kInvalidArgument, "%s: segment %d holds no whole %zu-byte piece to release",
+        const SegmentPieces sp = segment_pieces(segs, op.segment, static_cast<int64_t>(dtype_size(spec.compute)));
+        TT_RETURN_IF(!sp.has_inner(), kInvalidArgument, "%s: segment %d holds no whole %zu-byte piece to release",
                      where.c_str(), op.segment, Inventory::kManagedAlignBytes);
-        const int64_t want = op.um_part == Op::UmPart::kInner ? hi - lo : (end - begin) - (hi - lo);
+        const int64_t want = sp.part_bytes(op.um_part);
         TT_RETURN_IF(want == 0 || op.bytes != want, kInvalidArgument,
                      "%s: %lld bytes, but its part of segment %d is %lld", where.c_str(),
                      static_cast<long long>(op.bytes), op.segment, static_cast<long long>(want));

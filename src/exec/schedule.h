@@ -100,6 +100,17 @@ struct Op {
 // on a piece of its own: [first, second), empty (first >= second) when there is none.
 std::pair<int64_t, int64_t> inner_pieces(int64_t begin, int64_t end);
 
+// Note [managed optimizer exchange]: segment s of the flat compute copy (elements of esize bytes) as bytes from the
+// copy's start, [begin, end), and the managed pieces wholly inside it, [lo, hi) (inner_pieces). The one place the
+// compiler, Schedule::validate and the executor take a part's bytes from.
+struct SegmentPieces {
+  int64_t begin = 0, end = 0, lo = 0, hi = 0;
+  bool has_inner() const { return lo < hi; }
+  // kWhole: the segment; kInner: its whole pieces (0 without); kEnds: the rest.
+  int64_t part_bytes(Op::UmPart part) const;
+};
+SegmentPieces segment_pieces(const GptSegments& segs, int s, int64_t esize);
+
 struct ScheduleSpec {
   GptConfig model;
   int batch = 1;

@@ -536,11 +536,11 @@ TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
           ops.push_back(&op);
       ASSERT_EQ(got.size(), ops.size());
       int inner = 0, ends = 0;
+      const auto es = static_cast<int64_t>(dtype_size(spec.compute));
       for (size_t i = 0; i < ops.size(); ++i) {
         const Op& op = *ops[i];
         const memory::UmCall& c = *got[i];
         SCOPED_TRACE(op.name + " " + std::to_string(op.segment));
-        const auto es = static_cast<int64_t>(dtype_size(spec.compute));
         const char* begin = cc + sg.offset[static_cast<size_t>(op.segment)] * es;
         const char* end = begin + sg.size[static_cast<size_t>(op.segment)] * es;
         EXPECT_EQ(c.kind, op.um_dead ? memory::UmCall::kDiscard : memory::UmCall::kPrefetch);
