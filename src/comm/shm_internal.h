@@ -276,10 +276,10 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // reduces a slice, then all gather the slices (two synchronisations, and each rank reads about 2x the bytes instead
 // of ranks x). The second bound is new: with only the first, an allreduce of 64 KiB took 620 us at 32 ranks and
 // 190 us at 16 on the H200 host, where the split path took 113 us for 128 KiB at 32 ranks, and Open MPI 99 us for
-// 64 KiB (docs/benchmarks/2026-11-30-h200x2-comm-host-v4/ranks-8-16-32/shm_allreduce_*.log): every rank reading
+// 64 KiB (docs/benchmarks/2026-11-30-h200x2-comm-host-v4/, its logs.tar.xz): every rank reading
 // every peer's input costs more than a second synchronisation once the inputs pass a few tens of KiB. Predicted
 // ~60 us for 64 KiB at 32 ranks (from the split path's 113 us at 128 KiB); measured 54 us (Open MPI 86;
-// docs/benchmarks/2026-11-30-h200x2-comm-tuning/ranks-16-32-tree-ab/). At 2 ranks on the dev machine both paths
+// docs/benchmarks/2026-11-30-h200x2-comm-tuning/, its logs.tar.xz). At 2 ranks on the dev machine both paths
 // take the same time (4-64 KiB).
 constexpr size_t kDirectReduceBytes = 64 << 10;
 constexpr size_t kDirectReduceReads = 32 << 10;
