@@ -78,7 +78,7 @@ def warm_up(call: Callable[[], None], warmup: int, warmup_ms: float,
     (max_over_ranks agrees on each round's count; a first round of one call where there is no pace yet), until every
     rank has spent warmup_ms in them. Returns this rank's seconds per call over all the rounds (over the `warmup`
     calls if there was none; 0 without calls). Whether a round runs depends only on the agreed count."""
-    trace = bool(os.environ.get("TT_BENCH_TRACE"))
+    trace = bool(os.environ.get("TIERTRAIN_BENCH_TRACE"))
     w0 = time.perf_counter()
     for _ in range(warmup):
         call()

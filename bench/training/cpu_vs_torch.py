@@ -8,8 +8,9 @@ is the same minus batch sampling (bench/training/torch_gpt_cpu.py).
 
 Writes ``cpu_vs_torch.json`` and ``cpu_vs_torch.md`` (table, machine, commit, command) into ``--out-dir``.
 
-Example (after scripts/train.sh or a Release build):
-    python3 bench/training/cpu_vs_torch.py --binary build/release/src/tiertrain --out-dir docs/benchmarks/2026-11-29-cpu
+Example (after scripts/train.sh or a Release build; docs/benchmarks/2026-11-29-cpu-vs-torch/ is its record, run with
+``--rounds 3 --threads 2 --compile``):
+    python3 bench/training/cpu_vs_torch.py --binary build/release/src/tiertrain --out-dir "$OUT"
 """
 
 from __future__ import annotations
@@ -55,10 +56,10 @@ def run_tiertrain(args, tmp: str, r: int) -> dict:
 
 def run_torch(args, tmp: str, r: int, compile_: bool) -> dict:
     out = os.path.join(tmp, f"torch-{r}-{int(compile_)}.json")
-    cmd = [sys.executable, os.path.join(ROOT, "bench", "torch_gpt_cpu.py"), "--data", args.data, "--threads",
-           str(args.threads), "--layers", str(args.layers), "--dim", str(args.dim), "--heads", str(args.heads),
-           "--seq", str(args.seq), "--batch", str(args.batch), "--steps", str(args.steps), "--warmup-steps",
-           str(args.warmup_steps), "--json-out", out] + (["--compile"] if compile_ else [])
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "training", "torch_gpt_cpu.py"), "--data", args.data,
+           "--threads", str(args.threads), "--layers", str(args.layers), "--dim", str(args.dim), "--heads",
+           str(args.heads), "--seq", str(args.seq), "--batch", str(args.batch), "--steps", str(args.steps),
+           "--warmup-steps", str(args.warmup_steps), "--json-out", out] + (["--compile"] if compile_ else [])
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         m = json.load(f)
