@@ -5,8 +5,8 @@
 #   scripts/sanitize.sh tsan [CTEST_REGEX]    ThreadSanitizer (build/tsan)
 #   scripts/sanitize.sh quick                 ASan + UBSan on the tests of the readers of outside input (tensor files,
 #                                             config, datasets, checkpoints), in the fuzz targets' build (build/fuzz,
-#                                             clang): what the test command runs, as the whole suite's build alone
-#                                             takes about 16 minutes on two cores
+#                                             clang): a quick check by hand (the whole suite's build alone takes
+#                                             about 16 minutes on two cores; `scripts/test.sh --full` runs asan and tsan)
 #
 # Every report stops the test that made it (halt_on_error), so a green run is a clean one. Third-party reports are
 # suppressed in scripts/sanitizers/*.supp, each with its reason; the tests that cannot run under a sanitizer are

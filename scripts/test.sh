@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
-# Every test: builds (Release, with CUDA sources when nvcc is found) and runs the C++ tests with CTest, the Python
-# tool tests, the Python package's tests (after building it as `pip install .` does) with pytest, and the fuzz
-# targets briefly under ASan and UBSan. GPU tests skip with a message on a machine without a GPU.
+# The tests, in two tiers (issue 44; tests/CMakeLists.txt says which test is in which and why):
+#
+#   scripts/test.sh          the fast tier, what CI runs: builds (Release, with CUDA sources when nvcc is found), then
+#                            every C++ test of behaviour (CTest, label `full` excluded), the fuzz targets' seeds and
+#                            regressions replayed, the repository's own checks (docs, examples, environment registry)
+#                            and the Python tools' and package's tests (pytest). About 12 minutes on 2 cores.
+#   scripts/test.sh --full   the fast tier, then the long tier: the timing-accuracy and multi-rank stress tests
+#                            (CTest label `full`), fuzzing under ASan and UBSan (scripts/fuzz.sh, 60 s a target) and
+#                            the whole C++ suite under ASan+UBSan and under TSan (scripts/sanitize.sh). Hours on 2 cores.
+#
+# GPU tests skip with a message on a machine without a GPU. Each phase prints the time so far as it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+full=0
+case "${1:-}" in
+  "") ;;
+  --full) full=1 ;;
+  *) echo "usage: scripts/test.sh [--full]" >&2; exit 2 ;;
+esac
 source scripts/deps.sh
-# How long each part took, printed as it ends (CI allows 30 minutes for the whole command).
 tt_t0=$SECONDS
 tt_phase() { echo "scripts/test.sh: $1 done at $((SECONDS - tt_t0)) s" >&2; }
 tt_install_deps
 tt_phase "dependencies"
 cmake --preset release
 cmake --build --preset release
-# Two tests at a time (CI's machine has two cores; one at a time took 570-620 s of its 30 minutes, two about 360 s).
-# The tests that compare measured times with predictions or bounds are RUN_SERIAL (tests/CMakeLists.txt).
 tt_phase "build"
-ctest --preset release -j2
-tt_phase "C++ tests"
-# The Debian interpreter, which the apt packages above serve (a pyenv or venv python3 on PATH may lack them).
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tools
-tt_phase "tool tests"
+# Two tests at a time on CI's two cores. The tests that must run alone are RUN_SERIAL (tests/CMakeLists.txt).
+ctest --preset release -j2 -LE full
+tt_phase "C++ tests (fast tier)"
+# The Debian interpreter, which the apt packages above serve (a pyenv or venv python3 on PATH may lack them). The
+# repository's checks run the README's and the guide's examples with the tiertrain built above.
+TT_TIERTRAIN_BIN=$PWD/build/release/src/tiertrain /usr/bin/python3 -m pytest -q -p no:cacheprovider tools tests/repo
+tt_phase "tool and repository tests"
 # The Python package, as `pip install .` builds it (scikit-build-core from PyPI; pybind11 and numpy from Debian), in
 # a virtual environment over the Debian interpreter; its tests start ranks with the tiertrain built above, which its
 # `tiertrain` command runs (TIERTRAIN_PIP_CLI=OFF: the package without a second build of the program, which
@@ -36,14 +49,15 @@ build/pyenv/bin/pip install -q --disable-pip-version-check tiktoken gpt3_tokeniz
 build/pyenv/bin/pip install -q --disable-pip-version-check --no-build-isolation --config-settings=cmake.define.TIERTRAIN_PIP_CLI=OFF .
 TT_TIERTRAIN_BIN=build/release/src/tiertrain build/pyenv/bin/python -m pytest -q -p no:cacheprovider python/tests
 tt_phase "Python package and its tests"
-# Sanitizers and fuzzers, briefly (issue 25): the fuzz targets 5 s each (every reader of outside input: tensor files,
-# checkpoint metadata, config files, plans, profiles, datasets; built with clang, ASan and UBSan, run over the inputs
-# that once broke them and fuzzed from their seeds), then the same readers' unit tests under ASan and UBSan in that
-# build. Any crash, sanitizer report or hang fails. The long runs: `scripts/fuzz.sh 600`, and `scripts/sanitize.sh
-# asan|tsan` for the whole C++ suite (not here: its build alone takes about 16 minutes on two cores). 5 s a target
-# keeps the whole command under CI's 30 minutes on two cores (29.7 minutes there with 15 s, 26.2 with 8; a fresh clone
-# here took 30.1 minutes with 8 on 2026-12-02).
-scripts/fuzz.sh "${TT_FUZZ_SECONDS:-5}"
-tt_phase "fuzz targets"
-scripts/sanitize.sh quick
-tt_phase "quick sanitizer tests"
+[ "$full" = 1 ] || exit 0
+
+# --- The long tier ---
+ctest --preset release -j2 -L full
+tt_phase "C++ tests (long tier)"
+# Fuzzing (clang, libFuzzer, ASan, UBSan): each reader of outside input 60 s from its seeds (TT_FUZZ_SECONDS).
+scripts/fuzz.sh "${TT_FUZZ_SECONDS:-60}"
+tt_phase "fuzzing"
+scripts/sanitize.sh asan
+tt_phase "C++ tests under ASan and UBSan"
+scripts/sanitize.sh tsan
+tt_phase "C++ tests under TSan"

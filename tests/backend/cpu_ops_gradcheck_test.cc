@@ -10,7 +10,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/rng.h"
-#include "test_util.h"
+#include "check_util.h"
 
 namespace tt {
 namespace {

@@ -415,7 +415,7 @@ int run_mismatch() {
 
 // Rank 1 exits (cleanly, so the launcher does not stop the job) without calling: rank 0 sees it gone long before
 // its 60 s deadline.
-// Note [nccl init deadline]: rank 1 joins NCCL's init late (TT_TEST_NCCL_INIT_DELAY_S, after the id exchange): rank
+// Note [nccl init deadline]: rank 1 joins NCCL's init late (TIERTRAIN_TEST_NCCL_INIT_DELAY_S, after the id exchange): rank
 // 0's world() fails within the deadline saying so, instead of waiting inside NCCL for ever. The ranks leave with
 // _exit: a helper thread is still inside NCCL's bootstrap, which the process's normal teardown need not survive.
 int run_nccl_init_late() {
@@ -2097,7 +2097,7 @@ TEST(CommBench, EveryCollectiveRunsCheckedAndWritesJson) {
 
 // --min-ms: every row times at least -n calls and about as many as take that long at the warm-up's pace (all ranks
 // the same number, or the run would fail on a mismatch); without it, exactly -n; with -w 0 too. The first row warms
-// up for --first-warmup-ms, the others for --warmup-ms (TT_BENCH_TRACE: rank 0's warm-up of each row on stderr).
+// up for --first-warmup-ms, the others for --warmup-ms (TIERTRAIN_BENCH_TRACE: rank 0's warm-up of each row on stderr).
 // Negative times are refused.
 TEST(CommBench, MinMsTimesEnoughCallsAndTheFirstRowWarmsUpLonger) {
   char dir[] = "/tmp/tt-comm-bench-XXXXXX";
@@ -2105,7 +2105,7 @@ TEST(CommBench, MinMsTimesEnoughCallsAndTheFirstRowWarmsUpLonger) {
   std::string output;
   const auto rows = [&](const std::string& flags) {
     const std::string json = std::string(dir) + "/rows.json";
-    const Job j = shell("env TT_BENCH_TRACE=1 " + std::string(TT_BINARY) + " launch -n 2 -- " + TT_BINARY +
+    const Job j = shell("env TIERTRAIN_BENCH_TRACE=1 " + std::string(TT_BINARY) + " launch -n 2 -- " + TT_BINARY +
                         " comm-bench -b 8 -e 64K -f 64 -n 3 " + flags + " --json " + json);
     EXPECT_EQ(j.code, 0) << j.output;
     output = j.output;
@@ -2333,7 +2333,7 @@ TEST(CommNccl, MismatchesMisuseHostBuffersAndLateRanksAreErrorsOnEveryRank) {
   j = launch(2, "never_arrives", std::string(kNccl) + " TIERTRAIN_COMM_TIMEOUT=1");
   EXPECT_EQ(j.code, 0) << j.output;
   // Note [nccl init deadline]: a rank that stops after the id exchange does not hang the others in NCCL's init.
-  j = launch(2, "nccl_init_late", std::string(kNccl) + " TIERTRAIN_COMM_TIMEOUT=3 TT_RANK1_ENV=TT_TEST_NCCL_INIT_DELAY_S=8");
+  j = launch(2, "nccl_init_late", std::string(kNccl) + " TIERTRAIN_COMM_TIMEOUT=3 TT_RANK1_ENV=TIERTRAIN_TEST_NCCL_INIT_DELAY_S=8");
   EXPECT_EQ(j.code, 0) << j.output;
   EXPECT_LT(j.seconds, 15) << j.output;
 }

@@ -21,7 +21,7 @@
 
 #include "core/tensorfile.h"
 #include "temp_dir.h"
-#include "test_util.h"
+#include "check_util.h"
 
 namespace tt {
 namespace {

@@ -15,7 +15,7 @@
 #include "exec/executor.h"
 #include "model/gpt.h"
 #include "temp_dir.h"
-#include "test_util.h"
+#include "exec_util.h"
 
 namespace tt {
 namespace {

@@ -29,7 +29,7 @@
 #include "core/rng.h"
 #include "exec/executor.h"
 #include "exec/op_profiler.h"
-#include "test_util.h"
+#include "exec_util.h"
 
 namespace tt {
 namespace {

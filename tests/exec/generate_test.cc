@@ -21,7 +21,7 @@
 #include "exec/generate.h"
 #include "exec/trainer.h"
 #include "temp_dir.h"
-#include "test_util.h"
+#include "exec_util.h"
 
 namespace tt {
 namespace {

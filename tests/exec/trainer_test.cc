@@ -18,7 +18,7 @@
 #include "core/units.h"
 #include "exec/trainer.h"
 #include "temp_dir.h"
-#include "test_util.h"
+#include "exec_util.h"
 
 namespace tt {
 namespace {

@@ -10,7 +10,7 @@
 #include "core/tensorfile.h"
 #include "exec/executor.h"
 #include "model/gpt.h"
-#include "test_util.h"
+#include "exec_util.h"
 
 namespace tt {
 namespace {

@@ -11,7 +11,7 @@
 #include "core/rng.h"
 #include "exec/executor.h"
 #include "model/gpt.h"
-#include "test_util.h"
+#include "exec_util.h"
 
 namespace tt {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "perf/auto_plan.h"
 #include "temp_dir.h"
-#include "test_util.h"
+#include "exec_util.h"
 
 namespace tt::perf {
 namespace {

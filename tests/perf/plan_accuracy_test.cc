@@ -10,7 +10,7 @@
 #include "perf/auto_plan.h"
 #include "perf/planner.h"
 #include "temp_dir.h"
-#include "test_util.h"
+#include "exec_util.h"
 
 namespace tt::perf {
 namespace {
