@@ -143,13 +143,13 @@ def test_the_benchmarks_cpp_loop_runs_the_collective_on_the_buffers_given():
 def test_the_python_benchmark_times_at_least_min_ms_and_warms_its_first_size_longer(tmp_path):
     """bench/comm/py_comm_bench.py (the side-by-side with mpi4py): with --min-ms every row times at least -n calls and
     about as many as take that long, and each row has both loops of every pair; the first size's warm-up is
-    --first-warmup-ms, the others' --warmup-ms (TT_BENCH_TRACE: each rank's warm-up on stderr). Ranks that disagreed
+    --first-warmup-ms, the others' --warmup-ms (TIERTRAIN_BENCH_TRACE: each rank's warm-up on stderr). Ranks that disagreed
     on a count would fail on a mismatched reduction."""
     out = tmp_path / "rows.json"
     cmd = [launcher(), "launch", "-n", "2", "--", sys.executable, os.path.join(ROOT, "bench/comm/py_comm_bench.py"),
            "-C", "allreduce", "-b", "1K", "-e", "64K", "-f", "64", "-n", "3", "-w", "2", "--warmup-ms", "5",
            "--first-warmup-ms", "300", "--min-ms", "20", "--pairs", "2", "--json", str(out)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, TT_BENCH_TRACE="1"))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, TIERTRAIN_BENCH_TRACE="1"))
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads(out.read_text())
     assert [(x["size"], x["in_place"]) for x in rows] == [(1024, False), (1024, True), (65536, False), (65536, True)]

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "core/env.h"
 #include "core/log.h"
 
 namespace py = pybind11;
@@ -1054,8 +1055,7 @@ PYBIND11_MODULE(_comm, m) {
   m.attr("CommMismatchError") = py::handle(g_mismatch_error);
   m.attr("CommAbortedError") = py::handle(g_aborted_error);
   // The library's log lines, as the command line takes them (TIERTRAIN_DEBUG, TIERTRAIN_DEBUG_SUBSYS).
-  const auto env = [](const char* name) { return std::string(std::getenv(name) ? std::getenv(name) : ""); };
-  tt::log::configure(env("TIERTRAIN_DEBUG"), env("TIERTRAIN_DEBUG_SUBSYS"));
+  tt::log::configure(tt::env::get_or("TIERTRAIN_DEBUG", ""), tt::env::get_or("TIERTRAIN_DEBUG_SUBSYS", ""));
 
   py::enum_<Op>(m, "Op")
       .value("SUM", Op::kSum)

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/env.h"
 #include "comm/nccl.h"
 #include "comm/reduce.h"
 #include "core/bf16.h"
@@ -244,7 +245,7 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
       first_row = false;
       const MaxOverRanks agree = [&](double* v) { return allreduce_scalar(comm, v, DType::kF64, Op::kMax); };
       TT_ASSIGN_OR_RETURN(const WarmUp warm, warm_up(call, drain, o.warmup, warm_ms, agree));
-      if (me == 0 && std::getenv("TT_BENCH_TRACE") != nullptr)
+      if (me == 0 && env::is_set("TIERTRAIN_BENCH_TRACE"))
         std::fprintf(stderr, "warm-up: %.0f calls in %.2f ms over %d round(s), %.4f us a call\n", warm.calls,
                      warm.secs * 1e3, warm.rounds, warm.pace * 1e6);
       TT_ASSIGN_OR_RETURN(const int64_t n_it, timed_calls(o.iters, o.min_ms, warm.pace, agree));

@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "core/env.h"
 #include "comm/collective.h"
 #include "comm/crew.h"
 #include "comm/nccl.h"
@@ -211,7 +212,7 @@ namespace {
 // An integer from the first of the variables that is set; fallback if none is.
 Result<long long> env_int(std::initializer_list<const char*> names, long long fallback, const char** which) {
   for (const char* n : names) {
-    const char* v = std::getenv(n);
+    const char* v = env::get(n);
     if (v == nullptr || *v == '\0') continue;
     char* end = nullptr;
     const long long x = std::strtoll(v, &end, 10);
@@ -347,24 +348,10 @@ Request Communicator::ialltoall(const void* s, void* r, size_t n, DType d) {
   return submit([=, this] { return do_alltoall(a.s, a.r, n, d); });
 }
 
-const std::vector<std::string>& environment_variables() {
-  static const std::vector<std::string> vars = {
-      "TIERTRAIN_RANK",          "TIERTRAIN_WORLD_SIZE",   "TIERTRAIN_COMM_ID",        "TIERTRAIN_COMM_TIMEOUT",
-      "TIERTRAIN_COMM_BUFFER",   "TIERTRAIN_SHM_DIR",      "TIERTRAIN_COMM_JITTER_US", "TIERTRAIN_COMM_MEMPOLICY",
-      "TIERTRAIN_HBW_NODES",     "TIERTRAIN_COMM_BACKEND", "TIERTRAIN_DEVICE",         "TIERTRAIN_COMM_STREAM_BYTES",
-      "TIERTRAIN_COMM_CMA_BYTES", "TIERTRAIN_COMM_TREE_RANKS", "TIERTRAIN_COMM_HUGE_BYTES",
-      "TIERTRAIN_COMM_CMA_HUGE_BYTES", "TIERTRAIN_COMM_PROFILE", "TIERTRAIN_COMM_REDUCE_SPAN",
-      "TIERTRAIN_COMM_THREADS", "TIERTRAIN_COMM_THREAD_BYTES", "TIERTRAIN_COMM_THREAD_WAIT_US",
-      "TIERTRAIN_COMM_THREAD_PIN", "TIERTRAIN_COMM_POOL", "TIERTRAIN_COMM_INLINE", "TIERTRAIN_COMM_ROOTED",
-      "TIERTRAIN_CPUS_BOUND",
-      // The Python package's command: the interpreter `launch -- python3` runs, and the program it runs.
-      "TIERTRAIN_PYTHON", "TIERTRAIN_BIN"};
-  return vars;
-}
 
 bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(v) != nullptr) return true;
+    if (env::is_set(v)) return true;
   return false;
 }
 
@@ -390,7 +377,7 @@ Status shm_options_from_env(ShmOptions* shm) {
                "TIERTRAIN_COMM_BUFFER=%lld: bytes, at least 4096 and a multiple of 64", buf);
   shm->buffer_bytes = static_cast<size_t>(buf);
   TT_TRY(env_setting("TIERTRAIN_COMM_STREAM_BYTES", 0, kMax, "bytes, 0 (never) or more", &shm->stream_bytes));
-  if (std::getenv("TIERTRAIN_COMM_CMA_BYTES") != nullptr) {  // unset: ShmOptions::kCmaAuto
+  if (env::is_set("TIERTRAIN_COMM_CMA_BYTES")) {  // unset: ShmOptions::kCmaAuto
     TT_ASSIGN_OR_RETURN(long long cma, env_int({"TIERTRAIN_COMM_CMA_BYTES"}, 0, &which));
     TT_RETURN_IF(cma < 0, kInvalidArgument, "TIERTRAIN_COMM_CMA_BYTES=%lld: bytes, 0 (never) or more", cma);
     shm->cma_bytes = static_cast<size_t>(cma);
@@ -399,11 +386,11 @@ Status shm_options_from_env(ShmOptions* shm) {
   TT_TRY(env_setting("TIERTRAIN_COMM_REDUCE_SPAN", 0, kMax, "bytes, 0 (no bound) or more", &shm->reduce_span));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREADS", 1, Crew::kMaxThreads, "1 to 8", &shm->threads));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_BYTES", 1, kMax, "1 or more bytes", &shm->thread_bytes));
-  if (std::getenv("TIERTRAIN_COMM_POOL") != nullptr)  // unset: ShmOptions::kPoolAuto
+  if (env::is_set("TIERTRAIN_COMM_POOL"))  // unset: ShmOptions::kPoolAuto
     TT_TRY(env_setting("TIERTRAIN_COMM_POOL", 0, kMax, "bytes, 0 (no pool) or more", &shm->pool_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_WAIT_US", 0, 60'000'000, "microseconds, 0 to 60000000",
                      &shm->thread_wait_us));
-  if (const char* v = std::getenv("TIERTRAIN_COMM_INLINE"); v != nullptr && *v != '\0')  // unset: auto (-1)
+  if (const char* v = env::get("TIERTRAIN_COMM_INLINE"); v != nullptr && *v != '\0')  // unset: auto (-1)
     TT_TRY(env_setting("TIERTRAIN_COMM_INLINE", 0, 1, "0 or 1", &shm->inline_small));
   int rooted = shm->rooted ? 1 : 0;
   TT_TRY(env_setting("TIERTRAIN_COMM_ROOTED", 0, 1, "0 or 1", &rooted));
@@ -415,8 +402,8 @@ Status shm_options_from_env(ShmOptions* shm) {
   TT_RETURN_IF(tree < 0 || tree == 1, kInvalidArgument,
                "TIERTRAIN_COMM_TREE_RANKS=%lld: 0 (never) or the smallest number of ranks (2 or more)", tree);
   shm->tree_ranks = static_cast<int>(std::min<long long>(tree, 1 << 20));
-  if (const char* d = std::getenv("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm->dir = d;
-  if (const char* m = std::getenv("TIERTRAIN_COMM_MEMPOLICY"); m != nullptr && *m != '\0') shm->mempolicy = m;
+  if (const char* d = env::get("TIERTRAIN_SHM_DIR"); d != nullptr && *d != '\0') shm->dir = d;
+  if (const char* m = env::get("TIERTRAIN_COMM_MEMPOLICY"); m != nullptr && *m != '\0') shm->mempolicy = m;
   return Status::ok();
 }
 
@@ -424,7 +411,7 @@ Status shm_options_from_env(ShmOptions* shm) {
 Result<std::unique_ptr<Communicator>> host_world(const Options& options, const std::string& backend) {
 #ifdef TIERTRAIN_HAVE_MPI
   if (backend == "mpi" || (backend == "auto" && launched_by_mpi())) return create_mpi(options);
-  if (backend == "shm" && launched_by_mpi() && std::getenv("TIERTRAIN_COMM_ID") == nullptr) {
+  if (backend == "shm" && launched_by_mpi() && !env::is_set("TIERTRAIN_COMM_ID")) {
     // shm under mpirun: MPI gives the ranks and carries the job id.
     int rank = 0, size = 1;
     std::string id;
@@ -439,7 +426,7 @@ Result<std::unique_ptr<Communicator>> host_world(const Options& options, const s
   TT_RETURN_IF(backend == "mpi", kUnimplemented,
                "TIERTRAIN_COMM_BACKEND=mpi: this build has no MPI (install libopenmpi-dev and rebuild)");
   // Started by mpirun, each process would otherwise think itself alone (mpirun sets no RANK): refuse.
-  TT_RETURN_IF(launched_by_mpi() && std::getenv("TIERTRAIN_COMM_ID") == nullptr, kFailedPrecondition,
+  TT_RETURN_IF(launched_by_mpi() && !env::is_set("TIERTRAIN_COMM_ID"), kFailedPrecondition,
                "started by an MPI launcher, but this build of tiertrain has no MPI: start the ranks with `tiertrain "
                "launch -n N -- ...`, or build with MPI (libopenmpi-dev)");
 #endif
@@ -453,7 +440,7 @@ Result<std::unique_ptr<Communicator>> host_world(const Options& options, const s
                rank_var ? rank_var : "rank", rank, size);
   ShmOptions shm;
   shm.common = options;
-  const char* id = std::getenv("TIERTRAIN_COMM_ID");
+  const char* id = env::get("TIERTRAIN_COMM_ID");
   TT_RETURN_IF(size > 1 && (id == nullptr || *id == '\0'), kInvalidArgument,
                "a world of %lld ranks needs TIERTRAIN_COMM_ID, the job's name that all its ranks share (`tiertrain "
                "launch` sets it)",
@@ -464,7 +451,7 @@ Result<std::unique_ptr<Communicator>> host_world(const Options& options, const s
 }
 
 Status parse_timeout(Options* options) {
-  if (const char* t = std::getenv("TIERTRAIN_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
+  if (const char* t = env::get("TIERTRAIN_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
     char* end = nullptr;
     const double s = std::strtod(t, &end);
     // At most a week: a deadline a rank can reach (and one that fits the clock's arithmetic; inf, 1e400 or 1e17 s
@@ -481,7 +468,7 @@ Status parse_timeout(Options* options) {
 Result<std::unique_ptr<Communicator>> world(Options options) {
   // The backend: TIERTRAIN_COMM_BACKEND=shm|mpi|nccl, or by default mpi under an MPI launcher (in a build with MPI),
   // shm otherwise. nccl is bootstrapped by the default host backend.
-  std::string backend = std::getenv("TIERTRAIN_COMM_BACKEND") ? std::getenv("TIERTRAIN_COMM_BACKEND") : "auto";
+  std::string backend = env::get_or("TIERTRAIN_COMM_BACKEND", "auto");
   TT_RETURN_IF(backend != "auto" && backend != "shm" && backend != "mpi" && backend != "nccl", kInvalidArgument,
                "TIERTRAIN_COMM_BACKEND=%s: auto, shm, mpi or nccl", backend.c_str());
   if (backend == "nccl") {

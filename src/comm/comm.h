@@ -228,7 +228,5 @@ class Communicator {
 Result<std::unique_ptr<Communicator>> world(Options options = {});
 // Whether an MPI launcher (mpirun, srun with PMI/PMIx) started this process.
 bool launched_by_mpi();
-// The TIERTRAIN_* environment variables the communicator reads (the launcher's and the knobs of comm/).
-const std::vector<std::string>& environment_variables();
 
 }  // namespace tt::comm

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/units.h"
 
 namespace tt::comm {
@@ -36,7 +37,7 @@ std::string job_id() {
 }
 
 std::string shm_dir() {
-  const char* dir_env = std::getenv("TIERTRAIN_SHM_DIR");
+  const char* dir_env = env::get("TIERTRAIN_SHM_DIR");
   return dir_env && *dir_env ? dir_env : "/dev/shm";
 }
 
@@ -311,7 +312,7 @@ Result<int> launch(const LaunchOptions& o) {
   // interpreter in TIERTRAIN_PYTHON, a command `python` or `python3` is that interpreter (with the package that
   // started us), not whichever comes first on PATH; an explicit path is left alone.
   std::vector<std::string> command = o.command;
-  if (const char* py = std::getenv("TIERTRAIN_PYTHON");
+  if (const char* py = env::get("TIERTRAIN_PYTHON");
       py && *py && (command[0] == "python" || command[0] == "python3"))
     command[0] = py;
   std::vector<char*> argv;

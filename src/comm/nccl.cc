@@ -34,6 +34,7 @@
 // bulk GPU-to-GPU traffic belongs to the collectives.
 #include "comm/nccl.h"
 
+#include "core/env.h"
 #include "core/device_env.h"
 
 #include <cuda_runtime.h>
@@ -231,7 +232,7 @@ class NcclComm final : public NcclCommunicator {
     }
     // core/device_env.h: the backend's device too. Without a launcher's local rank, this rank's (one node).
     TT_ASSIGN_OR_RETURN(device_, process_device(devices));
-    if (launcher_local_rank() < 0 && std::getenv("TIERTRAIN_DEVICE") == nullptr) device_ = rank() % devices;
+    if (launcher_local_rank() < 0 && !env::is_set("TIERTRAIN_DEVICE")) device_ = rank() % devices;
     TT_TRY(cuda(cudaSetDevice(device_), "cudaSetDevice"));
     TT_TRY(make_stream());
     ncclUniqueId id{};
@@ -244,7 +245,7 @@ class NcclComm final : public NcclCommunicator {
     TT_TRY(host_->broadcast(kInPlace, &id, sizeof(id) / sizeof(int64_t), DType::kI64, 0));
     TT_ASSIGN_OR_RETURN(comm_, bounded_nccl("ncclCommInitRank", [id, n = size(), me = rank()](ncclComm_t* c) {
                           // Tests: this rank joins late (comm_test's nccl_init_late).
-                          if (const char* d = std::getenv("TT_TEST_NCCL_INIT_DELAY_S"); d != nullptr && *d != '\0')
+                          if (const char* d = env::get("TIERTRAIN_TEST_NCCL_INIT_DELAY_S"); d != nullptr && *d != '\0')
                             std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(d)));
                           return ncclCommInitRank(c, n, id, me);
                         }));

@@ -1,6 +1,7 @@
 // comm/shm: the shared-memory backend's segments (created, reserved, mapped, placed), the shared pool's buffers,
 // the start of a collective, and create_shm. The round protocol and the collectives are in the files that
 // comm/shm_internal.h lists.
+#include "core/env.h"
 #include "comm/shm_internal.h"
 
 namespace tt::comm {
@@ -29,8 +30,8 @@ Status ShmComm::init() {
   // Whole pages: the pool (Note [shared buffers]) starts on a page after it.
   // Note [point-to-point rings]: a mailbox per rank after the areas.
   seg_bytes_ = (mail_offset() + static_cast<size_t>(size_) * sizeof(Mailbox) + 4095) / 4096 * 4096;
-  if (const char* j = std::getenv("TIERTRAIN_COMM_JITTER_US")) jitter_us_ = std::atoll(j);
-  if (const char* p = std::getenv("TIERTRAIN_COMM_PROFILE")) profile_ = std::atoi(p) != 0;
+  if (const char* j = env::get("TIERTRAIN_COMM_JITTER_US")) jitter_us_ = std::atoll(j);
+  if (const char* p = env::get("TIERTRAIN_COMM_PROFILE")) profile_ = std::atoi(p) != 0;
   if (opt_.cma_bytes == ShmOptions::kCmaAuto)  // Note [single copy]: alike on every rank, as the size is
     opt_.cma_bytes = size_ >= ShmOptions::kCmaAutoRanks ? ShmOptions::kCmaAutoBytes : 0;
   // scatter, reduce_scatter and alltoall put one piece per rank in an area: at least a 64-byte line each.
@@ -247,7 +248,7 @@ Status ShmComm::init() {
   // Note [crew]: helper threads for the large copies and reductions, where this rank has CPUs to spare.
   // Helpers are pinned only where `tiertrain launch` bound this rank to CPUs of its own (TIERTRAIN_CPUS_BOUND): ranks
   // that share their CPUs (unbound, or a job's cpuset) would all pin their helpers to the same first ones.
-  const char* bound = std::getenv("TIERTRAIN_CPUS_BOUND");
+  const char* bound = env::get("TIERTRAIN_CPUS_BOUND");
   crew_ = std::make_unique<Crew>(opt_.threads, std::chrono::microseconds(opt_.thread_wait_us),
                                  opt_.thread_pin && bound != nullptr && std::string(bound) == "1");
   reduce_srcs_.assign(static_cast<size_t>(size_) * static_cast<size_t>(crew_->size()), nullptr);
@@ -318,7 +319,7 @@ Status ShmComm::place(void* p) {
                kInvalidArgument, "TIERTRAIN_COMM_MEMPOLICY=%s: auto, local, bind, preferred or interleave", pol.c_str());
   if (pol == "local") return Status::ok();
   TT_ASSIGN_OR_RETURN(Topology t, read_topology("/"));
-  TT_ASSIGN_OR_RETURN(HbwNodes hbw, find_hbw_nodes(t, std::getenv("TIERTRAIN_HBW_NODES"), std::getenv("MEMKIND_HBW_NODES")));
+  TT_ASSIGN_OR_RETURN(HbwNodes hbw, find_hbw_nodes(t, env::get("TIERTRAIN_HBW_NODES"), env::get("MEMKIND_HBW_NODES")));
   const int cpu = sched_getcpu();
   const int here = t.node_of_cpu(cpu);
   std::vector<int> nodes;

@@ -3,7 +3,7 @@
 // buffers there (comm/shm.h); a root directory argument lets tests read fixture trees.
 //
 //   TT_ASSIGN_OR_RETURN(Topology t, read_topology("/"));
-//   TT_ASSIGN_OR_RETURN(HbwNodes h, find_hbw_nodes(t, std::getenv("TIERTRAIN_HBW_NODES"), std::getenv("MEMKIND_HBW_NODES")));
+//   TT_ASSIGN_OR_RETURN(HbwNodes h, find_hbw_nodes(t, env::get("TIERTRAIN_HBW_NODES"), env::get("MEMKIND_HBW_NODES")));
 //   int node = nearest_node(t, t.node_of_cpu(cpu), h.nodes);   // -1: no HBW node
 #pragma once
 

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/env.h"
+
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
@@ -213,7 +215,7 @@ Status Config::load_env(char** envp) {
     std::string var(*e, static_cast<size_t>(eq - *e));
     std::string name;
     for (char c : var.substr(10)) name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (!has(name) && std::find(other_env_.begin(), other_env_.end(), var) != other_env_.end()) continue;
+    if (!has(name) && env::find(var) != nullptr) continue;  // declared in core/env.cc: not a knob
     if (!has(name)) {
       TT_LOG(WARN, ALL, "ignoring unknown environment variable %s", var.c_str());
       continue;

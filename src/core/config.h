@@ -62,12 +62,9 @@ class Config {
   Status set(const std::string& name, const std::string& text, KnobSource source, const std::string& origin = "");
   // Reads a JSON object {"knob": value, ...} (keys snake_case or kebab-case). Unknown keys are errors.
   Status load_file(const std::string& path);
-  // Applies every TIERTRAIN_<KNOB> variable of envp. Unknown TIERTRAIN_* variables get a warning, except those
-  // declared with also_in_env (variables other parts of the program read, e.g. the communicator's).
+  // Applies every TIERTRAIN_<KNOB> variable of envp (env::environment()). Unknown TIERTRAIN_* variables get a
+  // warning, except those of the environment registry (core/env.h: the communicator's, the launcher's, ...).
   Status load_env(char** envp);
-  void also_in_env(const std::vector<std::string>& variables) {
-    other_env_.insert(other_env_.end(), variables.begin(), variables.end());
-  }
 
   bool get_bool(const std::string& name) const;
   int64_t get_int(const std::string& name) const;
@@ -92,7 +89,6 @@ class Config {
   const Knob& knob(const std::string& name) const;
   std::vector<Knob> knobs_;
   std::map<std::string, size_t> index_;
-  std::vector<std::string> other_env_;  // TIERTRAIN_* variables that are not knobs but are expected
 };
 
 }  // namespace tt

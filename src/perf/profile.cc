@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/env.h"
 #include "core/atomic_file.h"
 
 namespace tt::perf {
@@ -436,9 +437,9 @@ Status Profile::save(const std::string& path) const {
 
 std::string default_profile_path(const MachineId& machine) {
   std::string base;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+  if (const char* x = env::get("XDG_CACHE_HOME"); x && *x) {
     base = x;
-  } else if (const char* h = std::getenv("HOME"); h && *h) {
+  } else if (const char* h = env::get("HOME"); h && *h) {
     base = std::string(h) + "/.cache";
   } else {
     base = "/tmp";

@@ -14,7 +14,7 @@
 // kDefaultBlocks = 4, ranges of at least kMinBlockRows), and a range's GEMMs see only keys [0, r1): (n + 1) / 2n of
 // the full product's work, 5/8 at four ranges (T >= 512). Measured on the H200 (GPT-2 124M B16 f32, attention
 // forward + backward a step): one range 79 ms, two 66, four 64, eight 76 (smaller GEMMs lose more than the work they
-// skip); TT_F32_ATTENTION_RANGES (1 to kBlocks = 8) overrides the 4 for such measurements. d(K) and d(V) of keys
+// skip); TIERTRAIN_F32_ATTENTION_RANGES (1 to kBlocks = 8; core/env.h) overrides the 4 for such measurements. d(K) and d(V) of keys
 // [0, r1) are summed over the ranges that see them, last range first (it sees every key: beta = 0 there), so each
 // element of dqkv is written by one fixed sequence of GEMMs: deterministic, and every element of dqkv is written
 // (Backend::attention_backward's contract).
@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "core/env.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -47,7 +48,7 @@ constexpr int kRowWarps = 8;        // warps (rows) a block of the row kernels
 // The ranges a long sequence is cut into: kDefaultBlocks, or TT_F32_ATTENTION_RANGES (read once).
 int max_blocks() {
   static const int n = [] {
-    const char* e = std::getenv("TT_F32_ATTENTION_RANGES");
+    const char* e = tt::env::get("TIERTRAIN_F32_ATTENTION_RANGES");
     const int v = e != nullptr ? std::atoi(e) : 0;
     return v >= 1 && v <= kBlocks ? v : kDefaultBlocks;
   }();
