@@ -1,4 +1,4 @@
-// cli/exit_codes: the exit codes of the README's table, and how an error becomes one (shared by the commands).
+// cli/exit_codes: the exit codes of the guide's table (docs/GUIDE.md, Exit codes), and how an error becomes one (shared by the commands).
 #pragma once
 
 #include <cstdio>

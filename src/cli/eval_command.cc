@@ -1,0 +1,56 @@
+// `tiertrain eval CHECKPOINT --data FILE`: a trained model's mean loss on every token of the data (exec/generate.h).
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "cli/command.h"
+#include "exec/generate.h"
+
+namespace tt::cli {
+
+namespace {
+
+class EvalCommand final : public Command {
+ public:
+  CLI::App* add_to(CLI::App& app) override {
+    CLI::App* eval = app.add_subcommand(
+        "eval", "the loss of a trained model on a text file, folder or token shards: tiertrain eval CHECKPOINT --data "
+                "FILE (every token of it, or --split val as training held it out)");
+    eval->add_option("checkpoint", checkpoint_, "checkpoint file, checkpoint folder or run folder")->required();
+    eval->add_option("--data", o_.data, "text file, folder of text files, or llm.c token shard(s)")->required();
+    eval->add_option("--batch", o_.batch, "sequences per forward [default: 8]")->check(CLI::Range(1, 1 << 20));
+    eval->add_option("--split", o_.split,
+                     "all (every token), or val / train: that split as a run with --val-fraction makes it "
+                     "[default: all]")
+        ->check(CLI::IsMember({"all", "val", "train"}));
+    eval->add_option("--val-fraction", o_.val_fraction, "as train's, for --split val|train [default: 0.05]")
+        ->check(CLI::Range(0.0, 0.5));
+    eval->add_option("--batches", o_.batches, "at most this many batches (0: all) [default: 0]")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+    eval->add_option("--backend", o_.backend, "auto, cpu or cuda [default: auto]")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+    eval->add_option("--threads", o_.threads, "CPU threads (0: automatic) [default: 0]")->check(CLI::Range(0, 4096));
+    return eval;
+  }
+  int run(Context&) override {
+  auto e = evaluate_checkpoint(checkpoint_, o_);
+  if (!e.is_ok()) return report(e.status());
+  const EvalResult& r = e.value();
+  std::fprintf(stdout,
+               "%s (step %lld) on %s: loss %.4f nats/token, perplexity %.3f, %.4f bits/token; %lld batches, %lld "
+               "tokens, %.1f s\n",
+               r.checkpoint.c_str(), static_cast<long long>(r.step), o_.data.c_str(), r.loss, std::exp(r.loss),
+               r.loss / std::log(2.0), static_cast<long long>(r.batches), static_cast<long long>(r.tokens), r.seconds);
+  return 0;
+  }
+
+ private:
+  std::string checkpoint_;
+  EvalOptions o_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_eval_command() { return std::make_unique<EvalCommand>(); }
+
+}  // namespace tt::cli
