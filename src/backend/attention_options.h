@@ -24,8 +24,8 @@ enum class AttentionImpl { kAuto, kCudnn, kNative };
 // kernels (Note [3xTF32 attention] in backend/cuda/attention_tf32.cu) where they take the shape (head size 64 or
 // 128), else cuBLAS SGEMMs over an attention workspace (Note [f32 attention by GEMMs]) where one is reserved, else
 // our SIMT flash kernels. kGemm: the GEMMs where the workspace holds a (batch, head) pair, else the SIMT kernels.
-// kSimt: the SIMT kernels always. All three are fp32-accurate; kAuto is the fastest where it applies (measured:
-// docs/design/f32-attention.md).
+// kSimt: the SIMT kernels always. All three are fp32-accurate; kAuto is the fastest where it applies
+// (docs/design/f32-attention.md).
 enum class F32Attention { kAuto, kGemm, kSimt };
 
 inline const char* f32_attention_name(F32Attention f) {
@@ -63,10 +63,10 @@ struct AttentionOptions {
 
 // Note [automatic attention workspace]
 // The attention workspace grows as B H T^2; under the cap the backward runs over chunks of the batch, which costs
-// time: GPT d4096 B8 T2048 on an H200, cuDNN's backward in 8 calls of one sequence (512 MiB) took 43.2 ms a step, in
-// 2 calls of four 33.8 ms, whole (2.05 GiB) 32.3 ms (docs/benchmarks/2026-12-03-h200-engine-layernorm-workspace/).
-// So `attention_workspace = auto` (the default) lets it take 1/64 of the memory the run may use: the --device-budget
-// where one is given, else the device's memory (2.2 GB on an H200 of 141 GB: d4096 B8 runs whole), and never less
+// time: cuDNN's backward is slower in many small calls than in a few large ones or one
+// (docs/benchmarks/2026-12-03-h200-engine-layernorm-workspace/). So `attention_workspace = auto` (the default) lets it
+// take 1/64 of the memory the run may use: the --device-budget where one is given, else the device's memory (2.2 GB
+// of a 141 GB GPU: GPT d4096 B8 T2048's 2.05 GiB runs whole), and never less
 // than 512 MiB. A tight budget (an out-of-core plan's) keeps the 512 MiB floor; so does an automatic budget where
 // only the floor lets the run fit the free memory (keep_automatic_workspace in exec/trainer.h); an explicit value is
 // kept as is.

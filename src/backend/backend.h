@@ -36,8 +36,8 @@ namespace tt {
 // op of a step to write a gradient overwrites it and any later one adds (in the GPT: the first chunk of the LM head
 // overwrites d(wte), its other chunks and the embedding's backward add), so no gradient is ever zeroed: PyTorch's
 // gradients set to None, without the allocation. On a GPU the dW GEMMs then run with beta 0 and do not read the fp32
-// gradient (13.7 GB a step at d4096 L16), and the zeroing (13.7 GB written, 3.15 ms on an H200) is gone; measured,
-// the GEMMs were no faster for it (docs/benchmarks/2026-12-03-h200-engine-grads-written/). The values are those of
+// gradient (13.7 GB a step at d4096 L16), and the zeroing (as many bytes written) is gone; the GEMMs themselves were
+// no faster for it (docs/benchmarks/2026-12-03-h200-engine-grads-written/). The values are those of
 // adding to zeros, but for the sign of a zero (0 + -0 is +0).
 enum class GradWrite { kAccumulate, kOverwrite };
 

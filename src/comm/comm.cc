@@ -79,11 +79,10 @@ Result<Op> parse_op(const std::string& name) {
 
 // Note [progress hand-offs]
 // A non-blocking operation goes to the progress thread and its result comes back: two hand-offs between threads.
-// Through condition variables alone each one is a sleep and a wake-up, and an Iallreduce of 8 B and its wait took
-// 41 us on the dev machine against 0.15 us for the blocking call. So the waiter spins on `ready` for up to
-// kHandoffSpin before it sleeps, and the progress thread, after an operation, spins as long on `queued` for the next
-// one before it sleeps: back-to-back operations and prompt waits pay no sleep; an idle thread gives its CPU back
-// within 50 us. From Python (1 rank, dev machine): 41 us -> 1.0 us for an 8 B Iallreduce and its Wait.
+// Through condition variables alone each one is a sleep and a wake-up, which made a small non-blocking call and its
+// wait cost many times the blocking call. So the waiter spins on `ready` for up to kHandoffSpin before it sleeps, and
+// the progress thread, after an operation, spins as long on `queued` for the next one before it sleeps: back-to-back
+// operations and prompt waits pay no sleep; an idle thread gives its CPU back within kHandoffSpin.
 constexpr std::chrono::microseconds kHandoffSpin{50};
 
 // Spins (cpu_relax) until pred() holds or `spin` has passed; whether it holds.
@@ -228,8 +227,8 @@ Result<long long> env_int(std::initializer_list<const char*> names, long long fa
 
 Result<void*> Communicator::alloc_buffer(size_t bytes) {
   // Large buffers as numpy makes its large arrays (huge pages asked for): the Python and C++ benchmarks then
-  // measure the collectives on alike memory. On the H200 host a single-copy gather of 4-8 MiB cost 2-2.7x more on
-  // plain aligned_alloc buffers than on numpy's (Note [single copy] in shm.cc). TIERTRAIN_COMM_HUGE_BYTES moves the
+  // measure the collectives on alike memory: a single-copy gather costs several times more on plain aligned_alloc
+  // buffers than on numpy's (Note [single copy] in shm.cc). TIERTRAIN_COMM_HUGE_BYTES moves the
   // threshold (0: never); a buffer under 2 MiB then takes a whole huge page.
   const char* var = nullptr;
   TT_ASSIGN_OR_RETURN(long long threshold, env_int({"TIERTRAIN_COMM_HUGE_BYTES"}, 4 << 20, &var));

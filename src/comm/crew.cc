@@ -12,10 +12,10 @@
 namespace tt::comm {
 
 // Note [crew]
-// A rank of the shm backend moves each large collective's bytes through one core: on the H200 machine's host each phase
-// of an allreduce (copy in, reduce a slice, copy the slices out) runs at 6-13 GB/s a core
-// (docs/benchmarks/2026-11-30-h200x2-comm-tuning/, TIERTRAIN_COMM_PROFILE). Where the ranks leave CPUs idle (8 ranks on
-// 32), a rank's crew shares those phases out over several threads. A crew has one thread unless asked for more
+// A rank of the shm backend moves each large collective's bytes through one core, and each phase of an allreduce (copy
+// in, reduce a slice, copy the slices out) is then bound by what one core moves, far less than the host's memory can
+// (docs/benchmarks/2026-11-30-h200x2-comm-tuning/, TIERTRAIN_COMM_PROFILE). Where the ranks leave CPUs idle (8 ranks
+// on 32, say), a rank's crew shares those phases out over several threads. A crew has one thread unless asked for more
 // (TIERTRAIN_COMM_THREADS; `tiertrain launch --bind-to share` sets it to each rank's share of the CPUs): its helpers
 // spin between jobs, which takes CPU from whatever else runs there.
 // The helpers wait for a job by spinning on `generation_` for a while (the phases of one call follow each other within
@@ -30,12 +30,11 @@ namespace tt::comm {
 // whoever it releases a flag to (streaming stores are fenced inside stream_copy before that). Parts split the work,
 // never share it, so results are the same bits whatever the crew's size: a reduction's elements are each combined in
 // rank order by one thread.
-// Helpers left to the scheduler made the first ~100 ms of a Python rank's collectives 3-15x slower on the H200
-// machine's host (a 1 MiB broadcast at 8 ranks: 300 us a call through a 100 ms warm-up, 21 us after 1 s; one thread:
-// 100 us): a woken helper went to a busy CPU and waited there for the balancer. So each helper is pinned to a CPU of
-// its own among the process's, not the one the caller was on when the crew was made (TIERTRAIN_COMM_THREAD_PIN, on by
-// default), where the process has a CPU for every thread of the crew and `tiertrain launch` bound the rank to CPUs of
-// its own (ranks that share CPUs would all pin to the same first ones); the caller's thread is left where it is.
+// Helpers left to the scheduler made a Python rank's first collectives several times slower, until the load balancer
+// had moved them: a woken helper went to a busy CPU and waited there for the balancer. So each helper is pinned to a
+// CPU of its own among the process's, not the one the caller was on when the crew was made (TIERTRAIN_COMM_THREAD_PIN,
+// on by default), where the process has a CPU for every thread of the crew and `tiertrain launch` bound the rank to
+// CPUs of its own (ranks that share CPUs would all pin to the same first ones); the caller's thread stays where it is.
 
 namespace {
 

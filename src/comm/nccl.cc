@@ -489,8 +489,8 @@ class NcclComm final : public NcclCommunicator {
   }
 
   // A world of one: every collective is the identity (a copy out of place); NCCL is not needed. (NCCL 2.28's own
-  // one-rank path left the last 5 of 40005 elements unwritten in out-of-place allreduce and reduce, on the H200 with
-  // managed buffers; which dtype and op was not isolated.)
+  // one-rank path left the last 5 of 40005 elements unwritten in out-of-place allreduce and reduce, with managed
+  // buffers; which dtype and op was not isolated.)
   ncclResult_t alone(cudaStream_t s, const Call& c) {
     if (c.kind == kBarrier || c.send == kInPlace || c.send == c.recv) return ncclSuccess;
     return cudaMemcpyAsync(c.recv, c.send, c.count * dtype_size(c.dtype), cudaMemcpyDeviceToDevice, s) == cudaSuccess

@@ -34,15 +34,13 @@ struct ShmOptions {
   // Note [single copy by pages] in shm.cc.
   size_t cma_huge_bytes = 32 << 10;
   // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0: never). The
-  // default, 32, is where the tree was faster on the H200 machine's 32-core host (at 16 ranks it was slower, at 24
-  // mixed). Note [arrival tree] in shm.cc.
+  // default, 32: with fewer ranks the flat line is as fast or faster, the tree's second step costing more than the
+  // shorter line saves (docs/benchmarks/2026-11-30-h200x2-comm-tuning/). Note [arrival tree] in shm.cc.
   int tree_ranks = 32;
   // Rounds of at most 8 bytes a rank (allreduce, reduce, broadcast, gather, allgather) carry their data in the
   // arrival line instead of the input area (TIERTRAIN_COMM_INLINE=1; 0 on any rank: off everywhere). Unset (-1):
-  // on in worlds of up to kInlineAutoRanks ranks. On the H200 host's 32 cores (median of 3 interleaved repeats) the
-  // inline rounds at 8 ranks took 0.73-0.93 of their time (allgather, gather, allreduce and broadcast of 8 B), where
-  // rounds that are not inline moved 0.90-1.04 between the same two runs; at 16 ranks the inline rows (0.68-1.17)
-  // moved as the others did (0.87-1.17); at 32 ranks one A/B had them 2-7% slower. Note [inline rounds] in shm.cc.
+  // on in worlds of up to kInlineAutoRanks ranks: their gain is clear at 8 ranks, within the noise at 16, and gone
+  // at 32 (docs/benchmarks/2026-11-30-h200x2-comm-python-layer/). Note [inline rounds] in shm.cc.
   int inline_small = -1;
   static constexpr int kInlineAutoRanks = 16;
   // A gather or small reduce of one round that reads nothing from the pools waits for its root alone on every other
@@ -62,8 +60,8 @@ struct ShmOptions {
   static constexpr size_t kPoolAuto = ~size_t{0};
   size_t pool_bytes = kPoolAuto;
   // How long a helper thread stays awake after its last job before it sleeps (TIERTRAIN_COMM_THREAD_WAIT_US). 5 ms:
-  // on the H200 machine's host, allreduce at 8 ranks took 0.45-0.55 of one thread's time with it, 0.45-0.85 with
-  // 200 us.
+  // long enough that helpers stay awake between the calls of a busy loop; with a shorter wait (200 us) the crew's
+  // gain on allreduce varied much more from run to run.
   int64_t thread_wait_us = 5000;
   // Each helper thread on a CPU of its own, where `tiertrain launch` bound the rank to CPUs of its own (it sets
   // TIERTRAIN_CPUS_BOUND=1) (Note [crew]; TIERTRAIN_COMM_THREAD_PIN=0 leaves them to the scheduler).

@@ -31,9 +31,8 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
     // Note [broadcast root]
     // Out of place, the root's own result needs a second copy of its chunk. It makes it block by block from its input
     // half right after copying each block in, while the block is still in its cache: the caller's buffer is read
-    // once, not twice. Before this the root read it twice and was the slowest rank of a large broadcast (64 MiB at
-    // 16 ranks on the H200 machine's host: 2.78 GB/s out of place against 4.24 in place,
-    // docs/benchmarks/2026-11-30-h200x2-comm-host-v4/).
+    // once, not twice. Reading it twice made the root the slowest rank of a large broadcast out of place
+    // (docs/benchmarks/2026-11-30-h200x2-comm-host-v4/).
     const auto fill = [&](char* area) {
       if (rank_ != root) return;
       if (shared) {  // nothing to copy in: the others read the root's buffer

@@ -46,9 +46,8 @@ Status ShmComm::cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool
 // Note [single copy by pages]
 // A single copy into (out of) the root's buffer costs little where that buffer is on huge pages, and much where it
 // is on 4 KiB pages: the kernel pins every page of the root's buffer that a peer's copy touches, and with all peers
-// pinning pages of one page table at once their copies queue (on the H200 machine's host, gathers of 256 KiB-2 MiB
-// at 8 and 16 ranks took 0.09-0.56 of the segments' time with single copies into huge pages, and 1.08-1.59 with
-// single copies into 4 KiB pages; docs/benchmarks/2026-11-30-h200x2-comm-tuning/). Below the single-copy threshold
+// pinning pages of one page table at once their copies queue: into huge pages single copies beat the segments, into
+// 4 KiB pages they lose to them (docs/benchmarks/2026-11-30-h200x2-comm-tuning/). Below the single-copy threshold
 // (Note [single copy]), a gather or scatter that fits one round therefore lets the root choose: single copies when
 // its buffer is on huge pages throughout (on_huge_pages) and its pieces have at least cma_huge_bytes, else the
 // segments. It says which in its meta half (`addr`: its buffer, or 0), which the others read after the arrival. The
@@ -69,7 +68,7 @@ Status ShmComm::single_copy_round(const void* send, void* recv, size_t count, DT
   const char* all = gather ? dst : own;  // the root's buffer of size() pieces
   // Note [shared buffers]: a root's buffer in its pool is written (read) by the others with plain copies, from
   // kSharedBytes in all: below that, the root's wait for the copies (a second arrival) costs more than the copies
-  // it saves (on the H200 host 8 B gathers at 8 ranks took 1.60 us that way; since, 1.04 with the pool as without).
+  // it saves (docs/benchmarks/2026-11-30-h200x2-comm-pool-measured/).
   const size_t all_bytes = static_cast<size_t>(size_) * bytes;
   const uint64_t pooled = rank_ == root && all_bytes >= kSharedBytes ? pool_offset(all, all_bytes) : kNoPool;
   const bool single = rank_ == root && (!root_picks || pooled != kNoPool ||

@@ -106,8 +106,7 @@ constexpr size_t kSharedBytes = 64 << 10;
 // reused by half exactly as the areas are (Note [shm rounds]: a rank writes half h in round r + 2 only after every
 // peer has arrived at r + 1, so after its reads of round r), and through the arrival tree the group lines' release
 // and acquire make the slots of every rank visible as they do the areas. TIERTRAIN_COMM_INLINE=0 (on any rank, agreed
-// at init) keeps the areas. By default on in worlds of up to 16 ranks (ShmOptions::inline_small, with the H200
-// host's numbers).
+// at init) keeps the areas. By default on in worlds of up to 16 ranks (ShmOptions::inline_small says why).
 constexpr size_t kInlineBytes = 8;
 
 // Note [rooted rounds]
@@ -116,13 +115,11 @@ constexpr size_t kInlineBytes = 8;
 // wait for every rank, but the others (spokes) need not wait for each other. In step 2 of Note [shm rounds] a spoke
 // waits for the root's arrival alone and checks its description against the root's; the root waits for every rank
 // and checks them all, as in any round. At 32 ranks the flat wait reads 31 lines on every rank, each line read by
-// 31 ranks, and the tree takes two steps; a spoke now reads one line. On the H200 machine's host (medians of 3
-// interleaved repeats, 8-64 B a rank; docs/benchmarks/2026-11-30-h200x2-comm-rooted/) gathers at 16 ranks took
-// 0.83-1.00 of the time of full rounds in two runs (even at 8), small reduces 0.80-1.00; at 32 ranks two gather runs
-// disagreed (0.68-0.93 and 1.43-1.64), reduces 0.87-1.5: not settled there. Broadcasts (and scatters, their mirror)
-// were rooted too at first and gained nothing (0.93-1.20): their root writes, so before its next round it must see
-// every rank done with its half all the same, and at 32 ranks its wait for 31 lines loses to the tree. They keep
-// full rounds.
+// 31 ranks, and the tree takes two steps; a spoke now reads one line. At 8 and 16 ranks rooted gathers and small
+// reduces take no longer than full rounds, often less; at 32 ranks runs disagreed, so the gain is not settled there
+// (docs/benchmarks/2026-11-30-h200x2-comm-rooted/). Broadcasts (and scatters, their mirror) were rooted too at first
+// and gained nothing: their root writes, so before its next round it must see every rank done with its half all the
+// same, and at 32 ranks its wait for 31 lines loses to the tree. They keep full rounds.
 // The rule of Note [shm rounds] that makes the halves safe to write again is kept in a general form: before a rank
 // writes half h in round r (its meta half, input half, inline slot), whoever read its half in the last round that
 // used it (u = use_[h], r - 2 or earlier) has arrived at u + 1, so is done with round u. After a round that waited
@@ -219,8 +216,8 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // 0 on any rank turns it off everywhere, as all ranks must take the same path), step 2 of
 // Note [shm rounds] goes through a two-level tree instead of every rank reading every peer's arrival line. With the
 // flat wait each rank reads n - 1 lines a round, and each line, read by n - 1 ranks, is invalidated in as many caches
-// when its owner writes the next round's; at 32 ranks every collective of 8 B then takes about 2 us whatever it
-// does (docs/benchmarks/2026-11-30-h200x2-comm-host-v4/). The ranks form groups of g = ceil(sqrt(n)) consecutive
+// when its owner writes the next round's; at 32 ranks a small collective then costs its wait, whatever it does
+// (docs/benchmarks/2026-11-30-h200x2-comm-host-v4/). The ranks form groups of g = ceil(sqrt(n)) consecutive
 // ranks; the first of each is its leader. In round r a leader waits for its members' arrival lines, compares their
 // descriptions with its own (the fast check of Note [arrival line]), and writes its group line: its description, ok
 // = whether all agreed, and value = r with release. Every rank then waits for every leader's group line and passes
@@ -231,17 +228,14 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // the leader, which got ahead, passed round r); a failed fast check falls back to check_metas, which reads every
 // rank as without the tree and names the ranks that differ. A wait that runs long names the late ranks from their
 // own arrival lines, not their leaders'. A leader reads g - 1 + n / g lines a round and a member n / g, in two steps.
-// On by default from 32 ranks (ShmOptions::tree_ranks). On the H200 machine's 32-core host, at 8-64 B
-// (docs/benchmarks/2026-11-30-h200x2-comm-tuning/): at 32 ranks broadcast took 1.13 us with the tree against 1.92
-// flat, gather 1.44 against 1.93, allreduce 1.96 against 2.15 and allgather 2.04 against 2.21 (a second run: broadcast
-// 1.36-1.57 against 1.71-2.15, allreduce 2.08-2.45 against 2.36-3.81); at 16 ranks the tree was 1.1-1.4x slower
-// (two steps where one suffices), at 24 mixed (gather faster, allgather slower, the others even).
+// On by default from 32 ranks (ShmOptions::tree_ranks): there the tree makes small collectives faster; at 16 ranks
+// it is slower (two steps where one suffices), at 24 mixed (docs/benchmarks/2026-11-30-h200x2-comm-tuning/).
 
 // Note [streaming stores]
 // A large collective's results go into the caller's buffer with streaming (non-temporal) stores: they skip the
 // cache, so the destination's lines are not read before they are written, and the copy does not evict the segment
-// lines the peers are still reading. On the H200 machine's host one thread copies 17.1 GB/s that way against 6.3
-// with memcpy, 8 threads 46.6 against 26.7 (docs/benchmarks/2026-11-30-h200x2-ooc-d4096/host_probe.txt), and the
+// lines the peers are still reading. A copy with streaming stores runs several times faster than memcpy on one
+// thread, and still faster on several (docs/benchmarks/2026-11-30-h200x2-ooc-d4096/host_probe.txt), and the
 // copies out of the segments are what bounds large broadcasts, gathers and allgathers. The results then start out of
 // the cache, which costs a caller who reads them at once only while they would have fitted in it: hence the
 // threshold (ShmOptions::stream_bytes, on the call's whole output at this rank). Copies into the segments stay
@@ -262,25 +256,19 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // every rank takes 0 if any rank published 0, else the largest threshold, so that all ranks agree on the path of
 // every call. Broadcast and allgather keep the segments: there every rank copies in parallel already, and the
 // kernel's copy is no faster than ours (Note [streaming stores]).
-// By default (ShmOptions::kCmaAuto) single copies take pieces of 256 KiB and more from 4 ranks up. On the H200
-// machine's 32-core host they make a 64 MiB gather 6-12x faster (busbw 47.6-76.0 against 6.3-7.5 GB/s at 8 and 16
-// ranks; scatter alike, docs/benchmarks/2026-11-30-h200x2-comm-host-v4/): the root no longer copies every piece
-// itself. At 256 KiB pieces the two paths were even in the C++ benchmark (2 MiB at 8 ranks: 189 against 195 us),
-// whose calls of 4-8 MiB cost ~210-240 us where the Python benchmark's, on numpy arrays, cost 88-137 us: what a
-// single copy costs depends on the pages of the root's buffer (numpy asks for huge pages for large arrays; Note
-// [single copy by pages]). With 2 ranks there is little to share out, and the single copy lost on the 2-core development machine
-// (64 MiB gather 4.5 against 3.6 ms): off below 4 ranks.
+// By default (ShmOptions::kCmaAuto) single copies take pieces of 256 KiB and more from 4 ranks up. They make large
+// gathers and scatters several times faster (docs/benchmarks/2026-11-30-h200x2-comm-host-v4/): the root no longer
+// copies every piece itself. At 256 KiB pieces the two paths are about even, and what a single copy costs depends
+// on the pages of the root's buffer (numpy asks for huge pages for large arrays; Note [single copy by pages]). With
+// 2 ranks there is little to share out, and the single copy lost on a 2-core machine: off below 4 ranks.
 
 // Reductions of up to kDirectReduceBytes per round, whose inputs together (ranks x bytes) are at most
 // kDirectReduceReads, are reduced whole by every rank (one synchronisation); larger ones are split: each rank
 // reduces a slice, then all gather the slices (two synchronisations, and each rank reads about 2x the bytes instead
-// of ranks x). The second bound is new: with only the first, an allreduce of 64 KiB took 620 us at 32 ranks and
-// 190 us at 16 on the H200 host, where the split path took 113 us for 128 KiB at 32 ranks, and Open MPI 99 us for
-// 64 KiB (docs/benchmarks/2026-11-30-h200x2-comm-host-v4/, its logs.tar.xz): every rank reading
-// every peer's input costs more than a second synchronisation once the inputs pass a few tens of KiB. Predicted
-// ~60 us for 64 KiB at 32 ranks (from the split path's 113 us at 128 KiB); measured 54 us (Open MPI 86;
-// docs/benchmarks/2026-11-30-h200x2-comm-tuning/, its logs.tar.xz). At 2 ranks on the dev machine both paths
-// take the same time (4-64 KiB).
+// of ranks x). The second bound: every rank reading every peer's input costs more than a second synchronisation
+// once the inputs together pass a few tens of KiB, so with the first bound alone a 64 KiB allreduce at 32 ranks was
+// several times slower than the split path (docs/benchmarks/2026-11-30-h200x2-comm-host-v4/ and
+// docs/benchmarks/2026-11-30-h200x2-comm-tuning/, their logs.tar.xz). At 2 ranks both paths take the same time.
 constexpr size_t kDirectReduceBytes = 64 << 10;
 constexpr size_t kDirectReduceReads = 32 << 10;
 
@@ -288,11 +276,10 @@ constexpr size_t kDirectReduceReads = 32 << 10;
 // A reduction (reduce, allreduce) takes rounds of at most span / ranks bytes per rank (TIERTRAIN_COMM_REDUCE_SPAN,
 // 32 MiB by default; agreed as the largest value asked for, 0 on any rank meaning half an area), and never less than
 // kMinReduceRound nor more than half an area. Without the bound a round took half an area, 4 MiB: at 32 ranks that
-// is 128 MiB of inputs in flight, out of the cores' caches. On the H200 machine's 32-core host, rounds of 1 MiB made
-// allreduces of 4-8 MiB at 32 ranks take 0.69-0.83 of the time of 4 MiB rounds; 2 MiB at 32 ranks and 1-2 MiB at
-// 16 were even or up to 1.14x slower with the smaller rounds (one round became two), and at 8 ranks, where the
-// default span leaves 4 MiB rounds, 1 MiB rounds gave 0.86-1.08 (docs/benchmarks/2026-11-30-h200x2-comm-tuning/,
-// TIERTRAIN_COMM_BUFFER=2097152 against the default 8 MiB).
+// is 128 MiB of inputs in flight, out of the cores' caches. The default span's 1 MiB rounds at 32 ranks make
+// allreduces of a few MiB faster there; where the bound splits what was one round into two it can cost a little,
+// and at 8 ranks, where it leaves 4 MiB rounds, smaller ones were no better
+// (docs/benchmarks/2026-11-30-h200x2-comm-tuning/).
 constexpr size_t kMinReduceRound = 64 << 10;
 
 

@@ -1,6 +1,6 @@
 // core/sysfile: small text files of /sys and /proc, read with POSIX calls and parsed with strtol, without iostreams.
-// (A Python extension built with a statically linked libstdc++ crashed in `std::istream >> int` on the H200 machine:
-// its copy's locale facets were never initialised. Code the Python package reaches reads files through here.)
+// (A Python extension built with a statically linked libstdc++ crashed in `std::istream >> int`: its copy's locale
+// facets were never initialised. Code the Python package reaches reads files through here.)
 #pragma once
 
 #include <string>

@@ -28,8 +28,8 @@ int32_t draw_token(const float* logits, int vocab, double temperature, int top_k
   const double t = std::max(temperature, 1e-6);
   if (top_k <= 0 || top_k >= vocab) {
     // Every token, in token order: no sort of the vocabulary (50257 tokens for GPT-2) for each token drawn, and the
-    // exponentials in float (double's took 0.43 ms a token for GPT-2 on the H200 machine's CPU: a fifth of a token's
-    // time with the KV cache); the sums in double.
+    // exponentials in float (in double they took a large share of a token's time with the KV cache); the sums in
+    // double.
     const float top = *std::max_element(logits, logits + vocab), inv_t = static_cast<float>(1.0 / t);
     std::vector<float> p(static_cast<size_t>(vocab));
     double sum = 0;

@@ -83,10 +83,10 @@ void Optimizer::norm_total() { be_.sum_in_order(buf_.norm_sq, buf_.parts); }
 // Note [device update by segment]
 // The device optimizer updates a segment's parameters (laid out one after the other: model/gpt.h) in one
 // adamw_update call, whose pieces say which of them decay (matrices and embeddings) and which do not (biases and
-// LayerNorms), and which writes the bf16 compute copy in the same pass when there is one. Per parameter and then a
-// convert() of the whole model, as before, the update launched 148 kernels at GPT-2 (most on a few thousand
-// elements) and read the whole master a second time: 1.90 ms a step against compiled PyTorch's 1.02 ms on an H200.
-// Every element's arithmetic is the same, so the result is too, in every bit.
+// LayerNorms), and which writes the bf16 compute copy in the same pass when there is one. A call a parameter would
+// launch a kernel for each (at GPT-2 most hold a few thousand elements, so the launches cost more than the work), and
+// a convert() of the whole model afterwards would read the whole master a second time (docs/benchmarks/README.md,
+// history). Every element's arithmetic is the same, so the result is too, in every bit.
 void Optimizer::plan_device_calls() {
   if (shard_.on()) {  // Note [sharded optimizer]: this rank's share of each segment, its pieces cut to the share
     for (int s = 0; s < segs_.count(); ++s) {

@@ -337,10 +337,10 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
   return p;
 }
 
-// The default table, by measurement on an H200 (docs/benchmarks/2026-12-02-h200-um-defaults/): parameters and
-// gradients preferred on the device and mapped on both processors (the CPU optimizer's exchange ran 106 against
-// 135 ms a GPT-2 B16 step with only the parameters mapped on the device, at 16.8 GPU page faults a step against
-// 0); offloaded activations mapped on the device (never the slowest of the three variants tried, but within the
+// The default table, the fastest of the variants tried (docs/benchmarks/2026-12-02-h200-um-defaults/): parameters
+// and gradients preferred on the device and mapped on both processors (with only the parameters mapped on the
+// device, the CPU optimizer's exchange was slower and brought GPU page faults, which this table has none of);
+// offloaded activations mapped on the device (never the slowest of the three variants tried, but within the
 // run-to-run variation of no advice).
 UmPolicy UmPolicy::advised() {
   UmPolicy u;

@@ -1,5 +1,5 @@
 // exec/plan: where every tensor class of every layer lives during training, and where the optimizer runs: the Plan
-// of DESIGN.md, from a CLI shortcut or a JSON file, validated before anything is allocated.
+// of docs/ARCHITECTURE.md, from a CLI shortcut or a JSON file, validated before anything is allocated.
 //
 //   TT_ASSIGN_OR_RETURN(Plan plan, Plan::resolve("swap-activations", cfg.model.layers, /*swap_slots=*/2));
 //   TT_ASSIGN_OR_RETURN(Plan plan, Plan::resolve("plans/mix.json", cfg.model.layers, 2));
@@ -45,7 +45,7 @@ namespace tt {
 // statistics: 2 of its 15 C per token) rebuilt: they live in one set shared by such blocks, and the block's backward
 // rebuilds them with layernorm_forward, ln1 from the block's input (which every block keeps) and ln2 from res2,
 // before anything reads them (Gpt::rebuild_norms: the same bits). A swapped block then moves 5 C per token with its
-// MLP half rebuilt (qkv, atty, res2), not 7: in the forward the copies out are what bounds a block on the H200
+// MLP half rebuilt (qkv, atty, res2), not 7: in the forward the copies out, not the kernels, bound a swapped block
 // (docs/benchmarks/2026-11-30-h200x2-ooc-d4096-tight/), and two LayerNorms cost little next to moving their outputs.
 // Note [rebuilt GELU]: a resident or swapped block whose MLP half is kept may have only its GELU output (fch_gelu:
 // 4 of its 15 C per token) rebuilt: it lives in one set shared by such blocks, and the block's backward rebuilds it
@@ -101,13 +101,14 @@ struct UmPolicy {
   bool discard = true;
   // With prefetch, discard and the CPU optimizer's managed compute copy: after each segment's backward the pieces
   // wholly inside it are released instead of moved to the host (Note [managed optimizer exchange]). Off by default:
-  // on an H200 it moved 27-29% fewer bytes to the host and was 4% faster on GPT-2 (pooled median of 9 paired runs,
-  // noisy; it lost both rounds on a d1024 model), but brought 15-36 GPU page faults a step on 3 of 5 machines (0
-  // without): docs/benchmarks/2026-12-03-h200-um-exchange-release/. Ignored (and not in summary()) without all
-  // four; only train steps release (Pass::kTrain: an update follows in the same pass).
+  // it moves fewer bytes to the host, but its gain in time is small and not consistent, and on some machines the
+  // released pages came back through GPU page faults, which the default path has none of
+  // (docs/benchmarks/2026-12-03-h200-um-exchange-release/). Ignored (and not in summary()) without all four; only
+  // train steps release (Pass::kTrain: an update follows in the same pass).
   bool release_params = false;
-  // The advice measured best (docs/PLANS.md): parameters, gradients, AdamW state and resident activations preferred
-  // on the device, parameters and gradients mapped on both processors, offloaded activations mapped on the device.
+  // The default advice, the fastest of those tried (docs/PLANS.md; docs/benchmarks/2026-12-02-h200-um-defaults/):
+  // parameters, gradients, AdamW state and resident activations preferred on the device, parameters and gradients
+  // mapped on both processors, offloaded activations mapped on the device.
   static UmPolicy advised();
   const memory::UmAdvice& advice(TensorClass cls, bool offload) const;
   bool operator==(const UmPolicy&) const = default;

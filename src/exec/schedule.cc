@@ -85,10 +85,9 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 //  migration, recording um_free), and the populate (um_refill) brings them back as a migration: slower.
 //  Every dead range is released and populated with CUDA 13's discard-and-prefetch (Op::um_dead), never with a plain
 //  discard: a range discarded alone, later prefetched to the device, written there and prefetched to the host,
-//  sometimes came back to the device with its contents of the step before (an H200, CUDA 13.0, driver 580: in 7 of 60
-//  runs of TrainerCuda.PlansMatchInCore, and in bench/um/discard_repro.cu, the schedule's streams and events with
-//  nothing else, in every configuration tried; with discard-and-prefetch in both places, 0 wrong words in 2400
-//  steps: docs/benchmarks/2026-12-02-h200-um-discard-repro/).
+//  sometimes came back to the device with its contents of the step before (CUDA 13.0, driver 580; in
+//  TrainerCuda.PlansMatchInCore, and in bench/um/discard_repro.cu, the schedule's streams and events with nothing
+//  else), never with discard-and-prefetch in both places (docs/benchmarks/2026-12-02-h200-um-discard-repro/).
 //  evaluation (Pass::kForward, no backward after it): each block's activations are dead after its forward and are
 //            released at once instead of copied out; o_{k+S} is populated once o_k is released. So at most S
 //            offloaded blocks are on the device at any time, after an evaluation too, and Executor::backward()
@@ -109,13 +108,13 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // its contents). Only the 2 MiB pieces wholly inside segment s are released (Op::UmPart::kInner): the pieces at its
 // ends hold the neighbouring segments' parameters too, still to be read by their backward (s - 1) or already
 // rewritten by a speculative update (s + 1), so they are moved with their contents (kEnds; a segment within one
-// piece: moved whole). Only with um.release_params (off by default: a little faster on an H200, but with GPU page
-// faults; exec/plan.h), and only in Pass::kTrain, where the update follows in the same pass: after backward() or
+// piece: moved whole). Only with um.release_params (off by default: a small, inconsistent gain, and GPU page faults on
+// some machines; exec/plan.h), and only in Pass::kTrain, where the update follows in the same pass: after backward() or
 // forward_backward() a forward() may come before any update and would read released pages. Otherwise, or with
 // um.discard false, all of it is moved. After the update of s the h2d stream populates the gradients on the device
-// again with one discard-and-prefetch (dead: the next backward writes them; Note [managed activations] says why
-// never a plain discard), and moves the compute copy back (instead of kParamsBack), then records params_back s,
-// which the next forward waits for as before.
+// again with one discard-and-prefetch (dead: the next backward writes them; Note [managed activations] says why never a
+// plain discard), and moves the compute copy back (instead of kParamsBack), then records params_back s, which the next
+// forward waits for as before.
 // Without um.prefetch the same records order the work and the pages move on faults. The update of s has finished
 // before anything writes s's gradients again: the next forward waits for params_back s, and the backward comes
 // after the forward. With speculation both state sets write the one compute copy: it is only written by the update,

@@ -135,8 +135,7 @@ void declare_train_knobs(Config& cfg) {
   static_assert(memory::kDefaultUmHostPieceBytes == int64_t(32) << 20, "um_host_piece_mib's default below");
   knob("runtime", "um_host_piece_mib", K::kInt, "32",
        "a GPU: managed memory moved to the host in pieces of this many MiB (Note [prefetches to the host in pieces] "
-       "in backend/cuda/um.cc; on an H200 a 2 GiB range moved at 15.9 GB/s in 32 MiB pieces, 10.6 whole); 0: one "
-       "prefetch a range",
+       "in backend/cuda/um.cc: pieces move faster than one whole range); 0: one prefetch a range",
        0, 1 << 20);
   knob("runtime", "host_ahead", K::kBool, "true",
        "enqueue the next training step before reading this one's loss and gradient norm (Note [host one step ahead] "

@@ -117,10 +117,10 @@ Result<TrainConfig> train_config_from(const Config& cfg);
 
 // The peak learning rate when none is given (--lr 0): 3e-3 x min(1, 128 / dim). 3e-3 suits the default model
 // (d128); Adam moves every weight by about the learning rate on its first steps, and the change in a layer's
-// output grows with its width, so wider models need it smaller. At d4096 GPT-2-initialised models went from loss
-// 6.2 to 13.2 in one step at lr 3.3e-5 after a 3-step warm-up, on the CPU and CUDA backends and in PyTorch alike
-// (docs/benchmarks/2026-11-30-h200x2-width-check/), and learned at 9.4e-5 with the default 30-step warm-up. The
-// values follow GPT-3's table within 25% (6e-4 at d768, 2e-4 at d2048, 1.2e-4 at d4096).
+// output grows with its width, so wider models need it smaller. At d4096 GPT-2-initialised models diverged after a
+// 3-step warm-up even at a third of this rate, on the CPU and CUDA backends and in PyTorch alike (the model, not a
+// kernel), and learned at this rate with the default 30-step warm-up (docs/benchmarks/2026-11-30-h200x2-width-check/).
+// The values follow GPT-3's table within 25% (6e-4 at d768, 2e-4 at d2048, 1.2e-4 at d4096).
 float auto_learning_rate(int dim);
 
 // Learning rate at 1-based step s: linear warmup, then cosine from lr to lr * min_lr_frac at `steps`.

@@ -513,8 +513,8 @@ Status Trainer::build() {
 
 // Note [host one step ahead]: a training step is enqueued (enqueue_step) and later finished (finish_step: its loss and
 // gradient norm read back, checked and recorded). Between two steps the host has work of its own: reading the loss
-// back, the sampler's next batch, the log line. Done one step at a time, the GPU idles through it (on an H200, ~0.25 ms
-// a step at GPT-2 124M B16: bench/training/kernel_gaps_gpu.sh), so the loop enqueues step k + 1 before it finishes step
+// back, the sampler's next batch, the log line. Done one step at a time, the GPU idles through it
+// (docs/benchmarks/2026-12-03-h200-engine-host-ahead/), so the loop enqueues step k + 1 before it finishes step
 // k, whenever nothing between the two needs the host to see the model after step k alone: the first step of a process
 // (warm-up, the allocation counts), the last, evaluations, checkpoints, the CPU optimizer (its speculative update
 // guesses from the last norm) and --host-ahead false finish each step before the next is enqueued. (--profile and
@@ -836,8 +836,8 @@ Result<TrainSummary> Trainer::run() {
           format_bytes(spec_.managed_device).c_str());
   print("\n");
   if (!um_per_step_.is_null() && um_per_step_.empty()) {
-    // Not a count of zero: nothing was reported at all (on the H200 machines lent to us, CUPTI delivered no UM
-    // record even where gigabytes migrated each step).
+    // Not a count of zero: nothing was reported at all (CUPTI may deliver no UM record even where gigabytes
+    // migrate each step).
     print("unified memory counters: no record was reported (%s), so nothing is counted\n",
           backend_->um()->describe().c_str());
   } else if (!um_per_step_.is_null()) {

@@ -44,9 +44,8 @@ int optimizer_threads(int requested, bool beside_gpu);
 // Beside a GPU, one host thread drives the device: it launches the next step's kernels and waits (spinning, CUDA's
 // default on a machine with more cores than GPUs) for each step's readback, while the CPU optimizer's update runs on
 // the host stream. With an OpenMP team of every core, one update thread shares its core with that thread; the
-// update's ranges are static, so the whole update waits for that one. Measured on an H200 host (16 cores,
-// 2026-12-01, bench/perf/host_opt_gpu.sh; docs/benchmarks/2026-12-01-h200-perf-model/), GPT d1024 L16 B8
-// T2048 with the CPU optimizer: a block's update 4.1 ms with 16 threads, 3.3 ms with 15 (3.4 ms with 14); the step
-// 140.8 ms against 127.5 ms (GPT-2 124M: 72.4 against 66.2 ms). So beside a GPU the update leaves one core free.
+// update's ranges are static, so the whole update waits for that one. So beside a GPU the update leaves one core
+// free: one thread fewer costs less than one thread slowed (bench/perf/host_opt_gpu.sh;
+// docs/benchmarks/2026-12-01-h200-perf-model/).
 
 }  // namespace tt::host

@@ -1,5 +1,5 @@
 // memory/device_pool: the budgeted device memory pool. One arena per device, sized to the device budget; every
-// device tensor is carved out of it, so the budget is a hard cap by construction (DESIGN.md invariant 2).
+// device tensor is carved out of it, so the budget is a hard cap by construction (docs/ARCHITECTURE.md invariant 2).
 //
 // Policy:
 //  - the backend reserves one region of `budget` bytes up front (CPU: an untouched anonymous mapping, so unused

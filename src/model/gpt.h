@@ -1,4 +1,4 @@
-// model/gpt: the math of the reference GPT of DESIGN.md (GPT-2 style, as nanoGPT and llm.c): token + learned
+// model/gpt: the math of the reference GPT of docs/ARCHITECTURE.md (GPT-2 style, as nanoGPT and llm.c): token + learned
 // position embedding, L pre-LN blocks (LayerNorm, causal multi-head attention, residual; LayerNorm, MLP 4d with
 // tanh-GELU, residual), final LayerNorm, LM head tied to the token embedding, mean cross-entropy.
 //
@@ -136,10 +136,9 @@ struct TensorRequest {
 // The logits of all B*T positions (B*T*V values: 1.6 GB in bf16 for GPT-2 at batch 16) are never materialised: the
 // LM head runs over chunks of rows, each chunk's logits turned into losses and, when training, at once into the
 // gradients of the final LayerNorm's output and of wte, in one buffer of lm_chunk_rows x padded_vocab.
-// Each chunk adds its part of d(wte) (V x C, f32) once, so small chunks read and write that gradient many times: on
-// the H200, GPT-2 B16 took 34.6 ms a step with chunks of 640 rows (64 MiB) and 32.3 ms with 4096 rows (412 MiB;
-// docs/benchmarks/2026-12-02-h200-engine-same-call/). The default is at most 512 MiB of logits, in equal chunks of
-// a multiple of 64 rows (`--lm-chunk-rows` sets it).
+// Each chunk adds its part of d(wte) (V x C, f32) once, so small chunks read and write that gradient many times, and
+// larger chunks make a faster step (docs/benchmarks/2026-12-02-h200-engine-same-call/). The default is at most
+// 512 MiB of logits, in equal chunks of a multiple of 64 rows (`--lm-chunk-rows` sets it).
 int64_t gpt_default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute);
 
 // The parts of one block's saved activations (all but its output, which every block keeps: its successor's input).
@@ -191,7 +190,7 @@ struct GptTensors {
 // a token costs the weights' reads once instead of a forward over the whole window. A prefill fills the cache from a
 // forward over the context (the executor's batch-of-one model). The token and its position are read from device
 // memory (token, pos) when the step runs, so that one recorded step (Backend::capture: a CUDA graph) replays for every
-// token: on the H200 a token is about 110 kernels of one row each, whose launches cost as much as their work. The
+// token: at GPT-2 a token is about 110 kernels of one row each, whose launches cost as much as their work. The
 // cache holds at most T positions: whoever draws restarts the context (prefill) when it outgrows them
 // (exec/generate.cc).
 struct GptDecodeState {

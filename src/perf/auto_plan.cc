@@ -235,8 +235,8 @@ Result<AutoPlan> choose_plan(const TrainConfig& cfg, const Profile& profile, boo
   // The fastest few so far, fastest first; between equally fast plans, the one that copies less (what the replay
   // hides may still cost a little), then the one that takes less device memory. Equally fast: the same step to the
   // microsecond, since replays that sum the same costs in another order may differ in the last bits (in the CPU test
-  // of plan_accuracy_test.cc, a plan swapping three blocks behind the CPU optimizer's exposed copies, predicted at
-  // the same 374.2 ms as in-core, was once chosen and measured 6% slower).
+  // of plan_accuracy_test.cc, a plan swapping three blocks behind the CPU optimizer's exposed copies, predicted as
+  // fast as in-core, was once chosen and ran slower).
   constexpr size_t kKeep = 8;
   std::vector<PlanRow> kept;
   auto faster = [](const PlanRow& a, const PlanRow& b) {

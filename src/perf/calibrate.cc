@@ -594,10 +594,10 @@ int64_t last_level_cache_bytes() {
 // Note [a cold host update]
 // The CPU optimizer updates each segment once a step, and the rest of the model's state (and the step's copies)
 // pass through the caches in between: a segment's state is cold when its update starts. Timed back to back, a
-// segment small enough for the last-level cache is measured from the cache: on the H200 host (300 MiB of L3), a
-// GPT-2 block (7.1M parameters, 127 MB of state) updated in 1.48 ms when calibrated and in 2.3-2.8 ms in training,
-// which made the model predict GPT-2 with the CPU optimizer 14% fast. So each timed update follows a read of a
-// buffer twice the last-level cache (at least 64 MiB), with the team the run uses (Backend::host_threads).
+// segment small enough for the last-level cache (a GPT-2 block's 127 MB of state fits a large L3) is timed from the
+// cache, faster than it runs in training, and the model then predicts the CPU optimizer's steps too fast
+// (docs/benchmarks/2026-12-01-h200-perf-model/). So each timed update follows a read of a buffer twice the
+// last-level cache (at least 64 MiB), with the team the run uses (Backend::host_threads).
 Status measure_host_segments(Backend& be, Profile& p, const std::vector<std::vector<int64_t>>& segs) {
   int64_t most = 0;
   for (const auto& q : segs) {
@@ -677,8 +677,8 @@ MachineId this_machine(const std::string& backend, const BackendOptions& options
     m.attention += ", workspace " + (cap == kAutoAttentionWorkspace ? std::string("auto") : format_bytes(cap));
     m.attention += std::string(", f32 ") + f32_attention_name(options.attention.f32);
     // Our kernels' revision, bumped when a change moves their times enough to reprice plans (a profile of an older
-    // revision is then recalibrated): r2, the f32 attention backward's d(q) partials and rolled k loops (20.4 against
-    // 29.7 ms a step at GPT-2 B16; docs/design/f32-attention.md); r3, the backward's dW GEMMs with beta 0 and no
+    // revision is then recalibrated): r2, the f32 attention backward's d(q) partials and rolled k loops
+    // (docs/design/f32-attention.md); r3, the backward's dW GEMMs with beta 0 and no
     // zeroing of gradients (Note [gradients first written]), the gradient norm's 16-byte loads and managed memory
     // moved to the host in pieces (Note [prefetches to the host in pieces] in backend/cuda/um.cc).
     constexpr int kKernelsRevision = 3;
@@ -804,10 +804,11 @@ Status measure_kernels(Backend& be, Profile& profile, const CalibrateOptions& op
 }
 
 // Unified Memory's rates (Profile::um_*), where the backend has managed memory: a range of up to 128 MiB reserved
-// (never more than the GPU has free: UmDriver::reserve refuses it) and its first 2, 8, 32 and 128 MiB moved, each
-// kind timed alone from the state it needs (set up untimed before each timing): to the host from the device, to
-// the device from the host, a discard of pages on the device, a populate (to the device) of discarded pages, and a
-// kernel writing pages that are on the host (the device's faults bring them). The best of three each. A reservation refused (a GPU with too little free memory) leaves the rates unmeasured.
+// (never more than the GPU has free: UmDriver::reserve refuses it) and its first 2, 8, 32 and 128 MiB moved, each kind
+// timed alone from the state it needs (set up untimed before each timing): to the host from the device, to the device
+// from the host, a discard of pages on the device, a populate (to the device) of discarded pages, and a kernel writing
+// pages that are on the host (the device's faults bring them). The best of three each. A reservation refused (a GPU
+// with too little free memory) leaves the rates unmeasured.
 Status measure_um(Backend& be, Profile& p, const CalibrateOptions& o) {
   memory::UmDriver* um = be.um();
   if (um == nullptr) return Status::ok();

@@ -57,16 +57,14 @@ struct KernelTime {
 };
 
 // Note [contention]
-// Copies each way and the CPU optimizer's update share the host's memory and the link: measured on an H200 host
-// (bench/perf/host_opt_gpu.sh, 2026-12-01), a GPT d1024 block's update took 3.3 ms alone and 4.1 ms while
-// activations were copied to or from host memory, and a host-to-device copy ran at 54 GB/s alone, 45 GB/s beside
-// the update and 37 GB/s beside both the update and a copy the other way. So the profile holds, for each pair of
-// these three kinds of traffic, how much slower one runs while the other runs (calibrate: the one timed alone and
-// while the other runs throughout), and the replay (perf/simulator.h) slows each operation by the share of its time
-// that each other kind overlaps it. Contention slows moving bytes, not fixed costs: a copy's link latency and a host
-// task's start (host_task_seconds) are taken out of both calibration times and out of the share that is slowed.
+// Copies each way and the CPU optimizer's update share the host's memory and the link, so each runs slower while
+// another runs (bench/perf/host_opt_gpu.sh; docs/benchmarks/2026-12-01-h200-perf-model/). So the profile holds, for
+// each pair of these three kinds of traffic, how much slower one runs while the other runs (calibrate: the one timed
+// alone and while the other runs throughout), and the replay (perf/simulator.h) slows each operation by the share of
+// its time that each other kind overlaps it. Contention slows moving bytes, not fixed costs: a copy's link latency and
+// a host task's start (host_task_seconds) are taken out of both calibration times and out of the share that is slowed.
 // Without that, a small copy that is mostly latency (the CPU backend's simulated link: 25 ms, a few kilobytes) was
-// slowed as much as a 64 MiB one, and offload-all on the CPU backend was predicted 8-11% slow.
+// slowed as much as a 64 MiB one, and offload-all on the CPU backend was predicted too slow.
 enum class Traffic { kH2D, kD2H, kHost };
 constexpr int kNumTraffic = 3;
 const char* traffic_name(Traffic t);  // "h2d", "d2h", "host"
@@ -76,7 +74,8 @@ const char* traffic_name(Traffic t);  // "h2d", "d2h", "host"
 // device AdamW's per-parameter updates). Its time is measured as a sequence, the calls back to back as the step runs
 // them, repeated until the GPU has settled (Note [calibrating at sustained clocks] in perf/calibrate.h): the clock a
 // power-limited GPU holds depends on the mix of work, and consecutive kernels share the L2 cache, so the sum of the
-// calls timed one by one is off by up to 10% (on an H200, GPT d4096: 10% fast; GPT-2 124M: 5% slow once timed hot).
+// calls timed one by one is off, too fast for some models and too slow for others
+// (docs/benchmarks/2026-12-01-h200-perf-model/).
 // A sequence the profile lacks is priced as the sum of its calls.
 struct Profile {
   // 2: host segments measured from a cold cache with the run's thread count (host.adamw_segment_threads);
@@ -94,8 +93,9 @@ struct Profile {
   LinkRate readback;
   // Unified Memory (issue 20): the driver's prefetch of a managed range with data to the host and to the device, and
   // the discard-and-prefetch of a dead range to the device (um_populate: nothing to move) and to the host
-  // (um_discard, a release), each timed alone on the d2h (a prefetch to the host) or h2d stream. Not valid (not measured) for a backend without managed memory, or in a profile
-  // from before 2026-12-02: the model then refuses plans that move managed pages.
+  // (um_discard, a release), each timed alone on the d2h (a prefetch to the host) or h2d stream. Not valid (not
+  // measured) for a backend without managed memory, or in a profile from before 2026-12-02: the model then refuses
+  // plans that move managed pages.
   LinkRate um_to_host, um_to_device, um_populate, um_discard;
   // Pages on the host written by a kernel on the device: the driver migrates them on the device's page faults (what
   // an oversubscribed managed pool costs: Note [oversubscribed Unified Memory] in perf/planner.h).
@@ -110,8 +110,8 @@ struct Profile {
   std::map<int, double> host_adamw_params_per_s;  // threads -> parameters a second (the CPU optimizer's update)
   // A segment's host AdamW as the CPU optimizer runs it (one parameter tensor after another, with
   // host_segment_threads threads, on the host stream, its state evicted from the caches first: Note [a cold host
-  // update] in perf/calibrate.cc), by the sizes of its parameters: the per-tensor overhead makes a GPT-2 block's 12
-  // tensors 15% slower a parameter than one large tensor.
+  // update] in perf/calibrate.cc), by the sizes of its parameters: the per-tensor overhead makes a block's dozen
+  // tensors slower a parameter than one large tensor.
   std::map<std::vector<int64_t>, double> host_segments;
   int host_segment_threads = 1;
   double host_memcpy_bytes_per_s = 0;             // all threads, read + write counted once

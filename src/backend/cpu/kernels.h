@@ -5,7 +5,7 @@
 // Determinism: no kernel uses atomics or OpenMP reductions. Work is split so that every output element is written by
 // exactly one thread (parameter gradients are split by channel, not by row), and reductions combine per-thread
 // partials in thread order; results are therefore bit-identical from run to run for a fixed thread count
-// (DESIGN.md invariants 1 and 6 rely on this).
+// (docs/ARCHITECTURE.md invariants 1 and 6 rely on this).
 //
 // Conventions as in backend/backend.h: row-major, Linear weights [out, in], backward kernels accumulate (+=).
 #pragma once

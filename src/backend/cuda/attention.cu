@@ -362,10 +362,10 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // it are issued and committed as one group, then cp.async.wait_group 1 (every group but that newest one complete:
 // tile i has landed) and a barrier; then tile i is used from buffer i%2 while tile i+1 is in flight. Before the loop,
 // tile 0 is copied and waited for. Tiles are 64 x (HS + 8) bf16 values, so the forward takes 5 (q, two k, two v):
-// 46 KB (HS 64) or 87 KB (HS 128). Measured on an H200 (GPT-2 124M B16, 12 layers): forward 2.44 -> 2.01 ms a step.
-// The same pipeline in the two backward kernels (6 tiles each) made them slower, 7.22 -> 7.56 ms (the d(k), d(v)
-// kernel holds 254 registers a thread at HS 64: two blocks an SM, and the larger shared memory did not pay), so they
-// load each tile and wait for it (cp.async helpers: device_util.cuh).
+// 46 KB (HS 64) or 87 KB (HS 128); the forward is faster for the overlap. The same pipeline in the two backward
+// kernels (6 tiles each) made them slower (the d(k), d(v) kernel holds 254 registers a thread at HS 64: two blocks
+// an SM, and the larger shared memory did not pay), so they load each tile and wait for it (cp.async helpers:
+// device_util.cuh).
 
 // A tile of `rows` rows of HS bf16 values in shared memory, rows padded by 8 values (16 bytes) so that the eight
 // row addresses of an ldmatrix fall in distinct banks.
@@ -751,7 +751,7 @@ dim3 general_grid(const Dims& d) { return dim3((d.T + kGeneralWarps - 1) / kGene
 // and sum over the tile), then the lanes, each holding head dimensions lane, lane + 32, ..., add the tile's 32
 // weighted value rows (coalesced). The block merges its warps' states at the end. A key a lane (not a key an
 // iteration) keeps the loop's dependent global loads to two per tile: one warp walking keys one by one was
-// latency-bound (2.3 ms a token for GPT-2 124M at a context of 1024 on the H200, whatever the dtype).
+// latency-bound, whatever the dtype.
 constexpr int kDecodeWarps = 8;
 
 template <typename X>

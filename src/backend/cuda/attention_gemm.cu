@@ -3,8 +3,9 @@
 //
 // Note [f32 attention by GEMMs]
 // f32 is the exact-comparison mode: no TF32, no bf16 operands. Our general (SIMT, one warp a row) flash kernels in
-// attention.cu took GPT-2 124M to 608 ms a step on the H200 against PyTorch fp32's 302.6 ms, whose "math" attention
-// is cuBLAS SGEMMs over the whole T x T matrix. Here the same GEMMs run, a chunk of (batch, head) pairs at a time:
+// attention.cu made a GPT-2 124M step about twice as slow as PyTorch fp32's, whose "math" attention is cuBLAS SGEMMs
+// over the whole T x T matrix (docs/benchmarks/README.md, history). Here the same GEMMs run, a chunk of (batch, head)
+// pairs at a time:
 //   forward:  S = scale Q K^T (rows i, keys j), P = softmax over j <= i (lse saved, as the flash kernels save it),
 //             out = P V;
 //   backward: S = scale Q K^T and dP = dO V^T again, then in one pass per row P = exp(S - lse) (0 past the
@@ -12,10 +13,10 @@
 //             dK = scale dS^T Q.
 // The causal half is skipped in blocks: the queries are cut into n equal ranges [r0, r1) (n at most
 // kDefaultBlocks = 4, ranges of at least kMinBlockRows), and a range's GEMMs see only keys [0, r1): (n + 1) / 2n of
-// the full product's work, 5/8 at four ranges (T >= 512). Measured on the H200 (GPT-2 124M B16 f32, attention
-// forward + backward a step): one range 79 ms, two 66, four 64, eight 76 (smaller GEMMs lose more than the work they
-// skip); TIERTRAIN_F32_ATTENTION_RANGES (1 to kBlocks = 8; core/env.h) overrides the 4 for such measurements. d(K) and d(V) of keys
-// [0, r1) are summed over the ranges that see them, last range first (it sees every key: beta = 0 there), so each
+// the full product's work, 5/8 at four ranges (T >= 512). Four is the default: fewer ranges do more of the masked
+// work, and more ranges' smaller GEMMs lose more than the work they skip (docs/benchmarks/README.md, history);
+// TIERTRAIN_F32_ATTENTION_RANGES (1 to kBlocks = 8; core/env.h) overrides the 4 to time the others. d(K) and d(V) of
+// keys [0, r1) are summed over the ranges that see them, last range first (it sees every key: beta = 0 there), so each
 // element of dqkv is written by one fixed sequence of GEMMs: deterministic, and every element of dqkv is written
 // (Backend::attention_backward's contract).
 // The workspace holds, per pair of a chunk, two T x T f32 matrices (S or P, and dP or dS), and the pointer arrays of

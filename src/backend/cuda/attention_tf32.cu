@@ -48,10 +48,10 @@ constexpr int kWarps = 4;
 constexpr int64_t kLeastPartialsChunk = 32;  // (b, h) pairs (attention_tf32x3_workspace_for)
 // The loops over a product's k steps whose index only addresses shared memory (Q K^T, dO V^T, dS K from shared dS^T)
 // in the backward kernels are not unrolled: fully unrolled, the d(k)/d(v) kernel's code outgrew the instruction cache
-// (ncu: 43% of the cycles between a warp's instructions waiting for an instruction fetch, two warps a scheduler).
-// Measured on an H200 (GPT-2 B16 f32): backward 25.4 -> 20.4 ms a step; head size 128 (L12 d1536 B8) 48.0 -> 35.6.
+// (ncu: warps waiting for instruction fetches), and the rolled loops make the backward faster at head sizes 64 and
+// 128 (docs/benchmarks/2026-12-03-h200-engine-dq-partials/).
 // Loops whose index selects a register array (the C tiles of P and dS) stay unrolled; so does the forward's (its
-// code fits: not unrolling it made head size 128 3% slower, 10.92 -> 11.25 ms, and head size 64 no faster).
+// code fits: not unrolling it was no faster).
 constexpr int kUnrollK = 1;
 constexpr int kRows = 16 * kWarps;  // rows of a tile: queries (forward, d(q)) or keys (d(k), d(v))
 constexpr int kCols = 64;           // the other side's tile: keys (forward, d(q)) or queries (d(k), d(v))
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const bool unmasked = k0 + kCols <= q0 && k0 + kCols <= d.T;  // every tile but the diagonal one
     float s[kCols / 8][4];
     zero(s);
-#pragma unroll  // the forward's code fits: unrolled, 3% faster at head size 128
+#pragma unroll  // the forward's code fits the instruction cache (kUnrollK above)
     for (int kk = 0; kk < HS / 8; ++kk) {
       const Split<4> qa = load_a(qs, warp * 16, kk * 8);
 #pragma unroll

@@ -14,7 +14,7 @@ namespace tt::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxBlocks = 132 * 16;  // enough to fill an H200 for grid-stride loops
+constexpr int kMaxBlocks = 132 * 16;  // 16 blocks for each of an H100's or H200's 132 SMs: grid-stride loops fill it
 constexpr int kColumnRowsPerChunk = 32;  // rows one thread sums in the deterministic column sums
 
 int blocks_for(int64_t n, int threads = kThreads) {
@@ -150,7 +150,7 @@ __global__ void layernorm_forward_kernel(X* __restrict__ out, float* __restrict_
 
 template <typename X>
 // __restrict__: dinp never aliases the inputs, so the loads of the next columns may be issued before the store of
-// this one (without it the ncu profile showed every warp waiting ~400 cycles per load: 430 us instead of ~30).
+// this one (without it ncu showed every warp waiting out each load before the next, and the kernel many times slower).
 __global__ void layernorm_backward_dinp_kernel(X* __restrict__ dinp, const X* __restrict__ dout,
                                                const X* __restrict__ inp, const X* __restrict__ w,
                                                const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -192,9 +192,9 @@ __global__ void layernorm_backward_dinp_kernel(X* __restrict__ dinp, const X* __
 // split into aligned vectors or are wider than a block's share (fixed for a model's shapes: one path a run). The grid
 // is two blocks an SM. Where a thread owns one column vector (rows of up to kLnThreads vectors: 4096 bf16 values) the
 // kernel is held to 64 registers (ptxas, sm_90: 4 bytes spilled) and both blocks of an SM run at once; owning two, it
-// takes 120 and runs them one after the other. Measured on an H200 at [16384, 4096] bf16: 0.238 ms against the
-// two-pass kernels' 0.357 at one block an SM; in the d4096 step (33 calls) 8.46 -> 7.27 ms at two (2.1 -> 2.4 TB/s
-// of the 8 bytes an element it must move; docs/benchmarks/2026-12-03-h200-engine-grads-written/).
+// takes 120 and runs them one after the other. The one pass is faster than the two-pass kernels
+// (docs/benchmarks/2026-12-03-h200-engine-layernorm-workspace/), and two blocks an SM faster than one
+// (docs/benchmarks/2026-12-03-h200-engine-grads-written/).
 constexpr int kLnThreads = 512;
 constexpr int kLnMaxVecs = 2;  // vectors of columns a thread owns: C up to 2 * 8 * 512 = 8192 in bf16, 4096 in f32
 
@@ -497,7 +497,7 @@ __global__ void residual_layernorm_forward_kernel(X* __restrict__ res, X* __rest
 // One warp a row, the row held in the warp's registers as raw 16-byte vectors (lane l holds vectors l, l + 32, ...):
 // the input is read from memory once, the mean and the variance (two-pass, from registers) and the output follow
 // without touching it again. The row-strided kernels above read each element three times with 2-byte loads (the
-// second and third from L1/L2): ~1.6 TB/s at [16384, 4096] bf16 on an H200. With a residual (b != null), the sum a + b
+// second and third from L1/L2). With a residual (b != null), the sum a + b
 // is rounded to X as it is stored in res, and the statistics are those of the rounded values, as in
 // residual_layernorm_forward_kernel. kVpl (vectors a lane) is a power of two from 1 to 16: rows of up to 16 * 32 * 8
 // = 4096 bf16 or 2048 f32 elements; wider rows, or rows not in aligned 16-byte vectors, take the row-strided kernels

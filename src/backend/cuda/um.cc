@@ -81,13 +81,11 @@ class CudaUmDriver final : public memory::UmDriver {
   }
 
   // Note [prefetches to the host in pieces]
-  // The driver moves a large range to the host faster in pieces than in one call: bench/um/prefetch_rate.cu on an
-  // H200 (2026-12-03, 2 GiB, docs/benchmarks/2026-12-03-h200-engine-grads-written/) measured 10.6 GB/s whole and
-  // 15.9 GB/s in 32 MiB pieces on one stream for a range preferred on the device (activations' advice); 7.0 against
-  // 11.5 GB/s with no advice; 10.1 against 10.6 accessed by the host. Pieces over several streams added little
-  // (17 GB/s at best), pieces of 2 MiB were slower. To the device one call is fastest (49 GB/s whole, 41 in pieces),
-  // so only prefetches to the host are cut. The knob um_host_piece_mib sets the piece (0: whole ranges, as before;
-  // bench/um/um_pieces_gpu.sh measures both).
+  // The driver moves a large range to the host faster in pieces than in one call, most of all for a range preferred
+  // on the device (the activations' advice); pieces over several streams add little, and pieces of 2 MiB are slower
+  // (bench/um/prefetch_rate.cu; docs/benchmarks/2026-12-03-h200-engine-grads-written/). To the device one call is
+  // fastest, so only prefetches to the host are cut. The knob um_host_piece_mib sets the piece (0: whole ranges;
+  // bench/um/um_pieces_gpu.sh times both).
 
   void prefetch(const std::vector<memory::UmRange>& ranges, memory::UmPlace to, Stream& stream) override {
     auto s = static_cast<cudaStream_t>(stream.native());
@@ -118,7 +116,7 @@ class CudaUmDriver final : public memory::UmDriver {
 
   // One discard-and-prefetch for every range (Note [managed activations] in exec/schedule.cc: a plain
   // cudaMemDiscardBatchAsync, followed later by a prefetch, a write and a prefetch to the host, sometimes gave the
-  // range's previous contents back on an H200; bench/um/discard_repro.cu).
+  // range's previous contents back with CUDA 13.0 and driver 580; bench/um/discard_repro.cu).
   void discard(const std::vector<memory::UmRange>& ranges, memory::UmPlace to, Stream& stream) override {
     std::vector<void*> ptrs;
     std::vector<size_t> sizes;
