@@ -69,8 +69,9 @@ def test_every_benchmark_record_cited_exists():
 
 
 def test_nothing_refers_to_files_outside_the_repository():
+    outside = "../" + "shared/"  # spelled apart, so that this file does not name it
     bad = [str(p.relative_to(REPO)) for p in tracked_text_files()
-           if "../shared/" in p.read_text(encoding="utf-8", errors="replace")]
+           if outside in p.read_text(encoding="utf-8", errors="replace")]
     assert not bad, "files that cite ../shared/: " + ", ".join(bad)
 
 
