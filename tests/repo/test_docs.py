@@ -72,7 +72,7 @@ def test_nothing_refers_to_files_outside_the_repository():
     outside = "../" + "shared/"  # spelled apart, so that this file does not name it
     bad = [str(p.relative_to(REPO)) for p in tracked_text_files()
            if outside in p.read_text(encoding="utf-8", errors="replace")]
-    assert not bad, "files that cite ../shared/: " + ", ".join(bad)
+    assert not bad, f"files that cite {outside}: " + ", ".join(bad)
 
 
 def test_benchmark_records_are_whole_and_small():
