@@ -293,7 +293,7 @@ int main(int argc, char** argv) {
   }
 
   // The LayerNorm backward at [N, C]: the two-pass kernels against the one-pass kernel (Note [one-pass LayerNorm
-  // backward] in src/backend/cuda/kernels.cu), times and the largest differences of their results.
+  // backward] in src/backend/cuda/kernels_layernorm.cu), times and the largest differences of their results.
   {
     using tt::cuda::bf16;
     const size_t bytes = size_t(N) * C * 2;

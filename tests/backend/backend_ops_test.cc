@@ -276,7 +276,7 @@ TEST_P(BackendOps, LayerNorm) {
   check_layernorm_backward(N, C, 1e-4);
 }
 
-// The LayerNorm backward's paths (Note [one-pass LayerNorm backward] in src/backend/cuda/kernels.cu): rows of fewer
+// The LayerNorm backward's paths (Note [one-pass LayerNorm backward] in src/backend/cuda/kernels_layernorm.cu): rows of fewer
 // 16-byte vectors than a block has threads (several threads a column vector), of more (several vectors a thread), rows
 // enough for blocks of several row groups and a partial last group, and the two-pass fallback (a width not a multiple
 // of a vector: 36 in bf16, 34 in both, and one wider than a block's share). (Misaligned rows, the other fallback, do
@@ -289,7 +289,7 @@ TEST_P(BackendOps, LayerNormBackwardAtEveryPath) {
   }
 }
 
-// The LayerNorm forward's paths (Note [LayerNorm forward in registers] in src/backend/cuda/kernels.cu), plain and
+// The LayerNorm forward's paths (Note [LayerNorm forward in registers] in src/backend/cuda/kernels_layernorm.cu), plain and
 // after a residual: rows of one 16-byte vector a lane or fewer (48), of several (768: 3 of 4 in bf16, 6 of 8 in f32),
 // of a lane's most (4096 in bf16, 2048 in f32), and the row-strided fallback (4096 and 8192 in f32, 8192 in bf16; 36
 // not a multiple of a bf16 vector, 34 of neither).

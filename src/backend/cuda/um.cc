@@ -114,7 +114,7 @@ class CudaUmDriver final : public memory::UmDriver {
     return {};
   }
 
-  // One discard-and-prefetch for every range (Note [managed activations] in exec/schedule.cc: a plain
+  // One discard-and-prefetch for every range (Note [managed activations] in plan/schedule.cc: a plain
   // cudaMemDiscardBatchAsync, followed later by a prefetch, a write and a prefetch to the host, sometimes gave the
   // range's previous contents back with CUDA 13.0 and driver 580; bench/um/discard_repro.cu).
   void discard(const std::vector<memory::UmRange>& ranges, memory::UmPlace to, Stream& stream) override {

@@ -1,0 +1,124 @@
+// backend/cuda/kernels_pointwise.cu: pointwise ops: GELU forward and backward, the residual add, dtype conversion;
+// kernels and their launchers (kernels.cuh).
+#include "backend/cuda/kernels_common.cuh"
+
+namespace tt::cuda {
+namespace {
+
+constexpr float kGeluScale = 0.7978845608028654f;
+
+template <typename X>
+__global__ void gelu_forward_kernel(X* out, const X* inp, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = ld(inp[i]);
+    out[i] = st<X>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
+  }
+}
+
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+template <typename X>
+__global__ void gelu_backward_kernel(X* dinp, const X* inp, const X* dout, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dinp[i] = st<X>(ld(dinp[i]) + gelu_grad(ld(inp[i])) * ld(dout[i]));
+}
+
+template <typename X>
+__global__ void gelu_backward_scale_kernel(X* d, const X* pre, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    d[i] = st<X>(gelu_grad(ld(pre[i])) * ld(d[i]));
+}
+
+// out = a + b in 16-byte vectors (every pointer 16-byte aligned, n a multiple of the vector).
+template <typename X>
+__global__ void residual_forward_vec_kernel(X* __restrict__ out, const X* __restrict__ a, const X* __restrict__ b,
+                                            int64_t nv) {
+  constexpr int kV = 16 / sizeof(X);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < nv;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int4 ra = reinterpret_cast<const int4*>(a)[i];
+    const int4 rb = reinterpret_cast<const int4*>(b)[i];
+    const X* ea = reinterpret_cast<const X*>(&ra);
+    const X* eb = reinterpret_cast<const X*>(&rb);
+    int4 o;
+    X* eo = reinterpret_cast<X*>(&o);
+#pragma unroll
+    for (int j = 0; j < kV; ++j) eo[j] = st<X>(ld(ea[j]) + ld(eb[j]));
+    reinterpret_cast<int4*>(out)[i] = o;
+  }
+}
+
+template <typename X>
+__global__ void residual_forward_kernel(X* out, const X* a, const X* b, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = st<X>(ld(a[i]) + ld(b[i]));
+}
+
+template <typename D, typename S>
+__global__ void convert_kernel(D* dst, const S* src, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = st<D>(ld(src[i]));
+}
+
+}  // namespace
+
+template <typename X>
+void gelu_forward(cudaStream_t s, X* out, const X* inp, int64_t n) {
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, inp, n);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
+void gelu_backward(cudaStream_t s, X* dinp, const X* inp, const X* dout, int64_t n) {
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(dinp, inp, dout, n);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
+void gelu_backward_scale(cudaStream_t s, X* d, const X* pre, int64_t n) {
+  gelu_backward_scale_kernel<<<blocks_for(n), kThreads, 0, s>>>(d, pre, n);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
+void residual_forward(cudaStream_t s, X* out, const X* a, const X* b, int64_t n) {
+  constexpr int kV = 16 / sizeof(X);
+  if (n % kV == 0 && dev::aligned16({out, a, b})) {
+    residual_forward_vec_kernel<X><<<blocks_for(n / kV), kThreads, 0, s>>>(out, a, b, n / kV);
+    TT_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  residual_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, a, b, n);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename D, typename S>
+void convert(cudaStream_t s, D* dst, const S* src, int64_t n) {
+  convert_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, src, n);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// instantiations
+
+#define TT_CUDA_INSTANTIATE(X) \
+  template void gelu_forward<X>(cudaStream_t, X*, const X*, int64_t); \
+  template void gelu_backward<X>(cudaStream_t, X*, const X*, const X*, int64_t); \
+  template void residual_forward<X>(cudaStream_t, X*, const X*, const X*, int64_t); \
+  template void gelu_backward_scale<X>(cudaStream_t, X*, const X*, int64_t);
+
+TT_CUDA_INSTANTIATE(float)
+TT_CUDA_INSTANTIATE(bf16)
+#undef TT_CUDA_INSTANTIATE
+template void convert<float, bf16>(cudaStream_t, float*, const bf16*, int64_t);
+template void convert<bf16, float>(cudaStream_t, bf16*, const float*, int64_t);
+
+}  // namespace tt::cuda
