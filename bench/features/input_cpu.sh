@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21's input measurement on the CPU backend: the large-input workload (exec/features.h), 256 MiB of features a
+# Issue 21's input measurement on the CPU backend: the large-input workload (apps/features.h), 256 MiB of features a
 # step (--batch 16384 rows of 4096 float32), at 2 and 4 ranks with --input direct, via-root and replicated; the
 # input stage's time per step (each rank's, the slowest rank's) beside the whole step. One process per rank
 # (tiertrain launch), one thread each.

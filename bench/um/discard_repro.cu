@@ -1,5 +1,5 @@
 // Issue 20: the managed-activation race, outside tiertrain. The stream and event pattern of `um-swap-activations`
-// (src/exec/schedule.cc, Note [managed activations]) with nothing else: N blocks of managed memory, S of them on the
+// (src/plan/schedule.cc, Note [managed activations]) with nothing else: N blocks of managed memory, S of them on the
 // device at a time; each step a "forward" kernel writes every word of block k with a value of (step, block, word),
 // the d2h stream prefetches block k to the host after it, the h2d stream populates block k + S; a "backward" kernel
 // then checks every word of each block (after the h2d stream brought it back) and counts the words that differ,

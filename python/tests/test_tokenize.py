@@ -62,10 +62,11 @@ def reference():
     return d, enc
 
 
-def run(*args: str) -> str:
+def run(*args: str, stderr: bool = False):
+    """The program's stdout (its data), or (stdout, stderr) with stderr=True (its diagnostics)."""
     out = subprocess.run([launcher(), *args], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
+    return (out.stdout, out.stderr) if stderr else out.stdout
 
 
 def read_shard(path: Path) -> np.ndarray:
@@ -122,9 +123,10 @@ def test_a_model_of_the_shards_samples_from_a_text_prompt(reference, tmp_path):
     run("train", "--layers", "1", "--dim", "32", "--heads", "2", "--seq", "32", "--batch", "4", "--steps", "60",
         "--warmup", "5", "--lr", "1e-2", "--eval-every", "0", "--threads", "1", "--backend", "cpu",
         "--data", str(tmp_path / "shards"), "--checkpoint-dir", str(tmp_path / "ck"))
-    out = run("sample", str(tmp_path / "ck"), "--vocab", str(d), "--prompt", "The quick brown", "--tokens", "12",
-              "--temperature", "0.01", "--backend", "cpu", "--out", str(tmp_path / "s.txt"))
+    out, err = run("sample", str(tmp_path / "ck"), "--vocab", str(d), "--prompt", "The quick brown", "--tokens", "12",
+                   "--temperature", "0.01", "--backend", "cpu", "--out", str(tmp_path / "s.txt"), stderr=True)
     sample = (tmp_path / "s.txt").read_text()
     assert sample.startswith("The quick brown"), out
-    assert "after a prompt of 3" in out, out  # "The", " quick", " brown"
+    assert out == sample + ("" if sample.endswith("\n") else "\n"), "stdout is the text alone"
+    assert "after a prompt of 3" in err, err  # "The", " quick", " brown"
     assert " fox" in sample or " jumps" in sample or " dog" in sample, sample

@@ -205,7 +205,7 @@ DType dtype_of_format(const char* format, size_t itemsize, const char* what) {
 // The reductions and copies read and write whole elements (vectorised): memory not aligned to its element size
 // (np.frombuffer(..., offset=1), a packed struct) is refused with an error rather than risked.
 void aligned(const void* p, DType dt, const char* what) {
-  const size_t es = tt::comm::dtype_size(dt);
+  const size_t es = tt::dtype_size(dt);
   if (reinterpret_cast<uintptr_t>(p) % es != 0)
     throw py::value_error(std::string(what) + ": the buffer is not aligned to its " + std::to_string(es) +
                           "-byte elements (copy it, e.g. numpy.array(x))");
@@ -569,7 +569,7 @@ class PyComm {
       same_count(s, per * static_cast<size_t>(size()), r.dtype, "Reduce_scatter sendbuf");
     }
     // In place, MPI puts this rank's block at the start of recvbuf (comm/ leaves it at its own offset).
-    const size_t block = per * tt::comm::dtype_size(r.dtype);
+    const size_t block = per * tt::dtype_size(r.dtype);
     const size_t from = s.in_place ? static_cast<size_t>(rank()) * block : 0;
     auto after = [p = static_cast<char*>(r.ptr), from, block] {
       if (from > 0) std::memmove(p, p + from, block);
@@ -691,8 +691,8 @@ class PyComm {
   std::mutex mu_;
   static void same_count(const Buf& s, size_t count, DType dt, const std::string& what) {
     if (s.count != count || s.dtype != dt)
-      throw py::value_error(what + ": " + std::to_string(s.count) + " " + tt::comm::dtype_name(s.dtype) +
-                            " elements, expected " + std::to_string(count) + " " + tt::comm::dtype_name(dt));
+      throw py::value_error(what + ": " + std::to_string(s.count) + " " + tt::dtype_name(s.dtype) +
+                            " elements, expected " + std::to_string(count) + " " + tt::dtype_name(dt));
   }
   static void same(const Buf& s, const Buf& r, size_t ratio, const std::string& what) {
     if (s.in_place) return;
@@ -1019,15 +1019,15 @@ P2pBuf p2p_buf(const PyComm& c, Buf& b, const py::object& o, bool writable, cons
     pb.bytes = static_cast<size_t>(v.len);
     try {
       b.dtype = dtype_of_format(v.format, static_cast<size_t>(v.itemsize), what);
-      pb.typed = reinterpret_cast<uintptr_t>(v.buf) % tt::comm::dtype_size(b.dtype) == 0;
-      b.count = pb.typed ? pb.bytes / tt::comm::dtype_size(b.dtype) : 0;
+      pb.typed = reinterpret_cast<uintptr_t>(v.buf) % tt::dtype_size(b.dtype) == 0;
+      b.count = pb.typed ? pb.bytes / tt::dtype_size(b.dtype) : 0;
     } catch (const py::type_error&) {
       pb.typed = false;  // bytes
     }
     return pb;
   }
   c.to_buf(b, o, writable, what);  // DLPack (raises for what is neither)
-  pb.bytes = b.count * tt::comm::dtype_size(b.dtype);
+  pb.bytes = b.count * tt::dtype_size(b.dtype);
   pb.typed = true;
   return pb;
 }

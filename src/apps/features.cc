@@ -1,4 +1,4 @@
-#include "exec/features.h"
+#include "apps/features.h"
 
 #include <algorithm>
 #include <chrono>

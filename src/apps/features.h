@@ -1,4 +1,4 @@
-// exec/features: the large-input workload of issue 21 (GPT's token batches are tiny: 256 KiB at B64 T1024): an MLP
+// apps/features: the large-input workload of issue 21 (GPT's token batches are tiny: 256 KiB at B64 T1024): an MLP
 // classifier trained on dense float features from .npy arrays, data parallel over the ranks of a job, each rank fed
 // its shard of every global batch by one of the three input modes of the mesh (Note [data-parallel input]):
 //   direct      each rank reads only its rows into its own pinned buffer and copies them to its device;

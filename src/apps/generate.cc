@@ -1,4 +1,4 @@
-#include "exec/generate.h"
+#include "apps/generate.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,8 +1,9 @@
-// exec/generate: what a trained model says. A checkpoint's parameters go into an in-core model of batch 1 on the
+// apps/generate: what a trained model says. A checkpoint's parameters go into an in-core model of batch 1 on the
 // chosen backend; tokens are then drawn one at a time from the logits of the context's last position (temperature,
 // top-k), each new token run through the blocks alone against the cached keys and values of the context (Note
-// [KV cache] in model/gpt.h), the context restarting from its last half once it fills the model's sequence length. Text corpora (vocabulary 256) give bytes, printed
-// as text; token shards give GPT-2 token ids (tiertrain has no BPE tokenizer), printed as numbers.
+// [KV cache] in model/gpt.h), the context restarting from its last half once it fills the model's sequence length.
+// Text corpora (vocabulary 256) give bytes, printed as text; token shards give GPT-2 token ids, printed as text with
+// GPT-2's tokenizer files (--vocab, data/gpt2_bpe.h) and as numbers without them.
 //
 //   SampleOptions o;
 //   o.prompt = "Q: ";

@@ -104,7 +104,7 @@ class Backend {
   virtual Stream& host_stream() = 0;
   virtual void enqueue_host(std::function<void()> fn) = 0;
   // A fifth stream for collectives (the data-parallel gradient reductions: Note [data parallel] in
-  // exec/schedule.cc), so that they overlap the compute stream's backward.
+  // plan/schedule.cc), so that they overlap the compute stream's backward.
   virtual Stream& comm_stream() = 0;
   // Runs fn on a host thread in `stream`'s order (after the work submitted to it before, before the work after)
   // where this backend can: the CPU backend, whose streams are threads and whose device memory is host memory (the

@@ -44,7 +44,7 @@ class CommBenchCommand final : public Command {
                       "time at least as many iterations as take this many ms at the warm-up's pace [default: 0]");
     bench->add_option("-c,--check", o_.check,
                       "checked iterations per size, counted in #wrong (0: none) [default: 1]");
-    bench->add_option("-d,--datatype", dtype_, "f32, f64, bf16, f16, i32, i64 [default: f32]");
+    bench->add_option("-d,--datatype", dtype_, "f32, f64, bf16, f16, i32, i64, u8 [default: f32]");
     bench->add_option("-o,--op", op_, "sum, prod, min, max, avg [default: sum]");
     bench->add_option("-r,--root", o_.root, "root of the rooted collectives [default: 0]");
     bench->add_flag("--vary", o_.vary, "new data before every operation (untimed), so caches do not flatter");
@@ -62,7 +62,7 @@ class CommBenchCommand final : public Command {
     if (!mx.is_ok()) return report(mx.status());
     o_.min_bytes = mn.value();
     o_.max_bytes = mx.value();
-    auto dt = comm::parse_dtype(dtype_);
+    auto dt = parse_dtype(dtype_);
     if (!dt.is_ok()) return report(dt.status());
     auto op = comm::parse_op(op_);
     if (!op.is_ok()) return report(op.status());

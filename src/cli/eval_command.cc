@@ -1,10 +1,10 @@
-// `tiertrain eval CHECKPOINT --data FILE`: a trained model's mean loss on every token of the data (exec/generate.h).
+// `tiertrain eval CHECKPOINT --data FILE`: a trained model's mean loss on every token of the data (apps/generate.h).
 #include <cmath>
 #include <cstdio>
 #include <string>
 
 #include "cli/command.h"
-#include "exec/generate.h"
+#include "apps/generate.h"
 
 namespace tt::cli {
 

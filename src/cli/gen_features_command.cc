@@ -1,10 +1,10 @@
-// `tiertrain gen-features --out DIR`: a synthetic dense-feature dataset for train-features (exec/features.h):
+// `tiertrain gen-features --out DIR`: a synthetic dense-feature dataset for train-features (apps/features.h):
 // DIR/features.npy (samples x dim, float32) and DIR/labels.npy (int32).
 #include <cstdint>
 #include <cstdio>
 
 #include "cli/command.h"
-#include "exec/features.h"
+#include "apps/features.h"
 
 namespace tt::cli {
 

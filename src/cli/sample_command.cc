@@ -1,4 +1,4 @@
-// `tiertrain sample CHECKPOINT`: text drawn from a trained model (exec/generate.h), on stdout; its header and timing
+// `tiertrain sample CHECKPOINT`: text drawn from a trained model (apps/generate.h), on stdout; its header and timing
 // on stderr. Also the end of a `train` with a run folder (Note [run folder] in exec/train_config.h): a sample of the
 // final checkpoint, printed and kept in the folder.
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 #include "cli/command.h"
 #include "core/atomic_file.h"
-#include "exec/generate.h"
+#include "apps/generate.h"
 
 namespace tt::cli {
 

@@ -1,9 +1,9 @@
-// `tiertrain train-features --data DIR`: an MLP classifier trained on dense float features (exec/features.h), data
+// `tiertrain train-features --data DIR`: an MLP classifier trained on dense float features (apps/features.h), data
 // parallel over the ranks of a job with --input direct|via-root|replicated, timing each rank's input stage.
 #include <cstdio>
 
 #include "cli/command.h"
-#include "exec/features.h"
+#include "apps/features.h"
 
 namespace tt::cli {
 

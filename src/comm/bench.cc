@@ -30,12 +30,16 @@ const char* nccl_type_name(DType d) {
     case DType::kF16: return "half";
     case DType::kI32: return "int32";
     case DType::kI64: return "int64";
+    case DType::kU8: return "uint8";
   }
   return "?";
 }
 
-// Small integers, exact in every dtype and under every op for a few ranks: rank r's element i in iteration k.
-double pattern(int r, size_t i, int k) { return static_cast<double>(static_cast<int>((r * 7 + i * 3 + k) % 5) - 2); }
+// Small integers, exact in every dtype and under every op for a few ranks: rank r's element i in iteration k; -2 to 2,
+// or 0 to 4 for bytes (unsigned).
+double pattern(int r, size_t i, int k, DType d) {
+  return static_cast<double>(static_cast<int>((r * 7 + i * 3 + k) % 5) - (d == DType::kU8 ? 0 : 2));
+}
 
 void put(void* p, size_t i, DType d, double x) {
   switch (d) {
@@ -45,6 +49,7 @@ void put(void* p, size_t i, DType d, double x) {
     case DType::kF16: static_cast<uint16_t*>(p)[i] = float_to_f16(static_cast<float>(x)); break;
     case DType::kI32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(x); break;
     case DType::kI64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(x); break;
+    case DType::kU8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(x); break;
   }
 }
 
@@ -56,14 +61,16 @@ double get(const void* p, size_t i, DType d) {
     case DType::kF16: return f16_to_float(static_cast<const uint16_t*>(p)[i]);
     case DType::kI32: return static_cast<const int32_t*>(p)[i];
     case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::kU8: return static_cast<const uint8_t*>(p)[i];
   }
   return 0;
 }
 
-double reduce_expected(int n, size_t i, int k, Op op) {
-  double acc = pattern(0, i, k);
+// Bytes wrap around: a sum or product of bytes is taken modulo 256 (and an average of the wrapped sum).
+double reduce_expected(int n, size_t i, int k, Op op, DType d) {
+  double acc = pattern(0, i, k, d);
   for (int r = 1; r < n; ++r) {
-    const double x = pattern(r, i, k);
+    const double x = pattern(r, i, k, d);
     switch (op) {
       case Op::kSum:
       case Op::kAvg: acc += x; break;
@@ -72,6 +79,7 @@ double reduce_expected(int n, size_t i, int k, Op op) {
       case Op::kMax: acc = std::max(acc, x); break;
     }
   }
+  if (d == DType::kU8) acc = std::fmod(acc, 256.0);
   return acc;
 }
 
@@ -201,7 +209,7 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
     char* send = static_cast<char*>(send_b);
     char* recv = static_cast<char*>(recv_b);
     auto fill = [&](int k) -> Status {
-      for (size_t i = 0; i < sh.send; ++i) put(send_h.data(), i, o.dtype, pattern(me, i, k));
+      for (size_t i = 0; i < sh.send; ++i) put(send_h.data(), i, o.dtype, pattern(me, i, k, o.dtype));
       return comm.copy_in(send, send_h.data(), send_h.size());
     };
     TT_TRY(fill(0));
@@ -279,21 +287,23 @@ Status run_bench(Communicator& comm, const BenchOptions& o) {
         TT_TRY(call());
         TT_TRY(drain());
         TT_TRY(comm.copy_out(recv_h.data(), recv, recv_h.size()));
+        const bool integral = o.dtype == DType::kI32 || o.dtype == DType::kI64 || o.dtype == DType::kU8;
         auto expect_at = [&](size_t i) -> double {  // element i of this rank's result
           if (o.collective == "allreduce" || o.collective == "reduce") {
-            const double v = reduce_expected(n, i, k, o.op);
-            return o.op == Op::kAvg ? (o.dtype == DType::kI32 || o.dtype == DType::kI64 ? std::trunc(v / n) : v / n)
+            const double v = reduce_expected(n, i, k, o.op, o.dtype);
+            return o.op == Op::kAvg ? (integral ? std::trunc(v / n) : v / n)
                                     : v;
           }
           if (o.collective == "reduce_scatter") {
-            const double v = reduce_expected(n, me * per + i, k, o.op);
-            return o.op == Op::kAvg ? (o.dtype == DType::kI32 || o.dtype == DType::kI64 ? std::trunc(v / n) : v / n)
+            const double v = reduce_expected(n, me * per + i, k, o.op, o.dtype);
+            return o.op == Op::kAvg ? (integral ? std::trunc(v / n) : v / n)
                                     : v;
           }
-          if (o.collective == "broadcast") return pattern(root, i, k);
-          if (o.collective == "allgather" || o.collective == "gather") return pattern(static_cast<int>(i / per), i % per, k);
-          if (o.collective == "scatter") return pattern(root, me * per + i, k);
-          return pattern(static_cast<int>(i / per), me * per + i % per, k);  // alltoall
+          if (o.collective == "broadcast") return pattern(root, i, k, o.dtype);
+          if (o.collective == "allgather" || o.collective == "gather")
+            return pattern(static_cast<int>(i / per), i % per, k, o.dtype);
+          if (o.collective == "scatter") return pattern(root, me * per + i, k, o.dtype);
+          return pattern(static_cast<int>(i / per), me * per + i % per, k, o.dtype);  // alltoall
         };
         const bool has_result = !(sh.rooted && o.collective != "broadcast" && o.collective != "scatter" && me != root);
         if (has_result) {

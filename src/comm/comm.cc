@@ -27,30 +27,6 @@
 
 namespace tt::comm {
 
-size_t dtype_size(DType d) {
-  switch (d) {
-    case DType::kF32: return 4;
-    case DType::kF64: return 8;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-  }
-  return 0;
-}
-
-const char* dtype_name(DType d) {
-  switch (d) {
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-  }
-  return "?";
-}
-
 const char* op_name(Op op) {
   switch (op) {
     case Op::kSum: return "sum";
@@ -60,12 +36,6 @@ const char* op_name(Op op) {
     case Op::kAvg: return "avg";
   }
   return "?";
-}
-
-Result<DType> parse_dtype(const std::string& name) {
-  for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32, DType::kI64})
-    if (name == dtype_name(d)) return d;
-  return make_status(StatusCode::kInvalidArgument, "unknown dtype '%s' (f32, f64, bf16, f16, i32, i64)", name.c_str());
 }
 
 Result<Op> parse_op(const std::string& name) {

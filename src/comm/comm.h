@@ -25,20 +25,18 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace tt::comm {
 
-enum class DType : uint8_t { kF32, kF64, kBF16, kF16, kI32, kI64 };
+using ::tt::DType;  // core/dtype.h: the collectives take every dtype
 enum class Op : uint8_t { kSum, kProd, kMin, kMax, kAvg };
 // The collectives (in error messages, descriptions checked across ranks, and NcclCommunicator::enqueue).
 enum Kind : int32_t { kBarrier, kBroadcast, kReduce, kAllreduce, kGather, kScatter, kAllgather, kReduceScatter,
                       kAlltoall };
 
-size_t dtype_size(DType d);
-const char* dtype_name(DType d);
 const char* op_name(Op op);
-Result<DType> parse_dtype(const std::string& name);
 Result<Op> parse_op(const std::string& name);
 
 // The "in place" send buffer (mpi4py's IN_PLACE): the data is taken from the receive buffer.

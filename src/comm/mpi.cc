@@ -448,6 +448,7 @@ class MpiComm final : public Communicator {
       case DType::kF64: return MPI_DOUBLE;
       case DType::kI32: return MPI_INT32_T;
       case DType::kI64: return MPI_INT64_T;
+      case DType::kU8: return MPI_UINT8_T;
       case DType::kBF16:
       case DType::kF16: return MPI_UINT16_T;
     }
@@ -467,6 +468,7 @@ class MpiComm final : public Communicator {
       case DType::kF64: for (size_t i = 0; i < count; ++i) static_cast<double*>(p)[i] /= size_; break;
       case DType::kI32: for (size_t i = 0; i < count; ++i) static_cast<int32_t*>(p)[i] /= size_; break;
       case DType::kI64: for (size_t i = 0; i < count; ++i) static_cast<int64_t*>(p)[i] /= size_; break;
+      case DType::kU8: for (size_t i = 0; i < count; ++i) static_cast<uint8_t*>(p)[i] /= size_; break;
       case DType::kBF16:
         for (size_t i = 0; i < count; ++i) {
           uint16_t& h = static_cast<uint16_t*>(p)[i];

@@ -67,6 +67,7 @@ ncclDataType_t nccl_type(DType d) {
     case DType::kF16: return ncclFloat16;
     case DType::kI32: return ncclInt32;
     case DType::kI64: return ncclInt64;
+    case DType::kU8: return ncclUint8;
   }
   return ncclFloat32;
 }

@@ -104,8 +104,12 @@ void reduce_typed(void* dst, const void* const* srcs, int n, size_t count, Op op
       }
     }
     if (op == Op::kAvg) {
-      const A div = static_cast<A>(n);
-      for (size_t i = 0; i < m; ++i) acc[i] = acc[i] / div;
+      if constexpr (std::is_integral_v<A>) {  // integers truncate toward zero; n may not fit a byte
+        for (size_t i = 0; i < m; ++i) acc[i] = static_cast<A>(static_cast<int64_t>(acc[i]) / n);
+      } else {
+        const A div = static_cast<A>(n);
+        for (size_t i = 0; i < m; ++i) acc[i] = acc[i] / div;
+      }
     }
     for (size_t i = 0; i < m; ++i) d[b + i] = store(acc[i]);
   }
@@ -122,6 +126,7 @@ void reduce(void* dst, const void* const* srcs, int n, size_t count, DType dtype
     case DType::kF64: return reduce_typed<double, double>(dst, srcs, n, count, op, id, id);
     case DType::kI32: return reduce_typed<int32_t, int32_t>(dst, srcs, n, count, op, id, id);
     case DType::kI64: return reduce_typed<int64_t, int64_t>(dst, srcs, n, count, op, id, id);
+    case DType::kU8: return reduce_typed<uint8_t, uint8_t>(dst, srcs, n, count, op, id, id);
     case DType::kBF16:
       return reduce_typed<uint16_t, float>(dst, srcs, n, count, op, [](uint16_t h) { return bf16_to_float(h); },
                                            [](float f) { return float_to_bf16(f); });

@@ -2,35 +2,6 @@
 
 namespace tt {
 
-size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kF64: return 8;
-    case DType::kU8: return 1;
-  }
-  return 0;
-}
-
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
-    case DType::kF64: return "f64";
-    case DType::kU8: return "u8";
-  }
-  return "?";
-}
-
-Result<DType> parse_dtype(const std::string& name) {
-  for (DType d : {DType::kF32, DType::kBF16, DType::kI32, DType::kF64, DType::kU8})
-    if (name == dtype_name(d)) return d;
-  return make_status(StatusCode::kInvalidArgument, "unknown dtype '%s' (expected f32, bf16, i32, f64 or u8)",
-                     name.c_str());
-}
-
 const char* tensor_class_name(TensorClass cls) {
   switch (cls) {
     case TensorClass::kParam: return "param";

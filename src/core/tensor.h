@@ -15,20 +15,9 @@
 
 #include "core/check.h"
 #include "core/device.h"
+#include "core/dtype.h"
 
 namespace tt {
-
-enum class DType : uint8_t {
-  kF32 = 0,
-  kBF16,
-  kI32,
-  kF64,  // CPU backend only: double-precision gradient checks
-  kU8,
-};
-
-size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);
-Result<DType> parse_dtype(const std::string& name);
 
 template <typename T>
 constexpr DType dtype_of();

@@ -1,5 +1,5 @@
 // data/npy: NumPy's .npy arrays (format 1.0/2.0/3.0, little-endian, C order), read by memory mapping and written
-// atomically: the feature arrays of the large-input workload (exec/features.h), which numpy writes and reads as they
+// atomically: the feature arrays of the large-input workload (apps/features.h), which numpy writes and reads as they
 // are (`np.load(path, mmap_mode="r")`).
 //
 //   TT_ASSIGN_OR_RETURN(data::NpyArray x, data::NpyArray::open("features.npy"));   // dtype "<f4", shape {N, D}

@@ -799,7 +799,7 @@ void Executor::issue(const Op& op) {
     case OpKind::kGradsOut:
       opt_->grads_out(op.segment);
       break;
-    case OpKind::kGradReduce:  // Note [data parallel] in exec/schedule.cc
+    case OpKind::kGradReduce:  // Note [data parallel] in plan/schedule.cc
       TT_CHECK(reducer_ != nullptr, "%s: a data-parallel schedule without a gradient reducer", op.name.c_str());
       if (prof_) prof_->mark(op.name.c_str());
       reducer_->reduce(t.grads[static_cast<size_t>(op.segment)], st);

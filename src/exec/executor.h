@@ -1,6 +1,6 @@
 // exec/executor: places the model's tensors as the plan says and runs the schedule. It allocates every buffer of
-// the run from one inventory (exec/inventory.h), hands the model views of them (activation sets of its own,
-// shared rebuilt sets, ring slots), compiles the plan into the schedule (exec/schedule.h) and runs each pass by
+// the run from one inventory (plan/inventory.h), hands the model views of them (activation sets of its own,
+// shared rebuilt sets, ring slots), compiles the plan into the schedule (plan/schedule.h) and runs each pass by
 // issuing the schedule's operations in order, letting the model run its kernels between its boundaries (it
 // implements the model's GptHooks). It owns the optimizer (exec/optimizer.h) and the host copies.
 //
@@ -21,11 +21,11 @@
 
 #include "backend/backend.h"
 #include "exec/grad_reducer.h"
-#include "exec/inventory.h"
+#include "plan/inventory.h"
 #include "exec/op_profiler.h"
 #include "exec/optimizer.h"
-#include "exec/plan.h"
-#include "exec/schedule.h"
+#include "plan/plan.h"
+#include "plan/schedule.h"
 #include "model/gpt.h"
 
 namespace tt {
@@ -38,7 +38,7 @@ struct ExecSpec {
   AdamWHyper hyper;            // hyper.speculate: Note [speculative update] (CPU optimizer)
   int64_t lm_chunk_rows = 0;   // 0: the model's default
   int input_staging_slots = 0; // pinned host slots for the trainer's next batches (Note [input staging])
-  int data_ranks = 1;          // Note [data parallel] in exec/schedule.cc: batch is this rank's share
+  int data_ranks = 1;          // Note [data parallel] in plan/schedule.cc: batch is this rank's share
   int tp_rank = 0;             // Note [tensor parallel] (model/gpt.h): this rank's place among model.tp
   int data_rank = 0;           // this rank's place among data_ranks
   bool shard_optimizer = false;  // Note [sharded optimizer] in exec/optimizer.h (with data_ranks > 1)
@@ -106,8 +106,8 @@ class Executor : public GptHooks {
   // The compute stream waits for every pending update of the CPU optimizer (before reading all parameters).
   void wait_all();
 
-  // --- passes (enqueued; exec/schedule.h) ---
-  // Where gradients live in activation memory (Note [gradients in dead activations] in exec/schedule.h), a forward()
+  // --- passes (enqueued; plan/schedule.h) ---
+  // Where gradients live in activation memory (Note [gradients in dead activations] in plan/schedule.h), a forward()
   // overwrites them: a step() of them and download_grads() are refused after it.
   void forward();                                  // Pass::kForward: losses of the current batch
   void backward();                                 // Pass::kBackward, after forward()
@@ -197,7 +197,7 @@ class Executor : public GptHooks {
   const std::vector<Op>* ops_ = nullptr;
   size_t pos_ = 0;
   bool in_model_ = false;
-  // Note [gradients in dead activations] (exec/schedule.h): grads_aliased_[l], whether block l's gradients live in
+  // Note [gradients in dead activations] (plan/schedule.h): grads_aliased_[l], whether block l's gradients live in
   // block l + 1's set; grads_pending_, a backward's gradients wait for their step; grads_valid_, no forward has
   // overwritten them since the last backward.
   std::vector<bool> grads_aliased_;

@@ -10,17 +10,6 @@
 namespace tt {
 namespace {
 
-comm::DType comm_dtype(DType d) {
-  switch (d) {
-    case DType::kF32: return comm::DType::kF32;
-    case DType::kF64: return comm::DType::kF64;
-    case DType::kBF16: return comm::DType::kBF16;
-    case DType::kI32: return comm::DType::kI32;
-    default: TT_CHECK(false, "a collective over %s tensors", dtype_name(d));
-  }
-  return comm::DType::kF32;
-}
-
 // The collectives of a step, each described as a comm::Call on tensors (in place but for the scatter), and run by
 // the implementation in the stream's order.
 class StepCollectives : public GradReducer {
@@ -59,7 +48,7 @@ class StepCollectives : public GradReducer {
     }
     c.recv = to.raw();
     c.count = static_cast<size_t>(to.numel());
-    c.dtype = comm_dtype(to.dtype());
+    c.dtype = to.dtype();
     c.root = root;
     run(c, stream, "the input's scatter");
   }
@@ -71,7 +60,7 @@ class StepCollectives : public GradReducer {
     c.send = comm::kInPlace;
     c.recv = t.raw();
     c.count = static_cast<size_t>(t.numel());
-    c.dtype = comm_dtype(t.dtype());
+    c.dtype = t.dtype();
     c.op = op;
     return c;
   }

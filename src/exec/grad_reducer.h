@@ -1,5 +1,5 @@
 // exec/grad_reducer: reductions over the ranks of one mesh dimension in a stream's order: a data-parallel run
-// averages each segment's gradients over its ranks (Note [data parallel] in exec/schedule.cc), a tensor-parallel one
+// averages each segment's gradients over its ranks (Note [data parallel] in plan/schedule.cc), a tensor-parallel one
 // sums partial activations and their gradients (Note [tensor parallel] in model/gpt.h). Two implementations: host
 // memory through a comm::Communicator, on a backend that runs host functions in stream order (the CPU backend); and
 // on a GPU, NCCL on the stream itself.

@@ -1,6 +1,6 @@
 // exec/optimizer: AdamW with global-norm gradient clipping, as PyTorch's torch.optim.AdamW + clip_grad_norm_ (weight
 // decay only on parameters marked `decay`), on the device or on the host. It holds the optimizer's state and does
-// the work of the schedule's optimizer operations (exec/schedule.h: kNormPart, kDeviceAdamW, kGradsOut,
+// the work of the schedule's optimizer operations (plan/schedule.h: kNormPart, kDeviceAdamW, kGradsOut,
 // kHostAdamW, kParamsBack, ...); the executor runs them in the schedule's order with the schedule's events.
 //
 // Note [master on host]
@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "exec/plan.h"
+#include "plan/plan.h"
 #include "model/gpt.h"
 
 namespace tt {
@@ -90,7 +90,7 @@ struct OptimizerBuffers {
   HostAdamState sets[2];  // host (CPU optimizer); sets[1] only with speculation
   float* host_grads = nullptr;
   float* host_norm = nullptr;
-  // Note [managed optimizer exchange] in exec/schedule.cc (CPU optimizer): the update reads the model's (managed)
+  // Note [managed optimizer exchange] in plan/schedule.cc (CPU optimizer): the update reads the model's (managed)
   // gradients where they are instead of host_grads, and writes the new compute copy into compute_out (the managed
   // flat compute copy: through sets[].bf16 with bf16 compute, by a copy of the new master with f32).
   bool grads_in_place = false;
@@ -121,7 +121,7 @@ class Optimizer {
   // The staging copy of segment s's compute copy in the current set (CPU optimizer).
   const void* host_compute(int segment) const;
 
-  // --- the schedule's operations (exec/schedule.h), enqueued ---
+  // --- the schedule's operations (plan/schedule.h), enqueued ---
   // Before a step's passes: its learning rate and whether it speculates (the caller's guess).
   void begin_step(float lr, bool speculate);
   void norm_part(int segment);   // kNormPart, compute stream

@@ -16,7 +16,7 @@
 #include "backend/attention_options.h"
 #include "core/config.h"
 #include "memory/um.h"
-#include "exec/plan.h"
+#include "plan/plan.h"
 #include "model/gpt.h"
 
 namespace tt {
@@ -56,7 +56,7 @@ struct TrainConfig {
   int64_t cpu_host_delay_us = 0;     // CPU backend: added to every piece of host-stream work (a slow host optimizer)
   int64_t lm_chunk_rows = 0;  // the LM head's logits rows at once (0: the model's default)
   bool um_allow_oversubscription = false;  // issue 20: managed memory beyond the GPU's free memory (unsafe if shared)
-  bool grads_in_activations = true;  // Note [gradients in dead activations] (exec/schedule.h); false: the knob off
+  bool grads_in_activations = true;  // Note [gradients in dead activations] (plan/schedule.h); false: the knob off
   // issue 20: managed prefetches to the host in pieces of this many MiB (0: whole)
   int64_t um_host_piece_mib = memory::kDefaultUmHostPieceBytes >> 20;
   bool host_ahead = true;  // Note [host one step ahead] (exec/trainer.cc): step k + 1 enqueued before k's loss is read
@@ -66,7 +66,7 @@ struct TrainConfig {
   bool cpu_lock_host_memory = false;
 
   // Issue 21: the named device mesh (mesh/mesh.h) this run is one rank of, and its layout rules; "" for one
-  // process. Data parallel today (batch over a mesh dimension: Note [data parallel] in exec/schedule.cc).
+  // process. Data parallel today (batch over a mesh dimension: Note [data parallel] in plan/schedule.cc).
   std::string mesh;
   std::string layout;
   std::string input = "direct";  // direct | via-root | replicated (Note [data-parallel input] in exec/trainer.cc)

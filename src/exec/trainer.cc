@@ -52,7 +52,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   e.model = cfg.model;
   e.batch = cfg.batch;
   if (!cfg.mesh.empty()) {
-    // Issue 21: --batch is the global batch; this rank runs its share (Note [data parallel] in exec/schedule.cc).
+    // Issue 21: --batch is the global batch; this rank runs its share (Note [data parallel] in plan/schedule.cc).
     TT_ASSIGN_OR_RETURN(mesh::MeshShape shape, mesh::MeshShape::parse(cfg.mesh));
     TT_ASSIGN_OR_RETURN(mesh::Layout layout, mesh::Layout::resolve(cfg.layout, shape));
     TT_RETURN_IF(layout.ways("embed", shape) > 1, kUnimplemented,
@@ -459,7 +459,7 @@ Status Trainer::build() {
                         make_stream_reducer(*backend_, *data_comm_, backend_->h2d_stream(), "--input via-root"));
     ex_->set_input_reducer(input_reducer_.get());
   }
-  if (shards_ > 1) {  // Note [data parallel] in exec/schedule.cc: on the comm stream
+  if (shards_ > 1) {  // Note [data parallel] in plan/schedule.cc: on the comm stream
     TT_ASSIGN_OR_RETURN(reducer_, make_stream_reducer(*backend_, *data_comm_, backend_->comm_stream(), "data parallel"));
     ex_->set_grad_reducer(reducer_.get());
   }

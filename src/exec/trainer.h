@@ -30,7 +30,7 @@
 #include "exec/executor.h"
 #include "exec/grad_reducer.h"
 #include "mesh/mesh.h"
-#include "exec/plan.h"
+#include "plan/plan.h"
 #include "exec/train_config.h"
 #include "model/gpt.h"
 
@@ -159,7 +159,7 @@ class Trainer {
   int64_t step_ = 0;
   bool speculate_next_ = true;  // Note [speculative update]: the last norm was under the clip (or no step yet)
   std::vector<int32_t> host_tokens_, host_targets_;  // evaluation batches
-  // Note [input staging]: a ring of two pinned host slots (the executor's; Note [slot rings] in exec/schedule.h),
+  // Note [input staging]: a ring of two pinned host slots (the executor's; Note [slot rings] in plan/schedule.h),
   // each holding a batch's tokens then targets. The training pass takes its batch from the device buffer input.next
   // into the model's inputs (after the copy's input_ready), then draws the next batch through the executor's input
   // source into the next host slot and copies it to input.next on the h2d stream (after the take's
@@ -189,7 +189,7 @@ class Trainer {
   FILE* jsonl_ = nullptr;  // --metrics-jsonl, opened (append) at the first record
   bool jsonl_failed_ = false;
   // Issue 21 (--mesh): this rank's mesh, the communicator along the batch dimension (null: one rank), this rank's
-  // shard of each global batch, and the gradients' reducer (Note [data parallel] in exec/schedule.cc). Rank 0 of
+  // shard of each global batch, and the gradients' reducer (Note [data parallel] in plan/schedule.cc). Rank 0 of
   // the mesh (the lead) prints and writes the run's files; every rank computes alike.
   std::unique_ptr<mesh::Mesh> mesh_;
   comm::Communicator* data_comm_ = nullptr;

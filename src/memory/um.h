@@ -1,7 +1,7 @@
 // memory/um: what a backend offers of Unified (managed) Memory (issue 20): one reservation of managed memory, the
 // advice per range, and prefetches and discards in stream order. The executor sub-allocates the reservation with a
 // DevicePool counted under Tier::kManaged, applies the plan's advice per tensor class at set-up and issues the
-// schedule's prefetches and discards through this interface (Note [managed activations] in exec/schedule.cc).
+// schedule's prefetches and discards through this interface (Note [managed activations] in plan/schedule.cc).
 //
 //   UmDriver* um = backend.um();                  // nullptr: this backend has no managed memory
 //   TT_ASSIGN_OR_RETURN(void* base, um->reserve(bytes, /*allow_oversubscription=*/false));
@@ -70,7 +70,7 @@ class UmDriver {
   virtual void prefetch(const std::vector<UmRange>& ranges, UmPlace to, Stream& stream) = 0;
   // In `stream`'s order: the ranges' contents are dead, and their pages are placed at `to` (kDevice or kHost)
   // without moving their data (a discard-and-prefetch in one call; never a plain discard: Note [managed activations]
-  // in exec/schedule.cc). Reading them before the next write gives indeterminate values.
+  // in plan/schedule.cc). Reading them before the next write gives indeterminate values.
   virtual void discard(const std::vector<UmRange>& ranges, UmPlace to, Stream& stream) = 0;
   // Counting of the driver's page faults and migrations (`train --um-counters`): CUPTI's Unified Memory counters on
   // a GPU; on the CPU backend's emulation, what its prefetches would have moved (it has no faults). counted() returns

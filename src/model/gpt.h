@@ -142,7 +142,7 @@ struct TensorRequest {
 int64_t gpt_default_lm_chunk_rows(const GptConfig& cfg, int batch, DType compute);
 
 // The parts of one block's saved activations (all but its output, which every block keeps: its successor's input).
-// The executor may keep them apart (exec/plan.h): the LayerNorm outputs and statistics (Note [rebuilt norms]), the
+// The executor may keep them apart (plan/plan.h): the LayerNorm outputs and statistics (Note [rebuilt norms]), the
 // rest of the attention half (qkv, atty, lse, res2), the MLP half (Note [MLP half]): its pre-activation fch and its
 // GELU output fch_gelu (Note [rebuilt GELU]).
 enum BlockPart : unsigned {
@@ -192,7 +192,7 @@ struct GptTensors {
 // memory (token, pos) when the step runs, so that one recorded step (Backend::capture: a CUDA graph) replays for every
 // token: at GPT-2 a token is about 110 kernels of one row each, whose launches cost as much as their work. The
 // cache holds at most T positions: whoever draws restarts the context (prefill) when it outgrows them
-// (exec/generate.cc).
+// (apps/generate.cc).
 struct GptDecodeState {
   Tensor cache;                      // [L, T, 3C] compute dtype
   Tensor token, pos;                 // [1] i32: the token decode_step reads and its position (< T)

@@ -244,7 +244,7 @@ double ProfileCosts::seconds(const Op& op) const {
       // measures an allreduce over N ranks as latency + bytes / bandwidth (Profile::allreduce); a collective over
       // that many ranks is priced by its bytes at that rate, and without one it costs nothing and the prediction
       // says so (PlanRow::unpriced_collectives). A data-parallel run's average of each segment's gradients is an
-      // operation of its own on the comm stream (Note [data parallel] in exec/schedule.cc), overlapped with the rest
+      // operation of its own on the comm stream (Note [data parallel] in plan/schedule.cc), overlapped with the rest
       // of the backward; a tensor-parallel run's sums and maxima (Note [tensor parallel] in model/gpt.h) are part of
       // the compute operations that run them (gpt_tp_collectives lists them per piece, as gpt_kernel_calls lists
       // the kernels), on the compute stream. Not priced: a sharded optimizer's exchange of parameters (inside its

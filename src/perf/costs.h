@@ -13,7 +13,7 @@
 #include <tuple>
 #include <vector>
 
-#include "exec/schedule.h"
+#include "plan/schedule.h"
 #include "perf/profile.h"
 #include "perf/simulator.h"
 

@@ -20,7 +20,7 @@ CostClass cost_class(const Op& op) {
     case OpKind::kGradReduce:  // Note [pricing collectives] in perf/costs.cc
       return CostClass::kComm;
     // Unified Memory (issue 20): the driver's prefetches on the stream of their direction (Note [managed
-    // activations] in exec/schedule.cc); a discard-and-prefetch of dead pages moves nothing and is the work of the
+    // activations] in plan/schedule.cc); a discard-and-prefetch of dead pages moves nothing and is the work of the
     // stream it runs on: the h2d stream for activations in either direction, the d2h stream for the release of the
     // exchange's compute copy (Note [managed optimizer exchange]).
     case OpKind::kUmPrefetch:

@@ -1,4 +1,4 @@
-// perf/simulator: replays a schedule (exec/schedule.h) with a time for each operation, and predicts the time of a
+// perf/simulator: replays a schedule (plan/schedule.h) with a time for each operation, and predicts the time of a
 // pass run step after step, each stream's busy time and the compute stream's exposed waits. The core of the
 // performance model; the operation times come from a CostModel (perf/costs.h: ProfileCosts, from the machine's
 // calibrated profile).
@@ -29,7 +29,7 @@
 #include <map>
 #include <string>
 
-#include "exec/schedule.h"
+#include "plan/schedule.h"
 
 namespace tt::perf {
 

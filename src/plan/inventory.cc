@@ -1,4 +1,4 @@
-#include "exec/inventory.h"
+#include "plan/inventory.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-// exec/inventory: every buffer a run allocates, device and host, one entry each with its tier, tensor class and the
+// plan/inventory: every buffer a run allocates, device and host, one entry each with its tier, tensor class and the
 // bytes its pool takes. The executor allocates exactly these entries (and nothing else), the budget check and
 // --dry-run read the same list, so what is checked, printed and allocated cannot disagree.
 //

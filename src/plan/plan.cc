@@ -1,4 +1,4 @@
-#include "exec/plan.h"
+#include "plan/plan.h"
 
 #include <algorithm>
 #include <fstream>

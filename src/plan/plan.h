@@ -1,4 +1,4 @@
-// exec/plan: where every tensor class of every layer lives during training, and where the optimizer runs: the Plan
+// plan/plan: where every tensor class of every layer lives during training, and where the optimizer runs: the Plan
 // of docs/ARCHITECTURE.md, from a CLI shortcut or a JSON file, validated before anything is allocated.
 //
 //   TT_ASSIGN_OR_RETURN(Plan plan, Plan::resolve("swap-activations", cfg.model.layers, /*swap_slots=*/2));
@@ -13,7 +13,7 @@
 // recompute; "param", "grad" and "optim_state" are resident or host_streamed; "optimizer": "cpu" keeps the AdamW
 // moments and the fp32 master of all parameters in host memory (exec/optimizer.h), and every host_streamed class needs
 // it. A host_streamed "param" is uploaded into one of param_prefetch + 1 device slots ahead of each use (Note
-// [streamed parameters] in exec/schedule.h); a host_streamed "grad" leaves the device right after its backward;
+// [streamed parameters] in plan/schedule.h); a host_streamed "grad" leaves the device right after its backward;
 // a host_streamed "optim_state" asks for the CPU optimizer, which keeps every layer's state on the host (there is
 // no per-layer split of the optimizer).
 #pragma once
@@ -33,7 +33,7 @@ namespace tt {
 //  kResident: in its own device buffers.
 //  kRecompute (Note [recompute]): in one activation set shared by all recomputed blocks, rebuilt from the block's
 //    input right before its backward. The same kernels on the same inputs give the same bits.
-//  kSwap (Note [swap] in exec/schedule.h): copied to host memory on the d2h stream right after the block's forward
+//  kSwap (Note [swap] in plan/schedule.h): copied to host memory on the d2h stream right after the block's forward
 //    and brought back on the h2d stream for its backward, through swap_prefetch + 1 device slots shared by the
 //    swapped blocks.
 // Every mix is bit-identical to keeping everything resident.
@@ -56,7 +56,7 @@ namespace tt {
 // GELU (the fused epilogue rounds gelu of the f32 sum once; apart, the sum is rounded to bf16 first), so the run
 // is bit-identical to in-core with the same kernels and within the tolerances of the fused run. At d4096 B8 T2048 it
 // saves 15 of 16 blocks' 0.5 GiB fch_gelu, for two element-wise passes over fch a block.
-// Note [managed activations] (issue 20, exec/schedule.cc):
+// Note [managed activations] (issue 20, plan/schedule.cc):
 //  kManaged: in its own set in managed memory (memory/um.h), which stays on the device: Unified Memory's pages,
 //    placed by the plan's advice (Plan::um) and, with um.prefetch, on the device from set-up.
 //  kManagedOffload: the same, but with um.prefetch the schedule moves the pages as swap moves its copies: to the host
@@ -90,7 +90,7 @@ struct LayerPlan {
 };
 
 // Issue 20: Unified Memory's advice per kind of data, and whether the schedule moves managed pages itself
-// (prefetches and discards: Note [managed activations] in exec/schedule.cc). The kinds: param, grad, optim_state,
+// (prefetches and discards: Note [managed activations] in plan/schedule.cc). The kinds: param, grad, optim_state,
 // activation (blocks placed "managed") and activation_offload (blocks placed "managed_offload").
 struct UmPolicy {
   memory::UmAdvice param, grad, optim_state, activation, activation_offload;
@@ -124,7 +124,7 @@ struct Plan {
   // (and their compute copy), every gradient segment, AdamW's moments. Device optimizer only for now.
   bool managed_params = false, managed_grads = false, managed_optim = false;
   UmPolicy um;
-  // Note [gradients in dead activations] (exec/schedule.h): a block's gradients may live in the next block's own
+  // Note [gradients in dead activations] (plan/schedule.h): a block's gradients may live in the next block's own
   // activation set, dead once that block's backward is done. JSON "grads_in_activations": false (or the knob
   // grads_in_activations) keeps every gradient segment in a buffer of its own.
   bool grads_in_activations = true;

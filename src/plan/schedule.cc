@@ -1,4 +1,4 @@
-#include "exec/schedule.h"
+#include "plan/schedule.h"
 
 #include <algorithm>
 #include <iterator>
@@ -109,7 +109,7 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // ends hold the neighbouring segments' parameters too, still to be read by their backward (s - 1) or already
 // rewritten by a speculative update (s + 1), so they are moved with their contents (kEnds; a segment within one
 // piece: moved whole). Only with um.release_params (off by default: a small, inconsistent gain, and GPU page faults on
-// some machines; exec/plan.h), and only in Pass::kTrain, where the update follows in the same pass: after backward() or
+// some machines; plan/plan.h), and only in Pass::kTrain, where the update follows in the same pass: after backward() or
 // forward_backward() a forward() may come before any update and would read released pages. Otherwise, or with
 // um.discard false, all of it is moved. After the update of s the h2d stream populates the gradients on the device
 // again with one discard-and-prefetch (dead: the next backward writes them; Note [managed activations] says why never a

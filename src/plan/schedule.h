@@ -1,4 +1,4 @@
-// exec/schedule: a resolved plan compiled for one model and batch into the operations of each pass, in the order
+// plan/schedule: a resolved plan compiled for one model and batch into the operations of each pass, in the order
 // they are issued, each on its stream (compute, h2d, d2h, host; room for communication streams) with its name,
 // layer, kind, bytes moved, floating-point operations, and the event it waits for or records. The executor runs it
 // and nothing else (exec/executor.h); --trace names its copies and host work as it does; --dry-run --schedule FILE
@@ -23,8 +23,8 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/status.h"
-#include "exec/inventory.h"
-#include "exec/plan.h"
+#include "plan/inventory.h"
+#include "plan/plan.h"
 #include "model/gpt.h"
 
 namespace tt {
@@ -60,7 +60,7 @@ enum class OpKind : int {
   kUmAdvise,        // setup: the plan's advice for the entry's class (Plan::um)
   kUmPrefetch,      // the pages moved to `place` (h2d stream to the device, d2h stream to the host); with um_dead
                     // their contents are dead: placed there without moving anything (a discard-and-prefetch)
-  kRebuildGelu,     // compute: Note [rebuilt GELU] in exec/plan.h
+  kRebuildGelu,     // compute: Note [rebuilt GELU] in plan/plan.h
 };
 const char* op_kind_name(OpKind k);
 

@@ -1,4 +1,4 @@
-// exec/generate: text from a checkpoint.
+// apps/generate: text from a checkpoint.
 //  - the draw: temperature near 0 takes the likeliest token; top-k never leaves the k likeliest; the frequencies
 //    follow the softmax;
 //  - a model trained on one repeated sentence continues that sentence from its start, through and past the end
@@ -18,7 +18,7 @@
 #include "core/rng.h"
 #include "core/tensorfile.h"
 #include "exec/export.h"
-#include "exec/generate.h"
+#include "apps/generate.h"
 #include "exec/trainer.h"
 #include "temp_dir.h"
 #include "exec_util.h"

@@ -21,7 +21,7 @@
 
 #include "core/atomic_file.h"
 #include "core/tensorfile.h"
-#include "exec/schedule.h"
+#include "plan/schedule.h"
 #include "gpt2_vocab.h"
 #include "temp_dir.h"
 
@@ -208,7 +208,7 @@ TEST(Cli, ChoicesWarmupAndMissingGpuAreExplained) {
   }
 }
 
-// Issue 21, Note [data parallel] in exec/schedule.cc: `launch -n N -- train --mesh data=N` trains one model over the
+// Issue 21, Note [data parallel] in plan/schedule.cc: `launch -n N -- train --mesh data=N` trains one model over the
 // ranks, each on its shard of the same global batches: every step's loss and gradient norm are the one-process
 // run's up to the order of the gradient sums (here within 1e-6 relative), on plans with the optimizer on the
 // device and on the host; rank 0 alone prints and writes; the replicas are checked to be the same bits at every
@@ -575,7 +575,7 @@ TEST(Cli, ShardedOptimizerIsTheUnshardedRunWithLessMemory) {
   EXPECT_HAS(streamed.out, "--shard-optimizer with parameters or gradients streamed from the host");
 }
 
-// Issue 21's large-input workload (exec/features.h): an MLP on dense features, data parallel; the three input modes
+// Issue 21's large-input workload (apps/features.h): an MLP on dense features, data parallel; the three input modes
 // feed each rank the same rows (bit-identical runs), two ranks follow the one-process run (within 1e-5), it learns,
 // and bad data or options are named.
 TEST(Cli, FeatureWorkloadInputModesGiveTheSameRun) {
@@ -1325,6 +1325,20 @@ TEST(Cli, RunFolderKeepsConfigMetricsCheckpointAndSample) {
   };
   EXPECT_EQ(text(s1.out), text(s2.out));
   EXPECT_NE(text(s1.out), text(s3.out));
+  // Data on stdout, diagnostics on stderr: `tiertrain sample RUN > out.txt` keeps the text alone.
+  {
+    const std::string cmd = std::string(TT_BINARY) + " sample " + rd +
+                            " --tokens 40 --seed 3 --temperature 1.5 --backend cpu 2>/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string only_stdout;
+    std::array<char, 4096> buf{};
+    for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) only_stdout.append(buf.data(), n);
+    EXPECT_EQ(pclose(p), 0);
+    EXPECT_EQ(only_stdout.find("--- sample of"), std::string::npos) << only_stdout;
+    EXPECT_EQ(only_stdout.find("(a token:"), std::string::npos) << only_stdout;
+    EXPECT_EQ("\n" + only_stdout, text(s1.out) + "\n") << "stdout holds the sample's text and nothing else";
+  }
   EXPECT_EQ(run("sample " + rd + " --temperature 0").code, 2);
   CliRun none = run("sample " + dir.file("nothing"));
   EXPECT_EQ(none.code, 1);
@@ -1372,7 +1386,7 @@ TEST(Cli, RunFolderKeepsConfigMetricsCheckpointAndSample) {
 }
 
 // `tiertrain export`: a folder with model.safetensors (8-byte header length, JSON header, data) in GPT-2's layout and
-// config.json; training starts from it with --from-safetensors (the values: exec/generate_test.cc).
+// config.json; training starts from it with --from-safetensors (the values: tests/apps/generate_test.cc).
 TEST(Cli, ExportWritesGpt2SafetensorsAndTrainingStartsFromThem) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(20000));

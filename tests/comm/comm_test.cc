@@ -71,6 +71,8 @@ void store(void* p, size_t i, DType d, double x) {
     case DType::kF16: static_cast<uint16_t*>(p)[i] = comm::float_to_f16(static_cast<float>(x)); break;
     case DType::kI32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(std::lround(x * 2)); break;
     case DType::kI64: static_cast<int64_t*>(p)[i] = std::llround(x * 2); break;
+    case DType::kU8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(std::lround(x * 2) + 6); break;  // 0..12
+    default: ADD_FAILURE() << "no test values for " << dtype_name(d);
   }
 }
 
@@ -82,6 +84,8 @@ double load(const void* p, size_t i, DType d) {
     case DType::kF16: return comm::f16_to_float(static_cast<const uint16_t*>(p)[i]);
     case DType::kI32: return static_cast<const int32_t*>(p)[i];
     case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::kU8: return static_cast<const uint8_t*>(p)[i];
+    default: ADD_FAILURE() << "no test values for " << dtype_name(d);
   }
   return 0;
 }
@@ -142,7 +146,7 @@ template <class T>
 using Vec = std::vector<T, BufAlloc<T>>;
 
 Buf make(int r, size_t n, DType d, int tag) {
-  Buf b(std::max<size_t>(n, 1) * comm::dtype_size(d));
+  Buf b(std::max<size_t>(n, 1) * dtype_size(d));
   for (size_t i = 0; i < n; ++i) store(b.data(), i, d, value(r, i, tag));
   return b;
 }
@@ -150,6 +154,24 @@ Buf make(int r, size_t n, DType d, int tag) {
 // The reduction of element i over ranks 0..n-1 in rank order, in the accumulation type of d (float for the 16-bit
 // types, rounded once), written independently of comm/reduce.
 double expected(int n, size_t i, DType d, Op op, int tag, size_t base = 0) {
+  if (d == DType::kU8) {
+    // Bytes: the stored values are 2x + 6 (0 to 12); sums and products wrap modulo 256 as uint8_t arithmetic does,
+    // and an average is the wrapped sum divided by the ranks, truncated.
+    auto byte = [&](int r) { return static_cast<unsigned>(std::llround(value(r, base + i, tag) * 2) + 6); };
+    unsigned acc = byte(0);
+    for (int r = 1; r < n; ++r) {
+      const unsigned x = byte(r);
+      switch (op) {
+        case Op::kSum:
+        case Op::kAvg: acc = (acc + x) & 255u; break;
+        case Op::kProd: acc = (acc * x) & 255u; break;
+        case Op::kMin: acc = std::min(acc, x); break;
+        case Op::kMax: acc = std::max(acc, x); break;
+      }
+    }
+    if (op == Op::kAvg) acc /= static_cast<unsigned>(n);
+    return acc;
+  }
   std::vector<char> one(8);
   auto stored = [&](int r) {  // the value as rank r holds it
     store(one.data(), 0, d, value(r, base + i, tag));
@@ -231,8 +253,8 @@ int run_collectives() {
   const size_t large = 40000 + 5;
   int tag = 0;
   for (const size_t count : {size_t(0), size_t(1), size_t(7), size_t(n * 3 + 1), large}) {
-    for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32, DType::kI64}) {
-      const size_t es = comm::dtype_size(d);
+    for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32, DType::kI64, DType::kU8}) {
+      const size_t es = dtype_size(d);
       // Out of place, in place (kInPlace), and in place through the aliased forms of comm.h (send == recv, or at
       // this rank's block).
       for (const int mode : {0, 1, 2}) {
@@ -241,7 +263,8 @@ int run_collectives() {
         // allreduce, reduce (root n-1), reduce_scatter with every op.
         for (Op op : {Op::kSum, Op::kProd, Op::kMin, Op::kMax, Op::kAvg}) {
           ++tag;
-          if (op == Op::kProd && count == large && d != DType::kF64 && d != DType::kI64) continue;  // overflow
+          if (op == Op::kProd && count == large && d != DType::kF64 && d != DType::kI64 && d != DType::kU8)
+            continue;  // overflow (bytes wrap, exactly)
           Buf send = make(rank, count, d, tag), recv(send.size());
           if (in_place) recv = send;
           CHECK_OK(c.allreduce(in_place ? ip(recv.data()) : send.data(), recv.data(), count, d, op));

@@ -1,4 +1,4 @@
-// The executor on its own (exec/executor.h) and the schedule it runs (exec/schedule.h), on the CPU backend with its
+// The executor on its own (exec/executor.h) and the schedule it runs (plan/schedule.h), on the CPU backend with its
 // delay knobs (slow kernels, a slow link, a slow host), which give every operation a known minimum time:
 // - the schedule of every plan validates and survives a JSON round trip, and broken ones are refused;
 // - the memory the schedule says a run takes equals what the pools measured, per pool and tensor class, and the

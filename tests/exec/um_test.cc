@@ -1,4 +1,4 @@
-// Unified Memory placements (issue 20; Note [managed activations] in exec/schedule.cc) on the CPU backend, whose
+// Unified Memory placements (issue 20; Note [managed activations] in plan/schedule.cc) on the CPU backend, whose
 // managed memory is emulated (Note [emulated managed memory] in backend/cpu/cpu_backend.cc: a discard poisons its
 // pages):
 // - every managed plan trains bit for bit as in-core, with slow kernels and a slow link;

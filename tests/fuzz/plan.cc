@@ -1,6 +1,6 @@
-// Fuzz target: a JSON plan (--plan FILE: exec/plan) for a model of 1-16 layers (from the input's first byte). An
+// Fuzz target: a JSON plan (--plan FILE: plan/plan) for a model of 1-16 layers (from the input's first byte). An
 // accepted plan must survive its own JSON: to_json -> from_json gives the same plan.
-#include "exec/plan.h"
+#include "plan/plan.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

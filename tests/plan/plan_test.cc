@@ -1,11 +1,11 @@
-// exec/plan: the --plan shortcuts, JSON plans (a default, per-layer ranges, or one object per layer), and the errors
+// plan/plan: the --plan shortcuts, JSON plans (a default, per-layer ranges, or one object per layer), and the errors
 // a wrong or not-yet-supported plan gets before anything is allocated.
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "exec/plan.h"
+#include "plan/plan.h"
 #include "temp_dir.h"
 
 namespace tt {
