@@ -198,7 +198,7 @@ Result<long long> env_int(std::initializer_list<const char*> names, long long fa
 Result<void*> Communicator::alloc_buffer(size_t bytes) {
   // Large buffers as numpy makes its large arrays (huge pages asked for): the Python and C++ benchmarks then
   // measure the collectives on alike memory: a single-copy gather costs several times more on plain aligned_alloc
-  // buffers than on numpy's (Note [single copy] in shm.cc). TIERTRAIN_COMM_HUGE_BYTES moves the
+  // buffers than on numpy's (Note [single copy] in comm/shm_internal.h). TIERTRAIN_COMM_HUGE_BYTES moves the
   // threshold (0: never); a buffer under 2 MiB then takes a whole huge page.
   const char* var = nullptr;
   TT_ASSIGN_OR_RETURN(long long threshold, env_int({"TIERTRAIN_COMM_HUGE_BYTES"}, 4 << 20, &var));

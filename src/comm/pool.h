@@ -1,4 +1,4 @@
-// comm/pool: which ranges of a rank's shared pool are handed out as buffers (Note [shared buffers] in shm.cc): first
+// comm/pool: which ranges of a rank's shared pool are handed out as buffers (Note [shared buffers] in comm/shm_internal.h): first
 // fit over the free ranges, in granules, with neighbours merged when a range comes back. Offsets only: the caller
 // maps, allocates and releases the memory.
 #pragma once

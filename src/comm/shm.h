@@ -1,4 +1,4 @@
-// comm/shm: the Communicator of processes on one node, over shared memory (Note [shm rounds] in shm.cc).
+// comm/shm: the Communicator of processes on one node, over shared memory (Note [shm rounds] in comm/shm_internal.h).
 //
 // Each rank owns one segment (so its pages are local to it), named after the job's id and the rank, in /dev/shm, or
 // as a file in TIERTRAIN_SHM_DIR (for containers whose /dev/shm is too small: checked before anything is mapped). A
@@ -23,7 +23,7 @@ struct ShmOptions {
   size_t stream_bytes = 4 << 20;
   // Gather and scatter pieces of at least this many bytes go in one copy between the ranks' own buffers (cross
   // memory attach) where the ranks may attach to each other (TIERTRAIN_COMM_CMA_BYTES; 0: never; kCmaAuto, the
-  // default: kCmaAutoBytes from kCmaAutoRanks ranks up, else never). Note [single copy] in shm.cc.
+  // default: kCmaAutoBytes from kCmaAutoRanks ranks up, else never). Note [single copy] in comm/shm_internal.h.
   static constexpr size_t kCmaAuto = ~size_t(0);
   static constexpr size_t kCmaAutoBytes = 256 << 10;
   static constexpr int kCmaAutoRanks = 4;
@@ -31,30 +31,30 @@ struct ShmOptions {
   // Where single copies are on, a root whose buffer is on huge pages throughout (on_huge_pages) also takes them for
   // pieces of at least this many bytes, below cma_bytes, when the call is one round (TIERTRAIN_COMM_CMA_HUGE_BYTES;
   // 0: never). The ranks agree on the largest asked for (0 anywhere: never); the root decides, the others follow it.
-  // Note [single copy by pages] in shm.cc.
+  // Note [single copy by pages] in comm/shm_copy.cc.
   size_t cma_huge_bytes = 32 << 10;
   // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0: never). The
   // default, 32: with fewer ranks the flat line is as fast or faster, the tree's second step costing more than the
-  // shorter line saves (docs/benchmarks/2026-11-30-h200x2-comm-tuning/). Note [arrival tree] in shm.cc.
+  // shorter line saves (docs/benchmarks/2026-11-30-h200x2-comm-tuning/). Note [arrival tree] in comm/shm_internal.h.
   int tree_ranks = 32;
   // Rounds of at most 8 bytes a rank (allreduce, reduce, broadcast, gather, allgather) carry their data in the
   // arrival line instead of the input area (TIERTRAIN_COMM_INLINE=1; 0 on any rank: off everywhere). Unset (-1):
   // on in worlds of up to kInlineAutoRanks ranks: their gain is clear at 8 ranks, within the noise at 16, and gone
-  // at 32 (docs/benchmarks/2026-11-30-h200x2-comm-python-layer/). Note [inline rounds] in shm.cc.
+  // at 32 (docs/benchmarks/2026-11-30-h200x2-comm-python-layer/). Note [inline rounds] in comm/shm_internal.h.
   int inline_small = -1;
   static constexpr int kInlineAutoRanks = 16;
   // A gather or small reduce of one round that reads nothing from the pools waits for its root alone on every other
-  // rank, not for every rank (TIERTRAIN_COMM_ROOTED=0 on any rank: off everywhere). Note [rooted rounds] in shm.cc.
+  // rank, not for every rank (TIERTRAIN_COMM_ROOTED=0 on any rank: off everywhere). Note [rooted rounds] in comm/shm_internal.h.
   bool rooted = true;
   // A reduction's rounds take at most this many bytes over all ranks (TIERTRAIN_COMM_REDUCE_SPAN; 0: half an area
-  // each, as other collectives). Note [reduction rounds] in shm.cc.
+  // each, as other collectives). Note [reduction rounds] in comm/shm_internal.h.
   size_t reduce_span = 32 << 20;
   // Threads of a rank that share out its large copies and reductions (TIERTRAIN_COMM_THREADS, 1-8; `tiertrain
   // launch --bind-to share` sets it to each rank's share of the CPUs). Note [crew] in crew.cc.
   int threads = 1;
   // Copies and reductions of at least this many bytes are shared out over the threads (TIERTRAIN_COMM_THREAD_BYTES).
   size_t thread_bytes = 256 << 10;
-  // Note [shared buffers] in shm.cc: each rank's pool of buffers that its peers map (TIERTRAIN_COMM_POOL bytes of
+  // Note [shared buffers] in comm/shm_internal.h: each rank's pool of buffers that its peers map (TIERTRAIN_COMM_POOL bytes of
   // address space, pages allocated as buffers are handed out; 0: none). kPoolAuto: the size of the file system the
   // segments are on, at most 1 TiB.
   static constexpr size_t kPoolAuto = ~size_t{0};

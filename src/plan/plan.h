@@ -33,7 +33,7 @@ namespace tt {
 //  kResident: in its own device buffers.
 //  kRecompute (Note [recompute]): in one activation set shared by all recomputed blocks, rebuilt from the block's
 //    input right before its backward. The same kernels on the same inputs give the same bits.
-//  kSwap (Note [swap] in plan/schedule.h): copied to host memory on the d2h stream right after the block's forward
+//  kSwap (Note [swap] in plan/schedule.cc): copied to host memory on the d2h stream right after the block's forward
 //    and brought back on the h2d stream for its backward, through swap_prefetch + 1 device slots shared by the
 //    swapped blocks.
 // Every mix is bit-identical to keeping everything resident.
