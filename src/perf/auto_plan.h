@@ -15,16 +15,14 @@
 // recomputed block between swapped ones gives their copies time), so from the fastest three, and from the fastest
 // plan of each optimizer placement not among them, a local search changes one block's placement or exchanges two
 // neighbours' while that makes the plan faster and it still fits (at most 600 more replays); the fastest wins.
-// (The second kind of start came with the gradients in dead activations, which make a device-optimizer plan's
-// memory depend on which blocks neighbour which: at 0.65 of in-core on 6 blocks the exact search's best swaps blocks
-// 0, 1 and 4 with the device optimizer, 3.9% faster than what the counts and the local search from the three
-// fastest, all with the CPU optimizer, reached; from the fastest device-optimizer plan the local search finds it.)
-// Up to kExactLayers blocks the search is exact instead: every assignment of resident, recompute and swap to each
-// block, with every other choice. On 6 blocks the heuristic came within 1.15% of the exact search's step on the
-// synthetic machine of tests/perf/auto_plan_test.cc (which checks 1.5%; that test's six exact searches take 12 s on
-// 2 cores); on 48 blocks the heuristic took 4 s there. (Within 0.09% until the device AdamW became one call a
-// segment: with 67 fewer kernel calls of 2 us the step shortened, and at 0.8 of in-core the exact search's best now
-// swaps blocks 0, 1, 2 and 4, which no count-and-order plan nor one move of the local search reaches.)
+// The second kind of start is there because, with the gradients in dead activations, a device-optimizer plan's
+// memory depends on which blocks neighbour which: the best plan can swap blocks that no count-and-order plan of the
+// fastest three (all with the CPU optimizer) reaches, and the local search from the fastest device-optimizer plan
+// does. Up to kExactLayers blocks the search is exact instead: every assignment of resident, recompute and swap to
+// each block, with every other choice. tests/perf/auto_plan_test.cc holds the heuristic to within 1.5% of the exact
+// search's step on 6 blocks of its synthetic machine, and the 48-block search to a time bound (the long tier). The
+// heuristic is not exact: a plan that swaps non-adjacent blocks (0, 1, 2 and 4, say) can be beyond one move of the
+// local search.
 //
 //   TT_ASSIGN_OR_RETURN(AutoPlan a, choose_plan(train_config, profile));
 //   train_config.plan_value = a.best.run.exec.plan;   // and a.explain() says why
