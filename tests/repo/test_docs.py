@@ -109,3 +109,17 @@ def test_the_readme_is_a_front_page():
 def test_the_architecture_stays_short():
     size = (REPO / "docs/ARCHITECTURE.md").stat().st_size
     assert size < 15 * 1024, f"docs/ARCHITECTURE.md is {size} bytes (under 15 KiB)"
+
+
+def test_source_files_the_docs_name_exist():
+    """A path such as `exec/trainer.h` or src/plan/schedule.cc in a document names a file of src/ (or tests/)."""
+    path = re.compile(r"\b(?:src/|tests/)?((?:core|memory|comm|host|backend|model|data|mesh|plan|exec|apps|perf|cli)"
+                      r"/[a-z_0-9/]+\.(?:h|cc|cu|cuh))\b")
+    bad = []
+    for md in MARKDOWN:
+        if "docs/benchmarks/" in str(md.relative_to(REPO)) + "/":
+            continue
+        for m in path.finditer(md.read_text(encoding="utf-8")):
+            if not ((REPO / "src" / m.group(1)).exists() or (REPO / "tests" / m.group(1)).exists()):
+                bad.append(f"{md.relative_to(REPO)}: {m.group(0)}")
+    assert not bad, "documents name source files that do not exist:\n" + "\n".join(sorted(set(bad)))
