@@ -239,11 +239,7 @@ const std::string& Config::get_string(const std::string& name) const {
   return std::get<std::string>(knob(name).value);
 }
 
-namespace {
-
-// `text` cut into lines of at most `width` characters at spaces (a longer word alone on its line), each line
-// starting with `indent`.
-std::string wrap(const std::string& text, const std::string& indent, int width) {
+std::string wrap_text(const std::string& text, const std::string& indent, int width) {
   const size_t room = static_cast<size_t>(std::max(20, width - static_cast<int>(indent.size())));
   std::string out, line;
   std::istringstream words(text);
@@ -257,8 +253,6 @@ std::string wrap(const std::string& text, const std::string& indent, int width) 
   if (!line.empty()) out += indent + line + "\n";
   return out;
 }
-
-}  // namespace
 
 std::string Config::describe(int width) const {
   std::map<std::string, std::vector<const Knob*>> groups;
@@ -287,7 +281,7 @@ std::string Config::describe(int width) const {
         if (std::isfinite(k->spec.min) || std::isfinite(k->spec.max)) about += " " + range_text(k->spec);
       }
       about += "; " + flag_name(k->spec.name) + ", " + env_name(k->spec.name) + ")";
-      os << wrap(about, "      ", width);
+      os << wrap_text(about, "      ", width);
     }
   }
   return os.str();

@@ -52,6 +52,10 @@ struct Knob {
   std::string origin;   // "default", "file config.json", "env TIERTRAIN_STEPS", "flag --steps"
 };
 
+// `text` cut into lines of at most `width` characters at spaces (a longer word alone on its line), each line
+// starting with `indent` (--print-config's descriptions of knobs and environment variables).
+std::string wrap_text(const std::string& text, const std::string& indent, int width);
+
 class Config {
  public:
   // Declares a knob and sets its default. Declaring a name twice is a programming error.

@@ -1,11 +1,11 @@
 #include "core/env.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "core/config.h"
 #include "core/log.h"
 
 extern char** environ;
@@ -174,17 +174,9 @@ std::string describe(int width) {
                        kind_name(p.kind) + "; default: " + std::string(p.default_text.empty() ? "unset" : p.default_text) +
                        "]";
     out += line + "\n";
-    // The help, wrapped under the name.
     std::string help(p.help);
     if (!p.old_name.empty()) help += " (old name: " + std::string(p.old_name) + ")";
-    const size_t room = width > 20 ? static_cast<size_t>(width) - 6 : 60;
-    while (!help.empty()) {
-      size_t cut = help.size() <= room ? help.size() : help.rfind(' ', room);
-      if (cut == std::string::npos || cut == 0) cut = std::min(room, help.size());
-      out += "      " + help.substr(0, cut) + "\n";
-      help.erase(0, cut);
-      while (!help.empty() && help.front() == ' ') help.erase(0, 1);
-    }
+    out += wrap_text(help, "      ", width);
   }
   return out;
 }

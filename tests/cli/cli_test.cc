@@ -33,11 +33,13 @@ using testing::TempDir;
 
 struct CliRun {
   int code = -1;
-  std::string out;  // stdout and stderr together
+  std::string out;  // stdout and stderr together (or stdout alone: run's `stderr_to`)
 };
 
-CliRun run(const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + (env.empty() ? "" : " ") + std::string(TT_BINARY) + " " + args + " 2>&1";
+// `stderr_to`: where stderr goes instead of `out` ("/dev/null": `out` is the program's data alone).
+CliRun run(const std::string& args, const std::string& env = "", const std::string& stderr_to = "") {
+  const std::string cmd = env + (env.empty() ? "" : " ") + std::string(TT_BINARY) + " " + args +
+                          (stderr_to.empty() ? " 2>&1" : " 2>" + stderr_to);
   CliRun r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -1326,19 +1328,11 @@ TEST(Cli, RunFolderKeepsConfigMetricsCheckpointAndSample) {
   EXPECT_EQ(text(s1.out), text(s2.out));
   EXPECT_NE(text(s1.out), text(s3.out));
   // Data on stdout, diagnostics on stderr: `tiertrain sample RUN > out.txt` keeps the text alone.
-  {
-    const std::string cmd = std::string(TT_BINARY) + " sample " + rd +
-                            " --tokens 40 --seed 3 --temperature 1.5 --backend cpu 2>/dev/null";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string only_stdout;
-    std::array<char, 4096> buf{};
-    for (size_t n; (n = fread(buf.data(), 1, buf.size(), p)) > 0;) only_stdout.append(buf.data(), n);
-    EXPECT_EQ(pclose(p), 0);
-    EXPECT_EQ(only_stdout.find("--- sample of"), std::string::npos) << only_stdout;
-    EXPECT_EQ(only_stdout.find("(a token:"), std::string::npos) << only_stdout;
-    EXPECT_EQ("\n" + only_stdout, text(s1.out) + "\n") << "stdout holds the sample's text and nothing else";
-  }
+  CliRun only_data = run("sample " + rd + " --tokens 40 --seed 3 --temperature 1.5 --backend cpu", "", "/dev/null");
+  EXPECT_EQ(only_data.code, 0);
+  EXPECT_EQ(only_data.out.find("--- sample of"), std::string::npos) << only_data.out;
+  EXPECT_EQ(only_data.out.find("(a token:"), std::string::npos) << only_data.out;
+  EXPECT_EQ("\n" + only_data.out, text(s1.out) + "\n") << "stdout holds the sample's text and nothing else";
   EXPECT_EQ(run("sample " + rd + " --temperature 0").code, 2);
   CliRun none = run("sample " + dir.file("nothing"));
   EXPECT_EQ(none.code, 1);
