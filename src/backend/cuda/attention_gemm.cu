@@ -46,7 +46,7 @@ constexpr int kMinBlockRows = 128;  // fewer ranges for short sequences: a range
 constexpr int kArrays = 9;          // pointer arrays a chunk needs (GemmArray)
 constexpr int kRowWarps = 8;        // warps (rows) a block of the row kernels
 
-// The ranges a long sequence is cut into: kDefaultBlocks, or TT_F32_ATTENTION_RANGES (read once).
+// The ranges a long sequence is cut into: kDefaultBlocks, or TIERTRAIN_F32_ATTENTION_RANGES (read once).
 int max_blocks() {
   static const int n = [] {
     const char* e = tt::env::get("TIERTRAIN_F32_ATTENTION_RANGES");
