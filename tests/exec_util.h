@@ -11,7 +11,7 @@ namespace tt::testing {
 
 // A GPT placed by an executor: all resident with the optimizer on the device unless `spec` says otherwise (its
 // model, batch and dtype are set here).
-inline Result<std::unique_ptr<Executor>> make_gpt(Backend& be, const GptConfig& cfg, int batch, DType dtype,
+inline Result<std::unique_ptr<Executor>> make_gpt(Backend& be, const ModelConfig& cfg, int batch, DType dtype,
                                                   ExecSpec spec = {}) {
   spec.model = cfg;
   spec.batch = batch;

@@ -71,7 +71,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     data = out / "corpus.txt"
     corpus(data)
-    rows, failed = [], 0
+    rows, failed, refused = [], 0, 0
     for plan in a.plans.split(","):
         row = {"plan": plan}
         runs = {}
@@ -95,16 +95,20 @@ def main():
             row.update(steps=len(so), tensors=ntensors, losses_equal=so == sn, val_equal=vo == vn,
                        checkpoint_equal=same_tensors, final_loss=so[-1][1])
             row["same"] = so == sn and vo == vn and same_tensors
-        elif "old" in row and "new" in row:
-            row["same"] = row["old"] == row["new"]  # both refused the plan alike (e.g. no managed memory)
+        elif "old" in row and "new" in row and row["old"] == row["new"]:
+            # Both refused the plan alike (e.g. no managed memory on this backend): nothing was compared.
+            row["same"] = None
         else:
             row["same"] = False
-        failed += not row["same"]
+        failed += row["same"] is False
+        refused += row["same"] is None
         rows.append(row)
-        print(f"{plan:40s} {'same bits' if row['same'] else 'DIFFERENT'}  "
+        verdict = {True: "same bits", False: "DIFFERENT", None: "refused by both"}[row["same"]]
+        print(f"{plan:40s} {verdict}  "
               + " ".join(f"{k}={v}" for k, v in row.items() if k not in ("plan", "same")), flush=True)
     (out / "same_bits.json").write_text(json.dumps({"backend": a.backend, "extra": a.extra, "rows": rows}, indent=1))
-    print(f"{len(rows) - failed} of {len(rows)} plans give the same bits")
+    print(f"{len(rows) - failed - refused} of {len(rows)} plans give the same bits"
+          + (f"; {refused} refused by both alike (nothing compared)" if refused else ""))
     sys.exit(1 if failed else 0)
 
 

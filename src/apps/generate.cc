@@ -105,7 +105,7 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
   TT_ASSIGN_OR_RETURN(data::TokenDataset ds, data::TokenDataset::load(o.data, o.split == "all" ? 0.0 : o.val_fraction));
   TT_ASSIGN_OR_RETURN(LoadedModel m, load_model(out.checkpoint, o.batch, o.backend, o.dtype, o.threads, "evaluation"));
   out.step = m.st.step;
-  const GptConfig& cfg = m.st.model;
+  const ModelConfig& cfg = m.st.model;
   TT_RETURN_IF(ds.vocab() != cfg.vocab, kFailedPrecondition,
                "%s has vocabulary %d but the model of %s has %d (a text model reads text, a token-shard model shards)",
                o.data.c_str(), ds.vocab(), out.checkpoint.c_str(), cfg.vocab);
@@ -118,7 +118,7 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
                tokens.size(), B, T + 1);
   out.batches = o.batches > 0 ? std::min(o.batches, available) : available;
   Backend& be = *m.be;
-  const Gpt& gpt = m.ex->model();
+  const Model& gpt = m.ex->model();
   const size_t bt = static_cast<size_t>(B) * static_cast<size_t>(T);
   std::vector<int32_t> in(bt), tg(bt);
   std::vector<float> losses(bt);
@@ -155,7 +155,7 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   out.bytes = st.model.vocab <= 256;
   std::unique_ptr<Backend>& be = m.be;
   std::unique_ptr<Executor>& ex = m.ex;
-  Gpt& gpt = ex->model();
+  Model& gpt = ex->model();
 
   // The prompt's tokens: its bytes (a text model); GPT-2 tokens of its text with --vocab (its merges beside it);
   // else ids separated by spaces or commas.
@@ -208,10 +208,10 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   // same context, the same draws up to rounding.
   const int T = st.model.seq, V = st.model.vocab, PV = st.model.padded_vocab();
   const DType cd = gpt.dtype();
-  GptDecodeState dec;
-  for (const TensorRequest& r : gpt_decode_tensors(st.model, cd)) {
+  NamedTensors dec;
+  for (const TensorRequest& r : model_decode_tensors(st.model, cd)) {
     TT_ASSIGN_OR_RETURN(Tensor t, be->pool().allocate(r.shape, r.dtype, r.cls, r.name.c_str()));
-    *dec.slot(r.name) = t;
+    dec[r.name] = t;
   }
   std::vector<int32_t> window(static_cast<size_t>(T), 0), targets(static_cast<size_t>(T), 0);
   std::vector<unsigned char> row(static_cast<size_t>(PV) * dtype_size(cd));
@@ -233,8 +233,8 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
     if (cached > 0 && o.kv_cache) {
       // From memory that stays as it is until the stream has run (the CPU backend's copies run later).
       position = cached;
-      be->copy_h2d(dec.token, &out.tokens.back(), be->compute_stream());
-      be->copy_h2d(dec.pos, &position, be->compute_stream());
+      be->copy_h2d(dec.at("decode.token"), &out.tokens.back(), be->compute_stream());
+      be->copy_h2d(dec.at("decode.pos"), &position, be->compute_stream());
       // The first step runs as it is (the GEMMs choose their algorithms), the second is recorded, then replayed.
       if (!graph && stepped && o.cuda_graph) graph = be->capture([&] { gpt.decode_step(dec); });
       if (graph) {
@@ -255,7 +255,7 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
       cached = n;
     }
     const auto e1 = std::chrono::steady_clock::now();
-    be->copy_d2h(row.data(), dec.logits, be->compute_stream());
+    be->copy_d2h(row.data(), dec.at("decode.logits"), be->compute_stream());
     TT_TRY(be->compute_stream().synchronize());
     const auto e2 = std::chrono::steady_clock::now();
     out.enqueue_seconds += std::chrono::duration<double>(e1 - e0).count();

@@ -1,5 +1,5 @@
 // backend/kernel_call: one call of a Backend compute op, described by its op and sizes instead of its tensors. The
-// model lists the calls of each of its passes (model/gpt.h gpt_kernel_calls), the calibration times calls on a
+// model lists the calls of each of its passes (model/model.h model_kernel_calls), the calibration times calls on a
 // backend (perf/calibrate.h) and the performance model prices them (perf/profile.h), so that all three name the
 // same work the same way.
 //

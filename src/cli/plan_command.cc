@@ -40,7 +40,7 @@ struct PlanOptions {
 void describe_run(const TrainConfig& c, const perf::PlanRow& r, const std::string& profile, FILE* out) {
   std::fprintf(out, "GPT L%d d%d H%d T%d vocab %d, %s parameters, batch %d, %s on %s, budget %s%s\n", c.model.layers,
                c.model.dim, c.model.heads, c.model.seq, c.model.vocab,
-               format_count(static_cast<double>(gpt_num_params(c.model))).c_str(), c.batch,
+               format_count(static_cast<double>(model_num_params(c.model))).c_str(), c.batch,
                dtype_name(r.run.exec.compute), r.run.probe.device.c_str(), format_bytes(r.run.budget).c_str(),
                r.run.budget_auto ? " (automatic: the in-core need + 5%, at most the free memory)" : "");
   if (r.run.exec.data_ranks > 1)
@@ -121,7 +121,7 @@ int run_plan(const TrainConfig& cfg, const PlanOptions& cmd, FILE* out) {
                          "--sweep-budget " + cmd.sweep_budget + ": A:B:STEP, sizes such as 16GiB:96GiB:8GiB"));
     auto points = perf::sweep_budgets(c.value(), profile.value(), v[0], v[1], v[2], stderr);
     if (!points.is_ok()) return report(points.status());
-    const GptConfig& m = c.value().model;
+    const ModelConfig& m = c.value().model;
     const std::string title = str_format("GPT L%d d%d T%d B%d: predicted ms/step by device budget%s", m.layers, m.dim,
                                          m.seq, c.value().batch, what_if ? (" (" + what_if->describe() + ")").c_str() : "");
     if (Status s = perf::write_sweep(points.value(), cmd.sweep_out, title); !s.is_ok()) return report(s);

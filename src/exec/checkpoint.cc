@@ -89,9 +89,6 @@ class MetaReader {
 constexpr int64_t kMaxSteps = int64_t(1) << 50;
 constexpr int64_t kMaxDim = (int64_t(1) << 31) - 1;
 
-nlohmann::json model_json(const GptConfig& m) {
-  return {{"vocab", m.vocab}, {"layers", m.layers}, {"dim", m.dim}, {"heads", m.heads}, {"seq", m.seq}};
-}
 
 }  // namespace
 
@@ -107,7 +104,7 @@ Status ensure_checkpoint_dir(const std::string& dir) {
 }
 
 Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_comm, comm::Communicator* data_comm) {
-  const Gpt& gpt = ex.model();
+  const Model& gpt = ex.model();
   const size_t esize = dtype_size(gpt.master_dtype());
   const size_t bytes = static_cast<size_t>(gpt.num_params()) * esize;
   WholeState local;
@@ -122,7 +119,7 @@ Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_co
     // Note [sharded optimizer]: each segment's shares from their owners (the bytes themselves: no arithmetic).
     TT_RETURN_IF(data_comm == nullptr || data_comm->size() != shard.ranks, kInternal,
                  "an optimizer sharded %d ways gathered over %d ranks", shard.ranks, data_comm ? data_comm->size() : 1);
-    const GptSegments& segs = gpt.segments();
+    const ParamSegments& segs = gpt.segments();
     const int64_t per_rank = OptimizerShard::moment_elements(segs, shard.ranks);
     std::vector<unsigned char> mine(static_cast<size_t>(per_rank) * esize),
         all(static_cast<size_t>(per_rank * shard.ranks) * esize);
@@ -150,25 +147,25 @@ Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_co
       }
     }
   }
-  const GptConfig& cfg = gpt.config();
+  const ModelConfig& cfg = gpt.config();
   if (cfg.tp == 1) return local;
   TT_RETURN_IF(model_comm == nullptr || model_comm->size() != cfg.tp, kInternal,
                "a model split %d ways gathered over %d ranks", cfg.tp, model_comm ? model_comm->size() : 1);
   // Every rank's shard (the same size on each), then each put where the whole model has it.
   WholeState whole;
-  const size_t whole_bytes = static_cast<size_t>(gpt_num_params(cfg.whole())) * esize;
+  const size_t whole_bytes = static_cast<size_t>(model_num_params(cfg.whole())) * esize;
   std::vector<unsigned char> all(bytes * static_cast<size_t>(cfg.tp));
   for (auto [mine, out] : {std::pair{&local.params, &whole.params}, {&local.m, &whole.m}, {&local.v, &whole.v}}) {
     TT_TRY(model_comm->allgather(mine->data(), all.data(), bytes / 4, comm::DType::kI32));  // f32/f64 bits
     out->resize(whole_bytes);
-    for (int r = 0; r < cfg.tp; ++r) gpt_put_shard(cfg, r, all.data() + static_cast<size_t>(r) * bytes, out->data(), esize);
+    for (int r = 0; r < cfg.tp; ++r) model_put_shard(cfg, r, all.data() + static_cast<size_t>(r) * bytes, out->data(), esize);
   }
   return whole;
 }
 
 Status save_checkpoint(const std::string& dir, const CheckpointState& state, Executor& ex, int64_t keep,
                        const WholeState* whole) {
-  const Gpt& gpt = ex.model();
+  const Model& gpt = ex.model();
   Optimizer& opt = ex.optimizer();
   TT_TRY(ensure_checkpoint_dir(dir));
   WholeState own;
@@ -184,7 +181,7 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
   meta["format"] = kFormat;
   meta["version"] = kVersion;
   meta["step"] = state.step;
-  meta["model"] = model_json(state.model);
+  meta["model"] = model_config_json(state.model);
   meta["dtype"] = dtype_name(state.dtype);
   meta["batch"] = state.batch;
   meta["seed"] = state.seed;
@@ -198,7 +195,7 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
   w.set_meta(meta);
   const DType md = gpt.master_dtype();
   const size_t esize = dtype_size(md);
-  for (const ParamInfo& p : gpt_param_layout(gpt.config().whole())) {
+  for (const ParamInfo& p : model_param_layout(gpt.config().whole())) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     const size_t off = static_cast<size_t>(p.offset) * esize;
@@ -258,16 +255,12 @@ Result<CheckpointState> checkpoint_state_from_meta(const nlohmann::json& meta, c
                kVersion);
   const MetaReader m(meta, path);
   int64_t v = 0;
-  TT_ASSIGN_OR_RETURN(v, m.integer("model.vocab", 1, kMaxDim));
-  st.model.vocab = static_cast<int>(v);
-  TT_ASSIGN_OR_RETURN(v, m.integer("model.layers", 1, kMaxDim));
-  st.model.layers = static_cast<int>(v);
-  TT_ASSIGN_OR_RETURN(v, m.integer("model.dim", 1, kMaxDim));
-  st.model.dim = static_cast<int>(v);
-  TT_ASSIGN_OR_RETURN(v, m.integer("model.heads", 1, kMaxDim));
-  st.model.heads = static_cast<int>(v);
-  TT_ASSIGN_OR_RETURN(v, m.integer("model.seq", 1, kMaxDim));
-  st.model.seq = static_cast<int>(v);
+  {
+    TT_ASSIGN_OR_RETURN(const nlohmann::json* model, m.at("model"));
+    auto cfg = model_config_from_json(*model, "checkpoint '" + path + "': metadata");
+    if (!cfg.is_ok()) return Status(StatusCode::kDataLoss, cfg.status().message());
+    st.model = cfg.value();
+  }
   TT_ASSIGN_OR_RETURN(std::string dtype, m.string("dtype"));
   auto dt = parse_dtype(dtype);
   TT_RETURN_IF(!dt.is_ok(), kDataLoss, "checkpoint '%s': metadata dtype '%s' is not a dtype", path.c_str(),
@@ -379,7 +372,7 @@ Result<std::string> resolve_checkpoint(const std::string& where) {
 }
 
 Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor& ex) {
-  const Gpt& gpt = ex.model();
+  const Model& gpt = ex.model();
   TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
   TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(r.meta(), path));
   // The shape and dtype checks of a resumed run, with this run's data standing in for the checkpoint's.
@@ -388,16 +381,16 @@ Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor
   expected.dtype = gpt.master_dtype();
   TT_TRY(check_checkpoint_continues(st, expected, path));
   const size_t esize = dtype_size(st.dtype);
-  const GptConfig whole = gpt.config().whole();
-  std::vector<unsigned char> params(static_cast<size_t>(gpt_num_params(whole)) * esize);
-  for (const ParamInfo& p : gpt_param_layout(whole)) {
+  const ModelConfig whole = gpt.config().whole();
+  std::vector<unsigned char> params(static_cast<size_t>(model_num_params(whole)) * esize);
+  for (const ParamInfo& p : model_param_layout(whole)) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     TT_TRY(r.read("param/" + p.name, st.dtype, shape, params.data() + static_cast<size_t>(p.offset) * esize));
   }
   if (gpt.config().tp > 1) {  // Note [tensor parallel]: this rank's shard of the whole tensors
     std::vector<unsigned char> local(static_cast<size_t>(gpt.num_params()) * esize);
-    gpt_take_shard(gpt.config(), gpt.tp_rank(), params.data(), local.data(), esize);
+    model_take_shard(gpt.config(), gpt.tp_rank(), params.data(), local.data(), esize);
     params = std::move(local);
   }
   ex.wait_all();
@@ -408,7 +401,7 @@ Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor
 }
 
 Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex) {
-  const Gpt& gpt = ex.model();
+  const Model& gpt = ex.model();
   Optimizer& opt = ex.optimizer();
   TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
   TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(r.meta(), path));
@@ -416,10 +409,10 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
 
   const DType md = gpt.master_dtype();
   const size_t esize = dtype_size(md);
-  const GptConfig whole = gpt.config().whole();
-  const size_t bytes = static_cast<size_t>(gpt_num_params(whole)) * esize;
+  const ModelConfig whole = gpt.config().whole();
+  const size_t bytes = static_cast<size_t>(model_num_params(whole)) * esize;
   std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
-  for (const ParamInfo& p : gpt_param_layout(whole)) {
+  for (const ParamInfo& p : model_param_layout(whole)) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     const size_t off = static_cast<size_t>(p.offset) * esize;
@@ -431,7 +424,7 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
     const size_t local_bytes = static_cast<size_t>(gpt.num_params()) * esize;
     for (std::vector<unsigned char>* t : {&params, &m, &v}) {
       std::vector<unsigned char> local(local_bytes);
-      gpt_take_shard(gpt.config(), gpt.tp_rank(), t->data(), local.data(), esize);
+      model_take_shard(gpt.config(), gpt.tp_rank(), t->data(), local.data(), esize);
       *t = std::move(local);
     }
   }

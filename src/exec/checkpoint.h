@@ -18,7 +18,7 @@
 #include "data/sampler.h"
 #include "comm/comm.h"
 #include "exec/executor.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace tt {
 
@@ -26,7 +26,7 @@ struct CheckpointState {
   int64_t step = 0;  // optimizer steps completed
   data::SamplerState sampler;
   Rng::State rng{};
-  GptConfig model;
+  ModelConfig model;
   DType dtype = DType::kF32;
   int batch = 0;
   uint64_t seed = 0;
@@ -41,7 +41,7 @@ struct CheckpointState {
 // Creates dir if needed and proves it writable (creates and removes a probe file).
 Status ensure_checkpoint_dir(const std::string& dir);
 
-// The whole model's master parameters and AdamW moments in its single-device layout (GptConfig::whole()), as a
+// The whole model's master parameters and AdamW moments in its single-device layout (ModelConfig::whole()), as a
 // checkpoint holds them: with a sharded optimizer (Note [sharded optimizer] in exec/optimizer.h) every rank's shares
 // gathered over `data_comm`, with a tensor-parallel model (Note [tensor parallel] in model/gpt.h) the shards gathered
 // over `model_comm`, collectively (every rank of those dimensions calls it); else this executor's own.

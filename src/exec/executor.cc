@@ -97,12 +97,12 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   ExecSpec spec = spec_in;
   if (spec.plan.layers.empty()) spec.plan = resident_plan(spec.model.layers);
   TT_TRY(spec.validate());
-  const GptConfig& cfg = spec.model;
+  const ModelConfig& cfg = spec.model;
   const Plan& plan = spec.plan;
   const DType dt = spec.compute, md = master_dtype_for(dt);
   const int L = cfg.layers, S = L + 2;
-  const int64_t P = gpt_num_params(cfg);
-  const GptSegments segs = gpt_segments(cfg);
+  const int64_t P = model_num_params(cfg);
+  const ParamSegments segs = model_segments(cfg);
   const RingLayout rings = ring_layout(plan);
   const bool cpu = plan.cpu_optimizer();
   Inventory inv;
@@ -138,30 +138,35 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   for (int i = 0; i < rings.grads.slots; ++i)
     inv.add_device("grads.slot" + std::to_string(i), {segs.size[1]}, md, TC::kGrad);
   const int64_t chunk = spec.lm_chunk_rows;
-  const std::vector<TensorRequest> fixed = gpt_fixed_tensors(cfg, spec.batch, dt, chunk);
-  auto add_fixed = [&](const std::string& name) {
-    for (const TensorRequest& r : fixed)
-      if (r.name == name) inv.add_device(r.name, r.shape, r.dtype, r.cls, r.layer);
+  // The model's other tensors in its order (Note [model families]): those before the first of a layer, then each
+  // block's after its activations, then the rest.
+  const std::vector<TensorRequest> fixed = model_fixed_tensors(cfg, spec.batch, dt, chunk);
+  size_t next_fixed = 0;
+  auto add_fixed_until = [&](auto stop) {
+    for (; next_fixed < fixed.size() && !stop(fixed[next_fixed]); ++next_fixed) {
+      const TensorRequest& r = fixed[next_fixed];
+      inv.add_device(r.name, r.shape, r.dtype, r.cls, r.layer);
+    }
   };
-  for (const char* n : {"tokens", "targets", "encoded"}) add_fixed(n);
+  add_fixed_until([](const TensorRequest& r) { return r.layer >= 0; });
   // A block's activations: their own set for resident blocks, one shared set for the recomputed ones, a few slots
   // for the swapped ones; shared sets for the parts rebuilt apart (Note [MLP half], Note [rebuilt norms], Note
-  // [rebuilt GELU]).
+  // [rebuilt activation]).
   auto add_block = [&](const std::string& prefix, int l, unsigned parts) {
-    for (const TensorRequest& a : gpt_block_activations(cfg, spec.batch, dt, parts))
+    for (const TensorRequest& a : model_block_activations(cfg, spec.batch, dt, parts))
       inv.add_device(prefix + a.name, a.shape, a.dtype, a.cls, l);
   };
-  bool any_mlp = false, any_norms = false, any_gelu = false;
+  bool any_mlp = false, any_norms = false, any_act = false;
   for (int l = 0; l < L; ++l) {
     any_mlp = any_mlp || plan.mlp_rebuilt(l);
     any_norms = any_norms || plan.norms_rebuilt(l);
-    any_gelu = any_gelu || plan.gelu_rebuilt(l);
+    any_act = any_act || plan.act_rebuilt(l);
   }
   if (plan.count(ActPlacement::kRecompute) > 0) add_block("recompute.", -1, kPartAll);
   if (any_mlp) add_block("recompute_mlp.", -1, kPartMlp);
   if (any_norms) add_block("recompute_norms.", -1, kPartNorms);
-  if (any_gelu) add_block("recompute_gelu.", -1, kPartGelu);
-  const size_t swap_bytes = device_bytes_of(gpt_block_activations(cfg, spec.batch, dt, plan.swapped_parts()));
+  if (any_act) add_block("recompute_act.", -1, kPartAct);
+  const size_t swap_bytes = device_bytes_of(model_block_activations(cfg, spec.batch, dt, plan.swapped_parts()));
   for (int i = 0; i < rings.swap.slots; ++i)
     inv.add_device("swap.slot" + std::to_string(i), {static_cast<int64_t>(swap_bytes)}, DType::kU8, TC::kActivation);
   for (int l = 0; l < L; ++l) {
@@ -169,7 +174,7 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     // A set that holds block l - 1's gradients after its backward is one entry, carved like a swap slot.
     if (plan.activation(l) == ActPlacement::kResident && l >= 1 && aliased[static_cast<size_t>(l - 1)]) {
       inv.add_device("h." + std::to_string(l),
-                     {static_cast<int64_t>(device_bytes_of(gpt_block_activations(cfg, spec.batch, dt,
+                     {static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, spec.batch, dt,
                                                                                  plan.held_parts(l))))},
                      DType::kU8, TC::kActivation, l);
     } else if (plan.activation(l) == ActPlacement::kResident) {
@@ -178,14 +183,11 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     // Note [managed activations]: one managed entry per managed block, carved like a swap slot.
     if (plan.managed_block(l))
       inv.add_managed("managed.h." + std::to_string(l),
-                      {static_cast<int64_t>(device_bytes_of(gpt_block_activations(cfg, spec.batch, dt, plan.held_parts(l))))},
+                      {static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, spec.batch, dt, plan.held_parts(l))))},
                       DType::kU8, TC::kActivation, l);
-    add_fixed(p + "res3");
+    add_fixed_until([l](const TensorRequest& r) { return r.layer != l; });
   }
-  for (const char* n : {"lnf", "lnf_mean", "lnf_rstd", "logits", "losses", "proj_out", "dresidual", "dln", "datty",
-                        "dqkv", "dfch"})
-    add_fixed(n);
-  if (cfg.split_vocab) add_fixed("xent_stats");  // Note [vocabulary-parallel cross-entropy]
+  add_fixed_until([](const TensorRequest&) { return false; });
   // The optimizer's device buffers.
   if (!cpu) {  // Note [sharded optimizer]: this rank's shares only
     const int64_t moments = spec.shard_optimizer ? OptimizerShard::moment_elements(segs, spec.data_ranks) : P;
@@ -256,13 +258,13 @@ int64_t Executor::managed_device_bytes(const ExecSpec& spec, const Inventory& in
 
 ScheduleSpec ExecSpec::schedule_spec() const {
   return {model,           batch, compute, plan, hyper.speculate,
-          lm_chunk_rows > 0 ? lm_chunk_rows : gpt_default_lm_chunk_rows(model, batch, compute), input_staging_slots,
+          lm_chunk_rows > 0 ? lm_chunk_rows : model_default_lm_chunk_rows(model, batch, compute), input_staging_slots,
           data_ranks,      shard_optimizer && plan.cpu_optimizer()};
 }
 
 Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec spec, ModelFactory model) {
   if (spec.plan.layers.empty()) spec.plan = resident_plan(spec.model.layers);
-  if (spec.lm_chunk_rows <= 0) spec.lm_chunk_rows = gpt_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
+  if (spec.lm_chunk_rows <= 0) spec.lm_chunk_rows = model_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
   TT_TRY(spec.validate());
   std::unique_ptr<Executor> ex(new Executor(backend, std::move(spec)));
   TT_ASSIGN_OR_RETURN(ex->inventory_, inventory(ex->spec_));
@@ -277,9 +279,9 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
            "copied (swap more blocks than slots to save device memory)", ex->rings_.swap.size(),
            ex->spec_.plan.swap_slots());
   TT_TRY(ex->allocate_and_bind(model));
-  const GptConfig& cfg = ex->spec_.model;
-  TT_LOG(INFO, EXEC, "GPT L%d d%d H%d T%d V%d: %lld parameters, device pool in use %s", cfg.layers, cfg.dim,
-         cfg.heads, cfg.seq, cfg.vocab, static_cast<long long>(gpt_num_params(cfg)),
+  const ModelConfig& cfg = ex->spec_.model;
+  TT_LOG(INFO, EXEC, "%s: %lld parameters, device pool in use %s", cfg.describe().c_str(),
+         static_cast<long long>(model_num_params(cfg)),
          format_bytes(static_cast<int64_t>(backend.pool().in_use())).c_str());
   return ex;
 }
@@ -341,12 +343,11 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     auto it = host_by_name_.find(n);
     return it == host_by_name_.end() ? nullptr : it->second;
   };
-  const GptConfig& cfg = spec_.model;
+  const ModelConfig& cfg = spec_.model;
   const Plan& plan = spec_.plan;
   const int L = cfg.layers, S = L + 2;
-  const GptSegments segs = gpt_segments(cfg);
-  GptTensors t;
-  t.acts.resize(static_cast<size_t>(L));
+  const ParamSegments segs = model_segments(cfg);
+  ModelTensors t;
   // Parameters' compute copies and gradients per segment.
   master_ = dev("params");
   compute_flat_ = dev("params.compute");
@@ -377,7 +378,7 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
   // A set of block tensors in one allocation: each carved out of it, 256-byte aligned, as prefix + its name.
   auto carve = [&](const Tensor& set, const std::string& prefix, unsigned parts) {
     size_t off = 0;
-    for (const TensorRequest& a : gpt_block_activations(cfg, spec_.batch, spec_.compute, parts)) {
+    for (const TensorRequest& a : model_block_activations(cfg, spec_.batch, spec_.compute, parts)) {
       by_name_[prefix + a.name] = Tensor(static_cast<char*>(set.raw()) + off, a.shape, a.dtype, a.cls, set.device());
       off += device_alloc_bytes(a.shape, a.dtype);
     }
@@ -408,25 +409,25 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
                           : pl == ActPlacement::kSwap ? "swap" + std::to_string(rings_.swap.slot(l)) + "."
                           : plan.managed_block(l)     ? "managed" + std::to_string(l) + "."
                                                       : own;
-    BlockActs& a = t.acts[static_cast<size_t>(l)];
-    for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartNorms))
-      *a.slot(r.name) = dev((plan.norms_rebuilt(l) ? std::string("recompute_norms.") : p) + r.name);
-    for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartCore))
-      *a.slot(r.name) = dev(p + r.name);
-    for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartFc))
-      *a.slot(r.name) = dev((plan.mlp_rebuilt(l) ? std::string("recompute_mlp.") : p) + r.name);
-    for (const TensorRequest& r : gpt_block_activations(cfg, spec_.batch, spec_.compute, kPartGelu))
-      *a.slot(r.name) = dev((plan.mlp_rebuilt(l)    ? std::string("recompute_mlp.")
-                             : plan.gelu_rebuilt(l) ? std::string("recompute_gelu.")
-                                                    : p) +
-                            r.name);
+    const std::string& h = own;
+    for (const TensorRequest& r : model_block_activations(cfg, spec_.batch, spec_.compute, kPartNorms))
+      t.named[h + r.name] = dev((plan.norms_rebuilt(l) ? std::string("recompute_norms.") : p) + r.name);
+    for (const TensorRequest& r : model_block_activations(cfg, spec_.batch, spec_.compute, kPartCore))
+      t.named[h + r.name] = dev(p + r.name);
+    for (const TensorRequest& r : model_block_activations(cfg, spec_.batch, spec_.compute, kPartFc))
+      t.named[h + r.name] = dev((plan.mlp_rebuilt(l) ? std::string("recompute_mlp.") : p) + r.name);
+    for (const TensorRequest& r : model_block_activations(cfg, spec_.batch, spec_.compute, kPartAct))
+      t.named[h + r.name] = dev((plan.mlp_rebuilt(l)   ? std::string("recompute_mlp.")
+                                 : plan.act_rebuilt(l) ? std::string("recompute_act.")
+                                                       : p) +
+                                r.name);
   }
-  for (const TensorRequest& r : gpt_fixed_tensors(cfg, spec_.batch, spec_.compute, spec_.lm_chunk_rows))
-    *t.slot(r.name) = dev(r.name);
-  gpt_ = model ? model(be_, cfg, spec_.batch, spec_.compute, std::move(t))
-               : std::make_unique<Gpt>(be_, cfg, spec_.batch, spec_.compute, std::move(t));
-  gpt_->set_tp_rank(spec_.tp_rank);
-  gpt_->set_gelu_apart(plan.gelu_apart());  // Note [rebuilt GELU]
+  for (const TensorRequest& r : model_fixed_tensors(cfg, spec_.batch, spec_.compute, spec_.lm_chunk_rows))
+    t.named[r.name] = dev(r.name);
+  model_ = model ? model(be_, cfg, spec_.batch, spec_.compute, std::move(t))
+                 : create_model(be_, cfg, spec_.batch, spec_.compute, std::move(t));
+  model_->set_tp_rank(spec_.tp_rank);
+  model_->set_act_apart(plan.act_apart());  // Note [rebuilt activation]
   // The optimizer's state.
   OptimizerBuffers ob;
   ob.master = master_;
@@ -452,7 +453,7 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
   }
   OptimizerShard shard;
   if (spec_.shard_optimizer) shard = {spec_.data_rank, spec_.data_ranks};
-  opt_ = std::make_unique<Optimizer>(be_, *gpt_, plan.optimizer, spec_.hyper, ob, shard);
+  opt_ = std::make_unique<Optimizer>(be_, *model_, plan.optimizer, spec_.hyper, ob, shard);
   input_next_ = dev("input.next");
   if (spec_.input_scatter && spec_.data_rank == 0) input_global_ = dev("input.global");
   for (int i = 0; i < spec_.input_staging_slots; ++i) {
@@ -467,7 +468,7 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
 Executor::~Executor() {
   (void)be_.synchronize_all();
   opt_.reset();
-  gpt_.reset();
+  model_.reset();
   for (auto it = host_.rbegin(); it != host_.rend(); ++it) be_.free_host(*it);
   for (auto it = device_.rbegin(); it != device_.rend(); ++it) be_.pool().free(*it);
   for (auto it = managed_.rbegin(); it != managed_.rend(); ++it) managed_pool_->free(*it);
@@ -521,18 +522,18 @@ Stream& Executor::stream(StreamId s) {
 // --- parameters ---
 
 Status Executor::init_params(uint64_t seed) {
-  const size_t n = static_cast<size_t>(gpt_->num_params());
+  const size_t n = static_cast<size_t>(model_->num_params());
   // Note [tensor parallel]: a rank's shard of the whole model's initial values, so that a mesh starts where one
   // device does (the whole model passes through host memory once).
   auto init = [&](auto* out) {
     using T = std::remove_pointer_t<decltype(out)>;
-    if (spec_.model.tp == 1) return Gpt::init_values(spec_.model, seed, out);
-    const GptConfig whole = spec_.model.whole();
-    auto all = std::make_unique_for_overwrite<T[]>(static_cast<size_t>(gpt_num_params(whole)));
-    Gpt::init_values(whole, seed, all.get());
-    gpt_take_shard(spec_.model, spec_.tp_rank, all.get(), out, sizeof(T));
+    if (spec_.model.tp == 1) return model_init_values(spec_.model, seed, out);
+    const ModelConfig whole = spec_.model.whole();
+    auto all = std::make_unique_for_overwrite<T[]>(static_cast<size_t>(model_num_params(whole)));
+    model_init_values(whole, seed, all.get());
+    model_take_shard(spec_.model, spec_.tp_rank, all.get(), out, sizeof(T));
   };
-  if (gpt_->master_dtype() == DType::kF64) {
+  if (model_->master_dtype() == DType::kF64) {
     auto host = std::make_unique_for_overwrite<double[]>(n);
     init(host.get());
     return upload_params(host.get());
@@ -573,7 +574,7 @@ void Executor::gather_param_shares(const Tensor& segment, Stream& stream) {
 }
 
 Status Executor::upload_params(const void* host) {
-  const GptTensors& t = gpt_->tensors();
+  const ModelTensors& t = model_->tensors();
   if (!opt_->on_cpu()) {
     be_.copy_h2d(master_, host, be_.compute_stream());
     if (compute_flat_.raw()) be_.convert(compute_flat_, master_);
@@ -591,10 +592,10 @@ Status Executor::upload_params(const void* host) {
     const float* whole = static_cast<const float*>(host);
     std::vector<uint16_t> bf16;
     if (spec_.compute == DType::kBF16) {
-      bf16.resize(static_cast<size_t>(gpt_->num_params()));
+      bf16.resize(static_cast<size_t>(model_->num_params()));
       for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = float_to_bf16(whole[i]);
     }
-    for (int s = 0; s < gpt_->num_segments(); ++s) {
+    for (int s = 0; s < model_->num_segments(); ++s) {
       const size_t off = static_cast<size_t>(segments_.offset[static_cast<size_t>(s)]);
       be_.copy_h2d(t.params[static_cast<size_t>(s)],
                    bf16.empty() ? static_cast<const void*>(whole + off) : static_cast<const void*>(bf16.data() + off),
@@ -605,7 +606,7 @@ Status Executor::upload_params(const void* host) {
   const HostAdamState& st = opt_->current();
   // (A managed bf16 compute copy was written above where it is: Note [managed optimizer exchange].)
   const bool written = spec_.plan.managed_params && st.bf16 != nullptr;
-  for (int s = 0; s < gpt_->num_segments() && !written; ++s)
+  for (int s = 0; s < model_->num_segments() && !written; ++s)
     if (!(s >= 1 && s <= spec_.model.layers && spec_.plan.params_streamed(s - 1)))
       be_.copy_h2d(t.params[static_cast<size_t>(s)], opt_->host_compute(s), be_.compute_stream());
   return be_.compute_stream().synchronize();
@@ -624,13 +625,13 @@ Status Executor::download_grads(void* host) {
                "download_grads after a forward that followed the last backward: plan %s keeps gradients in "
                "activation memory (Note [gradients in dead activations]), which that forward overwrote; read them "
                "first, or set grads_in_activations false", spec_.plan.source.c_str());
-  const size_t esize = dtype_size(gpt_->master_dtype());
-  const GptSegments& segs = gpt_->segments();
-  for (int s = 0; s < gpt_->num_segments(); ++s) {
+  const size_t esize = dtype_size(model_->master_dtype());
+  const ParamSegments& segs = model_->segments();
+  for (int s = 0; s < model_->num_segments(); ++s) {
     TT_RETURN_IF(s >= 1 && s <= spec_.model.layers && spec_.plan.grads_streamed(s - 1), kFailedPrecondition,
                  "download_grads: block %d's gradients are streamed", s - 1);
     be_.copy_d2h(static_cast<char*>(host) + static_cast<size_t>(segs.offset[static_cast<size_t>(s)]) * esize,
-                 gpt_->tensors().grads[static_cast<size_t>(s)], be_.compute_stream());
+                 model_->tensors().grads[static_cast<size_t>(s)], be_.compute_stream());
   }
   return be_.compute_stream().synchronize();
 }
@@ -646,17 +647,17 @@ void Executor::wait_all() {
 // --- passes ---
 
 void Executor::model_forward() {
-  gpt_->forward_blocks(*this);
-  gpt_->lm_head(*this, /*with_backward=*/false);
+  model_->forward_blocks(*this);
+  model_->lm_head(*this, /*with_backward=*/false);
 }
 
 void Executor::model_backward() {
-  gpt_->lm_head(*this, /*with_backward=*/true);
-  gpt_->backward_blocks(*this);
+  model_->lm_head(*this, /*with_backward=*/true);
+  model_->backward_blocks(*this);
 }
 
 void Executor::model_train() {
-  gpt_->forward_blocks(*this);
+  model_->forward_blocks(*this);
   model_backward();
 }
 
@@ -759,7 +760,7 @@ void Executor::at(Boundary b, int segment) {
 void Executor::issue(const Op& op) {
   if (op.speculative && !opt_->speculating()) return;
   Stream& st = stream(op.stream);
-  const GptTensors& t = gpt_->tensors();
+  const ModelTensors& t = model_->tensors();
   // Copies and host work are spans of their stream in the trace; compute work is a mark on the compute stream.
   const bool span = op.stream != StreamId::kCompute && op.kind != OpKind::kWait && op.kind != OpKind::kRecord &&
                     op.kind != OpKind::kInputFill;
@@ -776,16 +777,16 @@ void Executor::issue(const Op& op) {
       st.record(*events_[static_cast<size_t>(op.event)]);
       break;
     case OpKind::kRebuildBlock:
-      gpt_->forward_block(*this, op.layer);
+      model_->forward_block(*this, op.layer);
       break;
     case OpKind::kRebuildNorms:
-      gpt_->rebuild_norms(*this, op.layer);
+      model_->rebuild_norms(*this, op.layer);
       break;
     case OpKind::kRebuildMlp:
-      gpt_->rebuild_mlp(*this, op.layer);
+      model_->rebuild_mlp(*this, op.layer);
       break;
-    case OpKind::kRebuildGelu:
-      gpt_->rebuild_gelu(*this, op.layer);
+    case OpKind::kRebuildAct:
+      model_->rebuild_act(*this, op.layer);
       break;
     case OpKind::kSwapOut:
       be_.copy_d2h(swap_host_[static_cast<size_t>(op.layer)], swap_slots_[static_cast<size_t>(op.slot)], st);
@@ -810,7 +811,7 @@ void Executor::issue(const Op& op) {
       break;
     case OpKind::kNormTotal:
       if (spec_.model.tp > 1) {  // Note [tensor parallel]: the sharded parts summed over the model's ranks
-        const int S = gpt_->num_segments();
+        const int S = model_->num_segments();
         tp_sum("grad norm (sharded parts)", opt_->norm_parts().view(S, {S}));
       }
       if (prof_) prof_->mark(op.name.c_str());
@@ -834,7 +835,7 @@ void Executor::issue(const Op& op) {
       if (opt_->shard().on()) {  // Note [sharded optimizer]: every share of the new parameters from its owner
         if (prof_) prof_->mark("sharded optimizer: parameter allgathers");
         const Tensor all = opt_->model_params();
-        for (int s = 0; s < gpt_->num_segments(); ++s)
+        for (int s = 0; s < model_->num_segments(); ++s)
           gather_param_shares(all.view(segments_.offset[static_cast<size_t>(s)],
                                        {segments_.size[static_cast<size_t>(s)]}),
                               be_.compute_stream());
@@ -876,9 +877,10 @@ void Executor::issue(const Op& op) {
       break;
     case OpKind::kInputTake: {
       if (prof_) prof_->mark(op.name.c_str());
-      const int64_t bt = t.tokens.numel();
-      be_.copy_d2d(t.tokens, input_next_.view(0, t.tokens.shape()), st);
-      be_.copy_d2d(t.targets, input_next_.view(bt, t.targets.shape()), st);
+      const Tensor tokens = model_->tokens(), targets = model_->targets();
+      const int64_t bt = tokens.numel();
+      be_.copy_d2d(tokens, input_next_.view(0, tokens.shape()), st);
+      be_.copy_d2d(targets, input_next_.view(bt, targets.shape()), st);
       break;
     }
   }

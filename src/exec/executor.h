@@ -2,7 +2,7 @@
 // the run from one inventory (plan/inventory.h), hands the model views of them (activation sets of its own,
 // shared rebuilt sets, ring slots), compiles the plan into the schedule (plan/schedule.h) and runs each pass by
 // issuing the schedule's operations in order, letting the model run its kernels between its boundaries (it
-// implements the model's GptHooks). It owns the optimizer (exec/optimizer.h) and the host copies.
+// implements the model's ModelHooks). It owns the optimizer (exec/optimizer.h) and the host copies.
 //
 //   TT_ASSIGN_OR_RETURN(auto ex, Executor::create(backend, {cfg, batch, DType::kBF16, plan, hyper}));
 //   TT_TRY(ex->init_params(seed));
@@ -26,12 +26,12 @@
 #include "exec/optimizer.h"
 #include "plan/plan.h"
 #include "plan/schedule.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace tt {
 
 struct ExecSpec {
-  GptConfig model;
+  ModelConfig model;
   int batch = 1;
   DType compute = DType::kF32;
   Plan plan;                   // no layers: every block resident, the optimizer on the device
@@ -59,7 +59,7 @@ struct ExecSpec {
   Status validate() const;
 };
 
-class Executor : public GptHooks {
+class Executor : public ModelHooks {
  public:
   // Every buffer a run of this spec takes, device and host, in allocation order.
   static Result<Inventory> inventory(const ExecSpec& spec);
@@ -67,16 +67,16 @@ class Executor : public GptHooks {
   // which swap_slots at a time when the schedule moves them: Note [managed activations]); the rest of the managed
   // pool lives in host memory between uses.
   static int64_t managed_device_bytes(const ExecSpec& spec, const Inventory& inventory);
-  // model: makes the model over the tensors the executor placed (default: the GPT itself; a test passes a model
-  // with the GPT's tensors and kernels of its own).
-  using ModelFactory = std::function<std::unique_ptr<Gpt>(Backend&, const GptConfig&, int, DType, GptTensors)>;
+  // model: makes the model over the tensors the executor placed (default: the family's own, create_model; a test
+  // passes a model with a family's tensors and kernels of its own).
+  using ModelFactory = std::function<std::unique_ptr<Model>(Backend&, const ModelConfig&, int, DType, ModelTensors)>;
   static Result<std::unique_ptr<Executor>> create(Backend& backend, ExecSpec spec, ModelFactory model = {});
   ~Executor() override;
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  Gpt& model() { return *gpt_; }
-  const Gpt& model() const { return *gpt_; }
+  Model& model() { return *model_; }
+  const Model& model() const { return *model_; }
   Optimizer& optimizer() { return *opt_; }
   Backend& backend() { return be_; }
   const ExecSpec& spec() const { return spec_; }
@@ -116,12 +116,12 @@ class Executor : public GptHooks {
   void train_step(float lr, bool speculate = false);  // Pass::kTrain
 
   // The model's inputs and outputs and parameter layout, for callers that only feed and read it.
-  Tensor tokens() const { return gpt_->tokens(); }
-  Tensor targets() const { return gpt_->targets(); }
-  Tensor losses() const { return gpt_->losses(); }
-  const std::vector<ParamInfo>& params() const { return gpt_->params(); }
-  int64_t num_params() const { return gpt_->num_params(); }
-  DType master_dtype() const { return gpt_->master_dtype(); }
+  Tensor tokens() const { return model_->tokens(); }
+  Tensor targets() const { return model_->targets(); }
+  Tensor losses() const { return model_->losses(); }
+  const std::vector<ParamInfo>& params() const { return model_->params(); }
+  int64_t num_params() const { return model_->num_params(); }
+  DType master_dtype() const { return model_->master_dtype(); }
 
   // Note [input staging] (exec/trainer.h), with ExecSpec::input_staging_slots: fill(host) writes the next batch's
   // tokens then targets (2 x batch x seq int32) into a pinned host slot when the schedule draws it; prefetch() draws
@@ -134,7 +134,7 @@ class Executor : public GptHooks {
   const Status& input_status() const { return input_status_; }
   void prefetch();
 
-  // GptHooks.
+  // ModelHooks.
   void at(Boundary b, int segment) override;
   void op(const char* name) override {
     if (prof_) prof_->mark(name);
@@ -146,7 +146,7 @@ class Executor : public GptHooks {
   // Note [sharded optimizer]: the other data ranks' shares of one segment's new parameters, in `stream`'s order.
   void gather_param_shares(const Tensor& segment, Stream& stream);
   Executor(Backend& backend, ExecSpec spec)
-      : be_(backend), spec_(std::move(spec)), segments_(gpt_segments(spec_.model)) {}
+      : be_(backend), spec_(std::move(spec)), segments_(model_segments(spec_.model)) {}
   Status allocate_and_bind(const ModelFactory& model);
   void run_pass(Pass p, void (Executor::*model_part)());
   void model_forward();
@@ -162,11 +162,11 @@ class Executor : public GptHooks {
 
   Backend& be_;
   ExecSpec spec_;
-  GptSegments segments_;  // of spec_.model (um_ranges' segments of the managed compute copy)
+  ParamSegments segments_;  // of spec_.model (um_ranges' segments of the managed compute copy)
   Inventory inventory_;
   Schedule schedule_;
   RingLayout rings_;
-  std::unique_ptr<Gpt> gpt_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> opt_;
   std::vector<std::unique_ptr<Event>> events_;  // [schedule event]
   OpProfiler* prof_ = nullptr;

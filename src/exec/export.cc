@@ -56,7 +56,7 @@ struct Gpt2Tensor {
   int64_t rows = 0, cols = 0;  // ours, the first `rows` of which are kept (wte: vocab of padded_vocab)
 };
 
-Gpt2Tensor gpt2_tensor(const ParamInfo& p, const GptConfig& cfg) {
+Gpt2Tensor gpt2_tensor(const ParamInfo& p, const ModelConfig& cfg) {
   Gpt2Tensor t;
   t.name = gpt2_name(p.name, &t.transposed);
   t.rows = p.shape[0];
@@ -76,8 +76,8 @@ Result<ExportSummary> export_gpt2(const std::string& where, const std::string& o
   TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(r.meta(), s.checkpoint));
   TT_RETURN_IF(st.dtype != DType::kF32, kUnimplemented, "%s: parameters in %s; export writes fp32 checkpoints",
                s.checkpoint.c_str(), dtype_name(st.dtype));
-  const GptConfig& cfg = st.model;
-  const std::vector<ParamInfo> layout = gpt_param_layout(cfg);
+  const ModelConfig& cfg = st.model;
+  const std::vector<ParamInfo> layout = model_param_layout(cfg);
   // The header first (its length fixes where the data starts), then the data in layout order.
   nlohmann::json header = nlohmann::json::object();
   std::vector<Gpt2Tensor> tensors;
@@ -167,8 +167,8 @@ Status import_gpt2(const std::string& path, Executor& ex) {
   TT_RETURN_IF(!header.is_object(), kDataLoss, "--from-safetensors %s: the header is not a JSON object", file.c_str());
   const uint64_t data_at = 8 + n, data_bytes = size - data_at;
 
-  const Gpt& gpt = ex.model();
-  const GptConfig& cfg = gpt.config();
+  const Model& gpt = ex.model();
+  const ModelConfig& cfg = gpt.config();
   TT_RETURN_IF(gpt.master_dtype() != DType::kF32, kUnimplemented, "--from-safetensors: an fp32 master only");
   std::vector<float> params(static_cast<size_t>(gpt.num_params()), 0.0f);
   std::vector<float> theirs;

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace tt {
 

@@ -10,7 +10,7 @@
 
 namespace tt {
 
-Optimizer::Optimizer(Backend& backend, const Gpt& model, OptimizerPlacement where, AdamWHyper hyper,
+Optimizer::Optimizer(Backend& backend, const Model& model, OptimizerPlacement where, AdamWHyper hyper,
                      OptimizerBuffers buf, OptimizerShard shard)
     : be_(backend), model_(model), where_(where), hyper_(hyper), buf_(buf), layout_(model.params()),
       segs_(model.segments()), shard_(shard) {
@@ -81,7 +81,7 @@ void Optimizer::norm_part(int segment) {
 void Optimizer::norm_total() { be_.sum_in_order(buf_.norm_sq, buf_.parts); }
 
 // Note [device update by segment]
-// The device optimizer updates a segment's parameters (laid out one after the other: model/gpt.h) in one
+// The device optimizer updates a segment's parameters (laid out one after the other: model/model.h) in one
 // adamw_update call, whose pieces say which of them decay (matrices and embeddings) and which do not (biases and
 // LayerNorms), and which writes the bf16 compute copy in the same pass when there is one. A call a parameter would
 // launch a kernel for each (at GPT-2 most hold a few thousand elements, so the launches cost more than the work), and

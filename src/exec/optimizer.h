@@ -31,7 +31,7 @@
 
 #include "backend/backend.h"
 #include "plan/plan.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace tt {
 
@@ -67,7 +67,7 @@ struct OptimizerShard {
     return {std::min(n, r * q), std::min(n, (r + 1) * q)};
   }
   // The moments' elements on one rank: each segment's share, at most ceil(n / N).
-  static int64_t moment_elements(const GptSegments& segs, int ranks) {
+  static int64_t moment_elements(const ParamSegments& segs, int ranks) {
     int64_t e = 0;
     for (int64_t n : segs.size) e += segment_share(n, ranks);
     return e;
@@ -99,7 +99,7 @@ struct OptimizerBuffers {
 
 class Optimizer {
  public:
-  Optimizer(Backend& backend, const Gpt& model, OptimizerPlacement where, AdamWHyper hyper, OptimizerBuffers buf,
+  Optimizer(Backend& backend, const Model& model, OptimizerPlacement where, AdamWHyper hyper, OptimizerBuffers buf,
             OptimizerShard shard = {});
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -157,12 +157,12 @@ class Optimizer {
                       float grad_norm_sq, float grad_clip);
 
   Backend& be_;
-  const Gpt& model_;
+  const Model& model_;
   OptimizerPlacement where_;
   AdamWHyper hyper_;
   OptimizerBuffers buf_;
   std::vector<ParamInfo> layout_;
-  GptSegments segs_;
+  ParamSegments segs_;
   std::vector<std::vector<size_t>> seg_params_;  // [segment] indices into layout_
   // Note [device update by segment]: one adamw_update call a segment (more when it has more pieces than a call).
   struct DeviceCall {

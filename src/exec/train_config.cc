@@ -120,7 +120,7 @@ void declare_train_knobs(Config& cfg) {
        "libcudnn.so.9 to load, or the folder holding it (empty: the folders found at build time, then the loader's "
        "path)");
   knob("runtime", "lm_chunk_rows", K::kInt, "0",
-       "rows (tokens) of the LM head's logits computed at once (Note [LM head in chunks] in model/gpt.h): more rows "
+       "rows (tokens) of the LM head's logits computed at once (Note [LM head in chunks] in model/model.h): more rows "
        "take more device memory for the logits and fewer passes over the f32 gradient of wte (0: the model's "
        "default)",
        0, 1e9);

@@ -17,14 +17,14 @@
 #include "core/config.h"
 #include "memory/um.h"
 #include "plan/plan.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace tt {
 
 constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
 
 struct TrainConfig {
-  GptConfig model;  // vocab comes from the data
+  ModelConfig model;  // vocab comes from the data
   int batch = 16;
   std::string data = kDefaultCorpus;
   double val_fraction = 0.05;

@@ -254,9 +254,8 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     if (r.probe.device_memory)
       device = str_format("%s (%s free of %s)", r.probe.device.c_str(), format_bytes(r.probe.free_bytes).c_str(),
                           format_bytes(r.probe.total_bytes).c_str());
-    t->print("dry run (nothing allocated): GPT L%d d%d H%d T%d vocab %d, %lld parameters, %s compute, batch %d\n",
-             cfg.model.layers, cfg.model.dim, cfg.model.heads, cfg.model.seq, cfg.model.vocab,
-             static_cast<long long>(gpt_num_params(cfg.model)), dtype_name(r.exec.compute), cfg.batch);
+    t->print("dry run (nothing allocated): %s, %lld parameters, %s compute, batch %d\n", cfg.model.describe().c_str(),
+             static_cast<long long>(model_num_params(cfg.model)), dtype_name(r.exec.compute), cfg.batch);
     t->print("  plan: %s\n", r.exec.plan.summary().c_str());
     t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need).c_str(),
              format_bytes(r.budget).c_str(), r.budget_auto ? " (automatic)" : "",
@@ -264,7 +263,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     // Note [gradients in dead activations]: what the gradients kept in activation sets would take apart.
     int aliased = 0;
     int64_t aliased_bytes = 0;
-    const GptSegments segs = gpt_segments(r.exec.model);
+    const ParamSegments segs = model_segments(r.exec.model);
     for (int l = 0; l < r.exec.model.layers; ++l) {
       if (!grads_in_next_set(r.exec.plan, r.exec.model, r.exec.batch, r.exec.compute, l)) continue;
       ++aliased;
@@ -615,7 +614,7 @@ Result<EvalRecord> Trainer::evaluate() {
     } else {
       data::val_batch(dataset_.val(), B, T, k, host_tokens_.data(), host_targets_.data());
     }
-    const Gpt& gpt = ex_->model();
+    const Model& gpt = ex_->model();
     be.copy_h2d(gpt.tokens(), host_tokens_.data(), be.compute_stream());
     be.copy_h2d(gpt.targets(), host_targets_.data(), be.compute_stream());
     ex_->forward();
@@ -735,10 +734,8 @@ Result<TrainSummary> Trainer::run() {
   TrainSummary summary;
   summary.first_step = step_ + 1;
   print("%s\n", dataset_.describe().c_str());
-  print("model: GPT L%d d%d H%d T%d vocab %d, %lld parameters, %s compute (%s master), plan %s | batch %lld "
-        "(%lld tokens/step) | %s\n",
-        cfg_.model.layers, cfg_.model.dim, cfg_.model.heads, cfg_.model.seq, cfg_.model.vocab,
-        static_cast<long long>(gpt_num_params(cfg_.model)), dtype_name(ex_->model().dtype()),
+  print("model: %s, %lld parameters, %s compute (%s master), plan %s | batch %lld (%lld tokens/step) | %s\n",
+        cfg_.model.describe().c_str(), static_cast<long long>(model_num_params(cfg_.model)), dtype_name(ex_->model().dtype()),
         dtype_name(ex_->model().master_dtype()), cfg_.plan.c_str(), static_cast<long long>(B), static_cast<long long>(B * T),
         backend_->describe().c_str());
   print("optimizer: AdamW, lr %.3g%s, %lld warm-up steps, cosine to %.3g at step %lld\n", cfg_.lr,
@@ -905,8 +902,8 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                   {"vocab", dataset_.vocab()},
                   {"train_tokens", dataset_.train().size()},
                   {"val_tokens", dataset_.val().size()}};
-  j["model"] = {{"layers", cfg_.model.layers}, {"dim", cfg_.model.dim},   {"heads", cfg_.model.heads},
-                {"seq", cfg_.model.seq},       {"vocab", cfg_.model.vocab}, {"params", gpt_num_params(cfg_.model)}};
+  j["model"] = model_config_json(cfg_.model);
+  j["model"]["params"] = model_num_params(cfg_.model);
   nlohmann::json steps = nlohmann::json::array();
   for (const StepRecord& r : history_)
     steps.push_back({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm}, {"ms", r.ms},

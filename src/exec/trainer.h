@@ -32,7 +32,7 @@
 #include "mesh/mesh.h"
 #include "plan/plan.h"
 #include "exec/train_config.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace tt {
 
@@ -116,7 +116,7 @@ class Trainer {
   // Runs from the current step (0, or the resumed one) to --stop-at or --steps.
   Result<TrainSummary> run();
 
-  Gpt& model() { return ex_->model(); }
+  Model& model() { return ex_->model(); }
   Optimizer& optimizer() { return ex_->optimizer(); }
   Executor& executor() { return *ex_; }
   Backend& backend() { return *backend_; }

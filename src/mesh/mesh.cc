@@ -198,7 +198,7 @@ int Layout::ways(const std::string& tensor_dim, const MeshShape& shape) const {
   return m.empty() ? 1 : shape.size_of(m);
 }
 
-Status Layout::check(const MeshShape& shape, const GptConfig& model, int global_batch) const {
+Status Layout::check(const MeshShape& shape, const ModelConfig& model, int global_batch) const {
   struct Extent {
     const char* dim;
     int64_t size;

@@ -20,7 +20,7 @@
 
 #include "comm/comm.h"
 #include "core/status.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace tt::mesh {
 
@@ -73,7 +73,7 @@ class Layout {
   int ways(const std::string& tensor_dim, const MeshShape& shape) const;
   // Every split dimension divides evenly for this model and global batch (sequences a step over all ranks): an error
   // names the dimension, its size and the mesh dimension.
-  Status check(const MeshShape& shape, const GptConfig& model, int global_batch) const;
+  Status check(const MeshShape& shape, const ModelConfig& model, int global_batch) const;
   std::string to_string() const;  // "batch:data,heads:model,..." in tensor_dims() order
 
  private:

@@ -24,7 +24,7 @@ struct Shape {
 };
 
 // What a resident or swapped block may rebuild in its backward, by how much it saves: nothing; its GELU and
-// LayerNorm outputs (Note [rebuilt GELU], Note [rebuilt norms]: element-wise kernels); its MLP half (Note [MLP
+// LayerNorm outputs (Note [rebuilt activation], Note [rebuilt norms]: element-wise kernels); its MLP half (Note [MLP
 // half]: a GEMM again); that and its LayerNorm outputs. (The GELU output alone, which a JSON plan may ask for, saves
 // 4 of 6 C a token for about as little work: the search leaves it out, which keeps the 48-block search under 5 s.)
 struct Parts {
@@ -39,7 +39,7 @@ constexpr int kNumParts = static_cast<int>(std::size(kParts));
 
 void set_parts(LayerPlan& lp, int parts) {
   const Parts& p = kParts[parts];
-  lp.gelu_recompute = p.gelu;
+  lp.act_recompute = p.gelu;
   lp.mlp_recompute = p.mlp;
   lp.norms_recompute = p.norms;
 }
@@ -47,7 +47,7 @@ void set_parts(LayerPlan& lp, int parts) {
 int parts_index(const LayerPlan& lp) {
   for (int i = 0; i < kNumParts; ++i)
     if (kParts[i].mlp == lp.mlp_recompute && kParts[i].norms == lp.norms_recompute &&
-        (kParts[i].mlp || kParts[i].gelu == lp.gelu_recompute))
+        (kParts[i].mlp || kParts[i].gelu == lp.act_recompute))
       return i;
   return 0;
 }

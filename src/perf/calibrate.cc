@@ -22,7 +22,7 @@
 #include "core/units.h"
 #include "host/adamw.h"
 #include "memory/um.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace tt::perf {
 

@@ -6,8 +6,8 @@
 namespace tt::perf {
 
 namespace {
-// The model's piece a compute operation runs (model/gpt.h GptPiece) and its segment; false for the others.
-bool model_piece(const Op& op, const ScheduleSpec& spec, GptPiece* piece, int* segment) {
+// The model's piece a compute operation runs (model/model.h ModelPiece) and its segment; false for the others.
+bool model_piece(const Op& op, const ScheduleSpec& spec, ModelPiece* piece, int* segment) {
   const int L = spec.model.layers;
   *segment = op.layer + 1;
   switch (op.kind) {
@@ -15,41 +15,41 @@ bool model_piece(const Op& op, const ScheduleSpec& spec, GptPiece* piece, int* s
       *segment = op.segment;
       switch (op.boundary) {
         case Boundary::kBeforeForward:
-          // Note [rebuilt GELU]: such a block's forward runs its GELU apart.
-          *piece = op.segment >= 1 && op.segment <= L && spec.plan.gelu_rebuilt(op.segment - 1)
-                       ? GptPiece::kForwardGeluApart
-                       : GptPiece::kForward;
+          // Note [rebuilt activation]: such a block's forward runs its GELU apart.
+          *piece = op.segment >= 1 && op.segment <= L && spec.plan.act_rebuilt(op.segment - 1)
+                       ? ModelPiece::kForwardActApart
+                       : ModelPiece::kForward;
           return true;
-        case Boundary::kBeforeBackward: *piece = GptPiece::kBackward; return true;
+        case Boundary::kBeforeBackward: *piece = ModelPiece::kBackward; return true;
         case Boundary::kBeforeHead:
           *segment = 0;
-          *piece = op.name.find("backward") != std::string::npos ? GptPiece::kHeadWithBackward : GptPiece::kHead;
+          *piece = op.name.find("backward") != std::string::npos ? ModelPiece::kHeadWithBackward : ModelPiece::kHead;
           return true;
         default: return false;
       }
-    case OpKind::kRebuildBlock: *piece = GptPiece::kRebuildBlock; return true;
-    case OpKind::kRebuildNorms: *piece = GptPiece::kRebuildNorms; return true;
-    case OpKind::kRebuildMlp: *piece = GptPiece::kRebuildMlp; return true;
-    case OpKind::kRebuildGelu: *piece = GptPiece::kRebuildGelu; return true;
+    case OpKind::kRebuildBlock: *piece = ModelPiece::kRebuildBlock; return true;
+    case OpKind::kRebuildNorms: *piece = ModelPiece::kRebuildNorms; return true;
+    case OpKind::kRebuildMlp: *piece = ModelPiece::kRebuildMlp; return true;
+    case OpKind::kRebuildAct: *piece = ModelPiece::kRebuildAct; return true;
     default: return false;
   }
 }
 }  // namespace
 
 std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) {
-  const GptConfig& cfg = spec.model;
+  const ModelConfig& cfg = spec.model;
   const DType dt = spec.compute, md = master_dtype_for(dt);
   std::vector<KernelCall> r;
-  GptPiece p;
+  ModelPiece p;
   int segment = 0;
   if (model_piece(op, spec, &p, &segment)) {
-    for (const NamedKernelCall& k : gpt_kernel_calls(cfg, spec.batch, dt, spec.lm_chunk_rows, p, segment))
+    for (const NamedKernelCall& k : model_kernel_calls(cfg, spec.batch, dt, spec.lm_chunk_rows, p, segment))
       r.push_back(k.call);
     return r;
   }
-  GptSegments segs;
+  ParamSegments segs;
   auto seg_size = [&](int s) {
-    if (segs.offset.empty()) segs = gpt_segments(cfg);
+    if (segs.offset.empty()) segs = model_segments(cfg);
     return segs.size[static_cast<size_t>(s)];
   };
   switch (op.kind) {
@@ -88,8 +88,8 @@ namespace {
 // The pieces the host update of each segment runs over: its parameters' sizes, or (Note [sharded optimizer]) those
 // of the parts of them in the largest share, rank 0's (ScheduleSpec::optimizer_share).
 std::vector<std::vector<int64_t>> all_segment_param_sizes(const ScheduleSpec& spec) {
-  const GptSegments segs = gpt_segments(spec.model);
-  const std::vector<ParamInfo> layout = gpt_param_layout(spec.model);
+  const ParamSegments segs = model_segments(spec.model);
+  const std::vector<ParamInfo> layout = model_param_layout(spec.model);
   std::vector<std::vector<int64_t>> sizes(static_cast<size_t>(segs.count()));
   for (size_t i = 0; i < layout.size(); ++i) {
     const size_t s = static_cast<size_t>(segs.of_param[i]);
@@ -101,7 +101,7 @@ std::vector<std::vector<int64_t>> all_segment_param_sizes(const ScheduleSpec& sp
 }
 }  // namespace
 
-std::vector<int64_t> segment_param_sizes(const GptConfig& cfg, int segment) {
+std::vector<int64_t> segment_param_sizes(const ModelConfig& cfg, int segment) {
   ScheduleSpec spec;
   spec.model = cfg;
   return all_segment_param_sizes(spec)[static_cast<size_t>(segment)];
@@ -117,7 +117,7 @@ std::vector<std::vector<int64_t>> schedule_host_segments(const Schedule& schedul
 
 ProfileCosts::ProfileCosts(const Profile& profile, const ScheduleSpec& spec, int host_threads)
     : p_(profile), spec_(spec) {
-  const GptSegments segs = gpt_segments(spec.model);
+  const ParamSegments segs = model_segments(spec.model);
   seg_params_ = segs.size;
   for (int64_t& n : seg_params_) n = spec.optimizer_share(n);
   seg_sizes_ = all_segment_param_sizes(spec);
@@ -149,11 +149,11 @@ double ProfileCosts::kernels(const Op& op) const {
     t = s.is_ok() ? s.value() : 0.0;
   }
   // Note [pricing collectives]: a tensor-parallel piece's sums and maxima over the model's ranks, in its time.
-  GptPiece piece;
+  ModelPiece piece;
   int segment = 0;
   if (spec_.model.tp > 1 && model_piece(op, spec_, &piece, &segment))
     for (int64_t bytes :
-         gpt_tp_collectives(spec_.model, spec_.batch, spec_.compute, spec_.lm_chunk_rows, piece, segment))
+         model_tp_collectives(spec_.model, spec_.batch, spec_.compute, spec_.lm_chunk_rows, piece, segment))
       t += allreduce_seconds(spec_.model.tp, bytes);
   return cache_.emplace(key, t).first->second;
 }
@@ -246,7 +246,7 @@ double ProfileCosts::seconds(const Op& op) const {
       // says so (PlanRow::unpriced_collectives). A data-parallel run's average of each segment's gradients is an
       // operation of its own on the comm stream (Note [data parallel] in plan/schedule.cc), overlapped with the rest
       // of the backward; a tensor-parallel run's sums and maxima (Note [tensor parallel] in model/gpt.h) are part of
-      // the compute operations that run them (gpt_tp_collectives lists them per piece, as gpt_kernel_calls lists
+      // the compute operations that run them (model_tp_collectives lists them per piece, as model_kernel_calls lists
       // the kernels), on the compute stream. Not priced: a sharded optimizer's exchange of parameters (inside its
       // update), the norm's sum over the model's ranks (one number). The rate is an f32 allreduce's; bf16 sums and
       // small maxima are priced by their bytes at it.

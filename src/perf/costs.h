@@ -1,5 +1,5 @@
 // perf/costs: the time of each operation of a schedule on a calibrated machine. A compute operation runs the kernel
-// calls the model lists for its piece (Note [kernel calls] in model/gpt.h) or the optimizer's and executor's own
+// calls the model lists for its piece (Note [kernel calls] in model/model.h) or the optimizer's and executor's own
 // calls, each priced from the profile (Note [interpolating kernel times]); a copy takes its link's latency plus its
 // bytes over the link's pinned bandwidth; a host AdamW its segment's parameters over the host's rate; a Unified Memory
 // prefetch or discard its bytes at the driver's measured rate for that kind (Profile::um_*).
@@ -29,7 +29,7 @@ std::vector<std::vector<KernelCall>> schedule_sequences(const Schedule& schedule
 // The parameter sizes of each segment the training pass updates on the host (the CPU optimizer), distinct.
 std::vector<std::vector<int64_t>> schedule_host_segments(const Schedule& schedule);
 // The parameter sizes of segment s, in update order.
-std::vector<int64_t> segment_param_sizes(const GptConfig& cfg, int segment);
+std::vector<int64_t> segment_param_sizes(const ModelConfig& cfg, int segment);
 
 struct ProfileCosts final : CostModel {
   // host_threads: the CPU optimizer's threads (--threads; 0: the count the profile's segments were measured with,

@@ -62,18 +62,19 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
   for (const auto& [key, value] : o.items()) {
     const std::string at = where + "." + key;
     if (key == "activation" && value.is_object()) {
-      // Note [MLP half], Note [rebuilt norms], Note [rebuilt GELU]: {"attention": P, "mlp": Q, "norms": R,
-      // "gelu": G}, where Q is P or "recompute"; R (optional; P when absent) is P or "recompute"; G (optional; Q when
-      // absent) is Q or "recompute".
-      constexpr const char* kParts[4] = {"attention", "mlp", "norms", "gelu"};
-      constexpr const char* kWhat[4] = {"attention half", "MLP half", "LayerNorm outputs (norms)", "GELU output"};
+      // Note [MLP half], Note [rebuilt norms], Note [rebuilt activation]: {"attention": P, "mlp": Q, "norms": R,
+      // "act": G}, where Q is P or "recompute"; R (optional; P when absent) is P or "recompute"; G (optional; Q when
+      // absent) is Q or "recompute". "gelu" is an older name of "act".
+      constexpr const char* kParts[4] = {"attention", "mlp", "norms", "act"};
+      constexpr const char* kWhat[4] = {"attention half", "MLP half", "normalisations' outputs (norms)",
+                                        "MLP activation's output (act)"};
       ActPlacement parts[4] = {ActPlacement::kResident, ActPlacement::kResident, ActPlacement::kResident,
                                ActPlacement::kResident};
       bool given[4] = {false, false, false, false};
       for (const auto& [half, hv] : value.items()) {
         const std::string hat = at + "." + half;
-        const int i = static_cast<int>(std::find(kParts, kParts + 4, half) - kParts);
-        TT_RETURN_IF(i == 4, kInvalidArgument, "%s: unknown part '%s' (attention, mlp, norms, gelu)", at.c_str(),
+        const int i = half == "gelu" ? 3 : static_cast<int>(std::find(kParts, kParts + 4, half) - kParts);
+        TT_RETURN_IF(i == 4, kInvalidArgument, "%s: unknown part '%s' (attention, mlp, norms, act)", at.c_str(),
                      half.c_str());
         TT_RETURN_IF(!hv.is_string(), kInvalidArgument, "%s: expected a string", hat.c_str());
         TT_ASSIGN_OR_RETURN(parts[i], parse_activation(hv.get<std::string>(), hat));
@@ -81,7 +82,7 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
       }
       TT_RETURN_IF(!given[0] || !given[1], kInvalidArgument,
                    "%s: give both halves: {\"attention\": ..., \"mlp\": ...} (and optionally \"norms\", "
-                   "\"gelu\")",
+                   "\"act\")",
                    at.c_str());
       if (!given[2]) parts[2] = parts[0];
       if (!given[3]) parts[3] = parts[1];
@@ -92,7 +93,7 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
                      at.c_str());
       }
       for (int i : {1, 2, 3}) {
-        const int from = i == 3 ? 1 : 0;  // the GELU output goes with the MLP half, the rest with the attention half
+        const int from = i == 3 ? 1 : 0;  // the activation's output goes with the MLP half, the rest with the attention half
         TT_RETURN_IF(parts[i] != parts[from] && parts[i] != ActPlacement::kRecompute, kInvalidArgument,
                      "%s: the %s can be placed apart from the %s only by recomputing %s (%s %s, %s %s); or place "
                      "them alike",
@@ -102,7 +103,7 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
       lp->activation = parts[0];
       lp->mlp_recompute = parts[0] != ActPlacement::kRecompute && parts[1] == ActPlacement::kRecompute;
       lp->norms_recompute = parts[0] != ActPlacement::kRecompute && parts[2] == ActPlacement::kRecompute;
-      lp->gelu_recompute = lp->mlp_recompute || (parts[0] != ActPlacement::kRecompute &&
+      lp->act_recompute = lp->mlp_recompute || (parts[0] != ActPlacement::kRecompute &&
                                                  parts[3] == ActPlacement::kRecompute);
       continue;
     }
@@ -112,7 +113,7 @@ Status apply_layer(const json& o, LayerPlan* lp, const std::string& where) {
       TT_ASSIGN_OR_RETURN(lp->activation, parse_activation(v, at));
       lp->mlp_recompute = false;
       lp->norms_recompute = false;
-      lp->gelu_recompute = false;
+      lp->act_recompute = false;
     } else if (key == "param") {
       TT_ASSIGN_OR_RETURN(lp->param, parse_state(v, at));
     } else if (key == "grad") {
@@ -317,7 +318,7 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
                          source.c_str());
     }
   }
-  // Note [MLP half], Note [rebuilt norms], Note [rebuilt GELU]: swapped blocks share slots of one size, so they all
+  // Note [MLP half], Note [rebuilt norms], Note [rebuilt activation]: swapped blocks share slots of one size, so they all
   // swap the same parts.
   int first_swap = -1;
   for (int l = 0; l < layers; ++l) {
@@ -327,8 +328,8 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
       continue;
     }
     TT_RETURN_IF(p.held_parts(l) != p.held_parts(first_swap), kInvalidArgument,
-                 "plan %s: swapped layers %d and %d differ in whether their MLP half, their GELU output or their "
-                 "LayerNorm outputs are recomputed; swapped layers share device slots, so all of them must swap the "
+                 "plan %s: swapped layers %d and %d differ in whether their MLP half, their activation output or "
+                 "their norm outputs are recomputed; swapped layers share device slots, so all of them must swap the "
                  "same parts",
                  source.c_str(), first_swap, l);
   }
@@ -389,7 +390,7 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
   if (name == "in-core") return all(ActPlacement::kResident);
   if (name == "in-core-selective") {
     Plan p = all(ActPlacement::kResident);
-    for (LayerPlan& lp : p.layers) lp.norms_recompute = lp.gelu_recompute = true;
+    for (LayerPlan& lp : p.layers) lp.norms_recompute = lp.act_recompute = true;
     return p;
   }
   if (name == "recompute") return all(ActPlacement::kRecompute);
@@ -442,11 +443,11 @@ json Plan::to_json() const {
   json ls = json::array();
   for (const LayerPlan& lp : layers) {
     json act = act_placement_name(lp.activation);
-    if (lp.activation != ActPlacement::kRecompute && (lp.mlp_recompute || lp.norms_recompute || lp.gelu_recompute)) {
+    if (lp.activation != ActPlacement::kRecompute && (lp.mlp_recompute || lp.norms_recompute || lp.act_recompute)) {
       act = {{"attention", act_placement_name(lp.activation)},
              {"mlp", lp.mlp_recompute ? "recompute" : act_placement_name(lp.activation)}};
       if (lp.norms_recompute) act["norms"] = "recompute";
-      if (lp.gelu_recompute && !lp.mlp_recompute) act["gelu"] = "recompute";
+      if (lp.act_recompute && !lp.mlp_recompute) act["act"] = "recompute";
     }
     ls.push_back({{"activation", act},
                   {"param", state_name(lp.param)},
@@ -484,12 +485,12 @@ int Plan::count(ActPlacement p) const {
 
 unsigned Plan::held_parts(int l) const {
   return kPartAll & ~(mlp_rebuilt(l) ? unsigned(kPartMlp) : 0u) & ~(norms_rebuilt(l) ? unsigned(kPartNorms) : 0u) &
-         ~(gelu_rebuilt(l) ? unsigned(kPartGelu) : 0u);
+         ~(act_rebuilt(l) ? unsigned(kPartAct) : 0u);
 }
 
-std::vector<bool> Plan::gelu_apart() const {
+std::vector<bool> Plan::act_apart() const {
   std::vector<bool> r(layers.size());
-  for (size_t l = 0; l < layers.size(); ++l) r[l] = gelu_rebuilt(static_cast<int>(l));
+  for (size_t l = 0; l < layers.size(); ++l) r[l] = act_rebuilt(static_cast<int>(l));
   return r;
 }
 
@@ -516,10 +517,10 @@ std::string Plan::summary() const {
   if (mlp > 0) s += "; the MLP half of " + std::to_string(mlp) + " of them recomputed";
   int norms = 0;
   for (const LayerPlan& lp : layers) norms += lp.norms_recompute && lp.activation != ActPlacement::kRecompute ? 1 : 0;
-  if (norms > 0) s += "; the LayerNorm outputs of " + std::to_string(norms) + " rebuilt";
-  int gelu = 0;
-  for (int l = 0; l < static_cast<int>(layers.size()); ++l) gelu += gelu_rebuilt(l) ? 1 : 0;
-  if (gelu > 0) s += "; the GELU output of " + std::to_string(gelu) + " rebuilt";
+  if (norms > 0) s += "; the norm outputs of " + std::to_string(norms) + " rebuilt";
+  int act = 0;
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l) act += act_rebuilt(l) ? 1 : 0;
+  if (act > 0) s += "; the activation output of " + std::to_string(act) + " rebuilt";
   int grads = 0, params = 0;
   for (const LayerPlan& lp : layers) {
     grads += lp.grad == StatePlacement::kHostStreamed ? 1 : 0;

@@ -25,7 +25,7 @@
 
 #include "core/status.h"
 #include "memory/um.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace tt {
 
@@ -44,17 +44,18 @@ namespace tt {
 // Note [rebuilt norms]: a resident or swapped block may likewise have its LayerNorm outputs (ln1, ln2 and their
 // statistics: 2 of its 15 C per token) rebuilt: they live in one set shared by such blocks, and the block's backward
 // rebuilds them with layernorm_forward, ln1 from the block's input (which every block keeps) and ln2 from res2,
-// before anything reads them (Gpt::rebuild_norms: the same bits). A swapped block then moves 5 C per token with its
+// before anything reads them (Model::rebuild_norms: the same bits). A swapped block then moves 5 C per token with its
 // MLP half rebuilt (qkv, atty, res2), not 7: in the forward the copies out, not the kernels, bound a swapped block
 // (docs/benchmarks/2026-11-30-h200x2-ooc-d4096-tight/), and two LayerNorms cost little next to moving their outputs.
-// Note [rebuilt GELU]: a resident or swapped block whose MLP half is kept may have only its GELU output (fch_gelu:
-// 4 of its 15 C per token) rebuilt: it lives in one set shared by such blocks, and the block's backward rebuilds it
-// from fch with an element-wise kernel (Gpt::rebuild_gelu) instead of rerunning the GEMM as the MLP half's rebuild
-// does. So that the rebuild gives the forward's bits, such a block's forward runs its GELU as that kernel too
-// (matmul_forward then gelu_forward, Gpt::set_gelu_apart) rather than in the GEMM's epilogue: on the CPU backend
-// the same arithmetic as the fused op (the run is bit-identical to in-core), on a GPU a different rounding of the
-// GELU (the fused epilogue rounds gelu of the f32 sum once; apart, the sum is rounded to bf16 first), so the run
-// is bit-identical to in-core with the same kernels and within the tolerances of the fused run. At d4096 B8 T2048 it
+// Note [rebuilt activation]: a resident or swapped block whose MLP half is kept may have only its activation's
+// output (GPT-2's GELU output fch_gelu: 4 of its 15 C per token; the Llama family's SwiGLU output) rebuilt: it lives
+// in one set shared by such blocks, and the block's backward rebuilds it from the pre-activation with an element-wise
+// kernel (Model::rebuild_act) instead of rerunning the GEMM as the MLP half's rebuild does. So that the rebuild gives
+// the forward's bits, such a block's forward runs its activation as that kernel too (Model::set_act_apart; GPT-2:
+// matmul_forward then gelu_forward rather than the GELU in the GEMM's epilogue): on the CPU backend the same
+// arithmetic as the fused op (the run is bit-identical to in-core), on a GPU a different rounding of the GELU (the
+// fused epilogue rounds gelu of the f32 sum once; apart, the sum is rounded to bf16 first), so the run is
+// bit-identical to in-core with the same kernels and within the tolerances of the fused run. At d4096 B8 T2048 it
 // saves 15 of 16 blocks' 0.5 GiB fch_gelu, for two element-wise passes over fch a block.
 // Note [managed activations] (issue 20, plan/schedule.cc):
 //  kManaged: in its own set in managed memory (memory/um.h), which stays on the device: Unified Memory's pages,
@@ -81,9 +82,9 @@ struct LayerPlan {
   // Note [rebuilt norms]: the block's LayerNorm outputs rebuilt in its backward while the rest is `activation`. In
   // JSON: "activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}.
   bool norms_recompute = false;
-  // Note [rebuilt GELU]: the block's GELU output rebuilt in its backward (its MLP half otherwise kept). In JSON:
-  // "activation": {"attention": "resident", "mlp": "resident", "gelu": "recompute"}.
-  bool gelu_recompute = false;
+  // Note [rebuilt activation]: the block's activation output rebuilt in its backward (its MLP half otherwise kept). In
+  // JSON: "activation": {"attention": "resident", "mlp": "resident", "act": "recompute"}.
+  bool act_recompute = false;
   StatePlacement param = StatePlacement::kResident;
   StatePlacement grad = StatePlacement::kResident;
   StatePlacement optim_state = StatePlacement::kResident;
@@ -132,7 +133,7 @@ struct Plan {
   // A shortcut (in-core, in-core-selective, recompute, swap-activations, swap-attention-recompute-mlp,
   // swap-attention-recompute-mlp-norms, offload-params, offload-all; Unified Memory: um, um-advised,
   // um-swap-activations) or a path to a JSON plan. in-core-selective: every block resident but its LayerNorm outputs
-  // and its GELU output, rebuilt in the backward by element-wise kernels (Note [rebuilt norms], Note [rebuilt GELU]).
+  // and its GELU output, rebuilt in the backward by element-wise kernels (Note [rebuilt norms], Note [rebuilt activation]).
   static Result<Plan> resolve(const std::string& name, int layers, int swap_slots);
   // default_prefetch: swap_prefetch when the JSON does not give it (from --swap-slots).
   static Result<Plan> from_json(const nlohmann::json& j, int layers, const std::string& source,
@@ -161,17 +162,17 @@ struct Plan {
   bool norms_rebuilt(int l) const {
     return layers[static_cast<size_t>(l)].norms_recompute && activation(l) != ActPlacement::kRecompute;
   }
-  // Note [rebuilt GELU]: only the GELU output rebuilt (an MLP half rebuilt rebuilds it with the rest).
-  bool gelu_rebuilt(int l) const {
-    return layers[static_cast<size_t>(l)].gelu_recompute && !mlp_rebuilt(l) &&
+  // Note [rebuilt activation]: only the activation output rebuilt (an MLP half rebuilt rebuilds it with the rest).
+  bool act_rebuilt(int l) const {
+    return layers[static_cast<size_t>(l)].act_recompute && !mlp_rebuilt(l) &&
            activation(l) != ActPlacement::kRecompute;
   }
-  // The blocks whose forward runs the GELU apart from its GEMM (Gpt::set_gelu_apart): those whose GELU is rebuilt.
-  std::vector<bool> gelu_apart() const;
+  // The blocks whose forward runs the activation apart (Model::set_act_apart): those whose activation is rebuilt.
+  std::vector<bool> act_apart() const;
   bool params_streamed(int l) const { return layers[static_cast<size_t>(l)].param == StatePlacement::kHostStreamed; }
   bool grads_streamed(int l) const { return layers[static_cast<size_t>(l)].grad == StatePlacement::kHostStreamed; }
   int count(ActPlacement p) const;
-  // The parts (model/gpt.h BlockPart) block l keeps in its own set or swap slot: all but those it rebuilds.
+  // The parts (model/model.h BlockPart) block l keeps in its own set or swap slot: all but those it rebuilds.
   unsigned held_parts(int l) const;
   // What every swapped block moves (swapped blocks agree: from_json checks); kPartAll when none swaps.
   unsigned swapped_parts() const;

@@ -26,11 +26,11 @@ constexpr const char* kOpKindNames[] = {"model",        "wait",       "record", 
                                         "rebuild_mlp",  "swap_out",   "swap_in",    "params_in",     "grads_out",
                                         "norm_part",    "norm_total", "norm_out",   "host_adamw",    "params_back",
                                         "device_adamw", "alloc",      "input_fill", "input_in",      "input_take",
-                                        "grad_reduce",  "um_advise",  "um_prefetch", "rebuild_gelu"};
+                                        "grad_reduce",  "um_advise",  "um_prefetch", "rebuild_act"};
 constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup", "prefetch"};
 constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
                                           "after_head",     "before_backward", "after_backward"};
-static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kRebuildGelu) + 1, "a name for every OpKind");
+static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kRebuildAct) + 1, "a name for every OpKind");
 static_assert(std::size(kPassNames) == static_cast<size_t>(kNumPasses), "a name for every Pass");
 static_assert(std::size(kBoundaryNames) == static_cast<size_t>(Boundary::kAfterBackward) + 1, "a name per Boundary");
 }  // namespace
@@ -138,7 +138,7 @@ const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
 // before uploading it) and the marks at the start of a forward (the trainer synchronises after an evaluation's
 // forward). They stay so that neither ordering depends on those facts.
 //
-// Streamed gradients (Note [gradient segments] in model/gpt.h): the blocks whose gradients are streamed use two
+// Streamed gradients (Note [gradient segments] in model/model.h): the blocks whose gradients are streamed use two
 // shared slots, alternately in backward order. A block's backward waits until its slot's previous contents have
 // left for the host (grad_slot_free, recorded on the d2h stream after that copy), then overwrites it (Note [gradients
 // first written] in backend/backend.h).
@@ -147,7 +147,7 @@ std::pair<int64_t, int64_t> inner_pieces(int64_t begin, int64_t end) {
   return {(begin + piece - 1) / piece * piece, end / piece * piece};
 }
 
-SegmentPieces segment_pieces(const GptSegments& segs, int s, int64_t esize) {
+SegmentPieces segment_pieces(const ParamSegments& segs, int s, int64_t esize) {
   SegmentPieces p;
   p.begin = segs.offset[static_cast<size_t>(s)] * esize;
   p.end = p.begin + segs.size[static_cast<size_t>(s)] * esize;
@@ -171,16 +171,16 @@ class Compiler {
  public:
   Compiler(const ScheduleSpec& spec, const Inventory& inventory)
       : sp_(spec), inv_(inventory), L_(spec.model.layers), plan_(spec.plan) {
-    const GptConfig& cfg = spec.model;
+    const ModelConfig& cfg = spec.model;
     const int64_t B = spec.batch, T = cfg.seq, C = cfg.dim;
     bt_ = static_cast<double>(B * T);
-    segs_ = gpt_segments(cfg);
+    segs_ = model_segments(cfg);
     cpu_ = plan_.cpu_optimizer();
     for (int l = 0; l < L_; ++l) {
       if (plan_.activation(l) == ActPlacement::kRecompute) last_recomputed_ = l;
       if (plan_.mlp_rebuilt(l)) last_mlp_ = l;
       if (plan_.norms_rebuilt(l)) last_norms_ = l;
-      if (plan_.gelu_rebuilt(l)) last_gelu_ = l;
+      if (plan_.act_rebuilt(l)) last_act_ = l;
     }
     // Note [slot rings].
     const RingLayout rings = ring_layout(plan_);
@@ -193,13 +193,13 @@ class Compiler {
     grads_ = rings.grads;
     um_ = rings.um;
     swap_bytes_ =
-        static_cast<int64_t>(device_bytes_of(gpt_block_activations(cfg, spec.batch, spec.compute, plan_.swapped_parts())));
+        static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, spec.batch, spec.compute, plan_.swapped_parts())));
     // A managed block's set: its held parts (every offloaded block holds all of them unless it rebuilds some; the
     // bytes are the largest set's, for the performance model).
     for (int l = 0; l < L_; ++l)
       if (um_.holds(l))
         um_bytes_ = std::max(um_bytes_, static_cast<int64_t>(device_bytes_of(
-                                            gpt_block_activations(cfg, spec.batch, spec.compute, plan_.held_parts(l)))));
+                                            model_block_activations(cfg, spec.batch, spec.compute, plan_.held_parts(l)))));
     esize_ = static_cast<int64_t>(dtype_size(spec.compute));
     msize_ = static_cast<int64_t>(dtype_size(master_dtype_for(spec.compute)));
     // FLOPs (multiply-adds count 2): a block's GEMMs 24 BT C^2 forward, twice that backward; causal attention
@@ -557,8 +557,8 @@ class Compiler {
         op.flops = mlp_fwd_;
       }
       // The last block to run its forward still holds its GELU output in the shared set (as for the norms).
-      if (plan_.gelu_rebuilt(l) && l != last_gelu_) {
-        Op& op = add(out, StreamId::kCompute, OpKind::kRebuildGelu, "rebuild gelu " + block(l));
+      if (plan_.act_rebuilt(l) && l != last_act_) {
+        Op& op = add(out, StreamId::kCompute, OpKind::kRebuildAct, "rebuild act " + block(l));
         op.layer = l;
       }
       model(out, Boundary::kBeforeBackward, 1 + l, "backward " + block(l), block_bwd_);
@@ -614,7 +614,7 @@ class Compiler {
       Op& op = add(out, StreamId::kCompute, OpKind::kDeviceAdamW, "adamw");
       // Read p, g, m, v; write p, m, v and the compute copy when it is not the master (Note [device update by
       // segment] in exec/optimizer.cc).
-      op.bytes = gpt_num_params(sp_.model) * (7 * msize_ + (sp_.compute != master_dtype_for(sp_.compute) ? esize_ : 0));
+      op.bytes = model_num_params(sp_.model) * (7 * msize_ + (sp_.compute != master_dtype_for(sp_.compute) ? esize_ : 0));
       return;
     }
     // Note [speculative update] in exec/optimizer.h: the norm, then segment by segment in forward order the update
@@ -662,14 +662,14 @@ class Compiler {
   const Inventory& inv_;
   int L_;
   const Plan& plan_;
-  GptSegments segs_;
+  ParamSegments segs_;
   bool cpu_ = false;
   bool release_ = false;  // compiling Pass::kTrain's backward: the compute copy may be released
   double bt_ = 0, block_fwd_ = 0, block_bwd_ = 0, mlp_fwd_ = 0, head_fwd_ = 0;
   std::vector<int> swapped_, swap_index_, pstreamed_, pstream_index_;
   SlotRing grads_, um_;
   int S_ = 0, Q_ = 0;
-  int last_recomputed_ = -1, last_mlp_ = -1, last_norms_ = -1, last_gelu_ = -1;
+  int last_recomputed_ = -1, last_mlp_ = -1, last_norms_ = -1, last_act_ = -1;
   int64_t swap_bytes_ = 0, um_bytes_ = 0, esize_ = 4, msize_ = 4;
   std::vector<std::string> events_;
   std::map<std::string, int> event_ids_;
@@ -703,7 +703,7 @@ MemoryUse Schedule::replay_memory(const std::vector<Pass>& ps) const {
 Status Schedule::validate() const {
   const int L = spec.model.layers, S = L + 2;
   const RingLayout rings = ring_layout(spec.plan);
-  const GptSegments segs = gpt_segments(spec.model);
+  const ParamSegments segs = model_segments(spec.model);
   std::vector<int> record_stream(events.size(), -1);
   std::vector<char> waited(events.size(), 0);
   for (int p = 0; p < kNumPasses; ++p) {
@@ -796,14 +796,14 @@ SlotRing make_ring(std::string name, int slots, const std::vector<int>& items, i
   return r;
 }
 
-bool grads_in_next_set(const Plan& plan, const GptConfig& cfg, int batch, DType compute, int l) {
+bool grads_in_next_set(const Plan& plan, const ModelConfig& cfg, int batch, DType compute, int l) {
   const int L = cfg.layers;
   if (!plan.grads_in_activations || plan.cpu_optimizer() || plan.managed_grads || l < 0 || l + 1 >= L ||
       static_cast<int>(plan.layers.size()) != L || plan.grads_streamed(l) ||
       plan.activation(l + 1) != ActPlacement::kResident)
     return false;
-  const GptSegments segs = gpt_segments(cfg);
-  const size_t set = device_bytes_of(gpt_block_activations(cfg, batch, compute, plan.held_parts(l + 1)));
+  const ParamSegments segs = model_segments(cfg);
+  const size_t set = device_bytes_of(model_block_activations(cfg, batch, compute, plan.held_parts(l + 1)));
   return device_alloc_bytes({segs.size[static_cast<size_t>(l + 1)]}, master_dtype_for(compute)) <= set;
 }
 
@@ -825,7 +825,7 @@ RingLayout ring_layout(const Plan& plan) {
           make_ring("grads", 2, grads, L), make_ring("um", plan.swap_slots(), um, L)};
 }
 
-std::vector<std::pair<Boundary, int>> model_boundaries(const GptConfig& cfg, Pass p) {
+std::vector<std::pair<Boundary, int>> model_boundaries(const ModelConfig& cfg, Pass p) {
   std::vector<std::pair<Boundary, int>> r;
   const int L = cfg.layers;
   auto fwd = [&] {
@@ -943,12 +943,8 @@ Result<Op> op_from_json(const json& j, const std::map<std::string, int>& events,
 json Schedule::to_json() const {
   json j;
   j["version"] = 1;
-  j["model"] = {{"vocab", spec.model.vocab}, {"layers", spec.model.layers}, {"dim", spec.model.dim},
-                {"heads", spec.model.heads}, {"seq", spec.model.seq}};
-  if (spec.model.tp > 1) {  // Note [tensor parallel]: one rank's shard, whose segments are its own
-    j["model"]["tp"] = spec.model.tp;
-    j["model"]["split_vocab"] = spec.model.split_vocab;
-  }
+  // Note [tensor parallel]: with tp > 1, one rank's shard, whose segments are its own.
+  j["model"] = model_config_json(spec.model);
   j["batch"] = spec.batch;
   j["compute_dtype"] = dtype_name(spec.compute);
   j["plan"] = spec.plan.to_json();
@@ -1001,11 +997,7 @@ Result<Schedule> Schedule::from_json(const json& j) {
   Schedule s;
   try {
     const json& m = j.at("model");
-    s.spec.model = GptConfig{m.at("vocab").get<int>(), m.at("layers").get<int>(), m.at("dim").get<int>(),
-                             m.at("heads").get<int>(), m.at("seq").get<int>()};
-    s.spec.model.tp = m.value("tp", 1);
-    s.spec.model.split_vocab = m.value("split_vocab", false);
-    TT_TRY(s.spec.model.validate());
+    TT_ASSIGN_OR_RETURN(s.spec.model, model_config_from_json(m, "schedule"));
     s.spec.batch = j.at("batch").get<int>();
     TT_ASSIGN_OR_RETURN(s.spec.compute, parse_dtype(j.at("compute_dtype").get<std::string>()));
     TT_ASSIGN_OR_RETURN(s.spec.plan, Plan::from_json(j.at("plan"), s.spec.model.layers, "schedule"));

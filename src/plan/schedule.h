@@ -12,7 +12,7 @@
 // kStep: one training step), kForwardBackward (kTrain without the step), kSetup (every allocation of the run,
 // before the first pass: nothing is allocated after it, so the memory a run takes is the setup's), kPrefetch (the
 // first batch into the input ring; each kTrain then takes its batch and starts the next one's copy). A kModel
-// operation stands for the model's own kernels between two of its boundaries (model/gpt.h GptHooks): the executor
+// operation stands for the model's own kernels between two of its boundaries (model/model.h ModelHooks): the executor
 // lets the model run them and checks that the model reached the boundaries the schedule expects, in the same order.
 #pragma once
 
@@ -25,7 +25,7 @@
 #include "core/status.h"
 #include "plan/inventory.h"
 #include "plan/plan.h"
-#include "model/gpt.h"
+#include "model/model.h"
 
 namespace tt {
 
@@ -60,7 +60,7 @@ enum class OpKind : int {
   kUmAdvise,        // setup: the plan's advice for the entry's class (Plan::um)
   kUmPrefetch,      // the pages moved to `place` (h2d stream to the device, d2h stream to the host); with um_dead
                     // their contents are dead: placed there without moving anything (a discard-and-prefetch)
-  kRebuildGelu,     // compute: Note [rebuilt GELU] in plan/plan.h
+  kRebuildAct,     // compute: Note [rebuilt activation] in plan/plan.h
 };
 const char* op_kind_name(OpKind k);
 
@@ -109,10 +109,10 @@ struct SegmentPieces {
   // kWhole: the segment; kInner: its whole pieces (0 without); kEnds: the rest.
   int64_t part_bytes(Op::UmPart part) const;
 };
-SegmentPieces segment_pieces(const GptSegments& segs, int s, int64_t esize);
+SegmentPieces segment_pieces(const ParamSegments& segs, int s, int64_t esize);
 
 struct ScheduleSpec {
-  GptConfig model;
+  ModelConfig model;
   int batch = 1;
   DType compute = DType::kF32;
   Plan plan;
@@ -171,7 +171,7 @@ struct Schedule {
 // one between a backward and its optimizer step (gradient accumulation over several forwards would need buffers of
 // their own): after such a forward the executor refuses the step (a check) and download_grads (an error).
 // Bit-identical to gradients in buffers of their own (tests); Plan::grads_in_activations = false turns it off.
-bool grads_in_next_set(const Plan& plan, const GptConfig& cfg, int batch, DType compute, int l);
+bool grads_in_next_set(const Plan& plan, const ModelConfig& cfg, int batch, DType compute, int l);
 bool grads_in_next_set(const ScheduleSpec& spec, int l);
 
 // inventory: what the run allocates (Executor::inventory), whose entries become the setup pass.
@@ -214,6 +214,6 @@ RingLayout ring_layout(const Plan& plan);
 
 // The compute stream's operations of the model's passes, as the model announces them: kModel operations in order
 // (tests and the executor's check).
-std::vector<std::pair<Boundary, int>> model_boundaries(const GptConfig& cfg, Pass p);
+std::vector<std::pair<Boundary, int>> model_boundaries(const ModelConfig& cfg, Pass p);
 
 }  // namespace tt

@@ -56,7 +56,7 @@ std::string train_sentence(TempDir& dir, const std::string& sentence) {
   std::string text;
   while (text.size() < 20000) text += sentence;
   TrainConfig tc;
-  tc.model = GptConfig{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
+  tc.model = ModelConfig{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
   tc.batch = 8;
   tc.data = dir.write("sentence.txt", text);
   tc.steps = 300;
@@ -132,7 +132,7 @@ TEST(Sample, AModelThatLearntASentenceContinuesItPastItsWindow) {
   EXPECT_EQ(exported.value().tensors, 2 + 12 * 2 + 2);
   {
     TrainConfig tc;
-    tc.model = GptConfig{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
+    tc.model = ModelConfig{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
     tc.batch = 8;
     tc.data = dir.path() + "/sentence.txt";
     tc.steps = 1;
@@ -140,11 +140,11 @@ TEST(Sample, AModelThatLearntASentenceContinuesItPastItsWindow) {
     tc.from_safetensors = dir.path() + "/hf";
     auto t = Trainer::create(tc, nullptr);
     ASSERT_TRUE(t.is_ok()) << t.status().to_string();
-    std::vector<float> back(static_cast<size_t>(gpt_num_params(tc.model)));
+    std::vector<float> back(static_cast<size_t>(model_num_params(tc.model)));
     ASSERT_TRUE(t.value()->executor().download_params(back.data()).is_ok());
     auto r = TensorFileReader::open(exported.value().checkpoint);
     ASSERT_TRUE(r.is_ok());
-    for (const ParamInfo& p : gpt_param_layout(tc.model)) {
+    for (const ParamInfo& p : model_param_layout(tc.model)) {
       auto want = r.value().read_all<float>("param/" + p.name);
       ASSERT_TRUE(want.is_ok());
       EXPECT_EQ(std::memcmp(back.data() + p.offset, want.value().data(), want.value().size() * 4), 0) << p.name;
@@ -154,7 +154,7 @@ TEST(Sample, AModelThatLearntASentenceContinuesItPastItsWindow) {
   // --init-from: a new run on other data starts from the learnt parameters (its first loss is the learnt model's,
   // far below a fresh model's ln 256), with step 1 of a fresh schedule.
   TrainConfig tc;
-  tc.model = GptConfig{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
+  tc.model = ModelConfig{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
   tc.batch = 8;
   std::string other;
   while (other.size() < 20000) other += "the lazy dog. the quick brown fox jumps over ";
@@ -182,7 +182,7 @@ TEST(Sample, AModelThatLearntASentenceContinuesItPastItsWindow) {
 TEST(Eval, TheValidationSplitGivesTheRunsValidationLoss) {
   TempDir dir;
   TrainConfig tc;
-  tc.model = GptConfig{.vocab = 256, .layers = 1, .dim = 32, .heads = 2, .seq = 16};
+  tc.model = ModelConfig{.vocab = 256, .layers = 1, .dim = 32, .heads = 2, .seq = 16};
   tc.batch = 4;
   tc.data = dir.write("text.txt", testing::synthetic_text(30000));
   tc.steps = 20;
@@ -270,18 +270,18 @@ TEST(Decode, AttentionOfTheNewRowIsTheForwardsRowAtItsPosition) {
 // The decoder's logits for each new token (its qkv rows appended to the cache) are those of a forward over the whole
 // context, at every position up to the model's length; a prefill from a forward starts the same cache.
 TEST(Decode, EachTokenThroughTheCacheGivesTheForwardsLogits) {
-  const GptConfig cfg{.vocab = 64, .layers = 2, .dim = 32, .heads = 4, .seq = 16};
+  const ModelConfig cfg{.vocab = 64, .layers = 2, .dim = 32, .heads = 4, .seq = 16};
   auto be = testing::make_cpu_backend();
   auto ex = testing::make_gpt(*be, cfg, 1, DType::kF64);
   ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
   Executor& x = *ex.value();
   ASSERT_TRUE(x.init_params(3).is_ok());
-  Gpt& gpt = x.model();
-  GptDecodeState dec;
-  for (const TensorRequest& r : gpt_decode_tensors(cfg, DType::kF64)) {
+  Model& gpt = x.model();
+  NamedTensors dec;
+  for (const TensorRequest& r : model_decode_tensors(cfg, DType::kF64)) {
     auto t = be->pool().allocate(r.shape, r.dtype, r.cls, r.name.c_str());
     ASSERT_TRUE(t.is_ok()) << r.name;
-    *dec.slot(r.name) = t.value();
+    dec[r.name] = t.value();
   }
   const int T = cfg.seq, PV = cfg.padded_vocab();
   Rng rng(11);
@@ -307,11 +307,11 @@ TEST(Decode, EachTokenThroughTheCacheGivesTheForwardsLogits) {
     for (int p = prefill - 1; p < T; ++p) {
       const int32_t at = p;
       if (p >= prefill) {
-        be->copy_h2d(dec.token, &tokens[static_cast<size_t>(p)], be->compute_stream());
-        be->copy_h2d(dec.pos, &at, be->compute_stream());
+        be->copy_h2d(dec.at("decode.token"), &tokens[static_cast<size_t>(p)], be->compute_stream());
+        be->copy_h2d(dec.at("decode.pos"), &at, be->compute_stream());
         gpt.decode_step(dec);
       }
-      be->copy_d2h(got.data(), dec.logits, be->compute_stream());
+      be->copy_d2h(got.data(), dec.at("decode.logits"), be->compute_stream());
       ASSERT_TRUE(be->compute_stream().synchronize().is_ok());
       EXPECT_TRUE(testing::all_close("prefill " + std::to_string(prefill) + " position " + std::to_string(p),
                                      got.data(), want.data() + static_cast<size_t>(p) * PV, static_cast<size_t>(PV),
@@ -325,7 +325,7 @@ TEST(Decode, EachTokenThroughTheCacheGivesTheForwardsLogits) {
 TEST(Sample, TheCacheDrawsWhatAForwardPerTokenDraws) {
   TempDir dir;
   TrainConfig tc;
-  tc.model = GptConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
+  tc.model = ModelConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
   tc.batch = 4;
   tc.data = dir.write("text.txt", testing::synthetic_text(20000));
   tc.steps = 30;

@@ -13,7 +13,7 @@
 #include "core/tensorfile.h"
 #include "exec/checkpoint.h"
 #include "exec/executor.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "temp_dir.h"
 #include "exec_util.h"
 
@@ -27,7 +27,7 @@ using testing::read_file;
 
 struct Fixture {
   std::unique_ptr<Backend> be = testing::make_cpu_backend(int64_t(64) << 20, 1);
-  GptConfig cfg{.vocab = 256, .layers = 1, .dim = 16, .heads = 2, .seq = 8};
+  ModelConfig cfg{.vocab = 256, .layers = 1, .dim = 16, .heads = 2, .seq = 8};
   std::unique_ptr<Executor> gpt;
   Optimizer* opt = nullptr;
   CheckpointState state;

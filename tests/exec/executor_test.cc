@@ -28,6 +28,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
 #include "exec/executor.h"
+#include "model/gpt.h"
 #include "exec/op_profiler.h"
 #include "exec_util.h"
 
@@ -36,7 +37,7 @@ namespace {
 
 using nlohmann::json;
 
-const GptConfig kCfg{.vocab = 64, .layers = 4, .dim = 16, .heads = 2, .seq = 8};
+const ModelConfig kCfg{.vocab = 64, .layers = 4, .dim = 16, .heads = 2, .seq = 8};
 constexpr int kBatch = 2;
 
 // A plan by name (a shortcut, or "mixed": swap, recompute, resident and the halves in one plan), with the optimizer
@@ -48,7 +49,7 @@ Plan make_plan(const std::string& name, OptimizerPlacement opt = OptimizerPlacem
         "layers": {"1": {"activation": "recompute"}, "2": {"activation": "resident"}}})"),
                         kCfg.layers, "mixed")
             .value();
-  } else if (name == "mixed-gelu") {  // Note [rebuilt GELU] on swapped and resident blocks
+  } else if (name == "mixed-gelu") {  // Note [rebuilt activation] on swapped and resident blocks
     p = Plan::from_json(json::parse(R"({"default": {"activation": {"attention": "swap", "mlp": "swap",
         "gelu": "recompute"}}, "layers": {"1": {"activation": "recompute"},
         "2": {"activation": {"attention": "resident", "mlp": "resident", "gelu": "recompute"}}}})"),
@@ -98,7 +99,7 @@ std::vector<PlanCase> every_plan() {
 
 Schedule compile_for(const ExecSpec& spec) {
   ExecSpec s = spec;
-  s.lm_chunk_rows = gpt_default_lm_chunk_rows(s.model, s.batch, s.compute);
+  s.lm_chunk_rows = model_default_lm_chunk_rows(s.model, s.batch, s.compute);
   return compile_schedule({s.model, s.batch, s.compute, s.plan, s.hyper.speculate, s.lm_chunk_rows},
                           Executor::inventory(s).value());
 }
@@ -143,7 +144,7 @@ TEST(Schedule, DataParallelReducesEverySegmentBeforeItIsRead) {
   for (const PlanCase& c : every_plan()) {
     SCOPED_TRACE(c.name + (c.opt == OptimizerPlacement::kCpu ? " cpu" : " device") + (c.speculate ? " spec" : ""));
     ExecSpec spec = make_spec(make_plan(c.name, c.opt), c.speculate);
-    spec.lm_chunk_rows = gpt_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
+    spec.lm_chunk_rows = model_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
     ScheduleSpec ss = spec.schedule_spec();
     ss.data_ranks = 2;
     const Schedule s = compile_schedule(ss, Executor::inventory(spec).value());
@@ -624,7 +625,7 @@ TEST(Executor, EveryKindOfWaitIsNeeded) {
 class FakeGpt : public Gpt {
  public:
   static constexpr int kEpochs = 3;  // passes are told apart modulo this
-  FakeGpt(Backend& be, const GptConfig& cfg, int batch, DType dt, GptTensors t, bool skip_a_block = false)
+  FakeGpt(Backend& be, const ModelConfig& cfg, int batch, DType dt, ModelTensors t, bool skip_a_block = false)
       : Gpt(be, cfg, batch, dt, std::move(t)), be_(be), skip_(skip_a_block) {
     const int64_t n = static_cast<int64_t>(batch) * cfg.seq * 4 * cfg.dim;  // the largest saved tensor
     zero_ = std::move(be.pool().allocate({n}, DType::kF32, TensorClass::kWorkspace, "fake.zero")).value();
@@ -648,7 +649,7 @@ class FakeGpt : public Gpt {
   }
   static float value(int l, int e) { return static_cast<float>(1 + l + 16 * e); }
 
-  void forward_blocks(GptHooks& h) override {
+  void forward_blocks(ModelHooks& h) override {
     epoch_ = (epoch_ + 1) % kEpochs;
     be_.fill_zero(sums_, be_.compute_stream());
     const int L = config().layers;
@@ -659,11 +660,11 @@ class FakeGpt : public Gpt {
       h.at(Boundary::kAfterForward, s);
     }
   }
-  void lm_head(GptHooks& h, bool) override {
+  void lm_head(ModelHooks& h, bool) override {
     h.at(Boundary::kBeforeHead, 0);
     h.at(Boundary::kAfterHead, 0);
   }
-  void backward_blocks(GptHooks& h) override {
+  void backward_blocks(ModelHooks& h) override {
     for (int s = config().layers + 1; s >= 0; --s) {
       h.at(Boundary::kBeforeBackward, s);
       if (s >= 1 && s <= config().layers) {
@@ -675,23 +676,23 @@ class FakeGpt : public Gpt {
       h.at(Boundary::kAfterBackward, s);
     }
   }
-  void forward_block(GptHooks& h, int l) override {
+  void forward_block(ModelHooks& h, int l) override {
     h.op("fake forward");
     for (const Tensor& t : block(l)) write(t, l);
   }
-  void rebuild_norms(GptHooks& h, int l) override {
+  void rebuild_norms(ModelHooks& h, int l) override {
     h.op("fake rebuild norms");
-    const BlockActs& a = tensors().acts[static_cast<size_t>(l)];
+    const BlockActs& a = acts(l);
     for (const Tensor& t : {a.ln1, a.ln1_mean, a.ln1_rstd, a.ln2, a.ln2_mean, a.ln2_rstd}) write(t, l);
   }
-  void rebuild_mlp(GptHooks& h, int l) override {
+  void rebuild_mlp(ModelHooks& h, int l) override {
     h.op("fake rebuild mlp");
-    const BlockActs& a = tensors().acts[static_cast<size_t>(l)];
+    const BlockActs& a = acts(l);
     for (const Tensor& t : {a.fch, a.fch_gelu}) write(t, l);
   }
-  void rebuild_gelu(GptHooks& h, int l) override {
+  void rebuild_act(ModelHooks& h, int l) override {
     h.op("fake rebuild gelu");
-    write(tensors().acts[static_cast<size_t>(l)].fch_gelu, l);
+    write(acts(l).fch_gelu, l);
   }
 
   // After a training pass (synchronised): the blocks whose saved tensors did not hold their own value of this pass.
@@ -716,7 +717,7 @@ class FakeGpt : public Gpt {
  private:
   static constexpr int kSaved = 13;  // a block's saved tensors and its output
   std::vector<Tensor> block(int l) const {
-    const BlockActs& a = tensors().acts[static_cast<size_t>(l)];
+    const BlockActs& a = acts(l);
     return {a.ln1, a.ln1_mean, a.ln1_rstd, a.qkv, a.atty, a.lse, a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, a.fch, a.fch_gelu, a.res3};
   }
   static Tensor flat(const Tensor& t) { return t.reshape({t.numel()}); }
@@ -742,7 +743,7 @@ FakeRun fake_run(const ExecSpec& spec, Delays d, bool skip_a_block = false) {
                                         .compute_delay_us = d.compute_us, .host_delay_us = d.host_us}))
              .value();
   auto ex = Executor::create(*r.be, spec,
-                             [&r, skip_a_block](Backend& be, const GptConfig& c, int b, DType dt, GptTensors t) {
+                             [&r, skip_a_block](Backend& be, const ModelConfig& c, int b, DType dt, ModelTensors t) {
                                auto m = std::make_unique<FakeGpt>(be, c, b, dt, std::move(t), skip_a_block);
                                r.model = m.get();
                                return m;

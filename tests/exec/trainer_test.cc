@@ -34,7 +34,7 @@ int64_t device_need_of(const TrainConfig& tc, TensorClass cls) {
   return resolve_run(tc).value().inventory.of(Inventory::kDevice, cls);
 }
 // The inventory of the model and optimizer alone for a plan (by name or file), f32.
-Inventory plan_inventory(const GptConfig& cfg, int batch, const std::string& plan) {
+Inventory plan_inventory(const ModelConfig& cfg, int batch, const std::string& plan) {
   ExecSpec spec;
   spec.model = cfg;
   spec.batch = batch;
@@ -42,9 +42,9 @@ Inventory plan_inventory(const GptConfig& cfg, int batch, const std::string& pla
   return Executor::inventory(spec).value();
 }
 // Bytes of a block's activations in the given parts, as the device pool takes them.
-size_t block_bytes(const GptConfig& cfg, int batch, unsigned parts = kPartAll) {
+size_t block_bytes(const ModelConfig& cfg, int batch, unsigned parts = kPartAll) {
   size_t n = 0;
-  for (const TensorRequest& r : gpt_block_activations(cfg, batch, DType::kF32, parts))
+  for (const TensorRequest& r : model_block_activations(cfg, batch, DType::kF32, parts))
     n += memory::device_alloc_size(static_cast<size_t>(r.shape.numel()) * dtype_size(r.dtype));
   return n;
 }
@@ -53,7 +53,7 @@ using testing::TempDir;
 
 TrainConfig small_config(const std::string& data) {
   TrainConfig tc;
-  tc.model = GptConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 32};
+  tc.model = ModelConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 32};
   tc.batch = 4;
   tc.data = data;
   tc.val_fraction = 0.1;
@@ -286,7 +286,7 @@ TEST(Trainer, AutomaticCpuBudgetRefusesAModelLargerThanHalfTheMemory) {
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(30000));
   TrainConfig tc = small_config(data);
   tc.device_budget = 0;  // automatic: half the RAM
-  tc.model = GptConfig{.vocab = 256, .layers = 64, .dim = 8192, .heads = 64, .seq = 32};  // ~51.5G parameters
+  tc.model = ModelConfig{.vocab = 256, .layers = 64, .dim = 8192, .heads = 64, .seq = 32};  // ~51.5G parameters
   auto t = Trainer::create(tc, nullptr);
   ASSERT_FALSE(t.is_ok());
   EXPECT_EQ(t.status().code(), StatusCode::kOutOfMemory);
@@ -358,7 +358,7 @@ TEST(Trainer, MixedJsonPlanIsBitIdentical) {
                      {"activation": {"attention": "resident", "mlp": "recompute", "norms": "recompute"}},
                      {"activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}},
                      {"activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}}]})",
-      // Note [rebuilt GELU]: only the GELU output rebuilt (its forward runs the GELU apart: on the CPU backend the
+      // Note [rebuilt activation]: only the GELU output rebuilt (its forward runs the GELU apart: on the CPU backend the
       // fused op's arithmetic), alone and with the norms, on resident and swapped blocks, mixed with the others; the
       // last block to run its forward keeps its GELU output (no rebuild), the others rebuild it.
       R"({"default": {"activation": {"attention": "resident", "mlp": "resident", "norms": "recompute",
@@ -441,7 +441,7 @@ TEST(Trainer, GradientsInDeadActivationsChangeNoBit) {
     off.grads_in_activations = false;
     // The bytes saved: the aliased segments', f32.
     const Plan plan = Plan::resolve(c.plan, on.model.layers, on.swap_slots).value();
-    const GptSegments segs = gpt_segments(on.model);
+    const ParamSegments segs = model_segments(on.model);
     int aliased = 0;
     int64_t bytes = 0;
     for (int l = 0; l < on.model.layers; ++l) {
@@ -528,7 +528,7 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
     EXPECT_EQ(dev.of(memory::Tier::kDevice, TensorClass::kOptimState).peak, 0);
     EXPECT_GT(a.value()->backend().stats().of(memory::Tier::kDevice, TensorClass::kOptimState).peak, 0);
     // The moments, gradients and norm, and the model's f32 master (Note [master on host]).
-    const int64_t P = gpt_num_params(b.value()->model().config());
+    const int64_t P = model_num_params(b.value()->model().config());
     EXPECT_TRUE(b.value()->optimizer().on_cpu());
     // The host gradients, m and v, the norm, and the master.
     EXPECT_GE(b.value()->backend().host_pool().peak_in_use(),
@@ -550,7 +550,7 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
     }
     if (plan == "offload-params") {
       // Four blocks' parameters in two slots: the device holds the embeddings, the final LayerNorm and two blocks.
-      const GptConfig& m = b.value()->model().config();
+      const ModelConfig& m = b.value()->model().config();
       const int64_t block = 12LL * m.dim * m.dim + 13LL * m.dim;
       EXPECT_LT(dev.of(memory::Tier::kDevice, TensorClass::kParam).peak,
                 a.value()->backend().stats().of(memory::Tier::kDevice, TensorClass::kParam).peak -
@@ -636,8 +636,8 @@ TEST(Trainer, SpeculativeUpdateIsBitIdentical) {
 // swapping whole blocks (the slots hold half a block) and moves about half the bytes to the host; keeping the
 // attention half resident needs less than in-core and more than recomputing whole blocks.
 TEST(Trainer, MlpHalfPlansNeedWhatTheyShould) {
-  const GptConfig m = small_config("unused").model;
-  GptConfig cfg = m;
+  const ModelConfig m = small_config("unused").model;
+  ModelConfig cfg = m;
   cfg.layers = 6;
   const int batch = 4;
   auto need = [&](const char* plan) { return plan_inventory(cfg, batch, plan).total(Inventory::kDevice); };
@@ -669,9 +669,9 @@ TEST(Trainer, MlpHalfPlansNeedWhatTheyShould) {
   EXPECT_EQ(need("swap-attention-recompute-mlp") - need("swap-attention-recompute-mlp-norms"),
             static_cast<int64_t>(2 * norms - norms));
   EXPECT_EQ(host_acts("swap-attention-recompute-mlp-norms"), static_cast<int64_t>(4 * memory::host_alloc_size(core)));
-  // Note [rebuilt GELU]: in-core-selective keeps one shared set of the GELU and LayerNorm outputs instead of one a
+  // Note [rebuilt activation]: in-core-selective keeps one shared set of the GELU and LayerNorm outputs instead of one a
   // block.
-  const size_t gelu = block_bytes(cfg, batch, kPartGelu);
+  const size_t gelu = block_bytes(cfg, batch, kPartAct);
   EXPECT_EQ(block_bytes(cfg, batch, kPartFc), gelu);
   EXPECT_EQ(need("in-core") - need("in-core-selective"), static_cast<int64_t>((cfg.layers - 1) * (gelu + norms)));
   EXPECT_EQ(host_acts("in-core-selective"), 0);
@@ -959,7 +959,7 @@ TEST(TrainerCuda, PlansMatchInCore) {
       for (size_t i = 0; i < a.value()->evals().size(); ++i)
         EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
     }
-    // Note [rebuilt GELU]: in-core-selective runs each block's GELU apart from its GEMM (another rounding than the
+    // Note [rebuilt activation]: in-core-selective runs each block's GELU apart from its GEMM (another rounding than the
     // fused epilogue's): within the tolerance of in-core, in less memory, and bit-identical to a plan with the same
     // kernels (swapped blocks with their GELU and LayerNorm outputs rebuilt, block 1 resident with them rebuilt: a
     // block recomputed whole would run its GELU in the epilogue, another rounding in bf16).
@@ -1023,7 +1023,7 @@ TEST(TrainerCuda, ManagedExchangeReleasesTheComputeCopyBitForBit) {
     for (bool speculate : {false, true}) {
       SCOPED_TRACE(std::string(dtype) + (speculate ? " speculative" : ""));
       TrainConfig base = small_config(data);
-      base.model = GptConfig{.vocab = 256, .layers = 3, .dim = 512, .heads = 4, .seq = 32};  // 3.1M a block
+      base.model = ModelConfig{.vocab = 256, .layers = 3, .dim = 512, .heads = 4, .seq = 32};  // 3.1M a block
       base.backend = "cuda";
       base.dtype = dtype;
       base.device_budget = int64_t(1) << 30;

@@ -28,7 +28,7 @@ namespace {
 
 using nlohmann::json;
 
-const GptConfig kCfg{.vocab = 64, .layers = 5, .dim = 16, .heads = 2, .seq = 8};
+const ModelConfig kCfg{.vocab = 64, .layers = 5, .dim = 16, .heads = 2, .seq = 8};
 constexpr int kBatch = 2;
 
 Plan plan_of(const std::string& name, int slots = 2) {
@@ -85,7 +85,7 @@ std::unique_ptr<Backend> backend(int64_t compute_us = 0, int64_t copy_us = 0, bo
   return std::move(create_backend("cpu", o)).value();
 }
 
-void feed(Executor& ex, Backend& be, const GptConfig& cfg = kCfg) {
+void feed(Executor& ex, Backend& be, const ModelConfig& cfg = kCfg) {
   Rng rng(11);
   auto batch = std::make_shared<std::vector<int32_t>>(2 * kBatch * cfg.seq);
   for (auto& t : *batch) t = static_cast<int32_t>(rng.uniform_int(cfg.vocab));
@@ -297,7 +297,7 @@ TEST(UmPlans, TheDriverGetsExactlyTheSchedulesCalls) {
           // (its start is not known from the set-up calls: only the size is checked)
           want_range = {nullptr, ex->allocated().find(op.entry)->bytes};
         } else if (op.entry == "params.compute") {  // one segment of the flat compute copy
-          const GptSegments segs = gpt_segments(kCfg);
+          const ParamSegments segs = model_segments(kCfg);
           const auto r = range_of.find(op.entry);
           ASSERT_NE(r, range_of.end());
           want_range = {static_cast<char*>(r->second.ptr) + segs.offset[static_cast<size_t>(op.segment)] * 4,
@@ -468,7 +468,7 @@ TEST(UmPlans, InnerPieces) {
 // release (after backward() or forward_backward() a forward may come before the update); the schedule's checks
 // refuse a release elsewhere; with the releases moved before the block's backward, the backward reads poison.
 TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
-  const GptConfig big{.vocab = 64, .layers = 2, .dim = 384, .heads = 2, .seq = 8};
+  const ModelConfig big{.vocab = 64, .layers = 2, .dim = 384, .heads = 2, .seq = 8};
   ExecSpec in_core = spec_of(plan_of("in-core"));
   in_core.model = big;
   in_core.plan = Plan::resolve("in-core", big.layers, 1).value();
@@ -522,7 +522,7 @@ TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
     // inner pieces (one discard-and-prefetch of whole pieces), the ends moved (a prefetch of one or two ranges at the
     // segment's ends), or a segment moved whole; every range inside its segment, to the host.
     {
-      const GptSegments sg = gpt_segments(big);
+      const ParamSegments sg = model_segments(big);
       const size_t total = ex->allocated().find("params.compute")->bytes;
       const std::vector<memory::UmCall> calls = rec->calls();  // (a copy)
       std::vector<const memory::UmCall*> got;
@@ -624,7 +624,7 @@ TEST(UmPlans, TheComputeCopyIsReleasedAfterItsLastRead) {
     EXPECT_GE(discarded, 2 * big.layers * Inventory::kManagedAlignBytes);
     // In the schedule: after each segment's backward its release (the whole pieces) and its ends moved add up to
     // the segment; each block's release is at least two pieces.
-    const GptSegments segs = gpt_segments(big);
+    const ParamSegments segs = model_segments(big);
     std::vector<int64_t> released(segs.size.size()), ends(segs.size.size());
     for (const Op& op : ex->schedule().pass(Pass::kTrain)) {
       if (op.entry != "params.compute" || op.place != 1) continue;

@@ -92,7 +92,7 @@ TEST(Layout, ExplicitRulesAreCheckedAgainstTheMesh) {
 TEST(Layout, AnIndivisibleDimensionIsAnErrorNamingIt) {
   auto shape = MeshShape::parse("data=2,model=4").value();
   auto l = Layout::resolve("batch:data,heads:model,ff:model,vocab:model,embed:model", shape).value();
-  GptConfig m{.vocab = 50257, .layers = 2, .dim = 768, .heads = 12, .seq = 64};
+  ModelConfig m{.vocab = 50257, .layers = 2, .dim = 768, .heads = 12, .seq = 64};
   EXPECT_TRUE(l.check(shape, m, 8).is_ok()) << l.check(shape, m, 8).to_string();
   Status s = l.check(shape, m, 7);
   EXPECT_NE(s.message().find("batch is 7 (--batch: sequences a step over all ranks), not divisible by the 2 ranks of "
@@ -108,7 +108,7 @@ TEST(Layout, AnIndivisibleDimensionIsAnErrorNamingIt) {
   EXPECT_TRUE(l.check(shape, m, 8).is_ok());
   auto seven = MeshShape::parse("model=7").value();
   auto l7 = Layout::resolve("vocab:model", seven).value();
-  GptConfig g{.vocab = 50257, .layers = 2, .dim = 768, .heads = 12, .seq = 64};
+  ModelConfig g{.vocab = 50257, .layers = 2, .dim = 768, .heads = 12, .seq = 64};
   s = l7.check(seven, g, 8);
   EXPECT_NE(s.message().find("vocab is 50304 (vocabulary rows, padded to a multiple of 128), not divisible by the 7"),
             std::string::npos)

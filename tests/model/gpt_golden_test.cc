@@ -25,7 +25,7 @@ struct Tolerances {
 
 // The reference's model shape, batch and optimizer settings.
 struct Golden {
-  GptConfig cfg;
+  ModelConfig cfg;
   int B = 0;
   int64_t BT = 0;
   AdamWHyper hp;
@@ -37,8 +37,8 @@ Golden golden_config(const TensorFileReader& ref) {
   const auto& c = ref.meta().at("config");
   const auto& o = ref.meta().at("optimizer");
   Golden g;
-  g.cfg = GptConfig{c.at("V").get<int>(), c.at("L").get<int>(), c.at("C").get<int>(), c.at("H").get<int>(),
-                    c.at("T").get<int>()};
+  g.cfg = ModelConfig{.vocab = c.at("V").get<int>(), .layers = c.at("L").get<int>(), .dim = c.at("C").get<int>(),
+                      .heads = c.at("H").get<int>(), .seq = c.at("T").get<int>()};
   g.B = c.at("B").get<int>();
   g.BT = static_cast<int64_t>(g.B) * g.cfg.seq;
   g.hp.beta1 = o.at("beta1").get<float>();
@@ -89,7 +89,7 @@ void run_golden(const std::string& file, const Tolerances& tol, std::unique_ptr<
   ASSERT_TRUE(rr.is_ok()) << rr.status().to_string();
   const TensorFileReader& ref = rr.value();
   const Golden g = golden_config(ref);
-  const GptConfig& cfg = g.cfg;
+  const ModelConfig& cfg = g.cfg;
   const int64_t BT = g.BT;
   ExecSpec spec;
   spec.hyper = g.hp;

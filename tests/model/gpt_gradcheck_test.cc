@@ -17,7 +17,7 @@ namespace tt {
 namespace {
 
 TEST(GptGradcheck, EveryParameterMatchesFiniteDifferences) {
-  const GptConfig cfg{.vocab = 11, .layers = 2, .dim = 8, .heads = 2, .seq = 5};
+  const ModelConfig cfg{.vocab = 11, .layers = 2, .dim = 8, .heads = 2, .seq = 5};
   const int B = 2;
   auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
   auto gr = testing::make_gpt(*be, cfg, B, DType::kF64);
@@ -69,7 +69,7 @@ TEST(GptGradcheck, EveryParameterMatchesFiniteDifferences) {
 // The LM head in chunks of rows (Note [LM head in chunks]) gives the losses and gradients of the whole-batch head,
 // and forward_backward() those of forward() + backward().
 TEST(GptLmHead, ChunksAndFusedStepMatchTheWholeBatch) {
-  const GptConfig cfg{.vocab = 200, .layers = 1, .dim = 16, .heads = 2, .seq = 12};
+  const ModelConfig cfg{.vocab = 200, .layers = 1, .dim = 16, .heads = 2, .seq = 12};
   const int B = 3;  // 36 rows: chunks of 7 leave a remainder of 1
   auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
   Rng rng(7);
@@ -105,7 +105,7 @@ TEST(GptLmHead, ChunksAndFusedStepMatchTheWholeBatch) {
   run(0, false, &l_full, &g_full);
   run(7, false, &l_chunk, &g_chunk);
   run(7, true, &l_fused, &g_fused);
-  EXPECT_EQ(gpt_default_lm_chunk_rows(cfg, B, DType::kF64), B * cfg.seq);
+  EXPECT_EQ(model_default_lm_chunk_rows(cfg, B, DType::kF64), B * cfg.seq);
   EXPECT_TRUE(testing::all_close("losses, chunked", l_chunk, l_full, 1e-13, 1e-12));
   EXPECT_TRUE(testing::all_close("grads, chunked", g_chunk, g_full, 1e-13, 1e-10));
   EXPECT_TRUE(testing::all_close("losses, fused step", l_fused, l_chunk, 0, 0));
@@ -113,15 +113,15 @@ TEST(GptLmHead, ChunksAndFusedStepMatchTheWholeBatch) {
 }
 
 TEST(GptLmHead, DefaultChunksBoundTheLogitsBuffer) {
-  const GptConfig gpt2{.vocab = 50257, .layers = 12, .dim = 768, .heads = 12, .seq = 1024};
+  const ModelConfig gpt2{.vocab = 50257, .layers = 12, .dim = 768, .heads = 12, .seq = 1024};
   EXPECT_EQ(gpt2.padded_vocab(), 50304);
-  const int64_t rows = gpt_default_lm_chunk_rows(gpt2, 16, DType::kBF16);
+  const int64_t rows = model_default_lm_chunk_rows(gpt2, 16, DType::kBF16);
   EXPECT_EQ(rows % 64, 0);
   EXPECT_LE(rows * gpt2.padded_vocab() * 2, int64_t(512) << 20);
   EXPECT_EQ(rows, 4096);  // 16384 rows in 4 equal chunks
-  EXPECT_EQ(gpt_default_lm_chunk_rows(gpt2, 32, DType::kBF16), 4736);  // 32768 rows in 7 chunks, the last short
-  EXPECT_EQ(gpt_default_lm_chunk_rows(gpt2, 1, DType::kBF16), 1024);   // everything at once
-  for (const TensorRequest& r : gpt_fixed_tensors(gpt2, 16, DType::kBF16, 0))
+  EXPECT_EQ(model_default_lm_chunk_rows(gpt2, 32, DType::kBF16), 4736);  // 32768 rows in 7 chunks, the last short
+  EXPECT_EQ(model_default_lm_chunk_rows(gpt2, 1, DType::kBF16), 1024);   // everything at once
+  for (const TensorRequest& r : model_fixed_tensors(gpt2, 16, DType::kBF16, 0))
     if (r.name == "logits") {
       EXPECT_EQ(r.shape.numel(), rows * gpt2.padded_vocab());
     }
@@ -130,8 +130,8 @@ TEST(GptLmHead, DefaultChunksBoundTheLogitsBuffer) {
 // Note [master on host]: with the master in host memory the device keeps only the bf16 compute copy (2 bytes a
 // parameter instead of 6), and the host holds the f32 master and its bf16 staging copy.
 TEST(GptMasterOnHost, DeviceKeepsOnlyTheComputeCopy) {
-  const GptConfig cfg{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
-  const int64_t P = gpt_num_params(cfg);
+  const ModelConfig cfg{.vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32};
+  const int64_t P = model_num_params(cfg);
   auto spec = [&](bool host, DType dt) {
     ExecSpec s;
     s.model = cfg;
@@ -165,7 +165,7 @@ TEST(GptMasterOnHost, DeviceKeepsOnlyTheComputeCopy) {
 // threads), and follows the specification: N(0, 0.02) matrices and embeddings, N(0, 0.02 / sqrt(2L)) residual
 // projections, zero vocabulary padding rows, LayerNorm weights 1, biases 0.
 TEST(GptInit, ValuesDependOnSeedAndIndexOnlyAndFollowTheSpecification) {
-  const GptConfig cfg{.vocab = 200, .layers = 3, .dim = 256, .heads = 4, .seq = 8};  // 2.4M parameters: 3 chunks
+  const ModelConfig cfg{.vocab = 200, .layers = 3, .dim = 256, .heads = 4, .seq = 8};  // 2.4M parameters: 3 chunks
   auto be = testing::make_cpu_backend(int64_t(256) << 20, 1);
   auto gr = testing::make_gpt(*be, cfg, 1, DType::kF32);
   ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
@@ -213,27 +213,27 @@ TEST(GptInit, ValuesDependOnSeedAndIndexOnlyAndFollowTheSpecification) {
 // (in Q, K and V), the MLP's rows of its hidden units, the projections' matching input columns; the rest whole. The
 // ranks' shards put back make the whole model again, and each sharded element belongs to exactly one rank.
 TEST(GptTensorParallel, ShardsAreTheWholeModelsSlices) {
-  const GptConfig whole{.vocab = 100, .layers = 2, .dim = 16, .heads = 4, .seq = 8};
-  const int64_t n = gpt_num_params(whole), C = whole.dim;
+  const ModelConfig whole{.vocab = 100, .layers = 2, .dim = 16, .heads = 4, .seq = 8};
+  const int64_t n = model_num_params(whole), C = whole.dim;
   std::vector<float> values(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(i);
   std::map<std::string, ParamInfo> by_name;
-  for (const ParamInfo& p : gpt_param_layout(whole)) by_name[p.name] = p;
+  for (const ParamInfo& p : model_param_layout(whole)) by_name[p.name] = p;
   for (auto [tp, split_vocab] : {std::pair{2, false}, {4, false}, {2, true}, {4, true}}) {
     SCOPED_TRACE(split_vocab ? "vocabulary split too" : "blocks only");
-    GptConfig cfg = whole;
+    ModelConfig cfg = whole;
     cfg.tp = tp;
     cfg.split_vocab = split_vocab;
-    const std::vector<ParamInfo> layout = gpt_param_layout(cfg);
+    const std::vector<ParamInfo> layout = model_param_layout(cfg);
     int64_t sharded = 0, replicated = 0;
     for (const ParamInfo& p : layout) (p.sharded ? sharded : replicated) += p.shape.numel();
     EXPECT_EQ(sharded * tp + replicated, n) << tp;
-    EXPECT_EQ(gpt_num_params(cfg), sharded + replicated);
+    EXPECT_EQ(model_num_params(cfg), sharded + replicated);
     std::vector<float> rebuilt(static_cast<size_t>(n), -1.0f);
     std::vector<int> owners(static_cast<size_t>(n), 0);
     for (int r = 0; r < tp; ++r) {
-      std::vector<float> local(static_cast<size_t>(gpt_num_params(cfg)));
-      gpt_take_shard(cfg, r, values.data(), local.data(), sizeof(float));
+      std::vector<float> local(static_cast<size_t>(model_num_params(cfg)));
+      model_take_shard(cfg, r, values.data(), local.data(), sizeof(float));
       // Spot checks against the whole layout: element [i, j] of the local tensor is the whole one's at [I, J].
       auto at = [&](const std::string& name, int64_t i, int64_t j) {
         const ParamInfo* p = nullptr;
@@ -259,28 +259,28 @@ TEST(GptTensorParallel, ShardsAreTheWholeModelsSlices) {
       if (split_vocab) EXPECT_EQ(at("wte", 9, 3), whole_at("wte", r * Vl + 9, 3));
       else EXPECT_EQ(at("wte", 9, 3), whole_at("wte", 9, 3));
       EXPECT_EQ(at("wpe", 5, 2), whole_at("wpe", 5, 2));
-      gpt_put_shard(cfg, r, local.data(), rebuilt.data(), sizeof(float));
-      for (const ShardCopy& c : gpt_shard_copies(cfg, r))
+      model_put_shard(cfg, r, local.data(), rebuilt.data(), sizeof(float));
+      for (const ShardCopy& c : model_shard_copies(cfg, r))
         for (int64_t k = 0; k < c.count; ++k) ++owners[static_cast<size_t>(c.whole + k)];
     }
     EXPECT_EQ(rebuilt, values) << tp;
-    for (const ParamInfo& p : gpt_param_layout(whole)) {
+    for (const ParamInfo& p : model_param_layout(whole)) {
       const bool split = (split_vocab && p.name == "wte") ||
                          (p.layer >= 0 && (p.name.ends_with(".w") ? !p.name.ends_with("ln1.w") && !p.name.ends_with("ln2.w")
                                                                   : p.name.ends_with("qkv.b") || p.name.ends_with("fc.b")));
       for (int64_t k = 0; k < p.shape.numel(); ++k)
         ASSERT_EQ(owners[static_cast<size_t>(p.offset + k)], split ? 1 : tp) << p.name << " tp " << tp;
     }
-    // A block's replicated parameters come first: the gradient norm's two parts (GptSegments::shard_begin).
-    const GptSegments segs = gpt_segments(cfg);
+    // A block's replicated parameters come first: the gradient norm's two parts (ParamSegments::shard_begin).
+    const ParamSegments segs = model_segments(cfg);
     // The embeddings: wpe whole, then this rank's rows of wte when the vocabulary is split.
     EXPECT_EQ(segs.shard_begin[0], split_vocab ? segs.offset[0] + whole.seq * C : segs.offset[0] + segs.size[0]);
     EXPECT_EQ(segs.shard_begin[1] - segs.offset[1], 6 * C);          // ln1 (2C), attn.proj.b, ln2 (2C), mlp.proj.b
   }
-  GptConfig bad = whole;
+  ModelConfig bad = whole;
   bad.tp = 3;
   EXPECT_NE(bad.validate().message().find("4 attention heads cannot be split 3 ways"), std::string::npos);
-  GptConfig alone = whole;
+  ModelConfig alone = whole;
   alone.split_vocab = true;  // without tensor-parallel ranks
   EXPECT_NE(alone.validate().message().find("the vocabulary (128 rows, padded) cannot be split 1 ways"),
             std::string::npos) << alone.validate().message();

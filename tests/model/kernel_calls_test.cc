@@ -1,5 +1,5 @@
-// Note [kernel calls] (model/gpt.h): the GPT's own passes, run by the executor on the CPU backend under plans that
-// recompute, rebuild and swap, announce exactly the kernels gpt_kernel_calls lists for each piece, in order.
+// Note [kernel calls] (model/model.h): the GPT's own passes, run by the executor on the CPU backend under plans that
+// recompute, rebuild and swap, announce exactly the kernels model_kernel_calls lists for each piece, in order.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -7,13 +7,14 @@
 #include "backend/cpu/cpu_backend.h"
 #include "exec/executor.h"
 #include "exec/grad_reducer.h"
+#include "model/gpt.h"
 
 namespace tt {
 namespace {
 
 // One piece of a pass as the model ran it: where it started and the kernels it announced.
 struct Group {
-  GptPiece piece;
+  ModelPiece piece;
   int segment;
   bool is_after = false;  // after a boundary: nothing should run until the next one
   std::vector<std::string> names;
@@ -21,16 +22,16 @@ struct Group {
 };
 
 // Forwards every boundary and op to the executor's hooks and records them in groups.
-class Recorder final : public GptHooks {
+class Recorder final : public ModelHooks {
  public:
-  Recorder(GptHooks& inner, std::vector<Group>& groups, bool training) : in_(inner), g_(groups), train_(training) {}
+  Recorder(ModelHooks& inner, std::vector<Group>& groups, bool training) : in_(inner), g_(groups), train_(training) {}
   void at(Boundary b, int segment) override {
     in_.at(b, segment);  // the executor may rebuild here: those groups come first
-    Group g{GptPiece::kForward, segment, false, {}, {}};
+    Group g{ModelPiece::kForward, segment, false, {}, {}};
     switch (b) {
-      case Boundary::kBeforeForward: g.piece = GptPiece::kForward; break;
-      case Boundary::kBeforeBackward: g.piece = GptPiece::kBackward; break;
-      case Boundary::kBeforeHead: g.piece = train_ ? GptPiece::kHeadWithBackward : GptPiece::kHead; break;
+      case Boundary::kBeforeForward: g.piece = ModelPiece::kForward; break;
+      case Boundary::kBeforeBackward: g.piece = ModelPiece::kBackward; break;
+      case Boundary::kBeforeHead: g.piece = train_ ? ModelPiece::kHeadWithBackward : ModelPiece::kHead; break;
       default: g.is_after = true;
     }
     g_.push_back(g);
@@ -49,7 +50,7 @@ class Recorder final : public GptHooks {
   }
 
  private:
-  GptHooks& in_;
+  ModelHooks& in_;
   std::vector<Group>& g_;
   bool train_;
 };
@@ -59,37 +60,37 @@ class RecordingGpt final : public Gpt {
   using Gpt::Gpt;
   std::vector<Group> groups;
   bool training = false;
-  void forward_blocks(GptHooks& h) override {
+  void forward_blocks(ModelHooks& h) override {
     Recorder r(h, groups, training);
     in_forward_ = true;
     Gpt::forward_blocks(r);
     in_forward_ = false;
   }
-  void lm_head(GptHooks& h, bool with_backward) override {
+  void lm_head(ModelHooks& h, bool with_backward) override {
     Recorder r(h, groups, with_backward);
     Gpt::lm_head(r, with_backward);
   }
-  void backward_blocks(GptHooks& h) override {
+  void backward_blocks(ModelHooks& h) override {
     Recorder r(h, groups, true);
     Gpt::backward_blocks(r);
   }
-  void forward_block(GptHooks& h, int l) override {
-    if (!in_forward_) return piece(h, GptPiece::kRebuildBlock, l, [&](GptHooks& r) { Gpt::forward_block(r, l); });
+  void forward_block(ModelHooks& h, int l) override {
+    if (!in_forward_) return piece(h, ModelPiece::kRebuildBlock, l, [&](ModelHooks& r) { Gpt::forward_block(r, l); });
     Gpt::forward_block(h, l);
   }
-  void rebuild_norms(GptHooks& h, int l) override {
-    piece(h, GptPiece::kRebuildNorms, l, [&](GptHooks& r) { Gpt::rebuild_norms(r, l); });
+  void rebuild_norms(ModelHooks& h, int l) override {
+    piece(h, ModelPiece::kRebuildNorms, l, [&](ModelHooks& r) { Gpt::rebuild_norms(r, l); });
   }
-  void rebuild_mlp(GptHooks& h, int l) override {
-    piece(h, GptPiece::kRebuildMlp, l, [&](GptHooks& r) { Gpt::rebuild_mlp(r, l); });
+  void rebuild_mlp(ModelHooks& h, int l) override {
+    piece(h, ModelPiece::kRebuildMlp, l, [&](ModelHooks& r) { Gpt::rebuild_mlp(r, l); });
   }
-  void rebuild_gelu(GptHooks& h, int l) override {
-    piece(h, GptPiece::kRebuildGelu, l, [&](GptHooks& r) { Gpt::rebuild_gelu(r, l); });
+  void rebuild_act(ModelHooks& h, int l) override {
+    piece(h, ModelPiece::kRebuildAct, l, [&](ModelHooks& r) { Gpt::rebuild_act(r, l); });
   }
  private:
   bool in_forward_ = false;
   template <typename F>
-  void piece(GptHooks& h, GptPiece p, int l, F run) {
+  void piece(ModelHooks& h, ModelPiece p, int l, F run) {
     groups.push_back({p, 1 + l, false, {}, {}});
     Recorder r(h, groups, true);
     run(r);
@@ -115,7 +116,7 @@ class NoCollectives final : public GradReducer {
 std::vector<Group> record_passes(const ExecSpec& spec, GradReducer* tp_reducer = nullptr) {
   auto be = cpu::create_backend({.device_budget = int64_t(64) << 20, .threads = 1}).value();
   RecordingGpt* model = nullptr;
-  auto ex = Executor::create(*be, spec, [&](Backend& b, const GptConfig& c, int n, DType dt, GptTensors t) {
+  auto ex = Executor::create(*be, spec, [&](Backend& b, const ModelConfig& c, int n, DType dt, ModelTensors t) {
     auto m = std::make_unique<RecordingGpt>(b, c, n, dt, std::move(t));
     model = m.get();
     return m;
@@ -136,9 +137,9 @@ std::vector<Group> record_passes(const ExecSpec& spec, GradReducer* tp_reducer =
 }
 
 TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
-  const GptConfig cfg{.vocab = 200, .layers = 3, .dim = 32, .heads = 4, .seq = 16};
+  const ModelConfig cfg{.vocab = 200, .layers = 3, .dim = 32, .heads = 4, .seq = 16};
   const int batch = 3;
-  // Note [rebuilt GELU]: blocks 0 and 1 swap with their GELU output rebuilt, block 2 recomputes.
+  // Note [rebuilt activation]: blocks 0 and 1 swap with their GELU output rebuilt, block 2 recomputes.
   const std::string gelu_swap =
       R"({"default": {"activation": {"attention": "swap", "mlp": "swap", "gelu": "recompute"}},
           "layers": {"2": {"activation": "recompute"}}})";
@@ -158,9 +159,9 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
     int pieces = 0, rebuilds = 0, apart = 0;
     for (Group& g : groups) {
       // A block whose GELU output is rebuilt runs its forward with the GELU apart.
-      if (!g.is_after && g.piece == GptPiece::kForward && g.segment >= 1 && g.segment <= cfg.layers &&
-          spec.plan.gelu_rebuilt(g.segment - 1)) {
-        g.piece = GptPiece::kForwardGeluApart;
+      if (!g.is_after && g.piece == ModelPiece::kForward && g.segment >= 1 && g.segment <= cfg.layers &&
+          spec.plan.act_rebuilt(g.segment - 1)) {
+        g.piece = ModelPiece::kForwardActApart;
         ++apart;
       }
       if (g.is_after) {
@@ -168,15 +169,15 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
         continue;
       }
       std::vector<std::string> want;
-      for (const NamedKernelCall& k : gpt_kernel_calls(cfg, batch, DType::kF32, spec.lm_chunk_rows, g.piece, g.segment))
+      for (const NamedKernelCall& k : model_kernel_calls(cfg, batch, DType::kF32, spec.lm_chunk_rows, g.piece, g.segment))
         want.push_back(k.name);
       EXPECT_EQ(g.names, want) << "piece " << static_cast<int>(g.piece) << " of segment " << g.segment;
       ++pieces;
-      rebuilds += g.piece == GptPiece::kRebuildBlock || g.piece == GptPiece::kRebuildNorms ||
-                  g.piece == GptPiece::kRebuildMlp || g.piece == GptPiece::kRebuildGelu;
+      rebuilds += g.piece == ModelPiece::kRebuildBlock || g.piece == ModelPiece::kRebuildNorms ||
+                  g.piece == ModelPiece::kRebuildMlp || g.piece == ModelPiece::kRebuildAct;
     }
     int want_apart = 0;
-    for (int l = 0; l < cfg.layers; ++l) want_apart += spec.plan.gelu_rebuilt(l) ? 2 : 0;  // two forwards
+    for (int l = 0; l < cfg.layers; ++l) want_apart += spec.plan.act_rebuilt(l) ? 2 : 0;  // two forwards
     EXPECT_EQ(apart, want_apart);
     // Two forwards of L + 2 segments, two heads, one backward of L + 2 segments, and the plan's rebuilds.
     EXPECT_EQ(pieces - rebuilds, 3 * (cfg.layers + 2) + 2);
@@ -187,11 +188,11 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
 }
 
 // Note [tensor parallel]: a rank's passes (model=2, the vocabulary split and not) run exactly the sums and maxima
-// gpt_tp_collectives lists for each piece, in bytes and order, as the performance model prices them.
+// model_tp_collectives lists for each piece, in bytes and order, as the performance model prices them.
 TEST(GptKernelCalls, TheModelRunsExactlyTheListedTensorParallelCollectives) {
   for (const bool split_vocab : {false, true}) {
     SCOPED_TRACE(split_vocab ? "vocabulary split" : "vocabulary whole");
-    const GptConfig cfg{.vocab = 200, .layers = 2, .dim = 32, .heads = 4, .seq = 16, .tp = 2,
+    const ModelConfig cfg{.vocab = 200, .layers = 2, .dim = 32, .heads = 4, .seq = 16, .tp = 2,
                         .split_vocab = split_vocab};
     const int batch = 3;
     ExecSpec spec;
@@ -208,10 +209,10 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedTensorParallelCollectives) {
         EXPECT_TRUE(g.collectives.empty()) << "a collective after a boundary, before the next";
         continue;
       }
-      if (g.piece == GptPiece::kForward && g.segment >= 1 && g.segment <= cfg.layers &&
-          spec.plan.gelu_rebuilt(g.segment - 1))
-        g.piece = GptPiece::kForwardGeluApart;
-      EXPECT_EQ(g.collectives, gpt_tp_collectives(cfg, batch, DType::kF32, spec.lm_chunk_rows, g.piece, g.segment))
+      if (g.piece == ModelPiece::kForward && g.segment >= 1 && g.segment <= cfg.layers &&
+          spec.plan.act_rebuilt(g.segment - 1))
+        g.piece = ModelPiece::kForwardActApart;
+      EXPECT_EQ(g.collectives, model_tp_collectives(cfg, batch, DType::kF32, spec.lm_chunk_rows, g.piece, g.segment))
           << "piece " << static_cast<int>(g.piece) << " of segment " << g.segment;
       for (int64_t b : g.collectives) total += b;
     }
@@ -222,10 +223,10 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedTensorParallelCollectives) {
 // The listed shapes are the model's: the FLOPs of a block's forward are 24 B T C^2 for its GEMMs plus its
 // attention's, as the schedule counts them.
 TEST(GptKernelCalls, ABlocksFlopsAreItsGemmsAndAttention) {
-  const GptConfig cfg{.vocab = 256, .layers = 2, .dim = 64, .heads = 4, .seq = 32};
+  const ModelConfig cfg{.vocab = 256, .layers = 2, .dim = 64, .heads = 4, .seq = 32};
   const int B = 2;
   double gemm = 0, attn = 0;
-  for (const NamedKernelCall& k : gpt_kernel_calls(cfg, B, DType::kBF16, 0, GptPiece::kForward, 1)) {
+  for (const NamedKernelCall& k : model_kernel_calls(cfg, B, DType::kBF16, 0, ModelPiece::kForward, 1)) {
     if (k.call.op == KernelOp::kAttentionForward) attn += k.call.flops();
     else if (k.call.compute_bound()) gemm += k.call.flops();
   }
@@ -237,9 +238,9 @@ TEST(GptKernelCalls, ABlocksFlopsAreItsGemmsAndAttention) {
 // Note [tensor parallel]: a rank of a block split tp ways runs 1/tp of its GEMMs' and attention's FLOPs.
 TEST(GptKernelCalls, ATensorParallelRankRunsItsShareOfABlock) {
   for (int tp : {2, 4}) {
-    const GptConfig cfg{.vocab = 256, .layers = 2, .dim = 64, .heads = 4, .seq = 32, .tp = tp};
+    const ModelConfig cfg{.vocab = 256, .layers = 2, .dim = 64, .heads = 4, .seq = 32, .tp = tp};
     double gemm = 0, attn = 0;
-    for (const NamedKernelCall& k : gpt_kernel_calls(cfg, 2, DType::kBF16, 0, GptPiece::kForward, 1)) {
+    for (const NamedKernelCall& k : model_kernel_calls(cfg, 2, DType::kBF16, 0, ModelPiece::kForward, 1)) {
       if (k.call.op == KernelOp::kAttentionForward) attn += k.call.flops();
       else if (k.call.compute_bound()) gemm += k.call.flops();
     }
@@ -247,12 +248,12 @@ TEST(GptKernelCalls, ATensorParallelRankRunsItsShareOfABlock) {
     EXPECT_DOUBLE_EQ(gemm, 24 * BT * C * C / tp) << tp;
     EXPECT_DOUBLE_EQ(attn, 2.0 * 2 * cfg.seq * cfg.seq * C / tp) << tp;
     // With the vocabulary split, the LM head's GEMMs are the rank's columns' too.
-    GptConfig v = cfg;
+    ModelConfig v = cfg;
     v.split_vocab = true;
     double head = 0, whole_head = 0;
-    for (const NamedKernelCall& k : gpt_kernel_calls(v, 2, DType::kBF16, 0, GptPiece::kHeadWithBackward, 0))
+    for (const NamedKernelCall& k : model_kernel_calls(v, 2, DType::kBF16, 0, ModelPiece::kHeadWithBackward, 0))
       if (k.call.compute_bound()) head += k.call.flops();
-    for (const NamedKernelCall& k : gpt_kernel_calls(cfg, 2, DType::kBF16, 0, GptPiece::kHeadWithBackward, 0))
+    for (const NamedKernelCall& k : model_kernel_calls(cfg, 2, DType::kBF16, 0, ModelPiece::kHeadWithBackward, 0))
       if (k.call.compute_bound()) whole_head += k.call.flops();
     EXPECT_DOUBLE_EQ(head, whole_head / tp) << tp;
   }

@@ -41,7 +41,7 @@ struct Machine {
 // A model of `layers` blocks with a budget of `fraction` of what its in-core plan needs.
 void setup(Machine& s, int layers, double fraction) {
   TrainConfig& tc = s.cfg;
-  tc.model = GptConfig{.vocab = 256, .layers = layers, .dim = 64, .heads = 4, .seq = 64};
+  tc.model = ModelConfig{.vocab = 256, .layers = layers, .dim = 64, .heads = 4, .seq = 64};
   tc.batch = 8;
   tc.data = s.dir.write("corpus.txt", tt::testing::synthetic_text(20000));
   tc.backend = "cpu";

@@ -19,7 +19,7 @@ TEST(PlanAccuracy, EveryShortcutPlanIsPredictedWithinTenPercentOfItsMeasuredStep
   tt::testing::TempDir dir;
   setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
   TrainConfig tc;
-  tc.model = GptConfig{.vocab = 256, .layers = 4, .dim = 32, .heads = 2, .seq = 32};
+  tc.model = ModelConfig{.vocab = 256, .layers = 4, .dim = 32, .heads = 2, .seq = 32};
   tc.batch = 4;
   tc.data = dir.write("corpus.txt", tt::testing::synthetic_text(40000));
   tc.val_fraction = 0.1;

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "exec/executor.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "memory/um.h"
 #include "perf/costs.h"
 #include "perf/profile.h"
@@ -187,7 +187,7 @@ TEST(Profile, LinksAreLatencyPlusBytesOverBandwidth) {
 // ratio of the two rates when --threads asks for another; a segment not measured costs its parameters at the rate.
 TEST(ProfileCosts, HostSegmentsArePricedForTheRunsThreadCount) {
   ScheduleSpec spec;
-  spec.model = GptConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
+  spec.model = ModelConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
   Profile p;
   p.host_adamw_params_per_s = {{1, 1e9}, {4, 3e9}};
   p.host_segment_threads = 4;
@@ -200,7 +200,7 @@ TEST(ProfileCosts, HostSegmentsArePricedForTheRunsThreadCount) {
   EXPECT_DOUBLE_EQ(ProfileCosts(p, spec, 4).seconds(op), 3e-3);
   EXPECT_DOUBLE_EQ(ProfileCosts(p, spec, 1).seconds(op), 9e-3);  // a third of the rate: three times as long
   op.segment = 0;  // the embeddings: not measured
-  const GptSegments segs = gpt_segments(spec.model);
+  const ParamSegments segs = model_segments(spec.model);
   EXPECT_DOUBLE_EQ(ProfileCosts(p, spec, 0).seconds(op), static_cast<double>(segs.size[0]) / 3e9);
   EXPECT_DOUBLE_EQ(ProfileCosts(p, spec, 2).seconds(op), static_cast<double>(segs.size[0]) / 1e9);
 }
@@ -221,7 +221,7 @@ TEST(Profile, UnifiedMemoryRatesAreOptionalAndPriceTheScheduleUmOperations) {
   EXPECT_NE(refused.status().message().find("profile.um.sideways"), std::string::npos) << refused.status().message();
 
   ScheduleSpec spec;
-  spec.model = GptConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
+  spec.model = ModelConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
   const Profile p = sample();
   const int64_t n = int64_t(8) << 20;
   auto op_of = [&](OpKind kind, memory::UmPlace place, const char* name) {
@@ -270,15 +270,15 @@ TEST(Profile, UnifiedMemoryRatesAreOptionalAndPriceTheScheduleUmOperations) {
 // host update and its parameters back cover its share of each segment (the largest, ceil(n / 2)): the schedule's
 // bytes and the host segments the calibration measures and the costs look up are the share's.
 TEST(ProfileCosts, AShardedCpuOptimizerMovesAndUpdatesItsShare) {
-  const GptConfig cfg{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
+  const ModelConfig cfg{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
   ExecSpec e;
   e.model = cfg;
   e.batch = 4;
   e.plan = Plan::resolve("in-core", cfg.layers, 2).value();
   e.plan.optimizer = OptimizerPlacement::kCpu;
   e.data_ranks = 2;
-  e.lm_chunk_rows = gpt_default_lm_chunk_rows(cfg, e.batch, e.compute);
-  const GptSegments segs = gpt_segments(cfg);
+  e.lm_chunk_rows = model_default_lm_chunk_rows(cfg, e.batch, e.compute);
+  const ParamSegments segs = model_segments(cfg);
   for (const bool shard : {false, true}) {
     SCOPED_TRACE(shard ? "sharded" : "whole");
     e.shard_optimizer = shard;
@@ -313,7 +313,7 @@ TEST(ProfileCosts, AShardedCpuOptimizerMovesAndUpdatesItsShare) {
 TEST(ProfileCosts, CollectivesArePricedByTheAllreduceRateForTheirRanks) {
   const Profile p = sample();  // a rate for 2 ranks: 12 us + bytes / 150 GB/s
   ScheduleSpec spec;
-  spec.model = GptConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
+  spec.model = ModelConfig{.vocab = 256, .layers = 2, .dim = 32, .heads = 2, .seq = 16};
   Op op;
   op.stream = StreamId::kComm;
   op.kind = OpKind::kGradReduce;
@@ -344,7 +344,7 @@ TEST(ProfileCosts, CollectivesArePricedByTheAllreduceRateForTheirRanks) {
   spec.plan = Plan::resolve("in-core", spec.model.layers, 2).value();
   Profile q = p;
   std::vector<KernelCall> calls;
-  for (const NamedKernelCall& k : gpt_kernel_calls(spec.model, spec.batch, spec.compute, 64, GptPiece::kForward, 1))
+  for (const NamedKernelCall& k : model_kernel_calls(spec.model, spec.batch, spec.compute, 64, ModelPiece::kForward, 1))
     calls.push_back(k.call);
   q.sequences[calls] = 1e-3;
   Op fwd;
@@ -354,13 +354,13 @@ TEST(ProfileCosts, CollectivesArePricedByTheAllreduceRateForTheirRanks) {
   fwd.segment = 1;
   fwd.layer = 0;
   const int64_t act = int64_t(4) * 16 * 32 * 4;
-  EXPECT_EQ(gpt_tp_collectives(spec.model, spec.batch, spec.compute, 64, GptPiece::kForward, 1),
+  EXPECT_EQ(model_tp_collectives(spec.model, spec.batch, spec.compute, 64, ModelPiece::kForward, 1),
             std::vector<int64_t>({act, act}));
   ProfileCosts tp(q, spec, 0);
   EXPECT_DOUBLE_EQ(tp.seconds(fwd), 1e-3 + 2 * (12e-6 + static_cast<double>(act) / 150e9));
   EXPECT_FALSE(tp.unpriced_collectives());
   spec.model.tp = 1;
-  EXPECT_TRUE(gpt_tp_collectives(spec.model, spec.batch, spec.compute, 64, GptPiece::kForward, 1).empty());
+  EXPECT_TRUE(model_tp_collectives(spec.model, spec.batch, spec.compute, 64, ModelPiece::kForward, 1).empty());
 }
 
 }  // namespace

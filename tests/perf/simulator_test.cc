@@ -9,7 +9,7 @@
 namespace tt::perf {
 namespace {
 
-const GptConfig kCfg{.vocab = 256, .layers = 6, .dim = 64, .heads = 4, .seq = 32};
+const ModelConfig kCfg{.vocab = 256, .layers = 6, .dim = 64, .heads = 4, .seq = 32};
 
 Schedule schedule_for(const std::string& plan_name, OptimizerPlacement opt = OptimizerPlacement::kDevice) {
   ExecSpec spec;
@@ -17,7 +17,7 @@ Schedule schedule_for(const std::string& plan_name, OptimizerPlacement opt = Opt
   spec.batch = 4;
   spec.plan = Plan::resolve(plan_name, kCfg.layers, 2).value();
   if (!spec.plan.needs_cpu_optimizer()) spec.plan.optimizer = opt;
-  spec.lm_chunk_rows = gpt_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
+  spec.lm_chunk_rows = model_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
   const Schedule s = compile_schedule({spec.model, spec.batch, spec.compute, spec.plan, false, spec.lm_chunk_rows},
                                       Executor::inventory(spec).value());
   EXPECT_TRUE(s.validate().is_ok());

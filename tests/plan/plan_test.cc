@@ -84,7 +84,7 @@ TEST(Plan, Shortcuts) {
   EXPECT_EQ(per_block(norms.value(), &Plan::mlp_rebuilt), std::vector<bool>(3, true));
   EXPECT_EQ(norms.value().to_json()["layers"][0]["activation"],
             json({{"attention", "swap"}, {"mlp", "recompute"}, {"norms", "recompute"}}));
-  EXPECT_NE(norms.value().summary().find("the LayerNorm outputs of 3 rebuilt"), std::string::npos)
+  EXPECT_NE(norms.value().summary().find("the norm outputs of 3 rebuilt"), std::string::npos)
       << norms.value().summary();
   auto norms_back = Plan::from_json(norms.value().to_json(), 3, "round trip");
   ASSERT_TRUE(norms_back.is_ok()) << norms_back.status().to_string();
@@ -112,25 +112,25 @@ TEST(Plan, Shortcuts) {
                       "layers": {"1": {"activation": {"attention": "swap", "mlp": "recompute", "norms": "recompute"}}}})"),
       3, "d.json");
   ASSERT_FALSE(disagree.is_ok());
-  EXPECT_NE(disagree.status().message().find("LayerNorm outputs"), std::string::npos) << disagree.status().message();
-  // Note [rebuilt GELU]: only the GELU output rebuilt (the MLP half kept), alone or with the norms; the shortcut
+  EXPECT_NE(disagree.status().message().find("norm outputs"), std::string::npos) << disagree.status().message();
+  // Note [rebuilt activation]: only the GELU output rebuilt (the MLP half kept), alone or with the norms; the shortcut
   // in-core-selective rebuilds both on every block. An MLP half rebuilt rebuilds its GELU output with it: the GELU
   // is not apart there.
   auto selective = Plan::resolve("in-core-selective", 3, 2);
   ASSERT_TRUE(selective.is_ok()) << selective.status().to_string();
   EXPECT_EQ(acts(selective.value()), std::vector<ActPlacement>(3, ActPlacement::kResident));
-  EXPECT_EQ(per_block(selective.value(), &Plan::gelu_rebuilt), std::vector<bool>(3, true));
+  EXPECT_EQ(per_block(selective.value(), &Plan::act_rebuilt), std::vector<bool>(3, true));
   EXPECT_EQ(per_block(selective.value(), &Plan::norms_rebuilt), std::vector<bool>(3, true));
   EXPECT_EQ(per_block(selective.value(), &Plan::mlp_rebuilt), none(selective.value()));
-  EXPECT_EQ(selective.value().gelu_apart(), std::vector<bool>(3, true));
+  EXPECT_EQ(selective.value().act_apart(), std::vector<bool>(3, true));
   EXPECT_EQ(selective.value().held_parts(0), unsigned(kPartCore | kPartFc));
   EXPECT_EQ(selective.value().to_json()["layers"][0]["activation"],
-            json({{"attention", "resident"}, {"mlp", "resident"}, {"norms", "recompute"}, {"gelu", "recompute"}}));
-  EXPECT_NE(selective.value().summary().find("the GELU output of 3 rebuilt"), std::string::npos)
+            json({{"attention", "resident"}, {"mlp", "resident"}, {"norms", "recompute"}, {"act", "recompute"}}));
+  EXPECT_NE(selective.value().summary().find("the activation output of 3 rebuilt"), std::string::npos)
       << selective.value().summary();
   auto selective_back = Plan::from_json(selective.value().to_json(), 3, "round trip");
   ASSERT_TRUE(selective_back.is_ok()) << selective_back.status().to_string();
-  EXPECT_EQ(per_block(selective_back.value(), &Plan::gelu_rebuilt), std::vector<bool>(3, true));
+  EXPECT_EQ(per_block(selective_back.value(), &Plan::act_rebuilt), std::vector<bool>(3, true));
   auto gelu_swap = Plan::from_json(
       json::parse(R"({"default": {"activation": {"attention": "swap", "mlp": "swap", "gelu": "recompute"}},
                       "layers": {"1": {"activation": {"attention": "swap", "mlp": "recompute"}},
@@ -144,10 +144,10 @@ TEST(Plan, Shortcuts) {
                                  "2": {"activation": "recompute"}}})"),
       3, "gelu.json");
   ASSERT_TRUE(gelu_mix.is_ok()) << gelu_mix.status().to_string();
-  EXPECT_EQ(per_block(gelu_mix.value(), &Plan::gelu_rebuilt), std::vector<bool>({true, false, false}));
+  EXPECT_EQ(per_block(gelu_mix.value(), &Plan::act_rebuilt), std::vector<bool>({true, false, false}));
   EXPECT_EQ(per_block(gelu_mix.value(), &Plan::mlp_rebuilt), std::vector<bool>({false, true, false}));
-  EXPECT_EQ(gelu_mix.value().held_parts(0), unsigned(kPartAll & ~kPartGelu));
-  EXPECT_EQ(gelu_mix.value().swapped_parts(), unsigned(kPartAll & ~kPartGelu));
+  EXPECT_EQ(gelu_mix.value().held_parts(0), unsigned(kPartAll & ~kPartAct));
+  EXPECT_EQ(gelu_mix.value().swapped_parts(), unsigned(kPartAll & ~kPartAct));
   EXPECT_FALSE(in_core.value().needs_cpu_optimizer());
   auto bad = Plan::resolve("swap-everything", 2, 2);
   ASSERT_FALSE(bad.is_ok());
@@ -236,21 +236,22 @@ TEST(Plan, ErrorsNameWhatIsWrong) {
       {R"({"optimizer": "gpu"})", "optimizer must be"},
       {R"({"param_prefetch": 0})", "param_prefetch must be an integer in 1..1023"},
       {R"({"default": {"activation": {"attention": "swap"}}})", "give both halves"},
-      {R"({"default": {"activation": {"attention": "swap", "ffn": "recompute"}}})", "unknown part 'ffn' (attention, mlp, norms, gelu)"},
+      {R"({"default": {"activation": {"attention": "swap", "ffn": "recompute"}}})", "unknown part 'ffn' (attention, mlp, norms, act)"},
       {R"({"default": {"activation": {"attention": "resident", "mlp": "swap"}}})",
        "the MLP half can be placed apart from the attention half only by recomputing it"},
       {R"({"default": {"activation": {"attention": "resident", "mlp": "recompute", "norms": "swap"}}})",
-       "the LayerNorm outputs (norms) can be placed apart from the attention half only by recomputing them"},
+       "the normalisations' outputs (norms) can be placed apart from the attention half only by recomputing them"},
       {R"({"default": {"activation": {"attention": "recompute", "mlp": "resident"}}})",
        "a recomputed attention half rebuilds the whole block"},
       {R"({"default": {"activation": {"attention": "recompute", "mlp": "recompute"}, "param": "resident"},
            "layers": {"1": {"activation": {"attention": "swap", "mlp": 3}}}})",
        "layers.1.activation.mlp: expected a string"},
       {R"({"default": {"activation": "swap"}, "layers": {"2": {"activation": {"attention": "swap", "mlp": "recompute"}}}})",
-       "swapped layers 0 and 2 differ in whether their MLP half, their GELU output or their LayerNorm outputs are "
+       "swapped layers 0 and 2 differ in whether their MLP half, their activation output or their norm outputs are "
        "recomputed"},
       {R"({"default": {"activation": {"attention": "resident", "mlp": "resident", "gelu": "swap"}}})",
-       "the GELU output can be placed apart from the MLP half only by recomputing it (mlp resident, gelu swap)"},
+       "the MLP activation's output (act) can be placed apart from the MLP half only by recomputing it (mlp resident, "
+       "act swap)"},
       {R"({"default": {"activation": {"attention": "recompute", "mlp": "recompute", "gelu": "resident"}}})",
        "a recomputed attention half rebuilds the whole block"},
       {R"({"default": {"activation": "swap"}, "layers": {"1": {"activation": {"attention": "swap", "mlp": "swap",

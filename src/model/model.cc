@@ -1,0 +1,448 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/log.h"
+#include "core/rng.h"
+#include "model/gpt.h"
+
+namespace tt {
+
+// Note [model families]: the families of this build, the one list of them.
+const std::vector<const ModelFamily*>& model_families() {
+  static const std::vector<const ModelFamily*> families = {&gpt2_family()};
+  return families;
+}
+
+namespace {
+const ModelFamily* find_family(const std::string& name) {
+  for (const ModelFamily* f : model_families())
+    if (name == f->name()) return f;
+  return nullptr;
+}
+}  // namespace
+
+const ModelFamily& family_of(const ModelConfig& cfg) {
+  const ModelFamily* f = find_family(cfg.family);
+  TT_CHECK(f != nullptr, "unknown model family '%s' (not validated)", cfg.family.c_str());
+  return *f;
+}
+
+Status ModelConfig::validate() const {
+  const ModelFamily* f = find_family(family);
+  if (f == nullptr) {
+    std::string known;
+    for (const ModelFamily* k : model_families()) known += std::string(known.empty() ? "" : ", ") + k->name();
+    return Status(StatusCode::kInvalidArgument, "unknown model family '" + family + "' (known: " + known + ")");
+  }
+  TT_RETURN_IF(vocab < 2 || vocab > 1 << 20, kInvalidArgument, "vocabulary size %d is out of range [2, 1048576]",
+               vocab);
+  TT_RETURN_IF(layers < 1, kInvalidArgument, "--layers must be >= 1, got %d", layers);
+  TT_RETURN_IF(dim < 1 || heads < 1, kInvalidArgument, "--dim and --heads must be >= 1, got %d and %d", dim, heads);
+  TT_RETURN_IF(dim % heads != 0, kInvalidArgument, "--dim %d is not divisible by --heads %d", dim, heads);
+  TT_RETURN_IF(seq < 1, kInvalidArgument, "--seq must be >= 1, got %d", seq);
+  TT_RETURN_IF(kv_heads < 0 || ffn < 0, kInvalidArgument, "--kv-heads and --ffn must be >= 0, got %d and %d",
+               kv_heads, ffn);
+  TT_RETURN_IF(heads % kv_head_count() != 0, kInvalidArgument,
+               "--kv-heads %d does not divide --heads %d (each key/value head serves a whole group of query heads)",
+               kv_head_count(), heads);
+  TT_RETURN_IF(!(norm_eps > 0 && norm_eps < 1), kInvalidArgument, "the normalisation epsilon %g is not in (0, 1)",
+               norm_eps);
+  TT_RETURN_IF(tp < 1 || heads % tp != 0, kInvalidArgument,
+               "%d attention heads cannot be split %d ways over tensor-parallel ranks", heads, tp);
+  TT_RETURN_IF(kv_head_count() % tp != 0, kInvalidArgument,
+               "%d key/value heads cannot be split %d ways over tensor-parallel ranks (each rank holds whole groups)",
+               kv_head_count(), tp);
+  TT_RETURN_IF(split_vocab && (tp < 2 || padded_vocab() % tp != 0), kInvalidArgument,
+               "the vocabulary (%d rows, padded) cannot be split %d ways", padded_vocab(), tp);
+  return f->validate(*this);
+}
+
+std::string ModelConfig::describe() const {
+  const ModelFamily* f = find_family(family);
+  std::string s = std::string(f ? f->display() : family.c_str()) + " L" + std::to_string(layers) + " d" +
+                  std::to_string(dim) + " H" + std::to_string(heads);
+  if (kv_head_count() != heads) s += " KV" + std::to_string(kv_head_count());
+  if (ffn > 0) s += " F" + std::to_string(ffn);
+  s += " T" + std::to_string(seq) + " V" + std::to_string(vocab);
+  return s;
+}
+
+nlohmann::json model_config_json(const ModelConfig& cfg) {
+  nlohmann::json j = {{"family", cfg.family}, {"vocab", cfg.vocab}, {"layers", cfg.layers}, {"dim", cfg.dim},
+                      {"heads", cfg.heads},   {"seq", cfg.seq}};
+  if (cfg.family != "gpt2") {
+    j["kv_heads"] = cfg.kv_head_count();
+    j["ffn"] = cfg.ffn;
+    j["tied_embeddings"] = cfg.tied_embeddings;
+    j["qkv_bias"] = cfg.qkv_bias;
+    j["rope_theta"] = cfg.rope_theta;
+    j["norm_eps"] = cfg.norm_eps;
+    if (cfg.rope_scaling.factor > 0)
+      j["rope_scaling"] = {{"factor", cfg.rope_scaling.factor},
+                           {"low_freq_factor", cfg.rope_scaling.low_freq_factor},
+                           {"high_freq_factor", cfg.rope_scaling.high_freq_factor},
+                           {"original_max_position", cfg.rope_scaling.original_max_position}};
+  }
+  if (cfg.tp > 1) {
+    j["tp"] = cfg.tp;
+    j["split_vocab"] = cfg.split_vocab;
+  }
+  return j;
+}
+
+namespace {
+std::string dump(const nlohmann::json& v) {
+  return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// One key of a model configuration, read strictly.
+Status read_int(const nlohmann::json& j, const char* key, int lo, int hi, bool required, int* out,
+                const std::string& where) {
+  if (!j.contains(key)) {
+    TT_RETURN_IF(required, kInvalidArgument, "%s: model.%s is missing", where.c_str(), key);
+    return Status::ok();
+  }
+  const nlohmann::json& v = j.at(key);
+  TT_RETURN_IF(!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi, kInvalidArgument,
+               "%s: model.%s is %s, expected an integer in [%d, %d]", where.c_str(), key, dump(v).c_str(), lo, hi);
+  *out = v.get<int>();
+  return Status::ok();
+}
+Status read_double(const nlohmann::json& j, const char* key, double* out, const std::string& where) {
+  if (!j.contains(key)) return Status::ok();
+  const nlohmann::json& v = j.at(key);
+  TT_RETURN_IF(!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0, kInvalidArgument,
+               "%s: model.%s is %s, expected a positive number", where.c_str(), key, dump(v).c_str());
+  *out = v.get<double>();
+  return Status::ok();
+}
+Status read_bool(const nlohmann::json& j, const char* key, bool* out, const std::string& where) {
+  if (!j.contains(key)) return Status::ok();
+  TT_RETURN_IF(!j.at(key).is_boolean(), kInvalidArgument, "%s: model.%s is %s, expected true or false",
+               where.c_str(), key, dump(j.at(key)).c_str());
+  *out = j.at(key).get<bool>();
+  return Status::ok();
+}
+}  // namespace
+
+Result<ModelConfig> model_config_from_json(const nlohmann::json& j, const std::string& where) {
+  TT_RETURN_IF(!j.is_object(), kInvalidArgument, "%s: model is %s, expected an object", where.c_str(),
+               dump(j).c_str());
+  static const char* kKeys[] = {"family", "vocab", "layers",   "dim",        "heads",        "seq",
+                                "kv_heads", "ffn", "tied_embeddings", "qkv_bias", "rope_theta", "rope_scaling",
+                                "norm_eps", "tp",  "split_vocab"};
+  for (const auto& [key, value] : j.items()) {
+    (void)value;
+    TT_RETURN_IF(std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
+                     std::end(kKeys),
+                 kInvalidArgument, "%s: unknown key model.%s", where.c_str(), key.c_str());
+  }
+  ModelConfig c;
+  if (j.contains("family")) {
+    TT_RETURN_IF(!j.at("family").is_string(), kInvalidArgument, "%s: model.family is %s, expected a string",
+                 where.c_str(), dump(j.at("family")).c_str());
+    c.family = j.at("family").get<std::string>();
+  }
+  constexpr int kMax = (1 << 30);
+  TT_TRY(read_int(j, "vocab", 2, 1 << 20, true, &c.vocab, where));
+  TT_TRY(read_int(j, "layers", 1, kMax, true, &c.layers, where));
+  TT_TRY(read_int(j, "dim", 1, kMax, true, &c.dim, where));
+  TT_TRY(read_int(j, "heads", 1, kMax, true, &c.heads, where));
+  TT_TRY(read_int(j, "seq", 1, kMax, true, &c.seq, where));
+  TT_TRY(read_int(j, "kv_heads", 0, kMax, false, &c.kv_heads, where));
+  if (c.kv_heads == c.heads) c.kv_heads = 0;  // written as a count; 0 is the same model
+  TT_TRY(read_int(j, "ffn", 0, kMax, false, &c.ffn, where));
+  TT_TRY(read_bool(j, "tied_embeddings", &c.tied_embeddings, where));
+  TT_TRY(read_bool(j, "qkv_bias", &c.qkv_bias, where));
+  TT_TRY(read_double(j, "rope_theta", &c.rope_theta, where));
+  TT_TRY(read_double(j, "norm_eps", &c.norm_eps, where));
+  if (j.contains("rope_scaling")) {
+    const nlohmann::json& r = j.at("rope_scaling");
+    const std::string at = where + " (rope_scaling)";
+    TT_RETURN_IF(!r.is_object(), kInvalidArgument, "%s: model.rope_scaling is %s, expected an object", where.c_str(),
+                 dump(r).c_str());
+    TT_TRY(read_double(r, "factor", &c.rope_scaling.factor, at));
+    TT_TRY(read_double(r, "low_freq_factor", &c.rope_scaling.low_freq_factor, at));
+    TT_TRY(read_double(r, "high_freq_factor", &c.rope_scaling.high_freq_factor, at));
+    TT_TRY(read_int(r, "original_max_position", 1, kMax, false, &c.rope_scaling.original_max_position, at));
+  }
+  TT_TRY(read_int(j, "tp", 1, 1 << 16, false, &c.tp, where));
+  TT_TRY(read_bool(j, "split_vocab", &c.split_vocab, where));
+  if (Status st = c.validate(); !st.is_ok())
+    return Status(StatusCode::kInvalidArgument, where + ": " + st.message());
+  return c;
+}
+
+DType master_dtype_for(DType compute) { return compute == DType::kBF16 ? DType::kF32 : compute; }
+
+std::vector<ParamInfo> model_param_layout(const ModelConfig& cfg) { return family_of(cfg).param_layout(cfg); }
+
+int64_t model_num_params(const ModelConfig& cfg) {
+  const ParamSegments s = model_segments(cfg);
+  return s.offset.back() + s.size.back();
+}
+
+ParamSegments model_segments(const ModelConfig& cfg) {
+  // The last model each thread asked about, remembered: the automatic plan's search asks for the same model's
+  // segments tens of thousands of times (each candidate's inventory), and the layout builds a name per parameter.
+  thread_local std::optional<std::pair<ModelConfig, ParamSegments>> last;
+  if (last && last->first == cfg) return last->second;
+  ParamSegments s;
+  const size_t S = static_cast<size_t>(cfg.layers) + 2;
+  s.offset.assign(S, -1);
+  s.size.assign(S, 0);
+  s.shard_begin.assign(S, -1);
+  bool after_blocks = false;  // Note [model families]: layer -1 before the first block is segment 0, after it L + 1
+  for (const ParamInfo& p : model_param_layout(cfg)) {
+    TT_CHECK(p.layer < cfg.layers, "parameter %s of layer %d in a model of %d", p.name.c_str(), p.layer, cfg.layers);
+    if (p.layer >= 0) after_blocks = true;
+    const size_t k = p.layer >= 0 ? static_cast<size_t>(p.layer) + 1 : after_blocks ? S - 1 : 0;
+    if (s.offset[k] < 0) s.offset[k] = p.offset;
+    TT_CHECK(p.offset == s.offset[k] + s.size[k], "parameter %s breaks segment %zu", p.name.c_str(), k);
+    TT_CHECK(p.sharded || s.shard_begin[k] < 0, "replicated parameter %s follows sharded ones", p.name.c_str());
+    if (p.sharded && s.shard_begin[k] < 0) s.shard_begin[k] = p.offset;
+    s.size[k] += p.shape.numel();
+    s.of_param.push_back(static_cast<int>(k));
+  }
+  for (size_t k = 0; k < S; ++k) {
+    TT_CHECK(s.offset[k] >= 0, "segment %zu of a %s model has no parameters", k, cfg.family.c_str());
+    if (s.shard_begin[k] < 0) s.shard_begin[k] = s.offset[k] + s.size[k];
+  }
+  last.emplace(cfg, s);
+  return s;
+}
+
+int64_t model_default_lm_chunk_rows(const ModelConfig& cfg, int batch, DType compute) {
+  // Note [LM head in chunks]: at most 512 MiB of logits, in chunks of equal size (a multiple of 64 rows).
+  constexpr int64_t kChunkBytes = int64_t(512) << 20;
+  const int64_t rows = static_cast<int64_t>(batch) * cfg.seq;
+  const int64_t fit = kChunkBytes / (static_cast<int64_t>(cfg.local_vocab()) * static_cast<int64_t>(dtype_size(compute)));
+  if (fit >= rows) return rows;
+  const int64_t most = std::max<int64_t>(64, fit / 64 * 64);
+  const int64_t chunks = (rows + most - 1) / most;
+  const int64_t even = ((rows + chunks - 1) / chunks + 63) / 64 * 64;
+  return std::min({rows, most, even});
+}
+
+std::vector<TensorRequest> model_block_activations(const ModelConfig& cfg, int batch, DType compute, unsigned parts) {
+  return family_of(cfg).block_activations(cfg, batch, compute, parts);
+}
+
+std::vector<TensorRequest> model_fixed_tensors(const ModelConfig& cfg, int batch, DType compute,
+                                               int64_t lm_chunk_rows) {
+  return family_of(cfg).fixed_tensors(cfg, batch, compute, lm_chunk_rows);
+}
+
+std::vector<TensorRequest> model_decode_tensors(const ModelConfig& cfg, DType compute) {
+  return family_of(cfg).decode_tensors(cfg, compute);
+}
+
+std::vector<NamedKernelCall> model_kernel_calls(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
+                                                ModelPiece piece, int segment) {
+  return family_of(cfg).kernel_calls(cfg, batch, compute, lm_chunk_rows, piece, segment);
+}
+
+std::vector<int64_t> model_tp_collectives(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
+                                          ModelPiece piece, int segment) {
+  return family_of(cfg).tp_collectives(cfg, batch, compute, lm_chunk_rows, piece, segment);
+}
+
+void model_init_values(const ModelConfig& cfg, uint64_t seed, float* out) {
+  TT_CHECK(cfg.tp == 1, "initial values are the whole model's (take a rank's shard with model_take_shard)");
+  family_of(cfg).init_values(cfg, seed, out);
+}
+
+void model_init_values(const ModelConfig& cfg, uint64_t seed, double* out) {
+  TT_CHECK(cfg.tp == 1, "initial values are the whole model's (take a rank's shard with model_take_shard)");
+  family_of(cfg).init_values(cfg, seed, out);
+}
+
+std::unique_ptr<Model> create_model(Backend& backend, const ModelConfig& cfg, int batch, DType compute,
+                                    ModelTensors tensors) {
+  return family_of(cfg).create(backend, cfg, batch, compute, std::move(tensors));
+}
+
+std::vector<ShardCopy> model_shard_copies(const ModelConfig& cfg, int tp_rank) {
+  TT_CHECK(tp_rank >= 0 && tp_rank < cfg.tp, "tensor-parallel rank %d of %d", tp_rank, cfg.tp);
+  return family_of(cfg).shard_copies(cfg, tp_rank);
+}
+
+void model_take_shard(const ModelConfig& cfg, int tp_rank, const void* whole, void* local, size_t esize) {
+  const auto* from = static_cast<const unsigned char*>(whole);
+  auto* to = static_cast<unsigned char*>(local);
+  for (const ShardCopy& c : model_shard_copies(cfg, tp_rank))
+    std::memcpy(to + static_cast<size_t>(c.local) * esize, from + static_cast<size_t>(c.whole) * esize,
+                static_cast<size_t>(c.count) * esize);
+}
+
+void model_put_shard(const ModelConfig& cfg, int tp_rank, const void* local, void* whole, size_t esize) {
+  const auto* from = static_cast<const unsigned char*>(local);
+  auto* to = static_cast<unsigned char*>(whole);
+  for (const ShardCopy& c : model_shard_copies(cfg, tp_rank))
+    std::memcpy(to + static_cast<size_t>(c.whole) * esize, from + static_cast<size_t>(c.local) * esize,
+                static_cast<size_t>(c.count) * esize);
+}
+
+const char* boundary_name(Boundary b) {
+  switch (b) {
+    case Boundary::kBeforeForward: return "before_forward";
+    case Boundary::kAfterForward: return "after_forward";
+    case Boundary::kBeforeHead: return "before_head";
+    case Boundary::kAfterHead: return "after_head";
+    case Boundary::kBeforeBackward: return "before_backward";
+    case Boundary::kAfterBackward: return "after_backward";
+  }
+  return "?";
+}
+
+void ModelHooks::tp_sum(const char* name, const Tensor& t) {
+  (void)t;
+  TT_CHECK(false, "a tensor-parallel model asked its hooks to sum %s over the ranks, and these hooks have no ranks",
+           name);
+}
+
+void ModelHooks::tp_max(const char* name, const Tensor& t) {
+  (void)t;
+  TT_CHECK(false, "a tensor-parallel model asked its hooks for the maximum of %s over the ranks, and these hooks have "
+           "no ranks", name);
+}
+
+void check_tensor(const Tensor& t, const TensorRequest& r) {
+  TT_CHECK(t.raw() != nullptr, "model: tensor %s is not bound", r.name.c_str());
+  TT_CHECK(t.shape() == r.shape && t.dtype() == r.dtype, "model: tensor %s is %s %s, expected %s %s",
+           r.name.c_str(), t.shape().to_string().c_str(), dtype_name(t.dtype()), r.shape.to_string().c_str(),
+           dtype_name(r.dtype));
+}
+
+Model::Model(const ModelFamily& family, Backend& backend, const ModelConfig& cfg, int batch, DType dtype,
+             ModelTensors tensors)
+    : family_(family), be_(backend), cfg_(cfg), batch_(batch), dtype_(dtype), layout_(model_param_layout(cfg)),
+      segs_(model_segments(cfg)), num_params_(model_num_params(cfg)), t_(std::move(tensors)) {
+  TT_CHECK(cfg.validate().is_ok() && batch >= 1, "model: invalid configuration or batch %d", batch);
+  TT_CHECK(&family_of(cfg) == &family, "model: a %s configuration for the %s family", cfg.family.c_str(),
+           family.name());
+  TT_CHECK(t_.params.size() == static_cast<size_t>(num_segments()) &&
+               t_.grads.size() == static_cast<size_t>(num_segments()),
+           "model: %zu parameter and %zu gradient segments, expected %d", t_.params.size(), t_.grads.size(),
+           num_segments());
+  for (int s = 0; s < num_segments(); ++s) {
+    const Shape shape{segs_.size[static_cast<size_t>(s)]};
+    check_tensor(t_.params[static_cast<size_t>(s)], {"params.seg" + std::to_string(s), shape, dtype, TensorClass::kParam});
+    check_tensor(t_.grads[static_cast<size_t>(s)],
+                 {"grads.seg" + std::to_string(s), shape, master_dtype(), TensorClass::kGrad});
+  }
+  for (int l = 0; l < cfg.layers; ++l)
+    for (TensorRequest r : model_block_activations(cfg, batch, dtype)) {
+      r.name = "h." + std::to_string(l) + "." + r.name;
+      check_tensor(tensor(r.name), r);
+    }
+  auto logits = t_.named.find("logits");
+  lm_chunk_rows_ = logits != t_.named.end() && logits->second.raw() ? logits->second.dim(0) : 0;
+  for (const TensorRequest& r : model_fixed_tensors(cfg, batch, dtype, lm_chunk_rows_)) check_tensor(tensor(r.name), r);
+}
+
+const Tensor& Model::tensor(const std::string& name) const {
+  auto it = t_.named.find(name);
+  TT_CHECK(it != t_.named.end(), "model: no tensor %s was bound", name.c_str());
+  return it->second;
+}
+
+Tensor Model::cparam(size_t i) const {
+  const ParamInfo& p = layout_[i];
+  const size_t s = static_cast<size_t>(segs_.of_param[i]);
+  return t_.params[s].view(p.offset - segs_.offset[s], p.shape);
+}
+
+Tensor Model::grad(size_t i) const {
+  const ParamInfo& p = layout_[i];
+  const size_t s = static_cast<size_t>(segs_.of_param[i]);
+  return t_.grads[s].view(p.offset - segs_.offset[s], p.shape);
+}
+
+size_t Model::param_index(const std::string& name) const {
+  for (size_t i = 0; i < layout_.size(); ++i)
+    if (layout_[i].name == name) return i;
+  TT_CHECK(false, "model: no parameter %s", name.c_str());
+  return 0;
+}
+
+void Model::set_act_apart(std::vector<bool> apart) {
+  TT_CHECK(apart.empty() || apart.size() == static_cast<size_t>(cfg_.layers),
+           "set_act_apart: %zu flags for %d layers", apart.size(), cfg_.layers);
+  act_apart_ = std::move(apart);
+}
+
+void Model::check_decodable(const NamedTensors& state) const {
+  TT_CHECK(batch_ == 1 && cfg_.tp == 1 && !cfg_.split_vocab,
+           "decoding needs a model of batch 1 on one rank (batch %d, tp %d)", batch_, cfg_.tp);
+  for (const TensorRequest& r : model_decode_tensors(cfg_, dtype_)) {
+    auto it = state.find(r.name);
+    TT_CHECK(it != state.end(), "decoding: no tensor %s", r.name.c_str());
+    check_tensor(it->second, r);
+  }
+}
+
+// Note [parallel init]
+// The flat parameter buffer is cut into chunks of kInitChunk elements; chunk k draws its normals, in order, from a
+// generator of its own, seeded from (seed, k). Every element's value is thus a function of the seed and its flat
+// index only, whatever the number of threads (a test checks it), and the chunks are drawn in parallel: a 3G-
+// parameter model initialises in seconds, not in the minute one sequential stream takes. Each element draws one
+// normal whether it uses it or not (constants, the zero vocabulary padding rows of an embedding).
+namespace {
+constexpr int64_t kInitChunk = int64_t(1) << 20;
+
+template <typename T>
+void init_values_of(const std::vector<ParamInfo>& layout, int64_t n, uint64_t seed,
+                    const std::function<ParamInit(const ParamInfo&)>& init, T* out) {
+  // Per parameter: [begin, end) in flat elements, the std of its normals (0: a constant), the constant, and where
+  // its normals stop.
+  struct Span {
+    int64_t begin, end, normal_end;
+    double std, constant;
+  };
+  std::vector<Span> spans;
+  for (const ParamInfo& p : layout) {
+    const int64_t count = p.shape.numel();
+    const ParamInit pi = init(p);
+    spans.push_back(Span{p.offset, p.offset + count, p.offset + (pi.normals < 0 ? count : std::min(pi.normals, count)),
+                         pi.std, pi.constant});
+  }
+  uint64_t base = Rng(seed).next_u64();
+  const int64_t chunks = (n + kInitChunk - 1) / kInitChunk;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t k = 0; k < chunks; ++k) {
+    uint64_t mix = base ^ (static_cast<uint64_t>(k) * 0xd1b54a32d192ed03ull);
+    Rng rng(mix);
+    const int64_t lo = k * kInitChunk, hi = std::min(n, lo + kInitChunk);
+    // The first parameter that reaches into this chunk.
+    size_t s = static_cast<size_t>(std::upper_bound(spans.begin(), spans.end(), lo,
+                                                    [](int64_t i, const Span& sp) { return i < sp.end; }) -
+                                   spans.begin());
+    for (int64_t i = lo; i < hi; ++i) {
+      while (i >= spans[s].end) ++s;
+      const Span& sp = spans[s];
+      const double z = rng.normal();
+      out[i] = static_cast<T>(sp.std > 0 ? (i < sp.normal_end ? sp.std * z : 0.0) : sp.constant);
+    }
+  }
+}
+}  // namespace
+
+void init_param_values(const std::vector<ParamInfo>& layout, int64_t n, uint64_t seed,
+                       const std::function<ParamInit(const ParamInfo&)>& init, float* out) {
+  init_values_of(layout, n, seed, init, out);
+}
+
+void init_param_values(const std::vector<ParamInfo>& layout, int64_t n, uint64_t seed,
+                       const std::function<ParamInit(const ParamInfo&)>& init, double* out) {
+  init_values_of(layout, n, seed, init, out);
+}
+
+}  // namespace tt

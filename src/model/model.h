@@ -1,0 +1,393 @@
+// model/model: what the rest of the system knows of a model, whatever its family. A model is a description (its
+// configuration, parameters, segments, activations by part, kernel calls per piece, tensor-parallel collectives,
+// shards, initial values) and an implementation of its passes on views it is handed. The executor, the schedule
+// compiler, the performance model, the mesh, checkpoints and sampling read only this file; each family (model/gpt.h,
+// model/llama.h) implements it in one file of its own and is listed once in model/model.cc (Note [model families]).
+//
+//   const ModelConfig cfg = ...;                          // family "gpt2" or "llama", sizes, options
+//   std::vector<ParamInfo> layout = model_param_layout(cfg);
+//   std::unique_ptr<Model> m = create_model(backend, cfg, batch, DType::kBF16, tensors);  // views placed elsewhere
+//   m->forward_blocks(hooks); m->lm_head(hooks, true); m->backward_blocks(hooks);
+//
+// Note [model families]
+// A family is a class derived from ModelFamily (the description, by configuration) and one derived from Model (the
+// math), in model/<family>.{h,cc}, plus the backend kernels it calls. The two share a contract with the executor:
+// - parameters in one flat buffer, in segments: segment 0 the parameters before the first block (layer -1), segment
+//   1 + l block l's (layer l, contiguous), segment L + 1 those after the last block (layer -1 again); with tp > 1 a
+//   segment lists its replicated parameters, then its sharded ones (Note [tensor parallel]);
+// - a block's saved activations cut into the four parts of BlockPart (the plans keep, swap or rebuild each part), the
+//   block's output "h.<l>.res3" kept by every block (its successor's input), the other tensors named by the family
+//   (model_fixed_tensors), allocated in the order listed; the names "tokens", "targets" and "losses" are required;
+// - the boundaries of ModelHooks announced in order, every kernel announced through ModelHooks::op as listed by
+//   model_kernel_calls (a test runs each family against its lists);
+// - decoding (Note [KV cache]) with "decode.token", "decode.pos" and "decode.logits" among its tensors.
+// The guide's "Adding a model family" lists the steps.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "backend/backend.h"
+#include "backend/kernel_call.h"
+
+namespace tt {
+
+// Llama 3's rescaling of the rotary frequencies for long contexts (Hugging Face "rope_type": "llama3"); factor 0:
+// none.
+struct RopeScaling {
+  double factor = 0, low_freq_factor = 1, high_freq_factor = 4;
+  int original_max_position = 8192;
+  bool operator==(const RopeScaling&) const = default;
+};
+
+// The configuration of a decoder-only language model of any family. Fields a family does not use keep their
+// defaults (checked by its validate()).
+struct ModelConfig {
+  std::string family = "gpt2";  // a name of model_families()
+  int vocab = 256;
+  int layers = 4;
+  int dim = 128;
+  int heads = 4;
+  int seq = 128;       // the longest sequence (GPT-2: rows of wpe)
+  int kv_heads = 0;    // grouped-query attention: key/value heads (0: as many as heads)
+  int ffn = 0;         // the MLP's hidden width (0: the family's default)
+  bool tied_embeddings = true;  // the LM head is the token embedding (else a matrix of its own)
+  bool qkv_bias = false;        // Llama family: biases on Q, K and V (Qwen2)
+  double rope_theta = 10000.0;  // Llama family: the rotary embedding's base
+  RopeScaling rope_scaling;
+  double norm_eps = 1e-5;       // the normalisations' epsilon
+  // Note [tensor parallel]: how many ways the blocks are split over tensor-parallel ranks (their heads and the MLP's
+  // hidden width; 1: not split). Every size the functions below give (parameters, activations, kernel calls) is then
+  // one rank's; heads stays the whole model's.
+  int tp = 1;
+  // With tp > 1: the vocabulary too (the embedding's rows, the LM head's columns; Note [vocabulary-parallel
+  // cross-entropy]).
+  bool split_vocab = false;
+
+  bool operator==(const ModelConfig&) const = default;
+  Status validate() const;  // the family's checks (unknown family: an error naming the known ones)
+  int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  int head_dim() const { return dim / heads; }
+  // Rows of the token embedding and columns of the logits: vocab rounded up to a multiple of 128, so that the LM
+  // head's GEMMs have aligned leading dimensions (50257 -> 50304, as llm.c does). The padding rows start at zero, never
+  // receive a gradient and take no part in the softmax.
+  int padded_vocab() const { return (vocab + 127) / 128 * 128; }
+  // The LM head's columns on one rank.
+  int local_vocab() const { return split_vocab ? padded_vocab() / tp : padded_vocab(); }
+  // The same model on one rank (tp = 1): the layout checkpoints and initial values use.
+  ModelConfig whole() const {
+    ModelConfig c = *this;
+    c.tp = 1;
+    c.split_vocab = false;
+    return c;
+  }
+  // "GPT-2 L12 d768 H12 T1024 V50257" and the family's options.
+  std::string describe() const;
+};
+// The configuration as JSON (checkpoints, schedules, run records): the family, vocab, layers, dim, heads, seq, the
+// options of families other than gpt2, tp and split_vocab when split.
+nlohmann::json model_config_json(const ModelConfig& cfg);
+// Its inverse, strict: every key of the right type and range (an error names `where` and the key), unknown keys
+// refused, the result validated. A configuration without "family" is GPT-2's (files written before families).
+Result<ModelConfig> model_config_from_json(const nlohmann::json& j, const std::string& where);
+
+struct ParamInfo {
+  std::string name;  // e.g. "h.3.attn.qkv.w"
+  Shape shape;
+  int64_t offset = 0;  // in elements, within the flat buffer
+  bool decay = false;  // weight decay applies (matrices and embeddings)
+  int layer = -1;      // block index, -1 for the parameters before and after the blocks
+  bool sharded = false;  // split over the tensor-parallel ranks (Note [tensor parallel]); else the same on each
+};
+
+// Note [gradient segments]
+// Parameters, their compute copies and their gradients are cut into segments: 0 the parameters before the blocks,
+// 1 + l block l, L + 1 those after; segment s covers flat elements [offset[s], offset[s] + size[s]). Each segment is
+// one tensor, which the executor may place anywhere (its own buffer, a shared slot, a host copy). The global gradient
+// norm is the sum in segment order of each segment's sum of squares (Backend::sum_in_order), so it does not depend
+// on where the gradients are.
+struct ParamSegments {
+  std::vector<int64_t> offset, size;  // [segment] in flat elements
+  // [segment] where its sharded parameters begin (offset + size: none); Note [tensor parallel]: with tp > 1 the
+  // gradient norm sums each segment's two parts apart, the sharded one over the ranks.
+  std::vector<int64_t> shard_begin;
+  std::vector<int> of_param;          // [parameter index] its segment
+  int count() const { return static_cast<int>(offset.size()); }
+};
+// The most elements of a segment of n that one of `ranks` ranks holds when it is split evenly in rank order (Note
+// [sharded optimizer] in exec/optimizer.h): ceil(n / ranks); the last ranks may hold fewer.
+inline int64_t segment_share(int64_t n, int ranks) { return (n + ranks - 1) / ranks; }
+
+// Note [mixed precision]
+// A model has a compute dtype (activations and the weights the kernels read: f32, f64 or bf16) and a master dtype
+// (parameters as the optimizer keeps them, their gradients, normalisation statistics and losses): fp32 when computing
+// in bf16, the compute dtype otherwise. With bf16 compute a bf16 copy of the parameters sits beside the fp32 master;
+// every change of the master (upload, optimizer step) refreshes the copy.
+DType master_dtype_for(DType compute);
+
+// One tensor the model needs.
+struct TensorRequest {
+  std::string name;
+  Shape shape;
+  DType dtype;
+  TensorClass cls;
+  int layer = -1;
+};
+
+// The parts of one block's saved activations (all but its output, which every block keeps: its successor's input).
+// The executor may keep them apart (plan/plan.h): the normalisations' outputs and statistics (Note [rebuilt norms]),
+// the rest of the attention half, the MLP half (Note [MLP half]): its pre-activation (kPartFc) and its activation's
+// output (kPartAct: GELU, SwiGLU; Note [rebuilt activation]).
+enum BlockPart : unsigned {
+  kPartNorms = 1,
+  kPartCore = 2,
+  kPartFc = 4,
+  kPartAct = 8,
+  kPartMlp = kPartFc | kPartAct,
+  kPartAttention = kPartNorms | kPartCore,
+  kPartAll = kPartNorms | kPartCore | kPartMlp
+};
+
+// Tensors by name: what the executor placed for a model, or a decoder's state.
+using NamedTensors = std::map<std::string, Tensor>;
+
+// Views of every tensor a model computes with, placed by the executor. params[s] and grads[s] are segment s's
+// compute copy and gradients (Note [gradient segments]); `named` holds every tensor of model_fixed_tensors and each
+// block's activations as "h.<l>.<name>". The views must stay valid while the model runs.
+struct ModelTensors {
+  std::vector<Tensor> params, grads;  // [segment]
+  NamedTensors named;
+};
+
+// Note [model and executor]
+// The model owns this interface and calls it at every block boundary of a pass; the executor implements it, and
+// there waits for copies, starts copies and rebuilds what the plan recomputes. The model calls
+// op(name) before every kernel it enqueues (the timeline's compute ops). Segments are those of Note [gradient
+// segments]; the LM head is its own boundary.
+enum class Boundary { kBeforeForward, kAfterForward, kBeforeHead, kAfterHead, kBeforeBackward, kAfterBackward };
+const char* boundary_name(Boundary b);
+class ModelHooks {
+ public:
+  virtual ~ModelHooks() = default;
+  virtual void at(Boundary b, int segment) = 0;
+  virtual void op(const char* name) { (void)name; }
+  // Note [tensor parallel]: t summed over the model's tensor-parallel ranks, in place, in the compute stream's order;
+  // called only when the model's tp > 1 (a hook that has no such ranks refuses).
+  virtual void tp_sum(const char* name, const Tensor& t);
+  // The element-wise maximum over the same ranks (Note [vocabulary-parallel cross-entropy]).
+  virtual void tp_max(const char* name, const Tensor& t);
+};
+
+// Note [kernel calls]
+// The backend calls of one piece of a pass, in the order the model enqueues them, each with the name it announces
+// through ModelHooks::op: what the performance model prices (perf/profile.h) and the calibration times. A test runs
+// each family's model and checks the names and their order against these lists, so they cannot drift from the passes.
+enum class ModelPiece {
+  kForward,           // segment s's forward (0: before the blocks, 1 + l: block l, L + 1: after them)
+  kBackward,          // segment s's backward
+  kHead,              // the LM head, evaluating (losses only)
+  kHeadWithBackward,  // the LM head, training
+  kRebuildBlock,      // Note [recompute]: block `segment - 1`'s forward again
+  kRebuildNorms,      // Note [rebuilt norms]
+  kRebuildMlp,        // Note [MLP half]
+  kRebuildAct,        // Note [rebuilt activation]
+  kForwardActApart,   // block `segment - 1`'s forward with its activation as a kernel of its own
+};
+struct NamedKernelCall {
+  std::string name;
+  KernelCall call;
+};
+
+class Model;
+
+// The copies between the whole model's flat buffer (tp = 1 layout, what checkpoints and initial values use) and one
+// rank's: element ranges [whole, whole + count) -> [local, local + count).
+struct ShardCopy {
+  int64_t whole = 0, local = 0, count = 0;
+};
+
+// A family's description (Note [model families]). Every function is of a validated configuration.
+class ModelFamily {
+ public:
+  virtual ~ModelFamily() = default;
+  virtual const char* name() const = 0;     // "gpt2"
+  virtual const char* display() const = 0;  // "GPT-2"
+  virtual Status validate(const ModelConfig& cfg) const = 0;
+  virtual std::vector<ParamInfo> param_layout(const ModelConfig& cfg) const = 0;
+  virtual std::vector<TensorRequest> block_activations(const ModelConfig& cfg, int batch, DType compute,
+                                                       unsigned parts) const = 0;
+  virtual std::vector<TensorRequest> fixed_tensors(const ModelConfig& cfg, int batch, DType compute,
+                                                   int64_t lm_chunk_rows) const = 0;
+  virtual std::vector<TensorRequest> decode_tensors(const ModelConfig& cfg, DType compute) const = 0;
+  virtual std::vector<NamedKernelCall> kernel_calls(const ModelConfig& cfg, int batch, DType compute,
+                                                    int64_t lm_chunk_rows, ModelPiece piece, int segment) const = 0;
+  virtual std::vector<int64_t> tp_collectives(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
+                                              ModelPiece piece, int segment) const = 0;
+  virtual std::vector<ShardCopy> shard_copies(const ModelConfig& cfg, int tp_rank) const = 0;
+  // Initial values of the whole model (tp 1), a function of the seed and each element's flat index.
+  virtual void init_values(const ModelConfig& cfg, uint64_t seed, float* out) const = 0;
+  virtual void init_values(const ModelConfig& cfg, uint64_t seed, double* out) const = 0;
+  virtual std::unique_ptr<Model> create(Backend& backend, const ModelConfig& cfg, int batch, DType compute,
+                                        ModelTensors tensors) const = 0;
+};
+
+// The families of this build, and the one a configuration names (it must be known: ModelConfig::validate).
+const std::vector<const ModelFamily*>& model_families();
+const ModelFamily& family_of(const ModelConfig& cfg);
+
+// The parameters in flat-buffer order (Note [model families]).
+std::vector<ParamInfo> model_param_layout(const ModelConfig& cfg);
+int64_t model_num_params(const ModelConfig& cfg);
+ParamSegments model_segments(const ModelConfig& cfg);
+// The tensors of a block's activations in the given parts (names without the "h.<l>." prefix), in forward order.
+std::vector<TensorRequest> model_block_activations(const ModelConfig& cfg, int batch, DType compute,
+                                                   unsigned parts = kPartAll);
+// Every other tensor the model computes with, in allocation order: the inputs, the activations outside the blocks
+// (each block's output "h.<l>.res3" with its layer), the LM head's chunk of logits, the losses, the scratch.
+std::vector<TensorRequest> model_fixed_tensors(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows);
+std::vector<TensorRequest> model_decode_tensors(const ModelConfig& cfg, DType compute);
+// lm_chunk_rows: as the run's logits buffer (0: the model's default).
+std::vector<NamedKernelCall> model_kernel_calls(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
+                                                ModelPiece piece, int segment);
+// Note [tensor parallel]: the bytes of each sum or maximum over the model's ranks (ModelHooks::tp_sum, tp_max) one
+// piece runs, in order (none with tp 1): what the performance model prices beside the piece's kernels (Note
+// [pricing collectives] in perf/costs.cc). Tested against the passes as the kernel calls are.
+std::vector<int64_t> model_tp_collectives(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
+                                          ModelPiece piece, int segment);
+void model_init_values(const ModelConfig& cfg, uint64_t seed, float* out);
+void model_init_values(const ModelConfig& cfg, uint64_t seed, double* out);
+std::unique_ptr<Model> create_model(Backend& backend, const ModelConfig& cfg, int batch, DType compute,
+                                    ModelTensors tensors);
+
+// Note [LM head in chunks]
+// The logits of all B*T positions (B*T*V values: 1.6 GB in bf16 for GPT-2 at batch 16) are never materialised: the
+// LM head runs over chunks of rows, each chunk's logits turned into losses and, when training, at once into the
+// gradients of the final normalisation's output and of the head's matrix, in one buffer of lm_chunk_rows x
+// padded_vocab. Each chunk adds its part of the head's gradient (V x C, f32) once, so small chunks read and write that
+// gradient many times, and larger chunks make a faster step (docs/benchmarks/2026-12-02-h200-engine-same-call/). The
+// default is at most 512 MiB of logits, in equal chunks of a multiple of 64 rows (`--lm-chunk-rows` sets it).
+int64_t model_default_lm_chunk_rows(const ModelConfig& cfg, int batch, DType compute);
+
+std::vector<ShardCopy> model_shard_copies(const ModelConfig& cfg, int tp_rank);
+// A rank's flat buffer from the whole model's, and back, for elements of `esize` bytes.
+void model_take_shard(const ModelConfig& cfg, int tp_rank, const void* whole, void* local, size_t esize);
+void model_put_shard(const ModelConfig& cfg, int tp_rank, const void* local, void* whole, size_t esize);
+
+// A model's math over the views it was handed (Note [model and executor]). The passes and the pieces are virtual:
+// each family implements them, and a test model with a family's tensors can stand in for its kernels
+// (tests/exec/executor_test.cc: the executor on its own).
+class Model {
+ public:
+  virtual ~Model() = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelFamily& family() const { return family_; }
+  // Note [tensor parallel]: this rank's place along the model dimension (0 by default).
+  void set_tp_rank(int rank) { tp_rank_ = rank; }
+  int tp_rank() const { return tp_rank_; }
+  // Note [rebuilt activation]: the blocks whose forward runs the MLP's activation as a kernel of its own (one flag a
+  // layer; none by default).
+  void set_act_apart(std::vector<bool> apart);
+  bool act_apart(int l) const {
+    return static_cast<size_t>(l) < act_apart_.size() && act_apart_[static_cast<size_t>(l)];
+  }
+  int batch() const { return batch_; }
+  DType dtype() const { return dtype_; }  // compute dtype
+  DType master_dtype() const { return master_dtype_for(dtype_); }
+  Backend& backend() { return be_; }
+  const std::vector<ParamInfo>& params() const { return layout_; }
+  const ParamSegments& segments() const { return segs_; }
+  int num_segments() const { return segs_.count(); }
+  int64_t num_params() const { return num_params_; }
+  const ModelTensors& tensors() const { return t_; }
+  // A tensor of model_fixed_tensors or a block's ("h.3.qkv"); checked to exist.
+  const Tensor& tensor(const std::string& name) const;
+  Tensor tokens() const { return tensor("tokens"); }    // [B, T] i32 device input
+  Tensor targets() const { return tensor("targets"); }  // [B, T] i32 device input
+  Tensor losses() const { return tensor("losses"); }    // [B, T] per-position loss after the LM head
+  // Parameter i's compute copy and gradient (views into their segments).
+  Tensor cparam(size_t i) const;
+  Tensor grad(size_t i) const;
+  // The index of the parameter named `name`; checked to exist.
+  size_t param_index(const std::string& name) const;
+
+  // --- passes, enqueued on the compute stream, announcing their boundaries ---
+  // Segment 0 (the embedding), the blocks (1 + l), segment L + 1 (the final normalisation).
+  virtual void forward_blocks(ModelHooks& hooks) = 0;
+  // The LM head over chunks of rows (Note [LM head in chunks]): logits, probabilities and losses; with with_backward
+  // the probabilities become dlogits in place, whose contributions go to the final normalisation's output and the
+  // head's matrix.
+  virtual void lm_head(ModelHooks& hooks, bool with_backward) = 0;
+  // From the LM head's gradient down to the embedding: segment L + 1, blocks L-1 .. 0, segment 0. With lm_head's
+  // backward before it, it writes every gradient (Note [gradients first written] in backend/backend.h): nothing
+  // zeroes them, and a second backward would overwrite, not add to, the first's.
+  virtual void backward_blocks(ModelHooks& hooks) = 0;
+
+  // --- pieces of the forward the executor calls to rebuild what it did not keep ---
+  // Block l's whole forward from its input (Note [recompute]); it rewrites res3 with the same bits.
+  virtual void forward_block(ModelHooks& hooks, int l) = 0;
+  // Note [rebuilt norms]: the block's normalisations from their inputs.
+  virtual void rebuild_norms(ModelHooks& hooks, int l) = 0;
+  // Note [MLP half]: the MLP's pre-activation and activation from its normalised input, with the forward's kernels.
+  virtual void rebuild_mlp(ModelHooks& hooks, int l) = 0;
+  // Note [rebuilt activation]: the activation from the pre-activation with the kernel the block's forward ran (the
+  // block's activation is apart).
+  virtual void rebuild_act(ModelHooks& hooks, int l) = 0;
+  // logits [B*T, padded_vocab] of the last forward into out (tests and sampling).
+  virtual void compute_logits(const Tensor& out) = 0;
+
+  // --- Note [KV cache]: a model of batch 1 and tp 1 only; `state` holds model_decode_tensors ---
+  // After forward_blocks over a context of n positions: their keys and values into the cache, the logits of position
+  // n - 1 into "decode.logits".
+  virtual void decode_prefill(const NamedTensors& state, int n) = 0;
+  // The token in "decode.token" at the position in "decode.pos" (read when the step runs), the cache holding the
+  // positions before it: its keys and values into the cache, its logits into "decode.logits". Enqueues only
+  // (capture() may record it).
+  virtual void decode_step(const NamedTensors& state) = 0;
+
+ protected:
+  // The tensors must match what the family requests for (cfg, batch, compute); checked.
+  Model(const ModelFamily& family, Backend& backend, const ModelConfig& cfg, int batch, DType compute,
+        ModelTensors tensors);
+  // Checks that `state` holds the family's decoding tensors, and that this model can decode.
+  void check_decodable(const NamedTensors& state) const;
+
+  const ModelFamily& family_;
+  Backend& be_;
+  ModelConfig cfg_;
+  int batch_;
+  DType dtype_;
+  std::vector<ParamInfo> layout_;
+  ParamSegments segs_;
+  int64_t num_params_ = 0;
+  ModelTensors t_;
+  int64_t lm_chunk_rows_ = 0;  // rows of the bound "logits"
+  int tp_rank_ = 0;
+  std::vector<bool> act_apart_;
+};
+
+// Note [parallel init]: how one parameter starts: normals of std `std` for its first `normals` elements (-1: all)
+// and 0 after them, or, with std 0, the constant.
+struct ParamInit {
+  double std = 0, constant = 0;
+  int64_t normals = -1;
+};
+// The whole flat buffer of `layout` (n elements) from the seed, each parameter as init(parameter) says.
+void init_param_values(const std::vector<ParamInfo>& layout, int64_t n, uint64_t seed,
+                       const std::function<ParamInit(const ParamInfo&)>& init, float* out);
+void init_param_values(const std::vector<ParamInfo>& layout, int64_t n, uint64_t seed,
+                       const std::function<ParamInit(const ParamInfo&)>& init, double* out);
+
+// Checks that t has the shape and dtype of the request (a programming error of the executor otherwise).
+void check_tensor(const Tensor& t, const TensorRequest& r);
+
+}  // namespace tt
