@@ -174,7 +174,25 @@ class Backend {
                                    const Tensor& bias) = 0;
   virtual void matmul_backward_gelu(const Tensor& dpre, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                                     const Tensor& inp, const Tensor& w, const Tensor& pre, GradWrite gw) = 0;
-  // Causal multi-head attention. qkv[B,T,3C] holds [q | k | v] per token. Saves only lse[B,H,T] (master dtype): the
+  // RMSNorm over rows of inp [N, C]: out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); saves rstd[N] (master
+  // dtype).
+  virtual void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w,
+                               float eps) = 0;
+  // dinp += d(inp) (the residual stream's gradient adds up); dw written as gw says.
+  virtual void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp,
+                                const Tensor& w, const Tensor& rstd, GradWrite gw) = 0;
+  // Rotary position embedding, in place, of the q and k heads of qkv [B, T, (H + 2 KV) hs] (attention's layout): each
+  // head's pairs (i, i + hs/2) turned by the angles of position p, table [positions, hs] holding cos then sin of the
+  // hs/2 frequencies (master dtype). p is the row's t, or with positions ([B] i32, read when the op runs; qkv then
+  // [B, Cq]) positions[b]. inverse turns back: the backward of the rotation (its transpose).
+  virtual void rope(const Tensor& qkv, const Tensor& table, const Tensor& positions, int heads, int kv_heads,
+                    bool inverse) = 0;
+  // SwiGLU over rows of inp [N, 2F] = [gate | up]: out [N, F] = silu(gate) * up; the backward OVERWRITES dinp [N, 2F].
+  virtual void swiglu_forward(const Tensor& out, const Tensor& inp) = 0;
+  virtual void swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
+  // Causal attention, multi-head or grouped-query: qkv[B,T,Cq] holds [q (C) | k (KV hs) | v (KV hs)] per token for
+  // `heads` query heads of hs = C / heads channels and the KV key/value heads the width leaves (KV divides heads;
+  // query head h reads key/value head h / (heads / KV)). Saves only lse[B,H,T] (master dtype): the
   // natural-log sum of exp of each query row's scaled scores; the backward rebuilds the probabilities from it, so
   // nothing of size T x T outlives a call (flash attention's recomputation).
   virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) = 0;
@@ -182,7 +200,7 @@ class Backend {
   // written (cuDNN's fused backward writes dq, dk, dv and cannot add; docs/design/cudnn-attention.md §5.4).
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                   const Tensor& lse, int heads) = 0;
-  // Note [KV cache]: one new query per sequence. cache[B, Tmax, 3C] holds each sequence's positions so far; sequence
+  // Note [KV cache]: one new query per sequence. cache[B, Tmax, Cq] holds each sequence's positions so far; sequence
   // b's new row qkv[b] (its q, k and v) is written into cache[b, pos[b]], then out[b] = the attention of its query
   // over cache rows 0..pos[b] (row pos[b] of attention_forward on the cache, up to rounding). pos: [B] i32, read
   // when the op runs (so that one recorded step serves every position: capture()).

@@ -10,9 +10,10 @@ constexpr const char* kNames[kNumKernelOps] = {
     "matmul_backward_gelu", "attention_forward",  "attention_backward",   "softmax_xent_forward",
     "softmax_xent_fused",  "residual_forward",    "fill_zero",            "convert",
     "sum_squares",         "adamw_update",        "copy_d2d",             "xent_local_max",
-    "xent_local_sums",     "xent_finish",         "gelu_forward",
+    "xent_local_sums",     "xent_finish",         "gelu_forward",         "rmsnorm_forward",
+    "rmsnorm_backward",    "rope",                "swiglu_forward",       "swiglu_backward",
 };
-static_assert(static_cast<int>(KernelOp::kGeluForward) + 1 == kNumKernelOps);
+static_assert(static_cast<int>(KernelOp::kSwigluBackward) + 1 == kNumKernelOps);
 }  // namespace
 
 const char* kernel_op_name(KernelOp op) { return kNames[static_cast<int>(op)]; }
@@ -72,8 +73,14 @@ double KernelCall::bytes() const {
     case KernelOp::kMatmulGeluForward: return (a * c + b * c + a * b) * e;
     case KernelOp::kMatmulBackward:
     case KernelOp::kMatmulBackwardGelu: return 2 * (a * c + b * c + a * b) * e;
-    case KernelOp::kAttentionForward: return 4 * a * b * c * d * e;        // qkv in, out
-    case KernelOp::kAttentionBackward: return 8 * a * b * c * d * e;
+    // qkv in, out; with grouped-query heads (dims[4] key/value heads) k and v are that much narrower.
+    case KernelOp::kAttentionForward: return (2 * a * b * c * d + 2 * a * b * kv() * d) * e;
+    case KernelOp::kAttentionBackward: return 2 * (2 * a * b * c * d + 2 * a * b * kv() * d) * e;
+    case KernelOp::kRmsnormForward: return 2 * a * b * e;
+    case KernelOp::kRmsnormBackward: return 4 * a * b * e;
+    case KernelOp::kRope: return 2 * a * b * c * e;                        // the q and k heads, read and written
+    case KernelOp::kSwigluForward: return 3 * a * b * e;
+    case KernelOp::kSwigluBackward: return 5 * a * b * e;
     case KernelOp::kSoftmaxXentForward:
     case KernelOp::kSoftmaxXentFused: return 2 * a * b * e;
     case KernelOp::kResidualForward: return 3 * a * e;
@@ -92,9 +99,11 @@ double KernelCall::bytes() const {
 }
 
 std::string KernelCall::describe() const {
-  return str_format("%s %s [%lld, %lld, %lld, %lld]", kernel_op_name(op), dtype_name(dtype),
-                    static_cast<long long>(dims[0]), static_cast<long long>(dims[1]),
-                    static_cast<long long>(dims[2]), static_cast<long long>(dims[3]));
+  std::string s = str_format("%s %s [%lld, %lld, %lld, %lld", kernel_op_name(op), dtype_name(dtype),
+                             static_cast<long long>(dims[0]), static_cast<long long>(dims[1]),
+                             static_cast<long long>(dims[2]), static_cast<long long>(dims[3]));
+  if (dims[4] != 0) s += str_format(", %lld", static_cast<long long>(dims[4]));
+  return s + "]";
 }
 
 }  // namespace tt

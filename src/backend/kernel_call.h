@@ -10,10 +10,13 @@
 // dims, by op (unused trailing dims are 0):
 //   embedding_forward, embedding_backward           {B, T, C, padded vocab}
 //   layernorm_forward, layernorm_backward,
-//   residual_layernorm_forward                      {N rows, C}
+//   residual_layernorm_forward, rmsnorm_forward,
+//   rmsnorm_backward                                {N rows, C}
 //   matmul_forward, matmul_backward                 {N, OC, C, 1 with a bias else 0}   out[N,OC] = inp[N,C] w[OC,C]^T
 //   matmul_gelu_forward, matmul_backward_gelu       {N, OC, C}
-//   attention_forward, attention_backward           {B, T, heads, head size}
+//   attention_forward, attention_backward           {B, T, heads, head size, key/value heads (0: heads)}
+//   rope                                            {B T rows, q and k heads, head size, 1 for the backward}
+//   swiglu_forward, swiglu_backward                 {N rows, F (the output's width)}
 //   softmax_xent_forward, softmax_xent_fused        {N rows, padded vocab}
 //   xent_local_max, xent_local_sums, xent_finish    {N rows, local columns, 1 when xent_finish writes dlogits}
 //   residual_forward, gelu_forward, fill_zero,
@@ -54,8 +57,13 @@ enum class KernelOp : int {
   kXentLocalSums,
   kXentFinish,
   kGeluForward,
+  kRmsnormForward,
+  kRmsnormBackward,
+  kRope,
+  kSwigluForward,
+  kSwigluBackward,
 };
-constexpr int kNumKernelOps = 23;
+constexpr int kNumKernelOps = 28;
 // The Backend method's name: "matmul_forward".
 const char* kernel_op_name(KernelOp op);
 Result<KernelOp> parse_kernel_op(const std::string& name);
@@ -63,7 +71,7 @@ Result<KernelOp> parse_kernel_op(const std::string& name);
 struct KernelCall {
   KernelOp op = KernelOp::kFillZero;
   DType dtype = DType::kF32;  // the compute dtype of the op's activations (of the tensor, for element-wise ops)
-  std::array<int64_t, 4> dims{};
+  std::array<int64_t, 5> dims{};
 
   // Floating-point operations (multiply-adds count 2; causal attention counts the half of the scores it computes).
   double flops() const;
@@ -73,6 +81,8 @@ struct KernelCall {
   bool compute_bound() const;
   // flops() for compute-bound ops, else bytes(): what a rate multiplies.
   double work() const { return compute_bound() ? flops() : bytes(); }
+  // Attention's key/value heads (dims[4], or the query heads when 0).
+  int64_t kv() const { return dims[4] != 0 ? dims[4] : dims[2]; }
   // "matmul_forward bf16 [16384, 2304, 768, 1]"
   std::string describe() const;
   bool operator==(const KernelCall&) const = default;

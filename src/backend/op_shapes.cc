@@ -125,27 +125,35 @@ Matmul matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias
 
 Attention attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) {
   const char* op = "attention";
-  TT_CHECK(qkv.shape().rank() == 3 && qkv.dim(2) % 3 == 0, "%s: qkv must be [B, T, 3C], got %s", op,
-           s(qkv).c_str());
-  Attention d{static_cast<int>(qkv.dim(0)), static_cast<int>(qkv.dim(1)), static_cast<int>(qkv.dim(2) / 3), heads};
+  TT_CHECK(qkv.shape().rank() == 3 && heads > 0, "%s: qkv must be [B, T, Cq], got %s (heads %d)", op, s(qkv).c_str(),
+           heads);
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), BT = B * T;
+  TT_CHECK(BT > 0 && out.numel() % BT == 0, "%s: out %s qkv %s", op, s(out).c_str(), s(qkv).c_str());
+  Attention d{static_cast<int>(B), static_cast<int>(T), static_cast<int>(out.numel() / BT), heads};
+  TT_CHECK(d.C % heads == 0 && d.C > 0 && (qkv.dim(2) - d.C) > 0 && (qkv.dim(2) - d.C) % (2 * d.hs()) == 0,
+           "%s: qkv %s is not [q (%d) | k | v] of %d-channel heads", op, s(qkv).c_str(), d.C, d.C / heads);
+  d.KV = static_cast<int>((qkv.dim(2) - d.C) / (2 * d.hs()));
   same_dtype(op, qkv, {&out});
   master_dtype(op, qkv.dtype(), {&lse});
-  TT_CHECK(heads > 0 && d.C % heads == 0 && out.numel() == static_cast<int64_t>(d.B) * d.T * d.C &&
-               lse.numel() == static_cast<int64_t>(d.B) * heads * d.T,
-           "%s: out %s lse %s qkv %s heads %d", op, s(out).c_str(), s(lse).c_str(), s(qkv).c_str(), heads);
+  TT_CHECK(heads % d.KV == 0 && lse.numel() == static_cast<int64_t>(d.B) * heads * d.T,
+           "%s: out %s lse %s qkv %s heads %d (key/value heads %d must divide them)", op, s(out).c_str(),
+           s(lse).c_str(), s(qkv).c_str(), heads, d.KV);
   return d;
 }
 
 Attention attention_decode(const Tensor& out, const Tensor& cache, const Tensor& qkv, const Tensor& pos, int heads) {
   const char* op = "attention_decode";
-  TT_CHECK(cache.shape().rank() == 3 && cache.dim(2) % 3 == 0 && cache.dim(1) >= 1,
-           "%s: cache must be [B, Tmax, 3C], got %s", op, s(cache).c_str());
-  Attention d{static_cast<int>(cache.dim(0)), static_cast<int>(cache.dim(1)), static_cast<int>(cache.dim(2) / 3),
-              heads};
+  TT_CHECK(cache.shape().rank() == 3 && cache.dim(1) >= 1 && heads > 0 && cache.dim(0) > 0,
+           "%s: cache must be [B, Tmax, Cq], got %s", op, s(cache).c_str());
+  const int64_t B = cache.dim(0);
+  TT_CHECK(out.numel() % B == 0, "%s: out %s cache %s", op, s(out).c_str(), s(cache).c_str());
+  Attention d{static_cast<int>(B), static_cast<int>(cache.dim(1)), static_cast<int>(out.numel() / B), heads};
+  TT_CHECK(d.C % heads == 0 && d.C > 0 && (cache.dim(2) - d.C) > 0 && (cache.dim(2) - d.C) % (2 * d.hs()) == 0,
+           "%s: cache %s is not [q (%d) | k | v] of %d-channel heads", op, s(cache).c_str(), d.C, d.C / heads);
+  d.KV = static_cast<int>((cache.dim(2) - d.C) / (2 * d.hs()));
   same_dtype(op, cache, {&out, &qkv});
   is_i32(op, pos);
-  TT_CHECK(heads > 0 && d.C % heads == 0 && out.numel() == static_cast<int64_t>(d.B) * d.C &&
-               qkv.numel() == static_cast<int64_t>(d.B) * 3 * d.C && pos.numel() == d.B,
+  TT_CHECK(heads % d.KV == 0 && qkv.numel() == d.B * d.Cq() && pos.numel() == d.B,
            "%s: out %s cache %s qkv %s pos %s heads %d", op, s(out).c_str(), s(cache).c_str(), s(qkv).c_str(),
            s(pos).c_str(), heads);
   return d;
@@ -194,6 +202,61 @@ Rows residual_layernorm_forward(const Tensor& res, const Tensor& out, const Tens
                                 const Tensor& a, const Tensor& b, const Tensor& w, const Tensor& bias) {
   elementwise("residual_layernorm_forward", res, a, b);
   return layernorm_forward(out, mean, rstd, res, w, bias);
+}
+
+Rows rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w) {
+  const char* op = "rmsnorm_forward";
+  TT_CHECK(out.shape() == inp.shape(), "%s: out %s != inp %s", op, s(out).c_str(), s(inp).c_str());
+  Rows d{0, last_dim(inp)};
+  d.N = inp.numel() / d.C;
+  same_dtype(op, inp, {&out, &w});
+  master_dtype(op, inp.dtype(), {&rstd});
+  TT_CHECK(rstd.numel() == d.N && w.numel() == d.C, "%s: inp %s rstd %s w %s", op, s(inp).c_str(), s(rstd).c_str(),
+           s(w).c_str());
+  return d;
+}
+
+Rows rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp, const Tensor& w,
+                      const Tensor& rstd) {
+  const char* op = "rmsnorm_backward";
+  TT_CHECK(dinp.shape() == inp.shape() && dout.shape() == inp.shape(), "%s: dinp %s dout %s inp %s", op,
+           s(dinp).c_str(), s(dout).c_str(), s(inp).c_str());
+  Rows d{0, last_dim(inp)};
+  d.N = inp.numel() / d.C;
+  same_dtype(op, inp, {&dinp, &dout, &w});
+  master_dtype(op, inp.dtype(), {&dw, &rstd});
+  TT_CHECK(rstd.numel() == d.N && w.numel() == d.C && dw.numel() == d.C, "%s: inp %s rstd %s w %s dw %s", op,
+           s(inp).c_str(), s(rstd).c_str(), s(w).c_str(), s(dw).c_str());
+  return d;
+}
+
+Rope rope(const Tensor& qkv, const Tensor& table, const Tensor& positions, int heads, int kv_heads) {
+  const char* op = "rope";
+  const bool at = present(positions);
+  TT_CHECK(qkv.shape().rank() == (at ? 2 : 3) && table.shape().rank() == 2 && heads > 0 && kv_heads > 0 &&
+               heads % kv_heads == 0,
+           "%s: qkv %s (expected [B, T, Cq], or [B, Cq] with positions) table %s heads %d kv heads %d", op,
+           s(qkv).c_str(), s(table).c_str(), heads, kv_heads);
+  Rope d{static_cast<int>(qkv.dim(0)), at ? 1 : static_cast<int>(qkv.dim(1)), heads, kv_heads,
+         static_cast<int>(table.dim(1)), static_cast<int>(table.dim(0))};
+  master_dtype(op, qkv.dtype(), {&table});
+  TT_CHECK(d.hs > 0 && d.hs % 2 == 0 && qkv.dim(qkv.shape().rank() - 1) == static_cast<int64_t>(heads + 2 * kv_heads) * d.hs &&
+               (at || d.T <= d.rows),
+           "%s: qkv %s is not [q | k | v] of %d query and %d key/value heads of %d channels (table %s)", op,
+           s(qkv).c_str(), heads, kv_heads, d.hs, s(table).c_str());
+  if (at) {
+    is_i32(op, positions);
+    TT_CHECK(positions.numel() == d.B, "%s: positions %s for %d rows", op, s(positions).c_str(), d.B);
+  }
+  return d;
+}
+
+Matmul swiglu(const char* op, const Tensor& out, const Tensor& inp) {
+  const int F = last_dim(out);
+  TT_CHECK(F > 0 && last_dim(inp) == 2 * F && inp.numel() / (2 * F) == out.numel() / F,
+           "%s: inp %s must be [N, 2F] for out %s [N, F]", op, s(inp).c_str(), s(out).c_str());
+  same_dtype(op, inp, {&out});
+  return Matmul{out.numel() / F, 2 * F, F};
 }
 
 int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& c) {

@@ -29,8 +29,19 @@ struct Matmul {
   int64_t N;
   int C, OC;
 };
+// Causal attention with grouped-query heads: H query heads and KV key/value heads (KV divides H; KV == H: multi-head)
+// of hs = C / H channels; qkv rows are [q (C) | k (KV hs) | v (KV hs)], Cq = C + 2 KV hs wide.
 struct Attention {
   int B, T, C, H;
+  int KV = 0;
+  int hs() const { return C / H; }
+  int64_t Cq() const { return C + 2 * static_cast<int64_t>(KV) * hs(); }
+};
+// Rotary position embedding of the q and k heads of qkv [B, T, Cq] (Attention's layout): hs channels a head, the
+// table [rows, hs] of cos then sin of the hs / 2 frequencies at each position.
+struct Rope {
+  int B, T, H, KV, hs;
+  int rows;  // the table's positions
 };
 struct Softmax {
   int64_t N;
@@ -49,8 +60,9 @@ Rows layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, 
 Matmul matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias);
 Matmul matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& w);
+// The key/value heads are those qkv's width leaves after out's C: (Cq - C) / (2 hs).
 Attention attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads);
-// d.T: the cache's positions Tmax (cache [B, Tmax, 3C]); out [B, C], qkv [B, 3C], pos [B] i32.
+// d.T: the cache's positions Tmax (cache [B, Tmax, Cq]); out [B, C], qkv [B, Cq], pos [B] i32.
 Attention attention_decode(const Tensor& out, const Tensor& cache, const Tensor& qkv, const Tensor& pos, int heads);
 // out [N, C], tokens and positions [N] i32: d.B = N, d.T = 1.
 Embedding embedding_at(const Tensor& out, const Tensor& tokens, const Tensor& positions, const Tensor& wte,
@@ -63,6 +75,13 @@ Matmul matmul_backward_gelu(const Tensor& dpre, const Tensor& dw, const Tensor& 
                             const Tensor& inp, const Tensor& w, const Tensor& pre);
 Rows residual_layernorm_forward(const Tensor& res, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& a, const Tensor& b, const Tensor& w, const Tensor& bias);
+Rows rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w);
+Rows rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp, const Tensor& w,
+                      const Tensor& rstd);
+// qkv [B, T, Cq] (or [B, Cq] with positions [B] i32: T = 1), table [rows, hs] in the master dtype.
+Rope rope(const Tensor& qkv, const Tensor& table, const Tensor& positions, int heads, int kv_heads);
+// inp [N, 2F] = [gate | up] a row, out [N, F].
+Matmul swiglu(const char* op, const Tensor& out, const Tensor& inp);
 // Same shape and dtype for all defined tensors; returns the element count.
 int64_t elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& c = Tensor());
 Softmax softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets,

@@ -77,6 +77,9 @@ Result<ExportSummary> export_gpt2(const std::string& where, const std::string& o
   TT_RETURN_IF(st.dtype != DType::kF32, kUnimplemented, "%s: parameters in %s; export writes fp32 checkpoints",
                s.checkpoint.c_str(), dtype_name(st.dtype));
   const ModelConfig& cfg = st.model;
+  TT_RETURN_IF(cfg.family != "gpt2", kUnimplemented,
+               "%s: a %s model; export writes the gpt2 family's Hugging Face layout only so far", s.checkpoint.c_str(),
+               cfg.family.c_str());
   const std::vector<ParamInfo> layout = model_param_layout(cfg);
   // The header first (its length fixes where the data starts), then the data in layout order.
   nlohmann::json header = nlohmann::json::object();
@@ -170,6 +173,8 @@ Status import_gpt2(const std::string& path, Executor& ex) {
   const Model& gpt = ex.model();
   const ModelConfig& cfg = gpt.config();
   TT_RETURN_IF(gpt.master_dtype() != DType::kF32, kUnimplemented, "--from-safetensors: an fp32 master only");
+  TT_RETURN_IF(cfg.family != "gpt2", kUnimplemented,
+               "--from-safetensors: a %s model; the gpt2 family's Hugging Face layout is read so far", cfg.family.c_str());
   std::vector<float> params(static_cast<size_t>(gpt.num_params()), 0.0f);
   std::vector<float> theirs;
   for (const ParamInfo& p : gpt.params()) {

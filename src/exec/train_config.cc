@@ -36,10 +36,22 @@ void declare_train_knobs(Config& cfg) {
   };
   knob("general", "config", K::kString, "", "JSON file of knob values (lower priority than env and flags)");
 
+  choice("model", "family", "gpt2", {"gpt2", "llama"},
+         "model family: gpt2 (LayerNorm, GELU MLP, learned positions, tied head) or llama (RMSNorm, rotary "
+         "positions, SwiGLU MLP, grouped-query attention: Llama 2/3, Mistral, Qwen2)");
   knob("model", "layers", K::kInt, "4", "transformer blocks", 1, 4096);
   knob("model", "dim", K::kInt, "128", "model width d", 1, 1 << 16);
   knob("model", "heads", K::kInt, "4", "attention heads (must divide dim)", 1, 1024);
   knob("model", "seq", K::kInt, "128", "sequence length T", 1, 1 << 20);
+  knob("model", "kv_heads", K::kInt, "0",
+       "llama: key/value heads of grouped-query attention (must divide --heads; 0: as many as --heads)", 0, 1024);
+  knob("model", "ffn", K::kInt, "0",
+       "llama: the SwiGLU MLP's hidden width (0: 8/3 x 4 x dim rounded up to a multiple of 256)", 0, 1 << 20);
+  knob("model", "tied_embeddings", K::kBool, "true",
+       "the LM head is the token embedding (llama: false gives the head a matrix of its own, as Llama 3 8B)");
+  knob("model", "qkv_bias", K::kBool, "false", "llama: biases on the query, key and value projections (Qwen2)");
+  knob("model", "rope_theta", K::kFloat, "10000", "llama: the rotary embedding's base (Llama 3: 500000)", 1, 1e12);
+  knob("model", "norm_eps", K::kFloat, "1e-5", "llama: RMSNorm's epsilon (gpt2's LayerNorm: 1e-5)", 1e-12, 0.1);
 
   knob("data", "data", K::kString, kDefaultCorpus, "text file, folder of text files, or llm.c token shard(s)");
   knob("data", "val_fraction", K::kFloat, "0.05", "share of each file held out for validation", 0, 0.5);
@@ -245,6 +257,13 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.model.dim = static_cast<int>(cfg.get_int("dim"));
   tc.model.heads = static_cast<int>(cfg.get_int("heads"));
   tc.model.seq = static_cast<int>(cfg.get_int("seq"));
+  tc.model.family = cfg.get_string("family");
+  tc.model.kv_heads = static_cast<int>(cfg.get_int("kv_heads"));
+  tc.model.ffn = static_cast<int>(cfg.get_int("ffn"));
+  tc.model.tied_embeddings = cfg.get_bool("tied_embeddings");
+  tc.model.qkv_bias = cfg.get_bool("qkv_bias");
+  tc.model.rope_theta = cfg.get_float("rope_theta");
+  tc.model.norm_eps = cfg.get_float("norm_eps");
   tc.data = cfg.get_string("data");
   tc.val_fraction = cfg.get_float("val_fraction");
   tc.batch = static_cast<int>(cfg.get_int("batch"));
@@ -314,6 +333,13 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
 
   TT_RETURN_IF(tc.model.dim % tc.model.heads != 0, kInvalidArgument, "--dim %d is not divisible by --heads %d",
                tc.model.dim, tc.model.heads);
+  if (tc.model.kv_heads == tc.model.heads) tc.model.kv_heads = 0;  // the same model
+  {
+    // The family's checks, with the vocabulary not yet known (the data sets it): a valid stand-in.
+    ModelConfig probe = tc.model;
+    probe.vocab = 256;
+    TT_TRY(probe.validate());
+  }
   TT_RETURN_IF(tc.stop_at > tc.steps, kInvalidArgument, "--stop-at %lld is beyond --steps %lld",
                static_cast<long long>(tc.stop_at), static_cast<long long>(tc.steps));
   TT_RETURN_IF(tc.checkpoint_every > 0 && tc.checkpoint_dir.empty(), kInvalidArgument,

@@ -518,7 +518,7 @@ std::vector<NamedKernelCall> GptFamily::kernel_calls(const ModelConfig& cfg, int
   const int64_t Cl = C / cfg.tp, Fl = 4 * C / cfg.tp, Vl = cfg.local_vocab();  // Note [tensor parallel]: this rank's
   const int L = cfg.layers;
   std::vector<NamedKernelCall> r;
-  auto add = [&](const char* name, KernelOp op, std::array<int64_t, 4> dims) {
+  auto add = [&](const char* name, KernelOp op, std::array<int64_t, 5> dims) {
     r.push_back({name, KernelCall{op, dt, dims}});
   };
   auto block_forward = [&](bool gelu_apart = false) {

@@ -11,12 +11,13 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "model/llama.h"
 
 namespace tt {
 
 // Note [model families]: the families of this build, the one list of them.
 const std::vector<const ModelFamily*>& model_families() {
-  static const std::vector<const ModelFamily*> families = {&gpt2_family()};
+  static const std::vector<const ModelFamily*> families = {&gpt2_family(), &llama_family()};
   return families;
 }
 

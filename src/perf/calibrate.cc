@@ -94,10 +94,11 @@ Shapes shapes_of(const KernelCall& c) {
           add({a, d2}, dt);
       break;
     case KernelOp::kAttentionForward:  // out, lse, qkv
-      add({a, b, d2 * d3}, dt), add({a, d2, b}, md), add({a, b, 3 * d2 * d3}, dt);
+      add({a, b, d2 * d3}, dt), add({a, d2, b}, md), add({a, b, (d2 + 2 * c.kv()) * d3}, dt);
       break;
     case KernelOp::kAttentionBackward:  // dqkv, dout, qkv, out, lse
-      add({a, b, 3 * d2 * d3}, dt), add({a, b, d2 * d3}, dt), add({a, b, 3 * d2 * d3}, dt), add({a, b, d2 * d3}, dt),
+      add({a, b, (d2 + 2 * c.kv()) * d3}, dt), add({a, b, d2 * d3}, dt), add({a, b, (d2 + 2 * c.kv()) * d3}, dt),
+          add({a, b, d2 * d3}, dt),
           add({a, d2, b}, md);
       break;
     case KernelOp::kSoftmaxXentForward:
@@ -109,6 +110,21 @@ Shapes shapes_of(const KernelCall& c) {
       break;
     case KernelOp::kGeluForward:  // out, inp
       add({a}, dt), add({a}, dt);
+      break;
+    case KernelOp::kRmsnormForward:  // out, rstd, inp, w
+      add({a, b}, dt), add({a}, md), add({a, b}, dt), add({b}, dt);
+      break;
+    case KernelOp::kRmsnormBackward:  // dinp, dw, dout, inp, w, rstd
+      add({a, b}, dt), add({b}, md), add({a, b}, dt), add({a, b}, dt), add({b}, dt), add({a}, md);
+      break;
+    case KernelOp::kRope:  // qkv (b - 1 query heads, one key/value head), table
+      add({a, 1, (b + 1) * d2}, dt), add({1, d2}, md);
+      break;
+    case KernelOp::kSwigluForward:  // out, inp
+      add({a, b}, dt), add({a, 2 * b}, dt);
+      break;
+    case KernelOp::kSwigluBackward:  // dinp, inp, dout
+      add({a, 2 * b}, dt), add({a, 2 * b}, dt), add({a, b}, dt);
       break;
     case KernelOp::kFillZero:
       add({a}, dt);
@@ -173,6 +189,16 @@ void run(Backend& be, const KernelCall& c, const std::vector<Tensor>& t) {
     case KernelOp::kSoftmaxXentFused: be.softmax_xent_fused(t[0], t[1], t[1], t[2], 1e-4f, vocab); break;
     case KernelOp::kResidualForward: be.residual_forward(t[0], t[1], t[2]); break;
     case KernelOp::kGeluForward: be.gelu_forward(t[0], t[1]); break;
+    case KernelOp::kRmsnormForward: be.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f); break;
+    case KernelOp::kRmsnormBackward:
+      be.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], GradWrite::kOverwrite);
+      break;
+    // The rotation's cost: B T rows of dims[1] rotated heads, timed as rows of one position.
+    case KernelOp::kRope:
+      be.rope(t[0], t[1], none, static_cast<int>(c.dims[1]) - 1, 1, c.dims[3] != 0);
+      break;
+    case KernelOp::kSwigluForward: be.swiglu_forward(t[0], t[1]); break;
+    case KernelOp::kSwigluBackward: be.swiglu_backward(t[0], t[1], t[2]); break;
     case KernelOp::kFillZero: be.fill_zero(t[0], be.compute_stream()); break;
     case KernelOp::kConvert: be.convert(t[0], t[1]); break;
     case KernelOp::kSumSquares: be.sum_squares(t[0], t[1]); break;

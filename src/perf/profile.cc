@@ -178,8 +178,10 @@ Result<KernelCall> read_call(const Reader& k) {
   call.dtype = dtype.value();
   TT_ASSIGN_OR_RETURN(Reader dims, k.sub("dims"));
   const json& d = dims.raw();
-  TT_RETURN_IF(!d.is_array() || d.size() != 4, kDataLoss, "%s: must be 4 integers", dims.path().c_str());
-  for (size_t a = 0; a < 4; ++a) {
+  // 4 integers in profiles written before the fifth (attention's key/value heads) existed.
+  TT_RETURN_IF(!d.is_array() || (d.size() != 4 && d.size() != call.dims.size()), kDataLoss, "%s: must be %zu integers",
+               dims.path().c_str(), call.dims.size());
+  for (size_t a = 0; a < d.size(); ++a) {
     TT_RETURN_IF(!d[a].is_number_integer() || d[a].get<int64_t>() < 0, kDataLoss,
                  "%s[%zu]: must be an integer >= 0", dims.path().c_str(), a);
     call.dims[a] = d[a].get<int64_t>();

@@ -169,39 +169,142 @@ TEST(CpuOpsGradcheck, Matmul) {
     for (int o = 0; o < OC; ++o) EXPECT_NEAR(out2[n * OC + o] + b[o], out[n * OC + o], 1e-12);
 }
 
+// Multi-head (KV = H) and grouped-query (KV = 1 and 2 of 4: each key/value head serves a group of query heads).
 TEST(CpuOpsGradcheck, Attention) {
-  Rng rng(4);
-  const int B = 2, T = 5, C = 8, H = 2, hs = C / H;
-  Vec qkv = randn(B * T * 3 * C, rng), dy = randn(B * T * C, rng), out(B * T * C), lse(B * H * T);
+  for (const int KV : {4, 2, 1}) {
+    SCOPED_TRACE("key/value heads " + std::to_string(KV));
+    Rng rng(4);
+    const int B = 2, T = 5, C = 16, H = 4, hs = C / H, Cq = C + 2 * KV * hs;
+    Vec qkv = randn(B * T * Cq, rng), dy = randn(B * T * C, rng), out(B * T * C), lse(B * H * T);
+    auto loss = [&] {
+      cpu::attention_forward<double>(out.data(), lse.data(), qkv.data(), B, T, C, H, KV);
+      return dot(out, dy);
+    };
+    loss();
+    // lse is the log-sum-exp of each row's scaled causal scores, computed here directly (query head h reads key
+    // head h / (H / KV)).
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h)
+        for (int t = 0; t < T; ++t) {
+          double sum = 0;
+          for (int t2 = 0; t2 <= t; ++t2) {
+            double sc = 0;
+            for (int c = 0; c < hs; ++c)
+              sc += qkv[(b * T + t) * Cq + h * hs + c] * qkv[(b * T + t2) * Cq + C + (h / (H / KV)) * hs + c];
+            sum += std::exp(sc / std::sqrt(double(hs)));
+          }
+          EXPECT_NEAR(lse[(b * H + h) * T + t], std::log(sum), 1e-12);
+        }
+    // Causality: changing the last token's k and v leaves every earlier output as it was.
+    const Vec before = out;
+    for (int b = 0; b < B; ++b)
+      for (int c = C; c < Cq; ++c) qkv[(b * T + T - 1) * Cq + c] += 0.5;
+    loss();
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[b * T * C + i], before[b * T * C + i]);
+    loss();
+    // Every element written (the contract): the gradient buffer starts as NaN.
+    Vec dqkv(qkv.size(), std::numeric_limits<double>::quiet_NaN());
+    cpu::attention_backward<double>(dqkv.data(), dy.data(), qkv.data(), lse.data(), B, T, C, H, KV);
+    EXPECT_TRUE(testing::all_close("dqkv", dqkv, numeric_grad(qkv, loss), kAtol, kRtol));
+  }
+}
+
+TEST(CpuOpsGradcheck, RmsNorm) {
+  Rng rng(7);
+  const int N = 6, C = 9;
+  Vec x = randn(N * C, rng, 2.0), w = randn(C, rng), dy = randn(N * C, rng), out(N * C), rstd(N);
   auto loss = [&] {
-    cpu::attention_forward<double>(out.data(), lse.data(), qkv.data(), B, T, C, H);
+    cpu::rmsnorm_forward<double>(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5);
     return dot(out, dy);
   };
   loss();
-  // lse is the log-sum-exp of each row's scaled causal scores, computed here directly.
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < H; ++h)
-      for (int t = 0; t < T; ++t) {
-        double sum = 0;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          double s = 0;
-          for (int c = 0; c < hs; ++c)
-            s += qkv[(b * T + t) * 3 * C + h * hs + c] * qkv[(b * T + t2) * 3 * C + C + h * hs + c];
-          sum += std::exp(s / std::sqrt(double(hs)));
+  for (int n = 0; n < N; ++n) {
+    double ms = 0;
+    for (int c = 0; c < C; ++c) ms += x[n * C + c] * x[n * C + c];
+    EXPECT_NEAR(rstd[n], 1 / std::sqrt(ms / C + 1e-5), 1e-12);
+  }
+  // dx is added to (here to 0.5), dw written, then added to.
+  Vec dx(N * C, 0.5), dw(C, std::numeric_limits<double>::quiet_NaN());
+  cpu::rmsnorm_backward<double>(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C, false);
+  Vec gx = numeric_grad(x, loss);
+  for (double& g : gx) g += 0.5;
+  EXPECT_TRUE(testing::all_close("dx", dx, gx, kAtol, kRtol));
+  EXPECT_TRUE(testing::all_close("dw", dw, numeric_grad(w, loss), kAtol, kRtol));
+  Vec dw2(C, 1.0), unused(N * C, 0.0);
+  cpu::rmsnorm_backward<double>(unused.data(), dw2.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C, true);
+  for (int c = 0; c < C; ++c) EXPECT_NEAR(dw2[c], dw[c] + 1.0, 1e-12);
+}
+
+// The rotation of the q and k heads (not the v heads) by each position's angles; the inverse is its transpose (the
+// backward), and with positions each row takes its own table row.
+TEST(CpuOpsGradcheck, Rope) {
+  Rng rng(8);
+  const int B = 2, T = 3, H = 4, KV = 2, hs = 6, Cq = (H + 2 * KV) * hs;
+  Vec table(T * hs);
+  for (int p = 0; p < T; ++p)
+    for (int i = 0; i < hs / 2; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / hs);
+      table[p * hs + i] = std::cos(a);
+      table[p * hs + hs / 2 + i] = std::sin(a);
+    }
+  Vec x = randn(B * T * Cq, rng), dy = randn(B * T * Cq, rng);
+  Vec y = x;
+  cpu::rope<double>(y.data(), table.data(), nullptr, B, T, H, KV, hs, false);
+  for (int bt = 0; bt < B * T; ++bt) {
+    const int p = bt % T;
+    for (int h = 0; h < H + 2 * KV; ++h)
+      for (int i = 0; i < hs / 2; ++i) {
+        const double* in = &x[bt * Cq + h * hs];
+        const double* o = &y[bt * Cq + h * hs];
+        if (h >= H + KV) {  // v heads untouched
+          EXPECT_EQ(o[i], in[i]);
+          continue;
         }
-        EXPECT_NEAR(lse[(b * H + h) * T + t], std::log(sum), 1e-12);
+        const double c = table[p * hs + i], sn = table[p * hs + hs / 2 + i];
+        EXPECT_NEAR(o[i], in[i] * c - in[hs / 2 + i] * sn, 1e-14);
+        EXPECT_NEAR(o[hs / 2 + i], in[hs / 2 + i] * c + in[i] * sn, 1e-14);
       }
-  // Causality: changing the last token's k and v leaves every earlier output as it was.
-  const Vec before = out;
-  for (int b = 0; b < B; ++b)
-    for (int c = C; c < 3 * C; ++c) qkv[(b * T + T - 1) * 3 * C + c] += 0.5;
+  }
+  // The backward: d/dx sum(dy * rope(x)) = rope^T dy = the inverse rotation of dy.
+  auto loss = [&] {
+    Vec r = x;
+    cpu::rope<double>(r.data(), table.data(), nullptr, B, T, H, KV, hs, false);
+    return dot(r, dy);
+  };
+  Vec dx = dy;
+  cpu::rope<double>(dx.data(), table.data(), nullptr, B, T, H, KV, hs, true);
+  EXPECT_TRUE(testing::all_close("dx", dx, numeric_grad(x, loss), kAtol, kRtol));
+  // Rows at given positions (decoding): row b at table row positions[b].
+  const std::vector<int32_t> pos = {2, 0};
+  Vec one(x.begin(), x.begin() + 2 * Cq), want(2 * Cq);
+  cpu::rope<double>(one.data(), table.data(), pos.data(), 2, 1, H, KV, hs, false);
+  for (int b = 0; b < 2; ++b) {
+    Vec row(x.begin() + b * Cq, x.begin() + (b + 1) * Cq);
+    Vec full(T * Cq, 0.0);
+    std::copy(row.begin(), row.end(), full.begin() + pos[b] * Cq);
+    cpu::rope<double>(full.data(), table.data(), nullptr, 1, T, H, KV, hs, false);
+    for (int c = 0; c < Cq; ++c) EXPECT_EQ(one[b * Cq + c], full[pos[b] * Cq + c]) << b << " " << c;
+  }
+}
+
+TEST(CpuOpsGradcheck, SwiGlu) {
+  Rng rng(9);
+  const int N = 4, F = 7;
+  Vec x = randn(N * 2 * F, rng, 2.0), dy = randn(N * F, rng), out(N * F);
+  auto loss = [&] {
+    cpu::swiglu_forward<double>(out.data(), x.data(), N, F);
+    return dot(out, dy);
+  };
   loss();
-  for (int b = 0; b < B; ++b)
-    for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[b * T * C + i], before[b * T * C + i]);
-  loss();
-  Vec dqkv(qkv.size(), 0.0);
-  cpu::attention_backward<double>(dqkv.data(), dy.data(), qkv.data(), lse.data(), B, T, C, H);
-  EXPECT_TRUE(testing::all_close("dqkv", dqkv, numeric_grad(qkv, loss), kAtol, kRtol));
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < F; ++i) {
+      const double g = x[n * 2 * F + i], u = x[n * 2 * F + F + i];
+      EXPECT_NEAR(out[n * F + i], g / (1 + std::exp(-g)) * u, 1e-14);
+    }
+  Vec dx(x.size(), std::numeric_limits<double>::quiet_NaN());  // overwritten
+  cpu::swiglu_backward<double>(dx.data(), x.data(), dy.data(), N, F);
+  EXPECT_TRUE(testing::all_close("dx", dx, numeric_grad(x, loss), kAtol, kRtol));
 }
 
 TEST(CpuOpsGradcheck, Gelu) {

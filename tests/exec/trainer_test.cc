@@ -573,6 +573,74 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
   EXPECT_FALSE(Trainer::create(forced, nullptr).is_ok());
 }
 
+// The Llama family through every plan (docs/ARCHITECTURE.md invariant 1): each activation placement and rebuild,
+// a mixed JSON plan, Unified Memory, the CPU optimizer with streamed gradients and parameters and the speculative
+// update (under a slow link, slow kernels and a slower host), give in-core's bits, losses and evaluations; and a run
+// split by a checkpoint resumes bit for bit. Grouped-query heads, QKV biases and an untied head.
+TEST(Trainer, LlamaEveryPlanIsBitIdenticalToInCore) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  TrainConfig base = small_config(data);
+  base.model = ModelConfig{.family = "llama", .vocab = 256, .layers = 4, .dim = 32, .heads = 4, .seq = 32,
+                           .kv_heads = 2, .ffn = 48, .tied_embeddings = false, .qkv_bias = true, .rope_theta = 500000};
+  base.steps = 8;
+  base.eval_every = 3;
+  base.grads_in_activations = false;  // the device run's gradients in buffers of their own, as the host plans'
+  auto a = Trainer::create(base, nullptr);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_TRUE(a.value()->run().is_ok());
+  const RunResult ra = finish(*a.value());
+  EXPECT_LT(ra.losses.back(), ra.losses.front());
+  const std::string mixed = dir.write("mixed.json", R"({"default": {"activation": "swap"},
+      "layers": {"1": {"activation": "recompute"},
+                 "2": {"activation": {"attention": "resident", "mlp": "resident", "norms": "recompute",
+                                      "act": "recompute"}}}})");
+  const std::string params_mix = dir.write("params_mix.json", R"({"optimizer": "cpu", "param_prefetch": 2,
+      "layers": {"0": {"param": "host_streamed", "activation": "recompute"},
+                 "1": {"param": "host_streamed", "grad": "host_streamed"}, "2": {"activation": "swap"},
+                 "3": {"param": "host_streamed", "activation": "swap"}}})");
+  struct Run {
+    std::string plan;
+    bool cpu, speculate;
+  };
+  for (const Run& r : std::vector<Run>{{"recompute", false, false},
+                                       {"swap-activations", false, false},
+                                       {"swap-attention-recompute-mlp", false, false},
+                                       {"swap-attention-recompute-mlp-norms", false, false},
+                                       {"in-core-selective", false, false},
+                                       {mixed, false, false},
+                                       {"um-swap-activations", false, false},
+                                       {"in-core", true, false},
+                                       {"offload-params", true, false},
+                                       {"offload-all", true, true},
+                                       {params_mix, true, false}}) {
+    SCOPED_TRACE(r.plan + (r.cpu ? " cpu" : "") + (r.speculate ? " speculative" : ""));
+    TrainConfig tc = base;
+    tc.plan = r.plan;
+    if (r.cpu) {
+      tc.optimizer = OptimizerPlacement::kCpu;
+      tc.speculative_update = r.speculate;
+      tc.cpu_copy_delay_us = 2000;
+      tc.cpu_compute_delay_us = 100;
+      tc.cpu_host_delay_us = 3000;
+    }
+    auto b = Trainer::create(tc, nullptr);
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    ASSERT_TRUE(b.value()->run().is_ok());
+    expect_bit_identical(ra, finish(*b.value()));
+    ASSERT_EQ(a.value()->evals().size(), b.value()->evals().size());
+    for (size_t i = 0; i < a.value()->evals().size(); ++i)
+      EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
+  }
+  TrainConfig longer = base;
+  longer.steps = 20;
+  longer.eval_every = 0;
+  auto straight = Trainer::create(longer, nullptr);
+  ASSERT_TRUE(straight.is_ok());
+  ASSERT_TRUE(straight.value()->run().is_ok());
+  expect_bit_identical(finish(*straight.value()), run_split_at_10(longer, dir.file("ckpt")));
+}
+
 // Note [speculative update]: the CPU optimizer updating each block during the backward as if the norm were under
 // the clip gives the device optimizer's bits whether the guess holds (a clip far above the norm: every update kept)
 // or not (a clip far below it: the first step's updates redone, and no guess after that), with parameters streamed or resident, through evaluations and a

@@ -55,46 +55,66 @@ class Recorder final : public ModelHooks {
   bool train_;
 };
 
-class RecordingGpt final : public Gpt {
+// A family's model with every boundary, kernel and collective recorded: the executor runs this wrapper, which runs
+// the family's own passes with a Recorder in front of the executor's hooks.
+class RecordingModel final : public Model {
  public:
-  using Gpt::Gpt;
+  explicit RecordingModel(std::unique_ptr<Model> inner)
+      : Model(inner->family(), inner->backend(), inner->config(), inner->batch(), inner->dtype(), inner->tensors()),
+        in_(std::move(inner)) {}
   std::vector<Group> groups;
   bool training = false;
   void forward_blocks(ModelHooks& h) override {
+    sync();
     Recorder r(h, groups, training);
     in_forward_ = true;
-    Gpt::forward_blocks(r);
+    in_->forward_blocks(r);
     in_forward_ = false;
   }
   void lm_head(ModelHooks& h, bool with_backward) override {
+    sync();
     Recorder r(h, groups, with_backward);
-    Gpt::lm_head(r, with_backward);
+    in_->lm_head(r, with_backward);
   }
   void backward_blocks(ModelHooks& h) override {
+    sync();
     Recorder r(h, groups, true);
-    Gpt::backward_blocks(r);
+    in_->backward_blocks(r);
   }
   void forward_block(ModelHooks& h, int l) override {
-    if (!in_forward_) return piece(h, ModelPiece::kRebuildBlock, l, [&](ModelHooks& r) { Gpt::forward_block(r, l); });
-    Gpt::forward_block(h, l);
+    // The family's forward_blocks calls its own forward_block (recorded as the block's forward); the executor
+    // calls this one to rebuild a block.
+    piece(h, ModelPiece::kRebuildBlock, l, [&](ModelHooks& r) { in_->forward_block(r, l); });
   }
   void rebuild_norms(ModelHooks& h, int l) override {
-    piece(h, ModelPiece::kRebuildNorms, l, [&](ModelHooks& r) { Gpt::rebuild_norms(r, l); });
+    piece(h, ModelPiece::kRebuildNorms, l, [&](ModelHooks& r) { in_->rebuild_norms(r, l); });
   }
   void rebuild_mlp(ModelHooks& h, int l) override {
-    piece(h, ModelPiece::kRebuildMlp, l, [&](ModelHooks& r) { Gpt::rebuild_mlp(r, l); });
+    piece(h, ModelPiece::kRebuildMlp, l, [&](ModelHooks& r) { in_->rebuild_mlp(r, l); });
   }
   void rebuild_act(ModelHooks& h, int l) override {
-    piece(h, ModelPiece::kRebuildAct, l, [&](ModelHooks& r) { Gpt::rebuild_act(r, l); });
+    piece(h, ModelPiece::kRebuildAct, l, [&](ModelHooks& r) { in_->rebuild_act(r, l); });
   }
+  void compute_logits(const Tensor& out) override { in_->compute_logits(out); }
+  void decode_prefill(const NamedTensors& s, int n) override { in_->decode_prefill(s, n); }
+  void decode_step(const NamedTensors& s) override { in_->decode_step(s); }
+
  private:
-  bool in_forward_ = false;
+  // What the executor set on this model, onto the family's.
+  void sync() {
+    in_->set_tp_rank(tp_rank());
+    in_->set_act_apart(act_apart_);
+  }
   template <typename F>
   void piece(ModelHooks& h, ModelPiece p, int l, F run) {
+    TT_CHECK(!in_forward_, "a rebuild inside the forward");
+    sync();
     groups.push_back({p, 1 + l, false, {}, {}});
     Recorder r(h, groups, true);
     run(r);
   }
+  std::unique_ptr<Model> in_;
+  bool in_forward_ = false;
 };
 
 // A reducer that reduces nothing: one process runs a tensor-parallel rank's passes with it.
@@ -115,11 +135,11 @@ class NoCollectives final : public GradReducer {
 // groups the model recorded. tp_reducer: what stands for the model dimension's sums (tp > 1).
 std::vector<Group> record_passes(const ExecSpec& spec, GradReducer* tp_reducer = nullptr) {
   auto be = cpu::create_backend({.device_budget = int64_t(64) << 20, .threads = 1}).value();
-  RecordingGpt* model = nullptr;
+  RecordingModel* model = nullptr;
   auto ex = Executor::create(*be, spec, [&](Backend& b, const ModelConfig& c, int n, DType dt, ModelTensors t) {
-    auto m = std::make_unique<RecordingGpt>(b, c, n, dt, std::move(t));
+    auto m = std::make_unique<RecordingModel>(create_model(b, c, n, dt, std::move(t)));
     model = m.get();
-    return m;
+    return std::unique_ptr<Model>(std::move(m));
   });
   EXPECT_TRUE(ex.is_ok()) << ex.status().to_string();
   if (!ex.is_ok()) return {};
@@ -136,8 +156,16 @@ std::vector<Group> record_passes(const ExecSpec& spec, GradReducer* tp_reducer =
   return model->groups;
 }
 
-TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
-  const ModelConfig cfg{.vocab = 200, .layers = 3, .dim = 32, .heads = 4, .seq = 16};
+// Every family, GPT-2 and a Llama with grouped-query heads, QKV biases and its own head.
+std::vector<ModelConfig> families(int layers, int tp = 1, bool split_vocab = false) {
+  return {ModelConfig{.vocab = 200, .layers = layers, .dim = 32, .heads = 4, .seq = 16, .tp = tp,
+                      .split_vocab = split_vocab},
+          ModelConfig{.family = "llama", .vocab = 200, .layers = layers, .dim = 32, .heads = 4, .seq = 16,
+                      .kv_heads = 2, .ffn = 40, .tied_embeddings = false, .qkv_bias = true, .tp = tp,
+                      .split_vocab = split_vocab}};
+}
+
+void check_kernel_calls(const ModelConfig& cfg) {
   const int batch = 3;
   // Note [rebuilt activation]: blocks 0 and 1 swap with their GELU output rebuilt, block 2 recomputes.
   const std::string gelu_swap =
@@ -187,36 +215,47 @@ TEST(GptKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
   }
 }
 
+TEST(ModelKernelCalls, TheModelRunsExactlyTheListedKernelsOfEveryPiece) {
+  for (const ModelConfig& cfg : families(3)) {
+    SCOPED_TRACE(cfg.describe());
+    check_kernel_calls(cfg);
+  }
+}
+
 // Note [tensor parallel]: a rank's passes (model=2, the vocabulary split and not) run exactly the sums and maxima
 // model_tp_collectives lists for each piece, in bytes and order, as the performance model prices them.
-TEST(GptKernelCalls, TheModelRunsExactlyTheListedTensorParallelCollectives) {
-  for (const bool split_vocab : {false, true}) {
-    SCOPED_TRACE(split_vocab ? "vocabulary split" : "vocabulary whole");
-    const ModelConfig cfg{.vocab = 200, .layers = 2, .dim = 32, .heads = 4, .seq = 16, .tp = 2,
-                        .split_vocab = split_vocab};
-    const int batch = 3;
-    ExecSpec spec;
-    spec.model = cfg;
-    spec.batch = batch;
-    spec.plan = Plan::resolve("in-core-selective", cfg.layers, 2).value();  // a rebuilt piece or two as well
-    spec.lm_chunk_rows = 20;
-    NoCollectives none;
-    std::vector<Group> groups = record_passes(spec, &none);
-    ASSERT_FALSE(groups.empty());
-    int64_t total = 0;
-    for (Group& g : groups) {
-      if (g.is_after) {
-        EXPECT_TRUE(g.collectives.empty()) << "a collective after a boundary, before the next";
-        continue;
-      }
-      if (g.piece == ModelPiece::kForward && g.segment >= 1 && g.segment <= cfg.layers &&
-          spec.plan.act_rebuilt(g.segment - 1))
-        g.piece = ModelPiece::kForwardActApart;
-      EXPECT_EQ(g.collectives, model_tp_collectives(cfg, batch, DType::kF32, spec.lm_chunk_rows, g.piece, g.segment))
-          << "piece " << static_cast<int>(g.piece) << " of segment " << g.segment;
-      for (int64_t b : g.collectives) total += b;
+void check_tp_collectives(const ModelConfig& cfg) {
+  const int batch = 3;
+  ExecSpec spec;
+  spec.model = cfg;
+  spec.batch = batch;
+  spec.plan = Plan::resolve("in-core-selective", cfg.layers, 2).value();  // a rebuilt piece or two as well
+  spec.lm_chunk_rows = 20;
+  NoCollectives none;
+  std::vector<Group> groups = record_passes(spec, &none);
+  ASSERT_FALSE(groups.empty());
+  int64_t total = 0;
+  for (Group& g : groups) {
+    if (g.is_after) {
+      EXPECT_TRUE(g.collectives.empty()) << "a collective after a boundary, before the next";
+      continue;
     }
-    EXPECT_GT(total, 0);
+    if (g.piece == ModelPiece::kForward && g.segment >= 1 && g.segment <= cfg.layers &&
+        spec.plan.act_rebuilt(g.segment - 1))
+      g.piece = ModelPiece::kForwardActApart;
+    EXPECT_EQ(g.collectives, model_tp_collectives(cfg, batch, DType::kF32, spec.lm_chunk_rows, g.piece, g.segment))
+        << "piece " << static_cast<int>(g.piece) << " of segment " << g.segment;
+    for (int64_t b : g.collectives) total += b;
+  }
+  EXPECT_GT(total, 0);
+}
+
+TEST(ModelKernelCalls, TheModelRunsExactlyTheListedTensorParallelCollectives) {
+  for (const bool split_vocab : {false, true}) {
+    for (const ModelConfig& cfg : families(2, 2, split_vocab)) {
+      SCOPED_TRACE(cfg.describe() + (split_vocab ? " vocabulary split" : " vocabulary whole"));
+      check_tp_collectives(cfg);
+    }
   }
 }
 

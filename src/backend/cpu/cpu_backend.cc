@@ -297,6 +297,59 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w,
+                       float eps) override {
+    const shapes::Rows d = shapes::rmsnorm_forward(out, rstd, inp, w);
+    dispatch_float(inp.dtype(), "rmsnorm_forward", [&]<typename T>() {
+      T *o = out.data<T>(), *r = rstd.data<T>();
+      const T *x = inp.data<T>(), *wp = w.data<T>();
+      const T e = static_cast<T>(eps);
+      compute_.enqueue([=] { cpu::rmsnorm_forward<T>(o, r, x, wp, d.N, d.C, e); });
+    });
+  }
+
+  void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp, const Tensor& w,
+                        const Tensor& rstd, GradWrite gw) override {
+    const shapes::Rows d = shapes::rmsnorm_backward(dinp, dw, dout, inp, w, rstd);
+    dispatch_float(inp.dtype(), "rmsnorm_backward", [&]<typename T>() {
+      T *di = dinp.data<T>(), *dwp = dw.data<T>();
+      const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *r = rstd.data<T>();
+      const bool add = gw == GradWrite::kAccumulate;
+      compute_.enqueue([=] { cpu::rmsnorm_backward<T>(di, dwp, g, x, wp, r, d.N, d.C, add); });
+    });
+  }
+
+  void rope(const Tensor& qkv, const Tensor& table, const Tensor& positions, int heads, int kv_heads,
+            bool inverse) override {
+    const shapes::Rope d = shapes::rope(qkv, table, positions, heads, kv_heads);
+    dispatch_float(qkv.dtype(), "rope", [&]<typename T>() {
+      T* q = qkv.data<T>();
+      const T* tb = table.data<T>();
+      const int32_t* p = ptr<int32_t>(positions);
+      compute_.enqueue([=] { cpu::rope<T>(q, tb, p, d.B, d.T, d.H, d.KV, d.hs, inverse); });
+    });
+  }
+
+  void swiglu_forward(const Tensor& out, const Tensor& inp) override {
+    const shapes::Matmul d = shapes::swiglu("swiglu_forward", out, inp);
+    dispatch_float(inp.dtype(), "swiglu_forward", [&]<typename T>() {
+      T* o = out.data<T>();
+      const T* x = inp.data<T>();
+      compute_.enqueue([=] { cpu::swiglu_forward<T>(o, x, d.N, d.OC); });
+    });
+  }
+
+  void swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override {
+    const shapes::Matmul d = shapes::swiglu("swiglu_backward", dout, inp);
+    TT_CHECK(dinp.shape() == inp.shape() && dinp.dtype() == inp.dtype(), "swiglu_backward: dinp %s inp %s",
+             dinp.shape().to_string().c_str(), inp.shape().to_string().c_str());
+    dispatch_float(inp.dtype(), "swiglu_backward", [&]<typename T>() {
+      T* di = dinp.data<T>();
+      const T *x = inp.data<T>(), *g = dout.data<T>();
+      compute_.enqueue([=] { cpu::swiglu_backward<T>(di, x, g, d.N, d.OC); });
+    });
+  }
+
   void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) override {
     const shapes::Matmul d = shapes::matmul_forward(out, inp, w, bias);
     dispatch_float(inp.dtype(), "matmul_forward", [&]<typename T>() {
@@ -349,7 +402,7 @@ class CpuBackend final : public Backend {
     dispatch_float(qkv.dtype(), "attention_forward", [&]<typename T>() {
       T *o = out.data<T>(), *l = lse.data<T>();
       const T* q = qkv.data<T>();
-      compute_.enqueue([=] { cpu::attention_forward<T>(o, l, q, d.B, d.T, d.C, d.H); });
+      compute_.enqueue([=] { cpu::attention_forward<T>(o, l, q, d.B, d.T, d.C, d.H, d.KV); });
     });
   }
 
@@ -360,7 +413,7 @@ class CpuBackend final : public Backend {
       T *o = out.data<T>(), *k = cache.data<T>();
       const T* q = qkv.data<T>();
       const int32_t* p = pos.data<int32_t>();
-      compute_.enqueue([=] { cpu::attention_decode<T>(o, k, q, p, d.B, d.T, d.C, d.H); });
+      compute_.enqueue([=] { cpu::attention_decode<T>(o, k, q, p, d.B, d.T, d.C, d.H, d.KV); });
     });
   }
 
@@ -381,7 +434,7 @@ class CpuBackend final : public Backend {
     dispatch_float(qkv.dtype(), "attention_backward", [&]<typename T>() {
       T* dq = dqkv.data<T>();
       const T *g = dout.data<T>(), *q = qkv.data<T>(), *l = lse.data<T>();
-      compute_.enqueue([=] { cpu::attention_backward<T>(dq, g, q, l, d.B, d.T, d.C, d.H); });
+      compute_.enqueue([=] { cpu::attention_backward<T>(dq, g, q, l, d.B, d.T, d.C, d.H, d.KV); });
     });
   }
 

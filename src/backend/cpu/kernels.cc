@@ -241,41 +241,44 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 // attention: one (batch, head) pair per task, each task writing only its own slices (no races). Within a task the
 // products are GEMMs on the strided q, k, v slices of qkv; OpenBLAS runs them single-threaded inside the parallel
 // region. The T x T probabilities live in a per-thread buffer for the duration of one task only: the forward keeps
-// lse per row, and the backward rebuilds p = exp(scores - lse), exact zeros above the diagonal.
+// lse per row, and the backward rebuilds p = exp(scores - lse), exact zeros above the diagonal. Grouped-query
+// attention: query head h reads key/value head h / (H / KV); the backward runs one task per (batch, key/value head),
+// its group's query heads in order, so that their sums into dk and dv are in one fixed order.
 
 namespace {
 // Scaled scores of one (batch, head) pair into a[T, T] (lower triangle and diagonal meaningful).
 template <typename T>
-void attention_scores(T* a, const T* q, const T* k, int T_, int hs, int64_t C3) {
+void attention_scores(T* a, const T* q, const T* k, int T_, int hs, int64_t Cq) {
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
-  gemm<T>(CblasNoTrans, CblasTrans, T_, T_, hs, scale, q, C3, k, C3, T(0), a, T_);
+  gemm<T>(CblasNoTrans, CblasTrans, T_, T_, hs, scale, q, Cq, k, Cq, T(0), a, T_);
 }
 
-// Where (batch, head) pair bh's slices start: q, k, v in a [B, T, 3C] tensor, and its rows of a [B, T, C] one.
+// Where (batch, query head) pair bh's slices start: q, k, v in a [B, T, Cq] tensor (its key/value head's k and v),
+// and its rows of a [B, T, C] one.
 template <typename P>
 struct HeadSlices {
   P q, k, v;
   int64_t y;  // offset in [B, T, C]
 };
 template <typename P>
-HeadSlices<P> head_slices(P qkv, int64_t bh, int T_, int C, int H) {
-  const int64_t b = bh / H, h = bh % H, hs = C / H;
-  P q = qkv + b * T_ * 3 * static_cast<int64_t>(C) + h * hs;
-  return {q, q + C, q + 2 * C, b * T_ * static_cast<int64_t>(C) + h * hs};
+HeadSlices<P> head_slices(P qkv, int64_t bh, int T_, int C, int H, int KV) {
+  const int64_t b = bh / H, h = bh % H, hs = C / H, kvh = h / (H / KV), Cq = C + 2 * int64_t(KV) * hs;
+  P row = qkv + b * T_ * Cq;
+  return {row + h * hs, row + C + kvh * hs, row + C + int64_t(KV) * hs + kvh * hs, b * T_ * static_cast<int64_t>(C) + h * hs};
 }
 }  // namespace
 
 template <typename T>
-void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H) {
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H, int KV) {
   const int hs = C / H;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const int64_t Cq = C + 2 * static_cast<int64_t>(KV) * hs;
 #pragma omp parallel
   {
     std::vector<T> a(static_cast<size_t>(T_) * static_cast<size_t>(T_));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
-      const auto [q, k, v, y] = head_slices(qkv, bh, T_, C, H);
-      attention_scores(a.data(), q, k, T_, hs, C3);
+      const auto [q, k, v, y] = head_slices(qkv, bh, T_, C, H, KV);
+      attention_scores(a.data(), q, k, T_, hs, Cq);
       for (int t = 0; t < T_; ++t) {
         T* row = a.data() + static_cast<int64_t>(t) * T_;
         T maxv = -std::numeric_limits<T>::infinity();
@@ -292,34 +295,34 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H
         lse[bh * T_ + t] = maxv + std::log(sum);
       }
       // out = probs v
-      gemm<T>(CblasNoTrans, CblasNoTrans, T_, hs, T_, T(1), a.data(), T_, v, C3, T(0), out + y, C);
+      gemm<T>(CblasNoTrans, CblasNoTrans, T_, hs, T_, T(1), a.data(), T_, v, Cq, T(0), out + y, C);
     }
   }
 }
 
-// One (batch, head) pair per task: the new row into the cache, the scores of its query, the forward's softmax
-// (maximum, exponentials, one scale by the inverse sum), then the weighted sum of the values in position order.
+// One (batch, head) pair per task: the new row into the cache (the key/value head's k and v by the first query head
+// of its group), the scores of its query, the forward's softmax (maximum, exponentials, one scale by the inverse
+// sum), then the weighted sum of the values in position order.
 template <typename T>
-void attention_decode(T* out, T* cache, const T* qkv, const int32_t* pos, int B, int Tmax, int C, int H) {
-  const int hs = C / H;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
+void attention_decode(T* out, T* cache, const T* qkv, const int32_t* pos, int B, int Tmax, int C, int H, int KV) {
+  const int hs = C / H, group = H / KV;
+  const int64_t Cq = C + 2 * static_cast<int64_t>(KV) * hs;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
+  // The new rows first (every head reads its key/value head's new k and v).
+  for (int64_t b = 0; b < B; ++b)
+    std::copy(qkv + b * Cq, qkv + (b + 1) * Cq, cache + b * Tmax * Cq + static_cast<int64_t>(pos[b]) * Cq);
 #pragma omp parallel
   {
     std::vector<T> p(static_cast<size_t>(Tmax));
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
-      const int64_t b = bh / H, h = bh % H;
+      const int64_t b = bh / H, h = bh % H, kvh = h / group;
       const int n = pos[b] + 1;
-      T* rows = cache + b * Tmax * C3;
-      const T* in = qkv + b * C3;
-      for (int part = 0; part < 3; ++part)  // this head's q, k and v of the new row
-        for (int c = 0; c < hs; ++c)
-          rows[(n - 1) * C3 + part * C + h * hs + c] = in[part * C + h * hs + c];
-      const T* q = in + h * hs;
+      const T* rows = cache + b * Tmax * Cq;
+      const T* q = qkv + b * Cq + h * hs;
       T maxv = -std::numeric_limits<T>::infinity();
       for (int j = 0; j < n; ++j) {
-        const T* kj = rows + j * C3 + C + h * hs;
+        const T* kj = rows + j * Cq + C + kvh * hs;
         T dot = 0;
         for (int c = 0; c < hs; ++c) dot += q[c] * kj[c];
         p[static_cast<size_t>(j)] = scale * dot;
@@ -332,7 +335,7 @@ void attention_decode(T* out, T* cache, const T* qkv, const int32_t* pos, int B,
       for (int c = 0; c < hs; ++c) o[c] = 0;
       for (int j = 0; j < n; ++j) {
         const T pj = p[static_cast<size_t>(j)] * inv;
-        const T* vj = rows + j * C3 + 2 * C + h * hs;
+        const T* vj = rows + j * Cq + C + static_cast<int64_t>(KV) * hs + kvh * hs;
         for (int c = 0; c < hs; ++c) o[c] += pj * vj[c];
       }
     }
@@ -349,43 +352,151 @@ void embedding_at(T* out, const int32_t* tokens, const int32_t* positions, const
 }
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int B, int T_, int C, int H) {
-  const int hs = C / H;
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int B, int T_, int C, int H, int KV) {
+  const int hs = C / H, group = H / KV;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const int64_t Cq = C + 2 * static_cast<int64_t>(KV) * hs;
 #pragma omp parallel
   {
     std::vector<T> p(static_cast<size_t>(T_) * static_cast<size_t>(T_));
     std::vector<T> dp(static_cast<size_t>(T_) * static_cast<size_t>(T_));
 #pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < static_cast<int64_t>(B) * H; ++bh) {
-      const auto [q, k, v, y] = head_slices(qkv, bh, T_, C, H);
-      const auto [dq, dk, dv, unused] = head_slices(dqkv, bh, T_, C, H);
-      const T* d = dout + y;
-      // p = exp(scores - lse), rebuilt
-      attention_scores(p.data(), q, k, T_, hs, C3);
-      for (int t = 0; t < T_; ++t) {
-        T* row = p.data() + static_cast<int64_t>(t) * T_;
-        const T l = lse[bh * T_ + t];
-        for (int t2 = 0; t2 <= t; ++t2) row[t2] = std::exp(row[t2] - l);
-        for (int t2 = t + 1; t2 < T_; ++t2) row[t2] = 0;
-      }
-      // dv = p^T dout; dp = dout v^T (every element of dq, dk, dv is written: the backward's contract)
-      gemm<T>(CblasTrans, CblasNoTrans, T_, hs, T_, T(1), p.data(), T_, d, C, T(0), dv, C3);
-      gemm<T>(CblasNoTrans, CblasTrans, T_, T_, hs, T(1), d, C, v, C3, T(0), dp.data(), T_);
-      // through the softmax: ds = p * (dp - sum_t2 p dp), scaled; zero above the diagonal since p is.
-      for (int t = 0; t < T_; ++t) {
-        const T* pr = p.data() + static_cast<int64_t>(t) * T_;
-        T* dr = dp.data() + static_cast<int64_t>(t) * T_;
-        T dot = 0;
+    for (int64_t bkv = 0; bkv < static_cast<int64_t>(B) * KV; ++bkv) {
+      for (int g = 0; g < group; ++g) {  // the group's query heads in order: dk, dv written by the first, then added
+        const int64_t bh = (bkv / KV) * H + (bkv % KV) * group + g;
+        const T beta = g == 0 ? T(0) : T(1);
+        const auto [q, k, v, y] = head_slices(qkv, bh, T_, C, H, KV);
+        const auto [dq, dk, dv, unused] = head_slices(dqkv, bh, T_, C, H, KV);
+        const T* d = dout + y;
+        // p = exp(scores - lse), rebuilt
+        attention_scores(p.data(), q, k, T_, hs, Cq);
+        for (int t = 0; t < T_; ++t) {
+          T* row = p.data() + static_cast<int64_t>(t) * T_;
+          const T l = lse[bh * T_ + t];
+          for (int t2 = 0; t2 <= t; ++t2) row[t2] = std::exp(row[t2] - l);
+          for (int t2 = t + 1; t2 < T_; ++t2) row[t2] = 0;
+        }
+        // dv (+)= p^T dout; dp = dout v^T (every element of dq, dk, dv is written: the backward's contract)
+        gemm<T>(CblasTrans, CblasNoTrans, T_, hs, T_, T(1), p.data(), T_, d, C, beta, dv, Cq);
+        gemm<T>(CblasNoTrans, CblasTrans, T_, T_, hs, T(1), d, C, v, Cq, T(0), dp.data(), T_);
+        // through the softmax: ds = p * (dp - sum_t2 p dp), scaled; zero above the diagonal since p is.
+        for (int t = 0; t < T_; ++t) {
+          const T* pr = p.data() + static_cast<int64_t>(t) * T_;
+          T* dr = dp.data() + static_cast<int64_t>(t) * T_;
+          T dot = 0;
 #pragma omp simd reduction(+ : dot)
-        for (int t2 = 0; t2 <= t; ++t2) dot += pr[t2] * dr[t2];
-        for (int t2 = 0; t2 <= t; ++t2) dr[t2] = pr[t2] * (dr[t2] - dot) * scale;
-        for (int t2 = t + 1; t2 < T_; ++t2) dr[t2] = 0;
+          for (int t2 = 0; t2 <= t; ++t2) dot += pr[t2] * dr[t2];
+          for (int t2 = 0; t2 <= t; ++t2) dr[t2] = pr[t2] * (dr[t2] - dot) * scale;
+          for (int t2 = t + 1; t2 < T_; ++t2) dr[t2] = 0;
+        }
+        // dq = ds k; dk (+)= ds^T q
+        gemm<T>(CblasNoTrans, CblasNoTrans, T_, hs, T_, T(1), dp.data(), T_, k, Cq, T(0), dq, Cq);
+        gemm<T>(CblasTrans, CblasNoTrans, T_, hs, T_, T(1), dp.data(), T_, q, Cq, beta, dk, Cq);
       }
-      // dq = ds k; dk = ds^T q
-      gemm<T>(CblasNoTrans, CblasNoTrans, T_, hs, T_, T(1), dp.data(), T_, k, C3, T(0), dq, C3);
-      gemm<T>(CblasTrans, CblasNoTrans, T_, hs, T_, T(1), dp.data(), T_, q, C3, T(0), dk, C3);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// The Llama family's row and element-wise kernels.
+
+template <typename T>
+void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int64_t N, int C, T eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* x = inp + n * C;
+    T v = 0;
+    #pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; ++c) v += x[c] * x[c];
+    v /= C;
+    const T s = T(1) / std::sqrt(v + eps);
+    T* o = out + n * C;
+    for (int c = 0; c < C; ++c) o[c] = x[c] * s * w[c];
+    rstd[n] = s;
+  }
+}
+
+template <typename T>
+void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const T* rstd, int64_t N, int C,
+                      bool add) {
+#pragma omp parallel
+  {
+    // Rows: dx = s (dnorm - norm mean(dnorm norm)), dnorm = w dy, norm = x s.
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = inp + n * C;
+      const T* d = dout + n * C;
+      const T s = rstd[n];
+      T dot = 0;
+      #pragma omp simd reduction(+ : dot)
+      for (int c = 0; c < C; ++c) dot += w[c] * d[c] * (x[c] * s);
+      dot /= C;
+      T* di = dinp + n * C;
+      for (int c = 0; c < C; ++c) di[c] += (w[c] * d[c] - (x[c] * s) * dot) * s;
+    }
+    // Channels: each column of dw summed by one thread in row order.
+    int64_t c0, c1;
+    split_range(C, omp_get_num_threads(), omp_get_thread_num(), &c0, &c1);
+    for (int64_t c = c0; c < c1; ++c) {
+      T sum = 0;
+      for (int64_t n = 0; n < N; ++n) sum += dout[n * C + c] * (inp[n * C + c] * rstd[n]);
+      dw[c] = add ? dw[c] + sum : sum;
+    }
+  }
+}
+
+template <typename T>
+void rope(T* qkv, const T* table, const int32_t* positions, int B, int T_, int H, int KV, int hs, bool inverse) {
+  const int half = hs / 2, heads = H + KV;  // the q heads, then the k heads: contiguous at the start of a row
+  const int64_t Cq = static_cast<int64_t>(H + 2 * KV) * hs;
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < static_cast<int64_t>(B) * T_; ++bt) {
+    const int64_t p = positions != nullptr ? positions[bt / T_] : bt % T_;
+    const T* cs = table + p * hs;
+    T* row = qkv + bt * Cq;
+    for (int h = 0; h < heads; ++h) {
+      T* x = row + static_cast<int64_t>(h) * hs;
+      for (int i = 0; i < half; ++i) {
+        const T c = cs[i], sn = inverse ? -cs[half + i] : cs[half + i];
+        const T x1 = x[i], x2 = x[half + i];
+        x[i] = x1 * c - x2 * sn;
+        x[half + i] = x2 * c + x1 * sn;
+      }
+    }
+  }
+}
+
+namespace {
+template <typename T>
+inline T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+}  // namespace
+
+template <typename T>
+void swiglu_forward(T* out, const T* inp, int64_t N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* g = inp + n * 2 * F;
+    const T* u = g + F;
+    T* o = out + n * F;
+    for (int i = 0; i < F; ++i) o[i] = g[i] * sigmoid(g[i]) * u[i];
+  }
+}
+
+template <typename T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int F) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const T* g = inp + n * 2 * F;
+    const T* u = g + F;
+    const T* d = dout + n * F;
+    T* dg = dinp + n * 2 * F;
+    T* du = dg + F;
+    for (int i = 0; i < F; ++i) {
+      const T sg = sigmoid(g[i]), silu = g[i] * sg;
+      dg[i] = d[i] * u[i] * (sg * (T(1) + g[i] * (T(1) - sg)));
+      du[i] = d[i] * silu;
     }
   }
 }
@@ -564,9 +675,14 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq
                                       bool);                                                                        \
   template void matmul_forward<T>(T*, const T*, const T*, const T*, int64_t, int, int);                              \
   template void matmul_backward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int, int, bool);              \
-  template void attention_forward<T>(T*, T*, const T*, int, int, int, int);                                         \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int);                        \
-  template void attention_decode<T>(T*, T*, const T*, const int32_t*, int, int, int, int);                        \
+  template void attention_forward<T>(T*, T*, const T*, int, int, int, int, int);                                    \
+  template void attention_backward<T>(T*, const T*, const T*, const T*, int, int, int, int, int);                   \
+  template void attention_decode<T>(T*, T*, const T*, const int32_t*, int, int, int, int, int);                   \
+  template void rmsnorm_forward<T>(T*, T*, const T*, const T*, int64_t, int, T);                                    \
+  template void rmsnorm_backward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int, bool);            \
+  template void rope<T>(T*, const T*, const int32_t*, int, int, int, int, int, bool);                              \
+  template void swiglu_forward<T>(T*, const T*, int64_t, int);                                                     \
+  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int);                                          \
   template void embedding_at<T>(T*, const int32_t*, const int32_t*, const T*, const T*, int, int);                \
   template void gelu_forward<T>(T*, const T*, int64_t);                                                             \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t);                                                  \

@@ -34,6 +34,23 @@ template <typename T>
 void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
                         const T* rstd, int64_t N, int C, bool add);
 
+// RMSNorm: out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); the backward adds to dinp, writes or adds dw.
+template <typename T>
+void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* w, int64_t N, int C, T eps);
+template <typename T>
+void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const T* rstd, int64_t N, int C,
+                      bool add);
+// Rotary position embedding of the H + KV q and k heads of each row of qkv [B, T, (H + 2 KV) hs], in place: the
+// pairs (i, i + hs/2) turned by the angles of table row p ([cos | sin] of hs/2 frequencies), p the row's t or, with
+// positions, positions[b] (T = 1); inverse turns back (the backward).
+template <typename T>
+void rope(T* qkv, const T* table, const int32_t* positions, int B, int T_, int H, int KV, int hs, bool inverse);
+// SwiGLU over rows of inp [N, 2F] = [gate | up]: out [N, F] = silu(gate) * up; dinp [N, 2F] from dout [N, F].
+template <typename T>
+void swiglu_forward(T* out, const T* inp, int64_t N, int F);
+template <typename T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int F);
+
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int C, int OC);
 template <typename T>
@@ -42,14 +59,15 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 
 // Causal attention saving only lse[B, H, T] (log-sum-exp of each row's scaled scores); the backward rebuilds the
 // probabilities from q, k and lse.
+// qkv [B, T, C + 2 KV hs]: H query heads and KV key/value heads (shapes::Attention).
 template <typename T>
-void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H);
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int H, int KV);
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int B, int T_, int C, int H);
-// Note [KV cache]: qkv[b] written into cache[b, pos[b]] (cache [B, Tmax, 3C]), then out[b] = its query attending to
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* lse, int B, int T_, int C, int H, int KV);
+// Note [KV cache]: qkv[b] written into cache[b, pos[b]] (cache [B, Tmax, Cq]), then out[b] = its query attending to
 // cache rows 0..pos[b].
 template <typename T>
-void attention_decode(T* out, T* cache, const T* qkv, const int32_t* pos, int B, int Tmax, int C, int H);
+void attention_decode(T* out, T* cache, const T* qkv, const int32_t* pos, int B, int Tmax, int C, int H, int KV);
 // out[i] = wte[tokens[i]] + wpe[positions[i]], rows of C.
 template <typename T>
 void embedding_at(T* out, const int32_t* tokens, const int32_t* positions, const T* wte, const T* wpe, int N, int C);

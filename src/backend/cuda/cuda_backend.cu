@@ -302,6 +302,43 @@ class CudaBackend final : public Backend {
                                   gw == GradWrite::kAccumulate);
     });
   }
+  void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w,
+                       float eps) override {
+    const shapes::Rows d = shapes::rmsnorm_forward(out, rstd, inp, w);
+    dispatch_x(inp.dtype(), "rmsnorm_forward", [&]<typename X>() {
+      cuda::rmsnorm_forward<X>(s(), out.data<X>(), rstd.data<float>(), inp.data<X>(), w.data<X>(), d.N, d.C, eps);
+    });
+  }
+  void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp, const Tensor& w,
+                        const Tensor& rstd, GradWrite gw) override {
+    const shapes::Rows d = shapes::rmsnorm_backward(dinp, dw, dout, inp, w, rstd);
+    dispatch_x(inp.dtype(), "rmsnorm_backward", [&]<typename X>() {
+      cuda::rmsnorm_backward<X>(s(), scratch_, dinp.data<X>(), dw.data<float>(), dout.data<X>(), inp.data<X>(),
+                                w.data<X>(), rstd.data<float>(), d.N, d.C, gw == GradWrite::kAccumulate);
+    });
+  }
+  void rope(const Tensor& qkv, const Tensor& table, const Tensor& positions, int heads, int kv_heads,
+            bool inverse) override {
+    const shapes::Rope d = shapes::rope(qkv, table, positions, heads, kv_heads);
+    dispatch_x(qkv.dtype(), "rope", [&]<typename X>() {
+      cuda::rope<X>(s(), qkv.data<X>(), table.data<float>(),
+                    shapes::present(positions) ? positions.data<int32_t>() : nullptr, d.B, d.T, d.H, d.KV, d.hs,
+                    inverse);
+    });
+  }
+  void swiglu_forward(const Tensor& out, const Tensor& inp) override {
+    const shapes::Matmul d = shapes::swiglu("swiglu_forward", out, inp);
+    dispatch_x(inp.dtype(), "swiglu_forward",
+               [&]<typename X>() { cuda::swiglu_forward<X>(s(), out.data<X>(), inp.data<X>(), d.N, d.OC); });
+  }
+  void swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override {
+    const shapes::Matmul d = shapes::swiglu("swiglu_backward", dout, inp);
+    TT_CHECK(dinp.shape() == inp.shape() && dinp.dtype() == inp.dtype(), "swiglu_backward: dinp %s inp %s",
+             dinp.shape().to_string().c_str(), inp.shape().to_string().c_str());
+    dispatch_x(inp.dtype(), "swiglu_backward", [&]<typename X>() {
+      cuda::swiglu_backward<X>(s(), dinp.data<X>(), inp.data<X>(), dout.data<X>(), d.N, d.OC);
+    });
+  }
   // bf16 Linear layers go through cuBLASLt with the bias (and GELU) in the GEMM's epilogue where it has an algorithm
   // for the shapes and alignments; f32 (the exact-comparison mode) keeps plain cuBLAS and our own kernels.
   bool lt_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias, const shapes::Matmul& d,
@@ -400,6 +437,7 @@ class CudaBackend final : public Backend {
   void attention_decode(const Tensor& out, const Tensor& cache, const Tensor& qkv, const Tensor& pos,
                         int heads) override {
     const shapes::Attention d = shapes::attention_decode(out, cache, qkv, pos, heads);
+    check_multi_head(d);
     dispatch_x(qkv.dtype(), "attention_decode", [&]<typename X>() {
       cuda::attention_decode<X>(s(), out.data<X>(), cache.data<X>(), qkv.data<X>(), pos.data<int32_t>(), d.B, d.T,
                                 d.C, d.H);
@@ -426,6 +464,11 @@ class CudaBackend final : public Backend {
     cudaGraphDestroy(graph);
     return std::make_unique<CudaGraph>(exec, s());
   }
+  // Grouped-query attention is not in this backend's kernels yet (cuda::supports_attention says so before a run).
+  static void check_multi_head(const shapes::Attention& d) {
+    TT_CHECK(d.KV == d.H, "attention: %d query heads over %d key/value heads (grouped-query attention) is not "
+             "implemented by the CUDA backend yet", d.H, d.KV);
+  }
   // Whether an f32 attention call that the fused kernels did not take runs as GEMMs (F32Attention).
   bool f32_gemms(const Tensor& qkv, int64_t T) const {
     return attention_ws_ && qkv.dtype() == DType::kF32 && attention_.f32 != F32Attention::kSimt &&
@@ -433,6 +476,7 @@ class CudaBackend final : public Backend {
   }
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) override {
     const shapes::Attention d = shapes::attention_forward(out, lse, qkv, heads);
+    check_multi_head(d);
     if (sdpa_ && qkv.dtype() == DType::kBF16 && d.B > 0 &&
         sdpa_->forward({d.B, d.T, d.H, d.C / d.H}, out.raw(), lse.data<float>(), qkv.raw()))
       return;
@@ -455,6 +499,7 @@ class CudaBackend final : public Backend {
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& lse, int heads) override {
     const shapes::Attention d = shapes::attention_backward(dqkv, dout, qkv, out, lse, heads);
+    check_multi_head(d);
     if (sdpa_ && qkv.dtype() == DType::kBF16 && d.B > 0 &&
         static_cast<size_t>(attention_scratch_bytes(d.B, d.T, d.H)) <= scratch_.bytes &&
         sdpa_->backward({d.B, d.T, d.H, d.C / d.H}, dqkv.raw(), dout.raw(), qkv.raw(), out.raw(), lse.data<float>(),

@@ -115,6 +115,21 @@ void attention_forward_gemm(cublasHandle_t h, cudaStream_t st, void* ws, int64_t
 void attention_backward_gemm(cublasHandle_t h, cudaStream_t st, void* ws, int64_t ws_bytes, float* dqkv,
                              const float* dout, const float* qkv, const float* out, const float* lse, int B, int T,
                              int C, int H);
+// The Llama family's kernels (Backend::rmsnorm_forward, rmsnorm_backward, rope, swiglu_forward, swiglu_backward):
+// RMSNorm rows of C (rstd in f32; dw from column partials added in a fixed order), the rotation of the q and k heads
+// of qkv [B, T, (H + 2 KV) hs] by table [rows, hs] (f32; positions: [B] i32 or null), SwiGLU over rows of [gate | up].
+template <typename X>
+void rmsnorm_forward(cudaStream_t s, X* out, float* rstd, const X* inp, const X* w, int64_t N, int C, float eps);
+template <typename X>
+void rmsnorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, const X* dout, const X* inp,
+                      const X* w, const float* rstd, int64_t N, int C, bool add);
+template <typename X>
+void rope(cudaStream_t s, X* qkv, const float* table, const int32_t* positions, int B, int T, int H, int KV, int hs,
+          bool inverse);
+template <typename X>
+void swiglu_forward(cudaStream_t s, X* out, const X* inp, int64_t N, int F);
+template <typename X>
+void swiglu_backward(cudaStream_t s, X* dinp, const X* inp, const X* dout, int64_t N, int F);
 template <typename X>
 void gelu_forward(cudaStream_t s, X* out, const X* inp, int64_t n);
 template <typename X>

@@ -1,5 +1,5 @@
-// backend/cuda/kernels_layernorm.cu: LayerNorm: forward (with the residual add), backward in one pass or two; kernels
-// and their launchers (kernels.cuh).
+// backend/cuda/kernels_layernorm.cu: LayerNorm: forward (with the residual add), backward in one pass or two; RMSNorm
+// forward and backward; kernels and their launchers (kernels.cuh).
 #include "backend/cuda/kernels_common.cuh"
 #include "backend/cuda/kernel_columns.cuh"
 
@@ -334,6 +334,63 @@ unsigned warp_rows_grid(int64_t rows) {
   const int rows_per_block = kThreads / 32;
   return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
 }
+
+// RMSNorm, one warp per row: out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps).
+template <typename X>
+__global__ void rmsnorm_forward_kernel(X* __restrict__ out, float* __restrict__ rstd, const X* __restrict__ inp,
+                                       const X* __restrict__ w, int64_t N, int C, float eps) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const X* x = inp + row * C;
+  float v = 0.0f;
+#pragma unroll 4
+  for (int c = lane; c < C; c += 32) {
+    const float e = ld(x[c]);
+    v += e * e;
+  }
+  const float r = rsqrtf(warp_sum(v) / C + eps);
+  X* o = out + row * C;
+#pragma unroll 4
+  for (int c = lane; c < C; c += 32) o[c] = st<X>(ld(x[c]) * r * ld(w[c]));
+  if (lane == 0) rstd[row] = r;
+}
+
+// dinp += r (w dy - norm mean(w dy norm)), norm = x r; one warp per row.
+template <typename X>
+__global__ void rmsnorm_backward_dinp_kernel(X* __restrict__ dinp, const X* __restrict__ dout, const X* __restrict__ inp,
+                                             const X* __restrict__ w, const float* __restrict__ rstd, int64_t N,
+                                             int C) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const X* x = inp + row * C;
+  const X* d = dout + row * C;
+  const float r = rstd[row];
+  float dot = 0.0f;
+#pragma unroll 4
+  for (int c = lane; c < C; c += 32) dot += ld(w[c]) * ld(d[c]) * (ld(x[c]) * r);
+  const float mean = warp_sum(dot) / C;
+  X* di = dinp + row * C;
+#pragma unroll 4
+  for (int c = lane; c < C; c += 32)
+    di[c] = st<X>(ld(di[c]) + (ld(w[c]) * ld(d[c]) - ld(x[c]) * r * mean) * r);
+}
+
+// Partial column sums of dout * x * rstd over fixed chunks of rows: partial[chunk][c].
+template <typename X>
+__global__ void rmsnorm_column_partials_kernel(float* partial, const X* dout, const X* inp, const float* rstd,
+                                               int64_t N, int C, int chunks) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int chunk = blockIdx.y;
+  if (c >= C) return;
+  const int64_t rows = (N + chunks - 1) / chunks;
+  const int64_t r0 = chunk * rows, r1 = min(N, r0 + rows);
+  float s = 0.0f;
+#pragma unroll 4
+  for (int64_t r = r0; r < r1; ++r) s += ld(dout[r * C + c]) * (ld(inp[r * C + c]) * rstd[r]);
+  partial[static_cast<int64_t>(chunk) * C + c] = s;
+}
 // Note [LayerNorm forward in registers]: launches the register kernel and returns true where the rows split into
 // aligned 16-byte vectors and fit a lane's 16 vectors; false (nothing launched) otherwise.
 template <typename X, bool kResidual>
@@ -428,6 +485,28 @@ void residual_layernorm_forward(cudaStream_t s, X* res, X* out, float* mean, flo
   TT_CUDA_CHECK_LAUNCH();
 }
 
+template <typename X>
+void rmsnorm_forward(cudaStream_t s, X* out, float* rstd, const X* inp, const X* w, int64_t N, int C, float eps) {
+  rmsnorm_forward_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(out, rstd, inp, w, N, C, eps);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
+void rmsnorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, const X* dout, const X* inp,
+                      const X* w, const float* rstd, int64_t N, int C, bool add) {
+  rmsnorm_backward_dinp_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(dinp, dout, inp, w, rstd, N, C);
+  TT_CUDA_CHECK_LAUNCH();
+  const int chunks = column_chunks(N, C, scratch.bytes);
+  TT_CHECK(static_cast<size_t>(chunks) * C * sizeof(float) <= scratch.bytes,
+           "rmsnorm_backward: C=%d needs more than the CUDA scratch", C);
+  float* partial = static_cast<float*>(scratch.ptr);
+  rmsnorm_column_partials_kernel<<<dim3((C + kThreads - 1) / kThreads, chunks), kThreads, 0, s>>>(partial, dout, inp,
+                                                                                                 rstd, N, C, chunks);
+  TT_CUDA_CHECK_LAUNCH();
+  column_finish_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, nullptr, partial, C, chunks, C, add);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
 // ---------------------------------------------------------------------------------------------------------------------
 // instantiations
 
@@ -438,7 +517,10 @@ void residual_layernorm_forward(cudaStream_t s, X* res, X* out, float* mean, flo
   template void layernorm_backward_two_pass<X>(cudaStream_t, const Scratch&, X*, float*, float*, const X*, \
       const X*, const X*, const float*, const float*, int64_t, int, bool); \
   template void residual_layernorm_forward<X>(cudaStream_t, X*, X*, float*, float*, const X*, const X*, const X*, \
-      const X*, int64_t, int);
+      const X*, int64_t, int); \
+  template void rmsnorm_forward<X>(cudaStream_t, X*, float*, const X*, const X*, int64_t, int, float); \
+  template void rmsnorm_backward<X>(cudaStream_t, const Scratch&, X*, float*, const X*, const X*, const X*, \
+      const float*, int64_t, int, bool);
 
 TT_CUDA_INSTANTIATE(float)
 TT_CUDA_INSTANTIATE(bf16)

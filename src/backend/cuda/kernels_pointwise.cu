@@ -1,5 +1,5 @@
-// backend/cuda/kernels_pointwise.cu: pointwise ops: GELU forward and backward, the residual add, dtype conversion;
-// kernels and their launchers (kernels.cuh).
+// backend/cuda/kernels_pointwise.cu: pointwise ops: GELU forward and backward, SwiGLU forward and backward, the rotary
+// position embedding, the residual add, dtype conversion; kernels and their launchers (kernels.cuh).
 #include "backend/cuda/kernels_common.cuh"
 
 namespace tt::cuda {
@@ -61,6 +61,51 @@ __global__ void residual_forward_kernel(X* out, const X* a, const X* b, int64_t 
     out[i] = st<X>(ld(a[i]) + ld(b[i]));
 }
 
+// One thread a rotated pair: (row bt, head h of the H + KV q and k heads, pair i).
+template <typename X>
+__global__ void rope_kernel(X* qkv, const float* __restrict__ table, const int32_t* __restrict__ positions, int T,
+                            int H, int KV, int hs, bool inverse, int64_t pairs) {
+  const int half = hs / 2, heads = H + KV;
+  const int64_t Cq = static_cast<int64_t>(H + 2 * KV) * hs;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < pairs;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int i = static_cast<int>(k % half);
+    const int64_t rest = k / half;
+    const int h = static_cast<int>(rest % heads);
+    const int64_t bt = rest / heads;
+    const int64_t p = positions != nullptr ? positions[bt / T] : bt % T;
+    const float c = table[p * hs + i], sn = inverse ? -table[p * hs + half + i] : table[p * hs + half + i];
+    X* x = qkv + bt * Cq + static_cast<int64_t>(h) * hs;
+    const float x1 = ld(x[i]), x2 = ld(x[half + i]);
+    x[i] = st<X>(x1 * c - x2 * sn);
+    x[half + i] = st<X>(x2 * c + x1 * sn);
+  }
+}
+
+__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+template <typename X>
+__global__ void swiglu_forward_kernel(X* out, const X* inp, int64_t N, int F) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < N * F;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = k / F, i = k % F;
+    const float g = ld(inp[n * 2 * F + i]), u = ld(inp[n * 2 * F + F + i]);
+    out[k] = st<X>(g * sigmoidf(g) * u);
+  }
+}
+
+template <typename X>
+__global__ void swiglu_backward_kernel(X* dinp, const X* inp, const X* dout, int64_t N, int F) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < N * F;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = k / F, i = k % F;
+    const float g = ld(inp[n * 2 * F + i]), u = ld(inp[n * 2 * F + F + i]), d = ld(dout[k]);
+    const float sg = sigmoidf(g);
+    dinp[n * 2 * F + i] = st<X>(d * u * (sg * (1.0f + g * (1.0f - sg))));
+    dinp[n * 2 * F + F + i] = st<X>(d * g * sg);
+  }
+}
+
 template <typename D, typename S>
 __global__ void convert_kernel(D* dst, const S* src, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -100,6 +145,29 @@ void residual_forward(cudaStream_t s, X* out, const X* a, const X* b, int64_t n)
   TT_CUDA_CHECK_LAUNCH();
 }
 
+template <typename X>
+void rope(cudaStream_t s, X* qkv, const float* table, const int32_t* positions, int B, int T, int H, int KV, int hs,
+          bool inverse) {
+  const int64_t pairs = static_cast<int64_t>(B) * T * (H + KV) * (hs / 2);
+  if (pairs == 0) return;
+  rope_kernel<<<blocks_for(pairs), kThreads, 0, s>>>(qkv, table, positions, T, H, KV, hs, inverse, pairs);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
+void swiglu_forward(cudaStream_t s, X* out, const X* inp, int64_t N, int F) {
+  if (N * F == 0) return;
+  swiglu_forward_kernel<<<blocks_for(N * F), kThreads, 0, s>>>(out, inp, N, F);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename X>
+void swiglu_backward(cudaStream_t s, X* dinp, const X* inp, const X* dout, int64_t N, int F) {
+  if (N * F == 0) return;
+  swiglu_backward_kernel<<<blocks_for(N * F), kThreads, 0, s>>>(dinp, inp, dout, N, F);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
 template <typename D, typename S>
 void convert(cudaStream_t s, D* dst, const S* src, int64_t n) {
   convert_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, src, n);
@@ -113,7 +181,10 @@ void convert(cudaStream_t s, D* dst, const S* src, int64_t n) {
   template void gelu_forward<X>(cudaStream_t, X*, const X*, int64_t); \
   template void gelu_backward<X>(cudaStream_t, X*, const X*, const X*, int64_t); \
   template void residual_forward<X>(cudaStream_t, X*, const X*, const X*, int64_t); \
-  template void gelu_backward_scale<X>(cudaStream_t, X*, const X*, int64_t);
+  template void gelu_backward_scale<X>(cudaStream_t, X*, const X*, int64_t); \
+  template void rope<X>(cudaStream_t, X*, const float*, const int32_t*, int, int, int, int, int, bool); \
+  template void swiglu_forward<X>(cudaStream_t, X*, const X*, int64_t, int); \
+  template void swiglu_backward<X>(cudaStream_t, X*, const X*, const X*, int64_t, int);
 
 TT_CUDA_INSTANTIATE(float)
 TT_CUDA_INSTANTIATE(bf16)
