@@ -207,7 +207,8 @@ Status Layout::check(const MeshShape& shape, const ModelConfig& model, int globa
   const Extent extents[] = {
       {"batch", global_batch, "--batch: sequences a step over all ranks"},
       {"heads", model.heads, "attention heads"},
-      {"ff", int64_t{4} * model.dim, "MLP width (4 x dim)"},
+      {"heads", model.kv_head_count(), "key/value heads (a rank holds whole groups of query heads)"},
+      {"ff", model_ffn(model), "MLP width"},
       {"vocab", model.padded_vocab(), "vocabulary rows, padded to a multiple of 128"},
       {"embed", model.dim, "model width (dim)"},
   };

@@ -22,6 +22,7 @@ class GptFamily final : public ModelFamily {
   const char* name() const override { return "gpt2"; }
   const char* display() const override { return "GPT-2"; }
   Status validate(const ModelConfig& cfg) const override;
+  int ffn(const ModelConfig& cfg) const override { return 4 * cfg.dim; }
   std::vector<ParamInfo> param_layout(const ModelConfig& cfg) const override;
   std::vector<TensorRequest> block_activations(const ModelConfig& cfg, int batch, DType compute,
                                                unsigned parts) const override;

@@ -19,6 +19,7 @@ class LlamaFamily final : public ModelFamily {
   const char* name() const override { return "llama"; }
   const char* display() const override { return "Llama"; }
   Status validate(const ModelConfig& cfg) const override;
+  int ffn(const ModelConfig& cfg) const override { return llama_ffn(cfg); }
   std::vector<ParamInfo> param_layout(const ModelConfig& cfg) const override;
   std::vector<TensorRequest> block_activations(const ModelConfig& cfg, int batch, DType compute,
                                                unsigned parts) const override;

@@ -185,6 +185,8 @@ DType master_dtype_for(DType compute) { return compute == DType::kBF16 ? DType::
 
 std::vector<ParamInfo> model_param_layout(const ModelConfig& cfg) { return family_of(cfg).param_layout(cfg); }
 
+int model_ffn(const ModelConfig& cfg) { return family_of(cfg).ffn(cfg); }
+
 int64_t model_num_params(const ModelConfig& cfg) {
   const ParamSegments s = model_segments(cfg);
   return s.offset.back() + s.size.back();

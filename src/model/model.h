@@ -220,6 +220,8 @@ class ModelFamily {
   virtual const char* name() const = 0;     // "gpt2"
   virtual const char* display() const = 0;  // "GPT-2"
   virtual Status validate(const ModelConfig& cfg) const = 0;
+  // The MLP's hidden width (what tensor parallelism splits beside the heads).
+  virtual int ffn(const ModelConfig& cfg) const = 0;
   virtual std::vector<ParamInfo> param_layout(const ModelConfig& cfg) const = 0;
   virtual std::vector<TensorRequest> block_activations(const ModelConfig& cfg, int batch, DType compute,
                                                        unsigned parts) const = 0;
@@ -242,6 +244,8 @@ class ModelFamily {
 const std::vector<const ModelFamily*>& model_families();
 const ModelFamily& family_of(const ModelConfig& cfg);
 
+// The MLP's hidden width of the configuration's family.
+int model_ffn(const ModelConfig& cfg);
 // The parameters in flat-buffer order (Note [model families]).
 std::vector<ParamInfo> model_param_layout(const ModelConfig& cfg);
 int64_t model_num_params(const ModelConfig& cfg);

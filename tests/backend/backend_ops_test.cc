@@ -276,6 +276,44 @@ TEST_P(BackendOps, LayerNorm) {
   check_layernorm_backward(N, C, 1e-4);
 }
 
+// The Llama family's ops: RMSNorm forward and backward (its weight gradient written both ways), the rotary embedding
+// of q and k heads (v untouched) forward and back, at the row's position and at given positions, SwiGLU.
+TEST_P(BackendOps, LlamaOps) {
+  for (const int64_t cols : {48, 2048}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    check("rmsnorm_forward",
+          {{"out", {N, cols}, DType::kF32, true}, {"rstd", {N}, DType::kF32, true}, {"inp", {N, cols}}, {"w", {cols}}},
+          [](Backend& be, const std::vector<Tensor>& t) { be.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f); },
+          kAtol, kRtol);
+    for (const GradWrite gw : kGradWrites)
+      check("rmsnorm_backward" + suffix(gw),
+            {{"dinp", {N, cols}, DType::kF32, true}, grad_arg("dw", {cols}, gw), {"dout", {N, cols}},
+             {"inp", {N, cols}}, {"w", {cols}}, {"rstd", {N}, DType::kF32, false, 0, false, true}},
+            [gw](Backend& be, const std::vector<Tensor>& t) {
+              be.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], gw);
+            },
+            1e-4, 1e-4);
+  }
+  constexpr int kHeads = 4, kKv = 2, kHs = 12, kCq = (kHeads + 2 * kKv) * kHs;
+  for (const bool inverse : {false, true})
+    check(inverse ? "rope (inverse)" : "rope",
+          {{"qkv", {B, T, kCq}, DType::kF32, true}, {"table", {T, kHs}, DType::kF32, false, 0, false, false, true}},
+          [inverse](Backend& be, const std::vector<Tensor>& t) {
+            be.rope(t[0], t[1], Tensor(), kHeads, kKv, inverse);
+          },
+          kAtol, kRtol, 2e-2, 2e-2);
+  check("rope (at positions)",
+        {{"qkv", {B, kCq}, DType::kF32, true}, {"table", {T, kHs}, DType::kF32, false, 0, false, false, true},
+         {"pos", {B}, DType::kI32, false, T}},
+        [](Backend& be, const std::vector<Tensor>& t) { be.rope(t[0], t[1], t[2], kHeads, kKv, false); }, kAtol,
+        kRtol, 2e-2, 2e-2);
+  check("swiglu_forward", {{"out", {N, 40}, DType::kF32, true}, {"inp", {N, 80}}},
+        [](Backend& be, const std::vector<Tensor>& t) { be.swiglu_forward(t[0], t[1]); }, kAtol, kRtol);
+  check("swiglu_backward",
+        {{"dinp", {N, 80}, DType::kF32, true, 0, false, false, false, true}, {"inp", {N, 80}}, {"dout", {N, 40}}},
+        [](Backend& be, const std::vector<Tensor>& t) { be.swiglu_backward(t[0], t[1], t[2]); }, kAtol, kRtol);
+}
+
 // The LayerNorm backward's paths (Note [one-pass LayerNorm backward] in src/backend/cuda/kernels_layernorm.cu): rows of fewer
 // 16-byte vectors than a block has threads (several threads a column vector), of more (several vectors a thread), rows
 // enough for blocks of several row groups and a partial last group, and the two-pass fallback (a width not a multiple

@@ -436,6 +436,57 @@ TEST(Cli, TensorParallelOverAMeshTrainsTheOneProcessModel) {
   }
 }
 
+// The Llama family over a mesh (docs/ARCHITECTURE.md invariant 5): tensor parallel over heads with whole key/value
+// groups a rank (and the vocabulary and the untied head split), data parallel, and both, follow the one-process run;
+// its checkpoint, written over model=2, resumes in one process bit for bit with the uninterrupted one-process run.
+TEST(Cli, LlamaOverAMeshTrainsTheOneProcessModel) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
+  const std::string bin = TT_BINARY;
+  const std::string args = "train --data " + data +
+                           " --backend cpu --family llama --layers 2 --dim 32 --heads 4 --kv-heads 2 --ffn 48 "
+                           "--qkv-bias true --tied-embeddings false --seq 16 --batch 8 --steps 12 --warmup 2 "
+                           "--eval-every 6 --eval-batches 2 --threads 1 --log-every 4";
+  struct Case {
+    std::string plan, mesh;
+    int ranks;
+  };
+  for (const Case& c : {Case{"in-core", "model=2", 2}, Case{"recompute", "data=2,model=2", 4},
+                        Case{"offload-all", "data=2", 2}}) {
+    SCOPED_TRACE(c.plan + " " + c.mesh);
+    const std::string one = dir.path() + "/one-" + c.plan + ".json", mesh = dir.path() + "/mesh-" + c.plan + ".json";
+    CliRun a = run(args + " --plan " + c.plan + " --metrics-out " + one);
+    ASSERT_EQ(a.code, 0) << a.out;
+    EXPECT_HAS(a.out, "model: Llama L2 d32 H4 KV2 F48 T16 V256");
+    CliRun b = run("launch -n " + std::to_string(c.ranks) + " -- " + bin + " " + args + " --plan " + c.plan +
+                   " --mesh " + c.mesh + " --metrics-out " + mesh);
+    ASSERT_EQ(b.code, 0) << b.out;
+    expect_same_curve(one, mesh, c.plan + " " + c.mesh);
+    const nlohmann::json x = nlohmann::json::parse(read_file(one)), y = nlohmann::json::parse(read_file(mesh));
+    ASSERT_EQ(x.at("val").size(), 2u);
+    ASSERT_EQ(y.at("val").size(), 2u);
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_NEAR(x["val"][i]["loss"].get<double>(), y["val"][i]["loss"].get<double>(), 1e-6);
+  }
+  // A checkpoint of the model=2 run at step 6 (the whole model's layout) continues in one process.
+  const std::string ck = dir.path() + "/ck";
+  CliRun half = run("launch -n 2 -- " + bin + " " + args + " --plan in-core --mesh model=2 --stop-at 6 "
+                    "--checkpoint-dir " + ck + " --checkpoint-every 6");
+  ASSERT_EQ(half.code, 0) << half.out;
+  const std::string rest = dir.path() + "/rest.json", whole = dir.path() + "/whole.json";
+  CliRun r = run(args + " --plan in-core --checkpoint-dir " + ck + " --resume latest --metrics-out " + rest);
+  ASSERT_EQ(r.code, 0) << r.out;
+  CliRun w = run(args + " --plan in-core --metrics-out " + whole);
+  ASSERT_EQ(w.code, 0) << w.out;
+  const nlohmann::json a = nlohmann::json::parse(read_file(rest)), b = nlohmann::json::parse(read_file(whole));
+  ASSERT_FALSE(a["steps"].empty());
+  EXPECT_EQ(a["steps"][0]["step"], 7);
+  for (const auto& s : a["steps"]) {
+    const auto& t = b["steps"][s["step"].get<size_t>() - 1];
+    EXPECT_NEAR(s["loss"].get<double>(), t["loss"].get<double>(), 1e-5) << "step " << s["step"];
+  }
+}
+
 // Checkpoints hold the whole model in its one-device layout whatever the mesh: data=2,model=2 stops at step 4, model=4
 // continues to step 8, one process to the end; every piece follows the uninterrupted run.
 TEST(Cli, TensorParallelCheckpointsContinueOnAnotherMesh) {

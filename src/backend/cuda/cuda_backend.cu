@@ -464,7 +464,7 @@ class CudaBackend final : public Backend {
     cudaGraphDestroy(graph);
     return std::make_unique<CudaGraph>(exec, s());
   }
-  // Grouped-query attention is not in this backend's kernels yet (cuda::supports_attention says so before a run).
+  // Grouped-query attention is not in this backend's kernels yet (resolve_run in exec/trainer.cc refuses such a run).
   static void check_multi_head(const shapes::Attention& d) {
     TT_CHECK(d.KV == d.H, "attention: %d query heads over %d key/value heads (grouped-query attention) is not "
              "implemented by the CUDA backend yet", d.H, d.KV);
