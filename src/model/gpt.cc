@@ -32,8 +32,9 @@ class GptFamily final : public ModelFamily {
   std::vector<NamedKernelCall> kernel_calls(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
                                             ModelPiece piece, int segment) const override;
   std::vector<int64_t> tp_collectives(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
-                                      ModelPiece piece, int segment) const override;
-  std::vector<ShardCopy> shard_copies(const ModelConfig& cfg, int tp_rank) const override;
+                                      ModelPiece piece, int segment) const override {
+    return decoder_tp_collectives(cfg, batch, compute, lm_chunk_rows, piece, segment);
+  }
   void init_values(const ModelConfig& cfg, uint64_t seed, float* out) const override;
   void init_values(const ModelConfig& cfg, uint64_t seed, double* out) const override;
   std::unique_ptr<Model> create(Backend& backend, const ModelConfig& cfg, int batch, DType compute,
@@ -69,15 +70,17 @@ std::vector<ParamInfo> GptFamily::param_layout(const ModelConfig& cfg) const {
   const int64_t V = cfg.padded_vocab(), C = cfg.dim, T = cfg.seq, tp = cfg.tp, Cl = C / tp, Fl = 4 * C / tp;
   std::vector<ParamInfo> out;
   int64_t offset = 0;
-  auto add = [&](std::string name, Shape shape, bool decay, int layer, bool sharded = false) {
-    out.push_back(ParamInfo{std::move(name), shape, offset, decay, layer, sharded});
+  // rows: how the parameter splits over tensor-parallel ranks (ParamInfo::row_blocks; empty: its columns).
+  auto add = [&](std::string name, Shape shape, bool decay, int layer, bool sharded = false,
+                 std::vector<int64_t> rows = {}) {
+    out.push_back(ParamInfo{std::move(name), shape, offset, decay, layer, sharded, std::move(rows)});
     offset += shape.numel();
   };
   if (cfg.split_vocab) {  // Note [vocabulary-parallel cross-entropy]: replicated wpe first, then this rank's rows
     add("wpe", {T, C}, true, -1);
-    add("wte", {V / tp, C}, true, -1, true);
+    add("wte", {V / tp, C}, true, -1, true, {V});
   } else {
-    add("wte", {V, C}, true, -1);
+    add("wte", {V, C}, true, -1, false, {V});
     add("wpe", {T, C}, true, -1);
   }
   for (int l = 0; l < cfg.layers; ++l) {
@@ -89,24 +92,24 @@ std::vector<ParamInfo> GptFamily::param_layout(const ModelConfig& cfg) const {
       add(p + "ln2.w", {C}, false, l);
       add(p + "ln2.b", {C}, false, l);
       add(p + "mlp.proj.b", {C}, false, l);
-      add(p + "attn.qkv.w", {3 * Cl, C}, true, l, true);
+      add(p + "attn.qkv.w", {3 * Cl, C}, true, l, true, {C, C, C});
       add(p + "attn.proj.w", {C, Cl}, true, l, true);
-      add(p + "mlp.fc.w", {Fl, C}, true, l, true);
+      add(p + "mlp.fc.w", {Fl, C}, true, l, true, {4 * C});
       add(p + "mlp.proj.w", {C, Fl}, true, l, true);
-      add(p + "attn.qkv.b", {3 * Cl}, false, l, true);
-      add(p + "mlp.fc.b", {Fl}, false, l, true);
+      add(p + "attn.qkv.b", {3 * Cl}, false, l, true, {C, C, C});
+      add(p + "mlp.fc.b", {Fl}, false, l, true, {4 * C});
       continue;
     }
     add(p + "ln1.w", {C}, false, l);
     add(p + "ln1.b", {C}, false, l);
-    add(p + "attn.qkv.w", {3 * C, C}, true, l);
-    add(p + "attn.qkv.b", {3 * C}, false, l);
+    add(p + "attn.qkv.w", {3 * C, C}, true, l, false, {C, C, C});
+    add(p + "attn.qkv.b", {3 * C}, false, l, false, {C, C, C});
     add(p + "attn.proj.w", {C, C}, true, l);
     add(p + "attn.proj.b", {C}, false, l);
     add(p + "ln2.w", {C}, false, l);
     add(p + "ln2.b", {C}, false, l);
-    add(p + "mlp.fc.w", {4 * C, C}, true, l);
-    add(p + "mlp.fc.b", {4 * C}, false, l);
+    add(p + "mlp.fc.w", {4 * C, C}, true, l, false, {4 * C});
+    add(p + "mlp.fc.b", {4 * C}, false, l, false, {4 * C});
     add(p + "mlp.proj.w", {C, 4 * C}, true, l);
     add(p + "mlp.proj.b", {C}, false, l);
   }
@@ -167,35 +170,6 @@ std::vector<TensorRequest> GptFamily::decode_tensors(const ModelConfig& cfg, DTy
           {"decode.rstd", {1}, md, W},            {"decode.logits", {1, cfg.padded_vocab()}, dt, W}};
 }
 
-std::vector<ShardCopy> GptFamily::shard_copies(const ModelConfig& cfg, int tp_rank) const {
-  const std::vector<ParamInfo> local = param_layout(cfg);
-  const std::vector<ParamInfo> whole = param_layout(cfg.whole());
-  std::map<std::string, const ParamInfo*> by_name;
-  for (const ParamInfo& p : whole) by_name[p.name] = &p;
-  const int64_t C = cfg.dim, r = tp_rank;
-  std::vector<ShardCopy> out;
-  for (const ParamInfo& p : local) {
-    const ParamInfo& w = *by_name.at(p.name);
-    if (!p.sharded) {
-      out.push_back({w.offset, p.offset, p.shape.numel()});
-      continue;
-    }
-    const int64_t rows = p.shape[0], cols = p.shape.rank() == 2 ? p.shape[1] : 1;
-    if (p.name.ends_with("attn.qkv.w") || p.name.ends_with("attn.qkv.b")) {
-      // Q, K and V rows of this rank's heads: three blocks of C/tp rows.
-      const int64_t part = rows / 3;
-      for (int64_t j = 0; j < 3; ++j) out.push_back({w.offset + (j * C + r * part) * cols, p.offset + j * part * cols, part * cols});
-    } else if (p.name == "wte" || p.name.ends_with("mlp.fc.w") || p.name.ends_with("mlp.fc.b")) {
-      out.push_back({w.offset + r * rows * cols, p.offset, rows * cols});  // a block of rows
-    } else {
-      // The output projections: this rank's columns of every row.
-      const int64_t whole_cols = w.shape[1];
-      for (int64_t i = 0; i < rows; ++i) out.push_back({w.offset + i * whole_cols + r * cols, p.offset + i * cols, cols});
-    }
-  }
-  return out;
-}
-
 Gpt::Gpt(Backend& backend, const ModelConfig& cfg, int batch, DType dtype, ModelTensors tensors)
     : Model(gpt2_family(), backend, cfg, batch, dtype, std::move(tensors)) {
   acts_.resize(static_cast<size_t>(cfg.layers));
@@ -210,12 +184,10 @@ Gpt::Gpt(Backend& backend, const ModelConfig& cfg, int batch, DType dtype, Model
     for (const auto& [n, t] : table) *t = tensor(h + n);
   }
   const std::pair<const char*, Tensor*> fixed[] = {
-      {"tokens", &tokens_},     {"targets", &targets_},     {"encoded", &encoded_}, {"lnf", &lnf_},
-      {"lnf_mean", &lnf_mean_}, {"lnf_rstd", &lnf_rstd_},   {"logits", &logits_},   {"losses", &losses_},
-      {"proj_out", &proj_out_}, {"dresidual", &dresidual_}, {"dln", &dln_},         {"datty", &datty_},
-      {"dqkv", &dqkv_},         {"dfch", &dfch_}};
+      {"tokens", &tokens_},       {"encoded", &encoded_},     {"lnf", &lnf_},   {"lnf_mean", &lnf_mean_},
+      {"lnf_rstd", &lnf_rstd_},   {"proj_out", &proj_out_},   {"dresidual", &dresidual_},
+      {"dln", &dln_},             {"datty", &datty_},         {"dqkv", &dqkv_}, {"dfch", &dfch_}};
   for (const auto& [n, t] : fixed) *t = tensor(n);
-  if (cfg.split_vocab) xent_stats_ = tensor("xent_stats");
   wte_index_ = cfg.split_vocab ? 1 : 0;
   TT_CHECK(layout_[wte_index_].name == "wte", "Gpt: wte is not parameter %zu", wte_index_);
   // Each block's parameters by role (their order in the layout depends on tp: param_layout).
@@ -330,51 +302,8 @@ void Gpt::rebuild_act(ModelHooks& h, int l) {
 }
 
 void Gpt::lm_head(ModelHooks& h, bool with_backward) {
-  h.at(Boundary::kBeforeHead, 0);
-  // Training: each chunk's matmul_backward writes its own rows of d(lnf) (it overwrites: no zeroing first); the first
-  // chunk overwrites d(wte), the others add to it (Note [gradients first written] in backend/backend.h).
-  const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq, C = cfg_.dim, Vp = cfg_.local_vocab();
-  const Tensor wte = this->wte();
-  const float dloss = 1.0f / static_cast<float>(BT);
-  for (int64_t r0 = 0; r0 < BT; r0 += lm_chunk_rows_) {
-    const int64_t n = std::min(lm_chunk_rows_, BT - r0);
-    const Tensor logits = logits_.view(0, {n, Vp});
-    const Tensor x = lnf_.view(r0 * C, {n, C});
-    const Tensor tg = targets_.view(r0, {n});
-    const GradWrite gw = r0 == 0 ? GradWrite::kOverwrite : GradWrite::kAccumulate;
-    h.op("matmul_forward lm_head");
-    be_.matmul_forward(logits, x, wte, Tensor());
-    if (cfg_.split_vocab) {  // Note [vocabulary-parallel cross-entropy]
-      const Tensor stats = xent_stats_.view(0, {3, n});
-      h.op("xent_local_max");
-      be_.xent_local_max(stats, logits, vocab_begin(), cfg_.vocab);
-      h.tp_max("xent max", stats.view(0, {n}));
-      h.op("xent_local_sums");
-      be_.xent_local_sums(stats, logits, tg, vocab_begin(), cfg_.vocab);
-      h.tp_sum("xent sums", stats.view(n, {2 * n}));
-      h.op("xent_finish");
-      be_.xent_finish(losses_.view(r0, {n}), with_backward ? logits : Tensor(), logits, stats, tg, dloss,
-                      vocab_begin(), cfg_.vocab);
-      if (with_backward) {
-        h.op("matmul_backward lm_head");
-        be_.matmul_backward(dln_.view(r0 * C, {n, C}), grad(wte_index_), Tensor(), logits, x, wte, gw);
-      }
-      continue;
-    }
-    if (!with_backward) {
-      h.op("softmax_xent_forward");
-      be_.softmax_xent_forward(losses_.view(r0, {n}), logits, logits, tg, cfg_.vocab);
-      continue;
-    }
-    // Training: the probabilities go straight to their gradients, in place.
-    h.op("softmax_xent_fused");
-    be_.softmax_xent_fused(losses_.view(r0, {n}), logits, logits, tg, dloss, cfg_.vocab);
-    h.op("matmul_backward lm_head");
-    be_.matmul_backward(dln_.view(r0 * C, {n, C}), grad(wte_index_), Tensor(), logits, x, wte, gw);
-  }
-  // Each rank's columns gave their share of d(lnf).
-  if (cfg_.split_vocab && with_backward) h.tp_sum("d lnf", dln_);
-  h.at(Boundary::kAfterHead, 0);
+  // The head tied to wte: its gradient is d(wte), which the embedding's backward adds to later.
+  run_lm_head(h, with_backward, lnf_, dln_, wte_index_, vocab_begin());
 }
 
 void Gpt::compute_logits(const Tensor& out) {
@@ -473,46 +402,6 @@ void Gpt::backward_block(ModelHooks& h, int l) {
   be_.layernorm_backward(dresidual_, g.ln1w, g.ln1b, dln_, x, w.ln1w, a.ln1_mean, a.ln1_rstd, gw);
 }
 
-std::vector<int64_t> GptFamily::tp_collectives(const ModelConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows,
-                                               ModelPiece piece, int segment) const {
-  std::vector<int64_t> r;
-  if (cfg.tp == 1) return r;
-  const int L = cfg.layers;
-  const int64_t BT = static_cast<int64_t>(batch) * cfg.seq, e = static_cast<int64_t>(dtype_size(dt)),
-                me = static_cast<int64_t>(dtype_size(master_dtype_for(dt))), act = BT * cfg.dim * e;
-  const bool block = segment >= 1 && segment <= L;
-  switch (piece) {
-    case ModelPiece::kForward:
-      if (segment == 0 && cfg.split_vocab) r.push_back(act);  // the embedding's rows from their owners
-      if (block) r = {act, act};                              // attn.proj, mlp.proj
-      break;
-    case ModelPiece::kForwardActApart:
-    case ModelPiece::kRebuildBlock:
-      r = {act, act};
-      break;
-    case ModelPiece::kBackward:
-      if (block) r = {act, act};  // d ln2, d ln1
-      break;
-    case ModelPiece::kHead:
-    case ModelPiece::kHeadWithBackward: {
-      if (!cfg.split_vocab) break;
-      const int64_t chunk = lm_chunk_rows > 0 ? std::min(lm_chunk_rows, BT) : model_default_lm_chunk_rows(cfg, batch, dt);
-      for (int64_t r0 = 0; r0 < BT; r0 += chunk) {
-        const int64_t n = std::min(chunk, BT - r0);
-        r.push_back(n * me);      // xent max
-        r.push_back(2 * n * me);  // xent sums
-      }
-      if (piece == ModelPiece::kHeadWithBackward) r.push_back(act);  // d lnf
-      break;
-    }
-    case ModelPiece::kRebuildNorms:
-    case ModelPiece::kRebuildMlp:
-    case ModelPiece::kRebuildAct:
-      break;
-  }
-  return r;
-}
-
 std::vector<NamedKernelCall> GptFamily::kernel_calls(const ModelConfig& cfg, int batch, DType dt,
                                                      int64_t lm_chunk_rows, ModelPiece piece, int segment) const {
   const int64_t B = batch, T = cfg.seq, C = cfg.dim, H = cfg.heads / cfg.tp, BT = B * T;
@@ -560,28 +449,9 @@ std::vector<NamedKernelCall> GptFamily::kernel_calls(const ModelConfig& cfg, int
       block_forward(true);
       break;
     case ModelPiece::kHead:
-    case ModelPiece::kHeadWithBackward: {
-      const bool train = piece == ModelPiece::kHeadWithBackward;
-      const int64_t chunk = lm_chunk_rows > 0 ? std::min(lm_chunk_rows, BT) : model_default_lm_chunk_rows(cfg, batch, dt);
-      for (int64_t r0 = 0; r0 < BT; r0 += chunk) {
-        const int64_t n = std::min(chunk, BT - r0);
-        add("matmul_forward lm_head", KernelOp::kMatmulForward, {n, Vl, C, 0});
-        if (cfg.split_vocab) {
-          add("xent_local_max", KernelOp::kXentLocalMax, {n, Vl});
-          add("xent_local_sums", KernelOp::kXentLocalSums, {n, Vl});
-          add("xent_finish", KernelOp::kXentFinish, {n, Vl, train ? 1 : 0});
-          if (train) add("matmul_backward lm_head", KernelOp::kMatmulBackward, {n, Vl, C, 0});
-          continue;
-        }
-        if (!train) {
-          add("softmax_xent_forward", KernelOp::kSoftmaxXentForward, {n, Vl});
-          continue;
-        }
-        add("softmax_xent_fused", KernelOp::kSoftmaxXentFused, {n, Vl});
-        add("matmul_backward lm_head", KernelOp::kMatmulBackward, {n, Vl, C, 0});
-      }
+    case ModelPiece::kHeadWithBackward:
+      append_head_kernel_calls(r, cfg, batch, dt, lm_chunk_rows, piece == ModelPiece::kHeadWithBackward);
       break;
-    }
     case ModelPiece::kBackward:
       if (segment == 0) {
         add("embedding_backward", KernelOp::kEmbeddingBackward, {B, T, C, Vl});

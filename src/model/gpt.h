@@ -99,7 +99,7 @@ class Gpt : public Model {
   void backward_block(ModelHooks& hooks, int l);
 
   std::vector<BlockActs> acts_;  // [layer]
-  Tensor tokens_, targets_, encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, xent_stats_;
+  Tensor tokens_, encoded_, lnf_, lnf_mean_, lnf_rstd_;
   Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_;
   size_t wte_index_ = 0;
   std::vector<std::array<size_t, 12>> layer_index_;  // [layer] the indices of its 12 parameters, in LayerParams order

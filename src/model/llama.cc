@@ -29,8 +29,9 @@ class LlamaFamily final : public ModelFamily {
   std::vector<NamedKernelCall> kernel_calls(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
                                             ModelPiece piece, int segment) const override;
   std::vector<int64_t> tp_collectives(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
-                                      ModelPiece piece, int segment) const override;
-  std::vector<ShardCopy> shard_copies(const ModelConfig& cfg, int tp_rank) const override;
+                                      ModelPiece piece, int segment) const override {
+    return decoder_tp_collectives(cfg, batch, compute, lm_chunk_rows, piece, segment);
+  }
   void init_values(const ModelConfig& cfg, uint64_t seed, float* out) const override;
   void init_values(const ModelConfig& cfg, uint64_t seed, double* out) const override;
   std::unique_ptr<Model> create(Backend& backend, const ModelConfig& cfg, int batch, DType compute,
@@ -92,25 +93,30 @@ std::vector<ParamInfo> LlamaFamily::param_layout(const ModelConfig& cfg) const {
   const int64_t V = cfg.padded_vocab(), tp = cfg.tp;
   std::vector<ParamInfo> out;
   int64_t offset = 0;
-  auto add = [&](std::string name, Shape shape, bool decay, int layer, bool sharded = false) {
-    out.push_back(ParamInfo{std::move(name), shape, offset, decay, layer, sharded});
+  // rows: how the parameter splits over tensor-parallel ranks (ParamInfo::row_blocks; empty: its columns).
+  auto add = [&](std::string name, Shape shape, bool decay, int layer, bool sharded = false,
+                 std::vector<int64_t> rows = {}) {
+    out.push_back(ParamInfo{std::move(name), shape, offset, decay, layer, sharded, std::move(rows)});
     offset += shape.numel();
   };
-  add("wte", {cfg.split_vocab ? V / tp : V, d.C}, true, -1, cfg.split_vocab);
+  // Note [Llama layout]: Q's heads, then K's and V's, each cut in rank order (whole key/value groups a rank).
+  const std::vector<int64_t> qkv_rows = {d.H * d.hs, d.KV * d.hs, d.KV * d.hs};
+  add("wte", {cfg.split_vocab ? V / tp : V, d.C}, true, -1, cfg.split_vocab, {V});
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     const bool sh = tp > 1;
     // Note [tensor parallel]: the replicated norms first, then the sharded matrices (and the QKV bias).
     add(p + "attn_norm.w", {d.C}, false, l);
     add(p + "mlp_norm.w", {d.C}, false, l);
-    add(p + "attn.qkv.w", {d.Cq(), d.C}, true, l, sh);
+    add(p + "attn.qkv.w", {d.Cq(), d.C}, true, l, sh, qkv_rows);
     add(p + "attn.proj.w", {d.C, d.Cl()}, true, l, sh);
-    add(p + "mlp.gate_up.w", {2 * d.Fl(), d.C}, true, l, sh);
+    add(p + "mlp.gate_up.w", {2 * d.Fl(), d.C}, true, l, sh, {d.F, d.F});
     add(p + "mlp.down.w", {d.C, d.Fl()}, true, l, sh);
-    if (cfg.qkv_bias) add(p + "attn.qkv.b", {d.Cq()}, false, l, sh);
+    if (cfg.qkv_bias) add(p + "attn.qkv.b", {d.Cq()}, false, l, sh, qkv_rows);
   }
   add("norm.w", {d.C}, false, -1);
-  if (!cfg.tied_embeddings) add("lm_head.w", {cfg.split_vocab ? V / tp : V, d.C}, true, -1, cfg.split_vocab);
+  if (!cfg.tied_embeddings)
+    add("lm_head.w", {cfg.split_vocab ? V / tp : V, d.C}, true, -1, cfg.split_vocab, {V});
   return out;
 }
 
@@ -165,46 +171,6 @@ std::vector<TensorRequest> LlamaFamily::decode_tensors(const ModelConfig& cfg, D
           {"decode.proj", {1, d.C}, dt, W},     {"decode.fch", {1, 2 * d.F}, dt, W},
           {"decode.fch_act", {1, d.F}, dt, W},  {"decode.rstd", {1}, md, W},
           {"decode.logits", {1, cfg.padded_vocab()}, dt, W}};
-}
-
-std::vector<ShardCopy> LlamaFamily::shard_copies(const ModelConfig& cfg, int tp_rank) const {
-  const std::vector<ParamInfo> local = param_layout(cfg);
-  const std::vector<ParamInfo> whole = param_layout(cfg.whole());
-  std::map<std::string, const ParamInfo*> by_name;
-  for (const ParamInfo& p : whole) by_name[p.name] = &p;
-  const Dims d = dims(cfg, 1);
-  const int64_t r = tp_rank;
-  std::vector<ShardCopy> out;
-  for (const ParamInfo& p : local) {
-    const ParamInfo& w = *by_name.at(p.name);
-    if (!p.sharded) {
-      out.push_back({w.offset, p.offset, p.shape.numel()});
-      continue;
-    }
-    const int64_t rows = p.shape[0], cols = p.shape.rank() == 2 ? p.shape[1] : 1;
-    if (p.name.ends_with("attn.qkv.w") || p.name.ends_with("attn.qkv.b")) {
-      // This rank's query heads, then its key and value heads: three blocks of rows.
-      const int64_t blocks[3][3] = {{0, d.Hl() * d.hs, d.H * d.hs},            // [whole start, local rows, whole rows]
-                                    {d.H * d.hs, d.KVl() * d.hs, d.KV * d.hs},
-                                    {(d.H + d.KV) * d.hs, d.KVl() * d.hs, d.KV * d.hs}};
-      int64_t local_row = 0;
-      for (const auto& b : blocks) {
-        out.push_back({w.offset + (b[0] + r * b[1]) * cols, p.offset + local_row * cols, b[1] * cols});
-        local_row += b[1];
-      }
-    } else if (p.name.ends_with("mlp.gate_up.w")) {
-      // This rank's gate rows, then its up rows.
-      for (int64_t j = 0; j < 2; ++j)
-        out.push_back({w.offset + (j * d.F + r * d.Fl()) * cols, p.offset + j * d.Fl() * cols, d.Fl() * cols});
-    } else if (p.name == "wte" || p.name == "lm_head.w") {
-      out.push_back({w.offset + r * rows * cols, p.offset, rows * cols});  // a block of rows
-    } else {
-      // The output projections: this rank's columns of every row.
-      const int64_t whole_cols = w.shape[1];
-      for (int64_t i = 0; i < rows; ++i) out.push_back({w.offset + i * whole_cols + r * cols, p.offset + i * cols, cols});
-    }
-  }
-  return out;
 }
 
 // Note [parallel init] (model/model.h): normal(0, 0.02); the residual projections 0.02/sqrt(2L); norms 1; the QKV bias
@@ -280,12 +246,10 @@ Llama::Llama(Backend& backend, const ModelConfig& cfg, int batch, DType dtype, M
     for (const auto& [n, t] : table) *t = tensor(h + n);
   }
   const std::pair<const char*, Tensor*> fixed[] = {
-      {"tokens", &tokens_},       {"targets", &targets_}, {"encoded", &encoded_}, {"lnf", &lnf_},
-      {"lnf_rstd", &lnf_rstd_},   {"logits", &logits_},   {"losses", &losses_},   {"rope", &rope_},
-      {"proj_out", &proj_out_},   {"dresidual", &dresidual_}, {"dln", &dln_},     {"datty", &datty_},
-      {"dqkv", &dqkv_},           {"dfch", &dfch_},       {"dact", &dact_}};
+      {"tokens", &tokens_},     {"encoded", &encoded_},     {"lnf", &lnf_}, {"lnf_rstd", &lnf_rstd_},
+      {"rope", &rope_},         {"proj_out", &proj_out_},   {"dresidual", &dresidual_},
+      {"dln", &dln_},           {"datty", &datty_},         {"dqkv", &dqkv_}, {"dfch", &dfch_}, {"dact", &dact_}};
   for (const auto& [n, t] : fixed) *t = tensor(n);
-  if (cfg.split_vocab) xent_stats_ = tensor("xent_stats");
   wte_index_ = param_index("wte");
   norm_index_ = param_index("norm.w");
   head_index_ = cfg.tied_embeddings ? wte_index_ : param_index("lm_head.w");
@@ -393,49 +357,8 @@ void Llama::rebuild_act(ModelHooks& h, int l) {
 }
 
 void Llama::lm_head(ModelHooks& h, bool with_backward) {
-  h.at(Boundary::kBeforeHead, 0);
-  // As GPT-2's head (model/gpt.cc), over the head's matrix: wte when tied, lm_head.w otherwise. Training: each
-  // chunk's matmul_backward writes its rows of d(lnf); the first chunk overwrites the head's gradient, the others add.
-  const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq, C = cfg_.dim, Vp = cfg_.local_vocab();
-  const Tensor w = head(), gw_t = grad(head_index_);
-  const float dloss = 1.0f / static_cast<float>(BT);
-  for (int64_t r0 = 0; r0 < BT; r0 += lm_chunk_rows_) {
-    const int64_t n = std::min(lm_chunk_rows_, BT - r0);
-    const Tensor logits = logits_.view(0, {n, Vp});
-    const Tensor x = lnf_.view(r0 * C, {n, C});
-    const Tensor tg = targets_.view(r0, {n});
-    const GradWrite gw = r0 == 0 ? GradWrite::kOverwrite : GradWrite::kAccumulate;
-    h.op("matmul_forward lm_head");
-    be_.matmul_forward(logits, x, w, Tensor());
-    if (cfg_.split_vocab) {  // Note [vocabulary-parallel cross-entropy]
-      const Tensor stats = xent_stats_.view(0, {3, n});
-      h.op("xent_local_max");
-      be_.xent_local_max(stats, logits, vocab_begin(), cfg_.vocab);
-      h.tp_max("xent max", stats.view(0, {n}));
-      h.op("xent_local_sums");
-      be_.xent_local_sums(stats, logits, tg, vocab_begin(), cfg_.vocab);
-      h.tp_sum("xent sums", stats.view(n, {2 * n}));
-      h.op("xent_finish");
-      be_.xent_finish(losses_.view(r0, {n}), with_backward ? logits : Tensor(), logits, stats, tg, dloss,
-                      vocab_begin(), cfg_.vocab);
-      if (with_backward) {
-        h.op("matmul_backward lm_head");
-        be_.matmul_backward(dln_.view(r0 * C, {n, C}), gw_t, Tensor(), logits, x, w, gw);
-      }
-      continue;
-    }
-    if (!with_backward) {
-      h.op("softmax_xent_forward");
-      be_.softmax_xent_forward(losses_.view(r0, {n}), logits, logits, tg, cfg_.vocab);
-      continue;
-    }
-    h.op("softmax_xent_fused");
-    be_.softmax_xent_fused(losses_.view(r0, {n}), logits, logits, tg, dloss, cfg_.vocab);
-    h.op("matmul_backward lm_head");
-    be_.matmul_backward(dln_.view(r0 * C, {n, C}), gw_t, Tensor(), logits, x, w, gw);
-  }
-  if (cfg_.split_vocab && with_backward) h.tp_sum("d lnf", dln_);
-  h.at(Boundary::kAfterHead, 0);
+  // The head's matrix: wte when tied (the embedding's backward adds to its gradient), lm_head.w otherwise.
+  run_lm_head(h, with_backward, lnf_, dln_, head_index_, vocab_begin());
 }
 
 void Llama::compute_logits(const Tensor& out) {
@@ -537,46 +460,6 @@ void Llama::decode_step(const NamedTensors& state) {
   be_.matmul_forward(state.at("decode.logits"), ln, head(), Tensor());
 }
 
-std::vector<int64_t> LlamaFamily::tp_collectives(const ModelConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows,
-                                                 ModelPiece piece, int segment) const {
-  std::vector<int64_t> r;
-  if (cfg.tp == 1) return r;
-  const int L = cfg.layers;
-  const int64_t BT = static_cast<int64_t>(batch) * cfg.seq, e = static_cast<int64_t>(dtype_size(dt)),
-                me = static_cast<int64_t>(dtype_size(master_dtype_for(dt))), act = BT * cfg.dim * e;
-  const bool block = segment >= 1 && segment <= L;
-  switch (piece) {
-    case ModelPiece::kForward:
-    case ModelPiece::kForwardActApart:
-      if (segment == 0 && cfg.split_vocab) r.push_back(act);  // the embedding's rows from their owners
-      if (block) r = {act, act};                              // attn.proj, mlp.down
-      break;
-    case ModelPiece::kRebuildBlock:
-      r = {act, act};
-      break;
-    case ModelPiece::kBackward:
-      if (block) r = {act, act};  // d ln2, d ln1
-      break;
-    case ModelPiece::kHead:
-    case ModelPiece::kHeadWithBackward: {
-      if (!cfg.split_vocab) break;
-      const int64_t chunk = chunk_rows(cfg, batch, dt, lm_chunk_rows);
-      for (int64_t r0 = 0; r0 < BT; r0 += chunk) {
-        const int64_t n = std::min(chunk, BT - r0);
-        r.push_back(n * me);      // xent max
-        r.push_back(2 * n * me);  // xent sums
-      }
-      if (piece == ModelPiece::kHeadWithBackward) r.push_back(act);  // d lnf
-      break;
-    }
-    case ModelPiece::kRebuildNorms:
-    case ModelPiece::kRebuildMlp:
-    case ModelPiece::kRebuildAct:
-      break;
-  }
-  return r;
-}
-
 std::vector<NamedKernelCall> LlamaFamily::kernel_calls(const ModelConfig& cfg, int batch, DType dt,
                                                        int64_t lm_chunk_rows, ModelPiece piece, int segment) const {
   const Dims d = dims(cfg, batch);
@@ -622,28 +505,9 @@ std::vector<NamedKernelCall> LlamaFamily::kernel_calls(const ModelConfig& cfg, i
       add("swiglu_forward (rebuild)", KernelOp::kSwigluForward, {BT, d.Fl()}, dt);
       break;
     case ModelPiece::kHead:
-    case ModelPiece::kHeadWithBackward: {
-      const bool train = piece == ModelPiece::kHeadWithBackward;
-      const int64_t chunk = chunk_rows(cfg, batch, dt, lm_chunk_rows);
-      for (int64_t r0 = 0; r0 < BT; r0 += chunk) {
-        const int64_t n = std::min(chunk, BT - r0);
-        add("matmul_forward lm_head", KernelOp::kMatmulForward, {n, Vl, C, 0}, dt);
-        if (cfg.split_vocab) {
-          add("xent_local_max", KernelOp::kXentLocalMax, {n, Vl}, dt);
-          add("xent_local_sums", KernelOp::kXentLocalSums, {n, Vl}, dt);
-          add("xent_finish", KernelOp::kXentFinish, {n, Vl, train ? 1 : 0}, dt);
-          if (train) add("matmul_backward lm_head", KernelOp::kMatmulBackward, {n, Vl, C, 0}, dt);
-          continue;
-        }
-        if (!train) {
-          add("softmax_xent_forward", KernelOp::kSoftmaxXentForward, {n, Vl}, dt);
-          continue;
-        }
-        add("softmax_xent_fused", KernelOp::kSoftmaxXentFused, {n, Vl}, dt);
-        add("matmul_backward lm_head", KernelOp::kMatmulBackward, {n, Vl, C, 0}, dt);
-      }
+    case ModelPiece::kHeadWithBackward:
+      append_head_kernel_calls(r, cfg, batch, dt, lm_chunk_rows, piece == ModelPiece::kHeadWithBackward);
       break;
-    }
     case ModelPiece::kBackward:
       if (segment == 0) {
         if (!cfg.tied_embeddings) add("zero d wte", KernelOp::kFillZero, {Vl * C}, md);

@@ -1,7 +1,9 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <map>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -274,7 +276,155 @@ std::unique_ptr<Model> create_model(Backend& backend, const ModelConfig& cfg, in
 
 std::vector<ShardCopy> model_shard_copies(const ModelConfig& cfg, int tp_rank) {
   TT_CHECK(tp_rank >= 0 && tp_rank < cfg.tp, "tensor-parallel rank %d of %d", tp_rank, cfg.tp);
-  return family_of(cfg).shard_copies(cfg, tp_rank);
+  const std::vector<ParamInfo> local = model_param_layout(cfg);
+  const std::vector<ParamInfo> whole = model_param_layout(cfg.whole());
+  std::map<std::string, const ParamInfo*> by_name;
+  for (const ParamInfo& p : whole) by_name[p.name] = &p;
+  const int64_t r = tp_rank, tp = cfg.tp;
+  std::vector<ShardCopy> out;
+  for (const ParamInfo& p : local) {
+    const ParamInfo& w = *by_name.at(p.name);
+    if (!p.sharded) {
+      out.push_back({w.offset, p.offset, p.shape.numel()});
+      continue;
+    }
+    const int64_t cols = p.shape.rank() == 2 ? p.shape[1] : 1;
+    if (!w.row_blocks.empty()) {
+      // Each block of rows cut evenly: this rank's part of each, one after the other.
+      int64_t whole_row = 0, local_row = 0;
+      for (const int64_t rows : w.row_blocks) {
+        TT_CHECK(rows % tp == 0, "parameter %s: a block of %lld rows over %lld ranks", p.name.c_str(),
+                 static_cast<long long>(rows), static_cast<long long>(tp));
+        const int64_t part = rows / tp;
+        out.push_back({w.offset + (whole_row + r * part) * cols, p.offset + local_row * cols, part * cols});
+        whole_row += rows;
+        local_row += part;
+      }
+      TT_CHECK(local_row == p.shape[0], "parameter %s: row blocks of %lld rows for a shard of %lld", p.name.c_str(),
+               static_cast<long long>(local_row), static_cast<long long>(p.shape[0]));
+      continue;
+    }
+    // Columns cut: this rank's columns of every row.
+    const int64_t rows = p.shape[0], whole_cols = w.shape[1];
+    for (int64_t i = 0; i < rows; ++i) out.push_back({w.offset + i * whole_cols + r * cols, p.offset + i * cols, cols});
+  }
+  return out;
+}
+
+std::vector<int64_t> decoder_tp_collectives(const ModelConfig& cfg, int batch, DType dt, int64_t lm_chunk_rows,
+                                            ModelPiece piece, int segment) {
+  std::vector<int64_t> r;
+  if (cfg.tp == 1) return r;
+  const int L = cfg.layers;
+  const int64_t BT = static_cast<int64_t>(batch) * cfg.seq, e = static_cast<int64_t>(dtype_size(dt)),
+                me = static_cast<int64_t>(dtype_size(master_dtype_for(dt))), act = BT * cfg.dim * e;
+  const bool block = segment >= 1 && segment <= L;
+  switch (piece) {
+    case ModelPiece::kForward:
+    case ModelPiece::kForwardActApart:
+      if (segment == 0 && cfg.split_vocab) r.push_back(act);  // the embedding's rows from their owners
+      if (block) r = {act, act};                              // the attention's and the MLP's output projections
+      break;
+    case ModelPiece::kRebuildBlock:
+      r = {act, act};
+      break;
+    case ModelPiece::kBackward:
+      if (block) r = {act, act};  // the gradients of the two normalised inputs
+      break;
+    case ModelPiece::kHead:
+    case ModelPiece::kHeadWithBackward: {
+      if (!cfg.split_vocab) break;
+      const int64_t chunk = lm_chunk_rows > 0 ? std::min(lm_chunk_rows, BT) : model_default_lm_chunk_rows(cfg, batch, dt);
+      for (int64_t r0 = 0; r0 < BT; r0 += chunk) {
+        const int64_t n = std::min(chunk, BT - r0);
+        r.push_back(n * me);      // xent max
+        r.push_back(2 * n * me);  // xent sums
+      }
+      if (piece == ModelPiece::kHeadWithBackward) r.push_back(act);  // d lnf
+      break;
+    }
+    case ModelPiece::kRebuildNorms:
+    case ModelPiece::kRebuildMlp:
+    case ModelPiece::kRebuildAct:
+      break;
+  }
+  return r;
+}
+
+void append_head_kernel_calls(std::vector<NamedKernelCall>& r, const ModelConfig& cfg, int batch, DType dt,
+                              int64_t lm_chunk_rows, bool train) {
+  const int64_t BT = static_cast<int64_t>(batch) * cfg.seq, C = cfg.dim, Vl = cfg.local_vocab();
+  const int64_t chunk = lm_chunk_rows > 0 ? std::min(lm_chunk_rows, BT) : model_default_lm_chunk_rows(cfg, batch, dt);
+  auto add = [&](const char* name, KernelOp op, std::array<int64_t, 5> dims) {
+    r.push_back({name, KernelCall{op, dt, dims}});
+  };
+  for (int64_t r0 = 0; r0 < BT; r0 += chunk) {
+    const int64_t n = std::min(chunk, BT - r0);
+    add("matmul_forward lm_head", KernelOp::kMatmulForward, {n, Vl, C, 0});
+    if (cfg.split_vocab) {
+      add("xent_local_max", KernelOp::kXentLocalMax, {n, Vl});
+      add("xent_local_sums", KernelOp::kXentLocalSums, {n, Vl});
+      add("xent_finish", KernelOp::kXentFinish, {n, Vl, train ? 1 : 0});
+      if (train) add("matmul_backward lm_head", KernelOp::kMatmulBackward, {n, Vl, C, 0});
+      continue;
+    }
+    if (!train) {
+      add("softmax_xent_forward", KernelOp::kSoftmaxXentForward, {n, Vl});
+      continue;
+    }
+    add("softmax_xent_fused", KernelOp::kSoftmaxXentFused, {n, Vl});
+    add("matmul_backward lm_head", KernelOp::kMatmulBackward, {n, Vl, C, 0});
+  }
+}
+
+void Model::run_lm_head(ModelHooks& h, bool with_backward, const Tensor& lnf, const Tensor& dln, size_t head,
+                        int64_t vocab_begin) {
+  h.at(Boundary::kBeforeHead, 0);
+  const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq, C = cfg_.dim, Vp = cfg_.local_vocab();
+  const Tensor w = cparam(head), gw_all = grad(head);
+  const Tensor& logits_all = tensor("logits");
+  const Tensor& losses = tensor("losses");
+  const Tensor& targets = tensor("targets");
+  const float dloss = 1.0f / static_cast<float>(BT);
+  for (int64_t r0 = 0; r0 < BT; r0 += lm_chunk_rows_) {
+    const int64_t n = std::min(lm_chunk_rows_, BT - r0);
+    const Tensor logits = logits_all.view(0, {n, Vp});
+    const Tensor x = lnf.view(r0 * C, {n, C});
+    const Tensor tg = targets.view(r0, {n});
+    const GradWrite gw = r0 == 0 ? GradWrite::kOverwrite : GradWrite::kAccumulate;
+    h.op("matmul_forward lm_head");
+    be_.matmul_forward(logits, x, w, Tensor());
+    if (cfg_.split_vocab) {  // Note [vocabulary-parallel cross-entropy]
+      const Tensor stats = tensor("xent_stats").view(0, {3, n});
+      h.op("xent_local_max");
+      be_.xent_local_max(stats, logits, vocab_begin, cfg_.vocab);
+      h.tp_max("xent max", stats.view(0, {n}));
+      h.op("xent_local_sums");
+      be_.xent_local_sums(stats, logits, tg, vocab_begin, cfg_.vocab);
+      h.tp_sum("xent sums", stats.view(n, {2 * n}));
+      h.op("xent_finish");
+      be_.xent_finish(losses.view(r0, {n}), with_backward ? logits : Tensor(), logits, stats, tg, dloss, vocab_begin,
+                      cfg_.vocab);
+      if (with_backward) {
+        h.op("matmul_backward lm_head");
+        be_.matmul_backward(dln.view(r0 * C, {n, C}), gw_all, Tensor(), logits, x, w, gw);
+      }
+      continue;
+    }
+    if (!with_backward) {
+      h.op("softmax_xent_forward");
+      be_.softmax_xent_forward(losses.view(r0, {n}), logits, logits, tg, cfg_.vocab);
+      continue;
+    }
+    // Training: the probabilities go straight to their gradients, in place.
+    h.op("softmax_xent_fused");
+    be_.softmax_xent_fused(losses.view(r0, {n}), logits, logits, tg, dloss, cfg_.vocab);
+    h.op("matmul_backward lm_head");
+    be_.matmul_backward(dln.view(r0 * C, {n, C}), gw_all, Tensor(), logits, x, w, gw);
+  }
+  // Each rank's columns gave their share of d(lnf).
+  if (cfg_.split_vocab && with_backward) h.tp_sum("d lnf", dln);
+  h.at(Boundary::kAfterHead, 0);
 }
 
 void model_take_shard(const ModelConfig& cfg, int tp_rank, const void* whole, void* local, size_t esize) {

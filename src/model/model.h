@@ -61,7 +61,7 @@ struct ModelConfig {
   bool tied_embeddings = true;  // the LM head is the token embedding (else a matrix of its own)
   bool qkv_bias = false;        // Llama family: biases on Q, K and V (Qwen2)
   double rope_theta = 10000.0;  // Llama family: the rotary embedding's base
-  RopeScaling rope_scaling;
+  RopeScaling rope_scaling = {};
   double norm_eps = 1e-5;       // the normalisations' epsilon
   // Note [tensor parallel]: how many ways the blocks are split over tensor-parallel ranks (their heads and the MLP's
   // hidden width; 1: not split). Every size the functions below give (parameters, activations, kernel calls) is then
@@ -105,6 +105,9 @@ struct ParamInfo {
   bool decay = false;  // weight decay applies (matrices and embeddings)
   int layer = -1;      // block index, -1 for the parameters before and after the blocks
   bool sharded = false;  // split over the tensor-parallel ranks (Note [tensor parallel]); else the same on each
+  // How it splits over tensor-parallel ranks (whether or not it is split in this layout): the whole model's blocks of
+  // rows, each cut evenly in rank order (Q, K and V's rows: three blocks); empty: its columns are cut instead.
+  std::vector<int64_t> row_blocks;
 };
 
 // Note [gradient segments]
@@ -232,7 +235,6 @@ class ModelFamily {
                                                     int64_t lm_chunk_rows, ModelPiece piece, int segment) const = 0;
   virtual std::vector<int64_t> tp_collectives(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
                                               ModelPiece piece, int segment) const = 0;
-  virtual std::vector<ShardCopy> shard_copies(const ModelConfig& cfg, int tp_rank) const = 0;
   // Initial values of the whole model (tp 1), a function of the seed and each element's flat index.
   virtual void init_values(const ModelConfig& cfg, uint64_t seed, float* out) const = 0;
   virtual void init_values(const ModelConfig& cfg, uint64_t seed, double* out) const = 0;
@@ -283,6 +285,16 @@ std::vector<ShardCopy> model_shard_copies(const ModelConfig& cfg, int tp_rank);
 // A rank's flat buffer from the whole model's, and back, for elements of `esize` bytes.
 void model_take_shard(const ModelConfig& cfg, int tp_rank, const void* whole, void* local, size_t esize);
 void model_put_shard(const ModelConfig& cfg, int tp_rank, const void* local, void* whole, size_t esize);
+
+// Note [tensor parallel]: the sums and maxima of a decoder whose blocks are Megatron's column- then row-parallel
+// pairs (attention, MLP): one sum after each pair's forward and one of each pair's input gradient in the backward; with
+// split_vocab the embedding's rows and the head's steps (Note [vocabulary-parallel cross-entropy]). GPT-2's and the
+// Llama family's lists.
+std::vector<int64_t> decoder_tp_collectives(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,
+                                            ModelPiece piece, int segment);
+// The LM head's kernel calls (Model::run_lm_head), appended.
+void append_head_kernel_calls(std::vector<NamedKernelCall>& r, const ModelConfig& cfg, int batch, DType compute,
+                              int64_t lm_chunk_rows, bool train);
 
 // A model's math over the views it was handed (Note [model and executor]). The passes and the pieces are virtual:
 // each family implements them, and a test model with a family's tensors can stand in for its kernels
@@ -364,6 +376,12 @@ class Model {
         ModelTensors tensors);
   // Checks that `state` holds the family's decoding tensors, and that this model can decode.
   void check_decodable(const NamedTensors& state) const;
+  // The LM head over chunks of rows (Note [LM head in chunks]) with the head's matrix parameter `head` (V or V/tp
+  // rows), from lnf [B, T, C]: the losses, and training, d(lnf) into dln and the head's gradient (the first chunk
+  // overwrites it, the others add); "logits", "losses", "targets" and with split_vocab "xent_stats" are the bound
+  // tensors of those names. Announces its boundary and kernels as append_head_kernel_calls lists them.
+  void run_lm_head(ModelHooks& hooks, bool with_backward, const Tensor& lnf, const Tensor& dln, size_t head,
+                   int64_t vocab_begin);
 
   const ModelFamily& family_;
   Backend& be_;
