@@ -16,4 +16,14 @@ inline uint16_t float_to_bf16(float f) {
 
 inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
+// IEEE half precision (safetensors' F16) to float, exactly: normals, subnormals, infinities and NaN.
+inline float f16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));  // inf, NaN
+  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112) << 23) | (man << 13));
+  // Subnormal (or zero): man x 2^-24.
+  const float v = static_cast<float>(man) * 5.9604644775390625e-8f;
+  return sign ? -v : v;
+}
+
 }  // namespace tt

@@ -301,16 +301,15 @@ Status check_checkpoint_continues(const CheckpointState& st, const CheckpointSta
                                   const std::string& path) {
   // What must match for the run to continue.
   std::string mismatch;
-  auto differ = [&](const char* what, long long have, long long want) {
-    if (have != want)
-      mismatch += str_format("%s%s is %lld in the checkpoint but %lld now", mismatch.empty() ? "" : "; ", what, have,
-                             want);
-  };
-  differ("layers", st.model.layers, expected.model.layers);
-  differ("dim", st.model.dim, expected.model.dim);
-  differ("heads", st.model.heads, expected.model.heads);
-  differ("seq", st.model.seq, expected.model.seq);
-  differ("vocab", st.model.vocab, expected.model.vocab);
+  // Every field of the model: its family, sizes and options.
+  const nlohmann::json have = model_config_json(st.model.whole()), want = model_config_json(expected.model.whole());
+  for (const char* key : {"family", "layers", "dim", "heads", "seq", "vocab", "kv_heads", "ffn", "tied_embeddings",
+                          "qkv_bias", "rope_theta", "rope_scaling", "norm_eps"}) {
+    const nlohmann::json a = have.value(key, nlohmann::json()), b = want.value(key, nlohmann::json());
+    if (a != b)
+      mismatch += str_format("%s%s is %s in the checkpoint but %s now", mismatch.empty() ? "" : "; ", key,
+                             a.dump().c_str(), b.dump().c_str());
+  }
   if (st.dtype != expected.dtype)
     mismatch += str_format("%sdtype is %s in the checkpoint but %s now", mismatch.empty() ? "" : "; ",
                            dtype_name(st.dtype), dtype_name(expected.dtype));

@@ -264,6 +264,9 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.model.qkv_bias = cfg.get_bool("qkv_bias");
   tc.model.rope_theta = cfg.get_float("rope_theta");
   tc.model.norm_eps = cfg.get_float("norm_eps");
+  for (const char* k : {"family", "layers", "dim", "heads", "seq", "kv_heads", "ffn", "tied_embeddings", "qkv_bias",
+                        "rope_theta", "norm_eps"})
+    if (cfg.source(k) != KnobSource::kDefault) tc.model_knobs_given.insert(k);
   tc.data = cfg.get_string("data");
   tc.val_fraction = cfg.get_float("val_fraction");
   tc.batch = static_cast<int>(cfg.get_int("batch"));
@@ -358,6 +361,37 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
            "--lr %g (and the cosine decay never starts); a warm-up is usually a few percent of the steps",
            static_cast<long long>(tc.warmup), static_cast<long long>(tc.steps), static_cast<double>(tc.lr));
   return tc;
+}
+
+Status adopt_model(TrainConfig& cfg, const ModelConfig& from, const std::string& source) {
+  const ModelConfig& m = cfg.model;
+  std::string mismatch;
+  auto check = [&](const char* knob, const std::string& given, const std::string& theirs) {
+    if (cfg.model_knobs_given.count(knob) != 0 && given != theirs)
+      mismatch += str_format("%s%s %s but %s", mismatch.empty() ? "" : "; ", Config::flag_name(knob).c_str(),
+                             given.c_str(), theirs.c_str());
+  };
+  auto num = [](double v) { return str_format("%g", v); };
+  check("family", m.family, from.family);
+  check("layers", num(m.layers), num(from.layers));
+  check("dim", num(m.dim), num(from.dim));
+  check("heads", num(m.heads), num(from.heads));
+  check("seq", num(m.seq), num(from.seq));
+  check("kv_heads", num(m.kv_head_count()), num(from.kv_head_count()));
+  if (cfg.model_knobs_given.count("ffn") != 0 && m.family == from.family)
+    check("ffn", num(model_ffn(m)), num(model_ffn(from)));
+  check("tied_embeddings", m.tied_embeddings ? "true" : "false", from.tied_embeddings ? "true" : "false");
+  check("qkv_bias", m.qkv_bias ? "true" : "false", from.qkv_bias ? "true" : "false");
+  check("rope_theta", num(m.rope_theta), num(from.rope_theta));
+  check("norm_eps", num(m.norm_eps), num(from.norm_eps));
+  TT_RETURN_IF(!mismatch.empty(), kInvalidArgument, "the model of %s is not the one the flags give: %s (leave the "
+               "model flags out to take %s's)", source.c_str(), mismatch.c_str(), source.c_str());
+  const int tp = cfg.model.tp;
+  const bool split = cfg.model.split_vocab;
+  cfg.model = from;
+  cfg.model.tp = tp;
+  cfg.model.split_vocab = split;
+  return Status::ok();
 }
 
 Status apply_backend_defaults(Config& cfg) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,9 @@ constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
 
 struct TrainConfig {
   ModelConfig model;  // vocab comes from the data
+  // The model knobs set by a flag, a variable or a config file ("layers", "family", ...): the others may be taken from
+  // a Hugging Face folder's config.json (--from-safetensors) or the checkpoint a run resumes (adopt_model).
+  std::set<std::string> model_knobs_given;
   int batch = 16;
   std::string data = kDefaultCorpus;
   double val_fraction = 0.05;
@@ -77,7 +81,7 @@ struct TrainConfig {
   int64_t keep_checkpoints = 3;
   std::string resume;  // "" | "latest" | path of a checkpoint file
   std::string init_from;  // a checkpoint (file, folder, run folder) whose parameters start a new run
-  std::string from_safetensors;  // GPT-2-layout weights that start a new run (exec/export.h)
+  std::string from_safetensors;  // a Hugging Face folder (or .safetensors file) that starts a new run (exec/hf.h)
 
   int64_t eval_every = 100;
   int64_t eval_batches = 20;
@@ -114,6 +118,9 @@ Status apply_backend_defaults(Config& cfg);
 Status apply_run_dir(Config& cfg, const std::string& now);
 // Reads the knobs; cross-checks what single knobs cannot (heads divide dim, stop_at <= steps, ...).
 Result<TrainConfig> train_config_from(const Config& cfg);
+// The model of `from` (a Hugging Face folder's, a resumed checkpoint's), named `source` in errors, for cfg: each model
+// knob given (TrainConfig::model_knobs_given) must agree with it, and `from` replaces the rest; the vocabulary too.
+Status adopt_model(TrainConfig& cfg, const ModelConfig& from, const std::string& source);
 
 // The peak learning rate when none is given (--lr 0): 3e-3 x min(1, 128 / dim). 3e-3 suits the default model
 // (d128); Adam moves every weight by about the learning rate on its first steps, and the change in a layer's

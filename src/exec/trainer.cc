@@ -14,9 +14,10 @@
 #include "core/atomic_file.h"
 #include "host/adamw.h"
 #include "core/log.h"
+#include "core/tensorfile.h"
 #include "core/units.h"
 #include "exec/checkpoint.h"
-#include "exec/export.h"
+#include "exec/hf.h"
 #include "mesh/mesh.h"
 
 namespace tt {
@@ -221,6 +222,20 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   }
   TT_ASSIGN_OR_RETURN(t->dataset_, data::TokenDataset::load(cfg.data, cfg.val_fraction));
   cfg.model.vocab = t->dataset_.vocab();
+  // The model of a Hugging Face folder's config.json, or of the checkpoint a run resumes, where the flags leave it
+  // open; the data's tokens must fit its vocabulary.
+  if (!cfg.from_safetensors.empty()) {
+    TT_ASSIGN_OR_RETURN(std::optional<ModelConfig> hf, read_hf_config(cfg.from_safetensors, cfg.model.seq));
+    if (hf) TT_TRY(adopt_model(cfg, *hf, cfg.from_safetensors + "/config.json"));
+  } else if (!cfg.resume.empty()) {
+    TT_ASSIGN_OR_RETURN(std::string path, find_checkpoint(cfg.checkpoint_dir, cfg.resume));
+    TT_ASSIGN_OR_RETURN(TensorFileReader reader, TensorFileReader::open(path));
+    TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(reader.meta(), path));
+    TT_TRY(adopt_model(cfg, st.model, "checkpoint " + path));
+  }
+  TT_RETURN_IF(t->dataset_.vocab() > cfg.model.vocab, kInvalidArgument,
+               "the data's tokens go up to %d, beyond the model's vocabulary of %d", t->dataset_.vocab() - 1,
+               cfg.model.vocab);
   TT_ASSIGN_OR_RETURN(t->spec_, resolve_run(cfg));
   const RunSpec& r = t->spec_;
   if (cfg.shard_optimizer && !r.exec.shard_optimizer)
@@ -404,12 +419,9 @@ Status Trainer::build() {
           static_cast<long long>(from.value().step));
   }
   if (!cfg.from_safetensors.empty()) {
-    TT_RETURN_IF(r.exec.model.tp > 1, kUnimplemented,
-                 "--from-safetensors with a tensor-parallel layout: not yet (start from a tiertrain checkpoint with "
-                 "--init-from, which any mesh can load)");
-    TT_TRY(import_gpt2(cfg.from_safetensors, *ex_));
-    print("parameters from %s (GPT-2 layout); optimizer, schedule and data start afresh\n",
-          cfg.from_safetensors.c_str());
+    TT_TRY(import_hf(cfg.from_safetensors, *ex_));
+    print("parameters from %s (%s, Hugging Face layout); optimizer, schedule and data start afresh\n",
+          cfg.from_safetensors.c_str(), cfg.model.describe().c_str());
   }
   TT_ASSIGN_OR_RETURN(data::BatchSampler sampler,
                       data::BatchSampler::create(&dataset_.train(), cfg.batch, cfg.model.seq, cfg.seed));

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/log.h"
 #include "core/rng.h"
 
@@ -41,6 +43,10 @@ class GptFamily final : public ModelFamily {
                                 ModelTensors tensors) const override {
     return std::make_unique<Gpt>(backend, cfg, batch, compute, std::move(tensors));
   }
+  std::vector<HfParam> hf_tensors(const ModelConfig& cfg) const override;
+  nlohmann::json hf_config(const ModelConfig& cfg) const override;
+  bool reads_hf_model_type(const std::string& type) const override { return type == "gpt2"; }
+  Result<ModelConfig> from_hf_config(const nlohmann::json& j, int seq, const std::string& where) const override;
 };
 
 }  // namespace
@@ -470,6 +476,88 @@ std::vector<NamedKernelCall> GptFamily::kernel_calls(const ModelConfig& cfg, int
       break;
   }
   return r;
+}
+
+// Note [Hugging Face layout]: transformers' GPT2LMHeadModel: transformer.* names, the four projection matrices of a
+// block stored [in, out] (GPT-2's Conv1D; ours are [out, in], as PyTorch's Linear), the token embedding with exactly
+// vocab_size rows and tied to the LM head (no lm_head.weight), GELU's tanh form, LayerNorm epsilon 1e-5.
+std::vector<HfParam> GptFamily::hf_tensors(const ModelConfig& cfg) const {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"wte", "transformer.wte.weight"}, {"wpe", "transformer.wpe.weight"},
+      {"lnf.w", "transformer.ln_f.weight"}, {"lnf.b", "transformer.ln_f.bias"}};
+  static const std::pair<const char*, const char*> kBlock[] = {
+      {"ln1.w", "ln_1.weight"},          {"ln1.b", "ln_1.bias"},         {"attn.qkv.w", "attn.c_attn.weight"},
+      {"attn.qkv.b", "attn.c_attn.bias"}, {"attn.proj.w", "attn.c_proj.weight"}, {"attn.proj.b", "attn.c_proj.bias"},
+      {"ln2.w", "ln_2.weight"},          {"ln2.b", "ln_2.bias"},         {"mlp.fc.w", "mlp.c_fc.weight"},
+      {"mlp.fc.b", "mlp.c_fc.bias"},     {"mlp.proj.w", "mlp.c_proj.weight"}, {"mlp.proj.b", "mlp.c_proj.bias"}};
+  std::vector<HfParam> out;
+  for (const ParamInfo& p : param_layout(cfg)) {
+    HfTensor t;
+    for (const auto& [a, b] : kTop)
+      if (p.name == a) t.name = b;
+    if (t.name.empty()) {
+      const size_t dot = p.name.find('.', 2);
+      const std::string rest = p.name.substr(dot + 1);
+      for (const auto& [a, b] : kBlock)
+        if (rest == a) t.name = "transformer." + p.name.substr(0, dot + 1) + b;
+      // GPT-2's Conv1D keeps its weight [in, out].
+      t.transposed = p.shape.rank() == 2;
+    }
+    TT_CHECK(!t.name.empty(), "GPT-2 parameter %s has no Hugging Face name", p.name.c_str());
+    const int64_t cols = p.shape.rank() == 2 ? p.shape[1] : 1;
+    t.rows = p.name == "wte" ? cfg.vocab : p.shape[0];
+    t.more_rows_ok = p.name == "wpe";
+    t.shape = p.shape.rank() == 1 ? std::vector<int64_t>{t.rows}
+              : t.transposed      ? std::vector<int64_t>{cols, t.rows}
+                                  : std::vector<int64_t>{t.rows, cols};
+    out.push_back({p.name, {t}});
+  }
+  return out;
+}
+
+nlohmann::json GptFamily::hf_config(const ModelConfig& cfg) const {
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"vocab_size", cfg.vocab},
+          {"n_positions", cfg.seq},
+          {"n_ctx", cfg.seq},
+          {"n_embd", cfg.dim},
+          {"n_layer", cfg.layers},
+          {"n_head", cfg.heads},
+          {"n_inner", nullptr},
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", 1e-5},
+          {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},
+          {"attn_pdrop", 0.0},
+          {"scale_attn_weights", true},
+          {"tie_word_embeddings", true},
+          {"bos_token_id", cfg.vocab > 256 ? 50256 : 0},
+          {"eos_token_id", cfg.vocab > 256 ? 50256 : 0},
+          {"torch_dtype", "float32"}};
+}
+
+Result<ModelConfig> GptFamily::from_hf_config(const nlohmann::json& j, int seq, const std::string& where) const {
+  ModelConfig c;
+  c.family = "gpt2";
+  HfConfigReader r(j, where);
+  int positions = 0, inner = 0;
+  TT_TRY(r.integer("vocab_size", &c.vocab));
+  TT_TRY(r.integer("n_embd", &c.dim));
+  TT_TRY(r.integer("n_layer", &c.layers));
+  TT_TRY(r.integer("n_head", &c.heads));
+  TT_TRY(r.integer("n_positions", &positions));
+  TT_TRY(r.integer_or_null("n_inner", &inner));
+  TT_RETURN_IF(inner != 0 && inner != 4 * c.dim, kUnimplemented, "%s: n_inner %d; the gpt2 family's MLP is 4 x n_embd",
+               where.c_str(), inner);
+  TT_TRY(r.one_of("activation_function", {"gelu_new", "gelu_pytorch_tanh"}, "gelu_new"));
+  TT_TRY(r.number_equal("layer_norm_epsilon", 1e-5, 1e-5));
+  TT_TRY(r.boolean_equal("tie_word_embeddings", true, true));
+  TT_RETURN_IF(seq > positions, kInvalidArgument, "%s: --seq %d is longer than the model's n_positions %d",
+               where.c_str(), seq, positions);
+  c.seq = seq;
+  TT_TRY(c.validate());
+  return c;
 }
 
 // Note [parallel init] (model/model.h): normal(0, 0.02); residual projections 0.02/sqrt(2L); biases 0; LayerNorm

@@ -6,6 +6,8 @@
 #include <limits>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "core/log.h"
 
 namespace tt {
@@ -38,6 +40,12 @@ class LlamaFamily final : public ModelFamily {
                                 ModelTensors tensors) const override {
     return std::make_unique<Llama>(backend, cfg, batch, compute, std::move(tensors));
   }
+  std::vector<HfParam> hf_tensors(const ModelConfig& cfg) const override;
+  nlohmann::json hf_config(const ModelConfig& cfg) const override;
+  bool reads_hf_model_type(const std::string& type) const override {
+    return type == "llama" || type == "mistral" || type == "qwen2";
+  }
+  Result<ModelConfig> from_hf_config(const nlohmann::json& j, int seq, const std::string& where) const override;
 };
 
 // Sizes of one rank's share (Note [tensor parallel]).
@@ -195,6 +203,146 @@ void LlamaFamily::init_values(const ModelConfig& cfg, uint64_t seed, float* out)
 void LlamaFamily::init_values(const ModelConfig& cfg, uint64_t seed, double* out) const {
   init_param_values(param_layout(cfg), model_num_params(cfg), seed,
                     [&](const ParamInfo& p) { return llama_init(cfg, p); }, out);
+}
+
+// Note [Hugging Face layout]: transformers' LlamaForCausalLM (Qwen2ForCausalLM with QKV biases): q_proj, k_proj and
+// v_proj stacked into our qkv, gate_proj and up_proj into our gate_up; every matrix [out, in] as ours; the embedding
+// and the head with exactly vocab_size rows.
+std::vector<HfParam> LlamaFamily::hf_tensors(const ModelConfig& cfg) const {
+  const Dims d = dims(cfg, 1);
+  std::vector<HfParam> out;
+  for (const ParamInfo& p : param_layout(cfg)) {
+    const int64_t cols = p.shape.rank() == 2 ? p.shape[1] : 1;
+    auto one = [&](const std::string& name, int64_t row0, int64_t rows) {
+      return HfTensor{name, p.shape.rank() == 2 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows}, row0,
+                      rows};
+    };
+    HfParam h{p.name, {}};
+    if (p.name == "wte") {
+      h.tensors = {one("model.embed_tokens.weight", 0, cfg.vocab)};
+    } else if (p.name == "lm_head.w") {
+      h.tensors = {one("lm_head.weight", 0, cfg.vocab)};
+    } else if (p.name == "norm.w") {
+      h.tensors = {one("model.norm.weight", 0, d.C)};
+    } else {
+      const size_t dot = p.name.find('.', 2);
+      const std::string pre = "model.layers." + p.name.substr(2, dot - 2) + ".", rest = p.name.substr(dot + 1);
+      const char* suffix = rest.ends_with(".b") ? "bias" : "weight";
+      if (rest == "attn_norm.w") h.tensors = {one(pre + "input_layernorm.weight", 0, d.C)};
+      if (rest == "mlp_norm.w") h.tensors = {one(pre + "post_attention_layernorm.weight", 0, d.C)};
+      if (rest == "attn.proj.w") h.tensors = {one(pre + "self_attn.o_proj.weight", 0, d.C)};
+      if (rest == "mlp.down.w") h.tensors = {one(pre + "mlp.down_proj.weight", 0, d.C)};
+      if (rest == "mlp.gate_up.w")
+        h.tensors = {one(pre + "mlp.gate_proj.weight", 0, d.F), one(pre + "mlp.up_proj.weight", d.F, d.F)};
+      if (rest == "attn.qkv.w" || rest == "attn.qkv.b") {
+        const int64_t q = d.H * d.hs, kv = d.KV * d.hs;
+        h.tensors = {one(pre + "self_attn.q_proj." + suffix, 0, q), one(pre + "self_attn.k_proj." + suffix, q, kv),
+                     one(pre + "self_attn.v_proj." + suffix, q + kv, kv)};
+      }
+    }
+    TT_CHECK(!h.tensors.empty(), "Llama parameter %s has no Hugging Face name", p.name.c_str());
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+nlohmann::json LlamaFamily::hf_config(const ModelConfig& cfg) const {
+  // Qwen2's class has QKV biases and no others; Llama's attention_bias would add one to o_proj as well.
+  const bool qwen2 = cfg.qkv_bias;
+  nlohmann::json j = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+                      {"model_type", qwen2 ? "qwen2" : "llama"},
+                      {"vocab_size", cfg.vocab},
+                      {"hidden_size", cfg.dim},
+                      {"intermediate_size", llama_ffn(cfg)},
+                      {"num_hidden_layers", cfg.layers},
+                      {"num_attention_heads", cfg.heads},
+                      {"num_key_value_heads", cfg.kv_head_count()},
+                      {"head_dim", cfg.head_dim()},
+                      {"hidden_act", "silu"},
+                      {"max_position_embeddings", cfg.seq},
+                      {"rms_norm_eps", cfg.norm_eps},
+                      {"rope_theta", cfg.rope_theta},
+                      {"rope_scaling", nullptr},
+                      {"tie_word_embeddings", cfg.tied_embeddings},
+                      {"attention_dropout", 0.0},
+                      {"initializer_range", 0.02},
+                      {"use_cache", true},
+                      {"torch_dtype", "float32"}};
+  if (qwen2) {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = cfg.layers;
+  } else {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
+  if (cfg.rope_scaling.factor > 0)
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", cfg.rope_scaling.factor},
+                         {"low_freq_factor", cfg.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", cfg.rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", cfg.rope_scaling.original_max_position}};
+  return j;
+}
+
+Result<ModelConfig> LlamaFamily::from_hf_config(const nlohmann::json& j, int seq, const std::string& where) const {
+  ModelConfig c;
+  c.family = "llama";
+  c.tied_embeddings = false;  // LlamaConfig's default
+  const std::string type = j.at("model_type").get<std::string>();
+  HfConfigReader r(j, where);
+  int positions = 0, head_dim = 0;
+  TT_TRY(r.integer("vocab_size", &c.vocab));
+  TT_TRY(r.integer("hidden_size", &c.dim));
+  TT_TRY(r.integer("intermediate_size", &c.ffn));
+  TT_TRY(r.integer("num_hidden_layers", &c.layers));
+  TT_TRY(r.integer("num_attention_heads", &c.heads));
+  TT_TRY(r.optional_integer("num_key_value_heads", &c.kv_heads));
+  TT_TRY(r.integer("max_position_embeddings", &positions));
+  TT_TRY(r.optional_integer("head_dim", &head_dim));
+  TT_RETURN_IF(head_dim != 0 && head_dim * c.heads != c.dim, kUnimplemented,
+               "%s: head_dim %d with %d heads is not hidden_size %d (heads of another width: not supported)",
+               where.c_str(), head_dim, c.heads, c.dim);
+  TT_TRY(r.one_of("hidden_act", {"silu"}, "silu"));
+  TT_TRY(r.number("rms_norm_eps", &c.norm_eps));
+  TT_TRY(r.number("rope_theta", &c.rope_theta));
+  TT_TRY(r.boolean("tie_word_embeddings", &c.tied_embeddings));
+  TT_TRY(r.boolean_equal("mlp_bias", false, false));
+  if (type == "qwen2") {
+    c.qkv_bias = true;  // Qwen2's attention has Q, K and V biases
+    bool sliding = false;
+    TT_TRY(r.boolean("use_sliding_window", &sliding));
+    TT_RETURN_IF(sliding, kUnimplemented, "%s: use_sliding_window true: sliding-window attention is not supported",
+                 where.c_str());
+  } else {
+    TT_TRY(r.boolean_equal("attention_bias", false, false));
+    int window = 0;
+    TT_TRY(r.optional_integer("sliding_window", &window));
+    TT_RETURN_IF(window != 0 && window < seq, kUnimplemented,
+                 "%s: sliding_window %d is shorter than --seq %d: sliding-window attention is not supported",
+                 where.c_str(), window, seq);
+  }
+  if (r.has("rope_scaling")) {
+    const nlohmann::json& s = j.at("rope_scaling");
+    const std::string at = where + " rope_scaling";
+    TT_RETURN_IF(!s.is_object(), kInvalidArgument, "%s: rope_scaling is not an object", where.c_str());
+    HfConfigReader rs(s, at);
+    const char* type_key = s.contains("rope_type") ? "rope_type" : "type";
+    TT_TRY(rs.one_of(type_key, {"llama3", "default"}, "default"));
+    if (s.value(type_key, std::string()) == "llama3") {
+      TT_TRY(rs.number("factor", &c.rope_scaling.factor));
+      TT_TRY(rs.number("low_freq_factor", &c.rope_scaling.low_freq_factor));
+      TT_TRY(rs.number("high_freq_factor", &c.rope_scaling.high_freq_factor));
+      TT_TRY(rs.integer("original_max_position_embeddings", &c.rope_scaling.original_max_position));
+      TT_RETURN_IF(!(c.rope_scaling.factor > 0), kInvalidArgument, "%s: no factor", at.c_str());
+    }
+  }
+  TT_RETURN_IF(seq > positions, kInvalidArgument, "%s: --seq %d is longer than the model's max_position_embeddings %d",
+               where.c_str(), seq, positions);
+  c.seq = seq;
+  if (c.kv_heads == c.heads) c.kv_heads = 0;
+  if (Status st = c.validate(); !st.is_ok()) return Status(st.code(), where + ": " + st.message());
+  return c;
 }
 
 std::vector<double> llama_rope_table(const ModelConfig& cfg, bool f32_angles) {

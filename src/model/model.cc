@@ -189,6 +189,96 @@ std::vector<ParamInfo> model_param_layout(const ModelConfig& cfg) { return famil
 
 int model_ffn(const ModelConfig& cfg) { return family_of(cfg).ffn(cfg); }
 
+bool HfConfigReader::has(const char* key) const { return j_.is_object() && j_.contains(key) && !j_.at(key).is_null(); }
+
+Status HfConfigReader::integer(const char* key, int* out) const {
+  TT_RETURN_IF(!has(key), kInvalidArgument, "%s: no \"%s\"", where_.c_str(), key);
+  int v = 0;
+  TT_TRY(optional_integer(key, &v));
+  TT_RETURN_IF(v < 1, kInvalidArgument, "%s: \"%s\" is %d, expected an integer >= 1", where_.c_str(), key, v);
+  *out = v;
+  return Status::ok();
+}
+
+Status HfConfigReader::optional_integer(const char* key, int* out) const {
+  if (!has(key)) return Status::ok();
+  const nlohmann::json& v = j_.at(key);
+  TT_RETURN_IF(!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t(1) << 30),
+               kInvalidArgument, "%s: \"%s\" is %s, expected an integer in [0, 2^30]", where_.c_str(), key,
+               dump(v).c_str());
+  *out = v.get<int>();
+  return Status::ok();
+}
+
+Status HfConfigReader::number(const char* key, double* out) const {
+  if (!has(key)) return Status::ok();
+  const nlohmann::json& v = j_.at(key);
+  TT_RETURN_IF(!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0, kInvalidArgument,
+               "%s: \"%s\" is %s, expected a positive number", where_.c_str(), key, dump(v).c_str());
+  *out = v.get<double>();
+  return Status::ok();
+}
+
+Status HfConfigReader::boolean(const char* key, bool* out) const {
+  if (!has(key)) return Status::ok();
+  TT_RETURN_IF(!j_.at(key).is_boolean(), kInvalidArgument, "%s: \"%s\" is %s, expected true or false",
+               where_.c_str(), key, dump(j_.at(key)).c_str());
+  *out = j_.at(key).get<bool>();
+  return Status::ok();
+}
+
+Status HfConfigReader::one_of(const char* key, std::initializer_list<const char*> allowed, const char* absent) const {
+  std::string v = absent;
+  if (has(key)) {
+    TT_RETURN_IF(!j_.at(key).is_string(), kInvalidArgument, "%s: \"%s\" is %s, expected a string", where_.c_str(),
+                 key, dump(j_.at(key)).c_str());
+    v = j_.at(key).get<std::string>();
+  }
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return Status::ok();
+    list += std::string(list.empty() ? "" : ", ") + a;
+  }
+  return make_status(StatusCode::kUnimplemented, "%s: \"%s\" is \"%s\"; this family supports %s", where_.c_str(),
+                     key, v.c_str(), list.c_str());
+}
+
+Status HfConfigReader::number_equal(const char* key, double want, double absent) const {
+  double v = absent;
+  TT_TRY(number(key, &v));
+  TT_RETURN_IF(std::abs(v - want) > 1e-9 * std::abs(want), kUnimplemented,
+               "%s: \"%s\" is %g; this family supports %g only", where_.c_str(), key, v, want);
+  return Status::ok();
+}
+
+Status HfConfigReader::boolean_equal(const char* key, bool want, bool absent) const {
+  bool v = absent;
+  TT_TRY(boolean(key, &v));
+  TT_RETURN_IF(v != want, kUnimplemented, "%s: \"%s\" is %s; this family supports %s only", where_.c_str(), key,
+               v ? "true" : "false", want ? "true" : "false");
+  return Status::ok();
+}
+
+std::vector<HfParam> model_hf_tensors(const ModelConfig& cfg) { return family_of(cfg.whole()).hf_tensors(cfg.whole()); }
+
+nlohmann::json model_hf_config(const ModelConfig& cfg) { return family_of(cfg).hf_config(cfg.whole()); }
+
+Result<ModelConfig> model_config_from_hf(const nlohmann::json& j, int seq, const std::string& where) {
+  TT_RETURN_IF(!j.is_object() || !j.contains("model_type") || !j.at("model_type").is_string(), kInvalidArgument,
+               "%s: no \"model_type\" string (a Hugging Face model's config.json names its model type)",
+               where.c_str());
+  const std::string type = j.at("model_type").get<std::string>();
+  std::string known;
+  for (const ModelFamily* f : model_families()) {
+    if (f->reads_hf_model_type(type)) return f->from_hf_config(j, seq, where);
+    known += std::string(known.empty() ? "" : ", ") + f->name();
+  }
+  return make_status(StatusCode::kUnimplemented,
+                     "%s: model_type \"%s\" is not a family tiertrain trains (families: %s; Llama's family reads "
+                     "llama, mistral and qwen2)",
+                     where.c_str(), type.c_str(), known.c_str());
+}
+
 int64_t model_num_params(const ModelConfig& cfg) {
   const ParamSegments s = model_segments(cfg);
   return s.offset.back() + s.size.back();

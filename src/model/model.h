@@ -210,6 +210,45 @@ struct NamedKernelCall {
 
 class Model;
 
+// Note [Hugging Face layout]
+// How a family's parameters are stored in a Hugging Face model folder (transformers' own classes for the family):
+// each of our parameters is one or more of their tensors, each holding a run of our parameter's rows (rows of a
+// [out, in] matrix, or elements of a vector), maybe transposed (GPT-2's Conv1D stores [in, out]). Rows of ours that no
+// tensor holds (the vocabulary's padding rows) are zero. The folder's config.json says the family and its sizes.
+struct HfTensor {
+  std::string name;             // "model.layers.3.self_attn.k_proj.weight"
+  std::vector<int64_t> shape;   // as stored there
+  int64_t row0 = 0, rows = 0;   // the rows of our parameter it holds
+  bool transposed = false;
+  // The stored tensor may have more rows than these (only the first `rows` read): GPT-2's positions beyond --seq.
+  bool more_rows_ok = false;
+};
+struct HfParam {
+  std::string param;  // ours
+  std::vector<HfTensor> tensors;
+};
+// The keys of a Hugging Face config.json, read strictly: each error names the file, the key, what it holds and what
+// was expected.
+class HfConfigReader {
+ public:
+  HfConfigReader(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
+  bool has(const char* key) const;                       // present and not null
+  Status integer(const char* key, int* out) const;       // required, >= 1
+  Status optional_integer(const char* key, int* out) const;  // absent or null: out unchanged
+  Status integer_or_null(const char* key, int* out) const { return optional_integer(key, out); }
+  Status number(const char* key, double* out) const;     // optional, finite and > 0
+  Status boolean(const char* key, bool* out) const;      // optional
+  // The key (or `absent` when it is missing or null) must be one of `allowed`.
+  Status one_of(const char* key, std::initializer_list<const char*> allowed, const char* absent) const;
+  // The key (or `absent`) must equal `want` (a setting this family does not have otherwise).
+  Status number_equal(const char* key, double want, double absent) const;
+  Status boolean_equal(const char* key, bool want, bool absent) const;
+
+ private:
+  const nlohmann::json& j_;
+  std::string where_;
+};
+
 // The copies between the whole model's flat buffer (tp = 1 layout, what checkpoints and initial values use) and one
 // rank's: element ranges [whole, whole + count) -> [local, local + count).
 struct ShardCopy {
@@ -240,12 +279,25 @@ class ModelFamily {
   virtual void init_values(const ModelConfig& cfg, uint64_t seed, double* out) const = 0;
   virtual std::unique_ptr<Model> create(Backend& backend, const ModelConfig& cfg, int batch, DType compute,
                                         ModelTensors tensors) const = 0;
+  // Note [Hugging Face layout]: the whole model's (tp 1) tensors there, in our parameters' order.
+  virtual std::vector<HfParam> hf_tensors(const ModelConfig& cfg) const = 0;
+  // The folder's config.json for this configuration (what transformers reads).
+  virtual nlohmann::json hf_config(const ModelConfig& cfg) const = 0;
+  // Whether a config.json of this "model_type" is this family's, and the configuration it describes for training on
+  // sequences of `seq` (a setting this family cannot run is an error naming the key). `where` names the file.
+  virtual bool reads_hf_model_type(const std::string& model_type) const = 0;
+  virtual Result<ModelConfig> from_hf_config(const nlohmann::json& j, int seq, const std::string& where) const = 0;
 };
 
 // The families of this build, and the one a configuration names (it must be known: ModelConfig::validate).
 const std::vector<const ModelFamily*>& model_families();
 const ModelFamily& family_of(const ModelConfig& cfg);
 
+// Note [Hugging Face layout]: the family's tensors and config.json, and the configuration a config.json describes
+// (its "model_type" picks the family; an unknown one is an error naming the known ones).
+std::vector<HfParam> model_hf_tensors(const ModelConfig& cfg);
+nlohmann::json model_hf_config(const ModelConfig& cfg);
+Result<ModelConfig> model_config_from_hf(const nlohmann::json& j, int seq, const std::string& where);
 // The MLP's hidden width of the configuration's family.
 int model_ffn(const ModelConfig& cfg);
 // The parameters in flat-buffer order (Note [model families]).

@@ -17,7 +17,7 @@
 
 #include "core/rng.h"
 #include "core/tensorfile.h"
-#include "exec/export.h"
+#include "exec/hf.h"
 #include "apps/generate.h"
 #include "exec/trainer.h"
 #include "temp_dir.h"
@@ -127,7 +127,7 @@ TEST(Sample, AModelThatLearntASentenceContinuesItPastItsWindow) {
   EXPECT_GT(elsewhere.value().loss, 2.0);
 
   // GPT-2 layout: exported, then read back by a new run (--from-safetensors), the parameters bit for bit.
-  auto exported = export_gpt2(ckpt, dir.path() + "/hf");
+  auto exported = export_hf(ckpt, dir.path() + "/hf", {});
   ASSERT_TRUE(exported.is_ok()) << exported.status().to_string();
   EXPECT_EQ(exported.value().tensors, 2 + 12 * 2 + 2);
   {

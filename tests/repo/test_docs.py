@@ -14,7 +14,8 @@ from doc_blocks import REPO, blocks
 
 MARKDOWN = sorted(
     p for p in REPO.glob("**/*.md")
-    if not any(part in ("build", ".git", "node_modules") for part in p.relative_to(REPO).parts)
+    # Not the build, and not hidden folders (.git, and a developer's .ab_old or .deps beside the checkout's files).
+    if not any(part in ("build", "node_modules") or part.startswith(".") for part in p.relative_to(REPO).parts)
 )
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)|^\[[^\]]+\]:\s*(\S+)", re.M)
 
