@@ -109,8 +109,8 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
   TT_RETURN_IF(ds.vocab() != cfg.vocab, kFailedPrecondition,
                "%s has vocabulary %d but the model of %s has %d (a text model reads text, a token-shard model shards)",
                o.data.c_str(), ds.vocab(), out.checkpoint.c_str(), cfg.vocab);
-  std::vector<uint16_t> tokens = o.split == "val" ? ds.val() : ds.train();
-  if (o.split == "all") tokens.insert(tokens.end(), ds.val().begin(), ds.val().end());
+  data::Tokens tokens = o.split == "val" ? ds.val() : ds.train();
+  if (o.split == "all") tokens.append(ds.val());
   const int B = o.batch, T = cfg.seq;
   const int64_t available = data::val_batches_available(tokens, B, T);
   TT_RETURN_IF(available == 0, kFailedPrecondition,

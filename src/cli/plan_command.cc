@@ -38,8 +38,7 @@ struct PlanOptions {
 };
 
 void describe_run(const TrainConfig& c, const perf::PlanRow& r, const std::string& profile, FILE* out) {
-  std::fprintf(out, "GPT L%d d%d H%d T%d vocab %d, %s parameters, batch %d, %s on %s, budget %s%s\n", c.model.layers,
-               c.model.dim, c.model.heads, c.model.seq, c.model.vocab,
+  std::fprintf(out, "%s, %s parameters, batch %d, %s on %s, budget %s%s\n", c.model.describe().c_str(),
                format_count(static_cast<double>(model_num_params(c.model))).c_str(), c.batch,
                dtype_name(r.run.exec.compute), r.run.probe.device.c_str(), format_bytes(r.run.budget).c_str(),
                r.run.budget_auto ? " (automatic: the in-core need + 5%, at most the free memory)" : "");
@@ -122,8 +121,8 @@ int run_plan(const TrainConfig& cfg, const PlanOptions& cmd, FILE* out) {
     auto points = perf::sweep_budgets(c.value(), profile.value(), v[0], v[1], v[2], stderr);
     if (!points.is_ok()) return report(points.status());
     const ModelConfig& m = c.value().model;
-    const std::string title = str_format("GPT L%d d%d T%d B%d: predicted ms/step by device budget%s", m.layers, m.dim,
-                                         m.seq, c.value().batch, what_if ? (" (" + what_if->describe() + ")").c_str() : "");
+    const std::string title = str_format("%s B%d: predicted ms/step by device budget%s", m.describe().c_str(),
+                                         c.value().batch, what_if ? (" (" + what_if->describe() + ")").c_str() : "");
     if (Status s = perf::write_sweep(points.value(), cmd.sweep_out, title); !s.is_ok()) return report(s);
     size_t budgets = 0;
     for (size_t i = 0; i < points.value().size(); ++i)

@@ -80,37 +80,53 @@ bool is_shard(const std::string& bytes) {
   int32_t header[3];
   if (bytes.size() < 256 * sizeof(int32_t)) return false;
   std::memcpy(header, bytes.data(), sizeof(header));
-  return header[0] == kShardMagic;
+  return header[0] == kShardMagic || header[0] == kWideShardMagic;
 }
 
-Result<std::vector<uint16_t>> parse_shard(const std::string& path, const std::string& bytes) {
+Result<Tokens> parse_shard(const std::string& path, const std::string& bytes) {
   int32_t header[256];
   TT_RETURN_IF(bytes.size() < sizeof(header), kDataLoss, "token shard '%s' is shorter than its 1024-byte header",
                path.c_str());
   std::memcpy(header, bytes.data(), sizeof(header));
-  TT_RETURN_IF(header[0] != kShardMagic, kDataLoss, "'%s' is not a token shard (magic %d, expected %d)",
-               path.c_str(), header[0], kShardMagic);
-  TT_RETURN_IF(header[1] != 1, kDataLoss, "token shard '%s' has version %d; only version 1 (uint16 tokens) is read",
-               path.c_str(), header[1]);
+  const bool wide = header[0] == kWideShardMagic;
+  TT_RETURN_IF(header[0] != kShardMagic && !wide, kDataLoss,
+               "'%s' is not a token shard (magic %d, expected %d or %d)", path.c_str(), header[0], kShardMagic,
+               kWideShardMagic);
+  TT_RETURN_IF(header[1] != (wide ? 7 : 1), kDataLoss,
+               "token shard '%s' has version %d; magic %d's shards are version %d (%s tokens)", path.c_str(),
+               header[1], header[0], wide ? 7 : 1, wide ? "uint32" : "uint16");
   const int64_t n = header[2];
-  const size_t want = sizeof(header) + static_cast<size_t>(n) * sizeof(uint16_t);
+  const size_t esize = wide ? 4 : 2;
+  const size_t want = sizeof(header) + static_cast<size_t>(n) * esize;
   TT_RETURN_IF(n < 0 || bytes.size() != want, kDataLoss,
                "token shard '%s' is truncated or malformed: header says %lld tokens (%zu bytes), file has %zu bytes",
                path.c_str(), static_cast<long long>(n), want, bytes.size());
+  if (wide) {
+    std::vector<uint32_t> tokens(static_cast<size_t>(n));
+    if (n > 0) std::memcpy(tokens.data(), bytes.data() + sizeof(header), tokens.size() * 4);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      TT_RETURN_IF(tokens[i] > static_cast<uint32_t>(INT32_MAX - 1), kDataLoss,
+                   "token shard '%s': token %u at position %zu is beyond 2^31 - 2", path.c_str(), tokens[i], i);
+    return Tokens(std::move(tokens));
+  }
   std::vector<uint16_t> tokens(static_cast<size_t>(n));
   if (n > 0) std::memcpy(tokens.data(), bytes.data() + sizeof(header), tokens.size() * sizeof(uint16_t));
   for (size_t i = 0; i < tokens.size(); ++i)
     TT_RETURN_IF(tokens[i] >= kGpt2Vocab, kDataLoss,
                  "token shard '%s': token %u at position %zu is outside the GPT-2 vocabulary (%d)", path.c_str(),
                  tokens[i], i, kGpt2Vocab);
-  return tokens;
+  return Tokens(std::move(tokens));
 }
 
-void split_append(const std::vector<uint16_t>& tokens, double val_fraction, std::vector<uint16_t>* train,
-                  std::vector<uint16_t>* val) {
+void split_append(const Tokens& tokens, double val_fraction, Tokens* train, Tokens* val) {
   const size_t n_val = static_cast<size_t>(static_cast<double>(tokens.size()) * val_fraction);
-  train->insert(train->end(), tokens.begin(), tokens.end() - static_cast<ptrdiff_t>(n_val));
-  val->insert(val->end(), tokens.end() - static_cast<ptrdiff_t>(n_val), tokens.end());
+  train->append(tokens, 0, tokens.size() - n_val);
+  val->append(tokens, tokens.size() - n_val, tokens.size());
+}
+
+uint64_t fingerprint(const Tokens& train, const Tokens& val) {
+  const uint32_t a = crc32_of(train.data(), train.bytes()), b = crc32_of(val.data(), val.bytes());
+  return (static_cast<uint64_t>(a) << 32) | b;
 }
 
 bool name_has(const std::string& path, const char* word) {
@@ -141,6 +157,39 @@ Result<std::vector<std::string>> data_files(const std::string& path) {
   return files;
 }
 
+void Tokens::append(const Tokens& other, size_t begin, size_t end) {
+  if (other.is_wide_ && !is_wide_) {
+    wide_.assign(narrow_.begin(), narrow_.end());
+    narrow_.clear();
+    is_wide_ = true;
+  }
+  if (is_wide_) {
+    if (other.is_wide_) {
+      wide_.insert(wide_.end(), other.wide_.begin() + static_cast<ptrdiff_t>(begin),
+                   other.wide_.begin() + static_cast<ptrdiff_t>(end));
+    } else {
+      wide_.insert(wide_.end(), other.narrow_.begin() + static_cast<ptrdiff_t>(begin),
+                   other.narrow_.begin() + static_cast<ptrdiff_t>(end));
+    }
+    return;
+  }
+  narrow_.insert(narrow_.end(), other.narrow_.begin() + static_cast<ptrdiff_t>(begin),
+                 other.narrow_.begin() + static_cast<ptrdiff_t>(end));
+}
+
+Status write_token_shard(const std::string& path, const Tokens& tokens) {
+  TT_RETURN_IF(tokens.size() > static_cast<size_t>(INT32_MAX), kInvalidArgument,
+               "token shard '%s': %zu tokens, a shard's header counts at most 2^31 - 1", path.c_str(), tokens.size());
+  int32_t header[256] = {};
+  header[0] = tokens.wide() ? kWideShardMagic : kShardMagic;
+  header[1] = tokens.wide() ? 7 : 1;
+  header[2] = static_cast<int32_t>(tokens.size());
+  std::string bytes(sizeof(header) + tokens.bytes(), '\0');
+  std::memcpy(bytes.data(), header, sizeof(header));
+  if (!tokens.empty()) std::memcpy(bytes.data() + sizeof(header), tokens.data(), tokens.bytes());
+  return write_file_atomically(path, bytes);
+}
+
 Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   TT_RETURN_IF(tokens.size() > static_cast<size_t>(INT32_MAX), kInvalidArgument,
                "token shard '%s': %zu tokens, a shard's header counts at most 2^31 - 1", path.c_str(), tokens.size());
@@ -154,15 +203,14 @@ Status write_token_shard(const std::string& path, const std::vector<uint16_t>& t
   return write_file_atomically(path, bytes);
 }
 
-TokenDataset TokenDataset::from_tokens(std::vector<uint16_t> train, std::vector<uint16_t> val, int vocab) {
+TokenDataset TokenDataset::from_tokens(Tokens train, Tokens val, int vocab) {
   TokenDataset ds;
   ds.train_ = std::move(train);
   ds.val_ = std::move(val);
   ds.info_.kind = "memory";
   ds.info_.path = "(memory)";
   ds.info_.vocab = vocab;
-  const uint32_t a = crc32_of(ds.train_.data(), ds.train_.size() * 2), b = crc32_of(ds.val_.data(), ds.val_.size() * 2);
-  ds.info_.fingerprint = (static_cast<uint64_t>(a) << 32) | b;
+  ds.info_.fingerprint = fingerprint(ds.train_, ds.val_);
   return ds;
 }
 
@@ -199,6 +247,8 @@ Result<TokenDataset> TokenDataset::load(const std::string& path, double val_frac
   if (shards) {
     info.kind = "token-shards";
     info.vocab = kGpt2Vocab;
+    bool any_wide = false, any_narrow = false;
+    int32_t wide_vocab = 0;  // uint32 shards: the largest token + 1 (at least GPT-2's, when mixed with its shards)
     bool named_split = false, has_train = false, has_val = false;
     for (const auto& [file, bytes] : contents) {
       if (!is_shard(bytes)) continue;
@@ -212,15 +262,18 @@ Result<TokenDataset> TokenDataset::load(const std::string& path, double val_frac
         TT_LOG(INFO, DATA, "skipping '%s': not a token shard", file.c_str());
         continue;
       }
-      TT_ASSIGN_OR_RETURN(std::vector<uint16_t> tokens, parse_shard(file, bytes));
+      TT_ASSIGN_OR_RETURN(Tokens tokens, parse_shard(file, bytes));
+      for (size_t i = 0; tokens.wide() && i < tokens.size(); ++i) wide_vocab = std::max(wide_vocab, tokens[i] + 1);
+      any_wide = any_wide || tokens.wide();
+      any_narrow = any_narrow || !tokens.wide();
       if (named_split) {
-        auto* dst = name_has(file, "val") ? &ds.val_ : &ds.train_;
-        dst->insert(dst->end(), tokens.begin(), tokens.end());
+        (name_has(file, "val") ? ds.val_ : ds.train_).append(tokens);
       } else {
         split_append(tokens, val_fraction, &ds.train_, &ds.val_);
       }
       info.files.push_back(file);
     }
+    if (any_wide) info.vocab = std::max(wide_vocab, any_narrow ? kGpt2Vocab : 2);
   } else {
     info.kind = "text";
     info.vocab = kByteVocab;
@@ -244,18 +297,16 @@ Result<TokenDataset> TokenDataset::load(const std::string& path, double val_frac
         TT_LOG(TRACE, DATA, "skipping '%s': binary (NUL byte in its first 64 KiB)", file.c_str());
         continue;
       }
-      std::vector<uint16_t> tokens(bytes.begin(), bytes.end());
-      for (size_t i = 0; i < bytes.size(); ++i) tokens[i] = static_cast<unsigned char>(bytes[i]);
-      split_append(tokens, val_fraction, &ds.train_, &ds.val_);
+      std::vector<uint16_t> bytes16(bytes.size());
+      for (size_t i = 0; i < bytes.size(); ++i) bytes16[i] = static_cast<unsigned char>(bytes[i]);
+      split_append(Tokens(std::move(bytes16)), val_fraction, &ds.train_, &ds.val_);
       info.files.push_back(file);
     }
     TT_RETURN_IF(info.files.empty(), kDataLoss, "no text found at '%s' (%lld files skipped as binary or empty)",
                  path.c_str(), static_cast<long long>(info.skipped_files));
   }
   TT_RETURN_IF(ds.train_.empty(), kDataLoss, "data at '%s' holds no training tokens", path.c_str());
-  const uint32_t a = crc32_of(ds.train_.data(), ds.train_.size() * 2);
-  const uint32_t b = crc32_of(ds.val_.data(), ds.val_.size() * 2);
-  info.fingerprint = (static_cast<uint64_t>(a) << 32) | b;
+  info.fingerprint = fingerprint(ds.train_, ds.val_);
   ds.info_ = std::move(info);
   TT_LOG(INFO, DATA, "%s", ds.describe().c_str());
   return ds;

@@ -7,7 +7,7 @@
 
 namespace tt::data {
 
-Result<BatchSampler> BatchSampler::create(const std::vector<uint16_t>* tokens, int batch, int seq, uint64_t seed) {
+Result<BatchSampler> BatchSampler::create(const Tokens* tokens, int batch, int seq, uint64_t seed) {
   TT_RETURN_IF(batch < 1 || seq < 1, kInvalidArgument, "batch %d and seq %d must be >= 1", batch, seq);
   TT_RETURN_IF(tokens->size() < static_cast<size_t>(2 * seq + 1), kFailedPrecondition,
                "the training split has %zu tokens, too few for windows of --seq %d (need at least %d)",
@@ -73,11 +73,11 @@ void BatchSampler::next(int32_t* inputs, int32_t* targets, int shard, int shards
     if (state_.cursor >= order_.size()) start_epoch(state_.epoch + 1);
     const uint64_t start = offset_ + static_cast<uint64_t>(order_[state_.cursor++]) * static_cast<uint64_t>(seq_);
     if (b < first || b >= first + local) continue;  // another shard's window: drawn, not read
-    const uint16_t* src = tokens_->data() + start;
+    const Tokens& src = *tokens_;
     const int row = b - first;
     for (int t = 0; t < seq_; ++t) {
-      inputs[row * seq_ + t] = src[t];
-      targets[row * seq_ + t] = src[t + 1];
+      inputs[row * seq_ + t] = src[start + static_cast<uint64_t>(t)];
+      targets[row * seq_ + t] = src[start + static_cast<uint64_t>(t) + 1];
     }
   }
 }
@@ -89,19 +89,19 @@ void BatchSampler::skip() {
   }
 }
 
-int64_t val_batches_available(const std::vector<uint16_t>& tokens, int batch, int seq) {
+int64_t val_batches_available(const Tokens& tokens, int batch, int seq) {
   if (tokens.size() < 2) return 0;
   const int64_t windows = static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(seq));
   return windows / batch;
 }
 
-void val_batch(const std::vector<uint16_t>& tokens, int batch, int seq, int64_t k, int32_t* inputs,
+void val_batch(const Tokens& tokens, int batch, int seq, int64_t k, int32_t* inputs,
                int32_t* targets) {
   for (int b = 0; b < batch; ++b) {
-    const uint16_t* src = tokens.data() + (k * batch + b) * static_cast<int64_t>(seq);
+    const size_t at = static_cast<size_t>((k * batch + b) * static_cast<int64_t>(seq));
     for (int t = 0; t < seq; ++t) {
-      inputs[b * seq + t] = src[t];
-      targets[b * seq + t] = src[t + 1];
+      inputs[b * seq + t] = tokens[at + static_cast<size_t>(t)];
+      targets[b * seq + t] = tokens[at + static_cast<size_t>(t) + 1];
     }
   }
 }

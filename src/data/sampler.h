@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "data/dataset.h"
 
 namespace tt::data {
 
@@ -27,7 +28,7 @@ struct SamplerState {
 class BatchSampler {
  public:
   // Fails when the tokens cannot fill one window of T+1 tokens.
-  static Result<BatchSampler> create(const std::vector<uint16_t>* tokens, int batch, int seq, uint64_t seed);
+  static Result<BatchSampler> create(const Tokens* tokens, int batch, int seq, uint64_t seed);
 
   // The next batch: B*T int32 each. With shards > 1, only the windows of shard `shard` of it (B/shards of them, the
   // shard-th run of consecutive windows) are written, and the sampler moves past the whole batch, so that each rank
@@ -40,11 +41,11 @@ class BatchSampler {
   uint64_t windows_in_epoch() const { return static_cast<uint64_t>(order_.size()); }
 
  private:
-  BatchSampler(const std::vector<uint16_t>* tokens, int batch, int seq, uint64_t seed)
+  BatchSampler(const Tokens* tokens, int batch, int seq, uint64_t seed)
       : tokens_(tokens), batch_(batch), seq_(seq), seed_(seed) {}
   void start_epoch(uint64_t epoch);
 
-  const std::vector<uint16_t>* tokens_;
+  const Tokens* tokens_;
   int batch_, seq_;
   uint64_t seed_;
   SamplerState state_;
@@ -59,9 +60,9 @@ class BatchSampler {
 Result<uint64_t> windows_drawn(uint64_t tokens, int seq, uint64_t seed, SamplerState state, uint64_t most);
 
 // Number of whole validation batches of B windows of T+1 tokens in `tokens`.
-int64_t val_batches_available(const std::vector<uint16_t>& tokens, int batch, int seq);
+int64_t val_batches_available(const Tokens& tokens, int batch, int seq);
 // Fills validation batch k (consecutive windows from the start).
-void val_batch(const std::vector<uint16_t>& tokens, int batch, int seq, int64_t k, int32_t* inputs,
+void val_batch(const Tokens& tokens, int batch, int seq, int64_t k, int32_t* inputs,
                int32_t* targets);
 
 }  // namespace tt::data

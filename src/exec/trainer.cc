@@ -499,7 +499,7 @@ Status Trainer::build() {
   // Host memory this run holds for its whole life: the token dataset and the evaluation buffers (the pinned
   // staging slots are counted by allocate_host).
   const int64_t host_bytes =
-      static_cast<int64_t>((dataset_.train().size() + dataset_.val().size()) * sizeof(uint16_t) +
+      static_cast<int64_t>((dataset_.train().bytes() + dataset_.val().bytes()) +
                            bt * (2 * sizeof(int32_t) + sizeof(float)));
   backend_->stats().on_alloc(memory::Tier::kHost, TensorClass::kInput, host_bytes);
 

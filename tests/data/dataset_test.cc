@@ -40,7 +40,7 @@ TEST(Dataset, TextFileIsBytesWithTailValidationSplit) {
   ASSERT_EQ(ds->val().size(), n_val);
   ASSERT_EQ(ds->train().size(), text.size() - n_val);
   for (size_t i = 0; i < ds->train().size(); ++i) EXPECT_EQ(ds->train()[i], static_cast<unsigned char>(text[i]));
-  EXPECT_EQ(ds->val().back(), '\n');
+  EXPECT_EQ(ds->val()[ds->val().size() - 1], '\n');
 }
 
 TEST(Dataset, FolderSkipsBinaryAndSecondNamesAndReadsInNameOrder) {
@@ -57,7 +57,8 @@ TEST(Dataset, FolderSkipsBinaryAndSecondNamesAndReadsInNameOrder) {
   ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
   EXPECT_EQ(ds->info().files.size(), 3u);
   EXPECT_EQ(ds->info().skipped_files, 2);  // the .dat (binary) and the symlink to a.txt
-  std::string got(ds->train().begin(), ds->train().end());
+  std::string got;
+  for (size_t i = 0; i < ds->train().size(); ++i) got += static_cast<char>(ds->train()[i]);
   EXPECT_EQ(got, "aaaabbbbcccc");
   EXPECT_TRUE(ds->val().empty());
 }
@@ -116,8 +117,8 @@ TEST(Dataset, TokenShardsWithNamedSplit) {
   ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
   EXPECT_EQ(ds->vocab(), kGpt2Vocab);
   EXPECT_EQ(ds->info().kind, "token-shards");
-  EXPECT_EQ(ds->train(), train);
-  EXPECT_EQ(ds->val(), val);
+  EXPECT_EQ(ds->train(), Tokens(train));
+  EXPECT_EQ(ds->val(), Tokens(val));
 }
 
 TEST(Dataset, SingleShardIsSplitByFraction) {
@@ -129,7 +130,7 @@ TEST(Dataset, SingleShardIsSplitByFraction) {
   ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
   EXPECT_EQ(ds->train().size(), 90u);
   EXPECT_EQ(ds->val().size(), 10u);
-  EXPECT_EQ(ds->val().front(), tokens[90]);
+  EXPECT_EQ(ds->val()[0], tokens[90]);
 }
 
 TEST(Dataset, MalformedShardsAreNamed) {
@@ -150,9 +151,60 @@ TEST(Dataset, MalformedShardsAreNamed) {
   EXPECT_NE(big.status().message().find("60000"), std::string::npos);
 }
 
+// Shards of uint32 tokens (llm.c's Llama 3 shards: magic 20240801, version 7): tokens beyond 16 bits, the vocabulary
+// their largest token + 1 (GPT-2's at least where uint16 shards are beside them), the sampler's windows their values;
+// a wide dataset written back reads the same; a wrong version or a token past 2^31 - 2 is named.
+TEST(Dataset, WideShardsHoldTokensBeyondSixteenBits) {
+  TempDir dir;
+  std::vector<uint32_t> wide(300);
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<uint32_t>(70000 + i * 173 % 58000);
+  std::filesystem::create_directories(dir.file("w"));
+  ASSERT_TRUE(write_token_shard(dir.file("w/train_000.bin"), Tokens(wide)).is_ok());
+  auto ds = TokenDataset::load(dir.file("w/train_000.bin"), 0.1);
+  ASSERT_TRUE(ds.is_ok()) << ds.status().to_string();
+  EXPECT_TRUE(ds->train().wide());
+  uint32_t most = 0;
+  for (uint32_t t : wide) most = std::max(most, t);
+  EXPECT_EQ(ds->vocab(), static_cast<int>(most) + 1);
+  EXPECT_EQ(ds->train().size(), 270u);
+  EXPECT_EQ(ds->train()[5], static_cast<int32_t>(wide[5]));
+  EXPECT_EQ(ds->val()[0], static_cast<int32_t>(wide[270]));
+  auto s = BatchSampler::create(&ds->train(), 2, 8, 3);
+  ASSERT_TRUE(s.is_ok());
+  std::vector<int32_t> x(16), y(16);
+  s->next(x.data(), y.data());
+  for (int32_t t : x) EXPECT_GE(t, 70000);
+  // Beside a GPT-2 shard: one dataset, widened.
+  std::vector<uint16_t> narrow(100, 7);
+  write_shard(dir.file("w/train_001.bin"), narrow);
+  auto mixed = TokenDataset::load(dir.file("w"), 0.0);
+  ASSERT_TRUE(mixed.is_ok()) << mixed.status().to_string();
+  EXPECT_EQ(mixed->train().size(), 400u);
+  EXPECT_EQ(mixed->train()[399], 7);
+  EXPECT_EQ(mixed->vocab(), std::max(static_cast<int>(most) + 1, kGpt2Vocab));
+  // A wrong version, a token past the range.
+  std::string bytes(1024 + 8, '\0');
+  const int32_t header[3] = {kWideShardMagic, 1, 2};
+  std::memcpy(bytes.data(), header, sizeof header);
+  dir.write("v1.bin", bytes);
+  auto v = TokenDataset::load(dir.file("v1.bin"), 0.0);
+  ASSERT_FALSE(v.is_ok());
+  EXPECT_NE(v.status().message().find("version 1; magic 20240801's shards are version 7"), std::string::npos)
+      << v.status().message();
+  const int32_t ok[3] = {kWideShardMagic, 7, 2};
+  std::memcpy(bytes.data(), ok, sizeof ok);
+  const uint32_t huge[2] = {5, 0xffffffffu};
+  std::memcpy(bytes.data() + 1024, huge, sizeof huge);
+  dir.write("huge.bin", bytes);
+  auto h = TokenDataset::load(dir.file("huge.bin"), 0.0);
+  ASSERT_FALSE(h.is_ok());
+  EXPECT_NE(h.status().message().find("beyond 2^31 - 2"), std::string::npos) << h.status().message();
+}
+
 TEST(Sampler, DeterministicFromSeedAndResumable) {
-  std::vector<uint16_t> tokens(5000);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 251);
+  std::vector<uint16_t> raw(5000);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint16_t>(i % 251);
+  const Tokens tokens(raw);
   const int B = 3, T = 16;
   auto a = BatchSampler::create(&tokens, B, T, 7);
   auto b = BatchSampler::create(&tokens, B, T, 7);
@@ -189,8 +241,9 @@ TEST(Sampler, DeterministicFromSeedAndResumable) {
 // A data-parallel mesh's ranks (issue 21): shard k of N gets the k-th run of B/N windows of the batch the
 // single-device sampler draws, and every shard's sampler stays at the single-device state, across epochs.
 TEST(Sampler, ShardsTogetherAreTheSingleDeviceBatch) {
-  std::vector<uint16_t> tokens(3000);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>((i * 7) % 251);
+  std::vector<uint16_t> raw(3000);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint16_t>((i * 7) % 251);
+  const Tokens tokens(raw);
   const int B = 8, T = 16, N = 4, local = B / N;
   auto whole = BatchSampler::create(&tokens, B, T, 3);
   ASSERT_TRUE(whole.is_ok());
@@ -212,8 +265,9 @@ TEST(Sampler, ShardsTogetherAreTheSingleDeviceBatch) {
 }
 
 TEST(Sampler, EpochVisitsEveryWindowOnce) {
-  std::vector<uint16_t> tokens(1001);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i);
+  std::vector<uint16_t> raw(1001);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint16_t>(i);
+  const Tokens tokens(raw);
   const int T = 10;
   auto s = BatchSampler::create(&tokens, 1, T, 3);
   ASSERT_TRUE(s.is_ok());
@@ -230,15 +284,16 @@ TEST(Sampler, EpochVisitsEveryWindowOnce) {
 }
 
 TEST(Sampler, TooFewTokensIsAnError) {
-  std::vector<uint16_t> tokens(20);
+  const Tokens tokens(std::vector<uint16_t>(20));
   auto s = BatchSampler::create(&tokens, 2, 16, 1);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.status().message().find("too few"), std::string::npos);
 }
 
 TEST(Sampler, ValidationBatchesAreConsecutiveWindows) {
-  std::vector<uint16_t> tokens(100);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i);
+  std::vector<uint16_t> raw(100);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint16_t>(i);
+  const Tokens tokens(raw);
   EXPECT_EQ(val_batches_available(tokens, 2, 10), 4);  // 9 windows of 11 tokens -> 4 batches of 2
   std::vector<int32_t> x(20), y(20);
   val_batch(tokens, 2, 10, 1, x.data(), y.data());
