@@ -118,7 +118,7 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
                tokens.size(), B, T + 1);
   out.batches = o.batches > 0 ? std::min(o.batches, available) : available;
   Backend& be = *m.be;
-  const Model& gpt = m.ex->model();
+  const Model& model = m.ex->model();
   const size_t bt = static_cast<size_t>(B) * static_cast<size_t>(T);
   std::vector<int32_t> in(bt), tg(bt);
   std::vector<float> losses(bt);
@@ -126,10 +126,10 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < out.batches; ++k) {
     data::val_batch(tokens, B, T, k, in.data(), tg.data());
-    be.copy_h2d(gpt.tokens(), in.data(), be.compute_stream());
-    be.copy_h2d(gpt.targets(), tg.data(), be.compute_stream());
+    be.copy_h2d(model.tokens(), in.data(), be.compute_stream());
+    be.copy_h2d(model.targets(), tg.data(), be.compute_stream());
     m.ex->forward();
-    be.copy_d2h(losses.data(), gpt.losses(), be.compute_stream());
+    be.copy_d2h(losses.data(), model.losses(), be.compute_stream());
     TT_TRY(be.compute_stream().synchronize());
     // The mean of the batches' means, summed as Trainer::evaluate does: the same bits on the same windows.
     double s = 0;
@@ -155,7 +155,7 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   out.bytes = st.model.vocab <= 256;
   std::unique_ptr<Backend>& be = m.be;
   std::unique_ptr<Executor>& ex = m.ex;
-  Model& gpt = ex->model();
+  Model& model = ex->model();
 
   // The prompt's tokens: its bytes (a text model); GPT-2 tokens of its text with --vocab (its merges beside it);
   // else ids separated by spaces or commas.
@@ -207,7 +207,7 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   // from the cache again (Note [KV cache]). Without the cache, each token is a forward over the whole context: the
   // same context, the same draws up to rounding.
   const int T = st.model.seq, V = st.model.vocab, PV = st.model.padded_vocab();
-  const DType cd = gpt.dtype();
+  const DType cd = model.dtype();
   NamedTensors dec;
   for (const TensorRequest& r : model_decode_tensors(st.model, cd)) {
     TT_ASSIGN_OR_RETURN(Tensor t, be->pool().allocate(r.shape, r.dtype, r.cls, r.name.c_str()));
@@ -236,21 +236,21 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
       be->copy_h2d(dec.at("decode.token"), &out.tokens.back(), be->compute_stream());
       be->copy_h2d(dec.at("decode.pos"), &position, be->compute_stream());
       // The first step runs as it is (the GEMMs choose their algorithms), the second is recorded, then replayed.
-      if (!graph && stepped && o.cuda_graph) graph = be->capture([&] { gpt.decode_step(dec); });
+      if (!graph && stepped && o.cuda_graph) graph = be->capture([&] { model.decode_step(dec); });
       if (graph) {
         graph->replay();
       } else {
-        gpt.decode_step(dec);
+        model.decode_step(dec);
         stepped = true;
       }
       ++cached;
     } else {
       std::fill(window.begin(), window.end(), 0);
       std::copy(out.tokens.begin() + static_cast<std::ptrdiff_t>(start), out.tokens.end(), window.begin());
-      be->copy_h2d(gpt.tokens(), window.data(), be->compute_stream());
-      be->copy_h2d(gpt.targets(), targets.data(), be->compute_stream());
+      be->copy_h2d(model.tokens(), window.data(), be->compute_stream());
+      be->copy_h2d(model.targets(), targets.data(), be->compute_stream());
       ex->forward();
-      gpt.decode_prefill(dec, n);
+      model.decode_prefill(dec, n);
       ++out.prefills;
       cached = n;
     }

@@ -104,9 +104,9 @@ Status ensure_checkpoint_dir(const std::string& dir) {
 }
 
 Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_comm, comm::Communicator* data_comm) {
-  const Model& gpt = ex.model();
-  const size_t esize = dtype_size(gpt.master_dtype());
-  const size_t bytes = static_cast<size_t>(gpt.num_params()) * esize;
+  const Model& model = ex.model();
+  const size_t esize = dtype_size(model.master_dtype());
+  const size_t bytes = static_cast<size_t>(model.num_params()) * esize;
   WholeState local;
   local.params.resize(bytes);
   local.m.resize(bytes);
@@ -119,7 +119,7 @@ Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_co
     // Note [sharded optimizer]: each segment's shares from their owners (the bytes themselves: no arithmetic).
     TT_RETURN_IF(data_comm == nullptr || data_comm->size() != shard.ranks, kInternal,
                  "an optimizer sharded %d ways gathered over %d ranks", shard.ranks, data_comm ? data_comm->size() : 1);
-    const ParamSegments& segs = gpt.segments();
+    const ParamSegments& segs = model.segments();
     const int64_t per_rank = OptimizerShard::moment_elements(segs, shard.ranks);
     std::vector<unsigned char> mine(static_cast<size_t>(per_rank) * esize),
         all(static_cast<size_t>(per_rank * shard.ranks) * esize);
@@ -147,7 +147,7 @@ Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_co
       }
     }
   }
-  const ModelConfig& cfg = gpt.config();
+  const ModelConfig& cfg = model.config();
   if (cfg.tp == 1) return local;
   TT_RETURN_IF(model_comm == nullptr || model_comm->size() != cfg.tp, kInternal,
                "a model split %d ways gathered over %d ranks", cfg.tp, model_comm ? model_comm->size() : 1);
@@ -165,12 +165,12 @@ Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_co
 
 Status save_checkpoint(const std::string& dir, const CheckpointState& state, Executor& ex, int64_t keep,
                        const WholeState* whole) {
-  const Model& gpt = ex.model();
+  const Model& model = ex.model();
   Optimizer& opt = ex.optimizer();
   TT_TRY(ensure_checkpoint_dir(dir));
   WholeState own;
   if (whole == nullptr) {
-    TT_RETURN_IF(gpt.config().tp > 1 || ex.optimizer().shard().on(), kInternal,
+    TT_RETURN_IF(model.config().tp > 1 || ex.optimizer().shard().on(), kInternal,
                  "a tensor-parallel model's or a sharded optimizer's checkpoint needs its gathered state");
     TT_ASSIGN_OR_RETURN(own, gather_whole_state(ex, nullptr));
     whole = &own;
@@ -193,9 +193,9 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
 
   TensorFileWriter w;
   w.set_meta(meta);
-  const DType md = gpt.master_dtype();
+  const DType md = model.master_dtype();
   const size_t esize = dtype_size(md);
-  for (const ParamInfo& p : model_param_layout(gpt.config().whole())) {
+  for (const ParamInfo& p : model_param_layout(model.config().whole())) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     const size_t off = static_cast<size_t>(p.offset) * esize;
@@ -371,25 +371,25 @@ Result<std::string> resolve_checkpoint(const std::string& where) {
 }
 
 Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor& ex) {
-  const Model& gpt = ex.model();
+  const Model& model = ex.model();
   TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
   TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(r.meta(), path));
   // The shape and dtype checks of a resumed run, with this run's data standing in for the checkpoint's.
   CheckpointState expected = st;
-  expected.model = gpt.config();
-  expected.dtype = gpt.master_dtype();
+  expected.model = model.config();
+  expected.dtype = model.master_dtype();
   TT_TRY(check_checkpoint_continues(st, expected, path));
   const size_t esize = dtype_size(st.dtype);
-  const ModelConfig whole = gpt.config().whole();
+  const ModelConfig whole = model.config().whole();
   std::vector<unsigned char> params(static_cast<size_t>(model_num_params(whole)) * esize);
   for (const ParamInfo& p : model_param_layout(whole)) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     TT_TRY(r.read("param/" + p.name, st.dtype, shape, params.data() + static_cast<size_t>(p.offset) * esize));
   }
-  if (gpt.config().tp > 1) {  // Note [tensor parallel]: this rank's shard of the whole tensors
-    std::vector<unsigned char> local(static_cast<size_t>(gpt.num_params()) * esize);
-    model_take_shard(gpt.config(), gpt.tp_rank(), params.data(), local.data(), esize);
+  if (model.config().tp > 1) {  // Note [tensor parallel]: this rank's shard of the whole tensors
+    std::vector<unsigned char> local(static_cast<size_t>(model.num_params()) * esize);
+    model_take_shard(model.config(), model.tp_rank(), params.data(), local.data(), esize);
     params = std::move(local);
   }
   ex.wait_all();
@@ -400,15 +400,15 @@ Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor
 }
 
 Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex) {
-  const Model& gpt = ex.model();
+  const Model& model = ex.model();
   Optimizer& opt = ex.optimizer();
   TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
   TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(r.meta(), path));
   TT_TRY(check_checkpoint_continues(st, expected, path));
 
-  const DType md = gpt.master_dtype();
+  const DType md = model.master_dtype();
   const size_t esize = dtype_size(md);
-  const ModelConfig whole = gpt.config().whole();
+  const ModelConfig whole = model.config().whole();
   const size_t bytes = static_cast<size_t>(model_num_params(whole)) * esize;
   std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
   for (const ParamInfo& p : model_param_layout(whole)) {
@@ -419,11 +419,11 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
     TT_TRY(r.read("adam.m/" + p.name, md, shape, m.data() + off));
     TT_TRY(r.read("adam.v/" + p.name, md, shape, v.data() + off));
   }
-  if (gpt.config().tp > 1) {  // Note [tensor parallel]: this rank's shards of the whole tensors
-    const size_t local_bytes = static_cast<size_t>(gpt.num_params()) * esize;
+  if (model.config().tp > 1) {  // Note [tensor parallel]: this rank's shards of the whole tensors
+    const size_t local_bytes = static_cast<size_t>(model.num_params()) * esize;
     for (std::vector<unsigned char>* t : {&params, &m, &v}) {
       std::vector<unsigned char> local(local_bytes);
-      model_take_shard(gpt.config(), gpt.tp_rank(), t->data(), local.data(), esize);
+      model_take_shard(model.config(), model.tp_rank(), t->data(), local.data(), esize);
       *t = std::move(local);
     }
   }

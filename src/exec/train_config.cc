@@ -36,22 +36,29 @@ void declare_train_knobs(Config& cfg) {
   };
   knob("general", "config", K::kString, "", "JSON file of knob values (lower priority than env and flags)");
 
-  choice("model", "family", "gpt2", {"gpt2", "llama"},
-         "model family: gpt2 (LayerNorm, GELU MLP, learned positions, tied head) or llama (RMSNorm, rotary "
-         "positions, SwiGLU MLP, grouped-query attention: Llama 2/3, Mistral, Qwen2)");
+  {
+    // The families of this build (model/model.h), each with its description.
+    std::vector<std::string> names;
+    std::string help = "model family:";
+    for (const ModelFamily* f : model_families()) {
+      names.push_back(f->name());
+      help += std::string(names.size() == 1 ? " " : "; ") + f->name() + " (" + f->summary() + ")";
+    }
+    choice("model", "family", model_families().front()->name(), names, help.c_str());
+  }
   knob("model", "layers", K::kInt, "4", "transformer blocks", 1, 4096);
   knob("model", "dim", K::kInt, "128", "model width d", 1, 1 << 16);
   knob("model", "heads", K::kInt, "4", "attention heads (must divide dim)", 1, 1024);
   knob("model", "seq", K::kInt, "128", "sequence length T", 1, 1 << 20);
+  // The options of the families that have them (each family's validate() refuses those it does not have).
   knob("model", "kv_heads", K::kInt, "0",
-       "llama: key/value heads of grouped-query attention (must divide --heads; 0: as many as --heads)", 0, 1024);
-  knob("model", "ffn", K::kInt, "0",
-       "llama: the SwiGLU MLP's hidden width (0: 8/3 x 4 x dim rounded up to a multiple of 256)", 0, 1 << 20);
+       "key/value heads of grouped-query attention (must divide --heads; 0: as many as --heads)", 0, 1024);
+  knob("model", "ffn", K::kInt, "0", "the MLP's hidden width (0: the family's default)", 0, 1 << 20);
   knob("model", "tied_embeddings", K::kBool, "true",
-       "the LM head is the token embedding (llama: false gives the head a matrix of its own, as Llama 3 8B)");
-  knob("model", "qkv_bias", K::kBool, "false", "llama: biases on the query, key and value projections (Qwen2)");
-  knob("model", "rope_theta", K::kFloat, "10000", "llama: the rotary embedding's base (Llama 3: 500000)", 1, 1e12);
-  knob("model", "norm_eps", K::kFloat, "1e-5", "llama: RMSNorm's epsilon (gpt2's LayerNorm: 1e-5)", 1e-12, 0.1);
+       "the LM head is the token embedding (false: a matrix of its own, as Llama 3 8B's)");
+  knob("model", "qkv_bias", K::kBool, "false", "biases on the query, key and value projections (as Qwen2's)");
+  knob("model", "rope_theta", K::kFloat, "10000", "the rotary embedding's base (Llama 3: 500000)", 1, 1e12);
+  knob("model", "norm_eps", K::kFloat, "1e-5", "the normalisations' epsilon", 1e-12, 0.1);
 
   knob("data", "data", K::kString, kDefaultCorpus, "text file, folder of text files, or llm.c token shard(s)");
   knob("data", "val_fraction", K::kFloat, "0.05", "share of each file held out for validation", 0, 0.5);
@@ -206,8 +213,9 @@ void declare_train_knobs(Config& cfg) {
   resume.help = "continue from a checkpoint: --resume (latest in --checkpoint-dir) or --resume=FILE";
   cfg.declare(std::move(resume));
   knob("checkpoint", "from_safetensors", K::kString, "",
-       "start from GPT-2-layout weights (Hugging Face's GPT2LMHeadModel or GPT2Model, F32 safetensors: a file, or a "
-       "folder with model.safetensors, as tiertrain export writes), with a fresh optimizer; the shapes must match");
+       "start from a Hugging Face model folder (config.json and safetensors, sharded or not, F32/BF16/F16, as "
+       "transformers and tiertrain export write them; its config.json gives the model) or one .safetensors file of "
+       "the model the flags give, with a fresh optimizer");
   knob("checkpoint", "init_from", K::kString, "",
        "start from the parameters of this checkpoint (a file, a checkpoint folder or a run folder: its latest), with "
        "a fresh optimizer and schedule, on any data: fine-tuning, or a longer run from a finished one; the model's "
@@ -363,34 +371,41 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   return tc;
 }
 
-Status adopt_model(TrainConfig& cfg, const ModelConfig& from, const std::string& source) {
+Status adopt_model(TrainConfig& cfg, const ModelConfig& from, const std::string& source, bool strict) {
   const ModelConfig& m = cfg.model;
+  ModelConfig out = from;
   std::string mismatch;
-  auto check = [&](const char* knob, const std::string& given, const std::string& theirs) {
-    if (cfg.model_knobs_given.count(knob) != 0 && given != theirs)
-      mismatch += str_format("%s%s %s but %s", mismatch.empty() ? "" : "; ", Config::flag_name(knob).c_str(),
-                             given.c_str(), theirs.c_str());
+  // Each model knob: whether it was given, its value in cfg and in `from` (as text), and how to keep cfg's.
+  auto knob = [&](const char* name, const std::string& given, const std::string& theirs, auto keep) {
+    if (cfg.model_knobs_given.count(name) == 0) return;
+    keep();
+    if (given == theirs) return;
+    mismatch += mismatch.empty() ? "" : "; ";
+    mismatch += strict ? str_format("%s %s but %s", Config::flag_name(name).c_str(), given.c_str(), theirs.c_str())
+                       : str_format("%s is %s in the checkpoint but %s now", name, theirs.c_str(), given.c_str());
   };
   auto num = [](double v) { return str_format("%g", v); };
-  check("family", m.family, from.family);
-  check("layers", num(m.layers), num(from.layers));
-  check("dim", num(m.dim), num(from.dim));
-  check("heads", num(m.heads), num(from.heads));
-  check("seq", num(m.seq), num(from.seq));
-  check("kv_heads", num(m.kv_head_count()), num(from.kv_head_count()));
-  if (cfg.model_knobs_given.count("ffn") != 0 && m.family == from.family)
-    check("ffn", num(model_ffn(m)), num(model_ffn(from)));
-  check("tied_embeddings", m.tied_embeddings ? "true" : "false", from.tied_embeddings ? "true" : "false");
-  check("qkv_bias", m.qkv_bias ? "true" : "false", from.qkv_bias ? "true" : "false");
-  check("rope_theta", num(m.rope_theta), num(from.rope_theta));
-  check("norm_eps", num(m.norm_eps), num(from.norm_eps));
-  TT_RETURN_IF(!mismatch.empty(), kInvalidArgument, "the model of %s is not the one the flags give: %s (leave the "
-               "model flags out to take %s's)", source.c_str(), mismatch.c_str(), source.c_str());
-  const int tp = cfg.model.tp;
-  const bool split = cfg.model.split_vocab;
-  cfg.model = from;
-  cfg.model.tp = tp;
-  cfg.model.split_vocab = split;
+  auto yes = [](bool b) { return std::string(b ? "true" : "false"); };
+  knob("family", m.family, from.family, [&] { out.family = m.family; });
+  knob("layers", num(m.layers), num(from.layers), [&] { out.layers = m.layers; });
+  knob("dim", num(m.dim), num(from.dim), [&] { out.dim = m.dim; });
+  knob("heads", num(m.heads), num(from.heads), [&] { out.heads = m.heads; });
+  knob("seq", num(m.seq), num(from.seq), [&] { out.seq = m.seq; });
+  knob("kv_heads", num(m.kv_head_count()), num(from.kv_head_count()), [&] { out.kv_heads = m.kv_heads; });
+  knob("ffn", num(m.ffn), num(from.ffn), [&] { out.ffn = m.ffn; });
+  knob("tied_embeddings", yes(m.tied_embeddings), yes(from.tied_embeddings),
+       [&] { out.tied_embeddings = m.tied_embeddings; });
+  knob("qkv_bias", yes(m.qkv_bias), yes(from.qkv_bias), [&] { out.qkv_bias = m.qkv_bias; });
+  knob("rope_theta", num(m.rope_theta), num(from.rope_theta), [&] { out.rope_theta = m.rope_theta; });
+  knob("norm_eps", num(m.norm_eps), num(from.norm_eps), [&] { out.norm_eps = m.norm_eps; });
+  TT_RETURN_IF(strict && !mismatch.empty(), kInvalidArgument,
+               "the model of %s is not the one the flags give: %s (leave the model flags out to take %s's)",
+               source.c_str(), mismatch.c_str(), source.c_str());
+  TT_RETURN_IF(!mismatch.empty(), kFailedPrecondition, "%s does not match this run: %s (leave the model flags out to "
+               "take its model)", source.c_str(), mismatch.c_str());
+  out.tp = cfg.model.tp;
+  out.split_vocab = cfg.model.split_vocab;
+  cfg.model = out;
   return Status::ok();
 }
 

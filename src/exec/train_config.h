@@ -118,9 +118,11 @@ Status apply_backend_defaults(Config& cfg);
 Status apply_run_dir(Config& cfg, const std::string& now);
 // Reads the knobs; cross-checks what single knobs cannot (heads divide dim, stop_at <= steps, ...).
 Result<TrainConfig> train_config_from(const Config& cfg);
-// The model of `from` (a Hugging Face folder's, a resumed checkpoint's), named `source` in errors, for cfg: each model
-// knob given (TrainConfig::model_knobs_given) must agree with it, and `from` replaces the rest; the vocabulary too.
-Status adopt_model(TrainConfig& cfg, const ModelConfig& from, const std::string& source);
+// The model of `from` (a Hugging Face folder's, a resumed checkpoint's), named `source` in errors, for cfg: `from`
+// replaces every model knob not given (TrainConfig::model_knobs_given) and the vocabulary. A knob given that
+// disagrees is an error naming both: a bad flag when `strict` (a folder), a checkpoint that does not match the run
+// otherwise ("dim is 16 in the checkpoint but 32 now", as check_checkpoint_continues says it).
+Status adopt_model(TrainConfig& cfg, const ModelConfig& from, const std::string& source, bool strict);
 
 // The peak learning rate when none is given (--lr 0): 3e-3 x min(1, 128 / dim). 3e-3 suits the default model
 // (d128); Adam moves every weight by about the learning rate on its first steps, and the change in a layer's

@@ -226,12 +226,16 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
   // open; the data's tokens must fit its vocabulary.
   if (!cfg.from_safetensors.empty()) {
     TT_ASSIGN_OR_RETURN(std::optional<ModelConfig> hf, read_hf_config(cfg.from_safetensors, cfg.model.seq));
-    if (hf) TT_TRY(adopt_model(cfg, *hf, cfg.from_safetensors + "/config.json"));
+    if (hf) TT_TRY(adopt_model(cfg, *hf, cfg.from_safetensors + "/config.json", /*strict=*/true));
   } else if (!cfg.resume.empty()) {
-    TT_ASSIGN_OR_RETURN(std::string path, find_checkpoint(cfg.checkpoint_dir, cfg.resume));
-    TT_ASSIGN_OR_RETURN(TensorFileReader reader, TensorFileReader::open(path));
-    TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(reader.meta(), path));
-    TT_TRY(adopt_model(cfg, st.model, "checkpoint " + path));
+    // (The checks of the resume below name a checkpoint that does not match the flags given.)
+    auto adopt = [&]() -> Status {
+      TT_ASSIGN_OR_RETURN(std::string path, find_checkpoint(cfg.checkpoint_dir, cfg.resume));
+      TT_ASSIGN_OR_RETURN(TensorFileReader reader, TensorFileReader::open(path));
+      TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(reader.meta(), path));
+      return adopt_model(cfg, st.model, "checkpoint " + path, /*strict=*/false);
+    };
+    if (Status s = adopt(); !s.is_ok()) return std::move(s.with_context("cannot resume"));
   }
   TT_RETURN_IF(t->dataset_.vocab() > cfg.model.vocab, kInvalidArgument,
                "the data's tokens go up to %d, beyond the model's vocabulary of %d", t->dataset_.vocab() - 1,
@@ -629,11 +633,11 @@ Result<EvalRecord> Trainer::evaluate() {
     } else {
       data::val_batch(dataset_.val(), B, T, k, host_tokens_.data(), host_targets_.data());
     }
-    const Model& gpt = ex_->model();
-    be.copy_h2d(gpt.tokens(), host_tokens_.data(), be.compute_stream());
-    be.copy_h2d(gpt.targets(), host_targets_.data(), be.compute_stream());
+    const Model& model = ex_->model();
+    be.copy_h2d(model.tokens(), host_tokens_.data(), be.compute_stream());
+    be.copy_h2d(model.targets(), host_targets_.data(), be.compute_stream());
     ex_->forward();
-    be.copy_d2h(host_losses_.data(), gpt.losses(), be.compute_stream());
+    be.copy_d2h(host_losses_.data(), model.losses(), be.compute_stream());
     TT_TRY(be.compute_stream().synchronize());
     double s = 0;
     for (float l : host_losses_) s += static_cast<double>(l);

@@ -23,6 +23,9 @@ class GptFamily final : public ModelFamily {
  public:
   const char* name() const override { return "gpt2"; }
   const char* display() const override { return "GPT-2"; }
+  const char* summary() const override {
+    return "GPT-2 as nanoGPT and llm.c: LayerNorm, GELU MLP, learned positions, tied head";
+  }
   Status validate(const ModelConfig& cfg) const override;
   int ffn(const ModelConfig& cfg) const override { return 4 * cfg.dim; }
   std::vector<ParamInfo> param_layout(const ModelConfig& cfg) const override;

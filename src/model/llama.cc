@@ -20,6 +20,9 @@ class LlamaFamily final : public ModelFamily {
  public:
   const char* name() const override { return "llama"; }
   const char* display() const override { return "Llama"; }
+  const char* summary() const override {
+    return "Llama 2/3, Mistral, Qwen2: RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention";
+  }
   Status validate(const ModelConfig& cfg) const override;
   int ffn(const ModelConfig& cfg) const override { return llama_ffn(cfg); }
   std::vector<ParamInfo> param_layout(const ModelConfig& cfg) const override;

@@ -261,6 +261,7 @@ class ModelFamily {
   virtual ~ModelFamily() = default;
   virtual const char* name() const = 0;     // "gpt2"
   virtual const char* display() const = 0;  // "GPT-2"
+  virtual const char* summary() const = 0;  // what --family's help says of it
   virtual Status validate(const ModelConfig& cfg) const = 0;
   // The MLP's hidden width (what tensor parallelism splits beside the heads).
   virtual int ffn(const ModelConfig& cfg) const = 0;

@@ -269,8 +269,7 @@ TEST(Decode, AttentionOfTheNewRowIsTheForwardsRowAtItsPosition) {
 
 // The decoder's logits for each new token (its qkv rows appended to the cache) are those of a forward over the whole
 // context, at every position up to the model's length; a prefill from a forward starts the same cache.
-TEST(Decode, EachTokenThroughTheCacheGivesTheForwardsLogits) {
-  const ModelConfig cfg{.vocab = 64, .layers = 2, .dim = 32, .heads = 4, .seq = 16};
+void decode_matches_forward(const ModelConfig& cfg) {
   auto be = testing::make_cpu_backend();
   auto ex = testing::make_gpt(*be, cfg, 1, DType::kF64);
   ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
@@ -317,6 +316,18 @@ TEST(Decode, EachTokenThroughTheCacheGivesTheForwardsLogits) {
                                      got.data(), want.data() + static_cast<size_t>(p) * PV, static_cast<size_t>(PV),
                                      1e-12, 1e-10));
     }
+  }
+}
+
+// Every family: GPT-2, and a Llama with grouped-query heads (its rotation at the new row's position), QKV biases
+// and an untied head.
+TEST(Decode, EachTokenThroughTheCacheGivesTheForwardsLogits) {
+  for (const ModelConfig& cfg :
+       {ModelConfig{.vocab = 64, .layers = 2, .dim = 32, .heads = 4, .seq = 16},
+        ModelConfig{.family = "llama", .vocab = 64, .layers = 2, .dim = 32, .heads = 4, .seq = 16, .kv_heads = 2,
+                    .ffn = 40, .tied_embeddings = false, .qkv_bias = true, .rope_theta = 500000}}) {
+    SCOPED_TRACE(cfg.describe());
+    decode_matches_forward(cfg);
   }
 }
 
