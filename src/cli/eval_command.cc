@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/command.h"
 #include "apps/generate.h"
 
@@ -30,12 +32,20 @@ class EvalCommand final : public Command {
     eval->add_option("--backend", o_.backend, "auto, cpu or cuda [default: auto]")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     eval->add_option("--threads", o_.threads, "CPU threads (0: automatic) [default: 0]")->check(CLI::Range(0, 4096));
+    eval->add_flag("--json", json_, "print one JSON object (the loss in full precision) instead of the line");
     return eval;
   }
   int run(Context&) override {
   auto e = evaluate_checkpoint(checkpoint_, o_);
   if (!e.is_ok()) return report(e.status());
   const EvalResult& r = e.value();
+  if (json_) {
+    const nlohmann::json j = {{"checkpoint", r.checkpoint}, {"step", r.step},     {"data", o_.data},
+                              {"split", o_.split},          {"loss", r.loss},     {"batches", r.batches},
+                              {"tokens", r.tokens},         {"seconds", r.seconds}};
+    std::fprintf(stdout, "%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
   std::fprintf(stdout,
                "%s (step %lld) on %s: loss %.4f nats/token, perplexity %.3f, %.4f bits/token; %lld batches, %lld "
                "tokens, %.1f s\n",
@@ -47,6 +57,7 @@ class EvalCommand final : public Command {
  private:
   std::string checkpoint_;
   EvalOptions o_;
+  bool json_ = false;
 };
 
 }  // namespace
