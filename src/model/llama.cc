@@ -512,11 +512,7 @@ void Llama::lm_head(ModelHooks& h, bool with_backward) {
   run_lm_head(h, with_backward, lnf_, dln_, head_index_, vocab_begin());
 }
 
-void Llama::compute_logits(const Tensor& out) {
-  TT_CHECK(!cfg_.split_vocab, "compute_logits of a model whose vocabulary is split over ranks");
-  const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq;
-  be_.matmul_forward(out.reshape({BT, cfg_.padded_vocab()}), lnf_.reshape({BT, cfg_.dim}), head(), Tensor());
-}
+void Llama::compute_logits(const Tensor& out) { logits_of(out, lnf_, head_index_); }
 
 void Llama::backward_blocks(ModelHooks& h) {
   Stream& s = be_.compute_stream();

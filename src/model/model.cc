@@ -467,6 +467,12 @@ void append_head_kernel_calls(std::vector<NamedKernelCall>& r, const ModelConfig
   }
 }
 
+void Model::logits_of(const Tensor& out, const Tensor& lnf, size_t head) {
+  TT_CHECK(!cfg_.split_vocab, "compute_logits of a model whose vocabulary is split over ranks");
+  const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq;
+  be_.matmul_forward(out.reshape({BT, cfg_.padded_vocab()}), lnf.reshape({BT, cfg_.dim}), cparam(head), Tensor());
+}
+
 void Model::run_lm_head(ModelHooks& h, bool with_backward, const Tensor& lnf, const Tensor& dln, size_t head,
                         int64_t vocab_begin) {
   h.at(Boundary::kBeforeHead, 0);

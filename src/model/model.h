@@ -435,6 +435,8 @@ class Model {
   // tensors of those names. Announces its boundary and kernels as append_head_kernel_calls lists them.
   void run_lm_head(ModelHooks& hooks, bool with_backward, const Tensor& lnf, const Tensor& dln, size_t head,
                    int64_t vocab_begin);
+  // compute_logits of a head whose matrix is parameter `head`, from lnf [B, T, C].
+  void logits_of(const Tensor& out, const Tensor& lnf, size_t head);
 
   const ModelFamily& family_;
   Backend& be_;
