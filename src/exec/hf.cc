@@ -30,13 +30,7 @@ constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
 
 std::string dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// One tensor of a safetensors file.
-struct StEntry {
-  std::string file;
-  DType dtype = DType::kF32;  // kF32, kBF16 or kF16
-  std::vector<int64_t> shape;
-  uint64_t begin = 0, bytes = 0;  // in the file
-};
+using StEntry = SafetensorsEntry;
 
 Result<DType> st_dtype(const json& d, const std::string& where) {
   TT_RETURN_IF(!d.is_string(), kDataLoss, "%s: dtype is %s, expected a string", where.c_str(), dump(d).c_str());
@@ -124,8 +118,9 @@ Status read_header(const std::string& file, std::map<std::string, StEntry>* out)
   return Status::ok();
 }
 
-// Every tensor of a folder (model.safetensors, or the shards of model.safetensors.index.json) or of one file.
-Result<std::map<std::string, StEntry>> read_tensors(const std::string& path) {
+}  // namespace
+
+Result<std::map<std::string, SafetensorsEntry>> read_safetensors(const std::string& path) {
   std::map<std::string, StEntry> tensors;
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
@@ -170,6 +165,8 @@ Result<std::map<std::string, StEntry>> read_tensors(const std::string& path) {
   return tensors;
 }
 
+namespace {
+
 // n values of `dtype` as floats.
 void to_f32(const unsigned char* src, DType dtype, size_t n, float* out) {
   if (dtype == DType::kF32) {
@@ -210,7 +207,7 @@ Status import_hf(const std::string& path, Executor& ex) {
   const Model& model = ex.model();
   const ModelConfig whole = model.config().whole();
   TT_RETURN_IF(model.master_dtype() != DType::kF32, kUnimplemented, "--from-safetensors: an fp32 master only");
-  TT_ASSIGN_OR_RETURN(auto tensors, read_tensors(path));
+  TT_ASSIGN_OR_RETURN(auto tensors, read_safetensors(path));
   const std::vector<ParamInfo> layout = model_param_layout(whole);
   std::map<std::string, const ParamInfo*> by_name;
   for (const ParamInfo& p : layout) by_name[p.name] = &p;

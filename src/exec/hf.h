@@ -11,8 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/model.h"
@@ -39,6 +41,18 @@ Result<ExportSummary> export_hf(const std::string& where, const std::string& out
 // The model a Hugging Face folder's config.json describes, for training on sequences of `seq`; nullopt when the
 // folder (or file) has no config.json (then the weights must be in the layout of the model the run configures).
 Result<std::optional<ModelConfig>> read_hf_config(const std::string& path, int seq);
+
+// One tensor of a safetensors file, as its header says: its file, dtype (kF32, kBF16 or kF16), shape and bytes.
+struct SafetensorsEntry {
+  std::string file;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, bytes = 0;  // in the file
+};
+// Every tensor of a folder (model.safetensors, or the shards model.safetensors.index.json names, each a file of the
+// folder) or of one .safetensors file, every header checked whole: the dtypes, the shapes, each tensor's bytes within
+// its file's data and none overlapping another, the index's shards in the folder and holding what it says.
+Result<std::map<std::string, SafetensorsEntry>> read_safetensors(const std::string& path);
 
 // Reads the weights of a folder (or one .safetensors file) into the executor's model (a tensor-parallel rank takes its
 // shard of them): every tensor of the family's layout must be there with its shape; the vocabulary's padding rows

@@ -10,7 +10,7 @@ out=$PWD/corpus
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{tensorfile,checkpoint_meta,config,plan,profile,dataset}
+mkdir -p "$out"/{tensorfile,checkpoint_meta,config,plan,profile,dataset,hf_folder}
 
 # A small corpus and a token shard (llm.c's format: 256 x int32 header, magic 20240520, version 1, count; uint16s).
 printf 'the memory of a device is never enough\nso we swap and recompute\n%.0s' {1..40} > "$work/text.txt"
@@ -72,4 +72,22 @@ cut=$'\n--tt-file--\n'
   > "$out/dataset/text_folder"
 { printf '\x00\x04'; cat "$work/shard.bin"; } > "$out/dataset/shard"
 { printf '\x01\x02'; cat "$work/shard.bin"; printf '%s\x03' "$cut"; cat "$work/shard.bin"; } > "$out/dataset/shards"
+# Hugging Face folders (tests/fuzz/hf_folder.cc: config.json's length, config.json, model.safetensors): a tiny Llama
+# exported in bf16, and a tiny GPT-2 in f32.
+hf_seed() {  # NAME FLAGS...
+  local name=$1
+  shift
+  "$bin" train --data "$work/text.txt" --layers 1 --dim 8 --heads 2 --seq 8 --batch 2 --steps 1 --warmup 1 \
+    --checkpoint-dir "$work/$name-ck" "$@" > /dev/null 2>&1
+  "$bin" export "$work/$name-ck" --out "$work/$name-hf" "${export_flags[@]}" > /dev/null
+  python3 - "$work/$name-hf" "$out/hf_folder/$name" <<'PY'
+import struct, sys
+config = open(sys.argv[1] + "/config.json", "rb").read()
+open(sys.argv[2], "wb").write(struct.pack("<I", len(config)) + config + open(sys.argv[1] + "/model.safetensors", "rb").read())
+PY
+}
+export_flags=(--dtype bf16)
+hf_seed llama --family llama --kv-heads 1 --ffn 16 --tied-embeddings false --qkv-bias true
+export_flags=()
+hf_seed gpt2 --family gpt2
 du -sh "$out"/*
