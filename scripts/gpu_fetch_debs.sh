@@ -21,3 +21,8 @@ pip download --no-deps -q -d . --only-binary :all: --platform manylinux_2_28_x86
   --implementation cp numpy
 # CUPTI (CUDA 13.0) for bench/training/kernel_gaps_gpu.sh where the toolkit lacks extras/CUPTI.
 pip download --no-deps -q -d . --only-binary :all: --platform manylinux_2_25_x86_64 "nvidia-cuda-cupti==13.0.*"
+# transformers, tokenizers and safetensors (and what they need beside torch) for the golden tests against
+# transformers' classes there (tools/hf_golden.py; issue 45).
+pip download -q -d . --only-binary :all: --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 --platform any --python-version 3.12 --implementation cp transformers tokenizers \
+  safetensors
