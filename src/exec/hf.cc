@@ -219,6 +219,10 @@ Status import_hf(const std::string& path, Executor& ex) {
     const int64_t cols = p.shape.rank() == 2 ? p.shape[1] : 1;
     for (const HfTensor& t : hp.tensors) {
       auto it = tensors.find(t.name);
+      // The base model's files (GPT2Model: GPT-2's published weights; LlamaModel) name them without the first part
+      // ("transformer.", "model.").
+      if (it == tensors.end() && t.name.find('.') != std::string::npos)
+        it = tensors.find(t.name.substr(t.name.find('.') + 1));
       TT_RETURN_IF(it == tensors.end(), kNotFound, "--from-safetensors %s: no tensor %s (the model's %s)", path.c_str(),
                    t.name.c_str(), p.name.c_str());
       const StEntry& e = it->second;

@@ -240,6 +240,21 @@ TEST(HuggingFace, MalformedFoldersAreNamed) {
     std::ofstream(f + "/config.json") << "{ nope";
   }, "config.json: not a JSON object");
 
+  // A base model's file (transformers' LlamaModel, GPT2Model: GPT-2's published weights) names the tensors without
+  // the first part: read the same.
+  {
+    const std::string folder = dir.path() + "/base";
+    std::filesystem::create_directories(folder);
+    std::filesystem::copy_file(good + "/config.json", folder + "/config.json");
+    json h = json::object();
+    for (const auto& [name, e] : header.items())
+      h[name.rfind("model.", 0) == 0 ? name.substr(6) : name] = e;
+    write_safetensors(folder + "/model.safetensors", h, body);
+    const std::vector<float> base = started_from(cfg, folder), want = checkpoint_params(ckpt, kLlama);
+    ASSERT_EQ(base.size(), want.size());
+    EXPECT_EQ(std::memcmp(base.data(), want.data(), want.size() * 4), 0) << "a base model's names";
+  }
+
   // Model flags that disagree with the folder are named; those that agree are fine.
   TrainConfig flags = cfg;
   flags.from_safetensors = good;
