@@ -539,14 +539,14 @@ nlohmann::json GptFamily::hf_config(const ModelConfig& cfg) const {
 Result<ModelConfig> GptFamily::from_hf_config(const nlohmann::json& j, int seq, const std::string& where) const {
   ModelConfig c;
   c.family = "gpt2";
-  HfConfigReader r(j, where);
+  JsonKeys r(j, where);
   int positions = 0, inner = 0;
   TT_TRY(r.integer("vocab_size", &c.vocab));
   TT_TRY(r.integer("n_embd", &c.dim));
   TT_TRY(r.integer("n_layer", &c.layers));
   TT_TRY(r.integer("n_head", &c.heads));
   TT_TRY(r.integer("n_positions", &positions));
-  TT_TRY(r.integer_or_null("n_inner", &inner));
+  TT_TRY(r.optional_integer("n_inner", &inner));
   TT_RETURN_IF(inner != 0 && inner != 4 * c.dim, kUnimplemented, "%s: n_inner %d; the gpt2 family's MLP is 4 x n_embd",
                where.c_str(), inner);
   TT_TRY(r.one_of("activation_function", {"gelu_new", "gelu_pytorch_tanh"}, "gelu_new"));

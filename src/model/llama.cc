@@ -293,7 +293,7 @@ Result<ModelConfig> LlamaFamily::from_hf_config(const nlohmann::json& j, int seq
   c.family = "llama";
   c.tied_embeddings = false;  // LlamaConfig's default
   const std::string type = j.at("model_type").get<std::string>();
-  HfConfigReader r(j, where);
+  JsonKeys r(j, where);
   int positions = 0, head_dim = 0;
   TT_TRY(r.integer("vocab_size", &c.vocab));
   TT_TRY(r.integer("hidden_size", &c.dim));
@@ -329,7 +329,7 @@ Result<ModelConfig> LlamaFamily::from_hf_config(const nlohmann::json& j, int seq
     const nlohmann::json& s = j.at("rope_scaling");
     const std::string at = where + " rope_scaling";
     TT_RETURN_IF(!s.is_object(), kInvalidArgument, "%s: rope_scaling is not an object", where.c_str());
-    HfConfigReader rs(s, at);
+    JsonKeys rs(s, at);
     const char* type_key = s.contains("rope_type") ? "rope_type" : "type";
     TT_TRY(rs.one_of(type_key, {"llama3", "default"}, "default"));
     if (s.value(type_key, std::string()) == "llama3") {

@@ -105,34 +105,6 @@ std::string dump(const nlohmann::json& v) {
   return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-// One key of a model configuration, read strictly.
-Status read_int(const nlohmann::json& j, const char* key, int lo, int hi, bool required, int* out,
-                const std::string& where) {
-  if (!j.contains(key)) {
-    TT_RETURN_IF(required, kInvalidArgument, "%s: model.%s is missing", where.c_str(), key);
-    return Status::ok();
-  }
-  const nlohmann::json& v = j.at(key);
-  TT_RETURN_IF(!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi, kInvalidArgument,
-               "%s: model.%s is %s, expected an integer in [%d, %d]", where.c_str(), key, dump(v).c_str(), lo, hi);
-  *out = v.get<int>();
-  return Status::ok();
-}
-Status read_double(const nlohmann::json& j, const char* key, double* out, const std::string& where) {
-  if (!j.contains(key)) return Status::ok();
-  const nlohmann::json& v = j.at(key);
-  TT_RETURN_IF(!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0, kInvalidArgument,
-               "%s: model.%s is %s, expected a positive number", where.c_str(), key, dump(v).c_str());
-  *out = v.get<double>();
-  return Status::ok();
-}
-Status read_bool(const nlohmann::json& j, const char* key, bool* out, const std::string& where) {
-  if (!j.contains(key)) return Status::ok();
-  TT_RETURN_IF(!j.at(key).is_boolean(), kInvalidArgument, "%s: model.%s is %s, expected true or false",
-               where.c_str(), key, dump(j.at(key)).c_str());
-  *out = j.at(key).get<bool>();
-  return Status::ok();
-}
 }  // namespace
 
 Result<ModelConfig> model_config_from_json(const nlohmann::json& j, const std::string& where) {
@@ -148,36 +120,33 @@ Result<ModelConfig> model_config_from_json(const nlohmann::json& j, const std::s
                  kInvalidArgument, "%s: unknown key model.%s", where.c_str(), key.c_str());
   }
   ModelConfig c;
-  if (j.contains("family")) {
-    TT_RETURN_IF(!j.at("family").is_string(), kInvalidArgument, "%s: model.family is %s, expected a string",
-                 where.c_str(), dump(j.at("family")).c_str());
-    c.family = j.at("family").get<std::string>();
-  }
+  const JsonKeys r(j, where, "model.");
+  TT_TRY(r.string("family", &c.family));
   constexpr int kMax = (1 << 30);
-  TT_TRY(read_int(j, "vocab", 2, 1 << 20, true, &c.vocab, where));
-  TT_TRY(read_int(j, "layers", 1, kMax, true, &c.layers, where));
-  TT_TRY(read_int(j, "dim", 1, kMax, true, &c.dim, where));
-  TT_TRY(read_int(j, "heads", 1, kMax, true, &c.heads, where));
-  TT_TRY(read_int(j, "seq", 1, kMax, true, &c.seq, where));
-  TT_TRY(read_int(j, "kv_heads", 0, kMax, false, &c.kv_heads, where));
+  TT_TRY(r.integer_in("vocab", 2, 1 << 20, true, &c.vocab));
+  TT_TRY(r.integer_in("layers", 1, kMax, true, &c.layers));
+  TT_TRY(r.integer_in("dim", 1, kMax, true, &c.dim));
+  TT_TRY(r.integer_in("heads", 1, kMax, true, &c.heads));
+  TT_TRY(r.integer_in("seq", 1, kMax, true, &c.seq));
+  TT_TRY(r.integer_in("kv_heads", 0, kMax, false, &c.kv_heads));
   if (c.kv_heads == c.heads) c.kv_heads = 0;  // written as a count; 0 is the same model
-  TT_TRY(read_int(j, "ffn", 0, kMax, false, &c.ffn, where));
-  TT_TRY(read_bool(j, "tied_embeddings", &c.tied_embeddings, where));
-  TT_TRY(read_bool(j, "qkv_bias", &c.qkv_bias, where));
-  TT_TRY(read_double(j, "rope_theta", &c.rope_theta, where));
-  TT_TRY(read_double(j, "norm_eps", &c.norm_eps, where));
-  if (j.contains("rope_scaling")) {
-    const nlohmann::json& r = j.at("rope_scaling");
-    const std::string at = where + " (rope_scaling)";
-    TT_RETURN_IF(!r.is_object(), kInvalidArgument, "%s: model.rope_scaling is %s, expected an object", where.c_str(),
-                 dump(r).c_str());
-    TT_TRY(read_double(r, "factor", &c.rope_scaling.factor, at));
-    TT_TRY(read_double(r, "low_freq_factor", &c.rope_scaling.low_freq_factor, at));
-    TT_TRY(read_double(r, "high_freq_factor", &c.rope_scaling.high_freq_factor, at));
-    TT_TRY(read_int(r, "original_max_position", 1, kMax, false, &c.rope_scaling.original_max_position, at));
+  TT_TRY(r.integer_in("ffn", 0, kMax, false, &c.ffn));
+  TT_TRY(r.boolean("tied_embeddings", &c.tied_embeddings));
+  TT_TRY(r.boolean("qkv_bias", &c.qkv_bias));
+  TT_TRY(r.number("rope_theta", &c.rope_theta));
+  TT_TRY(r.number("norm_eps", &c.norm_eps));
+  if (r.has("rope_scaling")) {
+    const nlohmann::json& rs = j.at("rope_scaling");
+    TT_RETURN_IF(!rs.is_object(), kInvalidArgument, "%s: model.rope_scaling is %s, expected an object", where.c_str(),
+                 dump(rs).c_str());
+    const JsonKeys s(rs, where, "model.rope_scaling.");
+    TT_TRY(s.number("factor", &c.rope_scaling.factor));
+    TT_TRY(s.number("low_freq_factor", &c.rope_scaling.low_freq_factor));
+    TT_TRY(s.number("high_freq_factor", &c.rope_scaling.high_freq_factor));
+    TT_TRY(s.integer_in("original_max_position", 1, kMax, false, &c.rope_scaling.original_max_position));
   }
-  TT_TRY(read_int(j, "tp", 1, 1 << 16, false, &c.tp, where));
-  TT_TRY(read_bool(j, "split_vocab", &c.split_vocab, where));
+  TT_TRY(r.integer_in("tp", 1, 1 << 16, false, &c.tp));
+  TT_TRY(r.boolean("split_vocab", &c.split_vocab));
   if (Status st = c.validate(); !st.is_ok())
     return Status(StatusCode::kInvalidArgument, where + ": " + st.message());
   return c;
@@ -189,73 +158,71 @@ std::vector<ParamInfo> model_param_layout(const ModelConfig& cfg) { return famil
 
 int model_ffn(const ModelConfig& cfg) { return family_of(cfg).ffn(cfg); }
 
-bool HfConfigReader::has(const char* key) const { return j_.is_object() && j_.contains(key) && !j_.at(key).is_null(); }
+bool JsonKeys::has(const char* key) const { return j_.is_object() && j_.contains(key) && !j_.at(key).is_null(); }
 
-Status HfConfigReader::integer(const char* key, int* out) const {
-  TT_RETURN_IF(!has(key), kInvalidArgument, "%s: no \"%s\"", where_.c_str(), key);
-  int v = 0;
-  TT_TRY(optional_integer(key, &v));
-  TT_RETURN_IF(v < 1, kInvalidArgument, "%s: \"%s\" is %d, expected an integer >= 1", where_.c_str(), key, v);
-  *out = v;
-  return Status::ok();
-}
-
-Status HfConfigReader::optional_integer(const char* key, int* out) const {
-  if (!has(key)) return Status::ok();
+Status JsonKeys::integer_in(const char* key, int lo, int hi, bool required, int* out) const {
+  if (!has(key)) {
+    TT_RETURN_IF(required, kInvalidArgument, "%s: %s is missing", where_.c_str(), name(key).c_str());
+    return Status::ok();
+  }
   const nlohmann::json& v = j_.at(key);
-  TT_RETURN_IF(!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t(1) << 30),
-               kInvalidArgument, "%s: \"%s\" is %s, expected an integer in [0, 2^30]", where_.c_str(), key,
-               dump(v).c_str());
+  TT_RETURN_IF(!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi, kInvalidArgument,
+               "%s: %s is %s, expected an integer in [%d, %d]", where_.c_str(), name(key).c_str(), dump(v).c_str(),
+               lo, hi);
   *out = v.get<int>();
   return Status::ok();
 }
 
-Status HfConfigReader::number(const char* key, double* out) const {
+Status JsonKeys::number(const char* key, double* out) const {
   if (!has(key)) return Status::ok();
   const nlohmann::json& v = j_.at(key);
   TT_RETURN_IF(!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0, kInvalidArgument,
-               "%s: \"%s\" is %s, expected a positive number", where_.c_str(), key, dump(v).c_str());
+               "%s: %s is %s, expected a positive number", where_.c_str(), name(key).c_str(), dump(v).c_str());
   *out = v.get<double>();
   return Status::ok();
 }
 
-Status HfConfigReader::boolean(const char* key, bool* out) const {
+Status JsonKeys::boolean(const char* key, bool* out) const {
   if (!has(key)) return Status::ok();
-  TT_RETURN_IF(!j_.at(key).is_boolean(), kInvalidArgument, "%s: \"%s\" is %s, expected true or false",
-               where_.c_str(), key, dump(j_.at(key)).c_str());
+  TT_RETURN_IF(!j_.at(key).is_boolean(), kInvalidArgument, "%s: %s is %s, expected true or false", where_.c_str(),
+               name(key).c_str(), dump(j_.at(key)).c_str());
   *out = j_.at(key).get<bool>();
   return Status::ok();
 }
 
-Status HfConfigReader::one_of(const char* key, std::initializer_list<const char*> allowed, const char* absent) const {
+Status JsonKeys::string(const char* key, std::string* out) const {
+  if (!has(key)) return Status::ok();
+  TT_RETURN_IF(!j_.at(key).is_string(), kInvalidArgument, "%s: %s is %s, expected a string", where_.c_str(),
+               name(key).c_str(), dump(j_.at(key)).c_str());
+  *out = j_.at(key).get<std::string>();
+  return Status::ok();
+}
+
+Status JsonKeys::one_of(const char* key, std::initializer_list<const char*> allowed, const char* absent) const {
   std::string v = absent;
-  if (has(key)) {
-    TT_RETURN_IF(!j_.at(key).is_string(), kInvalidArgument, "%s: \"%s\" is %s, expected a string", where_.c_str(),
-                 key, dump(j_.at(key)).c_str());
-    v = j_.at(key).get<std::string>();
-  }
+  TT_TRY(string(key, &v));
   std::string list;
   for (const char* a : allowed) {
     if (v == a) return Status::ok();
     list += std::string(list.empty() ? "" : ", ") + a;
   }
-  return make_status(StatusCode::kUnimplemented, "%s: \"%s\" is \"%s\"; this family supports %s", where_.c_str(),
-                     key, v.c_str(), list.c_str());
+  return make_status(StatusCode::kUnimplemented, "%s: %s is \"%s\"; this family supports %s", where_.c_str(),
+                     name(key).c_str(), v.c_str(), list.c_str());
 }
 
-Status HfConfigReader::number_equal(const char* key, double want, double absent) const {
+Status JsonKeys::number_equal(const char* key, double want, double absent) const {
   double v = absent;
   TT_TRY(number(key, &v));
   TT_RETURN_IF(std::abs(v - want) > 1e-9 * std::abs(want), kUnimplemented,
-               "%s: \"%s\" is %g; this family supports %g only", where_.c_str(), key, v, want);
+               "%s: %s is %g; this family supports %g only", where_.c_str(), name(key).c_str(), v, want);
   return Status::ok();
 }
 
-Status HfConfigReader::boolean_equal(const char* key, bool want, bool absent) const {
+Status JsonKeys::boolean_equal(const char* key, bool want, bool absent) const {
   bool v = absent;
   TT_TRY(boolean(key, &v));
-  TT_RETURN_IF(v != want, kUnimplemented, "%s: \"%s\" is %s; this family supports %s only", where_.c_str(), key,
-               v ? "true" : "false", want ? "true" : "false");
+  TT_RETURN_IF(v != want, kUnimplemented, "%s: %s is %s; this family supports %s only", where_.c_str(),
+               name(key).c_str(), v ? "true" : "false", want ? "true" : "false");
   return Status::ok();
 }
 

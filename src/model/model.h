@@ -227,26 +227,31 @@ struct HfParam {
   std::string param;  // ours
   std::vector<HfTensor> tensors;
 };
-// The keys of a Hugging Face config.json, read strictly: each error names the file, the key, what it holds and what
-// was expected.
-class HfConfigReader {
+// The keys of one JSON object, read strictly (a Hugging Face config.json, the model of a checkpoint or schedule):
+// each error names the file, the key, what it holds and what was expected. A key that is absent or null is missing.
+class JsonKeys {
  public:
-  HfConfigReader(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
-  bool has(const char* key) const;                       // present and not null
-  Status integer(const char* key, int* out) const;       // required, >= 1
-  Status optional_integer(const char* key, int* out) const;  // absent or null: out unchanged
-  Status integer_or_null(const char* key, int* out) const { return optional_integer(key, out); }
-  Status number(const char* key, double* out) const;     // optional, finite and > 0
-  Status boolean(const char* key, bool* out) const;      // optional
-  // The key (or `absent` when it is missing or null) must be one of `allowed`.
+  // prefix: how keys are named in errors ("model." gives model.dim; none gives "hidden_size").
+  JsonKeys(const nlohmann::json& j, std::string where, std::string prefix = "")
+      : j_(j), where_(std::move(where)), prefix_(std::move(prefix)) {}
+  bool has(const char* key) const;
+  // An integer in [lo, hi]; missing: an error when required, else out unchanged.
+  Status integer_in(const char* key, int lo, int hi, bool required, int* out) const;
+  Status integer(const char* key, int* out) const { return integer_in(key, 1, 1 << 30, true, out); }
+  Status optional_integer(const char* key, int* out) const { return integer_in(key, 0, 1 << 30, false, out); }
+  Status number(const char* key, double* out) const;       // optional, finite and > 0
+  Status boolean(const char* key, bool* out) const;        // optional
+  Status string(const char* key, std::string* out) const;  // optional
+  // The key (or `absent` when it is missing) must be one of `allowed`.
   Status one_of(const char* key, std::initializer_list<const char*> allowed, const char* absent) const;
   // The key (or `absent`) must equal `want` (a setting this family does not have otherwise).
   Status number_equal(const char* key, double want, double absent) const;
   Status boolean_equal(const char* key, bool want, bool absent) const;
 
  private:
+  std::string name(const char* key) const { return prefix_.empty() ? "\"" + std::string(key) + "\"" : prefix_ + key; }
   const nlohmann::json& j_;
-  std::string where_;
+  std::string where_, prefix_;
 };
 
 // The copies between the whole model's flat buffer (tp = 1 layout, what checkpoints and initial values use) and one

@@ -275,16 +275,10 @@ TEST(HuggingFace, ARunFromAFolderResumesWithoutModelFlags) {
   const TrainConfig cfg = config(data, kLlama);
   train(cfg, dir.path() + "/ck");
   ASSERT_TRUE(export_hf(dir.path() + "/ck", dir.path() + "/hf", {}).is_ok());
-  TrainConfig first;
+  TrainConfig first = config(data, ModelConfig{});  // the folder gives the model
   first.model.seq = kLlama.seq;
-  first.batch = 4;
-  first.data = data;
   first.steps = 6;
   first.stop_at = 3;
-  first.warmup = 1;
-  first.eval_every = 0;
-  first.backend = "cpu";
-  first.threads = 1;
   first.from_safetensors = dir.path() + "/hf";
   first.checkpoint_dir = dir.path() + "/ck2";
   auto a = Trainer::create(first, nullptr);

@@ -913,6 +913,19 @@ TEST(Trainer, UmHostPieceKnobReachesTheBackendOptions) {
   EXPECT_FALSE(piece("-1").is_ok());
 }
 
+// The GPU run the plan tests compare with: 4 layers of `model`, 8 steps, evaluations every 3, in `dtype`.
+TrainConfig cuda_plan_base(const std::string& data, const ModelConfig& model, const char* dtype) {
+  TrainConfig base = small_config(data);
+  base.model = model;
+  base.model.layers = 4;
+  base.backend = "cuda";
+  base.dtype = dtype;
+  base.device_budget = int64_t(1) << 30;
+  base.steps = 8;
+  base.eval_every = 3;
+  return base;
+}
+
 // The CUDA backend trains like the CPU backend (every loss within `tolerance` of the fp32 CPU run) and resumes bit
 // for bit, with activations in `dtype`.
 void check_cuda_training(const std::string& dtype, DType want, double tolerance, const ModelConfig* model = nullptr) {
@@ -958,14 +971,7 @@ TEST(TrainerCuda, LlamaMatchesCpuResumesAndEveryPlanIsBitIdentical) {
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
   for (const char* dtype : {"bf16", "f32"}) {
     SCOPED_TRACE(dtype);
-    TrainConfig base = small_config(data);
-    base.model = llama;
-    base.model.layers = 4;
-    base.backend = "cuda";
-    base.dtype = dtype;
-    base.device_budget = int64_t(1) << 30;
-    base.steps = 8;
-    base.eval_every = 3;
+    const TrainConfig base = cuda_plan_base(data, llama, dtype);
     auto a = Trainer::create(base, nullptr);
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     ASSERT_TRUE(a.value()->run().is_ok());
@@ -1049,13 +1055,7 @@ TEST(TrainerCuda, PlansMatchInCore) {
       "um": {"prefetch": true, "advice": "default", "discard": false}})");
   for (const char* dtype : {"bf16", "f32"}) {
     SCOPED_TRACE(dtype);
-    TrainConfig base = small_config(data);
-    base.model.layers = 4;
-    base.backend = "cuda";
-    base.dtype = dtype;
-    base.device_budget = int64_t(1) << 30;
-    base.steps = 8;
-    base.eval_every = 3;
+    const TrainConfig base = cuda_plan_base(data, small_config(data).model, dtype);
     auto a = Trainer::create(base, nullptr);
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     ASSERT_TRUE(a.value()->run().is_ok());
