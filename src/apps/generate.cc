@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -142,6 +143,19 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
   return out;
 }
 
+namespace {
+
+// GPT-2's encoder.json with no merges beside it: it decodes ids, but encodes no text.
+bool is_gpt2_encoder_alone(const std::string& where) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(where, ec) ? fs::path(where) : fs::path(where).parent_path();
+  if (fs::exists(dir / "tokenizer.json", ec) || fs::path(where).filename() == "tokenizer.json") return false;
+  return !fs::exists(dir / "vocab.bpe", ec) && !fs::exists(dir / "merges.txt", ec);
+}
+
+}  // namespace
+
 Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOptions& o) {
   TT_RETURN_IF(!(o.temperature > 0) || !std::isfinite(o.temperature), kInvalidArgument,
                "--temperature %g: must be a number > 0", o.temperature);
@@ -157,18 +171,29 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   std::unique_ptr<Executor>& ex = m.ex;
   Model& model = ex->model();
 
-  // The prompt's tokens: its bytes (a text model); GPT-2 tokens of its text with --vocab (its merges beside it);
-  // else ids separated by spaces or commas.
-  std::optional<Gpt2Bpe> bpe;
+  // The prompt's tokens: its bytes (a text model); the tokenizer's ids of its text with --tokenizer (GPT-2's
+  // encoder.json alone decodes but cannot encode: its merges beside it do); else ids separated by spaces or commas.
+  std::optional<Tokenizer> tok;
   if (out.bytes) {
     const std::string prompt = o.prompt.empty() ? "\n" : o.prompt;
     for (unsigned char c : prompt) out.tokens.push_back(c);
+  } else if (!o.vocab_file.empty() && (!o.prompt.empty() || !is_gpt2_encoder_alone(o.vocab_file))) {
+    TT_ASSIGN_OR_RETURN(Tokenizer t, Tokenizer::load(o.vocab_file));
+    tok = std::move(t);
+    // No prompt: a document's start (Llama 3's <|begin_of_text|>, else <|endoftext|>). A prompt: its ids after the
+    // tokens the template puts before a text (Llama 3's <|begin_of_text|>; none for GPT-2 and Qwen2), as
+    // `tokenizers` encodes it for transformers' generate().
+    if (o.prompt.empty()) {
+      TT_RETURN_IF(tok->document_start() < 0, kInvalidArgument,
+                   "--prompt: %s has no token that starts a document; give a prompt", o.vocab_file.c_str());
+      out.tokens.push_back(tok->document_start());
+    } else {
+      out.tokens = tok->text_prefix();
+      const std::vector<int32_t> ids = tok->encode(o.prompt);
+      out.tokens.insert(out.tokens.end(), ids.begin(), ids.end());
+    }
   } else if (o.prompt.empty()) {
     out.tokens.push_back(50256);  // GPT-2's <|endoftext|>: a document's start
-  } else if (!o.vocab_file.empty()) {
-    TT_ASSIGN_OR_RETURN(Gpt2Bpe b, Gpt2Bpe::load(o.vocab_file));
-    bpe = std::move(b);
-    out.tokens = bpe->encode(o.prompt);
   } else {
     std::string text = o.prompt;
     std::replace(text.begin(), text.end(), ',', ' ');
@@ -187,8 +212,8 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
           continue;
         }
         return make_status(StatusCode::kInvalidArgument,
-                           "--prompt: this model reads GPT-2 tokens: give --vocab DIR (GPT-2's encoder.json and "
-                           "vocab.bpe) to write the prompt as text, or give token ids, not '%s'",
+                           "--prompt: this model reads token ids: give --tokenizer (a tokenizer.json, or GPT-2's "
+                           "encoder.json and vocab.bpe) to write the prompt as text, or give token ids, not '%s'",
                            text.substr(at, 20).c_str());
       }
       TT_RETURN_IF(v < 0 || v >= st.model.vocab, kInvalidArgument, "--prompt: token %lld is not below the vocabulary %d",
@@ -279,13 +304,13 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (out.bytes) {
     for (int32_t t : out.tokens) out.text.push_back(static_cast<char>(t));
-  } else if (bpe) {
-    TT_ASSIGN_OR_RETURN(out.text, bpe->decode(out.tokens));
+  } else if (tok) {
+    TT_ASSIGN_OR_RETURN(out.text, tok->decode(out.tokens));
   } else if (!o.vocab_file.empty()) {
-    TT_ASSIGN_OR_RETURN(std::vector<std::string> vocab, load_gpt2_vocab(o.vocab_file));
+    TT_ASSIGN_OR_RETURN(std::vector<std::string> vocab, load_vocab_bytes(o.vocab_file));
     for (int32_t t : out.tokens) {
       TT_RETURN_IF(static_cast<size_t>(t) >= vocab.size(), kFailedPrecondition,
-                   "--vocab %s has %zu tokens; the model drew %d", o.vocab_file.c_str(), vocab.size(), t);
+                   "--tokenizer %s has %zu tokens; the model drew %d", o.vocab_file.c_str(), vocab.size(), t);
       out.text += vocab[static_cast<size_t>(t)];
     }
   } else {

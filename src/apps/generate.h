@@ -2,8 +2,8 @@
 // chosen backend; tokens are then drawn one at a time from the logits of the context's last position (temperature,
 // top-k), each new token run through the blocks alone against the cached keys and values of the context (Note
 // [KV cache] in model/gpt.h), the context restarting from its last half once it fills the model's sequence length.
-// Text corpora (vocabulary 256) give bytes, printed as text; token shards give GPT-2 token ids, printed as text with
-// GPT-2's tokenizer files (--vocab, data/gpt2_bpe.h) and as numbers without them.
+// Text corpora (vocabulary 256) give bytes, printed as text; token shards give token ids, printed as text with their
+// tokenizer (--tokenizer: a tokenizer.json or GPT-2's files, data/tokenizer.h) and as numbers without one.
 //
 //   SampleOptions o;
 //   o.prompt = "Q: ";
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/gpt2_bpe.h"
+#include "data/tokenizer.h"
 
 namespace tt {
 
@@ -29,7 +29,7 @@ struct SampleOptions {
   std::string backend = "auto";
   std::string dtype = "auto";
   int threads = 0;
-  std::string vocab_file;     // GPT-2's encoder.json: token ids decoded to text (a token-shard model)
+  std::string vocab_file;     // the tokenizer (Tokenizer::load): a prompt read as text, token ids printed as text
   bool kv_cache = true;       // Note [KV cache] (model/gpt.h); false: a forward over the whole context per token
   bool cuda_graph = true;     // a decode step recorded once and replayed (CUDA); false: enqueued kernel by kernel
 };
@@ -37,7 +37,7 @@ struct SampleOptions {
 struct SampleResult {
   std::string checkpoint;      // the file read
   int64_t step = 0;            // its step
-  bool bytes = true;           // tokens are bytes (a text model); else GPT-2 token ids
+  bool bytes = true;           // tokens are bytes (a text model); else token ids
   std::vector<int32_t> tokens; // the prompt's, then the drawn ones
   int64_t prompt_tokens = 0;
   std::string text;            // the bytes as they are (bytes), the decoded text (vocab_file), or the ids

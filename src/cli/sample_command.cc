@@ -45,8 +45,9 @@ class SampleCommand final : public Command {
                   "checkpoint folder or a run folder: its latest checkpoint); the text on stdout, the rest on stderr");
     sample->add_option("checkpoint", checkpoint_, "checkpoint file, checkpoint folder or run folder")->required();
     sample->add_option("--prompt", o_.prompt,
-                       "text the sample continues (a text model, or a token-shard model with --vocab); else GPT-2 "
-                       "token ids [default: a newline; <|endoftext|> for a token-shard model]");
+                       "text the sample continues (a text model, or a token-shard model with --tokenizer); else "
+                       "token ids [default: a newline; the tokenizer's document start, or GPT-2's <|endoftext|>, for "
+                       "a token-shard model]");
     sample->add_option("--tokens", o_.tokens, "tokens to draw [default: 200]")
         ->check(CLI::Range(int64_t(0), int64_t(1000000)));
     sample->add_option("--temperature", o_.temperature,
@@ -68,9 +69,10 @@ class SampleCommand final : public Command {
                      "each new token through the blocks alone against cached keys and values [default]; "
                      "--no-kv-cache: a forward over the whole context for every token (slower; the same draws up to "
                      "rounding)");
-    sample->add_option("--vocab", o_.vocab_file,
-                       "GPT-2's tokenizer: a folder with encoder.json and vocab.bpe (or vocab.json and merges.txt), or "
-                       "encoder.json: a token-shard model's prompt read as text and its tokens printed as text");
+    sample->add_option("--tokenizer,--vocab", o_.vocab_file,
+                       "the model's tokenizer: a tokenizer.json (or a folder holding one), or GPT-2's encoder.json "
+                       "and vocab.bpe (a folder; encoder.json alone decodes only): a token-shard model's prompt read "
+                       "as text and its tokens printed as text");
     return sample;
   }
   int run(Context&) override {

@@ -1,5 +1,5 @@
-// `tiertrain tokenize FILE|DIR... --vocab GPT2DIR --out DIR`: text files to token shards of GPT-2's vocabulary
-// (data/tokenize.h), which `train --data` reads.
+// `tiertrain tokenize FILE|DIR... --tokenizer DIR --out DIR`: text files to token shards of a byte-level BPE
+// tokenizer's vocabulary (data/tokenize.h), which `train --data` reads.
 #include <cstdint>
 #include <cstdio>
 
@@ -15,11 +15,14 @@ class TokenizeCommand final : public Command {
  public:
   CLI::App* add_to(CLI::App& app) override {
     CLI::App* tokenize = app.add_subcommand(
-        "tokenize", "text files to token shards of GPT-2's vocabulary (train --data reads them): tiertrain tokenize "
-                    "FILE|DIR... --vocab GPT2DIR --out DIR (each file a document after <|endoftext|>)");
+        "tokenize", "text files to token shards (train --data reads them): tiertrain tokenize FILE|DIR... "
+                    "--tokenizer DIR --out DIR (each file a document after the tokenizer's document start: "
+                    "<|begin_of_text|> for Llama 3, else <|endoftext|>)");
     tokenize->add_option("inputs", o_.inputs, "text files or folders (recursively; binary files skipped)")->required();
-    tokenize->add_option("--vocab", o_.vocab,
-                         "a folder with GPT-2's encoder.json and vocab.bpe (or vocab.json and merges.txt)")
+    tokenize->add_option("--tokenizer,--vocab", o_.vocab,
+                         "a Hugging Face tokenizer.json (byte-level BPE: Llama 3's, Qwen2's, GPT-2's) or a folder "
+                         "holding one, or a folder with GPT-2's encoder.json and vocab.bpe (or vocab.json and "
+                         "merges.txt)")
         ->required();
     tokenize->add_option("--out", o_.out, "the folder of shards to write (train_000000.bin, ...)")->required();
     tokenize->add_option("--shard-tokens", o_.shard_tokens, "tokens a shard [default: 100000000]")

@@ -83,7 +83,10 @@ bool is_shard(const std::string& bytes) {
   return header[0] == kShardMagic || header[0] == kWideShardMagic;
 }
 
-Result<Tokens> parse_shard(const std::string& path, const std::string& bytes) {
+// Note [shard vocabulary]: llm.c's header is 256 int32 words (magic, version, token count, the rest 0); tiertrain's
+// tokenize writes its tokenizer's vocabulary in word 3, so that a model of the shards has the tokenizer's vocabulary
+// (not the largest token seen + 1). 0: not said (llm.c's shards: GPT-2's 50257 for uint16 tokens).
+Result<Tokens> parse_shard(const std::string& path, const std::string& bytes, int32_t* vocab) {
   int32_t header[256];
   TT_RETURN_IF(bytes.size() < sizeof(header), kDataLoss, "token shard '%s' is shorter than its 1024-byte header",
                path.c_str());
@@ -96,6 +99,9 @@ Result<Tokens> parse_shard(const std::string& path, const std::string& bytes) {
                "token shard '%s' has version %d; magic %d's shards are version %d (%s tokens)", path.c_str(),
                header[1], header[0], wide ? 7 : 1, wide ? "uint32" : "uint16");
   const int64_t n = header[2];
+  *vocab = header[3];
+  TT_RETURN_IF(header[3] < 0 || (!wide && header[3] > 65536), kDataLoss,
+               "token shard '%s' says its vocabulary is %d tokens (header word 3)", path.c_str(), header[3]);
   const size_t esize = wide ? 4 : 2;
   const size_t want = sizeof(header) + static_cast<size_t>(n) * esize;
   TT_RETURN_IF(n < 0 || bytes.size() != want, kDataLoss,
@@ -104,17 +110,20 @@ Result<Tokens> parse_shard(const std::string& path, const std::string& bytes) {
   if (wide) {
     std::vector<uint32_t> tokens(static_cast<size_t>(n));
     if (n > 0) std::memcpy(tokens.data(), bytes.data() + sizeof(header), tokens.size() * 4);
+    const uint32_t bound = *vocab > 0 ? static_cast<uint32_t>(*vocab) : static_cast<uint32_t>(INT32_MAX - 1);
     for (size_t i = 0; i < tokens.size(); ++i)
-      TT_RETURN_IF(tokens[i] > static_cast<uint32_t>(INT32_MAX - 1), kDataLoss,
-                   "token shard '%s': token %u at position %zu is beyond 2^31 - 2", path.c_str(), tokens[i], i);
+      TT_RETURN_IF(tokens[i] >= bound, kDataLoss,
+                   "token shard '%s': token %u at position %zu is not below the shard's vocabulary (%u)", path.c_str(),
+                   tokens[i], i, bound);
     return Tokens(std::move(tokens));
   }
   std::vector<uint16_t> tokens(static_cast<size_t>(n));
   if (n > 0) std::memcpy(tokens.data(), bytes.data() + sizeof(header), tokens.size() * sizeof(uint16_t));
+  const int bound = *vocab > 0 ? *vocab : kGpt2Vocab;
   for (size_t i = 0; i < tokens.size(); ++i)
-    TT_RETURN_IF(tokens[i] >= kGpt2Vocab, kDataLoss,
-                 "token shard '%s': token %u at position %zu is outside the GPT-2 vocabulary (%d)", path.c_str(),
-                 tokens[i], i, kGpt2Vocab);
+    TT_RETURN_IF(tokens[i] >= bound, kDataLoss,
+                 "token shard '%s': token %u at position %zu is outside the %s vocabulary (%d)", path.c_str(),
+                 tokens[i], i, *vocab > 0 ? "shard's" : "GPT-2", bound);
   return Tokens(std::move(tokens));
 }
 
@@ -177,13 +186,17 @@ void Tokens::append(const Tokens& other, size_t begin, size_t end) {
                  other.narrow_.begin() + static_cast<ptrdiff_t>(end));
 }
 
-Status write_token_shard(const std::string& path, const Tokens& tokens) {
+Status write_token_shard(const std::string& path, const Tokens& tokens, int vocab) {
   TT_RETURN_IF(tokens.size() > static_cast<size_t>(INT32_MAX), kInvalidArgument,
                "token shard '%s': %zu tokens, a shard's header counts at most 2^31 - 1", path.c_str(), tokens.size());
+  TT_RETURN_IF(vocab < 0 || (!tokens.wide() && vocab > 65536), kInvalidArgument,
+               "token shard '%s': a vocabulary of %d in a shard of %s tokens", path.c_str(), vocab,
+               tokens.wide() ? "uint32" : "uint16");
   int32_t header[256] = {};
   header[0] = tokens.wide() ? kWideShardMagic : kShardMagic;
   header[1] = tokens.wide() ? 7 : 1;
   header[2] = static_cast<int32_t>(tokens.size());
+  header[3] = vocab;  // Note [shard vocabulary]
   std::string bytes(sizeof(header) + tokens.bytes(), '\0');
   std::memcpy(bytes.data(), header, sizeof(header));
   if (!tokens.empty()) std::memcpy(bytes.data() + sizeof(header), tokens.data(), tokens.bytes());
@@ -191,16 +204,7 @@ Status write_token_shard(const std::string& path, const Tokens& tokens) {
 }
 
 Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
-  TT_RETURN_IF(tokens.size() > static_cast<size_t>(INT32_MAX), kInvalidArgument,
-               "token shard '%s': %zu tokens, a shard's header counts at most 2^31 - 1", path.c_str(), tokens.size());
-  int32_t header[256] = {};
-  header[0] = kShardMagic;
-  header[1] = 1;
-  header[2] = static_cast<int32_t>(tokens.size());
-  std::string bytes(sizeof(header) + tokens.size() * sizeof(uint16_t), '\0');
-  std::memcpy(bytes.data(), header, sizeof(header));
-  if (!tokens.empty()) std::memcpy(bytes.data() + sizeof(header), tokens.data(), tokens.size() * sizeof(uint16_t));
-  return write_file_atomically(path, bytes);
+  return write_token_shard(path, Tokens(tokens));
 }
 
 TokenDataset TokenDataset::from_tokens(Tokens train, Tokens val, int vocab) {
@@ -249,6 +253,8 @@ Result<TokenDataset> TokenDataset::load(const std::string& path, double val_frac
     info.vocab = kGpt2Vocab;
     bool any_wide = false, any_narrow = false;
     int32_t wide_vocab = 0;  // uint32 shards: the largest token + 1 (at least GPT-2's, when mixed with its shards)
+    int32_t said_vocab = 0;  // the largest vocabulary a shard's header says (Note [shard vocabulary])
+    bool all_say = true;
     bool named_split = false, has_train = false, has_val = false;
     for (const auto& [file, bytes] : contents) {
       if (!is_shard(bytes)) continue;
@@ -262,7 +268,10 @@ Result<TokenDataset> TokenDataset::load(const std::string& path, double val_frac
         TT_LOG(INFO, DATA, "skipping '%s': not a token shard", file.c_str());
         continue;
       }
-      TT_ASSIGN_OR_RETURN(Tokens tokens, parse_shard(file, bytes));
+      int32_t said = 0;
+      TT_ASSIGN_OR_RETURN(Tokens tokens, parse_shard(file, bytes, &said));
+      said_vocab = std::max(said_vocab, said);
+      all_say = all_say && said > 0;
       for (size_t i = 0; tokens.wide() && i < tokens.size(); ++i) wide_vocab = std::max(wide_vocab, tokens[i] + 1);
       any_wide = any_wide || tokens.wide();
       any_narrow = any_narrow || !tokens.wide();
@@ -274,6 +283,7 @@ Result<TokenDataset> TokenDataset::load(const std::string& path, double val_frac
       info.files.push_back(file);
     }
     if (any_wide) info.vocab = std::max(wide_vocab, any_narrow ? kGpt2Vocab : 2);
+    info.vocab = all_say ? said_vocab : std::max(info.vocab, said_vocab);
   } else {
     info.kind = "text";
     info.vocab = kByteVocab;

@@ -72,10 +72,10 @@ struct DatasetInfo {
 Result<std::vector<std::string>> data_files(const std::string& path);
 // Whether bytes look like text: no NUL byte in their first 64 KiB (what load takes for text).
 bool looks_like_text(const std::string& bytes);
-// Writes `tokens` as one llm.c token shard (header: magic, version, count; then uint16 tokens, or uint32 ones for a
-// wide `tokens`), atomically.
+// Writes `tokens` as one llm.c token shard (header: magic, version, count, the vocabulary when given (Note [shard
+// vocabulary]); then uint16 tokens, or uint32 ones for a wide `tokens`), atomically.
 Status write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
-Status write_token_shard(const std::string& path, const Tokens& tokens);
+Status write_token_shard(const std::string& path, const Tokens& tokens, int vocab = 0);
 
 class TokenDataset {
  public:

@@ -12,13 +12,15 @@
 #include "core/atomic_file.h"
 #include "core/units.h"
 #include "data/dataset.h"
-#include "data/gpt2_bpe.h"
+#include "data/tokenizer.h"
 
 namespace tt::data {
 
-// Note [tokenize in blocks]: a cut right after a newline that has a printable ASCII character on each side: GPT-2's
-// pattern cuts there too (the newline is a piece of its own: a space run of one before a non-space, after a
-// non-space), and no contraction or <|endoftext|> spans it. 0: no such place (the text waits for more).
+// Note [tokenize in blocks]: a cut right after a newline that has a printable ASCII character on each side: each
+// pattern cuts there too (GPT-2's: the newline is a piece of its own, a space run of one before a non-space, after a
+// non-space; Llama 3's and Qwen2's: no alternative continues past a newline into a non-space), no contraction spans
+// it, and no added token where none holds a newline (Tokenizer::cuts_at_newlines; else a file is read whole). NFC
+// composes nothing across it. 0: no such place (the text waits for more).
 size_t safe_cut(std::string_view s) {
   const auto printable = [](char c) { return c > ' ' && c < 0x7f; };
   for (size_t p = s.size() - (s.empty() ? 0 : 1); p >= 2; --p)
@@ -32,13 +34,16 @@ Result<TokenizeResult> tokenize_to_shards(const TokenizeOptions& o, FILE* progre
   TT_RETURN_IF(o.shard_tokens < 1 || o.val_tokens < 0 || o.chunk_bytes < 1, kInvalidArgument,
                "tokenize: --shard-tokens must be >= 1, --val-tokens >= 0 and the block size >= 1");
   TT_RETURN_IF(o.vocab.empty(), kInvalidArgument,
-               "tokenize: --vocab names GPT-2's encoder.json and vocab.bpe (a folder holding both)");
-  TT_ASSIGN_OR_RETURN(Gpt2Bpe bpe, Gpt2Bpe::load(o.vocab));
-  TT_RETURN_IF(bpe.vocab() > kGpt2Vocab, kFailedPrecondition,
-               "tokenize: %s has %d tokens; shards hold GPT-2's %d (uint16 ids below it)", o.vocab.c_str(),
-               bpe.vocab(), kGpt2Vocab);
-  const std::vector<int32_t> eot = bpe.encode("<|endoftext|>");
-  TT_RETURN_IF(eot.size() != 1, kFailedPrecondition, "tokenize: %s has no <|endoftext|> token", o.vocab.c_str());
+               "tokenize: --tokenizer names a tokenizer.json (or a folder holding one), or GPT-2's encoder.json and "
+               "vocab.bpe (a folder holding both)");
+  TT_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(o.vocab));
+  const int32_t doc_start = tok.document_start();
+  TT_RETURN_IF(doc_start < 0, kFailedPrecondition,
+               "tokenize: %s has no token to begin a document with (its template's first token, or <|endoftext|>)",
+               o.vocab.c_str());
+  // uint16 shards where every id fits (GPT-2's), else uint32 (Llama 3's, Qwen2's); the vocabulary in the header.
+  const bool wide = tok.vocab() > 65536;
+  if (progress && !o.print_ids) std::fprintf(progress, "tokenize: %s\n", tok.describe().c_str());
   std::vector<std::string> files;
   for (const std::string& in : o.inputs) {
     TT_ASSIGN_OR_RETURN(std::vector<std::string> f, data_files(in));
@@ -47,7 +52,7 @@ Result<TokenizeResult> tokenize_to_shards(const TokenizeOptions& o, FILE* progre
   TT_TRY(make_directories(o.out, "tokenize --out"));
 
   TokenizeResult r;
-  std::vector<uint16_t> shard;
+  std::vector<uint32_t> shard;
   int train_index = 0;
   bool val_done = o.val_tokens == 0;
   auto flush = [&](bool last) -> Status {
@@ -59,19 +64,22 @@ Result<TokenizeResult> tokenize_to_shards(const TokenizeOptions& o, FILE* progre
       char name[64];
       std::snprintf(name, sizeof(name), val_done ? "train_%06d.bin" : "val_%06d.bin", val_done ? train_index++ : 0);
       const std::string path = o.out + "/" + name;
-      TT_TRY(write_token_shard(path, std::vector<uint16_t>(shard.begin(), shard.begin() + static_cast<long>(n))));
+      const auto first = shard.begin(), last = shard.begin() + static_cast<long>(n);
+      TT_TRY(write_token_shard(path, wide ? Tokens(std::vector<uint32_t>(first, last))
+                                          : Tokens(std::vector<uint16_t>(first, last)),
+                               tok.vocab()));
       r.shards.push_back(path);
       shard.erase(shard.begin(), shard.begin() + static_cast<long>(n));
       val_done = true;
       if (shard.empty()) return Status::ok();
     }
   };
-  Gpt2Bpe::PieceCache cache;
+  Tokenizer::PieceCache cache;
   const auto t0 = std::chrono::steady_clock::now();
   auto last_report = t0;
   bool line_start = true;  // print_ids: the next id starts a document's line
   auto emit = [&](int32_t id) -> Status {
-    shard.push_back(static_cast<uint16_t>(id));
+    shard.push_back(static_cast<uint32_t>(id));
     ++r.tokens;
     if (o.print_ids && progress) std::fprintf(progress, line_start ? "%d" : " %d", id);
     line_start = false;
@@ -107,13 +115,13 @@ Result<TokenizeResult> tokenize_to_shards(const TokenizeOptions& o, FILE* progre
         ++r.files;
         if (o.print_ids && progress && r.tokens > 0) std::fputc('\n', progress);
         line_start = true;
-        TT_TRY(emit(eot[0]));
+        TT_TRY(emit(doc_start));
       }
       r.bytes += static_cast<int64_t>(block.size());
       pending += block;
-      const size_t cut = end ? pending.size() : safe_cut(pending);
+      const size_t cut = end ? pending.size() : tok.cuts_at_newlines() ? safe_cut(pending) : 0;
       if (cut > 0) {
-        for (int32_t id : bpe.encode(std::string_view(pending).substr(0, cut), &cache)) TT_TRY(emit(id));
+        for (int32_t id : tok.encode(std::string_view(pending).substr(0, cut), &cache)) TT_TRY(emit(id));
         pending.erase(0, cut);
       }
       const auto now = std::chrono::steady_clock::now();

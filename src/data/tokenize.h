@@ -1,11 +1,13 @@
-// data/tokenize: text files to token shards of GPT-2's vocabulary (data/gpt2_bpe.h), the format `train --data` reads
-// (llm.c's .bin shards), so that a corpus of one's own trains a GPT-2-vocabulary model without another tool. Each
-// file is one document, preceded by <|endoftext|> (50256) as llm.c's and nanoGPT's preparation scripts do.
+// data/tokenize: text files to token shards (the format `train --data` reads: llm.c's .bin shards, uint32 tokens past
+// 65536) of a byte-level BPE tokenizer's vocabulary (data/tokenizer.h: a tokenizer.json as Llama 3, Qwen2 and GPT-2
+// publish it, or GPT-2's encoder.json and vocab.bpe), so that a corpus of one's own trains a model without another
+// tool. Each file is one document, preceded by the tokenizer's document start (Llama 3's <|begin_of_text|>, else
+// <|endoftext|>, as llm.c's and nanoGPT's preparation scripts do for GPT-2).
 //
 //   TokenizeOptions o;
 //   o.inputs = {"corpus/"};           // files or folders (recursively; binary files skipped)
-//   o.vocab = "gpt2/";                // encoder.json and vocab.bpe
-//   o.out = "corpus_gpt2/";           // train_000000.bin, ... (and val_000000.bin with val_tokens)
+//   o.vocab = "Llama-3.2-1B/";        // tokenizer.json (or GPT-2's encoder.json and vocab.bpe)
+//   o.out = "corpus_llama3/";         // train_000000.bin, ... (and val_000000.bin with val_tokens)
 //   TT_ASSIGN_OR_RETURN(TokenizeResult r, tokenize_to_shards(o, stderr));
 #pragma once
 
@@ -21,7 +23,7 @@ namespace tt::data {
 
 struct TokenizeOptions {
   std::vector<std::string> inputs;
-  std::string vocab;                     // a folder with encoder.json and vocab.bpe, or encoder.json itself
+  std::string vocab;                     // the tokenizer (Tokenizer::load)
   std::string out;                       // the folder of shards (created)
   int64_t shard_tokens = 100'000'000;    // tokens a shard (llm.c's size), the last one shorter
   int64_t val_tokens = 0;                // the first this many tokens to val_000000.bin (0: no validation shard)
@@ -36,7 +38,7 @@ size_t safe_cut(std::string_view s);
 
 struct TokenizeResult {
   int64_t files = 0, skipped = 0;        // documents read; binary or empty files skipped
-  int64_t bytes = 0, tokens = 0;         // in, out (tokens with the <|endoftext|> before each document)
+  int64_t bytes = 0, tokens = 0;         // in, out (tokens with the document start before each document)
   std::vector<std::string> shards;       // written, in order
   double seconds = 0;
 };

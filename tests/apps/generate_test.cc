@@ -393,15 +393,15 @@ TEST(Sample, Gpt2VocabularyDecodesByteLevelTokens) {
   TempDir dir;
   const std::string path = dir.write("encoder.json", "{\"hello\": 0, \"\\u0120world\": 1, \"\\u010a\": 2, "
                                                      "\"caf\\u00c3\\u00a9\": 3}");
-  auto v = load_gpt2_vocab(path);
+  auto v = load_vocab_bytes(path);
   ASSERT_TRUE(v.is_ok()) << v.status().to_string();
   ASSERT_EQ(v.value().size(), 4u);
   EXPECT_EQ(v.value()[0], "hello");
   EXPECT_EQ(v.value()[1], " world");
   EXPECT_EQ(v.value()[2], "\n");
   EXPECT_EQ(v.value()[3], "caf\xc3\xa9");  // UTF-8 of e-acute, byte by byte
-  EXPECT_FALSE(load_gpt2_vocab(dir.write("bad.json", "[1, 2]")).is_ok());
-  EXPECT_FALSE(load_gpt2_vocab(dir.write("notbytes.json", "{\"\\u4e00\": 0}")).is_ok());
+  EXPECT_FALSE(load_vocab_bytes(dir.write("bad.json", "[1, 2]")).is_ok());
+  EXPECT_FALSE(load_vocab_bytes(dir.write("notbytes.json", "{\"\\u4e00\": 0}")).is_ok());
 }
 
 TEST(Sample, BadRequestsAreNamed) {

@@ -1517,7 +1517,7 @@ TEST(Cli, TokenizeTrainAndSampleFromATextPrompt) {
   EXPECT_HAS(notext.out, "no text in the inputs");
   CliRun ids = run("sample " + dir.file("ck") + " --prompt 'the cat' --tokens 1 --backend cpu");
   EXPECT_NE(ids.code, 0);
-  EXPECT_HAS(ids.out, "give --vocab DIR");
+  EXPECT_HAS(ids.out, "give --tokenizer");
 }
 
 }  // namespace

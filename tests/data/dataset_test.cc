@@ -198,7 +198,38 @@ TEST(Dataset, WideShardsHoldTokensBeyondSixteenBits) {
   dir.write("huge.bin", bytes);
   auto h = TokenDataset::load(dir.file("huge.bin"), 0.0);
   ASSERT_FALSE(h.is_ok());
-  EXPECT_NE(h.status().message().find("beyond 2^31 - 2"), std::string::npos) << h.status().message();
+  EXPECT_NE(h.status().message().find("not below the shard's vocabulary (2147483646)"), std::string::npos)
+      << h.status().message();
+}
+
+// Note [shard vocabulary]: the vocabulary tokenize writes in header word 3 is the dataset's (not the largest token +
+// 1); a token at or past it, or a uint16 shard saying more than 65536, is named; llm.c's shards (word 3 is 0) keep
+// the rules above.
+TEST(Dataset, TheVocabularyAShardSaysIsTheDatasets) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("w"));
+  ASSERT_TRUE(write_token_shard(dir.file("w/train_000.bin"), Tokens(std::vector<uint32_t>{5, 70000, 9}), 128256).is_ok());
+  ASSERT_TRUE(write_token_shard(dir.file("w/val_000.bin"), Tokens(std::vector<uint32_t>{1, 2}), 128256).is_ok());
+  auto wide = TokenDataset::load(dir.file("w"), 0.0);
+  ASSERT_TRUE(wide.is_ok()) << wide.status().to_string();
+  EXPECT_EQ(wide->vocab(), 128256);
+  ASSERT_TRUE(write_token_shard(dir.file("n.bin"), Tokens(std::vector<uint16_t>{5, 2999, 9}), 3000).is_ok());
+  auto narrow = TokenDataset::load(dir.file("n.bin"), 0.0);
+  ASSERT_TRUE(narrow.is_ok()) << narrow.status().to_string();
+  EXPECT_EQ(narrow->vocab(), 3000);
+  ASSERT_TRUE(write_token_shard(dir.file("past.bin"), Tokens(std::vector<uint16_t>{5, 3000}), 3000).is_ok());
+  auto past = TokenDataset::load(dir.file("past.bin"), 0.0);
+  ASSERT_FALSE(past.is_ok());
+  EXPECT_NE(past.status().message().find("outside the shard's vocabulary (3000)"), std::string::npos)
+      << past.status().message();
+  EXPECT_FALSE(write_token_shard(dir.file("x.bin"), Tokens(std::vector<uint16_t>{1}), 70000).is_ok());
+  std::string bytes(1024 + 2, '\0');
+  const int32_t header[4] = {kShardMagic, 1, 1, 70000};
+  std::memcpy(bytes.data(), header, sizeof header);
+  dir.write("said.bin", bytes);
+  auto said = TokenDataset::load(dir.file("said.bin"), 0.0);
+  ASSERT_FALSE(said.is_ok());
+  EXPECT_NE(said.status().message().find("says its vocabulary is 70000"), std::string::npos) << said.status().message();
 }
 
 TEST(Sampler, DeterministicFromSeedAndResumable) {
