@@ -1,4 +1,4 @@
-"""`tiertrain tokenize` and `sample --tokenizer` with a Hugging Face tokenizer.json, against the `tokenizers` library
+"""`tiertrain tokenize`, `sample --tokenizer` and `eval --tokenizer` with a Hugging Face tokenizer.json, against the `tokenizers` library
 itself: byte-level BPE tokenizers built the way Llama 3's and Qwen2's are (their pre-tokenizer patterns, Llama 3's
 ignore_merges, template and added tokens past a gap in the ids, Qwen2's NFC normalizer), trained here on the
 repository's text (no network: the published files are not fetched), and GPT-2's published vocabulary written as a
@@ -194,3 +194,10 @@ def test_a_model_of_the_shards_samples_from_a_text_prompt_with_the_tokenizer(tex
     n = len(tok.encode("The quick brown").ids)
     assert f"after a prompt of {n}" in err, err
     assert " fox" in out or " jumps" in out or " dog" in out, out
+    # eval on the text through the tokenizer: the loss on the shards tokenize wrote of it, to the bit.
+    on_text, _ = run("eval", str(tmp_path / "ck"), "--data", str(tmp_path / "fox.txt"), "--tokenizer",
+                     str(tmp_path / "tok"), "--batch", "2", "--json", "--backend", "cpu", "--threads", "1")
+    on_shards, _ = run("eval", str(tmp_path / "ck"), "--data", str(tmp_path / "shards"), "--batch", "2", "--json",
+                       "--backend", "cpu", "--threads", "1")
+    a, b = json.loads(on_text), json.loads(on_shards)
+    assert a["tokens"] == b["tokens"] > 0 and a["loss"] == b["loss"], (a, b)

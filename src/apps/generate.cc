@@ -21,6 +21,7 @@
 #include "exec/checkpoint.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "data/tokenize.h"
 #include "exec/trainer.h"
 
 namespace tt {
@@ -103,13 +104,26 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
   TT_ASSIGN_OR_RETURN(out.checkpoint, resolve_checkpoint(where));
   TT_RETURN_IF(o.split != "all" && o.split != "val" && o.split != "train", kInvalidArgument,
                "--split %s: all, val or train", o.split.c_str());
-  TT_ASSIGN_OR_RETURN(data::TokenDataset ds, data::TokenDataset::load(o.data, o.split == "all" ? 0.0 : o.val_fraction));
+  const double val_fraction = o.split == "all" ? 0.0 : o.val_fraction;
+  data::TokenDataset ds;
+  if (o.tokenizer.empty()) {
+    TT_ASSIGN_OR_RETURN(ds, data::TokenDataset::load(o.data, val_fraction));
+  } else {
+    // Text through the model's tokenizer, as `tokenize` would write it (each file a document after its start).
+    TT_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(o.tokenizer));
+    data::Tokens train, val;
+    TT_TRY(data::tokenize_in_memory({o.data}, tok, val_fraction, &train, &val));
+    ds = data::TokenDataset::from_tokens(std::move(train), std::move(val), tok.vocab());
+  }
   TT_ASSIGN_OR_RETURN(LoadedModel m, load_model(out.checkpoint, o.batch, o.backend, o.dtype, o.threads, "evaluation"));
   out.step = m.st.step;
   const ModelConfig& cfg = m.st.model;
-  TT_RETURN_IF(ds.vocab() != cfg.vocab, kFailedPrecondition,
-               "%s has vocabulary %d but the model of %s has %d (a text model reads text, a token-shard model shards)",
-               o.data.c_str(), ds.vocab(), out.checkpoint.c_str(), cfg.vocab);
+  // A tokenizer's vocabulary may be below the model's (Qwen2 pads its embedding past its tokenizer), never above.
+  TT_RETURN_IF(o.tokenizer.empty() ? ds.vocab() != cfg.vocab : ds.vocab() > cfg.vocab, kFailedPrecondition,
+               "%s has vocabulary %d but the model of %s has %d (a text model reads text, a token model token "
+               "shards or text with --tokenizer)",
+               o.tokenizer.empty() ? o.data.c_str() : o.tokenizer.c_str(), ds.vocab(), out.checkpoint.c_str(),
+               cfg.vocab);
   data::Tokens tokens = o.split == "val" ? ds.val() : ds.train();
   if (o.split == "all") tokens.append(ds.val());
   const int B = o.batch, T = cfg.seq;

@@ -57,6 +57,7 @@ struct EvalOptions {
   std::string data;          // a text file or folder, or token shards (as --data)
   std::string split = "all";  // all (every token), val or train (the splits a run with val_fraction makes)
   double val_fraction = 0.05;
+  std::string tokenizer;     // text read through this tokenizer (Tokenizer::load) for a token model; else bytes
   int batch = 8;             // sequences per forward
   int64_t batches = 0;       // at most this many batches (0: every whole batch the data holds)
   std::string backend = "auto";

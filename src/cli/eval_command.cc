@@ -20,6 +20,10 @@ class EvalCommand final : public Command {
                 "FILE (every token of it, or --split val as training held it out)");
     eval->add_option("checkpoint", checkpoint_, "checkpoint file, checkpoint folder or run folder")->required();
     eval->add_option("--data", o_.data, "text file, folder of text files, or llm.c token shard(s)")->required();
+    eval->add_option("--tokenizer", o_.tokenizer,
+                     "read the text of --data through this tokenizer (a tokenizer.json or a folder holding one, or "
+                     "GPT-2's encoder.json and vocab.bpe), each file a document after its start, as tokenize writes "
+                     "it: the loss of a token model on text");
     eval->add_option("--batch", o_.batch, "sequences per forward [default: 8]")->check(CLI::Range(1, 1 << 20));
     eval->add_option("--split", o_.split,
                      "all (every token), or val / train: that split as a run with --val-fraction makes it "

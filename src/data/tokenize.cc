@@ -147,4 +147,39 @@ Result<TokenizeResult> tokenize_to_shards(const TokenizeOptions& o, FILE* progre
   return r;
 }
 
+Status tokenize_in_memory(const std::vector<std::string>& inputs, const Tokenizer& tok, double val_fraction,
+                          Tokens* train, Tokens* val) {
+  TT_RETURN_IF(tok.document_start() < 0, kFailedPrecondition,
+               "the tokenizer has no token to begin a document with (its template's first token, or <|endoftext|>)");
+  TT_RETURN_IF(!(val_fraction >= 0 && val_fraction < 1), kInvalidArgument, "the validation share %g is not in [0, 1)",
+               val_fraction);
+  const bool wide = tok.vocab() > 65536;
+  *train = wide ? Tokens(std::vector<uint32_t>()) : Tokens(std::vector<uint16_t>());
+  *val = *train;
+  Tokenizer::PieceCache cache;
+  int64_t documents = 0;
+  for (const std::string& in : inputs) {
+    TT_ASSIGN_OR_RETURN(std::vector<std::string> files, data_files(in));
+    for (const std::string& file : files) {
+      std::ifstream f(file, std::ios::binary);
+      TT_RETURN_IF(!f, kIoError, "cannot read '%s': %s", file.c_str(), std::strerror(errno));
+      std::stringstream text;
+      text << f.rdbuf();
+      const std::string bytes = text.str();
+      if (bytes.empty() || !looks_like_text(bytes)) continue;
+      ++documents;
+      std::vector<int32_t> ids = {tok.document_start()};
+      for (int32_t id : tok.encode(bytes, &cache)) ids.push_back(id);
+      const Tokens doc = wide ? Tokens(std::vector<uint32_t>(ids.begin(), ids.end()))
+                              : Tokens(std::vector<uint16_t>(ids.begin(), ids.end()));
+      const size_t n_val = static_cast<size_t>(static_cast<double>(doc.size()) * val_fraction);
+      train->append(doc, 0, doc.size() - n_val);
+      val->append(doc, doc.size() - n_val, doc.size());
+    }
+  }
+  TT_RETURN_IF(documents == 0, kDataLoss, "no text in %s (binary and empty files are skipped)",
+               inputs.empty() ? "(no inputs)" : inputs[0].c_str());
+  return Status::ok();
+}
+
 }  // namespace tt::data

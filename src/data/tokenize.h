@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "data/dataset.h"
+#include "data/tokenizer.h"
 
 namespace tt::data {
 
@@ -45,5 +47,11 @@ struct TokenizeResult {
 
 // Progress (a line every few seconds on long inputs) and the ids (print_ids) go to `progress`.
 Result<TokenizeResult> tokenize_to_shards(const TokenizeOptions& o, FILE* progress);
+
+// The tokens of text files or folders in memory (eval on text), as tokenize_to_shards writes them: each file a
+// document after the tokenizer's document start; with val_fraction > 0, the last share of each document in *val
+// (as TokenDataset::load splits files), the rest in *train. Binary and empty files are skipped.
+Status tokenize_in_memory(const std::vector<std::string>& inputs, const Tokenizer& tok, double val_fraction,
+                          Tokens* train, Tokens* val);
 
 }  // namespace tt::data

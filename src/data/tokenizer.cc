@@ -720,6 +720,7 @@ Status Tokenizer::finish(const std::string& name) {
   added_lengths_.clear();
   std::fill(std::begin(added_first_byte_), std::end(added_first_byte_), false);
   cuts_at_newlines_ = true;
+  lossless_ = !nfc_;
   for (size_t i = 0; i < added_.size(); ++i) {
     const std::string& s = added_[i].text;
     TT_RETURN_IF(!added_index_.emplace(s, i).second, kDataLoss, "%s: two added tokens are '%s'", name.c_str(),
@@ -729,6 +730,7 @@ Status Tokenizer::finish(const std::string& name) {
     // Note [tokenize in blocks]: a cut after a newline is safe only where no added token holds one, nor takes in
     // the whitespace around it.
     if (s.find('\n') != std::string::npos || added_[i].lstrip || added_[i].rstrip) cuts_at_newlines_ = false;
+    if (added_[i].lstrip || added_[i].rstrip) lossless_ = false;
   }
   return Status::ok();
 }

@@ -60,6 +60,9 @@ class Tokenizer {
   // What it is, for a log line: "tokenizer.json: byte-level BPE, Llama 3's pattern, 128256 tokens (256 added)".
   const std::string& describe() const { return describe_; }
   const Pattern& pattern() const { return pattern_; }
+  bool normalizes() const { return nfc_; }  // NFC before the pre-tokenizer (Qwen2)
+  // Whether decode(encode(text)) is every text itself: no normalizer, no added token that takes whitespace in.
+  bool lossless() const { return lossless_; }
 
   // Pieces already encoded (words repeat: a corpus encodes several times faster with one); the caller's to keep.
   // Emptied when it holds a million pieces, so that it stays within ~100 MB.
@@ -100,6 +103,7 @@ class Tokenizer {
   bool nfc_ = false;                                // the normalizer is NFC (Qwen2)
   bool ignore_merges_ = false;                      // a piece that is a token is that token (Llama 3)
   bool cuts_at_newlines_ = true;
+  bool lossless_ = true;
   std::vector<std::string> bytes_of_;               // [id] its bytes (an added token: its text)
   std::vector<bool> is_added_;                      // [id] an added token (matched whole, never merged into)
   int32_t byte_id_[256] = {};                       // the token of each single byte

@@ -113,8 +113,8 @@ Result<ModelConfig> model_config_from_json(const nlohmann::json& j, const std::s
   static const char* kKeys[] = {"family", "vocab", "layers",   "dim",        "heads",        "seq",
                                 "kv_heads", "ffn", "tied_embeddings", "qkv_bias", "rope_theta", "rope_scaling",
                                 "norm_eps", "tp",  "split_vocab"};
-  for (const auto& [key, value] : j.items()) {
-    (void)value;
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();  // not a structured binding: clang before 16 cannot capture one
     TT_RETURN_IF(std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
                      std::end(kKeys),
                  kInvalidArgument, "%s: unknown key model.%s", where.c_str(), key.c_str());

@@ -363,6 +363,7 @@ TEST(Tokenizer, ReadsTokenizerJsonWithItsPatternMergesAddedTokensAndTemplate) {
   EXPECT_EQ(t.added_token("<|eot|>"), 268);
   EXPECT_EQ(t.added_token("<|nope|>"), -1);
   EXPECT_FALSE(t.cuts_at_newlines());  // <pad> takes whitespace in: a newline is no safe cut
+  EXPECT_FALSE(t.lossless());          // and the whitespace is gone
   auto text = t.decode({266, 259, 263});
   ASSERT_TRUE(text.is_ok());
   EXPECT_EQ(text.value(), "<|begin_of_text|>hello wor");
@@ -407,6 +408,7 @@ TEST(Tokenizer, Qwen2sNfcNormalizerComposesBeforeMerging) {
   EXPECT_EQ(t.document_start(), 257);  // no template: <|endoftext|>
   EXPECT_TRUE(t.text_prefix().empty());
   EXPECT_TRUE(t.cuts_at_newlines());
+  EXPECT_FALSE(t.lossless());  // NFC
 }
 
 TEST(Tokenizer, TokenizerJsonThatIsNotByteLevelBpeIsRefusedNamed) {

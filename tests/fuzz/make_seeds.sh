@@ -10,7 +10,7 @@ out=$PWD/corpus
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{tensorfile,checkpoint_meta,config,plan,profile,dataset,hf_folder}
+mkdir -p "$out"/{tensorfile,checkpoint_meta,config,plan,profile,dataset,hf_folder,tokenizer}
 
 # A small corpus and a token shard (llm.c's format: 256 x int32 header, magic 20240520, version 1, count; uint16s).
 printf 'the memory of a device is never enough\nso we swap and recompute\n%.0s' {1..40} > "$work/text.txt"
@@ -90,4 +90,43 @@ export_flags=(--dtype bf16)
 hf_seed llama --family llama --kv-heads 1 --ffn 16 --tied-embeddings false --qkv-bias true
 export_flags=()
 hf_seed gpt2 --family gpt2
+# Tokenizers (tests/fuzz/tokenizer.cc: tokenizer.json's length, tokenizer.json, a text): small byte-level BPEs of
+# Llama 3's kind (its pattern, ignore_merges, a template, added tokens), Qwen2's (NFC) and GPT-2's, with texts.
+python3 - "$out/tokenizer" <<'PY'
+import json, struct, sys
+keep = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+char, extra = {}, 0
+for b in range(256):
+    char[b] = chr(b) if b in keep else chr(256 + extra)
+    extra += b not in keep
+llama3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+          r"\s+(?!\S)|\s+")
+def tokenizer(pattern, nfc, ignore_merges, added, bos):
+    vocab = {char[b]: b for b in range(256)}
+    merges = []
+    for a, b in [("t", "h"), ("th", "e"), (char[32], "the"), ("i", "n"), (char[32], "in"), ("1", "2"), ("\u00c3", "\u00a9")]:
+        vocab[a + b] = len(vocab)
+        merges.append([a, b])
+    added_tokens = [{"id": len(vocab) + k, "content": c, "single_word": False, "lstrip": c == "<pad>",
+                     "rstrip": c == "<pad>", "normalized": False, "special": True} for k, c in enumerate(added)]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": pattern is None}
+    pre = byte_level if pattern is None else {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}, byte_level]}
+    post = byte_level
+    if bos:
+        post = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": bos, "type_id": 0}},
+                                                           {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [], "special_tokens": {bos: {"id": bos, "ids": [len(vocab)], "tokens": [bos]}}}
+    return {"version": "1.0", "added_tokens": added_tokens, "normalizer": {"type": "NFC"} if nfc else None,
+            "pre_tokenizer": pre, "post_processor": post, "decoder": byte_level,
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "fuse_unk": False, "byte_fallback": False,
+                      "ignore_merges": ignore_merges, "vocab": vocab, "merges": merges}}
+text = "the thin 123 it's I'LL <|eot_id|> e\u0301t\u00e9  \n\n x.\r\n<pad> \u65e5\u672c <|endoftext|>"
+seeds = {"llama3": tokenizer(llama3, False, True, ["<|begin_of_text|>", "<|eot_id|>", "<pad>"], "<|begin_of_text|>"),
+         "qwen2": tokenizer(llama3.replace(r"\p{N}{1,3}", r"\p{N}"), True, False, ["<|endoftext|>", "<|im_start|>"], None),
+         "gpt2": tokenizer(None, False, False, ["<|endoftext|>"], None)}
+for name, j in seeds.items():
+    body = json.dumps(j, ensure_ascii=False).encode()
+    open(f"{sys.argv[1]}/{name}", "wb").write(struct.pack("<I", len(body)) + body + text.encode())
+PY
 du -sh "$out"/*
