@@ -138,9 +138,10 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
   std::vector<int32_t> in(bt), tg(bt);
   std::vector<float> losses(bt);
   double sum = 0;
+  int64_t counted = 0;  // Note [loss mask]: masked data's loss is the mean over the targets that count
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < out.batches; ++k) {
-    data::val_batch(tokens, B, T, k, in.data(), tg.data());
+    counted += data::val_batch(tokens, B, T, k, in.data(), tg.data());
     be.copy_h2d(model.tokens(), in.data(), be.compute_stream());
     be.copy_h2d(model.targets(), tg.data(), be.compute_stream());
     m.ex->forward();
@@ -149,11 +150,12 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
     // The mean of the batches' means, summed as Trainer::evaluate does: the same bits on the same windows.
     double s = 0;
     for (float l : losses) s += static_cast<double>(l);
-    sum += s / static_cast<double>(losses.size());
+    sum += tokens.masked() ? s : s / static_cast<double>(losses.size());
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  out.tokens = out.batches * static_cast<int64_t>(bt);
-  out.loss = sum / static_cast<double>(out.batches);
+  out.tokens = tokens.masked() ? counted : out.batches * static_cast<int64_t>(bt);
+  out.loss = tokens.masked() ? (counted > 0 ? sum / static_cast<double>(counted) : 0.0)
+                             : sum / static_cast<double>(out.batches);
   return out;
 }
 

@@ -95,9 +95,11 @@ Result<Tokens> parse_shard(const std::string& path, const std::string& bytes, in
   TT_RETURN_IF(header[0] != kShardMagic && !wide, kDataLoss,
                "'%s' is not a token shard (magic %d, expected %d or %d)", path.c_str(), header[0], kShardMagic,
                kWideShardMagic);
-  TT_RETURN_IF(header[1] != (wide ? 7 : 1), kDataLoss,
-               "token shard '%s' has version %d; magic %d's shards are version %d (%s tokens)", path.c_str(),
-               header[1], header[0], wide ? 7 : 1, wide ? "uint32" : "uint16");
+  TT_RETURN_IF(header[1] != (wide ? 7 : 1) && !(wide && header[1] == kMaskedShardVersion), kDataLoss,
+               "token shard '%s' has version %d; magic %d's shards are version %d (%s tokens)%s", path.c_str(),
+               header[1], header[0], wide ? 7 : 1, wide ? "uint32" : "uint16",
+               wide ? " or 8 (with a loss mask)" : "");
+  const uint32_t mask = header[1] == kMaskedShardVersion ? kNoLoss : 0;
   const int64_t n = header[2];
   *vocab = header[3];
   TT_RETURN_IF(header[3] < 0 || (!wide && header[3] > 65536), kDataLoss,
@@ -112,9 +114,9 @@ Result<Tokens> parse_shard(const std::string& path, const std::string& bytes, in
     if (n > 0) std::memcpy(tokens.data(), bytes.data() + sizeof(header), tokens.size() * 4);
     const uint32_t bound = *vocab > 0 ? static_cast<uint32_t>(*vocab) : static_cast<uint32_t>(INT32_MAX - 1);
     for (size_t i = 0; i < tokens.size(); ++i)
-      TT_RETURN_IF(tokens[i] >= bound, kDataLoss,
+      TT_RETURN_IF((tokens[i] & ~mask) >= bound, kDataLoss,
                    "token shard '%s': token %u at position %zu is not below the shard's vocabulary (%u)", path.c_str(),
-                   tokens[i], i, bound);
+                   tokens[i] & ~mask, i, bound);
     return Tokens(std::move(tokens));
   }
   std::vector<uint16_t> tokens(static_cast<size_t>(n));
@@ -166,7 +168,13 @@ Result<std::vector<std::string>> data_files(const std::string& path) {
   return files;
 }
 
+Tokens::Tokens(std::vector<uint32_t> wide) : wide_(std::move(wide)), is_wide_(true) {
+  for (uint32_t t : wide_) masked_ = masked_ || (t & kNoLoss) != 0;
+}
+
 void Tokens::append(const Tokens& other, size_t begin, size_t end) {
+  if (other.masked_)
+    for (size_t i = begin; i < end && !masked_; ++i) masked_ = !other.counts(i);
   if (other.is_wide_ && !is_wide_) {
     wide_.assign(narrow_.begin(), narrow_.end());
     narrow_.clear();
@@ -194,7 +202,7 @@ Status write_token_shard(const std::string& path, const Tokens& tokens, int voca
                tokens.wide() ? "uint32" : "uint16");
   int32_t header[256] = {};
   header[0] = tokens.wide() ? kWideShardMagic : kShardMagic;
-  header[1] = tokens.wide() ? 7 : 1;
+  header[1] = tokens.masked() ? kMaskedShardVersion : tokens.wide() ? 7 : 1;
   header[2] = static_cast<int32_t>(tokens.size());
   header[3] = vocab;  // Note [shard vocabulary]
   std::string bytes(sizeof(header) + tokens.bytes(), '\0');

@@ -28,16 +28,31 @@ constexpr int kGpt2Vocab = 50257;
 constexpr int32_t kShardMagic = 20240520;      // uint16 tokens (version 1)
 constexpr int32_t kWideShardMagic = 20240801;  // uint32 tokens (version 7)
 
-// A split's tokens: 16 bits each where every token fits (text, GPT-2's shards), else 32 (Llama 3's vocabulary).
+constexpr int32_t kMaskedShardVersion = 8;      // uint32 tokens with kNoLoss marks (tiertrain's; llm.c has none)
+
+// Note [loss mask]: fine-tuning data says which tokens are targets the loss counts (a completion's) and which are
+// not (a prompt's, a template's): a wide token with bit 31 set (kNoLoss) is input only. The sampler then writes
+// target -1 where such a token would be the target; the cross-entropy kernels give such a row loss 0 and no
+// gradient, and the step scales the gradient by 1 / (the targets that count) instead of 1 / (B x T) (Model::
+// set_loss_scale). Shards of such tokens are version 8 of magic 20240801's format (llm.c reads version 7 only).
+constexpr uint32_t kNoLoss = 1u << 31;
+
+// A split's tokens: 16 bits each where every token fits (text, GPT-2's shards), else 32 (Llama 3's vocabulary, and
+// any tokens with a loss mask: Note [loss mask]).
 class Tokens {
  public:
   Tokens() = default;
   explicit Tokens(std::vector<uint16_t> narrow) : narrow_(std::move(narrow)) {}
-  explicit Tokens(std::vector<uint32_t> wide) : wide_(std::move(wide)), is_wide_(true) {}
+  explicit Tokens(std::vector<uint32_t> wide);
   size_t size() const { return is_wide_ ? wide_.size() : narrow_.size(); }
   bool empty() const { return size() == 0; }
   bool wide() const { return is_wide_; }
-  int32_t operator[](size_t i) const { return is_wide_ ? static_cast<int32_t>(wide_[i]) : narrow_[i]; }
+  int32_t operator[](size_t i) const {
+    return is_wide_ ? static_cast<int32_t>(wide_[i] & ~kNoLoss) : narrow_[i];
+  }
+  // Whether token i is a target the loss counts (Note [loss mask]); and whether any token is not.
+  bool counts(size_t i) const { return !is_wide_ || (wide_[i] & kNoLoss) == 0; }
+  bool masked() const { return masked_; }
   // Appends tokens [begin, end) of `other` (widening this one if `other` is wide).
   void append(const Tokens& other, size_t begin, size_t end);
   void append(const Tokens& other) { append(other, 0, other.size()); }
@@ -54,8 +69,9 @@ class Tokens {
 
  private:
   std::vector<uint16_t> narrow_;
-  std::vector<uint32_t> wide_;
+  std::vector<uint32_t> wide_;  // with kNoLoss marks (raw: data(), the fingerprint, the shards)
   bool is_wide_ = false;
+  bool masked_ = false;         // a token has kNoLoss
 };
 
 struct DatasetInfo {

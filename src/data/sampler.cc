@@ -65,28 +65,41 @@ void BatchSampler::set_state(SamplerState state) {
   state_.cursor = state.cursor;
 }
 
-void BatchSampler::next(int32_t* inputs, int32_t* targets, int shard, int shards) {
+int64_t BatchSampler::next(int32_t* inputs, int32_t* targets, int shard, int shards) {
   TT_CHECK(shards >= 1 && shard >= 0 && shard < shards && batch_ % shards == 0,
            "shard %d of %d of a batch of %d", shard, shards, batch_);
   const int local = batch_ / shards, first = shard * local;
+  const Tokens& src = *tokens_;
+  int64_t count = 0;
   for (int b = 0; b < batch_; ++b) {
     if (state_.cursor >= order_.size()) start_epoch(state_.epoch + 1);
     const uint64_t start = offset_ + static_cast<uint64_t>(order_[state_.cursor++]) * static_cast<uint64_t>(seq_);
+    count += counted(start);
     if (b < first || b >= first + local) continue;  // another shard's window: drawn, not read
-    const Tokens& src = *tokens_;
     const int row = b - first;
     for (int t = 0; t < seq_; ++t) {
-      inputs[row * seq_ + t] = src[start + static_cast<uint64_t>(t)];
-      targets[row * seq_ + t] = src[start + static_cast<uint64_t>(t) + 1];
+      const uint64_t at = start + static_cast<uint64_t>(t);
+      inputs[row * seq_ + t] = src[at];
+      targets[row * seq_ + t] = src.counts(at + 1) ? src[at + 1] : -1;  // Note [loss mask]
     }
   }
+  return count;
 }
 
-void BatchSampler::skip() {
+int64_t BatchSampler::skip() {
+  int64_t count = 0;
   for (int b = 0; b < batch_; ++b) {
     if (state_.cursor >= order_.size()) start_epoch(state_.epoch + 1);
-    ++state_.cursor;
+    count += counted(offset_ + static_cast<uint64_t>(order_[state_.cursor++]) * static_cast<uint64_t>(seq_));
   }
+  return count;
+}
+
+int64_t BatchSampler::counted(uint64_t start) const {
+  if (!tokens_->masked()) return seq_;
+  int64_t n = 0;
+  for (int t = 1; t <= seq_; ++t) n += tokens_->counts(start + static_cast<uint64_t>(t)) ? 1 : 0;
+  return n;
 }
 
 int64_t val_batches_available(const Tokens& tokens, int batch, int seq) {
@@ -95,15 +108,19 @@ int64_t val_batches_available(const Tokens& tokens, int batch, int seq) {
   return windows / batch;
 }
 
-void val_batch(const Tokens& tokens, int batch, int seq, int64_t k, int32_t* inputs,
-               int32_t* targets) {
+int64_t val_batch(const Tokens& tokens, int batch, int seq, int64_t k, int32_t* inputs, int32_t* targets) {
+  int64_t count = 0;
   for (int b = 0; b < batch; ++b) {
     const size_t at = static_cast<size_t>((k * batch + b) * static_cast<int64_t>(seq));
     for (int t = 0; t < seq; ++t) {
-      inputs[b * seq + t] = tokens[at + static_cast<size_t>(t)];
-      targets[b * seq + t] = tokens[at + static_cast<size_t>(t) + 1];
+      const size_t i = at + static_cast<size_t>(t);
+      inputs[b * seq + t] = tokens[i];
+      const bool counts = tokens.counts(i + 1);  // Note [loss mask]
+      targets[b * seq + t] = counts ? tokens[i + 1] : -1;
+      count += counts ? 1 : 0;
     }
   }
+  return count;
 }
 
 }  // namespace tt::data

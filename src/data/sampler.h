@@ -33,9 +33,11 @@ class BatchSampler {
   // The next batch: B*T int32 each. With shards > 1, only the windows of shard `shard` of it (B/shards of them, the
   // shard-th run of consecutive windows) are written, and the sampler moves past the whole batch, so that each rank
   // of a data-parallel mesh reads its part of the batch the single-device run would see (B divisible by shards).
-  void next(int32_t* inputs, int32_t* targets, int shard = 0, int shards = 1);
-  // Moves past the next batch without reading it (a rank that receives its part from another).
-  void skip();
+  // A target the loss does not count is -1 (Note [loss mask] in data/dataset.h). Returns the targets that count in
+  // the whole batch (every shard's: B*T without a mask).
+  int64_t next(int32_t* inputs, int32_t* targets, int shard = 0, int shards = 1);
+  // Moves past the next batch without reading it (a rank that receives its part from another); the same count.
+  int64_t skip();
   SamplerState state() const { return state_; }
   void set_state(SamplerState state);
   uint64_t windows_in_epoch() const { return static_cast<uint64_t>(order_.size()); }
@@ -44,6 +46,7 @@ class BatchSampler {
   BatchSampler(const Tokens* tokens, int batch, int seq, uint64_t seed)
       : tokens_(tokens), batch_(batch), seq_(seq), seed_(seed) {}
   void start_epoch(uint64_t epoch);
+  int64_t counted(uint64_t start) const;  // the targets that count in the window starting at `start`
 
   const Tokens* tokens_;
   int batch_, seq_;
@@ -61,8 +64,8 @@ Result<uint64_t> windows_drawn(uint64_t tokens, int seq, uint64_t seed, SamplerS
 
 // Number of whole validation batches of B windows of T+1 tokens in `tokens`.
 int64_t val_batches_available(const Tokens& tokens, int batch, int seq);
-// Fills validation batch k (consecutive windows from the start).
-void val_batch(const Tokens& tokens, int batch, int seq, int64_t k, int32_t* inputs,
-               int32_t* targets);
+// Fills validation batch k (consecutive windows from the start), targets -1 where the loss does not count; returns
+// the targets that count.
+int64_t val_batch(const Tokens& tokens, int batch, int seq, int64_t k, int32_t* inputs, int32_t* targets);
 
 }  // namespace tt::data

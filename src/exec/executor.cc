@@ -860,10 +860,12 @@ void Executor::issue(const Op& op) {
         Status read = input_slot_read_[static_cast<size_t>(input_slot_)]->synchronize();
         if (!read.is_ok() && input_status_.is_ok()) input_status_ = std::move(read);
       }
-      input_source_(input_host_[static_cast<size_t>(input_slot_)]);
+      if (input_scale_.size() != input_host_.size()) input_scale_.assign(input_host_.size(), -1.0f);
+      input_scale_[static_cast<size_t>(input_slot_)] = input_source_(input_host_[static_cast<size_t>(input_slot_)]);
       break;
     }
     case OpKind::kInputIn:
+      next_scale_ = input_scale_[static_cast<size_t>(input_slot_)];
       if (spec_.input_scatter) {  // Note [data-parallel input]: rank 0's global batch from its device to every rank's
         TT_CHECK(input_reducer_ != nullptr, "--input via-root without the input's reducer");
         if (input_global_.raw() != nullptr)
@@ -881,6 +883,7 @@ void Executor::issue(const Op& op) {
       const int64_t bt = tokens.numel();
       be_.copy_d2d(tokens, input_next_.view(0, tokens.shape()), st);
       be_.copy_d2d(targets, input_next_.view(bt, targets.shape()), st);
+      model_->set_loss_scale(next_scale_);  // Note [loss mask]: this batch's, for its LM head
       break;
     }
   }

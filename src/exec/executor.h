@@ -124,9 +124,11 @@ class Executor : public ModelHooks {
   DType master_dtype() const { return model_->master_dtype(); }
 
   // Note [input staging] (exec/trainer.h), with ExecSpec::input_staging_slots: fill(host) writes the next batch's
-  // tokens then targets (2 x batch x seq int32) into a pinned host slot when the schedule draws it; prefetch() draws
-  // and copies the first batch; each train_step() then takes its batch and draws and copies the next one.
-  void set_input_source(std::function<void(int32_t*)> fill) { input_source_ = std::move(fill); }
+  // tokens then targets (2 x batch x seq int32) into a pinned host slot when the schedule draws it, and returns the
+  // batch's loss scale (Model::set_loss_scale: < 0 for the default), which the model takes with the batch;
+  // prefetch() draws and copies the first batch; each train_step() then takes its batch and draws and copies the
+  // next one.
+  void set_input_source(std::function<float(int32_t*)> fill) { input_source_ = std::move(fill); }
   // Note [host one step ahead] (exec/trainer.cc): pinned slot i (0 or 1) of batch x seq + 1 floats that a training
   // step's losses and squared gradient norm are copied into; nullptr without input staging.
   float* step_readback(int i) const { return step_readback_[i]; }
@@ -190,9 +192,11 @@ class Executor : public ModelHooks {
   std::vector<std::unique_ptr<Event>> input_slot_read_;  // [slot] recorded after the copy that read it last
   float* step_readback_[2] = {nullptr, nullptr};
   Status input_status_;
-  std::function<void(int32_t*)> input_source_;
+  std::function<float(int32_t*)> input_source_;
   int64_t input_fills_ = 0;  // batches drawn: batch k goes into host slot k % slots (Note [slot rings])
   int input_slot_ = -1;      // the host slot of the last batch drawn
+  std::vector<float> input_scale_;  // [slot] the loss scale of the batch drawn into it (Note [loss mask])
+  float next_scale_ = -1.0f;        // that of the batch in input.next
   // The pass being run: its operations and the next one to issue.
   const std::vector<Op>* ops_ = nullptr;
   size_t pos_ = 0;

@@ -446,31 +446,34 @@ Status Trainer::build() {
     global_inputs_.resize(batch_tokens * static_cast<size_t>(shards_));
     global_targets_.resize(batch_tokens * static_cast<size_t>(shards_));
   }
-  ex_->set_input_source([this, batch_tokens](int32_t* host) {
+  // Note [loss mask]: each batch's targets that count (every rank knows the global batch's), kept in the order the
+  // batches are drawn until their step's loss is read back; the gradient's scale goes with the batch.
+  ex_->set_input_source([this, batch_tokens](int32_t* host) -> float {
     sampler_before_prefetch_ = sampler_->state();
     int32_t* targets = host + batch_tokens;
+    int64_t count = 0;
     if (shards_ == 1 || cfg_.input == "direct") {
-      sampler_->next(host, targets, shard_, shards_);
-      return;
-    }
-    const size_t from = static_cast<size_t>(shard_) * batch_tokens;
-    if (cfg_.input == "replicated") {
-      sampler_->next(global_inputs_.data(), global_targets_.data());
+      count = sampler_->next(host, targets, shard_, shards_);
+    } else if (cfg_.input == "replicated") {
+      const size_t from = static_cast<size_t>(shard_) * batch_tokens;
+      count = sampler_->next(global_inputs_.data(), global_targets_.data());
       std::copy_n(global_inputs_.begin() + static_cast<std::ptrdiff_t>(from), batch_tokens, host);
       std::copy_n(global_targets_.begin() + static_cast<std::ptrdiff_t>(from), batch_tokens, targets);
-      return;
+    } else if (shard_ != 0) {
+      count = sampler_->skip();
+    } else {
+      count = sampler_->next(global_inputs_.data(), global_targets_.data());
+      for (int r = 0; r < shards_; ++r) {  // rank r's share: its tokens, then its targets
+        const std::ptrdiff_t at = static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * batch_tokens);
+        int32_t* to = host + 2 * static_cast<size_t>(r) * batch_tokens;
+        std::copy_n(global_inputs_.begin() + at, batch_tokens, to);
+        std::copy_n(global_targets_.begin() + at, batch_tokens, to + batch_tokens);
+      }
     }
-    if (shard_ != 0) {
-      sampler_->skip();
-      return;
-    }
-    sampler_->next(global_inputs_.data(), global_targets_.data());
-    for (int r = 0; r < shards_; ++r) {  // rank r's share: its tokens, then its targets
-      const std::ptrdiff_t at = static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * batch_tokens);
-      int32_t* to = host + 2 * static_cast<size_t>(r) * batch_tokens;
-      std::copy_n(global_inputs_.begin() + at, batch_tokens, to);
-      std::copy_n(global_targets_.begin() + at, batch_tokens, to + batch_tokens);
-    }
+    if (!dataset_.train().masked()) return -1.0f;  // every target counts: 1 / (B x T), as always
+    batch_counts_.push_back(count);
+    // Each rank's gradient is averaged over the data ranks: shards / count makes the average 1 / count.
+    return count > 0 ? static_cast<float>(shards_) / static_cast<float>(count) : 0.0f;
   });
   if (r.exec.input_scatter) {
     TT_ASSIGN_OR_RETURN(input_reducer_,
@@ -583,7 +586,14 @@ Status Trainer::finish_step(StepRecord* rec) {
   for (size_t i = 0; i < n; ++i) sum += static_cast<double>(r.losses[i]);
   const float norm_sq = *r.norm_sq;
   rec->step = e.step;
-  TT_ASSIGN_OR_RETURN(rec->loss, mean_over_data(sum / static_cast<double>(n)));
+  double mine = sum / static_cast<double>(n);
+  if (dataset_.train().masked()) {  // Note [loss mask]: the mean over the targets that count, of the whole batch
+    TT_CHECK(!batch_counts_.empty(), "step %lld's batch was never drawn", static_cast<long long>(e.step));
+    const int64_t count = batch_counts_.front();
+    batch_counts_.pop_front();
+    mine = count > 0 ? sum * shards_ / static_cast<double>(count) : 0.0;
+  }
+  TT_ASSIGN_OR_RETURN(rec->loss, mean_over_data(mine));
   rec->lr = e.lr;
   rec->grad_norm = std::sqrt(static_cast<double>(norm_sq));
   // The step's time: from when it was enqueued, or from when the step before it finished if that was later (the
@@ -624,14 +634,17 @@ Result<EvalRecord> Trainer::evaluate() {
     all_tokens.resize(static_cast<size_t>(B) * T);
     all_targets.resize(static_cast<size_t>(B) * T);
   }
+  const bool masked = dataset_.val().masked();
+  double counted = 0;  // Note [loss mask]: the targets that count, over the batches (a mean weighted by them)
   for (int64_t k = 0; k < n; ++k) {
+    int64_t count = 0;
     if (shards_ > 1) {
-      data::val_batch(dataset_.val(), B, T, k, all_tokens.data(), all_targets.data());
+      count = data::val_batch(dataset_.val(), B, T, k, all_tokens.data(), all_targets.data());
       const size_t from = static_cast<size_t>(shard_) * b * T, len = static_cast<size_t>(b) * T;
       std::copy_n(all_tokens.begin() + static_cast<std::ptrdiff_t>(from), len, host_tokens_.begin());
       std::copy_n(all_targets.begin() + static_cast<std::ptrdiff_t>(from), len, host_targets_.begin());
     } else {
-      data::val_batch(dataset_.val(), B, T, k, host_tokens_.data(), host_targets_.data());
+      count = data::val_batch(dataset_.val(), B, T, k, host_tokens_.data(), host_targets_.data());
     }
     const Model& model = ex_->model();
     be.copy_h2d(model.tokens(), host_tokens_.data(), be.compute_stream());
@@ -641,9 +654,16 @@ Result<EvalRecord> Trainer::evaluate() {
     TT_TRY(be.compute_stream().synchronize());
     double s = 0;
     for (float l : host_losses_) s += static_cast<double>(l);
+    if (masked) {
+      TT_ASSIGN_OR_RETURN(double total, mean_over_data(s * shards_));  // the batch's sum over every rank
+      sum += total;
+      counted += static_cast<double>(count);
+      continue;
+    }
     TT_ASSIGN_OR_RETURN(double mean, mean_over_data(s / static_cast<double>(host_losses_.size())));
     sum += mean;
   }
+  if (masked) return EvalRecord{step_, counted > 0 ? sum / counted : 0.0, n};
   return EvalRecord{step_, sum / static_cast<double>(n), n};
 }
 

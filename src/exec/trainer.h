@@ -167,6 +167,7 @@ class Trainer {
   // it has finished (an event per slot in the executor: Note [host one step ahead]).
   data::SamplerState sampler_before_prefetch_;  // what a checkpoint records: the batch in flight is not consumed yet
   std::vector<float> host_losses_;  // evaluate()'s
+  std::deque<int64_t> batch_counts_;  // Note [loss mask]: the targets that count of each batch drawn, not yet read back
   // Note [host one step ahead]: pinned slots a step's losses and squared gradient norm are copied into (step k into
   // slot k % 2), with the event recorded behind the copies; the steps enqueued and not finished, oldest first.
   struct Readback {

@@ -448,7 +448,7 @@ void Model::run_lm_head(ModelHooks& h, bool with_backward, const Tensor& lnf, co
   const Tensor& logits_all = tensor("logits");
   const Tensor& losses = tensor("losses");
   const Tensor& targets = tensor("targets");
-  const float dloss = 1.0f / static_cast<float>(BT);
+  const float dloss = loss_scale_ >= 0 ? loss_scale_ : 1.0f / static_cast<float>(BT);  // Note [loss mask]
   for (int64_t r0 = 0; r0 < BT; r0 += lm_chunk_rows_) {
     const int64_t n = std::min(lm_chunk_rows_, BT - r0);
     const Tensor logits = logits_all.view(0, {n, Vp});

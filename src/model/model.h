@@ -374,6 +374,10 @@ class Model {
   bool act_apart(int l) const {
     return static_cast<size_t>(l) < act_apart_.size() && act_apart_[static_cast<size_t>(l)];
   }
+  // Note [loss mask] (data/dataset.h): the gradient of the loss for each target that counts: 1 / (B x T) by default
+  // (a negative scale), else the scale given (1 / the targets that count, times the data-parallel ranks whose
+  // gradients are averaged). Read when the LM head's kernels are enqueued: set it for each batch before its pass.
+  void set_loss_scale(float dloss) { loss_scale_ = dloss; }
   int batch() const { return batch_; }
   DType dtype() const { return dtype_; }  // compute dtype
   DType master_dtype() const { return master_dtype_for(dtype_); }
@@ -455,6 +459,7 @@ class Model {
   int64_t lm_chunk_rows_ = 0;  // rows of the bound "logits"
   int tp_rank_ = 0;
   std::vector<bool> act_apart_;
+  float loss_scale_ = -1.0f;  // Note [loss mask]; < 0: 1 / (B x T)
 };
 
 // Note [parallel init]: how one parameter starts: normals of std `std` for its first `normals` elements (-1: all)

@@ -236,7 +236,10 @@ void feed(Executor& ex, Backend& be) {
   be.copy_h2d(ex.tokens(), batch->data(), be.compute_stream());
   be.copy_h2d(ex.targets(), batch->data() + kBatch * kCfg.seq, be.compute_stream());
   EXPECT_TRUE(be.compute_stream().synchronize().is_ok());
-  ex.set_input_source([batch](int32_t* host) { std::memcpy(host, batch->data(), batch->size() * sizeof(int32_t)); });
+  ex.set_input_source([batch](int32_t* host) {
+    std::memcpy(host, batch->data(), batch->size() * sizeof(int32_t));
+    return -1.0f;  // the default loss scale
+  });
   ex.prefetch();
 }
 
@@ -309,6 +312,7 @@ TEST(Executor, InputSlotIsRewrittenOnlyAfterItsCopyFinished) {
     ex->set_input_source([drawn](int32_t* host) {  // batch n: every token n * 7 + i mod vocab
       const int n = ++*drawn;
       for (int i = 0; i < 2 * kBatch * kCfg.seq; ++i) host[i] = (n * 7 + i) % kCfg.vocab;
+      return -1.0f;
     });
     ex->prefetch();
     for (int step = 1; step <= 3; ++step) {

@@ -7,6 +7,7 @@
 //  - a short version of the main job: on the default corpus the loss falls well below ln(256) = 5.55.
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <unistd.h>
@@ -15,7 +16,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/rng.h"
 #include "core/units.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
 #include "exec/trainer.h"
 #include "temp_dir.h"
 #include "exec_util.h"
@@ -639,6 +643,115 @@ TEST(Trainer, LlamaEveryPlanIsBitIdenticalToInCore) {
   ASSERT_TRUE(straight.is_ok());
   ASSERT_TRUE(straight.value()->run().is_ok());
   expect_bit_identical(finish(*straight.value()), run_split_at_10(longer, dir.file("ckpt")));
+}
+
+// Fine-tuning data in masked shards of the synthetic text: documents of 25 to 90 tokens, the first 10 to 60 of
+// each (the "prompt") not counted (Note [loss mask]), so that the targets that count differ from batch to batch.
+std::string write_masked_shards(TempDir& dir, const std::string& name) {
+  const std::string text = testing::synthetic_text(60000);
+  std::vector<uint32_t> train, val;
+  Rng rng(17);
+  for (size_t at = 0; at < text.size();) {
+    const size_t n = std::min(text.size() - at, static_cast<size_t>(25 + rng.uniform_int(66)));
+    const size_t prompt = std::min(n, static_cast<size_t>(10 + rng.uniform_int(51)));
+    std::vector<uint32_t>& to = at < text.size() * 9 / 10 ? train : val;
+    for (size_t i = 0; i < n; ++i)
+      to.push_back(static_cast<unsigned char>(text[at + i]) | (i < prompt ? data::kNoLoss : 0u));
+    at += n;
+  }
+  std::filesystem::create_directories(dir.file(name));
+  EXPECT_TRUE(data::write_token_shard(dir.file(name + "/train_000.bin"), data::Tokens(train), 256).is_ok());
+  EXPECT_TRUE(data::write_token_shard(dir.file(name + "/val_000.bin"), data::Tokens(val), 256).is_ok());
+  return dir.file(name);
+}
+
+// Note [loss mask]: with masked data (targets that count differing from batch to batch, so that a batch's loss
+// scale must travel with it through the input staging), every plan gives in-core's bits, evaluations included, and
+// a resume continues bit for bit; the loss falls.
+TEST(Trainer, MaskedDataEveryPlanIsBitIdenticalToInCore) {
+  TempDir dir;
+  TrainConfig base = small_config(write_masked_shards(dir, "masked"));
+  base.model = ModelConfig{.family = "llama", .vocab = 256, .layers = 3, .dim = 32, .heads = 4, .seq = 32,
+                           .kv_heads = 2, .ffn = 48};
+  base.steps = 8;
+  base.eval_every = 4;
+  base.eval_batches = 2;
+  base.grads_in_activations = false;
+  auto a = Trainer::create(base, nullptr);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_TRUE(a.value()->dataset().train().masked());
+  ASSERT_TRUE(a.value()->run().is_ok());
+  const RunResult ra = finish(*a.value());
+  EXPECT_LT(ra.losses.back(), ra.losses.front());
+  for (double l : ra.losses) EXPECT_TRUE(std::isfinite(l) && l > 0) << l;
+  struct Run {
+    std::string plan;
+    bool cpu, speculate;
+  };
+  for (const Run& r : std::vector<Run>{{"recompute", false, false},
+                                       {"swap-activations", false, false},
+                                       {"in-core", true, false},
+                                       {"offload-all", true, true}}) {
+    SCOPED_TRACE(r.plan + (r.cpu ? " cpu" : "") + (r.speculate ? " speculative" : ""));
+    TrainConfig tc = base;
+    tc.plan = r.plan;
+    if (r.cpu) {
+      tc.optimizer = OptimizerPlacement::kCpu;
+      tc.speculative_update = r.speculate;
+    }
+    auto b = Trainer::create(tc, nullptr);
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    ASSERT_TRUE(b.value()->run().is_ok());
+    expect_bit_identical(ra, finish(*b.value()));
+    ASSERT_EQ(a.value()->evals().size(), b.value()->evals().size());
+    for (size_t i = 0; i < a.value()->evals().size(); ++i)
+      EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
+  }
+  TrainConfig longer = base;
+  longer.steps = 20;
+  longer.eval_every = 0;
+  auto straight = Trainer::create(longer, nullptr);
+  ASSERT_TRUE(straight.is_ok());
+  ASSERT_TRUE(straight.value()->run().is_ok());
+  expect_bit_identical(finish(*straight.value()), run_split_at_10(longer, dir.file("ckpt")));
+}
+
+// Note [loss mask]: the first step's loss is the mean over the targets of its batch that count, and its gradient
+// that of this mean (its norm, which a scale of 1 / (B x T) would change by their ratio), as a forward and backward
+// of that batch on the trainer's own executor, before the run, give them.
+TEST(Trainer, MaskedDataLossAndGradientAreThoseOfTheTargetsThatCount) {
+  TempDir dir;
+  TrainConfig tc = small_config(write_masked_shards(dir, "masked"));
+  tc.steps = 1;
+  tc.grad_clip = 0;
+  tc.grads_in_activations = false;
+  auto t = Trainer::create(tc, nullptr);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  Trainer& tr = *t.value();
+  const int B = tc.batch, T = tc.model.seq;
+  auto sampler = data::BatchSampler::create(&tr.dataset().train(), B, T, tc.seed);
+  ASSERT_TRUE(sampler.is_ok());
+  std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
+  const int64_t count = sampler->next(tokens.data(), targets.data());
+  ASSERT_GT(count, 0);
+  ASSERT_LT(count, B * T);
+  Executor& ex = tr.executor();
+  Backend& be = tr.backend();
+  be.copy_h2d(ex.tokens(), tokens.data(), be.compute_stream());
+  be.copy_h2d(ex.targets(), targets.data(), be.compute_stream());
+  ex.model().set_loss_scale(1.0f / static_cast<float>(count));
+  ex.forward_backward();
+  std::vector<float> losses(tokens.size()), grads(static_cast<size_t>(ex.num_params()));
+  be.copy_d2h(losses.data(), ex.losses(), be.compute_stream());
+  ASSERT_TRUE(be.compute_stream().synchronize().is_ok());
+  ASSERT_TRUE(ex.download_grads(grads.data()).is_ok());
+  double sum = 0, norm_sq = 0;
+  for (float l : losses) sum += l;
+  for (float g : grads) norm_sq += static_cast<double>(g) * g;
+  ASSERT_TRUE(tr.run().is_ok());
+  ASSERT_EQ(tr.history().size(), 1u);
+  EXPECT_NEAR(tr.history()[0].loss, sum / static_cast<double>(count), 1e-6);
+  EXPECT_NEAR(tr.history()[0].grad_norm, std::sqrt(norm_sq), 1e-5 * std::sqrt(norm_sq));
 }
 
 // Note [speculative update]: the CPU optimizer updating each block during the backward as if the norm were under

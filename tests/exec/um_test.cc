@@ -92,7 +92,10 @@ void feed(Executor& ex, Backend& be, const ModelConfig& cfg = kCfg) {
   be.copy_h2d(ex.tokens(), batch->data(), be.compute_stream());
   be.copy_h2d(ex.targets(), batch->data() + kBatch * cfg.seq, be.compute_stream());
   ASSERT_TRUE(be.compute_stream().synchronize().is_ok());
-  ex.set_input_source([batch](int32_t* host) { std::memcpy(host, batch->data(), batch->size() * sizeof(int32_t)); });
+  ex.set_input_source([batch](int32_t* host) {
+    std::memcpy(host, batch->data(), batch->size() * sizeof(int32_t));
+    return -1.0f;  // the default loss scale
+  });
   ex.prefetch();
 }
 

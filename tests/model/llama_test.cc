@@ -4,7 +4,9 @@
 // - the CPU backend's f64 losses equal the reference's (to 1e-12);
 // - every gradient the backward writes equals the reference's central differences;
 // - across variants: grouped-query (KV 2 of 4), multi-query (KV 1), multi-head, QKV biases, an untied head,
-//   Llama 3's frequency scaling.
+//   Llama 3's frequency scaling;
+// - with a loss mask (Note [loss mask]: targets -1 where the loss does not count, the loss scale 1 / the targets
+//   that count), the loss is the mean over the targets that count and the gradients are its differences.
 #include <cmath>
 #include <map>
 #include <string>
@@ -27,7 +29,7 @@ class Reference {
     for (const ParamInfo& p : model_param_layout(cfg)) at_[p.name] = p.offset;
   }
 
-  // Mean cross-entropy of targets given tokens ([B, T] each) under parameters p.
+  // Mean cross-entropy of the targets given tokens ([B, T] each) under parameters p, over the targets >= 0.
   double loss(const std::vector<double>& p, const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
               int B) const {
     const int T = cfg_.seq, C = cfg_.dim, H = cfg_.heads, KV = cfg_.kv_head_count(), hs = C / H,
@@ -35,6 +37,7 @@ class Reference {
     const double* wte = &p[at_.at("wte")];
     const double* head = &p[at_.at(cfg_.tied_embeddings ? "wte" : "lm_head.w")];
     double total = 0;
+    int64_t counted = 0;
     for (int b = 0; b < B; ++b) {
       std::vector<double> x(static_cast<size_t>(T) * C);
       for (int t = 0; t < T; ++t)
@@ -88,10 +91,12 @@ class Reference {
         }
         double z = 0;
         for (double e : logit) z += std::exp(e - m);
+        if (targets[b * T + t] < 0) continue;
         total += m + std::log(z) - logit[targets[b * T + t]];
+        ++counted;
       }
     }
-    return total / (static_cast<double>(B) * T);
+    return total / static_cast<double>(counted);
   }
 
  private:
@@ -170,7 +175,7 @@ std::vector<Case> cases() {
           {"multi-head, eps 1e-6", mha}};
 }
 
-TEST(LlamaReference, LossesAndEveryGradientAreTheDefinitions) {
+void check_against_reference(bool masked) {
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.what);
     const ModelConfig& cfg = c.cfg;
@@ -195,6 +200,15 @@ TEST(LlamaReference, LossesAndEveryGradientAreTheDefinitions) {
     std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
     for (auto& t : tokens) t = static_cast<int32_t>(rng.uniform_int(cfg.vocab));
     for (auto& t : targets) t = static_cast<int32_t>(rng.uniform_int(cfg.vocab));
+    int64_t counted = static_cast<int64_t>(targets.size());
+    if (masked) {  // about 40% of the targets do not count, the first among them
+      counted = 0;
+      for (size_t i = 0; i < targets.size(); ++i) {
+        if (i == 0 || rng.uniform() < 0.4) targets[i] = -1;
+        counted += targets[i] >= 0 ? 1 : 0;
+      }
+      x.model().set_loss_scale(1.0f / static_cast<float>(counted));
+    }
     be->copy_h2d(x.tokens(), tokens.data(), be->compute_stream());
     be->copy_h2d(x.targets(), targets.data(), be->compute_stream());
     x.forward_backward();
@@ -203,8 +217,11 @@ TEST(LlamaReference, LossesAndEveryGradientAreTheDefinitions) {
     ASSERT_TRUE(be->compute_stream().synchronize().is_ok());
     ASSERT_TRUE(x.download_grads(grads.data()).is_ok());
     double mean = 0;
-    for (double l : losses) mean += l;
-    mean /= static_cast<double>(losses.size());
+    for (size_t i = 0; i < losses.size(); ++i) {
+      if (targets[i] < 0) EXPECT_EQ(losses[i], 0.0) << "a target that does not count has loss 0";
+      mean += losses[i];
+    }
+    mean /= static_cast<double>(counted);
 
     const Reference ref(cfg);
     const double want = ref.loss(p, tokens, targets, B);
@@ -233,6 +250,12 @@ TEST(LlamaReference, LossesAndEveryGradientAreTheDefinitions) {
     EXPECT_EQ(bad, 0) << bad << " of " << checked << " gradients differ";
     EXPECT_GT(checked, 3000);
   }
+}
+
+TEST(LlamaReference, LossesAndEveryGradientAreTheDefinitions) { check_against_reference(false); }
+
+TEST(LlamaReference, WithALossMaskTheLossAndGradientsAreThoseOfTheTargetsThatCount) {
+  check_against_reference(true);
 }
 
 // The rotary table is Hugging Face's: with f32 angles, the inverse frequencies and position products rounded to f32

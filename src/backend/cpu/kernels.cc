@@ -556,7 +556,8 @@ void softmax_xent_forward(T* losses, T* probs, const T* logits, const int32_t* t
     T maxv = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : maxv)
     for (int i = 0; i < valid; ++i) maxv = std::max(maxv, l[i]);
-    const T target_logit = l[targets[n]];  // read before p (which may alias l) is written
+    const int tgt = targets[n];  // < 0: no target here (Note [loss mask]): loss 0
+    const T target_logit = tgt >= 0 ? l[tgt] : T(0);  // read before p (which may alias l) is written
     T sum = 0;
     for (int i = 0; i < valid; ++i) {
       const T e = std::exp(l[i] - maxv);
@@ -566,7 +567,7 @@ void softmax_xent_forward(T* losses, T* probs, const T* logits, const int32_t* t
     const T inv = T(1) / sum;
     for (int i = 0; i < valid; ++i) p[i] *= inv;
     for (int i = valid; i < V; ++i) p[i] = 0;
-    losses[n] = std::log(sum) + maxv - target_logit;
+    losses[n] = tgt >= 0 ? std::log(sum) + maxv - target_logit : T(0);
   }
 }
 
@@ -577,7 +578,8 @@ void softmax_xent_backward(T* dlogits, const T* probs, const int32_t* targets, T
     const T* p = probs + n * V;
     T* d = dlogits + n * V;
     const int tgt = targets[n];
-    for (int i = 0; i < valid; ++i) d[i] = (p[i] - (i == tgt ? T(1) : T(0))) * dloss;
+    const T scale = tgt >= 0 ? dloss : T(0);  // Note [loss mask]: no gradient from a row without a target
+    for (int i = 0; i < valid; ++i) d[i] = (p[i] - (i == tgt ? T(1) : T(0))) * scale;
     for (int i = valid; i < V; ++i) d[i] = 0;
   }
 }
@@ -603,8 +605,8 @@ void xent_local_sums(T* stats, const T* logits, const int32_t* targets, int64_t 
     T sum = 0;
     for (int i = 0; i < valid; ++i) sum += std::exp(l[i] - maxv);
     stats[N + n] = sum;
-    const int64_t col = targets[n] - begin;
-    stats[2 * N + n] = col >= 0 && col < valid ? l[col] : T(0);
+    const int64_t col = targets[n] - begin;  // a negative target (Note [loss mask]) is no rank's column
+    stats[2 * N + n] = targets[n] >= 0 && col >= 0 && col < valid ? l[col] : T(0);
   }
 }
 
@@ -614,13 +616,14 @@ void xent_finish(T* losses, T* dlogits, const T* logits, const T* stats, const i
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const T maxv = stats[n], sum = stats[N + n];
-    losses[n] = std::log(sum) + maxv - stats[2 * N + n];
+    const bool counts = targets[n] >= 0;  // Note [loss mask]
+    losses[n] = counts ? std::log(sum) + maxv - stats[2 * N + n] : T(0);
     if (!dlogits) continue;
     const T* l = logits + n * V;
     T* d = dlogits + n * V;
-    const int64_t tgt = targets[n] - begin;
-    const T inv = T(1) / sum;
-    for (int i = 0; i < valid; ++i) d[i] = (std::exp(l[i] - maxv) * inv - (i == tgt ? T(1) : T(0))) * dloss;
+    const int64_t tgt = counts ? targets[n] - begin : -1;
+    const T inv = T(1) / sum, scale = counts ? dloss : T(0);
+    for (int i = 0; i < valid; ++i) d[i] = (std::exp(l[i] - maxv) * inv - (i == tgt ? T(1) : T(0))) * scale;
     for (int i = valid; i < V; ++i) d[i] = 0;
   }
 }

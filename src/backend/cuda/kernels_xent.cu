@@ -12,8 +12,9 @@ __global__ void softmax_xent_forward_kernel(float* losses, X* probs, const X* lo
   const int64_t row = blockIdx.x;
   const X* l = logits + row * V;
   X* p = probs + row * V;
+  const int tgt = targets[row];  // < 0: no target here (Note [loss mask]): loss 0
   __shared__ float target_logit;
-  if (threadIdx.x == 0) target_logit = ld(l[targets[row]]);
+  if (threadIdx.x == 0) target_logit = tgt >= 0 ? ld(l[tgt]) : 0.0f;
   // One pass for the maximum and the sum (online softmax: the running sum is rescaled when the maximum grows).
   float tmx = -FLT_MAX, ts = 0.0f;
   for (int i = threadIdx.x; i < valid; i += blockDim.x) {
@@ -30,7 +31,7 @@ __global__ void softmax_xent_forward_kernel(float* losses, X* probs, const X* lo
   s = block_reduce(s, Add{}, 0.0f);  // its barriers also order target_logit's write before the reads below
   const float inv = 1.0f / s;
   for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = st<X>(i < valid ? expf(ld(l[i]) - mx) * inv : 0.0f);
-  if (threadIdx.x == 0) losses[row] = logf(s) + mx - target_logit;
+  if (threadIdx.x == 0) losses[row] = tgt >= 0 ? logf(s) + mx - target_logit : 0.0f;
 }
 
 // One block per row (no 64-bit division per element).
@@ -39,10 +40,11 @@ __global__ void softmax_xent_backward_kernel(X* dlogits, const X* probs, const i
                                              int valid) {
   const int64_t row = blockIdx.x;
   const int tgt = targets[row];
+  const float scale = tgt >= 0 ? dloss : 0.0f;  // Note [loss mask]: no gradient from a row without a target
   const X* p = probs + row * V;
   X* d = dlogits + row * V;
   for (int col = threadIdx.x; col < V; col += blockDim.x)
-    d[col] = st<X>(col < valid ? (ld(p[col]) - (col == tgt ? 1.0f : 0.0f)) * dloss : 0.0f);
+    d[col] = st<X>(col < valid ? (ld(p[col]) - (col == tgt ? 1.0f : 0.0f)) * scale : 0.0f);
 }
 
 // Forward and backward of the cross-entropy, one block per row, two passes over the row (the second one usually
@@ -56,9 +58,14 @@ __global__ void softmax_xent_fused_kernel(float* losses, X* dlogits, const X* lo
   const X* l = logits + row * V;
   X* d = dlogits + row * V;
   const int tgt = targets[row];
+  const bool vec = V % kVec == 0 && reinterpret_cast<uintptr_t>(l) % 16 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0;
+  if (tgt < 0) {  // Note [loss mask]: no target here: loss 0, no gradient (the whole block takes this branch)
+    for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] = st<X>(0.0f);
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    return;
+  }
   __shared__ float target_logit;
   if (threadIdx.x == 0) target_logit = ld(l[tgt]);  // read before any thread overwrites the row (barriers below)
-  const bool vec = V % kVec == 0 && reinterpret_cast<uintptr_t>(l) % 16 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0;
   float tmx = -FLT_MAX, ts = 0.0f;
   if (vec) {
     for (int i0 = threadIdx.x * kVec; i0 < valid; i0 += blockDim.x * kVec) {
@@ -131,8 +138,8 @@ __global__ void xent_local_sums_kernel(float* stats, const X* logits, const int3
   s = block_reduce(s, Add{}, 0.0f);
   if (threadIdx.x == 0) {
     stats[N + row] = s;
-    const int64_t col = targets[row] - begin;
-    stats[2 * N + row] = col >= 0 && col < valid ? ld(l[col]) : 0.0f;
+    const int64_t col = targets[row] - begin;  // a negative target (Note [loss mask]) is no rank's column
+    stats[2 * N + row] = targets[row] >= 0 && col >= 0 && col < valid ? ld(l[col]) : 0.0f;
   }
 }
 
@@ -141,14 +148,15 @@ __global__ void xent_finish_kernel(float* losses, X* dlogits, const X* logits, c
                                    const int32_t* targets, float dloss, int64_t N, int V, int valid, int64_t begin) {
   const int64_t row = blockIdx.x;
   const float mx = stats[row], sum = stats[N + row];
-  if (threadIdx.x == 0) losses[row] = logf(sum) + mx - stats[2 * N + row];
+  const bool counts = targets[row] >= 0;  // Note [loss mask]
+  if (threadIdx.x == 0) losses[row] = counts ? logf(sum) + mx - stats[2 * N + row] : 0.0f;
   if (!dlogits) return;
   const X* l = logits + row * V;
   X* d = dlogits + row * V;
-  const int64_t tgt = targets[row] - begin;
-  const float inv = 1.0f / sum;
+  const int64_t tgt = counts ? targets[row] - begin : -1;
+  const float inv = 1.0f / sum, scale = counts ? dloss : 0.0f;
   for (int i = threadIdx.x; i < V; i += blockDim.x)
-    d[i] = st<X>(i < valid ? (__expf(ld(l[i]) - mx) * inv - (i == tgt ? 1.0f : 0.0f)) * dloss : 0.0f);
+    d[i] = st<X>(i < valid ? (__expf(ld(l[i]) - mx) * inv - (i == tgt ? 1.0f : 0.0f)) * scale : 0.0f);
 }
 
 }  // namespace
