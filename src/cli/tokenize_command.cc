@@ -43,6 +43,9 @@ class TokenizeCommand final : public Command {
                 static_cast<long long>(t.files), format_bytes(t.bytes).c_str(), static_cast<long long>(t.skipped),
                 static_cast<long long>(t.tokens), t.tokens ? static_cast<double>(t.bytes) / t.tokens : 0.0, t.seconds,
                 t.shards.size(), o_.out.c_str());
+    if (t.examples > 0)
+      std::printf("fine-tuning: %lld examples, %lld of the tokens counted by the loss (their completions)\n",
+                  static_cast<long long>(t.examples), static_cast<long long>(t.counted));
     return 0;
   }
 

@@ -12,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/units.h"
 #include "data/dataset.h"
+#include "data/finetune.h"
 #include "data/tokenizer.h"
 
 namespace tt::data {
@@ -41,14 +42,15 @@ Result<TokenizeResult> tokenize_to_shards(const TokenizeOptions& o, FILE* progre
   TT_RETURN_IF(doc_start < 0, kFailedPrecondition,
                "tokenize: %s has no token to begin a document with (its template's first token, or <|endoftext|>)",
                o.vocab.c_str());
-  // uint16 shards where every id fits (GPT-2's), else uint32 (Llama 3's, Qwen2's); the vocabulary in the header.
-  const bool wide = tok.vocab() > 65536;
   if (progress && !o.print_ids) std::fprintf(progress, "tokenize: %s\n", tok.describe().c_str());
   std::vector<std::string> files;
   for (const std::string& in : o.inputs) {
     TT_ASSIGN_OR_RETURN(std::vector<std::string> f, data_files(in));
     files.insert(files.end(), f.begin(), f.end());
   }
+  // uint16 shards where every id fits (GPT-2's), else uint32 (Llama 3's, Qwen2's, and any with fine-tuning examples:
+  // their loss mask, Note [loss mask]); the vocabulary in the header.
+  const bool wide = tok.vocab() > 65536 || std::any_of(files.begin(), files.end(), is_examples_file);
   TT_TRY(make_directories(o.out, "tokenize --out"));
 
   TokenizeResult r;
@@ -78,15 +80,28 @@ Result<TokenizeResult> tokenize_to_shards(const TokenizeOptions& o, FILE* progre
   const auto t0 = std::chrono::steady_clock::now();
   auto last_report = t0;
   bool line_start = true;  // print_ids: the next id starts a document's line
-  auto emit = [&](int32_t id) -> Status {
-    shard.push_back(static_cast<uint32_t>(id));
+  auto emit = [&](uint32_t id) -> Status {  // with kNoLoss where the loss does not count it
+    shard.push_back(id);
     ++r.tokens;
-    if (o.print_ids && progress) std::fprintf(progress, line_start ? "%d" : " %d", id);
+    if (o.print_ids && progress)
+      std::fprintf(progress, line_start ? "%s%u" : " %s%u", (id & kNoLoss) ? "-" : "", id & ~kNoLoss);
     line_start = false;
     if (shard.size() >= static_cast<size_t>(std::max(o.shard_tokens, o.val_tokens))) return flush(false);
     return Status::ok();
   };
   for (const std::string& file : files) {
+    if (is_examples_file(file)) {  // fine-tuning examples (data/finetune.h), each line one after another
+      std::vector<uint32_t> ids;
+      FinetuneStats stats;
+      TT_TRY(tokenize_examples(file, tok, &ids, &stats));
+      if (o.print_ids && progress && r.tokens > 0) std::fputc('\n', progress);
+      line_start = true;
+      ++r.files;
+      r.examples += stats.examples;
+      r.counted += stats.counted;
+      for (uint32_t id : ids) TT_TRY(emit(id));
+      continue;
+    }
     std::ifstream in(file, std::ios::binary);
     TT_RETURN_IF(!in, kIoError, "cannot read '%s': %s", file.c_str(), std::strerror(errno));
     // Note [tokenize in blocks]: the file in blocks of chunk_bytes; what has been read is encoded up to its last
@@ -115,13 +130,14 @@ Result<TokenizeResult> tokenize_to_shards(const TokenizeOptions& o, FILE* progre
         ++r.files;
         if (o.print_ids && progress && r.tokens > 0) std::fputc('\n', progress);
         line_start = true;
-        TT_TRY(emit(doc_start));
+        TT_TRY(emit(static_cast<uint32_t>(doc_start)));
       }
       r.bytes += static_cast<int64_t>(block.size());
       pending += block;
       const size_t cut = end ? pending.size() : tok.cuts_at_newlines() ? safe_cut(pending) : 0;
       if (cut > 0) {
-        for (int32_t id : tok.encode(std::string_view(pending).substr(0, cut), &cache)) TT_TRY(emit(id));
+        for (int32_t id : tok.encode(std::string_view(pending).substr(0, cut), &cache))
+          TT_TRY(emit(static_cast<uint32_t>(id)));
         pending.erase(0, cut);
       }
       const auto now = std::chrono::steady_clock::now();
@@ -153,14 +169,29 @@ Status tokenize_in_memory(const std::vector<std::string>& inputs, const Tokenize
                "the tokenizer has no token to begin a document with (its template's first token, or <|endoftext|>)");
   TT_RETURN_IF(!(val_fraction >= 0 && val_fraction < 1), kInvalidArgument, "the validation share %g is not in [0, 1)",
                val_fraction);
-  const bool wide = tok.vocab() > 65536;
+  std::vector<std::string> files;
+  for (const std::string& in : inputs) {
+    TT_ASSIGN_OR_RETURN(std::vector<std::string> f, data_files(in));
+    files.insert(files.end(), f.begin(), f.end());
+  }
+  const bool wide = tok.vocab() > 65536 || std::any_of(files.begin(), files.end(), is_examples_file);
   *train = wide ? Tokens(std::vector<uint32_t>()) : Tokens(std::vector<uint16_t>());
   *val = *train;
   Tokenizer::PieceCache cache;
   int64_t documents = 0;
-  for (const std::string& in : inputs) {
-    TT_ASSIGN_OR_RETURN(std::vector<std::string> files, data_files(in));
+  {
     for (const std::string& file : files) {
+      if (is_examples_file(file)) {  // examples: the last share of their tokens is the validation's
+        std::vector<uint32_t> ids;
+        FinetuneStats stats;
+        TT_TRY(tokenize_examples(file, tok, &ids, &stats));
+        ++documents;
+        const Tokens doc(std::move(ids));
+        const size_t n_val = static_cast<size_t>(static_cast<double>(doc.size()) * val_fraction);
+        train->append(doc, 0, doc.size() - n_val);
+        val->append(doc, doc.size() - n_val, doc.size());
+        continue;
+      }
       std::ifstream f(file, std::ios::binary);
       TT_RETURN_IF(!f, kIoError, "cannot read '%s': %s", file.c_str(), std::strerror(errno));
       std::stringstream text;

@@ -2,7 +2,8 @@
 // 65536) of a byte-level BPE tokenizer's vocabulary (data/tokenizer.h: a tokenizer.json as Llama 3, Qwen2 and GPT-2
 // publish it, or GPT-2's encoder.json and vocab.bpe), so that a corpus of one's own trains a model without another
 // tool. Each file is one document, preceded by the tokenizer's document start (Llama 3's <|begin_of_text|>, else
-// <|endoftext|>, as llm.c's and nanoGPT's preparation scripts do for GPT-2).
+// <|endoftext|>, as llm.c's and nanoGPT's preparation scripts do for GPT-2); a .jsonl file is fine-tuning examples
+// (data/finetune.h), its tokens with their loss mask (uint32 shards, version 8).
 //
 //   TokenizeOptions o;
 //   o.inputs = {"corpus/"};           // files or folders (recursively; binary files skipped)
@@ -41,6 +42,7 @@ size_t safe_cut(std::string_view s);
 struct TokenizeResult {
   int64_t files = 0, skipped = 0;        // documents read; binary or empty files skipped
   int64_t bytes = 0, tokens = 0;         // in, out (tokens with the document start before each document)
+  int64_t examples = 0, counted = 0;     // fine-tuning examples (.jsonl files), and their tokens the loss counts
   std::vector<std::string> shards;       // written, in order
   double seconds = 0;
 };

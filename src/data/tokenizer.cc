@@ -456,9 +456,16 @@ Result<Tokenizer> Tokenizer::load(const std::string& where) {
   if (!folder) {
     // A tokenizer.json is an object with a "model"; GPT-2's encoder.json maps tokens to numbers.
     TT_ASSIGN_OR_RETURN(std::string text, read_text(where, "tokenizer"));
-    if (fs::path(where).filename() == "tokenizer.json") return from_json(text, where);
-    if (const json j = json::parse(text, nullptr, false); j.is_object() && member(j, "model") != nullptr)
-      return from_json(text, where);
+    bool is_json = fs::path(where).filename() == "tokenizer.json";
+    if (!is_json)
+      if (const json j = json::parse(text, nullptr, false); j.is_object() && member(j, "model") != nullptr)
+        is_json = true;
+    if (is_json) {
+      TT_ASSIGN_OR_RETURN(Tokenizer t, from_json(text, where));
+      const fs::path config = fs::path(where).parent_path() / "tokenizer_config.json";
+      if (fs::exists(config, ec)) TT_TRY(t.read_config(config.string()));
+      return t;
+    }
   }
   // GPT-2's two files.
   const fs::path dir = folder ? fs::path(where) : fs::path(where).parent_path();
@@ -703,6 +710,33 @@ Result<Tokenizer> Tokenizer::from_json(std::string_view text, const std::string&
   return t;
 }
 
+Status Tokenizer::read_config(const std::string& path) {
+  TT_ASSIGN_OR_RETURN(std::string text, read_text(path, "tokenizer config"));
+  const json j = json::parse(text, nullptr, false);
+  TT_RETURN_IF(j.is_discarded() || !j.is_object(), kDataLoss, "%s: not a JSON object", path.c_str());
+  // A token is named by its text, or by an object with its "content".
+  const auto token_text = [&](const char* key) {
+    const json* v = member(j, key);
+    if (v != nullptr && v->is_object()) v = member(*v, "content");
+    return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+  };
+  if (const std::string eos = token_text("eos_token"); !eos.empty()) {
+    const auto it = id_of_.find(eos);
+    end_of_text_ = added_token(eos) >= 0 ? added_token(eos) : it != id_of_.end() ? it->second : -1;
+    TT_RETURN_IF(end_of_text_ < 0, kDataLoss, "%s: eos_token '%s' is no token of the tokenizer", path.c_str(),
+                 eos.c_str());
+  }
+  bos_text_ = token_text("bos_token");
+  // chat_template: a string, or a list of named templates ({"name": "default", "template": ...}).
+  if (const json* c = member(j, "chat_template"); c != nullptr) {
+    if (c->is_string()) chat_template_ = c->get<std::string>();
+    else if (c->is_array())
+      for (const json& named : *c)
+        if (string_member(named, "name") == "default") chat_template_ = string_member(named, "template");
+  }
+  return Status::ok();
+}
+
 Status Tokenizer::finish(const std::string& name) {
   id_of_.clear();
   for (size_t i = 0; i < bytes_of_.size(); ++i)
@@ -719,6 +753,10 @@ Status Tokenizer::finish(const std::string& name) {
   added_index_.clear();
   added_lengths_.clear();
   std::fill(std::begin(added_first_byte_), std::end(added_first_byte_), false);
+  end_of_text_ = -1;
+  for (const char* eos : {"<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>"})
+    for (const Added& a : added_)
+      if (end_of_text_ < 0 && a.text == eos) end_of_text_ = a.id;
   cuts_at_newlines_ = true;
   lossless_ = !nfc_;
   for (size_t i = 0; i < added_.size(); ++i) {

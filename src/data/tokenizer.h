@@ -77,6 +77,13 @@ class Tokenizer {
   // The bytes of the ids, concatenated (an added token as its text); an id the tokenizer lacks is an error naming it.
   Result<std::string> decode(const std::vector<int32_t>& ids) const;
 
+  // tokenizer_config.json beside a tokenizer.json (Hugging Face's): its end-of-text token (eos_token), which ends a
+  // fine-tuning example's completion, and its chat template (chat_template, Jinja), which lays out a conversation.
+  // Without the file: <|eot_id|>, <|im_end|>, <|end_of_text|> or <|endoftext|>, the first the tokenizer has; no
+  // template.
+  int32_t end_of_text() const { return end_of_text_; }
+  const std::string& chat_template() const { return chat_template_; }
+  const std::string& bos_text() const { return bos_text_; }  // the bos_token's text ("" where none is named)
   // The tokens the template puts before a text (Llama 3's <|begin_of_text|>; none for GPT-2 and Qwen2).
   const std::vector<int32_t>& text_prefix() const { return prefix_; }
   // The id of the added token with this text, or -1.
@@ -123,6 +130,9 @@ class Tokenizer {
   bool added_first_byte_[256] = {};                 // an added token starts with this byte
   std::vector<int32_t> prefix_, suffix_;            // the template's tokens around a text (add_special)
   int32_t document_start_ = -1;
+  int32_t end_of_text_ = -1;
+  std::string chat_template_, bos_text_;
+  Status read_config(const std::string& path);  // tokenizer_config.json
 };
 
 }  // namespace tt
