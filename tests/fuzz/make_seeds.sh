@@ -10,7 +10,7 @@ out=$PWD/corpus
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{tensorfile,checkpoint_meta,config,plan,profile,dataset,hf_folder,tokenizer}
+mkdir -p "$out"/{tensorfile,checkpoint_meta,config,plan,profile,dataset,hf_folder,tokenizer,chat_template}
 
 # A small corpus and a token shard (llm.c's format: 256 x int32 header, magic 20240520, version 1, count; uint16s).
 printf 'the memory of a device is never enough\nso we swap and recompute\n%.0s' {1..40} > "$work/text.txt"
@@ -128,5 +128,14 @@ seeds = {"llama3": tokenizer(llama3, False, True, ["<|begin_of_text|>", "<|eot_i
 for name, j in seeds.items():
     body = json.dumps(j, ensure_ascii=False).encode()
     open(f"{sys.argv[1]}/{name}", "wb").write(struct.pack("<I", len(body)) + body + text.encode())
+PY
+# Chat templates (tests/fuzz/chat_template.cc: the template's text): Llama 3's and ChatML's shapes, and one using the
+# interpreter's other features.
+python3 - "$out/chat_template" <<'PY'
+import pathlib, sys
+d = pathlib.Path(sys.argv[1])
+(d / 'llama3').write_text("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+(d / 'chatml').write_text("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+(d / 'features').write_text("{%- set ns = namespace(n=0, sys='') %}\n{%- if messages[0]['role'] == 'system' %}\n    {%- set ns.sys = messages[0]['content']|trim %}\n    {%- set rest = messages[1:] %}\n{%- else %}\n    {%- set rest = messages %}\n{%- endif %}\n[{{ ns.sys|upper if ns.sys else 'none' }}]\n{% for m in rest if m.role != 'tool' %}\n  {% set ns.n = ns.n + 1 %}\n  {{ loop.index }}/{{ loop.length }} {{ m.role ~ ':' }} {{ m['content'] }}{% if not loop.last %},{% endif %}\n{% else %}empty\n{% endfor %}\n{{- ns.n }} {{ rest|length }} {{ 'x' in 'xyz' }} {{ 3 // 2 }} {{ 7 % 3 }} {{ 1.5 * 2 }} {{ none is none }} {{ rest[-1].role }}\n{{ {'a': [1, 'b', true, none]}|tojson(indent=2) }} {{ ['p', 'q']|join('+') }} {{ 'a,b'.split(',')|last }} {{ '  s  '.strip() }}\n{%- for k, v in {'x': 1}.items() %}{{ k }}={{ v|string }}{% endfor %}{{ range(3)|list|length }} {{ x|default('d') }}\n{%- if add_generation_prompt %}<gen>{% endif %}")
 PY
 du -sh "$out"/*
