@@ -305,3 +305,31 @@ def test_a_model_fine_tunes_on_examples_and_evaluates_on_them(texts, tmp_path):
     assert a["loss"] == b["loss"] and 0 < a["loss"] < 10, (a, b)
     # The tokens scored are those the loss counts: fewer than the windows' positions.
     assert 0 < a["tokens"] < a["batches"] * 2 * 32, a
+
+
+def test_a_published_template_runs_as_transformers_runs_it(texts, tmp_path):
+    """Llama 4's chat template as transformers carries it (a long one: whitespace control, system-message slicing,
+    tests, filters, loops over content parts) where transformers is installed: the same ids as jinja2's text."""
+    jinja2 = pytest.importorskip("jinja2")
+    llama4 = pytest.importorskip("transformers.models.llama4.processing_llama4")
+    template = llama4.chat_template
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = trained("llama3", texts, tmp_path / "tok")
+    tok.add_special_tokens(["<|header_start|>", "<|header_end|>", "<|eot|>"])
+    j = json.loads(tok.to_str())
+    (tmp_path / "tok" / "tokenizer.json").write_text(json.dumps(j, ensure_ascii=False))
+    tok = tokenizers.Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json"))
+    (tmp_path / "tok" / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": template, "eos_token": "<|eot|>", "bos_token": "<|begin_of_text|>"}))
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    examples = [e for e in chat_examples(11, 40) if "messages" in e]
+    (tmp_path / "chats.jsonl").write_text("\n".join(json.dumps(e, ensure_ascii=False) for e in examples) + "\n")
+    run("tokenize", str(tmp_path / "chats.jsonl"), "--tokenizer", str(tmp_path / "tok"), "--out",
+        str(tmp_path / "shards"))
+    raw = np.concatenate([read_shard(p) for p in sorted((tmp_path / "shards").glob("train_*.bin"))])
+    want: list[int] = []
+    for e in examples:
+        text = env.from_string(template).render(messages=e["messages"], add_generation_prompt=False,
+                                                bos_token="<|begin_of_text|>", eos_token="<|eot|>")
+        want += tok.encode(text, add_special_tokens=False).ids
+    assert (raw & 0x7FFFFFFF).tolist() == want
