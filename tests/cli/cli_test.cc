@@ -21,6 +21,7 @@
 
 #include "core/atomic_file.h"
 #include "core/tensorfile.h"
+#include "data/dataset.h"
 #include "plan/schedule.h"
 #include "gpt2_vocab.h"
 #include "temp_dir.h"
@@ -439,6 +440,42 @@ TEST(Cli, TensorParallelOverAMeshTrainsTheOneProcessModel) {
 // The Llama family over a mesh (docs/ARCHITECTURE.md invariant 5): tensor parallel over heads with whole key/value
 // groups a rank (and the vocabulary and the untied head split), data parallel, and both, follow the one-process run;
 // its checkpoint, written over model=2, resumes in one process bit for bit with the uninterrupted one-process run.
+// Note [loss mask]: fine-tuning data (prompts not counted, the counted targets differing from rank to rank within a
+// batch) over data=2 and data=4, with each input mode, follows the one-process run: the gradient's scale is the whole
+// batch's count on every rank, the loss the mean over the whole batch's counted targets.
+TEST(Cli, MaskedDataOverADataMeshTrainsTheOneProcessModel) {
+  TempDir dir;
+  const std::string text = tt::testing::synthetic_text(30000);
+  std::vector<uint32_t> tokens;
+  for (size_t at = 0, k = 0; at < text.size(); ++k) {  // documents of 40 to 70 bytes, the first 5 to 35 a prompt
+    const size_t n = std::min(text.size() - at, 40 + (k * 7919) % 31), prompt = 5 + (k * 104729) % 31;
+    for (size_t i = 0; i < n; ++i)
+      tokens.push_back(static_cast<unsigned char>(text[at + i]) | (i < prompt ? data::kNoLoss : 0u));
+    at += n;
+  }
+  std::filesystem::create_directories(dir.file("masked"));
+  ASSERT_TRUE(data::write_token_shard(dir.file("masked/train_000.bin"), data::Tokens(tokens), 256).is_ok());
+  const std::string bin = TT_BINARY;
+  const std::string args = "train --data " + dir.file("masked") +
+                           " --backend cpu --layers 2 --dim 32 --heads 2 --seq 16 --batch 8 --steps 12 --warmup 2 "
+                           "--eval-every 6 --eval-batches 2 --threads 1 --log-every 4";
+  const std::string one = dir.path() + "/one.json";
+  CliRun a = run(args + " --metrics-out " + one);
+  ASSERT_EQ(a.code, 0) << a.out;
+  for (const auto& [input, ranks] : {std::pair<std::string, int>{"direct", 2}, {"replicated", 2}, {"via-root", 4}}) {
+    const std::string mesh = dir.path() + "/mesh-" + input + ".json";
+    CliRun b = run("launch -n " + std::to_string(ranks) + " -- " + bin + " " + args + " --mesh data=" +
+                   std::to_string(ranks) + " --input " + input + " --metrics-out " + mesh);
+    ASSERT_EQ(b.code, 0) << b.out;
+    expect_same_curve(one, mesh, "masked " + input);
+    const nlohmann::json x = nlohmann::json::parse(read_file(one)), y = nlohmann::json::parse(read_file(mesh));
+    ASSERT_EQ(x.at("val").size(), 2u);
+    ASSERT_EQ(y.at("val").size(), 2u);
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_NEAR(x["val"][i]["loss"].get<double>(), y["val"][i]["loss"].get<double>(), 1e-6);
+  }
+}
+
 TEST(Cli, LlamaOverAMeshTrainsTheOneProcessModel) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
