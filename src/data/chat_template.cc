@@ -478,6 +478,7 @@ class ExprParser {
           e->kind = Expr::kSlice;
           for (ExprP& p : parts) e->args.push_back(std::move(p));  // null where not given
         } else {
+          if (!parts[0]) fail(line_, "an empty subscript []");
           e->args.push_back(std::move(parts[0]));
         }
         a = std::move(e);
@@ -837,6 +838,13 @@ class Renderer {
   }
 
  private:
+  // Strings and lists past these sizes are refused: a template's doubling loop must not exhaust memory.
+  static Value bounded(Value v, int line) {
+    if (v.kind == Value::kString && v.s.size() > (size_t(64) << 20)) fail(line, "a string past 64 MiB");
+    if (v.kind == Value::kList && v.list->size() > 1000000) fail(line, "a list past a million items");
+    return v;
+  }
+
   Value lookup(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
       if (const auto f = it->find(name); f != it->end()) return f->second;
@@ -929,7 +937,10 @@ class Renderer {
         if (e.name == "not") return Value::boolean(!truthy(v));
         if (!v.numeric()) fail(e.line, std::string("unary ") + e.name + " of a " + kind_name(v));
         if (e.name == "+") return v;
-        return v.kind == Value::kFloat ? Value::number(-v.f) : Value::integer(-static_cast<int64_t>(v.as_double()));
+        if (v.kind == Value::kFloat) return Value::number(-v.f);
+        const int64_t i = v.kind == Value::kInt ? v.i : v.b;
+        if (i == INT64_MIN) fail(e.line, "an integer past 64 bits");
+        return Value::integer(-i);
       }
       case Expr::kBinary: return binary(e);
       case Expr::kCond:
@@ -1009,7 +1020,9 @@ class Renderer {
     if (args.empty() || args.size() > 2 || args[0].kind != Value::kInt || (args.size() == 2 && args[1].kind != Value::kInt))
       fail(e.line, "range() takes one or two integers");
     const int64_t lo = args.size() == 2 ? args[0].i : 0, hi = args.size() == 2 ? args[1].i : args[0].i;
-    if (hi - lo > 1000000) fail(e.line, "range() of more than a million numbers");
+    int64_t span = 0;
+    if (hi > lo && (__builtin_sub_overflow(hi, lo, &span) || span > 1000000))
+      fail(e.line, "range() of more than a million numbers");
     List l;
     for (int64_t v = lo; v < hi; ++v) l.push_back(Value::integer(v));
     return Value::of_list(std::move(l));
@@ -1087,6 +1100,7 @@ class Renderer {
       if (j == std::string::npos) break;
       out += to.s;
       i = j + from.s.size();
+      if (out.size() > (size_t(64) << 20)) fail(line, "a string past 64 MiB");
     }
     return Value::string(out);
   }
@@ -1106,10 +1120,13 @@ class Renderer {
     }
     if (f == "tojson") {
       const auto it = kw.find("indent");
-      const int indent = it != kw.end() && it->second.kind == Value::kInt ? static_cast<int>(it->second.i)
-                         : !args.empty() && args[0].kind == Value::kInt ? static_cast<int>(args[0].i)
-                                                                         : -1;
-      return Value::string(json_text(v, indent, 0));
+      const Value* given = it != kw.end() ? &it->second : !args.empty() ? &args[0] : nullptr;
+      int indent = -1;
+      if (given != nullptr && given->kind != Value::kNone) {
+        if (given->kind != Value::kInt || given->i < 0 || given->i > 16) fail(e.line, "tojson's indent is 0 to 16 here");
+        indent = static_cast<int>(given->i);
+      }
+      return bounded(Value::string(json_text(v, indent, 0)), e.line);
     }
     if (f == "upper" || f == "lower") return method(v, f, {}, e.line);
     if (f == "string") return Value::string(text_of(v));
@@ -1122,7 +1139,10 @@ class Renderer {
       if (v.kind != Value::kList) fail(e.line, std::string("join of a ") + kind_name(v));
       std::string out;
       const std::string sep = args.empty() ? "" : text_of(args[0]);
-      for (size_t k = 0; k < v.list->size(); ++k) out += (k ? sep : "") + text_of((*v.list)[k]);
+      for (size_t k = 0; k < v.list->size(); ++k) {
+        out += (k ? sep : "") + text_of((*v.list)[k]);
+        if (out.size() > (size_t(64) << 20)) fail(e.line, "a string past 64 MiB");
+      }
       return Value::string(out);
     }
     if (f == "replace" && args.size() == 2) return filter_replace(v, args[0], args[1], e.line);
@@ -1138,7 +1158,12 @@ class Renderer {
       if (v.kind == Value::kDict) return method(v, "keys", {}, e.line);
     }
     if (f == "int") {
-      if (v.numeric()) return Value::integer(static_cast<int64_t>(v.as_double()));
+      if (v.kind == Value::kInt) return v;
+      if (v.numeric()) {
+        const double d = v.as_double();
+        if (!(d > -9.2e18 && d < 9.2e18)) fail(e.line, "int() of a number past 64 bits");
+        return Value::integer(static_cast<int64_t>(d));
+      }
       if (v.kind == Value::kString) return Value::integer(std::strtoll(v.s.c_str(), nullptr, 10));
     }
     if (f == "safe" || f == "e" || f == "escape") {
@@ -1185,7 +1210,7 @@ class Renderer {
     const std::string& op = e.name;
     if (op == "==") return Value::boolean(equal(a, b));
     if (op == "!=") return Value::boolean(!equal(a, b));
-    if (op == "~") return Value::string(text_of(a) + text_of(b));
+    if (op == "~") return bounded(Value::string(text_of(a) + text_of(b)), e.line);
     if (op == "in") {
       bool r = false;
       if (b.kind == Value::kString && a.kind == Value::kString) r = b.s.find(a.s) != std::string::npos;
@@ -1202,8 +1227,9 @@ class Renderer {
       return Value::boolean(op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0);
     }
     if (op == "+") {
-      if (a.kind == Value::kString && b.kind == Value::kString) return Value::string(a.s + b.s);
+      if (a.kind == Value::kString && b.kind == Value::kString) return bounded(Value::string(a.s + b.s), e.line);
       if (a.kind == Value::kList && b.kind == Value::kList) {
+        if (a.list->size() + b.list->size() > 1000000) fail(e.line, "a list past a million items");
         List l = *a.list;
         l.insert(l.end(), b.list->begin(), b.list->end());
         return Value::of_list(std::move(l));
@@ -1213,16 +1239,33 @@ class Renderer {
       fail(e.line, std::string("'") + op + "' of a " + kind_name(a) + " and a " + kind_name(b));
     const bool ints = a.kind != Value::kFloat && b.kind != Value::kFloat;
     const double x = a.as_double(), y = b.as_double();
-    if (op == "+") return ints ? Value::integer(static_cast<int64_t>(x + y)) : Value::number(x + y);
-    if (op == "-") return ints ? Value::integer(static_cast<int64_t>(x - y)) : Value::number(x - y);
-    if (op == "*") return ints ? Value::integer(static_cast<int64_t>(x * y)) : Value::number(x * y);
+    if (ints) {  // 64-bit integers, Python's floor division and modulo; past 64 bits an error (Python's are unbounded)
+      const int64_t p = a.kind == Value::kInt ? a.i : a.b, q = b.kind == Value::kInt ? b.i : b.b;
+      int64_t r = 0;
+      bool over = false;
+      if (op == "+") over = __builtin_add_overflow(p, q, &r);
+      else if (op == "-") over = __builtin_sub_overflow(p, q, &r);
+      else if (op == "*") over = __builtin_mul_overflow(p, q, &r);
+      else if (op != "/" && q == 0) fail(e.line, "division by zero");
+      else if (op == "//" || op == "%") {
+        if (p == INT64_MIN && q == -1) fail(e.line, "an integer past 64 bits");
+        int64_t d = p / q, m = p % q;
+        if (m != 0 && ((m < 0) != (q < 0))) {
+          --d;
+          m += q;
+        }
+        r = op == "//" ? d : m;
+      }
+      if (over) fail(e.line, "an integer past 64 bits");
+      if (op != "/") return Value::integer(r);
+    }
+    if (op == "+") return Value::number(x + y);
+    if (op == "-") return Value::number(x - y);
+    if (op == "*") return Value::number(x * y);
     if (y == 0) fail(e.line, "division by zero");
     if (op == "/") return Value::number(x / y);
-    if (op == "//") return ints ? Value::integer(static_cast<int64_t>(std::floor(x / y))) : Value::number(std::floor(x / y));
-    if (op == "%") {
-      const double r = x - y * std::floor(x / y);
-      return ints ? Value::integer(static_cast<int64_t>(r)) : Value::number(r);
-    }
+    if (op == "//") return Value::number(std::floor(x / y));
+    if (op == "%") return Value::number(x - y * std::floor(x / y));
     fail(e.line, "the operator '" + op + "' is not supported");
   }
 
@@ -1250,6 +1293,8 @@ Result<std::string> render_chat(const std::string& tmpl, const std::vector<ChatM
     return out;
   } catch (const TemplateError& e) {
     return make_status(StatusCode::kFailedPrecondition, "chat template line %d: %s", e.line, e.what.c_str());
+  } catch (const std::exception& e) {  // what the bounds above should leave none of (std::bad_alloc, ...)
+    return make_status(StatusCode::kFailedPrecondition, "chat template: %s", e.what());
   }
 }
 
