@@ -3,7 +3,7 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     each target for SECONDS (default 60), all targets by default
 #
-# Targets: tensorfile, checkpoint_meta, config, plan, profile, dataset, hf_folder, tokenizer, chat_template (tests/fuzz/README.md). Each first runs the
+# Targets: tensorfile, checkpoint_meta, config, plan, profile, dataset, hf_folder, tokenizer, chat_template, examples (tests/fuzz/README.md). Each first runs the
 # inputs that once broke it (tests/fuzz/regressions/TARGET/), then fuzzes from its committed seeds
 # (tests/fuzz/corpus/TARGET/) and the inputs earlier runs found (build/fuzz/corpus/TARGET/, not committed). A crash,
 # a sanitizer report, an input slower than 10 s or a process over 2 GiB is a finding: the script says where the
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
-all=(tensorfile checkpoint_meta config plan profile dataset hf_folder tokenizer chat_template)
+all=(tensorfile checkpoint_meta config plan profile dataset hf_folder tokenizer chat_template examples)
 targets=("${@:-${all[@]}}")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 case $seconds in ''|*[!0-9]*) echo "scripts/fuzz.sh: SECONDS must be a whole number, not '$seconds'" >&2; exit 2 ;; esac

@@ -1,5 +1,7 @@
 #include "apps/features.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,6 +28,17 @@ Status generate_features(const FeatureGenOptions& o) {
   TT_RETURN_IF(o.samples < 1 || o.dim < 1 || o.classes < 2, kInvalidArgument,
                "gen-features: --samples %lld, --dim %d, --classes %d (at least 1, 1 and 2)",
                static_cast<long long>(o.samples), o.dim, o.classes);
+  // Issue 47: the features are made in memory; a size past half the machine's is refused before anything is taken
+  // (--samples 2^36 --dim 2^24, each within its range, asked for 4 EiB and ended in std::bad_alloc).
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  const double want = static_cast<double>(o.samples) * static_cast<double>(o.dim) * sizeof(float) +
+                      static_cast<double>(o.samples) * sizeof(int32_t);
+  const double ram = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+  TT_RETURN_IF(ram > 0 && want > ram / 2, kInvalidArgument,
+               "gen-features: --samples %lld x --dim %d is %s of features; this machine has %s of memory (at most "
+               "half of it is used): fewer samples or a smaller dim",
+               static_cast<long long>(o.samples), o.dim, format_bytes(static_cast<int64_t>(std::min(want, 9e18))).c_str(),
+               format_bytes(static_cast<int64_t>(ram)).c_str());
   TT_TRY(make_directories(o.out, "--out folder"));
   Rng rng(o.seed);
   std::vector<float> centres(static_cast<size_t>(o.classes) * o.dim);

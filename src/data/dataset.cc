@@ -270,6 +270,11 @@ Result<TokenDataset> TokenDataset::load(const std::string& path, double val_frac
       has_val |= name_has(file, "val");
     }
     named_split = has_train && has_val;
+    // Issue 47: only validation shards (val_*.bin without a train_*.bin) are a mistake, not a corpus to train on.
+    TT_RETURN_IF(has_val && !has_train, kFailedPrecondition,
+                 "data '%s' holds validation shards (names with \"val\") and no training shard (names with "
+                 "\"train\"): give the folder that has both, or rename the shards",
+                 path.c_str());
     for (const auto& [file, bytes] : contents) {
       if (!is_shard(bytes)) {
         ++info.skipped_files;

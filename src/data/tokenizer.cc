@@ -112,11 +112,19 @@ Result<std::string> bytes_of_token(const std::string& token, const std::string& 
   return bytes;
 }
 
+// A tokenizer's file: a regular file (a FIFO or a device would block or never end) of at most 256 MiB (Llama 3's
+// tokenizer.json is 9 MB), read whole.
 Result<std::string> read_text(const std::string& path, const char* what) {
+  TT_TRY(require_regular_file(path, what));
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  TT_RETURN_IF(ec || size > (uintmax_t(256) << 20), kDataLoss, "%s '%s': %s", what, path.c_str(),
+               ec ? ec.message().c_str() : "larger than 256 MiB: not a tokenizer's file");
   std::ifstream in(path, std::ios::binary);
   TT_RETURN_IF(!in, kNotFound, "%s %s: cannot open (%s)", what, path.c_str(), std::strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
+  TT_RETURN_IF(in.bad(), kIoError, "%s %s: read failed (%s)", what, path.c_str(), std::strerror(errno));
   return text.str();
 }
 

@@ -195,6 +195,10 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     std::error_code ec;
     TT_RETURN_IF(!path->empty() && std::filesystem::is_directory(*path, ec), kInvalidArgument,
                  "%s %s: is a folder; give a file name in it", flag, path->c_str());
+    // Issue 47: a FIFO or a device there would block the run at its first write, or take what it writes.
+    const auto st = std::filesystem::status(*path, ec);
+    TT_RETURN_IF(!path->empty() && !ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st),
+                 kInvalidArgument, "%s %s: is a FIFO, socket or device, not a file", flag, path->c_str());
   }
   if (!cfg.checkpoint_dir.empty()) TT_TRY(ensure_checkpoint_dir(cfg.checkpoint_dir));
   // What writers of these files that were killed left behind (Note [stale temporaries] in core/atomic_file.h).

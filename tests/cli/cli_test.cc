@@ -476,6 +476,36 @@ TEST(Cli, MaskedDataOverADataMeshTrainsTheOneProcessModel) {
   }
 }
 
+// Issue 47, through the binary: a request past the machine's memory is refused before anything is taken (it was a
+// std::bad_alloc, rc 134); an output file or a tokenizer file that is a FIFO is refused at once (they hung); a data
+// folder of validation shards alone is refused (it trained on them).
+TEST(Cli, OversizedRequestsFifosAndValidationOnlyDataAreRefused) {
+  TempDir dir;
+  CliRun big = run("gen-features --out " + dir.file("f") + " --samples 68719476736 --dim 16777216");
+  EXPECT_EQ(big.code, 2) << big.out;
+  EXPECT_HAS(big.out, "of features; this machine has");
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(4000));
+  ASSERT_EQ(mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  CliRun jsonl = run("train --data " + data + " --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 1 --warmup 1"
+                     " --backend cpu --metrics-jsonl " + dir.file("fifo"));
+  EXPECT_EQ(jsonl.code, 2) << jsonl.out;
+  EXPECT_HAS(jsonl.out, "--metrics-jsonl " + dir.file("fifo") + ": is a FIFO, socket or device, not a file");
+  std::filesystem::create_directories(dir.file("vocab"));
+  testing::write_small_gpt2_vocab(dir.file("vocab"), {{"a", "b"}});
+  std::filesystem::remove(dir.file("vocab/vocab.bpe"));
+  ASSERT_EQ(mkfifo(dir.file("vocab/vocab.bpe").c_str(), 0600), 0);
+  CliRun tok = run("tokenize " + data + " --tokenizer " + dir.file("vocab") + " --out " + dir.file("shards"));
+  EXPECT_EQ(tok.code, 2) << tok.out;
+  EXPECT_HAS(tok.out, "is a FIFO, socket or device, not a file");
+  std::filesystem::create_directories(dir.file("valonly"));
+  std::vector<uint16_t> tokens(600, 7);
+  ASSERT_TRUE(data::write_token_shard(dir.file("valonly/val_000000.bin"), tokens).is_ok());
+  CliRun val = run("train --data " + dir.file("valonly") +
+                   " --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 1 --warmup 1 --backend cpu");
+  EXPECT_EQ(val.code, 1) << val.out;
+  EXPECT_HAS(val.out, "holds validation shards (names with \"val\") and no training shard");
+}
+
 TEST(Cli, LlamaOverAMeshTrainsTheOneProcessModel) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(30000));

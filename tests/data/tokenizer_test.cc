@@ -10,7 +10,9 @@
 //    with Hugging Face's tokenizers).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <sys/stat.h>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -127,6 +129,12 @@ TEST(Tokenizer, Gpt2FilesThatAreNotByteLevelBpeAreRefusedNamed) {
   auto onetoken = Tokenizer::load(dir.path());
   ASSERT_FALSE(onetoken.is_ok());
   EXPECT_NE(onetoken.status().message().find("not two tokens"), std::string::npos) << onetoken.status().message();
+  // Issue 47: a merges file that is a FIFO (or a device) is refused at once, not read until it ends.
+  ASSERT_EQ(std::remove((dir.path() + "/vocab.bpe").c_str()), 0);
+  ASSERT_EQ(mkfifo((dir.path() + "/vocab.bpe").c_str(), 0600), 0);
+  auto fifo = Tokenizer::load(dir.path());
+  ASSERT_FALSE(fifo.is_ok());
+  EXPECT_NE(fifo.status().message().find("a FIFO, socket or device"), std::string::npos) << fifo.status().message();
   TempDir nomerges;
   nomerges.write("encoder.json", "{\"a\": 0}");
   auto m = Tokenizer::load(nomerges.path());

@@ -10,7 +10,7 @@ out=$PWD/corpus
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{tensorfile,checkpoint_meta,config,plan,profile,dataset,hf_folder,tokenizer,chat_template}
+mkdir -p "$out"/{tensorfile,checkpoint_meta,config,plan,profile,dataset,hf_folder,tokenizer,chat_template,examples}
 
 # A small corpus and a token shard (llm.c's format: 256 x int32 header, magic 20240520, version 1, count; uint16s).
 printf 'the memory of a device is never enough\nso we swap and recompute\n%.0s' {1..40} > "$work/text.txt"
@@ -137,5 +137,15 @@ d = pathlib.Path(sys.argv[1])
 (d / 'llama3').write_text("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
 (d / 'chatml').write_text("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 (d / 'features').write_text("{%- set ns = namespace(n=0, sys='') %}\n{%- if messages[0]['role'] == 'system' %}\n    {%- set ns.sys = messages[0]['content']|trim %}\n    {%- set rest = messages[1:] %}\n{%- else %}\n    {%- set rest = messages %}\n{%- endif %}\n[{{ ns.sys|upper if ns.sys else 'none' }}]\n{% for m in rest if m.role != 'tool' %}\n  {% set ns.n = ns.n + 1 %}\n  {{ loop.index }}/{{ loop.length }} {{ m.role ~ ':' }} {{ m['content'] }}{% if not loop.last %},{% endif %}\n{% else %}empty\n{% endfor %}\n{{- ns.n }} {{ rest|length }} {{ 'x' in 'xyz' }} {{ 3 // 2 }} {{ 7 % 3 }} {{ 1.5 * 2 }} {{ none is none }} {{ rest[-1].role }}\n{{ {'a': [1, 'b', true, none]}|tojson(indent=2) }} {{ ['p', 'q']|join('+') }} {{ 'a,b'.split(',')|last }} {{ '  s  '.strip() }}\n{%- for k, v in {'x': 1}.items() %}{{ k }}={{ v|string }}{% endfor %}{{ range(3)|list|length }} {{ x|default('d') }}\n{%- if add_generation_prompt %}<gen>{% endif %}")
+PY
+# Fine-tuning examples (tests/fuzz/examples.cc: JSON Lines): a prompt and completion, and conversations.
+python3 - "$out/examples/mixed.jsonl" <<'PY'
+import json, sys
+lines = [{"prompt": "2+2=", "completion": " 4"},
+         {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                       {"role": "assistant", "content": "Hello!"}]},
+         {"messages": [{"role": "user", "content": "caf\u00e9 <|eot_id|>"}, {"role": "assistant", "content": " \u65e5\u672c "},
+                       {"role": "user", "content": "again"}, {"role": "assistant", "content": "he he"}]}]
+open(sys.argv[1], "w").write("\n".join(json.dumps(x, ensure_ascii=False) for x in lines) + "\n")
 PY
 du -sh "$out"/*
