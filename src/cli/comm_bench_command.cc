@@ -32,7 +32,7 @@ class CommBenchCommand final : public Command {
                       "allreduce (default), broadcast, reduce, allgather, gather, scatter, reduce_scatter, alltoall");
     bench->add_option("-b,--minbytes", min_, "smallest size (bytes; K, M, G suffixes) [default: 8]");
     bench->add_option("-e,--maxbytes", max_, "largest size [default: 64M]");
-    bench->add_option("-f,--stepfactor", o_.factor, "size multiplier between rows [default: 2]");
+    bench->add_option("-f,--stepfactor", o_.factor, "size multiplier between rows [default: 2]")->check(kFinitePositive);
     bench->add_option("-n,--iters", o_.iters, "timed iterations per size [default: 20]");
     bench->add_option("-w,--warmup_iters", o_.warmup, "untimed iterations first [default: 5]");
     bench->add_option("--warmup-ms", o_.warmup_ms,

@@ -11,7 +11,9 @@
 //   std::unique_ptr<Command> make_plot_command() { return std::make_unique<PlotCommand>(); }
 #pragma once
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +26,28 @@
 #include "exec/train_config.h"
 
 namespace tt::cli {
+
+// Checks for numeric flags that CLI11's own let through (issue 47): CLI::PositiveNumber accepts NaN (every comparison
+// with it is false), and an unsigned option takes "-1" as 2^64 - 1.
+inline std::string finite_number_error(const std::string& s, double low, bool low_inclusive) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || *end != '\0' || !std::isfinite(v)) return "'" + s + "' is not a finite number";
+  if (low_inclusive ? v < low : v <= low)
+    return "'" + s + "' must be " + (low_inclusive ? "at least " : "above ") + std::to_string(low).substr(0, 3);
+  return {};
+}
+inline const CLI::Validator kFinitePositive(
+    [](std::string& s) { return finite_number_error(s, 0.0, false); }, "NUMBER > 0");
+inline const CLI::Validator kFiniteNonNegative(
+    [](std::string& s) { return finite_number_error(s, 0.0, true); }, "NUMBER >= 0");
+inline const CLI::Validator kUnsigned(
+    [](std::string& s) {
+      return s.find_first_not_of("0123456789") == std::string::npos && !s.empty()
+                 ? std::string()
+                 : "'" + s + "' is not a whole number >= 0";
+    },
+    "UINT");
 
 // What a command runs with.
 struct Context {

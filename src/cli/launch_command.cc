@@ -43,7 +43,8 @@ class LaunchCommand final : public Command {
     launch_->add_option("--log-dir", o_.log_dir,
                         "also write each rank's stdout and stderr, untagged, to DIR/rank<R>.out and DIR/rank<R>.err");
     launch_->add_option("--grace", o_.grace_seconds,
-                        "seconds between SIGTERM and SIGKILL when stopping the ranks after one failed [default: 5]");
+                        "seconds between SIGTERM and SIGKILL when stopping the ranks after one failed [default: 5]")
+        ->check(kFiniteNonNegative);
     launch_->formatter(std::make_shared<LaunchFormatter>());
     launch_->prefix_command();  // everything from the command on is the command
     launch_->allow_extras();

@@ -55,7 +55,7 @@ class SampleCommand final : public Command {
         ->check(CLI::PositiveNumber);
     sample->add_option("--top-k", o_.top_k, "draw among the k likeliest tokens (0: all) [default: 0]")
         ->check(CLI::Range(0, 1 << 30));
-    sample->add_option("--seed", o_.seed, "seed of the draws [default: 1337]");
+    sample->add_option("--seed", o_.seed, "seed of the draws [default: 1337]")->check(kUnsigned);
     sample->add_option("--backend", o_.backend, "auto, cpu or cuda [default: auto]")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     sample->add_flag("--cuda-graph,!--no-cuda-graph", o_.cuda_graph,

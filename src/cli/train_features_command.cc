@@ -28,8 +28,8 @@ class TrainFeaturesCommand final : public Command {
     t->add_option("--batch", o_.batch, "rows a step over all ranks [default: 4096]")->check(CLI::Range(1, 1 << 30));
     t->add_option("--hidden", o_.hidden, "the MLP's hidden width [default: 256]")->check(CLI::Range(1, 1 << 20));
     t->add_option("--steps", o_.steps, "[default: 20]")->check(CLI::Range(1, 1 << 30));
-    t->add_option("--lr", o_.lr, "AdamW's learning rate [default: 0.001]");
-    t->add_option("--seed", o_.seed, "initial values [default: 1]");
+    t->add_option("--lr", o_.lr, "AdamW's learning rate [default: 0.001]")->check(kFinitePositive);
+    t->add_option("--seed", o_.seed, "initial values [default: 1]")->check(kUnsigned);
     t->add_option("--threads", o_.threads, "CPU threads (0: automatic) [default: 0]")->check(CLI::Range(0, 4096));
     t->add_option("--metrics-out", o_.metrics_out, "per-step loss and times as JSON (rank 0)");
     return t;

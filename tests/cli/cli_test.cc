@@ -506,6 +506,22 @@ TEST(Cli, OversizedRequestsFifosAndValidationOnlyDataAreRefused) {
   EXPECT_HAS(val.out, "holds validation shards (names with \"val\") and no training shard");
 }
 
+// Issue 47: numbers CLI11's own checks let through are usage errors (exit 2) naming the flag: NaN and negative
+// learning rates and step factors, a negative seed on an unsigned option, a negative or NaN grace.
+TEST(Cli, NonFiniteAndNegativeNumbersAreUsageErrors) {
+  TempDir dir;
+  for (const std::string& args :
+       {std::string("train-features --data ") + dir.path() + " --lr nan", std::string("train-features --data ") +
+        dir.path() + " --lr -1", std::string("comm-bench -f nan"), std::string("sample ") + dir.path() + " --seed -1",
+        std::string("launch -n 1 --grace nan -- true"), std::string("launch -n 1 --grace -1 -- true")}) {
+    CliRun r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_TRUE(r.out.find("not a finite number") != std::string::npos ||
+                r.out.find("must be") != std::string::npos || r.out.find("not a whole number") != std::string::npos)
+        << args << "\n" << r.out;
+  }
+}
+
 TEST(Cli, LlamaOverAMeshTrainsTheOneProcessModel) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
