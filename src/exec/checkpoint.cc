@@ -184,6 +184,7 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
   meta["model"] = model_config_json(state.model);
   meta["dtype"] = dtype_name(state.dtype);
   meta["batch"] = state.batch;
+  if (state.grad_accum != 1) meta["grad_accum"] = state.grad_accum;  // (absent: 1, as before it existed)
   meta["seed"] = state.seed;
   meta["data"] = {{"path", state.data_path}, {"fingerprint", state.data_fingerprint}};
   meta["sampler"] = {{"epoch", state.sampler.epoch}, {"cursor", state.sampler.cursor}};
@@ -269,6 +270,11 @@ Result<CheckpointState> checkpoint_state_from_meta(const nlohmann::json& meta, c
   TT_ASSIGN_OR_RETURN(st.step, m.integer("step", 0, kMaxSteps));
   TT_ASSIGN_OR_RETURN(v, m.integer("batch", 1, kMaxDim));
   st.batch = static_cast<int>(v);
+  st.grad_accum = 1;
+  if (meta.contains("grad_accum")) {
+    TT_ASSIGN_OR_RETURN(v, m.integer("grad_accum", 1, 1 << 16));
+    st.grad_accum = static_cast<int>(v);
+  }
   TT_ASSIGN_OR_RETURN(st.seed, m.unsigned_integer("seed"));
   TT_ASSIGN_OR_RETURN(st.data_path, m.string("data.path"));
   TT_ASSIGN_OR_RETURN(st.data_fingerprint, m.unsigned_integer("data.fingerprint"));
@@ -323,10 +329,10 @@ Status check_checkpoint_continues(const CheckpointState& st, const CheckpointSta
   // The sampler must be where step x batch windows of this data leave it (Note [input staging]: the checkpoint
   // records it before the batch in flight); an epoch or cursor out of range used to restart the epoch silently.
   if (expected.train_tokens > 0) {
-    const uint64_t batch = static_cast<uint64_t>(st.batch);
+    const uint64_t batch = static_cast<uint64_t>(st.batch) * static_cast<uint64_t>(st.grad_accum);  // a step's
     TT_RETURN_IF(static_cast<uint64_t>(st.step) > UINT64_MAX / batch, kDataLoss,
-                 "checkpoint '%s': metadata step %lld of batch %d is more windows than can be counted", path.c_str(),
-                 static_cast<long long>(st.step), st.batch);
+                 "checkpoint '%s': metadata step %lld of batch %llu is more windows than can be counted", path.c_str(),
+                 static_cast<long long>(st.step), static_cast<unsigned long long>(batch));
     const uint64_t want = static_cast<uint64_t>(st.step) * batch;
     auto drawn = data::windows_drawn(expected.train_tokens, st.model.seq, st.seed, st.sampler, want);
     if (!drawn.is_ok())
@@ -334,13 +340,18 @@ Status check_checkpoint_continues(const CheckpointState& st, const CheckpointSta
                          drawn.status().message().c_str());
     TT_RETURN_IF(drawn.value() != want, kDataLoss,
                  "checkpoint '%s': metadata sampler (epoch %llu, cursor %llu) has drawn %llu windows, but %lld steps "
-                 "of batch %d draw %llu", path.c_str(), static_cast<unsigned long long>(st.sampler.epoch),
+                 "of batch %llu draw %llu", path.c_str(), static_cast<unsigned long long>(st.sampler.epoch),
                  static_cast<unsigned long long>(st.sampler.cursor), static_cast<unsigned long long>(drawn.value()),
-                 static_cast<long long>(st.step), st.batch, static_cast<unsigned long long>(want));
+                 static_cast<long long>(st.step), static_cast<unsigned long long>(batch),
+                 static_cast<unsigned long long>(want));
   }
   if (st.batch != expected.batch)
     TT_LOG(WARN, CKPT, "checkpoint was written with --batch %d, resuming with %d: the run will not be bit-identical",
            st.batch, expected.batch);
+  if (st.grad_accum != expected.grad_accum)
+    TT_LOG(WARN, CKPT,
+           "checkpoint was written with --grad-accum %d, resuming with %d: the run will not be bit-identical",
+           st.grad_accum, expected.grad_accum);
   if (st.seed != expected.seed)
     TT_LOG(WARN, CKPT, "checkpoint was written with --seed %llu, resuming with %llu: the data order changes",
            static_cast<unsigned long long>(st.seed), static_cast<unsigned long long>(expected.seed));

@@ -29,12 +29,13 @@ struct CheckpointState {
   ModelConfig model;
   DType dtype = DType::kF32;
   int batch = 0;
+  int grad_accum = 1;  // micro-batches of `batch` a step (Note [gradient accumulation]): windows a step, with batch
   uint64_t seed = 0;
   std::string data_path;
   uint64_t data_fingerprint = 0;
   nlohmann::json config;  // the resolved knobs of the run that wrote it
   // load_checkpoint's `expected` only: the training split's tokens, against which the sampler's position is checked
-  // (it must have drawn step x batch windows); 0: not checked.
+  // (it must have drawn step x batch x grad_accum windows); 0: not checked.
   uint64_t train_tokens = 0;
 };
 

@@ -53,6 +53,20 @@ Status ExecSpec::validate() const {
                  "--shard-optimizer with the CPU optimizer's exchange in managed memory: not built");
   }
   TT_RETURN_IF(batch < 1, kInvalidArgument, "--batch must be >= 1, got %d", batch);
+  TT_RETURN_IF(grad_accum < 1, kInvalidArgument, "--grad-accum must be >= 1, got %d", grad_accum);
+  if (grad_accum > 1) {  // Note [gradient accumulation]: the gradients must stay in their own device buffers
+    bool streamed = false;
+    for (int l = 0; l < static_cast<int>(plan.layers.size()); ++l) streamed = streamed || plan.grads_streamed(l);
+    TT_RETURN_IF(plan.cpu_optimizer() || streamed || plan.managed_grads, kUnimplemented,
+                 "--grad-accum %d with plan %s: accumulating gradients on the host (the CPU optimizer, streamed or "
+                 "managed gradients) is not built yet; use a plan with the optimizer on the device (in-core, "
+                 "recompute, swap-activations, ...), or --grad-accum 1 with a larger --batch",
+                 grad_accum, plan.source.c_str());
+    TT_RETURN_IF(plan.grads_in_activations, kInvalidArgument,
+                 "--grad-accum %d: gradients kept in the next block's activation memory would be overwritten by the "
+                 "next micro-batch's forward; set grads_in_activations false",
+                 grad_accum);
+  }
   TT_RETURN_IF(input_scatter && data_ranks < 2, kInvalidArgument, "an input scattered over %d data rank(s)",
                data_ranks);
   TT_RETURN_IF(static_cast<int>(plan.layers.size()) != model.layers, kInvalidArgument,
@@ -238,7 +252,9 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   if (spec.input_staging_slots > 0)
     for (int i = 0; i < 2; ++i)
       inv.add_host("step.readback" + std::to_string(i),
-                   (static_cast<size_t>(spec.batch) * static_cast<size_t>(cfg.seq) + 1) * sizeof(float), TC::kInput);
+                   (static_cast<size_t>(spec.grad_accum) * static_cast<size_t>(spec.batch) *
+                        static_cast<size_t>(cfg.seq) + 1) * sizeof(float),
+                   TC::kInput);
   return inv;
 }
 
@@ -257,9 +273,18 @@ int64_t Executor::managed_device_bytes(const ExecSpec& spec, const Inventory& in
 }
 
 ScheduleSpec ExecSpec::schedule_spec() const {
-  return {model,           batch, compute, plan, hyper.speculate,
-          lm_chunk_rows > 0 ? lm_chunk_rows : model_default_lm_chunk_rows(model, batch, compute), input_staging_slots,
-          data_ranks,      shard_optimizer && plan.cpu_optimizer()};
+  ScheduleSpec s;
+  s.model = model;
+  s.batch = batch;
+  s.compute = compute;
+  s.plan = plan;
+  s.speculate = hyper.speculate;
+  s.lm_chunk_rows = lm_chunk_rows > 0 ? lm_chunk_rows : model_default_lm_chunk_rows(model, batch, compute);
+  s.input_staging_slots = input_staging_slots;
+  s.data_ranks = data_ranks;
+  s.grad_accum = grad_accum;
+  s.shard_optimizer = shard_optimizer && plan.cpu_optimizer();
+  return s;
 }
 
 Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec spec, ModelFactory model) {
@@ -702,12 +727,24 @@ void Executor::forward_backward() {
   grads_pending_ = grads_valid_ = true;
 }
 void Executor::prefetch() { run_pass(Pass::kPrefetch, &Executor::model_none); }
-void Executor::train_step(float lr, bool speculate) {
+void Executor::train_step(float lr, bool speculate, bool accumulated) {
+  TT_CHECK(!accumulated || spec_.grad_accum > 1, "a step after accumulation in an executor of grad_accum %d",
+           spec_.grad_accum);
+  model_->set_accumulate_grads(accumulated);
   opt_->begin_step(lr, speculate);
   run_pass(Pass::kTrain, &Executor::model_train);
   opt_->end_step();
+  model_->set_accumulate_grads(false);
   grads_pending_ = false;
   grads_valid_ = true;
+}
+void Executor::accumulate_step(bool first) {
+  TT_CHECK(spec_.grad_accum > 1, "accumulate_step in an executor of grad_accum %d", spec_.grad_accum);
+  model_->set_accumulate_grads(!first);
+  opt_->begin_step(0.0f, false);
+  run_pass(Pass::kAccumulate, &Executor::model_train);
+  model_->set_accumulate_grads(false);
+  grads_pending_ = grads_valid_ = true;
 }
 
 Status Executor::use_schedule(Schedule schedule) {

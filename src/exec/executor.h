@@ -39,6 +39,7 @@ struct ExecSpec {
   int64_t lm_chunk_rows = 0;   // 0: the model's default
   int input_staging_slots = 0; // pinned host slots for the trainer's next batches (Note [input staging])
   int data_ranks = 1;          // Note [data parallel] in plan/schedule.cc: batch is this rank's share
+  int grad_accum = 1;          // Note [gradient accumulation]: micro-batches of `batch` a step
   int tp_rank = 0;             // Note [tensor parallel] (model/gpt.h): this rank's place among model.tp
   int data_rank = 0;           // this rank's place among data_ranks
   bool shard_optimizer = false;  // Note [sharded optimizer] in exec/optimizer.h (with data_ranks > 1)
@@ -113,7 +114,7 @@ class Executor : public ModelHooks {
   void backward();                                 // Pass::kBackward, after forward()
   void step(float lr);                             // Pass::kStep, after backward()
   void forward_backward();                         // Pass::kForwardBackward: the gradients, no step
-  void train_step(float lr, bool speculate = false);  // Pass::kTrain
+  void train_step(float lr, bool speculate = false, bool accumulated = false);  // Pass::kTrain
 
   // The model's inputs and outputs and parameter layout, for callers that only feed and read it.
   Tensor tokens() const { return model_->tokens(); }
@@ -129,8 +130,17 @@ class Executor : public ModelHooks {
   // prefetch() draws and copies the first batch; each train_step() then takes its batch and draws and copies the
   // next one.
   void set_input_source(std::function<float(int32_t*)> fill) { input_source_ = std::move(fill); }
-  // Note [host one step ahead] (exec/trainer.cc): pinned slot i (0 or 1) of batch x seq + 1 floats that a training
-  // step's losses and squared gradient norm are copied into; nullptr without input staging.
+  // Note [gradient accumulation]: a step of grad_accum micro-batches is accumulate_step() for each but the last
+  // (the first writes the gradients, the others add to them; each takes its batch from the input ring and starts the
+  // next one's copy, as train_step does), then train_step(..., accumulated = true) for the last, which adds its
+  // gradients and then reduces, clips and updates as a step of one batch does. The micro-batches' gradients are
+  // summed, each scaled as the model's loss scale says (the trainer's: 1 / the targets of the whole step). Plans
+  // that keep gradients anywhere but in their own device buffers (the CPU optimizer's host copies, streamed
+  // gradient slots, the next block's dead activations) are refused with grad_accum > 1.
+  void accumulate_step(bool first);
+  // Note [host one step ahead] (exec/trainer.cc): pinned slot i (0 or 1) of grad_accum x batch x seq + 1 floats that
+  // a training step's losses (micro-batch by micro-batch) and squared gradient norm are copied into; nullptr without
+  // input staging.
   float* step_readback(int i) const { return step_readback_[i]; }
   // The first error of a copy that read an input staging slot, seen when the slot was drawn into again.
   const Status& input_status() const { return input_status_; }

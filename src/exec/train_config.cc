@@ -63,7 +63,11 @@ void declare_train_knobs(Config& cfg) {
   knob("data", "data", K::kString, kDefaultCorpus, "text file, folder of text files, or llm.c token shard(s)");
   knob("data", "val_fraction", K::kFloat, "0.05", "share of each file held out for validation", 0, 0.5);
 
-  knob("train", "batch", K::kInt, "16", "sequences per step B", 1, 1 << 20);
+  knob("train", "batch", K::kInt, "16", "sequences per step B (per micro-batch with --grad-accum)", 1, 1 << 20);
+  knob("train", "grad_accum", K::kInt, "1",
+       "micro-batches of --batch sequences a step, their gradients summed before one update (a step: grad_accum x "
+       "batch x seq tokens, in the memory of one micro-batch)",
+       1, 1 << 16);
   knob("train", "steps", K::kInt, "0",
        "optimizer steps (length of the LR schedule); 0: the main job's, 2000 on a GPU and 800 on the CPU backend "
        "(about 2 minutes on 2 cores)",
@@ -278,6 +282,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.data = cfg.get_string("data");
   tc.val_fraction = cfg.get_float("val_fraction");
   tc.batch = static_cast<int>(cfg.get_int("batch"));
+  tc.grad_accum = static_cast<int>(cfg.get_int("grad_accum"));
   tc.steps = cfg.get_int("steps");
   if (tc.steps == 0) {
     TT_ASSIGN_OR_RETURN(tc.steps, default_steps(cfg.get_string("backend")));

@@ -30,6 +30,7 @@ struct TrainConfig {
   // a Hugging Face folder's config.json (--from-safetensors) or the checkpoint a run resumes (adopt_model).
   std::set<std::string> model_knobs_given;
   int batch = 16;
+  int grad_accum = 1;  // micro-batches of `batch` a step (Note [gradient accumulation] in exec/executor.h)
   std::string data = kDefaultCorpus;
   double val_fraction = 0.05;
 

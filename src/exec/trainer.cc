@@ -90,6 +90,9 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   }
   if (cfg.optimizer) e.plan.optimizer = *cfg.optimizer;
   if (!cfg.grads_in_activations) e.plan.grads_in_activations = false;
+  // Note [gradient accumulation]: the micro-batches' gradients stay in their own buffers until the step's last.
+  e.grad_accum = cfg.grad_accum;
+  if (cfg.grad_accum > 1) e.plan.grads_in_activations = false;
   e.hyper.beta1 = cfg.beta1;
   e.hyper.beta2 = cfg.beta2;
   e.hyper.weight_decay = cfg.weight_decay;
@@ -474,10 +477,20 @@ Status Trainer::build() {
         std::copy_n(global_targets_.begin() + at, batch_tokens, to + batch_tokens);
       }
     }
-    if (!dataset_.train().masked()) return -1.0f;  // every target counts: 1 / (B x T), as always
-    batch_counts_.push_back(count);
+    // Note [gradient accumulation]: micro-batch j of a step; each is scaled by the whole step's count.
+    const int accum = cfg_.grad_accum;
+    const int j = static_cast<int>(fills_++ % accum);
+    if (!dataset_.train().masked()) {  // every target counts: 1 / (B x T), as always; over the step's micro-batches
+      return accum == 1 ? -1.0f : 1.0f / static_cast<float>(static_cast<int64_t>(accum) * batch_tokens);
+    }
+    if (j == 0) {  // the step's count: this micro-batch's and those of the ones after it (drawn here only to count)
+      step_count_ = count;
+      data::BatchSampler ahead = *sampler_;
+      for (int k = 1; k < accum; ++k) step_count_ += ahead.skip();
+      batch_counts_.push_back(step_count_);
+    }
     // Each rank's gradient is averaged over the data ranks: shards / count makes the average 1 / count.
-    return count > 0 ? static_cast<float>(shards_) / static_cast<float>(count) : 0.0f;
+    return step_count_ > 0 ? static_cast<float>(shards_) / static_cast<float>(step_count_) : 0.0f;
   });
   if (r.exec.input_scatter) {
     TT_ASSIGN_OR_RETURN(input_reducer_,
@@ -504,7 +517,7 @@ Status Trainer::build() {
     Readback& rb = readback_[i];
     rb.losses = ex_->step_readback(i);
     TT_CHECK(rb.losses != nullptr, "the executor has no readback slots (no input staging)");
-    rb.norm_sq = rb.losses + bt;
+    rb.norm_sq = rb.losses + bt * static_cast<size_t>(cfg.grad_accum);  // after each micro-batch's losses
     rb.done = backend_->create_event();
   }
   // Host memory this run holds for its whole life: the token dataset and the evaluation buffers (the pinned
@@ -520,6 +533,7 @@ Status Trainer::build() {
     expected.model = cfg.model;
     expected.dtype = ex_->model().master_dtype();
     expected.batch = cfg.batch;
+    expected.grad_accum = cfg.grad_accum;
     expected.seed = cfg.seed;
     expected.data_path = cfg.data;
     expected.data_fingerprint = dataset_.info().fingerprint;
@@ -564,11 +578,19 @@ Status Trainer::enqueue_step(int64_t step) {
   e.lr = learning_rate(cfg_, step);
   e.slot = static_cast<int>(step % 2);
   e.enqueued = Clock::now();
-  ex_->train_step(e.lr, speculate_next_);
+  const Readback& r = readback_[static_cast<size_t>(e.slot)];
+  // Note [gradient accumulation]: the micro-batches before the last add their gradients; each one's losses are read
+  // back after it.
+  const int accum = cfg_.grad_accum;
+  const size_t bt = host_losses_.size();
+  for (int j = 0; j + 1 < accum; ++j) {
+    ex_->accumulate_step(/*first=*/j == 0);
+    be.copy_d2h(r.losses + static_cast<size_t>(j) * bt, ex_->model().losses(), be.compute_stream());
+  }
+  ex_->train_step(e.lr, speculate_next_, /*accumulated=*/accum > 1);
   TT_TRY(profiler_->collect(step));
   profiler_->set_enabled(false);
-  const Readback& r = readback_[static_cast<size_t>(e.slot)];
-  be.copy_d2h(r.losses, ex_->model().losses(), be.compute_stream());
+  be.copy_d2h(r.losses + static_cast<size_t>(accum - 1) * bt, ex_->model().losses(), be.compute_stream());
   be.copy_d2h(r.norm_sq, ex_->optimizer().grad_norm_sq(), be.compute_stream());
   be.compute_stream().record(*r.done);
   in_flight_.push_back(e);
@@ -585,7 +607,7 @@ Status Trainer::finish_step(StepRecord* rec) {
   if (tp_reducer_) TT_TRY(tp_reducer_->status());
   if (input_reducer_) TT_TRY(input_reducer_->status());
   TT_TRY(ex_->input_status());
-  const size_t n = host_losses_.size();
+  const size_t n = host_losses_.size() * static_cast<size_t>(cfg_.grad_accum);  // every micro-batch's
   double sum = 0;
   for (size_t i = 0; i < n; ++i) sum += static_cast<double>(r.losses[i]);
   const float norm_sq = *r.norm_sq;
@@ -761,6 +783,7 @@ Status Trainer::save(int64_t step) {
   st.model = cfg_.model;
   st.dtype = ex_->model().master_dtype();
   st.batch = cfg_.batch;
+  st.grad_accum = cfg_.grad_accum;
   st.seed = cfg_.seed;
   st.data_path = cfg_.data;
   st.data_fingerprint = dataset_.info().fingerprint;
@@ -773,14 +796,16 @@ Status Trainer::save(int64_t step) {
 Result<TrainSummary> Trainer::run() {
   TT_RETURN_IF(cfg_.dry_run, kFailedPrecondition, "a dry-run trainer has nothing to run");
   const int64_t end = cfg_.stop_at > 0 ? cfg_.stop_at : cfg_.steps;
-  const int64_t B = cfg_.batch, T = cfg_.model.seq;
+  const int64_t B = static_cast<int64_t>(cfg_.batch) * cfg_.grad_accum, T = cfg_.model.seq;  // a step's sequences
   TrainSummary summary;
   summary.first_step = step_ + 1;
   print("%s\n", dataset_.describe().c_str());
-  print("model: %s, %lld parameters, %s compute (%s master), plan %s | batch %lld (%lld tokens/step) | %s\n",
+  const std::string accum =
+      cfg_.grad_accum > 1 ? str_format(" = %d micro-batches of %d", cfg_.grad_accum, cfg_.batch) : std::string();
+  print("model: %s, %lld parameters, %s compute (%s master), plan %s | batch %lld%s (%lld tokens/step) | %s\n",
         cfg_.model.describe().c_str(), static_cast<long long>(model_num_params(cfg_.model)), dtype_name(ex_->model().dtype()),
-        dtype_name(ex_->model().master_dtype()), cfg_.plan.c_str(), static_cast<long long>(B), static_cast<long long>(B * T),
-        backend_->describe().c_str());
+        dtype_name(ex_->model().master_dtype()), cfg_.plan.c_str(), static_cast<long long>(B), accum.c_str(),
+        static_cast<long long>(B * T), backend_->describe().c_str());
   print("optimizer: AdamW, lr %.3g%s, %lld warm-up steps, cosine to %.3g at step %lld\n", cfg_.lr,
         cfg_.lr_auto ? " (for this width; --lr sets it)" : "", static_cast<long long>(cfg_.warmup),
         cfg_.lr * cfg_.min_lr_frac, static_cast<long long>(cfg_.steps));
@@ -962,7 +987,7 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                   {"last_val_loss", summary.last_val_loss < 0 ? nlohmann::json() : nlohmann::json(summary.last_val_loss)},
                   {"median_ms_per_step", summary.median_ms},
                   {"median_tokens_per_s", summary.median_tokens_per_s},
-                  {"tokens_per_step", static_cast<int64_t>(cfg_.batch) * cfg_.model.seq},
+                  {"tokens_per_step", static_cast<int64_t>(cfg_.batch) * cfg_.grad_accum * cfg_.model.seq},
                   {"wall_s", summary.wall_s},
                   {"steps_enqueued_ahead", summary.steps_enqueued_ahead}};
   if (cfg_.speculative_update)  // Note [speculative update]: segment updates kept and redone over the run

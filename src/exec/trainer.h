@@ -167,7 +167,9 @@ class Trainer {
   // it has finished (an event per slot in the executor: Note [host one step ahead]).
   data::SamplerState sampler_before_prefetch_;  // what a checkpoint records: the batch in flight is not consumed yet
   std::vector<float> host_losses_;  // evaluate()'s
-  std::deque<int64_t> batch_counts_;  // Note [loss mask]: the targets that count of each batch drawn, not yet read back
+  std::deque<int64_t> batch_counts_;  // Note [loss mask]: the targets that count of each step drawn, not yet read back
+  int64_t fills_ = 0;                 // batches drawn by this process (micro-batch fills_ % grad_accum of a step)
+  int64_t step_count_ = 0;            // the targets that count in the step being drawn (all its micro-batches)
   // Note [host one step ahead]: pinned slots a step's losses and squared gradient norm are copied into (step k into
   // slot k % 2), with the event recorded behind the copies; the steps enqueued and not finished, oldest first.
   struct Readback {

@@ -366,7 +366,7 @@ void Gpt::backward_blocks(ModelHooks& h) {
   const size_t lnf = layout_.size() - 2;
   h.op("layernorm_backward");
   be_.layernorm_backward(dresidual_, grad(lnf), grad(lnf + 1), dln_, acts_.back().res3, cparam(lnf),
-                         lnf_mean_, lnf_rstd_, GradWrite::kOverwrite);
+                         lnf_mean_, lnf_rstd_, first_write());
   h.at(Boundary::kAfterBackward, L + 1);
   for (int l = L - 1; l >= 0; --l) {
     h.at(Boundary::kBeforeBackward, 1 + l);
@@ -376,7 +376,7 @@ void Gpt::backward_blocks(ModelHooks& h) {
   h.at(Boundary::kBeforeBackward, 0);
   h.op("embedding_backward");
   // d(wte) adds to the LM head's; d(wpe) is written here first.
-  be_.embedding_backward(grad(wte_index_), grad(wte_index_ ^ 1), dresidual_, tokens_, GradWrite::kOverwrite,
+  be_.embedding_backward(grad(wte_index_), grad(wte_index_ ^ 1), dresidual_, tokens_, first_write(),
                          vocab_begin());
   h.at(Boundary::kAfterBackward, 0);
 }
@@ -386,7 +386,7 @@ void Gpt::backward_block(ModelHooks& h, int l) {
   const LayerParams g = grad_layer(l);
   const BlockActs& a = acts_[static_cast<size_t>(l)];
   const Tensor x = block_input(l);
-  const GradWrite gw = GradWrite::kOverwrite;  // each of the block's gradients is written once, by one op
+  const GradWrite gw = first_write();  // each of the block's gradients is written once, by one op
   // MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
   h.op("matmul_backward_gelu mlp.proj");
   be_.matmul_backward_gelu(dfch_, g.fcprojw, g.fcprojb, dresidual_, a.fch_gelu, w.fcprojw, a.fch, gw);

@@ -522,7 +522,7 @@ void Llama::backward_blocks(ModelHooks& h) {
   be_.fill_zero(dresidual_, s);
   h.op("rmsnorm_backward");
   be_.rmsnorm_backward(dresidual_, grad(norm_index_), dln_, acts_.back().res3, cparam(norm_index_), lnf_rstd_,
-                       GradWrite::kOverwrite);
+                       first_write());
   h.at(Boundary::kAfterBackward, L + 1);
   for (int l = L - 1; l >= 0; --l) {
     h.at(Boundary::kBeforeBackward, 1 + l);
@@ -531,12 +531,12 @@ void Llama::backward_blocks(ModelHooks& h) {
   }
   h.at(Boundary::kBeforeBackward, 0);
   // d(wte) adds to the LM head's when tied; untied, nothing wrote it yet (Note [gradients first written]).
-  if (!cfg_.tied_embeddings) {
+  if (!cfg_.tied_embeddings && !accumulate_grads()) {  // (accumulating: it adds to the micro-batches' before)
     h.op("zero d wte");
     be_.fill_zero(grad(wte_index_), s);
   }
   h.op("embedding_backward");
-  be_.embedding_backward(grad(wte_index_), Tensor(), dresidual_, tokens_, GradWrite::kOverwrite, vocab_begin());
+  be_.embedding_backward(grad(wte_index_), Tensor(), dresidual_, tokens_, first_write(), vocab_begin());
   h.at(Boundary::kAfterBackward, 0);
 }
 
@@ -545,7 +545,7 @@ void Llama::backward_block(ModelHooks& h, int l) {
   const LayerParams g = layer(l, true);
   const Acts& a = acts_[static_cast<size_t>(l)];
   const Tensor x = block_input(l);
-  const GradWrite gw = GradWrite::kOverwrite;  // each of the block's gradients is written once, by one op
+  const GradWrite gw = first_write();  // each of the block's gradients is written once, by one op
   // MLP: res3 = res2 + down(swiglu(gate_up(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
   h.op("matmul_backward mlp.down");
   be_.matmul_backward(dact_, g.down, Tensor(), dresidual_, a.fch_act, w.down, gw);

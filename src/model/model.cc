@@ -454,7 +454,7 @@ void Model::run_lm_head(ModelHooks& h, bool with_backward, const Tensor& lnf, co
     const Tensor logits = logits_all.view(0, {n, Vp});
     const Tensor x = lnf.view(r0 * C, {n, C});
     const Tensor tg = targets.view(r0, {n});
-    const GradWrite gw = r0 == 0 ? GradWrite::kOverwrite : GradWrite::kAccumulate;
+    const GradWrite gw = r0 == 0 ? first_write() : GradWrite::kAccumulate;
     h.op("matmul_forward lm_head");
     be_.matmul_forward(logits, x, w, Tensor());
     if (cfg_.split_vocab) {  // Note [vocabulary-parallel cross-entropy]

@@ -378,6 +378,11 @@ class Model {
   // (a negative scale), else the scale given (1 / the targets that count, times the data-parallel ranks whose
   // gradients are averaged). Read when the LM head's kernels are enqueued: set it for each batch before its pass.
   void set_loss_scale(float dloss) { loss_scale_ = dloss; }
+  // Note [gradient accumulation] (exec/executor.h): while set, the backward adds to every parameter gradient instead
+  // of writing it first (the micro-batches after a step's first); how a gradient's first write is done, either way.
+  void set_accumulate_grads(bool on) { accumulate_grads_ = on; }
+  bool accumulate_grads() const { return accumulate_grads_; }
+  GradWrite first_write() const { return accumulate_grads_ ? GradWrite::kAccumulate : GradWrite::kOverwrite; }
   int batch() const { return batch_; }
   DType dtype() const { return dtype_; }  // compute dtype
   DType master_dtype() const { return master_dtype_for(dtype_); }
@@ -460,6 +465,7 @@ class Model {
   int tp_rank_ = 0;
   std::vector<bool> act_apart_;
   float loss_scale_ = -1.0f;  // Note [loss mask]; < 0: 1 / (B x T)
+  bool accumulate_grads_ = false;
 };
 
 // Note [parallel init]: how one parameter starts: normals of std `std` for its first `normals` elements (-1: all)

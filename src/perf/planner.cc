@@ -70,6 +70,9 @@ Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_thre
   for (PlanRow& r : rows) {
     ProfileCosts costs(profile, r.schedule.spec, host_threads);
     r.sim = simulate(r.schedule, Pass::kTrain, costs);
+    // Note [gradient accumulation]: a step is grad_accum - 1 accumulation passes, then the training pass.
+    const int accum = r.schedule.spec.grad_accum;
+    if (accum > 1) r.sim.step_seconds += (accum - 1) * simulate(r.schedule, Pass::kAccumulate, costs).step_seconds;
     TT_TRY(costs.status());
     // Note [oversubscribed Unified Memory].
     r.oversubscribed = 0;
@@ -90,7 +93,7 @@ Status predict(std::vector<PlanRow>& rows, const Profile& profile, int host_thre
       if ((op.stream == StreamId::kH2D || op.stream == StreamId::kD2H) && op.kind != OpKind::kWait &&
           op.kind != OpKind::kRecord && op.kind != OpKind::kInputFill)
         r.copy_bytes += op.bytes;
-    const double tokens = static_cast<double>(r.run.exec.batch) * r.run.exec.model.seq;
+    const double tokens = static_cast<double>(r.run.exec.batch) * r.run.exec.grad_accum * r.run.exec.model.seq;
     r.tokens_per_s = r.sim.step_seconds > 0 ? tokens / r.sim.step_seconds : 0;
   }
   return Status::ok();

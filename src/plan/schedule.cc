@@ -27,7 +27,8 @@ constexpr const char* kOpKindNames[] = {"model",        "wait",       "record", 
                                         "norm_part",    "norm_total", "norm_out",   "host_adamw",    "params_back",
                                         "device_adamw", "alloc",      "input_fill", "input_in",      "input_take",
                                         "grad_reduce",  "um_advise",  "um_prefetch", "rebuild_act"};
-constexpr const char* kPassNames[] = {"forward", "backward", "step", "train", "forward_backward", "setup", "prefetch"};
+constexpr const char* kPassNames[] = {"forward", "backward", "step",     "train",
+                                      "forward_backward", "setup", "prefetch", "accumulate"};
 constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
                                           "after_head",     "before_backward", "after_backward"};
 static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kRebuildAct) + 1, "a name for every OpKind");
@@ -220,15 +221,7 @@ class Compiler {
     backward(s.passes[static_cast<int>(Pass::kBackward)]);
     step(s.passes[static_cast<int>(Pass::kStep)]);
     std::vector<Op>& train = s.passes[static_cast<int>(Pass::kTrain)];
-    if (sp_.input_staging_slots > 0) {
-      // Note [input staging]: this step's batch into the model's inputs, then the next batch's copy, enqueued
-      // before anything else of the step so that it does not queue behind the CPU optimizer's uploads.
-      wait(train, StreamId::kCompute, "input_ready", "wait input");
-      Op& take = add(train, StreamId::kCompute, OpKind::kInputTake, "inputs");
-      take.bytes = 4 * sp_.batch * sp_.model.seq * 2;
-      record(train, StreamId::kCompute, "input_consumed");
-      input_in(train);
-    }
+    if (sp_.input_staging_slots > 0) take_input(train);
     forward_blocks(train);
     release_ = true;  // only here does an update follow in the same pass (Note [managed optimizer exchange])
     backward(train);
@@ -237,6 +230,14 @@ class Compiler {
     std::vector<Op>& fb = s.passes[static_cast<int>(Pass::kForwardBackward)];
     forward_blocks(fb);
     backward(fb);
+    if (sp_.grad_accum > 1) {  // Note [gradient accumulation]: the micro-batches before a step's last
+      std::vector<Op>& acc = s.passes[static_cast<int>(Pass::kAccumulate)];
+      if (sp_.input_staging_slots > 0) take_input(acc);
+      forward_blocks(acc);
+      accumulating_ = true;
+      backward(acc);
+      accumulating_ = false;
+    }
     std::vector<Op>& setup = s.passes[static_cast<int>(Pass::kSetup)];
     for (const InventoryEntry& e : inv_.entries()) {
       Op& op = add(setup, e.where == Inventory::kHost ? StreamId::kHost : StreamId::kCompute, OpKind::kAlloc, e.name);
@@ -465,7 +466,18 @@ class Compiler {
   // The backward has written segment s's last gradient: in a data-parallel run they are averaged over the ranks
   // first (Note [data parallel]); with the CPU optimizer its share of the norm now, and the gradients to the host at
   // once (a streamed block's slot is free again once they have left); with speculation the update too.
+  // Note [input staging]: this step's batch into the model's inputs, then the next batch's copy, enqueued before
+  // anything else of the step so that it does not queue behind the CPU optimizer's uploads.
+  void take_input(std::vector<Op>& out) {
+    wait(out, StreamId::kCompute, "input_ready", "wait input");
+    Op& take = add(out, StreamId::kCompute, OpKind::kInputTake, "inputs");
+    take.bytes = 4 * sp_.batch * sp_.model.seq * 2;
+    record(out, StreamId::kCompute, "input_consumed");
+    input_in(out);
+  }
+
   void grads_done(std::vector<Op>& out, int s) {
+    if (accumulating_) return;  // Note [gradient accumulation]: reduced, read and updated after the last micro-batch
     const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
     const bool dp = sp_.data_ranks > 1;
     if (dp) {  // on the comm stream, while the compute stream goes on with the next block's backward
@@ -665,6 +677,7 @@ class Compiler {
   ParamSegments segs_;
   bool cpu_ = false;
   bool release_ = false;  // compiling Pass::kTrain's backward: the compute copy may be released
+  bool accumulating_ = false;  // compiling Pass::kAccumulate's backward: the gradients stay where they are
   double bt_ = 0, block_fwd_ = 0, block_bwd_ = 0, mlp_fwd_ = 0, head_fwd_ = 0;
   std::vector<int> swapped_, swap_index_, pstreamed_, pstream_index_;
   SlotRing grads_, um_;
@@ -777,8 +790,17 @@ Status Schedule::validate() const {
         TT_RETURN_IF(op.slot < 0 || op.slot >= slots || op.layer < 0, kInvalidArgument,
                      "%s: slot %d of %d, layer %d", where.c_str(), op.slot, slots, op.layer);
     }
-    TT_RETURN_IF(seen != model_boundaries(spec.model, static_cast<Pass>(p)), kInvalidArgument,
+    const bool absent = p == static_cast<int>(Pass::kAccumulate) && spec.grad_accum <= 1 && ops.empty();
+    TT_RETURN_IF(!absent && seen != model_boundaries(spec.model, static_cast<Pass>(p)), kInvalidArgument,
                  "schedule: pass %s does not follow the model's boundaries", kPassNames[p]);
+    // Note [gradient accumulation]: a micro-batch before the last only adds to the gradients.
+    if (p == static_cast<int>(Pass::kAccumulate))
+      for (const Op& op : ops)
+        TT_RETURN_IF(op.kind == OpKind::kGradReduce || op.kind == OpKind::kGradsOut || op.kind == OpKind::kNormPart ||
+                         op.kind == OpKind::kHostAdamW || op.kind == OpKind::kDeviceAdamW ||
+                         op.kind == OpKind::kParamsBack,
+                     kInvalidArgument, "schedule: accumulate[%s] reduces, reads or updates gradients",
+                     op.name.c_str());
   }
   for (size_t e = 0; e < events.size(); ++e)
     TT_RETURN_IF(waited[e] && record_stream[e] < 0, kInvalidArgument,
@@ -840,7 +862,7 @@ std::vector<std::pair<Boundary, int>> model_boundaries(const ModelConfig& cfg, P
     r.push_back({Boundary::kBeforeHead, 0});
   } else if (p == Pass::kBackward) {
     bwd();
-  } else if (p == Pass::kTrain || p == Pass::kForwardBackward) {
+  } else if (p == Pass::kTrain || p == Pass::kForwardBackward || p == Pass::kAccumulate) {
     fwd();
     bwd();
   }
@@ -952,6 +974,7 @@ json Schedule::to_json() const {
   j["lm_chunk_rows"] = spec.lm_chunk_rows;
   j["input_staging_slots"] = spec.input_staging_slots;
   j["data_ranks"] = spec.data_ranks;
+  j["grad_accum"] = spec.grad_accum;
   j["shard_optimizer"] = spec.shard_optimizer;
   j["events"] = events;
   json passes_j = json::object();
@@ -1006,6 +1029,8 @@ Result<Schedule> Schedule::from_json(const json& j) {
     s.spec.lm_chunk_rows = j.at("lm_chunk_rows").get<int64_t>();
     s.spec.input_staging_slots = j.value("input_staging_slots", 0);
     s.spec.data_ranks = j.value("data_ranks", 1);
+    s.spec.grad_accum = j.value("grad_accum", 1);
+    TT_RETURN_IF(s.spec.grad_accum < 1, kInvalidArgument, "schedule: grad_accum %d", s.spec.grad_accum);
     s.spec.shard_optimizer = j.value("shard_optimizer", false);
     s.events = j.at("events").get<std::vector<std::string>>();
     std::map<std::string, int> ids;
@@ -1014,6 +1039,7 @@ Result<Schedule> Schedule::from_json(const json& j) {
                    "schedule: event %s twice", s.events[i].c_str());
     const json& ps = j.at("passes");
     for (int p = 0; p < kNumPasses; ++p) {
+      if (p == static_cast<int>(Pass::kAccumulate) && !ps.contains(kPassNames[p])) continue;  // (written before it)
       const json& ops = ps.at(kPassNames[p]).at("ops");
       TT_RETURN_IF(!ops.is_array(), kInvalidArgument, "schedule: passes.%s.ops is not an array", kPassNames[p]);
       for (size_t i = 0; i < ops.size(); ++i) {

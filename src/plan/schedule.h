@@ -11,7 +11,10 @@
 // with its backward, then the blocks in reverse), kStep (the optimizer), kTrain (kForward's blocks, kBackward,
 // kStep: one training step), kForwardBackward (kTrain without the step), kSetup (every allocation of the run,
 // before the first pass: nothing is allocated after it, so the memory a run takes is the setup's), kPrefetch (the
-// first batch into the input ring; each kTrain then takes its batch and starts the next one's copy). A kModel
+// first batch into the input ring; each kTrain then takes its batch and starts the next one's copy), kAccumulate
+// (with grad_accum > 1: a micro-batch's forward and backward, its batch taken and the next one's copy started as
+// kTrain does, its gradients added to the step's and nothing else: no reduction, norm or update; Note [gradient
+// accumulation] in exec/executor.h). A kModel
 // operation stands for the model's own kernels between two of its boundaries (model/model.h ModelHooks): the executor
 // lets the model run them and checks that the model reached the boundaries the schedule expects, in the same order.
 #pragma once
@@ -64,8 +67,8 @@ enum class OpKind : int {
 };
 const char* op_kind_name(OpKind k);
 
-enum class Pass : int { kForward = 0, kBackward, kStep, kTrain, kForwardBackward, kSetup, kPrefetch };
-constexpr int kNumPasses = 7;
+enum class Pass : int { kForward = 0, kBackward, kStep, kTrain, kForwardBackward, kSetup, kPrefetch, kAccumulate };
+constexpr int kNumPasses = 8;
 const char* pass_name(Pass p);
 
 struct Op {
@@ -120,6 +123,7 @@ struct ScheduleSpec {
   int64_t lm_chunk_rows = 0;  // 0: the model's default
   int input_staging_slots = 0;  // Note [input staging]: host slots of the next batches; 0: the caller feeds inputs
   int data_ranks = 1;  // Note [data parallel]: ranks whose gradients are averaged (batch is one rank's share)
+  int grad_accum = 1;  // Note [gradient accumulation]: micro-batches a step (kAccumulate compiled when above 1)
   // Note [sharded optimizer] (exec/optimizer.h): with the CPU optimizer, a rank's gradients to the host, host update
   // and parameters back cover its share of each segment (the largest share, rank 0's, is what the schedule counts).
   bool shard_optimizer = false;

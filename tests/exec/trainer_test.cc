@@ -754,6 +754,78 @@ TEST(Trainer, MaskedDataLossAndGradientAreThoseOfTheTargetsThatCount) {
   EXPECT_NEAR(tr.history()[0].grad_norm, std::sqrt(norm_sq), 1e-5 * std::sqrt(norm_sq));
 }
 
+// Note [gradient accumulation]: a step of micro-batches (2 of 4 sequences, 4 of 2) follows the step of one batch of 8
+// (the same windows, in the same order) up to rounding: losses, gradient norms, evaluations and the parameters after
+// it, for GPT-2 and a Llama, on text and on masked data (whose step count spans the micro-batches), with activations
+// resident, recomputed and swapped; a resume in the middle continues bit for bit; the CPU optimizer is refused.
+TEST(Trainer, GradientAccumulationFollowsOneLargeBatch) {
+  TempDir dir;
+  const std::string text = dir.write("corpus.txt", testing::synthetic_text(60000));
+  const std::string masked = write_masked_shards(dir, "masked");
+  const ModelConfig llama{.family = "llama", .vocab = 256, .layers = 2, .dim = 32, .heads = 4, .seq = 32,
+                          .kv_heads = 2, .ffn = 48};
+  struct Case {
+    std::string data;
+    ModelConfig model;
+    std::string plan;
+  };
+  for (const Case& c : {Case{text, small_config(text).model, "in-core"}, Case{text, llama, "recompute"},
+                        Case{masked, llama, "swap-activations"}, Case{masked, small_config(text).model, "in-core"}}) {
+    SCOPED_TRACE(c.model.describe() + " " + c.plan + (c.data == masked ? " masked" : ""));
+    TrainConfig one = small_config(c.data);
+    one.model = c.model;
+    one.plan = c.plan;
+    one.batch = 8;
+    one.steps = 6;
+    one.eval_every = 3;
+    one.eval_batches = 2;
+    one.grads_in_activations = false;
+    auto a = Trainer::create(one, nullptr);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    ASSERT_TRUE(a.value()->run().is_ok());
+    const RunResult ra = finish(*a.value());
+    for (const auto& [micro, n] : {std::pair{4, 2}, std::pair{2, 4}}) {
+      SCOPED_TRACE(std::to_string(n) + " micro-batches of " + std::to_string(micro));
+      TrainConfig acc = one;
+      acc.batch = micro;
+      acc.grad_accum = n;
+      acc.eval_batches = one.eval_batches * one.batch / micro;  // the same validation windows
+      auto b = Trainer::create(acc, nullptr);
+      ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+      ASSERT_TRUE(b.value()->run().is_ok());
+      const RunResult rb = finish(*b.value());
+      ASSERT_EQ(ra.losses.size(), rb.losses.size());
+      for (size_t i = 0; i < ra.losses.size(); ++i) EXPECT_NEAR(ra.losses[i], rb.losses[i], 1e-5 * ra.losses[i]);
+      for (size_t i = 0; i < a.value()->history().size(); ++i)
+        EXPECT_NEAR(a.value()->history()[i].grad_norm, b.value()->history()[i].grad_norm,
+                    1e-4 * a.value()->history()[i].grad_norm);
+      ASSERT_EQ(a.value()->evals().size(), b.value()->evals().size());
+      for (size_t i = 0; i < a.value()->evals().size(); ++i)
+        EXPECT_NEAR(a.value()->evals()[i].loss, b.value()->evals()[i].loss, 1e-5 * a.value()->evals()[i].loss);
+      double worst = 0;
+      for (size_t i = 0; i < ra.params.size(); ++i)
+        worst = std::max(worst, static_cast<double>(std::abs(ra.params[i] - rb.params[i])));
+      EXPECT_LT(worst, 1e-4) << "parameters after the steps";
+    }
+  }
+  // Resumed in the middle: the uninterrupted run's bits.
+  TrainConfig acc = small_config(masked);
+  acc.batch = 4;
+  acc.grad_accum = 3;
+  acc.steps = 20;
+  auto straight = Trainer::create(acc, nullptr);
+  ASSERT_TRUE(straight.is_ok()) << straight.status().to_string();
+  ASSERT_TRUE(straight.value()->run().is_ok());
+  expect_bit_identical(finish(*straight.value()), run_split_at_10(acc, dir.file("ckpt")));
+  // The CPU optimizer's gradients live on the host: not accumulated yet, refused, named.
+  TrainConfig cpu = acc;
+  cpu.optimizer = OptimizerPlacement::kCpu;
+  auto refused = Trainer::create(cpu, nullptr);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("accumulating gradients on the host"), std::string::npos)
+      << refused.status().message();
+}
+
 // Note [speculative update]: the CPU optimizer updating each block during the backward as if the norm were under
 // the clip gives the device optimizer's bits whether the guess holds (a clip far above the norm: every update kept)
 // or not (a clip far below it: the first step's updates redone, and no guess after that), with parameters streamed or resident, through evaluations and a

@@ -218,7 +218,9 @@ void check_against_reference(bool masked) {
     ASSERT_TRUE(x.download_grads(grads.data()).is_ok());
     double mean = 0;
     for (size_t i = 0; i < losses.size(); ++i) {
-      if (targets[i] < 0) EXPECT_EQ(losses[i], 0.0) << "a target that does not count has loss 0";
+      if (targets[i] < 0) {
+        EXPECT_EQ(losses[i], 0.0) << "a target that does not count has loss 0";
+      }
       mean += losses[i];
     }
     mean /= static_cast<double>(counted);
