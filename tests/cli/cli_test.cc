@@ -476,6 +476,44 @@ TEST(Cli, MaskedDataOverADataMeshTrainsTheOneProcessModel) {
   }
 }
 
+// Note [gradient accumulation] over a data mesh: --grad-accum 2 over data=2 (each input mode) follows the one-process
+// run with --grad-accum 2 (one reduction a step, after the second micro-batch), on text and on masked data; and the
+// one-process run follows --batch 16 without accumulation up to rounding.
+TEST(Cli, GradientAccumulationOverADataMeshTrainsTheOneProcessModel) {
+  TempDir dir;
+  const std::string text = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
+  std::vector<uint32_t> tokens;
+  for (size_t at = 0, k = 0; at < text.size(); ++k) {
+    const size_t n = std::min(text.size() - at, 40 + (k * 7919) % 31), prompt = 5 + (k * 104729) % 31;
+    for (size_t i = 0; i < n; ++i)
+      tokens.push_back(static_cast<unsigned char>(text[at + i]) | (i < prompt ? data::kNoLoss : 0u));
+    at += n;
+  }
+  std::filesystem::create_directories(dir.file("masked"));
+  ASSERT_TRUE(data::write_token_shard(dir.file("masked/train_000.bin"), data::Tokens(tokens), 256).is_ok());
+  const std::string bin = TT_BINARY;
+  for (const std::string& data : {text, dir.file("masked")}) {
+    const std::string base = "train --data " + data +
+                             " --backend cpu --layers 2 --dim 32 --heads 2 --seq 16 --steps 12 --warmup 2 "
+                             "--eval-every 6 --eval-batches 2 --threads 1 --log-every 4";
+    const std::string args = base + " --batch 8 --grad-accum 2";
+    const std::string one = dir.path() + "/one.json", big = dir.path() + "/big.json";
+    CliRun a = run(args + " --metrics-out " + one);
+    ASSERT_EQ(a.code, 0) << a.out;
+    EXPECT_HAS(a.out, "batch 16 = 2 micro-batches of 8 (256 tokens/step)");
+    CliRun b = run(base + " --batch 16 --eval-batches 1 --metrics-out " + big);
+    ASSERT_EQ(b.code, 0) << b.out;
+    expect_same_curve(big, one, "accumulated against one batch");
+    for (const std::string input : {"direct", "via-root"}) {
+      const std::string mesh = dir.path() + "/mesh-" + input + ".json";
+      CliRun m = run("launch -n 2 -- " + bin + " " + args + " --mesh data=2 --input " + input + " --metrics-out " +
+                     mesh);
+      ASSERT_EQ(m.code, 0) << m.out;
+      expect_same_curve(one, mesh, "accumulated over data=2 " + input);
+    }
+  }
+}
+
 // Issue 47, through the binary: a request past the machine's memory is refused before anything is taken (it was a
 // std::bad_alloc, rc 134); an output file or a tokenizer file that is a FIFO is refused at once (they hung); a data
 // folder of validation shards alone is refused (it trained on them).
