@@ -7,23 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from program import launcher
 
 REPO = Path(__file__).resolve().parents[2]
 
-
-def launcher() -> str:
-    # As test_comm's, without importing the package: these tests need only the program.
-    for path in (os.environ.get("TT_TIERTRAIN_BIN", ""), str(REPO / "build/release/src/tiertrain"),
-                 shutil.which("tiertrain") or ""):
-        if path and os.access(path, os.X_OK):
-            return path
-    pytest.fail("no tiertrain binary: build it (scripts/test.sh) or set TT_TIERTRAIN_BIN")
 SHA256 = {  # as tiktoken_ext/openai_public.py pins them
     "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
     "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",

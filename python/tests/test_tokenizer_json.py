@@ -9,28 +9,20 @@ Skipped where tokenizers is not installed."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 import subprocess
 import unicodedata
 from pathlib import Path
 
 import numpy as np
 import pytest
+from program import launcher
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
           r"\s+(?!\S)|\s+")
 QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 
-
-def launcher() -> str:
-    for path in (os.environ.get("TT_TIERTRAIN_BIN", ""), str(REPO / "build/release/src/tiertrain"),
-                 shutil.which("tiertrain") or ""):
-        if path and os.access(path, os.X_OK):
-            return path
-    pytest.fail("no tiertrain binary: build it (scripts/test.sh) or set TT_TIERTRAIN_BIN")
 
 
 def run(*args: str) -> tuple[str, str]:

@@ -440,21 +440,27 @@ TEST(Cli, TensorParallelOverAMeshTrainsTheOneProcessModel) {
 // The Llama family over a mesh (docs/ARCHITECTURE.md invariant 5): tensor parallel over heads with whole key/value
 // groups a rank (and the vocabulary and the untied head split), data parallel, and both, follow the one-process run;
 // its checkpoint, written over model=2, resumes in one process bit for bit with the uninterrupted one-process run.
+// Fine-tuning data of `text` in a masked shard (Note [loss mask]) in folder `to`: documents of 40 to 70 bytes, the
+// first 5 to 35 of each a prompt the loss does not count.
+void write_masked_shard(const std::string& text, const std::string& to) {
+  std::vector<uint32_t> tokens;
+  for (size_t at = 0, k = 0; at < text.size(); ++k) {
+    const size_t n = std::min(text.size() - at, 40 + (k * 7919) % 31), prompt = 5 + (k * 104729) % 31;
+    for (size_t i = 0; i < n; ++i)
+      tokens.push_back(static_cast<unsigned char>(text[at + i]) | (i < prompt ? data::kNoLoss : 0u));
+    at += n;
+  }
+  std::filesystem::create_directories(to);
+  ASSERT_TRUE(data::write_token_shard(to + "/train_000.bin", data::Tokens(tokens), 256).is_ok());
+}
+
 // Note [loss mask]: fine-tuning data (prompts not counted, the counted targets differing from rank to rank within a
 // batch) over data=2 and data=4, with each input mode, follows the one-process run: the gradient's scale is the whole
 // batch's count on every rank, the loss the mean over the whole batch's counted targets.
 TEST(Cli, MaskedDataOverADataMeshTrainsTheOneProcessModel) {
   TempDir dir;
   const std::string text = tt::testing::synthetic_text(30000);
-  std::vector<uint32_t> tokens;
-  for (size_t at = 0, k = 0; at < text.size(); ++k) {  // documents of 40 to 70 bytes, the first 5 to 35 a prompt
-    const size_t n = std::min(text.size() - at, 40 + (k * 7919) % 31), prompt = 5 + (k * 104729) % 31;
-    for (size_t i = 0; i < n; ++i)
-      tokens.push_back(static_cast<unsigned char>(text[at + i]) | (i < prompt ? data::kNoLoss : 0u));
-    at += n;
-  }
-  std::filesystem::create_directories(dir.file("masked"));
-  ASSERT_TRUE(data::write_token_shard(dir.file("masked/train_000.bin"), data::Tokens(tokens), 256).is_ok());
+  write_masked_shard(text, dir.file("masked"));
   const std::string bin = TT_BINARY;
   const std::string args = "train --data " + dir.file("masked") +
                            " --backend cpu --layers 2 --dim 32 --heads 2 --seq 16 --batch 8 --steps 12 --warmup 2 "
@@ -482,15 +488,7 @@ TEST(Cli, MaskedDataOverADataMeshTrainsTheOneProcessModel) {
 TEST(Cli, GradientAccumulationOverADataMeshTrainsTheOneProcessModel) {
   TempDir dir;
   const std::string text = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
-  std::vector<uint32_t> tokens;
-  for (size_t at = 0, k = 0; at < text.size(); ++k) {
-    const size_t n = std::min(text.size() - at, 40 + (k * 7919) % 31), prompt = 5 + (k * 104729) % 31;
-    for (size_t i = 0; i < n; ++i)
-      tokens.push_back(static_cast<unsigned char>(text[at + i]) | (i < prompt ? data::kNoLoss : 0u));
-    at += n;
-  }
-  std::filesystem::create_directories(dir.file("masked"));
-  ASSERT_TRUE(data::write_token_shard(dir.file("masked/train_000.bin"), data::Tokens(tokens), 256).is_ok());
+  write_masked_shard(text, dir.file("masked"));
   const std::string bin = TT_BINARY;
   for (const std::string& data : {text, dir.file("masked")}) {
     const std::string base = "train --data " + data +

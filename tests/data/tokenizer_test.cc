@@ -74,6 +74,18 @@ TEST(Tokenizer, Gpt2sPreTokenizerCutsWhereItsPatternDoes) {
 
 using testing::gpt2_char_of;
 
+// Random bytes (40 at a time, 100 times) decode from their ids to themselves.
+void expect_any_bytes_come_back(const Tokenizer& t, uint64_t seed) {
+  Rng rng(seed);
+  for (int k = 0; k < 100; ++k) {
+    std::string s;
+    for (int i = 0; i < 40; ++i) s.push_back(static_cast<char>(rng.uniform_int(256)));
+    auto back = t.decode(t.encode(s));
+    ASSERT_TRUE(back.is_ok());
+    EXPECT_EQ(back.value(), s);
+  }
+}
+
 // A small byte-level vocabulary in dir (testing::write_small_gpt2_vocab); the folder's path.
 std::string write_small_vocab(TempDir& dir, const std::vector<std::pair<std::string, std::string>>& merges) {
   testing::write_small_gpt2_vocab(dir.path(), merges);
@@ -99,15 +111,7 @@ TEST(Tokenizer, MergesTheLowestRankedPairFirst) {
   EXPECT_EQ(t.encode("aaaaa"), (std::vector<int32_t>{264, 264, 'a'}));
   // The special token, wherever it is in the text.
   EXPECT_EQ(t.encode("aa<|endoftext|>hello"), (std::vector<int32_t>{264, 265, 259}));
-  // Any bytes come back as they were.
-  Rng rng(4);
-  for (int k = 0; k < 100; ++k) {
-    std::string s;
-    for (int i = 0; i < 40; ++i) s.push_back(static_cast<char>(rng.uniform_int(256)));
-    auto back = t.decode(t.encode(s));
-    ASSERT_TRUE(back.is_ok());
-    EXPECT_EQ(back.value(), s);
-  }
+  expect_any_bytes_come_back(t, 4);
   EXPECT_FALSE(t.decode({266}).is_ok());
   // The decode-only reader agrees on the folder.
   auto v = load_vocab_bytes(where);
@@ -379,15 +383,7 @@ TEST(Tokenizer, ReadsTokenizerJsonWithItsPatternMergesAddedTokensAndTemplate) {
   // Merges written as pairs read the same.
   spec.merges_as_pairs = true;
   EXPECT_EQ(load_json(spec).encode("hello world 123"), t.encode("hello world 123"));
-  // Any bytes come back as they were.
-  Rng rng(5);
-  for (int k = 0; k < 100; ++k) {
-    std::string s;
-    for (int i = 0; i < 40; ++i) s.push_back(static_cast<char>(rng.uniform_int(256)));
-    auto back = t.decode(t.encode(s));
-    ASSERT_TRUE(back.is_ok());
-    EXPECT_EQ(back.value(), s);
-  }
+  expect_any_bytes_come_back(t, 5);
 }
 
 TEST(Tokenizer, IgnoreMergesTakesAPieceThatIsATokenWhole) {

@@ -577,6 +577,44 @@ TEST(Trainer, CpuOptimizerIsBitIdentical) {
   EXPECT_FALSE(Trainer::create(forced, nullptr).is_ok());
 }
 
+// Each plan run of `base` (with the CPU optimizer where `cpu`, speculating where `speculate`; with slow_cpu under
+// slow kernels, a slow link and a slower host) gives in-core's bits `ra` and its evaluations `a`'s; then `base` run
+// for 20 steps straight and split at step 10 over a checkpoint in `ckpt` give the same bits.
+struct PlanRun {
+  std::string plan;
+  bool cpu, speculate;
+};
+void expect_every_plan_matches(const TrainConfig& base, const Trainer& a, const RunResult& ra,
+                               const std::vector<PlanRun>& runs, bool slow_cpu, const std::string& ckpt) {
+  for (const PlanRun& r : runs) {
+    SCOPED_TRACE(r.plan + (r.cpu ? " cpu" : "") + (r.speculate ? " speculative" : ""));
+    TrainConfig tc = base;
+    tc.plan = r.plan;
+    if (r.cpu) {
+      tc.optimizer = OptimizerPlacement::kCpu;
+      tc.speculative_update = r.speculate;
+      if (slow_cpu) {
+        tc.cpu_copy_delay_us = 2000;
+        tc.cpu_compute_delay_us = 100;
+        tc.cpu_host_delay_us = 3000;
+      }
+    }
+    auto b = Trainer::create(tc, nullptr);
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    ASSERT_TRUE(b.value()->run().is_ok());
+    expect_bit_identical(ra, finish(*b.value()));
+    ASSERT_EQ(a.evals().size(), b.value()->evals().size());
+    for (size_t i = 0; i < a.evals().size(); ++i) EXPECT_EQ(a.evals()[i].loss, b.value()->evals()[i].loss);
+  }
+  TrainConfig longer = base;
+  longer.steps = 20;
+  longer.eval_every = 0;
+  auto straight = Trainer::create(longer, nullptr);
+  ASSERT_TRUE(straight.is_ok());
+  ASSERT_TRUE(straight.value()->run().is_ok());
+  expect_bit_identical(finish(*straight.value()), run_split_at_10(longer, ckpt));
+}
+
 // The Llama family through every plan (docs/ARCHITECTURE.md invariant 1): each activation placement and rebuild,
 // a mixed JSON plan, Unified Memory, the CPU optimizer with streamed gradients and parameters and the speculative
 // update (under a slow link, slow kernels and a slower host), give in-core's bits, losses and evaluations; and a run
@@ -603,46 +641,19 @@ TEST(Trainer, LlamaEveryPlanIsBitIdenticalToInCore) {
       "layers": {"0": {"param": "host_streamed", "activation": "recompute"},
                  "1": {"param": "host_streamed", "grad": "host_streamed"}, "2": {"activation": "swap"},
                  "3": {"param": "host_streamed", "activation": "swap"}}})");
-  struct Run {
-    std::string plan;
-    bool cpu, speculate;
-  };
-  for (const Run& r : std::vector<Run>{{"recompute", false, false},
-                                       {"swap-activations", false, false},
-                                       {"swap-attention-recompute-mlp", false, false},
-                                       {"swap-attention-recompute-mlp-norms", false, false},
-                                       {"in-core-selective", false, false},
-                                       {mixed, false, false},
-                                       {"um-swap-activations", false, false},
-                                       {"in-core", true, false},
-                                       {"offload-params", true, false},
-                                       {"offload-all", true, true},
-                                       {params_mix, true, false}}) {
-    SCOPED_TRACE(r.plan + (r.cpu ? " cpu" : "") + (r.speculate ? " speculative" : ""));
-    TrainConfig tc = base;
-    tc.plan = r.plan;
-    if (r.cpu) {
-      tc.optimizer = OptimizerPlacement::kCpu;
-      tc.speculative_update = r.speculate;
-      tc.cpu_copy_delay_us = 2000;
-      tc.cpu_compute_delay_us = 100;
-      tc.cpu_host_delay_us = 3000;
-    }
-    auto b = Trainer::create(tc, nullptr);
-    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
-    ASSERT_TRUE(b.value()->run().is_ok());
-    expect_bit_identical(ra, finish(*b.value()));
-    ASSERT_EQ(a.value()->evals().size(), b.value()->evals().size());
-    for (size_t i = 0; i < a.value()->evals().size(); ++i)
-      EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
-  }
-  TrainConfig longer = base;
-  longer.steps = 20;
-  longer.eval_every = 0;
-  auto straight = Trainer::create(longer, nullptr);
-  ASSERT_TRUE(straight.is_ok());
-  ASSERT_TRUE(straight.value()->run().is_ok());
-  expect_bit_identical(finish(*straight.value()), run_split_at_10(longer, dir.file("ckpt")));
+  expect_every_plan_matches(base, *a.value(), ra,
+                            {{"recompute", false, false},
+                             {"swap-activations", false, false},
+                             {"swap-attention-recompute-mlp", false, false},
+                             {"swap-attention-recompute-mlp-norms", false, false},
+                             {"in-core-selective", false, false},
+                             {mixed, false, false},
+                             {"um-swap-activations", false, false},
+                             {"in-core", true, false},
+                             {"offload-params", true, false},
+                             {"offload-all", true, true},
+                             {params_mix, true, false}},
+                            /*slow_cpu=*/true, dir.file("ckpt"));
 }
 
 // Fine-tuning data in masked shards of the synthetic text: documents of 25 to 90 tokens, the first 10 to 60 of
@@ -684,36 +695,12 @@ TEST(Trainer, MaskedDataEveryPlanIsBitIdenticalToInCore) {
   const RunResult ra = finish(*a.value());
   EXPECT_LT(ra.losses.back(), ra.losses.front());
   for (double l : ra.losses) EXPECT_TRUE(std::isfinite(l) && l > 0) << l;
-  struct Run {
-    std::string plan;
-    bool cpu, speculate;
-  };
-  for (const Run& r : std::vector<Run>{{"recompute", false, false},
-                                       {"swap-activations", false, false},
-                                       {"in-core", true, false},
-                                       {"offload-all", true, true}}) {
-    SCOPED_TRACE(r.plan + (r.cpu ? " cpu" : "") + (r.speculate ? " speculative" : ""));
-    TrainConfig tc = base;
-    tc.plan = r.plan;
-    if (r.cpu) {
-      tc.optimizer = OptimizerPlacement::kCpu;
-      tc.speculative_update = r.speculate;
-    }
-    auto b = Trainer::create(tc, nullptr);
-    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
-    ASSERT_TRUE(b.value()->run().is_ok());
-    expect_bit_identical(ra, finish(*b.value()));
-    ASSERT_EQ(a.value()->evals().size(), b.value()->evals().size());
-    for (size_t i = 0; i < a.value()->evals().size(); ++i)
-      EXPECT_EQ(a.value()->evals()[i].loss, b.value()->evals()[i].loss);
-  }
-  TrainConfig longer = base;
-  longer.steps = 20;
-  longer.eval_every = 0;
-  auto straight = Trainer::create(longer, nullptr);
-  ASSERT_TRUE(straight.is_ok());
-  ASSERT_TRUE(straight.value()->run().is_ok());
-  expect_bit_identical(finish(*straight.value()), run_split_at_10(longer, dir.file("ckpt")));
+  expect_every_plan_matches(base, *a.value(), ra,
+                            {{"recompute", false, false},
+                             {"swap-activations", false, false},
+                             {"in-core", true, false},
+                             {"offload-all", true, true}},
+                            /*slow_cpu=*/false, dir.file("ckpt"));
 }
 
 // Note [loss mask]: the first step's loss is the mean over the targets of its batch that count, and its gradient

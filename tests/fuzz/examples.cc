@@ -10,29 +10,17 @@
 
 #include "data/finetune.h"
 #include "data/tokenizer.h"
+#include "../gpt2_vocab.h"
 #include "fuzz_util.h"
 
 namespace {
-
-std::string byte_char(int b) {  // GPT-2's byte-level alphabet, as UTF-8
-  int next = 256, cp = -1;
-  for (int x = 0; x <= b; ++x) cp = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174) ? x : next++;
-  std::string u;
-  if (cp < 0x80) {
-    u.push_back(static_cast<char>(cp));
-  } else {
-    u.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    u.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return u;
-}
 
 const tt::Tokenizer& tokenizer() {
   static const tt::Tokenizer* tok = [] {
     using nlohmann::json;
     json vocab = json::object();
-    for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
-    vocab[byte_char('h') + byte_char('e')] = 256;
+    for (int b = 0; b < 256; ++b) vocab[tt::testing::gpt2_char_of(b)] = b;
+    vocab[tt::testing::gpt2_char_of('h') + tt::testing::gpt2_char_of('e')] = 256;
     json added = json::array();
     int id = 257;
     for (const char* t : {"<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"})
