@@ -72,7 +72,7 @@ struct LoadedModel {
   std::unique_ptr<Executor> ex;
 };
 Result<LoadedModel> load_model(const std::string& path, int batch, const std::string& backend,
-                               const std::string& dtype, int threads, const char* what) {
+                               const std::string& dtype, int threads, const char* what, bool allow_nonfinite) {
   LoadedModel m;
   {
     TT_ASSIGN_OR_RETURN(TensorFileReader reader, TensorFileReader::open(path));
@@ -93,7 +93,7 @@ Result<LoadedModel> load_model(const std::string& path, int batch, const std::st
                spec.inventory.describe(Inventory::kDevice).c_str(), format_bytes(spec.budget).c_str());
   TT_ASSIGN_OR_RETURN(m.be, create_run_backend(tc, spec));
   TT_ASSIGN_OR_RETURN(m.ex, Executor::create(*m.be, spec.exec));
-  TT_TRY(load_checkpoint_params(path, *m.ex).status());
+  TT_TRY(load_checkpoint_params(path, *m.ex, allow_nonfinite).status());
   return m;
 }
 }  // namespace
@@ -115,7 +115,8 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
     TT_TRY(data::tokenize_in_memory({o.data}, tok, val_fraction, &train, &val));
     ds = data::TokenDataset::from_tokens(std::move(train), std::move(val), tok.vocab());
   }
-  TT_ASSIGN_OR_RETURN(LoadedModel m, load_model(out.checkpoint, o.batch, o.backend, o.dtype, o.threads, "evaluation"));
+  TT_ASSIGN_OR_RETURN(LoadedModel m, load_model(out.checkpoint, o.batch, o.backend, o.dtype, o.threads, "evaluation",
+                                                 o.allow_nonfinite));
   out.step = m.st.step;
   const ModelConfig& cfg = m.st.model;
   // A tokenizer's vocabulary may be below the model's (Qwen2 pads its embedding past its tokenizer), never above.
@@ -179,7 +180,8 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
   SampleResult out;
   TT_ASSIGN_OR_RETURN(out.checkpoint, resolve_checkpoint(where));
   // An in-core model of batch 1 on the backend asked for.
-  TT_ASSIGN_OR_RETURN(LoadedModel m, load_model(out.checkpoint, 1, o.backend, o.dtype, o.threads, "sampling"));
+  TT_ASSIGN_OR_RETURN(LoadedModel m, load_model(out.checkpoint, 1, o.backend, o.dtype, o.threads, "sampling",
+                                                 o.allow_nonfinite));
   const CheckpointState& st = m.st;
   out.step = st.step;
   out.bytes = st.model.vocab <= 256;

@@ -32,6 +32,7 @@ struct SampleOptions {
   std::string vocab_file;     // the tokenizer (Tokenizer::load): a prompt read as text, token ids printed as text
   bool kv_cache = true;       // Note [KV cache] (model/gpt.h); false: a forward over the whole context per token
   bool cuda_graph = true;     // a decode step recorded once and replayed (CUDA); false: enqueued kernel by kernel
+  bool allow_nonfinite = false;  // a checkpoint holding NaN or infinity loaded anyway (check_finite_tensor)
 };
 
 struct SampleResult {
@@ -58,6 +59,7 @@ struct EvalOptions {
   std::string split = "all";  // all (every token), val or train (the splits a run with val_fraction makes)
   double val_fraction = 0.05;
   std::string tokenizer;     // text read through this tokenizer (Tokenizer::load) for a token model; else bytes
+  bool allow_nonfinite = false;  // a checkpoint holding NaN or infinity loaded anyway (check_finite_tensor)
   int batch = 8;             // sequences per forward
   int64_t batches = 0;       // at most this many batches (0: every whole batch the data holds)
   std::string backend = "auto";

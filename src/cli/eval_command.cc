@@ -36,6 +36,9 @@ class EvalCommand final : public Command {
     eval->add_option("--backend", o_.backend, "auto, cpu or cuda [default: auto]")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     eval->add_option("--threads", o_.threads, "CPU threads (0: automatic) [default: 0]")->check(CLI::Range(0, 4096));
+    eval->add_flag("--allow-nonfinite", o_.allow_nonfinite,
+                   "load a checkpoint holding NaN, infinity or negative second moments (refused otherwise), for "
+                   "forensics");
     eval->add_flag("--json", json_, "print one JSON object (the loss in full precision) instead of the line");
     return eval;
   }

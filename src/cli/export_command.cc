@@ -26,11 +26,14 @@ class ExportCommand final : public Command {
     e->add_option("--max-shard-size", shard_,
                   "the largest safetensors file, in bytes (5000000000, or 5GB, 500MiB); more are written with "
                   "model.safetensors.index.json [default: 5GB]");
+    e->add_flag("--allow-nonfinite", allow_nonfinite_,
+                "export a checkpoint holding NaN or infinity (refused otherwise), for forensics");
     return e;
   }
   int run(Context&) override {
     ExportOptions o;
     o.dtype = dtype_ == "bf16" ? DType::kBF16 : DType::kF32;
+    o.allow_nonfinite = allow_nonfinite_;
     auto bytes = parse_bytes(shard_);
     if (!bytes.is_ok() || bytes.value() < 1) {
       std::fprintf(stderr, "tiertrain export: --max-shard-size '%s' is not a size of at least one byte\n",
@@ -50,6 +53,7 @@ class ExportCommand final : public Command {
   }
 
  private:
+  bool allow_nonfinite_ = false;
   std::string checkpoint_;
   std::string out_;
   std::string format_ = "safetensors";

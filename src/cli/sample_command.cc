@@ -69,6 +69,9 @@ class SampleCommand final : public Command {
                      "each new token through the blocks alone against cached keys and values [default]; "
                      "--no-kv-cache: a forward over the whole context for every token (slower; the same draws up to "
                      "rounding)");
+    sample->add_flag("--allow-nonfinite", o_.allow_nonfinite,
+                     "load a checkpoint holding NaN, infinity or negative second moments (refused otherwise), for "
+                     "forensics");
     sample->add_option("--tokenizer,--vocab", o_.vocab_file,
                        "the model's tokenizer: a tokenizer.json (or a folder holding one), or GPT-2's encoder.json "
                        "and vocab.bpe (a folder; encoder.json alone decodes only): a token-shard model's prompt read "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <dirent.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/atomic_file.h"
+#include "core/bf16.h"
 #include "core/log.h"
 #include "core/tensorfile.h"
 
@@ -381,7 +383,26 @@ Result<std::string> resolve_checkpoint(const std::string& where) {
   return find_checkpoint(std::filesystem::is_directory(run_checkpoints, ec) ? run_checkpoints : where, "latest");
 }
 
-Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor& ex) {
+Status check_finite_tensor(const std::string& path, const std::string& name, DType dtype, const void* data, size_t n,
+                           bool nonnegative) {
+  const auto value = [&](size_t i) -> double {
+    if (dtype == DType::kF64) return static_cast<const double*>(data)[i];
+    if (dtype == DType::kBF16) return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
+    return static_cast<const float*>(data)[i];
+  };
+  TT_RETURN_IF(dtype != DType::kF32 && dtype != DType::kF64 && dtype != DType::kBF16, kInvalidArgument,
+               "check_finite_tensor: %s values", dtype_name(dtype));
+  for (size_t i = 0; i < n; ++i) {
+    const double v = value(i);
+    TT_RETURN_IF(!std::isfinite(v) || (nonnegative && v < 0), kDataLoss,
+                 "checkpoint '%s': %s holds %g at element %zu (%s): a diverged or damaged run's checkpoint; "
+                 "--allow-nonfinite loads it anyway, for forensics",
+                 path.c_str(), name.c_str(), v, i, std::isfinite(v) ? "a second moment below 0" : "not finite");
+  }
+  return Status::ok();
+}
+
+Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor& ex, bool allow_nonfinite) {
   const Model& model = ex.model();
   TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
   TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(r.meta(), path));
@@ -396,7 +417,10 @@ Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor
   for (const ParamInfo& p : model_param_layout(whole)) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
-    TT_TRY(r.read("param/" + p.name, st.dtype, shape, params.data() + static_cast<size_t>(p.offset) * esize));
+    void* at = params.data() + static_cast<size_t>(p.offset) * esize;
+    TT_TRY(r.read("param/" + p.name, st.dtype, shape, at));
+    if (!allow_nonfinite)
+      TT_TRY(check_finite_tensor(path, "param/" + p.name, st.dtype, at, static_cast<size_t>(p.shape.numel())));
   }
   if (model.config().tp > 1) {  // Note [tensor parallel]: this rank's shard of the whole tensors
     std::vector<unsigned char> local(static_cast<size_t>(model.num_params()) * esize);
@@ -410,7 +434,8 @@ Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor
   return st;
 }
 
-Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex) {
+Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex,
+                                        bool allow_nonfinite) {
   const Model& model = ex.model();
   Optimizer& opt = ex.optimizer();
   TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(path));
@@ -429,6 +454,11 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
     TT_TRY(r.read("param/" + p.name, md, shape, params.data() + off));
     TT_TRY(r.read("adam.m/" + p.name, md, shape, m.data() + off));
     TT_TRY(r.read("adam.v/" + p.name, md, shape, v.data() + off));
+    if (allow_nonfinite) continue;
+    const size_t count = static_cast<size_t>(p.shape.numel());
+    TT_TRY(check_finite_tensor(path, "param/" + p.name, md, params.data() + off, count));
+    TT_TRY(check_finite_tensor(path, "adam.m/" + p.name, md, m.data() + off, count));
+    TT_TRY(check_finite_tensor(path, "adam.v/" + p.name, md, v.data() + off, count, /*nonnegative=*/true));
   }
   if (model.config().tp > 1) {  // Note [tensor parallel]: this rank's shards of the whole tensors
     const size_t local_bytes = static_cast<size_t>(model.num_params()) * esize;

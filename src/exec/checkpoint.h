@@ -75,10 +75,18 @@ Status check_checkpoint_continues(const CheckpointState& st, const CheckpointSta
 // Checks the file against `expected` (model shape, dtype, data fingerprint must match; batch, seed and data path
 // differences are reported as warnings), then loads parameters and optimizer state into the executor's model and
 // optimizer. A tensor-parallel executor takes its shard of the whole tensors (Note [tensor parallel]).
-Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex);
+Result<CheckpointState> load_checkpoint(const std::string& path, const CheckpointState& expected, Executor& ex,
+                                        bool allow_nonfinite = false);
 // Only the parameters of checkpoint `path` into the executor's model, for something that starts from them
 // (--init-from: a new run on other data; sampling): the model's shape and master dtype must match (kFailedPrecondition,
 // naming what differs); the optimizer state, data position and step are not read. Returns the checkpoint's state.
-Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor& ex);
+Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor& ex, bool allow_nonfinite = false);
+
+// Issue 47: a checkpoint's tensors hold finite values, and AdamW's second moments none below 0; the first element that
+// does not is named (a diverged or damaged run's checkpoint would otherwise sample bytes 0xFF, evaluate to "loss nan"
+// or export NaNs). The loads above check every tensor they read unless allow_nonfinite (--allow-nonfinite, for
+// forensics). `n` values of `dtype` (f32, f64, bf16) at `data`.
+Status check_finite_tensor(const std::string& path, const std::string& name, DType dtype, const void* data, size_t n,
+                           bool nonnegative = false);
 
 }  // namespace tt

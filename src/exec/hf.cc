@@ -339,6 +339,8 @@ Result<ExportSummary> export_hf(const std::string& where, const std::string& out
         for (int d = 0; d < p.shape.rank(); ++d) shape.push_back(p.shape[d]);
         ours.resize(static_cast<size_t>(p.shape.numel()));
         TT_TRY(r.read("param/" + p.name, DType::kF32, shape, ours.data()));
+        if (!o.allow_nonfinite)
+          TT_TRY(check_finite_tensor(s.checkpoint, "param/" + p.name, DType::kF32, ours.data(), ours.size()));
         cached = p.name;
       }
       const int64_t cols = p.shape.rank() == 2 ? p.shape[1] : 1;

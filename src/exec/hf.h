@@ -32,6 +32,7 @@ struct ExportSummary {
 struct ExportOptions {
   int64_t max_shard_bytes = 5'000'000'000;  // transformers' default "5GB"; a tensor larger than it is a shard alone
   DType dtype = DType::kF32;                // kF32 or kBF16
+  bool allow_nonfinite = false;             // export a checkpoint holding NaN or infinity (check_finite_tensor)
 };
 // The parameters of checkpoint `where` (a file, a checkpoint folder or a run folder) in its family's Hugging Face
 // layout into `out_dir`: config.json and the safetensors (sharded past max_shard_bytes, with the index), each written

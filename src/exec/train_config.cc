@@ -151,6 +151,9 @@ void declare_train_knobs(Config& cfg) {
        "UNSAFE on a GPU shared with other jobs: let a plan's managed memory (--plan um, um-advised, "
        "um-swap-activations, or \"managed\" placements) be larger than the GPU's free memory, so that the driver "
        "evicts pages under load. Without it such a plan is refused at start");
+  knob("runtime", "allow_nonfinite", K::kBool, "false",
+       "resume or start from a checkpoint holding NaN, infinity or negative second moments (refused otherwise: a "
+       "diverged or damaged run's), for forensics");
   knob("runtime", "grads_in_activations", K::kBool, "true",
        "keep a block's gradients in the next block's activation memory once that block's backward is done (Note "
        "[gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory); false: "
@@ -315,6 +318,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.lm_chunk_rows = cfg.get_int("lm_chunk_rows");
   tc.um_allow_oversubscription = cfg.get_bool("um_allow_oversubscription");
   tc.grads_in_activations = cfg.get_bool("grads_in_activations");
+  tc.allow_nonfinite = cfg.get_bool("allow_nonfinite");
   tc.um_host_piece_mib = cfg.get_int("um_host_piece_mib");
   tc.host_ahead = cfg.get_bool("host_ahead");
   tc.um_counters = cfg.get_bool("um_counters");

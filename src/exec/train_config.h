@@ -31,6 +31,7 @@ struct TrainConfig {
   std::set<std::string> model_knobs_given;
   int batch = 16;
   int grad_accum = 1;  // micro-batches of `batch` a step (Note [gradient accumulation] in exec/executor.h)
+  bool allow_nonfinite = false;  // load checkpoints holding NaN or infinity (check_finite_tensor): forensics
   std::string data = kDefaultCorpus;
   double val_fraction = 0.05;
 

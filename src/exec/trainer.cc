@@ -424,7 +424,7 @@ Status Trainer::build() {
   TT_TRY(ex_->init_params(cfg.seed));
   if (!cfg.init_from.empty()) {
     TT_ASSIGN_OR_RETURN(std::string path, resolve_checkpoint(cfg.init_from));
-    auto from = load_checkpoint_params(path, *ex_);
+    auto from = load_checkpoint_params(path, *ex_, cfg.allow_nonfinite);
     if (!from.is_ok()) return std::move(from.take_status().with_context("--init-from"));
     print("parameters from %s (step %lld of its run); optimizer, schedule and data start afresh\n", path.c_str(),
           static_cast<long long>(from.value().step));
@@ -539,7 +539,7 @@ Status Trainer::build() {
     expected.data_fingerprint = dataset_.info().fingerprint;
     expected.config = cfg.resolved;
     expected.train_tokens = dataset_.train().size();
-    auto loaded = load_checkpoint(path, expected, *ex_);
+    auto loaded = load_checkpoint(path, expected, *ex_, cfg.allow_nonfinite);
     if (!loaded.is_ok()) return std::move(loaded.take_status().with_context("cannot resume"));
     const CheckpointState& st = loaded.value();
     sampler_->set_state(st.sampler);
@@ -632,6 +632,11 @@ Status Trainer::finish_step(StepRecord* rec) {
   speculate_next_ = host::adamw_clip_factor(norm_sq, cfg_.grad_clip) == 1.0f;
   TT_RETURN_IF(!std::isfinite(rec->loss), kInternal,
                "loss is %f at step %lld: training diverged (try a lower --lr or a --grad-clip)", rec->loss,
+               static_cast<long long>(e.step));
+  // Issue 47: a gradient norm that is not finite (an overflow in the backward with a finite loss) would write NaN
+  // into every parameter; the step is refused, as a non-finite loss is, before it is checkpointed.
+  TT_RETURN_IF(!std::isfinite(rec->grad_norm), kInternal,
+               "gradient norm is %f at step %lld: training diverged (try a lower --lr)", rec->grad_norm,
                static_cast<long long>(e.step));
   step_ = e.step;
   return Status::ok();

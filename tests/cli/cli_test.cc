@@ -2,6 +2,7 @@
 // loses nothing already written; --print-config shows where each value came from. Runs the real binary.
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -510,6 +511,63 @@ TEST(Cli, GradientAccumulationOverADataMeshTrainsTheOneProcessModel) {
       expect_same_curve(one, mesh, "accumulated over data=2 " + input);
     }
   }
+}
+
+// A copy of checkpoint `from` at `to` (valid CRCs) with element 0 of tensor `name` set to `value`.
+void write_checkpoint_with(const std::string& from, const std::string& to, const std::string& name, float value) {
+  auto r = TensorFileReader::open(from);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  std::vector<std::vector<unsigned char>> data;
+  data.reserve(r->entries().size());
+  TensorFileWriter w;
+  w.set_meta(r->meta());
+  bool found = false;
+  for (const TensorFileEntry& e : r->entries()) {
+    data.emplace_back(e.bytes);
+    ASSERT_TRUE(r->read(e.name, e.dtype, e.shape, data.back().data()).is_ok());
+    if (e.name == name) {
+      ASSERT_EQ(e.dtype, DType::kF32);
+      std::memcpy(data.back().data(), &value, sizeof value);
+      found = true;
+    }
+    w.add(e.name, e.dtype, e.shape, data.back().data());
+  }
+  ASSERT_TRUE(found) << name;
+  ASSERT_TRUE(w.write_atomic(to).is_ok());
+}
+
+// Issue 47: a checkpoint holding NaN (a parameter) or a negative second moment is refused by sample, eval, export
+// and a resume, naming the tensor and element (exit 1); --allow-nonfinite loads it, for forensics. A run whose
+// gradient norm is not finite stops there, as one whose loss is not.
+TEST(Cli, CheckpointsWithNonFiniteValuesAreRefused) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(6000));
+  const std::string args = "train --data " + data +
+                           " --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 4 --warmup 1 --backend cpu "
+                           "--eval-every 0 --threads 1";
+  CliRun t = run(args + " --stop-at 2 --checkpoint-dir " + dir.file("ck") + " --checkpoint-every 2");
+  ASSERT_EQ(t.code, 0) << t.out;
+  const std::string good = dir.file("ck/step_00000002.ttf");
+  std::filesystem::create_directories(dir.file("nan"));
+  write_checkpoint_with(good, dir.file("nan/step_00000002.ttf"), "param/wte", std::nanf(""));
+  std::filesystem::create_directories(dir.file("negv"));
+  write_checkpoint_with(good, dir.file("negv/step_00000002.ttf"), "adam.v/wte", -1.0f);
+  const std::string nan = dir.file("nan/step_00000002.ttf");
+  for (const std::string& cmd : {"sample " + nan + " --tokens 4 --backend cpu",
+                                 "eval " + nan + " --data " + data + " --batch 2 --backend cpu",
+                                 "export " + nan + " --out " + dir.file("hf")}) {
+    CliRun r = run(cmd);
+    EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
+    EXPECT_HAS(r.out, "param/wte holds nan at element 0 (not finite)");
+  }
+  CliRun forensics = run("sample " + nan + " --tokens 4 --backend cpu --allow-nonfinite");
+  EXPECT_EQ(forensics.code, 0) << forensics.out;
+  CliRun resume = run(args + " --checkpoint-dir " + dir.file("negv") + " --resume latest");
+  EXPECT_EQ(resume.code, 1) << resume.out;
+  EXPECT_HAS(resume.out, "adam.v/wte holds -1 at element 0 (a second moment below 0)");
+  CliRun resume_nan = run(args + " --checkpoint-dir " + dir.file("nan") + " --resume latest");
+  EXPECT_EQ(resume_nan.code, 1) << resume_nan.out;
+  EXPECT_HAS(resume_nan.out, "param/wte holds nan at element 0");
 }
 
 // Issue 47, through the binary: a request past the machine's memory is refused before anything is taken (it was a
