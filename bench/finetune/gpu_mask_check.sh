@@ -24,6 +24,11 @@ while at < len(text):
     k += 1
 header = [20240801, 8, len(tokens), 256] + [0] * 252
 open(sys.argv[1] + "/train_000.bin", "wb").write(struct.pack("<256i", *header) + struct.pack("<%dI" % len(tokens), *tokens))
+# The same text unmasked (every target counts): whether a bf16 departure is the mask's.
+os.makedirs(sys.argv[1] + "-plain", exist_ok=True)
+plain = [t & 0x7FFFFFFF for t in tokens]
+header = [20240801, 7, len(plain), 256] + [0] * 252
+open(sys.argv[1] + "-plain/train_000.bin", "wb").write(struct.pack("<256i", *header) + struct.pack("<%dI" % len(plain), *plain))
 PY
 common="--data $out/masked --seq 64 --steps 20 --warmup 2 --eval-every 10 --eval-batches 4 --log-every 10"
 run() {  # NAME ARGS...
@@ -31,6 +36,27 @@ run() {  # NAME ARGS...
   shift
   "$bin" train $common "$@" --metrics-out "$out/$name.json" > "$out/$name.log" 2>&1 || { echo "$name FAILED"; tail -5 "$out/$name.log"; }
 }
+if [ "${TT_PLAIN_ONLY:-0}" = 1 ]; then  # GPT-2, f32 and bf16, masked and not
+  fam="--layers 2 --dim 128 --heads 4"
+  run gpt2-cuda-f32 $fam --backend cuda --dtype f32 --batch 8
+  run gpt2-cuda-bf16 $fam --backend cuda --dtype bf16 --batch 8
+  common="--data $out/masked-plain --seq 64 --steps 20 --warmup 2 --eval-every 10 --eval-batches 4 --log-every 10"
+  run gpt2-plain-cuda-f32 $fam --backend cuda --dtype f32 --batch 8
+  run gpt2-plain-cuda-bf16 $fam --backend cuda --dtype bf16 --batch 8
+  python3 - "$out" <<'PY'
+import json, sys
+d = sys.argv[1]
+def curve(n):
+    j = json.load(open(f"{d}/{n}.json"))
+    return [s["loss"] for s in j["steps"]], [v["loss"] for v in j["val"]]
+for pre in ("gpt2", "gpt2-plain"):
+    a, av = curve(f"{pre}-cuda-f32")
+    b, bv = curve(f"{pre}-cuda-bf16")
+    print(f"{pre}: f32 vs bf16 worst relative step-loss difference {max(abs(x - y) / x for x, y in zip(a, b)):.2e}; "
+          f"val {av} vs {bv}")
+PY
+  exit 0
+fi
 for fam in "--layers 2 --dim 128 --heads 4" "--family llama --layers 2 --dim 128 --heads 4 --ffn 256"; do
   tag=$([[ $fam == *llama* ]] && echo llama || echo gpt2)
   run "$tag-cuda-f32" $fam --backend cuda --dtype f32 --batch 8
