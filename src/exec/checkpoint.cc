@@ -227,19 +227,31 @@ Result<std::string> find_checkpoint(const std::string& dir, const std::string& r
   // read (or is not a file) is an error, not a reason to load another step.
   const std::string latest = dir + "/latest";
   struct stat lst {};
-  if (::stat(latest.c_str(), &lst) == 0) {
+  if (::lstat(latest.c_str(), &lst) == 0) {
+    // Issue 47: the pointer is a small file of the folder's own, one line naming a file beside it: a symbolic link
+    // is not followed (one to /etc/shadow printed its first line), and nothing of what it holds is echoed.
+    TT_RETURN_IF(S_ISLNK(lst.st_mode), kDataLoss,
+                 "'%s' is a symbolic link; a checkpoint pointer is a file of the checkpoint folder's own (tiertrain "
+                 "writes it): remove the link, or resume from a checkpoint file",
+                 latest.c_str());
     if (Status s = require_regular_file(latest, "checkpoint pointer"); !s.is_ok())
       return Status(StatusCode::kDataLoss, s.message());
-    FILE* f = std::fopen(latest.c_str(), "r");
-    TT_RETURN_IF(f == nullptr, kIoError, "cannot read '%s': %s", latest.c_str(), std::strerror(errno));
+    TT_RETURN_IF(lst.st_size > 255, kDataLoss, "'%s' is %lld bytes: not a checkpoint pointer (one short line)",
+                 latest.c_str(), static_cast<long long>(lst.st_size));
+    const int fd = ::open(latest.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    TT_RETURN_IF(fd < 0, kIoError, "cannot read '%s': %s", latest.c_str(), std::strerror(errno));
     char buf[256] = {};
-    const bool got = std::fgets(buf, sizeof(buf), f) != nullptr;
-    std::fclose(f);
-    std::string name = got ? std::string(buf) : "";
-    while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
-    TT_RETURN_IF(name.empty() || name.find('/') != std::string::npos, kDataLoss,
-                 "'%s/latest' does not name a checkpoint file", dir.c_str());
-    return dir + "/" + name;
+    const ssize_t got = ::read(fd, buf, sizeof(buf) - 1);
+    ::close(fd);
+    std::string text = got > 0 ? std::string(buf, static_cast<size_t>(got)) : "";
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    const bool one_name = !text.empty() && text[0] != '.' &&
+                          text.find_first_of(std::string("/\n\r\0", 4)) == std::string::npos;
+    TT_RETURN_IF(!one_name, kDataLoss,
+                 "'%s/latest' does not hold one line naming a checkpoint file beside it (its contents are not shown)",
+                 dir.c_str());
+    return dir + "/" + text;
   }
   std::vector<std::string> files = step_files(dir);
   TT_RETURN_IF(files.empty(), kNotFound, "no checkpoint to resume from in '%s'", dir.c_str());

@@ -570,6 +570,43 @@ TEST(Cli, CheckpointsWithNonFiniteValuesAreRefused) {
   EXPECT_HAS(resume_nan.out, "param/wte holds nan at element 0");
 }
 
+// Issue 47: a checkpoint folder's `latest` is a file of its own holding one line: a symbolic link (to a file outside)
+// is not followed and nothing it points at is printed; a second line, a NUL or a name that leaves the folder is
+// refused without echoing the contents; the pointer tiertrain writes resumes.
+TEST(Cli, LatestPointersAreFilesOfTheFoldersOwn) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(6000));
+  const std::string args = "train --data " + data +
+                           " --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 4 --warmup 1 --backend cpu "
+                           "--eval-every 0 --threads 1 --checkpoint-dir " + dir.file("ck");
+  CliRun t = run(args + " --stop-at 2 --checkpoint-every 2");
+  ASSERT_EQ(t.code, 0) << t.out;
+  const std::string latest = dir.file("ck/latest");
+  const std::string secret = dir.write("secret.txt", "SECRET-FIRST-LINE\n");
+  std::filesystem::remove(latest);
+  std::filesystem::create_symlink(secret, latest);
+  for (const std::string& cmd : {args + " --resume latest", "sample " + dir.file("ck") + " --tokens 2 --backend cpu"}) {
+    CliRun r = run(cmd);
+    EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
+    EXPECT_HAS(r.out, "is a symbolic link");
+    EXPECT_EQ(r.out.find("SECRET"), std::string::npos) << r.out;
+  }
+  for (const std::string& text : {std::string("step_00000002.ttf\nSECRET-SECOND\n"),
+                                  std::string("step_00000002.ttf\0SECRET", 24), std::string("../secret.txt\n"),
+                                  std::string("..\n")}) {
+    std::filesystem::remove(latest);
+    std::ofstream(latest, std::ios::binary) << text;
+    CliRun r = run(args + " --resume latest");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_HAS(r.out, "does not hold one line naming a checkpoint file beside it");
+    EXPECT_EQ(r.out.find("SECRET"), std::string::npos) << r.out;
+  }
+  std::filesystem::remove(latest);
+  std::ofstream(latest, std::ios::binary) << "step_00000002.ttf\n";
+  CliRun ok = run(args + " --resume latest");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
 // Issue 47, through the binary: a request past the machine's memory is refused before anything is taken (it was a
 // std::bad_alloc, rc 134); an output file or a tokenizer file that is a FIFO is refused at once (they hung); a data
 // folder of validation shards alone is refused (it trained on them).
