@@ -95,6 +95,20 @@ int64_t BatchSampler::skip() {
   return count;
 }
 
+int64_t BatchSampler::count_ahead(int batches) const {
+  const uint64_t windows = static_cast<uint64_t>(batches) * static_cast<uint64_t>(batch_);
+  if (state_.cursor + windows > order_.size()) {  // into the next epoch: its order is drawn on a copy
+    BatchSampler ahead = *this;
+    int64_t n = 0;
+    for (int b = 0; b < batches; ++b) n += ahead.skip();
+    return n;
+  }
+  int64_t n = 0;
+  for (uint64_t w = 0; w < windows; ++w)
+    n += counted(offset_ + static_cast<uint64_t>(order_[state_.cursor + w]) * static_cast<uint64_t>(seq_));
+  return n;
+}
+
 int64_t BatchSampler::counted(uint64_t start) const {
   if (!tokens_->masked()) return seq_;
   int64_t n = 0;

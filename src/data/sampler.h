@@ -38,6 +38,9 @@ class BatchSampler {
   int64_t next(int32_t* inputs, int32_t* targets, int shard = 0, int shards = 1);
   // Moves past the next batch without reading it (a rank that receives its part from another); the same count.
   int64_t skip();
+  // The targets that count in the next `batches` batches, without moving past them (Note [gradient accumulation]:
+  // a step's later micro-batches). Within the epoch nothing is copied; across its end, a copy draws the next one.
+  int64_t count_ahead(int batches) const;
   SamplerState state() const { return state_; }
   void set_state(SamplerState state);
   uint64_t windows_in_epoch() const { return static_cast<uint64_t>(order_.size()); }

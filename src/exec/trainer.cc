@@ -484,9 +484,7 @@ Status Trainer::build() {
       return accum == 1 ? -1.0f : 1.0f / static_cast<float>(static_cast<int64_t>(accum) * batch_tokens);
     }
     if (j == 0) {  // the step's count: this micro-batch's and those of the ones after it (drawn here only to count)
-      step_count_ = count;
-      data::BatchSampler ahead = *sampler_;
-      for (int k = 1; k < accum; ++k) step_count_ += ahead.skip();
+      step_count_ = count + sampler_->count_ahead(accum - 1);
       batch_counts_.push_back(step_count_);
     }
     // Each rank's gradient is averaged over the data ranks: shards / count makes the average 1 / count.

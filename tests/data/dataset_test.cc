@@ -232,6 +232,26 @@ TEST(Dataset, TheVocabularyAShardSaysIsTheDatasets) {
   EXPECT_NE(said.status().message().find("says its vocabulary is 70000"), std::string::npos) << said.status().message();
 }
 
+// count_ahead counts what the next batches' next() will return, within an epoch and across its end, and moves nothing.
+TEST(Sampler, CountAheadIsWhatTheNextBatchesCount) {
+  std::vector<uint32_t> raw(3000);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint32_t>(i % 251) | ((i * 7) % 5 < 2 ? kNoLoss : 0u);
+  const Tokens tokens(raw);
+  ASSERT_TRUE(tokens.masked());
+  auto s = BatchSampler::create(&tokens, 3, 16, 5);
+  ASSERT_TRUE(s.is_ok());
+  std::vector<int32_t> x(48), y(48);
+  for (int step = 0; step < 80; ++step) {  // several epochs of 187 windows
+    const int64_t ahead = s->count_ahead(2);
+    const SamplerState before = s->state();
+    EXPECT_EQ(s->count_ahead(2), ahead);
+    EXPECT_EQ(s->state().cursor, before.cursor);
+    const int64_t a = s->next(x.data(), y.data());
+    const int64_t b = s->next(x.data(), y.data());
+    EXPECT_EQ(a + b, ahead) << "step " << step;
+  }
+}
+
 TEST(Sampler, DeterministicFromSeedAndResumable) {
   std::vector<uint16_t> raw(5000);
   for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint16_t>(i % 251);
