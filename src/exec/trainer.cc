@@ -49,9 +49,6 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   if (cfg.dtype == "bf16" || (cfg.dtype == "auto" && r.probe.device_memory)) dtype = DType::kBF16;
   TT_RETURN_IF(dtype == DType::kBF16 && r.backend == "cpu", kInvalidArgument,
                "--dtype bf16: the CPU backend computes in f32 (use --dtype f32 or auto)");
-  TT_RETURN_IF(r.backend == "cuda" && cfg.model.kv_head_count() != cfg.model.heads, kUnimplemented,
-               "grouped-query attention (--kv-heads %d of --heads %d) is not in the CUDA backend's kernels yet: "
-               "use --backend cpu, or --kv-heads %d", cfg.model.kv_head_count(), cfg.model.heads, cfg.model.heads);
   ExecSpec& e = r.exec;
   e.model = cfg.model;
   e.batch = cfg.batch;

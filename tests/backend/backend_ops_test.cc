@@ -180,6 +180,8 @@ std::vector<Arg> matmul_backward_gelu_args(int64_t rows, int64_t in, int64_t out
 // 2^-8 relative per stored value, against the f32 CPU result on the same bf16-rounded inputs).
 struct AttentionCase {
   int B, T, C, H;
+  int KV = 0;  // key/value heads (Note [grouped-query attention]); 0: H
+  int kv() const { return KV > 0 ? KV : H; }
 };
 
 class BackendOps : public ::testing::TestWithParam<DType> {
@@ -537,10 +539,15 @@ TEST_P(BackendOps, Attention) {
   for (const AttentionCase& c :
        {AttentionCase{B, T, C, H}, AttentionCase{2, 100, 128, 2}, AttentionCase{1, 130, 256, 2},
         AttentionCase{2, 1, 128, 2}, AttentionCase{1, 64, 96, 1}, AttentionCase{1, 200, 64, 4},
-        AttentionCase{3, 300, 256, 4}, AttentionCase{1, 601, 128, 2}, AttentionCase{1, 700, 64, 1}}) {
+        AttentionCase{3, 300, 256, 4}, AttentionCase{1, 601, 128, 2}, AttentionCase{1, 700, 64, 1},
+        // grouped-query: general kernels (head size 12), tensor cores (and cuDNN) at 64 (groups of 2 and 4) and 128
+        // (one key/value head: multi-query)
+        AttentionCase{B, T, C, H, 2}, AttentionCase{2, 100, 256, 4, 2}, AttentionCase{1, 200, 512, 8, 2},
+        AttentionCase{2, 130, 512, 4, 1}}) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " C " + std::to_string(c.C) + " H " +
-                 std::to_string(c.H));
+                 std::to_string(c.H) + " KV " + std::to_string(c.kv()));
     const int hs = c.C / c.H;
+    const bool mha = c.kv() == c.H;  // 3xTF32 and the f32 GEMMs take multi-head attention only
     for (Backend* be : {be_.get(), cudnn_be.get(), gemm_be.get(), simt_be.get(), partials_be.get()}) {
       if (be == nullptr) continue;
       SCOPED_TRACE(be == be_.get()           ? "our kernels"
@@ -556,8 +563,8 @@ TEST_P(BackendOps, Attention) {
       const bool cudnn_takes = be == cudnn_be.get() && dt() == DType::kBF16 && cudnn_takes_shape(c.T, hs);
       EXPECT_EQ(counter(*be, "cudnn_attention_forward") - fwd0, cudnn_takes ? 2 : 0);
       EXPECT_EQ(counter(*be, "cudnn_attention_backward") - bwd0, cudnn_takes ? 1 : 0);
-      const bool fused =
-          f32 && (be == be_.get() || be == cudnn_be.get() || be == partials_be.get()) && (hs == 64 || hs == 128);
+      const bool fused = f32 && mha && (be == be_.get() || be == cudnn_be.get() || be == partials_be.get()) &&
+                         (hs == 64 || hs == 128);
       EXPECT_EQ(counter(*be, "tf32x3_attention_forward") - tf0, fused ? 2 : 0);
       EXPECT_EQ(counter(*be, "tf32x3_attention_backward") - tb0, fused ? 1 : 0);
       const bool partials = fused && (be == cudnn_be.get() || (be == partials_be.get() &&
@@ -565,7 +572,7 @@ TEST_P(BackendOps, Attention) {
       EXPECT_EQ(counter(*be, "tf32x3_attention_dq_partials") - tp0, partials ? 1 : 0);
       // The cuDNN backend's workspace (513 MiB) holds f32 pairs too: its f32 cases the fused kernels do not take
       // run as GEMMs; so do the partials backend's where its workspace holds a GEMM pair (T 37 and 64, not 200).
-      const bool gemm = f32 && !fused &&
+      const bool gemm = f32 && !fused && mha &&
                         (be == cudnn_be.get() || (be == gemm_be.get() && c.T <= 601) ||
                          (be == partials_be.get() && gemm_pair_fits(dq_partials_bytes(300, 64), c.T)));
       EXPECT_EQ(counter(*be, "gemm_attention_forward") - gf0, gemm ? 2 : 0);
@@ -577,6 +584,7 @@ TEST_P(BackendOps, Attention) {
 void BackendOps::attention_case(Backend& target, const AttentionCase& c) {
   {
     const int64_t b = c.B, t = c.T, ch = c.C, h = c.H;
+    const int64_t cq = ch + 2 * static_cast<int64_t>(c.kv()) * (ch / h);  // a row of qkv
     const int heads = c.H;
     auto check = [&](const std::string& op, const std::vector<Arg>& args, const OpFn& fn, double atol32,
                      double rtol32, double atol16 = 3e-2, double rtol16 = 3e-2) {
@@ -584,12 +592,12 @@ void BackendOps::attention_case(Backend& target, const AttentionCase& c) {
     };
     check("attention_forward",
           {{"out", {b, t, ch}, DType::kF32, true}, {"lse", {b, h, t}, DType::kF32, true},
-           {"qkv", {b, t, 3 * ch}}},
+           {"qkv", {b, t, cq}}},
           [heads](Backend& be, const std::vector<Tensor>& ts) { be.attention_forward(ts[0], ts[1], ts[2], heads); },
           kAtol, kRtol);
     // Note [KV cache]: the last query of each sequence over its keys.
     check("attention_decode",
-          {{"out", {b, ch}, DType::kF32, true}, {"cache", {b, t, 3 * ch}, DType::kF32, true}, {"qkv", {b, 3 * ch}},
+          {{"out", {b, ch}, DType::kF32, true}, {"cache", {b, t, cq}, DType::kF32, true}, {"qkv", {b, cq}},
            {"pos", {b}, DType::kI32, false, static_cast<int>(t)}},
           [heads](Backend& be, const std::vector<Tensor>& ts) {
             be.attention_decode(ts[0], ts[1], ts[2], ts[3], heads);
@@ -602,7 +610,7 @@ void BackendOps::attention_case(Backend& target, const AttentionCase& c) {
           kAtol, kRtol);
     // The backward needs the forward's out and lse: computed first on each backend.
     check("attention_backward",
-          {{"dqkv", {b, t, 3 * ch}, DType::kF32, true}, {"dout", {b, t, ch}}, {"qkv", {b, t, 3 * ch}},
+          {{"dqkv", {b, t, cq}, DType::kF32, true}, {"dout", {b, t, ch}}, {"qkv", {b, t, cq}},
            {"out", {b, t, ch}}, {"lse", {b, h, t}}},
           [heads](Backend& be, const std::vector<Tensor>& ts) {
             be.attention_forward(ts[3], ts[4], ts[2], heads);

@@ -162,6 +162,42 @@ TEST(SdpaGraph, DeterministicBackwardHasTheDocumentedOperations) {
   EXPECT_EQ(pt.strides, (A{H * T * T, T * T, 1, T}));
 }
 
+// Grouped-query attention (Note [sdpa layout]): K and V of KV heads in both graphs; the backward's d(v) and d(k)
+// matmuls write every query head's gradient to a virtual bf16 tensor that a sum reduction brings to the KV heads.
+TEST(SdpaGraph, GroupedQueryReadsFewerHeadsAndSumsTheirGradients) {
+  constexpr int64_t kv = 1, cq = C + 2 * kv * hs;
+  const SdpaGraph f = sdpa_forward_graph({B, T, H, hs, kv});
+  EXPECT_EQ(f.ops.size(), 14u);
+  EXPECT_EQ(f.tensor(kUidQ).strides, (A{cq * T, hs, cq, 1}));
+  EXPECT_EQ(f.tensor(kUidK).dims, (A{B, kv, hs, T}));
+  EXPECT_EQ(f.tensor(kUidK).strides, (A{cq * T, hs, 1, cq}));
+  EXPECT_EQ(f.tensor(kUidV).dims, (A{B, kv, T, hs}));
+  EXPECT_EQ(f.tensor(kUidO).dims, (A{B, H, T, hs}));
+  const SdpaGraph g = sdpa_backward_graph({B, T, H, hs, kv});
+  const std::vector<std::string> ops = render(g);
+  ASSERT_EQ(ops.size(), 23u);
+  EXPECT_EQ(ops[12], "matmul P^T, dO -> dV of every head");
+  EXPECT_EQ(ops[13], "reduce_add dV of every head -> dV");
+  EXPECT_EQ(ops[20], "matmul dS^T, Q -> dK of every head");
+  EXPECT_EQ(ops[21], "reduce_add dK of every head -> dK");
+  EXPECT_EQ(ops[22], "matmul dS, K -> dQ");
+  for (const int i : {12, 20}) {
+    const SdpaTensor& full = g.tensor(g.ops[i].y);
+    EXPECT_TRUE(full.is_virtual);
+    EXPECT_EQ(full.dtype, kBf16);
+    EXPECT_EQ(full.dims, (A{B, H, T, hs}));
+    EXPECT_EQ(full.strides, (A{H * T * hs, T * hs, hs, 1}));
+  }
+  for (int64_t uid : {kUidDK, kUidDV}) {
+    EXPECT_EQ(g.tensor(uid).dims, (A{B, kv, T, hs}));
+    EXPECT_EQ(g.tensor(uid).strides, (A{cq * T, hs, cq, 1}));
+  }
+  EXPECT_EQ(g.tensor(kUidDQ).dims, (A{B, H, T, hs}));
+  EXPECT_EQ(g.tensor(g.ops[3].y).dims, (A{B, kv, T, hs}));  // the K view of d(q)'s matmul
+  // KV = H is the multi-head graph exactly.
+  EXPECT_EQ(render(sdpa_backward_graph({B, T, H, hs, H})), render(sdpa_backward_graph({B, T, H, hs})));
+}
+
 TEST(SdpaGraph, WorkspaceBoundAndBatchChunks) {
   // §3: B H pad128(T)^2 2 bytes + 1 MiB; GPT-2 B16 T1024 H12 fits the default 512 MiB whole, d4096 B8 T2048 H32 in
   // chunks of one sequence (256 MiB each).

@@ -39,12 +39,26 @@ using dev::st;
 using dev::warp_max;
 using dev::warp_sum;
 
-// Where the (b, h) slices of a row live: q of query t of batch b, head h is at qkv[(b T + t) 3C + h hs], its k at +C,
-// its v at +2C; out, dout at [(b T + t) C + h hs]; lse and D at [(b H + h) T + t].
+// Where the (b, h) slices of a row live (Note [grouped-query attention]): q of query t of batch b, head h is at
+// qkv[(b T + t) ld + h hs], its k at + k_col(h), its v at + v_col(h); out, dout at [(b T + t) C + h hs]; lse and D at
+// [(b H + h) T + t].
 struct Dims {
   int B, T, C, H, hs;
   float scale;
+  int KV;      // key/value heads; H / KV query heads share each
+  int64_t ld;  // a row of qkv: C + 2 KV hs (3C for multi-head attention)
+  __host__ __device__ int group() const { return H / KV; }
+  __host__ __device__ int64_t k_col(int h) const { return C + static_cast<int64_t>(h / group()) * hs; }
+  __host__ __device__ int64_t v_col(int h) const { return k_col(h) + static_cast<int64_t>(KV) * hs; }
 };
+// Note [grouped-query attention]
+// A row of qkv is [q of H heads | k of KV heads | v of KV heads], hs values a head; query head h reads key/value head
+// h / (H / KV) (Llama's grouped-query attention; KV = H is multi-head attention, the layout [q | k | v] of C each).
+// The forward and d(q) kernels run per query head as before, reading their group's k and v. The d(k), d(v) kernels
+// run per key/value head: a block owns a tile of keys of one KV head and walks the queries of each of the group's
+// query heads in turn (head order, then query order), summing into the same registers: the sum over the group is
+// deterministic and needs no atomics or second pass. With KV = H the loops and their order are the ones of
+// multi-head attention, bit for bit.
 
 // ---------------------------------------------------------------------------------------------------------------------
 // D[row] = sum_c dout[row, c] * out[row, c]: the row sums of P * dP the softmax backward needs (FlashAttention-2's
@@ -119,9 +133,9 @@ __global__ void __launch_bounds__(kGeneralWarps * 32)
   const GeneralRow r = general_row(d);
   const int t = r.t;
   const bool valid = t < d.T;
-  const int64_t C3 = 3 * static_cast<int64_t>(d.C), hoff = static_cast<int64_t>(r.h) * hs;
-  const X* kb = qkv + static_cast<int64_t>(r.b) * d.T * C3 + d.C + hoff;
-  const X* vb = kb + d.C;
+  const int64_t C3 = d.ld, hoff = static_cast<int64_t>(r.h) * hs;
+  const X* kb = qkv + static_cast<int64_t>(r.b) * d.T * C3 + d.k_col(r.h);
+  const X* vb = qkv + static_cast<int64_t>(r.b) * d.T * C3 + d.v_col(r.h);
   if (valid)
     for (int c = lane; c < hs; c += 32) qs[c] = ld(qkv[(static_cast<int64_t>(r.b) * d.T + t) * C3 + hoff + c]) * d.scale;
   float m = -FLT_MAX, l = 0.0f;
@@ -184,10 +198,10 @@ __global__ void __launch_bounds__(kGeneralWarps * 32)
   const GeneralRow r = general_row(d);
   const int t = r.t;
   const bool valid = t < d.T;
-  const int64_t C3 = 3 * static_cast<int64_t>(d.C), hoff = static_cast<int64_t>(r.h) * hs;
+  const int64_t C3 = d.ld, hoff = static_cast<int64_t>(r.h) * hs;
   const int64_t qoff = (static_cast<int64_t>(r.b) * d.T + t) * C3 + hoff;
-  const X* kb = qkv + static_cast<int64_t>(r.b) * d.T * C3 + d.C + hoff;
-  const X* vb = kb + d.C;
+  const X* kb = qkv + static_cast<int64_t>(r.b) * d.T * C3 + d.k_col(r.h);
+  const X* vb = qkv + static_cast<int64_t>(r.b) * d.T * C3 + d.v_col(r.h);
   float li = 0.0f, Di = 0.0f;
   if (valid) {
     const X* dop = dout + (static_cast<int64_t>(r.b) * d.T + t) * d.C + hoff;
@@ -239,7 +253,8 @@ __global__ void __launch_bounds__(kGeneralWarps * 32)
   }
 }
 
-// d(k), d(v): warp w has key j; queries i >= j in chunks (lane l: query i0 + l), starting at the block's first key.
+// d(k), d(v): block (key rows, b KV-head); warp w has key j; for each query head of the group, queries i >= j in
+// chunks (lane l: query i0 + l), starting at the block's first key.
 template <typename X>
 __global__ void __launch_bounds__(kGeneralWarps * 32)
     attention_dkv_general_kernel(X* __restrict__ dqkv, const X* __restrict__ dout, const X* __restrict__ qkv,
@@ -251,64 +266,68 @@ __global__ void __launch_bounds__(kGeneralWarps * 32)
   float* vs = sm + (kGeneralWarps + warp) * hs;
   float* qc = sm + 2 * kGeneralWarps * hs;
   float* dc = qc + kChunk * (hs + 1);
-  const GeneralRow r = general_row(d);
-  const int j = r.t;
+  const int b = static_cast<int>(blockIdx.y) / d.KV, kvh = static_cast<int>(blockIdx.y) % d.KV;
+  const int j = static_cast<int>(blockIdx.x) * kGeneralWarps + warp;
   const bool valid = j < d.T;
-  const int64_t C3 = 3 * static_cast<int64_t>(d.C), hoff = static_cast<int64_t>(r.h) * hs;
-  const int64_t koff = (static_cast<int64_t>(r.b) * d.T + j) * C3 + d.C + hoff;
-  const X* qb = qkv + static_cast<int64_t>(r.b) * d.T * C3 + hoff;
-  const X* dob = dout + static_cast<int64_t>(r.b) * d.T * d.C + hoff;
-  const float* lb = lse + r.bh * d.T;
-  const float* Db = D + r.bh * d.T;
+  const int64_t C3 = d.ld;
+  const int64_t koff = (static_cast<int64_t>(b) * d.T + j) * C3 + d.k_col(kvh * d.group());
+  const int64_t voff = koff + static_cast<int64_t>(d.KV) * hs;
   if (valid)
     for (int c = lane; c < hs; c += 32) {
       ks[c] = ld(qkv[koff + c]) * d.scale;
-      vs[c] = ld(qkv[koff + d.C + c]);
+      vs[c] = ld(qkv[voff + c]);
     }
   float dk[kPerLane], dv[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) dk[i] = dv[i] = 0.0f;
-  for (int i0 = static_cast<int>(blockIdx.x) * kGeneralWarps; i0 < d.T; i0 += kChunk) {
-    __syncthreads();
-    stage_chunk(qc, dc, qb, C3, dob, static_cast<int64_t>(d.C), i0, d.T, hs);
-    if (threadIdx.x < kChunk) {
-      const int i = i0 + static_cast<int>(threadIdx.x);
-      lse_c[threadIdx.x] = i < d.T ? lb[i] : 0.0f;
-      D_c[threadIdx.x] = i < d.T ? Db[i] : 0.0f;
-    }
-    __syncthreads();
-    if (!valid || i0 + kChunk <= j) continue;
-    const int i = i0 + lane;
-    float p = 0.0f, ds = 0.0f;
-    if (i >= j && i < d.T) {
-      const float* qr = qc + lane * (hs + 1);
-      const float* dr = dc + lane * (hs + 1);
-      float s = 0.0f, dp = 0.0f;
-      for (int c = 0; c < hs; ++c) {
-        s += ks[c] * qr[c];
-        dp += vs[c] * dr[c];
+  for (int h = kvh * d.group(); h < (kvh + 1) * d.group(); ++h) {
+    const int64_t hoff = static_cast<int64_t>(h) * hs, bh = static_cast<int64_t>(b) * d.H + h;
+    const X* qb = qkv + static_cast<int64_t>(b) * d.T * C3 + hoff;
+    const X* dob = dout + static_cast<int64_t>(b) * d.T * d.C + hoff;
+    const float* lb = lse + bh * d.T;
+    const float* Db = D + bh * d.T;
+    for (int i0 = static_cast<int>(blockIdx.x) * kGeneralWarps; i0 < d.T; i0 += kChunk) {
+      __syncthreads();
+      stage_chunk(qc, dc, qb, C3, dob, static_cast<int64_t>(d.C), i0, d.T, hs);
+      if (threadIdx.x < kChunk) {
+        const int i = i0 + static_cast<int>(threadIdx.x);
+        lse_c[threadIdx.x] = i < d.T ? lb[i] : 0.0f;
+        D_c[threadIdx.x] = i < d.T ? Db[i] : 0.0f;
       }
-      p = expf(s - lse_c[lane]);
-      ds = p * (dp - D_c[lane]);
-    }
-    const int n = min(kChunk, d.T - i0);
-    for (int ii = 0; ii < n; ++ii) {
-      const float pi = __shfl_sync(0xffffffffu, p, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
-      const float* qr = qc + ii * (hs + 1);
-      const float* dr = dc + ii * (hs + 1);
+      __syncthreads();
+      if (!valid || i0 + kChunk <= j) continue;
+      const int i = i0 + lane;
+      float p = 0.0f, ds = 0.0f;
+      if (i >= j && i < d.T) {
+        const float* qr = qc + lane * (hs + 1);
+        const float* dr = dc + lane * (hs + 1);
+        float s = 0.0f, dp = 0.0f;
+        for (int c = 0; c < hs; ++c) {
+          s += ks[c] * qr[c];
+          dp += vs[c] * dr[c];
+        }
+        p = expf(s - lse_c[lane]);
+        ds = p * (dp - D_c[lane]);
+      }
+      const int n = min(kChunk, d.T - i0);
+      for (int ii = 0; ii < n; ++ii) {
+        const float pi = __shfl_sync(0xffffffffu, p, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
+        const float* qr = qc + ii * (hs + 1);
+        const float* dr = dc + ii * (hs + 1);
 #pragma unroll
-      for (int k = 0; k < kPerLane; ++k) {
-        const int c = lane + 32 * k;
-        if (c < hs) {
-          dv[k] += pi * dr[c];
-          dk[k] += dsi * qr[c];
+        for (int k = 0; k < kPerLane; ++k) {
+          const int c = lane + 32 * k;
+          if (c < hs) {
+            dv[k] += pi * dr[c];
+            dk[k] += dsi * qr[c];
+          }
         }
       }
     }
   }
   if (!valid) return;
   X* dkp = dqkv + koff;
-  X* dvp = dkp + d.C;
+  X* dvp = dqkv + voff;
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
     const int c = lane + 32 * k;
@@ -431,12 +450,15 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int tiles = (d.T + kTcRows - 1) / kTcRows;
   const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
   const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
-  const int64_t C3 = 3 * static_cast<int64_t>(d.C);
-  const bf16* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
+  const int64_t C3 = d.ld;
+  const bf16* row = qkv + static_cast<int64_t>(b) * d.T * C3;
+  const bf16* base = row + static_cast<int64_t>(h) * HS;
+  const bf16* kbase = row + d.k_col(h);
+  const bf16* vbase = row + d.v_col(h);
   const int q0 = qt * kTcRows;
   load_tile(qs, base, C3, q0, kTcRows, d.T);
-  load_tile(Tile<HS>{kbuf}, base + d.C, C3, 0, kTcCols, d.T);
-  load_tile(Tile<HS>{vbuf}, base + 2 * d.C, C3, 0, kTcCols, d.T);
+  load_tile(Tile<HS>{kbuf}, kbase, C3, 0, kTcCols, d.T);
+  load_tile(Tile<HS>{vbuf}, vbase, C3, 0, kTcCols, d.T);
   cp_async_wait_all();
   __syncthreads();
   uint32_t qa[HS / 16][4];
@@ -454,8 +476,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
     const Tile<HS> ks{kbuf + (it & 1) * kTile}, vs{vbuf + (it & 1) * kTile};
     __syncthreads();  // the other buffers' tile (the previous iteration's) is consumed
     if (k0 + kTcCols < key_end) {
-      load_tile(Tile<HS>{kbuf + (~it & 1) * kTile}, base + d.C, C3, k0 + kTcCols, kTcCols, d.T);
-      load_tile(Tile<HS>{vbuf + (~it & 1) * kTile}, base + 2 * d.C, C3, k0 + kTcCols, kTcCols, d.T);
+      load_tile(Tile<HS>{kbuf + (~it & 1) * kTile}, kbase, C3, k0 + kTcCols, kTcCols, d.T);
+      load_tile(Tile<HS>{vbuf + (~it & 1) * kTile}, vbase, C3, k0 + kTcCols, kTcCols, d.T);
     }
     cp_async_commit();
     cp_async_wait<1>();  // this iteration's tile has landed
@@ -525,7 +547,8 @@ __device__ void store_rows(bf16* base, int64_t ld, int r0, int T, const float (&
   }
 }
 
-// d(k), d(v): block (key tile, b h); warp w owns keys k0 + 16 w ..; walks the query tiles from the diagonal on.
+// d(k), d(v): block (key tile, b KV-head); warp w owns keys k0 + 16 w ..; for each query head of the group, walks the
+// query tiles from the diagonal on (Note [grouped-query attention]).
 // Everything is computed transposed (keys as rows): S^T = K Q^T, dV = P^T dO, dP^T = V dO^T, dK = dS^T Q.
 template <int HS>
 __global__ void __launch_bounds__(kTcWarps * 32)
@@ -541,15 +564,13 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   float* D_s = lse_s + kTcCols;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2;
   const int kt = static_cast<int>(blockIdx.x);  // the earliest keys (the most queries) first
-  const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
-  const int64_t C3 = 3 * static_cast<int64_t>(d.C);
-  const bf16* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
-  const bf16* dob = dout + static_cast<int64_t>(b) * d.T * d.C + static_cast<int64_t>(h) * HS;
-  const float* lb = lse + static_cast<int64_t>(bh) * d.T;
-  const float* Db = D + static_cast<int64_t>(bh) * d.T;
+  const int b = static_cast<int>(blockIdx.y) / d.KV, kvh = static_cast<int>(blockIdx.y) % d.KV;
+  const int64_t C3 = d.ld;
+  const bf16* row = qkv + static_cast<int64_t>(b) * d.T * C3;
+  const int64_t kcol = d.k_col(kvh * d.group()), vcol = d.v_col(kvh * d.group());
   const int k0 = kt * kTcRows;
-  load_tile(ks, base + d.C, C3, k0, kTcRows, d.T);
-  load_tile(vs, base + 2 * d.C, C3, k0, kTcRows, d.T);
+  load_tile(ks, row + kcol, C3, k0, kTcRows, d.T);
+  load_tile(vs, row + vcol, C3, k0, kTcRows, d.T);
   const float sl2 = d.scale * kLog2e;
   const int key0 = k0 + warp * 16 + g, key1 = key0 + 8;  // this thread's two key rows
   float dk[HS / 8][4], dv[HS / 8][4];
@@ -557,65 +578,72 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   for (int n = 0; n < HS / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
-  for (int i0 = k0 / kTcCols * kTcCols; i0 < d.T; i0 += kTcCols) {
-    __syncthreads();  // the previous query tile is consumed
-    load_tile(qs, base, C3, i0, kTcCols, d.T);
-    load_tile(dos, dob, d.C, i0, kTcCols, d.T);
-    for (int i = threadIdx.x; i < kTcCols; i += blockDim.x) {
-      const bool in = i0 + i < d.T;
-      lse_s[i] = in ? lb[i0 + i] * kLog2e : FLT_MAX;  // rows past T: p = 0
-      D_s[i] = in ? Db[i0 + i] : 0.0f;
-    }
-    cp_async_wait_all();
-    __syncthreads();
-    // Queries after the tile's last key see every key of it: the mask is for the diagonal tile only.
-    const bool unmasked = i0 >= k0 + kTcRows;
-    // S^T = K Q^T (16 keys x 64 queries per warp)
-    float s[kTcCols / 8][4], dp[kTcCols / 8][4];
-#pragma unroll
-    for (int n = 0; n < kTcCols / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < HS / 16; ++kk) {
-      uint32_t ka[4], va[4];
-      load_a(ka, ks, warp * 16, kk * 16);
-      load_a(va, vs, warp * 16, kk * 16);
-#pragma unroll
-      for (int n2 = 0; n2 < kTcCols / 16; ++n2) {
-        uint32_t bq[4], bd[4];
-        load_b_nk(bq, qs, n2 * 16, kk * 16);
-        mma(s[2 * n2], ka, bq[0], bq[1]);
-        mma(s[2 * n2 + 1], ka, bq[2], bq[3]);
-        load_b_nk(bd, dos, n2 * 16, kk * 16);
-        mma(dp[2 * n2], va, bd[0], bd[1]);
-        mma(dp[2 * n2 + 1], va, bd[2], bd[3]);
+  for (int h = kvh * d.group(); h < (kvh + 1) * d.group(); ++h) {
+    const int bh = b * d.H + h;
+    const bf16* base = row + static_cast<int64_t>(h) * HS;
+    const bf16* dob = dout + static_cast<int64_t>(b) * d.T * d.C + static_cast<int64_t>(h) * HS;
+    const float* lb = lse + static_cast<int64_t>(bh) * d.T;
+    const float* Db = D + static_cast<int64_t>(bh) * d.T;
+    for (int i0 = k0 / kTcCols * kTcCols; i0 < d.T; i0 += kTcCols) {
+      __syncthreads();  // the previous query tile is consumed
+      load_tile(qs, base, C3, i0, kTcCols, d.T);
+      load_tile(dos, dob, d.C, i0, kTcCols, d.T);
+      for (int i = threadIdx.x; i < kTcCols; i += blockDim.x) {
+        const bool in = i0 + i < d.T;
+        lse_s[i] = in ? lb[i0 + i] * kLog2e : FLT_MAX;  // rows past T: p = 0
+        D_s[i] = in ? Db[i0 + i] : 0.0f;
       }
-    }
-    // P^T = exp2(S^T sl2 - lse2[query]) where query >= key; dS^T = P^T (dP^T - D[query])
-    flash::probs_by_key(s, dp, i0, key0, key1, unmasked, sl2, lse_s, D_s);
-    // dV += P^T dO; dK += dS^T Q over the query tiles (k = queries)
+      cp_async_wait_all();
+      __syncthreads();
+      // Queries after the tile's last key see every key of it: the mask is for the diagonal tile only.
+      const bool unmasked = i0 >= k0 + kTcRows;
+      // S^T = K Q^T (16 keys x 64 queries per warp)
+      float s[kTcCols / 8][4], dp[kTcCols / 8][4];
 #pragma unroll
-    for (int kk = 0; kk < kTcCols / 16; ++kk) {
-      const uint32_t pa[4] = {pack(s[2 * kk][0], s[2 * kk][1]), pack(s[2 * kk][2], s[2 * kk][3]),
-                              pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const uint32_t da[4] = {pack(dp[2 * kk][0], dp[2 * kk][1]), pack(dp[2 * kk][2], dp[2 * kk][3]),
-                              pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+      for (int n = 0; n < kTcCols / 8; ++n)
 #pragma unroll
-      for (int n2 = 0; n2 < HS / 16; ++n2) {
-        uint32_t bd[4], bq[4];
-        load_b_kn(bd, dos, kk * 16, n2 * 16);
-        mma(dv[2 * n2], pa, bd[0], bd[1]);
-        mma(dv[2 * n2 + 1], pa, bd[2], bd[3]);
-        load_b_kn(bq, qs, kk * 16, n2 * 16);
-        mma(dk[2 * n2], da, bq[0], bq[1]);
-        mma(dk[2 * n2 + 1], da, bq[2], bq[3]);
+        for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        uint32_t ka[4], va[4];
+        load_a(ka, ks, warp * 16, kk * 16);
+        load_a(va, vs, warp * 16, kk * 16);
+#pragma unroll
+        for (int n2 = 0; n2 < kTcCols / 16; ++n2) {
+          uint32_t bq[4], bd[4];
+          load_b_nk(bq, qs, n2 * 16, kk * 16);
+          mma(s[2 * n2], ka, bq[0], bq[1]);
+          mma(s[2 * n2 + 1], ka, bq[2], bq[3]);
+          load_b_nk(bd, dos, n2 * 16, kk * 16);
+          mma(dp[2 * n2], va, bd[0], bd[1]);
+          mma(dp[2 * n2 + 1], va, bd[2], bd[3]);
+        }
+      }
+      // P^T = exp2(S^T sl2 - lse2[query]) where query >= key; dS^T = P^T (dP^T - D[query])
+      flash::probs_by_key(s, dp, i0, key0, key1, unmasked, sl2, lse_s, D_s);
+      // dV += P^T dO; dK += dS^T Q over the query tiles (k = queries)
+#pragma unroll
+      for (int kk = 0; kk < kTcCols / 16; ++kk) {
+        const uint32_t pa[4] = {pack(s[2 * kk][0], s[2 * kk][1]), pack(s[2 * kk][2], s[2 * kk][3]),
+                                pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const uint32_t da[4] = {pack(dp[2 * kk][0], dp[2 * kk][1]), pack(dp[2 * kk][2], dp[2 * kk][3]),
+                                pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+        for (int n2 = 0; n2 < HS / 16; ++n2) {
+          uint32_t bd[4], bq[4];
+          load_b_kn(bd, dos, kk * 16, n2 * 16);
+          mma(dv[2 * n2], pa, bd[0], bd[1]);
+          mma(dv[2 * n2 + 1], pa, bd[2], bd[3]);
+          load_b_kn(bq, qs, kk * 16, n2 * 16);
+          mma(dk[2 * n2], da, bq[0], bq[1]);
+          mma(dk[2 * n2 + 1], da, bq[2], bq[3]);
+        }
       }
     }
   }
-  bf16* dbase = dqkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
-  store_rows<HS>(dbase + d.C, C3, k0 + warp * 16, d.T, dk, d.scale);
-  store_rows<HS>(dbase + 2 * d.C, C3, k0 + warp * 16, d.T, dv, 1.0f);
+  bf16* dbase = dqkv + static_cast<int64_t>(b) * d.T * C3;
+  store_rows<HS>(dbase + kcol, C3, k0 + warp * 16, d.T, dk, d.scale);
+  store_rows<HS>(dbase + vcol, C3, k0 + warp * 16, d.T, dv, 1.0f);
 }
 
 // d(q): block (query tile, b h); warp w owns queries q0 + 16 w ..; walks the key tiles up to the diagonal.
@@ -634,8 +662,10 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int tiles = (d.T + kTcRows - 1) / kTcRows;
   const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
   const int bh = blockIdx.y, b = bh / d.H, h = bh % d.H;
-  const int64_t C3 = 3 * static_cast<int64_t>(d.C);
+  const int64_t C3 = d.ld;
   const bf16* base = qkv + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * HS;
+  const bf16* kbase = qkv + static_cast<int64_t>(b) * d.T * C3 + d.k_col(h);
+  const bf16* vbase = qkv + static_cast<int64_t>(b) * d.T * C3 + d.v_col(h);
   const bf16* dob = dout + static_cast<int64_t>(b) * d.T * d.C + static_cast<int64_t>(h) * HS;
   const int q0 = qt * kTcRows;
   load_tile(qs, base, C3, q0, kTcRows, d.T);
@@ -652,8 +682,8 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   const int key_end = min(q0 + kTcRows, d.T);
   for (int k0 = 0; k0 < key_end; k0 += kTcCols) {
     __syncthreads();
-    load_tile(ks, base + d.C, C3, k0, kTcCols, d.T);
-    load_tile(vs, base + 2 * d.C, C3, k0, kTcCols, d.T);
+    load_tile(ks, kbase, C3, k0, kTcCols, d.T);
+    load_tile(vs, vbase, C3, k0, kTcCols, d.T);
     cp_async_wait_all();
     __syncthreads();
     const bool unmasked = k0 + kTcCols <= q0 && k0 + kTcCols <= d.T;  // every tile but the diagonal one
@@ -703,7 +733,7 @@ bool use_tensor_cores(const Dims& d, std::initializer_list<const void*> ptrs) {
   if constexpr (!std::is_same_v<X, bf16>) {
     return false;
   } else {
-    return (d.hs == 64 || d.hs == 128) && d.C % 8 == 0 && dev::aligned16(ptrs);
+    return (d.hs == 64 || d.hs == 128) && d.C % 8 == 0 && d.ld % 8 == 0 && dev::aligned16(ptrs);
   }
 }
 
@@ -723,16 +753,19 @@ void backward_tc(cudaStream_t s, bf16* dqkv, const bf16* dout, const bf16* qkv, 
   constexpr int smem = tc_smem_bytes<HS>(4);  // k, v, q, d(out)
   allow_smem(attention_dkv_tc_kernel<HS>, smem);
   allow_smem(attention_dq_tc_kernel<HS>, smem);
-  const dim3 grid((d.T + kTcRows - 1) / kTcRows, d.B * d.H);
-  attention_dkv_tc_kernel<HS><<<grid, kTcWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
+  const int tiles = (d.T + kTcRows - 1) / kTcRows;
+  attention_dkv_tc_kernel<HS><<<dim3(tiles, d.B * d.KV), kTcWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
   TT_CUDA_CHECK_LAUNCH();
-  attention_dq_tc_kernel<HS><<<grid, kTcWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
+  attention_dq_tc_kernel<HS><<<dim3(tiles, d.B * d.H), kTcWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-Dims make_dims(int B, int T, int C, int H) {
+// KV: key/value heads (0: H, multi-head attention).
+Dims make_dims(int B, int T, int C, int H, int KV = 0) {
   const int hs = C / H;
-  return Dims{B, T, C, H, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
+  if (KV == 0) KV = H;
+  TT_CHECK(KV > 0 && H % KV == 0, "attention: %d query heads over %d key/value heads", H, KV);
+  return Dims{B, T, C, H, hs, 1.0f / std::sqrt(static_cast<float>(hs)), KV, C + 2 * static_cast<int64_t>(KV) * hs};
 }
 
 // One warp per (b, h, t) row, for the row sums.
@@ -740,13 +773,14 @@ unsigned rows_grid(const Dims& d) {
   const int64_t rows = static_cast<int64_t>(d.B) * d.H * d.T;
   return static_cast<unsigned>((rows + kGeneralWarps - 1) / kGeneralWarps);
 }
-// The general kernels: kGeneralWarps rows of one (b, h) pair per block.
-dim3 general_grid(const Dims& d) { return dim3((d.T + kGeneralWarps - 1) / kGeneralWarps, d.B * d.H); }
+// The general kernels: kGeneralWarps rows of one (b, h) pair per block (of one (b, key/value head) pair: heads KV).
+dim3 general_grid(const Dims& d, int heads) { return dim3((d.T + kGeneralWarps - 1) / kGeneralWarps, d.B * heads); }
 
 // ---------------------------------------------------------------------------------------------------------------------
 // Note [KV cache]: one query per sequence (its new row, at position pos[b]) over the cache's rows 0..pos[b]. One block
-// per (b, h) pair: it first writes its head's q, k and v of the new row into the cache (no other block reads them),
-// then its warps take tiles of 32 keys in turn (warp w tiles w, w + warps, ...). In a tile each lane scores one key
+// per (b, h) pair: it first writes its head's q of the new row into the cache and, the first head of its key/value
+// group only, the group's k and v (Note [grouped-query attention]; no other block reads the new row from the cache:
+// every block of the group takes its k and v from shared memory), then its warps take tiles of 32 keys in turn (warp w tiles w, w + warps, ...). In a tile each lane scores one key
 // (the whole dot product over the head, the query from shared memory), the warp updates its online softmax (maximum
 // and sum over the tile), then the lanes, each holding head dimensions lane, lane + 32, ..., add the tile's 32
 // weighted value rows (coalesced). The block merges its warps' states at the end. A key a lane (not a key an
@@ -759,22 +793,28 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     attention_decode_kernel(X* __restrict__ out, X* __restrict__ cache, const X* __restrict__ qkv,
                             const int32_t* __restrict__ pos, Dims d) {
   constexpr int kPerLane = kMaxHs / 32;
-  __shared__ float s_q[kMaxHs];
+  __shared__ float s_q[kMaxHs], s_k[kMaxHs], s_v[kMaxHs];  // the new row's q (scaled), k and v
   __shared__ float s_max[kDecodeWarps], s_sum[kDecodeWarps];
   __shared__ float s_acc[kDecodeWarps][kMaxHs];
   const int b = blockIdx.x / d.H, h = blockIdx.x % d.H;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int64_t C3 = 3 * static_cast<int64_t>(d.C);
+  const int64_t C3 = d.ld;
   const int n = pos[b] + 1;  // d.T is the cache's length; the caller keeps pos below it
-  X* base = cache + static_cast<int64_t>(b) * d.T * C3 + static_cast<int64_t>(h) * d.hs;
-  const X* in = qkv + static_cast<int64_t>(b) * C3 + static_cast<int64_t>(h) * d.hs;
+  X* const cb = cache + static_cast<int64_t>(b) * d.T * C3;
+  const X* in = qkv + static_cast<int64_t>(b) * C3;
+  const int64_t qcol = static_cast<int64_t>(h) * d.hs, kcol = d.k_col(h), vcol = d.v_col(h);
+  const bool writes_kv = h % d.group() == 0;
   for (int c = threadIdx.x; c < d.hs; c += blockDim.x) {
-    const X qc = in[c];
-    X* row = base + static_cast<int64_t>(n - 1) * C3;
-    row[c] = qc;
-    row[d.C + c] = in[d.C + c];
-    row[2 * d.C + c] = in[2 * d.C + c];
+    X* row = cb + static_cast<int64_t>(n - 1) * C3;
+    const X qc = in[qcol + c], kc = in[kcol + c], vc = in[vcol + c];
+    row[qcol + c] = qc;
+    if (writes_kv) {
+      row[kcol + c] = kc;
+      row[vcol + c] = vc;
+    }
     s_q[c] = ld(qc) * d.scale;
+    s_k[c] = ld(kc);
+    s_v[c] = ld(vc);
   }
   __syncthreads();
   float acc[kPerLane];
@@ -784,10 +824,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   for (int tile = warp * 32; tile < n; tile += kDecodeWarps * 32) {
     const int j = tile + lane;
     float sc = -INFINITY;
-    if (j < n) {
-      const X* k = base + j * C3 + d.C;
+    if (j < n - 1) {
+      const X* k = cb + j * C3 + kcol;
       float dot = 0.0f;
       for (int c = 0; c < d.hs; ++c) dot += s_q[c] * ld(k[c]);
+      sc = dot;
+    } else if (j == n - 1) {
+      float dot = 0.0f;
+      for (int c = 0; c < d.hs; ++c) dot += s_q[c] * s_k[c];
       sc = dot;
     }
     const float mn = fmaxf(m, warp_max(sc));
@@ -798,11 +842,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     const int keys = min(32, n - tile);
     for (int t = 0; t < keys; ++t) {
       const float pt = __shfl_sync(0xffffffffu, p, t);
-      const X* v = base + (tile + t) * C3 + 2 * d.C;
+      const bool last = tile + t == n - 1;
+      const X* v = cb + (tile + t) * C3 + vcol;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         const int c = lane + 32 * i;
-        if (c < d.hs) acc[i] += pt * ld(v[c]);
+        if (c < d.hs) acc[i] += pt * (last ? s_v[c] : ld(v[c]));
       }
     }
     m = mn;
@@ -843,8 +888,8 @@ void attention_row_dots(cudaStream_t s, float* D, const X* dout, const X* out, i
 }
 
 template <typename X>
-void attention_forward(cudaStream_t s, X* out, float* lse, const X* qkv, int B, int T, int C, int H) {
-  const Dims d = make_dims(B, T, C, H);
+void attention_forward(cudaStream_t s, X* out, float* lse, const X* qkv, int B, int T, int C, int H, int KV) {
+  const Dims d = make_dims(B, T, C, H, KV);
   TT_CHECK(d.hs <= kMaxHs && static_cast<int64_t>(B) * H <= 65535,
            "attention: head size %d (at most %d) or %d batch x head pairs (at most 65535) beyond the CUDA kernels",
            d.hs, kMaxHs, B * H);
@@ -857,14 +902,14 @@ void attention_forward(cudaStream_t s, X* out, float* lse, const X* qkv, int B, 
   }
   const int smem = general_smem_bytes(d.hs);
   allow_smem(attention_forward_general_kernel<X>, smem);
-  attention_forward_general_kernel<X><<<general_grid(d), kGeneralWarps * 32, smem, s>>>(out, lse, qkv, d);
+  attention_forward_general_kernel<X><<<general_grid(d, d.H), kGeneralWarps * 32, smem, s>>>(out, lse, qkv, d);
   TT_CUDA_CHECK_LAUNCH();
 }
 
 template <typename X>
 void attention_backward(cudaStream_t s, const Scratch& scratch, X* dqkv, const X* dout, const X* qkv, const X* out,
-                        const float* lse, int B, int T, int C, int H) {
-  const Dims d = make_dims(B, T, C, H);
+                        const float* lse, int B, int T, int C, int H, int KV) {
+  const Dims d = make_dims(B, T, C, H, KV);
   TT_CHECK(d.hs <= kMaxHs && static_cast<int64_t>(B) * H <= 65535,
            "attention: head size %d (at most %d) or %d batch x head pairs (at most 65535) beyond the CUDA kernels",
            d.hs, kMaxHs, B * H);
@@ -883,31 +928,32 @@ void attention_backward(cudaStream_t s, const Scratch& scratch, X* dqkv, const X
   const int smem = general_smem_bytes(d.hs);
   allow_smem(attention_dkv_general_kernel<X>, smem);
   allow_smem(attention_dq_general_kernel<X>, smem);
-  attention_dkv_general_kernel<X><<<general_grid(d), kGeneralWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
+  attention_dkv_general_kernel<X><<<general_grid(d, d.KV), kGeneralWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
   TT_CUDA_CHECK_LAUNCH();
-  attention_dq_general_kernel<X><<<general_grid(d), kGeneralWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
+  attention_dq_general_kernel<X><<<general_grid(d, d.H), kGeneralWarps * 32, smem, s>>>(dqkv, dout, qkv, lse, D, d);
   TT_CUDA_CHECK_LAUNCH();
 }
 
 template <typename X>
 void attention_decode(cudaStream_t s, X* out, X* cache, const X* qkv, const int32_t* pos, int B, int Tmax, int C,
-                      int H) {
-  const Dims d = make_dims(B, Tmax, C, H);
+                      int H, int KV) {
+  const Dims d = make_dims(B, Tmax, C, H, KV);
   TT_CHECK(d.hs <= kMaxHs, "attention_decode: head size %d (at most %d) beyond the CUDA kernel", d.hs, kMaxHs);
   if (B == 0) return;
   attention_decode_kernel<X><<<B * H, kDecodeWarps * 32, 0, s>>>(out, cache, qkv, pos, d);
   TT_CUDA_CHECK_LAUNCH();
 }
 
-template void attention_decode<float>(cudaStream_t, float*, float*, const float*, const int32_t*, int, int, int, int);
-template void attention_decode<bf16>(cudaStream_t, bf16*, bf16*, const bf16*, const int32_t*, int, int, int, int);
+template void attention_decode<float>(cudaStream_t, float*, float*, const float*, const int32_t*, int, int, int, int,
+                                      int);
+template void attention_decode<bf16>(cudaStream_t, bf16*, bf16*, const bf16*, const int32_t*, int, int, int, int, int);
 template void attention_row_dots<float>(cudaStream_t, float*, const float*, const float*, int, int, int, int);
 template void attention_row_dots<bf16>(cudaStream_t, float*, const bf16*, const bf16*, int, int, int, int);
-template void attention_forward<float>(cudaStream_t, float*, float*, const float*, int, int, int, int);
-template void attention_forward<bf16>(cudaStream_t, bf16*, float*, const bf16*, int, int, int, int);
+template void attention_forward<float>(cudaStream_t, float*, float*, const float*, int, int, int, int, int);
+template void attention_forward<bf16>(cudaStream_t, bf16*, float*, const bf16*, int, int, int, int, int);
 template void attention_backward<float>(cudaStream_t, const Scratch&, float*, const float*, const float*,
-                                        const float*, const float*, int, int, int, int);
+                                        const float*, const float*, int, int, int, int, int);
 template void attention_backward<bf16>(cudaStream_t, const Scratch&, bf16*, const bf16*, const bf16*, const bf16*,
-                                       const float*, int, int, int, int);
+                                       const float*, int, int, int, int, int);
 
 }  // namespace tt::cuda

@@ -437,10 +437,9 @@ class CudaBackend final : public Backend {
   void attention_decode(const Tensor& out, const Tensor& cache, const Tensor& qkv, const Tensor& pos,
                         int heads) override {
     const shapes::Attention d = shapes::attention_decode(out, cache, qkv, pos, heads);
-    check_multi_head(d);
     dispatch_x(qkv.dtype(), "attention_decode", [&]<typename X>() {
       cuda::attention_decode<X>(s(), out.data<X>(), cache.data<X>(), qkv.data<X>(), pos.data<int32_t>(), d.B, d.T,
-                                d.C, d.H);
+                                d.C, d.H, d.KV);
     });
   }
   void embedding_at(const Tensor& out, const Tensor& tokens, const Tensor& positions, const Tensor& wte,
@@ -464,48 +463,45 @@ class CudaBackend final : public Backend {
     cudaGraphDestroy(graph);
     return std::make_unique<CudaGraph>(exec, s());
   }
-  // Grouped-query attention is not in this backend's kernels yet (resolve_run in exec/trainer.cc refuses such a run).
-  static void check_multi_head(const shapes::Attention& d) {
-    TT_CHECK(d.KV == d.H, "attention: %d query heads over %d key/value heads (grouped-query attention) is not "
-             "implemented by the CUDA backend yet", d.H, d.KV);
-  }
+  // Note [grouped-query attention] (attention.cu): our flash kernels (bf16 tensor-core and general), the KV cache and
+  // cuDNN's engines (Note [sdpa layout]) take any KV dividing H; the 3xTF32 kernels and the f32 GEMM path are built
+  // for KV = H, so an f32 grouped-query call runs on our general kernels (exact to f32 rounding).
+  static bool multi_head(const shapes::Attention& d) { return d.KV == d.H; }
   // Whether an f32 attention call that the fused kernels did not take runs as GEMMs (F32Attention).
-  bool f32_gemms(const Tensor& qkv, int64_t T) const {
-    return attention_ws_ && qkv.dtype() == DType::kF32 && attention_.f32 != F32Attention::kSimt &&
-           attention_gemm_fits(attention_workspace_bytes_, T);
+  bool f32_gemms(const Tensor& qkv, const shapes::Attention& d) const {
+    return attention_ws_ && qkv.dtype() == DType::kF32 && attention_.f32 != F32Attention::kSimt && multi_head(d) &&
+           attention_gemm_fits(attention_workspace_bytes_, d.T);
   }
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int heads) override {
     const shapes::Attention d = shapes::attention_forward(out, lse, qkv, heads);
-    check_multi_head(d);
     if (sdpa_ && qkv.dtype() == DType::kBF16 && d.B > 0 &&
-        sdpa_->forward({d.B, d.T, d.H, d.C / d.H}, out.raw(), lse.data<float>(), qkv.raw()))
+        sdpa_->forward({d.B, d.T, d.H, d.C / d.H, d.KV}, out.raw(), lse.data<float>(), qkv.raw()))
       return;
-    if (qkv.dtype() == DType::kF32 && attention_.f32 == F32Attention::kAuto &&
+    if (qkv.dtype() == DType::kF32 && attention_.f32 == F32Attention::kAuto && multi_head(d) &&
         cuda::attention_tf32x3_takes(d.B, d.C, d.H, {out.raw(), qkv.raw()})) {
       ++tf32x3_attention_forward_calls_;
       return cuda::attention_forward_tf32x3(s(), out.data<float>(), lse.data<float>(), qkv.data<float>(), d.B, d.T,
                                             d.C, d.H);
     }
-    if (f32_gemms(qkv, d.T)) {
+    if (f32_gemms(qkv, d)) {
       ++gemm_attention_forward_calls_;
       return cuda::attention_forward_gemm(cublas_, s(), attention_ws_, attention_workspace_bytes_, out.data<float>(),
                                           lse.data<float>(), qkv.data<float>(), d.B, d.T, d.C, d.H);
     }
     dispatch_x(qkv.dtype(), "attention_forward", [&]<typename X>() {
-      cuda::attention_forward<X>(s(), out.data<X>(), lse.data<float>(), qkv.data<X>(), d.B, d.T, d.C, d.H);
+      cuda::attention_forward<X>(s(), out.data<X>(), lse.data<float>(), qkv.data<X>(), d.B, d.T, d.C, d.H, d.KV);
     });
   }
 
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& lse, int heads) override {
     const shapes::Attention d = shapes::attention_backward(dqkv, dout, qkv, out, lse, heads);
-    check_multi_head(d);
     if (sdpa_ && qkv.dtype() == DType::kBF16 && d.B > 0 &&
         static_cast<size_t>(attention_scratch_bytes(d.B, d.T, d.H)) <= scratch_.bytes &&
-        sdpa_->backward({d.B, d.T, d.H, d.C / d.H}, dqkv.raw(), dout.raw(), qkv.raw(), out.raw(), lse.data<float>(),
+        sdpa_->backward({d.B, d.T, d.H, d.C / d.H, d.KV}, dqkv.raw(), dout.raw(), qkv.raw(), out.raw(), lse.data<float>(),
                         static_cast<float*>(scratch_.ptr)))
       return;
-    if (qkv.dtype() == DType::kF32 && attention_.f32 == F32Attention::kAuto &&
+    if (qkv.dtype() == DType::kF32 && attention_.f32 == F32Attention::kAuto && multi_head(d) &&
         cuda::attention_tf32x3_takes(d.B, d.C, d.H, {dqkv.raw(), dout.raw(), qkv.raw()})) {
       ++tf32x3_attention_backward_calls_;
       if (cuda::attention_backward_tf32x3(s(), scratch_, attention_ws_, attention_ws_ ? attention_workspace_bytes_ : 0,
@@ -514,7 +510,7 @@ class CudaBackend final : public Backend {
         ++tf32x3_attention_dq_partials_calls_;
       return;
     }
-    if (f32_gemms(qkv, d.T)) {
+    if (f32_gemms(qkv, d)) {
       ++gemm_attention_backward_calls_;
       return cuda::attention_backward_gemm(cublas_, s(), attention_ws_, attention_workspace_bytes_,
                                            dqkv.data<float>(), dout.data<float>(), qkv.data<float>(),
@@ -522,7 +518,7 @@ class CudaBackend final : public Backend {
     }
     dispatch_x(qkv.dtype(), "attention_backward", [&]<typename X>() {
       cuda::attention_backward<X>(s(), scratch_, dqkv.data<X>(), dout.data<X>(), qkv.data<X>(), out.data<X>(),
-                                  lse.data<float>(), d.B, d.T, d.C, d.H);
+                                  lse.data<float>(), d.B, d.T, d.C, d.H, d.KV);
     });
   }
 

@@ -222,13 +222,13 @@ Result<std::shared_ptr<CudnnSdpa::Plan>> CudnnSdpa::build(const SdpaGraph& g, co
 }
 
 const CudnnSdpa::Shape& CudnnSdpa::shape(const SdpaDims& d) {
-  const auto key = std::make_tuple(d.B, d.T, d.H, d.hs);
+  const auto key = std::make_tuple(d.B, d.T, d.H, d.hs, d.kv());
   auto it = shapes_.find(key);
   if (it != shapes_.end()) return it->second;
   Shape& s = shapes_[key];
-  const std::string name = str_format("B %lld T %lld H %lld hs %lld", static_cast<long long>(d.B),
+  const std::string name = str_format("B %lld T %lld H %lld KV %lld hs %lld", static_cast<long long>(d.B),
                                       static_cast<long long>(d.T), static_cast<long long>(d.H),
-                                      static_cast<long long>(d.hs));
+                                      static_cast<long long>(d.kv()), static_cast<long long>(d.hs));
   // What cuDNN takes at all (design note §5.3); outside it our kernels run, in strict mode too.
   if (!sdpa_takes(lib_->version, d.T, d.hs)) {
     TT_LOG(INFO, PERF, "attention %s: our kernels (cuDNN is used for head size 64, 128 and T >= 2 only)",
@@ -249,7 +249,7 @@ const CudnnSdpa::Shape& CudnnSdpa::shape(const SdpaDims& d) {
                              format_bytes(sdpa_backward_workspace_bound({1, d.T, d.H, d.hs})).c_str()));
   auto fwd = build(sdpa_forward_graph(d), "forward");
   if (!fwd.is_ok()) return refuse(fwd.status().to_string());
-  auto bwd = build(sdpa_backward_graph({s.chunk, d.T, d.H, d.hs}), "backward");
+  auto bwd = build(sdpa_backward_graph({s.chunk, d.T, d.H, d.hs, d.KV}), "backward");
   if (!bwd.is_ok()) return refuse(bwd.status().to_string());
   if (fwd.value()->workspace > ws_bytes_ || bwd.value()->workspace > ws_bytes_)
     return refuse(str_format("the plans need %s and %s of workspace, %s is reserved",
@@ -266,7 +266,7 @@ const CudnnSdpa::Shape& CudnnSdpa::shape(const SdpaDims& d) {
 void CudnnSdpa::retire(const SdpaDims& d) {
   // The shape's plans may still run on the stream (chunks enqueued before the one that failed): kept until the
   // object goes, never destroyed under the GPU's feet.
-  Shape& s = shapes_[std::make_tuple(d.B, d.T, d.H, d.hs)];
+  Shape& s = shapes_[std::make_tuple(d.B, d.T, d.H, d.hs, d.kv())];
   if (s.fwd) retired_.push_back(std::move(s.fwd));
   if (s.bwd) retired_.push_back(std::move(s.bwd));
   s = Shape{};
@@ -293,16 +293,17 @@ Status execute(const Api& api, Handle h, Desc plan, const std::vector<int64_t>& 
 }  // namespace
 
 bool CudnnSdpa::forward(const SdpaDims& d, void* out, float* lse, const void* qkv) {
-  if (!aligned(out) || !aligned(lse) || !aligned(qkv) || d.C() % 8 != 0) return false;
+  if (!aligned(out) || !aligned(lse) || !aligned(qkv) || d.C() % 8 != 0 || d.hs % 8 != 0) return false;
   const Shape& s = shape(d);
   if (!s.usable) return false;
   auto* q = static_cast<char*>(const_cast<void*>(qkv));
-  const int64_t c = d.C() * 2;  // bytes of C bf16 values
+  // Byte offsets of k and v in a row of qkv (Note [sdpa layout]).
+  const int64_t k_at = d.C() * 2, v_at = k_at + d.kv() * d.hs * 2;
   float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
   float neg = lib_->version >= 91000 ? -std::numeric_limits<float>::infinity() : -FLT_MAX;
   const Status st = execute(lib_->api, handle_, s.fwd->plan,
                             {kUidQ, kUidK, kUidV, kUidO, kUidStats, kUidScale, kUidNegInf},
-                            {q, q + c, q + 2 * c, out, lse, &scale, &neg}, ws_);
+                            {q, q + k_at, q + v_at, out, lse, &scale, &neg}, ws_);
   if (!st.is_ok()) {
     TT_CHECK(!strict_, "attention_impl=cudnn: %s", st.to_string().c_str());
     TT_LOG(WARN, PERF, "attention forward falls back to our kernels: %s", st.to_string().c_str());
@@ -316,17 +317,18 @@ bool CudnnSdpa::forward(const SdpaDims& d, void* out, float* lse, const void* qk
 bool CudnnSdpa::backward(const SdpaDims& d, void* dqkv, const void* dout, const void* qkv, const void* out,
                          const float* lse, float* dsum) {
   if (!aligned(dqkv) || !aligned(dout) || !aligned(qkv) || !aligned(out) || !aligned(lse) || !aligned(dsum) ||
-      d.C() % 8 != 0)
+      d.C() % 8 != 0 || d.hs % 8 != 0)
     return false;
   const Shape& s = shape(d);
   if (!s.usable) return false;
-  const int64_t c = d.C() * 2;
+  const int64_t c = d.C() * 2, row = d.Cq() * 2;  // bytes of C bf16 values, of a row of qkv
+  const int64_t k_at = c, v_at = c + d.kv() * d.hs * 2;
   float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
   float neg = lib_->version >= 91000 ? -std::numeric_limits<float>::infinity() : -FLT_MAX;
   float one = 1.0f;
   for (int64_t b0 = 0; b0 < d.B; b0 += s.chunk) {
-    auto* q = static_cast<char*>(const_cast<void*>(qkv)) + b0 * d.T * 3 * c;
-    auto* g = static_cast<char*>(dqkv) + b0 * d.T * 3 * c;
+    auto* q = static_cast<char*>(const_cast<void*>(qkv)) + b0 * d.T * row;
+    auto* g = static_cast<char*>(dqkv) + b0 * d.T * row;
     auto* o = static_cast<char*>(const_cast<void*>(out)) + b0 * d.T * c;
     auto* go = static_cast<char*>(const_cast<void*>(dout)) + b0 * d.T * c;
     auto* l = const_cast<float*>(lse) + b0 * d.H * d.T;
@@ -334,7 +336,7 @@ bool CudnnSdpa::backward(const SdpaDims& d, void* dqkv, const void* dout, const 
     const Status st = execute(lib_->api, handle_, s.bwd->plan,
                               {kUidQ, kUidK, kUidV, kUidO, kUidDO, kUidStats, kUidDQ, kUidDK, kUidDV, kUidDsum,
                                kUidScale, kUidOne, kUidNegInf},
-                              {q, q + c, q + 2 * c, o, go, l, g, g + c, g + 2 * c, ds, &scale, &one, &neg}, ws_);
+                              {q, q + k_at, q + v_at, o, go, l, g, g + k_at, g + v_at, ds, &scale, &one, &neg}, ws_);
     if (!st.is_ok()) {
       TT_CHECK(!strict_, "attention_impl=cudnn: %s", st.to_string().c_str());
       TT_LOG(WARN, PERF, "attention backward falls back to our kernels: %s", st.to_string().c_str());

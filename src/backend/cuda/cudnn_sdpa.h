@@ -49,7 +49,7 @@ class CudnnSdpa {
 
   // Run on cuDNN and return true, or return false without touching anything (the caller runs its own kernels). The
   // decision is per shape and the same for forward and backward (both plans are built at the first call of a shape).
-  // forward: out [B,T,C], lse [B,H,T] from qkv [B,T,3C] (bf16). backward: dqkv = d(qkv) (every element written) from
+  // forward: out [B,T,C], lse [B,H,T] from qkv [B,T,Cq] (bf16; Note [sdpa layout]). backward: dqkv = d(qkv) (every element written) from
   // dout, qkv, out, lse; dsum: B H T floats of scratch.
   bool forward(const SdpaDims& d, void* out, float* lse, const void* qkv);
   bool backward(const SdpaDims& d, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
@@ -78,7 +78,7 @@ class CudnnSdpa {
   void* ws_;
   int64_t ws_bytes_;
   bool strict_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, Shape> shapes_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>, Shape> shapes_;  // B, T, H, hs, KV
   std::vector<std::shared_ptr<Plan>> retired_;  // plans of retired shapes, which enqueued work may still use
   int64_t forward_calls_ = 0, backward_calls_ = 0;
 };

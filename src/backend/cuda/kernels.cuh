@@ -70,18 +70,19 @@ void broadcast_rows(cudaStream_t s, X* out, const X* bias, int64_t N, int OC);
 // dbias[o] (+)= sum_n dout[n, o] (as `add` says), in a fixed order.
 template <typename X>
 void column_sums(cudaStream_t s, const Scratch& scratch, float* dbias, const X* dout, int64_t N, int OC, bool add);
-// Causal attention (attention.cu): out[B, T, C] and lse[B, H, T] from qkv[B, T, 3C]; the backward writes dqkv and
+// Causal attention (attention.cu): out[B, T, C] and lse[B, H, T] from qkv[B, T, C + 2 KV C / H] (H query heads over
+// KV key/value heads: Note [grouped-query attention]; KV = H is [q | k | v] of C each); the backward writes dqkv and
 // needs attention_scratch_bytes of scratch.
 template <typename X>
-void attention_forward(cudaStream_t s, X* out, float* lse, const X* qkv, int B, int T, int C, int H);
+void attention_forward(cudaStream_t s, X* out, float* lse, const X* qkv, int B, int T, int C, int H, int KV);
 template <typename X>
 void attention_backward(cudaStream_t s, const Scratch& scratch, X* dqkv, const X* dout, const X* qkv, const X* out,
-                        const float* lse, int B, int T, int C, int H);
-// Note [KV cache]: qkv[b] into cache[b, pos[b]] (cache [B, Tmax, 3C]), then out[b] from its query over rows
-// 0..pos[b].
+                        const float* lse, int B, int T, int C, int H, int KV);
+// Note [KV cache]: qkv[b] into cache[b, pos[b]] (cache [B, Tmax, C + 2 KV C / H]), then out[b] from its query over
+// rows 0..pos[b].
 template <typename X>
 void attention_decode(cudaStream_t s, X* out, X* cache, const X* qkv, const int32_t* pos, int B, int Tmax, int C,
-                      int H);
+                      int H, int KV);
 // out[i] = wte[tokens[i]] + wpe[positions[i]], rows of C.
 template <typename X>
 void embedding_at(cudaStream_t s, X* out, const int32_t* tokens, const int32_t* positions, const X* wte, const X* wpe,

@@ -67,11 +67,22 @@ class Builder {
   }
 
   // q/k/v views of qkv (Note [sdpa layout]).
-  std::array<int64_t, 4> head_rows() const { return {3 * d_.C() * d_.T, d_.hs, 3 * d_.C(), 1}; }
-  std::array<int64_t, 4> head_cols() const { return {3 * d_.C() * d_.T, d_.hs, 1, 3 * d_.C()}; }
+  std::array<int64_t, 4> head_rows() const { return {d_.Cq() * d_.T, d_.hs, d_.Cq(), 1}; }
+  std::array<int64_t, 4> head_cols() const { return {d_.Cq() * d_.T, d_.hs, 1, d_.Cq()}; }
   std::array<int64_t, 4> out_rows() const { return {d_.C() * d_.T, d_.hs, d_.C(), 1}; }
   std::array<int64_t, 4> bhtd() const { return {d_.B, d_.H, d_.T, d_.hs}; }
-  std::array<int64_t, 4> bhdt() const { return {d_.B, d_.H, d_.hs, d_.T}; }
+  std::array<int64_t, 4> kv_btd() const { return {d_.B, d_.kv(), d_.T, d_.hs}; }  // k or v of the KV heads
+  std::array<int64_t, 4> kv_bdt() const { return {d_.B, d_.kv(), d_.hs, d_.T}; }  // transposed
+  std::array<int64_t, 4> contiguous() const { return {d_.H * d_.T * d_.hs, d_.T * d_.hs, d_.hs, 1}; }
+  // A matmul's result that is d(k) or d(v) itself (multi-head), or of every query head, summed over each group
+  // into it (grouped-query).
+  void grad_kv(int64_t a, int64_t b, int64_t grad, const char* full) {
+    if (d_.kv() == d_.H) {
+      matmul(a, b, grad);
+      return;
+    }
+    reduce(kReduceAdd, matmul(a, b, virt(full, kBf16, bhtd(), contiguous())), grad);
+  }
   std::array<int64_t, 4> stats_strides() const { return {d_.H * d_.T, d_.T, 1, 1}; }
 
   SdpaGraph take() { return std::move(g_); }
@@ -94,8 +105,8 @@ const SdpaTensor& SdpaGraph::tensor(int64_t uid) const {
 SdpaGraph sdpa_forward_graph(const SdpaDims& d) {
   Builder g(d);
   const int64_t q = g.io(kUidQ, "Q", kBf16, g.bhtd(), g.head_rows());
-  const int64_t k = g.io(kUidK, "K^T", kBf16, g.bhdt(), g.head_cols());
-  const int64_t v = g.io(kUidV, "V", kBf16, g.bhtd(), g.head_rows());
+  const int64_t k = g.io(kUidK, "K^T", kBf16, g.kv_bdt(), g.head_cols());
+  const int64_t v = g.io(kUidV, "V", kBf16, g.kv_btd(), g.head_rows());
   const int64_t o = g.io(kUidO, "O", kBf16, g.bhtd(), g.out_rows());
   const int64_t stats = g.io(kUidStats, "Stats", kFloat, {d.B, d.H, d.T, 1}, g.stats_strides());
   const int64_t scale = g.scalar(kUidScale, "scale");
@@ -117,14 +128,14 @@ SdpaGraph sdpa_forward_graph(const SdpaDims& d) {
 SdpaGraph sdpa_backward_graph(const SdpaDims& d) {
   Builder g(d);
   const int64_t q = g.io(kUidQ, "Q", kBf16, g.bhtd(), g.head_rows());
-  const int64_t k = g.io(kUidK, "K^T", kBf16, g.bhdt(), g.head_cols());
-  const int64_t v = g.io(kUidV, "V^T", kBf16, g.bhdt(), g.head_cols());
+  const int64_t k = g.io(kUidK, "K^T", kBf16, g.kv_bdt(), g.head_cols());
+  const int64_t v = g.io(kUidV, "V^T", kBf16, g.kv_bdt(), g.head_cols());
   const int64_t o = g.io(kUidO, "O", kBf16, g.bhtd(), g.out_rows());
   const int64_t dout = g.io(kUidDO, "dO", kBf16, g.bhtd(), g.out_rows());
   const int64_t stats = g.io(kUidStats, "Stats", kFloat, {d.B, d.H, d.T, 1}, g.stats_strides());
   const int64_t dq = g.io(kUidDQ, "dQ", kBf16, g.bhtd(), g.head_rows());
-  const int64_t dk = g.io(kUidDK, "dK", kBf16, g.bhtd(), g.head_rows());
-  const int64_t dv = g.io(kUidDV, "dV", kBf16, g.bhtd(), g.head_rows());
+  const int64_t dk = g.io(kUidDK, "dK", kBf16, g.kv_btd(), g.head_rows());
+  const int64_t dv = g.io(kUidDV, "dV", kBf16, g.kv_btd(), g.head_rows());
   const int64_t dsum = g.io(kUidDsum, "Dsum", kFloat, {d.B, d.H, d.T, 1}, g.stats_strides());
   const int64_t scale = g.scalar(kUidScale, "scale");
   const int64_t one = g.scalar(kUidOne, "one");
@@ -133,20 +144,20 @@ SdpaGraph sdpa_backward_graph(const SdpaDims& d) {
   const int64_t s = g.matmul(q, k, g.scores("S"));                                             // 2
   const int64_t doo = g.pw(kPwMul, dout, o,
                            g.virt("dO*O", kFloat, g.bhtd(), {d.H * d.T * d.hs, d.T * d.hs, d.hs, 1}));  // 3
-  const int64_t kview = g.reshape(k, g.virt("K", kBf16, g.bhtd(), g.head_rows()));             // 4
+  const int64_t kview = g.reshape(k, g.virt("K", kBf16, g.kv_btd(), g.head_rows()));           // 4
   const int64_t s1 = g.pw(kPwMul, s, scale, g.scores("S*scale"));                              // 5
   const int64_t s3 = g.pw(kPwSub, s1, stats, g.scores("S*scale-Stats"));                       // 6
   const int64_t s4 = g.causal_mask(s3, neg);                                                   // 7-10
   const int64_t p = g.pw(kPwExp, s4, 0, g.scores("P"));                                        // 11
   const int64_t pt = g.reshape(p, g.scores_t("P^T"));                                          // 12
-  g.matmul(pt, dout, dv);                                                                      // 13
+  g.grad_kv(pt, dout, dv, "dV of every head");                                               // 13 (+ sum)
   const int64_t rs = g.reduce(kReduceAdd, doo, g.rows("sum dO*O"));                            // 14
   g.pw(kPwMul, rs, one, dsum);                                                                 // 15
   const int64_t t1 = g.pw(kPwSub, dp, dsum, g.scores("dP-Dsum"));                              // 16
   const int64_t t2 = g.pw(kPwMul, t1, p, g.scores("P*(dP-Dsum)"));                             // 17
   const int64_t ds = g.pw(kPwMul, t2, scale, g.scores("dS"));                                  // 18
   const int64_t dst = g.reshape(ds, g.scores_t("dS^T"));                                       // 19
-  g.matmul(dst, q, dk);                                                                        // 20
+  g.grad_kv(dst, q, dk, "dK of every head");                                                  // 20 (+ sum)
   g.matmul(ds, kview, dq);                                                                     // 21
   return g.take();
 }

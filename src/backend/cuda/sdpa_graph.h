@@ -18,14 +18,21 @@ namespace tt::cudnn {
 
 struct SdpaDims {
   int64_t B = 0, T = 0, H = 0, hs = 0;
+  int64_t KV = 0;  // key/value heads (grouped-query attention); 0: H
   int64_t C() const { return H * hs; }
+  int64_t kv() const { return KV > 0 ? KV : H; }
+  int64_t Cq() const { return C() + 2 * kv() * hs; }  // a row of qkv: [q (C) | k (KV hs) | v (KV hs)]
 };
 
 // Note [sdpa layout]
-// q, k, v are read straight out of our interleaved qkv [B, T, 3C] by strides (q of token t, head h at
-// qkv[(b T + t) 3C + h hs], k at +C, v at +2C), and dq, dk, dv written straight into dqkv the same way; out and dout
-// [B, T, C]. As [B, H, T, hs] tensors: q strides {3CT, hs, 3C, 1}; k is given transposed, [B, H, hs, T] with strides
-// {3CT, hs, 1, 3C} (the first matmul's B operand), and so is v in the backward. Stats [B, H, T, 1] fp32 with strides
+// q, k, v are read straight out of our interleaved qkv [B, T, Cq] by strides (q of token t, head h at
+// qkv[(b T + t) Cq + h hs], k of key/value head g at + C + g hs, v at + C + KV hs + g hs; multi-head: KV = H, Cq = 3C),
+// and dq, dk, dv written straight into dqkv the same way; out and dout [B, T, C]. As [B, heads, T, hs] tensors: q
+// strides {Cq T, hs, Cq, 1}; k is given transposed, [B, KV, hs, T] with strides {Cq T, hs, 1, Cq} (the first
+// matmul's B operand), and so is v in the backward. With grouped-query attention (KV < H) the matmuls take K and V
+// of KV heads against Q of H (query head h reads key/value head h / (H / KV), as cudnn-frontend expresses it), and
+// the backward writes d(k) and d(v) of all H query heads to virtual bf16 tensors [B, H, T, hs] that a sum reduction
+// brings to the KV heads of dqkv (23 operations instead of 21). Stats [B, H, T, 1] fp32 with strides
 // {HT, T, 1, 1} is exactly our lse [B, H, T]: the natural log of the sum of exp of the scaled scores. The uids below
 // are the ones the variant pack binds pointers to; virtual intermediates are numbered from kFirstVirtualUid in the
 // order they are made.
