@@ -89,6 +89,7 @@ inline int64_t resolve_attention_workspace(int64_t cap, int64_t device_budget, i
 struct AttentionShape {
   int64_t B = 0, T = 0, H = 0, hs = 0;
   bool bf16 = false;  // activations in bf16 (cuDNN is used for bf16 only)
+  int64_t KV = 0;     // key/value heads (grouped-query attention; 0: H)
 };
 
 }  // namespace tt

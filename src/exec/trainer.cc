@@ -102,7 +102,8 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   TT_ASSIGN_OR_RETURN(r.inventory, Executor::inventory(e));
   // The backend's own cuBLAS workspace and scratch come out of the budget too.
   const AttentionShape attention_shape{e.batch, cfg.model.seq, e.model.heads / e.model.tp,
-                                       cfg.model.dim / cfg.model.heads, dtype == DType::kBF16};
+                                       cfg.model.dim / cfg.model.heads, dtype == DType::kBF16,
+                                       e.model.kv_head_count() / e.model.tp};
   r.attention = cfg.attention;
   r.attention.workspace_cap = resolve_attention_workspace(cfg.attention.workspace_cap, cfg.device_budget,
                                                           r.probe.device_memory ? r.probe.total_bytes : 0);

@@ -309,11 +309,16 @@ TEST_P(BackendOps, LlamaOps) {
          {"pos", {B}, DType::kI32, false, T}},
         [](Backend& be, const std::vector<Tensor>& t) { be.rope(t[0], t[1], t[2], kHeads, kKv, false); }, kAtol,
         kRtol, 2e-2, 2e-2);
-  check("swiglu_forward", {{"out", {N, 40}, DType::kF32, true}, {"inp", {N, 80}}},
-        [](Backend& be, const std::vector<Tensor>& t) { be.swiglu_forward(t[0], t[1]); }, kAtol, kRtol);
-  check("swiglu_backward",
-        {{"dinp", {N, 80}, DType::kF32, true, 0, false, false, false, true}, {"inp", {N, 80}}, {"dout", {N, 40}}},
-        [](Backend& be, const std::vector<Tensor>& t) { be.swiglu_backward(t[0], t[1], t[2]); }, kAtol, kRtol);
+  // SwiGLU in 16-byte vectors (F 40: a multiple of 8 bf16 and 4 f32 values) and value by value (F 42).
+  for (const int64_t F : {40, 42}) {
+    SCOPED_TRACE("F " + std::to_string(F));
+    check("swiglu_forward", {{"out", {N, F}, DType::kF32, true}, {"inp", {N, 2 * F}}},
+          [](Backend& be, const std::vector<Tensor>& t) { be.swiglu_forward(t[0], t[1]); }, kAtol, kRtol);
+    check("swiglu_backward",
+          {{"dinp", {N, 2 * F}, DType::kF32, true, 0, false, false, false, true}, {"inp", {N, 2 * F}},
+           {"dout", {N, F}}},
+          [](Backend& be, const std::vector<Tensor>& t) { be.swiglu_backward(t[0], t[1], t[2]); }, kAtol, kRtol);
+  }
 }
 
 // The LayerNorm backward's paths (Note [one-pass LayerNorm backward] in src/backend/cuda/kernels_layernorm.cu): rows of fewer

@@ -204,11 +204,19 @@ TEST(SdpaGraph, WorkspaceBoundAndBatchChunks) {
   EXPECT_EQ(sdpa_backward_workspace_bound({16, 1024, 12, 64}), 16LL * 12 * 1024 * 1024 * 2 + (1 << 20));
   EXPECT_EQ(sdpa_backward_workspace_bound({1, 130, 2, 64}), 2LL * 256 * 256 * 2 + (1 << 20));
   const int64_t cap = int64_t(512) << 20;
-  EXPECT_EQ(backward_chunk(16, 1024, 12, 64, cap), 16);
-  EXPECT_EQ(backward_chunk(8, 2048, 32, 128, cap), 1);
-  EXPECT_EQ(workspace_bytes_for(8, 2048, 32, 128, cap), (int64_t(256) << 20) + (1 << 20));
-  EXPECT_EQ(backward_chunk(6, 2048, 32, 128, int64_t(600) << 20), 2);  // the largest divisor of B that fits
-  EXPECT_EQ(backward_chunk(8, 2048, 32, 128, int64_t(100) << 20), 0);
+  EXPECT_EQ(backward_chunk({16, 1024, 12, 64}, cap), 16);
+  EXPECT_EQ(backward_chunk({8, 2048, 32, 128}, cap), 1);
+  EXPECT_EQ(workspace_bytes_for({8, 2048, 32, 128}, cap), (int64_t(256) << 20) + (1 << 20));
+  EXPECT_EQ(backward_chunk({6, 2048, 32, 128}, int64_t(600) << 20), 2);  // the largest divisor of B that fits
+  EXPECT_EQ(backward_chunk({8, 2048, 32, 128}, int64_t(100) << 20), 0);
+  // Grouped-query (the Llama-3.2-1B shape, 32 query heads over 8): the scores' bytes twice and the full-head d(k), d(v)
+  // in fp32, plus 16 MiB; cuDNN 9.19 asked 1.06 GiB at B 2 on an H100, within it. The 80 GB card's automatic cap
+  // (1/64) takes chunks of 2 of a batch of 4.
+  const SdpaDims llama{2, 2048, 32, 64, 8};
+  EXPECT_EQ(sdpa_backward_workspace_bound(llama), 2LL * 32 * 2048 * 2048 * 4 + 2LL * 2 * 32 * 2048 * 64 * 4 + (16 << 20));
+  EXPECT_GE(sdpa_backward_workspace_bound(llama), static_cast<int64_t>(1.06 * (int64_t(1) << 30)));
+  EXPECT_EQ(backward_chunk({4, 2048, 32, 64, 8}, int64_t(81559) * (1 << 20) / 64), 2);
+  EXPECT_EQ(backward_chunk({4, 2048, 32, 64, 32}, int64_t(81559) * (1 << 20) / 64), 4);  // multi-head: whole
 }
 
 // Note [automatic attention workspace]: 1/64 of the budget given, else of the device's memory, at least 512 MiB; an
@@ -219,10 +227,10 @@ TEST(SdpaGraph, AutomaticWorkspaceCap) {
   const int64_t cap = resolve_attention_workspace(kAutoAttentionWorkspace, 0, h200);
   EXPECT_EQ(cap, h200 / 64);
   // d4096 B8 T2048 H32 hs128 then runs its backward whole (8 sequences a call), as measured faster.
-  EXPECT_EQ(backward_chunk(8, 2048, 32, 128, cap), 8);
+  EXPECT_EQ(backward_chunk({8, 2048, 32, 128}, cap), 8);
   // A given budget decides, not the device: an out-of-core budget of 20 GiB keeps the floor (one sequence a call).
   EXPECT_EQ(resolve_attention_workspace(kAutoAttentionWorkspace, 20 * gib, h200), floor);
-  EXPECT_EQ(backward_chunk(8, 2048, 32, 128, resolve_attention_workspace(kAutoAttentionWorkspace, 20 * gib, h200)),
+  EXPECT_EQ(backward_chunk({8, 2048, 32, 128}, resolve_attention_workspace(kAutoAttentionWorkspace, 20 * gib, h200)),
             1);
   EXPECT_EQ(resolve_attention_workspace(kAutoAttentionWorkspace, 0, 0), floor);  // no device memory (the CPU)
   EXPECT_EQ(resolve_attention_workspace(gib, 0, h200), gib);

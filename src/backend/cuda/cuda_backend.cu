@@ -677,7 +677,7 @@ int64_t attention_workspace_for(const AttentionShape& shape, const AttentionOpti
   if (options.impl == AttentionImpl::kNative || !shape.bf16 || (shape.hs != 64 && shape.hs != 128) || shape.T < 2)
     return 0;
   if (!cudnn::load(options.cudnn_library).is_ok()) return 0;
-  return cudnn::workspace_bytes_for(shape.B, shape.T, shape.H, shape.hs, cap);
+  return cudnn::workspace_bytes_for({shape.B, shape.T, shape.H, shape.hs, shape.KV}, cap);
 }
 
 Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options) {

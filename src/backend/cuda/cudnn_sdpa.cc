@@ -11,21 +11,22 @@
 
 namespace tt::cudnn {
 
-int64_t workspace_bytes_for(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t cap) {
-  const int64_t b = backward_chunk(B, T, H, hs, cap);
-  return b == 0 ? 0 : sdpa_backward_workspace_bound({b, T, H, hs});
+int64_t workspace_bytes_for(const SdpaDims& d, int64_t cap) {
+  const int64_t b = backward_chunk(d, cap);
+  return b == 0 ? 0 : sdpa_backward_workspace_bound({b, d.T, d.H, d.hs, d.KV});
 }
 
 bool sdpa_takes(int64_t version, int64_t T, int64_t hs) {
   return (hs == 64 || hs == 128) && T >= 2 && (version >= 91600 || T % 128 == 0);
 }
 
-int64_t backward_chunk(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t bytes) {
+int64_t backward_chunk(const SdpaDims& d, int64_t bytes) {
+  const int64_t B = d.B, T = d.T, H = d.H;
   // The largest divisor of B whose bound fits: every chunk then has the same shape and one plan. A chunk smaller
   // than the batch moves the lse and Dsum pointers by b*H*T floats, which must keep them 16-byte aligned (the plans
   // declare 16): b*H*T a multiple of 4.
   for (int64_t b = B; b >= 1; --b)
-    if (B % b == 0 && (b == B || (b * H * T) % 4 == 0) && sdpa_backward_workspace_bound({b, T, H, hs}) <= bytes)
+    if (B % b == 0 && (b == B || (b * H * T) % 4 == 0) && sdpa_backward_workspace_bound({b, T, H, d.hs, d.KV}) <= bytes)
       return b;
   return 0;
 }
@@ -241,12 +242,12 @@ const CudnnSdpa::Shape& CudnnSdpa::shape(const SdpaDims& d) {
     s = Shape{};
     return s;
   };
-  s.chunk = backward_chunk(d.B, d.T, d.H, d.hs, ws_bytes_);
+  s.chunk = backward_chunk(d, ws_bytes_);
   if (s.chunk == 0)
     return refuse(str_format("the cuDNN workspace reserved (%s) holds not even one sequence's backward (%s); raise "
                              "attention_workspace",
                              format_bytes(ws_bytes_).c_str(),
-                             format_bytes(sdpa_backward_workspace_bound({1, d.T, d.H, d.hs})).c_str()));
+                             format_bytes(sdpa_backward_workspace_bound({1, d.T, d.H, d.hs, d.KV})).c_str()));
   auto fwd = build(sdpa_forward_graph(d), "forward");
   if (!fwd.is_ok()) return refuse(fwd.status().to_string());
   auto bwd = build(sdpa_backward_graph({s.chunk, d.T, d.H, d.hs, d.KV}), "backward");

@@ -22,7 +22,7 @@ namespace tt::cudnn {
 
 // Note [cudnn workspace]
 // Our device pool is carved once, so cuDNN's workspace is reserved before the first call: backend_reserve adds
-// workspace_bytes_for(shape, cap) (the §3 bound of the deterministic backward, B H pad128(T)^2 2 bytes + 1 MiB) and
+// workspace_bytes_for(shape, cap) (sdpa_backward_workspace_bound: the §3 bound of the deterministic backward) and
 // the backend takes it from the pool as "attention.workspace" (which f32 runs use for their GEMMs instead). Where a
 // whole batch would need more than the cap (knob attention_workspace; by default 1/64 of the budget or of the GPU's
 // memory, Note [automatic attention workspace] in backend/attention_options.h), the backward runs over chunks of b
@@ -30,9 +30,9 @@ namespace tt::cudnn {
 // b H T) with a plan for the chunk's shape; the forward (256 bytes) always runs whole. A plan whose real workspace
 // exceeds what is reserved is not used (logged): the shape runs on our kernels. Dsum, the backward's row sums, goes
 // to the rowsum scratch our own backward uses (B H T floats).
-int64_t workspace_bytes_for(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t cap);
+int64_t workspace_bytes_for(const SdpaDims& d, int64_t cap);
 // Sequences per backward call for a workspace of `bytes` (0: none fits).
-int64_t backward_chunk(int64_t B, int64_t T, int64_t H, int64_t hs, int64_t bytes);
+int64_t backward_chunk(const SdpaDims& d, int64_t bytes);
 // Whether cuDNN of this version (cudnnGetVersion: 91900 for 9.19.0) is given an attention of this shape at all (design
 // note §5.3): head size 64 or 128, T >= 2, and before 9.16 T a multiple of 128. Outside it our kernels run.
 bool sdpa_takes(int64_t version, int64_t T, int64_t hs);

@@ -83,8 +83,9 @@ struct SdpaGraph {
 SdpaGraph sdpa_forward_graph(const SdpaDims& d);
 SdpaGraph sdpa_backward_graph(const SdpaDims& d);
 
-// Bytes the backward's workspace is bounded by (§3: dP in bf16 with T padded to 128, plus 1 MiB), checked against
-// the plan's own figure when it is built.
+// Bytes the backward's workspace is bounded by (§3: dP in bf16 with T padded to 128, plus 1 MiB; grouped-query: the
+// scores twice over and the full-head d(k), d(v) in fp32, plus 16 MiB), checked against the plan's own figure when it
+// is built (a plan that asks more runs our kernels instead, logged).
 int64_t sdpa_backward_workspace_bound(const SdpaDims& d);
 
 }  // namespace tt::cudnn

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The Llama family on one GPU (issue 45): the grouped-query GPU tests, then tiertrain's speed on Llama shapes against
+# the PyTorch baselines users run (bench/llama/torch_llama_gpu.py: a clean Llama with SDPA and enable_gqa, and
+# transformers' LlamaForCausalLM with attn_implementation="sdpa"; both bf16 autocast, fused AdamW, clip 1.0,
+# torch.compile), MFU beside tokens/s (bench/llama/llama_summary.py).
+#
+#   bench/llama/llama_gpu.sh OUTDIR [PARTS]      PARTS: some of "tests 1b profile attn slice" (default "tests 1b")
+#
+# tests: backend_ops_test's attention and Llama ops (grouped-query cases on our kernels and cuDNN's), the cuDNN graph
+#        tests, trainer_test's Llama and cuDNN runs.
+# 1b:    the Llama-3.2-1B shape (d2048 L16, 32 heads over 8 KV heads, SwiGLU 8192, V 128256, tied), T 2048, B 4.
+# profile: tiertrain's op-by-op profile of the 1b run (--profile), and PyTorch's compiled run's top kernels.
+# attn:  the attention's share of the 1b step on cuDNN and on our kernels, grouped-query and multi-head.
+# slice: a Llama-3-8B-shaped slice (d4096, 32 heads over 8 KV heads, SwiGLU 14336, V 128256, untied) of
+#        TT_SLICE_LAYERS layers (default 8), T 2048, B TT_SLICE_BATCH (default 2).
+# TT_TORCH_IMPLS (default "clean hf"), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows. The transformers wheels come
+# from .deps/hfwheels (carried; the GPU machine has no PyPI). Results: OUTDIR/*.json, *.log, results.md, results.tgz.
+set -uo pipefail
+OUT=${1:?usage: bench/llama/llama_gpu.sh OUTDIR [tests 1b slice]}
+part=${2:-tests 1b}
+has() { [[ " $part " == *" $1 "* ]]; }
+source "$(dirname "$0")/../lib.sh"
+tt_gpu_setup "$OUT"
+{ nvidia-smi; nvcc --version; python3 -c 'import torch; print("torch", torch.__version__)'; } > "$OUT/machine.txt" 2>&1
+echo "${TT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}" > "$OUT/commit.txt"
+pack() {
+  python3 bench/llama/llama_summary.py "$OUT" > "$OUT/results.md" 2>&1 || true
+  tar -czf "$OUT/results.tgz" -C "$OUT" --exclude results.tgz . 2>/dev/null || true
+}
+# At the end only the summary, the archive and the commit stay in OUTDIR (the device tool brings back a few files).
+finish() {
+  pack
+  find "$OUT" -maxdepth 1 -type f ! -name results.md ! -name results.json ! -name results.tgz ! -name commit.txt \
+    -delete
+}
+trap finish EXIT
+status=0
+
+if has tests; then
+  tt_gpu_build "$OUT" tiertrain backend_ops_test cudnn_test trainer_test || exit 1
+  for spec in "backend_ops_test:Dtypes/BackendOps.Attention*:Dtypes/BackendOps.LlamaOps*" "cudnn_test:*" \
+    "trainer_test:TrainerCuda.Llama*:TrainerCuda.Cudnn*:TrainerCuda.MatchesCpu*"; do
+    exe=${spec%%:*}
+    filter=${spec#*:}
+    start=$(date +%s)
+    build/gpu/tests/"$exe" --gtest_filter="$filter" > "$OUT/test_$exe.log" 2>&1 || status=1
+    echo "$exe ($(( $(date +%s) - start )) s): $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/test_$exe.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \]|Failure|error|Aborted|attention_impl' -A6 "$OUT/test_$exe.log" | head -40
+  done
+  TT=build/gpu/src/tiertrain
+else
+  tt_gpu_tiertrain
+fi
+
+has 1b || has slice || has attn || has profile || exit $status
+[ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
+SHARD=/tmp/tiertrain-random-llama3.bin
+[ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 --vocab 128256 > /dev/null
+# transformers for the hf rows, over the system torch.
+PY=python3
+if [[ " ${TT_TORCH_IMPLS:-clean hf} " == *" hf "* ]]; then
+  # Where python3 is itself a virtual environment (torch in it), the new one sees its packages through a .pth file
+  # (as scripts/gpu_pyenv.sh does).
+  if python3 -m venv --system-site-packages /tmp/tt-hf > /dev/null 2>&1 &&
+    python3 -c "import site; print('\n'.join('import site; site.addsitedir(%r)' % d for d in site.getsitepackages()))" \
+      > "$(/tmp/tt-hf/bin/python -c 'import site; print(site.getsitepackages()[0])')/tt_parent_env.pth" &&
+    /tmp/tt-hf/bin/python -m pip install -q --no-index --find-links .deps/hfwheels transformers > "$OUT/pip.log" 2>&1; then
+    PY=/tmp/tt-hf/bin/python
+  else
+    echo "transformers did not install (the hf rows are skipped):"; tail -3 "$OUT/pip.log"
+  fi
+fi
+
+tiertrain() {  # NAME STEPS FLAGS...
+  local name=$1 steps=$2
+  shift 2
+  timeout 240 "$TT" train "$@" --data "$SHARD" --steps "$steps" --warmup 5 --eval-every 0 --log-every 5 \
+    --metrics-out "$OUT/tiertrain_$name.json" > "$OUT/tiertrain_$name.log" 2>&1 ||
+    { echo "tiertrain $name failed"; tail -5 "$OUT/tiertrain_$name.log"; status=1; }
+  grep -E '^plan|^model' "$OUT/tiertrain_$name.log" | head -3
+  grep -o 'median.*' "$OUT/tiertrain_$name.log" | head -n 1 | sed "s/^/tiertrain $name: /"
+}
+torch_run() {  # NAME IMPL FLAGS...
+  local name=$1 impl=$2
+  shift 2
+  [[ " ${TT_TORCH_IMPLS:-clean hf} " == *" $impl "* ]] || return 0
+  [ "$impl" = hf ] && [ "$PY" = python3 ] && return 0
+  timeout 300 "$PY" bench/llama/torch_llama_gpu.py --impl "$impl" "$@" --json-out "$OUT/torch_${impl}_$name.json" \
+    > "$OUT/torch_${impl}_$name.log" 2>&1 || { echo "torch $impl $name failed"; tail -4 "$OUT/torch_${impl}_$name.log"; status=1; }
+  tail -n 1 "$OUT/torch_${impl}_$name.log" | cut -c1-300
+}
+
+if has 1b; then
+  m=(--layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn 8192 --seq 2048 --batch 4 --rope-theta 500000)
+  tiertrain 1b 20 "${m[@]}" --family llama --tied-embeddings true
+  for impl in clean hf; do
+    torch_run 1b_compile "$impl" "${m[@]}" --tied --steps 20 --warmup-steps 8 --compile
+    [ "${TT_TORCH_EAGER:-0}" = 1 ] && torch_run 1b_eager "$impl" "${m[@]}" --tied --steps 12 --warmup-steps 4
+  done
+  pack
+fi
+if has profile; then
+  m=(--layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn 8192 --seq 2048 --batch 4 --rope-theta 500000)
+  timeout 200 "$TT" train "${m[@]}" --family llama --tied-embeddings true --data "$SHARD" --steps 8 --warmup 2 \
+    --eval-every 0 --log-every 100 --profile > "$OUT/profile_tiertrain_1b.txt" 2>&1 || status=1
+  grep -A40 '^profile:' "$OUT/profile_tiertrain_1b.txt"
+  if grep -q -- --profile-out bench/llama/torch_llama_gpu.py; then
+    timeout 300 python3 bench/llama/torch_llama_gpu.py "${m[@]}" --tied --steps 14 --warmup-steps 8 --compile \
+      --profile-out "$OUT/profile_torch_1b.txt" > "$OUT/profile_torch_1b.log" 2>&1 || status=1
+    head -45 "$OUT/profile_torch_1b.txt"
+  fi
+  pack
+fi
+if has attn; then
+  # Where the attention's time goes at the 1b shape: cuDNN (default workspace, and one that holds the whole batch's
+  # backward), our kernels, and multi-head attention (KV 32) for comparison. Op profiles, attention lines only.
+  m=(--layers 16 --dim 2048 --heads 32 --ffn 8192 --seq 2048 --batch 4 --rope-theta 500000 --family llama
+     --tied-embeddings true --data "$SHARD" --steps 6 --warmup 2 --eval-every 0 --log-every 100 --profile)
+  for v in "gqa:--kv-heads 8" "gqa_ws4g:--kv-heads 8 --attention-workspace 4GiB" \
+    "gqa_native:--kv-heads 8 --attention-impl native" "mha:--kv-heads 32" "mha_native:--kv-heads 32 --attention-impl native"; do
+    name=${v%%:*}
+    # shellcheck disable=SC2086
+    timeout 120 "$TT" train "${m[@]}" ${v#*:} > "$OUT/profile_attn_$name.txt" 2>&1 || status=1
+    echo "$name: $(grep -o 'median.*' "$OUT/profile_attn_$name.txt" | head -1)"
+    grep -E '^  attention_(forward|backward)|ms/step in ops' "$OUT/profile_attn_$name.txt"
+  done
+  pack
+fi
+if has slice; then
+  L=${TT_SLICE_LAYERS:-8}
+  m=(--layers "$L" --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048 --batch "${TT_SLICE_BATCH:-2}"
+     --rope-theta 500000)
+  tiertrain "slice_l$L" 15 "${m[@]}" --family llama --tied-embeddings false
+  for impl in clean hf; do
+    torch_run "slice_l${L}_compile" "$impl" "${m[@]}" --untied --steps 14 --warmup-steps 6 --compile
+  done
+  pack
+fi
+exit $status
