@@ -13,7 +13,8 @@
 # attn:  the attention's share of the 1b step on cuDNN and on our kernels, grouped-query and multi-head.
 # slice: a Llama-3-8B-shaped slice (d4096, 32 heads over 8 KV heads, SwiGLU 14336, V 128256, untied) of
 #        TT_SLICE_LAYERS layers (default 8), T 2048, B TT_SLICE_BATCH (default 2).
-# TT_TORCH_IMPLS (default "clean hf"), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows. The transformers wheels come
+# TT_TORCH_IMPLS (default "clean hf"), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
+# PyTorch out of the profile part. The transformers wheels come
 # from .deps/hfwheels (carried; the GPU machine has no PyPI). Results: OUTDIR/*.json, *.log, results.md, results.tgz.
 set -uo pipefail
 OUT=${1:?usage: bench/llama/llama_gpu.sh OUTDIR [tests 1b slice]}
@@ -104,7 +105,7 @@ if has profile; then
   timeout 200 "$TT" train "${m[@]}" --family llama --tied-embeddings true --data "$SHARD" --steps 8 --warmup 2 \
     --eval-every 0 --log-every 100 --profile > "$OUT/profile_tiertrain_1b.txt" 2>&1 || status=1
   grep -A40 '^profile:' "$OUT/profile_tiertrain_1b.txt"
-  if grep -q -- --profile-out bench/llama/torch_llama_gpu.py; then
+  if [ "${TT_TORCH_PROFILE:-1}" = 1 ]; then  # TT_TORCH_PROFILE=0: tiertrain's profile only
     timeout 300 python3 bench/llama/torch_llama_gpu.py "${m[@]}" --tied --steps 14 --warmup-steps 8 --compile \
       --profile-out "$OUT/profile_torch_1b.txt" > "$OUT/profile_torch_1b.log" 2>&1 || status=1
     head -45 "$OUT/profile_torch_1b.txt"
