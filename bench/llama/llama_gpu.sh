@@ -13,7 +13,7 @@
 # attn:  the attention's share of the 1b step on cuDNN and on our kernels, grouped-query and multi-head.
 # slice: a Llama-3-8B-shaped slice (d4096, 32 heads over 8 KV heads, SwiGLU 14336, V 128256, untied) of
 #        TT_SLICE_LAYERS layers (default 8), T 2048, B TT_SLICE_BATCH (default 2).
-# TT_TORCH_IMPLS (default "clean hf"), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
+# TT_TORCH_IMPLS (default "clean hf"; TT_1B_IMPLS those of the 1b part alone), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
 # PyTorch out of the profile part. The transformers wheels come
 # from .deps/hfwheels (carried; the GPU machine has no PyPI). Results: OUTDIR/*.json, *.log, results.md, results.tgz.
 set -uo pipefail
@@ -39,7 +39,7 @@ status=0
 
 if has tests; then
   tt_gpu_build "$OUT" tiertrain backend_ops_test cudnn_test trainer_test || exit 1
-  for spec in "backend_ops_test:Dtypes/BackendOps.Attention*:Dtypes/BackendOps.LlamaOps*" "cudnn_test:*" \
+  for spec in "backend_ops_test:Dtypes/BackendOps.Attention*:Dtypes/BackendOps.LlamaOps*:AttentionCudnn.*" "cudnn_test:*" \
     "trainer_test:TrainerCuda.Llama*:TrainerCuda.Cudnn*:TrainerCuda.MatchesCpu*"; do
     exe=${spec%%:*}
     filter=${spec#*:}
@@ -94,7 +94,7 @@ torch_run() {  # NAME IMPL FLAGS...
 if has 1b; then
   m=(--layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn 8192 --seq 2048 --batch 4 --rope-theta 500000)
   tiertrain 1b 20 "${m[@]}" --family llama --tied-embeddings true
-  for impl in clean hf; do
+  for impl in ${TT_1B_IMPLS:-clean hf}; do
     torch_run 1b_compile "$impl" "${m[@]}" --tied --steps 20 --warmup-steps 8 --compile
     [ "${TT_TORCH_EAGER:-0}" = 1 ] && torch_run 1b_eager "$impl" "${m[@]}" --tied --steps 12 --warmup-steps 4
   done

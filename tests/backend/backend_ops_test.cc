@@ -296,19 +296,24 @@ TEST_P(BackendOps, LlamaOps) {
             },
             1e-4, 1e-4);
   }
-  constexpr int kHeads = 4, kKv = 2, kHs = 12, kCq = (kHeads + 2 * kKv) * kHs;
-  for (const bool inverse : {false, true})
-    check(inverse ? "rope (inverse)" : "rope",
-          {{"qkv", {B, T, kCq}, DType::kF32, true}, {"table", {T, kHs}, DType::kF32, false, 0, false, false, true}},
-          [inverse](Backend& be, const std::vector<Tensor>& t) {
-            be.rope(t[0], t[1], Tensor(), kHeads, kKv, inverse);
-          },
-          kAtol, kRtol, 2e-2, 2e-2);
-  check("rope (at positions)",
-        {{"qkv", {B, kCq}, DType::kF32, true}, {"table", {T, kHs}, DType::kF32, false, 0, false, false, true},
-         {"pos", {B}, DType::kI32, false, T}},
-        [](Backend& be, const std::vector<Tensor>& t) { be.rope(t[0], t[1], t[2], kHeads, kKv, false); }, kAtol,
-        kRtol, 2e-2, 2e-2);
+  // Rope pair by pair (head size 12) and four pairs a thread (64: the kernel for Llama's heads).
+  constexpr int kHeads = 4, kKv = 2;
+  for (const int64_t hs : {12, 64}) {
+    SCOPED_TRACE("head size " + std::to_string(hs));
+    const int64_t cq = (kHeads + 2 * kKv) * hs;
+    for (const bool inverse : {false, true})
+      check(inverse ? "rope (inverse)" : "rope",
+            {{"qkv", {B, T, cq}, DType::kF32, true}, {"table", {T, hs}, DType::kF32, false, 0, false, false, true}},
+            [inverse](Backend& be, const std::vector<Tensor>& t) {
+              be.rope(t[0], t[1], Tensor(), kHeads, kKv, inverse);
+            },
+            kAtol, kRtol, 2e-2, 2e-2);
+    check("rope (at positions)",
+          {{"qkv", {B, cq}, DType::kF32, true}, {"table", {T, hs}, DType::kF32, false, 0, false, false, true},
+           {"pos", {B}, DType::kI32, false, T}},
+          [](Backend& be, const std::vector<Tensor>& t) { be.rope(t[0], t[1], t[2], kHeads, kKv, false); }, kAtol,
+          kRtol, 2e-2, 2e-2);
+  }
   // SwiGLU in 16-byte vectors (F 40: a multiple of 8 bf16 and 4 f32 values) and value by value (F 42).
   for (const int64_t F : {40, 42}) {
     SCOPED_TRACE("F " + std::to_string(F));
@@ -662,17 +667,19 @@ struct AttentionRun {
   std::vector<float> lse;
   std::vector<std::vector<uint16_t>> dqkv;
 };
+// kv: key/value heads (0: h); qkv rows of c + 2 kv c / h values.
 AttentionRun run_bf16_attention(Backend& be, int b, int t, int c, int h, const std::vector<uint16_t>& qkv,
-                                const std::vector<uint16_t>& dout, int repeats) {
+                                const std::vector<uint16_t>& dout, int repeats, int kv = 0) {
+  const int64_t cq = c + 2 * static_cast<int64_t>(kv > 0 ? kv : h) * (c / h);
   auto take = [&](Shape shape, DType dt, const char* name) {
     auto r = be.pool().allocate(shape, dt, TensorClass::kWorkspace, name);
     EXPECT_TRUE(r.is_ok()) << r.status().to_string();
     return r.value();
   };
   Stream& s = be.compute_stream();
-  Tensor tq = take({b, t, 3 * c}, DType::kBF16, "qkv"), to = take({b, t, c}, DType::kBF16, "out"),
+  Tensor tq = take({b, t, cq}, DType::kBF16, "qkv"), to = take({b, t, c}, DType::kBF16, "out"),
          tl = take({b, h, t}, DType::kF32, "lse"), tg = take({b, t, c}, DType::kBF16, "dout"),
-         td = take({b, t, 3 * c}, DType::kBF16, "dqkv");
+         td = take({b, t, cq}, DType::kBF16, "dqkv");
   be.copy_h2d(tq, qkv.data(), s);
   be.copy_h2d(tg, dout.data(), s);
   be.attention_forward(to, tl, tq, h);
@@ -705,20 +712,23 @@ std::vector<float> to_float(const std::vector<uint16_t>& v) {
   return f;
 }
 
-// cuDNN against our tensor-core kernels at the shapes the trainer runs (head size 64 and 128): out and dqkv within
-// bf16 tolerances, lse (fp32 on both sides) to 1e-4.
+// cuDNN against our tensor-core kernels at the shapes the trainer runs (head size 64 and 128; grouped-query: 32 query
+// heads over 8, Llama-3.2-1B's): out and dqkv within bf16 tolerances, lse (fp32 on both sides) to 1e-4.
 TEST(AttentionCudnn, MatchesOurKernels) {
   TT_SKIP_WITHOUT_GPU();
   std::unique_ptr<Backend> cudnn_be = make_cudnn_backend();
   if (!cudnn_be) GTEST_SKIP() << "no cuDNN";
   std::unique_ptr<Backend> ours = testing::make_cuda_backend(int64_t(2) << 30);
-  for (const AttentionCase& c : {AttentionCase{2, 1024, 768, 12}, AttentionCase{1, 2048, 512, 4}}) {
-    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H));
-    const auto qkv = random_bf16(static_cast<size_t>(c.B) * c.T * 3 * c.C, 7);
+  for (const AttentionCase& c : {AttentionCase{2, 1024, 768, 12}, AttentionCase{1, 2048, 512, 4},
+                                 AttentionCase{2, 1024, 2048, 32, 8}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " KV " +
+                 std::to_string(c.kv()));
+    const size_t cq = static_cast<size_t>(c.C) + 2 * static_cast<size_t>(c.kv()) * (c.C / c.H);
+    const auto qkv = random_bf16(static_cast<size_t>(c.B) * c.T * cq, 7);
     const auto dout = random_bf16(static_cast<size_t>(c.B) * c.T * c.C, 8);
     const int64_t before = counter(*cudnn_be, "cudnn_attention_backward");
-    const AttentionRun want = run_bf16_attention(*ours, c.B, c.T, c.C, c.H, qkv, dout, 1);
-    const AttentionRun got = run_bf16_attention(*cudnn_be, c.B, c.T, c.C, c.H, qkv, dout, 1);
+    const AttentionRun want = run_bf16_attention(*ours, c.B, c.T, c.C, c.H, qkv, dout, 1, c.kv());
+    const AttentionRun got = run_bf16_attention(*cudnn_be, c.B, c.T, c.C, c.H, qkv, dout, 1, c.kv());
     EXPECT_EQ(counter(*cudnn_be, "cudnn_attention_backward") - before, 1);
     EXPECT_TRUE(testing::all_close("out", to_float(got.out), to_float(want.out), 3e-2, 3e-2));
     EXPECT_TRUE(testing::all_close("lse", got.lse, want.lse, 1e-4, 0.0));
@@ -727,20 +737,26 @@ TEST(AttentionCudnn, MatchesOurKernels) {
 }
 
 // The deterministic backward graph: bit-identical over repeated runs at GPT-2's shape, where cuDNN's default
-// backward was measured not to repeat (docs/design/cudnn-attention.md §2).
+// backward was measured not to repeat (docs/design/cudnn-attention.md §2), and grouped-query (32 query heads over 8,
+// whose d(k), d(v) go through the graph's sum reductions; a batch of 4 in two chunks of the 513 MiB workspace).
 TEST(AttentionCudnn, BackwardIsBitIdenticalOverRuns) {
   TT_SKIP_WITHOUT_GPU();
   std::unique_ptr<Backend> cudnn_be = make_cudnn_backend();
   if (!cudnn_be) GTEST_SKIP() << "no cuDNN";
-  const int b = 16, t = 1024, c = 768, h = 12;
-  const auto qkv = random_bf16(static_cast<size_t>(b) * t * 3 * c, 9);
-  const auto dout = random_bf16(static_cast<size_t>(b) * t * c, 10);
-  const AttentionRun r = run_bf16_attention(*cudnn_be, b, t, c, h, qkv, dout, 5);
-  EXPECT_EQ(counter(*cudnn_be, "cudnn_attention_backward"), 5);
-  for (int i = 1; i < 5; ++i) EXPECT_TRUE(r.dqkv[static_cast<size_t>(i)] == r.dqkv[0]) << "run " << i << " differs";
-  size_t nonfinite = 0;
-  for (uint16_t x : r.dqkv[0]) nonfinite += (x & 0x7f80) == 0x7f80;
-  EXPECT_EQ(nonfinite, 0u) << "elements of dqkv not written (NaN poison left) or not finite";
+  int64_t calls = 0;
+  for (const AttentionCase& c : {AttentionCase{16, 1024, 768, 12}, AttentionCase{4, 1024, 2048, 32, 8}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " KV " + std::to_string(c.kv()));
+    const size_t cq = static_cast<size_t>(c.C) + 2 * static_cast<size_t>(c.kv()) * (c.C / c.H);
+    const auto qkv = random_bf16(static_cast<size_t>(c.B) * c.T * cq, 9);
+    const auto dout = random_bf16(static_cast<size_t>(c.B) * c.T * c.C, 10);
+    const AttentionRun r = run_bf16_attention(*cudnn_be, c.B, c.T, c.C, c.H, qkv, dout, 5, c.kv());
+    calls += 5;
+    EXPECT_EQ(counter(*cudnn_be, "cudnn_attention_backward"), calls);
+    for (int i = 1; i < 5; ++i) EXPECT_TRUE(r.dqkv[static_cast<size_t>(i)] == r.dqkv[0]) << "run " << i << " differs";
+    size_t nonfinite = 0;
+    for (uint16_t x : r.dqkv[0]) nonfinite += (x & 0x7f80) == 0x7f80;
+    EXPECT_EQ(nonfinite, 0u) << "elements of dqkv not written (NaN poison left) or not finite";
+  }
 }
 
 TEST_P(BackendOps, Elementwise) {

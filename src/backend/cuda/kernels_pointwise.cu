@@ -82,6 +82,51 @@ __global__ void rope_kernel(X* qkv, const float* __restrict__ table, const int32
   }
 }
 
+// The same, four pairs a thread (i..i+3 of a head: half a multiple of 4; 8-byte aligned rows of qkv, 16-byte aligned
+// rows of the table): one 64-bit division chain a pair and scalar loads kept rope at a third of the copy bandwidth.
+// The arithmetic of each pair is rope_kernel's.
+template <typename X>
+__global__ void rope4_kernel(X* qkv, const float* __restrict__ table, const int32_t* __restrict__ positions, int T,
+                             int H, int KV, int hs, bool inverse, int64_t quads) {
+  const int half = hs / 2, heads = H + KV, qh = half / 4;
+  const int64_t Cq = static_cast<int64_t>(H + 2 * KV) * hs;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < quads;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int i = static_cast<int>(k % qh) * 4;
+    const int64_t rest = k / qh;
+    const int h = static_cast<int>(rest % heads);
+    const int64_t bt = rest / heads;
+    const int64_t p = positions != nullptr ? positions[bt / T] : bt % T;
+    const float4 c = *reinterpret_cast<const float4*>(table + p * hs + i);
+    float4 sn = *reinterpret_cast<const float4*>(table + p * hs + half + i);
+    if (inverse) sn = make_float4(-sn.x, -sn.y, -sn.z, -sn.w);
+    X* x = qkv + bt * Cq + static_cast<int64_t>(h) * hs;
+    alignas(16) X a[4];
+    alignas(16) X b[4];
+    if constexpr (sizeof(X) == 2) {
+      *reinterpret_cast<uint2*>(a) = *reinterpret_cast<const uint2*>(x + i);
+      *reinterpret_cast<uint2*>(b) = *reinterpret_cast<const uint2*>(x + half + i);
+    } else {
+      *reinterpret_cast<float4*>(a) = *reinterpret_cast<const float4*>(x + i);
+      *reinterpret_cast<float4*>(b) = *reinterpret_cast<const float4*>(x + half + i);
+    }
+    const float cs[4] = {c.x, c.y, c.z, c.w}, ss[4] = {sn.x, sn.y, sn.z, sn.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float x1 = ld(a[j]), x2 = ld(b[j]);
+      a[j] = st<X>(x1 * cs[j] - x2 * ss[j]);
+      b[j] = st<X>(x2 * cs[j] + x1 * ss[j]);
+    }
+    if constexpr (sizeof(X) == 2) {
+      *reinterpret_cast<uint2*>(x + i) = *reinterpret_cast<const uint2*>(a);
+      *reinterpret_cast<uint2*>(x + half + i) = *reinterpret_cast<const uint2*>(b);
+    } else {
+      *reinterpret_cast<float4*>(x + i) = *reinterpret_cast<const float4*>(a);
+      *reinterpret_cast<float4*>(x + half + i) = *reinterpret_cast<const float4*>(b);
+    }
+  }
+}
+
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 template <typename X>
@@ -207,6 +252,13 @@ void rope(cudaStream_t s, X* qkv, const float* table, const int32_t* positions, 
           bool inverse) {
   const int64_t pairs = static_cast<int64_t>(B) * T * (H + KV) * (hs / 2);
   if (pairs == 0) return;
+  // Four pairs a thread where the rows allow it: half a multiple of 4 and qkv 16-byte aligned (then every head's
+  // halves are 8-byte (bf16) or 16-byte (f32) aligned, hs being a multiple of 8), the table 16-byte aligned.
+  if ((hs / 2) % 4 == 0 && hs % 8 == 0 && dev::aligned16({qkv, table})) {
+    rope4_kernel<<<blocks_for(pairs / 4), kThreads, 0, s>>>(qkv, table, positions, T, H, KV, hs, inverse, pairs / 4);
+    TT_CUDA_CHECK_LAUNCH();
+    return;
+  }
   rope_kernel<<<blocks_for(pairs), kThreads, 0, s>>>(qkv, table, positions, T, H, KV, hs, inverse, pairs);
   TT_CUDA_CHECK_LAUNCH();
 }
