@@ -57,10 +57,11 @@ Status ExecSpec::validate() const {
   if (grad_accum > 1) {  // Note [gradient accumulation]: the gradients must stay in their own device buffers
     bool streamed = false;
     for (int l = 0; l < static_cast<int>(plan.layers.size()); ++l) streamed = streamed || plan.grads_streamed(l);
-    TT_RETURN_IF(plan.cpu_optimizer() || streamed || plan.managed_grads, kUnimplemented,
-                 "--grad-accum %d with plan %s: accumulating gradients on the host (the CPU optimizer, streamed or "
-                 "managed gradients) is not built yet; use a plan with the optimizer on the device (in-core, "
-                 "recompute, swap-activations, ...), or --grad-accum 1 with a larger --batch",
+    TT_RETURN_IF(streamed || plan.managed_grads, kUnimplemented,
+                 "--grad-accum %d with plan %s: accumulating gradients on the host (streamed or managed gradients) "
+                 "is not built yet; use a plan whose gradients stay on the device (in-core, recompute, "
+                 "swap-activations, ..., with the optimizer on the device or the CPU), or --grad-accum 1 with a "
+                 "larger --batch",
                  grad_accum, plan.source.c_str());
     TT_RETURN_IF(plan.grads_in_activations, kInvalidArgument,
                  "--grad-accum %d: gradients kept in the next block's activation memory would be overwritten by the "

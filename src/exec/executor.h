@@ -134,9 +134,11 @@ class Executor : public ModelHooks {
   // (the first writes the gradients, the others add to them; each takes its batch from the input ring and starts the
   // next one's copy, as train_step does), then train_step(..., accumulated = true) for the last, which adds its
   // gradients and then reduces, clips and updates as a step of one batch does. The micro-batches' gradients are
-  // summed, each scaled as the model's loss scale says (the trainer's: 1 / the targets of the whole step). Plans
-  // that keep gradients anywhere but in their own device buffers (the CPU optimizer's host copies, streamed
-  // gradient slots, the next block's dead activations) are refused with grad_accum > 1.
+  // summed, each scaled as the model's loss scale says (the trainer's: 1 / the targets of the whole step). With the
+  // CPU optimizer the sums stay on the device until the last micro-batch's backward copies them to the host (and
+  // takes the norm's parts of them there), as a step of one batch does. Plans that keep gradients anywhere but in
+  // their own device buffers (streamed gradient slots, managed memory, the next block's dead activations) are
+  // refused with grad_accum > 1.
   void accumulate_step(bool first);
   // Note [host one step ahead] (exec/trainer.cc): pinned slot i (0 or 1) of grad_accum x batch x seq + 1 floats that
   // a training step's losses (micro-batch by micro-batch) and squared gradient norm are copied into; nullptr without

@@ -483,9 +483,9 @@ TEST(Cli, MaskedDataOverADataMeshTrainsTheOneProcessModel) {
   }
 }
 
-// Note [gradient accumulation] over a data mesh: --grad-accum 2 over data=2 (each input mode) follows the one-process
-// run with --grad-accum 2 (one reduction a step, after the second micro-batch), on text and on masked data; and the
-// one-process run follows --batch 16 without accumulation up to rounding.
+// Note [gradient accumulation] over a data mesh: --grad-accum 2 over data=2 (each input mode, and with the CPU
+// optimizer) follows the one-process run with --grad-accum 2 (one reduction a step, after the second micro-batch), on
+// text and on masked data; and the one-process run follows --batch 16 without accumulation up to rounding.
 TEST(Cli, GradientAccumulationOverADataMeshTrainsTheOneProcessModel) {
   TempDir dir;
   const std::string text = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
@@ -510,6 +510,12 @@ TEST(Cli, GradientAccumulationOverADataMeshTrainsTheOneProcessModel) {
       ASSERT_EQ(m.code, 0) << m.out;
       expect_same_curve(one, mesh, "accumulated over data=2 " + input);
     }
+    // With the CPU optimizer: the sums reduced and copied to the host once, after the second micro-batch.
+    const std::string cpu = dir.path() + "/mesh-cpu-optimizer.json";
+    CliRun c = run("launch -n 2 -- " + bin + " " + args + " --mesh data=2 --optimizer cpu --metrics-out " + cpu);
+    ASSERT_EQ(c.code, 0) << c.out;
+    EXPECT_HAS(c.out, "CPU optimizer");
+    expect_same_curve(one, cpu, "accumulated over data=2, CPU optimizer");
   }
 }
 

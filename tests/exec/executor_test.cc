@@ -412,7 +412,7 @@ TEST(Executor, BackwardWritesEveryGradientWithoutZeroing) {
 // each at the loss scale of the whole step) give the gradients of one batch of all three, in f64 to 1e-12 (the sums
 // run in another order), for GPT-2, a tied and an untied Llama (whose untied d(wte) is zeroed only by a step's first
 // micro-batch), with the LM head in chunks; the gradient buffers are poisoned with NaN before, so every element is
-// written. A plan that keeps gradients on the host is refused with grad_accum > 1.
+// written. A plan that streams its gradients to the host is refused with grad_accum > 1.
 TEST(Executor, AccumulatedMicroBatchesGiveTheGradientsOfOneBatch) {
   const ModelConfig gpt{.vocab = 61, .layers = 2, .dim = 16, .heads = 2, .seq = 8};
   ModelConfig tied{.family = "llama", .vocab = 61, .layers = 2, .dim = 16, .heads = 4, .seq = 8, .kv_heads = 2,
@@ -470,7 +470,7 @@ TEST(Executor, AccumulatedMicroBatchesGiveTheGradientsOfOneBatch) {
         ADD_FAILURE() << "gradient " << i << ": accumulated " << got[i] << ", one batch " << want[i];
     EXPECT_EQ(bad, 0u);
   }
-  // The CPU optimizer keeps the gradients on the host: refused, named.
+  // Streamed gradients (offload-all) would be summed on the host: refused, named.
   auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
   ExecSpec spec = make_spec(make_plan("offload-all", OptimizerPlacement::kCpu));
   spec.grad_accum = 2;

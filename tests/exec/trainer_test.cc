@@ -804,10 +804,23 @@ TEST(Trainer, GradientAccumulationFollowsOneLargeBatch) {
   ASSERT_TRUE(straight.is_ok()) << straight.status().to_string();
   ASSERT_TRUE(straight.value()->run().is_ok());
   expect_bit_identical(finish(*straight.value()), run_split_at_10(acc, dir.file("ckpt")));
-  // The CPU optimizer's gradients live on the host: not accumulated yet, refused, named.
-  TrainConfig cpu = acc;
-  cpu.optimizer = OptimizerPlacement::kCpu;
-  auto refused = Trainer::create(cpu, nullptr);
+  // The CPU optimizer (its update and the speculative one): the sums stay on the device until the last micro-batch
+  // copies them out, so the host AdamW updates from the same gradients: the device optimizer's bits.
+  const RunResult device_bits = finish(*straight.value());
+  for (const bool speculate : {false, true}) {
+    SCOPED_TRACE(speculate ? "CPU optimizer, speculative update" : "CPU optimizer");
+    TrainConfig cpu = acc;
+    cpu.optimizer = OptimizerPlacement::kCpu;
+    cpu.speculative_update = speculate;
+    auto c = Trainer::create(cpu, nullptr);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    ASSERT_TRUE(c.value()->run().is_ok());
+    expect_bit_identical(device_bits, finish(*c.value()));
+  }
+  // Streamed gradients would be summed on the host: not built yet, refused, named.
+  TrainConfig streamed = acc;
+  streamed.plan = "offload-params";
+  auto refused = Trainer::create(streamed, nullptr);
   ASSERT_FALSE(refused.is_ok());
   EXPECT_NE(refused.status().message().find("accumulating gradients on the host"), std::string::npos)
       << refused.status().message();
