@@ -804,14 +804,24 @@ TEST(Trainer, GradientAccumulationFollowsOneLargeBatch) {
   ASSERT_TRUE(straight.is_ok()) << straight.status().to_string();
   ASSERT_TRUE(straight.value()->run().is_ok());
   expect_bit_identical(finish(*straight.value()), run_split_at_10(acc, dir.file("ckpt")));
-  // The CPU optimizer (its update and the speculative one): the sums stay on the device until the last micro-batch
-  // copies them out, so the host AdamW updates from the same gradients: the device optimizer's bits.
+  // The CPU optimizer (its update and the speculative one; with parameters streamed from the host, gradients on the
+  // device): the sums stay on the device until the last micro-batch copies them out, so the host AdamW updates from
+  // the same gradients: the device optimizer's bits.
   const RunResult device_bits = finish(*straight.value());
-  for (const bool speculate : {false, true}) {
-    SCOPED_TRACE(speculate ? "CPU optimizer, speculative update" : "CPU optimizer");
+  const std::string streamed_params = dir.write(
+      "streamed-params.json",
+      R"({"version": 1, "optimizer": "cpu", "layers": [)"
+      R"({"activation": "resident", "param": "host_streamed", "grad": "resident", "optim_state": "host_streamed"},)"
+      R"({"activation": "resident", "param": "host_streamed", "grad": "resident", "optim_state": "host_streamed"}]})");
+  for (const int variant : {0, 1, 2}) {
+    const bool speculate = variant == 1;
+    SCOPED_TRACE(variant == 0   ? "CPU optimizer"
+                 : variant == 1 ? "CPU optimizer, speculative update"
+                                : "CPU optimizer, parameters streamed");
     TrainConfig cpu = acc;
     cpu.optimizer = OptimizerPlacement::kCpu;
     cpu.speculative_update = speculate;
+    if (variant == 2) cpu.plan = streamed_params;
     auto c = Trainer::create(cpu, nullptr);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     ASSERT_TRUE(c.value()->run().is_ok());
