@@ -24,7 +24,8 @@ BackendProbe probe_backend(const std::string& name) {
   if (name == "cpu") {
     p.built = p.available = true;
     p.device = "cpu";
-    p.total_bytes = p.free_bytes = cpu::physical_memory_bytes();
+    p.total_bytes = cpu::physical_memory_bytes();
+    p.free_bytes = cpu::available_memory_bytes();
     return p;
   }
   if (name == "cuda") {

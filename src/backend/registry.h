@@ -24,7 +24,7 @@ struct BackendProbe {
   std::string error;         // why it is not available
   bool device_memory = false;  // has memory of its own apart from the host's (a GPU)
   int64_t total_bytes = 0;   // device memory (host RAM for the CPU)
-  int64_t free_bytes = 0;
+  int64_t free_bytes = 0;    // of it free now (the CPU: the RAM available without swapping, MemAvailable)
   // Memory to leave free on the device when the budget is automatic (other processes, the CUDA context).
   int64_t auto_budget_headroom = 0;
 };

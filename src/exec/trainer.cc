@@ -39,6 +39,29 @@ Status write_json_atomically(const std::string& path, const nlohmann::json& j) {
 
 }  // namespace
 
+// Note [host memory of a run]
+// What a run takes of the host's RAM, counted before anything is allocated: the host slab of the inventory (pinned on
+// a GPU, for the copy engines: input staging, swapped activations, the CPU optimizer's master, moments, gradients and
+// compute copy), the managed pages the plan does not keep on the device (they live in host memory between uses), and
+// on the CPU backend the device arena's need (its "device" memory is this RAM). Compared with the memory the kernel
+// says is available (MemAvailable: free plus what it can reclaim without swapping), not the total: a run that needs
+// more is refused with its parts (exit 1, or another plan with the automatic one), rather than killed by the kernel
+// or paging at a tenth of the speed once its state is allocated. What the backend allocates for itself (CUDA's
+// context, cuDNN's library, the threads' stacks) is not counted: tens to hundreds of MiB.
+int64_t RunSpec::host_need() const {
+  return inventory.total(Inventory::kHost) + (managed_total - managed_device) + (probe.device_memory ? 0 : device_need());
+}
+
+std::string RunSpec::describe_host_need() const {
+  std::string s = str_format("%s %s (%s)", format_bytes(inventory.total(Inventory::kHost)).c_str(),
+                             probe.device_memory ? "pinned" : "in the host slab",
+                             inventory.describe(Inventory::kHost).c_str());
+  if (managed_total > managed_device)
+    s += str_format(", %s of managed pages off the device", format_bytes(managed_total - managed_device).c_str());
+  if (!probe.device_memory) s += str_format(", %s for the CPU backend's device arena", format_bytes(device_need()).c_str());
+  return s;
+}
+
 Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   RunSpec r;
   TT_TRY(cfg.model.validate());
@@ -140,8 +163,10 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
     }
   }
   r.fits_device = need <= r.budget;
-  r.host_ram = probe_backend("cpu").total_bytes;
-  r.fits_host = r.inventory.total(Inventory::kHost) <= r.host_ram;
+  const BackendProbe host = probe_backend("cpu");
+  r.host_ram = host.total_bytes;
+  r.host_available = host.free_bytes;
+  r.fits_host = r.host_need() <= r.host_available;
   if (!r.fits_device && !cfg.plan_value) {
     // What the other plans would need, so that the error can say which of them fits.
     for (const char* alt : {"in-core-selective", "recompute", "swap-activations", "swap-attention-recompute-mlp",
@@ -274,7 +299,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
              shape.to_string().c_str(), layout.to_string().c_str(), shape.ranks(), t->mesh_->world().backend(),
              cfg.batch, r.exec.batch, cfg.input.c_str());
   }
-  const int64_t need = r.device_need(), host_need = r.inventory.total(Inventory::kHost);
+  const int64_t need = r.device_need(), host_need = r.host_need();
   if (cfg.dry_run) {
     // What the run would take, whether or not it fits; nothing is allocated.
     std::string device = r.backend;
@@ -306,10 +331,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                "once (counted in the need above); the rest lives in host memory between uses\n",
                format_bytes(r.managed_total).c_str(), r.inventory.describe(Inventory::kManaged).c_str(),
                format_bytes(r.managed_device).c_str());
-    t->print("  host: %s for the copy engines in one %s slab (input staging, swapped activations, CPU optimizer) "
-             "of %s RAM (%s)\n",
-             format_bytes(host_need).c_str(), r.probe.device_memory ? "pinned" : "host",
-             format_bytes(r.host_ram).c_str(), r.fits_host ? "fits" : "DOES NOT FIT");
+    t->print("  host: needs %s of %s available (of %s RAM): %s: %s\n", format_bytes(host_need).c_str(),
+             format_bytes(r.host_available).c_str(), format_bytes(r.host_ram).c_str(),
+             r.fits_host ? "fits" : "DOES NOT FIT", r.describe_host_need().c_str());
     if (!cfg.schedule_out.empty()) {
       const Schedule sched = compile_schedule(r.exec.schedule_spec(), r.inventory);
       nlohmann::json j = sched.to_json();
@@ -340,6 +364,13 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                        which.c_str(), format_bytes(need).c_str(), r.inventory.describe(Inventory::kDevice).c_str(),
                        format_bytes(r.budget).c_str(), r.alternatives.c_str());
   }
+  if (!r.fits_host)  // Note [host memory of a run]
+    return make_status(StatusCode::kOutOfMemory,
+                       "the run needs %s of host memory (%s) but this machine has %s available (of %s RAM); use a "
+                       "plan that keeps more on the device (the optimizer on the device: --optimizer device; "
+                       "activations recomputed rather than swapped), or reduce --batch, --seq, --dim or --layers",
+                       format_bytes(host_need).c_str(), r.describe_host_need().c_str(),
+                       format_bytes(r.host_available).c_str(), format_bytes(r.host_ram).c_str());
   if (!cfg.run_dir.empty() && t->lead()) TT_TRY(t->open_run_dir());
   TT_TRY(t->build());
   return t;

@@ -87,7 +87,10 @@ struct RunSpec {
   int64_t device_need() const { return inventory.total(Inventory::kDevice) + managed_device; }
   bool budget_auto = false;
   bool fits_device = false, fits_host = false;
-  int64_t host_ram = 0;
+  // Note [host memory of a run]: the machine's RAM, what of it is available now, and what the run takes of it.
+  int64_t host_ram = 0, host_available = 0;
+  int64_t host_need() const;
+  std::string describe_host_need() const;  // its parts: the host slab's classes, managed pages, the CPU's arena
   // One line per plan that would fit when this one does not (for the error).
   std::string alternatives;
 };

@@ -1247,6 +1247,32 @@ TEST(Cli, DryRunReportsTheNeedOfAPlan) {
   EXPECT_EQ(apart.out.find("gradients of"), std::string::npos) << apart.out;
 }
 
+// Note [host memory of a run] (issue 46): a run whose host state cannot fit the RAM available (the CPU optimizer's
+// master, moments and gradients of 32B parameters, and on the CPU backend its device arena) is refused before
+// anything is allocated, exit 1, with the bytes of each part; its dry run says so; a small run's dry run fits.
+TEST(Cli, ARunWhoseHostStateCannotFitIsRefusedWithItsParts) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  const std::string big = "train --data " + data +
+                          " --backend cpu --optimizer cpu --plan in-core --layers 40 --dim 8192 --heads 64 --seq 64 "
+                          "--batch 1 --steps 1 --warmup 0 --device-budget 4TiB --threads 1";
+  CliRun r = run(big);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_HAS(r.out, "of host memory (");
+  EXPECT_HAS(r.out, "optim_state 240.05 GiB");  // m and v of 32.2B parameters
+  EXPECT_HAS(r.out, "grad 120.03 GiB");
+  EXPECT_HAS(r.out, "for the CPU backend's device arena");
+  EXPECT_HAS(r.out, "available (of ");
+  EXPECT_EQ(r.out.find("step "), std::string::npos) << "nothing may run";
+  CliRun dry = run(big + " --dry-run");
+  EXPECT_EQ(dry.code, 1) << dry.out;
+  EXPECT_HAS(dry.out, "DOES NOT FIT: 480.10 GiB in the host slab");
+  CliRun small_run = run(small(data) + " --dry-run --optimizer cpu");
+  EXPECT_EQ(small_run.code, 0) << small_run.out;
+  EXPECT_HAS(small_run.out, "available (of ");
+  EXPECT_HAS(small_run.out, "fits: ");
+}
+
 // Issue 20 through the binary: a Unified Memory plan trains (the CPU backend emulates managed memory), its dry run
 // shows the managed reservation and what of it the plan keeps on the device, the schedule it writes holds the UM
 // operations, and managed optimizer state with the CPU optimizer (which keeps it on the host) is refused.

@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cerrno>
 #include <chrono>
@@ -625,6 +626,19 @@ class CpuBackend final : public Backend {
 int64_t physical_memory_bytes() {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
+int64_t available_memory_bytes() {
+  // A proc file: a small read of lines "Name:   value kB".
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    long long kb = -1;
+    while (std::fgets(line, sizeof line, f) != nullptr)
+      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    std::fclose(f);
+    if (kb >= 0) return std::min<int64_t>(static_cast<int64_t>(kb) * 1024, physical_memory_bytes());
+  }
+  return physical_memory_bytes();
 }
 
 Result<std::unique_ptr<Backend>> create_backend(const CpuBackendOptions& options) {

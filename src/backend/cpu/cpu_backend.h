@@ -30,5 +30,9 @@ Result<std::unique_ptr<Backend>> create_backend(const CpuBackendOptions& options
 
 // Bytes of physical memory on this machine (for choosing a default budget).
 int64_t physical_memory_bytes();
+// Bytes of memory the kernel says are available for new allocations without swapping (MemAvailable of
+// /proc/meminfo: free memory plus the page cache and reclaimable slabs it can drop); the physical memory where that
+// cannot be read.
+int64_t available_memory_bytes();
 
 }  // namespace tt::cpu
