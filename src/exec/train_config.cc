@@ -63,7 +63,13 @@ void declare_train_knobs(Config& cfg) {
   knob("data", "data", K::kString, kDefaultCorpus, "text file, folder of text files, or llm.c token shard(s)");
   knob("data", "val_fraction", K::kFloat, "0.05", "share of each file held out for validation", 0, 0.5);
 
-  knob("train", "batch", K::kInt, "16", "sequences per step B (per micro-batch with --grad-accum)", 1, 1 << 20);
+  knob("train", "batch", K::kInt, "16",
+       "sequences per step B (per micro-batch with --grad-accum; the step's with --micro-batch)", 1, 1 << 20);
+  knob("train", "micro_batch", K::kInt, "0",
+       "sequences a micro-batch: a step of --batch sequences then runs as --batch / --micro-batch micro-batches whose "
+       "gradients are summed before one update (what --grad-accum says the other way round; give one of them); 0: "
+       "--batch is one micro-batch",
+       0, 1 << 20);
   knob("train", "grad_accum", K::kInt, "1",
        "micro-batches of --batch sequences a step, their gradients summed before one update (a step: grad_accum x "
        "batch x seq tokens, in the memory of one micro-batch)",
@@ -286,6 +292,21 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.val_fraction = cfg.get_float("val_fraction");
   tc.batch = static_cast<int>(cfg.get_int("batch"));
   tc.grad_accum = static_cast<int>(cfg.get_int("grad_accum"));
+  if (const int micro = static_cast<int>(cfg.get_int("micro_batch")); micro > 0) {
+    // Note [gradient accumulation] in exec/executor.h: --batch B --micro-batch M is --batch M --grad-accum B / M.
+    TT_RETURN_IF(cfg.source("grad_accum") != KnobSource::kDefault, kInvalidArgument,
+                 "--micro-batch %d and --grad-accum %d both say how a step is split; give one (--batch %d "
+                 "--micro-batch %d is --batch %d --grad-accum %d)",
+                 micro, tc.grad_accum, tc.batch, micro, micro, tc.batch / micro);
+    TT_RETURN_IF(tc.batch % micro != 0, kInvalidArgument,
+                 "--batch %d is not a multiple of --micro-batch %d: a step is a whole number of micro-batches",
+                 tc.batch, micro);
+    TT_RETURN_IF(tc.batch / micro > (1 << 16), kInvalidArgument,
+                 "--batch %d in micro-batches of %d: %d micro-batches a step, at most 65536", tc.batch, micro,
+                 tc.batch / micro);
+    tc.grad_accum = tc.batch / micro;
+    tc.batch = micro;
+  }
   tc.steps = cfg.get_int("steps");
   if (tc.steps == 0) {
     TT_ASSIGN_OR_RETURN(tc.steps, default_steps(cfg.get_string("backend")));

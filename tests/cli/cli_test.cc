@@ -485,7 +485,8 @@ TEST(Cli, MaskedDataOverADataMeshTrainsTheOneProcessModel) {
 
 // Note [gradient accumulation] over a data mesh: --grad-accum 2 over data=2 (each input mode, and with the CPU
 // optimizer) follows the one-process run with --grad-accum 2 (one reduction a step, after the second micro-batch), on
-// text and on masked data; and the one-process run follows --batch 16 without accumulation up to rounding.
+// text and on masked data; the one-process run follows --batch 16 without accumulation up to rounding, and is
+// --batch 16 --micro-batch 8 bit for bit. A micro-batch that does not divide the step, or both flags, exit 2.
 TEST(Cli, GradientAccumulationOverADataMeshTrainsTheOneProcessModel) {
   TempDir dir;
   const std::string text = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
@@ -503,12 +504,23 @@ TEST(Cli, GradientAccumulationOverADataMeshTrainsTheOneProcessModel) {
     CliRun b = run(base + " --batch 16 --eval-batches 1 --metrics-out " + big);
     ASSERT_EQ(b.code, 0) << b.out;
     expect_same_curve(big, one, "accumulated against one batch");
+    // --batch 16 --micro-batch 8 is the same run as --batch 8 --grad-accum 2.
+    const std::string micro = dir.path() + "/micro.json";
+    CliRun mb = run(base + " --batch 16 --micro-batch 8 --metrics-out " + micro);
+    ASSERT_EQ(mb.code, 0) << mb.out;
+    EXPECT_HAS(mb.out, "batch 16 = 2 micro-batches of 8 (256 tokens/step)");
+    EXPECT_EQ(loss_and_norm(micro), loss_and_norm(one)) << "--micro-batch against --grad-accum";
     for (const std::string input : {"direct", "via-root"}) {
       const std::string mesh = dir.path() + "/mesh-" + input + ".json";
       CliRun m = run("launch -n 2 -- " + bin + " " + args + " --mesh data=2 --input " + input + " --metrics-out " +
                      mesh);
       ASSERT_EQ(m.code, 0) << m.out;
       expect_same_curve(one, mesh, "accumulated over data=2 " + input);
+    }
+    for (const char* bad : {" --batch 16 --micro-batch 5", " --batch 16 --micro-batch 8 --grad-accum 2"}) {
+      CliRun r = run(base + bad);
+      EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
+      EXPECT_HAS(r.out, "--micro-batch");
     }
     // With the CPU optimizer: the sums reduced and copied to the host once, after the second micro-batch.
     const std::string cpu = dir.path() + "/mesh-cpu-optimizer.json";
