@@ -242,6 +242,25 @@ Result<bool> choose_train_plan(TrainConfig& cfg, bool explain, FILE* out) {
   }
   TT_RETURN_IF(cfg.optimizer.has_value(), kInvalidArgument,
                "--plan auto chooses where the optimizer runs: leave --optimizer at 'plan'");
+  if (cfg.micro_batch_auto) {
+    // Note [automatic micro-batch]: the profile holds every candidate's kernels.
+    for (const int m : perf::micro_batch_candidates(c.batch, 1)) {
+      if (m == c.batch) continue;  // (rows above)
+      TrainConfig mc = c;
+      mc.batch = m;
+      mc.grad_accum = c.batch / m;
+      TT_ASSIGN_OR_RETURN(std::vector<perf::PlanRow> more, perf::plan_rows(mc));
+      for (perf::PlanRow& r : more) rows.push_back(std::move(r));
+    }
+    TT_ASSIGN_OR_RETURN(perf::Profile profile, perf::machine_profile(c, "", perf::rows_needs(rows), out));
+    TT_ASSIGN_OR_RETURN(perf::AutoMicroBatch a, perf::choose_micro_batch(c, profile));
+    std::fputs(a.explain(explain ? 8 : 1).c_str(), out);
+    cfg.batch = a.best.micro_batch;
+    cfg.grad_accum = a.best.grad_accum;
+    cfg.micro_batch_auto = false;
+    cfg.plan_value = a.best.plan.best.run.exec.plan;
+    return true;
+  }
   TT_ASSIGN_OR_RETURN(perf::Profile profile, perf::machine_profile(c, "", perf::rows_needs(rows), out));
   TT_ASSIGN_OR_RETURN(perf::AutoPlan a, perf::choose_plan(c, profile));
   std::fputs(a.explain(explain ? 8 : 1).c_str(), out);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numbers>
 
 #include "backend/registry.h"
@@ -65,11 +66,26 @@ void declare_train_knobs(Config& cfg) {
 
   knob("train", "batch", K::kInt, "16",
        "sequences per step B (per micro-batch with --grad-accum; the step's with --micro-batch)", 1, 1 << 20);
-  knob("train", "micro_batch", K::kInt, "0",
-       "sequences a micro-batch: a step of --batch sequences then runs as --batch / --micro-batch micro-batches whose "
-       "gradients are summed before one update (what --grad-accum says the other way round; give one of them); 0: "
-       "--batch is one micro-batch",
-       0, 1 << 20);
+  {
+    KnobSpec s;
+    s.group = "train";
+    s.name = "micro_batch";
+    s.type = K::kString;
+    s.default_value = "0";
+    s.help =
+        "sequences a micro-batch: a step of --batch sequences then runs as --batch / --micro-batch micro-batches whose "
+        "gradients are summed before one update (what --grad-accum says the other way round; give one of them); "
+        "auto (with --plan auto): the performance model chooses it with the plan; 0: --batch is one micro-batch";
+    s.validate = [](const std::string& text) {
+      if (text == "auto") return Status::ok();
+      char* end = nullptr;
+      const long long v = std::strtoll(text.c_str(), &end, 10);
+      TT_RETURN_IF(text.empty() || *end != '\0' || v < 0 || v > (1 << 20), kInvalidArgument,
+                   "--micro-batch %s: a number of sequences (0 to %d) or auto", text.c_str(), 1 << 20);
+      return Status::ok();
+    };
+    cfg.declare(std::move(s));
+  }
   knob("train", "grad_accum", K::kInt, "1",
        "micro-batches of --batch sequences a step, their gradients summed before one update (a step: grad_accum x "
        "batch x seq tokens, in the memory of one micro-batch)",
@@ -292,7 +308,16 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.val_fraction = cfg.get_float("val_fraction");
   tc.batch = static_cast<int>(cfg.get_int("batch"));
   tc.grad_accum = static_cast<int>(cfg.get_int("grad_accum"));
-  if (const int micro = static_cast<int>(cfg.get_int("micro_batch")); micro > 0) {
+  const std::string micro_text = cfg.get_string("micro_batch");
+  tc.micro_batch_auto = micro_text == "auto";
+  if (tc.micro_batch_auto) {
+    // Note [automatic micro-batch] in perf/auto_plan.h: --batch is the step's, split with the plan's choice.
+    TT_RETURN_IF(cfg.source("grad_accum") != KnobSource::kDefault, kInvalidArgument,
+                 "--micro-batch auto and --grad-accum %d both say how a step is split; give one", tc.grad_accum);
+    TT_RETURN_IF(cfg.get_string("plan") != "auto", kInvalidArgument,
+                 "--micro-batch auto is chosen with the plan: add --plan auto (or give --micro-batch a number)");
+  }
+  if (const int micro = tc.micro_batch_auto ? 0 : std::atoi(micro_text.c_str()); micro > 0) {
     // Note [gradient accumulation] in exec/executor.h: --batch B --micro-batch M is --batch M --grad-accum B / M.
     TT_RETURN_IF(cfg.source("grad_accum") != KnobSource::kDefault, kInvalidArgument,
                  "--micro-batch %d and --grad-accum %d both say how a step is split; give one (--batch %d "

@@ -31,6 +31,9 @@ struct TrainConfig {
   std::set<std::string> model_knobs_given;
   int batch = 16;
   int grad_accum = 1;  // micro-batches of `batch` a step (Note [gradient accumulation] in exec/executor.h)
+  // --micro-batch auto: `batch` is the step's until the automatic plan splits it (Note [automatic micro-batch] in
+  // perf/auto_plan.h: cli's choose_train_plan sets batch, grad_accum and the plan, and clears this)
+  bool micro_batch_auto = false;
   bool allow_nonfinite = false;  // load checkpoints holding NaN or infinity (check_finite_tensor): forensics
   std::string data = kDefaultCorpus;
   double val_fraction = 0.05;

@@ -361,6 +361,51 @@ std::string AutoPlan::describe(const Plan& plan) {
   return s;
 }
 
+std::vector<int> micro_batch_candidates(int batch, int data_ranks) {
+  std::vector<int> out;
+  for (int m = batch; m >= 1; --m)
+    if (batch % m == 0 && m % std::max(1, data_ranks) == 0) out.push_back(m);
+  return out;
+}
+
+Result<AutoMicroBatch> choose_micro_batch(const TrainConfig& cfg, const Profile& profile) {
+  TT_RETURN_IF(cfg.grad_accum != 1, kInvalidArgument,
+               "the automatic micro-batch splits --batch itself: --grad-accum must be 1, got %d", cfg.grad_accum);
+  TT_RETURN_IF(!cfg.mesh.empty(), kUnimplemented,
+               "the automatic micro-batch of a mesh run is not built (as the automatic plan of one is not)");
+  AutoMicroBatch out;
+  std::string least;
+  for (const int m : micro_batch_candidates(cfg.batch, 1)) {
+    TrainConfig c = cfg;
+    c.batch = m;
+    c.grad_accum = cfg.batch / m;
+    auto a = choose_plan(c, profile);
+    if (!a.is_ok()) {
+      if (a.status().code() != StatusCode::kOutOfMemory) return a.status();
+      out.candidates.push_back(str_format("micro-batch %d x %d: %s", m, c.grad_accum, a.status().message().c_str()));
+      if (least.empty()) least = a.status().message();
+      continue;
+    }
+    const PlanRow& r = a.value().best;
+    out.candidates.push_back(str_format("micro-batch %d x %d: %.2f ms/step (%s tokens/s), device %s: %s", m,
+                                        c.grad_accum, 1e3 * r.sim.step_seconds, format_count(r.tokens_per_s).c_str(),
+                                        format_bytes(r.run.inventory.total(Inventory::kDevice)).c_str(),
+                                        AutoPlan::describe(r.run.exec.plan).c_str()));
+    if (out.best.micro_batch == 0 || r.sim.step_seconds < out.best.plan.best.sim.step_seconds)
+      out.best = MicroBatchChoice{m, c.grad_accum, std::move(a.value())};
+  }
+  TT_RETURN_IF(out.best.micro_batch == 0, kOutOfMemory, "no micro-batch of --batch %d fits: %s", cfg.batch,
+               least.c_str());
+  return out;
+}
+
+std::string AutoMicroBatch::explain(int lines) const {
+  std::string s = str_format("auto micro-batch: %d x %d micro-batches a step\n", best.micro_batch, best.grad_accum);
+  s += best.plan.explain(lines);
+  for (const std::string& c : candidates) s += "  " + c + "\n";
+  return s;
+}
+
 std::string AutoPlan::explain(int lines) const {
   const PlanRow& b = best;
   std::string s = str_format(

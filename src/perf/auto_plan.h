@@ -57,6 +57,27 @@ struct AutoPlan {
 // memory any candidate needs.
 Result<AutoPlan> choose_plan(const TrainConfig& cfg, const Profile& profile, bool exact = false);
 
+// Note [automatic micro-batch]
+// With `--micro-batch auto --plan auto` a step's --batch B is fixed and the search chooses both how it is split and
+// the plan: for each micro-batch M that divides B (a multiple of the data ranks), choose_plan on batch M with
+// B / M accumulated micro-batches (whose predicted step counts every pass: Note [gradient accumulation]); the
+// fastest fitting pair wins. A larger micro-batch runs fewer, larger kernels and copies the swapped activations of
+// fewer passes, and needs more memory for its activations, which a plan pays for by recomputing or swapping: the
+// model prices the trade. The profile must hold every candidate's kernels (the rows of each, unioned).
+struct MicroBatchChoice {
+  int micro_batch = 0, grad_accum = 0;
+  AutoPlan plan;
+};
+struct AutoMicroBatch {
+  MicroBatchChoice best;
+  std::vector<std::string> candidates;  // one line a micro-batch tried, largest first
+  std::string explain(int lines = 5) const;
+};
+// The micro-batches of a step of `batch` sequences over `data_ranks` ranks, largest first.
+std::vector<int> micro_batch_candidates(int batch, int data_ranks);
+// cfg.batch: the step's sequences, cfg.grad_accum 1. An error when nothing fits at any micro-batch.
+Result<AutoMicroBatch> choose_micro_batch(const TrainConfig& cfg, const Profile& profile);
+
 // The candidates choose_plan considers, as plans (for tests and `tiertrain plan --explain`): the count-ordered family
 // of Note [automatic plan], or with exact every per-block assignment (small models only).
 std::vector<Plan> candidate_plans(int layers, bool exact);

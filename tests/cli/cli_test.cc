@@ -1143,6 +1143,19 @@ TEST(Cli, TrainChoosesThePlanWhenAskedOrWhenInCoreDoesNotFit) {
   CliRun opt = run(model + " --plan auto --optimizer cpu --device-budget 1500KiB", env);
   EXPECT_EQ(opt.code, 2) << opt.out;
   EXPECT_HAS(opt.out, "leave --optimizer at 'plan'");
+  // Note [automatic micro-batch]: --micro-batch auto splits the step of --batch 4 with the plan, trains, and says
+  // what it tried; it needs --plan auto.
+  CliRun micro = run(model + " --plan auto --micro-batch auto --device-budget 1500KiB --explain", env);
+  EXPECT_EQ(micro.code, 0) << micro.out;
+  EXPECT_HAS(micro.out, "auto micro-batch: ");
+  EXPECT_HAS(micro.out, "micro-batch 4 x 1: ");
+  EXPECT_HAS(micro.out, "micro-batch 1 x 4: ");
+  EXPECT_HAS(micro.out, "step      2/2");
+  CliRun alone = run(model + " --micro-batch auto", env);
+  EXPECT_EQ(alone.code, 2) << alone.out;
+  EXPECT_HAS(alone.out, "add --plan auto");
+  CliRun word = run(model + " --micro-batch some", env);
+  EXPECT_EQ(word.code, 2) << word.out;
 }
 
 // Issue 25's first cases: an output file that names a folder is refused before training (it used to fail after it,

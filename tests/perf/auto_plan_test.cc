@@ -161,6 +161,63 @@ TEST(AutoPlan, WhenNothingFitsTheErrorSaysTheSmallestNeed) {
   EXPECT_NE(a.status().message().find("the smallest needs"), std::string::npos) << a.status().message();
 }
 
+// Note [automatic micro-batch]: a step of 8 sequences whose budget holds no plan of one micro-batch of 8 (less than
+// any plan of it needs) runs as smaller micro-batches: the choice fits, splits the step exactly, is the fastest of
+// the automatic plans at each micro-batch, and the explanation lists every micro-batch tried.
+TEST(AutoPlan, ChoosesTheMicroBatchWithThePlan) {
+  Machine s;
+  setup(s, 4, 1.0);
+  TrainConfig& tc = s.cfg;
+  std::vector<PlanRow> all;
+  for (const int m : micro_batch_candidates(tc.batch, 1)) {
+    TrainConfig c = tc;
+    c.batch = m;
+    c.grad_accum = tc.batch / m;
+    auto rows = plan_rows(c);
+    ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+    for (PlanRow& r : rows.value()) all.push_back(std::move(r));
+  }
+  EXPECT_EQ(micro_batch_candidates(8, 1), (std::vector<int>{8, 4, 2, 1}));
+  EXPECT_EQ(micro_batch_candidates(12, 2), (std::vector<int>{12, 6, 4, 2}));
+  s.profile = synthetic(rows_needs(all));
+  // The least any plan of the whole batch needs (as its error prints it, to 3 digits), less 2%: no plan of the whole
+  // batch fits.
+  tc.device_budget = 1;
+  auto none = choose_plan(tc, s.profile);
+  ASSERT_FALSE(none.is_ok());
+  const std::string msg = none.status().message();
+  const size_t at = msg.find("the smallest needs ");
+  ASSERT_NE(at, std::string::npos) << msg;
+  auto least = parse_bytes(msg.substr(at + 19, msg.find(' ', msg.find(' ', at + 19) + 1) - at - 19));
+  ASSERT_TRUE(least.is_ok()) << msg;
+  tc.device_budget = static_cast<int64_t>(0.98 * static_cast<double>(least.value()));
+  ASSERT_FALSE(choose_plan(tc, s.profile).is_ok()) << "the whole batch must not fit";
+  auto a = choose_micro_batch(tc, s.profile);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  const MicroBatchChoice& b = a.value().best;
+  EXPECT_LT(b.micro_batch, 8);
+  EXPECT_EQ(b.micro_batch * b.grad_accum, 8);
+  EXPECT_TRUE(b.plan.best.fits());
+  EXPECT_LE(b.plan.best.run.inventory.total(Inventory::kDevice), tc.device_budget);
+  for (const int m : {4, 2, 1}) {
+    TrainConfig c = tc;
+    c.batch = m;
+    c.grad_accum = 8 / m;
+    auto one = choose_plan(c, s.profile);
+    if (!one.is_ok()) continue;
+    EXPECT_LE(b.plan.best.sim.step_seconds, one.value().best.sim.step_seconds * (1 + 1e-12)) << "micro-batch " << m;
+  }
+  EXPECT_EQ(a.value().candidates.size(), 4u);
+  const std::string text = a.value().explain();
+  EXPECT_NE(text.find("auto micro-batch: "), std::string::npos) << text;
+  EXPECT_NE(text.find("micro-batch 8 x 1: "), std::string::npos) << text;
+  EXPECT_NE(text.find("micro-batch 1 x 8: "), std::string::npos) << text;
+  // With --grad-accum given the micro-batch is not the search's to choose.
+  TrainConfig given = tc;
+  given.grad_accum = 2;
+  EXPECT_FALSE(choose_micro_batch(given, s.profile).is_ok());
+}
+
 TEST(AutoPlan, Searches48BlocksQuickly) {
   Machine s;
   setup(s, 48, 0.3);
