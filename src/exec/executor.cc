@@ -57,11 +57,15 @@ Status ExecSpec::validate() const {
   if (grad_accum > 1) {  // Note [gradient accumulation]: the gradients must stay in their own device buffers
     bool streamed = false;
     for (int l = 0; l < static_cast<int>(plan.layers.size()); ++l) streamed = streamed || plan.grads_streamed(l);
-    TT_RETURN_IF(streamed || plan.managed_grads, kUnimplemented,
-                 "--grad-accum %d with plan %s: accumulating gradients on the host (streamed or managed gradients) "
-                 "is not built yet; use a plan whose gradients stay on the device (in-core, recompute, "
-                 "swap-activations, ..., with the optimizer on the device or the CPU), or --grad-accum 1 with a "
-                 "larger --batch",
+    TT_RETURN_IF(plan.managed_grads, kUnimplemented,
+                 "--grad-accum %d with plan %s: accumulating managed gradients is not built yet; use a plan whose "
+                 "gradients stay on the device or stream to the host, or --grad-accum 1 with a larger --batch",
+                 grad_accum, plan.source.c_str());
+    // Note [gradients summed on the host] in plan/schedule.h.
+    TT_RETURN_IF(streamed && (data_ranks > 1 || model.tp > 1), kUnimplemented,
+                 "--grad-accum %d with plan %s over a mesh: gradients streamed to the host are summed there, which "
+                 "is not built with data or tensor parallel (their reductions are made on the device); use a plan "
+                 "whose gradients stay on the device",
                  grad_accum, plan.source.c_str());
     TT_RETURN_IF(plan.grads_in_activations, kInvalidArgument,
                  "--grad-accum %d: gradients kept in the next block's activation memory would be overwritten by the "
@@ -232,6 +236,12 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     inv.add_host("params.master", n * sizeof(float), TC::kParam);
     if (dt != DType::kF32 && !plan.managed_params) inv.add_host("params.compute.host", n * dtype_size(dt), TC::kParam);
     if (!plan.managed_grads) inv.add_host("adam.grads", n * sizeof(float), TC::kGrad);
+    // Note [gradients summed on the host]: the staging ring and the host's parts of the norm.
+    if (any_grads_summed_on_host(spec.schedule_spec())) {
+      for (int i = 0; i < std::max(1, rings.grads.slots); ++i)
+        inv.add_host("grads.staging" + std::to_string(i), segs.size[1] * sizeof(float), TC::kGrad);
+      inv.add_host("adam.host_norm_parts", S * sizeof(float), TC::kWorkspace);
+    }
     inv.add_host("adam.m", n * sizeof(float), TC::kOptimState);
     inv.add_host("adam.v", n * sizeof(float), TC::kOptimState);
     if (spec.hyper.speculate) {
@@ -454,6 +464,11 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
                  : create_model(be_, cfg, spec_.batch, spec_.compute, std::move(t));
   model_->set_tp_rank(spec_.tp_rank);
   model_->set_act_apart(plan.act_apart());  // Note [rebuilt activation]
+  {
+    std::vector<char> apart(static_cast<size_t>(cfg.layers), 0);  // Note [gradients summed on the host]
+    for (int l = 0; l < cfg.layers; ++l) apart[static_cast<size_t>(l)] = grads_summed_on_host(spec_.schedule_spec(), l);
+    model_->set_blocks_summed_elsewhere(std::move(apart));
+  }
   // The optimizer's state.
   OptimizerBuffers ob;
   ob.master = master_;
@@ -469,6 +484,14 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
                   static_cast<uint16_t*>(host("params.compute.host.next"))};
     ob.host_grads = f("adam.grads");
     ob.host_norm = f("adam.norm");
+    const ScheduleSpec ss = spec_.schedule_spec();
+    if (any_grads_summed_on_host(ss)) {  // Note [gradients summed on the host]
+      for (int i = 0; i < std::max(1, rings_.grads.slots); ++i)
+        ob.grad_staging.push_back(f(("grads.staging" + std::to_string(i)).c_str()));
+      ob.host_parts = f("adam.host_norm_parts");
+      ob.host_summed.assign(static_cast<size_t>(model_->num_segments()), 0);
+      for (int l = 0; l < cfg.layers; ++l) ob.host_summed[static_cast<size_t>(1 + l)] = grads_summed_on_host(ss, l);
+    }
     // Note [managed optimizer exchange].
     if (plan.managed_grads) ob.grads_in_place = true;
     if (plan.managed_params) {
@@ -732,6 +755,7 @@ void Executor::train_step(float lr, bool speculate, bool accumulated) {
   TT_CHECK(!accumulated || spec_.grad_accum > 1, "a step after accumulation in an executor of grad_accum %d",
            spec_.grad_accum);
   model_->set_accumulate_grads(accumulated);
+  first_micro_batch_ = !accumulated;
   opt_->begin_step(lr, speculate);
   run_pass(Pass::kTrain, &Executor::model_train);
   opt_->end_step();
@@ -742,6 +766,7 @@ void Executor::train_step(float lr, bool speculate, bool accumulated) {
 void Executor::accumulate_step(bool first) {
   TT_CHECK(spec_.grad_accum > 1, "accumulate_step in an executor of grad_accum %d", spec_.grad_accum);
   model_->set_accumulate_grads(!first);
+  first_micro_batch_ = first;
   opt_->begin_step(0.0f, false);
   run_pass(Pass::kAccumulate, &Executor::model_train);
   model_->set_accumulate_grads(false);
@@ -837,6 +862,18 @@ void Executor::issue(const Op& op) {
       break;
     case OpKind::kGradsOut:
       opt_->grads_out(op.segment);
+      break;
+    case OpKind::kGradsStage:  // Note [gradients summed on the host]
+      opt_->grads_stage(op.segment, op.slot);
+      break;
+    case OpKind::kHostGradAdd:
+      opt_->host_grad_add(op.segment, op.slot, first_micro_batch_);
+      break;
+    case OpKind::kHostNormPart:
+      opt_->host_norm_part(op.segment);
+      break;
+    case OpKind::kHostNormTotal:
+      opt_->host_norm_total();
       break;
     case OpKind::kGradReduce:  // Note [data parallel] in plan/schedule.cc
       TT_CHECK(reducer_ != nullptr, "%s: a data-parallel schedule without a gradient reducer", op.name.c_str());

@@ -218,6 +218,7 @@ class Executor : public ModelHooks {
   // overwritten them since the last backward.
   std::vector<bool> grads_aliased_;
   bool grads_pending_ = false, grads_valid_ = true;
+  bool first_micro_batch_ = true;  // the pass running is a step's first micro-batch (Note [gradients summed on the host])
   bool grads_in_activations() const;  // whether any block's gradients live in an activation set
   std::unique_ptr<Event> comm_done_;  // forward() after a data-parallel backward: the comm stream's work so far
 };

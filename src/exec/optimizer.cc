@@ -43,6 +43,11 @@ Optimizer::Optimizer(Backend& backend, const Model& model, OptimizerPlacement wh
     be_.fill_zero(buf_.v, be_.compute_stream());
   }
   be_.fill_zero(buf_.norm_sq, be_.compute_stream());
+  // Note [gradients summed on the host]: the device's parts of those segments are never written: zero.
+  if (!buf_.host_summed.empty()) {
+    be_.fill_zero(buf_.parts, be_.compute_stream());
+    std::memset(buf_.host_parts, 0, buf_.host_summed.size() * sizeof(float));
+  }
 }
 
 const void* Optimizer::host_compute(int segment) const {
@@ -162,6 +167,43 @@ void Optimizer::grads_out(int segment) {
 }
 
 void Optimizer::norm_out() { be_.copy_d2h(buf_.host_norm, buf_.norm_sq, be_.d2h_stream()); }
+
+void Optimizer::grads_stage(int segment, int slot) {
+  const Tensor& g = model_.tensors().grads[static_cast<size_t>(segment)];
+  be_.copy_d2h(buf_.grad_staging[static_cast<size_t>(slot)], g, be_.d2h_stream());
+}
+
+void Optimizer::host_grad_add(int segment, int slot, bool first) {
+  const size_t s = static_cast<size_t>(segment);
+  float* sum = buf_.host_grads + segs_.offset[s];
+  const float* in = buf_.grad_staging[static_cast<size_t>(slot)];
+  const int64_t n = segs_.size[s];
+  be_.enqueue_host([sum, in, n, first, threads = be_.host_threads()] {
+    if (first) {
+      std::memcpy(sum, in, static_cast<size_t>(n) * sizeof(float));
+      return;
+    }
+    host::add_f32(sum, in, n, threads);
+  });
+}
+
+void Optimizer::host_norm_part(int segment) {
+  const size_t s = static_cast<size_t>(segment);
+  const float* g = buf_.host_grads + segs_.offset[s];
+  const int64_t n = segs_.size[s];
+  be_.enqueue_host([this, s, g, n] { buf_.host_parts[s] = host::sum_squares_f32(g, n, be_.host_threads()); });
+}
+
+void Optimizer::host_norm_total() {
+  be_.enqueue_host([this, out = norm_readback_] {
+    // In segment order, as norm_total sums the device's parts (the host-summed segments' are zero there).
+    float total = *buf_.host_norm;
+    for (size_t s = 0; s < buf_.host_summed.size(); ++s)
+      if (buf_.host_summed[s]) total += buf_.host_parts[s];
+    *buf_.host_norm = total;
+    if (out != nullptr) *out = total;
+  });
+}
 
 void Optimizer::update_segment(int segment, const HostAdamState& from, const HostAdamState& to, float lr,
                                int64_t step, float grad_norm_sq, float grad_clip) {

@@ -95,6 +95,11 @@ struct OptimizerBuffers {
   // flat compute copy: through sets[].bf16 with bf16 compute, by a copy of the new master with f32).
   bool grads_in_place = false;
   Tensor compute_out;
+  // Note [gradients summed on the host] in plan/schedule.h: pinned staging slots (of a block segment's size each),
+  // and the host's parts of the squared norm (one a segment, zero but for the segments summed on the host).
+  std::vector<float*> grad_staging;
+  float* host_parts = nullptr;
+  std::vector<char> host_summed;  // per segment: summed on the host (its device part stays zero)
 };
 
 class Optimizer {
@@ -132,6 +137,17 @@ class Optimizer {
   // kHostAdamW, host stream: the speculative update during the backward, or the step's update after it.
   void host_update(int segment, bool speculative);
   void params_back(int segment, const Tensor& device_copy);  // kParamsBack, h2d stream
+  // Note [gradients summed on the host]: kGradsStage (d2h stream), kHostGradAdd, kHostNormPart, kHostNormTotal (host
+  // stream). first: the step's first micro-batch (it writes the host gradients rather than adding to them).
+  void grads_stage(int segment, int slot);
+  void host_grad_add(int segment, int slot, bool first);
+  void host_norm_part(int segment);
+  void host_norm_total();
+  // Whether some segment's gradients are summed on the host (the squared norm is then whole only on the host, after
+  // kHostNormTotal); where kHostNormTotal also writes it, for the caller's readback of the step (set before the
+  // step's passes are enqueued; null: nowhere).
+  bool sums_on_host() const { return !buf_.host_summed.empty(); }
+  void set_norm_readback(float* dst) { norm_readback_ = dst; }
   // After the step's operations: the state sets swap roles when the step speculated.
   void end_step();
   bool speculating() const { return speculate_; }
@@ -158,6 +174,7 @@ class Optimizer {
 
   Backend& be_;
   const Model& model_;
+  float* norm_readback_ = nullptr;
   OptimizerPlacement where_;
   AdamWHyper hyper_;
   OptimizerBuffers buf_;

@@ -546,6 +546,7 @@ Status Trainer::build() {
     TT_CHECK(rb.losses != nullptr, "the executor has no readback slots (no input staging)");
     rb.norm_sq = rb.losses + bt * static_cast<size_t>(cfg.grad_accum);  // after each micro-batch's losses
     rb.done = backend_->create_event();
+    rb.host_done = backend_->create_event();
   }
   // Host memory this run holds for its whole life: the token dataset and the evaluation buffers (the pinned
   // staging slots are counted by allocate_host).
@@ -610,6 +611,11 @@ Status Trainer::enqueue_step(int64_t step) {
   // back after it.
   const int accum = cfg_.grad_accum;
   const size_t bt = host_losses_.size();
+  // Note [gradients summed on the host] (plan/schedule.h): the squared norm is whole only on the host, which writes
+  // it into the readback itself; the compute stream's record of the step then follows the host's (the next step's
+  // forward waits for the host's updates anyway).
+  const bool host_norm = ex_->optimizer().sums_on_host();
+  if (host_norm) ex_->optimizer().set_norm_readback(r.norm_sq);
   for (int j = 0; j + 1 < accum; ++j) {
     ex_->accumulate_step(/*first=*/j == 0);
     be.copy_d2h(r.losses + static_cast<size_t>(j) * bt, ex_->model().losses(), be.compute_stream());
@@ -618,7 +624,12 @@ Status Trainer::enqueue_step(int64_t step) {
   TT_TRY(profiler_->collect(step));
   profiler_->set_enabled(false);
   be.copy_d2h(r.losses + static_cast<size_t>(accum - 1) * bt, ex_->model().losses(), be.compute_stream());
-  be.copy_d2h(r.norm_sq, ex_->optimizer().grad_norm_sq(), be.compute_stream());
+  if (host_norm) {
+    be.host_stream().record(*r.host_done);
+    be.compute_stream().wait(*r.host_done);
+  } else {
+    be.copy_d2h(r.norm_sq, ex_->optimizer().grad_norm_sq(), be.compute_stream());
+  }
   be.compute_stream().record(*r.done);
   in_flight_.push_back(e);
   return Status::ok();

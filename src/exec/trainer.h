@@ -179,6 +179,7 @@ class Trainer {
     float* losses = nullptr;
     float* norm_sq = nullptr;
     std::unique_ptr<Event> done;
+    std::unique_ptr<Event> host_done;  // Note [gradients summed on the host]: the host wrote norm_sq
   };
   Readback readback_[2];
   struct Enqueued {

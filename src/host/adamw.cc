@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <omp.h>
+#include <vector>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -181,6 +182,31 @@ void adamw_update_f32(float* param, const float* grad, float* m, float* v, uint1
                       int64_t step, float grad_clip) {
   adamw_update_f32(AdamWArrays{param, grad, m, v, param, m, v, out_bf16}, n, grad_norm_sq, lr, beta1, beta2, eps,
                    weight_decay, step, grad_clip);
+}
+
+void add_f32(float* sum, const float* in, int64_t n, int threads) {
+  if (n < kAdamWParallelMin) {
+    for (int64_t i = 0; i < n; ++i) sum[i] += in[i];
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_get_max_threads())
+  for (int64_t i = 0; i < n; ++i) sum[i] += in[i];
+}
+
+float sum_squares_f32(const float* x, int64_t n, int threads) {
+  constexpr int64_t kChunk = int64_t(1) << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_get_max_threads()) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double s = 0;
+    const int64_t e = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < e; ++i) s += static_cast<double>(x[i]) * x[i];
+    part[static_cast<size_t>(c)] = s;
+  }
+  double total = 0;
+  for (const double p : part) total += p;
+  return static_cast<float>(total);
 }
 
 int optimizer_threads(int requested, bool beside_gpu) {

@@ -36,6 +36,12 @@ void adamw_update_f32(const AdamWArrays& arrays, int64_t n, float grad_norm_sq, 
 // exactly as the update computes it.
 float adamw_clip_factor(float grad_norm_sq, float grad_clip);
 
+// Note [gradients summed on the host] (plan/schedule.h): sum[i] += in[i], and the sum of squares of x in double
+// over fixed chunks of 2^16 elements added in order (the same bits whatever the thread count); split over `threads`
+// OpenMP threads (0: OpenMP's default) past a size where that pays.
+void add_f32(float* sum, const float* in, int64_t n, int threads = 0);
+float sum_squares_f32(const float* x, int64_t n, int threads = 0);
+
 // The CPU optimizer's thread count: `requested` when > 0; else OpenMP's (OMP_NUM_THREADS when set, otherwise every
 // core this process may run on), less one beside a GPU (Note [host threads beside a GPU]).
 int optimizer_threads(int requested, bool beside_gpu);

@@ -386,7 +386,7 @@ void Gpt::backward_block(ModelHooks& h, int l) {
   const LayerParams g = grad_layer(l);
   const BlockActs& a = acts_[static_cast<size_t>(l)];
   const Tensor x = block_input(l);
-  const GradWrite gw = first_write();  // each of the block's gradients is written once, by one op
+  const GradWrite gw = block_first_write(l);  // each of the block's gradients is written once, by one op
   // MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
   h.op("matmul_backward_gelu mlp.proj");
   be_.matmul_backward_gelu(dfch_, g.fcprojw, g.fcprojb, dresidual_, a.fch_gelu, w.fcprojw, a.fch, gw);

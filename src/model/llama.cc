@@ -545,7 +545,7 @@ void Llama::backward_block(ModelHooks& h, int l) {
   const LayerParams g = layer(l, true);
   const Acts& a = acts_[static_cast<size_t>(l)];
   const Tensor x = block_input(l);
-  const GradWrite gw = first_write();  // each of the block's gradients is written once, by one op
+  const GradWrite gw = block_first_write(l);  // each of the block's gradients is written once, by one op
   // MLP: res3 = res2 + down(swiglu(gate_up(ln2(res2)))); dresidual holds d(res3) and becomes d(res2).
   h.op("matmul_backward mlp.down");
   be_.matmul_backward(dact_, g.down, Tensor(), dresidual_, a.fch_act, w.down, gw);

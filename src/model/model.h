@@ -383,6 +383,13 @@ class Model {
   void set_accumulate_grads(bool on) { accumulate_grads_ = on; }
   bool accumulate_grads() const { return accumulate_grads_; }
   GradWrite first_write() const { return accumulate_grads_ ? GradWrite::kAccumulate : GradWrite::kOverwrite; }
+  // Note [gradients summed on the host] (plan/schedule.h): blocks whose gradients go through a slot that other
+  // blocks reuse are summed on the host, so their backward always writes them first; block l's first write.
+  void set_blocks_summed_elsewhere(std::vector<char> blocks) { summed_elsewhere_ = std::move(blocks); }
+  GradWrite block_first_write(int l) const {
+    const bool apart = static_cast<size_t>(l) < summed_elsewhere_.size() && summed_elsewhere_[static_cast<size_t>(l)];
+    return apart ? GradWrite::kOverwrite : first_write();
+  }
   int batch() const { return batch_; }
   DType dtype() const { return dtype_; }  // compute dtype
   DType master_dtype() const { return master_dtype_for(dtype_); }
@@ -466,6 +473,7 @@ class Model {
   std::vector<bool> act_apart_;
   float loss_scale_ = -1.0f;  // Note [loss mask]; < 0: 1 / (B x T)
   bool accumulate_grads_ = false;
+  std::vector<char> summed_elsewhere_;  // per block (set_blocks_summed_elsewhere)
 };
 
 // Note [parallel init]: how one parameter starts: normals of std `std` for its first `normals` elements (-1: all)

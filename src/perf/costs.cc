@@ -228,6 +228,16 @@ double ProfileCosts::seconds(const Op& op) const {
     case CostClass::kH2D:
       return p_.h2d_pinned.seconds(op.bytes);
     case CostClass::kHost:
+      if (op.kind != OpKind::kHostAdamW) {
+        // Note [gradients summed on the host]: memory-bound passes over the host gradients, priced by the bytes
+        // they read and write at twice the profile's copy rate (which counts a copy's bytes once, read and written).
+        if (op.kind == OpKind::kHostNormTotal) return 0;
+        if (p_.host_memcpy_bytes_per_s <= 0) {
+          if (status_.is_ok()) status_ = Status(StatusCode::kNotFound, "the profile has no host copy rate");
+          return 0;
+        }
+        return static_cast<double>(op.bytes) / (2 * p_.host_memcpy_bytes_per_s);
+      }
       if (auto it = p_.host_segments.find(seg_sizes_[static_cast<size_t>(op.segment)]); it != p_.host_segments.end())
         return it->second * host_segment_scale_;
       if (host_rate_ <= 0) {

@@ -28,6 +28,7 @@ CostClass cost_class(const Op& op) {
       return op.place == static_cast<int>(memory::UmPlace::kDevice) ? CostClass::kH2D : CostClass::kD2H;
     case OpKind::kSwapOut:
     case OpKind::kGradsOut:
+    case OpKind::kGradsStage:
     case OpKind::kNormOut:
       return CostClass::kD2H;
     case OpKind::kSwapIn:
@@ -36,6 +37,9 @@ CostClass cost_class(const Op& op) {
     case OpKind::kInputIn:
       return CostClass::kH2D;
     case OpKind::kHostAdamW:
+    case OpKind::kHostGradAdd:
+    case OpKind::kHostNormPart:
+    case OpKind::kHostNormTotal:
       return CostClass::kHost;
     default:
       return CostClass::kCompute;

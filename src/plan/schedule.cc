@@ -26,18 +26,29 @@ constexpr const char* kOpKindNames[] = {"model",        "wait",       "record", 
                                         "rebuild_mlp",  "swap_out",   "swap_in",    "params_in",     "grads_out",
                                         "norm_part",    "norm_total", "norm_out",   "host_adamw",    "params_back",
                                         "device_adamw", "alloc",      "input_fill", "input_in",      "input_take",
-                                        "grad_reduce",  "um_advise",  "um_prefetch", "rebuild_act"};
+                                        "grad_reduce",  "um_advise",  "um_prefetch", "rebuild_act",
+                                        "grads_stage",  "host_grad_add", "host_norm_part", "host_norm_total"};
 constexpr const char* kPassNames[] = {"forward", "backward", "step",     "train",
                                       "forward_backward", "setup", "prefetch", "accumulate"};
 constexpr const char* kBoundaryNames[] = {"before_forward", "after_forward",   "before_head",
                                           "after_head",     "before_backward", "after_backward"};
-static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kRebuildAct) + 1, "a name for every OpKind");
+static_assert(std::size(kOpKindNames) == static_cast<size_t>(OpKind::kHostNormTotal) + 1, "a name for every OpKind");
 static_assert(std::size(kPassNames) == static_cast<size_t>(kNumPasses), "a name for every Pass");
 static_assert(std::size(kBoundaryNames) == static_cast<size_t>(Boundary::kAfterBackward) + 1, "a name per Boundary");
 }  // namespace
 
 const char* op_kind_name(OpKind k) { return kOpKindNames[static_cast<int>(k)]; }
 const char* pass_name(Pass p) { return kPassNames[static_cast<int>(p)]; }
+
+bool grads_summed_on_host(const ScheduleSpec& spec, int layer) {
+  return spec.grad_accum > 1 && spec.plan.cpu_optimizer() && layer >= 0 &&
+         layer < static_cast<int>(spec.plan.layers.size()) && spec.plan.grads_streamed(layer);
+}
+bool any_grads_summed_on_host(const ScheduleSpec& spec) {
+  for (int l = 0; l < static_cast<int>(spec.plan.layers.size()); ++l)
+    if (grads_summed_on_host(spec, l)) return true;
+  return false;
+}
 
 // Note [data parallel]
 // With data_ranks > 1 each rank runs the schedule on its share of the global batch (data::BatchSampler's shards),
@@ -477,8 +488,9 @@ class Compiler {
   }
 
   void grads_done(std::vector<Op>& out, int s) {
-    if (accumulating_) return;  // Note [gradient accumulation]: reduced, read and updated after the last micro-batch
     const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
+    if (grads_summed_on_host(sp_, layer)) return host_sum(out, s, layer);
+    if (accumulating_) return;  // Note [gradient accumulation]: reduced, read and updated after the last micro-batch
     const bool dp = sp_.data_ranks > 1;
     if (dp) {  // on the comm stream, while the compute stream goes on with the next block's backward
       record(out, StreamId::kCompute, "grads " + seg_name(s), layer);
@@ -537,10 +549,41 @@ class Compiler {
     up.speculative = true;
   }
 
+  // Note [gradients summed on the host]: segment s's slot to the next staging slot, added into the host gradients;
+  // after the last micro-batch, the sum's part of the norm (on the host), and the speculative update if asked.
+  void host_sum(std::vector<Op>& out, int s, int layer) {
+    const int slot = stage_k_++ % std::max(1, grads_.slots);
+    const std::string j = std::to_string(slot);
+    record(out, StreamId::kCompute, "grads " + seg_name(s), layer);
+    wait(out, StreamId::kD2H, "grads " + seg_name(s), "wait backward", layer);
+    wait(out, StreamId::kD2H, "gstage_free " + j, "wait host sum", layer);
+    copy(out, StreamId::kD2H, OpKind::kGradsStage, "grads to staging " + seg_name(s), layer, slot, seg_bytes(s, msize_),
+         s);
+    record(out, StreamId::kD2H, "gstaged " + j, layer);
+    wait(out, StreamId::kHost, "gstaged " + j, "wait staged grads", layer);
+    Op& a = add(out, StreamId::kHost, OpKind::kHostGradAdd, "sum grads " + seg_name(s));
+    a.segment = s;
+    a.layer = layer;
+    a.slot = slot;
+    a.bytes = 3 * seg_bytes(s, msize_);  // read the sum and the staging slot, write the sum
+    record(out, StreamId::kHost, "gstage_free " + j, layer);
+    if (accumulating_) return;
+    Op& n = add(out, StreamId::kHost, OpKind::kHostNormPart, "grad norm (host) " + seg_name(s));
+    n.segment = s;
+    n.layer = layer;
+    n.bytes = seg_bytes(s, msize_);
+    if (!sp_.speculate) return;
+    Op& up = add(out, StreamId::kHost, OpKind::kHostAdamW, "adamw " + seg_name(s) + " (speculative)");
+    up.segment = s;
+    up.layer = layer;
+    up.speculative = true;
+  }
+
   // Nothing zeroes the gradients: the backward writes each first (Note [gradients first written] in
   // backend/backend.h), after what read the previous step's (the optimizer, the copies to the host, the reductions)
   // on the compute stream or after a wait for it (a streamed block's gradient slot).
   void backward(std::vector<Op>& out) {
+    stage_k_ = 0;  // Note [gradients summed on the host]: each pass's streamed blocks from staging slot 0
     model(out, Boundary::kBeforeHead, 0, "lm_head backward", 3 * head_fwd_);
     model(out, Boundary::kBeforeBackward, L_ + 1, "backward lnf", 0);
     grads_done(out, L_ + 1);
@@ -642,6 +685,7 @@ class Compiler {
     n.bytes = 4;
     record(out, StreamId::kD2H, "norm_out");
     wait(out, StreamId::kHost, "norm_out", "wait norm");
+    if (any_grads_summed_on_host(sp_)) add(out, StreamId::kHost, OpKind::kHostNormTotal, "grad norm (host parts)");
     for (int s = 0; s < S; ++s) {
       const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
       Op& up = add(out, StreamId::kHost, OpKind::kHostAdamW, "adamw " + seg_name(s));
@@ -678,6 +722,7 @@ class Compiler {
   bool cpu_ = false;
   bool release_ = false;  // compiling Pass::kTrain's backward: the compute copy may be released
   bool accumulating_ = false;  // compiling Pass::kAccumulate's backward: the gradients stay where they are
+  int stage_k_ = 0;            // streamed blocks staged so far in the pass being compiled
   double bt_ = 0, block_fwd_ = 0, block_bwd_ = 0, mlp_fwd_ = 0, head_fwd_ = 0;
   std::vector<int> swapped_, swap_index_, pstreamed_, pstream_index_;
   SlotRing grads_, um_;
@@ -783,9 +828,18 @@ Status Schedule::validate() const {
       TT_RETURN_IF(op.kind == OpKind::kGradReduce && (spec.data_ranks < 2 || op.segment < 0), kInvalidArgument,
                    "%s: a gradient reduction needs a segment and at least 2 data-parallel ranks (%d)", where.c_str(),
                    spec.data_ranks);
-      const int slots = op.kind == OpKind::kSwapOut || op.kind == OpKind::kSwapIn ? rings.swap.slots
-                        : op.kind == OpKind::kParamsIn                            ? rings.params.slots
-                                                                                  : -1;
+      // Note [gradients summed on the host]: only of the blocks it is for, through the staging ring.
+      const bool host_sum = op.kind == OpKind::kGradsStage || op.kind == OpKind::kHostGradAdd ||
+                            op.kind == OpKind::kHostNormPart;
+      TT_RETURN_IF(host_sum && (op.layer < 0 || op.segment != op.layer + 1 || !grads_summed_on_host(spec, op.layer)),
+                   kInvalidArgument, "%s: gradients summed on the host only for streamed blocks with grad_accum > 1",
+                   where.c_str());
+      TT_RETURN_IF(op.kind == OpKind::kHostNormTotal && !any_grads_summed_on_host(spec), kInvalidArgument,
+                   "%s: no gradients are summed on the host", where.c_str());
+      const int slots = op.kind == OpKind::kSwapOut || op.kind == OpKind::kSwapIn        ? rings.swap.slots
+                        : op.kind == OpKind::kParamsIn                                   ? rings.params.slots
+                        : op.kind == OpKind::kGradsStage || op.kind == OpKind::kHostGradAdd ? std::max(1, rings.grads.slots)
+                                                                                         : -1;
       if (slots >= 0)
         TT_RETURN_IF(op.slot < 0 || op.slot >= slots || op.layer < 0, kInvalidArgument,
                      "%s: slot %d of %d, layer %d", where.c_str(), op.slot, slots, op.layer);
@@ -798,7 +852,8 @@ Status Schedule::validate() const {
       for (const Op& op : ops)
         TT_RETURN_IF(op.kind == OpKind::kGradReduce || op.kind == OpKind::kGradsOut || op.kind == OpKind::kNormPart ||
                          op.kind == OpKind::kHostAdamW || op.kind == OpKind::kDeviceAdamW ||
-                         op.kind == OpKind::kParamsBack,
+                         op.kind == OpKind::kParamsBack || op.kind == OpKind::kHostNormPart ||
+                         op.kind == OpKind::kHostNormTotal,
                      kInvalidArgument, "schedule: accumulate[%s] reduces, reads or updates gradients",
                      op.name.c_str());
   }

@@ -64,8 +64,31 @@ enum class OpKind : int {
   kUmPrefetch,      // the pages moved to `place` (h2d stream to the device, d2h stream to the host); with um_dead
                     // their contents are dead: placed there without moving anything (a discard-and-prefetch)
   kRebuildAct,     // compute: Note [rebuilt activation] in plan/plan.h
+  // Note [gradients summed on the host]:
+  kGradsStage,     // d2h: `segment`'s gradients from its device slot to host staging slot `slot`
+  kHostGradAdd,    // host: staging slot `slot` into the host gradients of `segment` (the step's first micro-batch
+                   // writes them, the others add)
+  kHostNormPart,   // host: `segment`'s sum of squares of its summed host gradients, into the host's norm parts
+  kHostNormTotal,  // host: the host's parts added to the squared norm the device sent (norm_out), in segment order
 };
 const char* op_kind_name(OpKind k);
+
+// Note [gradients summed on the host]
+// Gradient accumulation (Note [gradient accumulation] in exec/executor.h) keeps the micro-batches' sums where the
+// gradients live. A block whose gradients stream through device slots to the host (the CPU optimizer with
+// grad = host_streamed) has nowhere on the device to keep them, so its sums are made on the host: after each
+// micro-batch's backward of the block, its slot is copied to a pinned staging slot (a ring of as many as the device
+// has gradient slots), and the host stream adds it into the host gradients (the step's first micro-batch copies it
+// there); the slot is free once its copy is done, the staging slot once its add is. The last micro-batch then takes
+// the block's part of the gradient norm on the host, of the sums (kHostNormPart: the device has only the last
+// micro-batch's), and once the device's parts of the other segments arrive (norm_out) the host adds its own to them
+// in segment order (kHostNormTotal) before the updates read the norm. The host's adds cost host memory bandwidth
+// (read 2, write 1 float a gradient a micro-batch), which the performance model prices from the profile's host copy
+// rate. Not built with data parallel (the averages are made on the device, of slots), tensor parallel or managed
+// gradients: refused.
+struct ScheduleSpec;
+bool grads_summed_on_host(const ScheduleSpec& spec, int layer);
+bool any_grads_summed_on_host(const ScheduleSpec& spec);
 
 enum class Pass : int { kForward = 0, kBackward, kStep, kTrain, kForwardBackward, kSetup, kPrefetch, kAccumulate };
 constexpr int kNumPasses = 8;

@@ -836,12 +836,12 @@ TEST(Cli, ShardedOptimizerIsTheUnshardedRunWithLessMemory) {
     EXPECT_EQ(runs[1]["val"], runs[0]["val"]) << mesh << extra;
   }
   auto host_need = [&](const std::string& extra) {
-    return dry_run_field(args + " --mesh data=2 --optimizer cpu" + extra, "host: ", " for ");
+    return dry_run_field(args + " --mesh data=2 --optimizer cpu" + extra, "fits: ", " in the host slab");
   };
   // Master, gradients, m and v: 16 bytes a parameter (534 KiB), 1.25 KiB of input staging and the norm, and 1 KiB
   // of the steps' two readback slots (Note [host one step ahead]); sharded, each segment's half of the 534.
-  EXPECT_EQ(host_need(""), "host: 536.25 KiB") << "the test's model changed: update the figures";
-  EXPECT_EQ(host_need(" --shard-optimizer"), "host: 269.25 KiB");
+  EXPECT_EQ(host_need(""), "fits: 536.25 KiB") << "the test's model changed: update the figures";
+  EXPECT_EQ(host_need(" --shard-optimizer"), "fits: 269.25 KiB");
   // Saved sharded on the host, resumed by one process with the device optimizer: where the uninterrupted run goes.
   CliRun cpu_first = run("launch -n 2 -- " + bin + " " + plain + " --mesh data=2 --shard-optimizer --optimizer cpu "
                          "--stop-at 4 --checkpoint-dir " + dir.path() + "/ck-cpu");

@@ -412,7 +412,7 @@ TEST(Executor, BackwardWritesEveryGradientWithoutZeroing) {
 // each at the loss scale of the whole step) give the gradients of one batch of all three, in f64 to 1e-12 (the sums
 // run in another order), for GPT-2, a tied and an untied Llama (whose untied d(wte) is zeroed only by a step's first
 // micro-batch), with the LM head in chunks; the gradient buffers are poisoned with NaN before, so every element is
-// written. A plan that streams its gradients to the host is refused with grad_accum > 1.
+// written. A plan that keeps its gradients in managed memory is refused with grad_accum > 1.
 TEST(Executor, AccumulatedMicroBatchesGiveTheGradientsOfOneBatch) {
   const ModelConfig gpt{.vocab = 61, .layers = 2, .dim = 16, .heads = 2, .seq = 8};
   ModelConfig tied{.family = "llama", .vocab = 61, .layers = 2, .dim = 16, .heads = 4, .seq = 8, .kv_heads = 2,
@@ -470,14 +470,21 @@ TEST(Executor, AccumulatedMicroBatchesGiveTheGradientsOfOneBatch) {
         ADD_FAILURE() << "gradient " << i << ": accumulated " << got[i] << ", one batch " << want[i];
     EXPECT_EQ(bad, 0u);
   }
-  // Streamed gradients (offload-all) would be summed on the host: refused, named.
+  // Managed gradients are not accumulated yet: refused, named; streamed ones (summed on the host) over a data mesh
+  // neither.
   auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
-  ExecSpec spec = make_spec(make_plan("offload-all", OptimizerPlacement::kCpu));
+  ExecSpec spec = make_spec(make_plan("um-advised", OptimizerPlacement::kCpu));
   spec.grad_accum = 2;
   auto refused = Executor::create(*be, spec);
   ASSERT_FALSE(refused.is_ok());
-  EXPECT_NE(refused.status().message().find("accumulating gradients on the host"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("accumulating managed gradients"), std::string::npos)
       << refused.status().message();
+  ExecSpec dp = make_spec(make_plan("offload-all", OptimizerPlacement::kCpu));
+  dp.grad_accum = 2;
+  dp.data_ranks = 2;
+  EXPECT_NE(dp.validate().message().find("summed there, which is not built with data or tensor parallel"),
+            std::string::npos)
+      << dp.validate().message();
 }
 
 // Note [gradients in dead activations]: the gradients of a backward can be read until a forward runs; after it

@@ -827,12 +827,38 @@ TEST(Trainer, GradientAccumulationFollowsOneLargeBatch) {
     ASSERT_TRUE(c.value()->run().is_ok());
     expect_bit_identical(device_bits, finish(*c.value()));
   }
-  // Streamed gradients would be summed on the host: not built yet, refused, named.
-  TrainConfig streamed = acc;
-  streamed.plan = "offload-params";
-  auto refused = Trainer::create(streamed, nullptr);
+  // Note [gradients summed on the host]: streamed gradients (offload-params, offload-all; with the speculative
+  // update too) are summed on the host and the norm's parts of those blocks taken there: the same training up to the
+  // rounding of the norm's sum (summed in another order), and the same norms.
+  const std::vector<StepRecord>& want = straight.value()->history();
+  for (const char* plan : {"offload-params", "offload-all"}) {
+    for (const bool speculate : {false, true}) {
+      SCOPED_TRACE(std::string(plan) + (speculate ? ", speculative update" : ""));
+      TrainConfig streamed = acc;
+      streamed.plan = plan;
+      streamed.speculative_update = speculate;
+      auto c = Trainer::create(streamed, nullptr);
+      ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+      ASSERT_TRUE(c.value()->run().is_ok());
+      const std::vector<StepRecord>& got = c.value()->history();
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_NEAR(got[i].loss, want[i].loss, 1e-5 * want[i].loss) << "step " << i + 1;
+        EXPECT_NEAR(got[i].grad_norm, want[i].grad_norm, 1e-5 * want[i].grad_norm) << "step " << i + 1;
+      }
+      const RunResult rc = finish(*c.value());
+      double worst = 0;
+      for (size_t i = 0; i < device_bits.params.size(); ++i)
+        worst = std::max(worst, static_cast<double>(std::abs(device_bits.params[i] - rc.params[i])));
+      EXPECT_LT(worst, 1e-5) << "parameters after the steps";
+    }
+  }
+  // Managed gradients are not summed anywhere yet: refused, named.
+  TrainConfig managed = acc;
+  managed.plan = "um-advised";
+  auto refused = Trainer::create(managed, nullptr);
   ASSERT_FALSE(refused.is_ok());
-  EXPECT_NE(refused.status().message().find("accumulating gradients on the host"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("accumulating managed gradients"), std::string::npos)
       << refused.status().message();
 }
 
