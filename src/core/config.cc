@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/env.h"
@@ -174,23 +175,47 @@ Status Config::set(const std::string& name, const std::string& raw_text, KnobSou
   return Status::ok();
 }
 
+Result<nlohmann::json> parse_json_unique_keys(const std::string& text, const std::string& what) {
+  using Event = nlohmann::json::parse_event_t;
+  std::vector<std::set<std::string>> open;  // the keys of each object being parsed, innermost last
+  std::string repeated;
+  const nlohmann::json::parser_callback_t seen = [&](int /*depth*/, Event e, nlohmann::json& parsed) {
+    if (e == Event::object_start) {
+      open.emplace_back();
+    } else if (e == Event::object_end) {
+      if (!open.empty()) open.pop_back();
+    } else if (e == Event::key && !open.empty() && parsed.is_string()) {
+      if (!open.back().insert(parsed.get<std::string>()).second && repeated.empty())
+        repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text, seen);
+  } catch (const nlohmann::json::exception& e) {
+    return make_status(StatusCode::kInvalidArgument, "%s is not valid JSON: %s", what.c_str(), e.what());
+  }
+  TT_RETURN_IF(!repeated.empty(), kInvalidArgument,
+               "%s: key \"%s\" appears twice in one object; name each key once", what.c_str(), repeated.c_str());
+  return j;
+}
+
 Status Config::load_file(const std::string& path) {
   TT_TRY(require_regular_file(path, "config file"));
   std::ifstream in(path);
   TT_RETURN_IF(!in, kNotFound, "cannot open config file '%s': %s", path.c_str(), std::strerror(errno));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    return make_status(StatusCode::kInvalidArgument, "config file '%s' is not valid JSON: %s", path.c_str(),
-                       e.what());
-  }
+  std::stringstream text;
+  text << in.rdbuf();
+  TT_ASSIGN_OR_RETURN(nlohmann::json j, parse_json_unique_keys(text.str(), "config file '" + path + "'"));
   TT_RETURN_IF(!j.is_object(), kInvalidArgument, "config file '%s' must hold a JSON object {\"knob\": value}",
                path.c_str());
   for (auto it = j.begin(); it != j.end(); ++it) {
     std::string name = it.key();
     for (char& c : name)
       if (c == '-') c = '_';
+    TT_RETURN_IF(name == "config", kInvalidArgument,
+                 "config file '%s': a config file cannot name another (key \"config\"); give one --config", path.c_str());
     TT_RETURN_IF(!has(name), kInvalidArgument, "config file '%s': unknown knob '%s' (tiertrain --print-config lists them)",
                  path.c_str(), it.key().c_str());
     const nlohmann::json& v = it.value();

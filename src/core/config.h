@@ -95,4 +95,9 @@ class Config {
   std::map<std::string, size_t> index_;
 };
 
+// A JSON document whose objects name each key once (nlohmann's parser keeps the last of a repeated key without a
+// word: a config or plan that says "batch" twice would run with whichever came last). `what` names the document in
+// the errors: invalid JSON, or the repeated key and where (kInvalidArgument).
+Result<nlohmann::json> parse_json_unique_keys(const std::string& text, const std::string& what);
+
 }  // namespace tt

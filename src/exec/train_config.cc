@@ -376,6 +376,10 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   TT_ASSIGN_OR_RETURN(tc.attention.workspace_cap, parse_attention_workspace(cfg.get_string("attention_workspace")));
   tc.mesh = cfg.get_string("mesh");
   tc.layout = cfg.get_string("layout");
+  // Issue 47: a layout says how a mesh's dimensions split the model; without a mesh it would be ignored unread.
+  TT_RETURN_IF(!tc.layout.empty() && tc.mesh.empty(), kInvalidArgument,
+               "--layout %s says how a mesh splits the model, but there is no --mesh (e.g. --mesh data=2,model=2)",
+               tc.layout.c_str());
   tc.input = cfg.get_string("input");
   tc.shard_optimizer = cfg.get_bool("shard_optimizer");
   tc.checkpoint_dir = cfg.get_string("checkpoint_dir");

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "core/config.h"
 
 namespace tt {
 
@@ -429,12 +432,9 @@ Result<Plan> Plan::resolve(const std::string& name, int layers, int swap_slots) 
                "swap-attention-recompute-mlp-norms, offload-params, offload-all, um, um-advised, "
                "um-swap-activations) nor a readable JSON file",
                name.c_str());
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const std::exception& e) {
-    return make_status(StatusCode::kInvalidArgument, "plan %s is not valid JSON: %s", name.c_str(), e.what());
-  }
+  std::stringstream text;
+  text << f.rdbuf();
+  TT_ASSIGN_OR_RETURN(json j, parse_json_unique_keys(text.str(), "plan " + name));
   // --swap-slots gives the prefetch distance unless the file names one.
   return from_json(j, layers, name, prefetch);
 }

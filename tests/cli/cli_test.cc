@@ -1370,6 +1370,33 @@ TEST(Cli, DryRunWritesTheSchedule) {
   EXPECT_HAS(no_dry.out, "--schedule FILE is written by a dry run");
 }
 
+// Issue 47: what used to be accepted and ignored: a --layout with no mesh, a config file naming another config, and
+// a key repeated in a config file or a JSON plan (the last used to win without a word). Each exits 2, named.
+TEST(Cli, IgnoredSettingsAreRefused) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(6000));
+  const std::string args = "train --data " + data +
+                           " --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 1 --warmup 0 --eval-every 0 "
+                           "--backend cpu --threads 1";
+  CliRun layout = run(args + " --layout heads:model");
+  EXPECT_EQ(layout.code, 2) << layout.out;
+  EXPECT_HAS(layout.out, "there is no --mesh");
+  const std::string nested = dir.write("nested.json", R"({"config": "other.json", "layers": 1})");
+  CliRun config = run(args + " --config " + nested);
+  EXPECT_EQ(config.code, 2) << config.out;
+  EXPECT_HAS(config.out, "a config file cannot name another");
+  const std::string twice = dir.write("twice.json", R"({"batch": 2, "steps": 1, "batch": 4})");
+  CliRun repeated = run(args + " --config " + twice);
+  EXPECT_EQ(repeated.code, 2) << repeated.out;
+  EXPECT_HAS(repeated.out, "key \"batch\" appears twice in one object");
+  const std::string plan = dir.write(
+      "plan.json", R"({"version": 1, "optimizer": "device", "layers": [{"activation": "resident", "activation": "swap"}]})");
+  CliRun p = run(args + " --plan " + plan);
+  EXPECT_EQ(p.code, 2) << p.out;
+  EXPECT_HAS(p.out, "key \"activation\" appears twice in one object");
+  EXPECT_EQ(p.out.find("step "), std::string::npos) << "nothing may run";
+}
+
 TEST(Cli, ConfigFileEnvAndFlagsWithOrigins) {
   TempDir dir;
   const std::string cfg = dir.write("run.json", R"({"layers": 3, "dim": 64, "device-budget": "1GiB"})");
