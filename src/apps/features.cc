@@ -87,21 +87,21 @@ Result<FeatureRun> train_features(const FeatureTrainOptions& o, FILE* out) {
                "--batch %d, --hidden %d, --steps %d: each at least 1", o.batch, o.hidden, o.steps);
   TT_ASSIGN_OR_RETURN(data::NpyArray feats, data::NpyArray::open(o.data + "/features.npy"));
   TT_ASSIGN_OR_RETURN(data::NpyArray labels, data::NpyArray::open(o.data + "/labels.npy"));
-  TT_RETURN_IF(feats.descr() != "<f4" || feats.shape().size() != 2, kInvalidArgument,
+  TT_RETURN_IF(feats.descr() != "<f4" || feats.shape().size() != 2, kDataLoss,
                "%s: must be a 2-D float32 array (samples x features), is %s of rank %zu", feats.path().c_str(),
                feats.descr().c_str(), feats.shape().size());
   TT_RETURN_IF(labels.descr() != "<i4" || labels.shape().size() != 1 || labels.shape()[0] != feats.shape()[0],
-               kInvalidArgument, "%s: must be %lld int32 labels, one a row of %s", labels.path().c_str(),
+               kDataLoss, "%s: must be %lld int32 labels, one a row of %s", labels.path().c_str(),
                static_cast<long long>(feats.shape()[0]), feats.path().c_str());
   const int64_t N = feats.shape()[0], D = feats.shape()[1], H = o.hidden, B = o.batch;
   int32_t K = 0;
   for (int64_t i = 0; i < N; ++i) {
     const int32_t c = labels.data<int32_t>()[i];
-    TT_RETURN_IF(c < 0, kInvalidArgument, "%s: label %d at row %lld", labels.path().c_str(), c,
+    TT_RETURN_IF(c < 0, kDataLoss, "%s: label %d at row %lld", labels.path().c_str(), c,
                  static_cast<long long>(i));
     K = std::max(K, c + 1);
   }
-  TT_RETURN_IF(K < 2, kInvalidArgument, "%s: fewer than 2 classes", labels.path().c_str());
+  TT_RETURN_IF(K < 2, kDataLoss, "%s: fewer than 2 classes", labels.path().c_str());
 
   // The ranks: the data dimension of a one-dimensional mesh.
   TT_ASSIGN_OR_RETURN(mesh::MeshShape shape, mesh::MeshShape::parse(o.mesh.empty() ? "data=1" : o.mesh));

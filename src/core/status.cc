@@ -97,7 +97,8 @@ Status require_regular_file(const std::string& path, const char* what) {
   if (::stat(path.c_str(), &st) != 0)
     return make_status(StatusCode::kNotFound, "%s '%s' does not exist: %s", what, path.c_str(), std::strerror(errno));
   if (S_ISREG(st.st_mode)) return Status::ok();
-  return make_status(StatusCode::kInvalidArgument, "%s '%s' is %s, not a file", what, path.c_str(),
+  // A failure of the file (exit 1), as a missing one is: the flag that names it is well formed.
+  return make_status(StatusCode::kFailedPrecondition, "%s '%s' is %s, not a file", what, path.c_str(),
                      S_ISDIR(st.st_mode) ? "a folder" : "a FIFO, socket or device");
 }
 

@@ -73,12 +73,13 @@ NpyArray::~NpyArray() {
 }
 
 Result<NpyArray> NpyArray::open(const std::string& path) {
+  TT_TRY(require_regular_file(path, ".npy file"));  // (a FIFO would block the open)
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TT_RETURN_IF(fd < 0, kNotFound, "%s: %s", path.c_str(), std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || st.st_size < 12) {
     ::close(fd);
-    return make_status(StatusCode::kInvalidArgument, "%s: not a .npy file (too short)", path.c_str());
+    return make_status(StatusCode::kDataLoss, "%s: not a .npy file (too short)", path.c_str());
   }
   void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
@@ -88,7 +89,7 @@ Result<NpyArray> NpyArray::open(const std::string& path) {
   a.base_ = static_cast<const unsigned char*>(m);
   a.bytes_ = static_cast<size_t>(st.st_size);
   const unsigned char* b = a.base_;
-  TT_RETURN_IF(std::memcmp(b, "\x93NUMPY", 6) != 0, kInvalidArgument, "%s: not a .npy file (no magic)", path.c_str());
+  TT_RETURN_IF(std::memcmp(b, "\x93NUMPY", 6) != 0, kDataLoss, "%s: not a .npy file (no magic)", path.c_str());
   const int major = b[6];
   size_t header_len, start;
   if (major == 1) {
@@ -99,29 +100,29 @@ Result<NpyArray> NpyArray::open(const std::string& path) {
                  static_cast<size_t>(b[11]) << 24;
     start = 12;
   } else {
-    return make_status(StatusCode::kInvalidArgument, "%s: .npy version %d is not known", path.c_str(), major);
+    return make_status(StatusCode::kDataLoss, "%s: .npy version %d is not known", path.c_str(), major);
   }
-  TT_RETURN_IF(start + header_len > a.bytes_, kInvalidArgument, "%s: the header runs past the file", path.c_str());
+  TT_RETURN_IF(start + header_len > a.bytes_, kDataLoss, "%s: the header runs past the file", path.c_str());
   const std::string_view h(reinterpret_cast<const char*>(b + start), header_len);
   a.descr_ = dict_value(h, "descr");
-  TT_RETURN_IF(descr_size(a.descr_) == 0, kInvalidArgument, "%s: dtype '%s' is not supported (<f4, <i4, <f8, <i8)",
+  TT_RETURN_IF(descr_size(a.descr_) == 0, kDataLoss, "%s: dtype '%s' is not supported (<f4, <i4, <f8, <i8)",
                path.c_str(), a.descr_.c_str());
-  TT_RETURN_IF(dict_value(h, "fortran_order") != "False", kInvalidArgument,
+  TT_RETURN_IF(dict_value(h, "fortran_order") != "False", kDataLoss,
                "%s: Fortran-order arrays are not supported (save it with np.ascontiguousarray)", path.c_str());
   const std::string shape = dict_value(h, "shape");
-  TT_RETURN_IF(shape.empty(), kInvalidArgument, "%s: no shape in the header", path.c_str());
+  TT_RETURN_IF(shape.empty(), kDataLoss, "%s: no shape in the header", path.c_str());
   for (size_t p = 1; p < shape.size();) {
     while (p < shape.size() && (shape[p] == ' ' || shape[p] == ',')) ++p;
     if (p >= shape.size() || shape[p] == ')') break;
     char* end = nullptr;
     const long long v = std::strtoll(shape.c_str() + p, &end, 10);
-    TT_RETURN_IF(end == shape.c_str() + p || v < 0, kInvalidArgument, "%s: shape %s", path.c_str(), shape.c_str());
+    TT_RETURN_IF(end == shape.c_str() + p || v < 0, kDataLoss, "%s: shape %s", path.c_str(), shape.c_str());
     a.shape_.push_back(v);
     p = static_cast<size_t>(end - shape.c_str());
   }
   a.offset_ = start + header_len;
   const size_t want = static_cast<size_t>(a.numel()) * descr_size(a.descr_);
-  TT_RETURN_IF(a.bytes_ - a.offset_ != want, kInvalidArgument, "%s: %zu bytes of data, the header's %s %s needs %zu",
+  TT_RETURN_IF(a.bytes_ - a.offset_ != want, kDataLoss, "%s: %zu bytes of data, the header's %s %s needs %zu",
                path.c_str(), a.bytes_ - a.offset_, a.descr_.c_str(), shape.c_str(), want);
   return a;
 }

@@ -644,7 +644,7 @@ TEST(Cli, OversizedRequestsFifosAndValidationOnlyDataAreRefused) {
   std::filesystem::remove(dir.file("vocab/vocab.bpe"));
   ASSERT_EQ(mkfifo(dir.file("vocab/vocab.bpe").c_str(), 0600), 0);
   CliRun tok = run("tokenize " + data + " --tokenizer " + dir.file("vocab") + " --out " + dir.file("shards"));
-  EXPECT_EQ(tok.code, 2) << tok.out;
+  EXPECT_EQ(tok.code, 1) << tok.out;
   EXPECT_HAS(tok.out, "is a FIFO, socket or device, not a file");
   std::filesystem::create_directories(dir.file("valonly"));
   std::vector<uint16_t> tokens(600, 7);
@@ -898,6 +898,42 @@ TEST(Cli, FeatureWorkloadInputModesGiveTheSameRun) {
   CliRun missing = run("train-features --data " + dir.path() + "/none --backend cpu");
   EXPECT_EQ(missing.code, 1) << missing.out;
   EXPECT_HAS(missing.out, "none/features.npy");
+  // Issue 47: a bad .npy is a failure of the data (exit 1, as a missing one), not of the flags: too short, no magic,
+  // Fortran order, another dtype, a FIFO (refused, not opened: that would block), a negative label.
+  {
+    const std::string feats = read_file(data + "/features.npy"), labels = read_file(data + "/labels.npy");
+    auto with = [&](const std::string& name, const std::string& features, const std::string& label_bytes) {
+      const std::string d = dir.path() + "/" + name;
+      std::filesystem::create_directories(d);
+      std::ofstream(d + "/features.npy", std::ios::binary) << features;
+      std::ofstream(d + "/labels.npy", std::ios::binary) << label_bytes;
+      return run("train-features --data " + d + " --backend cpu --steps 1", "timeout 30");
+    };
+    std::string fortran = feats, f8 = feats, negative = labels;
+    fortran.replace(fortran.find("'fortran_order': False"), 22, "'fortran_order': True ");
+    f8.replace(f8.find("<f4"), 3, "<i4");
+    const size_t data_at = negative.find('\n') + 1;  // the header ends with a newline
+    const int32_t minus_one = -1;
+    negative.replace(data_at, 4, reinterpret_cast<const char*>(&minus_one), 4);
+    for (const auto& [name, f, l, says] :
+         std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
+             {"short", "\x93NUM", labels, "not a .npy file (too short)"},
+             {"magic", "GARBAGE-GARBAGE-GARBAGE", labels, "not a .npy file (no magic)"},
+             {"fortran", fortran, labels, "fortran"},
+             {"dtype", f8, labels, "must be a 2-D float32 array"},
+             {"label", feats, negative, "label -1 at row 0"}}) {
+      CliRun r = with(name, f, l);
+      EXPECT_EQ(r.code, 1) << name << "\n" << r.out;
+      EXPECT_HAS(r.out, says);
+    }
+    const std::string d = dir.path() + "/fifo";
+    std::filesystem::create_directories(d);
+    ASSERT_EQ(mkfifo((d + "/features.npy").c_str(), 0600), 0);
+    std::ofstream(d + "/labels.npy", std::ios::binary) << labels;
+    CliRun fifo = run("train-features --data " + d + " --backend cpu --steps 1", "timeout 30");
+    EXPECT_EQ(fifo.code, 1) << fifo.out;
+    EXPECT_HAS(fifo.out, "is a FIFO, socket or device, not a file");
+  }
   CliRun odd = run("launch -n 2 -- " + bin + " train-features --data " + data + " --backend cpu --mesh data=2 --batch 255");
   EXPECT_NE(odd.code, 0) << odd.out;
   EXPECT_HAS(odd.out, "--batch 255 is not divisible by the 2 ranks");
@@ -1218,13 +1254,13 @@ TEST(Cli, FifosAndFoldersWhereAFileIsReadAreRefused) {
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   const std::string t = "timeout 30";
   CliRun config = run(small(data) + " --steps 2 --config " + fifo, t);
-  EXPECT_EQ(config.code, 2) << config.out;
+  EXPECT_EQ(config.code, 1) << config.out;  // a failure of the file, as a missing one (issue 47)
   EXPECT_HAS(config.out, "config file '" + fifo + "' is a FIFO, socket or device, not a file");
   CliRun config_dir = run(small(data) + " --steps 2", t + " env TIERTRAIN_CONFIG=" + dir.path());
-  EXPECT_EQ(config_dir.code, 2) << config_dir.out;
+  EXPECT_EQ(config_dir.code, 1) << config_dir.out;
   EXPECT_HAS(config_dir.out, "is a folder, not a file");
   CliRun plan = run(small(data) + " --steps 2 --plan " + fifo, t);
-  EXPECT_EQ(plan.code, 2) << plan.out;
+  EXPECT_EQ(plan.code, 1) << plan.out;
   EXPECT_HAS(plan.out, "--plan '" + fifo + "' is a FIFO");
   CliRun resume = run(small(data) + " --steps 2 --checkpoint-dir " + dir.file("ck") + " --resume=" + fifo, t);
   EXPECT_NE(resume.code, 124) << "blocked";
