@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -174,9 +175,13 @@ Result<TensorFileReader> TensorFileReader::open(const std::string& path) {
   TT_RETURN_IF(std::memcmp(prefix, kMagic, 8) != 0, kDataLoss, "'%s' is not a tiertrain tensor file (bad magic)",
                path.c_str());
   uint64_t header_bytes;
-  uint32_t header_crc;
+  uint32_t header_crc, reserved;
   std::memcpy(&header_bytes, prefix + 8, 8);
   std::memcpy(&header_crc, prefix + 16, 4);
+  std::memcpy(&reserved, prefix + 20, 4);
+  TT_RETURN_IF(reserved != 0, kDataLoss,
+               "'%s': the reserved word of its prefix (bytes 20-23) is %u, not 0: damaged, or a format this build "
+               "does not know", path.c_str(), reserved);
   TT_RETURN_IF(header_bytes > size - kPrefixBytes - kTrailerBytes, kDataLoss,
                "'%s' is truncated: header of %llu bytes does not fit in a %llu-byte file", path.c_str(),
                static_cast<unsigned long long>(header_bytes), static_cast<unsigned long long>(size));
@@ -207,16 +212,58 @@ Result<TensorFileReader> TensorFileReader::open(const std::string& path) {
                  path.c_str(), header.value("version", 0));
     r.meta_ = header.value("meta", nlohmann::json::object());
     r.data_start_ = align_up(kPrefixBytes + header_bytes);
+    TT_RETURN_IF(!header.contains("tensors") || !header.at("tensors").is_array(), kDataLoss,
+                 "'%s': header field 'tensors' must be an array of tensor entries", path.c_str());
+    std::set<std::string> names;
+    size_t index = 0;
     for (const auto& t : header.at("tensors")) {
+      // Each field checked by itself, so that the error names the entry, the field and what it must be.
+      const std::string at = str_format("'%s': tensor entry %zu", path.c_str(), index++);
+      TT_RETURN_IF(!t.is_object(), kDataLoss, "%s must be an object", at.c_str());
+      auto field = [&](const char* key) -> const nlohmann::json* {
+        auto it = t.find(key);
+        return it == t.end() ? nullptr : &*it;
+      };
+      auto unsigned_field = [&](const char* key, uint64_t max, uint64_t* out) -> Status {
+        const nlohmann::json* v = field(key);
+        TT_RETURN_IF(v == nullptr || !v->is_number_unsigned() || v->get<uint64_t>() > max, kDataLoss,
+                     "%s: field '%s' must be an integer from 0 to %llu", at.c_str(), key,
+                     static_cast<unsigned long long>(max));
+        *out = v->get<uint64_t>();
+        return Status::ok();
+      };
       TensorFileEntry e;
-      e.name = t.at("name").get<std::string>();
-      TT_ASSIGN_OR_RETURN(e.dtype, parse_dtype(t.at("dtype").get<std::string>()));
-      e.shape = t.at("shape").get<std::vector<int64_t>>();
-      e.offset = t.at("offset").get<uint64_t>();
-      e.bytes = t.at("bytes").get<uint64_t>();
-      e.crc32 = t.at("crc32").get<uint32_t>();
+      const nlohmann::json* name = field("name");
+      TT_RETURN_IF(name == nullptr || !name->is_string() || name->get<std::string>().empty(), kDataLoss,
+                   "%s: field 'name' must be a non-empty string", at.c_str());
+      e.name = name->get<std::string>();
+      TT_RETURN_IF(!names.insert(e.name).second, kDataLoss, "%s: tensor '%s' appears twice in the file", at.c_str(),
+                   e.name.c_str());
+      const nlohmann::json* dtype = field("dtype");
+      TT_RETURN_IF(dtype == nullptr || !dtype->is_string(), kDataLoss, "%s ('%s'): field 'dtype' must be a string",
+                   at.c_str(), e.name.c_str());
+      auto dt = parse_dtype(dtype->get<std::string>());
+      TT_RETURN_IF(!dt.is_ok(), kDataLoss, "%s ('%s'): dtype '%s' is not one this build reads", at.c_str(),
+                   e.name.c_str(), dtype->get<std::string>().c_str());
+      e.dtype = dt.value();
+      const nlohmann::json* shape = field("shape");
+      TT_RETURN_IF(shape == nullptr || !shape->is_array() || shape->size() > 8, kDataLoss,
+                   "%s ('%s'): field 'shape' must be an array of at most 8 dimensions", at.c_str(), e.name.c_str());
       uint64_t numel = 1;
-      for (int64_t d : e.shape) numel *= static_cast<uint64_t>(d);
+      for (const auto& d : *shape) {
+        // Each dimension and the product below 2^48 elements: no overflow in the byte count below.
+        TT_RETURN_IF(!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 48) ||
+                         (d.get<uint64_t>() > 0 && numel > (uint64_t(1) << 48) / d.get<uint64_t>()),
+                     kDataLoss, "%s ('%s'): field 'shape' must hold integers >= 0 of at most 2^48 elements in all",
+                     at.c_str(), e.name.c_str());
+        e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+        numel *= d.get<uint64_t>();
+      }
+      uint64_t crc = 0;
+      TT_TRY(unsigned_field("offset", size, &e.offset));
+      TT_TRY(unsigned_field("bytes", size, &e.bytes));
+      TT_TRY(unsigned_field("crc32", UINT32_MAX, &crc));
+      e.crc32 = static_cast<uint32_t>(crc);
       TT_RETURN_IF(numel * dtype_size(e.dtype) != e.bytes, kDataLoss,
                    "'%s': tensor '%s' declares %llu bytes but shape %s of %s needs %llu", path.c_str(),
                    e.name.c_str(), static_cast<unsigned long long>(e.bytes), shape_to_string(e.shape).c_str(),

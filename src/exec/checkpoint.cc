@@ -303,10 +303,34 @@ Result<CheckpointState> checkpoint_state_from_meta(const nlohmann::json& meta, c
                  path.c_str(), i);
     st.rng[i] = w.get<uint64_t>();
   }
+  // An all-zero generator state is the one state a xorshift-family generator never leaves (every draw 0): not what
+  // any run saves.
+  TT_RETURN_IF(std::all_of(st.rng.begin(), st.rng.end(), [](uint64_t w) { return w == 0; }), kDataLoss,
+               "checkpoint '%s': metadata rng is all zero, a state no run's generator has (damaged)", path.c_str());
   st.config = meta.value("config", nlohmann::json::object());
   if (st.config.is_null()) st.config = nlohmann::json::object();  // a run configured in code, not by knobs
   TT_RETURN_IF(!st.config.is_object(), kDataLoss, "checkpoint '%s': metadata config is not an object",
                path.c_str());
+  // What the config says of the run that a resume compares against (Note [checkpoint metadata] below): numbers that
+  // no run had are damage.
+  for (const char* k : {"lr", "min_lr_frac", "weight_decay", "grad_clip"}) {
+    if (!st.config.contains(k)) continue;
+    const nlohmann::json& x = st.config.at(k);
+    TT_RETURN_IF(!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() < 0, kDataLoss,
+                 "checkpoint '%s': metadata config.%s is %s, not a finite number >= 0", path.c_str(), k,
+                 x.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  for (const char* k : {"steps", "warmup", "batch", "layers", "dim", "heads", "seq"}) {
+    if (!st.config.contains(k)) continue;
+    const nlohmann::json& x = st.config.at(k);
+    TT_RETURN_IF(!x.is_number_integer() || x.get<int64_t>() < 0, kDataLoss,
+                 "checkpoint '%s': metadata config.%s is %s, not an integer >= 0", path.c_str(), k,
+                 x.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  TT_ASSIGN_OR_RETURN(const std::string opt_name, m.string("optimizer.name"));
+  TT_RETURN_IF(opt_name != "adamw", kDataLoss,
+               "checkpoint '%s': metadata optimizer.name is '%s'; tiertrain's checkpoints hold AdamW's state "
+               "('adamw')", path.c_str(), opt_name.c_str());
   TT_ASSIGN_OR_RETURN(const int64_t opt_step, m.integer("optimizer.step", 0, kMaxSteps));
   // The optimizer takes one step a training step: a checkpoint whose counts differ is damaged (AdamW's bias
   // correction would use the wrong step: -100 gave NaN, 0 silently another trajectory).

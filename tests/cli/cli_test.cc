@@ -554,6 +554,58 @@ void write_checkpoint_with(const std::string& from, const std::string& to, const
   ASSERT_TRUE(w.write_atomic(to).is_ok());
 }
 
+// A copy of checkpoint `from` at `to` (valid CRCs) with its metadata changed by `change`.
+void write_checkpoint_meta(const std::string& from, const std::string& to,
+                           const std::function<void(nlohmann::json&)>& change) {
+  auto r = TensorFileReader::open(from);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  std::vector<std::vector<unsigned char>> data;
+  data.reserve(r->entries().size());
+  TensorFileWriter w;
+  nlohmann::json meta = r->meta();
+  change(meta);
+  w.set_meta(meta);
+  for (const TensorFileEntry& e : r->entries()) {
+    data.emplace_back(e.bytes);
+    ASSERT_TRUE(r->read(e.name, e.dtype, e.shape, data.back().data()).is_ok());
+    w.add(e.name, e.dtype, e.shape, data.back().data());
+  }
+  ASSERT_TRUE(w.write_atomic(to).is_ok());
+}
+
+// Issue 47: checkpoint metadata no run writes is refused on resume, exit 1, naming the field: another optimizer's
+// name, an all-zero generator state, a config whose learning rate is not a number (NaN is written as null) or whose
+// steps are negative.
+TEST(Cli, CheckpointMetadataNoRunWritesIsRefused) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(6000));
+  const std::string args = "train --data " + data +
+                           " --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 4 --warmup 1 --backend cpu "
+                           "--eval-every 0 --threads 1";
+  CliRun t = run(args + " --stop-at 2 --checkpoint-dir " + dir.file("ck") + " --checkpoint-every 2");
+  ASSERT_EQ(t.code, 0) << t.out;
+  const std::string good = dir.file("ck/step_00000002.ttf");
+  const std::vector<std::tuple<std::string, std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {"sgd", [](nlohmann::json& m) { m["optimizer"]["name"] = "sgd"; }, "metadata optimizer.name is 'sgd'"},
+      {"rng", [](nlohmann::json& m) { m["rng"] = std::vector<uint64_t>(m["rng"].size(), 0); },
+       "metadata rng is all zero"},
+      {"lr", [](nlohmann::json& m) { m["config"]["lr"] = nullptr; }, "metadata config.lr is null, not a finite"},
+      {"steps", [](nlohmann::json& m) { m["config"]["steps"] = -1; }, "metadata config.steps is -1"},
+  };
+  for (const auto& [name, change, says] : cases) {
+    SCOPED_TRACE(name);
+    const std::string ck = dir.file(name);
+    std::filesystem::create_directories(ck);
+    write_checkpoint_meta(good, ck + "/step_00000002.ttf", change);
+    CliRun r = run(args + " --checkpoint-dir " + ck + " --resume");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_HAS(r.out, says);
+    EXPECT_EQ(r.out.find("step      3"), std::string::npos) << "nothing may run";
+  }
+  CliRun resumed = run(args + " --checkpoint-dir " + dir.file("ck") + " --resume");
+  EXPECT_EQ(resumed.code, 0) << resumed.out;
+}
+
 // Issue 47: a checkpoint holding NaN (a parameter) or a negative second moment is refused by sample, eval, export
 // and a resume, naming the tensor and element (exit 1); --allow-nonfinite loads it, for forensics. A run whose
 // gradient norm is not finite stops there, as one whose loss is not.

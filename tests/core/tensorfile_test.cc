@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -375,10 +376,66 @@ TEST_F(TensorFileTest, MissingFileIsNotFound) {
 
 // A folder or a FIFO is refused before it is opened (a FIFO would block the open until a writer came).
 TEST_F(TensorFileTest, AFolderOrAFifoIsNotATensorFile) {
-  expect_open_fails(path(""), StatusCode::kInvalidArgument, {"is a folder, not a file"});
+  expect_open_fails(path(""), StatusCode::kFailedPrecondition, {"is a folder, not a file"});
   const std::string fifo = path("fifo.ttf");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  expect_open_fails(fifo, StatusCode::kInvalidArgument, {"is a FIFO, socket or device"});
+  expect_open_fails(fifo, StatusCode::kFailedPrecondition, {"is a FIFO, socket or device"});
+}
+
+// Issue 47: the header's tensor entries are checked field by field (a type error used to surface as nlohmann's own
+// words: "[json.exception.type_error.302] type must be string, but is number"), a tensor named twice is refused,
+// and so is a prefix whose reserved word is not 0. Each damaged header keeps its length (padded with spaces) and a
+// valid CRC, so only the check under test can refuse it.
+TEST_F(TensorFileTest, HeaderEntriesAreCheckedFieldByField) {
+  const std::string p = path("t.ttf");
+  ASSERT_TRUE(write_standard(p).is_ok());
+  const std::string good = read_file(p);
+  const uint64_t hb = header_bytes_of(good);
+  const nlohmann::json header = nlohmann::json::parse(good.substr(24, hb));
+  auto with = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json h = header;
+    change(h);
+    std::string text = h.dump();
+    EXPECT_LE(text.size(), hb) << "the damaged header must not be longer";
+    text.resize(hb, ' ');
+    std::string bytes = good;
+    bytes.replace(24, hb, text);
+    const uint32_t crc = crc32_of(text.data(), text.size());
+    std::memcpy(bytes.data() + 16, &crc, 4);
+    write_bytes(p, bytes);
+  };
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> change;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"dtype zz", [](nlohmann::json& h) { h["tensors"][0]["dtype"] = "zz"; }, "dtype 'zz' is not one this build reads"},
+      {"name a number", [](nlohmann::json& h) { h["tensors"][1]["name"] = 5; },
+       "tensor entry 1: field 'name' must be a non-empty string"},
+      {"shape a string", [](nlohmann::json& h) { h["tensors"][1]["shape"] = "x"; },
+       "('b_f64'): field 'shape' must be an array"},
+      {"offset a string", [](nlohmann::json& h) { h["tensors"][2]["offset"] = "0"; },
+       "tensor entry 2: field 'offset' must be an integer"},
+      {"a name twice", [](nlohmann::json& h) { h["tensors"][1]["name"] = "a_f32"; },
+       "tensor 'a_f32' appears twice in the file"},
+      {"tensors not an array", [](nlohmann::json& h) { h["tensors"] = 0; }, "'tensors' must be an array"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    with(c.change);
+    auto r = TensorFileReader::open(p);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_CONTAINS(r.status().message(), c.says);
+    EXPECT_EQ(r.status().message().find("json.exception"), std::string::npos) << r.status().message();
+  }
+  std::string reserved = good;
+  reserved[20] = 1;
+  write_bytes(p, reserved);
+  expect_open_fails(p, StatusCode::kDataLoss, {"reserved word"});
+  write_bytes(p, good);
+  EXPECT_TRUE(TensorFileReader::open(p).is_ok());
 }
 
 // --- read() checks ------------------------------------------------------------------------------------------------
