@@ -531,46 +531,54 @@ TEST(Cli, GradientAccumulationOverADataMeshTrainsTheOneProcessModel) {
   }
 }
 
-// A copy of checkpoint `from` at `to` (valid CRCs) with element 0 of tensor `name` set to `value`.
-void write_checkpoint_with(const std::string& from, const std::string& to, const std::string& name, float value) {
+// A copy of checkpoint `from` at `to` (valid CRCs), its metadata through `meta` and each tensor's bytes through
+// `bytes` (either may be empty).
+void rewrite_checkpoint(const std::string& from, const std::string& to,
+                        const std::function<void(nlohmann::json&)>& meta,
+                        const std::function<void(const TensorFileEntry&, std::vector<unsigned char>&)>& bytes) {
   auto r = TensorFileReader::open(from);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   std::vector<std::vector<unsigned char>> data;
   data.reserve(r->entries().size());
   TensorFileWriter w;
-  w.set_meta(r->meta());
-  bool found = false;
+  nlohmann::json m = r->meta();
+  if (meta) meta(m);
+  w.set_meta(m);
   for (const TensorFileEntry& e : r->entries()) {
     data.emplace_back(e.bytes);
     ASSERT_TRUE(r->read(e.name, e.dtype, e.shape, data.back().data()).is_ok());
-    if (e.name == name) {
-      ASSERT_EQ(e.dtype, DType::kF32);
-      std::memcpy(data.back().data(), &value, sizeof value);
-      found = true;
-    }
+    if (bytes) bytes(e, data.back());
     w.add(e.name, e.dtype, e.shape, data.back().data());
   }
-  ASSERT_TRUE(found) << name;
   ASSERT_TRUE(w.write_atomic(to).is_ok());
 }
 
-// A copy of checkpoint `from` at `to` (valid CRCs) with its metadata changed by `change`.
-void write_checkpoint_meta(const std::string& from, const std::string& to,
-                           const std::function<void(nlohmann::json&)>& change) {
-  auto r = TensorFileReader::open(from);
-  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  std::vector<std::vector<unsigned char>> data;
-  data.reserve(r->entries().size());
-  TensorFileWriter w;
-  nlohmann::json meta = r->meta();
-  change(meta);
-  w.set_meta(meta);
-  for (const TensorFileEntry& e : r->entries()) {
-    data.emplace_back(e.bytes);
-    ASSERT_TRUE(r->read(e.name, e.dtype, e.shape, data.back().data()).is_ok());
-    w.add(e.name, e.dtype, e.shape, data.back().data());
-  }
-  ASSERT_TRUE(w.write_atomic(to).is_ok());
+// A copy of checkpoint `from` at `to` (valid CRCs) with element 0 of tensor `name` set to `value`.
+void write_checkpoint_with(const std::string& from, const std::string& to, const std::string& name, float value) {
+  bool found = false;
+  rewrite_checkpoint(from, to, {}, [&](const TensorFileEntry& e, std::vector<unsigned char>& data) {
+    if (e.name != name) return;
+    ASSERT_EQ(e.dtype, DType::kF32);
+    std::memcpy(data.data(), &value, sizeof value);
+    found = true;
+  });
+  ASSERT_TRUE(found) << name;
+}
+
+// A tiny run's checkpoint of step 2 of 4 (CPU backend): the train command's arguments, and the file.
+struct StepTwoCheckpoint {
+  std::string args, file;
+};
+StepTwoCheckpoint step_two_checkpoint(TempDir& dir) {
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(6000));
+  StepTwoCheckpoint c;
+  c.args = "train --data " + data +
+           " --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 4 --warmup 1 --backend cpu --eval-every 0 "
+           "--threads 1";
+  CliRun t = run(c.args + " --stop-at 2 --checkpoint-dir " + dir.file("ck") + " --checkpoint-every 2");
+  EXPECT_EQ(t.code, 0) << t.out;
+  c.file = dir.file("ck/step_00000002.ttf");
+  return c;
 }
 
 // Issue 47: checkpoint metadata no run writes is refused on resume, exit 1, naming the field: another optimizer's
@@ -578,13 +586,9 @@ void write_checkpoint_meta(const std::string& from, const std::string& to,
 // steps are negative.
 TEST(Cli, CheckpointMetadataNoRunWritesIsRefused) {
   TempDir dir;
-  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(6000));
-  const std::string args = "train --data " + data +
-                           " --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 4 --warmup 1 --backend cpu "
-                           "--eval-every 0 --threads 1";
-  CliRun t = run(args + " --stop-at 2 --checkpoint-dir " + dir.file("ck") + " --checkpoint-every 2");
-  ASSERT_EQ(t.code, 0) << t.out;
-  const std::string good = dir.file("ck/step_00000002.ttf");
+  const StepTwoCheckpoint c = step_two_checkpoint(dir);
+  const std::string& args = c.args;
+  const std::string& good = c.file;
   const std::vector<std::tuple<std::string, std::function<void(nlohmann::json&)>, std::string>> cases = {
       {"sgd", [](nlohmann::json& m) { m["optimizer"]["name"] = "sgd"; }, "metadata optimizer.name is 'sgd'"},
       {"rng", [](nlohmann::json& m) { m["rng"] = std::vector<uint64_t>(m["rng"].size(), 0); },
@@ -596,7 +600,7 @@ TEST(Cli, CheckpointMetadataNoRunWritesIsRefused) {
     SCOPED_TRACE(name);
     const std::string ck = dir.file(name);
     std::filesystem::create_directories(ck);
-    write_checkpoint_meta(good, ck + "/step_00000002.ttf", change);
+    rewrite_checkpoint(good, ck + "/step_00000002.ttf", change, {});
     CliRun r = run(args + " --checkpoint-dir " + ck + " --resume");
     EXPECT_EQ(r.code, 1) << r.out;
     EXPECT_HAS(r.out, says);
@@ -611,13 +615,10 @@ TEST(Cli, CheckpointMetadataNoRunWritesIsRefused) {
 // gradient norm is not finite stops there, as one whose loss is not.
 TEST(Cli, CheckpointsWithNonFiniteValuesAreRefused) {
   TempDir dir;
-  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(6000));
-  const std::string args = "train --data " + data +
-                           " --layers 1 --dim 16 --heads 2 --seq 8 --batch 2 --steps 4 --warmup 1 --backend cpu "
-                           "--eval-every 0 --threads 1";
-  CliRun t = run(args + " --stop-at 2 --checkpoint-dir " + dir.file("ck") + " --checkpoint-every 2");
-  ASSERT_EQ(t.code, 0) << t.out;
-  const std::string good = dir.file("ck/step_00000002.ttf");
+  const StepTwoCheckpoint c = step_two_checkpoint(dir);
+  const std::string& args = c.args;
+  const std::string& good = c.file;
+  const std::string data = dir.file("corpus.txt");
   std::filesystem::create_directories(dir.file("nan"));
   write_checkpoint_with(good, dir.file("nan/step_00000002.ttf"), "param/wte", std::nanf(""));
   std::filesystem::create_directories(dir.file("negv"));
