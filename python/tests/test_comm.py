@@ -356,3 +356,15 @@ def test_the_mpi4py_style_programs_are_mpi4py_programs(program, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     for rank in range(2):
         assert f"{program[:-3]}: rank {rank} ok" in r.stdout, r.stdout
+
+
+def test_timing_and_thread_level_as_mpi4py_names_them():
+    """Issue 48: the names every mpi4py timing loop and threaded program uses."""
+    a = tc.Wtime()
+    b = tc.Wtime()
+    assert b >= a
+    assert 0 < tc.Wtick() < 1e-3
+    assert tc.THREAD_SINGLE < tc.THREAD_FUNNELED < tc.THREAD_SERIALIZED < tc.THREAD_MULTIPLE
+    assert tc.Query_thread() == tc.THREAD_MULTIPLE
+    for name in ("Wtime", "Wtick", "Query_thread", "THREAD_MULTIPLE"):
+        assert name in tc.__all__

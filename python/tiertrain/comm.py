@@ -24,6 +24,8 @@ CommMismatchError (ranks called with different sizes, types or ops; a receive bu
 CommAbortedError (a rank died or gave up).
 """
 
+import time as _time
+
 import numpy as _np
 
 from ._comm import (ANY_SOURCE, ANY_TAG, AVG, IN_PLACE, MAX, MIN, PROD, SUM, TAG_UB, UNDEFINED,  # noqa: F401
@@ -502,6 +504,29 @@ Comm.alltoall = _alltoall
 Comm.allreduce = _allreduce
 Comm.reduce = _reduce
 Comm.barrier = _barrier
+
+# Timing and threads as mpi4py names them (issue 48): timing loops call MPI.Wtime(), threaded programs ask the level.
+THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
+
+
+def Wtime():
+    """Seconds from an arbitrary point of this process, as MPI_Wtime: a monotonic clock for timing (time.perf_counter)."""
+    return _time.perf_counter()
+
+
+def Wtick():
+    """The resolution of Wtime in seconds, as MPI_Wtick."""
+    return _time.get_clock_info("perf_counter").resolution
+
+
+def Query_thread():
+    """THREAD_MULTIPLE, as MPI_Query_thread reports it: any thread may call; each communicator runs one call at a time
+    (a lock taken without the GIL), and, as in MPI, the order of the calls across ranks is the program's to keep."""
+    return THREAD_MULTIPLE
+
+
+__all__ += ["Wtime", "Wtick", "Query_thread", "THREAD_SINGLE", "THREAD_FUNNELED", "THREAD_SERIALIZED",
+            "THREAD_MULTIPLE"]
 
 _world = None
 
