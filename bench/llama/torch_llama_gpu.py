@@ -297,31 +297,37 @@ def make_optimizer(model: nn.Module, fused: bool) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=LR, betas=BETAS, fused=fused or None)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--impl", choices=["clean", "hf"], default="clean",
-                   help="clean: the Llama in this file; hf: transformers.LlamaForCausalLM (sdpa)")
-    p.add_argument("--layers", type=int, default=16)
-    p.add_argument("--dim", type=int, default=2048)
+def add_model_args(p: argparse.ArgumentParser, layers: int, dim: int, ffn: int, batch: int, tied: bool) -> None:
+    """The model's shape and options, and the step's batch, as both Llama baselines take them (this script's and
+    torch_offload_gpu.py's); the defaults are the shape each measures (Llama-3.2-1B here, Llama-3-8B there)."""
+    p.add_argument("--layers", type=int, default=layers)
+    p.add_argument("--dim", type=int, default=dim)
     p.add_argument("--heads", type=int, default=32, help="query heads")
     p.add_argument("--kv-heads", type=int, default=8, help="key/value heads (grouped-query attention)")
-    p.add_argument("--ffn", type=int, default=8192, help="SwiGLU intermediate size")
+    p.add_argument("--ffn", type=int, default=ffn, help="SwiGLU intermediate size")
     p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--batch", type=int, default=4, help="sequences a micro-batch")
+    p.add_argument("--batch", type=int, default=batch, help="sequences a micro-batch")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches a step")
     p.add_argument("--vocab", type=int, default=128256)
     p.add_argument("--vocab-multiple", type=int, default=1,
                    help="pad the model's vocabulary (embedding, LM head) up to a multiple of this")
     p.add_argument("--rope-theta", type=float, default=500000.0)
     p.add_argument("--rope-scaling", choices=["none", "llama3"], default="none",
-                   help="llama3: factor 32, low 1, high 4, original context 8192 (Llama 3.2)")
+                   help="llama3: factor 32, low 1, high 4, original context 8192 (Llama 3.1/3.2)")
     tie = p.add_mutually_exclusive_group()
-    tie.add_argument("--tied", dest="tied", action="store_true", default=True,
-                     help="LM head shares the embedding (default; Llama 3.2 1B)")
+    tie.add_argument("--tied", dest="tied", action="store_true", help="LM head shares the embedding")
     tie.add_argument("--untied", dest="tied", action="store_false", help="LM head of its own")
+    p.set_defaults(tied=tied)
     p.add_argument("--qkv", choices=["fused", "separate"], default="fused",
-                   help="one qkv projection or three (clean impl; transformers' is separate)")
+                   help="one qkv projection or three (clean Llama; transformers' is separate)")
     p.add_argument("--qkv-bias", action="store_true", help="biases on q, k, v (Qwen2 style)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--impl", choices=["clean", "hf"], default="clean",
+                   help="clean: the Llama in this file; hf: transformers.LlamaForCausalLM (sdpa)")
+    add_model_args(p, layers=16, dim=2048, ffn=8192, batch=4, tied=True)  # Llama-3.2-1B (tied)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup-steps", type=int, default=5)
     p.add_argument("--mode", choices=["bf16", "fp32"], default="bf16")

@@ -196,26 +196,7 @@ def init_single_process_group(cuda: bool) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", choices=MODES, default="fsdp2-cpu-offload")
-    p.add_argument("--layers", type=int, default=32)
-    p.add_argument("--dim", type=int, default=4096)
-    p.add_argument("--heads", type=int, default=32, help="query heads")
-    p.add_argument("--kv-heads", type=int, default=8, help="key/value heads (grouped-query attention)")
-    p.add_argument("--ffn", type=int, default=14336, help="SwiGLU intermediate size")
-    p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--batch", type=int, default=1, help="sequences a micro-batch")
-    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches a step")
-    p.add_argument("--vocab", type=int, default=128256)
-    p.add_argument("--vocab-multiple", type=int, default=1,
-                   help="pad the model's vocabulary (embedding, LM head) up to a multiple of this")
-    p.add_argument("--rope-theta", type=float, default=500000.0)
-    p.add_argument("--rope-scaling", choices=["none", "llama3"], default="none",
-                   help="llama3: factor 32, low 1, high 4, original context 8192 (Llama 3.1/3.2)")
-    tie = p.add_mutually_exclusive_group()
-    tie.add_argument("--tied", dest="tied", action="store_true", help="LM head shares the embedding")
-    tie.add_argument("--untied", dest="tied", action="store_false", default=False,
-                     help="LM head of its own (default; Llama 3 8B)")
-    p.add_argument("--qkv", choices=["fused", "separate"], default="fused", help="one qkv projection or three")
-    p.add_argument("--qkv-bias", action="store_true", help="biases on q, k, v (Qwen2 style)")
+    base.add_model_args(p, layers=32, dim=4096, ffn=14336, batch=1, tied=False)  # Llama-3-8B (untied)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup-steps", type=int, default=3)
     p.add_argument("--compile", action="store_true",
