@@ -87,6 +87,17 @@ Status ExecSpec::validate() const {
   TT_RETURN_IF(hyper.speculate && !plan.cpu_optimizer(), kInvalidArgument,
                "--speculative-update applies to the CPU optimizer (--optimizer cpu, or \"optimizer\": \"cpu\" in the "
                "plan)");
+  if (plan.host_ring) {  // Note [host buffers in rings] in plan/schedule.h
+    const std::string why = plan.host_ring_refusal();
+    TT_RETURN_IF(!why.empty(), kInvalidArgument, "plan %s: host_buffers \"ring\": %s", plan.source.c_str(),
+                 why.c_str());
+    TT_RETURN_IF(hyper.speculate, kInvalidArgument,
+                 "plan %s: host_buffers \"ring\" with --speculative-update: the speculative update writes a second "
+                 "whole set of host state; use one or the other", plan.source.c_str());
+    TT_RETURN_IF(shard_optimizer && data_ranks > 1, kUnimplemented,
+                 "plan %s: host_buffers \"ring\" with --shard-optimizer: not built (a rank's shares are compact "
+                 "already)", plan.source.c_str());
+  }
   const RingLayout r = ring_layout(plan);
   TT_RETURN_IF(r.swap.size() > 0 && plan.swap_slots() < 2, kInvalidArgument,
                "swapping activations needs at least 2 slots, got %d", plan.swap_slots());
@@ -234,8 +245,18 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     // Note [managed optimizer exchange]: managed gradients are read where they are, and a managed compute copy is
     // written where it is: no host copy of either.
     inv.add_host("params.master", n * sizeof(float), TC::kParam);
-    if (dt != DType::kF32 && !plan.managed_params) inv.add_host("params.compute.host", n * dtype_size(dt), TC::kParam);
-    if (!plan.managed_grads) inv.add_host("adam.grads", n * sizeof(float), TC::kGrad);
+    if (plan.host_ring) {  // Note [host buffers in rings] in plan/schedule.h: slots of the largest segment's size
+      const int64_t largest = *std::max_element(segs.size.begin(), segs.size.end());
+      for (int i = 0; i < kHostRingSlots; ++i) {
+        inv.add_host("grads.ring" + std::to_string(i), static_cast<size_t>(largest) * sizeof(float), TC::kGrad);
+        if (dt != DType::kF32)
+          inv.add_host("params.ring" + std::to_string(i), static_cast<size_t>(largest) * dtype_size(dt), TC::kParam);
+      }
+    } else {
+      if (dt != DType::kF32 && !plan.managed_params)
+        inv.add_host("params.compute.host", n * dtype_size(dt), TC::kParam);
+      if (!plan.managed_grads) inv.add_host("adam.grads", n * sizeof(float), TC::kGrad);
+    }
     // Note [gradients summed on the host]: the staging ring and the host's parts of the norm.
     if (any_grads_summed_on_host(spec.schedule_spec())) {
       for (int i = 0; i < std::max(1, rings.grads.slots); ++i)
@@ -484,6 +505,12 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
                   static_cast<uint16_t*>(host("params.compute.host.next"))};
     ob.host_grads = f("adam.grads");
     ob.host_norm = f("adam.norm");
+    if (plan.host_ring)  // Note [host buffers in rings] in plan/schedule.h
+      for (int i = 0; i < kHostRingSlots; ++i) {
+        ob.grad_ring.push_back(f(("grads.ring" + std::to_string(i)).c_str()));
+        if (spec_.compute != DType::kF32)
+          ob.param_ring.push_back(static_cast<uint16_t*>(host("params.ring" + std::to_string(i))));
+      }
     const ScheduleSpec ss = spec_.schedule_spec();
     if (any_grads_summed_on_host(ss)) {  // Note [gradients summed on the host]
       for (int i = 0; i < std::max(1, rings_.grads.slots); ++i)
@@ -587,6 +614,14 @@ Status Executor::init_params(uint64_t seed) {
     init(host.get());
     return upload_params(host.get());
   }
+  if (opt_->on_cpu() && !opt_->shard().on() && spec_.model.tp == 1) {
+    // Straight into the host master (Note [master on host]): a second whole copy of the model in host memory would
+    // be 4 bytes a parameter more than the run was counted for (an 8B model: 30 GiB).
+    TT_TRY(be_.synchronize_all());  // no update or upload of the master is in flight
+    model_init_values(spec_.model, seed, opt_->host_master());
+    opt_->master_written();
+    return upload_compute_copies();
+  }
   auto host = std::make_unique_for_overwrite<float[]>(n);  // every element is written
   init(host.get());
   return upload_params(host.get());
@@ -652,12 +687,30 @@ Status Executor::upload_params(const void* host) {
     }
     return be_.compute_stream().synchronize();
   }
+  return upload_compute_copies();
+}
+
+// The resident segments' compute copies from the CPU optimizer's host state (unsharded); streamed blocks are
+// uploaded by each pass (Note [streamed parameters]).
+Status Executor::upload_compute_copies() {
+  const ModelTensors& t = model_->tensors();
   const HostAdamState& st = opt_->current();
-  // (A managed bf16 compute copy was written above where it is: Note [managed optimizer exchange].)
-  const bool written = spec_.plan.managed_params && st.bf16 != nullptr;
-  for (int s = 0; s < model_->num_segments() && !written; ++s)
-    if (!(s >= 1 && s <= spec_.model.layers && spec_.plan.params_streamed(s - 1)))
+  // (A managed bf16 compute copy was written where it is: Note [managed optimizer exchange].)
+  if (spec_.plan.managed_params && st.bf16 != nullptr) return Status::ok();
+  // Note [host buffers in rings]: no whole staging copy; each segment converted into one buffer, then sent.
+  std::vector<char> one;
+  if (opt_->host_ring()) one.resize(static_cast<size_t>(*std::max_element(segments_.size.begin(), segments_.size.end())) *
+                                    dtype_size(spec_.compute));
+  for (int s = 0; s < model_->num_segments(); ++s) {
+    if (s >= 1 && s <= spec_.model.layers && spec_.plan.params_streamed(s - 1)) continue;
+    if (one.empty()) {
       be_.copy_h2d(t.params[static_cast<size_t>(s)], opt_->host_compute(s), be_.compute_stream());
+      continue;
+    }
+    opt_->compute_copy(s, one.data());
+    be_.copy_h2d(t.params[static_cast<size_t>(s)], one.data(), be_.compute_stream());
+    TT_TRY(be_.compute_stream().synchronize());  // before the buffer takes the next segment
+  }
   return be_.compute_stream().synchronize();
 }
 
@@ -861,7 +914,7 @@ void Executor::issue(const Op& op) {
       be_.copy_h2d(param_slots_[static_cast<size_t>(op.slot)], opt_->host_compute(op.segment), st);
       break;
     case OpKind::kGradsOut:
-      opt_->grads_out(op.segment);
+      opt_->grads_out(op.segment, op.slot);
       break;
     case OpKind::kGradsStage:  // Note [gradients summed on the host]
       opt_->grads_stage(op.segment, op.slot);
@@ -896,10 +949,10 @@ void Executor::issue(const Op& op) {
       opt_->norm_out();
       break;
     case OpKind::kHostAdamW:
-      opt_->host_update(op.segment, op.speculative);
+      opt_->host_update(op.segment, op.speculative, op.slot);
       break;
     case OpKind::kParamsBack:
-      opt_->params_back(op.segment, t.params[static_cast<size_t>(op.segment)]);
+      opt_->params_back(op.segment, t.params[static_cast<size_t>(op.segment)], op.slot);
       // Note [sharded optimizer]: the others' shares of the segment, on the same stream, before the event the
       // forward waits for.
       if (opt_->shard().on()) gather_param_shares(t.params[static_cast<size_t>(op.segment)], st);

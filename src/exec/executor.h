@@ -158,6 +158,7 @@ class Executor : public ModelHooks {
 
  private:
   // Note [sharded optimizer]: the other data ranks' shares of one segment's new parameters, in `stream`'s order.
+  Status upload_compute_copies();  // the CPU optimizer's resident compute copies from its host state
   void gather_param_shares(const Tensor& segment, Stream& stream);
   Executor(Backend& backend, ExecSpec spec)
       : be_(backend), spec_(std::move(spec)), segments_(model_segments(spec_.model)) {}

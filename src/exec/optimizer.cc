@@ -27,9 +27,12 @@ Optimizer::Optimizer(Backend& backend, const Model& model, OptimizerPlacement wh
       static_cast<size_t>(shard_.on() ? OptimizerShard::moment_elements(segs_, shard_.ranks) : model.num_params()) *
       sizeof(float);
   if (on_cpu()) {
-    TT_CHECK(buf_.sets[0].master && buf_.sets[0].m && buf_.sets[0].v && (buf_.host_grads || buf_.grads_in_place) &&
-                 buf_.host_norm,
+    TT_CHECK(buf_.sets[0].master && buf_.sets[0].m && buf_.sets[0].v &&
+                 (buf_.host_grads || buf_.grads_in_place || !buf_.grad_ring.empty()) && buf_.host_norm,
              "the CPU optimizer's host state is not allocated");
+    TT_CHECK(buf_.grad_ring.empty() || (!shard_.on() && !hyper_.speculate && !buf_.grads_in_place &&
+                                        buf_.sets[0].bf16 == nullptr),
+             "host rings are for an unsharded, unspeculated CPU optimizer with no whole host copies");
     TT_CHECK(!shard_.on() || !buf_.grads_in_place, "a sharded CPU optimizer reads its gradients from its host copy");
     TT_CHECK(!hyper_.speculate || (buf_.sets[1].master && buf_.sets[1].m && buf_.sets[1].v),
              "speculation needs a second host state set");
@@ -52,6 +55,7 @@ Optimizer::Optimizer(Backend& backend, const Model& model, OptimizerPlacement wh
 
 const void* Optimizer::host_compute(int segment) const {
   TT_CHECK(!shard_.on(), "a sharded CPU optimizer keeps only its shares of the compute copy on the host");
+  TT_CHECK(!host_ring(), "with host rings there is no whole staging copy of the compute copy");
   const HostAdamState& s = buf_.sets[cur_];
   const size_t off = static_cast<size_t>(segs_.offset[static_cast<size_t>(segment)]);
   return s.bf16 ? static_cast<const void*>(s.bf16 + off) : static_cast<const void*>(s.master + off);
@@ -155,9 +159,40 @@ void Optimizer::device_update() {
   }
 }
 
-void Optimizer::grads_out(int segment) {
+float* Optimizer::host_master() const {
+  TT_CHECK(on_cpu() && !shard_.on(), "the whole host master is an unsharded CPU optimizer's");
+  return buf_.sets[cur_].master;
+}
+
+void Optimizer::master_written() {
+  const HostAdamState& st = buf_.sets[cur_];
+  if (st.bf16 == nullptr) return;
+  const int64_t n = model_.num_params();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
+}
+
+void Optimizer::compute_copy(int segment, void* out) const {
+  TT_CHECK(on_cpu() && !shard_.on(), "the whole host master is an unsharded CPU optimizer's");
+  const size_t s = static_cast<size_t>(segment);
+  const float* master = buf_.sets[cur_].master + segs_.offset[s];
+  const int64_t n = segs_.size[s];
+  if (dtype_size(model_.tensors().params[s].dtype()) == sizeof(float)) {
+    std::memcpy(out, master, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  uint16_t* b = static_cast<uint16_t*>(out);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) b[i] = float_to_bf16(master[i]);
+}
+
+void Optimizer::grads_out(int segment, int ring_slot) {
   const size_t s = static_cast<size_t>(segment);
   const Tensor& g = model_.tensors().grads[s];
+  if (ring_slot >= 0) {  // Note [host buffers in rings]
+    be_.copy_d2h(buf_.grad_ring[static_cast<size_t>(ring_slot)], g, be_.d2h_stream());
+    return;
+  }
   if (shard_.on()) {  // Note [sharded optimizer]: this rank's share of the (averaged) gradients only
     const auto [lo, hi] = OptimizerShard::range(segs_.size[s], shard_.rank, shard_.ranks);
     if (lo < hi) be_.copy_d2h(buf_.host_grads + moment_base_[s], g.view(lo, {hi - lo}), be_.d2h_stream());
@@ -206,7 +241,7 @@ void Optimizer::host_norm_total() {
 }
 
 void Optimizer::update_segment(int segment, const HostAdamState& from, const HostAdamState& to, float lr,
-                               int64_t step, float grad_norm_sq, float grad_clip) {
+                               int64_t step, float grad_norm_sq, float grad_clip, int ring_slot) {
   const size_t s = static_cast<size_t>(segment);
   const int64_t seg_off = segs_.offset[s];
   // Note [managed optimizer exchange]: the segment's managed gradients where they are.
@@ -221,9 +256,15 @@ void Optimizer::update_segment(int segment, const HostAdamState& from, const Hos
     const int64_t to_el = std::min(p.offset - seg_off + p.shape.numel(), hi);
     if (from_el >= to_el) continue;
     const int64_t o = moment_base_[s] + (from_el - lo);  // in the host state
-    const float* g = buf_.grads_in_place ? seg_grads + from_el : buf_.host_grads + o;
+    // Note [host buffers in rings]: the gradients read from, and the compute copy written into, the ring's slots.
+    const size_t r = static_cast<size_t>(ring_slot);
+    const float* g = ring_slot >= 0         ? buf_.grad_ring[r] + from_el
+                     : buf_.grads_in_place ? seg_grads + from_el
+                                           : buf_.host_grads + o;
+    uint16_t* bf16 = ring_slot >= 0 ? (buf_.param_ring.empty() ? nullptr : buf_.param_ring[r] + from_el)
+                                    : to.bf16 ? to.bf16 + o : nullptr;
     host::adamw_update_f32(host::AdamWArrays{from.master + o, g, from.m + o, from.v + o,
-                                           to.master + o, to.m + o, to.v + o, to.bf16 ? to.bf16 + o : nullptr},
+                                           to.master + o, to.m + o, to.v + o, bf16},
                           to_el - from_el, grad_norm_sq, lr, hyper_.beta1, hyper_.beta2, hyper_.eps,
                           p.decay ? hyper_.weight_decay : 0.0f, step, grad_clip, be_.host_threads());
   }
@@ -233,9 +274,17 @@ void Optimizer::update_segment(int segment, const HostAdamState& from, const Hos
   }
 }
 
-void Optimizer::host_update(int segment, bool speculative) {
+void Optimizer::host_update(int segment, bool speculative, int ring_slot) {
   const int64_t step = step_ + 1;
   const float lr = lr_;
+  if (ring_slot >= 0) {  // Note [host buffers in rings]: never speculative, always in place
+    TT_CHECK(!speculative && !speculated_[static_cast<size_t>(segment)], "a speculative update with host rings");
+    from_ = to_ = buf_.sets[cur_];
+    be_.enqueue_host([this, segment, lr, step, ring_slot, st = buf_.sets[cur_]] {
+      update_segment(segment, st, st, lr, step, *buf_.host_norm, hyper_.grad_clip, ring_slot);
+    });
+    return;
+  }
   if (speculative) {
     // Note [speculative update]: this step's update of the segment now, with a clip factor of 1, into the other set.
     speculated_[static_cast<size_t>(segment)] = 1;
@@ -268,8 +317,12 @@ void Optimizer::host_update(int segment, bool speculative) {
   }
 }
 
-void Optimizer::params_back(int segment, const Tensor& device_copy) {
+void Optimizer::params_back(int segment, const Tensor& device_copy, int ring_slot) {
   const size_t s = static_cast<size_t>(segment);
+  if (ring_slot >= 0 && !buf_.param_ring.empty()) {  // Note [host buffers in rings]
+    be_.copy_h2d(device_copy, buf_.param_ring[static_cast<size_t>(ring_slot)], be_.h2d_stream());
+    return;
+  }
   const size_t off = static_cast<size_t>(moment_base_[s]);
   const void* src = to_.bf16 ? static_cast<const void*>(to_.bf16 + off) : static_cast<const void*>(to_.master + off);
   if (shard_.on()) {  // this rank's share; the executor then brings the others' (Note [sharded optimizer])

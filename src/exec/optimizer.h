@@ -100,6 +100,11 @@ struct OptimizerBuffers {
   std::vector<float*> grad_staging;
   float* host_parts = nullptr;
   std::vector<char> host_summed;  // per segment: summed on the host (its device part stays zero)
+  // Note [host buffers in rings] in plan/schedule.h: the gradients' and the compute copy's slots (each of the largest
+  // segment's size; no compute slots with f32 compute, whose staging copy is the master) instead of host_grads and
+  // sets[0].bf16.
+  std::vector<float*> grad_ring;
+  std::vector<uint16_t*> param_ring;
 };
 
 class Optimizer {
@@ -132,11 +137,20 @@ class Optimizer {
   void norm_part(int segment);   // kNormPart, compute stream
   void norm_total();             // kNormTotal, compute stream
   void device_update();          // kDeviceAdamW, compute stream (Note [device update by segment])
-  void grads_out(int segment);   // kGradsOut, d2h stream
+  // ring_slot: the host ring's slot the operation goes through (Note [host buffers in rings]), or -1.
+  void grads_out(int segment, int ring_slot = -1);   // kGradsOut, d2h stream
   void norm_out();               // kNormOut, d2h stream
   // kHostAdamW, host stream: the speculative update during the backward, or the step's update after it.
-  void host_update(int segment, bool speculative);
-  void params_back(int segment, const Tensor& device_copy);  // kParamsBack, h2d stream
+  void host_update(int segment, bool speculative, int ring_slot = -1);
+  void params_back(int segment, const Tensor& device_copy, int ring_slot = -1);  // kParamsBack, h2d stream
+  bool host_ring() const { return !buf_.grad_ring.empty(); }
+  // The host master to write the initial values into, in the model's layout (CPU optimizer, unsharded; no update in
+  // flight), then master_written() to bring the whole staging copy (if any) up to date with it.
+  float* host_master() const;
+  void master_written();
+  // Segment s's compute copy from the current host master, into `out` (as many elements of the compute dtype):
+  // what an upload of it sends (CPU optimizer, unsharded).
+  void compute_copy(int segment, void* out) const;
   // Note [gradients summed on the host]: kGradsStage (d2h stream), kHostGradAdd, kHostNormPart, kHostNormTotal (host
   // stream). first: the step's first micro-batch (it writes the host gradients rather than adding to them).
   void grads_stage(int segment, int slot);
@@ -170,7 +184,7 @@ class Optimizer {
   void expand_shares(const float* compact, float* whole) const;
   void take_shares(const float* whole, float* compact) const;
   void update_segment(int segment, const HostAdamState& from, const HostAdamState& to, float lr, int64_t step,
-                      float grad_norm_sq, float grad_clip);
+                      float grad_norm_sq, float grad_clip, int ring_slot = -1);
 
   Backend& be_;
   const Model& model_;

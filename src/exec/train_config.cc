@@ -133,6 +133,12 @@ void declare_train_knobs(Config& cfg) {
        "CPU optimizer: update each block as soon as its gradients reach the host, during the backward, as if the "
        "gradient norm were under the clip, and redo it after the backward if it is not; bit-identical either way. "
        "Costs a second copy of the master, moments and bf16 copy in host memory (14 bytes a parameter)");
+  choice("runtime", "host_buffers", "auto", {"auto", "whole", "ring"},
+         "CPU optimizer: the gradients' host copy and the compute copy's staging copy, whole (a place for every "
+         "parameter: 6 bytes a parameter with bf16 compute) or as rings of two slots of one segment each (Note [host "
+         "buffers in rings]: the host then holds 12 bytes a parameter, the gradients' copies move from the backward "
+         "into the update); auto: as a JSON plan says (\"host_buffers\"), else whole where the run fits the host's "
+         "memory so and rings where only they fit");
   knob("runtime", "swap_slots", K::kInt, "2", "device slots for swapped block activations (prefetch distance + 1)", 2,
        1024);
   knob("runtime", "device_budget", K::kBytes, "0",
@@ -364,6 +370,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.lm_chunk_rows = cfg.get_int("lm_chunk_rows");
   tc.um_allow_oversubscription = cfg.get_bool("um_allow_oversubscription");
   tc.grads_in_activations = cfg.get_bool("grads_in_activations");
+  tc.host_buffers = cfg.get_string("host_buffers");
   tc.allow_nonfinite = cfg.get_bool("allow_nonfinite");
   tc.um_host_piece_mib = cfg.get_int("um_host_piece_mib");
   tc.host_ahead = cfg.get_bool("host_ahead");

@@ -65,6 +65,8 @@ struct TrainConfig {
   int64_t cpu_host_delay_us = 0;     // CPU backend: added to every piece of host-stream work (a slow host optimizer)
   int64_t lm_chunk_rows = 0;  // the LM head's logits rows at once (0: the model's default)
   bool um_allow_oversubscription = false;  // issue 20: managed memory beyond the GPU's free memory (unsafe if shared)
+  // Note [host buffers in rings] (plan/schedule.h): auto (whole unless only rings fit the host), whole or ring.
+  std::string host_buffers = "auto";
   bool grads_in_activations = true;  // Note [gradients in dead activations] (plan/schedule.h); false: the knob off
   // issue 20: managed prefetches to the host in pieces of this many MiB (0: whole)
   int64_t um_host_piece_mib = memory::kDefaultUmHostPieceBytes >> 20;

@@ -110,6 +110,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   }
   if (cfg.optimizer) e.plan.optimizer = *cfg.optimizer;
   if (!cfg.grads_in_activations) e.plan.grads_in_activations = false;
+  if (cfg.host_buffers != "auto") e.plan.host_ring = cfg.host_buffers == "ring";  // Note [host buffers in rings]
   // Note [gradient accumulation]: the micro-batches' gradients stay in their own buffers until the step's last.
   e.grad_accum = cfg.grad_accum;
   if (cfg.grad_accum > 1) e.plan.grads_in_activations = false;
@@ -167,6 +168,31 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   r.host_ram = host.total_bytes;
   r.host_available = host.free_bytes;
   r.fits_host = r.host_need() <= r.host_available;
+  if (!r.fits_host && cfg.host_buffers == "auto" && !e.plan.host_ring) {
+    // Note [host buffers in rings] (plan/schedule.h): where the whole host copies do not fit and the rings would.
+    ExecSpec ring = e;
+    ring.plan.host_ring = true;
+    if (ring.validate().is_ok()) {
+      Result<Inventory> inv = Executor::inventory(ring);
+      if (inv.is_ok()) {
+        const int64_t whole_host = r.host_need();
+        inv.value().add_backend_reserved(r.reserve.reserved_bytes);
+        std::swap(r.inventory, inv.value());
+        e.plan.host_ring = true;
+        if (r.host_need() <= r.host_available) {
+          r.fits_host = true;
+          r.host_ring_note = str_format(
+              "host buffers as rings (Note [host buffers in rings]): %s of host memory, against %s with whole "
+              "copies of the gradients and the compute copy, %s available",
+              format_bytes(r.host_need()).c_str(), format_bytes(whole_host).c_str(),
+              format_bytes(r.host_available).c_str());
+        } else {  // no better: keep the whole copies (the error names them)
+          std::swap(r.inventory, inv.value());
+          e.plan.host_ring = false;
+        }
+      }
+    }
+  }
   if (!r.fits_device && !cfg.plan_value) {
     // What the other plans would need, so that the error can say which of them fits.
     for (const char* alt : {"in-core-selective", "recompute", "swap-activations", "swap-attention-recompute-mlp",
@@ -309,6 +335,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     t->print("dry run (nothing allocated): %s, %lld parameters, %s compute, batch %d\n", cfg.model.describe().c_str(),
              static_cast<long long>(model_num_params(cfg.model)), dtype_name(r.exec.compute), cfg.batch);
     t->print("  plan: %s\n", r.exec.plan.summary().c_str());
+    if (!r.host_ring_note.empty()) t->print("  %s\n", r.host_ring_note.c_str());
     t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need).c_str(),
              format_bytes(r.budget).c_str(), r.budget_auto ? " (automatic)" : "",
              r.fits_device ? "fits" : "DOES NOT FIT", r.inventory.describe(Inventory::kDevice).c_str());
@@ -854,6 +881,7 @@ Result<TrainSummary> Trainer::run() {
         cfg_.lr * cfg_.min_lr_frac, static_cast<long long>(cfg_.steps));
   const Plan& plan = spec_.exec.plan;
   if (cfg_.plan != "in-core" || plan.cpu_optimizer()) print("plan: %s\n", plan.summary().c_str());
+  if (!spec_.host_ring_note.empty()) print("%s\n", spec_.host_ring_note.c_str());
   if (step_ >= end) {
     print("nothing to do: already at step %lld of %lld\n", static_cast<long long>(step_),
           static_cast<long long>(end));

@@ -93,6 +93,8 @@ struct RunSpec {
   std::string describe_host_need() const;  // its parts: the host slab's classes, managed pages, the CPU's arena
   // One line per plan that would fit when this one does not (for the error).
   std::string alternatives;
+  // Set when the host buffers were made rings so that the run fits the host (host_buffers auto).
+  std::string host_ring_note;
 };
 // cfg.model.vocab must be set (from the data).
 Result<RunSpec> resolve_run(const TrainConfig& cfg);

@@ -289,10 +289,15 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
       TT_RETURN_IF(!value.is_boolean(), kInvalidArgument, "plan %s: grads_in_activations must be true or false, got %s",
                    source.c_str(), value.dump().c_str());
       p.grads_in_activations = value.get<bool>();
+    } else if (key == "host_buffers") {
+      TT_RETURN_IF(!value.is_string() || (value != "whole" && value != "ring"), kInvalidArgument,
+                   "plan %s: host_buffers must be \"whole\" or \"ring\", got %s", source.c_str(),
+                   value.dump().c_str());
+      p.host_ring = value == "ring";
     } else if (key != "layers" && key != "comment") {
       return make_status(StatusCode::kInvalidArgument,
                          "plan %s: unknown key '%s' (version, optimizer, swap_prefetch, param_prefetch, managed, um, "
-                         "grads_in_activations, default, layers, comment)",
+                         "grads_in_activations, host_buffers, default, layers, comment)",
                          source.c_str(), key.c_str());
     }
   }
@@ -364,6 +369,17 @@ const memory::UmAdvice& UmPolicy::advice(TensorClass cls, bool offload) const {
     case TensorClass::kOptimState: return optim_state;
     default: return offload ? activation_offload : activation;
   }
+}
+
+std::string Plan::host_ring_refusal() const {
+  if (!cpu_optimizer()) return "host buffers in rings are the CPU optimizer's (the device optimizer keeps none)";
+  if (managed_params || managed_grads)
+    return "managed parameters or gradients are exchanged where they are (Note [managed optimizer exchange])";
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l)
+    if (params_streamed(l) || grads_streamed(l))
+      return "block " + std::to_string(l) +
+             " streams its parameters or gradients, which go through the whole host copies every pass";
+  return "";
 }
 
 bool Plan::uses_managed() const {
@@ -457,6 +473,7 @@ json Plan::to_json() const {
   json j = {{"version", 1},         {"optimizer", optimizer_placement_name(optimizer)}, {"swap_prefetch", swap_prefetch},
             {"param_prefetch", param_prefetch}, {"layers", ls}};
   if (!grads_in_activations) j["grads_in_activations"] = false;
+  if (host_ring) j["host_buffers"] = "ring";
   if (managed_params || managed_grads || managed_optim) {
     json m = json::array();
     if (managed_params) m.push_back("param");
@@ -551,7 +568,8 @@ std::string Plan::summary() const {
   const bool some = params > 0 || grads > 0;
   return source + ": activations " + s + (some ? "; the rest of the parameters and gradients resident" :
                                                  "; parameters and gradients resident") +
-         ", AdamW state and fp32 master on the host (CPU optimizer)";
+         ", AdamW state and fp32 master on the host (CPU optimizer" +
+         (host_ring ? ", gradients and compute copy through host rings)" : ")");
 }
 
 }  // namespace tt

@@ -129,6 +129,10 @@ struct Plan {
   // activation set, dead once that block's backward is done. JSON "grads_in_activations": false (or the knob
   // grads_in_activations) keeps every gradient segment in a buffer of its own.
   bool grads_in_activations = true;
+  // Note [host buffers in rings] (plan/schedule.h): with the CPU optimizer, the gradients' host copy and the staging
+  // copy of the compute copy as two-slot rings each segment passes through after the backward (JSON "host_buffers":
+  // "ring"), instead of a place for every parameter ("whole", the default).
+  bool host_ring = false;
 
   // A shortcut (in-core, in-core-selective, recompute, swap-activations, swap-attention-recompute-mlp,
   // swap-attention-recompute-mlp-norms, offload-params, offload-all; Unified Memory: um, um-advised,
@@ -141,6 +145,9 @@ struct Plan {
   nlohmann::json to_json() const;
   // Whether any layer streams its parameters, gradients or optimizer state (all need the CPU optimizer).
   bool needs_cpu_optimizer() const;
+  // Why host_ring cannot be used with this plan (streamed or managed parameters or gradients read the whole host
+  // copies, and the device optimizer has none), or "" when it can.
+  std::string host_ring_refusal() const;
   bool cpu_optimizer() const { return optimizer == OptimizerPlacement::kCpu; }
   // Whether anything lives in managed memory (issue 20).
   bool uses_managed() const;

@@ -509,6 +509,7 @@ class Compiler {
       part.bytes = seg_bytes(s, msize_);
       record(out, StreamId::kCompute, "grads " + seg_name(s), layer);
     }
+    if (plan_.host_ring) return;  // Note [host buffers in rings]: copied out in the step, in the update's order
     wait(out, StreamId::kD2H, (dp ? "reduced " : "grads ") + seg_name(s), "wait backward", layer);
     // The previous update of this segment read the host gradients (a no-op before the first).
     wait(out, StreamId::kD2H, "adamw " + seg_name(s), "wait cpu optimizer", layer);
@@ -686,6 +687,7 @@ class Compiler {
     record(out, StreamId::kD2H, "norm_out");
     wait(out, StreamId::kHost, "norm_out", "wait norm");
     if (any_grads_summed_on_host(sp_)) add(out, StreamId::kHost, OpKind::kHostNormTotal, "grad norm (host parts)");
+    if (plan_.host_ring) return ring_updates(out);
     for (int s = 0; s < S; ++s) {
       const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
       Op& up = add(out, StreamId::kHost, OpKind::kHostAdamW, "adamw " + seg_name(s));
@@ -710,6 +712,36 @@ class Compiler {
       } else {
         copy(out, StreamId::kH2D, OpKind::kParamsBack, "params to device", layer, -1, share_bytes(s, esize_), s);
       }
+      record(out, StreamId::kH2D, "params_back " + seg_name(s), layer);
+    }
+  }
+
+  // Note [host buffers in rings] in plan/schedule.h: segment by segment in forward order, its gradients into
+  // gradient slot s % 2 (once the update of s - 2 has read it), the update from there into compute slot s % 2 (once
+  // the upload of s - 2 has read it), the upload from there.
+  void ring_updates(std::vector<Op>& out) {
+    const int S = L_ + 2;
+    for (int s = 0; s < S; ++s) {
+      const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
+      const int slot = s % kHostRingSlots;
+      const std::string j = std::to_string(slot);
+      if (sp_.data_ranks > 1) wait(out, StreamId::kD2H, "reduced " + seg_name(s), "wait grad reduce", layer);
+      if (s >= kHostRingSlots)
+        wait(out, StreamId::kD2H, "adamw " + seg_name(s - kHostRingSlots), "wait cpu optimizer", layer);
+      copy(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host ring " + seg_name(s), layer, slot,
+           share_bytes(s, msize_), s);
+      record(out, StreamId::kD2H, "gring " + seg_name(s), layer);
+      wait(out, StreamId::kHost, "gring " + seg_name(s), "wait grads", layer);
+      if (s >= kHostRingSlots && esize_ != 4)
+        wait(out, StreamId::kHost, "params_back " + seg_name(s - kHostRingSlots), "wait params upload", layer);
+      Op& up = add(out, StreamId::kHost, OpKind::kHostAdamW, "adamw " + seg_name(s));
+      up.segment = s;
+      up.layer = layer;
+      up.slot = slot;
+      up.bytes = segs_.size[static_cast<size_t>(s)] * (7 * 4 + (esize_ == 4 ? 0 : esize_));
+      record(out, StreamId::kHost, "adamw " + seg_name(s), layer);
+      wait(out, StreamId::kH2D, "adamw " + seg_name(s), "wait cpu optimizer", layer);
+      copy(out, StreamId::kH2D, OpKind::kParamsBack, "params to device", layer, slot, share_bytes(s, esize_), s);
       record(out, StreamId::kH2D, "params_back " + seg_name(s), layer);
     }
   }
@@ -843,6 +875,11 @@ Status Schedule::validate() const {
       if (slots >= 0)
         TT_RETURN_IF(op.slot < 0 || op.slot >= slots || op.layer < 0, kInvalidArgument,
                      "%s: slot %d of %d, layer %d", where.c_str(), op.slot, slots, op.layer);
+      // Note [host buffers in rings]: the update's copies and the update itself name a ring slot exactly then.
+      if (op.kind == OpKind::kGradsOut || op.kind == OpKind::kHostAdamW || op.kind == OpKind::kParamsBack)
+        TT_RETURN_IF(spec.plan.host_ring ? op.slot < 0 || op.slot >= kHostRingSlots || op.segment < 0 : op.slot != -1,
+                     kInvalidArgument, "%s: slot %d (host rings %s)", where.c_str(), op.slot,
+                     spec.plan.host_ring ? "on: a slot of the two" : "off: none");
     }
     const bool absent = p == static_cast<int>(Pass::kAccumulate) && spec.grad_accum <= 1 && ops.empty();
     TT_RETURN_IF(!absent && seen != model_boundaries(spec.model, static_cast<Pass>(p)), kInvalidArgument,

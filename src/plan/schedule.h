@@ -86,6 +86,22 @@ const char* op_kind_name(OpKind k);
 // (read 2, write 1 float a gradient a micro-batch), which the performance model prices from the profile's host copy
 // rate. Not built with data parallel (the averages are made on the device, of slots), tensor parallel or managed
 // gradients: refused.
+// Note [host buffers in rings]
+// The CPU optimizer's host state is the fp32 master and AdamW's two moments: 12 bytes a parameter that stay. The
+// gradients' host copy (4 bytes) and the staging copy of the bf16 compute copy (2) are transit: each segment's pass
+// through them once a step. With a place for every parameter ("host_buffers": "whole", the default) each segment's
+// gradients go out during the backward, as soon as it is done. As rings (Plan::host_ring, "ring") each passes through
+// one of kHostRingSlots slots of the largest segment's size, in the update's order (forward order, after the
+// backward): the d2h stream copies segment s's gradients into gradient slot s % 2 once the update of s - 2 has read
+// it; the host update reads them there and writes the new compute copy into compute slot s % 2 once the upload of
+// s - 2 has read it; the h2d stream uploads it from there. The host then holds 12 bytes a parameter and four slots
+// (an 8B Llama: 90 GiB and 6 GiB, against 135 GiB whole), at the price of the gradients' copies moving from the
+// backward into the update, which they share the host's memory bandwidth with, and of the first segment's copy
+// exposed (the performance model prices both from the schedule). Same arithmetic, same bits. Not with speculation,
+// a sharded optimizer, streamed or managed parameters or gradients (Plan::host_ring_refusal): they read the whole
+// copies.
+constexpr int kHostRingSlots = 2;
+
 struct ScheduleSpec;
 bool grads_summed_on_host(const ScheduleSpec& spec, int layer);
 bool any_grads_summed_on_host(const ScheduleSpec& spec);

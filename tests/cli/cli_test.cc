@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/atomic_file.h"
 #include "core/tensorfile.h"
 #include "data/dataset.h"
@@ -1385,6 +1386,31 @@ TEST(Cli, ARunWhoseHostStateCannotFitIsRefusedWithItsParts) {
   EXPECT_EQ(small_run.code, 0) << small_run.out;
   EXPECT_HAS(small_run.out, "available (of ");
   EXPECT_HAS(small_run.out, "fits: ");
+}
+
+// Note [host buffers in rings] (issue 46): with host_buffers auto, a run whose whole host copies do not fit the RAM
+// available and whose rings do is given the rings, and its dry run says so and fits; "whole" keeps the copies and
+// does not fit. The model is sized from this machine's available memory: on the CPU backend (f32) the whole copies
+// take 24 bytes a parameter (master, gradients' copy, two moments, and the arena's parameters and gradients), the
+// rings 20 and two blocks: about 22 a parameter is between them.
+TEST(Cli, HostBuffersBecomeRingsWhereOnlyRingsFitTheHost) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  const double per_block = 12.0 * 1024 * 1024;  // GPT d1024: 12 d^2 parameters a block
+  const int layers = static_cast<int>(std::lround(static_cast<double>(cpu::available_memory_bytes()) / 22.0 / per_block));
+  ASSERT_GE(layers, 4);
+  const std::string cmd = "train --data " + data + " --backend cpu --optimizer cpu --plan in-core --layers " +
+                          std::to_string(layers) +
+                          " --dim 1024 --heads 8 --seq 16 --batch 1 --steps 1 --warmup 0 --device-budget 4TiB --dry-run";
+  CliRun automatic = run(cmd);
+  EXPECT_EQ(automatic.code, 0) << automatic.out;
+  EXPECT_HAS(automatic.out, "host buffers as rings");
+  EXPECT_HAS(automatic.out, "gradients and compute copy through host rings");
+  EXPECT_HAS(automatic.out, "fits: ");
+  CliRun whole = run(cmd + " --host-buffers whole");
+  EXPECT_EQ(whole.code, 1) << whole.out;
+  EXPECT_HAS(whole.out, "DOES NOT FIT");
+  EXPECT_EQ(whole.out.find("host rings"), std::string::npos) << whole.out;
 }
 
 // Issue 20 through the binary: a Unified Memory plan trains (the CPU backend emulates managed memory), its dry run

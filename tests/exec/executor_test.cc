@@ -55,6 +55,10 @@ Plan make_plan(const std::string& name, OptimizerPlacement opt = OptimizerPlacem
         "2": {"activation": {"attention": "resident", "mlp": "resident", "gelu": "recompute"}}}})"),
                         kCfg.layers, "mixed-gelu")
             .value();
+  } else if (name.ends_with("+ring")) {  // Note [host buffers in rings]: the shortcut with the CPU optimizer's rings
+    p = make_plan(name.substr(0, name.size() - 5), OptimizerPlacement::kCpu, slots);
+    p.host_ring = true;
+    return p;
   } else {
     p = Plan::resolve(name, kCfg.layers, slots).value();
   }
@@ -90,6 +94,7 @@ std::vector<PlanCase> every_plan() {
     r.push_back({n, OptimizerPlacement::kCpu, true});
   }
   r.push_back({"swap-activations", OptimizerPlacement::kCpu, true});
+  for (const char* n : {"in-core+ring", "swap-activations+ring"}) r.push_back({n, OptimizerPlacement::kCpu, false});
   // Unified Memory (issue 20; tests/exec/um_test.cc has the rest): managed state needs the device optimizer.
   for (const char* n : {"um", "um-advised"}) r.push_back({n, OptimizerPlacement::kDevice, false});
   r.push_back({"um-swap-activations", OptimizerPlacement::kDevice, false});
@@ -330,6 +335,39 @@ TEST(Executor, InputSlotIsRewrittenOnlyAfterItsCopyFinished) {
   }
   EXPECT_EQ(std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)), 0)
       << "steps enqueued back to back trained on other batches";
+}
+
+// Note [host buffers in rings]: the host keeps the master and the moments (12 bytes a parameter with f32 compute)
+// and two gradient slots of the largest segment, 4 bytes a parameter less the slots than the whole copies; the rings
+// are refused where a whole copy is read (streamed parameters or gradients, speculation, the device optimizer).
+TEST(Executor, HostRingsHoldTheStateAndTwoSegmentsAndAreRefusedWhereWholeCopiesAreRead) {
+  const ExecSpec whole = make_spec(make_plan("in-core", OptimizerPlacement::kCpu));
+  const ExecSpec ring = make_spec(make_plan("in-core+ring"));
+  ASSERT_TRUE(ring.validate().is_ok()) << ring.validate().to_string();
+  const int64_t n = model_num_params(kCfg);
+  const ParamSegments segs = model_segments(kCfg);
+  const int64_t largest = *std::max_element(segs.size.begin(), segs.size.end());
+  const Inventory a = Executor::inventory(whole).value(), b = Executor::inventory(ring).value();
+  EXPECT_EQ(b.total(Inventory::kDevice), a.total(Inventory::kDevice));
+  EXPECT_EQ(a.total(Inventory::kHost) - b.total(Inventory::kHost),
+            static_cast<int64_t>(memory::host_alloc_size(static_cast<size_t>(n) * 4)) -
+                2 * static_cast<int64_t>(memory::host_alloc_size(static_cast<size_t>(largest) * 4)));
+  EXPECT_EQ(b.find("adam.grads"), nullptr);
+  ASSERT_NE(b.find("grads.ring1"), nullptr);
+  EXPECT_EQ(b.find("grads.ring1")->request, static_cast<size_t>(largest) * 4);
+  struct Refused {
+    ExecSpec spec;
+    const char* says;
+  };
+  ExecSpec speculating = ring, device = ring, streamed = make_spec(make_plan("offload-params"));
+  speculating.hyper.speculate = true;
+  device.plan.optimizer = OptimizerPlacement::kDevice;
+  streamed.plan.host_ring = true;
+  for (const Refused& r : {Refused{speculating, "--speculative-update"}, Refused{device, "CPU optimizer's"},
+                           Refused{streamed, "streams its parameters or gradients"}}) {
+    const Status st = r.spec.validate();
+    EXPECT_NE(st.message().find(r.says), std::string::npos) << st.to_string();
+  }
 }
 
 TEST(Executor, MemoryOfTheScheduleIsWhatThePoolsMeasured) {
@@ -689,6 +727,10 @@ TEST(Executor, EveryKindOfWaitIsNeeded) {
       // The CPU optimizer: the forward's wait for the updated parameters; the gradients' wait for the backward.
       {"in-core", OptimizerPlacement::kCpu, StreamId::kCompute, "wait cpu optimizer", slow_host},
       {"in-core", OptimizerPlacement::kCpu, StreamId::kD2H, "wait backward", slow_kernels},
+      // Note [host buffers in rings]: a gradient slot's copy waits for the update that last read it; the update
+      // waits for its gradients' copy into the slot.
+      {"in-core+ring", OptimizerPlacement::kCpu, StreamId::kD2H, "wait cpu optimizer", slow_host},
+      {"in-core+ring", OptimizerPlacement::kCpu, StreamId::kHost, "wait grads", slow_link},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.plan) + ": " + stream_name(c.stream) + " " + c.wait);

@@ -813,15 +813,17 @@ TEST(Trainer, GradientAccumulationFollowsOneLargeBatch) {
       R"({"version": 1, "optimizer": "cpu", "layers": [)"
       R"({"activation": "resident", "param": "host_streamed", "grad": "resident", "optim_state": "host_streamed"},)"
       R"({"activation": "resident", "param": "host_streamed", "grad": "resident", "optim_state": "host_streamed"}]})");
-  for (const int variant : {0, 1, 2}) {
+  for (const int variant : {0, 1, 2, 3}) {
     const bool speculate = variant == 1;
     SCOPED_TRACE(variant == 0   ? "CPU optimizer"
                  : variant == 1 ? "CPU optimizer, speculative update"
-                                : "CPU optimizer, parameters streamed");
+                 : variant == 2 ? "CPU optimizer, parameters streamed"
+                                : "CPU optimizer, host buffers in rings");
     TrainConfig cpu = acc;
     cpu.optimizer = OptimizerPlacement::kCpu;
     cpu.speculative_update = speculate;
     if (variant == 2) cpu.plan = streamed_params;
+    if (variant == 3) cpu.host_buffers = "ring";  // Note [host buffers in rings]
     auto c = Trainer::create(cpu, nullptr);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     ASSERT_TRUE(c.value()->run().is_ok());
