@@ -13,6 +13,9 @@
 # attn:  the attention's share of the 1b step on cuDNN and on our kernels, grouped-query and multi-head.
 # slice: a Llama-3-8B-shaped slice (d4096, 32 heads over 8 KV heads, SwiGLU 14336, V 128256, untied) of
 #        TT_SLICE_LAYERS layers (default 8), T 2048, B TT_SLICE_BATCH (default 2).
+# 8b:    issue 46: the Llama-3-8B shape (the slice's, 32 layers) with AdamW on the host (--optimizer cpu), micro-batch
+#        TT_8B_BATCH (2), steps of TT_8B_ACCUM micro-batches each ("16 64"), TT_8B_STEPS steps (4); its dry run and
+#        the machine's memory first.
 # TT_TORCH_IMPLS (default "clean hf"; TT_1B_IMPLS those of the 1b part alone), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
 # PyTorch out of the profile part. The transformers wheels come
 # from .deps/hfwheels (carried; the GPU machine has no PyPI). Results: OUTDIR/*.json, *.log, results.md, results.tgz.
@@ -40,7 +43,7 @@ status=0
 if has tests; then
   tt_gpu_build "$OUT" tiertrain backend_ops_test cudnn_test trainer_test || exit 1
   for spec in "backend_ops_test:Dtypes/BackendOps.Attention*:Dtypes/BackendOps.LlamaOps*:AttentionCudnn.*" "cudnn_test:*" \
-    "trainer_test:TrainerCuda.Llama*:TrainerCuda.Cudnn*:TrainerCuda.MatchesCpu*"; do
+    "trainer_test:TrainerCuda.Llama*:TrainerCuda.Cudnn*:TrainerCuda.MatchesCpu*:TrainerCuda.Accumulation*"; do
     exe=${spec%%:*}
     filter=${spec#*:}
     start=$(date +%s)
@@ -53,7 +56,7 @@ else
   tt_gpu_tiertrain
 fi
 
-has 1b || has slice || has attn || has profile || exit $status
+has 1b || has slice || has attn || has profile || has 8b || exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
 SHARD=/tmp/tiertrain-random-llama3.bin
 [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 --vocab 128256 > /dev/null
@@ -134,6 +137,22 @@ if has slice; then
   tiertrain "slice_l$L" 15 "${m[@]}" --family llama --tied-embeddings false
   for impl in clean hf; do
     torch_run "slice_l${L}_compile" "$impl" "${m[@]}" --untied --steps 14 --warmup-steps 6 --compile
+  done
+  pack
+fi
+if has 8b; then
+  m=(--family llama --layers "${TT_8B_LAYERS:-32}" --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048
+     --batch "${TT_8B_BATCH:-2}" --rope-theta 500000 --tied-embeddings false --optimizer cpu --data "$SHARD")
+  grep -E 'MemTotal|MemAvailable' /proc/meminfo
+  "$TT" train "${m[@]}" --dry-run > "$OUT/dry_8b.log" 2>&1
+  cat "$OUT/dry_8b.log"
+  for g in ${TT_8B_ACCUM:-16 64}; do
+    start=$(date +%s)
+    timeout "${TT_8B_TIMEOUT:-300}" "$TT" train "${m[@]}" --grad-accum "$g" --steps "${TT_8B_STEPS:-4}" --warmup 1 \
+      --eval-every 0 --log-every 1 --metrics-out "$OUT/tiertrain_8b_g$g.json" > "$OUT/tiertrain_8b_g$g.log" 2>&1 ||
+      { echo "tiertrain 8b g$g failed"; status=1; }
+    echo "8b g$g ($(( $(date +%s) - start )) s):"
+    grep -vE '^\[tiertrain' "$OUT/tiertrain_8b_g$g.log" | tail -n 14
   done
   pack
 fi
