@@ -16,6 +16,10 @@
 # 8b:    issue 46: the Llama-3-8B shape (the slice's, 32 layers) with AdamW on the host (--optimizer cpu), micro-batch
 #        TT_8B_BATCH (2), steps of TT_8B_ACCUM micro-batches each ("16 64"), TT_8B_STEPS steps (4); its dry run and
 #        the machine's memory first.
+# offload: issue 46 at the Llama-3.2-3B shape (d3072 L28, 24 heads over 8 KV heads, SwiGLU 8192, tied), micro-batch
+#        TT_OFF_BATCH (2) x TT_OFF_ACCUM (8) a step: tiertrain with AdamW on the host and on the device, PyTorch's
+#        single-GPU offloads (bench/llama/torch_offload_gpu.py: FSDP2 with CPUOffloadPolicy, torchao's
+#        CPUOffloadOptimizer; each compiled, fp32 weights and AdamW state, clip 1.0).
 # TT_TORCH_IMPLS (default "clean hf"; TT_1B_IMPLS those of the 1b part alone), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
 # PyTorch out of the profile part. The transformers wheels come
 # from .deps/hfwheels (carried; the GPU machine has no PyPI). Results: OUTDIR/*.json, *.log, results.md, results.tgz.
@@ -56,19 +60,20 @@ else
   tt_gpu_tiertrain
 fi
 
-has 1b || has slice || has attn || has profile || has 8b || exit $status
+has 1b || has slice || has attn || has profile || has 8b || has offload || exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
 SHARD=/tmp/tiertrain-random-llama3.bin
 [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 --vocab 128256 > /dev/null
 # transformers for the hf rows, over the system torch.
 PY=python3
-if [[ " ${TT_TORCH_IMPLS:-clean hf} " == *" hf "* ]]; then
+if [[ " ${TT_TORCH_IMPLS:-clean hf} " == *" hf "* ]] || has offload; then
   # Where python3 is itself a virtual environment (torch in it), the new one sees its packages through a .pth file
   # (as scripts/gpu_pyenv.sh does).
   if python3 -m venv --system-site-packages /tmp/tt-hf > /dev/null 2>&1 &&
     python3 -c "import site; print('\n'.join('import site; site.addsitedir(%r)' % d for d in site.getsitepackages()))" \
       > "$(/tmp/tt-hf/bin/python -c 'import site; print(site.getsitepackages()[0])')/tt_parent_env.pth" &&
-    /tmp/tt-hf/bin/python -m pip install -q --no-index --find-links .deps/hfwheels transformers > "$OUT/pip.log" 2>&1; then
+    /tmp/tt-hf/bin/python -m pip install -q --no-index --find-links .deps/hfwheels transformers torchao \
+      > "$OUT/pip.log" 2>&1; then
     PY=/tmp/tt-hf/bin/python
   else
     echo "transformers did not install (the hf rows are skipped):"; tail -3 "$OUT/pip.log"
@@ -137,6 +142,23 @@ if has slice; then
   tiertrain "slice_l$L" 15 "${m[@]}" --family llama --tied-embeddings false
   for impl in clean hf; do
     torch_run "slice_l${L}_compile" "$impl" "${m[@]}" --untied --steps 14 --warmup-steps 6 --compile
+  done
+  pack
+fi
+if has offload; then
+  m=(--layers 28 --dim 3072 --heads 24 --kv-heads 8 --ffn 8192 --seq 2048 --batch "${TT_OFF_BATCH:-2}"
+     --rope-theta 500000 --grad-accum "${TT_OFF_ACCUM:-8}")
+  for opt in cpu device; do
+    timeout 240 "$TT" train "${m[@]}" --family llama --tied-embeddings true --optimizer "$opt" --data "$SHARD" \
+      --steps 6 --warmup 1 --eval-every 0 --log-every 1 --metrics-out "$OUT/tiertrain_3b_$opt.json" \
+      > "$OUT/tiertrain_3b_$opt.log" 2>&1 || { echo "tiertrain 3b $opt failed"; tail -3 "$OUT/tiertrain_3b_$opt.log"; status=1; }
+    grep -o 'median.*' "$OUT/tiertrain_3b_$opt.log" | head -n 1 | sed "s/^/tiertrain 3b $opt: /"
+  done
+  for mode in fsdp2-cpu-offload torchao-cpu-offload-optimizer; do
+    timeout 300 "$PY" bench/llama/torch_offload_gpu.py --mode "$mode" --compile "${m[@]}" --tied --steps 6 \
+      --warmup-steps 2 --json-out "$OUT/torch_offload_${mode}_3b.json" > "$OUT/torch_offload_${mode}_3b.log" 2>&1 ||
+      { echo "torch $mode 3b failed"; tail -4 "$OUT/torch_offload_${mode}_3b.log"; status=1; }
+    tail -n 1 "$OUT/torch_offload_${mode}_3b.log" | cut -c1-400
   done
   pack
 fi
