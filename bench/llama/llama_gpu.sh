@@ -20,6 +20,10 @@
 #        TT_OFF_BATCH (2) x TT_OFF_ACCUM (8) a step: tiertrain with AdamW on the host and on the device, PyTorch's
 #        single-GPU offloads (bench/llama/torch_offload_gpu.py: FSDP2 with CPUOffloadPolicy, torchao's
 #        CPUOffloadOptimizer; each compiled, fp32 weights and AdamW state, clip 1.0).
+# hostbw: the host's memory bandwidth (bench/comm/membw.cc) and its AdamW's rate (bench/ooc/adamw_bench.cc), the
+#        bound of the host update.
+# predict: the performance model's predictions (tiertrain plan) of the 8b and offload parts' runs, and an op profile
+#        of the 8b run at 16 micro-batches (--profile).
 # TT_TORCH_IMPLS (default "clean hf"; TT_1B_IMPLS those of the 1b part alone), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
 # PyTorch out of the profile part. The transformers wheels come
 # from .deps/hfwheels (carried; the GPU machine has no PyPI). Results: OUTDIR/*.json, *.log, results.md, results.tgz.
@@ -60,7 +64,14 @@ else
   tt_gpu_tiertrain
 fi
 
-has 1b || has slice || has attn || has profile || has 8b || has offload || exit $status
+if has hostbw; then
+  tt_gpu_build "$OUT" membw adamw_bench || exit 1
+  OMP_PROC_BIND=close OMP_PLACES=cores build/gpu/bench/membw 256 > "$OUT/membw.txt" 2>&1 || status=1
+  cat "$OUT/membw.txt"
+  build/gpu/bench/adamw_bench 400000000 3 > "$OUT/adamw_bench.txt" 2>&1 || status=1
+  cat "$OUT/adamw_bench.txt"
+fi
+has 1b || has slice || has attn || has profile || has 8b || has offload || has predict || exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
 SHARD=/tmp/tiertrain-random-llama3.bin
 [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 --vocab 128256 > /dev/null
@@ -160,6 +171,21 @@ if has offload; then
       { echo "torch $mode 3b failed"; tail -4 "$OUT/torch_offload_${mode}_3b.log"; status=1; }
     tail -n 1 "$OUT/torch_offload_${mode}_3b.log" | cut -c1-400
   done
+  pack
+fi
+if has predict; then
+  m8=(--family llama --layers 32 --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048 --batch 2 --grad-accum 16
+      --rope-theta 500000 --tied-embeddings false --data "$SHARD")
+  m3=(--family llama --layers 28 --dim 3072 --heads 24 --kv-heads 8 --ffn 8192 --seq 2048 --batch 2 --grad-accum 8
+      --rope-theta 500000 --tied-embeddings true --data "$SHARD")
+  start=$(date +%s)
+  timeout 300 "$TT" plan "${m8[@]}" --plans in-core/cpu --explain > "$OUT/plan_8b.txt" 2>&1 || status=1
+  echo "plan 8b ($(( $(date +%s) - start )) s):"; grep -vE '^\[tiertrain' "$OUT/plan_8b.txt" | tail -n 25
+  timeout 200 "$TT" plan "${m3[@]}" --plans in-core/cpu,in-core/device,auto > "$OUT/plan_3b.txt" 2>&1 || status=1
+  grep -vE '^\[tiertrain' "$OUT/plan_3b.txt" | tail -n 12
+  timeout 200 "$TT" train "${m8[@]}" --optimizer cpu --steps 3 --warmup 1 --eval-every 0 --log-every 1 --profile \
+    > "$OUT/profile_8b.txt" 2>&1 || status=1
+  grep -A45 '^profile:' "$OUT/profile_8b.txt" | head -60
   pack
 fi
 if has 8b; then
