@@ -24,6 +24,10 @@
 #        bound of the host update.
 # predict: the performance model's predictions (tiertrain plan) of the 8b and offload parts' runs, and an op profile
 #        of the 8b run at 16 micro-batches (--profile).
+# largest: the largest Llama-3-8B-family model (d4096, 32 heads over 8 KV heads, SwiGLU 14336, untied; the depth
+#        grows) each approach fits: tiertrain's dry runs (in-core, recompute, each with AdamW on the device and on
+#        the host; offload-params), a run of the deepest with AdamW on the host, and PyTorch's two offloads
+#        (uncompiled: whether they fit, not their speed) at 24 layers, FSDP2's at 32.
 # TT_TORCH_IMPLS (default "clean hf"; TT_1B_IMPLS those of the 1b part alone), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
 # PyTorch out of the profile part. The transformers wheels come
 # from .deps/hfwheels (carried; the GPU machine has no PyPI). Results: OUTDIR/*.json, *.log, results.md, results.tgz.
@@ -71,7 +75,7 @@ if has hostbw; then
   build/gpu/bench/adamw_bench 400000000 3 > "$OUT/adamw_bench.txt" 2>&1 || status=1
   cat "$OUT/adamw_bench.txt"
 fi
-has 1b || has slice || has attn || has profile || has 8b || has offload || has predict || exit $status
+has 1b || has slice || has attn || has profile || has 8b || has offload || has predict || has largest || exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
 SHARD=/tmp/tiertrain-random-llama3.bin
 [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 --vocab 128256 > /dev/null
@@ -186,6 +190,41 @@ if has predict; then
   timeout 200 "$TT" train "${m8[@]}" --optimizer cpu --steps 3 --warmup 1 --eval-every 0 --log-every 1 --profile \
     > "$OUT/profile_8b.txt" 2>&1 || status=1
   grep -A45 '^profile:' "$OUT/profile_8b.txt" | head -60
+  pack
+fi
+if has largest; then
+  w=(--family llama --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048 --rope-theta 500000
+     --tied-embeddings false --data "$SHARD")
+  deepest=0
+  for L in 16 24 32 40 44 48; do
+    for v in "in-core device 2" "recompute device 1" "in-core cpu 2" "recompute cpu 1" "offload-params cpu 1"; do
+      read -r plan opt b <<< "$v"
+      r=$("$TT" train "${w[@]}" --layers "$L" --batch "$b" --plan "$plan" --optimizer "$opt" --dry-run 2>&1)
+      dev=$(grep -o 'needs [0-9.]* [KMGT]iB of a [0-9.]* [KMGT]iB budget[^:]*' <<< "$r" | head -1)
+      host=$(grep -o 'host: needs [0-9.]* [KMGT]iB of [0-9.]* [KMGT]iB available' <<< "$r" | head -1)
+      fit=$(grep -q 'DOES NOT FIT' <<< "$r" && echo no || echo yes)
+      echo "L$L $plan/$opt B$b: fits $fit | device $dev | $host"
+    done
+  done | tee "$OUT/largest_dry.txt"
+  deepest=$(grep -E '^L[0-9]+ in-core/cpu B2: fits yes' "$OUT/largest_dry.txt" | tail -1 | sed 's/^L\([0-9]*\).*/\1/')
+  if [ -n "$deepest" ]; then
+    start=$(date +%s)
+    timeout 300 "$TT" train "${w[@]}" --layers "$deepest" --batch 2 --grad-accum 8 --optimizer cpu --steps 3 \
+      --warmup 1 --eval-every 0 --log-every 1 --metrics-out "$OUT/tiertrain_largest_l$deepest.json" \
+      > "$OUT/tiertrain_largest_l$deepest.log" 2>&1 || status=1
+    echo "tiertrain L$deepest ($(( $(date +%s) - start )) s):"
+    grep -vE '^\[tiertrain' "$OUT/tiertrain_largest_l$deepest.log" | grep -E '^model|^host|^step|^done|error' | cut -c1-250
+  fi
+  for v in "fsdp2-cpu-offload 24" "torchao-cpu-offload-optimizer 24" "fsdp2-cpu-offload 32"; do
+    read -r mode L <<< "$v"
+    start=$(date +%s)
+    timeout 150 "$PY" bench/llama/torch_offload_gpu.py --mode "$mode" --layers "$L" --batch 2 --grad-accum 4 \
+      --steps 3 --warmup-steps 1 --json-out "$OUT/torch_fit_${mode}_l$L.json" > "$OUT/torch_fit_${mode}_l$L.log" 2>&1
+    rc=$?
+    echo "torch $mode L$L: exit $rc after $(( $(date +%s) - start )) s; $(grep -E 'Error|error|Killed' "$OUT/torch_fit_${mode}_l$L.log" | tail -1 | cut -c1-200)"
+    tail -n 1 "$OUT/torch_fit_${mode}_l$L.log" | cut -c1-300
+    dmesg 2>/dev/null | grep -i 'killed process' | tail -1
+  done
   pack
 fi
 if has 8b; then
