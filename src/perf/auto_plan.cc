@@ -98,6 +98,7 @@ class Evaluator {
     c.plan = "in-core";
     c.optimizer = OptimizerPlacement::kDevice;
     c.speculative_update = false;
+    c.host_buffers = "auto";  // the base is the device optimizer's, which has no host buffers
     TT_ASSIGN_OR_RETURN(ev.base_, resolve_run(c));
     ev.in_core_need_ = ev.base_.inventory.total(Inventory::kDevice);
     ev.budget_ = ev.base_.budget;
@@ -115,15 +116,33 @@ class Evaluator {
     e->plan = plan;
     e->plan.grads_in_activations = base_.exec.plan.grads_in_activations;  // the run's knob
     e->hyper.speculate = plan.cpu_optimizer() && cfg_.speculative_update;
+    // Note [host buffers in rings]: --host-buffers ring for every plan that can have them, whole for none.
+    if (cfg_.host_buffers != "auto")
+      e->plan.host_ring = cfg_.host_buffers == "ring" && plan.host_ring_refusal().empty() && !e->hyper.speculate;
     return e->validate().is_ok();
   }
-  // Device bytes the plan needs (with the backend's reserve), or -1 when it is invalid or its host part does not fit.
+  // The plan's inventory; with --host-buffers auto, as the trainer decides (resolve_run): the rings where the whole
+  // host copies do not fit the host's available memory and the rings do (e->plan then says so).
+  Result<Inventory> inventory(ExecSpec* e) const {
+    TT_ASSIGN_OR_RETURN(Inventory inv, Executor::inventory(*e));
+    if (cfg_.host_buffers != "auto" || e->plan.host_ring || inv.total(Inventory::kHost) <= base_.host_available)
+      return inv;
+    ExecSpec ring = *e;
+    ring.plan.host_ring = true;
+    if (!ring.validate().is_ok()) return inv;
+    Result<Inventory> r = Executor::inventory(ring);
+    if (!r.is_ok() || r.value().total(Inventory::kHost) > base_.host_available) return inv;
+    *e = ring;
+    return r;
+  }
+  // Device bytes the plan needs (with the backend's reserve), or -1 when it is invalid or its host part does not fit
+  // the host's available memory (as the trainer refuses it: Note [host memory of a run]).
   int64_t need(const Plan& plan) {
     ExecSpec e;
     if (!spec(plan, &e)) return -1;
-    auto inv = Executor::inventory(e);
+    auto inv = inventory(&e);
     ++sized;
-    if (!inv.is_ok() || inv.value().total(Inventory::kHost) > base_.host_ram) return -1;
+    if (!inv.is_ok() || inv.value().total(Inventory::kHost) > base_.host_available) return -1;
     return inv.value().total(Inventory::kDevice) + base_.reserve.reserved_bytes;
   }
   bool fits(const Plan& plan) {
@@ -136,12 +155,12 @@ class Evaluator {
     r.optimizer = plan.optimizer;
     r.run = base_;
     TT_RETURN_IF(!spec(plan, &r.run.exec), kInvalidArgument, "the plan does not suit this model");
-    TT_ASSIGN_OR_RETURN(r.run.inventory, Executor::inventory(r.run.exec));
+    TT_ASSIGN_OR_RETURN(r.run.inventory, inventory(&r.run.exec));
     r.run.inventory.add_backend_reserved(base_.reserve.reserved_bytes);
     r.run.budget = budget_;
     r.run.budget_auto = base_.budget_auto;
     r.run.fits_device = r.run.inventory.total(Inventory::kDevice) <= budget_;
-    r.run.fits_host = r.run.inventory.total(Inventory::kHost) <= base_.host_ram;
+    r.run.fits_host = r.run.inventory.total(Inventory::kHost) <= base_.host_available;
     r.run.alternatives.clear();
     r.schedule = compile_schedule(r.run.exec.schedule_spec(), r.run.inventory);
     std::vector<PlanRow> one;

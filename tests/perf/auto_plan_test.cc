@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 
+#include "backend/cpu/cpu_backend.h"
 #include "perf/auto_plan.h"
 #include "temp_dir.h"
 #include "exec_util.h"
@@ -216,6 +218,37 @@ TEST(AutoPlan, ChoosesTheMicroBatchWithThePlan) {
   TrainConfig given = tc;
   given.grad_accum = 2;
   EXPECT_FALSE(choose_micro_batch(given, s.profile).is_ok());
+}
+
+// Note [host buffers in rings]: a model whose CPU-optimizer plans fit the host only with the rings (16 bytes a
+// parameter whole in f32, 12 with the rings; the model sized at 14 a parameter of this machine's available memory)
+// and whose device-optimizer plans do not fit the device (a budget of 10 bytes a parameter): the automatic plan is a
+// CPU-optimizer plan with the rings, within the host's memory; told to keep the copies whole, nothing fits.
+TEST(AutoPlan, TakesHostRingsWhereOnlyTheyFitTheHost) {
+  Machine s;
+  TrainConfig& tc = s.cfg;
+  const double avail = static_cast<double>(cpu::available_memory_bytes());
+  const int layers = static_cast<int>(std::lround(avail / 14.0 / (12.0 * 2048 * 2048)));
+  ASSERT_GE(layers, 4);
+  tc.model = ModelConfig{.vocab = 256, .layers = layers, .dim = 2048, .heads = 16, .seq = 16};
+  tc.batch = 1;
+  tc.data = s.dir.write("corpus.txt", tt::testing::synthetic_text(20000));
+  tc.backend = "cpu";
+  tc.device_budget = int64_t(1) << 40;
+  auto rows = plan_rows(tc);
+  ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
+  s.profile = synthetic(rows_needs(rows.value()));
+  const int64_t n = model_num_params(tc.model);
+  tc.device_budget = 10 * n;
+  auto a = choose_plan(tc, s.profile);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  const PlanRow& best = a.value().best;
+  EXPECT_TRUE(best.run.exec.plan.cpu_optimizer());
+  EXPECT_TRUE(best.run.exec.plan.host_ring) << best.run.exec.plan.summary();
+  EXPECT_LE(best.run.inventory.total(Inventory::kHost), static_cast<int64_t>(avail));
+  EXPECT_LE(best.run.inventory.total(Inventory::kDevice), tc.device_budget);
+  tc.host_buffers = "whole";
+  EXPECT_FALSE(choose_plan(tc, s.profile).is_ok());
 }
 
 TEST(AutoPlan, Searches48BlocksQuickly) {
