@@ -105,18 +105,38 @@ Status ensure_checkpoint_dir(const std::string& dir) {
   return Status::ok();
 }
 
+namespace {
+void point_at_own(WholeState& w) {
+  w.params = w.own_params.data();
+  w.m = w.own_m.data();
+  w.v = w.own_v.data();
+  w.bytes = w.own_params.size();
+}
+}  // namespace
+
 Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_comm, comm::Communicator* data_comm) {
   const Model& model = ex.model();
   const size_t esize = dtype_size(model.master_dtype());
   const size_t bytes = static_cast<size_t>(model.num_params()) * esize;
-  WholeState local;
-  local.params.resize(bytes);
-  local.m.resize(bytes);
-  local.v.resize(bytes);
+  Optimizer& opt = ex.optimizer();
   ex.wait_all();  // every update of the CPU optimizer has reached the master
-  TT_TRY(ex.download_params(local.params.data()));
-  TT_TRY(ex.optimizer().download_state(reinterpret_cast<float*>(local.m.data()), reinterpret_cast<float*>(local.v.data())));
-  const OptimizerShard& shard = ex.optimizer().shard();
+  if (opt.host_state_whole() && model.config().tp == 1) {  // Note [checkpoints without copies]
+    TT_TRY(ex.backend().synchronize_all());
+    WholeState w;
+    w.params = reinterpret_cast<const unsigned char*>(opt.host_master());
+    w.m = reinterpret_cast<const unsigned char*>(opt.host_m());
+    w.v = reinterpret_cast<const unsigned char*>(opt.host_v());
+    w.bytes = bytes;
+    return w;
+  }
+  WholeState local;
+  local.own_params.resize(bytes);
+  local.own_m.resize(bytes);
+  local.own_v.resize(bytes);
+  point_at_own(local);
+  TT_TRY(ex.download_params(local.own_params.data()));
+  TT_TRY(opt.download_state(reinterpret_cast<float*>(local.own_m.data()), reinterpret_cast<float*>(local.own_v.data())));
+  const OptimizerShard& shard = opt.shard();
   if (shard.on()) {
     // Note [sharded optimizer]: each segment's shares from their owners (the bytes themselves: no arithmetic).
     TT_RETURN_IF(data_comm == nullptr || data_comm->size() != shard.ranks, kInternal,
@@ -125,7 +145,7 @@ Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_co
     const int64_t per_rank = OptimizerShard::moment_elements(segs, shard.ranks);
     std::vector<unsigned char> mine(static_cast<size_t>(per_rank) * esize),
         all(static_cast<size_t>(per_rank * shard.ranks) * esize);
-    for (std::vector<unsigned char>* t : {&local.params, &local.m, &local.v}) {
+    for (std::vector<unsigned char>* t : {&local.own_params, &local.own_m, &local.own_v}) {
       std::fill(mine.begin(), mine.end(), 0);
       int64_t at = 0;
       for (int s = 0; s < segs.count(); ++s) {
@@ -157,11 +177,13 @@ Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_co
   WholeState whole;
   const size_t whole_bytes = static_cast<size_t>(model_num_params(cfg.whole())) * esize;
   std::vector<unsigned char> all(bytes * static_cast<size_t>(cfg.tp));
-  for (auto [mine, out] : {std::pair{&local.params, &whole.params}, {&local.m, &whole.m}, {&local.v, &whole.v}}) {
+  for (auto [mine, out] : {std::pair{&local.own_params, &whole.own_params}, {&local.own_m, &whole.own_m},
+                           {&local.own_v, &whole.own_v}}) {
     TT_TRY(model_comm->allgather(mine->data(), all.data(), bytes / 4, comm::DType::kI32));  // f32/f64 bits
     out->resize(whole_bytes);
     for (int r = 0; r < cfg.tp; ++r) model_put_shard(cfg, r, all.data() + static_cast<size_t>(r) * bytes, out->data(), esize);
   }
+  point_at_own(whole);
   return whole;
 }
 
@@ -177,7 +199,7 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
     TT_ASSIGN_OR_RETURN(own, gather_whole_state(ex, nullptr));
     whole = &own;
   }
-  const std::vector<unsigned char>&params = whole->params, &m = whole->m, &v = whole->v;
+  const unsigned char *params = whole->params, *m = whole->m, *v = whole->v;
 
   nlohmann::json meta;
   meta["format"] = kFormat;
@@ -202,9 +224,9 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     const size_t off = static_cast<size_t>(p.offset) * esize;
-    w.add("param/" + p.name, md, shape, params.data() + off);
-    w.add("adam.m/" + p.name, md, shape, m.data() + off);
-    w.add("adam.v/" + p.name, md, shape, v.data() + off);
+    w.add("param/" + p.name, md, shape, params + off);
+    w.add("adam.m/" + p.name, md, shape, m + off);
+    w.add("adam.v/" + p.name, md, shape, v + off);
   }
   const std::string name = step_file_name(state.step);
   TT_TRY(w.write_atomic(dir + "/" + name));
@@ -449,14 +471,26 @@ Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor
   TT_TRY(check_checkpoint_continues(st, expected, path));
   const size_t esize = dtype_size(st.dtype);
   const ModelConfig whole = model.config().whole();
-  std::vector<unsigned char> params(static_cast<size_t>(model_num_params(whole)) * esize);
+  // Note [checkpoints without copies]: straight into the CPU optimizer's host master where it is whole.
+  const bool in_place = ex.optimizer().host_state_whole() && model.config().tp == 1;
+  if (in_place) {
+    ex.wait_all();
+    TT_TRY(ex.backend().synchronize_all());
+  }
+  std::vector<unsigned char> params(in_place ? 0 : static_cast<size_t>(model_num_params(whole)) * esize);
+  unsigned char* into = in_place ? reinterpret_cast<unsigned char*>(ex.optimizer().host_master()) : params.data();
   for (const ParamInfo& p : model_param_layout(whole)) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
-    void* at = params.data() + static_cast<size_t>(p.offset) * esize;
+    void* at = into + static_cast<size_t>(p.offset) * esize;
     TT_TRY(r.read("param/" + p.name, st.dtype, shape, at));
     if (!allow_nonfinite)
       TT_TRY(check_finite_tensor(path, "param/" + p.name, st.dtype, at, static_cast<size_t>(p.shape.numel())));
+  }
+  if (in_place) {
+    TT_TRY(ex.master_loaded());
+    TT_LOG(INFO, CKPT, "parameters from %s (step %lld)", path.c_str(), static_cast<long long>(st.step));
+    return st;
   }
   if (model.config().tp > 1) {  // Note [tensor parallel]: this rank's shard of the whole tensors
     std::vector<unsigned char> local(static_cast<size_t>(model.num_params()) * esize);
@@ -482,19 +516,36 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
   const size_t esize = dtype_size(md);
   const ModelConfig whole = model.config().whole();
   const size_t bytes = static_cast<size_t>(model_num_params(whole)) * esize;
-  std::vector<unsigned char> params(bytes), m(bytes), v(bytes);
+  Backend& be = ex.backend();
+  // Note [checkpoints without copies]: straight into the CPU optimizer's host state where it is whole.
+  const bool in_place = opt.host_state_whole() && model.config().tp == 1;
+  if (in_place) {
+    ex.wait_all();
+    TT_TRY(be.synchronize_all());
+  }
+  std::vector<unsigned char> params(in_place ? 0 : bytes), m(in_place ? 0 : bytes), v(in_place ? 0 : bytes);
+  unsigned char* const into[3] = {
+      in_place ? reinterpret_cast<unsigned char*>(opt.host_master()) : params.data(),
+      in_place ? reinterpret_cast<unsigned char*>(opt.host_m()) : m.data(),
+      in_place ? reinterpret_cast<unsigned char*>(opt.host_v()) : v.data()};
   for (const ParamInfo& p : model_param_layout(whole)) {
     std::vector<int64_t> shape;
     for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(p.shape[i]);
     const size_t off = static_cast<size_t>(p.offset) * esize;
-    TT_TRY(r.read("param/" + p.name, md, shape, params.data() + off));
-    TT_TRY(r.read("adam.m/" + p.name, md, shape, m.data() + off));
-    TT_TRY(r.read("adam.v/" + p.name, md, shape, v.data() + off));
+    TT_TRY(r.read("param/" + p.name, md, shape, into[0] + off));
+    TT_TRY(r.read("adam.m/" + p.name, md, shape, into[1] + off));
+    TT_TRY(r.read("adam.v/" + p.name, md, shape, into[2] + off));
     if (allow_nonfinite) continue;
     const size_t count = static_cast<size_t>(p.shape.numel());
-    TT_TRY(check_finite_tensor(path, "param/" + p.name, md, params.data() + off, count));
-    TT_TRY(check_finite_tensor(path, "adam.m/" + p.name, md, m.data() + off, count));
-    TT_TRY(check_finite_tensor(path, "adam.v/" + p.name, md, v.data() + off, count, /*nonnegative=*/true));
+    TT_TRY(check_finite_tensor(path, "param/" + p.name, md, into[0] + off, count));
+    TT_TRY(check_finite_tensor(path, "adam.m/" + p.name, md, into[1] + off, count));
+    TT_TRY(check_finite_tensor(path, "adam.v/" + p.name, md, into[2] + off, count, /*nonnegative=*/true));
+  }
+  if (in_place) {
+    TT_TRY(ex.master_loaded());
+    opt.set_steps_taken(st.step);  // checkpoint_state_from_meta checked optimizer.step == step
+    TT_LOG(INFO, CKPT, "resumed from %s at step %lld", path.c_str(), static_cast<long long>(st.step));
+    return st;
   }
   if (model.config().tp > 1) {  // Note [tensor parallel]: this rank's shards of the whole tensors
     const size_t local_bytes = static_cast<size_t>(model.num_params()) * esize;
@@ -504,7 +555,6 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
       *t = std::move(local);
     }
   }
-  Backend& be = ex.backend();
   ex.wait_all();  // no parameter upload of the CPU optimizer may land after the loaded values
   TT_TRY(be.synchronize_all());
   TT_TRY(ex.upload_params(params.data()));

@@ -46,8 +46,19 @@ Status ensure_checkpoint_dir(const std::string& dir);
 // checkpoint holds them: with a sharded optimizer (Note [sharded optimizer] in exec/optimizer.h) every rank's shares
 // gathered over `data_comm`, with a tensor-parallel model (Note [tensor parallel] in model/gpt.h) the shards gathered
 // over `model_comm`, collectively (every rank of those dimensions calls it); else this executor's own.
+// Note [checkpoints without copies]
+// A checkpoint holds the whole model's master and AdamW moments (12 bytes a parameter in f32). Gathered into copies,
+// they would need as much host memory again while the run's own state is held: an 8B Llama whose CPU optimizer keeps
+// 90 GiB on a 128 GiB host could not save. Where the CPU optimizer holds them whole on the host, in the model's
+// layout (one device, unsharded), the checkpoint is written straight from them, and a resume or --init-from reads
+// straight into them (then sends the compute copies from the master, as at start). Elsewhere (the device optimizer,
+// a sharded optimizer, tensor parallel) the state is copied out of the device or gathered from the ranks, as before.
 struct WholeState {
-  std::vector<unsigned char> params, m, v;  // master dtype
+  // The whole model's master and moments (master dtype): the CPU optimizer's host state itself, or own_*'s.
+  const unsigned char *params = nullptr, *m = nullptr, *v = nullptr;
+  size_t bytes = 0;  // of each
+  std::vector<unsigned char> own_params, own_m, own_v;
+  bool copied() const { return params == own_params.data(); }
 };
 Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_comm,
                                       comm::Communicator* data_comm = nullptr);

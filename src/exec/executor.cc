@@ -619,8 +619,7 @@ Status Executor::init_params(uint64_t seed) {
     // be 4 bytes a parameter more than the run was counted for (an 8B model: 30 GiB).
     TT_TRY(be_.synchronize_all());  // no update or upload of the master is in flight
     model_init_values(spec_.model, seed, opt_->host_master());
-    opt_->master_written();
-    return upload_compute_copies();
+    return master_loaded();
   }
   auto host = std::make_unique_for_overwrite<float[]>(n);  // every element is written
   init(host.get());
@@ -687,6 +686,13 @@ Status Executor::upload_params(const void* host) {
     }
     return be_.compute_stream().synchronize();
   }
+  return upload_compute_copies();
+}
+
+Status Executor::master_loaded() {
+  TT_CHECK(opt_->host_state_whole(), "master_loaded is for an unsharded CPU optimizer");
+  TT_TRY(be_.synchronize_all());
+  opt_->master_written();
   return upload_compute_copies();
 }
 

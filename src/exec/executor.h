@@ -101,6 +101,9 @@ class Executor : public ModelHooks {
   Status init_params(uint64_t seed);
   // A flat host buffer of num_params() master-dtype values into the master / back; the compute copy refreshed.
   Status upload_params(const void* host);
+  // After the CPU optimizer's whole host master was written where it is (Note [checkpoints without copies] in
+  // exec/checkpoint.h): its staging copy and the device's compute copies refreshed from it.
+  Status master_loaded();
   Status download_params(void* host);
   // All gradients into a flat host buffer (not with streamed gradients: their slots are reused).
   Status download_grads(void* host);

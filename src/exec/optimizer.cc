@@ -164,6 +164,16 @@ float* Optimizer::host_master() const {
   return buf_.sets[cur_].master;
 }
 
+float* Optimizer::host_m() const {
+  TT_CHECK(host_state_whole(), "the whole host moments are an unsharded CPU optimizer's");
+  return buf_.sets[cur_].m;
+}
+
+float* Optimizer::host_v() const {
+  TT_CHECK(host_state_whole(), "the whole host moments are an unsharded CPU optimizer's");
+  return buf_.sets[cur_].v;
+}
+
 void Optimizer::master_written() {
   const HostAdamState& st = buf_.sets[cur_];
   if (st.bf16 == nullptr) return;

@@ -147,6 +147,11 @@ class Optimizer {
   // The host master to write the initial values into, in the model's layout (CPU optimizer, unsharded; no update in
   // flight), then master_written() to bring the whole staging copy (if any) up to date with it.
   float* host_master() const;
+  // The current set's moments, whole (as host_master(); Note [checkpoints without copies] in exec/checkpoint.h).
+  float* host_m() const;
+  float* host_v() const;
+  // Whether the host state above is whole and in the model's layout: the CPU optimizer, unsharded.
+  bool host_state_whole() const { return on_cpu() && !shard_.on(); }
   void master_written();
   // Segment s's compute copy from the current host master, into `out` (as many elements of the compute dtype):
   // what an upload of it sends (CPU optimizer, unsharded).

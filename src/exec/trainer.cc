@@ -825,7 +825,7 @@ Status Trainer::check_replicas(const WholeState& whole) {
   if (mesh_ == nullptr || mesh_->world().size() == 1) return Status::ok();
   // Whole models (gathered over the model dimension): every rank's is the same.
   uint64_t h = 1469598103934665603ull;  // FNV-1a of the master parameters' bytes
-  for (unsigned char c : whole.params) h = (h ^ c) * 1099511628211ull;
+  for (size_t i = 0; i < whole.bytes; ++i) h = (h ^ whole.params[i]) * 1099511628211ull;
   comm::Communicator& w = mesh_->world();
   std::vector<int64_t> all(static_cast<size_t>(w.size()));
   const int64_t mine = static_cast<int64_t>(h);

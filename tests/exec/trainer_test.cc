@@ -20,6 +20,7 @@
 #include "core/units.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "exec/checkpoint.h"
 #include "exec/trainer.h"
 #include "temp_dir.h"
 #include "exec_util.h"
@@ -613,6 +614,72 @@ void expect_every_plan_matches(const TrainConfig& base, const Trainer& a, const 
   ASSERT_TRUE(straight.is_ok());
   ASSERT_TRUE(straight.value()->run().is_ok());
   expect_bit_identical(finish(*straight.value()), run_split_at_10(longer, ckpt));
+}
+
+// Note [checkpoints without copies] (exec/checkpoint.h): with the CPU optimizer (its host buffers whole or as rings)
+// the checkpoint is written straight from the host master and moments (the gathered state points at them, no copy)
+// and read straight back: a run split by a checkpoint resumes bit for bit; the file is the device optimizer's too
+// (the second half with AdamW on the device continues the device run's bits), and --init-from reads it into the host
+// master as into the device's.
+TEST(Trainer, CpuOptimizerCheckpointsFromItsHostStateAndResumesBitExact) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  TrainConfig device = small_config(data);
+  device.steps = 20;
+  device.eval_every = 0;
+  auto straight = Trainer::create(device, nullptr);
+  ASSERT_TRUE(straight.is_ok()) << straight.status().to_string();
+  ASSERT_TRUE(straight.value()->run().is_ok());
+  const RunResult want = finish(*straight.value());
+  for (const char* buffers : {"whole", "ring"}) {
+    SCOPED_TRACE(buffers);
+    TrainConfig cpu = device;
+    cpu.optimizer = OptimizerPlacement::kCpu;
+    cpu.host_buffers = buffers;
+    auto t = Trainer::create(cpu, nullptr);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    ASSERT_TRUE(t.value()->run().is_ok());
+    auto whole = gather_whole_state(t.value()->executor(), nullptr);
+    ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+    EXPECT_FALSE(whole.value().copied());
+    EXPECT_TRUE(whole.value().own_params.empty() && whole.value().own_m.empty() && whole.value().own_v.empty());
+    EXPECT_EQ(whole.value().params, reinterpret_cast<const unsigned char*>(t.value()->optimizer().host_master()));
+    EXPECT_EQ(whole.value().bytes, want.params.size() * sizeof(float));
+    EXPECT_EQ(std::memcmp(whole.value().params, want.params.data(), whole.value().bytes), 0);
+    const std::string ckpt = dir.file(std::string("ckpt_") + buffers);
+    expect_bit_identical(want, run_split_at_10(cpu, ckpt));
+    // The second half on the device optimizer, from the CPU optimizer's checkpoint of step 10.
+    TrainConfig second = device;
+    second.checkpoint_dir = ckpt + "_dev";
+    TrainConfig first = cpu;
+    first.stop_at = 10;
+    first.checkpoint_dir = second.checkpoint_dir;
+    std::vector<double> first_losses;
+    {
+      auto f = Trainer::create(first, nullptr);
+      ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+      ASSERT_TRUE(f.value()->run().is_ok());
+      for (const StepRecord& r : f.value()->history()) first_losses.push_back(r.loss);
+    }
+    second.resume = "latest";
+    auto d = Trainer::create(second, nullptr);
+    ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+    ASSERT_TRUE(d.value()->run().is_ok());
+    expect_bit_identical(want, finish(*d.value(), first_losses));
+    // --init-from: the parameters of step 10 into the host master, as into the device's master.
+    std::vector<float> from[2];
+    for (const OptimizerPlacement where : {OptimizerPlacement::kDevice, OptimizerPlacement::kCpu}) {
+      TrainConfig init = where == OptimizerPlacement::kCpu ? cpu : device;
+      init.init_from = second.checkpoint_dir;
+      init.steps = 2;
+      auto i = Trainer::create(init, nullptr);
+      ASSERT_TRUE(i.is_ok()) << i.status().to_string();
+      ASSERT_TRUE(i.value()->run().is_ok());
+      from[where == OptimizerPlacement::kCpu] = finish(*i.value()).params;
+    }
+    ASSERT_FALSE(from[0].empty());
+    EXPECT_EQ(from[0], from[1]);
+  }
 }
 
 // The Llama family through every plan (docs/ARCHITECTURE.md invariant 1): each activation placement and rebuild,
