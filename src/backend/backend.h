@@ -124,6 +124,10 @@ class Backend {
     return host_pool().allocate(bytes, cls, tag);
   }
   void free_host(void* ptr) { host_pool().free(ptr); }
+  // Host memory no copy engine touches, only the host (the CPU optimizer's moments, and its master where nothing
+  // copies it: Note [pinned and pageable host memory] in plan/inventory.h): plain pages on the pinned pool's NUMA
+  // node, never pinned, counted under Tier::kHost.
+  virtual memory::HostPool& pageable_pool() = 0;
   virtual memory::MemoryStats& stats() = 0;
   // Unified (managed) memory (memory/um.h, issue 20): nullptr where this backend has none.
   virtual memory::UmDriver* um() { return nullptr; }

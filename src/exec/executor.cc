@@ -244,7 +244,10 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
                                                               : P);
     // Note [managed optimizer exchange]: managed gradients are read where they are, and a managed compute copy is
     // written where it is: no host copy of either.
-    inv.add_host("params.master", n * sizeof(float), TC::kParam);
+    // Note [pinned and pageable host memory] in plan/inventory.h: the moments never leave the host, nor does the
+    // master where a bf16 compute copy is what the copies move.
+    const bool master_pageable = dt != DType::kF32;
+    inv.add_host("params.master", n * sizeof(float), TC::kParam, master_pageable);
     if (plan.host_ring) {  // Note [host buffers in rings] in plan/schedule.h: slots of the largest segment's size
       const int64_t largest = *std::max_element(segs.size.begin(), segs.size.end());
       for (int i = 0; i < kHostRingSlots; ++i) {
@@ -263,12 +266,12 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
         inv.add_host("grads.staging" + std::to_string(i), segs.size[1] * sizeof(float), TC::kGrad);
       inv.add_host("adam.host_norm_parts", S * sizeof(float), TC::kWorkspace);
     }
-    inv.add_host("adam.m", n * sizeof(float), TC::kOptimState);
-    inv.add_host("adam.v", n * sizeof(float), TC::kOptimState);
+    inv.add_host("adam.m", n * sizeof(float), TC::kOptimState, true);
+    inv.add_host("adam.v", n * sizeof(float), TC::kOptimState, true);
     if (spec.hyper.speculate) {
-      inv.add_host("adam.master.next", n * sizeof(float), TC::kParam);
-      inv.add_host("adam.m.next", n * sizeof(float), TC::kOptimState);
-      inv.add_host("adam.v.next", n * sizeof(float), TC::kOptimState);
+      inv.add_host("adam.master.next", n * sizeof(float), TC::kParam, master_pageable);
+      inv.add_host("adam.m.next", n * sizeof(float), TC::kOptimState, true);
+      inv.add_host("adam.v.next", n * sizeof(float), TC::kOptimState, true);
       if (dt != DType::kF32 && !plan.managed_params)
         inv.add_host("params.compute.host.next", n * dtype_size(dt), TC::kParam);
     }
@@ -387,8 +390,10 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
       device_.push_back(t);
       by_name_[e.name] = t;
     } else {
-      TT_ASSIGN_OR_RETURN(void* p, be_.allocate_host(e.request, e.cls, e.name));
-      host_.push_back(p);
+      // Note [pinned and pageable host memory] in plan/inventory.h.
+      memory::HostPool& from = e.pageable ? be_.pageable_pool() : be_.host_pool();
+      TT_ASSIGN_OR_RETURN(void* p, from.allocate(e.request, e.cls, e.name));
+      host_.push_back({p, e.pageable});
       host_by_name_[e.name] = p;
     }
   }
@@ -545,7 +550,8 @@ Executor::~Executor() {
   (void)be_.synchronize_all();
   opt_.reset();
   model_.reset();
-  for (auto it = host_.rbegin(); it != host_.rend(); ++it) be_.free_host(*it);
+  for (auto it = host_.rbegin(); it != host_.rend(); ++it)
+    (it->second ? be_.pageable_pool() : be_.host_pool()).free(it->first);
   for (auto it = device_.rbegin(); it != device_.rend(); ++it) be_.pool().free(*it);
   for (auto it = managed_.rbegin(); it != managed_.rend(); ++it) managed_pool_->free(*it);
   managed_pool_.reset();

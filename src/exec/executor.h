@@ -193,7 +193,7 @@ class Executor : public ModelHooks {
   GradReducer* input_reducer_ = nullptr;  // ExecSpec::input_scatter
   // Everything allocated, freed in the destructor.
   std::vector<Tensor> device_, managed_;
-  std::vector<void*> host_;
+  std::vector<std::pair<void*, bool>> host_;  // and whether from the pageable pool
   // Issue 20: the managed pool over one reservation of the backend's UM driver (Note [managed activations]).
   void* managed_base_ = nullptr;
   std::unique_ptr<memory::DevicePool> managed_pool_;

@@ -53,9 +53,13 @@ int64_t RunSpec::host_need() const {
 }
 
 std::string RunSpec::describe_host_need() const {
-  std::string s = str_format("%s %s (%s)", format_bytes(inventory.total(Inventory::kHost)).c_str(),
+  // Note [pinned and pageable host memory] in plan/inventory.h.
+  std::string s = str_format("%s %s (%s)", format_bytes(inventory.pinned_total()).c_str(),
                              probe.device_memory ? "pinned" : "in the host slab",
-                             inventory.describe(Inventory::kHost).c_str());
+                             inventory.describe_host(false).c_str());
+  if (inventory.pageable_total() > 0)
+    s += str_format(", %s pageable (%s)", format_bytes(inventory.pageable_total()).c_str(),
+                    inventory.describe_host(true).c_str());
   if (managed_total > managed_device)
     s += str_format(", %s of managed pages off the device", format_bytes(managed_total - managed_device).c_str());
   if (!probe.device_memory) s += str_format(", %s for the CPU backend's device arena", format_bytes(device_need()).c_str());
@@ -460,9 +464,14 @@ Result<std::unique_ptr<Backend>> create_run_backend(const TrainConfig& cfg, cons
                                                 r.reserve.attention_workspace_bytes);
   options.attention = r.attention;
   TT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, create_backend(r.backend, options));
-  // The host memory the run keeps for the copy engines, taken (and pinned) in one slab: the inventory's host part.
-  Status s = be->host_pool().reserve(static_cast<size_t>(r.inventory.total(Inventory::kHost)));
+  // The host memory the run keeps for the copy engines, taken (and pinned) in one slab: the inventory's pinned host
+  // part; what only the host touches in another, never pinned (Note [pinned and pageable host memory]).
+  Status s = be->host_pool().reserve(static_cast<size_t>(r.inventory.pinned_total()));
   if (!s.is_ok()) return std::move(s.with_context("reserving the run's host memory"));
+  if (r.inventory.pageable_total() > 0) {
+    s = be->pageable_pool().reserve(static_cast<size_t>(r.inventory.pageable_total()));
+    if (!s.is_ok()) return std::move(s.with_context("reserving the run's pageable host memory"));
+  }
   return be;
 }
 
@@ -1090,6 +1099,9 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
   j["memory"]["host_pool"] = {{"slab_bytes", hp.slab_bytes()},        {"peak_held_bytes", hp.peak_in_use()},
                               {"slabs", hp.slab_count()},              {"allocation_count", hp.allocation_count()},
                               {"numa_node", hp.numa_node()},           {"pinned", hp.pinned()}};
+  const memory::HostPool& pp = backend_->pageable_pool();
+  j["memory"]["pageable_host_pool"] = {{"slab_bytes", pp.slab_bytes()}, {"peak_held_bytes", pp.peak_in_use()},
+                                       {"slabs", pp.slab_count()}};
   return write_json_atomically(cfg_.metrics_out, j);
 }
 

@@ -46,6 +46,7 @@ Status HostPool::add_slab(size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   TT_RETURN_IF(p == MAP_FAILED, kOutOfMemory, "cannot map %s of host memory for the host pool",
                format_bytes(static_cast<int64_t>(bytes)).c_str());
+  if (options_.huge_pages) (void)madvise(p, bytes, MADV_HUGEPAGE);  // advice only: refused, the pages stay small
   if (options_.numa_node >= 0) {
     Status s = bind_to_node(p, bytes, options_.numa_node);
     if (!s.is_ok()) {

@@ -43,11 +43,25 @@ struct HostPoolOptions {
   int numa_node = -1;  // -1: no placement (pages go where they are first touched)
   // Placement refused (mbind not permitted or not supported): an error if required, else a warning and no placement.
   bool numa_required = false;
+  // Ask for transparent huge pages (madvise MADV_HUGEPAGE; advice: the kernel may decline): for memory the host
+  // streams through, where 4 KiB pages cost a page fault each on first touch and a TLB miss every 4 KiB after.
+  bool huge_pages = false;
   // Locks a slab's pages (cudaHostRegister on a GPU, mlock on the CPU backend when asked for); unset: not locked.
   // kOutOfMemory from it means the locked-memory limit (the error then names RLIMIT_MEMLOCK).
   std::function<Status(void*, size_t)> pin;
   std::function<void(void*, size_t)> unpin;
 };
+
+// The options of a pool of plain pages for what only the host touches (Backend::pageable_pool): never pinned, on
+// the pinned pool's NUMA node, huge pages asked for.
+inline HostPoolOptions pageable_pool_options(int numa_node, bool numa_required) {
+  HostPoolOptions o;
+  o.tier = Tier::kHost;
+  o.numa_node = numa_node;
+  o.numa_required = numa_required;
+  o.huge_pages = true;
+  return o;
+}
 
 class HostPool {
  public:

@@ -37,15 +37,17 @@ void Inventory::add_pooled(std::string name, Where where, Shape shape, DType dty
   entries_.push_back(std::move(e));
 }
 
-void Inventory::add_host(std::string name, size_t bytes, TensorClass cls) {
+void Inventory::add_host(std::string name, size_t bytes, TensorClass cls, bool pageable) {
   InventoryEntry e;
   e.name = std::move(name);
   e.where = kHost;
   e.cls = cls;
+  e.pageable = pageable;
   e.shape = Shape{static_cast<int64_t>(bytes)};
   e.request = bytes;
   e.bytes = memory::host_alloc_size(bytes);
   totals_[kHost] += static_cast<int64_t>(e.bytes);
+  if (pageable) pageable_ += static_cast<int64_t>(e.bytes);
   per_class_[kHost][static_cast<int>(cls)] += static_cast<int64_t>(e.bytes);
   index_[e.name] = entries_.size();
   entries_.push_back(std::move(e));
@@ -82,6 +84,18 @@ std::string Inventory::describe(Where w) const {
   return s;
 }
 
+std::string Inventory::describe_host(bool pageable) const {
+  int64_t per_class[kNumTensorClasses] = {};
+  for (const InventoryEntry& e : entries_)
+    if (e.where == kHost && e.pageable == pageable) per_class[static_cast<int>(e.cls)] += static_cast<int64_t>(e.bytes);
+  std::string s;
+  for (int c = 0; c < kNumTensorClasses; ++c)
+    if (per_class[c] != 0)
+      s += str_format("%s%s %s", s.empty() ? "" : ", ", tensor_class_name(static_cast<TensorClass>(c)),
+                      format_bytes(per_class[c]).c_str());
+  return s;
+}
+
 nlohmann::json Inventory::to_json() const {
   nlohmann::json out = nlohmann::json::object();
   for (int w : {kDevice, kHost, kManaged}) {
@@ -96,6 +110,7 @@ nlohmann::json Inventory::to_json() const {
       }
       if (e.layer >= 0) j["layer"] = e.layer;
       if (e.backend_owned) j["backend_owned"] = true;
+      if (e.pageable) j["pageable"] = true;
       list.push_back(std::move(j));
     }
     nlohmann::json classes = nlohmann::json::object();
@@ -103,6 +118,7 @@ nlohmann::json Inventory::to_json() const {
       if (per_class_[w][c] != 0) classes[tensor_class_name(static_cast<TensorClass>(c))] = per_class_[w][c];
     const char* key = w == kDevice ? "device" : w == kHost ? "host" : "managed";
     out[key] = {{"total_bytes", totals_[w]}, {"per_class", classes}, {"entries", list}};
+    if (w == kHost) out[key]["pageable_bytes"] = pageable_;
   }
   out["device"]["backend_reserved_bytes"] = reserved_;
   return out;

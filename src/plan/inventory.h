@@ -32,7 +32,16 @@ struct InventoryEntry {
   size_t request = 0;  // bytes asked for
   size_t bytes = 0;    // bytes the pool takes for it (its alignment)
   bool backend_owned = false;  // taken by the backend itself (add_backend_reserved), not by the executor
+  bool pageable = false;       // a host entry of the pageable pool (Note [pinned and pageable host memory])
 };
+
+// Note [pinned and pageable host memory]
+// Host memory a copy engine reads or writes is pinned (page-locked: the host pool, memory/host_pool.h), so that the
+// copies run at the link's speed and beside compute. Pinning is slow (the kernel walks and locks every page), takes
+// memory the OS can no longer move or reclaim, and may be limited; memory only the host's threads touch gains
+// nothing from it. So host entries that no copy reads or writes come from a second, pageable pool: AdamW's moments
+// of the CPU optimizer (both sets), and its fp32 master where the copies move the bf16 compute copy instead (with f32
+// compute the master is what the copies send). --dry-run and the host memory check say how much of each.
 
 // Device bytes a set of tensors takes as the pool lays them out one after the other (each 256-byte aligned): a swap
 // slot's size for the tensors carved out of it.
@@ -51,7 +60,7 @@ class Inventory {
   static constexpr int kNumWhere = 3;
 
   void add_device(std::string name, Shape shape, DType dtype, TensorClass cls, int layer = -1);
-  void add_host(std::string name, size_t bytes, TensorClass cls);
+  void add_host(std::string name, size_t bytes, TensorClass cls, bool pageable = false);
   // Taken from the managed pool in whole 2 MiB pieces (kManagedAlignBytes), so that no two entries share a page:
   // a discard or prefetch of one never touches another's data (cudaMemDiscardBatchAsync is undefined for memory
   // accessed during it, and the driver acts on whole pages).
@@ -64,6 +73,10 @@ class Inventory {
   const std::vector<InventoryEntry>& entries() const { return entries_; }
   const InventoryEntry* find(const std::string& name) const;
   int64_t total(Where w) const { return totals_[w]; }
+  int64_t pageable_total() const { return pageable_; }  // of total(kHost)
+  int64_t pinned_total() const { return totals_[kHost] - pageable_; }
+  // "param 12.0 MiB, grad 12.0 MiB, ..." over the classes with bytes, of the host's pageable or pinned entries.
+  std::string describe_host(bool pageable) const;
   int64_t of(Where w, TensorClass cls) const { return per_class_[w][static_cast<int>(cls)]; }
   int64_t backend_reserved() const { return reserved_; }
   // "param 12.0 MiB, grad 12.0 MiB, ..." over the classes with bytes.
@@ -77,6 +90,7 @@ class Inventory {
   int64_t totals_[kNumWhere] = {};
   int64_t per_class_[kNumWhere][kNumTensorClasses] = {};
   int64_t reserved_ = 0;
+  int64_t pageable_ = 0;
 };
 
 }  // namespace tt

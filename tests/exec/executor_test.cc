@@ -353,6 +353,16 @@ TEST(Executor, HostRingsHoldTheStateAndTwoSegmentsAndAreRefusedWhereWholeCopiesA
             static_cast<int64_t>(memory::host_alloc_size(static_cast<size_t>(n) * 4)) -
                 2 * static_cast<int64_t>(memory::host_alloc_size(static_cast<size_t>(largest) * 4)));
   EXPECT_EQ(b.find("adam.grads"), nullptr);
+  // Note [pinned and pageable host memory]: the moments pageable; the master too but with f32 compute, where the
+  // copies send it.
+  for (const Inventory* inv : {&a, &b}) {
+    EXPECT_TRUE(inv->find("adam.m")->pageable && inv->find("adam.v")->pageable);
+    EXPECT_FALSE(inv->find("params.master")->pageable);
+    EXPECT_EQ(inv->pageable_total(), 2 * static_cast<int64_t>(memory::host_alloc_size(static_cast<size_t>(n) * 4)));
+  }
+  ExecSpec bf16 = ring;
+  bf16.compute = DType::kBF16;
+  EXPECT_TRUE(Executor::inventory(bf16).value().find("params.master")->pageable);
   ASSERT_NE(b.find("grads.ring1"), nullptr);
   EXPECT_EQ(b.find("grads.ring1")->request, static_cast<size_t>(largest) * 4);
   struct Refused {
@@ -397,13 +407,21 @@ TEST(Executor, MemoryOfTheScheduleIsWhatThePoolsMeasured) {
       EXPECT_EQ(inv.of(Inventory::kManaged, k), m.peak[Inventory::kManaged][cls]);
     }
     EXPECT_EQ(static_cast<int64_t>(be->pool().peak_in_use()), m.peak_total[Inventory::kDevice]);
-    EXPECT_EQ(static_cast<int64_t>(be->host_pool().peak_in_use()), m.peak_total[Inventory::kHost]);
+    // Note [pinned and pageable host memory]: the host entries from the host pool, or the pageable one.
+    EXPECT_EQ(static_cast<int64_t>(be->host_pool().peak_in_use() + be->pageable_pool().peak_in_use()),
+              m.peak_total[Inventory::kHost]);
+    EXPECT_EQ(static_cast<int64_t>(be->pageable_pool().peak_in_use()), inv.pageable_total());
+    if (c.opt == OptimizerPlacement::kCpu) {
+      EXPECT_GT(inv.pageable_total(), 0);  // AdamW's moments at least
+    }
     // One allocation per inventory entry, and none since.
-    int64_t device_entries = 0, host_entries = 0;
+    int64_t device_entries = 0, host_entries = 0, pageable_entries = 0;
     for (const InventoryEntry& e : inv.entries())
-      if (e.where != Inventory::kManaged) (e.where == Inventory::kDevice ? device_entries : host_entries) += 1;
+      if (e.where != Inventory::kManaged)
+        (e.where == Inventory::kDevice ? device_entries : e.pageable ? pageable_entries : host_entries) += 1;
     EXPECT_EQ(be->pool().allocation_count(), device_entries);
     EXPECT_EQ(be->host_pool().allocation_count(), host_entries);
+    EXPECT_EQ(be->pageable_pool().allocation_count(), pageable_entries);
   }
 }
 

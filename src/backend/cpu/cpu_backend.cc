@@ -151,6 +151,7 @@ class CpuBackend final : public Backend {
         pool_(region, static_cast<size_t>(options.device_budget), Device{DeviceKind::kCpu, 0}, &stats_,
               static_cast<size_t>(physical_memory_bytes()), [this] { return create_event(false); }),
         host_pool_(host_pool_options(options), &stats_),
+        pageable_pool_(memory::pageable_pool_options(options.host_numa_node, options.host_numa_node >= 0), &stats_),
         compute_("compute"), h2d_("h2d"), d2h_("d2h"), host_("host"), comm_("comm") {
     // OpenMP thread pools are per calling thread: set the count on the worker that runs the kernels.
     compute_.enqueue([threads] { set_num_threads(threads); });
@@ -187,6 +188,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Event> create_event(bool /*timing*/) override { return std::make_unique<CpuEvent>(); }
   memory::DevicePool& pool() override { return pool_; }
   memory::HostPool& host_pool() override { return host_pool_; }
+  memory::HostPool& pageable_pool() override { return pageable_pool_; }
   memory::MemoryStats& stats() override { return stats_; }
   memory::UmDriver* um() override { return um_.get(); }
 
@@ -617,6 +619,7 @@ class CpuBackend final : public Backend {
   memory::MemoryStats stats_;
   memory::DevicePool pool_;
   memory::HostPool host_pool_;
+  memory::HostPool pageable_pool_;
   CpuStream compute_, h2d_, d2h_, host_, comm_;
   std::unique_ptr<memory::UmDriver> um_;
 };

@@ -126,6 +126,7 @@ class CudaBackend final : public Backend {
         pool_(region, static_cast<size_t>(budget), Device{DeviceKind::kCuda, device}, &stats_, capacity,
               [this] { return create_event(false); }),
         host_pool_(pinned_pool_options(host_numa_node, numa_required), &stats_),
+        pageable_pool_(memory::pageable_pool_options(host_numa_node, numa_required), &stats_),
         compute_("compute"),
         h2d_("h2d"), d2h_("d2h"), host_("host"), comm_("comm"), um_host_piece_bytes_(um_host_piece_bytes) {}
 
@@ -224,6 +225,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Event> create_event(bool timing) override { return std::make_unique<CudaEvent>(timing); }
   memory::DevicePool& pool() override { return pool_; }
   memory::HostPool& host_pool() override { return host_pool_; }
+  memory::HostPool& pageable_pool() override { return pageable_pool_; }
   std::map<std::string, int64_t> counters() const override {
     return {{"cublaslt_bias_gemms", lt_.calls(Epilogue::kBias)},
             {"cublaslt_gelu_bias_gemms", lt_.calls(Epilogue::kGeluAuxBias)},
@@ -634,6 +636,7 @@ class CudaBackend final : public Backend {
   memory::MemoryStats stats_;
   memory::DevicePool pool_;
   memory::HostPool host_pool_;
+  memory::HostPool pageable_pool_;
   CudaStream compute_, h2d_, d2h_, host_, comm_;
   cublasHandle_t cublas_ = nullptr;
   LtGemm lt_;
