@@ -83,6 +83,9 @@ struct Buf {
   void* ptr = nullptr;
   size_t count = 0;  // elements
   DType dtype = DType::kF32;
+  // Note [bytes and other moved types]: the element type's name where it travels as a comm type of its size but
+  // cannot be reduced as one (int8 as bytes, int16 as 2-byte elements, ...); null for the reducible types.
+  const char* move_only = nullptr;
   bool in_place = false;
   bool has_view = false;  // view holds an export of the buffer protocol, released here
   Py_buffer view;  // (a raw Py_buffer, not py::buffer_info, which copies shape, strides and format a call)
@@ -166,6 +169,7 @@ bool numpy_buf(Buf& b, PyObject* o, bool writable) {
   const auto* d = reinterpret_cast<const NdDescrHead*>(a->descr);
   if (d->byteorder == '>') return false;
   DType dt;
+  const char* move_only = nullptr;  // Note [bytes and other moved types]
   switch (d->type_num) {
     case 11: dt = DType::kF32; break;  // NPY_FLOAT
     case 12: dt = DType::kF64; break;  // NPY_DOUBLE
@@ -173,6 +177,14 @@ bool numpy_buf(Buf& b, PyObject* o, bool writable) {
     case 5: dt = DType::kI32; break;   // NPY_INT
     case 7: dt = sizeof(long) == 8 ? DType::kI64 : DType::kI32; break;  // NPY_LONG
     case 9: dt = DType::kI64; break;   // NPY_LONGLONG
+    case 2: dt = DType::kU8; break;    // NPY_UBYTE
+    case 0: dt = DType::kU8, move_only = "bool"; break;     // NPY_BOOL
+    case 1: dt = DType::kU8, move_only = "int8"; break;     // NPY_BYTE
+    case 3: dt = DType::kF16, move_only = "int16"; break;   // NPY_SHORT
+    case 4: dt = DType::kF16, move_only = "uint16"; break;  // NPY_USHORT
+    case 6: dt = DType::kI32, move_only = "uint32"; break;  // NPY_UINT
+    case 8: dt = sizeof(long) == 8 ? DType::kI64 : DType::kI32, move_only = "uint64"; break;  // NPY_ULONG
+    case 10: dt = DType::kI64, move_only = "uint64"; break;  // NPY_ULONGLONG
     default: return false;
   }
   size_t n = 1;
@@ -182,10 +194,17 @@ bool numpy_buf(Buf& b, PyObject* o, bool writable) {
   b.ptr = a->data;
   b.count = n;
   b.dtype = dt;
+  b.move_only = move_only;
   return true;
 }
 
-DType dtype_of_format(const char* format, size_t itemsize, const char* what) {
+// Note [bytes and other moved types]
+// The collectives move bytes as every program does (bytearray, bytes, array('B'), numpy uint8), and reduce them as
+// MPI reduces unsigned chars (modulo 256). Element types the communicators have no arithmetic for travel as a type of
+// their size (int8 and bool as bytes, int16 and uint16 as 2-byte, uint32 as 4-byte, uint64 as 8-byte elements):
+// Bcast, Gather, Scatter, Allgather, Alltoall and point-to-point move them bit for bit, with their element counts
+// checked as theirs; a reduction of one is refused with a TypeError naming the type (Buf::move_only).
+DType dtype_of_format(const char* format, size_t itemsize, const char* what, const char** move_only) {
   const std::string_view fmt = format != nullptr ? format : "B";  // (no format: unsigned bytes)
   // Native byte order only ("<f" on this little-endian host, "=f", "@f" or "f"); ">f4" would be summed byte-swapped.
   if (!fmt.empty() && (fmt.front() == '>' || fmt.front() == '!'))
@@ -197,9 +216,27 @@ DType dtype_of_format(const char* format, size_t itemsize, const char* what) {
   if (c == 'e' && itemsize == 2) return DType::kF16;
   if ((c == 'i' || c == 'l' || c == 'q') && itemsize == 4) return DType::kI32;
   if ((c == 'i' || c == 'l' || c == 'q') && itemsize == 8) return DType::kI64;
+  if (c == 'B' && itemsize == 1) return DType::kU8;
+  // Note [bytes and other moved types].
+  const bool one_char = fmt.size() == 1 || (fmt.size() == 2 && std::string_view("<>=@!").find(fmt[0]) != fmt.npos);
+  if (one_char) {
+    if ((c == 'b' || c == 'c' || c == '?') && itemsize == 1) {
+      *move_only = c == 'b' ? "int8" : c == 'c' ? "char" : "bool";
+      return DType::kU8;
+    }
+    if ((c == 'h' || c == 'H') && itemsize == 2) {
+      *move_only = c == 'h' ? "int16" : "uint16";
+      return DType::kF16;
+    }
+    if ((c == 'I' || c == 'L' || c == 'Q') && (itemsize == 4 || itemsize == 8)) {
+      *move_only = itemsize == 4 ? "uint32" : "uint64";
+      return itemsize == 4 ? DType::kI32 : DType::kI64;
+    }
+  }
   throw py::type_error(std::string(what) + ": element type '" + std::string(fmt) + "' (" + std::to_string(itemsize) +
-                       " bytes) is not one of float32, float64, float16, int32, int64 (bfloat16: pass a DLPack "
-                       "tensor)");
+                       " bytes) is not one tiertrain.comm moves: float32, float64, float16, int32, int64, uint8 "
+                       "(and bytes), bfloat16 as a DLPack tensor; int8, bool, int16, uint16, uint32 and uint64 are "
+                       "moved but not reduced");
 }
 
 // The reductions and copies read and write whole elements (vectorised): memory not aligned to its element size
@@ -269,6 +306,9 @@ void to_buf(Buf& b, const py::object& o, bool writable, const char* what, bool g
     else if (code == 4 && bits == 16) b.dtype = DType::kBF16;
     else if (code == 0 && bits == 32) b.dtype = DType::kI32;
     else if (code == 0 && bits == 64) b.dtype = DType::kI64;
+    else if (code == 1 && bits == 8) b.dtype = DType::kU8;  // Note [bytes and other moved types]
+    else if (code == 0 && bits == 8) b.dtype = DType::kU8, b.move_only = "int8";
+    else if (code == 6 && bits == 8) b.dtype = DType::kU8, b.move_only = "bool";
     else throw py::type_error(std::string(what) + ": DLPack dtype code " + std::to_string(code) + " bits " +
                               std::to_string(bits) + " is not supported");
     b.ptr = static_cast<char*>(t.data) + t.byte_offset;
@@ -291,7 +331,7 @@ void to_buf(Buf& b, const py::object& o, bool writable, const char* what, bool g
     expect *= v.shape[d];
     n *= v.shape[d];
   }
-  b.dtype = dtype_of_format(v.format, static_cast<size_t>(v.itemsize), what);
+  b.dtype = dtype_of_format(v.format, static_cast<size_t>(v.itemsize), what, &b.move_only);
   aligned(v.buf, b.dtype, what);
   b.ptr = v.buf;
   b.count = static_cast<size_t>(n);
@@ -475,6 +515,7 @@ class PyComm {
     Buf &s = a.s, &r = a.r;
     to_buf(r, recv, true, "Allreduce recvbuf");
     to_buf(s, send, false, "Allreduce sendbuf");
+    reducible(s, r, "Allreduce");
     same(s, r, 1, "Allreduce");
     k(&Communicator::allreduce, &Communicator::iallreduce, NoAfter{}, send_ptr(s), r.ptr, r.count, r.dtype, op);
   }
@@ -488,6 +529,7 @@ class PyComm {
     Buf &s = a.s, &r = a.r;
     to_buf(s, send, false, "Reduce sendbuf");
     if (rank() == root || !recv.is_none()) to_buf(r, recv, true, "Reduce recvbuf");
+    reducible(s, r, "Reduce");
     const size_t count = s.in_place ? r.count : s.count;
     const DType dt = s.in_place ? r.dtype : s.dtype;
     if (rank() == root && !s.in_place) same(s, r, 1, "Reduce");
@@ -561,6 +603,7 @@ class PyComm {
     Buf &s = a.s, &r = a.r;
     to_buf(r, recv, true, "Reduce_scatter recvbuf");
     to_buf(s, send, false, "Reduce_scatter sendbuf");
+    reducible(s, r, "Reduce_scatter");
     size_t per = r.count;
     if (s.in_place) {
       divisible(r.count, "Reduce_scatter recvbuf");
@@ -691,8 +734,18 @@ class PyComm {
   std::mutex mu_;
   static void same_count(const Buf& s, size_t count, DType dt, const std::string& what) {
     if (s.count != count || s.dtype != dt)
-      throw py::value_error(what + ": " + std::to_string(s.count) + " " + tt::dtype_name(s.dtype) +
-                            " elements, expected " + std::to_string(count) + " " + tt::dtype_name(dt));
+      throw py::value_error(what + ": " + std::to_string(s.count) + " " +
+                            (s.move_only ? s.move_only : tt::dtype_name(s.dtype)) + " elements, expected " +
+                            std::to_string(count) + " " + tt::dtype_name(dt));
+  }
+  // Note [bytes and other moved types]: a type moved as another of its size is not reduced as that one.
+  static void reducible(const Buf& s, const Buf& r, const char* call) {
+    for (const Buf* b : {&s, &r})
+      if (b->move_only)
+        throw py::type_error(std::string(call) + ": " + b->move_only +
+                             " elements are moved by tiertrain.comm (Bcast, Gather, Scatter, Allgather, Alltoall, "
+                             "Send and Recv) but not reduced; reductions take float32, float64, float16, bfloat16, "
+                             "int32, int64 and uint8 (convert, e.g. x.astype(numpy.int32))");
   }
   static void same(const Buf& s, const Buf& r, size_t ratio, const std::string& what) {
     if (s.in_place) return;
@@ -1018,7 +1071,7 @@ P2pBuf p2p_buf(const PyComm& c, Buf& b, const py::object& o, bool writable, cons
     b.ptr = v.buf;
     pb.bytes = static_cast<size_t>(v.len);
     try {
-      b.dtype = dtype_of_format(v.format, static_cast<size_t>(v.itemsize), what);
+      b.dtype = dtype_of_format(v.format, static_cast<size_t>(v.itemsize), what, &b.move_only);
       pb.typed = reinterpret_cast<uintptr_t>(v.buf) % tt::dtype_size(b.dtype) == 0;
       b.count = pb.typed ? pb.bytes / tt::dtype_size(b.dtype) : 0;
     } catch (const py::type_error&) {
