@@ -256,6 +256,72 @@ def moved_types(comm: tc.Comm) -> None:
     print(f"rank {me}: moved types right")
 
 
+def request_sets(comm: tc.Comm) -> None:
+    """Note [request sets]: Waitall with statuses, Waitany until UNDEFINED, Waitsome, Testall, Testany, Testsome,
+    REQUEST_NULL among the requests and equal to a request once waited for, and the object layer's waitall, waitany
+    and testall, on a ring of messages with distinct tags."""
+    me, n = comm.rank, comm.size
+    right, left = (me + 1) % n, (me - 1) % n
+
+    def post(k):
+        bufs = [np.zeros(8, np.int32) for _ in range(k)]
+        reqs = [comm.Irecv(b, source=left, tag=10 + t) for t, b in enumerate(bufs)]
+        sends = [comm.Isend(np.full(8, 100 * left + t, np.int32) * 0 + (100 * me + t), dest=right, tag=10 + t)
+                 for t in range(k)]
+        return bufs, reqs, sends
+
+    def right_data(bufs):
+        return all(np.array_equal(b, np.full(8, 100 * left + t)) for t, b in enumerate(bufs))
+
+    bufs, reqs, sends = post(4)
+    expect(reqs[0] != tc.REQUEST_NULL, "a live request equals REQUEST_NULL")
+    statuses = [tc.Status()]  # (extended to one a request)
+    tc.Request.Waitall(reqs + [tc.REQUEST_NULL, comm.Irecv(np.zeros(1), source=tc.PROC_NULL)], statuses)
+    expect(len(statuses) == 6 and [s.Get_tag() for s in statuses[:4]] == [10, 11, 12, 13], "Waitall statuses")
+    expect(all(s.Get_source() == left and s.Get_count(tc.INT) == 8 for s in statuses[:4]), "Waitall sources")
+    expect(statuses[4].Get_source() == tc.ANY_SOURCE and statuses[4].Get_count() == 0, "REQUEST_NULL's status")
+    expect(right_data(bufs) and reqs[0] == tc.REQUEST_NULL, "Waitall data, and a waited request is null")
+    tc.Request.Waitall(sends)
+    # Waitany until none is live: every index once.
+    bufs, reqs, sends = post(5)
+    seen = []
+    st = tc.Status()
+    while True:
+        i = tc.Request.Waitany(reqs, st)
+        if i == tc.UNDEFINED:
+            break
+        expect(st.Get_tag() == 10 + i and i not in seen, f"Waitany gave {i} (tag {st.Get_tag()})")
+        seen.append(i)
+    expect(sorted(seen) == list(range(5)) and right_data(bufs), "Waitany took every request")
+    expect(tc.Request.Waitsome(sends) is not None, "Waitsome of live sends")
+    tc.Request.Waitall(sends)
+    expect(tc.Request.Waitsome(sends) is None, "Waitsome of none live")
+    # Testall until true; Testany and Testsome once everything is done.
+    bufs, reqs, sends = post(3)
+    while not tc.Request.Testall(reqs):
+        time.sleep(1e-4)
+    expect(right_data(bufs), "Testall data")
+    tc.Request.Waitall(sends)
+    expect(tc.Request.Testany(reqs) == (tc.UNDEFINED, True), "Testany of none live")
+    expect(tc.Request.Testsome(reqs) is None, "Testsome of none live")
+    bufs, reqs, sends = post(2)
+    got = []
+    while len(got) < 2:
+        got += tc.Request.Testsome(reqs) or []
+    expect(sorted(got) == [0, 1] and right_data(bufs), "Testsome")
+    tc.Request.Waitall(sends)
+    # The object layer.
+    rs = [comm.irecv(source=left, tag=30 + t) for t in range(3)]
+    ss = [comm.isend({"from": me, "t": t}, dest=right, tag=30 + t) for t in range(3)]
+    i, obj = tc.Request.waitany(rs)
+    expect(obj == {"from": left, "t": i}, f"waitany gave {i}: {obj}")
+    objs = tc.Request.waitall(rs)
+    expect(objs == [{"from": left, "t": t} for t in range(3)], f"waitall gave {objs}")
+    expect(tc.Request.testall(ss) == (True, [None, None, None]) or tc.Request.waitall(ss) == [None] * 3, "sends")
+    comm.Barrier()
+    print(f"rank {me}: request sets right")
+
+
 def nonblocking(comm: tc.Comm) -> None:
     """Note [non-blocking calls]: every I-method gives what its blocking twin gives; several in flight at once; the
     buffers held until Wait; Test; a dropped Request waits; I-calls and blocking calls keep the call order; the
@@ -813,7 +879,7 @@ def p2p_timeout(comm: tc.Comm) -> None:
 
 if __name__ == "__main__":
     c = tc.world()
-    {"collectives": collectives, "moved_types": moved_types, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
+    {"collectives": collectives, "moved_types": moved_types, "request_sets": request_sets, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
      "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,

@@ -49,6 +49,12 @@ def test_every_collective_dtype_and_op_against_numpy(ranks):
 
 
 @pytest.mark.parametrize("ranks", [1, 3])
+def test_request_sets_as_mpi4py_has_them(ranks):
+    """Note [request sets] in tiertrain/comm.py."""
+    run_right(ranks, "request_sets", "rank 0: request sets right")
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
 def test_bytes_and_other_moved_types(ranks):
     """Note [bytes and other moved types]: byte buffers and the types without a reduction, moved bit for bit."""
     run_right(ranks, "moved_types", "rank 0: moved types right")

@@ -417,6 +417,8 @@ class PyRequest {
   }
   // A received message of any length (the object layer's irecv), once waited for; None before.
   py::object result() const { return result_; }
+  // Waited for (mpi4py's requests become REQUEST_NULL then): its buffers let go, Wait returns at once.
+  bool waited() const { return !p_; }
   // mpi4py's Status, duck-typed: its source, tag and count (bytes) are set where given.
   static void fill_status(const py::object& status, const tt::comm::MessageInfo& info) {
     if (status.is_none()) return;
@@ -1140,6 +1142,21 @@ PYBIND11_MODULE(_comm, m) {
       .def("Test", &PyRequest::Test, py::arg("status") = py::none(),
            "Whether the operation is done (and if so, Wait() returns at once).")
       .def("_result", &PyRequest::result, "The object layer's received bytes, once waited for.")
+      .def_property_readonly("_waited", &PyRequest::waited)
+      // mpi4py's: a request waited for compares equal to REQUEST_NULL (and to any other waited for).
+      .def("__eq__",
+           [](const py::object& a, const py::object& b) -> py::object {
+             if (a.is(b)) return py::bool_(true);
+             if (!py::isinstance<PyRequest>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+             return py::bool_(a.cast<const PyRequest&>().waited() && b.cast<const PyRequest&>().waited());
+           })
+      .def("__ne__",
+           [](const py::object& a, const py::object& b) -> py::object {
+             if (a.is(b)) return py::bool_(false);
+             if (!py::isinstance<PyRequest>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+             return py::bool_(!(a.cast<const PyRequest&>().waited() && b.cast<const PyRequest&>().waited()));
+           })
+      .def("__hash__", [](const py::object& a) { return py::hash(py::int_(reinterpret_cast<uintptr_t>(a.ptr()))); })
       .def_static(
           "Waitall",
           [](const py::iterable& requests) {

@@ -365,14 +365,14 @@ def _Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, r
 def _Isend(self, buf, dest, tag=0):
     """Send, started: a Request (Wait, Test). `buf` must not change until it is done."""
     if dest == PROC_NULL:
-        return Request._null_request(PROC_NULL)
+        return Comm._null_request(PROC_NULL)
     return self._Isend(_spec(buf), dest, tag)
 
 
 def _Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
     """Recv, started: a Request; Wait(status) fills `status`. Leave `buf` alone until it is done."""
     if source == PROC_NULL:
-        return Request._null_request(PROC_NULL)
+        return Comm._null_request(PROC_NULL)
     return self._Irecv(_spec(buf), source, tag)
 
 
@@ -432,11 +432,194 @@ class ObjRequest:
     def Test(self, status=None):
         return self.test(status)[0]
 
-    @staticmethod
-    def waitall(requests, statuses=None):
-        """Waits for every request; the objects received, in order (None for sends)."""
-        requests = list(requests)
-        return [r.wait(None if statuses is None else statuses[i]) for i, r in enumerate(requests)]
+    # (waitall, waitany, testall and the upper-case list operations: Note [request sets], below.)
+
+
+# Note [request sets]: mpi4py's operations on lists of requests (Request.Waitall, Waitany, Waitsome, Testall,
+# Testany, Testsome, and the lower-case waitall, waitany, testall of the object layer), over Request.Wait and Test.
+# A request waited for is "null" (it compares equal to REQUEST_NULL) and is skipped, as MPI skips null handles;
+# Waitany and Waitsome poll the others, sleeping a little longer each round (at most 1 ms), until one is done. A list
+# `statuses` gets one Status a request (appended where it is short); the first error is raised once the call is
+# done with the rest.
+
+def _checked(requests, call):
+    """The list of requests, every item checked to be a Request before any is waited for."""
+    requests = list(requests)
+    for r in requests:
+        if not isinstance(r, (Request, ObjRequest)):
+            raise TypeError(f"Request.{call}: every item must be a Request, got {type(r).__name__}")
+    return requests
+
+
+def _live(r):
+    """Not yet waited for (a waited request is null: REQUEST_NULL's equal)."""
+    return not r._done if isinstance(r, ObjRequest) else not r._waited
+
+
+def _statuses_for(statuses, n):
+    if statuses is None:
+        return None
+    while len(statuses) < n:
+        statuses.append(Status())
+    return statuses
+
+
+def _null_status(status):
+    if status is not None:
+        status.source, status.tag, status.count = ANY_SOURCE, ANY_TAG, 0
+
+
+def _Waitall(requests, statuses=None):
+    """Waits for every request (mpi4py's Request.Waitall); `statuses`, a list, gets each one's Status."""
+    requests = _checked(requests, "Waitall")
+    statuses = _statuses_for(statuses, len(requests))
+    first = None
+    for i, r in enumerate(requests):
+        st = None if statuses is None else statuses[i]
+        try:
+            if _live(r):
+                r.Wait(st)
+            else:
+                _null_status(st)
+        except CommError as e:
+            first = first or e
+    if first is not None:
+        raise first
+    return True
+
+
+def _poll(requests, first_only):
+    """Tests the live requests in turn, round after round, until some are done: [(index, Status)] of the first one
+    done (first_only) or of all those done in that round; None if none is live. (A request tested done is waited
+    for: the ones after the first are not tested when only the first is wanted.)"""
+    delay = 0.0
+    while True:
+        live = [i for i, r in enumerate(requests) if _live(r)]
+        if not live:
+            return None
+        found = []
+        for i in live:
+            st = Status()
+            if requests[i].Test(st):
+                found.append((i, st))
+                if first_only:
+                    return found
+        if found:
+            return found
+        _time.sleep(delay)
+        delay = min(1e-3, delay * 2 + 1e-6)
+
+
+def _Waitany(requests, status=None):
+    """Waits until one request is done; its index (UNDEFINED if none is live, as MPI's)."""
+    requests = _checked(requests, "Waitany")
+    found = _poll(requests, True)
+    if found is None:
+        _null_status(status)
+        return UNDEFINED
+    i, st = found[0]
+    if status is not None:
+        status.source, status.tag, status.count = st.source, st.tag, st.count
+    return i
+
+
+def _Waitsome(requests, statuses=None):
+    """Waits until at least one request is done; the indices of those done (None if none is live)."""
+    requests = _checked(requests, "Waitsome")
+    found = _poll(requests, False)
+    if found is None:
+        return None
+    statuses = _statuses_for(statuses, len(found))
+    if statuses is not None:
+        for k, (_, st) in enumerate(found):
+            statuses[k].source, statuses[k].tag, statuses[k].count = st.source, st.tag, st.count
+    return [i for i, _ in found]
+
+
+def _Testall(requests, statuses=None):
+    """Whether every request is done (and if so, all are waited for, their statuses given)."""
+    requests = _checked(requests, "Testall")
+    for r in requests:
+        if _live(r) and not (r._request if isinstance(r, ObjRequest) else r).Test():
+            return False
+    return _Waitall(requests, statuses)
+
+
+def _Testany(requests, status=None):
+    """(index, flag): a request done now, if any (index UNDEFINED and flag True if none is live)."""
+    requests = _checked(requests, "Testany")
+    live = False
+    for i, r in enumerate(requests):
+        if not _live(r):
+            continue
+        live = True
+        if r.Test(status):
+            return i, True
+    if not live:
+        _null_status(status)
+        return UNDEFINED, True
+    return UNDEFINED, False
+
+
+def _Testsome(requests, statuses=None):
+    """The indices of the requests done now ([] if none, None if none is live)."""
+    requests = _checked(requests, "Testsome")
+    done, any_live = [], False
+    for i, r in enumerate(requests):
+        if not _live(r):
+            continue
+        any_live = True
+        st = Status()
+        if r.Test(st):
+            done.append((i, st))
+    if not any_live:
+        return None
+    statuses = _statuses_for(statuses, len(done))
+    if statuses is not None:
+        for k, (_, st) in enumerate(done):
+            statuses[k].source, statuses[k].tag, statuses[k].count = st.source, st.tag, st.count
+    return [i for i, _ in done]
+
+
+def _waitall_objects(requests, statuses=None):
+    """The object layer's: waits for every request; the objects received, in order (None for sends)."""
+    requests = list(requests)
+    _Waitall(requests, statuses)
+    return [r.wait() if isinstance(r, ObjRequest) else None for r in requests]
+
+
+def _waitany_objects(requests, status=None):
+    """(index, object) of a request done."""
+    requests = list(requests)
+    i = _Waitany(requests, status)
+    if i == UNDEFINED:
+        return UNDEFINED, None
+    r = requests[i]
+    return i, r.wait() if isinstance(r, ObjRequest) else None
+
+
+def _testall_objects(requests, statuses=None):
+    """(flag, objects or None)."""
+    requests = list(requests)
+    if not _Testall(requests, statuses):
+        return False, None
+    return True, [r.wait() if isinstance(r, ObjRequest) else None for r in requests]
+
+
+REQUEST_NULL = Comm._null_request(ANY_SOURCE)
+REQUEST_NULL.Wait()  # (a request waited for is null)
+Request.Waitall = staticmethod(_Waitall)
+Request.Waitany = staticmethod(_Waitany)
+Request.Waitsome = staticmethod(_Waitsome)
+Request.Testall = staticmethod(_Testall)
+Request.Testany = staticmethod(_Testany)
+Request.Testsome = staticmethod(_Testsome)
+Request.waitall = ObjRequest.waitall = staticmethod(_waitall_objects)
+Request.waitany = ObjRequest.waitany = staticmethod(_waitany_objects)
+Request.testall = ObjRequest.testall = staticmethod(_testall_objects)
+for _name in ("Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome"):
+    setattr(ObjRequest, _name, getattr(Request, _name))
+__all__ += ["REQUEST_NULL"]
 
 
 def _send(self, obj, dest, tag=0):
@@ -458,14 +641,14 @@ def _recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
 def _isend(self, obj, dest, tag=0):
     """send, started: an ObjRequest (wait() returns None)."""
     if dest == PROC_NULL:
-        return ObjRequest(Request._null_request(PROC_NULL))
+        return ObjRequest(Comm._null_request(PROC_NULL))
     return ObjRequest(self._isend_obj(_dumps(obj), dest, tag))
 
 
 def _irecv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG):
     """recv, started: an ObjRequest whose wait() returns the object."""
     if source == PROC_NULL:
-        return ObjRequest(Request._null_request(PROC_NULL))
+        return ObjRequest(Comm._null_request(PROC_NULL))
     return ObjRequest(self._irecv_obj(source, tag))
 
 
