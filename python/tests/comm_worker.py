@@ -124,6 +124,15 @@ def collectives(comm: tc.Comm) -> None:
                 else:
                     comm.Scatter(pieces if me == root else None, out, root=root)
                 expect(np.array_equal(out, pieces[me * count:(me + 1) * count]), f"Scatter {dtype.__name__} n={count}")
+                if in_place:  # MPI's form: IN_PLACE as the root's recvbuf, its block left in sendbuf
+                    buf = pieces.copy()
+                    out = np.zeros(count, dtype)
+                    comm.Scatter(buf if me == root else None, tc.IN_PLACE if me == root else out, root=root)
+                    if me == root:
+                        expect(np.array_equal(buf, pieces), f"Scatter IN_PLACE recvbuf kept sendbuf n={count}")
+                    else:
+                        expect(np.array_equal(out, pieces[me * count:(me + 1) * count]),
+                               f"Scatter IN_PLACE recvbuf {dtype.__name__} n={count}")
                 a2a = data(me, count * n, dtype, tag)
                 want_a2a = np.concatenate([data(q, count * n, dtype, tag)[me * count:(me + 1) * count] for q in range(n)])
                 if in_place:

@@ -584,8 +584,15 @@ class PyComm {
   template <typename K>
   void scatter(CallBufs& a, const py::object& send, const py::object& recv, int root, K&& k) {
     Buf &s = a.s, &r = a.r;
-    to_buf(r, recv, true, "Scatter recvbuf");
-    if (rank() == root) to_buf(s, send, false, "Scatter sendbuf");
+    if (rank() == root && recv.ptr() == g_in_place) {
+      // MPI's in-place Scatter: the root's recvbuf is IN_PLACE, its block stays where it is in sendbuf; that is the
+      // communicator's in-place scatter of sendbuf (which does not write the root's buffer).
+      to_buf(r, send, true, "Scatter sendbuf (IN_PLACE the root's recvbuf)");
+      s.in_place = true;
+    } else {
+      to_buf(r, recv, true, "Scatter recvbuf");
+      if (rank() == root) to_buf(s, send, false, "Scatter sendbuf");
+    }
     size_t per = r.count;
     if (rank() == root && s.in_place) {
       divisible(r.count, "Scatter recvbuf");
