@@ -331,6 +331,61 @@ def request_sets(comm: tc.Comm) -> None:
     print(f"rank {me}: request sets right")
 
 
+def vforms(comm: tc.Comm) -> None:
+    """Note [v-forms]: Gatherv, Scatterv, Allgatherv and Alltoallv against numpy, with counts of any size (zero
+    too), displacements out of order with gaps, each spec form ([buf, counts], [buf, (counts, displs)], [buf, counts,
+    displs, datatype]) and IN_PLACE where MPI has it."""
+    me, n = comm.rank, comm.size
+    rng = np.random.default_rng(11)  # the same draws on every rank
+    for trial in range(6):
+        counts = [int(c) for c in rng.integers(0, 9, n)]
+        order = rng.permutation(n)
+        displs = [0] * n
+        at = 0
+        for r in order:  # blocks in a shuffled order, a gap of 2 after each
+            displs[r] = at
+            at += counts[r] + 2
+        total = at
+        dtype = [np.float64, np.int32, np.uint8][trial % 3]
+        blocks = [(np.arange(counts[r]) + 100 * r + trial).astype(dtype) for r in range(n)]
+        want = np.full(total, 7, dtype)
+        for r in range(n):
+            want[displs[r]:displs[r] + counts[r]] = blocks[r]
+        spec = lambda buf: ([buf, (counts, displs)] if trial % 2 else [buf, counts, displs, np.dtype(dtype)])
+        root = trial % n
+        # Gatherv (and IN_PLACE at the root).
+        out = np.full(total, 7, dtype)
+        if trial % 3 == 2 and me == root:
+            out[displs[me]:displs[me] + counts[me]] = blocks[me]
+            comm.Gatherv(tc.IN_PLACE, spec(out), root=root)
+        else:
+            comm.Gatherv(blocks[me], spec(out) if me == root else None, root=root)
+        if me == root:
+            expect(np.array_equal(out, want), f"Gatherv trial {trial}: {out} != {want}")
+        # Scatterv: each rank its block.
+        got = np.zeros(counts[me], dtype)
+        comm.Scatterv(spec(want.copy()) if me == root else None, got, root=root)
+        expect(np.array_equal(got, blocks[me]), f"Scatterv trial {trial}")
+        # Allgatherv (IN_PLACE on odd trials).
+        out = np.full(total, 7, dtype)
+        if trial % 2:
+            out[displs[me]:displs[me] + counts[me]] = blocks[me]
+            comm.Allgatherv(tc.IN_PLACE, spec(out))
+        else:
+            comm.Allgatherv(blocks[me], spec(out))
+        expect(np.array_equal(out, want), f"Allgatherv trial {trial}")
+        # Alltoallv: rank s sends rank d the block of s * n + d's size, packed contiguously ([buf, counts]).
+        size = lambda s_, d_: int((s_ * 3 + d_ * 5 + trial) % 4)
+        send = np.concatenate([np.full(size(me, d), 1000 * me + d, dtype) for d in range(n)] + [np.zeros(0, dtype)])
+        rcounts = [size(q, me) for q in range(n)]
+        recv = np.full(sum(rcounts), 9, dtype)
+        comm.Alltoallv([send, [size(me, d) for d in range(n)]], [recv, rcounts])
+        want_a2a = np.concatenate([np.full(size(q, me), 1000 * q + me, dtype) for q in range(n)] + [np.zeros(0, dtype)])
+        expect(np.array_equal(recv, want_a2a), f"Alltoallv trial {trial}")
+    comm.Barrier()
+    print(f"rank {me}: v-forms right")
+
+
 def nonblocking(comm: tc.Comm) -> None:
     """Note [non-blocking calls]: every I-method gives what its blocking twin gives; several in flight at once; the
     buffers held until Wait; Test; a dropped Request waits; I-calls and blocking calls keep the call order; the
@@ -888,7 +943,7 @@ def p2p_timeout(comm: tc.Comm) -> None:
 
 if __name__ == "__main__":
     c = tc.world()
-    {"collectives": collectives, "moved_types": moved_types, "request_sets": request_sets, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
+    {"collectives": collectives, "moved_types": moved_types, "request_sets": request_sets, "vforms": vforms, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
      "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,

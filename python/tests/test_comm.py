@@ -48,6 +48,12 @@ def test_every_collective_dtype_and_op_against_numpy(ranks):
     run_right(ranks, "collectives", "rank 0: all collectives right", {"TIERTRAIN_COMM_BUFFER": "262144"})
 
 
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_v_forms_against_numpy(ranks):
+    """Note [v-forms] in tiertrain/comm.py."""
+    run_right(ranks, "vforms", "rank 0: v-forms right")
+
+
 @pytest.mark.parametrize("ranks", [1, 3])
 def test_request_sets_as_mpi4py_has_them(ranks):
     """Note [request sets] in tiertrain/comm.py."""

@@ -670,6 +670,139 @@ def _iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
     return self.Iprobe(source, tag, status)
 
 
+# Note [v-forms]: Gatherv, Scatterv, Allgatherv and Alltoallv with mpi4py's buffer specs ([buf, counts],
+# [buf, (counts, displs)], [buf, counts, displs], each with an optional datatype last; counts and displacements in
+# elements). They run over the fixed-size collectives: every block padded to the largest (which the ranks agree on
+# first where only some know it), moved, then copied to its displacement. Right for any counts, at the cost of the
+# largest block a rank; the communicators have no variable-size collective of their own yet.
+
+def _flat(obj, datatype, what):
+    """A flat numpy view of a buffer (no copy), as `datatype` if given."""
+    a = obj if isinstance(obj, _np.ndarray) else _np.frombuffer(obj, dtype=_np.uint8 if datatype is None else datatype)
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{what}: the buffer is not C-contiguous (use numpy.ascontiguousarray)")
+    a = a.reshape(-1)
+    if datatype is not None and a.dtype != _np.dtype(datatype):
+        a = a.view(_np.dtype(datatype))
+    return a
+
+
+def _vspec(spec, size, what):
+    """(flat array, counts, displacements) of an mpi4py v-spec."""
+    if not isinstance(spec, (list, tuple)) or not 2 <= len(spec) <= 4:
+        raise TypeError(f"{what}: expected [buf, counts], [buf, (counts, displs)] or [buf, counts, displs], each "
+                        f"with an optional datatype last, got {type(spec).__name__}")
+    items = list(spec)
+    datatype = None
+    if len(items) >= 3 and not isinstance(items[-1], (list, tuple, _np.ndarray, int, _np.integer)) and \
+            items[-1] is not None:
+        datatype = items.pop()
+    buf, counts, displs = items[0], items[1], items[2] if len(items) > 2 else None
+    if isinstance(counts, tuple) and len(counts) == 2 and displs is None and \
+            not isinstance(counts[0], (int, _np.integer)):
+        counts, displs = counts
+    counts = [int(c) for c in counts]
+    if len(counts) != size:
+        raise ValueError(f"{what}: {len(counts)} counts for {size} ranks")
+    if displs is None:
+        displs = [sum(counts[:r]) for r in range(size)]
+    displs = [int(d) for d in displs]
+    a = _flat(buf, datatype, what)
+    for r in range(size):
+        if counts[r] < 0 or displs[r] < 0 or displs[r] + counts[r] > a.size:
+            raise ValueError(f"{what}: rank {r}'s block [{displs[r]}, {displs[r] + counts[r]}) is outside the "
+                             f"buffer's {a.size} elements")
+    return a, counts, displs
+
+
+def _largest(comm, mine):
+    """The largest of every rank's `mine` (a count)."""
+    x = _np.array([mine], _np.int64)
+    comm.Allreduce(IN_PLACE, x, op=MAX)
+    return int(x[0])
+
+
+def _Gatherv(self, sendbuf, recvbuf, root=0):
+    """Gather with blocks of any size at any displacements of the root's recvbuf (Note [v-forms])."""
+    n, me = self.size, self.rank
+    if me == root:
+        out, counts, displs = _vspec(recvbuf, n, "Gatherv recvbuf")
+        mine = out[displs[me]:displs[me] + counts[me]] if sendbuf is IN_PLACE else _flat(_spec(sendbuf), None, "Gatherv sendbuf")
+        dtype = out.dtype
+    else:
+        mine = _flat(_spec(sendbuf), None, "Gatherv sendbuf")
+        dtype = mine.dtype
+    width = _largest(self, mine.size)
+    block = _np.zeros(width, dtype)
+    block[:mine.size] = mine
+    everyone = _np.empty(width * n, dtype) if me == root else None
+    self.Gather(block, everyone, root=root)
+    if me == root:
+        for r in range(n):
+            out[displs[r]:displs[r] + counts[r]] = everyone[r * width:r * width + counts[r]]
+
+
+def _Scatterv(self, sendbuf, recvbuf, root=0):
+    """Scatter of blocks of any size at any displacements of the root's sendbuf (Note [v-forms])."""
+    n, me = self.size, self.rank
+    width = _np.zeros(1, _np.int64)
+    if me == root:
+        src, counts, displs = _vspec(sendbuf, n, "Scatterv sendbuf")
+        width[0] = max(counts) if counts else 0
+    self.Bcast(width, root=root)
+    width = int(width[0])
+    out = None if (me == root and recvbuf is IN_PLACE) else _flat(_spec(recvbuf), None, "Scatterv recvbuf")
+    dtype = src.dtype if me == root else out.dtype
+    packed = None
+    if me == root:
+        packed = _np.zeros(width * n, dtype)
+        for r in range(n):
+            packed[r * width:r * width + counts[r]] = src[displs[r]:displs[r] + counts[r]]
+    block = _np.empty(width, dtype)
+    self.Scatter(packed, block, root=root)
+    if out is not None:
+        if out.size > width:
+            raise ValueError(f"Scatterv recvbuf: {out.size} elements, more than the largest block's {width}")
+        out[:] = block[:out.size]
+
+
+def _Allgatherv(self, sendbuf, recvbuf):
+    """Allgather with blocks of any size at any displacements (Note [v-forms])."""
+    n, me = self.size, self.rank
+    out, counts, displs = _vspec(recvbuf, n, "Allgatherv recvbuf")
+    mine = out[displs[me]:displs[me] + counts[me]].copy() if sendbuf is IN_PLACE else \
+        _flat(_spec(sendbuf), None, "Allgatherv sendbuf")
+    if mine.size != counts[me]:
+        raise ValueError(f"Allgatherv sendbuf: {mine.size} elements, but counts[{me}] is {counts[me]}")
+    width = max(counts) if counts else 0
+    block = _np.zeros(width, out.dtype)
+    block[:mine.size] = mine
+    everyone = _np.empty(width * n, out.dtype)
+    self.Allgather(block, everyone)
+    for r in range(n):
+        out[displs[r]:displs[r] + counts[r]] = everyone[r * width:r * width + counts[r]]
+
+
+def _Alltoallv(self, sendbuf, recvbuf):
+    """Alltoall with blocks of any size at any displacements, each way (Note [v-forms])."""
+    n = self.size
+    src, scounts, sdispls = _vspec(sendbuf, n, "Alltoallv sendbuf")
+    out, rcounts, rdispls = _vspec(recvbuf, n, "Alltoallv recvbuf")
+    width = _largest(self, max(scounts) if scounts else 0)
+    packed = _np.zeros(width * n, src.dtype)
+    for r in range(n):
+        packed[r * width:r * width + scounts[r]] = src[sdispls[r]:sdispls[r] + scounts[r]]
+    got = _np.empty(width * n, src.dtype)
+    self.Alltoall(packed, got)
+    for r in range(n):
+        out[rdispls[r]:rdispls[r] + rcounts[r]] = got[r * width:r * width + rcounts[r]]
+
+
+Comm.Gatherv = _Gatherv
+Comm.Scatterv = _Scatterv
+Comm.Allgatherv = _Allgatherv
+Comm.Alltoallv = _Alltoallv
+
 Comm.send = _send
 Comm.recv = _recv
 Comm.isend = _isend
