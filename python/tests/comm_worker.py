@@ -4,6 +4,7 @@ argv[1] and exits 0 when every check holds (non-zero, with a message, otherwise)
 from __future__ import annotations
 
 import array
+import functools
 import os
 import sys
 import threading
@@ -16,6 +17,8 @@ import tiertrain.comm as tc
 
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8]  # uint8: modulo 256, as MPI's
 OPS = {tc.SUM: "sum", tc.PROD: "prod", tc.MIN: "min", tc.MAX: "max", tc.AVG: "avg"}
+# Note [bitwise and logical reductions]: integers only.
+INT_OPS = {tc.BAND: "band", tc.BOR: "bor", tc.BXOR: "bxor", tc.LAND: "land", tc.LOR: "lor", tc.LXOR: "lxor"}
 
 
 def data(rank: int, n: int, dtype, tag: int) -> np.ndarray:
@@ -26,6 +29,12 @@ def data(rank: int, n: int, dtype, tag: int) -> np.ndarray:
 
 def reference(arrays: list[np.ndarray], op) -> np.ndarray:
     dtype = arrays[0].dtype
+    if op in INT_OPS:  # (one rank: its values, as MPI copies them)
+        if len(arrays) == 1:
+            return arrays[0].copy()
+        f = {tc.BAND: np.bitwise_and, tc.BOR: np.bitwise_or, tc.BXOR: np.bitwise_xor, tc.LAND: np.logical_and,
+             tc.LOR: np.logical_or, tc.LXOR: np.logical_xor}[op]
+        return f.reduce(np.stack(arrays), axis=0).astype(dtype)
     acc_t = np.float32 if dtype == np.float16 else dtype.type  # 16-bit floats accumulate in float32, as tiertrain
     acc = arrays[0].astype(acc_t)
     for a in arrays[1:]:
@@ -57,7 +66,7 @@ def collectives(comm: tc.Comm) -> None:
     for count in (0, 1, 7, 3 * n + 1, 30011):
         for dtype in DTYPES:
             for in_place in (False, True):
-                for op in OPS:
+                for op in list(OPS) + (list(INT_OPS) if np.issubdtype(dtype, np.integer) else []):
                     tag += 1
                     all_send = [data(r, count, dtype, tag) for r in range(n)]
                     want = reference(all_send, op)
@@ -68,7 +77,8 @@ def collectives(comm: tc.Comm) -> None:
                     else:
                         got = np.empty_like(send)
                         comm.Allreduce(send, got, op=op)
-                    expect(np.array_equal(got, want), f"Allreduce {dtype.__name__} {OPS[op]} n={count} in_place={in_place}")
+                    name = {**OPS, **INT_OPS}[op]
+                    expect(np.array_equal(got, want), f"Allreduce {dtype.__name__} {name} n={count} in_place={in_place}")
                     # Reduce to the last rank.
                     root = n - 1
                     send = all_send[me].copy()
@@ -79,7 +89,7 @@ def collectives(comm: tc.Comm) -> None:
                         got = np.empty_like(send)
                         comm.Reduce(send, got if me == root else None, op=op, root=root)
                     if me == root:
-                        expect(np.array_equal(got, want), f"Reduce {dtype.__name__} {OPS[op]} n={count}")
+                        expect(np.array_equal(got, want), f"Reduce {dtype.__name__} {name} n={count}")
                     # Reduce_scatter: count elements each, from n * count.
                     big = [data(r, count * n, dtype, tag) for r in range(n)]
                     want_rs = reference(big, op)[me * count:(me + 1) * count]
@@ -90,7 +100,7 @@ def collectives(comm: tc.Comm) -> None:
                     else:
                         got = np.empty(count, dtype)
                         comm.Reduce_scatter(big[me], got, op=op)
-                    expect(np.array_equal(got, want_rs), f"Reduce_scatter {dtype.__name__} {OPS[op]} n={count}")
+                    expect(np.array_equal(got, want_rs), f"Reduce_scatter {dtype.__name__} {name} n={count}")
                 tag += 1
                 mine = data(me, count, dtype, tag)
                 # Bcast from rank 1 % n (always in place, as mpi4py's).
@@ -261,6 +271,13 @@ def moved_types(comm: tc.Comm) -> None:
         except TypeError as e:
             expect(f"{np.dtype(dtype).name} elements are moved" in str(e) or "bool elements are moved" in str(e),
                    f"the refusal of {np.dtype(dtype)} says: {e}")
+    if os.environ.get("TIERTRAIN_COMM_BACKEND") != "mpi":  # Note [bitwise and logical reductions]: integers only
+        fresh = comm.Dup()
+        try:
+            fresh.Allreduce(tc.IN_PLACE, np.zeros(4, np.float32), op=tc.BAND)
+            raise AssertionError("BAND of float32 was not refused")
+        except TypeError as e:
+            expect("take integers" in str(e), f"the refusal of BAND on float32 says: {e}")
     comm.Barrier()
     print(f"rank {me}: moved types right")
 
@@ -789,6 +806,14 @@ def objects(comm: tc.Comm) -> None:
     expect(comm.allreduce(me + 1) == n * (n + 1) // 2, "allreduce SUM")
     expect(comm.allreduce(me, op=tc.MAX) == n - 1 and comm.allreduce(me, op=tc.MIN) == 0, "allreduce MAX, MIN")
     expect(comm.allreduce(me + 1, op=tc.PROD) == int(np.prod(np.arange(1, n + 1))), "allreduce PROD")
+    # Note [bitwise and logical reductions]: Python's operators on the objects, in rank order.
+    bits = [1 << r | 1 for r in range(n)]
+    expect(comm.allreduce(bits[me], op=tc.BOR) == functools.reduce(operator.or_, bits), "allreduce BOR")
+    expect(comm.allreduce(bits[me], op=tc.BAND) == functools.reduce(operator.and_, bits), "allreduce BAND")
+    expect(comm.allreduce(bits[me], op=tc.BXOR) == functools.reduce(operator.xor, bits), "allreduce BXOR")
+    expect(comm.allreduce(me > 0, op=tc.LAND) is False, "allreduce LAND")
+    expect(comm.allreduce(me == 0, op=tc.LOR) is True, "allreduce LOR")
+    expect(comm.allreduce(True, op=tc.LXOR) == (n % 2 == 1), "allreduce LXOR")
     expect(comm.allreduce([me], op=operator.add) == list(range(n)), "allreduce with a function, in rank order")
     expect(comm.alltoall([f"{me}->{j}" for j in range(n)]) == [f"{i}->{me}" for i in range(n)], "alltoall")
     comm.barrier()

@@ -517,7 +517,7 @@ class PyComm {
     Buf &s = a.s, &r = a.r;
     to_buf(r, recv, true, "Allreduce recvbuf");
     to_buf(s, send, false, "Allreduce sendbuf");
-    reducible(s, r, "Allreduce");
+    reducible(s, r, op, "Allreduce");
     same(s, r, 1, "Allreduce");
     k(&Communicator::allreduce, &Communicator::iallreduce, NoAfter{}, send_ptr(s), r.ptr, r.count, r.dtype, op);
   }
@@ -531,7 +531,7 @@ class PyComm {
     Buf &s = a.s, &r = a.r;
     to_buf(s, send, false, "Reduce sendbuf");
     if (rank() == root || !recv.is_none()) to_buf(r, recv, true, "Reduce recvbuf");
-    reducible(s, r, "Reduce");
+    reducible(s, r, op, "Reduce");
     const size_t count = s.in_place ? r.count : s.count;
     const DType dt = s.in_place ? r.dtype : s.dtype;
     if (rank() == root && !s.in_place) same(s, r, 1, "Reduce");
@@ -612,7 +612,7 @@ class PyComm {
     Buf &s = a.s, &r = a.r;
     to_buf(r, recv, true, "Reduce_scatter recvbuf");
     to_buf(s, send, false, "Reduce_scatter sendbuf");
-    reducible(s, r, "Reduce_scatter");
+    reducible(s, r, op, "Reduce_scatter");
     size_t per = r.count;
     if (s.in_place) {
       divisible(r.count, "Reduce_scatter recvbuf");
@@ -748,13 +748,20 @@ class PyComm {
                             std::to_string(count) + " " + tt::dtype_name(dt));
   }
   // Note [bytes and other moved types]: a type moved as another of its size is not reduced as that one.
-  static void reducible(const Buf& s, const Buf& r, const char* call) {
-    for (const Buf* b : {&s, &r})
+  static void reducible(const Buf& s, const Buf& r, Op op, const char* call) {
+    for (const Buf* b : {&s, &r}) {
+      // Note [bitwise and logical reductions] (comm/comm.h): integers only, as MPI's.
+      if (tt::comm::op_on_integers_only(op) && !b->in_place && b->ptr != nullptr && !b->move_only &&
+          b->dtype != DType::kI32 && b->dtype != DType::kI64 && b->dtype != DType::kU8)
+        throw py::type_error(std::string(call) + ": " + tt::comm::op_name(op) + " of " + tt::dtype_name(b->dtype) +
+                             " elements: the bitwise and logical reductions take integers (int32, int64, uint8), as "
+                             "MPI's");
       if (b->move_only)
         throw py::type_error(std::string(call) + ": " + b->move_only +
                              " elements are moved by tiertrain.comm (Bcast, Gather, Scatter, Allgather, Alltoall, "
                              "Send and Recv) but not reduced; reductions take float32, float64, float16, bfloat16, "
                              "int32, int64 and uint8 (convert, e.g. x.astype(numpy.int32))");
+    }
   }
   static void same(const Buf& s, const Buf& r, size_t ratio, const std::string& what) {
     if (s.in_place) return;
@@ -853,7 +860,7 @@ py::object arg_or_none(PyObject* o) { return o != nullptr ? py::reinterpret_borr
 
 // The module's SUM, PROD, MIN, MAX, AVG objects and their values: an op is found among them by identity first
 // (pybind11's isinstance and cast look its type up in a hash table, a call).
-std::array<std::pair<PyObject*, Op>, 5> g_ops{};
+std::array<std::pair<PyObject*, Op>, 11> g_ops{};
 
 // A call's arguments by kind: buffers as given (None where left out), op and root converted.
 Op op_arg(PyObject* o, const char* name) {
@@ -861,7 +868,8 @@ Op op_arg(PyObject* o, const char* name) {
   for (const auto& [obj, op] : g_ops)
     if (o == obj) return op;
   if (!py::isinstance<Op>(o))
-    throw py::type_error(std::string(name) + ": op must be tiertrain.comm.SUM, PROD, MIN, MAX or AVG");
+    throw py::type_error(std::string(name) + ": op must be tiertrain.comm.SUM, PROD, MIN, MAX, AVG, BAND, BOR, BXOR, "
+                         "LAND, LOR or LXOR");
   return py::handle(o).cast<Op>();
 }
 // An int, or anything with __index__ (numpy's integers), as pybind11's int caster takes them; not a float.
@@ -1125,12 +1133,25 @@ PYBIND11_MODULE(_comm, m) {
       .value("MIN", Op::kMin)
       .value("MAX", Op::kMax)
       .value("AVG", Op::kAvg)
+      // Note [bitwise and logical reductions] (comm/comm.h): integer elements only.
+      .value("BAND", Op::kBand)
+      .value("BOR", Op::kBor)
+      .value("BXOR", Op::kBxor)
+      .value("LAND", Op::kLand)
+      .value("LOR", Op::kLor)
+      .value("LXOR", Op::kLxor)
       .export_values();
   g_ops = {{{py::object(m.attr("SUM")).release().ptr(), Op::kSum},
             {py::object(m.attr("PROD")).release().ptr(), Op::kProd},
             {py::object(m.attr("MIN")).release().ptr(), Op::kMin},
             {py::object(m.attr("MAX")).release().ptr(), Op::kMax},
-            {py::object(m.attr("AVG")).release().ptr(), Op::kAvg}}};  // owned for the process's life (as g_in_place)
+            {py::object(m.attr("AVG")).release().ptr(), Op::kAvg},
+            {py::object(m.attr("BAND")).release().ptr(), Op::kBand},
+            {py::object(m.attr("BOR")).release().ptr(), Op::kBor},
+            {py::object(m.attr("BXOR")).release().ptr(), Op::kBxor},
+            {py::object(m.attr("LAND")).release().ptr(), Op::kLand},
+            {py::object(m.attr("LOR")).release().ptr(), Op::kLor},
+            {py::object(m.attr("LXOR")).release().ptr(), Op::kLxor}}};  // owned for the process's life
 
   // IN_PLACE: a unique sentinel object, compared by identity.
   py::object sentinel = py::module_::import("types").attr("SimpleNamespace")();

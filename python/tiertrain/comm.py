@@ -28,10 +28,12 @@ import time as _time
 
 import numpy as _np
 
-from ._comm import (ANY_SOURCE, ANY_TAG, AVG, IN_PLACE, MAX, MIN, PROD, SUM, TAG_UB, UNDEFINED,  # noqa: F401
-                    Comm, CommAbortedError, CommError, CommMismatchError, CommTimeoutError, Op, Request, world)
+from ._comm import (ANY_SOURCE, ANY_TAG, AVG, BAND, BOR, BXOR, IN_PLACE, LAND, LOR, LXOR, MAX, MIN,  # noqa: F401
+                    PROD, SUM, TAG_UB, UNDEFINED, Comm, CommAbortedError, CommError, CommMismatchError,
+                    CommTimeoutError, Op, Request, world)
 
-__all__ = ["world", "Comm", "Request", "Status", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "IN_PLACE", "UNDEFINED",
+__all__ = ["world", "Comm", "Request", "Status", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR",
+           "LAND", "LOR", "LXOR", "IN_PLACE", "UNDEFINED",
            "ANY_SOURCE", "ANY_TAG", "TAG_UB", "CommError", "CommTimeoutError", "CommMismatchError",
            "CommAbortedError"]
 
@@ -210,9 +212,13 @@ def _object_op(op):
 
     if callable(op) and not isinstance(op, Op):
         return op
-    table = {SUM: operator.add, PROD: operator.mul, MIN: min, MAX: max}
+    table = {SUM: operator.add, PROD: operator.mul, MIN: min, MAX: max,
+             BAND: operator.and_, BOR: operator.or_, BXOR: operator.xor,  # (mpi4py's: Python's operators)
+             LAND: lambda a, b: bool(a) and bool(b), LOR: lambda a, b: bool(a) or bool(b),
+             LXOR: lambda a, b: bool(a) != bool(b)}
     if op not in table:
-        raise ValueError(f"object reductions take SUM, PROD, MIN, MAX or a function of two objects, not {op!r}")
+        raise ValueError(f"object reductions take SUM, PROD, MIN, MAX, the bitwise and logical ops or a function of "
+                         f"two objects, not {op!r}")
     return table[op]
 
 

@@ -34,16 +34,34 @@ const char* op_name(Op op) {
     case Op::kMin: return "min";
     case Op::kMax: return "max";
     case Op::kAvg: return "avg";
+    case Op::kBand: return "band";
+    case Op::kBor: return "bor";
+    case Op::kBxor: return "bxor";
+    case Op::kLand: return "land";
+    case Op::kLor: return "lor";
+    case Op::kLxor: return "lxor";
   }
   return "?";
 }
 
 Result<Op> parse_op(const std::string& name) {
-  for (Op o : {Op::kSum, Op::kProd, Op::kMin, Op::kMax, Op::kAvg})
+  for (Op o : {Op::kSum, Op::kProd, Op::kMin, Op::kMax, Op::kAvg, Op::kBand, Op::kBor, Op::kBxor, Op::kLand,
+               Op::kLor, Op::kLxor})
     if (name == op_name(o)) return o;
-  return make_status(StatusCode::kInvalidArgument, "unknown reduction op '%s' (sum, prod, min, max, avg)",
+  return make_status(StatusCode::kInvalidArgument,
+                     "unknown reduction op '%s' (sum, prod, min, max, avg, band, bor, bxor, land, lor, lxor)",
                      name.c_str());
 }
+
+namespace {
+// Note [bitwise and logical reductions]: integer elements only.
+Status check_op(DType d, Op op) {
+  TT_RETURN_IF(op_on_integers_only(op) && d != DType::kI32 && d != DType::kI64 && d != DType::kU8, kInvalidArgument,
+               "reduction %s on %s elements: the bitwise and logical reductions take integers (int32, int64, uint8), "
+               "as MPI's", op_name(op), dtype_name(d));
+  return Status::ok();
+}
+}  // namespace
 
 // ---- requests and the progress thread ----------------------------------------------------------------------------
 
@@ -255,10 +273,12 @@ Status Communicator::broadcast(const void* s, void* r, size_t n, DType d, int ro
   return run([=, this] { return do_broadcast(a.s, a.r, n, d, root); });
 }
 Status Communicator::reduce(const void* s, void* r, size_t n, DType d, Op op, int root) {
+  TT_TRY(check_op(d, op));
   const Args a = in_place_form(kReduce, rank(), root, n, d, s, r);
   return run([=, this] { return do_reduce(a.s, a.r, n, d, op, root); });
 }
 Status Communicator::allreduce(const void* s, void* r, size_t n, DType d, Op op) {
+  TT_TRY(check_op(d, op));
   const Args a = in_place_form(kAllreduce, rank(), -1, n, d, s, r);
   return run([=, this] { return do_allreduce(a.s, a.r, n, d, op); });
 }
@@ -275,6 +295,7 @@ Status Communicator::allgather(const void* s, void* r, size_t n, DType d) {
   return run([=, this] { return do_allgather(a.s, a.r, n, d); });
 }
 Status Communicator::reduce_scatter(const void* s, void* r, size_t n, DType d, Op op) {
+  TT_TRY(check_op(d, op));
   const Args a = in_place_form(kReduceScatter, rank(), -1, n, d, s, r);
   return run([=, this] { return do_reduce_scatter(a.s, a.r, n, d, op); });
 }
@@ -289,10 +310,12 @@ Request Communicator::ibroadcast(const void* s, void* r, size_t n, DType d, int 
   return submit([=, this] { return do_broadcast(a.s, a.r, n, d, root); });
 }
 Request Communicator::ireduce(const void* s, void* r, size_t n, DType d, Op op, int root) {
+  if (Status st = check_op(d, op); !st.is_ok()) return submit([st] { return st; });
   const Args a = in_place_form(kReduce, rank(), root, n, d, s, r);
   return submit([=, this] { return do_reduce(a.s, a.r, n, d, op, root); });
 }
 Request Communicator::iallreduce(const void* s, void* r, size_t n, DType d, Op op) {
+  if (Status st = check_op(d, op); !st.is_ok()) return submit([st] { return st; });
   const Args a = in_place_form(kAllreduce, rank(), -1, n, d, s, r);
   return submit([=, this] { return do_allreduce(a.s, a.r, n, d, op); });
 }
@@ -309,6 +332,7 @@ Request Communicator::iallgather(const void* s, void* r, size_t n, DType d) {
   return submit([=, this] { return do_allgather(a.s, a.r, n, d); });
 }
 Request Communicator::ireduce_scatter(const void* s, void* r, size_t n, DType d, Op op) {
+  if (Status st = check_op(d, op); !st.is_ok()) return submit([st] { return st; });
   const Args a = in_place_form(kReduceScatter, rank(), -1, n, d, s, r);
   return submit([=, this] { return do_reduce_scatter(a.s, a.r, n, d, op); });
 }

@@ -31,7 +31,11 @@
 namespace tt::comm {
 
 using ::tt::DType;  // core/dtype.h: the collectives take every dtype
-enum class Op : uint8_t { kSum, kProd, kMin, kMax, kAvg };
+// Note [bitwise and logical reductions]: band, bor, bxor and land, lor, lxor, as MPI defines them for C integers:
+// integer elements only (int32, int64, uint8; a float is refused), the logical ones giving 1 or 0 (with one rank the
+// value itself, as MPI's, which copies it). Not over NCCL, which has none.
+enum class Op : uint8_t { kSum, kProd, kMin, kMax, kAvg, kBand, kBor, kBxor, kLand, kLor, kLxor };
+inline bool op_on_integers_only(Op op) { return op >= Op::kBand; }
 // The collectives (in error messages, descriptions checked across ranks, and NcclCommunicator::enqueue).
 enum Kind : int32_t { kBarrier, kBroadcast, kReduce, kAllreduce, kGather, kScatter, kAllgather, kReduceScatter,
                       kAlltoall };

@@ -455,6 +455,15 @@ class MpiComm final : public Communicator {
     return MPI_BYTE;
   }
   MPI_Op mpi_op(DType d, Op op) const {
+    switch (op) {  // Note [bitwise and logical reductions]: integers only, as MPI's
+      case Op::kBand: return MPI_BAND;
+      case Op::kBor: return MPI_BOR;
+      case Op::kBxor: return MPI_BXOR;
+      case Op::kLand: return MPI_LAND;
+      case Op::kLor: return MPI_LOR;
+      case Op::kLxor: return MPI_LXOR;
+      default: break;
+    }
     const int k = op == Op::kProd ? 1 : op == Op::kMin ? 2 : op == Op::kMax ? 3 : 0;  // avg: a sum, divided after
     if (d == DType::kBF16) return ops16_[k];
     if (d == DType::kF16) return ops16_[4 + k];

@@ -79,6 +79,7 @@ ncclRedOp_t nccl_op(Op op) {
     case Op::kMin: return ncclMin;
     case Op::kMax: return ncclMax;
     case Op::kAvg: return ncclAvg;
+    default: break;  // Note [bitwise and logical reductions]: refused before (NcclCommunicator's reductions)
   }
   return ncclSum;
 }
@@ -421,6 +422,10 @@ class NcclComm final : public NcclCommunicator {
   }
 
   Status queue(cudaStream_t s, const Call& c) {
+    const bool reduces = c.kind == kReduce || c.kind == kAllreduce || c.kind == kReduceScatter;
+    TT_RETURN_IF(reduces && op_on_integers_only(c.op), kUnimplemented,
+                 "reduction %s over NCCL: NCCL has no bitwise or logical reduction (Note [bitwise and logical "
+                 "reductions] in comm/comm.h); use the shm or mpi backend for it", op_name(c.op));
     TT_RETURN_IF(broken_.is_set(), kFailedPrecondition,
                  "nccl communicator (rank %d): unusable after an earlier error: %s",
                  rank(), broken_.why().c_str());

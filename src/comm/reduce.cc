@@ -77,6 +77,15 @@ inline A combine(A a, A b, Op op) {
     case Op::kProd: return mul(a, b);
     case Op::kMin: return std::min(a, b);
     case Op::kMax: return std::max(a, b);
+    // Note [bitwise and logical reductions] (comm/comm.h): integers only (Communicator checks).
+    case Op::kLand: return static_cast<A>(a != A(0) && b != A(0));
+    case Op::kLor: return static_cast<A>(a != A(0) || b != A(0));
+    case Op::kLxor: return static_cast<A>((a != A(0)) != (b != A(0)));
+    case Op::kBand:
+    case Op::kBor:
+    case Op::kBxor:
+      if constexpr (std::is_integral_v<A>) return op == Op::kBand ? (a & b) : op == Op::kBor ? (a | b) : (a ^ b);
+      break;
   }
   return a;
 }

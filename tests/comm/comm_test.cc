@@ -154,6 +154,26 @@ Buf make(int r, size_t n, DType d, int tag) {
 // The reduction of element i over ranks 0..n-1 in rank order, in the accumulation type of d (float for the 16-bit
 // types, rounded once), written independently of comm/reduce.
 double expected(int n, size_t i, DType d, Op op, int tag, size_t base = 0) {
+  if (comm::op_on_integers_only(op)) {  // Note [bitwise and logical reductions]: on the integers as they are held
+    auto held = [&](int r) {
+      const long long x = std::llround(value(r, base + i, tag) * 2);
+      return d == DType::kU8 ? x + 6 : x;
+    };
+    long long acc = held(0);  // (one rank: its value, as MPI's)
+    for (int r = 1; r < n; ++r) {
+      const long long x = held(r);
+      switch (op) {
+        case Op::kBand: acc &= x; break;
+        case Op::kBor: acc |= x; break;
+        case Op::kBxor: acc ^= x; break;
+        case Op::kLand: acc = acc != 0 && x != 0; break;
+        case Op::kLor: acc = acc != 0 || x != 0; break;
+        default: acc = (acc != 0) != (x != 0); break;
+      }
+    }
+    if (d == DType::kU8) return static_cast<double>(acc & 255);
+    return static_cast<double>(d == DType::kI32 ? static_cast<int32_t>(acc) : acc);  // (ints are stored doubled)
+  }
   if (d == DType::kU8) {
     // Bytes: the stored values are 2x + 6 (0 to 12); sums and products wrap modulo 256 as uint8_t arithmetic does,
     // and an average is the wrapped sum divided by the ranks, truncated.
@@ -167,6 +187,7 @@ double expected(int n, size_t i, DType d, Op op, int tag, size_t base = 0) {
         case Op::kProd: acc = (acc * x) & 255u; break;
         case Op::kMin: acc = std::min(acc, x); break;
         case Op::kMax: acc = std::max(acc, x); break;
+        default: break;
       }
     }
     if (op == Op::kAvg) acc /= static_cast<unsigned>(n);
@@ -190,8 +211,8 @@ double expected(int n, size_t i, DType d, Op op, int tag, size_t base = 0) {
         case Op::kProd: return a * b;
         case Op::kMin: return std::min(a, b);
         case Op::kMax: return std::max(a, b);
+        default: return a;
       }
-      return a;
     };
     if (narrow) facc = f(facc, static_cast<float>(x));
     else acc = f(acc, x);
@@ -214,6 +235,7 @@ double expected(int n, size_t i, DType d, Op op, int tag, size_t base = 0) {
         case Op::kProd: iacc *= x; break;
         case Op::kMin: iacc = std::min(iacc, x); break;
         case Op::kMax: iacc = std::max(iacc, x); break;
+        default: break;
       }
     }
     if (op == Op::kAvg) iacc /= n;
@@ -261,7 +283,10 @@ int run_collectives() {
         const bool in_place = mode != 0;
         auto ip = [&](const void* alias) { return mode == 2 ? alias : comm::kInPlace; };
         // allreduce, reduce (root n-1), reduce_scatter with every op.
-        for (Op op : {Op::kSum, Op::kProd, Op::kMin, Op::kMax, Op::kAvg}) {
+        std::vector<Op> ops = {Op::kSum, Op::kProd, Op::kMin, Op::kMax, Op::kAvg};
+        if (d == DType::kI32 || d == DType::kI64 || d == DType::kU8)  // Note [bitwise and logical reductions]
+          ops.insert(ops.end(), {Op::kBand, Op::kBor, Op::kBxor, Op::kLand, Op::kLor, Op::kLxor});
+        for (Op op : ops) {
           ++tag;
           if (op == Op::kProd && count == large && d != DType::kF64 && d != DType::kI64 && d != DType::kU8)
             continue;  // overflow (bytes wrap, exactly)
