@@ -403,6 +403,44 @@ def vforms(comm: tc.Comm) -> None:
     print(f"rank {me}: v-forms right")
 
 
+def send_modes(comm: tc.Comm) -> None:
+    """Note [send modes and persistent requests]: Ssend, Rsend, Issend; Bsend of a message above the buffered
+    size by every rank before any receives (it must return at once, or the ring deadlocks), Detach_buffer; persistent
+    sends and receives started three times over a buffer that changes between starts, with Startall and Waitall."""
+    me, n = comm.rank, comm.size
+    right, left = (me + 1) % n, (me - 1) % n
+    got = np.zeros(16, np.int64)
+    r = comm.Irecv(got, source=left, tag=1)
+    comm.Ssend(np.full(16, me, np.int64), dest=right, tag=1)
+    r.Wait()
+    expect(np.array_equal(got, np.full(16, left)), "Ssend")
+    r = comm.Irecv(got, source=left, tag=2)
+    comm.Rsend(np.full(16, me + 10, np.int64), dest=right, tag=2)
+    r.Wait()
+    s = comm.Issend(np.full(16, me + 20, np.int64), dest=right, tag=3)
+    comm.Recv(got, source=left, tag=3)
+    s.Wait()
+    expect(np.array_equal(got, np.full(16, left + 20)), "Issend")
+    big = np.arange(1 << 18, dtype=np.float64) + me  # 2 MiB: past the 64 KiB a Send buffers
+    tc.Attach_buffer(bytearray(big.nbytes + tc.BSEND_OVERHEAD))
+    comm.Bsend(big, dest=right, tag=4)
+    big[:] = -1  # the message is a copy: changing the buffer now changes nothing
+    into = np.zeros_like(big)
+    comm.Recv(into, source=left, tag=4)
+    expect(np.array_equal(into, np.arange(1 << 18, dtype=np.float64) + left), "Bsend")
+    tc.Detach_buffer()
+    sendbuf, recvbuf = np.zeros(8, np.int32), np.zeros(8, np.int32)
+    reqs = [comm.Send_init(sendbuf, dest=right, tag=5), comm.Recv_init(recvbuf, source=left, tag=5)]
+    for it in range(3):
+        sendbuf[:] = 100 * me + it
+        tc.Prequest.Startall(reqs)
+        tc.Request.Waitall(reqs)
+        expect(np.array_equal(recvbuf, np.full(8, 100 * left + it)), f"persistent round {it}")
+    expect(reqs[0].Test() and tc.Request.Waitany(reqs) == tc.UNDEFINED, "inactive persistent requests")
+    comm.Barrier()
+    print(f"rank {me}: send modes right")
+
+
 def nonblocking(comm: tc.Comm) -> None:
     """Note [non-blocking calls]: every I-method gives what its blocking twin gives; several in flight at once; the
     buffers held until Wait; Test; a dropped Request waits; I-calls and blocking calls keep the call order; the
@@ -968,7 +1006,7 @@ def p2p_timeout(comm: tc.Comm) -> None:
 
 if __name__ == "__main__":
     c = tc.world()
-    {"collectives": collectives, "moved_types": moved_types, "request_sets": request_sets, "vforms": vforms, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
+    {"collectives": collectives, "moved_types": moved_types, "request_sets": request_sets, "vforms": vforms, "send_modes": send_modes, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
      "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,

@@ -48,6 +48,12 @@ def test_every_collective_dtype_and_op_against_numpy(ranks):
     run_right(ranks, "collectives", "rank 0: all collectives right", {"TIERTRAIN_COMM_BUFFER": "262144"})
 
 
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_send_modes_and_persistent_requests(ranks):
+    """Note [send modes and persistent requests] in tiertrain/comm.py."""
+    run_right(ranks, "send_modes", "rank 0: send modes right")
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 4])
 def test_v_forms_against_numpy(ranks):
     """Note [v-forms] in tiertrain/comm.py."""

@@ -452,13 +452,15 @@ def _checked(requests, call):
     """The list of requests, every item checked to be a Request before any is waited for."""
     requests = list(requests)
     for r in requests:
-        if not isinstance(r, (Request, ObjRequest)):
+        if not isinstance(r, (Request, ObjRequest, Prequest)):
             raise TypeError(f"Request.{call}: every item must be a Request, got {type(r).__name__}")
     return requests
 
 
 def _live(r):
-    """Not yet waited for (a waited request is null: REQUEST_NULL's equal)."""
+    """Not yet waited for (a waited request is null: REQUEST_NULL's equal; an inactive persistent one is skipped)."""
+    if isinstance(r, Prequest):
+        return r._active is not None
     return not r._done if isinstance(r, ObjRequest) else not r._waited
 
 
@@ -611,6 +613,109 @@ def _testall_objects(requests, statuses=None):
         return False, None
     return True, [r.wait() if isinstance(r, ObjRequest) else None for r in requests]
 
+
+# Note [send modes and persistent requests]
+# MPI's other send modes, with what a program can observe of them: Ssend and Rsend (and Issend, Irsend) send as Send
+# does (a correct program with them is correct with Send, which may return sooner); Bsend (and Ibsend) completes at
+# once, as MPI's does: it starts an Isend of a copy of the buffer, which the communicator keeps until it is done or
+# Detach_buffer waits for it (Attach_buffer's buffer itself is not needed: the copies are the attached buffer).
+# Persistent requests (Send_init, Recv_init, Bsend_init, Ssend_init; Prequest.Start, Startall) start the same
+# Isend or Irecv of the buffer as it is at each Start; Wait and Test act on the one started; a persistent request
+# waited for is inactive, not null, and starts again.
+BSEND_OVERHEAD = 0
+_bsends = {}  # id(comm) -> the Requests of its buffered sends not yet known done
+
+
+def _Bsend(self, buf, dest, tag=0):
+    """Buffered send: returns at once, the message on its way from a copy of `buf`."""
+    if dest == PROC_NULL:
+        return
+    mine = _bsends.setdefault(id(self), [])
+    mine[:] = [r for r in mine if not r.Test()]  # (the done ones let go)
+    copy = _np.array(_flat(_spec(buf), None, "Bsend buf"), copy=True)
+    mine.append(self._Isend(copy, dest, tag))
+
+
+def _Ibsend(self, buf, dest, tag=0):
+    """Bsend, as a Request that is done at once."""
+    _Bsend(self, buf, dest, tag)
+    return Comm._null_request(PROC_NULL)
+
+
+def Attach_buffer(buf):
+    """MPI's buffer for Bsend: accepted (the buffered sends keep copies of their own; Note [send modes and persistent
+    requests])."""
+    return None
+
+
+def Detach_buffer():
+    """Waits for every buffered send to be done (as MPI's does before it returns the buffer)."""
+    for reqs in _bsends.values():
+        Request.Waitall(reqs)
+        reqs.clear()
+    return None
+
+
+class Prequest:
+    """A persistent request (mpi4py's Prequest): Start() begins the operation on the buffer as it is now; Wait and
+    Test act on the one started; once waited for it is inactive and may Start again."""
+
+    def __init__(self, start):
+        self._start = start
+        self._active = None
+
+    def Start(self):
+        if self._active is not None:
+            raise RuntimeError("Prequest.Start: the request is active (Wait for it first)")
+        self._active = self._start()
+
+    @staticmethod
+    def Startall(requests):
+        for r in requests:
+            r.Start()
+
+    def Wait(self, status=None):
+        if self._active is None:
+            return _null_status(status)
+        try:
+            self._active.Wait(status)
+        finally:
+            self._active = None
+
+    def Test(self, status=None):
+        if self._active is None:
+            _null_status(status)
+            return True
+        if self._active.Test(status):
+            self._active = None
+            return True
+        return False
+
+    def Free(self):
+        if self._active is not None:
+            self.Wait()
+
+
+def _Send_init(self, buf, dest, tag=0):
+    return Prequest(lambda: _Isend(self, buf, dest, tag))
+
+
+def _Bsend_init(self, buf, dest, tag=0):
+    return Prequest(lambda: _Ibsend(self, buf, dest, tag))
+
+
+def _Recv_init(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
+    return Prequest(lambda: _Irecv(self, buf, source, tag))
+
+
+Comm.Ssend = Comm.Rsend = _Send
+Comm.Issend = Comm.Irsend = _Isend
+Comm.Bsend = _Bsend
+Comm.Ibsend = _Ibsend
+Comm.Send_init = Comm.Ssend_init = Comm.Rsend_init = _Send_init
+Comm.Bsend_init = _Bsend_init
+Comm.Recv_init = _Recv_init
+__all__ += ["BSEND_OVERHEAD", "Attach_buffer", "Detach_buffer", "Prequest"]
 
 REQUEST_NULL = Comm._null_request(ANY_SOURCE)
 REQUEST_NULL.Wait()  # (a request waited for is null)
