@@ -265,6 +265,7 @@ def moved_types(comm: tc.Comm) -> None:
     # (Not over MPI: a communicator given up after an argument error ends an MPI job at its finalize.)
     for dtype in (np.int8, np.bool_, np.int16, np.uint32) if os.environ.get("TIERTRAIN_COMM_BACKEND") != "mpi" else ():
         fresh = comm.Dup()
+        fresh.Barrier()  # (every rank done with Dup before one gives the new communicator up)
         try:
             fresh.Allreduce(tc.IN_PLACE, np.zeros(4, dtype), op=tc.SUM)
             raise AssertionError(f"the Allreduce of {np.dtype(dtype)} was not refused")
@@ -273,6 +274,7 @@ def moved_types(comm: tc.Comm) -> None:
                    f"the refusal of {np.dtype(dtype)} says: {e}")
     if os.environ.get("TIERTRAIN_COMM_BACKEND") != "mpi":  # Note [bitwise and logical reductions]: integers only
         fresh = comm.Dup()
+        fresh.Barrier()
         try:
             fresh.Allreduce(tc.IN_PLACE, np.zeros(4, np.float32), op=tc.BAND)
             raise AssertionError("BAND of float32 was not refused")
@@ -324,9 +326,10 @@ def request_sets(comm: tc.Comm) -> None:
     expect(tc.Request.Waitsome(sends) is None, "Waitsome of none live")
     # Testall until true; Testany and Testsome once everything is done.
     bufs, reqs, sends = post(3)
-    while not tc.Request.Testall(reqs):
+    statuses = []
+    while not tc.Request.Testall(reqs, statuses):  # (none completed until all are done: their statuses kept)
         time.sleep(1e-4)
-    expect(right_data(bufs), "Testall data")
+    expect(right_data(bufs) and [s.Get_tag() for s in statuses] == [10, 11, 12], "Testall data and statuses")
     tc.Request.Waitall(sends)
     expect(tc.Request.Testany(reqs) == (tc.UNDEFINED, True), "Testany of none live")
     expect(tc.Request.Testsome(reqs) is None, "Testsome of none live")

@@ -48,28 +48,16 @@ def test_every_collective_dtype_and_op_against_numpy(ranks):
     run_right(ranks, "collectives", "rank 0: all collectives right", {"TIERTRAIN_COMM_BUFFER": "262144"})
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 3])
-def test_send_modes_and_persistent_requests(ranks):
-    """Note [send modes and persistent requests] in tiertrain/comm.py."""
-    run_right(ranks, "send_modes", "rank 0: send modes right")
+# The mpi4py calls of issue 48, a scenario of comm_worker.py each, against numpy: Note [send modes and persistent
+# requests], [v-forms] and [request sets] in tiertrain/comm.py, Note [bytes and other moved types] in _comm.cc.
+SCENARIOS_48 = {"send_modes": "send modes", "vforms": "v-forms", "request_sets": "request sets",
+                "moved_types": "moved types"}
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 4])
-def test_v_forms_against_numpy(ranks):
-    """Note [v-forms] in tiertrain/comm.py."""
-    run_right(ranks, "vforms", "rank 0: v-forms right")
-
-
-@pytest.mark.parametrize("ranks", [1, 3])
-def test_request_sets_as_mpi4py_has_them(ranks):
-    """Note [request sets] in tiertrain/comm.py."""
-    run_right(ranks, "request_sets", "rank 0: request sets right")
-
-
-@pytest.mark.parametrize("ranks", [1, 3])
-def test_bytes_and_other_moved_types(ranks):
-    """Note [bytes and other moved types]: byte buffers and the types without a reduction, moved bit for bit."""
-    run_right(ranks, "moved_types", "rank 0: moved types right")
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS_48))
+def test_mpi4py_calls_against_numpy(scenario, ranks):
+    run_right(ranks, scenario, f"rank 0: {SCENARIOS_48[scenario]} right")
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3])

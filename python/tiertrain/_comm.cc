@@ -419,6 +419,8 @@ class PyRequest {
   py::object result() const { return result_; }
   // Waited for (mpi4py's requests become REQUEST_NULL then): its buffers let go, Wait returns at once.
   bool waited() const { return !p_; }
+  // Done (a Wait would return at once), without waiting or letting anything go: Testall's look.
+  bool ready() const { return !p_ || !p_->req.valid() || p_->req.test(); }
   // mpi4py's Status, duck-typed: its source, tag and count (bytes) are set where given.
   static void fill_status(const py::object& status, const tt::comm::MessageInfo& info) {
     if (status.is_none()) return;
@@ -1171,6 +1173,7 @@ PYBIND11_MODULE(_comm, m) {
            "Whether the operation is done (and if so, Wait() returns at once).")
       .def("_result", &PyRequest::result, "The object layer's received bytes, once waited for.")
       .def_property_readonly("_waited", &PyRequest::waited)
+      .def_property_readonly("_ready", &PyRequest::ready)
       // mpi4py's: a request waited for compares equal to REQUEST_NULL (and to any other waited for).
       .def("__eq__",
            [](const py::object& a, const py::object& b) -> py::object {

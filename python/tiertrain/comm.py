@@ -477,6 +477,21 @@ def _null_status(status):
         status.source, status.tag, status.count = ANY_SOURCE, ANY_TAG, 0
 
 
+def _fill(statuses, found):
+    """statuses (a list, or None) gets the Status of each (index, Status) of `found`, in order."""
+    statuses = _statuses_for(statuses, len(found))
+    if statuses is not None:
+        for k, (_, st) in enumerate(found):
+            statuses[k].source, statuses[k].tag, statuses[k].count = st.source, st.tag, st.count
+
+
+def _ready(r):
+    """Done, looked at without completing it (Testall completes none unless all are done)."""
+    if isinstance(r, Prequest):
+        return r._active is None or _ready(r._active)
+    return (r._request if isinstance(r, ObjRequest) else r)._ready
+
+
 def _Waitall(requests, statuses=None):
     """Waits for every request (mpi4py's Request.Waitall); `statuses`, a list, gets each one's Status."""
     requests = _checked(requests, "Waitall")
@@ -537,19 +552,15 @@ def _Waitsome(requests, statuses=None):
     found = _poll(requests, False)
     if found is None:
         return None
-    statuses = _statuses_for(statuses, len(found))
-    if statuses is not None:
-        for k, (_, st) in enumerate(found):
-            statuses[k].source, statuses[k].tag, statuses[k].count = st.source, st.tag, st.count
+    _fill(statuses, found)
     return [i for i, _ in found]
 
 
 def _Testall(requests, statuses=None):
     """Whether every request is done (and if so, all are waited for, their statuses given)."""
     requests = _checked(requests, "Testall")
-    for r in requests:
-        if _live(r) and not (r._request if isinstance(r, ObjRequest) else r).Test():
-            return False
+    if not all(_ready(r) for r in requests if _live(r)):
+        return False
     return _Waitall(requests, statuses)
 
 
@@ -582,10 +593,7 @@ def _Testsome(requests, statuses=None):
             done.append((i, st))
     if not any_live:
         return None
-    statuses = _statuses_for(statuses, len(done))
-    if statuses is not None:
-        for k, (_, st) in enumerate(done):
-            statuses[k].source, statuses[k].tag, statuses[k].count = st.source, st.tag, st.count
+    _fill(statuses, done)
     return [i for i, _ in done]
 
 
