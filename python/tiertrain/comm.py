@@ -846,7 +846,8 @@ def _Gatherv(self, sendbuf, recvbuf, root=0):
     n, me = self.size, self.rank
     if me == root:
         out, counts, displs = _vspec(recvbuf, n, "Gatherv recvbuf")
-        mine = out[displs[me]:displs[me] + counts[me]] if sendbuf is IN_PLACE else _flat(_spec(sendbuf), None, "Gatherv sendbuf")
+        mine = out[displs[me]:displs[me] + counts[me]] if sendbuf is IN_PLACE else \
+            _flat(_spec(sendbuf), None, "Gatherv sendbuf")
         dtype = out.dtype
     else:
         mine = _flat(_spec(sendbuf), None, "Gatherv sendbuf")

@@ -724,7 +724,6 @@ class Compiler {
     for (int s = 0; s < S; ++s) {
       const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
       const int slot = s % kHostRingSlots;
-      const std::string j = std::to_string(slot);
       if (sp_.data_ranks > 1) wait(out, StreamId::kD2H, "reduced " + seg_name(s), "wait grad reduce", layer);
       if (s >= kHostRingSlots)
         wait(out, StreamId::kD2H, "adamw " + seg_name(s - kHostRingSlots), "wait cpu optimizer", layer);
