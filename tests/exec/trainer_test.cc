@@ -623,16 +623,21 @@ void expect_every_plan_matches(const TrainConfig& base, const Trainer& a, const 
 // and read straight back: a run split by a checkpoint resumes bit for bit; the file is the device optimizer's too
 // (the second half with AdamW on the device continues the device run's bits), and --init-from reads it into the host
 // master as into the device's.
+// A trainer of cfg run to its end (the test fails where it cannot be created or run), and its result.
+RunResult run_through(const TrainConfig& cfg) {
+  auto t = Trainer::create(cfg, nullptr);
+  EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+  if (!t.is_ok()) return {};
+  EXPECT_TRUE(t.value()->run().is_ok());
+  return finish(*t.value());
+}
+
 TEST(Trainer, CpuOptimizerCheckpointsFromItsHostStateAndResumesBitExact) {
   TempDir dir;
-  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
-  TrainConfig device = small_config(data);
+  TrainConfig device = small_config(dir.write("corpus.txt", testing::synthetic_text(60000)));
   device.steps = 20;
   device.eval_every = 0;
-  auto straight = Trainer::create(device, nullptr);
-  ASSERT_TRUE(straight.is_ok()) << straight.status().to_string();
-  ASSERT_TRUE(straight.value()->run().is_ok());
-  const RunResult want = finish(*straight.value());
+  const RunResult want = run_through(device);
   for (const char* buffers : {"whole", "ring"}) {
     SCOPED_TRACE(buffers);
     TrainConfig cpu = device;
@@ -674,10 +679,7 @@ TEST(Trainer, CpuOptimizerCheckpointsFromItsHostStateAndResumesBitExact) {
       TrainConfig init = where == OptimizerPlacement::kCpu ? cpu : device;
       init.init_from = second.checkpoint_dir;
       init.steps = 2;
-      auto i = Trainer::create(init, nullptr);
-      ASSERT_TRUE(i.is_ok()) << i.status().to_string();
-      ASSERT_TRUE(i.value()->run().is_ok());
-      from[where == OptimizerPlacement::kCpu] = finish(*i.value()).params;
+      from[where == OptimizerPlacement::kCpu] = run_through(init).params;
     }
     ASSERT_FALSE(from[0].empty());
     EXPECT_EQ(from[0], from[1]);

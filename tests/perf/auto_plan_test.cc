@@ -41,10 +41,12 @@ struct Machine {
 };
 
 // A model of `layers` blocks with a budget of `fraction` of what its in-core plan needs.
-void setup(Machine& s, int layers, double fraction) {
+void setup(Machine& s, int layers, double fraction,
+           ModelConfig model = ModelConfig{.vocab = 256, .dim = 64, .heads = 4, .seq = 64}, int batch = 8) {
   TrainConfig& tc = s.cfg;
-  tc.model = ModelConfig{.vocab = 256, .layers = layers, .dim = 64, .heads = 4, .seq = 64};
-  tc.batch = 8;
+  model.layers = layers;
+  tc.model = model;
+  tc.batch = batch;
   tc.data = s.dir.write("corpus.txt", tt::testing::synthetic_text(20000));
   tc.backend = "cpu";
   tc.device_budget = int64_t(1) << 40;
@@ -230,14 +232,7 @@ TEST(AutoPlan, TakesHostRingsWhereOnlyTheyFitTheHost) {
   const double avail = static_cast<double>(cpu::available_memory_bytes());
   const int layers = static_cast<int>(std::lround(avail / 14.0 / (12.0 * 2048 * 2048)));
   ASSERT_GE(layers, 4);
-  tc.model = ModelConfig{.vocab = 256, .layers = layers, .dim = 2048, .heads = 16, .seq = 16};
-  tc.batch = 1;
-  tc.data = s.dir.write("corpus.txt", tt::testing::synthetic_text(20000));
-  tc.backend = "cpu";
-  tc.device_budget = int64_t(1) << 40;
-  auto rows = plan_rows(tc);
-  ASSERT_TRUE(rows.is_ok()) << rows.status().to_string();
-  s.profile = synthetic(rows_needs(rows.value()));
+  setup(s, layers, 1.0, ModelConfig{.vocab = 256, .dim = 2048, .heads = 16, .seq = 16}, 1);
   const int64_t n = model_num_params(tc.model);
   tc.device_budget = 10 * n;
   auto a = choose_plan(tc, s.profile);
