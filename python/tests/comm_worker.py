@@ -444,6 +444,34 @@ def send_modes(comm: tc.Comm) -> None:
     print(f"rank {me}: send modes right")
 
 
+def datatypes(comm: tc.Comm) -> None:
+    """Note [datatypes]: the Datatype basics, contiguous types in buffer specs and Status.Get_count, types with gaps
+    refused naming the alternative."""
+    me, n = comm.rank, comm.size
+    right, left = (me + 1) % n, (me - 1) % n
+    expect(tc.DOUBLE.Get_size() == 8 and tc.INT.Get_extent() == (0, 4) and np.dtype(tc.FLOAT) == np.float32,
+           "sizes and extents")
+    tri = tc.DOUBLE.Create_contiguous(3).Commit()
+    expect(tri.Get_size() == 24 and tri.Get_extent() == (0, 24), "Create_contiguous")
+    send = np.arange(9, dtype=np.float64) + 100 * me
+    got = np.zeros(9)
+    st = tc.Status()
+    comm.Sendrecv([send, 2, tri], dest=right, recvbuf=[got, 3, tri], source=left, status=st)
+    expect(np.array_equal(got[:6], np.arange(6) + 100 * left) and not got[6:].any(), f"two of tri moved: {got}")
+    expect(st.Get_count(tri) == 2 and st.Get_count(tc.DOUBLE) == 6, "Get_count in the new type")
+    b = np.full(4, float(me))
+    comm.Bcast([b, tc.DOUBLE], root=0)
+    expect(np.array_equal(b, np.zeros(4)), "Bcast of [buf, DOUBLE]")
+    try:
+        tc.DOUBLE.Create_vector(2, 1, 3)
+        raise AssertionError("Create_vector was not refused")
+    except NotImplementedError as e:
+        expect("ascontiguousarray" in str(e), f"the refusal says: {e}")
+    tri.Free()
+    comm.Barrier()
+    print(f"rank {me}: datatypes right")
+
+
 def nonblocking(comm: tc.Comm) -> None:
     """Note [non-blocking calls]: every I-method gives what its blocking twin gives; several in flight at once; the
     buffers held until Wait; Test; a dropped Request waits; I-calls and blocking calls keep the call order; the
@@ -1009,7 +1037,7 @@ def p2p_timeout(comm: tc.Comm) -> None:
 
 if __name__ == "__main__":
     c = tc.world()
-    {"collectives": collectives, "moved_types": moved_types, "request_sets": request_sets, "vforms": vforms, "send_modes": send_modes, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
+    {"collectives": collectives, "moved_types": moved_types, "request_sets": request_sets, "vforms": vforms, "send_modes": send_modes, "datatypes": datatypes, "dlpack": dlpack, "gil": gil, "errors": errors, "mismatch": mismatch,
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
      "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,

@@ -49,9 +49,10 @@ def test_every_collective_dtype_and_op_against_numpy(ranks):
 
 
 # The mpi4py calls of issue 48, a scenario of comm_worker.py each, against numpy: Note [send modes and persistent
-# requests], [v-forms] and [request sets] in tiertrain/comm.py, Note [bytes and other moved types] in _comm.cc.
+# requests], [v-forms], [request sets] and [datatypes] in tiertrain/comm.py, Note [bytes and other moved types] in
+# _comm.cc.
 SCENARIOS_48 = {"send_modes": "send modes", "vforms": "v-forms", "request_sets": "request sets",
-                "moved_types": "moved types"}
+                "moved_types": "moved types", "datatypes": "datatypes"}
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 4])

@@ -41,15 +41,93 @@ __all__ = ["world", "Comm", "Request", "Status", "Op", "SUM", "PROD", "MIN", "MA
 SUCCESS = 0
 PROC_NULL = -2  # a peer that is no one: sends to it and receives from it are done at once, moving nothing
 
-# Datatypes for mpi4py-style buffer specs ([buf, MPI.DOUBLE], [buf, count, MPI.CHAR]) and Status.Get_count: numpy
-# dtypes (the buffer's own type is what travels; the datatype and count of a spec pick how much of it).
-BYTE = CHAR = _np.dtype("u1")
-SIGNED_CHAR = _np.dtype("i1")
-SHORT = _np.dtype("i2")
-INT = INT32_T = _np.dtype("i4")
-LONG = LONG_LONG = INT64_T = _np.dtype("i8")
-FLOAT = _np.dtype("f4")
-DOUBLE = _np.dtype("f8")
+# Note [datatypes]
+# mpi4py's datatypes for buffer specs ([buf, MPI.DOUBLE], [buf, count, MPI.CHAR]), Status.Get_count and their own
+# questions (DOUBLE.Get_size()). Each is a Datatype holding a numpy dtype, which numpy reads through its `dtype`
+# attribute wherever a dtype is taken (numpy.dtype(MPI.DOUBLE) is float64); the buffer's own elements are what
+# travels, the datatype and count of a spec pick how much of it. Create_contiguous(n) is n elements in a row (a numpy
+# subarray type); types with gaps (Create_vector, Create_indexed, Create_struct, Create_subarray) are refused naming
+# the alternative: a numpy view made contiguous (numpy.ascontiguousarray) on the send side, copied back on the
+# receive side.
+class Datatype:
+    """An MPI datatype (mpi4py's MPI.Datatype basics) over a numpy dtype."""
+
+    def __init__(self, dtype, name=None):
+        self.dtype = _np.dtype(dtype)
+        self._name = name or str(self.dtype)
+
+    def Get_size(self):
+        """Bytes of data in one element of the type."""
+        return self.dtype.itemsize
+
+    def Get_extent(self):
+        """(lower bound, extent) in bytes: (0, its size), as every type here has no gaps."""
+        return 0, self.dtype.itemsize
+
+    Get_true_extent = Get_extent
+
+    def Get_name(self):
+        return self._name
+
+    def Create_contiguous(self, count):
+        """`count` elements of this type in a row, as one element of the new type."""
+        if int(count) < 0:
+            raise ValueError(f"Create_contiguous: count {count} is negative")
+        return Datatype(_np.dtype((self.dtype, (int(count),))), f"contiguous({count}, {self._name})")
+
+    def _gaps(self, call):
+        raise NotImplementedError(
+            f"Datatype.{call}: tiertrain.comm moves contiguous buffers only (Note [datatypes]): send "
+            f"numpy.ascontiguousarray(view) and copy what you receive into the view (view[...] = received)")
+
+    def Create_vector(self, count, blocklength, stride):
+        self._gaps("Create_vector")
+
+    def Create_hvector(self, count, blocklength, stride):
+        self._gaps("Create_hvector")
+
+    def Create_indexed(self, blocklengths, displacements):
+        self._gaps("Create_indexed")
+
+    def Create_subarray(self, sizes, subsizes, starts, order=None):
+        self._gaps("Create_subarray")
+
+    def Commit(self):
+        return self
+
+    def Free(self):
+        return None
+
+    def Dup(self):
+        return Datatype(self.dtype, self._name)
+
+    def __eq__(self, other):
+        return isinstance(other, Datatype) and other.dtype == self.dtype
+
+    def __hash__(self):
+        return hash(self.dtype)
+
+    def __repr__(self):
+        return f"<tiertrain.comm.Datatype {self._name}>"
+
+
+BYTE = Datatype("u1", "MPI_BYTE")
+CHAR = Datatype("u1", "MPI_CHAR")
+UNSIGNED_CHAR = Datatype("u1", "MPI_UNSIGNED_CHAR")
+SIGNED_CHAR = Datatype("i1", "MPI_SIGNED_CHAR")
+SHORT = Datatype("i2", "MPI_SHORT")
+UNSIGNED_SHORT = Datatype("u2", "MPI_UNSIGNED_SHORT")
+INT = Datatype("i4", "MPI_INT")
+INT32_T = Datatype("i4", "MPI_INT32_T")
+UNSIGNED = Datatype("u4", "MPI_UNSIGNED")
+LONG = Datatype("i8", "MPI_LONG")
+LONG_LONG = Datatype("i8", "MPI_LONG_LONG")
+INT64_T = Datatype("i8", "MPI_INT64_T")
+UNSIGNED_LONG = Datatype("u8", "MPI_UNSIGNED_LONG")
+FLOAT = Datatype("f4", "MPI_FLOAT")
+DOUBLE = Datatype("f8", "MPI_DOUBLE")
+BOOL = C_BOOL = Datatype("?", "MPI_C_BOOL")
+__all__ += ["Datatype", "UNSIGNED_CHAR", "UNSIGNED_SHORT", "UNSIGNED", "UNSIGNED_LONG", "BOOL", "C_BOOL"]
 __all__ += ["SUCCESS", "PROC_NULL", "BYTE", "CHAR", "SIGNED_CHAR", "SHORT", "INT", "INT32_T", "LONG", "LONG_LONG",
             "INT64_T", "FLOAT", "DOUBLE", "Get_processor_name"]
 
