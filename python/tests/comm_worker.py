@@ -883,6 +883,8 @@ def objects(comm: tc.Comm) -> None:
     expect(comm.allreduce(me > 0, op=tc.LAND) is False, "allreduce LAND")
     expect(comm.allreduce(me == 0, op=tc.LOR) is True, "allreduce LOR")
     expect(comm.allreduce(True, op=tc.LXOR) == (n % 2 == 1), "allreduce LXOR")
+    expect(comm.allreduce((me % 2, me), op=tc.MAXLOC) == ((1, 1) if n > 1 else (0, 0)), "allreduce MAXLOC")
+    expect(comm.allreduce((-(me % 2), me), op=tc.MINLOC) == ((-1, 1) if n > 1 else (0, 0)), "allreduce MINLOC")
     expect(comm.allreduce([me], op=operator.add) == list(range(n)), "allreduce with a function, in rank order")
     expect(comm.alltoall([f"{me}->{j}" for j in range(n)]) == [f"{i}->{me}" for i in range(n)], "alltoall")
     comm.barrier()

@@ -300,6 +300,20 @@ def _object_op(op):
     return table[op]
 
 
+def MAXLOC(a, b):
+    """mpi4py's MAXLOC for the object layer, on (value, index) pairs (comm.allreduce((x, comm.rank), op=MAXLOC)):
+    the larger value, the lower index among equal values. (The buffer methods take no pair types.)"""
+    return a if a[0] > b[0] or (a[0] == b[0] and a[1] <= b[1]) else b
+
+
+def MINLOC(a, b):
+    """mpi4py's MINLOC for the object layer: the smaller value, the lower index among equal values."""
+    return a if a[0] < b[0] or (a[0] == b[0] and a[1] <= b[1]) else b
+
+
+__all__ += ["MAXLOC", "MINLOC"]
+
+
 def _every_size(self, n):
     import numpy as np
 
