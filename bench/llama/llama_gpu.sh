@@ -55,7 +55,7 @@ status=0
 if has tests; then
   tt_gpu_build "$OUT" tiertrain backend_ops_test cudnn_test trainer_test || exit 1
   for spec in "backend_ops_test:Dtypes/BackendOps.Attention*:Dtypes/BackendOps.LlamaOps*:AttentionCudnn.*" "cudnn_test:*" \
-    "trainer_test:TrainerCuda.Llama*:TrainerCuda.Cudnn*:TrainerCuda.MatchesCpu*:TrainerCuda.Accumulation*"; do
+    "trainer_test:TrainerCuda.Llama*:TrainerCuda.Cudnn*:TrainerCuda.MatchesCpu*:TrainerCuda.Accumulation*:TrainerCuda.CpuOptimizer*"; do
     exe=${spec%%:*}
     filter=${spec#*:}
     start=$(date +%s)
@@ -228,11 +228,15 @@ if has largest; then
   pack
 fi
 if has 8b; then
-  m=(--family llama --layers "${TT_8B_LAYERS:-32}" --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048
-     --batch "${TT_8B_BATCH:-2}" --rope-theta 500000 --tied-embeddings false --optimizer cpu --data "$SHARD")
+  m0=(--family llama --layers "${TT_8B_LAYERS:-32}" --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048
+      --batch "${TT_8B_BATCH:-2}" --rope-theta 500000 --tied-embeddings false --data "$SHARD")
+  m=("${m0[@]}" --optimizer cpu)
   grep -E 'MemTotal|MemAvailable' /proc/meminfo
   "$TT" train "${m[@]}" --dry-run > "$OUT/dry_8b.log" 2>&1
   cat "$OUT/dry_8b.log"
+  # What the automatic plan takes for the same model and 16 micro-batches (its optimizer and host buffers its own).
+  "$TT" train "${m0[@]}" --plan auto --grad-accum 16 --dry-run > "$OUT/dry_8b_auto.log" 2>&1
+  grep -vE '^\[tiertrain' "$OUT/dry_8b_auto.log" | head -n 12
   for g in ${TT_8B_ACCUM:-16 64}; do
     start=$(date +%s)
     timeout "${TT_8B_TIMEOUT:-300}" "$TT" train "${m[@]}" --grad-accum "$g" --steps "${TT_8B_STEPS:-4}" --warmup 1 \

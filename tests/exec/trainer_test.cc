@@ -1344,6 +1344,30 @@ TEST(TrainerCuda, AccumulationWithTheCpuOptimizerEveryPlacement) {
   }
 }
 
+// Issue 46 on a GPU: the CPU optimizer's run resumes bit for bit with its host buffers whole and as rings: the
+// checkpoint written from the host master and moments where they are, and read back into them (Note [checkpoints
+// without copies] in exec/checkpoint.h), with the moments and the master in the pageable pool (Note [pinned and
+// pageable host memory] in plan/inventory.h).
+TEST(TrainerCuda, CpuOptimizerResumesBitExactInPlace) {
+  TT_SKIP_WITHOUT_GPU();
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
+  const ModelConfig gqa{.family = "llama", .vocab = 256, .layers = 4, .dim = 128, .heads = 4, .seq = 64,
+                        .kv_heads = 2, .ffn = 192};
+  for (const char* buffers : {"whole", "ring"}) {
+    SCOPED_TRACE(buffers);
+    TrainConfig cfg = cuda_plan_base(data, gqa, "bf16");
+    cfg.steps = 14;
+    cfg.grad_accum = 2;
+    cfg.optimizer = OptimizerPlacement::kCpu;
+    cfg.host_buffers = buffers;
+    auto a = Trainer::create(cfg, nullptr);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    ASSERT_TRUE(a.value()->run().is_ok());
+    expect_bit_identical(finish(*a.value()), run_split_at_10(cfg, dir.file(std::string("ckpt_") + buffers)));
+  }
+}
+
 // cuDNN's fused attention in training (head size 64, where cuDNN takes the shape; attention_impl auto): resumes bit
 // for bit, recompute gives the bits of in-core (forward and recomputed forward take the same plan), and the losses
 // stay within bf16 tolerance of our kernels' (attention_impl=native). Skipped where cuDNN does not load.
