@@ -122,6 +122,7 @@ Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_co
   ex.wait_all();  // every update of the CPU optimizer has reached the master
   if (opt.host_state_whole() && model.config().tp == 1) {  // Note [checkpoints without copies]
     TT_TRY(ex.backend().synchronize_all());
+    TT_TRY(opt.device_part_to_host());  // Note [optimizer split] in plan/schedule.h
     WholeState w;
     w.params = reinterpret_cast<const unsigned char*>(opt.host_master());
     w.m = reinterpret_cast<const unsigned char*>(opt.host_m());
@@ -543,6 +544,7 @@ Result<CheckpointState> load_checkpoint(const std::string& path, const Checkpoin
   }
   if (in_place) {
     TT_TRY(ex.master_loaded());
+    TT_TRY(opt.state_written());  // Note [optimizer split] in plan/schedule.h
     opt.set_steps_taken(st.step);  // checkpoint_state_from_meta checked optimizer.step == step
     TT_LOG(INFO, CKPT, "resumed from %s at step %lld", path.c_str(), static_cast<long long>(st.step));
     return st;

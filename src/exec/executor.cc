@@ -98,6 +98,16 @@ Status ExecSpec::validate() const {
                  "plan %s: host_buffers \"ring\" with --shard-optimizer: not built (a rank's shares are compact "
                  "already)", plan.source.c_str());
   }
+  if (plan.device_optimizer_segments > 0) {  // Note [optimizer split] in plan/schedule.h
+    const std::string why = plan.optimizer_split_refusal(model.layers + 2);
+    TT_RETURN_IF(!why.empty(), kInvalidArgument, "plan %s: device_optimizer_segments %d: %s", plan.source.c_str(),
+                 plan.device_optimizer_segments, why.c_str());
+    TT_RETURN_IF(hyper.speculate, kUnimplemented,
+                 "plan %s: device_optimizer_segments with --speculative-update: not built; use one or the other",
+                 plan.source.c_str());
+    TT_RETURN_IF(shard_optimizer && data_ranks > 1, kUnimplemented,
+                 "plan %s: device_optimizer_segments with --shard-optimizer: not built", plan.source.c_str());
+  }
   const RingLayout r = ring_layout(plan);
   TT_RETURN_IF(r.swap.size() > 0 && plan.swap_slots() < 2, kInvalidArgument,
                "swapping activations needs at least 2 slots, got %d", plan.swap_slots());
@@ -149,7 +159,10 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
       inv.add_device(name, shape, dtype, cls);
     }
   };
-  if (!cpu) state("params", {P}, md, TC::kParam);
+  // Note [optimizer split] (plan/schedule.h): the device segments' master and moments, the first elements of the
+  // model's layout.
+  const int64_t on_device = cpu ? segs.offset[static_cast<size_t>(plan.device_optimizer_segments)] : P;
+  if (on_device > 0) state("params", {on_device}, md, TC::kParam);
   if (rings.params.size() > 0) {
     for (int s = 0; s < S; ++s)
       if (!(s >= 1 && s <= L && plan.params_streamed(s - 1)))
@@ -219,10 +232,12 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   }
   add_fixed_until([](const TensorRequest&) { return false; });
   // The optimizer's device buffers.
-  if (!cpu) {  // Note [sharded optimizer]: this rank's shares only
-    const int64_t moments = spec.shard_optimizer ? OptimizerShard::moment_elements(segs, spec.data_ranks) : P;
-    state("adam.m", {moments}, md, TC::kOptimState);
-    state("adam.v", {moments}, md, TC::kOptimState);
+  if (on_device > 0) {  // Note [sharded optimizer]: this rank's shares only
+    const int64_t moments =
+        spec.shard_optimizer && !cpu ? OptimizerShard::moment_elements(segs, spec.data_ranks) : on_device;
+    // (The split CPU optimizer's names apart from its host moments': Note [optimizer split].)
+    state(cpu ? "adam.m.device" : "adam.m", {moments}, md, TC::kOptimState);
+    state(cpu ? "adam.v.device" : "adam.v", {moments}, md, TC::kOptimState);
   }
   inv.add_device("adam.grad_norm_sq", {1}, md, TC::kWorkspace);
   // Note [tensor parallel]: with tp > 1 each segment's replicated part, then each one's sharded part.
@@ -498,11 +513,13 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
   // The optimizer's state.
   OptimizerBuffers ob;
   ob.master = master_;
-  ob.m = dev("adam.m");
-  ob.v = dev("adam.v");
+  ob.m = dev(plan.cpu_optimizer() ? "adam.m.device" : "adam.m");
+  ob.v = dev(plan.cpu_optimizer() ? "adam.v.device" : "adam.v");
   ob.norm_sq = dev("adam.grad_norm_sq");
   ob.parts = dev("adam.norm_parts");
-  if (!plan.cpu_optimizer()) ob.compute = compute_flat_;  // Note [device update by segment]
+  // Note [device update by segment]; Note [optimizer split] in plan/schedule.h.
+  if (!plan.cpu_optimizer() || plan.device_optimizer_segments > 0) ob.compute = compute_flat_;
+  if (plan.cpu_optimizer()) ob.device_segments = plan.device_optimizer_segments;
   if (plan.cpu_optimizer()) {
     auto f = [&](const char* n) { return static_cast<float*>(host(n)); };
     ob.sets[0] = {f("params.master"), f("adam.m"), f("adam.v"), static_cast<uint16_t*>(host("params.compute.host"))};
@@ -674,7 +691,7 @@ Status Executor::upload_params(const void* host) {
   TT_TRY(be_.synchronize_all());  // no update or upload of the master is in flight
   TT_CHECK(spec_.compute == DType::kBF16 || spec_.compute == DType::kF32, "no host conversion of the master to %s",
            dtype_name(spec_.compute));
-  opt_->upload_master(static_cast<const float*>(host));
+  TT_TRY(opt_->upload_master(static_cast<const float*>(host)));
   if (opt_->shard().on()) {
     // Note [sharded optimizer]: the host holds only this rank's shares; the device copy is the whole model's, from
     // `host` itself (converted here with bf16 compute, as upload_master converts the shares: the same bits).
@@ -698,7 +715,7 @@ Status Executor::upload_params(const void* host) {
 Status Executor::master_loaded() {
   TT_CHECK(opt_->host_state_whole(), "master_loaded is for an unsharded CPU optimizer");
   TT_TRY(be_.synchronize_all());
-  opt_->master_written();
+  TT_TRY(opt_->master_written());
   return upload_compute_copies();
 }
 
@@ -971,7 +988,7 @@ void Executor::issue(const Op& op) {
       break;
     case OpKind::kDeviceAdamW:
       if (prof_) prof_->mark(op.name.c_str());
-      opt_->device_update();
+      opt_->device_update(op.segment);  // one segment of a split CPU optimizer's (Note [optimizer split])
       if (opt_->shard().on()) {  // Note [sharded optimizer]: every share of the new parameters from its owner
         if (prof_) prof_->mark("sharded optimizer: parameter allgathers");
         const Tensor all = opt_->model_params();

@@ -37,6 +37,17 @@ Optimizer::Optimizer(Backend& backend, const Model& model, OptimizerPlacement wh
     TT_CHECK(!hyper_.speculate || (buf_.sets[1].master && buf_.sets[1].m && buf_.sets[1].v),
              "speculation needs a second host state set");
     if (!hyper_.speculate) buf_.sets[1] = buf_.sets[0];  // one set, updated in place
+    if (buf_.device_segments > 0) {  // Note [optimizer split] in plan/schedule.h
+      TT_CHECK(buf_.device_segments < segs_.count() && !shard_.on() && !hyper_.speculate && !buf_.grads_in_place,
+               "an optimizer split is for an unsharded, unspeculated CPU optimizer with fewer device segments than "
+               "the model's");
+      const int64_t n = segs_.offset[static_cast<size_t>(buf_.device_segments)];
+      TT_CHECK(buf_.master.numel() == n && buf_.m.numel() == n && buf_.v.numel() == n && buf_.compute.raw(),
+               "the device segments' master, moments and compute copy are not allocated");
+      plan_device_calls();
+      be_.fill_zero(buf_.m, be_.compute_stream());
+      be_.fill_zero(buf_.v, be_.compute_stream());
+    }
     // Zeroed by every thread: the first touch of fresh pages (an 8B model's moments are 60 GiB) is the slow part.
     const int64_t chunks = static_cast<int64_t>((bytes + (size_t(16) << 20) - 1) / (size_t(16) << 20));
 #pragma omp parallel for schedule(static)
@@ -124,7 +135,9 @@ void Optimizer::plan_device_calls() {
     }
     return;
   }
-  for (int s = 0; s < segs_.count(); ++s) {
+  // Note [optimizer split]: the CPU optimizer's device calls are those of its device segments.
+  const int updated = on_cpu() ? buf_.device_segments : segs_.count();
+  for (int s = 0; s < updated; ++s) {
     const std::vector<size_t>& params = seg_params_[static_cast<size_t>(s)];
     if (params.empty()) continue;
     DeviceCall c;
@@ -146,8 +159,9 @@ void Optimizer::plan_device_calls() {
   }
 }
 
-void Optimizer::device_update() {
+void Optimizer::device_update(int segment) {
   for (const DeviceCall& c : device_calls_) {
+    if (segment >= 0 && c.segment != segment) continue;
     AdamWArgs args = c.pieces;
     args.lr = lr_;
     args.beta1 = hyper_.beta1;
@@ -180,12 +194,33 @@ float* Optimizer::host_v() const {
   return buf_.sets[cur_].v;
 }
 
-void Optimizer::master_written() {
+Status Optimizer::master_written() {
   const HostAdamState& st = buf_.sets[cur_];
-  if (st.bf16 == nullptr) return;
-  const int64_t n = model_.num_params();
+  if (st.bf16 != nullptr) {
+    const int64_t n = model_.num_params();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
+    for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
+  }
+  if (buf_.device_segments == 0) return Status::ok();
+  be_.copy_h2d(buf_.master, st.master, be_.compute_stream());  // Note [optimizer split]: the first elements
+  return be_.compute_stream().synchronize();
+}
+
+Status Optimizer::state_written() {
+  if (!on_cpu() || buf_.device_segments == 0) return Status::ok();
+  be_.copy_h2d(buf_.m, buf_.sets[cur_].m, be_.compute_stream());
+  be_.copy_h2d(buf_.v, buf_.sets[cur_].v, be_.compute_stream());
+  return be_.compute_stream().synchronize();
+}
+
+Status Optimizer::device_part_to_host() {
+  if (!on_cpu() || buf_.device_segments == 0) return Status::ok();
+  TT_TRY(be_.synchronize_all());
+  const HostAdamState& st = buf_.sets[cur_];
+  be_.copy_d2h(st.master, buf_.master, be_.compute_stream());
+  be_.copy_d2h(st.m, buf_.m, be_.compute_stream());
+  be_.copy_d2h(st.v, buf_.v, be_.compute_stream());
+  return be_.compute_stream().synchronize();
 }
 
 void Optimizer::compute_copy(int segment, void* out) const {
@@ -369,13 +404,14 @@ void Optimizer::take_shares(const float* whole, float* compact) const {
 Status Optimizer::download_master(float* whole) {
   TT_CHECK(on_cpu(), "download_master is the CPU optimizer's");
   TT_TRY(be_.synchronize_all());
+  TT_TRY(device_part_to_host());
   const float* master = buf_.sets[cur_].master;
   if (shard_.on()) expand_shares(master, whole);
   else std::memcpy(whole, master, static_cast<size_t>(model_.num_params()) * sizeof(float));
   return Status::ok();
 }
 
-void Optimizer::upload_master(const float* whole) {
+Status Optimizer::upload_master(const float* whole) {
   TT_CHECK(on_cpu(), "upload_master is the CPU optimizer's");
   const HostAdamState& st = buf_.sets[cur_];
   const int64_t n = shard_.on() ? OptimizerShard::moment_elements(segs_, shard_.ranks) : model_.num_params();
@@ -385,6 +421,9 @@ void Optimizer::upload_master(const float* whole) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
   }
+  if (buf_.device_segments == 0) return Status::ok();
+  be_.copy_h2d(buf_.master, st.master, be_.compute_stream());  // Note [optimizer split]
+  return be_.compute_stream().synchronize();
 }
 
 void Optimizer::end_step() {
@@ -399,6 +438,7 @@ Status Optimizer::download_state(float* m, float* v) {
   const size_t bytes = static_cast<size_t>(model_.num_params()) * sizeof(float);
   if (on_cpu()) {
     TT_TRY(be_.synchronize_all());
+    TT_TRY(device_part_to_host());
     if (shard_.on()) {  // Note [sharded optimizer]: this rank's shares where the whole model has them, zero elsewhere
       expand_shares(buf_.sets[cur_].m, m);
       expand_shares(buf_.sets[cur_].v, v);
@@ -443,7 +483,7 @@ Status Optimizer::upload_state(const float* m, const float* v) {
     }
     std::memcpy(buf_.sets[cur_].m, m, bytes);
     std::memcpy(buf_.sets[cur_].v, v, bytes);
-    return Status::ok();
+    return state_written();
   }
   if (shard_.on()) {  // this rank's shares of the whole moments
     const size_t es = dtype_size(buf_.m.dtype()), e = static_cast<size_t>(buf_.m.numel()) * es;

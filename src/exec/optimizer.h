@@ -105,6 +105,10 @@ struct OptimizerBuffers {
   // sets[0].bf16.
   std::vector<float*> grad_ring;
   std::vector<uint16_t*> param_ring;
+  // Note [optimizer split] in plan/schedule.h (CPU optimizer): the first device_segments segments are updated on the
+  // device, from master, m and v above (their elements only) into the flat compute copy `compute`; the host state
+  // keeps their home, brought up to date for checkpoints (device_part_to_host) and from it when loaded.
+  int device_segments = 0;
 };
 
 class Optimizer {
@@ -136,7 +140,10 @@ class Optimizer {
   void begin_step(float lr, bool speculate);
   void norm_part(int segment);   // kNormPart, compute stream
   void norm_total();             // kNormTotal, compute stream
-  void device_update();          // kDeviceAdamW, compute stream (Note [device update by segment])
+  // kDeviceAdamW, compute stream (Note [device update by segment]): every segment the device updates, or one of
+  // them (Note [optimizer split]).
+  void device_update(int segment = -1);
+  int device_segments() const { return buf_.device_segments; }
   // ring_slot: the host ring's slot the operation goes through (Note [host buffers in rings]), or -1.
   void grads_out(int segment, int ring_slot = -1);   // kGradsOut, d2h stream
   void norm_out();               // kNormOut, d2h stream
@@ -150,9 +157,18 @@ class Optimizer {
   // The current set's moments, whole (as host_master(); Note [checkpoints without copies] in exec/checkpoint.h).
   float* host_m() const;
   float* host_v() const;
-  // Whether the host state above is whole and in the model's layout: the CPU optimizer, unsharded.
+  // Whether the host state above is whole and in the model's layout: the CPU optimizer, unsharded (with a split,
+  // after device_part_to_host()).
   bool host_state_whole() const { return on_cpu() && !shard_.on(); }
-  void master_written();
+  // The host master was written (no update in flight): its staging copy, and the device segments' master (Note
+  // [optimizer split]), brought up to date with it.
+  Status master_written();
+  // The host moments were written (no update in flight): the device segments' brought up to date (Note [optimizer
+  // split]; nothing to do without one).
+  Status state_written();
+  // Note [optimizer split]: the device segments' master and moments copied into their home in the host state (waits
+  // for every stream first), so that the host state is the whole optimizer's; nothing to do without a split.
+  Status device_part_to_host();
   // Segment s's compute copy from the current host master, into `out` (as many elements of the compute dtype):
   // what an upload of it sends (CPU optimizer, unsharded).
   void compute_copy(int segment, void* out) const;
@@ -178,9 +194,9 @@ class Optimizer {
   // The whole master from the host (CPU optimizer; waits for every stream first). Sharded: this rank's shares where
   // the whole model has them, zero elsewhere (as download_state).
   Status download_master(float* whole);
-  // The host master (this rank's shares of `whole`, sharded) and its staging copy from the whole model's values (CPU
-  // optimizer; no update in flight).
-  void upload_master(const float* whole);
+  // The host master (this rank's shares of `whole`, sharded), its staging copy and the device segments' master from
+  // the whole model's values (CPU optimizer; no update in flight).
+  Status upload_master(const float* whole);
 
  private:
   void plan_device_calls();

@@ -139,6 +139,12 @@ void declare_train_knobs(Config& cfg) {
          "buffers in rings]: the host then holds 12 bytes a parameter, the gradients' copies move from the backward "
          "into the update); auto: as a JSON plan says (\"host_buffers\"), else whole where the run fits the host's "
          "memory so and rings where only they fit");
+  knob("runtime", "device_optimizer_segments", K::kString, "plan",
+       "CPU optimizer: the first N parameter segments (the embeddings, then the first blocks) keep their fp32 master "
+       "and AdamW moments on the device and are updated there, the rest on the host (Note [optimizer split]: 12 bytes "
+       "a parameter more on the device, a shorter host update for the next forward to wait for); auto: as many as "
+       "fit the device budget beside the run (none on the CPU backend, whose device memory is the host's); plan: as "
+       "the plan says (\"device_optimizer_segments\"; 0 for the shortcuts)");
   knob("runtime", "swap_slots", K::kInt, "2", "device slots for swapped block activations (prefetch distance + 1)", 2,
        1024);
   knob("runtime", "device_budget", K::kBytes, "0",
@@ -371,6 +377,12 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.um_allow_oversubscription = cfg.get_bool("um_allow_oversubscription");
   tc.grads_in_activations = cfg.get_bool("grads_in_activations");
   tc.host_buffers = cfg.get_string("host_buffers");
+  tc.device_optimizer_segments = cfg.get_string("device_optimizer_segments");
+  if (const std::string& d = tc.device_optimizer_segments; d != "plan" && d != "auto") {
+    const bool digits = !d.empty() && d.size() <= 6 && d.find_first_not_of("0123456789") == std::string::npos;
+    TT_RETURN_IF(!digits, kInvalidArgument, "--device-optimizer-segments %s: plan, auto or a count of segments",
+                 d.c_str());
+  }
   tc.allow_nonfinite = cfg.get_bool("allow_nonfinite");
   tc.um_host_piece_mib = cfg.get_int("um_host_piece_mib");
   tc.host_ahead = cfg.get_bool("host_ahead");

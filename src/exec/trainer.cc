@@ -66,6 +66,51 @@ std::string RunSpec::describe_host_need() const {
   return s;
 }
 
+namespace {
+// Note [optimizer split] in plan/schedule.h (--device-optimizer-segments auto): the most segments whose master and
+// moments fit beside the run, in the budget given, else in the free memory with the automatic budget's 5% on top;
+// none where the plan cannot split. r's inventory (with the backend's reserve) and plan are those of the choice.
+Status choose_device_optimizer_segments(const TrainConfig& cfg, int64_t usable, RunSpec& r) {
+  ExecSpec& e = r.exec;
+  const int S = e.model.layers + 2;
+  if (!e.plan.cpu_optimizer() || !e.plan.optimizer_split_refusal(S).empty() || e.hyper.speculate ||
+      e.shard_optimizer)
+    return Status::ok();
+  const int64_t base = r.device_need(), base_inv = r.inventory.total(Inventory::kDevice);
+  // The need grows with K: the largest K that fits, by bisection over 0..S-1.
+  auto fits = [&](int k, Inventory* out) -> bool {
+    ExecSpec t = e;
+    t.plan.device_optimizer_segments = k;
+    if (!t.validate().is_ok()) return false;
+    Result<Inventory> inv = Executor::inventory(t);
+    if (!inv.is_ok()) return false;
+    const int64_t need = base + inv.value().total(Inventory::kDevice) - base_inv;
+    const bool ok = cfg.device_budget > 0 ? need <= cfg.device_budget : need + need / 20 <= usable;
+    if (ok && out != nullptr) *out = std::move(inv.value());
+    return ok;
+  };
+  int lo = 0, hi = S - 1;  // fits(lo) holds (0 is the run as it is)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (fits(mid, nullptr)) lo = mid;
+    else hi = mid - 1;
+  }
+  if (lo == 0) return Status::ok();
+  Inventory inv;
+  TT_CHECK(fits(lo, &inv), "device optimizer segments: %d fit once and not again", lo);
+  inv.add_backend_reserved(r.reserve.reserved_bytes);
+  r.inventory = std::move(inv);
+  e.plan.device_optimizer_segments = lo;
+  const ParamSegments segs = model_segments(e.model);
+  r.split_note = str_format(
+      "AdamW of the first %d of %d segments on the device (Note [optimizer split]: %lld of %lld parameters, %s more "
+      "device memory), the rest on the host", lo, S, static_cast<long long>(segs.offset[static_cast<size_t>(lo)]),
+      static_cast<long long>(model_num_params(e.model)),
+      format_bytes(r.device_need() - base).c_str());
+  return Status::ok();
+}
+}  // namespace
+
 Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   RunSpec r;
   TT_TRY(cfg.model.validate());
@@ -115,6 +160,10 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   if (cfg.optimizer) e.plan.optimizer = *cfg.optimizer;
   if (!cfg.grads_in_activations) e.plan.grads_in_activations = false;
   if (cfg.host_buffers != "auto") e.plan.host_ring = cfg.host_buffers == "ring";  // Note [host buffers in rings]
+  // Note [optimizer split] in plan/schedule.h: a count here, auto once the run's device need is known.
+  const std::string& split = cfg.device_optimizer_segments;
+  if (split != "plan" && split != "auto") e.plan.device_optimizer_segments = std::stoi(split);
+  if (split == "auto") e.plan.device_optimizer_segments = 0;
   // Note [gradient accumulation]: the micro-batches' gradients stay in their own buffers until the step's last.
   e.grad_accum = cfg.grad_accum;
   if (cfg.grad_accum > 1) e.plan.grads_in_activations = false;
@@ -153,6 +202,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
     }
   }
   r.inventory.add_backend_reserved(r.reserve.reserved_bytes);
+  if (split == "auto" && r.probe.device_memory) TT_TRY(choose_device_optimizer_segments(cfg, usable, r));
   const int64_t need = r.device_need();
   // The automatic budget: on a device with memory of its own, what the run needs plus 5%, never more than the free
   // memory less a headroom (the arena is one allocation, so a generous default would take memory other processes
@@ -340,6 +390,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
              static_cast<long long>(model_num_params(cfg.model)), dtype_name(r.exec.compute), cfg.batch);
     t->print("  plan: %s\n", r.exec.plan.summary().c_str());
     if (!r.host_ring_note.empty()) t->print("  %s\n", r.host_ring_note.c_str());
+    if (!r.split_note.empty()) t->print("  %s\n", r.split_note.c_str());
     t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need).c_str(),
              format_bytes(r.budget).c_str(), r.budget_auto ? " (automatic)" : "",
              r.fits_device ? "fits" : "DOES NOT FIT", r.inventory.describe(Inventory::kDevice).c_str());
@@ -891,6 +942,7 @@ Result<TrainSummary> Trainer::run() {
   const Plan& plan = spec_.exec.plan;
   if (cfg_.plan != "in-core" || plan.cpu_optimizer()) print("plan: %s\n", plan.summary().c_str());
   if (!spec_.host_ring_note.empty()) print("%s\n", spec_.host_ring_note.c_str());
+  if (!spec_.split_note.empty()) print("%s\n", spec_.split_note.c_str());
   if (step_ >= end) {
     print("nothing to do: already at step %lld of %lld\n", static_cast<long long>(step_),
           static_cast<long long>(end));

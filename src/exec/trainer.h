@@ -95,6 +95,8 @@ struct RunSpec {
   std::string alternatives;
   // Set when the host buffers were made rings so that the run fits the host (host_buffers auto).
   std::string host_ring_note;
+  // Set when --device-optimizer-segments auto put some segments' AdamW on the device (Note [optimizer split]).
+  std::string split_note;
 };
 // cfg.model.vocab must be set (from the data).
 Result<RunSpec> resolve_run(const TrainConfig& cfg);

@@ -294,10 +294,16 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
                    "plan %s: host_buffers must be \"whole\" or \"ring\", got %s", source.c_str(),
                    value.dump().c_str());
       p.host_ring = value == "ring";
+    } else if (key == "device_optimizer_segments") {
+      TT_RETURN_IF(!int_in(value, 0, layers + 1), kInvalidArgument,
+                   "plan %s: device_optimizer_segments must be an integer in 0..%d (the model has %d segments; all "
+                   "of them on the device is \"optimizer\": \"device\"), got %s",
+                   source.c_str(), layers + 1, layers + 2, value.dump().c_str());
+      p.device_optimizer_segments = value.get<int>();
     } else if (key != "layers" && key != "comment") {
       return make_status(StatusCode::kInvalidArgument,
                          "plan %s: unknown key '%s' (version, optimizer, swap_prefetch, param_prefetch, managed, um, "
-                         "grads_in_activations, host_buffers, default, layers, comment)",
+                         "grads_in_activations, host_buffers, device_optimizer_segments, default, layers, comment)",
                          source.c_str(), key.c_str());
     }
   }
@@ -379,6 +385,17 @@ std::string Plan::host_ring_refusal() const {
     if (params_streamed(l) || grads_streamed(l))
       return "block " + std::to_string(l) +
              " streams its parameters or gradients, which go through the whole host copies every pass";
+  return "";
+}
+
+std::string Plan::optimizer_split_refusal(int segments) const {
+  if (!cpu_optimizer()) return "it splits the CPU optimizer (the device optimizer updates every segment on the device)";
+  if (device_optimizer_segments >= segments)
+    return "all " + std::to_string(segments) + " segments on the device is the device optimizer (--optimizer device)";
+  if (uses_managed()) return "managed memory is not built with it";
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l)
+    if (params_streamed(l) || grads_streamed(l) || layers[static_cast<size_t>(l)].optim_state == StatePlacement::kHostStreamed)
+      return "block " + std::to_string(l) + " streams its parameters, gradients or optimizer state (not built with it)";
   return "";
 }
 
@@ -474,6 +491,7 @@ json Plan::to_json() const {
             {"param_prefetch", param_prefetch}, {"layers", ls}};
   if (!grads_in_activations) j["grads_in_activations"] = false;
   if (host_ring) j["host_buffers"] = "ring";
+  if (device_optimizer_segments > 0) j["device_optimizer_segments"] = device_optimizer_segments;
   if (managed_params || managed_grads || managed_optim) {
     json m = json::array();
     if (managed_params) m.push_back("param");
@@ -569,7 +587,10 @@ std::string Plan::summary() const {
   return source + ": activations " + s + (some ? "; the rest of the parameters and gradients resident" :
                                                  "; parameters and gradients resident") +
          ", AdamW state and fp32 master on the host (CPU optimizer" +
-         (host_ring ? ", gradients and compute copy through host rings)" : ")");
+         (host_ring ? ", gradients and compute copy through host rings" : "") +
+         (device_optimizer_segments > 0
+              ? "; the first " + std::to_string(device_optimizer_segments) + " segments' on the device)"
+              : ")");
 }
 
 }  // namespace tt

@@ -14,8 +14,8 @@
 // moments and the fp32 master of all parameters in host memory (exec/optimizer.h), and every host_streamed class needs
 // it. A host_streamed "param" is uploaded into one of param_prefetch + 1 device slots ahead of each use (Note
 // [streamed parameters] in plan/schedule.h); a host_streamed "grad" leaves the device right after its backward;
-// a host_streamed "optim_state" asks for the CPU optimizer, which keeps every layer's state on the host (there is
-// no per-layer split of the optimizer).
+// a host_streamed "optim_state" asks for the CPU optimizer, which keeps every layer's state on the host but for the
+// first "device_optimizer_segments" segments' (Note [optimizer split] in plan/schedule.h).
 #pragma once
 
 #include <string>
@@ -133,6 +133,11 @@ struct Plan {
   // copy of the compute copy as two-slot rings each segment passes through after the backward (JSON "host_buffers":
   // "ring"), instead of a place for every parameter ("whole", the default).
   bool host_ring = false;
+  // Note [optimizer split] (plan/schedule.h): with the CPU optimizer, the first device_optimizer_segments parameter
+  // segments (segment 0 the embeddings, 1 + l block l: Note [gradient segments] in model/model.h) keep their fp32
+  // master and AdamW moments on the device and are updated there; the others on the host. JSON
+  // "device_optimizer_segments": K; 0 (the default): every segment on the host.
+  int device_optimizer_segments = 0;
 
   // A shortcut (in-core, in-core-selective, recompute, swap-activations, swap-attention-recompute-mlp,
   // swap-attention-recompute-mlp-norms, offload-params, offload-all; Unified Memory: um, um-advised,
@@ -149,6 +154,10 @@ struct Plan {
   // copies, and the device optimizer has none), or "" when it can.
   std::string host_ring_refusal() const;
   bool cpu_optimizer() const { return optimizer == OptimizerPlacement::kCpu; }
+  // Segment s's AdamW runs on the host: the CPU optimizer, and s past the device segments (Note [optimizer split]).
+  bool host_updates(int s) const { return cpu_optimizer() && s >= device_optimizer_segments; }
+  // Why device_optimizer_segments > 0 cannot be used with this plan, or "" when it can (segments: the model's).
+  std::string optimizer_split_refusal(int segments) const;
   // Whether anything lives in managed memory (issue 20).
   bool uses_managed() const;
   bool managed_block(int l) const {

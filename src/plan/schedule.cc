@@ -360,7 +360,8 @@ class Compiler {
   // The CPU optimizer's update of segment s must be done before anything reads its parameters: on the compute
   // stream (the updated device copy came back) for a resident segment.
   void gate(std::vector<Op>& out, int s) {
-    if (cpu_) wait(out, StreamId::kCompute, "params_back " + seg_name(s), "wait cpu optimizer", s >= 1 && s <= L_ ? s - 1 : -1);
+    // (Note [optimizer split]: a segment the device updates was updated earlier on the compute stream itself.)
+    if (plan_.host_updates(s)) wait(out, StreamId::kCompute, "params_back " + seg_name(s), "wait cpu optimizer", s >= 1 && s <= L_ ? s - 1 : -1);
   }
   void upload(std::vector<Op>& out, int k) {
     const int l = pstreamed_[static_cast<size_t>(k)];
@@ -509,6 +510,7 @@ class Compiler {
       part.bytes = seg_bytes(s, msize_);
       record(out, StreamId::kCompute, "grads " + seg_name(s), layer);
     }
+    if (!plan_.host_updates(s)) return;  // Note [optimizer split]: updated on the device, where they are
     if (plan_.host_ring) return;  // Note [host buffers in rings]: copied out in the step, in the update's order
     wait(out, StreamId::kD2H, (dp ? "reduced " : "grads ") + seg_name(s), "wait backward", layer);
     // The previous update of this segment read the host gradients (a no-op before the first).
@@ -677,6 +679,13 @@ class Compiler {
     // on the host stream (kept or redone when speculated) and the compute copy back on the h2d stream.
     add(out, StreamId::kCompute, OpKind::kNormTotal, "grad norm");
     record(out, StreamId::kCompute, "grads_ready");
+    const int K = plan_.device_optimizer_segments;
+    for (int s = 0; s < K; ++s) {  // Note [optimizer split]: the device's segments, while the host takes the rest
+      Op& op = add(out, StreamId::kCompute, OpKind::kDeviceAdamW, "adamw " + seg_name(s));
+      op.segment = s;
+      op.layer = s >= 1 && s <= L_ ? s - 1 : -1;
+      op.bytes = segs_.size[static_cast<size_t>(s)] * (7 * msize_ + (sp_.compute != master_dtype_for(sp_.compute) ? esize_ : 0));
+    }
     wait(out, StreamId::kD2H, "grads_ready", "wait backward");
     if (plan_.managed_grads && plan_.um.prefetch && sp_.data_ranks > 1)
       for (int s = 0; s < S; ++s)
@@ -688,7 +697,7 @@ class Compiler {
     wait(out, StreamId::kHost, "norm_out", "wait norm");
     if (any_grads_summed_on_host(sp_)) add(out, StreamId::kHost, OpKind::kHostNormTotal, "grad norm (host parts)");
     if (plan_.host_ring) return ring_updates(out);
-    for (int s = 0; s < S; ++s) {
+    for (int s = K; s < S; ++s) {
       const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
       Op& up = add(out, StreamId::kHost, OpKind::kHostAdamW, "adamw " + seg_name(s));
       up.segment = s;
@@ -719,19 +728,20 @@ class Compiler {
   // Note [host buffers in rings] in plan/schedule.h: segment by segment in forward order, its gradients into
   // gradient slot s % 2 (once the update of s - 2 has read it), the update from there into compute slot s % 2 (once
   // the upload of s - 2 has read it), the upload from there.
+  // Note [optimizer split]: the host's segments alone, the first in slot 0.
   void ring_updates(std::vector<Op>& out) {
-    const int S = L_ + 2;
-    for (int s = 0; s < S; ++s) {
+    const int S = L_ + 2, K = plan_.device_optimizer_segments;
+    for (int s = K; s < S; ++s) {
       const int layer = s >= 1 && s <= L_ ? s - 1 : -1;
-      const int slot = s % kHostRingSlots;
+      const int slot = (s - K) % kHostRingSlots;
+      const bool reused = s - K >= kHostRingSlots;  // the slot's previous segment: s - 2
       if (sp_.data_ranks > 1) wait(out, StreamId::kD2H, "reduced " + seg_name(s), "wait grad reduce", layer);
-      if (s >= kHostRingSlots)
-        wait(out, StreamId::kD2H, "adamw " + seg_name(s - kHostRingSlots), "wait cpu optimizer", layer);
+      if (reused) wait(out, StreamId::kD2H, "adamw " + seg_name(s - kHostRingSlots), "wait cpu optimizer", layer);
       copy(out, StreamId::kD2H, OpKind::kGradsOut, "grads to host ring " + seg_name(s), layer, slot,
            share_bytes(s, msize_), s);
       record(out, StreamId::kD2H, "gring " + seg_name(s), layer);
       wait(out, StreamId::kHost, "gring " + seg_name(s), "wait grads", layer);
-      if (s >= kHostRingSlots && esize_ != 4)
+      if (reused && esize_ != 4)
         wait(out, StreamId::kHost, "params_back " + seg_name(s - kHostRingSlots), "wait params upload", layer);
       Op& up = add(out, StreamId::kHost, OpKind::kHostAdamW, "adamw " + seg_name(s));
       up.segment = s;
@@ -874,6 +884,15 @@ Status Schedule::validate() const {
       if (slots >= 0)
         TT_RETURN_IF(op.slot < 0 || op.slot >= slots || op.layer < 0, kInvalidArgument,
                      "%s: slot %d of %d, layer %d", where.c_str(), op.slot, slots, op.layer);
+      // Note [optimizer split]: the host moves and updates its segments alone, the device updates the others.
+      if ((op.kind == OpKind::kGradsOut || op.kind == OpKind::kHostAdamW || op.kind == OpKind::kParamsBack) &&
+          op.segment >= 0)
+        TT_RETURN_IF(!spec.plan.host_updates(op.segment), kInvalidArgument,
+                     "%s: segment %d is updated on the device (device_optimizer_segments %d)", where.c_str(),
+                     op.segment, spec.plan.device_optimizer_segments);
+      if (op.kind == OpKind::kDeviceAdamW && spec.plan.cpu_optimizer())
+        TT_RETURN_IF(op.segment < 0 || spec.plan.host_updates(op.segment), kInvalidArgument,
+                     "%s: the CPU optimizer updates segment %d on the host", where.c_str(), op.segment);
       // Note [host buffers in rings]: the update's copies and the update itself name a ring slot exactly then.
       if (op.kind == OpKind::kGradsOut || op.kind == OpKind::kHostAdamW || op.kind == OpKind::kParamsBack)
         TT_RETURN_IF(spec.plan.host_ring ? op.slot < 0 || op.slot >= kHostRingSlots || op.segment < 0 : op.slot != -1,

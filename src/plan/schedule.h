@@ -101,6 +101,22 @@ const char* op_kind_name(OpKind k);
 // a sharded optimizer, streamed or managed parameters or gradients (Plan::host_ring_refusal): they read the whole
 // copies.
 constexpr int kHostRingSlots = 2;
+// Note [optimizer split]
+// With the CPU optimizer the next forward waits for the host's update, segment by segment in forward order: about
+// 28 bytes of host memory traffic a parameter, at the host's bandwidth (an 8B Llama on 16 cores: ~1.8 s a step),
+// which clipping keeps from starting before the backward ends. Where the device has room beside the run, the first
+// K segments (Plan::device_optimizer_segments: the embeddings, then the first blocks) keep their fp32 master and
+// moments on the device (12 bytes a parameter more there) and are updated there (kDeviceAdamW, one op a segment, on
+// the compute stream right after the norm, writing the compute copy in the same pass), while the host updates the
+// others from segment K on; their gradients never leave the device. The forward then starts on the device's
+// segments at once and waits only for the host's, whose update is shorter by their share. The first segments are
+// the ones to move: the forward reads them first, and the host's update, in forward order, would reach them first
+// too but only after the backward. The host state keeps a home for the device segments' master and moments
+// (written from the device for checkpoints and whole reads: Optimizer::device_part_to_host; read back to the device
+// when loaded), so checkpoints, resume and --init-from are as without a split. The device update and the host update
+// are the same function on the CPU backend (same bits); on a GPU the device's is the CUDA kernel's (the device
+// optimizer's rounding). Not with speculation, a sharded optimizer, managed memory or streamed parameters,
+// gradients or optimizer state (Plan::optimizer_split_refusal): refused.
 
 struct ScheduleSpec;
 bool grads_summed_on_host(const ScheduleSpec& spec, int layer);
