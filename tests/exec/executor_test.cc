@@ -55,6 +55,11 @@ Plan make_plan(const std::string& name, OptimizerPlacement opt = OptimizerPlacem
         "2": {"activation": {"attention": "resident", "mlp": "resident", "gelu": "recompute"}}}})"),
                         kCfg.layers, "mixed-gelu")
             .value();
+  } else if (name.ends_with("+split")) {  // Note [optimizer split]: the first two segments' AdamW on the device
+    p = make_plan(name.substr(0, name.size() - 6), OptimizerPlacement::kCpu, slots);
+    p.optimizer = OptimizerPlacement::kCpu;
+    p.device_optimizer_segments = 2;
+    return p;
   } else if (name.ends_with("+ring")) {  // Note [host buffers in rings]: the shortcut with the CPU optimizer's rings
     p = make_plan(name.substr(0, name.size() - 5), OptimizerPlacement::kCpu, slots);
     p.host_ring = true;
@@ -94,7 +99,9 @@ std::vector<PlanCase> every_plan() {
     r.push_back({n, OptimizerPlacement::kCpu, true});
   }
   r.push_back({"swap-activations", OptimizerPlacement::kCpu, true});
-  for (const char* n : {"in-core+ring", "swap-activations+ring"}) r.push_back({n, OptimizerPlacement::kCpu, false});
+  for (const char* n : {"in-core+ring", "swap-activations+ring", "in-core+split", "in-core+ring+split",
+                        "swap-activations+split"})
+    r.push_back({n, OptimizerPlacement::kCpu, false});
   // Unified Memory (issue 20; tests/exec/um_test.cc has the rest): managed state needs the device optimizer.
   for (const char* n : {"um", "um-advised"}) r.push_back({n, OptimizerPlacement::kDevice, false});
   r.push_back({"um-swap-activations", OptimizerPlacement::kDevice, false});
@@ -378,6 +385,76 @@ TEST(Executor, HostRingsHoldTheStateAndTwoSegmentsAndAreRefusedWhereWholeCopiesA
     const Status st = r.spec.validate();
     EXPECT_NE(st.message().find(r.says), std::string::npos) << st.to_string();
   }
+}
+
+// Note [optimizer split]: the device holds the first K segments' master and moments (12 bytes a parameter), the
+// host its whole state as without a split (their home); the step updates segments 0..K-1 on the compute stream and
+// moves and updates only the others on the host; what cannot split is refused, named.
+TEST(Executor, OptimizerSplitUpdatesTheFirstSegmentsOnTheDevice) {
+  const ParamSegments segs = model_segments(kCfg);
+  const int S = kCfg.layers + 2;
+  for (const char* base : {"in-core", "in-core+ring"}) {
+    SCOPED_TRACE(base);
+    const ExecSpec whole = make_spec(make_plan(base, OptimizerPlacement::kCpu));
+    for (const int K : {1, 2, S - 1}) {
+      SCOPED_TRACE(K);
+      ExecSpec split = whole;
+      split.plan.device_optimizer_segments = K;
+      ASSERT_TRUE(split.validate().is_ok()) << split.validate().to_string();
+      const Inventory a = Executor::inventory(whole).value(), b = Executor::inventory(split).value();
+      const int64_t n = segs.offset[static_cast<size_t>(K)];
+      EXPECT_EQ(b.total(Inventory::kHost), a.total(Inventory::kHost));
+      EXPECT_EQ(b.of(Inventory::kDevice, TensorClass::kOptimState), 2 * static_cast<int64_t>(device_alloc_bytes({n}, DType::kF32)));
+      EXPECT_EQ(b.of(Inventory::kDevice, TensorClass::kParam) - a.of(Inventory::kDevice, TensorClass::kParam),
+                static_cast<int64_t>(device_alloc_bytes({n}, DType::kF32)));
+      const Schedule s = compile_for(split);
+      ASSERT_TRUE(s.validate().is_ok()) << s.validate().to_string();
+      std::vector<int> device(static_cast<size_t>(S), 0), host(static_cast<size_t>(S), 0), out(static_cast<size_t>(S), 0);
+      for (const Op& op : s.pass(Pass::kTrain)) {
+        if (op.kind == OpKind::kDeviceAdamW) {
+          EXPECT_EQ(op.stream, StreamId::kCompute);
+          ++device[static_cast<size_t>(op.segment)];
+        }
+        if (op.kind == OpKind::kHostAdamW) ++host[static_cast<size_t>(op.segment)];
+        if (op.kind == OpKind::kGradsOut) ++out[static_cast<size_t>(op.segment)];
+      }
+      for (int seg = 0; seg < S; ++seg) {
+        EXPECT_EQ(device[static_cast<size_t>(seg)], seg < K ? 1 : 0) << "segment " << seg;
+        EXPECT_EQ(host[static_cast<size_t>(seg)], seg < K ? 0 : 1) << "segment " << seg;
+        EXPECT_EQ(out[static_cast<size_t>(seg)], seg < K ? 0 : 1) << "segment " << seg;
+      }
+    }
+  }
+  // A schedule that moves a device segment's gradients to the host is refused by validate().
+  ExecSpec split = make_spec(make_plan("in-core+split"));
+  ExecSpec unsplit = split;
+  unsplit.plan.device_optimizer_segments = 0;
+  Schedule broken = compile_for(unsplit);
+  broken.spec.plan.device_optimizer_segments = 2;
+  EXPECT_NE(broken.validate().message().find("is updated on the device"), std::string::npos)
+      << broken.validate().to_string();
+  struct Refused {
+    ExecSpec spec;
+    const char* says;
+  };
+  ExecSpec device = split, all = split, speculating = split, streamed = make_spec(make_plan("offload-params"));
+  device.plan.optimizer = OptimizerPlacement::kDevice;
+  all.plan.device_optimizer_segments = S;
+  speculating.hyper.speculate = true;
+  streamed.plan.device_optimizer_segments = 1;
+  ExecSpec managed = make_spec(make_plan("um-swap-activations", OptimizerPlacement::kCpu));
+  managed.plan.device_optimizer_segments = 1;
+  for (const Refused& r : {Refused{device, "splits the CPU optimizer"}, Refused{all, "is the device optimizer"},
+                           Refused{speculating, "--speculative-update"}, Refused{streamed, "streams its parameters"},
+                           Refused{managed, "managed memory"}}) {
+    const Status st = r.spec.validate();
+    EXPECT_NE(st.message().find(r.says), std::string::npos) << st.to_string();
+  }
+  // JSON: the count round-trips; out of range refused.
+  const Plan back = Plan::from_json(split.plan.to_json(), kCfg.layers, "back").value();
+  EXPECT_EQ(back.device_optimizer_segments, 2);
+  EXPECT_FALSE(Plan::from_json(json::parse(R"({"optimizer": "cpu", "device_optimizer_segments": 6})"), kCfg.layers, "x")
+                   .is_ok());
 }
 
 TEST(Executor, MemoryOfTheScheduleIsWhatThePoolsMeasured) {
@@ -749,6 +826,9 @@ TEST(Executor, EveryKindOfWaitIsNeeded) {
       // waits for its gradients' copy into the slot.
       {"in-core+ring", OptimizerPlacement::kCpu, StreamId::kD2H, "wait cpu optimizer", slow_host},
       {"in-core+ring", OptimizerPlacement::kCpu, StreamId::kHost, "wait grads", slow_link},
+      // Note [optimizer split]: the forward still waits for the segments the host updates.
+      {"in-core+split", OptimizerPlacement::kCpu, StreamId::kCompute, "wait cpu optimizer", slow_host},
+      {"in-core+ring+split", OptimizerPlacement::kCpu, StreamId::kD2H, "wait cpu optimizer", slow_host},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.plan) + ": " + stream_name(c.stream) + " " + c.wait);

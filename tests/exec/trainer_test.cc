@@ -884,21 +884,26 @@ TEST(Trainer, GradientAccumulationFollowsOneLargeBatch) {
       R"({"version": 1, "optimizer": "cpu", "layers": [)"
       R"({"activation": "resident", "param": "host_streamed", "grad": "resident", "optim_state": "host_streamed"},)"
       R"({"activation": "resident", "param": "host_streamed", "grad": "resident", "optim_state": "host_streamed"}]})");
-  for (const int variant : {0, 1, 2, 3}) {
+  for (const int variant : {0, 1, 2, 3, 4, 5}) {
     const bool speculate = variant == 1;
     SCOPED_TRACE(variant == 0   ? "CPU optimizer"
                  : variant == 1 ? "CPU optimizer, speculative update"
                  : variant == 2 ? "CPU optimizer, parameters streamed"
-                                : "CPU optimizer, host buffers in rings");
+                 : variant == 3 ? "CPU optimizer, host buffers in rings"
+                 : variant == 4 ? "CPU optimizer split, 2 segments on the device"
+                                : "CPU optimizer split, 3 segments on the device, host buffers in rings");
     TrainConfig cpu = acc;
     cpu.optimizer = OptimizerPlacement::kCpu;
     cpu.speculative_update = speculate;
     if (variant == 2) cpu.plan = streamed_params;
-    if (variant == 3) cpu.host_buffers = "ring";  // Note [host buffers in rings]
+    if (variant == 3 || variant == 5) cpu.host_buffers = "ring";  // Note [host buffers in rings]
+    if (variant >= 4) cpu.device_optimizer_segments = variant == 4 ? "2" : "3";  // Note [optimizer split]
     auto c = Trainer::create(cpu, nullptr);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     ASSERT_TRUE(c.value()->run().is_ok());
     expect_bit_identical(device_bits, finish(*c.value()));
+    // Resumed bit for bit: the device segments' state through its home in the host state (checkpoints in place).
+    if (variant >= 4) expect_bit_identical(device_bits, run_split_at_10(cpu, dir.file("ckpt_split" + std::to_string(variant))));
   }
   // Note [gradients summed on the host]: streamed gradients (offload-params, offload-all; with the speculative
   // update too) are summed on the host and the norm's parts of those blocks taken there: the same training up to the
@@ -1328,13 +1333,17 @@ TEST(TrainerCuda, AccumulationWithTheCpuOptimizerEveryPlacement) {
   }
   TrainConfig host_sums = base;
   host_sums.plan = "offload-params";
+  TrainConfig split = base;  // Note [optimizer split]: the first 3 segments' update is the CUDA kernel's
+  split.device_optimizer_segments = "3";
   TrainConfig device = base;
   device.optimizer = OptimizerPlacement::kDevice;
   TrainConfig one = base;
   one.batch = 8;
   one.grad_accum = 1;
-  for (const TrainConfig* tc : {&host_sums, &device, &one}) {
-    SCOPED_TRACE(tc == &host_sums ? "gradients summed on the host" : tc == &device ? "device optimizer" : "one batch");
+  for (const TrainConfig* tc : {&host_sums, &device, &one, &split}) {
+    SCOPED_TRACE(tc == &host_sums ? "gradients summed on the host" : tc == &device ? "device optimizer"
+                 : tc == &one     ? "one batch"
+                                  : "optimizer split");
     auto b = Trainer::create(*tc, nullptr);
     ASSERT_TRUE(b.is_ok()) << b.status().to_string();
     ASSERT_TRUE(b.value()->run().is_ok());
@@ -1354,17 +1363,19 @@ TEST(TrainerCuda, CpuOptimizerResumesBitExactInPlace) {
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
   const ModelConfig gqa{.family = "llama", .vocab = 256, .layers = 4, .dim = 128, .heads = 4, .seq = 64,
                         .kv_heads = 2, .ffn = 192};
-  for (const char* buffers : {"whole", "ring"}) {
-    SCOPED_TRACE(buffers);
+  // And split (Note [optimizer split]): two segments' AdamW on the device, their state through its home on the host.
+  for (const char* variant : {"whole", "ring", "ring+split"}) {
+    SCOPED_TRACE(variant);
     TrainConfig cfg = cuda_plan_base(data, gqa, "bf16");
     cfg.steps = 14;
     cfg.grad_accum = 2;
     cfg.optimizer = OptimizerPlacement::kCpu;
-    cfg.host_buffers = buffers;
+    cfg.host_buffers = std::string(variant) == "whole" ? "whole" : "ring";
+    if (std::string(variant) == "ring+split") cfg.device_optimizer_segments = "2";
     auto a = Trainer::create(cfg, nullptr);
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     ASSERT_TRUE(a.value()->run().is_ok());
-    expect_bit_identical(finish(*a.value()), run_split_at_10(cfg, dir.file(std::string("ckpt_") + buffers)));
+    expect_bit_identical(finish(*a.value()), run_split_at_10(cfg, dir.file(std::string("ckpt_") + variant)));
   }
 }
 
