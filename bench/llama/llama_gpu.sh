@@ -14,8 +14,8 @@
 # slice: a Llama-3-8B-shaped slice (d4096, 32 heads over 8 KV heads, SwiGLU 14336, V 128256, untied) of
 #        TT_SLICE_LAYERS layers (default 8), T 2048, B TT_SLICE_BATCH (default 2).
 # 8b:    issue 46: the Llama-3-8B shape (the slice's, 32 layers) with AdamW on the host (--optimizer cpu), micro-batch
-#        TT_8B_BATCH (2), steps of TT_8B_ACCUM micro-batches each ("16 64"), TT_8B_STEPS steps (4); its dry run and
-#        the machine's memory first.
+#        TT_8B_BATCH (2), steps of TT_8B_ACCUM micro-batches each ("16 64"), TT_8B_STEPS steps (4), each with the
+#        --device-optimizer-segments values of TT_8B_SPLITS ("plan": none); its dry runs and the machine's memory first.
 # offload: issue 46 at the Llama-3.2-3B shape (d3072 L28, 24 heads over 8 KV heads, SwiGLU 8192, tied), micro-batch
 #        TT_OFF_BATCH (2) x TT_OFF_ACCUM (8) a step: tiertrain with AdamW on the host and on the device, PyTorch's
 #        single-GPU offloads (bench/llama/torch_offload_gpu.py: FSDP2 with CPUOffloadPolicy, torchao's
@@ -237,13 +237,18 @@ if has 8b; then
   # What the automatic plan takes for the same model and 16 micro-batches (its optimizer and host buffers its own).
   "$TT" train "${m0[@]}" --plan auto --grad-accum 16 --dry-run > "$OUT/dry_8b_auto.log" 2>&1
   grep -vE '^\[tiertrain' "$OUT/dry_8b_auto.log" | head -n 12
+  # Note [optimizer split]: TT_8B_SPLITS values of --device-optimizer-segments (plan: none; auto: as many as fit).
+  "$TT" train "${m[@]}" --grad-accum 16 --device-optimizer-segments auto --dry-run 2>&1 | grep -E 'AdamW of|device .*needs'
   for g in ${TT_8B_ACCUM:-16 64}; do
-    start=$(date +%s)
-    timeout "${TT_8B_TIMEOUT:-300}" "$TT" train "${m[@]}" --grad-accum "$g" --steps "${TT_8B_STEPS:-4}" --warmup 1 \
-      --eval-every 0 --log-every 1 --metrics-out "$OUT/tiertrain_8b_g$g.json" > "$OUT/tiertrain_8b_g$g.log" 2>&1 ||
-      { echo "tiertrain 8b g$g failed"; status=1; }
-    echo "8b g$g ($(( $(date +%s) - start )) s):"
-    grep -vE '^\[tiertrain' "$OUT/tiertrain_8b_g$g.log" | tail -n 14
+    for k in ${TT_8B_SPLITS:-plan}; do
+      n=8b_g${g}_s$k
+      start=$(date +%s)
+      timeout "${TT_8B_TIMEOUT:-300}" "$TT" train "${m[@]}" --grad-accum "$g" --device-optimizer-segments "$k" \
+        --steps "${TT_8B_STEPS:-4}" --warmup 1 --eval-every 0 --log-every 1 --metrics-out "$OUT/tiertrain_$n.json" \
+        > "$OUT/tiertrain_$n.log" 2>&1 || { echo "tiertrain $n failed"; status=1; }
+      echo "$n ($(( $(date +%s) - start )) s):"
+      grep -vE '^\[tiertrain' "$OUT/tiertrain_$n.log" | tail -n 9
+    done
   done
   pack
 fi
