@@ -99,6 +99,7 @@ class Evaluator {
     c.optimizer = OptimizerPlacement::kDevice;
     c.speculative_update = false;
     c.host_buffers = "auto";  // the base is the device optimizer's, which has no host buffers
+    c.device_optimizer_segments = "plan";  // nor a split (Note [optimizer split])
     TT_ASSIGN_OR_RETURN(ev.base_, resolve_run(c));
     ev.in_core_need_ = ev.base_.inventory.total(Inventory::kDevice);
     ev.budget_ = ev.base_.budget;
@@ -119,7 +120,45 @@ class Evaluator {
     // Note [host buffers in rings]: --host-buffers ring for every plan that can have them, whole for none.
     if (cfg_.host_buffers != "auto")
       e->plan.host_ring = cfg_.host_buffers == "ring" && plan.host_ring_refusal().empty() && !e->hyper.speculate;
+    // Note [optimizer split]: a count given stands for every CPU-optimizer plan that can split; else none here, and
+    // row() gives the plan as many segments as fit beside it.
+    e->plan.device_optimizer_segments = 0;
+    if (const int k = fixed_split(); k > 0 && split_allowed(*e)) e->plan.device_optimizer_segments = k;
     return e->validate().is_ok();
+  }
+  int fixed_split() const {
+    const std::string& d = cfg_.device_optimizer_segments;
+    return d == "plan" || d == "auto" ? -1 : std::stoi(d);
+  }
+  bool split_allowed(const ExecSpec& e) const {
+    return e.plan.cpu_optimizer() && !e.hyper.speculate && !e.shard_optimizer &&
+           e.plan.optimizer_split_refusal(e.model.layers + 2).empty();
+  }
+  // Note [optimizer split]: the most segments whose AdamW fits on the device beside the plan (the trainer's auto:
+  // within the budget, with the automatic budget's 5% on top), by bisection; e and inv become that plan's.
+  void fill_split(ExecSpec* e, Inventory* inv) {
+    // (None on the CPU backend, whose device memory is the host's: as the trainer's auto.)
+    if (!base_.probe.device_memory || fixed_split() >= 0 || !split_allowed(*e) || e->plan.device_optimizer_segments > 0)
+      return;
+    auto fits = [&](int k, Inventory* out) {
+      ExecSpec t = *e;
+      t.plan.device_optimizer_segments = k;
+      if (!t.validate().is_ok()) return false;
+      Result<Inventory> r = Executor::inventory(t);
+      ++sized;
+      if (!r.is_ok()) return false;
+      const int64_t n = r.value().total(Inventory::kDevice) + base_.reserve.reserved_bytes;
+      const bool ok = base_.budget_auto ? n + n / 20 <= budget_ : n <= budget_;
+      if (ok && out != nullptr) *out = std::move(r.value());
+      return ok;
+    };
+    int lo = 0, hi = e->model.layers + 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (fits(mid, nullptr)) lo = mid;
+      else hi = mid - 1;
+    }
+    if (lo > 0 && fits(lo, inv)) e->plan.device_optimizer_segments = lo;
   }
   // The plan's inventory; with --host-buffers auto, as the trainer decides (resolve_run): the rings where the whole
   // host copies do not fit the host's available memory and the rings do (e->plan then says so).
@@ -156,6 +195,7 @@ class Evaluator {
     r.run = base_;
     TT_RETURN_IF(!spec(plan, &r.run.exec), kInvalidArgument, "the plan does not suit this model");
     TT_ASSIGN_OR_RETURN(r.run.inventory, inventory(&r.run.exec));
+    fill_split(&r.run.exec, &r.run.inventory);
     r.run.inventory.add_backend_reserved(base_.reserve.reserved_bytes);
     r.run.budget = budget_;
     r.run.budget_auto = base_.budget_auto;
@@ -377,6 +417,8 @@ std::string AutoPlan::describe(const Plan& plan) {
   if (swap) s += str_format(" | %d swap slots", plan.swap_slots());
   s += str_format(" | optimizer %s%s", optimizer_placement_name(plan.optimizer),
                   streamed ? ", parameters streamed from the host" : "");
+  if (plan.cpu_optimizer() && plan.device_optimizer_segments > 0)  // Note [optimizer split]
+    s += str_format(", the first %d segments' on the device", plan.device_optimizer_segments);
   return s;
 }
 
