@@ -16,9 +16,10 @@
 # 8b:    issue 46: the Llama-3-8B shape (the slice's, 32 layers) with AdamW on the host (--optimizer cpu), micro-batch
 #        TT_8B_BATCH (2), steps of TT_8B_ACCUM micro-batches each ("16 64"), TT_8B_STEPS steps (4), each with the
 #        --device-optimizer-segments values of TT_8B_SPLITS ("plan": none); its dry runs and the machine's memory first.
-# offload: issue 46 at the Llama-3.2-3B shape (d3072 L28, 24 heads over 8 KV heads, SwiGLU 8192, tied), micro-batch
-#        TT_OFF_BATCH (2) x TT_OFF_ACCUM (8) a step: tiertrain with AdamW on the host and on the device, PyTorch's
-#        single-GPU offloads (bench/llama/torch_offload_gpu.py: FSDP2 with CPUOffloadPolicy, torchao's
+# offload: issue 46 at the Llama-3.2-3B shape (d3072 L28, 24 heads over 8 KV heads, SwiGLU 8192, tied; TT_OFF_SHAPE=6b:
+#        the 8B family at 24 layers, 6.3B), micro-batch TT_OFF_BATCH (2) x TT_OFF_ACCUM (8) a step: tiertrain's
+#        TT_OFF_RUNS (AdamW on the host "cpu", on the host but for what fits the device "split", on the device
+#        "device"), PyTorch's TT_OFF_MODES single-GPU offloads (bench/llama/torch_offload_gpu.py: FSDP2 with CPUOffloadPolicy, torchao's
 #        CPUOffloadOptimizer; each compiled, fp32 weights and AdamW state, clip 1.0).
 # hostbw: the host's memory bandwidth (bench/comm/membw.cc) and its AdamW's rate (bench/ooc/adamw_bench.cc), the
 #        bound of the host update.
@@ -161,19 +162,36 @@ if has slice; then
   pack
 fi
 if has offload; then
-  m=(--layers 28 --dim 3072 --heads 24 --kv-heads 8 --ffn 8192 --seq 2048 --batch "${TT_OFF_BATCH:-2}"
-     --rope-theta 500000 --grad-accum "${TT_OFF_ACCUM:-8}")
-  for opt in cpu device; do
-    timeout 240 "$TT" train "${m[@]}" --family llama --tied-embeddings true --optimizer "$opt" --data "$SHARD" \
-      --steps 6 --warmup 1 --eval-every 0 --log-every 1 --metrics-out "$OUT/tiertrain_3b_$opt.json" \
-      > "$OUT/tiertrain_3b_$opt.log" 2>&1 || { echo "tiertrain 3b $opt failed"; tail -3 "$OUT/tiertrain_3b_$opt.log"; status=1; }
-    grep -o 'median.*' "$OUT/tiertrain_3b_$opt.log" | head -n 1 | sed "s/^/tiertrain 3b $opt: /"
+  # TT_OFF_SHAPE: 3b (Llama-3.2-3B's shape, tied) or 6b (the Llama-3-8B family at 24 layers, untied: 6.3B).
+  # TT_OFF_RUNS: tiertrain's runs, "cpu" (AdamW on the host), "split" (on the host but for the segments that fit the
+  # device: --device-optimizer-segments auto), "device"; TT_OFF_MODES: PyTorch's offloads.
+  sh=${TT_OFF_SHAPE:-3b}
+  if [ "$sh" = 6b ]; then
+    m=(--layers 24 --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048 --batch "${TT_OFF_BATCH:-2}"
+       --rope-theta 500000 --grad-accum "${TT_OFF_ACCUM:-8}")
+    tie=(--tied-embeddings false)
+    ttie=--untied
+  else
+    m=(--layers 28 --dim 3072 --heads 24 --kv-heads 8 --ffn 8192 --seq 2048 --batch "${TT_OFF_BATCH:-2}"
+       --rope-theta 500000 --grad-accum "${TT_OFF_ACCUM:-8}")
+    tie=(--tied-embeddings true)
+    ttie=--tied
+  fi
+  for run in ${TT_OFF_RUNS:-cpu device}; do
+    opt=$run
+    extra=()
+    [ "$run" = split ] && { opt=cpu; extra=(--device-optimizer-segments auto); }
+    timeout 240 "$TT" train "${m[@]}" --family llama "${tie[@]}" --optimizer "$opt" "${extra[@]}" --data "$SHARD" \
+      --steps 6 --warmup 1 --eval-every 0 --log-every 1 --metrics-out "$OUT/tiertrain_${sh}_$run.json" \
+      > "$OUT/tiertrain_${sh}_$run.log" 2>&1 || { echo "tiertrain $sh $run failed"; tail -3 "$OUT/tiertrain_${sh}_$run.log"; status=1; }
+    grep -E '^AdamW of' "$OUT/tiertrain_${sh}_$run.log"
+    grep -o 'median.*' "$OUT/tiertrain_${sh}_$run.log" | head -n 1 | sed "s/^/tiertrain $sh $run: /"
   done
-  for mode in fsdp2-cpu-offload torchao-cpu-offload-optimizer; do
-    timeout 300 "$PY" bench/llama/torch_offload_gpu.py --mode "$mode" --compile "${m[@]}" --tied --steps 6 \
-      --warmup-steps 2 --json-out "$OUT/torch_offload_${mode}_3b.json" > "$OUT/torch_offload_${mode}_3b.log" 2>&1 ||
-      { echo "torch $mode 3b failed"; tail -4 "$OUT/torch_offload_${mode}_3b.log"; status=1; }
-    tail -n 1 "$OUT/torch_offload_${mode}_3b.log" | cut -c1-400
+  for mode in ${TT_OFF_MODES:-fsdp2-cpu-offload torchao-cpu-offload-optimizer}; do
+    timeout 300 "$PY" bench/llama/torch_offload_gpu.py --mode "$mode" --compile "${m[@]}" "$ttie" --steps 6 \
+      --warmup-steps 2 --json-out "$OUT/torch_offload_${mode}_$sh.json" > "$OUT/torch_offload_${mode}_$sh.log" 2>&1 ||
+      { echo "torch $mode $sh failed"; tail -4 "$OUT/torch_offload_${mode}_$sh.log"; status=1; }
+    tail -n 1 "$OUT/torch_offload_${mode}_$sh.log" | cut -c1-400
   done
   pack
 fi
@@ -185,12 +203,19 @@ if has predict; then
   start=$(date +%s)
   timeout 300 "$TT" plan "${m8[@]}" --plans in-core/cpu --explain > "$OUT/plan_8b.txt" 2>&1 || status=1
   echo "plan 8b ($(( $(date +%s) - start )) s):"; grep -vE '^\[tiertrain' "$OUT/plan_8b.txt" | tail -n 25
+  # Note [optimizer split]: the 8b with as many segments' AdamW on the device as fit.
+  timeout 300 "$TT" plan "${m8[@]}" --plans in-core/cpu --device-optimizer-segments auto > "$OUT/plan_8b_split.txt" 2>&1 ||
+    status=1
+  grep -vE '^\[tiertrain' "$OUT/plan_8b_split.txt" | tail -n 6
+  # TT_PREDICT_8B_ONLY=1: the two 8b predictions alone (no 3b plan, no profile).
+  if [ "${TT_PREDICT_8B_ONLY:-0}" = 1 ]; then pack; else
   timeout 200 "$TT" plan "${m3[@]}" --plans in-core/cpu,in-core/device,auto > "$OUT/plan_3b.txt" 2>&1 || status=1
   grep -vE '^\[tiertrain' "$OUT/plan_3b.txt" | tail -n 12
   timeout 200 "$TT" train "${m8[@]}" --optimizer cpu --steps 3 --warmup 1 --eval-every 0 --log-every 1 --profile \
     > "$OUT/profile_8b.txt" 2>&1 || status=1
   grep -A45 '^profile:' "$OUT/profile_8b.txt" | head -60
   pack
+  fi
 fi
 if has largest; then
   w=(--family llama --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048 --rope-theta 500000
@@ -234,9 +259,6 @@ if has 8b; then
   grep -E 'MemTotal|MemAvailable' /proc/meminfo
   "$TT" train "${m[@]}" --dry-run > "$OUT/dry_8b.log" 2>&1
   cat "$OUT/dry_8b.log"
-  # What the automatic plan takes for the same model and 16 micro-batches (its optimizer and host buffers its own).
-  "$TT" train "${m0[@]}" --plan auto --grad-accum 16 --dry-run > "$OUT/dry_8b_auto.log" 2>&1
-  grep -vE '^\[tiertrain' "$OUT/dry_8b_auto.log" | head -n 12
   # Note [optimizer split]: TT_8B_SPLITS values of --device-optimizer-segments (plan: none; auto: as many as fit).
   "$TT" train "${m[@]}" --grad-accum 16 --device-optimizer-segments auto --dry-run 2>&1 | grep -E 'AdamW of|device .*needs'
   for g in ${TT_8B_ACCUM:-16 64}; do
