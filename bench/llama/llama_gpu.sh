@@ -166,8 +166,9 @@ if has offload; then
   # TT_OFF_RUNS: tiertrain's runs, "cpu" (AdamW on the host), "split" (on the host but for the segments that fit the
   # device: --device-optimizer-segments auto), "device"; TT_OFF_MODES: PyTorch's offloads.
   sh=${TT_OFF_SHAPE:-3b}
-  if [ "$sh" = 6b ]; then
-    m=(--layers 24 --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048 --batch "${TT_OFF_BATCH:-2}"
+  if [ "$sh" = 6b ]; then  # (TT_OFF_LAYERS: another depth of the family, named l<depth>)
+    [ -n "${TT_OFF_LAYERS:-}" ] && sh=l$TT_OFF_LAYERS
+    m=(--layers "${TT_OFF_LAYERS:-24}" --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048 --batch "${TT_OFF_BATCH:-2}"
        --rope-theta 500000 --grad-accum "${TT_OFF_ACCUM:-8}")
     tie=(--tied-embeddings false)
     ttie=--untied
