@@ -139,12 +139,13 @@ void declare_train_knobs(Config& cfg) {
          "buffers in rings]: the host then holds 12 bytes a parameter, the gradients' copies move from the backward "
          "into the update); auto: as a JSON plan says (\"host_buffers\"), else whole where the run fits the host's "
          "memory so and rings where only they fit");
-  knob("runtime", "device_optimizer_segments", K::kString, "plan",
+  knob("runtime", "device_optimizer_segments", K::kString, "auto",
        "CPU optimizer: the first N parameter segments (the embeddings, then the first blocks) keep their fp32 master "
        "and AdamW moments on the device and are updated there, the rest on the host (Note [optimizer split]: 12 bytes "
-       "a parameter more on the device, a shorter host update for the next forward to wait for); auto: as many as "
-       "fit the device budget beside the run (none on the CPU backend, whose device memory is the host's); plan: as "
-       "the plan says (\"device_optimizer_segments\"; 0 for the shortcuts)");
+       "a parameter more on the device, a shorter host update for the next forward to wait for); auto: the plan's "
+       "count if it gives one (\"device_optimizer_segments\"), else as many as fit the device budget beside the run "
+       "(none on the CPU backend, whose device memory is the host's); plan: as the plan says (none for the "
+       "shortcuts)");
   knob("runtime", "swap_slots", K::kInt, "2", "device slots for swapped block activations (prefetch distance + 1)", 2,
        1024);
   knob("runtime", "device_budget", K::kBytes, "0",

@@ -67,9 +67,9 @@ struct TrainConfig {
   bool um_allow_oversubscription = false;  // issue 20: managed memory beyond the GPU's free memory (unsafe if shared)
   // Note [host buffers in rings] (plan/schedule.h): auto (whole unless only rings fit the host), whole or ring.
   std::string host_buffers = "auto";
-  // Note [optimizer split] (plan/schedule.h): plan (as the plan says), auto (as many segments as fit the device
-  // beside the run; none on the CPU backend) or a count.
-  std::string device_optimizer_segments = "plan";
+  // Note [optimizer split] (plan/schedule.h): plan (as the plan says: none unless it gives a count), auto (as many segments as fit the device
+  // beside the run, unless the plan gives a count; none on the CPU backend) or a count.
+  std::string device_optimizer_segments = "auto";
   bool grads_in_activations = true;  // Note [gradients in dead activations] (plan/schedule.h); false: the knob off
   // issue 20: managed prefetches to the host in pieces of this many MiB (0: whole)
   int64_t um_host_piece_mib = memory::kDefaultUmHostPieceBytes >> 20;

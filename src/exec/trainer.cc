@@ -163,7 +163,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   // Note [optimizer split] in plan/schedule.h: a count here, auto once the run's device need is known.
   const std::string& split = cfg.device_optimizer_segments;
   if (split != "plan" && split != "auto") e.plan.device_optimizer_segments = std::stoi(split);
-  if (split == "auto") e.plan.device_optimizer_segments = 0;
+  const bool choose_split = split == "auto" && e.plan.device_optimizer_segments == 0;
   // Note [gradient accumulation]: the micro-batches' gradients stay in their own buffers until the step's last.
   e.grad_accum = cfg.grad_accum;
   if (cfg.grad_accum > 1) e.plan.grads_in_activations = false;
@@ -202,7 +202,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
     }
   }
   r.inventory.add_backend_reserved(r.reserve.reserved_bytes);
-  if (split == "auto" && r.probe.device_memory) TT_TRY(choose_device_optimizer_segments(cfg, usable, r));
+  if (choose_split && r.probe.device_memory) TT_TRY(choose_device_optimizer_segments(cfg, usable, r));
   const int64_t need = r.device_need();
   // The automatic budget: on a device with memory of its own, what the run needs plus 5%, never more than the free
   // memory less a headroom (the arena is one allocation, so a generous default would take memory other processes

@@ -120,15 +120,15 @@ class Evaluator {
     // Note [host buffers in rings]: --host-buffers ring for every plan that can have them, whole for none.
     if (cfg_.host_buffers != "auto")
       e->plan.host_ring = cfg_.host_buffers == "ring" && plan.host_ring_refusal().empty() && !e->hyper.speculate;
-    // Note [optimizer split]: a count given stands for every CPU-optimizer plan that can split; else none here, and
-    // row() gives the plan as many segments as fit beside it.
+    // Note [optimizer split]: a count given (plan: 0) stands for every CPU-optimizer plan that can split; with auto
+    // none here, and row() gives the plan as many segments as fit beside it.
     e->plan.device_optimizer_segments = 0;
     if (const int k = fixed_split(); k > 0 && split_allowed(*e)) e->plan.device_optimizer_segments = k;
     return e->validate().is_ok();
   }
   int fixed_split() const {
     const std::string& d = cfg_.device_optimizer_segments;
-    return d == "plan" || d == "auto" ? -1 : std::stoi(d);
+    return d == "auto" ? -1 : d == "plan" ? 0 : std::stoi(d);
   }
   bool split_allowed(const ExecSpec& e) const {
     return e.plan.cpu_optimizer() && !e.hyper.speculate && !e.shard_optimizer &&

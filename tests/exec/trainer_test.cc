@@ -1315,6 +1315,7 @@ TEST(TrainerCuda, AccumulationWithTheCpuOptimizerEveryPlacement) {
   base.grad_accum = 2;
   base.optimizer = OptimizerPlacement::kCpu;
   base.host_buffers = "whole";
+  base.device_optimizer_segments = "plan";  // none: every update the host's (Note [optimizer split])
   auto a = Trainer::create(base, nullptr);
   ASSERT_TRUE(a.is_ok()) << a.status().to_string();
   ASSERT_TRUE(a.value()->run().is_ok());
@@ -1371,7 +1372,7 @@ TEST(TrainerCuda, CpuOptimizerResumesBitExactInPlace) {
     cfg.grad_accum = 2;
     cfg.optimizer = OptimizerPlacement::kCpu;
     cfg.host_buffers = std::string(variant) == "whole" ? "whole" : "ring";
-    if (std::string(variant) == "ring+split") cfg.device_optimizer_segments = "2";
+    cfg.device_optimizer_segments = std::string(variant) == "ring+split" ? "2" : "plan";
     auto a = Trainer::create(cfg, nullptr);
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     ASSERT_TRUE(a.value()->run().is_ok());
