@@ -21,6 +21,7 @@
 #        TT_OFF_RUNS (AdamW on the host "cpu", on the host but for what fits the device "split", on the device
 #        "device"), PyTorch's TT_OFF_MODES single-GPU offloads (bench/llama/torch_offload_gpu.py: FSDP2 with CPUOffloadPolicy, torchao's
 #        CPUOffloadOptimizer; each compiled, fp32 weights and AdamW state, clip 1.0).
+# rows:  issue 46: Llama-2-7B's shape with AdamW on the host, and the 8B at T 8192 with the automatic plan.
 # hostbw: the host's memory bandwidth (bench/comm/membw.cc) and its AdamW's rate (bench/ooc/adamw_bench.cc), the
 #        bound of the host update.
 # predict: the performance model's predictions (tiertrain plan) of the 8b and offload parts' runs, and an op profile
@@ -76,7 +77,8 @@ if has hostbw; then
   build/gpu/bench/adamw_bench 400000000 3 > "$OUT/adamw_bench.txt" 2>&1 || status=1
   cat "$OUT/adamw_bench.txt"
 fi
-has 1b || has slice || has attn || has profile || has 8b || has offload || has predict || has largest || exit $status
+has 1b || has slice || has attn || has profile || has 8b || has offload || has predict || has largest || has rows ||
+  exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
 SHARD=/tmp/tiertrain-random-llama3.bin
 [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 --vocab 128256 > /dev/null
@@ -251,6 +253,26 @@ if has largest; then
     tail -n 1 "$OUT/torch_fit_${mode}_l$L.log" | cut -c1-300
     dmesg 2>/dev/null | grep -i 'killed process' | tail -1
   done
+  pack
+fi
+if has rows; then
+  # Issue 46's other rows: Llama-2-7B's shape (d4096 L32, 32 heads, SwiGLU 11008, V 32000, untied) with AdamW on the
+  # host at 16 micro-batches of 2, and the Llama-3-8B shape at T 8192 with the automatic plan, 8 micro-batches of
+  # 1 (64k tokens a step each); each after its prediction (tiertrain plan). The split is the default's (auto).
+  SHARD2=/tmp/tiertrain-random-llama2.bin
+  [ -f "$SHARD2" ] || python3 tools/make_random_shard.py "$SHARD2" --tokens 20000000 --vocab 32000 > /dev/null
+  m7=(--family llama --layers 32 --dim 4096 --heads 32 --kv-heads 32 --ffn 11008 --seq 2048 --batch 2 --grad-accum 16
+      --rope-theta 10000 --tied-embeddings false --data "$SHARD2")
+  m8l=(--family llama --layers 32 --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 8192 --batch 1 --grad-accum 8
+       --rope-theta 500000 --tied-embeddings false --data "$SHARD")
+  timeout 200 "$TT" plan "${m7[@]}" --plans in-core/cpu 2>&1 | grep -vE '^\[tiertrain' | tail -n 3
+  timeout 200 "$TT" train "${m7[@]}" --optimizer cpu --steps 4 --warmup 1 --eval-every 0 --log-every 1 \
+    --metrics-out "$OUT/tiertrain_7b_llama2.json" > "$OUT/tiertrain_7b_llama2.log" 2>&1 || status=1
+  grep -vE '^\[tiertrain' "$OUT/tiertrain_7b_llama2.log" | grep -E '^AdamW of|^done|error'
+  timeout 300 "$TT" plan "${m8l[@]}" --plans auto --explain 2>&1 | grep -vE '^\[tiertrain' | tail -n 8
+  timeout 300 "$TT" train "${m8l[@]}" --plan auto --steps 4 --warmup 1 --eval-every 0 --log-every 1 \
+    --metrics-out "$OUT/tiertrain_8b_t8192.json" > "$OUT/tiertrain_8b_t8192.log" 2>&1 || status=1
+  grep -vE '^\[tiertrain' "$OUT/tiertrain_8b_t8192.log" | grep -E '^plan|^AdamW of|^done|error'
   pack
 fi
 if has 8b; then
