@@ -183,6 +183,7 @@ if has offload; then
   for run in ${TT_OFF_RUNS:-cpu device}; do
     opt=$run
     extra=()
+    [ "$run" = cpu ] && extra=(--device-optimizer-segments plan)  # every update the host's
     [ "$run" = split ] && { opt=cpu; extra=(--device-optimizer-segments auto); }
     timeout 240 "$TT" train "${m[@]}" --family llama "${tie[@]}" --optimizer "$opt" "${extra[@]}" --data "$SHARD" \
       --steps 6 --warmup 1 --eval-every 0 --log-every 1 --metrics-out "$OUT/tiertrain_${sh}_$run.json" \
