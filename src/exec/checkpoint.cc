@@ -350,6 +350,18 @@ Result<CheckpointState> checkpoint_state_from_meta(const nlohmann::json& meta, c
                  "checkpoint '%s': metadata config.%s is %s, not an integer >= 0", path.c_str(), k,
                  x.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
+  // The config's model sizes against the model's (which the tensors follow, and which is the one used). Runs that
+  // took their model from a checkpoint wrote the flags' defaults there before the knobs followed the model
+  // (adopt_model): such files are read, with a warning naming both.
+  const ModelConfig& mc = st.model;
+  for (const auto& [k, have] : {std::pair<const char*, int64_t>{"layers", mc.layers}, {"dim", mc.dim},
+                                {"heads", mc.heads}, {"seq", mc.seq}}) {
+    if (!st.config.contains(k) || st.config.at(k).get<int64_t>() == have) continue;
+    TT_LOG(WARN, CKPT,
+           "checkpoint '%s': metadata config.%s is %lld but the model's (metadata model.%s, which the tensors "
+           "follow) is %lld: the model's is used",
+           path.c_str(), k, static_cast<long long>(st.config.at(k).get<int64_t>()), k, static_cast<long long>(have));
+  }
   TT_ASSIGN_OR_RETURN(const std::string opt_name, m.string("optimizer.name"));
   TT_RETURN_IF(opt_name != "adamw", kDataLoss,
                "checkpoint '%s': metadata optimizer.name is '%s'; tiertrain's checkpoints hold AdamW's state "

@@ -485,6 +485,17 @@ Status adopt_model(TrainConfig& cfg, const ModelConfig& from, const std::string&
   out.tp = cfg.model.tp;
   out.split_vocab = cfg.model.split_vocab;
   cfg.model = out;
+  // The knobs as resolved (written to checkpoints and the run folder) follow the model taken.
+  if (cfg.resolved.is_object()) {
+    const nlohmann::json values = {{"family", out.family},       {"layers", out.layers},
+                                   {"dim", out.dim},             {"heads", out.heads},
+                                   {"seq", out.seq},             {"kv_heads", out.kv_heads},
+                                   {"ffn", out.ffn},             {"tied_embeddings", out.tied_embeddings},
+                                   {"qkv_bias", out.qkv_bias},   {"rope_theta", out.rope_theta},
+                                   {"norm_eps", out.norm_eps}};
+    for (const auto& [k, v] : values.items())
+      if (cfg.resolved.contains(k)) cfg.resolved[k] = v;
+  }
   return Status::ok();
 }
 

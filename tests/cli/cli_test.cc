@@ -611,6 +611,33 @@ TEST(Cli, CheckpointMetadataNoRunWritesIsRefused) {
   EXPECT_EQ(resumed.code, 0) << resumed.out;
 }
 
+// Issue 47: a checkpoint's config follows the model the run took: a resume without the model flags writes the
+// checkpoint's sizes there, not the flags' defaults; a file whose config names other sizes than its model (as such
+// resumes wrote before) resumes with the model's, and a warning naming both.
+TEST(Cli, CheckpointConfigFollowsTheModelTaken) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(6000));
+  const std::string common = "train --data " + data + " --batch 2 --steps 4 --warmup 1 --backend cpu --eval-every 0 "
+                             "--threads 1 --checkpoint-every 2 --checkpoint-dir " + dir.file("ck");
+  CliRun first = run(common + " --layers 1 --dim 16 --heads 2 --seq 8 --stop-at 2");
+  ASSERT_EQ(first.code, 0) << first.out;
+  CliRun second = run(common + " --resume");  // the model from the checkpoint, not from the flags (their defaults)
+  ASSERT_EQ(second.code, 0) << second.out;
+  auto r = TensorFileReader::open(dir.file("ck/step_00000004.ttf"));
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const nlohmann::json& meta = r.value().meta();
+  for (const char* k : {"layers", "dim", "heads", "seq"}) EXPECT_EQ(meta["config"][k], meta["model"][k]) << k;
+  EXPECT_EQ(meta["config"]["dim"], 16);
+  std::filesystem::create_directories(dir.file("other"));
+  rewrite_checkpoint(dir.file("ck/step_00000002.ttf"), dir.file("other/step_00000002.ttf"),
+                     [](nlohmann::json& m) { m["config"]["dim"] = 32; }, {});
+  CliRun resumed = run("train --data " + data + " --batch 2 --steps 4 --warmup 1 --backend cpu --eval-every 0 "
+                       "--threads 1 --checkpoint-dir " + dir.file("other") + " --resume");
+  EXPECT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_HAS(resumed.out, "metadata config.dim is 32 but the model's (metadata model.dim, which the tensors follow) "
+                          "is 16: the model's is used");
+}
+
 // Issue 47: a checkpoint holding NaN (a parameter) or a negative second moment is refused by sample, eval, export
 // and a resume, naming the tensor and element (exit 1); --allow-nonfinite loads it, for forensics. A run whose
 // gradient norm is not finite stops there, as one whose loss is not.
