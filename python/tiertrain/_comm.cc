@@ -262,7 +262,7 @@ void to_buf(Buf& b, const py::object& o, bool writable, const char* what, bool g
   // mpi4py's buffer specs ([buf, MPI.DOUBLE], [buf, count, MPI.INT]): the buffer they name (tiertrain.comm._spec),
   // held by b.
   if (PyList_Check(o.ptr()) || PyTuple_Check(o.ptr())) {
-    py::object inner = py::module_::import("tiertrain.comm").attr("_spec")(o);
+    py::object inner = py::module_::import("tiertrain.comm").attr("_spec")(o, writable);
     if (PyList_Check(inner.ptr()) || PyTuple_Check(inner.ptr()))
       throw py::type_error(std::string(what) + ": a buffer spec names a buffer first");
     to_buf(b, inner, writable, what, gpu);

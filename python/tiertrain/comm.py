@@ -46,51 +46,161 @@ PROC_NULL = -2  # a peer that is no one: sends to it and receives from it are do
 # questions (DOUBLE.Get_size()). Each is a Datatype holding a numpy dtype, which numpy reads through its `dtype`
 # attribute wherever a dtype is taken (numpy.dtype(MPI.DOUBLE) is float64); the buffer's own elements are what
 # travels, the datatype and count of a spec pick how much of it. Create_contiguous(n) is n elements in a row (a numpy
-# subarray type); types with gaps (Create_vector, Create_indexed, Create_struct, Create_subarray) are refused naming
-# the alternative: a numpy view made contiguous (numpy.ascontiguousarray) on the send side, copied back on the
-# receive side.
-class Datatype:
-    """An MPI datatype (mpi4py's MPI.Datatype basics) over a numpy dtype."""
+# subarray type). Types with gaps (Create_vector, Create_hvector, Create_indexed, Create_hindexed,
+# Create_indexed_block, Create_subarray, Create_resized, and Create_contiguous of those) keep MPI's type map as the
+# offsets of their elements (`_map`, in elements of the base type, one instance of the type) with its lower bound and
+# extent: element k of a spec's count starts k extents on, as in MPI. A send packs the elements the map names into a
+# contiguous copy, which travels; a receive takes the message into a contiguous array and copies it to the map's
+# places when it is done (Recv, Sendrecv, Irecv at its Wait or Test, Recv_init); a collective reads such a send
+# buffer, but refuses it as a receive buffer, naming the alternative. The map may reach past the view's own end
+# (MPI's address arithmetic: a column type over the row a[0, j:]) but never past the numpy array that owns the
+# memory: checked, an error otherwise. Create_struct (mixed element types) is refused.
+ORDER_C, ORDER_F = 0, 1
 
-    def __init__(self, dtype, name=None):
-        self.dtype = _np.dtype(dtype)
+
+class Datatype:
+    """An MPI datatype (mpi4py's MPI.Datatype basics) over a numpy dtype; with gaps, over a type map."""
+
+    def __init__(self, dtype, name=None, _map=None, _lb=0, _extent=None):
+        self.dtype = _np.dtype(dtype)  # with gaps: the base elements' dtype
         self._name = name or str(self.dtype)
+        self._map = None if _map is None else _np.ascontiguousarray(_map, dtype=_np.int64)
+        self._lb = int(_lb)
+        self._extent = None if _extent is None else int(_extent)
+
+    def _elements(self):
+        """(base dtype, map, lower bound, extent) in base elements, for any type."""
+        if self._map is not None:
+            return self.dtype, self._map, self._lb, self._extent
+        n = int(_np.prod(self.dtype.shape)) if self.dtype.shape else 1
+        return self.dtype.base, _np.arange(n, dtype=_np.int64), 0, n
+
+    @staticmethod
+    def _made(base, m, lb, extent, name):
+        """A type from a map; a plain run of elements from 0 is a contiguous (numpy) type."""
+        m = _np.asarray(m, dtype=_np.int64).reshape(-1)
+        if lb == 0 and extent == m.size and _np.array_equal(m, _np.arange(m.size)):
+            return Datatype(base if m.size == 1 else _np.dtype((base, (int(m.size),))), name)
+        return Datatype(base, name, m, lb, extent)
 
     def Get_size(self):
-        """Bytes of data in one element of the type."""
-        return self.dtype.itemsize
+        """Bytes of data in one element of the type (its gaps not counted)."""
+        if self._map is None:
+            return self.dtype.itemsize
+        return int(self._map.size) * self.dtype.itemsize
 
     def Get_extent(self):
-        """(lower bound, extent) in bytes: (0, its size), as every type here has no gaps."""
-        return 0, self.dtype.itemsize
+        """(lower bound, extent) in bytes: how far the next element of a count starts."""
+        if self._map is None:
+            return 0, self.dtype.itemsize
+        return self._lb * self.dtype.itemsize, self._extent * self.dtype.itemsize
 
-    Get_true_extent = Get_extent
+    def Get_true_extent(self):
+        """(lower bound, extent) in bytes of the data alone."""
+        if self._map is None or self._map.size == 0:
+            return self.Get_extent()
+        lo, hi = int(self._map.min()), int(self._map.max())
+        return lo * self.dtype.itemsize, (hi - lo + 1) * self.dtype.itemsize
 
     def Get_name(self):
         return self._name
+
+    def _units(self, nbytes, call, what):
+        isz = self._elements()[0].itemsize
+        if int(nbytes) % isz:
+            raise ValueError(f"Datatype.{call}: {what} {nbytes} bytes is not a whole number of {isz}-byte elements")
+        return int(nbytes) // isz
+
+    def _placed(self, starts, call, name):
+        """The type of copies of this one, copy i at starts[i] base elements (MPI's bounds)."""
+        base, m, lb, ext = self._elements()
+        starts = _np.asarray(starts, dtype=_np.int64).reshape(-1)
+        if starts.size == 0:
+            return Datatype(base, name, _np.zeros(0, _np.int64), 0, 0)
+        new = (starts[:, None] + m[None, :]).reshape(-1)
+        low = int(starts.min()) + lb
+        high = int(starts.max()) + lb + ext
+        return Datatype._made(base, new, low, high - low, name)
 
     def Create_contiguous(self, count):
         """`count` elements of this type in a row, as one element of the new type."""
         if int(count) < 0:
             raise ValueError(f"Create_contiguous: count {count} is negative")
-        return Datatype(_np.dtype((self.dtype, (int(count),))), f"contiguous({count}, {self._name})")
-
-    def _gaps(self, call):
-        raise NotImplementedError(
-            f"Datatype.{call}: tiertrain.comm moves contiguous buffers only (Note [datatypes]): send "
-            f"numpy.ascontiguousarray(view) and copy what you receive into the view (view[...] = received)")
+        if self._map is None:
+            return Datatype(_np.dtype((self.dtype, (int(count),))), f"contiguous({count}, {self._name})")
+        ext = self._elements()[3]
+        return self._placed(_np.arange(int(count)) * ext, "Create_contiguous", f"contiguous({count}, {self._name})")
 
     def Create_vector(self, count, blocklength, stride):
-        self._gaps("Create_vector")
+        """`count` blocks of `blocklength` elements, block i starting i * `stride` elements on (a matrix column:
+        DOUBLE.Create_vector(rows, 1, columns))."""
+        if int(count) < 0 or int(blocklength) < 0:
+            raise ValueError(f"Create_vector: count {count} and blocklength {blocklength} must be >= 0")
+        ext = self._elements()[3]
+        k = (_np.arange(int(count))[:, None] * int(stride) + _np.arange(int(blocklength))[None, :]).reshape(-1)
+        return self._placed(k * ext, "Create_vector", f"vector({count}, {blocklength}, {stride}, {self._name})")
 
     def Create_hvector(self, count, blocklength, stride):
-        self._gaps("Create_hvector")
+        """Create_vector with the stride in bytes."""
+        if int(count) < 0 or int(blocklength) < 0:
+            raise ValueError(f"Create_hvector: count {count} and blocklength {blocklength} must be >= 0")
+        ext = self._elements()[3]
+        step = self._units(stride, "Create_hvector", "stride")
+        k = (_np.arange(int(count))[:, None] * step + _np.arange(int(blocklength))[None, :] * ext).reshape(-1)
+        return self._placed(k, "Create_hvector", f"hvector({count}, {blocklength}, {stride}, {self._name})")
+
+    def _indexed(self, blocklengths, displacements, scale, call):
+        blocklengths, displacements = list(blocklengths), list(displacements)
+        if len(blocklengths) != len(displacements):
+            raise ValueError(f"{call}: {len(blocklengths)} blocklengths but {len(displacements)} displacements")
+        ext = self._elements()[3]
+        starts = []
+        for b, d in zip(blocklengths, displacements):
+            if int(b) < 0:
+                raise ValueError(f"{call}: blocklength {b} is negative")
+            starts.extend(scale(d) + j * ext for j in range(int(b)))
+        return self._placed(starts, call, f"{call.lower()}({self._name})")
 
     def Create_indexed(self, blocklengths, displacements):
-        self._gaps("Create_indexed")
+        """Blocks of blocklengths[i] elements at displacements[i] elements."""
+        ext = self._elements()[3]
+        return self._indexed(blocklengths, displacements, lambda d: int(d) * ext, "Create_indexed")
 
-    def Create_subarray(self, sizes, subsizes, starts, order=None):
-        self._gaps("Create_subarray")
+    def Create_hindexed(self, blocklengths, displacements):
+        """Create_indexed with the displacements in bytes."""
+        return self._indexed(blocklengths, displacements,
+                             lambda d: self._units(d, "Create_hindexed", "displacement"), "Create_hindexed")
+
+    def Create_indexed_block(self, blocklength, displacements):
+        """Create_indexed with one blocklength."""
+        return self.Create_indexed([blocklength] * len(list(displacements)), displacements)
+
+    def Create_subarray(self, sizes, subsizes, starts, order=ORDER_C):
+        """The block subsizes at starts of an array of shape sizes (C order, or ORDER_F)."""
+        sizes, subsizes, starts = [int(x) for x in sizes], [int(x) for x in subsizes], [int(x) for x in starts]
+        if not len(sizes) == len(subsizes) == len(starts) or any(
+                s < 0 or st < 0 or st + s > n for n, s, st in zip(sizes, subsizes, starts)):
+            raise ValueError(f"Create_subarray: subsizes {subsizes} at starts {starts} do not lie in sizes {sizes}")
+        f = "F" if order == ORDER_F else "C"
+        grids = _np.meshgrid(*[_np.arange(st, st + s) for s, st in zip(subsizes, starts)], indexing="ij")
+        idx = _np.ravel_multi_index([g.reshape(-1, order=f) for g in grids], sizes, order=f) if grids else \
+            _np.zeros(1, _np.int64)
+        ext = self._elements()[3]
+        t = self._placed(idx * ext, "Create_subarray", f"subarray({sizes}, {subsizes}, {starts}, {self._name})")
+        base, m, _, _ = t._elements()
+        return Datatype._made(base, m, 0, int(_np.prod(sizes)) * ext, t._name)
+
+    def Create_resized(self, lb, extent):
+        """The same data with lower bound `lb` and extent `extent` (bytes): where the next element of a count starts
+        (a column type resized to one element scatters columns)."""
+        base, m, _, _ = self._elements()
+        return Datatype._made(base, m, self._units(lb, "Create_resized", "lb"),
+                              self._units(extent, "Create_resized", "extent"), f"resized({self._name})")
+
+    def Create_struct(self, blocklengths, displacements, datatypes):
+        raise NotImplementedError(
+            "Datatype.Create_struct: tiertrain.comm moves elements of one type (Note [datatypes]): send a numpy "
+            "structured array as bytes (its .view(numpy.uint8)), or one message a field")
 
     def Commit(self):
         return self
@@ -99,13 +209,16 @@ class Datatype:
         return None
 
     def Dup(self):
-        return Datatype(self.dtype, self._name)
+        return Datatype(self.dtype, self._name, self._map, self._lb, self._extent)
+
+    def _key(self):
+        return (self.dtype, None if self._map is None else self._map.tobytes(), self._lb, self._extent)
 
     def __eq__(self, other):
-        return isinstance(other, Datatype) and other.dtype == self.dtype
+        return isinstance(other, Datatype) and other._key() == self._key()
 
     def __hash__(self):
-        return hash(self.dtype)
+        return hash(self._key())
 
     def __repr__(self):
         return f"<tiertrain.comm.Datatype {self._name}>"
@@ -127,6 +240,7 @@ UNSIGNED_LONG = Datatype("u8", "MPI_UNSIGNED_LONG")
 FLOAT = Datatype("f4", "MPI_FLOAT")
 DOUBLE = Datatype("f8", "MPI_DOUBLE")
 BOOL = C_BOOL = Datatype("?", "MPI_C_BOOL")
+__all__ += ["ORDER_C", "ORDER_F"]
 __all__ += ["Datatype", "UNSIGNED_CHAR", "UNSIGNED_SHORT", "UNSIGNED", "UNSIGNED_LONG", "BOOL", "C_BOOL"]
 __all__ += ["SUCCESS", "PROC_NULL", "BYTE", "CHAR", "SIGNED_CHAR", "SHORT", "INT", "INT32_T", "LONG", "LONG_LONG",
             "INT64_T", "FLOAT", "DOUBLE", "Get_processor_name"]
@@ -139,18 +253,68 @@ def Get_processor_name():
     return socket.gethostname()
 
 
-def _spec(buf):
-    """The buffer of an mpi4py buffer spec: buf, [buf, datatype], [buf, count] or [buf, count, datatype]; with a
-    count, the first `count` elements (of datatype, or of the buffer's own type)."""
+def _spec_parts(buf):
+    """(object, count or None, datatype or None) of a buffer or an mpi4py buffer spec."""
     if not isinstance(buf, (list, tuple)):
-        return buf
+        return buf, None, None
     if len(buf) == 2:
         obj, second = buf
-        count, datatype = (second, None) if isinstance(second, int) else (None, second)
+        count, datatype = (second, None) if isinstance(second, (int, _np.integer)) else (None, second)
     elif len(buf) == 3:
         obj, count, datatype = buf
     else:
         raise TypeError(f"a buffer spec is [buf, datatype], [buf, count] or [buf, count, datatype], not {buf!r}")
+    return obj, count, datatype
+
+
+def _gapped(datatype):
+    return isinstance(datatype, Datatype) and datatype._map is not None
+
+
+def _reach(obj, base):
+    """The memory from obj's first byte to the end of the numpy array (or buffer) that owns it, as elements of
+    `base`: how far MPI's address arithmetic may go from a view (Note [datatypes])."""
+    if not isinstance(obj, _np.ndarray):
+        a = _np.frombuffer(obj, dtype=_np.uint8)
+        return a[: a.size // base.itemsize * base.itemsize].view(base)
+    root = obj
+    while isinstance(root.base, _np.ndarray):
+        root = root.base
+    if not root.flags.c_contiguous:
+        raise ValueError("a datatype with gaps over an array that is not C-contiguous (use numpy.ascontiguousarray)")
+    start = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    mem = root.reshape(-1).view(_np.uint8)[start:]
+    return mem[: mem.size // base.itemsize * base.itemsize].view(base)
+
+
+def _gapped_index(obj, count, datatype, what):
+    """(flat view of obj's reach, indices of the elements a spec with a gapped datatype names)."""
+    base, m, lb, ext = datatype._elements()
+    flat = _reach(obj, base)
+    if count is None:  # [buf, datatype]: as many whole extents as the buffer holds
+        own = _np.asarray(obj).size * _np.asarray(obj).itemsize // base.itemsize if isinstance(obj, _np.ndarray) \
+            else flat.size
+        count = max(0, (own - lb) // ext) if ext > 0 else 0
+    idx = (_np.arange(int(count), dtype=_np.int64)[:, None] * ext + m[None, :]).reshape(-1)
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= flat.size):
+        raise ValueError(f"{what}: {count} x {datatype.Get_name()} reaches element {int(idx.max())} of a buffer of "
+                         f"{flat.size} (Note [datatypes]: never past the array that owns the memory)")
+    return flat, idx
+
+
+def _spec(buf, writable=False):
+    """The buffer of an mpi4py buffer spec: buf, [buf, datatype], [buf, count] or [buf, count, datatype]; with a
+    count, the first `count` elements (of datatype, or of the buffer's own type). A datatype with gaps gives a packed
+    copy of what it names (a send side: Note [datatypes]); as a receive buffer here it is refused."""
+    obj, count, datatype = _spec_parts(buf)
+    if _gapped(datatype):
+        if writable:
+            raise NotImplementedError(
+                f"a datatype with gaps ({datatype.Get_name()}) as a collective's receive buffer: receive into a "
+                f"contiguous array and copy it into place (view[...] = received); Recv, Irecv and Sendrecv take it "
+                f"(Note [datatypes])")
+        flat, idx = _gapped_index(obj, count, datatype, "send buffer")
+        return flat[idx]
     if count is None:
         return obj
     dt = _np.dtype(datatype) if datatype is not None else _np.dtype(memoryview(obj).format)
@@ -158,6 +322,23 @@ def _spec(buf):
     if int(count) > elements.size:
         raise ValueError(f"the buffer spec's count {count} is more than the buffer's {elements.size} elements")
     return elements[:int(count)]
+
+
+def _recv_spec(buf, what):
+    """(what a receive writes into, and a function that puts it in place afterwards, or None): a datatype with gaps
+    receives into a contiguous array, copied to the map's places when done (Note [datatypes])."""
+    obj, count, datatype = _spec_parts(buf)
+    if not _gapped(datatype):
+        return _spec(buf), None
+    flat, idx = _gapped_index(obj, count, datatype, what)
+    if not flat.flags.writeable:
+        raise ValueError(f"{what}: the receive buffer is read-only")
+    got = _np.empty(idx.size, flat.dtype)
+
+    def finish():
+        flat[idx] = got
+
+    return got, finish
 
 
 class Status:
@@ -186,7 +367,8 @@ class Status:
             return self.count
         import numpy as np
 
-        return self.count // np.dtype(datatype).itemsize
+        size = datatype.Get_size() if isinstance(datatype, Datatype) else np.dtype(datatype).itemsize
+        return self.count // size if size else 0
 
     Get_elements = Get_count
 
@@ -443,7 +625,10 @@ def _Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
     longer message raises CommMismatchError and is dropped). `status` gets the source, tag and length."""
     if source == PROC_NULL:
         return _status_null(status)
-    self._Recv(_spec(buf), source, tag, status)
+    into, finish = _recv_spec(buf, "Recv")
+    self._Recv(into, source, tag, status)
+    if finish is not None:
+        finish()
 
 
 def _Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
@@ -457,7 +642,10 @@ def _Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, r
     if source == PROC_NULL:
         _Send(self, sendbuf, dest, sendtag)
         return _status_null(status)
-    self._Sendrecv(_spec(sendbuf), dest, sendtag, _spec(recvbuf), source, recvtag, status)
+    into, finish = _recv_spec(recvbuf, "Sendrecv")
+    self._Sendrecv(_spec(sendbuf), dest, sendtag, into, source, recvtag, status)
+    if finish is not None:
+        finish()
 
 
 def _Isend(self, buf, dest, tag=0):
@@ -471,7 +659,9 @@ def _Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
     """Recv, started: a Request; Wait(status) fills `status`. Leave `buf` alone until it is done."""
     if source == PROC_NULL:
         return Comm._null_request(PROC_NULL)
-    return self._Irecv(_spec(buf), source, tag)
+    into, finish = _recv_spec(buf, "Irecv")
+    request = self._Irecv(into, source, tag)
+    return request if finish is None else ObjRequest(request, finish)
 
 
 def _Probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
@@ -505,16 +695,20 @@ class ObjRequest:
     """The Request of the lower-case isend and irecv (mpi4py's): wait() returns the object received (None for a
     send); test() returns (done, object)."""
 
-    def __init__(self, request):
+    def __init__(self, request, finish=None):
         self._request = request
         self._done = False
         self._obj = None
+        self._finish = finish  # Note [datatypes]: an Irecv's copy into place, instead of an object
 
     def wait(self, status=None):
         if not self._done:
             self._request.Wait(status)
-            data = self._request._result()
-            self._obj = None if data is None else __import__("pickle").loads(data)
+            if self._finish is not None:
+                self._finish()
+            else:
+                data = self._request._result()
+                self._obj = None if data is None else __import__("pickle").loads(data)
             self._done = True
         return self._obj
 
