@@ -1250,6 +1250,193 @@ def Query_thread():
 __all__ += ["Wtime", "Wtick", "Query_thread", "THREAD_SINGLE", "THREAD_FUNNELED", "THREAD_SERIALIZED",
             "THREAD_MULTIPLE"]
 
+# Note [mpi4py names]: names mpi4py programs use often (the counts: docs/GUIDE.md, the compatibility table) that
+# cost little here: the null handles, the life-cycle queries, Alloc_mem, _typedict, the object layer's scan and
+# exscan and synchronous sends, and Cartesian communicators (Create_cart over Dup, as MPI's with reorder false).
+# What is not built (one-sided windows, dynamic processes, MPI-IO, groups) stays absent, and the table says so.
+COMM_NULL = None  # what Split gives a rank of color UNDEFINED (and Create_cart a rank beyond its grid)
+INFO_NULL = None  # the calls that take an Info here ignore it
+_finalized = False
+
+
+def Init():
+    """Nothing to do: the module is ready on import (mpi4py initialises on import too)."""
+
+
+def Init_thread(required=THREAD_MULTIPLE):
+    """The thread level given: THREAD_MULTIPLE (Query_thread)."""
+    return THREAD_MULTIPLE
+
+
+def Is_initialized():
+    return True
+
+
+def Is_finalized():
+    return _finalized
+
+
+def Finalize():
+    """Marks the module finalized (Is_finalized); the communicators stay until the process ends."""
+    global _finalized
+    _finalized = True
+
+
+def Alloc_mem(size, info=None):
+    """`size` bytes for messages (mpi4py's Alloc_mem): a numpy uint8 array on huge pages (tc.zeros)."""
+    return zeros(int(size), _np.uint8)
+
+
+def Free_mem(mem):
+    """Nothing to do: the memory goes with its last reference."""
+
+
+_typedict = {_np.dtype(t).char: d for t, d in [
+    ("b", SIGNED_CHAR), ("B", UNSIGNED_CHAR), ("h", SHORT), ("H", UNSIGNED_SHORT), ("i", INT), ("I", UNSIGNED),
+    ("l", LONG), ("L", UNSIGNED_LONG), ("q", LONG_LONG), ("Q", UNSIGNED_LONG), ("f", FLOAT), ("d", DOUBLE),
+    ("?", BOOL)]}
+
+
+def _scan(self, obj, op=SUM):
+    """The objects of ranks 0..this one combined with `op` in rank order (mpi4py's scan)."""
+    import functools
+
+    return functools.reduce(_object_op(op), _allgather(self, obj)[:self.rank + 1])
+
+
+def _exscan(self, obj, op=SUM):
+    """The objects of the ranks before this one combined with `op` in rank order; None on rank 0 (mpi4py's exscan)."""
+    import functools
+
+    before = _allgather(self, obj)[:self.rank]
+    return functools.reduce(_object_op(op), before) if before else None
+
+
+def Compute_dims(nnodes, dims):
+    """A balanced grid of `nnodes` ranks (MPI_Dims_create): `dims` an int (that many dimensions) or a list whose
+    zeros are filled, largest first."""
+    dims = [0] * int(dims) if isinstance(dims, (int, _np.integer)) else [int(d) for d in dims]
+    fixed = 1
+    for d in dims:
+        if d < 0:
+            raise ValueError(f"Compute_dims: dimension {d} is negative")
+        fixed *= d if d else 1
+    free = [i for i, d in enumerate(dims) if d == 0]
+    if nnodes % fixed:
+        raise ValueError(f"Compute_dims: {nnodes} ranks do not divide over the given dimensions {dims}")
+    left = nnodes // fixed
+    if not free:
+        if left != 1:
+            raise ValueError(f"Compute_dims: the dimensions {dims} hold {fixed} ranks, not {nnodes}")
+        return dims
+    factors, n, f = [], left, 2
+    while f * f <= n:
+        while n % f == 0:
+            factors.append(f)
+            n //= f
+        f += 1
+    if n > 1:
+        factors.append(n)
+    sizes = [1] * len(free)
+    for f in sorted(factors, reverse=True):  # each prime factor to the smallest dimension so far
+        sizes[sizes.index(min(sizes))] *= f
+    for i, v in zip(free, sorted(sizes, reverse=True)):
+        dims[i] = v
+    return dims
+
+
+class Cartcomm:
+    """A communicator with ranks on a Cartesian grid (mpi4py's Cartcomm, from Comm.Create_cart): row-major ranks,
+    Get_coords, Get_cart_rank, Shift (PROC_NULL past a non-periodic edge), Sub; every Comm call goes to the
+    communicator beneath."""
+
+    def __init__(self, comm, dims, periods):
+        self._comm, self.dims, self.periods = comm, list(dims), list(periods)
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    @property
+    def ndim(self):
+        return len(self.dims)
+
+    @property
+    def coords(self):
+        return self.Get_coords(self._comm.rank)
+
+    @property
+    def topo(self):
+        return self.Get_topo()
+
+    def Get_dim(self):
+        return len(self.dims)
+
+    def Get_topo(self):
+        return self.dims, self.periods, self.coords
+
+    def Get_coords(self, rank):
+        if not 0 <= rank < self._comm.size:
+            raise ValueError(f"Get_coords: rank {rank} is not in this grid of {self._comm.size}")
+        return [int(c) for c in _np.unravel_index(rank, self.dims)]
+
+    def Get_cart_rank(self, coords):
+        c = []
+        for x, n, p in zip(coords, self.dims, self.periods):
+            if not 0 <= x < n:
+                if not p:
+                    raise ValueError(f"Get_cart_rank: coordinates {list(coords)} are off the grid {self.dims}")
+                x %= n
+            c.append(x)
+        return int(_np.ravel_multi_index(c, self.dims))
+
+    def Shift(self, direction, disp):
+        """(source, dest): the ranks `disp` steps back and forward along `direction`, PROC_NULL off the edge."""
+        me = self.coords
+
+        def at(step):
+            c = list(me)
+            c[direction] += step
+            if not 0 <= c[direction] < self.dims[direction] and not self.periods[direction]:
+                return PROC_NULL
+            return self.Get_cart_rank(c)
+
+        return at(-disp), at(disp)
+
+    def Sub(self, remain_dims):
+        """The grid's slices that keep the dimensions remain_dims marks (a collective Split)."""
+        me = self.coords
+        color = int(_np.ravel_multi_index([c for c, k in zip(me, remain_dims) if not k] or [0],
+                                          [n for n, k in zip(self.dims, remain_dims) if not k] or [1]))
+        sub = self._comm.Split(color, self._comm.rank)
+        return Cartcomm(sub, [n for n, k in zip(self.dims, remain_dims) if k],
+                        [p for p, k in zip(self.periods, remain_dims) if k])
+
+    def Free(self):
+        return None
+
+
+def _Create_cart(self, dims, periods=None, reorder=False):
+    """A Cartcomm over the first prod(dims) ranks, in rank order (reorder is taken as false); the ranks beyond the
+    grid get COMM_NULL. Collective."""
+    dims = [int(d) for d in dims]
+    n = int(_np.prod(dims)) if dims else 1
+    if n > self.size:
+        raise ValueError(f"Create_cart: a grid of {dims} needs {n} ranks, this communicator has {self.size}")
+    periods = [bool(p) for p in (periods if periods is not None else [False] * len(dims))]
+    if len(periods) != len(dims):
+        raise ValueError(f"Create_cart: {len(periods)} periods for {len(dims)} dimensions")
+    sub = self.Split(0 if self.rank < n else UNDEFINED, self.rank)
+    return COMM_NULL if sub is None else Cartcomm(sub, dims, periods)
+
+
+Comm.scan = _scan
+Comm.exscan = _exscan
+Comm.ssend = _send
+Comm.issend = _isend
+Comm.Create_cart = _Create_cart
+__all__ += ["COMM_NULL", "INFO_NULL", "Init", "Init_thread", "Is_initialized", "Is_finalized", "Finalize", "Alloc_mem",
+            "Free_mem", "Compute_dims", "Cartcomm"]
+
 _world = None
 
 
