@@ -1465,4 +1465,9 @@ PYBIND11_MODULE(_comm, m) {
     if (!c.is_ok()) raise(c.status());
     return std::make_unique<PyComm>(std::move(c.value()));
   }, "The communicator of this process's job (from the environment `tiertrain launch` sets; alone: a world of 1).");
+  m.def("self_comm", [] {
+    tt::Result<std::unique_ptr<Communicator>> c = tt::comm::self();
+    if (!c.is_ok()) raise(c.status());
+    return std::make_unique<PyComm>(std::move(c.value()));
+  }, "A communicator of this process alone (mpi4py's COMM_SELF).");
 }

@@ -1438,16 +1438,25 @@ __all__ += ["COMM_NULL", "INFO_NULL", "Init", "Init_thread", "Is_initialized", "
             "Free_mem", "Compute_dims", "Cartcomm"]
 
 _world = None
+_self = None
 
 
 def __getattr__(name):
-    """COMM_WORLD, as mpi4py names it: world() made on first use and kept."""
-    global _world
+    """COMM_WORLD and COMM_SELF, as mpi4py names them: made on first use and kept."""
+    global _world, _self
     if name == "COMM_WORLD":
         if _world is None:
             _world = world()
         return _world
+    if name == "COMM_SELF":  # (Note [mpi4py names])
+        if _self is None:
+            from ._comm import self_comm
+
+            _self = self_comm()
+        return _self
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__.append("COMM_WORLD")
+__all__ += ["COMM_WORLD", "COMM_SELF"]
+Intracomm = Comm  # (mpi4py's class of COMM_WORLD and its splits: MPI.Intracomm.Create_cart(comm, dims))
+__all__.append("Intracomm")

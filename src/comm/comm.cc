@@ -472,6 +472,16 @@ Result<std::unique_ptr<Communicator>> world(Options options) {
   return host_world(options, backend);
 }
 
+Result<std::unique_ptr<Communicator>> self(Options options) {
+  TT_TRY(parse_timeout(&options));
+  static std::atomic<int> made{0};
+  ShmOptions shm;
+  shm.common = options;
+  shm.job_id = "self-" + std::to_string(getpid()) + "-" + std::to_string(made.fetch_add(1));
+  TT_TRY(shm_options_from_env(&shm));
+  return create_shm(0, 1, shm);
+}
+
 bool have_nccl() {
 #ifdef TIERTRAIN_HAVE_NCCL
   return true;

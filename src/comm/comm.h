@@ -228,6 +228,9 @@ class Communicator {
 // launcher) sets: TIERTRAIN_RANK (or RANK), TIERTRAIN_WORLD_SIZE (or WORLD_SIZE), TIERTRAIN_COMM_ID (the job's
 // unique name). A single process with none of them set is a world of one.
 Result<std::unique_ptr<Communicator>> world(Options options = {});
+// A communicator of this process alone (MPI's COMM_SELF): shared memory of its own, whatever the job; no other
+// process takes part in making it.
+Result<std::unique_ptr<Communicator>> self(Options options = {});
 // Whether an MPI launcher (mpirun, srun with PMI/PMIx) started this process.
 bool launched_by_mpi();
 

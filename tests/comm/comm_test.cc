@@ -1358,6 +1358,22 @@ TEST_P(CommRanks, EveryCollectiveInSharedBuffers) {
 
 // Note [shared buffers]: no rank returns while a peer still reads or writes its pooled buffers (each overwrites
 // them at once), with a pool in place (the log line).
+// MPI's COMM_SELF: each self() is a communicator of this process alone, apart from the others, made without any
+// other process.
+TEST(Comm, SelfIsThisProcessAlone) {
+  auto a = comm::self(), b = comm::self();
+  ASSERT_TRUE(a.is_ok() && b.is_ok()) << a.status().to_string();
+  for (comm::Communicator* c : {a.value().get(), b.value().get()}) {
+    EXPECT_EQ(c->rank(), 0);
+    EXPECT_EQ(c->size(), 1);
+    float x[3] = {1.5f, -2.0f, 4.0f};
+    ASSERT_TRUE(c->allreduce(comm::kInPlace, x, 3, DType::kF32, comm::Op::kSum).is_ok());
+    EXPECT_EQ(x[0], 1.5f);
+    EXPECT_EQ(x[2], 4.0f);
+    ASSERT_TRUE(c->barrier().is_ok());
+  }
+}
+
 TEST(Comm, PooledBuffersAreTheCallersAgainWhenACollectiveReturns) {
   for (int ranks : {3, 4}) {
     const Job j = launch(ranks, "pool_reuse", "TT_LOG_COMM=1 TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20");

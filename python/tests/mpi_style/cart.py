@@ -1,6 +1,6 @@
 """A ring and a grid of ranks: Compute_dims and Create_cart, Get_coords, Shift (a periodic pass around the ring,
-PROC_NULL at the grid's open edges), Sub (a row's ranks), the object layer's scan and exscan and issend, Alloc_mem
-and the life-cycle queries; every result checked against what MPI defines."""
+PROC_NULL at the grid's open edges), Sub (a row's ranks), the object layer's scan and exscan and issend, Alloc_mem,
+COMM_SELF and the life-cycle queries; every result checked against what MPI defines."""
 import numpy as np
 
 import tiertrain.comm as MPI  # was: from mpi4py import MPI
@@ -45,4 +45,9 @@ assert buf[0] == size * (size - 1) // 2
 MPI.Free_mem(mem)
 odd = comm.Split(1 if rank % 2 else MPI.UNDEFINED, rank)
 assert (odd == MPI.COMM_NULL) == (rank % 2 == 0)
+# This process alone, and a grid made through the class.
+me = MPI.COMM_SELF
+assert me.Get_size() == 1 and me.Get_rank() == 0 and me.allreduce(rank) == rank
+line2 = MPI.Intracomm.Create_cart(comm, [size])
+assert line2.Get_coords(rank) == [rank]
 print(f"cart: rank {rank} ok")
