@@ -383,6 +383,18 @@ def test_the_mpi4py_style_programs_are_mpi4py_programs(program, tmp_path):
         assert f"{program[:-3]}: rank {rank} ok" in r.stdout, r.stdout
 
 
+def test_abort_ends_the_job_with_its_code(tmp_path):
+    """Note [mpi4py names]: Comm.Abort(3) on one rank ends it with exit code 3 and the launcher stops the others,
+    which wait in a Barrier that never completes."""
+    script = tmp_path / "abort.py"
+    script.write_text("import tiertrain.comm as MPI\nc = MPI.COMM_WORLD\nif c.Get_rank() == 1:\n    c.Abort(3)\n"
+                      "c.Barrier()\nprint('not reached')\n")
+    r = subprocess.run([launcher(), "launch", "-n", "2", "--", sys.executable, str(script)],
+                       env=dict(os.environ, TIERTRAIN_COMM_TIMEOUT="60"), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "exited with code 3" in r.stdout + r.stderr and "not reached" not in r.stdout
+
+
 def test_timing_and_thread_level_as_mpi4py_names_them():
     """Issue 48: the names every mpi4py timing loop and threaded program uses."""
     a = tc.Wtime()

@@ -1429,12 +1429,31 @@ def _Create_cart(self, dims, periods=None, reorder=False):
     return COMM_NULL if sub is None else Cartcomm(sub, dims, periods)
 
 
+def _Abort(self, errorcode=1):
+    """Ends this process at once with exit code `errorcode` (mpi4py's Abort; 1 for 0: an abort is never a success),
+    and `tiertrain launch` then stops the other ranks."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(errorcode) if int(errorcode) != 0 else 1)
+
+
+def get_vendor():
+    """("tiertrain", its version as a tuple), as mpi4py's MPI.get_vendor names the MPI library."""
+    from . import __version__
+
+    return "tiertrain", tuple(int(x) for x in __version__.split(".")[:3] if x.isdigit())
+
+
+Comm.Abort = _Abort
 Comm.scan = _scan
 Comm.exscan = _exscan
 Comm.ssend = _send
 Comm.issend = _isend
 Comm.Create_cart = _Create_cart
-__all__ += ["COMM_NULL", "INFO_NULL", "Init", "Init_thread", "Is_initialized", "Is_finalized", "Finalize", "Alloc_mem",
+__all__ += ["get_vendor", "COMM_NULL", "INFO_NULL", "Init", "Init_thread", "Is_initialized", "Is_finalized", "Finalize", "Alloc_mem",
             "Free_mem", "Compute_dims", "Cartcomm"]
 
 _world = None

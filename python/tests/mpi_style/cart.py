@@ -50,4 +50,5 @@ me = MPI.COMM_SELF
 assert me.Get_size() == 1 and me.Get_rank() == 0 and me.allreduce(rank) == rank
 line2 = MPI.Intracomm.Create_cart(comm, [size])
 assert line2.Get_coords(rank) == [rank]
+assert isinstance(MPI.get_vendor()[0], str)
 print(f"cart: rank {rank} ok")
