@@ -76,7 +76,7 @@ Status choose_device_optimizer_segments(const TrainConfig& cfg, int64_t usable, 
   if (!e.plan.cpu_optimizer() || !e.plan.optimizer_split_refusal(S).empty() || e.hyper.speculate ||
       e.shard_optimizer)
     return Status::ok();
-  const int64_t base = r.device_need(), base_inv = r.inventory.total(Inventory::kDevice);
+  const int64_t base = r.device_need();
   // The need grows with K: the largest K that fits, by bisection over 0..S-1.
   auto fits = [&](int k, Inventory* out) -> bool {
     ExecSpec t = e;
@@ -84,7 +84,8 @@ Status choose_device_optimizer_segments(const TrainConfig& cfg, int64_t usable, 
     if (!t.validate().is_ok()) return false;
     Result<Inventory> inv = Executor::inventory(t);
     if (!inv.is_ok()) return false;
-    const int64_t need = base + inv.value().total(Inventory::kDevice) - base_inv;
+    // (r.inventory holds the backend's reserve as an entry; a fresh inventory does not.)
+    const int64_t need = inv.value().total(Inventory::kDevice) + r.reserve.reserved_bytes + r.managed_device;
     const bool ok = cfg.device_budget > 0 ? need <= cfg.device_budget : need + need / 20 <= usable;
     if (ok && out != nullptr) *out = std::move(inv.value());
     return ok;
