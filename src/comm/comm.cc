@@ -87,6 +87,9 @@ bool spin_until(Pred pred, std::chrono::microseconds spin) {
 Status Request::wait() {
   TT_RETURN_IF(!state_, kFailedPrecondition, "wait() on an empty request");
   State& s = *state_;
+  // Note [progress on the waiting thread] (comm/p2p.h): a point-to-point request is driven here; the engine completes
+  // every pending request before it goes, so a request found not ready still has it.
+  if (s.engine != nullptr && !s.ready.load(std::memory_order_acquire)) s.engine->drive(s, /*once=*/false);
   spin_until([&] { return s.ready.load(std::memory_order_acquire); }, kHandoffSpin);
   std::unique_lock<std::mutex> lock(s.mu);
   s.cv.wait(lock, [&] { return s.done; });
@@ -94,7 +97,10 @@ Status Request::wait() {
 }
 
 bool Request::test() const {
-  return state_ != nullptr && state_->ready.load(std::memory_order_acquire);  // (status written before ready)
+  if (state_ == nullptr) return false;
+  // Note [progress on the waiting thread]: a point-to-point request not done yet gets one pass of its engine.
+  if (state_->engine != nullptr && !state_->ready.load(std::memory_order_acquire)) state_->engine->drive(*state_, true);
+  return state_->ready.load(std::memory_order_acquire);  // (status written before ready)
 }
 
 struct Communicator::Progress {

@@ -174,6 +174,42 @@ Status P2pEngine::run(P2pOp& op) {
   }
 }
 
+Status P2pEngine::run_both(P2pOp& a, P2pOp& b) {
+  std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
+  std::unique_lock<std::mutex> lock(mu_);
+  TT_TRY(check(a));
+  TT_TRY(check(b));
+  a.start = b.start = std::chrono::steady_clock::now();
+  pending_.push_back(&a);
+  pending_.push_back(&b);
+  for (uint64_t idle = 0;;) {
+    const bool moved = pass(done);
+    const bool finished = a.done && b.done;  // (and no longer pending)
+    lock.unlock();
+    complete(done);
+    if (finished) return a.status.is_ok() ? b.status : a.status;
+    idle = moved ? 0 : idle + 1;
+    back_off(idle);
+    lock.lock();
+  }
+}
+
+void P2pEngine::drive(Request::State& s, bool once) {
+  std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
+  for (uint64_t idle = 0;;) {
+    if (s.ready.load(std::memory_order_acquire)) return;
+    bool moved = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      moved = pass(done);
+    }
+    complete(done);
+    if (once || s.ready.load(std::memory_order_acquire)) return;
+    idle = moved ? 0 : idle + 1;
+    back_off(idle);
+  }
+}
+
 Result<bool> P2pEngine::once(P2pOp& op) {
   std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
   std::unique_lock<std::mutex> lock(mu_);
@@ -192,6 +228,7 @@ Result<bool> P2pEngine::once(P2pOp& op) {
 Request P2pEngine::start(std::unique_ptr<P2pOp> op) {
   Request r;
   r.state_ = std::make_shared<Request::State>();
+  r.state_->engine = this;  // Note [progress on the waiting thread]
   std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -322,13 +359,12 @@ Status Communicator::sendrecv(const void* send, size_t send_count, DType send_dt
   TT_ASSIGN_OR_RETURN(size_t sbytes, bytes_of(send_count, send_dtype));
   TT_ASSIGN_OR_RETURN(size_t rbytes, bytes_of(recv_count, recv_dtype));
   TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
-  // The receive is posted first, the send driven to its end beside it: neither waits for the other.
-  Request r = e->start(recv_op(recv, rbytes, static_cast<int32_t>(recv_dtype), source, recv_tag, info));
+  // The receive is posted first, then the send, both driven here (Note [progress on the waiting thread]): neither
+  // waits for the other.
+  auto r = recv_op(recv, rbytes, static_cast<int32_t>(recv_dtype), source, recv_tag, info);
   auto op = send_op(send, sbytes, static_cast<int32_t>(send_dtype), dest, send_tag);
-  const Status s = e->run(*op);
-  const Status rs = r.wait();
-  TT_TRY(s);
-  return rs;
+  const Status s = e->run_both(*r, *op);
+  return s;
 }
 
 Request Communicator::isend(const void* buf, size_t count, DType dtype, int dest, int tag) {

@@ -33,9 +33,19 @@ namespace tt::comm {
 // thread (started by the first of them), which sleeps while none is pending; every pending operation moves whoever
 // drives, so two ranks that Isend to each other and then Recv both get through.
 // The messages do not order with the collectives (as in MPI): a rank may be in a barrier while its Isend streams.
+//
+// Note [progress on the waiting thread]
+// A thread that waits for a point-to-point request (Request::wait, test) drives the engine itself, as MPI's progress
+// happens in the calls that wait, rather than spinning on a flag while the engine's thread does the work: with two
+// threads a rank busy on the cores the ranks share (a 2-core machine at 2 ranks: four), each hand-off cost a yield or
+// a sleep (a window of 64 small Isends took 8 us a message against mpi4py's 0.7; docs/benchmarks/2026-12-06-cpu-mpi4py-same).
+// Sendrecv posts its receive and its send and drives both on the caller's thread, as Send and Recv do one. The
+// engine's thread still moves what no one waits for.
 
 // The type of a message of bytes (it matches any type): DType values are 0..5.
 constexpr int32_t kBytesType = 255;
+
+class P2pEngine;
 
 struct Request::State {
   std::mutex mu;
@@ -43,6 +53,9 @@ struct Request::State {
   bool done = false;
   std::atomic<bool> ready{false};  // done, for the waiter's spin (Note [progress hand-offs] in comm.cc)
   Status status;
+  // A point-to-point request's engine, which its waiter drives itself (Note [progress on the waiting thread]); null
+  // for the collectives' requests. The engine completes every pending request before it goes.
+  P2pEngine* engine = nullptr;
 };
 
 struct P2pOp {
@@ -95,6 +108,11 @@ class P2pEngine {
 
   // Checks op's arguments, posts it and drives the transport until it is done.
   Status run(P2pOp& op);
+  // Both posted (a before b, checked first), both driven until done (Sendrecv: the receive and the send); a's status,
+  // else b's.
+  Status run_both(P2pOp& a, P2pOp& b);
+  // Drives the transport on this thread until `s` is done (Note [progress on the waiting thread]); once: one pass.
+  void drive(Request::State& s, bool once);
   // Checks op's arguments and posts it; the engine's thread drives it, and completes the request.
   Request start(std::unique_ptr<P2pOp> op);
   // Checks op's arguments, posts it for one pass of the transport, and takes it back if not done: whether it is done
