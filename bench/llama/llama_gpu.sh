@@ -22,6 +22,8 @@
 #        "device"), PyTorch's TT_OFF_MODES single-GPU offloads (bench/llama/torch_offload_gpu.py: FSDP2 with CPUOffloadPolicy, torchao's
 #        CPUOffloadOptimizer; each compiled, fp32 weights and AdamW state, clip 1.0).
 # rows:  issue 46: Llama-2-7B's shape with AdamW on the host, and the 8B at T 8192 with the automatic plan.
+# jsonl: issue 46: a 1B Llama fine-tuned on JSON Lines (bench/llama/make_finetune_data.py) with AdamW on the device,
+#        on the host (whole, rings, rings with recompute) and split; the losses compared (bench/llama/compare_losses.py).
 # hostbw: the host's memory bandwidth (bench/comm/membw.cc) and its AdamW's rate (bench/ooc/adamw_bench.cc), the
 #        bound of the host update.
 # predict: the performance model's predictions (tiertrain plan) of the 8b and offload parts' runs, and an op profile
@@ -78,7 +80,7 @@ if has hostbw; then
   cat "$OUT/adamw_bench.txt"
 fi
 has 1b || has slice || has attn || has profile || has 8b || has offload || has predict || has largest || has rows ||
-  exit $status
+  has jsonl || exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
 SHARD=/tmp/tiertrain-random-llama3.bin
 [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 --vocab 128256 > /dev/null
@@ -254,6 +256,32 @@ if has largest; then
     tail -n 1 "$OUT/torch_fit_${mode}_l$L.log" | cut -c1-300
     dmesg 2>/dev/null | grep -i 'killed process' | tail -1
   done
+  pack
+fi
+if has jsonl; then
+  # Issue 46's JSON Lines row: a Llama-3.2-1B-shaped model (its vocabulary aside: bench/llama/make_finetune_data.py's
+  # byte-level tokenizer) fine-tuned on prompt/completion and chat examples (loss on the completions), AdamW on the
+  # device, on the host (whole buffers, rings, rings with recompute) and split; the host runs must give the same bits
+  # as each other (the same kernels), the device's within its AdamW kernel's rounding.
+  FT=/tmp/tiertrain-ft
+  [ -f "$FT/shards/train_000000.bin" ] || { python3 bench/llama/make_finetune_data.py "$FT" --examples 60000 &&
+    "$TT" tokenize "$FT/train.jsonl" --tokenizer "$FT" --out "$FT/shards" > "$OUT/tokenize_ft.log" 2>&1; }
+  tail -2 "$OUT/tokenize_ft.log"
+  mf=(--family llama --layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn 8192 --seq 2048 --batch 4 --grad-accum 2
+      --rope-theta 500000 --tied-embeddings true --data "$FT/shards" --steps "${TT_FT_STEPS:-30}" --warmup 5 --lr 1e-4
+      --eval-every 0 --log-every 1)
+  for v in "device:--optimizer device" "host_whole:--optimizer cpu --device-optimizer-segments plan --host-buffers whole" \
+    "host_ring:--optimizer cpu --device-optimizer-segments plan --host-buffers ring" \
+    "host_ring_recompute:--optimizer cpu --device-optimizer-segments plan --host-buffers ring --plan recompute" \
+    "split:--optimizer cpu --device-optimizer-segments auto"; do
+    name=${v%%:*}
+    # shellcheck disable=SC2086
+    timeout 200 "$TT" train "${mf[@]}" ${v#*:} --metrics-jsonl "$OUT/ft_$name.jsonl" --metrics-out "$OUT/tiertrain_ft_$name.json" \
+      > "$OUT/ft_$name.log" 2>&1 || { echo "ft $name failed"; tail -3 "$OUT/ft_$name.log"; status=1; }
+    grep -o 'done:.*' "$OUT/ft_$name.log" | sed "s/^/ft $name: /"
+  done
+  python3 bench/llama/compare_losses.py "$OUT"/ft_host_whole.jsonl "$OUT"/ft_host_ring.jsonl \
+    "$OUT"/ft_host_ring_recompute.jsonl "$OUT"/ft_device.jsonl "$OUT"/ft_split.jsonl | tee "$OUT/ft_compare.txt"
   pack
 fi
 if has rows; then
