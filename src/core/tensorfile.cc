@@ -1,5 +1,6 @@
 #include "core/tensorfile.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -282,6 +283,27 @@ const TensorFileEntry* TensorFileReader::find(const std::string& name) const {
   for (const auto& e : entries_)
     if (e.name == name) return &e;
   return nullptr;
+}
+
+Status TensorFileReader::verify(const std::string& name) const {
+  const TensorFileEntry* e = find(name);
+  TT_RETURN_IF(e == nullptr, kNotFound, "'%s' has no tensor '%s'", path_.c_str(), name.c_str());
+  if (!kCheckCrcs) return Status::ok();
+  FILE* f = file_.get();
+  TT_RETURN_IF(std::fseek(f, static_cast<long>(data_start_ + e->offset), SEEK_SET) != 0, kIoError,
+               "reading tensor '%s' from '%s' failed", name.c_str(), path_.c_str());
+  std::vector<unsigned char> piece(std::min<uint64_t>(e->bytes, uint64_t(8) << 20));
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  for (uint64_t left = e->bytes; left > 0;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, piece.size()));
+    TT_RETURN_IF(std::fread(piece.data(), 1, n, f) != n, kIoError, "reading tensor '%s' from '%s' failed",
+                 name.c_str(), path_.c_str());
+    crc = ::crc32(crc, piece.data(), static_cast<uInt>(n));
+    left -= n;
+  }
+  TT_RETURN_IF(static_cast<uint32_t>(crc) != e->crc32, kDataLoss, "'%s' is corrupt: CRC mismatch in tensor '%s'",
+               path_.c_str(), name.c_str());
+  return Status::ok();
 }
 
 Status TensorFileReader::read(const std::string& name, DType dtype, const std::vector<int64_t>& shape,

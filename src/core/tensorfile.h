@@ -63,6 +63,8 @@ class TensorFileReader {
 
   // Reads a tensor into dst after checking that dtype and shape are as expected, and its CRC.
   Status read(const std::string& name, DType dtype, const std::vector<int64_t>& shape, void* dst) const;
+  // Checks a tensor's bytes against its CRC without keeping them (read in pieces of a few MiB).
+  Status verify(const std::string& name) const;
   // Reads a tensor of any shape into a vector of T (dtype must match T).
   template <typename T>
   Result<std::vector<T>> read_all(const std::string& name) const {

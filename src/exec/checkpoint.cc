@@ -500,6 +500,10 @@ Result<CheckpointState> load_checkpoint_params(const std::string& path, Executor
     if (!allow_nonfinite)
       TT_TRY(check_finite_tensor(path, "param/" + p.name, st.dtype, at, static_cast<size_t>(p.shape.numel())));
   }
+  // The tensors not loaded (AdamW's moments) are checked against their CRCs too, so that a damaged file is refused
+  // here and not only by a later resume (issue 47; reading them costs twice the parameters' bytes again).
+  for (const TensorFileEntry& e : r.entries())
+    if (!e.name.starts_with("param/")) TT_TRY(r.verify(e.name));
   if (in_place) {
     TT_TRY(ex.master_loaded());
     TT_LOG(INFO, CKPT, "parameters from %s (step %lld)", path.c_str(), static_cast<long long>(st.step));

@@ -279,6 +279,9 @@ Result<ExportSummary> export_hf(const std::string& where, const std::string& out
   TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(r.meta(), s.checkpoint));
   TT_RETURN_IF(st.dtype != DType::kF32, kUnimplemented, "%s: parameters in %s; export reads fp32 checkpoints",
                s.checkpoint.c_str(), dtype_name(st.dtype));
+  // A damaged file is refused whole, the tensors export does not write (AdamW's moments) too (issue 47).
+  for (const TensorFileEntry& e : r.entries())
+    if (!e.name.starts_with("param/")) TT_TRY(r.verify(e.name));
   const ModelConfig& cfg = st.model;
   std::map<std::string, ParamInfo> by_name;
   for (const ParamInfo& p : model_param_layout(cfg)) by_name[p.name] = p;

@@ -611,6 +611,26 @@ TEST(Cli, CheckpointMetadataNoRunWritesIsRefused) {
   EXPECT_EQ(resumed.code, 0) << resumed.out;
 }
 
+// Issue 47: a checkpoint damaged where sample, eval and export do not read (AdamW's moments at the end of the file) is
+// refused by them too, naming the tensor, as by a resume: every tensor's CRC is checked.
+TEST(Cli, DamagedMomentsAreRefusedByEveryReaderOfACheckpoint) {
+  TempDir dir;
+  const StepTwoCheckpoint c = step_two_checkpoint(dir);
+  std::ifstream in(c.file, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 400u);
+  bytes[bytes.size() - 300] ^= 0x5a;  // inside the last tensors (the final norm's moments), before the trailer
+  const std::string bad = dir.write("bad.ttf", std::string(bytes.begin(), bytes.end()));
+  const std::string data = dir.file("corpus.txt");
+  for (const std::string& cmd : {"sample " + bad + " --tokens 4 --backend cpu",
+                                 "eval " + bad + " --data " + data + " --batch 2 --backend cpu",
+                                 "export " + bad + " --out " + dir.file("hf")}) {
+    CliRun r = run(cmd);
+    EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
+    EXPECT_HAS(r.out, "is corrupt: CRC mismatch in tensor 'adam.");
+  }
+}
+
 // Issue 47: a checkpoint's config follows the model the run took: a resume without the model flags writes the
 // checkpoint's sizes there, not the flags' defaults; a file whose config names other sizes than its model (as such
 // resumes wrote before) resumes with the model's, and a warning naming both.
