@@ -383,6 +383,10 @@ Status shm_options_from_env(ShmOptions* shm) {
   }
   TT_TRY(env_setting("TIERTRAIN_COMM_CMA_HUGE_BYTES", 0, kMax, "bytes, 0 (never) or more", &shm->cma_huge_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_REDUCE_SPAN", 0, kMax, "bytes, 0 (no bound) or more", &shm->reduce_span));
+  // (A round is never below kMinReduceRound, 64 KiB a rank, in comm/shm_internal.h: a smaller span is a mistake.)
+  TT_RETURN_IF(shm->reduce_span > 0 && shm->reduce_span < (size_t(64) << 10), kInvalidArgument,
+               "TIERTRAIN_COMM_REDUCE_SPAN=%zu: bytes, 0 (no bound) or at least 65536 (a reduction's round takes at "
+               "least 64 KiB a rank: Note [reduction rounds])", shm->reduce_span);
   TT_TRY(env_setting("TIERTRAIN_COMM_THREADS", 1, Crew::kMaxThreads, "1 to 8", &shm->threads));
   TT_TRY(env_setting("TIERTRAIN_COMM_THREAD_BYTES", 1, kMax, "1 or more bytes", &shm->thread_bytes));
   if (env::is_set("TIERTRAIN_COMM_POOL"))  // unset: ShmOptions::kPoolAuto

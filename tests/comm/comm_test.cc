@@ -1440,13 +1440,19 @@ TEST(Comm, RanksAgreeOnSingleCopies) {
 // Note [reduction rounds]: reductions in rounds of span / ranks bytes (64 KiB here, under the 128 KiB halves), and
 // ranks that asked for different spans (one none at all, one smaller) agree on one: every collective still right.
 TEST(Comm, ReductionsInRoundsOfTheAgreedSpan) {
-  for (const char* rank1 : {"TIERTRAIN_COMM_REDUCE_SPAN=1", "TIERTRAIN_COMM_REDUCE_SPAN=0",
-                            "TIERTRAIN_COMM_REDUCE_SPAN=100"}) {
+  for (const char* rank1 : {"TIERTRAIN_COMM_REDUCE_SPAN=65536", "TIERTRAIN_COMM_REDUCE_SPAN=0",
+                            "TIERTRAIN_COMM_REDUCE_SPAN=131072"}) {
     expect_collectives_right(3,
                              std::string("TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 "
-                                         "TIERTRAIN_COMM_REDUCE_SPAN=1 TT_RANK1_ENV=") + rank1,
+                                         "TIERTRAIN_COMM_REDUCE_SPAN=65536 TT_RANK1_ENV=") + rank1,
                              rank1);
   }
+  // Below a round's floor (64 KiB) the setting is a mistake (issue 47): refused, named, exit 2.
+  const Job j = shell("env TIERTRAIN_COMM_REDUCE_SPAN=1 " + std::string(TT_BINARY) + " launch -n 2 -- " + TT_BINARY +
+                      " comm-bench -C allreduce -b 8 -e 8 -n 1 -w 0");
+  EXPECT_EQ(j.code, 2) << j.output;
+  EXPECT_NE(j.output.find("TIERTRAIN_COMM_REDUCE_SPAN=1: bytes, 0 (no bound) or at least 65536"), std::string::npos)
+      << j.output;
 }
 
 // Note [single copy]: unless TIERTRAIN_COMM_CMA_BYTES says otherwise, single copies take pieces of 256 KiB and more
