@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <cctype>
 #include <cstdlib>
 #include <deque>
 #include <limits>
@@ -448,6 +449,14 @@ Result<std::unique_ptr<Communicator>> host_world(const Options& options, const s
                "a world of %lld ranks needs TIERTRAIN_COMM_ID, the job's name that all its ranks share (`tiertrain "
                "launch` sets it)",
                size);
+  // The name goes into shared-memory segments' names: letters, digits, '.', '_' and '-' only (issue 47).
+  if (size > 1)
+    for (const char* c = id; *c != '\0'; ++c)
+      TT_RETURN_IF(!(std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '_' || *c == '-') ||
+                       (c - id) >= 128,
+                   kInvalidArgument,
+                   "TIERTRAIN_COMM_ID=%s: the job's name takes letters, digits, '.', '_' and '-' (at most 128); "
+                   "`tiertrain launch` sets one", id);
   shm.job_id = size > 1 ? std::string(id) : "solo-" + std::to_string(getpid());
   TT_TRY(shm_options_from_env(&shm));
   return create_shm(static_cast<int>(rank), static_cast<int>(size), shm);
@@ -479,6 +488,12 @@ Result<std::unique_ptr<Communicator>> world(Options options) {
     return std::unique_ptr<Communicator>(std::move(c));
   }
   TT_TRY(parse_timeout(&options));
+  // Settings read later, when they are used, checked now: a bad one is named at start (issue 47).
+  {
+    const char* var = nullptr;
+    TT_ASSIGN_OR_RETURN(long long huge, env_int({"TIERTRAIN_COMM_HUGE_BYTES"}, 4 << 20, &var));
+    TT_RETURN_IF(huge < 0, kInvalidArgument, "TIERTRAIN_COMM_HUGE_BYTES=%lld must be >= 0 (0: never)", huge);
+  }
   return host_world(options, backend);
 }
 

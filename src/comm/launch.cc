@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -237,6 +238,14 @@ Result<int> launch(const LaunchOptions& o) {
   if (const RemovedFiles gone = remove_stale_segments(); gone.files > 0)
     std::fprintf(stderr, "tiertrain launch: removed %d shared-memory segment%s (%s) that killed jobs left in %s\n",
                  gone.files, gone.files == 1 ? "" : "s", format_bytes(gone.bytes).c_str(), shm_dir().c_str());
+  // The ranks get a name of the launcher's; one set beforehand is replaced, and refused where it could not be a name
+  // (issue 47: the ranks would refuse it too).
+  if (const char* mine = std::getenv("TIERTRAIN_COMM_ID"); mine != nullptr && *mine != '\0')
+    for (const char* c = mine; *c != '\0'; ++c)
+      TT_RETURN_IF(!(std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '_' || *c == '-'),
+                   kInvalidArgument,
+                   "TIERTRAIN_COMM_ID=%s: the job's name takes letters, digits, '.', '_' and '-' (`tiertrain launch` "
+                   "sets one: unset it)", mine);
   const std::string id = job_id();
   cpu_set_t allowed;
   CPU_ZERO(&allowed);

@@ -1455,6 +1455,27 @@ TEST(Comm, ReductionsInRoundsOfTheAgreedSpan) {
       << j.output;
 }
 
+// Issue 47: settings a job reads later are checked when it starts, and a job name that cannot name shared-memory
+// segments is refused, by the launcher and by a rank started without it: each named, exit 2.
+TEST(Comm, BadSettingsAreNamedAtStart) {
+  const std::string bench = std::string(TT_BINARY) + " comm-bench -C allreduce -b 8 -e 8 -n 1 -w 0";
+  const struct {
+    std::string cmd, says;
+  } cases[] = {
+      {"env TIERTRAIN_COMM_HUGE_BYTES=abc " + std::string(TT_BINARY) + " launch -n 2 -- " + bench,
+       "TIERTRAIN_COMM_HUGE_BYTES=abc is not an integer"},
+      {"env TIERTRAIN_COMM_ID=../../etc " + std::string(TT_BINARY) + " launch -n 2 -- " + bench,
+       "TIERTRAIN_COMM_ID=../../etc: the job's name takes letters, digits"},
+      {"env TIERTRAIN_COMM_ID=../x TIERTRAIN_RANK=0 TIERTRAIN_WORLD_SIZE=2 " + bench,
+       "TIERTRAIN_COMM_ID=../x: the job's name takes letters, digits"},
+  };
+  for (const auto& c : cases) {
+    const Job j = shell(c.cmd);
+    EXPECT_EQ(j.code, 2) << c.cmd << "\n" << j.output;
+    EXPECT_NE(j.output.find(c.says), std::string::npos) << c.cmd << "\n" << j.output;
+  }
+}
+
 // Note [single copy]: unless TIERTRAIN_COMM_CMA_BYTES says otherwise, single copies take pieces of 256 KiB and more
 // from 4 ranks up (where the probe passes, as it does here) and are off below; the setting overrides both ways.
 TEST(Comm, SingleCopiesByDefaultFromFourRanks) {
