@@ -240,7 +240,7 @@ Result<int> launch(const LaunchOptions& o) {
                  gone.files, gone.files == 1 ? "" : "s", format_bytes(gone.bytes).c_str(), shm_dir().c_str());
   // The ranks get a name of the launcher's; one set beforehand is replaced, and refused where it could not be a name
   // (issue 47: the ranks would refuse it too).
-  if (const char* mine = std::getenv("TIERTRAIN_COMM_ID"); mine != nullptr && *mine != '\0')
+  if (const char* mine = env::get("TIERTRAIN_COMM_ID"); mine != nullptr && *mine != '\0')
     for (const char* c = mine; *c != '\0'; ++c)
       TT_RETURN_IF(!(std::isalnum(static_cast<unsigned char>(*c)) || *c == '.' || *c == '_' || *c == '-'),
                    kInvalidArgument,

@@ -582,6 +582,12 @@ StepTwoCheckpoint step_two_checkpoint(TempDir& dir) {
   return c;
 }
 
+// The commands that read a checkpoint's parameters alone: sample, eval (on `data`) and export (into `out`).
+std::vector<std::string> checkpoint_readers(const std::string& ckpt, const std::string& data, const std::string& out) {
+  return {"sample " + ckpt + " --tokens 4 --backend cpu", "eval " + ckpt + " --data " + data + " --batch 2 --backend cpu",
+          "export " + ckpt + " --out " + out};
+}
+
 // Issue 47: checkpoint metadata no run writes is refused on resume, exit 1, naming the field: another optimizer's
 // name, an all-zero generator state, a config whose learning rate is not a number (NaN is written as null) or whose
 // steps are negative.
@@ -622,9 +628,7 @@ TEST(Cli, DamagedMomentsAreRefusedByEveryReaderOfACheckpoint) {
   bytes[bytes.size() - 300] ^= 0x5a;  // inside the last tensors (the final norm's moments), before the trailer
   const std::string bad = dir.write("bad.ttf", std::string(bytes.begin(), bytes.end()));
   const std::string data = dir.file("corpus.txt");
-  for (const std::string& cmd : {"sample " + bad + " --tokens 4 --backend cpu",
-                                 "eval " + bad + " --data " + data + " --batch 2 --backend cpu",
-                                 "export " + bad + " --out " + dir.file("hf")}) {
+  for (const std::string& cmd : checkpoint_readers(bad, data, dir.file("hf"))) {
     CliRun r = run(cmd);
     EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
     EXPECT_HAS(r.out, "is corrupt: CRC mismatch in tensor 'adam.");
@@ -672,9 +676,7 @@ TEST(Cli, CheckpointsWithNonFiniteValuesAreRefused) {
   std::filesystem::create_directories(dir.file("negv"));
   write_checkpoint_with(good, dir.file("negv/step_00000002.ttf"), "adam.v/wte", -1.0f);
   const std::string nan = dir.file("nan/step_00000002.ttf");
-  for (const std::string& cmd : {"sample " + nan + " --tokens 4 --backend cpu",
-                                 "eval " + nan + " --data " + data + " --batch 2 --backend cpu",
-                                 "export " + nan + " --out " + dir.file("hf")}) {
+  for (const std::string& cmd : checkpoint_readers(nan, data, dir.file("hf"))) {
     CliRun r = run(cmd);
     EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
     EXPECT_HAS(r.out, "param/wte holds nan at element 0 (not finite)");
