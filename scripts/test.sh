@@ -6,7 +6,8 @@
 #                            regressions replayed, the repository's own checks (docs, examples, environment registry)
 #                            and the Python tools' and package's tests (pytest). About 12 minutes on 2 cores.
 #   scripts/test.sh --full   the fast tier, then the long tier: the timing-accuracy and multi-rank stress tests
-#                            (CTest label `full`), fuzzing under ASan and UBSan (scripts/fuzz.sh, 60 s a target) and
+#                            (CTest label `full`), fuzzing under ASan and UBSan (scripts/fuzz.sh, 600 s a target, as
+#                            issue 47 asks; TT_FUZZ_SECONDS sets it) and
 #                            the whole C++ suite under ASan+UBSan and under TSan (scripts/sanitize.sh). Hours on 2 cores.
 #
 # GPU tests skip with a message on a machine without a GPU. Each phase prints the time so far as it ends.
@@ -56,7 +57,7 @@ tt_phase "Python package and its tests"
 ctest --preset release -j2 -L full
 tt_phase "C++ tests (long tier)"
 # Fuzzing (clang, libFuzzer, ASan, UBSan): each reader of outside input 60 s from its seeds (TT_FUZZ_SECONDS).
-scripts/fuzz.sh "${TT_FUZZ_SECONDS:-60}"
+scripts/fuzz.sh "${TT_FUZZ_SECONDS:-600}"
 tt_phase "fuzzing"
 scripts/sanitize.sh asan
 tt_phase "C++ tests under ASan and UBSan"
