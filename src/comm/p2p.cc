@@ -156,38 +156,25 @@ bool P2pEngine::pass(std::vector<std::pair<std::shared_ptr<Request::State>, Stat
   return moved;
 }
 
-Status P2pEngine::run(P2pOp& op) {
-  std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
-  std::unique_lock<std::mutex> lock(mu_);
-  TT_TRY(check(op));
-  op.start = std::chrono::steady_clock::now();
-  pending_.push_back(&op);
-  for (uint64_t idle = 0;;) {
-    const bool moved = pass(done);
-    const bool finished = op.done;  // (and no longer pending)
-    lock.unlock();
-    complete(done);
-    if (finished) return op.status;
-    idle = moved ? 0 : idle + 1;
-    back_off(idle);
-    lock.lock();
-  }
-}
+Status P2pEngine::run(P2pOp& op) { return run_both(op, nullptr); }
 
-Status P2pEngine::run_both(P2pOp& a, P2pOp& b) {
+Status P2pEngine::run_both(P2pOp& a, P2pOp* b) {
   std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
   std::unique_lock<std::mutex> lock(mu_);
   TT_TRY(check(a));
-  TT_TRY(check(b));
-  a.start = b.start = std::chrono::steady_clock::now();
+  if (b != nullptr) TT_TRY(check(*b));
+  a.start = std::chrono::steady_clock::now();
   pending_.push_back(&a);
-  pending_.push_back(&b);
+  if (b != nullptr) {
+    b->start = a.start;
+    pending_.push_back(b);
+  }
   for (uint64_t idle = 0;;) {
     const bool moved = pass(done);
-    const bool finished = a.done && b.done;  // (and no longer pending)
+    const bool finished = a.done && (b == nullptr || b->done);  // (and no longer pending)
     lock.unlock();
     complete(done);
-    if (finished) return a.status.is_ok() ? b.status : a.status;
+    if (finished) return !a.status.is_ok() || b == nullptr ? a.status : b->status;
     idle = moved ? 0 : idle + 1;
     back_off(idle);
     lock.lock();
@@ -363,8 +350,7 @@ Status Communicator::sendrecv(const void* send, size_t send_count, DType send_dt
   // waits for the other.
   auto r = recv_op(recv, rbytes, static_cast<int32_t>(recv_dtype), source, recv_tag, info);
   auto op = send_op(send, sbytes, static_cast<int32_t>(send_dtype), dest, send_tag);
-  const Status s = e->run_both(*r, *op);
-  return s;
+  return e->run_both(*r, op.get());
 }
 
 Request Communicator::isend(const void* buf, size_t count, DType dtype, int dest, int tag) {

@@ -109,8 +109,8 @@ class P2pEngine {
   // Checks op's arguments, posts it and drives the transport until it is done.
   Status run(P2pOp& op);
   // Both posted (a before b, checked first), both driven until done (Sendrecv: the receive and the send); a's status,
-  // else b's.
-  Status run_both(P2pOp& a, P2pOp& b);
+  // else b's. b may be null: run(a).
+  Status run_both(P2pOp& a, P2pOp* b);
   // Drives the transport on this thread until `s` is done (Note [progress on the waiting thread]); once: one pass.
   void drive(Request::State& s, bool once);
   // Checks op's arguments and posts it; the engine's thread drives it, and completes the request.

@@ -322,6 +322,31 @@ int64_t Executor::managed_device_bytes(const ExecSpec& spec, const Inventory& in
   return resident + largest * rings.um.slots;
 }
 
+int Executor::largest_optimizer_split(const ExecSpec& spec, const std::function<bool(const Inventory&)>& fits,
+                                      Inventory* out) {
+  const int S = spec.model.layers + 2;
+  if (!spec.plan.cpu_optimizer() || !spec.plan.optimizer_split_refusal(S).empty() || spec.hyper.speculate ||
+      spec.shard_optimizer)
+    return 0;
+  auto with = [&](int k, Inventory* inv) {
+    ExecSpec t = spec;
+    t.plan.device_optimizer_segments = k;
+    if (!t.validate().is_ok()) return false;
+    Result<Inventory> r = inventory(t);
+    if (!r.is_ok() || !fits(r.value())) return false;
+    if (inv != nullptr) *inv = std::move(r.value());
+    return true;
+  };
+  int lo = 0, hi = S - 1;  // 0 is the spec as it is (no split)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (with(mid, nullptr)) lo = mid;
+    else hi = mid - 1;
+  }
+  if (lo > 0 && out != nullptr) TT_CHECK(with(lo, out), "optimizer split: %d segments fit once and not again", lo);
+  return lo;
+}
+
 ScheduleSpec ExecSpec::schedule_spec() const {
   ScheduleSpec s;
   s.model = model;

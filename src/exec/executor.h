@@ -68,6 +68,11 @@ class Executor : public ModelHooks {
   // which swap_slots at a time when the schedule moves them: Note [managed activations]); the rest of the managed
   // pool lives in host memory between uses.
   static int64_t managed_device_bytes(const ExecSpec& spec, const Inventory& inventory);
+  // Note [optimizer split] (plan/schedule.h): the most device optimizer segments a CPU-optimizer spec can take whose
+  // inventory `fits` accepts (its device bytes rise with the count: bisection over 0..segments-1); 0 where the plan
+  // cannot split, with speculation or a sharded optimizer. `out`, when given, gets that count's inventory.
+  static int largest_optimizer_split(const ExecSpec& spec, const std::function<bool(const Inventory&)>& fits,
+                                     Inventory* out = nullptr);
   // model: makes the model over the tensors the executor placed (default: the family's own, create_model; a test
   // passes a model with a family's tensors and kernels of its own).
   using ModelFactory = std::function<std::unique_ptr<Model>(Backend&, const ModelConfig&, int, DType, ModelTensors)>;

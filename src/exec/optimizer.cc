@@ -201,8 +201,13 @@ Status Optimizer::master_written() {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
   }
+  return master_to_device();
+}
+
+Status Optimizer::master_to_device() {
   if (buf_.device_segments == 0) return Status::ok();
-  be_.copy_h2d(buf_.master, st.master, be_.compute_stream());  // Note [optimizer split]: the first elements
+  // Note [optimizer split]: the device segments' master is the first elements of the host's.
+  be_.copy_h2d(buf_.master, buf_.sets[cur_].master, be_.compute_stream());
   return be_.compute_stream().synchronize();
 }
 
@@ -421,9 +426,7 @@ Status Optimizer::upload_master(const float* whole) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
   }
-  if (buf_.device_segments == 0) return Status::ok();
-  be_.copy_h2d(buf_.master, st.master, be_.compute_stream());  // Note [optimizer split]
-  return be_.compute_stream().synchronize();
+  return master_to_device();
 }
 
 void Optimizer::end_step() {

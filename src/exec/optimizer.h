@@ -204,6 +204,8 @@ class Optimizer {
   // and the whole model's (zero where other ranks own).
   void expand_shares(const float* compact, float* whole) const;
   void take_shares(const float* whole, float* compact) const;
+  // Note [optimizer split]: the device segments' master from the host's current set (no update in flight).
+  Status master_to_device();
   void update_segment(int segment, const HostAdamState& from, const HostAdamState& to, float lr, int64_t step,
                       float grad_norm_sq, float grad_clip, int ring_slot = -1);
 

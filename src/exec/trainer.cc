@@ -73,32 +73,17 @@ namespace {
 Status choose_device_optimizer_segments(const TrainConfig& cfg, int64_t usable, RunSpec& r) {
   ExecSpec& e = r.exec;
   const int S = e.model.layers + 2;
-  if (!e.plan.cpu_optimizer() || !e.plan.optimizer_split_refusal(S).empty() || e.hyper.speculate ||
-      e.shard_optimizer)
-    return Status::ok();
   const int64_t base = r.device_need();
-  // The need grows with K: the largest K that fits, by bisection over 0..S-1.
-  auto fits = [&](int k, Inventory* out) -> bool {
-    ExecSpec t = e;
-    t.plan.device_optimizer_segments = k;
-    if (!t.validate().is_ok()) return false;
-    Result<Inventory> inv = Executor::inventory(t);
-    if (!inv.is_ok()) return false;
-    // (r.inventory holds the backend's reserve as an entry; a fresh inventory does not.)
-    const int64_t need = inv.value().total(Inventory::kDevice) + r.reserve.reserved_bytes + r.managed_device;
-    const bool ok = cfg.device_budget > 0 ? need <= cfg.device_budget : need + need / 20 <= usable;
-    if (ok && out != nullptr) *out = std::move(inv.value());
-    return ok;
-  };
-  int lo = 0, hi = S - 1;  // fits(lo) holds (0 is the run as it is)
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (fits(mid, nullptr)) lo = mid;
-    else hi = mid - 1;
-  }
-  if (lo == 0) return Status::ok();
   Inventory inv;
-  TT_CHECK(fits(lo, &inv), "device optimizer segments: %d fit once and not again", lo);
+  const int lo = Executor::largest_optimizer_split(
+      e,
+      [&](const Inventory& i) {
+        // (r.inventory holds the backend's reserve as an entry; a fresh inventory does not.)
+        const int64_t need = i.total(Inventory::kDevice) + r.reserve.reserved_bytes + r.managed_device;
+        return cfg.device_budget > 0 ? need <= cfg.device_budget : need + need / 20 <= usable;
+      },
+      &inv);
+  if (lo == 0) return Status::ok();
   inv.add_backend_reserved(r.reserve.reserved_bytes);
   r.inventory = std::move(inv);
   e.plan.device_optimizer_segments = lo;

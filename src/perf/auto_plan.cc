@@ -138,27 +138,19 @@ class Evaluator {
   // within the budget, with the automatic budget's 5% on top), by bisection; e and inv become that plan's.
   void fill_split(ExecSpec* e, Inventory* inv) {
     // (None on the CPU backend, whose device memory is the host's: as the trainer's auto.)
-    if (!base_.probe.device_memory || fixed_split() >= 0 || !split_allowed(*e) || e->plan.device_optimizer_segments > 0)
-      return;
-    auto fits = [&](int k, Inventory* out) {
-      ExecSpec t = *e;
-      t.plan.device_optimizer_segments = k;
-      if (!t.validate().is_ok()) return false;
-      Result<Inventory> r = Executor::inventory(t);
-      ++sized;
-      if (!r.is_ok()) return false;
-      const int64_t n = r.value().total(Inventory::kDevice) + base_.reserve.reserved_bytes;
-      const bool ok = base_.budget_auto ? n + n / 20 <= budget_ : n <= budget_;
-      if (ok && out != nullptr) *out = std::move(r.value());
-      return ok;
-    };
-    int lo = 0, hi = e->model.layers + 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (fits(mid, nullptr)) lo = mid;
-      else hi = mid - 1;
-    }
-    if (lo > 0 && fits(lo, inv)) e->plan.device_optimizer_segments = lo;
+    if (!base_.probe.device_memory || fixed_split() >= 0 || e->plan.device_optimizer_segments > 0) return;
+    Inventory chosen;
+    const int lo = Executor::largest_optimizer_split(
+        *e,
+        [&](const Inventory& i) {
+          ++sized;
+          const int64_t n = i.total(Inventory::kDevice) + base_.reserve.reserved_bytes;
+          return base_.budget_auto ? n + n / 20 <= budget_ : n <= budget_;
+        },
+        &chosen);
+    if (lo == 0) return;
+    *inv = std::move(chosen);
+    e->plan.device_optimizer_segments = lo;
   }
   // The plan's inventory; with --host-buffers auto, as the trainer decides (resolve_run): the rings where the whole
   // host copies do not fit the host's available memory and the rings do (e->plan then says so).
