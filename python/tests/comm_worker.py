@@ -496,6 +496,10 @@ def strided(comm: tc.Comm) -> None:
     want[:, 3] = np.arange(2, 20, 5) + 100 * left
     expect(np.array_equal(got, want), f"Sendrecv of columns: {got}")
     expect(st.Get_count(col) == 1 and st.Get_count(tc.DOUBLE) == 4, "Get_count of a type with gaps")
+    whole = np.zeros((4, 5))  # [buf, datatype]: as many whole extents as the buffer holds (one column here)
+    comm.Sendrecv([a, col], dest=right, recvbuf=[whole, col], source=left)
+    expect(np.array_equal(whole[:, 0], np.arange(0, 20, 5) + 100 * left) and not whole[:, 1:].any(),
+           f"[buf, datatype] of a type with gaps: {whole}")
     if n > 1:
         got[:] = 0
         if me == 0:

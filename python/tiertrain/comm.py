@@ -292,8 +292,7 @@ def _gapped_index(obj, count, datatype, what):
     base, m, lb, ext = datatype._elements()
     flat = _reach(obj, base)
     if count is None:  # [buf, datatype]: as many whole extents as the buffer holds
-        own = _np.asarray(obj).size * _np.asarray(obj).itemsize // base.itemsize if isinstance(obj, _np.ndarray) \
-            else flat.size
+        own = obj.nbytes // base.itemsize if isinstance(obj, _np.ndarray) else flat.size
         count = max(0, (own - lb) // ext) if ext > 0 else 0
     idx = (_np.arange(int(count), dtype=_np.int64)[:, None] * ext + m[None, :]).reshape(-1)
     if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= flat.size):
