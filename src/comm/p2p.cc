@@ -129,7 +129,10 @@ bool P2pEngine::pass(std::vector<std::pair<std::shared_ptr<Request::State>, Stat
     }
     if (liveness && op->peer != kAnySource) {
       const std::string trouble = transport_->peer_trouble(op->peer);
-      if (!trouble.empty()) {
+      // Once more after the peer's state: what it wrote before it gave up or exited (a message, or taking ours)
+      // counts; a sender that sends and exits is not an error for its receiver.
+      if (!trouble.empty()) moved |= transport_->progress(pending_);
+      if (!trouble.empty() && !op->done) {
         fail_all(make_status(StatusCode::kAborted, "%s (%s): %s", op->describe(rank_).c_str(), backend_,
                              trouble.c_str()),
                  op);

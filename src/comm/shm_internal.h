@@ -603,15 +603,18 @@ template <typename F, typename Pick>
 Status ShmComm::wait_for(F Header::*flag, int64_t target, const char* what, Pick&& pick, bool blame_arrivals) {
   const auto start = std::chrono::steady_clock::now();
   auto next_liveness = start + std::chrono::milliseconds(100);
+  const auto done = [&] {
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && pick(r) && (hdr(r)->*flag).value.load(std::memory_order_acquire) < target) return false;
+    return true;
+  };
   for (uint64_t spin = 0;; ++spin) {
-    bool all = true;
-    for (int r = 0; r < size_ && all; ++r) {
-      if (r == rank_ || !pick(r)) continue;
-      all = (hdr(r)->*flag).value.load(std::memory_order_acquire) >= target;
-    }
-    if (all) return Status::ok();
+    if (done()) return Status::ok();
     if (spin < 4096) continue;  // short waits spin
     if ((spin & 63) == 0) {
+      // (Tests) a pause between the look above and the looks below, in which peers may pass this wait, give up on
+      // their next call and exit: the wait must still succeed (the second look, below).
+      if (jitter_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter_us_));
       const auto now = std::chrono::steady_clock::now();
       // behind: the peers this wait is for whose flag is behind; late: those named as late (with blame_arrivals, the
       // ranks whose own arrival is behind, where there are any). Either may have died.
@@ -636,6 +639,11 @@ Status ShmComm::wait_for(F Header::*flag, int64_t target, const char* what, Pick
       std::vector<int> gave_up;
       for (int q = 0; q < size_; ++q)
         if (q != rank_ && hdr(q)->aborted.value.load(std::memory_order_acquire) != 0) gave_up.push_back(q);
+      // Read again after the peers' `aborted` (and their liveness): a peer writes its flag before it gives up or
+      // exits, so a wait whose peers all got there is done, even if they gave up or died since. (Between the check
+      // at the top and here, this rank may have slept while its peers passed this round, failed their next call and
+      // exited: the wait was satisfied, and this call must not fail for it; its next call does.)
+      if (done()) return Status::ok();
       // A rank that gave up after arriving at this round with another description (it found the mismatch first:
       // Note [rooted rounds]) is named for that difference. Its meta half holds this round's: it writes no more.
       // (The arrival lines, or the tree's group lines.)

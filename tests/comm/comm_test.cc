@@ -262,12 +262,15 @@ bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)
     }                                                                                          \
   } while (0)
 
+// The world's communicator, or what kept this rank out of it (said on stderr, then the rank exits with 1).
+int left_out(const Status& s) {
+  std::fprintf(stderr, "world: %s\n", s.to_string().c_str());
+  return 1;
+}
+
 int run_collectives() {
   auto w = comm::world();
-  if (!w.is_ok()) {
-    std::fprintf(stderr, "world: %s\n", w.status().to_string().c_str());
-    return 1;
-  }
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const int rank = c.rank(), n = c.size();
   pool_comm = &c;  // (TT_COMM_POOL_BUFFERS=1: buffers from it; all are freed before it is)
@@ -403,7 +406,7 @@ int run_collectives() {
 // Rank 1 never calls the collective: the others fail within the deadline, naming it.
 int run_never_arrives() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   if (c.rank() == 1) {
     std::this_thread::sleep_for(std::chrono::seconds(3));
@@ -431,7 +434,7 @@ int run_never_arrives() {
 // job must end (under mpirun: MPI_Abort at exit, not MPI_Finalize waiting for the stopped rank).
 int run_stopped_rank() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   if (c.rank() == 1) {
     std::fflush(nullptr);
@@ -448,7 +451,7 @@ int run_stopped_rank() {
 // Rank 0 passes a different count, rank 1 a different dtype: every rank gets an error naming the difference.
 int run_mismatch() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   Vec<float> x(16, 1.0f);
   const size_t count = c.rank() == 0 ? 11 : 10;
@@ -481,7 +484,7 @@ int run_nccl_init_late() {
 
 int run_peer_exits() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   if (c.rank() == 1) return 0;
   float x = 1;
@@ -493,6 +496,40 @@ int run_peer_exits() {
                                                                                                                   : 1;
 }
 
+// A wait that its peers satisfied succeeds, although they gave up or exited right after (before the waiting rank
+// looked again): rank 1 comes late to a barrier (rank 0, with TIERTRAIN_COMM_JITTER_US, pauses inside its wait),
+// then gives up (TT_PASSED=gave_up), or it sends rank 0 a message (TT_PASSED=sent), and exits. Rank 0's barrier, or
+// its receive, succeeds; its next call fails at once, naming rank 1. (The pause is in the collectives' wait; the
+// receive's window, between its look at the rings and its look at the peer, has no pause: there the test checks
+// the outcome, not the order.)
+int run_passed_then_gone() {
+  auto w = comm::world();
+  if (!w.is_ok()) return left_out(w.status());
+  comm::Communicator& c = *w.value();
+  const std::string what = std::getenv("TT_PASSED") ? std::getenv("TT_PASSED") : "";
+  const int value = 42;
+  if (c.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // longer than rank 0's jittered arrival
+    if (what == "sent") {
+      if (Status s = c.send(&value, 1, DType::kI32, 0, 7); !s.is_ok()) return left_out(s);
+      return 0;
+    }
+    if (Status s = c.barrier(); !s.is_ok()) return left_out(s);
+    c.abandon("the test gives up");
+    return 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  int got = 0;
+  Status first = what == "sent" ? c.recv(&got, 1, DType::kI32, 1, 7) : c.barrier();
+  if (first.is_ok() && what == "sent") std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Status next = what == "sent" ? c.recv(&got, 1, DType::kI32, 1, 7) : c.barrier();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("rank 0: after %.2f s: %s (got %d); then %s\n", secs, first.to_string().c_str(), got,
+              next.to_string().c_str());
+  const bool named = next.message().find(what == "sent" ? "rank 1 died" : "rank(s) 1 gave up") != std::string::npos;
+  return first.is_ok() && (what != "sent" || got == value) && !next.is_ok() && named && secs < 10 ? 0 : 1;
+}
+
 // Point-to-point (Note [point-to-point] in comm/p2p.h), checked at every rank: a ring of eager sends, a ring of long
 // messages (longer than shm's 64 KiB rings) by sendrecv and by isend/irecv, receives by tag out of the order sent,
 // from any source (who sent how much), many messages of one tag in their order, messages to oneself, a message of any
@@ -501,7 +538,7 @@ int run_peer_exits() {
 // delivers what follows.
 int run_p2p() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const int rank = c.rank(), n = c.size();
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
@@ -665,7 +702,7 @@ int run_p2p() {
 // (TIERTRAIN_COMM_TIMEOUT), or with P2P_DEAD=1 from rank 0, which has exited: named within the deadline, without it.
 int run_p2p_errors() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const bool dead = std::getenv("P2P_DEAD") != nullptr;
   if (c.rank() == 0) {
@@ -688,7 +725,7 @@ int run_p2p_errors() {
 // Rank 2 crashes: the launcher stops the others and exits non-zero naming rank 2.
 int run_crash() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   if (w.value()->rank() == 2) std::abort();
   std::this_thread::sleep_for(std::chrono::seconds(30));
   return 0;
@@ -697,10 +734,7 @@ int run_crash() {
 // One allreduce and a barrier, checked.
 int run_smoke() {
   auto w = comm::world();
-  if (!w.is_ok()) {
-    std::fprintf(stderr, "world: %s\n", w.status().to_string().c_str());
-    return 1;
-  }
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   std::vector<float> x(1000);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(c.rank() + i);
@@ -717,7 +751,7 @@ int run_smoke() {
 // and the parent works beside its groups.
 int run_split() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const int rank = c.rank(), n = c.size();
   auto fail = [&](const char* what) {
@@ -765,7 +799,7 @@ int run_split() {
 // from any source.
 int run_gpu_p2p() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const int rank = c.rank(), n = c.size();
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
@@ -826,7 +860,7 @@ int run_gpu_p2p() {
 // blocking call between them (which runs after them) all give the right results.
 int run_nonblocking() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const int rank = c.rank(), n = c.size();
   if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -862,7 +896,7 @@ int run_nonblocking() {
 // rank, at once, not a hang until the deadline (on shm, in place: at the next call on rank 2, Note [rooted rounds]).
 int run_misuse() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const std::string what = std::getenv("TT_MISUSE") ? std::getenv("TT_MISUSE") : "";
   Vec<float> x(8, 1.0f), y(8);
@@ -949,7 +983,7 @@ int run_nccl_stream() {
 // as a wrong element.
 int run_broadcast_mix() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const int rank = c.rank(), n = c.size();
   const auto value = [](int it, int root, size_t i) { return static_cast<float>(it * 1000 + root * 100) + i * 0.5f; };
@@ -989,7 +1023,7 @@ int run_broadcast_mix() {
 // written again before a slow reader has read it (jitter delays the reads after the arrival) shows as a wrong value.
 int run_small_rounds() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const int rank = c.rank(), n = c.size();
   int wrong = 0;
@@ -1042,7 +1076,7 @@ int run_small_rounds() {
 // wrong element.
 int run_rooted_rounds() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const int rank = c.rank(), n = c.size();
   int wrong = 0;
@@ -1100,7 +1134,7 @@ int run_rooted_rounds() {
 // every other rank gets an error at its next call at the latest, at once (late: within the deadline).
 int run_rooted_errors() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const std::string what = std::getenv("TT_ROOTED") ? std::getenv("TT_ROOTED") : "";
   const int rank = c.rank();
@@ -1140,7 +1174,7 @@ int run_rooted_errors() {
 // then gets NaNs, which its checks see. The pool must be there (the communicator's log line says so).
 int run_pool_reuse() {
   auto w = comm::world();
-  if (!w.is_ok()) return 1;
+  if (!w.is_ok()) return left_out(w.status());
   comm::Communicator& c = *w.value();
   const int rank = c.rank(), n = c.size();
   const size_t count = 4 * 32768;  // 512 KiB: four chunks of 128 KiB (256 KiB areas), all read where they are
@@ -1230,6 +1264,7 @@ int rank_main(const std::string& scenario) {
   if (scenario == "rooted_errors") return run_rooted_errors();
   if (scenario == "pool_reuse") return run_pool_reuse();
   if (scenario == "peer_exits") return run_peer_exits();
+  if (scenario == "passed_then_gone") return run_passed_then_gone();
   if (scenario == "crash") return run_crash();
   std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
   return 2;
@@ -1920,6 +1955,15 @@ TEST(Comm, ARankThatExitsIsSeenDeadBeforeTheDeadline) {
   const Job j = launch(2, "peer_exits", "TIERTRAIN_COMM_TIMEOUT=60");
   EXPECT_EQ(j.code, 0) << j.output;
   EXPECT_LT(j.seconds, 15) << j.output;
+}
+
+TEST(Comm, AWaitThePeersSatisfiedSucceedsThoughTheyLeftRightAfter) {
+  for (const char* what : {"gave_up", "sent"}) {
+    const Job j = launch(2, "passed_then_gone",
+                         std::string("TT_PASSED=") + what + " TIERTRAIN_COMM_TIMEOUT=30 TT_RANK1_ENV=TIERTRAIN_COMM_JITTER_US=0 " +
+                             "TIERTRAIN_COMM_JITTER_US=200000");
+    EXPECT_EQ(j.code, 0) << what << "\n" << j.output;
+  }
 }
 
 TEST(Launch, ACrashingRankStopsTheJobAndIsNamed) {
