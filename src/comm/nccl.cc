@@ -590,6 +590,7 @@ class NcclComm final : public NcclCommunicator {
     DeviceGuard on(device_);
     TT_TRY(cuda(cudaEventRecord(done_, s), "cudaEventRecord"));
     const auto start = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point gave_up_seen{};
     for (uint64_t spin = 0;; ++spin) {
       const cudaError_t e = cudaEventQuery(done_);
       if (e == cudaSuccess) return Status::ok();
@@ -601,7 +602,12 @@ class NcclComm final : public NcclCommunicator {
           return fail(make_status(StatusCode::kInternal, "%s #%lld (nccl, rank %d of %d): NCCL: %s %s",
                                   kind_name(last_), static_cast<long long>(seq_.load()), rank(), size(),
                                   ncclGetErrorString(async), ncclGetLastError(comm_)));
-        if (host_->peer_gave_up()) {
+        // A peer that gave up may have run its part of this collective first (it gave up on a later call): 100 ms
+        // for ours to finish before the communicator is aborted.
+        if (host_->peer_gave_up() && gave_up_seen == std::chrono::steady_clock::time_point{})
+          gave_up_seen = std::chrono::steady_clock::now();
+        if (gave_up_seen != std::chrono::steady_clock::time_point{} &&
+            std::chrono::steady_clock::now() - gave_up_seen > std::chrono::milliseconds(100)) {
           ncclCommAbort(comm_);  // the peer will not run its part: stop ours
           comm_ = nullptr;
           return fail(make_status(StatusCode::kAborted,
