@@ -363,14 +363,17 @@ struct Pending {
   std::vector<char> bytes;
   bool wants_bytes = false;
   py::object comm;
-  // The wait and what comes after it, done once whoever waits (two threads may Wait on one Request).
-  std::once_flag waited;
+  // The wait and what comes after it, done once whoever waits (two threads may Wait on one Request). (A mutex, not
+  // std::call_once: glibc's pthread_once makes a futex call each time it runs a routine, a syscall per Wait.)
+  std::mutex wait_mu;
+  bool waited = false;
   tt::Status status;
-  void wait_once() {  // (without the GIL)
-    std::call_once(waited, [&] {
-      status = req.valid() ? req.wait() : tt::Status::ok();  // (no request: done at once, PROC_NULL's)
-      if (status.is_ok() && after) after();
-    });
+  void wait_once() {  // (without the GIL, unless req is ready)
+    std::lock_guard<std::mutex> lock(wait_mu);
+    if (waited) return;
+    status = req.valid() ? req.wait() : tt::Status::ok();  // (no request: done at once, PROC_NULL's)
+    if (status.is_ok() && after) after();
+    waited = true;
   }
 };
 
@@ -398,7 +401,9 @@ class PyRequest {
       fill_status(status, info_);
       return;
     }
-    {
+    if (p->req.ready()) {  // done already: no need to let the GIL go (a small message's usual case)
+      p->wait_once();
+    } else {
       py::gil_scoped_release nogil;
       p->wait_once();
     }

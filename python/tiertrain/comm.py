@@ -305,6 +305,8 @@ def _spec(buf, writable=False):
     """The buffer of an mpi4py buffer spec: buf, [buf, datatype], [buf, count] or [buf, count, datatype]; with a
     count, the first `count` elements (of datatype, or of the buffer's own type). A datatype with gaps gives a packed
     copy of what it names (a send side: Note [datatypes]); as a receive buffer here it is refused."""
+    if type(buf) is _np.ndarray:  # (the common case, first)
+        return buf
     obj, count, datatype = _spec_parts(buf)
     if _gapped(datatype):
         if writable:

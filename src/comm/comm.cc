@@ -97,6 +97,8 @@ Status Request::wait() {
   return s.status;
 }
 
+bool Request::ready() const { return state_ != nullptr && state_->ready.load(std::memory_order_acquire); }
+
 bool Request::test() const {
   if (state_ == nullptr) return false;
   // Note [progress on the waiting thread]: a point-to-point request not done yet gets one pass of its engine.

@@ -59,6 +59,8 @@ class Request {
   Request() = default;
   Status wait();
   bool test() const;
+  // Done already (looked at, nothing driven): wait() returns at once.
+  bool ready() const;
   bool valid() const { return state_ != nullptr; }
   struct State;  // (comm/p2p.h: internal to comm/)
 

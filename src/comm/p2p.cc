@@ -164,6 +164,7 @@ Status P2pEngine::run(P2pOp& op) { return run_both(op, nullptr); }
 Status P2pEngine::run_both(P2pOp& a, P2pOp* b) {
   std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
   std::unique_lock<std::mutex> lock(mu_);
+  called();
   TT_TRY(check(a));
   if (b != nullptr) TT_TRY(check(*b));
   a.start = std::chrono::steady_clock::now();
@@ -175,6 +176,7 @@ Status P2pEngine::run_both(P2pOp& a, P2pOp* b) {
   for (uint64_t idle = 0;;) {
     const bool moved = pass(done);
     const bool finished = a.done && (b == nullptr || b->done);  // (and no longer pending)
+    called();
     lock.unlock();
     complete(done);
     if (finished) return !a.status.is_ok() || b == nullptr ? a.status : b->status;
@@ -191,6 +193,7 @@ void P2pEngine::drive(Request::State& s, bool once) {
     bool moved = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      called();
       moved = pass(done);
     }
     complete(done);
@@ -203,6 +206,7 @@ void P2pEngine::drive(Request::State& s, bool once) {
 Result<bool> P2pEngine::once(P2pOp& op) {
   std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
   std::unique_lock<std::mutex> lock(mu_);
+  called();
   TT_TRY(check(op));
   op.start = std::chrono::steady_clock::now();
   pending_.push_back(&op);
@@ -220,8 +224,10 @@ Request P2pEngine::start(std::unique_ptr<P2pOp> op) {
   r.state_ = std::make_shared<Request::State>();
   r.state_->engine = this;  // Note [progress on the waiting thread]
   std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    called();
     if (Status s = check(*op); !s.is_ok()) {
       done.emplace_back(r.state_, s);
     } else {
@@ -233,9 +239,10 @@ Request P2pEngine::start(std::unique_ptr<P2pOp> op) {
       // A first pass now: a small send is done before the call returns, and the thread has less to do.
       pass(done);
       if (!thread_.joinable()) thread_ = std::thread([this] { worker(); });
+      wake = worker_asleep_ && async_pending_ > 0;  // Note [the engine stands by]: only a sleeping thread
     }
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
   complete(done);
   return r;
 }
@@ -243,9 +250,21 @@ Request P2pEngine::start(std::unique_ptr<P2pOp> op) {
 void P2pEngine::worker() {
   std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
   std::unique_lock<std::mutex> lock(mu_);
+  uint64_t seen_calls = ~uint64_t{0};  // (a first look always stands by)
   for (uint64_t idle = 0;;) {
+    worker_asleep_ = true;
     cv_.wait(lock, [&] { return stop_ || async_pending_ > 0; });
+    worker_asleep_ = false;
     if (stop_) return;
+    // Note [the engine stands by]: while callers are in the engine, they move the operations.
+    if (const uint64_t seen = calls_.load(std::memory_order_relaxed); seen != seen_calls) {
+      seen_calls = seen;
+      lock.unlock();
+      std::this_thread::sleep_for(kStandBy);
+      lock.lock();
+      idle = 0;
+      continue;
+    }
     const bool moved = pass(done);
     lock.unlock();
     complete(done);
