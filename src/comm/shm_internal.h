@@ -177,6 +177,7 @@ struct alignas(64) Header {
   uint64_t buffer_bytes;
   uint64_t self_addr;  // where this rank maps its own segment: its peers' single-copy probe reads its pid there
   std::atomic<uint64_t> cma_bytes;  // Note [single copy]: this rank's threshold if its probes passed, else 0
+  std::atomic<uint64_t> p2p_cma_bytes;  // Note [point-to-point single copy]: the same for point-to-point
   std::atomic<uint64_t> tree_ranks;  // Note [arrival tree]: this rank's TIERTRAIN_COMM_TREE_RANKS
   std::atomic<uint64_t> reduce_span;  // Note [reduction rounds]: this rank's TIERTRAIN_COMM_REDUCE_SPAN
   std::atomic<uint64_t> pool_ok;      // Note [shared buffers]: 1 once this rank has mapped every rank's pool
@@ -204,11 +205,17 @@ struct alignas(64) Mailbox {
   char pad0[64 - sizeof(std::atomic<uint64_t>)];
   std::atomic<uint64_t> tail;
   char pad1[64 - sizeof(std::atomic<uint64_t>)];
+  // Note [point-to-point single copy]: the sender's single-copy message number n is taken (copied out of its memory,
+  // or refused) once taken[n % kTakenSlots] == n (one writer, the receiver).
+  static constexpr size_t kTakenSlots = 64;
+  std::atomic<uint64_t> taken[kTakenSlots];
   char ring[kRingBytes];
 };
-static_assert(sizeof(Mailbox) == kRingBytes + 128);
+static_assert(sizeof(Mailbox) == kRingBytes + 128 + 8 * Mailbox::kTakenSlots);
 // Point-to-point over the mailboxes of `maps` (every rank's segment, mapped here; mailboxes at mail_offset).
-std::unique_ptr<P2pTransport> make_shm_p2p(int rank, int size, std::vector<void*> maps, size_t mail_offset);
+// cma_bytes: Note [point-to-point single copy] from this many bytes (0: never).
+std::unique_ptr<P2pTransport> make_shm_p2p(int rank, int size, std::vector<void*> maps, size_t mail_offset,
+                                           size_t cma_bytes);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
 
 // Note [arrival tree]
@@ -324,7 +331,7 @@ class ShmComm final : public Communicator {
   std::chrono::milliseconds timeout() const override { return opt_.common.timeout; }
   // Note [point-to-point rings].
   std::unique_ptr<P2pTransport> make_p2p_transport() override {
-    return make_shm_p2p(rank_, size_, maps_, mail_offset());
+    return make_shm_p2p(rank_, size_, maps_, mail_offset(), p2p_cma_bytes_);
   }
   bool peer_gave_up() const override {
     for (int q = 0; q < size_; ++q)
@@ -506,6 +513,7 @@ class ShmComm final : public Communicator {
   bool stream_ = false;  // its results go out with streaming stores (Note [streaming stores])
   size_t cma_bytes_ = 0;  // the agreed single-copy threshold (Note [single copy]); 0: off
   size_t cma_huge_bytes_ = 0;  // the agreed threshold of Note [single copy by pages]; 0: off
+  size_t p2p_cma_bytes_ = 0;   // the agreed threshold of Note [point-to-point single copy]; 0: off
   bool inline_on_ = false;  // Note [inline rounds]: agreed at init (a world of one: this rank's setting)
   // This rank's setting (Note [inline rounds]): TIERTRAIN_COMM_INLINE, or by the world's size where it is unset.
   bool inline_wanted() const {

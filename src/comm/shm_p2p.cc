@@ -1,5 +1,7 @@
 // comm/shm_p2p: point-to-point messages of the shm backend over the mailboxes of its segments (Note [point-to-point
 // rings] in shm_internal.h; the semantics: Note [point-to-point] in p2p.h).
+#include <sys/uio.h>
+
 #include <list>
 
 #include "comm/shm_internal.h"
@@ -12,9 +14,36 @@ namespace {
 struct Frame {
   uint64_t bytes;
   int32_t tag;
-  int32_t type;
+  int32_t type;  // with kRemote: a Remote follows instead of the bytes
 };
 static_assert(sizeof(Frame) == 16);
+
+// Note [point-to-point single copy]
+// A message of at least the agreed threshold (ShmOptions::p2p_cma_bytes, 64 KiB by default; agreed at init as the
+// collectives' single copies are: Note [single copy]) to another rank does not go through the ring: its frame
+// (type | kRemote) is followed by a Remote: where the bytes are in the sender's address space, and the message's
+// number n among the single copies from this sender to this receiver. The receiver copies the bytes with one
+// process_vm_readv straight into the receive that takes it: at once where one is posted, else when one is (the frame
+// is kept, without the bytes, among the stashed messages, and the frames after it are read on). Then it marks the
+// message taken: Mailbox::taken[n % kTakenSlots] = n. The sender's send is done once its slot says so; until then
+// its buffer is read (a blocking Send waits; an Isend's buffer is left alone until its Wait, as MPI says). A later
+// message to the same receiver does not wait for an earlier one's copy, but the sender starts message n only once
+// n - kTakenSlots is taken. A message the receive refuses (too long, another type) is not copied, and marked taken.
+// While an operation of the receiver's own has waited kStashAfter, a single copy no receive has claimed for
+// kStashAfter is copied into the stash after all, and marked taken: so that two ranks that Send long messages to each
+// other before either Recvs, or a receive for a later tag than a blocking send's, still get through, as with the
+// ring (MPI calls such programs unsafe; Open MPI's large messages deadlock there). (Not whenever a copy waits: a rank
+// posting a window of receives, each taking its copy as it is posted, would stash the later messages, one copy more
+// each.) One copy instead of two through a 64 KiB
+// ring that both sides take turns at, as Open MPI's shared-memory transport does.
+constexpr int32_t kRemote = 1 << 16;
+struct Remote {
+  uint64_t addr;
+  uint64_t number;
+};
+static_assert(sizeof(Remote) == 16);
+constexpr auto kStashAfter = std::chrono::milliseconds(2);
+constexpr uint64_t kSlots = Mailbox::kTakenSlots;
 
 constexpr uint64_t kMask = kRingBytes - 1;
 static_assert((kRingBytes & kMask) == 0, "a power of two");
@@ -46,9 +75,9 @@ std::string type_name(int32_t type) {
 
 class ShmP2p final : public P2pTransport {
  public:
-  ShmP2p(int rank, int size, std::vector<void*> maps, size_t mail_offset)
-      : rank_(rank), size_(size), maps_(std::move(maps)), mail_offset_(mail_offset),
-        in_(static_cast<size_t>(size)) {}
+  ShmP2p(int rank, int size, std::vector<void*> maps, size_t mail_offset, size_t cma_bytes)
+      : rank_(rank), size_(size), maps_(std::move(maps)), mail_offset_(mail_offset), cma_bytes_(cma_bytes),
+        in_(static_cast<size_t>(size)), remote_sent_(static_cast<size_t>(size), 0) {}
 
   int size() const override { return size_; }
 
@@ -70,7 +99,25 @@ class ShmP2p final : public P2pTransport {
       if (op->kind != P2pOp::kSend || op->done) continue;
       if (blocked[static_cast<size_t>(op->peer)]) continue;
       moved |= push(*op);
-      if (!op->done) blocked[static_cast<size_t>(op->peer)] = true;
+      // (A single copy waiting to be taken does not hold back the next message: its frame is in the ring.)
+      if (!op->done && op->handle == 0) blocked[static_cast<size_t>(op->peer)] = true;
+    }
+    // Note [point-to-point single copy]: while an operation of this rank has waited kStashAfter, single copies that
+    // no receive claimed within kStashAfter, into the stash.
+    if (remote_waiting_ > 0) {
+      const auto now = std::chrono::steady_clock::now();
+      const bool stuck = std::any_of(ops.begin(), ops.end(), [&](const P2pOp* op) {
+        return !op->done && now - op->start > kStashAfter;
+      });
+      for (Stashed& c : stash_)
+        if (stuck && c.remote && !c.complete && now - c.since > kStashAfter) {
+          c.data.resize(static_cast<size_t>(c.bytes));
+          c.error = read_remote(c.source, c.addr, c.bytes, c.tag, c.data.data());
+          c.complete = true;
+          taken(c.source, c.number);
+          --remote_waiting_;
+          moved = true;
+        }
     }
     // Receives: first from what has arrived already, then from the rings (which may finish stashed messages that
     // receives wait for: once more then).
@@ -95,6 +142,11 @@ class ShmP2p final : public P2pTransport {
     std::vector<char> data;
     bool complete = false;
     P2pOp* claimed = nullptr;  // a receive that takes it once complete
+    std::string error;         // a single copy that failed: the receive that takes it fails with this
+    // Note [point-to-point single copy]: the bytes are still at the sender's (until complete), here.
+    bool remote = false;
+    uint64_t addr = 0, number = 0;
+    std::chrono::steady_clock::time_point since{};
   };
   // Where the message from a source that is being read goes.
   struct Incoming {
@@ -111,13 +163,36 @@ class ShmP2p final : public P2pTransport {
     return reinterpret_cast<Mailbox*>(static_cast<char*>(maps_[static_cast<size_t>(segment_of)]) + mail_offset_) + from;
   }
 
-  // A send's frame and as many of its bytes as the ring has room for.
+  // A send's frame and as many of its bytes as the ring has room for (Note [point-to-point single copy]: or its
+  // frame and where its bytes are; then whether the receiver has taken them).
   bool push(P2pOp& op) {
     Mailbox* m = mailbox(op.peer, rank_);
+    if (op.handle != 0) {  // a single copy, waiting for the receiver
+      const uint64_t n = static_cast<uint64_t>(op.handle);
+      if (m->taken[n % kSlots].load(std::memory_order_acquire) < n) return false;
+      op.moved = op.bytes;
+      op.finish();
+      return true;
+    }
     uint64_t head = m->head.load(std::memory_order_relaxed);  // (ours alone to write)
     const uint64_t tail = m->tail.load(std::memory_order_acquire);
     uint64_t room = kRingBytes - (head - tail);
     bool moved = false;
+    if (!op.started && cma_bytes_ > 0 && op.bytes >= cma_bytes_ && op.peer != rank_) {
+      if (room < sizeof(Frame) + sizeof(Remote)) return false;
+      const uint64_t number = remote_sent_[static_cast<size_t>(op.peer)] + 1;
+      // (Its slot free: the message kSlots before it taken.)
+      if (number > kSlots && m->taken[number % kSlots].load(std::memory_order_acquire) < number - kSlots) return false;
+      remote_sent_[static_cast<size_t>(op.peer)] = number;
+      const Frame f{op.bytes, op.tag, op.type | kRemote};
+      const Remote at{reinterpret_cast<uint64_t>(op.send), number};
+      ring_put(m, head, &f, sizeof(f));
+      ring_put(m, head + sizeof(f), &at, sizeof(at));
+      m->head.store(head + sizeof(f) + sizeof(at), std::memory_order_release);
+      op.started = true;
+      op.handle = static_cast<int64_t>(number);
+      return true;
+    }
     if (!op.started) {
       if (room < sizeof(Frame)) return false;
       const Frame f{op.bytes, op.tag, op.type};
@@ -179,9 +254,19 @@ class ShmP2p final : public P2pTransport {
         op->bound = s;
         moved = true;
       }
+      if (s->remote && !s->complete) {  // Note [point-to-point single copy]: from the sender's memory, now
+        take_remote(*op, s->source, s->tag, s->type, s->bytes, s->addr, s->number);
+        --remote_waiting_;
+        op->bound = nullptr;
+        stash_.remove_if([s](const Stashed& c) { return &c == s; });
+        moved = true;
+        continue;
+      }
       if (!s->complete) continue;
-      const std::string no = refusal(*op, s->source, s->tag, s->bytes, s->type);
-      if (no.empty()) {
+      const std::string no = s->error.empty() ? refusal(*op, s->source, s->tag, s->bytes, s->type) : "";
+      if (!s->error.empty()) {
+        op->finish(Status(StatusCode::kIoError, op->describe(rank_) + ": " + s->error));
+      } else if (no.empty()) {
         if (op->grow != nullptr) {
           op->grow->swap(s->data);
           op->grow->resize(static_cast<size_t>(s->bytes));
@@ -212,6 +297,14 @@ class ShmP2p final : public P2pTransport {
         if (head - tail < sizeof(Frame)) break;  // (a frame is written whole before head moves past it)
         ring_get(m, tail, &in.frame, sizeof(Frame));
         tail += sizeof(Frame);
+        // Note [point-to-point single copy]: where the bytes are (written with the frame, before head moved).
+        const bool remote = (in.frame.type & kRemote) != 0;
+        Remote at{};
+        if (remote) {
+          ring_get(m, tail, &at, sizeof(at));
+          tail += sizeof(at);
+          in.frame.type &= ~kRemote;
+        }
         in.in_frame = true;
         in.got = 0;
         in.to = nullptr;
@@ -239,11 +332,27 @@ class ShmP2p final : public P2pTransport {
           break;
         }
         if (in.to == nullptr && !dropped) {  // no receive for it yet: kept for a later one
-          stash_.push_back(Stashed{source, f.tag, f.type, f.bytes, {}, false, nullptr});
+          stash_.push_back(Stashed{source, f.tag, f.type, f.bytes, {}, false, nullptr, {}});
           in.stash = &stash_.back();
-          in.stash->data.resize(static_cast<size_t>(f.bytes));
+          if (!remote) in.stash->data.resize(static_cast<size_t>(f.bytes));
         }
         moved = true;
+        if (remote) {  // Note [point-to-point single copy]: copied now, or when a receive claims it
+          if (in.to != nullptr) {
+            in.to->handle = 0;
+            take_remote(*in.to, source, f.tag, f.type, f.bytes, at.addr, at.number);
+          } else if (in.stash != nullptr) {
+            in.stash->remote = true;
+            in.stash->addr = at.addr;
+            in.stash->number = at.number;
+            in.stash->since = std::chrono::steady_clock::now();
+            ++remote_waiting_;
+          } else {
+            taken(source, at.number);  // refused: not copied
+          }
+          in.in_frame = false;
+          continue;
+        }
       }
       // Its bytes, as far as they are here.
       const uint64_t left = in.frame.bytes - in.got;
@@ -273,18 +382,59 @@ class ShmP2p final : public P2pTransport {
     return moved;
   }
 
+  // Note [point-to-point single copy]: the sender's bytes at addr into dst; "" or why not.
+  std::string read_remote(int source, uint64_t addr, uint64_t bytes, int tag, char* dst) const {
+    for (uint64_t got = 0; got < bytes;) {
+      iovec local{dst + got, static_cast<size_t>(bytes - got)};
+      iovec remote{reinterpret_cast<void*>(addr + got), static_cast<size_t>(bytes - got)};
+      const ssize_t n = process_vm_readv(static_cast<pid_t>(hdr(source)->pid), &local, 1, &remote, 1, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        return str_format("the single copy of a message of %llu bytes from rank %d (tag %d) failed: %s "
+                          "(TIERTRAIN_COMM_P2P_CMA_BYTES=0 turns them off)",
+                          static_cast<unsigned long long>(bytes), source, tag,
+                          n < 0 ? std::strerror(errno) : "nothing copied");
+      got += static_cast<uint64_t>(n);
+    }
+    return "";
+  }
+  // The sender's single copy number n from source is taken.
+  void taken(int source, uint64_t n) { mailbox(rank_, source)->taken[n % kSlots].store(n, std::memory_order_release); }
+  // A receive takes a single copy: straight into its buffer (or refused), and the sender told.
+  void take_remote(P2pOp& op, int source, int tag, int32_t type, uint64_t bytes, uint64_t addr, uint64_t n) {
+    const std::string no = refusal(op, source, tag, bytes, type);
+    if (!no.empty()) {
+      op.finish(Status(StatusCode::kInvalidArgument, no));
+    } else {
+      if (op.grow != nullptr) op.grow->resize(static_cast<size_t>(bytes));
+      char* dst = op.grow != nullptr ? op.grow->data() : static_cast<char*>(op.recv);
+      const std::string error = read_remote(source, addr, bytes, tag, dst);
+      if (error.empty()) {
+        finish_info(op, source, tag, bytes);
+        op.finish();
+      } else {
+        op.finish(Status(StatusCode::kIoError, op.describe(rank_) + ": " + error));
+      }
+    }
+    taken(source, n);
+  }
+
   const int rank_, size_;
   std::vector<void*> maps_;
   const size_t mail_offset_;
+  const size_t cma_bytes_;  // Note [point-to-point single copy]: from this many bytes (0: never)
   std::vector<Incoming> in_;
+  std::vector<uint64_t> remote_sent_;  // single-copy messages sent to each rank so far
+  int64_t remote_waiting_ = 0;         // stashed single copies whose bytes are still at their senders'
   std::list<Stashed> stash_;  // (a list: Incoming and receives point into it)
   int next_source_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<P2pTransport> make_shm_p2p(int rank, int size, std::vector<void*> maps, size_t mail_offset) {
-  return std::make_unique<ShmP2p>(rank, size, std::move(maps), mail_offset);
+std::unique_ptr<P2pTransport> make_shm_p2p(int rank, int size, std::vector<void*> maps, size_t mail_offset,
+                                           size_t cma_bytes) {
+  return std::make_unique<ShmP2p>(rank, size, std::move(maps), mail_offset, cma_bytes);
 }
 
 }  // namespace shm_detail
