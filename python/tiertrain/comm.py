@@ -328,6 +328,8 @@ def _spec(buf, writable=False):
 def _recv_spec(buf, what):
     """(what a receive writes into, and a function that puts it in place afterwards, or None): a datatype with gaps
     receives into a contiguous array, copied to the map's places when done (Note [datatypes])."""
+    if type(buf) is _np.ndarray:  # (the common case, first)
+        return buf, None
     obj, count, datatype = _spec_parts(buf)
     if not _gapped(datatype):
         return _spec(buf), None
@@ -782,6 +784,16 @@ def _ready(r):
 def _Waitall(requests, statuses=None):
     """Waits for every request (mpi4py's Request.Waitall); `statuses`, a list, gets each one's Status."""
     requests = _checked(requests, "Waitall")
+    if statuses is None and all(type(r) is Request for r in requests):  # (the common case: plain requests)
+        first = None
+        for r in requests:
+            try:
+                r.Wait()  # (a request waited for already returns at once)
+            except CommError as e:
+                first = first or e
+        if first is not None:
+            raise first
+        return True
     statuses = _statuses_for(statuses, len(requests))
     first = None
     for i, r in enumerate(requests):

@@ -187,7 +187,7 @@ Status P2pEngine::run_both(P2pOp& a, P2pOp* b) {
 }
 
 void P2pEngine::drive(Request::State& s, bool once) {
-  std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
+  thread_local std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;  // (as start()'s)
   for (uint64_t idle = 0;;) {
     if (s.ready.load(std::memory_order_acquire)) return;
     bool moved = false;
@@ -223,7 +223,8 @@ Request P2pEngine::start(std::unique_ptr<P2pOp> op) {
   Request r;
   r.state_ = std::make_shared<Request::State>();
   r.state_->engine = this;  // Note [progress on the waiting thread]
-  std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
+  // (This thread's list, kept: a post allocates no list of its own; complete() empties it.)
+  thread_local std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -94,7 +94,8 @@ class ShmP2p final : public P2pTransport {
   bool progress(std::deque<P2pOp*>& ops) override {
     bool moved = false;
     // Sends, each destination's in the order posted.
-    std::vector<bool> blocked(static_cast<size_t>(size_), false);
+    std::vector<bool>& blocked = blocked_;  // (a member: no allocation a pass)
+    blocked.assign(static_cast<size_t>(size_), false);
     for (P2pOp* op : ops) {
       if (op->kind != P2pOp::kSend || op->done) continue;
       if (blocked[static_cast<size_t>(op->peer)]) continue;
@@ -426,6 +427,7 @@ class ShmP2p final : public P2pTransport {
   std::vector<Incoming> in_;
   std::vector<uint64_t> remote_sent_;  // single-copy messages sent to each rank so far
   int64_t remote_waiting_ = 0;         // stashed single copies whose bytes are still at their senders'
+  std::vector<bool> blocked_;          // progress(): the destinations whose next send must wait
   std::list<Stashed> stash_;  // (a list: Incoming and receives point into it)
   int next_source_ = 0;
 };
