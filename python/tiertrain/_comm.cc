@@ -1297,11 +1297,14 @@ PYBIND11_MODULE(_comm, m) {
             tt::Status st;
             {
               py::gil_scoped_release nogil;
-              tt::comm::Request rr = r.typed ? c.comm().irecv(r.b.ptr, r.b.count, r.b.dtype, source, recvtag, &info)
-                                             : c.comm().irecv_bytes(r.b.ptr, r.bytes, source, recvtag, &info);
-              st = p2p_send(c.comm(), s, dest, sendtag);
-              const tt::Status rs = rr.wait();
-              if (st.is_ok()) st = rs;
+              // The send posted first: a receive posted first may copy a long message in its post (Note
+              // [point-to-point single copy]) before our own send is out, and the two ranks' copies run one after
+              // the other instead of at once.
+              tt::comm::Request rs = s.typed ? c.comm().isend(s.b.ptr, s.b.count, s.b.dtype, dest, sendtag)
+                                             : c.comm().isend_bytes(s.b.ptr, s.bytes, dest, sendtag);
+              st = p2p_recv(c.comm(), r, source, recvtag, &info);
+              const tt::Status ss = rs.wait();
+              if (st.is_ok()) st = ss;
             }
             check(st);
             PyRequest::fill_status(status, info);

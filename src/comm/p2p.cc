@@ -110,7 +110,12 @@ void P2pEngine::fail_all(const Status& s, P2pOp* culprit) {
 bool P2pEngine::pass(std::vector<std::pair<std::shared_ptr<Request::State>, Status>>& done) {
   bool moved = false;
   if (broken_.empty()) moved = transport_->progress(pending_);
-  // Deadlines, and peers that will never come (checked every 100 ms).
+  // Deadlines, and peers that will never come (checked every 100 ms); the clock read every 16th pass (a deadline is
+  // seconds, a pass well under a microsecond; an operation's start is read at its post).
+  if ((++passes_ & 15) != 0) {
+    harvest(done, moved);
+    return moved;
+  }
   const auto now = std::chrono::steady_clock::now();
   const bool liveness = now >= next_liveness_;
   if (liveness) next_liveness_ = now + std::chrono::milliseconds(100);
@@ -140,23 +145,33 @@ bool P2pEngine::pass(std::vector<std::pair<std::shared_ptr<Request::State>, Stat
       }
     }
   }
-  // The finished leave; the non-blocking ones' requests are completed (by the caller, without the lock).
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    P2pOp* op = *it;
+  harvest(done, moved);
+  return moved;
+}
+
+void P2pEngine::harvest(std::vector<std::pair<std::shared_ptr<Request::State>, Status>>& done, bool& moved) {
+  // The finished leave (the others keep their order); the non-blocking ones' requests are completed (by the caller,
+  // without the lock), and their operations go.
+  size_t keep = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    P2pOp* op = pending_[i];
     if (!op->done) {
-      ++it;
+      pending_[keep++] = op;
       continue;
     }
-    it = pending_.erase(it);
     moved = true;
     if (op->req) {
       done.emplace_back(op->req, op->status);
       --async_pending_;
-      auto own = std::find_if(owned_.begin(), owned_.end(), [op](const auto& p) { return p.get() == op; });
-      if (own != owned_.end()) owned_.erase(own);
+      const size_t at = op->owned_at;  // (swapped with the last, which takes its place)
+      if (at + 1 != owned_.size()) {
+        owned_[at] = std::move(owned_.back());
+        owned_[at]->owned_at = at;
+      }
+      owned_.pop_back();
     }
   }
-  return moved;
+  pending_.resize(keep);
 }
 
 Status P2pEngine::run(P2pOp& op) { return run_both(op, nullptr); }
@@ -235,6 +250,7 @@ Request P2pEngine::start(std::unique_ptr<P2pOp> op) {
       op->start = std::chrono::steady_clock::now();
       op->req = r.state_;
       pending_.push_back(op.get());
+      op->owned_at = owned_.size();
       owned_.push_back(std::move(op));
       ++async_pending_;
       // A first pass now: a small send is done before the call returns, and the thread has less to do.

@@ -83,6 +83,7 @@ struct P2pOp {
   Status status;
   std::chrono::steady_clock::time_point start;
   std::shared_ptr<Request::State> req;  // a non-blocking operation's, completed by the engine
+  size_t owned_at = 0;                  // a non-blocking operation's place in the engine's owned_
   // The transport's: how far it got.
   bool started = false;
   size_t moved = 0;
@@ -136,6 +137,8 @@ class P2pEngine {
   Status check(const P2pOp& op) const;
   // One pass: progress, deadlines, completions. With the lock held; the requests to complete go to `done`.
   bool pass(std::vector<std::pair<std::shared_ptr<Request::State>, Status>>& done);
+  // The finished operations leave pending_ (moved: set if any did); their requests go to `done`.
+  void harvest(std::vector<std::pair<std::shared_ptr<Request::State>, Status>>& done, bool& moved);
   static void complete(std::vector<std::pair<std::shared_ptr<Request::State>, Status>>& done);
   // Breaks point-to-point for good: culprit fails with s, every other pending operation with a note of it.
   void fail_all(const Status& s, P2pOp* culprit);
@@ -153,7 +156,8 @@ class P2pEngine {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<P2pOp*> pending_;                   // in the order posted
-  std::vector<std::unique_ptr<P2pOp>> owned_;    // the non-blocking ones
+  std::vector<std::unique_ptr<P2pOp>> owned_;    // the non-blocking ones (P2pOp::owned_at: where)
+  uint64_t passes_ = 0;                          // pass() calls (the clock is read every 16th)
   int64_t async_pending_ = 0;
   std::string broken_;                           // why point-to-point is unusable, once it is
   std::chrono::steady_clock::time_point next_liveness_{};

@@ -94,10 +94,14 @@ class ShmP2p final : public P2pTransport {
   bool progress(std::deque<P2pOp*>& ops) override {
     bool moved = false;
     // Sends, each destination's in the order posted.
-    std::vector<bool>& blocked = blocked_;  // (a member: no allocation a pass)
-    blocked.assign(static_cast<size_t>(size_), false);
+    std::vector<bool>& blocked = blocked_;  // (a member: no allocation a pass; cleared at a pass's first send)
+    bool cleared = false;
     for (P2pOp* op : ops) {
       if (op->kind != P2pOp::kSend || op->done) continue;
+      if (!cleared) {
+        blocked.assign(static_cast<size_t>(size_), false);
+        cleared = true;
+      }
       if (blocked[static_cast<size_t>(op->peer)]) continue;
       moved |= push(*op);
       // (A single copy waiting to be taken does not hold back the next message: its frame is in the ring.)
@@ -234,6 +238,7 @@ class ShmP2p final : public P2pTransport {
 
   // Receives and probes that a message already here satisfies (the first posted takes the first arrived).
   bool take_stashed(std::deque<P2pOp*>& ops) {
+    if (stash_.empty()) return false;  // (nothing here: a receive is bound only to a stashed message)
     bool moved = false;
     for (P2pOp* op : ops) {
       if (op->kind == P2pOp::kSend || op->done || op->handle != 0) continue;
