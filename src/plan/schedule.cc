@@ -330,6 +330,11 @@ class Compiler {
     op.flops = flops;
   }
   int64_t seg_bytes(int s, int64_t esize) const { return segs_.size[static_cast<size_t>(s)] * esize; }
+  // A device AdamW's traffic over n parameters: read p, g, m, v; write p, m, v and the compute copy when it is not the
+  // master (Note [device update by segment] in exec/optimizer.cc).
+  int64_t device_adamw_bytes(int64_t n) const {
+    return n * (7 * msize_ + (sp_.compute != master_dtype_for(sp_.compute) ? esize_ : 0));
+  }
   // What the optimizer's copies of segment s move (Note [sharded optimizer]: the share).
   int64_t share_bytes(int s, int64_t esize) const {
     return sp_.optimizer_share(segs_.size[static_cast<size_t>(s)]) * esize;
@@ -670,9 +675,7 @@ class Compiler {
       }
       add(out, StreamId::kCompute, OpKind::kNormTotal, "grad norm");
       Op& op = add(out, StreamId::kCompute, OpKind::kDeviceAdamW, "adamw");
-      // Read p, g, m, v; write p, m, v and the compute copy when it is not the master (Note [device update by
-      // segment] in exec/optimizer.cc).
-      op.bytes = model_num_params(sp_.model) * (7 * msize_ + (sp_.compute != master_dtype_for(sp_.compute) ? esize_ : 0));
+      op.bytes = device_adamw_bytes(model_num_params(sp_.model));
       return;
     }
     // Note [speculative update] in exec/optimizer.h: the norm, then segment by segment in forward order the update
@@ -684,7 +687,7 @@ class Compiler {
       Op& op = add(out, StreamId::kCompute, OpKind::kDeviceAdamW, "adamw " + seg_name(s));
       op.segment = s;
       op.layer = s >= 1 && s <= L_ ? s - 1 : -1;
-      op.bytes = segs_.size[static_cast<size_t>(s)] * (7 * msize_ + (sp_.compute != master_dtype_for(sp_.compute) ? esize_ : 0));
+      op.bytes = device_adamw_bytes(segs_.size[static_cast<size_t>(s)]);
     }
     wait(out, StreamId::kD2H, "grads_ready", "wait backward");
     if (plan_.managed_grads && plan_.um.prefetch && sp_.data_ranks > 1)
