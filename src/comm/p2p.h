@@ -27,30 +27,31 @@ namespace tt::comm {
 // bytes are with the transport (shm: in the receiver's ring, 64 KiB from each rank to each: smaller messages are
 // complete at once, as MPI's eager ones; from 64 KiB the receiver copies the message straight out of the sender's
 // buffer, Note [point-to-point single copy] in shm_p2p.cc, or streams it through the ring where single copies are
-// off), not when a receive has it. A receive that finds a message longer than its buffer, or of another type, fails and the message is
-// dropped (the stream stays whole, the communicator usable). A deadline passed, or a peer that died or gave up,
-// breaks point-to-point for good (a message may be half sent) and abandons the communicator, so that the peers hear
-// of it. Blocking calls drive the transport on the caller's thread; non-blocking ones are driven by the engine's
-// thread (started by the first of them), which sleeps while none is pending; every pending operation moves whoever
-// drives, so two ranks that Isend to each other and then Recv both get through.
+// off), not when a receive has it. A receive that finds a message longer than its buffer, or of another type, fails
+// and the message is dropped (the stream stays whole, the communicator usable). A deadline passed, or a peer that
+// died or gave up, breaks point-to-point for good (a message may be half sent) and abandons the communicator, so
+// that the peers hear of it. Blocking calls drive the transport on the caller's thread; non-blocking ones are driven
+// by the engine's thread (started by the first of them), which sleeps while none is pending; every pending
+// operation moves whoever drives, so two ranks that Isend to each other and then Recv both get through.
 // The messages do not order with the collectives (as in MPI): a rank may be in a barrier while its Isend streams.
 //
 // Note [progress on the waiting thread]
 // A thread that waits for a point-to-point request (Request::wait, test) drives the engine itself, as MPI's progress
 // happens in the calls that wait, rather than spinning on a flag while the engine's thread does the work: with two
 // threads a rank busy on the cores the ranks share (a 2-core machine at 2 ranks: four), each hand-off cost a yield or
-// a sleep (a window of 64 small Isends took 8 us a message against mpi4py's 0.7; docs/benchmarks/2026-12-06-cpu-mpi4py-same).
-// Sendrecv posts its receive and its send and drives both on the caller's thread, as Send and Recv do one. The
-// engine's thread still moves what no one waits for.
+// a sleep (a window of 64 small Isends took 8 us a message against mpi4py's 0.7;
+// docs/benchmarks/2026-12-06-cpu-mpi4py-same). Sendrecv posts its receive and its send and drives both on the
+// caller's thread, as Send and Recv do one. The engine's thread still moves what no one waits for.
 //
 // Note [the engine stands by]
 // The engine's thread moves the pending operations only once no caller has been in the engine for kStandBy (a post,
-// a wait, a test, a blocking call: it counts them, and looks again after kStandBy): while the program calls, its calls move everything (as MPI's progress does), and
-// a second thread taking the lock between them, or woken at each post, only costs (posting 64 small Isends took
-// 4.3 us each against 0.7 with it standing by, on 2 cores at 2 ranks; most of it in waking the thread and in the
-// lock passing between the two). When the program goes away (computes, or sits in a collective) with operations
-// pending, the thread takes over after kStandBy: a long Isend still streams while its sender is in a barrier. The
-// thread is woken only when operations become pending with it asleep.
+// a wait, a test, a blocking call: it counts them, and looks again after kStandBy). While the program calls, its
+// calls move everything (as MPI's progress does); a second thread taking the lock between them, or woken at each
+// post, only costs: posting 64 small Isends took 4.3 us each, and about 1.2 with the thread standing by (2 cores, 2
+// ranks; most of it had gone to waking the thread and to the lock passing between the two). When the program goes
+// away (computes, or sits in a collective) with operations pending, the thread takes over after kStandBy: a long
+// Isend still moves while its sender is in a barrier. The thread is woken only when operations become pending with
+// it asleep.
 
 // The type of a message of bytes (it matches any type): DType values are 0..5.
 constexpr int32_t kBytesType = 255;

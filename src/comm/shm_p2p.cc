@@ -34,8 +34,8 @@ static_assert(sizeof(Frame) == 16);
 // other before either Recvs, or a receive for a later tag than a blocking send's, still get through, as with the
 // ring (MPI calls such programs unsafe; Open MPI's large messages deadlock there). (Not whenever a copy waits: a rank
 // posting a window of receives, each taking its copy as it is posted, would stash the later messages, one copy more
-// each.) One copy instead of two through a 64 KiB
-// ring that both sides take turns at, as Open MPI's shared-memory transport does.
+// each.) One copy instead of two through a 64 KiB ring that both sides take turns at, as Open MPI's shared-memory
+// transport does (docs/benchmarks/2026-12-06-cpu-p2p-single-copy/).
 constexpr int32_t kRemote = 1 << 16;
 struct Remote {
   uint64_t addr;
