@@ -1266,7 +1266,7 @@ PYBIND11_MODULE(_comm, m) {
             check(st);
           },
           py::arg("buf"), py::arg("dest"), py::arg("tag") = 0,
-          "Sends `buf` to rank `dest` (MPI's standard send: returns once `buf` may be reused; messages under 64 KiB "
+          "Sends `buf` to rank `dest` (MPI's standard send: returns once `buf` may be reused; messages under 32 KiB "
           "are buffered at once).")
       .def(
           "_Recv",

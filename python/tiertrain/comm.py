@@ -618,7 +618,7 @@ def _status_null(status):
 
 def _Send(self, buf, dest, tag=0):
     """Sends `buf` (or an mpi4py buffer spec) to rank `dest` (MPI's standard send: returns once `buf` may be reused;
-    messages under 64 KiB are buffered at once)."""
+    messages under 32 KiB are buffered at once)."""
     if dest != PROC_NULL:
         self._Send(_spec(buf), dest, tag)
 

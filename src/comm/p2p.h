@@ -24,8 +24,8 @@ namespace tt::comm {
 // A message is a frame (its length, tag and type) and its bytes. Semantics are MPI's: a receive names a source and a
 // tag or takes any; the receives posted first take the messages that arrived first among those they match;
 // messages from one rank to another are never overtaken by later ones of the same match. A send is complete once its
-// bytes are with the transport (shm: in the receiver's ring, 64 KiB from each rank to each: smaller messages are
-// complete at once, as MPI's eager ones; from 64 KiB the receiver copies the message straight out of the sender's
+// bytes are with the transport (shm: in the receiver's ring, 64 KiB from each rank to each: messages under 32 KiB are
+// complete at once, as MPI's eager ones; from 32 KiB the receiver copies the message straight out of the sender's
 // buffer, Note [point-to-point single copy] in shm_p2p.cc, or streams it through the ring where single copies are
 // off), not when a receive has it. A receive that finds a message longer than its buffer, or of another type, fails
 // and the message is dropped (the stream stays whole, the communicator usable). A deadline passed, or a peer that

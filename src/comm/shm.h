@@ -34,9 +34,11 @@ struct ShmOptions {
   // Note [single copy by pages] in comm/shm_copy.cc.
   size_t cma_huge_bytes = 32 << 10;
   // Point-to-point messages of at least this many bytes go in one copy from the sender's buffer into the receiver's
-  // where the ranks may attach to each other (TIERTRAIN_COMM_P2P_CMA_BYTES; 0: never). The default, 64 KiB: what
-  // does not fit a ring whole (Note [point-to-point single copy] in comm/shm_p2p.cc).
-  size_t p2p_cma_bytes = 64 << 10;
+  // where the ranks may attach to each other (TIERTRAIN_COMM_P2P_CMA_BYTES; 0: never). The default, 32 KiB: at 32
+  // KiB the ring was as fast as single copies where the two ranks' cores pass cache lines cheaply, and 3.5x slower
+  // where they do not (docs/benchmarks/2026-12-06-cpu-p2p-single-copy/; Note [point-to-point single copy] in
+  // comm/shm_p2p.cc).
+  size_t p2p_cma_bytes = 32 << 10;
   // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0: never). The
   // default, 32: with fewer ranks the flat line is as fast or faster, the tree's second step costing more than the
   // shorter line saves (docs/benchmarks/2026-11-30-h200x2-comm-tuning/). Note [arrival tree] in comm/shm_internal.h.

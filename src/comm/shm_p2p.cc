@@ -19,7 +19,7 @@ struct Frame {
 static_assert(sizeof(Frame) == 16);
 
 // Note [point-to-point single copy]
-// A message of at least the agreed threshold (ShmOptions::p2p_cma_bytes, 64 KiB by default; agreed at init as the
+// A message of at least the agreed threshold (ShmOptions::p2p_cma_bytes, 32 KiB by default; agreed at init as the
 // collectives' single copies are: Note [single copy]) to another rank does not go through the ring: its frame
 // (type | kRemote) is followed by a Remote: where the bytes are in the sender's address space, and the message's
 // number n among the single copies from this sender to this receiver. The receiver copies the bytes with one

@@ -35,7 +35,7 @@ constexpr Param kParams[] = {
     {"TIERTRAIN_COMM_CMA_BYTES", "auto (where the ranks may attach to each other)",
      "pieces of at least this many bytes are copied rank to rank in one copy; 0: never (comm/shm.h)"},
     {"TIERTRAIN_COMM_CMA_HUGE_BYTES", "see comm/shm.h", "single copies into huge pages from this many bytes a piece"},
-    {"TIERTRAIN_COMM_P2P_CMA_BYTES", "65536", "point-to-point messages of at least this many bytes go in one copy "
+    {"TIERTRAIN_COMM_P2P_CMA_BYTES", "32768", "point-to-point messages of at least this many bytes go in one copy "
      "from sender to receiver; 0: never (Note [point-to-point single copy])"},
     {"TIERTRAIN_COMM_HUGE_BYTES", "4194304", "comm.zeros() buffers of at least this many bytes on huge pages; 0: never"},
     {"TIERTRAIN_COMM_ID", "set by tiertrain launch", "the job's unique name, which its ranks meet under",

@@ -1346,13 +1346,13 @@ TEST(CommShm, PointToPointMessagesArriveWholeInOrderAndByTag) {
     for (int r = 0; r < ranks; ++r)
       EXPECT_HAS(j.output, "rank " + std::to_string(r) + ": point-to-point right (backend shm)");
   }
-  // Note [point-to-point single copy]: by default from 64 KiB (the scenario's long messages), where the ranks may
+  // Note [point-to-point single copy]: by default from 32 KiB (the scenario's long messages), where the ranks may
   // attach to each other; every message of a byte or more (short, long, stashed, refused, probed, any source) in one
   // copy; none (every message through the rings).
   const Job said = launch(2, "p2p", "TIERTRAIN_COMM_TIMEOUT=60 TT_LOG_COMM=1");
   EXPECT_EQ(said.code, 0) << said.output;
   if (said.output.find("cannot attach") == std::string::npos) {
-    EXPECT_HAS(said.output, "point-to-point single copies from 64.00 KiB");
+    EXPECT_HAS(said.output, "point-to-point single copies from 32.00 KiB");
   }
   for (const char* env : {"TIERTRAIN_COMM_P2P_CMA_BYTES=1", "TIERTRAIN_COMM_P2P_CMA_BYTES=0"}) {
     const Job k = launch(3, "p2p", std::string("TIERTRAIN_COMM_TIMEOUT=60 TT_LOG_COMM=1 ") + env);
