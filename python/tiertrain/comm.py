@@ -784,22 +784,13 @@ def _ready(r):
 def _Waitall(requests, statuses=None):
     """Waits for every request (mpi4py's Request.Waitall); `statuses`, a list, gets each one's Status."""
     requests = _checked(requests, "Waitall")
-    if statuses is None and all(type(r) is Request for r in requests):  # (the common case: plain requests)
-        first = None
-        for r in requests:
-            try:
-                r.Wait()  # (a request waited for already returns at once)
-            except CommError as e:
-                first = first or e
-        if first is not None:
-            raise first
-        return True
     statuses = _statuses_for(statuses, len(requests))
     first = None
     for i, r in enumerate(requests):
         st = None if statuses is None else statuses[i]
         try:
-            if _live(r):
+            # (A plain Request without a status is waited for at once: Wait returns at once when it was waited.)
+            if (st is None and type(r) is Request) or _live(r):
                 r.Wait(st)
             else:
                 _null_status(st)

@@ -179,7 +179,6 @@ Status P2pEngine::run(P2pOp& op) { return run_both(op, nullptr); }
 Status P2pEngine::run_both(P2pOp& a, P2pOp* b) {
   std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
   std::unique_lock<std::mutex> lock(mu_);
-  called();
   TT_TRY(check(a));
   if (b != nullptr) TT_TRY(check(*b));
   a.start = std::chrono::steady_clock::now();
