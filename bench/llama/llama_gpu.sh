@@ -22,6 +22,7 @@
 #        "device"), PyTorch's TT_OFF_MODES single-GPU offloads (bench/llama/torch_offload_gpu.py: FSDP2 with CPUOffloadPolicy, torchao's
 #        CPUOffloadOptimizer; each compiled, fp32 weights and AdamW state, clip 1.0).
 # rows:  issue 46: Llama-2-7B's shape with AdamW on the host, and the 8B at T 8192 with the automatic plan.
+# h200:  issue 46's H200 row: the 8B with AdamW on the device (the fastest fitting plan, if any), on the host, split.
 # jsonl: issue 46: a 1B Llama fine-tuned on JSON Lines (bench/llama/make_finetune_data.py) with AdamW on the device,
 #        on the host (whole, rings, rings with recompute) and split; the losses compared (bench/llama/compare_losses.py).
 # hostbw: the host's memory bandwidth (bench/comm/membw.cc) and its AdamW's rate (bench/ooc/adamw_bench.cc), the
@@ -80,7 +81,7 @@ if has hostbw; then
   cat "$OUT/adamw_bench.txt"
 fi
 has 1b || has slice || has attn || has profile || has 8b || has offload || has predict || has largest || has rows ||
-  has jsonl || exit $status
+  has jsonl || has h200 || exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
 SHARD=/tmp/tiertrain-random-llama3.bin
 [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 --vocab 128256 > /dev/null
@@ -302,6 +303,42 @@ if has rows; then
   timeout 300 "$TT" train "${m8l[@]}" --plan auto --steps 4 --warmup 1 --eval-every 0 --log-every 1 \
     --metrics-out "$OUT/tiertrain_8b_t8192.json" > "$OUT/tiertrain_8b_t8192.log" 2>&1 || status=1
   grep -vE '^\[tiertrain' "$OUT/tiertrain_8b_t8192.log" | grep -E '^plan|^AdamW of|^done|error'
+  pack
+fi
+if has h200; then
+  # Issue 46's H200 row: the Llama-3-8B shape (T 2048, micro-batches of 2, TT_H200_ACCUM a step, "16") with every
+  # optimizer state on the device, on the host, and split; the all-device run takes the fastest fitting plan of the
+  # performance model's /device rows (none may fit: the fp32 master, moments and gradients alone are 16 bytes a
+  # parameter, 119.7 GiB), then at micro-batches of 1.
+  m0=(--family llama --layers 32 --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048 --rope-theta 500000
+      --tied-embeddings false --data "$SHARD")
+  grep -E 'MemTotal|MemAvailable' /proc/meminfo
+  nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
+  rows=in-core/device,in-core-selective/device,recompute/device,swap-activations/device
+  rows+=,swap-attention-recompute-mlp/device,swap-attention-recompute-mlp-norms/device,in-core/cpu,recompute/cpu
+  best=""
+  for mb in "2 ${TT_H200_ACCUM:-16}" "1 $(( ${TT_H200_ACCUM:-16} * 2 ))"; do
+    read -r b g <<< "$mb"
+    timeout 300 "$TT" plan "${m0[@]}" --batch "$b" --grad-accum "$g" --plans "$rows" > "$OUT/plan_h200_b$b.txt" 2>&1 ||
+      status=1
+    grep -vE '^\[tiertrain|^calibrate' "$OUT/plan_h200_b$b.txt" | tail -n 12
+    best=$(awk '$2 == "device" && $3 ~ /^yes/ { print $(NF-3), $1 }' "$OUT/plan_h200_b$b.txt" | sort -n | head -1 |
+      awk '{ print $2 }')
+    [ -n "$best" ] && { bd=$b gd=$g; echo "fastest all-device plan: $best at micro-batches of $b x $g"; break; }
+  done
+  h2run() {  # NAME FLAGS...
+    local n=$1 start
+    shift
+    start=$(date +%s)
+    timeout "${TT_8B_TIMEOUT:-300}" "$TT" train "${m0[@]}" "$@" --steps "${TT_8B_STEPS:-4}" --warmup 1 --eval-every 0 \
+      --log-every 1 --metrics-out "$OUT/tiertrain_h200_$n.json" > "$OUT/tiertrain_h200_$n.log" 2>&1 ||
+      { echo "tiertrain h200 $n failed"; status=1; }
+    echo "h200 $n ($(( $(date +%s) - start )) s):"
+    grep -vE '^\[tiertrain' "$OUT/tiertrain_h200_$n.log" | grep -E '^plan|^AdamW of|^host buffers|^done|rror' | cut -c1-300
+  }
+  if [ -n "$best" ]; then h2run "device_$best" --batch "$bd" --grad-accum "$gd" --plan "$best" --optimizer device; fi
+  for k in plan auto; do h2run "cpu_s$k" --batch 2 --grad-accum "${TT_H200_ACCUM:-16}" --plan in-core --optimizer cpu \
+    --device-optimizer-segments "$k"; done
   pack
 fi
 if has 8b; then
