@@ -20,7 +20,8 @@
 #        the 8B family at 24 layers, 6.3B), micro-batch TT_OFF_BATCH (2) x TT_OFF_ACCUM (8) a step: tiertrain's
 #        TT_OFF_RUNS (AdamW on the host "cpu", on the host but for what fits the device "split", on the device
 #        "device"), PyTorch's TT_OFF_MODES single-GPU offloads (bench/llama/torch_offload_gpu.py: FSDP2 with CPUOffloadPolicy, torchao's
-#        CPUOffloadOptimizer; each compiled, fp32 weights and AdamW state, clip 1.0).
+#        CPUOffloadOptimizer, DeepSpeed's ZeRO-Offload "deepspeed-zero-offload" (wheels: bench/llama/fetch_wheels.sh);
+#        each compiled, fp32 weights and AdamW state, clip 1.0).
 # rows:  issue 46: Llama-2-7B's shape with AdamW on the host, and the 8B at T 8192 with the automatic plan.
 # h200:  issue 46's H200 row: the 8B with AdamW on the device (the fastest fitting plan, if any), on the host, split.
 # jsonl: issue 46: a 1B Llama fine-tuned on JSON Lines (bench/llama/make_finetune_data.py) with AdamW on the device,
@@ -94,7 +95,7 @@ if [[ " ${TT_TORCH_IMPLS:-clean hf} " == *" hf "* ]] || has offload; then
     python3 -c "import site; print('\n'.join('import site; site.addsitedir(%r)' % d for d in site.getsitepackages()))" \
       > "$(/tmp/tt-hf/bin/python -c 'import site; print(site.getsitepackages()[0])')/tt_parent_env.pth" &&
     /tmp/tt-hf/bin/python -m pip install -q --no-index --find-links .deps/hfwheels transformers torchao \
-      > "$OUT/pip.log" 2>&1; then
+      $([[ " ${TT_OFF_MODES:-} " == *" deepspeed-zero-offload "* ]] && echo deepspeed) > "$OUT/pip.log" 2>&1; then
     PY=/tmp/tt-hf/bin/python
   else
     echo "transformers did not install (the hf rows are skipped):"; tail -3 "$OUT/pip.log"
@@ -183,7 +184,7 @@ if has offload; then
     tie=(--tied-embeddings true)
     ttie=--tied
   fi
-  for run in ${TT_OFF_RUNS:-cpu device}; do
+  for run in ${TT_OFF_RUNS-cpu device}; do  # (TT_OFF_RUNS="": PyTorch's rows alone)
     opt=$run
     extra=()
     [ "$run" = cpu ] && extra=(--device-optimizer-segments plan)  # every update the host's
@@ -194,6 +195,8 @@ if has offload; then
     grep -E '^AdamW of' "$OUT/tiertrain_${sh}_$run.log"
     grep -o 'median.*' "$OUT/tiertrain_${sh}_$run.log" | head -n 1 | sed "s/^/tiertrain $sh $run: /"
   done
+  # DeepSpeed builds its CPUAdam with ninja at first use, against the CUDA toolkit's headers.
+  [ -z "${CUDA_HOME:-}" ] && [ -d /usr/local/cuda ] && export CUDA_HOME=/usr/local/cuda
   for mode in ${TT_OFF_MODES:-fsdp2-cpu-offload torchao-cpu-offload-optimizer}; do
     timeout 300 "$PY" bench/llama/torch_offload_gpu.py --mode "$mode" --compile "${m[@]}" "$ttie" --steps 6 \
       --warmup-steps 2 --json-out "$OUT/torch_offload_${mode}_$sh.json" > "$OUT/torch_offload_${mode}_$sh.log" 2>&1 ||

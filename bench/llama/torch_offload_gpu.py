@@ -61,6 +61,18 @@ Modes (``--mode``):
     divides the gradients by it as it reads them), so clipping costs no extra pass over the host gradients.
     ``--no-clip`` is torchao's plain documented setup.
 
+``deepspeed-zero-offload``
+    DeepSpeed's ZeRO-Offload on one GPU (``deepspeed.initialize`` in this process, a world of one): ZeRO stage 2 with
+    ``offload_optimizer: {device: cpu, pin_memory: true}``, ``bf16: {enabled: true}``, ``overlap_comm`` and
+    ``contiguous_gradients`` on, as DeepSpeed's ZeRO-Offload tutorial sets them, its ``AdamW`` (DeepSpeedCPUAdam
+    in AdamW mode, built by DeepSpeed at first use), ``gradient_clipping`` 1.0 and ``gradient_accumulation_steps``
+    (DeepSpeed adds each micro-batch's gradients into its fp32 host copy). The bf16 weights and gradient buckets stay
+    on the GPU, the fp32 master, gradients and moments on the host (16 bytes a parameter). ``--compile`` and
+    ``--activation-checkpointing`` wrap the blocks before ``deepspeed.initialize``, as in the modes above; the
+    forward runs under bf16 autocast (the cross-entropy in fp32) and the RoPE tables stay fp32 (set again after
+    DeepSpeed casts the module to bf16). ``--ds-bucket`` sets the reduce and all-gather bucket sizes (elements).
+    Not used: the one-step-delayed update (DPU, ``delay_param_update``-style options), which changes the training.
+
 ``none``
     No offload, the control: torch_llama_gpu.py's clean bf16-autocast step (fused AdamW on the GPU, clipping,
     ``--compile`` of the whole model, ``--activation-checkpointing`` by base.Llama itself). ``--device cpu`` runs it
@@ -105,7 +117,7 @@ from torch.utils.checkpoint import checkpoint
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_llama_gpu as base  # noqa: E402  (the clean Llama, FLOP count and constants)
 
-MODES = ("fsdp2-cpu-offload", "torchao-cpu-offload-optimizer", "none")
+MODES = ("fsdp2-cpu-offload", "torchao-cpu-offload-optimizer", "deepspeed-zero-offload", "none")
 PEAK_BF16_FLOPS = 989e12
 
 
@@ -216,6 +228,8 @@ def main() -> None:
                         "backward; and between micro-batches)")
     p.add_argument("--prefetch", type=int, default=0,
                    help="fsdp2: explicitly prefetch the next N blocks in forward and backward (0: implicit)")
+    p.add_argument("--ds-bucket", type=float, default=5e8,
+                   help="deepspeed: reduce_bucket_size and allgather_bucket_size (elements)")
     p.add_argument("--device", choices=["cuda", "cpu"],
                    help="default cuda; cpu runs mode none (or fsdp2 without pinned memory) for a smoke test")
     p.add_argument("--json-out")
@@ -228,6 +242,8 @@ def main() -> None:
         p.error("--offload-gradients is the torchao mode's")
     if args.offload_gradients and args.grad_accum > 1:
         p.error("torchao's offload_gradients=True does not support gradient accumulation (--grad-accum 1)")
+    if args.mode == "deepspeed-zero-offload" and args.param_dtype != "fp32":
+        p.error("deepspeed keeps fp32 master weights on the host; its bf16 weights are the bf16 section's")
     if args.mode == "fsdp2-cpu-offload" and args.param_dtype != "fp32":
         p.error("fsdp2 keeps fp32 sharded weights; its bf16 compute is the MixedPrecisionPolicy")
 
@@ -236,8 +252,8 @@ def main() -> None:
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
         raise SystemExit("CUDA is not available (--device cpu runs --mode none at tiny shapes)")
-    if not cuda and args.mode == "torchao-cpu-offload-optimizer":
-        raise SystemExit("torchao's CPUOffloadOptimizer needs CUDA")
+    if not cuda and args.mode in ("torchao-cpu-offload-optimizer", "deepspeed-zero-offload"):
+        raise SystemExit(f"{args.mode} needs CUDA")
     torch.manual_seed(0)
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
     if cuda:
@@ -311,6 +327,41 @@ def main() -> None:
                             "reduce_dtype": "fp32", "reshard_after_forward": args.fsdp_reshard,
                             "cpu_adam": args.cpu_adam, "prefetch": args.prefetch,
                             "process_group": dist.get_backend()}
+    elif args.mode == "deepspeed-zero-offload":
+        import deepspeed
+        init_single_process_group(cuda)
+        wrap_blocks(model, args.activation_checkpointing, args.compile_mode if args.compile else None)
+        model.to_empty(device=dev)  # fp32 on the GPU; DeepSpeed casts it to bf16 and keeps the fp32 master on the host
+        if args.tied:
+            model.head.weight = model.embed.weight
+        init_weights(model, dev)
+        config = {"train_micro_batch_size_per_gpu": args.batch, "gradient_accumulation_steps": accum,
+                  "gradient_clipping": base.GRAD_CLIP if clip else 0.0, "bf16": {"enabled": True},
+                  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                                        "overlap_comm": True, "contiguous_gradients": True,
+                                        "reduce_bucket_size": int(args.ds_bucket),
+                                        "allgather_bucket_size": int(args.ds_bucket)},
+                  "optimizer": {"type": "AdamW", "params": {"lr": base.LR, "betas": list(base.BETAS)}},
+                  "steps_per_print": 10**9, "wall_clock_breakdown": False}
+        engine, opt, _, _ = deepspeed.initialize(model=model, config=config,
+                                                 model_parameters=adamw_groups(list(model.parameters())))
+        set_rope_tables(engine.module, args, dev)  # fp32 again after DeepSpeed's cast to bf16
+
+        def step(seqs):
+            total = torch.zeros((), device=dev)
+            for micro in seqs:
+                with torch.autocast(dev.type, dtype=torch.bfloat16):
+                    loss = engine(micro[:, :-1], micro[:, 1:])
+                engine.backward(loss)  # scaled by 1 / gradient_accumulation_steps
+                engine.step()  # the update at the last micro-batch
+                total += loss.detach()
+            return total / accum
+
+        impl = "deepspeed-zero2-offload-bf16" + ("-compile" if args.compile else "-eager")
+        extra["deepspeed_version"] = deepspeed.__version__
+        extra["offload"] = {"zero_stage": 2, "offload_optimizer": "cpu", "pin_memory": True,
+                            "optimizer": type(getattr(opt, "optimizer", opt)).__name__,
+                            "bucket_elements": int(args.ds_bucket)}
     else:
         dtype = torch.bfloat16 if args.param_dtype == "bf16" else torch.float32
         model = model.to(dtype)  # still on meta: free
@@ -428,7 +479,7 @@ def main() -> None:
         with open(args.json_out, "w") as f:
             json.dump(result, f, indent=2)
             f.write("\n")
-    if args.mode == "fsdp2-cpu-offload":
+    if args.mode in ("fsdp2-cpu-offload", "deepspeed-zero-offload"):
         import torch.distributed as dist
         dist.destroy_process_group()
 

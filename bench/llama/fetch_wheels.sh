@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The Python wheels of the PyTorch baselines that the GPU machine (no PyPI) installs from .deps/hfwheels (carried to
+# it; bench/llama/llama_gpu.sh installs them over its system torch): transformers and torchao (bench/llama/*.py's hf
+# rows, torchao's CPUOffloadOptimizer) and DeepSpeed (ZeRO-Offload in bench/llama/torch_offload_gpu.py) with the
+# dependencies torch's environment lacks. DeepSpeed is an sdist on PyPI: built here into a pure-Python wheel without
+# its compiled ops (DeepSpeed builds CPUAdam with ninja at first use on the GPU machine). Run where PyPI is reachable,
+# with a Python whose pip can build the sdist (PY, default python3; torch in it avoids DeepSpeed's warning).
+#
+#   bench/llama/fetch_wheels.sh [DIR]            DIR default .deps/hfwheels
+set -euo pipefail
+DIR=${1:-.deps/hfwheels}
+PY=${PY:-python3}
+mkdir -p "$DIR"
+plat=(--only-binary :all: --python-version 3.12 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64
+      --platform manylinux_2_24_x86_64 --platform manylinux_2_28_x86_64)
+"$PY" -m pip download -q "${plat[@]}" -d "$DIR" transformers torchao
+"$PY" -m pip download -q "${plat[@]}" --no-deps -d "$DIR" hjson ninja psutil py-cpuinfo nvidia-ml-py msgpack einops \
+  pydantic pydantic-core annotated-types typing-inspection tqdm
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$PY" -m pip download -q --no-deps --no-binary :all: -d "$tmp" deepspeed
+"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$DIR" "$tmp"/deepspeed-*.tar.gz
+ls "$DIR"
