@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 48 on a many-core host (the GPU machine's 16 cores): bench/comm/mpi4py_same.py, one mpi4py program, over
+# mpi4py (Open MPI, ranks bound to cores) and over tiertrain.comm (`tiertrain launch`, ranks bound to cores) with only
+# the import changed, at TT_SAME_RANKS ranks ("2 4 8 16"), TT_SAME_REPEATS runs a side (1), interleaved; the
+# Python environment from scripts/gpu_pyenv.sh (the tiertrain package and mpi4py from .deps/wheels, built there).
+# Results: OUTDIR/same_<impl>_<ranks>_<run>.json, logs, and OUTDIR/results.md (bench/comm/mpi4py_same_table.py's
+# tables, one per rank count).
+#   bench/comm/mpi4py_same_host.sh OUTDIR
+set -uo pipefail
+OUT=${1:?usage: bench/comm/mpi4py_same_host.sh OUTDIR}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cd "$(dirname "$0")/../.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+[ -n "${cmake_prefix+x}" ] || { source scripts/gpu_deps.sh; }
+start=$(date +%s)
+PY=$(scripts/gpu_pyenv.sh /tmp/tt-pyenv 2> "$OUT/pyenv.log" | tail -n 1)
+echo "python environment ($(( $(date +%s) - start )) s): $PY"
+"$PY" -c "import mpi4py, tiertrain.comm; print('mpi4py', mpi4py.__version__)" || { tail -5 "$OUT/pyenv.log"; exit 1; }
+TTBIN=$(dirname "$PY")/tiertrain
+[ -x "$TTBIN" ] || TTBIN=${TT:-build/gpu/src/tiertrain}
+lscpu > "$OUT/lscpu.txt" 2>&1 || true
+A=(--max-bytes "${TT_SAME_MAX:-16777216}" --bytes-per-case "${TT_SAME_BYTES:-3e8}")
+lim=${TT_SAME_TIMEOUT:-240}
+for n in ${TT_SAME_RANKS:-2 4 8 16}; do
+  [ "$n" -le "$(nproc)" ] || continue
+  tt_mpirun_flags "$n"
+  for i in $(seq 1 "${TT_SAME_REPEATS:-1}"); do
+    s=$(date +%s)
+    timeout "$lim" mpirun -n "$n" "${mpirun_flags[@]}" "$PY" bench/comm/mpi4py_same.py --impl mpi4py "${A[@]}" \
+      --json "$OUT/same_mpi4py_${n}_$i.json" > "$OUT/same_mpi4py_${n}_$i.log" 2>&1 ||
+      { echo "mpi4py $n ranks failed"; tail -3 "$OUT/same_mpi4py_${n}_$i.log"; }
+    m=$(date +%s)
+    timeout "$lim" "$TTBIN" launch -n "$n" --bind-to core -- "$PY" bench/comm/mpi4py_same.py --impl tiertrain "${A[@]}" \
+      --json "$OUT/same_tiertrain_${n}_$i.json" > "$OUT/same_tiertrain_${n}_$i.log" 2>&1 ||
+      { echo "tiertrain $n ranks failed"; tail -3 "$OUT/same_tiertrain_${n}_$i.log"; }
+    echo "$n ranks, run $i: mpi4py $(( m - s )) s, tiertrain $(( $(date +%s) - m )) s"
+  done
+  # One results file per rank count in the table tool's layout: {"runs": {side: [rows of each run]}}.
+  "$PY" - "$OUT" "$n" <<'PYEOF'
+import glob, json, sys
+out, n = sys.argv[1], sys.argv[2]
+runs = {}
+for side in ("mpi4py", "tiertrain"):
+    runs[side] = [json.load(open(p))["rows"] for p in sorted(glob.glob(f"{out}/same_{side}_{n}_*.json"))]
+json.dump({"ranks": int(n), "runs": runs}, open(f"{out}/results_{n}.json", "w"), indent=1)
+PYEOF
+  { echo "## $n ranks"; "$PY" bench/comm/mpi4py_same_table.py "$OUT/results_$n.json"; echo; } >> "$OUT/results.md" 2>&1
+done
+cat "$OUT/results.md"
