@@ -240,20 +240,24 @@ Request P2pEngine::start(std::unique_ptr<P2pOp> op) {
   // (This thread's list, kept: a post allocates no list of its own; complete() empties it.)
   thread_local std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
   bool wake = false;
+  P2pOp::Kind kind = P2pOp::kSend;
   {
     std::lock_guard<std::mutex> lock(mu_);
     called();
     if (Status s = check(*op); !s.is_ok()) {
       done.emplace_back(r.state_, s);
     } else {
+      kind = op->kind;
       op->start = std::chrono::steady_clock::now();
       op->req = r.state_;
       pending_.push_back(op.get());
       op->owned_at = owned_.size();
       owned_.push_back(std::move(op));
       ++async_pending_;
-      // A first pass now: a small send is done before the call returns, and the thread has less to do.
-      pass(done);
+      // A first pass now for a send: a small one is done before the call returns, and the thread has less to do. A
+      // receive waits for its wait or test (or the thread) to look: a pass at each post walks every pending operation,
+      // and a window of posted receives paid for it once per post.
+      if (kind == P2pOp::kSend) pass(done);
       if (!thread_.joinable()) thread_ = std::thread([this] { worker(); });
       wake = worker_asleep_ && async_pending_ > 0;  // Note [the engine stands by]: only a sleeping thread
     }
