@@ -310,6 +310,23 @@ def request_sets(comm: tc.Comm) -> None:
     expect(statuses[4].Get_source() == tc.ANY_SOURCE and statuses[4].Get_count() == 0, "REQUEST_NULL's status")
     expect(right_data(bufs) and reqs[0] == tc.REQUEST_NULL, "Waitall data, and a waited request is null")
     tc.Request.Waitall(sends)
+    # Waitall's plain case (a list of Requests alone, no statuses: one call in C++): a request listed twice and
+    # REQUEST_NULL skipped, every request null after; a failed one raises once the others are done.
+    bufs, reqs, sends = post(3)
+    tc.Request.Waitall([reqs[0], tc.REQUEST_NULL] + reqs + sends)
+    expect(right_data(bufs) and all(r == tc.REQUEST_NULL for r in reqs + sends), "Waitall of Requests alone")
+    short = np.zeros(2, np.int32)  # (the message is 8 int32: too long for it)
+    reqs = [comm.Irecv(short, source=left, tag=20), comm.Irecv(bufs[0], source=left, tag=21)]
+    sends = [comm.Isend(np.zeros(8, np.int32), dest=right, tag=20),
+             comm.Isend(np.full(8, 100 * me, np.int32), dest=right, tag=21)]
+    try:
+        tc.Request.Waitall(reqs)
+        expect(False, "Waitall of a receive too short did not raise")
+    except tc.CommMismatchError:
+        pass
+    expect(reqs[1] == tc.REQUEST_NULL and np.array_equal(bufs[0], np.full(8, 100 * left)),
+           "Waitall went on past the failed request")
+    tc.Request.Waitall(sends)
     # Waitany until none is live: every index once.
     bufs, reqs, sends = post(5)
     seen = []

@@ -415,6 +415,38 @@ class PyRequest {
     check(st);
     fill_status(status, info_);
   }
+  // Note [request sets] (comm.py): Waitall's plain case, every item a Request of this class and no statuses, in one
+  // call: the waits under one release of the GIL (none when all are done), then each request completed as Wait
+  // completes it; the first error raised once all are done.
+  static void wait_all(const std::vector<PyRequest*>& rs) {
+    std::vector<std::shared_ptr<Pending>> ps;
+    ps.reserve(rs.size());
+    bool ready = true;
+    for (PyRequest* r : rs) {
+      ps.push_back(r->p_);
+      if (r->p_ && !r->p_->req.ready()) ready = false;
+    }
+    if (ready) {
+      for (const auto& p : ps)
+        if (p) p->wait_once();
+    } else {
+      py::gil_scoped_release nogil;
+      for (const auto& p : ps)
+        if (p) p->wait_once();
+    }
+    tt::Status first;
+    for (size_t i = 0; i < rs.size(); ++i) {
+      std::shared_ptr<Pending>& p = ps[i];
+      if (!p) continue;
+      PyRequest& r = *rs[i];
+      r.p_.reset();  // (a request listed twice: completed twice, the same way)
+      r.info_ = p->info;
+      if (p->status.is_ok() && p->wants_bytes) r.result_ = py::bytes(p->bytes.data(), p->bytes.size());
+      if (!p->status.is_ok() && first.is_ok()) first = p->status;
+      p.reset();  // the last holder lets the buffers go, with the GIL
+    }
+    check(first);
+  }
   bool Test(const py::object& status = py::none()) {
     if (p_ && p_->req.valid() && !p_->req.test()) return false;
     Wait(status);
@@ -1177,6 +1209,24 @@ PYBIND11_MODULE(_comm, m) {
       .def("Test", &PyRequest::Test, py::arg("status") = py::none(),
            "Whether the operation is done (and if so, Wait() returns at once).")
       .def("_result", &PyRequest::result, "The object layer's received bytes, once waited for.")
+      .def_static(
+          "_wait_plain",
+          [](const py::list& requests) {
+            // Only a list of this class's Requests (an exact type check: no lookup a item); else nothing is waited
+            // for and the caller takes the general way.
+            static PyTypeObject* const cls = reinterpret_cast<PyTypeObject*>(py::type::of<PyRequest>().ptr());
+            std::vector<PyRequest*> rs;
+            rs.reserve(requests.size());
+            for (const py::handle& h : requests) {
+              if (Py_TYPE(h.ptr()) != cls) return false;
+              rs.push_back(&h.cast<PyRequest&>());
+            }
+            PyRequest::wait_all(rs);
+            return true;
+          },
+          py::arg("requests"),
+          "Waitall's plain case: waits for every item of a list of Requests (True), or does nothing (False) where "
+          "an item is another kind of request.")
       .def_property_readonly("_waited", &PyRequest::waited)
       .def_property_readonly("_ready", &PyRequest::ready)
       // mpi4py's: a request waited for compares equal to REQUEST_NULL (and to any other waited for).

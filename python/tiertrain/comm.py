@@ -783,6 +783,8 @@ def _ready(r):
 
 def _Waitall(requests, statuses=None):
     """Waits for every request (mpi4py's Request.Waitall); `statuses`, a list, gets each one's Status."""
+    if statuses is None and type(requests) is list and Request._wait_plain(requests):
+        return  # (every item a plain Request: waited for in one call)
     requests = _checked(requests, "Waitall")
     statuses = _statuses_for(statuses, len(requests))
     first = None
