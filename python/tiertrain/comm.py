@@ -620,12 +620,14 @@ def _Send(self, buf, dest, tag=0):
     """Sends `buf` (or an mpi4py buffer spec) to rank `dest` (MPI's standard send: returns once `buf` may be reused;
     messages under 32 KiB are buffered at once)."""
     if dest != PROC_NULL:
-        self._Send(_spec(buf), dest, tag)
+        self._Send(buf if type(buf) is _np.ndarray else _spec(buf), dest, tag)  # (an array: no call to look)
 
 
 def _Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
     """Receives a message from `source` (or ANY_SOURCE) with `tag` (or ANY_TAG) into `buf`: at most its length (a
     longer message raises CommMismatchError and is dropped). `status` gets the source, tag and length."""
+    if type(buf) is _np.ndarray and source != PROC_NULL:  # (the common case: no call to look at the spec)
+        return self._Recv(buf, source, tag, status)
     if source == PROC_NULL:
         return _status_null(status)
     into, finish = _recv_spec(buf, "Recv")
@@ -655,11 +657,13 @@ def _Isend(self, buf, dest, tag=0):
     """Send, started: a Request (Wait, Test). `buf` must not change until it is done."""
     if dest == PROC_NULL:
         return Comm._null_request(PROC_NULL)
-    return self._Isend(_spec(buf), dest, tag)
+    return self._Isend(buf if type(buf) is _np.ndarray else _spec(buf), dest, tag)
 
 
 def _Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
     """Recv, started: a Request; Wait(status) fills `status`. Leave `buf` alone until it is done."""
+    if type(buf) is _np.ndarray and source != PROC_NULL:  # (the common case)
+        return self._Irecv(buf, source, tag)
     if source == PROC_NULL:
         return Comm._null_request(PROC_NULL)
     into, finish = _recv_spec(buf, "Irecv")
