@@ -51,7 +51,8 @@ namespace tt::comm {
 // ranks; most of it had gone to waking the thread and to the lock passing between the two). When the program goes
 // away (computes, or sits in a collective) with operations pending, the thread takes over after kStandBy: a long
 // Isend still moves while its sender is in a barrier. The thread is woken only when operations become pending with
-// it asleep.
+// it asleep. A send's post makes one pass (a small send is done when Isend returns); a receive's post makes none
+// (each pass walks every pending operation: a window of 64 posted receives paid 64 passes, 0.4 us a post).
 
 // The type of a message of bytes (it matches any type): DType values are 0..5.
 constexpr int32_t kBytesType = 255;
