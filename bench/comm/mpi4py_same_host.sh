@@ -16,11 +16,12 @@ source bench/lib.sh
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 [ -n "${cmake_prefix+x}" ] || { source scripts/gpu_deps.sh; }
 start=$(date +%s)
-PY=$(scripts/gpu_pyenv.sh /tmp/tt-pyenv 2> "$OUT/pyenv.log" | tail -n 1)
+# (The package without the program: `tiertrain launch` is TT, built beside it.)
+PY=$(PIP_CONFIG_SETTINGS=cmake.define.TIERTRAIN_PIP_CLI=OFF scripts/gpu_pyenv.sh /tmp/tt-pyenv 2> "$OUT/pyenv.log" | tail -n 1)
 echo "python environment ($(( $(date +%s) - start )) s): $PY"
 "$PY" -c "import mpi4py, tiertrain.comm; print('mpi4py', mpi4py.__version__)" || { tail -5 "$OUT/pyenv.log"; exit 1; }
-TTBIN=$(dirname "$PY")/tiertrain
-[ -x "$TTBIN" ] || TTBIN=${TT:-build/gpu/src/tiertrain}
+TTBIN=${TT:-build/gpu/src/tiertrain}  # (the package's console script has no program in it here)
+[ -x "$TTBIN" ] || { tt_gpu_tiertrain; TTBIN=$TT; }
 lscpu > "$OUT/lscpu.txt" 2>&1 || true
 A=(--max-bytes "${TT_SAME_MAX:-16777216}" --bytes-per-case "${TT_SAME_BYTES:-3e8}")
 lim=${TT_SAME_TIMEOUT:-240}
@@ -35,7 +36,7 @@ for n in ${TT_SAME_RANKS:-2 4 8 16}; do
     m=$(date +%s)
     timeout "$lim" "$TTBIN" launch -n "$n" --bind-to core -- "$PY" bench/comm/mpi4py_same.py --impl tiertrain "${A[@]}" \
       --json "$OUT/same_tiertrain_${n}_$i.json" > "$OUT/same_tiertrain_${n}_$i.log" 2>&1 ||
-      { echo "tiertrain $n ranks failed"; tail -3 "$OUT/same_tiertrain_${n}_$i.log"; }
+      { echo "tiertrain $n ranks failed ($TTBIN):"; tail -5 "$OUT/same_tiertrain_${n}_$i.log"; }
     echo "$n ranks, run $i: mpi4py $(( m - s )) s, tiertrain $(( $(date +%s) - m )) s"
   done
   # One results file per rank count in the table tool's layout: {"runs": {side: [rows of each run]}}.
@@ -49,4 +50,6 @@ json.dump({"ranks": int(n), "runs": runs}, open(f"{out}/results_{n}.json", "w"),
 PYEOF
   { echo "## $n ranks"; "$PY" bench/comm/mpi4py_same_table.py "$OUT/results_$n.json"; echo; } >> "$OUT/results.md" 2>&1
 done
+tar -czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz $(cd "$OUT" && ls | grep -E '^same_|^pyenv|^lscpu') &&
+  (cd "$OUT" && rm -f same_* pyenv.log lscpu.txt)
 cat "$OUT/results.md"

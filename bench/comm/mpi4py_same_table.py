@@ -49,7 +49,7 @@ def main() -> None:
             print(f"\nbarrier: {base} {best[base][('barrier', 0)] * 1e6:.2f} us, {side} "
                   f"{best[side][('barrier', 0)] * 1e6:.2f} us")
     print("\n8 B times (us), " + " / ".join(sides) + ": " + "; ".join(
-        f"{c} " + " / ".join(f"{best[s][(c, 8)] * 1e6:.2f}" for s in sides) for c in cases if (c, 8) in best[base]))
+        f"{c} " + " / ".join(f"{best[s][(c, 8)] * 1e6:.2f}" for s in sides) for c in cases if all((c, 8) in best[s] for s in sides)))
 
 
 if __name__ == "__main__":

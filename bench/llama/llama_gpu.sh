@@ -206,7 +206,8 @@ if has offload; then
     start=$(date +%s)
     timeout "${TT_OFF_TORCH_TIMEOUT:-300}" "$PY" bench/llama/torch_offload_gpu.py --mode "$mode" --compile "${ac[@]}" \
       "${m[@]}" "$ttie" --steps 6 --warmup-steps 2 --json-out "$OUT/torch_offload_$n.json" \
-      > "$OUT/torch_offload_$n.log" 2>&1 || { echo "torch $n failed"; tail -4 "$OUT/torch_offload_$n.log"; status=1; }
+      > "$OUT/torch_offload_$n.log" 2>&1 || { echo "torch $n failed"; tail -4 "$OUT/torch_offload_$n.log"; status=1;
+        dmesg 2>/dev/null | grep -iE 'killed process|out of memory' | tail -2; }
     echo "torch $n ($(( $(date +%s) - start )) s):"
     tail -n 1 "$OUT/torch_offload_$n.log" | cut -c1-400
   done

@@ -196,6 +196,7 @@ def init_single_process_group(cuda: bool) -> None:
         raise SystemExit("this is a single-GPU baseline: run it with one process (torchrun --nproc_per_node 1)")
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("LOCAL_RANK", "0")  # (DeepSpeed asks for it)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     if "MASTER_PORT" not in os.environ:
         with socket.socket() as s:
