@@ -26,7 +26,7 @@ struct ShmOptions {
   // default: kCmaAutoBytes from kCmaAutoRanks ranks up, else never). Note [single copy] in comm/shm_internal.h.
   static constexpr size_t kCmaAuto = ~size_t(0);
   static constexpr size_t kCmaAutoBytes = 256 << 10;
-  static constexpr int kCmaAutoRanks = 4;
+  static constexpr int kCmaAutoRanks = 2;
   size_t cma_bytes = kCmaAuto;
   // Where single copies are on, a root whose buffer is on huge pages throughout (on_huge_pages) also takes them for
   // pieces of at least this many bytes, below cma_bytes, when the call is one round (TIERTRAIN_COMM_CMA_HUGE_BYTES;
