@@ -268,11 +268,11 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // copies every piece itself. At 256 KiB pieces the two paths are about even, and what a single copy costs depends
 // on the pages of the root's buffer (numpy asks for huge pages for large arrays; Note [single copy by pages]). They
 // were off below 4 ranks (a 64 MiB gather at 2 ranks lost on the 2-core machine, 2026-11-30) until 2026-12-06: at 2
-// ranks there, gathers and scatters of 512 KiB-32 MiB in all took 1.1-3.8x less time with them (C++ comm-bench, best of two
-// runs each), and mpi4py_same.py's from 256 KiB pieces ran at 0.95-2.40x mpi4py's with them against 0.68-2.23x
-// without (best of 3); a 256 KiB gather lost (1.39x mpi4py against 1.63x). Alltoall stays on the segments: each rank
-// reading its block out of every peer's send buffer was 1.5-2.4x slower there (the kernel pins every 4 KiB page it
-// reads), and was left out.
+// ranks there, gathers and scatters of 512 KiB-32 MiB in all took 1.1-3.8x less time with them (C++ comm-bench,
+// best of two runs each), and mpi4py_same.py's from 256 KiB pieces ran at 0.95-2.40x mpi4py's with them against
+// 0.68-2.23x without (best of 3); a 256 KiB gather lost (1.39x mpi4py against 1.63x). Alltoall stays on the
+// segments: each rank reading its block out of every peer's send buffer was 1.5-2.4x slower there (the kernel pins
+// every 4 KiB page it reads), and was left out.
 
 // Reductions of up to kDirectReduceBytes per round, whose inputs together (ranks x bytes) are at most
 // kDirectReduceReads, are reduced whole by every rank (one synchronisation); larger ones are split: each rank
