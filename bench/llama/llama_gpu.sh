@@ -331,7 +331,10 @@ if has h200; then
   rows=in-core/device,in-core-selective/device,recompute/device,swap-activations/device
   rows+=,swap-attention-recompute-mlp/device,swap-attention-recompute-mlp-norms/device,in-core/cpu,recompute/cpu
   best=""
-  for mb in "2 ${TT_H200_ACCUM:-16}" "1 $(( ${TT_H200_ACCUM:-16} * 2 ))"; do
+  # (TT_H200_FALLBACK=0: micro-batches of 2 only.)
+  fallback="1 $(( ${TT_H200_ACCUM:-16} * 2 ))"
+  [ "${TT_H200_FALLBACK:-1}" = 0 ] && fallback=""
+  for mb in "2 ${TT_H200_ACCUM:-16}" ${fallback:+"$fallback"}; do
     read -r b g <<< "$mb"
     timeout 300 "$TT" plan "${m0[@]}" --batch "$b" --grad-accum "$g" --plans "$rows" > "$OUT/plan_h200_b$b.txt" 2>&1 ||
       status=1
