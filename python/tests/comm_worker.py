@@ -1116,6 +1116,20 @@ def p2p(comm: tc.Comm) -> None:
         x = np.zeros(7)
         comm.Recv(x, 0, 42)
         expect((x == np.arange(7)).all(), "the message after the refused ones")
+    # Arguments refused before anything moves (Note [point-to-point fast calls] in _comm.cc turns each into its
+    # Python error), the communicator usable after them.
+    ro = np.zeros(4)
+    ro.flags.writeable = False
+    for call, error in [(lambda: comm.Send(np.ones(2), dest="1"), TypeError),
+                        (lambda: comm.Isend(np.ones(2), dest=1, tag=1 << 40), OverflowError),
+                        (lambda: comm.Send(np.ones(2), dest=n), tc.CommMismatchError),
+                        (lambda: comm.Irecv(np.ones(2), source=n + 1).Wait(), tc.CommMismatchError),
+                        (lambda: comm.Recv(ro, source=0), (ValueError, BufferError))]:
+        try:
+            call()
+            expect(False, f"no {error} raised")
+        except error as e:
+            expect("not a rank" in str(e) or error is not tc.CommMismatchError, str(e))
     comm.Barrier()
     print(f"rank {me}: point-to-point right")
 

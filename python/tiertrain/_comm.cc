@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -1151,10 +1152,122 @@ tt::Status p2p_recv(Communicator& c, const P2pBuf& pb, int source, int tag, tt::
 
 std::string bytes_of(const py::bytes& data) { return std::string(data); }
 
+// Note [point-to-point fast calls]
+// Send, Recv, Isend and Irecv are what mpi4py programs call most, a message at a time, and pybind11's dispatcher
+// costs about as much as the engine's post (it builds argument vectors and matches overloads, a few allocations a
+// call). These four are plain CPython functions of the fast calling convention, module functions _p2p_send(comm,
+// buf, dest, tag), _p2p_recv(comm, buf, source, tag, status), _p2p_isend(comm, buf, dest, tag) and _p2p_irecv(comm,
+// buf, source, tag) that comm.py's wrappers call with positional arguments; everything else stays with pybind11.
+
+// Runs f, turning a C++ exception into the Python error it stands for (nullptr returned then).
+template <typename F>
+PyObject* fast_call(F&& f) {
+  try {
+    return f();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+bool fast_args(const char* name, Py_ssize_t n, Py_ssize_t want) {
+  if (n == want) return true;
+  PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, want, n);
+  return false;
+}
+
+bool fast_int(PyObject* o, const char* what, int* out) {
+  const long v = PyLong_AsLong(o);  // (any object with __index__)
+  if (v == -1 && PyErr_Occurred()) return false;
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+    PyErr_Format(PyExc_OverflowError, "%s %ld is out of range", what, v);
+    return false;
+  }
+  *out = static_cast<int>(v);
+  return true;
+}
+
+PyObject* fast_send(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  int dest = 0, tag = 0;
+  if (!fast_args("_p2p_send", n, 4) || !fast_int(args[2], "dest", &dest) || !fast_int(args[3], "tag", &tag)) return nullptr;
+  return fast_call([&]() -> PyObject* {
+    PyComm& c = py::handle(args[0]).cast<PyComm&>();
+    Buf b;
+    const P2pBuf pb = p2p_buf(c, b, py::reinterpret_borrow<py::object>(args[1]), false, "Send");
+    tt::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = p2p_send(c.comm(), pb, dest, tag);
+    }
+    check(st);
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* fast_recv(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  int source = 0, tag = 0;
+  if (!fast_args("_p2p_recv", n, 5) || !fast_int(args[2], "source", &source) || !fast_int(args[3], "tag", &tag))
+    return nullptr;
+  return fast_call([&]() -> PyObject* {
+    PyComm& c = py::handle(args[0]).cast<PyComm&>();
+    Buf b;
+    const P2pBuf pb = p2p_buf(c, b, py::reinterpret_borrow<py::object>(args[1]), true, "Recv");
+    tt::comm::MessageInfo info;
+    tt::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = p2p_recv(c.comm(), pb, source, tag, &info);
+    }
+    check(st);
+    PyRequest::fill_status(py::reinterpret_borrow<py::object>(args[4]), info);
+    Py_RETURN_NONE;
+  });
+}
+
+// Isend (send) or Irecv: a Request holding the buffer's export and the communicator until it is done.
+PyObject* fast_post(PyObject* const* args, Py_ssize_t n, bool send) {
+  const char* name = send ? "_p2p_isend" : "_p2p_irecv";
+  int peer = 0, tag = 0;
+  if (!fast_args(name, n, 4) || !fast_int(args[2], send ? "dest" : "source", &peer) || !fast_int(args[3], "tag", &tag))
+    return nullptr;
+  return fast_call([&]() -> PyObject* {
+    PyComm& c = py::handle(args[0]).cast<PyComm&>();
+    auto p = std::make_shared<Pending>();
+    const py::object buf = py::reinterpret_borrow<py::object>(args[1]);
+    const P2pBuf pb = send ? p2p_buf(c, p->a.s, buf, false, "Isend") : p2p_buf(c, p->a.r, buf, true, "Irecv");
+    p->comm = py::reinterpret_borrow<py::object>(args[0]);
+    if (send)
+      p->req = pb.typed ? c.comm().isend(pb.b.ptr, pb.b.count, pb.b.dtype, peer, tag)
+                        : c.comm().isend_bytes(pb.b.ptr, pb.bytes, peer, tag);
+    else
+      p->req = pb.typed ? c.comm().irecv(pb.b.ptr, pb.b.count, pb.b.dtype, peer, tag, &p->info)
+                        : c.comm().irecv_bytes(pb.b.ptr, pb.bytes, peer, tag, &p->info);
+    return py::cast(PyRequest(std::move(p))).release().ptr();
+  });
+}
+PyObject* fast_isend(PyObject*, PyObject* const* args, Py_ssize_t n) { return fast_post(args, n, true); }
+PyObject* fast_irecv(PyObject*, PyObject* const* args, Py_ssize_t n) { return fast_post(args, n, false); }
+
+PyMethodDef g_fast_calls[] = {
+    {"_p2p_send", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_send)), METH_FASTCALL,
+     "_p2p_send(comm, buf, dest, tag): Comm.Send's call (Note [point-to-point fast calls])."},
+    {"_p2p_recv", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_recv)), METH_FASTCALL,
+     "_p2p_recv(comm, buf, source, tag, status): Comm.Recv's call."},
+    {"_p2p_isend", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_isend)), METH_FASTCALL,
+     "_p2p_isend(comm, buf, dest, tag): Comm.Isend's call; a Request."},
+    {"_p2p_irecv", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_irecv)), METH_FASTCALL,
+     "_p2p_irecv(comm, buf, source, tag): Comm.Irecv's call; a Request."},
+    {nullptr, nullptr, 0, nullptr}};
+
 }  // namespace
 
 PYBIND11_MODULE(_comm, m) {
   m.doc() = "tiertrain's collectives (comm/comm.h), mpi4py-style";
+  if (PyModule_AddFunctions(m.ptr(), g_fast_calls) != 0) throw py::error_already_set();  // Note [point-to-point fast calls]
   g_comm_error = PyErr_NewException("tiertrain.comm.CommError", PyExc_RuntimeError, nullptr);
   g_timeout_error = PyErr_NewException("tiertrain.comm.CommTimeoutError", g_comm_error, nullptr);
   g_mismatch_error = PyErr_NewException("tiertrain.comm.CommMismatchError", g_comm_error, nullptr);
@@ -1302,40 +1415,7 @@ PYBIND11_MODULE(_comm, m) {
           },
           "mpi4py's Dup: a new Comm of the same ranks in the same order (its operations apart from this one's). "
           "Collective.")
-      // Note [python point-to-point]
-      .def(
-          "_Send",
-          [](PyComm& c, const py::object& buf, int dest, int tag) {
-            Buf b;
-            const P2pBuf pb = p2p_buf(c, b, buf, false, "Send");
-            tt::Status st;
-            {
-              py::gil_scoped_release nogil;
-              st = p2p_send(c.comm(), pb, dest, tag);
-            }
-            check(st);
-          },
-          py::arg("buf"), py::arg("dest"), py::arg("tag") = 0,
-          "Sends `buf` to rank `dest` (MPI's standard send: returns once `buf` may be reused; messages under 32 KiB "
-          "are buffered at once).")
-      .def(
-          "_Recv",
-          [](PyComm& c, const py::object& buf, int source, int tag, const py::object& status) {
-            Buf b;
-            const P2pBuf pb = p2p_buf(c, b, buf, true, "Recv");
-            tt::comm::MessageInfo info;
-            tt::Status st;
-            {
-              py::gil_scoped_release nogil;
-              st = p2p_recv(c.comm(), pb, source, tag, &info);
-            }
-            check(st);
-            PyRequest::fill_status(status, info);
-          },
-          py::arg("buf"), py::arg("source") = tt::comm::kAnySource, py::arg("tag") = tt::comm::kAnyTag,
-          py::arg("status") = py::none(),
-          "Receives a message from `source` (or ANY_SOURCE) with `tag` (or ANY_TAG) into `buf`: at most its length "
-          "(a longer message raises CommMismatchError and is dropped).")
+      // Note [python point-to-point]; Send, Recv, Isend and Irecv: Note [point-to-point fast calls]
       .def(
           "_Sendrecv",
           [](PyComm& c, const py::object& sendbuf, int dest, int sendtag, const py::object& recvbuf, int source,
@@ -1362,32 +1442,6 @@ PYBIND11_MODULE(_comm, m) {
           py::arg("sendbuf"), py::arg("dest"), py::arg("sendtag") = 0, py::arg("recvbuf"),
           py::arg("source") = tt::comm::kAnySource, py::arg("recvtag") = tt::comm::kAnyTag,
           py::arg("status") = py::none(), "Send and Recv at once (neither waits for the other).")
-      .def(
-          "_Isend",
-          [](py::object self, const py::object& buf, int dest, int tag) {
-            PyComm& c = self.cast<PyComm&>();
-            auto p = std::make_shared<Pending>();
-            const P2pBuf pb = p2p_buf(c, p->a.s, buf, false, "Isend");  // (its export held until the send is done)
-            p->comm = self;
-            p->req = pb.typed ? c.comm().isend(pb.b.ptr, pb.b.count, pb.b.dtype, dest, tag)
-                              : c.comm().isend_bytes(pb.b.ptr, pb.bytes, dest, tag);
-            return PyRequest(p);
-          },
-          py::arg("buf"), py::arg("dest"), py::arg("tag") = 0,
-          "Send, started: returns a Request (Wait, Test). `buf` must not change until it is done.")
-      .def(
-          "_Irecv",
-          [](py::object self, const py::object& buf, int source, int tag) {
-            PyComm& c = self.cast<PyComm&>();
-            auto p = std::make_shared<Pending>();
-            const P2pBuf pb = p2p_buf(c, p->a.r, buf, true, "Irecv");
-            p->comm = self;
-            p->req = pb.typed ? c.comm().irecv(pb.b.ptr, pb.b.count, pb.b.dtype, source, tag, &p->info)
-                              : c.comm().irecv_bytes(pb.b.ptr, pb.bytes, source, tag, &p->info);
-            return PyRequest(p);
-          },
-          py::arg("buf"), py::arg("source") = tt::comm::kAnySource, py::arg("tag") = tt::comm::kAnyTag,
-          "Recv, started: returns a Request; Wait(status) fills `status`. Leave `buf` alone until it is done.")
       .def(
           "_Probe",
           [](PyComm& c, int source, int tag, const py::object& status) {

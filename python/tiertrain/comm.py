@@ -31,6 +31,7 @@ import numpy as _np
 from ._comm import (ANY_SOURCE, ANY_TAG, AVG, BAND, BOR, BXOR, IN_PLACE, LAND, LOR, LXOR, MAX, MIN,  # noqa: F401
                     PROD, SUM, TAG_UB, UNDEFINED, Comm, CommAbortedError, CommError, CommMismatchError,
                     CommTimeoutError, Op, Request, world)
+from ._comm import _p2p_irecv, _p2p_isend, _p2p_recv, _p2p_send  # Note [point-to-point fast calls] in _comm.cc
 
 __all__ = ["world", "Comm", "Request", "Status", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR",
            "LAND", "LOR", "LXOR", "IN_PLACE", "UNDEFINED",
@@ -620,18 +621,18 @@ def _Send(self, buf, dest, tag=0):
     """Sends `buf` (or an mpi4py buffer spec) to rank `dest` (MPI's standard send: returns once `buf` may be reused;
     messages under 32 KiB are buffered at once)."""
     if dest != PROC_NULL:
-        self._Send(buf if type(buf) is _np.ndarray else _spec(buf), dest, tag)  # (an array: no call to look)
+        _p2p_send(self, buf if type(buf) is _np.ndarray else _spec(buf), dest, tag)  # (an array: no call to look)
 
 
 def _Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
     """Receives a message from `source` (or ANY_SOURCE) with `tag` (or ANY_TAG) into `buf`: at most its length (a
     longer message raises CommMismatchError and is dropped). `status` gets the source, tag and length."""
     if type(buf) is _np.ndarray and source != PROC_NULL:  # (the common case: no call to look at the spec)
-        return self._Recv(buf, source, tag, status)
+        return _p2p_recv(self, buf, source, tag, status)
     if source == PROC_NULL:
         return _status_null(status)
     into, finish = _recv_spec(buf, "Recv")
-    self._Recv(into, source, tag, status)
+    _p2p_recv(self, into, source, tag, status)
     if finish is not None:
         finish()
 
@@ -657,17 +658,17 @@ def _Isend(self, buf, dest, tag=0):
     """Send, started: a Request (Wait, Test). `buf` must not change until it is done."""
     if dest == PROC_NULL:
         return Comm._null_request(PROC_NULL)
-    return self._Isend(buf if type(buf) is _np.ndarray else _spec(buf), dest, tag)
+    return _p2p_isend(self, buf if type(buf) is _np.ndarray else _spec(buf), dest, tag)
 
 
 def _Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
     """Recv, started: a Request; Wait(status) fills `status`. Leave `buf` alone until it is done."""
     if type(buf) is _np.ndarray and source != PROC_NULL:  # (the common case)
-        return self._Irecv(buf, source, tag)
+        return _p2p_irecv(self, buf, source, tag)
     if source == PROC_NULL:
         return Comm._null_request(PROC_NULL)
     into, finish = _recv_spec(buf, "Irecv")
-    request = self._Irecv(into, source, tag)
+    request = _p2p_irecv(self, into, source, tag)
     return request if finish is None else ObjRequest(request, finish)
 
 
@@ -937,7 +938,7 @@ def _Bsend(self, buf, dest, tag=0):
     mine = _bsends.setdefault(id(self), [])
     mine[:] = [r for r in mine if not r.Test()]  # (the done ones let go)
     copy = _np.array(_flat(_spec(buf), None, "Bsend buf"), copy=True)
-    mine.append(self._Isend(copy, dest, tag))
+    mine.append(_p2p_isend(self, copy, dest, tag))
 
 
 def _Ibsend(self, buf, dest, tag=0):
