@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "comm/p2p.h"  // kBytesType (Note [point-to-point fast calls])
 #include "core/env.h"
 #include "core/log.h"
 
@@ -1153,11 +1154,12 @@ tt::Status p2p_recv(Communicator& c, const P2pBuf& pb, int source, int tag, tt::
 std::string bytes_of(const py::bytes& data) { return std::string(data); }
 
 // Note [point-to-point fast calls]
-// Send, Recv, Isend and Irecv are what mpi4py programs call most, a message at a time, and pybind11's dispatcher
-// costs about as much as the engine's post (it builds argument vectors and matches overloads, a few allocations a
-// call). These four are plain CPython functions of the fast calling convention, module functions _p2p_send(comm,
-// buf, dest, tag), _p2p_recv(comm, buf, source, tag, status), _p2p_isend(comm, buf, dest, tag) and _p2p_irecv(comm,
-// buf, source, tag) that comm.py's wrappers call with positional arguments; everything else stays with pybind11.
+// Send, Recv, Sendrecv, Isend and Irecv are what mpi4py programs call most, a message at a time, and pybind11's
+// dispatcher costs about as much as the engine's post (it builds argument vectors and matches overloads, a few
+// allocations a call). These five are plain CPython functions of the fast calling convention, module functions
+// _p2p_send(comm, buf, dest, tag), _p2p_recv(comm, buf, source, tag, status), _p2p_sendrecv(comm, sendbuf, dest,
+// sendtag, recvbuf, source, recvtag, status), _p2p_isend(comm, buf, dest, tag) and _p2p_irecv(comm, buf, source,
+// tag), that comm.py's wrappers call with positional arguments; everything else stays with pybind11.
 
 // Runs f, turning a C++ exception into the Python error it stands for (nullptr returned then).
 template <typename F>
@@ -1228,6 +1230,34 @@ PyObject* fast_recv(PyObject*, PyObject* const* args, Py_ssize_t n) {
   });
 }
 
+// Send and Recv at once, both driven on this thread (neither waits for the other).
+PyObject* fast_sendrecv(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  int dest = 0, sendtag = 0, source = 0, recvtag = 0;
+  if (!fast_args("_p2p_sendrecv", n, 8) || !fast_int(args[2], "dest", &dest) ||
+      !fast_int(args[3], "sendtag", &sendtag) || !fast_int(args[5], "source", &source) ||
+      !fast_int(args[6], "recvtag", &recvtag))
+    return nullptr;
+  return fast_call([&]() -> PyObject* {
+    PyComm& c = py::handle(args[0]).cast<PyComm&>();
+    Buf sb, rb;
+    const P2pBuf s = p2p_buf(c, sb, py::reinterpret_borrow<py::object>(args[1]), false, "Sendrecv");
+    const P2pBuf r = p2p_buf(c, rb, py::reinterpret_borrow<py::object>(args[4]), true, "Sendrecv");
+    const auto type = [](const P2pBuf& pb) {
+      return pb.typed ? static_cast<int32_t>(pb.b.dtype) : tt::comm::kBytesType;
+    };
+    tt::comm::MessageInfo info;
+    tt::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = c.comm().sendrecv_raw(s.b.ptr, s.bytes, type(s), dest, sendtag, r.b.ptr, r.bytes, type(r), source, recvtag,
+                                 &info);
+    }
+    check(st);
+    PyRequest::fill_status(py::reinterpret_borrow<py::object>(args[7]), info);
+    Py_RETURN_NONE;
+  });
+}
+
 // Isend (send) or Irecv: a Request holding the buffer's export and the communicator until it is done.
 PyObject* fast_post(PyObject* const* args, Py_ssize_t n, bool send) {
   const char* name = send ? "_p2p_isend" : "_p2p_irecv";
@@ -1257,6 +1287,8 @@ PyMethodDef g_fast_calls[] = {
      "_p2p_send(comm, buf, dest, tag): Comm.Send's call (Note [point-to-point fast calls])."},
     {"_p2p_recv", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_recv)), METH_FASTCALL,
      "_p2p_recv(comm, buf, source, tag, status): Comm.Recv's call."},
+    {"_p2p_sendrecv", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_sendrecv)), METH_FASTCALL,
+     "_p2p_sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status): Comm.Sendrecv's call."},
     {"_p2p_isend", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_isend)), METH_FASTCALL,
      "_p2p_isend(comm, buf, dest, tag): Comm.Isend's call; a Request."},
     {"_p2p_irecv", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_irecv)), METH_FASTCALL,
@@ -1415,33 +1447,7 @@ PYBIND11_MODULE(_comm, m) {
           },
           "mpi4py's Dup: a new Comm of the same ranks in the same order (its operations apart from this one's). "
           "Collective.")
-      // Note [python point-to-point]; Send, Recv, Isend and Irecv: Note [point-to-point fast calls]
-      .def(
-          "_Sendrecv",
-          [](PyComm& c, const py::object& sendbuf, int dest, int sendtag, const py::object& recvbuf, int source,
-             int recvtag, const py::object& status) {
-            Buf sb, rb;
-            const P2pBuf s = p2p_buf(c, sb, sendbuf, false, "Sendrecv");
-            const P2pBuf r = p2p_buf(c, rb, recvbuf, true, "Sendrecv");
-            tt::comm::MessageInfo info;
-            tt::Status st;
-            {
-              py::gil_scoped_release nogil;
-              // The send posted first: a receive posted first may copy a long message in its post (Note
-              // [point-to-point single copy]) before our own send is out, and the two ranks' copies run one after
-              // the other instead of at once.
-              tt::comm::Request rs = s.typed ? c.comm().isend(s.b.ptr, s.b.count, s.b.dtype, dest, sendtag)
-                                             : c.comm().isend_bytes(s.b.ptr, s.bytes, dest, sendtag);
-              st = p2p_recv(c.comm(), r, source, recvtag, &info);
-              const tt::Status ss = rs.wait();
-              if (st.is_ok()) st = ss;
-            }
-            check(st);
-            PyRequest::fill_status(status, info);
-          },
-          py::arg("sendbuf"), py::arg("dest"), py::arg("sendtag") = 0, py::arg("recvbuf"),
-          py::arg("source") = tt::comm::kAnySource, py::arg("recvtag") = tt::comm::kAnyTag,
-          py::arg("status") = py::none(), "Send and Recv at once (neither waits for the other).")
+      // Note [python point-to-point]; Send, Recv, Sendrecv, Isend and Irecv: Note [point-to-point fast calls]
       .def(
           "_Probe",
           [](PyComm& c, int source, int tag, const py::object& status) {

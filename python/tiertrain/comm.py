@@ -31,7 +31,8 @@ import numpy as _np
 from ._comm import (ANY_SOURCE, ANY_TAG, AVG, BAND, BOR, BXOR, IN_PLACE, LAND, LOR, LXOR, MAX, MIN,  # noqa: F401
                     PROD, SUM, TAG_UB, UNDEFINED, Comm, CommAbortedError, CommError, CommMismatchError,
                     CommTimeoutError, Op, Request, world)
-from ._comm import _p2p_irecv, _p2p_isend, _p2p_recv, _p2p_send  # Note [point-to-point fast calls] in _comm.cc
+# Note [point-to-point fast calls] in _comm.cc
+from ._comm import _p2p_irecv, _p2p_isend, _p2p_recv, _p2p_send, _p2p_sendrecv
 
 __all__ = ["world", "Comm", "Request", "Status", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR",
            "LAND", "LOR", "LXOR", "IN_PLACE", "UNDEFINED",
@@ -649,7 +650,8 @@ def _Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, r
         _Send(self, sendbuf, dest, sendtag)
         return _status_null(status)
     into, finish = _recv_spec(recvbuf, "Sendrecv")
-    self._Sendrecv(_spec(sendbuf), dest, sendtag, into, source, recvtag, status)
+    _p2p_sendrecv(self, sendbuf if type(sendbuf) is _np.ndarray else _spec(sendbuf), dest, sendtag, into, source,
+                  recvtag, status)
     if finish is not None:
         finish()
 

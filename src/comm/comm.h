@@ -168,6 +168,10 @@ class Communicator {
   // Both at once (neither waits for the other): MPI_Sendrecv.
   Status sendrecv(const void* send, size_t send_count, DType send_dtype, int dest, int send_tag, void* recv,
                   size_t recv_count, DType recv_dtype, int source, int recv_tag, MessageInfo* info = nullptr);
+  // The same of raw messages: each side's bytes and type (a DType's value, or kBytesType of comm/p2p.h: bytes, which
+  // match any type), as the Python binding's buffers come.
+  Status sendrecv_raw(const void* send, size_t send_bytes, int32_t send_type, int dest, int send_tag, void* recv,
+                      size_t recv_bytes, int32_t recv_type, int source, int recv_tag, MessageInfo* info = nullptr);
   // Non-blocking forms: started now, progressed by the communicator's point-to-point thread; info is written by the
   // time wait() returns. The buffers (and *out, *info) must stay valid until then.
   Request isend(const void* buf, size_t count, DType dtype, int dest, int tag = 0);

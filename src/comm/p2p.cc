@@ -387,11 +387,18 @@ Status Communicator::sendrecv(const void* send, size_t send_count, DType send_dt
                               MessageInfo* info) {
   TT_ASSIGN_OR_RETURN(size_t sbytes, bytes_of(send_count, send_dtype));
   TT_ASSIGN_OR_RETURN(size_t rbytes, bytes_of(recv_count, recv_dtype));
+  return sendrecv_raw(send, sbytes, static_cast<int32_t>(send_dtype), dest, send_tag, recv, rbytes,
+                      static_cast<int32_t>(recv_dtype), source, recv_tag, info);
+}
+
+Status Communicator::sendrecv_raw(const void* send, size_t send_bytes, int32_t send_type, int dest, int send_tag,
+                                  void* recv, size_t recv_bytes, int32_t recv_type, int source, int recv_tag,
+                                  MessageInfo* info) {
   TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
   // The receive is posted first, then the send, both driven here (Note [progress on the waiting thread]): neither
-  // waits for the other.
-  auto r = recv_op(recv, rbytes, static_cast<int32_t>(recv_dtype), source, recv_tag, info);
-  auto op = send_op(send, sbytes, static_cast<int32_t>(send_dtype), dest, send_tag);
+  // waits for the other (a pass moves the sends before it looks for arrivals).
+  auto r = recv_op(recv, recv_bytes, recv_type, source, recv_tag, info);
+  auto op = send_op(send, send_bytes, send_type, dest, send_tag);
   return e->run_both(*r, op.get());
 }
 
