@@ -1195,7 +1195,8 @@ bool fast_int(PyObject* o, const char* what, int* out) {
 
 PyObject* fast_send(PyObject*, PyObject* const* args, Py_ssize_t n) {
   int dest = 0, tag = 0;
-  if (!fast_args("_p2p_send", n, 4) || !fast_int(args[2], "dest", &dest) || !fast_int(args[3], "tag", &tag)) return nullptr;
+  if (!fast_args("_p2p_send", n, 4) || !fast_int(args[2], "dest", &dest) || !fast_int(args[3], "tag", &tag))
+    return nullptr;
   return fast_call([&]() -> PyObject* {
     PyComm& c = py::handle(args[0]).cast<PyComm&>();
     Buf b;
@@ -1299,7 +1300,8 @@ PyMethodDef g_fast_calls[] = {
 
 PYBIND11_MODULE(_comm, m) {
   m.doc() = "tiertrain's collectives (comm/comm.h), mpi4py-style";
-  if (PyModule_AddFunctions(m.ptr(), g_fast_calls) != 0) throw py::error_already_set();  // Note [point-to-point fast calls]
+  // Note [point-to-point fast calls]
+  if (PyModule_AddFunctions(m.ptr(), g_fast_calls) != 0) throw py::error_already_set();
   g_comm_error = PyErr_NewException("tiertrain.comm.CommError", PyExc_RuntimeError, nullptr);
   g_timeout_error = PyErr_NewException("tiertrain.comm.CommTimeoutError", g_comm_error, nullptr);
   g_mismatch_error = PyErr_NewException("tiertrain.comm.CommMismatchError", g_comm_error, nullptr);
