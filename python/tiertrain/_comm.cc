@@ -935,12 +935,31 @@ PyComm& comm_of(PyObject* self) {
   return py::handle(self).cast<PyComm&>();
 }
 
+// Runs f (returning a new reference, or nullptr with a Python error set), C++ exceptions turned into Python's.
+template <typename F>
+PyObject* python_errors(F&& f) {
+  try {
+    return f();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_SystemError, "tiertrain.comm: an unknown C++ exception");
+  }
+  return nullptr;
+}
+
 // Runs f(comm, out) for a fast method: the arguments matched, C++ exceptions turned into Python's.
 template <typename F>
 PyObject* fast_method(const Signature& sig, PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
                       F&& f) {
-  PyObject* out[4];
-  try {
+  return python_errors([&]() -> PyObject* {
+    PyObject* out[4];
     PyComm& c = comm_of(self);
     if (!match_args(sig, args, nargs, kwnames, out)) {
       // An argument error as any other (PyComm::guarded): the peers are told instead of waiting for the deadline.
@@ -958,18 +977,7 @@ PyObject* fast_method(const Signature& sig, PyObject* self, PyObject* const* arg
       }
     });
     return result;
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const py::builtin_exception& e) {
-    e.set_error();
-  } catch (const std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  } catch (...) {
-    PyErr_SetString(PyExc_SystemError, "tiertrain.comm: an unknown C++ exception");
-  }
-  return nullptr;
+  });
 }
 
 // One fast method: Sig's arguments matched, then Body(comm, arguments). (A function per method, made from a
@@ -1156,34 +1164,21 @@ std::string bytes_of(const py::bytes& data) { return std::string(data); }
 // Note [point-to-point fast calls]
 // Send, Recv, Sendrecv, Isend and Irecv are what mpi4py programs call most, a message at a time, and pybind11's
 // dispatcher costs about as much as the engine's post (it builds argument vectors and matches overloads, a few
-// allocations a call). These five are plain CPython functions of the fast calling convention, module functions
-// _p2p_send(comm, buf, dest, tag), _p2p_recv(comm, buf, source, tag, status), _p2p_sendrecv(comm, sendbuf, dest,
-// sendtag, recvbuf, source, recvtag, status), _p2p_isend(comm, buf, dest, tag) and _p2p_irecv(comm, buf, source,
-// tag), that comm.py's wrappers call with positional arguments; everything else stays with pybind11.
+// allocations a call). They are fast-call methods of Comm as the collectives are (Note [python calls]), positional
+// only: _p2p_send(buf, dest, tag), _p2p_recv(buf, source, tag, status), _p2p_sendrecv(sendbuf, dest, sendtag,
+// recvbuf, source, recvtag, status), _p2p_isend(buf, dest, tag), _p2p_irecv(buf, source, tag), called by comm.py's
+// wrappers (which take the keywords, PROC_NULL and buffer specs). Unlike the collectives', their errors do not give
+// up on the communicator: no peer waits in a collective for this rank.
 
-// Runs f, turning a C++ exception into the Python error it stands for (nullptr returned then).
-template <typename F>
-PyObject* fast_call(F&& f) {
-  try {
-    return f();
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (py::builtin_exception& e) {
-    e.set_error();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return nullptr;
-}
-
-bool fast_args(const char* name, Py_ssize_t n, Py_ssize_t want) {
+bool p2p_args(const char* name, Py_ssize_t n, Py_ssize_t want) {
   if (n == want) return true;
   PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, want, n);
   return false;
 }
 
-bool fast_int(PyObject* o, const char* what, int* out) {
-  const long v = PyLong_AsLong(o);  // (any object with __index__)
+// An int (or anything with __index__) that fits one, else a Python error.
+bool p2p_int(PyObject* o, const char* what, int* out) {
+  const long v = PyLong_AsLong(o);
   if (v == -1 && PyErr_Occurred()) return false;
   if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
     PyErr_Format(PyExc_OverflowError, "%s %ld is out of range", what, v);
@@ -1193,14 +1188,14 @@ bool fast_int(PyObject* o, const char* what, int* out) {
   return true;
 }
 
-PyObject* fast_send(PyObject*, PyObject* const* args, Py_ssize_t n) {
+PyObject* p2p_send_method(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   int dest = 0, tag = 0;
-  if (!fast_args("_p2p_send", n, 4) || !fast_int(args[2], "dest", &dest) || !fast_int(args[3], "tag", &tag))
+  if (!p2p_args("_p2p_send", n, 3) || !p2p_int(args[1], "dest", &dest) || !p2p_int(args[2], "tag", &tag))
     return nullptr;
-  return fast_call([&]() -> PyObject* {
-    PyComm& c = py::handle(args[0]).cast<PyComm&>();
+  return python_errors([&]() -> PyObject* {
+    PyComm& c = comm_of(self);
     Buf b;
-    const P2pBuf pb = p2p_buf(c, b, py::reinterpret_borrow<py::object>(args[1]), false, "Send");
+    const P2pBuf pb = p2p_buf(c, b, py::reinterpret_borrow<py::object>(args[0]), false, "Send");
     tt::Status st;
     {
       py::gil_scoped_release nogil;
@@ -1211,14 +1206,14 @@ PyObject* fast_send(PyObject*, PyObject* const* args, Py_ssize_t n) {
   });
 }
 
-PyObject* fast_recv(PyObject*, PyObject* const* args, Py_ssize_t n) {
+PyObject* p2p_recv_method(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   int source = 0, tag = 0;
-  if (!fast_args("_p2p_recv", n, 5) || !fast_int(args[2], "source", &source) || !fast_int(args[3], "tag", &tag))
+  if (!p2p_args("_p2p_recv", n, 4) || !p2p_int(args[1], "source", &source) || !p2p_int(args[2], "tag", &tag))
     return nullptr;
-  return fast_call([&]() -> PyObject* {
-    PyComm& c = py::handle(args[0]).cast<PyComm&>();
+  return python_errors([&]() -> PyObject* {
+    PyComm& c = comm_of(self);
     Buf b;
-    const P2pBuf pb = p2p_buf(c, b, py::reinterpret_borrow<py::object>(args[1]), true, "Recv");
+    const P2pBuf pb = p2p_buf(c, b, py::reinterpret_borrow<py::object>(args[0]), true, "Recv");
     tt::comm::MessageInfo info;
     tt::Status st;
     {
@@ -1226,23 +1221,23 @@ PyObject* fast_recv(PyObject*, PyObject* const* args, Py_ssize_t n) {
       st = p2p_recv(c.comm(), pb, source, tag, &info);
     }
     check(st);
-    PyRequest::fill_status(py::reinterpret_borrow<py::object>(args[4]), info);
+    PyRequest::fill_status(py::reinterpret_borrow<py::object>(args[3]), info);
     Py_RETURN_NONE;
   });
 }
 
 // Send and Recv at once, both driven on this thread (neither waits for the other).
-PyObject* fast_sendrecv(PyObject*, PyObject* const* args, Py_ssize_t n) {
+PyObject* p2p_sendrecv_method(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   int dest = 0, sendtag = 0, source = 0, recvtag = 0;
-  if (!fast_args("_p2p_sendrecv", n, 8) || !fast_int(args[2], "dest", &dest) ||
-      !fast_int(args[3], "sendtag", &sendtag) || !fast_int(args[5], "source", &source) ||
-      !fast_int(args[6], "recvtag", &recvtag))
+  if (!p2p_args("_p2p_sendrecv", n, 7) || !p2p_int(args[1], "dest", &dest) ||
+      !p2p_int(args[2], "sendtag", &sendtag) || !p2p_int(args[4], "source", &source) ||
+      !p2p_int(args[5], "recvtag", &recvtag))
     return nullptr;
-  return fast_call([&]() -> PyObject* {
-    PyComm& c = py::handle(args[0]).cast<PyComm&>();
+  return python_errors([&]() -> PyObject* {
+    PyComm& c = comm_of(self);
     Buf sb, rb;
-    const P2pBuf s = p2p_buf(c, sb, py::reinterpret_borrow<py::object>(args[1]), false, "Sendrecv");
-    const P2pBuf r = p2p_buf(c, rb, py::reinterpret_borrow<py::object>(args[4]), true, "Sendrecv");
+    const P2pBuf s = p2p_buf(c, sb, py::reinterpret_borrow<py::object>(args[0]), false, "Sendrecv");
+    const P2pBuf r = p2p_buf(c, rb, py::reinterpret_borrow<py::object>(args[3]), true, "Sendrecv");
     const auto type = [](const P2pBuf& pb) {
       return pb.typed ? static_cast<int32_t>(pb.b.dtype) : tt::comm::kBytesType;
     };
@@ -1254,23 +1249,23 @@ PyObject* fast_sendrecv(PyObject*, PyObject* const* args, Py_ssize_t n) {
                                  &info);
     }
     check(st);
-    PyRequest::fill_status(py::reinterpret_borrow<py::object>(args[7]), info);
+    PyRequest::fill_status(py::reinterpret_borrow<py::object>(args[6]), info);
     Py_RETURN_NONE;
   });
 }
 
 // Isend (send) or Irecv: a Request holding the buffer's export and the communicator until it is done.
-PyObject* fast_post(PyObject* const* args, Py_ssize_t n, bool send) {
-  const char* name = send ? "_p2p_isend" : "_p2p_irecv";
+PyObject* p2p_post(PyObject* self, PyObject* const* args, Py_ssize_t n, bool send) {
   int peer = 0, tag = 0;
-  if (!fast_args(name, n, 4) || !fast_int(args[2], send ? "dest" : "source", &peer) || !fast_int(args[3], "tag", &tag))
+  if (!p2p_args(send ? "_p2p_isend" : "_p2p_irecv", n, 3) || !p2p_int(args[1], send ? "dest" : "source", &peer) ||
+      !p2p_int(args[2], "tag", &tag))
     return nullptr;
-  return fast_call([&]() -> PyObject* {
-    PyComm& c = py::handle(args[0]).cast<PyComm&>();
+  return python_errors([&]() -> PyObject* {
+    PyComm& c = comm_of(self);
     auto p = std::make_shared<Pending>();
-    const py::object buf = py::reinterpret_borrow<py::object>(args[1]);
+    const py::object buf = py::reinterpret_borrow<py::object>(args[0]);
     const P2pBuf pb = send ? p2p_buf(c, p->a.s, buf, false, "Isend") : p2p_buf(c, p->a.r, buf, true, "Irecv");
-    p->comm = py::reinterpret_borrow<py::object>(args[0]);
+    p->comm = py::reinterpret_borrow<py::object>(self);
     if (send)
       p->req = pb.typed ? c.comm().isend(pb.b.ptr, pb.b.count, pb.b.dtype, peer, tag)
                         : c.comm().isend_bytes(pb.b.ptr, pb.bytes, peer, tag);
@@ -1280,28 +1275,23 @@ PyObject* fast_post(PyObject* const* args, Py_ssize_t n, bool send) {
     return py::cast(PyRequest(std::move(p))).release().ptr();
   });
 }
-PyObject* fast_isend(PyObject*, PyObject* const* args, Py_ssize_t n) { return fast_post(args, n, true); }
-PyObject* fast_irecv(PyObject*, PyObject* const* args, Py_ssize_t n) { return fast_post(args, n, false); }
+PyObject* p2p_isend_method(PyObject* self, PyObject* const* args, Py_ssize_t n) { return p2p_post(self, args, n, true); }
+PyObject* p2p_irecv_method(PyObject* self, PyObject* const* args, Py_ssize_t n) { return p2p_post(self, args, n, false); }
 
-PyMethodDef g_fast_calls[] = {
-    {"_p2p_send", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_send)), METH_FASTCALL,
-     "_p2p_send(comm, buf, dest, tag): Comm.Send's call (Note [point-to-point fast calls])."},
-    {"_p2p_recv", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_recv)), METH_FASTCALL,
-     "_p2p_recv(comm, buf, source, tag, status): Comm.Recv's call."},
-    {"_p2p_sendrecv", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_sendrecv)), METH_FASTCALL,
-     "_p2p_sendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag, status): Comm.Sendrecv's call."},
-    {"_p2p_isend", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_isend)), METH_FASTCALL,
-     "_p2p_isend(comm, buf, dest, tag): Comm.Isend's call; a Request."},
-    {"_p2p_irecv", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_irecv)), METH_FASTCALL,
-     "_p2p_irecv(comm, buf, source, tag): Comm.Irecv's call; a Request."},
-    {nullptr, nullptr, 0, nullptr}};
+PyMethodDef g_p2p_methods[] = {
+    {"_p2p_send", as_cfunction<p2p_send_method>(), METH_FASTCALL,
+     "_p2p_send(buf, dest, tag): Send's call (Note [point-to-point fast calls])."},
+    {"_p2p_recv", as_cfunction<p2p_recv_method>(), METH_FASTCALL, "_p2p_recv(buf, source, tag, status): Recv's call."},
+    {"_p2p_sendrecv", as_cfunction<p2p_sendrecv_method>(), METH_FASTCALL,
+     "_p2p_sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status): Sendrecv's call."},
+    {"_p2p_isend", as_cfunction<p2p_isend_method>(), METH_FASTCALL, "_p2p_isend(buf, dest, tag): Isend's call."},
+    {"_p2p_irecv", as_cfunction<p2p_irecv_method>(), METH_FASTCALL, "_p2p_irecv(buf, source, tag): Irecv's call."},
+};
 
 }  // namespace
 
 PYBIND11_MODULE(_comm, m) {
   m.doc() = "tiertrain's collectives (comm/comm.h), mpi4py-style";
-  // Note [point-to-point fast calls]
-  if (PyModule_AddFunctions(m.ptr(), g_fast_calls) != 0) throw py::error_already_set();
   g_comm_error = PyErr_NewException("tiertrain.comm.CommError", PyExc_RuntimeError, nullptr);
   g_timeout_error = PyErr_NewException("tiertrain.comm.CommTimeoutError", g_comm_error, nullptr);
   g_mismatch_error = PyErr_NewException("tiertrain.comm.CommMismatchError", g_comm_error, nullptr);
@@ -1558,9 +1548,13 @@ PYBIND11_MODULE(_comm, m) {
            "Benchmarks only: `iters` calls of one collective (its method's name: Bcast, Allreduce, Reduce, Gather, "
            "Allgather, Scatter, Reduce_scatter, Alltoall) on these buffers in a C++ loop; seconds.");
 
-  // Note [python calls]: the collectives, as fast-call methods of Comm.
+  // Note [python calls]: the collectives, as fast-call methods of Comm; Note [point-to-point fast calls] too.
   py::object cls = m.attr("Comm");
-  for (PyMethodDef& d : g_fast_methods) {
+  std::vector<PyMethodDef*> methods;
+  for (PyMethodDef& d : g_fast_methods) methods.push_back(&d);
+  for (PyMethodDef& d : g_p2p_methods) methods.push_back(&d);
+  for (PyMethodDef* dp : methods) {
+    PyMethodDef& d = *dp;
     PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &d);
     if (descr == nullptr || PyObject_SetAttrString(cls.ptr(), d.ml_name, descr) != 0) {
       Py_XDECREF(descr);

@@ -31,8 +31,6 @@ import numpy as _np
 from ._comm import (ANY_SOURCE, ANY_TAG, AVG, BAND, BOR, BXOR, IN_PLACE, LAND, LOR, LXOR, MAX, MIN,  # noqa: F401
                     PROD, SUM, TAG_UB, UNDEFINED, Comm, CommAbortedError, CommError, CommMismatchError,
                     CommTimeoutError, Op, Request, world)
-# Note [point-to-point fast calls] in _comm.cc
-from ._comm import _p2p_irecv, _p2p_isend, _p2p_recv, _p2p_send, _p2p_sendrecv
 
 __all__ = ["world", "Comm", "Request", "Status", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR",
            "LAND", "LOR", "LXOR", "IN_PLACE", "UNDEFINED",
@@ -622,18 +620,18 @@ def _Send(self, buf, dest, tag=0):
     """Sends `buf` (or an mpi4py buffer spec) to rank `dest` (MPI's standard send: returns once `buf` may be reused;
     messages under 32 KiB are buffered at once)."""
     if dest != PROC_NULL:
-        _p2p_send(self, buf if type(buf) is _np.ndarray else _spec(buf), dest, tag)  # (an array: no call to look)
+        self._p2p_send(buf if type(buf) is _np.ndarray else _spec(buf), dest, tag)  # (an array: no call to look)
 
 
 def _Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
     """Receives a message from `source` (or ANY_SOURCE) with `tag` (or ANY_TAG) into `buf`: at most its length (a
     longer message raises CommMismatchError and is dropped). `status` gets the source, tag and length."""
     if type(buf) is _np.ndarray and source != PROC_NULL:  # (the common case: no call to look at the spec)
-        return _p2p_recv(self, buf, source, tag, status)
+        return self._p2p_recv(buf, source, tag, status)
     if source == PROC_NULL:
         return _status_null(status)
     into, finish = _recv_spec(buf, "Recv")
-    _p2p_recv(self, into, source, tag, status)
+    self._p2p_recv(into, source, tag, status)
     if finish is not None:
         finish()
 
@@ -650,8 +648,8 @@ def _Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, r
         _Send(self, sendbuf, dest, sendtag)
         return _status_null(status)
     into, finish = _recv_spec(recvbuf, "Sendrecv")
-    _p2p_sendrecv(self, sendbuf if type(sendbuf) is _np.ndarray else _spec(sendbuf), dest, sendtag, into, source,
-                  recvtag, status)
+    self._p2p_sendrecv(sendbuf if type(sendbuf) is _np.ndarray else _spec(sendbuf), dest, sendtag, into, source,
+                       recvtag, status)
     if finish is not None:
         finish()
 
@@ -660,17 +658,17 @@ def _Isend(self, buf, dest, tag=0):
     """Send, started: a Request (Wait, Test). `buf` must not change until it is done."""
     if dest == PROC_NULL:
         return Comm._null_request(PROC_NULL)
-    return _p2p_isend(self, buf if type(buf) is _np.ndarray else _spec(buf), dest, tag)
+    return self._p2p_isend(buf if type(buf) is _np.ndarray else _spec(buf), dest, tag)
 
 
 def _Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
     """Recv, started: a Request; Wait(status) fills `status`. Leave `buf` alone until it is done."""
     if type(buf) is _np.ndarray and source != PROC_NULL:  # (the common case)
-        return _p2p_irecv(self, buf, source, tag)
+        return self._p2p_irecv(buf, source, tag)
     if source == PROC_NULL:
         return Comm._null_request(PROC_NULL)
     into, finish = _recv_spec(buf, "Irecv")
-    request = _p2p_irecv(self, into, source, tag)
+    request = self._p2p_irecv(into, source, tag)
     return request if finish is None else ObjRequest(request, finish)
 
 
@@ -940,7 +938,7 @@ def _Bsend(self, buf, dest, tag=0):
     mine = _bsends.setdefault(id(self), [])
     mine[:] = [r for r in mine if not r.Test()]  # (the done ones let go)
     copy = _np.array(_flat(_spec(buf), None, "Bsend buf"), copy=True)
-    mine.append(_p2p_isend(self, copy, dest, tag))
+    mine.append(self._p2p_isend(copy, dest, tag))
 
 
 def _Ibsend(self, buf, dest, tag=0):
