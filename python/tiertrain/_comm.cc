@@ -481,6 +481,28 @@ class PyRequest {
   py::object result_ = py::none();
 };
 
+// Note [point-to-point fast calls]: a new Request for p, without pybind11's cast looking PyRequest's type up in its
+// hash table each time (its type_info is looked up once; the rest is what the cast does).
+py::object make_request(std::shared_ptr<Pending> p) {
+  static const py::detail::type_info* const type = py::detail::get_type_info(typeid(PyRequest));
+  PyRequest r(std::move(p));
+  const py::handle h = py::detail::type_caster_generic::cast(
+      &r, py::return_value_policy::move, py::handle(), type, nullptr, [](const void* from) -> void* {
+        return new PyRequest(std::move(*const_cast<PyRequest*>(static_cast<const PyRequest*>(from))));
+      });
+  if (!h) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(h);
+}
+
+// The PyRequest of an object whose type is Request's exactly: read from pybind11's instance where its layout is the
+// simple one (as comm_of does for Comm), pybind11's cast otherwise.
+PyRequest& request_of(PyObject* o) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(o);
+  if (inst->simple_layout && inst->simple_holder_constructed && inst->simple_value_holder[0] != nullptr)
+    return *static_cast<PyRequest*>(inst->simple_value_holder[0]);
+  return py::handle(o).cast<PyRequest&>();
+}
+
 class PyComm {
  public:
   // An argument error on this rank (raised before the collective) also tells the peers, which would otherwise wait
@@ -1272,7 +1294,7 @@ PyObject* p2p_post(PyObject* self, PyObject* const* args, Py_ssize_t n, bool sen
     else
       p->req = pb.typed ? c.comm().irecv(pb.b.ptr, pb.b.count, pb.b.dtype, peer, tag, &p->info)
                         : c.comm().irecv_bytes(pb.b.ptr, pb.bytes, peer, tag, &p->info);
-    return py::cast(PyRequest(std::move(p))).release().ptr();
+    return make_request(std::move(p)).release().ptr();
   });
 }
 PyObject* p2p_isend_method(PyObject* self, PyObject* const* args, Py_ssize_t n) { return p2p_post(self, args, n, true); }
@@ -1349,14 +1371,14 @@ PYBIND11_MODULE(_comm, m) {
       .def_static(
           "_wait_plain",
           [](const py::list& requests) {
-            // Only a list of this class's Requests (an exact type check: no lookup a item); else nothing is waited
-            // for and the caller takes the general way.
+            // Only a list of this class's Requests (an exact type check, then the instance read: no lookup an
+            // item); else nothing is waited for and the caller takes the general way.
             static PyTypeObject* const cls = reinterpret_cast<PyTypeObject*>(py::type::of<PyRequest>().ptr());
             std::vector<PyRequest*> rs;
             rs.reserve(requests.size());
             for (const py::handle& h : requests) {
               if (Py_TYPE(h.ptr()) != cls) return false;
-              rs.push_back(&h.cast<PyRequest&>());
+              rs.push_back(&request_of(h.ptr()));
             }
             PyRequest::wait_all(rs);
             return true;
