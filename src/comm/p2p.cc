@@ -120,6 +120,7 @@ bool P2pEngine::pass(std::vector<std::pair<std::shared_ptr<Request::State>, Stat
   const bool liveness = now >= next_liveness_;
   if (liveness) next_liveness_ = now + std::chrono::milliseconds(100);
   for (P2pOp* op : pending_) {
+    if (op->start == std::chrono::steady_clock::time_point{}) op->start = now;  // (a non-blocking post's: P2pOp::start)
     if (op->done || !broken_.empty()) continue;
     if (now - op->start > timeout_) {
       fail_all(make_status(StatusCode::kDeadlineExceeded,
@@ -248,8 +249,7 @@ Request P2pEngine::start(std::unique_ptr<P2pOp> op) {
       done.emplace_back(r.state_, s);
     } else {
       kind = op->kind;
-      op->start = std::chrono::steady_clock::now();
-      op->req = r.state_;
+      op->req = r.state_;  // (op->start: set by the engine's next clock read, P2pOp::start)
       pending_.push_back(op.get());
       op->owned_at = owned_.size();
       owned_.push_back(std::move(op));

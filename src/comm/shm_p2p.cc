@@ -112,7 +112,7 @@ class ShmP2p final : public P2pTransport {
     if (remote_waiting_ > 0) {
       const auto now = std::chrono::steady_clock::now();
       const bool stuck = std::any_of(ops.begin(), ops.end(), [&](const P2pOp* op) {
-        return !op->done && now - op->start > kStashAfter;
+        return !op->done && op->start != std::chrono::steady_clock::time_point{} && now - op->start > kStashAfter;
       });
       for (Stashed& c : stash_)
         if (stuck && c.remote && !c.complete && now - c.since > kStashAfter) {
