@@ -59,7 +59,7 @@ P2pEngine::~P2pEngine() {
     std::lock_guard<std::mutex> lock(mu_);
     for (P2pOp* op : pending_)
       if (op->req)
-        done.emplace_back(op->req, make_status(StatusCode::kAborted, "%s: the communicator was destroyed first",
+        done.emplace_back(std::shared_ptr<Request::State>(owned_[op->owned_at], op->req), make_status(StatusCode::kAborted, "%s: the communicator was destroyed first",
                                                op->describe(rank_).c_str()));
     pending_.clear();
   }
@@ -162,12 +162,12 @@ void P2pEngine::harvest(std::vector<std::pair<std::shared_ptr<Request::State>, S
     }
     moved = true;
     if (op->req) {
-      done.emplace_back(op->req, op->status);
+      done.emplace_back(std::shared_ptr<Request::State>(owned_[op->owned_at], op->req), op->status);
       --async_pending_;
       const size_t at = op->owned_at;  // (swapped with the last, which takes its place)
       if (at + 1 != owned_.size()) {
         owned_[at] = std::move(owned_.back());
-        owned_[at]->owned_at = at;
+        owned_[at]->op.owned_at = at;
       }
       owned_.pop_back();
     }
@@ -234,9 +234,12 @@ Result<bool> P2pEngine::once(P2pOp& op) {
   return true;
 }
 
-Request P2pEngine::start(std::unique_ptr<P2pOp> op) {
+Request P2pEngine::start(P2pOp operation) {
+  auto async = std::make_shared<AsyncOp>();
+  async->op = std::move(operation);
+  P2pOp* op = &async->op;
   Request r;
-  r.state_ = std::make_shared<Request::State>();
+  r.state_ = std::shared_ptr<Request::State>(async, &async->state);
   r.state_->engine = this;  // Note [progress on the waiting thread]
   // (This thread's list, kept: a post allocates no list of its own; complete() empties it.)
   thread_local std::vector<std::pair<std::shared_ptr<Request::State>, Status>> done;
@@ -249,10 +252,10 @@ Request P2pEngine::start(std::unique_ptr<P2pOp> op) {
       done.emplace_back(r.state_, s);
     } else {
       kind = op->kind;
-      op->req = r.state_;  // (op->start: set by the engine's next clock read, P2pOp::start)
-      pending_.push_back(op.get());
+      op->req = &async->state;  // (op->start: set by the engine's next clock read, P2pOp::start)
+      pending_.push_back(op);
       op->owned_at = owned_.size();
-      owned_.push_back(std::move(op));
+      owned_.push_back(std::move(async));
       ++async_pending_;
       // A first pass now for a send: a small one is done before the call returns, and the thread has less to do. A
       // receive waits for its wait or test (or the thread) to look: a pass at each post walks every pending operation,
@@ -322,28 +325,29 @@ Result<size_t> bytes_of(size_t count, DType dtype) {
   return count * es;
 }
 
-std::unique_ptr<P2pOp> send_op(const void* buf, size_t bytes, int32_t type, int dest, int tag) {
-  auto op = std::make_unique<P2pOp>();
-  op->kind = P2pOp::kSend;
-  op->send = buf;
-  op->bytes = bytes;
-  op->type = type;
-  op->peer = dest;
-  op->tag = tag;
+// (By value: a blocking call's lives on its stack, a non-blocking one's in its AsyncOp.)
+P2pOp send_op(const void* buf, size_t bytes, int32_t type, int dest, int tag) {
+  P2pOp op;
+  op.kind = P2pOp::kSend;
+  op.send = buf;
+  op.bytes = bytes;
+  op.type = type;
+  op.peer = dest;
+  op.tag = tag;
   return op;
 }
 
-std::unique_ptr<P2pOp> recv_op(void* buf, size_t bytes, int32_t type, int source, int tag, MessageInfo* info,
-                               std::vector<char>* grow = nullptr) {
-  auto op = std::make_unique<P2pOp>();
-  op->kind = P2pOp::kRecv;
-  op->recv = buf;
-  op->bytes = bytes;
-  op->type = type;
-  op->peer = source;
-  op->tag = tag;
-  op->info = info;
-  op->grow = grow;
+P2pOp recv_op(void* buf, size_t bytes, int32_t type, int source, int tag, MessageInfo* info,
+              std::vector<char>* grow = nullptr) {
+  P2pOp op;
+  op.kind = P2pOp::kRecv;
+  op.recv = buf;
+  op.bytes = bytes;
+  op.type = type;
+  op.peer = source;
+  op.tag = tag;
+  op.info = info;
+  op.grow = grow;
   return op;
 }
 
@@ -352,34 +356,34 @@ std::unique_ptr<P2pOp> recv_op(void* buf, size_t bytes, int32_t type, int source
 Status Communicator::send(const void* buf, size_t count, DType dtype, int dest, int tag) {
   TT_ASSIGN_OR_RETURN(size_t bytes, bytes_of(count, dtype));
   TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
-  auto op = send_op(buf, bytes, static_cast<int32_t>(dtype), dest, tag);
-  return e->run(*op);
+  P2pOp op = send_op(buf, bytes, static_cast<int32_t>(dtype), dest, tag);
+  return e->run(op);
 }
 
 Status Communicator::send_bytes(const void* buf, size_t bytes, int dest, int tag) {
   TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
-  auto op = send_op(buf, bytes, kBytesType, dest, tag);
-  return e->run(*op);
+  P2pOp op = send_op(buf, bytes, kBytesType, dest, tag);
+  return e->run(op);
 }
 
 Status Communicator::recv(void* buf, size_t count, DType dtype, int source, int tag, MessageInfo* info) {
   TT_ASSIGN_OR_RETURN(size_t bytes, bytes_of(count, dtype));
   TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
-  auto op = recv_op(buf, bytes, static_cast<int32_t>(dtype), source, tag, info);
-  return e->run(*op);
+  P2pOp op = recv_op(buf, bytes, static_cast<int32_t>(dtype), source, tag, info);
+  return e->run(op);
 }
 
 Status Communicator::recv_bytes(void* buf, size_t capacity, int source, int tag, MessageInfo* info) {
   TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
-  auto op = recv_op(buf, capacity, kBytesType, source, tag, info);
-  return e->run(*op);
+  P2pOp op = recv_op(buf, capacity, kBytesType, source, tag, info);
+  return e->run(op);
 }
 
 Status Communicator::recv_any(std::vector<char>* out, int source, int tag, MessageInfo* info) {
   TT_RETURN_IF(out == nullptr, kInvalidArgument, "recv_any: no vector to receive into");
   TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
-  auto op = recv_op(nullptr, 0, kBytesType, source, tag, info, out);
-  return e->run(*op);
+  P2pOp op = recv_op(nullptr, 0, kBytesType, source, tag, info, out);
+  return e->run(op);
 }
 
 Status Communicator::sendrecv(const void* send, size_t send_count, DType send_dtype, int dest, int send_tag,
@@ -397,9 +401,9 @@ Status Communicator::sendrecv_raw(const void* send, size_t send_bytes, int32_t s
   TT_ASSIGN_OR_RETURN(P2pEngine * e, p2p());
   // The receive is posted first, then the send, both driven here (Note [progress on the waiting thread]): neither
   // waits for the other (a pass moves the sends before it looks for arrivals).
-  auto r = recv_op(recv, recv_bytes, recv_type, source, recv_tag, info);
-  auto op = send_op(send, send_bytes, send_type, dest, send_tag);
-  return e->run_both(*r, op.get());
+  P2pOp r = recv_op(recv, recv_bytes, recv_type, source, recv_tag, info);
+  P2pOp op = send_op(send, send_bytes, send_type, dest, send_tag);
+  return e->run_both(r, &op);
 }
 
 Request Communicator::isend(const void* buf, size_t count, DType dtype, int dest, int tag) {

@@ -87,8 +87,8 @@ struct P2pOp {
   // it unset (the epoch) and the engine's next clock read sets it (a clock read a post cost 5% of a window of small
   // Isends); a blocking call reads the clock at once.
   std::chrono::steady_clock::time_point start;
-  std::shared_ptr<Request::State> req;  // a non-blocking operation's, completed by the engine
-  size_t owned_at = 0;                  // a non-blocking operation's place in the engine's owned_
+  Request::State* req = nullptr;  // a non-blocking operation's (in its AsyncOp), completed by the engine
+  size_t owned_at = 0;            // a non-blocking operation's place in the engine's owned_
   // The transport's: how far it got.
   bool started = false;
   size_t moved = 0;
@@ -99,6 +99,14 @@ struct P2pOp {
     done = true;
   }
   std::string describe(int rank) const;
+};
+
+// A non-blocking operation and its request's state, in one allocation: the Request's pointer to the state shares
+// the AsyncOp's ownership (shared_ptr's aliasing constructor), and the engine owns it while it is pending. (A blocking
+// call's operation is on its caller's stack.)
+struct AsyncOp {
+  Request::State state;
+  P2pOp op;
 };
 
 // How a backend moves messages. Called with the engine's lock held (one thread at a time).
@@ -130,7 +138,7 @@ class P2pEngine {
   // Drives the transport on this thread until `s` is done (Note [progress on the waiting thread]); once: one pass.
   void drive(Request::State& s, bool once);
   // Checks op's arguments and posts it; the engine's thread drives it, and completes the request.
-  Request start(std::unique_ptr<P2pOp> op);
+  Request start(P2pOp op);
   // Checks op's arguments, posts it for one pass of the transport, and takes it back if not done: whether it is done
   // (iprobe).
   Result<bool> once(P2pOp& op);
@@ -161,7 +169,7 @@ class P2pEngine {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<P2pOp*> pending_;                   // in the order posted
-  std::vector<std::unique_ptr<P2pOp>> owned_;    // the non-blocking ones (P2pOp::owned_at: where)
+  std::vector<std::shared_ptr<AsyncOp>> owned_;  // the non-blocking ones (P2pOp::owned_at: where)
   uint64_t passes_ = 0;                          // pass() calls (the clock is read every 16th)
   int64_t async_pending_ = 0;
   std::string broken_;                           // why point-to-point is unusable, once it is
