@@ -59,8 +59,9 @@ P2pEngine::~P2pEngine() {
     std::lock_guard<std::mutex> lock(mu_);
     for (P2pOp* op : pending_)
       if (op->req)
-        done.emplace_back(std::shared_ptr<Request::State>(owned_[op->owned_at], op->req), make_status(StatusCode::kAborted, "%s: the communicator was destroyed first",
-                                               op->describe(rank_).c_str()));
+        done.emplace_back(std::shared_ptr<Request::State>(owned_[op->owned_at], op->req),
+                          make_status(StatusCode::kAborted, "%s: the communicator was destroyed first",
+                                      op->describe(rank_).c_str()));
     pending_.clear();
   }
   complete(done);
