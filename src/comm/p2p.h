@@ -83,9 +83,9 @@ struct P2pOp {
   MessageInfo* info = nullptr;         // written when a receive or probe is done
   bool done = false;
   Status status;
-  // When it was posted, for its deadline and Note [point-to-point single copy]'s stash valve: a non-blocking post leaves
-  // it unset (the epoch) and the engine's next clock read sets it (a clock read a post cost 5% of a window of small
-  // Isends); a blocking call reads the clock at once.
+  // When it was posted, for its deadline and Note [point-to-point single copy]'s stash valve: a non-blocking post
+  // leaves it unset (the epoch) and the engine's next clock read sets it (a clock read a post cost 5% of a window of
+  // small Isends); a blocking call reads the clock at once.
   std::chrono::steady_clock::time_point start;
   Request::State* req = nullptr;  // a non-blocking operation's (in its AsyncOp), completed by the engine
   size_t owned_at = 0;            // a non-blocking operation's place in the engine's owned_
