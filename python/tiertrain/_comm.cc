@@ -1210,42 +1210,32 @@ bool p2p_int(PyObject* o, const char* what, int* out) {
   return true;
 }
 
-PyObject* p2p_send_method(PyObject* self, PyObject* const* args, Py_ssize_t n) {
-  int dest = 0, tag = 0;
-  if (!p2p_args("_p2p_send", n, 3) || !p2p_int(args[1], "dest", &dest) || !p2p_int(args[2], "tag", &tag))
+// Send (send) or Recv (with its status, args[3]): the buffer's export on the stack, the call without the GIL.
+PyObject* p2p_blocking(PyObject* self, PyObject* const* args, Py_ssize_t n, bool send) {
+  int peer = 0, tag = 0;
+  if (!p2p_args(send ? "_p2p_send" : "_p2p_recv", n, send ? 3 : 4) ||
+      !p2p_int(args[1], send ? "dest" : "source", &peer) || !p2p_int(args[2], "tag", &tag))
     return nullptr;
   return python_errors([&]() -> PyObject* {
     PyComm& c = comm_of(self);
     Buf b;
-    const P2pBuf pb = p2p_buf(c, b, py::reinterpret_borrow<py::object>(args[0]), false, "Send");
-    tt::Status st;
-    {
-      py::gil_scoped_release nogil;
-      st = p2p_send(c.comm(), pb, dest, tag);
-    }
-    check(st);
-    Py_RETURN_NONE;
-  });
-}
-
-PyObject* p2p_recv_method(PyObject* self, PyObject* const* args, Py_ssize_t n) {
-  int source = 0, tag = 0;
-  if (!p2p_args("_p2p_recv", n, 4) || !p2p_int(args[1], "source", &source) || !p2p_int(args[2], "tag", &tag))
-    return nullptr;
-  return python_errors([&]() -> PyObject* {
-    PyComm& c = comm_of(self);
-    Buf b;
-    const P2pBuf pb = p2p_buf(c, b, py::reinterpret_borrow<py::object>(args[0]), true, "Recv");
+    const P2pBuf pb = p2p_buf(c, b, py::reinterpret_borrow<py::object>(args[0]), !send, send ? "Send" : "Recv");
     tt::comm::MessageInfo info;
     tt::Status st;
     {
       py::gil_scoped_release nogil;
-      st = p2p_recv(c.comm(), pb, source, tag, &info);
+      st = send ? p2p_send(c.comm(), pb, peer, tag) : p2p_recv(c.comm(), pb, peer, tag, &info);
     }
     check(st);
-    PyRequest::fill_status(py::reinterpret_borrow<py::object>(args[3]), info);
+    if (!send) PyRequest::fill_status(py::reinterpret_borrow<py::object>(args[3]), info);
     Py_RETURN_NONE;
   });
+}
+PyObject* p2p_send_method(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  return p2p_blocking(self, args, n, true);
+}
+PyObject* p2p_recv_method(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  return p2p_blocking(self, args, n, false);
 }
 
 // Send and Recv at once, both driven on this thread (neither waits for the other).

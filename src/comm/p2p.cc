@@ -112,7 +112,8 @@ bool P2pEngine::pass(std::vector<std::pair<std::shared_ptr<Request::State>, Stat
   bool moved = false;
   if (broken_.empty()) moved = transport_->progress(pending_);
   // Deadlines, and peers that will never come (checked every 100 ms); the clock read every 16th pass (a deadline is
-  // seconds, a pass well under a microsecond; an operation's start is read at its post).
+  // seconds, a pass well under a microsecond; a non-blocking operation's start is stamped at the first read after
+  // its post, P2pOp::start).
   if ((++passes_ & 15) != 0) {
     harvest(done, moved);
     return moved;
