@@ -354,7 +354,8 @@ struct NoAfter {
 // resized), the Comm, and the C++ request. Wait() waits without the GIL, then does what comes after the call (the
 // in-place Reduce_scatter's move) and lets the buffers go; Test() says whether it is done (and then waits, which
 // returns at once); Request.Waitall(requests) waits for them all. A Request that is dropped before it was waited for
-// waits in its destructor: its buffers are not let go while the operation may still touch them.
+// waits in its destructor: its buffers are not let go while the operation may still touch them. (The Request type:
+// Note [request objects].)
 struct Pending {
   CallBufs a;
   tt::comm::Request req;
@@ -379,129 +380,16 @@ struct Pending {
   }
 };
 
-class PyRequest {
- public:
-  explicit PyRequest(std::shared_ptr<Pending> p) : p_(std::move(p)) {}
-  PyRequest(PyRequest&&) noexcept = default;
-  PyRequest& operator=(PyRequest&&) = delete;  // (would drop a Pending without waiting)
-  ~PyRequest() {
-    if (!p_) return;
-    // Dropped before it was waited for: waited for here (what comes after it too), its error logged.
-    if (finalizing()) {
-      p_->wait_once();  // (the progress thread needs no GIL)
-    } else {
-      py::gil_scoped_release nogil;
-      p_->wait_once();
-    }
-    if (!p_->status.is_ok())
-      TT_LOG(WARN, COMM, "a Request dropped before Wait() failed: %s", p_->status.to_string().c_str());
-    p_.reset();
-  }
-  void Wait(const py::object& status = py::none()) {
-    std::shared_ptr<Pending> p = p_;  // (with the GIL) this waiter's hold on it, whoever lets go first
-    if (!p) {
-      fill_status(status, info_);
-      return;
-    }
-    if (p->req.ready()) {  // done already: no need to let the GIL go (a small message's usual case)
-      p->wait_once();
-    } else {
-      py::gil_scoped_release nogil;
-      p->wait_once();
-    }
-    p_.reset();
-    const tt::Status st = p->status;
-    info_ = p->info;
-    if (st.is_ok() && p->wants_bytes) result_ = py::bytes(p->bytes.data(), p->bytes.size());
-    p.reset();  // the last holder lets the buffers go, with the GIL
-    check(st);
-    fill_status(status, info_);
-  }
-  // Note [request sets] (comm.py): Waitall's plain case, every item a Request of this class and no statuses, in one
-  // call: the waits under one release of the GIL (none when all are done), then each request completed as Wait
-  // completes it; the first error raised once all are done.
-  static void wait_all(const std::vector<PyRequest*>& rs) {
-    std::vector<std::shared_ptr<Pending>> ps;
-    ps.reserve(rs.size());
-    bool ready = true;
-    for (PyRequest* r : rs) {
-      ps.push_back(r->p_);
-      if (r->p_ && !r->p_->req.ready()) ready = false;
-    }
-    if (ready) {
-      for (const auto& p : ps)
-        if (p) p->wait_once();
-    } else {
-      py::gil_scoped_release nogil;
-      for (const auto& p : ps)
-        if (p) p->wait_once();
-    }
-    tt::Status first;
-    for (size_t i = 0; i < rs.size(); ++i) {
-      std::shared_ptr<Pending>& p = ps[i];
-      if (!p) continue;
-      PyRequest& r = *rs[i];
-      r.p_.reset();  // (a request listed twice: completed twice, the same way)
-      r.info_ = p->info;
-      if (p->status.is_ok() && p->wants_bytes) r.result_ = py::bytes(p->bytes.data(), p->bytes.size());
-      if (!p->status.is_ok() && first.is_ok()) first = p->status;
-      p.reset();  // the last holder lets the buffers go, with the GIL
-    }
-    check(first);
-  }
-  bool Test(const py::object& status = py::none()) {
-    if (p_ && p_->req.valid() && !p_->req.test()) return false;
-    Wait(status);
-    return true;
-  }
-  // A received message of any length (the object layer's irecv), once waited for; None before.
-  py::object result() const { return result_; }
-  // Waited for (mpi4py's requests become REQUEST_NULL then): its buffers let go, Wait returns at once.
-  bool waited() const { return !p_; }
-  // Done (a Wait would return at once), without waiting or letting anything go: Testall's look.
-  bool ready() const { return !p_ || !p_->req.valid() || p_->req.test(); }
-  // mpi4py's Status, duck-typed: its source, tag and count (bytes) are set where given.
-  static void fill_status(const py::object& status, const tt::comm::MessageInfo& info) {
-    if (status.is_none()) return;
-    status.attr("source") = info.source;
-    status.attr("tag") = info.tag;
-    status.attr("count") = info.bytes;
-  }
-
- private:
-  static bool finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsFinalizing() != 0;
-#else
-    return _Py_IsFinalizing() != 0;
-#endif
-  }
-  std::shared_ptr<Pending> p_;  // null once waited for
-  tt::comm::MessageInfo info_;
-  py::object result_ = py::none();
-};
-
-// Note [point-to-point fast calls]: a new Request for p, without pybind11's cast looking PyRequest's type up in its
-// hash table each time (its type_info is looked up once; the rest is what the cast does).
-py::object make_request(std::shared_ptr<Pending> p) {
-  static const py::detail::type_info* const type = py::detail::get_type_info(typeid(PyRequest));
-  PyRequest r(std::move(p));
-  const py::handle h = py::detail::type_caster_generic::cast(
-      &r, py::return_value_policy::move, py::handle(), type, nullptr, [](const void* from) -> void* {
-        return new PyRequest(std::move(*const_cast<PyRequest*>(static_cast<const PyRequest*>(from))));
-      });
-  if (!h) throw py::error_already_set();
-  return py::reinterpret_steal<py::object>(h);
+// mpi4py's Status, duck-typed: its source, tag and count (bytes) are set where given.
+void fill_status(const py::object& status, const tt::comm::MessageInfo& info) {
+  if (status.is_none()) return;
+  status.attr("source") = info.source;
+  status.attr("tag") = info.tag;
+  status.attr("count") = info.bytes;
 }
 
-// The PyRequest of an object whose type is Request's exactly: read from pybind11's instance where its layout is the
-// simple one (as comm_of does for Comm), pybind11's cast otherwise.
-PyRequest& request_of(PyObject* o) {
-  auto* inst = reinterpret_cast<py::detail::instance*>(o);
-  if (inst->simple_layout && inst->simple_holder_constructed && inst->simple_value_holder[0] != nullptr)
-    return *static_cast<PyRequest*>(inst->simple_value_holder[0]);
-  return py::handle(o).cast<PyRequest&>();
-}
+// A new Request for p (Note [request objects], below).
+py::object make_request(std::shared_ptr<Pending> p);
 
 class PyComm {
  public:
@@ -753,7 +641,7 @@ class PyComm {
     auto p = std::make_shared<Pending>();
     p->comm = py::reinterpret_borrow<py::object>(self);
     convert_and_start(*p);
-    return py::cast(PyRequest(std::move(p)));
+    return make_request(std::move(p));
   }
   py::object Ibarrier(PyObject* self) {
     return nonblocking(self, [&](Pending& p) { barrier(start(p)); });
@@ -1227,7 +1115,7 @@ PyObject* p2p_blocking(PyObject* self, PyObject* const* args, Py_ssize_t n, bool
       st = send ? p2p_send(c.comm(), pb, peer, tag) : p2p_recv(c.comm(), pb, peer, tag, &info);
     }
     check(st);
-    if (!send) PyRequest::fill_status(py::reinterpret_borrow<py::object>(args[3]), info);
+    if (!send) fill_status(py::reinterpret_borrow<py::object>(args[3]), info);
     Py_RETURN_NONE;
   });
 }
@@ -1261,7 +1149,7 @@ PyObject* p2p_sendrecv_method(PyObject* self, PyObject* const* args, Py_ssize_t 
                                  &info);
     }
     check(st);
-    PyRequest::fill_status(py::reinterpret_borrow<py::object>(args[6]), info);
+    fill_status(py::reinterpret_borrow<py::object>(args[6]), info);
     Py_RETURN_NONE;
   });
 }
@@ -1299,6 +1187,238 @@ PyMethodDef g_p2p_methods[] = {
     {"_p2p_isend", as_cfunction<p2p_isend_method>(), METH_FASTCALL, "_p2p_isend(buf, dest, tag): Isend's call."},
     {"_p2p_irecv", as_cfunction<p2p_irecv_method>(), METH_FASTCALL, "_p2p_irecv(buf, source, tag): Irecv's call."},
 };
+
+// Note [request objects]
+// Request is a type of CPython's C API, not a pybind11 class: an mpi4py program makes and drops one a message (Isend,
+// Irecv), and a pybind11 instance costs about a third of a post to make and drop (its registry of instances, keyed by
+// address, updated each time; its type looked up in a hash table at each cast). The object holds the Pending (null
+// once waited for), what the wait found and the object layer's received bytes. Its methods are Note [non-blocking
+// calls]'s; Waitall and the other list operations are comm.py's (Note [request sets]), over _wait_plain.
+struct RequestObject {
+  PyObject_HEAD
+  std::shared_ptr<Pending> p;  // null once waited for
+  tt::comm::MessageInfo info;  // what the wait found
+  PyObject* result;            // the object layer's received bytes once waited for, else None (owned)
+};
+PyTypeObject* g_request_type = nullptr;  // (owned for the life of the process)
+
+RequestObject* as_request(PyObject* o) { return reinterpret_cast<RequestObject*>(o); }
+
+py::object make_request(std::shared_ptr<Pending> p) {
+  void* mem = PyObject_Malloc(sizeof(RequestObject));
+  if (mem == nullptr) throw std::bad_alloc();
+  PyObject* o = PyObject_Init(static_cast<PyObject*>(mem), g_request_type);  // (a reference to the type, too)
+  RequestObject* r = as_request(o);
+  new (&r->p) std::shared_ptr<Pending>(std::move(p));
+  new (&r->info) tt::comm::MessageInfo();
+  Py_INCREF(Py_None);
+  r->result = Py_None;
+  return py::reinterpret_steal<py::object>(o);
+}
+
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+// r completed after p's wait: what it found kept, p let go (the last holder lets the buffers go, with the GIL).
+tt::Status complete(RequestObject* r, std::shared_ptr<Pending>& p) {
+  const tt::Status st = p->status;
+  r->info = p->info;
+  if (st.is_ok() && p->wants_bytes) {
+    PyObject* b = PyBytes_FromStringAndSize(p->bytes.data(), static_cast<Py_ssize_t>(p->bytes.size()));
+    if (b == nullptr) throw py::error_already_set();
+    PyObject* old = r->result;
+    r->result = b;
+    Py_DECREF(old);
+  }
+  p.reset();
+  return st;
+}
+
+// Wait: without the GIL unless the operation is done already (a small message's usual case). Two threads may wait
+// on one Request: each holds the Pending while it waits, and the wait is done once (Pending::wait_once).
+void wait_request(RequestObject* r, const py::object& status) {
+  if (std::shared_ptr<Pending> p = r->p) {
+    if (p->req.ready()) {
+      p->wait_once();
+    } else {
+      py::gil_scoped_release nogil;
+      p->wait_once();
+    }
+    r->p.reset();
+    check(complete(r, p));
+  }
+  fill_status(status, r->info);
+}
+
+// Note [request sets] (comm.py): Waitall's plain case, every item a Request of this type and no statuses, in one
+// call: the waits under one release of the GIL (none when all are done), then each request completed as Wait
+// completes it; the first error raised once all are done.
+void wait_all(const std::vector<RequestObject*>& rs) {
+  std::vector<std::shared_ptr<Pending>> ps;
+  ps.reserve(rs.size());
+  bool ready = true;
+  for (RequestObject* r : rs) {
+    ps.push_back(r->p);
+    if (r->p && !r->p->req.ready()) ready = false;
+  }
+  if (ready) {
+    for (const auto& p : ps)
+      if (p) p->wait_once();
+  } else {
+    py::gil_scoped_release nogil;
+    for (const auto& p : ps)
+      if (p) p->wait_once();
+  }
+  tt::Status first;
+  for (size_t i = 0; i < rs.size(); ++i) {
+    if (!ps[i]) continue;
+    rs[i]->p.reset();  // (a request listed twice: completed twice, the same way)
+    const tt::Status st = complete(rs[i], ps[i]);
+    if (!st.is_ok() && first.is_ok()) first = st;
+  }
+  check(first);
+}
+
+constexpr Signature kWait{"Wait", {"status"}, 1, 0};
+constexpr Signature kTest{"Test", {"status"}, 1, 0};
+
+PyObject* request_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* out[4];
+  if (!match_args(kWait, args, nargs, kwnames, out)) return nullptr;
+  return python_errors([&]() -> PyObject* {
+    wait_request(as_request(self), arg_or_none(out[0]));
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* request_test(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* out[4];
+  if (!match_args(kTest, args, nargs, kwnames, out)) return nullptr;
+  return python_errors([&]() -> PyObject* {
+    const std::shared_ptr<Pending>& p = as_request(self)->p;
+    if (p && p->req.valid() && !p->req.test()) Py_RETURN_FALSE;
+    wait_request(as_request(self), arg_or_none(out[0]));
+    Py_RETURN_TRUE;
+  });
+}
+
+PyObject* request_result(PyObject* self, PyObject*) {
+  PyObject* r = as_request(self)->result;
+  Py_INCREF(r);
+  return r;
+}
+
+// Only a list of this type's Requests (an exact type check an item): they are waited for (True); else nothing is and
+// the caller takes the general way (False). The items are held while the GIL is let go (the list may change then).
+PyObject* request_wait_plain(PyObject*, PyObject* requests) {
+  if (!PyList_CheckExact(requests)) Py_RETURN_FALSE;
+  return python_errors([&]() -> PyObject* {
+    const Py_ssize_t n = PyList_GET_SIZE(requests);
+    std::vector<py::object> held;
+    std::vector<RequestObject*> rs;
+    held.reserve(static_cast<size_t>(n));
+    rs.reserve(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* o = PyList_GET_ITEM(requests, i);
+      if (Py_TYPE(o) != g_request_type) Py_RETURN_FALSE;
+      held.push_back(py::reinterpret_borrow<py::object>(o));
+      rs.push_back(as_request(o));
+    }
+    wait_all(rs);
+    Py_RETURN_TRUE;
+  });
+}
+
+// Waited for (mpi4py's requests become REQUEST_NULL then): its buffers let go, Wait returns at once.
+PyObject* request_waited(PyObject* self, void*) { return PyBool_FromLong(!as_request(self)->p); }
+
+// Done (a Wait would return at once), without waiting or letting anything go: Testall's look.
+PyObject* request_ready(PyObject* self, void*) {
+  return python_errors([&]() -> PyObject* {
+    const std::shared_ptr<Pending>& p = as_request(self)->p;
+    return PyBool_FromLong(!p || !p->req.valid() || p->req.test());
+  });
+}
+
+// mpi4py's: a request waited for compares equal to REQUEST_NULL (and to any other waited for).
+PyObject* request_compare(PyObject* a, PyObject* b, int op) {
+  if ((op != Py_EQ && op != Py_NE) || !PyObject_TypeCheck(a, g_request_type) ||
+      !PyObject_TypeCheck(b, g_request_type))
+    Py_RETURN_NOTIMPLEMENTED;
+  const bool eq = a == b || (!as_request(a)->p && !as_request(b)->p);
+  return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+Py_hash_t request_hash(PyObject* self) { return PyBaseObject_Type.tp_hash(self); }  // (by identity)
+
+PyObject* request_new(PyTypeObject*, PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_TypeError, "tiertrain.comm.Request: made by Isend, Irecv and the other I-methods only");
+  return nullptr;
+}
+
+// A Request dropped before it was waited for is waited for here (what comes after it too), its error logged: its
+// buffers are not let go while the operation may still touch them.
+void request_dealloc(PyObject* self) {
+  RequestObject* r = as_request(self);
+  PyTypeObject* type = Py_TYPE(self);
+  if (std::shared_ptr<Pending> p = std::move(r->p)) {
+    if (finalizing()) {
+      p->wait_once();  // (the progress thread needs no GIL)
+    } else {
+      py::gil_scoped_release nogil;
+      p->wait_once();
+    }
+    if (!p->status.is_ok())
+      TT_LOG(WARN, COMM, "a Request dropped before Wait() failed: %s", p->status.to_string().c_str());
+  }
+  r->p.~shared_ptr();
+  Py_XDECREF(r->result);
+  PyObject_Free(self);
+  Py_DECREF(type);
+}
+
+PyMethodDef g_request_methods[] = {
+    {"Wait", as_cfunction<request_wait>(), METH_FASTCALL | METH_KEYWORDS,
+     "Wait(status=None): waits for the operation (without the GIL), then lets its buffers go; raises as the "
+     "blocking call would. A receive's source, tag and count (bytes) go into `status` if given."},
+    {"Test", as_cfunction<request_test>(), METH_FASTCALL | METH_KEYWORDS,
+     "Test(status=None): whether the operation is done (and if so, as Wait())."},
+    {"_result", request_result, METH_NOARGS, "The object layer's received bytes, once waited for."},
+    {"_wait_plain", request_wait_plain, METH_O | METH_STATIC,
+     "Waitall's plain case: waits for every item of a list of Requests (True), or does nothing (False) where an "
+     "item is another kind of request."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef g_request_getset[] = {
+    {"_waited", request_waited, nullptr, "Waited for: its buffers let go.", nullptr},
+    {"_ready", request_ready, nullptr, "Done: a Wait would return at once.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+// The type, made once at import (a heap type: comm.py adds Waitall and the other list operations to it).
+PyTypeObject* make_request_type() {
+  static PyType_Slot slots[] = {
+      {Py_tp_dealloc, reinterpret_cast<void*>(request_dealloc)},
+      {Py_tp_methods, g_request_methods},
+      {Py_tp_getset, g_request_getset},
+      {Py_tp_richcompare, reinterpret_cast<void*>(request_compare)},
+      {Py_tp_hash, reinterpret_cast<void*>(request_hash)},
+      {Py_tp_new, reinterpret_cast<void*>(request_new)},
+      {Py_tp_doc, const_cast<char*>("A non-blocking operation in flight (mpi4py's Request): Wait, Test.")},
+      {0, nullptr},
+  };
+  static PyType_Spec spec = {"tiertrain._comm.Request", static_cast<int>(sizeof(RequestObject)), 0,
+                             Py_TPFLAGS_DEFAULT, slots};
+  PyObject* type = PyType_FromSpec(&spec);
+  if (type == nullptr) throw py::error_already_set();
+  return reinterpret_cast<PyTypeObject*>(type);
+}
 
 }  // namespace
 
@@ -1351,70 +1471,8 @@ PYBIND11_MODULE(_comm, m) {
       .def_buffer([](SharedBuffer& b) { return b.info(); });
 
   // Note [non-blocking calls]
-  py::class_<PyRequest>(m, "Request")
-      .def("Wait", &PyRequest::Wait, py::arg("status") = py::none(),
-           "Waits for the operation (without the GIL), then lets its buffers go; raises as the blocking call would. "
-           "A receive's source, tag and count (bytes) go into `status` if given.")
-      .def("Test", &PyRequest::Test, py::arg("status") = py::none(),
-           "Whether the operation is done (and if so, Wait() returns at once).")
-      .def("_result", &PyRequest::result, "The object layer's received bytes, once waited for.")
-      .def_static(
-          "_wait_plain",
-          [](const py::list& requests) {
-            // Only a list of this class's Requests (an exact type check, then the instance read: no lookup an
-            // item); else nothing is waited for and the caller takes the general way.
-            static PyTypeObject* const cls = reinterpret_cast<PyTypeObject*>(py::type::of<PyRequest>().ptr());
-            std::vector<PyRequest*> rs;
-            rs.reserve(requests.size());
-            for (const py::handle& h : requests) {
-              if (Py_TYPE(h.ptr()) != cls) return false;
-              rs.push_back(&request_of(h.ptr()));
-            }
-            PyRequest::wait_all(rs);
-            return true;
-          },
-          py::arg("requests"),
-          "Waitall's plain case: waits for every item of a list of Requests (True), or does nothing (False) where "
-          "an item is another kind of request.")
-      .def_property_readonly("_waited", &PyRequest::waited)
-      .def_property_readonly("_ready", &PyRequest::ready)
-      // mpi4py's: a request waited for compares equal to REQUEST_NULL (and to any other waited for).
-      .def("__eq__",
-           [](const py::object& a, const py::object& b) -> py::object {
-             if (a.is(b)) return py::bool_(true);
-             if (!py::isinstance<PyRequest>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-             return py::bool_(a.cast<const PyRequest&>().waited() && b.cast<const PyRequest&>().waited());
-           })
-      .def("__ne__",
-           [](const py::object& a, const py::object& b) -> py::object {
-             if (a.is(b)) return py::bool_(false);
-             if (!py::isinstance<PyRequest>(b)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-             return py::bool_(!(a.cast<const PyRequest&>().waited() && b.cast<const PyRequest&>().waited()));
-           })
-      .def("__hash__", [](const py::object& a) { return py::hash(py::int_(reinterpret_cast<uintptr_t>(a.ptr()))); })
-      .def_static(
-          "Waitall",
-          [](const py::iterable& requests) {
-            // Every request is waited for (so that all their buffers are let go); the first error is raised.
-            // (Every element is checked to be a Request before any is waited for.)
-            std::vector<std::pair<py::object, PyRequest*>> all;  // (held: a generator's items have no other holder)
-            for (py::handle r : requests) {
-              if (!py::isinstance<PyRequest>(r))
-                throw py::type_error("Request.Waitall: every item must be a Request, got " +
-                                     std::string(py::str(py::type::of(r))));
-              all.emplace_back(py::reinterpret_borrow<py::object>(r), &r.cast<PyRequest&>());
-            }
-            std::unique_ptr<py::error_already_set> first;
-            for (auto& [obj, r] : all) {
-              try {
-                r->Wait();
-              } catch (py::error_already_set& e) {
-                if (!first) first = std::make_unique<py::error_already_set>(std::move(e));
-              }
-            }
-            if (first) throw std::move(*first);
-          },
-          py::arg("requests"), "Waits for every Request of `requests`; raises the first error after all are done.");
+  g_request_type = make_request_type();
+  m.attr("Request") = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(g_request_type));
 
   py::class_<PyComm>(m, "Comm")
       .def_property_readonly("rank", &PyComm::rank)
@@ -1462,7 +1520,7 @@ PYBIND11_MODULE(_comm, m) {
               st = c.comm().probe(source, tag, &info);
             }
             check(st);
-            PyRequest::fill_status(status, info);
+            fill_status(status, info);
           },
           py::arg("source") = tt::comm::kAnySource, py::arg("tag") = tt::comm::kAnyTag, py::arg("status") = py::none(),
           "Waits until a message that Recv(source, tag) would take has arrived, without taking it.")
@@ -1476,7 +1534,7 @@ PYBIND11_MODULE(_comm, m) {
               got = c.comm().iprobe(source, tag, &info);
             }
             if (!got.is_ok()) raise(got.status());
-            if (got.value()) PyRequest::fill_status(status, info);
+            if (got.value()) fill_status(status, info);
             return got.value();
           },
           py::arg("source") = tt::comm::kAnySource, py::arg("tag") = tt::comm::kAnyTag, py::arg("status") = py::none(),
@@ -1486,7 +1544,7 @@ PYBIND11_MODULE(_comm, m) {
           [](int source) {
             auto p = std::make_shared<Pending>();
             p->info.source = source;
-            return PyRequest(p);
+            return make_request(std::move(p));
           },
           py::arg("source"), "A Request done at once (an operation with PROC_NULL), its status' source `source`.")
       .def(
@@ -1512,7 +1570,7 @@ PYBIND11_MODULE(_comm, m) {
               st = c.comm().recv_any(&got, source, tag, &info);
             }
             check(st);
-            PyRequest::fill_status(status, info);
+            fill_status(status, info);
             return py::bytes(got.data(), got.size());
           },
           py::arg("source"), py::arg("tag"), py::arg("status") = py::none())
@@ -1525,7 +1583,7 @@ PYBIND11_MODULE(_comm, m) {
             p->bytes.assign(d.begin(), d.end());
             p->comm = self;
             p->req = c.comm().isend_bytes(p->bytes.data(), p->bytes.size(), dest, tag);
-            return PyRequest(p);
+            return make_request(std::move(p));
           },
           py::arg("data"), py::arg("dest"), py::arg("tag"))
       .def(
@@ -1536,7 +1594,7 @@ PYBIND11_MODULE(_comm, m) {
             p->comm = self;
             p->wants_bytes = true;
             p->req = c.comm().irecv_any(&p->bytes, source, tag, &p->info);
-            return PyRequest(p);
+            return make_request(std::move(p));
           },
           py::arg("source"), py::arg("tag"))
       .def("_alloc",
