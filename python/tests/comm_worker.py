@@ -1130,6 +1130,39 @@ def p2p(comm: tc.Comm) -> None:
             expect(False, f"no {error} raised")
         except error as e:
             expect("not a rank" in str(e) or error is not tc.CommMismatchError, str(e))
+    # Note [point-to-point fast calls]: Send, Recv, Isend and Irecv take mpi4py's keywords and defaults in C++ and
+    # hand the other cases (specs, PROC_NULL, buffers that are not numpy arrays) to comm.py; the arguments they refuse.
+    for call, error in [(lambda: comm.Send(np.ones(2)), TypeError),
+                        (lambda: comm.Isend(np.ones(2), 1, 0, 5), TypeError),
+                        (lambda: comm.Irecv(np.ones(2), src=0), TypeError),
+                        (lambda: comm.Recv(np.ones(2), 0, tag=1, source=0), TypeError),
+                        (lambda: tc.Request(), TypeError)]:
+        try:
+            call()
+            expect(False, f"no {error} raised")
+        except error:
+            pass
+    st = tc.Status()
+    got = np.zeros(3, np.int32)
+    raw = bytearray(4)
+    recvs = [comm.Irecv(got, prv, 50), comm.Irecv(buf=np.zeros(1), source=tc.PROC_NULL),
+             comm.Irecv([raw, 4], source=np.int64(prv), tag=51)]
+    sends = [comm.Isend(np.arange(3, dtype=np.int32) + me, nxt, 50), comm.Isend(np.ones(1), dest=tc.PROC_NULL),
+             comm.Isend(buf=bytearray(b"abcd"), dest=np.int64(nxt), tag=51)]
+    expect(all(type(r) is tc.Request for r in recvs + sends), "Isend/Irecv give Requests")
+    tc.Request.Waitall(sends + recvs)
+    expect(np.array_equal(got, np.arange(3) + prv) and raw == b"abcd", f"Irecv by position and of a spec: {got} {raw}")
+    expect(recvs[0] == recvs[1] == tc.REQUEST_NULL and len({*recvs, *sends}) == 6, "waited Requests compare equal")
+    comm.Send(buf=np.full(2, me, np.int16), dest=nxt, tag=52)
+    comm.Send([np.full(2, me, np.int16), 1], nxt, 53)
+    comm.Send(np.ones(1), tc.PROC_NULL)
+    x = np.zeros(2, np.int16)
+    comm.Recv(x, tag=52, status=st)
+    expect(np.array_equal(x, [prv, prv]) and st.source == prv and st.tag == 52 and st.count == 4, f"Recv: {x} {st}")
+    comm.Recv([x, 1], source=prv, tag=53, status=st)
+    expect(int(x[0]) == prv and st.count == 2, f"Recv of a spec: {x} {st}")
+    comm.Recv(np.zeros(1), source=tc.PROC_NULL, status=st)
+    expect(st.source == tc.PROC_NULL, f"Recv from PROC_NULL: {st}")
     comm.Barrier()
     print(f"rank {me}: point-to-point right")
 

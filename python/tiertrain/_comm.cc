@@ -1074,11 +1074,14 @@ std::string bytes_of(const py::bytes& data) { return std::string(data); }
 // Note [point-to-point fast calls]
 // Send, Recv, Sendrecv, Isend and Irecv are what mpi4py programs call most, a message at a time, and pybind11's
 // dispatcher costs about as much as the engine's post (it builds argument vectors and matches overloads, a few
-// allocations a call). They are fast-call methods of Comm as the collectives are (Note [python calls]), positional
-// only: _p2p_send(buf, dest, tag), _p2p_recv(buf, source, tag, status), _p2p_sendrecv(sendbuf, dest, sendtag,
-// recvbuf, source, recvtag, status), _p2p_isend(buf, dest, tag), _p2p_irecv(buf, source, tag), called by comm.py's
-// wrappers (which take the keywords, PROC_NULL and buffer specs). Unlike the collectives', their errors do not give
-// up on the communicator: no peer waits in a collective for this rank.
+// allocations a call); a Python function in front costs a fifth of it again. So Comm.Send, Recv, Isend and Irecv are
+// fast-call methods of Comm themselves (Note [python calls]), with mpi4py's keywords and defaults: the common case,
+// an exact numpy array and a peer that is someone (not PROC_NULL), runs here; every other case (mpi4py's buffer
+// specs, PROC_NULL, other buffers) goes to comm.py's general function of that name (_set_p2p_general), which calls
+// the positional methods below: _p2p_send(buf, dest, tag), _p2p_recv(buf, source, tag, status), _p2p_sendrecv(sendbuf,
+// dest, sendtag, recvbuf, source, recvtag, status), _p2p_isend(buf, dest, tag), _p2p_irecv(buf, source, tag).
+// (Sendrecv, less hot, is comm.py's over _p2p_sendrecv.) Unlike the collectives', their errors do not give up on the
+// communicator: no peer waits in a collective for this rank.
 
 bool p2p_args(const char* name, Py_ssize_t n, Py_ssize_t want) {
   if (n == want) return true;
@@ -1098,16 +1101,13 @@ bool p2p_int(PyObject* o, const char* what, int* out) {
   return true;
 }
 
-// Send (send) or Recv (with its status, args[3]): the buffer's export on the stack, the call without the GIL.
-PyObject* p2p_blocking(PyObject* self, PyObject* const* args, Py_ssize_t n, bool send) {
-  int peer = 0, tag = 0;
-  if (!p2p_args(send ? "_p2p_send" : "_p2p_recv", n, send ? 3 : 4) ||
-      !p2p_int(args[1], send ? "dest" : "source", &peer) || !p2p_int(args[2], "tag", &tag))
-    return nullptr;
+// Send (send) or Recv (status: where the source, tag and count go, or None): the buffer's export on the stack, the
+// call without the GIL.
+PyObject* p2p_blocking(PyObject* self, PyObject* buf, int peer, int tag, PyObject* status, bool send) {
   return python_errors([&]() -> PyObject* {
     PyComm& c = comm_of(self);
     Buf b;
-    const P2pBuf pb = p2p_buf(c, b, py::reinterpret_borrow<py::object>(args[0]), !send, send ? "Send" : "Recv");
+    const P2pBuf pb = p2p_buf(c, b, py::reinterpret_borrow<py::object>(buf), !send, send ? "Send" : "Recv");
     tt::comm::MessageInfo info;
     tt::Status st;
     {
@@ -1115,15 +1115,39 @@ PyObject* p2p_blocking(PyObject* self, PyObject* const* args, Py_ssize_t n, bool
       st = send ? p2p_send(c.comm(), pb, peer, tag) : p2p_recv(c.comm(), pb, peer, tag, &info);
     }
     check(st);
-    if (!send) fill_status(py::reinterpret_borrow<py::object>(args[3]), info);
+    if (!send) fill_status(py::reinterpret_borrow<py::object>(status), info);
     Py_RETURN_NONE;
   });
 }
-PyObject* p2p_send_method(PyObject* self, PyObject* const* args, Py_ssize_t n) {
-  return p2p_blocking(self, args, n, true);
+
+// Isend (send) or Irecv: a Request holding the buffer's export and the communicator until it is done.
+PyObject* p2p_post(PyObject* self, PyObject* buf, int peer, int tag, bool send) {
+  return python_errors([&]() -> PyObject* {
+    PyComm& c = comm_of(self);
+    auto p = std::make_shared<Pending>();
+    const py::object b = py::reinterpret_borrow<py::object>(buf);
+    const P2pBuf pb = send ? p2p_buf(c, p->a.s, b, false, "Isend") : p2p_buf(c, p->a.r, b, true, "Irecv");
+    p->comm = py::reinterpret_borrow<py::object>(self);
+    if (send)
+      p->req = pb.typed ? c.comm().isend(pb.b.ptr, pb.b.count, pb.b.dtype, peer, tag)
+                        : c.comm().isend_bytes(pb.b.ptr, pb.bytes, peer, tag);
+    else
+      p->req = pb.typed ? c.comm().irecv(pb.b.ptr, pb.b.count, pb.b.dtype, peer, tag, &p->info)
+                        : c.comm().irecv_bytes(pb.b.ptr, pb.bytes, peer, tag, &p->info);
+    return make_request(std::move(p)).release().ptr();
+  });
 }
-PyObject* p2p_recv_method(PyObject* self, PyObject* const* args, Py_ssize_t n) {
-  return p2p_blocking(self, args, n, false);
+
+// The positional methods: (buf, peer, tag) and Recv's status.
+template <bool Send, bool Post>
+PyObject* p2p_positional(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  constexpr const char* name = Post ? (Send ? "_p2p_isend" : "_p2p_irecv") : (Send ? "_p2p_send" : "_p2p_recv");
+  int peer = 0, tag = 0;
+  if (!p2p_args(name, n, !Post && !Send ? 4 : 3) || !p2p_int(args[1], Send ? "dest" : "source", &peer) ||
+      !p2p_int(args[2], "tag", &tag))
+    return nullptr;
+  if constexpr (Post) return p2p_post(self, args[0], peer, tag, Send);
+  return p2p_blocking(self, args[0], peer, tag, Send ? Py_None : args[3], Send);
 }
 
 // Send and Recv at once, both driven on this thread (neither waits for the other).
@@ -1154,38 +1178,68 @@ PyObject* p2p_sendrecv_method(PyObject* self, PyObject* const* args, Py_ssize_t 
   });
 }
 
-// Isend (send) or Irecv: a Request holding the buffer's export and the communicator until it is done.
-PyObject* p2p_post(PyObject* self, PyObject* const* args, Py_ssize_t n, bool send) {
-  int peer = 0, tag = 0;
-  if (!p2p_args(send ? "_p2p_isend" : "_p2p_irecv", n, 3) || !p2p_int(args[1], send ? "dest" : "source", &peer) ||
-      !p2p_int(args[2], "tag", &tag))
+// mpi4py's PROC_NULL: a peer that is no one (comm.py's operations with it are done at once).
+constexpr int kProcNull = -2;
+// comm.py's general Send, Recv, Isend and Irecv (owned for the life of the process; null before it is imported).
+std::array<PyObject*, 4> g_p2p_general{};
+
+constexpr Signature kSend{"Send", {"buf", "dest", "tag"}, 3, 2};
+constexpr Signature kRecv{"Recv", {"buf", "source", "tag", "status"}, 4, 1};
+constexpr Signature kIsend{"Isend", {"buf", "dest", "tag"}, 3, 2};
+constexpr Signature kIrecv{"Irecv", {"buf", "source", "tag"}, 3, 1};
+
+// The public methods: the arguments by position or keyword; an exact numpy array to someone here, the rest in
+// comm.py's general function (given the peer and tag as converted, the defaults filled in).
+template <bool Send, bool Post>
+PyObject* p2p_public(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const Signature& sig = Post ? (Send ? kIsend : kIrecv) : (Send ? kSend : kRecv);
+  PyObject* out[4];
+  if (!match_args(sig, args, nargs, kwnames, out)) return nullptr;
+  int peer = tt::comm::kAnySource, tag = Send ? 0 : tt::comm::kAnyTag;
+  if ((out[1] != nullptr && !p2p_int(out[1], Send ? "dest" : "source", &peer)) ||
+      (out[2] != nullptr && !p2p_int(out[2], "tag", &tag)))
     return nullptr;
-  return python_errors([&]() -> PyObject* {
-    PyComm& c = comm_of(self);
-    auto p = std::make_shared<Pending>();
-    const py::object buf = py::reinterpret_borrow<py::object>(args[0]);
-    const P2pBuf pb = send ? p2p_buf(c, p->a.s, buf, false, "Isend") : p2p_buf(c, p->a.r, buf, true, "Irecv");
-    p->comm = py::reinterpret_borrow<py::object>(self);
-    if (send)
-      p->req = pb.typed ? c.comm().isend(pb.b.ptr, pb.b.count, pb.b.dtype, peer, tag)
-                        : c.comm().isend_bytes(pb.b.ptr, pb.bytes, peer, tag);
-    else
-      p->req = pb.typed ? c.comm().irecv(pb.b.ptr, pb.b.count, pb.b.dtype, peer, tag, &p->info)
-                        : c.comm().irecv_bytes(pb.b.ptr, pb.bytes, peer, tag, &p->info);
-    return make_request(std::move(p)).release().ptr();
-  });
+  PyObject* status = !Post && !Send && out[3] != nullptr ? out[3] : Py_None;
+  if (is_ndarray(out[0]) && peer != kProcNull) {
+    if constexpr (Post) return p2p_post(self, out[0], peer, tag, Send);
+    return p2p_blocking(self, out[0], peer, tag, status, Send);
+  }
+  PyObject* general = g_p2p_general[(Post ? 2 : 0) + (Send ? 0 : 1)];
+  if (general == nullptr) {
+    PyErr_Format(PyExc_TypeError, "Comm.%s: import tiertrain.comm first (it takes buffer specs and PROC_NULL)",
+                 sig.name);
+    return nullptr;
+  }
+  py::object p = py::reinterpret_steal<py::object>(PyLong_FromLong(peer));
+  py::object t = py::reinterpret_steal<py::object>(PyLong_FromLong(tag));
+  if (!p || !t) return nullptr;
+  PyObject* call[5] = {self, out[0], p.ptr(), t.ptr(), status};
+  return PyObject_Vectorcall(general, call, !Post && !Send ? 5 : 4, nullptr);
 }
-PyObject* p2p_isend_method(PyObject* self, PyObject* const* args, Py_ssize_t n) { return p2p_post(self, args, n, true); }
-PyObject* p2p_irecv_method(PyObject* self, PyObject* const* args, Py_ssize_t n) { return p2p_post(self, args, n, false); }
 
 PyMethodDef g_p2p_methods[] = {
-    {"_p2p_send", as_cfunction<p2p_send_method>(), METH_FASTCALL,
+    {"Send", as_cfunction<p2p_public<true, false>>(), METH_FASTCALL | METH_KEYWORDS,
+     "Send(buf, dest, tag=0): sends `buf` (or an mpi4py buffer spec) to rank `dest` (MPI's standard send: returns "
+     "once `buf` may be reused; messages under 32 KiB are buffered at once)."},
+    {"Recv", as_cfunction<p2p_public<false, false>>(), METH_FASTCALL | METH_KEYWORDS,
+     "Recv(buf, source=ANY_SOURCE, tag=ANY_TAG, status=None): receives a message from `source` (or ANY_SOURCE) with "
+     "`tag` (or ANY_TAG) into `buf`: at most its length (a longer message raises CommMismatchError and is dropped). "
+     "`status` gets the source, tag and length."},
+    {"Isend", as_cfunction<p2p_public<true, true>>(), METH_FASTCALL | METH_KEYWORDS,
+     "Isend(buf, dest, tag=0): Send, started: a Request (Wait, Test). `buf` must not change until it is done."},
+    {"Irecv", as_cfunction<p2p_public<false, true>>(), METH_FASTCALL | METH_KEYWORDS,
+     "Irecv(buf, source=ANY_SOURCE, tag=ANY_TAG): Recv, started: a Request; Wait(status) fills `status`. Leave "
+     "`buf` alone until it is done."},
+    {"_p2p_send", as_cfunction<p2p_positional<true, false>>(), METH_FASTCALL,
      "_p2p_send(buf, dest, tag): Send's call (Note [point-to-point fast calls])."},
-    {"_p2p_recv", as_cfunction<p2p_recv_method>(), METH_FASTCALL, "_p2p_recv(buf, source, tag, status): Recv's call."},
+    {"_p2p_recv", as_cfunction<p2p_positional<false, false>>(), METH_FASTCALL,
+     "_p2p_recv(buf, source, tag, status): Recv's call."},
     {"_p2p_sendrecv", as_cfunction<p2p_sendrecv_method>(), METH_FASTCALL,
      "_p2p_sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status): Sendrecv's call."},
-    {"_p2p_isend", as_cfunction<p2p_isend_method>(), METH_FASTCALL, "_p2p_isend(buf, dest, tag): Isend's call."},
-    {"_p2p_irecv", as_cfunction<p2p_irecv_method>(), METH_FASTCALL, "_p2p_irecv(buf, source, tag): Irecv's call."},
+    {"_p2p_isend", as_cfunction<p2p_positional<true, true>>(), METH_FASTCALL,
+     "_p2p_isend(buf, dest, tag): Isend's call."},
+    {"_p2p_irecv", as_cfunction<p2p_positional<false, true>>(), METH_FASTCALL,
+     "_p2p_irecv(buf, source, tag): Irecv's call."},
 };
 
 // Note [request objects]
@@ -1639,6 +1693,19 @@ PYBIND11_MODULE(_comm, m) {
   m.attr("UNDEFINED") = Communicator::kUndefined;
   m.attr("ANY_SOURCE") = tt::comm::kAnySource;
   m.attr("ANY_TAG") = tt::comm::kAnyTag;
+  m.attr("PROC_NULL") = kProcNull;
+  m.def(
+      "_set_p2p_general",
+      [](const py::object& send, const py::object& recv, const py::object& isend, const py::object& irecv) {
+        // Note [point-to-point fast calls]: comm.py's functions for the cases the methods do not take themselves.
+        const std::array<const py::object*, 4> fs{&send, &recv, &isend, &irecv};
+        for (size_t i = 0; i < fs.size(); ++i) {
+          Py_XDECREF(g_p2p_general[i]);
+          g_p2p_general[i] = fs[i]->inc_ref().ptr();
+        }
+      },
+      py::arg("send"), py::arg("recv"), py::arg("isend"), py::arg("irecv"),
+      "comm.py's general Send, Recv, Isend and Irecv (buffer specs, PROC_NULL, buffers other than numpy arrays).");
   m.attr("TAG_UB") = tt::comm::kMaxTag;
   m.def("world", [] {
     // The rendezvous waits for the other ranks: without the GIL.

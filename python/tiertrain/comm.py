@@ -29,8 +29,8 @@ import time as _time
 import numpy as _np
 
 from ._comm import (ANY_SOURCE, ANY_TAG, AVG, BAND, BOR, BXOR, IN_PLACE, LAND, LOR, LXOR, MAX, MIN,  # noqa: F401
-                    PROD, SUM, TAG_UB, UNDEFINED, Comm, CommAbortedError, CommError, CommMismatchError,
-                    CommTimeoutError, Op, Request, world)
+                    PROC_NULL, PROD, SUM, TAG_UB, UNDEFINED, Comm, CommAbortedError, CommError, CommMismatchError,
+                    CommTimeoutError, Op, Request, _set_p2p_general, world)
 
 __all__ = ["world", "Comm", "Request", "Status", "Op", "SUM", "PROD", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR",
            "LAND", "LOR", "LXOR", "IN_PLACE", "UNDEFINED",
@@ -39,7 +39,7 @@ __all__ = ["world", "Comm", "Request", "Status", "Op", "SUM", "PROD", "MIN", "MA
 
 
 SUCCESS = 0
-PROC_NULL = -2  # a peer that is no one: sends to it and receives from it are done at once, moving nothing
+# PROC_NULL (-2, from _comm): a peer that is no one: sends to it and receives from it are done at once, moving nothing.
 
 # Note [datatypes]
 # mpi4py's datatypes for buffer specs ([buf, MPI.DOUBLE], [buf, count, MPI.CHAR]), Status.Get_count and their own
@@ -687,11 +687,10 @@ def _Iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
     return self._Iprobe(source, tag, status)
 
 
-Comm.Send = _Send
-Comm.Recv = _Recv
+# Comm.Send, Recv, Isend and Irecv are _comm's fast calls, which take an exact numpy array to a peer that is someone
+# themselves and hand every other case to these (Note [point-to-point fast calls] in _comm.cc).
+_set_p2p_general(_Send, _Recv, _Isend, _Irecv)
 Comm.Sendrecv = _Sendrecv
-Comm.Isend = _Isend
-Comm.Irecv = _Irecv
 Comm.Probe = _Probe
 Comm.Iprobe = _Iprobe
 
