@@ -772,6 +772,16 @@ struct Signature {
   int required;  // the first `required` have no default
 };
 
+// Whether a keyword is this parameter's name: an ASCII string's bytes compared directly (the usual case, a few ns),
+// else by CPython's comparison.
+bool same_name(PyObject* key, const char* name) {
+  if (PyUnicode_Check(key) && PyUnicode_IS_COMPACT_ASCII(key)) {
+    const size_t n = static_cast<size_t>(PyUnicode_GET_LENGTH(key));
+    return std::strlen(name) == n && std::memcmp(PyUnicode_DATA(key), name, n) == 0;
+  }
+  return PyUnicode_CompareWithASCIIString(key, name) == 0;
+}
+
 // out[0..count): the arguments by position and keyword (nullptr where not given); false with a TypeError set for too
 // many, unknown, repeated or missing ones.
 bool match_args(const Signature& sig, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out) {
@@ -786,7 +796,7 @@ bool match_args(const Signature& sig, PyObject* const* args, Py_ssize_t nargs, P
     PyObject* key = PyTuple_GET_ITEM(kwnames, k);
     int at = -1;
     for (int i = 0; i < sig.count && at < 0; ++i)
-      if (PyUnicode_CompareWithASCIIString(key, sig.params[static_cast<size_t>(i)]) == 0) at = i;
+      if (same_name(key, sig.params[static_cast<size_t>(i)])) at = i;
     if (at < 0) {
       PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", sig.name, key);
       return false;
@@ -1039,6 +1049,11 @@ struct P2pBuf {
 P2pBuf p2p_buf(const PyComm& c, Buf& b, const py::object& o, bool writable, const char* what) {
   if (o.ptr() == g_in_place) throw py::type_error(std::string(what) + ": IN_PLACE is for collectives");
   P2pBuf pb{b};
+  if (numpy_buf(b, o.ptr(), writable)) {  // Note [numpy arrays]: aligned, so typed
+    pb.bytes = b.count * tt::dtype_size(b.dtype);
+    pb.typed = true;
+    return pb;
+  }
   if (PyObject_CheckBuffer(o.ptr())) {
     const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(o.ptr(), &b.view, flags) != 0) throw py::error_already_set();
