@@ -1163,6 +1163,15 @@ def p2p(comm: tc.Comm) -> None:
     expect(int(x[0]) == prv and st.count == 2, f"Recv of a spec: {x} {st}")
     comm.Recv(np.zeros(1), source=tc.PROC_NULL, status=st)
     expect(st.source == tc.PROC_NULL, f"Recv from PROC_NULL: {st}")
+    y = np.zeros(2)
+    comm.Sendrecv(np.full(2, me + 0.5), dest=nxt, recvbuf=y, status=st)  # (sendtag 0, ANY_SOURCE, ANY_TAG)
+    expect((y == prv + 0.5).all() and st.source == prv and st.tag == 0, f"Sendrecv by keyword: {y} {st}")
+    for call in (lambda: comm.Sendrecv(np.ones(2), nxt), lambda: comm.Sendrecv(np.ones(2), recvbuf=y)):
+        try:
+            call()
+            expect(False, "Sendrecv without a recvbuf or a dest")
+        except TypeError:
+            pass
     comm.Barrier()
     print(f"rank {me}: point-to-point right")
 

@@ -767,7 +767,7 @@ class SharedBuffer {
 // docs/benchmarks/2026-11-30-h200x2-comm-python-layer/dev-layer-cost.txt).
 struct Signature {
   const char* name;
-  std::array<const char*, 4> params;
+  std::array<const char*, 8> params;
   int count;     // parameters
   int required;  // the first `required` have no default
 };
@@ -879,7 +879,7 @@ template <typename F>
 PyObject* fast_method(const Signature& sig, PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
                       F&& f) {
   return python_errors([&]() -> PyObject* {
-    PyObject* out[4];
+    PyObject* out[8];
     PyComm& c = comm_of(self);
     if (!match_args(sig, args, nargs, kwnames, out)) {
       // An argument error as any other (PyComm::guarded): the peers are told instead of waiting for the deadline.
@@ -1089,14 +1089,13 @@ std::string bytes_of(const py::bytes& data) { return std::string(data); }
 // Note [point-to-point fast calls]
 // Send, Recv, Sendrecv, Isend and Irecv are what mpi4py programs call most, a message at a time, and pybind11's
 // dispatcher costs about as much as the engine's post (it builds argument vectors and matches overloads, a few
-// allocations a call); a Python function in front costs a fifth of it again. So Comm.Send, Recv, Isend and Irecv are
-// fast-call methods of Comm themselves (Note [python calls]), with mpi4py's keywords and defaults: the common case,
-// an exact numpy array and a peer that is someone (not PROC_NULL), runs here; every other case (mpi4py's buffer
-// specs, PROC_NULL, other buffers) goes to comm.py's general function of that name (_set_p2p_general), which calls
-// the positional methods below: _p2p_send(buf, dest, tag), _p2p_recv(buf, source, tag, status), _p2p_sendrecv(sendbuf,
-// dest, sendtag, recvbuf, source, recvtag, status), _p2p_isend(buf, dest, tag), _p2p_irecv(buf, source, tag).
-// (Sendrecv, less hot, is comm.py's over _p2p_sendrecv.) Unlike the collectives', their errors do not give up on the
-// communicator: no peer waits in a collective for this rank.
+// allocations a call); a Python function in front costs a fifth of it again. So they are fast-call methods of Comm
+// themselves (Note [python calls]), with mpi4py's keywords and defaults: the common case, exact numpy arrays and
+// peers that are someone (not PROC_NULL), runs here; every other case (mpi4py's buffer specs, PROC_NULL, other
+// buffers) goes to comm.py's general function of that name (_set_p2p_general), which calls the positional methods
+// below: _p2p_send(buf, dest, tag), _p2p_recv(buf, source, tag, status), _p2p_sendrecv(sendbuf, dest, sendtag,
+// recvbuf, source, recvtag, status), _p2p_isend(buf, dest, tag), _p2p_irecv(buf, source, tag). Unlike the
+// collectives', their errors do not give up on the communicator: no peer waits in a collective for this rank.
 
 bool p2p_args(const char* name, Py_ssize_t n, Py_ssize_t want) {
   if (n == want) return true;
@@ -1166,17 +1165,13 @@ PyObject* p2p_positional(PyObject* self, PyObject* const* args, Py_ssize_t n) {
 }
 
 // Send and Recv at once, both driven on this thread (neither waits for the other).
-PyObject* p2p_sendrecv_method(PyObject* self, PyObject* const* args, Py_ssize_t n) {
-  int dest = 0, sendtag = 0, source = 0, recvtag = 0;
-  if (!p2p_args("_p2p_sendrecv", n, 7) || !p2p_int(args[1], "dest", &dest) ||
-      !p2p_int(args[2], "sendtag", &sendtag) || !p2p_int(args[4], "source", &source) ||
-      !p2p_int(args[5], "recvtag", &recvtag))
-    return nullptr;
+PyObject* p2p_sendrecv(PyObject* self, PyObject* sendbuf, int dest, int sendtag, PyObject* recvbuf, int source,
+                       int recvtag, PyObject* status) {
   return python_errors([&]() -> PyObject* {
     PyComm& c = comm_of(self);
     Buf sb, rb;
-    const P2pBuf s = p2p_buf(c, sb, py::reinterpret_borrow<py::object>(args[0]), false, "Sendrecv");
-    const P2pBuf r = p2p_buf(c, rb, py::reinterpret_borrow<py::object>(args[3]), true, "Sendrecv");
+    const P2pBuf s = p2p_buf(c, sb, py::reinterpret_borrow<py::object>(sendbuf), false, "Sendrecv");
+    const P2pBuf r = p2p_buf(c, rb, py::reinterpret_borrow<py::object>(recvbuf), true, "Sendrecv");
     const auto type = [](const P2pBuf& pb) {
       return pb.typed ? static_cast<int32_t>(pb.b.dtype) : tt::comm::kBytesType;
     };
@@ -1188,15 +1183,34 @@ PyObject* p2p_sendrecv_method(PyObject* self, PyObject* const* args, Py_ssize_t 
                                  &info);
     }
     check(st);
-    fill_status(py::reinterpret_borrow<py::object>(args[6]), info);
+    fill_status(py::reinterpret_borrow<py::object>(status), info);
     Py_RETURN_NONE;
   });
+}
+PyObject* p2p_sendrecv_method(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  int dest = 0, sendtag = 0, source = 0, recvtag = 0;
+  if (!p2p_args("_p2p_sendrecv", n, 7) || !p2p_int(args[1], "dest", &dest) ||
+      !p2p_int(args[2], "sendtag", &sendtag) || !p2p_int(args[4], "source", &source) ||
+      !p2p_int(args[5], "recvtag", &recvtag))
+    return nullptr;
+  return p2p_sendrecv(self, args[0], dest, sendtag, args[3], source, recvtag, args[6]);
 }
 
 // mpi4py's PROC_NULL: a peer that is no one (comm.py's operations with it are done at once).
 constexpr int kProcNull = -2;
-// comm.py's general Send, Recv, Isend and Irecv (owned for the life of the process; null before it is imported).
-std::array<PyObject*, 4> g_p2p_general{};
+// comm.py's general Send, Recv, Isend, Irecv and Sendrecv (owned for the life of the process; null before it is
+// imported).
+std::array<PyObject*, 5> g_p2p_general{};
+
+// comm.py's general function `which` (Note [point-to-point fast calls]), called with these arguments.
+PyObject* p2p_general(size_t which, const char* name, PyObject* const* call, size_t n) {
+  PyObject* general = g_p2p_general[which];
+  if (general == nullptr) {
+    PyErr_Format(PyExc_TypeError, "Comm.%s: import tiertrain.comm first (it takes buffer specs and PROC_NULL)", name);
+    return nullptr;
+  }
+  return PyObject_Vectorcall(general, call, n, nullptr);
+}
 
 constexpr Signature kSend{"Send", {"buf", "dest", "tag"}, 3, 2};
 constexpr Signature kRecv{"Recv", {"buf", "source", "tag", "status"}, 4, 1};
@@ -1208,7 +1222,7 @@ constexpr Signature kIrecv{"Irecv", {"buf", "source", "tag"}, 3, 1};
 template <bool Send, bool Post>
 PyObject* p2p_public(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   const Signature& sig = Post ? (Send ? kIsend : kIrecv) : (Send ? kSend : kRecv);
-  PyObject* out[4];
+  PyObject* out[8];
   if (!match_args(sig, args, nargs, kwnames, out)) return nullptr;
   int peer = tt::comm::kAnySource, tag = Send ? 0 : tt::comm::kAnyTag;
   if ((out[1] != nullptr && !p2p_int(out[1], Send ? "dest" : "source", &peer)) ||
@@ -1219,17 +1233,37 @@ PyObject* p2p_public(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
     if constexpr (Post) return p2p_post(self, out[0], peer, tag, Send);
     return p2p_blocking(self, out[0], peer, tag, status, Send);
   }
-  PyObject* general = g_p2p_general[(Post ? 2 : 0) + (Send ? 0 : 1)];
-  if (general == nullptr) {
-    PyErr_Format(PyExc_TypeError, "Comm.%s: import tiertrain.comm first (it takes buffer specs and PROC_NULL)",
-                 sig.name);
-    return nullptr;
-  }
   py::object p = py::reinterpret_steal<py::object>(PyLong_FromLong(peer));
   py::object t = py::reinterpret_steal<py::object>(PyLong_FromLong(tag));
   if (!p || !t) return nullptr;
   PyObject* call[5] = {self, out[0], p.ptr(), t.ptr(), status};
-  return PyObject_Vectorcall(general, call, !Post && !Send ? 5 : 4, nullptr);
+  return p2p_general((Post ? 2 : 0) + (Send ? 0 : 1), sig.name, call, !Post && !Send ? 5 : 4);
+}
+
+constexpr Signature kSendrecv{"Sendrecv", {"sendbuf", "dest", "sendtag", "recvbuf", "source", "recvtag", "status"}, 7,
+                              2};
+
+// Sendrecv: two exact numpy arrays, each to or from someone, here; the rest in comm.py's general Sendrecv.
+PyObject* p2p_sendrecv_public(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* out[8];
+  if (!match_args(kSendrecv, args, nargs, kwnames, out)) return nullptr;
+  int dest = 0, sendtag = 0, source = tt::comm::kAnySource, recvtag = tt::comm::kAnyTag;
+  if (!p2p_int(out[1], "dest", &dest) || (out[2] != nullptr && !p2p_int(out[2], "sendtag", &sendtag)) ||
+      (out[4] != nullptr && !p2p_int(out[4], "source", &source)) ||
+      (out[5] != nullptr && !p2p_int(out[5], "recvtag", &recvtag)))
+    return nullptr;
+  PyObject* status = out[6] != nullptr ? out[6] : Py_None;
+  if (out[3] != nullptr && is_ndarray(out[0]) && is_ndarray(out[3]) && dest != kProcNull && source != kProcNull)
+    return p2p_sendrecv(self, out[0], dest, sendtag, out[3], source, recvtag, status);
+  const std::array<py::object, 4> ints{py::reinterpret_steal<py::object>(PyLong_FromLong(dest)),
+                                       py::reinterpret_steal<py::object>(PyLong_FromLong(sendtag)),
+                                       py::reinterpret_steal<py::object>(PyLong_FromLong(source)),
+                                       py::reinterpret_steal<py::object>(PyLong_FromLong(recvtag))};
+  for (const py::object& i : ints)
+    if (!i) return nullptr;
+  PyObject* recvbuf = out[3] != nullptr ? out[3] : Py_None;
+  PyObject* call[8] = {self, out[0], ints[0].ptr(), ints[1].ptr(), recvbuf, ints[2].ptr(), ints[3].ptr(), status};
+  return p2p_general(4, "Sendrecv", call, 8);
 }
 
 PyMethodDef g_p2p_methods[] = {
@@ -1245,6 +1279,9 @@ PyMethodDef g_p2p_methods[] = {
     {"Irecv", as_cfunction<p2p_public<false, true>>(), METH_FASTCALL | METH_KEYWORDS,
      "Irecv(buf, source=ANY_SOURCE, tag=ANY_TAG): Recv, started: a Request; Wait(status) fills `status`. Leave "
      "`buf` alone until it is done."},
+    {"Sendrecv", as_cfunction<p2p_sendrecv_public>(), METH_FASTCALL | METH_KEYWORDS,
+     "Sendrecv(sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE, recvtag=ANY_TAG, status=None): Send and "
+     "Recv at once (neither waits for the other)."},
     {"_p2p_send", as_cfunction<p2p_positional<true, false>>(), METH_FASTCALL,
      "_p2p_send(buf, dest, tag): Send's call (Note [point-to-point fast calls])."},
     {"_p2p_recv", as_cfunction<p2p_positional<false, false>>(), METH_FASTCALL,
@@ -1357,7 +1394,7 @@ constexpr Signature kWait{"Wait", {"status"}, 1, 0};
 constexpr Signature kTest{"Test", {"status"}, 1, 0};
 
 PyObject* request_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  PyObject* out[4];
+  PyObject* out[8];
   if (!match_args(kWait, args, nargs, kwnames, out)) return nullptr;
   return python_errors([&]() -> PyObject* {
     wait_request(as_request(self), arg_or_none(out[0]));
@@ -1366,7 +1403,7 @@ PyObject* request_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
 }
 
 PyObject* request_test(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  PyObject* out[4];
+  PyObject* out[8];
   if (!match_args(kTest, args, nargs, kwnames, out)) return nullptr;
   return python_errors([&]() -> PyObject* {
     const std::shared_ptr<Pending>& p = as_request(self)->p;
@@ -1711,16 +1748,18 @@ PYBIND11_MODULE(_comm, m) {
   m.attr("PROC_NULL") = kProcNull;
   m.def(
       "_set_p2p_general",
-      [](const py::object& send, const py::object& recv, const py::object& isend, const py::object& irecv) {
+      [](const py::object& send, const py::object& recv, const py::object& isend, const py::object& irecv,
+         const py::object& sendrecv) {
         // Note [point-to-point fast calls]: comm.py's functions for the cases the methods do not take themselves.
-        const std::array<const py::object*, 4> fs{&send, &recv, &isend, &irecv};
+        const std::array<const py::object*, 5> fs{&send, &recv, &isend, &irecv, &sendrecv};
         for (size_t i = 0; i < fs.size(); ++i) {
           Py_XDECREF(g_p2p_general[i]);
           g_p2p_general[i] = fs[i]->inc_ref().ptr();
         }
       },
-      py::arg("send"), py::arg("recv"), py::arg("isend"), py::arg("irecv"),
-      "comm.py's general Send, Recv, Isend and Irecv (buffer specs, PROC_NULL, buffers other than numpy arrays).");
+      py::arg("send"), py::arg("recv"), py::arg("isend"), py::arg("irecv"), py::arg("sendrecv"),
+      "comm.py's general Send, Recv, Isend, Irecv and Sendrecv (buffer specs, PROC_NULL, buffers other than numpy "
+      "arrays).");
   m.attr("TAG_UB") = tt::comm::kMaxTag;
   m.def("world", [] {
     // The rendezvous waits for the other ranks: without the GIL.

@@ -687,10 +687,9 @@ def _Iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
     return self._Iprobe(source, tag, status)
 
 
-# Comm.Send, Recv, Isend and Irecv are _comm's fast calls, which take an exact numpy array to a peer that is someone
-# themselves and hand every other case to these (Note [point-to-point fast calls] in _comm.cc).
-_set_p2p_general(_Send, _Recv, _Isend, _Irecv)
-Comm.Sendrecv = _Sendrecv
+# Comm.Send, Recv, Isend, Irecv and Sendrecv are _comm's fast calls, which take exact numpy arrays to and from peers
+# that are someone themselves and hand every other case to these (Note [point-to-point fast calls] in _comm.cc).
+_set_p2p_general(_Send, _Recv, _Isend, _Irecv, _Sendrecv)
 Comm.Probe = _Probe
 Comm.Iprobe = _Iprobe
 
