@@ -367,6 +367,30 @@ TEST_P(BackendOps, LayerNormForwardAtEveryPath) {
   }
 }
 
+// RMSNorm's paths (Note [RMSNorm on the LayerNorm kernels] in src/backend/cuda/kernels_layernorm.cu): the register
+// forward and the one-pass backward at LayerNorm's shapes above (several threads a column vector, several vectors a
+// thread, a lane's most), and the row kernels (36 and 34 not multiples of a vector, 9000 wider than a block's share;
+// 8192 in f32 past the register forward).
+TEST_P(BackendOps, RmsNormAtEveryPath) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {4500, 48}, {300, 2048}, {40, 4096}, {24, 8192}, {70, 36}, {70, 34}, {20, 9000}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+    check("rmsnorm_forward",
+          {{"out", {rows, cols}, DType::kF32, true}, {"rstd", {rows}, DType::kF32, true}, {"inp", {rows, cols}},
+           {"w", {cols}}},
+          [](Backend& be, const std::vector<Tensor>& t) { be.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f); },
+          kAtol, kRtol);
+    for (const GradWrite gw : kGradWrites)
+      check("rmsnorm_backward" + suffix(gw),
+            {{"dinp", {rows, cols}, DType::kF32, true}, grad_arg("dw", {cols}, gw), {"dout", {rows, cols}},
+             {"inp", {rows, cols}}, {"w", {cols}}, {"rstd", {rows}, DType::kF32, false, 0, false, true}},
+            [gw](Backend& be, const std::vector<Tensor>& t) {
+              be.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], gw);
+            },
+            2e-4, 2e-4);
+  }
+}
+
 TEST_P(BackendOps, Matmul) {
   const int OC = 72;
   check("matmul_forward",

@@ -88,15 +88,17 @@ constexpr int kLnMaxVecs = 2;  // vectors of columns a thread owns: C up to 2 * 
 
 // kNV: the column vectors a thread owns (1 where a row has at most kLnThreads vectors: C up to 4096 in bf16). With
 // one, the kernel fits two blocks an SM (Note [one-pass LayerNorm backward]: 120 registers a thread with kNV 2).
-template <typename X, int kNV>
+// kRms: RMSNorm's backward (Note [RMSNorm on the LayerNorm kernels]): no mean, no bias; partial is [block][C].
+template <typename X, int kNV, bool kRms>
 __global__ void __launch_bounds__(kLnThreads, kNV == 1 ? 2 : 1) layernorm_backward_one_pass_kernel(
     X* __restrict__ dinp, float* __restrict__ partial, const X* __restrict__ dout, const X* __restrict__ inp,
     const X* __restrict__ w, const float* __restrict__ mean, const float* __restrict__ rstd, int64_t N, int C,
     int64_t rows_per_block) {
   constexpr int kV = Vec<X>::kN;
   constexpr int kWarps = kLnThreads / 32;
+  constexpr int kParts = kRms ? 1 : 2;  // column sums kept: the weight's (and the bias')
   __shared__ float row_a[kWarps], row_b[kWarps];
-  extern __shared__ float combine[];  // [P][2][C] where P > 1
+  extern __shared__ float combine[];  // [P][kParts][C] where P > 1
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int vectors = C / kV;
   const int P = vectors >= kLnThreads ? 1 : kLnThreads / vectors;  // threads sharing a column vector
@@ -127,7 +129,7 @@ __global__ void __launch_bounds__(kLnThreads, kNV == 1 ? 2 : 1) layernorm_backwa
     // A: the row reductions, one warp a row, lane on column vectors lane, lane + 32, ...
     if (warp < rows_here) {
       const int64_t row = g + warp;
-      const float m = mean[row], r = rstd[row];
+      const float m = kRms ? 0.0f : mean[row], r = rstd[row];
       float a = 0.0f, b = 0.0f;
       for (int cv = lane; cv < vectors; cv += 32) {
         const int64_t off = row * C + static_cast<int64_t>(cv) * kV;
@@ -138,7 +140,7 @@ __global__ void __launch_bounds__(kLnThreads, kNV == 1 ? 2 : 1) layernorm_backwa
 #pragma unroll
         for (int j = 0; j < kV; ++j) {
           const float dn = wc.v[j] * d.v[j];
-          a += dn;
+          if constexpr (!kRms) a += dn;
           b += dn * (x.v[j] - m) * r;
         }
       }
@@ -154,7 +156,7 @@ __global__ void __launch_bounds__(kLnThreads, kNV == 1 ? 2 : 1) layernorm_backwa
     if (active) {
       for (int i = P == 1 ? 0 : slot; i < rows_here; i += P) {
         const int64_t row = g + i;
-        const float m = mean[row], r = rstd[row], dnorm_mean = row_a[i], dnorm_norm_mean = row_b[i];
+        const float m = kRms ? 0.0f : mean[row], r = rstd[row], dnorm_mean = row_a[i], dnorm_norm_mean = row_b[i];
 #pragma unroll
         for (int k = 0; k < kNV; ++k) {
           const int cv = first_vec + k * kLnThreads;
@@ -169,7 +171,7 @@ __global__ void __launch_bounds__(kLnThreads, kNV == 1 ? 2 : 1) layernorm_backwa
             const float norm = (x.v[j] - m) * r;
             di.v[j] = di.v[j] + (wv[k][j] * d.v[j] - dnorm_mean - norm * dnorm_norm_mean) * r;
             acc_w[k][j] += d.v[j] * norm;
-            acc_b[k][j] += d.v[j];
+            if constexpr (!kRms) acc_b[k][j] += d.v[j];
           }
           di.store(dinp + off);
         }
@@ -178,7 +180,7 @@ __global__ void __launch_bounds__(kLnThreads, kNV == 1 ? 2 : 1) layernorm_backwa
     __syncthreads();
   }
 
-  float* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * C;
+  float* out = partial + static_cast<int64_t>(blockIdx.x) * kParts * C;
   if (P == 1) {
 #pragma unroll
     for (int k = 0; k < kNV; ++k) {
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(kLnThreads, kNV == 1 ? 2 : 1) layernorm_backwa
 #pragma unroll
       for (int j = 0; j < kV; ++j) {
         out[cv * kV + j] = acc_w[k][j];
-        out[C + cv * kV + j] = acc_b[k][j];
+        if constexpr (!kRms) out[C + cv * kV + j] = acc_b[k][j];
       }
     }
     return;
@@ -195,19 +197,19 @@ __global__ void __launch_bounds__(kLnThreads, kNV == 1 ? 2 : 1) layernorm_backwa
   if (active) {
 #pragma unroll
     for (int j = 0; j < kV; ++j) {
-      combine[(slot * 2) * C + first_vec * kV + j] = acc_w[0][j];
-      combine[(slot * 2 + 1) * C + first_vec * kV + j] = acc_b[0][j];
+      combine[(slot * kParts) * C + first_vec * kV + j] = acc_w[0][j];
+      if constexpr (!kRms) combine[(slot * 2 + 1) * C + first_vec * kV + j] = acc_b[0][j];
     }
   }
   __syncthreads();
   for (int c = threadIdx.x; c < C; c += kLnThreads) {
     float sw = 0.0f, sb = 0.0f;
     for (int q = 0; q < P; ++q) {
-      sw += combine[(q * 2) * C + c];
-      sb += combine[(q * 2 + 1) * C + c];
+      sw += combine[(q * kParts) * C + c];
+      if constexpr (!kRms) sb += combine[(q * 2 + 1) * C + c];
     }
     out[c] = sw;
-    out[C + c] = sb;
+    if constexpr (!kRms) out[C + c] = sb;
   }
 }
 
@@ -260,11 +262,12 @@ __global__ void residual_layernorm_forward_kernel(X* __restrict__ res, X* __rest
 // lanes), so the two round differently.
 constexpr int kLnFwdThreads = 128;
 
-template <typename X, int kVpl, bool kResidual>
+// kRms: RMSNorm (Note [RMSNorm on the LayerNorm kernels]): no mean, no bias, the given eps.
+template <typename X, int kVpl, bool kResidual, bool kRms>
 __global__ void __launch_bounds__(kLnFwdThreads) layernorm_forward_regs_kernel(
     X* __restrict__ res, X* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
     const X* __restrict__ a, const X* __restrict__ b, const X* __restrict__ w, const X* __restrict__ bias, int64_t N,
-    int C) {
+    int C, float eps) {
   constexpr int kV = 16 / sizeof(X);
   const int64_t row = blockIdx.x * static_cast<int64_t>(kLnFwdThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
@@ -286,12 +289,14 @@ __global__ void __launch_bounds__(kLnFwdThreads) layernorm_forward_regs_kernel(
         for (int j = 0; j < kV; ++j) e[j] = st<X>(ld(e[j]) + ld(f[j]));
         *reinterpret_cast<int4*>(res + base + static_cast<int64_t>(cv) * kV) = raw[i];
       }
-      const X* e = reinterpret_cast<const X*>(&raw[i]);
+      if constexpr (!kRms) {
+        const X* e = reinterpret_cast<const X*>(&raw[i]);
 #pragma unroll
-      for (int j = 0; j < kV; ++j) s += ld(e[j]);
+        for (int j = 0; j < kV; ++j) s += ld(e[j]);
+      }
     }
   }
-  const float m = warp_sum(s) / C;
+  const float m = kRms ? 0.0f : warp_sum(s) / C;
   float var = 0.0f;
 #pragma unroll
   for (int i = 0; i < kVpl; ++i) {
@@ -304,25 +309,30 @@ __global__ void __launch_bounds__(kLnFwdThreads) layernorm_forward_regs_kernel(
       }
     }
   }
-  const float r = rsqrtf(warp_sum(var) / C + 1e-5f);
+  const float r = rsqrtf(warp_sum(var) / C + eps);
 #pragma unroll
   for (int i = 0; i < kVpl; ++i) {
     const int cv = lane + 32 * i;
     if (cv < vectors) {
       const int4 rw = *reinterpret_cast<const int4*>(w + static_cast<int64_t>(cv) * kV);
-      const int4 rbias = *reinterpret_cast<const int4*>(bias + static_cast<int64_t>(cv) * kV);
       const X* e = reinterpret_cast<const X*>(&raw[i]);
       const X* we = reinterpret_cast<const X*>(&rw);
-      const X* be = reinterpret_cast<const X*>(&rbias);
       int4 o;
       X* oe = reinterpret_cast<X*>(&o);
+      if constexpr (kRms) {
 #pragma unroll
-      for (int j = 0; j < kV; ++j) oe[j] = st<X>((ld(e[j]) - m) * r * ld(we[j]) + ld(be[j]));
+        for (int j = 0; j < kV; ++j) oe[j] = st<X>(ld(e[j]) * r * ld(we[j]));
+      } else {
+        const int4 rbias = *reinterpret_cast<const int4*>(bias + static_cast<int64_t>(cv) * kV);
+        const X* be = reinterpret_cast<const X*>(&rbias);
+#pragma unroll
+        for (int j = 0; j < kV; ++j) oe[j] = st<X>((ld(e[j]) - m) * r * ld(we[j]) + ld(be[j]));
+      }
       *reinterpret_cast<int4*>(out + base + static_cast<int64_t>(cv) * kV) = o;
     }
   }
   if (lane == 0) {
-    mean[row] = m;
+    if constexpr (!kRms) mean[row] = m;
     rstd[row] = r;
   }
 }
@@ -393,16 +403,16 @@ __global__ void rmsnorm_column_partials_kernel(float* partial, const X* dout, co
 }
 // Note [LayerNorm forward in registers]: launches the register kernel and returns true where the rows split into
 // aligned 16-byte vectors and fit a lane's 16 vectors; false (nothing launched) otherwise.
-template <typename X, bool kResidual>
+template <typename X, bool kResidual, bool kRms = false>
 bool layernorm_forward_in_registers(cudaStream_t s, X* res, X* out, float* mean, float* rstd, const X* a, const X* b,
-                                    const X* w, const X* bias, int64_t N, int C) {
+                                    const X* w, const X* bias, int64_t N, int C, float eps = 1e-5f) {
   constexpr int kV = 16 / sizeof(X);
   if (N <= 0 || C <= 0 || C % kV != 0 || !dev::aligned16({res, out, a, b, w, bias})) return false;
   const int vpl = (C / kV + 31) / 32;
   const unsigned grid = static_cast<unsigned>((N + kLnFwdThreads / 32 - 1) / (kLnFwdThreads / 32));
   const auto go = [&]<int kVpl>() {
-    layernorm_forward_regs_kernel<X, kVpl, kResidual><<<grid, kLnFwdThreads, 0, s>>>(res, out, mean, rstd, a, b, w,
-                                                                                    bias, N, C);
+    layernorm_forward_regs_kernel<X, kVpl, kResidual, kRms><<<grid, kLnFwdThreads, 0, s>>>(res, out, mean, rstd, a, b,
+                                                                                          w, bias, N, C, eps);
     TT_CUDA_CHECK_LAUNCH();
     return true;
   };
@@ -423,40 +433,49 @@ void layernorm_forward(cudaStream_t s, X* out, float* mean, float* rstd, const X
   TT_CUDA_CHECK_LAUNCH();
 }
 
+// Note [one-pass LayerNorm backward]: launches it (kRms: RMSNorm's, Note [RMSNorm on the LayerNorm kernels]) and its
+// column finish where the rows split into 16-byte vectors and a thread's share fits; false (nothing launched)
+// otherwise.
+template <typename X, bool kRms>
+bool norm_backward_one_pass(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db, const X* dout,
+                            const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C,
+                            bool add) {
+  constexpr int kV = 16 / sizeof(X);
+  constexpr int kParts = kRms ? 1 : 2;
+  const int vectors = C / kV;
+  if (N <= 0 || C <= 0 || C % kV != 0 || vectors > kLnMaxVecs * kLnThreads || !dev::aligned16({dinp, dout, inp, w}))
+    return false;
+  static const int sms = [] {
+    int device = 0, n = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+    return std::max(n, 1);
+  }();
+  constexpr int kWarps = kLnThreads / 32;
+  const int64_t fit = static_cast<int64_t>(scratch.bytes / (kParts * static_cast<size_t>(C) * sizeof(float)));
+  if (fit < 1) return false;
+  const int64_t blocks = std::max<int64_t>(1, std::min({(N + kWarps - 1) / kWarps, int64_t(2) * sms, fit}));
+  const int64_t rows_per_block = (N + blocks - 1) / blocks;
+  const int64_t used = (N + rows_per_block - 1) / rows_per_block;
+  const int P = vectors >= kLnThreads ? 1 : kLnThreads / vectors;
+  const size_t smem = P > 1 ? static_cast<size_t>(P) * kParts * C * sizeof(float) : 0;
+  float* partial = static_cast<float*>(scratch.ptr);
+  // The same grid and rows a block either way, so the same partials: the kernel's two forms give equal bits.
+  const auto kernel = vectors <= kLnThreads ? layernorm_backward_one_pass_kernel<X, 1, kRms>
+                                            : layernorm_backward_one_pass_kernel<X, kLnMaxVecs, kRms>;
+  kernel<<<static_cast<unsigned>(used), kLnThreads, smem, s>>>(dinp, partial, dout, inp, w, mean, rstd, N, C,
+                                                               rows_per_block);
+  TT_CUDA_CHECK_LAUNCH();
+  column_finish_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, db, partial, C, static_cast<int>(used), kParts * C,
+                                                             add);
+  TT_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 template <typename X>
 void layernorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, float* db, const X* dout,
                         const X* inp, const X* w, const float* mean, const float* rstd, int64_t N, int C, bool add) {
-  // Note [one-pass LayerNorm backward], where the rows split into 16-byte vectors and a thread's share fits.
-  constexpr int kV = 16 / sizeof(X);
-  const int vectors = C / kV;
-  if (N > 0 && C > 0 && C % kV == 0 && vectors <= kLnMaxVecs * kLnThreads && dev::aligned16({dinp, dout, inp, w})) {
-    static const int sms = [] {
-      int device = 0, n = 0;
-      cudaGetDevice(&device);
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-      return std::max(n, 1);
-    }();
-    constexpr int kWarps = kLnThreads / 32;
-    const int64_t fit = static_cast<int64_t>(scratch.bytes / (2 * static_cast<size_t>(C) * sizeof(float)));
-    const int64_t blocks = std::max<int64_t>(1, std::min({(N + kWarps - 1) / kWarps, int64_t(2) * sms, fit}));
-    const int64_t rows_per_block = (N + blocks - 1) / blocks;
-    const int64_t used = (N + rows_per_block - 1) / rows_per_block;
-    const int P = vectors >= kLnThreads ? 1 : kLnThreads / vectors;
-    const size_t smem = P > 1 ? static_cast<size_t>(P) * 2 * C * sizeof(float) : 0;
-    if (fit >= 1) {
-      float* partial = static_cast<float*>(scratch.ptr);
-      // The same grid and rows a block either way, so the same partials: the kernel's two forms give equal bits.
-      const auto kernel = vectors <= kLnThreads ? layernorm_backward_one_pass_kernel<X, 1>
-                                                : layernorm_backward_one_pass_kernel<X, kLnMaxVecs>;
-      kernel<<<static_cast<unsigned>(used), kLnThreads, smem, s>>>(dinp, partial, dout, inp, w, mean, rstd, N, C,
-                                                                   rows_per_block);
-      TT_CUDA_CHECK_LAUNCH();
-      column_finish_kernel<<<(C + 31) / 32, dim3(32, 32), 0, s>>>(dw, db, partial, C, static_cast<int>(used),
-                                                                 2 * C, add);
-      TT_CUDA_CHECK_LAUNCH();
-      return;
-    }
-  }
+  if (norm_backward_one_pass<X, false>(s, scratch, dinp, dw, db, dout, inp, w, mean, rstd, N, C, add)) return;
   layernorm_backward_two_pass(s, scratch, dinp, dw, db, dout, inp, w, mean, rstd, N, C, add);
 }
 
@@ -485,8 +504,18 @@ void residual_layernorm_forward(cudaStream_t s, X* res, X* out, float* mean, flo
   TT_CUDA_CHECK_LAUNCH();
 }
 
+// Note [RMSNorm on the LayerNorm kernels]
+// RMSNorm is LayerNorm with the mean taken as 0 and no bias: out = x r w, r = 1 / sqrt(mean(x^2) + eps); dinp +=
+// r (w dy - norm mean(w dy norm)), norm = x r; dw = sum dy norm. Where the rows split into aligned 16-byte vectors
+// it runs on LayerNorm's register forward (Note [LayerNorm forward in registers]) and one-pass backward (Note
+// [one-pass LayerNorm backward]) with that flag (kRms): the row read once, 16-byte loads, the column sums in
+// fixed block order. The row kernels above (one warp a row, 2-byte loads, the backward reading each element about
+// five times) remain for the other shapes; the two round differently (the row sums' order), one path a run.
 template <typename X>
 void rmsnorm_forward(cudaStream_t s, X* out, float* rstd, const X* inp, const X* w, int64_t N, int C, float eps) {
+  if (layernorm_forward_in_registers<X, false, true>(s, nullptr, out, nullptr, rstd, inp, nullptr, w, nullptr, N, C,
+                                                     eps))
+    return;
   rmsnorm_forward_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(out, rstd, inp, w, N, C, eps);
   TT_CUDA_CHECK_LAUNCH();
 }
@@ -494,6 +523,7 @@ void rmsnorm_forward(cudaStream_t s, X* out, float* rstd, const X* inp, const X*
 template <typename X>
 void rmsnorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, const X* dout, const X* inp,
                       const X* w, const float* rstd, int64_t N, int C, bool add) {
+  if (norm_backward_one_pass<X, true>(s, scratch, dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N, C, add)) return;
   rmsnorm_backward_dinp_kernel<<<warp_rows_grid(N), kThreads, 0, s>>>(dinp, dout, inp, w, rstd, N, C);
   TT_CUDA_CHECK_LAUNCH();
   const int chunks = column_chunks(N, C, scratch.bytes);
