@@ -60,7 +60,8 @@ status=0
 
 if has tests; then
   tt_gpu_build "$OUT" tiertrain backend_ops_test cudnn_test trainer_test || exit 1
-  for spec in "backend_ops_test:Dtypes/BackendOps.Attention*:Dtypes/BackendOps.LlamaOps*:Dtypes/BackendOps.RmsNorm*:Dtypes/BackendOps.LayerNorm*:AttentionCudnn.*" "cudnn_test:*" \
+  ops="Dtypes/BackendOps.Attention*:Dtypes/BackendOps.LlamaOps*:Dtypes/BackendOps.RmsNorm*:Dtypes/BackendOps.LayerNorm*"
+  for spec in "backend_ops_test:$ops:AttentionCudnn.*" "cudnn_test:*" \
     "trainer_test:TrainerCuda.Llama*:TrainerCuda.Cudnn*:TrainerCuda.MatchesCpu*:TrainerCuda.Accumulation*:TrainerCuda.CpuOptimizer*"; do
     exe=${spec%%:*}
     filter=${spec#*:}
