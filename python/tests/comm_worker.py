@@ -1163,6 +1163,22 @@ def p2p(comm: tc.Comm) -> None:
     expect(int(x[0]) == prv and st.count == 2, f"Recv of a spec: {x} {st}")
     comm.Recv(np.zeros(1), source=tc.PROC_NULL, status=st)
     expect(st.source == tc.PROC_NULL, f"Recv from PROC_NULL: {st}")
+    # Note [rings read] (comm/shm_p2p.cc): messages from a source that no posted receive names still drain: rank 1
+    # sends rank 0 six rings' worth of small messages, and only then tells rank 2, whose message rank 0 waits for first.
+    if n >= 3 and me in (0, 1, 2):
+        if me == 1:
+            for i in range(400):
+                comm.Send(np.full(256, i, np.float32), dest=0, tag=60)
+            comm.Send(np.zeros(1), dest=2, tag=61)
+        elif me == 2:
+            comm.Recv(np.zeros(1), source=1, tag=61)
+            comm.Send(np.ones(1), dest=0, tag=62)
+        else:
+            comm.Recv(np.zeros(1), source=2, tag=62)
+            got = np.zeros(256, np.float32)
+            for i in range(400):
+                comm.Recv(got, source=1, tag=60)
+                expect(got[0] == i, f"message {i} from rank 1 arrived as {got[0]}")
     y = np.zeros(2)
     comm.Sendrecv(np.full(2, me + 0.5), dest=nxt, recvbuf=y, status=st)  # (sendtag 0, ANY_SOURCE, ANY_TAG)
     expect((y == prv + 0.5).all() and st.source == prv and st.tag == 0, f"Sendrecv by keyword: {y} {st}")
