@@ -370,7 +370,7 @@ TEST_P(BackendOps, LayerNormForwardAtEveryPath) {
 // RMSNorm's paths (Note [RMSNorm on the LayerNorm kernels] in src/backend/cuda/kernels_layernorm.cu): the register
 // forward and the one-pass backward at LayerNorm's shapes above (several threads a column vector, several vectors a
 // thread, a lane's most), and the row kernels (36 and 34 not multiples of a vector, 9000 wider than a block's share;
-// 8192 in f32 past the register forward).
+// 8192 past the register forward, and in f32 past the one-pass backward).
 TEST_P(BackendOps, RmsNormAtEveryPath) {
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
            {4500, 48}, {300, 2048}, {40, 4096}, {24, 8192}, {70, 36}, {70, 34}, {20, 9000}}) {
