@@ -203,6 +203,22 @@ class BackendOps : public ::testing::TestWithParam<DType> {
       check("layernorm_backward" + suffix(gw), layernorm_backward_args(rows, cols, gw), bind(kLayernormBackward, gw),
             tol, tol);
   }
+  // rmsnorm_forward and rmsnorm_backward (its weight gradient written both ways) over rows x cols.
+  void check_rmsnorm(int64_t rows, int64_t cols, double atol, double rtol, double backward_tol) {
+    check("rmsnorm_forward",
+          {{"out", {rows, cols}, DType::kF32, true}, {"rstd", {rows}, DType::kF32, true}, {"inp", {rows, cols}},
+           {"w", {cols}}},
+          [](Backend& be, const std::vector<Tensor>& t) { be.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f); }, atol,
+          rtol);
+    for (const GradWrite gw : kGradWrites)
+      check("rmsnorm_backward" + suffix(gw),
+            {{"dinp", {rows, cols}, DType::kF32, true}, grad_arg("dw", {cols}, gw), {"dout", {rows, cols}},
+             {"inp", {rows, cols}}, {"w", {cols}}, {"rstd", {rows}, DType::kF32, false, 0, false, true}},
+            [gw](Backend& be, const std::vector<Tensor>& t) {
+              be.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], gw);
+            },
+            backward_tol, backward_tol);
+  }
   void attention_case(Backend& be, const AttentionCase& c);
   std::unique_ptr<Backend> be_;
 };
@@ -283,18 +299,7 @@ TEST_P(BackendOps, LayerNorm) {
 TEST_P(BackendOps, LlamaOps) {
   for (const int64_t cols : {48, 2048}) {
     SCOPED_TRACE("cols " + std::to_string(cols));
-    check("rmsnorm_forward",
-          {{"out", {N, cols}, DType::kF32, true}, {"rstd", {N}, DType::kF32, true}, {"inp", {N, cols}}, {"w", {cols}}},
-          [](Backend& be, const std::vector<Tensor>& t) { be.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f); },
-          kAtol, kRtol);
-    for (const GradWrite gw : kGradWrites)
-      check("rmsnorm_backward" + suffix(gw),
-            {{"dinp", {N, cols}, DType::kF32, true}, grad_arg("dw", {cols}, gw), {"dout", {N, cols}},
-             {"inp", {N, cols}}, {"w", {cols}}, {"rstd", {N}, DType::kF32, false, 0, false, true}},
-            [gw](Backend& be, const std::vector<Tensor>& t) {
-              be.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], gw);
-            },
-            1e-4, 1e-4);
+    check_rmsnorm(N, cols, kAtol, kRtol, 1e-4);
   }
   // Rope pair by pair (head size 12) and four pairs a thread (64: the kernel for Llama's heads).
   constexpr int kHeads = 4, kKv = 2;
@@ -375,19 +380,7 @@ TEST_P(BackendOps, RmsNormAtEveryPath) {
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
            {4500, 48}, {300, 2048}, {40, 4096}, {24, 8192}, {70, 36}, {70, 34}, {20, 9000}}) {
     SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
-    check("rmsnorm_forward",
-          {{"out", {rows, cols}, DType::kF32, true}, {"rstd", {rows}, DType::kF32, true}, {"inp", {rows, cols}},
-           {"w", {cols}}},
-          [](Backend& be, const std::vector<Tensor>& t) { be.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f); },
-          kAtol, kRtol);
-    for (const GradWrite gw : kGradWrites)
-      check("rmsnorm_backward" + suffix(gw),
-            {{"dinp", {rows, cols}, DType::kF32, true}, grad_arg("dw", {cols}, gw), {"dout", {rows, cols}},
-             {"inp", {rows, cols}}, {"w", {cols}}, {"rstd", {rows}, DType::kF32, false, 0, false, true}},
-            [gw](Backend& be, const std::vector<Tensor>& t) {
-              be.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], gw);
-            },
-            2e-4, 2e-4);
+    check_rmsnorm(rows, cols, kAtol, kRtol, 2e-4);
   }
 }
 
