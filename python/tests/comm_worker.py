@@ -419,6 +419,16 @@ def vforms(comm: tc.Comm) -> None:
         comm.Alltoallv([send, [size(me, d) for d in range(n)]], [recv, rcounts])
         want_a2a = np.concatenate([np.full(size(q, me), 1000 * q + me, dtype) for q in range(n)] + [np.zeros(0, dtype)])
         expect(np.array_equal(recv, want_a2a), f"Alltoallv trial {trial}")
+
+    class Tensorish:  # neither a numpy array nor the buffer protocol (as a GPU tensor): refused, naming what to use
+        def __dlpack__(self, stream=None):
+            raise AssertionError("not to be read")
+
+    try:
+        comm.Allgatherv(np.zeros(1), [Tensorish(), [1] * n])
+        expect(False, "Allgatherv took a buffer without the buffer protocol")
+    except TypeError as e:
+        expect("Allgatherv recvbuf" in str(e) and "pad each rank's block" in str(e), str(e))
     comm.Barrier()
     print(f"rank {me}: v-forms right")
 

@@ -1091,7 +1091,15 @@ def _iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
 # largest block a rank; the communicators have no variable-size collective of their own yet.
 
 def _flat(obj, datatype, what):
-    """A flat numpy view of a buffer (no copy), as `datatype` if given."""
+    """A flat numpy view of a buffer (no copy), as `datatype` if given. A buffer without the buffer protocol (a DLPack
+    tensor, a GPU tensor over nccl) is refused, naming the call and what to use instead."""
+    if not isinstance(obj, _np.ndarray):
+        try:
+            memoryview(obj).release()
+        except TypeError:
+            raise TypeError(f"{what}: the v-forms and buffered sends take numpy arrays and host buffers, not "
+                            f"{type(obj).__name__}; for tensors (GPU ones over nccl), pad each rank's block to the "
+                            f"largest and call Gather, Scatter, Allgather or Alltoall, or Send and Recv") from None
     a = obj if isinstance(obj, _np.ndarray) else _np.frombuffer(obj, dtype=_np.uint8 if datatype is None else datatype)
     if not a.flags.c_contiguous:
         raise ValueError(f"{what}: the buffer is not C-contiguous (use numpy.ascontiguousarray)")
