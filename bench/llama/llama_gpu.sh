@@ -24,6 +24,8 @@
 #        each compiled, fp32 weights and AdamW state, clip 1.0).
 # rows:  issue 46: Llama-2-7B's shape with AdamW on the host, and the 8B at T 8192 with the automatic plan.
 # h200:  issue 46's H200 row: the 8B with AdamW on the device (the fastest fitting plan, if any), on the host, split.
+# predict1b: issue 45's held-out check of the performance model: its prediction (tiertrain plan, in-core) of the 1b
+#        and slice shapes' steps, each beside the measured median of a run.
 # jsonl: issue 46: a 1B Llama fine-tuned on JSON Lines (bench/llama/make_finetune_data.py) with AdamW on the device,
 #        on the host (whole, rings, rings with recompute) and split; the losses compared (bench/llama/compare_losses.py).
 # hostbw: the host's memory bandwidth (bench/comm/membw.cc) and its AdamW's rate (bench/ooc/adamw_bench.cc), the
@@ -83,7 +85,7 @@ if has hostbw; then
   cat "$OUT/adamw_bench.txt"
 fi
 has 1b || has slice || has attn || has profile || has 8b || has offload || has predict || has largest || has rows ||
-  has jsonl || has h200 || exit $status
+  has jsonl || has h200 || has predict1b || exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
 SHARD=/tmp/tiertrain-random-llama3.bin
 [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 --vocab 128256 > /dev/null
@@ -315,6 +317,20 @@ if has rows; then
   timeout 300 "$TT" train "${m8l[@]}" --plan auto --steps 4 --warmup 1 --eval-every 0 --log-every 1 \
     --metrics-out "$OUT/tiertrain_8b_t8192.json" > "$OUT/tiertrain_8b_t8192.log" 2>&1 || status=1
   grep -vE '^\[tiertrain' "$OUT/tiertrain_8b_t8192.log" | grep -E '^plan|^AdamW of|^done|error'
+  pack
+fi
+if has predict1b; then
+  predict_row() {  # NAME STEPS FLAGS...: the prediction, then a run
+    local n=$1 steps=$2
+    shift 2
+    timeout 300 "$TT" plan "$@" --data "$SHARD" --plans in-core/device > "$OUT/plan_$n.txt" 2>&1 || status=1
+    grep -vE '^\[tiertrain|^calibrate' "$OUT/plan_$n.txt" | grep -E '^plan |^in-core ' | sed "s/^/$n: /"
+    tiertrain "predict_$n" "$steps" "$@"
+  }
+  predict_row 1b 30 --family llama --layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn 8192 --seq 2048 --batch 4 \
+    --rope-theta 500000 --tied-embeddings true
+  predict_row slice 15 --family llama --layers "${TT_SLICE_LAYERS:-8}" --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 \
+    --seq 2048 --batch "${TT_SLICE_BATCH:-2}" --rope-theta 500000 --tied-embeddings false
   pack
 fi
 if has h200; then
