@@ -440,16 +440,17 @@ class ShmP2p final : public P2pTransport {
   int64_t remote_waiting_ = 0;         // stashed single copies whose bytes are still at their senders'
   std::vector<bool> blocked_;          // progress(): the destinations whose next send must wait
   // Note [rings read]
-  // A pass reads a ring's head for each source it looks at, a cache line the sender writes: at 16 ranks, every ring
-  // twice a pass was a fifth of a small message's time on the 16-core host (ping-pong and the window of 64 at 8 and
-  // 16 ranks 0.82-0.98x mpi4py, 1.06-1.24x at 2). So a pass reads only the rings of the sources that the posted
+  // A pass read every source's ring twice (its head, a cache line the sender writes), so a message between two ranks
+  // cost more the more ranks there were: on the 16-core host the small messages of ranks 0 and 1 were 0.82-0.98x
+  // mpi4py's at 8 and 16 ranks, 1.06-1.33x at 2 and 4. So a pass reads only the rings of the sources that the posted
   // receives and probes name, where none is ANY_SOURCE; every ring otherwise, when nothing is posted, and every
   // kEveryRingEvery-th pass regardless, so that messages from other sources still reach the stash (a sender waiting
-  // for ring room is freed a few passes later) and the order between sources stays fair.
+  // for ring room is freed a few passes later) and the order between sources stays fair. After it, 1.09-1.57x at 8
+  // ranks (docs/benchmarks/2026-12-06-h100host-mpi4py-fast-calls/; at 16 some sizes stay at 0.87-0.98x).
   static constexpr uint64_t kEveryRingEvery = 16;
   uint64_t passes_ = 0;
-  std::vector<int> named_;         // the sources of this pass's receives, each once
-  std::vector<uint64_t> named_at_; // [source]: the pass that named it last
+  std::vector<int> named_;          // the sources of this pass's receives, each once
+  std::vector<uint64_t> named_at_;  // [source]: the pass that named it last
 
   // Fills named_ from the posted receives and probes; false where one takes any source or none is posted.
   bool named_sources(const std::deque<P2pOp*>& ops) {
