@@ -4,10 +4,14 @@
 # (scripts/gpu_fetch_debs.sh downloads them where PyPI is reachable). Prints the environment's python on the last line.
 #   scripts/gpu_pyenv.sh [VENV]        (default /tmp/tt-pyenv)
 # CMAKE_PREFIX_PATH must name where nlohmann_json and zlib are if they are not installed (scripts/gpu.sh sets it).
+# TT_WHEELS names another folder of wheels (a slimmer one carried beside the full .deps/wheels, which may not fit the
+# 64 MiB the device tool carries: mpi4py's sdist, scikit-build-core, pybind11, pathspec, packaging, setuptools, cython,
+# pytest, iniconfig, pluggy, pygments).
 set -euo pipefail
 VENV=${1:-/tmp/tt-pyenv}
 cd "$(dirname "$0")/.."
-WHEELS=$PWD/.deps/wheels
+WHEELS=${TT_WHEELS:-.deps/wheels}
+[[ $WHEELS = /* ]] || WHEELS=$PWD/$WHEELS
 [ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV" >&2
 # Where python3 is itself a virtual environment (torch installed there), --system-site-packages sees only the base
 # interpreter's packages: a .pth file adds python3's own site directories (their .pth files included) after the venv's.

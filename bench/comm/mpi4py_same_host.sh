@@ -2,7 +2,8 @@
 # Issue 48 on a many-core host (the GPU machine's 16 cores): bench/comm/mpi4py_same.py, one mpi4py program, over
 # mpi4py (Open MPI, ranks bound to cores) and over tiertrain.comm (`tiertrain launch`, ranks bound to cores) with only
 # the import changed, at TT_SAME_RANKS ranks ("2 4 8 16"), TT_SAME_REPEATS runs a side (1), interleaved; the
-# Python environment from scripts/gpu_pyenv.sh (the tiertrain package and mpi4py from .deps/wheels, built there).
+# Python environment from scripts/gpu_pyenv.sh (the tiertrain package and mpi4py from .deps/wheels, or the folder
+# TT_WHEELS names, built there).
 # Results: OUTDIR/same_<impl>_<ranks>_<run>.json, logs, and OUTDIR/results.md (bench/comm/mpi4py_same_table.py's
 # tables, one per rank count).
 #   bench/comm/mpi4py_same_host.sh OUTDIR
