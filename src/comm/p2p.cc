@@ -328,26 +328,26 @@ Result<size_t> bytes_of(size_t count, DType dtype) {
 }
 
 // (By value: a blocking call's lives on its stack, a non-blocking one's in its AsyncOp.)
-P2pOp send_op(const void* buf, size_t bytes, int32_t type, int dest, int tag) {
+P2pOp op_of(P2pOp::Kind kind, size_t bytes, int32_t type, int peer, int tag) {
   P2pOp op;
-  op.kind = P2pOp::kSend;
-  op.send = buf;
+  op.kind = kind;
   op.bytes = bytes;
   op.type = type;
-  op.peer = dest;
+  op.peer = peer;
   op.tag = tag;
+  return op;
+}
+
+P2pOp send_op(const void* buf, size_t bytes, int32_t type, int dest, int tag) {
+  P2pOp op = op_of(P2pOp::kSend, bytes, type, dest, tag);
+  op.send = buf;
   return op;
 }
 
 P2pOp recv_op(void* buf, size_t bytes, int32_t type, int source, int tag, MessageInfo* info,
               std::vector<char>* grow = nullptr) {
-  P2pOp op;
-  op.kind = P2pOp::kRecv;
+  P2pOp op = op_of(P2pOp::kRecv, bytes, type, source, tag);
   op.recv = buf;
-  op.bytes = bytes;
-  op.type = type;
-  op.peer = source;
-  op.tag = tag;
   op.info = info;
   op.grow = grow;
   return op;
