@@ -36,6 +36,9 @@
 #        grows) each approach fits: tiertrain's dry runs (in-core, recompute, each with AdamW on the device and on
 #        the host; offload-params), a run of the deepest with AdamW on the host, and PyTorch's two offloads
 #        (uncompiled: whether they fit, not their speed) at 24 layers, FSDP2's at 32.
+# gemm:  the 1b shape's GEMMs on cublasGemmEx against cuBLASLt's heuristic (bench/training/gemm_survey.cu's --ffn
+#        mode, and the same products in PyTorch: bench/training/torch_gemms.py), then the 1b step with --gemm-impl
+#        cublas and cublaslt alternated (TT_GEMM_ROUNDS rounds, default 2; TT_GEMM_SLICE=1 adds the slice's).
 # TT_TORCH_IMPLS (default "clean hf"; TT_1B_IMPLS those of the 1b part alone), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
 # PyTorch out of the profile part. The transformers wheels come
 # from .deps/hfwheels (carried; the GPU machine has no PyPI). Results: OUTDIR/*.json, *.log, results.md, results.tgz.
@@ -77,6 +80,16 @@ else
   tt_gpu_tiertrain
 fi
 
+if has gemm; then
+  tt_gpu_build "$OUT" gemm_survey || exit 1
+  shape=(--tokens 8192 --width 2048 --ffn 8192 --qkv 3072 --vocab 128256)
+  timeout 240 build/gpu/bench/gemm_survey "${shape[@]}" --candidates 4 --reps 10 --json "$OUT/gemm_survey_1b.json" \
+    > "$OUT/gemm_survey_1b.log" 2>&1 || status=1
+  grep -E 'today|heuristic' "$OUT/gemm_survey_1b.log" | cut -c1-110
+  timeout 120 python3 bench/training/torch_gemms.py "${shape[@]}" --reps 10 --json "$OUT/torch_gemms_1b.json" \
+    > "$OUT/torch_gemms_1b.log" 2>&1 || status=1
+  cat "$OUT/torch_gemms_1b.log"
+fi
 if has hostbw; then
   tt_gpu_build "$OUT" membw adamw_bench || exit 1
   OMP_PROC_BIND=close OMP_PLACES=cores build/gpu/bench/membw 256 > "$OUT/membw.txt" 2>&1 || status=1
@@ -84,7 +97,7 @@ if has hostbw; then
   build/gpu/bench/adamw_bench 400000000 3 > "$OUT/adamw_bench.txt" 2>&1 || status=1
   cat "$OUT/adamw_bench.txt"
 fi
-has 1b || has slice || has attn || has profile || has 8b || has offload || has predict || has largest || has rows ||
+has 1b || has gemm || has slice || has attn || has profile || has 8b || has offload || has predict || has largest || has rows ||
   has jsonl || has h200 || has predict1b || exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
 SHARD=/tmp/tiertrain-random-llama3.bin
@@ -131,6 +144,21 @@ if has 1b; then
     torch_run 1b_compile "$impl" "${m[@]}" --tied --steps 20 --warmup-steps 8 --compile
     [ "${TT_TORCH_EAGER:-0}" = 1 ] && torch_run 1b_eager "$impl" "${m[@]}" --tied --steps 12 --warmup-steps 4
   done
+  pack
+fi
+if has gemm; then
+  m=(--layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn 8192 --seq 2048 --batch 4 --rope-theta 500000)
+  for r in $(seq "${TT_GEMM_ROUNDS:-2}"); do
+    for g in cublas cublaslt; do
+      tiertrain "1b_${g}_$r" 20 "${m[@]}" --family llama --tied-embeddings true --gemm-impl "$g"
+    done
+  done
+  if [ "${TT_GEMM_SLICE:-0}" = 1 ]; then
+    for g in cublas cublaslt; do
+      tiertrain "slice_l8_$g" 15 --layers 8 --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048 --batch 2 \
+        --rope-theta 500000 --family llama --tied-embeddings false --gemm-impl "$g"
+    done
+  fi
   pack
 fi
 if has profile; then

@@ -6,6 +6,11 @@
 // would gain, and whether it would change a bit, before the backend is changed.
 //
 //   gemm_survey --tokens 16384 --width 4096 [--candidates 16] [--reps 10] [--json OUT.json]
+//   gemm_survey --tokens 8192 --width 2048 --ffn 8192 --qkv 3072 --vocab 128256 ...   (a Llama: --ffn given)
+//
+// With --ffn, the products of a Llama block and its head instead (qkv C -> --qkv, attn.proj, mlp.gate_up C -> 2 F,
+// mlp.down F -> C, lm_head C -> --vocab), none with a bias: forward, dinp and dW (fp32), each with beta 0 as a step of
+// one micro-batch writes them (Note [gradients first written]), all on cublasGemmEx's default algorithm today.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -90,6 +95,7 @@ double time_ms(int reps, F&& fn) {
 
 struct Options {
   int tokens = 16384, width = 4096, candidates = 16, reps = 10;
+  int ffn = 0, qkv = 0, vocab = 0;  // a Llama's (ffn > 0)
   std::string json;
 };
 
@@ -133,6 +139,53 @@ void survey(LtGemm& lt, const Options& o, const char* name, LtCall call, size_t 
   TT_CUDA_ASSERT(cudaMemcpy(call.d, saved.p, d_bytes, cudaMemcpyDeviceToDevice));
 }
 
+// A Llama's products (no bias), each today's path (cublasGemmEx's default algorithm) against cuBLASLt's candidates.
+void survey_llama(LtGemm& lt, cublasHandle_t cublas, const Options& o) {
+  const int N = o.tokens, C = o.width;
+  struct Layer {
+    const char* name;
+    int in, out;
+  };
+  const Layer layers[] = {{"qkv", C, o.qkv > 0 ? o.qkv : 3 * C}, {"attn.proj", C, C}, {"mlp.gate_up", C, 2 * o.ffn},
+                          {"mlp.down", o.ffn, C}, {"lm_head", C, o.vocab > 0 ? o.vocab : 128256}};
+  uint32_t seed = 1;
+  for (const Layer& l : layers) {
+    const size_t in_bytes = size_t(N) * l.in * 2, out_bytes = size_t(N) * l.out * 2, w_bytes = size_t(l.out) * l.in * 2;
+    Buffer inp(in_bytes), w(w_bytes), out(out_bytes), dout(out_bytes), dinp(in_bytes), dw(size_t(l.out) * l.in * 4);
+    fill(inp.p, in_bytes, seed++);
+    fill(w.p, w_bytes, seed++, 0.02f);
+    fill(dout.p, out_bytes, seed++, 0.01f);
+    TT_CUDA_ASSERT(cudaMemset(out.p, 0, out_bytes));
+    TT_CUDA_ASSERT(cudaMemset(dinp.p, 0, in_bytes));
+    TT_CUDA_ASSERT(cudaMemset(dw.p, 0, dw.bytes));
+    std::printf("%s: [%d, %d] x [%d, %d]^T\n", l.name, N, l.in, l.out, l.in);
+    LtCall f;  // out = inp w^T
+    f.trans_b = true;
+    f.m = N, f.n = l.out, f.k = l.in;
+    f.a = inp.p, f.lda = l.in, f.b = w.p, f.ldb = l.in, f.d = out.p, f.ldd = l.out;
+    survey(lt, o, (std::string(l.name) + " forward").c_str(), f, out_bytes, [&] {
+      tt::cuda::gemm_rm(cublas, false, true, N, l.out, l.in, 1.0f, inp.p, CUDA_R_16BF, l.in, w.p, l.in, 0.0f, out.p,
+                        CUDA_R_16BF, l.out);
+    });
+    LtCall g;  // dinp = dout w
+    g.m = N, g.n = l.in, g.k = l.out;
+    g.a = dout.p, g.lda = l.out, g.b = w.p, g.ldb = l.in, g.d = dinp.p, g.ldd = l.in;
+    survey(lt, o, (std::string(l.name) + " dinp").c_str(), g, in_bytes, [&] {
+      tt::cuda::gemm_rm(cublas, false, false, N, l.in, l.out, 1.0f, dout.p, CUDA_R_16BF, l.out, w.p, l.in, 0.0f,
+                        dinp.p, CUDA_R_16BF, l.in);
+    });
+    LtCall d;  // dW = dout^T inp, fp32
+    d.trans_a = true;
+    d.m = l.out, d.n = l.in, d.k = N;
+    d.a = dout.p, d.lda = l.out, d.b = inp.p, d.ldb = l.in, d.d = dw.p, d.ldd = l.in;
+    d.d_type = CUDA_R_32F;
+    survey(lt, o, (std::string(l.name) + " dW").c_str(), d, dw.bytes, [&] {
+      tt::cuda::gemm_rm(cublas, true, false, l.out, l.in, N, 1.0f, dout.p, CUDA_R_16BF, l.out, inp.p, l.in, 0.0f,
+                        dw.p, CUDA_R_32F, l.in);
+    });
+  }
+}
+
 int parse(int argc, char** argv, Options& o) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -140,6 +193,9 @@ int parse(int argc, char** argv, Options& o) {
     else if (k == "--width") o.width = std::atoi(argv[i + 1]);
     else if (k == "--candidates") o.candidates = std::atoi(argv[i + 1]);
     else if (k == "--reps") o.reps = std::atoi(argv[i + 1]);
+    else if (k == "--ffn") o.ffn = std::atoi(argv[i + 1]);
+    else if (k == "--qkv") o.qkv = std::atoi(argv[i + 1]);
+    else if (k == "--vocab") o.vocab = std::atoi(argv[i + 1]);
     else if (k == "--json") o.json = argv[i + 1];
     else {
       std::fprintf(stderr, "gemm_survey: unknown option %s\n", k.c_str());
@@ -176,6 +232,15 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   std::printf("gemm_survey: %s, N %d, C %d, %d candidates, %d reps\n", prop.name, N, C, o.candidates, o.reps);
+  if (o.ffn > 0) {
+    survey_llama(lt, cublas, o);
+    if (json_out) {
+      std::fprintf(json_out, "\n]}\n");
+      std::fclose(json_out);
+    }
+    cublasDestroy(cublas);
+    return 0;
+  }
 
   // The four Linear layers of a block: (name, in, out); fc's output goes through GELU.
   struct Layer {

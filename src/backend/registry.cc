@@ -101,6 +101,7 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const B
                                  .host_numa_node = o.host_numa_node,
                                  .host_threads = host::optimizer_threads(o.threads, /*beside_gpu=*/true),
                                  .attention = o.attention,
+                                 .gemm = o.gemm,
                                  .attention_workspace_bytes = o.attention_workspace_bytes,
                                  .record_um_calls = o.record_um_calls,
                                  .um_host_piece_bytes = o.um_host_piece_bytes});

@@ -13,6 +13,7 @@
 
 #include "backend/attention_options.h"
 #include "backend/backend.h"
+#include "backend/gemm_options.h"
 
 namespace tt {
 
@@ -40,6 +41,7 @@ struct BackendOptions {
   bool lock_host_memory = false;  // CPU: mlock the host pool
   int host_numa_node = -1;
   AttentionOptions attention{};            // a GPU: cuDNN or our attention kernels (attention_options.h)
+  GemmImpl gemm = GemmImpl::kCublas;       // a GPU: the bf16 GEMMs without an epilogue (gemm_options.h)
   int64_t attention_workspace_bytes = 0;   // cuDNN's or f32 GEMMs' attention workspace in the budget (BackendReserve)
   bool record_um_calls = false;            // tests: um() keeps every call (memory::RecordingUmDriver)
   // A GPU: managed prefetches to the host in pieces of this size (0: whole ranges).

@@ -170,6 +170,9 @@ void declare_train_knobs(Config& cfg) {
   choice("runtime", "attention_impl", "auto", {"auto", "cudnn", "native"},
          "attention on a GPU: auto (cuDNN's fused attention where the library loads and takes the shape, else our "
          "kernels), cudnn (the same, but a cuDNN that does not load is an error), native (our kernels)");
+  choice("runtime", "gemm_impl", "cublas", {"cublas", "cublaslt"},
+         "bf16 GEMMs on a GPU without a fused bias or GELU (Llama's, GPT's backward): cublas (cublasGemmEx, its default "
+         "algorithm), cublaslt (cuBLASLt's first heuristic algorithm per shape, as the fused GEMMs); both deterministic");
   choice("runtime", "f32_attention", "auto", {"auto", "gemm", "simt"},
          "f32 attention on a GPU: auto (fused 3xTF32 tensor-core kernels for head size 64 or 128, else cuBLAS SGEMMs "
          "over the attention workspace, else SIMT kernels), gemm (the SGEMMs where the workspace holds a (batch, "
@@ -392,6 +395,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");
   TT_ASSIGN_OR_RETURN(tc.attention.impl, parse_attention_impl(cfg.get_string("attention_impl")));
   TT_ASSIGN_OR_RETURN(tc.attention.f32, parse_f32_attention(cfg.get_string("f32_attention")));
+  TT_ASSIGN_OR_RETURN(tc.gemm, parse_gemm_impl(cfg.get_string("gemm_impl")));
   tc.attention.cudnn_library = cfg.get_string("cudnn_library");
   TT_ASSIGN_OR_RETURN(tc.attention.workspace_cap, parse_attention_workspace(cfg.get_string("attention_workspace")));
   tc.mesh = cfg.get_string("mesh");

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/attention_options.h"
+#include "backend/gemm_options.h"
 #include "core/config.h"
 #include "memory/um.h"
 #include "plan/plan.h"
@@ -77,6 +78,7 @@ struct TrainConfig {
   bool um_counters = false;  // issue 20: count Unified Memory's page faults and migrations per step (CUPTI on a GPU)
   int host_numa_node = -1;        // host pool placement; -1: automatic
   AttentionOptions attention{};   // a GPU: cuDNN's fused attention or our kernels (attention_impl, ...)
+  GemmImpl gemm = GemmImpl::kCublas;  // a GPU: the bf16 GEMMs without an epilogue (gemm_impl)
   bool cpu_lock_host_memory = false;
 
   // Issue 21: the named device mesh (mesh/mesh.h) this run is one rank of, and its layout rules; "" for one

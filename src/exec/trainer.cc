@@ -492,6 +492,7 @@ BackendOptions run_backend_options(const TrainConfig& cfg, int64_t budget, int64
           .lock_host_memory = cfg.cpu_lock_host_memory,
           .host_numa_node = cfg.host_numa_node,
           .attention = cfg.attention,
+          .gemm = cfg.gemm,
           .attention_workspace_bytes = attention_workspace_bytes,
           .um_host_piece_bytes = cfg.um_host_piece_mib << 20};
 }

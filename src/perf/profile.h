@@ -35,7 +35,8 @@ struct MachineId {
   std::string cpu;      // "AMD EPYC 9654 96-Core Processor x 16 threads"
   std::string sim;      // the CPU backend's simulated delays ("copy 0 us, compute 0 us, host 0 us"), else ""
   // A GPU: attention_impl, a named cudnn_library, the workspace cap, f32_attention and the revision of our attention
-  // kernels ("auto, workspace auto, f32 auto, kernels r2"), which the attention times follow.
+  // kernels ("auto, workspace auto, f32 auto, kernels r2"), which the attention times follow; gemm_impl where not
+  // the default (", gemm cublaslt").
   std::string attention;
   bool operator==(const MachineId&) const = default;
   // A short stable hash of the fields, for the cache file's name.

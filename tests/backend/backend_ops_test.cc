@@ -461,6 +461,29 @@ std::unique_ptr<Backend> cuda_backend_of(const cuda::CudaBackendOptions& options
 }
 #endif
 
+// gemm_impl=cublaslt (backend/gemm_options.h): the GEMMs without an epilogue through cuBLASLt in bf16 (counted),
+// against the CPU as the default path is; f32 stays on cublasGemmEx.
+TEST_P(BackendOps, MatmulOnCublasLt) {
+#ifdef TIERTRAIN_HAVE_CUDA
+  auto be = cuda_backend_of({.device_budget = int64_t(1) << 30, .gemm = GemmImpl::kCublasLt});
+  ASSERT_NE(be, nullptr);
+  const auto plain = [&] {
+    const auto c = be->counters();
+    return c.count("cublaslt_plain_gemms") ? c.at("cublaslt_plain_gemms") : int64_t(0);
+  };
+  const int OC = 72;
+  const int64_t before = plain();
+  compare_op(*be, "matmul_forward (no bias)", {{"out", {N, OC}, DType::kF32, true}, {"inp", {N, C}}, {"w", {OC, C}}},
+             [](Backend& b, const std::vector<Tensor>& t) { b.matmul_forward(t[0], t[1], t[2], Tensor()); },
+             tol(1e-4, 3e-2), tol(1e-4, 3e-2), dt());
+  for (const GradWrite gw : kGradWrites)
+    compare_op(*be, "matmul_backward" + suffix(gw), matmul_backward_args(N, C, OC, gw), bind(kMatmulBackward, gw),
+               tol(2e-4, 3e-2), tol(1e-4, 3e-2), dt());
+  // bf16: the forward, then dinp and dW for each way of writing the gradients.
+  EXPECT_EQ(plain() - before, dt() == DType::kBF16 ? 5 : 0);
+#endif
+}
+
 std::unique_ptr<Backend> make_cudnn_backend() {
 #ifdef TIERTRAIN_HAVE_CUDA
   const auto lib = cudnn::load("");

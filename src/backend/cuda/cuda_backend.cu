@@ -230,6 +230,7 @@ class CudaBackend final : public Backend {
     return {{"cublaslt_bias_gemms", lt_.calls(Epilogue::kBias)},
             {"cublaslt_gelu_bias_gemms", lt_.calls(Epilogue::kGeluAuxBias)},
             {"cublaslt_dgelu_gemms", lt_.calls(Epilogue::kDGelu)},
+            {"cublaslt_plain_gemms", lt_.calls(Epilogue::kNone)},
             {"cudnn_attention_forward", sdpa_ ? sdpa_->forward_calls() : 0},
             {"cudnn_attention_backward", sdpa_ ? sdpa_->backward_calls() : 0},
             {"gemm_attention_forward", gemm_attention_forward_calls_},
@@ -241,6 +242,7 @@ class CudaBackend final : public Backend {
   memory::MemoryStats& stats() override { return stats_; }
   memory::UmDriver* um() override { return um_.get(); }
   void set_record_um_calls(bool on) { record_um_calls_ = on; }
+  void set_gemm(GemmImpl g) { gemm_ = g; }
 
   void copy_h2d(const Tensor& dst, const void* src, Stream& stream) override {
     TT_CUDA_ASSERT(cudaMemcpyAsync(dst.raw(), src, dst.nbytes(), cudaMemcpyHostToDevice, as_cuda(stream)));
@@ -403,6 +405,25 @@ class CudaBackend final : public Backend {
     matmul_backward(Tensor(), dw, dbias, dout, inp, w, gw);
   }
 
+  // Row-major D = op(A) op(B) (+ beta D) for the GEMMs without an epilogue: with gemm_impl=cublaslt and bf16
+  // operands through cuBLASLt (its first heuristic algorithm, cached per shape) where it has one, else
+  // cublasGemmEx (gemm_options.h).
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, const void* a, int lda, const void* b, int ldb,
+            float beta, void* d, cudaDataType_t ab_type, cudaDataType_t d_type, int ldd) {
+    if (gemm_ == GemmImpl::kCublasLt && ab_type == CUDA_R_16BF) {
+      LtCall c;
+      c.trans_a = trans_a;
+      c.trans_b = trans_b;
+      c.m = m, c.n = n, c.k = k;
+      c.a = a, c.lda = lda, c.b = b, c.ldb = ldb, c.d = d, c.ldd = ldd;
+      c.beta = beta;
+      c.type = ab_type;
+      c.d_type = d_type;
+      if (lt_.matmul(s(), c)) return;
+    }
+    gemm_rm(cublas_, trans_a, trans_b, m, n, k, 1.0f, a, ab_type, lda, b, ldb, beta, d, d_type, ldd);
+  }
+
   void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias) override {
     const shapes::Matmul d = shapes::matmul_forward(out, inp, w, bias);
     if (lt_forward(out, inp, w, bias, d, Epilogue::kBias, Tensor())) return;
@@ -412,8 +433,8 @@ class CudaBackend final : public Backend {
         cuda::broadcast_rows<X>(s(), out.data<X>(), bias.data<X>(), d.N, d.OC);
         beta = 1.0f;
       }
-      gemm_rm(cublas_, false, true, static_cast<int>(d.N), d.OC, d.C, 1.0f, inp.raw(), cuda_type<X>(), d.C, w.raw(),
-              d.C, beta, out.raw(), cuda_type<X>(), d.OC);
+      gemm(false, true, static_cast<int>(d.N), d.OC, d.C, inp.raw(), d.C, w.raw(), d.C, beta, out.raw(),
+           cuda_type<X>(), cuda_type<X>(), d.OC);
     });
   }
   void matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias, const Tensor& dout,
@@ -424,11 +445,10 @@ class CudaBackend final : public Backend {
     dispatch_x(inp.dtype(), "matmul_backward", [&]<typename X>() {
       const cudaDataType_t xt = cuda_type<X>();
       if (shapes::present(dinp))
-        gemm_rm(cublas_, false, false, N, d.C, d.OC, 1.0f, dout.raw(), xt, d.OC, w.raw(), d.C, 0.0f, dinp.raw(), xt,
-                d.C);
+        gemm(false, false, N, d.C, d.OC, dout.raw(), d.OC, w.raw(), d.C, 0.0f, dinp.raw(), xt, xt, d.C);
       if (shapes::present(dw))
-        gemm_rm(cublas_, true, false, d.OC, d.C, N, 1.0f, dout.raw(), xt, d.OC, inp.raw(), d.C, add ? 1.0f : 0.0f,
-                dw.raw(), CUDA_R_32F, d.C);
+        gemm(true, false, d.OC, d.C, N, dout.raw(), d.OC, inp.raw(), d.C, add ? 1.0f : 0.0f, dw.raw(), xt,
+             CUDA_R_32F, d.C);
       if (shapes::present(dbias))
         cuda::column_sums<X>(s(), scratch_, dbias.data<float>(), dout.data<X>(), d.N, d.OC, add);
     });
@@ -640,6 +660,7 @@ class CudaBackend final : public Backend {
   CudaStream compute_, h2d_, d2h_, host_, comm_;
   cublasHandle_t cublas_ = nullptr;
   LtGemm lt_;
+  GemmImpl gemm_ = GemmImpl::kCublas;  // the bf16 GEMMs without an epilogue (gemm_options.h)
   int64_t scratch_request_;
   AttentionOptions attention_;
   int64_t attention_workspace_bytes_;
@@ -731,6 +752,7 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
                                           options.attention, options.attention_workspace_bytes,
                                           options.um_host_piece_bytes);
   be->set_record_um_calls(options.record_um_calls);
+  be->set_gemm(options.gemm);
   TT_TRY(be->init());
   TT_LOG(INFO, MEM, "CUDA device arena on %s: %s (free %s of %s)", prop.name, format_bytes(budget).c_str(),
          format_bytes(static_cast<int64_t>(free_b)).c_str(), format_bytes(static_cast<int64_t>(total_b)).c_str());
