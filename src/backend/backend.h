@@ -182,6 +182,10 @@ class Backend {
   // dtype).
   virtual void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w,
                                float eps) = 0;
+  // res = a + b, then the RMSNorm of res (as rmsnorm_forward), in one pass over the rows where the backend can: the
+  // same bits as residual_forward then rmsnorm_forward (the norm reads the sum as rounded and stored).
+  virtual void residual_rmsnorm_forward(const Tensor& res, const Tensor& out, const Tensor& rstd, const Tensor& a,
+                                        const Tensor& b, const Tensor& w, float eps) = 0;
   // dinp += d(inp) (the residual stream's gradient adds up); dw written as gw says.
   virtual void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp,
                                 const Tensor& w, const Tensor& rstd, GradWrite gw) = 0;

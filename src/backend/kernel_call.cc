@@ -12,8 +12,9 @@ constexpr const char* kNames[kNumKernelOps] = {
     "sum_squares",         "adamw_update",        "copy_d2d",             "xent_local_max",
     "xent_local_sums",     "xent_finish",         "gelu_forward",         "rmsnorm_forward",
     "rmsnorm_backward",    "rope",                "swiglu_forward",       "swiglu_backward",
+    "residual_rmsnorm_forward",
 };
-static_assert(static_cast<int>(KernelOp::kSwigluBackward) + 1 == kNumKernelOps);
+static_assert(static_cast<int>(KernelOp::kResidualRmsnormForward) + 1 == kNumKernelOps);
 }  // namespace
 
 const char* kernel_op_name(KernelOp op) { return kNames[static_cast<int>(op)]; }
@@ -77,6 +78,7 @@ double KernelCall::bytes() const {
     case KernelOp::kAttentionForward: return (2 * a * b * c * d + 2 * a * b * kv() * d) * e;
     case KernelOp::kAttentionBackward: return 2 * (2 * a * b * c * d + 2 * a * b * kv() * d) * e;
     case KernelOp::kRmsnormForward: return 2 * a * b * e;
+    case KernelOp::kResidualRmsnormForward: return 4 * a * b * e;
     case KernelOp::kRmsnormBackward: return 4 * a * b * e;
     case KernelOp::kRope: return 2 * a * b * c * e;                        // the q and k heads, read and written
     case KernelOp::kSwigluForward: return 3 * a * b * e;

@@ -11,7 +11,7 @@
 //   embedding_forward, embedding_backward           {B, T, C, padded vocab}
 //   layernorm_forward, layernorm_backward,
 //   residual_layernorm_forward, rmsnorm_forward,
-//   rmsnorm_backward                                {N rows, C}
+//   rmsnorm_backward, residual_rmsnorm_forward      {N rows, C}
 //   matmul_forward, matmul_backward                 {N, OC, C, 1 with a bias else 0}   out[N,OC] = inp[N,C] w[OC,C]^T
 //   matmul_gelu_forward, matmul_backward_gelu       {N, OC, C}
 //   attention_forward, attention_backward           {B, T, heads, head size, key/value heads (0: heads)}
@@ -62,8 +62,9 @@ enum class KernelOp : int {
   kRope,
   kSwigluForward,
   kSwigluBackward,
+  kResidualRmsnormForward,
 };
-constexpr int kNumKernelOps = 28;
+constexpr int kNumKernelOps = 29;
 // The Backend method's name: "matmul_forward".
 const char* kernel_op_name(KernelOp op);
 Result<KernelOp> parse_kernel_op(const std::string& name);

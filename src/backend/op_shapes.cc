@@ -216,6 +216,12 @@ Rows rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, c
   return d;
 }
 
+Rows residual_rmsnorm_forward(const Tensor& res, const Tensor& out, const Tensor& rstd, const Tensor& a,
+                              const Tensor& b, const Tensor& w) {
+  elementwise("residual_rmsnorm_forward", res, a, b);
+  return rmsnorm_forward(out, rstd, res, w);
+}
+
 Rows rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp, const Tensor& w,
                       const Tensor& rstd) {
   const char* op = "rmsnorm_backward";

@@ -76,6 +76,8 @@ Matmul matmul_backward_gelu(const Tensor& dpre, const Tensor& dw, const Tensor& 
 Rows residual_layernorm_forward(const Tensor& res, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                                 const Tensor& a, const Tensor& b, const Tensor& w, const Tensor& bias);
 Rows rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w);
+Rows residual_rmsnorm_forward(const Tensor& res, const Tensor& out, const Tensor& rstd, const Tensor& a,
+                              const Tensor& b, const Tensor& w);
 Rows rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp, const Tensor& w,
                       const Tensor& rstd);
 // qkv [B, T, Cq] (or [B, Cq] with positions [B] i32: T = 1), table [rows, hs] in the master dtype.

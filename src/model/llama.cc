@@ -467,10 +467,8 @@ void Llama::forward_block(ModelHooks& h, int l) {
   h.op("matmul_forward attn.proj");
   be_.matmul_forward(proj_out_, a.atty, w.projw, Tensor());
   if (tp) h.tp_sum("attn.proj", proj_out_);
-  h.op("residual_forward");
-  be_.residual_forward(a.res2, x, proj_out_);
-  h.op("rmsnorm_forward");
-  be_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, w.mlp_norm, eps());
+  h.op("residual_rmsnorm_forward");
+  be_.residual_rmsnorm_forward(a.res2, a.ln2, a.ln2_rstd, x, proj_out_, w.mlp_norm, eps());
   h.op("matmul_forward mlp.gate_up");
   be_.matmul_forward(a.fch, a.ln2, w.gate_up, Tensor());
   h.op("swiglu_forward");
@@ -596,8 +594,7 @@ void Llama::decode_step(const NamedTensors& state) {
     be_.rope(qkv, rope_, pos, cfg_.heads, cfg_.kv_head_count(), false);
     be_.attention_decode(atty, cache.view(l * T * Cq, {1, T, Cq}), qkv, pos, cfg_.heads);
     be_.matmul_forward(proj, atty, w.projw, Tensor());
-    be_.residual_forward(res2, x, proj);
-    be_.rmsnorm_forward(ln, rstd, res2, w.mlp_norm, eps());
+    be_.residual_rmsnorm_forward(res2, ln, rstd, x, proj, w.mlp_norm, eps());
     be_.matmul_forward(fch, ln, w.gate_up, Tensor());
     be_.swiglu_forward(fch_act, fch);
     be_.matmul_forward(proj, fch_act, w.down, Tensor());
@@ -623,8 +620,7 @@ std::vector<NamedKernelCall> LlamaFamily::kernel_calls(const ModelConfig& cfg, i
     add("rope", KernelOp::kRope, {BT, d.Hl() + d.KVl(), d.hs, 0}, dt);
     add("attention_forward", KernelOp::kAttentionForward, {d.B, d.T, d.Hl(), d.hs, d.KVl()}, dt);
     add("matmul_forward attn.proj", KernelOp::kMatmulForward, {BT, C, d.Cl(), 0}, dt);
-    add("residual_forward", KernelOp::kResidualForward, {BT * C}, dt);
-    add("rmsnorm_forward", KernelOp::kRmsnormForward, {BT, C}, dt);
+    add("residual_rmsnorm_forward", KernelOp::kResidualRmsnormForward, {BT, C}, dt);
     add("matmul_forward mlp.gate_up", KernelOp::kMatmulForward, {BT, 2 * d.Fl(), C, 0}, dt);
     add("swiglu_forward", KernelOp::kSwigluForward, {BT, d.Fl()}, dt);
     add("matmul_forward mlp.down", KernelOp::kMatmulForward, {BT, C, d.Fl(), 0}, dt);

@@ -114,6 +114,9 @@ Shapes shapes_of(const KernelCall& c) {
     case KernelOp::kRmsnormForward:  // out, rstd, inp, w
       add({a, b}, dt), add({a}, md), add({a, b}, dt), add({b}, dt);
       break;
+    case KernelOp::kResidualRmsnormForward:  // res, out, rstd, a, b, w
+      add({a, b}, dt), add({a, b}, dt), add({a}, md), add({a, b}, dt), add({a, b}, dt), add({b}, dt);
+      break;
     case KernelOp::kRmsnormBackward:  // dinp, dw, dout, inp, w, rstd
       add({a, b}, dt), add({b}, md), add({a, b}, dt), add({a, b}, dt), add({b}, dt), add({a}, md);
       break;
@@ -190,6 +193,9 @@ void run(Backend& be, const KernelCall& c, const std::vector<Tensor>& t) {
     case KernelOp::kResidualForward: be.residual_forward(t[0], t[1], t[2]); break;
     case KernelOp::kGeluForward: be.gelu_forward(t[0], t[1]); break;
     case KernelOp::kRmsnormForward: be.rmsnorm_forward(t[0], t[1], t[2], t[3], 1e-5f); break;
+    case KernelOp::kResidualRmsnormForward:
+      be.residual_rmsnorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5f);
+      break;
     case KernelOp::kRmsnormBackward:
       be.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], GradWrite::kOverwrite);
       break;

@@ -176,6 +176,33 @@ std::vector<Arg> matmul_backward_gelu_args(int64_t rows, int64_t in, int64_t out
   return a;
 }
 
+// residual_rmsnorm_forward, and the two ops it stands for.
+std::vector<Arg> residual_rmsnorm_args(int64_t rows, int64_t cols) {
+  return {{"res", {rows, cols}, DType::kF32, true}, {"out", {rows, cols}, DType::kF32, true},
+          {"rstd", {rows}, DType::kF32, true},      {"a", {rows, cols}},
+          {"b", {rows, cols}},                      {"w", {cols}}};
+}
+const OpFn kResidualRmsnorm = [](Backend& be, const std::vector<Tensor>& t) {
+  be.residual_rmsnorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5f);
+};
+const OpFn kResidualThenRmsnorm = [](Backend& be, const std::vector<Tensor>& t) {
+  be.residual_forward(t[0], t[3], t[4]);
+  be.rmsnorm_forward(t[1], t[2], t[0], t[5], 1e-5f);
+};
+// The fused op's res, out and rstd bit for bit the two ops' on the same backend.
+void expect_residual_rmsnorm_as_two_ops(Backend& be, DType compute, int64_t rows, int64_t cols) {
+  const std::vector<Arg> args = residual_rmsnorm_args(rows, cols);
+  const HostArgs host = host_args(args, compute, 7);
+  const auto one = run_op(be, compute, args, host, kResidualRmsnorm);
+  const auto two = run_op(be, compute, args, host, kResidualThenRmsnorm);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(one[i].size(), two[i].size());
+    EXPECT_EQ(std::memcmp(one[i].data(), two[i].data(), one[i].size() * sizeof(float)), 0)
+        << "residual_rmsnorm_forward's " << args[i].name << " differs from the two ops' (" << dtype_name(compute)
+        << ", " << rows << " x " << cols << ")";
+  }
+}
+
 // Each case runs with f32 activations (tight tolerances) and bf16 activations (tolerances of bf16 rounding:
 // 2^-8 relative per stored value, against the f32 CPU result on the same bf16-rounded inputs).
 struct AttentionCase {
@@ -218,6 +245,12 @@ class BackendOps : public ::testing::TestWithParam<DType> {
               be.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], gw);
             },
             backward_tol, backward_tol);
+  }
+  // residual_rmsnorm_forward against the CPU, and bit for bit against residual_forward then rmsnorm_forward on this
+  // backend (Note [residual and RMSNorm in one pass] in src/backend/cuda/kernels_layernorm.cu).
+  void check_residual_rmsnorm(int64_t rows, int64_t cols) {
+    check("residual_rmsnorm_forward", residual_rmsnorm_args(rows, cols), kResidualRmsnorm, 2e-5, 2e-5);
+    expect_residual_rmsnorm_as_two_ops(*be_, dt(), rows, cols);
   }
   void attention_case(Backend& be, const AttentionCase& c);
   std::unique_ptr<Backend> be_;
@@ -381,6 +414,7 @@ TEST_P(BackendOps, RmsNormAtEveryPath) {
            {4500, 48}, {300, 2048}, {40, 4096}, {24, 8192}, {70, 36}, {70, 34}, {20, 9000}}) {
     SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
     check_rmsnorm(rows, cols, kAtol, kRtol, 2e-4);
+    check_residual_rmsnorm(rows, cols);
   }
 }
 
@@ -1014,6 +1048,12 @@ void expect_overwrite_is_adding_to_zeros(const std::string& op, const std::vecto
   for (size_t i = 0; i < args.size(); ++i)
     for (size_t j = 0; j < added[i].size(); ++j)
       ASSERT_EQ(written[i][j], added[i][j]) << op << ": " << args[i].name << " element " << j;
+}
+
+TEST(ResidualRmsNorm, IsTheTwoOpsBitForBitOnCpu) {
+  auto be = testing::make_cpu_backend(int64_t(64) << 20);
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{37, 48}, {5, 2048}, {3, 34}})
+    expect_residual_rmsnorm_as_two_ops(*be, DType::kF32, rows, cols);
 }
 
 TEST(GradWrite, OverwritingEqualsAddingToZerosOnCpu) {

@@ -481,6 +481,20 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void residual_rmsnorm_forward(const Tensor& res, const Tensor& out, const Tensor& rstd, const Tensor& a,
+                                const Tensor& b, const Tensor& w, float eps) override {
+    const shapes::Rows d = shapes::residual_rmsnorm_forward(res, out, rstd, a, b, w);
+    dispatch_float(a.dtype(), "residual_rmsnorm_forward", [&]<typename T>() {
+      T *r = res.data<T>(), *o = out.data<T>(), *rs = rstd.data<T>();
+      const T *x = a.data<T>(), *y = b.data<T>(), *wp = w.data<T>();
+      const T e = static_cast<T>(eps);
+      compute_.enqueue([=] {
+        cpu::residual_forward<T>(r, x, y, d.N * d.C);
+        cpu::rmsnorm_forward<T>(o, rs, r, wp, d.N, d.C, e);
+      });
+    });
+  }
+
   void softmax_xent_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits, const Tensor& targets,
                             int vocab) override {
     const shapes::Softmax d = shapes::softmax_xent_forward(losses, probs, logits, targets, vocab);

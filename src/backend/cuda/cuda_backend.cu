@@ -560,6 +560,14 @@ class CudaBackend final : public Backend {
     dispatch_x(out.dtype(), "residual_forward",
                [&]<typename X>() { cuda::residual_forward<X>(s(), out.data<X>(), a.data<X>(), b.data<X>(), n); });
   }
+  void residual_rmsnorm_forward(const Tensor& res, const Tensor& out, const Tensor& rstd, const Tensor& a,
+                                const Tensor& b, const Tensor& w, float eps) override {
+    const shapes::Rows d = shapes::residual_rmsnorm_forward(res, out, rstd, a, b, w);
+    dispatch_x(a.dtype(), "residual_rmsnorm_forward", [&]<typename X>() {
+      cuda::residual_rmsnorm_forward<X>(s(), res.data<X>(), out.data<X>(), rstd.data<float>(), a.data<X>(),
+                                        b.data<X>(), w.data<X>(), d.N, d.C, eps);
+    });
+  }
   void residual_layernorm_forward(const Tensor& res, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                                   const Tensor& a, const Tensor& b, const Tensor& w, const Tensor& bias) override {
     const shapes::Rows d = shapes::residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias);

@@ -121,6 +121,11 @@ void attention_backward_gemm(cublasHandle_t h, cudaStream_t st, void* ws, int64_
 // of qkv [B, T, (H + 2 KV) hs] by table [rows, hs] (f32; positions: [B] i32 or null), SwiGLU over rows of [gate | up].
 template <typename X>
 void rmsnorm_forward(cudaStream_t s, X* out, float* rstd, const X* inp, const X* w, int64_t N, int C, float eps);
+// res = a + b (rounded to X), then rmsnorm_forward of res: the same bits as the two (Note [residual and RMSNorm in
+// one pass] in kernels_layernorm.cu).
+template <typename X>
+void residual_rmsnorm_forward(cudaStream_t s, X* res, X* out, float* rstd, const X* a, const X* b, const X* w,
+                              int64_t N, int C, float eps);
 template <typename X>
 void rmsnorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, const X* dout, const X* inp,
                       const X* w, const float* rstd, int64_t N, int C, bool add);

@@ -520,6 +520,17 @@ void rmsnorm_forward(cudaStream_t s, X* out, float* rstd, const X* inp, const X*
   TT_CUDA_CHECK_LAUNCH();
 }
 
+// Note [residual and RMSNorm in one pass]: on the register kernel (kResidual, kRms) the sum is rounded to X as it is
+// stored and normalised from registers, the same values and the same order of sums as rmsnorm_forward's register
+// kernel reading the stored sum: the same bits as the two ops. Rows that kernel does not take run the two ops.
+template <typename X>
+void residual_rmsnorm_forward(cudaStream_t s, X* res, X* out, float* rstd, const X* a, const X* b, const X* w,
+                              int64_t N, int C, float eps) {
+  if (layernorm_forward_in_registers<X, true, true>(s, res, out, nullptr, rstd, a, b, w, nullptr, N, C, eps)) return;
+  residual_forward<X>(s, res, a, b, N * C);
+  rmsnorm_forward<X>(s, out, rstd, res, w, N, C, eps);
+}
+
 template <typename X>
 void rmsnorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw, const X* dout, const X* inp,
                       const X* w, const float* rstd, int64_t N, int C, bool add) {
@@ -549,6 +560,8 @@ void rmsnorm_backward(cudaStream_t s, const Scratch& scratch, X* dinp, float* dw
   template void residual_layernorm_forward<X>(cudaStream_t, X*, X*, float*, float*, const X*, const X*, const X*, \
       const X*, int64_t, int); \
   template void rmsnorm_forward<X>(cudaStream_t, X*, float*, const X*, const X*, int64_t, int, float); \
+  template void residual_rmsnorm_forward<X>(cudaStream_t, X*, X*, float*, const X*, const X*, const X*, int64_t, \
+      int, float); \
   template void rmsnorm_backward<X>(cudaStream_t, const Scratch&, X*, float*, const X*, const X*, const X*, \
       const float*, int64_t, int, bool);
 
