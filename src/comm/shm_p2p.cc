@@ -125,8 +125,8 @@ class ShmP2p final : public P2pTransport {
         }
     }
     // Receives: first from what has arrived already, then from the rings (which may finish stashed messages that
-    // receives wait for: once more then). Note [rings read]: the rings of the sources the posted receives name, or
-    // every ring.
+    // receives wait for: once more then). Note [rings read]: the rings of the sources the posted receives name (none
+    // where only sends are posted), or every ring.
     const bool every = ++passes_ % kEveryRingEvery == 0 || !named_sources(ops);
     for (int twice = 0; twice < 2; ++twice) {
       moved |= take_stashed(ops);
@@ -443,16 +443,19 @@ class ShmP2p final : public P2pTransport {
   // A pass read every source's ring twice (its head, a cache line the sender writes), so a message between two ranks
   // cost more the more ranks there were: on the 16-core host the small messages of ranks 0 and 1 were 0.82-0.98x
   // mpi4py's at 8 and 16 ranks, 1.06-1.33x at 2 and 4. So a pass reads only the rings of the sources that the posted
-  // receives and probes name, where none is ANY_SOURCE; every ring otherwise, when nothing is posted, and every
-  // kEveryRingEvery-th pass regardless, so that messages from other sources still reach the stash (a sender waiting
-  // for ring room is freed a few passes later) and the order between sources stays fair. After it, 1.09-1.57x at 8
-  // ranks (docs/benchmarks/2026-12-06-h100host-mpi4py-fast-calls/; at 16 some sizes stay at 0.87-0.98x).
+  // receives and probes name, where none is ANY_SOURCE (none where only sends are posted: their completions are in
+  // this rank's own mailbox, Note [point-to-point single copy]); every ring otherwise, and every kEveryRingEvery-th
+  // pass regardless, so that messages from other sources still reach the stash (a sender waiting for ring room is
+  // freed a few passes later, two ranks sending long messages to each other stash them) and the order between
+  // sources stays fair. After it, 1.09-1.57x at 8 ranks (docs/benchmarks/2026-12-06-h100host-mpi4py-fast-calls/; at
+  // 16 some sizes stay at 0.87-0.98x). A pass with only sends posted (a window of Isends, a blocking Send) read every
+  // ring until 2026-12-06: at 4 ranks the 8 B window was 0.73x in one call.
   static constexpr uint64_t kEveryRingEvery = 16;
   uint64_t passes_ = 0;
   std::vector<int> named_;          // the sources of this pass's receives, each once
   std::vector<uint64_t> named_at_;  // [source]: the pass that named it last
 
-  // Fills named_ from the posted receives and probes; false where one takes any source or none is posted.
+  // Fills named_ from the posted receives and probes (empty where none is posted); false where one takes any source.
   bool named_sources(const std::deque<P2pOp*>& ops) {
     if (named_at_.empty()) named_at_.assign(static_cast<size_t>(size_), 0);
     named_.clear();
@@ -464,7 +467,7 @@ class ShmP2p final : public P2pTransport {
       at = passes_;
       named_.push_back(op->peer);
     }
-    return !named_.empty();
+    return true;
   }
   std::list<Stashed> stash_;  // (a list: Incoming and receives point into it)
   int next_source_ = 0;
