@@ -5,7 +5,7 @@
 # Python environment from scripts/gpu_pyenv.sh (the tiertrain package and mpi4py from .deps/wheels, or the folder
 # TT_WHEELS names, built there).
 # Results: OUTDIR/same_<impl>_<ranks>_<run>.json, logs, and OUTDIR/results.md (bench/comm/mpi4py_same_table.py's
-# tables, one per rank count).
+# tables, one per rank count). TT_SAME_CASES: some of the cases only ("pingpong,window").
 #   bench/comm/mpi4py_same_host.sh OUTDIR
 set -uo pipefail
 OUT=${1:?usage: bench/comm/mpi4py_same_host.sh OUTDIR}
@@ -25,6 +25,7 @@ TTBIN=${TT:-build/gpu/src/tiertrain}  # (the package's console script has no pro
 [ -x "$TTBIN" ] || { tt_gpu_tiertrain; TTBIN=$TT; }
 lscpu > "$OUT/lscpu.txt" 2>&1 || true
 A=(--max-bytes "${TT_SAME_MAX:-16777216}" --bytes-per-case "${TT_SAME_BYTES:-3e8}")
+[ -n "${TT_SAME_CASES:-}" ] && A+=(--cases "$TT_SAME_CASES")  # (a comma-separated subset of mpi4py_same.py's CASES)
 lim=${TT_SAME_TIMEOUT:-240}
 for n in ${TT_SAME_RANKS:-2 4 8 16}; do
   [ "$n" -le "$(nproc)" ] || continue
