@@ -39,6 +39,12 @@ struct ShmOptions {
   // where they do not (docs/benchmarks/2026-12-06-cpu-p2p-single-copy/; Note [point-to-point single copy] in
   // comm/shm_p2p.cc).
   size_t p2p_cma_bytes = 32 << 10;
+  // Allgather and alltoall blocks of at least this many bytes: each rank copies every peer's block straight out of
+  // that peer's buffer, one copy a block, where the ranks may attach to each other (TIERTRAIN_COMM_CMA_EXCHANGE_BYTES;
+  // 0: never). The default, 1 MiB: at 2 ranks on the 2-core VM, Python's alltoall of 1-2 MiB blocks took 2.1-2.7x
+  // less time than through the segments (two copies), one of 256-512 KiB as long or longer. Note [single-copy
+  // exchanges] in comm/shm_collectives.cc.
+  size_t cma_exchange_bytes = 1 << 20;
   // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0: never). The
   // default, 32: with fewer ranks the flat line is as fast or faster, the tree's second step costing more than the
   // shorter line saves (docs/benchmarks/2026-11-30-h200x2-comm-tuning/). Note [arrival tree] in comm/shm_internal.h.

@@ -6,7 +6,7 @@ namespace tt::comm {
 namespace shm_detail {
 
 void ShmComm::probe_single_copy() {
-  if ((opt_.cma_bytes == 0 && opt_.p2p_cma_bytes == 0) || size_ < 2) return;
+  if ((opt_.cma_bytes == 0 && opt_.p2p_cma_bytes == 0 && opt_.cma_exchange_bytes == 0) || size_ < 2) return;
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     int64_t pid = 0;
@@ -21,6 +21,7 @@ void ShmComm::probe_single_copy() {
   }
   hdr(rank_)->cma_bytes.store(opt_.cma_bytes, std::memory_order_release);
   hdr(rank_)->p2p_cma_bytes.store(opt_.p2p_cma_bytes, std::memory_order_release);
+  hdr(rank_)->cma_exchange_bytes.store(opt_.cma_exchange_bytes, std::memory_order_release);
 }
 
 Status ShmComm::cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool write) {

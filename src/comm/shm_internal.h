@@ -178,6 +178,7 @@ struct alignas(64) Header {
   uint64_t self_addr;  // where this rank maps its own segment: its peers' single-copy probe reads its pid there
   std::atomic<uint64_t> cma_bytes;  // Note [single copy]: this rank's threshold if its probes passed, else 0
   std::atomic<uint64_t> p2p_cma_bytes;  // Note [point-to-point single copy]: the same for point-to-point
+  std::atomic<uint64_t> cma_exchange_bytes;  // Note [single-copy exchanges]: the same for allgather and alltoall
   std::atomic<uint64_t> tree_ranks;  // Note [arrival tree]: this rank's TIERTRAIN_COMM_TREE_RANKS
   std::atomic<uint64_t> reduce_span;  // Note [reduction rounds]: this rank's TIERTRAIN_COMM_REDUCE_SPAN
   std::atomic<uint64_t> pool_ok;      // Note [shared buffers]: 1 once this rank has mapped every rank's pool
@@ -356,6 +357,9 @@ class ShmComm final : public Communicator {
   Status do_allgather(const void* send, void* recv, size_t count, DType dtype) override;
   Status do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) override;
   Status do_alltoall(const void* send, void* recv, size_t count, DType dtype) override;
+  // Note [single-copy exchanges]: allgather (alltoall false) or alltoall of blocks of `bytes`, each read straight
+  // out of its peer's buffer. src: this rank's block (allgather) or its size() blocks (alltoall), as the peers read.
+  Status exchange_single_copy(const char* src, char* dst, size_t bytes, bool alltoall);
   // Note [split] in comm/comm.h: the group's own segments, named after this job's id and the split's tag.
   Result<std::unique_ptr<Communicator>> make_split(const std::vector<int>& members, int new_rank,
                                                   const std::string& tag) override;
@@ -410,6 +414,11 @@ class ShmComm final : public Communicator {
   int leader_of(int q) const { return q / group_ * group_; }
   // Note [single copy]: the path of a call whose pieces are piece_bytes each.
   bool single_copy(size_t piece_bytes) const { return cma_bytes_ > 0 && piece_bytes >= cma_bytes_; }
+  // Note [single-copy exchanges]: whether an allgather or alltoall of blocks of this size takes them (alike on every
+  // rank).
+  bool exchange_in_one_copy(size_t block_bytes) const {
+    return size_ > 1 && cma_exchange_bytes_ > 0 && block_bytes >= cma_exchange_bytes_;
+  }
   // Note [single copy], Note [single copy by pages]: one round of a gather (or a scatter) whose ranks copy their own
   // pieces into (out of) the root's buffer. With root_picks (below the threshold, where the call is one round:
   // paged_candidate) the root takes that path only if its buffer is on huge pages, else the segments, and the others
@@ -519,6 +528,8 @@ class ShmComm final : public Communicator {
   size_t cma_bytes_ = 0;  // the agreed single-copy threshold (Note [single copy]); 0: off
   size_t cma_huge_bytes_ = 0;  // the agreed threshold of Note [single copy by pages]; 0: off
   size_t p2p_cma_bytes_ = 0;   // the agreed threshold of Note [point-to-point single copy]; 0: off
+  size_t cma_exchange_bytes_ = 0;  // the agreed threshold of Note [single-copy exchanges]; 0: off
+  std::vector<char> exchange_copy_;  // an in-place alltoall's send blocks, kept apart while its peers read them
   bool inline_on_ = false;  // Note [inline rounds]: agreed at init (a world of one: this rank's setting)
   // This rank's setting (Note [inline rounds]): TIERTRAIN_COMM_INLINE, or by the world's size where it is unset.
   bool inline_wanted() const {

@@ -1388,10 +1388,12 @@ TEST_P(CommRanks, EveryCollectiveDtypeOpAndSizeIsRight) {
   // before its peers have written (a missing wait) reads stale data.
   // Results of 1000 bytes and more go out with streaming stores (Note [streaming stores]), and gather and scatter
   // pieces of 1000 bytes and more go in single copies (Note [single copy]): the small sizes take the memcpy and
-  // segment paths, the others the streaming and single-copy ones, at unaligned offsets and lengths too.
+  // segment paths, the others the streaming and single-copy ones, at unaligned offsets and lengths too. Allgather and
+  // alltoall blocks of 1000 bytes and more are read out of the peers' buffers (Note [single-copy exchanges]), in
+  // place and not.
   expect_collectives_right(GetParam(),
                            "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_STREAM_BYTES=1000 "
-                           "TIERTRAIN_COMM_CMA_BYTES=1000");
+                           "TIERTRAIN_COMM_CMA_BYTES=1000 TIERTRAIN_COMM_CMA_EXCHANGE_BYTES=1000");
 }
 
 // Note [crew]: every collective, dtype, op and size again with three threads a rank sharing out every copy and
@@ -1410,7 +1412,9 @@ TEST_P(CommRanks, EveryCollectiveInSharedBuffers) {
   const std::string base = "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 ";
   expect_collectives_right(GetParam(), base + "TT_COMM_POOL_BUFFERS=1", "all in pools");
   // Single copies from 1000 bytes: gather and scatter roots' buffers in their pools are copied into (out of) directly.
-  expect_collectives_right(GetParam(), base + "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_CMA_BYTES=1000", "single copies");
+  expect_collectives_right(GetParam(),
+                           base + "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_CMA_BYTES=1000 TIERTRAIN_COMM_CMA_EXCHANGE_BYTES=1000",
+                           "single copies");
   expect_collectives_right(GetParam(), base + "TT_RANK1_ENV=TT_COMM_POOL_BUFFERS=1", "rank 1 in its pool");
   expect_collectives_right(GetParam(),
                            base + "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_THREADS=3 TIERTRAIN_COMM_THREAD_BYTES=1000",
@@ -1493,9 +1497,12 @@ TEST(PoolRanges, TakesFirstFitAndMergesWhatComesBack) {
 // copies off (the others must follow, or gather and scatter would hang or go wrong), then a larger threshold than
 // the others (all must take it).
 TEST(Comm, RanksAgreeOnSingleCopies) {
-  for (const char* rank1 : {"TIERTRAIN_COMM_CMA_BYTES=0", "TIERTRAIN_COMM_CMA_BYTES=100000"}) {
-    expect_collectives_right(
-        3, std::string("TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_CMA_BYTES=1000 TT_RANK1_ENV=") + rank1, rank1);
+  for (const char* rank1 : {"TIERTRAIN_COMM_CMA_BYTES=0", "TIERTRAIN_COMM_CMA_BYTES=100000",
+                            "TIERTRAIN_COMM_CMA_EXCHANGE_BYTES=0", "TIERTRAIN_COMM_CMA_EXCHANGE_BYTES=100000"}) {
+    expect_collectives_right(3,
+                             std::string("TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_CMA_BYTES=1000 "
+                                         "TIERTRAIN_COMM_CMA_EXCHANGE_BYTES=1000 TT_RANK1_ENV=") + rank1,
+                             rank1);
   }
 }
 
