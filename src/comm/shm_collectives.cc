@@ -200,28 +200,43 @@ Status ShmComm::do_allgather(const void* send, void* recv, size_t count, DType d
 // of that peer's buffer (process_vm_readv) and copies its own: one copy. One round: each rank publishes where its
 // blocks are (its meta half's `addr`) and arrives; then reads its peers' blocks in turn from the next rank up (so
 // that at any moment each buffer has one reader, not size() - 1 pinning pages of one page table at once: Note
-// [single copy by pages]), marks itself done (`reduced`) and waits until every peer is, so that no buffer is the
+// [single copy by pages]; a block in its owner's pool with a plain copy, Note [shared buffers]), marks itself done
+// (`reduced`) and waits until every peer is, so that no buffer is the
 // caller's again while a peer may still read it. An in-place alltoall's blocks are overwritten by what this rank
 // reads, so it first copies them apart (exchange_copy_) and publishes that copy. Every rank takes this path alike:
 // from the agreed cma_exchange_bytes_ a block (ShmOptions::cma_exchange_bytes), where every rank's probe passed.
-// The kernel's copy also faults in a fresh receive buffer's pages in bulk, where memcpy faults them one by one: at
-// 2 ranks on the 2-core VM, Python's alltoall of 2 MiB blocks took 145-156 us into a kept buffer and 184-198 into a
-// new one, against 376-408 and 533-575 through the segments (mpi4py: 148 and 277).
+// The kernel's copy also faults in a fresh receive buffer's pages in bulk, where memcpy faults them one by one. The
+// mpi4py program at 2 ranks on the 2-core VM (three interleaved runs, best; docs/benchmarks/2026-12-06-cpu-
+// single-copy-exchanges/): allgather of 2 MiB blocks 297 -> 204 us (mpi4py 209), of 16 MiB 3314 -> 3092 (3698);
+// alltoall (a new receive buffer each call) of 2 MiB 491 -> 223 us (224), of 16 MiB 6051 -> 5706 (5194).
 Status ShmComm::exchange_single_copy(const char* src, char* dst, size_t bytes, bool alltoall) {
   if (alltoall && src == dst) {  // in place
     exchange_copy_.assign(src, src + static_cast<size_t>(size_) * bytes);
     src = exchange_copy_.data();
   }
   cur_.addr = reinterpret_cast<uint64_t>(src);
+  // Note [shared buffers]: blocks in a pool are read where they are with a plain copy.
+  cur_.send_off = pool_offset(src, (alltoall ? static_cast<size_t>(size_) : 1) * bytes);
+  // Plain copies (a pooled block, this rank's own) with streaming stores only for blocks past the streaming threshold
+  // (Note [streaming stores]): on the VM a 2 MiB block's took 1.2-1.3x longer with them, a 16 MiB one's 0.8-0.9x.
+  const auto copy = [&](char* to, const char* from) {
+    if (opt_.stream_bytes > 0 && bytes >= opt_.stream_bytes) deliver(to, from, bytes);
+    else std::memcpy(to, from, bytes);
+  };
   return round_fill([](char*) {}, [&](int64_t r) -> Status {
+    const size_t mine = alltoall ? static_cast<size_t>(rank_) * bytes : 0;  // this rank's block in a peer's blocks
     for (int i = 1; i < size_; ++i) {
       const int q = (rank_ + i) % size_;
-      const uint64_t at = hdr(q)->meta[half_].addr + (alltoall ? static_cast<uint64_t>(rank_) * bytes : 0);
-      TT_TRY(cma_copy(q, dst + static_cast<size_t>(q) * bytes, at, bytes, false));
+      char* to = dst + static_cast<size_t>(q) * bytes;
+      if (const uint64_t pooled = hdr(q)->meta[half_].send_off; pooled != kNoPool) {
+        copy(to, pool_base(q) + pooled + mine);
+      } else {
+        TT_TRY(cma_copy(q, to, hdr(q)->meta[half_].addr + mine, bytes, false));
+      }
     }
     const char* own = alltoall ? src + static_cast<size_t>(rank_) * bytes : src;
     char* to = dst + static_cast<size_t>(rank_) * bytes;
-    if (own != to) std::memcpy(to, own, bytes);
+    if (own != to) copy(to, own);
     hdr(rank_)->reduced.value.store(r, std::memory_order_release);
     return wait_all(&Header::reduced, r, "waiting for the ranks' single copies");
   });
