@@ -206,9 +206,10 @@ Status ShmComm::do_allgather(const void* send, void* recv, size_t count, DType d
 // reads, so it first copies them apart (exchange_copy_) and publishes that copy. Every rank takes this path alike:
 // from the agreed cma_exchange_bytes_ a block (ShmOptions::cma_exchange_bytes), where every rank's probe passed.
 // The kernel's copy also faults in a fresh receive buffer's pages in bulk, where memcpy faults them one by one. The
-// mpi4py program at 2 ranks on the 2-core VM (three interleaved runs, best; docs/benchmarks/2026-12-06-cpu-
-// single-copy-exchanges/): allgather of 2 MiB blocks 297 -> 204 us (mpi4py 209), of 16 MiB 3314 -> 3092 (3698);
-// alltoall (a new receive buffer each call) of 2 MiB 491 -> 223 us (224), of 16 MiB 6051 -> 5706 (5194).
+// mpi4py program at 2 ranks on the 2-core VM (three interleaved runs, best of each; record:
+// docs/benchmarks/2026-12-06-cpu-single-copy-exchanges/): allgather of 2 MiB blocks 297 -> 204 us (mpi4py 209), of
+// 16 MiB 3314 -> 3092 (3698); alltoall (a new receive buffer each call) of 2 MiB 491 -> 223 us (224), of 16 MiB
+// 6051 -> 5706 (5194).
 Status ShmComm::exchange_single_copy(const char* src, char* dst, size_t bytes, bool alltoall) {
   if (alltoall && src == dst) {  // in place
     exchange_copy_.assign(src, src + static_cast<size_t>(size_) * bytes);
