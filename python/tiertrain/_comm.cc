@@ -23,6 +23,7 @@
 #include "comm/p2p.h"  // kBytesType (Note [point-to-point fast calls])
 #include "core/env.h"
 #include "core/log.h"
+#include "core/recycling_allocator.h"
 
 namespace py = pybind11;
 using tt::comm::Communicator;
@@ -388,6 +389,9 @@ void fill_status(const py::object& status, const tt::comm::MessageInfo& info) {
   status.attr("count") = info.bytes;
 }
 
+// A Pending, its block recycled (Note [recycled blocks] in core/recycling_allocator.h).
+std::shared_ptr<Pending> new_pending() { return std::allocate_shared<Pending>(tt::RecyclingAllocator<Pending>{}); }
+
 // A new Request for p (Note [request objects], below).
 py::object make_request(std::shared_ptr<Pending> p);
 
@@ -638,7 +642,7 @@ class PyComm {
   // communicator's progress thread (comm/comm.h); the Request holds the Comm too.
   template <typename F>
   py::object nonblocking(PyObject* self, F&& convert_and_start) {
-    auto p = std::make_shared<Pending>();
+    auto p = new_pending();
     p->comm = py::reinterpret_borrow<py::object>(self);
     convert_and_start(*p);
     return make_request(std::move(p));
@@ -1138,7 +1142,7 @@ PyObject* p2p_blocking(PyObject* self, PyObject* buf, int peer, int tag, PyObjec
 PyObject* p2p_post(PyObject* self, PyObject* buf, int peer, int tag, bool send) {
   return python_errors([&]() -> PyObject* {
     PyComm& c = comm_of(self);
-    auto p = std::make_shared<Pending>();
+    auto p = new_pending();
     const py::object b = py::reinterpret_borrow<py::object>(buf);
     const P2pBuf pb = send ? p2p_buf(c, p->a.s, b, false, "Isend") : p2p_buf(c, p->a.r, b, true, "Irecv");
     p->comm = py::reinterpret_borrow<py::object>(self);
@@ -1648,7 +1652,7 @@ PYBIND11_MODULE(_comm, m) {
       .def_static(
           "_null_request",
           [](int source) {
-            auto p = std::make_shared<Pending>();
+            auto p = new_pending();
             p->info.source = source;
             return make_request(std::move(p));
           },
@@ -1684,7 +1688,7 @@ PYBIND11_MODULE(_comm, m) {
           "_isend_obj",
           [](py::object self, const py::bytes& data, int dest, int tag) {
             PyComm& c = self.cast<PyComm&>();
-            auto p = std::make_shared<Pending>();
+            auto p = new_pending();
             const std::string d = bytes_of(data);
             p->bytes.assign(d.begin(), d.end());
             p->comm = self;
@@ -1696,7 +1700,7 @@ PYBIND11_MODULE(_comm, m) {
           "_irecv_obj",
           [](py::object self, int source, int tag) {
             PyComm& c = self.cast<PyComm&>();
-            auto p = std::make_shared<Pending>();
+            auto p = new_pending();
             p->comm = self;
             p->wants_bytes = true;
             p->req = c.comm().irecv_any(&p->bytes, source, tag, &p->info);

@@ -16,6 +16,7 @@
 // Reductions combine the ranks' values in rank order (bf16 and f16 in f32), so every rank gets the same bits.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -224,9 +225,11 @@ class Communicator {
   bool in_flight();  // non-blocking operations queued or running
   Status run_queued(std::function<Status()> op);
   std::unique_ptr<Progress> progress_;
-  // Point-to-point: made on first use (p2p()), stopped by stop_progress().
+  // Point-to-point: made on first use (p2p()), stopped by stop_progress(). p2p_made_: the engine once made, read
+  // without the lock by every call after the first (a lock a message was 4% of a window of small Isends).
   std::mutex p2p_mu_;
   std::unique_ptr<P2pEngine> p2p_;
+  std::atomic<P2pEngine*> p2p_made_{nullptr};
   Result<P2pEngine*> p2p();
 };
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "comm/crew.h"
+#include "core/recycling_allocator.h"
 #include "core/units.h"
 
 namespace tt::comm {
@@ -237,7 +238,7 @@ Result<bool> P2pEngine::once(P2pOp& op) {
 }
 
 Request P2pEngine::start(P2pOp operation) {
-  auto async = std::make_shared<AsyncOp>();
+  auto async = std::allocate_shared<AsyncOp>(RecyclingAllocator<AsyncOp>{});  // Note [recycled blocks]
   async->op = std::move(operation);
   P2pOp* op = &async->op;
   Request r;
@@ -305,6 +306,7 @@ std::unique_ptr<P2pTransport> Communicator::make_p2p_transport() { return nullpt
 std::unique_ptr<P2pTransport> Communicator::layered_p2p_transport() { return make_p2p_transport(); }
 
 Result<P2pEngine*> Communicator::p2p() {
+  if (P2pEngine* e = p2p_made_.load(std::memory_order_acquire)) return e;
   std::lock_guard<std::mutex> lock(p2p_mu_);
   if (!p2p_) {
     std::unique_ptr<P2pTransport> t = make_p2p_transport();
@@ -314,6 +316,7 @@ Result<P2pEngine*> Communicator::p2p() {
                  backend());
     p2p_ = std::make_unique<P2pEngine>(std::move(t), rank(), size(), backend(), timeout(),
                                        [this](const std::string& why) { abandon(why); });
+    p2p_made_.store(p2p_.get(), std::memory_order_release);
   }
   return p2p_.get();
 }
