@@ -397,8 +397,8 @@ class CudaBackend final : public Backend {
     }
     if (!fused) {
       dispatch_x(inp.dtype(), "matmul_backward_gelu", [&]<typename X>() {
-        gemm_rm(cublas_, false, false, static_cast<int>(d.N), d.C, d.OC, 1.0f, dout.raw(), cuda_type<X>(), d.OC,
-                w.raw(), d.C, 0.0f, dpre.raw(), cuda_type<X>(), d.C);
+        gemm(false, false, static_cast<int>(d.N), d.C, d.OC, dout.raw(), d.OC, w.raw(), d.C, 0.0f, dpre.raw(),
+             cuda_type<X>(), cuda_type<X>(), d.C);
         cuda::gelu_backward_scale<X>(s(), dpre.data<X>(), pre.data<X>(), d.N * d.C);
       });
     }
