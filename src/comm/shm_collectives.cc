@@ -224,7 +224,7 @@ Status ShmComm::exchange_single_copy(const char* src, char* dst, size_t bytes, b
     if (opt_.stream_bytes > 0 && bytes >= opt_.stream_bytes) deliver(to, from, bytes);
     else std::memcpy(to, from, bytes);
   };
-  return round_fill([](char*) {}, [&](int64_t r) -> Status {
+  Status st = round_fill([](char*) {}, [&](int64_t r) -> Status {
     const size_t mine = alltoall ? static_cast<size_t>(rank_) * bytes : 0;  // this rank's block in a peer's blocks
     for (int i = 1; i < size_; ++i) {
       const int q = (rank_ + i) % size_;
@@ -241,6 +241,10 @@ Status ShmComm::exchange_single_copy(const char* src, char* dst, size_t bytes, b
     hdr(rank_)->reduced.value.store(r, std::memory_order_release);
     return wait_all(&Header::reduced, r, "waiting for the ranks' single copies");
   });
+  // Every peer is done with the copy once the call succeeded; it is not kept (size() blocks can be large). After a
+  // failure a peer may still read it: kept until the next call.
+  if (st.is_ok() && !exchange_copy_.empty()) std::vector<char>().swap(exchange_copy_);
+  return st;
 }
 
 Status ShmComm::gather_rounds(const void* send, void* recv, size_t count, DType dtype, int root) {

@@ -529,7 +529,7 @@ class ShmComm final : public Communicator {
   size_t cma_huge_bytes_ = 0;  // the agreed threshold of Note [single copy by pages]; 0: off
   size_t p2p_cma_bytes_ = 0;   // the agreed threshold of Note [point-to-point single copy]; 0: off
   size_t cma_exchange_bytes_ = 0;  // the agreed threshold of Note [single-copy exchanges]; 0: off
-  std::vector<char> exchange_copy_;  // an in-place alltoall's send blocks, kept apart while its peers read them
+  std::vector<char> exchange_copy_;  // an in-place alltoall's send blocks, apart while its peers read them (that call)
   bool inline_on_ = false;  // Note [inline rounds]: agreed at init (a world of one: this rank's setting)
   // This rank's setting (Note [inline rounds]): TIERTRAIN_COMM_INLINE, or by the world's size where it is unset.
   bool inline_wanted() const {
