@@ -39,6 +39,7 @@
 # gemm:  the 1b shape's GEMMs on cublasGemmEx against cuBLASLt's heuristic (bench/training/gemm_survey.cu's --ffn
 #        mode, and the same products in PyTorch: bench/training/torch_gemms.py), then the 1b step with --gemm-impl
 #        cublas and cublaslt alternated (TT_GEMM_ROUNDS rounds, default 2; TT_GEMM_SLICE=1 adds the slice's).
+# TT_1B_NONDET=1 adds the 1b run with --attention-deterministic false (cuDNN's faster, non-repeatable backward).
 # TT_TORCH_IMPLS (default "clean hf"; TT_1B_IMPLS those of the 1b part alone), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
 # PyTorch out of the profile part. The transformers wheels come
 # from .deps/hfwheels (carried; the GPU machine has no PyPI). Results: OUTDIR/*.json, *.log, results.md, results.tgz.
@@ -140,6 +141,9 @@ torch_run() {  # NAME IMPL FLAGS...
 if has 1b; then
   m=(--layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn 8192 --seq 2048 --batch 4 --rope-theta 500000)
   tiertrain 1b 20 "${m[@]}" --family llama --tied-embeddings true
+  # TT_1B_NONDET=1: also with cuDNN's non-deterministic attention backward, the form PyTorch's SDPA runs.
+  [ "${TT_1B_NONDET:-0}" = 1 ] &&
+    tiertrain 1b_nondet 20 "${m[@]}" --family llama --tied-embeddings true --attention-deterministic false
   for impl in ${TT_1B_IMPLS:-clean hf}; do
     torch_run 1b_compile "$impl" "${m[@]}" --tied --steps 20 --warmup-steps 8 --compile
     [ "${TT_TORCH_EAGER:-0}" = 1 ] && torch_run 1b_eager "$impl" "${m[@]}" --tied --steps 12 --warmup-steps 4

@@ -47,7 +47,10 @@ def main() -> None:
             ms = s["median_ms_per_step"]
             tokens = B * m["seq"]
             flops = flops_per_token(m["layers"], m["dim"], m["heads"], kv, m["ffn"], m["vocab"], m["seq"]) * tokens
-            rows.append({"impl": f"tiertrain-{j['dtype']['compute']} --plan {c.get('plan')}", "file": name,
+            impl = f"tiertrain-{j['dtype']['compute']} --plan {c.get('plan')}"
+            if str(c.get("attention_deterministic", "true")).lower() == "false":
+                impl += " --attention-deterministic false"
+            rows.append({"impl": impl, "file": name,
                          "config": key, "median_ms_per_step": ms, "tokens_per_s": tokens / (ms / 1e3),
                          "mfu": flops / (ms / 1e3) / PEAK_BF16, "peak_gib": j["memory"]["device"]["peak"] / 2**30,
                          "first_loss": s["first_loss"], "last_loss": s["last_loss"], "params": m["params"]})

@@ -59,6 +59,9 @@ struct AttentionOptions {
   // Bytes cuDNN's backward (bf16) or the f32 GEMMs may use; kAutoAttentionWorkspace until the run resolves it.
   int64_t workspace_cap = kDefaultAttentionWorkspaceBytes;
   F32Attention f32 = F32Attention::kAuto;
+  // cuDNN's backward form (knob attention_deterministic; Note [non-deterministic backward] in
+  // backend/cuda/sdpa_graph.h): true repeats bit for bit; false accumulates d(q) in fp32 atomics, faster, not repeatable.
+  bool deterministic = true;
 };
 
 // Note [automatic attention workspace]

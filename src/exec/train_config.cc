@@ -170,6 +170,11 @@ void declare_train_knobs(Config& cfg) {
   choice("runtime", "attention_impl", "auto", {"auto", "cudnn", "native"},
          "attention on a GPU: auto (cuDNN's fused attention where the library loads and takes the shape, else our "
          "kernels), cudnn (the same, but a cuDNN that does not load is an error), native (our kernels)");
+  knob("runtime", "attention_deterministic", K::kBool, "true",
+       "cuDNN's attention backward repeats bit for bit (true: d(q) by a plain matmul over a B*H*T^2 workspace); false: "
+       "cuDNN's default form, which PyTorch's SDPA runs (d(q) summed in fp32 atomics: faster and a smaller workspace, "
+       "but its last bits vary from run to run, so resume and the plans match in-core only up to rounding). Note "
+       "[non-deterministic backward] in backend/cuda/sdpa_graph.h; our own kernels are deterministic either way");
   choice("runtime", "gemm_impl", "cublas", {"cublas", "cublaslt"},
          "bf16 GEMMs on a GPU without a fused bias or GELU (Llama's, GPT's backward): cublas (cublasGemmEx, its default "
          "algorithm), cublaslt (cuBLASLt's first heuristic algorithm per shape, as the fused GEMMs); both deterministic");
@@ -395,6 +400,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.cpu_lock_host_memory = cfg.get_bool("cpu_lock_host_memory");
   TT_ASSIGN_OR_RETURN(tc.attention.impl, parse_attention_impl(cfg.get_string("attention_impl")));
   TT_ASSIGN_OR_RETURN(tc.attention.f32, parse_f32_attention(cfg.get_string("f32_attention")));
+  tc.attention.deterministic = cfg.get_bool("attention_deterministic");
   TT_ASSIGN_OR_RETURN(tc.gemm, parse_gemm_impl(cfg.get_string("gemm_impl")));
   tc.attention.cudnn_library = cfg.get_string("cudnn_library");
   TT_ASSIGN_OR_RETURN(tc.attention.workspace_cap, parse_attention_workspace(cfg.get_string("attention_workspace")));

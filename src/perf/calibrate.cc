@@ -711,6 +711,8 @@ MachineId this_machine(const std::string& backend, const BackendOptions& options
     // The GEMMs' library moves the GEMMs' times as the attention's moves the attention's (named when not the default,
     // so that profiles measured before the knob stay this machine's).
     if (options.gemm != GemmImpl::kCublas) m.attention += std::string(", gemm ") + gemm_impl_name(options.gemm);
+    // (So is cuDNN's backward form, Note [non-deterministic backward] in backend/cuda/sdpa_graph.h.)
+    if (!options.attention.deterministic) m.attention += ", non-deterministic backward";
     // Our kernels' revision, bumped when a change moves their times enough to reprice plans (a profile of an older
     // revision is then recalibrated): r2, the f32 attention backward's d(q) partials and rolled k loops
     // (docs/design/f32-attention.md); r3, the backward's dW GEMMs with beta 0 and no

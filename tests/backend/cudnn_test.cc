@@ -162,6 +162,42 @@ TEST(SdpaGraph, DeterministicBackwardHasTheDocumentedOperations) {
   EXPECT_EQ(pt.strides, (A{H * T * T, T * T, 1, T}));
 }
 
+// Note [non-deterministic backward]: the same graph but d(q)'s matmul, which writes a non-virtual fp32 accumulator
+// [B, H, T, hs] (contiguous, bound by uid) that a pointwise identity brings to dQ; its workspace has no T^2 term.
+TEST(SdpaGraph, NonDeterministicBackwardAccumulatesDqInFp32) {
+  const SdpaGraph det = sdpa_backward_graph({B, T, H, hs});
+  const SdpaGraph g = sdpa_backward_graph({B, T, H, hs}, /*deterministic=*/false);
+  std::vector<std::string> want = render(det);
+  want.back() = "matmul dS, K -> dQacc";
+  want.push_back("pw21 dQacc -> dQ");  // IDENTITY
+  EXPECT_EQ(render(g), want);
+  const SdpaTensor& acc = g.tensor(kUidDQAcc);
+  EXPECT_FALSE(acc.is_virtual);
+  EXPECT_FALSE(acc.by_value);
+  EXPECT_EQ(acc.dtype, kFloat);
+  EXPECT_EQ(acc.dims, (A{B, H, T, hs}));
+  EXPECT_EQ(acc.strides, (A{H * T * hs, T * hs, hs, 1}));
+  EXPECT_EQ(g.tensor(kUidDQ).strides, (A{3 * C * T, hs, 3 * C, 1}));
+  // Grouped-query: the sums of d(k) and d(v) as in the deterministic graph, then the accumulator.
+  const std::vector<std::string> gqa = render(sdpa_backward_graph({B, T, H, hs, 1}, false));
+  ASSERT_EQ(gqa.size(), 24u);
+  EXPECT_EQ(gqa[21], "reduce_add dK of every head -> dK");
+  EXPECT_EQ(gqa[22], "matmul dS, K -> dQacc");
+  EXPECT_EQ(gqa[23], "pw21 dQacc -> dQ");
+  // Workspace: the accumulator (B H T hs floats) and 1 MiB; grouped-query also the full-head d(k), d(v) in fp32 and
+  // 16 MiB. The Llama-3.2-1B shape (B 4, 32 query heads over 8) then runs whole where the deterministic form needed
+  // chunks of 2 under the 80 GB card's automatic cap.
+  EXPECT_EQ(sdpa_dq_accumulator_bytes({16, 1024, 12, 64}), 16LL * 12 * 1024 * 64 * 4);
+  EXPECT_EQ(sdpa_dq_accumulator_bytes({1, 3, 1, 8}), 256);  // rounded up to 256 bytes
+  EXPECT_EQ(sdpa_backward_workspace_bound({16, 1024, 12, 64}, false), 16LL * 12 * 1024 * 64 * 4 + (1 << 20));
+  const SdpaDims llama{4, 2048, 32, 64, 8};
+  EXPECT_EQ(sdpa_backward_workspace_bound(llama, false), 3 * 4LL * 32 * 2048 * 64 * 4 + (16 << 20));
+  const int64_t cap = int64_t(81559) * (1 << 20) / 64;
+  EXPECT_EQ(backward_chunk(llama, cap, false), 4);
+  EXPECT_EQ(backward_chunk(llama, cap, true), 2);
+  EXPECT_EQ(workspace_bytes_for(llama, cap, false), sdpa_backward_workspace_bound(llama, false));
+}
+
 // Grouped-query attention (Note [sdpa layout]): K and V of KV heads in both graphs; the backward's d(v) and d(k)
 // matmuls write every query head's gradient to a virtual bf16 tensor that a sum reduction brings to the KV heads.
 TEST(SdpaGraph, GroupedQueryReadsFewerHeadsAndSumsTheirGradients) {

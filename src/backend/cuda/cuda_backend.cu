@@ -186,10 +186,10 @@ class CudaBackend final : public Backend {
       return Status::ok();
     }
     TT_ASSIGN_OR_RETURN(sdpa_, cudnn::CudnnSdpa::create(lib.value(), compute_.get(), attention_ws_,
-                                                        attention_workspace_bytes_, strict));
-    attention_desc_ = str_format("attention: %s for bf16 where it takes the shape (workspace %s)%s",
+                                                        attention_workspace_bytes_, strict, attention_.deterministic));
+    attention_desc_ = str_format("attention: %s for bf16 where it takes the shape (workspace %s%s)%s",
                                  lib.value()->describe().c_str(), format_bytes(attention_workspace_bytes_).c_str(),
-                                 f32.c_str());
+                                 attention_.deterministic ? "" : "; non-deterministic backward", f32.c_str());
     TT_LOG(INFO, PERF, "%s", attention_desc_.c_str());
     return Status::ok();
   }
@@ -709,7 +709,7 @@ int64_t attention_workspace_for(const AttentionShape& shape, const AttentionOpti
   if (options.impl == AttentionImpl::kNative || !shape.bf16 || (shape.hs != 64 && shape.hs != 128) || shape.T < 2)
     return 0;
   if (!cudnn::load(options.cudnn_library).is_ok()) return 0;
-  return cudnn::workspace_bytes_for({shape.B, shape.T, shape.H, shape.hs, shape.KV}, cap);
+  return cudnn::workspace_bytes_for({shape.B, shape.T, shape.H, shape.hs, shape.KV}, cap, options.deterministic);
 }
 
 Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& options) {

@@ -11,22 +11,23 @@
 
 namespace tt::cudnn {
 
-int64_t workspace_bytes_for(const SdpaDims& d, int64_t cap) {
-  const int64_t b = backward_chunk(d, cap);
-  return b == 0 ? 0 : sdpa_backward_workspace_bound({b, d.T, d.H, d.hs, d.KV});
+int64_t workspace_bytes_for(const SdpaDims& d, int64_t cap, bool deterministic) {
+  const int64_t b = backward_chunk(d, cap, deterministic);
+  return b == 0 ? 0 : sdpa_backward_workspace_bound({b, d.T, d.H, d.hs, d.KV}, deterministic);
 }
 
 bool sdpa_takes(int64_t version, int64_t T, int64_t hs) {
   return (hs == 64 || hs == 128) && T >= 2 && (version >= 91600 || T % 128 == 0);
 }
 
-int64_t backward_chunk(const SdpaDims& d, int64_t bytes) {
+int64_t backward_chunk(const SdpaDims& d, int64_t bytes, bool deterministic) {
   const int64_t B = d.B, T = d.T, H = d.H;
   // The largest divisor of B whose bound fits: every chunk then has the same shape and one plan. A chunk smaller
   // than the batch moves the lse and Dsum pointers by b*H*T floats, which must keep them 16-byte aligned (the plans
   // declare 16): b*H*T a multiple of 4.
   for (int64_t b = B; b >= 1; --b)
-    if (B % b == 0 && (b == B || (b * H * T) % 4 == 0) && sdpa_backward_workspace_bound({b, T, H, d.hs, d.KV}) <= bytes)
+    if (B % b == 0 && (b == B || (b * H * T) % 4 == 0) &&
+        sdpa_backward_workspace_bound({b, T, H, d.hs, d.KV}, deterministic) <= bytes)
       return b;
   return 0;
 }
@@ -65,7 +66,10 @@ bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 }  // namespace
 
 Result<std::unique_ptr<CudnnSdpa>> CudnnSdpa::create(const Library* lib, void* stream, void* workspace,
-                                                     int64_t workspace_bytes, bool strict) {
+                                                     int64_t workspace_bytes, bool strict, bool deterministic) {
+  // Note [non-deterministic backward]: before 9.6 the caller cleared the d(q) accumulator; we leave that form to 9.6+.
+  TT_RETURN_IF(!deterministic && lib->version < 90600, kFailedPrecondition,
+               "attention_deterministic=false needs cuDNN 9.6 or later (this one is %s)", lib->describe().c_str());
   const Api& api = lib->api;
   Handle h = nullptr;
   TT_CUDNN_TRY(api, api.create(&h));
@@ -74,7 +78,7 @@ Result<std::unique_ptr<CudnnSdpa>> CudnnSdpa::create(const Library* lib, void* s
     api.destroy(h);
     return fail(api, rc, "cudnnSetStream");
   }
-  return std::unique_ptr<CudnnSdpa>(new CudnnSdpa(lib, h, workspace, workspace_bytes, strict));
+  return std::unique_ptr<CudnnSdpa>(new CudnnSdpa(lib, h, workspace, workspace_bytes, strict, deterministic));
 }
 
 CudnnSdpa::~CudnnSdpa() {
@@ -242,25 +246,31 @@ const CudnnSdpa::Shape& CudnnSdpa::shape(const SdpaDims& d) {
     s = Shape{};
     return s;
   };
-  s.chunk = backward_chunk(d, ws_bytes_);
+  s.chunk = backward_chunk(d, ws_bytes_, deterministic_);
   if (s.chunk == 0)
     return refuse(str_format("the cuDNN workspace reserved (%s) holds not even one sequence's backward (%s); raise "
                              "attention_workspace",
                              format_bytes(ws_bytes_).c_str(),
-                             format_bytes(sdpa_backward_workspace_bound({1, d.T, d.H, d.hs, d.KV})).c_str()));
+                             format_bytes(sdpa_backward_workspace_bound({1, d.T, d.H, d.hs, d.KV}, deterministic_))
+                                 .c_str()));
+  const SdpaDims chunk{s.chunk, d.T, d.H, d.hs, d.KV};
+  // Note [non-deterministic backward]: the d(q) accumulator first, cuDNN's own workspace after it.
+  s.dq_acc = deterministic_ ? 0 : sdpa_dq_accumulator_bytes(chunk);
   auto fwd = build(sdpa_forward_graph(d), "forward");
   if (!fwd.is_ok()) return refuse(fwd.status().to_string());
-  auto bwd = build(sdpa_backward_graph({s.chunk, d.T, d.H, d.hs, d.KV}), "backward");
+  auto bwd = build(sdpa_backward_graph(chunk, deterministic_),
+                   deterministic_ ? "backward" : "backward (non-deterministic)");
   if (!bwd.is_ok()) return refuse(bwd.status().to_string());
-  if (fwd.value()->workspace > ws_bytes_ || bwd.value()->workspace > ws_bytes_)
+  if (fwd.value()->workspace > ws_bytes_ || s.dq_acc + bwd.value()->workspace > ws_bytes_)
     return refuse(str_format("the plans need %s and %s of workspace, %s is reserved",
                              format_bytes(fwd.value()->workspace).c_str(),
-                             format_bytes(bwd.value()->workspace).c_str(), format_bytes(ws_bytes_).c_str()));
+                             format_bytes(s.dq_acc + bwd.value()->workspace).c_str(), format_bytes(ws_bytes_).c_str()));
   s.fwd = fwd.value();
   s.bwd = bwd.value();
   s.usable = true;
-  TT_LOG(INFO, PERF, "attention %s: %s, backward in chunks of %lld sequences", name.c_str(),
-         lib_->describe().c_str(), static_cast<long long>(s.chunk));
+  TT_LOG(INFO, PERF, "attention %s: %s, backward in chunks of %lld sequences%s", name.c_str(),
+         lib_->describe().c_str(), static_cast<long long>(s.chunk),
+         deterministic_ ? "" : ", non-deterministic (d(q) accumulated in fp32)");
   return s;
 }
 
@@ -334,10 +344,16 @@ bool CudnnSdpa::backward(const SdpaDims& d, void* dqkv, const void* dout, const 
     auto* go = static_cast<char*>(const_cast<void*>(dout)) + b0 * d.T * c;
     auto* l = const_cast<float*>(lse) + b0 * d.H * d.T;
     float* ds = dsum + b0 * d.H * d.T;
-    const Status st = execute(lib_->api, handle_, s.bwd->plan,
-                              {kUidQ, kUidK, kUidV, kUidO, kUidDO, kUidStats, kUidDQ, kUidDK, kUidDV, kUidDsum,
-                               kUidScale, kUidOne, kUidNegInf},
-                              {q, q + k_at, q + v_at, o, go, l, g, g + k_at, g + v_at, ds, &scale, &one, &neg}, ws_);
+    std::vector<int64_t> uids = {kUidQ,  kUidK,    kUidV,     kUidO,   kUidDO,   kUidStats, kUidDQ,
+                                 kUidDK, kUidDV,   kUidDsum,  kUidScale, kUidOne, kUidNegInf};
+    std::vector<void*> ptrs = {q, q + k_at, q + v_at, o, go, l, g, g + k_at, g + v_at, ds, &scale, &one, &neg};
+    void* ws = ws_;
+    if (s.dq_acc > 0) {  // Note [non-deterministic backward]
+      uids.push_back(kUidDQAcc);
+      ptrs.push_back(ws_);
+      ws = static_cast<char*>(ws_) + s.dq_acc;
+    }
+    const Status st = execute(lib_->api, handle_, s.bwd->plan, uids, ptrs, ws);
     if (!st.is_ok()) {
       TT_CHECK(!strict_, "attention_impl=cudnn: %s", st.to_string().c_str());
       TT_LOG(WARN, PERF, "attention backward falls back to our kernels: %s", st.to_string().c_str());

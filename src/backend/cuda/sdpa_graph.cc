@@ -125,7 +125,7 @@ SdpaGraph sdpa_forward_graph(const SdpaDims& d) {
   return g.take();
 }
 
-SdpaGraph sdpa_backward_graph(const SdpaDims& d) {
+SdpaGraph sdpa_backward_graph(const SdpaDims& d, bool deterministic) {
   Builder g(d);
   const int64_t q = g.io(kUidQ, "Q", kBf16, g.bhtd(), g.head_rows());
   const int64_t k = g.io(kUidK, "K^T", kBf16, g.kv_bdt(), g.head_cols());
@@ -158,11 +158,23 @@ SdpaGraph sdpa_backward_graph(const SdpaDims& d) {
   const int64_t ds = g.pw(kPwMul, t2, scale, g.scores("dS"));                                  // 18
   const int64_t dst = g.reshape(ds, g.scores_t("dS^T"));                                       // 19
   g.grad_kv(dst, q, dk, "dK of every head");                                                  // 20 (+ sum)
-  g.matmul(ds, kview, dq);                                                                     // 21
+  if (deterministic) {
+    g.matmul(ds, kview, dq);                                                                   // 21
+  } else {  // Note [non-deterministic backward]
+    const int64_t acc = g.io(kUidDQAcc, "dQacc", kFloat, g.bhtd(), g.contiguous());
+    g.pw(kPwIdentity, g.matmul(ds, kview, acc), 0, dq);                                        // 21, 22
+  }
   return g.take();
 }
 
-int64_t sdpa_backward_workspace_bound(const SdpaDims& d) {
+int64_t sdpa_dq_accumulator_bytes(const SdpaDims& d) { return (d.B * d.H * d.T * d.hs * 4 + 255) / 256 * 256; }
+
+int64_t sdpa_backward_workspace_bound(const SdpaDims& d, bool deterministic) {
+  if (!deterministic) {
+    const int64_t acc = sdpa_dq_accumulator_bytes(d);
+    if (d.kv() == d.H) return acc + (int64_t(1) << 20);
+    return acc + 2 * d.B * d.H * d.T * d.hs * 4 + (int64_t(16) << 20);
+  }
   const int64_t t = (d.T + 127) / 128 * 128;
   if (d.kv() == d.H) return d.B * d.H * t * t * 2 + (int64_t(1) << 20);
   // Grouped-query: twice the scores' bytes (dP kept in fp32, or bf16 twice), and the full-head d(k) and d(v) in fp32.

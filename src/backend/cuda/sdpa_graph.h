@@ -1,5 +1,5 @@
-// backend/cuda/sdpa_graph: the cuDNN operation graphs of causal attention (forward: 14 operations; deterministic
-// backward: 21) as plain data: tensors with their uids, dims and strides, and operations naming tensors by uid. No
+// backend/cuda/sdpa_graph: the cuDNN operation graphs of causal attention (forward: 14 operations; backward: 21,
+// deterministic, or 22 with d(q) accumulated in fp32, Note [non-deterministic backward]) as plain data: tensors with their uids, dims and strides, and operations naming tensors by uid. No
 // cuDNN call here: cudnn_sdpa.cc lowers a graph to backend descriptors, and tests/backend/cudnn_test.cc checks the data
 // against the tables of docs/design/cudnn-attention.md §1 without any library.
 //
@@ -50,6 +50,7 @@ enum Uid : int64_t {
   kUidScale = 11,  // by value: 1 / sqrt(hs)
   kUidNegInf = 12, // by value: the masked score
   kUidOne = 13,    // by value: 1.0
+  kUidDQAcc = 14,  // fp32 [B, H, T, hs] contiguous: the non-deterministic backward's d(q) accumulator (workspace)
   kFirstVirtualUid = 100,
 };
 
@@ -80,12 +81,24 @@ struct SdpaGraph {
   const SdpaTensor& tensor(int64_t uid) const;  // aborts on an unknown uid
 };
 
+// Note [non-deterministic backward]
+// cuDNN's backward comes in two forms, told apart by the graph alone (docs/design/cudnn-attention.md §2). The
+// deterministic one (our default) writes d(q) with a plain matmul, for which the engine keeps dP in a workspace of
+// B H T^2 bf16 values; it repeats bit for bit. The other, cuDNN's default and what PyTorch's SDPA runs, accumulates
+// d(q) over key tiles with fp32 atomics into a non-virtual accumulator [B, H, T, hs] (kUidDQAcc, which we place at the
+// start of the workspace; cuDNN 9.6 and later clear it themselves) that a pointwise identity brings to dq: no T^2
+// workspace, faster, and its bits vary from run to run in the last places. Knob attention_deterministic=false picks
+// it (AttentionOptions::deterministic); resume and the plans are then equal only up to that rounding.
 SdpaGraph sdpa_forward_graph(const SdpaDims& d);
-SdpaGraph sdpa_backward_graph(const SdpaDims& d);
+SdpaGraph sdpa_backward_graph(const SdpaDims& d, bool deterministic = true);
+
+// Bytes of the non-deterministic backward's d(q) accumulator (B H T hs floats), rounded up to 256.
+int64_t sdpa_dq_accumulator_bytes(const SdpaDims& d);
 
 // Bytes the backward's workspace is bounded by (§3: dP in bf16 with T padded to 128, plus 1 MiB; grouped-query: the
-// scores twice over and the full-head d(k), d(v) in fp32, plus 16 MiB), checked against the plan's own figure when it
-// is built (a plan that asks more runs our kernels instead, logged).
-int64_t sdpa_backward_workspace_bound(const SdpaDims& d);
+// scores twice over and the full-head d(k), d(v) in fp32, plus 16 MiB; non-deterministic: the d(q) accumulator plus
+// 1 MiB, grouped-query plus the full-head d(k), d(v) in fp32 and 16 MiB), checked against the plan's own figure when
+// it is built (a plan that asks more runs our kernels instead, logged).
+int64_t sdpa_backward_workspace_bound(const SdpaDims& d, bool deterministic = true);
 
 }  // namespace tt::cudnn
