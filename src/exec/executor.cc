@@ -13,20 +13,16 @@ namespace {
 
 Plan resident_plan(int layers) { return Plan::resolve("in-core", layers, 2).value(); }
 
-// Whether each block's gradients live in the next block's activation set (Note [gradients in dead activations]).
-std::vector<bool> grads_aliased(const ExecSpec& spec) {
-  std::vector<bool> a;
-  for (int l = 0; l < spec.model.layers; ++l)
-    a.push_back(grads_in_next_set(spec.plan, spec.model, spec.batch, spec.compute, l));
-  return a;
+// Where the resident sets and some blocks' gradients share memory (Note [gradients in dead activations]).
+ActivationArena arena_of(const ExecSpec& spec) {
+  return activation_arena(spec.plan, spec.model, spec.batch, spec.compute);
 }
 
 // Note [gradient segments]: whether segment s (0: the embeddings, 1..L: the blocks, L + 1: the final norm) has a
-// buffer of its own, "grads.seg<s>": not where the block's gradients stream through the slots or live in the next
-// block's activation set.
-bool own_grad_buffer(const Plan& plan, const std::vector<bool>& aliased, int s) {
-  const int L = static_cast<int>(aliased.size());
-  return !(s >= 1 && s <= L && (plan.grads_streamed(s - 1) || aliased[static_cast<size_t>(s - 1)]));
+// buffer of its own, "grads.seg<s>": not where the block's gradients stream through the slots or live in the
+// activation arena.
+bool own_grad_buffer(const Plan& plan, const ActivationArena& arena, int L, int s) {
+  return !(s >= 1 && s <= L && (plan.grads_streamed(s - 1) || arena.holds_grads(s - 1)));
 }
 
 }  // namespace
@@ -68,7 +64,7 @@ Status ExecSpec::validate() const {
                  "whose gradients stay on the device",
                  grad_accum, plan.source.c_str());
     TT_RETURN_IF(plan.grads_in_activations, kInvalidArgument,
-                 "--grad-accum %d: gradients kept in the next block's activation memory would be overwritten by the "
+                 "--grad-accum %d: gradients kept in later blocks' activation memory would be overwritten by the "
                  "next micro-batch's forward; set grads_in_activations false",
                  grad_accum);
   }
@@ -173,10 +169,10 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
     state("params.compute", {P}, dt, TC::kParam);
   }
   // Gradients (Note [gradient segments]): one buffer per segment; streamed blocks share two slots.
-  // Note [gradients in dead activations]: a segment that lives in the next block's set has no entry of its own.
-  const std::vector<bool> aliased = grads_aliased(spec);
+  // Note [gradients in dead activations]: a segment that lives in the activation arena has no entry of its own.
+  const ActivationArena arena = arena_of(spec);
   for (int s = 0; s < S; ++s)
-    if (own_grad_buffer(plan, aliased, s))
+    if (own_grad_buffer(plan, arena, L, s))
       state("grads.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, md, TC::kGrad);
   for (int i = 0; i < rings.grads.slots; ++i)
     inv.add_device("grads.slot" + std::to_string(i), {segs.size[1]}, md, TC::kGrad);
@@ -212,17 +208,12 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   const size_t swap_bytes = device_bytes_of(model_block_activations(cfg, spec.batch, dt, plan.swapped_parts()));
   for (int i = 0; i < rings.swap.slots; ++i)
     inv.add_device("swap.slot" + std::to_string(i), {static_cast<int64_t>(swap_bytes)}, DType::kU8, TC::kActivation);
+  // Note [gradients in dead activations]: the resident sets and the gradients that live among them in one entry,
+  // carved like a swap slot, where the arena holds any gradients (before the first block's fixed tensors).
+  if (arena.bytes > 0) inv.add_device("activations", {arena.bytes}, DType::kU8, TC::kActivation);
   for (int l = 0; l < L; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
-    // A set that holds block l - 1's gradients after its backward is one entry, carved like a swap slot.
-    if (plan.activation(l) == ActPlacement::kResident && l >= 1 && aliased[static_cast<size_t>(l - 1)]) {
-      inv.add_device("h." + std::to_string(l),
-                     {static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, spec.batch, dt,
-                                                                                 plan.held_parts(l))))},
-                     DType::kU8, TC::kActivation, l);
-    } else if (plan.activation(l) == ActPlacement::kResident) {
-      add_block(p, l, plan.held_parts(l));
-    }
+    if (plan.activation(l) == ActPlacement::kResident && !arena.holds_set(l)) add_block(p, l, plan.held_parts(l));
     // Note [managed activations]: one managed entry per managed block, carved like a swap slot.
     if (plan.managed_block(l))
       inv.add_managed("managed.h." + std::to_string(l),
@@ -369,7 +360,7 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
   std::unique_ptr<Executor> ex(new Executor(backend, std::move(spec)));
   TT_ASSIGN_OR_RETURN(ex->inventory_, inventory(ex->spec_));
   ex->rings_ = ring_layout(ex->spec_.plan);
-  ex->grads_aliased_ = grads_aliased(ex->spec_);
+  ex->arena_ = arena_of(ex->spec_);
   ex->schedule_ = compile_schedule(ex->spec_.schedule_spec(), ex->inventory_);
   TT_TRY(ex->schedule_.validate());
   for (size_t i = 0; i < ex->schedule_.events.size(); ++i) ex->events_.push_back(backend.create_event());
@@ -469,10 +460,11 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     }
     if (s >= 1 && s <= L && plan.grads_streamed(l)) {
       t.grads.push_back(grad_slots_[static_cast<size_t>(rings_.grads.slot(l))].view(0, shape));
-    } else if (s >= 1 && s <= L && grads_aliased_[static_cast<size_t>(l)]) {
-      // Note [gradients in dead activations]: at the start of block l + 1's set.
-      const Tensor set = dev("h." + std::to_string(l + 1));
-      t.grads.push_back(Tensor(set.raw(), shape, master_dtype_for(spec_.compute), TensorClass::kGrad, set.device()));
+    } else if (s >= 1 && s <= L && arena_.holds_grads(l)) {
+      // Note [gradients in dead activations]: in the arena, among the later blocks' sets.
+      const Tensor a = dev("activations");
+      t.grads.push_back(Tensor(static_cast<char*>(a.raw()) + arena_.grads_at[static_cast<size_t>(l)], shape,
+                               master_dtype_for(spec_.compute), TensorClass::kGrad, a.device()));
     } else {
       t.grads.push_back(dev("grads.seg" + std::to_string(s)));
     }
@@ -496,10 +488,16 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
   for (int l = 0; l < L; ++l)
     if (plan.managed_block(l))
       carve(dev("managed.h." + std::to_string(l)), "managed" + std::to_string(l) + ".", plan.held_parts(l));
-  // Sets that hold the previous block's gradients (Note [gradients in dead activations]), under their usual names.
-  for (int l = 1; l < L; ++l)
-    if (grads_aliased_[static_cast<size_t>(l - 1)])
-      carve(dev("h." + std::to_string(l)), "h." + std::to_string(l) + ".", plan.held_parts(l));
+  // The sets in the arena (Note [gradients in dead activations]), under their usual names.
+  if (arena_.bytes > 0) {
+    const Tensor a = dev("activations");
+    for (int l = 0; l < L; ++l)
+      if (arena_.holds_set(l)) {
+        const Tensor set(static_cast<char*>(a.raw()) + arena_.set_at[static_cast<size_t>(l)], {1}, DType::kU8,
+                         TensorClass::kActivation, a.device());
+        carve(set, "h." + std::to_string(l) + ".", plan.held_parts(l));
+      }
+  }
   swap_host_.assign(static_cast<size_t>(L), nullptr);
   for (int l = 0; l < L; ++l) swap_host_[static_cast<size_t>(l)] = host("swap.h." + std::to_string(l));
   // Each block's activations: from its own set, the shared recompute set or its swap slot; the parts rebuilt
@@ -820,9 +818,7 @@ void Executor::model_train() {
 // Note [gradients in dead activations]: a forward overwrites the gradients that live in activation sets; a step
 // of them, or reading them, is refused after it. With data-parallel ranks the forward first waits for the
 // averages still running in place on the comm stream (the step's pass waits for each; a bare forward would not).
-bool Executor::grads_in_activations() const {
-  return std::find(grads_aliased_.begin(), grads_aliased_.end(), true) != grads_aliased_.end();
-}
+bool Executor::grads_in_activations() const { return arena_.blocks_with_grads() > 0; }
 void Executor::forward() {
   if (grads_in_activations()) {
     if (grads_pending_ && spec_.data_ranks > 1) {
@@ -844,7 +840,7 @@ void Executor::backward() {
 }
 void Executor::step(float lr) {
   TT_CHECK(!grads_pending_ || grads_valid_,
-           "step() after a forward that followed the backward: plan %s keeps gradients in the next block's "
+           "step() after a forward that followed the backward: plan %s keeps gradients in later blocks' "
            "activation memory (Note [gradients in dead activations]), which that forward overwrote; step before "
            "running another forward, or set grads_in_activations false", spec_.plan.source.c_str());
   opt_->begin_step(lr, false);

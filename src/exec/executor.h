@@ -145,7 +145,7 @@ class Executor : public ModelHooks {
   // summed, each scaled as the model's loss scale says (the trainer's: 1 / the targets of the whole step). With the
   // CPU optimizer the sums stay on the device until the last micro-batch's backward copies them to the host (and
   // takes the norm's parts of them there), as a step of one batch does. Plans that keep gradients anywhere but in
-  // their own device buffers (streamed gradient slots, managed memory, the next block's dead activations) are
+  // their own device buffers (streamed gradient slots, managed memory, later blocks' dead activations) are
   // refused with grad_accum > 1.
   void accumulate_step(bool first);
   // Note [host one step ahead] (exec/trainer.cc): pinned slot i (0 or 1) of grad_accum x batch x seq + 1 floats that
@@ -222,10 +222,10 @@ class Executor : public ModelHooks {
   const std::vector<Op>* ops_ = nullptr;
   size_t pos_ = 0;
   bool in_model_ = false;
-  // Note [gradients in dead activations] (plan/schedule.h): grads_aliased_[l], whether block l's gradients live in
-  // block l + 1's set; grads_pending_, a backward's gradients wait for their step; grads_valid_, no forward has
-  // overwritten them since the last backward.
-  std::vector<bool> grads_aliased_;
+  // Note [gradients in dead activations] (plan/schedule.h): arena_, where the resident sets and the gradients that
+  // live among them lie in the "activations" entry; grads_pending_, a backward's gradients wait for their step;
+  // grads_valid_, no forward has overwritten them since the last backward.
+  ActivationArena arena_;
   bool grads_pending_ = false, grads_valid_ = true;
   bool first_micro_batch_ = true;  // the pass running is a step's first micro-batch (Note [gradients summed on the host])
   bool grads_in_activations() const;  // whether any block's gradients live in an activation set

@@ -198,9 +198,9 @@ void declare_train_knobs(Config& cfg) {
        "resume or start from a checkpoint holding NaN, infinity or negative second moments (refused otherwise: a "
        "diverged or damaged run's), for forensics");
   knob("runtime", "grads_in_activations", K::kBool, "true",
-       "keep a block's gradients in the next block's activation memory once that block's backward is done (Note "
-       "[gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory); false: "
-       "every gradient in a buffer of its own");
+       "keep a block's gradients in the activation memory of later blocks, dead once their backwards are done "
+       "(Note [gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory); "
+       "false: every gradient in a buffer of its own");
   static_assert(memory::kDefaultUmHostPieceBytes == int64_t(32) << 20, "um_host_piece_mib's default below");
   knob("runtime", "um_host_piece_mib", K::kInt, "32",
        "a GPU: managed memory moved to the host in pieces of this many MiB (Note [prefetches to the host in pieces] "

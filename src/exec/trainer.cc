@@ -380,20 +380,12 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need).c_str(),
              format_bytes(r.budget).c_str(), r.budget_auto ? " (automatic)" : "",
              r.fits_device ? "fits" : "DOES NOT FIT", r.inventory.describe(Inventory::kDevice).c_str());
-    // Note [gradients in dead activations]: what the gradients kept in activation sets would take apart.
-    int aliased = 0;
-    int64_t aliased_bytes = 0;
-    const ParamSegments segs = model_segments(r.exec.model);
-    for (int l = 0; l < r.exec.model.layers; ++l) {
-      if (!grads_in_next_set(r.exec.plan, r.exec.model, r.exec.batch, r.exec.compute, l)) continue;
-      ++aliased;
-      aliased_bytes += static_cast<int64_t>(
-          device_alloc_bytes({segs.size[static_cast<size_t>(l + 1)]}, master_dtype_for(r.exec.compute)));
-    }
-    if (aliased > 0)
-      t->print("  gradients of %d blocks live in the next block's activation memory once it is dead (%s that "
-               "buffers of their own would add; --grads-in-activations false keeps them apart)\n",
-               aliased, format_bytes(aliased_bytes).c_str());
+    // Note [gradients in dead activations]: what the gradients kept among dead activation sets save.
+    const ActivationArena arena = activation_arena(r.exec.plan, r.exec.model, r.exec.batch, r.exec.compute);
+    if (arena.blocks_with_grads() > 0)
+      t->print("  gradients of %d blocks live in later blocks' activation memory once it is dead (%s saved against "
+               "buffers of their own; --grads-in-activations false keeps them apart)\n",
+               arena.blocks_with_grads(), format_bytes(arena.saved_bytes).c_str());
     if (r.managed_total > 0)
       t->print("  managed memory (Unified Memory): %s reserved (%s), of which the plan keeps %s on the device at "
                "once (counted in the need above); the rest lives in host memory between uses\n",

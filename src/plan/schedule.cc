@@ -931,19 +931,70 @@ SlotRing make_ring(std::string name, int slots, const std::vector<int>& items, i
   return r;
 }
 
-bool grads_in_next_set(const Plan& plan, const ModelConfig& cfg, int batch, DType compute, int l) {
-  const int L = cfg.layers;
-  if (!plan.grads_in_activations || plan.cpu_optimizer() || plan.managed_grads || l < 0 || l + 1 >= L ||
-      static_cast<int>(plan.layers.size()) != L || plan.grads_streamed(l) ||
-      plan.activation(l + 1) != ActPlacement::kResident)
-    return false;
-  const ParamSegments segs = model_segments(cfg);
-  const size_t set = device_bytes_of(model_block_activations(cfg, batch, compute, plan.held_parts(l + 1)));
-  return device_alloc_bytes({segs.size[static_cast<size_t>(l + 1)]}, master_dtype_for(compute)) <= set;
+int ActivationArena::blocks_with_grads() const {
+  return static_cast<int>(std::count_if(grads_at.begin(), grads_at.end(), [](int64_t at) { return at >= 0; }));
 }
 
-bool grads_in_next_set(const ScheduleSpec& spec, int l) {
-  return grads_in_next_set(spec.plan, spec.model, spec.batch, spec.compute, l);
+ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int batch, DType compute) {
+  const int L = cfg.layers;
+  ActivationArena none;
+  none.set_at.assign(static_cast<size_t>(std::max(L, 0)), -1);
+  none.grads_at = none.set_at;
+  if (!plan.grads_in_activations || plan.cpu_optimizer() || plan.managed_grads || L < 1 ||
+      static_cast<int>(plan.layers.size()) != L)
+    return none;
+  ActivationArena a = none;
+  // The resident, unmanaged sets in block order; end[l]: where the last of them at or before block l ends.
+  std::vector<int64_t> end(static_cast<size_t>(L), 0), grad(static_cast<size_t>(L), 0);
+  const ParamSegments segs = model_segments(cfg);
+  int64_t sets = 0;
+  for (int l = 0; l < L; ++l) {
+    const size_t k = static_cast<size_t>(l);
+    if (plan.activation(l) == ActPlacement::kResident && !plan.managed_block(l)) {
+      a.set_at[k] = sets;
+      sets += static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, batch, compute, plan.held_parts(l))));
+    }
+    end[k] = sets;
+    grad[k] = static_cast<int64_t>(device_alloc_bytes({segs.size[k + 1]}, master_dtype_for(compute)));
+  }
+  if (sets == 0) return none;
+  std::vector<bool> in(static_cast<size_t>(L));
+  for (int l = 0; l < L; ++l) in[static_cast<size_t>(l)] = !plan.grads_streamed(l);
+  // Pack the segments downwards from the top; drop those that lie wholly above the sets, and pack again.
+  int64_t top = sets;
+  for (bool dropped = true; dropped;) {
+    top = sets;
+    int64_t above = 0;
+    for (int l = L - 1; l >= 0; --l)
+      if (in[static_cast<size_t>(l)]) {
+        above += grad[static_cast<size_t>(l)];
+        top = std::max(top, end[static_cast<size_t>(l)] + above);
+      }
+    dropped = false;
+    above = 0;
+    for (int l = L - 1; l >= 0; --l) {
+      const size_t k = static_cast<size_t>(l);
+      if (!in[k]) continue;
+      above += grad[k];
+      if (top - above >= sets) in[k] = false, dropped = true;
+    }
+  }
+  int64_t above = 0, apart = sets;
+  for (int l = L - 1; l >= 0; --l) {
+    const size_t k = static_cast<size_t>(l);
+    if (!in[k]) continue;
+    above += grad[k];
+    a.grads_at[k] = top - above;
+    apart += grad[k];
+  }
+  if (above == 0) return none;
+  a.bytes = top;
+  a.saved_bytes = apart - top;
+  return a;
+}
+
+ActivationArena activation_arena(const ScheduleSpec& spec) {
+  return activation_arena(spec.plan, spec.model, spec.batch, spec.compute);
 }
 
 RingLayout ring_layout(const Plan& plan) {

@@ -417,26 +417,30 @@ TEST(Trainer, MixedJsonPlanIsBitIdentical) {
   }
 }
 
-// Note [gradients in dead activations]: keeping block l's gradients in block l + 1's activation set once that set is
-// dead changes no bit (losses, evaluations, parameters, Adam's moments, a resume) and saves exactly those segments'
-// bytes; a block whose next block is recomputed or swapped, and every block with the CPU optimizer, keeps its own.
+// Note [gradients in dead activations]: keeping blocks' gradients among the activation sets of later blocks once
+// those are dead changes no bit (losses, evaluations, parameters, Adam's moments, a resume) and saves exactly the
+// bytes the arena says; recomputed and swapped blocks have no set there, and the CPU optimizer keeps every gradient
+// apart. At batch 1 and T 8 a block's gradients are larger than its activations and spread over several sets.
 TEST(Trainer, GradientsInDeadActivationsChangeNoBit) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
-  // Swapped blocks 0, 4 and 6 in two slots (block 0 copied out and back), block 3 recomputed (block 5, the last
-  // recomputed, keeps its set), the gradients of blocks 0, 1 and 6 aliased beside them; a slow simulated link and
-  // slow kernels.
+  // Swapped blocks 0, 4 and 6 in two slots (block 0 copied out and back), blocks 3 and 5 recomputed, blocks 1, 2 and 7
+  // resident: the gradients of blocks 0 to 6 (smaller than a set here) among those three sets; a slow simulated link
+  // and slow kernels.
   const std::string mix = dir.write("mix.json", R"({"layers": [{"activation": "swap"}, {"activation": "resident"},
       {"activation": "resident"}, {"activation": "recompute"}, {"activation": "swap"}, {"activation": "recompute"},
       {"activation": "swap"}, {"activation": "resident"}]})");
   const struct {
     std::string plan;
-    int aliased;  // segments kept in the next block's set
-  } cases[] = {{"in-core", 7}, {"in-core-selective", 7}, {mix, 3}, {"offload-params", 0}};
+    int aliased;  // segments kept among the sets
+    int batch = 4, seq = 32;
+  } cases[] = {{"in-core", 7}, {"in-core-selective", 7}, {mix, 7}, {"offload-params", 0}, {"in-core", 3, 1, 8}};
   for (const auto& c : cases) {
-    SCOPED_TRACE(c.plan);
+    SCOPED_TRACE(c.plan + " batch " + std::to_string(c.batch));
     TrainConfig on = small_config(data);
     on.model.layers = 8;
+    on.batch = c.batch;
+    on.model.seq = c.seq;
     on.steps = 12;
     on.eval_every = 4;
     on.plan = c.plan;
@@ -444,15 +448,14 @@ TEST(Trainer, GradientsInDeadActivationsChangeNoBit) {
     on.cpu_compute_delay_us = 50;
     TrainConfig off = on;
     off.grads_in_activations = false;
-    // The bytes saved: the aliased segments', f32.
+    // The bytes saved: what the arena's sets and segments apart would take beyond it.
     const Plan plan = Plan::resolve(c.plan, on.model.layers, on.swap_slots).value();
-    const ParamSegments segs = model_segments(on.model);
-    int aliased = 0;
-    int64_t bytes = 0;
-    for (int l = 0; l < on.model.layers; ++l) {
-      if (!grads_in_next_set(plan, on.model, on.batch, DType::kF32, l)) continue;
-      ++aliased;
-      bytes += static_cast<int64_t>(device_alloc_bytes({segs.size[static_cast<size_t>(l + 1)]}, DType::kF32));
+    const ActivationArena arena = activation_arena(plan, on.model, on.batch, DType::kF32);
+    const int aliased = arena.blocks_with_grads();
+    const int64_t bytes = arena.saved_bytes;
+    if (c.batch == 1) {  // block 0's gradients reach past block 1's set
+      const int64_t g = static_cast<int64_t>(device_alloc_bytes({model_segments(on.model).size[1]}, DType::kF32));
+      EXPECT_GT(arena.grads_at[0] + g, arena.set_at[2]);
     }
     EXPECT_EQ(aliased, c.aliased);
     EXPECT_EQ(device_need(off) - device_need(on), bytes);

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "model/model.h"
 #include "plan/plan.h"
+#include "plan/schedule.h"
 #include "temp_dir.h"
 
 namespace tt {
@@ -269,6 +271,113 @@ TEST(Plan, ErrorsNameWhatIsWrong) {
   auto broken = Plan::resolve(dir.write("broken.json", "{\"layers\": ["), 4, 2);
   ASSERT_FALSE(broken.is_ok());
   EXPECT_NE(broken.status().message().find("not valid JSON"), std::string::npos) << broken.status().message();
+}
+
+// Note [gradients in dead activations]: the arena's invariants for any plan and shape. Every set in block order; a
+// block's gradients wholly above the end of the last resident set at or before it (its own backward reads those),
+// below the arena's top, overlapping some set (else they would be apart), disjoint from every other block's; the
+// top the least those allow; saved_bytes what the sets and segments apart would take beyond the arena.
+// Returns how many blocks' gradients lie in the arena.
+int expect_arena_invariants(const Plan& plan, const ModelConfig& cfg, int batch, DType compute) {
+  const ActivationArena a = activation_arena(plan, cfg, batch, compute);
+  const int L = cfg.layers;
+  EXPECT_EQ(a.set_at.size(), static_cast<size_t>(L));
+  EXPECT_EQ(a.grads_at.size(), static_cast<size_t>(L));
+  if (a.bytes == 0) {
+    EXPECT_EQ(a.blocks_with_grads(), 0);
+    for (int l = 0; l < L; ++l) EXPECT_FALSE(a.holds_set(l) || a.holds_grads(l)) << l;
+    return 0;
+  }
+  const ParamSegments segs = model_segments(cfg);
+  int64_t sets = 0, apart = 0;
+  std::vector<int64_t> end(static_cast<size_t>(L)), grad(static_cast<size_t>(L));
+  for (int l = 0; l < L; ++l) {
+    const size_t k = static_cast<size_t>(l);
+    const bool resident = plan.activation(l) == ActPlacement::kResident && !plan.managed_block(l);
+    EXPECT_EQ(a.holds_set(l), resident) << l;
+    if (resident) {
+      EXPECT_EQ(a.set_at[k], sets) << l;
+      sets += static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, batch, compute, plan.held_parts(l))));
+    }
+    end[k] = sets;
+    grad[k] = static_cast<int64_t>(device_alloc_bytes({segs.size[k + 1]}, master_dtype_for(compute)));
+    if (a.holds_grads(l)) EXPECT_FALSE(plan.grads_streamed(l)) << l;
+  }
+  int64_t least = sets, above = 0;
+  for (int l = L - 1; l >= 0; --l) {
+    const size_t k = static_cast<size_t>(l);
+    if (!a.holds_grads(l)) continue;
+    const int64_t at = a.grads_at[k];
+    EXPECT_GE(at, end[k]) << "block " << l << "'s gradients over a set its backward reads";
+    EXPECT_LT(at, sets) << "block " << l << "'s gradients overlap no set";
+    EXPECT_LE(at + grad[k], a.bytes) << l;
+    for (int j = 0; j < l; ++j)
+      if (a.holds_grads(j))
+        EXPECT_TRUE(a.grads_at[static_cast<size_t>(j)] + grad[static_cast<size_t>(j)] <= at ||
+                    at + grad[k] <= a.grads_at[static_cast<size_t>(j)])
+            << "blocks " << j << " and " << l;
+    above += grad[k];
+    least = std::max(least, end[k] + above);
+    apart += grad[k];
+  }
+  EXPECT_EQ(a.bytes, least);
+  EXPECT_EQ(a.saved_bytes, sets + apart - a.bytes);
+  EXPECT_GT(a.saved_bytes, 0);
+  return a.blocks_with_grads();
+}
+
+TEST(ActivationArena, GradientsLieInDeadSetsOnly) {
+  const ModelConfig gpt{.vocab = 256, .layers = 8, .dim = 32, .heads = 2, .seq = 32};
+  const ModelConfig llama{.family = "llama", .vocab = 256, .layers = 8, .dim = 64, .heads = 4, .seq = 16, .kv_heads = 2,
+                          .ffn = 160, .tied_embeddings = false};
+  const Plan mix = Plan::from_json(json::parse(R"({"layers": [{"activation": "swap"}, {"activation": "resident"},
+      {"activation": "resident"}, {"activation": "recompute"}, {"activation": "swap"}, {"activation": "recompute"},
+      {"activation": "swap"}, {"activation": "resident"}]})"), 8, "mix").value();
+  const Plan halves = Plan::from_json(json::parse(R"({"default": {"activation": {"attention": "resident",
+      "mlp": "recompute"}}, "layers": {"5": {"activation": "recompute"}}})"), 8, "halves").value();
+  int cases = 0, with_grads = 0;
+  for (const ModelConfig& cfg : {gpt, llama})
+    for (const int batch : {1, 2, 4, 16})
+      for (const Plan& plan : {Plan::resolve("in-core", 8, 2).value(), Plan::resolve("in-core-selective", 8, 2).value(),
+                               Plan::resolve("recompute", 8, 2).value(), mix, halves})
+        for (const DType dt : {DType::kF32, DType::kBF16}) {
+          SCOPED_TRACE(cfg.family + " batch " + std::to_string(batch) + " " + plan.source + " " + dtype_name(dt));
+          ++cases;
+          with_grads += expect_arena_invariants(plan, cfg, batch, dt) > 0;
+        }
+  // (The recompute plan has no resident set, so no arena; the others have one.)
+  EXPECT_EQ(with_grads, cases * 4 / 5);
+}
+
+// The Llama-3-8B slice of issue 45 (L8 d4096, 32 heads over 8, SwiGLU 14336, T 2048, B 2, bf16): a block's gradients
+// (f32) are larger than its activations, so they spread over several dead sets. The first five blocks' gradients
+// fit below the top that block 0's set and they need (set + 5 segments); the last three's would lie above every set
+// and keep buffers of their own. Saved: the sets and five segments apart, less that top.
+TEST(ActivationArena, LargeGradientsSpreadOverSeveralSets) {
+  const ModelConfig cfg{.family = "llama", .vocab = 128256, .layers = 8, .dim = 4096, .heads = 32, .seq = 2048,
+                        .kv_heads = 8, .ffn = 14336, .tied_embeddings = false, .rope_theta = 500000};
+  const Plan plan = Plan::resolve("in-core", 8, 2).value();
+  const ActivationArena a = activation_arena(plan, cfg, 2, DType::kBF16);
+  const int64_t set = static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, 2, DType::kBF16, plan.held_parts(0))));
+  const int64_t g = static_cast<int64_t>(device_alloc_bytes({model_segments(cfg).size[1]}, DType::kF32));
+  ASSERT_GT(g, set);
+  ASSERT_LT(set + 5 * g, 8 * set + g);  // (the packing's arithmetic below holds for these sizes)
+  EXPECT_EQ(a.blocks_with_grads(), 5);
+  for (int l = 0; l < 5; ++l) EXPECT_EQ(a.grads_at[static_cast<size_t>(l)], set + l * g) << l;
+  for (int l = 5; l < 8; ++l) EXPECT_FALSE(a.holds_grads(l)) << l;
+  EXPECT_EQ(a.bytes, set + 5 * g);
+  EXPECT_EQ(a.saved_bytes, 8 * set + 5 * g - (set + 5 * g));
+  // Block 1's gradients cross from block 2's set into block 3's.
+  EXPECT_LT(a.grads_at[1], a.set_at[3]);
+  EXPECT_GT(a.grads_at[1] + g, a.set_at[3]);
+  expect_arena_invariants(plan, cfg, 2, DType::kBF16);
+  // Off, or with the CPU optimizer: no arena.
+  Plan off = plan;
+  off.grads_in_activations = false;
+  EXPECT_EQ(activation_arena(off, cfg, 2, DType::kBF16).bytes, 0);
+  Plan cpu = Plan::resolve("in-core", 8, 2).value();
+  cpu.optimizer = OptimizerPlacement::kCpu;
+  EXPECT_EQ(activation_arena(cpu, cfg, 2, DType::kBF16).bytes, 0);
 }
 
 }  // namespace
