@@ -39,7 +39,8 @@
 # gemm:  the 1b shape's GEMMs on cublasGemmEx against cuBLASLt's heuristic (bench/training/gemm_survey.cu's --ffn
 #        mode, and the same products in PyTorch: bench/training/torch_gemms.py), then the 1b step with --gemm-impl
 #        cublas and cublaslt alternated (TT_GEMM_ROUNDS rounds, default 2; TT_GEMM_SLICE=1 adds the slice's).
-# TT_1B_NONDET=1 adds the 1b run with --attention-deterministic false (cuDNN's faster, non-repeatable backward).
+# TT_1B_NONDET=1 adds the 1b and slice runs with --attention-deterministic false (cuDNN's faster, non-repeatable
+# backward). TT_SLICE_IMPLS: the slice part's PyTorch rows (default "clean hf").
 # TT_TORCH_IMPLS (default "clean hf"; TT_1B_IMPLS those of the 1b part alone), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
 # PyTorch out of the profile part. The transformers wheels come
 # from .deps/hfwheels (carried; the GPU machine has no PyPI). Results: OUTDIR/*.json, *.log, results.md, results.tgz.
@@ -197,7 +198,9 @@ if has slice; then
   m=(--layers "$L" --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048 --batch "${TT_SLICE_BATCH:-2}"
      --rope-theta 500000)
   tiertrain "slice_l$L" 15 "${m[@]}" --family llama --tied-embeddings false
-  for impl in clean hf; do
+  [ "${TT_1B_NONDET:-0}" = 1 ] &&
+    tiertrain "slice_l${L}_nondet" 15 "${m[@]}" --family llama --tied-embeddings false --attention-deterministic false
+  for impl in ${TT_SLICE_IMPLS:-clean hf}; do
     torch_run "slice_l${L}_compile" "$impl" "${m[@]}" --untied --steps 14 --warmup-steps 6 --compile
   done
   pack
