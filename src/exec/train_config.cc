@@ -304,6 +304,9 @@ void declare_train_knobs(Config& cfg) {
 namespace {
 // --steps 0: the main job's length on this backend.
 Result<int64_t> default_steps(const std::string& backend_knob) {
+  // (A GPU's needs none here: a dry run of --backend cuda may run where there is none, Note [dry run without the
+  // GPU] in exec/trainer.cc; a real run is refused when the backend is resolved.)
+  if (backend_knob == "cuda") return 2000;
   TT_ASSIGN_OR_RETURN(std::string backend, resolve_backend_name(backend_knob));
   return backend == "cpu" ? 800 : 2000;
 }

@@ -49,20 +49,21 @@ Status write_json_atomically(const std::string& path, const nlohmann::json& j) {
 // or paging at a tenth of the speed once its state is allocated. What the backend allocates for itself (CUDA's
 // context, cuDNN's library, the threads' stacks) is not counted: tens to hundreds of MiB.
 int64_t RunSpec::host_need() const {
-  return inventory.total(Inventory::kHost) + (managed_total - managed_device) + (probe.device_memory ? 0 : device_need());
+  // (The CPU backend's device arena is host memory; a GPU's, present or not (a dry run without it), is not.)
+  return inventory.total(Inventory::kHost) + (managed_total - managed_device) + (backend == "cpu" ? device_need() : 0);
 }
 
 std::string RunSpec::describe_host_need() const {
   // Note [pinned and pageable host memory] in plan/inventory.h.
   std::string s = str_format("%s %s (%s)", format_bytes(inventory.pinned_total()).c_str(),
-                             probe.device_memory ? "pinned" : "in the host slab",
+                             backend != "cpu" ? "pinned" : "in the host slab",
                              inventory.describe_host(false).c_str());
   if (inventory.pageable_total() > 0)
     s += str_format(", %s pageable (%s)", format_bytes(inventory.pageable_total()).c_str(),
                     inventory.describe_host(true).c_str());
   if (managed_total > managed_device)
     s += str_format(", %s of managed pages off the device", format_bytes(managed_total - managed_device).c_str());
-  if (!probe.device_memory) s += str_format(", %s for the CPU backend's device arena", format_bytes(device_need()).c_str());
+  if (backend == "cpu") s += str_format(", %s for the CPU backend's device arena", format_bytes(device_need()).c_str());
   return s;
 }
 
@@ -97,14 +98,28 @@ Status choose_device_optimizer_segments(const TrainConfig& cfg, int64_t usable, 
 }
 }  // namespace
 
+// Note [dry run without the GPU]
+// HPC users size a job on a login node, which has no GPU: `tiertrain train --backend cuda --dry-run` there (a build
+// with the CUDA backend) counts what the run would take on a GPU, as on one: bf16 compute, the same inventory and the
+// backend's reserve (cuBLAS workspace, scratch, and cuDNN's attention workspace where this machine's cuDNN loads,
+// else none: said so), against --device-budget where one is given (the card's memory less what the CUDA context
+// takes: a run's automatic budget leaves kAutoBudgetHeadroomBytes free), else against nothing (exit 0, said so).
+// Without --dry-run the backend is refused as before.
 Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   RunSpec r;
   TT_TRY(cfg.model.validate());
-  TT_ASSIGN_OR_RETURN(r.backend, resolve_backend_name(cfg.backend));
+  Result<std::string> backend = resolve_backend_name(cfg.backend);
+  if (!backend.is_ok() && cfg.dry_run && cfg.backend == "cuda" && probe_backend("cuda").built) {
+    r.backend = "cuda";
+    r.gpu_absent = true;
+  } else {
+    TT_ASSIGN_OR_RETURN(r.backend, std::move(backend));
+  }
   r.probe = probe_backend(r.backend);
+  if (r.gpu_absent) r.probe.device_memory = false;  // (no device to size the budget or the split by)
   // The compute dtype: bf16 on a GPU unless asked otherwise; the CPU computes in f32.
   DType dtype = DType::kF32;
-  if (cfg.dtype == "bf16" || (cfg.dtype == "auto" && r.probe.device_memory)) dtype = DType::kBF16;
+  if (cfg.dtype == "bf16" || (cfg.dtype == "auto" && (r.probe.device_memory || r.gpu_absent))) dtype = DType::kBF16;
   TT_RETURN_IF(dtype == DType::kBF16 && r.backend == "cpu", kInvalidArgument,
                "--dtype bf16: the CPU backend computes in f32 (use --dtype f32 or auto)");
   ExecSpec& e = r.exec;
@@ -199,11 +214,12 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   if (r.budget_auto) {
     if (r.probe.device_memory) {
       r.budget = std::min(need + need / 20, usable);
-    } else {
+    } else if (!r.gpu_absent) {
       r.budget = r.probe.total_bytes / 2;
     }
   }
-  r.fits_device = need <= r.budget;
+  // Note [dry run without the GPU]: with no budget given there is nothing to compare with.
+  r.fits_device = (r.gpu_absent && r.budget_auto) || need <= r.budget;
   const BackendProbe host = probe_backend("cpu");
   r.host_ram = host.total_bytes;
   r.host_available = host.free_bytes;
@@ -372,14 +388,26 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     if (r.probe.device_memory)
       device = str_format("%s (%s free of %s)", r.probe.device.c_str(), format_bytes(r.probe.free_bytes).c_str(),
                           format_bytes(r.probe.total_bytes).c_str());
+    if (r.gpu_absent) device = "cuda (no usable GPU on this machine: what a run on one would take)";
     t->print("dry run (nothing allocated): %s, %lld parameters, %s compute, batch %d\n", cfg.model.describe().c_str(),
              static_cast<long long>(model_num_params(cfg.model)), dtype_name(r.exec.compute), cfg.batch);
     t->print("  plan: %s\n", r.exec.plan.summary().c_str());
     if (!r.host_ring_note.empty()) t->print("  %s\n", r.host_ring_note.c_str());
     if (!r.split_note.empty()) t->print("  %s\n", r.split_note.c_str());
-    t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need).c_str(),
-             format_bytes(r.budget).c_str(), r.budget_auto ? " (automatic)" : "",
-             r.fits_device ? "fits" : "DOES NOT FIT", r.inventory.describe(Inventory::kDevice).c_str());
+    if (r.gpu_absent)
+      t->print("  (no GPU here: counted as on one, with %s of attention workspace under a cap of %s; the automatic "
+               "cap is 1/64 of --device-budget, at least 512 MiB)\n",
+               format_bytes(r.reserve.attention_workspace_bytes).c_str(), format_bytes(r.attention.workspace_cap).c_str());
+    if (r.gpu_absent && r.budget_auto) {
+      t->print("  device %s: needs %s (no budget to compare with: --device-budget SIZE checks a card's memory, less "
+               "the %s a run leaves free for the CUDA context): %s\n",
+               device.c_str(), format_bytes(need).c_str(), format_bytes(r.probe.auto_budget_headroom).c_str(),
+               r.inventory.describe(Inventory::kDevice).c_str());
+    } else {
+      t->print("  device %s: needs %s of a %s budget%s (%s): %s\n", device.c_str(), format_bytes(need).c_str(),
+               format_bytes(r.budget).c_str(), r.budget_auto ? " (automatic)" : "",
+               r.fits_device ? "fits" : "DOES NOT FIT", r.inventory.describe(Inventory::kDevice).c_str());
+    }
     // Note [gradients in dead activations]: what the gradients kept among dead activation sets save.
     const ActivationArena arena = activation_arena(r.exec.plan, r.exec.model, r.exec.batch, r.exec.compute);
     if (arena.blocks_with_grads() > 0)

@@ -74,6 +74,9 @@ constexpr int kInputStagingSlots = 2;
 struct RunSpec {
   std::string backend;   // "cpu" or "cuda"
   BackendProbe probe;
+  // Note [dry run without the GPU]: a dry run of --backend cuda on a machine without a usable GPU (a login node):
+  // what a run on one would take, bf16, against --device-budget where one is given.
+  bool gpu_absent = false;
   ExecSpec exec;
   BackendReserve reserve;
   // The configuration's attention options with the workspace cap resolved (Note [automatic attention workspace]).

@@ -1415,6 +1415,31 @@ TEST(Cli, DryRunReportsTheNeedOfAPlan) {
   EXPECT_EQ(apart.out.find("gradients of"), std::string::npos) << apart.out;
 }
 
+// Note [dry run without the GPU] (exec/trainer.cc): on a machine without a usable GPU, a build with the CUDA backend
+// still sizes a GPU run: bf16, a GPU's inventory (no CPU arena in the host's need), against --device-budget where
+// given; the run itself is refused as before.
+TEST(Cli, DryRunOfAGpuRunWithoutTheGpu) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(20000));
+  const CliRun real = run(small(data) + " --backend cuda --steps 1");
+  if (real.code == 0) GTEST_SKIP() << "a GPU is here";
+  if (real.out.find("no CUDA backend") != std::string::npos) GTEST_SKIP() << "a build without the CUDA backend";
+  EXPECT_HAS(real.out, "no usable GPU");
+  const CliRun sized = run(small(data) + " --backend cuda --dry-run --layers 4");
+  EXPECT_EQ(sized.code, 0) << sized.out;
+  EXPECT_HAS(sized.out, "bf16 compute");
+  EXPECT_HAS(sized.out, "device cuda (no usable GPU on this machine: what a run on one would take): needs ");
+  EXPECT_HAS(sized.out, "no budget to compare with");
+  EXPECT_HAS(sized.out, "gradients of 3 blocks live in later blocks' activation memory");
+  EXPECT_EQ(sized.out.find("CPU backend's device arena"), std::string::npos) << sized.out;
+  const CliRun fits = run(small(data) + " --backend cuda --dry-run --layers 4 --device-budget 1GiB");
+  EXPECT_EQ(fits.code, 0) << fits.out;
+  EXPECT_HAS(fits.out, "of a 1.00 GiB budget (fits)");
+  const CliRun tight = run(small(data) + " --backend cuda --dry-run --layers 4 --device-budget 1MiB");
+  EXPECT_EQ(tight.code, 1) << tight.out;
+  EXPECT_HAS(tight.out, "of a 1.00 MiB budget (DOES NOT FIT)");
+}
+
 // Note [host memory of a run] (issue 46): a run whose host state cannot fit the RAM available (the CPU optimizer's
 // master, moments and gradients of 32B parameters, and on the CPU backend its device arena) is refused before
 // anything is allocated, exit 1, with the bytes of each part; its dry run says so; a small run's dry run fits.
