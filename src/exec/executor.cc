@@ -22,6 +22,7 @@ ActivationArena arena_of(const ExecSpec& spec) {
 // buffer of its own, "grads.seg<s>": not where the block's gradients stream through the slots or live in the
 // activation arena.
 bool own_grad_buffer(const Plan& plan, const ActivationArena& arena, int L, int s) {
+  if (s == 0) return !arena.holds_embedding_grads();
   return !(s >= 1 && s <= L && (plan.grads_streamed(s - 1) || arena.holds_grads(s - 1)));
 }
 
@@ -460,11 +461,12 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     }
     if (s >= 1 && s <= L && plan.grads_streamed(l)) {
       t.grads.push_back(grad_slots_[static_cast<size_t>(rings_.grads.slot(l))].view(0, shape));
-    } else if (s >= 1 && s <= L && arena_.holds_grads(l)) {
+    } else if ((s >= 1 && s <= L && arena_.holds_grads(l)) || (s == 0 && arena_.holds_embedding_grads())) {
       // Note [gradients in dead activations]: in the arena, among the later blocks' sets.
       const Tensor a = dev("activations");
-      t.grads.push_back(Tensor(static_cast<char*>(a.raw()) + arena_.grads_at[static_cast<size_t>(l)], shape,
-                               master_dtype_for(spec_.compute), TensorClass::kGrad, a.device()));
+      const int64_t at = s == 0 ? arena_.embedding_grads_at : arena_.grads_at[static_cast<size_t>(l)];
+      t.grads.push_back(Tensor(static_cast<char*>(a.raw()) + at, shape, master_dtype_for(spec_.compute),
+                               TensorClass::kGrad, a.device()));
     } else {
       t.grads.push_back(dev("grads.seg" + std::to_string(s)));
     }
@@ -818,7 +820,9 @@ void Executor::model_train() {
 // Note [gradients in dead activations]: a forward overwrites the gradients that live in activation sets; a step
 // of them, or reading them, is refused after it. With data-parallel ranks the forward first waits for the
 // averages still running in place on the comm stream (the step's pass waits for each; a bare forward would not).
-bool Executor::grads_in_activations() const { return arena_.blocks_with_grads() > 0; }
+bool Executor::grads_in_activations() const {
+  return arena_.blocks_with_grads() > 0 || arena_.holds_embedding_grads();
+}
 void Executor::forward() {
   if (grads_in_activations()) {
     if (grads_pending_ && spec_.data_ranks > 1) {

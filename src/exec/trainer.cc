@@ -410,10 +410,11 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
     }
     // Note [gradients in dead activations]: what the gradients kept among dead activation sets save.
     const ActivationArena arena = activation_arena(r.exec.plan, r.exec.model, r.exec.batch, r.exec.compute);
-    if (arena.blocks_with_grads() > 0)
-      t->print("  gradients of %d blocks live in later blocks' activation memory once it is dead (%s saved against "
+    if (arena.blocks_with_grads() > 0 || arena.holds_embedding_grads())
+      t->print("  gradients of %d blocks%s live in later blocks' activation memory once it is dead (%s saved against "
                "buffers of their own; --grads-in-activations false keeps them apart)\n",
-               arena.blocks_with_grads(), format_bytes(arena.saved_bytes).c_str());
+               arena.blocks_with_grads(), arena.holds_embedding_grads() ? " and the embedding's" : "",
+               format_bytes(arena.saved_bytes).c_str());
     if (r.managed_total > 0)
       t->print("  managed memory (Unified Memory): %s reserved (%s), of which the plan keeps %s on the device at "
                "once (counted in the need above); the rest lives in host memory between uses\n",

@@ -251,6 +251,8 @@ int64_t model_num_params(const ModelConfig& cfg) {
   return s.offset.back() + s.size.back();
 }
 
+bool model_embedding_grads_last(const ModelConfig& cfg) { return !cfg.tied_embeddings; }
+
 ParamSegments model_segments(const ModelConfig& cfg) {
   // The last model each thread asked about, remembered: the automatic plan's search asks for the same model's
   // segments tens of thousands of times (each candidate's inventory), and the layout builds a name per parameter.

@@ -310,6 +310,10 @@ int model_ffn(const ModelConfig& cfg);
 std::vector<ParamInfo> model_param_layout(const ModelConfig& cfg);
 int64_t model_num_params(const ModelConfig& cfg);
 ParamSegments model_segments(const ModelConfig& cfg);
+// Whether segment 0's gradients (the token embedding's, and the GPT's positions') are written by the backward's last
+// operation alone, the embedding's backward: where the LM head has a matrix of its own. Then they may live in the
+// dead activations of every block (Note [gradients in dead activations] in plan/schedule.h).
+bool model_embedding_grads_last(const ModelConfig& cfg);
 // The tensors of a block's activations in the given parts (names without the "h.<l>." prefix), in forward order.
 std::vector<TensorRequest> model_block_activations(const ModelConfig& cfg, int batch, DType compute,
                                                    unsigned parts = kPartAll);

@@ -944,47 +944,50 @@ ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int b
       static_cast<int>(plan.layers.size()) != L)
     return none;
   ActivationArena a = none;
-  // The resident, unmanaged sets in block order; end[l]: where the last of them at or before block l ends.
-  std::vector<int64_t> end(static_cast<size_t>(L), 0), grad(static_cast<size_t>(L), 0);
+  // Items in packing order from the top: blocks L - 1 .. 0, then the embedding (k = 0, block -1) where it may come
+  // in. end[k]: where the last resident, unmanaged set at or before the item's block ends (the embedding: 0);
+  // grad[k]: its gradients' bytes. Item k of block l is k = l + 1.
   const ParamSegments segs = model_segments(cfg);
+  const DType md = master_dtype_for(compute);
+  std::vector<int64_t> end(static_cast<size_t>(L) + 1, 0), grad(static_cast<size_t>(L) + 1, 0);
+  std::vector<bool> in(static_cast<size_t>(L) + 1, false);
   int64_t sets = 0;
   for (int l = 0; l < L; ++l) {
-    const size_t k = static_cast<size_t>(l);
+    const size_t k = static_cast<size_t>(l) + 1;
     if (plan.activation(l) == ActPlacement::kResident && !plan.managed_block(l)) {
-      a.set_at[k] = sets;
+      a.set_at[k - 1] = sets;
       sets += static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, batch, compute, plan.held_parts(l))));
     }
     end[k] = sets;
-    grad[k] = static_cast<int64_t>(device_alloc_bytes({segs.size[k + 1]}, master_dtype_for(compute)));
+    grad[k] = static_cast<int64_t>(device_alloc_bytes({segs.size[k]}, md));
+    in[k] = !plan.grads_streamed(l);
   }
   if (sets == 0) return none;
-  std::vector<bool> in(static_cast<size_t>(L));
-  for (int l = 0; l < L; ++l) in[static_cast<size_t>(l)] = !plan.grads_streamed(l);
+  grad[0] = static_cast<int64_t>(device_alloc_bytes({segs.size[0]}, md));
+  in[0] = model_embedding_grads_last(cfg);
   // Pack the segments downwards from the top; drop those that lie wholly above the sets, and pack again.
   int64_t top = sets;
   for (bool dropped = true; dropped;) {
     top = sets;
     int64_t above = 0;
-    for (int l = L - 1; l >= 0; --l)
-      if (in[static_cast<size_t>(l)]) {
-        above += grad[static_cast<size_t>(l)];
-        top = std::max(top, end[static_cast<size_t>(l)] + above);
+    for (size_t k = in.size(); k-- > 0;)
+      if (in[k]) {
+        above += grad[k];
+        top = std::max(top, end[k] + above);
       }
     dropped = false;
     above = 0;
-    for (int l = L - 1; l >= 0; --l) {
-      const size_t k = static_cast<size_t>(l);
+    for (size_t k = in.size(); k-- > 0;) {
       if (!in[k]) continue;
       above += grad[k];
       if (top - above >= sets) in[k] = false, dropped = true;
     }
   }
   int64_t above = 0, apart = sets;
-  for (int l = L - 1; l >= 0; --l) {
-    const size_t k = static_cast<size_t>(l);
+  for (size_t k = in.size(); k-- > 0;) {
     if (!in[k]) continue;
     above += grad[k];
-    a.grads_at[k] = top - above;
+    (k == 0 ? a.embedding_grads_at : a.grads_at[k - 1]) = top - above;
     apart += grad[k];
   }
   if (above == 0) return none;

@@ -226,7 +226,9 @@ struct Schedule {
 // packed downwards from the arena's top, so that block l's lie wholly above the end of the last resident set at or
 // before l (which its backward still reads): top = max(sets' bytes, max over l of E(l) + G(>= l)), E(l) that end,
 // G(>= l) the bytes of the segments from l up. A segment that would lie wholly above the sets gains nothing there
-// and keeps a buffer of its own (and the packing is redone without it). Where a block's gradients are larger than
+// and keeps a buffer of its own (and the packing is redone without it). The embedding's gradients, where nothing but
+// the backward's last operation writes them (an untied LM head: model_embedding_grads_last), come below block 0's:
+// every set is dead by then. Where a block's gradients are larger than
 // its activations (a big model at a small batch: the Llama-3-8B slice at B 2 has 832 MiB of gradients a block against
 // 512 MiB of activations) they spread over several dead sets; where they are smaller they fall into the next one.
 // It holds for the device optimizer with gradients neither streamed nor managed (the CPU optimizer's copies of the
@@ -240,9 +242,11 @@ struct ActivationArena {
   int64_t bytes = 0;               // the arena's size; 0: none (every set and gradient segment apart)
   std::vector<int64_t> set_at;     // [block] its activation set's byte offset in the arena, or -1
   std::vector<int64_t> grads_at;   // [block] its gradient segment's byte offset in the arena, or -1
+  int64_t embedding_grads_at = -1;  // segment 0's gradients' byte offset in the arena, or -1
   int64_t saved_bytes = 0;         // what the sets and those segments apart would take beyond `bytes`
   bool holds_grads(int l) const { return l >= 0 && static_cast<size_t>(l) < grads_at.size() && grads_at[static_cast<size_t>(l)] >= 0; }
   bool holds_set(int l) const { return l >= 0 && static_cast<size_t>(l) < set_at.size() && set_at[static_cast<size_t>(l)] >= 0; }
+  bool holds_embedding_grads() const { return embedding_grads_at >= 0; }
   int blocks_with_grads() const;
 };
 ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int batch, DType compute);

@@ -434,10 +434,15 @@ TEST(Trainer, GradientsInDeadActivationsChangeNoBit) {
     std::string plan;
     int aliased;  // segments kept among the sets
     int batch = 4, seq = 32;
-  } cases[] = {{"in-core", 7}, {"in-core-selective", 7}, {mix, 7}, {"offload-params", 0}, {"in-core", 3, 1, 8}};
+    bool llama = false;  // a Llama with an untied head: the embedding's gradients among the sets too
+  } cases[] = {{"in-core", 7},         {"in-core-selective", 7}, {mix, 7}, {"offload-params", 0},
+               {"in-core", 3, 1, 8},   {"in-core", 7, 4, 32, true}};
   for (const auto& c : cases) {
-    SCOPED_TRACE(c.plan + " batch " + std::to_string(c.batch));
+    SCOPED_TRACE(c.plan + " batch " + std::to_string(c.batch) + (c.llama ? " llama" : ""));
     TrainConfig on = small_config(data);
+    if (c.llama)
+      on.model = ModelConfig{.family = "llama", .vocab = 256, .layers = 8, .dim = 32, .heads = 4, .seq = 32,
+                             .kv_heads = 2, .ffn = 48, .tied_embeddings = false, .rope_theta = 10000};
     on.model.layers = 8;
     on.batch = c.batch;
     on.model.seq = c.seq;
@@ -453,6 +458,7 @@ TEST(Trainer, GradientsInDeadActivationsChangeNoBit) {
     const ActivationArena arena = activation_arena(plan, on.model, on.batch, DType::kF32);
     const int aliased = arena.blocks_with_grads();
     const int64_t bytes = arena.saved_bytes;
+    EXPECT_EQ(arena.holds_embedding_grads(), c.llama);
     if (c.batch == 1) {  // block 0's gradients reach past block 1's set
       const int64_t g = static_cast<int64_t>(device_alloc_bytes({model_segments(on.model).size[1]}, DType::kF32));
       EXPECT_GT(arena.grads_at[0] + g, arena.set_at[2]);

@@ -303,8 +303,24 @@ int expect_arena_invariants(const Plan& plan, const ModelConfig& cfg, int batch,
     grad[k] = static_cast<int64_t>(device_alloc_bytes({segs.size[k + 1]}, master_dtype_for(compute)));
     if (a.holds_grads(l)) EXPECT_FALSE(plan.grads_streamed(l)) << l;
   }
+  // The embedding's gradients (item -1, after every block's backward: any dead set will do), only where the backward's
+  // last operation alone writes them.
+  if (a.holds_embedding_grads()) EXPECT_TRUE(model_embedding_grads_last(cfg));
   int64_t least = sets, above = 0;
-  for (int l = L - 1; l >= 0; --l) {
+  for (int l = L - 1; l >= -1; --l) {
+    if (l == -1) {
+      if (!a.holds_embedding_grads()) continue;
+      const int64_t e = static_cast<int64_t>(device_alloc_bytes({segs.size[0]}, master_dtype_for(compute)));
+      EXPECT_GE(a.embedding_grads_at, 0);
+      EXPECT_LT(a.embedding_grads_at, sets);
+      for (int j = 0; j < L; ++j)
+        if (a.holds_grads(j))
+          EXPECT_TRUE(a.grads_at[static_cast<size_t>(j)] >= a.embedding_grads_at + e) << "block " << j;
+      above += e;
+      least = std::max(least, above);
+      apart += e;
+      continue;
+    }
     const size_t k = static_cast<size_t>(l);
     if (!a.holds_grads(l)) continue;
     const int64_t at = a.grads_at[k];
@@ -323,7 +339,7 @@ int expect_arena_invariants(const Plan& plan, const ModelConfig& cfg, int batch,
   EXPECT_EQ(a.bytes, least);
   EXPECT_EQ(a.saved_bytes, sets + apart - a.bytes);
   EXPECT_GT(a.saved_bytes, 0);
-  return a.blocks_with_grads();
+  return a.blocks_with_grads() + (a.holds_embedding_grads() ? 1 : 0);
 }
 
 TEST(ActivationArena, GradientsLieInDeadSetsOnly) {
@@ -350,27 +366,43 @@ TEST(ActivationArena, GradientsLieInDeadSetsOnly) {
 }
 
 // The Llama-3-8B slice of issue 45 (L8 d4096, 32 heads over 8, SwiGLU 14336, T 2048, B 2, bf16): a block's gradients
-// (f32) are larger than its activations, so they spread over several dead sets. The first five blocks' gradients
-// fit below the top that block 0's set and they need (set + 5 segments); the last three's would lie above every set
-// and keep buffers of their own. Saved: the sets and five segments apart, less that top.
+// (f32) are larger than its activations, so they spread over several dead sets. Untied (as Llama 3 8B), the
+// embedding's gradients (V x d f32) come first, at the bottom, then blocks 0-2's, up to a top (e + 3 g) above the
+// sets; the other blocks' would lie above every set and keep buffers of their own. Saved: the sets' bytes. Tied, the
+// head writes the embedding's gradients before any set is dead: blocks 0-4 from the end of block 0's set.
 TEST(ActivationArena, LargeGradientsSpreadOverSeveralSets) {
-  const ModelConfig cfg{.family = "llama", .vocab = 128256, .layers = 8, .dim = 4096, .heads = 32, .seq = 2048,
-                        .kv_heads = 8, .ffn = 14336, .tied_embeddings = false, .rope_theta = 500000};
+  ModelConfig cfg{.family = "llama", .vocab = 128256, .layers = 8, .dim = 4096, .heads = 32, .seq = 2048,
+                  .kv_heads = 8, .ffn = 14336, .tied_embeddings = false, .rope_theta = 500000};
   const Plan plan = Plan::resolve("in-core", 8, 2).value();
   const ActivationArena a = activation_arena(plan, cfg, 2, DType::kBF16);
   const int64_t set = static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, 2, DType::kBF16, plan.held_parts(0))));
-  const int64_t g = static_cast<int64_t>(device_alloc_bytes({model_segments(cfg).size[1]}, DType::kF32));
+  const ParamSegments segs = model_segments(cfg);
+  const int64_t g = static_cast<int64_t>(device_alloc_bytes({segs.size[1]}, DType::kF32));
+  const int64_t e = static_cast<int64_t>(device_alloc_bytes({segs.size[0]}, DType::kF32));
   ASSERT_GT(g, set);
-  ASSERT_LT(set + 5 * g, 8 * set + g);  // (the packing's arithmetic below holds for these sizes)
-  EXPECT_EQ(a.blocks_with_grads(), 5);
-  for (int l = 0; l < 5; ++l) EXPECT_EQ(a.grads_at[static_cast<size_t>(l)], set + l * g) << l;
-  for (int l = 5; l < 8; ++l) EXPECT_FALSE(a.holds_grads(l)) << l;
-  EXPECT_EQ(a.bytes, set + 5 * g);
-  EXPECT_EQ(a.saved_bytes, 8 * set + 5 * g - (set + 5 * g));
-  // Block 1's gradients cross from block 2's set into block 3's.
-  EXPECT_LT(a.grads_at[1], a.set_at[3]);
-  EXPECT_GT(a.grads_at[1] + g, a.set_at[3]);
+  ASSERT_GE(e + 3 * g, 8 * set);  // (the packing's arithmetic below holds for these sizes)
+  ASSERT_LT(e + 2 * g, 8 * set);
+  EXPECT_TRUE(a.holds_embedding_grads());
+  EXPECT_EQ(a.embedding_grads_at, 0);
+  EXPECT_EQ(a.blocks_with_grads(), 3);
+  for (int l = 0; l < 3; ++l) EXPECT_EQ(a.grads_at[static_cast<size_t>(l)], e + l * g) << l;
+  for (int l = 3; l < 8; ++l) EXPECT_FALSE(a.holds_grads(l)) << l;
+  EXPECT_EQ(a.bytes, e + 3 * g);
+  EXPECT_EQ(a.saved_bytes, 8 * set);
+  // Block 0's gradients cross from block 3's set into block 4's.
+  EXPECT_LT(a.grads_at[0], a.set_at[4]);
+  EXPECT_GT(a.grads_at[0] + g, a.set_at[4]);
   expect_arena_invariants(plan, cfg, 2, DType::kBF16);
+  cfg.tied_embeddings = true;
+  const ActivationArena tied = activation_arena(plan, cfg, 2, DType::kBF16);
+  ASSERT_LT(set + 5 * g, 8 * set + g);
+  EXPECT_FALSE(tied.holds_embedding_grads());
+  EXPECT_EQ(tied.blocks_with_grads(), 5);
+  for (int l = 0; l < 5; ++l) EXPECT_EQ(tied.grads_at[static_cast<size_t>(l)], set + l * g) << l;
+  EXPECT_EQ(tied.bytes, set + 5 * g);
+  EXPECT_EQ(tied.saved_bytes, 8 * set + 5 * g - (set + 5 * g));
+  expect_arena_invariants(plan, cfg, 2, DType::kBF16);
+  cfg.tied_embeddings = false;
   // Off, or with the CPU optimizer: no arena.
   Plan off = plan;
   off.grads_in_activations = false;
