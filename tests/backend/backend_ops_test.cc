@@ -786,6 +786,17 @@ std::vector<float> to_float(const std::vector<uint16_t>& v) {
   return f;
 }
 
+// A case's name for the traces, and its random qkv [B, T, C + 2 KV hs] and dout [B, T, C] (seeds `seed`, seed + 1).
+std::string case_name(const AttentionCase& c) {
+  return "B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " KV " +
+         std::to_string(c.kv());
+}
+std::pair<std::vector<uint16_t>, std::vector<uint16_t>> attention_inputs(const AttentionCase& c, uint64_t seed) {
+  const size_t cq = static_cast<size_t>(c.C) + 2 * static_cast<size_t>(c.kv()) * (c.C / c.H);
+  return {random_bf16(static_cast<size_t>(c.B) * c.T * cq, seed),
+          random_bf16(static_cast<size_t>(c.B) * c.T * c.C, seed + 1)};
+}
+
 // cuDNN against our tensor-core kernels at the shapes the trainer runs (head size 64 and 128; grouped-query: 32 query
 // heads over 8, Llama-3.2-1B's): out and dqkv within bf16 tolerances, lse (fp32 on both sides) to 1e-4.
 TEST(AttentionCudnn, MatchesOurKernels) {
@@ -795,11 +806,8 @@ TEST(AttentionCudnn, MatchesOurKernels) {
   std::unique_ptr<Backend> ours = testing::make_cuda_backend(int64_t(2) << 30);
   for (const AttentionCase& c : {AttentionCase{2, 1024, 768, 12}, AttentionCase{1, 2048, 512, 4},
                                  AttentionCase{2, 1024, 2048, 32, 8}}) {
-    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " KV " +
-                 std::to_string(c.kv()));
-    const size_t cq = static_cast<size_t>(c.C) + 2 * static_cast<size_t>(c.kv()) * (c.C / c.H);
-    const auto qkv = random_bf16(static_cast<size_t>(c.B) * c.T * cq, 7);
-    const auto dout = random_bf16(static_cast<size_t>(c.B) * c.T * c.C, 8);
+    SCOPED_TRACE(case_name(c));
+    const auto [qkv, dout] = attention_inputs(c, 7);
     const int64_t before = counter(*cudnn_be, "cudnn_attention_backward");
     const AttentionRun want = run_bf16_attention(*ours, c.B, c.T, c.C, c.H, qkv, dout, 1, c.kv());
     const AttentionRun got = run_bf16_attention(*cudnn_be, c.B, c.T, c.C, c.H, qkv, dout, 1, c.kv());
@@ -847,11 +855,8 @@ TEST(AttentionCudnn, NonDeterministicBackwardMatchesOurKernels) {
   EXPECT_NE(fast->describe().find("non-deterministic backward"), std::string::npos) << fast->describe();
   for (const AttentionCase& c : {AttentionCase{2, 1024, 768, 12}, AttentionCase{1, 2048, 512, 4},
                                  AttentionCase{4, 1024, 2048, 32, 8}}) {
-    SCOPED_TRACE("B " + std::to_string(c.B) + " T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " KV " +
-                 std::to_string(c.kv()));
-    const size_t cq = static_cast<size_t>(c.C) + 2 * static_cast<size_t>(c.kv()) * (c.C / c.H);
-    const auto qkv = random_bf16(static_cast<size_t>(c.B) * c.T * cq, 11);
-    const auto dout = random_bf16(static_cast<size_t>(c.B) * c.T * c.C, 12);
+    SCOPED_TRACE(case_name(c));
+    const auto [qkv, dout] = attention_inputs(c, 11);
     const int64_t before = counter(*fast, "cudnn_attention_backward");
     const AttentionRun want = run_bf16_attention(*ours, c.B, c.T, c.C, c.H, qkv, dout, 1, c.kv());
     const AttentionRun same = run_bf16_attention(*det, c.B, c.T, c.C, c.H, qkv, dout, 1, c.kv());
