@@ -102,8 +102,9 @@ Status choose_device_optimizer_segments(const TrainConfig& cfg, int64_t usable, 
 // HPC users size a job on a login node, which has no GPU: `tiertrain train --backend cuda --dry-run` there (a build
 // with the CUDA backend) counts what the run would take on a GPU, as on one: bf16 compute, the same inventory and the
 // backend's reserve (cuBLAS workspace, scratch, and cuDNN's attention workspace where this machine's cuDNN loads,
-// else none: said so), against --device-budget where one is given (the card's memory less what the CUDA context
-// takes: a run's automatic budget leaves kAutoBudgetHeadroomBytes free), else against nothing (exit 0, said so).
+// else none; the dry run prints what it counted), against --device-budget where one is given (the card's memory less
+// what the CUDA context takes: a run's automatic budget leaves kAutoBudgetHeadroomBytes free), else against nothing
+// (exit 0, said so).
 // Without --dry-run the backend is refused as before.
 Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   RunSpec r;
