@@ -827,10 +827,8 @@ TEST(AttentionCudnn, BackwardIsBitIdenticalOverRuns) {
   if (!cudnn_be) GTEST_SKIP() << "no cuDNN";
   int64_t calls = 0;
   for (const AttentionCase& c : {AttentionCase{16, 1024, 768, 12}, AttentionCase{4, 1024, 2048, 32, 8}}) {
-    SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " KV " + std::to_string(c.kv()));
-    const size_t cq = static_cast<size_t>(c.C) + 2 * static_cast<size_t>(c.kv()) * (c.C / c.H);
-    const auto qkv = random_bf16(static_cast<size_t>(c.B) * c.T * cq, 9);
-    const auto dout = random_bf16(static_cast<size_t>(c.B) * c.T * c.C, 10);
+    SCOPED_TRACE(case_name(c));
+    const auto [qkv, dout] = attention_inputs(c, 9);
     const AttentionRun r = run_bf16_attention(*cudnn_be, c.B, c.T, c.C, c.H, qkv, dout, 5, c.kv());
     calls += 5;
     EXPECT_EQ(counter(*cudnn_be, "cudnn_attention_backward"), calls);
