@@ -50,6 +50,9 @@ struct AdamWArgs {
   float weight_decay = 0.0f;
   int64_t step = 1;        // 1-based, for bias correction
   float grad_clip = 0.0f;  // > 0: gradients are scaled by min(1, clip / (sqrt(grad_norm_sq) + 1e-6))
+  // Note [master in two halves] (core/bf16.h): the f32 master is param (its low halves, 16 bits each in a bf16
+  // tensor) with copy_out (its high halves, the bf16 compute copy), read and written as one.
+  bool split_master = false;
   // The pieces of the tensor with and without weight decay, in element order, so that one call updates several
   // parameters laid out one after the other (a segment's: exec/optimizer.h): piece i covers the elements
   // [piece_end[i - 1], piece_end[i]) (piece_end[-1] = 0) and decays by weight_decay iff bit i of decay_bits is set.
@@ -257,8 +260,10 @@ class Backend {
   // per-segment sums of squares: the same bits however the segments were produced).
   virtual void sum_in_order(const Tensor& out, const Tensor& parts) = 0;
   // One AdamW step on a parameter tensor (or on several laid out one after the other: args.pieces); grad_norm_sq[0]
-  // (device) feeds the clipping factor. copy_out, when not empty, receives the new parameters converted to its dtype
-  // in the same pass, rounded as convert() rounds (the bf16 compute copy, without a second pass over the master).
+  // (device) feeds the clipping factor. copy_out, when not empty, receives the new parameters in its dtype in the same
+  // pass (the bf16 compute copy, without a second pass over the master): f32 as they are, bf16 their high halves
+  // (nearest, ties away from zero: Note [master in two halves] in core/bf16.h). With args.split_master, param and
+  // copy_out are the master's two halves.
   virtual void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                             const Tensor& grad_norm_sq, const AdamWArgs& args, const Tensor& copy_out) = 0;
 };

@@ -343,10 +343,19 @@ int64_t sum_squares(const Tensor& out, const Tensor& x) {
 
 int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq,
               const AdamWArgs& args, const Tensor& copy_out) {
-  elementwise("adamw_update", param, grad);
-  elementwise("adamw_update", param, m, v);
-  TT_CHECK(grad_norm_sq.numel() >= 1 && grad_norm_sq.dtype() == param.dtype(),
-           "adamw_update: grad_norm_sq %s must hold one %s", s(grad_norm_sq).c_str(), dtype_name(param.dtype()));
+  if (args.split_master) {  // Note [master in two halves]: two bf16 halves of an f32 master
+    TT_CHECK(param.dtype() == DType::kBF16 && copy_out.dtype() == DType::kBF16 && param.shape() == copy_out.shape(),
+             "adamw_update: a master in two halves needs bf16 param and copy_out of one shape, got %s and %s",
+             s(param).c_str(), s(copy_out).c_str());
+    TT_CHECK(grad.shape() == param.shape(), "adamw_update: grad %s and param %s differ", s(grad).c_str(),
+             s(param).c_str());
+    elementwise("adamw_update", grad, m, v);
+  } else {
+    elementwise("adamw_update", param, grad);
+    elementwise("adamw_update", param, m, v);
+  }
+  TT_CHECK(grad_norm_sq.numel() >= 1 && grad_norm_sq.dtype() == grad.dtype(),
+           "adamw_update: grad_norm_sq %s must hold one %s", s(grad_norm_sq).c_str(), dtype_name(grad.dtype()));
   TT_CHECK(copy_out.raw() == nullptr || copy_out.numel() == param.numel(),
            "adamw_update: copy_out %s and param %s differ in size", s(copy_out).c_str(), s(param).c_str());
   TT_CHECK(args.pieces >= 0 && args.pieces <= AdamWArgs::kMaxPieces, "adamw_update: %d pieces", args.pieces);

@@ -159,7 +159,12 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   // Note [optimizer split] (plan/schedule.h): the device segments' master and moments, the first elements of the
   // model's layout.
   const int64_t on_device = cpu ? segs.offset[static_cast<size_t>(plan.device_optimizer_segments)] : P;
-  if (on_device > 0) state("params", {on_device}, md, TC::kParam);
+  if (spec.master_in_halves()) {  // Note [master in two halves] in core/bf16.h: its high halves are the compute copy
+    TT_CHECK(rings.params.size() == 0, "a master in two halves needs the compute copy in one buffer");
+    state("params.low", {P}, DType::kBF16, TC::kParam);
+  } else if (on_device > 0) {
+    state("params", {on_device}, md, TC::kParam);
+  }
   if (rings.params.size() > 0) {
     for (int s = 0; s < S; ++s)
       if (!(s >= 1 && s <= L && plan.params_streamed(s - 1)))
@@ -443,7 +448,7 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
   const ParamSegments segs = model_segments(cfg);
   ModelTensors t;
   // Parameters' compute copies and gradients per segment.
-  master_ = dev("params");
+  master_ = spec_.master_in_halves() ? dev("params.low") : dev("params");
   compute_flat_ = dev("params.compute");
   const Tensor flat = compute_flat_.raw() ? compute_flat_ : master_;
   for (int i = 0; i < rings_.params.slots; ++i) param_slots_.push_back(dev("params.slot" + std::to_string(i)));
@@ -538,6 +543,7 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
   // The optimizer's state.
   OptimizerBuffers ob;
   ob.master = master_;
+  ob.master_in_halves = spec_.master_in_halves();
   ob.m = dev(plan.cpu_optimizer() ? "adam.m.device" : "adam.m");
   ob.v = dev(plan.cpu_optimizer() ? "adam.v.device" : "adam.v");
   ob.norm_sq = dev("adam.grad_norm_sq");
@@ -706,6 +712,18 @@ void Executor::gather_param_shares(const Tensor& segment, Stream& stream) {
 
 Status Executor::upload_params(const void* host) {
   const ModelTensors& t = model_->tensors();
+  if (spec_.master_in_halves()) {  // Note [master in two halves]: split here, both halves up
+    const float* whole = static_cast<const float*>(host);
+    std::vector<uint16_t> high(static_cast<size_t>(master_.numel())), low(high.size());
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < high.size(); ++i) {
+      high[i] = bf16_high(whole[i]);
+      low[i] = bf16_low(whole[i], high[i]);
+    }
+    be_.copy_h2d(compute_flat_, high.data(), be_.compute_stream());
+    be_.copy_h2d(master_, low.data(), be_.compute_stream());
+    return be_.compute_stream().synchronize();  // (before the halves' host buffers go)
+  }
   if (!opt_->on_cpu()) {
     be_.copy_h2d(master_, host, be_.compute_stream());
     if (compute_flat_.raw()) be_.convert(compute_flat_, master_);
@@ -724,7 +742,7 @@ Status Executor::upload_params(const void* host) {
     std::vector<uint16_t> bf16;
     if (spec_.compute == DType::kBF16) {
       bf16.resize(static_cast<size_t>(model_->num_params()));
-      for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = float_to_bf16(whole[i]);
+      for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = bf16_high(whole[i]);
     }
     for (int s = 0; s < model_->num_segments(); ++s) {
       const size_t off = static_cast<size_t>(segments_.offset[static_cast<size_t>(s)]);
@@ -769,6 +787,16 @@ Status Executor::upload_compute_copies() {
 }
 
 Status Executor::download_params(void* host) {
+  if (spec_.master_in_halves()) {  // Note [master in two halves]: both halves down, joined here
+    std::vector<uint16_t> high(static_cast<size_t>(master_.numel())), low(high.size());
+    be_.copy_d2h(high.data(), compute_flat_, be_.compute_stream());
+    be_.copy_d2h(low.data(), master_, be_.compute_stream());
+    TT_TRY(be_.compute_stream().synchronize());
+    float* whole = static_cast<float*>(host);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < high.size(); ++i) whole[i] = bf16_join(high[i], low[i]);
+    return Status::ok();
+  }
   if (!opt_->on_cpu()) {
     be_.copy_d2h(host, master_, be_.compute_stream());
     return be_.compute_stream().synchronize();

@@ -53,6 +53,7 @@ struct ExecSpec {
 
   // What compile_schedule needs of it (the model's default LM chunk when lm_chunk_rows is 0).
   ScheduleSpec schedule_spec() const;
+  bool master_in_halves() const { return plan.master_in_halves(compute); }  // Note [master in two halves]
 
   // What the model and the plan require of each other, before anything is built: the plan's layers, the CPU
   // optimizer's f32 master, what needs the CPU optimizer, at least two slots per ring, swapped blocks that agree on
@@ -204,7 +205,9 @@ class Executor : public ModelHooks {
   std::unique_ptr<memory::DevicePool> managed_pool_;
   std::map<std::string, Tensor> by_name_;
   std::map<std::string, void*> host_by_name_;
-  Tensor master_, compute_flat_;                // device master (device optimizer); the one compute buffer, if any
+  // The device master (device optimizer): f32, or its low halves beside compute_flat_ (Note [master in two
+  // halves]); the one compute buffer, if any.
+  Tensor master_, compute_flat_;
   std::vector<Tensor> swap_slots_, param_slots_, grad_slots_;
   std::vector<void*> swap_host_;                // [layer] host copy of a swapped block's activations
   Tensor input_next_;

@@ -170,6 +170,7 @@ void Optimizer::device_update(int segment) {
     args.weight_decay = hyper_.weight_decay;
     args.step = step_ + 1;
     args.grad_clip = hyper_.grad_clip;
+    args.split_master = buf_.master_in_halves;
     const Shape shape{c.numel};
     const int64_t in_seg = c.offset - segs_.offset[static_cast<size_t>(c.segment)];
     be_.adamw_update(buf_.master.view(c.offset, shape),
@@ -199,7 +200,7 @@ Status Optimizer::master_written() {
   if (st.bf16 != nullptr) {
     const int64_t n = model_.num_params();
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
+    for (int64_t i = 0; i < n; ++i) st.bf16[i] = bf16_high(st.master[i]);
   }
   return master_to_device();
 }
@@ -239,7 +240,7 @@ void Optimizer::compute_copy(int segment, void* out) const {
   }
   uint16_t* b = static_cast<uint16_t*>(out);
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) b[i] = float_to_bf16(master[i]);
+  for (int64_t i = 0; i < n; ++i) b[i] = bf16_high(master[i]);
 }
 
 void Optimizer::grads_out(int segment, int ring_slot) {
@@ -424,7 +425,7 @@ Status Optimizer::upload_master(const float* whole) {
   else std::memcpy(st.master, whole, static_cast<size_t>(n) * sizeof(float));
   if (st.bf16 != nullptr) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) st.bf16[i] = float_to_bf16(st.master[i]);
+    for (int64_t i = 0; i < n; ++i) st.bf16[i] = bf16_high(st.master[i]);
   }
   return master_to_device();
 }

@@ -83,7 +83,8 @@ struct HostAdamState {
 
 // Where the optimizer's state lives, allocated by the executor from its inventory.
 struct OptimizerBuffers {
-  Tensor master;          // device: the flat master (device optimizer)
+  Tensor master;          // device: the flat master (device optimizer), or its low halves:
+  bool master_in_halves = false;  // Note [master in two halves] in core/bf16.h (`compute` the high halves)
   Tensor compute;         // device: the flat compute copy the device update writes in its pass (bf16), else empty
   Tensor m, v;            // device moments (device optimizer)
   Tensor norm_sq, parts;  // device: the squared norm and its per-segment parts

@@ -39,15 +39,9 @@ struct Simd {
     if (stream) _mm512_stream_ps(p, x);
     else _mm512_storeu_ps(p, x);
   }
-  // x rounded to bf16 (nearest even, NaN kept quiet: core/bf16.h), kWidth of them at out.
+  // x's high halves (Note [master in two halves] in core/bf16.h: nearest, ties away), kWidth of them at out.
   static void store_bf16(uint16_t* out, F x, bool stream) {
-    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000),
-                  round = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, round), _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
-    const __m512i h = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
+    const __m512i h = _mm512_srli_epi32(_mm512_add_epi32(_mm512_castps_si512(x), _mm512_set1_epi32(0x8000)), 16);
     if (stream) _mm256_stream_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(h));
     else _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(h));
   }
@@ -68,14 +62,8 @@ struct Simd {
     if (stream) _mm256_stream_ps(p, x);
     else _mm256_storeu_ps(p, x);
   }
-  static void store_bf16(uint16_t* out, F x, bool stream) {
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
-                  round = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
-    const __m256i u = _mm256_castps_si256(x);
-    const __m256i rounded = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, round), _mm256_and_si256(_mm256_srli_epi32(u, 16), one)), 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-    const __m256i h = _mm256_blendv_epi8(rounded, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), nan);
+  static void store_bf16(uint16_t* out, F x, bool stream) {  // as Simd's above, 8 of them
+    const __m256i h = _mm256_srli_epi32(_mm256_add_epi32(_mm256_castps_si256(x), _mm256_set1_epi32(0x8000)), 16);
     // packus works within 128-bit lanes: [h0-3 h0-3 h4-7 h4-7] -> qwords 0 and 2 hold h0-3 and h4-7.
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0xd8);
     if (stream) _mm_stream_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
@@ -85,8 +73,8 @@ struct Simd {
 #endif
 
 // float elements [begin, end): AVX-512 or AVX2 where the build targets them (-march=native), 16 or 8 at a time, and
-// the rest one by one; each new parameter also rounded to bf16 (nearest even, NaN kept quiet: core/bf16.h) into
-// out_bf16 when it is not null.
+// the rest one by one; each new parameter's high half (its compute copy: Note [master in two halves] in core/bf16.h)
+// into out_bf16 when it is not null.
 void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const AdamWScalars<float>& s) {
   const float *param = a.param_in, *grad = a.grad, *m = a.m_in, *v = a.v_in;
   float *param_out = a.param_out, *m_out = a.m_out, *v_out = a.v_out;
@@ -112,7 +100,7 @@ void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const Ada
     // One by one up to the boundary that gains most: the state's when it goes elsewhere, else the bf16 copy's.
     for (int k = 0; k < 16 && i < end && !(out_of_place ? state_on(i) : bf16_on(i)); ++k, ++i) {
       const float p = adamw_one(param, grad, m, v, param_out, m_out, v_out, i, s);
-      if (out_bf16) out_bf16[i] = float_to_bf16(p);
+      if (out_bf16) out_bf16[i] = bf16_high(p);
     }
     stream_state = out_of_place && state_on(i);
     stream_bf16 = bf16_on(i);
@@ -142,7 +130,7 @@ void adamw_range_f32(const AdamWArrays& a, int64_t begin, int64_t end, const Ada
 #endif
   for (; i < end; ++i) {
     const float p = adamw_one(param, grad, m, v, param_out, m_out, v_out, i, s);
-    if (out_bf16) out_bf16[i] = float_to_bf16(p);
+    if (out_bf16) out_bf16[i] = bf16_high(p);
   }
 #if defined(__AVX2__) || defined(__AVX512F__)
   // Streaming stores are weakly ordered: visible to every other thread, and to the copy engine, before this returns.

@@ -11,8 +11,9 @@
 namespace tt::host {
 
 // The float update (what the CPU backend's adamw_update<float> runs), vectorised (AVX-512 or AVX2, as built) and split over the OpenMP
-// threads, bit-identical to the scalar formula. out_bf16, when not null, receives every new parameter rounded to
-// bf16 (nearest even, as core/bf16.h): the compute copy the CPU optimizer uploads, produced in the same pass.
+// threads, bit-identical to the scalar formula. out_bf16, when not null, receives every new parameter's high half
+// (bf16, nearest with ties away: Note [master in two halves] in core/bf16.h): the compute copy the CPU optimizer
+// uploads, produced in the same pass.
 void adamw_update_f32(float* param, const float* grad, float* m, float* v, uint16_t* out_bf16, int64_t n,
                       float grad_norm_sq, float lr, float beta1, float beta2, float eps, float weight_decay,
                       int64_t step, float grad_clip);

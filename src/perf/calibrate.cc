@@ -138,8 +138,9 @@ Shapes shapes_of(const KernelCall& c) {
     case KernelOp::kSumSquares:  // out, x
       add({1}, dt), add({a}, dt);
       break;
-    case KernelOp::kAdamWUpdate:  // param, grad, m, v, norm, the bf16 copy
-      for (int i = 0; i < 4; ++i) add({a}, dt);
+    case KernelOp::kAdamWUpdate:  // param (b 2: its low halves), grad, m, v, norm, the bf16 copy (b 2: high halves)
+      add({a}, b == 2 ? DType::kBF16 : dt);
+      for (int i = 0; i < 3; ++i) add({a}, dt);
       add({1}, dt);
       if (b) add({a}, DType::kBF16);
       break;
@@ -212,6 +213,7 @@ void run(Backend& be, const KernelCall& c, const std::vector<Tensor>& t) {
       AdamWArgs args;
       args.weight_decay = 0.1f;
       args.grad_clip = 1.0f;
+      args.split_master = c.dims[1] == 2;  // Note [master in two halves]
       be.adamw_update(t[0], t[1], t[2], t[3], t[4], args, c.dims[1] ? t[5] : none);
       break;
     }

@@ -57,7 +57,9 @@ std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) 
     case OpKind::kNormTotal: r.push_back({KernelOp::kSumSquares, md, {cfg.layers + 2}}); break;
     case OpKind::kDeviceAdamW:  // Note [device update by segment] in exec/optimizer.cc
       for (int s = 0; s < cfg.layers + 2; ++s)  // every segment, or one (Note [optimizer split] in plan/schedule.h)
-        if (op.segment < 0 || op.segment == s) r.push_back({KernelOp::kAdamWUpdate, md, {seg_size(s), dt != md ? 1 : 0}});
+        if (op.segment < 0 || op.segment == s)  // dims[1]: 0 no copy, 1 a bf16 copy, 2 a master in two halves
+          r.push_back({KernelOp::kAdamWUpdate, md,
+                       {seg_size(s), spec.plan.master_in_halves(dt) ? 2 : dt != md ? 1 : 0}});
       break;
     case OpKind::kInputTake:
       r.push_back({KernelOp::kCopyD2D, DType::kI32, {2 * static_cast<int64_t>(spec.batch) * cfg.seq}});

@@ -154,6 +154,9 @@ struct Plan {
   // copies, and the device optimizer has none), or "" when it can.
   std::string host_ring_refusal() const;
   bool cpu_optimizer() const { return optimizer == OptimizerPlacement::kCpu; }
+  // Note [master in two halves] (core/bf16.h): with bf16 compute and AdamW on the device, the device's f32 master is
+  // its bf16 compute copy and a 16-bit low half ("params.low"), not a buffer of its own.
+  bool master_in_halves(DType compute) const { return compute == DType::kBF16 && !cpu_optimizer(); }
   // Segment s's AdamW runs on the host: the CPU optimizer, and s past the device segments (Note [optimizer split]).
   bool host_updates(int s) const { return cpu_optimizer() && s >= device_optimizer_segments; }
   // Why device_optimizer_segments > 0 cannot be used with this plan, or "" when it can (segments: the model's).

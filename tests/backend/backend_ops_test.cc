@@ -2,6 +2,7 @@
 // test-backend-ops idea): the same random inputs, the outputs compared with explicit tolerances. The CPU backend is
 // itself checked against finite differences (cpu_ops_gradcheck_test) and PyTorch (gpt_golden_test). Without a GPU
 // the CUDA cases skip with a message.
+#include <bit>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -982,8 +983,9 @@ TEST_P(BackendOps, CopiesAndEvents) {
 }
 
 // Note [device update by segment] in exec/optimizer.cc: one call over several parameters, with its pieces and the
-// bf16 copy written in its pass, gives the same bits as one call per parameter and a convert() after, on the backend
-// `be`.
+// bf16 copy written in its pass, gives the same bits as one call per parameter, and the copy is the new master's
+// high half (Note [master in two halves] in core/bf16.h); the same call on a master in two halves gives the same
+// master, moments and copy: on the backend `be`.
 void expect_pieces_equal_per_parameter_calls(Backend& be) {
   const std::vector<std::pair<int64_t, bool>> params = {{96, false}, {96, false}, {1000, true}, {35, false},
                                                         {2049, true}, {7, false}, {64, true}};
@@ -997,6 +999,12 @@ void expect_pieces_equal_per_parameter_calls(Backend& be) {
     m0[i] = static_cast<float>(0.1 * rng.normal());
     v0[i] = static_cast<float>(0.5 + rng.uniform());
   }
+  // Masters whose high half is a tie (their update is zero: no gradient, no moments, no decay in that piece): ties
+  // go away from zero, up for positive, down for negative.
+  for (const auto& [at, bits] : std::vector<std::pair<size_t, uint32_t>>{{100, 0x3f808000u}, {101, 0xbf818000u}}) {
+    p0[at] = std::bit_cast<float>(bits);
+    g[at] = m0[at] = v0[at] = 0.0f;
+  }
   const float norm_sq = 4.0f;  // above the clip of 1: the gradient is scaled
   auto alloc = [&](DType dt, const char* name) {
     auto t = be.pool().allocate({n}, dt, TensorClass::kWorkspace, name);
@@ -1007,13 +1015,24 @@ void expect_pieces_equal_per_parameter_calls(Backend& be) {
     std::vector<float> p, m, v;
     std::vector<uint16_t> copy;
   };
-  auto run = [&](bool one_call) {
-    Tensor tp = alloc(DType::kF32, "p"), tg = alloc(DType::kF32, "g"), tm = alloc(DType::kF32, "m"),
-           tv = alloc(DType::kF32, "v"), tc = alloc(DType::kBF16, "copy");
+  enum class Mode { kOneCall, kPerParameter, kHalves };
+  auto run = [&](Mode mode) {
+    Tensor tp = alloc(mode == Mode::kHalves ? DType::kBF16 : DType::kF32, "p"), tg = alloc(DType::kF32, "g"),
+           tm = alloc(DType::kF32, "m"), tv = alloc(DType::kF32, "v"), tc = alloc(DType::kBF16, "copy");
     auto tn = be.pool().allocate({1}, DType::kF32, TensorClass::kWorkspace, "norm");
     EXPECT_TRUE(tn.is_ok());
     Stream& st = be.compute_stream();
-    be.copy_h2d(tp, p0.data(), st);
+    std::vector<uint16_t> high(p0.size()), low(p0.size());
+    for (size_t i = 0; i < p0.size(); ++i) {
+      high[i] = bf16_high(p0[i]);
+      low[i] = bf16_low(p0[i], high[i]);
+    }
+    if (mode == Mode::kHalves) {
+      be.copy_h2d(tp, low.data(), st);
+      be.copy_h2d(tc, high.data(), st);
+    } else {
+      be.copy_h2d(tp, p0.data(), st);
+    }
     be.copy_h2d(tg, g.data(), st);
     be.copy_h2d(tm, m0.data(), st);
     be.copy_h2d(tv, v0.data(), st);
@@ -1023,10 +1042,11 @@ void expect_pieces_equal_per_parameter_calls(Backend& be) {
     a.weight_decay = 0.1f;
     a.step = 5;
     a.grad_clip = 1.0f;
-    if (one_call) {
+    if (mode != Mode::kPerParameter) {
       int64_t end = 0;
       for (const auto& [size, decay] : params) EXPECT_TRUE(a.add_piece(end += size, decay));
       EXPECT_EQ(a.pieces, 6);  // the first two merged
+      a.split_master = mode == Mode::kHalves;
       be.adamw_update(tp, tg, tm, tv, tn.value(), a, tc);
     } else {
       int64_t at = 0;
@@ -1037,26 +1057,45 @@ void expect_pieces_equal_per_parameter_calls(Backend& be) {
                         tn.value(), b, Tensor());
         at += size;
       }
-      be.convert(tc, tp);
     }
     Out o{std::vector<float>(p0.size()), std::vector<float>(p0.size()), std::vector<float>(p0.size()),
           std::vector<uint16_t>(p0.size())};
-    be.copy_d2h(o.p.data(), tp, st);
+    if (mode == Mode::kHalves) {
+      be.copy_d2h(low.data(), tp, st);
+    } else {
+      be.copy_d2h(o.p.data(), tp, st);
+    }
     be.copy_d2h(o.m.data(), tm, st);
     be.copy_d2h(o.v.data(), tv, st);
-    be.copy_d2h(o.copy.data(), tc, st);
+    if (mode != Mode::kPerParameter) be.copy_d2h(o.copy.data(), tc, st);
     EXPECT_TRUE(st.synchronize().is_ok());
     for (Tensor t : {tn.value(), tc, tv, tm, tg, tp}) be.pool().free(t);
+    if (mode == Mode::kHalves)
+      for (size_t i = 0; i < o.p.size(); ++i) o.p[i] = bf16_join(o.copy[i], low[i]);
+    if (mode == Mode::kPerParameter)
+      for (size_t i = 0; i < o.p.size(); ++i) o.copy[i] = bf16_high(o.p[i]);
     return o;
   };
-  const Out one = run(true), each = run(false);
-  EXPECT_EQ(0, std::memcmp(one.p.data(), each.p.data(), one.p.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(one.m.data(), each.m.data(), one.m.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(one.v.data(), each.v.data(), one.v.size() * sizeof(float)));
-  EXPECT_EQ(one.copy, each.copy);
+  const Out one = run(Mode::kOneCall), each = run(Mode::kPerParameter), halves = run(Mode::kHalves);
+  for (const Out* o : {&each, &halves}) {
+    SCOPED_TRACE(o == &each ? "one call a parameter" : "a master in two halves");
+    EXPECT_EQ(0, std::memcmp(one.p.data(), o->p.data(), one.p.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(one.m.data(), o->m.data(), one.m.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(one.v.data(), o->v.data(), one.v.size() * sizeof(float)));
+    EXPECT_EQ(one.copy, o->copy);
+  }
   EXPECT_NE(one.p, p0);  // the update did something
-  // The copy is the new master rounded to nearest even (core/bf16.h), as convert() rounds it.
-  for (size_t i = 0; i < one.p.size(); ++i) ASSERT_EQ(one.copy[i], float_to_bf16(one.p[i])) << i;
+  EXPECT_EQ(one.p[100], p0[100]);  // the ties were left as they were
+  EXPECT_EQ(one.copy[100], 0x3f81);
+  EXPECT_EQ(one.copy[101], 0xbf82);
+  // Where the copy is not a tie it is the master rounded to nearest even (as convert() rounds).
+  int64_t differ = 0;
+  for (size_t i = 0; i < one.p.size(); ++i) {
+    const bool tie = (std::bit_cast<uint32_t>(one.p[i]) & 0xffffu) == 0x8000u;
+    if (!tie) ASSERT_EQ(one.copy[i], float_to_bf16(one.p[i])) << i;
+    differ += one.copy[i] != float_to_bf16(one.p[i]);
+  }
+  EXPECT_GE(differ, 1);  // element 100's tie at least
 }
 
 TEST(AdamWPieces, OneCallEqualsPerParameterCallsOnCpu) {

@@ -9,6 +9,7 @@
 //   exactly the data its own forward of that pass wrote, under every plan, and a wait of the swap ring removed makes
 //   some block read another's; a model off the schedule is stopped.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/bf16.h"
 #include "core/rng.h"
 #include "exec/executor.h"
 #include "model/gpt.h"
@@ -455,6 +457,52 @@ TEST(Executor, OptimizerSplitUpdatesTheFirstSegmentsOnTheDevice) {
   EXPECT_EQ(back.device_optimizer_segments, 2);
   EXPECT_FALSE(Plan::from_json(json::parse(R"({"optimizer": "cpu", "device_optimizer_segments": 6})"), kCfg.layers, "x")
                    .is_ok());
+}
+
+// Note [master in two halves] (core/bf16.h): with bf16 compute and AdamW on the device, the master lives as the
+// compute copy and its low halves ("params.low", no f32 "params"): what goes up comes down in every bit (ties,
+// zeros of both signs, the largest float, a NaN), and the compute copy is each value's high half. (bf16 compute
+// trains on a GPU only; the CPU backend holds the tensors and copies them all the same.)
+TEST(Executor, MasterInTwoHalvesComesBackWhole) {
+  ExecSpec spec = make_spec(make_plan("in-core", OptimizerPlacement::kDevice));
+  spec.compute = DType::kBF16;
+  ASSERT_TRUE(spec.master_in_halves());
+  const Inventory inv = Executor::inventory(spec).value();
+  EXPECT_EQ(inv.find("params"), nullptr);
+  ASSERT_NE(inv.find("params.low"), nullptr);
+  EXPECT_EQ(inv.find("params.low")->dtype, DType::kBF16);
+  // Not with the CPU optimizer (its master is on the host) or with f32 compute (the master is the compute copy).
+  ExecSpec host = make_spec(make_plan("in-core", OptimizerPlacement::kCpu)), f32 = spec;
+  host.compute = DType::kBF16;
+  f32.compute = DType::kF32;
+  EXPECT_FALSE(host.master_in_halves());
+  EXPECT_FALSE(f32.master_in_halves());
+  auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
+  auto ex = std::move(Executor::create(*be, spec)).value();
+  const int64_t n = ex->num_params();
+  std::vector<float> up(static_cast<size_t>(n));
+  Rng rng(5);
+  for (float& x : up) x = static_cast<float>(rng.normal());
+  const uint32_t special[] = {0x3f808000u, 0xbf818000u, 0x80000000u, 0x00000000u, 0x7f7fffffu, 0x7fc00000u,
+                              0x00000001u, 0x3f807fffu};
+  for (size_t k = 0; k < std::size(special); ++k) up[17 * k + 3] = std::bit_cast<float>(special[k]);
+  ASSERT_TRUE(ex->upload_params(up.data()).is_ok());
+  std::vector<float> down(up.size(), 1.0f);
+  ASSERT_TRUE(ex->download_params(down.data()).is_ok());
+  EXPECT_EQ(0, std::memcmp(up.data(), down.data(), up.size() * sizeof(float)));
+  const ParamSegments& segs = ex->model().segments();
+  int64_t checked = 0;
+  for (int s = 0; s < ex->model().num_segments(); ++s) {
+    const Tensor& t = ex->model().tensors().params[static_cast<size_t>(s)];
+    ASSERT_EQ(t.dtype(), DType::kBF16);
+    std::vector<uint16_t> copy(static_cast<size_t>(t.numel()));
+    be->copy_d2h(copy.data(), t, be->compute_stream());
+    ASSERT_TRUE(be->compute_stream().synchronize().is_ok());
+    for (size_t i = 0; i < copy.size(); ++i, ++checked)
+      ASSERT_EQ(copy[i], bf16_high(up[static_cast<size_t>(segs.offset[static_cast<size_t>(s)]) + i]))
+          << "segment " << s << " element " << i;
+  }
+  EXPECT_EQ(checked, n);
 }
 
 TEST(Executor, MemoryOfTheScheduleIsWhatThePoolsMeasured) {

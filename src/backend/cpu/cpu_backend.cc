@@ -13,6 +13,7 @@
 #include <thread>
 #include <type_traits>
 #include <unistd.h>
+#include <vector>
 
 #include "backend/cpu/cpu_stream.h"
 #include "backend/cpu/kernels.h"
@@ -592,6 +593,7 @@ class CpuBackend final : public Backend {
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     const Tensor& grad_norm_sq, const AdamWArgs& args, const Tensor& copy_out) override {
     const int64_t n = shapes::adamw(param, grad, m, v, grad_norm_sq, args, copy_out);
+    if (args.split_master) return adamw_split(param, grad, m, v, grad_norm_sq, args, copy_out, n);
     // A bf16 copy of a float update is written in the update's pass (host/adamw.h); any other copy by convert().
     const bool fused_copy =
         copy_out.raw() != nullptr && param.dtype() == DType::kF32 && copy_out.dtype() == DType::kBF16;
@@ -620,6 +622,32 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Note [master in two halves] (core/bf16.h): the master joined from its halves a chunk at a time, updated by the
+  // float update (which writes the high halves), its low halves split off again.
+  void adamw_split(const Tensor& low, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq,
+                   const AdamWArgs& a, const Tensor& high, int64_t n) {
+    uint16_t *lo = static_cast<uint16_t*>(low.raw()), *hi = static_cast<uint16_t*>(high.raw());
+    float *mp = m.data<float>(), *vp = v.data<float>();
+    const float *g = grad.data<float>(), *ns = grad_norm_sq.data<float>();
+    compute_.enqueue([=] {
+      constexpr int64_t kChunk = int64_t{1} << 16;
+      std::vector<float> p(static_cast<size_t>(std::min(n, kChunk)));
+      int64_t begin = 0;
+      for (int i = 0; i < std::max(a.pieces, 1); ++i) {
+        const int64_t end = a.pieces > 0 ? a.piece_end[static_cast<size_t>(i)] : n;
+        const float wd = a.pieces == 0 || ((a.decay_bits >> i) & 1u) ? a.weight_decay : 0.0f;
+        for (int64_t c = begin; c < end; c += kChunk) {
+          const int64_t k = std::min(kChunk, end - c);
+          for (int64_t j = 0; j < k; ++j) p[static_cast<size_t>(j)] = bf16_join(hi[c + j], lo[c + j]);
+          host::adamw_update_f32(p.data(), g + c, mp + c, vp + c, hi + c, k, *ns, a.lr, a.beta1, a.beta2, a.eps, wd,
+                                 a.step, a.grad_clip);
+          for (int64_t j = 0; j < k; ++j) lo[c + j] = bf16_low(p[static_cast<size_t>(j)], hi[c + j]);
+        }
+        begin = end;
+      }
+    });
+  }
+
   static CpuStream& as_cpu(Stream& s) {
     auto* c = dynamic_cast<CpuStream*>(&s);
     TT_CHECK(c != nullptr, "the CPU backend was given a stream of another backend");

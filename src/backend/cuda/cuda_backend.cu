@@ -636,9 +636,15 @@ class CudaBackend final : public Backend {
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     const Tensor& grad_norm_sq, const AdamWArgs& a, const Tensor& copy_out) override {
     const int64_t n = shapes::adamw(param, grad, m, v, grad_norm_sq, a, copy_out);
-    require_f32(param.dtype(), "adamw_update");
-    float *p = param.data<float>(), *mp = m.data<float>(), *vp = v.data<float>();
+    require_f32(grad.dtype(), "adamw_update");
+    float *mp = m.data<float>(), *vp = v.data<float>();
     const float *g = grad.data<float>(), *ns = grad_norm_sq.data<float>();
+    if (a.split_master) {  // Note [master in two halves]
+      cuda::adamw_update_split(s(), static_cast<uint16_t*>(param.raw()), static_cast<uint16_t*>(copy_out.raw()), g,
+                               mp, vp, n, ns, a);
+      return;
+    }
+    float* p = param.data<float>();
     if (copy_out.raw() == nullptr) {
       cuda::adamw_update<bf16>(s(), p, g, mp, vp, nullptr, n, ns, a);
     } else if (copy_out.dtype() == DType::kBF16) {

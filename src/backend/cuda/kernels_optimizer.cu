@@ -76,51 +76,106 @@ __device__ __forceinline__ AdamWScalars adamw_in_piece(AdamWScalars a, const Ada
   return a;
 }
 
-// Elements first, first + stride, ... below n, one at a time; out (may be null) receives the new parameters.
+// Note [master in two halves] (core/bf16.h) on the device: the high half (nearest, ties away from zero) and the
+// master from its halves, as core/bf16.h computes them.
+__device__ __forceinline__ uint16_t high_half(float p) {
+  return static_cast<uint16_t>((__float_as_uint(p) + 0x8000u) >> 16);
+}
+__device__ __forceinline__ float join_halves(uint16_t high, uint16_t low) {
+  return __uint_as_float((static_cast<uint32_t>(high) << 16) +
+                         static_cast<uint32_t>(static_cast<int32_t>(static_cast<int16_t>(low))));
+}
+
+// Where the update reads and writes the master: an f32 array with an optional copy (f32, or bf16: the high half),
+// or the two halves (Split). load/store one element; load4/store4 four from element 4 i (aligned(): to 16 bytes of
+// f32, 8 of halves).
 template <typename O>
-__device__ __forceinline__ void adamw_elements(float* param, const float* grad, float* m, float* v, O* out,
-                                               int64_t first, int64_t stride, int64_t n, float clip,
-                                               const AdamWScalars& a, const AdamWPieces& pc) {
+struct F32Master {
+  float* param;
+  O* out;  // may be null
+  __device__ float load(int64_t i) const { return param[i]; }
+  __device__ void store(int64_t i, float p) const {
+    param[i] = p;
+    if (out != nullptr) out[i] = copy_of(p);
+  }
+  __device__ float4 load4(int64_t i) const { return reinterpret_cast<const float4*>(param)[i]; }
+  __device__ void store4(int64_t i, float4 p) const {
+    reinterpret_cast<float4*>(param)[i] = p;
+    if (out != nullptr) reinterpret_cast<Four*>(out)[i] = Four{{copy_of(p.x), copy_of(p.y), copy_of(p.z), copy_of(p.w)}};
+  }
+  static __device__ O copy_of(float p) {
+    if constexpr (std::is_same_v<O, float>) return p;
+    else return __ushort_as_bfloat16(high_half(p));
+  }
+  struct alignas(4 * sizeof(O)) Four {
+    O x[4];
+  };
+  bool aligned() const {
+    return (reinterpret_cast<uintptr_t>(param) & 15) == 0 && (reinterpret_cast<uintptr_t>(out) & (4 * sizeof(O) - 1)) == 0;
+  }
+};
+struct SplitMaster {
+  uint16_t* low;
+  uint16_t* high;
+  __device__ float load(int64_t i) const { return join_halves(high[i], low[i]); }
+  __device__ void store(int64_t i, float p) const {
+    const uint16_t h = high_half(p);
+    high[i] = h;
+    low[i] = static_cast<uint16_t>(__float_as_uint(p) - (static_cast<uint32_t>(h) << 16));
+  }
+  __device__ float4 load4(int64_t i) const {
+    const ushort4 h = reinterpret_cast<const ushort4*>(high)[i], l = reinterpret_cast<const ushort4*>(low)[i];
+    return make_float4(join_halves(h.x, l.x), join_halves(h.y, l.y), join_halves(h.z, l.z), join_halves(h.w, l.w));
+  }
+  __device__ void store4(int64_t i, float4 p) const {
+    const ushort4 h = make_ushort4(high_half(p.x), high_half(p.y), high_half(p.z), high_half(p.w));
+    const auto lo = [](float x, uint16_t hx) {
+      return static_cast<uint16_t>(__float_as_uint(x) - (static_cast<uint32_t>(hx) << 16));
+    };
+    reinterpret_cast<ushort4*>(high)[i] = h;
+    reinterpret_cast<ushort4*>(low)[i] = make_ushort4(lo(p.x, h.x), lo(p.y, h.y), lo(p.z, h.z), lo(p.w, h.w));
+  }
+  bool aligned() const { return ((reinterpret_cast<uintptr_t>(low) | reinterpret_cast<uintptr_t>(high)) & 7) == 0; }
+};
+
+// Elements first, first + stride, ... below n, one at a time.
+template <typename M>
+__device__ __forceinline__ void adamw_elements(const M& master, const float* grad, float* m, float* v, int64_t first,
+                                               int64_t stride, int64_t n, float clip, const AdamWScalars& a,
+                                               const AdamWPieces& pc) {
   int k = 0;
   for (int64_t i = first; i < n; i += stride) {
     k = adamw_piece(pc, i, k);
-    float p = param[i], mi = m[i], vi = v[i];
+    float p = master.load(i), mi = m[i], vi = v[i];
     adamw_element(p, grad[i] * clip, mi, vi, adamw_in_piece(a, pc, k));
     m[i] = mi;
     v[i] = vi;
-    param[i] = p;
-    if (out != nullptr) out[i] = st<O>(p);
+    master.store(i, p);
   }
 }
 
 // Any alignment: one element a thread a turn.
-template <typename O>
-__global__ void adamw_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
-                             float* __restrict__ v, O* __restrict__ out, int64_t n, const float* grad_norm_sq,
-                             float grad_clip, AdamWScalars a, AdamWPieces pc) {
-  adamw_elements(param, grad, m, v, out, blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x,
+template <typename M>
+__global__ void adamw_kernel(M master, const float* __restrict__ grad, float* __restrict__ m, float* __restrict__ v,
+                             int64_t n, const float* grad_norm_sq, float grad_clip, AdamWScalars a, AdamWPieces pc) {
+  adamw_elements(master, grad, m, v, blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x,
                  static_cast<int64_t>(gridDim.x) * blockDim.x, n, adamw_clip(grad_norm_sq, grad_clip), a, pc);
 }
 
-template <typename O>
-struct alignas(4 * sizeof(O)) Four {
-  O x[4];
-};
-
-// All four arrays 16-byte aligned (and out to four of its elements): four elements a thread a turn in 16-byte loads
-// and stores (the update is bound by memory: 28 bytes an element, 30 with a bf16 copy); the last n % 4 elements one
-// at a time.
-template <typename O>
-__global__ void adamw_vec4_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
-                                  float* __restrict__ v, O* __restrict__ out, int64_t n, const float* grad_norm_sq,
-                                  float grad_clip, AdamWScalars a, AdamWPieces pc) {
+// grad, m and v 16-byte aligned and the master's arrays aligned(): four elements a thread a turn in vector loads
+// and stores (the update is bound by memory: 28 bytes an element with an f32 master, 30 with its bf16 copy, 28 in
+// two halves); the last n % 4 elements one at a time.
+template <typename M>
+__global__ void adamw_vec4_kernel(M master, const float* __restrict__ grad, float* __restrict__ m,
+                                  float* __restrict__ v, int64_t n, const float* grad_norm_sq, float grad_clip,
+                                  AdamWScalars a, AdamWPieces pc) {
   const float clip = adamw_clip(grad_norm_sq, grad_clip);
   const int64_t n4 = n / 4;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int k = 0;
   for (int64_t i = first; i < n4; i += stride) {
-    float4 p = reinterpret_cast<const float4*>(param)[i];
+    float4 p = master.load4(i);
     const float4 g = reinterpret_cast<const float4*>(grad)[i];
     float4 mi = reinterpret_cast<const float4*>(m)[i];
     float4 vi = reinterpret_cast<const float4*>(v)[i];
@@ -134,10 +189,41 @@ __global__ void adamw_vec4_kernel(float* __restrict__ param, const float* __rest
     adamw_element(p.w, g.w * clip, mi.w, vi.w, adamw_in_piece(a, pc, k));
     reinterpret_cast<float4*>(m)[i] = mi;
     reinterpret_cast<float4*>(v)[i] = vi;
-    reinterpret_cast<float4*>(param)[i] = p;
-    if (out != nullptr) reinterpret_cast<Four<O>*>(out)[i] = Four<O>{{st<O>(p.x), st<O>(p.y), st<O>(p.z), st<O>(p.w)}};
+    master.store4(i, p);
   }
-  adamw_elements(param, grad, m, v, out, 4 * n4 + first, stride, n, clip, a, pc);
+  adamw_elements(master, grad, m, v, 4 * n4 + first, stride, n, clip, a, pc);
+}
+
+// The scalars and pieces of an update, then the launch of the kernel its alignment allows.
+template <typename M>
+void adamw_launch(cudaStream_t s, const M& master, const float* grad, float* m, float* v, int64_t n,
+                  const float* grad_norm_sq, const AdamWArgs& args) {
+  // Scalars exactly as the CPU backend computes them (in double, then rounded once).
+  const double beta1 = args.beta1, beta2 = args.beta2, lr = args.lr, step = static_cast<double>(args.step);
+  const double bc1 = 1.0 - std::pow(beta1, step);
+  const double bc2 = 1.0 - std::pow(beta2, step);
+  const float step_size = static_cast<float>(lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float decay = static_cast<float>(1.0 - lr * static_cast<double>(args.weight_decay));
+  const AdamWScalars a{step_size,       bc2_sqrt, decay, args.beta2, static_cast<float>(1.0 - beta1),
+                       static_cast<float>(1.0 - beta2), args.eps, args.weight_decay != 0.0f};
+  AdamWPieces pc;
+  if (args.pieces > 0) {
+    pc.count = args.pieces;
+    pc.decay_bits = args.decay_bits;
+    for (int i = 0; i < args.pieces; ++i) pc.end[i] = args.piece_end[static_cast<size_t>(i)];
+  } else {
+    pc.end[0] = n;
+  }
+  const bool aligned = ((reinterpret_cast<uintptr_t>(grad) | reinterpret_cast<uintptr_t>(m) |
+                         reinterpret_cast<uintptr_t>(v)) & 15) == 0 && master.aligned();
+  if (aligned) {
+    adamw_vec4_kernel<M><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(master, grad, m, v, n, grad_norm_sq,
+                                                                       args.grad_clip, a, pc);
+  } else {
+    adamw_kernel<M><<<blocks_for(n), kThreads, 0, s>>>(master, grad, m, v, n, grad_norm_sq, args.grad_clip, a, pc);
+  }
+  TT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -167,33 +253,12 @@ void sum_in_order(cudaStream_t s, float* out, const float* parts, int64_t n) {
 template <typename O>
 void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, float* v, O* out, int64_t n,
                   const float* grad_norm_sq, const AdamWArgs& args) {
-  // Scalars exactly as the CPU backend computes them (in double, then rounded once).
-  const double beta1 = args.beta1, beta2 = args.beta2, lr = args.lr, step = static_cast<double>(args.step);
-  const double bc1 = 1.0 - std::pow(beta1, step);
-  const double bc2 = 1.0 - std::pow(beta2, step);
-  const float step_size = static_cast<float>(lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float decay = static_cast<float>(1.0 - lr * static_cast<double>(args.weight_decay));
-  const AdamWScalars a{step_size,       bc2_sqrt, decay, args.beta2, static_cast<float>(1.0 - beta1),
-                       static_cast<float>(1.0 - beta2), args.eps, args.weight_decay != 0.0f};
-  AdamWPieces pc;
-  if (args.pieces > 0) {
-    pc.count = args.pieces;
-    pc.decay_bits = args.decay_bits;
-    for (int i = 0; i < args.pieces; ++i) pc.end[i] = args.piece_end[static_cast<size_t>(i)];
-  } else {
-    pc.end[0] = n;
-  }
-  const bool aligned = ((reinterpret_cast<uintptr_t>(param) | reinterpret_cast<uintptr_t>(grad) |
-                         reinterpret_cast<uintptr_t>(m) | reinterpret_cast<uintptr_t>(v)) & 15) == 0 &&
-                       (reinterpret_cast<uintptr_t>(out) & (4 * sizeof(O) - 1)) == 0;
-  if (aligned) {
-    adamw_vec4_kernel<O><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(param, grad, m, v, out, n, grad_norm_sq,
-                                                                       args.grad_clip, a, pc);
-  } else {
-    adamw_kernel<O><<<blocks_for(n), kThreads, 0, s>>>(param, grad, m, v, out, n, grad_norm_sq, args.grad_clip, a, pc);
-  }
-  TT_CUDA_CHECK_LAUNCH();
+  adamw_launch(s, F32Master<O>{param, out}, grad, m, v, n, grad_norm_sq, args);
+}
+
+void adamw_update_split(cudaStream_t s, uint16_t* low, uint16_t* high, const float* grad, float* m, float* v,
+                        int64_t n, const float* grad_norm_sq, const AdamWArgs& args) {
+  adamw_launch(s, SplitMaster{low, high}, grad, m, v, n, grad_norm_sq, args);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
