@@ -6,8 +6,8 @@
 #
 #   bench/llama/llama_gpu.sh OUTDIR [PARTS]      PARTS: some of "tests 1b profile attn slice" (default "tests 1b")
 #
-# tests: backend_ops_test's attention and Llama ops (grouped-query cases on our kernels and cuDNN's), the cuDNN graph
-#        tests, trainer_test's Llama and cuDNN runs.
+# tests: backend_ops_test's attention and Llama ops (grouped-query cases on our kernels and cuDNN's) and AdamW (a master
+#        in two halves), the cuDNN graph tests, trainer_test's Llama and cuDNN runs.
 # 1b:    the Llama-3.2-1B shape (d2048 L16, 32 heads over 8 KV heads, SwiGLU 8192, V 128256, tied), T 2048, B 4.
 # profile: tiertrain's op-by-op profile of the 1b run (--profile), and PyTorch's compiled run's top kernels.
 # attn:  the attention's share of the 1b step on cuDNN and on our kernels, grouped-query and multi-head.
@@ -68,6 +68,7 @@ status=0
 if has tests; then
   tt_gpu_build "$OUT" tiertrain backend_ops_test cudnn_test trainer_test || exit 1
   ops="Dtypes/BackendOps.Attention*:Dtypes/BackendOps.LlamaOps*:Dtypes/BackendOps.RmsNorm*:Dtypes/BackendOps.LayerNorm*"
+  ops+=":Dtypes/BackendOps.Optimizer*:AdamWPieces.*"  # the update of a master in two halves (core/bf16.h)
   for spec in "backend_ops_test:$ops:AttentionCudnn.*" "cudnn_test:*" \
     "trainer_test:TrainerCuda.Llama*:TrainerCuda.Cudnn*:TrainerCuda.MatchesCpu*:TrainerCuda.Accumulation*:TrainerCuda.CpuOptimizer*"; do
     exe=${spec%%:*}
