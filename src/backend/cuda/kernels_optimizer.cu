@@ -87,8 +87,8 @@ __device__ __forceinline__ float join_halves(uint16_t high, uint16_t low) {
 }
 
 // Where the update reads and writes the master: an f32 array with an optional copy (f32, or bf16: the high half),
-// or the two halves (Split). load/store one element; load4/store4 four from element 4 i (aligned(): to 16 bytes of
-// f32, 8 of halves).
+// or the two halves (SplitMaster). load/store one element; load4/store4 four from element 4 i (aligned(): to 16
+// bytes of f32, 8 of halves).
 template <typename O>
 struct F32Master {
   float* param;
@@ -101,7 +101,8 @@ struct F32Master {
   __device__ float4 load4(int64_t i) const { return reinterpret_cast<const float4*>(param)[i]; }
   __device__ void store4(int64_t i, float4 p) const {
     reinterpret_cast<float4*>(param)[i] = p;
-    if (out != nullptr) reinterpret_cast<Four*>(out)[i] = Four{{copy_of(p.x), copy_of(p.y), copy_of(p.z), copy_of(p.w)}};
+    if (out != nullptr)
+      reinterpret_cast<Four*>(out)[i] = Four{{copy_of(p.x), copy_of(p.y), copy_of(p.z), copy_of(p.w)}};
   }
   static __device__ O copy_of(float p) {
     if constexpr (std::is_same_v<O, float>) return p;
@@ -111,7 +112,8 @@ struct F32Master {
     O x[4];
   };
   bool aligned() const {
-    return (reinterpret_cast<uintptr_t>(param) & 15) == 0 && (reinterpret_cast<uintptr_t>(out) & (4 * sizeof(O) - 1)) == 0;
+    return (reinterpret_cast<uintptr_t>(param) & 15) == 0 &&
+           (reinterpret_cast<uintptr_t>(out) & (4 * sizeof(O) - 1)) == 0;
   }
 };
 struct SplitMaster {
