@@ -941,9 +941,11 @@ Result<TrainSummary> Trainer::run() {
   print("%s\n", dataset_.describe().c_str());
   const std::string accum =
       cfg_.grad_accum > 1 ? str_format(" = %d micro-batches of %d", cfg_.grad_accum, cfg_.batch) : std::string();
-  print("model: %s, %lld parameters, %s compute (%s master), plan %s | batch %lld%s (%lld tokens/step) | %s\n",
+  // (Note [master in two halves] in core/bf16.h: say so where the master is the compute copy and a low half.)
+  print("model: %s, %lld parameters, %s compute (%s master%s), plan %s | batch %lld%s (%lld tokens/step) | %s\n",
         cfg_.model.describe().c_str(), static_cast<long long>(model_num_params(cfg_.model)), dtype_name(ex_->model().dtype()),
-        dtype_name(ex_->model().master_dtype()), cfg_.plan.c_str(), static_cast<long long>(B), accum.c_str(),
+        dtype_name(ex_->model().master_dtype()), spec_.exec.master_in_halves() ? " in two halves" : "",
+        cfg_.plan.c_str(), static_cast<long long>(B), accum.c_str(),
         static_cast<long long>(B * T), backend_->describe().c_str());
   print("optimizer: AdamW, lr %.3g%s, %lld warm-up steps, cosine to %.3g at step %lld\n", cfg_.lr,
         cfg_.lr_auto ? " (for this width; --lr sets it)" : "", static_cast<long long>(cfg_.warmup),
