@@ -23,7 +23,8 @@
 #        CPUOffloadOptimizer, DeepSpeed's ZeRO-Offload "deepspeed-zero-offload" (wheels: bench/llama/fetch_wheels.sh);
 #        each compiled, fp32 weights and AdamW state, clip 1.0).
 # rows:  issue 46: Llama-2-7B's shape with AdamW on the host, and the 8B at T 8192 with the automatic plan.
-# h200:  issue 46's H200 row: the 8B with AdamW on the device (the fastest fitting plan, if any), on the host, split.
+# h200:  issue 46's H200 row: the 8B with AdamW on the device (the fastest fitting plan, if any; TT_H200_PLAN names
+#        it instead), on the host, split (TT_H200_SPLITS: the --device-optimizer-segments values, "plan auto").
 # predict1b: issue 45's held-out check of the performance model: its prediction (tiertrain plan, in-core) of the 1b
 #        and slice shapes' steps, each beside the measured median of a run.
 # jsonl: issue 46: a 1B Llama fine-tuned on JSON Lines (bench/llama/make_finetune_data.py) with AdamW on the device,
@@ -383,11 +384,14 @@ if has h200; then
   command -v g++ c++ ninja | tr '\n' ' '; echo
   rows=in-core/device,in-core-selective/device,recompute/device,swap-activations/device
   rows+=,swap-attention-recompute-mlp/device,swap-attention-recompute-mlp-norms/device,in-core/cpu,recompute/cpu
-  best=""
-  # (TT_H200_FALLBACK=0: micro-batches of 2 only.)
+  best=${TT_H200_PLAN:-}
+  # (TT_H200_FALLBACK=0: micro-batches of 2 only. TT_H200_PLAN: the all-device run's plan at micro-batches of 2,
+  # without the performance model's search.)
   fallback="1 $(( ${TT_H200_ACCUM:-16} * 2 ))"
   [ "${TT_H200_FALLBACK:-1}" = 0 ] && fallback=""
+  [ -n "$best" ] && { bd=2 gd=${TT_H200_ACCUM:-16}; }
   for mb in "2 ${TT_H200_ACCUM:-16}" ${fallback:+"$fallback"}; do
+    [ -n "$best" ] && break
     read -r b g <<< "$mb"
     timeout 300 "$TT" plan "${m0[@]}" --batch "$b" --grad-accum "$g" --plans "$rows" > "$OUT/plan_h200_b$b.txt" 2>&1 ||
       status=1
@@ -407,7 +411,8 @@ if has h200; then
     grep -vE '^\[tiertrain' "$OUT/tiertrain_h200_$n.log" | grep -E '^plan|^AdamW of|^host buffers|^done|rror' | cut -c1-300
   }
   if [ -n "$best" ]; then h2run "device_$best" --batch "$bd" --grad-accum "$gd" --plan "$best" --optimizer device; fi
-  for k in plan auto; do h2run "cpu_s$k" --batch 2 --grad-accum "${TT_H200_ACCUM:-16}" --plan in-core --optimizer cpu \
+  for k in ${TT_H200_SPLITS:-plan auto}; do
+    h2run "cpu_s$k" --batch 2 --grad-accum "${TT_H200_ACCUM:-16}" --plan in-core --optimizer cpu \
     --device-optimizer-segments "$k"; done
   pack
 fi
