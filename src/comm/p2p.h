@@ -94,6 +94,7 @@ struct P2pOp {
   size_t moved = 0;
   void* bound = nullptr;
   int64_t handle = 0;
+  bool help = false;  // shm: the sender helps with its single copy (Note [both sides copy] in comm/shm_p2p.cc)
   void finish(Status s = Status::ok()) {
     status = std::move(s);
     done = true;

@@ -210,13 +210,23 @@ struct alignas(64) Mailbox {
   // or refused) once taken[n % kTakenSlots] == n (one writer, the receiver).
   static constexpr size_t kTakenSlots = 64;
   std::atomic<uint64_t> taken[kTakenSlots];
+  // Note [both sides copy] (comm/shm_p2p.cc): the single copy the receiver is making now, in chunks either side
+  // claims. `claim`: the message's mark (high 24 bits) and the next byte to claim; the receiver writes dst, failed
+  // and done before it stores claim (release).
+  std::atomic<uint64_t> claim;
+  char pad2[64 - sizeof(std::atomic<uint64_t>)];
+  std::atomic<uint64_t> done;    // bytes copied (or given up on), either side
+  std::atomic<uint64_t> failed;  // 1 once the sender's part of a copy failed
+  std::atomic<uint64_t> dst;     // where the bytes go, in the receiver
+  char pad3[64 - 3 * sizeof(std::atomic<uint64_t>)];
   char ring[kRingBytes];
 };
-static_assert(sizeof(Mailbox) == kRingBytes + 128 + 8 * Mailbox::kTakenSlots);
+static_assert(sizeof(Mailbox) == kRingBytes + 128 + 8 * Mailbox::kTakenSlots + 128);
 // Point-to-point over the mailboxes of `maps` (every rank's segment, mapped here; mailboxes at mail_offset).
-// cma_bytes: Note [point-to-point single copy] from this many bytes (0: never).
+// cma_bytes: Note [point-to-point single copy] from this many bytes (0: never); shared_bytes: Note [both sides
+// copy] from this many bytes (0: never).
 std::unique_ptr<P2pTransport> make_shm_p2p(int rank, int size, std::vector<void*> maps, size_t mail_offset,
-                                           size_t cma_bytes);
+                                           size_t cma_bytes, size_t shared_bytes);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
 
 // Note [arrival tree]
@@ -337,7 +347,7 @@ class ShmComm final : public Communicator {
   std::chrono::milliseconds timeout() const override { return opt_.common.timeout; }
   // Note [point-to-point rings].
   std::unique_ptr<P2pTransport> make_p2p_transport() override {
-    return make_shm_p2p(rank_, size_, maps_, mail_offset(), p2p_cma_bytes_);
+    return make_shm_p2p(rank_, size_, maps_, mail_offset(), p2p_cma_bytes_, opt_.p2p_shared_bytes);
   }
   bool peer_gave_up() const override {
     for (int q = 0; q < size_; ++q)

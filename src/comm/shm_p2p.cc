@@ -36,7 +36,28 @@ static_assert(sizeof(Frame) == 16);
 // posting a window of receives, each taking its copy as it is posted, would stash the later messages, one copy more
 // each.) One copy instead of two through a 64 KiB ring that both sides take turns at, as Open MPI's shared-memory
 // transport does (docs/benchmarks/2026-12-06-cpu-p2p-single-copy/).
+//
+// Note [both sides copy]
+// One process_vm_readv is bound by the page walks of one core (13.9 GB/s for 2 MiB from 4 KiB pages on the 2-core
+// VM), while the sender of a single copy usually waits for it (a blocking Send, a Wait on its Isends) with a core of
+// its own. From ShmOptions::p2p_shared_bytes (1 MiB), where the sender's frame says it will help (kHelped), the
+// receiver shares the copy: it writes where the bytes go into the mailbox, then stores `claim`, the message's mark (from its number: high 24 bits) and the next byte (low 40:
+// 0), with release. Each side then claims chunks of kSharedChunk bytes by compare-and-swap on `claim` (the receiver
+// reading its chunk with process_vm_readv, the sender writing its with process_vm_writev, straight between the two
+// buffers) and adds each chunk's bytes to `done` once copied. The receive is done, and the message taken (so the
+// send too), once `done` is the message's bytes: every chunk either side claimed has been copied.
+// - The compare-and-swap is on the whole word, so a claim never lands in another message's copy: the receiver moves
+//   to its next copy only after `done` counted every claimed chunk, and the marks tell messages apart (at most kSlots
+//   of a pair are in flight). The sender takes the count from its own send, never from the mailbox.
+// - The sender claims only while two chunks or more are left, so that the receiver, done with its own, seldom waits
+//   for a chunk the sender took late. It offers help (and looks for its message's mark while the message waits to
+//   be taken) only where no receive of its own was waiting when it sent: in a Sendrecv both cores are busy with
+//   their own receives, and there chunks only cost calls (bidirectional 2 MiB 0.9x of one read a message on the VM).
+// - A sender that does not help (busy elsewhere) leaves every chunk to the receiver, as before; a failed write of the
+//   sender's marks `failed`, and the receive fails with it.
+// Shared, the same 2 MiB copy ran at 30.7 GB/s (a C probe of this protocol, the two processes on their own cores).
 constexpr int32_t kRemote = 1 << 16;
+constexpr int32_t kHelped = 1 << 17;  // with kRemote: the sender will help with the copy (Note [both sides copy])
 struct Remote {
   uint64_t addr;
   uint64_t number;
@@ -44,6 +65,11 @@ struct Remote {
 static_assert(sizeof(Remote) == 16);
 constexpr auto kStashAfter = std::chrono::milliseconds(2);
 constexpr uint64_t kSlots = Mailbox::kTakenSlots;
+// Note [both sides copy]: chunks either side claims; the claim word's mark and byte fields.
+constexpr uint64_t kSharedChunk = 256 << 10;
+constexpr int kClaimShift = 40;
+constexpr uint64_t kClaimBytes = (uint64_t{1} << kClaimShift) - 1;
+uint64_t claim_mark(uint64_t n) { return ((n & 0x7fffffu) | 0x800000u) << kClaimShift; }  // never 0
 
 constexpr uint64_t kMask = kRingBytes - 1;
 static_assert((kRingBytes & kMask) == 0, "a power of two");
@@ -75,8 +101,9 @@ std::string type_name(int32_t type) {
 
 class ShmP2p final : public P2pTransport {
  public:
-  ShmP2p(int rank, int size, std::vector<void*> maps, size_t mail_offset, size_t cma_bytes)
+  ShmP2p(int rank, int size, std::vector<void*> maps, size_t mail_offset, size_t cma_bytes, size_t shared_bytes)
       : rank_(rank), size_(size), maps_(std::move(maps)), mail_offset_(mail_offset), cma_bytes_(cma_bytes),
+        shared_bytes_(shared_bytes),
         in_(static_cast<size_t>(size)), remote_sent_(static_cast<size_t>(size), 0) {}
 
   int size() const override { return size_; }
@@ -101,6 +128,10 @@ class ShmP2p final : public P2pTransport {
       if (!cleared) {
         blocked.assign(static_cast<size_t>(size_), false);
         cleared = true;
+        // Note [both sides copy]: a single copy's sender helps with it only where it received nothing when it sent.
+        helping_ = shared_bytes_ > 0 && std::none_of(ops.begin(), ops.end(), [](const P2pOp* o) {
+                     return o->kind == P2pOp::kRecv && !o->done;
+                   });
       }
       if (blocked[static_cast<size_t>(op->peer)]) continue;
       moved |= push(*op);
@@ -155,7 +186,7 @@ class ShmP2p final : public P2pTransport {
     P2pOp* claimed = nullptr;  // a receive that takes it once complete
     std::string error;         // a single copy that failed: the receive that takes it fails with this
     // Note [point-to-point single copy]: the bytes are still at the sender's (until complete), here.
-    bool remote = false;
+    bool remote = false, helped = false;
     uint64_t addr = 0, number = 0;
     std::chrono::steady_clock::time_point since{};
   };
@@ -178,9 +209,9 @@ class ShmP2p final : public P2pTransport {
   // frame and where its bytes are; then whether the receiver has taken them).
   bool push(P2pOp& op) {
     Mailbox* m = mailbox(op.peer, rank_);
-    if (op.handle != 0) {  // a single copy, waiting for the receiver
+    if (op.handle != 0) {  // a single copy, waiting for the receiver (Note [both sides copy]: helping it)
       const uint64_t n = static_cast<uint64_t>(op.handle);
-      if (m->taken[n % kSlots].load(std::memory_order_acquire) < n) return false;
+      if (m->taken[n % kSlots].load(std::memory_order_acquire) < n) return op.help && help_copy(m, op, n);
       op.moved = op.bytes;
       op.finish();
       return true;
@@ -195,13 +226,15 @@ class ShmP2p final : public P2pTransport {
       // (Its slot free: the message kSlots before it taken.)
       if (number > kSlots && m->taken[number % kSlots].load(std::memory_order_acquire) < number - kSlots) return false;
       remote_sent_[static_cast<size_t>(op.peer)] = number;
-      const Frame f{op.bytes, op.tag, op.type | kRemote};
+      const bool helps = helping_ && op.bytes >= shared_bytes_;  // Note [both sides copy]
+      const Frame f{op.bytes, op.tag, op.type | kRemote | (helps ? kHelped : 0)};
       const Remote at{reinterpret_cast<uint64_t>(op.send), number};
       ring_put(m, head, &f, sizeof(f));
       ring_put(m, head + sizeof(f), &at, sizeof(at));
       m->head.store(head + sizeof(f) + sizeof(at), std::memory_order_release);
       op.started = true;
       op.handle = static_cast<int64_t>(number);
+      op.help = helps;
       return true;
     }
     if (!op.started) {
@@ -267,7 +300,7 @@ class ShmP2p final : public P2pTransport {
         moved = true;
       }
       if (s->remote && !s->complete) {  // Note [point-to-point single copy]: from the sender's memory, now
-        take_remote(*op, s->source, s->tag, s->type, s->bytes, s->addr, s->number);
+        take_remote(*op, s->source, s->tag, s->type, s->bytes, s->addr, s->number, s->helped);
         --remote_waiting_;
         op->bound = nullptr;
         stash_.remove_if([s](const Stashed& c) { return &c == s; });
@@ -310,12 +343,12 @@ class ShmP2p final : public P2pTransport {
         ring_get(m, tail, &in.frame, sizeof(Frame));
         tail += sizeof(Frame);
         // Note [point-to-point single copy]: where the bytes are (written with the frame, before head moved).
-        const bool remote = (in.frame.type & kRemote) != 0;
+        const bool remote = (in.frame.type & kRemote) != 0, helped = (in.frame.type & kHelped) != 0;
         Remote at{};
         if (remote) {
           ring_get(m, tail, &at, sizeof(at));
           tail += sizeof(at);
-          in.frame.type &= ~kRemote;
+          in.frame.type &= ~(kRemote | kHelped);
         }
         in.in_frame = true;
         in.got = 0;
@@ -352,9 +385,10 @@ class ShmP2p final : public P2pTransport {
         if (remote) {  // Note [point-to-point single copy]: copied now, or when a receive claims it
           if (in.to != nullptr) {
             in.to->handle = 0;
-            take_remote(*in.to, source, f.tag, f.type, f.bytes, at.addr, at.number);
+            take_remote(*in.to, source, f.tag, f.type, f.bytes, at.addr, at.number, helped);
           } else if (in.stash != nullptr) {
             in.stash->remote = true;
+            in.stash->helped = helped;
             in.stash->addr = at.addr;
             in.stash->number = at.number;
             in.stash->since = std::chrono::steady_clock::now();
@@ -410,17 +444,88 @@ class ShmP2p final : public P2pTransport {
     }
     return "";
   }
+  // Note [both sides copy]: the next chunk of the copy marked `mark` in m ([at, at + len)), claimed; false when none
+  // is left (the sender: when fewer than two chunks are) or the mailbox holds another copy.
+  static bool claim_chunk(Mailbox* m, uint64_t mark, uint64_t bytes, uint64_t* at, uint64_t* len, bool sender) {
+    const uint64_t leave = sender ? 2 * kSharedChunk : 1;
+    uint64_t c = m->claim.load(std::memory_order_acquire);
+    for (;;) {
+      if ((c & ~kClaimBytes) != mark || (c & kClaimBytes) + leave > bytes) return false;
+      const uint64_t take = std::min(kSharedChunk, bytes - (c & kClaimBytes));
+      if (m->claim.compare_exchange_weak(c, c + take, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        *at = c & kClaimBytes;
+        *len = take;
+        return true;
+      }
+    }
+  }
+  // The sender's part: chunks of its single copy n to op.peer that the receiver shares, written with
+  // process_vm_writev; whether any was.
+  bool help_copy(Mailbox* m, const P2pOp& op, uint64_t n) const {
+    const uint64_t mark = claim_mark(n);
+    if ((m->claim.load(std::memory_order_acquire) & ~kClaimBytes) != mark) return false;
+    // dst was stored before the claim this acquire saw; if the receiver has moved on to its next copy since (and
+    // stored that one's dst), no claim below succeeds: message n is wholly claimed, and the count is this send's own.
+    const uint64_t dst = m->dst.load(std::memory_order_relaxed), bytes = op.bytes;
+    bool moved = false;
+    uint64_t at = 0, len = 0;
+    while (claim_chunk(m, mark, bytes, &at, &len, /*sender=*/true)) {
+      for (uint64_t put = 0; put < len;) {
+        iovec local{const_cast<char*>(static_cast<const char*>(op.send)) + at + put, static_cast<size_t>(len - put)};
+        iovec remote{reinterpret_cast<void*>(dst + at + put), static_cast<size_t>(len - put)};
+        const ssize_t w = process_vm_writev(static_cast<pid_t>(hdr(op.peer)->pid), &local, 1, &remote, 1, 0);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+          m->failed.store(1, std::memory_order_relaxed);
+          break;
+        }
+        put += static_cast<uint64_t>(w);
+      }
+      m->done.fetch_add(len, std::memory_order_release);
+      moved = true;
+    }
+    return moved;
+  }
+  // The receiver's part: shares the copy of single copy n from source (bytes at addr there) into dst, copies the
+  // chunks it claims, and waits for those the sender claimed; "" or why not.
+  std::string read_shared(int source, uint64_t addr, uint64_t bytes, int tag, char* dst, uint64_t n) const {
+    Mailbox* m = mailbox(rank_, source);
+    const uint64_t mark = claim_mark(n);
+    m->dst.store(reinterpret_cast<uint64_t>(dst), std::memory_order_relaxed);
+    m->failed.store(0, std::memory_order_relaxed);
+    m->done.store(0, std::memory_order_relaxed);
+    m->claim.store(mark, std::memory_order_release);
+    std::string error;
+    uint64_t at = 0, len = 0;
+    while (claim_chunk(m, mark, bytes, &at, &len, /*sender=*/false)) {
+      std::string e = read_remote(source, addr + at, len, tag, dst + at);
+      if (!e.empty() && error.empty()) error = std::move(e);
+      m->done.fetch_add(len, std::memory_order_release);
+    }
+    for (int spins = 0; m->done.load(std::memory_order_acquire) < bytes; ++spins) {  // the sender's last chunk
+      if (spins < 4096) cpu_relax();
+      else sched_yield();  // (the sender may share this core)
+    }
+    if (m->failed.load(std::memory_order_relaxed) != 0 && error.empty())
+      error = str_format("the sender's part of the single copy of a message of %llu bytes from rank %d (tag %d) "
+                         "failed (TIERTRAIN_COMM_P2P_SHARED_BYTES=0 leaves the copies to the receiver)",
+                         static_cast<unsigned long long>(bytes), source, tag);
+    return error;
+  }
   // The sender's single copy number n from source is taken.
   void taken(int source, uint64_t n) { mailbox(rank_, source)->taken[n % kSlots].store(n, std::memory_order_release); }
   // A receive takes a single copy: straight into its buffer (or refused), and the sender told.
-  void take_remote(P2pOp& op, int source, int tag, int32_t type, uint64_t bytes, uint64_t addr, uint64_t n) {
+  void take_remote(P2pOp& op, int source, int tag, int32_t type, uint64_t bytes, uint64_t addr, uint64_t n,
+                   bool helped) {
     const std::string no = refusal(op, source, tag, bytes, type);
     if (!no.empty()) {
       op.finish(Status(StatusCode::kInvalidArgument, no));
     } else {
       if (op.grow != nullptr) op.grow->resize(static_cast<size_t>(bytes));
       char* dst = op.grow != nullptr ? op.grow->data() : static_cast<char*>(op.recv);
-      const std::string error = read_remote(source, addr, bytes, tag, dst);
+      const bool shared = helped && bytes <= kClaimBytes;
+      const std::string error = shared ? read_shared(source, addr, bytes, tag, dst, n)
+                                       : read_remote(source, addr, bytes, tag, dst);
       if (error.empty()) {
         finish_info(op, source, tag, bytes);
         op.finish();
@@ -434,7 +539,9 @@ class ShmP2p final : public P2pTransport {
   const int rank_, size_;
   std::vector<void*> maps_;
   const size_t mail_offset_;
-  const size_t cma_bytes_;  // Note [point-to-point single copy]: from this many bytes (0: never)
+  const size_t cma_bytes_;     // Note [point-to-point single copy]: from this many bytes (0: never)
+  const size_t shared_bytes_;  // Note [both sides copy]: from this many bytes (0: never)
+  bool helping_ = false;       // this pass's sends help with their copies (no receive of this rank's is waiting)
   std::vector<Incoming> in_;
   std::vector<uint64_t> remote_sent_;  // single-copy messages sent to each rank so far
   int64_t remote_waiting_ = 0;         // stashed single copies whose bytes are still at their senders'
@@ -476,8 +583,8 @@ class ShmP2p final : public P2pTransport {
 }  // namespace
 
 std::unique_ptr<P2pTransport> make_shm_p2p(int rank, int size, std::vector<void*> maps, size_t mail_offset,
-                                           size_t cma_bytes) {
-  return std::make_unique<ShmP2p>(rank, size, std::move(maps), mail_offset, cma_bytes);
+                                           size_t cma_bytes, size_t shared_bytes) {
+  return std::make_unique<ShmP2p>(rank, size, std::move(maps), mail_offset, cma_bytes, shared_bytes);
 }
 
 }  // namespace shm_detail
