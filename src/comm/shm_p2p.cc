@@ -41,10 +41,11 @@ static_assert(sizeof(Frame) == 16);
 // One process_vm_readv is bound by the page walks of one core (13.9 GB/s for 2 MiB from 4 KiB pages on the 2-core
 // VM), while the sender of a single copy usually waits for it (a blocking Send, a Wait on its Isends) with a core of
 // its own. From ShmOptions::p2p_shared_bytes (1 MiB), where the sender's frame says it will help (kHelped), the
-// receiver shares the copy: it writes where the bytes go into the mailbox, then stores `claim`, the message's mark (from its number: high 24 bits) and the next byte (low 40:
-// 0), with release. Each side then claims chunks of kSharedChunk bytes by compare-and-swap on `claim` (the receiver
-// reading its chunk with process_vm_readv, the sender writing its with process_vm_writev, straight between the two
-// buffers) and adds each chunk's bytes to `done` once copied. The receive is done, and the message taken (so the
+// receiver shares the copy: it writes where the bytes go into the mailbox, then stores `claim`, the message's mark
+// (from its number: high 24 bits) and the next byte (low 40: 0), with release. Each side then claims chunks of
+// kSharedChunk bytes by compare-and-swap on `claim` (the receiver reading its chunk with process_vm_readv, the sender
+// writing its with process_vm_writev, straight between the two buffers) and adds each chunk's bytes to `done` once
+// copied. The receive is done, and the message taken (so the
 // send too), once `done` is the message's bytes: every chunk either side claimed has been copied.
 // - The compare-and-swap is on the whole word, so a claim never lands in another message's copy: the receiver moves
 //   to its next copy only after `done` counted every claimed chunk, and the marks tell messages apart (at most kSlots
@@ -54,7 +55,8 @@ static_assert(sizeof(Frame) == 16);
 //   be taken) only where no receive of its own was waiting when it sent: in a Sendrecv both cores are busy with
 //   their own receives, and there chunks only cost calls (bidirectional 2 MiB 0.9x of one read a message on the VM).
 // - A sender that does not help (busy elsewhere) leaves every chunk to the receiver, as before; a failed write of the
-//   sender's marks `failed`, and the receive fails with it.
+//   sender's marks `failed`, and the receive fails with it; a sender that dies holding a chunk fails it too (the
+//   receiver, waiting for that chunk, looks at its peer as a receive's deadline does).
 // Shared, the same 2 MiB copy ran at 30.7 GB/s (a C probe of this protocol, the two processes on their own cores).
 constexpr int32_t kRemote = 1 << 16;
 constexpr int32_t kHelped = 1 << 17;  // with kRemote: the sender will help with the copy (Note [both sides copy])
@@ -488,7 +490,7 @@ class ShmP2p final : public P2pTransport {
   }
   // The receiver's part: shares the copy of single copy n from source (bytes at addr there) into dst, copies the
   // chunks it claims, and waits for those the sender claimed; "" or why not.
-  std::string read_shared(int source, uint64_t addr, uint64_t bytes, int tag, char* dst, uint64_t n) const {
+  std::string read_shared(int source, uint64_t addr, uint64_t bytes, int tag, char* dst, uint64_t n) {
     Mailbox* m = mailbox(rank_, source);
     const uint64_t mark = claim_mark(n);
     m->dst.store(reinterpret_cast<uint64_t>(dst), std::memory_order_relaxed);
@@ -503,8 +505,15 @@ class ShmP2p final : public P2pTransport {
       m->done.fetch_add(len, std::memory_order_release);
     }
     for (int spins = 0; m->done.load(std::memory_order_acquire) < bytes; ++spins) {  // the sender's last chunk
-      if (spins < 4096) cpu_relax();
-      else sched_yield();  // (the sender may share this core)
+      if (spins < 4096) {
+        cpu_relax();
+        continue;
+      }
+      sched_yield();  // (the sender may share this core)
+      if (spins % 4096 != 0) continue;
+      if (std::string why = peer_trouble(source); !why.empty())
+        return str_format("the single copy of a message of %llu bytes from rank %d (tag %d) stopped: %s",
+                          static_cast<unsigned long long>(bytes), source, tag, why.c_str());
     }
     if (m->failed.load(std::memory_order_relaxed) != 0 && error.empty())
       error = str_format("the sender's part of the single copy of a message of %llu bytes from rank %d (tag %d) "
