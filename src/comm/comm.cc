@@ -391,8 +391,11 @@ Status shm_options_from_env(ShmOptions* shm) {
   TT_TRY(env_setting("TIERTRAIN_COMM_CMA_HUGE_BYTES", 0, kMax, "bytes, 0 (never) or more", &shm->cma_huge_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_P2P_CMA_BYTES", 0, kMax, "bytes, 0 (never) or more", &shm->p2p_cma_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_P2P_SHARED_BYTES", 0, kMax, "bytes, 0 (never) or more", &shm->p2p_shared_bytes));
-  TT_TRY(env_setting("TIERTRAIN_COMM_CMA_EXCHANGE_BYTES", 0, kMax, "bytes, 0 (never) or more",
-                     &shm->cma_exchange_bytes));
+  if (env::is_set("TIERTRAIN_COMM_CMA_EXCHANGE_BYTES")) {  // unset: ShmOptions::kExchangeAuto
+    shm->cma_exchange_bytes = 0;
+    TT_TRY(env_setting("TIERTRAIN_COMM_CMA_EXCHANGE_BYTES", 0, kMax, "bytes, 0 (never) or more",
+                       &shm->cma_exchange_bytes));
+  }
   TT_TRY(env_setting("TIERTRAIN_COMM_REDUCE_SPAN", 0, kMax, "bytes, 0 (no bound) or more", &shm->reduce_span));
   // (A round is never below kMinReduceRound, 64 KiB a rank, in comm/shm_internal.h: a smaller span is a mistake.)
   TT_RETURN_IF(shm->reduce_span > 0 && shm->reduce_span < (size_t(64) << 10), kInvalidArgument,

@@ -21,7 +21,7 @@ void ShmComm::probe_single_copy() {
   }
   hdr(rank_)->cma_bytes.store(opt_.cma_bytes, std::memory_order_release);
   hdr(rank_)->p2p_cma_bytes.store(opt_.p2p_cma_bytes, std::memory_order_release);
-  hdr(rank_)->cma_exchange_bytes.store(opt_.cma_exchange_bytes, std::memory_order_release);
+  hdr(rank_)->cma_exchange_bytes.store(opt_.exchange_bytes(size_), std::memory_order_release);
 }
 
 Status ShmComm::cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool write) {

@@ -1346,6 +1346,21 @@ void expect_collectives_right(int ranks, const std::string& env, const std::stri
   EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << what << "\n" << j.output;
 }
 
+// Note [single-copy exchanges]: unset, the threshold is 1 MiB below 16 ranks and 256 KiB from 16; a value given
+// (TIERTRAIN_COMM_CMA_EXCHANGE_BYTES, 0 included) holds at any size.
+TEST(CommShm, ExchangeThresholdByWorldSize) {
+  comm::ShmOptions o;
+  EXPECT_EQ(o.exchange_bytes(2), size_t{1} << 20);
+  EXPECT_EQ(o.exchange_bytes(15), size_t{1} << 20);
+  EXPECT_EQ(o.exchange_bytes(16), size_t{256} << 10);
+  EXPECT_EQ(o.exchange_bytes(64), size_t{256} << 10);
+  o.cma_exchange_bytes = 0;
+  EXPECT_EQ(o.exchange_bytes(16), 0u);
+  o.cma_exchange_bytes = 4096;
+  EXPECT_EQ(o.exchange_bytes(2), 4096u);
+  EXPECT_EQ(o.exchange_bytes(16), 4096u);
+}
+
 // Note [split] over shared memory: 4 and 5 ranks (groups of 2 and 2, 3 and 2).
 TEST(CommShm, SplitGroupsRanksByColorAndKey) {
   for (int ranks : {4, 5}) {
