@@ -42,9 +42,10 @@ struct ShmOptions {
   // Single copies of at least this many bytes are made by both ranks at once where the sender has no receive of its
   // own waiting: the receiver publishes where the bytes go, and it and the sender (while it waits for its send) each
   // claim chunks of 256 KiB, read or written straight between the two buffers (TIERTRAIN_COMM_P2P_SHARED_BYTES; 0:
-  // never; this rank's sends offer it, the receiver follows). The default, 1 MiB:
-  // on the 2-core VM a 2 MiB copy ran at 13.9 GB/s by the receiver alone and 30.7 GB/s shared (a C probe, the two
-  // processes on their own cores). Note [both sides copy] in comm/shm_p2p.cc.
+  // never; this rank's sends offer it, the receiver follows). The default, 1 MiB: on the 2-core VM a 2 MiB copy ran
+  // at 13.9 GB/s by the receiver alone and 30.7 GB/s shared (a C probe), and on the H100 host a window of 2 MiB sends
+  // took 7.2 ms shared against 15.7 alone (docs/benchmarks/2026-12-07-h100host-both-sides/); below 1 MiB not
+  // measured. Note [both sides copy] in comm/shm_p2p.cc.
   size_t p2p_shared_bytes = 1 << 20;
   // Allgather and alltoall blocks of at least this many bytes: each rank copies every peer's block straight out of
   // that peer's buffer, one copy a block, where the ranks may attach to each other (TIERTRAIN_COMM_CMA_EXCHANGE_BYTES;
