@@ -42,11 +42,12 @@ struct ShmOptions {
   // Single copies of at least this many bytes are made by both ranks at once where the sender has no receive of its
   // own waiting: the receiver publishes where the bytes go, and it and the sender (while it waits for its send) each
   // claim chunks of 256 KiB, read or written straight between the two buffers (TIERTRAIN_COMM_P2P_SHARED_BYTES; 0:
-  // never; this rank's sends offer it, the receiver follows). The default, 1 MiB: on the 2-core VM a 2 MiB copy ran
-  // at 13.9 GB/s by the receiver alone and 30.7 GB/s shared (a C probe), and on the H100 host a window of 2 MiB sends
-  // took 7.2 ms shared against 15.7 alone (docs/benchmarks/2026-12-07-h100host-both-sides/); below 1 MiB not
-  // measured. Note [both sides copy] in comm/shm_p2p.cc.
-  size_t p2p_shared_bytes = 1 << 20;
+  // never; this rank's sends offer it, the receiver follows). The default, 256 KiB: on the 2-core VM a 2 MiB copy
+  // ran at 13.9 GB/s by the receiver alone and 30.7 GB/s shared (a C probe), and on the H100 host a window of 2 MiB
+  // sends took 7.2 ms shared against 15.7 alone (docs/benchmarks/2026-12-07-h100host-both-sides/); on the VM a window
+  // of 256 KiB sends took 3.8-4.0 ms shared against 5.0-5.1, of 128 KiB 0.76-0.79 against 0.69 (slower: not shared)
+  // (docs/benchmarks/2026-12-07-cpu-p2p-both-sides/). Note [both sides copy] in comm/shm_p2p.cc.
+  size_t p2p_shared_bytes = 256 << 10;
   // Allgather and alltoall blocks of at least this many bytes: each rank copies every peer's block straight out of
   // that peer's buffer, one copy a block, where the ranks may attach to each other (TIERTRAIN_COMM_CMA_EXCHANGE_BYTES;
   // 0: never). Unset (kExchangeAuto): 1 MiB below 16 ranks, 256 KiB from 16. At 2 ranks on the 2-core VM, Python's

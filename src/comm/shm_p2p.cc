@@ -40,12 +40,12 @@ static_assert(sizeof(Frame) == 16);
 // Note [both sides copy]
 // One process_vm_readv is bound by the page walks of one core (13.9 GB/s for 2 MiB from 4 KiB pages on the 2-core
 // VM), while the sender of a single copy usually waits for it (a blocking Send, a Wait on its Isends) with a core of
-// its own. From ShmOptions::p2p_shared_bytes (1 MiB), where the sender's frame says it will help (kHelped), the
+// its own. From ShmOptions::p2p_shared_bytes (256 KiB), where the sender's frame says it will help (kHelped), the
 // receiver shares the copy: it writes where the bytes go into the mailbox, then stores `claim`, the message's mark
-// (from its number: high 24 bits) and the next byte (low 40: 0), with release. Each side then claims chunks of
-// kSharedChunk bytes by compare-and-swap on `claim` (the receiver reading its chunk with process_vm_readv, the sender
-// writing its with process_vm_writev, straight between the two buffers) and adds each chunk's bytes to `done` once
-// copied. The receive is done, and the message taken (so the
+// (from its number: high 24 bits) and the next byte (low 40: 0), with release. Each side then claims chunks (an
+// eighth of the message, from 64 KiB to kSharedChunk: shared_chunk) by compare-and-swap on `claim` (the receiver
+// reading its chunk with process_vm_readv, the sender writing its with process_vm_writev, straight between the two
+// buffers) and adds each chunk's bytes to `done` once copied. The receive is done, and the message taken (so the
 // send too), once `done` is the message's bytes: every chunk either side claimed has been copied.
 // - The compare-and-swap is on the whole word, so a claim never lands in another message's copy: the receiver moves
 //   to its next copy only after `done` counted every claimed chunk, and the marks tell messages apart (at most kSlots
@@ -57,7 +57,10 @@ static_assert(sizeof(Frame) == 16);
 // - A sender that does not help (busy elsewhere) leaves every chunk to the receiver, as before; a failed write of the
 //   sender's marks `failed`, and the receive fails with it; a sender that dies holding a chunk fails it too (the
 //   receiver, waiting for that chunk, looks at its peer as a receive's deadline does).
-// Shared, the same 2 MiB copy ran at 30.7 GB/s (a C probe of this protocol, the two processes on their own cores).
+// Shared, the same 2 MiB copy ran at 30.7 GB/s (a C probe of this protocol, the two processes on their own cores); a
+// window of 2 MiB sends on the H100 host took 7.2 ms against 15.7 (docs/benchmarks/2026-12-07-h100host-both-sides/).
+// Messages of 128 KiB lost on the VM (shared 0.76-0.79 ms a window against 0.69), of 256 KiB gained (3.8-4.0 against
+// 5.0-5.1): ShmOptions::p2p_shared_bytes is 256 KiB.
 constexpr int32_t kRemote = 1 << 16;
 constexpr int32_t kHelped = 1 << 17;  // with kRemote: the sender will help with the copy (Note [both sides copy])
 struct Remote {
@@ -69,6 +72,8 @@ constexpr auto kStashAfter = std::chrono::milliseconds(2);
 constexpr uint64_t kSlots = Mailbox::kTakenSlots;
 // Note [both sides copy]: chunks either side claims; the claim word's mark and byte fields.
 constexpr uint64_t kSharedChunk = 256 << 10;
+// A message's chunk: an eighth of it, from 64 KiB to kSharedChunk (so that a message from 256 KiB has four or more).
+uint64_t shared_chunk(uint64_t bytes) { return std::clamp<uint64_t>(bytes / 8, uint64_t{64} << 10, kSharedChunk); }
 constexpr int kClaimShift = 40;
 constexpr uint64_t kClaimBytes = (uint64_t{1} << kClaimShift) - 1;
 uint64_t claim_mark(uint64_t n) { return ((n & 0x7fffffu) | 0x800000u) << kClaimShift; }  // never 0
@@ -449,11 +454,11 @@ class ShmP2p final : public P2pTransport {
   // Note [both sides copy]: the next chunk of the copy marked `mark` in m ([at, at + len)), claimed; false when none
   // is left (the sender: when fewer than two chunks are) or the mailbox holds another copy.
   static bool claim_chunk(Mailbox* m, uint64_t mark, uint64_t bytes, uint64_t* at, uint64_t* len, bool sender) {
-    const uint64_t leave = sender ? 2 * kSharedChunk : 1;
+    const uint64_t chunk = shared_chunk(bytes), leave = sender ? 2 * chunk : 1;
     uint64_t c = m->claim.load(std::memory_order_acquire);
     for (;;) {
       if ((c & ~kClaimBytes) != mark || (c & kClaimBytes) + leave > bytes) return false;
-      const uint64_t take = std::min(kSharedChunk, bytes - (c & kClaimBytes));
+      const uint64_t take = std::min(chunk, bytes - (c & kClaimBytes));
       if (m->claim.compare_exchange_weak(c, c + take, std::memory_order_acq_rel, std::memory_order_acquire)) {
         *at = c & kClaimBytes;
         *len = take;

@@ -37,7 +37,7 @@ constexpr Param kParams[] = {
     {"TIERTRAIN_COMM_CMA_HUGE_BYTES", "see comm/shm.h", "single copies into huge pages from this many bytes a piece"},
     {"TIERTRAIN_COMM_P2P_CMA_BYTES", "32768", "point-to-point messages of at least this many bytes go in one copy "
      "from sender to receiver; 0: never (Note [point-to-point single copy])"},
-    {"TIERTRAIN_COMM_P2P_SHARED_BYTES", "1048576", "point-to-point single copies of at least this many bytes are "
+    {"TIERTRAIN_COMM_P2P_SHARED_BYTES", "262144", "point-to-point single copies of at least this many bytes are "
      "made by receiver and sender together, in chunks; 0: never (Note [both sides copy])"},
     {"TIERTRAIN_COMM_CMA_EXCHANGE_BYTES", "1048576 (262144 from 16 ranks)",
      "allgather and alltoall blocks of at least this many bytes go in one copy from each peer's buffer; 0: never "

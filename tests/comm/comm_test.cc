@@ -1387,8 +1387,8 @@ TEST(CommShm, PointToPointMessagesArriveWholeInOrderAndByTag) {
   if (said.output.find("cannot attach") == std::string::npos) {
     EXPECT_HAS(said.output, "point-to-point single copies from 32.00 KiB");
   }
-  // Note [both sides copy]: by default from 1 MiB (the scenario's 1-12 MiB messages and its window); every single
-  // copy shared, from a byte (the chunks' edges inside short messages; stashed, refused and probed ones too).
+  // Note [both sides copy]: by default from 256 KiB (the scenario's 400 KB-12 MiB messages and its window); every
+  // single copy shared, from a byte (the chunks' edges inside short messages; stashed, refused and probed ones too).
   for (const char* env : {"TIERTRAIN_COMM_P2P_CMA_BYTES=1", "TIERTRAIN_COMM_P2P_CMA_BYTES=0",
                           "TIERTRAIN_COMM_P2P_CMA_BYTES=1 TIERTRAIN_COMM_P2P_SHARED_BYTES=1",
                           "TIERTRAIN_COMM_P2P_SHARED_BYTES=0"}) {
