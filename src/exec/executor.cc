@@ -9,8 +9,8 @@
 #include "core/units.h"
 
 namespace tt {
-namespace {
 
+namespace {
 Plan resident_plan(int layers) { return Plan::resolve("in-core", layers, 2).value(); }
 
 // Where the resident sets and some blocks' gradients share memory (Note [gradients in dead activations]).
@@ -712,17 +712,22 @@ void Executor::gather_param_shares(const Tensor& segment, Stream& stream) {
 
 Status Executor::upload_params(const void* host) {
   const ModelTensors& t = model_->tensors();
-  if (spec_.master_in_halves()) {  // Note [master in two halves]: split here, both halves up
+  if (spec_.master_in_halves()) {  // Note [master in two halves]: split here, both halves up, a piece at a time
     const float* whole = static_cast<const float*>(host);
-    std::vector<uint16_t> high(static_cast<size_t>(master_.numel())), low(high.size());
+    const int64_t n = master_.numel(), piece = std::max<int64_t>(1, std::min(n, spec_.halves_piece));
+    std::vector<uint16_t> high(static_cast<size_t>(piece)), low(high.size());
+    for (int64_t at = 0; at < n; at += piece) {
+      const int64_t k = std::min(piece, n - at);
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < high.size(); ++i) {
-      high[i] = bf16_high(whole[i]);
-      low[i] = bf16_low(whole[i], high[i]);
+      for (int64_t i = 0; i < k; ++i) {
+        high[static_cast<size_t>(i)] = bf16_high(whole[at + i]);
+        low[static_cast<size_t>(i)] = bf16_low(whole[at + i], high[static_cast<size_t>(i)]);
+      }
+      be_.copy_h2d(compute_flat_.view(at, {k}), high.data(), be_.compute_stream());
+      be_.copy_h2d(master_.view(at, {k}), low.data(), be_.compute_stream());
+      TT_TRY(be_.compute_stream().synchronize());  // (before the piece's buffers take the next)
     }
-    be_.copy_h2d(compute_flat_, high.data(), be_.compute_stream());
-    be_.copy_h2d(master_, low.data(), be_.compute_stream());
-    return be_.compute_stream().synchronize();  // (before the halves' host buffers go)
+    return Status::ok();
   }
   if (!opt_->on_cpu()) {
     be_.copy_h2d(master_, host, be_.compute_stream());
@@ -787,14 +792,19 @@ Status Executor::upload_compute_copies() {
 }
 
 Status Executor::download_params(void* host) {
-  if (spec_.master_in_halves()) {  // Note [master in two halves]: both halves down, joined here
-    std::vector<uint16_t> high(static_cast<size_t>(master_.numel())), low(high.size());
-    be_.copy_d2h(high.data(), compute_flat_, be_.compute_stream());
-    be_.copy_d2h(low.data(), master_, be_.compute_stream());
-    TT_TRY(be_.compute_stream().synchronize());
+  if (spec_.master_in_halves()) {  // Note [master in two halves]: both halves down, joined here, a piece at a time
     float* whole = static_cast<float*>(host);
+    const int64_t n = master_.numel(), piece = std::max<int64_t>(1, std::min(n, spec_.halves_piece));
+    std::vector<uint16_t> high(static_cast<size_t>(piece)), low(high.size());
+    for (int64_t at = 0; at < n; at += piece) {
+      const int64_t k = std::min(piece, n - at);
+      be_.copy_d2h(high.data(), compute_flat_.view(at, {k}), be_.compute_stream());
+      be_.copy_d2h(low.data(), master_.view(at, {k}), be_.compute_stream());
+      TT_TRY(be_.compute_stream().synchronize());
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < high.size(); ++i) whole[i] = bf16_join(high[i], low[i]);
+      for (int64_t i = 0; i < k; ++i)
+        whole[at + i] = bf16_join(high[static_cast<size_t>(i)], low[static_cast<size_t>(i)]);
+    }
     return Status::ok();
   }
   if (!opt_->on_cpu()) {

@@ -54,6 +54,9 @@ struct ExecSpec {
   // What compile_schedule needs of it (the model's default LM chunk when lm_chunk_rows is 0).
   ScheduleSpec schedule_spec() const;
   bool master_in_halves() const { return plan.master_in_halves(compute); }  // Note [master in two halves]
+  // A master in two halves is split or joined on the host this many parameters at a time (256 MiB of halves), not
+  // the whole model's halves at once (16 GB for an 8B model); tests take fewer.
+  int64_t halves_piece = int64_t{64} << 20;
 
   // What the model and the plan require of each other, before anything is built: the plan's layers, the CPU
   // optimizer's f32 master, what needs the CPU optimizer, at least two slots per ring, swapped blocks that agree on

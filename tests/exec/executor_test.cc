@@ -477,15 +477,21 @@ TEST(Executor, MasterInTwoHalvesComesBackWhole) {
   f32.compute = DType::kF32;
   EXPECT_FALSE(host.master_in_halves());
   EXPECT_FALSE(f32.master_in_halves());
+  spec.halves_piece = 997;  // split and joined in pieces, the last a shorter one
   auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
   auto ex = std::move(Executor::create(*be, spec)).value();
   const int64_t n = ex->num_params();
+  ASSERT_GT(n, 3 * spec.halves_piece);
+  ASSERT_NE(n % spec.halves_piece, 0);
   std::vector<float> up(static_cast<size_t>(n));
   Rng rng(5);
   for (float& x : up) x = static_cast<float>(rng.normal());
   const uint32_t special[] = {0x3f808000u, 0xbf818000u, 0x80000000u, 0x00000000u, 0x7f7fffffu, 0x7fc00000u,
                               0x00000001u, 0x3f807fffu};
   for (size_t k = 0; k < std::size(special); ++k) up[17 * k + 3] = std::bit_cast<float>(special[k]);
+  up[996] = std::bit_cast<float>(0x3f808000u);  // a tie at a piece's end and the next piece's start
+  up[997] = std::bit_cast<float>(0xbf818000u);
+  up.back() = std::bit_cast<float>(0x3f818000u);
   ASSERT_TRUE(ex->upload_params(up.data()).is_ok());
   std::vector<float> down(up.size(), 1.0f);
   ASSERT_TRUE(ex->download_params(down.data()).is_ok());
