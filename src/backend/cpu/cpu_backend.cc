@@ -603,10 +603,7 @@ class CpuBackend final : public Backend {
       const T *g = grad.data<T>(), *ns = grad_norm_sq.data<T>();
       const AdamWArgs a = args;
       compute_.enqueue([=] {
-        int64_t begin = 0;
-        for (int i = 0; i < std::max(a.pieces, 1); ++i) {
-          const int64_t end = a.pieces > 0 ? a.piece_end[static_cast<size_t>(i)] : n;
-          const float wd = a.pieces == 0 || ((a.decay_bits >> i) & 1u) ? a.weight_decay : 0.0f;
+        for_each_piece(a, n, [&](int64_t begin, int64_t end, float wd) {
           if constexpr (std::is_same_v<T, float>) {
             host::adamw_update_f32(p + begin, g + begin, mp + begin, vp + begin, out ? out + begin : nullptr,
                                    end - begin, *ns, a.lr, a.beta1, a.beta2, a.eps, wd, a.step, a.grad_clip);
@@ -614,8 +611,7 @@ class CpuBackend final : public Backend {
             cpu::adamw_update<T>(p + begin, g + begin, mp + begin, vp + begin, end - begin, *ns, a.lr, a.beta1,
                                  a.beta2, a.eps, wd, a.step, a.grad_clip);
           }
-          begin = end;
-        }
+        });
       });
     });
     if (copy_out.raw() != nullptr && !fused_copy) convert(copy_out, param);
@@ -632,10 +628,7 @@ class CpuBackend final : public Backend {
     compute_.enqueue([=] {
       constexpr int64_t kChunk = int64_t{1} << 16;
       std::vector<float> p(static_cast<size_t>(std::min(n, kChunk)));
-      int64_t begin = 0;
-      for (int i = 0; i < std::max(a.pieces, 1); ++i) {
-        const int64_t end = a.pieces > 0 ? a.piece_end[static_cast<size_t>(i)] : n;
-        const float wd = a.pieces == 0 || ((a.decay_bits >> i) & 1u) ? a.weight_decay : 0.0f;
+      for_each_piece(a, n, [&](int64_t begin, int64_t end, float wd) {
         for (int64_t c = begin; c < end; c += kChunk) {
           const int64_t k = std::min(kChunk, end - c);
           for (int64_t j = 0; j < k; ++j) p[static_cast<size_t>(j)] = bf16_join(hi[c + j], lo[c + j]);
@@ -643,9 +636,18 @@ class CpuBackend final : public Backend {
                                  a.step, a.grad_clip);
           for (int64_t j = 0; j < k; ++j) lo[c + j] = bf16_low(p[static_cast<size_t>(j)], hi[c + j]);
         }
-        begin = end;
-      }
+      });
     });
+  }
+  // fn(begin, end, weight decay) for each of an update's pieces of [0, n) (AdamWArgs::piece_end, decay_bits).
+  template <typename Fn>
+  static void for_each_piece(const AdamWArgs& a, int64_t n, Fn&& fn) {
+    int64_t begin = 0;
+    for (int i = 0; i < std::max(a.pieces, 1); ++i) {
+      const int64_t end = a.pieces > 0 ? a.piece_end[static_cast<size_t>(i)] : n;
+      fn(begin, end, a.pieces == 0 || ((a.decay_bits >> i) & 1u) ? a.weight_decay : 0.0f);
+      begin = end;
+    }
   }
 
   static CpuStream& as_cpu(Stream& s) {
