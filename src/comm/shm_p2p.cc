@@ -135,10 +135,7 @@ class ShmP2p final : public P2pTransport {
       if (!cleared) {
         blocked.assign(static_cast<size_t>(size_), false);
         cleared = true;
-        // Note [both sides copy]: a single copy's sender helps with it only where it received nothing when it sent.
-        helping_ = shared_bytes_ > 0 && std::none_of(ops.begin(), ops.end(), [](const P2pOp* o) {
-                     return o->kind == P2pOp::kRecv && !o->done;
-                   });
+        pass_ops_ = &ops;  // (Note [both sides copy]: receiving() looks at them, where a long single copy starts)
       }
       if (blocked[static_cast<size_t>(op->peer)]) continue;
       moved |= push(*op);
@@ -233,7 +230,8 @@ class ShmP2p final : public P2pTransport {
       // (Its slot free: the message kSlots before it taken.)
       if (number > kSlots && m->taken[number % kSlots].load(std::memory_order_acquire) < number - kSlots) return false;
       remote_sent_[static_cast<size_t>(op.peer)] = number;
-      const bool helps = helping_ && op.bytes >= shared_bytes_;  // Note [both sides copy]
+      // Note [both sides copy]: a single copy's sender helps with it only where it receives nothing itself.
+      const bool helps = shared_bytes_ > 0 && op.bytes >= shared_bytes_ && !receiving();
       const Frame f{op.bytes, op.tag, op.type | kRemote | (helps ? kHelped : 0)};
       const Remote at{reinterpret_cast<uint64_t>(op.send), number};
       ring_put(m, head, &f, sizeof(f));
@@ -451,6 +449,11 @@ class ShmP2p final : public P2pTransport {
     }
     return "";
   }
+  // Whether a receive of this rank's is waiting among this pass's operations.
+  bool receiving() const {
+    return std::any_of(pass_ops_->begin(), pass_ops_->end(),
+                       [](const P2pOp* o) { return o->kind == P2pOp::kRecv && !o->done; });
+  }
   // Note [both sides copy]: the next chunk of the copy marked `mark` in m ([at, at + len)), claimed; false when none
   // is left (the sender: when fewer than two chunks are) or the mailbox holds another copy.
   static bool claim_chunk(Mailbox* m, uint64_t mark, uint64_t bytes, uint64_t* at, uint64_t* len, bool sender) {
@@ -555,7 +558,7 @@ class ShmP2p final : public P2pTransport {
   const size_t mail_offset_;
   const size_t cma_bytes_;     // Note [point-to-point single copy]: from this many bytes (0: never)
   const size_t shared_bytes_;  // Note [both sides copy]: from this many bytes (0: never)
-  bool helping_ = false;       // this pass's sends help with their copies (no receive of this rank's is waiting)
+  const std::deque<P2pOp*>* pass_ops_ = nullptr;  // the operations of the pass under way (its sends' receiving())
   std::vector<Incoming> in_;
   std::vector<uint64_t> remote_sent_;  // single-copy messages sent to each rank so far
   int64_t remote_waiting_ = 0;         // stashed single copies whose bytes are still at their senders'
