@@ -198,7 +198,8 @@ class Backend {
   // [B, Cq]) positions[b]. inverse turns back: the backward of the rotation (its transpose).
   virtual void rope(const Tensor& qkv, const Tensor& table, const Tensor& positions, int heads, int kv_heads,
                     bool inverse) = 0;
-  // SwiGLU over rows of inp [N, 2F] = [gate | up]: out [N, F] = silu(gate) * up; the backward OVERWRITES dinp [N, 2F].
+  // SwiGLU over rows of inp [N, 2F] = [gate | up]: out [N, F] = silu(gate) * up; the backward OVERWRITES dinp [N, 2F],
+  // which may be inp itself (every implementation reads an element's gate and up before writing their gradients).
   virtual void swiglu_forward(const Tensor& out, const Tensor& inp) = 0;
   virtual void swiglu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
   // Causal attention, multi-head or grouped-query: qkv[B,T,Cq] holds [q (C) | k (KV hs) | v (KV hs)] per token for

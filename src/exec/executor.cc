@@ -28,6 +28,43 @@ bool own_grad_buffer(const Plan& plan, const ActivationArena& arena, int L, int 
 
 }  // namespace
 
+HeadInGrads Executor::head_in_grads(const ExecSpec& spec) {
+  HeadInGrads h;
+  const Plan& plan = spec.plan;
+  const int L = spec.model.layers;
+  if (!plan.grads_in_activations || plan.cpu_optimizer() || plan.managed_grads || spec.grad_accum > 1 || L < 1 ||
+      static_cast<int>(plan.layers.size()) != L)
+    return h;
+  const ActivationArena arena = arena_of(spec);
+  const ParamSegments segs = model_segments(spec.model);
+  const DType md = master_dtype_for(spec.compute);
+  std::vector<int64_t> room(static_cast<size_t>(L) + 2, 0);  // [segment] bytes left in its own buffer
+  for (int s = 1; s <= L; ++s)
+    if (own_grad_buffer(plan, arena, L, s))
+      room[static_cast<size_t>(s)] = static_cast<int64_t>(device_alloc_bytes({segs.size[static_cast<size_t>(s)]}, md));
+  const int64_t chunk = spec.lm_chunk_rows > 0 ? spec.lm_chunk_rows
+                                               : model_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
+  std::vector<TensorRequest> head;
+  for (TensorRequest& r : model_fixed_tensors(spec.model, spec.batch, spec.compute, chunk))
+    if (r.head) head.push_back(std::move(r));
+  std::stable_sort(head.begin(), head.end(), [](const TensorRequest& a, const TensorRequest& b) {
+    return device_alloc_bytes(a.shape, a.dtype) > device_alloc_bytes(b.shape, b.dtype);
+  });
+  for (const TensorRequest& r : head) {
+    const int64_t n = static_cast<int64_t>(device_alloc_bytes(r.shape, r.dtype));
+    for (int s = L; s >= 1; --s) {
+      int64_t& left = room[static_cast<size_t>(s)];
+      if (left < n) continue;
+      const int64_t whole = static_cast<int64_t>(device_alloc_bytes({segs.size[static_cast<size_t>(s)]}, md));
+      h.at[r.name] = {s, whole - left};
+      left -= n;
+      h.bytes += n;
+      break;
+    }
+  }
+  return h;
+}
+
 Status ExecSpec::validate() const {
   TT_RETURN_IF(data_ranks < 1 || batch < 1, kInvalidArgument, "batch %d over %d data-parallel ranks", batch,
                data_ranks);
@@ -186,11 +223,13 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   // The model's other tensors in its order (Note [model families]): those before the first of a layer, then each
   // block's after its activations, then the rest.
   const std::vector<TensorRequest> fixed = model_fixed_tensors(cfg, spec.batch, dt, chunk);
+  const HeadInGrads head = head_in_grads(spec);  // Note [head in gradients]: those have no entry of their own
   size_t next_fixed = 0;
   auto add_fixed_until = [&](auto stop) {
     for (; next_fixed < fixed.size() && !stop(fixed[next_fixed]); ++next_fixed) {
       const TensorRequest& r = fixed[next_fixed];
-      inv.add_device(r.name, r.shape, r.dtype, r.cls, r.layer);
+      // (A block's output lies in its set where the set is in the arena: arena_set_bytes.)
+      if (!head.holds(r.name) && !arena.holds_set(r.layer)) inv.add_device(r.name, r.shape, r.dtype, r.cls, r.layer);
     }
   };
   add_fixed_until([](const TensorRequest& r) { return r.layer >= 0; });
@@ -367,6 +406,7 @@ Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec sp
   TT_ASSIGN_OR_RETURN(ex->inventory_, inventory(ex->spec_));
   ex->rings_ = ring_layout(ex->spec_.plan);
   ex->arena_ = arena_of(ex->spec_);
+  ex->head_ = head_in_grads(ex->spec_);
   ex->schedule_ = compile_schedule(ex->spec_.schedule_spec(), ex->inventory_);
   TT_TRY(ex->schedule_.validate());
   for (size_t i = 0; i < ex->schedule_.events.size(); ++i) ex->events_.push_back(backend.create_event());
@@ -477,12 +517,14 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     }
   }
   // A set of block tensors in one allocation: each carved out of it, 256-byte aligned, as prefix + its name.
+  // Returns the bytes carved.
   auto carve = [&](const Tensor& set, const std::string& prefix, unsigned parts) {
     size_t off = 0;
     for (const TensorRequest& a : model_block_activations(cfg, spec_.batch, spec_.compute, parts)) {
       by_name_[prefix + a.name] = Tensor(static_cast<char*>(set.raw()) + off, a.shape, a.dtype, a.cls, set.device());
       off += device_alloc_bytes(a.shape, a.dtype);
     }
+    return off;
   };
   // Swap slots, under the names of the shared sets.
   const unsigned swapped = plan.swapped_parts();
@@ -500,9 +542,13 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
     const Tensor a = dev("activations");
     for (int l = 0; l < L; ++l)
       if (arena_.holds_set(l)) {
-        const Tensor set(static_cast<char*>(a.raw()) + arena_.set_at[static_cast<size_t>(l)], {1}, DType::kU8,
-                         TensorClass::kActivation, a.device());
-        carve(set, "h." + std::to_string(l) + ".", plan.held_parts(l));
+        char* set = static_cast<char*>(a.raw()) + arena_.set_at[static_cast<size_t>(l)];
+        size_t off = carve(Tensor(set, {1}, DType::kU8, TensorClass::kActivation, a.device()),
+                           "h." + std::to_string(l) + ".", plan.held_parts(l));
+        for (const TensorRequest& r : model_block_fixed_tensors(cfg, spec_.batch, spec_.compute, l)) {  // its output
+          by_name_[r.name] = Tensor(set + off, r.shape, r.dtype, r.cls, a.device());
+          off += device_alloc_bytes(r.shape, r.dtype);
+        }
       }
   }
   swap_host_.assign(static_cast<size_t>(L), nullptr);
@@ -529,8 +575,16 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
                                                        : p) +
                                 r.name);
   }
-  for (const TensorRequest& r : model_fixed_tensors(cfg, spec_.batch, spec_.compute, spec_.lm_chunk_rows))
-    t.named[r.name] = dev(r.name);
+  for (const TensorRequest& r : model_fixed_tensors(cfg, spec_.batch, spec_.compute, spec_.lm_chunk_rows)) {
+    const auto in = head_.at.find(r.name);
+    if (in == head_.at.end()) {
+      t.named[r.name] = dev(r.name);
+      continue;
+    }
+    // Note [head in gradients]: in a block's gradient buffer, dead until its backward.
+    const Tensor& g = t.grads[static_cast<size_t>(in->second.segment)];
+    t.named[r.name] = Tensor(static_cast<char*>(g.raw()) + in->second.offset, r.shape, r.dtype, r.cls, g.device());
+  }
   model_ = model ? model(be_, cfg, spec_.batch, spec_.compute, std::move(t))
                  : create_model(be_, cfg, spec_.batch, spec_.compute, std::move(t));
   model_->set_tp_rank(spec_.tp_rank);
@@ -817,8 +871,9 @@ Status Executor::download_params(void* host) {
 Status Executor::download_grads(void* host) {
   TT_RETURN_IF(!grads_valid_, kFailedPrecondition,
                "download_grads after a forward that followed the last backward: plan %s keeps gradients in "
-               "activation memory (Note [gradients in dead activations]), which that forward overwrote; read them "
-               "first, or set grads_in_activations false", spec_.plan.source.c_str());
+               "activation memory or the head's tensors in gradient buffers (Note [gradients in dead activations], "
+               "Note [head in gradients]), which that forward overwrote; read them first, or set "
+               "grads_in_activations false", spec_.plan.source.c_str());
   const size_t esize = dtype_size(model_->master_dtype());
   const ParamSegments& segs = model_->segments();
   for (int s = 0; s < model_->num_segments(); ++s) {
@@ -858,8 +913,9 @@ void Executor::model_train() {
 // Note [gradients in dead activations]: a forward overwrites the gradients that live in activation sets; a step
 // of them, or reading them, is refused after it. With data-parallel ranks the forward first waits for the
 // averages still running in place on the comm stream (the step's pass waits for each; a bare forward would not).
+// Note [head in gradients]: so does a forward's head over the gradients that hold its tensors.
 bool Executor::grads_in_activations() const {
-  return arena_.blocks_with_grads() > 0 || arena_.holds_embedding_grads();
+  return arena_.blocks_with_grads() > 0 || arena_.holds_embedding_grads() || !head_.at.empty();
 }
 void Executor::forward() {
   if (grads_in_activations()) {
@@ -883,8 +939,9 @@ void Executor::backward() {
 void Executor::step(float lr) {
   TT_CHECK(!grads_pending_ || grads_valid_,
            "step() after a forward that followed the backward: plan %s keeps gradients in later blocks' "
-           "activation memory (Note [gradients in dead activations]), which that forward overwrote; step before "
-           "running another forward, or set grads_in_activations false", spec_.plan.source.c_str());
+           "activation memory or the head's tensors in gradient buffers (Note [gradients in dead activations], "
+           "Note [head in gradients]), which that forward overwrote; step before running another forward, or set "
+           "grads_in_activations false", spec_.plan.source.c_str());
   opt_->begin_step(lr, false);
   run_pass(Pass::kStep, &Executor::model_none);
   opt_->end_step();

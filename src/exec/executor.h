@@ -64,8 +64,31 @@ struct ExecSpec {
   Status validate() const;
 };
 
+// Note [head in gradients]
+// The head's tensors (TensorRequest::head: the final norm's output and statistics, the logits chunk) are written
+// from the last block's output on and read last by the backward of segment L + 1, which comes before every block's
+// backward; a block's gradients are written first by its backward (Note [gradients first written] in
+// backend/backend.h) and read after the whole backward by the optimizer, then dead until the next backward. So where
+// the conditions of Note [gradients in dead activations] (plan/schedule.h) hold (the knob on, AdamW on the device,
+// gradients neither streamed nor managed, no accumulation over micro-batches), the head's tensors live in blocks'
+// gradient buffers, as PyTorch's caching allocator hands the logits' freed memory to the first gradients: each, the
+// largest first, in the last block whose own buffer has room left (blocks whose gradients live in the activation
+// arena have none). At the Llama-3-8B slice (B 2) the logits chunk and the final norm's output, 533 MiB, lie in
+// block 7's 832 MiB. As for the arena, a forward after a backward overwrites those gradients (Executor::forward).
+struct HeadInGrads {
+  struct Place {
+    int segment = -1;     // the block's gradient segment (1 + l)
+    int64_t offset = 0;   // bytes into it (256-byte aligned)
+  };
+  std::map<std::string, Place> at;  // the head's tensors so placed, by name
+  int64_t bytes = 0;                // what they would take in buffers of their own
+  bool holds(const std::string& name) const { return at.count(name) > 0; }
+};
+
 class Executor : public ModelHooks {
  public:
+  // Note [head in gradients]: which of the head's tensors live in blocks' gradient buffers, and where.
+  static HeadInGrads head_in_grads(const ExecSpec& spec);
   // Every buffer a run of this spec takes, device and host, in allocation order.
   static Result<Inventory> inventory(const ExecSpec& spec);
   // Issue 20: the managed bytes the plan keeps on the device at once (all of them but the offloaded blocks', of
@@ -232,9 +255,11 @@ class Executor : public ModelHooks {
   // live among them lie in the "activations" entry; grads_pending_, a backward's gradients wait for their step;
   // grads_valid_, no forward has overwritten them since the last backward.
   ActivationArena arena_;
+  HeadInGrads head_;  // Note [head in gradients]
   bool grads_pending_ = false, grads_valid_ = true;
   bool first_micro_batch_ = true;  // the pass running is a step's first micro-batch (Note [gradients summed on the host])
-  bool grads_in_activations() const;  // whether any block's gradients live in an activation set
+  // Whether a forward overwrites gradients: some live in an activation set, or hold the head's tensors.
+  bool grads_in_activations() const;
   std::unique_ptr<Event> comm_done_;  // forward() after a data-parallel backward: the comm stream's work so far
 };
 

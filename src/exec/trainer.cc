@@ -416,6 +416,11 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                "buffers of their own; --grads-in-activations false keeps them apart)\n",
                arena.blocks_with_grads(), arena.holds_embedding_grads() ? " and the embedding's" : "",
                format_bytes(arena.saved_bytes).c_str());
+    // Note [head in gradients] (exec/executor.h).
+    if (const HeadInGrads head = Executor::head_in_grads(r.exec); !head.at.empty())
+      t->print("  the head's %s (%s) live%s in blocks' gradient buffers until their backward\n",
+               head.at.size() == 1 ? "tensor" : "tensors", format_bytes(head.bytes).c_str(),
+               head.at.size() == 1 ? "s" : "");
     if (r.managed_total > 0)
       t->print("  managed memory (Unified Memory): %s reserved (%s), of which the plan keeps %s on the device at "
                "once (counted in the need above); the rest lives in host memory between uses\n",

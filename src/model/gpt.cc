@@ -157,12 +157,13 @@ std::vector<TensorRequest> GptFamily::fixed_tensors(const ModelConfig& cfg, int 
   for (int l = 0; l < cfg.layers; ++l) r.push_back({"h." + std::to_string(l) + ".res3", {B, T, C}, dt, A, l});
   const int64_t chunk = lm_chunk_rows > 0 ? std::min(lm_chunk_rows, B * T) : model_default_lm_chunk_rows(cfg, batch, dt);
   for (TensorRequest t : std::initializer_list<TensorRequest>{
-           {"lnf", {B, T, C}, dt, A},        {"lnf_mean", {B, T}, md, A},     {"lnf_rstd", {B, T}, md, A},
-           {"logits", {chunk, V}, dt, W},    {"losses", {B, T}, md, A},       {"proj_out", {B, T, C}, dt, W},
+           {"lnf", {B, T, C}, dt, A, -1, true}, {"lnf_mean", {B, T}, md, A, -1, true},
+           {"lnf_rstd", {B, T}, md, A, -1, true}, {"logits", {chunk, V}, dt, W, -1, true},
+           {"losses", {B, T}, md, A},       {"proj_out", {B, T, C}, dt, W},
            {"dresidual", {B, T, C}, dt, W},  {"dln", {B, T, C}, dt, W},       {"datty", {B, T, Cl}, dt, W},
            {"dqkv", {B, T, 3 * Cl}, dt, W},  {"dfch", {B, T, Fl}, dt, W}})
     r.push_back(std::move(t));
-  if (cfg.split_vocab) r.push_back({"xent_stats", {3, chunk}, md, W});
+  if (cfg.split_vocab) r.push_back({"xent_stats", {3, chunk}, md, W, -1, true});
   return r;
 }
 

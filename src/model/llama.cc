@@ -159,15 +159,16 @@ std::vector<TensorRequest> LlamaFamily::fixed_tensors(const ModelConfig& cfg, in
                                   {"encoded", {d.B, d.T, d.C}, dt, A}};
   for (int l = 0; l < cfg.layers; ++l) r.push_back({"h." + std::to_string(l) + ".res3", {d.B, d.T, d.C}, dt, A, l});
   const int64_t chunk = chunk_rows(cfg, batch, dt, lm_chunk_rows);
+  // No buffer for d(fch): SwiGLU's backward writes it over the block's fch, dead from then on (the MLP's widest
+  // tensor: 224 MiB at the Llama-3-8B shape, B 2 T 2048).
   for (TensorRequest t : std::initializer_list<TensorRequest>{
-           {"lnf", {d.B, d.T, d.C}, dt, A},         {"lnf_rstd", {d.B, d.T}, md, A},
-           {"logits", {chunk, d.Vl}, dt, W},        {"losses", {d.B, d.T}, md, A},
+           {"lnf", {d.B, d.T, d.C}, dt, A, -1, true},  {"lnf_rstd", {d.B, d.T}, md, A, -1, true},
+           {"logits", {chunk, d.Vl}, dt, W, -1, true}, {"losses", {d.B, d.T}, md, A},
            {"proj_out", {d.B, d.T, d.C}, dt, W},    {"dresidual", {d.B, d.T, d.C}, dt, W},
            {"dln", {d.B, d.T, d.C}, dt, W},         {"datty", {d.B, d.T, d.Cl()}, dt, W},
-           {"dqkv", {d.B, d.T, d.Cq()}, dt, W},     {"dfch", {d.B, d.T, 2 * d.Fl()}, dt, W},
-           {"dact", {d.B, d.T, d.Fl()}, dt, W}})
+           {"dqkv", {d.B, d.T, d.Cq()}, dt, W},     {"dact", {d.B, d.T, d.Fl()}, dt, W}})
     r.push_back(std::move(t));
-  if (cfg.split_vocab) r.push_back({"xent_stats", {3, chunk}, md, W});
+  if (cfg.split_vocab) r.push_back({"xent_stats", {3, chunk}, md, W, -1, true});
   return r;
 }
 
@@ -399,7 +400,7 @@ Llama::Llama(Backend& backend, const ModelConfig& cfg, int batch, DType dtype, M
   const std::pair<const char*, Tensor*> fixed[] = {
       {"tokens", &tokens_},     {"encoded", &encoded_},     {"lnf", &lnf_}, {"lnf_rstd", &lnf_rstd_},
       {"rope", &rope_},         {"proj_out", &proj_out_},   {"dresidual", &dresidual_},
-      {"dln", &dln_},           {"datty", &datty_},         {"dqkv", &dqkv_}, {"dfch", &dfch_}, {"dact", &dact_}};
+      {"dln", &dln_},           {"datty", &datty_},         {"dqkv", &dqkv_}, {"dact", &dact_}};
   for (const auto& [n, t] : fixed) *t = tensor(n);
   wte_index_ = param_index("wte");
   norm_index_ = param_index("norm.w");
@@ -548,9 +549,9 @@ void Llama::backward_block(ModelHooks& h, int l) {
   h.op("matmul_backward mlp.down");
   be_.matmul_backward(dact_, g.down, Tensor(), dresidual_, a.fch_act, w.down, gw);
   h.op("swiglu_backward");
-  be_.swiglu_backward(dfch_, a.fch, dact_);
+  be_.swiglu_backward(a.fch, a.fch, dact_);  // in place: d(fch) over fch, dead from here (see fixed_tensors)
   h.op("matmul_backward mlp.gate_up");
-  be_.matmul_backward(dln_, g.gate_up, Tensor(), dfch_, a.ln2, w.gate_up, gw);
+  be_.matmul_backward(dln_, g.gate_up, Tensor(), a.fch, a.ln2, w.gate_up, gw);
   if (cfg_.tp > 1) h.tp_sum("d ln2", dln_);  // Note [tensor parallel]
   h.op("rmsnorm_backward");
   be_.rmsnorm_backward(dresidual_, g.mlp_norm, dln_, a.res2, w.mlp_norm, a.ln2_rstd, gw);

@@ -75,7 +75,7 @@ class Llama : public Model {
 
   std::vector<Acts> acts_;  // [layer]
   Tensor tokens_, encoded_, lnf_, lnf_rstd_, rope_;
-  Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dfch_, dact_;
+  Tensor proj_out_, dresidual_, dln_, datty_, dqkv_, dact_;
   size_t wte_index_ = 0, norm_index_ = 0, head_index_ = 0;
   std::vector<std::array<size_t, 7>> layer_index_;  // [layer] its parameters in LayerParams order (qkvb: none = SIZE_MAX)
 };

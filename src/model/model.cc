@@ -304,6 +304,13 @@ std::vector<TensorRequest> model_fixed_tensors(const ModelConfig& cfg, int batch
   return family_of(cfg).fixed_tensors(cfg, batch, compute, lm_chunk_rows);
 }
 
+std::vector<TensorRequest> model_block_fixed_tensors(const ModelConfig& cfg, int batch, DType compute, int l) {
+  std::vector<TensorRequest> r;
+  for (TensorRequest& t : model_fixed_tensors(cfg, batch, compute, 0))
+    if (t.layer == l) r.push_back(std::move(t));
+  return r;
+}
+
 std::vector<TensorRequest> model_decode_tensors(const ModelConfig& cfg, DType compute) {
   return family_of(cfg).decode_tensors(cfg, compute);
 }

@@ -16,8 +16,9 @@
 //   1 + l block l's (layer l, contiguous), segment L + 1 those after the last block (layer -1 again); with tp > 1 a
 //   segment lists its replicated parameters, then its sharded ones (Note [tensor parallel]);
 // - a block's saved activations cut into the four parts of BlockPart (the plans keep, swap or rebuild each part), the
-//   block's output "h.<l>.res3" kept by every block (its successor's input), the other tensors named by the family
-//   (model_fixed_tensors), allocated in the order listed; the names "tokens", "targets" and "losses" are required;
+//   block's output "h.<l>.res3" kept by every block (its successor's input; it is dead after the successor's
+//   backward), the other tensors named by the family (model_fixed_tensors), allocated in the order listed, the
+//   head's marked (TensorRequest::head); the names "tokens", "targets" and "losses" are required;
 // - the boundaries of ModelHooks announced in order, every kernel announced through ModelHooks::op as listed by
 //   model_kernel_calls (a test runs each family against its lists);
 // - decoding (Note [KV cache]) with "decode.token", "decode.pos" and "decode.logits" among its tensors.
@@ -142,6 +143,10 @@ struct TensorRequest {
   DType dtype;
   TensorClass cls;
   int layer = -1;
+  // A tensor of the head (Note [head in gradients] in exec/executor.h): written from the last block's output on and
+  // read last by the backward of segment L + 1, before any block's backward (the final norm's output and statistics,
+  // the logits chunk).
+  bool head = false;
 };
 
 // The parts of one block's saved activations (all but its output, which every block keeps: its successor's input).
@@ -320,6 +325,9 @@ std::vector<TensorRequest> model_block_activations(const ModelConfig& cfg, int b
 // Every other tensor the model computes with, in allocation order: the inputs, the activations outside the blocks
 // (each block's output "h.<l>.res3" with its layer), the LM head's chunk of logits, the losses, the scratch.
 std::vector<TensorRequest> model_fixed_tensors(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows);
+// Those of block l (its layer): its output, read last by the next block's backward (by the final norm's for the
+// last block), before block l's own; so it may lie in block l's activation set (Note [gradients in dead activations]).
+std::vector<TensorRequest> model_block_fixed_tensors(const ModelConfig& cfg, int batch, DType compute, int l);
 std::vector<TensorRequest> model_decode_tensors(const ModelConfig& cfg, DType compute);
 // lm_chunk_rows: as the run's logits buffer (0: the model's default).
 std::vector<NamedKernelCall> model_kernel_calls(const ModelConfig& cfg, int batch, DType compute, int64_t lm_chunk_rows,

@@ -956,7 +956,7 @@ ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int b
     const size_t k = static_cast<size_t>(l) + 1;
     if (plan.activation(l) == ActPlacement::kResident && !plan.managed_block(l)) {
       a.set_at[k - 1] = sets;
-      sets += static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, batch, compute, plan.held_parts(l))));
+      sets += arena_set_bytes(plan, cfg, batch, compute, l);
     }
     end[k] = sets;
     grad[k] = static_cast<int64_t>(device_alloc_bytes({segs.size[k]}, md));
@@ -994,6 +994,13 @@ ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int b
   a.bytes = top;
   a.saved_bytes = apart - top;
   return a;
+}
+
+int64_t arena_set_bytes(const Plan& plan, const ModelConfig& cfg, int batch, DType compute, int l) {
+  int64_t n = static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, batch, compute, plan.held_parts(l))));
+  for (const TensorRequest& r : model_block_fixed_tensors(cfg, batch, compute, l))
+    n += static_cast<int64_t>(device_alloc_bytes(r.shape, r.dtype));
+  return n;
 }
 
 ActivationArena activation_arena(const ScheduleSpec& spec) {

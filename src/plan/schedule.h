@@ -226,7 +226,8 @@ struct Schedule {
 // packed downwards from the arena's top, so that block l's lie wholly above the end of the last resident set at or
 // before l (which its backward still reads): top = max(sets' bytes, max over l of E(l) + G(>= l)), E(l) that end,
 // G(>= l) the bytes of the segments from l up. A segment that would lie wholly above the sets gains nothing there
-// and keeps a buffer of its own (and the packing is redone without it). The embedding's gradients, where nothing but
+// and keeps a buffer of its own (and the packing is redone without it). A set in the arena holds the block's output
+// too, after its activations (arena_set_bytes): read last by the next block's backward, it is dead with the set. The embedding's gradients, where nothing but
 // the backward's last operation writes them (an untied LM head: model_embedding_grads_last), come below block 0's:
 // every set is dead by then. Where a block's gradients are larger than
 // its activations (a big model at a small batch: the Llama-3-8B slice at B 2 has 832 MiB of gradients a block against
@@ -250,6 +251,9 @@ struct ActivationArena {
   int blocks_with_grads() const;
 };
 ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int batch, DType compute);
+// The bytes of block l's set in the arena: its held parts' activations, then its fixed tensors (its output:
+// model_block_fixed_tensors), each 256-byte aligned, in that order.
+int64_t arena_set_bytes(const Plan& plan, const ModelConfig& cfg, int batch, DType compute, int l);
 ActivationArena activation_arena(const ScheduleSpec& spec);
 
 // inventory: what the run allocates (Executor::inventory), whose entries become the setup pass.

@@ -1092,7 +1092,9 @@ void expect_pieces_equal_per_parameter_calls(Backend& be) {
   int64_t differ = 0;
   for (size_t i = 0; i < one.p.size(); ++i) {
     const bool tie = (std::bit_cast<uint32_t>(one.p[i]) & 0xffffu) == 0x8000u;
-    if (!tie) ASSERT_EQ(one.copy[i], float_to_bf16(one.p[i])) << i;
+    if (!tie) {
+      ASSERT_EQ(one.copy[i], float_to_bf16(one.p[i])) << i;
+    }
     differ += one.copy[i] != float_to_bf16(one.p[i]);
   }
   EXPECT_GE(differ, 1);  // element 100's tie at least
@@ -1130,6 +1132,40 @@ TEST(ResidualRmsNorm, IsTheTwoOpsBitForBitOnCpu) {
   auto be = testing::make_cpu_backend(int64_t(64) << 20);
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{37, 48}, {5, 2048}, {3, 34}})
     expect_residual_rmsnorm_as_two_ops(*be, DType::kF32, rows, cols);
+}
+
+// Backend::swiglu_backward in place (dinp = inp: the Llama block's d(fch) over its fch) gives what it gives into a
+// tensor of its own, bit for bit, by vectors (F 40) and value by value (F 42), in the given compute dtypes.
+void expect_swiglu_backward_in_place(Backend& be, std::initializer_list<DType> computes) {
+  for (const DType cd : computes)
+    for (const int64_t F : {40, 42}) {
+      const std::vector<Arg> args = {{"dinp", {N, 2 * F}, DType::kF32, true}, {"inp", {N, 2 * F}, DType::kF32, true},
+                                     {"dout", {N, F}}};
+      const HostArgs host = host_args(args, cd, 11);
+      const auto apart = run_op(be, cd, args, host, [](Backend& b, const std::vector<Tensor>& t) {
+        b.swiglu_backward(t[0], t[1], t[2]);
+      });
+      const auto in_place = run_op(be, cd, args, host, [](Backend& b, const std::vector<Tensor>& t) {
+        b.swiglu_backward(t[1], t[1], t[2]);
+      });
+      ASSERT_EQ(apart[0].size(), in_place[1].size());
+      EXPECT_EQ(std::memcmp(apart[0].data(), in_place[1].data(), apart[0].size() * sizeof(float)), 0)
+          << "swiglu_backward in place differs (" << dtype_name(cd) << ", F " << F << ")";
+      EXPECT_NE(std::memcmp(apart[1].data(), in_place[1].data(), apart[1].size() * sizeof(float)), 0)
+          << "swiglu_backward in place left its input as it was";
+    }
+}
+
+TEST(SwigluBackward, InPlaceIsBitForBitOnCpu) {
+  auto be = testing::make_cpu_backend(int64_t(64) << 20);
+  expect_swiglu_backward_in_place(*be, {DType::kF32});  // (the CPU backend computes in f32)
+}
+
+TEST(SwigluBackward, InPlaceIsBitForBitOnCuda) {
+  TT_SKIP_WITHOUT_GPU();
+  auto be = testing::make_cuda_backend(int64_t(256) << 20);
+  ASSERT_NE(be, nullptr);
+  expect_swiglu_backward_in_place(*be, {DType::kF32, DType::kBF16});
 }
 
 TEST(GradWrite, OverwritingEqualsAddingToZerosOnCpu) {

@@ -712,6 +712,58 @@ TEST(Executor, GradientsInActivationsAreReadBeforeTheNextForwardOnly) {
   ASSERT_TRUE(be->synchronize_all().is_ok() && be2->synchronize_all().is_ok());
 }
 
+// Note [head in gradients] (exec/executor.h): with every block recomputed (no resident set, so no arena) the head's
+// tensors still live in blocks' gradient buffers, each inside one, none overlapping; the inventory lacks their
+// entries; the gradients are bit for bit those of a run keeping them apart, and a forward after the backward makes
+// reading them an error (it overwrote the buffers that hold the head).
+TEST(Executor, HeadTensorsLiveInGradientBuffersUntilTheBackward) {
+  ExecSpec spec = make_spec(make_plan("recompute", OptimizerPlacement::kDevice));
+  spec.lm_chunk_rows = 4;  // a chunk small enough for a block's gradients
+  ExecSpec apart_spec = spec;
+  apart_spec.plan.grads_in_activations = false;
+  EXPECT_TRUE(Executor::head_in_grads(apart_spec).at.empty());
+  const HeadInGrads head = Executor::head_in_grads(spec);
+  for (const char* name : {"lnf", "lnf_mean", "lnf_rstd", "logits"}) EXPECT_TRUE(head.holds(name)) << name;
+  EXPECT_EQ(head.at.size(), 4u);
+  const Inventory inv = Executor::inventory(spec).value();
+  for (const auto& [name, place] : head.at) EXPECT_EQ(inv.find(name), nullptr) << name;
+  EXPECT_EQ(Executor::inventory(apart_spec).value().total(Inventory::kDevice) - inv.total(Inventory::kDevice),
+            head.bytes);
+  auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
+  auto be2 = testing::make_cpu_backend(int64_t(64) << 20, 1);
+  auto ex = std::move(Executor::create(*be, spec)).value();
+  auto apart = std::move(Executor::create(*be2, apart_spec)).value();
+  // Each view inside its block's gradients, and no two overlapping.
+  std::vector<std::pair<const char*, const char*>> spans;
+  for (const auto& [name, place] : head.at) {
+    const Tensor& t = ex->model().tensors().named.at(name);
+    const Tensor& g = ex->model().tensors().grads[static_cast<size_t>(place.segment)];
+    const char* b = static_cast<const char*>(t.raw());
+    const char* gb = static_cast<const char*>(g.raw());
+    EXPECT_TRUE(b >= gb && b + t.nbytes() <= gb + g.nbytes()) << name;
+    for (const auto& [lo, hi] : spans) EXPECT_TRUE(b + t.nbytes() <= lo || b >= hi) << name;
+    spans.push_back({b, b + t.nbytes()});
+  }
+  for (auto* e : {ex.get(), apart.get()}) ASSERT_TRUE(e->init_params(1).is_ok());
+  feed(*ex, *be);
+  feed(*apart, *be2);
+  const size_t n = static_cast<size_t>(ex->num_params());
+  std::vector<float> g(n), want(n);
+  for (int step = 0; step < 3; ++step) {
+    ex->train_step(1e-2f);
+    apart->train_step(1e-2f);
+  }
+  ex->forward_backward();
+  apart->forward_backward();
+  ASSERT_TRUE(ex->download_grads(g.data()).is_ok());
+  ASSERT_TRUE(apart->download_grads(want.data()).is_ok());
+  ASSERT_TRUE(be->synchronize_all().is_ok() && be2->synchronize_all().is_ok());
+  EXPECT_EQ(std::memcmp(g.data(), want.data(), n * sizeof(float)), 0);
+  ex->forward();
+  EXPECT_EQ(ex->download_grads(g.data()).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(be->synchronize_all().is_ok() && be2->synchronize_all().is_ok());
+}
+
 // "Two data ranks" whose average is the identity, held until the test opens the gate: each reduction copies its
 // segment, waits for the gate in the comm stream's order, and writes the copy back.
 class GatedIdentityReducer final : public GradReducer {

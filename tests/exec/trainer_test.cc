@@ -418,8 +418,8 @@ TEST(Trainer, MixedJsonPlanIsBitIdentical) {
 }
 
 // Note [gradients in dead activations]: keeping blocks' gradients among the activation sets of later blocks once
-// those are dead changes no bit (losses, evaluations, parameters, Adam's moments, a resume) and saves exactly the
-// bytes the arena says; recomputed and swapped blocks have no set there, and the CPU optimizer keeps every gradient
+// those are dead, and the head's tensors in gradient buffers before their backward, changes no bit (losses,
+// evaluations, parameters, Adam's moments, a resume) and saves exactly the bytes the arena and the head say; recomputed and swapped blocks have no set there, and the CPU optimizer keeps every gradient
 // apart. At batch 1 and T 8 a block's gradients are larger than its activations and spread over several sets.
 TEST(Trainer, GradientsInDeadActivationsChangeNoBit) {
   TempDir dir;
@@ -435,8 +435,11 @@ TEST(Trainer, GradientsInDeadActivationsChangeNoBit) {
     int aliased;  // segments kept among the sets
     int batch = 4, seq = 32;
     bool llama = false;  // a Llama with an untied head: the embedding's gradients among the sets too
-  } cases[] = {{"in-core", 7},         {"in-core-selective", 7}, {mix, 7}, {"offload-params", 0},
-               {"in-core", 3, 1, 8},   {"in-core", 7, 4, 32, true}};
+    // The head's tensors in blocks' gradient buffers (Note [head in gradients] in exec/executor.h): the final norm's
+    // output and statistics (GPT-2's three, Llama's two) where they fit, the logits too at batch 1.
+    size_t head = 3;
+  } cases[] = {{"in-core", 7},           {"in-core-selective", 7},    {mix, 7}, {"offload-params", 0, 4, 32, false, 0},
+               {"in-core", 3, 1, 8, false, 4}, {"in-core", 7, 4, 32, true, 2}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.plan + " batch " + std::to_string(c.batch) + (c.llama ? " llama" : ""));
     TrainConfig on = small_config(data);
@@ -464,7 +467,11 @@ TEST(Trainer, GradientsInDeadActivationsChangeNoBit) {
       EXPECT_GT(arena.grads_at[0] + g, arena.set_at[2]);
     }
     EXPECT_EQ(aliased, c.aliased);
-    EXPECT_EQ(device_need(off) - device_need(on), bytes);
+    // Note [head in gradients] (exec/executor.h): the head's tensors in blocks' gradient buffers, where they fit.
+    const HeadInGrads head = Executor::head_in_grads(resolve_run(on).value().exec);
+    EXPECT_EQ(head.at.size(), c.head);
+    EXPECT_EQ(head.holds("logits"), c.head == 4);
+    EXPECT_EQ(device_need(off) - device_need(on), bytes + head.bytes);
     auto a = Trainer::create(off, nullptr);
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     ASSERT_TRUE(a.value()->run().is_ok());

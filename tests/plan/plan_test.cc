@@ -297,7 +297,7 @@ int expect_arena_invariants(const Plan& plan, const ModelConfig& cfg, int batch,
     EXPECT_EQ(a.holds_set(l), resident) << l;
     if (resident) {
       EXPECT_EQ(a.set_at[k], sets) << l;
-      sets += static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, batch, compute, plan.held_parts(l))));
+      sets += arena_set_bytes(plan, cfg, batch, compute, l);
     }
     end[k] = sets;
     grad[k] = static_cast<int64_t>(device_alloc_bytes({segs.size[k + 1]}, master_dtype_for(compute)));
@@ -375,7 +375,7 @@ TEST(ActivationArena, LargeGradientsSpreadOverSeveralSets) {
                   .kv_heads = 8, .ffn = 14336, .tied_embeddings = false, .rope_theta = 500000};
   const Plan plan = Plan::resolve("in-core", 8, 2).value();
   const ActivationArena a = activation_arena(plan, cfg, 2, DType::kBF16);
-  const int64_t set = static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, 2, DType::kBF16, plan.held_parts(0))));
+  const int64_t set = arena_set_bytes(plan, cfg, 2, DType::kBF16, 0);  // its activations and output
   const ParamSegments segs = model_segments(cfg);
   const int64_t g = static_cast<int64_t>(device_alloc_bytes({segs.size[1]}, DType::kF32));
   const int64_t e = static_cast<int64_t>(device_alloc_bytes({segs.size[0]}, DType::kF32));

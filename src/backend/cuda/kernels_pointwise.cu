@@ -180,7 +180,7 @@ __global__ void swiglu_forward_vec_kernel(X* __restrict__ out, const X* __restri
 
 template <typename X>
 __global__ void swiglu_backward_vec_kernel(X* dinp, const X* inp, const X* __restrict__ dout, int64_t N, int F) {
-  // dinp may be inp itself (Note [gradients in dead activations]): each thread reads its values before writing them.
+  // dinp may be inp itself (Backend::swiglu_backward): each thread reads its values before writing them.
   constexpr int kV = 16 / sizeof(X);
   const int fv = F / kV;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < N * fv;
