@@ -199,8 +199,9 @@ void declare_train_knobs(Config& cfg) {
        "diverged or damaged run's), for forensics");
   knob("runtime", "grads_in_activations", K::kBool, "true",
        "keep a block's gradients in the activation memory of later blocks, dead once their backwards are done "
-       "(Note [gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory); "
-       "false: every gradient in a buffer of its own");
+       "(Note [gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory), and "
+       "the head's tensors in blocks' gradient buffers before their backward (Note [head in gradients]); false: "
+       "every gradient and head tensor in a buffer of its own");
   static_assert(memory::kDefaultUmHostPieceBytes == int64_t(32) << 20, "um_host_piece_mib's default below");
   knob("runtime", "um_host_piece_mib", K::kInt, "32",
        "a GPU: managed memory moved to the host in pieces of this many MiB (Note [prefetches to the host in pieces] "

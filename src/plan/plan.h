@@ -126,8 +126,9 @@ struct Plan {
   bool managed_params = false, managed_grads = false, managed_optim = false;
   UmPolicy um;
   // Note [gradients in dead activations] (plan/schedule.h): a block's gradients may live in the next block's own
-  // activation set, dead once that block's backward is done. JSON "grads_in_activations": false (or the knob
-  // grads_in_activations) keeps every gradient segment in a buffer of its own.
+  // activation set, dead once that block's backward is done; and the head's tensors in blocks' gradient buffers
+  // before their backward (Note [head in gradients] in exec/executor.h). JSON "grads_in_activations": false (or the
+  // knob grads_in_activations) keeps every gradient segment and head tensor in a buffer of its own.
   bool grads_in_activations = true;
   // Note [host buffers in rings] (plan/schedule.h): with the CPU optimizer, the gradients' host copy and the staging
   // copy of the compute copy as two-slot rings each segment passes through after the backward (JSON "host_buffers":
