@@ -50,15 +50,18 @@ struct ShmOptions {
   size_t p2p_shared_bytes = 256 << 10;
   // Allgather and alltoall blocks of at least this many bytes: each rank copies every peer's block straight out of
   // that peer's buffer, one copy a block, where the ranks may attach to each other (TIERTRAIN_COMM_CMA_EXCHANGE_BYTES;
-  // 0: never). Unset (kExchangeAuto): 1 MiB below 16 ranks, 256 KiB from 16. At 2 ranks on the 2-core VM, Python's
+  // 0: never). Unset (kExchangeAuto): 1 MiB at 2 and 3 ranks, 256 KiB from 4. At 2 ranks on the 2-core VM, Python's
   // alltoall of 1-2 MiB blocks took 2.1-2.7x less time than through the segments (two copies), one of 256-512 KiB as
-  // long or longer (again on 2026-12-07: 28 against 17.5 us at 256 KiB); at 16 ranks on the H100 host an alltoall of
-  // 256 KiB blocks took 1.40 ms in single copies against 2.68 through the segments (mpi4py 2.07), of 32 KiB as long
-  // (docs/benchmarks/2026-12-07-h100host-both-sides/). Note [single-copy exchanges] in comm/shm_collectives.cc.
+  // long or longer (again on 2026-12-07: 28 against 17.5 us at 256 KiB; allgather 22.0-26.7 against 14.7-26.5, mpi4py
+  // 23.0-26.8); on the H100 host's 16 cores an allgather of 256 KiB blocks took 75.7 us in single copies against 192.5
+  // through the segments at 4 ranks (mpi4py 135.3), 231.9 against 465.1 at 8 (383.6), an alltoall 93.5 against 183.3
+  // (158.1) and 359.8 against 441.6 (493.0), and at 16 ranks 1.40 ms against 2.68 (2.07)
+  // (docs/benchmarks/2026-12-07-h100host-mpi4py-defaults/, 2026-12-07-h100host-both-sides/). Note [single-copy
+  // exchanges] in comm/shm_collectives.cc.
   static constexpr size_t kExchangeAuto = ~size_t{0};
   size_t cma_exchange_bytes = kExchangeAuto;
   size_t exchange_bytes(int ranks) const {
-    return cma_exchange_bytes != kExchangeAuto ? cma_exchange_bytes : ranks >= 16 ? size_t{256} << 10 : size_t{1} << 20;
+    return cma_exchange_bytes != kExchangeAuto ? cma_exchange_bytes : ranks >= 4 ? size_t{256} << 10 : size_t{1} << 20;
   }
   // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0: never). The
   // default, 32: with fewer ranks the flat line is as fast or faster, the tree's second step costing more than the

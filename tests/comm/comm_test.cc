@@ -1351,7 +1351,9 @@ void expect_collectives_right(int ranks, const std::string& env, const std::stri
 TEST(CommShm, ExchangeThresholdByWorldSize) {
   comm::ShmOptions o;
   EXPECT_EQ(o.exchange_bytes(2), size_t{1} << 20);
-  EXPECT_EQ(o.exchange_bytes(15), size_t{1} << 20);
+  EXPECT_EQ(o.exchange_bytes(3), size_t{1} << 20);
+  EXPECT_EQ(o.exchange_bytes(4), size_t{256} << 10);
+  EXPECT_EQ(o.exchange_bytes(15), size_t{256} << 10);
   EXPECT_EQ(o.exchange_bytes(16), size_t{256} << 10);
   EXPECT_EQ(o.exchange_bytes(64), size_t{256} << 10);
   o.cma_exchange_bytes = 0;
