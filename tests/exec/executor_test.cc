@@ -674,6 +674,18 @@ TEST(Executor, AccumulatedMicroBatchesGiveTheGradientsOfOneBatch) {
       << dp.validate().message();
 }
 
+// A forward_backward on each executor (the same model, parameters and batch), then their gradients bit for bit.
+void expect_same_gradients(Executor& ex, Backend& be, Executor& apart, Backend& be2) {
+  const size_t n = static_cast<size_t>(ex.num_params());
+  std::vector<float> g(n), want(n);
+  ex.forward_backward();
+  apart.forward_backward();
+  ASSERT_TRUE(ex.download_grads(g.data()).is_ok());
+  ASSERT_TRUE(apart.download_grads(want.data()).is_ok());
+  ASSERT_TRUE(be.synchronize_all().is_ok() && be2.synchronize_all().is_ok());
+  EXPECT_EQ(std::memcmp(g.data(), want.data(), n * sizeof(float)), 0);
+}
+
 // Note [gradients in dead activations]: the gradients of a backward can be read until a forward runs; after it
 // (the forward overwrote the activation sets they live in) reading them is refused, and reading them before is
 // what keeping them apart gives.
@@ -690,12 +702,7 @@ TEST(Executor, GradientsInActivationsAreReadBeforeTheNextForwardOnly) {
   feed(*apart, *be2);
   const size_t n = static_cast<size_t>(ex->num_params());
   std::vector<float> g(n), want(n);
-  ex->forward_backward();
-  apart->forward_backward();
-  ASSERT_TRUE(ex->download_grads(g.data()).is_ok());
-  ASSERT_TRUE(apart->download_grads(want.data()).is_ok());
-  ASSERT_TRUE(be->synchronize_all().is_ok() && be2->synchronize_all().is_ok());
-  EXPECT_EQ(std::memcmp(g.data(), want.data(), n * sizeof(float)), 0);
+  expect_same_gradients(*ex, *be, *apart, *be2);
   ex->forward();
   apart->forward();
   const Status s = ex->download_grads(g.data());
@@ -747,18 +754,12 @@ TEST(Executor, HeadTensorsLiveInGradientBuffersUntilTheBackward) {
   for (auto* e : {ex.get(), apart.get()}) ASSERT_TRUE(e->init_params(1).is_ok());
   feed(*ex, *be);
   feed(*apart, *be2);
-  const size_t n = static_cast<size_t>(ex->num_params());
-  std::vector<float> g(n), want(n);
+  std::vector<float> g(static_cast<size_t>(ex->num_params()));
   for (int step = 0; step < 3; ++step) {
     ex->train_step(1e-2f);
     apart->train_step(1e-2f);
   }
-  ex->forward_backward();
-  apart->forward_backward();
-  ASSERT_TRUE(ex->download_grads(g.data()).is_ok());
-  ASSERT_TRUE(apart->download_grads(want.data()).is_ok());
-  ASSERT_TRUE(be->synchronize_all().is_ok() && be2->synchronize_all().is_ok());
-  EXPECT_EQ(std::memcmp(g.data(), want.data(), n * sizeof(float)), 0);
+  expect_same_gradients(*ex, *be, *apart, *be2);
   ex->forward();
   EXPECT_EQ(ex->download_grads(g.data()).code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(be->synchronize_all().is_ok() && be2->synchronize_all().is_ok());
