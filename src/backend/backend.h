@@ -257,6 +257,10 @@ class Backend {
   // --- optimizer ---
   // out[0] = sum of squares of x (accumulated in double, deterministic for a fixed thread count).
   virtual void sum_squares(const Tensor& out, const Tensor& x) = 0;
+  // The same on `stream`, one of this backend's other than the compute stream, with scratch of its own: it may run
+  // beside the compute stream's kernels (the gradient norm's parts during the backward: Note [norm beside the
+  // backward] in plan/schedule.cc). The same bits as sum_squares.
+  virtual void sum_squares_on(Stream& stream, const Tensor& out, const Tensor& x) = 0;
   // out[0] = the sum of parts[0..n) added in index order in double, rounded once (the global gradient norm from
   // per-segment sums of squares: the same bits however the segments were produced).
   virtual void sum_in_order(const Tensor& out, const Tensor& parts) = 0;

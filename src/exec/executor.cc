@@ -395,6 +395,7 @@ ScheduleSpec ExecSpec::schedule_spec() const {
   s.data_ranks = data_ranks;
   s.grad_accum = grad_accum;
   s.shard_optimizer = shard_optimizer && plan.cpu_optimizer();
+  s.norm_beside = norm_beside;
   return s;
 }
 
@@ -935,8 +936,13 @@ void Executor::backward() {
   opt_->begin_step(0.0f, false);
   run_pass(Pass::kBackward, &Executor::model_backward);
   grads_pending_ = grads_valid_ = true;
+  norm_parts_current_ = true;
 }
 void Executor::step(float lr) {
+  // Note [norm beside the backward] (plan/schedule.cc): the step sums the parts the last backward computed.
+  TT_CHECK(norm_parts_current_ || !norm_beside_backward(schedule_.spec),
+           "step() after accumulate_step(): the gradient norm's parts are computed by a step's last backward; end "
+           "the step with train_step(lr, speculate, /*accumulated=*/true)");
   TT_CHECK(!grads_pending_ || grads_valid_,
            "step() after a forward that followed the backward: plan %s keeps gradients in later blocks' "
            "activation memory or the head's tensors in gradient buffers (Note [gradients in dead activations], "
@@ -951,6 +957,7 @@ void Executor::forward_backward() {
   opt_->begin_step(0.0f, false);
   run_pass(Pass::kForwardBackward, &Executor::model_train);
   grads_pending_ = grads_valid_ = true;
+  norm_parts_current_ = true;
 }
 void Executor::prefetch() { run_pass(Pass::kPrefetch, &Executor::model_none); }
 void Executor::train_step(float lr, bool speculate, bool accumulated) {
@@ -973,6 +980,7 @@ void Executor::accumulate_step(bool first) {
   run_pass(Pass::kAccumulate, &Executor::model_train);
   model_->set_accumulate_grads(false);
   grads_pending_ = grads_valid_ = true;
+  norm_parts_current_ = false;
 }
 
 Status Executor::use_schedule(Schedule schedule) {
@@ -1083,6 +1091,10 @@ void Executor::issue(const Op& op) {
       reducer_->reduce(t.grads[static_cast<size_t>(op.segment)], st);
       break;
     case OpKind::kNormPart:
+      if (op.stream != StreamId::kCompute) {  // Note [norm beside the backward] in plan/schedule.cc
+        opt_->norm_part(op.segment, &st);
+        break;
+      }
       if (prof_) prof_->mark(op.name.c_str());
       opt_->norm_part(op.segment);
       break;

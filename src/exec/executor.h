@@ -57,6 +57,7 @@ struct ExecSpec {
   // A master in two halves is split or joined on the host this many parameters at a time (256 MiB of halves), not
   // the whole model's halves at once (16 GB for an 8B model); tests take fewer.
   int64_t halves_piece = int64_t{64} << 20;
+  bool norm_beside = true;  // ScheduleSpec::norm_beside (Note [norm beside the backward] in plan/schedule.cc)
 
   // What the model and the plan require of each other, before anything is built: the plan's layers, the CPU
   // optimizer's f32 master, what needs the CPU optimizer, at least two slots per ring, swapped blocks that agree on
@@ -257,6 +258,7 @@ class Executor : public ModelHooks {
   ActivationArena arena_;
   HeadInGrads head_;  // Note [head in gradients]
   bool grads_pending_ = false, grads_valid_ = true;
+  bool norm_parts_current_ = false;  // the last backward was a step's last (Note [norm beside the backward])
   bool first_micro_batch_ = true;  // the pass running is a step's first micro-batch (Note [gradients summed on the host])
   // Whether a forward overwrites gradients: some live in an activation set, or hold the head's tensors.
   bool grads_in_activations() const;

@@ -86,12 +86,14 @@ void Optimizer::begin_step(float lr, bool speculate) {
   from_ = to_ = buf_.sets[cur_];
 }
 
-void Optimizer::norm_part(int segment) {
+void Optimizer::norm_part(int segment, Stream* on) {
   const Tensor& g = model_.tensors().grads[static_cast<size_t>(segment)];
   if (model_.config().tp == 1) {
-    be_.sum_squares(buf_.parts.view(segment, {1}), g);
+    if (on != nullptr) be_.sum_squares_on(*on, buf_.parts.view(segment, {1}), g);
+    else be_.sum_squares(buf_.parts.view(segment, {1}), g);
     return;
   }
+  TT_CHECK(on == nullptr, "the gradient norm's parts of a tensor-parallel model on the compute stream only");
   // Note [tensor parallel]: the replicated parameters' part (the same on every rank, counted once) and the sharded
   // ones' (summed over the ranks before norm_total).
   const size_t s = static_cast<size_t>(segment);

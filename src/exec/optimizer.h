@@ -139,7 +139,8 @@ class Optimizer {
   // --- the schedule's operations (plan/schedule.h), enqueued ---
   // Before a step's passes: its learning rate and whether it speculates (the caller's guess).
   void begin_step(float lr, bool speculate);
-  void norm_part(int segment);   // kNormPart, compute stream
+  // kNormPart, on the compute stream, or with `on` beside it (Note [norm beside the backward] in plan/schedule.cc).
+  void norm_part(int segment, Stream* on = nullptr);
   void norm_total();             // kNormTotal, compute stream
   // kDeviceAdamW, compute stream (Note [device update by segment]): every segment the device updates, or one of
   // them (Note [optimizer split]).

@@ -197,6 +197,10 @@ void declare_train_knobs(Config& cfg) {
   knob("runtime", "allow_nonfinite", K::kBool, "false",
        "resume or start from a checkpoint holding NaN, infinity or negative second moments (refused otherwise: a "
        "diverged or damaged run's), for forensics");
+  knob("runtime", "norm_beside_backward", K::kBool, "true",
+       "with AdamW on the device (one data and one tensor-parallel rank): each segment's part of the gradient norm "
+       "on the comm stream as soon as its backward is done, beside the next block's backward (Note [norm beside the "
+       "backward]; the same bits); false: all parts in the step, on the compute stream");
   knob("runtime", "grads_in_activations", K::kBool, "true",
        "keep a block's gradients in the activation memory of later blocks, dead once their backwards are done "
        "(Note [gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory), and "
@@ -389,6 +393,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.lm_chunk_rows = cfg.get_int("lm_chunk_rows");
   tc.um_allow_oversubscription = cfg.get_bool("um_allow_oversubscription");
   tc.grads_in_activations = cfg.get_bool("grads_in_activations");
+  tc.norm_beside_backward = cfg.get_bool("norm_beside_backward");
   tc.host_buffers = cfg.get_string("host_buffers");
   tc.device_optimizer_segments = cfg.get_string("device_optimizer_segments");
   if (const std::string& d = tc.device_optimizer_segments; d != "plan" && d != "auto") {

@@ -169,6 +169,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   // Note [gradient accumulation]: the micro-batches' gradients stay in their own buffers until the step's last.
   e.grad_accum = cfg.grad_accum;
   if (cfg.grad_accum > 1) e.plan.grads_in_activations = false;
+  e.norm_beside = cfg.norm_beside_backward;  // Note [norm beside the backward] (plan/schedule.cc)
   e.hyper.beta1 = cfg.beta1;
   e.hyper.beta2 = cfg.beta2;
   e.hyper.weight_decay = cfg.weight_decay;

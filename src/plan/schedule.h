@@ -182,11 +182,18 @@ struct ScheduleSpec {
   // Note [sharded optimizer] (exec/optimizer.h): with the CPU optimizer, a rank's gradients to the host, host update
   // and parameters back cover its share of each segment (the largest share, rank 0's, is what the schedule counts).
   bool shard_optimizer = false;
+  // Note [norm beside the backward] (plan/schedule.cc): the device optimizer's gradient norm in parts on the comm
+  // stream during the backward (where norm_beside_backward() says it applies); false: in the step, on the compute one.
+  bool norm_beside = true;
   // The elements of segment s (of n) this rank's optimizer covers: all, or the largest share when sharded.
   int64_t optimizer_share(int64_t n) const {
     return shard_optimizer && data_ranks > 1 ? segment_share(n, data_ranks) : n;
   }
 };
+
+// Note [norm beside the backward]: whether spec's schedule computes the norm's parts on the comm stream during the
+// backward: spec.norm_beside, the device optimizer, one data rank and one tensor-parallel rank.
+bool norm_beside_backward(const ScheduleSpec& spec);
 
 // Bytes per pool and tensor class: the peak over a replay of passes, and where the replay ended.
 struct MemoryUse {

@@ -195,6 +195,53 @@ TEST(Schedule, DataParallelReducesEverySegmentBeforeItIsRead) {
   }
 }
 
+// Note [norm beside the backward] (plan/schedule.cc): with AdamW on the device each segment's part of the norm is
+// computed once, on the comm stream, after waiting for the compute stream's record that its backward is done; the
+// compute stream waits for every part before the total. With the knob off, with the CPU optimizer and over data
+// ranks the parts stay on the compute stream. On every plan.
+TEST(Schedule, TheNormsPartsRunBesideTheBackward) {
+  for (const PlanCase& c : every_plan()) {
+    SCOPED_TRACE(c.name + (c.opt == OptimizerPlacement::kCpu ? " cpu" : " device") + (c.speculate ? " spec" : ""));
+    ExecSpec spec = make_spec(make_plan(c.name, c.opt), c.speculate);
+    spec.lm_chunk_rows = model_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
+    const int S = spec.model.layers + 2;
+    for (const int variant : {0, 1, 2}) {  // as it is, the knob off, two data ranks
+      ScheduleSpec ss = spec.schedule_spec();
+      if (variant == 1) ss.norm_beside = false;
+      if (variant == 2) ss.data_ranks = 2;
+      const bool beside = c.opt == OptimizerPlacement::kDevice && variant == 0;
+      EXPECT_EQ(norm_beside_backward(ss), beside);
+      const Schedule s = compile_schedule(ss, Executor::inventory(spec).value());
+      ASSERT_TRUE(s.validate().is_ok()) << s.validate().to_string();
+      std::vector<int> parts(static_cast<size_t>(S), 0);
+      std::set<std::string> waited[kNumStreams], recorded[kNumStreams], parts_after;
+      std::string last_wait[kNumStreams];
+      for (const Op& op : s.pass(Pass::kTrain)) {
+        const int st = static_cast<int>(op.stream);
+        const std::string ev = op.event >= 0 ? s.events[static_cast<size_t>(op.event)] : std::string();
+        if (op.kind == OpKind::kWait) waited[st].insert(ev), last_wait[st] = ev;
+        if (op.kind == OpKind::kRecord) recorded[st].insert(ev);
+        if (op.kind == OpKind::kNormPart) {
+          ++parts[static_cast<size_t>(op.segment)];
+          EXPECT_EQ(op.stream, beside ? StreamId::kComm : StreamId::kCompute) << op.name << " " << op.segment;
+          if (beside) {  // right after the wait for its own backward's record, a record of its own
+            EXPECT_EQ(last_wait[st].rfind("grads ", 0), 0u) << "segment " << op.segment << ": " << last_wait[st];
+            EXPECT_TRUE(recorded[static_cast<int>(StreamId::kCompute)].count(last_wait[st])) << last_wait[st];
+            EXPECT_TRUE(parts_after.insert(last_wait[st]).second) << "two parts after " << last_wait[st];
+          }
+        }
+        if (op.kind == OpKind::kNormTotal && beside) {
+          int normed = 0;
+          for (const std::string& w : waited[static_cast<int>(StreamId::kCompute)])
+            normed += w.rfind("normed ", 0) == 0 && recorded[static_cast<int>(StreamId::kComm)].count(w);
+          EXPECT_EQ(normed, S) << "the total waits for every part";
+        }
+      }
+      for (int seg = 0; seg < S; ++seg) EXPECT_EQ(parts[static_cast<size_t>(seg)], 1) << "segment " << seg;
+    }
+  }
+}
+
 TEST(Schedule, BrokenSchedulesAreRefused) {
   const Schedule good = compile_for(make_spec(make_plan("swap-activations")));
   ASSERT_TRUE(good.validate().is_ok());
@@ -933,6 +980,8 @@ TEST(Executor, EveryKindOfWaitIsNeeded) {
       // waits for its gradients' copy into the slot.
       {"in-core+ring", OptimizerPlacement::kCpu, StreamId::kD2H, "wait cpu optimizer", slow_host},
       {"in-core+ring", OptimizerPlacement::kCpu, StreamId::kHost, "wait grads", slow_link},
+      // Note [norm beside the backward]: a segment's part of the norm waits for its backward.
+      {"in-core", OptimizerPlacement::kDevice, StreamId::kComm, "wait backward", slow_kernels},
       // Note [optimizer split]: the forward still waits for the segments the host updates.
       {"in-core+split", OptimizerPlacement::kCpu, StreamId::kCompute, "wait cpu optimizer", slow_host},
       {"in-core+ring+split", OptimizerPlacement::kCpu, StreamId::kD2H, "wait cpu optimizer", slow_host},

@@ -589,6 +589,16 @@ class CpuBackend final : public Backend {
       compute_.enqueue([=] { *o = cpu::sum_squares<T>(p, n); });
     });
   }
+  void sum_squares_on(Stream& stream, const Tensor& out, const Tensor& x) override {
+    const int64_t n = shapes::sum_squares(out, x);
+    CpuStream& on = as_cpu(stream);
+    TT_CHECK(&on != &compute_, "sum_squares_on: the compute stream has sum_squares");
+    dispatch_float(x.dtype(), "sum_squares", [&]<typename T>() {
+      T* o = out.data<T>();
+      const T* p = x.data<T>();
+      on.enqueue([=] { *o = cpu::sum_squares<T>(p, n); });  // (its own OpenMP team: the same split, the same bits)
+    });
+  }
 
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     const Tensor& grad_norm_sq, const AdamWArgs& args, const Tensor& copy_out) override {

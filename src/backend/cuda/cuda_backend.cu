@@ -143,6 +143,9 @@ class CudaBackend final : public Backend {
     TT_ASSIGN_OR_RETURN(scratch_.ptr, pool_.allocate_bytes(static_cast<size_t>(scratch_request_),
                                                           TensorClass::kWorkspace, "cuda.scratch"));
     scratch_.bytes = static_cast<size_t>(scratch_request_);
+    TT_ASSIGN_OR_RETURN(side_scratch_.ptr, pool_.allocate_bytes(static_cast<size_t>(kSideScratchBytes),
+                                                               TensorClass::kWorkspace, "cuda.side_scratch"));
+    side_scratch_.bytes = static_cast<size_t>(kSideScratchBytes);
     Result<std::unique_ptr<memory::UmDriver>> um = create_um_driver(device_, um_host_piece_bytes_);
     if (um.is_ok()) {
       um_ = std::move(um).value();
@@ -633,6 +636,12 @@ class CudaBackend final : public Backend {
     require_f32(x.dtype(), "sum_squares");
     cuda::sum_squares(s(), scratch_, out.data<float>(), x.data<float>(), n);
   }
+  void sum_squares_on(Stream& stream, const Tensor& out, const Tensor& x) override {
+    const int64_t n = shapes::sum_squares(out, x);
+    require_f32(x.dtype(), "sum_squares");
+    TT_CHECK(&stream != &compute_stream(), "sum_squares_on: the compute stream has sum_squares");
+    cuda::sum_squares(as_cuda(stream), side_scratch_, out.data<float>(), x.data<float>(), n);
+  }
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     const Tensor& grad_norm_sq, const AdamWArgs& a, const Tensor& copy_out) override {
     const int64_t n = shapes::adamw(param, grad, m, v, grad_norm_sq, a, copy_out);
@@ -685,6 +694,7 @@ class CudaBackend final : public Backend {
   int64_t tf32x3_attention_forward_calls_ = 0, tf32x3_attention_backward_calls_ = 0;
   int64_t tf32x3_attention_dq_partials_calls_ = 0;  // backwards whose d(q) came from the d(k)/d(v) pass
   Scratch scratch_;
+  Scratch side_scratch_;  // sum_squares_on's (kSideScratchBytes)
   bool record_um_calls_ = false;
   int64_t um_host_piece_bytes_;
   std::unique_ptr<memory::UmDriver> um_;

@@ -26,8 +26,10 @@ int64_t scratch_bytes_for(int64_t tokens_per_step, int heads);
 // options allow cuDNN, the shape is one it takes (head size 64 or 128) and the library loads; in f32 the GEMMs' (Note
 // [f32 attention by GEMMs] in attention_gemm.cu), at most options.workspace_cap.
 int64_t attention_workspace_for(const AttentionShape& shape, const AttentionOptions& options);
+// The scratch of sum_squares_on, apart from the compute stream's (Backend::sum_squares_on).
+constexpr int64_t kSideScratchBytes = int64_t(64) << 10;
 // cuBLAS workspace plus scratch.
-inline int64_t reserved_bytes(int64_t scratch_bytes) { return kCublasWorkspaceBytes + scratch_bytes; }
+inline int64_t reserved_bytes(int64_t scratch_bytes) { return kCublasWorkspaceBytes + kSideScratchBytes + scratch_bytes; }
 // Left free on the GPU when the budget is chosen automatically (CUDA context, cuBLAS handles, other processes).
 constexpr int64_t kAutoBudgetHeadroomBytes = int64_t(2) << 30;
 
