@@ -920,7 +920,8 @@ bool Executor::grads_in_activations() const {
 }
 void Executor::forward() {
   if (grads_in_activations()) {
-    if (grads_pending_ && spec_.data_ranks > 1) {
+    // (and the norm's parts still reading them: Note [norm beside the backward])
+    if (grads_pending_ && (spec_.data_ranks > 1 || norm_beside_backward(schedule_.spec))) {
       be_.comm_stream().record(*comm_done_);
       be_.compute_stream().wait(*comm_done_);
     }
