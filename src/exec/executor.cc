@@ -32,9 +32,7 @@ HeadInGrads Executor::head_in_grads(const ExecSpec& spec) {
   HeadInGrads h;
   const Plan& plan = spec.plan;
   const int L = spec.model.layers;
-  if (!plan.grads_in_activations || plan.cpu_optimizer() || plan.managed_grads || spec.grad_accum > 1 || L < 1 ||
-      static_cast<int>(plan.layers.size()) != L)
-    return h;
+  if (!grads_share_memory(plan, L) || spec.grad_accum > 1) return h;
   const ActivationArena arena = arena_of(spec);
   const ParamSegments segs = model_segments(spec.model);
   const DType md = master_dtype_for(spec.compute);

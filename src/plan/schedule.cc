@@ -969,20 +969,28 @@ bool norm_beside_backward(const ScheduleSpec& spec) {
   return spec.norm_beside && !spec.plan.cpu_optimizer() && spec.data_ranks == 1 && spec.model.tp == 1;
 }
 
+bool grads_share_memory(const Plan& plan, int layers) {
+  return plan.grads_in_activations && !plan.cpu_optimizer() && !plan.managed_grads && layers >= 1 &&
+         static_cast<int>(plan.layers.size()) == layers;
+}
+
 ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int batch, DType compute) {
   const int L = cfg.layers;
   ActivationArena none;
   none.set_at.assign(static_cast<size_t>(std::max(L, 0)), -1);
   none.grads_at = none.set_at;
-  if (!plan.grads_in_activations || plan.cpu_optimizer() || plan.managed_grads || L < 1 ||
-      static_cast<int>(plan.layers.size()) != L)
-    return none;
+  if (!grads_share_memory(plan, L)) return none;
   ActivationArena a = none;
   // Items in packing order from the top: blocks L - 1 .. 0, then the embedding (k = 0, block -1) where it may come
   // in. end[k]: where the last resident, unmanaged set at or before the item's block ends (the embedding: 0);
   // grad[k]: its gradients' bytes. Item k of block l is k = l + 1.
   const ParamSegments segs = model_segments(cfg);
   const DType md = master_dtype_for(compute);
+  // Each block's fixed tensors (its output) lie in its set: arena_set_bytes, with the model's list read once.
+  std::vector<int64_t> fixed(static_cast<size_t>(L), 0);
+  for (const TensorRequest& r : model_fixed_tensors(cfg, batch, compute, 0))
+    if (r.layer >= 0 && r.layer < L)
+      fixed[static_cast<size_t>(r.layer)] += static_cast<int64_t>(device_alloc_bytes(r.shape, r.dtype));
   std::vector<int64_t> end(static_cast<size_t>(L) + 1, 0), grad(static_cast<size_t>(L) + 1, 0);
   std::vector<bool> in(static_cast<size_t>(L) + 1, false);
   int64_t sets = 0;
@@ -990,7 +998,8 @@ ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int b
     const size_t k = static_cast<size_t>(l) + 1;
     if (plan.activation(l) == ActPlacement::kResident && !plan.managed_block(l)) {
       a.set_at[k - 1] = sets;
-      sets += arena_set_bytes(plan, cfg, batch, compute, l);
+      sets += static_cast<int64_t>(device_bytes_of(model_block_activations(cfg, batch, compute, plan.held_parts(l)))) +
+              fixed[k - 1];
     }
     end[k] = sets;
     grad[k] = static_cast<int64_t>(device_alloc_bytes({segs.size[k]}, md));

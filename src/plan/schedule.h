@@ -258,6 +258,10 @@ struct ActivationArena {
   int blocks_with_grads() const;
 };
 ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int batch, DType compute);
+// Whether the plan's gradients may share memory over time (the arena above, Note [head in gradients] in
+// exec/executor.h): the knob on, AdamW on the device, gradients not managed, the plan's layers the model's.
+// (Gradient accumulation turns the knob off: its micro-batches' forwards would overwrite them.)
+bool grads_share_memory(const Plan& plan, int layers);
 // The bytes of block l's set in the arena: its held parts' activations, then its fixed tensors (its output:
 // model_block_fixed_tensors), each 256-byte aligned, in that order.
 int64_t arena_set_bytes(const Plan& plan, const ModelConfig& cfg, int batch, DType compute, int l);

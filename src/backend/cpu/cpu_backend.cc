@@ -581,22 +581,18 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void sum_squares(const Tensor& out, const Tensor& x) override {
-    const int64_t n = shapes::sum_squares(out, x);
-    dispatch_float(x.dtype(), "sum_squares", [&]<typename T>() {
-      T* o = out.data<T>();
-      const T* p = x.data<T>();
-      compute_.enqueue([=] { *o = cpu::sum_squares<T>(p, n); });
-    });
-  }
+  void sum_squares(const Tensor& out, const Tensor& x) override { sum_squares_in(compute_, out, x); }
   void sum_squares_on(Stream& stream, const Tensor& out, const Tensor& x) override {
-    const int64_t n = shapes::sum_squares(out, x);
     CpuStream& on = as_cpu(stream);
     TT_CHECK(&on != &compute_, "sum_squares_on: the compute stream has sum_squares");
+    sum_squares_in(on, out, x);  // (its own OpenMP team: the same split, the same bits)
+  }
+  void sum_squares_in(CpuStream& on, const Tensor& out, const Tensor& x) {
+    const int64_t n = shapes::sum_squares(out, x);
     dispatch_float(x.dtype(), "sum_squares", [&]<typename T>() {
       T* o = out.data<T>();
       const T* p = x.data<T>();
-      on.enqueue([=] { *o = cpu::sum_squares<T>(p, n); });  // (its own OpenMP team: the same split, the same bits)
+      on.enqueue([=] { *o = cpu::sum_squares<T>(p, n); });
     });
   }
 

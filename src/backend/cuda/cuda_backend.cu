@@ -631,16 +631,15 @@ class CudaBackend final : public Backend {
              "sum_in_order: needs f32 out[1] and parts");
     cuda::sum_in_order(s(), out.data<float>(), parts.data<float>(), parts.numel());
   }
-  void sum_squares(const Tensor& out, const Tensor& x) override {
-    const int64_t n = shapes::sum_squares(out, x);
-    require_f32(x.dtype(), "sum_squares");
-    cuda::sum_squares(s(), scratch_, out.data<float>(), x.data<float>(), n);
-  }
+  void sum_squares(const Tensor& out, const Tensor& x) override { sum_squares_in(s(), scratch_, out, x); }
   void sum_squares_on(Stream& stream, const Tensor& out, const Tensor& x) override {
+    TT_CHECK(&stream != &compute_stream(), "sum_squares_on: the compute stream has sum_squares");
+    sum_squares_in(as_cuda(stream), side_scratch_, out, x);
+  }
+  void sum_squares_in(cudaStream_t stream, const Scratch& scratch, const Tensor& out, const Tensor& x) {
     const int64_t n = shapes::sum_squares(out, x);
     require_f32(x.dtype(), "sum_squares");
-    TT_CHECK(&stream != &compute_stream(), "sum_squares_on: the compute stream has sum_squares");
-    cuda::sum_squares(as_cuda(stream), side_scratch_, out.data<float>(), x.data<float>(), n);
+    cuda::sum_squares(stream, scratch, out.data<float>(), x.data<float>(), n);
   }
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     const Tensor& grad_norm_sq, const AdamWArgs& a, const Tensor& copy_out) override {
