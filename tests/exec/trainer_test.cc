@@ -1276,7 +1276,8 @@ TEST(TrainerCuda, BFloat16TrainsAndResumesBitExact) {
 
 // The Llama family on a GPU, multi-head (head size 32: the general attention kernels) and grouped-query (two query
 // heads over one key/value head of 64: the bf16 tensor-core kernels, Note [grouped-query attention]): like the CPU in
-// f32 and bf16, resumed bit for bit; every plan gives in-core's bits (invariant 1 with the same kernels).
+// f32 and bf16, resumed bit for bit; every plan, and the norm computed in the step, gives in-core's bits (invariant 1
+// with the same kernels).
 TEST(TrainerCuda, LlamaMatchesCpuResumesAndEveryPlanIsBitIdentical) {
   TT_SKIP_WITHOUT_GPU();
   const ModelConfig mha{.family = "llama", .vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32,
@@ -1300,11 +1301,15 @@ TEST(TrainerCuda, LlamaMatchesCpuResumesAndEveryPlanIsBitIdentical) {
       ASSERT_TRUE(a.is_ok()) << a.status().to_string();
       ASSERT_TRUE(a.value()->run().is_ok());
       const RunResult ra = finish(*a.value());
+      // "norm-in-step": in-core with the gradient norm's parts on the compute stream in the step (Note [norm beside
+      // the backward]), which the others compute on the comm stream beside the backward.
       for (const char* plan : {"recompute", "swap-activations", "swap-attention-recompute-mlp-norms",
-                               "in-core-selective", "um-swap-activations"}) {
+                               "in-core-selective", "um-swap-activations", "norm-in-step"}) {
         SCOPED_TRACE(plan);
         TrainConfig tc = base;
-        tc.plan = plan;
+        const bool in_step = std::string(plan) == "norm-in-step";
+        tc.plan = in_step ? base.plan : plan;
+        tc.norm_beside_backward = !in_step;
         auto b = Trainer::create(tc, nullptr);
         ASSERT_TRUE(b.is_ok()) << b.status().to_string();
         ASSERT_TRUE(b.value()->run().is_ok());
@@ -1495,6 +1500,7 @@ TEST(TrainerCuda, PlansMatchInCore) {
     expect_bit_identical(rs, finish(*g.value()));
     TrainConfig cpu_opt = base;
     cpu_opt.optimizer = OptimizerPlacement::kCpu;
+    cpu_opt.device_optimizer_segments = "plan";  // none: every update the host's (Note [optimizer split])
     auto c = Trainer::create(cpu_opt, nullptr);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     ASSERT_TRUE(c.value()->run().is_ok());
@@ -1543,6 +1549,7 @@ TEST(TrainerCuda, ManagedExchangeReleasesTheComputeCopyBitForBit) {
       base.steps = 8;
       base.eval_every = 3;
       base.optimizer = OptimizerPlacement::kCpu;
+      base.device_optimizer_segments = "plan";  // none: every update the host's (Note [optimizer split])
       base.speculative_update = speculate;
       auto a = Trainer::create(base, nullptr);
       ASSERT_TRUE(a.is_ok()) << a.status().to_string();
