@@ -48,20 +48,24 @@ struct ShmOptions {
   // of 256 KiB sends took 3.8-4.0 ms shared against 5.0-5.1, of 128 KiB 0.76-0.79 against 0.69 (slower: not shared)
   // (docs/benchmarks/2026-12-07-cpu-p2p-both-sides/). Note [both sides copy] in comm/shm_p2p.cc.
   size_t p2p_shared_bytes = 256 << 10;
-  // Allgather and alltoall blocks of at least this many bytes: each rank copies every peer's block straight out of
-  // that peer's buffer, one copy a block, where the ranks may attach to each other (TIERTRAIN_COMM_CMA_EXCHANGE_BYTES;
-  // 0: never). Unset (kExchangeAuto): 1 MiB at 2 and 3 ranks, 256 KiB from 4. At 2 ranks on the 2-core VM, Python's
-  // alltoall of 1-2 MiB blocks took 2.1-2.7x less time than through the segments (two copies), one of 256-512 KiB as
-  // long or longer (again on 2026-12-07: 28 against 17.5 us at 256 KiB; allgather 22.0-26.7 against 14.7-26.5, mpi4py
-  // 23.0-26.8); on the H100 host's 16 cores an allgather of 256 KiB blocks took 75.7 us in single copies against 192.5
-  // through the segments at 4 ranks (mpi4py 135.3), 231.9 against 465.1 at 8 (383.6), an alltoall 93.5 against 183.3
-  // (158.1) and 359.8 against 441.6 (493.0), and at 16 ranks 1.40 ms against 2.68 (2.07)
-  // (docs/benchmarks/2026-12-07-h100host-mpi4py-defaults/, 2026-12-07-h100host-both-sides/). Note [single-copy
-  // exchanges] in comm/shm_collectives.cc.
+  // Allgather and alltoall blocks of at least this many bytes: each rank copies every peer's block straight out of that
+  // peer's buffer, one copy a block, where the ranks may attach to each other (TIERTRAIN_COMM_CMA_EXCHANGE_BYTES; 0:
+  // never). Unset (kExchangeAuto): 1 MiB at 2 and 3 ranks, 32 KiB at 4-8, 256 KiB from 9. At 2 ranks on the 2-core VM,
+  // Python's alltoall of 1-2 MiB blocks took 2.1-2.7x less time than through the segments (two copies), one of 256-512
+  // KiB as long or longer (again on 2026-12-07: 28 against 17.5 us at 256 KiB; allgather 22.0-26.7 against 14.7-26.5,
+  // mpi4py 23.0-26.8); on the H100 host's 16 cores an allgather of 256 KiB blocks took 75.7 us in single copies against
+  // 192.5 through the segments at 4 ranks (mpi4py 135.3), 231.9 against 465.1 at 8 (383.6), an alltoall 93.5 against
+  // 183.3 (158.1) and 359.8 against 441.6 (493.0), and at 16 ranks 1.40 ms against 2.68 (2.07)
+  // (docs/benchmarks/2026-12-07-h100host-mpi4py-defaults/, 2026-12-07-h100host-both-sides/). Blocks of 32 KiB, two runs
+  // each on another H100 host: at 8 ranks an alltoall 48.4-52.2 us in single copies against 78.2-95.2 through the
+  // segments (mpi4py 77.5-81.7), allgather 42.3-44.7 against 48.6-50.4; at 4 ranks 19.4-24.1 against 24.4-33.1 and
+  // 15.4-16.9 against 17.9-18.6; at 16 ranks the alltoall lost (273-317 against 190-218): 32 KiB at 4-8 ranks
+  // (docs/benchmarks/2026-12-07-h100host-exchange-32k/). Note [single-copy exchanges] in comm/shm_collectives.cc.
   static constexpr size_t kExchangeAuto = ~size_t{0};
   size_t cma_exchange_bytes = kExchangeAuto;
   size_t exchange_bytes(int ranks) const {
-    return cma_exchange_bytes != kExchangeAuto ? cma_exchange_bytes : ranks >= 4 ? size_t{256} << 10 : size_t{1} << 20;
+    if (cma_exchange_bytes != kExchangeAuto) return cma_exchange_bytes;
+    return ranks < 4 ? size_t{1} << 20 : ranks <= 8 ? size_t{32} << 10 : size_t{256} << 10;
   }
   // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0: never). The
   // default, 32: with fewer ranks the flat line is as fast or faster, the tree's second step costing more than the

@@ -39,7 +39,7 @@ constexpr Param kParams[] = {
      "from sender to receiver; 0: never (Note [point-to-point single copy])"},
     {"TIERTRAIN_COMM_P2P_SHARED_BYTES", "262144", "point-to-point single copies of at least this many bytes are "
      "made by receiver and sender together, in chunks; 0: never (Note [both sides copy])"},
-    {"TIERTRAIN_COMM_CMA_EXCHANGE_BYTES", "1048576 (262144 from 4 ranks)",
+    {"TIERTRAIN_COMM_CMA_EXCHANGE_BYTES", "1048576 (32768 at 4-8 ranks, 262144 from 9)",
      "allgather and alltoall blocks of at least this many bytes go in one copy from each peer's buffer; 0: never "
      "(Note [single-copy exchanges])"},
     {"TIERTRAIN_COMM_HUGE_BYTES", "4194304", "comm.zeros() buffers of at least this many bytes on huge pages; 0: never"},

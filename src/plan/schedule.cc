@@ -965,6 +965,10 @@ int ActivationArena::blocks_with_grads() const {
 // of the averaged gradients, which the comm stream is busy averaging), tensor-parallel ones (the sharded parts are
 // summed over the model's ranks), or the CPU optimizer (its parts are computed where its copies to the host start).
 // ScheduleSpec::norm_beside = false (the knob norm_beside_backward) computes them in the step.
+// Measured on the H100 it gained nothing: 1B 127.0/127.6 ms a step off, 127.5/127.0 on; the slice 121.9 against
+// 121.5 (docs/benchmarks/2026-12-07-h100-llama-1b-norm-beside/). Hopper's cuBLAS kernels keep every SM for a whole
+// product, so the parts find none free during the GEMMs and run between them, as on the compute stream. Kept on
+// (the same bits and time) for backwards whose GEMMs leave SMs idle.
 bool norm_beside_backward(const ScheduleSpec& spec) {
   return spec.norm_beside && !spec.plan.cpu_optimizer() && spec.data_ranks == 1 && spec.model.tp == 1;
 }

@@ -1352,7 +1352,9 @@ TEST(CommShm, ExchangeThresholdByWorldSize) {
   comm::ShmOptions o;
   EXPECT_EQ(o.exchange_bytes(2), size_t{1} << 20);
   EXPECT_EQ(o.exchange_bytes(3), size_t{1} << 20);
-  EXPECT_EQ(o.exchange_bytes(4), size_t{256} << 10);
+  EXPECT_EQ(o.exchange_bytes(4), size_t{32} << 10);
+  EXPECT_EQ(o.exchange_bytes(8), size_t{32} << 10);
+  EXPECT_EQ(o.exchange_bytes(9), size_t{256} << 10);
   EXPECT_EQ(o.exchange_bytes(15), size_t{256} << 10);
   EXPECT_EQ(o.exchange_bytes(16), size_t{256} << 10);
   EXPECT_EQ(o.exchange_bytes(64), size_t{256} << 10);
