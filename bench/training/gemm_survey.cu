@@ -11,6 +11,7 @@
 // With --ffn, the products of a Llama block and its head instead (qkv C -> --qkv, attn.proj, mlp.gate_up C -> 2 F,
 // mlp.down F -> C, lm_head C -> --vocab), none with a bias: forward, dinp and dW (fp32), each with beta 0 as a step of
 // one micro-batch writes them (Note [gradients first written]), all on cublasGemmEx's default algorithm today.
+// --dw-bf16 1 adds each dW with a bf16 output (PyTorch autocast's weight gradient before its cast to f32).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -96,6 +97,7 @@ double time_ms(int reps, F&& fn) {
 struct Options {
   int tokens = 16384, width = 4096, candidates = 16, reps = 10;
   int ffn = 0, qkv = 0, vocab = 0;  // a Llama's (ffn > 0)
+  bool dw_bf16 = false;              // with --ffn: each dW also with a bf16 output
   std::string json;
 };
 
@@ -183,6 +185,19 @@ void survey_llama(LtGemm& lt, cublasHandle_t cublas, const Options& o) {
       tt::cuda::gemm_rm(cublas, true, false, l.out, l.in, N, 1.0f, dout.p, CUDA_R_16BF, l.out, inp.p, l.in, 0.0f,
                         dw.p, CUDA_R_32F, l.in);
     });
+    if (!o.dw_bf16) continue;
+    // --dw-bf16: the same dW written in bf16, as PyTorch's autocast backward computes it (torch.mm of bf16
+    // operands; autocast then casts the result to the f32 parameter's gradient): what gradients kept in bf16 would
+    // cost against the f32 output above.
+    Buffer dwb(size_t(l.out) * l.in * 2);
+    TT_CUDA_ASSERT(cudaMemset(dwb.p, 0, dwb.bytes));
+    LtCall db = d;
+    db.d = dwb.p;
+    db.d_type = CUDA_R_16BF;
+    survey(lt, o, (std::string(l.name) + " dW bf16").c_str(), db, dwb.bytes, [&] {
+      tt::cuda::gemm_rm(cublas, true, false, l.out, l.in, N, 1.0f, dout.p, CUDA_R_16BF, l.out, inp.p, l.in, 0.0f,
+                        dwb.p, CUDA_R_16BF, l.in);
+    });
   }
 }
 
@@ -197,6 +212,7 @@ int parse(int argc, char** argv, Options& o) {
     else if (k == "--qkv") o.qkv = std::atoi(argv[i + 1]);
     else if (k == "--vocab") o.vocab = std::atoi(argv[i + 1]);
     else if (k == "--json") o.json = argv[i + 1];
+    else if (k == "--dw-bf16") o.dw_bf16 = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "gemm_survey: unknown option %s\n", k.c_str());
       return 2;
