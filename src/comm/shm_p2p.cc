@@ -572,8 +572,8 @@ class ShmP2p final : public P2pTransport {
   // pass regardless, so that messages from other sources still reach the stash (a sender waiting for ring room is
   // freed a few passes later, two ranks sending long messages to each other stash them) and the order between
   // sources stays fair. After it, 1.09-1.57x at 8 ranks (record h100host-mpi4py-fast-calls, in git before
-  // 2026-12-07; at 16 some sizes stay at 0.87-0.98x). A pass with only sends posted (a window of Isends, a blocking Send) read every
-  // ring until 2026-12-06: at 4 ranks the 8 B window was 0.73x in one call.
+  // 2026-12-07; at 16 some sizes stay at 0.87-0.98x). A pass with only sends posted (a window of Isends, a blocking
+  // Send) read every ring until 2026-12-06: at 4 ranks the 8 B window was 0.73x in one call.
   static constexpr uint64_t kEveryRingEvery = 16;
   uint64_t passes_ = 0;
   std::vector<int> named_;          // the sources of this pass's receives, each once
