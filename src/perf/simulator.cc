@@ -62,6 +62,7 @@ Replay replay(const Schedule& schedule, Pass pass, const std::vector<double>& co
   const std::vector<Op>& ops = schedule.pass(pass);
   std::vector<double> event_at(schedule.events.size(), -1.0);  // the last record issued so far; -1: none
   double free_at[kNumStreams] = {};
+  double sms_free = 0;  // Note [replaying a schedule]: when the device's compute units are free
   double step_start = 0, last_end = 0;
   Replay out;
   if (spans) out.last.assign(ops.size(), Span(-1.0, -1.0));
@@ -87,6 +88,11 @@ Replay replay(const Schedule& schedule, Pass pass, const std::vector<double>& co
         event_at[static_cast<size_t>(op.event)] = t;
       } else {
         const double d = cost[i];
+        // Compute work on any stream takes the compute units, one operation at a time, in issue order.
+        if (d > 0 && cost_class(op) == CostClass::kCompute) {
+          t = std::max(t, sms_free);
+          sms_free = t + d;
+        }
         if (spans && d > 0) {
           out.busy[static_cast<int>(cost_class(op))].emplace_back(t, t + d);
           if (last) out.last[i] = Span(t, t + d);

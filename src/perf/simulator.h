@@ -18,6 +18,13 @@
 // (the CPU optimizer's host updates, their copies back) carry on into it. The replay runs several steps and reports
 // the last, the steady state.
 //
+// Compute work runs one operation at a time whatever its stream (the device's SMs, the CPU backend's cores), in
+// issue order: an operation of the compute class off the compute stream (the norm's parts beside the backward, Note
+// [norm beside the backward] in plan/schedule.cc) starts when its stream is free and the compute work issued before
+// it is done, and the compute stream's next operation waits for it. So it saves nothing, as measured on the H100
+// (1B 127.0/127.6 ms a step in the step, 127.5/127.0 beside: docs/benchmarks/2026-12-07-h100-llama-1b-norm-beside/),
+// where Hopper's cuBLAS kernels keep every SM for a whole product. Copies and the host's work take their own engines.
+//
 // Copies and the host update slow each other (Note [contention] in perf/profile.h): when the cost model says so,
 // the replay is repeated, each copy or host operation's time set to its own time plus, for each other kind, the
 // seconds that kind was busy during the operation in the previous replay times (1 - 1/slowdown) (while the other
