@@ -38,8 +38,8 @@
 #        the host; offload-params), a run of the deepest with AdamW on the host, and PyTorch's two offloads
 #        (uncompiled: whether they fit, not their speed) at 24 layers, FSDP2's at 32.
 # gemm:  the 1b shape's GEMMs on cublasGemmEx against cuBLASLt's heuristic (bench/training/gemm_survey.cu's --ffn
-#        mode, and the same products in PyTorch: bench/training/torch_gemms.py), then the 1b step with --gemm-impl
-#        cublas and cublaslt alternated (TT_GEMM_ROUNDS rounds, default 2; TT_GEMM_SLICE=1 adds the slice's).
+#        mode, each dW also with a bf16 output: docs/design/bf16-gradients.md; the same products in PyTorch:
+#        bench/training/torch_gemms.py), then the 1b step with --gemm-impl cublas and cublaslt alternated (TT_GEMM_ROUNDS rounds, default 2; TT_GEMM_SLICE=1 adds the slice's).
 # TT_1B_NONDET=1 adds the 1b and slice runs with --attention-deterministic false (cuDNN's faster, non-repeatable
 # backward). TT_SLICE_IMPLS: the slice part's PyTorch rows (default "clean hf").
 # TT_TORCH_IMPLS (default "clean hf"; TT_1B_IMPLS those of the 1b part alone), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
@@ -87,8 +87,8 @@ fi
 if has gemm; then
   tt_gpu_build "$OUT" gemm_survey || exit 1
   shape=(--tokens 8192 --width 2048 --ffn 8192 --qkv 3072 --vocab 128256)
-  timeout 240 build/gpu/bench/gemm_survey "${shape[@]}" --candidates 4 --reps 10 --json "$OUT/gemm_survey_1b.json" \
-    > "$OUT/gemm_survey_1b.log" 2>&1 || status=1
+  timeout 240 build/gpu/bench/gemm_survey "${shape[@]}" --candidates 4 --reps 10 --dw-bf16 1 \
+    --json "$OUT/gemm_survey_1b.json" > "$OUT/gemm_survey_1b.log" 2>&1 || status=1
   grep -E 'today|heuristic' "$OUT/gemm_survey_1b.log" | cut -c1-110
   timeout 120 python3 bench/training/torch_gemms.py "${shape[@]}" --reps 10 --json "$OUT/torch_gemms_1b.json" \
     > "$OUT/torch_gemms_1b.log" 2>&1 || status=1
