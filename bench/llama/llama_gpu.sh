@@ -39,7 +39,8 @@
 #        (uncompiled: whether they fit, not their speed) at 24 layers, FSDP2's at 32.
 # gemm:  the 1b shape's GEMMs on cublasGemmEx against cuBLASLt's heuristic (bench/training/gemm_survey.cu's --ffn
 #        mode, each dW also with a bf16 output: docs/design/bf16-gradients.md; the same products in PyTorch:
-#        bench/training/torch_gemms.py), then the 1b step with --gemm-impl cublas and cublaslt alternated (TT_GEMM_ROUNDS rounds, default 2; TT_GEMM_SLICE=1 adds the slice's).
+#        bench/training/torch_gemms.py), then the 1b step with --gemm-impl cublas and cublaslt alternated
+#        (TT_GEMM_ROUNDS rounds, default 2; TT_GEMM_SLICE=1 adds the slice's).
 # TT_1B_NONDET=1 adds the 1b and slice runs with --attention-deterministic false (cuDNN's faster, non-repeatable
 # backward). TT_SLICE_IMPLS: the slice part's PyTorch rows (default "clean hf").
 # TT_TORCH_IMPLS (default "clean hf"; TT_1B_IMPLS those of the 1b part alone), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
