@@ -1024,6 +1024,64 @@ def split(comm: tc.Comm) -> None:
     print(f"rank {me}: split right")
 
 
+def groups(comm: tc.Comm) -> None:
+    """Note [groups] and [names not built] in tiertrain/comm.py: groups of COMM_WORLD's ranks and the communicators
+    Create makes of them; Split_type(COMM_TYPE_SHARED) on one machine; Get_parent; the families not built refused by
+    name, with what to use instead, as AttributeErrors that hasattr reads as absent."""
+    me, n = comm.rank, comm.size
+    g = comm.Get_group()
+    expect(g.Get_size() == n and g.Get_rank() == me and comm.group.size == n, "Get_group")
+    rev = g.Incl(list(range(n - 1, -1, -1)))
+    expect(rev.rank == n - 1 - me, "Incl reversed")
+    odd = g.Excl(list(range(0, n, 2)))
+    expect(odd.size == n // 2 and odd.rank == (me // 2 if me % 2 else tc.UNDEFINED), "Excl of the even ranks")
+    even = g.Range_incl([(0, n - 1, 2)])
+    expect(even.size == (n + 1) // 2, "Range_incl")
+    expect(tc.Group.Compare(tc.Group.Union(even, odd), g) == (tc.IDENT if n <= 2 else tc.SIMILAR), "Union, Compare")
+    expect(tc.Group.Intersection(even, odd).size == 0 and tc.Group.Difference(g, odd).size == even.size,
+           "Intersection, Difference")
+    expect(tc.Group.Translate_ranks(rev, [0], g) == [n - 1], "Translate_ranks")
+    expect(tc.Group.Translate_ranks(odd, list(range(odd.size)), even) == [tc.UNDEFINED] * odd.size,
+           "Translate_ranks to a group without them")
+    back = comm.Create(rev)  # every rank: ranked in the group's order
+    expect(back.rank == n - 1 - me and back.allgather(me) == list(range(n - 1, -1, -1)), "Create of a reordered group")
+    sub = comm.Create(odd)
+    expect(sub is None if me % 2 == 0 else (sub.rank == me // 2 and sub.allreduce(1) == n // 2), "Create of a part")
+    try:
+        comm.Create_group(odd)
+        raise AssertionError("Create_group was taken")
+    except NotImplementedError as e:
+        expect("Comm.Create(group)" in str(e), f"the refusal says: {e}")
+    node = comm.Split_type(tc.COMM_TYPE_SHARED, key=-me)
+    expect(node.size == n and node.rank == n - 1 - me, "Split_type(COMM_TYPE_SHARED) on one machine, by key")
+    rest = comm.Split_type(tc.UNDEFINED if me == 0 else tc.COMM_TYPE_SHARED)
+    expect(rest is None if me == 0 else rest.size == n - 1 and rest.rank == me - 1, "Split_type(UNDEFINED)")
+    expect(tc.Comm.Get_parent() is tc.COMM_NULL and not comm.Is_inter() and comm.Is_intra(), "Get_parent")
+    for name, says in (("Win", "Send/Recv"), ("File", "numpy"), ("MODE_CREATE", "MPI-IO"), ("ROOT", "tiertrain launch"),
+                       ("Topocomm", "Create_cart"), ("Info", "INFO_NULL")):
+        expect(not hasattr(tc, name), f"hasattr(MPI, {name!r})")
+        try:
+            getattr(tc, name)
+            raise AssertionError(f"MPI.{name} was taken")
+        except tc.NotBuiltError as e:
+            expect(isinstance(e, NotImplementedError) and f"MPI.{name}:" in str(e) and says in str(e),
+                   f"the refusal says: {e}")
+    for name, says in (("Spawn", "tiertrain launch"), ("Disconnect", "tiertrain launch"),
+                       ("Neighbor_alltoall", "Cartcomm.Shift"), ("Get_remote_size", "Split")):
+        expect(not hasattr(comm, name), f"hasattr(comm, {name!r})")
+        try:
+            getattr(comm, name)()
+            raise AssertionError(f"comm.{name} was taken")
+        except tc.NotBuiltError as e:
+            expect(f"Comm.{name}:" in str(e) and says in str(e), f"the refusal says: {e}")
+    try:
+        comm.No_such_call
+        raise AssertionError("an unknown name was taken")
+    except AttributeError as e:
+        expect(not isinstance(e, tc.NotBuiltError), "an unknown name is a plain AttributeError")
+    print(f"rank {me}: groups right")
+
+
 def p2p(comm: tc.Comm) -> None:
     """Point-to-point on buffers and objects against what each rank knows its peers sent: a ring of numpy arrays of
     several types (typed and as bytes), Sendrecv, Isend/Irecv with Status, ANY_SOURCE, tags out of order, Probe and
@@ -1222,5 +1280,5 @@ if __name__ == "__main__":
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
      "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,
-     "op_by_value": op_by_value, "objects": objects, "split": split, "p2p": p2p,
+     "op_by_value": op_by_value, "objects": objects, "split": split, "groups": groups, "p2p": p2p,
      "p2p_timeout": p2p_timeout}[sys.argv[1]](c)

@@ -71,6 +71,11 @@ def test_split_groups_ranks_by_color_and_key(ranks):
     run_right(ranks, "split", "rank 0: split right")
 
 
+@pytest.mark.parametrize("ranks", [1, 3, 4])
+def test_groups_split_type_and_the_names_not_built(ranks):
+    run_right(ranks, "groups", "rank 0: groups right")
+
+
 def test_numpy_arrays_of_every_kind():
     run_right(3, "array_kinds", "rank 0: array kinds right")
 

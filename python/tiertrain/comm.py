@@ -1270,7 +1270,8 @@ __all__ += ["Wtime", "Wtick", "Query_thread", "THREAD_SINGLE", "THREAD_FUNNELED"
 # Note [mpi4py names]: names mpi4py programs use often (the counts: docs/GUIDE.md, the compatibility table) that
 # cost little here: the null handles, the life-cycle queries, Alloc_mem, _typedict, the object layer's scan and
 # exscan and synchronous sends, and Cartesian communicators (Create_cart over Dup, as MPI's with reorder false).
-# What is not built (one-sided windows, dynamic processes, MPI-IO, groups) stays absent, and the table says so.
+# What is not built (one-sided windows, dynamic processes, MPI-IO, graph topologies) is refused by name: Note [names
+# not built].
 COMM_NULL = None  # what Split gives a rank of color UNDEFINED (and Create_cart a rank beyond its grid)
 INFO_NULL = None  # the calls that take an Info here ignore it
 _finalized = False
@@ -1473,6 +1474,246 @@ Comm.Create_cart = _Create_cart
 __all__ += ["get_vendor", "COMM_NULL", "INFO_NULL", "Init", "Init_thread", "Is_initialized", "Is_finalized", "Finalize", "Alloc_mem",
             "Free_mem", "Compute_dims", "Cartcomm"]
 
+
+# Note [names not built]
+# The mpi4py families tiertrain.comm does not build (docs/GUIDE.md, the compatibility table) are refused where a
+# program reaches them, with the call's name and what to use instead, never a bare AttributeError (issue 48): a module
+# name (MPI.Win, MPI.File, MPI.MODE_CREATE, MPI.ROOT) through the module's __getattr__, a communicator's method
+# (comm.Spawn, comm.Neighbor_alltoall) through Comm's. NotBuiltError is an AttributeError, so hasattr() still says the
+# name is absent (a program's feature test, bench/comm/mpi4py_names/here.py's count), and a NotImplementedError.
+# Built instead, as cheap and true here: Comm.Get_parent() is COMM_NULL (no rank was spawned: `tiertrain launch`
+# started them all), Is_inter() false, and Split_type(COMM_TYPE_SHARED) the ranks of one machine.
+class NotBuiltError(AttributeError, NotImplementedError):
+    """An mpi4py name of a family tiertrain.comm does not build; the message says what to use instead."""
+
+
+_ONE_SIDED = ("one-sided windows (Win: Put, Get, Accumulate, Lock, Fence) are not built in tiertrain.comm; move the "
+              "data with Send/Recv, Isend/Irecv or a collective (Bcast, Allgather, Alltoall, Reduce) instead")
+_MPI_IO = ("MPI-IO (File) is not built in tiertrain.comm; write each rank's part with numpy (numpy.save a file a "
+           "rank, or numpy.memmap at the rank's offset of one file), or Gather to one rank and write there")
+_DYNAMIC = ("dynamic processes are not built in tiertrain.comm: `tiertrain launch -n N -- python3 program.py` starts "
+            "every rank (run the workers' part in the same program, chosen by rank)")
+_INTER = ("intercommunicators are not built in tiertrain.comm; Split COMM_WORLD into the groups and exchange "
+          "between them with Send/Recv on COMM_WORLD")
+_GRAPH = ("graph topologies and neighbourhood collectives are not built in tiertrain.comm; use Create_cart, "
+          "Cartcomm.Shift and a Sendrecv with each neighbour")
+_INFO = "Info objects are not built in tiertrain.comm; pass INFO_NULL (the calls that take an Info ignore it)"
+_NOT_BUILT = {}
+for _names, _why in (
+        (("Win", "WIN_NULL", "LOCK_EXCLUSIVE", "LOCK_SHARED", "MODE_NOCHECK", "MODE_NOSTORE", "MODE_NOPUT",
+          "MODE_NOPRECEDE", "MODE_NOSUCCEED", "WIN_BASE", "WIN_SIZE", "WIN_DISP_UNIT", "WIN_CREATE_FLAVOR",
+          "WIN_FLAVOR_CREATE", "WIN_FLAVOR_ALLOCATE", "WIN_FLAVOR_DYNAMIC", "WIN_FLAVOR_SHARED", "WIN_MODEL",
+          "WIN_SEPARATE", "WIN_UNIFIED", "REPLACE", "NO_OP"), _ONE_SIDED),
+        (("File", "FILE_NULL", "MODE_RDONLY", "MODE_WRONLY", "MODE_RDWR", "MODE_CREATE", "MODE_EXCL", "MODE_APPEND",
+          "MODE_DELETE_ON_CLOSE", "MODE_UNIQUE_OPEN", "MODE_SEQUENTIAL", "SEEK_SET", "SEEK_CUR", "SEEK_END",
+          "DISPLACEMENT_CURRENT", "Register_datarep"), _MPI_IO),
+        (("Open_port", "Close_port", "Publish_name", "Unpublish_name", "Lookup_name", "ARGV_NULL", "ARGVS_NULL",
+          "ERRCODES_IGNORE", "ROOT"), _DYNAMIC),
+        (("Intercomm",), _INTER),
+        (("Topocomm", "Graphcomm", "Distgraphcomm", "GRAPH", "DIST_GRAPH", "UNWEIGHTED", "WEIGHTS_EMPTY"), _GRAPH),
+        (("Info",), _INFO)):
+    for _n in _names:
+        _NOT_BUILT[_n] = _why
+_COMM_NOT_BUILT = {}
+for _names, _why in (
+        (("Spawn", "Spawn_multiple", "Accept", "Connect", "Join", "Disconnect"), _DYNAMIC),
+        (("Create_intercomm", "Get_remote_size", "Get_remote_group", "Merge", "remote_size", "remote_group"), _INTER),
+        (("Create_graph", "Create_dist_graph", "Create_dist_graph_adjacent", "Get_topology", "Get_neighbors",
+          "Get_neighbors_count", "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall",
+          "Neighbor_alltoallv", "Neighbor_alltoallw", "Ineighbor_allgather", "Ineighbor_allgatherv",
+          "Ineighbor_alltoall", "Ineighbor_alltoallv", "Ineighbor_alltoallw", "neighbor_allgather",
+          "neighbor_alltoall"), _GRAPH)):
+    for _n in _names:
+        _COMM_NOT_BUILT[_n] = _why
+del _names, _why, _n
+
+
+def _comm_getattr(self, name):
+    why = _COMM_NOT_BUILT.get(name)
+    if why is not None:
+        raise NotBuiltError(f"Comm.{name}: {why}")
+    raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+Comm.__getattr__ = _comm_getattr
+Comm.Get_parent = staticmethod(lambda: COMM_NULL)  # no rank was spawned (Note [names not built])
+Comm.Is_inter = lambda self: False
+Comm.Is_intra = lambda self: True
+# Split_type's kinds: the ranks of one machine, or (MPI 4's hardware-guided kinds) refused.
+COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED = 1, 2, 3, 4
+
+
+def _Split_type(self, split_type, key=0, info=INFO_NULL):
+    """mpi4py's Split_type: with COMM_TYPE_SHARED the ranks on this rank's machine (by host name), ranked by `key`
+    and then by rank here; UNDEFINED gives this rank COMM_NULL. Collective: every rank of the communicator calls it."""
+    import socket
+
+    if split_type == UNDEFINED:
+        host = None
+    elif split_type == COMM_TYPE_SHARED:
+        host = socket.gethostname()
+    else:
+        raise NotImplementedError(
+            f"Comm.Split_type({split_type}): tiertrain.comm splits by COMM_TYPE_SHARED (the ranks of one machine) "
+            "or UNDEFINED; for other groupings give Split a color of your own")
+    hosts = _allgather(self, host)  # (every rank takes part, UNDEFINED ones too)
+    color = UNDEFINED if host is None else sorted({h for h in hosts if h is not None}).index(host)
+    return self.Split(color, key)
+
+
+Comm.Split_type = _Split_type
+
+# Note [groups]
+# mpi4py's process groups, each of the communicator it came from: an ordered list of that communicator's ranks
+# (`_ranks`) and this process's rank there (`_me`). Comm.Get_group gives all of them in rank order; Incl, Excl,
+# Range_incl, Range_excl, Union, Intersection, Difference make others, Get_size, Get_rank, Translate_ranks and Compare
+# read them, all locally. Comm.Create(group), called by every rank of the communicator, gives the group's members a
+# communicator ranked in the group's order (a Split: color 0 for members, key their place in the group) and the
+# others COMM_NULL. Groups of two communicators do not combine (refused by name), nor does Create take another
+# communicator's group; Create_group (called by the members alone) is refused: Create, on every rank, does it.
+IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
+
+
+class Group:
+    """An ordered set of a communicator's ranks (Note [groups]): Comm.Get_group(), then Incl, Excl, Union, ..."""
+
+    def __init__(self, parent, ranks, me):
+        self._parent, self._ranks, self._me = parent, [int(r) for r in ranks], me
+
+    def Get_size(self):
+        return len(self._ranks)
+
+    def Get_rank(self):
+        """This process's place in the group; UNDEFINED when it is not a member."""
+        return self._ranks.index(self._me) if self._me in self._ranks else UNDEFINED
+
+    size = property(Get_size)
+    rank = property(Get_rank)
+
+    def _places(self, ranks, call):
+        out = [int(r) for r in ranks]
+        for r in out:
+            if not 0 <= r < len(self._ranks):
+                raise ValueError(f"Group.{call}: rank {r} is not in this group of {len(self._ranks)}")
+        if len(set(out)) != len(out):
+            raise ValueError(f"Group.{call}: ranks {out} name one rank twice")
+        return out
+
+    def Incl(self, ranks):
+        """The group of these ranks of this one, in the order given."""
+        return Group(self._parent, [self._ranks[r] for r in self._places(ranks, "Incl")], self._me)
+
+    def Excl(self, ranks):
+        """This group without these ranks, the others in order."""
+        drop = set(self._places(ranks, "Excl"))
+        return Group(self._parent, [x for i, x in enumerate(self._ranks) if i not in drop], self._me)
+
+    @staticmethod
+    def _ranges(ranges, call):
+        out = []
+        for first, last, stride in ranges:
+            if stride == 0:
+                raise ValueError(f"Group.{call}: a stride of 0")
+            out += list(range(int(first), int(last) + (1 if stride > 0 else -1), int(stride)))
+        return out
+
+    def Range_incl(self, ranks):
+        """Incl of the (first, last, stride) triplets' ranks, last included."""
+        return self.Incl(self._ranges(ranks, "Range_incl"))
+
+    def Range_excl(self, ranks):
+        return self.Excl(self._ranges(ranks, "Range_excl"))
+
+    def _same(self, other, call):
+        if self._parent is not None and other._parent is not None and self._parent is not other._parent:
+            raise NotImplementedError(f"Group.{call}: the groups are of two communicators; tiertrain.comm combines "
+                                      "groups of one (take both from the same Comm.Get_group())")
+        return self._parent if self._parent is not None else other._parent
+
+    @classmethod
+    def Union(cls, group1, group2):
+        """group1's ranks, then group2's that group1 lacks."""
+        parent = group1._same(group2, "Union")
+        return cls(parent, group1._ranks + [x for x in group2._ranks if x not in group1._ranks],
+                   group1._me if group1._me is not None else group2._me)
+
+    @classmethod
+    def Intersection(cls, group1, group2):
+        """group1's ranks that group2 has, in group1's order."""
+        parent = group1._same(group2, "Intersection")
+        return cls(parent, [x for x in group1._ranks if x in group2._ranks],
+                   group1._me if group1._me is not None else group2._me)
+
+    Intersect = Intersection  # (mpi4py's older name)
+
+    @classmethod
+    def Difference(cls, group1, group2):
+        """group1's ranks that group2 lacks."""
+        parent = group1._same(group2, "Difference")
+        return cls(parent, [x for x in group1._ranks if x not in group2._ranks],
+                   group1._me if group1._me is not None else group2._me)
+
+    @classmethod
+    def Translate_ranks(cls, group1, ranks1, group2=None):
+        """The ranks in group2 (None: in the communicator the groups came from) of group1's ranks ranks1;
+        UNDEFINED for one group2 lacks."""
+        places = group1._places(ranks1, "Translate_ranks")
+        if group2 is None:
+            return [group1._ranks[r] for r in places]
+        group1._same(group2, "Translate_ranks")
+        return [group2._ranks.index(group1._ranks[r]) if group1._ranks[r] in group2._ranks else UNDEFINED
+                for r in places]
+
+    @classmethod
+    def Compare(cls, group1, group2):
+        """IDENT (the same ranks in the same order), SIMILAR (the same ranks) or UNEQUAL."""
+        if group1._ranks == group2._ranks:
+            return IDENT
+        return SIMILAR if sorted(group1._ranks) == sorted(group2._ranks) else UNEQUAL
+
+    def Dup(self):
+        return Group(self._parent, self._ranks, self._me)
+
+    def Free(self):
+        return None
+
+    def __repr__(self):
+        return f"<tiertrain.comm.Group of {len(self._ranks)} ranks {self._ranks}>"
+
+
+GROUP_NULL = None
+GROUP_EMPTY = Group(None, [], None)
+
+
+def _Get_group(self):
+    """This communicator's ranks as a Group, in rank order (Note [groups])."""
+    return Group(self, range(self.size), self.rank)
+
+
+def _Create(self, group):
+    """The group's members get a communicator ranked in the group's order, the others COMM_NULL. Collective: every
+    rank of this communicator calls it with the same group."""
+    if group._parent is not None and group._parent is not self:
+        raise NotImplementedError("Comm.Create: the group is another communicator's; tiertrain.comm creates from a "
+                                  "group of this one (its Get_group(), then Incl, Excl, ...)")
+    mine = self.rank in group._ranks
+    return self.Split(0 if mine else UNDEFINED, group._ranks.index(self.rank) if mine else 0)
+
+
+def _Create_group(self, group, tag=0):
+    raise NotImplementedError("Comm.Create_group: called by the group's members alone, which tiertrain.comm cannot "
+                              "serve; call Comm.Create(group) on every rank of the communicator (non-members get "
+                              "COMM_NULL)")
+
+
+Comm.Get_group = _Get_group
+Comm.group = property(_Get_group)
+Comm.Create = _Create
+Comm.Create_group = _Create_group
+__all__ += ["Group", "GROUP_NULL", "GROUP_EMPTY", "IDENT", "CONGRUENT", "SIMILAR", "UNEQUAL"]
+__all__ += ["NotBuiltError", "COMM_TYPE_SHARED", "COMM_TYPE_HW_GUIDED", "COMM_TYPE_HW_UNGUIDED",
+            "COMM_TYPE_RESOURCE_GUIDED"]
+
 _world = None
 _self = None
 
@@ -1490,6 +1731,9 @@ def __getattr__(name):
 
             _self = self_comm()
         return _self
+    why = _NOT_BUILT.get(name)  # Note [names not built]
+    if why is not None:
+        raise NotBuiltError(f"MPI.{name}: {why}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
