@@ -1082,6 +1082,64 @@ def groups(comm: tc.Comm) -> None:
     print(f"rank {me}: groups right")
 
 
+def more_calls(comm: tc.Comm) -> None:
+    """Note [mpi4py names]'s cheap calls against numpy: Scan and Exscan of buffers (every op family, IN_PLACE),
+    Reduce_scatter_block, Sendrecv_replace around a ring, Clone, names, error handlers, the versions, the fixed-width
+    datatypes; any other mpi4py name refused as not built (Note [names not built])."""
+    me, n = comm.rank, comm.size
+    x = (np.arange(6) + me).astype(np.int64)
+    every = np.stack([(np.arange(6) + r).astype(np.int64) for r in range(n)])
+    def fold(f, rows):  # MPI's prefix: rank 0's buffer, then each next rank's combined in (one rank: itself)
+        acc = rows[0]
+        for row in rows[1:]:
+            acc = f(acc, row).astype(np.int64)
+        return acc
+
+    for op, f in ((tc.SUM, np.add), (tc.PROD, np.multiply), (tc.MAX, np.maximum), (tc.MIN, np.minimum),
+                  (tc.BXOR, np.bitwise_xor), (tc.LOR, np.logical_or)):
+        got = np.zeros(6, np.int64)
+        comm.Scan(x, got, op=op)
+        expect(np.array_equal(got, fold(f, every[:me + 1])), f"Scan {op}")
+        ex = np.full(6, -7, np.int64)
+        comm.Exscan(x, ex, op=op)
+        expect(np.array_equal(ex, fold(f, every[:me]) if me else np.full(6, -7, np.int64)), f"Exscan {op}")
+    y = np.full(3, me + 0.5)
+    comm.Scan(tc.IN_PLACE, [y, tc.DOUBLE], op=tc.SUM)
+    expect(np.allclose(y, sum(r + 0.5 for r in range(me + 1))), "Scan in place of doubles")
+    try:
+        comm.Scan(x, np.zeros(6, np.int64), op=tc.MAXLOC)
+        raise AssertionError("Scan with MAXLOC was taken")
+    except NotImplementedError as e:
+        expect("object forms" in str(e), f"the refusal says: {e}")
+    blocks = np.arange(4 * n, dtype=np.float64) * (me + 1)
+    mine = np.zeros(4)
+    comm.Reduce_scatter_block(blocks, mine, op=tc.SUM)
+    expect(np.allclose(mine, np.arange(4 * me, 4 * me + 4) * n * (n + 1) / 2), "Reduce_scatter_block")
+    ring = np.full(5, me, np.int32)
+    st = tc.Status()
+    comm.Sendrecv_replace(ring, dest=(me + 1) % n, sendtag=4, source=(me - 1) % n, recvtag=4, status=st)
+    expect(np.array_equal(ring, np.full(5, (me - 1) % n)) and st.Get_source() == (me - 1) % n, "Sendrecv_replace")
+    twin = comm.Clone()
+    expect(twin.size == n and twin.rank == me and twin.allreduce(1) == n, "Clone")
+    twin.Set_name("twin")
+    expect(twin.Get_name() == "twin" and twin.name == "twin" and tc.COMM_WORLD.Get_name() == "MPI_COMM_WORLD",
+           "names")
+    expect(comm.Get_errhandler() is tc.ERRORS_RETURN, "the error handler")
+    comm.Set_errhandler(tc.ERRORS_ARE_FATAL)
+    expect(comm.Get_errhandler() is tc.ERRORS_ARE_FATAL and not comm.is_inter and comm.is_intra, "Set_errhandler")
+    comm.Set_errhandler(tc.ERRORS_RETURN)
+    expect(tc.Get_version() == (tc.VERSION, tc.SUBVERSION) and "tiertrain" in tc.Get_library_version(), "versions")
+    expect(tc.UINT16_T.Get_size() == 2 and tc.OFFSET.Get_size() == 8 and tc.C_DOUBLE_COMPLEX.Get_size() == 16,
+           "fixed-width datatypes")
+    for obj, name in ((comm, "Alltoallw"), (comm, "Mprobe"), (tc, "Get_address"), (tc, "Message")):
+        try:
+            getattr(obj, name)
+            raise AssertionError(f"{name} was taken")
+        except tc.NotBuiltError as e:
+            expect(name in str(e) and "compatibility" in str(e), f"the refusal says: {e}")
+    print(f"rank {me}: more calls right")
+
+
 def p2p(comm: tc.Comm) -> None:
     """Point-to-point on buffers and objects against what each rank knows its peers sent: a ring of numpy arrays of
     several types (typed and as bytes), Sendrecv, Isend/Irecv with Status, ANY_SOURCE, tags out of order, Probe and
@@ -1280,5 +1338,5 @@ if __name__ == "__main__":
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
      "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,
-     "op_by_value": op_by_value, "objects": objects, "split": split, "groups": groups, "p2p": p2p,
+     "op_by_value": op_by_value, "objects": objects, "split": split, "groups": groups, "more_calls": more_calls, "p2p": p2p,
      "p2p_timeout": p2p_timeout}[sys.argv[1]](c)

@@ -76,6 +76,11 @@ def test_groups_split_type_and_the_names_not_built(ranks):
     run_right(ranks, "groups", "rank 0: groups right")
 
 
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_scans_sendrecv_replace_names_and_error_handlers(ranks):
+    run_right(ranks, "more_calls", "rank 0: more calls right")
+
+
 def test_numpy_arrays_of_every_kind():
     run_right(3, "array_kinds", "rank 0: array kinds right")
 

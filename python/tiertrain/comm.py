@@ -1528,8 +1528,80 @@ for _names, _why in (
 del _names, _why, _n
 
 
+# Every name of mpi4py's MPI module and of its Comm and Intracomm (its MPI.pyi, 2026-12-07): one missing here that
+# no family above names is refused with the compatibility table as its alternative.
+_MPI4PY_NAMES = frozenset((
+    "AINT ANY_SOURCE ANY_TAG APPNUM Add_error_class Add_error_code Add_error_string Aint_add Aint_diff "
+    "Alloc_mem Attach_buffer BAND BFLOAT16_T BOOL BOR BOTTOM BSEND_OVERHEAD BUFFER_AUTOMATIC BXOR BYTE "
+    "BottomType BufferAutomaticType CART CHAR CHARACTER COMBINER_CONTIGUOUS COMBINER_DARRAY COMBINER_DUP "
+    "COMBINER_F90_COMPLEX COMBINER_F90_INTEGER COMBINER_F90_REAL COMBINER_HINDEXED COMBINER_HINDEXED_BLOCK "
+    "COMBINER_HVECTOR COMBINER_INDEXED COMBINER_INDEXED_BLOCK COMBINER_NAMED COMBINER_RESIZED COMBINER_STRUCT "
+    "COMBINER_SUBARRAY COMBINER_VALUE_INDEX COMBINER_VECTOR COMM_NULL COMM_SELF COMM_TYPE_HW_GUIDED "
+    "COMM_TYPE_HW_UNGUIDED COMM_TYPE_RESOURCE_GUIDED COMM_TYPE_SHARED COMM_WORLD COMPLEX COMPLEX16 COMPLEX32 "
+    "COMPLEX4 COMPLEX8 CONGRUENT COUNT CXX_BOOL CXX_DOUBLE_COMPLEX CXX_FLOAT_COMPLEX CXX_LONG_DOUBLE_COMPLEX "
+    "C_BOOL C_COMPLEX C_DOUBLE_COMPLEX C_FLOAT_COMPLEX C_LONG_DOUBLE_COMPLEX Cartcomm Close_port Comm "
+    "Compute_dims DATATYPE_NULL DISPLACEMENT_CURRENT DISP_CUR DISTRIBUTE_BLOCK DISTRIBUTE_CYCLIC "
+    "DISTRIBUTE_DFLT_DARG DISTRIBUTE_NONE DIST_GRAPH DOUBLE DOUBLE_COMPLEX DOUBLE_INT DOUBLE_PRECISION "
+    "Datatype Detach_buffer Distgraphcomm ERRHANDLER_NULL ERRORS_ABORT ERRORS_ARE_FATAL ERRORS_RETURN ERR_ABI "
+    "ERR_ACCESS ERR_AMODE ERR_ARG ERR_ASSERT ERR_BAD_FILE ERR_BASE ERR_BUFFER ERR_COMM ERR_CONVERSION "
+    "ERR_COUNT ERR_DIMS ERR_DISP ERR_DUP_DATAREP ERR_ERRHANDLER ERR_FILE ERR_FILE_EXISTS ERR_FILE_IN_USE "
+    "ERR_GROUP ERR_INFO ERR_INFO_KEY ERR_INFO_NOKEY ERR_INFO_VALUE ERR_INTERN ERR_IN_STATUS ERR_IO ERR_KEYVAL "
+    "ERR_LASTCODE ERR_LOCKTYPE ERR_NAME ERR_NOT_SAME ERR_NO_MEM ERR_NO_SPACE ERR_NO_SUCH_FILE ERR_OP "
+    "ERR_OTHER ERR_PENDING ERR_PORT ERR_PROC_ABORTED ERR_PROC_FAILED ERR_PROC_FAILED_PENDING ERR_QUOTA "
+    "ERR_RANK ERR_READ_ONLY ERR_REQUEST ERR_REVOKED ERR_RMA_ATTACH ERR_RMA_CONFLICT ERR_RMA_FLAVOR "
+    "ERR_RMA_RANGE ERR_RMA_SHARED ERR_RMA_SYNC ERR_ROOT ERR_SERVICE ERR_SESSION ERR_SIZE ERR_SPAWN ERR_TAG "
+    "ERR_TOPOLOGY ERR_TRUNCATE ERR_TYPE ERR_UNKNOWN ERR_UNSUPPORTED_DATAREP ERR_UNSUPPORTED_OPERATION "
+    "ERR_VALUE_TOO_LARGE ERR_WIN Errhandler Exception FILE_NULL FLOAT FLOAT16_T FLOAT32_T FLOAT64_T FLOAT_INT "
+    "F_BOOL F_COMPLEX F_DOUBLE F_DOUBLE_COMPLEX F_ERROR F_FLOAT F_FLOAT_COMPLEX F_INT F_SOURCE F_STATUS_SIZE "
+    "F_TAG File Finalize Flush_buffer Free_mem GRAPH GROUP_EMPTY GROUP_NULL Get_abi_fortran_info Get_abi_info "
+    "Get_abi_version Get_address Get_error_class Get_error_string Get_hw_resource_info Get_library_version "
+    "Get_processor_name Get_version Graphcomm Grequest Group IDENT INFO_ENV INFO_NULL INT INT16_T INT32_T "
+    "INT64_T INT8_T INTEGER INTEGER1 INTEGER16 INTEGER2 INTEGER4 INTEGER8 INT_INT IN_PLACE IO Iflush_buffer "
+    "InPlaceType Info Init Init_thread Intercomm Intracomm Is_finalized Is_initialized Is_thread_main "
+    "KEYVAL_INVALID LAND LASTUSEDCODE LOCK_EXCLUSIVE LOCK_SHARED LOGICAL LOGICAL1 LOGICAL16 LOGICAL2 LOGICAL4 "
+    "LOGICAL8 LONG LONG_DOUBLE LONG_DOUBLE_INT LONG_INT LONG_LONG LOR LXOR Lookup_name MAX MAXLOC "
+    "MAX_DATAREP_STRING MAX_ERROR_STRING MAX_INFO_KEY MAX_INFO_VAL MAX_LIBRARY_VERSION_STRING MAX_OBJECT_NAME "
+    "MAX_PORT_NAME MAX_PROCESSOR_NAME MAX_PSET_NAME_LEN MAX_STRINGTAG_LEN MESSAGE_NO_PROC MESSAGE_NULL MIN "
+    "MINLOC MODE_APPEND MODE_CREATE MODE_DELETE_ON_CLOSE MODE_EXCL MODE_NOCHECK MODE_NOPRECEDE MODE_NOPUT "
+    "MODE_NOSTORE MODE_NOSUCCEED MODE_RDONLY MODE_RDWR MODE_SEQUENTIAL MODE_UNIQUE_OPEN MODE_WRONLY Message "
+    "NO_OP OFFSET OP_NULL ORDER_C ORDER_F ORDER_FORTRAN Op Open_port PACKED PROC_NULL PROD Pcontrol Pickle "
+    "Prequest Publish_name Query_thread REAL REAL16 REAL2 REAL4 REAL8 REPLACE REQUEST_NULL ROOT "
+    "Register_datarep Remove_error_class Remove_error_code Remove_error_string Request SEEK_CUR SEEK_END "
+    "SEEK_SET SESSION_NULL SHORT SHORT_INT SIGNED_CHAR SIGNED_INT SIGNED_LONG SIGNED_LONG_LONG SIGNED_SHORT "
+    "SIMILAR SINT16_T SINT32_T SINT64_T SINT8_T SUBVERSION SUCCESS SUM Session Status TAG_UB THREAD_FUNNELED "
+    "THREAD_MULTIPLE THREAD_SERIALIZED THREAD_SINGLE TWOINT TYPECLASS_COMPLEX TYPECLASS_INTEGER "
+    "TYPECLASS_LOGICAL TYPECLASS_REAL Topocomm UINT16_T UINT32_T UINT64_T UINT8_T UNDEFINED UNEQUAL "
+    "UNIVERSE_SIZE UNSIGNED UNSIGNED_CHAR UNSIGNED_INT UNSIGNED_LONG UNSIGNED_LONG_LONG UNSIGNED_SHORT "
+    "UNWEIGHTED Unpublish_name VERSION WCHAR WEIGHTS_EMPTY WIN_BASE WIN_CREATE_FLAVOR WIN_DISP_UNIT "
+    "WIN_FLAVOR WIN_FLAVOR_ALLOCATE WIN_FLAVOR_CREATE WIN_FLAVOR_DYNAMIC WIN_FLAVOR_SHARED WIN_MODEL WIN_NULL "
+    "WIN_SEPARATE WIN_SIZE WIN_UNIFIED WTIME_IS_GLOBAL Win Wtick Wtime buffer get_vendor pickle "
+).split())
+_MPI4PY_COMM_NAMES = frozenset((
+    "Abort Accept Ack_failed Agree Allgather Allgather_init Allgatherv Allgatherv_init Allreduce "
+    "Allreduce_init Alltoall Alltoall_init Alltoallv Alltoallv_init Alltoallw Alltoallw_init Attach_buffer "
+    "Barrier Barrier_init Bcast Bcast_init Bsend Bsend_init Call_errhandler Cart_map Clone Compare Connect "
+    "Create Create_cart Create_dist_graph Create_dist_graph_adjacent Create_errhandler Create_from_group "
+    "Create_graph Create_group Create_intercomm Create_keyval Delete_attr Detach_buffer Disconnect Dup "
+    "Dup_with_info Exscan Exscan_init Flush_buffer Free Free_keyval Gather Gather_init Gatherv Gatherv_init "
+    "Get_attr Get_errhandler Get_failed Get_group Get_info Get_name Get_parent Get_rank Get_size Get_topology "
+    "Graph_map Iagree Iallgather Iallgatherv Iallreduce Ialltoall Ialltoallv Ialltoallw Ibarrier Ibcast "
+    "Ibsend Idup Idup_with_info Iexscan Iflush_buffer Igather Igatherv Improbe Iprobe Irecv Ireduce "
+    "Ireduce_scatter Ireduce_scatter_block Irsend Is_inter Is_intra Is_revoked Iscan Iscatter Iscatterv Isend "
+    "Isendrecv Isendrecv_replace Ishrink Issend Join Mprobe Precv_init Probe Psend_init Recv Recv_init Reduce "
+    "Reduce_init Reduce_scatter Reduce_scatter_block Reduce_scatter_block_init Reduce_scatter_init Revoke "
+    "Rsend Rsend_init Scan Scan_init Scatter Scatter_init Scatterv Scatterv_init Send Send_init Sendrecv "
+    "Sendrecv_replace Set_attr Set_errhandler Set_info Set_name Shrink Spawn Spawn_multiple Split Split_type "
+    "Ssend Ssend_init allgather allreduce alltoall barrier bcast bsend exscan f2py free fromhandle fromint "
+    "gather group handle ibsend improbe info iprobe irecv is_inter is_intra is_topo isend issend mprobe name "
+    "probe py2f rank recv reduce scan scatter send sendrecv size ssend tohandle toint topology "
+).split())
+_GENERIC = "not built in tiertrain.comm (docs/GUIDE.md, mpi4py compatibility: what is built, and what to use)"
+
+
 def _comm_getattr(self, name):
     why = _COMM_NOT_BUILT.get(name)
+    if why is None and name in _MPI4PY_COMM_NAMES:
+        why = _GENERIC
     if why is not None:
         raise NotBuiltError(f"Comm.{name}: {why}")
     raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -1537,6 +1609,9 @@ def _comm_getattr(self, name):
 
 Comm.__getattr__ = _comm_getattr
 Comm.Get_parent = staticmethod(lambda: COMM_NULL)  # no rank was spawned (Note [names not built])
+# mpi4py's Comm.Free: nothing to do, as for Datatype and Group: a communicator's segments and peers go with its last
+# reference (programs free the communicators Split, Dup, Create and Create_cart made).
+Comm.Free = lambda self: None
 Comm.Is_inter = lambda self: False
 Comm.Is_intra = lambda self: True
 # Split_type's kinds: the ranks of one machine, or (MPI 4's hardware-guided kinds) refused.
@@ -1562,6 +1637,148 @@ def _Split_type(self, split_type, key=0, info=INFO_NULL):
 
 
 Comm.Split_type = _Split_type
+
+
+# Note [mpi4py names], continued: calls of mpi4py's Comm that cost little here, exact. Scan and Exscan of buffers
+# combine every rank's buffer (an Allgather) in rank order with the op's numpy function, as MPI defines them (Exscan
+# leaves rank 0's recvbuf alone); Reduce_scatter_block is Reduce_scatter (equal blocks here); Sendrecv_replace sends
+# a copy of the buffer it receives into; Clone is Dup; bsend and ibsend are the eager object sends; a communicator's
+# name and error handler are kept beside it (errors raise CommError whatever the handler: an uncaught one ends its
+# rank, and `tiertrain launch` stops the others, as ERRORS_ARE_FATAL would).
+def _prefix_op(op, what):
+    table = {SUM: _np.add, PROD: _np.multiply, MIN: _np.minimum, MAX: _np.maximum, BAND: _np.bitwise_and,
+             BOR: _np.bitwise_or, BXOR: _np.bitwise_xor, LAND: _np.logical_and, LOR: _np.logical_or,
+             LXOR: _np.logical_xor}
+    if op not in table:
+        raise NotImplementedError(f"{what}: buffers combine with SUM, PROD, MIN, MAX and the bitwise and logical "
+                                  f"ops, not {op!r}; the object forms (scan, exscan) take any function")
+    return table[op]
+
+
+def _prefix(self, sendbuf, recvbuf, op, inclusive, what):
+    f = _prefix_op(op, what)
+    out = _flat(_spec(recvbuf, writable=True), None, f"{what} recvbuf")
+    mine = out.copy() if sendbuf is IN_PLACE else _flat(_spec(sendbuf), None, f"{what} sendbuf")
+    if mine.size != out.size or mine.dtype != out.dtype:
+        raise ValueError(f"{what}: sendbuf holds {mine.size} {mine.dtype}, recvbuf {out.size} {out.dtype}")
+    every = _np.empty(mine.nbytes * self.size, _np.uint8)
+    self.Allgather(_np.ascontiguousarray(mine).view(_np.uint8), every)
+    parts = every.view(mine.dtype).reshape(self.size, mine.size)[:self.rank + (1 if inclusive else 0)]
+    if len(parts) == 0:
+        return
+    acc = parts[0].copy()
+    for p in parts[1:]:
+        acc = f(acc, p).astype(mine.dtype, copy=False)
+    out[:] = acc
+
+
+def _Scan(self, sendbuf, recvbuf, op=SUM):
+    """mpi4py's Scan: recvbuf = sendbuf of ranks 0..this one combined in rank order (IN_PLACE: recvbuf's)."""
+    _prefix(self, sendbuf, recvbuf, op, True, "Scan")
+
+
+def _Exscan(self, sendbuf, recvbuf, op=SUM):
+    """mpi4py's Exscan: recvbuf = sendbuf of the ranks before this one combined in rank order; rank 0's untouched."""
+    _prefix(self, sendbuf, recvbuf, op, False, "Exscan")
+
+
+def _Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
+    """mpi4py's Reduce_scatter_block: Reduce_scatter, whose blocks are equal here."""
+    return self.Reduce_scatter(sendbuf, recvbuf, op=op)
+
+
+def _Sendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG, status=None):
+    """mpi4py's Sendrecv_replace: buf is sent and the message received takes its place."""
+    out = _np.array(_spec(buf), copy=True)
+    self.Sendrecv(out, dest, sendtag=sendtag, recvbuf=buf, source=source, recvtag=recvtag, status=status)
+
+
+class Errhandler:
+    """What a communicator does on an error (mpi4py's Errhandler): every handler here lets the call raise."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def Free(self):
+        return None
+
+    def __repr__(self):
+        return f"<tiertrain.comm.Errhandler {self._name}>"
+
+
+ERRORS_RETURN, ERRORS_ARE_FATAL, ERRORS_ABORT = (Errhandler(n) for n in ("ERRORS_RETURN", "ERRORS_ARE_FATAL",
+                                                                         "ERRORS_ABORT"))
+ERRHANDLER_NULL = None
+_comm_names = None
+_comm_handlers = None
+
+
+def _kept(table):
+    import weakref
+
+    global _comm_names, _comm_handlers
+    if _comm_names is None:
+        _comm_names, _comm_handlers = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()
+    return _comm_names if table == "names" else _comm_handlers
+
+
+def _Get_name(self):
+    return _kept("names").get(self, "MPI_COMM_WORLD" if self is _world else "")
+
+
+def _Set_name(self, name):
+    _kept("names")[self] = str(name)
+
+
+def _Set_errhandler(self, errhandler):
+    if not isinstance(errhandler, Errhandler):
+        raise TypeError(f"Set_errhandler takes ERRORS_RETURN, ERRORS_ARE_FATAL or ERRORS_ABORT, not {errhandler!r}")
+    _kept("handlers")[self] = errhandler
+
+
+def _Get_errhandler(self):
+    return _kept("handlers").get(self, ERRORS_RETURN)
+
+
+Comm.Scan = _Scan
+Comm.Exscan = _Exscan
+Comm.Reduce_scatter_block = _Reduce_scatter_block
+Comm.Sendrecv_replace = _Sendrecv_replace
+Comm.Clone = lambda self: self.Dup()
+Comm.bsend = _send
+Comm.ibsend = _isend
+Comm.is_inter = property(lambda self: False)
+Comm.is_intra = property(lambda self: True)
+Comm.Get_name = _Get_name
+Comm.Set_name = _Set_name
+Comm.name = property(_Get_name, _Set_name)
+Comm.Set_errhandler = _Set_errhandler
+Comm.Get_errhandler = _Get_errhandler
+VERSION, SUBVERSION = 3, 1  # the MPI standard whose calls tiertrain.comm follows (a part of them: docs/GUIDE.md)
+
+
+def Get_version():
+    return VERSION, SUBVERSION
+
+
+def Get_library_version():
+    from . import __version__
+
+    return f"tiertrain.comm {__version__} (shared memory, MPI or NCCL)"
+
+
+INT8_T, INT16_T = Datatype("i1", "MPI_INT8_T"), Datatype("i2", "MPI_INT16_T")
+UINT8_T, UINT16_T = Datatype("u1", "MPI_UINT8_T"), Datatype("u2", "MPI_UINT16_T")
+UINT32_T, UINT64_T = Datatype("u4", "MPI_UINT32_T"), Datatype("u8", "MPI_UINT64_T")
+SIGNED_SHORT, UNSIGNED_LONG_LONG = Datatype("i2", "MPI_SIGNED_SHORT"), Datatype("u8", "MPI_UNSIGNED_LONG_LONG")
+FLOAT32_T, FLOAT64_T = Datatype("f4", "MPI_FLOAT32_T"), Datatype("f8", "MPI_FLOAT64_T")
+C_FLOAT_COMPLEX = C_COMPLEX = Datatype("c8", "MPI_C_FLOAT_COMPLEX")
+C_DOUBLE_COMPLEX = Datatype("c16", "MPI_C_DOUBLE_COMPLEX")
+AINT, OFFSET, COUNT = Datatype("i8", "MPI_AINT"), Datatype("i8", "MPI_OFFSET"), Datatype("i8", "MPI_COUNT")
+__all__ += ["Errhandler", "ERRORS_RETURN", "ERRORS_ARE_FATAL", "ERRORS_ABORT", "ERRHANDLER_NULL", "VERSION",
+            "SUBVERSION", "Get_version", "Get_library_version", "INT8_T", "INT16_T", "UINT8_T", "UINT16_T",
+            "UINT32_T", "UINT64_T", "SIGNED_SHORT", "UNSIGNED_LONG_LONG", "FLOAT32_T", "FLOAT64_T",
+            "C_FLOAT_COMPLEX", "C_COMPLEX", "C_DOUBLE_COMPLEX", "AINT", "OFFSET", "COUNT"]
 
 # Note [groups]
 # mpi4py's process groups, each of the communicator it came from: an ordered list of that communicator's ranks
@@ -1731,7 +1948,7 @@ def __getattr__(name):
 
             _self = self_comm()
         return _self
-    why = _NOT_BUILT.get(name)  # Note [names not built]
+    why = _NOT_BUILT.get(name) or (_GENERIC if name in _MPI4PY_NAMES else None)  # Note [names not built]
     if why is not None:
         raise NotBuiltError(f"MPI.{name}: {why}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
