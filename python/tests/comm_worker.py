@@ -1131,7 +1131,21 @@ def more_calls(comm: tc.Comm) -> None:
     expect(tc.Get_version() == (tc.VERSION, tc.SUBVERSION) and "tiertrain" in tc.Get_library_version(), "versions")
     expect(tc.UINT16_T.Get_size() == 2 and tc.OFFSET.Get_size() == 8 and tc.C_DOUBLE_COMPLEX.Get_size() == 16,
            "fixed-width datatypes")
-    for obj, name in ((comm, "Alltoallw"), (comm, "Mprobe"), (tc, "Get_address"), (tc, "Message")):
+    col = tc.DOUBLE.Create_vector(4, 1, 5)
+    expect((tc.DOUBLE.size, tc.DOUBLE.extent, tc.DOUBLE.name) == (8, 8, "MPI_DOUBLE") and col.size == 32 and
+           (col.lb, col.ub) == (0, 128), "a datatype's size, extent and name")
+    req = comm.Isend(x, dest=me, tag=9)
+    comm.Recv(np.zeros(6, np.int64), source=me, tag=9, status=st)
+    req.Wait()
+    req.Free()
+    expect(not st.Is_cancelled() and tc.SUM.Is_commutative(), "Request.Free, Status.Is_cancelled, Is_commutative")
+    try:
+        tc.Op.Create(lambda a, b: a + b)
+        raise AssertionError("Op.Create was taken")
+    except tc.NotBuiltError as e:
+        expect("object forms" in str(e), f"the refusal says: {e}")
+    for obj, name in ((comm, "Alltoallw"), (comm, "Mprobe"), (tc, "Get_address"), (tc, "Message"), (st, "Set_tag"),
+                      (tc.DOUBLE, "Pack"), (tc.SUM, "Reduce_local"), (req, "Cancel")):
         try:
             getattr(obj, name)
             raise AssertionError(f"{name} was taken")

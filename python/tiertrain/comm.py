@@ -1740,6 +1740,58 @@ def _Get_errhandler(self):
     return _kept("handlers").get(self, ERRORS_RETURN)
 
 
+# The other classes' mpi4py names (its Request, Prequest, Status, Datatype, Op and Group; MPI.pyi, 2026-12-07): one
+# missing here is refused as not built, never a bare AttributeError (Note [names not built]).
+_MPI4PY_MEMBER_NAMES = frozenset((
+    "Cancel Commit Compare Create Create_contiguous Create_darray Create_f90_complex Create_f90_integer "
+    "Create_f90_real Create_from_session_pset Create_hindexed Create_hindexed_block Create_hvector "
+    "Create_indexed Create_indexed_block Create_keyval Create_resized Create_struct Create_subarray "
+    "Create_vector Delete_attr Difference Dup Excl Free Free_keyval Get_attr Get_contents Get_count "
+    "Get_elements Get_envelope Get_error Get_extent Get_name Get_rank Get_size Get_source Get_status "
+    "Get_status_all Get_status_any Get_status_some Get_tag Get_true_extent Get_value_index Incl Intersect "
+    "Intersection Is_cancelled Is_commutative Match_size Pack Pack_external Pack_external_size Pack_size "
+    "Parrived Pready Pready_list Pready_range Range_excl Range_incl Reduce_local Set_attr Set_cancelled "
+    "Set_elements Set_error Set_name Set_source Set_tag Start Startall Test Testall Testany Testsome "
+    "Translate_ranks Union Unpack Unpack_external Wait Waitall Waitany Waitsome cancel cancelled combiner "
+    "contents count decode envelope error extent f2py free fromcode fromhandle fromint get_status "
+    "get_status_all get_status_any get_status_some handle is_commutative is_named is_predefined lb name py2f "
+    "rank size source tag test testall testany testsome tocode tohandle toint tomemory true_extent true_lb "
+    "true_ub typechar typestr ub wait waitall waitany waitsome "
+).split())
+
+
+def _refusing_getattr(prefix):
+    def getattr_(self, name):
+        if name in _MPI4PY_MEMBER_NAMES:
+            raise NotBuiltError(f"{prefix}.{name}: {_GENERIC}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    return getattr_
+
+
+# Cheap members of those classes, true here: a request or op needs no freeing (it goes with its last reference),
+# nothing is ever cancelled, the predefined ops commute; a datatype's size, extent and name as properties.
+Request.Free = lambda self: None
+Prequest.Free = lambda self: None
+Status.Is_cancelled = lambda self: False
+Status.cancelled = property(lambda self: False)
+Op.Is_commutative = lambda self: True
+Op.is_commutative = property(lambda self: True)
+Op.is_predefined = property(lambda self: True)
+Datatype.size = property(lambda self: self.Get_size())
+Datatype.extent = property(lambda self: self.Get_extent()[1])
+Datatype.lb = property(lambda self: self.Get_extent()[0])
+Datatype.ub = property(lambda self: self.Get_extent()[0] + self.Get_extent()[1])
+Datatype.name = property(lambda self: self.Get_name())
+
+
+def _Op_Create(function, commute=False):
+    raise NotBuiltError("Op.Create: user-defined reductions of buffers are not built in tiertrain.comm; the object "
+                        "forms (allreduce, reduce, scan, exscan) take any function of two objects")
+
+
+Op.Create = staticmethod(_Op_Create)
+
 Comm.Scan = _Scan
 Comm.Exscan = _Exscan
 Comm.Reduce_scatter_block = _Reduce_scatter_block
@@ -1928,6 +1980,10 @@ Comm.group = property(_Get_group)
 Comm.Create = _Create
 Comm.Create_group = _Create_group
 __all__ += ["Group", "GROUP_NULL", "GROUP_EMPTY", "IDENT", "CONGRUENT", "SIMILAR", "UNEQUAL"]
+for _cls, _label in ((Request, "Request"), (Prequest, "Prequest"), (Status, "Status"), (Datatype, "Datatype"),
+                     (Op, "Op"), (Group, "Group")):
+    _cls.__getattr__ = _refusing_getattr(_label)
+del _cls, _label
 __all__ += ["NotBuiltError", "COMM_TYPE_SHARED", "COMM_TYPE_HW_GUIDED", "COMM_TYPE_HW_UNGUIDED",
             "COMM_TYPE_RESOURCE_GUIDED"]
 
