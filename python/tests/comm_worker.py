@@ -1057,7 +1057,7 @@ def groups(comm: tc.Comm) -> None:
     rest = comm.Split_type(tc.UNDEFINED if me == 0 else tc.COMM_TYPE_SHARED)
     expect(rest is None if me == 0 else rest.size == n - 1 and rest.rank == me - 1, "Split_type(UNDEFINED)")
     expect(tc.Comm.Get_parent() is tc.COMM_NULL and not comm.Is_inter() and comm.Is_intra(), "Get_parent")
-    for name, says in (("Win", "Send/Recv"), ("File", "numpy"), ("MODE_CREATE", "MPI-IO"), ("ROOT", "tiertrain launch"),
+    for name, says in (("File", "numpy"), ("MODE_CREATE", "MPI-IO"), ("ROOT", "tiertrain launch"),
                        ("Topocomm", "Create_cart"), ("Info", "INFO_NULL")):
         expect(not hasattr(tc, name), f"hasattr(MPI, {name!r})")
         try:
@@ -1152,6 +1152,47 @@ def more_calls(comm: tc.Comm) -> None:
         except tc.NotBuiltError as e:
             expect(name in str(e) and "compatibility" in str(e), f"the refusal says: {e}")
     print(f"rank {me}: more calls right")
+
+
+def windows(comm: tc.Comm) -> None:
+    """Note [windows] in tiertrain/comm.py beyond python/tests/mpi_style/win.py: accumulates from every rank to one
+    place at once stay atomic element by element; REPLACE and NO_OP; the bounds of a target named; what is not built
+    refused by name."""
+    me, n = comm.rank, comm.size
+    counts = np.zeros(2, np.int64)
+    win = tc.Win.Create(counts, disp_unit=8, comm=comm)
+    win.Fence()
+    for _ in range(300):  # every rank at once, no lock of the program's own: atomic accumulates
+        win.Accumulate(np.array([1, me], np.int64), 0, op=tc.SUM)
+    win.Fence()
+    if me == 0:
+        expect(list(counts) == [300 * n, 300 * sum(range(n))], f"concurrent accumulates: {counts}")
+    win.Fence()
+    old = np.zeros(2, np.int64)
+    if me == n - 1:
+        win.Get_accumulate(np.array([7, 8], np.int64), old, 0, op=tc.REPLACE)
+        expect(list(old) == [300 * n, 300 * sum(range(n))], "Get_accumulate's result")
+    win.Fence()
+    peek = np.zeros(2, np.int64)
+    win.Get_accumulate(None, peek, 0, op=tc.NO_OP)
+    win.Fence()
+    expect(list(peek) == [7, 8], f"REPLACE, then NO_OP reads: {peek}")
+    for bad, says in ((lambda: win.Put(np.zeros(3, np.int64), 0), "window of 16 bytes"),
+                      (lambda: win.Put(np.zeros(1, np.int64), n), "is not in this window"),
+                      (lambda: win.Shared_query(0), "Allocate_shared")):
+        try:
+            bad()
+            raise AssertionError(f"an access past the window was taken ({says})")
+        except ValueError as e:
+            expect(says in str(e), f"the refusal says: {e}")
+    for name in ("Post", "Rput"):
+        try:
+            getattr(win, name)
+            raise AssertionError(f"Win.{name} was taken")
+        except tc.NotBuiltError as e:
+            expect(f"Win.{name}:" in str(e), f"the refusal says: {e}")
+    win.Free()
+    print(f"rank {me}: windows right")
 
 
 def p2p(comm: tc.Comm) -> None:
@@ -1352,5 +1393,5 @@ if __name__ == "__main__":
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
      "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,
-     "op_by_value": op_by_value, "objects": objects, "split": split, "groups": groups, "more_calls": more_calls, "p2p": p2p,
+     "op_by_value": op_by_value, "objects": objects, "split": split, "groups": groups, "more_calls": more_calls, "windows": windows, "p2p": p2p,
      "p2p_timeout": p2p_timeout}[sys.argv[1]](c)

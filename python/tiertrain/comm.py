@@ -1270,8 +1270,8 @@ __all__ += ["Wtime", "Wtick", "Query_thread", "THREAD_SINGLE", "THREAD_FUNNELED"
 # Note [mpi4py names]: names mpi4py programs use often (the counts: docs/GUIDE.md, the compatibility table) that
 # cost little here: the null handles, the life-cycle queries, Alloc_mem, _typedict, the object layer's scan and
 # exscan and synchronous sends, and Cartesian communicators (Create_cart over Dup, as MPI's with reorder false).
-# What is not built (one-sided windows, dynamic processes, MPI-IO, graph topologies) is refused by name: Note [names
-# not built].
+# What is not built (dynamic processes, MPI-IO, graph topologies, ...) is refused by name: Note [names not built];
+# one-sided windows: Note [windows].
 COMM_NULL = None  # what Split gives a rank of color UNDEFINED (and Create_cart a rank beyond its grid)
 INFO_NULL = None  # the calls that take an Info here ignore it
 _finalized = False
@@ -1478,7 +1478,7 @@ __all__ += ["get_vendor", "COMM_NULL", "INFO_NULL", "Init", "Init_thread", "Is_i
 # Note [names not built]
 # The mpi4py families tiertrain.comm does not build (docs/GUIDE.md, the compatibility table) are refused where a
 # program reaches them, with the call's name and what to use instead, never a bare AttributeError (issue 48): a module
-# name (MPI.Win, MPI.File, MPI.MODE_CREATE, MPI.ROOT) through the module's __getattr__, a communicator's method
+# name (MPI.File, MPI.MODE_CREATE, MPI.ROOT) through the module's __getattr__, a communicator's method
 # (comm.Spawn, comm.Neighbor_alltoall) through Comm's. NotBuiltError is an AttributeError, so hasattr() still says the
 # name is absent (a program's feature test, bench/comm/mpi4py_names/here.py's count), and a NotImplementedError.
 # Built instead, as cheap and true here: Comm.Get_parent() is COMM_NULL (no rank was spawned: `tiertrain launch`
@@ -1487,8 +1487,6 @@ class NotBuiltError(AttributeError, NotImplementedError):
     """An mpi4py name of a family tiertrain.comm does not build; the message says what to use instead."""
 
 
-_ONE_SIDED = ("one-sided windows (Win: Put, Get, Accumulate, Lock, Fence) are not built in tiertrain.comm; move the "
-              "data with Send/Recv, Isend/Irecv or a collective (Bcast, Allgather, Alltoall, Reduce) instead")
 _MPI_IO = ("MPI-IO (File) is not built in tiertrain.comm; write each rank's part with numpy (numpy.save a file a "
            "rank, or numpy.memmap at the rank's offset of one file), or Gather to one rank and write there")
 _DYNAMIC = ("dynamic processes are not built in tiertrain.comm: `tiertrain launch -n N -- python3 program.py` starts "
@@ -1500,10 +1498,6 @@ _GRAPH = ("graph topologies and neighbourhood collectives are not built in tiert
 _INFO = "Info objects are not built in tiertrain.comm; pass INFO_NULL (the calls that take an Info ignore it)"
 _NOT_BUILT = {}
 for _names, _why in (
-        (("Win", "WIN_NULL", "LOCK_EXCLUSIVE", "LOCK_SHARED", "MODE_NOCHECK", "MODE_NOSTORE", "MODE_NOPUT",
-          "MODE_NOPRECEDE", "MODE_NOSUCCEED", "WIN_BASE", "WIN_SIZE", "WIN_DISP_UNIT", "WIN_CREATE_FLAVOR",
-          "WIN_FLAVOR_CREATE", "WIN_FLAVOR_ALLOCATE", "WIN_FLAVOR_DYNAMIC", "WIN_FLAVOR_SHARED", "WIN_MODEL",
-          "WIN_SEPARATE", "WIN_UNIFIED", "REPLACE", "NO_OP"), _ONE_SIDED),
         (("File", "FILE_NULL", "MODE_RDONLY", "MODE_WRONLY", "MODE_RDWR", "MODE_CREATE", "MODE_EXCL", "MODE_APPEND",
           "MODE_DELETE_ON_CLOSE", "MODE_UNIQUE_OPEN", "MODE_SEQUENTIAL", "SEEK_SET", "SEEK_CUR", "SEEK_END",
           "DISPLACEMENT_CURRENT", "Register_datarep"), _MPI_IO),
@@ -1986,6 +1980,389 @@ for _cls, _label in ((Request, "Request"), (Prequest, "Prequest"), (Status, "Sta
 del _cls, _label
 __all__ += ["NotBuiltError", "COMM_TYPE_SHARED", "COMM_TYPE_HW_GUIDED", "COMM_TYPE_HW_UNGUIDED",
             "COMM_TYPE_RESOURCE_GUIDED"]
+
+# Note [windows]
+# mpi4py's one-sided windows, for ranks on one machine. Each rank's window is memory of its own process: the buffer
+# given (Win.Create), one allocated (Win.Allocate), or its part of one file in /dev/shm that every rank maps
+# (Win.Allocate_shared, whose parts Shared_query gives). At creation the ranks exchange where each window is (pid,
+# address, size, disp_unit: an allgather) and check that they can reach each other's. Put, Get and the accumulates
+# move the bytes at once, before they return: to or from a peer's window with process_vm_writev or process_vm_readv
+# (the single copies of Note [single copy], which need the ranks on one machine and allowed to attach to each other:
+# checked at creation, refused by name otherwise), to or from a mapped shared part with a plain copy. So the
+# synchronizations only order the ranks: Fence is a Barrier; Flush, Flush_all, Flush_local, Flush_local_all and Sync
+# have nothing to wait for; Lock and Unlock take a POSIX record lock on the target's byte of the window's lock file
+# (exclusive or shared), which other origins' Locks wait for, and Lock_all a shared one on every byte. An accumulate
+# (Accumulate, Get_accumulate, Fetch_and_op, Compare_and_swap) reads, combines and writes the target's elements
+# holding another byte of the target's exclusively, so that accumulates to one place from several origins are atomic
+# element by element, as MPI requires. Buffers are contiguous (numpy arrays, buffer specs without gaps); the target's
+# elements are of the origin buffer's type. Not built (refused by name): dynamic windows, the post-start-complete-wait
+# epochs (Fence or Lock order the same accesses here) and the request-based operations (Rput, Rget, ...).
+LOCK_EXCLUSIVE, LOCK_SHARED = 1, 2
+MODE_NOCHECK, MODE_NOSTORE, MODE_NOPUT, MODE_NOPRECEDE, MODE_NOSUCCEED = 1, 2, 4, 8, 16  # (hints: taken, not needed)
+WIN_NULL = None
+WIN_SEPARATE, WIN_UNIFIED = 1, 2
+WIN_FLAVOR_CREATE, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_DYNAMIC, WIN_FLAVOR_SHARED = 1, 2, 3, 4
+
+
+class _RmaOp:
+    def __init__(self, name):
+        self._name = name
+
+    def __repr__(self):
+        return f"<tiertrain.comm.{self._name}>"
+
+
+REPLACE, NO_OP = _RmaOp("REPLACE"), _RmaOp("NO_OP")
+_win_count = 0
+_cma_calls = None
+
+
+def _cma():
+    """process_vm_readv and process_vm_writev through ctypes (Linux), and their iovec."""
+    global _cma_calls
+    if _cma_calls is None:
+        import ctypes
+
+        class IoVec(ctypes.Structure):
+            _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        calls = []
+        for name in ("process_vm_readv", "process_vm_writev"):
+            f = getattr(libc, name)
+            f.restype = ctypes.c_ssize_t
+            f.argtypes = [ctypes.c_int, ctypes.POINTER(IoVec), ctypes.c_ulong, ctypes.POINTER(IoVec), ctypes.c_ulong,
+                          ctypes.c_ulong]
+            calls.append(f)
+        _cma_calls = (calls[0], calls[1], IoVec, ctypes)
+    return _cma_calls
+
+
+def _cma_copy(write, pid, local, remote, n):
+    """n bytes between local (an address here) and remote (one in process pid), in one or more calls."""
+    readv, writev, IoVec, ctypes = _cma()
+    done = 0
+    while done < n:
+        lo, re_ = IoVec(local + done, n - done), IoVec(remote + done, n - done)
+        got = (writev if write else readv)(pid, ctypes.byref(lo), 1, ctypes.byref(re_), 1, 0)
+        if got <= 0:
+            import os
+
+            err = ctypes.get_errno()
+            raise OSError(err, f"{'process_vm_writev' if write else 'process_vm_readv'} with rank pid {pid}: "
+                               f"{os.strerror(err) if err else 'nothing copied'}")
+        done += got
+
+
+def _address(a):
+    return a.__array_interface__["data"][0] if a.size else 0
+
+
+class Win:
+    """A one-sided window over ranks of one machine (mpi4py's Win; Note [windows]): Win.Create(memory, disp_unit,
+    info, comm), Win.Allocate(size, ...), Win.Allocate_shared(size, ...); Put, Get, Accumulate, Get_accumulate,
+    Fetch_and_op, Compare_and_swap; Fence, Lock, Unlock, Lock_all, Unlock_all, Flush*; Shared_query; Free."""
+
+    @classmethod
+    def Create(cls, memory, disp_unit=1, info=INFO_NULL, comm=None):
+        """A window over `memory` (a contiguous writable buffer, or None for no memory here). Collective."""
+        mem = _np.zeros(0, _np.uint8) if memory is None else _flat(_spec(memory, writable=True), None,
+                                                                     "Win.Create memory")
+        if mem.size and not mem.flags.writeable:
+            raise ValueError("Win.Create: the memory is read-only")
+        return cls._made(cls._comm_of(comm), mem.view(_np.uint8), disp_unit, WIN_FLAVOR_CREATE)
+
+    @classmethod
+    def Allocate(cls, size, disp_unit=1, info=INFO_NULL, comm=None):
+        """A window over `size` new bytes here (zeros; tomemory() gives them). Collective."""
+        return cls._made(cls._comm_of(comm), _np.zeros(int(size), _np.uint8), disp_unit, WIN_FLAVOR_ALLOCATE)
+
+    @classmethod
+    def Allocate_shared(cls, size, disp_unit=1, info=INFO_NULL, comm=None):
+        """A window over `size` bytes here, in one file that every rank maps: Shared_query(r) gives rank r's part
+        to read and write directly. Collective."""
+        import mmap
+        import os
+
+        comm = cls._comm_of(comm)
+        sizes = comm.allgather((int(size), int(disp_unit)))
+        offsets, total = [], 0
+        for n, _ in sizes:
+            offsets.append(total)
+            total += (n + 63) // 64 * 64
+        path = cls._shared_path(comm)
+        if comm.rank == 0:
+            with open(path, "wb") as f:
+                f.truncate(max(total, 1))
+        comm.Barrier()
+        with open(path, "r+b") as f:
+            mapped = mmap.mmap(f.fileno(), max(total, 1))
+        comm.Barrier()
+        if comm.rank == 0:
+            os.unlink(path)  # (mapped everywhere: the file goes with the last mapping)
+        parts = [_np.frombuffer(mapped, _np.uint8, count=n, offset=o) for (n, _), o in zip(sizes, offsets)]
+        w = cls._made(comm, parts[comm.rank], disp_unit, WIN_FLAVOR_SHARED)
+        w._mapped, w._parts = mapped, parts
+        return w
+
+    @classmethod
+    def Create_dynamic(cls, info=INFO_NULL, comm=None):
+        raise NotBuiltError("Win.Create_dynamic: dynamic windows are not built in tiertrain.comm; Win.Create over "
+                            "a buffer of the largest size needed, or Win.Allocate")
+
+    @staticmethod
+    def _comm_of(comm):
+        return comm if comm is not None else __getattr__("COMM_SELF")
+
+    @staticmethod
+    def _shared_path(comm):
+        import os
+
+        global _win_count
+        _win_count += 1
+        job = os.environ.get("TIERTRAIN_COMM_ID", "")
+        return comm.bcast(f"/dev/shm/tiertrain-win-{job}-{os.getpid()}-{_win_count}" if comm.rank == 0 else None,
+                          root=0)
+
+    @classmethod
+    def _made(cls, comm, mem, disp_unit, flavor):
+        import os
+        import socket
+
+        w = cls.__new__(cls)
+        w._comm, w._mem, w._unit, w._flavor = comm, mem, int(disp_unit), flavor
+        w._mapped = w._parts = w._lockf = None
+        w._held = set()
+        probe = _np.array([comm.rank + 1], _np.int64)
+        w._peers = comm.allgather((os.getpid(), _address(mem), mem.size, w._unit, socket.gethostname(),
+                                   _address(probe)))
+        if len({p[4] for p in w._peers}) > 1:
+            raise NotImplementedError("Win: the ranks are on several machines; tiertrain.comm's windows reach ranks "
+                                      "of one machine (use Send/Recv or a collective across machines)")
+        ok = True
+        if comm.size > 1 and flavor != WIN_FLAVOR_SHARED:  # can this rank read the next one's memory?
+            nxt = (comm.rank + 1) % comm.size
+            got = _np.zeros(1, _np.int64)
+            try:
+                _cma_copy(False, w._peers[nxt][0], _address(got), w._peers[nxt][5], 8)
+                ok = int(got[0]) == nxt + 1
+            except OSError:
+                ok = False
+        if not all(comm.allgather(ok)):  # (every rank took part: the probes are done)
+            raise NotImplementedError("Win: these ranks may not read and write each other's memory (ptrace "
+                                      "restrictions: kernel.yama.ptrace_scope, or containers apart); use Send/Recv "
+                                      "or a collective instead")
+        path = cls._shared_path(comm)
+        if comm.rank == 0:
+            open(path, "wb").close()
+        comm.Barrier()
+        w._lockf = open(path, "r+b")
+        comm.Barrier()
+        if comm.rank == 0:
+            os.unlink(path)  # (open everywhere; record locks need the open file, not its name)
+        return w
+
+    # --- the target's place ---
+    def _where(self, target_rank, target, origin, what):
+        """(byte offset in the target's window, bytes) of an access: target None (offset 0, the origin's bytes), a
+        displacement, or (disp[, count[, datatype]]) with count elements of datatype (default the origin's)."""
+        if not 0 <= target_rank < self._comm.size:
+            raise ValueError(f"{what}: target rank {target_rank} is not in this window's {self._comm.size} ranks")
+        disp, count, datatype = 0, None, None
+        if isinstance(target, (int, _np.integer)):
+            disp = int(target)
+        elif target is not None:
+            t = list(target) + [None, None]
+            disp, count, datatype = int(t[0]), t[1], t[2]
+        if _gapped(datatype):
+            raise NotImplementedError(f"{what}: a target datatype with gaps ({datatype.Get_name()}); tiertrain.comm's "
+                                      "windows move contiguous elements (one access a run)")
+        nbytes = origin.nbytes
+        if count is not None:
+            item = _np.dtype(datatype).itemsize if datatype is not None else origin.itemsize
+            if int(count) * item != origin.nbytes:
+                raise ValueError(f"{what}: the target's {count} elements are {int(count) * item} bytes, the origin's "
+                                 f"{origin.nbytes}")
+        pid, base, size, unit, _, _ = self._peers[target_rank]
+        at = disp * unit
+        if at < 0 or at + nbytes > size:
+            raise ValueError(f"{what}: bytes {at}..{at + nbytes} of rank {target_rank}'s window of {size} bytes")
+        return at, nbytes
+
+    def _move(self, write, target_rank, at, local):
+        """local (a contiguous uint8 array) to or from bytes at.. of the target's window."""
+        n = local.size
+        if n == 0:
+            return
+        if target_rank == self._comm.rank or self._parts is not None:
+            part = self._mem if target_rank == self._comm.rank else self._parts[target_rank]
+            if write:
+                part[at:at + n] = local
+            else:
+                local[:] = part[at:at + n]
+            return
+        pid, base = self._peers[target_rank][0], self._peers[target_rank][1]
+        _cma_copy(write, pid, _address(local), base + at, n)
+
+    def _origin(self, buf, what, writable=False):
+        a = _flat(_spec(buf, writable=writable), None, what)
+        if writable and not a.flags.writeable:
+            raise ValueError(f"{what}: the buffer is read-only")
+        return a
+
+    class _Atomic:
+        def __init__(self, win, rank):
+            self.win, self.rank = win, rank
+
+        def __enter__(self):
+            import fcntl
+
+            fcntl.lockf(self.win._lockf, fcntl.LOCK_EX, 1, self.win._comm.size + self.rank)
+
+        def __exit__(self, *exc):
+            import fcntl
+
+            fcntl.lockf(self.win._lockf, fcntl.LOCK_UN, 1, self.win._comm.size + self.rank)
+
+    @staticmethod
+    def _combine(op, cur, new, what):
+        if op is REPLACE:
+            return new
+        return _prefix_op(op, what)(cur, new).astype(cur.dtype, copy=False)
+
+    # --- one-sided operations ---
+    def Put(self, origin, target_rank, target=None):
+        """origin's bytes into target_rank's window (at once)."""
+        src = self._origin(origin, "Win.Put")
+        at, _ = self._where(target_rank, target, src, "Win.Put")
+        self._move(True, target_rank, at, _np.ascontiguousarray(src).view(_np.uint8))
+
+    def Get(self, origin, target_rank, target=None):
+        """target_rank's window's bytes into origin (at once)."""
+        dst = self._origin(origin, "Win.Get", writable=True)
+        at, _ = self._where(target_rank, target, dst, "Win.Get")
+        self._move(False, target_rank, at, dst.view(_np.uint8))
+
+    def Accumulate(self, origin, target_rank, target=None, op=SUM):
+        """The target's elements combined with origin's by op (REPLACE: replaced), atomically element by element."""
+        self.Get_accumulate(origin, None, target_rank, target, op, "Win.Accumulate")
+
+    def Get_accumulate(self, origin, result, target_rank, target=None, op=SUM, what="Win.Get_accumulate"):
+        """result = the target's elements before; the target's = them combined with origin's by op (NO_OP: kept)."""
+        src = self._origin(origin, what) if op is not NO_OP else self._origin(result, what, writable=True)
+        at, n = self._where(target_rank, target, src, what)
+        cur = _np.empty(n, _np.uint8)
+        with Win._Atomic(self, target_rank):
+            self._move(False, target_rank, at, cur)
+            if result is not None:
+                out = self._origin(result, what, writable=True)
+                if out.nbytes != n:
+                    raise ValueError(f"{what}: result holds {out.nbytes} bytes, the access {n}")
+                out.view(_np.uint8)[:] = cur
+            if op is not NO_OP:
+                new = self._combine(op, cur.view(src.dtype), src, what)
+                self._move(True, target_rank, at, _np.ascontiguousarray(new).view(_np.uint8))
+
+    def Fetch_and_op(self, origin, result, target_rank, target_disp=0, op=SUM):
+        """One element: result = the target's; the target's combined with origin's by op."""
+        self.Get_accumulate(origin, result, target_rank, int(target_disp), op, "Win.Fetch_and_op")
+
+    def Compare_and_swap(self, origin, compare, result, target_rank, target_disp=0):
+        """One element: result = the target's; the target's = origin's where it equalled compare's."""
+        src = self._origin(origin, "Win.Compare_and_swap")
+        cmp_ = self._origin(compare, "Win.Compare_and_swap")
+        at, n = self._where(target_rank, int(target_disp), src, "Win.Compare_and_swap")
+        cur = _np.empty(n, _np.uint8)
+        with Win._Atomic(self, target_rank):
+            self._move(False, target_rank, at, cur)
+            self._origin(result, "Win.Compare_and_swap", writable=True).view(_np.uint8)[:] = cur
+            if _np.array_equal(cur.view(src.dtype), cmp_):
+                self._move(True, target_rank, at, _np.ascontiguousarray(src).view(_np.uint8))
+
+    # --- synchronization ---
+    def Fence(self, assertion=0):
+        """Every rank's accesses before it done before any after it (a Barrier: the accesses are done at once)."""
+        self._comm.Barrier()
+
+    def Lock(self, rank, lock_type=LOCK_EXCLUSIVE, assertion=0):
+        """An access epoch to rank's window: exclusive, or shared with other shared ones."""
+        import fcntl
+
+        fcntl.lockf(self._lockf, fcntl.LOCK_EX if lock_type == LOCK_EXCLUSIVE else fcntl.LOCK_SH, 1, int(rank))
+        self._held.add(int(rank))
+
+    def Unlock(self, rank):
+        import fcntl
+
+        fcntl.lockf(self._lockf, fcntl.LOCK_UN, 1, int(rank))
+        self._held.discard(int(rank))
+
+    def Lock_all(self, assertion=0):
+        import fcntl
+
+        fcntl.lockf(self._lockf, fcntl.LOCK_SH, self._comm.size, 0)
+
+    def Unlock_all(self):
+        import fcntl
+
+        fcntl.lockf(self._lockf, fcntl.LOCK_UN, self._comm.size, 0)
+
+    def Flush(self, rank):
+        """Nothing to wait for: every access is done when its call returns."""
+
+    Flush_local = Flush
+
+    def Flush_all(self):
+        """Nothing to wait for."""
+
+    Flush_local_all = Flush_all
+
+    def Sync(self):
+        """Nothing to wait for."""
+
+    # --- the window itself ---
+    def tomemory(self):
+        """This rank's window memory."""
+        return memoryview(self._mem)
+
+    memory = property(tomemory)
+
+    def Shared_query(self, rank):
+        """(rank's part of a window of Allocate_shared, to read and write directly, its disp_unit)."""
+        if self._parts is None:
+            raise ValueError("Win.Shared_query: the window was not made by Win.Allocate_shared")
+        return memoryview(self._parts[rank]), self._peers[rank][3]
+
+    def Get_group(self):
+        return self._comm.Get_group()
+
+    group = property(Get_group)
+    model = WIN_UNIFIED
+    flavor = property(lambda self: self._flavor)
+
+    def Free(self):
+        """Collective: every rank is done with every window before it goes."""
+        self._comm.Barrier()
+        if self._lockf is not None:
+            self._lockf.close()
+            self._lockf = None
+        self._parts = None
+        self._mem = _np.zeros(0, _np.uint8)
+
+    def __getattr__(self, name):
+        if name in ("Post", "Start", "Complete", "Wait", "Test"):
+            raise NotBuiltError(f"Win.{name}: post-start-complete-wait epochs are not built in tiertrain.comm; Fence "
+                                "or Lock and Unlock order the same accesses")
+        if name in ("Rput", "Rget", "Raccumulate", "Rget_accumulate", "Attach", "Detach"):
+            raise NotBuiltError(f"Win.{name}: not built in tiertrain.comm; Put, Get and Accumulate are done when "
+                                "they return (dynamic windows: Win.Create over a buffer of the largest size needed)")
+        raise AttributeError(f"'Win' object has no attribute {name!r}")
+
+
+__all__ += ["Win", "LOCK_EXCLUSIVE", "LOCK_SHARED", "MODE_NOCHECK", "MODE_NOSTORE", "MODE_NOPUT", "MODE_NOPRECEDE",
+            "MODE_NOSUCCEED", "WIN_NULL", "WIN_SEPARATE", "WIN_UNIFIED", "WIN_FLAVOR_CREATE", "WIN_FLAVOR_ALLOCATE",
+            "WIN_FLAVOR_DYNAMIC", "WIN_FLAVOR_SHARED", "REPLACE", "NO_OP"]
+
 
 _world = None
 _self = None
