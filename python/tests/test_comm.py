@@ -81,9 +81,16 @@ def test_scans_sendrecv_replace_names_and_error_handlers(ranks):
     run_right(ranks, "more_calls", "rank 0: more calls right")
 
 
+NO_ATTACH = "may not read and write each other's memory"  # Note [windows]: where cross memory attach is not allowed
+
+
 @pytest.mark.parametrize("ranks", [1, 2, 4])
 def test_windows_accumulate_atomically_and_refuse_what_is_not_built(ranks):
-    run_right(ranks, "windows", "rank 0: windows right")
+    r = run(ranks, "windows")
+    if r.returncode != 0 and NO_ATTACH in r.stdout + r.stderr:
+        pytest.skip("the ranks may not attach to each other here (Note [windows])")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: windows right" in r.stdout, r.stdout
 
 
 def test_numpy_arrays_of_every_kind():
@@ -372,6 +379,8 @@ def test_mpi4py_style_programs_run_with_only_the_import_changed(program, ranks):
     r = subprocess.run([launcher(), "launch", "-n", str(ranks), "--", sys.executable,
                         os.path.join(HERE, "mpi_style", program)],
                        env=dict(os.environ, TIERTRAIN_COMM_TIMEOUT="60"), capture_output=True, text=True, timeout=240)
+    if program == "win.py" and r.returncode != 0 and NO_ATTACH in r.stdout + r.stderr:
+        pytest.skip("the ranks may not attach to each other here (Note [windows])")
     assert r.returncode == 0, r.stdout + r.stderr
     name = program[:-3]
     for rank in range(ranks):
