@@ -1057,7 +1057,7 @@ def groups(comm: tc.Comm) -> None:
     rest = comm.Split_type(tc.UNDEFINED if me == 0 else tc.COMM_TYPE_SHARED)
     expect(rest is None if me == 0 else rest.size == n - 1 and rest.rank == me - 1, "Split_type(UNDEFINED)")
     expect(tc.Comm.Get_parent() is tc.COMM_NULL and not comm.Is_inter() and comm.Is_intra(), "Get_parent")
-    for name, says in (("File", "numpy"), ("MODE_CREATE", "MPI-IO"), ("ROOT", "tiertrain launch"),
+    for name, says in (("Register_datarep", "native"), ("Intercomm", "Split"), ("ROOT", "tiertrain launch"),
                        ("Topocomm", "Create_cart"), ("Info", "INFO_NULL")):
         expect(not hasattr(tc, name), f"hasattr(MPI, {name!r})")
         try:
@@ -1193,6 +1193,51 @@ def windows(comm: tc.Comm) -> None:
             expect(f"Win.{name}:" in str(e), f"the refusal says: {e}")
     win.Free()
     print(f"rank {me}: windows right")
+
+
+def files(comm: tc.Comm) -> None:
+    """Note [files] in tiertrain/comm.py beyond python/tests/mpi_style/files.py: a failed Open raises on every rank
+    (no rank left waiting), MODE_EXCL, MODE_APPEND and MODE_DELETE_ON_CLOSE, a read past the end counted in the
+    status, and what is not built refused by name."""
+    import os
+    import tempfile
+
+    me, n = comm.rank, comm.size
+    where = comm.bcast(tempfile.mkdtemp() if me == 0 else None, root=0)
+    path = os.path.join(where, "f.bin")
+    try:
+        tc.File.Open(comm, path, tc.MODE_RDONLY)
+        raise AssertionError("a missing file was opened")
+    except FileNotFoundError as e:
+        expect("File.Open" in str(e), f"the refusal says: {e}")
+    f = tc.File.Open(comm, path, tc.MODE_CREATE | tc.MODE_EXCL | tc.MODE_WRONLY)
+    f.Write_ordered(np.full(2, me, np.uint8))
+    f.Close()
+    try:
+        tc.File.Open(comm, path, tc.MODE_CREATE | tc.MODE_EXCL | tc.MODE_WRONLY)
+        raise AssertionError("MODE_EXCL opened an existing file")
+    except OSError as e:
+        expect("could not create" in str(e), f"the refusal says: {e}")
+    f = tc.File.Open(comm, path, tc.MODE_RDWR | tc.MODE_APPEND | tc.MODE_DELETE_ON_CLOSE)
+    expect(f.Get_position() == 2 * n, "MODE_APPEND starts at the end")
+    st = tc.Status()
+    tail = np.zeros(4, np.uint8)
+    f.Read_at(2 * n - 1, tail, st)
+    expect(st.Get_count() == 1 and tail[0] == n - 1, "a read past the end counts what came")
+    for bad, err, says in ((lambda: f.Set_view(0, tc.DOUBLE.Create_vector(2, 1, 3)), NotImplementedError, "gaps"),
+                           (lambda: f.Write_shared(tail), tc.NotBuiltError, "File.Write_shared"),
+                           (lambda: f.Iwrite_at(0, tail), tc.NotBuiltError, "File.Iwrite_at")):
+        try:
+            bad()
+            raise AssertionError(f"{says} was taken")
+        except err as e:
+            expect(says in str(e), f"the refusal says: {e}")
+    f.Close()
+    expect(not os.path.exists(path), "MODE_DELETE_ON_CLOSE")
+    comm.Barrier()
+    if me == 0:
+        os.rmdir(where)
+    print(f"rank {me}: files right")
 
 
 def p2p(comm: tc.Comm) -> None:
@@ -1393,5 +1438,5 @@ if __name__ == "__main__":
      "timeout": timeout, "cuda_refused": cuda_refused, "torch_cuda": torch_cuda, "time_loop": time_loop,
      "huge_buffers": huge_buffers, "shared": shared, "array_kinds": array_kinds,
      "nonblocking": nonblocking, "nonblocking_mismatch": nonblocking_mismatch,
-     "op_by_value": op_by_value, "objects": objects, "split": split, "groups": groups, "more_calls": more_calls, "windows": windows, "p2p": p2p,
+     "op_by_value": op_by_value, "objects": objects, "split": split, "groups": groups, "more_calls": more_calls, "windows": windows, "files": files, "p2p": p2p,
      "p2p_timeout": p2p_timeout}[sys.argv[1]](c)

@@ -93,6 +93,11 @@ def test_windows_accumulate_atomically_and_refuse_what_is_not_built(ranks):
     assert "rank 0: windows right" in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_files_open_everywhere_or_nowhere_and_refuse_what_is_not_built(ranks):
+    run_right(ranks, "files", "rank 0: files right")
+
+
 def test_numpy_arrays_of_every_kind():
     run_right(3, "array_kinds", "rank 0: array kinds right")
 

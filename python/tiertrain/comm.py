@@ -1478,7 +1478,7 @@ __all__ += ["get_vendor", "COMM_NULL", "INFO_NULL", "Init", "Init_thread", "Is_i
 # Note [names not built]
 # The mpi4py families tiertrain.comm does not build (docs/GUIDE.md, the compatibility table) are refused where a
 # program reaches them, with the call's name and what to use instead, never a bare AttributeError (issue 48): a module
-# name (MPI.File, MPI.MODE_CREATE, MPI.ROOT) through the module's __getattr__, a communicator's method
+# name (MPI.ROOT, MPI.Topocomm, MPI.Info) through the module's __getattr__, a communicator's method
 # (comm.Spawn, comm.Neighbor_alltoall) through Comm's. NotBuiltError is an AttributeError, so hasattr() still says the
 # name is absent (a program's feature test, bench/comm/mpi4py_names/here.py's count), and a NotImplementedError.
 # Built instead, as cheap and true here: Comm.Get_parent() is COMM_NULL (no rank was spawned: `tiertrain launch`
@@ -1487,8 +1487,8 @@ class NotBuiltError(AttributeError, NotImplementedError):
     """An mpi4py name of a family tiertrain.comm does not build; the message says what to use instead."""
 
 
-_MPI_IO = ("MPI-IO (File) is not built in tiertrain.comm; write each rank's part with numpy (numpy.save a file a "
-           "rank, or numpy.memmap at the rank's offset of one file), or Gather to one rank and write there")
+_MPI_IO = ("data representations of one's own are not built in tiertrain.comm's files (Note [files]): they write "
+           "'native' bytes")
 _DYNAMIC = ("dynamic processes are not built in tiertrain.comm: `tiertrain launch -n N -- python3 program.py` starts "
             "every rank (run the workers' part in the same program, chosen by rank)")
 _INTER = ("intercommunicators are not built in tiertrain.comm; Split COMM_WORLD into the groups and exchange "
@@ -1498,9 +1498,7 @@ _GRAPH = ("graph topologies and neighbourhood collectives are not built in tiert
 _INFO = "Info objects are not built in tiertrain.comm; pass INFO_NULL (the calls that take an Info ignore it)"
 _NOT_BUILT = {}
 for _names, _why in (
-        (("File", "FILE_NULL", "MODE_RDONLY", "MODE_WRONLY", "MODE_RDWR", "MODE_CREATE", "MODE_EXCL", "MODE_APPEND",
-          "MODE_DELETE_ON_CLOSE", "MODE_UNIQUE_OPEN", "MODE_SEQUENTIAL", "SEEK_SET", "SEEK_CUR", "SEEK_END",
-          "DISPLACEMENT_CURRENT", "Register_datarep"), _MPI_IO),
+        (("Register_datarep",), _MPI_IO),
         (("Open_port", "Close_port", "Publish_name", "Unpublish_name", "Lookup_name", "ARGV_NULL", "ARGVS_NULL",
           "ERRCODES_IGNORE", "ROOT"), _DYNAMIC),
         (("Intercomm",), _INTER),
@@ -2362,6 +2360,272 @@ class Win:
 __all__ += ["Win", "LOCK_EXCLUSIVE", "LOCK_SHARED", "MODE_NOCHECK", "MODE_NOSTORE", "MODE_NOPUT", "MODE_NOPRECEDE",
             "MODE_NOSUCCEED", "WIN_NULL", "WIN_SEPARATE", "WIN_UNIFIED", "WIN_FLAVOR_CREATE", "WIN_FLAVOR_ALLOCATE",
             "WIN_FLAVOR_DYNAMIC", "WIN_FLAVOR_SHARED", "REPLACE", "NO_OP"]
+
+
+# Note [files]
+# mpi4py's MPI-IO for files every rank can open by name (one machine, or a shared file system): each rank holds its
+# own descriptor of the file and reads and writes with pread/pwrite at byte places it computes, so no call waits for
+# another rank but the collective ones that must: Open (rank 0 creates the file, or fails MODE_EXCL on an existing
+# one; every rank's open checked by all, so that a failure raises everywhere), Close (a barrier; MODE_DELETE_ON_CLOSE
+# removes it after), Set_view, Set_size, Preallocate, Sync (fsync, then a barrier), and the shared pointer's
+# Write_ordered and Read_ordered, whose ranks' places come from an allgather of their sizes in rank order. A view is
+# a displacement and an element type (a contiguous filetype of it); offsets and pointers count elements of it. The
+# _all forms are the independent ones (no rank needs another's data here). Not built (refused by name): filetypes
+# with gaps, non-native data representations, the non-collective shared pointer (Write_shared, Read_shared,
+# Seek_shared) and the split collectives (Write_all_begin, ...), and the request-based forms (Iwrite_at, ...).
+MODE_CREATE, MODE_RDONLY, MODE_WRONLY, MODE_RDWR = 1, 2, 4, 8
+MODE_DELETE_ON_CLOSE, MODE_UNIQUE_OPEN, MODE_EXCL, MODE_APPEND, MODE_SEQUENTIAL = 16, 32, 64, 128, 256
+SEEK_SET, SEEK_CUR, SEEK_END = 600, 602, 604
+DISPLACEMENT_CURRENT = -54278278
+FILE_NULL = None
+
+
+class File:
+    """A file every rank of a communicator opens (mpi4py's MPI.File; Note [files])."""
+
+    @classmethod
+    def Open(cls, comm, filename, amode=MODE_RDONLY, info=INFO_NULL):
+        """Every rank of comm opens `filename` (collective): amode MODE_RDONLY, MODE_WRONLY or MODE_RDWR, with
+        MODE_CREATE, MODE_EXCL, MODE_APPEND, MODE_DELETE_ON_CLOSE."""
+        import os
+
+        path = os.fspath(filename)
+        access = amode & (MODE_RDONLY | MODE_WRONLY | MODE_RDWR)
+        if access not in (MODE_RDONLY, MODE_WRONLY, MODE_RDWR):
+            raise ValueError(f"File.Open: amode {amode} takes one of MODE_RDONLY, MODE_WRONLY and MODE_RDWR")
+        if access == MODE_RDONLY and amode & (MODE_CREATE | MODE_EXCL):
+            raise ValueError("File.Open: MODE_CREATE and MODE_EXCL need MODE_WRONLY or MODE_RDWR")
+        flags = {MODE_RDONLY: os.O_RDONLY, MODE_WRONLY: os.O_WRONLY, MODE_RDWR: os.O_RDWR}[access]
+        error = None
+        if comm.rank == 0 and amode & MODE_CREATE:
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if amode & MODE_EXCL else 0), 0o644))
+            except OSError as e:
+                error = f"rank 0 could not create {path!r}: {e.strerror}"
+        error = comm.bcast(error, root=0)
+        fd = None
+        if error is None:
+            try:
+                fd = os.open(path, flags)
+            except OSError as e:
+                error = f"could not open {path!r}: {e.strerror}"
+        errors = [e for e in comm.allgather(error) if e is not None]
+        if errors:
+            if fd is not None:
+                os.close(fd)
+            raise FileNotFoundError(f"File.Open: {errors[0]}") if "No such file" in errors[0] else \
+                OSError(f"File.Open: {errors[0]}")
+        f = cls.__new__(cls)
+        f._comm, f._path, f._fd, f._amode = comm, path, fd, amode
+        f._disp, f._etype, f._handler = 0, BYTE, ERRORS_RETURN
+        f._pointer = os.fstat(fd).st_size if amode & MODE_APPEND else 0
+        f._shared = f._pointer
+        return f
+
+    @classmethod
+    def Delete(cls, filename, info=INFO_NULL):
+        """Removes the file (call it on one rank)."""
+        import os
+
+        os.unlink(os.fspath(filename))
+
+    def _open(self, what):
+        if self._fd is None:
+            raise ValueError(f"File.{what}: the file is closed")
+        return self._fd
+
+    def Close(self):
+        """Collective: every rank's accesses are done before it returns."""
+        import os
+
+        fd = self._open("Close")
+        os.close(fd)
+        self._fd = None
+        self._comm.Barrier()
+        if self._amode & MODE_DELETE_ON_CLOSE and self._comm.rank == 0:
+            os.unlink(self._path)
+        self._comm.Barrier()
+
+    # --- views and places ---
+    def Set_view(self, disp=0, etype=None, filetype=None, datarep="native", info=INFO_NULL):
+        """Offsets count elements of etype from byte disp (collective); filetype: etype or a contiguous run of it."""
+        etype = BYTE if etype is None else etype
+        for t, name in ((etype, "etype"), (filetype, "filetype")):
+            if t is not None and _gapped(t):
+                raise NotImplementedError(f"File.Set_view: a {name} with gaps ({t.Get_name()}); tiertrain.comm's "
+                                          "views are contiguous: give each rank its own displacement instead")
+        if datarep != "native":
+            raise NotImplementedError(f"File.Set_view: datarep {datarep!r}; tiertrain.comm writes 'native' bytes")
+        self._disp = self._pointer_bytes() if disp == DISPLACEMENT_CURRENT else int(disp)
+        self._etype, self._pointer, self._shared = etype, 0, 0  # (MPI: both pointers back to zero)
+
+    def Get_view(self):
+        return self._disp, self._etype, self._etype
+
+    def _unit(self):
+        return _np.dtype(self._etype).itemsize
+
+    def _pointer_bytes(self):
+        return self._disp + self._pointer * self._unit()
+
+    def _data(self, buf, what, writable):
+        a = _flat(_spec(buf, writable=writable), None, what)
+        if writable and not a.flags.writeable:
+            raise ValueError(f"{what}: the buffer is read-only")
+        if a.nbytes % self._unit():
+            raise ValueError(f"{what}: {a.nbytes} bytes are not whole elements of the view's {self._etype.Get_name()}")
+        return a
+
+    def _write(self, at, buf, what):
+        import os
+
+        fd = self._open(what)
+        data = _np.ascontiguousarray(self._data(buf, what, False)).view(_np.uint8)
+        done = 0
+        while done < data.size:
+            done += os.pwrite(fd, memoryview(data[done:]), at + done)
+        return data.size
+
+    def _read(self, at, buf, what, status):
+        import os
+
+        fd = self._open(what)
+        out = self._data(buf, what, True).view(_np.uint8)
+        done = 0
+        while done < out.size:
+            got = os.preadv(fd, [memoryview(out[done:])], at + done)
+            if got == 0:
+                break  # the end of the file: MPI's count says how much came
+            done += got
+        if status is not None:
+            status.source, status.tag, status.count = self._comm.rank, ANY_TAG, done
+        return done
+
+    # --- explicit offsets ---
+    def Write_at(self, offset, buf, status=None):
+        self._write(self._disp + int(offset) * self._unit(), buf, "File.Write_at")
+
+    def Read_at(self, offset, buf, status=None):
+        self._read(self._disp + int(offset) * self._unit(), buf, "File.Read_at", status)
+
+    Write_at_all, Read_at_all = Write_at, Read_at
+
+    # --- the individual pointer ---
+    def Write(self, buf, status=None):
+        n = self._write(self._pointer_bytes(), buf, "File.Write")
+        self._pointer += n // self._unit()
+
+    def Read(self, buf, status=None):
+        n = self._read(self._pointer_bytes(), buf, "File.Read", status)
+        self._pointer += n // self._unit()
+
+    Write_all, Read_all = Write, Read
+
+    def Seek(self, offset, whence=SEEK_SET):
+        if whence == SEEK_SET:
+            self._pointer = int(offset)
+        elif whence == SEEK_CUR:
+            self._pointer += int(offset)
+        elif whence == SEEK_END:
+            self._pointer = (self.Get_size() - self._disp) // self._unit() + int(offset)
+        else:
+            raise ValueError(f"File.Seek: whence {whence} is not SEEK_SET, SEEK_CUR or SEEK_END")
+
+    def Get_position(self):
+        return self._pointer
+
+    def Get_byte_offset(self, offset):
+        return self._disp + int(offset) * self._unit()
+
+    # --- the shared pointer, collectively ---
+    def _ordered(self, buf, write):
+        what = "File.Write_ordered" if write else "File.Read_ordered"
+        nbytes = self._data(buf, what, not write).nbytes
+        sizes = self._comm.allgather(nbytes)
+        at = self._disp + self._shared * self._unit() + sum(sizes[:self._comm.rank])
+        if write:
+            self._write(at, buf, what)
+        else:
+            self._read(at, buf, what, None)
+        self._shared += sum(sizes) // self._unit()
+
+    def Write_ordered(self, buf, status=None):
+        """Every rank's buf, in rank order, at the shared pointer (collective)."""
+        self._ordered(buf, True)
+
+    def Read_ordered(self, buf, status=None):
+        self._ordered(buf, False)
+
+    def Get_position_shared(self):
+        return self._shared
+
+    # --- the file ---
+    def Get_size(self):
+        import os
+
+        return os.fstat(self._open("Get_size")).st_size
+
+    def Set_size(self, size):
+        """Collective: the file cut or extended to `size` bytes, once every rank is here."""
+        import os
+
+        self._comm.Barrier()
+        if self._comm.rank == 0:
+            os.ftruncate(self._open("Set_size"), int(size))
+        self._comm.Barrier()
+
+    def Preallocate(self, size):
+        if self.Get_size() < int(size):
+            self.Set_size(size)
+        else:
+            self._comm.Barrier()
+
+    def Sync(self):
+        """Collective: this rank's writes on the disk, then every rank's visible to all."""
+        import os
+
+        os.fsync(self._open("Sync"))
+        self._comm.Barrier()
+
+    def Get_amode(self):
+        return self._amode
+
+    def Get_group(self):
+        return self._comm.Get_group()
+
+    def Set_atomicity(self, flag):
+        """Every access is one pread or pwrite, done when its call returns: atomic enough either way."""
+
+    def Get_atomicity(self):
+        return False
+
+    def Set_errhandler(self, errhandler):
+        self._handler = errhandler
+
+    def Get_errhandler(self):
+        return self._handler
+
+    amode = property(Get_amode)
+    size = property(Get_size)
+    group = property(Get_group)
+
+    def __getattr__(self, name):
+        if name in _MPI4PY_FILE_NAMES:
+            raise NotBuiltError(f"File.{name}: not built in tiertrain.comm (Note [files]: the non-collective shared "
+                                "pointer, split collectives and request-based forms); the explicit offsets (Write_at, "
+                                "Read_at) or the individual pointer (Write, Read) do the same")
+        raise AttributeError(f"'File' object has no attribute {name!r}")
+
+
+_MPI4PY_FILE_NAMES = frozenset((
+    "Iread Iread_all Iread_at Iread_at_all Iread_shared Iwrite Iwrite_all Iwrite_at Iwrite_at_all Iwrite_shared "
+    "Read_all_begin Read_all_end Read_at_all_begin Read_at_all_end Read_ordered_begin Read_ordered_end Read_shared "
+    "Seek_shared Write_all_begin Write_all_end Write_at_all_begin Write_at_all_end Write_ordered_begin "
+    "Write_ordered_end Write_shared Get_type_extent Get_info Set_info"
+).split())
+__all__ += ["File", "MODE_CREATE", "MODE_RDONLY", "MODE_WRONLY", "MODE_RDWR", "MODE_DELETE_ON_CLOSE",
+            "MODE_UNIQUE_OPEN", "MODE_EXCL", "MODE_APPEND", "MODE_SEQUENTIAL", "SEEK_SET", "SEEK_CUR", "SEEK_END",
+            "DISPLACEMENT_CURRENT", "FILE_NULL"]
 
 
 _world = None

@@ -6,7 +6,7 @@ import json, collections, sys
 import tiertrain.comm as tc
 raw=json.load(open(sys.argv[1]))['programs']
 classes=[tc.Comm, tc.Request, tc.Status, tc.Datatype, tc.Prequest, tc.ObjRequest, tc.Cartcomm]
-classes+=[getattr(tc, c) for c in ("Win", "Group") if hasattr(tc, c)]  # (2026-12-07)
+classes+=[getattr(tc, c) for c in ("Win", "Group", "File") if hasattr(tc, c)]  # (2026-12-07)
 inst={'Status': {'source','tag','error','count'}}
 def ok(name):
     if name.startswith('MPI.'):
