@@ -1487,7 +1487,7 @@ class NotBuiltError(AttributeError, NotImplementedError):
     """An mpi4py name of a family tiertrain.comm does not build; the message says what to use instead."""
 
 
-_MPI_IO = ("data representations of one's own are not built in tiertrain.comm's files (Note [files]): they write "
+_DATAREP = ("data representations of one's own are not built in tiertrain.comm's files (Note [files]): they write "
            "'native' bytes")
 _DYNAMIC = ("dynamic processes are not built in tiertrain.comm: `tiertrain launch -n N -- python3 program.py` starts "
             "every rank (run the workers' part in the same program, chosen by rank)")
@@ -1498,7 +1498,7 @@ _GRAPH = ("graph topologies and neighbourhood collectives are not built in tiert
 _INFO = "Info objects are not built in tiertrain.comm; pass INFO_NULL (the calls that take an Info ignore it)"
 _NOT_BUILT = {}
 for _names, _why in (
-        (("Register_datarep",), _MPI_IO),
+        (("Register_datarep",), _DATAREP),
         (("Open_port", "Close_port", "Publish_name", "Unpublish_name", "Lookup_name", "ARGV_NULL", "ARGVS_NULL",
           "ERRCODES_IGNORE", "ROOT"), _DYNAMIC),
         (("Intercomm",), _INTER),
