@@ -1058,7 +1058,7 @@ def groups(comm: tc.Comm) -> None:
     expect(rest is None if me == 0 else rest.size == n - 1 and rest.rank == me - 1, "Split_type(UNDEFINED)")
     expect(tc.Comm.Get_parent() is tc.COMM_NULL and not comm.Is_inter() and comm.Is_intra(), "Get_parent")
     for name, says in (("Register_datarep", "native"), ("Intercomm", "Split"), ("ROOT", "tiertrain launch"),
-                       ("Topocomm", "Create_cart"), ("Info", "INFO_NULL")):
+                       ("Graphcomm", "Create_cart"), ("Info", "INFO_NULL")):
         expect(not hasattr(tc, name), f"hasattr(MPI, {name!r})")
         try:
             getattr(tc, name)

@@ -1363,10 +1363,104 @@ def Compute_dims(nnodes, dims):
     return dims
 
 
-class Cartcomm:
+# Note [neighbourhood collectives]
+# A Cartesian grid's neighbours are, dimension by dimension, the source and then the destination of a shift by 1
+# (MPI's order; PROC_NULL past a non-periodic edge). Neighbor_alltoall sends block 2d to dimension d's source and
+# block 2d + 1 to its destination, and receives block 2d from the source and 2d + 1 from the destination;
+# Neighbor_allgather sends its one block to both. Each dimension is two Sendrecvs with tags of their own (a grid of 1
+# or 2 along a periodic dimension has one rank as source and destination); a PROC_NULL neighbour's block is left as it
+# was (the object forms: None). The v- and w-forms are refused by name: Sendrecv with each Shift does them.
+_NEIGHBOR_TAG = TAG_UB - 64
+
+
+class Topocomm:
+    """What a communicator with a topology adds (mpi4py's Topocomm): the neighbourhood collectives of its grid."""
+
+    def _neighbours(self):
+        out = []
+        for d in range(len(self.dims)):
+            out += list(self.Shift(d, 1))
+        return out
+
+    def _exchange(self, send_block, recv_block):
+        """For each neighbour j: send_block(j) to it and recv_block(j) from it (None: nothing), by Sendrecv pairs."""
+        nb = self._neighbours()
+        for d in range(len(nb) // 2):
+            src, dst = nb[2 * d], nb[2 * d + 1]
+            for to, frm, out_j, in_j, tag in ((src, dst, 2 * d, 2 * d + 1, _NEIGHBOR_TAG + 2 * d),
+                                               (dst, src, 2 * d + 1, 2 * d, _NEIGHBOR_TAG + 2 * d + 1)):
+                self._comm.Sendrecv(send_block(out_j), dest=to, sendtag=tag, recvbuf=recv_block(in_j), source=frm,
+                                    recvtag=tag)
+
+    def _blocks(self, buf, count, what, writable):
+        a = _flat(_spec(buf, writable=writable), None, what)
+        if a.size % count:
+            raise ValueError(f"{what}: {a.size} elements are not {count} equal blocks (one a neighbour)")
+        return a.reshape(count, -1)
+
+    def Neighbor_alltoall(self, sendbuf, recvbuf):
+        """Block j of sendbuf to neighbour j, block j of recvbuf from it (Note [neighbourhood collectives])."""
+        k = 2 * len(self.dims)
+        out = self._blocks(sendbuf, k, "Neighbor_alltoall sendbuf", False)
+        got = self._blocks(recvbuf, k, "Neighbor_alltoall recvbuf", True)
+        self._exchange(lambda j: _np.ascontiguousarray(out[j]), lambda j: got[j])
+
+    def Neighbor_allgather(self, sendbuf, recvbuf):
+        """sendbuf to every neighbour; block j of recvbuf from neighbour j."""
+        mine = _np.ascontiguousarray(_flat(_spec(sendbuf), None, "Neighbor_allgather sendbuf"))
+        got = self._blocks(recvbuf, 2 * len(self.dims), "Neighbor_allgather recvbuf", True)
+        self._exchange(lambda j: mine, lambda j: got[j])
+
+    def neighbor_alltoall(self, sendobj):
+        """The object form: sendobj[j] to neighbour j; a list of what each neighbour sent (None from PROC_NULL)."""
+        k = 2 * len(self.dims)
+        if len(sendobj) != k:
+            raise ValueError(f"neighbor_alltoall: {len(sendobj)} objects for {k} neighbours")
+        return self._objects(lambda j: sendobj[j])
+
+    def neighbor_allgather(self, sendobj):
+        return self._objects(lambda j: sendobj)
+
+    def _objects(self, send_obj):
+        nb = self._neighbours()
+        got = [None] * len(nb)
+        for d in range(len(nb) // 2):
+            src, dst = nb[2 * d], nb[2 * d + 1]
+            for to, frm, out_j, in_j, tag in ((src, dst, 2 * d, 2 * d + 1, _NEIGHBOR_TAG + 2 * d),
+                                               (dst, src, 2 * d + 1, 2 * d, _NEIGHBOR_TAG + 2 * d + 1)):
+                if to == PROC_NULL and frm == PROC_NULL:
+                    continue
+                if to == PROC_NULL:
+                    got[in_j] = self._comm.recv(source=frm, tag=tag)
+                elif frm == PROC_NULL:
+                    self._comm.send(send_obj(out_j), dest=to, tag=tag)
+                else:
+                    got[in_j] = self._comm.sendrecv(send_obj(out_j), dest=to, sendtag=tag, source=frm, recvtag=tag)
+        return got
+
+    def Get_dim(self):
+        return len(self.dims)
+
+    @property
+    def degrees(self):
+        return 2 * len(self.dims), 2 * len(self.dims)
+
+    @property
+    def indegree(self):
+        return 2 * len(self.dims)
+
+    outdegree = indegree
+
+    @property
+    def inoutedges(self):
+        nb = self._neighbours()
+        return nb, nb
+
+
+class Cartcomm(Topocomm):
     """A communicator with ranks on a Cartesian grid (mpi4py's Cartcomm, from Comm.Create_cart): row-major ranks,
-    Get_coords, Get_cart_rank, Shift (PROC_NULL past a non-periodic edge), Sub; every Comm call goes to the
-    communicator beneath."""
+    Get_coords, Get_cart_rank, Shift (PROC_NULL past a non-periodic edge), Sub, the neighbourhood collectives (Note
+    [neighbourhood collectives]); every Comm call goes to the communicator beneath."""
 
     def __init__(self, comm, dims, periods):
         self._comm, self.dims, self.periods = comm, list(dims), list(periods)
@@ -1472,7 +1566,7 @@ Comm.ssend = _send
 Comm.issend = _isend
 Comm.Create_cart = _Create_cart
 __all__ += ["get_vendor", "COMM_NULL", "INFO_NULL", "Init", "Init_thread", "Is_initialized", "Is_finalized", "Finalize", "Alloc_mem",
-            "Free_mem", "Compute_dims", "Cartcomm"]
+            "Free_mem", "Compute_dims", "Cartcomm", "Topocomm"]
 
 
 # Note [names not built]
@@ -1493,8 +1587,9 @@ _DYNAMIC = ("dynamic processes are not built in tiertrain.comm: `tiertrain launc
             "every rank (run the workers' part in the same program, chosen by rank)")
 _INTER = ("intercommunicators are not built in tiertrain.comm; Split COMM_WORLD into the groups and exchange "
           "between them with Send/Recv on COMM_WORLD")
-_GRAPH = ("graph topologies and neighbourhood collectives are not built in tiertrain.comm; use Create_cart, "
-          "Cartcomm.Shift and a Sendrecv with each neighbour")
+_GRAPH = ("graph topologies, and neighbourhood collectives off a Cartesian grid, are not built in tiertrain.comm; "
+          "use Create_cart (its Neighbor_alltoall and Neighbor_allgather), or Cartcomm.Shift and a Sendrecv with each "
+          "neighbour")
 _INFO = "Info objects are not built in tiertrain.comm; pass INFO_NULL (the calls that take an Info ignore it)"
 _NOT_BUILT = {}
 for _names, _why in (
@@ -1502,7 +1597,7 @@ for _names, _why in (
         (("Open_port", "Close_port", "Publish_name", "Unpublish_name", "Lookup_name", "ARGV_NULL", "ARGVS_NULL",
           "ERRCODES_IGNORE", "ROOT"), _DYNAMIC),
         (("Intercomm",), _INTER),
-        (("Topocomm", "Graphcomm", "Distgraphcomm", "GRAPH", "DIST_GRAPH", "UNWEIGHTED", "WEIGHTS_EMPTY"), _GRAPH),
+        (("Graphcomm", "Distgraphcomm", "GRAPH", "DIST_GRAPH", "UNWEIGHTED", "WEIGHTS_EMPTY"), _GRAPH),
         (("Info",), _INFO)):
     for _n in _names:
         _NOT_BUILT[_n] = _why
@@ -1514,7 +1609,7 @@ for _names, _why in (
           "Get_neighbors_count", "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall",
           "Neighbor_alltoallv", "Neighbor_alltoallw", "Ineighbor_allgather", "Ineighbor_allgatherv",
           "Ineighbor_alltoall", "Ineighbor_alltoallv", "Ineighbor_alltoallw", "neighbor_allgather",
-          "neighbor_alltoall"), _GRAPH)):
+          "neighbor_alltoall"), _GRAPH)):  # (a Cartcomm has the first four neighbourhood forms of its own)
     for _n in _names:
         _COMM_NOT_BUILT[_n] = _why
 del _names, _why, _n
