@@ -6,6 +6,7 @@ from __future__ import annotations
 import array
 import functools
 import os
+import struct
 import sys
 import threading
 import time
@@ -1185,6 +1186,20 @@ def windows(comm: tc.Comm) -> None:
             raise AssertionError(f"an access past the window was taken ({says})")
         except ValueError as e:
             expect(says in str(e), f"the refusal says: {e}")
+    # Datatypes with gaps on both sides (mpi4py's nxtval demo): every other element of rank 0's window.
+    every_other = tc.INT64_T.Create_vector(2, 1, 2).Commit()
+    win.Fence()
+    if me == n - 1:
+        win.Put(np.array([11], np.int64), 0, target=(0, 1, tc.INT64_T.Create_vector(1, 1, 1)))
+    win.Fence()
+    pair = np.zeros(3, np.int64)
+    win.Get([pair, 1, every_other], 0, target=(0, 1, tc.INT64_T.Create_indexed([1, 1], [0, 1])))
+    win.Fence()
+    expect(list(pair) == [11, 0, 8], f"Get of two elements into every other place: {pair}")
+    mem = tc.Alloc_mem(8)
+    mem[:] = struct.pack("q", 5)  # (mpi4py's Alloc_mem takes bytes by slice)
+    expect(np.frombuffer(mem, np.int64)[0] == 5 and tc.Win.Create(tc.BOTTOM, comm=comm).tomemory().nbytes == 0,
+           "Alloc_mem, and a window of no memory (BOTTOM)")
     for name in ("Post", "Rput"):
         try:
             getattr(win, name)

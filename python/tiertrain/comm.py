@@ -319,10 +319,11 @@ def _spec(buf, writable=False):
     if count is None:
         return obj
     dt = _np.dtype(datatype) if datatype is not None else _np.dtype(memoryview(obj).format)
-    elements = _np.frombuffer(obj, dtype=dt)
-    if int(count) > elements.size:
-        raise ValueError(f"the buffer spec's count {count} is more than the buffer's {elements.size} elements")
-    return elements[:int(count)]
+    raw = _np.frombuffer(obj, dtype=_np.uint8)  # (the buffer's bytes need not be whole elements of dt beyond count)
+    if int(count) * dt.itemsize > raw.size:
+        raise ValueError(f"the buffer spec's count {count} is more than the buffer's {raw.size // dt.itemsize} "
+                         f"elements")
+    return raw[:int(count) * dt.itemsize].view(dt.base if dt.subdtype is not None else dt)
 
 
 def _recv_spec(buf, what):
@@ -1301,8 +1302,9 @@ def Finalize():
 
 
 def Alloc_mem(size, info=None):
-    """`size` bytes for messages (mpi4py's Alloc_mem): a numpy uint8 array on huge pages (tc.zeros)."""
-    return zeros(int(size), _np.uint8)
+    """`size` bytes for messages (mpi4py's Alloc_mem): a memoryview of bytes (on huge pages: tc.zeros), which takes
+    bytes by slice (mem[:] = struct.pack(...)), tests false when empty and gives numpy.frombuffer its memory."""
+    return memoryview(zeros(int(size), _np.uint8))
 
 
 def Free_mem(mem):
@@ -2087,8 +2089,9 @@ __all__ += ["NotBuiltError", "COMM_TYPE_SHARED", "COMM_TYPE_HW_GUIDED", "COMM_TY
 # (exclusive or shared), which other origins' Locks wait for, and Lock_all a shared one on every byte. An accumulate
 # (Accumulate, Get_accumulate, Fetch_and_op, Compare_and_swap) reads, combines and writes the target's elements
 # holding another byte of the target's exclusively, so that accumulates to one place from several origins are atomic
-# element by element, as MPI requires. Buffers are contiguous (numpy arrays, buffer specs without gaps); the target's
-# elements are of the origin buffer's type. Not built (refused by name): dynamic windows, the post-start-complete-wait
+# element by element, as MPI requires. Datatypes with gaps name the elements on either side (Note [datatypes]): the
+# origin's are packed (or unpacked into place after a Get), the target's are copied run by run; the target's elements
+# are of the origin's type. Not built (refused by name): dynamic windows, the post-start-complete-wait
 # epochs (Fence or Lock order the same accesses here) and the request-based operations (Rput, Rget, ...).
 LOCK_EXCLUSIVE, LOCK_SHARED = 1, 2
 MODE_NOCHECK, MODE_NOSTORE, MODE_NOPUT, MODE_NOPRECEDE, MODE_NOSUCCEED = 1, 2, 4, 8, 16  # (hints: taken, not needed)
@@ -2162,6 +2165,14 @@ def _address(a):
     return a.__array_interface__["data"][0] if a.size else 0
 
 
+class _Bottom:
+    def __repr__(self):
+        return "<tiertrain.comm.BOTTOM>"
+
+
+BOTTOM = _Bottom()  # Win.Create's "no memory here" (absolute addresses in buffer specs are not taken)
+
+
 class Win:
     """A one-sided window over ranks of one machine (mpi4py's Win; Note [windows]): Win.Create(memory, disp_unit,
     info, comm), Win.Allocate(size, ...), Win.Allocate_shared(size, ...); Put, Get, Accumulate, Get_accumulate,
@@ -2170,8 +2181,8 @@ class Win:
     @classmethod
     def Create(cls, memory, disp_unit=1, info=INFO_NULL, comm=None):
         """A window over `memory` (a contiguous writable buffer, or None for no memory here). Collective."""
-        mem = _np.zeros(0, _np.uint8) if memory is None else _flat(_spec(memory, writable=True), None,
-                                                                     "Win.Create memory")
+        mem = _np.zeros(0, _np.uint8) if memory is None or memory is BOTTOM else _flat(
+            _spec(memory, writable=True), None, "Win.Create memory")
         if mem.size and not mem.flags.writeable:
             raise ValueError("Win.Create: the memory is read-only")
         return cls._made(cls._comm_of(comm), mem.view(_np.uint8), disp_unit, WIN_FLAVOR_CREATE)
@@ -2269,9 +2280,10 @@ class Win:
         return w
 
     # --- the target's place ---
-    def _where(self, target_rank, target, origin, what):
-        """(byte offset in the target's window, bytes) of an access: target None (offset 0, the origin's bytes), a
-        displacement, or (disp[, count[, datatype]]) with count elements of datatype (default the origin's)."""
+    def _where(self, target_rank, target, nbytes, itemsize, what):
+        """The byte runs [(offset, bytes), ...] of target_rank's window an access of `nbytes` touches: target None (at
+        0), a displacement, or (disp[, count[, datatype]]) with count of datatype (default: the origin's elements),
+        a datatype with gaps naming its elements' places (Note [datatypes])."""
         if not 0 <= target_rank < self._comm.size:
             raise ValueError(f"{what}: target rank {target_rank} is not in this window's {self._comm.size} ranks")
         disp, count, datatype = 0, None, None
@@ -2280,41 +2292,58 @@ class Win:
         elif target is not None:
             t = list(target) + [None, None]
             disp, count, datatype = int(t[0]), t[1], t[2]
-        if _gapped(datatype):
-            raise NotImplementedError(f"{what}: a target datatype with gaps ({datatype.Get_name()}); tiertrain.comm's "
-                                      "windows move contiguous elements (one access a run)")
-        nbytes = origin.nbytes
-        if count is not None:
-            item = _np.dtype(datatype).itemsize if datatype is not None else origin.itemsize
-            if int(count) * item != origin.nbytes:
-                raise ValueError(f"{what}: the target's {count} elements are {int(count) * item} bytes, the origin's "
-                                 f"{origin.nbytes}")
-        pid, base, size, unit, _, _ = self._peers[target_rank]
+        size, unit = self._peers[target_rank][2], self._peers[target_rank][3]
         at = disp * unit
-        if at < 0 or at + nbytes > size:
-            raise ValueError(f"{what}: bytes {at}..{at + nbytes} of rank {target_rank}'s window of {size} bytes")
-        return at, nbytes
+        if _gapped(datatype):
+            base, m, _, ext = datatype._elements()
+            k = 1 if count is None else int(count)
+            idx = (_np.arange(k, dtype=_np.int64)[:, None] * ext + m[None, :]).reshape(-1)
+            starts = at + idx * base.itemsize
+            brk = _np.flatnonzero(_np.diff(starts) != base.itemsize) + 1
+            runs = [(int(g[0]), int(g.size) * base.itemsize) for g in _np.split(starts, brk) if g.size]
+        else:
+            item = _np.dtype(datatype).itemsize if datatype is not None else itemsize
+            n = nbytes if count is None else int(count) * item
+            runs = [(at, n)]
+        total = sum(n for _, n in runs)
+        if total != nbytes:
+            raise ValueError(f"{what}: the target's elements are {total} bytes, the origin's {nbytes}")
+        for o, n in runs:
+            if o < 0 or o + n > size:
+                raise ValueError(f"{what}: bytes {o}..{o + n} of rank {target_rank}'s window of {size} bytes")
+        return runs
 
-    def _move(self, write, target_rank, at, local):
-        """local (a contiguous uint8 array) to or from bytes at.. of the target's window."""
-        n = local.size
-        if n == 0:
+    def _move(self, write, target_rank, runs, local):
+        """local (contiguous bytes, packed) to or from the target window's byte runs, in order."""
+        if local.size == 0:
             return
         if target_rank == self._comm.rank or self._parts is not None:
             part = self._mem if target_rank == self._comm.rank else self._parts[target_rank]
-            if write:
-                part[at:at + n] = local
-            else:
-                local[:] = part[at:at + n]
+            done = 0
+            for o, n in runs:
+                if write:
+                    part[o:o + n] = local[done:done + n]
+                else:
+                    local[done:done + n] = part[o:o + n]
+                done += n
             return
         pid, base = self._peers[target_rank][0], self._peers[target_rank][1]
-        _cma_copy(write, pid, _address(local), base + at, n)
+        done = 0
+        for o, n in runs:  # (one call a run: the runs of a datatype with gaps are few in the programs seen)
+            _cma_copy(write, pid, _address(local) + done, base + o, n)
+            done += n
 
-    def _origin(self, buf, what, writable=False):
-        a = _flat(_spec(buf, writable=writable), None, what)
-        if writable and not a.flags.writeable:
+    def _origin(self, buf, what):
+        """An origin's elements, packed (a datatype with gaps: a copy of what it names)."""
+        return _np.ascontiguousarray(_flat(_spec(buf), None, what))
+
+    def _result(self, buf, what):
+        """(contiguous array a result is received into, and what puts it in place afterwards or None)."""
+        got, finish = _recv_spec(buf, what)
+        got = _flat(got, None, what)
+        if not got.flags.writeable:
             raise ValueError(f"{what}: the buffer is read-only")
-        return a
+        return got, finish
 
     class _Atomic:
         def __init__(self, win, rank):
@@ -2338,16 +2367,18 @@ class Win:
 
     # --- one-sided operations ---
     def Put(self, origin, target_rank, target=None):
-        """origin's bytes into target_rank's window (at once)."""
+        """origin's elements into target_rank's window (at once)."""
         src = self._origin(origin, "Win.Put")
-        at, _ = self._where(target_rank, target, src, "Win.Put")
-        self._move(True, target_rank, at, _np.ascontiguousarray(src).view(_np.uint8))
+        runs = self._where(target_rank, target, src.nbytes, src.itemsize, "Win.Put")
+        self._move(True, target_rank, runs, src.view(_np.uint8))
 
     def Get(self, origin, target_rank, target=None):
-        """target_rank's window's bytes into origin (at once)."""
-        dst = self._origin(origin, "Win.Get", writable=True)
-        at, _ = self._where(target_rank, target, dst, "Win.Get")
-        self._move(False, target_rank, at, dst.view(_np.uint8))
+        """target_rank's window's elements into origin (at once)."""
+        dst, finish = self._result(origin, "Win.Get")
+        runs = self._where(target_rank, target, dst.nbytes, dst.itemsize, "Win.Get")
+        self._move(False, target_rank, runs, dst.view(_np.uint8))
+        if finish is not None:
+            finish()
 
     def Accumulate(self, origin, target_rank, target=None, op=SUM):
         """The target's elements combined with origin's by op (REPLACE: replaced), atomically element by element."""
@@ -2355,19 +2386,21 @@ class Win:
 
     def Get_accumulate(self, origin, result, target_rank, target=None, op=SUM, what="Win.Get_accumulate"):
         """result = the target's elements before; the target's = them combined with origin's by op (NO_OP: kept)."""
-        src = self._origin(origin, what) if op is not NO_OP else self._origin(result, what, writable=True)
-        at, n = self._where(target_rank, target, src, what)
-        cur = _np.empty(n, _np.uint8)
+        out, finish = self._result(result, what) if result is not None else (None, None)
+        src = self._origin(origin, what) if op is not NO_OP else out
+        runs = self._where(target_rank, target, src.nbytes, src.itemsize, what)
+        cur = _np.empty(src.nbytes, _np.uint8)
         with Win._Atomic(self, target_rank):
-            self._move(False, target_rank, at, cur)
-            if result is not None:
-                out = self._origin(result, what, writable=True)
-                if out.nbytes != n:
-                    raise ValueError(f"{what}: result holds {out.nbytes} bytes, the access {n}")
+            self._move(False, target_rank, runs, cur)
+            if out is not None:
+                if out.nbytes != cur.size:
+                    raise ValueError(f"{what}: result holds {out.nbytes} bytes, the access {cur.size}")
                 out.view(_np.uint8)[:] = cur
             if op is not NO_OP:
-                new = self._combine(op, cur.view(src.dtype), src, what)
-                self._move(True, target_rank, at, _np.ascontiguousarray(new).view(_np.uint8))
+                new = _np.ascontiguousarray(self._combine(op, cur.view(src.dtype), src, what))
+                self._move(True, target_rank, runs, new.view(_np.uint8))
+        if finish is not None:
+            finish()
 
     def Fetch_and_op(self, origin, result, target_rank, target_disp=0, op=SUM):
         """One element: result = the target's; the target's combined with origin's by op."""
@@ -2375,15 +2408,18 @@ class Win:
 
     def Compare_and_swap(self, origin, compare, result, target_rank, target_disp=0):
         """One element: result = the target's; the target's = origin's where it equalled compare's."""
-        src = self._origin(origin, "Win.Compare_and_swap")
-        cmp_ = self._origin(compare, "Win.Compare_and_swap")
-        at, n = self._where(target_rank, int(target_disp), src, "Win.Compare_and_swap")
-        cur = _np.empty(n, _np.uint8)
+        what = "Win.Compare_and_swap"
+        src, cmp_ = self._origin(origin, what), self._origin(compare, what)
+        out, finish = self._result(result, what)
+        runs = self._where(target_rank, int(target_disp), src.nbytes, src.itemsize, what)
+        cur = _np.empty(src.nbytes, _np.uint8)
         with Win._Atomic(self, target_rank):
-            self._move(False, target_rank, at, cur)
-            self._origin(result, "Win.Compare_and_swap", writable=True).view(_np.uint8)[:] = cur
+            self._move(False, target_rank, runs, cur)
+            out.view(_np.uint8)[:] = cur
             if _np.array_equal(cur.view(src.dtype), cmp_):
-                self._move(True, target_rank, at, _np.ascontiguousarray(src).view(_np.uint8))
+                self._move(True, target_rank, runs, src.view(_np.uint8))
+        if finish is not None:
+            finish()
 
     # --- synchronization ---
     def Fence(self, assertion=0):
@@ -2465,7 +2501,7 @@ class Win:
         raise AttributeError(f"'Win' object has no attribute {name!r}")
 
 
-__all__ += ["Win", "LOCK_EXCLUSIVE", "LOCK_SHARED", "MODE_NOCHECK", "MODE_NOSTORE", "MODE_NOPUT", "MODE_NOPRECEDE",
+__all__ += ["Win", "BOTTOM", "LOCK_EXCLUSIVE", "LOCK_SHARED", "MODE_NOCHECK", "MODE_NOSTORE", "MODE_NOPUT", "MODE_NOPRECEDE",
             "MODE_NOSUCCEED", "WIN_NULL", "WIN_SEPARATE", "WIN_UNIFIED", "WIN_FLAVOR_CREATE", "WIN_FLAVOR_ALLOCATE",
             "WIN_FLAVOR_DYNAMIC", "WIN_FLAVOR_SHARED", "REPLACE", "NO_OP"]
 
