@@ -255,7 +255,9 @@ void aligned(const void* p, DType dt, const char* what) {
 // are accepted (their producer is asked to order its work before the legacy default stream, which the nccl
 // backend's blocking calls follow). Fills b (a fresh Buf); raises TypeError/ValueError for what cannot be a buffer
 // here.
-void to_buf(Buf& b, const py::object& o, bool writable, const char* what, bool gpu = false) {
+// blocks: a collective's buffer of one block a rank (Gather's and Allgather's recvbuf, Scatter's sendbuf, Alltoall's
+// both, Reduce_scatter's sendbuf): an mpi4py buffer spec's count is then a block's, as mpi4py reads it.
+void to_buf(Buf& b, const py::object& o, bool writable, const char* what, bool gpu = false, int blocks = 1) {
   if (o.ptr() == g_in_place) {
     if (writable) throw py::type_error(std::string(what) + ": IN_PLACE goes in the send buffer's place, not here");
     b.in_place = true;
@@ -265,7 +267,7 @@ void to_buf(Buf& b, const py::object& o, bool writable, const char* what, bool g
   // mpi4py's buffer specs ([buf, MPI.DOUBLE], [buf, count, MPI.INT]): the buffer they name (tiertrain.comm._spec),
   // held by b.
   if (PyList_Check(o.ptr()) || PyTuple_Check(o.ptr())) {
-    py::object inner = py::module_::import("tiertrain.comm").attr("_spec")(o, writable);
+    py::object inner = py::module_::import("tiertrain.comm").attr("_spec")(o, writable, blocks);
     if (PyList_Check(inner.ptr()) || PyTuple_Check(inner.ptr()))
       throw py::type_error(std::string(what) + ": a buffer spec names a buffer first");
     to_buf(b, inner, writable, what, gpu);
@@ -326,13 +328,21 @@ void to_buf(Buf& b, const py::object& o, bool writable, const char* what, bool g
   b.has_view = true;  // released by b from here on, whatever is raised below
   const Py_buffer& v = b.view;
   if (writable && v.readonly) throw py::value_error(std::string(what) + ": the receive buffer is read-only");
-  // C-contiguous only: the collectives see flat memory.
+  // Contiguous memory, in C or Fortran order: the collectives see the elements in memory order, as MPI does.
   Py_ssize_t expect = v.itemsize, n = 1;
+  bool c_order = true;
   for (int d = v.ndim - 1; d >= 0; --d) {
-    if (v.shape[d] > 1 && v.strides != nullptr && v.strides[d] != expect)  // (no strides: C-contiguous)
-      throw py::value_error(std::string(what) + ": the buffer is not C-contiguous (use numpy.ascontiguousarray)");
+    if (v.shape[d] > 1 && v.strides != nullptr && v.strides[d] != expect) c_order = false;  // (no strides: C)
     expect *= v.shape[d];
     n *= v.shape[d];
+  }
+  if (!c_order) {
+    expect = v.itemsize;
+    for (int d = 0; d < v.ndim; ++d) {
+      if (v.shape[d] > 1 && v.strides[d] != expect)
+        throw py::value_error(std::string(what) + ": the buffer is not contiguous (use numpy.ascontiguousarray)");
+      expect *= v.shape[d];
+    }
   }
   b.dtype = dtype_of_format(v.format, static_cast<size_t>(v.itemsize), what, &b.move_only);
   aligned(v.buf, b.dtype, what);
@@ -414,8 +424,8 @@ class PyComm {
 
   explicit PyComm(std::unique_ptr<Communicator> c) : c_(std::move(c)), gpu_(std::string(c_->backend()) == "nccl") {}
   // The buffers of this communicator's calls (GPU tensors for nccl).
-  void to_buf(Buf& b, const py::object& o, bool writable, const char* what) const {
-    ::to_buf(b, o, writable, what, gpu_);
+  void to_buf(Buf& b, const py::object& o, bool writable, const char* what, int blocks = 1) const {
+    ::to_buf(b, o, writable, what, gpu_, blocks);
   }
   int rank() const { return c_->rank(); }
   int size() const { return c_->size(); }
@@ -500,7 +510,7 @@ class PyComm {
   template <typename K>
   void allgather(CallBufs& a, const py::object& send, const py::object& recv, K&& k) {
     Buf &s = a.s, &r = a.r;
-    to_buf(r, recv, true, "Allgather recvbuf");
+    to_buf(r, recv, true, "Allgather recvbuf", size());
     to_buf(s, send, false, "Allgather sendbuf");
     const size_t per = r.count / static_cast<size_t>(size());
     if (r.count % static_cast<size_t>(size()) != 0)
@@ -518,7 +528,7 @@ class PyComm {
   void gather(CallBufs& a, const py::object& send, const py::object& recv, int root, K&& k) {
     Buf &s = a.s, &r = a.r;
     to_buf(s, send, false, "Gather sendbuf");
-    if (rank() == root) to_buf(r, recv, true, "Gather recvbuf");
+    if (rank() == root) to_buf(r, recv, true, "Gather recvbuf", size());
     size_t per = s.count;
     DType dt = s.dtype;
     if (rank() == root) {
@@ -542,11 +552,11 @@ class PyComm {
     if (rank() == root && recv.ptr() == g_in_place) {
       // MPI's in-place Scatter: the root's recvbuf is IN_PLACE, its block stays where it is in sendbuf; that is the
       // communicator's in-place scatter of sendbuf (which does not write the root's buffer).
-      to_buf(r, send, true, "Scatter sendbuf (IN_PLACE the root's recvbuf)");
+      to_buf(r, send, true, "Scatter sendbuf (IN_PLACE the root's recvbuf)", size());
       s.in_place = true;
     } else {
       to_buf(r, recv, true, "Scatter recvbuf");
-      if (rank() == root) to_buf(s, send, false, "Scatter sendbuf");
+      if (rank() == root) to_buf(s, send, false, "Scatter sendbuf", size());
     }
     size_t per = r.count;
     if (rank() == root && s.in_place) {
@@ -565,8 +575,8 @@ class PyComm {
   template <typename K>
   void reduce_scatter(CallBufs& a, const py::object& send, const py::object& recv, Op op, K&& k) {
     Buf &s = a.s, &r = a.r;
-    to_buf(r, recv, true, "Reduce_scatter recvbuf");
-    to_buf(s, send, false, "Reduce_scatter sendbuf");
+    to_buf(s, send, false, "Reduce_scatter sendbuf", size());
+    to_buf(r, recv, true, "Reduce_scatter recvbuf", s.in_place ? size() : 1);
     reducible(s, r, op, "Reduce_scatter");
     size_t per = r.count;
     if (s.in_place) {
@@ -591,8 +601,8 @@ class PyComm {
   template <typename K>
   void alltoall(CallBufs& a, const py::object& send, const py::object& recv, K&& k) {
     Buf &s = a.s, &r = a.r;
-    to_buf(r, recv, true, "Alltoall recvbuf");
-    to_buf(s, send, false, "Alltoall sendbuf");
+    to_buf(r, recv, true, "Alltoall recvbuf", size());
+    to_buf(s, send, false, "Alltoall sendbuf", size());
     if (r.count % static_cast<size_t>(size()) != 0)
       throw py::value_error("Alltoall: recvbuf's " + std::to_string(r.count) + " elements are not a multiple of " +
                             std::to_string(size()) + " ranks");
@@ -1036,8 +1046,8 @@ PyMethodDef g_fast_methods[] = {
 };
 
 // Note [python point-to-point]
-// Send, Recv, Sendrecv, Isend, Irecv, Probe and Iprobe take any C-contiguous buffer (numpy arrays of any type,
-// bytes, bytearray, memoryview) or a CPU DLPack tensor. Elements of a type the collectives know (float32/64/16,
+// Send, Recv, Sendrecv, Isend, Irecv, Probe and Iprobe take any contiguous buffer, in C or Fortran order (numpy
+// arrays of any type, bytes, bytearray, memoryview) or a CPU DLPack tensor. Elements of a type the collectives know (float32/64/16,
 // int32/64, bfloat16 by DLPack) travel typed, so a receive into another of those types is refused as the C++ call
 // refuses it; others travel as bytes (and match any type). Status objects (tiertrain.comm.Status, or any object with
 // settable attributes) get the source, the tag and the count in bytes. The lower-case object forms (send, recv,
@@ -1059,7 +1069,7 @@ P2pBuf p2p_buf(const PyComm& c, Buf& b, const py::object& o, bool writable, cons
     return pb;
   }
   if (PyObject_CheckBuffer(o.ptr())) {
-    const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    const int flags = PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);  // (C or Fortran)
     if (PyObject_GetBuffer(o.ptr(), &b.view, flags) != 0) throw py::error_already_set();
     b.has_view = true;
     const Py_buffer& v = b.view;

@@ -197,7 +197,8 @@ class Datatype:
         return Datatype._made(base, m, self._units(lb, "Create_resized", "lb"),
                               self._units(extent, "Create_resized", "extent"), f"resized({self._name})")
 
-    def Create_struct(self, blocklengths, displacements, datatypes):
+    @staticmethod
+    def Create_struct(*args, **kwargs):  # (mpi4py's is a class method: Datatype.Create_struct(blocklengths, ...))
         raise NotImplementedError(
             "Datatype.Create_struct: tiertrain.comm moves elements of one type (Note [datatypes]): send a numpy "
             "structured array as bytes (its .view(numpy.uint8)), or one message a field")
@@ -280,10 +281,11 @@ def _reach(obj, base):
     root = obj
     while isinstance(root.base, _np.ndarray):
         root = root.base
-    if not root.flags.c_contiguous:
-        raise ValueError("a datatype with gaps over an array that is not C-contiguous (use numpy.ascontiguousarray)")
+    if not (root.flags.c_contiguous or root.flags.f_contiguous):
+        raise ValueError("a datatype with gaps over an array whose memory has gaps of its own (use "
+                         "numpy.ascontiguousarray)")
     start = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-    mem = root.reshape(-1).view(_np.uint8)[start:]
+    mem = root.ravel(order="K").view(_np.uint8)[start:]  # (memory order: C or Fortran, MPI addresses bytes)
     return mem[: mem.size // base.itemsize * base.itemsize].view(base)
 
 
@@ -301,13 +303,16 @@ def _gapped_index(obj, count, datatype, what):
     return flat, idx
 
 
-def _spec(buf, writable=False):
+def _spec(buf, writable=False, blocks=1):
     """The buffer of an mpi4py buffer spec: buf, [buf, datatype], [buf, count] or [buf, count, datatype]; with a
-    count, the first `count` elements (of datatype, or of the buffer's own type). A datatype with gaps gives a packed
-    copy of what it names (a send side: Note [datatypes]); as a receive buffer here it is refused."""
+    count, the first `count` elements (of datatype, or of the buffer's own type), times `blocks` for a collective's
+    buffer of one block a rank (mpi4py's count is a block's there). A datatype with gaps gives a packed copy of what
+    it names (a send side: Note [datatypes]); as a receive buffer here it is refused."""
     if type(buf) is _np.ndarray:  # (the common case, first)
         return buf
     obj, count, datatype = _spec_parts(buf)
+    if count is not None:
+        count = int(count) * int(blocks)
     if _gapped(datatype):
         if writable:
             raise NotImplementedError(
@@ -946,18 +951,25 @@ def _Ibsend(self, buf, dest, tag=0):
     return Comm._null_request(PROC_NULL)
 
 
+_attached = None
+
+
 def Attach_buffer(buf):
-    """MPI's buffer for Bsend: accepted (the buffered sends keep copies of their own; Note [send modes and persistent
-    requests])."""
-    return None
+    """MPI's buffer for Bsend: kept, not used (the buffered sends keep copies of their own; Note [send modes and
+    persistent requests]); Detach_buffer gives it back."""
+    global _attached
+    _attached = buf
 
 
 def Detach_buffer():
-    """Waits for every buffered send to be done (as MPI's does before it returns the buffer)."""
+    """Waits for every buffered send to be done (as MPI's does before it returns the buffer), then gives back the
+    buffer Attach_buffer took (None without one)."""
+    global _attached
     for reqs in _bsends.values():
         Request.Waitall(reqs)
         reqs.clear()
-    return None
+    buf, _attached = _attached, None
+    return buf
 
 
 class Prequest:
@@ -1029,6 +1041,10 @@ Request.Waitsome = staticmethod(_Waitsome)
 Request.Testall = staticmethod(_Testall)
 Request.Testany = staticmethod(_Testany)
 Request.Testsome = staticmethod(_Testsome)
+# (mpi4py's Prequest is a Request: its class has the set calls too, as MPI.Prequest.Waitall(reqs))
+for _name in ("Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome"):
+    setattr(Prequest, _name, getattr(Request, _name))
+del _name
 Request.waitall = ObjRequest.waitall = staticmethod(_waitall_objects)
 Request.waitany = ObjRequest.waitany = staticmethod(_waitany_objects)
 Request.testall = ObjRequest.testall = staticmethod(_testall_objects)
@@ -1102,9 +1118,9 @@ def _flat(obj, datatype, what):
                             f"{type(obj).__name__}; for tensors (GPU ones over nccl), pad each rank's block to the "
                             f"largest and call Gather, Scatter, Allgather or Alltoall, or Send and Recv") from None
     a = obj if isinstance(obj, _np.ndarray) else _np.frombuffer(obj, dtype=_np.uint8 if datatype is None else datatype)
-    if not a.flags.c_contiguous:
-        raise ValueError(f"{what}: the buffer is not C-contiguous (use numpy.ascontiguousarray)")
-    a = a.reshape(-1)
+    if not (a.flags.c_contiguous or a.flags.f_contiguous):
+        raise ValueError(f"{what}: the buffer is not contiguous (use numpy.ascontiguousarray)")
+    a = a.ravel(order="K")  # (a view: a Fortran-ordered array's elements in memory order, as MPI sees them)
     if datatype is not None and a.dtype != _np.dtype(datatype):
         a = a.view(_np.dtype(datatype))
     return a
@@ -2776,19 +2792,24 @@ _world = None
 _self = None
 
 
-def __getattr__(name):
-    """COMM_WORLD and COMM_SELF, as mpi4py names them: made on first use and kept."""
-    global _world, _self
-    if name == "COMM_WORLD":
-        if _world is None:
-            _world = world()
-        return _world
-    if name == "COMM_SELF":  # (Note [mpi4py names])
-        if _self is None:
-            from ._comm import self_comm
+_MADE = __import__("threading").Lock()
 
-            _self = self_comm()
-        return _self
+
+def __getattr__(name):
+    """COMM_WORLD and COMM_SELF, as mpi4py names them: made on first use and kept (once, whichever thread asks
+    first: two threads making the world at once would both join the job)."""
+    global _world, _self
+    if name in ("COMM_WORLD", "COMM_SELF"):
+        with _MADE:
+            if name == "COMM_WORLD":
+                if _world is None:
+                    _world = world()
+                return _world
+            if _self is None:  # (Note [mpi4py names])
+                from ._comm import self_comm
+
+                _self = self_comm()
+            return _self
     why = _NOT_BUILT.get(name) or (_GENERIC if name in _MPI4PY_NAMES else None)  # Note [names not built]
     if why is not None:
         raise NotBuiltError(f"MPI.{name}: {why}")
