@@ -431,6 +431,12 @@ def vforms(comm: tc.Comm) -> None:
     except TypeError as e:
         expect("Allgatherv recvbuf" in str(e) and "pad each rank's block" in str(e), str(e))
     comm.Barrier()
+    # Blocks of one size back to back both ways (OSU's alltoallv): Alltoall on the buffers themselves.
+    sent = np.arange(3 * n, dtype=np.float64) + 1000 * me
+    back = np.full(3 * n, -1.0)
+    comm.Alltoallv([sent, [3] * n], [back, [3] * n])
+    expect(np.array_equal(back, np.concatenate([np.arange(3 * me, 3 * me + 3) + 1000 * r for r in range(n)])),
+           "Alltoallv of equal blocks")
     print(f"rank {me}: v-forms right")
 
 

@@ -1224,11 +1224,20 @@ def _Allgatherv(self, sendbuf, recvbuf):
 
 
 def _Alltoallv(self, sendbuf, recvbuf):
-    """Alltoall with blocks of any size at any displacements, each way (Note [v-forms])."""
+    """Alltoall with blocks of any size at any displacements, each way (Note [v-forms]). Where every rank's blocks
+    are one size, back to back both ways (OSU's alltoallv), it is Alltoall on the buffers themselves."""
     n = self.size
     src, scounts, sdispls = _vspec(sendbuf, n, "Alltoallv sendbuf")
     out, rcounts, rdispls = _vspec(recvbuf, n, "Alltoallv recvbuf")
-    width = _largest(self, max(scounts) if scounts else 0)
+    c = scounts[0] if scounts else 0
+    plain = all(x == c for x in scounts + rcounts) and sdispls == rdispls == [r * c for r in range(n)] and \
+        src.dtype == out.dtype
+    agreed = _np.array([max(scounts) if scounts else 0, -c, 0 if plain else 1], _np.int64)
+    self.Allreduce(IN_PLACE, agreed, op=MAX)  # (every rank takes the same path)
+    if agreed[2] == 0 and agreed[0] == -agreed[1]:
+        self.Alltoall(src[:n * c], out[:n * c])
+        return
+    width = int(agreed[0])
     packed = _np.zeros(width * n, src.dtype)
     for r in range(n):
         packed[r * width:r * width + scounts[r]] = src[sdispls[r]:sdispls[r] + scounts[r]]
