@@ -1105,7 +1105,8 @@ def _iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
 # [buf, (counts, displs)], [buf, counts, displs], each with an optional datatype last; counts and displacements in
 # elements). They run over the fixed-size collectives: every block padded to the largest (which the ranks agree on
 # first where only some know it), moved, then copied to its displacement. Right for any counts, at the cost of the
-# largest block a rank; the communicators have no variable-size collective of their own yet.
+# largest block a rank; the communicators have no variable-size collective of their own yet. (Alltoallv of one
+# block size back to back both ways is Alltoall itself.)
 
 def _flat(obj, datatype, what):
     """A flat numpy view of a buffer (no copy), as `datatype` if given. A buffer without the buffer protocol (a DLPack
