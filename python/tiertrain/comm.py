@@ -2493,6 +2493,11 @@ class Win:
         """This rank's window memory."""
         return memoryview(self._mem)
 
+    def __buffer__(self, flags):
+        """The window's memory through the buffer protocol, as mpi4py's Win gives it (numpy.frombuffer(win)): from
+        Python 3.12 (PEP 688); before it, numpy.frombuffer(win.tomemory())."""
+        return memoryview(self._mem)
+
     memory = property(tomemory)
 
     def Shared_query(self, rank):
