@@ -1410,15 +1410,19 @@ class Topocomm:
             out += list(self.Shift(d, 1))
         return out
 
-    def _exchange(self, send_block, recv_block):
-        """For each neighbour j: send_block(j) to it and recv_block(j) from it (None: nothing), by Sendrecv pairs."""
+    def _pairs(self):
+        """(to, from, block sent, block received, tag) of each Sendrecv: a dimension's two directions."""
         nb = self._neighbours()
         for d in range(len(nb) // 2):
             src, dst = nb[2 * d], nb[2 * d + 1]
-            for to, frm, out_j, in_j, tag in ((src, dst, 2 * d, 2 * d + 1, _NEIGHBOR_TAG + 2 * d),
-                                               (dst, src, 2 * d + 1, 2 * d, _NEIGHBOR_TAG + 2 * d + 1)):
-                self._comm.Sendrecv(send_block(out_j), dest=to, sendtag=tag, recvbuf=recv_block(in_j), source=frm,
-                                    recvtag=tag)
+            yield src, dst, 2 * d, 2 * d + 1, _NEIGHBOR_TAG + 2 * d
+            yield dst, src, 2 * d + 1, 2 * d, _NEIGHBOR_TAG + 2 * d + 1
+
+    def _exchange(self, send_block, recv_block):
+        """For each neighbour j: send_block(j) to it and recv_block(j) from it, by Sendrecv pairs."""
+        for to, frm, out_j, in_j, tag in self._pairs():
+            self._comm.Sendrecv(send_block(out_j), dest=to, sendtag=tag, recvbuf=recv_block(in_j), source=frm,
+                                recvtag=tag)
 
     def _blocks(self, buf, count, what, writable):
         a = _flat(_spec(buf, writable=writable), None, what)
@@ -1450,24 +1454,11 @@ class Topocomm:
         return self._objects(lambda j: sendobj)
 
     def _objects(self, send_obj):
-        nb = self._neighbours()
-        got = [None] * len(nb)
-        for d in range(len(nb) // 2):
-            src, dst = nb[2 * d], nb[2 * d + 1]
-            for to, frm, out_j, in_j, tag in ((src, dst, 2 * d, 2 * d + 1, _NEIGHBOR_TAG + 2 * d),
-                                               (dst, src, 2 * d + 1, 2 * d, _NEIGHBOR_TAG + 2 * d + 1)):
-                if to == PROC_NULL and frm == PROC_NULL:
-                    continue
-                if to == PROC_NULL:
-                    got[in_j] = self._comm.recv(source=frm, tag=tag)
-                elif frm == PROC_NULL:
-                    self._comm.send(send_obj(out_j), dest=to, tag=tag)
-                else:
-                    got[in_j] = self._comm.sendrecv(send_obj(out_j), dest=to, sendtag=tag, source=frm, recvtag=tag)
+        """The object forms: sendrecv gives None from PROC_NULL, as MPI leaves that block."""
+        got = [None] * (2 * len(self.dims))
+        for to, frm, out_j, in_j, tag in self._pairs():
+            got[in_j] = self._comm.sendrecv(send_obj(out_j), dest=to, sendtag=tag, source=frm, recvtag=tag)
         return got
-
-    def Get_dim(self):
-        return len(self.dims)
 
     @property
     def degrees(self):
@@ -1713,16 +1704,19 @@ _MPI4PY_COMM_NAMES = frozenset((
 _GENERIC = "not built in tiertrain.comm (docs/GUIDE.md, mpi4py compatibility: what is built, and what to use)"
 
 
-def _comm_getattr(self, name):
-    why = _COMM_NOT_BUILT.get(name)
-    if why is None and name in _MPI4PY_COMM_NAMES:
-        why = _GENERIC
-    if why is not None:
-        raise NotBuiltError(f"Comm.{name}: {why}")
-    raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+def _refusing_getattr(prefix, names, families=None):
+    """A class's __getattr__ (Note [names not built]): a name of a family not built refused with its alternative, any
+    other of mpi4py's `names` with the compatibility table's, the rest a plain AttributeError."""
+    def getattr_(self, name):
+        why = (families or {}).get(name) or (_GENERIC if name in names else None)
+        if why is not None:
+            raise NotBuiltError(f"{prefix}.{name}: {why}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    return getattr_
 
 
-Comm.__getattr__ = _comm_getattr
+Comm.__getattr__ = _refusing_getattr("Comm", _MPI4PY_COMM_NAMES, _COMM_NOT_BUILT)
 Comm.Get_parent = staticmethod(lambda: COMM_NULL)  # no rank was spawned (Note [names not built])
 # mpi4py's Comm.Free: nothing to do, as for Datatype and Group: a communicator's segments and peers go with its last
 # reference (programs free the communicators Split, Dup, Create and Create_cart made).
@@ -1824,35 +1818,26 @@ class Errhandler:
 ERRORS_RETURN, ERRORS_ARE_FATAL, ERRORS_ABORT = (Errhandler(n) for n in ("ERRORS_RETURN", "ERRORS_ARE_FATAL",
                                                                          "ERRORS_ABORT"))
 ERRHANDLER_NULL = None
-_comm_names = None
-_comm_handlers = None
-
-
-def _kept(table):
-    import weakref
-
-    global _comm_names, _comm_handlers
-    if _comm_names is None:
-        _comm_names, _comm_handlers = weakref.WeakKeyDictionary(), weakref.WeakKeyDictionary()
-    return _comm_names if table == "names" else _comm_handlers
+_comm_names = __import__("weakref").WeakKeyDictionary()  # a communicator's name and handler, kept beside it
+_comm_handlers = __import__("weakref").WeakKeyDictionary()
 
 
 def _Get_name(self):
-    return _kept("names").get(self, "MPI_COMM_WORLD" if self is _world else "")
+    return _comm_names.get(self, "MPI_COMM_WORLD" if self is _world else "")
 
 
 def _Set_name(self, name):
-    _kept("names")[self] = str(name)
+    _comm_names[self] = str(name)
 
 
 def _Set_errhandler(self, errhandler):
     if not isinstance(errhandler, Errhandler):
         raise TypeError(f"Set_errhandler takes ERRORS_RETURN, ERRORS_ARE_FATAL or ERRORS_ABORT, not {errhandler!r}")
-    _kept("handlers")[self] = errhandler
+    _comm_handlers[self] = errhandler
 
 
 def _Get_errhandler(self):
-    return _kept("handlers").get(self, ERRORS_RETURN)
+    return _comm_handlers.get(self, ERRORS_RETURN)
 
 
 # The other classes' mpi4py names (its Request, Prequest, Status, Datatype, Op and Group; MPI.pyi, 2026-12-07): one
@@ -1873,15 +1858,6 @@ _MPI4PY_MEMBER_NAMES = frozenset((
     "rank size source tag test testall testany testsome tocode tohandle toint tomemory true_extent true_lb "
     "true_ub typechar typestr ub wait waitall waitany waitsome "
 ).split())
-
-
-def _refusing_getattr(prefix):
-    def getattr_(self, name):
-        if name in _MPI4PY_MEMBER_NAMES:
-            raise NotBuiltError(f"{prefix}.{name}: {_GENERIC}")
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    return getattr_
 
 
 # Cheap members of those classes, true here: a request or op needs no freeing (it goes with its last reference),
@@ -2097,7 +2073,7 @@ Comm.Create_group = _Create_group
 __all__ += ["Group", "GROUP_NULL", "GROUP_EMPTY", "IDENT", "CONGRUENT", "SIMILAR", "UNEQUAL"]
 for _cls, _label in ((Request, "Request"), (Prequest, "Prequest"), (Status, "Status"), (Datatype, "Datatype"),
                      (Op, "Op"), (Group, "Group")):
-    _cls.__getattr__ = _refusing_getattr(_label)
+    _cls.__getattr__ = _refusing_getattr(_label, _MPI4PY_MEMBER_NAMES)
 del _cls, _label
 __all__ += ["NotBuiltError", "COMM_TYPE_SHARED", "COMM_TYPE_HW_GUIDED", "COMM_TYPE_HW_UNGUIDED",
             "COMM_TYPE_RESOURCE_GUIDED"]
@@ -2522,14 +2498,13 @@ class Win:
         self._parts = None
         self._mem = _np.zeros(0, _np.uint8)
 
-    def __getattr__(self, name):
-        if name in ("Post", "Start", "Complete", "Wait", "Test"):
-            raise NotBuiltError(f"Win.{name}: post-start-complete-wait epochs are not built in tiertrain.comm; Fence "
-                                "or Lock and Unlock order the same accesses")
-        if name in ("Rput", "Rget", "Raccumulate", "Rget_accumulate", "Attach", "Detach"):
-            raise NotBuiltError(f"Win.{name}: not built in tiertrain.comm; Put, Get and Accumulate are done when "
-                                "they return (dynamic windows: Win.Create over a buffer of the largest size needed)")
-        raise AttributeError(f"'Win' object has no attribute {name!r}")
+    __getattr__ = _refusing_getattr("Win", frozenset(), {
+        **dict.fromkeys(("Post", "Start", "Complete", "Wait", "Test"),
+                        "post-start-complete-wait epochs are not built in tiertrain.comm; Fence or Lock and Unlock "
+                        "order the same accesses"),
+        **dict.fromkeys(("Rput", "Rget", "Raccumulate", "Rget_accumulate", "Attach", "Detach"),
+                        "not built in tiertrain.comm; Put, Get and Accumulate are done when they return (dynamic "
+                        "windows: Win.Create over a buffer of the largest size needed)")})
 
 
 __all__ += ["Win", "BOTTOM", "LOCK_EXCLUSIVE", "LOCK_SHARED", "MODE_NOCHECK", "MODE_NOSTORE", "MODE_NOPUT", "MODE_NOPRECEDE",
@@ -2784,20 +2759,14 @@ class File:
     size = property(Get_size)
     group = property(Get_group)
 
-    def __getattr__(self, name):
-        if name in _MPI4PY_FILE_NAMES:
-            raise NotBuiltError(f"File.{name}: not built in tiertrain.comm (Note [files]: the non-collective shared "
-                                "pointer, split collectives and request-based forms); the explicit offsets (Write_at, "
-                                "Read_at) or the individual pointer (Write, Read) do the same")
-        raise AttributeError(f"'File' object has no attribute {name!r}")
-
-
-_MPI4PY_FILE_NAMES = frozenset((
-    "Iread Iread_all Iread_at Iread_at_all Iread_shared Iwrite Iwrite_all Iwrite_at Iwrite_at_all Iwrite_shared "
-    "Read_all_begin Read_all_end Read_at_all_begin Read_at_all_end Read_ordered_begin Read_ordered_end Read_shared "
-    "Seek_shared Write_all_begin Write_all_end Write_at_all_begin Write_at_all_end Write_ordered_begin "
-    "Write_ordered_end Write_shared Get_type_extent Get_info Set_info"
-).split())
+    __getattr__ = _refusing_getattr("File", frozenset(), dict.fromkeys((
+        "Iread Iread_all Iread_at Iread_at_all Iread_shared Iwrite Iwrite_all Iwrite_at Iwrite_at_all Iwrite_shared "
+        "Read_all_begin Read_all_end Read_at_all_begin Read_at_all_end Read_ordered_begin Read_ordered_end "
+        "Read_shared Seek_shared Write_all_begin Write_all_end Write_at_all_begin Write_at_all_end "
+        "Write_ordered_begin Write_ordered_end Write_shared Get_type_extent Get_info Set_info").split(),
+        "not built in tiertrain.comm (Note [files]: the non-collective shared pointer, split collectives and "
+        "request-based forms); the explicit offsets (Write_at, Read_at) or the individual pointer (Write, Read) do "
+        "the same"))
 __all__ += ["File", "MODE_CREATE", "MODE_RDONLY", "MODE_WRONLY", "MODE_RDWR", "MODE_DELETE_ON_CLOSE",
             "MODE_UNIQUE_OPEN", "MODE_EXCL", "MODE_APPEND", "MODE_SEQUENTIAL", "SEEK_SET", "SEEK_CUR", "SEEK_END",
             "DISPLACEMENT_CURRENT", "FILE_NULL"]
