@@ -1187,8 +1187,16 @@ def windows(comm: tc.Comm) -> None:
     counts = np.zeros(2, np.int64)
     win = tc.Win.Create(counts, disp_unit=8, comm=comm)
     win.Fence()
-    for _ in range(300):  # every rank at once, no lock of the program's own: atomic accumulates
-        win.Accumulate(np.array([1, me], np.int64), 0, op=tc.SUM)
+    def adds(k):
+        for _ in range(k):
+            win.Accumulate(np.array([1, me], np.int64), 0, op=tc.SUM)
+
+    threads = [threading.Thread(target=adds, args=(100,)) for _ in range(2)]  # (two threads of each rank too)
+    for t in threads:
+        t.start()
+    adds(100)  # every rank at once, no lock of the program's own: atomic accumulates
+    for t in threads:
+        t.join()
     win.Fence()
     if me == 0:
         expect(list(counts) == [300 * n, 300 * sum(range(n))], f"concurrent accumulates: {counts}")

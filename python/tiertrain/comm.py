@@ -2250,6 +2250,7 @@ class Win:
         w._comm, w._mem, w._unit, w._flavor = comm, mem, int(disp_unit), flavor
         w._mapped = w._parts = w._lockf = None
         w._held = set()
+        w._threads = __import__("threading").Lock()
         probe = _np.array([comm.rank + 1], _np.int64)
         w._peers = comm.allgather((os.getpid(), _address(mem), mem.size, w._unit, socket.gethostname(),
                                    _address(probe)))
@@ -2354,12 +2355,14 @@ class Win:
         def __enter__(self):
             import fcntl
 
+            self.win._threads.acquire()  # (record locks are a process's: its threads take turns here first)
             fcntl.lockf(self.win._lockf, fcntl.LOCK_EX, 1, self.win._comm.size + self.rank)
 
         def __exit__(self, *exc):
             import fcntl
 
             fcntl.lockf(self.win._lockf, fcntl.LOCK_UN, 1, self.win._comm.size + self.rank)
+            self.win._threads.release()
 
     @staticmethod
     def _combine(op, cur, new, what):
