@@ -155,10 +155,11 @@ void softmax_xent_forward(cudaStream_t s, float* losses, X* probs, const X* logi
 template <typename X>
 void softmax_xent_backward(cudaStream_t s, X* dlogits, const X* probs, const int32_t* targets, float dloss, int64_t N,
                            int V, int valid);
-// Forward and backward in one pass: losses, and dlogits = (softmax - onehot) * dloss (may alias logits).
+// Forward and backward in one pass: losses, and dlogits = (softmax - onehot) * dloss (may alias logits). blocks: the
+// grid, each block taking every blocks-th row (<= 0: one a row); the same bits for any.
 template <typename X>
 void softmax_xent_fused(cudaStream_t s, float* losses, X* dlogits, const X* logits, const int32_t* targets,
-                        float dloss, int64_t N, int V, int valid);
+                        float dloss, int64_t N, int V, int valid, int64_t blocks = 0);
 // Backend::xent_local_max / xent_local_sums / xent_finish: rows of V local columns (the first `valid` real), the
 // first one global column `begin`; stats [3, N] f32; dlogits may be null or alias logits.
 template <typename X>

@@ -47,72 +47,95 @@ __global__ void softmax_xent_backward_kernel(X* dlogits, const X* probs, const i
     d[col] = st<X>(col < valid ? (ld(p[col]) - (col == tgt ? 1.0f : 0.0f)) * scale : 0.0f);
 }
 
-// Forward and backward of the cross-entropy, one block per row, two passes over the row (the second one usually
-// from L2): an online max and sum of exp, then dlogits. Rows whose length is a multiple of 16 bytes' worth of values
-// and that are 16-byte aligned move 16 bytes per load and store.
+// Forward and backward of the cross-entropy, two passes over a row by one block: an online max and sum of exp, then
+// dlogits. A block takes rows blockIdx.x, blockIdx.x + gridDim.x, ...: with a grid of fewer blocks than rows, the
+// rows in flight (the grid's) fit in L2 and the second pass reads them from there (Note [cross-entropy rows in
+// flight]). A thread reads the same elements in the same order whatever the grid: the same bits. Rows whose length
+// is a multiple of 16 bytes' worth of values and that are 16-byte aligned move 16 bytes per load and store, kUnroll
+// loads a thread in flight.
 template <typename X>
 __global__ void softmax_xent_fused_kernel(float* losses, X* dlogits, const X* logits, const int32_t* targets,
-                                          float dloss, int V, int valid) {
+                                          float dloss, int64_t N, int V, int valid) {
   constexpr int kVec = 16 / sizeof(X);
-  const int64_t row = blockIdx.x;
-  const X* l = logits + row * V;
-  X* d = dlogits + row * V;
-  const int tgt = targets[row];
-  const bool vec = V % kVec == 0 && reinterpret_cast<uintptr_t>(l) % 16 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0;
-  if (tgt < 0) {  // Note [loss mask]: no target here: loss 0, no gradient (the whole block takes this branch)
-    for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] = st<X>(0.0f);
-    if (threadIdx.x == 0) losses[row] = 0.0f;
-    return;
-  }
-  __shared__ float target_logit;
-  if (threadIdx.x == 0) target_logit = ld(l[tgt]);  // read before any thread overwrites the row (barriers below)
-  float tmx = -FLT_MAX, ts = 0.0f;
-  if (vec) {
-    for (int i0 = threadIdx.x * kVec; i0 < valid; i0 += blockDim.x * kVec) {
-      const int4 raw = *reinterpret_cast<const int4*>(l + i0);
-      const X* x = reinterpret_cast<const X*>(&raw);
-      float v[kVec], m = tmx;
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        v[k] = i0 + k < valid ? ld(x[k]) : -FLT_MAX;
-        m = fmaxf(m, v[k]);
-      }
-      ts *= __expf(tmx - m);
-      tmx = m;
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) ts += __expf(v[k] - m);
+  constexpr int kUnroll = 4;
+  for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+    const X* l = logits + row * V;
+    X* d = dlogits + row * V;
+    const int tgt = targets[row];
+    const bool vec =
+        V % kVec == 0 && reinterpret_cast<uintptr_t>(l) % 16 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0;
+    if (tgt < 0) {  // Note [loss mask]: no target here: loss 0, no gradient (the whole block takes this branch)
+      for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] = st<X>(0.0f);
+      if (threadIdx.x == 0) losses[row] = 0.0f;
+      continue;
     }
-  } else {
-    for (int i = threadIdx.x; i < valid; i += blockDim.x) {
-      const float v = ld(l[i]);
-      if (v > tmx) {
-        ts = ts * __expf(tmx - v) + 1.0f;
-        tmx = v;
-      } else {
-        ts += __expf(v - tmx);
-      }
-    }
-  }
-  const float mx = block_reduce(tmx, Max{}, -FLT_MAX);
-  float s = tmx == -FLT_MAX ? 0.0f : ts * __expf(tmx - mx);
-  s = block_reduce(s, Add{}, 0.0f);
-  const float inv = 1.0f / s;
-  if (vec) {
-    for (int i0 = threadIdx.x * kVec; i0 < V; i0 += blockDim.x * kVec) {
-      int4 raw = *reinterpret_cast<const int4*>(l + i0);
-      X* x = reinterpret_cast<X*>(&raw);
+    // Thread 0's alone, read before any thread overwrites the row (the barriers of the reductions below).
+    const float target_logit = threadIdx.x == 0 ? ld(l[tgt]) : 0.0f;
+    float tmx = -FLT_MAX, ts = 0.0f;
+    const int step = blockDim.x * kVec;
+    if (vec) {
+      for (int base = threadIdx.x * kVec; base < valid; base += kUnroll * step) {
+        int4 raw[kUnroll];
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const int i = i0 + k;
-        x[k] = st<X>(i < valid ? (__expf(ld(x[k]) - mx) * inv - (i == tgt ? 1.0f : 0.0f)) * dloss : 0.0f);
+        for (int u = 0; u < kUnroll; ++u)
+          if (base + u * step < valid) raw[u] = *reinterpret_cast<const int4*>(l + base + u * step);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int i0 = base + u * step;
+          if (i0 >= valid) break;
+          const X* x = reinterpret_cast<const X*>(&raw[u]);
+          float v[kVec], m = tmx;
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) {
+            v[k] = i0 + k < valid ? ld(x[k]) : -FLT_MAX;
+            m = fmaxf(m, v[k]);
+          }
+          ts *= __expf(tmx - m);
+          tmx = m;
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) ts += __expf(v[k] - m);
+        }
       }
-      *reinterpret_cast<int4*>(d + i0) = raw;
+    } else {
+      for (int i = threadIdx.x; i < valid; i += blockDim.x) {
+        const float v = ld(l[i]);
+        if (v > tmx) {
+          ts = ts * __expf(tmx - v) + 1.0f;
+          tmx = v;
+        } else {
+          ts += __expf(v - tmx);
+        }
+      }
     }
-  } else {
-    for (int i = threadIdx.x; i < V; i += blockDim.x)
-      d[i] = st<X>(i < valid ? (__expf(ld(l[i]) - mx) * inv - (i == tgt ? 1.0f : 0.0f)) * dloss : 0.0f);
+    const float mx = block_reduce(tmx, Max{}, -FLT_MAX);
+    float s = tmx == -FLT_MAX ? 0.0f : ts * __expf(tmx - mx);
+    s = block_reduce(s, Add{}, 0.0f);
+    const float inv = 1.0f / s;
+    if (vec) {
+      for (int base = threadIdx.x * kVec; base < V; base += kUnroll * step) {
+        int4 raw[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (base + u * step < V) raw[u] = *reinterpret_cast<const int4*>(l + base + u * step);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int i0 = base + u * step;
+          if (i0 >= V) break;
+          X* x = reinterpret_cast<X*>(&raw[u]);
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) {
+            const int i = i0 + k;
+            x[k] = st<X>(i < valid ? (__expf(ld(x[k]) - mx) * inv - (i == tgt ? 1.0f : 0.0f)) * dloss : 0.0f);
+          }
+          *reinterpret_cast<int4*>(d + i0) = raw[u];
+        }
+      }
+    } else {
+      for (int i = threadIdx.x; i < V; i += blockDim.x)
+        d[i] = st<X>(i < valid ? (__expf(ld(l[i]) - mx) * inv - (i == tgt ? 1.0f : 0.0f)) * dloss : 0.0f);
+    }
+    if (threadIdx.x == 0) losses[row] = logf(s) + mx - target_logit;
   }
-  if (threadIdx.x == 0) losses[row] = logf(s) + mx - target_logit;
 }
 
 // Note [vocabulary-parallel cross-entropy] (model/gpt.h), one block per row: the local maximum; the local sum of
@@ -177,8 +200,11 @@ void softmax_xent_backward(cudaStream_t s, X* dlogits, const X* probs, const int
 
 template <typename X>
 void softmax_xent_fused(cudaStream_t s, float* losses, X* dlogits, const X* logits, const int32_t* targets,
-                        float dloss, int64_t N, int V, int valid) {
-  softmax_xent_fused_kernel<<<static_cast<unsigned>(N), 512, 0, s>>>(losses, dlogits, logits, targets, dloss, V, valid);
+                        float dloss, int64_t N, int V, int valid, int64_t blocks) {
+  if (blocks <= 0) blocks = N;
+  blocks = std::max<int64_t>(1, std::min(blocks, N));
+  softmax_xent_fused_kernel<<<static_cast<unsigned>(blocks), 512, 0, s>>>(losses, dlogits, logits, targets, dloss, N,
+                                                                          V, valid);
   TT_CUDA_CHECK_LAUNCH();
 }
 
@@ -213,7 +239,8 @@ void xent_finish(cudaStream_t s, float* losses, X* dlogits, const X* logits, con
       int, int, int64_t); \
   template void softmax_xent_forward<X>(cudaStream_t, float*, X*, const X*, const int32_t*, int64_t, int, int); \
   template void softmax_xent_backward<X>(cudaStream_t, X*, const X*, const int32_t*, float, int64_t, int, int); \
-  template void softmax_xent_fused<X>(cudaStream_t, float*, X*, const X*, const int32_t*, float, int64_t, int, int);
+  template void softmax_xent_fused<X>(cudaStream_t, float*, X*, const X*, const int32_t*, float, int64_t, int, int, \
+      int64_t);
 
 TT_CUDA_INSTANTIATE(float)
 TT_CUDA_INSTANTIATE(bf16)
