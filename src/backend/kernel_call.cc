@@ -90,8 +90,9 @@ double KernelCall::bytes() const {
     case KernelOp::kFillZero: return a * e;
     case KernelOp::kConvert: return a * (4 + e);
     case KernelOp::kSumSquares: return a * e;
-    // p, g, m, v read; p, m, v (and the bf16 copy, b 1) written; a master in two halves (b 2) is as many bytes.
-    case KernelOp::kAdamWUpdate: return a * e * 7 + (b == 1 ? a * 2 : 0);
+    // p, g, m, v read; p, m, v (and the bf16 copy, b 1) written; a master in two halves (b 2) is as many bytes; bf16
+    // gradients (c 1) two bytes an element.
+    case KernelOp::kAdamWUpdate: return a * e * 7 + (b == 1 ? a * 2 : 0) - (c == 1 ? a * (e - 2) : 0);
     case KernelOp::kCopyD2D: return 2 * a * e;
     case KernelOp::kXentLocalMax:
     case KernelOp::kXentLocalSums: return a * b * e;

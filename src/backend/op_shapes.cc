@@ -31,6 +31,17 @@ void master_dtype(const char* op, DType compute, std::initializer_list<const Ten
                dtype_name(compute), dtype_name(master_of(compute)), dtype_name(t->dtype()));
 }
 
+// Note [bf16 gradients] (exec/executor.h): a parameter's gradient is the master dtype, or bf16 where the compute
+// dtype is f32 or bf16 (written in f32 and rounded once, to nearest even).
+void grad_dtype(const char* op, DType compute, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (present(*t))
+      TT_CHECK(t->dtype() == master_of(compute) ||
+                   (t->dtype() == DType::kBF16 && (compute == DType::kF32 || compute == DType::kBF16)),
+               "%s: with %s activations a gradient must be %s or bf16, got %s", op, dtype_name(compute),
+               dtype_name(master_of(compute)), dtype_name(t->dtype()));
+}
+
 int last_dim(const Tensor& t) { return static_cast<int>(t.dim(t.shape().rank() - 1)); }
 
 }  // namespace
@@ -89,7 +100,8 @@ Rows layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, 
   Rows d{0, last_dim(inp)};
   d.N = inp.numel() / d.C;
   same_dtype(op, inp, {&dinp, &dout, &w});
-  master_dtype(op, inp.dtype(), {&dw, &db, &mean, &rstd});
+  master_dtype(op, inp.dtype(), {&mean, &rstd});
+  grad_dtype(op, inp.dtype(), {&dw, &db});
   TT_CHECK(mean.numel() == d.N && rstd.numel() == d.N && w.numel() == d.C && dw.numel() == d.C && db.numel() == d.C,
            "%s: inp %s mean %s rstd %s w %s dw %s db %s", op, s(inp).c_str(), s(mean).c_str(), s(rstd).c_str(),
            s(w).c_str(), s(dw).c_str(), s(db).c_str());
@@ -114,7 +126,7 @@ Matmul matmul_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dbias
   Matmul d{0, static_cast<int>(w.dim(1)), static_cast<int>(w.dim(0))};
   d.N = inp.numel() / d.C;
   same_dtype(op, inp, {&dinp, &dout, &w});
-  master_dtype(op, inp.dtype(), {&dw, &dbias});
+  grad_dtype(op, inp.dtype(), {&dw, &dbias});
   TT_CHECK(inp.numel() == d.N * d.C && dout.numel() == d.N * d.OC && (!present(dinp) || dinp.numel() == d.N * d.C) &&
                (!present(dw) || dw.numel() == static_cast<int64_t>(d.OC) * d.C) &&
                (!present(dbias) || dbias.numel() == d.OC),
@@ -230,7 +242,8 @@ Rows rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, 
   Rows d{0, last_dim(inp)};
   d.N = inp.numel() / d.C;
   same_dtype(op, inp, {&dinp, &dout, &w});
-  master_dtype(op, inp.dtype(), {&dw, &rstd});
+  master_dtype(op, inp.dtype(), {&rstd});
+  grad_dtype(op, inp.dtype(), {&dw});
   TT_CHECK(rstd.numel() == d.N && w.numel() == d.C && dw.numel() == d.C, "%s: inp %s rstd %s w %s dw %s", op,
            s(inp).c_str(), s(rstd).c_str(), s(w).c_str(), s(dw).c_str());
   return d;
@@ -336,8 +349,10 @@ int64_t convert(const Tensor& dst, const Tensor& src) {
 }
 
 int64_t sum_squares(const Tensor& out, const Tensor& x) {
-  TT_CHECK(out.numel() >= 1 && out.dtype() == x.dtype(), "sum_squares: out %s must hold one %s", s(out).c_str(),
-           dtype_name(x.dtype()));
+  // Note [bf16 gradients]: the sum of a bf16 tensor's squares in f32.
+  const DType sum = x.dtype() == DType::kBF16 ? DType::kF32 : x.dtype();
+  TT_CHECK(out.numel() >= 1 && out.dtype() == sum, "sum_squares: out %s must hold one %s", s(out).c_str(),
+           dtype_name(sum));
   return x.numel();
 }
 
@@ -351,11 +366,15 @@ int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Te
              s(param).c_str());
     elementwise("adamw_update", grad, m, v);
   } else {
-    elementwise("adamw_update", param, grad);
+    TT_CHECK(grad.shape() == param.shape(), "adamw_update: grad %s and param %s differ", s(grad).c_str(),
+             s(param).c_str());
     elementwise("adamw_update", param, m, v);
   }
-  TT_CHECK(grad_norm_sq.numel() >= 1 && grad_norm_sq.dtype() == grad.dtype(),
-           "adamw_update: grad_norm_sq %s must hold one %s", s(grad_norm_sq).c_str(), dtype_name(grad.dtype()));
+  // Note [bf16 gradients]: an f32 update may read bf16 gradients.
+  TT_CHECK(grad.dtype() == m.dtype() || (grad.dtype() == DType::kBF16 && m.dtype() == DType::kF32),
+           "adamw_update: grad %s with moments %s", s(grad).c_str(), s(m).c_str());
+  TT_CHECK(grad_norm_sq.numel() >= 1 && grad_norm_sq.dtype() == m.dtype(),
+           "adamw_update: grad_norm_sq %s must hold one %s", s(grad_norm_sq).c_str(), dtype_name(m.dtype()));
   TT_CHECK(copy_out.raw() == nullptr || copy_out.numel() == param.numel(),
            "adamw_update: copy_out %s and param %s differ in size", s(copy_out).c_str(), s(param).c_str());
   TT_CHECK(args.pieces >= 0 && args.pieces <= AdamWArgs::kMaxPieces, "adamw_update: %d pieces", args.pieces);

@@ -35,11 +35,11 @@ HeadInGrads Executor::head_in_grads(const ExecSpec& spec) {
   if (!grads_share_memory(plan, L) || spec.grad_accum > 1) return h;
   const ActivationArena arena = arena_of(spec);
   const ParamSegments segs = model_segments(spec.model);
-  const DType md = master_dtype_for(spec.compute);
   std::vector<int64_t> room(static_cast<size_t>(L) + 2, 0);  // [segment] bytes left in its own buffer
   for (int s = 1; s <= L; ++s)
     if (own_grad_buffer(plan, arena, L, s))
-      room[static_cast<size_t>(s)] = static_cast<int64_t>(device_alloc_bytes({segs.size[static_cast<size_t>(s)]}, md));
+      room[static_cast<size_t>(s)] = static_cast<int64_t>(
+          device_alloc_bytes({segs.size[static_cast<size_t>(s)]}, segment_grad_dtype(plan, spec.compute, L, s)));
   const int64_t chunk = spec.lm_chunk_rows > 0 ? spec.lm_chunk_rows
                                                : model_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
   std::vector<TensorRequest> head;
@@ -53,7 +53,8 @@ HeadInGrads Executor::head_in_grads(const ExecSpec& spec) {
     for (int s = L; s >= 1; --s) {
       int64_t& left = room[static_cast<size_t>(s)];
       if (left < n) continue;
-      const int64_t whole = static_cast<int64_t>(device_alloc_bytes({segs.size[static_cast<size_t>(s)]}, md));
+      const int64_t whole = static_cast<int64_t>(
+          device_alloc_bytes({segs.size[static_cast<size_t>(s)]}, segment_grad_dtype(plan, spec.compute, L, s)));
       h.at[r.name] = {s, whole - left};
       left -= n;
       h.bytes += n;
@@ -103,6 +104,17 @@ Status ExecSpec::validate() const {
                  "--grad-accum %d: gradients kept in later blocks' activation memory would be overwritten by the "
                  "next micro-batch's forward; set grads_in_activations false",
                  grad_accum);
+  }
+  if (plan.bf16_grads) {  // Note [bf16 gradients] in exec/executor.h: what the first version takes
+    const char* why = compute != DType::kF32 && compute != DType::kBF16 ? "computing in f32 or bf16"
+                      : plan.cpu_optimizer()                             ? "AdamW on the device (not --optimizer cpu)"
+                      : plan.managed_grads                               ? "gradients not in managed memory"
+                      : grad_accum > 1 ? "one micro-batch a step (--grad-accum 1: bf16 sums would lose bits)"
+                      : data_ranks > 1 ? "one data-parallel rank"
+                      : model.tp > 1   ? "one tensor-parallel rank"
+                                       : nullptr;
+    TT_RETURN_IF(why != nullptr, kUnimplemented, "--grad-dtype bf16 with plan %s: built for %s only; use --grad-dtype f32",
+                 plan.source.c_str(), why);
   }
   TT_RETURN_IF(input_scatter && data_ranks < 2, kInvalidArgument, "an input scattered over %d data rank(s)",
                data_ranks);
@@ -214,7 +226,8 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   const ActivationArena arena = arena_of(spec);
   for (int s = 0; s < S; ++s)
     if (own_grad_buffer(plan, arena, L, s))
-      state("grads.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, md, TC::kGrad);
+      state("grads.seg" + std::to_string(s), {segs.size[static_cast<size_t>(s)]}, segment_grad_dtype(plan, dt, L, s),
+            TC::kGrad);
   for (int i = 0; i < rings.grads.slots; ++i)
     inv.add_device("grads.slot" + std::to_string(i), {segs.size[1]}, md, TC::kGrad);
   const int64_t chunk = spec.lm_chunk_rows;
@@ -509,7 +522,7 @@ Status Executor::allocate_and_bind(const ModelFactory& model) {
       // Note [gradients in dead activations]: in the arena, among the later blocks' sets.
       const Tensor a = dev("activations");
       const int64_t at = s == 0 ? arena_.embedding_grads_at : arena_.grads_at[static_cast<size_t>(l)];
-      t.grads.push_back(Tensor(static_cast<char*>(a.raw()) + at, shape, master_dtype_for(spec_.compute),
+      t.grads.push_back(Tensor(static_cast<char*>(a.raw()) + at, shape, segment_grad_dtype(plan, spec_.compute, L, s),
                                TensorClass::kGrad, a.device()));
     } else {
       t.grads.push_back(dev("grads.seg" + std::to_string(s)));
@@ -875,13 +888,25 @@ Status Executor::download_grads(void* host) {
                "grads_in_activations false", spec_.plan.source.c_str());
   const size_t esize = dtype_size(model_->master_dtype());
   const ParamSegments& segs = model_->segments();
+  std::vector<std::pair<int, std::vector<uint16_t>>> widen;  // Note [bf16 gradients]: (segment, its bf16 copy)
   for (int s = 0; s < model_->num_segments(); ++s) {
     TT_RETURN_IF(s >= 1 && s <= spec_.model.layers && spec_.plan.grads_streamed(s - 1), kFailedPrecondition,
                  "download_grads: block %d's gradients are streamed", s - 1);
-    be_.copy_d2h(static_cast<char*>(host) + static_cast<size_t>(segs.offset[static_cast<size_t>(s)]) * esize,
-                 model_->tensors().grads[static_cast<size_t>(s)], be_.compute_stream());
+    const Tensor& g = model_->tensors().grads[static_cast<size_t>(s)];
+    if (g.dtype() == DType::kBF16) {
+      widen.emplace_back(s, std::vector<uint16_t>(static_cast<size_t>(g.numel())));
+      be_.copy_d2h(widen.back().second.data(), g, be_.compute_stream());
+      continue;
+    }
+    be_.copy_d2h(static_cast<char*>(host) + static_cast<size_t>(segs.offset[static_cast<size_t>(s)]) * esize, g,
+                 be_.compute_stream());
   }
-  return be_.compute_stream().synchronize();
+  TT_TRY(be_.compute_stream().synchronize());
+  for (const auto& [s, g] : widen) {  // (an f32 master: bf16 gradients are made with f32 or bf16 compute only)
+    float* out = static_cast<float*>(host) + segs.offset[static_cast<size_t>(s)];
+    for (size_t i = 0; i < g.size(); ++i) out[i] = bf16_to_float(g[i]);
+  }
+  return Status::ok();
 }
 
 void Executor::wait_all() {

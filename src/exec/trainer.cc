@@ -161,6 +161,10 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   }
   if (cfg.optimizer) e.plan.optimizer = *cfg.optimizer;
   if (!cfg.grads_in_activations) e.plan.grads_in_activations = false;
+  if (cfg.bf16_grads) e.plan.bf16_grads = true;  // Note [bf16 gradients] (exec/executor.h)
+  TT_RETURN_IF(e.plan.bf16_grads && r.backend == "cuda" && dtype != DType::kBF16, kUnimplemented,
+               "--grad-dtype bf16 on a GPU needs bf16 compute (cuBLAS writes a bf16 product of bf16 operands); use "
+               "--dtype bf16 or --grad-dtype f32");
   if (cfg.host_buffers != "auto") e.plan.host_ring = cfg.host_buffers == "ring";  // Note [host buffers in rings]
   // Note [optimizer split] in plan/schedule.h: a count here, auto once the run's device need is known.
   const std::string& split = cfg.device_optimizer_segments;

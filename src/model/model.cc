@@ -560,8 +560,10 @@ Model::Model(const ModelFamily& family, Backend& backend, const ModelConfig& cfg
   for (int s = 0; s < num_segments(); ++s) {
     const Shape shape{segs_.size[static_cast<size_t>(s)]};
     check_tensor(t_.params[static_cast<size_t>(s)], {"params.seg" + std::to_string(s), shape, dtype, TensorClass::kParam});
+    // Note [bf16 gradients] (exec/executor.h): the blocks' segments may be bf16.
+    const bool bf16_block = s >= 1 && s <= cfg.layers && t_.grads[static_cast<size_t>(s)].dtype() == DType::kBF16;
     check_tensor(t_.grads[static_cast<size_t>(s)],
-                 {"grads.seg" + std::to_string(s), shape, master_dtype(), TensorClass::kGrad});
+                 {"grads.seg" + std::to_string(s), shape, bf16_block ? DType::kBF16 : master_dtype(), TensorClass::kGrad});
   }
   for (int l = 0; l < cfg.layers; ++l)
     for (TensorRequest r : model_block_activations(cfg, batch, dtype)) {

@@ -135,12 +135,14 @@ Shapes shapes_of(const KernelCall& c) {
     case KernelOp::kConvert:  // dst (compute), src (master)
       add({a}, dt), add({a}, md);
       break;
-    case KernelOp::kSumSquares:  // out, x
-      add({1}, dt), add({a}, dt);
+    case KernelOp::kSumSquares:  // out, x (bf16 x: f32 out, Note [bf16 gradients])
+      add({1}, dt == DType::kBF16 ? DType::kF32 : dt), add({a}, dt);
       break;
-    case KernelOp::kAdamWUpdate:  // param (b 2: its low halves), grad, m, v, norm, the bf16 copy (b 2: high halves)
+    // param (b 2: its low halves), grad (d2 1: bf16), m, v, norm, the bf16 copy (b 2: the high halves)
+    case KernelOp::kAdamWUpdate:
       add({a}, b == 2 ? DType::kBF16 : dt);
-      for (int i = 0; i < 3; ++i) add({a}, dt);
+      add({a}, d2 == 1 ? DType::kBF16 : dt);
+      for (int i = 0; i < 2; ++i) add({a}, dt);
       add({1}, dt);
       if (b) add({a}, DType::kBF16);
       break;

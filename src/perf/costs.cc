@@ -53,13 +53,17 @@ std::vector<KernelCall> op_kernel_calls(const Op& op, const ScheduleSpec& spec) 
     return segs.size[static_cast<size_t>(s)];
   };
   switch (op.kind) {
-    case OpKind::kNormPart: r.push_back({KernelOp::kSumSquares, md, {seg_size(op.segment)}}); break;
+    case OpKind::kNormPart:  // Note [bf16 gradients]: a bf16 segment's squares read half the bytes
+      r.push_back({KernelOp::kSumSquares, segment_grad_dtype(spec.plan, dt, cfg.layers, op.segment),
+                   {seg_size(op.segment)}});
+      break;
     case OpKind::kNormTotal: r.push_back({KernelOp::kSumSquares, md, {cfg.layers + 2}}); break;
     case OpKind::kDeviceAdamW:  // Note [device update by segment] in exec/optimizer.cc
       for (int s = 0; s < cfg.layers + 2; ++s)  // every segment, or one (Note [optimizer split] in plan/schedule.h)
-        if (op.segment < 0 || op.segment == s)  // dims[1]: 0 no copy, 1 a bf16 copy, 2 a master in two halves
-          r.push_back({KernelOp::kAdamWUpdate, md,
-                       {seg_size(s), spec.plan.master_in_halves(dt) ? 2 : dt != md ? 1 : 0}});
+        if (op.segment < 0 || op.segment == s)  // dims[1]: 0 no copy, 1 a bf16 copy, 2 a master in two halves;
+          r.push_back({KernelOp::kAdamWUpdate, md,  // dims[2]: 1 bf16 gradients (Note [bf16 gradients])
+                       {seg_size(s), spec.plan.master_in_halves(dt) ? 2 : dt != md ? 1 : 0,
+                        segment_grad_dtype(spec.plan, dt, cfg.layers, s) == DType::kBF16 ? 1 : 0}});
       break;
     case OpKind::kInputTake:
       r.push_back({KernelOp::kCopyD2D, DType::kI32, {2 * static_cast<int64_t>(spec.batch) * cfg.seq}});

@@ -289,6 +289,10 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
       TT_RETURN_IF(!value.is_boolean(), kInvalidArgument, "plan %s: grads_in_activations must be true or false, got %s",
                    source.c_str(), value.dump().c_str());
       p.grads_in_activations = value.get<bool>();
+    } else if (key == "grad_dtype") {
+      TT_RETURN_IF(!value.is_string() || (value != "f32" && value != "bf16"), kInvalidArgument,
+                   "plan %s: grad_dtype must be \"f32\" or \"bf16\", got %s", source.c_str(), value.dump().c_str());
+      p.bf16_grads = value == "bf16";
     } else if (key == "host_buffers") {
       TT_RETURN_IF(!value.is_string() || (value != "whole" && value != "ring"), kInvalidArgument,
                    "plan %s: host_buffers must be \"whole\" or \"ring\", got %s", source.c_str(),
@@ -303,7 +307,8 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
     } else if (key != "layers" && key != "comment") {
       return make_status(StatusCode::kInvalidArgument,
                          "plan %s: unknown key '%s' (version, optimizer, swap_prefetch, param_prefetch, managed, um, "
-                         "grads_in_activations, host_buffers, device_optimizer_segments, default, layers, comment)",
+                         "grads_in_activations, grad_dtype, host_buffers, device_optimizer_segments, default, layers, "
+                         "comment)",
                          source.c_str(), key.c_str());
     }
   }
@@ -490,6 +495,7 @@ json Plan::to_json() const {
   json j = {{"version", 1},         {"optimizer", optimizer_placement_name(optimizer)}, {"swap_prefetch", swap_prefetch},
             {"param_prefetch", param_prefetch}, {"layers", ls}};
   if (!grads_in_activations) j["grads_in_activations"] = false;
+  if (bf16_grads) j["grad_dtype"] = "bf16";
   if (host_ring) j["host_buffers"] = "ring";
   if (device_optimizer_segments > 0) j["device_optimizer_segments"] = device_optimizer_segments;
   if (managed_params || managed_grads || managed_optim) {

@@ -130,6 +130,9 @@ struct Plan {
   // before their backward (Note [head in gradients] in exec/executor.h). JSON "grads_in_activations": false (or the
   // knob grads_in_activations) keeps every gradient segment and head tensor in a buffer of its own.
   bool grads_in_activations = true;
+  // Note [bf16 gradients] (exec/executor.h): the blocks' gradient segments in bf16 (JSON "grad_dtype": "bf16", or
+  // the knob grad_dtype), as autocast's weight gradients are; the embeddings' and the final norm's in f32.
+  bool bf16_grads = false;
   // Note [host buffers in rings] (plan/schedule.h): with the CPU optimizer, the gradients' host copy and the staging
   // copy of the compute copy as two-slot rings each segment passes through after the backward (JSON "host_buffers":
   // "ring"), instead of a place for every parameter ("whole", the default).

@@ -978,6 +978,10 @@ bool grads_share_memory(const Plan& plan, int layers) {
          static_cast<int>(plan.layers.size()) == layers;
 }
 
+DType segment_grad_dtype(const Plan& plan, DType compute, int layers, int s) {
+  return plan.bf16_grads && s >= 1 && s <= layers ? DType::kBF16 : master_dtype_for(compute);
+}
+
 ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int batch, DType compute) {
   const int L = cfg.layers;
   ActivationArena none;
@@ -1006,7 +1010,7 @@ ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int b
               fixed[k - 1];
     }
     end[k] = sets;
-    grad[k] = static_cast<int64_t>(device_alloc_bytes({segs.size[k]}, md));
+    grad[k] = static_cast<int64_t>(device_alloc_bytes({segs.size[k]}, segment_grad_dtype(plan, compute, L, l + 1)));
     in[k] = !plan.grads_streamed(l);
   }
   if (sets == 0) return none;

@@ -258,6 +258,10 @@ struct ActivationArena {
   int blocks_with_grads() const;
 };
 ActivationArena activation_arena(const Plan& plan, const ModelConfig& cfg, int batch, DType compute);
+// Note [bf16 gradients] (exec/executor.h): the dtype of gradient segment s (0 the embeddings, 1 + l block l, L + 1
+// the final norm: Note [gradient segments] in model/model.h): bf16 for the blocks' where the plan says so, else the
+// master dtype.
+DType segment_grad_dtype(const Plan& plan, DType compute, int layers, int s);
 // Whether the plan's gradients may share memory over time (the arena above, Note [head in gradients] in
 // exec/executor.h): the knob on, AdamW on the device, gradients not managed, the plan's layers the model's.
 // (Gradient accumulation turns the knob off: its micro-batches' forwards would overwrite them.)

@@ -642,6 +642,74 @@ TEST(Executor, BackwardWritesEveryGradientWithoutZeroing) {
   }
 }
 
+// Note [bf16 gradients] (exec/executor.h): with the plan's bf16_grads the blocks' gradient segments are bf16 (half the
+// bytes), each element the f32 run's rounded once to nearest even (the CPU backend computes it in f32 and rounds), and
+// the embeddings' and final norm's segments are the f32 run's bit for bit: GPT-2 (LayerNorm gains and biases, Linear
+// biases), a tied Llama with a QKV bias and an untied one, with gradients in buffers of their own and in dead
+// activations; the gradient buffers are poisoned with NaN first, so every element is written.
+TEST(Executor, Bf16GradientsAreTheF32OnesRoundedOnce) {
+  const ModelConfig gpt{.vocab = 61, .layers = 3, .dim = 16, .heads = 2, .seq = 8};
+  ModelConfig tied{.family = "llama", .vocab = 61, .layers = 3, .dim = 16, .heads = 4, .seq = 8, .kv_heads = 2,
+                   .ffn = 24, .qkv_bias = true};
+  ModelConfig untied = tied;
+  untied.tied_embeddings = false;
+  untied.qkv_bias = false;
+  for (const ModelConfig& cfg : {gpt, tied, untied}) {
+    for (const bool aliased : {false, true}) {
+      SCOPED_TRACE(cfg.describe() + (aliased ? ", gradients in activations" : ", own buffers"));
+      Rng rng(11);
+      std::vector<int32_t> tokens(static_cast<size_t>(2 * cfg.seq)), targets(tokens.size());
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        tokens[i] = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(cfg.vocab)));
+        targets[i] = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(cfg.vocab)));
+      }
+      auto be = testing::make_cpu_backend(int64_t(64) << 20, 1);
+      ExecSpec spec;
+      spec.plan = Plan::resolve("in-core", cfg.layers, 2).value();
+      spec.plan.grads_in_activations = aliased;
+      auto f32 = testing::make_gpt(*be, cfg, 2, DType::kF32, spec);
+      ASSERT_TRUE(f32.is_ok()) << f32.status().to_string();
+      spec.plan.bf16_grads = true;
+      auto b16 = testing::make_gpt(*be, cfg, 2, DType::kF32, spec);
+      ASSERT_TRUE(b16.is_ok()) << b16.status().to_string();
+      Executor& a = *f32.value();
+      Executor& b = *b16.value();
+      const std::vector<Tensor>& grads = b.model().tensors().grads;
+      for (size_t s = 0; s < grads.size(); ++s) {
+        const bool block = s >= 1 && s <= static_cast<size_t>(cfg.layers);
+        EXPECT_EQ(grads[s].dtype(), block ? DType::kBF16 : DType::kF32) << "segment " << s;
+        EXPECT_EQ(grads[s].nbytes(), static_cast<size_t>(grads[s].numel()) * (block ? 2 : 4)) << "segment " << s;
+        std::vector<uint8_t> nan(grads[s].nbytes(), 0xff);  // NaN in f32 and in bf16
+        be->copy_h2d(grads[s], nan.data(), be->compute_stream());
+        ASSERT_TRUE(be->synchronize_all().is_ok());
+      }
+      const size_t np = static_cast<size_t>(a.num_params());
+      std::vector<float> want(np), got(np);
+      for (Executor* e : {&a, &b}) {
+        ASSERT_TRUE(e->init_params(5).is_ok());
+        be->copy_h2d(e->tokens(), tokens.data(), be->compute_stream());
+        be->copy_h2d(e->targets(), targets.data(), be->compute_stream());
+        e->forward_backward();
+        ASSERT_TRUE(e->download_grads(e == &a ? want.data() : got.data()).is_ok());
+      }
+      const ParamSegments& segs = b.model().segments();
+      size_t rounded = 0, kept = 0, bad = 0;
+      for (size_t s = 0; s < grads.size(); ++s) {
+        const bool block = s >= 1 && s <= static_cast<size_t>(cfg.layers);
+        for (int64_t i = segs.offset[s]; i < segs.offset[s] + segs.size[s]; ++i) {
+          const float w = want[static_cast<size_t>(i)], g = got[static_cast<size_t>(i)];
+          const float expect = block ? bf16_to_float(float_to_bf16(w)) : w;
+          if (std::bit_cast<uint32_t>(g) != std::bit_cast<uint32_t>(expect)) ++bad;
+          (g != w ? rounded : kept) += 1;
+        }
+      }
+      EXPECT_EQ(bad, 0u);
+      EXPECT_GT(rounded, np / 2) << "most block gradients lose bits in bf16";
+      EXPECT_GT(kept, 0u);
+    }
+  }
+}
+
 // Note [gradient accumulation]: three micro-batches accumulated (the first writing every gradient, the others adding,
 // each at the loss scale of the whole step) give the gradients of one batch of all three, in f64 to 1e-12 (the sums
 // run in another order), for GPT-2, a tied and an untied Llama (whose untied d(wte) is zeroed only by a step's first

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <omp.h>
 #include <sys/mman.h>
@@ -42,6 +43,37 @@ template <typename T>
 T* ptr(const Tensor& t) {
   return shapes::present(t) ? t.data<T>() : nullptr;
 }
+
+// Note [bf16 gradients] (exec/executor.h) on the CPU backend: an op computes a gradient in T; a bf16 gradient (T
+// float) through an f32 temporary, widened from it first where the op adds, rounded into it once after (to nearest
+// even, as cuBLAS's epilogue rounds). Made when the op is called; before() and after() run in the op's task.
+template <typename T>
+struct GradOut {
+  T* ptr = nullptr;             // where the op writes: the gradient itself, or the temporary
+  uint16_t* bf16 = nullptr;     // the bf16 gradient, or null
+  std::shared_ptr<std::vector<T>> tmp;
+  int64_t n = 0;
+  explicit GradOut(const Tensor& g, const char* op) {
+    if (!shapes::present(g)) return;
+    if (g.dtype() != DType::kBF16) {
+      ptr = g.data<T>();
+      return;
+    }
+    TT_CHECK((std::is_same_v<T, float>), "%s: bf16 gradients with f32 compute only on the CPU backend", op);
+    bf16 = static_cast<uint16_t*>(g.raw());
+    n = g.numel();
+    tmp = std::make_shared<std::vector<T>>(static_cast<size_t>(n));
+    ptr = tmp->data();
+  }
+  void before(bool add) const {
+    if (bf16 != nullptr && add)
+      for (int64_t i = 0; i < n; ++i) ptr[i] = static_cast<T>(bf16_to_float(bf16[i]));
+  }
+  void after() const {
+    if (bf16 != nullptr)
+      for (int64_t i = 0; i < n; ++i) bf16[i] = float_to_bf16(static_cast<float>(ptr[i]));
+  }
+};
 
 // The CPU backend's host memory: plain, or locked with mlock when asked (to hold host-tier buffers in RAM the way a
 // GPU's pinned memory is, and to exercise RLIMIT_MEMLOCK handling).
@@ -294,10 +326,17 @@ class CpuBackend final : public Backend {
                           GradWrite gw) override {
     const shapes::Rows d = shapes::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
     dispatch_float(inp.dtype(), "layernorm_backward", [&]<typename T>() {
-      T *di = dinp.data<T>(), *dwp = dw.data<T>(), *dbp = db.data<T>();
+      T* di = dinp.data<T>();
+      const GradOut<T> gwo(dw, "layernorm_backward"), gbo(db, "layernorm_backward");
       const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *m = mean.data<T>(), *r = rstd.data<T>();
       const bool add = gw == GradWrite::kAccumulate;
-      compute_.enqueue([=] { cpu::layernorm_backward<T>(di, dwp, dbp, g, x, wp, m, r, d.N, d.C, add); });
+      compute_.enqueue([=] {
+        gwo.before(add);
+        gbo.before(add);
+        cpu::layernorm_backward<T>(di, gwo.ptr, gbo.ptr, g, x, wp, m, r, d.N, d.C, add);
+        gwo.after();
+        gbo.after();
+      });
     });
   }
 
@@ -316,10 +355,15 @@ class CpuBackend final : public Backend {
                         const Tensor& rstd, GradWrite gw) override {
     const shapes::Rows d = shapes::rmsnorm_backward(dinp, dw, dout, inp, w, rstd);
     dispatch_float(inp.dtype(), "rmsnorm_backward", [&]<typename T>() {
-      T *di = dinp.data<T>(), *dwp = dw.data<T>();
+      T* di = dinp.data<T>();
+      const GradOut<T> gwo(dw, "rmsnorm_backward");
       const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *r = rstd.data<T>();
       const bool add = gw == GradWrite::kAccumulate;
-      compute_.enqueue([=] { cpu::rmsnorm_backward<T>(di, dwp, g, x, wp, r, d.N, d.C, add); });
+      compute_.enqueue([=] {
+        gwo.before(add);
+        cpu::rmsnorm_backward<T>(di, gwo.ptr, g, x, wp, r, d.N, d.C, add);
+        gwo.after();
+      });
     });
   }
 
@@ -367,10 +411,17 @@ class CpuBackend final : public Backend {
                        const Tensor& inp, const Tensor& w, GradWrite gw) override {
     const shapes::Matmul d = shapes::matmul_backward(dinp, dw, dbias, dout, inp, w);
     dispatch_float(inp.dtype(), "matmul_backward", [&]<typename T>() {
-      T *di = ptr<T>(dinp), *dwp = ptr<T>(dw), *dbp = ptr<T>(dbias);
+      T* di = ptr<T>(dinp);
+      const GradOut<T> gwo(dw, "matmul_backward"), gbo(dbias, "matmul_backward");
       const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>();
       const bool add = gw == GradWrite::kAccumulate;
-      compute_.enqueue([=] { cpu::matmul_backward<T>(di, dwp, dbp, g, x, wp, d.N, d.C, d.OC, add); });
+      compute_.enqueue([=] {
+        gwo.before(add);
+        gbo.before(add);
+        cpu::matmul_backward<T>(di, gwo.ptr, gbo.ptr, g, x, wp, d.N, d.C, d.OC, add);
+        gwo.after();
+        gbo.after();
+      });
     });
   }
 
@@ -391,11 +442,16 @@ class CpuBackend final : public Backend {
                             const Tensor& inp, const Tensor& w, const Tensor& pre, GradWrite gw) override {
     const shapes::Matmul d = shapes::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre);
     dispatch_float(inp.dtype(), "matmul_backward_gelu", [&]<typename T>() {
-      T *di = dpre.data<T>(), *dwp = ptr<T>(dw), *dbp = ptr<T>(dbias);
+      T* di = dpre.data<T>();
+      const GradOut<T> gwo(dw, "matmul_backward_gelu"), gbo(dbias, "matmul_backward_gelu");
       const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *p = pre.data<T>();
       const bool add = gw == GradWrite::kAccumulate;
       compute_.enqueue([=] {
-        cpu::matmul_backward<T>(di, dwp, dbp, g, x, wp, d.N, d.C, d.OC, add);  // overwrites dpre
+        gwo.before(add);
+        gbo.before(add);
+        cpu::matmul_backward<T>(di, gwo.ptr, gbo.ptr, g, x, wp, d.N, d.C, d.OC, add);  // overwrites dpre
+        gwo.after();
+        gbo.after();
         cpu::gelu_backward_scale<T>(di, p, d.N * d.C);
       });
     });
@@ -589,6 +645,12 @@ class CpuBackend final : public Backend {
   }
   void sum_squares_in(CpuStream& on, const Tensor& out, const Tensor& x) {
     const int64_t n = shapes::sum_squares(out, x);
+    if (x.dtype() == DType::kBF16) {  // Note [bf16 gradients]
+      float* o = out.data<float>();
+      const uint16_t* p = static_cast<const uint16_t*>(x.raw());
+      on.enqueue([=] { *o = cpu::sum_squares_bf16(p, n); });
+      return;
+    }
     dispatch_float(x.dtype(), "sum_squares", [&]<typename T>() {
       T* o = out.data<T>();
       const T* p = x.data<T>();
@@ -604,13 +666,21 @@ class CpuBackend final : public Backend {
     const bool fused_copy =
         copy_out.raw() != nullptr && param.dtype() == DType::kF32 && copy_out.dtype() == DType::kBF16;
     uint16_t* out = fused_copy ? static_cast<uint16_t*>(copy_out.raw()) : nullptr;
+    const uint16_t* g16 = grad.dtype() == DType::kBF16 ? static_cast<const uint16_t*>(grad.raw()) : nullptr;
     dispatch_float(param.dtype(), "adamw_update", [&]<typename T>() {
       T *p = param.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
-      const T *g = grad.data<T>(), *ns = grad_norm_sq.data<T>();
+      const T *g = g16 ? nullptr : grad.data<T>(), *ns = grad_norm_sq.data<T>();
       const AdamWArgs a = args;
       compute_.enqueue([=] {
         for_each_piece(a, n, [&](int64_t begin, int64_t end, float wd) {
           if constexpr (std::is_same_v<T, float>) {
+            if (g16 != nullptr) {  // Note [bf16 gradients]: widened a chunk at a time
+              with_f32_grads(g16, begin, end, [&](const float* gc, int64_t c, int64_t k) {
+                host::adamw_update_f32(p + c, gc, mp + c, vp + c, out ? out + c : nullptr, k, *ns, a.lr, a.beta1,
+                                       a.beta2, a.eps, wd, a.step, a.grad_clip);
+              });
+              return;
+            }
             host::adamw_update_f32(p + begin, g + begin, mp + begin, vp + begin, out ? out + begin : nullptr,
                                    end - begin, *ns, a.lr, a.beta1, a.beta2, a.eps, wd, a.step, a.grad_clip);
           } else {
@@ -630,20 +700,39 @@ class CpuBackend final : public Backend {
                    const AdamWArgs& a, const Tensor& high, int64_t n) {
     uint16_t *lo = static_cast<uint16_t*>(low.raw()), *hi = static_cast<uint16_t*>(high.raw());
     float *mp = m.data<float>(), *vp = v.data<float>();
-    const float *g = grad.data<float>(), *ns = grad_norm_sq.data<float>();
+    const float* ns = grad_norm_sq.data<float>();
+    const bool g16 = grad.dtype() == DType::kBF16;  // Note [bf16 gradients]
+    const void* graw = grad.raw();
     compute_.enqueue([=] {
       constexpr int64_t kChunk = int64_t{1} << 16;
-      std::vector<float> p(static_cast<size_t>(std::min(n, kChunk)));
+      std::vector<float> p(static_cast<size_t>(std::min(n, kChunk))), gw(g16 ? p.size() : 0);
       for_each_piece(a, n, [&](int64_t begin, int64_t end, float wd) {
         for (int64_t c = begin; c < end; c += kChunk) {
           const int64_t k = std::min(kChunk, end - c);
           for (int64_t j = 0; j < k; ++j) p[static_cast<size_t>(j)] = bf16_join(hi[c + j], lo[c + j]);
-          host::adamw_update_f32(p.data(), g + c, mp + c, vp + c, hi + c, k, *ns, a.lr, a.beta1, a.beta2, a.eps, wd,
+          const float* g = static_cast<const float*>(graw) + c;
+          if (g16) {
+            for (int64_t j = 0; j < k; ++j)
+              gw[static_cast<size_t>(j)] = bf16_to_float(static_cast<const uint16_t*>(graw)[c + j]);
+            g = gw.data();
+          }
+          host::adamw_update_f32(p.data(), g, mp + c, vp + c, hi + c, k, *ns, a.lr, a.beta1, a.beta2, a.eps, wd,
                                  a.step, a.grad_clip);
           for (int64_t j = 0; j < k; ++j) lo[c + j] = bf16_low(p[static_cast<size_t>(j)], hi[c + j]);
         }
       });
     });
+  }
+  // fn(f32 gradients of elements [c, c + k), c, k) over [begin, end) of bf16 gradients, a chunk at a time.
+  template <typename Fn>
+  static void with_f32_grads(const uint16_t* g16, int64_t begin, int64_t end, Fn&& fn) {
+    constexpr int64_t kChunk = int64_t{1} << 16;
+    std::vector<float> g(static_cast<size_t>(std::min(end - begin, kChunk)));
+    for (int64_t c = begin; c < end; c += kChunk) {
+      const int64_t k = std::min(kChunk, end - c);
+      for (int64_t j = 0; j < k; ++j) g[static_cast<size_t>(j)] = bf16_to_float(g16[c + j]);
+      fn(g.data(), c, k);
+    }
   }
   // fn(begin, end, weight decay) for each of an update's pieces of [0, n) (AdamWArgs::piece_end, decay_bits).
   template <typename Fn>

@@ -10,6 +10,7 @@
 #include <vector>
 
 
+#include "core/bf16.h"
 #include "host/adamw.h"
 #include "host/adamw_scalar.h"
 
@@ -649,6 +650,28 @@ T sum_squares(const T* x, int64_t n) {
   double total = 0;
   for (int i = 0; i < used; ++i) total += partial[static_cast<size_t>(i)];
   return static_cast<T>(total);
+}
+
+float sum_squares_bf16(const uint16_t* x, int64_t n) {
+  std::vector<double> partial(static_cast<size_t>(omp_get_max_threads()), 0.0);
+  int used = 1;
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+#pragma omp single
+    used = nt;
+    int64_t i0, i1;
+    split_range(n, nt, tid, &i0, &i1);
+    double s = 0;
+    for (int64_t i = i0; i < i1; ++i) {
+      const double v = bf16_to_float(x[i]);
+      s += v * v;
+    }
+    partial[static_cast<size_t>(tid)] = s;
+  }
+  double total = 0;
+  for (int i = 0; i < used; ++i) total += partial[static_cast<size_t>(i)];
+  return static_cast<float>(total);
 }
 
 template <typename T>

@@ -99,6 +99,8 @@ void xent_finish(T* losses, T* dlogits, const T* logits, const T* stats, const i
 
 template <typename T>
 T sum_squares(const T* x, int64_t n);
+// The same over bf16 values (Note [bf16 gradients]), in double, the same split over threads.
+float sum_squares_bf16(const uint16_t* x, int64_t n);
 // PyTorch's single-tensor AdamW step, with the gradient scaled by the clipping factor first.
 template <typename T>
 void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, T grad_norm_sq, float lr, float beta1, float beta2,

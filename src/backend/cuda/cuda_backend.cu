@@ -303,11 +303,13 @@ class CudaBackend final : public Backend {
                           const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                           GradWrite gw) override {
     const shapes::Rows d = shapes::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
+    const VecGrads g = vec_grads("layernorm_backward", dw, db, gw == GradWrite::kAccumulate);
     dispatch_x(inp.dtype(), "layernorm_backward", [&]<typename X>() {
-      cuda::layernorm_backward<X>(s(), scratch_, dinp.data<X>(), dw.data<float>(), db.data<float>(), dout.data<X>(),
-                                  inp.data<X>(), w.data<X>(), mean.data<float>(), rstd.data<float>(), d.N, d.C,
+      cuda::layernorm_backward<X>(s(), g.rest, dinp.data<X>(), g.f32[0], g.f32[1], dout.data<X>(), inp.data<X>(),
+                                  w.data<X>(), mean.data<float>(), rstd.data<float>(), d.N, d.C,
                                   gw == GradWrite::kAccumulate);
     });
+    vec_grads_done(g);
   }
   void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w,
                        float eps) override {
@@ -319,10 +321,12 @@ class CudaBackend final : public Backend {
   void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp, const Tensor& w,
                         const Tensor& rstd, GradWrite gw) override {
     const shapes::Rows d = shapes::rmsnorm_backward(dinp, dw, dout, inp, w, rstd);
+    const VecGrads g = vec_grads("rmsnorm_backward", dw, Tensor(), gw == GradWrite::kAccumulate);
     dispatch_x(inp.dtype(), "rmsnorm_backward", [&]<typename X>() {
-      cuda::rmsnorm_backward<X>(s(), scratch_, dinp.data<X>(), dw.data<float>(), dout.data<X>(), inp.data<X>(),
-                                w.data<X>(), rstd.data<float>(), d.N, d.C, gw == GradWrite::kAccumulate);
+      cuda::rmsnorm_backward<X>(s(), g.rest, dinp.data<X>(), g.f32[0], dout.data<X>(), inp.data<X>(), w.data<X>(),
+                                rstd.data<float>(), d.N, d.C, gw == GradWrite::kAccumulate);
     });
+    vec_grads_done(g);
   }
   void rope(const Tensor& qkv, const Tensor& table, const Tensor& positions, int heads, int kv_heads,
             bool inverse) override {
@@ -449,11 +453,15 @@ class CudaBackend final : public Backend {
       const cudaDataType_t xt = cuda_type<X>();
       if (shapes::present(dinp))
         gemm(false, false, N, d.C, d.OC, dout.raw(), d.OC, w.raw(), d.C, 0.0f, dinp.raw(), xt, xt, d.C);
+      // Note [bf16 gradients]: cuBLAS accumulates in f32 and rounds a bf16 dW once.
       if (shapes::present(dw))
         gemm(true, false, d.OC, d.C, N, dout.raw(), d.OC, inp.raw(), d.C, add ? 1.0f : 0.0f, dw.raw(), xt,
-             CUDA_R_32F, d.C);
-      if (shapes::present(dbias))
-        cuda::column_sums<X>(s(), scratch_, dbias.data<float>(), dout.data<X>(), d.N, d.OC, add);
+             dw.dtype() == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F, d.C);
+      if (shapes::present(dbias)) {
+        const VecGrads g = vec_grads("matmul_backward", dbias, Tensor(), add);
+        cuda::column_sums<X>(s(), g.rest, g.f32[0], dout.data<X>(), d.N, d.OC, add);
+        vec_grads_done(g);
+      }
     });
   }
 
@@ -638,15 +646,28 @@ class CudaBackend final : public Backend {
   }
   void sum_squares_in(cudaStream_t stream, const Scratch& scratch, const Tensor& out, const Tensor& x) {
     const int64_t n = shapes::sum_squares(out, x);
+    if (x.dtype() == DType::kBF16) {  // Note [bf16 gradients]
+      cuda::sum_squares(stream, scratch, out.data<float>(), x.data<bf16>(), n);
+      return;
+    }
     require_f32(x.dtype(), "sum_squares");
     cuda::sum_squares(stream, scratch, out.data<float>(), x.data<float>(), n);
   }
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     const Tensor& grad_norm_sq, const AdamWArgs& a, const Tensor& copy_out) override {
     const int64_t n = shapes::adamw(param, grad, m, v, grad_norm_sq, a, copy_out);
-    require_f32(grad.dtype(), "adamw_update");
+    if (grad.dtype() == DType::kBF16) {  // Note [bf16 gradients]
+      adamw_with(grad.data<bf16>(), param, m, v, grad_norm_sq, a, copy_out, n);
+    } else {
+      require_f32(grad.dtype(), "adamw_update");
+      adamw_with(grad.data<float>(), param, m, v, grad_norm_sq, a, copy_out, n);
+    }
+  }
+  template <typename G>
+  void adamw_with(const G* g, const Tensor& param, const Tensor& m, const Tensor& v, const Tensor& grad_norm_sq,
+                  const AdamWArgs& a, const Tensor& copy_out, int64_t n) {
     float *mp = m.data<float>(), *vp = v.data<float>();
-    const float *g = grad.data<float>(), *ns = grad_norm_sq.data<float>();
+    const float* ns = grad_norm_sq.data<float>();
     if (a.split_master) {  // Note [master in two halves]
       cuda::adamw_update_split(s(), static_cast<uint16_t*>(param.raw()), static_cast<uint16_t*>(copy_out.raw()), g,
                                mp, vp, n, ns, a);
@@ -654,13 +675,50 @@ class CudaBackend final : public Backend {
     }
     float* p = param.data<float>();
     if (copy_out.raw() == nullptr) {
-      cuda::adamw_update<bf16>(s(), p, g, mp, vp, nullptr, n, ns, a);
+      cuda::adamw_update<bf16>(s(), p, g, mp, vp, static_cast<bf16*>(nullptr), n, ns, a);
     } else if (copy_out.dtype() == DType::kBF16) {
       cuda::adamw_update(s(), p, g, mp, vp, copy_out.data<bf16>(), n, ns, a);
     } else {
       require_f32(copy_out.dtype(), "adamw_update's copy");
       cuda::adamw_update(s(), p, g, mp, vp, copy_out.data<float>(), n, ns, a);
     }
+  }
+
+  // Note [bf16 gradients] (exec/executor.h): the kernels that reduce a vector gradient (norm gains, biases) write
+  // f32; a bf16 one goes through an f32 temporary carved from the scratch's end (widened from it first where the op
+  // adds), converted (to nearest even) once the op is done. rest: the scratch the op may use besides.
+  struct VecGrads {
+    Scratch rest;
+    float* f32[2] = {nullptr, nullptr};
+    const Tensor* bf[2] = {nullptr, nullptr};
+  };
+  VecGrads vec_grads(const char* op, const Tensor& a, const Tensor& b, bool add) {
+    VecGrads v{scratch_};
+    const Tensor* g[2] = {&a, &b};
+    size_t need = 0;
+    for (const Tensor* t : g)
+      if (shapes::present(*t) && t->dtype() == DType::kBF16) need += (static_cast<size_t>(t->numel()) * 4 + 255) / 256 * 256;
+    TT_CHECK(need * 2 <= scratch_.bytes, "%s: %zu bytes of bf16 gradients' f32 temporaries leave too little scratch",
+             op, need);
+    char* at = static_cast<char*>(scratch_.ptr) + (scratch_.bytes - need) / 256 * 256;
+    v.rest.bytes = static_cast<size_t>(at - static_cast<char*>(scratch_.ptr));
+    for (int i = 0; i < 2; ++i) {
+      const Tensor& t = *g[i];
+      if (!shapes::present(t)) continue;
+      if (t.dtype() != DType::kBF16) {
+        v.f32[i] = t.data<float>();
+        continue;
+      }
+      v.f32[i] = reinterpret_cast<float*>(at);
+      v.bf[i] = &t;
+      at += (static_cast<size_t>(t.numel()) * 4 + 255) / 256 * 256;
+      if (add) cuda::convert(s(), v.f32[i], t.data<bf16>(), t.numel());
+    }
+    return v;
+  }
+  void vec_grads_done(const VecGrads& v) {
+    for (int i = 0; i < 2; ++i)
+      if (v.bf[i] != nullptr) cuda::convert(s(), v.bf[i]->data<bf16>(), v.f32[i], v.bf[i]->numel());
   }
 
  private:

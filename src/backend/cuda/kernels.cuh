@@ -174,15 +174,17 @@ void xent_finish(cudaStream_t s, float* losses, X* dlogits, const X* logits, con
 template <typename D, typename S>
 void convert(cudaStream_t s, D* dst, const S* src, int64_t n);
 void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const float* x, int64_t n);
+void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const bf16* x, int64_t n);
 // out[0] = sum of parts[0..n) in index order, in double.
 void sum_in_order(cudaStream_t s, float* out, const float* parts, int64_t n);
 // AdamW over n elements in args' pieces; out (may be null) receives the new parameters (f32), or their high halves
-// (bf16: Note [master in two halves] in core/bf16.h).
-template <typename O>
-void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, float* v, O* out, int64_t n,
+// (bf16: Note [master in two halves] in core/bf16.h). G: the gradients' type, float or bf16 (Note [bf16 gradients]).
+template <typename O, typename G>
+void adamw_update(cudaStream_t s, float* param, const G* grad, float* m, float* v, O* out, int64_t n,
                   const float* grad_norm_sq, const AdamWArgs& args);
 // The same update of a master in two halves (Note [master in two halves]): `high` is the bf16 compute copy.
-void adamw_update_split(cudaStream_t s, uint16_t* low, uint16_t* high, const float* grad, float* m, float* v,
+template <typename G>
+void adamw_update_split(cudaStream_t s, uint16_t* low, uint16_t* high, const G* grad, float* m, float* v,
                         int64_t n, const float* grad_norm_sq, const AdamWArgs& args);
 
 }  // namespace tt::cuda

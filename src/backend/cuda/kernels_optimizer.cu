@@ -38,6 +38,34 @@ __global__ void sum_squares_partial_kernel(double* partial, const float* x, int6
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
+// The same over bf16 values (Note [bf16 gradients]): 16-byte loads of eight where x is 16-byte aligned.
+__global__ void sum_squares_bf16_partial_kernel(double* partial, const bf16* x, int64_t n, bool vec) {
+  double s = 0.0;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t scalar_from = 0;
+  if (vec) {
+    const int4* x8 = reinterpret_cast<const int4*>(x);
+    const int64_t n8 = n / 8;
+    for (int64_t i = first; i < n8; i += stride) {
+      const int4 raw = x8[i];
+      const bf16* e = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const double v = __bfloat162float(e[k]);
+        s += v * v;
+      }
+    }
+    scalar_from = 8 * n8;
+  }
+  for (int64_t i = scalar_from + first; i < n; i += stride) {
+    const double v = __bfloat162float(x[i]);
+    s += v * v;
+  }
+  s = block_reduce(s, Add{}, 0.0);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
 __global__ void sum_squares_finish_kernel(float* out, const double* partial, int n) {
   double s = 0.0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
@@ -140,16 +168,26 @@ struct SplitMaster {
   bool aligned() const { return ((reinterpret_cast<uintptr_t>(low) | reinterpret_cast<uintptr_t>(high)) & 7) == 0; }
 };
 
+// A gradient element, and four from element 4 i (Note [bf16 gradients]: f32 or bf16).
+__device__ __forceinline__ float grad_at(const float* g, int64_t i) { return g[i]; }
+__device__ __forceinline__ float grad_at(const bf16* g, int64_t i) { return __bfloat162float(g[i]); }
+__device__ __forceinline__ float4 grad4_at(const float* g, int64_t i) { return reinterpret_cast<const float4*>(g)[i]; }
+__device__ __forceinline__ float4 grad4_at(const bf16* g, int64_t i) {
+  const uint2 raw = reinterpret_cast<const uint2*>(g)[i];
+  const bf16* e = reinterpret_cast<const bf16*>(&raw);
+  return make_float4(__bfloat162float(e[0]), __bfloat162float(e[1]), __bfloat162float(e[2]), __bfloat162float(e[3]));
+}
+
 // Elements first, first + stride, ... below n, one at a time.
-template <typename M>
-__device__ __forceinline__ void adamw_elements(const M& master, const float* grad, float* m, float* v, int64_t first,
+template <typename M, typename G>
+__device__ __forceinline__ void adamw_elements(const M& master, const G* grad, float* m, float* v, int64_t first,
                                                int64_t stride, int64_t n, float clip, const AdamWScalars& a,
                                                const AdamWPieces& pc) {
   int k = 0;
   for (int64_t i = first; i < n; i += stride) {
     k = adamw_piece(pc, i, k);
     float p = master.load(i), mi = m[i], vi = v[i];
-    adamw_element(p, grad[i] * clip, mi, vi, adamw_in_piece(a, pc, k));
+    adamw_element(p, grad_at(grad, i) * clip, mi, vi, adamw_in_piece(a, pc, k));
     m[i] = mi;
     v[i] = vi;
     master.store(i, p);
@@ -157,8 +195,8 @@ __device__ __forceinline__ void adamw_elements(const M& master, const float* gra
 }
 
 // Any alignment: one element a thread a turn.
-template <typename M>
-__global__ void adamw_kernel(M master, const float* __restrict__ grad, float* __restrict__ m, float* __restrict__ v,
+template <typename M, typename G>
+__global__ void adamw_kernel(M master, const G* __restrict__ grad, float* __restrict__ m, float* __restrict__ v,
                              int64_t n, const float* grad_norm_sq, float grad_clip, AdamWScalars a, AdamWPieces pc) {
   adamw_elements(master, grad, m, v, blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x,
                  static_cast<int64_t>(gridDim.x) * blockDim.x, n, adamw_clip(grad_norm_sq, grad_clip), a, pc);
@@ -167,8 +205,8 @@ __global__ void adamw_kernel(M master, const float* __restrict__ grad, float* __
 // grad, m and v 16-byte aligned and the master's arrays aligned(): four elements a thread a turn in vector loads
 // and stores (the update is bound by memory: 28 bytes an element with an f32 master, 30 with its bf16 copy, 28 in
 // two halves); the last n % 4 elements one at a time.
-template <typename M>
-__global__ void adamw_vec4_kernel(M master, const float* __restrict__ grad, float* __restrict__ m,
+template <typename M, typename G>
+__global__ void adamw_vec4_kernel(M master, const G* __restrict__ grad, float* __restrict__ m,
                                   float* __restrict__ v, int64_t n, const float* grad_norm_sq, float grad_clip,
                                   AdamWScalars a, AdamWPieces pc) {
   const float clip = adamw_clip(grad_norm_sq, grad_clip);
@@ -178,7 +216,7 @@ __global__ void adamw_vec4_kernel(M master, const float* __restrict__ grad, floa
   int k = 0;
   for (int64_t i = first; i < n4; i += stride) {
     float4 p = master.load4(i);
-    const float4 g = reinterpret_cast<const float4*>(grad)[i];
+    const float4 g = grad4_at(grad, i);
     float4 mi = reinterpret_cast<const float4*>(m)[i];
     float4 vi = reinterpret_cast<const float4*>(v)[i];
     k = adamw_piece(pc, 4 * i, k);
@@ -197,8 +235,8 @@ __global__ void adamw_vec4_kernel(M master, const float* __restrict__ grad, floa
 }
 
 // The scalars and pieces of an update, then the launch of the kernel its alignment allows.
-template <typename M>
-void adamw_launch(cudaStream_t s, const M& master, const float* grad, float* m, float* v, int64_t n,
+template <typename M, typename G>
+void adamw_launch(cudaStream_t s, const M& master, const G* grad, float* m, float* v, int64_t n,
                   const float* grad_norm_sq, const AdamWArgs& args) {
   // Scalars exactly as the CPU backend computes them (in double, then rounded once).
   const double beta1 = args.beta1, beta2 = args.beta2, lr = args.lr, step = static_cast<double>(args.step);
@@ -217,13 +255,13 @@ void adamw_launch(cudaStream_t s, const M& master, const float* grad, float* m, 
   } else {
     pc.end[0] = n;
   }
-  const bool aligned = ((reinterpret_cast<uintptr_t>(grad) | reinterpret_cast<uintptr_t>(m) |
-                         reinterpret_cast<uintptr_t>(v)) & 15) == 0 && master.aligned();
+  const bool aligned = ((reinterpret_cast<uintptr_t>(m) | reinterpret_cast<uintptr_t>(v)) & 15) == 0 &&
+                       (reinterpret_cast<uintptr_t>(grad) & (4 * sizeof(G) - 1)) == 0 && master.aligned();
   if (aligned) {
-    adamw_vec4_kernel<M><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(master, grad, m, v, n, grad_norm_sq,
+    adamw_vec4_kernel<M, G><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(master, grad, m, v, n, grad_norm_sq,
                                                                        args.grad_clip, a, pc);
   } else {
-    adamw_kernel<M><<<blocks_for(n), kThreads, 0, s>>>(master, grad, m, v, n, grad_norm_sq, args.grad_clip, a, pc);
+    adamw_kernel<M, G><<<blocks_for(n), kThreads, 0, s>>>(master, grad, m, v, n, grad_norm_sq, args.grad_clip, a, pc);
   }
   TT_CUDA_CHECK_LAUNCH();
 }
@@ -234,6 +272,16 @@ void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const float
   TT_CHECK(kSumBlocks * sizeof(double) <= scratch.bytes, "sum_squares: scratch too small");
   double* partial = static_cast<double*>(scratch.ptr);
   sum_squares_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n, dev::aligned16({x}));
+  TT_CUDA_CHECK_LAUNCH();
+  sum_squares_finish_kernel<<<1, kSumBlocks, 0, s>>>(out, partial, kSumBlocks);
+  TT_CUDA_CHECK_LAUNCH();
+}
+
+void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const bf16* x, int64_t n) {
+  TT_CHECK(kSumBlocks * sizeof(double) <= scratch.bytes, "sum_squares: scratch too small");
+  double* partial = static_cast<double*>(scratch.ptr);
+  sum_squares_bf16_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n,
+                                                                   reinterpret_cast<uintptr_t>(x) % 16 == 0);
   TT_CUDA_CHECK_LAUNCH();
   sum_squares_finish_kernel<<<1, kSumBlocks, 0, s>>>(out, partial, kSumBlocks);
   TT_CUDA_CHECK_LAUNCH();
@@ -252,13 +300,14 @@ void sum_in_order(cudaStream_t s, float* out, const float* parts, int64_t n) {
   TT_CUDA_CHECK_LAUNCH();
 }
 
-template <typename O>
-void adamw_update(cudaStream_t s, float* param, const float* grad, float* m, float* v, O* out, int64_t n,
+template <typename O, typename G>
+void adamw_update(cudaStream_t s, float* param, const G* grad, float* m, float* v, O* out, int64_t n,
                   const float* grad_norm_sq, const AdamWArgs& args) {
   adamw_launch(s, F32Master<O>{param, out}, grad, m, v, n, grad_norm_sq, args);
 }
 
-void adamw_update_split(cudaStream_t s, uint16_t* low, uint16_t* high, const float* grad, float* m, float* v,
+template <typename G>
+void adamw_update_split(cudaStream_t s, uint16_t* low, uint16_t* high, const G* grad, float* m, float* v,
                         int64_t n, const float* grad_norm_sq, const AdamWArgs& args) {
   adamw_launch(s, SplitMaster{low, high}, grad, m, v, n, grad_norm_sq, args);
 }
@@ -266,9 +315,16 @@ void adamw_update_split(cudaStream_t s, uint16_t* low, uint16_t* high, const flo
 // ---------------------------------------------------------------------------------------------------------------------
 // instantiations
 
-template void adamw_update<float>(cudaStream_t, float*, const float*, float*, float*, float*, int64_t, const float*,
-                                  const AdamWArgs&);
-template void adamw_update<bf16>(cudaStream_t, float*, const float*, float*, float*, bf16*, int64_t, const float*,
-                                 const AdamWArgs&);
+#define TT_CUDA_INSTANTIATE(G)                                                                                  \
+  template void adamw_update<float, G>(cudaStream_t, float*, const G*, float*, float*, float*, int64_t, const float*,  \
+                                       const AdamWArgs&);                                                              \
+  template void adamw_update<bf16, G>(cudaStream_t, float*, const G*, float*, float*, bf16*, int64_t, const float*,    \
+                                      const AdamWArgs&);                                                               \
+  template void adamw_update_split<G>(cudaStream_t, uint16_t*, uint16_t*, const G*, float*, float*, int64_t,          \
+                                      const float*, const AdamWArgs&);
+
+TT_CUDA_INSTANTIATE(float)
+TT_CUDA_INSTANTIATE(bf16)
+#undef TT_CUDA_INSTANTIATE
 
 }  // namespace tt::cuda
