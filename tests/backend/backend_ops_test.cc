@@ -1112,6 +1112,138 @@ TEST(AdamWPieces, OneCallEqualsPerParameterCallsOnCuda) {
   expect_pieces_equal_per_parameter_calls(*be);
 }
 
+// Note [bf16 gradients] (exec/executor.h): the ops that write parameter gradients write bf16 ones as their f32 ones
+// rounded once to nearest even, written and added (the add widened from the bf16 value first); sum_squares of a
+// bf16 tensor is the sum of its widened squares; AdamW reading bf16 gradients gives the bits of AdamW reading their
+// widened f32 values. On the CPU (f32 compute) every rounding is exact; on CUDA (bf16 compute) the vector
+// gradients (through the f32 kernels and a conversion) too, while cuBLAS's bf16 dW may come from another kernel than
+// its f32 one: within one bf16 step of the rounded f32 product.
+void expect_bf16_gradients_are_rounded_f32(Backend& be, DType compute) {
+  const int64_t N = 48, C = 64, OC = 96;
+  Rng rng(5);
+  auto rnd = [&](int64_t n, double scale) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = static_cast<float>(scale * rng.normal());
+    if (compute == DType::kBF16)
+      for (float& x : v) x = bf16_to_float(float_to_bf16(x));
+    return v;
+  };
+  Stream& st = be.compute_stream();
+  std::vector<Tensor> owned;
+  auto up = [&](const std::vector<float>& v, Shape shape, DType dt) {
+    Tensor t = be.pool().allocate(shape, dt, TensorClass::kWorkspace, "t").value();
+    owned.push_back(t);
+    if (dt == DType::kBF16) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = float_to_bf16(v[i]);
+      be.copy_h2d(t, h.data(), st);
+      EXPECT_TRUE(st.synchronize().is_ok());
+    } else {
+      be.copy_h2d(t, v.data(), st);
+      EXPECT_TRUE(st.synchronize().is_ok());
+    }
+    return t;
+  };
+  auto down = [&](const Tensor& t) {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    if (t.dtype() == DType::kBF16) {
+      std::vector<uint16_t> h(v.size());
+      be.copy_d2h(h.data(), t, st);
+      EXPECT_TRUE(st.synchronize().is_ok());
+      for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_float(h[i]);
+    } else {
+      be.copy_d2h(v.data(), t, st);
+      EXPECT_TRUE(st.synchronize().is_ok());
+    }
+    return v;
+  };
+  // The gradients' starting values are bf16 values, as the f32 reference's (what the add widens).
+  auto rnd16 = [&](int64_t k, double scale) {
+    std::vector<float> v = rnd(k, scale);
+    for (float& e : v) e = bf16_to_float(float_to_bf16(e));
+    return v;
+  };
+  const std::vector<float> x = rnd(N * C, 1.0), dout = rnd(N * OC, 1.0), w = rnd(OC * C, 0.1), dn = rnd(N * C, 1.0),
+                           gain = rnd(C, 1.0), start_w = rnd16(OC * C, 0.1), start_b = rnd16(OC, 0.1),
+                           start_g = rnd16(C, 0.1), start_g2 = rnd16(C, 0.1);
+  std::vector<float> rstd(static_cast<size_t>(N)), mean(static_cast<size_t>(N));
+  for (size_t i = 0; i < rstd.size(); ++i) rstd[i] = 0.5f + 0.01f * static_cast<float>(i), mean[i] = 0.1f;
+  const DType md = compute == DType::kBF16 ? DType::kF32 : compute;
+  // Each gradient op at both writes: the f32 gradients (started at the bf16 ones' widened values) against bf16.
+  for (const GradWrite gw : {GradWrite::kOverwrite, GradWrite::kAccumulate}) {
+    SCOPED_TRACE(gw == GradWrite::kAccumulate ? "adding" : "writing");
+    std::vector<std::vector<float>> got, want;
+    for (const DType gd : {md, DType::kBF16}) {
+      const Tensor tx = up(x, {N, C}, compute), td = up(dout, {N, OC}, compute), tw = up(w, {OC, C}, compute);
+      const Tensor dinp = up(std::vector<float>(static_cast<size_t>(N * C)), {N, C}, compute);
+      const Tensor dw = up(start_w, {OC, C}, gd), db = up(start_b, {OC}, gd);
+      be.matmul_backward(dinp, dw, db, td, tx, tw, gw);
+      const Tensor tdn = up(dn, {N, C}, compute), tg = up(gain, {C}, compute), tr = up(rstd, {N}, md),
+                   tm = up(mean, {N}, md), dx = up(std::vector<float>(static_cast<size_t>(N * C)), {N, C}, compute);
+      const Tensor dg = up(start_g, {C}, gd), dg2 = up(start_g2, {C}, gd), db2 = up(start_g, {C}, gd);
+      be.rmsnorm_backward(dx, dg, tdn, tx, tg, tr, gw);
+      be.layernorm_backward(dx, dg2, db2, tdn, tx, tg, tm, tr, gw);
+      (gd == md ? want : got) = {down(dw), down(db), down(dg), down(dg2), down(db2)};
+    }
+    const char* names[] = {"dW", "dbias", "RMSNorm dgain", "LayerNorm dgain", "LayerNorm dbias"};
+    for (size_t k = 0; k < got.size(); ++k) {
+      SCOPED_TRACE(names[k]);
+      int64_t rounded_differ = 0, beyond = 0;
+      for (size_t i = 0; i < got[k].size(); ++i) {
+        const float r = bf16_to_float(float_to_bf16(want[k][i]));
+        if (got[k][i] == r) continue;
+        ++rounded_differ;
+        // one bf16 step: the difference of two neighbouring bf16 values at r's magnitude
+        const float step = std::fabs(bf16_to_float(static_cast<uint16_t>(float_to_bf16(r) + 1)) - r);
+        if (std::fabs(got[k][i] - r) > step * 1.01f) ++beyond;
+      }
+      if (k == 0 && compute == DType::kBF16) {
+        EXPECT_EQ(beyond, 0) << rounded_differ << " elements differ from the rounded f32 product";
+      } else {
+        EXPECT_EQ(rounded_differ, 0);
+      }
+    }
+  }
+  // sum_squares and AdamW.
+  const int64_t n = 1037;
+  const std::vector<float> g = rnd(n, 1.0);
+  std::vector<float> g16(g.size());
+  for (size_t i = 0; i < g.size(); ++i) g16[i] = bf16_to_float(float_to_bf16(g[i]));
+  const Tensor gb = up(g16, {n}, DType::kBF16), gf = up(g16, {n}, DType::kF32);
+  const Tensor out = up({0.0f}, {1}, DType::kF32);
+  be.sum_squares(out, gb);
+  double want_sq = 0;
+  for (const float v : g16) want_sq += static_cast<double>(v) * v;
+  EXPECT_FLOAT_EQ(down(out)[0], static_cast<float>(want_sq));
+  std::vector<std::vector<float>> upd;
+  for (const Tensor* grad : {&gf, &gb}) {
+    rng = Rng(9);
+    const Tensor p = up(rnd(n, 1.0), {n}, DType::kF32), m = up(std::vector<float>(g.size(), 0.01f), {n}, DType::kF32),
+                 v = up(std::vector<float>(g.size(), 0.5f), {n}, DType::kF32), norm = up({4.0f}, {1}, DType::kF32);
+    AdamWArgs a;
+    a.grad_clip = 1.0f;
+    a.weight_decay = 0.1f;
+    be.adamw_update(p, *grad, m, v, norm, a, Tensor());
+    upd.push_back(down(p));
+    for (const float q : down(m)) upd.back().push_back(q);
+    for (const float q : down(v)) upd.back().push_back(q);
+  }
+  EXPECT_EQ(0, std::memcmp(upd[0].data(), upd[1].data(), upd[0].size() * sizeof(float)));
+  for (const Tensor& t : owned) be.pool().free(t);
+}
+
+TEST(Bf16Gradients, AreTheF32OnesRoundedOnCpu) {
+  auto be = testing::make_cpu_backend(int64_t(64) << 20);
+  expect_bf16_gradients_are_rounded_f32(*be, DType::kF32);
+}
+
+TEST(Bf16Gradients, AreTheF32OnesRoundedOnCuda) {
+  TT_SKIP_WITHOUT_GPU();
+  auto be = testing::make_cuda_backend(int64_t(256) << 20);
+  ASSERT_NE(be, nullptr);
+  expect_bf16_gradients_are_rounded_f32(*be, DType::kBF16);
+}
+
 // Note [gradients first written] on the CPU backend (no GPU needed): a backward op overwriting its parameter
 // gradients, which start as NaN, gives what it gives adding to zeros, value for value (-0 and +0 alike), and every
 // other output the same. args' gradients are those with `nan` set.

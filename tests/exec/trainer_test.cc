@@ -1339,7 +1339,7 @@ TEST(TrainerCuda, BFloat16TrainsAndResumesBitExact) {
 // The Llama family on a GPU, multi-head (head size 32: the general attention kernels) and grouped-query (two query
 // heads over one key/value head of 64: the bf16 tensor-core kernels, Note [grouped-query attention]): like the CPU in
 // f32 and bf16, resumed bit for bit; every plan, and the norm computed in the step, gives in-core's bits (invariant 1
-// with the same kernels).
+// with the same kernels), in bf16 with bf16 gradients too (Note [bf16 gradients]).
 TEST(TrainerCuda, LlamaMatchesCpuResumesAndEveryPlanIsBitIdentical) {
   TT_SKIP_WITHOUT_GPU();
   const ModelConfig mha{.family = "llama", .vocab = 256, .layers = 2, .dim = 64, .heads = 2, .seq = 32,
@@ -1356,9 +1356,11 @@ TEST(TrainerCuda, LlamaMatchesCpuResumesAndEveryPlanIsBitIdentical) {
     check_cuda_training("bf16", DType::kBF16, 0.05, llama);
     TempDir dir;
     const std::string data = dir.write("corpus.txt", testing::synthetic_text(60000));
-    for (const char* dtype : {"bf16", "f32"}) {
+    for (const char* dtype : {"bf16", "bf16 grads", "f32"}) {  // Note [bf16 gradients]: "bf16 grads"
       SCOPED_TRACE(dtype);
-      const TrainConfig base = cuda_plan_base(data, *llama, dtype);
+      const bool bf16_grads = std::string(dtype) == "bf16 grads";
+      TrainConfig base = cuda_plan_base(data, *llama, bf16_grads ? "bf16" : dtype);
+      base.bf16_grads = bf16_grads;
       auto a = Trainer::create(base, nullptr);
       ASSERT_TRUE(a.is_ok()) << a.status().to_string();
       ASSERT_TRUE(a.value()->run().is_ok());
