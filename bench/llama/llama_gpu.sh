@@ -41,6 +41,11 @@
 #        mode, each dW also with a bf16 output: docs/design/bf16-gradients.md; the same products in PyTorch:
 #        bench/training/torch_gemms.py), then the 1b step with --gemm-impl cublas and cublaslt alternated
 #        (TT_GEMM_ROUNDS rounds, default 2; TT_GEMM_SLICE=1 adds the slice's).
+# xent:  the fused cross-entropy's grid (bench/training/xent_rows.cu): one block a row against fewer blocks, whose
+#        rows in flight fit in L2, bit for bit, at the 1b shape's LM-head chunk and at 8192 rows.
+# bf16g: the 1b step (--attention-deterministic false) with --grad-dtype f32 and bf16 alternated, TT_BF16G_ROUNDS
+#        rounds (2; Note [bf16 gradients]), TT_BF16G_SLICE=1 the slice's too, then PyTorch's 1b row(s) as the 1b part's.
+# TT_TRAINER_TESTS: the tests part's trainer_test filter (default TrainerCuda.*).
 # TT_1B_NONDET=1 adds the 1b and slice runs with --attention-deterministic false (cuDNN's faster, non-repeatable
 # backward). TT_SLICE_IMPLS: the slice part's PyTorch rows (default "clean hf").
 # TT_TORCH_IMPLS (default "clean hf"; TT_1B_IMPLS those of the 1b part alone), TT_TORCH_EAGER=1 adds the uncompiled PyTorch rows, TT_TORCH_PROFILE=0 leaves
@@ -71,8 +76,9 @@ if has tests; then
   tt_gpu_build "$OUT" tiertrain backend_ops_test cudnn_test trainer_test || exit 1
   ops="Dtypes/BackendOps.Attention*:Dtypes/BackendOps.LlamaOps*:Dtypes/BackendOps.RmsNorm*:Dtypes/BackendOps.LayerNorm*"
   ops+=":Dtypes/BackendOps.Optimizer*:AdamWPieces.*:SwigluBackward.*"  # halves (core/bf16.h), in place
+  ops+=":Bf16Gradients.*"  # Note [bf16 gradients]
   for spec in "backend_ops_test:$ops:AttentionCudnn.*" "cudnn_test:*" \
-    "trainer_test:TrainerCuda.*"; do
+    "trainer_test:${TT_TRAINER_TESTS:-TrainerCuda.*}"; do
     exe=${spec%%:*}
     filter=${spec#*:}
     start=$(date +%s)
@@ -103,7 +109,7 @@ if has hostbw; then
   cat "$OUT/adamw_bench.txt"
 fi
 has 1b || has gemm || has slice || has attn || has profile || has 8b || has offload || has predict || has largest || has rows ||
-  has jsonl || has h200 || has predict1b || exit $status
+  has jsonl || has h200 || has predict1b || has bf16g || exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
 SHARD=/tmp/tiertrain-random-llama3.bin
 [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 --vocab 128256 > /dev/null
@@ -151,6 +157,23 @@ if has 1b; then
   for impl in ${TT_1B_IMPLS:-clean hf}; do
     torch_run 1b_compile "$impl" "${m[@]}" --tied --steps 20 --warmup-steps 8 --compile
     [ "${TT_TORCH_EAGER:-0}" = 1 ] && torch_run 1b_eager "$impl" "${m[@]}" --tied --steps 12 --warmup-steps 4
+  done
+  pack
+fi
+if has bf16g; then
+  m=(--layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn 8192 --seq 2048 --batch 4 --rope-theta 500000)
+  sm=(--layers "${TT_SLICE_LAYERS:-8}" --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048
+    --batch "${TT_SLICE_BATCH:-2}" --rope-theta 500000 --family llama --tied-embeddings false)
+  for r in $(seq "${TT_BF16G_ROUNDS:-2}"); do
+    for g in f32 bf16; do
+      tiertrain "1b_grad_${g}_$r" 20 "${m[@]}" --family llama --tied-embeddings true --attention-deterministic false \
+        --grad-dtype "$g"
+      [ "${TT_BF16G_SLICE:-0}" = 1 ] &&
+        tiertrain "slice_grad_${g}_$r" 12 "${sm[@]}" --attention-deterministic false --grad-dtype "$g"
+    done
+  done
+  for impl in ${TT_1B_IMPLS:-clean hf}; do
+    torch_run 1b_compile "$impl" "${m[@]}" --tied --steps 20 --warmup-steps 8 --compile
   done
   pack
 fi
