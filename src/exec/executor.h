@@ -65,6 +65,22 @@ struct ExecSpec {
   Status validate() const;
 };
 
+// Note [bf16 gradients]
+// With bf16 compute PyTorch's autocast casts each f32 weight to bf16 for its product, so the product's weight
+// gradient comes out of cuBLAS in bf16 (an f32 sum rounded once) and is widened into the f32 .grad: the strongest
+// PyTorch baseline trains on bf16-precision weight gradients in f32 bytes. Plan::bf16_grads (--grad-dtype bf16, JSON
+// "grad_dtype": "bf16") keeps the blocks' gradient segments (1..L: Note [gradient segments] in model/model.h) in
+// bf16: the GEMMs write dW in bf16 (cuBLAS's f32 sum rounded once to nearest even; the CPU backend rounds its f32
+// sum the same way, with f32 compute), the vector gradients (norm gains, biases) go through the backends' f32
+// reductions and are rounded once; the gradient norm's parts and AdamW read them (widened to f32 in registers), so a
+// segment's norm part and update read 2 bytes a parameter instead of 4. The embeddings' segment (its backward adds
+// rows; tied, it also takes the LM head's dW) and the final norm's stay f32. Half the blocks' gradient bytes: the
+// arena (Note [gradients in dead activations]), the head in gradients and the inventory count them. Every plan with
+// the setting gives the bits of in-core with it (tests), and a block gradient is the f32 run's rounded once
+// (Executor.Bf16GradientsAreTheF32OnesRoundedOnce). First version: AdamW on the device, one micro-batch a step (an
+// accumulation in bf16 would round at every add; PyTorch adds into f32), one data and one tensor-parallel rank, f32
+// or bf16 compute (a GPU: bf16); the rest is refused naming the flag. docs/design/bf16-gradients.md.
+
 // Note [head in gradients]
 // The head's tensors (TensorRequest::head: the final norm's output and statistics, the logits chunk) are written
 // from the last block's output on and read last by the backward of segment L + 1, which comes before every block's

@@ -47,6 +47,15 @@ __global__ void softmax_xent_backward_kernel(X* dlogits, const X* probs, const i
     d[col] = st<X>(col < valid ? (ld(p[col]) - (col == tgt ? 1.0f : 0.0f)) * scale : 0.0f);
 }
 
+// Note [cross-entropy rows in flight]
+// The fused loss reads each row of logits twice (the max and sum, then dlogits written in place). With one block of
+// 512 threads a row, an H100 holds 4 rows an SM in flight: 528 rows of the Llama-3 vocabulary (256 KiB each in bf16)
+// are 135 MiB against a 50 MiB L2, so the second pass reads the row from memory again (the 1B step's loss, 2.2 ms,
+// is what three passes over the logits would take). A grid of fewer blocks, each taking every gridDim-th row, keeps
+// the rows in flight within L2; four 16-byte loads a thread in flight keep the memory busy with fewer threads.
+// Each thread reads the same elements in the same order whatever the grid: the same bits. The launcher takes the
+// grid (0: one block a row, the default until bench/training/xent_rows.cu has measured the others on a GPU).
+
 // Forward and backward of the cross-entropy, two passes over a row by one block: an online max and sum of exp, then
 // dlogits. A block takes rows blockIdx.x, blockIdx.x + gridDim.x, ...: with a grid of fewer blocks than rows, the
 // rows in flight (the grid's) fit in L2 and the second pass reads them from there (Note [cross-entropy rows in
