@@ -364,7 +364,8 @@ int64_t adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Te
              s(param).c_str(), s(copy_out).c_str());
     TT_CHECK(grad.shape() == param.shape(), "adamw_update: grad %s and param %s differ", s(grad).c_str(),
              s(param).c_str());
-    elementwise("adamw_update", grad, m, v);
+    elementwise("adamw_update", m, v);
+    TT_CHECK(m.shape() == param.shape(), "adamw_update: m %s and param %s differ", s(m).c_str(), s(param).c_str());
   } else {
     TT_CHECK(grad.shape() == param.shape(), "adamw_update: grad %s and param %s differ", s(grad).c_str(),
              s(param).c_str());

@@ -1229,6 +1229,33 @@ void expect_bf16_gradients_are_rounded_f32(Backend& be, DType compute) {
     for (const float q : down(v)) upd.back().push_back(q);
   }
   EXPECT_EQ(0, std::memcmp(upd[0].data(), upd[1].data(), upd[0].size() * sizeof(float)));
+  // The same with a master in two halves (Note [master in two halves]), as bf16 compute keeps it.
+  std::vector<std::vector<uint16_t>> halves;
+  for (const Tensor* grad : {&gf, &gb}) {
+    rng = Rng(9);
+    const std::vector<float> p0 = rnd(n, 1.0);
+    std::vector<uint16_t> hi(p0.size()), lo(p0.size());
+    for (size_t i = 0; i < p0.size(); ++i) hi[i] = bf16_high(p0[i]), lo[i] = bf16_low(p0[i], hi[i]);
+    Tensor low = be.pool().allocate({n}, DType::kBF16, TensorClass::kWorkspace, "low").value();
+    Tensor high = be.pool().allocate({n}, DType::kBF16, TensorClass::kWorkspace, "high").value();
+    owned.push_back(low);
+    owned.push_back(high);
+    be.copy_h2d(low, lo.data(), st);
+    be.copy_h2d(high, hi.data(), st);
+    const Tensor m = up(std::vector<float>(g.size(), 0.01f), {n}, DType::kF32),
+                 v = up(std::vector<float>(g.size(), 0.5f), {n}, DType::kF32), norm = up({4.0f}, {1}, DType::kF32);
+    AdamWArgs a;
+    a.grad_clip = 1.0f;
+    a.weight_decay = 0.1f;
+    a.split_master = true;
+    be.adamw_update(low, *grad, m, v, norm, a, high);
+    be.copy_d2h(lo.data(), low, st);
+    be.copy_d2h(hi.data(), high, st);
+    EXPECT_TRUE(st.synchronize().is_ok());
+    lo.insert(lo.end(), hi.begin(), hi.end());
+    halves.push_back(lo);
+  }
+  EXPECT_EQ(halves[0], halves[1]);
   for (const Tensor& t : owned) be.pool().free(t);
 }
 

@@ -698,6 +698,10 @@ class CudaBackend final : public Backend {
     size_t need = 0;
     for (const Tensor* t : g)
       if (shapes::present(*t) && t->dtype() == DType::kBF16) need += (static_cast<size_t>(t->numel()) * 4 + 255) / 256 * 256;
+    if (need == 0) {  // f32 gradients: the whole scratch, as before
+      for (int i = 0; i < 2; ++i) v.f32[i] = shapes::present(*g[i]) ? g[i]->data<float>() : nullptr;
+      return v;
+    }
     TT_CHECK(need * 2 <= scratch_.bytes, "%s: %zu bytes of bf16 gradients' f32 temporaries leave too little scratch",
              op, need);
     char* at = static_cast<char*>(scratch_.ptr) + (scratch_.bytes - need) / 256 * 256;
