@@ -21,7 +21,8 @@
 //   xent_local_max, xent_local_sums, xent_finish    {N rows, local columns, 1 when xent_finish writes dlogits}
 //   residual_forward, gelu_forward, fill_zero,
 //   convert, sum_squares, copy_d2d                  {elements}   (dtype: of the tensor written or read)
-//   adamw_update                                    {elements, 1 when it writes a bf16 copy too}   (dtype: master's)
+//   adamw_update                                    {elements, 1 when it writes a bf16 copy too (2: a master in two
+//                                                   halves), 1 when it reads bf16 gradients}   (dtype: master's)
 #pragma once
 
 #include <array>

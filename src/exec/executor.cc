@@ -11,7 +11,12 @@
 namespace tt {
 
 namespace {
-Plan resident_plan(int layers) { return Plan::resolve("in-core", layers, 2).value(); }
+// (keeping bf16 gradients where the empty plan asked for them: Note [bf16 gradients])
+Plan resident_plan(int layers, bool bf16_grads) {
+  Plan p = Plan::resolve("in-core", layers, 2).value();
+  p.bf16_grads = bf16_grads;
+  return p;
+}
 
 // Where the resident sets and some blocks' gradients share memory (Note [gradients in dead activations]).
 ActivationArena arena_of(const ExecSpec& spec) {
@@ -179,7 +184,7 @@ Status ExecSpec::validate() const {
 // rest of the model's tensors; the optimizer's; the input staging; then the host buffers.
 Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
   ExecSpec spec = spec_in;
-  if (spec.plan.layers.empty()) spec.plan = resident_plan(spec.model.layers);
+  if (spec.plan.layers.empty()) spec.plan = resident_plan(spec.model.layers, spec.plan.bf16_grads);
   TT_TRY(spec.validate());
   const ModelConfig& cfg = spec.model;
   const Plan& plan = spec.plan;
@@ -356,7 +361,7 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
 }
 
 int64_t Executor::managed_device_bytes(const ExecSpec& spec, const Inventory& inventory) {
-  const RingLayout rings = ring_layout(spec.plan.layers.empty() ? resident_plan(spec.model.layers) : spec.plan);
+  const RingLayout rings = ring_layout(spec.plan.layers.empty() ? resident_plan(spec.model.layers, spec.plan.bf16_grads) : spec.plan);
   int64_t resident = 0, largest = 0;
   for (const InventoryEntry& e : inventory.entries()) {
     if (e.where != Inventory::kManaged) continue;
@@ -411,7 +416,7 @@ ScheduleSpec ExecSpec::schedule_spec() const {
 }
 
 Result<std::unique_ptr<Executor>> Executor::create(Backend& backend, ExecSpec spec, ModelFactory model) {
-  if (spec.plan.layers.empty()) spec.plan = resident_plan(spec.model.layers);
+  if (spec.plan.layers.empty()) spec.plan = resident_plan(spec.model.layers, spec.plan.bf16_grads);
   if (spec.lm_chunk_rows <= 0) spec.lm_chunk_rows = model_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
   TT_TRY(spec.validate());
   std::unique_ptr<Executor> ex(new Executor(backend, std::move(spec)));

@@ -115,7 +115,8 @@ class Evaluator {
   bool spec(const Plan& plan, ExecSpec* e) const {
     *e = base_.exec;
     e->plan = plan;
-    e->plan.grads_in_activations = base_.exec.plan.grads_in_activations;  // the run's knob
+    e->plan.grads_in_activations = base_.exec.plan.grads_in_activations;  // the run's knobs
+    e->plan.bf16_grads = base_.exec.plan.bf16_grads;  // (Note [bf16 gradients]: the CPU optimizer's plans refused)
     e->hyper.speculate = plan.cpu_optimizer() && cfg_.speculative_update;
     // Note [host buffers in rings]: --host-buffers ring for every plan that can have them, whole for none.
     if (cfg_.host_buffers != "auto")

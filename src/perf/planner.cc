@@ -42,6 +42,11 @@ Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
       auto run = resolve_run(c);
       // Note [gradient accumulation]: the plans that keep gradients on the host do not accumulate yet: no row.
       if (!run.is_ok() && cfg.grad_accum > 1 && run.status().code() == StatusCode::kUnimplemented) continue;
+      // Note [bf16 gradients]: nor do the plans that keep gradients on the host or in managed memory take bf16
+      // gradients yet: no row.
+      if (!run.is_ok() && cfg.bf16_grads && run.status().code() == StatusCode::kUnimplemented &&
+          run.status().message().find("--grad-dtype bf16") != std::string::npos)
+        continue;
       if (!run.is_ok()) return run.status();
       PlanRow r;
       r.plan = name;

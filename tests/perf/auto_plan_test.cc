@@ -246,6 +246,39 @@ TEST(AutoPlan, TakesHostRingsWhereOnlyTheyFitTheHost) {
   EXPECT_FALSE(choose_plan(tc, s.profile).is_ok());
 }
 
+// Note [bf16 gradients]: with --grad-dtype bf16 every candidate is sized and priced with bf16 block gradients, so
+// the search keeps AdamW on the device (the CPU optimizer's plans are refused with them) and its choice needs no
+// more than the budget, counting the gradients at 2 bytes.
+TEST(AutoPlan, Bf16GradientsKeepAdamWOnTheDevice) {
+  Machine s;
+  s.cfg.bf16_grads = true;  // (the profile then times the kernels bf16 gradients need)
+  setup(s, 6, 0.7);
+  TrainConfig& tc = s.cfg;
+  auto a = choose_plan(tc, s.profile);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  const PlanRow& best = a.value().best;
+  EXPECT_TRUE(best.run.exec.plan.bf16_grads);
+  EXPECT_FALSE(best.run.exec.plan.cpu_optimizer()) << best.run.exec.plan.summary();
+  EXPECT_LE(best.run.inventory.total(Inventory::kDevice), tc.device_budget);
+  for (const InventoryEntry& e : best.run.inventory.entries())
+    if (e.name.rfind("grads.seg", 0) == 0) {
+      const int seg = std::stoi(e.name.substr(9));
+      EXPECT_EQ(e.dtype, seg >= 1 && seg <= tc.model.layers ? DType::kBF16 : DType::kF32) << e.name;
+    }
+  // With every gradient in a buffer of its own, bf16 gradients take less (sharing memory, they may not: the head's
+  // tensors find less room in bf16 gradient buffers, Note [head in gradients]).
+  ExecSpec apart = best.run.exec;
+  apart.plan.grads_in_activations = false;
+  ExecSpec f32 = apart;
+  f32.plan.bf16_grads = false;
+  auto with = Executor::inventory(apart), without = Executor::inventory(f32);
+  ASSERT_TRUE(with.is_ok() && without.is_ok());
+  const int64_t grads = model_num_params(tc.model) - model_segments(tc.model).size[0] -
+                        model_segments(tc.model).size[static_cast<size_t>(tc.model.layers) + 1];
+  EXPECT_NEAR(static_cast<double>(without.value().total(Inventory::kDevice) - with.value().total(Inventory::kDevice)),
+              2.0 * static_cast<double>(grads), 256.0 * tc.model.layers);
+}
+
 TEST(AutoPlan, Searches48BlocksQuickly) {
   Machine s;
   setup(s, 48, 0.3);

@@ -45,33 +45,33 @@ T* ptr(const Tensor& t) {
 }
 
 // Note [bf16 gradients] (exec/executor.h) on the CPU backend: an op computes a gradient in T; a bf16 gradient (T
-// float) through an f32 temporary, widened from it first where the op adds, rounded into it once after (to nearest
-// even, as cuBLAS's epilogue rounds). Made when the op is called; before() and after() run in the op's task.
+// float) through an f32 temporary made when the op runs (open), widened from it first where the op adds, rounded
+// into it once after (close: to nearest even, as cuBLAS's epilogue rounds).
 template <typename T>
 struct GradOut {
-  T* ptr = nullptr;             // where the op writes: the gradient itself, or the temporary
-  uint16_t* bf16 = nullptr;     // the bf16 gradient, or null
-  std::shared_ptr<std::vector<T>> tmp;
+  T* same = nullptr;          // a gradient of T: written in place
+  uint16_t* bf16 = nullptr;   // a bf16 gradient, or null
   int64_t n = 0;
-  explicit GradOut(const Tensor& g, const char* op) {
+  GradOut(const Tensor& g, const char* op) {
     if (!shapes::present(g)) return;
     if (g.dtype() != DType::kBF16) {
-      ptr = g.data<T>();
+      same = g.data<T>();
       return;
     }
     TT_CHECK((std::is_same_v<T, float>), "%s: bf16 gradients with f32 compute only on the CPU backend", op);
     bf16 = static_cast<uint16_t*>(g.raw());
     n = g.numel();
-    tmp = std::make_shared<std::vector<T>>(static_cast<size_t>(n));
-    ptr = tmp->data();
   }
-  void before(bool add) const {
-    if (bf16 != nullptr && add)
-      for (int64_t i = 0; i < n; ++i) ptr[i] = static_cast<T>(bf16_to_float(bf16[i]));
+  T* open(std::vector<T>& tmp, bool add) const {
+    if (bf16 == nullptr) return same;
+    tmp.resize(static_cast<size_t>(n));
+    if (add)
+      for (int64_t i = 0; i < n; ++i) tmp[static_cast<size_t>(i)] = static_cast<T>(bf16_to_float(bf16[i]));
+    return tmp.data();
   }
-  void after() const {
+  void close(const std::vector<T>& tmp) const {
     if (bf16 != nullptr)
-      for (int64_t i = 0; i < n; ++i) bf16[i] = float_to_bf16(static_cast<float>(ptr[i]));
+      for (int64_t i = 0; i < n; ++i) bf16[i] = float_to_bf16(static_cast<float>(tmp[static_cast<size_t>(i)]));
   }
 };
 
@@ -331,11 +331,10 @@ class CpuBackend final : public Backend {
       const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *m = mean.data<T>(), *r = rstd.data<T>();
       const bool add = gw == GradWrite::kAccumulate;
       compute_.enqueue([=] {
-        gwo.before(add);
-        gbo.before(add);
-        cpu::layernorm_backward<T>(di, gwo.ptr, gbo.ptr, g, x, wp, m, r, d.N, d.C, add);
-        gwo.after();
-        gbo.after();
+        std::vector<T> tw, tb;
+        cpu::layernorm_backward<T>(di, gwo.open(tw, add), gbo.open(tb, add), g, x, wp, m, r, d.N, d.C, add);
+        gwo.close(tw);
+        gbo.close(tb);
       });
     });
   }
@@ -360,9 +359,9 @@ class CpuBackend final : public Backend {
       const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *r = rstd.data<T>();
       const bool add = gw == GradWrite::kAccumulate;
       compute_.enqueue([=] {
-        gwo.before(add);
-        cpu::rmsnorm_backward<T>(di, gwo.ptr, g, x, wp, r, d.N, d.C, add);
-        gwo.after();
+        std::vector<T> tw;
+        cpu::rmsnorm_backward<T>(di, gwo.open(tw, add), g, x, wp, r, d.N, d.C, add);
+        gwo.close(tw);
       });
     });
   }
@@ -416,11 +415,10 @@ class CpuBackend final : public Backend {
       const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>();
       const bool add = gw == GradWrite::kAccumulate;
       compute_.enqueue([=] {
-        gwo.before(add);
-        gbo.before(add);
-        cpu::matmul_backward<T>(di, gwo.ptr, gbo.ptr, g, x, wp, d.N, d.C, d.OC, add);
-        gwo.after();
-        gbo.after();
+        std::vector<T> tw, tb;
+        cpu::matmul_backward<T>(di, gwo.open(tw, add), gbo.open(tb, add), g, x, wp, d.N, d.C, d.OC, add);
+        gwo.close(tw);
+        gbo.close(tb);
       });
     });
   }
@@ -447,11 +445,10 @@ class CpuBackend final : public Backend {
       const T *g = dout.data<T>(), *x = inp.data<T>(), *wp = w.data<T>(), *p = pre.data<T>();
       const bool add = gw == GradWrite::kAccumulate;
       compute_.enqueue([=] {
-        gwo.before(add);
-        gbo.before(add);
-        cpu::matmul_backward<T>(di, gwo.ptr, gbo.ptr, g, x, wp, d.N, d.C, d.OC, add);  // overwrites dpre
-        gwo.after();
-        gbo.after();
+        std::vector<T> tw, tb;
+        cpu::matmul_backward<T>(di, gwo.open(tw, add), gbo.open(tb, add), g, x, wp, d.N, d.C, d.OC, add);  // dpre
+        gwo.close(tw);
+        gbo.close(tb);
         cpu::gelu_backward_scale<T>(di, p, d.N * d.C);
       });
     });

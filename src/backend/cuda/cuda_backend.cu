@@ -453,7 +453,10 @@ class CudaBackend final : public Backend {
       const cudaDataType_t xt = cuda_type<X>();
       if (shapes::present(dinp))
         gemm(false, false, N, d.C, d.OC, dout.raw(), d.OC, w.raw(), d.C, 0.0f, dinp.raw(), xt, xt, d.C);
-      // Note [bf16 gradients]: cuBLAS accumulates in f32 and rounds a bf16 dW once.
+      // Note [bf16 gradients]: cuBLAS accumulates in f32 and rounds a bf16 dW once (of bf16 operands only).
+      TT_CHECK(!shapes::present(dw) || dw.dtype() != DType::kBF16 || xt == CUDA_R_16BF,
+               "matmul_backward: bf16 weight gradients of %s products: the CUDA backend writes them from bf16 "
+               "operands only (--dtype bf16, or --grad-dtype f32)", dtype_name(inp.dtype()));
       if (shapes::present(dw))
         gemm(true, false, d.OC, d.C, N, dout.raw(), d.OC, inp.raw(), d.C, add ? 1.0f : 0.0f, dw.raw(), xt,
              dw.dtype() == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F, d.C);
