@@ -118,8 +118,8 @@ Status ExecSpec::validate() const {
                       : data_ranks > 1 ? "one data-parallel rank"
                       : model.tp > 1   ? "one tensor-parallel rank"
                                        : nullptr;
-    TT_RETURN_IF(why != nullptr, kUnimplemented, "--grad-dtype bf16 with plan %s: built for %s only; use --grad-dtype f32",
-                 plan.source.c_str(), why);
+    TT_RETURN_IF(why != nullptr, kUnimplemented,
+                 "--grad-dtype bf16 with plan %s: built for %s only; use --grad-dtype f32", plan.source.c_str(), why);
   }
   TT_RETURN_IF(input_scatter && data_ranks < 2, kInvalidArgument, "an input scattered over %d data rank(s)",
                data_ranks);
@@ -361,7 +361,8 @@ Result<Inventory> Executor::inventory(const ExecSpec& spec_in) {
 }
 
 int64_t Executor::managed_device_bytes(const ExecSpec& spec, const Inventory& inventory) {
-  const RingLayout rings = ring_layout(spec.plan.layers.empty() ? resident_plan(spec.model.layers, spec.plan.bf16_grads) : spec.plan);
+  const RingLayout rings =
+      ring_layout(spec.plan.layers.empty() ? resident_plan(spec.model.layers, spec.plan.bf16_grads) : spec.plan);
   int64_t resident = 0, largest = 0;
   for (const InventoryEntry& e : inventory.entries()) {
     if (e.where != Inventory::kManaged) continue;

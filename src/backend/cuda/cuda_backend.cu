@@ -700,7 +700,8 @@ class CudaBackend final : public Backend {
     const Tensor* g[2] = {&a, &b};
     size_t need = 0;
     for (const Tensor* t : g)
-      if (shapes::present(*t) && t->dtype() == DType::kBF16) need += (static_cast<size_t>(t->numel()) * 4 + 255) / 256 * 256;
+      if (shapes::present(*t) && t->dtype() == DType::kBF16)
+        need += (static_cast<size_t>(t->numel()) * 4 + 255) / 256 * 256;
     if (need == 0) {  // f32 gradients: the whole scratch, as before
       for (int i = 0; i < 2; ++i) v.f32[i] = shapes::present(*g[i]) ? g[i]->data<float>() : nullptr;
       return v;
