@@ -115,7 +115,7 @@ Status ExecSpec::validate() const {
                       : plan.cpu_optimizer()                             ? "AdamW on the device (not --optimizer cpu)"
                       : plan.managed_grads                               ? "gradients not in managed memory"
                       : grad_accum > 1 ? "one micro-batch a step (--grad-accum 1: bf16 sums would lose bits)"
-                      : data_ranks > 1 ? "one data-parallel rank"
+                      : data_ranks > 1 && shard_optimizer ? "an optimizer not sharded (--shard-optimizer off)"
                       : model.tp > 1   ? "one tensor-parallel rank"
                                        : nullptr;
     TT_RETURN_IF(why != nullptr, kUnimplemented,

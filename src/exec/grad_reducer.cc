@@ -15,7 +15,10 @@ namespace {
 class StepCollectives : public GradReducer {
  public:
   void reduce(const Tensor& grads, Stream& stream) override {
-    TT_CHECK(grads.dtype() == DType::kF32, "gradient reduction of %s: f32 only", dtype_name(grads.dtype()));
+    // Note [bf16 gradients]: bf16 segments are averaged as they are (half the bytes); the host communicators add
+    // bf16 in f32 in rank order and round once, NCCL as it reduces bf16.
+    TT_CHECK(grads.dtype() == DType::kF32 || grads.dtype() == DType::kBF16, "gradient reduction of %s: f32 or bf16",
+             dtype_name(grads.dtype()));
     run(in_place(comm::kAllreduce, grads, comm::Op::kAvg), stream, "data-parallel gradient reduction");
   }
   void sum(const Tensor& t, Stream& stream) override {

@@ -262,6 +262,29 @@ TEST(Cli, DataParallelOverAMeshTrainsTheOneProcessModel) {
   }
 }
 
+// Note [bf16 gradients] over data ranks: the bf16 segments are averaged as they are (the shm communicator adds them
+// in f32 in rank order and rounds once), so two ranks follow the one-process run with bf16 gradients closely (not bit
+// for bit: the average of two rounded halves is not the rounded whole) and learn; the sharded optimizer is refused.
+TEST(Cli, DataParallelWithBf16GradientsFollowsTheOneProcessRun) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
+  const std::string bin = TT_BINARY;
+  const std::string args = "train --data " + data +
+                           " --backend cpu --layers 2 --dim 32 --heads 2 --seq 16 --batch 8 --steps 12 --warmup 2 "
+                           "--eval-every 0 --threads 1 --log-every 4 --grad-dtype bf16";
+  CliRun a = run(args + " --metrics-out " + dir.path() + "/one.json");
+  ASSERT_EQ(a.code, 0) << a.out;
+  CliRun b = run("launch -n 2 -- " + bin + " " + args + " --mesh data=2 --metrics-out " + dir.path() + "/mesh.json");
+  ASSERT_EQ(b.code, 0) << b.out;
+  const auto x = loss_and_norm(dir.path() + "/one.json"), y = loss_and_norm(dir.path() + "/mesh.json");
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i].first, y[i].first, 1e-2 * x[i].first) << "step " << i + 1;
+  EXPECT_LT(y.back().first, y.front().first - 0.3) << "it learns";
+  CliRun c = run("launch -n 2 -- " + bin + " " + args + " --mesh data=2 --shard-optimizer true");
+  EXPECT_NE(c.code, 0);
+  EXPECT_HAS(c.out, "--grad-dtype bf16");
+}
+
 // Checkpoints hold the whole model and the global sampler: a run on 2 ranks continues on 1, and one on 1 on 4,
 // where the uninterrupted run goes.
 TEST(Cli, DataParallelCheckpointsContinueOnAnotherMesh) {
