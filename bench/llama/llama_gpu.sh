@@ -43,8 +43,10 @@
 #        (TT_GEMM_ROUNDS rounds, default 2; TT_GEMM_SLICE=1 adds the slice's).
 # xent:  the fused cross-entropy's grid (bench/training/xent_rows.cu): one block a row against fewer blocks, whose
 #        rows in flight fit in L2, bit for bit, at the 1b shape's LM-head chunk and at 8192 rows.
-# bf16g: the 1b step (--attention-deterministic false) with --grad-dtype f32 and bf16 alternated, TT_BF16G_ROUNDS
-#        rounds (2; Note [bf16 gradients]), TT_BF16G_SLICE=1 the slice's too, then PyTorch's 1b row(s) as the 1b part's.
+# bf16g: the 1b step (--attention-deterministic false) with --grad-dtype f32, bf16, and bf16 with --xent-blocks
+#        TT_XENT_BLOCKS (default: the xent part's fastest grid, if it ran and one beat a block a row) alternated,
+#        TT_BF16G_ROUNDS rounds (2; Note [bf16 gradients]), TT_BF16G_SLICE=1 the slice's too, then PyTorch's 1b
+#        row(s) as the 1b part's.
 # TT_TRAINER_TESTS: the tests part's trainer_test filter (default TrainerCuda.*).
 # TT_1B_NONDET=1 adds the 1b and slice runs with --attention-deterministic false (cuDNN's faster, non-repeatable
 # backward). TT_SLICE_IMPLS: the slice part's PyTorch rows (default "clean hf").
@@ -108,6 +110,27 @@ if has hostbw; then
   build/gpu/bench/adamw_bench 400000000 3 > "$OUT/adamw_bench.txt" 2>&1 || status=1
   cat "$OUT/adamw_bench.txt"
 fi
+if has xent; then
+  tt_gpu_build "$OUT" xent_rows || exit 1
+  timeout 120 build/gpu/bench/xent_rows --rows 2048 --reps 20 --json "$OUT/xent_rows_2048.json" \
+    > "$OUT/xent_rows_2048.log" 2>&1 || status=1
+  timeout 120 build/gpu/bench/xent_rows --rows 8192 --reps 10 --blocks "0 132 264 396" \
+    --json "$OUT/xent_rows_8192.json" > "$OUT/xent_rows_8192.log" 2>&1 || status=1
+  cat "$OUT/xent_rows_2048.log" "$OUT/xent_rows_8192.log"
+  # The fastest grid at the 1b shape's chunk, where it beats one block a row by 2% (bf16g's third run takes it).
+  XENT_BEST=$(python3 - "$OUT/xent_rows_2048.json" <<'PY'
+import json, sys
+from collections import defaultdict
+ms = defaultdict(list)
+for r in json.load(open(sys.argv[1]))["runs"]:
+    ms[r["blocks"]].append(r["ms"])
+mean = {b: sum(v) / len(v) for b, v in ms.items()}
+best = min((b for b in mean if b > 0), key=mean.get, default=0)
+print(best if best and mean[best] < 0.98 * mean.get(0, float("inf")) else 0)
+PY
+  )
+  echo "xent: fastest grid at 2048 rows: ${XENT_BEST:-0} (0: one block a row)"
+fi
 has 1b || has gemm || has slice || has attn || has profile || has 8b || has offload || has predict || has largest || has rows ||
   has jsonl || has h200 || has predict1b || has bf16g || exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
@@ -165,11 +188,14 @@ if has bf16g; then
   sm=(--layers "${TT_SLICE_LAYERS:-8}" --dim 4096 --heads 32 --kv-heads 8 --ffn 14336 --seq 2048
     --batch "${TT_SLICE_BATCH:-2}" --rope-theta 500000 --family llama --tied-embeddings false)
   for r in $(seq "${TT_BF16G_ROUNDS:-2}"); do
-    for g in f32 bf16; do
+    for g in f32 bf16 bf16x; do
+      xb=0
+      if [ "$g" = bf16x ]; then xb=${TT_XENT_BLOCKS:-${XENT_BEST:-0}}; [ "$xb" = 0 ] && continue; fi
       tiertrain "1b_grad_${g}_$r" 20 "${m[@]}" --family llama --tied-embeddings true --attention-deterministic false \
-        --grad-dtype "$g"
+        --grad-dtype "${g%x}" --xent-blocks "$xb"
       [ "${TT_BF16G_SLICE:-0}" = 1 ] &&
-        tiertrain "slice_grad_${g}_$r" 12 "${sm[@]}" --attention-deterministic false --grad-dtype "$g"
+        tiertrain "slice_grad_${g}_$r" 12 "${sm[@]}" --attention-deterministic false --grad-dtype "${g%x}" \
+          --xent-blocks "$xb"
     done
   done
   for impl in ${TT_1B_IMPLS:-clean hf}; do

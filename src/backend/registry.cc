@@ -102,6 +102,7 @@ Result<std::unique_ptr<Backend>> create_backend(const std::string& name, const B
                                  .host_threads = host::optimizer_threads(o.threads, /*beside_gpu=*/true),
                                  .attention = o.attention,
                                  .gemm = o.gemm,
+                                 .xent_blocks = o.xent_blocks,
                                  .attention_workspace_bytes = o.attention_workspace_bytes,
                                  .record_um_calls = o.record_um_calls,
                                  .um_host_piece_bytes = o.um_host_piece_bytes});

@@ -42,6 +42,7 @@ struct BackendOptions {
   int host_numa_node = -1;
   AttentionOptions attention{};            // a GPU: cuDNN or our attention kernels (attention_options.h)
   GemmImpl gemm = GemmImpl::kCublas;       // a GPU: the bf16 GEMMs without an epilogue (gemm_options.h)
+  int64_t xent_blocks = 0;                 // a GPU: the fused cross-entropy's grid (0: one block a row)
   int64_t attention_workspace_bytes = 0;   // cuDNN's or f32 GEMMs' attention workspace in the budget (BackendReserve)
   bool record_um_calls = false;            // tests: um() keeps every call (memory::RecordingUmDriver)
   // A GPU: managed prefetches to the host in pieces of this size (0: whole ranges).

@@ -178,6 +178,10 @@ void declare_train_knobs(Config& cfg) {
   choice("runtime", "gemm_impl", "cublas", {"cublas", "cublaslt"},
          "bf16 GEMMs on a GPU without a fused bias or GELU (Llama's, GPT's backward): cublas (cublasGemmEx, its default "
          "algorithm), cublaslt (cuBLASLt's first heuristic algorithm per shape, as the fused GEMMs); both deterministic");
+  knob("runtime", "xent_blocks", K::kInt, "0",
+       "a GPU: the fused cross-entropy's grid (Note [cross-entropy rows in flight]): 0 one block a row of logits; N "
+       "blocks, each taking every N-th row, so that the rows in flight stay in L2 for the loss's second pass; the "
+       "same bits either way");
   choice("runtime", "f32_attention", "auto", {"auto", "gemm", "simt"},
          "f32 attention on a GPU: auto (fused 3xTF32 tensor-core kernels for head size 64 or 128, else cuBLAS SGEMMs "
          "over the attention workspace, else SIMT kernels), gemm (the SGEMMs where the workspace holds a (batch, "
@@ -417,6 +421,9 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   TT_ASSIGN_OR_RETURN(tc.attention.f32, parse_f32_attention(cfg.get_string("f32_attention")));
   tc.attention.deterministic = cfg.get_bool("attention_deterministic");
   TT_ASSIGN_OR_RETURN(tc.gemm, parse_gemm_impl(cfg.get_string("gemm_impl")));
+  tc.xent_blocks = cfg.get_int("xent_blocks");
+  TT_RETURN_IF(tc.xent_blocks < 0, kInvalidArgument, "--xent-blocks must be >= 0, got %lld",
+               static_cast<long long>(tc.xent_blocks));
   tc.attention.cudnn_library = cfg.get_string("cudnn_library");
   TT_ASSIGN_OR_RETURN(tc.attention.workspace_cap, parse_attention_workspace(cfg.get_string("attention_workspace")));
   tc.mesh = cfg.get_string("mesh");

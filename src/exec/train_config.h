@@ -81,6 +81,7 @@ struct TrainConfig {
   int host_numa_node = -1;        // host pool placement; -1: automatic
   AttentionOptions attention{};   // a GPU: cuDNN's fused attention or our kernels (attention_impl, ...)
   GemmImpl gemm = GemmImpl::kCublas;  // a GPU: the bf16 GEMMs without an epilogue (gemm_impl)
+  int64_t xent_blocks = 0;  // a GPU: the fused cross-entropy's grid (Note [cross-entropy rows in flight]); 0: a row each
   bool cpu_lock_host_memory = false;
 
   // Issue 21: the named device mesh (mesh/mesh.h) this run is one rank of, and its layout rules; "" for one

@@ -525,6 +525,7 @@ BackendOptions run_backend_options(const TrainConfig& cfg, int64_t budget, int64
           .host_numa_node = cfg.host_numa_node,
           .attention = cfg.attention,
           .gemm = cfg.gemm,
+          .xent_blocks = cfg.xent_blocks,
           .attention_workspace_bytes = attention_workspace_bytes,
           .um_host_piece_bytes = cfg.um_host_piece_mib << 20};
 }

@@ -246,6 +246,7 @@ class CudaBackend final : public Backend {
   memory::UmDriver* um() override { return um_.get(); }
   void set_record_um_calls(bool on) { record_um_calls_ = on; }
   void set_gemm(GemmImpl g) { gemm_ = g; }
+  void set_xent_blocks(int64_t b) { xent_blocks_ = b; }
 
   void copy_h2d(const Tensor& dst, const void* src, Stream& stream) override {
     TT_CUDA_ASSERT(cudaMemcpyAsync(dst.raw(), src, dst.nbytes(), cudaMemcpyHostToDevice, as_cuda(stream)));
@@ -611,7 +612,7 @@ class CudaBackend final : public Backend {
     const shapes::Softmax d = shapes::softmax_xent_forward(losses, dlogits, logits, targets, vocab);
     dispatch_x(logits.dtype(), "softmax_xent_fused", [&]<typename X>() {
       cuda::softmax_xent_fused<X>(s(), losses.data<float>(), dlogits.data<X>(), logits.data<X>(),
-                                  targets.data<int32_t>(), dloss, d.N, d.V, d.valid);
+                                  targets.data<int32_t>(), dloss, d.N, d.V, d.valid, xent_blocks_);
     });
   }
   void xent_local_max(const Tensor& stats, const Tensor& logits, int64_t vocab_begin, int vocab) override {
@@ -749,6 +750,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   LtGemm lt_;
   GemmImpl gemm_ = GemmImpl::kCublas;  // the bf16 GEMMs without an epilogue (gemm_options.h)
+  int64_t xent_blocks_ = 0;  // Note [cross-entropy rows in flight]
   int64_t scratch_request_;
   AttentionOptions attention_;
   int64_t attention_workspace_bytes_;
@@ -842,6 +844,7 @@ Result<std::unique_ptr<Backend>> create_backend(const CudaBackendOptions& option
                                           options.um_host_piece_bytes);
   be->set_record_um_calls(options.record_um_calls);
   be->set_gemm(options.gemm);
+  be->set_xent_blocks(options.xent_blocks);
   TT_TRY(be->init());
   TT_LOG(INFO, MEM, "CUDA device arena on %s: %s (free %s of %s)", prop.name, format_bytes(budget).c_str(),
          format_bytes(static_cast<int64_t>(free_b)).c_str(), format_bytes(static_cast<int64_t>(total_b)).c_str());

@@ -41,6 +41,7 @@ struct CudaBackendOptions {
   int host_threads = 1;     // Backend::host_threads (host::optimizer_threads)
   AttentionOptions attention{};
   GemmImpl gemm = GemmImpl::kCublas;      // the bf16 GEMMs without an epilogue (gemm_options.h)
+  int64_t xent_blocks = 0;  // the fused cross-entropy's grid (Note [cross-entropy rows in flight]; 0: one block a row)
   int64_t attention_workspace_bytes = 0;  // from attention_workspace_for(); 0: neither cuDNN nor f32 GEMMs
   bool record_um_calls = false;           // um() keeps every call (memory::RecordingUmDriver)
   int64_t um_host_piece_bytes = memory::kDefaultUmHostPieceBytes;  // Note [prefetches to the host in pieces] (um.h)
