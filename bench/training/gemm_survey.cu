@@ -25,6 +25,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.cuh"
+#include "bench_fill.cuh"
 #include "backend/cuda/lt_gemm.cuh"
 
 namespace {
@@ -33,15 +34,7 @@ using tt::cuda::Epilogue;
 using tt::cuda::LtCall;
 using tt::cuda::LtGemm;
 
-__global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 16;
-    h *= 0x7feb352du;
-    h ^= h >> 15;
-    p[i] = __float2bfloat16(scale * (static_cast<float>(h & 0xffff) / 32768.0f - 1.0f));
-  }
-}
+using tt::bench::fill_kernel;
 
 __global__ void count_diff_kernel(const uint32_t* a, const uint32_t* b, size_t words, unsigned long long* out) {
   unsigned long long local = 0;

@@ -19,18 +19,11 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.cuh"
+#include "bench_fill.cuh"
 
 namespace {
 
-__global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 16;
-    h *= 0x7feb352du;
-    h ^= h >> 15;
-    p[i] = __float2bfloat16(scale * (static_cast<float>(h & 0xffff) / 32768.0f - 1.0f));
-  }
-}
+using tt::bench::fill_kernel;
 
 struct Result {
   long long blocks;

@@ -632,27 +632,11 @@ void xent_finish(T* losses, T* dlogits, const T* logits, const T* stats, const i
 // ---------------------------------------------------------------------------------------------------------------------
 // optimizer
 
-template <typename T>
-T sum_squares(const T* x, int64_t n) {
-  std::vector<double> partial(static_cast<size_t>(omp_get_max_threads()), 0.0);
-  int used = 1;
-#pragma omp parallel
-  {
-    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-#pragma omp single
-    used = nt;
-    int64_t i0, i1;
-    split_range(n, nt, tid, &i0, &i1);
-    double s = 0;
-    for (int64_t i = i0; i < i1; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-    partial[static_cast<size_t>(tid)] = s;
-  }
-  double total = 0;
-  for (int i = 0; i < used; ++i) total += partial[static_cast<size_t>(i)];
-  return static_cast<T>(total);
-}
-
-float sum_squares_bf16(const uint16_t* x, int64_t n) {
+namespace {
+// The sum of squares of n values value(i), in double, over the OpenMP team's even split (one partial a thread, added
+// in thread order): deterministic for a fixed thread count.
+template <typename Value>
+double squares_in_order(int64_t n, Value value) {
   std::vector<double> partial(static_cast<size_t>(omp_get_max_threads()), 0.0);
   int used = 1;
 #pragma omp parallel
@@ -664,14 +648,24 @@ float sum_squares_bf16(const uint16_t* x, int64_t n) {
     split_range(n, nt, tid, &i0, &i1);
     double s = 0;
     for (int64_t i = i0; i < i1; ++i) {
-      const double v = bf16_to_float(x[i]);
+      const double v = value(i);
       s += v * v;
     }
     partial[static_cast<size_t>(tid)] = s;
   }
   double total = 0;
   for (int i = 0; i < used; ++i) total += partial[static_cast<size_t>(i)];
-  return static_cast<float>(total);
+  return total;
+}
+}  // namespace
+
+template <typename T>
+T sum_squares(const T* x, int64_t n) {
+  return static_cast<T>(squares_in_order(n, [x](int64_t i) { return static_cast<double>(x[i]); }));
+}
+
+float sum_squares_bf16(const uint16_t* x, int64_t n) {
+  return static_cast<float>(squares_in_order(n, [x](int64_t i) { return static_cast<double>(bf16_to_float(x[i])); }));
 }
 
 template <typename T>

@@ -7,65 +7,44 @@ namespace {
 
 constexpr int kSumBlocks = 512;
 
-__device__ __forceinline__ double squares(const float4& v) {
-  return static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y + static_cast<double>(v.z) * v.z +
-         static_cast<double>(v.w) * v.w;
+// The squares of a 16-byte vector of X's elements (four f32 or eight bf16), added left to right.
+template <typename X>
+__device__ __forceinline__ double squares(const int4& raw) {
+  const X* e = reinterpret_cast<const X*>(&raw);
+  double s = 0.0;
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(16 / sizeof(X)); ++k) {
+    const double v = ld(e[k]);
+    s += v * v;
+  }
+  return s;
 }
 
 // A block's share of the sum of squares, in a fixed order (kSumBlocks blocks: the same partial sums every run). With
 // vec (x 16-byte aligned), two 16-byte loads a thread in flight a turn: with one 4-byte load a thread the kernel could
 // not keep enough bytes in flight to reach the memory's bandwidth (the gradient norm reads every gradient once a
-// step: 13.7 GB at d4096).
-__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n, bool vec) {
+// step: 13.7 GB at d4096). X: f32, or bf16 (Note [bf16 gradients]).
+template <typename X>
+__global__ void sum_squares_partial_kernel(double* partial, const X* x, int64_t n, bool vec) {
+  constexpr int64_t kVec = 16 / sizeof(X);
   double s = 0.0;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t scalar_from = 0;
   if (vec) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    const int64_t n4 = n / 4;
+    const int4* xv = reinterpret_cast<const int4*>(x);
+    const int64_t nv = n / kVec;
     int64_t i = first;
-    for (; i + stride < n4; i += 2 * stride) {
-      const float4 a = x4[i], b = x4[i + stride];
-      s += squares(a);
-      s += squares(b);
+    for (; i + stride < nv; i += 2 * stride) {
+      const int4 a = xv[i], b = xv[i + stride];
+      s += squares<X>(a);
+      s += squares<X>(b);
     }
-    if (i < n4) s += squares(x4[i]);
-    scalar_from = 4 * n4;
-  }
-  for (int64_t i = scalar_from + first; i < n; i += stride) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  s = block_reduce(s, Add{}, 0.0);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-// The same over bf16 values (Note [bf16 gradients]): 16-byte loads of eight where x is 16-byte aligned.
-__global__ void sum_squares_bf16_partial_kernel(double* partial, const bf16* x, int64_t n, bool vec) {
-  double s = 0.0;
-  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  int64_t scalar_from = 0;
-  if (vec) {
-    const int4* x8 = reinterpret_cast<const int4*>(x);
-    const int64_t n8 = n / 8;
-    const auto add8 = [&s](const int4& raw) {
-      const bf16* e = reinterpret_cast<const bf16*>(&raw);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const double v = __bfloat162float(e[k]);
-        s += v * v;
-      }
-    };
-    int64_t i = first;
-    for (; i + stride < n8; i += 2 * stride) {  // two 16-byte loads a thread in flight, as the f32 kernel's
-      const int4 a = x8[i], b = x8[i + stride];
-      add8(a);
-      add8(b);
-    }
-    if (i < n8) add8(x8[i]);
-    scalar_from = 8 * n8;
+    if (i < nv) s += squares<X>(xv[i]);
+    scalar_from = kVec * nv;
   }
   for (int64_t i = scalar_from + first; i < n; i += stride) {
-    const double v = __bfloat162float(x[i]);
+    const double v = ld(x[i]);
     s += v * v;
   }
   s = block_reduce(s, Add{}, 0.0);
@@ -274,23 +253,24 @@ void adamw_launch(cudaStream_t s, const M& master, const G* grad, float* m, floa
 
 }  // namespace
 
-void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const float* x, int64_t n) {
+namespace {
+template <typename X>
+void sum_squares_of(cudaStream_t s, const Scratch& scratch, float* out, const X* x, int64_t n) {
   TT_CHECK(kSumBlocks * sizeof(double) <= scratch.bytes, "sum_squares: scratch too small");
   double* partial = static_cast<double*>(scratch.ptr);
-  sum_squares_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n, dev::aligned16({x}));
+  sum_squares_partial_kernel<X><<<kSumBlocks, kThreads, 0, s>>>(partial, x, n,
+                                                                reinterpret_cast<uintptr_t>(x) % 16 == 0);
   TT_CUDA_CHECK_LAUNCH();
   sum_squares_finish_kernel<<<1, kSumBlocks, 0, s>>>(out, partial, kSumBlocks);
   TT_CUDA_CHECK_LAUNCH();
 }
+}  // namespace
 
+void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const float* x, int64_t n) {
+  sum_squares_of(s, scratch, out, x, n);
+}
 void sum_squares(cudaStream_t s, const Scratch& scratch, float* out, const bf16* x, int64_t n) {
-  TT_CHECK(kSumBlocks * sizeof(double) <= scratch.bytes, "sum_squares: scratch too small");
-  double* partial = static_cast<double*>(scratch.ptr);
-  sum_squares_bf16_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n,
-                                                                   reinterpret_cast<uintptr_t>(x) % 16 == 0);
-  TT_CUDA_CHECK_LAUNCH();
-  sum_squares_finish_kernel<<<1, kSumBlocks, 0, s>>>(out, partial, kSumBlocks);
-  TT_CUDA_CHECK_LAUNCH();
+  sum_squares_of(s, scratch, out, x, n);
 }
 
 namespace {
