@@ -78,7 +78,7 @@ if has tests; then
   tt_gpu_build "$OUT" tiertrain backend_ops_test cudnn_test trainer_test || exit 1
   ops="Dtypes/BackendOps.Attention*:Dtypes/BackendOps.LlamaOps*:Dtypes/BackendOps.RmsNorm*:Dtypes/BackendOps.LayerNorm*"
   ops+=":Dtypes/BackendOps.Optimizer*:AdamWPieces.*:SwigluBackward.*"  # halves (core/bf16.h), in place
-  ops+=":Bf16Gradients.*"  # Note [bf16 gradients]
+  ops+=":Bf16Gradients.*:SoftmaxXentFused.*"  # Note [bf16 gradients], Note [cross-entropy rows in flight]
   for spec in "backend_ops_test:$ops:AttentionCudnn.*" "cudnn_test:*" \
     "trainer_test:${TT_TRAINER_TESTS:-TrainerCuda.*}"; do
     exe=${spec%%:*}

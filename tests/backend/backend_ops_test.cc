@@ -496,6 +496,61 @@ std::unique_ptr<Backend> cuda_backend_of(const cuda::CudaBackendOptions& options
 }
 #endif
 
+// Note [cross-entropy rows in flight]: the fused cross-entropy gives the bits of one block a row for any grid
+// (--xent-blocks): bf16 and f32 rows on the vector path (a multiple of 16 bytes) and off it, padding columns, rows
+// without a target (Note [loss mask]), in place and not.
+TEST(SoftmaxXentFused, AnyGridGivesTheSameBitsOnCuda) {
+#ifdef TIERTRAIN_HAVE_CUDA
+  TT_SKIP_WITHOUT_GPU();
+  struct Shape2 {
+    int64_t rows;
+    int V, valid;
+  };
+  for (const DType dt : {DType::kBF16, DType::kF32})
+    for (const Shape2 sh : {Shape2{29, 136, 130}, Shape2{29, 131, 131}, Shape2{7, 1024, 1000}})
+      for (const bool in_place : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " rows " + std::to_string(sh.rows) + " V " + std::to_string(sh.V) +
+                     (in_place ? " in place" : ""));
+        Rng rng(3);
+        const size_t n = static_cast<size_t>(sh.rows) * sh.V, es = dtype_size(dt);
+        std::vector<uint8_t> logits(n * es);
+        for (size_t i = 0; i < n; ++i) {
+          const float v = static_cast<float>(3.0 * rng.normal());
+          if (dt == DType::kBF16) {
+            const uint16_t h = float_to_bf16(v);
+            std::memcpy(&logits[i * 2], &h, 2);
+          } else {
+            std::memcpy(&logits[i * 4], &v, 4);
+          }
+        }
+        std::vector<int32_t> targets(static_cast<size_t>(sh.rows));
+        for (size_t r = 0; r < targets.size(); ++r)
+          targets[r] = r % 5 == 2 ? -1 : static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(sh.valid)));
+        std::vector<std::vector<uint8_t>> out;
+        for (const int64_t grid : {int64_t(0), int64_t(1), int64_t(3), int64_t(8), int64_t(1000)}) {
+          auto be = cuda_backend_of({.device_budget = int64_t(256) << 20, .xent_blocks = grid});
+          ASSERT_NE(be, nullptr);
+          Stream& st = be->compute_stream();
+          Tensor tl = be->pool().allocate({sh.rows, sh.V}, dt, TensorClass::kWorkspace, "logits").value();
+          Tensor td = in_place ? tl : be->pool().allocate({sh.rows, sh.V}, dt, TensorClass::kWorkspace, "d").value();
+          Tensor tt = be->pool().allocate({sh.rows}, DType::kI32, TensorClass::kWorkspace, "targets").value();
+          Tensor tlo = be->pool().allocate({sh.rows}, DType::kF32, TensorClass::kWorkspace, "losses").value();
+          be->copy_h2d(tl, logits.data(), st);
+          be->copy_h2d(tt, targets.data(), st);
+          be->softmax_xent_fused(tlo, td, tl, tt, 0.25f, sh.valid);
+          std::vector<uint8_t> got(n * es + static_cast<size_t>(sh.rows) * 4);
+          be->copy_d2h(got.data(), td, st);
+          be->copy_d2h(got.data() + n * es, tlo, st);
+          ASSERT_TRUE(st.synchronize().is_ok());
+          out.push_back(std::move(got));
+        }
+        for (size_t k = 1; k < out.size(); ++k) EXPECT_EQ(out[k], out[0]) << "grid case " << k;
+      }
+#else
+  GTEST_SKIP() << "a build without CUDA";
+#endif
+}
+
 // gemm_impl=cublaslt (backend/gemm_options.h): the GEMMs without an epilogue through cuBLASLt in bf16 (counted),
 // against the CPU as the default path is; f32 stays on cublasGemmEx.
 TEST_P(BackendOps, MatmulOnCublasLt) {
