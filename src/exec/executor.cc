@@ -116,8 +116,7 @@ Status ExecSpec::validate() const {
                       : plan.managed_grads                               ? "gradients not in managed memory"
                       : grad_accum > 1 ? "one micro-batch a step (--grad-accum 1: bf16 sums would lose bits)"
                       : data_ranks > 1 && shard_optimizer ? "an optimizer not sharded (--shard-optimizer off)"
-                      : model.tp > 1   ? "one tensor-parallel rank"
-                                       : nullptr;
+                                                          : nullptr;
     TT_RETURN_IF(why != nullptr, kUnimplemented,
                  "--grad-dtype bf16 with plan %s: built for %s only; use --grad-dtype f32", plan.source.c_str(), why);
   }

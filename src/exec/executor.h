@@ -79,9 +79,9 @@ struct ExecSpec {
 // the setting gives the bits of in-core with it (tests), and a block gradient is the f32 run's rounded once
 // (Executor.Bf16GradientsAreTheF32OnesRoundedOnce). Data ranks average the bf16 segments as they are (half the bytes;
 // the host communicators add them in f32 in rank order and round once, NCCL reduces bf16 as PyTorch DDP's bf16
-// compression hook does). First version: AdamW on the device and not sharded, one micro-batch a step (an
-// accumulation in bf16 would round at every add; PyTorch adds into f32), one tensor-parallel rank, f32 or bf16
-// compute (a GPU: bf16); the rest is refused naming the flag. docs/design/bf16-gradients.md.
+// compression hook does); model ranks hold their slices. First version: AdamW on the device and not sharded, one
+// micro-batch a step (an accumulation in bf16 would round at every add; PyTorch adds into f32), f32 or bf16 compute
+// (a GPU: bf16); the rest is refused naming the flag. docs/design/bf16-gradients.md.
 
 // Note [head in gradients]
 // The head's tensors (TensorRequest::head: the final norm's output and statistics, the logits chunk) are written

@@ -209,7 +209,7 @@ void declare_train_knobs(Config& cfg) {
          "the blocks' weight gradients: f32, or bf16 as PyTorch's autocast writes them (Note [bf16 gradients]: each "
          "product's f32 sum rounded once; half the gradients' memory and bytes for the norm and AdamW; the "
          "embeddings' and final norm's stay f32; data ranks average them in bf16). bf16 needs AdamW on the device, "
-         "not sharded, --grad-accum 1 and one tensor-parallel rank; on a GPU bf16 compute");
+         "not sharded, and --grad-accum 1; on a GPU bf16 compute");
   knob("runtime", "grads_in_activations", K::kBool, "true",
        "keep a block's gradients in the activation memory of later blocks, dead once their backwards are done "
        "(Note [gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory), and "

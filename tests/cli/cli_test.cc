@@ -11,6 +11,7 @@
 #include <iterator>
 #include <map>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -264,8 +265,9 @@ TEST(Cli, DataParallelOverAMeshTrainsTheOneProcessModel) {
 
 // Note [bf16 gradients] over data ranks: the bf16 segments are averaged as they are (the shm communicator adds them
 // in f32 in rank order and rounds once), so two ranks follow the one-process run with bf16 gradients closely (not bit
-// for bit: the average of two rounded halves is not the rounded whole) and learn; the sharded optimizer is refused.
-TEST(Cli, DataParallelWithBf16GradientsFollowsTheOneProcessRun) {
+// for bit: the average of two rounded halves is not the rounded whole) and learn; over model ranks, the same curve;
+// the sharded optimizer is refused.
+TEST(Cli, MeshesWithBf16GradientsFollowTheOneProcessRun) {
   TempDir dir;
   const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(30000));
   const std::string bin = TT_BINARY;
@@ -280,6 +282,14 @@ TEST(Cli, DataParallelWithBf16GradientsFollowsTheOneProcessRun) {
   ASSERT_EQ(x.size(), y.size());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i].first, y[i].first, 1e-2 * x[i].first) << "step " << i + 1;
   EXPECT_LT(y.back().first, y.front().first - 0.3) << "it learns";
+  // Over model ranks each rank's weight gradients are its slices of the one-process run's (the same sums): the same
+  // curve, as with f32 gradients (Cli.TensorParallelOverAMeshTrainsTheOneProcessModel).
+  const std::string tp_args = std::regex_replace(args, std::regex("--heads 2"), "--heads 4");
+  CliRun d = run(tp_args + " --metrics-out " + dir.path() + "/one4.json");
+  ASSERT_EQ(d.code, 0) << d.out;
+  CliRun e = run("launch -n 2 -- " + bin + " " + tp_args + " --mesh model=2 --metrics-out " + dir.path() + "/tp.json");
+  ASSERT_EQ(e.code, 0) << e.out;
+  expect_same_curve(dir.path() + "/one4.json", dir.path() + "/tp.json", "model=2, bf16 gradients");
   CliRun c = run("launch -n 2 -- " + bin + " " + args + " --mesh data=2 --shard-optimizer true");
   EXPECT_NE(c.code, 0);
   EXPECT_HAS(c.out, "--grad-dtype bf16");
