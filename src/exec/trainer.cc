@@ -266,6 +266,7 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
         a.plan = plan.value();
         a.plan.optimizer = where;
         a.plan.grads_in_activations = e.plan.grads_in_activations;
+        a.plan.bf16_grads = e.plan.bf16_grads;  // (Note [bf16 gradients]: the CPU optimizer's rows refused)
         a.hyper.speculate = false;
         auto inv = Executor::inventory(a);
         if (!inv.is_ok()) continue;
