@@ -663,7 +663,8 @@ class CpuBackend final : public Backend {
     const bool fused_copy =
         copy_out.raw() != nullptr && param.dtype() == DType::kF32 && copy_out.dtype() == DType::kBF16;
     uint16_t* out = fused_copy ? static_cast<uint16_t*>(copy_out.raw()) : nullptr;
-    const uint16_t* g16 = grad.dtype() == DType::kBF16 ? static_cast<const uint16_t*>(grad.raw()) : nullptr;
+    const bool g16 = grad.dtype() == DType::kBF16;  // Note [bf16 gradients]: an f32 update reads them widened
+    const void* graw = grad.raw();
     dispatch_float(param.dtype(), "adamw_update", [&]<typename T>() {
       T *p = param.data<T>(), *mp = m.data<T>(), *vp = v.data<T>();
       const T *g = g16 ? nullptr : grad.data<T>(), *ns = grad_norm_sq.data<T>();
@@ -671,15 +672,11 @@ class CpuBackend final : public Backend {
       compute_.enqueue([=] {
         for_each_piece(a, n, [&](int64_t begin, int64_t end, float wd) {
           if constexpr (std::is_same_v<T, float>) {
-            if (g16 != nullptr) {  // Note [bf16 gradients]: widened a chunk at a time
-              with_f32_grads(g16, begin, end, [&](const float* gc, int64_t c, int64_t k) {
-                host::adamw_update_f32(p + c, gc, mp + c, vp + c, out ? out + c : nullptr, k, *ns, a.lr, a.beta1,
-                                       a.beta2, a.eps, wd, a.step, a.grad_clip);
-              });
-              return;
-            }
-            host::adamw_update_f32(p + begin, g + begin, mp + begin, vp + begin, out ? out + begin : nullptr,
-                                   end - begin, *ns, a.lr, a.beta1, a.beta2, a.eps, wd, a.step, a.grad_clip);
+            grads_in_chunks(graw, g16, begin, end, g16 ? kWidenChunk : end - begin,
+                            [&](const float* gc, int64_t c, int64_t k) {
+                              host::adamw_update_f32(p + c, gc, mp + c, vp + c, out ? out + c : nullptr, k, *ns, a.lr,
+                                                     a.beta1, a.beta2, a.eps, wd, a.step, a.grad_clip);
+                            });
           } else {
             cpu::adamw_update<T>(p + begin, g + begin, mp + begin, vp + begin, end - begin, *ns, a.lr, a.beta1,
                                  a.beta2, a.eps, wd, a.step, a.grad_clip);
@@ -701,34 +698,33 @@ class CpuBackend final : public Backend {
     const bool g16 = grad.dtype() == DType::kBF16;  // Note [bf16 gradients]
     const void* graw = grad.raw();
     compute_.enqueue([=] {
-      constexpr int64_t kChunk = int64_t{1} << 16;
-      std::vector<float> p(static_cast<size_t>(std::min(n, kChunk))), gw(g16 ? p.size() : 0);
+      std::vector<float> p(static_cast<size_t>(std::min(n, kWidenChunk)));
       for_each_piece(a, n, [&](int64_t begin, int64_t end, float wd) {
-        for (int64_t c = begin; c < end; c += kChunk) {
-          const int64_t k = std::min(kChunk, end - c);
+        grads_in_chunks(graw, g16, begin, end, kWidenChunk, [&](const float* g, int64_t c, int64_t k) {
           for (int64_t j = 0; j < k; ++j) p[static_cast<size_t>(j)] = bf16_join(hi[c + j], lo[c + j]);
-          const float* g = static_cast<const float*>(graw) + c;
-          if (g16) {
-            for (int64_t j = 0; j < k; ++j)
-              gw[static_cast<size_t>(j)] = bf16_to_float(static_cast<const uint16_t*>(graw)[c + j]);
-            g = gw.data();
-          }
           host::adamw_update_f32(p.data(), g, mp + c, vp + c, hi + c, k, *ns, a.lr, a.beta1, a.beta2, a.eps, wd,
                                  a.step, a.grad_clip);
           for (int64_t j = 0; j < k; ++j) lo[c + j] = bf16_low(p[static_cast<size_t>(j)], hi[c + j]);
-        }
+        });
       });
     });
   }
-  // fn(f32 gradients of elements [c, c + k), c, k) over [begin, end) of bf16 gradients, a chunk at a time.
+  // The elements a master in two halves is joined, or bf16 gradients widened, at a time.
+  static constexpr int64_t kWidenChunk = int64_t{1} << 16;
+  // fn(f32 gradients of elements [c, c + k), c, k) over [begin, end) in chunks of at most `chunk` elements: f32
+  // gradients where they are, bf16 ones (Note [bf16 gradients]) widened a chunk at a time.
   template <typename Fn>
-  static void with_f32_grads(const uint16_t* g16, int64_t begin, int64_t end, Fn&& fn) {
-    constexpr int64_t kChunk = int64_t{1} << 16;
-    std::vector<float> g(static_cast<size_t>(std::min(end - begin, kChunk)));
-    for (int64_t c = begin; c < end; c += kChunk) {
-      const int64_t k = std::min(kChunk, end - c);
-      for (int64_t j = 0; j < k; ++j) g[static_cast<size_t>(j)] = bf16_to_float(g16[c + j]);
-      fn(g.data(), c, k);
+  static void grads_in_chunks(const void* grad, bool g16, int64_t begin, int64_t end, int64_t chunk, Fn&& fn) {
+    std::vector<float> w(g16 ? static_cast<size_t>(std::min(end - begin, chunk)) : 0);
+    for (int64_t c = begin; c < end; c += chunk) {
+      const int64_t k = std::min(chunk, end - c);
+      if (!g16) {
+        fn(static_cast<const float*>(grad) + c, c, k);
+        continue;
+      }
+      const uint16_t* h = static_cast<const uint16_t*>(grad) + c;
+      for (int64_t j = 0; j < k; ++j) w[static_cast<size_t>(j)] = bf16_to_float(h[j]);
+      fn(w.data(), c, k);
     }
   }
   // fn(begin, end, weight decay) for each of an update's pieces of [0, n) (AdamWArgs::piece_end, decay_bits).
