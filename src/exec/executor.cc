@@ -40,11 +40,13 @@ HeadInGrads Executor::head_in_grads(const ExecSpec& spec) {
   if (!grads_share_memory(plan, L) || spec.grad_accum > 1) return h;
   const ActivationArena arena = arena_of(spec);
   const ParamSegments segs = model_segments(spec.model);
+  const auto buffer_bytes = [&](int s) {  // segment s's own gradient buffer (Note [bf16 gradients]: its dtype's)
+    return static_cast<int64_t>(
+        device_alloc_bytes({segs.size[static_cast<size_t>(s)]}, segment_grad_dtype(plan, spec.compute, L, s)));
+  };
   std::vector<int64_t> room(static_cast<size_t>(L) + 2, 0);  // [segment] bytes left in its own buffer
   for (int s = 1; s <= L; ++s)
-    if (own_grad_buffer(plan, arena, L, s))
-      room[static_cast<size_t>(s)] = static_cast<int64_t>(
-          device_alloc_bytes({segs.size[static_cast<size_t>(s)]}, segment_grad_dtype(plan, spec.compute, L, s)));
+    if (own_grad_buffer(plan, arena, L, s)) room[static_cast<size_t>(s)] = buffer_bytes(s);
   const int64_t chunk = spec.lm_chunk_rows > 0 ? spec.lm_chunk_rows
                                                : model_default_lm_chunk_rows(spec.model, spec.batch, spec.compute);
   std::vector<TensorRequest> head;
@@ -58,9 +60,7 @@ HeadInGrads Executor::head_in_grads(const ExecSpec& spec) {
     for (int s = L; s >= 1; --s) {
       int64_t& left = room[static_cast<size_t>(s)];
       if (left < n) continue;
-      const int64_t whole = static_cast<int64_t>(
-          device_alloc_bytes({segs.size[static_cast<size_t>(s)]}, segment_grad_dtype(plan, spec.compute, L, s)));
-      h.at[r.name] = {s, whole - left};
+      h.at[r.name] = {s, buffer_bytes(s) - left};
       left -= n;
       h.bytes += n;
       break;
