@@ -7,6 +7,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "core/bf16.h"
 #include "core/check.h"
 
@@ -170,6 +173,24 @@ void stream_copy(void* dst, const void* src, size_t bytes) {
 #else
   std::memcpy(dst, src, bytes);
 #endif
+}
+
+bool pages_resident(const void* p, size_t bytes) {
+  if (bytes == 0) return true;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t a = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+  constexpr size_t kPages = 1024;  // a vector of this many pages a call
+  unsigned char vec[kPages];
+  while (a < end) {
+    const size_t pages = std::min<size_t>(kPages, (end - a + page - 1) / page);
+    // A failure (not mapped by us: cannot be, the caller writes there next) counts as not resident: ordinary stores.
+    if (mincore(reinterpret_cast<void*>(a), pages * page, vec) != 0) return false;
+    for (size_t i = 0; i < pages; ++i)
+      if ((vec[i] & 1) == 0) return false;
+    a += pages * page;
+  }
+  return true;
 }
 
 }  // namespace tt::comm

@@ -16,6 +16,10 @@ void reduce(void* dst, const void* const* srcs, int n, size_t count, DType dtype
 // shm.cc); memcpy where there are none. Any alignment.
 void stream_copy(void* dst, const void* src, size_t bytes);
 
+// Whether every page of [p, p + bytes) is resident (mincore): a copy into pages not yet faulted in takes ordinary
+// stores (Note [streaming stores] in comm/shm_internal.h). A few microseconds for 16 MiB.
+bool pages_resident(const void* p, size_t bytes);
+
 // IEEE half precision <-> float (round to nearest even; NaN stays NaN).
 uint16_t float_to_f16(float f);
 float f16_to_float(uint16_t h);

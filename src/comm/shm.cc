@@ -33,7 +33,9 @@ Status ShmComm::init() {
   if (const char* j = env::get("TIERTRAIN_COMM_JITTER_US")) jitter_us_ = std::atoll(j);
   if (const char* p = env::get("TIERTRAIN_COMM_PROFILE")) profile_ = std::atoi(p) != 0;
   if (opt_.cma_bytes == ShmOptions::kCmaAuto)  // Note [single copy]: alike on every rank, as the size is
-    opt_.cma_bytes = size_ >= ShmOptions::kCmaAutoRanks ? ShmOptions::kCmaAutoBytes : 0;
+    opt_.cma_bytes = size_ < ShmOptions::kCmaAutoRanks ? 0
+                     : size_ < ShmOptions::kCmaFewRanks ? ShmOptions::kCmaAutoBytesFew
+                                                        : ShmOptions::kCmaAutoBytes;
   // scatter, reduce_scatter and alltoall put one piece per rank in an area: at least a 64-byte line each.
   TT_RETURN_IF(half_bytes() < 64 * static_cast<size_t>(size_), kInvalidArgument,
                "shm communicator: TIERTRAIN_COMM_BUFFER=%zu is too small for %d ranks (at least 128 bytes a rank: %zu)",

@@ -26,6 +26,8 @@ struct ShmOptions {
   // default: kCmaAutoBytes from kCmaAutoRanks ranks up, else never). Note [single copy] in comm/shm_internal.h.
   static constexpr size_t kCmaAuto = ~size_t(0);
   static constexpr size_t kCmaAutoBytes = 256 << 10;
+  static constexpr size_t kCmaAutoBytesFew = 32 << 10;  // below kCmaFewRanks ranks
+  static constexpr int kCmaFewRanks = 4;
   static constexpr int kCmaAutoRanks = 2;
   size_t cma_bytes = kCmaAuto;
   // Where single copies are on, a root whose buffer is on huge pages throughout (on_huge_pages) also takes them for
@@ -50,7 +52,11 @@ struct ShmOptions {
   size_t p2p_shared_bytes = 256 << 10;
   // Allgather and alltoall blocks of at least this many bytes: each rank copies every peer's block straight out of that
   // peer's buffer, one copy a block, where the ranks may attach to each other (TIERTRAIN_COMM_CMA_EXCHANGE_BYTES; 0:
-  // never). Unset (kExchangeAuto): 1 MiB at 2 and 3 ranks, 32 KiB at 4-8, 256 KiB from 9. At 2 ranks on the 2-core VM,
+  // never). Unset (kExchangeAuto): 32 KiB up to 8 ranks, 256 KiB from 9 (until 2026-12-07 1 MiB at 2 and 3 ranks: on
+  // that day's 2-core VM blocks of 32 and 256 KiB took 4.1 and 20.6 us in an allgather with single copies against 8.4
+  // and 41.7 through the segments (mpi4py 5.6, 23.3), in an alltoall 6.3 and 32.2 against 9.9 and 51.3 (8.2, 36.7);
+  // docs/benchmarks/2026-12-07-cpu-two-rank-single-copies/; on the VM before it the same sizes had been as fast or
+  // slower in single copies, but not slower than mpi4py: the figures below). At 2 ranks on the 2-core VM,
   // Python's alltoall of 1-2 MiB blocks took 2.1-2.7x less time than through the segments (two copies), one of 256-512
   // KiB as long or longer (again on 2026-12-07: 28 against 17.5 us at 256 KiB; allgather 22.0-26.7 against 14.7-26.5,
   // mpi4py 23.0-26.8); on the H100 host's 16 cores an allgather of 256 KiB blocks took 75.7 us in single copies against
@@ -65,7 +71,7 @@ struct ShmOptions {
   size_t cma_exchange_bytes = kExchangeAuto;
   size_t exchange_bytes(int ranks) const {
     if (cma_exchange_bytes != kExchangeAuto) return cma_exchange_bytes;
-    return ranks < 4 ? size_t{1} << 20 : ranks <= 8 ? size_t{32} << 10 : size_t{256} << 10;
+    return ranks <= 8 ? size_t{32} << 10 : size_t{256} << 10;
   }
   // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0: never). The
   // default, 32: with fewer ranks the flat line is as fast or faster, the tree's second step costing more than the

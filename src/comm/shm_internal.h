@@ -259,6 +259,12 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // threshold (ShmOptions::stream_bytes, on the call's whole output at this rank). Copies into the segments stay
 // ordinary stores: the peers read them next. A fence after each copy orders the streaming stores before anything
 // the rank writes later (a flag, or a release another thread of the caller acquires): comm::stream_copy.
+// Only into pages already resident (comm::pages_resident, a mincore of the output; ShmComm::streams_into): a page's
+// first touch has the kernel zero it, which brings its lines into the cache, and the streaming stores then only
+// evict them again. On the 2-core VM of 2026-12-07 (page faults at 1-2 us each) a 16 MiB copy into a fresh mapping
+// took 8.4 ms with memcpy and 11.4 with streaming stores, into fresh transparent huge pages (numpy's large arrays)
+// 1.9 and 4.8, into resident pages 1.2 and 1.4; mpi4py_same.py's alltoall, whose receive buffer is new each call,
+// took 10.3 ms with them and 7.5 without (mpi4py 6.4-7.3).
 
 // Note [single copy]
 // Gather and scatter can move pieces of at least the agreed threshold (TIERTRAIN_COMM_CMA_BYTES a piece) in one
@@ -283,7 +289,10 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // best of two runs each), and mpi4py_same.py's from 256 KiB pieces ran at 0.95-2.40x mpi4py's with them against
 // 0.68-2.23x without (best of 3); a 256 KiB gather lost (1.39x mpi4py against 1.63x). Alltoall stays on the
 // segments: each rank reading its block out of every peer's send buffer was 1.5-2.4x slower there (the kernel pins
-// every 4 KiB page it reads), and was left out.
+// every 4 KiB page it reads), and was left out. At 2 and 3 ranks they start at 32 KiB (kCmaAutoBytesFew) since
+// 2026-12-07: on that day's 2-core VM, whose two cores pass written lines slowly, mpi4py_same.py's gather and
+// scatter of 32 KiB pieces took 2.5 us with them against 4.9 and 5.6 through the segments (mpi4py 4.4, 4.7; best of
+// three; docs/benchmarks/2026-12-07-cpu-two-rank-single-copies/).
 
 // Reductions of up to kDirectReduceBytes per round, whose inputs together (ranks x bytes) are at most
 // kDirectReduceReads, are reduced whole by every rank (one synchronisation); larger ones are split: each rank
@@ -570,27 +579,30 @@ class ShmComm final : public Communicator {
   int group_ = 0;  // Note [arrival tree]: ranks per group when rounds arrive through the tree; 0: flat
   // Copies part of the collective's result into the caller's buffer, shared out over the crew when it is large
   // (Note [crew]); deliver_one on one thread.
-  void deliver_one(void* dst, const void* src, size_t bytes) const {
-    if (stream_) {
+  // stream: streams_into's answer for the whole output the piece is part of.
+  static void deliver_one(void* dst, const void* src, size_t bytes, bool stream) {
+    if (stream) {
       stream_copy(dst, src, bytes);
     } else {
       std::memcpy(dst, src, bytes);
     }
   }
+  // Whether a result going into [dst, dst + bytes) takes streaming stores: a large call's, into pages already
+  // resident (Note [streaming stores]).
+  bool streams_into(const void* dst, size_t bytes) const { return stream_ && pages_resident(dst, bytes); }
   void deliver(void* dst, const void* src, size_t bytes) const { crew_copy(dst, src, bytes, true); }
   // Copies bytes (out: as deliver_one, else memcpy), over the crew from ShmOptions::thread_bytes.
   void crew_copy(void* dst, const void* src, size_t bytes, bool out) const {
+    const bool stream = out && streams_into(dst, bytes);
     if (crew_ == nullptr || crew_->size() == 1 || bytes < opt_.thread_bytes) {
-      if (out) deliver_one(dst, src, bytes);
-      else if (bytes > 0) std::memcpy(dst, src, bytes);
+      if (bytes > 0) deliver_one(dst, src, bytes, stream);
       return;
     }
     crew_->run([&](int i) {
       size_t b = 0, e = 0;
       share(bytes, crew_->size(), i, 4096, &b, &e);
       if (e <= b) return;
-      if (out) deliver_one(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b);
-      else std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b);
+      deliver_one(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b, stream);
     });
   }
   std::unique_ptr<Crew> crew_;  // Note [crew]: this rank's helper threads (null until init)

@@ -1346,12 +1346,37 @@ void expect_collectives_right(int ranks, const std::string& env, const std::stri
   EXPECT_NE(j.output.find("rank 0: all collectives right"), std::string::npos) << what << "\n" << j.output;
 }
 
-// Note [single-copy exchanges]: unset, the threshold is 1 MiB below 16 ranks and 256 KiB from 16; a value given
+// Note [streaming stores]: a result takes them only into pages already resident. pages_resident says so of every
+// page of a range: a new mapping none, after a write to each page all, one page left untouched not all; it copes
+// with ranges that start and end inside pages, and an empty one; and stream_copy writes the bytes either way.
+TEST(CommShm, StreamingStoresOnlyIntoResidentPages) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), n = 3000 * page;  // past one 1024-page mincore call
+  char* p = static_cast<char*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  EXPECT_FALSE(comm::pages_resident(p, n));
+  EXPECT_FALSE(comm::pages_resident(p + 100, 10));
+  EXPECT_TRUE(comm::pages_resident(p, 0));
+  for (size_t i = 0; i < n; i += page) p[i] = 1;
+  EXPECT_TRUE(comm::pages_resident(p, n));
+  EXPECT_TRUE(comm::pages_resident(p + 100, n - 200));
+  ASSERT_EQ(madvise(p + 2500 * page, page, MADV_DONTNEED), 0);  // one page out, past the first mincore call
+  EXPECT_FALSE(comm::pages_resident(p, n));
+  EXPECT_FALSE(comm::pages_resident(p + 2500 * page + 7, 1));
+  EXPECT_TRUE(comm::pages_resident(p, 2500 * page));
+  EXPECT_TRUE(comm::pages_resident(p + 2501 * page, n - 2501 * page));
+  std::vector<char> src(n - 123);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + 3);
+  comm::stream_copy(p + 61, src.data(), src.size());
+  EXPECT_EQ(std::memcmp(p + 61, src.data(), src.size()), 0);
+  munmap(p, n);
+}
+
+// Note [single-copy exchanges]: unset, the threshold is 32 KiB up to 8 ranks and 256 KiB from 9; a value given
 // (TIERTRAIN_COMM_CMA_EXCHANGE_BYTES, 0 included) holds at any size.
 TEST(CommShm, ExchangeThresholdByWorldSize) {
   comm::ShmOptions o;
-  EXPECT_EQ(o.exchange_bytes(2), size_t{1} << 20);
-  EXPECT_EQ(o.exchange_bytes(3), size_t{1} << 20);
+  EXPECT_EQ(o.exchange_bytes(2), size_t{32} << 10);
+  EXPECT_EQ(o.exchange_bytes(3), size_t{32} << 10);
   EXPECT_EQ(o.exchange_bytes(4), size_t{32} << 10);
   EXPECT_EQ(o.exchange_bytes(8), size_t{32} << 10);
   EXPECT_EQ(o.exchange_bytes(9), size_t{256} << 10);
@@ -1586,9 +1611,9 @@ TEST(Comm, BadSettingsAreNamedAtStart) {
   }
 }
 
-// Note [single copy]: unless TIERTRAIN_COMM_CMA_BYTES says otherwise, single copies take pieces of 256 KiB and more
-// at any rank count (where the probe passes, as it does here); the setting overrides it both ways.
-TEST(Comm, SingleCopiesByDefaultFrom256KiB) {
+// Note [single copy]: unless TIERTRAIN_COMM_CMA_BYTES says otherwise, single copies take pieces of 32 KiB and more
+// at 2 and 3 ranks and of 256 KiB from 4 (where the probe passes, as it does here); the setting overrides it both ways.
+TEST(Comm, SingleCopiesByDefaultFrom32KiBBelowFourRanksAnd256KiBFromFour) {
   const auto threshold = [](int ranks, const std::string& env) {
     const Job j = shell("env TIERTRAIN_DEBUG=INFO TIERTRAIN_DEBUG_SUBSYS=COMM " + env + " " + TT_BINARY + " launch -n " +
                         std::to_string(ranks) + " -- " + TT_BINARY + " comm-bench -C gather -b 1M -e 1M -n 1 -w 0");
@@ -1603,8 +1628,9 @@ TEST(Comm, SingleCopiesByDefaultFrom256KiB) {
   if (can) {
     EXPECT_EQ(threshold(2, "TIERTRAIN_COMM_CMA_BYTES=4096"), "single copies from 4.00 KiB a piece");
   }
-  for (int ranks : {2, 3, 4})
-    EXPECT_EQ(threshold(ranks, ""), can ? "single copies from 256.00 KiB a piece" : "single copies off") << ranks;
+  for (int ranks : {2, 3})
+    EXPECT_EQ(threshold(ranks, ""), can ? "single copies from 32.00 KiB a piece" : "single copies off") << ranks;
+  EXPECT_EQ(threshold(4, ""), can ? "single copies from 256.00 KiB a piece" : "single copies off");
   EXPECT_EQ(threshold(4, "TIERTRAIN_COMM_CMA_BYTES=0"), "single copies off");
 }
 
