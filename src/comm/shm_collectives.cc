@@ -20,6 +20,7 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
   const size_t es = dtype_size(dtype);
   const char* src = static_cast<const char*>(send == kInPlace ? recv : send);
   char* dst = static_cast<char*>(recv);
+  if (broadcast_in_one_copy(count * es)) return broadcast_single_copy(src, dst, count * es, root);
   const size_t c = chunk_elems(half_bytes(), es, 1);
   // Note [shared buffers]: the root's buffer read where it is, in chunks of kSharedBytes and more.
   const uint64_t root_at = rank_ == root ? pool_offset(src, count * es) : kNoPool;
@@ -60,6 +61,37 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
   }));
   // The root's buffer is the caller's again once every rank has read it.
   return wait_readers(last_shared, "waiting for the ranks to read the root's buffer");
+}
+
+// Note [single-copy broadcast]
+// At 2 and 3 ranks a broadcast of [cma_bytes_, kBroadcastCopyMax) bytes is one round in which every other rank reads
+// the root's buffer straight into its own (process_vm_readv, or a plain copy where the root's buffer is in its pool:
+// Note [shared buffers]), one copy instead of two: the root publishes its buffer's address in its meta half and
+// arrives, copies its own result if out of place, and waits until every rank has marked itself done (`reduced`), so
+// that its buffer is not the caller's again while a peer may still read it. From 4 ranks the readers would pin the
+// root's pages all at once (Note [single copy by pages]); from kBroadcastCopyMax the segments' pipelined rounds,
+// where the root copies a chunk in while the others copy the last one out, are faster. On the 2-core VM of
+// 2026-12-07 (docs/benchmarks/2026-12-07-cpu-two-rank-single-copies/, best of three runs each) mpi4py_same.py's
+// broadcasts of 32 KiB, 256 KiB, 512 KiB, 1 MiB and 2 MiB took 2.7, 12.9, 26.9, 88.9 and 213 us in single copies
+// against 4.0, 18.4, 37.3, 77.6 and 176 through the segments (mpi4py 4.3, 14.5, 30.2, 103, 247).
+Status ShmComm::broadcast_single_copy(const char* src, char* dst, size_t bytes, int root) {
+  if (rank_ == root) {
+    cur_.addr = reinterpret_cast<uint64_t>(src);
+    cur_.send_off = pool_offset(src, bytes);
+  }
+  return round_fill([](char*) {}, [&](int64_t r) -> Status {
+    if (rank_ == root) {
+      if (src != dst) deliver(dst, src, bytes);
+      return wait_all(&Header::reduced, r, "waiting for the ranks to read the root's buffer");
+    }
+    if (const uint64_t pooled = hdr(root)->meta[half_].send_off; pooled != kNoPool) {
+      std::memcpy(dst, pool_base(root) + pooled, bytes);
+    } else {
+      TT_TRY(cma_copy(root, dst, hdr(root)->meta[half_].addr, bytes, false));
+    }
+    hdr(rank_)->reduced.value.store(r, std::memory_order_release);
+    return Status::ok();
+  });
 }
 
 Status ShmComm::reduce_rounds(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {

@@ -95,6 +95,8 @@ constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buf
 // map every pool (a limit on address space: ulimit -v), it maps the segments alone, and the ranks agree at init to go
 // without pools (Header::pool_ok).
 constexpr size_t kSharedBytes = 64 << 10;
+// Note [single-copy broadcast]: broadcasts below this many bytes take it at 2 and 3 ranks.
+constexpr size_t kBroadcastCopyMax = 1 << 20;
 
 // Note [inline rounds]
 // A round of at most kInlineBytes a rank (a scalar allreduce, a small broadcast, gather or allgather) carries each
@@ -379,6 +381,12 @@ class ShmComm final : public Communicator {
   // Note [single-copy exchanges]: allgather (alltoall false) or alltoall of blocks of `bytes`, each read straight
   // out of its peer's buffer. src: this rank's block (allgather) or its size() blocks (alltoall), as the peers read.
   Status exchange_single_copy(const char* src, char* dst, size_t bytes, bool alltoall);
+  // Note [single-copy broadcast]: whether a broadcast of this many bytes takes it (alike on every rank), and the
+  // round that makes it.
+  bool broadcast_in_one_copy(size_t bytes) const {
+    return size_ > 1 && size_ < ShmOptions::kCmaFewRanks && single_copy(bytes) && bytes < kBroadcastCopyMax;
+  }
+  Status broadcast_single_copy(const char* src, char* dst, size_t bytes, int root);
   // Note [split] in comm/comm.h: the group's own segments, named after this job's id and the split's tag.
   Result<std::unique_ptr<Communicator>> make_split(const std::vector<int>& members, int new_rank,
                                                   const std::string& tag) override;

@@ -1991,14 +1991,17 @@ TEST(Comm, MismatchedCountsAndDtypesAreErrorsOnEveryRank) {
 }
 
 // Broadcasts from changing roots, of one round and several, mixed with other collectives under jitter, at 2-4 ranks
-// and through the arrival tree.
+// and through the arrival tree; at 2 and 3 ranks also in single copies from 1 KiB (Note [single-copy broadcast]: a
+// root that took its buffer back before its readers were done would show as wrong elements).
 TEST(Comm, BroadcastsFromChangingRootsAmongOtherCollectivesAreRight) {
-  const std::pair<int, const char*> runs[] = {{2, "0"}, {3, "0"}, {4, "0"}, {4, "2"}};  // ranks, tree from
-  for (const auto& [ranks, tree] : runs) {
+  const std::tuple<int, const char*, const char*> runs[] = {  // ranks, tree from, more settings
+      {2, "0", ""}, {3, "0", ""}, {4, "0", ""}, {4, "2", ""},
+      {2, "0", " TIERTRAIN_COMM_CMA_BYTES=1024"}, {3, "0", " TIERTRAIN_COMM_CMA_BYTES=1024"}};
+  for (const auto& [ranks, tree, more] : runs) {
     const Job j = launch(ranks, "broadcast_mix",
                          std::string("TIERTRAIN_COMM_BUFFER=4096 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_TREE_RANKS=") +
-                             tree);
-    EXPECT_EQ(j.code, 0) << ranks << " ranks, tree from " << tree << "\n" << j.output;
+                             tree + more);
+    EXPECT_EQ(j.code, 0) << ranks << " ranks, tree from " << tree << more << "\n" << j.output;
     EXPECT_NE(j.output.find("rank 0: broadcast mix right"), std::string::npos) << j.output;
   }
 }
