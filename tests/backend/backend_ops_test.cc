@@ -1238,7 +1238,8 @@ void expect_bf16_gradients_are_rounded_f32(Backend& be, DType compute) {
       const Tensor dg = up(start_g, {C}, gd), dg2 = up(start_g2, {C}, gd), db2 = up(start_g, {C}, gd);
       be.rmsnorm_backward(dx, dg, tdn, tx, tg, tr, gw);
       be.layernorm_backward(dx, dg2, db2, tdn, tx, tg, tm, tr, gw);
-      (gd == md ? want : got) = {down(dw), down(db), down(dg), down(dg2), down(db2)};
+      std::vector<std::vector<float>>& into = gd == md ? want : got;
+      for (const Tensor* t : {&dw, &db, &dg, &dg2, &db2}) into.push_back(down(*t));
     }
     const char* names[] = {"dW", "dbias", "RMSNorm dgain", "LayerNorm dgain", "LayerNorm dbias"};
     for (size_t k = 0; k < got.size(); ++k) {
