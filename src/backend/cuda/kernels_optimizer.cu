@@ -59,15 +59,19 @@ __global__ void sum_squares_finish_kernel(float* out, const double* partial, int
 }
 
 // AdamW, one element; the same expression as the CPU backend's (host/adamw_scalar.h), so results match bit for bit.
+// Each operation rounded on its own (the _rn intrinsics): nvcc contracts a product and a sum into one fused
+// multiply-add where it sees them (--fmad, on by default), the CPU backend never does (-ffp-contract=off), and where
+// it fused depended on the code around (the gradient's clip product with g - m, for one): the same gradient values
+// in f32 and in bf16 (Note [bf16 gradients]) updated to different bits (GPU test Bf16Gradients.*, 2026-12-07).
 struct AdamWScalars {
   float step_size, bc2_sqrt, decay, b2, one_minus_b1, one_minus_b2, eps;
   bool do_decay;
 };
 __device__ __forceinline__ void adamw_element(float& p, float g, float& m, float& v, const AdamWScalars& a) {
-  if (a.do_decay) p *= a.decay;
-  m = m + a.one_minus_b1 * (g - m);
-  v = v * a.b2 + a.one_minus_b2 * g * g;
-  p = p - a.step_size * (m / (sqrtf(v) / a.bc2_sqrt + a.eps));
+  if (a.do_decay) p = __fmul_rn(p, a.decay);
+  m = __fadd_rn(m, __fmul_rn(a.one_minus_b1, __fsub_rn(g, m)));
+  v = __fadd_rn(__fmul_rn(v, a.b2), __fmul_rn(__fmul_rn(a.one_minus_b2, g), g));
+  p = __fsub_rn(p, __fmul_rn(a.step_size, __fdiv_rn(m, __fadd_rn(__fdiv_rn(__fsqrt_rn(v), a.bc2_sqrt), a.eps))));
 }
 __device__ __forceinline__ float adamw_clip(const float* grad_norm_sq, float grad_clip) {
   return grad_clip > 0.0f ? fminf(grad_clip / (sqrtf(grad_norm_sq[0]) + 1e-6f), 1.0f) : 1.0f;
@@ -172,7 +176,7 @@ __device__ __forceinline__ void adamw_elements(const M& master, const G* grad, f
   for (int64_t i = first; i < n; i += stride) {
     k = adamw_piece(pc, i, k);
     float p = master.load(i), mi = m[i], vi = v[i];
-    adamw_element(p, grad_at(grad, i) * clip, mi, vi, adamw_in_piece(a, pc, k));
+    adamw_element(p, __fmul_rn(grad_at(grad, i), clip), mi, vi, adamw_in_piece(a, pc, k));
     m[i] = mi;
     v[i] = vi;
     master.store(i, p);
@@ -205,13 +209,13 @@ __global__ void adamw_vec4_kernel(M master, const G* __restrict__ grad, float* _
     float4 mi = reinterpret_cast<const float4*>(m)[i];
     float4 vi = reinterpret_cast<const float4*>(v)[i];
     k = adamw_piece(pc, 4 * i, k);
-    adamw_element(p.x, g.x * clip, mi.x, vi.x, adamw_in_piece(a, pc, k));
+    adamw_element(p.x, __fmul_rn(g.x, clip), mi.x, vi.x, adamw_in_piece(a, pc, k));
     k = adamw_piece(pc, 4 * i + 1, k);
-    adamw_element(p.y, g.y * clip, mi.y, vi.y, adamw_in_piece(a, pc, k));
+    adamw_element(p.y, __fmul_rn(g.y, clip), mi.y, vi.y, adamw_in_piece(a, pc, k));
     k = adamw_piece(pc, 4 * i + 2, k);
-    adamw_element(p.z, g.z * clip, mi.z, vi.z, adamw_in_piece(a, pc, k));
+    adamw_element(p.z, __fmul_rn(g.z, clip), mi.z, vi.z, adamw_in_piece(a, pc, k));
     k = adamw_piece(pc, 4 * i + 3, k);
-    adamw_element(p.w, g.w * clip, mi.w, vi.w, adamw_in_piece(a, pc, k));
+    adamw_element(p.w, __fmul_rn(g.w, clip), mi.w, vi.w, adamw_in_piece(a, pc, k));
     reinterpret_cast<float4*>(m)[i] = mi;
     reinterpret_cast<float4*>(v)[i] = vi;
     master.store4(i, p);
