@@ -54,7 +54,11 @@ __global__ void softmax_xent_backward_kernel(X* dlogits, const X* probs, const i
 // is what three passes over the logits would take). A grid of fewer blocks, each taking every gridDim-th row, keeps
 // the rows in flight within L2; four 16-byte loads a thread in flight keep the memory busy with fewer threads.
 // Each thread reads the same elements in the same order whatever the grid: the same bits. The launcher takes the
-// grid (0: one block a row, the default until bench/training/xent_rows.cu has measured the others on a GPU).
+// grid (0: one block a row, the default). Measured (bench/training/xent_rows.cu, H100, 2026-12-07: record
+// docs/benchmarks/2026-12-07-h100-llama-1b-bf16-grads/): one block a row is the fastest, 0.536 ms for 2,048 rows
+// (2.94 TB/s counting three passes over the rows, near the card's memory bandwidth) against 0.542-0.983 ms for 528
+// down to 66 blocks, and 2.080 ms for 8,192 rows against 2.134 at 264 blocks: the rows' second pass was not waiting
+// on memory the way the estimate above assumed, and the knob stays for other cards.
 
 // Forward and backward of the cross-entropy, two passes over a row by one block: an online max and sum of exp, then
 // dlogits. A block takes rows blockIdx.x, blockIdx.x + gridDim.x, ...: with a grid of fewer blocks than rows, the
