@@ -80,7 +80,8 @@ struct ExecSpec {
 // (Executor.Bf16GradientsAreTheF32OnesRoundedOnce). Data ranks average the bf16 segments as they are (half the bytes;
 // the host communicators add them in f32 in rank order and round once, NCCL reduces bf16 as PyTorch DDP's bf16
 // compression hook does); model ranks hold their slices. First version: AdamW on the device and not sharded, one
-// micro-batch a step (an accumulation in bf16 would round at every add; PyTorch adds into f32), f32 or bf16 compute
+// micro-batch a step (an accumulation in bf16 would round at every add, and cuBLAS's epilogue rounds an add into a
+// bf16 dW twice: GPU test Bf16Gradients.*; PyTorch adds into f32), f32 or bf16 compute
 // (a GPU: bf16); the rest is refused naming the flag. docs/design/bf16-gradients.md.
 
 // Note [head in gradients]
