@@ -263,10 +263,11 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // the rank writes later (a flag, or a release another thread of the caller acquires): comm::stream_copy.
 // Only into pages already resident (comm::pages_resident, a mincore of the output; ShmComm::streams_into): a page's
 // first touch has the kernel zero it, which brings its lines into the cache, and the streaming stores then only
-// evict them again. On the 2-core VM of 2026-12-07 (page faults at 1-2 us each) a 16 MiB copy into a fresh mapping
-// took 8.4 ms with memcpy and 11.4 with streaming stores, into fresh transparent huge pages (numpy's large arrays)
-// 1.9 and 4.8, into resident pages 1.2 and 1.4; mpi4py_same.py's alltoall, whose receive buffer is new each call,
-// took 10.3 ms with them and 7.5 without (mpi4py 6.4-7.3).
+// evict them again. On the 2-core VM of 2026-12-07 (page faults at 1-2 us each; a C probe, one thread) a 16 MiB
+// copy into a fresh mapping took 8.4 ms with memcpy and 11.4 with streaming stores, into fresh transparent huge
+// pages (numpy asks for them for large arrays) 1.9 and 4.8, into resident pages 1.2 and 1.4. (A receive buffer
+// numpy has just zeroed, as np.zeros_like makes it, is resident, and its lines in the cache: the streaming stores
+// cost there too, but mincore cannot tell; see exchange_single_copy.)
 
 // Note [single copy]
 // Gather and scatter can move pieces of at least the agreed threshold (TIERTRAIN_COMM_CMA_BYTES a piece) in one
