@@ -37,16 +37,14 @@ Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
       // memory is a JSON plan: docs/PLANS.md).
       if (plan.value().needs_cpu_optimizer() && where == OptimizerPlacement::kDevice) continue;
       if (plan.value().uses_managed() && where == OptimizerPlacement::kCpu) continue;
+      // Note [bf16 gradients] (exec/executor.h): the CPU optimizer's plans and managed gradients do not take bf16
+      // gradients yet: no row (what every row refuses alike, such as f32-only compute, is the run's error below).
+      if (cfg.bf16_grads && (where == OptimizerPlacement::kCpu || plan.value().managed_grads)) continue;
       // The speculative update is the CPU optimizer's; the device optimizer ignores it.
       if (where == OptimizerPlacement::kDevice) c.speculative_update = false;
       auto run = resolve_run(c);
       // Note [gradient accumulation]: the plans that keep gradients on the host do not accumulate yet: no row.
       if (!run.is_ok() && cfg.grad_accum > 1 && run.status().code() == StatusCode::kUnimplemented) continue;
-      // Note [bf16 gradients]: nor do the plans that keep gradients on the host or in managed memory take bf16
-      // gradients yet: no row.
-      if (!run.is_ok() && cfg.bf16_grads && run.status().code() == StatusCode::kUnimplemented &&
-          run.status().message().find("--grad-dtype bf16") != std::string::npos)
-        continue;
       if (!run.is_ok()) return run.status();
       PlanRow r;
       r.plan = name;

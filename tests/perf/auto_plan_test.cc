@@ -254,6 +254,22 @@ TEST(AutoPlan, Bf16GradientsKeepAdamWOnTheDevice) {
   s.cfg.bf16_grads = true;  // (the profile then times the kernels bf16 gradients need)
   setup(s, 6, 0.7);
   TrainConfig& tc = s.cfg;
+  // The plan table: the device optimizer's rows without managed gradients, each with bf16 gradients; no CPU
+  // optimizer's (refused with them), as many as the f32 table has of the former.
+  TrainConfig f32_cfg = tc;
+  f32_cfg.bf16_grads = false;
+  auto rows = plan_rows(tc), f32_rows = plan_rows(f32_cfg);
+  ASSERT_TRUE(rows.is_ok() && f32_rows.is_ok()) << rows.status().to_string() << f32_rows.status().to_string();
+  size_t takes = 0;
+  for (const PlanRow& r : f32_rows.value())
+    takes += r.optimizer == OptimizerPlacement::kDevice && !r.run.exec.plan.managed_grads;
+  EXPECT_GT(takes, 3u);
+  EXPECT_EQ(rows.value().size(), takes);
+  for (const PlanRow& r : rows.value()) {
+    EXPECT_EQ(r.optimizer, OptimizerPlacement::kDevice) << r.plan;
+    EXPECT_TRUE(r.run.exec.plan.bf16_grads) << r.plan;
+    EXPECT_FALSE(r.run.exec.plan.managed_grads) << r.plan;
+  }
   auto a = choose_plan(tc, s.profile);
   ASSERT_TRUE(a.is_ok()) << a.status().to_string();
   const PlanRow& best = a.value().best;
