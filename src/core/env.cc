@@ -32,14 +32,15 @@ constexpr Param kParams[] = {
      "the program the Python package's `tiertrain` command runs (python/tiertrain/__main__.py)"},
     {"TIERTRAIN_COMM_BACKEND", "auto", "the collectives' backend: auto, shm, mpi or nccl (comm/comm.h)"},
     {"TIERTRAIN_COMM_BUFFER", "8388608", "bytes of each of the two data areas of a rank's segment (comm/shm.h)"},
-    {"TIERTRAIN_COMM_CMA_BYTES", "auto (where the ranks may attach to each other)",
-     "pieces of at least this many bytes are copied rank to rank in one copy; 0: never (comm/shm.h)"},
+    {"TIERTRAIN_COMM_CMA_BYTES", "32768 at 2-3 ranks, 262144 from 4 (where the ranks may attach to each other)",
+     "gather and scatter pieces (and at 2-3 ranks broadcasts below 1 MiB) of at least this many bytes are copied "
+     "rank to rank in one copy; 0: never (comm/shm.h)"},
     {"TIERTRAIN_COMM_CMA_HUGE_BYTES", "see comm/shm.h", "single copies into huge pages from this many bytes a piece"},
     {"TIERTRAIN_COMM_P2P_CMA_BYTES", "32768", "point-to-point messages of at least this many bytes go in one copy "
      "from sender to receiver; 0: never (Note [point-to-point single copy])"},
     {"TIERTRAIN_COMM_P2P_SHARED_BYTES", "262144", "point-to-point single copies of at least this many bytes are "
      "made by receiver and sender together, in chunks; 0: never (Note [both sides copy])"},
-    {"TIERTRAIN_COMM_CMA_EXCHANGE_BYTES", "1048576 (32768 at 4-8 ranks, 262144 from 9)",
+    {"TIERTRAIN_COMM_CMA_EXCHANGE_BYTES", "32768 up to 8 ranks, 262144 from 9",
      "allgather and alltoall blocks of at least this many bytes go in one copy from each peer's buffer; 0: never "
      "(Note [single-copy exchanges])"},
     {"TIERTRAIN_COMM_HUGE_BYTES", "4194304", "comm.zeros() buffers of at least this many bytes on huge pages; 0: never"},
