@@ -39,8 +39,8 @@ namespace tt::comm {
 // A thread that waits for a point-to-point request (Request::wait, test) drives the engine itself, as MPI's progress
 // happens in the calls that wait, rather than spinning on a flag while the engine's thread does the work: with two
 // threads a rank busy on the cores the ranks share (a 2-core machine at 2 ranks: four), each hand-off cost a yield or
-// a sleep (a window of 64 small Isends took 8 us a message against mpi4py's 0.7;
-// docs/benchmarks/2026-12-06-cpu-mpi4py-same). Sendrecv posts its receive and its send and drives both on the
+// a sleep (a window of 64 small Isends took 8 us a message against mpi4py's 0.7 on the 2-core VM, 2026-12-06:
+// the record `cpu-mpi4py-same`, folded into docs/benchmarks/README.md's history). Sendrecv posts its receive and its send and drives both on the
 // caller's thread, as Send and Recv do one. The engine's thread still moves what no one waits for.
 //
 // Note [the engine stands by]
