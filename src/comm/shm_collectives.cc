@@ -41,10 +41,11 @@ Status ShmComm::do_broadcast(const void* send, void* recv, size_t count, DType d
         return;
       }
       constexpr size_t kBlock = 64 << 10;  // in L2 (tests: two blocks a round of 128 KiB halves)
+      const bool stream = src != dst && streams_into(dst + off * es, bytes);  // (once for the chunk's blocks)
       for (size_t b = 0; b < bytes; b += kBlock) {
         const size_t k = std::min(kBlock, bytes - b);
         std::memcpy(area + b, src + off * es + b, k);
-        if (src != dst) deliver(dst + off * es + b, area + b, k);
+        if (src != dst) crew_copy(dst + off * es + b, area + b, k, stream);
       }
     };
     return round_fill(fill, [&](int64_t r) {

@@ -599,10 +599,10 @@ class ShmComm final : public Communicator {
   // Whether a result going into [dst, dst + bytes) takes streaming stores: a large call's, into pages already
   // resident (Note [streaming stores]).
   bool streams_into(const void* dst, size_t bytes) const { return stream_ && pages_resident(dst, bytes); }
-  void deliver(void* dst, const void* src, size_t bytes) const { crew_copy(dst, src, bytes, true); }
-  // Copies bytes (out: as deliver_one, else memcpy), over the crew from ShmOptions::thread_bytes.
-  void crew_copy(void* dst, const void* src, size_t bytes, bool out) const {
-    const bool stream = out && streams_into(dst, bytes);
+  void deliver(void* dst, const void* src, size_t bytes) const { crew_copy(dst, src, bytes, streams_into(dst, bytes)); }
+  // Copies bytes (stream: as deliver_one; a piece of a larger output passes streams_into's answer for the whole, so
+  // that a loop of small pieces asks once), over the crew from ShmOptions::thread_bytes.
+  void crew_copy(void* dst, const void* src, size_t bytes, bool stream) const {
     if (crew_ == nullptr || crew_->size() == 1 || bytes < opt_.thread_bytes) {
       if (bytes > 0) deliver_one(dst, src, bytes, stream);
       return;
