@@ -80,6 +80,8 @@ if has gpt2; then
     m=(--layers 12 --dim 768 --heads 12 --seq 1024 --batch "$B")
     tiertrain "gpt2_b$B" 40 "${m[@]}"
     [ "$B" = 16 ] && tiertrain "gpt2_b${B}_selective" 40 "${m[@]}" --plan in-core-selective
+    # (TT_GPT2_F32_GRADS=1: also with f32 weight gradients, the default before --grad-dtype auto: Note [bf16 gradients])
+    [ "${TT_GPT2_F32_GRADS:-0}" = 1 ] && tiertrain "gpt2_b${B}_f32grads" 40 "${m[@]}" --grad-dtype f32
     [[ $modes == *" eager "* ]] && torch_run "gpt2_b${B}_eager" "${m[@]}" --steps 30 --mode bf16
     prof=()
     [ "$B" = 16 ] && prof=(--profile-out "$OUT/profile_torch_compile_gpt2_b16.txt")

@@ -69,6 +69,23 @@ HeadInGrads Executor::head_in_grads(const ExecSpec& spec) {
   return h;
 }
 
+const char* ExecSpec::bf16_grads_refusal() const {
+  return compute != DType::kF32 && compute != DType::kBF16 ? "computing in f32 or bf16"
+         : plan.cpu_optimizer()                             ? "AdamW on the device (not --optimizer cpu)"
+         : plan.managed_grads                               ? "gradients not in managed memory"
+         : grad_accum > 1 ? "one micro-batch a step (--grad-accum 1: bf16 sums would lose bits)"
+         : data_ranks > 1 && shard_optimizer ? "an optimizer not sharded (--shard-optimizer off)"
+                                             : nullptr;
+}
+
+void apply_grad_dtype(GradDtype want, ExecSpec& spec) {
+  if (want != GradDtype::kAuto) {
+    spec.plan.bf16_grads = want == GradDtype::kBF16;
+  } else if (!spec.plan.grad_dtype_named) {
+    spec.plan.bf16_grads = spec.compute == DType::kBF16 && spec.bf16_grads_refusal() == nullptr;
+  }
+}
+
 Status ExecSpec::validate() const {
   TT_RETURN_IF(data_ranks < 1 || batch < 1, kInvalidArgument, "batch %d over %d data-parallel ranks", batch,
                data_ranks);
@@ -111,14 +128,10 @@ Status ExecSpec::validate() const {
                  grad_accum);
   }
   if (plan.bf16_grads) {  // Note [bf16 gradients] in exec/executor.h: what the first version takes
-    const char* why = compute != DType::kF32 && compute != DType::kBF16 ? "computing in f32 or bf16"
-                      : plan.cpu_optimizer()                             ? "AdamW on the device (not --optimizer cpu)"
-                      : plan.managed_grads                               ? "gradients not in managed memory"
-                      : grad_accum > 1 ? "one micro-batch a step (--grad-accum 1: bf16 sums would lose bits)"
-                      : data_ranks > 1 && shard_optimizer ? "an optimizer not sharded (--shard-optimizer off)"
-                                                          : nullptr;
+    const char* why = bf16_grads_refusal();
     TT_RETURN_IF(why != nullptr, kUnimplemented,
-                 "--grad-dtype bf16 with plan %s: built for %s only; use --grad-dtype f32", plan.source.c_str(), why);
+                 "--grad-dtype bf16 with plan %s: built for %s only; use --grad-dtype f32 or auto",
+                 plan.source.c_str(), why);
   }
   TT_RETURN_IF(input_scatter && data_ranks < 2, kInvalidArgument, "an input scattered over %d data rank(s)",
                data_ranks);

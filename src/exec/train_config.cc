@@ -205,11 +205,12 @@ void declare_train_knobs(Config& cfg) {
        "with AdamW on the device (one data and one tensor-parallel rank): each segment's part of the gradient norm "
        "on the comm stream as soon as its backward is done, beside the next block's backward (Note [norm beside the "
        "backward]; the same bits); false: all parts in the step, on the compute stream");
-  choice("runtime", "grad_dtype", "f32", {"f32", "bf16"},
+  choice("runtime", "grad_dtype", "auto", {"auto", "f32", "bf16"},
          "the blocks' weight gradients: f32, or bf16 as PyTorch's autocast writes them (Note [bf16 gradients]: each "
          "product's f32 sum rounded once; half the gradients' memory and bytes for the norm and AdamW; the "
          "embeddings' and final norm's stay f32; data ranks average them in bf16). bf16 needs AdamW on the device, "
-         "not sharded, and --grad-accum 1; on a GPU bf16 compute");
+         "not sharded, gradients not managed, and --grad-accum 1; on a GPU bf16 compute. auto: bf16 where the "
+         "compute is bf16 (a GPU's default) and the run takes them, else f32; a JSON plan's grad_dtype stands");
   knob("runtime", "grads_in_activations", K::kBool, "true",
        "keep a block's gradients in the activation memory of later blocks, dead once their backwards are done "
        "(Note [gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory), and "
@@ -402,7 +403,8 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
   tc.lm_chunk_rows = cfg.get_int("lm_chunk_rows");
   tc.um_allow_oversubscription = cfg.get_bool("um_allow_oversubscription");
   tc.grads_in_activations = cfg.get_bool("grads_in_activations");
-  tc.bf16_grads = cfg.get_string("grad_dtype") == "bf16";
+  const std::string gd = cfg.get_string("grad_dtype");
+  tc.grad_dtype = gd == "bf16" ? GradDtype::kBF16 : gd == "f32" ? GradDtype::kF32 : GradDtype::kAuto;
   tc.norm_beside_backward = cfg.get_bool("norm_beside_backward");
   tc.host_buffers = cfg.get_string("host_buffers");
   tc.device_optimizer_segments = cfg.get_string("device_optimizer_segments");

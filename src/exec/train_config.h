@@ -72,7 +72,9 @@ struct TrainConfig {
   // beside the run, unless the plan gives a count; none on the CPU backend) or a count.
   std::string device_optimizer_segments = "auto";
   bool grads_in_activations = true;  // Note [gradients in dead activations] (plan/schedule.h); false: the knob off
-  bool bf16_grads = false;  // grad_dtype bf16: Note [bf16 gradients] (exec/executor.h); the plan's otherwise
+  // The knob grad_dtype: Note [bf16 gradients] (exec/executor.h); auto: bf16 where the run computes in bf16 and takes
+  // them (a JSON plan that names grad_dtype keeps its own), else f32.
+  GradDtype grad_dtype = GradDtype::kAuto;
   bool norm_beside_backward = true;  // Note [norm beside the backward] (plan/schedule.cc); false: in the step
   // issue 20: managed prefetches to the host in pieces of this many MiB (0: whole)
   int64_t um_host_piece_mib = memory::kDefaultUmHostPieceBytes >> 20;

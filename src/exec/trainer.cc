@@ -161,10 +161,6 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   }
   if (cfg.optimizer) e.plan.optimizer = *cfg.optimizer;
   if (!cfg.grads_in_activations) e.plan.grads_in_activations = false;
-  if (cfg.bf16_grads) e.plan.bf16_grads = true;  // Note [bf16 gradients] (exec/executor.h)
-  TT_RETURN_IF(e.plan.bf16_grads && r.backend == "cuda" && dtype != DType::kBF16, kUnimplemented,
-               "--grad-dtype bf16 on a GPU needs bf16 compute (cuBLAS writes a bf16 product of bf16 operands); use "
-               "--dtype bf16 or --grad-dtype f32");
   if (cfg.host_buffers != "auto") e.plan.host_ring = cfg.host_buffers == "ring";  // Note [host buffers in rings]
   // Note [optimizer split] in plan/schedule.h: a count here, auto once the run's device need is known.
   const std::string& split = cfg.device_optimizer_segments;
@@ -182,6 +178,10 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
   e.input_staging_slots = kInputStagingSlots;
   e.lm_chunk_rows = cfg.lm_chunk_rows;
   e.um_allow_oversubscription = cfg.um_allow_oversubscription;
+  apply_grad_dtype(cfg.grad_dtype, e);  // Note [bf16 gradients] (exec/executor.h): once the spec says what it takes
+  TT_RETURN_IF(e.plan.bf16_grads && r.backend == "cuda" && dtype != DType::kBF16, kUnimplemented,
+               "--grad-dtype bf16 on a GPU needs bf16 compute (cuBLAS writes a bf16 product of bf16 operands); use "
+               "--dtype bf16 or --grad-dtype f32");
   TT_TRY(e.validate());
   TT_ASSIGN_OR_RETURN(r.inventory, Executor::inventory(e));
   // The backend's own cuBLAS workspace and scratch come out of the budget too.
@@ -266,8 +266,9 @@ Result<RunSpec> resolve_run(const TrainConfig& cfg) {
         a.plan = plan.value();
         a.plan.optimizer = where;
         a.plan.grads_in_activations = e.plan.grads_in_activations;
-        a.plan.bf16_grads = e.plan.bf16_grads;  // (Note [bf16 gradients]: the CPU optimizer's rows refused)
         a.hyper.speculate = false;
+        apply_grad_dtype(cfg.grad_dtype, a);  // (Note [bf16 gradients]: a row that refuses the knob's is left out)
+        if (a.plan.bf16_grads && a.bf16_grads_refusal() != nullptr) continue;
         auto inv = Executor::inventory(a);
         if (!inv.is_ok()) continue;
         const int64_t n = inv.value().total(Inventory::kDevice) + r.reserve.reserved_bytes;
@@ -396,8 +397,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
       device = str_format("%s (%s free of %s)", r.probe.device.c_str(), format_bytes(r.probe.free_bytes).c_str(),
                           format_bytes(r.probe.total_bytes).c_str());
     if (r.gpu_absent) device = "cuda (no usable GPU on this machine: what a run on one would take)";
-    t->print("dry run (nothing allocated): %s, %lld parameters, %s compute, batch %d\n", cfg.model.describe().c_str(),
-             static_cast<long long>(model_num_params(cfg.model)), dtype_name(r.exec.compute), cfg.batch);
+    t->print("dry run (nothing allocated): %s, %lld parameters, %s compute%s, batch %d\n",
+             cfg.model.describe().c_str(), static_cast<long long>(model_num_params(cfg.model)),
+             dtype_name(r.exec.compute), r.exec.plan.bf16_grads ? " (bf16 block gradients)" : "", cfg.batch);
     t->print("  plan: %s\n", r.exec.plan.summary().c_str());
     if (!r.host_ring_note.empty()) t->print("  %s\n", r.host_ring_note.c_str());
     if (!r.split_note.empty()) t->print("  %s\n", r.split_note.c_str());
@@ -954,9 +956,11 @@ Result<TrainSummary> Trainer::run() {
   const std::string accum =
       cfg_.grad_accum > 1 ? str_format(" = %d micro-batches of %d", cfg_.grad_accum, cfg_.batch) : std::string();
   // (Note [master in two halves] in core/bf16.h: say so where the master is the compute copy and a low half.)
-  print("model: %s, %lld parameters, %s compute (%s master%s), plan %s | batch %lld%s (%lld tokens/step) | %s\n",
+  // (Note [bf16 gradients] in exec/executor.h: and where the blocks' weight gradients are bf16.)
+  print("model: %s, %lld parameters, %s compute (%s master%s%s), plan %s | batch %lld%s (%lld tokens/step) | %s\n",
         cfg_.model.describe().c_str(), static_cast<long long>(model_num_params(cfg_.model)), dtype_name(ex_->model().dtype()),
         dtype_name(ex_->model().master_dtype()), spec_.exec.master_in_halves() ? " in two halves" : "",
+        spec_.exec.plan.bf16_grads ? ", bf16 block gradients" : "",
         cfg_.plan.c_str(), static_cast<long long>(B), accum.c_str(),
         static_cast<long long>(B * T), backend_->describe().c_str());
   print("optimizer: AdamW, lr %.3g%s, %lld warm-up steps, cosine to %.3g at step %lld\n", cfg_.lr,

@@ -116,7 +116,8 @@ class Evaluator {
     *e = base_.exec;
     e->plan = plan;
     e->plan.grads_in_activations = base_.exec.plan.grads_in_activations;  // the run's knobs
-    e->plan.bf16_grads = base_.exec.plan.bf16_grads;  // (Note [bf16 gradients]: the CPU optimizer's plans refused)
+    // (Note [bf16 gradients]: named bf16 refuses the CPU optimizer's plans; auto gives them f32)
+    apply_grad_dtype(cfg_.grad_dtype, *e);
     e->hyper.speculate = plan.cpu_optimizer() && cfg_.speculative_update;
     // Note [host buffers in rings]: --host-buffers ring for every plan that can have them, whole for none.
     if (cfg_.host_buffers != "auto")

@@ -38,8 +38,10 @@ Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
       if (plan.value().needs_cpu_optimizer() && where == OptimizerPlacement::kDevice) continue;
       if (plan.value().uses_managed() && where == OptimizerPlacement::kCpu) continue;
       // Note [bf16 gradients] (exec/executor.h): the CPU optimizer's plans and managed gradients do not take bf16
-      // gradients yet: no row (what every row refuses alike, such as f32-only compute, is the run's error below).
-      if (cfg.bf16_grads && (where == OptimizerPlacement::kCpu || plan.value().managed_grads)) continue;
+      // gradients yet: with --grad-dtype bf16 no row (what every row refuses alike, such as f32-only compute, is the
+      // run's error below); with auto they are f32 rows (resolve_run).
+      if (cfg.grad_dtype == GradDtype::kBF16 && (where == OptimizerPlacement::kCpu || plan.value().managed_grads))
+        continue;
       // The speculative update is the CPU optimizer's; the device optimizer ignores it.
       if (where == OptimizerPlacement::kDevice) c.speculative_update = false;
       auto run = resolve_run(c);

@@ -293,6 +293,7 @@ Result<Plan> Plan::from_json(const json& j, int layers, const std::string& sourc
       TT_RETURN_IF(!value.is_string() || (value != "f32" && value != "bf16"), kInvalidArgument,
                    "plan %s: grad_dtype must be \"f32\" or \"bf16\", got %s", source.c_str(), value.dump().c_str());
       p.bf16_grads = value == "bf16";
+      p.grad_dtype_named = true;
     } else if (key == "host_buffers") {
       TT_RETURN_IF(!value.is_string() || (value != "whole" && value != "ring"), kInvalidArgument,
                    "plan %s: host_buffers must be \"whole\" or \"ring\", got %s", source.c_str(),
@@ -495,7 +496,7 @@ json Plan::to_json() const {
   json j = {{"version", 1},         {"optimizer", optimizer_placement_name(optimizer)}, {"swap_prefetch", swap_prefetch},
             {"param_prefetch", param_prefetch}, {"layers", ls}};
   if (!grads_in_activations) j["grads_in_activations"] = false;
-  if (bf16_grads) j["grad_dtype"] = "bf16";
+  if (bf16_grads || grad_dtype_named) j["grad_dtype"] = bf16_grads ? "bf16" : "f32";
   if (host_ring) j["host_buffers"] = "ring";
   if (device_optimizer_segments > 0) j["device_optimizer_segments"] = device_optimizer_segments;
   if (managed_params || managed_grads || managed_optim) {

@@ -73,6 +73,9 @@ enum class StatePlacement { kResident, kHostStreamed };
 enum class OptimizerPlacement { kDevice, kCpu };
 const char* optimizer_placement_name(OptimizerPlacement p);
 Result<OptimizerPlacement> parse_optimizer_placement(const std::string& s);
+// The knob grad_dtype (Note [bf16 gradients] in exec/executor.h): auto gives bf16 block gradients where the compute is
+// bf16 and the run takes them (apply_grad_dtype in exec/executor.h), f32 elsewhere.
+enum class GradDtype { kAuto, kF32, kBF16 };
 
 struct LayerPlan {
   ActPlacement activation = ActPlacement::kResident;
@@ -133,6 +136,7 @@ struct Plan {
   // Note [bf16 gradients] (exec/executor.h): the blocks' gradient segments in bf16 (JSON "grad_dtype": "bf16", or
   // the knob grad_dtype), as autocast's weight gradients are; the embeddings' and the final norm's in f32.
   bool bf16_grads = false;
+  bool grad_dtype_named = false;  // the JSON plan names grad_dtype: the knob's auto leaves it as the plan says
   // Note [host buffers in rings] (plan/schedule.h): with the CPU optimizer, the gradients' host copy and the staging
   // copy of the compute copy as two-slot rings each segment passes through after the backward (JSON "host_buffers":
   // "ring"), instead of a place for every parameter ("whole", the default).

@@ -1460,7 +1460,7 @@ TEST(Cli, DryRunOfAGpuRunWithoutTheGpu) {
   EXPECT_HAS(real.out, "no usable GPU");
   const CliRun sized = run(small(data) + " --backend cuda --dry-run --layers 4");
   EXPECT_EQ(sized.code, 0) << sized.out;
-  EXPECT_HAS(sized.out, "bf16 compute");
+  EXPECT_HAS(sized.out, "bf16 compute (bf16 block gradients)");  // Note [bf16 gradients]: auto, the default
   EXPECT_HAS(sized.out, "device cuda (no usable GPU on this machine: what a run on one would take): needs ");
   EXPECT_HAS(sized.out, "no budget to compare with");
   EXPECT_HAS(sized.out, "gradients of 3 blocks live in later blocks' activation memory");
@@ -1471,6 +1471,12 @@ TEST(Cli, DryRunOfAGpuRunWithoutTheGpu) {
   const CliRun tight = run(small(data) + " --backend cuda --dry-run --layers 4 --device-budget 1MiB");
   EXPECT_EQ(tight.code, 1) << tight.out;
   EXPECT_HAS(tight.out, "of a 1.00 MiB budget (DOES NOT FIT)");
+  // auto gives f32 gradients where the run cannot take bf16 ones (the CPU optimizer, accumulation), and where named.
+  for (const char* f32 : {" --optimizer cpu", " --grad-accum 2", " --grad-dtype f32"}) {
+    const CliRun r = run(small(data) + " --backend cuda --dry-run --layers 4" + f32);
+    EXPECT_EQ(r.code, 0) << f32 << r.out;
+    EXPECT_HAS(r.out, "bf16 compute, batch");
+  }
 }
 
 // Note [host memory of a run] (issue 46): a run whose host state cannot fit the RAM available (the CPU optimizer's

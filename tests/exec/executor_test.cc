@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -707,6 +708,74 @@ TEST(Executor, Bf16GradientsAreTheF32OnesRoundedOnce) {
       EXPECT_GT(rounded, np / 2) << "most block gradients lose bits in bf16";
       EXPECT_GT(kept, 0u);
     }
+  }
+}
+
+// Note [bf16 gradients]: the knob grad_dtype's auto (the default) gives bf16 block gradients where the compute is bf16
+// and the spec takes them (AdamW on the device, not sharded, gradients not managed, one micro-batch), f32 elsewhere,
+// and leaves a JSON plan's named grad_dtype as it is; f32 and bf16 are taken as named (validate refuses bf16 where
+// the spec cannot take it).
+TEST(Executor, AutoGradDtypeTakesBf16WhereTheSpecCan) {
+  const ModelConfig cfg{.family = "llama", .vocab = 61, .layers = 3, .dim = 16, .heads = 4, .seq = 8, .kv_heads = 2,
+                        .ffn = 24};
+  ExecSpec base;
+  base.model = cfg;
+  base.compute = DType::kBF16;
+  base.plan = Plan::resolve("in-core", cfg.layers, 2).value();
+  auto applied = [](ExecSpec s, GradDtype want) {
+    apply_grad_dtype(want, s);
+    return s;
+  };
+  EXPECT_TRUE(applied(base, GradDtype::kAuto).plan.bf16_grads);
+  EXPECT_TRUE(applied(base, GradDtype::kAuto).validate().is_ok());
+  EXPECT_FALSE(applied(base, GradDtype::kF32).plan.bf16_grads);
+  struct Case {
+    const char* what;  // the refusal's words
+    std::function<void(ExecSpec&)> set;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"computing in f32 or bf16", [](ExecSpec& s) { s.compute = DType::kF16; }},
+           {"AdamW on the device", [](ExecSpec& s) { s.plan.optimizer = OptimizerPlacement::kCpu; }},
+           {"AdamW on the device", [](ExecSpec& s) { s.plan = Plan::resolve("offload-all", 3, 2).value(); }},
+           {"not in managed memory", [](ExecSpec& s) { s.plan = Plan::resolve("um", 3, 2).value(); }},
+           {"--grad-accum 1", [](ExecSpec& s) {
+              s.grad_accum = 2;
+              s.plan.grads_in_activations = false;  // (as the trainer sets it with accumulation)
+            }},
+           {"not sharded", [](ExecSpec& s) {
+              s.data_ranks = 2;
+              s.batch = 2;
+              s.shard_optimizer = true;
+            }}}) {
+    SCOPED_TRACE(c.what);
+    ExecSpec s = base;
+    c.set(s);
+    ASSERT_NE(s.bf16_grads_refusal(), nullptr);
+    EXPECT_NE(std::string(s.bf16_grads_refusal()).find(c.what), std::string::npos) << s.bf16_grads_refusal();
+    const ExecSpec a = applied(s, GradDtype::kAuto);
+    EXPECT_FALSE(a.plan.bf16_grads);
+    const ExecSpec named = applied(s, GradDtype::kBF16);
+    EXPECT_TRUE(named.plan.bf16_grads);
+    const Status v = named.validate();
+    ASSERT_FALSE(v.is_ok());
+    EXPECT_NE(v.message().find("--grad-dtype bf16"), std::string::npos) << v.to_string();
+  }
+  // f32 compute (the CPU backend's): f32 under auto, bf16 when named (the CPU backend rounds its f32 sums).
+  ExecSpec f32 = base;
+  f32.compute = DType::kF32;
+  EXPECT_FALSE(applied(f32, GradDtype::kAuto).plan.bf16_grads);
+  EXPECT_TRUE(applied(f32, GradDtype::kBF16).validate().is_ok());
+  // A JSON plan that names grad_dtype keeps it under auto, either way; a knob named overrides it.
+  for (const bool named_bf16 : {false, true}) {
+    auto plan = Plan::from_json(nlohmann::json{{"grad_dtype", named_bf16 ? "bf16" : "f32"}}, cfg.layers, "p.json");
+    ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+    ExecSpec s = f32;
+    s.plan = plan.value();
+    EXPECT_EQ(applied(s, GradDtype::kAuto).plan.bf16_grads, named_bf16);
+    s.compute = DType::kBF16;
+    EXPECT_EQ(applied(s, GradDtype::kAuto).plan.bf16_grads, named_bf16);
+    EXPECT_FALSE(applied(s, GradDtype::kF32).plan.bf16_grads);
+    EXPECT_EQ(plan.value().to_json().value("grad_dtype", ""), named_bf16 ? "bf16" : "f32");
   }
 }
 

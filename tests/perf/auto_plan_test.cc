@@ -251,13 +251,13 @@ TEST(AutoPlan, TakesHostRingsWhereOnlyTheyFitTheHost) {
 // more than the budget, counting the gradients at 2 bytes.
 TEST(AutoPlan, Bf16GradientsKeepAdamWOnTheDevice) {
   Machine s;
-  s.cfg.bf16_grads = true;  // (the profile then times the kernels bf16 gradients need)
+  s.cfg.grad_dtype = GradDtype::kBF16;  // (the profile then times the kernels bf16 gradients need)
   setup(s, 6, 0.7);
   TrainConfig& tc = s.cfg;
   // The plan table: the device optimizer's rows without managed gradients, each with bf16 gradients; no CPU
   // optimizer's (refused with them), as many as the f32 table has of the former.
   TrainConfig f32_cfg = tc;
-  f32_cfg.bf16_grads = false;
+  f32_cfg.grad_dtype = GradDtype::kF32;
   auto rows = plan_rows(tc), f32_rows = plan_rows(f32_cfg);
   ASSERT_TRUE(rows.is_ok() && f32_rows.is_ok()) << rows.status().to_string() << f32_rows.status().to_string();
   size_t takes = 0;
