@@ -50,6 +50,8 @@ def main() -> None:
             impl = f"tiertrain-{j['dtype']['compute']} --plan {c.get('plan')}"
             if str(c.get("attention_deterministic", "true")).lower() == "false":
                 impl += " --attention-deterministic false"
+            if j.get("plan", {}).get("grad_dtype") == "bf16":  # Note [bf16 gradients]: the run's, as resolved
+                impl += " (bf16 grads)"
             rows.append({"impl": impl, "file": name,
                          "config": key, "median_ms_per_step": ms, "tokens_per_s": tokens / (ms / 1e3),
                          "mfu": flops / (ms / 1e3) / PEAK_BF16, "peak_gib": j["memory"]["device"]["peak"] / 2**30,
