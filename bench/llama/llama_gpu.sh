@@ -37,6 +37,10 @@
 #        grows) each approach fits: tiertrain's dry runs (in-core, recompute, each with AdamW on the device and on
 #        the host; offload-params), a run of the deepest with AdamW on the host, and PyTorch's two offloads
 #        (uncompiled: whether they fit, not their speed) at 24 layers, FSDP2's at 32.
+# golden: issue 45's golden tests against transformers' classes (tools/hf_golden.py: LlamaForCausalLM with GQA and
+#        tied, Qwen2ForCausalLM, GPT2LMHeadModel on tiny models trained here): the mean loss, each token's loss and
+#        the gradient of every parameter, tiertrain's eval on the CPU backend and on the GPU (f32), against
+#        transformers on the CPU (f32, eager and SDPA); JSON in golden_cpu.json and golden_cuda.json.
 # gemm:  the 1b shape's GEMMs on cublasGemmEx against cuBLASLt's heuristic (bench/training/gemm_survey.cu's --ffn
 #        mode, each dW also with a bf16 output: docs/design/bf16-gradients.md; the same products in PyTorch:
 #        bench/training/torch_gemms.py), then the 1b step with --gemm-impl cublas and cublaslt alternated
@@ -132,13 +136,13 @@ PY
   echo "xent: fastest grid at 2048 rows: ${XENT_BEST:-0} (0: one block a row)"
 fi
 has 1b || has gemm || has slice || has attn || has profile || has 8b || has offload || has predict || has largest || has rows ||
-  has jsonl || has h200 || has predict1b || has bf16g || exit $status
+  has jsonl || has h200 || has predict1b || has bf16g || has golden || exit $status
 [ -x "$TT" ] || { echo "no tiertrain binary"; exit 1; }
 SHARD=/tmp/tiertrain-random-llama3.bin
 [ -f "$SHARD" ] || python3 tools/make_random_shard.py "$SHARD" --tokens 20000000 --vocab 128256 > /dev/null
 # transformers for the hf rows, over the system torch.
 PY=python3
-if [[ " ${TT_TORCH_IMPLS:-clean hf} " == *" hf "* ]] || has offload; then
+if [[ " ${TT_TORCH_IMPLS:-clean hf} " == *" hf "* ]] || has offload || has golden; then
   # Where python3 is itself a virtual environment (torch in it), the new one sees its packages through a .pth file
   # (as scripts/gpu_pyenv.sh does).
   if python3 -m venv --system-site-packages /tmp/tt-hf > /dev/null 2>&1 &&
@@ -182,6 +186,13 @@ if has 1b; then
     [ "${TT_TORCH_EAGER:-0}" = 1 ] && torch_run 1b_eager "$impl" "${m[@]}" --tied --steps 12 --warmup-steps 4
   done
   pack
+fi
+if has golden; then
+  for be in cpu cuda; do
+    timeout 300 "$PY" tools/hf_golden.py --tiertrain "$TT" --data README.md --backend "$be" --dtype f32 \
+      --out "$OUT/golden_$be.json" > "$OUT/golden_$be.log" 2>&1 || { echo "golden $be failed"; status=1; }
+    echo "golden, tiertrain eval on $be:"; tail -n 8 "$OUT/golden_$be.log" | cut -c1-260
+  done
 fi
 if has bf16g; then
   m=(--layers 16 --dim 2048 --heads 32 --kv-heads 8 --ffn 8192 --seq 2048 --batch 4 --rope-theta 500000)

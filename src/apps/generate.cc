@@ -19,6 +19,7 @@
 #include "core/tensorfile.h"
 #include "core/units.h"
 #include "exec/checkpoint.h"
+#include "exec/hf.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "data/tokenize.h"
@@ -72,7 +73,8 @@ struct LoadedModel {
   std::unique_ptr<Executor> ex;
 };
 Result<LoadedModel> load_model(const std::string& path, int batch, const std::string& backend,
-                               const std::string& dtype, int threads, const char* what, bool allow_nonfinite) {
+                               const std::string& dtype, int threads, const char* what, bool allow_nonfinite,
+                               bool f32_grads = false) {
   LoadedModel m;
   {
     TT_ASSIGN_OR_RETURN(TensorFileReader reader, TensorFileReader::open(path));
@@ -86,6 +88,7 @@ Result<LoadedModel> load_model(const std::string& path, int batch, const std::st
   tc.threads = threads;
   tc.plan = "in-core";
   tc.optimizer = OptimizerPlacement::kDevice;
+  if (f32_grads) tc.grad_dtype = GradDtype::kF32;  // (Note [bf16 gradients]: gradients to compare, in full)
   TT_ASSIGN_OR_RETURN(RunSpec spec, resolve_run(tc));
   TT_RETURN_IF(!spec.fits_device, kOutOfMemory,
                "%s needs the model in-core at batch %d: %s of device memory (%s), but the budget is %s", what, batch,
@@ -115,8 +118,9 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
     TT_TRY(data::tokenize_in_memory({o.data}, tok, val_fraction, &train, &val));
     ds = data::TokenDataset::from_tokens(std::move(train), std::move(val), tok.vocab());
   }
+  const bool grads = !o.grads_out.empty();
   TT_ASSIGN_OR_RETURN(LoadedModel m, load_model(out.checkpoint, o.batch, o.backend, o.dtype, o.threads, "evaluation",
-                                                 o.allow_nonfinite));
+                                                 o.allow_nonfinite, grads));
   out.step = m.st.step;
   const ModelConfig& cfg = m.st.model;
   // A tokenizer's vocabulary may be below the model's (Qwen2 pads its embedding past its tokenizer), never above.
@@ -133,6 +137,11 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
                "%s holds %zu tokens: fewer than one batch of %d windows of %d; lower --batch", o.data.c_str(),
                tokens.size(), B, T + 1);
   out.batches = o.batches > 0 ? std::min(o.batches, available) : available;
+  // (Note [loss mask]: a masked batch's loss is a sum over the targets that count, scaled per batch; the gradient of
+  // the mean over the whole data is not the mean of the batches' then.)
+  TT_RETURN_IF(grads && tokens.masked(), kUnimplemented,
+               "--grads-out with masked data (%s): the gradient of the mean loss is written for unmasked data only",
+               o.data.c_str());
   Backend& be = *m.be;
   const Model& model = m.ex->model();
   const size_t bt = static_cast<size_t>(B) * static_cast<size_t>(T);
@@ -141,13 +150,28 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
   double sum = 0;
   int64_t counted = 0;  // Note [loss mask]: masked data's loss is the mean over the targets that count
   const auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> grad;                      // one batch's, the parameters' layout
+  std::vector<double> grad_sum;                 // their sum over the batches
+  if (grads) {
+    grad.resize(static_cast<size_t>(m.ex->num_params()));
+    grad_sum.assign(grad.size(), 0.0);
+  }
   for (int64_t k = 0; k < out.batches; ++k) {
     counted += data::val_batch(tokens, B, T, k, in.data(), tg.data());
     be.copy_h2d(model.tokens(), in.data(), be.compute_stream());
     be.copy_h2d(model.targets(), tg.data(), be.compute_stream());
-    m.ex->forward();
+    if (grads) {
+      m.ex->forward_backward();  // the batch's mean loss's gradients (the model's default loss scale), no update
+    } else {
+      m.ex->forward();
+    }
     be.copy_d2h(losses.data(), model.losses(), be.compute_stream());
     TT_TRY(be.compute_stream().synchronize());
+    if (grads) {
+      TT_TRY(m.ex->download_grads(grad.data()));
+      for (size_t i = 0; i < grad.size(); ++i) grad_sum[i] += static_cast<double>(grad[i]);
+    }
+    if (o.token_losses) out.token_losses.insert(out.token_losses.end(), losses.begin(), losses.end());
     // The mean of the batches' means, summed as Trainer::evaluate does: the same bits on the same windows.
     double s = 0;
     for (float l : losses) s += static_cast<double>(l);
@@ -157,6 +181,20 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
   out.tokens = tokens.masked() ? counted : out.batches * static_cast<int64_t>(bt);
   out.loss = tokens.masked() ? (counted > 0 ? sum / static_cast<double>(counted) : 0.0)
                              : sum / static_cast<double>(out.batches);
+  if (grads) {
+    // The mean loss is the mean of the batches' means: its gradient the mean of theirs.
+    for (size_t i = 0; i < grad.size(); ++i)
+      grad[i] = static_cast<float>(grad_sum[i] / static_cast<double>(out.batches));
+    auto read = [&](const ParamInfo& p, float* dst) -> Status {
+      std::copy_n(grad.data() + p.offset, static_cast<size_t>(p.shape.numel()), dst);
+      return Status::ok();
+    };
+    TT_TRY(write_hf_folder(cfg, read, o.grads_out, ExportOptions{}, "tiertrain eval --grads-out",
+                           {{"checkpoint_step", std::to_string(out.step)},
+                            {"batches", std::to_string(out.batches)},
+                            {"what", "the gradient of the mean cross-entropy over the scored windows"}})
+               .status());
+  }
   return out;
 }
 

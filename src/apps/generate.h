@@ -65,6 +65,11 @@ struct EvalOptions {
   std::string backend = "auto";
   std::string dtype = "auto";
   int threads = 0;
+  // Golden checks against another implementation (tools/hf_golden.py): each scored token's loss kept (in the
+  // windows' order), and the gradient of the mean loss over the batches with respect to every parameter written as
+  // a Hugging Face folder (f32 safetensors named as the family exports its weights; f32 gradients, no update).
+  bool token_losses = false;
+  std::string grads_out;
 };
 
 struct EvalResult {
@@ -73,6 +78,7 @@ struct EvalResult {
   int64_t batches = 0, tokens = 0;  // scored
   double loss = 0;                  // mean cross-entropy, nats per token
   double seconds = 0;
+  std::vector<float> token_losses;  // with EvalOptions::token_losses: batches x batch x seq, as the model computed them
 };
 
 // The mean loss of the model of checkpoint `where` on o.data (split all: every token of the file(s); val or train:

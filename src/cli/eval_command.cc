@@ -39,7 +39,17 @@ class EvalCommand final : public Command {
     eval->add_flag("--allow-nonfinite", o_.allow_nonfinite,
                    "load a checkpoint holding NaN, infinity or negative second moments (refused otherwise), for "
                    "forensics");
+    eval->add_option("--dtype", o_.dtype, "compute dtype: auto (bf16 on a GPU, f32 on the CPU), f32 or bf16 "
+                                          "[default: auto]")
+        ->check(CLI::IsMember({"auto", "f32", "bf16"}));
     eval->add_flag("--json", json_, "print one JSON object (the loss in full precision) instead of the line");
+    eval->add_flag("--token-losses", o_.token_losses,
+                   "with --json: each scored token's loss too (\"token_losses\", the windows in order), for golden "
+                   "checks against another implementation");
+    eval->add_option("--grads-out", o_.grads_out,
+                     "write the gradient of the mean loss over the scored windows (f32, no update) into this folder, "
+                     "named and laid out as export writes the weights (Hugging Face safetensors), for golden checks "
+                     "(tools/hf_golden.py); unmasked data");
     return eval;
   }
   int run(Context&) override {
@@ -50,7 +60,10 @@ class EvalCommand final : public Command {
     const nlohmann::json j = {{"checkpoint", r.checkpoint}, {"step", r.step},     {"data", o_.data},
                               {"split", o_.split},          {"loss", r.loss},     {"batches", r.batches},
                               {"tokens", r.tokens},         {"seconds", r.seconds}};
-    std::fprintf(stdout, "%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    nlohmann::json out = j;
+    if (o_.token_losses) out["token_losses"] = r.token_losses;
+    if (!o_.grads_out.empty()) out["grads_out"] = o_.grads_out;
+    std::fprintf(stdout, "%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
   std::fprintf(stdout,

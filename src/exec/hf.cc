@@ -269,20 +269,37 @@ Status import_hf(const std::string& path, Executor& ex) {
 }
 
 Result<ExportSummary> export_hf(const std::string& where, const std::string& out_dir, const ExportOptions& o) {
+  TT_ASSIGN_OR_RETURN(const std::string checkpoint, resolve_checkpoint(where));
+  TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(checkpoint));
+  TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(r.meta(), checkpoint));
+  TT_RETURN_IF(st.dtype != DType::kF32, kUnimplemented, "%s: parameters in %s; export reads fp32 checkpoints",
+               checkpoint.c_str(), dtype_name(st.dtype));
+  // A damaged file is refused whole, the tensors export does not write (AdamW's moments) too (issue 47).
+  for (const TensorFileEntry& e : r.entries())
+    if (!e.name.starts_with("param/")) TT_TRY(r.verify(e.name));
+  auto read = [&](const ParamInfo& p, float* dst) -> Status {
+    std::vector<int64_t> shape;
+    for (int d = 0; d < p.shape.rank(); ++d) shape.push_back(p.shape[d]);
+    TT_TRY(r.read("param/" + p.name, DType::kF32, shape, dst));
+    if (!o.allow_nonfinite)
+      TT_TRY(check_finite_tensor(checkpoint, "param/" + p.name, DType::kF32, dst,
+                                 static_cast<size_t>(p.shape.numel())));
+    return Status::ok();
+  };
+  TT_ASSIGN_OR_RETURN(ExportSummary s, write_hf_folder(st.model, read, out_dir, o, "tiertrain export",
+                                                       {{"checkpoint_step", std::to_string(st.step)}}));
+  s.checkpoint = checkpoint;
+  return s;
+}
+
+Result<ExportSummary> write_hf_folder(const ModelConfig& cfg, const HfParamSource& read, const std::string& out_dir,
+                                      const ExportOptions& o, const std::string& producer,
+                                      const std::map<std::string, std::string>& metadata) {
   TT_RETURN_IF(o.dtype != DType::kF32 && o.dtype != DType::kBF16, kInvalidArgument, "export: f32 or bf16, not %s",
                dtype_name(o.dtype));
   TT_RETURN_IF(o.max_shard_bytes < 1, kInvalidArgument, "export: a shard of at least one byte");
   ExportSummary s;
   s.dir = out_dir;
-  TT_ASSIGN_OR_RETURN(s.checkpoint, resolve_checkpoint(where));
-  TT_ASSIGN_OR_RETURN(TensorFileReader r, TensorFileReader::open(s.checkpoint));
-  TT_ASSIGN_OR_RETURN(CheckpointState st, checkpoint_state_from_meta(r.meta(), s.checkpoint));
-  TT_RETURN_IF(st.dtype != DType::kF32, kUnimplemented, "%s: parameters in %s; export reads fp32 checkpoints",
-               s.checkpoint.c_str(), dtype_name(st.dtype));
-  // A damaged file is refused whole, the tensors export does not write (AdamW's moments) too (issue 47).
-  for (const TensorFileEntry& e : r.entries())
-    if (!e.name.starts_with("param/")) TT_TRY(r.verify(e.name));
-  const ModelConfig& cfg = st.model;
   std::map<std::string, ParamInfo> by_name;
   for (const ParamInfo& p : model_param_layout(cfg)) by_name[p.name] = p;
   // The tensors in the family's order, cut into shards of at most max_shard_bytes (a larger tensor alone).
@@ -325,8 +342,9 @@ Result<ExportSummary> export_hf(const std::string& where, const std::string& out
       at += x.bytes;
       weight_map[x.t->name] = name;
     }
-    header["__metadata__"] = {{"format", "pt"}, {"producer", "tiertrain export"},
-                              {"checkpoint_step", std::to_string(st.step)}};
+    json meta = {{"format", "pt"}, {"producer", producer}};
+    for (const auto& [k2, v] : metadata) meta[k2] = v;
+    header["__metadata__"] = meta;
     std::string head = dump(header);
     head.append((8 - head.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
     std::string file(8 + head.size() + static_cast<size_t>(at), '\0');
@@ -338,12 +356,8 @@ Result<ExportSummary> export_hf(const std::string& where, const std::string& out
       const ParamInfo& p = *x.p;
       const HfTensor& t = *x.t;
       if (cached != p.name) {
-        std::vector<int64_t> shape;
-        for (int d = 0; d < p.shape.rank(); ++d) shape.push_back(p.shape[d]);
         ours.resize(static_cast<size_t>(p.shape.numel()));
-        TT_TRY(r.read("param/" + p.name, DType::kF32, shape, ours.data()));
-        if (!o.allow_nonfinite)
-          TT_TRY(check_finite_tensor(s.checkpoint, "param/" + p.name, DType::kF32, ours.data(), ours.size()));
+        TT_TRY(read(p, ours.data()));
         cached = p.name;
       }
       const int64_t cols = p.shape.rank() == 2 ? p.shape[1] : 1;

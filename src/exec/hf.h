@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -38,6 +39,16 @@ struct ExportOptions {
 // layout into `out_dir`: config.json and the safetensors (sharded past max_shard_bytes, with the index), each written
 // atomically.
 Result<ExportSummary> export_hf(const std::string& where, const std::string& out_dir, const ExportOptions& options);
+
+// What write_hf_folder writes for each of the model's parameters (ParamInfo: our layout's name and shape): its f32
+// values into `dst` (shape.numel() of them).
+using HfParamSource = std::function<Status(const ParamInfo& param, float* dst)>;
+// The tensors `read` gives, in cfg's family's Hugging Face layout, into `out_dir` as export_hf writes them (config.json,
+// the safetensors sharded past max_shard_bytes, the index); `producer` and `metadata` go into each file's
+// __metadata__. export_hf's parameters, or `tiertrain eval --grads-out`'s gradients (laid out as the parameters).
+Result<ExportSummary> write_hf_folder(const ModelConfig& cfg, const HfParamSource& read, const std::string& out_dir,
+                                      const ExportOptions& options, const std::string& producer,
+                                      const std::map<std::string, std::string>& metadata = {});
 
 // The model a Hugging Face folder's config.json describes, for training on sequences of `seq`; nullopt when the
 // folder (or file) has no config.json (then the weights must be in the layout of the model the run configures).

@@ -2002,6 +2002,61 @@ TEST(Cli, ExportWritesGpt2SafetensorsAndTrainingStartsFromThem) {
   EXPECT_EQ(run("export " + dir.file("ck")).code, 2);  // --out is required
 }
 
+// `tiertrain eval --token-losses --grads-out` (for tools/hf_golden.py, which compares them with transformers'): each
+// scored token's loss, whose mean is the loss; the gradient of the mean loss written under the names and shapes
+// export gives the weights, every tensor finite and not all zero; on a Llama with grouped-query attention.
+TEST(Cli, EvalWritesEachTokensLossAndTheGradientsUnderTheExportNames) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", testing::synthetic_text(20000));
+  ASSERT_EQ(run("train --family llama --layers 2 --dim 32 --heads 4 --kv-heads 2 --ffn 48 --tied-embeddings false "
+                "--seq 16 --batch 2 --eval-every 0 --threads 1 --data " + data + " --steps 3 --checkpoint-dir " +
+                dir.file("ck"))
+                .code,
+            0);
+  ASSERT_EQ(run("export " + dir.file("ck") + " --out " + dir.file("hf")).code, 0);
+  CliRun ev = run("eval " + dir.file("ck") + " --data " + data + " --batch 2 --batches 3 --backend cpu --json "
+                  "--token-losses --grads-out " + dir.file("grads"));
+  ASSERT_EQ(ev.code, 0) << ev.out;
+  const nlohmann::json j = nlohmann::json::parse(ev.out);
+  const std::vector<double> tl = j.at("token_losses").get<std::vector<double>>();
+  ASSERT_EQ(tl.size(), 3u * 2u * 16u);  // batches x batch x seq
+  double sum = 0;
+  for (double x : tl) sum += x;
+  EXPECT_NEAR(sum / static_cast<double>(tl.size()), j.at("loss").get<double>(), 1e-6 * j.at("loss").get<double>());
+  auto header = [](const std::string& path, std::string* file, size_t* data_at) {
+    *file = read_file(path);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>((*file)[static_cast<size_t>(i)]);
+    *data_at = 8 + n;
+    return nlohmann::json::parse(file->substr(8, n));
+  };
+  std::string weights, grads;
+  size_t weights_at = 0, data_at = 0;
+  nlohmann::json hw = header(dir.file("hf") + "/model.safetensors", &weights, &weights_at);
+  nlohmann::json hg = header(dir.file("grads") + "/model.safetensors", &grads, &data_at);
+  EXPECT_EQ(hg.at("__metadata__").at("producer"), "tiertrain eval --grads-out");
+  hw.erase("__metadata__");
+  hg.erase("__metadata__");
+  ASSERT_EQ(hw.size(), hg.size());
+  EXPECT_TRUE(hg.contains("model.layers.1.self_attn.k_proj.weight"));
+  for (const auto& [name, e] : hw.items()) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(hg.contains(name));
+    EXPECT_EQ(hg.at(name).at("shape"), e.at("shape"));
+    EXPECT_EQ(hg.at(name).at("dtype"), "F32");
+    const size_t a = hg.at(name).at("data_offsets")[0].get<size_t>(), b = hg.at(name).at("data_offsets")[1];
+    size_t nonzero = 0;
+    for (size_t at = a; at < b; at += 4) {
+      float v;
+      std::memcpy(&v, grads.data() + data_at + at, 4);
+      ASSERT_TRUE(std::isfinite(v)) << at;
+      nonzero += v != 0.0f;
+    }
+    EXPECT_GT(nonzero, 0u);
+  }
+  EXPECT_TRUE(fs::exists(dir.file("grads") + "/config.json"));
+}
+
 // `tokenize` writes the shards `train` reads, and a model of them samples text from a text prompt (`--vocab`): on a
 // small byte-level vocabulary in GPT-2's file format (python/tests/test_tokenize.py checks GPT-2's own files against
 // tiktoken where they can be installed). Missing files, no text and a text prompt without --vocab are named.
