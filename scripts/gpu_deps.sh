@@ -19,6 +19,8 @@ declare -A KEY=(
 cmake_prefix=""
 for pkg in "${!KEY[@]}"; do
   [ -e "${KEY[$pkg]}" ] && continue
+  # (Unpacked by an earlier call on this machine: a later call need not carry the .deb files again.)
+  if [ -e "$PREFIX${KEY[$pkg]}" ]; then cmake_prefix="$PREFIX/usr"; continue; fi
   deb=$(ls .deps/debs/"${pkg}"_*.deb 2>/dev/null | head -n 1 || true)
   if [ -z "$deb" ]; then
     echo "missing ${KEY[$pkg]} and no .deps/debs/${pkg}_*.deb to unpack" >&2
