@@ -18,6 +18,7 @@ writes JSON (--out). Needs torch and transformers.
 """
 import argparse
 import json
+import math
 import pathlib
 import subprocess
 import sys
@@ -65,32 +66,39 @@ def hf_check(folder, tokens, seq, batch, batches, attn, grads):
         total += loss.detach().sum().item()
         count += x[:, 1:].numel()
     out = {"loss": total / count, "token_losses": per_token}
-    if grads:
-        out["grads"] = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    if grads:  # (a parameter the loss does not reach has no gradient: None, reported as missing)
+        out["grads"] = {n: None if p.grad is None else p.grad.detach().clone() for n, p in model.named_parameters()}
     return out
 
 
 def compare_grads(ours_dir, theirs):
     """Each of transformers' parameter gradients against the tensor of that name tiertrain wrote: the largest
     difference over the tensor's largest magnitude; the worst tensor, and the names either side lacks."""
+    import math
     from safetensors.torch import load_file
-    ours = load_file(str(pathlib.Path(ours_dir, "model.safetensors")))
-    worst, worst_name, missing = 0.0, None, []
+    ours = {}
+    for f in sorted(pathlib.Path(ours_dir).glob("*.safetensors")):  # (one file, or the shards)
+        ours.update(load_file(str(f)))
+    worst, worst_name, missing, used = 0.0, None, [], set()
     for name, g in theirs.items():
         # (GPT-2's files name the base model's tensors without its "transformer." prefix, as OpenAI's do.)
         key = next((k for k in (name, name.removeprefix("transformer."), name.removeprefix("model."))
                     if k in ours), None)
-        if key is None:
-            missing.append(name)
+        if key is None or g is None:
+            missing.append(name if key is None else f"{name} (no gradient in transformers)")
             continue
+        used.add(key)
         o = ours[key].float()
         if o.shape != g.shape:
             missing.append(f"{name} (shape {tuple(o.shape)} against {tuple(g.shape)})")
             continue
         scale = g.abs().max().item()
         err = (o - g).abs().max().item() / scale if scale > 0 else (o - g).abs().max().item()
-        if err > worst:
+        if not math.isfinite(err):  # a NaN or infinity on either side fails the case
+            err = math.inf
+        if err > worst or worst_name is None:
             worst, worst_name = err, name
+    missing += [f"{k} (ours alone)" for k in ours if k not in used]
     return {"tensors": len(theirs), "worst_rel": worst, "worst_tensor": worst_name, "missing": missing}
 
 
@@ -132,13 +140,15 @@ def main():
                 theirs = hf_check(folder, tokens, a.seq, a.batch, a.batches, attn, grads=attn == "eager")
                 row[f"transformers_{attn}"] = theirs["loss"]
                 row[f"rel_{attn}"] = abs(ours - theirs["loss"]) / abs(theirs["loss"])
-                row[f"token_max_abs_{attn}"] = max(abs(x - y) for x, y in zip(ev["token_losses"],
-                                                                              theirs["token_losses"]))
-                if len(ev["token_losses"]) != len(theirs["token_losses"]):
-                    row[f"token_max_abs_{attn}"] = float("inf")
+                diffs = [abs(x - y) for x, y in zip(ev["token_losses"], theirs["token_losses"])]
+                # (a NaN anywhere, or a count that differs, fails the case)
+                row[f"token_max_abs_{attn}"] = (max(diffs) if all(math.isfinite(d) for d in diffs) and
+                                                len(ev["token_losses"]) == len(theirs["token_losses"])
+                                                else float("inf"))
                 if "grads" in theirs:
                     row["grads"] = compare_grads(grads, theirs["grads"])
-            row["ok"] = (max(row["rel_eager"], row["rel_sdpa"]) <= a.tolerance and
+            rels = [row["rel_eager"], row["rel_sdpa"]]
+            row["ok"] = (all(math.isfinite(r) for r in rels) and max(rels) <= a.tolerance and
                          max(row["token_max_abs_eager"], row["token_max_abs_sdpa"]) <= a.token_tolerance and
                          row["grads"]["worst_rel"] <= a.grad_tolerance and not row["grads"]["missing"])
             failed += not row["ok"]

@@ -50,7 +50,7 @@ def main() -> None:
             impl = f"tiertrain-{j['dtype']['compute']} --plan {c.get('plan')}"
             if str(c.get("attention_deterministic", "true")).lower() == "false":
                 impl += " --attention-deterministic false"
-            if j.get("plan", {}).get("grad_dtype") == "bf16":  # Note [bf16 gradients]: the run's, as resolved
+            if j.get("grad_dtype", j.get("plan", {}).get("grad_dtype")) == "bf16":  # Note [bf16 gradients]
                 impl += " (bf16 grads)"
             rows.append({"impl": impl, "file": name,
                          "config": key, "median_ms_per_step": ms, "tokens_per_s": tokens / (ms / 1e3),

@@ -39,7 +39,7 @@ def main() -> None:
             plan = str(j["config"].get("plan", "in-core"))
             if plan != "in-core":  # another plan named in the row (in-core-selective: issue 23's memory)
                 impl += " --plan " + os.path.basename(plan)
-            if j.get("plan", {}).get("grad_dtype") == "bf16":  # Note [bf16 gradients]: the run's, as resolved
+            if j.get("grad_dtype", j.get("plan", {}).get("grad_dtype")) == "bf16":  # Note [bf16 gradients]
                 impl += " (bf16 grads)"
             rows.append({"impl": impl,
                          "file": name, "config": f"L{m['layers']} d{m['dim']} T{m['seq']} B{B} V{m['vocab']}",

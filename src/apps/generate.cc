@@ -166,7 +166,8 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
       m.ex->forward();
     }
     be.copy_d2h(losses.data(), model.losses(), be.compute_stream());
-    TT_TRY(be.compute_stream().synchronize());
+    // (With gradients every stream: the norm's parts on the comm stream read them; the next forward may reuse them.)
+    TT_TRY(grads ? be.synchronize_all() : be.compute_stream().synchronize());
     if (grads) {
       TT_TRY(m.ex->download_grads(grad.data()));
       for (size_t i = 0; i < grad.size(); ++i) grad_sum[i] += static_cast<double>(grad[i]);

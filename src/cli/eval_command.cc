@@ -42,10 +42,12 @@ class EvalCommand final : public Command {
     eval->add_option("--dtype", o_.dtype, "compute dtype: auto (bf16 on a GPU, f32 on the CPU), f32 or bf16 "
                                           "[default: auto]")
         ->check(CLI::IsMember({"auto", "f32", "bf16"}));
-    eval->add_flag("--json", json_, "print one JSON object (the loss in full precision) instead of the line");
+    CLI::Option* json = eval->add_flag("--json", json_,
+                                       "print one JSON object (the loss in full precision) instead of the line");
     eval->add_flag("--token-losses", o_.token_losses,
                    "with --json: each scored token's loss too (\"token_losses\", the windows in order), for golden "
-                   "checks against another implementation");
+                   "checks against another implementation")
+        ->needs(json);
     eval->add_option("--grads-out", o_.grads_out,
                      "write the gradient of the mean loss over the scored windows (f32, no update) into this folder, "
                      "named and laid out as export writes the weights (Hugging Face safetensors), for golden checks "

@@ -82,7 +82,9 @@ void apply_grad_dtype(GradDtype want, ExecSpec& spec) {
   if (want != GradDtype::kAuto) {
     spec.plan.bf16_grads = want == GradDtype::kBF16;
   } else if (!spec.plan.grad_dtype_named) {
-    spec.plan.bf16_grads = spec.compute == DType::kBF16 && spec.bf16_grads_refusal() == nullptr;
+    // (Data ranks would average bf16 gradients, which PyTorch's DDP does only with its compression hook: named.)
+    spec.plan.bf16_grads =
+        spec.compute == DType::kBF16 && spec.data_ranks == 1 && spec.bf16_grads_refusal() == nullptr;
   }
 }
 
@@ -130,8 +132,8 @@ Status ExecSpec::validate() const {
   if (plan.bf16_grads) {  // Note [bf16 gradients] in exec/executor.h: what the first version takes
     const char* why = bf16_grads_refusal();
     TT_RETURN_IF(why != nullptr, kUnimplemented,
-                 "--grad-dtype bf16 with plan %s: built for %s only; use --grad-dtype f32 or auto",
-                 plan.source.c_str(), why);
+                 "--grad-dtype bf16 with plan %s: built for %s only; use --grad-dtype f32%s", plan.source.c_str(),
+                 why, plan.grad_dtype_named ? " (or remove the plan's \"grad_dtype\": \"bf16\")" : " or auto");
   }
   TT_RETURN_IF(input_scatter && data_ranks < 2, kInvalidArgument, "an input scattered over %d data rank(s)",
                data_ranks);

@@ -69,8 +69,8 @@ struct ExecSpec {
 
 // Note [bf16 gradients]: sets spec.plan.bf16_grads from the knob grad_dtype once the plan, the optimizer's
 // placement, the compute, the micro-batches and the mesh are in the spec: f32 or bf16 as named (validate refuses
-// what cannot take bf16); auto, unless the JSON plan names grad_dtype, bf16 where the compute is bf16 and nothing
-// refuses it, else f32.
+// what cannot take bf16); auto, unless the JSON plan names grad_dtype, bf16 where the compute is bf16, there is one
+// data rank and nothing refuses it, else f32.
 void apply_grad_dtype(GradDtype want, ExecSpec& spec);
 
 // Note [bf16 gradients]
@@ -91,8 +91,9 @@ void apply_grad_dtype(GradDtype want, ExecSpec& spec);
 // micro-batch a step (an accumulation in bf16 would round at every add, and cuBLAS's epilogue rounds an add into a
 // bf16 dW twice: GPU test Bf16Gradients.*; PyTorch adds into f32), f32 or bf16 compute
 // (a GPU: bf16); the rest is refused naming the flag. The default, auto (apply_grad_dtype), takes bf16 where the
-// compute is bf16 (a GPU's) and the run takes them, f32 elsewhere (the CPU optimizer, accumulation, the CPU
-// backend's f32 compute): autocast's numerics where the first version has them. docs/design/bf16-gradients.md.
+// compute is bf16 (a GPU's), one data rank (DDP averages f32 .grad unless a compression hook is named) and the run
+// takes them, f32 elsewhere (the CPU optimizer, accumulation, the CPU backend's f32 compute): autocast's numerics
+// where the first version has them. docs/design/bf16-gradients.md.
 
 // Note [head in gradients]
 // The head's tensors (TensorRequest::head: the final norm's output and statistics, the logits chunk) are written

@@ -210,7 +210,8 @@ void declare_train_knobs(Config& cfg) {
          "product's f32 sum rounded once; half the gradients' memory and bytes for the norm and AdamW; the "
          "embeddings' and final norm's stay f32; data ranks average them in bf16). bf16 needs AdamW on the device, "
          "not sharded, gradients not managed, and --grad-accum 1; on a GPU bf16 compute. auto: bf16 where the "
-         "compute is bf16 (a GPU's default) and the run takes them, else f32; a JSON plan's grad_dtype stands");
+         "compute is bf16 (a GPU's default), one data rank, and the run takes them, else f32; a JSON plan's "
+         "grad_dtype stands unless this names one");
   knob("runtime", "grads_in_activations", K::kBool, "true",
        "keep a block's gradients in the activation memory of later blocks, dead once their backwards are done "
        "(Note [gradients in dead activations]: resident blocks, device optimizer; bit-identical, less memory), and "

@@ -1164,6 +1164,7 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                                {"exposed_ms", tr.exposed_ms / n}};
   }
   j["plan"] = spec_.exec.plan.to_json();
+  j["grad_dtype"] = spec_.exec.plan.bf16_grads ? "bf16" : "f32";  // Note [bf16 gradients]: as the run resolved it
   if (!um_per_step_.is_null()) j["um_counters_per_step"] = um_per_step_;
   j["memory"] = backend_->stats().to_json();
   j["memory"]["device"]["budget"] = backend_->pool().budget();

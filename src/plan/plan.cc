@@ -496,7 +496,8 @@ json Plan::to_json() const {
   json j = {{"version", 1},         {"optimizer", optimizer_placement_name(optimizer)}, {"swap_prefetch", swap_prefetch},
             {"param_prefetch", param_prefetch}, {"layers", ls}};
   if (!grads_in_activations) j["grads_in_activations"] = false;
-  if (bf16_grads || grad_dtype_named) j["grad_dtype"] = bf16_grads ? "bf16" : "f32";
+  // (Only where the plan names it: a type auto resolved is the run's, not the plan's; metrics say it apart.)
+  if (grad_dtype_named) j["grad_dtype"] = bf16_grads ? "bf16" : "f32";
   if (host_ring) j["host_buffers"] = "ring";
   if (device_optimizer_segments > 0) j["device_optimizer_segments"] = device_optimizer_segments;
   if (managed_params || managed_grads || managed_optim) {

@@ -760,6 +760,13 @@ TEST(Executor, AutoGradDtypeTakesBf16WhereTheSpecCan) {
     ASSERT_FALSE(v.is_ok());
     EXPECT_NE(v.message().find("--grad-dtype bf16"), std::string::npos) << v.to_string();
   }
+  // Several data ranks (not sharded): f32 under auto (DDP averages f32 gradients), bf16 when named.
+  ExecSpec ranks = base;
+  ranks.data_ranks = 2;
+  ranks.batch = 2;
+  EXPECT_EQ(ranks.bf16_grads_refusal(), nullptr);
+  EXPECT_FALSE(applied(ranks, GradDtype::kAuto).plan.bf16_grads);
+  EXPECT_TRUE(applied(ranks, GradDtype::kBF16).validate().is_ok());
   // f32 compute (the CPU backend's): f32 under auto, bf16 when named (the CPU backend rounds its f32 sums).
   ExecSpec f32 = base;
   f32.compute = DType::kF32;
