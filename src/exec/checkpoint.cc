@@ -432,7 +432,7 @@ Status check_checkpoint_continues(const CheckpointState& st, const CheckpointSta
     TT_LOG(WARN, CKPT, "checkpoint was written with --data '%s', resuming with '%s' (same tokens)",
            st.data_path.c_str(), expected.data_path.c_str());
   // Knobs whose change keeps the run going but not bit for bit.
-  for (const char* k : {"dtype", "backend", "threads", "steps", "plan", "lr", "warmup", "min_lr_frac"}) {
+  for (const char* k : {"dtype", "backend", "threads", "steps", "plan", "lr", "warmup", "min_lr_frac", "grad_dtype"}) {
     if (!st.config.is_object() || !expected.config.is_object() || !st.config.contains(k) ||
         !expected.config.contains(k))
       continue;

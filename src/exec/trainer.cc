@@ -676,6 +676,8 @@ Status Trainer::build() {
     expected.data_path = cfg.data;
     expected.data_fingerprint = dataset_.info().fingerprint;
     expected.config = cfg.resolved;
+    // (Note [bf16 gradients]: the type the run resolved, not the knob's auto, so that a change is warned of.)
+    if (expected.config.is_object()) expected.config["grad_dtype"] = spec_.exec.plan.bf16_grads ? "bf16" : "f32";
     expected.train_tokens = dataset_.train().size();
     auto loaded = load_checkpoint(path, expected, *ex_, cfg.allow_nonfinite);
     if (!loaded.is_ok()) return std::move(loaded.take_status().with_context("cannot resume"));
@@ -941,6 +943,7 @@ Status Trainer::save(int64_t step) {
   st.data_path = cfg_.data;
   st.data_fingerprint = dataset_.info().fingerprint;
   st.config = cfg_.resolved;
+  if (st.config.is_object()) st.config["grad_dtype"] = spec_.exec.plan.bf16_grads ? "bf16" : "f32";  // (as resolved)
   TT_TRY(save_checkpoint(cfg_.checkpoint_dir, st, *ex_, cfg_.keep_checkpoints, &whole));
   print("step %6lld | checkpoint written to %s\n", static_cast<long long>(step), cfg_.checkpoint_dir.c_str());
   return Status::ok();

@@ -295,6 +295,21 @@ TEST(Cli, MeshesWithBf16GradientsFollowTheOneProcessRun) {
   EXPECT_HAS(c.out, "--grad-dtype bf16");
 }
 
+// Note [bf16 gradients]: a checkpoint records the gradient type its run resolved (not the knob's auto), and a resume
+// that resolves another is warned of, as other knobs whose change keeps the run going but not bit for bit.
+TEST(Cli, ResumingWithAnotherGradientTypeIsWarnedOf) {
+  TempDir dir;
+  const std::string data = dir.write("corpus.txt", tt::testing::synthetic_text(20000));
+  const std::string args = small(data) + " --backend cpu --steps 4 --warmup 0 --checkpoint-dir " + dir.file("ck");
+  ASSERT_EQ(run(args + " --grad-dtype bf16 --stop-at 2").code, 0);
+  CliRun same = run(args + " --grad-dtype bf16 --stop-at 3 --resume");
+  ASSERT_EQ(same.code, 0) << same.out;
+  EXPECT_EQ(same.out.find("grad_dtype="), std::string::npos) << same.out;
+  CliRun other = run(args + " --resume");  // auto: f32 on the CPU backend
+  ASSERT_EQ(other.code, 0) << other.out;
+  EXPECT_HAS(other.out, "written with grad_dtype=\"bf16\", resuming with \"f32\"");
+}
+
 // Checkpoints hold the whole model and the global sampler: a run on 2 ranks continues on 1, and one on 1 on 4,
 // where the uninterrupted run goes.
 TEST(Cli, DataParallelCheckpointsContinueOnAnotherMesh) {
