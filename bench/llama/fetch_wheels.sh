@@ -21,3 +21,15 @@ trap 'rm -rf "$tmp"' EXIT
 "$PY" -m pip download -q --no-deps --no-binary :all: -d "$tmp" deepspeed
 "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$DIR" "$tmp"/deepspeed-*.tar.gz
 ls "$DIR"
+# The golden part's minimum (TT_HF_WHEELS=.deps/hfmin, installed with --no-deps): transformers' runtime without the
+# Hub's download accelerator and command-line tools (hf_xet, typer, click, rich, pygments, pydantic, ...), small
+# enough to carry beside .deps/debs.
+mkdir -p "$DIR/../hfmin"
+for w in "$DIR"/*.whl; do
+  case $(basename "$w") in
+    hf_xet-*|pygments-*|rich-*|typer-*|click-*|markdown_it_py-*|mdurl-*|shellingham-*|pydantic*|annotated_*|\
+    typing_inspection-*|tomlkit-*|torchao-*|deepspeed-*|hjson-*|ninja-*|psutil-*|py_cpuinfo-*|nvidia_ml_py-*|\
+    msgpack-*|einops-*) ;;
+    *) cp "$w" "$DIR/../hfmin/" ;;
+  esac
+done

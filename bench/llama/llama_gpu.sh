@@ -148,8 +148,15 @@ if [[ " ${TT_TORCH_IMPLS:-clean hf} " == *" hf "* ]] || has offload || has golde
   if python3 -m venv --system-site-packages /tmp/tt-hf > /dev/null 2>&1 &&
     python3 -c "import site; print('\n'.join('import site; site.addsitedir(%r)' % d for d in site.getsitepackages()))" \
       > "$(/tmp/tt-hf/bin/python -c 'import site; print(site.getsitepackages()[0])')/tt_parent_env.pth" &&
-    /tmp/tt-hf/bin/python -m pip install -q --no-index --find-links .deps/hfwheels transformers $(has offload && echo torchao) \
-      $([[ " ${TT_OFF_MODES:-} " == *" deepspeed-zero-offload "* ]] && echo deepspeed) > "$OUT/pip.log" 2>&1; then
+    if [ -n "${TT_HF_WHEELS:-}" ]; then
+      # (TT_HF_WHEELS: a folder of just the wheels to install, without their optional extras' dependencies, when the
+      # carry's 64 MiB will not hold all of .deps/hfwheels beside .deps/debs: see bench/llama/fetch_wheels.sh.)
+      /tmp/tt-hf/bin/python -m pip install -q --no-index --no-deps "$TT_HF_WHEELS"/*.whl
+    else
+      /tmp/tt-hf/bin/python -m pip install -q --no-index --find-links .deps/hfwheels transformers \
+        $(has offload && echo torchao) \
+        $([[ " ${TT_OFF_MODES:-} " == *" deepspeed-zero-offload "* ]] && echo deepspeed)
+    fi > "$OUT/pip.log" 2>&1; then
     PY=/tmp/tt-hf/bin/python
   else
     echo "transformers did not install (the hf rows are skipped):"; tail -3 "$OUT/pip.log"
