@@ -252,11 +252,16 @@ Status ShmComm::exchange_single_copy(const char* src, char* dst, size_t bytes, b
   cur_.addr = reinterpret_cast<uint64_t>(src);
   // Note [shared buffers]: blocks in a pool are read where they are with a plain copy.
   cur_.send_off = pool_offset(src, (alltoall ? static_cast<size_t>(size_) : 1) * bytes);
-  // Plain copies (a pooled block, this rank's own) with streaming stores only for blocks past the streaming threshold
-  // (Note [streaming stores]): on the VM a 2 MiB block's took 1.2-1.3x longer with them, a 16 MiB one's 0.8-0.9x.
-  // (On the VM of 2026-12-07 ordinary stores for the own block made mpi4py_same.py's alltoall of 16 MiB blocks, into
-  // a receive buffer numpy has just zeroed, 10.0 -> 7.2 ms (mpi4py 6.5), and its allgather, into a buffer kept from
-  // call to call, 3.8 -> 5.1 ms (mpi4py 4.6): kept.)
+  // A pooled block's plain copy streams past the streaming threshold (Note [streaming stores]): on the VM a 2 MiB
+  // block's took 1.2-1.3x longer with streaming stores, a 16 MiB one's 0.8-0.9x. This rank's own block is copied with
+  // ordinary stores, as Open MPI's memcpy does: streaming stores into a receive buffer the caller has just written
+  // (numpy's zeros_like) cost more than they save into a cold one. 2 ranks on the 2-core VM, 16 MiB blocks, two or
+  // three interleaved runs each (streaming -> ordinary, mpi4py): alltoall into a new zeroed buffer 9.98-10.15 ->
+  // 6.26-6.62 ms (6.00-6.58), allgather into one 10.71-10.78 -> 7.85-7.93 (6.99-7.17), allgather into a kept buffer
+  // 2.91-3.20 -> 2.97-3.03 (3.09-3.10) and in another set 3.12-3.23 -> 3.41-3.54 (3.25-3.40); 2 MiB blocks the same
+  // within noise. The worst case against mpi4py goes from 0.60x to 0.89x for a few percent on kept buffers, within
+  // the runs' spread (a third set with this code: allgather kept 3.00-3.10 ms, mpi4py 3.05-3.16; alltoall 5.27-5.86,
+  // mpi4py 5.70-5.99; one thread's memcpy instead of the crew's the same within noise).
   const auto copy = [&](char* to, const char* from) {
     if (opt_.stream_bytes > 0 && bytes >= opt_.stream_bytes) deliver(to, from, bytes);
     else std::memcpy(to, from, bytes);
@@ -274,7 +279,7 @@ Status ShmComm::exchange_single_copy(const char* src, char* dst, size_t bytes, b
     }
     const char* own = alltoall ? src + static_cast<size_t>(rank_) * bytes : src;
     char* to = dst + static_cast<size_t>(rank_) * bytes;
-    if (own != to) copy(to, own);
+    if (own != to) crew_copy(to, own, bytes, false);  // (ordinary stores: the comment above)
     hdr(rank_)->reduced.value.store(r, std::memory_order_release);
     return wait_all(&Header::reduced, r, "waiting for the ranks' single copies");
   });
