@@ -858,6 +858,9 @@ Status Trainer::check_same_config() {
                                                     "checkpoint_dir", "sample_tokens"};
   nlohmann::json mine = cfg_.resolved;
   for (const std::string& k : kOwnOutputs) mine.erase(k);
+  // Note [bf16 gradients]: the type each rank resolved (auto may resolve apart where ranks chose their plans apart);
+  // the ranks' reductions read the gradients in it.
+  mine["grad_dtype"] = spec_.exec.plan.bf16_grads ? "bf16" : "f32";
   if (!cfg_.resume.empty()) mine["checkpoint_dir"] = cfg_.checkpoint_dir;  // (every rank reads it)
   std::string text = mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   int64_t n = static_cast<int64_t>(text.size());

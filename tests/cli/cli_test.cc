@@ -1128,6 +1128,11 @@ TEST(Cli, MeshMistakesAreNamedBeforeAnythingRuns) {
   EXPECT_NE(other.code, 0) << other.out;
   EXPECT_HAS(other.out, "rank 1 of the mesh was started with another configuration than rank 0: --lr 0.001");
   EXPECT_EQ(other.out.find("done:"), std::string::npos) << other.out;
+  // The gradient type each rank resolved is compared too (Note [bf16 gradients]: the reductions read it).
+  CliRun grads = run("launch -n 2 -- sh -c 'if [ \"$RANK\" = 1 ]; then exec " + bin + " " + args +
+                     " --mesh data=2 --grad-dtype bf16; else exec " + bin + " " + args + " --mesh data=2; fi'");
+  EXPECT_NE(grads.code, 0) << grads.out;
+  EXPECT_HAS(grads.out, "another configuration than rank 0: --grad-dtype \"bf16\" (rank 0: \"f32\")");
   // A rank that dies mid-run (killed after a second): the job stops at once, naming it.
   const auto t0 = std::chrono::steady_clock::now();
   CliRun dies = run("launch -n 2 -- sh -c 'if [ \"$RANK\" = 1 ]; then exec timeout -s KILL 1 " + bin + " " + args +
