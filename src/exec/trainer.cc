@@ -362,6 +362,9 @@ Result<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, FILE
                cfg.model.vocab);
   TT_ASSIGN_OR_RETURN(t->spec_, resolve_run(cfg));
   const RunSpec& r = t->spec_;
+  // Note [bf16 gradients]: the knobs as resolved say the gradient type the run took, not auto, so that the run
+  // folder's config, checkpoints (a resume that takes another is warned of) and the mesh's ranks compare it.
+  if (cfg.resolved.is_object()) cfg.resolved["grad_dtype"] = r.exec.plan.grad_dtype_name();
   if (cfg.shard_optimizer && !r.exec.shard_optimizer)
     TT_LOG(WARN, EXEC,
            "--shard-optimizer: nothing to shard, the run has no data-parallel dimension of more than one rank "
@@ -676,8 +679,6 @@ Status Trainer::build() {
     expected.data_path = cfg.data;
     expected.data_fingerprint = dataset_.info().fingerprint;
     expected.config = cfg.resolved;
-    // (Note [bf16 gradients]: the type the run resolved, not the knob's auto, so that a change is warned of.)
-    if (expected.config.is_object()) expected.config["grad_dtype"] = spec_.exec.plan.bf16_grads ? "bf16" : "f32";
     expected.train_tokens = dataset_.train().size();
     auto loaded = load_checkpoint(path, expected, *ex_, cfg.allow_nonfinite);
     if (!loaded.is_ok()) return std::move(loaded.take_status().with_context("cannot resume"));
@@ -858,9 +859,6 @@ Status Trainer::check_same_config() {
                                                     "checkpoint_dir", "sample_tokens"};
   nlohmann::json mine = cfg_.resolved;
   for (const std::string& k : kOwnOutputs) mine.erase(k);
-  // Note [bf16 gradients]: the type each rank resolved (auto may resolve apart where ranks chose their plans apart);
-  // the ranks' reductions read the gradients in it.
-  mine["grad_dtype"] = spec_.exec.plan.bf16_grads ? "bf16" : "f32";
   if (!cfg_.resume.empty()) mine["checkpoint_dir"] = cfg_.checkpoint_dir;  // (every rank reads it)
   std::string text = mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   int64_t n = static_cast<int64_t>(text.size());
@@ -946,7 +944,6 @@ Status Trainer::save(int64_t step) {
   st.data_path = cfg_.data;
   st.data_fingerprint = dataset_.info().fingerprint;
   st.config = cfg_.resolved;
-  if (st.config.is_object()) st.config["grad_dtype"] = spec_.exec.plan.bf16_grads ? "bf16" : "f32";  // (as resolved)
   TT_TRY(save_checkpoint(cfg_.checkpoint_dir, st, *ex_, cfg_.keep_checkpoints, &whole));
   print("step %6lld | checkpoint written to %s\n", static_cast<long long>(step), cfg_.checkpoint_dir.c_str());
   return Status::ok();
@@ -1170,7 +1167,7 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                                {"exposed_ms", tr.exposed_ms / n}};
   }
   j["plan"] = spec_.exec.plan.to_json();
-  j["grad_dtype"] = spec_.exec.plan.bf16_grads ? "bf16" : "f32";  // Note [bf16 gradients]: as the run resolved it
+  j["grad_dtype"] = spec_.exec.plan.grad_dtype_name();  // Note [bf16 gradients]: as the run resolved it
   if (!um_per_step_.is_null()) j["um_counters_per_step"] = um_per_step_;
   j["memory"] = backend_->stats().to_json();
   j["memory"]["device"]["budget"] = backend_->pool().budget();

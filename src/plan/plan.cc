@@ -497,7 +497,7 @@ json Plan::to_json() const {
             {"param_prefetch", param_prefetch}, {"layers", ls}};
   if (!grads_in_activations) j["grads_in_activations"] = false;
   // (Only where the plan names it: a type auto resolved is the run's, not the plan's; metrics say it apart.)
-  if (grad_dtype_named) j["grad_dtype"] = bf16_grads ? "bf16" : "f32";
+  if (grad_dtype_named) j["grad_dtype"] = grad_dtype_name();
   if (host_ring) j["host_buffers"] = "ring";
   if (device_optimizer_segments > 0) j["device_optimizer_segments"] = device_optimizer_segments;
   if (managed_params || managed_grads || managed_optim) {

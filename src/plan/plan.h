@@ -137,6 +137,7 @@ struct Plan {
   // the knob grad_dtype), as autocast's weight gradients are; the embeddings' and the final norm's in f32.
   bool bf16_grads = false;
   bool grad_dtype_named = false;  // the JSON plan names grad_dtype: the knob's auto leaves it as the plan says
+  const char* grad_dtype_name() const { return bf16_grads ? "bf16" : "f32"; }  // as the knob and JSON spell it
   // Note [host buffers in rings] (plan/schedule.h): with the CPU optimizer, the gradients' host copy and the staging
   // copy of the compute copy as two-slot rings each segment passes through after the backward (JSON "host_buffers":
   // "ring"), instead of a place for every parameter ("whole", the default).
