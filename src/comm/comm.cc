@@ -391,6 +391,8 @@ Status shm_options_from_env(ShmOptions* shm) {
   TT_TRY(env_setting("TIERTRAIN_COMM_CMA_HUGE_BYTES", 0, kMax, "bytes, 0 (never) or more", &shm->cma_huge_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_P2P_CMA_BYTES", 0, kMax, "bytes, 0 (never) or more", &shm->p2p_cma_bytes));
   TT_TRY(env_setting("TIERTRAIN_COMM_P2P_SHARED_BYTES", 0, kMax, "bytes, 0 (never) or more", &shm->p2p_shared_bytes));
+  TT_TRY(env_setting("TIERTRAIN_COMM_CMA_ALLREDUCE_BYTES", 0, kMax, "bytes, 0 (never) or more",
+                     &shm->cma_allreduce_bytes));
   if (env::is_set("TIERTRAIN_COMM_CMA_EXCHANGE_BYTES")) {  // unset: ShmOptions::kExchangeAuto
     shm->cma_exchange_bytes = 0;
     TT_TRY(env_setting("TIERTRAIN_COMM_CMA_EXCHANGE_BYTES", 0, kMax, "bytes, 0 (never) or more",

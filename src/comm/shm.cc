@@ -136,13 +136,15 @@ Status ShmComm::init() {
     h->cma_bytes.store(0, std::memory_order_relaxed);
     h->p2p_cma_bytes.store(0, std::memory_order_relaxed);
     h->cma_exchange_bytes.store(0, std::memory_order_relaxed);
+    h->cma_allreduce_bytes.store(0, std::memory_order_relaxed);
     h->tree_ranks.store(static_cast<uint64_t>(opt_.tree_ranks), std::memory_order_relaxed);
     h->reduce_span.store(static_cast<uint64_t>(opt_.reduce_span), std::memory_order_relaxed);
     h->cma_huge_bytes.store(static_cast<uint64_t>(opt_.cma_huge_bytes), std::memory_order_relaxed);
     h->inline_small.store(inline_wanted() ? 1 : 0, std::memory_order_relaxed);
     h->rooted_small.store(opt_.rooted ? 1 : 0, std::memory_order_relaxed);
     // Note [single copy]: peers of this user may attach to read and write the buffers given to gather and scatter.
-    if ((opt_.cma_bytes > 0 || opt_.p2p_cma_bytes > 0 || opt_.cma_exchange_bytes > 0) && size_ > 1)
+    if ((opt_.cma_bytes > 0 || opt_.p2p_cma_bytes > 0 || opt_.cma_exchange_bytes > 0 || opt_.cma_allreduce_bytes > 0) &&
+        size_ > 1)
       prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     h->arrived.value.store(0, std::memory_order_relaxed);
     h->reduced.value.store(0, std::memory_order_relaxed);
@@ -227,6 +229,7 @@ Status ShmComm::init() {
     cma_huge_bytes_ = agreed(&Header::cma_huge_bytes);  // Note [single copy by pages]
     p2p_cma_bytes_ = agreed(&Header::p2p_cma_bytes);    // Note [point-to-point single copy]
     cma_exchange_bytes_ = agreed(&Header::cma_exchange_bytes);  // Note [single-copy exchanges]
+    cma_allreduce_bytes_ = agreed(&Header::cma_allreduce_bytes);  // Note [two-rank single-copy allreduce]
     inline_on_ = agreed(&Header::inline_small) != 0;     // Note [inline rounds]
     rooted_on_ = agreed(&Header::rooted_small) != 0;     // Note [rooted rounds]
     // Note [shared buffers]: used only where every rank could map every pool.
@@ -263,7 +266,8 @@ Status ShmComm::init() {
   peer_recv_.assign(static_cast<size_t>(size_), kNoPool);
   TT_LOG(INFO, COMM,
          "shm communicator: rank %d of %d, %s segments, %s; pool %s; single copies %s; point-to-point single copies "
-         "%s; single-copy exchanges %s; arrival %s; inline rounds %s; rooted rounds %s; %d thread(s)%s",
+         "%s; single-copy exchanges %s; single-copy allreduce %s; arrival %s; inline rounds %s; rooted rounds %s; "
+         "%d thread(s)%s",
          rank_, size_, format_bytes(static_cast<int64_t>(seg_bytes_)).c_str(), placement_.c_str(),
          pool_ != nullptr ? format_bytes(static_cast<int64_t>(pool_bytes_)).c_str()
          : pool_bytes_ > 0 ? "off (not mapped everywhere)"
@@ -272,6 +276,8 @@ Status ShmComm::init() {
          p2p_cma_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(p2p_cma_bytes_))).c_str() : "off",
          cma_exchange_bytes_ > 0 ? ("from " + format_bytes(static_cast<int64_t>(cma_exchange_bytes_)) + " a block").c_str()
                                  : "off",
+         allreduce_in_one_copy(~size_t{0}) ? ("from " + format_bytes(static_cast<int64_t>(cma_allreduce_bytes_))).c_str()
+                                            : "off",
          group_ > 0 ? ("through groups of " + std::to_string(group_)).c_str() : "flat", inline_on_ ? "on" : "off",
          rooted_on_ ? "on" : "off",
          crew_->size(),

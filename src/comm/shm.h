@@ -73,6 +73,11 @@ struct ShmOptions {
     if (cma_exchange_bytes != kExchangeAuto) return cma_exchange_bytes;
     return ranks <= 8 ? size_t{32} << 10 : size_t{256} << 10;
   }
+  // An allreduce of at least this many bytes between 2 ranks: each rank reduces its half reading its peer's straight
+  // out of the peer's buffer, then copies the peer's reduced half out of the peer's result
+  // (TIERTRAIN_COMM_CMA_ALLREDUCE_BYTES; 0: never; off where the ranks may not attach to each other; the ranks agree
+  // on the largest). Note [two-rank single-copy allreduce] in comm/shm_collectives.cc.
+  size_t cma_allreduce_bytes = 256 << 10;
   // Rounds arrive through a two-level tree from this many ranks up (TIERTRAIN_COMM_TREE_RANKS; 0: never). The
   // default, 32: with fewer ranks the flat line is as fast or faster, the tree's second step costing more than the
   // shorter line saves (docs/benchmarks/2026-11-30-h200x2-comm-tuning/). Note [arrival tree] in comm/shm_internal.h.

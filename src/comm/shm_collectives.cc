@@ -203,7 +203,81 @@ Status ShmComm::do_reduce(const void* send, void* recv, size_t count, DType dtyp
 
 Status ShmComm::do_allreduce(const void* send, void* recv, size_t count, DType dtype, Op op) {
   TT_TRY(begin(kAllreduce, count, dtype, op, -1, false, count * dtype_size(dtype)));
+  if (allreduce_in_one_copy(count * dtype_size(dtype)))
+    return allreduce_single_copy(static_cast<const char*>(send == kInPlace ? recv : send), static_cast<char*>(recv),
+                                 count, dtype, op);
   return reduce_rounds(send, recv, count, dtype, op, -1);
+}
+
+// Note [two-rank single-copy allreduce]
+// Between two ranks a large allreduce through the segments copies each rank's buffer into its area, reduces the
+// halves into the result areas and copies both halves out: about 88 MiB of memory traffic a rank for 16 MiB. With
+// cross memory attach it is two rounds and about 40 MiB. In the first each rank publishes its send buffer (meta
+// `addr`; `send_off` where it is in its pool) and reduces its half (rank 0 the first ceil(n / 2) elements, rank 1 the
+// rest) into its receive buffer, reading the peer's half of it straight out of the peer's send buffer, a chunk of
+// kAllreduceChunk at a time into a buffer that stays in cache (process_vm_readv; a plain read where the buffer is in
+// the peer's pool), the two sources in rank order as in every reduction (comm/reduce.h), over the crew by element
+// ranges. In the second each publishes its receive buffer and copies the peer's reduced half out of it in one copy,
+// marks itself done (`reduced`) and waits for the peer's mark, so that neither buffer is the caller's again while the
+// peer may still read it. The second round's arrival is the wait the first needs (Note [shm rounds]): a rank arrives
+// only once its half is reduced and its reads of the peer's send buffer are done, so that the peer may then write
+// its receive buffer, in place its send buffer too; in the first round each writes only its own half, which the
+// peer does not read. Alike on every rank: from the agreed cma_allreduce_bytes_, where every rank's probe passed.
+// mpi4py_same.py at 2 ranks on the 2-core VM (2026-12-07; segments -> single copy, mpi4py): 256 KiB 43-46 -> 33-36
+// us (59-60), 1 MiB 224-235 -> 163-168 (255-259), 4 MiB 1023-1030 -> 541-555 (930-947), 16 MiB 3858-4230 ->
+// 1982-2088 (3466-3520); at 128 KiB even (22-23 us). Chunks of 32 KiB were slower (16 MiB: 2274-2343 us), of 512
+// KiB the same.
+Status ShmComm::allreduce_single_copy(const char* src, char* dst, size_t count, DType dtype, Op op) {
+  constexpr size_t kAllreduceChunk = 128 << 10;
+  const size_t es = dtype_size(dtype), half = (count + 1) / 2;
+  const int peer = 1 - rank_;
+  const size_t s0 = rank_ == 0 ? 0 : half, s1 = rank_ == 0 ? half : count;  // this rank's half
+  const size_t p0 = peer == 0 ? 0 : half, p1 = peer == 0 ? half : count;    // the peer's
+  const int parts = (s1 - s0) * es >= opt_.thread_bytes ? crew_->size() : 1;
+  const size_t chunk = std::max<size_t>(1, kAllreduceChunk / es);
+  if (allreduce_tmp_.size() < static_cast<size_t>(parts) * chunk * es)
+    allreduce_tmp_.resize(static_cast<size_t>(crew_->size()) * chunk * es);
+  cur_.addr = reinterpret_cast<uint64_t>(src);
+  cur_.send_off = pool_offset(src, count * es);
+  TT_TRY(round_fill([](char*) {}, [&](int64_t) -> Status {
+    const uint64_t pooled = hdr(peer)->meta[half_].send_off, remote = hdr(peer)->meta[half_].addr;
+    int failed[Crew::kMaxThreads] = {};  // each part's cma_move error (helpers do not touch the communicator)
+    const auto reduce_part = [&](int i) {
+      size_t a = 0, b = 0;
+      share(s1 - s0, parts, i, 1024, &a, &b);
+      char* tmp = allreduce_tmp_.data() + static_cast<size_t>(i) * chunk * es;
+      for (size_t k = s0 + a; k < s0 + b; k += chunk) {
+        const size_t m = std::min(chunk, s0 + b - k);
+        const char* theirs = tmp;
+        if (pooled != kNoPool) {
+          theirs = pool_base(peer) + pooled + k * es;
+        } else if (const int err = cma_move(peer, tmp, remote + k * es, m * es, false); err != 0) {
+          failed[i] = err;
+          return;
+        }
+        const void* both[2] = {src + k * es, theirs};
+        if (rank_ == 1) std::swap(both[0], both[1]);  // rank order
+        comm::reduce(dst + k * es, both, 2, m, dtype, op);
+      }
+    };
+    if (parts == 1) reduce_part(0);
+    else crew_->run(reduce_part);
+    for (int i = 0; i < parts; ++i)
+      if (failed[i] != 0) return cma_failed(peer, failed[i], false);
+    return Status::ok();
+  }));
+  cur_.addr = reinterpret_cast<uint64_t>(dst);
+  cur_.recv_off = pool_offset(dst, count * es);
+  return round_fill([](char*) {}, [&](int64_t r) -> Status {
+    const size_t bytes = (p1 - p0) * es;
+    if (const uint64_t pooled = hdr(peer)->meta[half_].recv_off; pooled != kNoPool) {
+      crew_copy(dst + p0 * es, pool_base(peer) + pooled + p0 * es, bytes, false);
+    } else {
+      TT_TRY(cma_copy(peer, dst + p0 * es, hdr(peer)->meta[half_].addr + p0 * es, bytes, false));
+    }
+    hdr(rank_)->reduced.value.store(r, std::memory_order_release);
+    return wait_all(&Header::reduced, r, "waiting for the peer's single copy");
+  });
 }
 
 Status ShmComm::do_gather(const void* send, void* recv, size_t count, DType dtype, int root) {

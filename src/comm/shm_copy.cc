@@ -6,7 +6,9 @@ namespace tt::comm {
 namespace shm_detail {
 
 void ShmComm::probe_single_copy() {
-  if ((opt_.cma_bytes == 0 && opt_.p2p_cma_bytes == 0 && opt_.cma_exchange_bytes == 0) || size_ < 2) return;
+  if ((opt_.cma_bytes == 0 && opt_.p2p_cma_bytes == 0 && opt_.cma_exchange_bytes == 0 && opt_.cma_allreduce_bytes == 0) ||
+      size_ < 2)
+    return;
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     int64_t pid = 0;
@@ -22,9 +24,10 @@ void ShmComm::probe_single_copy() {
   hdr(rank_)->cma_bytes.store(opt_.cma_bytes, std::memory_order_release);
   hdr(rank_)->p2p_cma_bytes.store(opt_.p2p_cma_bytes, std::memory_order_release);
   hdr(rank_)->cma_exchange_bytes.store(opt_.exchange_bytes(size_), std::memory_order_release);
+  hdr(rank_)->cma_allreduce_bytes.store(opt_.cma_allreduce_bytes, std::memory_order_release);
 }
 
-Status ShmComm::cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool write) {
+int ShmComm::cma_move(int q, void* local, uint64_t remote, size_t bytes, bool write) const {
   char* l = static_cast<char*>(local);
   while (bytes > 0) {
     iovec li{l, bytes};
@@ -32,17 +35,26 @@ Status ShmComm::cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool
     const pid_t pid = static_cast<pid_t>(hdr(q)->pid);
     const ssize_t n = write ? process_vm_writev(pid, &li, 1, &ri, 1, 0) : process_vm_readv(pid, &li, 1, &ri, 1, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      return fail(make_status(StatusCode::kIoError,
-                              "%s #%lld (rank %d of %d): single copy %s rank %d failed: %s (TIERTRAIN_COMM_CMA_BYTES=0 "
-                              "turns single copies off)",
-                              kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_, size_,
-                              write ? "to" : "from", q, n < 0 ? std::strerror(errno) : "nothing copied"));
+    if (n < 0) return errno;
+    if (n == 0) return -1;
     l += n;
     remote += static_cast<uint64_t>(n);
     bytes -= static_cast<size_t>(n);
   }
-  return Status::ok();
+  return 0;
+}
+
+Status ShmComm::cma_failed(int q, int err, bool write) {
+  return fail(make_status(StatusCode::kIoError,
+                          "%s #%lld (rank %d of %d): single copy %s rank %d failed: %s (TIERTRAIN_COMM_CMA_BYTES=0 "
+                          "turns single copies off)",
+                          kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_, size_, write ? "to" : "from",
+                          q, err > 0 ? std::strerror(err) : "nothing copied"));
+}
+
+Status ShmComm::cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool write) {
+  const int err = cma_move(q, local, remote, bytes, write);
+  return err == 0 ? Status::ok() : cma_failed(q, err, write);
 }
 
 // Note [single copy by pages]

@@ -64,9 +64,9 @@ namespace tt::comm::shm_detail {
 // (its reads of half h included). For the same reason a peer is never more than one round ahead of a rank still in
 // round r, so the meta half a rank checks in round r is the one its peers wrote for round r. No round ends with a
 // barrier. (Rounds that wait for their root alone, Note [rooted rounds], keep the same rule in a general form.)
-constexpr uint64_t kMagic = 0x7474636f6d6d3131ull;  // "ttcomm11": halves, arrival lines, single copies, tree, span,
+constexpr uint64_t kMagic = 0x7474636f6d6d3132ull;  // "ttcomm12": halves, arrival lines, single copies, tree, span,
                                                     // shared buffers, agreed single copies by pages, inline rounds,
-                                                    // rooted rounds, point-to-point rings
+                                                    // rooted rounds, point-to-point rings, single-copy allreduce
 constexpr uint64_t kNoPool = ~uint64_t{0};  // Meta::send_off, recv_off: the buffer is not in the rank's pool
 
 // Note [shared buffers]
@@ -181,6 +181,7 @@ struct alignas(64) Header {
   std::atomic<uint64_t> cma_bytes;  // Note [single copy]: this rank's threshold if its probes passed, else 0
   std::atomic<uint64_t> p2p_cma_bytes;  // Note [point-to-point single copy]: the same for point-to-point
   std::atomic<uint64_t> cma_exchange_bytes;  // Note [single-copy exchanges]: the same for allgather and alltoall
+  std::atomic<uint64_t> cma_allreduce_bytes;  // Note [two-rank single-copy allreduce]: the same for allreduce
   std::atomic<uint64_t> tree_ranks;  // Note [arrival tree]: this rank's TIERTRAIN_COMM_TREE_RANKS
   std::atomic<uint64_t> reduce_span;  // Note [reduction rounds]: this rank's TIERTRAIN_COMM_REDUCE_SPAN
   std::atomic<uint64_t> pool_ok;      // Note [shared buffers]: 1 once this rank has mapped every rank's pool
@@ -382,6 +383,12 @@ class ShmComm final : public Communicator {
   // Note [single-copy exchanges]: allgather (alltoall false) or alltoall of blocks of `bytes`, each read straight
   // out of its peer's buffer. src: this rank's block (allgather) or its size() blocks (alltoall), as the peers read.
   Status exchange_single_copy(const char* src, char* dst, size_t bytes, bool alltoall);
+  // Note [two-rank single-copy allreduce]: whether an allreduce of this many bytes takes it (alike on every rank), and
+  // the call.
+  bool allreduce_in_one_copy(size_t bytes) const {
+    return size_ == 2 && cma_allreduce_bytes_ > 0 && bytes >= cma_allreduce_bytes_;
+  }
+  Status allreduce_single_copy(const char* src, char* dst, size_t count, DType dtype, Op op);
   // Note [single-copy broadcast]: whether a broadcast of this many bytes takes it (alike on every rank), and the
   // round that makes it.
   bool broadcast_in_one_copy(size_t bytes) const {
@@ -467,6 +474,10 @@ class ShmComm final : public Communicator {
   // Copies bytes between local memory and rank q's memory at `remote` (its address space): all of them, or an
   // error naming q.
   Status cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool write);
+  // The same without an error: 0, errno, or -1 where nothing was copied; safe on the crew's helpers (cma_failed,
+  // on the calling thread, then makes the error).
+  int cma_move(int q, void* local, uint64_t remote, size_t bytes, bool write) const;
+  Status cma_failed(int q, int err, bool write);
   void probe_single_copy();
   Status fail(Status s) {
     broken_.set(s.message());
@@ -557,6 +568,8 @@ class ShmComm final : public Communicator {
   size_t cma_huge_bytes_ = 0;  // the agreed threshold of Note [single copy by pages]; 0: off
   size_t p2p_cma_bytes_ = 0;   // the agreed threshold of Note [point-to-point single copy]; 0: off
   size_t cma_exchange_bytes_ = 0;  // the agreed threshold of Note [single-copy exchanges]; 0: off
+  size_t cma_allreduce_bytes_ = 0;  // the agreed threshold of Note [two-rank single-copy allreduce]; 0: off
+  std::vector<char> allreduce_tmp_;  // Note [two-rank single-copy allreduce]: a chunk of the peer's half a thread
   std::vector<char> exchange_copy_;  // an in-place alltoall's send blocks, apart while its peers read them (that call)
   bool inline_on_ = false;  // Note [inline rounds]: agreed at init (a world of one: this rank's setting)
   // This rank's setting (Note [inline rounds]): TIERTRAIN_COMM_INLINE, or by the world's size where it is unset.

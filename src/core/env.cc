@@ -43,6 +43,8 @@ constexpr Param kParams[] = {
     {"TIERTRAIN_COMM_CMA_EXCHANGE_BYTES", "32768 up to 8 ranks, 262144 from 9",
      "allgather and alltoall blocks of at least this many bytes go in one copy from each peer's buffer; 0: never "
      "(Note [single-copy exchanges])"},
+    {"TIERTRAIN_COMM_CMA_ALLREDUCE_BYTES", "262144", "2-rank allreduces of at least this many bytes read the peer's "
+     "half straight out of its buffer; 0: never (Note [two-rank single-copy allreduce])"},
     {"TIERTRAIN_COMM_HUGE_BYTES", "4194304", "comm.zeros() buffers of at least this many bytes on huge pages; 0: never"},
     {"TIERTRAIN_COMM_ID", "set by tiertrain launch", "the job's unique name, which its ranks meet under",
      Kind::kInternal},

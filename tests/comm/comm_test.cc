@@ -1456,18 +1456,21 @@ TEST_P(CommRanks, EveryCollectiveDtypeOpAndSizeIsRight) {
   // pieces of 1000 bytes and more go in single copies (Note [single copy]): the small sizes take the memcpy and
   // segment paths, the others the streaming and single-copy ones, at unaligned offsets and lengths too. Allgather and
   // alltoall blocks of 1000 bytes and more are read out of the peers' buffers (Note [single-copy exchanges]), in
-  // place and not.
+  // place and not, and so are 2-rank allreduces of 1000 bytes and more (Note [two-rank single-copy allreduce]).
   expect_collectives_right(GetParam(),
                            "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_STREAM_BYTES=1000 "
-                           "TIERTRAIN_COMM_CMA_BYTES=1000 TIERTRAIN_COMM_CMA_EXCHANGE_BYTES=1000");
+                           "TIERTRAIN_COMM_CMA_BYTES=1000 TIERTRAIN_COMM_CMA_EXCHANGE_BYTES=1000 "
+                           "TIERTRAIN_COMM_CMA_ALLREDUCE_BYTES=1000");
 }
 
 // Note [crew]: every collective, dtype, op and size again with three threads a rank sharing out every copy and
-// reduction from 1000 bytes (at uneven splits; threads outnumber the CPUs here, so they also wait for each other).
+// reduction from 1000 bytes (at uneven splits; threads outnumber the CPUs here, so they also wait for each other);
+// the 2-rank single-copy allreduce's halves over the three too.
 TEST_P(CommRanks, EveryCollectiveWithThreeThreadsARank) {
   expect_collectives_right(GetParam(),
                            "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 TIERTRAIN_COMM_STREAM_BYTES=1000 "
-                           "TIERTRAIN_COMM_THREADS=3 TIERTRAIN_COMM_THREAD_BYTES=1000");
+                           "TIERTRAIN_COMM_THREADS=3 TIERTRAIN_COMM_THREAD_BYTES=1000 "
+                           "TIERTRAIN_COMM_CMA_ALLREDUCE_BYTES=1000");
 }
 
 // Note [shared buffers]: every collective with buffers from the shared pools (read and written where they are, at
@@ -1477,10 +1480,15 @@ TEST_P(CommRanks, EveryCollectiveWithThreeThreadsARank) {
 TEST_P(CommRanks, EveryCollectiveInSharedBuffers) {
   const std::string base = "TIERTRAIN_COMM_BUFFER=262144 TIERTRAIN_COMM_JITTER_US=20 ";
   expect_collectives_right(GetParam(), base + "TT_COMM_POOL_BUFFERS=1", "all in pools");
-  // Single copies from 1000 bytes: gather and scatter roots' buffers in their pools are copied into (out of) directly.
+  // Single copies from 1000 bytes: gather and scatter roots' buffers in their pools are copied into (out of) directly,
+  // and a 2-rank allreduce reads the peer's pooled buffers where they are (with only rank 1's pooled too).
   expect_collectives_right(GetParam(),
-                           base + "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_CMA_BYTES=1000 TIERTRAIN_COMM_CMA_EXCHANGE_BYTES=1000",
+                           base + "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_CMA_BYTES=1000 TIERTRAIN_COMM_CMA_EXCHANGE_BYTES=1000 "
+                                  "TIERTRAIN_COMM_CMA_ALLREDUCE_BYTES=1000",
                            "single copies");
+  expect_collectives_right(GetParam(),
+                           base + "TT_RANK1_ENV=TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_CMA_ALLREDUCE_BYTES=1000",
+                           "single-copy allreduce, rank 1 in its pool");
   expect_collectives_right(GetParam(), base + "TT_RANK1_ENV=TT_COMM_POOL_BUFFERS=1", "rank 1 in its pool");
   expect_collectives_right(GetParam(),
                            base + "TT_COMM_POOL_BUFFERS=1 TIERTRAIN_COMM_THREADS=3 TIERTRAIN_COMM_THREAD_BYTES=1000",
