@@ -217,7 +217,8 @@ Status ShmComm::do_allreduce(const void* send, void* recv, size_t count, DType d
 // rest) into its receive buffer, reading the peer's half of it straight out of the peer's send buffer, a chunk of
 // kAllreduceChunk at a time into a buffer that stays in cache (process_vm_readv; a plain read where the buffer is in
 // the peer's pool), the two sources in rank order as in every reduction (comm/reduce.h), over the crew by element
-// ranges. In the second each publishes its receive buffer and copies the peer's reduced half out of it in one copy,
+// ranges. In the second each publishes its receive buffer and copies the peer's reduced half out of it in one copy
+// (a kernel copy a thread of the crew),
 // marks itself done (`reduced`) and waits for the peer's mark, so that neither buffer is the caller's again while the
 // peer may still read it. The second round's arrival is the wait the first needs (Note [shm rounds]): a rank arrives
 // only once its half is reduced and its reads of the peer's send buffer are done, so that the peer may then write
@@ -273,7 +274,19 @@ Status ShmComm::allreduce_single_copy(const char* src, char* dst, size_t count, 
     if (const uint64_t pooled = hdr(peer)->meta[half_].recv_off; pooled != kNoPool) {
       crew_copy(dst + p0 * es, pool_base(peer) + pooled + p0 * es, bytes, false);
     } else {
-      TT_TRY(cma_copy(peer, dst + p0 * es, hdr(peer)->meta[half_].addr + p0 * es, bytes, false));
+      // Over the crew as the reduction: one kernel copy a part.
+      const int copiers = bytes >= opt_.thread_bytes ? crew_->size() : 1;
+      const uint64_t remote = hdr(peer)->meta[half_].addr + p0 * es;
+      int failed[Crew::kMaxThreads] = {};
+      const auto copy_part = [&](int i) {
+        size_t a = 0, b = 0;
+        share(bytes, copiers, i, 64 << 10, &a, &b);
+        if (b > a) failed[i] = cma_move(peer, dst + p0 * es + a, remote + a, b - a, false);
+      };
+      if (copiers == 1) copy_part(0);
+      else crew_->run(copy_part);
+      for (int i = 0; i < copiers; ++i)
+        if (failed[i] != 0) return cma_failed(peer, failed[i], false);
     }
     hdr(rank_)->reduced.value.store(r, std::memory_order_release);
     return wait_all(&Header::reduced, r, "waiting for the peer's single copy");
