@@ -25,6 +25,7 @@ constexpr const char* kShortcuts[] = {"in-core",
 
 Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
   std::vector<PlanRow> rows;
+  Status unsupported;  // the first row's refusal of what it does not take yet (kUnimplemented)
   for (const char* name : kShortcuts) {
     for (const OptimizerPlacement where : {OptimizerPlacement::kDevice, OptimizerPlacement::kCpu}) {
       TrainConfig c = cfg;
@@ -37,16 +38,17 @@ Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
       // memory is a JSON plan: docs/PLANS.md).
       if (plan.value().needs_cpu_optimizer() && where == OptimizerPlacement::kDevice) continue;
       if (plan.value().uses_managed() && where == OptimizerPlacement::kCpu) continue;
-      // Note [bf16 gradients] (exec/executor.h): the CPU optimizer's plans and managed gradients do not take bf16
-      // gradients yet: with --grad-dtype bf16 no row (what every row refuses alike, such as f32-only compute, is the
-      // run's error below); with auto they are f32 rows (resolve_run).
-      if (cfg.grad_dtype == GradDtype::kBF16 && (where == OptimizerPlacement::kCpu || plan.value().managed_grads))
-        continue;
       // The speculative update is the CPU optimizer's; the device optimizer ignores it.
       if (where == OptimizerPlacement::kDevice) c.speculative_update = false;
       auto run = resolve_run(c);
-      // Note [gradient accumulation]: the plans that keep gradients on the host do not accumulate yet: no row.
-      if (!run.is_ok() && cfg.grad_accum > 1 && run.status().code() == StatusCode::kUnimplemented) continue;
+      // What a plan does not take yet is no row (Note [gradient accumulation]: the plans that keep gradients on the
+      // host do not accumulate; Note [bf16 gradients] in exec/executor.h: the CPU optimizer's plans and managed
+      // gradients do not take --grad-dtype bf16, which auto resolves to f32 there); if no row is left, the first
+      // such refusal is the error (bf16 gradients with f32 compute, say).
+      if (!run.is_ok() && run.status().code() == StatusCode::kUnimplemented) {
+        if (unsupported.is_ok()) unsupported = run.status();
+        continue;
+      }
       if (!run.is_ok()) return run.status();
       PlanRow r;
       r.plan = name;
@@ -56,6 +58,7 @@ Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
       rows.push_back(std::move(r));
     }
   }
+  if (rows.empty() && !unsupported.is_ok()) return unsupported;
   return rows;
 }
 

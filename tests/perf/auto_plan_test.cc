@@ -270,6 +270,13 @@ TEST(AutoPlan, Bf16GradientsKeepAdamWOnTheDevice) {
     EXPECT_TRUE(r.run.exec.plan.bf16_grads) << r.plan;
     EXPECT_FALSE(r.run.exec.plan.managed_grads) << r.plan;
   }
+  // What every row refuses alike is the table's error: bf16 gradients summed over micro-batches.
+  TrainConfig accum = tc;
+  accum.grad_accum = 2;
+  auto none = plan_rows(accum);
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kUnimplemented) << none.status().to_string();
+  EXPECT_NE(none.status().message().find("one micro-batch a step"), std::string::npos) << none.status().to_string();
   auto a = choose_plan(tc, s.profile);
   ASSERT_TRUE(a.is_ok()) << a.status().to_string();
   const PlanRow& best = a.value().best;
