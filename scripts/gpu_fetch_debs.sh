@@ -26,3 +26,9 @@ pip download --no-deps -q -d . --only-binary :all: --platform manylinux_2_25_x86
 pip download -q -d . --only-binary :all: --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform any --python-version 3.12 --implementation cp transformers tokenizers \
   safetensors
+# .deps/wslim: what scripts/gpu_pyenv.sh installs, alone (TT_WHEELS=.deps/wslim; about 21 MiB), for the calls that
+# carry it beside .deps/debs within the device tool's 64 MiB, which the whole of .deps/wheels exceeds
+# (bench/comm/mpi4py_same_host.sh).
+mkdir -p ../wslim
+cp scikit_build_core-*.whl pybind11-*.whl pathspec-*.whl packaging-*.whl cython-*.whl setuptools-*.whl \
+  mpi4py-*.tar.gz pytest-*.whl iniconfig-*.whl pluggy-*.whl pygments-*.whl numpy-*.whl ../wslim/
