@@ -210,24 +210,23 @@ Status ShmComm::do_allreduce(const void* send, void* recv, size_t count, DType d
 }
 
 // Note [two-rank single-copy allreduce]
-// Between two ranks a large allreduce through the segments copies each rank's buffer into its area, reduces the
-// halves into the result areas and copies both halves out: about 88 MiB of memory traffic a rank for 16 MiB. With
-// cross memory attach it is two rounds and about 40 MiB. In the first each rank publishes its send buffer (meta
-// `addr`; `send_off` where it is in its pool) and reduces its half (rank 0 the first ceil(n / 2) elements, rank 1 the
-// rest) into its receive buffer, reading the peer's half of it straight out of the peer's send buffer, a chunk of
-// kAllreduceChunk at a time into a buffer that stays in cache (process_vm_readv; a plain read where the buffer is in
-// the peer's pool), the two sources in rank order as in every reduction (comm/reduce.h), over the crew by element
-// ranges. In the second each publishes its receive buffer and copies the peer's reduced half out of it in one copy
-// (a kernel copy a thread of the crew),
-// marks itself done (`reduced`) and waits for the peer's mark, so that neither buffer is the caller's again while the
-// peer may still read it. The second round's arrival is the wait the first needs (Note [shm rounds]): a rank arrives
-// only once its half is reduced and its reads of the peer's send buffer are done, so that the peer may then write
-// its receive buffer, in place its send buffer too; in the first round each writes only its own half, which the
+// Between two ranks a large allreduce through the segments copies each rank's buffer into its area, reduces the halves
+// into the result areas and copies both halves out: about 88 MiB of memory traffic a rank for 16 MiB. With cross memory
+// attach it is two rounds and about 40 MiB. In the first each rank publishes its send buffer (meta `addr`; `send_off`
+// where it is in its pool) and reduces its half (rank 0 the first ceil(n / 2) elements, rank 1 the rest) into its
+// receive buffer, reading the peer's half of it straight out of the peer's send buffer, a chunk of kAllreduceChunk at a
+// time into a buffer that stays in cache (process_vm_readv; a plain read where the buffer is in the peer's pool), the
+// two sources in rank order as in every reduction (comm/reduce.h), over the crew by element ranges. In the second each
+// publishes its receive buffer and copies the peer's reduced half out of it in one copy (a kernel copy a thread of the
+// crew), marks itself done (`reduced`) and waits for the peer's mark, so that neither buffer is the caller's again
+// while the peer may still read it. The second round's arrival is the wait the first needs (Note [shm rounds]): a rank
+// arrives only once its half is reduced and its reads of the peer's send buffer are done, so that the peer may then
+// write its receive buffer, in place its send buffer too; in the first round each writes only its own half, which the
 // peer does not read. Alike on every rank: from the agreed cma_allreduce_bytes_, where every rank's probe passed.
-// mpi4py_same.py at 2 ranks on the 2-core VM (2026-12-07; segments -> single copy, mpi4py): 256 KiB 43-46 -> 33-36
-// us (59-60), 1 MiB 224-235 -> 163-168 (255-259), 4 MiB 1023-1030 -> 541-555 (930-947), 16 MiB 3858-4230 ->
-// 1982-2088 (3466-3520); at 128 KiB even (22-23 us). Chunks of 32 KiB were slower (16 MiB: 2274-2343 us), of 512
-// KiB the same.
+// mpi4py_same.py at 2 ranks on the 2-core VM (2026-12-07; segments -> single copy, mpi4py): 256 KiB 43-46 -> 33-36 us
+// (59-60), 1 MiB 224-235 -> 163-168 (255-259), 4 MiB 1023-1030 -> 541-555 (930-947), 16 MiB 3858-4230 -> 1982-2088
+// (3466-3520); at 128 KiB even (22-23 us). Chunks of 32 KiB were slower (16 MiB: 2274-2343 us), of 512 KiB the same.
+// Record: docs/benchmarks/2026-12-07-cpu-two-rank-allreduce/.
 Status ShmComm::allreduce_single_copy(const char* src, char* dst, size_t count, DType dtype, Op op) {
   constexpr size_t kAllreduceChunk = 128 << 10;
   const size_t es = dtype_size(dtype), half = (count + 1) / 2;
@@ -240,7 +239,8 @@ Status ShmComm::allreduce_single_copy(const char* src, char* dst, size_t count, 
     allreduce_tmp_.resize(static_cast<size_t>(crew_->size()) * chunk * es);
   cur_.addr = reinterpret_cast<uint64_t>(src);
   cur_.send_off = pool_offset(src, count * es);
-  TT_TRY(round_fill([](char*) {}, [&](int64_t) -> Status {
+  TT_TRY(round_fill([](char*) {}, [&](int64_t r) -> Status {
+    jitter(r);  // (tests: a rank that read or wrote before its peer is ready shows)
     const uint64_t pooled = hdr(peer)->meta[half_].send_off, remote = hdr(peer)->meta[half_].addr;
     int failed[Crew::kMaxThreads] = {};  // each part's cma_move error (helpers do not touch the communicator)
     const auto reduce_part = [&](int i) {
@@ -270,6 +270,7 @@ Status ShmComm::allreduce_single_copy(const char* src, char* dst, size_t count, 
   cur_.addr = reinterpret_cast<uint64_t>(dst);
   cur_.recv_off = pool_offset(dst, count * es);
   return round_fill([](char*) {}, [&](int64_t r) -> Status {
+    jitter(r);
     const size_t bytes = (p1 - p0) * es;
     if (const uint64_t pooled = hdr(peer)->meta[half_].recv_off; pooled != kNoPool) {
       crew_copy(dst + p0 * es, pool_base(peer) + pooled + p0 * es, bytes, false);

@@ -44,7 +44,7 @@ Result<std::vector<PlanRow>> plan_rows(const TrainConfig& cfg) {
       // What a plan does not take yet is no row (Note [gradient accumulation]: the plans that keep gradients on the
       // host do not accumulate; Note [bf16 gradients] in exec/executor.h: the CPU optimizer's plans and managed
       // gradients do not take --grad-dtype bf16, which auto resolves to f32 there); if no row is left, the first
-      // such refusal is the error (bf16 gradients with f32 compute, say).
+      // such refusal is the error (bf16 gradients summed over micro-batches, say).
       if (!run.is_ok() && run.status().code() == StatusCode::kUnimplemented) {
         if (unsupported.is_ok()) unsupported = run.status();
         continue;

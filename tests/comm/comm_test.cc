@@ -1264,6 +1264,33 @@ int run_pool_reuse() {
   return wrong == 0 ? 0 : 1;
 }
 
+// Note [two-rank single-copy allreduce]: each rank spoils its send and receive buffers the moment an allreduce
+// returns (having copied the result out); a peer still reading either (its half of the send buffer in the first round,
+// its reduced half of the receive buffer in the second) then gets NaNs, which its checks see. Out of place and in place.
+int run_allreduce_reuse() {
+  auto w = comm::world();
+  if (!w.is_ok()) return left_out(w.status());
+  comm::Communicator& c = *w.value();
+  const int rank = c.rank(), n = c.size();
+  const size_t count = 65536 + 3;  // 256 KiB and a little: halves of unequal length
+  std::vector<float> send(count), recv(count), got(count);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  int wrong = 0;
+  for (int it = 0; it < 20; ++it) {
+    const bool in_place = it % 2 == 1;
+    for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>(rank + it + static_cast<int>(i % 7));
+    if (in_place) recv = send;
+    CHECK_OK(c.allreduce(in_place ? comm::kInPlace : send.data(), recv.data(), count, DType::kF32, Op::kSum));
+    std::memcpy(got.data(), recv.data(), count * sizeof(float));
+    std::fill(recv.begin(), recv.end(), nan);
+    std::fill(send.begin(), send.end(), nan);
+    for (size_t i = 0; i < count; ++i)
+      wrong += got[i] != static_cast<float>(n * (it + static_cast<int>(i % 7)) + n * (n - 1) / 2);
+  }
+  std::printf("rank %d: allreduce reuse %s (%d wrong)\n", rank, wrong == 0 ? "right" : "WRONG", wrong);
+  return wrong == 0 ? 0 : 1;
+}
+
 int rank_main(const std::string& scenario) {
   // TT_RANK1_ENV=NAME=VALUE: a setting that rank 1 alone starts with.
   if (const char* e = std::getenv("TT_RANK1_ENV"); e && std::getenv("RANK") && std::string(std::getenv("RANK")) == "1") {
@@ -1291,6 +1318,7 @@ int rank_main(const std::string& scenario) {
   if (scenario == "rooted_rounds") return run_rooted_rounds();
   if (scenario == "rooted_errors") return run_rooted_errors();
   if (scenario == "pool_reuse") return run_pool_reuse();
+  if (scenario == "allreduce_reuse") return run_allreduce_reuse();
   if (scenario == "peer_exits") return run_peer_exits();
   if (scenario == "passed_then_gone") return run_passed_then_gone();
   if (scenario == "crash") return run_crash();
@@ -1522,6 +1550,20 @@ TEST(Comm, PooledBuffersAreTheCallersAgainWhenACollectiveReturns) {
     EXPECT_NE(j.output.find("rank 0: pool reuse right"), std::string::npos) << j.output;
     EXPECT_NE(j.output.find("; pool "), std::string::npos) << j.output;
     EXPECT_EQ(j.output.find("pool none"), std::string::npos) << j.output;
+  }
+}
+
+// Note [two-rank single-copy allreduce]: no rank returns while its peer still reads its send or receive buffer (each
+// spoils both at once); the jitter (up to 2 x 3 ms before each round's reads and copies) gives a rank that returned
+// early the time to spoil them before its peer reads.
+TEST(Comm, SingleCopyAllreduceBuffersAreTheCallersAgainWhenItReturns) {
+  const Job j = launch(2, "allreduce_reuse",
+                       "TT_LOG_COMM=1 TIERTRAIN_COMM_JITTER_US=3000 TIERTRAIN_COMM_CMA_ALLREDUCE_BYTES=1000");
+  EXPECT_EQ(j.code, 0) << j.output;
+  EXPECT_HAS(j.output, "rank 0: allreduce reuse right");
+  EXPECT_HAS(j.output, "rank 1: allreduce reuse right");
+  if (j.output.find("cannot attach") == std::string::npos) {
+    EXPECT_HAS(j.output, "single-copy allreduce from 1000 B");
   }
 }
 
