@@ -6,7 +6,8 @@ namespace tt::comm {
 namespace shm_detail {
 
 void ShmComm::probe_single_copy() {
-  if ((opt_.cma_bytes == 0 && opt_.p2p_cma_bytes == 0 && opt_.cma_exchange_bytes == 0 && opt_.cma_allreduce_bytes == 0) ||
+  if ((opt_.cma_bytes == 0 && opt_.p2p_cma_bytes == 0 && opt_.cma_exchange_bytes == 0 &&
+       (opt_.cma_allreduce_bytes == 0 || size_ != 2)) ||  // (Note [two-rank single-copy allreduce]: 2 ranks only)
       size_ < 2)
     return;
   for (int q = 0; q < size_; ++q) {
@@ -45,11 +46,15 @@ int ShmComm::cma_move(int q, void* local, uint64_t remote, size_t bytes, bool wr
 }
 
 Status ShmComm::cma_failed(int q, int err, bool write) {
+  // The setting that turns this collective's single copies off.
+  const char* off = cur_.kind == kAllreduce                               ? "TIERTRAIN_COMM_CMA_ALLREDUCE_BYTES"
+                    : cur_.kind == kAllgather || cur_.kind == kAlltoall ? "TIERTRAIN_COMM_CMA_EXCHANGE_BYTES"
+                                                                        : "TIERTRAIN_COMM_CMA_BYTES";
   return fail(make_status(StatusCode::kIoError,
-                          "%s #%lld (rank %d of %d): single copy %s rank %d failed: %s (TIERTRAIN_COMM_CMA_BYTES=0 "
-                          "turns single copies off)",
+                          "%s #%lld (rank %d of %d): single copy %s rank %d failed: %s (%s=0 turns these single copies "
+                          "off)",
                           kind_name(cur_.kind), static_cast<long long>(cur_.seq), rank_, size_, write ? "to" : "from",
-                          q, err > 0 ? std::strerror(err) : "nothing copied"));
+                          q, err > 0 ? std::strerror(err) : "nothing copied", off));
 }
 
 Status ShmComm::cma_copy(int q, void* local, uint64_t remote, size_t bytes, bool write) {
