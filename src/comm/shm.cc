@@ -143,10 +143,7 @@ Status ShmComm::init() {
     h->inline_small.store(inline_wanted() ? 1 : 0, std::memory_order_relaxed);
     h->rooted_small.store(opt_.rooted ? 1 : 0, std::memory_order_relaxed);
     // Note [single copy]: peers of this user may attach to read and write the buffers given to gather and scatter.
-    if ((opt_.cma_bytes > 0 || opt_.p2p_cma_bytes > 0 || opt_.cma_exchange_bytes > 0 ||
-         (opt_.cma_allreduce_bytes > 0 && size_ == 2)) &&
-        size_ > 1)
-      prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    if (wants_single_copies()) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     h->arrived.value.store(0, std::memory_order_relaxed);
     h->reduced.value.store(0, std::memory_order_relaxed);
     h->magic.store(kMagic, std::memory_order_release);

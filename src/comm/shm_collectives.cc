@@ -234,9 +234,8 @@ Status ShmComm::allreduce_single_copy(const char* src, char* dst, size_t count, 
   const size_t s0 = rank_ == 0 ? 0 : half, s1 = rank_ == 0 ? half : count;  // this rank's half
   const size_t p0 = peer == 0 ? 0 : half, p1 = peer == 0 ? half : count;    // the peer's
   const int parts = (s1 - s0) * es >= opt_.thread_bytes ? crew_->size() : 1;
-  const size_t chunk = std::max<size_t>(1, kAllreduceChunk / es);
-  if (allreduce_tmp_.size() < static_cast<size_t>(parts) * chunk * es)
-    allreduce_tmp_.resize(static_cast<size_t>(crew_->size()) * chunk * es);
+  const size_t chunk = kAllreduceChunk / es;  // (element sizes 1-8 divide it)
+  allreduce_tmp_.resize(static_cast<size_t>(crew_->size()) * kAllreduceChunk);  // (the first call allocates)
   cur_.addr = reinterpret_cast<uint64_t>(src);
   cur_.send_off = pool_offset(src, count * es);
   TT_TRY(round_fill([](char*) {}, [&](int64_t r) -> Status {
@@ -246,7 +245,7 @@ Status ShmComm::allreduce_single_copy(const char* src, char* dst, size_t count, 
     const auto reduce_part = [&](int i) {
       size_t a = 0, b = 0;
       share(s1 - s0, parts, i, 1024, &a, &b);
-      char* tmp = allreduce_tmp_.data() + static_cast<size_t>(i) * chunk * es;
+      char* tmp = allreduce_tmp_.data() + static_cast<size_t>(i) * kAllreduceChunk;
       for (size_t k = s0 + a; k < s0 + b; k += chunk) {
         const size_t m = std::min(chunk, s0 + b - k);
         const char* theirs = tmp;

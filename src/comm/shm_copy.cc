@@ -6,10 +6,7 @@ namespace tt::comm {
 namespace shm_detail {
 
 void ShmComm::probe_single_copy() {
-  if ((opt_.cma_bytes == 0 && opt_.p2p_cma_bytes == 0 && opt_.cma_exchange_bytes == 0 &&
-       (opt_.cma_allreduce_bytes == 0 || size_ != 2)) ||  // (Note [two-rank single-copy allreduce]: 2 ranks only)
-      size_ < 2)
-    return;
+  if (!wants_single_copies()) return;
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     int64_t pid = 0;

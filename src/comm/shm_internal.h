@@ -478,6 +478,12 @@ class ShmComm final : public Communicator {
   // on the calling thread, then makes the error).
   int cma_move(int q, void* local, uint64_t remote, size_t bytes, bool write) const;
   Status cma_failed(int q, int err, bool write);
+  // Whether this rank asks for any single copy (Note [single copy] and the others), so lets its peers attach and
+  // probes them: the thresholds this world can use (the allreduce's: 2 ranks only).
+  bool wants_single_copies() const {
+    return size_ > 1 && (opt_.cma_bytes > 0 || opt_.p2p_cma_bytes > 0 || opt_.cma_exchange_bytes > 0 ||
+                         (opt_.cma_allreduce_bytes > 0 && size_ == 2));
+  }
   void probe_single_copy();
   Status fail(Status s) {
     broken_.set(s.message());
