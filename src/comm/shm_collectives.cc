@@ -85,11 +85,9 @@ Status ShmComm::broadcast_single_copy(const char* src, char* dst, size_t bytes, 
       if (src != dst) deliver(dst, src, bytes);
       return wait_all(&Header::reduced, r, "waiting for the ranks to read the root's buffer");
     }
-    if (const uint64_t pooled = hdr(root)->meta[half_].send_off; pooled != kNoPool) {
-      std::memcpy(dst, pool_base(root) + pooled, bytes);
-    } else {
-      TT_TRY(cma_copy(root, dst, hdr(root)->meta[half_].addr, bytes, false));
-    }
+    const Meta& m = hdr(root)->meta[half_];
+    TT_TRY(read_peer(root, m.send_off, m.addr, 0, dst, bytes, false,
+                     [](char* to, const char* from, size_t n) { std::memcpy(to, from, n); }));
     hdr(rank_)->reduced.value.store(r, std::memory_order_release);
     return Status::ok();
   });
@@ -270,24 +268,11 @@ Status ShmComm::allreduce_single_copy(const char* src, char* dst, size_t count, 
   cur_.recv_off = pool_offset(dst, count * es);
   return round_fill([](char*) {}, [&](int64_t r) -> Status {
     jitter(r);
+    // Over the crew as the reduction: one kernel copy a part.
     const size_t bytes = (p1 - p0) * es;
-    if (const uint64_t pooled = hdr(peer)->meta[half_].recv_off; pooled != kNoPool) {
-      crew_copy(dst + p0 * es, pool_base(peer) + pooled + p0 * es, bytes, false);
-    } else {
-      // Over the crew as the reduction: one kernel copy a part.
-      const int copiers = bytes >= opt_.thread_bytes ? crew_->size() : 1;
-      const uint64_t remote = hdr(peer)->meta[half_].addr + p0 * es;
-      int failed[Crew::kMaxThreads] = {};
-      const auto copy_part = [&](int i) {
-        size_t a = 0, b = 0;
-        share(bytes, copiers, i, 64 << 10, &a, &b);
-        if (b > a) failed[i] = cma_move(peer, dst + p0 * es + a, remote + a, b - a, false);
-      };
-      if (copiers == 1) copy_part(0);
-      else crew_->run(copy_part);
-      for (int i = 0; i < copiers; ++i)
-        if (failed[i] != 0) return cma_failed(peer, failed[i], false);
-    }
+    const Meta& m = hdr(peer)->meta[half_];
+    TT_TRY(read_peer(peer, m.recv_off, m.addr, p0 * es, dst + p0 * es, bytes, bytes >= opt_.thread_bytes,
+                     [this](char* to, const char* from, size_t n) { crew_copy(to, from, n, false); }));
     hdr(rank_)->reduced.value.store(r, std::memory_order_release);
     return wait_all(&Header::reduced, r, "waiting for the peer's single copy");
   });
@@ -349,20 +334,17 @@ Status ShmComm::exchange_single_copy(const char* src, char* dst, size_t bytes, b
   // within noise. The worst case against mpi4py goes from 0.60x to 0.89x for a few percent on kept buffers, within
   // the runs' spread (a third set with this code: allgather kept 3.00-3.10 ms, mpi4py 3.05-3.16; alltoall 5.27-5.86,
   // mpi4py 5.70-5.99; one thread's memcpy instead of the crew's the same within noise).
-  const auto copy = [&](char* to, const char* from) {
-    if (opt_.stream_bytes > 0 && bytes >= opt_.stream_bytes) deliver(to, from, bytes);
-    else std::memcpy(to, from, bytes);
+  const auto copy = [&](char* to, const char* from, size_t n) {
+    if (opt_.stream_bytes > 0 && n >= opt_.stream_bytes) deliver(to, from, n);
+    else std::memcpy(to, from, n);
   };
   Status st = round_fill([](char*) {}, [&](int64_t r) -> Status {
     const size_t mine = alltoall ? static_cast<size_t>(rank_) * bytes : 0;  // this rank's block in a peer's blocks
     for (int i = 1; i < size_; ++i) {
       const int q = (rank_ + i) % size_;
       char* to = dst + static_cast<size_t>(q) * bytes;
-      if (const uint64_t pooled = hdr(q)->meta[half_].send_off; pooled != kNoPool) {
-        copy(to, pool_base(q) + pooled + mine);
-      } else {
-        TT_TRY(cma_copy(q, to, hdr(q)->meta[half_].addr + mine, bytes, false));
-      }
+      const Meta& m = hdr(q)->meta[half_];
+      TT_TRY(read_peer(q, m.send_off, m.addr, mine, to, bytes, false, copy));
     }
     const char* own = alltoall ? src + static_cast<size_t>(rank_) * bytes : src;
     char* to = dst + static_cast<size_t>(rank_) * bytes;

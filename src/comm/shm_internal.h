@@ -478,6 +478,27 @@ class ShmComm final : public Communicator {
   // on the calling thread, then makes the error).
   int cma_move(int q, void* local, uint64_t remote, size_t bytes, bool write) const;
   Status cma_failed(int q, int err, bool write);
+  // The `bytes` at byte `at` of a buffer of rank q's (its address `remote` there, its offset `pooled` in q's pool or
+  // kNoPool) into `to`: out of the pool by copy(to, from, bytes) (Note [shared buffers]: read where it is), else in one
+  // kernel copy (with `crew`: one a crew thread, parts of at least 64 KiB).
+  template <typename Copy>
+  Status read_peer(int q, uint64_t pooled, uint64_t remote, size_t at, char* to, size_t bytes, bool crew, Copy&& copy) {
+    if (pooled != kNoPool) {
+      copy(to, pool_base(q) + pooled + at, bytes);
+      return Status::ok();
+    }
+    const int parts = crew && crew_ != nullptr ? crew_->size() : 1;
+    if (parts == 1) return cma_copy(q, to, remote + at, bytes, false);
+    int failed[Crew::kMaxThreads] = {};  // each part's error (helpers do not touch the communicator)
+    crew_->run([&](int i) {
+      size_t a = 0, b = 0;
+      share(bytes, parts, i, 64 << 10, &a, &b);
+      if (b > a) failed[i] = cma_move(q, to + a, remote + at + a, b - a, false);
+    });
+    for (int i = 0; i < parts; ++i)
+      if (failed[i] != 0) return cma_failed(q, failed[i], false);
+    return Status::ok();
+  }
   // Whether this rank asks for any single copy (Note [single copy] and the others), so lets its peers attach and
   // probes them: the thresholds this world can use (the allreduce's: 2 ranks only).
   bool wants_single_copies() const {
