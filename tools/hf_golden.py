@@ -6,6 +6,8 @@ For each family configuration asked for, it trains a tiny model with tiertrain f
 initial weights moved by real updates, so nothing is symmetric), exports it (`tiertrain export`, f32), loads the
 folder with `transformers.AutoModelForCausalLM` (f32, eager and SDPA attention) and compares, on the windows
 `tiertrain eval --split all` scores (consecutive windows of seq + 1 bytes from the start):
+- every logit of every scored position (`eval --logits-out`, an .npy array) against transformers' logits: the largest
+  absolute difference;
 - the mean cross-entropy (tiertrain's `eval --json` against transformers');
 - each token's cross-entropy (`eval --token-losses`): the log-sum-exp of its row of logits less its target's;
 - the gradient of the mean loss with respect to every parameter (`eval --grads-out`, written under the Hugging Face
@@ -43,13 +45,14 @@ def run(cmd):
 
 
 def hf_check(folder, tokens, seq, batch, batches, attn, grads):
-    """transformers' mean loss, each token's loss and (grads) the gradient of the mean loss of every parameter."""
+    """transformers' mean loss, each token's loss, the logits [windows, seq, vocab] and (grads) the gradient of the
+    mean loss of every parameter."""
     import torch
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32, attn_implementation=attn)
     model.eval()  # (no dropout; gradients still flow)
     model.zero_grad(set_to_none=True)
-    total, count, per_token = 0.0, 0, []
+    total, count, per_token, all_logits = 0.0, 0, [], []
     for k in range(batches):
         rows = []
         for b in range(batch):
@@ -63,9 +66,10 @@ def hf_check(folder, tokens, seq, batch, batches, attn, grads):
             if grads:  # the mean over the batches of each batch's mean, as tiertrain's eval scores it
                 (loss.mean() / batches).backward()
         per_token += loss.detach().tolist()
+        all_logits.append(logits.detach())
         total += loss.detach().sum().item()
         count += x[:, 1:].numel()
-    out = {"loss": total / count, "token_losses": per_token}
+    out = {"loss": total / count, "token_losses": per_token, "logits": torch.cat(all_logits)}
     if grads:  # (a parameter the loss does not reach has no gradient: None, reported as missing)
         out["grads"] = {n: None if p.grad is None else p.grad.detach().clone() for n, p in model.named_parameters()}
     return out
@@ -115,6 +119,7 @@ def main():
     ap.add_argument("--dtype", default="f32", help="tiertrain eval's compute dtype")
     ap.add_argument("--tolerance", type=float, default=2e-5, help="relative, on the mean loss")
     ap.add_argument("--token-tolerance", type=float, default=1e-4, help="absolute, on each token's loss")
+    ap.add_argument("--logit-tolerance", type=float, default=1e-4, help="absolute, on each logit")
     ap.add_argument("--grad-tolerance", type=float, default=1e-4,
                     help="on each gradient tensor's largest difference over its largest magnitude")
     ap.add_argument("--out")
@@ -127,12 +132,17 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.cases.split(","):
             run_dir, folder, grads = f"{tmp}/{name}", f"{tmp}/{name}-hf", f"{tmp}/{name}-grads"
+            logits_file = f"{tmp}/{name}-logits.npy"
             run(f"{a.tiertrain} train --backend cpu --data {a.data} {CASES[name]} --seq {a.seq} --batch 4 "
                 f"--steps {a.steps} --warmup 2 --eval-every 0 --sample-tokens 0 --run-dir {run_dir}")
             run([a.tiertrain, "export", run_dir, "--out", folder])
             ev = json.loads(run([a.tiertrain, "eval", run_dir, "--data", a.data, "--split", "all", "--batch",
                                  str(a.batch), "--batches", str(a.batches), "--backend", a.backend, "--dtype",
-                                 a.dtype, "--json", "--token-losses", "--grads-out", grads]))
+                                 a.dtype, "--json", "--token-losses", "--grads-out", grads, "--logits-out",
+                                 logits_file]))
+            import numpy as np
+            import torch
+            our_logits = torch.from_numpy(np.load(logits_file))
             ours = ev["loss"]
             config = json.loads(pathlib.Path(folder, "config.json").read_text())
             row = {"case": name, "architecture": config["architectures"][0], "tiertrain": ours}
@@ -145,18 +155,25 @@ def main():
                 row[f"token_max_abs_{attn}"] = (max(diffs) if all(math.isfinite(d) for d in diffs) and
                                                 len(ev["token_losses"]) == len(theirs["token_losses"])
                                                 else float("inf"))
+                theirs_logits = theirs["logits"]
+                row[f"logit_max_abs_{attn}"] = ((our_logits - theirs_logits).abs().max().item()
+                                                if our_logits.shape == theirs_logits.shape else float("inf"))
+                if not math.isfinite(row[f"logit_max_abs_{attn}"]):
+                    row[f"logit_max_abs_{attn}"] = float("inf")
                 if "grads" in theirs:
                     row["grads"] = compare_grads(grads, theirs["grads"])
             rels = [row["rel_eager"], row["rel_sdpa"]]
             row["ok"] = (all(math.isfinite(r) for r in rels) and max(rels) <= a.tolerance and
                          max(row["token_max_abs_eager"], row["token_max_abs_sdpa"]) <= a.token_tolerance and
+                         max(row["logit_max_abs_eager"], row["logit_max_abs_sdpa"]) <= a.logit_tolerance and
                          row["grads"]["worst_rel"] <= a.grad_tolerance and not row["grads"]["missing"])
             failed += not row["ok"]
             rows.append(row)
             print(f"{name:16s} {row['architecture']:18s} tiertrain {ours:.8f}  transformers eager "
                   f"{row['transformers_eager']:.8f} sdpa {row['transformers_sdpa']:.8f}  rel "
                   f"{row['rel_eager']:.1e} {row['rel_sdpa']:.1e}  tokens {row['token_max_abs_eager']:.1e} "
-                  f"{row['token_max_abs_sdpa']:.1e}  grads of {row['grads']['tensors']} tensors worst "
+                  f"{row['token_max_abs_sdpa']:.1e}  logits {row['logit_max_abs_eager']:.1e} "
+                  f"{row['logit_max_abs_sdpa']:.1e}  grads of {row['grads']['tensors']} tensors worst "
                   f"{row['grads']['worst_rel']:.1e} ({row['grads']['worst_tensor']})"
                   f"{' missing ' + str(row['grads']['missing']) if row['grads']['missing'] else ''}  "
                   f"{'ok' if row['ok'] else 'DIFFERENT'}", flush=True)
@@ -164,7 +181,8 @@ def main():
     import transformers
     result = {"torch": torch.__version__, "transformers": transformers.__version__, "seq": a.seq, "batch": a.batch,
               "batches": a.batches, "backend": a.backend, "dtype": a.dtype, "tolerance": a.tolerance,
-              "token_tolerance": a.token_tolerance, "grad_tolerance": a.grad_tolerance, "rows": rows}
+              "token_tolerance": a.token_tolerance, "logit_tolerance": a.logit_tolerance,
+              "grad_tolerance": a.grad_tolerance, "rows": rows}
     if a.out:
         pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
     print(f"{len(rows) - failed} of {len(rows)} cases agree (torch {torch.__version__}, transformers "

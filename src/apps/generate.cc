@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "core/tensorfile.h"
@@ -21,6 +22,7 @@
 #include "exec/checkpoint.h"
 #include "exec/hf.h"
 #include "data/dataset.h"
+#include "data/npy.h"
 #include "data/sampler.h"
 #include "data/tokenize.h"
 #include "exec/trainer.h"
@@ -99,6 +101,76 @@ Result<LoadedModel> load_model(const std::string& path, int batch, const std::st
   TT_TRY(load_checkpoint_params(path, *m.ex, allow_nonfinite).status());
   return m;
 }
+
+// n values of dtype dt (a model's compute dtype: f32, bf16 or f64) at src into dst as f32.
+void to_f32(const unsigned char* src, DType dt, size_t n, float* dst) {
+  for (size_t i = 0; i < n; ++i) {
+    if (dt == DType::kBF16) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      dst[i] = bf16_to_float(h);
+    } else if (dt == DType::kF64) {
+      double d;
+      std::memcpy(&d, src + 8 * i, 8);
+      dst[i] = static_cast<float>(d);
+    } else {
+      std::memcpy(dst + i, src + 4 * i, 4);
+    }
+  }
+}
+
+// eval --logits-out: the logits of each batch's B*T positions, the vocabulary's columns (not the padding), f32, into
+// an .npy file written as they come, chunk positions at a time (Model::compute_logits_rows after the forward).
+class LogitsWriter {
+ public:
+  static Result<LogitsWriter> open(const std::string& path, Backend& be, Model& model, int64_t windows,
+                                   int64_t chunk_rows) {
+    const ModelConfig& cfg = model.config();
+    LogitsWriter w(be, model);
+    w.rows_ = static_cast<int64_t>(model.batch()) * cfg.seq;
+    w.vocab_ = cfg.vocab;
+    w.padded_ = cfg.padded_vocab();
+    const int64_t es = static_cast<int64_t>(dtype_size(model.dtype()));
+    w.chunk_ = std::min(chunk_rows > 0 ? chunk_rows : std::max<int64_t>(1, (int64_t(64) << 20) / (w.padded_ * es)),
+                        w.rows_);
+    TT_ASSIGN_OR_RETURN(w.dev_, be.pool().allocate({w.chunk_, w.padded_}, model.dtype(), TensorClass::kWorkspace,
+                                                   "eval.logits"));
+    w.raw_.resize(static_cast<size_t>(w.chunk_ * w.padded_ * es));
+    w.f32_.resize(static_cast<size_t>(w.chunk_ * w.vocab_));
+    TT_ASSIGN_OR_RETURN(std::string header, data::npy_header("<f4", {windows, cfg.seq, cfg.vocab}));
+    TT_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::open(path));
+    TT_TRY(f.write(header.data(), header.size()));
+    w.file_.emplace(std::move(f));
+    return w;
+  }
+  // The last forward's logits, appended.
+  Status write() {
+    const size_t es = dtype_size(model_->dtype());
+    for (int64_t r0 = 0; r0 < rows_; r0 += chunk_) {
+      const int64_t n = std::min(chunk_, rows_ - r0);
+      const Tensor out = dev_.view(0, {n, padded_});
+      model_->compute_logits_rows(out, r0);
+      be_->copy_d2h(raw_.data(), out, be_->compute_stream());
+      TT_TRY(be_->compute_stream().synchronize());
+      for (int64_t i = 0; i < n; ++i)
+        to_f32(raw_.data() + static_cast<size_t>(i * padded_) * es, model_->dtype(), static_cast<size_t>(vocab_),
+               f32_.data() + i * vocab_);
+      TT_TRY(file_->write(f32_.data(), static_cast<size_t>(n * vocab_) * sizeof(float)));
+    }
+    return Status::ok();
+  }
+  Status commit() { return file_->commit(); }
+
+ private:
+  LogitsWriter(Backend& be, Model& model) : be_(&be), model_(&model) {}
+  Backend* be_;
+  Model* model_;
+  int64_t rows_ = 0, vocab_ = 0, padded_ = 0, chunk_ = 0;
+  Tensor dev_;
+  std::vector<unsigned char> raw_;
+  std::vector<float> f32_;
+  std::optional<AtomicFile> file_;
+};
 }  // namespace
 
 Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptions& o) {
@@ -143,8 +215,14 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
                "--grads-out with masked data (%s): the gradient of the mean loss is written for unmasked data only",
                o.data.c_str());
   Backend& be = *m.be;
-  const Model& model = m.ex->model();
+  Model& model = m.ex->model();
   const size_t bt = static_cast<size_t>(B) * static_cast<size_t>(T);
+  std::optional<LogitsWriter> logits;
+  if (!o.logits_out.empty()) {
+    TT_ASSIGN_OR_RETURN(LogitsWriter w, LogitsWriter::open(o.logits_out, be, model, out.batches * B,
+                                                           o.logits_chunk_rows));
+    logits.emplace(std::move(w));
+  }
   std::vector<int32_t> in(bt), tg(bt);
   std::vector<float> losses(bt);
   double sum = 0;
@@ -161,9 +239,14 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
     be.copy_h2d(model.tokens(), in.data(), be.compute_stream());
     be.copy_h2d(model.targets(), tg.data(), be.compute_stream());
     if (grads) {
+      if (logits) {  // (before the backward, which may reuse the head's tensors: Note [head in gradients])
+        m.ex->forward();
+        TT_TRY(logits->write());
+      }
       m.ex->forward_backward();  // the batch's mean loss's gradients (the model's default loss scale), no update
     } else {
       m.ex->forward();
+      if (logits) TT_TRY(logits->write());
     }
     be.copy_d2h(losses.data(), model.losses(), be.compute_stream());
     // (With gradients every stream: the norm's parts on the comm stream read them; the next forward may reuse them.)
@@ -178,6 +261,7 @@ Result<EvalResult> evaluate_checkpoint(const std::string& where, const EvalOptio
     for (float l : losses) s += static_cast<double>(l);
     sum += tokens.masked() ? s : s / static_cast<double>(losses.size());
   }
+  if (logits) TT_TRY(logits->commit());
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.tokens = tokens.masked() ? counted : out.batches * static_cast<int64_t>(bt);
   out.loss = tokens.masked() ? (counted > 0 ? sum / static_cast<double>(counted) : 0.0)
@@ -342,19 +426,7 @@ Result<SampleResult> sample_checkpoint(const std::string& where, const SampleOpt
     const auto e2 = std::chrono::steady_clock::now();
     out.enqueue_seconds += std::chrono::duration<double>(e1 - e0).count();
     out.wait_seconds += std::chrono::duration<double>(e2 - e1).count();
-    for (int v = 0; v < V; ++v) {
-      if (cd == DType::kBF16) {
-        uint16_t h;
-        std::memcpy(&h, row.data() + 2 * static_cast<size_t>(v), 2);
-        row_f[static_cast<size_t>(v)] = bf16_to_float(h);
-      } else if (cd == DType::kF64) {
-        double d;
-        std::memcpy(&d, row.data() + 8 * static_cast<size_t>(v), 8);
-        row_f[static_cast<size_t>(v)] = static_cast<float>(d);
-      } else {
-        std::memcpy(&row_f[static_cast<size_t>(v)], row.data() + 4 * static_cast<size_t>(v), 4);
-      }
-    }
+    to_f32(row.data(), cd, static_cast<size_t>(V), row_f.data());
     out.tokens.push_back(draw_token(row_f.data(), V, o.temperature, o.top_k, rng.uniform()));
     out.draw_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - e2).count();
   }

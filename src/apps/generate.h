@@ -70,6 +70,11 @@ struct EvalOptions {
   // a Hugging Face folder (f32 safetensors named as the family exports its weights; f32 gradients, no update).
   bool token_losses = false;
   std::string grads_out;
+  // The logits of every scored position, f32, written as a NumPy array [windows, seq, vocab] (windows: batches x
+  // batch, in the order scored) to this .npy file, computed logits_chunk_rows positions at a time (0: as many as 64
+  // MiB of logits hold).
+  std::string logits_out;
+  int64_t logits_chunk_rows = 0;
 };
 
 struct EvalResult {

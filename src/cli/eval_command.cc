@@ -52,6 +52,10 @@ class EvalCommand final : public Command {
                      "write the gradient of the mean loss over the scored windows (f32, no update) into this folder, "
                      "named and laid out as export writes the weights (Hugging Face safetensors), for golden checks "
                      "(tools/hf_golden.py); unmasked data");
+    eval->add_option("--logits-out", o_.logits_out,
+                     "write the logits of every scored position as a NumPy array (.npy, f32, [windows, seq, vocab], "
+                     "the windows in the order scored), written as they are computed: seq x vocab x 4 bytes a "
+                     "window");
     return eval;
   }
   int run(Context&) override {
@@ -65,6 +69,7 @@ class EvalCommand final : public Command {
     nlohmann::json out = j;
     if (o_.token_losses) out["token_losses"] = r.token_losses;
     if (!o_.grads_out.empty()) out["grads_out"] = o_.grads_out;
+    if (!o_.logits_out.empty()) out["logits_out"] = o_.logits_out;
     std::fprintf(stdout, "%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace tt {
 
@@ -74,38 +75,79 @@ RemovedFiles remove_stale_temporaries(const std::string& dir, const std::string&
   return out;
 }
 
-Status write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = temporary_path(path);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TT_RETURN_IF(fd < 0, kIoError, "cannot write '%s': %s", path.c_str(), std::strerror(errno));
-  size_t done = 0;
-  bool ok = true;
-  while (ok && done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+Result<AtomicFile> AtomicFile::open(const std::string& path) {
+  AtomicFile f;
+  f.path_ = path;
+  f.tmp_ = temporary_path(path);
+  f.fd_ = ::open(f.tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TT_RETURN_IF(f.fd_ < 0, kIoError, "cannot write '%s': %s", path.c_str(), std::strerror(errno));
+  return f;
+}
+
+AtomicFile::AtomicFile(AtomicFile&& o) noexcept
+    : path_(std::move(o.path_)), tmp_(std::move(o.tmp_)), fd_(std::exchange(o.fd_, -1)) {}
+
+AtomicFile& AtomicFile::operator=(AtomicFile&& o) noexcept {
+  if (this != &o) {
+    abandon();
+    path_ = std::move(o.path_);
+    tmp_ = std::move(o.tmp_);
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+AtomicFile::~AtomicFile() { abandon(); }
+
+void AtomicFile::abandon() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());  // no temporary file is left behind
+  fd_ = -1;
+}
+
+Status AtomicFile::write(const void* data, size_t bytes) {
+  TT_RETURN_IF(fd_ < 0, kFailedPrecondition, "writing '%s' after it was put in place or given up", path_.c_str());
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
     if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      abandon();
+      return make_status(StatusCode::kIoError, "writing '%s' failed: %s", path_.c_str(), std::strerror(err));
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
   }
-  ok = ok && ::fsync(fd) == 0;
-  int err = errno;
-  ::close(fd);
-  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    ::unlink(tmp.c_str());  // no temporary file is left behind
-    return make_status(StatusCode::kIoError, "writing '%s' failed: %s", path.c_str(), std::strerror(err));
+  return Status::ok();
+}
+
+Status AtomicFile::commit() {
+  TT_RETURN_IF(fd_ < 0, kFailedPrecondition, "'%s' was put in place or given up already", path_.c_str());
+  int err = ::fsync(fd_) == 0 ? 0 : errno;
+  if (::close(fd_) != 0 && err == 0) err = errno;
+  fd_ = -1;
+  if (err == 0 && ::rename(tmp_.c_str(), path_.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp_.c_str());
+    return make_status(StatusCode::kIoError, "writing '%s' failed: %s", path_.c_str(), std::strerror(err));
   }
   // The rename is durable once the folder is.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+  const size_t slash = path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash == 0 ? 1 : slash);
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
   return Status::ok();
+}
+
+Status write_file_atomically(const std::string& path, const std::string& text) {
+  TT_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::open(path));
+  TT_TRY(f.write(text.data(), text.size()));
+  return f.commit();
 }
 
 }  // namespace tt

@@ -127,18 +127,13 @@ Result<NpyArray> NpyArray::open(const std::string& path) {
   return a;
 }
 
-Status write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
-                 const void* data) {
-  const size_t esize = descr_size(descr);
-  TT_RETURN_IF(esize == 0, kInvalidArgument, "write_npy: dtype '%s'", descr.c_str());
-  std::string dims;
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    dims += std::to_string(d) + ", ";
-    n *= d;
-  }
+Result<std::string> npy_header(const std::string& descr, const std::vector<int64_t>& shape) {
+  TT_RETURN_IF(descr_size(descr) == 0, kInvalidArgument, "an .npy array of dtype '%s' (<f4, <i4, <f8, <i8 are written)",
+               descr.c_str());
   // numpy's tuple: "(6,)" for one dimension, "(6, 5)" for more.
-  if (!shape.empty()) dims.resize(dims.size() - (shape.size() == 1 ? 1 : 2));
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i) dims += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
+  if (shape.size() == 1) dims += ",";
   std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
   // Version 1.0: the magic, the version, the header's length, the header padded with spaces to a multiple of 64
   // bytes with the newline last.
@@ -148,8 +143,15 @@ Status write_npy(const std::string& path, const std::string& descr, const std::v
   std::string out = std::string("\x93NUMPY\x01\x00", 8);
   out += static_cast<char>(header.size() & 0xff);
   out += static_cast<char>(header.size() >> 8);
-  out += header;
-  out.append(static_cast<const char*>(data), static_cast<size_t>(n) * esize);
+  return out + header;
+}
+
+Status write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
+                 const void* data) {
+  TT_ASSIGN_OR_RETURN(std::string out, npy_header(descr, shape));
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  out.append(static_cast<const char*>(data), static_cast<size_t>(n) * descr_size(descr));
   return write_file_atomically(path, out);
 }
 

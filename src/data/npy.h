@@ -49,4 +49,8 @@ class NpyArray {
 Status write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
                  const void* data);
 
+// What precedes the data of such an array (format 1.0), for one written in pieces (AtomicFile in core/atomic_file.h:
+// the header, then the data in C order).
+Result<std::string> npy_header(const std::string& descr, const std::vector<int64_t>& shape);
+
 }  // namespace tt::data

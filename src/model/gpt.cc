@@ -316,7 +316,7 @@ void Gpt::lm_head(ModelHooks& h, bool with_backward) {
   run_lm_head(h, with_backward, lnf_, dln_, wte_index_, vocab_begin());
 }
 
-void Gpt::compute_logits(const Tensor& out) { logits_of(out, lnf_, wte_index_); }
+void Gpt::compute_logits_rows(const Tensor& out, int64_t row_begin) { logits_of(out, lnf_, wte_index_, row_begin); }
 
 void Gpt::decode_prefill(const NamedTensors& state, int n) {
   check_decodable(state);

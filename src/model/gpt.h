@@ -77,7 +77,7 @@ class Gpt : public Model {
   void rebuild_mlp(ModelHooks& hooks, int l) override;
   // Note [rebuilt activation]: fch_gelu from fch with the forward's kernel (the block's GELU is apart).
   void rebuild_act(ModelHooks& hooks, int l) override;
-  void compute_logits(const Tensor& out) override;
+  void compute_logits_rows(const Tensor& out, int64_t row_begin) override;
   // Note [KV cache]: the cache holds every block's qkv rows [L, T, 3C].
   void decode_prefill(const NamedTensors& state, int n) override;
   void decode_step(const NamedTensors& state) override;

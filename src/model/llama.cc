@@ -511,7 +511,9 @@ void Llama::lm_head(ModelHooks& h, bool with_backward) {
   run_lm_head(h, with_backward, lnf_, dln_, head_index_, vocab_begin());
 }
 
-void Llama::compute_logits(const Tensor& out) { logits_of(out, lnf_, head_index_); }
+void Llama::compute_logits_rows(const Tensor& out, int64_t row_begin) {
+  logits_of(out, lnf_, head_index_, row_begin);
+}
 
 void Llama::backward_blocks(ModelHooks& h) {
   Stream& s = be_.compute_stream();

@@ -52,7 +52,7 @@ class Llama : public Model {
   void rebuild_mlp(ModelHooks& hooks, int l) override;
   // Note [rebuilt activation]: fch_act from fch (the forward always runs SwiGLU as a kernel of its own).
   void rebuild_act(ModelHooks& hooks, int l) override;
-  void compute_logits(const Tensor& out) override;
+  void compute_logits_rows(const Tensor& out, int64_t row_begin) override;
   // Note [KV cache]: the cache holds every block's rotated qkv rows [L, T, (H + 2 KV) hs].
   void decode_prefill(const NamedTensors& state, int n) override;
   void decode_step(const NamedTensors& state) override;

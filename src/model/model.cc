@@ -443,10 +443,14 @@ void append_head_kernel_calls(std::vector<NamedKernelCall>& r, const ModelConfig
   }
 }
 
-void Model::logits_of(const Tensor& out, const Tensor& lnf, size_t head) {
+void Model::logits_of(const Tensor& out, const Tensor& lnf, size_t head, int64_t row_begin) {
   TT_CHECK(!cfg_.split_vocab, "compute_logits of a model whose vocabulary is split over ranks");
-  const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq;
-  be_.matmul_forward(out.reshape({BT, cfg_.padded_vocab()}), lnf.reshape({BT, cfg_.dim}), cparam(head), Tensor());
+  const int64_t BT = static_cast<int64_t>(batch_) * cfg_.seq, V = cfg_.padded_vocab(), rows = out.numel() / V;
+  TT_CHECK(rows * V == out.numel() && row_begin >= 0 && row_begin + rows <= BT,
+           "compute_logits_rows: rows %lld to %lld of %lld", static_cast<long long>(row_begin),
+           static_cast<long long>(row_begin + rows), static_cast<long long>(BT));
+  be_.matmul_forward(out.reshape({rows, V}), lnf.view(row_begin * cfg_.dim, {rows, cfg_.dim}), cparam(head),
+                     Tensor());
 }
 
 void Model::run_lm_head(ModelHooks& h, bool with_backward, const Tensor& lnf, const Tensor& dln, size_t head,

@@ -444,8 +444,10 @@ class Model {
   // Note [rebuilt activation]: the activation from the pre-activation with the kernel the block's forward ran (the
   // block's activation is apart).
   virtual void rebuild_act(ModelHooks& hooks, int l) = 0;
-  // logits [B*T, padded_vocab] of the last forward into out (tests and sampling).
-  virtual void compute_logits(const Tensor& out) = 0;
+  // The logits of rows [row_begin, row_begin + rows) of the last forward's B*T positions into out [rows,
+  // padded_vocab] (tests, sampling, eval --logits-out); compute_logits: all B*T of them.
+  virtual void compute_logits_rows(const Tensor& out, int64_t row_begin) = 0;
+  void compute_logits(const Tensor& out) { compute_logits_rows(out, 0); }
 
   // --- Note [KV cache]: a model of batch 1 and tp 1 only; `state` holds model_decode_tensors ---
   // After forward_blocks over a context of n positions: their keys and values into the cache, the logits of position
@@ -468,8 +470,8 @@ class Model {
   // tensors of those names. Announces its boundary and kernels as append_head_kernel_calls lists them.
   void run_lm_head(ModelHooks& hooks, bool with_backward, const Tensor& lnf, const Tensor& dln, size_t head,
                    int64_t vocab_begin);
-  // compute_logits of a head whose matrix is parameter `head`, from lnf [B, T, C].
-  void logits_of(const Tensor& out, const Tensor& lnf, size_t head);
+  // compute_logits_rows of a head whose matrix is parameter `head`, from lnf [B, T, C].
+  void logits_of(const Tensor& out, const Tensor& lnf, size_t head, int64_t row_begin);
 
   const ModelFamily& family_;
   Backend& be_;

@@ -17,10 +17,12 @@
 
 #include "core/rng.h"
 #include "core/tensorfile.h"
+#include "data/npy.h"
 #include "exec/hf.h"
 #include "apps/generate.h"
 #include "exec/trainer.h"
 #include "temp_dir.h"
+#include "test_util.h"
 #include "exec_util.h"
 
 namespace tt {
@@ -211,6 +213,135 @@ TEST(Eval, TheValidationSplitGivesTheRunsValidationLoss) {
   auto tr = evaluate_checkpoint(tc.checkpoint_dir, e);
   ASSERT_TRUE(tr.is_ok());
   EXPECT_NE(tr.value().loss, v.value().loss);
+}
+
+// eval --logits-out: an .npy array [windows, seq, vocab] of f32 whose every row gives the token's loss that eval
+// reports (log-sum-exp less the target's logit), the same (CPU: the same bytes) in chunks of any size (7 rows: chunks
+// across windows and batches) as in one, and with --grads-out (the logits before the backward); a GPT-2 and a Llama
+// with grouped-query attention. On a GPU in bf16 (logits rounded as the model computed them; a GEMM of other rows may
+// round an element the other way: bounds, not bytes).
+void check_logits_out(const char* backend, const char* dtype) {
+  struct Case {
+    const char* name;
+    ModelConfig model;
+  };
+  const Case cases[] = {
+      {"gpt2", ModelConfig{.vocab = 256, .layers = 1, .dim = 32, .heads = 2, .seq = 16}},
+      {"llama", ModelConfig{.family = "llama", .vocab = 256, .layers = 2, .dim = 32, .heads = 4, .seq = 16,
+                            .kv_heads = 2, .ffn = 48, .tied_embeddings = false}},
+  };
+  const bool exact = std::string(dtype) == "f32" && std::string(backend) == "cpu";
+  const double tolerance = std::string(dtype) == "bf16" ? 5e-2 : 1e-4;  // (bf16: a logit's unit in the last place)
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TempDir dir;
+    TrainConfig tc;
+    tc.model = c.model;
+    tc.batch = 2;
+    tc.data = dir.write("text.txt", testing::synthetic_text(20000));
+    tc.steps = 5;
+    tc.eval_every = 0;
+    tc.backend = "cpu";
+    tc.threads = 1;
+    tc.checkpoint_dir = dir.path() + "/ck";
+    auto t = Trainer::create(tc, nullptr);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    ASSERT_TRUE(t.value()->run().is_ok());
+    EvalOptions e;
+    e.data = tc.data;
+    e.batch = 3;
+    e.batches = 2;
+    e.backend = backend;
+    e.dtype = dtype;
+    e.threads = 1;
+    e.token_losses = true;
+    e.logits_out = dir.file("chunks.npy");
+    e.logits_chunk_rows = 7;
+    auto r = evaluate_checkpoint(tc.checkpoint_dir, e);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    const int64_t W = 6, T = 16, V = 256;
+    const std::string text = testing::read_file(tc.data);
+    // The largest difference between each row's log-sum-exp less its target's logit and the token's loss; and
+    // between the arrays of two files.
+    auto read = [&](const std::string& path) -> std::vector<float> {
+      auto a = data::NpyArray::open(path);
+      EXPECT_TRUE(a.is_ok()) << a.status().to_string();
+      if (!a.is_ok()) return {};
+      EXPECT_EQ(a.value().descr(), "<f4");
+      EXPECT_EQ(a.value().shape(), (std::vector<int64_t>{W, T, V}));
+      if (a.value().numel() != W * T * V) return {};
+      return std::vector<float>(a.value().data<float>(), a.value().data<float>() + W * T * V);
+    };
+    const std::vector<float> chunked = read(e.logits_out);
+    ASSERT_EQ(chunked.size(), static_cast<size_t>(W * T * V));
+    const std::vector<float>& tl = r.value().token_losses;
+    ASSERT_EQ(tl.size(), static_cast<size_t>(W * T));
+    double worst = 0;
+    for (int64_t w = 0; w < W; ++w) {
+      for (int64_t p = 0; p < T; ++p) {  // (the windows: consecutive runs of seq + 1 bytes from the start)
+        const float* row = chunked.data() + (w * T + p) * V;
+        double mx = row[0], sum = 0;
+        for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+        for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+        const int target = static_cast<unsigned char>(text[static_cast<size_t>(w * T + p + 1)]);
+        worst = std::max(worst, std::abs(mx + std::log(sum) - row[target] - tl[static_cast<size_t>(w * T + p)]));
+      }
+    }
+    EXPECT_LT(worst, tolerance) << "a row's log-sum-exp less its target's logit against the token's loss";
+    auto apart = [&](const std::vector<float>& other) {
+      double d = other.size() == chunked.size() ? 0 : 1e30;
+      for (size_t i = 0; i < std::min(other.size(), chunked.size()); ++i)
+        d = std::max(d, std::abs(static_cast<double>(other[i]) - chunked[i]));
+      return d;
+    };
+    e.logits_chunk_rows = 0;  // one chunk a batch
+    e.logits_out = dir.file("whole.npy");
+    ASSERT_TRUE(evaluate_checkpoint(tc.checkpoint_dir, e).is_ok());
+    if (exact) {
+      EXPECT_TRUE(read(e.logits_out) == chunked) << "chunks of 7 rows against one of 48";
+    }
+    EXPECT_LT(apart(read(e.logits_out)), tolerance);
+    e.grads_out = dir.file("grads");
+    e.logits_out = dir.file("with_grads.npy");
+    auto g = evaluate_checkpoint(tc.checkpoint_dir, e);
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    if (exact) {
+      EXPECT_TRUE(read(e.logits_out) == chunked) << "with --grads-out";
+    }
+    EXPECT_LT(apart(read(e.logits_out)), tolerance);
+    EXPECT_EQ(g.value().loss, r.value().loss);
+  }
+}
+
+TEST(Eval, LogitsOutHoldsEveryScoredPositionsLogits) {
+  check_logits_out("cpu", "f32");
+  // A folder that does not exist is named before anything is scored.
+  TempDir dir;
+  TrainConfig tc;
+  tc.model = ModelConfig{.vocab = 256, .layers = 1, .dim = 16, .heads = 2, .seq = 8};
+  tc.batch = 2;
+  tc.data = dir.write("text.txt", testing::synthetic_text(2000));
+  tc.steps = 1;
+  tc.eval_every = 0;
+  tc.backend = "cpu";
+  tc.threads = 1;
+  tc.checkpoint_dir = dir.path() + "/ck";
+  auto t = Trainer::create(tc, nullptr);
+  ASSERT_TRUE(t.is_ok());
+  ASSERT_TRUE(t.value()->run().is_ok());
+  EvalOptions e;
+  e.data = tc.data;
+  e.backend = "cpu";
+  e.logits_out = dir.file("no/such/l.npy");
+  auto bad = evaluate_checkpoint(tc.checkpoint_dir, e);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("no/such/l.npy"), std::string::npos) << bad.status().to_string();
+}
+
+TEST(EvalCuda, LogitsOutInBf16AndF32) {
+  TT_SKIP_WITHOUT_GPU();
+  check_logits_out("cuda", "bf16");
+  check_logits_out("cuda", "f32");
 }
 
 // Note [KV cache]: Backend::attention_decode writes the new row into the cache at its position and gives row pos of

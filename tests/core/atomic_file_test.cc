@@ -77,5 +77,41 @@ TEST(AtomicFile, WritingLeavesNoTemporary) {
   EXPECT_EQ(files, 1);
 }
 
+// A file written in pieces is the old one until commit(), the new one after; destroyed uncommitted, it leaves the old
+// one and no temporary file.
+TEST(AtomicFile, PiecesAppearAtOnceOnCommit) {
+  testing::TempDir dir;
+  const std::string path = dir.write("logits.npy", "old");
+  auto only = [&](const std::string& name) {
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(dir.path())) files += e.path().filename() == name ? 1 : 100;
+    return files == 1;
+  };
+  {
+    auto f = AtomicFile::open(path);
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+    ASSERT_TRUE(f.value().write("ab", 2).is_ok());
+    ASSERT_TRUE(f.value().write("cde", 3).is_ok());
+    EXPECT_EQ(testing::read_file(path), "old");
+    EXPECT_TRUE(fs::exists(temporary_path(path)));
+  }  // destroyed uncommitted
+  EXPECT_EQ(testing::read_file(path), "old");
+  EXPECT_TRUE(only("logits.npy"));
+  auto f = AtomicFile::open(path);
+  ASSERT_TRUE(f.is_ok());
+  AtomicFile moved = std::move(f.value());
+  ASSERT_TRUE(moved.write("ab", 2).is_ok());
+  ASSERT_TRUE(moved.write("cde", 3).is_ok());
+  ASSERT_TRUE(moved.commit().is_ok());
+  EXPECT_EQ(testing::read_file(path), "abcde");
+  EXPECT_TRUE(only("logits.npy"));
+  EXPECT_FALSE(moved.write("x", 1).is_ok()) << "committed: no more pieces";
+  EXPECT_FALSE(moved.commit().is_ok());
+  // A folder that does not exist is named.
+  auto none = AtomicFile::open(dir.file("no/such/logits.npy"));
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_NE(none.status().message().find("no/such/logits.npy"), std::string::npos) << none.status().to_string();
+}
+
 }  // namespace
 }  // namespace tt

@@ -95,7 +95,7 @@ class RecordingModel final : public Model {
   void rebuild_act(ModelHooks& h, int l) override {
     piece(h, ModelPiece::kRebuildAct, l, [&](ModelHooks& r) { in_->rebuild_act(r, l); });
   }
-  void compute_logits(const Tensor& out) override { in_->compute_logits(out); }
+  void compute_logits_rows(const Tensor& out, int64_t row_begin) override { in_->compute_logits_rows(out, row_begin); }
   void decode_prefill(const NamedTensors& s, int n) override { in_->decode_prefill(s, n); }
   void decode_step(const NamedTensors& s) override { in_->decode_step(s); }
 
