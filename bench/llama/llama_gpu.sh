@@ -79,12 +79,12 @@ trap finish EXIT
 status=0
 
 if has tests; then
-  tt_gpu_build "$OUT" tiertrain backend_ops_test cudnn_test trainer_test || exit 1
+  tt_gpu_build "$OUT" tiertrain backend_ops_test cudnn_test trainer_test generate_test || exit 1
   ops="Dtypes/BackendOps.Attention*:Dtypes/BackendOps.LlamaOps*:Dtypes/BackendOps.RmsNorm*:Dtypes/BackendOps.LayerNorm*"
   ops+=":Dtypes/BackendOps.Optimizer*:AdamWPieces.*:SwigluBackward.*"  # halves (core/bf16.h), in place
   ops+=":Bf16Gradients.*:SoftmaxXentFused.*"  # Note [bf16 gradients], Note [cross-entropy rows in flight]
   for spec in "backend_ops_test:$ops:AttentionCudnn.*" "cudnn_test:*" \
-    "trainer_test:${TT_TRAINER_TESTS:-TrainerCuda.*}"; do
+    "trainer_test:${TT_TRAINER_TESTS:-TrainerCuda.*}" "generate_test:EvalCuda.*"; do
     exe=${spec%%:*}
     filter=${spec#*:}
     start=$(date +%s)
