@@ -220,6 +220,25 @@ TEST(Eval, TheValidationSplitGivesTheRunsValidationLoss) {
 // across windows and batches) as in one, and with --grads-out (the logits before the backward); a GPT-2 and a Llama
 // with grouped-query attention. On a GPU in bf16 (logits rounded as the model computed them; a GEMM of other rows may
 // round an element the other way: bounds, not bytes).
+// A checkpoint of `model` after `steps` steps on the CPU backend at batch 2 on `data` (in dir/ck).
+std::string trained(TempDir& dir, const ModelConfig& model, const std::string& data, int steps) {
+  TrainConfig tc;
+  tc.model = model;
+  tc.batch = 2;
+  tc.data = data;
+  tc.steps = steps;
+  tc.eval_every = 0;
+  tc.backend = "cpu";
+  tc.threads = 1;
+  tc.checkpoint_dir = dir.path() + "/ck";
+  auto t = Trainer::create(tc, nullptr);
+  EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+  if (t.is_ok()) {
+    EXPECT_TRUE(t.value()->run().is_ok());
+  }
+  return tc.checkpoint_dir;
+}
+
 void check_logits_out(const char* backend, const char* dtype) {
   struct Case {
     const char* name;
@@ -235,20 +254,10 @@ void check_logits_out(const char* backend, const char* dtype) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     TempDir dir;
-    TrainConfig tc;
-    tc.model = c.model;
-    tc.batch = 2;
-    tc.data = dir.write("text.txt", testing::synthetic_text(20000));
-    tc.steps = 5;
-    tc.eval_every = 0;
-    tc.backend = "cpu";
-    tc.threads = 1;
-    tc.checkpoint_dir = dir.path() + "/ck";
-    auto t = Trainer::create(tc, nullptr);
-    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
-    ASSERT_TRUE(t.value()->run().is_ok());
+    const std::string data = dir.write("text.txt", testing::synthetic_text(20000));
+    const std::string ck = trained(dir, c.model, data, 5);
     EvalOptions e;
-    e.data = tc.data;
+    e.data = data;
     e.batch = 3;
     e.batches = 2;
     e.backend = backend;
@@ -257,10 +266,10 @@ void check_logits_out(const char* backend, const char* dtype) {
     e.token_losses = true;
     e.logits_out = dir.file("chunks.npy");
     e.logits_chunk_rows = 7;
-    auto r = evaluate_checkpoint(tc.checkpoint_dir, e);
+    auto r = evaluate_checkpoint(ck, e);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     const int64_t W = 6, T = 16, V = 256;
-    const std::string text = testing::read_file(tc.data);
+    const std::string text = testing::read_file(data);
     // The largest difference between each row's log-sum-exp less its target's logit and the token's loss; and
     // between the arrays of two files.
     auto read = [&](const std::string& path) -> std::vector<float> {
@@ -296,14 +305,14 @@ void check_logits_out(const char* backend, const char* dtype) {
     };
     e.logits_chunk_rows = 0;  // one chunk a batch
     e.logits_out = dir.file("whole.npy");
-    ASSERT_TRUE(evaluate_checkpoint(tc.checkpoint_dir, e).is_ok());
+    ASSERT_TRUE(evaluate_checkpoint(ck, e).is_ok());
     if (exact) {
       EXPECT_TRUE(read(e.logits_out) == chunked) << "chunks of 7 rows against one of 48";
     }
     EXPECT_LT(apart(read(e.logits_out)), tolerance);
     e.grads_out = dir.file("grads");
     e.logits_out = dir.file("with_grads.npy");
-    auto g = evaluate_checkpoint(tc.checkpoint_dir, e);
+    auto g = evaluate_checkpoint(ck, e);
     ASSERT_TRUE(g.is_ok()) << g.status().to_string();
     if (exact) {
       EXPECT_TRUE(read(e.logits_out) == chunked) << "with --grads-out";
@@ -317,23 +326,13 @@ TEST(Eval, LogitsOutHoldsEveryScoredPositionsLogits) {
   check_logits_out("cpu", "f32");
   // A folder that does not exist is named before anything is scored.
   TempDir dir;
-  TrainConfig tc;
-  tc.model = ModelConfig{.vocab = 256, .layers = 1, .dim = 16, .heads = 2, .seq = 8};
-  tc.batch = 2;
-  tc.data = dir.write("text.txt", testing::synthetic_text(2000));
-  tc.steps = 1;
-  tc.eval_every = 0;
-  tc.backend = "cpu";
-  tc.threads = 1;
-  tc.checkpoint_dir = dir.path() + "/ck";
-  auto t = Trainer::create(tc, nullptr);
-  ASSERT_TRUE(t.is_ok());
-  ASSERT_TRUE(t.value()->run().is_ok());
   EvalOptions e;
-  e.data = tc.data;
+  e.data = dir.write("text.txt", testing::synthetic_text(2000));
+  const std::string ck =
+      trained(dir, ModelConfig{.vocab = 256, .layers = 1, .dim = 16, .heads = 2, .seq = 8}, e.data, 1);
   e.backend = "cpu";
   e.logits_out = dir.file("no/such/l.npy");
-  auto bad = evaluate_checkpoint(tc.checkpoint_dir, e);
+  auto bad = evaluate_checkpoint(ck, e);
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("no/such/l.npy"), std::string::npos) << bad.status().to_string();
 }
