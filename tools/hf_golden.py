@@ -128,6 +128,8 @@ def main():
     need = a.batch * a.batches * a.seq + 1
     if len(tokens) < need:
         sys.exit(f"{a.data}: {len(tokens)} bytes, {need} needed")
+    import numpy as np  # (with torch and transformers: needed only to run, not to import this file)
+    import torch
     rows, failed = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.cases.split(","):
@@ -140,8 +142,6 @@ def main():
                                  str(a.batch), "--batches", str(a.batches), "--backend", a.backend, "--dtype",
                                  a.dtype, "--json", "--token-losses", "--grads-out", grads, "--logits-out",
                                  logits_file]))
-            import numpy as np
-            import torch
             our_logits = torch.from_numpy(np.load(logits_file))
             ours = ev["loss"]
             config = json.loads(pathlib.Path(folder, "config.json").read_text())
@@ -177,7 +177,6 @@ def main():
                   f"{row['grads']['worst_rel']:.1e} ({row['grads']['worst_tensor']})"
                   f"{' missing ' + str(row['grads']['missing']) if row['grads']['missing'] else ''}  "
                   f"{'ok' if row['ok'] else 'DIFFERENT'}", flush=True)
-    import torch
     import transformers
     result = {"torch": torch.__version__, "transformers": transformers.__version__, "seq": a.seq, "batch": a.batch,
               "batches": a.batches, "backend": a.backend, "dtype": a.dtype, "tolerance": a.tolerance,

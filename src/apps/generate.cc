@@ -104,18 +104,20 @@ Result<LoadedModel> load_model(const std::string& path, int batch, const std::st
 
 // n values of dtype dt (a model's compute dtype: f32, bf16 or f64) at src into dst as f32.
 void to_f32(const unsigned char* src, DType dt, size_t n, float* dst) {
-  for (size_t i = 0; i < n; ++i) {
-    if (dt == DType::kBF16) {
+  if (dt == DType::kBF16) {
+    for (size_t i = 0; i < n; ++i) {
       uint16_t h;
       std::memcpy(&h, src + 2 * i, 2);
       dst[i] = bf16_to_float(h);
-    } else if (dt == DType::kF64) {
+    }
+  } else if (dt == DType::kF64) {
+    for (size_t i = 0; i < n; ++i) {
       double d;
       std::memcpy(&d, src + 8 * i, 8);
       dst[i] = static_cast<float>(d);
-    } else {
-      std::memcpy(dst + i, src + 4 * i, 4);
     }
+  } else {
+    std::memcpy(dst, src, 4 * n);
   }
 }
 
