@@ -100,8 +100,8 @@ Result<bool> choose_train_plan(TrainConfig& cfg, bool explain, FILE* out);
 int plot_run(const std::string& run, const std::string& out_svg, FILE* out);
 
 // After a run with --run-dir: --sample-tokens tokens from its final checkpoint, printed and written to
-// RUN/sample.txt, its loss curves in RUN/loss.svg, then where the run folder is. A failed sample is a warning: the
-// run itself succeeded. sample_command.cc.
-void finish_run_folder(const TrainConfig& cfg, FILE* out);
+// RUN/sample.txt (not when `sample` is false: a run stopped early), its loss curves in RUN/loss.svg, then where the
+// run folder is. A failed sample is a warning: the run itself succeeded. sample_command.cc.
+void finish_run_folder(const TrainConfig& cfg, FILE* out, bool sample = true);
 
 }  // namespace tt::cli

@@ -10,6 +10,9 @@ namespace tt::cli {
 
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+// `train` stopped early, at a signal or its --time-limit, after a checkpoint (Note [stopping early] in
+// exec/trainer.cc): sysexits.h's EX_TEMPFAIL, "try again", which the same command with --resume does.
+constexpr int kExitStopped = 75;
 
 // Prints the error (and its trail with --debug INFO) and returns its exit code: 2 for bad usage, else 1.
 inline int report(const Status& s) {

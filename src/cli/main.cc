@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
       "           (damaged, or of another model or data), memory (the budget; --dry-run: it does not fit), I/O,\n"
       "           another rank or a collective's deadline\n"
       "  2        bad usage: an unknown flag, a value malformed or out of range, no subcommand\n"
+      "  75       train stopped early (a signal, --time-limit) after a checkpoint: the same command with --resume\n"
+      "           goes on\n"
       "  127      launch: the command could not be started\n"
       "  128+N    launch: the first rank to fail was killed by signal N (otherwise its own exit code)");
   bool print_config = false;

@@ -99,9 +99,9 @@ class SampleCommand final : public Command {
 
 std::unique_ptr<Command> make_sample_command() { return std::make_unique<SampleCommand>(); }
 
-void finish_run_folder(const TrainConfig& cfg, FILE* out) {
+void finish_run_folder(const TrainConfig& cfg, FILE* out, bool sample) {
   if (cfg.run_dir.empty()) return;
-  if (cfg.sample_tokens > 0 && !cfg.checkpoint_dir.empty()) {
+  if (sample && cfg.sample_tokens > 0 && !cfg.checkpoint_dir.empty()) {
     SampleOptions o;
     o.tokens = cfg.sample_tokens;
     o.seed = cfg.seed;
@@ -120,7 +120,7 @@ void finish_run_folder(const TrainConfig& cfg, FILE* out) {
   }
   const bool plotted = plot_run(cfg.run_dir, "", out) == 0;
   std::fprintf(out, "run folder: %s (config.json, metrics.jsonl, metrics.json, checkpoints/%s%s)\n",
-               cfg.run_dir.c_str(), cfg.sample_tokens > 0 ? ", sample.txt" : "", plotted ? ", loss.svg" : "");
+               cfg.run_dir.c_str(), sample && cfg.sample_tokens > 0 ? ", sample.txt" : "", plotted ? ", loss.svg" : "");
 }
 
 }  // namespace tt::cli

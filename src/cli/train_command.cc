@@ -1,5 +1,6 @@
 // `tiertrain train`: train the model of the knobs (exec/trainer.h), with the plan given or chosen (--plan auto, or
 // none when in-core does not fit), then finish its run folder. --dry-run prints what the run needs and exits.
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 
 #include "cli/command.h"
 #include "core/env.h"
+#include "core/stop.h"
 #include "exec/trainer.h"
 
 namespace tt::cli {
@@ -39,6 +41,7 @@ class TrainCommand final : public Command {
   }
 
   int run(Context& ctx) override {
+    const auto t0 = std::chrono::steady_clock::now();  // --time-limit counts from here
     auto tc = train_config_from(ctx.cfg);
     if (!tc.is_ok()) return report(tc.status());
     TrainConfig& c = tc.value();
@@ -81,12 +84,30 @@ class TrainCommand final : public Command {
     }
     if (!trainer.is_ok()) return report(trainer.status());
     if (dry_run_) return trainer.value()->dry_run_fits() ? 0 : 1;
-    auto summary = trainer.value()->run();
+    // Note [stopping early] (exec/trainer.cc): from here a signal stops the run at a step's end (before, while the
+    // data and the model load, it ends the process as it would without us: nothing is trained yet).
+    auto stop = StopRequest::install(c.time_limit_min * 60,
+                                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (!stop.is_ok()) return report(stop.status());
+    auto summary = trainer.value()->run(stop.value().get());
     if (!summary.is_ok()) return report(summary.status());
     const bool lead = trainer.value()->is_lead();
     trainer.value().reset();  // the device memory back before the sample takes its own
-    if (lead) finish_run_folder(c, stdout);
-    return 0;
+    const std::string& stopped = summary.value().stopped;
+    if (lead) finish_run_folder(c, stdout, stopped.empty());
+    if (stopped.empty()) return 0;
+    if (lead) {
+      const long long at = static_cast<long long>(summary.value().last_step);
+      if (c.checkpoint_dir.empty())
+        std::printf("stopped at step %lld of %lld (%s); nothing saved: no --checkpoint-dir\n", at,
+                    static_cast<long long>(c.steps), stopped.c_str());
+      else  // (with --run-dir auto, the folder's name: auto would start a new one)
+        std::printf("stopped at step %lld of %lld (%s): checkpoint in %s; to go on, run the same command with %s\n",
+                    at, static_cast<long long>(c.steps), stopped.c_str(), c.checkpoint_dir.c_str(),
+                    c.run_dir.empty() ? "--resume" : ("--run-dir " + c.run_dir + " --resume").c_str());
+      std::fflush(stdout);
+    }
+    return kExitStopped;
   }
 
  private:

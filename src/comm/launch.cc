@@ -424,7 +424,9 @@ Result<int> launch(const LaunchOptions& o) {
         if (pids[static_cast<size_t>(r)] != pid) continue;
         status[static_cast<size_t>(r)] = st;
         --running;
-        const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        // (75: stopped early to be resumed, Note [stopping early] in exec/trainer.cc; not a failure: the other
+        // ranks are stopping too, and one that is still writing its checkpoint is let finish.)
+        const bool ok = WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == kStoppedEarly);
         if (!ok && failed < 0 && !stopping) {
           failed = r;
           std::fprintf(stderr, "tiertrain launch: rank %d (pid %d) %s; stopping the other %d rank(s)\n", r,
@@ -450,11 +452,13 @@ Result<int> launch(const LaunchOptions& o) {
     const int sig = sigtimedwait(&handled, &info, &wait_for);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
       if (!stopping) {
-        std::fprintf(stderr, "tiertrain launch: %s: passing it to the %d rank(s)\n", strsignal(sig), running);
+        // No deadline: a rank may be finishing a step and writing a checkpoint (Note [stopping early]); a scheduler
+        // that will not wait sends SIGKILL, a user a second signal.
+        std::fprintf(stderr, "tiertrain launch: %s: passing it to the %d rank(s) (again: kill them)\n",
+                     strsignal(sig), running);
         stopping = true;
         signal_all(sig);
-        kill_at = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(static_cast<long long>(o.grace_seconds * 1000.0));
+        kill_at = std::chrono::steady_clock::time_point::max();
       } else {
         signal_all(SIGKILL);  // a second signal: no more waiting
       }
@@ -471,15 +475,18 @@ Result<int> launch(const LaunchOptions& o) {
     const int st = status[static_cast<size_t>(failed)];
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
   }
-  // Stopped by a signal to the launcher, or every rank succeeded.
+  // Stopped by a signal to the launcher, or every rank succeeded or stopped early (75 if any did).
+  int code = 0;
   for (int r = 0; r < o.ranks; ++r) {
     const int st = status[static_cast<size_t>(r)];
-    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+    if (WIFEXITED(st) && WEXITSTATUS(st) == kStoppedEarly) {
+      code = kStoppedEarly;
+    } else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
       std::fprintf(stderr, "tiertrain launch: rank %d %s\n", r, describe(st).c_str());
       return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     }
   }
-  return 0;
+  return code;
 }
 
 }  // namespace tt::comm

@@ -1,8 +1,10 @@
 // comm/launch: `tiertrain launch -n N -- CMD ...`: starts N local ranks of one job, like torchrun or mpirun on one
 // node. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (and TIERTRAIN_RANK, TIERTRAIN_WORLD_SIZE),
-// and TIERTRAIN_COMM_ID, the job's unique name, which the ranks' communicators meet under (comm/shm.h). SIGINT and
-// SIGTERM are forwarded to every rank. When a rank fails (a non-zero exit or a signal), the others are stopped
-// (SIGTERM, then SIGKILL after a grace period) and the launcher exits non-zero with a line naming that rank.
+// and TIERTRAIN_COMM_ID, the job's unique name, which the ranks' communicators meet under (comm/shm.h). SIGINT,
+// SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank, which may take the time they need to end (a training run
+// checkpoints first); a second one kills them. When a rank fails (a non-zero exit other than 75, or a signal), the
+// others are stopped (SIGTERM, then SIGKILL after a grace period) and the launcher exits non-zero with a line naming
+// that rank. Exit 75 (kStoppedEarly) is a rank that stopped early to be resumed: not a failure.
 #pragma once
 
 #include <string>
@@ -20,7 +22,7 @@ struct LaunchOptions {
   // Pin rank r to its share of those CPUs instead: k = max(1, CPUs / ranks) consecutive ones from CPU r * k (its
   // helper threads then have CPUs of their own: Note [crew] in comm/crew.cc).
   bool bind_share = false;
-  double grace_seconds = 5.0;        // between SIGTERM and SIGKILL when stopping the other ranks
+  double grace_seconds = 5.0;        // between SIGTERM and SIGKILL when stopping the others after a rank failed
   // Note [rank output]: each rank's stdout and stderr go through the launcher, line by line, each line prefixed with
   // "[rank R] " (off: the ranks write to the launcher's stdout and stderr directly, interleaving as they come).
   bool tag_output = true;
@@ -28,8 +30,13 @@ struct LaunchOptions {
   std::string log_dir;
 };
 
-// Runs the job to its end; returns the exit code for the launcher: 0 if every rank exited with 0, otherwise the
-// failing rank's exit code (128 + the signal if it was killed by one), after a line on stderr naming it.
+// A rank's exit code for "stopped early, to be resumed" (sysexits.h's EX_TEMPFAIL; `train` at a signal or its
+// --time-limit: Note [stopping early] in exec/trainer.cc).
+constexpr int kStoppedEarly = 75;
+
+// Runs the job to its end; returns the exit code for the launcher: 0 if every rank exited with 0, 75 if every rank
+// exited with 0 or 75 and one with 75, otherwise the failing rank's exit code (128 + the signal if it was killed by
+// one), after a line on stderr naming it.
 // The launcher first removes what killed jobs left (remove_stale_segments), saying so on stderr.
 Result<int> launch(const LaunchOptions& options);
 

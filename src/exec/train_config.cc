@@ -96,6 +96,10 @@ void declare_train_knobs(Config& cfg) {
        0, 1e12);
   knob("train", "stop_at", K::kInt, "0", "stop after this step, keeping the schedule of --steps (0: run all)", 0,
        1e12);
+  knob("train", "time_limit", K::kFloat, "0",
+       "minutes of wall time after which the run stops at the end of a step, writes a checkpoint and exits 75, as on "
+       "SIGTERM (0: none); the job's limit less a checkpoint's writing",
+       0, 1e9);
   knob("train", "lr", K::kFloat, "0",
        "peak learning rate (0: 3e-3 x min(1, 128 / dim), Adam's stable step shrinking with the width: 3e-3 for the "
        "default model, 5e-4 at d768, 9.4e-5 at d4096)",
@@ -377,6 +381,7 @@ Result<TrainConfig> train_config_from(const Config& cfg) {
     TT_ASSIGN_OR_RETURN(tc.steps, default_steps(cfg.get_string("backend")));
   }
   tc.stop_at = cfg.get_int("stop_at");
+  tc.time_limit_min = cfg.get_float("time_limit");
   tc.lr = static_cast<float>(cfg.get_float("lr"));
   tc.lr_auto = tc.lr == 0.0f;
   if (tc.lr_auto) tc.lr = auto_learning_rate(tc.model.dim);

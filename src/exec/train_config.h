@@ -41,6 +41,7 @@ struct TrainConfig {
 
   int64_t steps = 2000;
   int64_t stop_at = 0;  // > 0: stop after this step (the schedule still spans `steps`)
+  double time_limit_min = 0;  // > 0: stop early after this much wall time (Note [stopping early], exec/trainer.cc)
   float lr = 3e-3f;
   bool lr_auto = false;  // lr came from auto_learning_rate (the knob was 0)
   float min_lr_frac = 0.1f;

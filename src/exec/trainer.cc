@@ -949,9 +949,27 @@ Status Trainer::save(int64_t step) {
   return Status::ok();
 }
 
-Result<TrainSummary> Trainer::run() {
+Result<int> Trainer::agreed_stop(const StopRequest* stop) {
+  int code = stop != nullptr ? stop->code() : 0;
+  if (stop == nullptr || mesh_ == nullptr || mesh_->world().size() == 1) return code;
+  int32_t c = code;
+  TT_TRY(mesh_->world().allreduce(comm::kInPlace, &c, 1, comm::DType::kI32, comm::Op::kMax));
+  return static_cast<int>(c);
+}
+
+// Note [stopping early]: a scheduler warns a job before it ends it (SLURM: SIGTERM, then SIGKILL after KillWait;
+// `--signal=USR1@120` earlier), a user presses Ctrl-C, or the job's own wall-time limit (--time-limit) comes near.
+// The run then ends as it would at its last step, only sooner: after each step the ranks agree on whether to stop
+// (agreed_stop: every rank, at the same step, so that they stop together and the collectives stay matched); once they
+// do, no step is enqueued, the step in flight (Note [host one step ahead]) is finished, and the last one is
+// checkpointed and written to the metrics, without the evaluation and the run folder's sample a finished run has.
+// `train` exits 75 (EX_TEMPFAIL: try again), and the same command with --resume continues bit for bit. The signal's
+// handler only sets a flag (core/stop.h); a process stuck in a collective or a kernel is not stopped by it (a second
+// signal, or the scheduler's SIGKILL, is).
+Result<TrainSummary> Trainer::run(const StopRequest* stop) {
   TT_RETURN_IF(cfg_.dry_run, kFailedPrecondition, "a dry-run trainer has nothing to run");
-  const int64_t end = cfg_.stop_at > 0 ? cfg_.stop_at : cfg_.steps;
+  const int64_t planned_end = cfg_.stop_at > 0 ? cfg_.stop_at : cfg_.steps;
+  int64_t end = planned_end;
   const int64_t B = static_cast<int64_t>(cfg_.batch) * cfg_.grad_accum, T = cfg_.model.seq;  // a step's sequences
   TrainSummary summary;
   summary.first_step = step_ + 1;
@@ -982,7 +1000,7 @@ Result<TrainSummary> Trainer::run() {
   const auto t0 = Clock::now();
   ex_->prefetch();
   std::vector<double> step_ms;
-  bool warned_eval = false;
+  bool warned_eval = false, said_stopping = false;
   // Note [host one step ahead]: at most two steps in flight; the front one is finished each time round.
   last_finish_ = Clock::time_point{};
   steps_enqueued_ahead_ = 0;
@@ -1006,6 +1024,14 @@ Result<TrainSummary> Trainer::run() {
       if (cfg_.um_counters) um_after_first_step_ = backend_->um()->counted();
     }
     if (history_.size() > 1 || end - summary.first_step == 0) step_ms.push_back(rec.ms);
+    if (summary.stopped.empty()) {  // Note [stopping early]
+      TT_ASSIGN_OR_RETURN(const int code, agreed_stop(stop));
+      const int64_t through = in_flight_.empty() ? step_ : in_flight_.back().step;  // what is enqueued already
+      if (code != 0 && through < planned_end) {
+        summary.stopped = stop != nullptr ? stop->describe(code) : "another rank's request";
+        end = through;
+      }
+    }
     const bool last = step_ == end;
     if (step_ % cfg_.log_every == 0 || last || history_.size() == 1) {
       record({{"kind", "train"}, {"step", rec.step}, {"loss", rec.loss}, {"lr", rec.lr}, {"grad_norm", rec.grad_norm},
@@ -1015,7 +1041,12 @@ Result<TrainSummary> Trainer::run() {
             format_count(rec.tokens_per_s).c_str(), rec.ms,
             format_bytes(static_cast<int64_t>(backend_->pool().peak_in_use())).c_str());
     }
-    if (cfg_.eval_every > 0 && (step_ % cfg_.eval_every == 0 || last)) {
+    if (!summary.stopped.empty() && !said_stopping) {
+      said_stopping = true;
+      print("step %6lld | stopping: %s%s\n", static_cast<long long>(step_), summary.stopped.c_str(),
+            end > step_ ? " (after the step in flight)" : "");
+    }
+    if (cfg_.eval_every > 0 && summary.stopped.empty() && (step_ % cfg_.eval_every == 0 || last)) {
       Result<EvalRecord> ev = evaluate();
       if (ev.is_ok()) {
         evals_.push_back(ev.value());
@@ -1092,7 +1123,8 @@ Result<TrainSummary> Trainer::run() {
           {"median_tokens_per_s", summary.median_tokens_per_s},
           {"wall_s", summary.wall_s},
           {"device_peak_bytes", summary.device_peak_bytes},
-          {"steps_enqueued_ahead", summary.steps_enqueued_ahead}});
+          {"steps_enqueued_ahead", summary.steps_enqueued_ahead},
+          {"stopped", summary.stopped.empty() ? nlohmann::json() : nlohmann::json(summary.stopped)}});
   if (!cfg_.metrics_out.empty() && lead()) TT_TRY(write_metrics(summary));
   ex_->wait_all();  // the run ends with every parameter on the device
   if (mesh_ != nullptr && mesh_->world().size() > 1) {
@@ -1151,7 +1183,8 @@ Status Trainer::write_metrics(const TrainSummary& summary) const {
                   {"median_tokens_per_s", summary.median_tokens_per_s},
                   {"tokens_per_step", static_cast<int64_t>(cfg_.batch) * cfg_.grad_accum * cfg_.model.seq},
                   {"wall_s", summary.wall_s},
-                  {"steps_enqueued_ahead", summary.steps_enqueued_ahead}};
+                  {"steps_enqueued_ahead", summary.steps_enqueued_ahead},
+                  {"stopped", summary.stopped.empty() ? nlohmann::json() : nlohmann::json(summary.stopped)}};
   if (cfg_.speculative_update)  // Note [speculative update]: segment updates kept and redone over the run
     j["speculation"] = {{"kept", ex_->optimizer().speculation_kept()}, {"redone", ex_->optimizer().speculation_redone()}};
   if (profiler_->steps() > 0) {

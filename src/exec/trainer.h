@@ -23,6 +23,7 @@
 
 #include "backend/backend.h"
 #include "core/rng.h"
+#include "core/stop.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "backend/registry.h"
@@ -63,6 +64,9 @@ struct TrainSummary {
   int64_t device_peak_bytes = 0;
   // Note [host one step ahead]: steps enqueued while the step before them was still unfinished.
   int64_t steps_enqueued_ahead = 0;
+  // Note [stopping early] (exec/trainer.cc): why the run stopped before its end ("" when it did not): "SIGTERM",
+  // "the time limit of 90 min"; the checkpoint (when there is a --checkpoint-dir) is of last_step.
+  std::string stopped;
 };
 
 // Pinned host slots the next batches are staged in (Note [input staging]).
@@ -123,8 +127,9 @@ class Trainer {
   bool dry_run_fits() const { return dry_run_fits_; }
   ~Trainer();
 
-  // Runs from the current step (0, or the resumed one) to --stop-at or --steps.
-  Result<TrainSummary> run();
+  // Runs from the current step (0, or the resumed one) to --stop-at or --steps; or, when `stop` asks for it (a
+  // signal, the time limit), to the end of the steps in flight, with a checkpoint there (Note [stopping early]).
+  Result<TrainSummary> run(const StopRequest* stop = nullptr);
 
   Model& model() { return ex_->model(); }
   Optimizer& optimizer() { return ex_->optimizer(); }
@@ -216,6 +221,9 @@ class Trainer {
   bool lead() const { return mesh_ == nullptr || mesh_->rank() == 0; }
   // The mean over the data-parallel ranks of a value each computed on its shard (itself with one rank).
   Result<double> mean_over_data(double x);
+  // Note [stopping early]: the job's reason to stop after this step (0: none), the same on every rank of the mesh
+  // (the largest of the ranks' codes: a collective over the world each step when there are several ranks).
+  Result<int> agreed_stop(const StopRequest* stop);
   // Every rank of the mesh runs rank 0's configuration (an error names the knobs that differ).
   Status check_same_config();
   // Every rank's parameters are the same bits (the replicas cannot drift apart: an error names the ranks if they do).

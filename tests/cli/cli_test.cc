@@ -1716,6 +1716,160 @@ TEST(Cli, TrainsWritesMetricsAndCheckpointsAndResumes) {
   EXPECT_HAS(read_file(dir.file("m.json")), "\"median_tokens_per_s\"");
 }
 
+// A checkpoint's tensors (parameters, AdamW's moments, the data position, ...) by name, their bytes: two runs'
+// checkpoints of one step hold the same state when these are equal (the metadata names each run's own folders).
+std::map<std::string, std::vector<unsigned char>> checkpoint_tensors(const std::string& path) {
+  std::map<std::string, std::vector<unsigned char>> out;
+  auto r = TensorFileReader::open(path);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  if (!r.is_ok()) return out;
+  for (const TensorFileEntry& e : r.value().entries()) {
+    std::vector<unsigned char>& b = out[e.name];
+    b.resize(e.bytes);
+    EXPECT_TRUE(r.value().read(e.name, e.dtype, e.shape, b.data()).is_ok()) << e.name;
+  }
+  return out;
+}
+
+// `tiertrain ARGS` started in the background (exec'd by the shell, so that the pid is the program's), its stdout and
+// stderr to `log`.
+pid_t start(const std::string& args, const std::string& log) {
+  const std::string cmd = "exec " + std::string(TT_BINARY) + " " + args + " > " + log + " 2>&1";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits (up to a minute) until `log` holds `text`; false if the process ended or the time ran out first.
+bool wait_for_text(pid_t pid, const std::string& log, const std::string& text) {
+  for (int i = 0; i < 6000; ++i) {
+    if (read_file(log).find(text) != std::string::npos) return true;
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return false;
+    usleep(10 * 1000);
+  }
+  return false;
+}
+
+int exit_code(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// The step "stopped at step N of" names in `out`, or -1.
+long long stopped_at(const std::string& out) {
+  std::smatch m;
+  return std::regex_search(out, m, std::regex("stopped at step ([0-9]+) of")) ? std::stoll(m[1].str()) : -1;
+}
+
+// Note [stopping early]: at SIGTERM (or the --time-limit) a run finishes the step in flight, checkpoints it and exits
+// 75; the same command with --resume ends with the state of a run never stopped, bit for bit.
+TEST(Cli, StopsAtASignalOrItsTimeLimitWithACheckpointAndResumesBitExact) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(30000));
+  const std::string args = small(data) + " --steps 40 --warmup 4 --log-every 1";
+
+  CliRun limit = run(args + " --time-limit 0.000001 --checkpoint-dir " + dir.file("t"));
+  EXPECT_EQ(limit.code, 75) << limit.out;
+  EXPECT_HAS(limit.out, "step      1 | stopping: the time limit of 1e-06 min");
+  EXPECT_HAS(limit.out, "stopped at step 1 of 40 (the time limit of 1e-06 min): checkpoint in " + dir.file("t") +
+                            "; to go on, run the same command with --resume");
+  EXPECT_TRUE(fs::exists(dir.file("t/step_00000001.ttf")));
+  EXPECT_EQ(limit.out.find("step      2/40"), std::string::npos) << limit.out;
+  CliRun none = run(args + " --stop-at 3 --time-limit 0.000001");  // no --checkpoint-dir: said
+  EXPECT_EQ(none.code, 75) << none.out;
+  EXPECT_HAS(none.out, "stopped at step 1 of 40 (the time limit of 1e-06 min); nothing saved: no --checkpoint-dir");
+
+  // SIGTERM while it trains (slowed down so that the signal comes before the end): the request is said, the step in
+  // flight finished and checkpointed, and the metrics say why the run ended.
+  const std::string ck = dir.file("ck"), log = dir.file("log");
+  const pid_t pid = start(args + " --cpu-compute-delay-us 3000 --checkpoint-dir " + ck + " --metrics-out " +
+                              dir.file("m.json"), log);
+  ASSERT_TRUE(wait_for_text(pid, log, "step      3/40")) << read_file(log);
+  kill(pid, SIGTERM);
+  EXPECT_EQ(exit_code(pid), 75) << read_file(log);
+  const std::string out = read_file(log);
+  EXPECT_HAS(out, "tiertrain: SIGTERM: stopping after the step in progress");
+  EXPECT_HAS(out, "| stopping: SIGTERM");
+  const long long at = stopped_at(out);
+  ASSERT_GE(at, 3) << out;
+  ASSERT_LT(at, 40) << out;
+  char name[32];
+  std::snprintf(name, sizeof name, "/step_%08lld.ttf", at);
+  EXPECT_TRUE(fs::exists(ck + name)) << out;
+  EXPECT_EQ(read_file(ck + "/latest"), std::string(name + 1) + "\n");
+  const nlohmann::json m = nlohmann::json::parse(read_file(dir.file("m.json")));
+  EXPECT_EQ(m["summary"]["stopped"], "SIGTERM");
+  EXPECT_EQ(m["summary"]["last_step"], at);
+
+  CliRun resumed = run(args + " --checkpoint-dir " + ck + " --resume");
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_HAS(resumed.out, "at step " + std::to_string(at));
+  CliRun straight = run(args + " --checkpoint-dir " + dir.file("straight"));
+  ASSERT_EQ(straight.code, 0) << straight.out;
+  const auto a = checkpoint_tensors(ck + "/step_00000040.ttf");
+  const auto b = checkpoint_tensors(dir.file("straight/step_00000040.ttf"));
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the resumed run's state differs from the straight run's";
+}
+
+// The pid of rank `rank` of the launcher `launcher` (its child whose environment says TIERTRAIN_RANK=rank), or -1.
+pid_t rank_pid(pid_t launcher, int rank) {
+  const std::string want = "TIERTRAIN_RANK=" + std::to_string(rank);
+  std::istringstream children(read_file("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) +
+                                        "/children"));
+  for (pid_t c; children >> c;) {
+    const std::string env = read_file("/proc/" + std::to_string(c) + "/environ");
+    for (size_t at = 0; at < env.size(); at = env.find('\0', at) + 1) {
+      if (env.compare(at, want.size() + 1, want + '\0') == 0) return c;
+      if (env.find('\0', at) == std::string::npos) break;
+    }
+  }
+  return -1;
+}
+
+// Under launch, a data-parallel run's ranks agree on the step they stop after (the time limit passes on each at its
+// own time; a signal to one rank reaches no other), all exit 75, and the launcher, which passes a signal it gets to
+// every rank, waits for their checkpoint however short its --grace (that is for stopping the others after a rank
+// failed) and exits 75.
+TEST(Cli, DataParallelRanksStopTogetherAndTheLauncherWaitsForThem) {
+  TempDir dir;
+  const std::string data = dir.write("c.txt", testing::synthetic_text(30000));
+  const std::string launch = "launch -n 2 --grace 0 -- " + std::string(TT_BINARY) + " train --data " + data +
+                             " --backend cpu --layers 1 --dim 16 --heads 2 --seq 16 --batch 4 --steps 40 --warmup 2 "
+                             "--eval-every 0 --threads 1 --log-every 1 --mesh data=2";
+  CliRun limit = run(launch + " --time-limit 0.000001 --checkpoint-dir " + dir.file("t"));
+  EXPECT_EQ(limit.code, 75) << limit.out;
+  EXPECT_HAS(limit.out, "[rank 0] stopped at step 1 of 40 (the time limit of 1e-06 min)");
+  EXPECT_EQ(limit.out.find("stopping the other"), std::string::npos) << limit.out;
+  EXPECT_TRUE(fs::exists(dir.file("t/step_00000001.ttf")));
+
+  // SIGTERM to rank 1 alone (a step takes ~0.1 s), then to the launcher (~0.3 s: a kill after --grace 0 would come
+  // before the ranks are done).
+  for (const bool to_launcher : {false, true}) {
+    const std::string log = dir.file(to_launcher ? "log1" : "log0"), ck = dir.file(to_launcher ? "ck1" : "ck0");
+    const pid_t pid =
+        start(launch + " --cpu-compute-delay-us " + (to_launcher ? "10000" : "3000") + " --checkpoint-dir " + ck, log);
+    ASSERT_TRUE(wait_for_text(pid, log, "[rank 0] step      3/40")) << read_file(log);
+    const pid_t target = to_launcher ? pid : rank_pid(pid, 1);
+    ASSERT_GT(target, 0);
+    kill(target, SIGTERM);
+    EXPECT_EQ(exit_code(pid), 75) << read_file(log);
+    const std::string out = read_file(log);
+    if (to_launcher) EXPECT_HAS(out, "tiertrain launch: Terminated: passing it to the 2 rank(s)");
+    EXPECT_HAS(out, "[rank 0] step ");
+    EXPECT_HAS(out, "| stopping: SIGTERM");
+    const long long at = stopped_at(out);
+    ASSERT_GE(at, 3) << out;
+    char name[32];
+    std::snprintf(name, sizeof name, "/step_%08lld.ttf", at);
+    EXPECT_TRUE(fs::exists(ck + name)) << out;
+  }
+}
+
 TEST(Cli, BadCheckpointsAreNamedAndNothingIsLost) {
   TempDir dir;
   const std::string data = dir.write("c.txt", testing::synthetic_text(30000));
