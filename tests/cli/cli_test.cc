@@ -154,7 +154,7 @@ TEST(Cli, HelpListsTheExitCodesOfTheGuide) {
     ++rows;
     EXPECT_HAS(help.out, "\n  " + code + " ");
   }
-  EXPECT_EQ(rows, 5);
+  EXPECT_EQ(rows, 6);
   EXPECT_EQ(run("train --no-such-flag").code, 2);
   EXPECT_EQ(run("").code, 2);
 }
