@@ -23,8 +23,6 @@ namespace {
 constexpr const char* kFormat = "tiertrain-checkpoint";
 constexpr int kVersion = 1;
 
-std::string step_file_name(int64_t step) { return str_format("step_%08lld.ttf", static_cast<long long>(step)); }
-
 // The step_*.ttf files in dir, oldest first.
 std::vector<std::string> step_files(const std::string& dir) {
   std::vector<std::string> out;
@@ -93,6 +91,8 @@ constexpr int64_t kMaxDim = (int64_t(1) << 31) - 1;
 
 
 }  // namespace
+
+std::string checkpoint_file_name(int64_t step) { return str_format("step_%08lld.ttf", static_cast<long long>(step)); }
 
 Status ensure_checkpoint_dir(const std::string& dir) {
   TT_RETURN_IF(dir.empty(), kInvalidArgument, "no checkpoint directory given (--checkpoint-dir)");
@@ -229,7 +229,7 @@ Status save_checkpoint(const std::string& dir, const CheckpointState& state, Exe
     w.add("adam.m/" + p.name, md, shape, m + off);
     w.add("adam.v/" + p.name, md, shape, v + off);
   }
-  const std::string name = step_file_name(state.step);
+  const std::string name = checkpoint_file_name(state.step);
   TT_TRY(w.write_atomic(dir + "/" + name));
   TT_TRY(write_file_atomically(dir + "/latest", name + "\n"));
   TT_LOG(INFO, CKPT, "wrote checkpoint %s/%s", dir.c_str(), name.c_str());

@@ -63,6 +63,9 @@ struct WholeState {
 Result<WholeState> gather_whole_state(Executor& ex, comm::Communicator* model_comm,
                                       comm::Communicator* data_comm = nullptr);
 
+// A step's checkpoint file's name in its folder: step_00000042.ttf.
+std::string checkpoint_file_name(int64_t step);
+
 // Writes <dir>/step_<step>.ttf atomically, then points <dir>/latest at it (also atomically), then removes the
 // oldest step_*.ttf beyond `keep`. `whole`: what gather_whole_state returned (required for a tensor-parallel model;
 // else read from the executor).

@@ -944,8 +944,14 @@ Status Trainer::save(int64_t step) {
   st.data_path = cfg_.data;
   st.data_fingerprint = dataset_.info().fingerprint;
   st.config = cfg_.resolved;
+  const auto t0 = Clock::now();
   TT_TRY(save_checkpoint(cfg_.checkpoint_dir, st, *ex_, cfg_.keep_checkpoints, &whole));
-  print("step %6lld | checkpoint written to %s\n", static_cast<long long>(step), cfg_.checkpoint_dir.c_str());
+  // (Its size and time: what --time-limit must leave room for, Note [stopping early].)
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(cfg_.checkpoint_dir + "/" + checkpoint_file_name(step), ec);
+  print("step %6lld | checkpoint written to %s (%s in %.2f s)\n", static_cast<long long>(step),
+        cfg_.checkpoint_dir.c_str(), ec ? "?" : format_bytes(static_cast<int64_t>(bytes)).c_str(),
+        std::chrono::duration<double>(Clock::now() - t0).count());
   return Status::ok();
 }
 
