@@ -1816,16 +1816,26 @@ TEST(Cli, StopsAtASignalOrItsTimeLimitWithACheckpointAndResumesBitExact) {
   EXPECT_TRUE(a == b) << "the resumed run's state differs from the straight run's";
 }
 
-// The pid of rank `rank` of the launcher `launcher` (its child whose environment says TIERTRAIN_RANK=rank), or -1.
+// The pid of rank `rank` of the launcher `launcher` (a process whose parent it is and whose environment says
+// TIERTRAIN_RANK=rank), or -1.
 pid_t rank_pid(pid_t launcher, int rank) {
   const std::string want = "TIERTRAIN_RANK=" + std::to_string(rank);
-  std::istringstream children(read_file("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) +
-                                        "/children"));
-  for (pid_t c; children >> c;) {
-    const std::string env = read_file("/proc/" + std::to_string(c) + "/environ");
-    for (size_t at = 0; at < env.size(); at = env.find('\0', at) + 1) {
-      if (env.compare(at, want.size() + 1, want + '\0') == 0) return c;
-      if (env.find('\0', at) == std::string::npos) break;
+  for (const auto& d : fs::directory_iterator("/proc")) {
+    const std::string name = d.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so count from the last ')'.
+    const std::string stat = read_file(d.path().string() + "/stat");
+    std::istringstream rest(stat.substr(stat.rfind(')') + 1));
+    std::string state;
+    long ppid = -1;
+    if (!(rest >> state >> ppid) || ppid != launcher) continue;
+    const std::string env = read_file(d.path().string() + "/environ");
+    for (size_t at = 0; at < env.size();) {
+      const size_t end = env.find('\0', at);
+      if (env.compare(at, end == std::string::npos ? std::string::npos : end - at, want) == 0)
+        return static_cast<pid_t>(std::stol(name));
+      if (end == std::string::npos) break;
+      at = end + 1;
     }
   }
   return -1;
