@@ -107,7 +107,8 @@ class TrainCommand final : public Command {
                     c.run_dir.empty() ? "--resume" : ("--run-dir " + c.run_dir + " --resume").c_str());
       std::fflush(stdout);
     }
-    return kExitStopped;
+    // 75 says "run it again with --resume": only true with a checkpoint; without one the run is lost (1).
+    return c.checkpoint_dir.empty() ? kExitFailure : kExitStopped;
   }
 
  private:

@@ -299,12 +299,15 @@ Result<int> launch(const LaunchOptions& o) {
   }
   // The signals we handle arrive through sigtimedwait, blocked from now on; the ranks get the mask they had.
   // SIGCHLD must not be ignored (an inherited SIG_IGN would let the kernel reap the ranks behind our back).
-  struct sigaction dfl {}, old_chld {};
+  struct sigaction dfl {}, old_chld {}, ign {}, old_pipe {};
   dfl.sa_handler = SIG_DFL;
   sigaction(SIGCHLD, &dfl, &old_chld);
+  // A closed stdout (a reader that is gone) loses the output, not the job: the ranks may be writing a checkpoint.
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ign, &old_pipe);
   sigset_t handled, old;
   sigemptyset(&handled);
-  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGQUIT}) sigaddset(&handled, s);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&handled, s);
   const bool interactive = isatty(0) != 0;
   const pid_t launcher_pid = getpid();
   sigprocmask(SIG_BLOCK, &handled, &old);
@@ -339,6 +342,8 @@ Result<int> launch(const LaunchOptions& o) {
       while (running-- > 0) wait(nullptr);
       for (int q = 0; q < o.ranks; ++q) close_child_ends(q);
       sigprocmask(SIG_SETMASK, &old, nullptr);
+      sigaction(SIGCHLD, &old_chld, nullptr);
+      sigaction(SIGPIPE, &old_pipe, nullptr);
       return make_status(StatusCode::kInternal, "launch: fork for rank %d: %s", r, std::strerror(e));
     }
     if (pid == 0) {
@@ -363,6 +368,7 @@ Result<int> launch(const LaunchOptions& o) {
       if (getppid() != launcher_pid) _exit(1);
       sigprocmask(SIG_SETMASK, &old, nullptr);
       sigaction(SIGCHLD, &old_chld, nullptr);
+      sigaction(SIGPIPE, &old_pipe, nullptr);  // (an ignored signal stays ignored across exec)
       const std::string rank = std::to_string(r), world = std::to_string(o.ranks);
       setenv("RANK", rank.c_str(), 1);
       setenv("LOCAL_RANK", rank.c_str(), 1);
@@ -395,9 +401,11 @@ Result<int> launch(const LaunchOptions& o) {
   int failed = -1;  // the first rank that failed
   bool stopping = false;
   std::chrono::steady_clock::time_point kill_at{};
-  auto signal_all = [&](int sig) {
+  // skip_foreground: not rank 0 when it shares the terminal's process group (interactive), which the terminal's own
+  // signal reached already (a copy later than a second would be a second Ctrl-C to it: Note [stopping early]).
+  auto signal_all = [&](int sig, bool skip_foreground = false) {
     for (int r = 0; r < o.ranks; ++r)
-      if (status[static_cast<size_t>(r)] < 0) {
+      if (status[static_cast<size_t>(r)] < 0 && !(skip_foreground && r == 0 && interactive)) {
         const pid_t pid = pids[static_cast<size_t>(r)];
         // Its group (what it started too), or the rank alone when it has none of its own.
         if (getpgid(pid) != pid || kill(-pid, sig) != 0) kill(pid, sig);
@@ -427,7 +435,9 @@ Result<int> launch(const LaunchOptions& o) {
         // (75: stopped early to be resumed, Note [stopping early] in exec/trainer.cc; not a failure: the other
         // ranks are stopping too, and one that is still writing its checkpoint is let finish.)
         const bool ok = WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == kStoppedEarly);
-        if (!ok && failed < 0 && !stopping) {
+        // (Also after a signal passed on: a rank it killed, one that had not yet taken it as a request to stop,
+        // leaves the others waiting for it in a collective; they are stopped too, after the grace.)
+        if (!ok && failed < 0) {
           failed = r;
           std::fprintf(stderr, "tiertrain launch: rank %d (pid %d) %s; stopping the other %d rank(s)\n", r,
                        static_cast<int>(pid), describe(st).c_str(), running);
@@ -450,14 +460,14 @@ Result<int> launch(const LaunchOptions& o) {
     }
     siginfo_t info{};
     const int sig = sigtimedwait(&handled, &info, &wait_for);
-    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT || sig == SIGUSR1 || sig == SIGUSR2) {
       if (!stopping) {
         // No deadline: a rank may be finishing a step and writing a checkpoint (Note [stopping early]); a scheduler
         // that will not wait sends SIGKILL, a user a second signal.
         std::fprintf(stderr, "tiertrain launch: %s: passing it to the %d rank(s) (again: kill them)\n",
                      strsignal(sig), running);
         stopping = true;
-        signal_all(sig);
+        signal_all(sig, info.si_code == SI_KERNEL);  // SI_KERNEL: from the terminal (Ctrl-C), to its whole group
         kill_at = std::chrono::steady_clock::time_point::max();
       } else {
         signal_all(SIGKILL);  // a second signal: no more waiting
@@ -470,6 +480,7 @@ Result<int> launch(const LaunchOptions& o) {
     output.pump(50);
   sigprocmask(SIG_SETMASK, &old, nullptr);
   sigaction(SIGCHLD, &old_chld, nullptr);
+  sigaction(SIGPIPE, &old_pipe, nullptr);
   remove_leftovers(id);
   if (failed >= 0) {
     const int st = status[static_cast<size_t>(failed)];

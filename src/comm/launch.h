@@ -1,10 +1,11 @@
 // comm/launch: `tiertrain launch -n N -- CMD ...`: starts N local ranks of one job, like torchrun or mpirun on one
 // node. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (and TIERTRAIN_RANK, TIERTRAIN_WORLD_SIZE),
 // and TIERTRAIN_COMM_ID, the job's unique name, which the ranks' communicators meet under (comm/shm.h). SIGINT,
-// SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank, which may take the time they need to end (a training run
-// checkpoints first); a second one kills them. When a rank fails (a non-zero exit other than 75, or a signal), the
-// others are stopped (SIGTERM, then SIGKILL after a grace period) and the launcher exits non-zero with a line naming
-// that rank. Exit 75 (kStoppedEarly) is a rank that stopped early to be resumed: not a failure.
+// SIGTERM, SIGUSR1, SIGUSR2, SIGHUP and SIGQUIT are passed to every rank, which may take the time it needs to end
+// (`train` checkpoints first at the first four: Note [stopping early] in exec/trainer.cc); a second one kills them.
+// When a rank fails (a non-zero exit other than 75, or a signal), the others are stopped (SIGTERM, then SIGKILL after
+// a grace period) and the launcher exits non-zero with a line naming that rank. Exit 75 (kStoppedEarly) is a rank
+// that stopped early to be resumed: not a failure. A closed stdout loses the ranks' output, not the job.
 #pragma once
 
 #include <string>

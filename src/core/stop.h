@@ -8,7 +8,8 @@
 //
 // Only the first signal counts; another one at least a second later ends the process at once, as the signal would
 // without a handler (a second Ctrl-C). Copies of the first that arrive within the second (the terminal's group and a
-// launcher forwarding it, a scheduler signalling every process of a job) are one request.
+// launcher forwarding it, a scheduler signalling every process of a job) are one request. From the first signal on,
+// SIGPIPE is ignored: a reader of the output that the same Ctrl-C ended does not end the run before its checkpoint.
 #pragma once
 
 #include <memory>

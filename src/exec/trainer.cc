@@ -1034,7 +1034,7 @@ Result<TrainSummary> Trainer::run(const StopRequest* stop) {
       TT_ASSIGN_OR_RETURN(const int code, agreed_stop(stop));
       const int64_t through = in_flight_.empty() ? step_ : in_flight_.back().step;  // what is enqueued already
       if (code != 0 && through < planned_end) {
-        summary.stopped = stop != nullptr ? stop->describe(code) : "another rank's request";
+        summary.stopped = stop->describe(code);  // (code != 0: every rank has its StopRequest)
         end = through;
       }
     }

@@ -1779,8 +1779,8 @@ TEST(Cli, StopsAtASignalOrItsTimeLimitWithACheckpointAndResumesBitExact) {
                             "; to go on, run the same command with --resume");
   EXPECT_TRUE(fs::exists(dir.file("t/step_00000001.ttf")));
   EXPECT_EQ(limit.out.find("step      2/40"), std::string::npos) << limit.out;
-  CliRun none = run(args + " --stop-at 3 --time-limit 0.000001");  // no --checkpoint-dir: said
-  EXPECT_EQ(none.code, 75) << none.out;
+  CliRun none = run(args + " --stop-at 3 --time-limit 0.000001");  // no --checkpoint-dir: said, and not 75
+  EXPECT_EQ(none.code, 1) << none.out;
   EXPECT_HAS(none.out, "stopped at step 1 of 40 (the time limit of 1e-06 min); nothing saved: no --checkpoint-dir");
 
   // SIGTERM while it trains (slowed down so that the signal comes before the end): the request is said, the step in
@@ -1857,8 +1857,8 @@ TEST(Cli, DataParallelRanksStopTogetherAndTheLauncherWaitsForThem) {
   EXPECT_EQ(limit.out.find("stopping the other"), std::string::npos) << limit.out;
   EXPECT_TRUE(fs::exists(dir.file("t/step_00000001.ttf")));
 
-  // SIGTERM to rank 1 alone (a step takes ~0.1 s), then to the launcher (~0.3 s: a kill after --grace 0 would come
-  // before the ranks are done).
+  // SIGTERM to rank 1 alone (a step takes ~0.1 s), then SIGUSR1 (a scheduler's early notice) to the launcher (~0.3
+  // s: a kill after --grace 0 would come before the ranks are done).
   for (const bool to_launcher : {false, true}) {
     const std::string log = dir.file(to_launcher ? "log1" : "log0"), ck = dir.file(to_launcher ? "ck1" : "ck0");
     const pid_t pid =
@@ -1866,18 +1866,45 @@ TEST(Cli, DataParallelRanksStopTogetherAndTheLauncherWaitsForThem) {
     ASSERT_TRUE(wait_for_text(pid, log, "[rank 0] step      3/40")) << read_file(log);
     const pid_t target = to_launcher ? pid : rank_pid(pid, 1);
     ASSERT_GT(target, 0);
-    kill(target, SIGTERM);
+    kill(target, to_launcher ? SIGUSR1 : SIGTERM);
     EXPECT_EQ(exit_code(pid), 75) << read_file(log);
     const std::string out = read_file(log);
-    if (to_launcher) EXPECT_HAS(out, "tiertrain launch: Terminated: passing it to the 2 rank(s)");
-    EXPECT_HAS(out, "[rank 0] step ");
-    EXPECT_HAS(out, "| stopping: SIGTERM");
+    if (to_launcher) {
+      EXPECT_HAS(out, "tiertrain launch: User defined signal 1: passing it to the 2 rank(s)");
+      EXPECT_HAS(out, "| stopping: SIGUSR1");
+    } else {
+      EXPECT_HAS(out, "| stopping: SIGTERM");
+    }
     const long long at = stopped_at(out);
     ASSERT_GE(at, 3) << out;
     char name[32];
     std::snprintf(name, sizeof name, "/step_%08lld.ttf", at);
     EXPECT_TRUE(fs::exists(ck + name)) << out;
   }
+}
+
+// A signal passed on by the launcher has no deadline, but a rank it killed is a failure like any other: the ranks left
+// (here one that ignores SIGTERM, as one waiting for the dead one in a collective would not end) are killed after
+// the grace, and the launcher exits with the dead rank's code.
+TEST(Cli, ARankKilledByAPassedOnSignalStopsTheOthers) {
+  TempDir dir;
+  const std::string log = dir.file("log");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string cmd = "exec " + std::string(TT_BINARY) +
+                            " launch -n 2 --grace 0.2 -- sh -c 'if [ \"$RANK\" = 0 ]; then trap \"\" TERM; fi; "
+                            "echo ready; sleep 30' > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 3000 && read_file(log).find("[rank 1] ready") == std::string::npos; ++i) usleep(10 * 1000);
+  for (int i = 0; i < 3000 && read_file(log).find("[rank 0] ready") == std::string::npos; ++i) usleep(10 * 1000);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(pid, SIGTERM);
+  EXPECT_EQ(exit_code(pid), 128 + SIGTERM) << read_file(log);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_HAS(read_file(log), "tiertrain launch: rank 1 (pid ");
+  EXPECT_HAS(read_file(log), "stopping the other 1 rank(s)");
 }
 
 TEST(Cli, BadCheckpointsAreNamedAndNothingIsLost) {
