@@ -1889,14 +1889,9 @@ TEST(Cli, DataParallelRanksStopTogetherAndTheLauncherWaitsForThem) {
 TEST(Cli, ARankKilledByAPassedOnSignalStopsTheOthers) {
   TempDir dir;
   const std::string log = dir.file("log");
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const std::string cmd = "exec " + std::string(TT_BINARY) +
-                            " launch -n 2 --grace 0.2 -- sh -c 'if [ \"$RANK\" = 0 ]; then trap \"\" TERM; fi; "
-                            "echo ready; sleep 30' > " + log + " 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t pid =
+      start("launch -n 2 --grace 0.2 -- sh -c 'if [ \"$RANK\" = 0 ]; then trap \"\" TERM; fi; echo ready; sleep 30'",
+            log);
   for (int i = 0; i < 3000 && read_file(log).find("[rank 1] ready") == std::string::npos; ++i) usleep(10 * 1000);
   for (int i = 0; i < 3000 && read_file(log).find("[rank 0] ready") == std::string::npos; ++i) usleep(10 * 1000);
   const auto t0 = std::chrono::steady_clock::now();
