@@ -37,7 +37,6 @@ class StopRequest {
   int code() const;
   // A code in words: "SIGTERM", "the time limit of 90 min".
   std::string describe(int code) const;
-  double time_limit_s() const { return limit_s_; }
 
  private:
   StopRequest(double limit_s, double start_s) : limit_s_(limit_s), start_s_(start_s) {}
